@@ -1,0 +1,131 @@
+#include "model/config.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef struct {
+    const char *name;
+    mt_config cfg;
+} preset;
+
+#define LLAMA(D, F, L, H, KV, V, MAXPOS, THETA, TIE)                                          \
+    {.arch = MT_ARCH_LLAMA, .hidden_size = D, .intermediate_size = F, .num_layers = L,      \
+     .num_heads = H, .num_kv_heads = KV, .head_dim = (D) / (H), .vocab_size = V,            \
+     .max_position = MAXPOS, .rms_norm_eps = 1e-5f, .rope_theta = THETA,                    \
+     .tie_embeddings = TIE, .bos_token_id = -1, .eos_token_id = -1}
+
+static const preset presets[] = {
+    /* The README's demo: bytes as tokens, trains in minutes on two CPU cores. */
+    {"demo", LLAMA(256, 688, 4, 8, 4, 256, 1024, 10000.0f, 1)},
+    /* The smallest shape the tests train. */
+    {"tiny", LLAMA(64, 176, 2, 4, 2, 256, 256, 10000.0f, 0)},
+    {"llama-3.2-1b", {.arch = MT_ARCH_LLAMA, .hidden_size = 2048, .intermediate_size = 8192,
+                      .num_layers = 16, .num_heads = 32, .num_kv_heads = 8, .head_dim = 64,
+                      .vocab_size = 128256, .max_position = 131072, .rms_norm_eps = 1e-5f,
+                      .rope_theta = 500000.0f, .tie_embeddings = 1, .rope_scaling_factor = 32.0f,
+                      .rope_low_freq_factor = 1.0f, .rope_high_freq_factor = 4.0f,
+                      .rope_original_max_position = 8192, .bos_token_id = 128000,
+                      .eos_token_id = 128001}},
+    {"llama-3.2-3b", {.arch = MT_ARCH_LLAMA, .hidden_size = 3072, .intermediate_size = 8192,
+                      .num_layers = 28, .num_heads = 24, .num_kv_heads = 8, .head_dim = 128,
+                      .vocab_size = 128256, .max_position = 131072, .rms_norm_eps = 1e-5f,
+                      .rope_theta = 500000.0f, .tie_embeddings = 1, .rope_scaling_factor = 32.0f,
+                      .rope_low_freq_factor = 1.0f, .rope_high_freq_factor = 4.0f,
+                      .rope_original_max_position = 8192, .bos_token_id = 128000,
+                      .eos_token_id = 128001}},
+    {"llama-3-8b", {.arch = MT_ARCH_LLAMA, .hidden_size = 4096, .intermediate_size = 14336,
+                    .num_layers = 32, .num_heads = 32, .num_kv_heads = 8, .head_dim = 128,
+                    .vocab_size = 128256, .max_position = 8192, .rms_norm_eps = 1e-5f,
+                    .rope_theta = 500000.0f, .tie_embeddings = 0, .bos_token_id = 128000,
+                    .eos_token_id = 128001}},
+    {"qwen2.5-14b", {.arch = MT_ARCH_QWEN2, .hidden_size = 5120, .intermediate_size = 13824,
+                     .num_layers = 48, .num_heads = 40, .num_kv_heads = 8, .head_dim = 128,
+                     .vocab_size = 152064, .max_position = 131072, .rms_norm_eps = 1e-6f,
+                     .rope_theta = 1000000.0f, .tie_embeddings = 0, .attention_bias = 1,
+                     .bos_token_id = -1, .eos_token_id = 151643}},
+};
+
+mt_status mt_config_preset(const char *name, mt_config *cfg) {
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        if (!strcmp(presets[i].name, name)) {
+            *cfg = presets[i].cfg;
+            return MT_OK;
+        }
+    }
+    return mt_fail(MT_ERR_INVALID, "unknown model preset '%s' (known: %s)", name,
+                   mt_config_preset_names());
+}
+
+const char *mt_config_preset_names(void) {
+    return "demo, tiny, llama-3.2-1b, llama-3.2-3b, llama-3-8b, qwen2.5-14b";
+}
+
+#define REQUIRE(cond, ...)                                           \
+    do {                                                             \
+        if (!(cond)) return mt_fail(MT_ERR_INVALID, __VA_ARGS__);    \
+    } while (0)
+
+mt_status mt_config_validate(const mt_config *c) {
+    REQUIRE(c->hidden_size > 0, "hidden_size must be positive, got %d", c->hidden_size);
+    REQUIRE(c->intermediate_size > 0, "intermediate_size must be positive, got %d", c->intermediate_size);
+    REQUIRE(c->num_layers > 0, "num_hidden_layers must be positive, got %d", c->num_layers);
+    REQUIRE(c->num_heads > 0, "num_attention_heads must be positive, got %d", c->num_heads);
+    REQUIRE(c->num_kv_heads > 0 && c->num_heads % c->num_kv_heads == 0,
+            "num_key_value_heads (%d) must divide num_attention_heads (%d)", c->num_kv_heads,
+            c->num_heads);
+    REQUIRE(c->head_dim > 0 && c->head_dim % 2 == 0 && c->head_dim <= 256,
+            "head_dim must be even and at most 256, got %d", c->head_dim);
+    REQUIRE(c->vocab_size > 1, "vocab_size must be at least 2, got %d", c->vocab_size);
+    REQUIRE(c->max_position > 0, "max_position_embeddings must be positive, got %d", c->max_position);
+    REQUIRE(c->rms_norm_eps > 0 && isfinite(c->rms_norm_eps), "rms_norm_eps must be positive, got %g",
+            (double)c->rms_norm_eps);
+    REQUIRE(c->rope_theta > 0 && isfinite(c->rope_theta), "rope_theta must be positive, got %g",
+            (double)c->rope_theta);
+    if (c->rope_scaling_factor != 0) {
+        REQUIRE(c->rope_scaling_factor >= 1, "rope_scaling.factor must be >= 1, got %g",
+                (double)c->rope_scaling_factor);
+        REQUIRE(c->rope_high_freq_factor > c->rope_low_freq_factor,
+                "rope_scaling.high_freq_factor must exceed low_freq_factor");
+        REQUIRE(c->rope_original_max_position > 0,
+                "rope_scaling.original_max_position_embeddings must be positive");
+    }
+    return MT_OK;
+}
+
+int64_t mt_config_block_params(const mt_config *c) {
+    int64_t d = c->hidden_size, f = c->intermediate_size;
+    int64_t q = (int64_t)c->num_heads * c->head_dim, kv = (int64_t)c->num_kv_heads * c->head_dim;
+    int64_t n = 2 * d                 /* two RMSNorm weights */
+                + q * d + 2 * kv * d  /* q, k, v */
+                + d * q               /* o */
+                + 3 * d * f;          /* gate, up, down */
+    if (c->attention_bias) n += q + 2 * kv;
+    return n;
+}
+
+int64_t mt_config_total_params(const mt_config *c) {
+    int64_t embed = (int64_t)c->vocab_size * c->hidden_size;
+    return embed + (c->tie_embeddings ? 0 : embed) + c->hidden_size +
+           (int64_t)c->num_layers * mt_config_block_params(c);
+}
+
+void mt_config_rope_inv_freq(const mt_config *c, float *inv_freq) {
+    int half = c->head_dim / 2;
+    for (int i = 0; i < half; i++) {
+        double f = 1.0 / pow((double)c->rope_theta, (2.0 * i) / c->head_dim);
+        if (c->rope_scaling_factor != 0) {
+            /* transformers' _compute_llama3_parameters */
+            double low_wavelen = c->rope_original_max_position / c->rope_low_freq_factor;
+            double high_wavelen = c->rope_original_max_position / c->rope_high_freq_factor;
+            double wavelen = 2.0 * M_PI / f;
+            if (wavelen > low_wavelen) {
+                f = f / c->rope_scaling_factor;
+            } else if (wavelen >= high_wavelen) {
+                double smooth = (c->rope_original_max_position / wavelen - c->rope_low_freq_factor) /
+                                (c->rope_high_freq_factor - c->rope_low_freq_factor);
+                f = (1 - smooth) * f / c->rope_scaling_factor + smooth * f;
+            }
+        }
+        inv_freq[i] = (float)f;
+    }
+}

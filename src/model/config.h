@@ -1,0 +1,49 @@
+/* The model's shape: a Llama-family decoder as config.json describes it. */
+#ifndef MT_MODEL_CONFIG_H
+#define MT_MODEL_CONFIG_H
+
+#include <stdint.h>
+
+#include "util/status.h"
+
+typedef enum { MT_ARCH_LLAMA, MT_ARCH_MISTRAL, MT_ARCH_QWEN2 } mt_arch;
+
+typedef struct {
+    mt_arch arch;
+    int hidden_size;         /* D */
+    int intermediate_size;   /* F, the SwiGLU width */
+    int num_layers;          /* L transformer blocks */
+    int num_heads;           /* query heads */
+    int num_kv_heads;        /* key/value heads (GQA when fewer than num_heads) */
+    int head_dim;            /* defaults to hidden_size / num_heads */
+    int vocab_size;          /* V */
+    int max_position;        /* max_position_embeddings */
+    float rms_norm_eps;
+    float rope_theta;
+    int tie_embeddings;      /* LM head shares the embedding matrix */
+    int attention_bias;      /* q/k/v projections carry a bias (Qwen2) */
+    /* rope_scaling of type "llama3"; factor == 0 means none. */
+    float rope_scaling_factor;
+    float rope_low_freq_factor;
+    float rope_high_freq_factor;
+    int rope_original_max_position;
+    int bos_token_id, eos_token_id;  /* -1 when absent */
+} mt_config;
+
+/* Fills `cfg` with a built-in shape: demo, tiny, llama-3.2-1b, llama-3.2-3b, llama-3-8b,
+ * qwen2.5-14b. Fails naming the preset when it is unknown. */
+mt_status mt_config_preset(const char *name, mt_config *cfg);
+/* Comma-separated preset names, for help text. */
+const char *mt_config_preset_names(void);
+
+/* Checks the shape against what the model code supports; the message names the field. */
+mt_status mt_config_validate(const mt_config *cfg);
+
+/* Parameter counts. */
+int64_t mt_config_block_params(const mt_config *cfg);
+int64_t mt_config_total_params(const mt_config *cfg);
+
+/* The RoPE inverse frequencies, head_dim/2 of them, llama3 scaling applied when configured. */
+void mt_config_rope_inv_freq(const mt_config *cfg, float *inv_freq);
+
+#endif

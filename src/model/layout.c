@@ -1,0 +1,108 @@
+#include "model/layout.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int64_t align_up(int64_t n) { return (n + MT_TENSOR_ALIGN - 1) / MT_TENSOR_ALIGN * MT_TENSOR_ALIGN; }
+
+static void add_tensor(mt_layout *lay, mt_unit *unit, mt_tensor_kind kind, int block, int rows,
+                       int cols, int decay, const char *name) {
+    mt_tensor *t = &lay->tensors[lay->num_tensors];
+    t->kind = kind;
+    t->block = block;
+    t->rows = rows;
+    t->cols = cols;
+    t->offset = unit->numel;
+    t->decay = decay;
+    snprintf(t->name, sizeof t->name, "%s", name);
+    unit->index[kind] = unit->num_tensors;
+    unit->num_tensors++;
+    unit->numel += align_up((int64_t)rows * cols);
+    lay->num_tensors++;
+}
+
+static mt_unit *begin_unit(mt_layout *lay, int u, mt_unit_kind kind, int block, int64_t offset) {
+    mt_unit *unit = &lay->units[u];
+    memset(unit, 0, sizeof *unit);
+    unit->kind = kind;
+    unit->block = block;
+    unit->offset = offset;
+    unit->first_tensor = lay->num_tensors;
+    for (int k = 0; k < MT_T_COUNT; k++) unit->index[k] = -1;
+    return unit;
+}
+
+mt_status mt_layout_init(mt_layout *lay, const mt_config *cfg) {
+    MT_TRY(mt_config_validate(cfg));
+    memset(lay, 0, sizeof *lay);
+    lay->cfg = *cfg;
+    int D = cfg->hidden_size, F = cfg->intermediate_size, V = cfg->vocab_size;
+    int Q = cfg->num_heads * cfg->head_dim, KV = cfg->num_kv_heads * cfg->head_dim;
+    lay->num_units = cfg->num_layers + 2;
+    lay->units = mt_calloc((size_t)lay->num_units, sizeof *lay->units, "the model layout");
+    lay->tensors = mt_calloc((size_t)cfg->num_layers * 13 + 4, sizeof *lay->tensors, "the model layout");
+    if (!lay->units || !lay->tensors) {
+        mt_layout_free(lay);
+        return MT_ERR_NOMEM;
+    }
+    int64_t offset = 0;
+    mt_unit *u = begin_unit(lay, 0, MT_UNIT_EMBED, -1, offset);
+    add_tensor(lay, u, MT_T_WTE, -1, V, D, 1, "model.embed_tokens.weight");
+    offset += u->numel;
+    for (int l = 0; l < cfg->num_layers; l++) {
+        char name[64];
+        u = begin_unit(lay, 1 + l, MT_UNIT_BLOCK, l, offset);
+#define T(kind, rows, cols, decay, fmt)                            \
+    snprintf(name, sizeof name, "model.layers.%d." fmt, l);       \
+    add_tensor(lay, u, kind, l, rows, cols, decay, name)
+        T(MT_T_ATTN_NORM, D, 1, 0, "input_layernorm.weight");
+        T(MT_T_WQ, Q, D, 1, "self_attn.q_proj.weight");
+        T(MT_T_WK, KV, D, 1, "self_attn.k_proj.weight");
+        T(MT_T_WV, KV, D, 1, "self_attn.v_proj.weight");
+        if (cfg->attention_bias) {
+            T(MT_T_BQ, Q, 1, 0, "self_attn.q_proj.bias");
+            T(MT_T_BK, KV, 1, 0, "self_attn.k_proj.bias");
+            T(MT_T_BV, KV, 1, 0, "self_attn.v_proj.bias");
+        }
+        T(MT_T_WO, D, Q, 1, "self_attn.o_proj.weight");
+        T(MT_T_MLP_NORM, D, 1, 0, "post_attention_layernorm.weight");
+        T(MT_T_WG, F, D, 1, "mlp.gate_proj.weight");
+        T(MT_T_WU, F, D, 1, "mlp.up_proj.weight");
+        T(MT_T_WD, D, F, 1, "mlp.down_proj.weight");
+#undef T
+        if (u->numel > lay->max_block_numel) lay->max_block_numel = u->numel;
+        offset += u->numel;
+    }
+    u = begin_unit(lay, lay->num_units - 1, MT_UNIT_HEAD, -1, offset);
+    add_tensor(lay, u, MT_T_FINAL_NORM, -1, D, 1, 0, "model.norm.weight");
+    if (!cfg->tie_embeddings) add_tensor(lay, u, MT_T_LM_HEAD, -1, V, D, 1, "lm_head.weight");
+    offset += u->numel;
+    lay->total_numel = offset;
+    return MT_OK;
+}
+
+void mt_layout_free(mt_layout *lay) {
+    free(lay->units);
+    free(lay->tensors);
+    memset(lay, 0, sizeof *lay);
+}
+
+const mt_tensor *mt_layout_tensor(const mt_layout *lay, int u, mt_tensor_kind kind) {
+    int i = lay->units[u].index[kind];
+    return i < 0 ? NULL : &lay->tensors[lay->units[u].first_tensor + i];
+}
+
+const mt_tensor *mt_layout_find(const mt_layout *lay, const char *name, int *unit) {
+    for (int u = 0; u < lay->num_units; u++) {
+        const mt_unit *un = &lay->units[u];
+        for (int i = 0; i < un->num_tensors; i++) {
+            const mt_tensor *t = &lay->tensors[un->first_tensor + i];
+            if (!strcmp(t->name, name)) {
+                if (unit) *unit = u;
+                return t;
+            }
+        }
+    }
+    return NULL;
+}

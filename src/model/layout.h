@@ -1,0 +1,73 @@
+/* Where every parameter lives: the model as a list of streamed units ("layers" to the engine),
+ * each a contiguous run of tensors so that one copy moves a whole unit.
+ *
+ *   unit 0         embedding       wte [V, D]
+ *   units 1..L     blocks          attn_norm, wq, wk, wv, (bq, bk, bv), wo, mlp_norm, wg, wu, wd
+ *   unit L+1       head            final_norm [D], lm_head [V, D] (absent when tied: the head
+ *                                  then reads unit 0's wte)
+ *
+ * Offsets are in elements from the start of the unit and from the start of the whole model; each
+ * tensor starts on a multiple of MT_TENSOR_ALIGN elements (SIMD and GEMM alignment). */
+#ifndef MT_MODEL_LAYOUT_H
+#define MT_MODEL_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/config.h"
+
+#define MT_TENSOR_ALIGN 64
+
+typedef enum {
+    MT_T_WTE,
+    MT_T_ATTN_NORM, MT_T_WQ, MT_T_WK, MT_T_WV, MT_T_BQ, MT_T_BK, MT_T_BV, MT_T_WO,
+    MT_T_MLP_NORM, MT_T_WG, MT_T_WU, MT_T_WD,
+    MT_T_FINAL_NORM, MT_T_LM_HEAD,
+    MT_T_COUNT
+} mt_tensor_kind;
+
+typedef enum { MT_UNIT_EMBED, MT_UNIT_BLOCK, MT_UNIT_HEAD } mt_unit_kind;
+
+typedef struct {
+    mt_tensor_kind kind;
+    int block;            /* block index for block tensors, -1 otherwise */
+    int rows, cols;       /* cols == 1 for vectors; shape [rows, cols] row-major */
+    int64_t offset;       /* elements from the start of its unit */
+    int decay;            /* AdamW weight decay applies (matrices, not norms or biases) */
+    char name[64];        /* Hugging Face name, e.g. model.layers.3.self_attn.q_proj.weight */
+} mt_tensor;
+
+typedef struct {
+    mt_unit_kind kind;
+    int block;            /* block index for MT_UNIT_BLOCK, -1 otherwise */
+    int64_t offset;       /* elements from the start of the model */
+    int64_t numel;        /* elements including alignment padding */
+    int first_tensor, num_tensors;
+    /* Position of each tensor kind within this unit's tensors, -1 when absent. */
+    int index[MT_T_COUNT];
+} mt_unit;
+
+typedef struct {
+    mt_config cfg;
+    int num_units;        /* L + 2 */
+    mt_unit *units;
+    int num_tensors;
+    mt_tensor *tensors;
+    int64_t total_numel;  /* with padding: the size of one store class, in elements */
+    int64_t max_block_numel;
+} mt_layout;
+
+mt_status mt_layout_init(mt_layout *layout, const mt_config *cfg);
+void mt_layout_free(mt_layout *layout);
+
+/* The tensor of `kind` in unit `u`, or NULL when that unit has none. */
+const mt_tensor *mt_layout_tensor(const mt_layout *layout, int u, mt_tensor_kind kind);
+/* Finds a tensor by its Hugging Face name; NULL when absent. */
+const mt_tensor *mt_layout_find(const mt_layout *layout, const char *name, int *unit);
+
+/* Unit indices. */
+static inline int mt_unit_embed(void) { return 0; }
+static inline int mt_unit_block(int l) { return 1 + l; }
+static inline int mt_unit_head(const mt_layout *layout) { return layout->num_units - 1; }
+
+#endif

@@ -1,0 +1,50 @@
+/* One error-handling style for the whole library.
+ *
+ * A library function returns mt_status (MT_OK is 0) and, on failure, leaves a message in a
+ * thread-local buffer (mt_error()) that names the file, tensor or field at fault. Only the CLI
+ * prints errors and exits. Each error domain has one check macro that records the failed
+ * expression, the source file and the line. */
+#ifndef MT_UTIL_STATUS_H
+#define MT_UTIL_STATUS_H
+
+#include <errno.h>
+#include <stddef.h>
+
+typedef enum {
+    MT_OK = 0,
+    MT_ERR_INVALID,     /* bad argument, unsupported config, malformed file content */
+    MT_ERR_IO,          /* a libc file or system call failed */
+    MT_ERR_NOMEM,       /* host or device memory could not be had */
+    MT_ERR_DEVICE,      /* CUDA, cuBLAS or another device library failed */
+    MT_ERR_NUMERIC,     /* NaN/Inf where a number was needed */
+    MT_ERR_INTERRUPTED, /* stopped on request (a signal) */
+} mt_status;
+
+/* Sets the thread's error message (printf-style) and returns `status`. */
+mt_status mt_fail(mt_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prefixes the thread's current error message: "context: old message". Returns `status`. */
+mt_status mt_fail_context(mt_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+const char *mt_error(void);
+const char *mt_status_name(mt_status status);
+
+/* Propagate a failed status unchanged. */
+#define MT_TRY(expr)                          \
+    do {                                      \
+        mt_status mt_try_ = (expr);           \
+        if (mt_try_ != MT_OK) return mt_try_; \
+    } while (0)
+
+/* libc calls that return -1 (or NULL for pointer variants) and set errno. `what` names the
+ * file or object the call was about, so the message says which. */
+#define MT_CHECK_IO(expr, what)                                                             \
+    do {                                                                                    \
+        if ((expr) == -1)                                                                   \
+            return mt_fail(MT_ERR_IO, "%s: %s failed: %s (%s:%d)", (what), #expr,            \
+                           strerror(errno), __FILE__, __LINE__);                            \
+    } while (0)
+
+/* Host allocation that reports what it was for. */
+void *mt_malloc(size_t bytes, const char *what);
+void *mt_calloc(size_t count, size_t size, const char *what);
+
+#endif
