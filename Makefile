@@ -18,10 +18,13 @@ CUDA_CU  := $(sort $(shell find src/backend/cuda -name '*.cu' 2>/dev/null))
 TEST_C   := $(sort $(wildcard tests/*.c))
 
 ifeq ($(CUDA),1)
-CFLAGS   += -DMT_WITH_CUDA
+# The CUDA backend: its .cu kernels (nvcc) and its host .c files (cc, with the CUDA headers).
 CUDA_HOME ?= /usr/local/cuda
+CFLAGS   += -DMT_WITH_CUDA -I$(CUDA_HOME)/include
 LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lstdc++
-LIB_OBJ_CU := $(CUDA_CU:%.cu=$(BUILD)/%.o)
+CUDA_HOST_C := $(sort $(wildcard src/backend/cuda/*.c))
+CUDA_TEST_C := $(sort $(wildcard tests/cuda/*.c))
+LIB_OBJ_CU := $(CUDA_CU:%.cu=$(BUILD)/%.o) $(CUDA_HOST_C:%.c=$(BUILD)/%.o)
 endif
 
 define objs
@@ -48,18 +51,28 @@ $(BUILD)/%.o: %.cu
 $(BUILD)/megatrain: $(call objs,$(BUILD),$(LIB_C) $(CLI_C)) $(LIB_OBJ_CU)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
-$(BUILD)/tests: $(call objs,$(BUILD),$(LIB_C) $(TEST_C)) $(LIB_OBJ_CU)
+$(BUILD)/run-tests: $(call objs,$(BUILD),$(LIB_C) $(TEST_C)) $(LIB_OBJ_CU)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) -lcriterion
-$(BUILD)/asan/tests: $(call objs,$(BUILD)/asan,$(LIB_C) $(TEST_C))
+$(BUILD)/asan/run-tests: $(call objs,$(BUILD)/asan,$(LIB_C) $(TEST_C))
 	$(CC) $(CFLAGS) -fsanitize=address,undefined $^ -o $@ $(filter-out -lcudart -lcublasLt -lcublas,$(LDLIBS)) -lcriterion
-$(BUILD)/tsan/tests: $(call objs,$(BUILD)/tsan,$(LIB_C) $(TEST_C))
+$(BUILD)/tsan/run-tests: $(call objs,$(BUILD)/tsan,$(LIB_C) $(TEST_C))
 	$(CC) $(filter-out -fopenmp,$(CFLAGS)) -fsanitize=thread $^ -o $@ $(filter-out -lcudart -lcublasLt -lcublas,$(LDLIBS)) -lcriterion
 
+# The GPU tests (Criterion suite cuda): a separate binary, built only with CUDA=1.
+$(BUILD)/cuda_tests: $(call objs,$(BUILD),$(LIB_C) $(CUDA_TEST_C)) $(LIB_OBJ_CU)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) -lcriterion
+cuda-tests: $(BUILD)/cuda_tests
+
+# CPU AdamW against the host's memory bandwidth (bench/adamw/run.sh adds PyTorch's fused AdamW).
+bench-adamw: $(BUILD)/bench/adamw/bench_adamw
+$(BUILD)/bench/adamw/bench_adamw: $(call objs,$(BUILD),$(LIB_C) bench/adamw/bench_adamw.c) $(LIB_OBJ_CU)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
 # The test command the README names. Criterion prints its own summary line per run.
-test: $(BUILD)/megatrain $(BUILD)/tests $(BUILD)/asan/tests $(BUILD)/tsan/tests
-	MT_BIN=$(BUILD)/megatrain $(BUILD)/tests --jobs 1
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 MT_BIN=$(BUILD)/megatrain $(BUILD)/asan/tests --jobs 1 --filter '!(slow|engine)/*'
-	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 OPENBLAS_NUM_THREADS=1 $(BUILD)/tsan/tests --jobs 1 --filter 'engine/*'
+test: $(BUILD)/megatrain $(BUILD)/run-tests $(BUILD)/asan/run-tests $(BUILD)/tsan/run-tests
+	MT_BIN=$(BUILD)/megatrain $(BUILD)/run-tests --jobs 1
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 MT_BIN=$(BUILD)/megatrain $(BUILD)/asan/run-tests --jobs 1 --filter '!(slow|engine)/*'
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 OPENBLAS_NUM_THREADS=1 $(BUILD)/tsan/run-tests --jobs 1 --filter 'engine/*'
 
 demo: $(BUILD)/megatrain
 	$(BUILD)/megatrain train --preset demo --out runs/demo
@@ -68,5 +81,5 @@ demo: $(BUILD)/megatrain
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all test demo clean
+.PHONY: all test demo clean cuda-tests bench-adamw
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -45,6 +45,10 @@ typedef struct {
 typedef struct mt_backend_ops {
     const char *name;
     mt_dtype act_dtype, weight_dtype;
+    /* Issue row-wise GEMMs one sequence at a time. The cpu backend sets it: BLAS picks its
+     * kernels by matrix size, so one GEMM over 4 sequences and four over 1 differ in the last
+     * bits, and the engine promises that micro-batching never changes the bits there. */
+    int gemm_by_sequence;
 
     void (*destroy)(mt_backend *be);
 
@@ -129,7 +133,8 @@ typedef struct mt_backend_ops {
     /* Fused LM head and cross-entropy over logits = x[n,d] . w[vocab,d]^T, never holding more
      * than chunk rows of logits: *loss_sum (device float) += sum of -log softmax(logits)[target]
      * over rows; dx[n,d] = scale * dloss/dx (overwritten); dw += scale * dloss/dw. A target < 0
-     * is ignored (no loss, no gradient). workspace: lmhead_workspace(chunk, vocab) bytes. */
+     * is ignored (no loss, no gradient). dx and dw may both be NULL: the loss only (evaluation).
+     * workspace: lmhead_workspace(chunk, vocab) bytes. */
     void (*lmhead_loss)(mt_backend *be, mt_stream *s, float *loss_sum, void *dx, float *dw,
                         const void *x, const void *w, const int32_t *targets, int n, int d,
                         int vocab, float scale, int chunk, void *workspace);

@@ -10,6 +10,7 @@ static void add_tensor(mt_layout *lay, mt_unit *unit, mt_tensor_kind kind, int b
                        int cols, int decay, const char *name) {
     mt_tensor *t = &lay->tensors[lay->num_tensors];
     t->kind = kind;
+    t->unit = (int)(unit - lay->units);
     t->block = block;
     t->rows = rows;
     t->cols = cols;

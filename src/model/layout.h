@@ -30,6 +30,7 @@ typedef enum { MT_UNIT_EMBED, MT_UNIT_BLOCK, MT_UNIT_HEAD } mt_unit_kind;
 
 typedef struct {
     mt_tensor_kind kind;
+    int unit;             /* the unit that holds it */
     int block;            /* block index for block tensors, -1 otherwise */
     int rows, cols;       /* cols == 1 for vectors; shape [rows, cols] row-major */
     int64_t offset;       /* elements from the start of its unit */

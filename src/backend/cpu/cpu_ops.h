@@ -3,9 +3,11 @@
  * stream. They are the cpu backend's ops and the reference every CUDA kernel is tested against.
  *
  * Determinism: every kernel gives bitwise-identical results for the same inputs and thread
- * count, and the accumulating ones (the *_dw, rmsnorm_dx's dw, embedding_dw, lmhead_loss's dw)
- * add rows in row order, so that calling them once per sequence in sequence order gives the same
- * bits however the sequences are grouped into micro-batches. */
+ * count. rmsnorm_dx's dw, embedding_dw and matmul_dw's dbias add rows strictly in row order, so
+ * one call over n rows equals two calls over its halves, bitwise. matmul_dw's dw and
+ * lmhead_loss's dw are BLAS GEMMs over a call's rows (lmhead_loss: per chunk), whose summation
+ * order depends on n; so the engine calls every dw-accumulating op once per sequence, in
+ * sequence order, which gives the same bits however sequences are grouped into micro-batches. */
 #ifndef MT_BACKEND_CPU_OPS_H
 #define MT_BACKEND_CPU_OPS_H
 

@@ -1,0 +1,388 @@
+/* The cpu backend: the reference implementation of backend.h.
+ *
+ * Each stream is a worker thread draining a FIFO of tasks; an event is a pair of counters
+ * (records issued, records completed) under a mutex, so stream_wait and event_sync really block
+ * until the recorded work has run. The engine's asynchronous schedule therefore runs
+ * concurrently here exactly as it does on a GPU, and ThreadSanitizer can see its races. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_ops.h"
+#include "util/status.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+typedef struct {
+    mt_backend base;
+    int threads;
+    pthread_mutex_t mem_lock;
+    size_t in_use, peak;
+} cpu_backend;
+
+struct mt_event {
+    pthread_mutex_t lock;
+    pthread_cond_t done;
+    unsigned long recorded, completed;
+    double completed_at; /* seconds (CLOCK_MONOTONIC) of the latest completed record */
+};
+
+typedef enum { TASK_RUN, TASK_COPY, TASK_ZERO, TASK_RECORD, TASK_WAIT, TASK_STOP } task_kind;
+
+typedef struct task {
+    task_kind kind;
+    struct task *next;
+    void (*fn)(void *);
+    void *arg, *dst;
+    const void *src;
+    size_t bytes;
+    mt_event *event;
+    unsigned long generation;
+} task;
+
+struct mt_stream {
+    cpu_backend *be;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t nonempty;
+    task *head, *tail;
+};
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void event_wait_for(mt_event *e, unsigned long generation) {
+    pthread_mutex_lock(&e->lock);
+    while (e->completed < generation) pthread_cond_wait(&e->done, &e->lock);
+    pthread_mutex_unlock(&e->lock);
+}
+
+static void event_complete(mt_event *e, unsigned long generation) {
+    pthread_mutex_lock(&e->lock);
+    if (generation > e->completed) {
+        e->completed = generation;
+        e->completed_at = now_seconds();
+    }
+    pthread_cond_broadcast(&e->done);
+    pthread_mutex_unlock(&e->lock);
+}
+
+static void *stream_main(void *arg) {
+    mt_stream *s = arg;
+#ifdef _OPENMP
+    omp_set_num_threads(s->be->threads);
+#endif
+    for (;;) {
+        pthread_mutex_lock(&s->lock);
+        while (!s->head) pthread_cond_wait(&s->nonempty, &s->lock);
+        task *t = s->head;
+        s->head = t->next;
+        if (!s->head) s->tail = NULL;
+        pthread_mutex_unlock(&s->lock);
+
+        task_kind kind = t->kind;
+        switch (kind) {
+        case TASK_RUN: t->fn(t->arg); break;
+        case TASK_COPY: memmove(t->dst, t->src, t->bytes); break;
+        case TASK_ZERO: memset(t->dst, 0, t->bytes); break;
+        case TASK_RECORD: event_complete(t->event, t->generation); break;
+        case TASK_WAIT: event_wait_for(t->event, t->generation); break;
+        case TASK_STOP: break;
+        }
+        free(t);
+        if (kind == TASK_STOP) return NULL;
+    }
+}
+
+/* Allocation failure of a 64-byte task is not recoverable mid-schedule. */
+static void enqueue(mt_stream *s, task proto) {
+    task *t = malloc(sizeof *t);
+    if (!t) abort();
+    *t = proto;
+    t->next = NULL;
+    pthread_mutex_lock(&s->lock);
+    if (s->tail) s->tail->next = t;
+    else s->head = t;
+    s->tail = t;
+    pthread_cond_signal(&s->nonempty);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* ---- memory: 64-byte aligned, with the size kept in front for the peak count ---- */
+
+#define HEADER 64
+
+static void *cpu_dev_alloc(mt_backend *b, size_t bytes, const char *what) {
+    cpu_backend *be = (cpu_backend *)b;
+    char *p = aligned_alloc(HEADER, HEADER + (bytes + HEADER - 1) / HEADER * HEADER);
+    if (!p) {
+        mt_fail(MT_ERR_NOMEM, "cannot allocate %zu bytes of (cpu) device memory for %s", bytes, what);
+        return NULL;
+    }
+    memcpy(p, &bytes, sizeof bytes);
+    pthread_mutex_lock(&be->mem_lock);
+    be->in_use += bytes;
+    if (be->in_use > be->peak) be->peak = be->in_use;
+    pthread_mutex_unlock(&be->mem_lock);
+    return p + HEADER;
+}
+
+static void cpu_dev_free(mt_backend *b, void *ptr) {
+    cpu_backend *be = (cpu_backend *)b;
+    if (!ptr) return;
+    char *p = (char *)ptr - HEADER;
+    size_t bytes;
+    memcpy(&bytes, p, sizeof bytes);
+    pthread_mutex_lock(&be->mem_lock);
+    be->in_use -= bytes;
+    pthread_mutex_unlock(&be->mem_lock);
+    free(p);
+}
+
+static void *cpu_host_alloc(mt_backend *b, size_t bytes, const char *what) {
+    void *p = aligned_alloc(HEADER, (bytes + HEADER - 1) / HEADER * HEADER + HEADER);
+    if (!p) mt_fail(MT_ERR_NOMEM, "cannot allocate %zu bytes of host memory for %s", bytes, what);
+    return p;
+}
+
+static void cpu_host_free(mt_backend *b, void *ptr) { free(ptr); }
+
+static void cpu_dev_mem_info(mt_backend *b, size_t *free_bytes, size_t *peak_bytes) {
+    cpu_backend *be = (cpu_backend *)b;
+    pthread_mutex_lock(&be->mem_lock);
+    if (free_bytes) *free_bytes = (size_t)-1;
+    if (peak_bytes) *peak_bytes = be->peak;
+    pthread_mutex_unlock(&be->mem_lock);
+}
+
+/* ---- streams and events ---- */
+
+static mt_stream *cpu_stream_create(mt_backend *b) {
+    mt_stream *s = calloc(1, sizeof *s);
+    if (!s) {
+        mt_fail(MT_ERR_NOMEM, "cannot allocate a cpu stream");
+        return NULL;
+    }
+    s->be = (cpu_backend *)b;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->nonempty, NULL);
+    if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
+        mt_fail(MT_ERR_NOMEM, "cannot start a cpu stream thread");
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+static void cpu_stream_destroy(mt_backend *b, mt_stream *s) {
+    if (!s) return;
+    enqueue(s, (task){.kind = TASK_STOP});
+    pthread_join(s->thread, NULL);
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->nonempty);
+    free(s);
+}
+
+static mt_event *cpu_event_create(mt_backend *b) {
+    mt_event *e = calloc(1, sizeof *e);
+    if (!e) {
+        mt_fail(MT_ERR_NOMEM, "cannot allocate a cpu event");
+        return NULL;
+    }
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_cond_init(&e->done, NULL);
+    return e;
+}
+
+static void cpu_event_destroy(mt_backend *b, mt_event *e) {
+    if (!e) return;
+    pthread_mutex_destroy(&e->lock);
+    pthread_cond_destroy(&e->done);
+    free(e);
+}
+
+static void cpu_event_record(mt_backend *b, mt_event *e, mt_stream *s) {
+    pthread_mutex_lock(&e->lock);
+    unsigned long generation = ++e->recorded;
+    pthread_mutex_unlock(&e->lock);
+    enqueue(s, (task){.kind = TASK_RECORD, .event = e, .generation = generation});
+}
+
+static unsigned long recorded_now(mt_event *e) {
+    pthread_mutex_lock(&e->lock);
+    unsigned long generation = e->recorded;
+    pthread_mutex_unlock(&e->lock);
+    return generation;
+}
+
+static void cpu_stream_wait(mt_backend *b, mt_stream *s, mt_event *e) {
+    enqueue(s, (task){.kind = TASK_WAIT, .event = e, .generation = recorded_now(e)});
+}
+
+static void cpu_event_sync(mt_backend *b, mt_event *e) { event_wait_for(e, recorded_now(e)); }
+
+static double cpu_event_elapsed(mt_backend *b, mt_event *start, mt_event *end) {
+    pthread_mutex_lock(&start->lock);
+    double t0 = start->completed_at;
+    pthread_mutex_unlock(&start->lock);
+    pthread_mutex_lock(&end->lock);
+    double t1 = end->completed_at;
+    pthread_mutex_unlock(&end->lock);
+    return t1 - t0;
+}
+
+static void cpu_copy(mt_backend *b, void *dst, const void *src, size_t bytes, mt_stream *s) {
+    enqueue(s, (task){.kind = TASK_COPY, .dst = dst, .src = src, .bytes = bytes});
+}
+
+static void cpu_zero(mt_backend *b, void *dst, size_t bytes, mt_stream *s) {
+    enqueue(s, (task){.kind = TASK_ZERO, .dst = dst, .bytes = bytes});
+}
+
+static void cpu_launch(mt_backend *b, mt_stream *s, void (*fn)(void *), void *arg) {
+    enqueue(s, (task){.kind = TASK_RUN, .fn = fn, .arg = arg});
+}
+
+static mt_status cpu_check(mt_backend *b) { return MT_OK; }
+
+static void cpu_destroy(mt_backend *b) {
+    cpu_backend *be = (cpu_backend *)b;
+    pthread_mutex_destroy(&be->mem_lock);
+    free(be);
+}
+
+/* ---- ops: the reference kernels, run on the stream's worker (see backend.h) ---- */
+
+static void op_matmul(mt_backend *b, mt_stream *s, void *y, const void *x, const void *w,
+                      const void *bias, int n, int in, int out) {
+    mt_cpu_matmul(y, x, w, bias, n, in, out);
+}
+static void op_matmul_dx(mt_backend *b, mt_stream *s, void *dx, const void *dy, const void *w,
+                         int n, int in, int out, int accumulate) {
+    mt_cpu_matmul_dx(dx, dy, w, n, in, out, accumulate);
+}
+static void op_matmul_dw(mt_backend *b, mt_stream *s, float *dw, float *dbias, const void *dy,
+                         const void *x, int n, int in, int out) {
+    mt_cpu_matmul_dw(dw, dbias, dy, x, n, in, out);
+}
+static void op_rmsnorm(mt_backend *b, mt_stream *s, void *y, float *rstd, const void *x,
+                       const void *w, int n, int d, float eps) {
+    mt_cpu_rmsnorm(y, rstd, x, w, n, d, eps);
+}
+static void op_rmsnorm_dx(mt_backend *b, mt_stream *s, void *dx, float *dw, const void *dy,
+                          const void *x, const void *w, const float *rstd, int n, int d,
+                          int accumulate) {
+    mt_cpu_rmsnorm_dx(dx, dw, dy, x, w, rstd, n, d, accumulate);
+}
+static void op_rope(mt_backend *b, mt_stream *s, void *x, const float *inv_freq, int n, int seq,
+                    int heads, int head_dim, int inverse) {
+    mt_cpu_rope(x, inv_freq, n, seq, heads, head_dim, inverse);
+}
+static void op_attention(mt_backend *b, mt_stream *s, void *out, float *lse, const void *q,
+                         const void *k, const void *v, mt_attn_dims dims) {
+    mt_cpu_attention(out, lse, q, k, v, dims);
+}
+static void op_attention_dx(mt_backend *b, mt_stream *s, void *dq, void *dk, void *dv,
+                            const void *dout, const void *out, const float *lse, const void *q,
+                            const void *k, const void *v, mt_attn_dims dims, void *workspace) {
+    mt_cpu_attention_dx(dq, dk, dv, dout, out, lse, q, k, v, dims, workspace);
+}
+static size_t op_attention_workspace(mt_backend *b, mt_attn_dims dims) {
+    return mt_cpu_attention_workspace(dims);
+}
+static void op_swiglu(mt_backend *b, mt_stream *s, void *a, const void *g, const void *u, size_t count) {
+    mt_cpu_swiglu(a, g, u, count);
+}
+static void op_swiglu_dx(mt_backend *b, mt_stream *s, void *dg, void *du, const void *da,
+                         const void *g, const void *u, size_t count) {
+    mt_cpu_swiglu_dx(dg, du, da, g, u, count);
+}
+static void op_add(mt_backend *b, mt_stream *s, void *y, const void *a, const void *bb, size_t count) {
+    mt_cpu_add(y, a, bb, count);
+}
+static void op_embedding(mt_backend *b, mt_stream *s, void *x, const int32_t *tokens,
+                         const void *wte, int n, int d) {
+    mt_cpu_embedding(x, tokens, wte, n, d);
+}
+static void op_embedding_dw(mt_backend *b, mt_stream *s, float *dwte, const int32_t *tokens,
+                            const void *dx, int n, int d) {
+    mt_cpu_embedding_dw(dwte, tokens, dx, n, d);
+}
+static void op_lmhead_loss(mt_backend *b, mt_stream *s, float *loss_sum, void *dx, float *dw,
+                           const void *x, const void *w, const int32_t *targets, int n, int d,
+                           int vocab, float scale, int chunk, void *workspace) {
+    mt_cpu_lmhead_loss(loss_sum, dx, dw, x, w, targets, n, d, vocab, scale, chunk, workspace);
+}
+static size_t op_lmhead_workspace(mt_backend *b, int chunk, int vocab) {
+    return mt_cpu_lmhead_workspace(chunk, vocab);
+}
+static void op_logits(mt_backend *b, mt_stream *s, float *logits, const void *x, const void *w,
+                      int d, int vocab) {
+    mt_cpu_logits(logits, x, w, d, vocab);
+}
+static void op_sumsq(mt_backend *b, mt_stream *s, float *out, const float *x, size_t count) {
+    mt_cpu_sumsq(out, x, count);
+}
+
+static const mt_backend_ops cpu_ops = {
+    .name = "cpu",
+    .act_dtype = MT_DTYPE_F32,
+    .weight_dtype = MT_DTYPE_F32,
+    .gemm_by_sequence = 1,
+    .destroy = cpu_destroy,
+    .dev_alloc = cpu_dev_alloc,
+    .dev_free = cpu_dev_free,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_host_free,
+    .dev_mem_info = cpu_dev_mem_info,
+    .stream_create = cpu_stream_create,
+    .stream_destroy = cpu_stream_destroy,
+    .event_create = cpu_event_create,
+    .event_destroy = cpu_event_destroy,
+    .event_record = cpu_event_record,
+    .stream_wait = cpu_stream_wait,
+    .event_sync = cpu_event_sync,
+    .event_elapsed = cpu_event_elapsed,
+    .copy = cpu_copy,
+    .zero = cpu_zero,
+    .launch = cpu_launch,
+    .check = cpu_check,
+    .matmul = op_matmul,
+    .matmul_dx = op_matmul_dx,
+    .matmul_dw = op_matmul_dw,
+    .rmsnorm = op_rmsnorm,
+    .rmsnorm_dx = op_rmsnorm_dx,
+    .rope = op_rope,
+    .attention = op_attention,
+    .attention_dx = op_attention_dx,
+    .attention_workspace = op_attention_workspace,
+    .swiglu = op_swiglu,
+    .swiglu_dx = op_swiglu_dx,
+    .add = op_add,
+    .embedding = op_embedding,
+    .embedding_dw = op_embedding_dw,
+    .lmhead_loss = op_lmhead_loss,
+    .lmhead_workspace = op_lmhead_workspace,
+    .logits = op_logits,
+    .sumsq = op_sumsq,
+};
+
+mt_status mt_backend_cpu_create(mt_backend **out, int threads) {
+    cpu_backend *be = calloc(1, sizeof *be);
+    if (!be) return mt_fail(MT_ERR_NOMEM, "cannot allocate the cpu backend");
+    be->base.ops = &cpu_ops;
+    be->threads = threads;
+#ifdef _OPENMP
+    if (be->threads <= 0) be->threads = omp_get_max_threads();
+#endif
+    pthread_mutex_init(&be->mem_lock, NULL);
+    *out = &be->base;
+    return MT_OK;
+}

@@ -1,0 +1,63 @@
+/* Stateless layer templates. A template is its weights' pointers (bound to wherever the unit
+ * sits: a device slot, or host memory on the cpu backend), a workspace, and forward/backward
+ * functions that issue backend ops on one stream. Backward recomputes the forward from the
+ * layer's input checkpoint. There is no autograd: every backward is written out here.
+ *
+ * Weight gradients accumulate one sequence at a time, in sequence order, so that how sequences
+ * are grouped into micro-batches never changes the bits (backend/cpu/cpu_ops.h). */
+#ifndef MT_ENGINE_BLOCK_H
+#define MT_ENGINE_BLOCK_H
+
+#include "backend/backend.h"
+#include "model/layout.h"
+
+/* Pointers to one unit's tensors of one class (weights: the backend's weight type; grads: fp32).
+ * Absent tensors are NULL. */
+typedef struct {
+    const void *t[MT_T_COUNT];
+} mt_unit_weights;
+typedef struct {
+    float *t[MT_T_COUNT];
+} mt_unit_grads;
+
+mt_unit_weights mt_bind_weights(const mt_layout *layout, int u, const void *base, mt_dtype dtype);
+mt_unit_grads mt_bind_grads(const mt_layout *layout, int u, float *base);
+
+/* Activation buffers for one micro-batch of n = batch * seq rows, in the backend's act type
+ * unless marked float. Shapes: D hidden, Q = heads*head_dim, KV = kv_heads*head_dim, F. */
+typedef struct {
+    void *h1;        /* [n, D]  attention-norm output */
+    void *q, *k, *v; /* [n, Q], [n, KV], [n, KV] after RoPE */
+    void *att;       /* [n, Q]  attention output */
+    void *x2;        /* [n, D]  residual after attention */
+    void *h2;        /* [n, D]  MLP-norm output */
+    void *g, *u, *a; /* [n, F]  gate, up, silu(gate) * up */
+    void *tmp;       /* [n, max(D, F)] scratch: the MLP's output, and the backward's da/dh */
+    void *dq, *dk, *dv, *datt; /* backward: [n, Q], [n, KV], [n, KV], [n, Q] */
+    void *dg, *du;   /* backward: [n, F] */
+    float *rstd1, *rstd2; /* [n] */
+    float *lse;      /* [batch, heads, seq] */
+    void *attn_ws;   /* backend's attention backward workspace */
+} mt_block_ws;
+
+typedef struct {
+    mt_backend *be;
+    mt_stream *stream;
+    const mt_config *cfg;
+    int batch, seq;         /* this micro-batch: n = batch * seq rows */
+    const float *inv_freq;  /* device copy of the RoPE frequencies */
+    mt_block_ws *ws;
+} mt_block_ctx;
+
+/* Bytes of device memory mt_block_ws takes for a micro-batch of batch x seq. */
+size_t mt_block_ws_bytes(mt_backend *be, const mt_config *cfg, int batch, int seq);
+/* Carves the workspace out of one device buffer of mt_block_ws_bytes bytes. */
+void mt_block_ws_carve(mt_block_ws *ws, void *base, mt_backend *be, const mt_config *cfg, int batch, int seq);
+
+/* y[n, D] = block(x[n, D]). */
+void mt_block_forward(const mt_block_ctx *c, const mt_unit_weights *w, const void *x, void *y);
+/* dxy[n, D] holds dL/dy on entry and dL/dx on return; weight gradients accumulate into g. */
+void mt_block_backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_unit_grads *g,
+                       const void *x, void *dxy);
+
+#endif

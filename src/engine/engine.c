@@ -1,0 +1,191 @@
+/* The streaming engine (see engine.h for the schedule). The issuing thread (the caller's)
+ * enqueues copies, compute and events on three streams; compute runs in launch()ed jobs so
+ * that the cpu backend executes them on its compute worker. A separate optimizer thread applies
+ * AdamW unit by unit (engine_optimizer.c). */
+#include "engine/engine_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/log.h"
+
+mt_engine_options mt_engine_defaults(void) {
+    return (mt_engine_options){.batch = 4, .seq = 256, .micro_batches = 1, .slots = 2,
+                               .opt_threads = 0, .lm_chunk = 512, .max_grad_norm = 1.0f,
+                               .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+}
+
+static int64_t unit_bytes(const mt_engine *e, int u, size_t elem) {
+    return e->lay->units[u].numel * (int64_t)elem;
+}
+
+/* ---- buffers ---- */
+
+static size_t rows(const mt_engine_options *o) { return (size_t)o->batch * o->seq; }
+
+mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_engine_options *o) {
+    mt_layout lay;
+    mt_engine_bytes b = {0};
+    if (mt_layout_init(&lay, cfg) != MT_OK) return b;
+    size_t w = mt_dtype_size(be->ops->weight_dtype), act = mt_dtype_size(be->ops->act_dtype);
+    int K = o->slots < cfg->num_layers ? o->slots : cfg->num_layers;
+    int64_t embed = lay.units[0].numel, head = lay.units[lay.num_units - 1].numel;
+    b.weight_slots = (int64_t)K * lay.max_block_numel * w;
+    b.embed_head = (embed + head) * (int64_t)w;
+    b.grads = (2 * lay.max_block_numel + embed + head) * 4;
+    b.checkpoints = (int64_t)(cfg->num_layers + 2) * o->micro_batches * rows(o) * cfg->hidden_size * act;
+    b.workspace = mt_block_ws_bytes(be, cfg, o->batch, o->seq) +
+                  be->ops->lmhead_workspace(be, o->lm_chunk, cfg->vocab_size) +
+                  (int64_t)2 * o->micro_batches * rows(o) * 4 + (int64_t)cfg->vocab_size * 4;
+    b.total = b.weight_slots + b.embed_head + b.grads + b.checkpoints + b.workspace;
+    mt_layout_free(&lay);
+    return b;
+}
+
+static void *dev_alloc(mt_engine *e, size_t bytes, const char *what) {
+    if (e->failed) return NULL;
+    void *p = e->op->dev_alloc(e->be, bytes, what);
+    if (!p) e->failed = 1;
+    else e->allocs[e->num_allocs++] = p;
+    return p;
+}
+
+static void *host_alloc(mt_engine *e, size_t bytes, const char *what) {
+    if (e->failed) return NULL;
+    void *p = e->op->host_alloc(e->be, bytes, what);
+    if (!p) e->failed = 1;
+    else e->host_allocs[e->num_host_allocs++] = p;
+    return p;
+}
+
+static mt_event *new_event(mt_engine *e) {
+    if (e->failed) return NULL;
+    mt_event *ev = e->op->event_create(e->be);
+    if (!ev) e->failed = 1;
+    else e->events[e->num_events++] = ev;
+    return ev;
+}
+
+static mt_status allocate(mt_engine *e) {
+    const mt_config *c = e->cfg;
+    size_t w = mt_dtype_size(e->op->weight_dtype), act = mt_dtype_size(e->op->act_dtype);
+    size_t n = rows(&e->o), M = (size_t)e->o.micro_batches, D = (size_t)c->hidden_size;
+    for (int k = 0; k < e->K; k++) e->slot[k] = dev_alloc(e, e->lay->max_block_numel * w, "a block weight slot");
+    for (int g = 0; g < 2; g++) e->grad_slot[g] = dev_alloc(e, e->lay->max_block_numel * 4, "a block gradient slot");
+    e->embed_w = dev_alloc(e, unit_bytes(e, 0, w), "the embedding weights");
+    e->head_w = dev_alloc(e, unit_bytes(e, e->U - 1, w), "the head weights");
+    e->embed_grad = dev_alloc(e, unit_bytes(e, 0, 4), "the embedding gradients");
+    e->head_grad = dev_alloc(e, unit_bytes(e, e->U - 1, 4), "the head gradients");
+    e->ckpt = dev_alloc(e, (size_t)(c->num_layers + 1) * M * n * D * act, "activation checkpoints");
+    e->dy = dev_alloc(e, M * n * D * act, "activation gradients");
+    e->ws_base = dev_alloc(e, mt_block_ws_bytes(e->be, c, e->o.batch, e->o.seq), "the block workspace");
+    e->lm_ws = dev_alloc(e, e->op->lmhead_workspace(e->be, e->o.lm_chunk, c->vocab_size), "the LM head workspace");
+    e->dev_inputs = dev_alloc(e, 2 * M * n * sizeof(int32_t), "token ids");
+    e->dev_inv_freq = dev_alloc(e, (size_t)c->head_dim / 2 * 4, "RoPE frequencies");
+    e->dev_norms = dev_alloc(e, (size_t)e->U * 4, "gradient norms");
+    e->dev_loss = dev_alloc(e, 4, "the loss");
+    e->dev_logits = dev_alloc(e, (size_t)c->vocab_size * 4, "logits");
+    e->host_tokens = host_alloc(e, 2 * M * n * sizeof(int32_t), "token staging");
+    e->host_norms = host_alloc(e, (size_t)e->U * 4, "gradient norms");
+    e->host_loss = host_alloc(e, 4, "the loss");
+    e->host_logits = host_alloc(e, (size_t)c->vocab_size * 4, "logits");
+    e->host_inv_freq = host_alloc(e, (size_t)c->head_dim / 2 * 4, "RoPE frequencies");
+    for (int k = 0; k < e->K; k++) {
+        e->slot_loaded[k] = new_event(e);
+        e->slot_free[k] = new_event(e);
+    }
+    for (int g = 0; g < 2; g++) {
+        e->grad_ready[g] = new_event(e);
+        e->grad_free[g] = new_event(e);
+    }
+    e->embed_loaded = new_event(e);
+    e->embed_free = new_event(e);
+    e->head_loaded = new_event(e);
+    e->head_free = new_event(e);
+    e->tokens_ready = new_event(e);
+    e->unit_ready = new_event(e);
+    e->done = new_event(e);
+    for (int u = 0; u < e->U; u++) e->grads_home[u] = new_event(e);
+    if (e->failed) return mt_fail_context(MT_ERR_NOMEM, "engine buffers");
+    e->dev_targets = e->dev_inputs + M * n;
+    mt_block_ws_carve(&e->ws, e->ws_base, e->be, c, e->o.batch, e->o.seq);
+    mt_config_rope_inv_freq(c, e->host_inv_freq);
+    e->op->copy(e->be, e->dev_inv_freq, e->host_inv_freq, (size_t)c->head_dim / 2 * 4, e->h2d);
+    return MT_OK;
+}
+
+mt_status mt_engine_create(mt_engine **out, mt_backend *be, mt_store *store,
+                           const mt_engine_options *o, int64_t adam_step) {
+    const mt_config *c = &store->layout->cfg;
+    if (o->batch < 1 || o->seq < 1 || o->micro_batches < 1)
+        return mt_fail(MT_ERR_INVALID, "batch, sequence length and micro-batches must be positive");
+    if (o->seq > c->max_position)
+        return mt_fail(MT_ERR_INVALID, "sequence length %d is past the model's max_position_embeddings (%d)",
+                       o->seq, c->max_position);
+    if (o->slots < 2) return mt_fail(MT_ERR_INVALID, "--slots must be at least 2, got %d", o->slots);
+    if (o->lm_chunk < 1) return mt_fail(MT_ERR_INVALID, "the LM head chunk must be positive");
+    mt_engine *e = calloc(1, sizeof *e);
+    if (!e) return mt_fail(MT_ERR_NOMEM, "cannot allocate the engine");
+    e->be = be;
+    e->op = be->ops;
+    e->store = store;
+    e->lay = store->layout;
+    e->cfg = c;
+    e->o = *o;
+    e->L = c->num_layers;
+    e->U = e->lay->num_units;
+    e->K = o->slots < e->L ? o->slots : e->L;
+    e->max_slots = e->K;
+    e->adam_step = adam_step;
+    e->updated = calloc((size_t)e->U, sizeof *e->updated);
+    e->grads_home = calloc((size_t)e->U, sizeof *e->grads_home);
+    e->slot = calloc((size_t)e->K, sizeof *e->slot);
+    e->slot_loaded = calloc((size_t)e->K, sizeof *e->slot_loaded);
+    e->slot_free = calloc((size_t)e->K, sizeof *e->slot_free);
+    size_t max_objects = 64 + 3 * (size_t)e->K + (size_t)e->U;
+    e->allocs = calloc(max_objects, sizeof *e->allocs);
+    e->host_allocs = calloc(max_objects, sizeof *e->host_allocs);
+    e->events = calloc(max_objects, sizeof *e->events);
+    if (!e->updated || !e->grads_home || !e->slot || !e->slot_loaded || !e->slot_free ||
+        !e->allocs || !e->host_allocs || !e->events) {
+        mt_engine_destroy(e);
+        return mt_fail(MT_ERR_NOMEM, "cannot allocate the engine's tables");
+    }
+    for (int u = 0; u < e->U; u++) mt_flag_init(&e->updated[u], 0);
+    e->flags_ready = 1;
+    e->h2d = e->op->stream_create(be);
+    e->compute = e->h2d ? e->op->stream_create(be) : NULL;
+    e->d2h = e->compute ? e->op->stream_create(be) : NULL;
+    mt_status rc = e->d2h ? allocate(e) : MT_ERR_NOMEM;
+    if (rc == MT_OK) rc = mt_engine_optimizer_start(e);
+    if (rc != MT_OK) {
+        mt_engine_destroy(e);
+        return rc;
+    }
+    *out = e;
+    return MT_OK;
+}
+
+void mt_engine_destroy(mt_engine *e) {
+    if (!e) return;
+    mt_engine_optimizer_stop(e);
+    if (e->compute && e->done) e->op->event_sync(e->be, e->done);
+    mt_stream *streams[3] = {e->h2d, e->compute, e->d2h};
+    for (int i = 0; i < 3; i++)
+        if (streams[i]) e->op->stream_destroy(e->be, streams[i]);
+    for (int i = 0; i < e->num_events; i++) e->op->event_destroy(e->be, e->events[i]);
+    for (int i = 0; i < e->num_allocs; i++) e->op->dev_free(e->be, e->allocs[i]);
+    for (int i = 0; i < e->num_host_allocs; i++) e->op->host_free(e->be, e->host_allocs[i]);
+    if (e->flags_ready)
+        for (int u = 0; u < e->U; u++) mt_flag_destroy(&e->updated[u]);
+    free(e->updated);
+    free(e->grads_home);
+    free(e->slot);
+    free(e->slot_loaded);
+    free(e->slot_free);
+    free(e->allocs);
+    free(e->host_allocs);
+    free(e->events);
+    free(e);
+}

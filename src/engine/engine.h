@@ -1,0 +1,79 @@
+/* The streaming engine: one optimizer step of a model whose home is the host store.
+ *
+ * Units stream through the device: the embedding and the head have a buffer each; blocks
+ * rotate through K weight slots (block l always uses slot l mod K, so the last K blocks of the
+ * forward are still resident when the backward starts and are not copied again). A step runs
+ * layer-major over M micro-batches: each resident block runs all M before it leaves, its input
+ * checkpoints (one per micro-batch) stay on the device, and its fp32 gradients accumulate over
+ * the M micro-batches and go home once. Three streams (h2d, compute, d2h) are ordered only by
+ * events; a CPU optimizer thread updates each unit once its gradients are home.
+ *
+ * Clipping meets the overlap like this (DESIGN.md leaves the choice to us):
+ *   max_grad_norm > 0: exact clipping. The global norm is known when the backward ends; the
+ *     optimizer then updates units in forward order while the next step's forward already runs,
+ *     each unit's copy waiting only for that unit's update. A step whose norm is NaN/Inf is
+ *     skipped (weights and moments unchanged).
+ *   max_grad_norm == 0: no clipping; each unit is updated as soon as its gradients are home,
+ *     overlapping the rest of the backward. */
+#ifndef MT_ENGINE_ENGINE_H
+#define MT_ENGINE_ENGINE_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "engine/store.h"
+#include "optim/adamw.h"
+
+typedef struct mt_engine mt_engine;
+
+typedef struct {
+    int batch;           /* sequences per micro-batch */
+    int seq;             /* tokens per sequence */
+    int micro_batches;   /* M per optimizer step */
+    int slots;           /* K >= 2 block weight slots */
+    int opt_threads;     /* threads the optimizer uses on one unit */
+    int lm_chunk;        /* rows of logits the LM head holds at once */
+    float max_grad_norm; /* 0: no clipping */
+    float beta1, beta2, eps, weight_decay;
+} mt_engine_options;
+
+typedef struct {
+    double loss;         /* mean cross-entropy over the step's target tokens */
+    double grad_norm;    /* global L2 norm of the gradient, before clipping */
+    int skipped;         /* the update was skipped (non-finite gradient) */
+    double seconds;      /* wall time of the step */
+    double wait_opt_seconds; /* time the issuing thread waited for the optimizer */
+} mt_step_result;
+
+/* Device bytes the engine allocates for these options, by class. */
+typedef struct {
+    int64_t weight_slots, embed_head, grads, checkpoints, workspace, total;
+} mt_engine_bytes;
+mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_engine_options *opt);
+
+/* Options with the defaults a user gets from the CLI. */
+mt_engine_options mt_engine_defaults(void);
+
+/* `adam_step` is the number of updates already applied (0 for a fresh run; the checkpoint's
+ * step on resume). The store must outlive the engine. */
+mt_status mt_engine_create(mt_engine **out, mt_backend *be, mt_store *store,
+                           const mt_engine_options *opt, int64_t adam_step);
+void mt_engine_destroy(mt_engine *e);
+
+/* Token arguments are inputs[M][batch][seq] and targets[M][batch][seq] (the inputs shifted by
+ * one); a negative target takes no part in the loss. Ids at or past vocab_size are refused.
+ *
+ * One optimizer step. Returns once the backward is done; the optimizer may still be updating
+ * (mt_engine_finish waits). */
+mt_status mt_engine_step(mt_engine *e, const int32_t *inputs, const int32_t *targets, float lr,
+                         mt_step_result *result);
+/* Forward and backward only: fp32 gradients of the mean loss land in store->grads; no update. */
+mt_status mt_engine_grads(mt_engine *e, const int32_t *inputs, const int32_t *targets, double *loss);
+/* Mean loss, no gradients. */
+mt_status mt_engine_eval(mt_engine *e, const int32_t *inputs, const int32_t *targets, double *loss);
+/* Logits of the last position of one sequence tokens[len] (len <= seq), into host logits[V]. */
+mt_status mt_engine_next_logits(mt_engine *e, const int32_t *tokens, int len, float *logits);
+/* Waits until every pending update has been applied; returns the number of updates so far. */
+int64_t mt_engine_finish(mt_engine *e);
+
+#endif

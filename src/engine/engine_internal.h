@@ -1,0 +1,79 @@
+/* The engine's state, shared by its files: engine.c (buffers), engine_schedule.c (what runs
+ * where and when), engine_optimizer.c (the CPU optimizer thread). */
+#ifndef MT_ENGINE_INTERNAL_H
+#define MT_ENGINE_INTERNAL_H
+
+#include <pthread.h>
+
+#include "engine/block.h"
+#include "engine/engine.h"
+#include "engine/flag.h"
+
+/* What the optimizer thread is asked to do for one step. */
+typedef struct {
+    int64_t generation; /* the step's index: its updates raise the flags to generation + 1 */
+    float lr;
+    int overlapped;     /* update each unit as its gradients arrive (no clipping) */
+    float grad_scale;   /* clip coefficient (deferred mode) */
+    int skip;           /* non-finite gradient: leave everything unchanged */
+} mt_opt_job;
+
+struct mt_engine {
+    mt_backend *be;
+    const mt_backend_ops *op;
+    mt_store *store;
+    const mt_layout *lay;
+    const mt_config *cfg;
+    mt_engine_options o;
+    int L, U, K, max_slots;
+
+    mt_stream *h2d, *compute, *d2h;
+
+    /* device buffers */
+    void **slot;               /* [K] block weights */
+    float *grad_slot[2];       /* block gradients, alternating */
+    void *embed_w, *head_w;    /* unit 0 and unit U-1 weights */
+    float *embed_grad, *head_grad;
+    void *ckpt;                /* [L+1][M][n, D]: the input of block l is ckpt[l], the head's ckpt[L] */
+    void *dy;                  /* [M][n, D] gradient flowing back */
+    void *ws_base, *lm_ws;
+    mt_block_ws ws;
+    int32_t *dev_inputs, *dev_targets; /* [M][n] each */
+    float *dev_inv_freq, *dev_norms, *dev_loss, *dev_logits;
+
+    /* host staging (pinned on cuda) */
+    int32_t *host_tokens;      /* [2][M][n]: inputs then targets */
+    float *host_norms, *host_loss, *host_logits, *host_inv_freq;
+
+    /* events */
+    mt_event **slot_loaded, **slot_free, *grad_ready[2], *grad_free[2];
+    mt_event *embed_loaded, *embed_free, *head_loaded, *head_free;
+    mt_event *tokens_ready, *unit_ready, *done;
+    mt_event **grads_home;     /* [U] */
+
+    /* "unit u's host weights hold the update of step g - 1": raised by the optimizer */
+    mt_flag *updated;
+    int flags_ready;
+    int64_t generation;        /* steps issued */
+
+    /* the optimizer thread */
+    pthread_t opt_thread;
+    int opt_running;
+    pthread_mutex_t opt_lock;
+    pthread_cond_t opt_cond;
+    mt_opt_job job;
+    int job_pending, opt_stop;
+    int64_t adam_step;         /* updates applied; guarded by opt_lock */
+    double opt_seconds;        /* time spent updating in the last step; guarded by opt_lock */
+
+    /* cleanup lists */
+    void **allocs, **host_allocs;
+    mt_event **events;
+    int num_allocs, num_host_allocs, num_events, failed;
+};
+
+mt_status mt_engine_optimizer_start(mt_engine *e);
+void mt_engine_optimizer_stop(mt_engine *e);
+void mt_engine_optimizer_post(mt_engine *e, const mt_opt_job *job);
+
+#endif

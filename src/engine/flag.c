@@ -1,0 +1,31 @@
+#include "engine/flag.h"
+
+#include <time.h>
+
+void mt_flag_init(mt_flag *f, int64_t value) {
+    pthread_mutex_init(&f->lock, NULL);
+    pthread_cond_init(&f->changed, NULL);
+    f->value = value;
+}
+
+void mt_flag_destroy(mt_flag *f) {
+    pthread_mutex_destroy(&f->lock);
+    pthread_cond_destroy(&f->changed);
+}
+
+void mt_flag_set(mt_flag *f, int64_t value) {
+    pthread_mutex_lock(&f->lock);
+    f->value = value;
+    pthread_cond_broadcast(&f->changed);
+    pthread_mutex_unlock(&f->lock);
+}
+
+double mt_flag_wait(mt_flag *f, int64_t value) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    pthread_mutex_lock(&f->lock);
+    while (f->value < value) pthread_cond_wait(&f->changed, &f->lock);
+    pthread_mutex_unlock(&f->lock);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+}

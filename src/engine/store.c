@@ -1,0 +1,79 @@
+#include "engine/store.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/bf16.h"
+#include "util/rng.h"
+
+mt_store_bytes mt_store_size(const mt_layout *layout, mt_dtype weight_dtype) {
+    int64_t n = layout->total_numel;
+    return (mt_store_bytes){.weights = n * (int64_t)mt_dtype_size(weight_dtype),
+                            .grads = n * 4,
+                            .master = n * 4,
+                            .moments = 2 * n * 4};
+}
+
+mt_status mt_store_create(mt_store *s, const mt_layout *layout, mt_backend *be) {
+    memset(s, 0, sizeof *s);
+    s->layout = layout;
+    s->be = be;
+    s->weight_dtype = be->ops->weight_dtype;
+    size_t n = (size_t)layout->total_numel;
+    s->weights = be->ops->host_alloc(be, n * mt_dtype_size(s->weight_dtype), "working weights");
+    s->grads = s->weights ? be->ops->host_alloc(be, n * 4, "gradients") : NULL;
+    s->master = s->grads ? mt_calloc(n, 4, "fp32 master weights") : NULL;
+    s->m = s->master ? mt_calloc(n, 4, "Adam first moments") : NULL;
+    s->v = s->m ? mt_calloc(n, 4, "Adam second moments") : NULL;
+    if (!s->v) {
+        mt_status rc = mt_fail_context(MT_ERR_NOMEM, "host parameter store for %zu parameters", n);
+        mt_store_free(s);
+        return rc;
+    }
+    memset(s->grads, 0, n * 4);
+    return MT_OK;
+}
+
+void mt_store_free(mt_store *s) {
+    if (s->be) {
+        if (s->weights) s->be->ops->host_free(s->be, s->weights);
+        if (s->grads) s->be->ops->host_free(s->be, s->grads);
+    }
+    free(s->master);
+    free(s->m);
+    free(s->v);
+    memset(s, 0, sizeof *s);
+}
+
+void *mt_store_unit_weights(const mt_store *s, int u) {
+    return (char *)s->weights + s->layout->units[u].offset * (int64_t)mt_dtype_size(s->weight_dtype);
+}
+
+void mt_store_init_random(mt_store *s, uint64_t seed) {
+    const mt_layout *lay = s->layout;
+    mt_rng rng = {seed};
+    memset(s->master, 0, (size_t)lay->total_numel * 4);
+    for (int i = 0; i < lay->num_tensors; i++) {
+        const mt_tensor *t = &lay->tensors[i];
+        float *p = s->master + lay->units[t->unit].offset + t->offset;
+        int64_t count = (int64_t)t->rows * t->cols;
+        int is_norm = t->kind == MT_T_ATTN_NORM || t->kind == MT_T_MLP_NORM || t->kind == MT_T_FINAL_NORM;
+        int is_bias = t->kind == MT_T_BQ || t->kind == MT_T_BK || t->kind == MT_T_BV;
+        for (int64_t j = 0; j < count; j++)
+            p[j] = is_norm ? 1.0f : is_bias ? 0.0f : (float)(0.02 * mt_rng_normal(&rng));
+    }
+    memset(s->m, 0, (size_t)lay->total_numel * 4);
+    memset(s->v, 0, (size_t)lay->total_numel * 4);
+    mt_store_sync_weights(s);
+}
+
+void mt_store_sync_weights(mt_store *s) {
+    size_t n = (size_t)s->layout->total_numel;
+    if (s->weight_dtype == MT_DTYPE_F32) {
+        memcpy(s->weights, s->master, n * 4);
+        return;
+    }
+    uint16_t *w = s->weights;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) w[i] = mt_f32_to_bf16(s->master[i]);
+}

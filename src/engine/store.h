@@ -1,0 +1,47 @@
+/* The host parameter store: the home of every parameter and optimizer state.
+ *
+ * One allocation per class, each laid out by mt_layout (unit by unit, tensor by tensor):
+ *   weights   working weights in the backend's weight type, in memory the device copies from
+ *             at full speed (pinned on cuda); the optimizer writes them, the H2D stream reads them
+ *   grads     fp32 gradients as they come home from the device (pinned on cuda)
+ *   master    fp32 master weights
+ *   m, v      fp32 Adam moments */
+#ifndef MT_ENGINE_STORE_H
+#define MT_ENGINE_STORE_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "model/layout.h"
+
+typedef struct {
+    const mt_layout *layout;
+    mt_backend *be;
+    mt_dtype weight_dtype;
+    void *weights;
+    float *grads;
+    float *master, *m, *v;
+} mt_store;
+
+/* Bytes of host memory the store takes, by class, without allocating. */
+typedef struct {
+    int64_t weights, grads, master, moments;
+} mt_store_bytes;
+mt_store_bytes mt_store_size(const mt_layout *layout, mt_dtype weight_dtype);
+
+mt_status mt_store_create(mt_store *store, const mt_layout *layout, mt_backend *be);
+void mt_store_free(mt_store *store);
+
+/* Master weights initialized as transformers does for Llama: matrices ~ N(0, 0.02), norm weights
+ * 1, biases 0; moments zeroed; working weights written from the masters. */
+void mt_store_init_random(mt_store *store, uint64_t seed);
+/* Rewrites the working weights of every unit from the fp32 masters. */
+void mt_store_sync_weights(mt_store *store);
+
+/* Start of unit u in a class. */
+void *mt_store_unit_weights(const mt_store *store, int u);
+static inline float *mt_store_unit_f32(const mt_store *store, float *cls, int u) {
+    return cls + store->layout->units[u].offset;
+}
+
+#endif

@@ -1,0 +1,414 @@
+#include "io/checkpoint.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "util/log.h"
+
+#define CKPT_FORMAT "megatrain-checkpoint"
+#define CKPT_VERSION 1
+#define MANIFEST "manifest.json"
+#define BLOB_VERSION 1
+
+typedef struct {
+    char magic[8];          /* "MTCKBLOB" */
+    uint32_t version;
+    uint32_t header_bytes;  /* sizeof(blob_header): the payload starts here */
+    uint64_t payload_bytes;
+} blob_header;
+_Static_assert(sizeof(blob_header) == 24, "blob header has no padding");
+
+static const char blob_magic[8] = {'M', 'T', 'C', 'K', 'B', 'L', 'O', 'B'};
+
+/* path = a + "/" + b, failing when it does not fit. */
+static mt_status join(char *path, const char *a, const char *b) {
+    if (snprintf(path, PATH_MAX, "%s/%s", a, b) >= PATH_MAX)
+        return mt_fail(MT_ERR_INVALID, "%s/%s: path too long", a, b);
+    return MT_OK;
+}
+
+static bool valid_blob_name(const char *name) {
+    if (!name[0] || name[0] == '.' || strlen(name) > 200) return false;
+    for (const char *c = name; *c; c++)
+        if (!(isalnum((unsigned char)*c) || *c == '_' || *c == '-' || *c == '.')) return false;
+    return true;
+}
+
+static mt_status blob_path(char *path, const char *dir, const char *name) {
+    char file[256];
+    snprintf(file, sizeof file, "%s.bin", name);
+    return join(path, dir, file);
+}
+
+/* ---- writing ---- */
+
+static mt_status write_all(int fd, const void *data, size_t bytes, const char *path) {
+    const char *p = data;
+    while (bytes > 0) {
+        /* Linux moves at most ~2 GiB per write call. */
+        ssize_t n = write(fd, p, bytes < (1u << 30) ? bytes : (1u << 30));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return mt_fail(MT_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+        p += n;
+        bytes -= (size_t)n;
+    }
+    return MT_OK;
+}
+
+/* Creates `path` holding head then body, durably. */
+static mt_status write_file(const char *path, const void *head, size_t head_bytes,
+                            const void *body, size_t body_bytes) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) return mt_fail(MT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    mt_status st = write_all(fd, head, head_bytes, path);
+    if (st == MT_OK) st = write_all(fd, body, body_bytes, path);
+    if (st == MT_OK && fsync(fd) != 0)
+        st = mt_fail(MT_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
+    if (close(fd) != 0 && st == MT_OK)
+        st = mt_fail(MT_ERR_IO, "%s: close failed: %s", path, strerror(errno));
+    return st;
+}
+
+static mt_status fsync_dir(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return mt_fail(MT_ERR_IO, "%s: cannot open directory: %s", path, strerror(errno));
+    int rc = fsync(fd);
+    int err = errno;
+    close(fd);
+    if (rc != 0) return mt_fail(MT_ERR_IO, "%s: fsync of directory failed: %s", path, strerror(err));
+    return MT_OK;
+}
+
+/* Removes a checkpoint directory: its files (a checkpoint has no subdirectories), then itself. */
+static mt_status remove_flat_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return mt_fail(MT_ERR_IO, "%s: cannot open directory: %s", dir, strerror(errno));
+    mt_status st = MT_OK;
+    char path[PATH_MAX];
+    for (struct dirent *e; st == MT_OK && (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        st = join(path, dir, e->d_name);
+        if (st == MT_OK && unlink(path) != 0)
+            st = mt_fail(MT_ERR_IO, "%s: cannot delete: %s", path, strerror(errno));
+    }
+    closedir(d);
+    if (st == MT_OK && rmdir(dir) != 0)
+        st = mt_fail(MT_ERR_IO, "%s: cannot delete directory: %s", dir, strerror(errno));
+    return st;
+}
+
+static mt_status write_blob(const char *tmp, const mt_ckpt_blob *blob, json_t *list) {
+    char path[PATH_MAX];
+    MT_TRY(blob_path(path, tmp, blob->name));
+    blob_header h = {.version = BLOB_VERSION, .header_bytes = sizeof h,
+                     .payload_bytes = blob->bytes};
+    memcpy(h.magic, blob_magic, sizeof h.magic);
+    MT_TRY(write_file(path, &h, sizeof h, blob->data, blob->bytes));
+    char hash[17], file[256];
+    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)XXH64(blob->data, blob->bytes, 0));
+    snprintf(file, sizeof file, "%s.bin", blob->name);
+    json_array_append_new(list, json_pack("{s:s, s:s, s:I, s:s}", "name", blob->name, "file",
+                                          file, "bytes", (json_int_t)blob->bytes, "xxh64", hash));
+    return MT_OK;
+}
+
+static mt_status write_manifest(const char *tmp, json_t *manifest) {
+    char path[PATH_MAX];
+    MT_TRY(join(path, tmp, MANIFEST));
+    char *text = json_dumps(manifest, JSON_INDENT(1) | JSON_SORT_KEYS);
+    if (!text) return mt_fail(MT_ERR_NOMEM, "%s: cannot serialize the manifest", path);
+    mt_status st = write_file(path, text, strlen(text), "\n", 1);
+    free(text);
+    return st;
+}
+
+/* Every blob, then the manifest, then the directory itself, durably. */
+static mt_status fill_dir(const char *tmp, const mt_ckpt_blob *blobs, int count, const json_t *meta) {
+    json_t *list = json_array();
+    json_t *meta_ref = meta ? json_incref((json_t *)meta) : json_object();
+    json_t *manifest = json_pack("{s:s, s:i, s:o, s:o}", "format", CKPT_FORMAT, "version",
+                                 CKPT_VERSION, "meta", meta_ref, "blobs", list);
+    mt_status st = manifest ? MT_OK : mt_fail(MT_ERR_NOMEM, "%s: cannot build the manifest", tmp);
+    for (int i = 0; st == MT_OK && i < count; i++) st = write_blob(tmp, &blobs[i], list);
+    if (st == MT_OK) st = write_manifest(tmp, manifest);
+    if (st == MT_OK) st = fsync_dir(tmp);
+    json_decref(manifest);
+    return st;
+}
+
+static mt_status check_blobs(const char *dir, const mt_ckpt_blob *blobs, int count) {
+    for (int i = 0; i < count; i++) {
+        if (!blobs[i].name || !valid_blob_name(blobs[i].name))
+            return mt_fail(MT_ERR_INVALID, "%s: bad blob name '%s' (use letters, digits, _ - .)",
+                           dir, blobs[i].name ? blobs[i].name : "(null)");
+        for (int j = 0; j < i; j++)
+            if (!strcmp(blobs[i].name, blobs[j].name))
+                return mt_fail(MT_ERR_INVALID, "%s: blob name '%s' given twice", dir, blobs[i].name);
+    }
+    return MT_OK;
+}
+
+static void parent_of(char *parent, const char *path) {
+    snprintf(parent, PATH_MAX, "%s", path);
+    char *slash = strrchr(parent, '/');
+    if (!slash) snprintf(parent, PATH_MAX, ".");
+    else if (slash == parent) slash[1] = '\0';
+    else *slash = '\0';
+}
+
+/* Moves the finished temp dir to `dir`. An existing `dir` goes aside first (rename onto an empty
+ * directory made by mkdtemp) and is deleted once the new one is in place. */
+static mt_status install(const char *tmp, const char *dir) {
+    char aside[PATH_MAX] = "";
+    struct stat st;
+    if (stat(dir, &st) == 0) {
+        if (snprintf(aside, sizeof aside, "%s.old-XXXXXX", dir) >= (int)sizeof aside || !mkdtemp(aside))
+            return mt_fail(MT_ERR_IO, "%s: cannot make a directory to move the old checkpoint "
+                           "aside: %s", dir, strerror(errno));
+        if (rename(dir, aside) != 0) {
+            int err = errno;
+            rmdir(aside);
+            return mt_fail(MT_ERR_IO, "%s: cannot move the old checkpoint aside: %s", dir,
+                           strerror(err));
+        }
+    }
+    if (rename(tmp, dir) != 0) {
+        int err = errno;
+        if (aside[0]) rename(aside, dir);  /* put the old one back */
+        return mt_fail(MT_ERR_IO, "%s: cannot rename %s into place: %s", dir, tmp, strerror(err));
+    }
+    char parent[PATH_MAX];
+    parent_of(parent, dir);
+    MT_TRY(fsync_dir(parent));
+    /* The new checkpoint is in place: a leftover old one is untidy, not a failed write. */
+    if (aside[0] && remove_flat_dir(aside) != MT_OK) mt_log_warn("%s", mt_error());
+    return MT_OK;
+}
+
+mt_status mt_checkpoint_write(const char *dir, const mt_ckpt_blob *blobs, int count,
+                              const json_t *meta) {
+    MT_TRY(check_blobs(dir, blobs, count));
+    char tmp[PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", dir) >= (int)sizeof tmp)
+        return mt_fail(MT_ERR_INVALID, "%s: checkpoint path too long", dir);
+    if (!mkdtemp(tmp))
+        return mt_fail(MT_ERR_IO, "%s: cannot create the temporary checkpoint directory: %s", dir,
+                       strerror(errno));
+    mt_status st = fill_dir(tmp, blobs, count, meta);
+    if (st == MT_OK) st = install(tmp, dir);
+    if (st != MT_OK) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", mt_error());
+        remove_flat_dir(tmp); /* already gone when the rename succeeded */
+        return mt_fail(st, "writing checkpoint %s: %s", dir, why);
+    }
+    return MT_OK;
+}
+
+/* ---- reading ---- */
+
+static mt_status load_manifest(const char *dir, json_t **manifest) {
+    char path[PATH_MAX];
+    MT_TRY(join(path, dir, MANIFEST));
+    json_error_t err;
+    json_t *m = json_load_file(path, 0, &err);
+    if (!m) {
+        if (access(path, F_OK) != 0)
+            return mt_fail(MT_ERR_INVALID, "%s: missing (the checkpoint is incomplete or not a "
+                           "checkpoint)", path);
+        return mt_fail(MT_ERR_INVALID, "%s: line %d: %s", path, err.line, err.text);
+    }
+    const char *format = "";
+    int version = 0;
+    json_unpack(m, "{s?s, s?i}", "format", &format, "version", &version);
+    if (strcmp(format, CKPT_FORMAT) || version != CKPT_VERSION) {
+        json_decref(m);
+        return mt_fail(MT_ERR_INVALID, "%s: not a %s version %d manifest", path, CKPT_FORMAT,
+                       CKPT_VERSION);
+    }
+    *manifest = m;
+    return MT_OK;
+}
+
+/* The manifest's record of blob `name`: its size and checksum. */
+static mt_status find_blob(const char *dir, const char *name, uint64_t *bytes, uint64_t *hash) {
+    json_t *manifest;
+    MT_TRY(load_manifest(dir, &manifest));
+    json_t *entry;
+    size_t i;
+    mt_status st = mt_fail(MT_ERR_INVALID, "%s/%s: no blob named '%s'", dir, MANIFEST, name);
+    json_array_foreach(json_object_get(manifest, "blobs"), i, entry) {
+        const char *entry_name = "", *hex = "";
+        json_int_t size = -1;
+        json_unpack(entry, "{s?s, s?I, s?s}", "name", &entry_name, "bytes", &size, "xxh64", &hex);
+        if (strcmp(entry_name, name)) continue;
+        char *end;
+        *hash = strtoull(hex, &end, 16);
+        *bytes = (uint64_t)size;
+        st = size < 0 || *end || !hex[0]
+                 ? mt_fail(MT_ERR_INVALID, "%s/%s: malformed entry for blob '%s'", dir, MANIFEST, name)
+                 : MT_OK;
+        break;
+    }
+    json_decref(manifest);
+    return st;
+}
+
+static mt_status read_all(int fd, void *dst, size_t bytes, const char *path) {
+    char *p = dst;
+    while (bytes > 0) {
+        ssize_t n = read(fd, p, bytes < (1u << 30) ? bytes : (1u << 30));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return mt_fail(MT_ERR_IO, "%s: read failed: %s", path, strerror(errno));
+        if (n == 0) return mt_fail(MT_ERR_INVALID, "%s: ends early", path);
+        p += n;
+        bytes -= (size_t)n;
+    }
+    return MT_OK;
+}
+
+/* Header and file size checks, then the payload into dst. */
+static mt_status read_blob_file(int fd, const char *path, void *dst, size_t bytes) {
+    struct stat st;
+    MT_CHECK_IO(fstat(fd, &st), path);
+    blob_header h;
+    if ((size_t)st.st_size < sizeof h)
+        return mt_fail(MT_ERR_INVALID, "%s: truncated: %lld bytes, shorter than its header", path,
+                       (long long)st.st_size);
+    MT_TRY(read_all(fd, &h, sizeof h, path));
+    if (memcmp(h.magic, blob_magic, sizeof h.magic) || h.version != BLOB_VERSION ||
+        h.header_bytes != sizeof h)
+        return mt_fail(MT_ERR_INVALID, "%s: not a version %d checkpoint blob (bad header)", path,
+                       BLOB_VERSION);
+    if (h.payload_bytes != bytes)
+        return mt_fail(MT_ERR_INVALID, "%s: holds %" PRIu64 " bytes, expected %zu", path,
+                       h.payload_bytes, bytes);
+    if ((uint64_t)st.st_size != sizeof h + h.payload_bytes)
+        return mt_fail(MT_ERR_INVALID, "%s: truncated or padded: file is %lld bytes, its header "
+                       "promises %" PRIu64, path, (long long)st.st_size, sizeof h + h.payload_bytes);
+    return read_all(fd, dst, bytes, path);
+}
+
+mt_status mt_checkpoint_read(const char *dir, const char *name, void *dst, size_t bytes) {
+    char path[PATH_MAX];
+    if (!valid_blob_name(name)) return mt_fail(MT_ERR_INVALID, "%s: bad blob name '%s'", dir, name);
+    MT_TRY(blob_path(path, dir, name));
+    uint64_t listed_bytes = 0, listed_hash = 0;
+    MT_TRY(find_blob(dir, name, &listed_bytes, &listed_hash));
+    if (listed_bytes != bytes)
+        return mt_fail(MT_ERR_INVALID, "%s: the manifest lists %" PRIu64 " bytes, expected %zu",
+                       path, listed_bytes, bytes);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return mt_fail(MT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    mt_status st = read_blob_file(fd, path, dst, bytes);
+    close(fd);
+    MT_TRY(st);
+    if (XXH64(dst, bytes, 0) != listed_hash)
+        return mt_fail(MT_ERR_INVALID, "%s: checksum mismatch: the file is corrupt", path);
+    return MT_OK;
+}
+
+mt_status mt_checkpoint_read_meta(const char *dir, json_t **meta) {
+    json_t *manifest;
+    MT_TRY(load_manifest(dir, &manifest));
+    json_t *m = json_object_get(manifest, "meta");
+    mt_status st = json_is_object(m) ? MT_OK
+                                     : mt_fail(MT_ERR_INVALID, "%s/%s: no \"meta\" object", dir, MANIFEST);
+    if (st == MT_OK) *meta = json_incref(m);
+    json_decref(manifest);
+    return st;
+}
+
+/* ---- a run's checkpoints ---- */
+
+mt_status mt_checkpoint_path(char *path, size_t cap, const char *run_dir, int64_t step) {
+    if (snprintf(path, cap, "%s/ckpt-%06" PRId64, run_dir, step) >= (int)cap)
+        return mt_fail(MT_ERR_INVALID, "%s: checkpoint path too long", run_dir);
+    return MT_OK;
+}
+
+/* The step of a name "ckpt-<digits>", or -1 (temp and aside dirs have suffixes). */
+static int64_t checkpoint_step(const char *name) {
+    if (strncmp(name, "ckpt-", 5) || !name[5]) return -1;
+    int64_t step = 0;
+    for (const char *c = name + 5; *c; c++) {
+        if (!isdigit((unsigned char)*c) || step > INT64_MAX / 10 - 1) return -1;
+        step = step * 10 + (*c - '0');
+    }
+    return step;
+}
+
+static int newest_first(const void *a, const void *b) {
+    int64_t sa = ((const mt_ckpt_entry *)a)->step, sb = ((const mt_ckpt_entry *)b)->step;
+    return (sa < sb) - (sa > sb);
+}
+
+void mt_checkpoint_list_free(mt_ckpt_entry *entries, int count) {
+    for (int i = 0; i < count; i++) free(entries[i].path);
+    free(entries);
+}
+
+static mt_status add_entry(mt_ckpt_entry **entries, int *count, int *cap, int64_t step,
+                           const char *path) {
+    if (*count == *cap) {
+        int grown = *cap ? 2 * *cap : 16;
+        mt_ckpt_entry *e = realloc(*entries, (size_t)grown * sizeof *e);
+        if (!e) return mt_fail(MT_ERR_NOMEM, "%s: cannot list checkpoints", path);
+        *entries = e;
+        *cap = grown;
+    }
+    char *copy = strdup(path);
+    if (!copy) return mt_fail(MT_ERR_NOMEM, "%s: cannot list checkpoints", path);
+    (*entries)[(*count)++] = (mt_ckpt_entry){.step = step, .path = copy};
+    return MT_OK;
+}
+
+mt_status mt_checkpoint_list(const char *run_dir, mt_ckpt_entry **entries, int *count) {
+    *entries = NULL;
+    *count = 0;
+    DIR *d = opendir(run_dir);
+    if (!d && errno == ENOENT) return MT_OK;
+    if (!d) return mt_fail(MT_ERR_IO, "%s: cannot open run directory: %s", run_dir, strerror(errno));
+    mt_status st = MT_OK;
+    int cap = 0;
+    char path[PATH_MAX], manifest[PATH_MAX];
+    for (struct dirent *e; st == MT_OK && (e = readdir(d));) {
+        int64_t step = checkpoint_step(e->d_name);
+        if (step < 0) continue;
+        st = join(path, run_dir, e->d_name);
+        if (st == MT_OK) st = join(manifest, path, MANIFEST);
+        if (st == MT_OK && access(manifest, F_OK) == 0)
+            st = add_entry(entries, count, &cap, step, path);
+    }
+    closedir(d);
+    if (st != MT_OK) {
+        mt_checkpoint_list_free(*entries, *count);
+        *entries = NULL;
+        *count = 0;
+        return st;
+    }
+    if (*count) qsort(*entries, (size_t)*count, sizeof **entries, newest_first);
+    return MT_OK;
+}
+
+mt_status mt_checkpoint_keep(const char *run_dir, int keep) {
+    if (keep < 1) return mt_fail(MT_ERR_INVALID, "%s: must keep at least one checkpoint, not %d",
+                                 run_dir, keep);
+    mt_ckpt_entry *entries;
+    int count;
+    MT_TRY(mt_checkpoint_list(run_dir, &entries, &count));
+    mt_status st = MT_OK;
+    for (int i = keep; st == MT_OK && i < count; i++) st = remove_flat_dir(entries[i].path);
+    mt_checkpoint_list_free(entries, count);
+    return st;
+}

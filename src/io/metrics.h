@@ -1,0 +1,34 @@
+/* The run's metrics log: <run>/metrics.jsonl, one JSON object per line, appended and flushed as
+ * each event happens (so a crash loses at most the line being written). Events are whatever the
+ * caller builds; training steps carry "step", "loss" and, when measured, "val_loss", plus lr,
+ * grad_norm, tokens_per_s, elapsed_s and so on. */
+#ifndef MT_IO_METRICS_H
+#define MT_IO_METRICS_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "util/status.h"
+
+typedef struct mt_metrics mt_metrics;
+
+/* Opens (creating or appending to) <run_dir>/metrics.jsonl. */
+mt_status mt_metrics_open(const char *run_dir, mt_metrics **metrics);
+/* Appends `event` (a JSON object) as one line and flushes it. */
+mt_status mt_metrics_log(mt_metrics *metrics, const json_t *event);
+void mt_metrics_close(mt_metrics *metrics);
+
+/* A curve read back from the log: value against step. */
+typedef struct {
+    double *step;
+    double *value;
+    size_t n;
+} mt_curve;
+
+/* Reads the "loss" and "val_loss" curves of a metrics.jsonl. A step at or below an earlier one
+ * (a run resumed from an older checkpoint) replaces the abandoned tail; a torn last line from a
+ * crash is skipped. Free the curves with mt_curve_free. */
+mt_status mt_metrics_load_curves(const char *path, mt_curve *train, mt_curve *val);
+void mt_curve_free(mt_curve *curve);
+
+#endif

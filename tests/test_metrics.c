@@ -1,0 +1,159 @@
+/* The metrics log (metrics.jsonl) and the loss-curve SVG drawn from it. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/metrics.h"
+#include "io/plot.h"
+
+static char run[64];
+
+static void make_run(void) {
+    snprintf(run, sizeof run, "/tmp/mt-metrics-XXXXXX");
+    cr_assert_not_null(mkdtemp(run));
+}
+
+static void remove_run(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", run);
+    cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(metrics, .init = make_run, .fini = remove_run);
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s exists", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    char *text = calloc(1, (size_t)n + 1);
+    cr_assert_eq(fread(text, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    return text;
+}
+
+static void log_step(mt_metrics *m, int step, double loss) {
+    json_t *e = json_pack("{s:i, s:f, s:f}", "step", step, "loss", loss, "lr", 3e-4);
+    cr_assert_eq(mt_metrics_log(m, e), MT_OK, "%s", mt_error());
+    json_decref(e);
+}
+
+Test(metrics, lines_are_flushed_and_read_back) {
+    mt_metrics *m;
+    cr_assert_eq(mt_metrics_open(run, &m), MT_OK, "%s", mt_error());
+    log_step(m, 1, 5.5);
+    char path[128];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run);
+    char *text = slurp(path); /* read while still open: the line must already be there */
+    cr_assert_str_eq(text, "{\"step\":1,\"loss\":5.5,\"lr\":0.0003}\n");
+    free(text);
+    log_step(m, 2, 5.0);
+    json_t *val = json_pack("{s:i, s:f}", "step", 2, "val_loss", 5.25);
+    cr_assert_eq(mt_metrics_log(m, val), MT_OK);
+    json_decref(val);
+    log_step(m, 3, 4.5);
+    mt_metrics_close(m);
+
+    mt_curve train, vc;
+    cr_assert_eq(mt_metrics_load_curves(path, &train, &vc), MT_OK, "%s", mt_error());
+    cr_assert_eq(train.n, 3);
+    cr_assert(train.step[2] == 3 && train.value[2] == 4.5);
+    cr_assert_eq(vc.n, 1);
+    cr_assert(vc.step[0] == 2 && vc.value[0] == 5.25);
+    mt_curve_free(&train);
+    mt_curve_free(&vc);
+}
+
+Test(metrics, resumed_run_replaces_the_abandoned_tail) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run);
+    /* Steps 1..4 logged, then a crash tore the next line; the run resumed from step 2. */
+    FILE *f = fopen(path, "w");
+    fputs("{\"step\":1,\"loss\":4}\n{\"step\":2,\"loss\":3}\n{\"step\":3,\"loss\":2}\n"
+          "{\"step\":4,\"loss\":1}\n{\"step\":5,\"lo", f);
+    fclose(f);
+    mt_metrics *m;
+    cr_assert_eq(mt_metrics_open(run, &m), MT_OK);
+    log_step(m, 3, 2.5);
+    mt_metrics_close(m);
+    mt_curve train, vc;
+    cr_assert_eq(mt_metrics_load_curves(path, &train, &vc), MT_OK, "%s", mt_error());
+    cr_assert_eq(train.n, 3, "steps 1, 2 and the resumed 3");
+    cr_assert(train.step[2] == 3 && train.value[2] == 2.5);
+    cr_assert_eq(vc.n, 0);
+    mt_curve_free(&train);
+    mt_curve_free(&vc);
+}
+
+Test(metrics, open_fails_naming_the_file) {
+    char missing[128];
+    snprintf(missing, sizeof missing, "%s/no/such/dir", run);
+    mt_metrics *m;
+    cr_assert_eq(mt_metrics_open(missing, &m), MT_ERR_IO);
+    cr_assert_not_null(strstr(mt_error(), "no/such/dir/metrics.jsonl"), "%s", mt_error());
+}
+
+static int count(const char *haystack, const char *needle) {
+    int n = 0;
+    for (const char *p = haystack; (p = strstr(p, needle)); p++) n++;
+    return n;
+}
+
+Test(metrics, loss_plot_is_well_formed_svg) {
+    double steps[50], loss[50], vsteps[5] = {10, 20, 30, 40, 50}, vloss[5];
+    for (int i = 0; i < 50; i++) steps[i] = i + 1, loss[i] = 5.5 * exp(-i / 20.0) + 1.2;
+    for (int i = 0; i < 5; i++) vloss[i] = 5.5 * exp(-vsteps[i] / 20.0) + 1.4;
+    loss[7] = NAN; /* a NaN step is skipped, not drawn at a bogus place */
+    mt_plot_series series[] = {{"train <loss>", steps, loss, 50, 0},
+                               {"val loss", vsteps, vloss, 5, 1}};
+    mt_plot_labels labels = {"demo & loss", "step", "loss"};
+    char path[128];
+    snprintf(path, sizeof path, "%s/loss.svg", run);
+    cr_assert_eq(mt_plot_svg(path, &labels, series, 2), MT_OK, "%s", mt_error());
+    char *svg = slurp(path);
+    cr_assert_eq(strncmp(svg, "<svg ", 5), 0);
+    cr_assert_not_null(strstr(svg, "</svg>\n"));
+    cr_assert_eq(count(svg, "<polyline"), 2, "both curves");
+    cr_assert_eq(count(svg, "<circle"), 5, "val points are marked");
+    cr_assert_eq(count(svg, "<text"), count(svg, "</text>"));
+    cr_assert_not_null(strstr(svg, "train &lt;loss&gt;"), "legend text is escaped");
+    cr_assert_not_null(strstr(svg, "demo &amp; loss"));
+    cr_assert_null(strstr(svg, "nan"));
+    cr_assert_not_null(strstr(svg, ">50</text>"), "x axis ends on a round tick");
+    free(svg);
+}
+
+Test(metrics, plot_replaces_atomically) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/loss.svg", run);
+    FILE *f = fopen(path, "w");
+    fputs("old picture", f);
+    fclose(f);
+    struct stat before;
+    cr_assert_eq(stat(path, &before), 0);
+    double x[2] = {0, 1}, y[2] = {2, 1};
+    mt_plot_series s = {"train", x, y, 2, 0};
+    mt_plot_labels labels = {"t", "step", "loss"};
+    cr_assert_eq(mt_plot_svg(path, &labels, &s, 1), MT_OK, "%s", mt_error());
+    struct stat after;
+    cr_assert_eq(stat(path, &after), 0);
+    /* A rename puts a new inode at the path; rewriting in place would keep the old one. */
+    cr_assert_neq(before.st_ino, after.st_ino);
+    char *svg = slurp(path);
+    cr_assert_eq(strncmp(svg, "<svg", 4), 0);
+    free(svg);
+    DIR *d = opendir(run);
+    for (struct dirent *e; (e = readdir(d));)
+        cr_assert_null(strstr(e->d_name, ".tmp-"), "no temp file is left: %s", e->d_name);
+    closedir(d);
+    /* Writing into a missing directory fails and names the path. */
+    snprintf(path, sizeof path, "%s/missing/loss.svg", run);
+    cr_assert_eq(mt_plot_svg(path, &labels, &s, 1), MT_ERR_IO);
+    cr_assert_not_null(strstr(mt_error(), path));
+}

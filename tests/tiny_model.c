@@ -1,0 +1,72 @@
+#include "tiny_model.h"
+
+#include <criterion/criterion.h>
+
+#include "util/rng.h"
+
+static mt_config base(void) {
+    mt_config c = {.arch = MT_ARCH_LLAMA, .hidden_size = 32, .intermediate_size = 40, .num_layers = 3,
+                   .num_heads = 4, .num_kv_heads = 2, .head_dim = 8, .vocab_size = 53,
+                   .max_position = 64, .rms_norm_eps = 1e-5f, .rope_theta = 10000.0f,
+                   .bos_token_id = -1, .eos_token_id = -1};
+    return c;
+}
+
+mt_config mt_tiny_config_gqa(void) { return base(); }
+
+mt_config mt_tiny_config_tied_bias(void) {
+    mt_config c = base();
+    c.arch = MT_ARCH_QWEN2;
+    c.tie_embeddings = 1;
+    c.attention_bias = 1;
+    return c;
+}
+
+mt_config mt_tiny_config_mha(void) {
+    mt_config c = base();
+    c.num_kv_heads = c.num_heads;
+    c.num_layers = 2;
+    c.rope_scaling_factor = 8.0f; /* exercises llama3 frequency scaling */
+    c.rope_low_freq_factor = 1.0f;
+    c.rope_high_freq_factor = 4.0f;
+    c.rope_original_max_position = 16;
+    return c;
+}
+
+void mt_tiny_model_open(mt_tiny_model *t, const mt_config *cfg, const mt_engine_options *opt, uint64_t seed) {
+    t->cfg = *cfg;
+    cr_assert_eq(mt_layout_init(&t->layout, &t->cfg), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_backend_cpu_create(&t->be, 2), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_store_create(&t->store, &t->layout, t->be), MT_OK, "%s", mt_error());
+    mt_store_init_random(&t->store, seed);
+    /* Norm weights and biases away from their 1 and 0 so that their gradients are tested too. */
+    mt_rng rng = {seed ^ 0x5eed};
+    for (int i = 0; i < t->layout.num_tensors; i++) {
+        const mt_tensor *ten = &t->layout.tensors[i];
+        if (ten->decay) continue;
+        float *p = t->store.master + t->layout.units[ten->unit].offset + ten->offset;
+        for (int64_t j = 0; j < (int64_t)ten->rows * ten->cols; j++) p[j] += (float)(0.1 * mt_rng_normal(&rng));
+    }
+    mt_store_sync_weights(&t->store);
+    cr_assert_eq(mt_engine_create(&t->engine, t->be, &t->store, opt, 0), MT_OK, "%s", mt_error());
+}
+
+void mt_tiny_model_close(mt_tiny_model *t) {
+    mt_engine_destroy(t->engine);
+    mt_store_free(&t->store);
+    t->be->ops->destroy(t->be);
+    mt_layout_free(&t->layout);
+}
+
+void mt_tiny_windows(uint64_t seed, int count, int seq, int vocab, int32_t *tokens, int32_t *inputs,
+                     int32_t *targets) {
+    mt_rng rng = {seed};
+    for (int w = 0; w < count; w++) {
+        int32_t *win = tokens + (size_t)w * (seq + 1);
+        for (int t = 0; t <= seq; t++) win[t] = (int32_t)(mt_rng_next(&rng) % (uint64_t)vocab);
+        for (int t = 0; t < seq; t++) {
+            inputs[(size_t)w * seq + t] = win[t];
+            targets[(size_t)w * seq + t] = win[t + 1];
+        }
+    }
+}

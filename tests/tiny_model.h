@@ -1,0 +1,29 @@
+/* Test helper: a tiny model on the cpu backend, its engine, and random token windows. */
+#ifndef MT_TESTS_TINY_MODEL_H
+#define MT_TESTS_TINY_MODEL_H
+
+#include "engine/engine.h"
+
+typedef struct {
+    mt_config cfg;
+    mt_layout layout;
+    mt_backend *be;
+    mt_store store;
+    mt_engine *engine;
+} mt_tiny_model;
+
+/* Shapes the tests use: GQA untied, tied with q/k/v bias, plain multi-head attention. */
+mt_config mt_tiny_config_gqa(void);
+mt_config mt_tiny_config_tied_bias(void);
+mt_config mt_tiny_config_mha(void);
+
+/* Builds everything with weights from `seed`; asserts (Criterion) on failure. */
+void mt_tiny_model_open(mt_tiny_model *t, const mt_config *cfg, const mt_engine_options *opt, uint64_t seed);
+void mt_tiny_model_close(mt_tiny_model *t);
+
+/* Random windows of seq + 1 ids below vocab: tokens[count][seq + 1], split into inputs and
+ * targets [count][seq]. */
+void mt_tiny_windows(uint64_t seed, int count, int seq, int vocab, int32_t *tokens, int32_t *inputs,
+                     int32_t *targets);
+
+#endif
