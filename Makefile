@@ -8,6 +8,12 @@ BUILD    ?= build
 CUDA     ?= 0
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fopenmp -Iinclude -Isrc -MMD -MP
+# OpenBLAS built on OpenMP shares our OpenMP threads instead of spinning a second pool (Debian:
+# libopenblas-openmp-dev); the default OpenBLAS is used where that variant is absent.
+OPENBLAS_OMP := /usr/lib/x86_64-linux-gnu/openblas-openmp
+ifneq ($(wildcard $(OPENBLAS_OMP)/libopenblas.so),)
+LDLIBS   += -L$(OPENBLAS_OMP) -Wl,-rpath,$(OPENBLAS_OMP)
+endif
 LDLIBS   += -lopenblas -ljansson -lxxhash -lm -lpthread
 NVFLAGS  ?= -O2 -gencode=arch=compute_90a,code=sm_90a
 NVFLAGS  += -std=c++17 -Iinclude -Isrc -Xcompiler -fopenmp -MMD -MP

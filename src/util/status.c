@@ -22,7 +22,10 @@ mt_status mt_fail_context(mt_status status, const char *fmt, ...) {
     vsnprintf(context, sizeof context, fmt, ap);
     va_end(ap);
     memcpy(old, error_message, sizeof old);
-    snprintf(error_message, sizeof error_message, "%s: %s", context, old);
+    /* Truncation is acceptable for a message; the context comes first. */
+    size_t used = (size_t)snprintf(error_message, sizeof error_message, "%s: ", context);
+    if (used < sizeof error_message) snprintf(error_message + used, sizeof error_message - used, "%.*s",
+                                              (int)(sizeof error_message - used - 1), old);
     return status;
 }
 

@@ -10,22 +10,12 @@
 #include <errno.h>
 #include <stddef.h>
 
-typedef enum {
-    MT_OK = 0,
-    MT_ERR_INVALID,     /* bad argument, unsupported config, malformed file content */
-    MT_ERR_IO,          /* a libc file or system call failed */
-    MT_ERR_NOMEM,       /* host or device memory could not be had */
-    MT_ERR_DEVICE,      /* CUDA, cuBLAS or another device library failed */
-    MT_ERR_NUMERIC,     /* NaN/Inf where a number was needed */
-    MT_ERR_INTERRUPTED, /* stopped on request (a signal) */
-} mt_status;
+#include "megatrain.h"
 
 /* Sets the thread's error message (printf-style) and returns `status`. */
 mt_status mt_fail(mt_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prefixes the thread's current error message: "context: old message". Returns `status`. */
 mt_status mt_fail_context(mt_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-const char *mt_error(void);
-const char *mt_status_name(mt_status status);
 
 /* Propagate a failed status unchanged. */
 #define MT_TRY(expr)                          \

@@ -1,0 +1,65 @@
+/* The LM head fused with cross-entropy, chunk rows of logits at a time, and the sampling
+ * logits of one row. */
+#include <cblas.h>
+#include <math.h>
+
+#include "backend/cpu/cpu_ops.h"
+
+/* workspace: logits [chunk, vocab] (turned in place into their gradients), then the chunk's
+ * per-row losses [chunk]. */
+size_t mt_cpu_lmhead_workspace(int chunk, int vocab) {
+    return ((size_t)chunk * vocab + (size_t)chunk) * sizeof(float);
+}
+
+/* Turns one row of logits z into scale * dloss/dz = scale * (softmax(z) - onehot(target)) and
+ * returns the row's loss -log softmax(z)[target], computed stably from the row's maximum. An
+ * ignored row (target < 0) gets a zero gradient and no loss. */
+static float softmax_xent_row(float *z, int vocab, int32_t target, float scale) {
+    if (target < 0) {
+        for (int j = 0; j < vocab; j++) z[j] = 0.0f;
+        return 0.0f;
+    }
+    float max = z[0];
+    for (int j = 1; j < vocab; j++) max = z[j] > max ? z[j] : max;
+    float target_logit = z[target];
+    double sum = 0.0;
+    for (int j = 0; j < vocab; j++) {
+        z[j] = expf(z[j] - max);
+        sum += z[j];
+    }
+    float loss = (float)(max + log(sum)) - target_logit;
+    float norm = scale / (float)sum;
+    for (int j = 0; j < vocab; j++) z[j] *= norm;
+    z[target] -= scale;
+    return loss;
+}
+
+void mt_cpu_lmhead_loss(float *loss_sum, float *dx, float *dw, const float *x, const float *w,
+                        const int32_t *targets, int n, int d, int vocab, float scale, int chunk,
+                        void *workspace) {
+    float *logits = workspace;
+    float *row_loss = logits + (size_t)chunk * vocab;
+    double total = 0.0;
+    for (int r0 = 0; r0 < n; r0 += chunk) {
+        int rows = n - r0 < chunk ? n - r0 : chunk;
+        const float *xc = x + (size_t)r0 * d;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, vocab, d, 1.0f, xc, d, w, d,
+                    0.0f, logits, vocab);
+#pragma omp parallel for schedule(static)
+        for (int i = 0; i < rows; i++)
+            row_loss[i] = softmax_xent_row(logits + (size_t)i * vocab, vocab, targets[r0 + i], scale);
+        /* logits now hold scale * dloss/dlogits; NULL dx and dw ask for the loss only. */
+        if (dx)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, vocab, 1.0f, logits, vocab,
+                        w, d, 0.0f, dx + (size_t)r0 * d, d);
+        if (dw)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, vocab, d, rows, 1.0f, logits, vocab,
+                        xc, d, 1.0f, dw, d);
+        for (int i = 0; i < rows; i++) total += row_loss[i];
+    }
+    *loss_sum = (float)(*loss_sum + total);
+}
+
+void mt_cpu_logits(float *logits, const float *x, const float *w, int d, int vocab) {
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, vocab, d, 1.0f, w, d, x, 1, 0.0f, logits, 1);
+}

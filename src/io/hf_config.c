@@ -1,0 +1,353 @@
+#include "io/hf_config.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One supported architecture and transformers' defaults for what its config.json may omit. */
+typedef struct {
+    mt_arch arch;
+    const char *architecture; /* architectures[0] */
+    const char *model_type;
+    int default_max_position;
+} arch_info;
+
+static const arch_info archs[] = {
+    {MT_ARCH_LLAMA, "LlamaForCausalLM", "llama", 2048},
+    {MT_ARCH_MISTRAL, "MistralForCausalLM", "mistral", 131072},
+    {MT_ARCH_QWEN2, "Qwen2ForCausalLM", "qwen2", 32768},
+};
+#define NUM_ARCHS (sizeof archs / sizeof archs[0])
+
+/* MistralConfig's sliding_window when the file does not say. */
+#define MISTRAL_DEFAULT_SLIDING_WINDOW 4096
+
+/* Where a value is being read from, for messages: "<source>: field '<scope><key>'". */
+typedef struct {
+    const char *source;
+    const json_t *obj;
+    const char *scope; /* "" at the top level, "rope_scaling." inside it */
+} field_src;
+
+static const char *json_kind(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a real number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "an unknown JSON value";
+}
+
+/* The value of `key`, or NULL when it is absent or null (transformers treats both as "unset"). */
+static const json_t *field(const field_src *s, const char *key) {
+    const json_t *v = json_object_get(s->obj, key);
+    return v && !json_is_null(v) ? v : NULL;
+}
+
+static mt_status wrong_type(const field_src *s, const char *key, const char *expected, const json_t *v) {
+    return mt_fail(MT_ERR_INVALID, "%s: field '%s%s' must be %s, found %s", s->source, s->scope, key,
+                   expected, json_kind(v));
+}
+
+static mt_status missing(const field_src *s, const char *key) {
+    return mt_fail(MT_ERR_INVALID, "%s: required field '%s%s' is missing", s->source, s->scope, key);
+}
+
+/* Reads an integer into `out`; an absent field is an error when `required`, else leaves `out`. */
+static mt_status get_int(const field_src *s, const char *key, int required, int *out) {
+    const json_t *v = field(s, key);
+    if (!v) return required ? missing(s, key) : MT_OK;
+    if (!json_is_integer(v)) return wrong_type(s, key, "an integer", v);
+    json_int_t x = json_integer_value(v);
+    if (x < INT_MIN || x > INT_MAX)
+        return mt_fail(MT_ERR_INVALID, "%s: field '%s%s' = %lld is out of range", s->source, s->scope,
+                       key, (long long)x);
+    *out = (int)x;
+    return MT_OK;
+}
+
+static mt_status get_float(const field_src *s, const char *key, int required, float *out) {
+    const json_t *v = field(s, key);
+    if (!v) return required ? missing(s, key) : MT_OK;
+    if (!json_is_number(v)) return wrong_type(s, key, "a number", v);
+    *out = (float)json_number_value(v);
+    return MT_OK;
+}
+
+static mt_status get_bool(const field_src *s, const char *key, int *out) {
+    const json_t *v = field(s, key);
+    if (!v) return MT_OK;
+    if (!json_is_boolean(v)) return wrong_type(s, key, "true or false", v);
+    *out = json_is_true(v);
+    return MT_OK;
+}
+
+static mt_status get_string(const field_src *s, const char *key, const char **out) {
+    const json_t *v = field(s, key);
+    if (!v) return MT_OK;
+    if (!json_is_string(v)) return wrong_type(s, key, "a string", v);
+    *out = json_string_value(v);
+    return MT_OK;
+}
+
+/* eos_token_id may be an integer or a list of them (Llama 3 instruct); the first one is kept. */
+static mt_status get_token_id(const field_src *s, const char *key, int *out) {
+    const json_t *v = field(s, key);
+    if (v && json_is_array(v)) {
+        if (json_array_size(v) == 0) return MT_OK;
+        const json_t *first = json_array_get(v, 0);
+        if (!json_is_integer(first)) return wrong_type(s, key, "an integer or a list of integers", v);
+        *out = (int)json_integer_value(first);
+        return MT_OK;
+    }
+    return get_int(s, key, 0, out);
+}
+
+static const arch_info *find_arch(const char *architecture, const char *model_type) {
+    for (size_t i = 0; i < NUM_ARCHS; i++) {
+        if (architecture ? !strcmp(architecture, archs[i].architecture) : !strcmp(model_type, archs[i].model_type))
+            return &archs[i];
+    }
+    return NULL;
+}
+
+/* architectures[0] decides; model_type, when present, must agree (it is all older files have). */
+static mt_status parse_arch(const field_src *s, const arch_info **out) {
+    const char *architecture = NULL, *model_type = NULL;
+    const json_t *list = field(s, "architectures");
+    if (list) {
+        if (!json_is_array(list) || json_array_size(list) == 0 || !json_is_string(json_array_get(list, 0)))
+            return wrong_type(s, "architectures", "a non-empty list of strings", list);
+        architecture = json_string_value(json_array_get(list, 0));
+    }
+    MT_TRY(get_string(s, "model_type", &model_type));
+    if (!architecture && !model_type) return missing(s, "architectures");
+    *out = find_arch(architecture, model_type);
+    if (!*out)
+        return mt_fail(MT_ERR_INVALID,
+                       "%s: field '%s' = '%s' is not supported (LlamaForCausalLM, MistralForCausalLM, "
+                       "Qwen2ForCausalLM)",
+                       s->source, architecture ? "architectures" : "model_type",
+                       architecture ? architecture : model_type);
+    if (model_type && strcmp(model_type, (*out)->model_type))
+        return mt_fail(MT_ERR_INVALID, "%s: field 'model_type' ('%s') disagrees with architectures[0] ('%s')",
+                       s->source, model_type, architecture);
+    return MT_OK;
+}
+
+static mt_status parse_rope_scaling(const field_src *top, mt_config *cfg) {
+    const json_t *rs = field(top, "rope_scaling");
+    if (!rs) return MT_OK;
+    if (!json_is_object(rs)) return wrong_type(top, "rope_scaling", "an object or null", rs);
+    field_src s = {top->source, rs, "rope_scaling."};
+    const char *type = NULL;
+    MT_TRY(get_string(&s, "rope_type", &type));
+    if (!type) MT_TRY(get_string(&s, "type", &type));
+    if (!type) return missing(&s, "rope_type");
+    if (!strcmp(type, "default")) return MT_OK;
+    if (strcmp(type, "llama3"))
+        return mt_fail(MT_ERR_INVALID, "%s: field 'rope_scaling.rope_type' = '%s' is not supported (llama3 only)",
+                       top->source, type);
+    MT_TRY(get_float(&s, "factor", 1, &cfg->rope_scaling_factor));
+    MT_TRY(get_float(&s, "low_freq_factor", 1, &cfg->rope_low_freq_factor));
+    MT_TRY(get_float(&s, "high_freq_factor", 1, &cfg->rope_high_freq_factor));
+    return get_int(&s, "original_max_position_embeddings", 1, &cfg->rope_original_max_position);
+}
+
+/* A sliding window shorter than the context changes attention; refuse it rather than ignore it. */
+static mt_status check_sliding_window(const field_src *s, const mt_config *cfg) {
+    int window = cfg->arch == MT_ARCH_MISTRAL ? MISTRAL_DEFAULT_SLIDING_WINDOW : 0;
+    const char *key = "sliding_window";
+    if (cfg->arch == MT_ARCH_LLAMA) return MT_OK;
+    if (cfg->arch == MT_ARCH_QWEN2) {
+        int use = 0;
+        MT_TRY(get_bool(s, "use_sliding_window", &use));
+        if (!use) return MT_OK;
+        key = "use_sliding_window";
+    }
+    if (json_object_get(s->obj, "sliding_window")) { /* present, possibly null */
+        window = 0;
+        MT_TRY(get_int(s, "sliding_window", 0, &window));
+    }
+    if (window > 0 && window < cfg->max_position)
+        return mt_fail(MT_ERR_INVALID,
+                       "%s: field '%s' enables a sliding attention window of %d tokens (< "
+                       "max_position_embeddings %d), which is not supported",
+                       s->source, key, window, cfg->max_position);
+    return MT_OK;
+}
+
+static mt_status check_unsupported(const field_src *s) {
+    const char *act = "silu";
+    int mlp_bias = 0;
+    MT_TRY(get_string(s, "hidden_act", &act));
+    if (strcmp(act, "silu"))
+        return mt_fail(MT_ERR_INVALID, "%s: field 'hidden_act' = '%s' is not supported (silu only)", s->source, act);
+    MT_TRY(get_bool(s, "mlp_bias", &mlp_bias));
+    if (mlp_bias) return mt_fail(MT_ERR_INVALID, "%s: field 'mlp_bias' = true is not supported", s->source);
+    if (field(s, "quantization_config"))
+        return mt_fail(MT_ERR_INVALID, "%s: field 'quantization_config': quantized checkpoints are not supported",
+                       s->source);
+    return MT_OK;
+}
+
+static mt_status parse_root(const field_src *s, mt_config *cfg) {
+    const arch_info *a = NULL;
+    MT_TRY(parse_arch(s, &a));
+    MT_TRY(check_unsupported(s));
+    memset(cfg, 0, sizeof *cfg);
+    cfg->arch = a->arch;
+    cfg->max_position = a->default_max_position;
+    cfg->rms_norm_eps = 1e-6f;
+    cfg->rope_theta = 10000.0f;
+    cfg->bos_token_id = cfg->eos_token_id = -1;
+    cfg->num_kv_heads = cfg->head_dim = 0; /* 0: derived below */
+    MT_TRY(get_int(s, "hidden_size", 1, &cfg->hidden_size));
+    MT_TRY(get_int(s, "intermediate_size", 1, &cfg->intermediate_size));
+    MT_TRY(get_int(s, "num_hidden_layers", 1, &cfg->num_layers));
+    MT_TRY(get_int(s, "num_attention_heads", 1, &cfg->num_heads));
+    MT_TRY(get_int(s, "vocab_size", 1, &cfg->vocab_size));
+    MT_TRY(get_int(s, "num_key_value_heads", 0, &cfg->num_kv_heads));
+    MT_TRY(get_int(s, "head_dim", 0, &cfg->head_dim));
+    MT_TRY(get_int(s, "max_position_embeddings", 0, &cfg->max_position));
+    MT_TRY(get_float(s, "rms_norm_eps", 0, &cfg->rms_norm_eps));
+    MT_TRY(get_float(s, "rope_theta", 0, &cfg->rope_theta));
+    MT_TRY(get_bool(s, "tie_word_embeddings", &cfg->tie_embeddings));
+    /* Qwen2's q/k/v projections always carry biases; Mistral's never do. */
+    if (a->arch == MT_ARCH_QWEN2) cfg->attention_bias = 1;
+    if (a->arch == MT_ARCH_LLAMA) MT_TRY(get_bool(s, "attention_bias", &cfg->attention_bias));
+    MT_TRY(get_token_id(s, "bos_token_id", &cfg->bos_token_id));
+    MT_TRY(get_token_id(s, "eos_token_id", &cfg->eos_token_id));
+    MT_TRY(parse_rope_scaling(s, cfg));
+    MT_TRY(check_sliding_window(s, cfg));
+    if (cfg->num_kv_heads == 0) cfg->num_kv_heads = cfg->num_heads;
+    if (cfg->head_dim == 0 && cfg->num_heads > 0) cfg->head_dim = cfg->hidden_size / cfg->num_heads;
+    mt_status st = mt_config_validate(cfg);
+    return st == MT_OK ? MT_OK : mt_fail_context(st, "%s", s->source);
+}
+
+/* Takes ownership of `root`, the document jansson parsed (NULL when it failed, with `err`). */
+static mt_status parse_document(json_t *root, const json_error_t *err, const char *source, mt_config *cfg) {
+    if (!root)
+        return mt_fail(MT_ERR_INVALID, "%s: not readable as JSON: %s (line %d, column %d)", source, err->text,
+                       err->line, err->column);
+    field_src s = {source, root, ""};
+    mt_status st = json_is_object(root)
+                       ? parse_root(&s, cfg)
+                       : mt_fail(MT_ERR_INVALID, "%s: must hold a JSON object, found %s", source, json_kind(root));
+    json_decref(root);
+    return st;
+}
+
+mt_status mt_hf_config_parse(const char *text, size_t len, const char *source, mt_config *cfg) {
+    json_error_t err;
+    return parse_document(json_loadb(text, len, JSON_REJECT_DUPLICATES, &err), &err, source, cfg);
+}
+
+mt_status mt_hf_config_read(const char *path, mt_config *cfg) {
+    json_error_t err;
+    return parse_document(json_load_file(path, JSON_REJECT_DUPLICATES, &err), &err, path, cfg);
+}
+
+/* The float as the shortest decimal that reads back to it, so 1e-5f is written "1e-05" and
+ * not "9.9999997473787516e-06": Python then reads the value the original config held. */
+static json_t *json_float(float x) {
+    char buf[32];
+    for (int digits = 6; digits <= 9; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, (double)x);
+        if (strtof(buf, NULL) == x) break;
+    }
+    return json_real(strtod(buf, NULL));
+}
+
+static json_t *json_token_id(int id) { return id >= 0 ? json_integer(id) : json_null(); }
+
+static const arch_info *arch_of(mt_arch arch) {
+    for (size_t i = 0; i < NUM_ARCHS; i++)
+        if (archs[i].arch == arch) return &archs[i];
+    return NULL;
+}
+
+static json_t *config_json(const mt_config *c, const arch_info *a, const char *torch_dtype) {
+    json_t *o = json_object();
+    json_object_set_new(o, "architectures", json_pack("[s]", a->architecture));
+    json_object_set_new(o, "model_type", json_string(a->model_type));
+    json_object_set_new(o, "torch_dtype", json_string(torch_dtype));
+    json_object_set_new(o, "hidden_size", json_integer(c->hidden_size));
+    json_object_set_new(o, "intermediate_size", json_integer(c->intermediate_size));
+    json_object_set_new(o, "num_hidden_layers", json_integer(c->num_layers));
+    json_object_set_new(o, "num_attention_heads", json_integer(c->num_heads));
+    json_object_set_new(o, "num_key_value_heads", json_integer(c->num_kv_heads));
+    json_object_set_new(o, "head_dim", json_integer(c->head_dim));
+    json_object_set_new(o, "vocab_size", json_integer(c->vocab_size));
+    json_object_set_new(o, "max_position_embeddings", json_integer(c->max_position));
+    json_object_set_new(o, "rms_norm_eps", json_float(c->rms_norm_eps));
+    json_object_set_new(o, "rope_theta", json_float(c->rope_theta));
+    json_object_set_new(o, "tie_word_embeddings", json_boolean(c->tie_embeddings));
+    json_object_set_new(o, "hidden_act", json_string("silu"));
+    if (c->arch == MT_ARCH_LLAMA) {
+        json_object_set_new(o, "attention_bias", json_boolean(c->attention_bias));
+        json_object_set_new(o, "mlp_bias", json_false());
+    }
+    if (c->arch == MT_ARCH_MISTRAL) json_object_set_new(o, "sliding_window", json_null());
+    if (c->arch == MT_ARCH_QWEN2) json_object_set_new(o, "use_sliding_window", json_false());
+    json_object_set_new(o, "bos_token_id", json_token_id(c->bos_token_id));
+    json_object_set_new(o, "eos_token_id", json_token_id(c->eos_token_id));
+    json_t *rs = json_null();
+    if (c->rope_scaling_factor != 0) {
+        rs = json_object();
+        json_object_set_new(rs, "rope_type", json_string("llama3"));
+        json_object_set_new(rs, "factor", json_float(c->rope_scaling_factor));
+        json_object_set_new(rs, "low_freq_factor", json_float(c->rope_low_freq_factor));
+        json_object_set_new(rs, "high_freq_factor", json_float(c->rope_high_freq_factor));
+        json_object_set_new(rs, "original_max_position_embeddings", json_integer(c->rope_original_max_position));
+    }
+    json_object_set_new(o, "rope_scaling", rs);
+    return o;
+}
+
+static json_t *generation_config_json(const mt_config *c) {
+    json_t *o = json_object();
+    json_object_set_new(o, "_from_model_config", json_true());
+    if (c->bos_token_id >= 0) json_object_set_new(o, "bos_token_id", json_integer(c->bos_token_id));
+    if (c->eos_token_id >= 0) json_object_set_new(o, "eos_token_id", json_integer(c->eos_token_id));
+    return o;
+}
+
+/* Writes `doc` to dir/name and drops the reference to it. */
+static mt_status dump(json_t *doc, const char *dir, const char *name) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int rc = doc ? json_dump_file(doc, path, JSON_INDENT(2) | JSON_REAL_PRECISION(9)) : -1;
+    json_decref(doc);
+    if (rc != 0) return mt_fail(MT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    return MT_OK;
+}
+
+json_t *mt_hf_config_to_json(const mt_config *cfg, const char *torch_dtype) {
+    const arch_info *a = arch_of(cfg->arch);
+    return a ? config_json(cfg, a, torch_dtype) : NULL;
+}
+
+mt_status mt_hf_config_from_json(const json_t *doc, const char *source, mt_config *cfg) {
+    if (!json_is_object(doc))
+        return mt_fail(MT_ERR_INVALID, "%s: must hold a JSON object, found %s", source, doc ? json_kind(doc) : "nothing");
+    field_src s = {source, doc, ""};
+    return parse_root(&s, cfg);
+}
+
+mt_status mt_hf_config_write(const mt_config *cfg, const char *torch_dtype, const char *dir) {
+    const arch_info *a = arch_of(cfg->arch);
+    if (!a) return mt_fail(MT_ERR_INVALID, "%s/config.json: unknown architecture %d", dir, (int)cfg->arch);
+    MT_TRY(dump(config_json(cfg, a, torch_dtype), dir, "config.json"));
+    return dump(generation_config_json(cfg), dir, "generation_config.json");
+}

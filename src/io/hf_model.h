@@ -1,0 +1,38 @@
+/* Hugging Face model directories in and out: config.json plus safetensors weights, read into
+ * (and written from) the fp32 master array that mt_layout describes: one float array of
+ * layout->total_numel, tensor t of unit u at units[u].offset + t->offset. */
+#ifndef MT_IO_HF_MODEL_H
+#define MT_IO_HF_MODEL_H
+
+#include <stdint.h>
+
+#include "io/safetensors.h"
+#include "model/layout.h"
+
+/* Called after each tensor is loaded: source bytes converted so far, of the total. */
+typedef void (*mt_hf_progress_fn)(int64_t bytes_done, int64_t bytes_total, void *user);
+
+/* Reads dir/config.json. */
+mt_status mt_hf_load_config(const char *dir, mt_config *cfg);
+
+/* Fills `masters` with the weights of the model in `dir`, whose shapes must match `layout`.
+ * Everything is validated before anything is converted: a tensor the layout needs that is
+ * missing or shaped differently, or a tensor it does not know, fails naming file and tensor.
+ * Harmless extras are skipped: rotary_emb.inv_freq buffers, and lm_head.weight of a tied
+ * model. Alignment padding is zeroed. `progress` may be NULL. */
+mt_status mt_hf_load_weights(const char *dir, const mt_layout *layout, float *masters,
+                             mt_hf_progress_fn progress, void *user);
+
+typedef struct {
+    mt_st_dtype dtype;       /* MT_ST_BF16 or MT_ST_F32 */
+    int64_t max_shard_bytes; /* split into shards above this many bytes; 0: one file */
+} mt_hf_export_options;
+
+/* Writes config.json, generation_config.json and the weights to `out_dir`, atomically: they
+ * are written into a temporary sibling directory that is renamed into place, so a failure
+ * leaves nothing at `out_dir`. `out_dir` must not exist or be an empty directory. Non-finite
+ * masters are refused, naming the tensor. */
+mt_status mt_hf_export(const mt_layout *layout, const float *masters, const char *out_dir,
+                       const mt_hf_export_options *options);
+
+#endif

@@ -1,0 +1,54 @@
+/* CPU AdamW: the update of one tensor's fp32 master weights and Adam moments, writing the
+ * weights the device reads next (fp32, or bf16 rounded to nearest even).
+ *
+ * The math is torch.optim.AdamW's, in its operation order:
+ *   g = grad * grad_scale
+ *   master *= 1 - lr * weight_decay                      (only when decay)
+ *   m = beta1 * m + (1 - beta1) * g
+ *   v = beta2 * v + (1 - beta2) * g * g
+ *   master -= (lr / (1 - beta1^step)) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
+ * i.e. master -= lr * mhat / (sqrt(vhat) + eps). The scalar factors are formed in double (as
+ * Python does) and rounded to float once; every per-element operation is a separately rounded
+ * fp32 mul, add, div or sqrt, so all implementations below give bitwise equal results. bf16
+ * weights are rounded as util/bf16.h's mt_f32_to_bf16 does (nearest even, NaN kept quiet,
+ * denormals kept: unlike AVX512_BF16's VCVTNEPS2BF16, which flushes them to zero). */
+#ifndef MT_OPTIM_ADAMW_H
+#define MT_OPTIM_ADAMW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+    int64_t step;     /* 1-based, for bias correction */
+    float grad_scale; /* multiplies the gradient first: 1/global-norm clip coefficient times any
+                       * loss scale */
+} mt_adamw_params;
+
+/* The implementations, slowest first. MT_ADAMW_BEST picks the fastest this CPU supports. */
+typedef enum { MT_ADAMW_REF, MT_ADAMW_AVX2, MT_ADAMW_AVX512, MT_ADAMW_BEST } mt_adamw_impl;
+
+/* Updates n elements in place (master, m, v) and writes weights_out (n elements of
+ * weights_dtype: MT_DTYPE_F32 or MT_DTYPE_BF16). `decay` applies weight decay to this tensor.
+ * Pointers need only their type's natural alignment. */
+void mt_adamw_update(const mt_adamw_params *p, int decay, float *master, float *m, float *v,
+                     const float *grad, void *weights_out, mt_dtype weights_dtype, size_t n);
+
+/* The same update with the range split across `threads` OpenMP threads (a static split into
+ * cache-line-aligned chunks; the result does not depend on `threads`). */
+void mt_adamw_update_parallel(const mt_adamw_params *p, int decay, float *master, float *m,
+                              float *v, const float *grad, void *weights_out,
+                              mt_dtype weights_dtype, size_t n, int threads);
+
+/* The same as mt_adamw_update_parallel with a chosen implementation, for tests and benchmarks.
+ * An implementation the CPU lacks (see mt_adamw_impl_supported) falls back to MT_ADAMW_BEST. */
+void mt_adamw_update_with(mt_adamw_impl impl, const mt_adamw_params *p, int decay, float *master,
+                          float *m, float *v, const float *grad, void *weights_out,
+                          mt_dtype weights_dtype, size_t n, int threads);
+
+int mt_adamw_impl_supported(mt_adamw_impl impl);
+const char *mt_adamw_impl_name(mt_adamw_impl impl);
+
+#endif

@@ -1,0 +1,40 @@
+/* Internal to src/optim: the per-call constants of an AdamW update and the kernels that apply
+ * them to a range of elements. adamw.c forms the constants and picks a kernel. */
+#ifndef MT_OPTIM_ADAMW_KERNELS_H
+#define MT_OPTIM_ADAMW_KERNELS_H
+
+#include <stddef.h>
+
+#include "backend/backend.h"
+
+/* The SIMD kernels are x86-64 only; elsewhere the reference runs alone. */
+#if defined(__x86_64__)
+#define MT_ADAMW_HAVE_X86 1
+#else
+#define MT_ADAMW_HAVE_X86 0
+#endif
+
+typedef struct {
+    float grad_scale;
+    float decay_mul; /* 1 - lr * weight_decay, or exactly 1 when the tensor takes no decay */
+    float beta1, one_minus_beta1;
+    float beta2, one_minus_beta2;
+    float sqrt_bias_correction2; /* sqrt(1 - beta2^step) */
+    float eps;
+    float neg_step_size;         /* -lr / (1 - beta1^step) */
+    int stream_out;              /* write weights_out with non-temporal stores */
+} mt_adamw_coef;
+
+typedef void (*mt_adamw_kernel)(const mt_adamw_coef *c, float *master, float *m, float *v,
+                                const float *grad, void *out, mt_dtype out_dtype, size_t n);
+
+void mt_adamw_kernel_ref(const mt_adamw_coef *c, float *master, float *m, float *v,
+                         const float *grad, void *out, mt_dtype out_dtype, size_t n);
+#if MT_ADAMW_HAVE_X86
+void mt_adamw_kernel_avx2(const mt_adamw_coef *c, float *master, float *m, float *v,
+                          const float *grad, void *out, mt_dtype out_dtype, size_t n);
+void mt_adamw_kernel_avx512(const mt_adamw_coef *c, float *master, float *m, float *v,
+                            const float *grad, void *out, mt_dtype out_dtype, size_t n);
+#endif
+
+#endif

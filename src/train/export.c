@@ -1,0 +1,26 @@
+/* mt_export: a run checkpoint's fp32 masters as a Hugging Face model directory. */
+#include <stdlib.h>
+
+#include "io/checkpoint.h"
+#include "io/hf_model.h"
+#include "megatrain.h"
+#include "train/run_state.h"
+
+mt_status mt_export(const char *path, const char *out_dir, int bf16, int64_t max_shard_bytes) {
+    char checkpoint[4096];
+    MT_TRY(mt_run_resolve(path, checkpoint, sizeof checkpoint));
+    mt_config cfg;
+    MT_TRY(mt_run_load_config(checkpoint, &cfg));
+    mt_layout layout;
+    MT_TRY(mt_layout_init(&layout, &cfg));
+    size_t bytes = (size_t)layout.total_numel * sizeof(float);
+    float *master = mt_malloc(bytes, "the exported master weights");
+    mt_status rc = master ? mt_checkpoint_read(checkpoint, "master", master, bytes) : MT_ERR_NOMEM;
+    if (rc == MT_OK) {
+        mt_hf_export_options eo = {.dtype = bf16 ? MT_ST_BF16 : MT_ST_F32, .max_shard_bytes = max_shard_bytes};
+        rc = mt_hf_export(&layout, master, out_dir, &eo);
+    }
+    free(master);
+    mt_layout_free(&layout);
+    return rc;
+}

@@ -1,0 +1,84 @@
+/* mt_plan: what a run needs before anything is allocated: host and device bytes by class, and
+ * the floor of one step's time from the performance model in DESIGN.md. */
+#include <stdio.h>
+
+#include "engine/engine.h"
+#include "engine/store.h"
+#include "io/hf_config.h"
+#include "io/hf_model.h"
+#include "megatrain.h"
+#include "train/backend_select.h"
+
+/* The lent H200 machine's measured rates (DESIGN.md): the floor is stated against these. */
+#define PCIE_BYTES_PER_S 51e9
+#define HOST_BYTES_PER_S 76e9
+#define GEMM_FLOP_PER_S 700e12
+#define OPTIMIZER_BYTES_PER_PARAM 30.0
+
+static double gb(int64_t bytes) { return (double)bytes / 1e9; }
+
+static mt_status plan_config(const mt_train_options *o, mt_config *cfg) {
+    if (o->init_from) return mt_hf_load_config(o->init_from, cfg);
+    if (o->config_path) return mt_hf_config_read(o->config_path, cfg);
+    return mt_config_preset(o->preset ? o->preset : "demo", cfg);
+}
+
+/* FLOPs of one step: linear layers 2 (forward) + 2 (recompute) + 4 (backward) per parameter and
+ * token; the LM head 6 (no recompute); causal attention 2 T Q per token and layer forward, four
+ * times that with its recompute and backward. */
+static double step_flops(const mt_config *c, double tokens, int seq) {
+    double block = (double)mt_config_block_params(c) * c->num_layers;
+    double head = (double)c->vocab_size * c->hidden_size;
+    double attention = 8.0 * seq * (double)c->num_heads * c->head_dim * c->num_layers * 0.5;
+    return tokens * (8.0 * block + 6.0 * head + attention);
+}
+
+mt_status mt_plan(const mt_train_options *o, FILE *out) {
+    mt_config cfg;
+    MT_TRY(plan_config(o, &cfg));
+    mt_layout lay;
+    MT_TRY(mt_layout_init(&lay, &cfg));
+    mt_backend *be = NULL;
+    mt_status rc = mt_backend_open(o->backend, o->threads, &be);
+    if (rc != MT_OK) {
+        mt_layout_free(&lay);
+        return rc;
+    }
+    mt_engine_options eo = mt_engine_defaults();
+    eo.batch = o->batch;
+    eo.seq = o->seq_len;
+    eo.micro_batches = o->micro_batches;
+    eo.slots = o->slots;
+    eo.lm_chunk = o->lm_chunk;
+    mt_store_bytes hb = mt_store_size(&lay, be->ops->weight_dtype);
+    mt_engine_bytes db = mt_engine_size(be, &cfg, &eo);
+    double params = (double)mt_config_total_params(&cfg);
+    double tokens = (double)o->micro_batches * o->batch * o->seq_len;
+    int resident = o->slots < cfg.num_layers ? o->slots : cfg.num_layers;
+    double wbytes = (double)mt_dtype_size(be->ops->weight_dtype);
+    double block = (double)mt_config_block_params(&cfg);
+    double pcie_in = wbytes * (params + block * (cfg.num_layers - resident));
+    double pcie_out = 4.0 * params;
+    double flops = step_flops(&cfg, tokens, o->seq_len);
+
+    fprintf(out, "model     %.3f B parameters: %d blocks of %.1f M, vocabulary %d x %d%s\n", params / 1e9,
+            cfg.num_layers, block / 1e6, cfg.vocab_size, cfg.hidden_size, cfg.tie_embeddings ? " (tied)" : "");
+    fprintf(out, "step      %d micro-batches x %d sequences x %d tokens = %.0f tokens, %s backend\n",
+            o->micro_batches, o->batch, o->seq_len, tokens, be->ops->name);
+    fprintf(out, "host      working weights %.2f GB + gradients %.2f GB + fp32 master %.2f GB + Adam moments "
+            "%.2f GB = %.2f GB\n", gb(hb.weights), gb(hb.grads), gb(hb.master), gb(hb.moments),
+            gb(hb.weights + hb.grads + hb.master + hb.moments));
+    fprintf(out, "device    weight slots %.2f GB + embedding and head %.2f GB + gradients %.2f GB + "
+            "checkpoints %.2f GB + workspace %.2f GB = %.2f GB\n", gb(db.weight_slots), gb(db.embed_head),
+            gb(db.grads), gb(db.checkpoints), gb(db.workspace), gb(db.total));
+    fprintf(out, "floor     GEMM %.3g FLOP / %.0f TFLOP/s = %.3f s\n", flops, GEMM_FLOP_PER_S / 1e12,
+            flops / GEMM_FLOP_PER_S);
+    fprintf(out, "          PCIe in %.2f GB, out %.2f GB at %.0f GB/s each way = %.3f s\n", pcie_in / 1e9,
+            pcie_out / 1e9, PCIE_BYTES_PER_S / 1e9, (pcie_in > pcie_out ? pcie_in : pcie_out) / PCIE_BYTES_PER_S);
+    fprintf(out, "          optimizer %.0f bytes/parameter over %.0f GB/s host memory = %.3f s\n",
+            OPTIMIZER_BYTES_PER_PARAM, HOST_BYTES_PER_S / 1e9, OPTIMIZER_BYTES_PER_PARAM * params / HOST_BYTES_PER_S);
+    fprintf(out, "          (rates: the lent H200 machine's, DESIGN.md)\n");
+    be->ops->destroy(be);
+    mt_layout_free(&lay);
+    return MT_OK;
+}

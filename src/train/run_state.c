@@ -1,0 +1,105 @@
+#include "train/run_state.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "io/checkpoint.h"
+#include "io/hf_config.h"
+#include "util/log.h"
+
+#define RUN_FORMAT "megatrain-run"
+#define RUN_VERSION 1
+
+mt_status mt_run_save(const char *run_dir, const mt_store *s, const mt_run_progress *p, int keep) {
+    char path[4096];
+    MT_TRY(mt_checkpoint_path(path, sizeof path, run_dir, p->step));
+    size_t bytes = (size_t)s->layout->total_numel * sizeof(float);
+    mt_ckpt_blob blobs[] = {{"master", s->master, bytes}, {"adam_m", s->m, bytes}, {"adam_v", s->v, bytes}};
+    json_t *meta = json_pack("{s:s, s:i, s:I, s:I, s:o, s:o}", "format", RUN_FORMAT, "version", RUN_VERSION,
+                             "step", (json_int_t)p->step, "adam_step", (json_int_t)p->adam_step,
+                             "sampler", mt_sampler_state_to_json(&p->sampler),
+                             "config", mt_hf_config_to_json(&s->layout->cfg, "float32"));
+    if (!meta) return mt_fail(MT_ERR_NOMEM, "%s: cannot build the checkpoint metadata", path);
+    mt_status rc = mt_checkpoint_write(path, blobs, 3, meta);
+    json_decref(meta);
+    MT_TRY(rc);
+    return keep > 0 ? mt_checkpoint_keep(run_dir, keep) : MT_OK;
+}
+
+static mt_status read_meta(const char *checkpoint, json_t **meta) {
+    MT_TRY(mt_checkpoint_read_meta(checkpoint, meta));
+    const char *format = json_string_value(json_object_get(*meta, "format"));
+    json_int_t version = json_integer_value(json_object_get(*meta, "version"));
+    if (!format || strcmp(format, RUN_FORMAT) || version != RUN_VERSION) {
+        json_decref(*meta);
+        return mt_fail(MT_ERR_INVALID, "%s: not a megatrain run checkpoint of version %d", checkpoint, RUN_VERSION);
+    }
+    return MT_OK;
+}
+
+mt_status mt_run_latest(const char *run_dir, char *path, size_t cap) {
+    mt_ckpt_entry *entries;
+    int count;
+    MT_TRY(mt_checkpoint_list(run_dir, &entries, &count));
+    mt_status rc = mt_fail(MT_ERR_INVALID, "%s: no usable checkpoint to resume from", run_dir);
+    for (int i = 0; i < count; i++) {
+        json_t *meta;
+        if (read_meta(entries[i].path, &meta) != MT_OK) {
+            mt_log_warn("skipping checkpoint %s: %s", entries[i].path, mt_error());
+            continue;
+        }
+        json_decref(meta);
+        snprintf(path, cap, "%s", entries[i].path);
+        rc = MT_OK;
+        break;
+    }
+    mt_checkpoint_list_free(entries, count);
+    return rc;
+}
+
+mt_status mt_run_resolve(const char *path, char *checkpoint, size_t cap) {
+    char manifest[4096];
+    struct stat st;
+    snprintf(manifest, sizeof manifest, "%s/manifest.json", path);
+    if (stat(manifest, &st) == 0) {
+        snprintf(checkpoint, cap, "%s", path);
+        return MT_OK;
+    }
+    if (stat(path, &st) != 0) return mt_fail(MT_ERR_IO, "%s: no such checkpoint or run directory", path);
+    return mt_run_latest(path, checkpoint, cap);
+}
+
+mt_status mt_run_load_config(const char *checkpoint, mt_config *cfg) {
+    json_t *meta;
+    MT_TRY(read_meta(checkpoint, &meta));
+    char source[4096];
+    snprintf(source, sizeof source, "%s/manifest.json (config)", checkpoint);
+    mt_status rc = mt_hf_config_from_json(json_object_get(meta, "config"), source, cfg);
+    json_decref(meta);
+    return rc;
+}
+
+mt_status mt_run_load(const char *checkpoint, mt_store *s, mt_run_progress *p) {
+    json_t *meta;
+    MT_TRY(read_meta(checkpoint, &meta));
+    json_t *step = json_object_get(meta, "step"), *adam = json_object_get(meta, "adam_step");
+    mt_status rc = MT_OK;
+    if (!json_is_integer(step) || !json_is_integer(adam))
+        rc = mt_fail(MT_ERR_INVALID, "%s: metadata lacks an integer step or adam_step", checkpoint);
+    if (rc == MT_OK) rc = mt_sampler_state_from_json(json_object_get(meta, "sampler"), &p->sampler);
+    if (rc == MT_OK) {
+        p->step = json_integer_value(step);
+        p->adam_step = json_integer_value(adam);
+    }
+    json_decref(meta);
+    MT_TRY(rc);
+    size_t bytes = (size_t)s->layout->total_numel * sizeof(float);
+    MT_TRY(mt_checkpoint_read(checkpoint, "master", s->master, bytes));
+    MT_TRY(mt_checkpoint_read(checkpoint, "adam_m", s->m, bytes));
+    MT_TRY(mt_checkpoint_read(checkpoint, "adam_v", s->v, bytes));
+    mt_store_sync_weights(s);
+    return MT_OK;
+}

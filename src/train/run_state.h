@@ -1,0 +1,33 @@
+/* A run's training state on disk: one checkpoint directory per save (run/ckpt-NNNNNN) holding
+ * the fp32 master weights, the Adam moments, and metadata: the model config, the step, the
+ * number of updates applied and the data sampler's state. Written through io/checkpoint
+ * (temp directory, fsync, manifest with checksums, rename), so a crash at any moment leaves
+ * the previous checkpoint intact. */
+#ifndef MT_TRAIN_RUN_STATE_H
+#define MT_TRAIN_RUN_STATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/store.h"
+#include "io/dataset.h"
+
+typedef struct {
+    int64_t step;        /* optimizer steps taken (skipped ones included) */
+    int64_t adam_step;   /* updates applied: AdamW's bias-correction count */
+    mt_sampler_state sampler;
+} mt_run_progress;
+
+mt_status mt_run_save(const char *run_dir, const mt_store *store, const mt_run_progress *progress, int keep);
+
+/* The newest checkpoint under run_dir whose manifest verifies; older ones are tried when the
+ * newest is damaged (each refusal is logged). MT_ERR_INVALID when there is none. */
+mt_status mt_run_latest(const char *run_dir, char *path, size_t cap);
+/* `path` is a checkpoint directory, or a run directory whose newest good checkpoint is meant. */
+mt_status mt_run_resolve(const char *path, char *checkpoint, size_t cap);
+
+mt_status mt_run_load_config(const char *checkpoint, mt_config *cfg);
+/* Fills the store's masters and moments (and working weights) and the progress. */
+mt_status mt_run_load(const char *checkpoint, mt_store *store, mt_run_progress *progress);
+
+#endif

@@ -1,0 +1,112 @@
+/* mt_sample: text from a checkpoint. The context runs through the same engine as training
+ * (forward only), one new token at a time; there is no KV cache, which is fine for the demo's
+ * sizes. Text is bytes, the demo's tokenizer; other vocabularies print token ids. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "megatrain.h"
+#include "train/backend_select.h"
+#include "train/run_state.h"
+#include "util/rng.h"
+
+enum { MAX_CONTEXT = 1024 };
+
+mt_sample_options mt_sample_defaults(void) {
+    return (mt_sample_options){.prompt = "", .tokens = 200, .temperature = 0.8f, .top_k = 40,
+                               .seed = 1, .backend = "auto"};
+}
+
+/* Draws from softmax(logits / temperature) over the top_k largest logits (greedy at 0). */
+static int draw(float *logits, int vocab, float temperature, int top_k, mt_rng *rng) {
+    int best = 0;
+    for (int v = 1; v < vocab; v++)
+        if (logits[v] > logits[best]) best = v;
+    if (temperature <= 0) return best;
+    float threshold = -INFINITY;
+    if (top_k > 0 && top_k < vocab) {
+        /* The k-th largest logit, by repeated selection: k is small. */
+        float *copy = malloc((size_t)vocab * sizeof *copy);
+        if (copy) {
+            memcpy(copy, logits, (size_t)vocab * sizeof *copy);
+            for (int i = 0; i < top_k; i++) {
+                int m = 0;
+                for (int v = 1; v < vocab; v++)
+                    if (copy[v] > copy[m]) m = v;
+                threshold = copy[m];
+                copy[m] = -INFINITY;
+            }
+            free(copy);
+        }
+    }
+    double sum = 0;
+    for (int v = 0; v < vocab; v++) sum += logits[v] >= threshold ? exp((logits[v] - logits[best]) / temperature) : 0;
+    double u = mt_rng_uniform(rng) * sum;
+    for (int v = 0; v < vocab; v++) {
+        if (logits[v] < threshold) continue;
+        u -= exp((logits[v] - logits[best]) / temperature);
+        if (u <= 0) return v;
+    }
+    return best;
+}
+
+static void emit(FILE *out, int token, int vocab) {
+    if (vocab == 256) fputc(token, out);
+    else fprintf(out, "%d ", token);
+    fflush(out);
+}
+
+mt_status mt_sample(const mt_sample_options *o, FILE *out) {
+    char checkpoint[4096];
+    MT_TRY(mt_run_resolve(o->run, checkpoint, sizeof checkpoint));
+    mt_config cfg;
+    MT_TRY(mt_run_load_config(checkpoint, &cfg));
+    int context = cfg.max_position < MAX_CONTEXT ? cfg.max_position : MAX_CONTEXT;
+    size_t prompt_len = strlen(o->prompt);
+    if (cfg.vocab_size < 256 && prompt_len)
+        return mt_fail(MT_ERR_INVALID, "%s: a text prompt needs a byte vocabulary (256), the model has %d",
+                       checkpoint, cfg.vocab_size);
+
+    mt_layout layout = {0};
+    mt_backend *be = NULL;
+    mt_store store = {0};
+    mt_engine *engine = NULL;
+    int32_t *tokens = malloc(((size_t)prompt_len + o->tokens + 1) * sizeof *tokens);
+    float *logits = malloc((size_t)cfg.vocab_size * sizeof *logits);
+    mt_status rc = tokens && logits ? MT_OK : mt_fail(MT_ERR_NOMEM, "cannot allocate the sampling buffers");
+    if (rc == MT_OK) rc = mt_layout_init(&layout, &cfg);
+    if (rc == MT_OK) rc = mt_backend_open(o->backend, 0, &be);
+    if (rc == MT_OK) rc = mt_store_create(&store, &layout, be);
+    mt_run_progress progress;
+    if (rc == MT_OK) rc = mt_run_load(checkpoint, &store, &progress);
+    if (rc == MT_OK) {
+        mt_engine_options eo = mt_engine_defaults();
+        eo.batch = 1;
+        eo.seq = context;
+        rc = mt_engine_create(&engine, be, &store, &eo, progress.adam_step);
+    }
+    if (rc == MT_OK) {
+        int len = 0;
+        for (size_t i = 0; i < prompt_len; i++) tokens[len++] = (unsigned char)o->prompt[i];
+        if (len == 0) tokens[len++] = cfg.bos_token_id >= 0 ? cfg.bos_token_id : '\n';
+        fwrite(o->prompt, 1, prompt_len, out);
+        mt_rng rng = {o->seed};
+        for (int i = 0; i < o->tokens && rc == MT_OK; i++) {
+            int start = len > context ? len - context : 0;
+            rc = mt_engine_next_logits(engine, tokens + start, len - start, logits);
+            if (rc != MT_OK) break;
+            tokens[len] = draw(logits, cfg.vocab_size, o->temperature, o->top_k, &rng);
+            emit(out, tokens[len], cfg.vocab_size);
+            len++;
+        }
+        fputc('\n', out);
+    }
+    mt_engine_destroy(engine);
+    if (store.layout) mt_store_free(&store);
+    if (be) be->ops->destroy(be);
+    if (layout.units) mt_layout_free(&layout);
+    free(tokens);
+    free(logits);
+    return rc;
+}

@@ -1,0 +1,294 @@
+/* mt_train: the training job. Resolves the model and data, builds the store and the engine,
+ * and runs the loop: steps, validation, metrics, the loss picture, checkpoints, and a clean stop
+ * on SIGINT/SIGTERM. */
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/engine.h"
+#include "io/dataset.h"
+#include "io/hf_config.h"
+#include "io/hf_model.h"
+#include "io/metrics.h"
+#include "io/plot.h"
+#include "megatrain.h"
+#include "optim/schedule.h"
+#include "train/backend_select.h"
+#include "train/progress.h"
+#include "train/run_state.h"
+#include "util/log.h"
+
+#define DEMO_CORPUS "data/kjv.txt"
+
+mt_train_options mt_train_defaults(void) {
+    return (mt_train_options){.val_fraction = MT_DATASET_DEFAULT_VAL_FRACTION, .seed = 1337,
+                              .seq_len = 256, .batch = 8, .micro_batches = 1, .steps = 600,
+                              .lr = 3e-3f, .min_lr_ratio = 0.1f, .warmup_steps = -1,
+                              .schedule = "cosine", .weight_decay = 0.1f, .beta1 = 0.9f,
+                              .beta2 = 0.95f, .eps = 1e-8f, .max_grad_norm = 1.0f,
+                              .backend = "auto", .slots = 2, .lm_chunk = 512, .out_dir = "runs/demo",
+                              .ckpt_every = 200, .eval_every = 100, .eval_batches = 8, .keep = 2};
+}
+
+/* ---- signals: the first asks for a clean stop, the second ends the process at once ---- */
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig) {
+    if (stop_requested) _exit(128 + sig);
+    stop_requested = 1;
+}
+
+static void install_signals(struct sigaction *old_int, struct sigaction *old_term) {
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    stop_requested = 0;
+    sigaction(SIGINT, &sa, old_int);
+    sigaction(SIGTERM, &sa, old_term);
+}
+
+/* ---- the pieces of a run ---- */
+
+typedef struct {
+    const mt_train_options *o;
+    mt_config cfg;
+    mt_layout layout;
+    mt_backend *be;
+    mt_store store;
+    mt_engine *engine;
+    mt_tokens tokens;
+    mt_dataset data;
+    mt_metrics *metrics;
+    mt_lr_schedule schedule;
+    mt_run_progress progress;
+    int32_t *inputs, *targets;  /* [M * batch * seq] */
+    char resume_from[4096];
+    int tokens_open;
+} run;
+
+static mt_status resolve_model(run *r) {
+    const mt_train_options *o = r->o;
+    if (r->resume_from[0]) return mt_run_load_config(r->resume_from, &r->cfg);
+    if (o->init_from) return mt_hf_load_config(o->init_from, &r->cfg);
+    if (o->config_path) return mt_hf_config_read(o->config_path, &r->cfg);
+    return mt_config_preset(o->preset ? o->preset : "demo", &r->cfg);
+}
+
+static void print_loading(int64_t done, int64_t total, void *user) {
+    double pct = total ? 100.0 * (double)done / (double)total : 100.0;
+    fprintf(stderr, "\rloading %s: %.0f%% of %.2f GB", (const char *)user, pct, (double)total / 1e9);
+    if (done == total) fputc('\n', stderr);
+}
+
+static mt_status init_weights(run *r) {
+    if (r->resume_from[0]) {
+        MT_TRY(mt_run_load(r->resume_from, &r->store, &r->progress));
+        mt_log_info("resumed from %s at step %lld", r->resume_from, (long long)r->progress.step);
+        return MT_OK;
+    }
+    if (r->o->init_from) {
+        MT_TRY(mt_hf_load_weights(r->o->init_from, &r->layout, r->store.master, print_loading,
+                                  (void *)r->o->init_from));
+        mt_store_sync_weights(&r->store);
+        return MT_OK;
+    }
+    mt_store_init_random(&r->store, r->o->seed);
+    return MT_OK;
+}
+
+static mt_status open_data(run *r) {
+    const char *path = r->o->data_path ? r->o->data_path : DEMO_CORPUS;
+    if (!r->o->data_path && access(path, R_OK) != 0)
+        return mt_fail(MT_ERR_IO, "%s: the demo corpus is missing; make it with "
+                       "'scripts/make-demo-corpus.sh %s' (needs the bible-kjv packages) or pass --data",
+                       path, path);
+    MT_TRY(mt_tokens_open(path, &r->tokens));
+    r->tokens_open = 1;
+    MT_TRY(mt_tokens_validate(&r->tokens, (uint32_t)r->cfg.vocab_size, path));
+    MT_TRY(mt_dataset_init(&r->data, &r->tokens, r->o->val_fraction, r->o->seq_len,
+                           r->o->sequential ? MT_SAMPLE_SEQUENTIAL : MT_SAMPLE_RANDOM, r->o->seed));
+    if (r->resume_from[0]) MT_TRY(mt_dataset_set_state(&r->data, &r->progress.sampler));
+    return MT_OK;
+}
+
+static mt_status open_engine(run *r) {
+    const mt_train_options *o = r->o;
+    mt_engine_options eo = mt_engine_defaults();
+    eo.batch = o->batch;
+    eo.seq = o->seq_len;
+    eo.micro_batches = o->micro_batches;
+    eo.slots = o->slots;
+    eo.opt_threads = o->opt_threads;
+    eo.lm_chunk = o->lm_chunk;
+    eo.max_grad_norm = o->max_grad_norm;
+    eo.beta1 = o->beta1;
+    eo.beta2 = o->beta2;
+    eo.eps = o->eps;
+    eo.weight_decay = o->weight_decay;
+    return mt_engine_create(&r->engine, r->be, &r->store, &eo, r->progress.adam_step);
+}
+
+static mt_status open_run(run *r) {
+    const mt_train_options *o = r->o;
+    if (o->steps < 1) return mt_fail(MT_ERR_INVALID, "--steps must be positive");
+    if (mkdir(o->out_dir, 0777) != 0 && errno != EEXIST)
+        return mt_fail(MT_ERR_IO, "%s: cannot create the run directory: %s", o->out_dir, strerror(errno));
+    if (access(o->out_dir, W_OK) != 0)
+        return mt_fail(MT_ERR_IO, "%s: the run directory is not writable: %s", o->out_dir, strerror(errno));
+    if (o->resume) MT_TRY(mt_run_latest(o->out_dir, r->resume_from, sizeof r->resume_from));
+    MT_TRY(resolve_model(r));
+    MT_TRY(mt_layout_init(&r->layout, &r->cfg));
+    if (o->seq_len > r->cfg.max_position)
+        return mt_fail(MT_ERR_INVALID, "--seq %d is past the model's max_position_embeddings (%d)",
+                       o->seq_len, r->cfg.max_position);
+    int64_t warmup = o->warmup_steps >= 0 ? o->warmup_steps : (o->steps / 10 < 100 ? o->steps / 10 : 100);
+    r->schedule = (mt_lr_schedule){.max_lr = o->lr, .warmup_steps = warmup,
+                                   .total_steps = o->steps, .min_lr_ratio = o->min_lr_ratio};
+    MT_TRY(mt_lr_kind_parse(o->schedule, &r->schedule.kind));
+    MT_TRY(mt_lr_schedule_validate(&r->schedule));
+    MT_TRY(mt_backend_open(o->backend, o->threads, &r->be));
+    MT_TRY(mt_store_create(&r->store, &r->layout, r->be));
+    MT_TRY(init_weights(r));
+    MT_TRY(open_data(r));
+    MT_TRY(open_engine(r));
+    MT_TRY(mt_metrics_open(o->out_dir, &r->metrics));
+    size_t n = (size_t)o->micro_batches * o->batch * o->seq_len;
+    r->inputs = mt_malloc(n * sizeof *r->inputs, "a step's inputs");
+    r->targets = mt_malloc(n * sizeof *r->targets, "a step's targets");
+    if (!r->inputs || !r->targets) return MT_ERR_NOMEM;
+    mt_log_info("%s backend, %.1fM parameters, %d x %d x %d tokens a step, run directory %s",
+                r->be->ops->name, (double)mt_config_total_params(&r->cfg) / 1e6, o->micro_batches,
+                o->batch, o->seq_len, o->out_dir);
+    return MT_OK;
+}
+
+static void close_run(run *r) {
+    free(r->inputs);
+    free(r->targets);
+    if (r->metrics) mt_metrics_close(r->metrics);
+    mt_engine_destroy(r->engine);
+    if (r->store.layout) mt_store_free(&r->store);
+    if (r->be) r->be->ops->destroy(r->be);
+    if (r->tokens_open) mt_tokens_close(&r->tokens);
+    if (r->layout.units) mt_layout_free(&r->layout);
+}
+
+/* ---- the loop's parts ---- */
+
+static mt_status validate(run *r, double *loss) {
+    int sequences = r->o->micro_batches * r->o->batch;
+    int64_t batches = mt_dataset_val_batches(&r->data, sequences);
+    if (batches > r->o->eval_batches) batches = r->o->eval_batches;
+    *loss = NAN;
+    if (batches <= 0) return MT_OK;
+    double sum = 0;
+    for (int64_t i = 0; i < batches; i++) {
+        double l;
+        mt_dataset_val_batch(&r->data, i, sequences, r->inputs, r->targets);
+        MT_TRY(mt_engine_eval(r->engine, r->inputs, r->targets, &l));
+        sum += l;
+    }
+    *loss = sum / (double)batches;
+    return MT_OK;
+}
+
+static mt_status save(run *r) {
+    r->progress.adam_step = mt_engine_finish(r->engine);
+    r->progress.sampler = r->data.state;
+    return mt_run_save(r->o->out_dir, &r->store, &r->progress, r->o->keep);
+}
+
+static void draw_curve(const run *r) {
+    char metrics[4096], svg[4096];
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", r->o->out_dir);
+    snprintf(svg, sizeof svg, "%s/loss.svg", r->o->out_dir);
+    mt_curve train = {0}, val = {0};
+    if (mt_metrics_load_curves(metrics, &train, &val) == MT_OK) {
+        mt_plot_series series[] = {{"train", train.step, train.value, train.n, 0},
+                                   {"validation", val.step, val.value, val.n, 1}};
+        mt_plot_labels labels = {"megatrain: loss", "step", "cross-entropy (nats per token)"};
+        if (mt_plot_svg(svg, &labels, series, val.n ? 2 : 1) != MT_OK)
+            mt_log_warn("loss picture not updated: %s", mt_error());
+    }
+    mt_curve_free(&train);
+    mt_curve_free(&val);
+}
+
+static mt_status log_step(run *r, const mt_step_result *s, float lr, double tok_s, double elapsed) {
+    json_t *ev = json_pack("{s:I, s:f, s:f, s:f, s:b, s:f, s:f, s:f}", "step", (json_int_t)r->progress.step,
+                           "loss", s->loss, "lr", (double)lr, "grad_norm", s->grad_norm, "skipped",
+                           s->skipped, "step_seconds", s->seconds, "tokens_per_s", tok_s, "elapsed_s", elapsed);
+    if (!ev) return mt_fail(MT_ERR_NOMEM, "cannot build a metrics line");
+    mt_status rc = mt_metrics_log(r->metrics, ev);
+    json_decref(ev);
+    return rc;
+}
+
+static mt_status log_val(run *r, double loss) {
+    json_t *ev = json_pack("{s:I, s:f}", "step", (json_int_t)r->progress.step, "val_loss", loss);
+    if (!ev) return mt_fail(MT_ERR_NOMEM, "cannot build a metrics line");
+    mt_status rc = mt_metrics_log(r->metrics, ev);
+    json_decref(ev);
+    return rc;
+}
+
+static mt_status loop(run *r, mt_progress *pg) {
+    const mt_train_options *o = r->o;
+    int sequences = o->micro_batches * o->batch;
+    double tokens_per_step = (double)sequences * o->seq_len;
+    while (r->progress.step < o->steps && !stop_requested) {
+        float lr = mt_lr_at(&r->schedule, r->progress.step + 1);
+        mt_dataset_train_batch(&r->data, sequences, r->inputs, r->targets);
+        mt_step_result s;
+        MT_TRY(mt_engine_step(r->engine, r->inputs, r->targets, lr, &s));
+        r->progress.step++;
+        if (s.skipped) mt_progress_note(pg, "step %lld skipped: gradient norm %g", (long long)r->progress.step, s.grad_norm);
+        mt_progress_step(pg, r->progress.step, s.loss, tokens_per_step, lr);
+        MT_TRY(log_step(r, &s, lr, mt_progress_tokens_per_second(pg), mt_progress_now() - pg->started));
+        int last = r->progress.step == o->steps;
+        if (o->eval_every > 0 && (r->progress.step % o->eval_every == 0 || last)) {
+            double val;
+            MT_TRY(validate(r, &val));
+            if (!isnan(val)) {
+                MT_TRY(log_val(r, val));
+                mt_progress_note(pg, "step %lld: validation loss %.4f", (long long)r->progress.step, val);
+            }
+            draw_curve(r);
+        }
+        if (o->ckpt_every > 0 && r->progress.step % o->ckpt_every == 0 && !last) {
+            MT_TRY(save(r));
+            mt_progress_note(pg, "step %lld: checkpoint saved", (long long)r->progress.step);
+        }
+    }
+    return MT_OK;
+}
+
+mt_status mt_train(const mt_train_options *o) {
+    run r = {.o = o};
+    struct sigaction old_int, old_term;
+    install_signals(&old_int, &old_term);
+    mt_status rc = open_run(&r);
+    if (rc == MT_OK) {
+        mt_progress pg;
+        mt_progress_start(&pg, o->progress, r.progress.step, o->steps);
+        rc = loop(&r, &pg);
+        mt_progress_finish(&pg);
+        if (rc == MT_OK || rc == MT_ERR_NUMERIC) {
+            mt_status saved = save(&r);
+            if (saved == MT_OK) mt_log_info("checkpoint at step %lld saved in %s", (long long)r.progress.step, o->out_dir);
+            if (rc == MT_OK) rc = saved;
+        }
+        draw_curve(&r);
+        if (rc == MT_OK && stop_requested) mt_log_info("stopped on request at step %lld", (long long)r.progress.step);
+    }
+    close_run(&r);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    return rc;
+}

@@ -1,0 +1,21 @@
+/* Test helper for the Hugging Face and safetensors tests: scratch directories and raw files. */
+#ifndef MT_TESTS_HF_TEST_FILES_H
+#define MT_TESTS_HF_TEST_FILES_H
+
+#include <stddef.h>
+
+/* Creates a fresh directory under /tmp; `dir` receives its path (PATH_MAX bytes). */
+void hf_test_mkdtemp(char *dir);
+/* Removes a scratch directory and everything below it. */
+void hf_test_rmtree(const char *dir);
+/* Joins dir and name into out (PATH_MAX bytes) and returns out. */
+char *hf_test_path(char *out, const char *dir, const char *name);
+/* Writes a safetensors file by hand: the 8-byte length `header_len` (which a test may make lie),
+ * the header text, then `data_len` bytes of zeros. */
+void hf_test_write_raw(const char *path, unsigned long long header_len, const char *header, size_t data_len);
+/* Writes a text file. */
+void hf_test_write_text(const char *path, const char *text);
+/* Number of entries in a directory, -1 when it does not exist. */
+int hf_test_count_entries(const char *dir);
+
+#endif

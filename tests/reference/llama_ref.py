@@ -1,0 +1,331 @@
+#!/usr/bin/python3
+"""An independent PyTorch reference for megatrain's Llama model.
+
+Usage: llama_ref.py MODE DIR [MODE DIR ...]
+Each pair runs one fixture directory (several pairs share one start of Python and torch).
+
+A fixture directory, written by tests/ref_fixture.c, holds:
+  config.txt   key=value lines: the model shape, and for training the optimizer settings
+  tensors.txt  one line per tensor, in order: Hugging Face name, rows, cols (cols 1: a vector)
+  weights.bin  float32 little-endian, the tensors concatenated in that order
+  tokens.bin   int32 [steps][batch][seq_len + 1]; inputs are [:, :-1], targets [:, 1:]
+  probes.bin   optional (grads mode): records of int64 tensor index, int64 element, float64 delta
+
+Modes:
+  grads  float64, one forward and backward on step 0's tokens. Writes ref_loss.txt (the mean
+         cross-entropy) and ref_grads.bin (float64 gradients, same order as weights.bin); with
+         probes.bin, also ref_probe_losses.bin: float64 loss with each probe's delta added to
+         that one element (for finite-difference checks of this very script).
+  train  float32, `steps` AdamW steps (weight decay on matrices only, constant lr, gradient
+         clipping by the global norm when max_grad_norm > 0), step s on step s's tokens. Writes
+         ref_losses.txt (each step's loss before its update) and ref_weights_after.bin (float32).
+
+This is deliberately its own code, written from the Hugging Face Llama definition, not a port
+of megatrain's C, so that the two can disagree when either is wrong.
+"""
+import math
+import os
+import sys
+
+try:
+    import numpy
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    sys.exit("llama_ref.py: PyTorch or NumPy is not installed "
+             "(Debian: apt-get install python3-torch)")
+
+INT_KEYS = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
+            "head_dim", "vocab_size", "tie_embeddings", "attention_bias",
+            "rope_original_max_position", "steps", "seq_len", "batch")
+FLOAT_KEYS = ("rms_norm_eps", "rope_theta", "rope_scaling_factor", "rope_low_freq_factor",
+              "rope_high_freq_factor", "lr", "beta1", "beta2", "eps", "weight_decay",
+              "max_grad_norm")
+TRAIN_KEYS = ("lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm")
+
+
+class FixtureError(Exception):
+    pass
+
+
+def read_config(path):
+    cfg = {}
+    with open(path) as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            key, sep, value = line.partition("=")
+            if not sep:
+                raise FixtureError(f"{path}:{lineno}: expected key=value, got '{line}'")
+            if key in INT_KEYS:
+                cfg[key] = int(value)
+            elif key in FLOAT_KEYS:
+                cfg[key] = float(value)
+            else:
+                raise FixtureError(f"{path}:{lineno}: unknown key '{key}'")
+    for key in INT_KEYS + FLOAT_KEYS:
+        if key not in cfg and key not in TRAIN_KEYS:
+            raise FixtureError(f"{path}: missing key '{key}'")
+    return cfg
+
+
+def expected_shapes(cfg):
+    """Hugging Face name -> (rows, cols) for every tensor the config implies."""
+    d, f, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    q = cfg["num_heads"] * cfg["head_dim"]
+    kv = cfg["num_kv_heads"] * cfg["head_dim"]
+    shapes = {"model.embed_tokens.weight": (v, d), "model.norm.weight": (d, 1)}
+    if not cfg["tie_embeddings"]:
+        shapes["lm_head.weight"] = (v, d)
+    for layer in range(cfg["num_layers"]):
+        p = f"model.layers.{layer}."
+        shapes.update({
+            p + "input_layernorm.weight": (d, 1),
+            p + "self_attn.q_proj.weight": (q, d),
+            p + "self_attn.k_proj.weight": (kv, d),
+            p + "self_attn.v_proj.weight": (kv, d),
+            p + "self_attn.o_proj.weight": (d, q),
+            p + "post_attention_layernorm.weight": (d, 1),
+            p + "mlp.gate_proj.weight": (f, d),
+            p + "mlp.up_proj.weight": (f, d),
+            p + "mlp.down_proj.weight": (d, f),
+        })
+        if cfg["attention_bias"]:
+            shapes.update({p + "self_attn.q_proj.bias": (q, 1),
+                           p + "self_attn.k_proj.bias": (kv, 1),
+                           p + "self_attn.v_proj.bias": (kv, 1)})
+    return shapes
+
+
+def read_tensor_list(path, cfg):
+    """[(name, rows, cols)] in file order, checked against the config's shapes."""
+    expected = expected_shapes(cfg)
+    tensors = []
+    with open(path) as f:
+        for line in f:
+            if not line.strip():
+                continue
+            name, rows, cols = line.split()
+            rows, cols = int(rows), int(cols)
+            if name not in expected:
+                raise FixtureError(f"{path}: tensor '{name}' is not part of this config")
+            if expected[name] != (rows, cols):
+                raise FixtureError(f"{path}: tensor '{name}' is [{rows}, {cols}], "
+                                   f"the config implies {list(expected[name])}")
+            tensors.append((name, rows, cols))
+    missing = set(expected) - {name for name, _, _ in tensors}
+    if missing:
+        raise FixtureError(f"{path}: missing tensor '{sorted(missing)[0]}'")
+    return tensors
+
+
+def read_binary(path, dtype, count):
+    data = torch.from_numpy(numpy.fromfile(path, dtype=dtype))
+    if data.numel() != count:
+        raise FixtureError(f"{path}: holds {data.numel()} values, expected {count}")
+    return data
+
+
+def load_params(directory, tensors, dtype):
+    """name -> leaf tensor (1-D for vectors, 2-D for matrices) requiring grad."""
+    total = sum(rows * cols for _, rows, cols in tensors)
+    flat = read_binary(os.path.join(directory, "weights.bin"), "<f4", total).to(dtype)
+    params, at = {}, 0
+    for name, rows, cols in tensors:
+        t = flat[at:at + rows * cols].clone()
+        params[name] = (t if cols == 1 else t.view(rows, cols)).requires_grad_(True)
+        at += rows * cols
+    return params
+
+
+def load_tokens(directory, cfg):
+    steps = cfg.get("steps", 1)
+    shape = (steps, cfg["batch"], cfg["seq_len"] + 1)
+    tokens = read_binary(os.path.join(directory, "tokens.bin"), "<i4", math.prod(shape))
+    tokens = tokens.view(shape).long()
+    bad = (tokens < 0) | (tokens >= cfg["vocab_size"])
+    if bad.any():
+        raise FixtureError(f"tokens.bin: token id {int(tokens[bad][0])} is outside "
+                           f"[0, {cfg['vocab_size']})")
+    return tokens
+
+
+def rope_inv_freq(cfg):
+    """Inverse frequencies in float64, with llama3 scaling as transformers'
+    _compute_llama3_parameters applies it."""
+    hd = cfg["head_dim"]
+    inv_freq = 1.0 / cfg["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    factor = cfg["rope_scaling_factor"]
+    if factor == 0:
+        return inv_freq
+    low, high = cfg["rope_low_freq_factor"], cfg["rope_high_freq_factor"]
+    old_context = cfg["rope_original_max_position"]
+    low_freq_wavelen, high_freq_wavelen = old_context / low, old_context / high
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth = (old_context / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    is_medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
+    return torch.where(is_medium, smoothed, scaled)
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class Llama:
+    def __init__(self, cfg, params, dtype):
+        self.cfg, self.p, self.dtype = cfg, params, dtype
+
+    def rms_norm(self, x, w):
+        # Normalized in float64 whatever the model's dtype, then scaled in it.
+        x64 = x.to(torch.float64)
+        x64 = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + self.cfg["rms_norm_eps"])
+        return x64.to(self.dtype) * w
+
+    def linear(self, x, name, bias=False):
+        return F.linear(x, self.p[name + ".weight"], self.p[name + ".bias"] if bias else None)
+
+    def attention(self, x, prefix, cos, sin):
+        cfg = self.cfg
+        b, s, _ = x.shape
+        h, kvh, hd = cfg["num_heads"], cfg["num_kv_heads"], cfg["head_dim"]
+        bias = bool(cfg["attention_bias"])
+        # [b, s, heads*hd] -> [b, heads, s, hd]
+        q = self.linear(x, prefix + "q_proj", bias).view(b, s, h, hd).transpose(1, 2)
+        k = self.linear(x, prefix + "k_proj", bias).view(b, s, kvh, hd).transpose(1, 2)
+        v = self.linear(x, prefix + "v_proj", bias).view(b, s, kvh, hd).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        # Query head i reads key/value head i // (h / kvh).
+        k = k.repeat_interleave(h // kvh, dim=1)
+        v = v.repeat_interleave(h // kvh, dim=1)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(hd)
+        future = torch.triu(torch.ones(s, s, dtype=torch.bool), diagonal=1)
+        scores = scores.masked_fill(future, float("-inf"))
+        out = torch.softmax(scores, dim=-1) @ v
+        out = out.transpose(1, 2).reshape(b, s, h * hd)
+        return self.linear(out, prefix + "o_proj")
+
+    def mlp(self, x, prefix):
+        gate = self.linear(x, prefix + "gate_proj")
+        up = self.linear(x, prefix + "up_proj")
+        return self.linear(F.silu(gate) * up, prefix + "down_proj")
+
+    def loss(self, tokens):
+        """Mean cross-entropy of tokens[b, s+1]: inputs [:, :-1], targets [:, 1:]."""
+        cfg, p = self.cfg, self.p
+        inputs, targets = tokens[:, :-1], tokens[:, 1:]
+        seq = inputs.shape[1]
+        angles = torch.arange(seq, dtype=torch.float64)[:, None] * rope_inv_freq(cfg)[None, :]
+        angles = torch.cat((angles, angles), dim=-1)
+        cos, sin = angles.cos().to(self.dtype), angles.sin().to(self.dtype)
+        wte = p["model.embed_tokens.weight"]
+        x = wte[inputs]
+        for layer in range(cfg["num_layers"]):
+            prefix = f"model.layers.{layer}."
+            n = self.rms_norm(x, p[prefix + "input_layernorm.weight"])
+            x = x + self.attention(n, prefix + "self_attn.", cos, sin)
+            n = self.rms_norm(x, p[prefix + "post_attention_layernorm.weight"])
+            x = x + self.mlp(n, prefix + "mlp.")
+        x = self.rms_norm(x, p["model.norm.weight"])
+        head = wte if cfg["tie_embeddings"] else p["lm_head.weight"]
+        logits = x @ head.t()
+        return F.cross_entropy(logits.reshape(-1, cfg["vocab_size"]), targets.reshape(-1))
+
+
+def write_binary(path, values, numpy_dtype):
+    values.detach().numpy().astype(numpy_dtype).tofile(path)
+
+
+def flatten(tensors, params, what):
+    return torch.cat([what(params[name]).reshape(-1) for name, _, _ in tensors])
+
+
+def read_probes(path, tensors):
+    record = numpy.dtype([("tensor", "<i8"), ("element", "<i8"), ("delta", "<f8")])
+    probes = numpy.fromfile(path, dtype=record)
+    for tensor, element, _ in probes:
+        if not 0 <= tensor < len(tensors):
+            raise FixtureError(f"{path}: probe tensor index {tensor} out of range")
+        name, rows, cols = tensors[tensor]
+        if not 0 <= element < rows * cols:
+            raise FixtureError(f"{path}: probe element {element} outside '{name}'")
+    return probes
+
+
+def run_grads(directory, cfg, tensors):
+    params = load_params(directory, tensors, torch.float64)
+    tokens = load_tokens(directory, cfg)[0]
+    model = Llama(cfg, params, torch.float64)
+    loss = model.loss(tokens)
+    loss.backward()
+    with open(os.path.join(directory, "ref_loss.txt"), "w") as f:
+        f.write(f"{loss.item():.17g}\n")
+    grads = flatten(tensors, params, lambda t: t.grad)
+    write_binary(os.path.join(directory, "ref_grads.bin"), grads, "<f8")
+
+    probes_path = os.path.join(directory, "probes.bin")
+    if os.path.exists(probes_path):
+        losses = []
+        with torch.no_grad():
+            for tensor, element, delta in read_probes(probes_path, tensors):
+                flat = params[tensors[tensor][0]].view(-1)
+                saved = flat[element].item()
+                flat[element] = saved + delta
+                losses.append(model.loss(tokens).item())
+                flat[element] = saved
+        write_binary(os.path.join(directory, "ref_probe_losses.bin"),
+                     torch.tensor(losses, dtype=torch.float64), "<f8")
+
+
+def run_train(directory, cfg, tensors):
+    for key in TRAIN_KEYS:
+        if key not in cfg:
+            raise FixtureError(f"config.txt: train mode needs '{key}'")
+    params = load_params(directory, tensors, torch.float32)
+    tokens = load_tokens(directory, cfg)
+    model = Llama(cfg, params, torch.float32)
+    decay = [t for t in params.values() if t.dim() == 2]
+    no_decay = [t for t in params.values() if t.dim() != 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg["weight_decay"]},
+         {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg["lr"], betas=(cfg["beta1"], cfg["beta2"]), eps=cfg["eps"])
+    losses = []
+    for step in range(cfg["steps"]):
+        optimizer.zero_grad()
+        loss = model.loss(tokens[step])
+        loss.backward()
+        if cfg["max_grad_norm"] > 0:
+            torch.nn.utils.clip_grad_norm_(list(params.values()), cfg["max_grad_norm"])
+        optimizer.step()
+        losses.append(loss.item())
+    with open(os.path.join(directory, "ref_losses.txt"), "w") as f:
+        f.writelines(f"{v:.9g}\n" for v in losses)
+    weights = flatten(tensors, params, lambda t: t)
+    write_binary(os.path.join(directory, "ref_weights_after.bin"), weights, "<f4")
+
+
+MODES = {"grads": run_grads, "train": run_train}
+
+
+def main(argv):
+    if len(argv) < 2 or len(argv) % 2:
+        sys.exit("usage: llama_ref.py MODE DIR [MODE DIR ...]  (MODE: grads or train)")
+    torch.set_num_threads(1)  # tiny models: threads only add noise to the timings
+    for mode, directory in zip(argv[0::2], argv[1::2]):
+        if mode not in MODES:
+            sys.exit(f"llama_ref.py: unknown mode '{mode}' (grads or train)")
+        try:
+            cfg = read_config(os.path.join(directory, "config.txt"))
+            tensors = read_tensor_list(os.path.join(directory, "tensors.txt"), cfg)
+            MODES[mode](directory, cfg, tensors)
+        except (FixtureError, OSError, ValueError) as e:
+            sys.exit(f"llama_ref.py: {directory}: {e}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,185 @@
+/* config.json -> mt_config: real-world shapes, transformers' defaults, every refusal naming its
+ * field, and mt_config -> config.json -> mt_config unchanged. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <limits.h>
+#include <string.h>
+
+#include "hf_test_files.h"
+#include "io/hf_config.h"
+
+/* Llama 3.2 1B's config.json, abridged to the fields megatrain reads plus a few it ignores. */
+static const char *llama32 =
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 2048,"
+    " \"intermediate_size\": 8192, \"num_hidden_layers\": 16, \"num_attention_heads\": 32,"
+    " \"num_key_value_heads\": 8, \"head_dim\": 64, \"vocab_size\": 128256,"
+    " \"max_position_embeddings\": 131072, \"rms_norm_eps\": 1e-05, \"rope_theta\": 500000.0,"
+    " \"tie_word_embeddings\": true, \"attention_bias\": false, \"mlp_bias\": false, \"hidden_act\": \"silu\","
+    " \"bos_token_id\": 128000, \"eos_token_id\": [128001, 128008, 128009], \"torch_dtype\": \"bfloat16\","
+    " \"rope_scaling\": {\"factor\": 32.0, \"high_freq_factor\": 4.0, \"low_freq_factor\": 1.0,"
+    " \"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}, \"use_cache\": true}";
+
+static mt_status parse(const char *text, mt_config *cfg) {
+    return mt_hf_config_parse(text, strlen(text), "config.json", cfg);
+}
+
+/* `base` with `key` set to `value` (a JSON literal), or removed when value is NULL; free it. */
+static char *with_field(const char *base, const char *key, const char *value) {
+    json_t *root = json_loads(base, 0, NULL);
+    cr_assert_not_null(root);
+    if (value) json_object_set_new(root, key, json_loads(value, JSON_DECODE_ANY, NULL));
+    else json_object_del(root, key);
+    char *text = json_dumps(root, 0);
+    json_decref(root);
+    return text;
+}
+
+static mt_status parse_variant(const char *base, const char *key, const char *value, mt_config *cfg) {
+    char *text = with_field(base, key, value);
+    mt_status st = parse(text, cfg);
+    free(text);
+    return st;
+}
+
+static void expect_refusal(const char *base, const char *key, const char *value, const char *needle) {
+    mt_config cfg;
+    cr_assert_eq(parse_variant(base, key, value, &cfg), MT_ERR_INVALID, "%s = %s was accepted", key,
+                 value ? value : "(absent)");
+    cr_assert(strstr(mt_error(), "config.json"), "message lacks the file: %s", mt_error());
+    cr_assert(strstr(mt_error(), needle), "message lacks '%s': %s", needle, mt_error());
+}
+
+Test(hfconfig, parses_llama_3_2) {
+    mt_config c;
+    cr_assert_eq(parse(llama32, &c), MT_OK, "%s", mt_error());
+    mt_config want;
+    cr_assert_eq(mt_config_preset("llama-3.2-1b", &want), MT_OK);
+    cr_assert(!memcmp(&c, &want, sizeof c), "parsed config differs from the llama-3.2-1b preset");
+}
+
+Test(hfconfig, fills_transformers_defaults) {
+    const char *minimal = "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64,"
+                          " \"intermediate_size\": 128, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
+                          " \"vocab_size\": 100, \"num_key_value_heads\": null}";
+    mt_config c;
+    cr_assert_eq(parse(minimal, &c), MT_OK, "%s", mt_error());
+    cr_assert(c.arch == MT_ARCH_LLAMA && c.num_kv_heads == 4 && c.head_dim == 16 && c.max_position == 2048);
+    cr_assert(c.rms_norm_eps == 1e-6f && c.rope_theta == 10000.0f && !c.tie_embeddings && !c.attention_bias);
+    cr_assert(c.rope_scaling_factor == 0 && c.bos_token_id == -1 && c.eos_token_id == -1);
+}
+
+static const char *qwen2 =
+    "{\"architectures\": [\"Qwen2ForCausalLM\"], \"model_type\": \"qwen2\", \"hidden_size\": 896,"
+    " \"intermediate_size\": 4864, \"num_hidden_layers\": 24, \"num_attention_heads\": 14,"
+    " \"num_key_value_heads\": 2, \"vocab_size\": 151936, \"max_position_embeddings\": 32768,"
+    " \"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000.0, \"tie_word_embeddings\": true,"
+    " \"use_sliding_window\": false, \"sliding_window\": 32768, \"max_window_layers\": 21,"
+    " \"hidden_act\": \"silu\", \"bos_token_id\": 151643, \"eos_token_id\": 151643, \"rope_scaling\": null}";
+
+Test(hfconfig, qwen2_always_has_qkv_bias) {
+    mt_config c;
+    cr_assert_eq(parse(qwen2, &c), MT_OK, "%s", mt_error());
+    cr_assert(c.arch == MT_ARCH_QWEN2 && c.attention_bias && c.head_dim == 64 && c.tie_embeddings);
+}
+
+static const char *mistral =
+    "{\"architectures\": [\"MistralForCausalLM\"], \"model_type\": \"mistral\", \"hidden_size\": 4096,"
+    " \"intermediate_size\": 14336, \"num_hidden_layers\": 32, \"num_attention_heads\": 32,"
+    " \"num_key_value_heads\": 8, \"vocab_size\": 32768, \"max_position_embeddings\": 32768,"
+    " \"rms_norm_eps\": 1e-05, \"rope_theta\": 1000000.0, \"sliding_window\": null}";
+
+Test(hfconfig, mistral_without_sliding_window) {
+    mt_config c;
+    cr_assert_eq(parse(mistral, &c), MT_OK, "%s", mt_error());
+    cr_assert(c.arch == MT_ARCH_MISTRAL && !c.attention_bias && c.num_kv_heads == 8);
+}
+
+Test(hfconfig, refuses_active_sliding_windows) {
+    expect_refusal(mistral, "sliding_window", "4096", "'sliding_window'");
+    /* MistralConfig's default window is 4096: leaving it out turns it on. */
+    expect_refusal(mistral, "sliding_window", NULL, "'sliding_window'");
+    char *qwen2_short_window = with_field(qwen2, "sliding_window", "4096");
+    expect_refusal(qwen2_short_window, "use_sliding_window", "true", "'use_sliding_window'");
+    free(qwen2_short_window);
+    mt_config c;
+    /* A window as long as the context changes nothing. */
+    cr_assert_eq(parse_variant(mistral, "sliding_window", "32768", &c), MT_OK, "%s", mt_error());
+}
+
+Test(hfconfig, refuses_other_architectures) {
+    expect_refusal(llama32, "architectures", "[\"GPT2LMHeadModel\"]", "'architectures' = 'GPT2LMHeadModel'");
+    expect_refusal(llama32, "model_type", "\"qwen2\"", "'model_type'");
+    expect_refusal(llama32, "architectures", "[]", "'architectures'");
+}
+
+Test(hfconfig, refuses_math_it_does_not_implement) {
+    expect_refusal(llama32, "hidden_act", "\"gelu\"", "'hidden_act' = 'gelu'");
+    expect_refusal(llama32, "mlp_bias", "true", "'mlp_bias'");
+    expect_refusal(llama32, "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 4.0}", "'rope_scaling.rope_type' = 'yarn'");
+    expect_refusal(llama32, "rope_scaling", "{\"type\": \"linear\", \"factor\": 2.0}", "'linear'");
+    expect_refusal(llama32, "quantization_config", "{\"quant_method\": \"gptq\"}", "'quantization_config'");
+}
+
+Test(hfconfig, refuses_missing_required_fields) {
+    const char *required[] = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                              "vocab_size"};
+    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
+        char needle[64];
+        snprintf(needle, sizeof needle, "'%s' is missing", required[i]);
+        expect_refusal(llama32, required[i], NULL, needle);
+    }
+    expect_refusal(llama32, "rope_scaling", "{\"rope_type\": \"llama3\", \"factor\": 8.0}",
+                   "'rope_scaling.low_freq_factor' is missing");
+}
+
+Test(hfconfig, refuses_wrong_json_types) {
+    expect_refusal(llama32, "hidden_size", "\"2048\"", "'hidden_size' must be an integer, found a string");
+    expect_refusal(llama32, "num_hidden_layers", "16.0", "'num_hidden_layers' must be an integer");
+    expect_refusal(llama32, "rms_norm_eps", "\"1e-5\"", "'rms_norm_eps' must be a number");
+    expect_refusal(llama32, "tie_word_embeddings", "1", "'tie_word_embeddings' must be true or false");
+    expect_refusal(llama32, "rope_scaling", "[1]", "'rope_scaling' must be an object or null");
+    expect_refusal(llama32, "eos_token_id", "[\"x\"]", "'eos_token_id'");
+    expect_refusal(llama32, "hidden_size", "99999999999", "'hidden_size' = 99999999999 is out of range");
+}
+
+Test(hfconfig, refuses_values_the_model_cannot_use) {
+    expect_refusal(llama32, "num_key_value_heads", "5", "num_key_value_heads (5) must divide");
+    expect_refusal(llama32, "hidden_size", "0", "hidden_size must be positive");
+}
+
+Test(hfconfig, refuses_malformed_json) {
+    mt_config c;
+    cr_assert_eq(parse("{\"hidden_size\": 1,", &c), MT_ERR_INVALID);
+    cr_assert(strstr(mt_error(), "config.json") && strstr(mt_error(), "JSON"), "%s", mt_error());
+    cr_assert_eq(parse("{\"hidden_size\": 1, \"hidden_size\": 2}", &c), MT_ERR_INVALID);
+    cr_assert(strstr(mt_error(), "duplicate"), "%s", mt_error());
+    cr_assert_eq(parse("[1, 2]", &c), MT_ERR_INVALID);
+    cr_assert(strstr(mt_error(), "JSON object"), "%s", mt_error());
+}
+
+/* Every preset through config.json and back, and the files transformers needs beside it. */
+Test(hfconfig, write_then_read_round_trips) {
+    const char *presets[] = {"tiny", "llama-3.2-1b", "llama-3-8b", "qwen2.5-14b"};
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        char dir[PATH_MAX], path[PATH_MAX];
+        mt_config cfg, back;
+        cr_assert_eq(mt_config_preset(presets[i], &cfg), MT_OK);
+        hf_test_mkdtemp(dir);
+        cr_assert_eq(mt_hf_config_write(&cfg, "bfloat16", dir), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_hf_config_read(hf_test_path(path, dir, "config.json"), &back), MT_OK, "%s", mt_error());
+        cr_assert(!memcmp(&cfg, &back, sizeof cfg), "%s did not round-trip", presets[i]);
+        json_t *doc = json_load_file(path, 0, NULL);
+        cr_assert_str_eq(json_string_value(json_object_get(doc, "torch_dtype")), "bfloat16");
+        /* The shortest decimal: transformers must read the very eps the model trained with. */
+        json_t *eps = json_object_get(doc, "rms_norm_eps");
+        cr_assert(json_real_value(eps) == (cfg.rms_norm_eps == 1e-5f ? 1e-5 : 1e-6), "eps written as %.17g",
+                  json_real_value(eps));
+        json_decref(doc);
+        json_t *gen = json_load_file(hf_test_path(path, dir, "generation_config.json"), 0, NULL);
+        cr_assert_not_null(gen, "no generation_config.json");
+        if (cfg.eos_token_id >= 0)
+            cr_assert_eq(json_integer_value(json_object_get(gen, "eos_token_id")), cfg.eos_token_id);
+        json_decref(gen);
+        hf_test_rmtree(dir);
+    }
+}
