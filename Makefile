@@ -65,7 +65,7 @@ $(BUILD)/tsan/run-tests: $(call objs,$(BUILD)/tsan,$(LIB_C) $(TEST_C))
 	$(CC) $(filter-out -fopenmp,$(CFLAGS)) -fsanitize=thread $^ -o $@ $(filter-out -lcudart -lcublasLt -lcublas,$(LDLIBS)) -lcriterion
 
 # The GPU tests (Criterion suite cuda): a separate binary, built only with CUDA=1.
-$(BUILD)/cuda_tests: $(call objs,$(BUILD),$(LIB_C) $(CUDA_TEST_C)) $(LIB_OBJ_CU)
+$(BUILD)/cuda_tests: $(call objs,$(BUILD),$(LIB_C) $(CUDA_TEST_C) tests/tiny_model.c) $(LIB_OBJ_CU)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) -lcriterion
 cuda-tests: $(BUILD)/cuda_tests
 

@@ -34,9 +34,16 @@ mt_config mt_tiny_config_mha(void) {
 }
 
 void mt_tiny_model_open(mt_tiny_model *t, const mt_config *cfg, const mt_engine_options *opt, uint64_t seed) {
+    mt_backend *be;
+    cr_assert_eq(mt_backend_cpu_create(&be, 2), MT_OK, "%s", mt_error());
+    mt_tiny_model_open_on(t, be, cfg, opt, seed);
+}
+
+void mt_tiny_model_open_on(mt_tiny_model *t, mt_backend *be, const mt_config *cfg, const mt_engine_options *opt,
+                           uint64_t seed) {
     t->cfg = *cfg;
+    t->be = be;
     cr_assert_eq(mt_layout_init(&t->layout, &t->cfg), MT_OK, "%s", mt_error());
-    cr_assert_eq(mt_backend_cpu_create(&t->be, 2), MT_OK, "%s", mt_error());
     cr_assert_eq(mt_store_create(&t->store, &t->layout, t->be), MT_OK, "%s", mt_error());
     mt_store_init_random(&t->store, seed);
     /* Norm weights and biases away from their 1 and 0 so that their gradients are tested too. */

@@ -17,8 +17,11 @@ mt_config mt_tiny_config_gqa(void);
 mt_config mt_tiny_config_tied_bias(void);
 mt_config mt_tiny_config_mha(void);
 
-/* Builds everything with weights from `seed`; asserts (Criterion) on failure. */
+/* Builds everything with weights from `seed` on a cpu backend; asserts (Criterion) on failure. */
 void mt_tiny_model_open(mt_tiny_model *t, const mt_config *cfg, const mt_engine_options *opt, uint64_t seed);
+/* The same on a given backend, which the model then owns. */
+void mt_tiny_model_open_on(mt_tiny_model *t, mt_backend *be, const mt_config *cfg, const mt_engine_options *opt,
+                           uint64_t seed);
 void mt_tiny_model_close(mt_tiny_model *t);
 
 /* Random windows of seq + 1 ids below vocab: tokens[count][seq + 1], split into inputs and

@@ -43,6 +43,7 @@ typedef struct {
     int skipped;         /* the update was skipped (non-finite gradient) */
     double seconds;      /* wall time of the step */
     double wait_opt_seconds; /* time the issuing thread waited for the optimizer */
+    double stall_seconds;    /* time the compute stream waited for weight and gradient copies */
 } mt_step_result;
 
 /* Device bytes the engine allocates for these options, by class. */

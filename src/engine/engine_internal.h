@@ -50,6 +50,8 @@ struct mt_engine {
     mt_event *embed_loaded, *embed_free, *head_loaded, *head_free;
     mt_event *tokens_ready, *unit_ready, *done;
     mt_event **grads_home;     /* [U] */
+    mt_event **stall_begin, **stall_end; /* [max_stalls]: brackets of the compute stream's waits */
+    int num_stalls, max_stalls;
 
     /* "unit u's host weights hold the update of step g - 1": raised by the optimizer */
     mt_flag *updated;

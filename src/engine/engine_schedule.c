@@ -153,6 +153,14 @@ static void load_unit(mt_engine *e, int u, void *dst, mt_event *free_ev, mt_even
     e->op->event_record(e->be, loaded_ev, e->h2d);
 }
 
+/* The compute stream waits for `ev`, bracketed by two timing events so that the step can report
+ * how long the device sat idle waiting for copies (and, through them, for the optimizer). */
+static void compute_wait(mt_engine *e, mt_event *ev) {
+    if (e->num_stalls < e->max_stalls) e->op->event_record(e->be, e->stall_begin[e->num_stalls], e->compute);
+    e->op->stream_wait(e->be, e->compute, ev);
+    if (e->num_stalls < e->max_stalls) e->op->event_record(e->be, e->stall_end[e->num_stalls++], e->compute);
+}
+
 /* Forward loads in use order: blocks 0..L-1, then the head (index L). Each first waits until
  * the optimizer has written that unit's weights for this step. Returns the seconds waited. */
 static double load_forward(mt_engine *e, int index) {
@@ -205,6 +213,7 @@ static mt_status stage_tokens(mt_engine *e, const int32_t *inputs, const int32_t
 typedef struct {
     int64_t targets; /* targets that count in the loss */
     double loss, grad_norm, waited;
+    double stalled;  /* seconds the compute stream waited on copies */
 } pass_result;
 
 static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, const int32_t *targets,
@@ -213,6 +222,7 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
     mt_backend *be = e->be;
     int L = e->L, K = e->K, U = e->U, train = mode == RUN_TRAIN || mode == RUN_GRADS;
     r->waited = 0;
+    e->num_stalls = 0;
     MT_TRY(stage_tokens(e, inputs, targets, batch, seq, M, &r->targets));
     compute_job base = {.mode = mode, .batch = batch, .seq = seq, .micro_batches = M,
                         .last_row = last_row, .scale = r->targets ? 1.0f / (float)r->targets : 0.0f};
@@ -229,14 +239,14 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
     load_unit(e, 0, e->embed_w, e->embed_free, e->embed_loaded);
     for (int i = 0; i < K; i++) r->waited += load_forward(e, i);
     op->stream_wait(be, e->compute, e->tokens_ready);
-    op->stream_wait(be, e->compute, e->embed_loaded);
+    compute_wait(e, e->embed_loaded);
     compute_job j = base;
     j.kind = JOB_EMBED_FWD;
     MT_TRY(launch(e, j));
     if (!e->cfg->tie_embeddings) op->event_record(be, e->embed_free, e->compute);
     for (int l = 0; l < L; l++) {
         int k = l % K;
-        op->stream_wait(be, e->compute, e->slot_loaded[k]);
+        compute_wait(e, e->slot_loaded[k]);
         j = base;
         j.kind = JOB_BLOCK_FWD;
         j.block = l;
@@ -247,7 +257,7 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
     }
 
     /* The head: loss, and for training its backward, fused. */
-    op->stream_wait(be, e->compute, e->head_loaded);
+    compute_wait(e, e->head_loaded);
     if (train) {
         op->stream_wait(be, e->compute, e->grads_home[U - 1]);
         op->zero(be, e->head_grad, (size_t)unit_numel(e, U - 1) * 4, e->compute);
@@ -263,8 +273,8 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
         /* Backward: blocks L-1..0; the last K are still resident from the forward. */
         for (int l = L - 1; l >= 0; l--) {
             int k = l % K, gs = (L - 1 - l) % 2;
-            op->stream_wait(be, e->compute, e->slot_loaded[k]);
-            op->stream_wait(be, e->compute, e->grad_free[gs]);
+            compute_wait(e, e->slot_loaded[k]);
+            compute_wait(e, e->grad_free[gs]);
             op->zero(be, e->grad_slot[gs], (size_t)unit_numel(e, mt_unit_block(l)) * 4, e->compute);
             j = base;
             j.kind = JOB_BLOCK_BWD;
@@ -300,6 +310,8 @@ static mt_status finish_pass(mt_engine *e, pass_result *r) {
     double sumsq = 0;
     for (int u = 0; u < e->U; u++) sumsq += e->host_norms[u];
     r->grad_norm = sqrt(sumsq);
+    r->stalled = 0;
+    for (int i = 0; i < e->num_stalls; i++) r->stalled += e->op->event_elapsed(e->be, e->stall_begin[i], e->stall_end[i]);
     return MT_OK;
 }
 
@@ -321,7 +333,8 @@ mt_status mt_engine_step(mt_engine *e, const int32_t *inputs, const int32_t *tar
     e->generation++;
     MT_TRY(rc);
     *res = (mt_step_result){.loss = r.loss, .grad_norm = r.grad_norm, .skipped = job.skip,
-                            .seconds = now_seconds() - t0, .wait_opt_seconds = r.waited};
+                            .seconds = now_seconds() - t0, .wait_opt_seconds = r.waited,
+                            .stall_seconds = r.stalled};
     return MT_OK;
 }
 

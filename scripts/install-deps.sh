@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the Debian packages megatrain builds, tests and runs the demo with. Needs root (or
+# sudo). Safe to run again.
+set -euo pipefail
+packages=(
+  build-essential          # gcc, make
+  libopenblas-openmp-dev   # the cpu backend's GEMMs (OpenMP build: shares our threads)
+  libjansson-dev           # config.json, safetensors headers, checkpoint manifests
+  libxxhash-dev            # checkpoint checksums
+  libcriterion-dev         # the test framework
+  python3-torch            # the independent reference the tests check gradients against
+  python3-numpy
+  bible-kjv bible-kjv-text # the demo corpus
+)
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${packages[@]}"

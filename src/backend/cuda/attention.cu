@@ -1,0 +1,439 @@
+/* Causal grouped-query attention, flash style: no [seq x seq] matrix ever exists.
+ *
+ * Each block owns a tile of 64 rows (queries in the forward and dq kernels, keys in the dk/dv
+ * kernel) and streams the other side through shared memory 64 rows at a time. Its 8 warps own 8
+ * rows each. Scores use one lane per streamed row (a full dot product from shared memory, 16-byte
+ * loads); the weighted sums use one lane per pair of output elements, reading the probabilities
+ * of its warp from shared memory. All math is fp32; the softmax works in base 2 and lse is
+ * returned in natural log, per [batch, head, seq] as backend.h says.
+ *
+ * Head dims: multiples of 8 up to 256. Scale 1/sqrt(head_dim); query head h reads kv head
+ * h / (heads / kv_heads). The backward recomputes p = exp(s - lse) and needs
+ * delta_i = dout_i . out_i, kept in the workspace. */
+#include "backend/cuda/bf16_vec.cuh"
+
+enum { TILE = 64, WARPS = 8, ROWS = TILE / WARPS, THREADS = WARPS * 32, MAX_HEAD_DIM = 256 };
+
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
+
+/* Geometry shared by the kernels. A "word" is a bf16 pair; rows read one per lane are padded by
+ * 4 words so that the 8 lanes of a 16-byte access phase hit different banks. */
+struct geometry {
+    int seq, heads, kv_heads, head_dim;
+    int words, vecs, padded; /* head_dim/2, head_dim/8, words + 4 */
+    size_t q_stride, kv_stride; /* elements between consecutive rows of q and of k/v */
+};
+
+static geometry geometry_of(mt_attn_dims dims) {
+    geometry g;
+    g.seq = dims.seq;
+    g.heads = dims.heads;
+    g.kv_heads = dims.kv_heads;
+    g.head_dim = dims.head_dim;
+    g.words = dims.head_dim / 2;
+    g.vecs = dims.head_dim / 8;
+    g.padded = g.words + 4;
+    g.q_stride = (size_t)dims.heads * dims.head_dim;
+    g.kv_stride = (size_t)dims.kv_heads * dims.head_dim;
+    return g;
+}
+
+/* Rows row0.. of one head into shared memory (stride in words); rows past `valid` are zero. */
+__device__ void load_tile(uint32_t *dst, int stride, const bf16 *src, size_t src_stride, int row0,
+                          int valid, int vecs) {
+    for (int idx = threadIdx.x; idx < TILE * vecs; idx += THREADS) {
+        int r = idx / vecs, c = idx % vecs;
+        uint4 val = make_uint4(0, 0, 0, 0);
+        if (r < valid) val = *reinterpret_cast<const uint4 *>(src + (size_t)(row0 + r) * src_stride + c * 8);
+        *reinterpret_cast<uint4 *>(dst + r * stride + c * 4) = val;
+    }
+}
+
+__device__ __forceinline__ float dot8(const float a[8], const float b[8]) {
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* out[r][c] = row r of `mine` (the warp's ROWS rows, read by all lanes) . row lane + 32c of
+ * `theirs` (padded rows, one per lane). */
+__device__ __forceinline__ void tile_dots(float out[ROWS][2], const uint32_t *mine, int mine_stride,
+                                          const uint32_t *theirs, int padded, int vecs) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) out[r][0] = out[r][1] = 0.0f;
+    for (int c = 0; c < vecs; c++) {
+        float t0[8], t1[8];
+        bf16x8_to_float(*reinterpret_cast<const uint4 *>(theirs + lane * padded + c * 4), t0);
+        bf16x8_to_float(*reinterpret_cast<const uint4 *>(theirs + (lane + 32) * padded + c * 4), t1);
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+            float m[8];
+            bf16x8_to_float(*reinterpret_cast<const uint4 *>(mine + r * mine_stride + c * 4), m);
+            out[r][0] += dot8(m, t0);
+            out[r][1] += dot8(m, t1);
+        }
+    }
+}
+
+/* acc[r][i] += sum over j < count of weight[r][j] * row j of `rows` (word lane + 32i); weight is
+ * the warp's [ROWS][TILE] block in shared memory and must be zero where a row is absent. */
+template <int NW>
+__device__ __forceinline__ void tile_weighted_sum(float2 acc[ROWS][NW], const float *weight,
+                                                  const uint32_t *rows, int stride, int words, int count) {
+    const int lane = threadIdx.x % 32;
+    for (int j = 0; j < count; j += 4) {
+        float2 v[4][NW];
+#pragma unroll
+        for (int jj = 0; jj < 4; jj++)
+#pragma unroll
+            for (int i = 0; i < NW; i++) {
+                int w = lane + 32 * i;
+                uint32_t raw = w < words ? rows[(j + jj) * stride + w] : 0u;
+                v[jj][i] = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&raw));
+            }
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+            float4 p = *reinterpret_cast<const float4 *>(weight + r * TILE + j);
+#pragma unroll
+            for (int i = 0; i < NW; i++) {
+                acc[r][i].x += p.x * v[0][i].x + p.y * v[1][i].x + p.z * v[2][i].x + p.w * v[3][i].x;
+                acc[r][i].y += p.x * v[0][i].y + p.y * v[1][i].y + p.z * v[2][i].y + p.w * v[3][i].y;
+            }
+        }
+    }
+}
+
+template <int NW>
+__device__ __forceinline__ void store_row(bf16 *dst, const float2 acc[NW], float factor, int words) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int i = 0; i < NW; i++) {
+        int w = lane + 32 * i;
+        if (w < words)
+            reinterpret_cast<__nv_bfloat162 *>(dst)[w] = __floats2bfloat162_rn(acc[i].x * factor, acc[i].y * factor);
+    }
+}
+
+/* ---- forward: block (query tile, head, sequence) ---- */
+
+template <int NW>
+__global__ void __launch_bounds__(THREADS) attention_forward(bf16 *out, float *lse, const bf16 *q,
+                                                             const bf16 *k, const bf16 *v, geometry g) {
+    extern __shared__ uint4 smem[];
+    uint32_t *qs = reinterpret_cast<uint32_t *>(smem);  /* [TILE][words] */
+    uint32_t *ks = qs + TILE * g.words;                 /* [TILE][padded] */
+    uint32_t *vs = ks + TILE * g.padded;                /* [TILE][words] */
+    float *ps = reinterpret_cast<float *>(vs + TILE * g.words); /* [WARPS][ROWS][TILE] */
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * TILE; /* the longest tiles start first */
+    const int h = blockIdx.y, b = blockIdx.z, kvh = h / (g.heads / g.kv_heads);
+    const bf16 *qb = q + (size_t)b * g.seq * g.q_stride + (size_t)h * g.head_dim;
+    const bf16 *kb = k + (size_t)b * g.seq * g.kv_stride + (size_t)kvh * g.head_dim;
+    const bf16 *vb = v + (size_t)b * g.seq * g.kv_stride + (size_t)kvh * g.head_dim;
+    const float scale_log2 = rsqrtf((float)g.head_dim) * LOG2E;
+    float *my_p = ps + warp * ROWS * TILE;
+
+    load_tile(qs, g.words, qb, g.q_stride, q0, g.seq - q0, g.vecs);
+    float m[ROWS], l[ROWS];
+    float2 acc[ROWS][NW];
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < NW; i++) acc[r][i] = make_float2(0.0f, 0.0f);
+    }
+    const int key_end = min(g.seq, q0 + TILE);
+    for (int k0 = 0; k0 < key_end; k0 += TILE) {
+        __syncthreads(); /* the previous tile is consumed */
+        load_tile(ks, g.padded, kb, g.kv_stride, k0, g.seq - k0, g.vecs);
+        load_tile(vs, g.words, vb, g.kv_stride, k0, g.seq - k0, g.vecs);
+        __syncthreads();
+        float s[ROWS][2];
+        tile_dots(s, qs + warp * ROWS * g.words, g.words, ks, g.padded, g.vecs);
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+            const int i = q0 + warp * ROWS + r;
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                int j = k0 + lane + 32 * c;
+                s[r][c] = j <= i && j < g.seq ? s[r][c] * scale_log2 : -INFINITY;
+            }
+            float m_new = fmaxf(m[r], warp_max(fmaxf(s[r][0], s[r][1])));
+            float base = m_new == -INFINITY ? 0.0f : m_new; /* no visible key yet: keep zeros */
+            float shrink = exp2f(m[r] - base);
+            float p0 = exp2f(s[r][0] - base), p1 = exp2f(s[r][1] - base);
+            l[r] = l[r] * shrink + warp_sum(p0 + p1);
+            m[r] = m_new;
+#pragma unroll
+            for (int i2 = 0; i2 < NW; i2++) {
+                acc[r][i2].x *= shrink;
+                acc[r][i2].y *= shrink;
+            }
+            my_p[r * TILE + lane] = p0;
+            my_p[r * TILE + lane + 32] = p1;
+        }
+        __syncwarp();
+        tile_weighted_sum<NW>(acc, my_p, vs, g.words, g.words, (min(TILE, key_end - k0) + 3) / 4 * 4);
+    }
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) {
+        const int i = q0 + warp * ROWS + r;
+        if (i >= g.seq) continue;
+        store_row<NW>(out + ((size_t)b * g.seq + i) * g.q_stride + (size_t)h * g.head_dim, acc[r],
+                      1.0f / l[r], g.words);
+        if (lane == 0) lse[((size_t)b * g.heads + h) * g.seq + i] = (m[r] + log2f(l[r])) * LN2;
+    }
+}
+
+/* ---- backward ---- */
+
+/* delta[b, h, i] = dout_i . out_i, one warp per (row, head) */
+__global__ void attention_delta(float *delta, const bf16 *dout, const bf16 *out, int n, geometry g) {
+    size_t item = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x % 32;
+    if (item >= (size_t)n * g.heads) return;
+    size_t row = item / g.heads;
+    int h = (int)(item % g.heads);
+    const __nv_bfloat162 *a = reinterpret_cast<const __nv_bfloat162 *>(dout + row * g.q_stride + (size_t)h * g.head_dim);
+    const __nv_bfloat162 *o = reinterpret_cast<const __nv_bfloat162 *>(out + row * g.q_stride + (size_t)h * g.head_dim);
+    float sum = 0.0f;
+    for (int w = lane; w < g.words; w += 32) {
+        float2 x = __bfloat1622float2(a[w]), y = __bfloat1622float2(o[w]);
+        sum += x.x * y.x + x.y * y.y;
+    }
+    sum = warp_sum(sum);
+    int b = (int)(row / g.seq), i = (int)(row % g.seq);
+    if (lane == 0) delta[((size_t)b * g.heads + h) * g.seq + i] = sum;
+}
+
+/* dq_i = scale * sum_j ds_ij k_j with ds = p (dout_i . v_j - delta_i): block (query tile, head,
+ * sequence), streaming key tiles. */
+template <int NW>
+__global__ void __launch_bounds__(THREADS) attention_dq(bf16 *dq, const bf16 *dout, const float *lse,
+                                                        const float *delta, const bf16 *q, const bf16 *k,
+                                                        const bf16 *v, geometry g) {
+    extern __shared__ uint4 smem[];
+    uint32_t *qs = reinterpret_cast<uint32_t *>(smem); /* [TILE][words] */
+    uint32_t *dos = qs + TILE * g.words;               /* [TILE][words] */
+    uint32_t *ks = dos + TILE * g.words;               /* [TILE][padded] */
+    uint32_t *vs = ks + TILE * g.padded;               /* [TILE][padded] */
+    float *ps = reinterpret_cast<float *>(vs + TILE * g.padded); /* [WARPS][ROWS][TILE] */
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * TILE;
+    const int h = blockIdx.y, b = blockIdx.z, kvh = h / (g.heads / g.kv_heads);
+    const size_t q_at = (size_t)b * g.seq * g.q_stride + (size_t)h * g.head_dim;
+    const size_t kv_at = (size_t)b * g.seq * g.kv_stride + (size_t)kvh * g.head_dim;
+    const float scale = rsqrtf((float)g.head_dim), scale_log2 = scale * LOG2E;
+    const float *lse_bh = lse + ((size_t)b * g.heads + h) * g.seq;
+    const float *delta_bh = delta + ((size_t)b * g.heads + h) * g.seq;
+    float *my_ds = ps + warp * ROWS * TILE;
+
+    load_tile(qs, g.words, q + q_at, g.q_stride, q0, g.seq - q0, g.vecs);
+    load_tile(dos, g.words, dout + q_at, g.q_stride, q0, g.seq - q0, g.vecs);
+    float lse2[ROWS], dl[ROWS];
+    float2 acc[ROWS][NW];
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) {
+        int i = min(q0 + warp * ROWS + r, g.seq - 1);
+        lse2[r] = lse_bh[i] * LOG2E;
+        dl[r] = delta_bh[i];
+#pragma unroll
+        for (int i2 = 0; i2 < NW; i2++) acc[r][i2] = make_float2(0.0f, 0.0f);
+    }
+    const int key_end = min(g.seq, q0 + TILE);
+    for (int k0 = 0; k0 < key_end; k0 += TILE) {
+        __syncthreads();
+        load_tile(ks, g.padded, k + kv_at, g.kv_stride, k0, g.seq - k0, g.vecs);
+        load_tile(vs, g.padded, v + kv_at, g.kv_stride, k0, g.seq - k0, g.vecs);
+        __syncthreads();
+        float s[ROWS][2], dp[ROWS][2];
+        tile_dots(s, qs + warp * ROWS * g.words, g.words, ks, g.padded, g.vecs);
+        tile_dots(dp, dos + warp * ROWS * g.words, g.words, vs, g.padded, g.vecs);
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) {
+            const int i = q0 + warp * ROWS + r;
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                int j = k0 + lane + 32 * c;
+                float p = j <= i && j < g.seq && i < g.seq ? exp2f(s[r][c] * scale_log2 - lse2[r]) : 0.0f;
+                my_ds[r * TILE + lane + 32 * c] = p * (dp[r][c] - dl[r]);
+            }
+        }
+        __syncwarp();
+        tile_weighted_sum<NW>(acc, my_ds, ks, g.padded, g.words, (min(TILE, key_end - k0) + 3) / 4 * 4);
+    }
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) {
+        const int i = q0 + warp * ROWS + r;
+        if (i < g.seq) store_row<NW>(dq + q_at + (size_t)i * g.q_stride, acc[r], scale, g.words);
+    }
+}
+
+/* dv_j = sum_i p_ij dout_i and dk_j = scale * sum_i ds_ij q_i over every query head of the kv
+ * head's group: block (key tile, kv head, sequence), streaming query tiles from the diagonal on. */
+template <int NW>
+__global__ void __launch_bounds__(THREADS) attention_dkv(bf16 *dk, bf16 *dv, const bf16 *dout,
+                                                         const float *lse, const float *delta,
+                                                         const bf16 *q, const bf16 *k, const bf16 *v,
+                                                         geometry g) {
+    extern __shared__ uint4 smem[];
+    uint32_t *ks = reinterpret_cast<uint32_t *>(smem); /* [TILE][words] */
+    uint32_t *vs = ks + TILE * g.words;                /* [TILE][words] */
+    uint32_t *qs = vs + TILE * g.words;                /* [TILE][padded] */
+    uint32_t *dos = qs + TILE * g.padded;              /* [TILE][padded] */
+    float *ps = reinterpret_cast<float *>(dos + TILE * g.padded); /* [WARPS][ROWS][TILE] */
+    float *dss = ps + WARPS * ROWS * TILE;             /* [WARPS][ROWS][TILE] */
+    float *lse2s = dss + WARPS * ROWS * TILE;          /* [TILE] */
+    float *deltas = lse2s + TILE;                      /* [TILE] */
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int k0 = blockIdx.x * TILE; /* the longest tiles (first keys) start first */
+    const int kvh = blockIdx.y, b = blockIdx.z, group = g.heads / g.kv_heads;
+    const size_t kv_at = (size_t)b * g.seq * g.kv_stride + (size_t)kvh * g.head_dim;
+    const float scale = rsqrtf((float)g.head_dim), scale_log2 = scale * LOG2E;
+    float *my_p = ps + warp * ROWS * TILE, *my_ds = dss + warp * ROWS * TILE;
+
+    load_tile(ks, g.words, k + kv_at, g.kv_stride, k0, g.seq - k0, g.vecs);
+    load_tile(vs, g.words, v + kv_at, g.kv_stride, k0, g.seq - k0, g.vecs);
+    float2 acc_k[ROWS][NW], acc_v[ROWS][NW];
+#pragma unroll
+    for (int r = 0; r < ROWS; r++)
+#pragma unroll
+        for (int i2 = 0; i2 < NW; i2++) acc_k[r][i2] = acc_v[r][i2] = make_float2(0.0f, 0.0f);
+
+    for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+        const size_t q_at = (size_t)b * g.seq * g.q_stride + (size_t)h * g.head_dim;
+        const size_t stat_at = ((size_t)b * g.heads + h) * g.seq;
+        for (int q0 = k0; q0 < g.seq; q0 += TILE) {
+            __syncthreads();
+            load_tile(qs, g.padded, q + q_at, g.q_stride, q0, g.seq - q0, g.vecs);
+            load_tile(dos, g.padded, dout + q_at, g.q_stride, q0, g.seq - q0, g.vecs);
+            if (threadIdx.x < TILE) {
+                int i = q0 + threadIdx.x;
+                lse2s[threadIdx.x] = i < g.seq ? lse[stat_at + i] * LOG2E : 0.0f;
+                deltas[threadIdx.x] = i < g.seq ? delta[stat_at + i] : 0.0f;
+            }
+            __syncthreads();
+            float s[ROWS][2], dp[ROWS][2];
+            tile_dots(s, ks + warp * ROWS * g.words, g.words, qs, g.padded, g.vecs);
+            tile_dots(dp, vs + warp * ROWS * g.words, g.words, dos, g.padded, g.vecs);
+#pragma unroll
+            for (int r = 0; r < ROWS; r++) {
+                const int j = k0 + warp * ROWS + r;
+#pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    int t = lane + 32 * c, i = q0 + t;
+                    float p = i >= j && i < g.seq ? exp2f(s[r][c] * scale_log2 - lse2s[t]) : 0.0f;
+                    my_p[r * TILE + t] = p;
+                    my_ds[r * TILE + t] = p * (dp[r][c] - deltas[t]);
+                }
+            }
+            __syncwarp();
+            int count = (min(TILE, g.seq - q0) + 3) / 4 * 4;
+            tile_weighted_sum<NW>(acc_v, my_p, dos, g.padded, g.words, count);
+            tile_weighted_sum<NW>(acc_k, my_ds, qs, g.padded, g.words, count);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) {
+        const int j = k0 + warp * ROWS + r;
+        if (j >= g.seq) continue;
+        store_row<NW>(dk + kv_at + (size_t)j * g.kv_stride, acc_k[r], scale, g.words);
+        store_row<NW>(dv + kv_at + (size_t)j * g.kv_stride, acc_v[r], 1.0f, g.words);
+    }
+}
+
+/* ---- launchers ---- */
+
+static mt_status check_dims(mt_attn_dims dims) {
+    if (dims.head_dim % 8 != 0 || dims.head_dim > MAX_HEAD_DIM || dims.kv_heads <= 0 ||
+        dims.heads % dims.kv_heads != 0)
+        return mt_fail(MT_ERR_INVALID,
+                       "attention: head_dim %d (need a multiple of 8, at most %d) or heads %d / "
+                       "kv_heads %d unsupported", dims.head_dim, MAX_HEAD_DIM, dims.heads, dims.kv_heads);
+    return MT_OK;
+}
+
+/* Words of a lane's share of one row in the weighted sums: head_dim <= 64 * NW. */
+static int words_per_lane(int head_dim) { return head_dim <= 64 ? 1 : head_dim <= 128 ? 2 : 4; }
+
+/* Kernels here use more than the default 48 KB of dynamic shared memory. */
+template <typename Kernel>
+static mt_status allow_smem(Kernel kernel, size_t bytes) {
+    MT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    return MT_OK;
+}
+
+template <int NW>
+static mt_status forward(cudaStream_t s, void *out, float *lse, const void *q, const void *k,
+                         const void *v, geometry g, int batch) {
+    size_t smem = (size_t)TILE * (2 * g.words + g.padded) * 4 + (size_t)WARPS * ROWS * TILE * 4;
+    MT_TRY(allow_smem(attention_forward<NW>, smem));
+    dim3 grid((g.seq + TILE - 1) / TILE, g.heads, batch);
+    attention_forward<NW><<<grid, THREADS, smem, s>>>((bf16 *)out, lse, (const bf16 *)q,
+                                                      (const bf16 *)k, (const bf16 *)v, g);
+    return launch_status("attention");
+}
+
+template <int NW>
+static mt_status backward(cudaStream_t s, void *dq, void *dk, void *dv, const void *dout,
+                          const void *out, const float *lse, const void *q, const void *k,
+                          const void *v, geometry g, int batch, float *delta) {
+    int n = batch * g.seq;
+    size_t warps = (size_t)n * g.heads;
+    attention_delta<<<(unsigned)((warps * 32 + 255) / 256), 256, 0, s>>>(delta, (const bf16 *)dout,
+                                                                        (const bf16 *)out, n, g);
+    MT_TRY(launch_status("attention delta"));
+
+    size_t dq_smem = (size_t)TILE * (2 * g.words + 2 * g.padded) * 4 + (size_t)WARPS * ROWS * TILE * 4;
+    MT_TRY(allow_smem(attention_dq<NW>, dq_smem));
+    dim3 dq_grid((g.seq + TILE - 1) / TILE, g.heads, batch);
+    attention_dq<NW><<<dq_grid, THREADS, dq_smem, s>>>((bf16 *)dq, (const bf16 *)dout, lse, delta,
+                                                        (const bf16 *)q, (const bf16 *)k,
+                                                        (const bf16 *)v, g);
+    MT_TRY(launch_status("attention dq"));
+
+    size_t dkv_smem = (size_t)TILE * (2 * g.words + 2 * g.padded) * 4 +
+                      (size_t)2 * WARPS * ROWS * TILE * 4 + 2 * TILE * 4;
+    MT_TRY(allow_smem(attention_dkv<NW>, dkv_smem));
+    dim3 dkv_grid((g.seq + TILE - 1) / TILE, g.kv_heads, batch);
+    attention_dkv<NW><<<dkv_grid, THREADS, dkv_smem, s>>>((bf16 *)dk, (bf16 *)dv, (const bf16 *)dout,
+                                                           lse, delta, (const bf16 *)q,
+                                                           (const bf16 *)k, (const bf16 *)v, g);
+    return launch_status("attention dk/dv");
+}
+
+extern "C" mt_status mt_cuda_attention(cudaStream_t s, void *out, float *lse, const void *q,
+                                       const void *k, const void *v, mt_attn_dims dims) {
+    MT_TRY(check_dims(dims));
+    if (dims.batch == 0 || dims.seq == 0) return MT_OK;
+    geometry g = geometry_of(dims);
+    switch (words_per_lane(dims.head_dim)) {
+    case 1: return forward<1>(s, out, lse, q, k, v, g, dims.batch);
+    case 2: return forward<2>(s, out, lse, q, k, v, g, dims.batch);
+    default: return forward<4>(s, out, lse, q, k, v, g, dims.batch);
+    }
+}
+
+/* workspace: delta [batch, heads, seq] floats */
+extern "C" size_t mt_cuda_attention_workspace(mt_attn_dims dims) {
+    return (size_t)dims.batch * dims.heads * dims.seq * sizeof(float);
+}
+
+extern "C" mt_status mt_cuda_attention_dx(cudaStream_t s, void *dq, void *dk, void *dv,
+                                          const void *dout, const void *out, const float *lse,
+                                          const void *q, const void *k, const void *v,
+                                          mt_attn_dims dims, void *workspace) {
+    MT_TRY(check_dims(dims));
+    if (dims.batch == 0 || dims.seq == 0) return MT_OK;
+    geometry g = geometry_of(dims);
+    float *delta = (float *)workspace;
+    switch (words_per_lane(dims.head_dim)) {
+    case 1: return backward<1>(s, dq, dk, dv, dout, out, lse, q, k, v, g, dims.batch, delta);
+    case 2: return backward<2>(s, dq, dk, dv, dout, out, lse, q, k, v, g, dims.batch, delta);
+    default: return backward<4>(s, dq, dk, dv, dout, out, lse, q, k, v, g, dims.batch, delta);
+    }
+}

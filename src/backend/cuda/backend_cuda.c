@@ -1,0 +1,370 @@
+/* The CUDA backend: device and pinned host memory, streams, events, copies, the sticky error,
+ * and the ops table (kernels in the .cu files beside this, GEMMs in gemm.c). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backend/cuda/cuda_backend.h"
+#include "util/log.h"
+
+/* cuBLASLt's scratch: enough for its fastest Hopper kernels. */
+enum { LT_WORKSPACE_BYTES = 32 << 20 };
+
+static mt_cuda_backend *cuda_of(mt_backend *be) { return (mt_cuda_backend *)be; }
+
+void mt_cuda_note(mt_cuda_backend *cb, mt_status status) {
+    if (status == MT_OK) return;
+    pthread_mutex_lock(&cb->lock);
+    if (cb->sticky == MT_OK) {
+        cb->sticky = status;
+        snprintf(cb->sticky_message, sizeof cb->sticky_message, "%s", mt_error());
+    }
+    pthread_mutex_unlock(&cb->lock);
+}
+
+/* Keeps an op's failure for check() (asynchronous kernel faults surface at a later call). */
+static void keep_error(mt_backend *be, mt_status status) { mt_cuda_note(cuda_of(be), status); }
+
+static mt_status cuda_check(mt_backend *be) {
+    mt_cuda_backend *cb = cuda_of(be);
+    cudaError_t pending = cudaGetLastError();
+    if (pending != cudaSuccess)
+        mt_cuda_note(cb, mt_fail(MT_ERR_DEVICE, "CUDA: %s", cudaGetErrorString(pending)));
+    pthread_mutex_lock(&cb->lock);
+    mt_status status = cb->sticky;
+    if (status != MT_OK) mt_fail(status, "%s", cb->sticky_message);
+    cb->sticky = MT_OK;
+    pthread_mutex_unlock(&cb->lock);
+    return status;
+}
+
+/* ---- memory ---- */
+
+static mt_status remember_allocation(mt_cuda_backend *cb, void *ptr, size_t bytes) {
+    if (cb->allocation_count == cb->allocation_capacity) {
+        size_t capacity = cb->allocation_capacity ? 2 * cb->allocation_capacity : 64;
+        mt_cuda_allocation *grown = realloc(cb->allocations, capacity * sizeof *grown);
+        if (!grown) return mt_fail(MT_ERR_NOMEM, "cannot grow the device allocation table");
+        cb->allocations = grown;
+        cb->allocation_capacity = capacity;
+    }
+    cb->allocations[cb->allocation_count++] = (mt_cuda_allocation){ptr, bytes};
+    cb->in_use += bytes;
+    if (cb->in_use > cb->peak) cb->peak = cb->in_use;
+    return MT_OK;
+}
+
+static void *cuda_dev_alloc(mt_backend *be, size_t bytes, const char *what) {
+    mt_cuda_backend *cb = cuda_of(be);
+    void *ptr = NULL;
+    cudaError_t err = cudaMalloc(&ptr, bytes ? bytes : 1);
+    if (err != cudaSuccess) {
+        cudaGetLastError(); /* an out-of-memory failure is reported here, not made sticky */
+        mt_fail(err == cudaErrorMemoryAllocation ? MT_ERR_NOMEM : MT_ERR_DEVICE,
+                "cannot allocate %zu bytes of device memory for %s: %s", bytes, what,
+                cudaGetErrorString(err));
+        return NULL;
+    }
+    pthread_mutex_lock(&cb->lock);
+    mt_status status = remember_allocation(cb, ptr, bytes);
+    pthread_mutex_unlock(&cb->lock);
+    if (status != MT_OK) {
+        cudaFree(ptr);
+        return NULL;
+    }
+    return ptr;
+}
+
+static void cuda_dev_free(mt_backend *be, void *ptr) {
+    mt_cuda_backend *cb = cuda_of(be);
+    if (!ptr) return;
+    pthread_mutex_lock(&cb->lock);
+    for (size_t i = 0; i < cb->allocation_count; i++) {
+        if (cb->allocations[i].ptr == ptr) {
+            cb->in_use -= cb->allocations[i].bytes;
+            cb->allocations[i] = cb->allocations[--cb->allocation_count];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&cb->lock);
+    cudaError_t err = cudaFree(ptr);
+    if (err != cudaSuccess)
+        mt_cuda_note(cb, mt_fail(MT_ERR_DEVICE, "cudaFree failed: %s", cudaGetErrorString(err)));
+}
+
+static void *cuda_host_alloc(mt_backend *be, size_t bytes, const char *what) {
+    void *ptr = NULL;
+    cudaError_t err = cudaHostAlloc(&ptr, bytes ? bytes : 1, cudaHostAllocPortable);
+    if (err != cudaSuccess) {
+        cudaGetLastError();
+        mt_fail(MT_ERR_NOMEM, "cannot allocate %zu bytes of pinned host memory for %s: %s", bytes,
+                what, cudaGetErrorString(err));
+        return NULL;
+    }
+    return ptr;
+}
+
+static void cuda_host_free(mt_backend *be, void *ptr) {
+    if (!ptr) return;
+    cudaError_t err = cudaFreeHost(ptr);
+    if (err != cudaSuccess)
+        mt_cuda_note(cuda_of(be), mt_fail(MT_ERR_DEVICE, "cudaFreeHost failed: %s", cudaGetErrorString(err)));
+}
+
+static void cuda_dev_mem_info(mt_backend *be, size_t *free_bytes, size_t *peak_bytes) {
+    mt_cuda_backend *cb = cuda_of(be);
+    size_t free_now = 0, total = 0;
+    if (cudaMemGetInfo(&free_now, &total) != cudaSuccess) cudaGetLastError();
+    *free_bytes = free_now;
+    pthread_mutex_lock(&cb->lock);
+    *peak_bytes = cb->peak;
+    pthread_mutex_unlock(&cb->lock);
+}
+
+/* ---- streams, events, copies ---- */
+
+static mt_status stream_create(mt_stream **out) {
+    cudaStream_t s;
+    MT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    *out = (mt_stream *)s;
+    return MT_OK;
+}
+
+static mt_stream *cuda_stream_create(mt_backend *be) {
+    mt_stream *s = NULL;
+    keep_error(be, stream_create(&s));
+    return s;
+}
+
+static void cuda_stream_destroy(mt_backend *be, mt_stream *s) {
+    if (s) cudaStreamDestroy(mt_cuda_stream(s));
+}
+
+static mt_status event_create(mt_event **out) {
+    cudaEvent_t e;
+    MT_CUDA_CHECK(cudaEventCreate(&e)); /* with timing, for event_elapsed */
+    *out = (mt_event *)e;
+    return MT_OK;
+}
+
+static mt_event *cuda_event_create(mt_backend *be) {
+    mt_event *e = NULL;
+    keep_error(be, event_create(&e));
+    return e;
+}
+
+static void cuda_event_destroy(mt_backend *be, mt_event *e) {
+    if (e) cudaEventDestroy((cudaEvent_t)e);
+}
+
+static mt_status event_record(mt_event *e, mt_stream *s) {
+    MT_CUDA_CHECK(cudaEventRecord((cudaEvent_t)e, mt_cuda_stream(s)));
+    return MT_OK;
+}
+
+static void cuda_event_record(mt_backend *be, mt_event *e, mt_stream *s) {
+    keep_error(be, event_record(e, s));
+}
+
+static mt_status stream_wait(mt_stream *s, mt_event *e) {
+    MT_CUDA_CHECK(cudaStreamWaitEvent(mt_cuda_stream(s), (cudaEvent_t)e, 0));
+    return MT_OK;
+}
+
+static void cuda_stream_wait(mt_backend *be, mt_stream *s, mt_event *e) {
+    keep_error(be, stream_wait(s, e));
+}
+
+static mt_status event_sync(mt_event *e) {
+    MT_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)e));
+    return MT_OK;
+}
+
+static void cuda_event_sync(mt_backend *be, mt_event *e) { keep_error(be, event_sync(e)); }
+
+static mt_status event_elapsed(float *ms, mt_event *start, mt_event *end) {
+    MT_CUDA_CHECK(cudaEventElapsedTime(ms, (cudaEvent_t)start, (cudaEvent_t)end));
+    return MT_OK;
+}
+
+static double cuda_event_elapsed(mt_backend *be, mt_event *start, mt_event *end) {
+    float ms = 0.0f;
+    keep_error(be, event_elapsed(&ms, start, end));
+    return ms * 1e-3;
+}
+
+static mt_status copy_async(void *dst, const void *src, size_t bytes, mt_stream *s) {
+    MT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, mt_cuda_stream(s)));
+    return MT_OK;
+}
+
+static void cuda_copy(mt_backend *be, void *dst, const void *src, size_t bytes, mt_stream *s) {
+    if (bytes) keep_error(be, copy_async(dst, src, bytes, s));
+}
+
+static mt_status zero_async(void *dst, size_t bytes, mt_stream *s) {
+    MT_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, mt_cuda_stream(s)));
+    return MT_OK;
+}
+
+static void cuda_zero(mt_backend *be, void *dst, size_t bytes, mt_stream *s) {
+    if (bytes) keep_error(be, zero_async(dst, bytes, s));
+}
+
+/* Ops enqueue asynchronously on the stream, so running fn now keeps the stream's order. */
+static void cuda_launch(mt_backend *be, mt_stream *s, void (*fn)(void *arg), void *arg) { fn(arg); }
+
+/* ---- layer ops: thin wrappers over the kernel launchers ---- */
+
+static void cuda_rmsnorm(mt_backend *be, mt_stream *s, void *y, float *rstd, const void *x,
+                         const void *w, int n, int d, float eps) {
+    keep_error(be, mt_cuda_rmsnorm(mt_cuda_stream(s), y, rstd, x, w, n, d, eps));
+}
+
+static void cuda_rmsnorm_dx(mt_backend *be, mt_stream *s, void *dx, float *dw, const void *dy,
+                            const void *x, const void *w, const float *rstd, int n, int d,
+                            int accumulate) {
+    keep_error(be, mt_cuda_rmsnorm_dx(mt_cuda_stream(s), dx, dw, dy, x, w, rstd, n, d, accumulate));
+}
+
+static void cuda_rope(mt_backend *be, mt_stream *s, void *x, const float *inv_freq, int n, int seq,
+                      int heads, int head_dim, int inverse) {
+    keep_error(be, mt_cuda_rope(mt_cuda_stream(s), x, inv_freq, n, seq, heads, head_dim, inverse));
+}
+
+static void cuda_attention(mt_backend *be, mt_stream *s, void *out, float *lse, const void *q,
+                           const void *k, const void *v, mt_attn_dims dims) {
+    keep_error(be, mt_cuda_attention(mt_cuda_stream(s), out, lse, q, k, v, dims));
+}
+
+static void cuda_attention_dx(mt_backend *be, mt_stream *s, void *dq, void *dk, void *dv,
+                              const void *dout, const void *out, const float *lse, const void *q,
+                              const void *k, const void *v, mt_attn_dims dims, void *workspace) {
+    keep_error(be, mt_cuda_attention_dx(mt_cuda_stream(s), dq, dk, dv, dout, out, lse, q, k, v,
+                                         dims, workspace));
+}
+
+static size_t cuda_attention_workspace(mt_backend *be, mt_attn_dims dims) {
+    return mt_cuda_attention_workspace(dims);
+}
+
+static void cuda_swiglu(mt_backend *be, mt_stream *s, void *a, const void *g, const void *u, size_t count) {
+    keep_error(be, mt_cuda_swiglu(mt_cuda_stream(s), a, g, u, count));
+}
+
+static void cuda_swiglu_dx(mt_backend *be, mt_stream *s, void *dg, void *du, const void *da,
+                           const void *g, const void *u, size_t count) {
+    keep_error(be, mt_cuda_swiglu_dx(mt_cuda_stream(s), dg, du, da, g, u, count));
+}
+
+static void cuda_add(mt_backend *be, mt_stream *s, void *y, const void *a, const void *b, size_t count) {
+    keep_error(be, mt_cuda_add(mt_cuda_stream(s), y, a, b, count));
+}
+
+static void cuda_embedding(mt_backend *be, mt_stream *s, void *x, const int32_t *tokens,
+                           const void *wte, int n, int d) {
+    keep_error(be, mt_cuda_embedding(mt_cuda_stream(s), x, tokens, wte, n, d));
+}
+
+static void cuda_embedding_dw(mt_backend *be, mt_stream *s, float *dwte, const int32_t *tokens,
+                              const void *dx, int n, int d) {
+    keep_error(be, mt_cuda_embedding_dw(mt_cuda_stream(s), dwte, tokens, dx, n, d));
+}
+
+static void cuda_lmhead_loss(mt_backend *be, mt_stream *s, float *loss_sum, void *dx, float *dw,
+                             const void *x, const void *w, const int32_t *targets, int n, int d,
+                             int vocab, float scale, int chunk, void *workspace) {
+    keep_error(be, mt_cuda_lmhead_loss(cuda_of(be), mt_cuda_stream(s), loss_sum, dx, dw, x, w,
+                                        targets, n, d, vocab, scale, chunk, workspace));
+}
+
+static size_t cuda_lmhead_workspace(mt_backend *be, int chunk, int vocab) {
+    return mt_cuda_lmhead_workspace(chunk, vocab);
+}
+
+static void cuda_sumsq(mt_backend *be, mt_stream *s, float *out, const float *x, size_t count) {
+    keep_error(be, mt_cuda_sumsq(mt_cuda_stream(s), out, x, count));
+}
+
+/* ---- lifecycle ---- */
+
+static void cuda_destroy(mt_backend *be) {
+    mt_cuda_backend *cb = cuda_of(be);
+    if (!cb) return;
+    if (cb->lt_workspace) cudaFree(cb->lt_workspace);
+    if (cb->lt) cublasLtDestroy(cb->lt);
+    pthread_mutex_destroy(&cb->lock);
+    free(cb->allocations);
+    free(cb);
+}
+
+static const mt_backend_ops cuda_ops = {
+    .name = "cuda",
+    .act_dtype = MT_DTYPE_BF16,
+    .weight_dtype = MT_DTYPE_BF16,
+    .destroy = cuda_destroy,
+    .dev_alloc = cuda_dev_alloc,
+    .dev_free = cuda_dev_free,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .dev_mem_info = cuda_dev_mem_info,
+    .stream_create = cuda_stream_create,
+    .stream_destroy = cuda_stream_destroy,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .stream_wait = cuda_stream_wait,
+    .event_sync = cuda_event_sync,
+    .event_elapsed = cuda_event_elapsed,
+    .copy = cuda_copy,
+    .zero = cuda_zero,
+    .launch = cuda_launch,
+    .check = cuda_check,
+    .matmul = mt_cuda_op_matmul,
+    .matmul_dx = mt_cuda_op_matmul_dx,
+    .matmul_dw = mt_cuda_op_matmul_dw,
+    .rmsnorm = cuda_rmsnorm,
+    .rmsnorm_dx = cuda_rmsnorm_dx,
+    .rope = cuda_rope,
+    .attention = cuda_attention,
+    .attention_dx = cuda_attention_dx,
+    .attention_workspace = cuda_attention_workspace,
+    .swiglu = cuda_swiglu,
+    .swiglu_dx = cuda_swiglu_dx,
+    .add = cuda_add,
+    .embedding = cuda_embedding,
+    .embedding_dw = cuda_embedding_dw,
+    .lmhead_loss = cuda_lmhead_loss,
+    .lmhead_workspace = cuda_lmhead_workspace,
+    .logits = mt_cuda_op_logits,
+    .sumsq = cuda_sumsq,
+};
+
+static mt_status init_device(mt_cuda_backend *cb, int device) {
+    int count = 0;
+    MT_CUDA_CHECK(cudaGetDeviceCount(&count));
+    if (device < 0 || device >= count)
+        return mt_fail(MT_ERR_DEVICE, "CUDA device %d requested but %d visible", device, count);
+    MT_CUDA_CHECK(cudaSetDevice(device));
+    MT_CUBLAS_CHECK(cublasLtCreate(&cb->lt));
+    cb->lt_workspace_bytes = LT_WORKSPACE_BYTES;
+    MT_CUDA_CHECK(cudaMalloc(&cb->lt_workspace, cb->lt_workspace_bytes));
+    struct cudaDeviceProp prop;
+    MT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    mt_log_debug("cuda device %d: %s, %.1f GiB", device, prop.name, prop.totalGlobalMem / 1073741824.0);
+    return MT_OK;
+}
+
+mt_status mt_backend_cuda_create(mt_backend **out, int device) {
+    mt_cuda_backend *cb = mt_calloc(1, sizeof *cb, "the cuda backend");
+    if (!cb) return MT_ERR_NOMEM;
+    cb->base.ops = &cuda_ops;
+    pthread_mutex_init(&cb->lock, NULL);
+    mt_status status = init_device(cb, device);
+    if (status != MT_OK) {
+        cudaGetLastError();
+        cuda_destroy(&cb->base);
+        return status;
+    }
+    *out = &cb->base;
+    return MT_OK;
+}

@@ -1,0 +1,45 @@
+/* The CUDA backend's state, shared by backend_cuda.c (memory, streams, events, the ops table)
+ * and gemm.c (cuBLASLt). An mt_stream* is a cudaStream_t and an mt_event* a cudaEvent_t. */
+#ifndef MT_BACKEND_CUDA_BACKEND_H
+#define MT_BACKEND_CUDA_BACKEND_H
+
+#include <pthread.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_kernels.h"
+
+typedef struct {
+    void *ptr;
+    size_t bytes;
+} mt_cuda_allocation;
+
+struct mt_cuda_backend {
+    mt_backend base;
+    cublasLtHandle_t lt;
+    void *lt_workspace; /* cuBLASLt's scratch, lt_workspace_bytes of device memory */
+    size_t lt_workspace_bytes;
+
+    pthread_mutex_t lock; /* guards everything below */
+    mt_cuda_allocation *allocations; /* live dev_alloc blocks, for in_use and peak */
+    size_t allocation_count, allocation_capacity;
+    size_t in_use, peak;
+    mt_status sticky; /* the first error since the last check(), with its message */
+    char sticky_message[1024];
+};
+
+static inline cudaStream_t mt_cuda_stream(mt_stream *s) { return (cudaStream_t)s; }
+
+/* Keeps the first failure for check(): ops return void, so their errors are sticky. */
+void mt_cuda_note(mt_cuda_backend *cb, mt_status status);
+
+/* The GEMM ops of backend.h (gemm.c). */
+void mt_cuda_op_matmul(mt_backend *be, mt_stream *s, void *y, const void *x, const void *w,
+                       const void *bias, int n, int in, int out);
+void mt_cuda_op_matmul_dx(mt_backend *be, mt_stream *s, void *dx, const void *dy, const void *w,
+                          int n, int in, int out, int accumulate);
+void mt_cuda_op_matmul_dw(mt_backend *be, mt_stream *s, float *dw, float *dbias, const void *dy,
+                          const void *x, int n, int in, int out);
+void mt_cuda_op_logits(mt_backend *be, mt_stream *s, float *logits, const void *x, const void *w,
+                       int d, int vocab);
+
+#endif

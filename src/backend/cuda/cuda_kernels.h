@@ -1,0 +1,66 @@
+/* The CUDA backend's kernel launchers, callable from C. Each enqueues its kernels on stream `s`
+ * and returns MT_OK or the launch error; the meaning of every op is that of backend.h, with
+ * "act" and "w" buffers in bf16. */
+#ifndef MT_BACKEND_CUDA_KERNELS_H
+#define MT_BACKEND_CUDA_KERNELS_H
+
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "backend/backend.h"
+
+typedef struct mt_cuda_backend mt_cuda_backend;
+
+/* Column-major D[m,n] = op(A)[m,k] . op(B)[k,n] + beta * D (+ bias[m] on every column), bf16 A
+ * and B, fp32 accumulation, D in fp32 or bf16. The row-major ops in gemm.c map onto this. */
+typedef struct {
+    int m, n, k;
+    const void *a;
+    int lda, trans_a;
+    const void *b;
+    int ldb, trans_b;
+    void *d;
+    int ldd, d_is_f32;
+    float beta;
+    const void *bias; /* bf16 [m] or NULL; only with a bf16 D */
+} mt_cuda_gemm_desc;
+
+mt_status mt_cuda_gemm(mt_cuda_backend *cb, cudaStream_t s, const mt_cuda_gemm_desc *g);
+
+mt_status mt_cuda_bias_grad(cudaStream_t s, float *dbias, const void *dy, int n, int out);
+mt_status mt_cuda_rmsnorm(cudaStream_t s, void *y, float *rstd, const void *x, const void *w,
+                          int n, int d, float eps);
+mt_status mt_cuda_rmsnorm_dx(cudaStream_t s, void *dx, float *dw, const void *dy, const void *x,
+                             const void *w, const float *rstd, int n, int d, int accumulate);
+mt_status mt_cuda_rope(cudaStream_t s, void *x, const float *inv_freq, int n, int seq, int heads,
+                       int head_dim, int inverse);
+mt_status mt_cuda_swiglu(cudaStream_t s, void *a, const void *g, const void *u, size_t count);
+mt_status mt_cuda_swiglu_dx(cudaStream_t s, void *dg, void *du, const void *da, const void *g,
+                            const void *u, size_t count);
+mt_status mt_cuda_add(cudaStream_t s, void *y, const void *a, const void *b, size_t count);
+mt_status mt_cuda_embedding(cudaStream_t s, void *x, const int32_t *tokens, const void *wte, int n,
+                            int d);
+mt_status mt_cuda_embedding_dw(cudaStream_t s, float *dwte, const int32_t *tokens, const void *dx,
+                               int n, int d);
+mt_status mt_cuda_sumsq(cudaStream_t s, float *out, const float *x, size_t count);
+
+mt_status mt_cuda_attention(cudaStream_t s, void *out, float *lse, const void *q, const void *k,
+                            const void *v, mt_attn_dims dims);
+mt_status mt_cuda_attention_dx(cudaStream_t s, void *dq, void *dk, void *dv, const void *dout,
+                               const void *out, const float *lse, const void *q, const void *k,
+                               const void *v, mt_attn_dims dims, void *workspace);
+size_t mt_cuda_attention_workspace(mt_attn_dims dims);
+
+mt_status mt_cuda_lmhead_loss(mt_cuda_backend *cb, cudaStream_t s, float *loss_sum, void *dx,
+                              float *dw, const void *x, const void *w, const int32_t *targets,
+                              int n, int d, int vocab, float scale, int chunk, void *workspace);
+size_t mt_cuda_lmhead_workspace(int chunk, int vocab);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

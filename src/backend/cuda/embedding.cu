@@ -1,0 +1,37 @@
+/* Embedding lookup (a row copy per token) and its gradient (atomic fp32 adds into dwte). */
+#include "backend/cuda/bf16_vec.cuh"
+
+enum { THREADS = 256 };
+
+__global__ void embedding_rows(bf16 *x, const int32_t *tokens, const bf16 *wte, int d) {
+    const bf16 *src = wte + (size_t)tokens[blockIdx.x] * d;
+    bf16 *dst = x + (size_t)blockIdx.x * d;
+    if (d % 8 == 0 && aligned16(src, dst)) {
+        for (int j = threadIdx.x; j < d / 8; j += THREADS)
+            reinterpret_cast<uint4 *>(dst)[j] = reinterpret_cast<const uint4 *>(src)[j];
+    } else {
+        for (int j = threadIdx.x; j < d; j += THREADS) dst[j] = src[j];
+    }
+}
+
+/* Rows with the same token add into the same dwte row; the atomics make that safe (in an
+ * unspecified order, so the low bits may differ between runs). */
+__global__ void embedding_dw_rows(float *dwte, const int32_t *tokens, const bf16 *dx, int d) {
+    float *dst = dwte + (size_t)tokens[blockIdx.x] * d;
+    const bf16 *src = dx + (size_t)blockIdx.x * d;
+    for (int j = threadIdx.x; j < d; j += THREADS) atomicAdd(dst + j, __bfloat162float(src[j]));
+}
+
+extern "C" mt_status mt_cuda_embedding(cudaStream_t s, void *x, const int32_t *tokens,
+                                       const void *wte, int n, int d) {
+    if (n == 0) return MT_OK;
+    embedding_rows<<<n, THREADS, 0, s>>>((bf16 *)x, tokens, (const bf16 *)wte, d);
+    return launch_status("embedding");
+}
+
+extern "C" mt_status mt_cuda_embedding_dw(cudaStream_t s, float *dwte, const int32_t *tokens,
+                                          const void *dx, int n, int d) {
+    if (n == 0) return MT_OK;
+    embedding_dw_rows<<<n, THREADS, 0, s>>>(dwte, tokens, (const bf16 *)dx, d);
+    return launch_status("embedding_dw");
+}

@@ -1,0 +1,74 @@
+/* The LM head fused with cross-entropy, chunk rows at a time: a GEMM writes the chunk's fp32
+ * logits, one block per row turns them into the row's loss and bf16 scale * dloss/dlogits, and
+ * two GEMMs take those to dx and dw. No more than chunk rows of logits ever exist. */
+#include "backend/cuda/bf16_vec.cuh"
+
+enum { THREADS = 512 };
+
+/* workspace: fp32 logits [chunk, vocab], then (256-byte aligned) bf16 dlogits [chunk, vocab] */
+static size_t dlogits_offset(int chunk, int vocab) {
+    return ((size_t)chunk * vocab * sizeof(float) + 255) / 256 * 256;
+}
+
+extern "C" size_t mt_cuda_lmhead_workspace(int chunk, int vocab) {
+    return dlogits_offset(chunk, vocab) + (size_t)chunk * vocab * sizeof(bf16);
+}
+
+/* dlogits = scale * (softmax(z) - onehot(target)); loss -log softmax(z)[target] = lse - z[t]. */
+__global__ void softmax_xent_rows(float *loss_sum, bf16 *dlogits, const float *logits,
+                                  const int32_t *targets, int vocab, float scale) {
+    const float *z = logits + (size_t)blockIdx.x * vocab;
+    bf16 *dz = dlogits + (size_t)blockIdx.x * vocab;
+    int target = targets[blockIdx.x];
+    if (target < 0) {
+        for (int j = threadIdx.x; j < vocab; j += THREADS) dz[j] = __float2bfloat16(0.0f);
+        return;
+    }
+    __shared__ float partial[THREADS / 32];
+    float max = -INFINITY;
+    for (int j = threadIdx.x; j < vocab; j += THREADS) max = fmaxf(max, z[j]);
+    max = warp_max(max);
+    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = max;
+    __syncthreads();
+    max = threadIdx.x % 32 < THREADS / 32 ? partial[threadIdx.x % 32] : -INFINITY; /* in every warp */
+    max = warp_max(max);
+
+    float sum = 0.0f;
+    for (int j = threadIdx.x; j < vocab; j += THREADS) sum += __expf(z[j] - max);
+    sum = block_sum(sum);
+    float norm = scale / sum;
+    for (int j = threadIdx.x; j < vocab; j += THREADS) {
+        float g = __expf(z[j] - max) * norm;
+        dz[j] = __float2bfloat16(j == target ? g - scale : g);
+    }
+    if (threadIdx.x == 0) atomicAdd(loss_sum, max + logf(sum) - z[target]);
+}
+
+extern "C" mt_status mt_cuda_lmhead_loss(mt_cuda_backend *cb, cudaStream_t s, float *loss_sum,
+                                         void *dx, float *dw, const void *x, const void *w,
+                                         const int32_t *targets, int n, int d, int vocab,
+                                         float scale, int chunk, void *workspace) {
+    if (chunk <= 0) return mt_fail(MT_ERR_INVALID, "lmhead_loss: chunk %d must be positive", chunk);
+    float *logits = (float *)workspace;
+    bf16 *dlogits = (bf16 *)((char *)workspace + dlogits_offset(chunk, vocab));
+    for (int r0 = 0; r0 < n; r0 += chunk) {
+        int rows = n - r0 < chunk ? n - r0 : chunk;
+        const bf16 *xc = (const bf16 *)x + (size_t)r0 * d;
+        /* column-major logits^T[vocab, rows] = (w as [d, vocab])^T . xc^T[d, rows] */
+        mt_cuda_gemm_desc to_logits = {.m = vocab, .n = rows, .k = d, .a = w, .lda = d, .trans_a = 1,
+                                       .b = xc, .ldb = d, .d = logits, .ldd = vocab, .d_is_f32 = 1};
+        MT_TRY(mt_cuda_gemm(cb, s, &to_logits));
+        softmax_xent_rows<<<rows, THREADS, 0, s>>>(loss_sum, dlogits, logits, targets + r0, vocab, scale);
+        MT_TRY(launch_status("lmhead softmax"));
+        /* dx^T[d, rows] = (w as [d, vocab]) . dlogits^T[vocab, rows] */
+        mt_cuda_gemm_desc to_dx = {.m = d, .n = rows, .k = vocab, .a = w, .lda = d, .b = dlogits,
+                                   .ldb = vocab, .d = (bf16 *)dx + (size_t)r0 * d, .ldd = d};
+        MT_TRY(mt_cuda_gemm(cb, s, &to_dx));
+        /* dw^T[d, vocab] += xc^T[d, rows] . (dlogits^T[vocab, rows])^T */
+        mt_cuda_gemm_desc to_dw = {.m = d, .n = vocab, .k = rows, .a = xc, .lda = d, .b = dlogits,
+                                   .ldb = vocab, .trans_b = 1, .d = dw, .ldd = d, .d_is_f32 = 1,
+                                   .beta = 1.0f};
+        MT_TRY(mt_cuda_gemm(cb, s, &to_dw));
+    }
+    return MT_OK;
+}
