@@ -14,6 +14,7 @@ static const char usage[] =
     "  sample   generate text from a checkpoint\n"
     "  plan     print the memory a run needs and its time floor, allocating nothing\n"
     "  export   write a checkpoint as a Hugging Face model directory\n"
+    "  bench    time training steps on synthetic tokens\n"
     "\n"
     "'megatrain <command> --help' describes each command's options.\n";
 
@@ -32,6 +33,7 @@ int main(int argc, char **argv) {
     if (!strcmp(command, "sample")) return mt_cli_sample(argc - 1, argv + 1);
     if (!strcmp(command, "plan")) return mt_cli_plan(argc - 1, argv + 1);
     if (!strcmp(command, "export")) return mt_cli_export(argc - 1, argv + 1);
+    if (!strcmp(command, "bench")) return mt_cli_bench(argc - 1, argv + 1);
     fprintf(stderr, "megatrain: error: unknown command '%s'\n\n%s", command, usage);
     return 2;
 }

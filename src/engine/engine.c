@@ -39,6 +39,8 @@ mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_en
                   be->ops->lmhead_workspace(be, o->lm_chunk, cfg->vocab_size) +
                   (int64_t)2 * o->micro_batches * rows(o) * 4 + (int64_t)cfg->vocab_size * 4;
     b.total = b.weight_slots + b.embed_head + b.grads + b.checkpoints + b.workspace;
+    b.host_staging = (int64_t)2 * o->micro_batches * rows(o) * 4 +
+                     ((int64_t)lay.num_units + 1 + cfg->vocab_size + cfg->head_dim / 2) * 4;
     mt_layout_free(&lay);
     return b;
 }

@@ -46,9 +46,11 @@ typedef struct {
     double stall_seconds;    /* time the compute stream waited for weight and gradient copies */
 } mt_step_result;
 
-/* Device bytes the engine allocates for these options, by class. */
+/* Device bytes the engine allocates for these options, by class (total), and the host staging
+ * buffers it allocates beside them (tokens, norms, loss, logits: not in total). */
 typedef struct {
     int64_t weight_slots, embed_head, grads, checkpoints, workspace, total;
+    int64_t host_staging;
 } mt_engine_bytes;
 mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_engine_options *opt);
 

@@ -49,9 +49,12 @@ void *mt_store_unit_weights(const mt_store *s, int u) {
     return (char *)s->weights + s->layout->units[u].offset * (int64_t)mt_dtype_size(s->weight_dtype);
 }
 
+/* Each run of RNG_CHUNK elements of a tensor has its own generator, seeded from (seed, tensor,
+ * chunk), so that the weights are the same whatever the number of threads. */
+enum { RNG_CHUNK = 1 << 16 };
+
 void mt_store_init_random(mt_store *s, uint64_t seed) {
     const mt_layout *lay = s->layout;
-    mt_rng rng = {seed};
     memset(s->master, 0, (size_t)lay->total_numel * 4);
     for (int i = 0; i < lay->num_tensors; i++) {
         const mt_tensor *t = &lay->tensors[i];
@@ -59,8 +62,16 @@ void mt_store_init_random(mt_store *s, uint64_t seed) {
         int64_t count = (int64_t)t->rows * t->cols;
         int is_norm = t->kind == MT_T_ATTN_NORM || t->kind == MT_T_MLP_NORM || t->kind == MT_T_FINAL_NORM;
         int is_bias = t->kind == MT_T_BQ || t->kind == MT_T_BK || t->kind == MT_T_BV;
-        for (int64_t j = 0; j < count; j++)
-            p[j] = is_norm ? 1.0f : is_bias ? 0.0f : (float)(0.02 * mt_rng_normal(&rng));
+        if (is_norm || is_bias) {
+            for (int64_t j = 0; j < count; j++) p[j] = is_norm ? 1.0f : 0.0f;
+            continue;
+        }
+#pragma omp parallel for schedule(static)
+        for (int64_t c = 0; c < (count + RNG_CHUNK - 1) / RNG_CHUNK; c++) {
+            mt_rng rng = {seed ^ ((uint64_t)i << 40) ^ (uint64_t)c * 0x9e3779b97f4a7c15ull};
+            int64_t end = (c + 1) * RNG_CHUNK < count ? (c + 1) * RNG_CHUNK : count;
+            for (int64_t j = c * RNG_CHUNK; j < end; j++) p[j] = (float)(0.02 * mt_rng_normal(&rng));
+        }
     }
     memset(s->m, 0, (size_t)lay->total_numel * 4);
     memset(s->v, 0, (size_t)lay->total_numel * 4);

@@ -4,10 +4,10 @@
 
 #include "engine/engine.h"
 #include "engine/store.h"
-#include "io/hf_config.h"
-#include "io/hf_model.h"
 #include "megatrain.h"
 #include "train/backend_select.h"
+#include "train/memory_check.h"
+#include "train/options.h"
 
 /* The lent H200 machine's measured rates (DESIGN.md): the floor is stated against these. */
 #define PCIE_BYTES_PER_S 51e9
@@ -16,12 +16,6 @@
 #define OPTIMIZER_BYTES_PER_PARAM 30.0
 
 static double gb(int64_t bytes) { return (double)bytes / 1e9; }
-
-static mt_status plan_config(const mt_train_options *o, mt_config *cfg) {
-    if (o->init_from) return mt_hf_load_config(o->init_from, cfg);
-    if (o->config_path) return mt_hf_config_read(o->config_path, cfg);
-    return mt_config_preset(o->preset ? o->preset : "demo", cfg);
-}
 
 /* FLOPs of one step: linear layers 2 (forward) + 2 (recompute) + 4 (backward) per parameter and
  * token; the LM head 6 (no recompute); causal attention 2 T Q per token and layer forward, four
@@ -35,7 +29,7 @@ static double step_flops(const mt_config *c, double tokens, int seq) {
 
 mt_status mt_plan(const mt_train_options *o, FILE *out) {
     mt_config cfg;
-    MT_TRY(plan_config(o, &cfg));
+    MT_TRY(mt_train_model_config(o, &cfg));
     mt_layout lay;
     MT_TRY(mt_layout_init(&lay, &cfg));
     mt_backend *be = NULL;
@@ -44,12 +38,7 @@ mt_status mt_plan(const mt_train_options *o, FILE *out) {
         mt_layout_free(&lay);
         return rc;
     }
-    mt_engine_options eo = mt_engine_defaults();
-    eo.batch = o->batch;
-    eo.seq = o->seq_len;
-    eo.micro_batches = o->micro_batches;
-    eo.slots = o->slots;
-    eo.lm_chunk = o->lm_chunk;
+    mt_engine_options eo = mt_train_engine_options(o);
     mt_store_bytes hb = mt_store_size(&lay, be->ops->weight_dtype);
     mt_engine_bytes db = mt_engine_size(be, &cfg, &eo);
     double params = (double)mt_config_total_params(&cfg);
@@ -71,6 +60,8 @@ mt_status mt_plan(const mt_train_options *o, FILE *out) {
     fprintf(out, "device    weight slots %.2f GB + embedding and head %.2f GB + gradients %.2f GB + "
             "checkpoints %.2f GB + workspace %.2f GB = %.2f GB\n", gb(db.weight_slots), gb(db.embed_head),
             gb(db.grads), gb(db.checkpoints), gb(db.workspace), gb(db.total));
+    mt_memory_fit fit = mt_memory_fit_of(&lay, be, &eo);
+    mt_memory_fit_print(&fit, out);
     fprintf(out, "floor     GEMM %.3g FLOP / %.0f TFLOP/s = %.3f s\n", flops, GEMM_FLOP_PER_S / 1e12,
             flops / GEMM_FLOP_PER_S);
     fprintf(out, "          PCIe in %.2f GB, out %.2f GB at %.0f GB/s each way = %.3f s\n", pcie_in / 1e9,

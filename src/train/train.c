@@ -12,13 +12,14 @@
 
 #include "engine/engine.h"
 #include "io/dataset.h"
-#include "io/hf_config.h"
 #include "io/hf_model.h"
 #include "io/metrics.h"
 #include "io/plot.h"
 #include "megatrain.h"
 #include "optim/schedule.h"
 #include "train/backend_select.h"
+#include "train/memory_check.h"
+#include "train/options.h"
 #include "train/progress.h"
 #include "train/run_state.h"
 #include "util/log.h"
@@ -73,11 +74,8 @@ typedef struct {
 } run;
 
 static mt_status resolve_model(run *r) {
-    const mt_train_options *o = r->o;
     if (r->resume_from[0]) return mt_run_load_config(r->resume_from, &r->cfg);
-    if (o->init_from) return mt_hf_load_config(o->init_from, &r->cfg);
-    if (o->config_path) return mt_hf_config_read(o->config_path, &r->cfg);
-    return mt_config_preset(o->preset ? o->preset : "demo", &r->cfg);
+    return mt_train_model_config(r->o, &r->cfg);
 }
 
 static void print_loading(int64_t done, int64_t total, void *user) {
@@ -118,19 +116,7 @@ static mt_status open_data(run *r) {
 }
 
 static mt_status open_engine(run *r) {
-    const mt_train_options *o = r->o;
-    mt_engine_options eo = mt_engine_defaults();
-    eo.batch = o->batch;
-    eo.seq = o->seq_len;
-    eo.micro_batches = o->micro_batches;
-    eo.slots = o->slots;
-    eo.opt_threads = o->opt_threads;
-    eo.lm_chunk = o->lm_chunk;
-    eo.max_grad_norm = o->max_grad_norm;
-    eo.beta1 = o->beta1;
-    eo.beta2 = o->beta2;
-    eo.eps = o->eps;
-    eo.weight_decay = o->weight_decay;
+    mt_engine_options eo = mt_train_engine_options(r->o);
     return mt_engine_create(&r->engine, r->be, &r->store, &eo, r->progress.adam_step);
 }
 
@@ -153,6 +139,8 @@ static mt_status open_run(run *r) {
     MT_TRY(mt_lr_kind_parse(o->schedule, &r->schedule.kind));
     MT_TRY(mt_lr_schedule_validate(&r->schedule));
     MT_TRY(mt_backend_open(o->backend, o->threads, &r->be));
+    mt_engine_options planned = mt_train_engine_options(o);
+    MT_TRY(mt_memory_check(&r->layout, r->be, &planned));
     MT_TRY(mt_store_create(&r->store, &r->layout, r->be));
     MT_TRY(init_weights(r));
     MT_TRY(open_data(r));

@@ -34,7 +34,7 @@ step() { # step NAME COMMAND...: runs it with its output in $logs/NAME.log, reco
     local rc=$?
     [ $rc -eq 0 ] || status=1
     local synthesis
-    synthesis=$(grep -a "Synthesis:" "$logs/$name.log" | tail -1)
+    synthesis=$(grep -aE "Synthesis:|passed, [0-9]+ failed" "$logs/$name.log" | tail -1)
     summary+=("$(printf '%-8s rc=%-3d %4ds  %s' "$name" "$rc" $((SECONDS - start)) "$synthesis")")
     if [ $rc -ne 0 ]; then
         echo "---- $name failed; its log ends:"
@@ -43,7 +43,9 @@ step() { # step NAME COMMAND...: runs it with its output in $logs/NAME.log, reco
 }
 
 step build make CUDA=1 BUILD=$build -j"$(nproc)" $build/cuda_tests $build/run-tests
-step cuda $build/cuda_tests --jobs 1 --verbose
+rm -rf /tmp/mt-transformers-check
+step cuda env MT_TRANSFORMERS_DIR=/tmp/mt-transformers-check $build/cuda_tests --jobs 1 --verbose
+step hf python3 tests/device/check_transformers.py /tmp/mt-transformers-check
 step cpu $build/run-tests --jobs 4
 
 echo "==== summary"

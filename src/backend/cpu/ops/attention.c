@@ -1,141 +1,210 @@
 /* Causal grouped-query attention, scale 1/sqrt(head_dim). Query head h reads kv head
- * h / (heads / kv_heads); query position i sees keys 0..i of its own sequence. */
+ * h / (heads / kv_heads); query position i sees keys 0..i of its own sequence.
+ *
+ * Tiling: one (sequence, head) is cut into TILE x TILE blocks of (queries, keys). Causality
+ * leaves only the blocks on and below the diagonal, about half of them, and masks the upper
+ * triangle of the diagonal block. A block's scores are one sgemm into a TILE x TILE buffer on
+ * the stack; its products with V (forward) or with dO, K and Q (backward) are sgemms too, so
+ * only the softmax is a row loop. The forward folds key blocks into an online (running-max)
+ * softmax; the backward recomputes the probabilities from the saved lse.
+ *
+ * OpenMP runs over (sequence, head) tasks and BLAS runs single-threaded inside them (OpenBLAS
+ * does so inside an active parallel region). A task's work never depends on the batch, so one
+ * call over 4 sequences equals 4 calls over 1, bitwise. */
+#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_ops.h"
 
-/* Keys are taken a tile at a time: a tile's scores are independent dot products that the CPU
- * overlaps, the softmax rescales once per tile, and in the backward a tile's dk and dv rows
- * stay in L1 while every query that sees them streams past. */
-enum { KEY_TILE = 16 };
+enum { TILE = 64 };
 
-static float dot(const float *restrict a, const float *restrict b, int len) {
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int j = 0; j < len; j++) s += a[j] * b[j];
-    return s;
+/* One (sequence, head) as the tasks see it: row strides in floats between positions. */
+typedef struct {
+    int seq, head_dim;
+    size_t q_stride, kv_stride;
+    float scale;
+} geometry;
+
+static geometry geometry_of(mt_attn_dims dims) {
+    return (geometry){.seq = dims.seq,
+                      .head_dim = dims.head_dim,
+                      .q_stride = (size_t)dims.heads * dims.head_dim,
+                      .kv_stride = (size_t)dims.kv_heads * dims.head_dim,
+                      .scale = 1.0f / sqrtf((float)dims.head_dim)};
 }
 
-static void axpy(float *restrict y, float alpha, const float *restrict x, int len) {
-    for (int j = 0; j < len; j++) y[j] += alpha * x[j];
+static int tile_len(int start, int seq) { return seq - start < TILE ? seq - start : TILE; }
+
+/* Row-major c[m, n] = alpha op(a) op(b) + beta c, with op(a) [m, k] and op(b) [k, n]. */
+static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
+                 const float *a, size_t lda, const float *b, size_t ldb, float beta, float *c, size_t ldc) {
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
 }
 
-static int min_int(int a, int b) { return a < b ? a : b; }
+/* s[rows, cols] = scale q k^T for query rows qi and key rows kj. */
+static void block_scores(float *s, const float *qi, const float *kj, int rows, int cols, const geometry *g) {
+    gemm(CblasNoTrans, CblasTrans, rows, cols, g->head_dim, g->scale, qi, g->q_stride, kj, g->kv_stride,
+         0.0f, s, TILE);
+}
 
-/* One query row against keys 0..keys-1 with an online (running-max) softmax, accumulating
- * straight into the output row, so no score buffer beyond a tile is needed. Returns the
- * log-sum-exp of the scaled scores. */
-static float attend_row(float *restrict o, const float *restrict qi, const float *k, const float *v,
-                        size_t kv_stride, int keys, int head_dim, float scale) {
-    float max = -INFINITY, sum = 0.0f, s[KEY_TILE];
-    memset(o, 0, (size_t)head_dim * sizeof *o);
-    for (int t0 = 0; t0 < keys; t0 += KEY_TILE) {
-        int len = min_int(KEY_TILE, keys - t0);
-        float tile_max = -INFINITY;
-        for (int t = 0; t < len; t++) {
-            s[t] = dot(qi, k + (t0 + t) * kv_stride, head_dim) * scale;
-            tile_max = fmaxf(tile_max, s[t]);
+/* How many of a block's keys row r may see: all of them, except in the diagonal block (same
+ * first position), where it sees keys up to itself. */
+static int visible_keys(int r, int cols, int diagonal) { return diagonal && r + 1 < cols ? r + 1 : cols; }
+
+/* Folds one key block into the running softmax of the query rows: s becomes
+ * p = exp(s - new max) (0 for keys a row may not see), and each row's sum and output, kept
+ * relative to its old max, are rescaled to the new one. The first block sees max = -inf and
+ * rescales by 0. */
+static void softmax_fold(float *s, float *max, float *sum, float *o, int rows, int cols, int diagonal,
+                         const geometry *g) {
+    for (int r = 0; r < rows; r++) {
+        float *sr = s + r * TILE, *orow = o + r * g->q_stride;
+        int visible = visible_keys(r, cols, diagonal);
+        float new_max = max[r], added = 0.0f;
+#pragma omp simd reduction(max : new_max)
+        for (int c = 0; c < visible; c++) new_max = sr[c] > new_max ? sr[c] : new_max;
+        float shrink = expf(max[r] - new_max);
+        for (int c = 0; c < visible; c++) {
+            sr[c] = expf(sr[c] - new_max);
+            added += sr[c];
         }
-        if (tile_max > max) {
-            float shrink = expf(max - tile_max); /* rescale what was summed under the old max */
-            sum *= shrink;
-            for (int j = 0; j < head_dim; j++) o[j] *= shrink;
-            max = tile_max;
+        memset(sr + visible, 0, (size_t)(cols - visible) * sizeof *sr);
+        sum[r] = sum[r] * shrink + added;
+        max[r] = new_max;
+        for (int j = 0; j < g->head_dim; j++) orow[j] *= shrink;
+    }
+}
+
+/* One (sequence, head): out, q at its first row's head slice, k and v at its kv head's. */
+static void attend_head(float *out, float *lse, const float *q, const float *k, const float *v,
+                        const geometry *g) {
+    float s[TILE * TILE], max[TILE], sum[TILE];
+    for (int i0 = 0; i0 < g->seq; i0 += TILE) {
+        int rows = tile_len(i0, g->seq);
+        const float *qi = q + i0 * g->q_stride;
+        float *o = out + i0 * g->q_stride;
+        for (int r = 0; r < rows; r++) {
+            max[r] = -INFINITY;
+            sum[r] = 0.0f;
+            memset(o + r * g->q_stride, 0, (size_t)g->head_dim * sizeof *o);
         }
-        for (int t = 0; t < len; t++) {
-            float p = expf(s[t] - max);
-            sum += p;
-            axpy(o, p, v + (t0 + t) * kv_stride, head_dim);
+        for (int j0 = 0; j0 <= i0; j0 += TILE) {
+            int cols = tile_len(j0, g->seq);
+            block_scores(s, qi, k + j0 * g->kv_stride, rows, cols, g);
+            softmax_fold(s, max, sum, o, rows, cols, j0 == i0, g);
+            gemm(CblasNoTrans, CblasNoTrans, rows, g->head_dim, cols, 1.0f, s, TILE, v + j0 * g->kv_stride,
+                 g->kv_stride, 1.0f, o, g->q_stride);
+        }
+        for (int r = 0; r < rows; r++) {
+            float *orow = o + r * g->q_stride;
+            for (int j = 0; j < g->head_dim; j++) orow[j] /= sum[r];
+            lse[i0 + r] = max[r] + logf(sum[r]);
         }
     }
-    for (int j = 0; j < head_dim; j++) o[j] /= sum;
-    return max + logf(sum);
 }
 
 void mt_cpu_attention(float *out, float *lse, const float *q, const float *k, const float *v, mt_attn_dims dims) {
-    const int seq = dims.seq, heads = dims.heads, hd = dims.head_dim;
-    const int group = heads / dims.kv_heads;
-    const size_t q_stride = (size_t)heads * hd, kv_stride = (size_t)dims.kv_heads * hd;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const geometry g = geometry_of(dims);
+    const int heads = dims.heads, group = heads / dims.kv_heads;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < dims.batch; b++) {
         for (int h = 0; h < heads; h++) {
-            size_t row0 = (size_t)b * seq, kv_at = row0 * kv_stride + (size_t)(h / group) * hd;
-            float *lse_bh = lse + ((size_t)b * heads + h) * seq;
-            for (int i = 0; i < seq; i++) {
-                size_t at = (row0 + i) * q_stride + (size_t)h * hd;
-                lse_bh[i] = attend_row(out + at, q + at, k + kv_at, v + kv_at, kv_stride, i + 1, hd, scale);
-            }
+            size_t q_at = (size_t)b * g.seq * g.q_stride + (size_t)h * g.head_dim;
+            size_t kv_at = (size_t)b * g.seq * g.kv_stride + (size_t)(h / group) * g.head_dim;
+            attend_head(out + q_at, lse + ((size_t)b * heads + h) * g.seq, q + q_at, k + kv_at, v + kv_at, &g);
         }
     }
 }
 
 /* workspace: delta[batch, heads, seq] = dout . out per query row (the softmax backward's
- * row constant), computed once instead of once per key tile. */
+ * row constant). */
 size_t mt_cpu_attention_workspace(mt_attn_dims dims) {
     return (size_t)dims.batch * dims.heads * dims.seq * sizeof(float);
 }
 
-static void attention_delta(float *delta, const float *dout, const float *out, mt_attn_dims dims) {
-    const int seq = dims.seq, heads = dims.heads, hd = dims.head_dim;
-#pragma omp parallel for schedule(static)
-    for (int r = 0; r < dims.batch * seq; r++) {
-        int b = r / seq, i = r % seq;
-        for (int h = 0; h < heads; h++) {
-            size_t at = ((size_t)r * heads + h) * hd;
-            delta[((size_t)b * heads + h) * seq + i] = dot(dout + at, out + at, hd);
+/* The pointers of one (sequence, query head) in the backward, each at its first row's head
+ * slice; dk and dv are its kv head's, shared with the other heads of its group. */
+typedef struct {
+    float *dq, *dk, *dv, *delta;
+    const float *dout, *out, *lse, *q, *k, *v;
+} head_grads;
+
+static void row_dots(float *delta, const float *dout, const float *out, const geometry *g) {
+    for (int i = 0; i < g->seq; i++) {
+        const float *a = dout + i * g->q_stride, *b = out + i * g->q_stride;
+        float s = 0.0f;
+        for (int j = 0; j < g->head_dim; j++) s += a[j] * b[j];
+        delta[i] = s;
+    }
+}
+
+/* Turns a block's scores s into p = exp(s - lse) and its dp = dout v^T into
+ * ds = p * (dp - delta), row by row; keys a row may not see get p = ds = 0. */
+static void softmax_backward(float *s, float *dp, const float *lse, const float *delta, int rows, int cols,
+                             int diagonal) {
+    for (int r = 0; r < rows; r++) {
+        float *pr = s + r * TILE, *dsr = dp + r * TILE;
+        int visible = visible_keys(r, cols, diagonal);
+        for (int c = 0; c < visible; c++) {
+            pr[c] = expf(pr[c] - lse[r]);
+            dsr[c] = pr[c] * (dsr[c] - delta[r]);
+        }
+        memset(pr + visible, 0, (size_t)(cols - visible) * sizeof *pr);
+        memset(dsr + visible, 0, (size_t)(cols - visible) * sizeof *dsr);
+    }
+}
+
+/* With p = exp(s - lse) and ds = p * (dout_i . v_j - delta_i), per block:
+ * dv_j += p^T dout_i, dq_i += scale ds k_j, dk_j += scale ds^T q_i. p and ds are block
+ * buffers. */
+static void head_backward(const head_grads *t, const geometry *g) {
+    float p[TILE * TILE], ds[TILE * TILE];
+    const int hd = g->head_dim;
+    const size_t qs = g->q_stride, kvs = g->kv_stride;
+    row_dots(t->delta, t->dout, t->out, g);
+    for (int i0 = 0; i0 < g->seq; i0 += TILE) {
+        int rows = tile_len(i0, g->seq);
+        const float *qi = t->q + i0 * qs, *doi = t->dout + i0 * qs;
+        for (int j0 = 0; j0 <= i0; j0 += TILE) {
+            int cols = tile_len(j0, g->seq);
+            const float *kj = t->k + j0 * kvs, *vj = t->v + j0 * kvs;
+            block_scores(p, qi, kj, rows, cols, g);
+            gemm(CblasNoTrans, CblasTrans, rows, cols, hd, 1.0f, doi, qs, vj, kvs, 0.0f, ds, TILE);
+            softmax_backward(p, ds, t->lse + i0, t->delta + i0, rows, cols, j0 == i0);
+            gemm(CblasTrans, CblasNoTrans, cols, hd, rows, 1.0f, p, TILE, doi, qs, 1.0f, t->dv + j0 * kvs, kvs);
+            gemm(CblasNoTrans, CblasNoTrans, rows, hd, cols, g->scale, ds, TILE, kj, kvs, 1.0f, t->dq + i0 * qs, qs);
+            gemm(CblasTrans, CblasNoTrans, cols, hd, rows, g->scale, ds, TILE, qi, qs, 1.0f, t->dk + j0 * kvs, kvs);
         }
     }
 }
 
-/* With p = exp(s - lse) and ds = p * (dout_i . v_t - delta_i):
- * dv_t += p dout_i, dq_i += scale ds k_t, dk_t += scale ds q_i. Each task owns one
- * (sequence, kv head), with the dq rows of its group's query heads, and walks key tiles, then
- * query heads, then queries in order, so every sum has a fixed order. */
+static void zero_rows(float *x, size_t stride, int rows, int len) {
+    for (int r = 0; r < rows; r++) memset(x + r * stride, 0, (size_t)len * sizeof *x);
+}
+
+/* Each task owns one (sequence, kv head): its dk and dv and the dq rows of its group's query
+ * heads. It walks those query heads in order, so the sums into dk and dv have a fixed order. */
 void mt_cpu_attention_dx(float *dq, float *dk, float *dv, const float *dout, const float *out,
                          const float *lse, const float *q, const float *k, const float *v,
                          mt_attn_dims dims, void *workspace) {
-    const int seq = dims.seq, heads = dims.heads, hd = dims.head_dim;
-    const int group = heads / dims.kv_heads;
-    const size_t q_stride = (size_t)heads * hd, kv_stride = (size_t)dims.kv_heads * hd;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const geometry g = geometry_of(dims);
+    const int heads = dims.heads, group = heads / dims.kv_heads;
     float *delta = workspace;
-    attention_delta(delta, dout, out, dims);
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < dims.batch; b++) {
-        for (int g = 0; g < dims.kv_heads; g++) {
-            size_t row0 = (size_t)b * seq, kv_at = row0 * kv_stride + (size_t)g * hd;
-            const float *kb = k + kv_at, *vb = v + kv_at;
-            float *dkb = dk + kv_at, *dvb = dv + kv_at;
-            for (int t = 0; t < seq; t++) {
-                memset(dkb + t * kv_stride, 0, (size_t)hd * sizeof *dk);
-                memset(dvb + t * kv_stride, 0, (size_t)hd * sizeof *dv);
-                memset(dq + (row0 + t) * q_stride + (size_t)g * group * hd, 0, (size_t)group * hd * sizeof *dq);
-            }
-            for (int t0 = 0; t0 < seq; t0 += KEY_TILE) {
-                int len = min_int(KEY_TILE, seq - t0);
-                for (int h = g * group; h < (g + 1) * group; h++) {
-                    const float *lse_bh = lse + ((size_t)b * heads + h) * seq;
-                    const float *delta_bh = delta + ((size_t)b * heads + h) * seq;
-                    for (int i = t0; i < seq; i++) {
-                        size_t at = (row0 + i) * q_stride + (size_t)h * hd;
-                        const float *qi = q + at, *doi = dout + at;
-                        int visible = min_int(len, i - t0 + 1); /* causal: keys t0..i */
-                        float p[KEY_TILE], ds[KEY_TILE];
-                        for (int t = 0; t < visible; t++) {
-                            const float *kt = kb + (t0 + t) * kv_stride, *vt = vb + (t0 + t) * kv_stride;
-                            p[t] = expf(dot(qi, kt, hd) * scale - lse_bh[i]);
-                            ds[t] = p[t] * (dot(doi, vt, hd) - delta_bh[i]) * scale;
-                        }
-                        for (int t = 0; t < visible; t++) {
-                            size_t kv_t = (size_t)(t0 + t) * kv_stride;
-                            axpy(dvb + kv_t, p[t], doi, hd);
-                            axpy(dkb + kv_t, ds[t], qi, hd);
-                            axpy(dq + at, ds[t], kb + kv_t, hd);
-                        }
-                    }
-                }
+        for (int kvh = 0; kvh < dims.kv_heads; kvh++) {
+            size_t kv_at = (size_t)b * g.seq * g.kv_stride + (size_t)kvh * g.head_dim;
+            size_t q_group_at = (size_t)b * g.seq * g.q_stride + (size_t)kvh * group * g.head_dim;
+            zero_rows(dk + kv_at, g.kv_stride, g.seq, g.head_dim);
+            zero_rows(dv + kv_at, g.kv_stride, g.seq, g.head_dim);
+            zero_rows(dq + q_group_at, g.q_stride, g.seq, group * g.head_dim);
+            for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+                size_t q_at = (size_t)b * g.seq * g.q_stride + (size_t)h * g.head_dim;
+                size_t row_at = ((size_t)b * heads + h) * g.seq;
+                head_grads t = {dq + q_at, dk + kv_at, dv + kv_at, delta + row_at, dout + q_at, out + q_at,
+                                lse + row_at, q + q_at, k + kv_at, v + kv_at};
+                head_backward(&t, &g);
             }
         }
     }

@@ -1,0 +1,126 @@
+/* mt_bench: timed training steps on synthetic tokens. TFLOP/s counts model FLOPs per token, the
+ * way the PyTorch peers in bench/ count them: 6 x (block parameters + the LM head's V x D) for
+ * the linear layers (forward 2, backward 4; recomputation not counted) plus 6 x L x seq x Q for
+ * causal attention (forward 2 x seq x Q per layer, half of 4 x seq x Q for the causal mask;
+ * backward twice the forward). */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "megatrain.h"
+#include "train/backend_select.h"
+#include "train/options.h"
+#include "util/rng.h"
+
+static double model_flops_per_token(const mt_config *c, int seq) {
+    double linear = (double)mt_config_block_params(c) * c->num_layers + (double)c->vocab_size * c->hidden_size;
+    double attention = 6.0 * c->num_layers * seq * (double)c->num_heads * c->head_dim;
+    return 6.0 * linear + attention;
+}
+
+/* Peak resident host memory of this process (VmHWM), in bytes. */
+static double host_peak_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6)) kb = strtod(line + 6, NULL);
+    if (f) fclose(f);
+    return kb * 1024;
+}
+
+static int compare_doubles(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct {
+    double step_s, tokens_per_s, tflops, stall_share, opt_wait_share;
+} bench_summary;
+
+static void print_summary(FILE *out, const mt_train_options *o, const mt_backend *be, const mt_config *cfg,
+                          const bench_summary *s, double peak_gpu, double host, const char *json) {
+    double tokens = (double)o->micro_batches * o->batch * o->seq_len;
+    fprintf(out, "megatrain %s: %.0f tokens/step, median step %.3f s, %.0f tokens/s, %.1f TFLOP/s, "
+            "peak device memory %.2f GiB, host %.1f GiB, compute waited on copies %.1f%%, "
+            "on the optimizer %.1f%%\n", o->preset ? o->preset : "model", tokens, s->step_s, s->tokens_per_s,
+            s->tflops, peak_gpu / 1073741824.0, host / 1073741824.0, 100 * s->stall_share, 100 * s->opt_wait_share);
+    if (!json) return;
+    json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
+                          "system", "megatrain", "backend", be->ops->name, "model", o->preset ? o->preset : "model",
+                          "params", (json_int_t)mt_config_total_params(cfg), "seq", o->seq_len, "batch", o->batch,
+                          "micro_batches", o->micro_batches, "tokens_per_step", tokens, "step_s", s->step_s,
+                          "tokens_per_s", s->tokens_per_s, "tflops", s->tflops, "peak_gpu_gib",
+                          peak_gpu / 1073741824.0, "host_gib", host / 1073741824.0, "copy_wait_share",
+                          s->stall_share, "opt_wait_share", s->opt_wait_share);
+    FILE *f = fopen(json, "a");
+    if (j && f) {
+        json_dumpf(j, f, JSON_COMPACT);
+        fputc('\n', f);
+    }
+    if (f) fclose(f);
+    json_decref(j);
+}
+
+mt_status mt_bench(const mt_train_options *o, int warmup, FILE *out, const char *json) {
+    mt_config cfg;
+    MT_TRY(mt_train_model_config(o, &cfg));
+    mt_layout lay;
+    MT_TRY(mt_layout_init(&lay, &cfg));
+    mt_backend *be = NULL;
+    mt_store store = {0};
+    mt_engine *engine = NULL;
+    size_t n = (size_t)o->micro_batches * o->batch * o->seq_len;
+    int32_t *inputs = mt_malloc(n * sizeof *inputs, "bench tokens"), *targets = mt_malloc(n * sizeof *targets, "bench tokens");
+    double *times = mt_calloc((size_t)o->steps, sizeof *times, "bench timings");
+    mt_status rc = inputs && targets && times ? MT_OK : MT_ERR_NOMEM;
+    if (rc == MT_OK) rc = mt_backend_open(o->backend, o->threads, &be);
+    if (rc == MT_OK) rc = mt_store_create(&store, &lay, be);
+    if (rc == MT_OK) {
+        mt_store_init_random(&store, o->seed);
+        mt_engine_options eo = mt_train_engine_options(o);
+        rc = mt_engine_create(&engine, be, &store, &eo, 0);
+    }
+    mt_rng rng = {o->seed};
+    double stall = 0, opt_wait = 0, total = 0;
+    for (int64_t s = 0; rc == MT_OK && s < warmup + o->steps; s++) {
+        for (size_t i = 0; i < n; i++) {
+            inputs[i] = (int32_t)(mt_rng_next(&rng) % (uint64_t)cfg.vocab_size);
+            targets[i] = (int32_t)(mt_rng_next(&rng) % (uint64_t)cfg.vocab_size);
+        }
+        mt_step_result r;
+        rc = mt_engine_step(engine, inputs, targets, 1e-4f, &r);
+        if (rc != MT_OK) break;
+        fprintf(out, "%s step %lld: %.3f s, %.0f tokens/s, loss %.4f, compute waited %.3f s on copies, "
+                "issue waited %.3f s on the optimizer\n", s < warmup ? "warmup" : "timed", (long long)s,
+                r.seconds, (double)n / r.seconds, r.loss, r.stall_seconds, r.wait_opt_seconds);
+        fflush(out);
+        if (s < warmup) continue;
+        times[s - warmup] = r.seconds;
+        stall += r.stall_seconds;
+        opt_wait += r.wait_opt_seconds;
+        total += r.seconds;
+    }
+    if (rc == MT_OK) {
+        mt_engine_finish(engine);
+        size_t peak = 0;
+        be->ops->dev_mem_info(be, NULL, &peak);
+        qsort(times, (size_t)o->steps, sizeof *times, compare_doubles);
+        bench_summary sum = {.step_s = times[o->steps / 2]};
+        sum.tokens_per_s = (double)n / sum.step_s;
+        sum.tflops = sum.tokens_per_s * model_flops_per_token(&cfg, o->seq_len) / 1e12;
+        sum.stall_share = total > 0 ? stall / total : 0;
+        sum.opt_wait_share = total > 0 ? opt_wait / total : 0;
+        print_summary(out, o, be, &cfg, &sum, (double)peak, host_peak_bytes(), json);
+    }
+    mt_engine_destroy(engine);
+    if (store.layout) mt_store_free(&store);
+    if (be) be->ops->destroy(be);
+    mt_layout_free(&lay);
+    free(inputs);
+    free(targets);
+    free(times);
+    return rc;
+}

@@ -1,0 +1,12 @@
+/* What the train, plan and bench entry points derive alike from mt_train_options. */
+#ifndef MT_TRAIN_OPTIONS_H
+#define MT_TRAIN_OPTIONS_H
+
+#include "engine/engine.h"
+#include "megatrain.h"
+
+/* The model a run asked for (without --resume): --init-from, --config or a preset (demo). */
+mt_status mt_train_model_config(const mt_train_options *o, mt_config *cfg);
+mt_engine_options mt_train_engine_options(const mt_train_options *o);
+
+#endif

@@ -1,0 +1,158 @@
+/* The whole engine on the cuda backend against the cpu backend on the same weights: loss and
+ * every parameter's gradient, and a few training steps. With MT_TRANSFORMERS_DIR set, it also
+ * leaves each model, its tokens, loss and gradients there for tests/device/check_transformers.py,
+ * which compares them with transformers' LlamaForCausalLM / Qwen2ForCausalLM.
+ *
+ * The cuda backend keeps weights and activations in bf16 (8 mantissa bits, relative rounding
+ * up to 2^-9 per value) with fp32 accumulation; the cpu backend runs fp32 on the same
+ * bf16-rounded weights. Tolerances: the loss within 1% relative; each tensor's gradient within
+ * 5% relative (||cuda - cpu|| / ||cpu||): bf16 rounding of activations at every layer compounds
+ * through the backward to a few percent, while a wrong term in any backward is O(1). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../tiny_model.h"
+#include "io/hf_model.h"
+#include "util/bf16.h"
+
+enum { SEQ = 32, SEQUENCES = 4 };
+
+static mt_engine_options options(void) {
+    mt_engine_options o = mt_engine_defaults();
+    o.seq = SEQ;
+    o.batch = 2;
+    o.micro_batches = SEQUENCES / 2;
+    o.lm_chunk = 24;
+    return o;
+}
+
+/* Both models hold the same bf16-representable masters. */
+static void round_masters(mt_tiny_model *t) {
+    for (int64_t i = 0; i < t->layout.total_numel; i++)
+        t->store.master[i] = mt_bf16_to_f32(mt_f32_to_bf16(t->store.master[i]));
+    mt_store_sync_weights(&t->store);
+}
+
+static double tensor_rel_err(const mt_layout *lay, int i, const float *got, const float *want) {
+    const mt_tensor *t = &lay->tensors[i];
+    int64_t at = lay->units[t->unit].offset + t->offset, n = (int64_t)t->rows * t->cols;
+    double num = 0, den = 0;
+    for (int64_t j = 0; j < n; j++) {
+        double d = (double)got[at + j] - want[at + j];
+        num += d * d;
+        den += (double)want[at + j] * want[at + j];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static void write_file(const char *dir, const char *name, const void *data, size_t bytes) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    cr_assert(f, "cannot write %s", path);
+    cr_assert_eq(fwrite(data, 1, bytes, f), bytes);
+    fclose(f);
+}
+
+/* Leaves model/, grads/, tokens.bin ([SEQUENCES][SEQ + 1] int32) and case.json (loss, shape)
+ * under dir/name. */
+static void dump_for_transformers(const char *name, mt_tiny_model *t, const int32_t *tokens, double loss) {
+    const char *root = getenv("MT_TRANSFORMERS_DIR");
+    if (!root) return;
+    char dir[4096], sub[4200];
+    snprintf(dir, sizeof dir, "%s/%s", root, name);
+    mkdir(root, 0777);
+    cr_assert(mkdir(dir, 0777) == 0, "cannot create %s", dir);
+    mt_hf_export_options fp32 = {.dtype = MT_ST_F32};
+    snprintf(sub, sizeof sub, "%s/model", dir);
+    cr_assert_eq(mt_hf_export(&t->layout, t->store.master, sub, &fp32), MT_OK, "%s", mt_error());
+    snprintf(sub, sizeof sub, "%s/grads", dir);
+    cr_assert_eq(mt_hf_export(&t->layout, t->store.grads, sub, &fp32), MT_OK, "%s", mt_error());
+    write_file(dir, "tokens.bin", tokens, sizeof(int32_t) * SEQUENCES * (SEQ + 1));
+    char text[128];
+    int len = snprintf(text, sizeof text, "{\"loss\": %.9g, \"sequences\": %d, \"seq\": %d}\n", loss,
+                       SEQUENCES, SEQ);
+    write_file(dir, "case.json", text, (size_t)len);
+}
+
+static void compare_backends(const char *name, const mt_config *cfg) {
+    mt_engine_options o = options();
+    mt_tiny_model cpu, gpu;
+    mt_backend *be;
+    cr_assert_eq(mt_backend_cuda_create(&be, 0), MT_OK, "%s", mt_error());
+    mt_tiny_model_open(&cpu, cfg, &o, 5);
+    mt_tiny_model_open_on(&gpu, be, cfg, &o, 5);
+    round_masters(&cpu);
+    round_masters(&gpu);
+    int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
+    mt_tiny_windows(6, SEQUENCES, SEQ, cfg->vocab_size, tokens, inputs, targets);
+    double loss_cpu, loss_gpu;
+    cr_assert_eq(mt_engine_grads(cpu.engine, inputs, targets, &loss_cpu), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_grads(gpu.engine, inputs, targets, &loss_gpu), MT_OK, "%s", mt_error());
+    cr_expect_lt(fabs(loss_gpu - loss_cpu), 1e-2 * loss_cpu, "%s: loss cuda %.6f, cpu %.6f", name, loss_gpu, loss_cpu);
+    double worst = 0;
+    const char *worst_name = "";
+    for (int i = 0; i < cpu.layout.num_tensors; i++) {
+        double err = tensor_rel_err(&cpu.layout, i, gpu.store.grads, cpu.store.grads);
+        if (err > worst) worst = err, worst_name = cpu.layout.tensors[i].name;
+    }
+    cr_log_info("%s: loss cuda %.6f cpu %.6f; worst gradient %s at %.3g relative", name, loss_gpu, loss_cpu,
+                worst_name, worst);
+    cr_expect_lt(worst, 5e-2, "%s: gradient of %s off by %.3g relative", name, worst_name, worst);
+    dump_for_transformers(name, &gpu, tokens, loss_gpu);
+    mt_tiny_model_close(&gpu);
+    mt_tiny_model_close(&cpu);
+}
+
+static mt_config wider(mt_config c) {
+    c.hidden_size = 128;
+    c.num_heads = 4;
+    c.head_dim = 32;
+    c.intermediate_size = 344;
+    c.vocab_size = 300;
+    return c;
+}
+
+Test(cuda, engine_matches_cpu_llama_gqa_untied) {
+    mt_config c = wider(mt_tiny_config_gqa());
+    compare_backends("llama_gqa_untied", &c);
+}
+
+Test(cuda, engine_matches_cpu_qwen2_tied_bias) {
+    mt_config c = wider(mt_tiny_config_tied_bias());
+    compare_backends("qwen2_tied_bias", &c);
+}
+
+Test(cuda, engine_matches_cpu_llama3_rope_mha) {
+    mt_config c = wider(mt_tiny_config_mha());
+    c.num_kv_heads = c.num_heads;
+    compare_backends("llama3_rope_mha", &c);
+}
+
+/* Eight AdamW steps on one batch: the two backends' losses stay within 2% of each other. */
+Test(cuda, training_tracks_cpu_backend) {
+    mt_config cfg = wider(mt_tiny_config_gqa());
+    mt_engine_options o = options();
+    mt_tiny_model cpu, gpu;
+    mt_backend *be;
+    cr_assert_eq(mt_backend_cuda_create(&be, 0), MT_OK, "%s", mt_error());
+    mt_tiny_model_open(&cpu, &cfg, &o, 8);
+    mt_tiny_model_open_on(&gpu, be, &cfg, &o, 8);
+    round_masters(&cpu);
+    round_masters(&gpu);
+    int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
+    mt_tiny_windows(9, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
+    for (int s = 0; s < 8; s++) {
+        mt_step_result rc, rg;
+        cr_assert_eq(mt_engine_step(cpu.engine, inputs, targets, 3e-3f, &rc), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(gpu.engine, inputs, targets, 3e-3f, &rg), MT_OK, "%s", mt_error());
+        cr_log_info("step %d: loss cuda %.5f cpu %.5f", s, rg.loss, rc.loss);
+        cr_expect_lt(fabs(rg.loss - rc.loss), 2e-2 * rc.loss, "step %d: loss cuda %.5f, cpu %.5f", s, rg.loss, rc.loss);
+    }
+    mt_tiny_model_close(&gpu);
+    mt_tiny_model_close(&cpu);
+}
