@@ -9,19 +9,7 @@ logs=${OUT:-/tmp/megatrain-device}
 build=build-device
 mkdir -p "$logs"
 
-debs=/tmp/debs
-for f in .debs/*.deb; do dpkg -x "$f" "$debs"; done
-lib=$debs/usr/lib/x86_64-linux-gnu
-export CPATH=$debs/usr/include:$debs/usr/include/x86_64-linux-gnu/openblas-pthread${CPATH:+:$CPATH}
-export LIBRARY_PATH=$lib:$lib/openblas-pthread${LIBRARY_PATH:+:$LIBRARY_PATH}
-export LD_LIBRARY_PATH=$lib:$lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-
-# The reference tests run /usr/bin/python3; the image's PyTorch lives in another Python's
-# site-packages (the python3 on PATH), so point /usr/bin/python3 at it.
-if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
-    site=$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))' 2>/dev/null)
-    [ -n "$site" ] && export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
-fi
+. tests/device/env.sh
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 summary=()
@@ -42,11 +30,11 @@ step() { # step NAME COMMAND...: runs it with its output in $logs/NAME.log, reco
     fi
 }
 
-step build make CUDA=1 BUILD=$build -j"$(nproc)" $build/cuda_tests $build/run-tests
+step build make CUDA=1 BUILD=$build -j"$(nproc)" $build/cuda_tests $build/run-tests $build/megatrain
 rm -rf /tmp/mt-transformers-check
 step cuda env MT_TRANSFORMERS_DIR=/tmp/mt-transformers-check $build/cuda_tests --jobs 1 --verbose
 step hf python3 tests/device/check_transformers.py /tmp/mt-transformers-check
-step cpu $build/run-tests --jobs 4
+step cpu env MT_BIN=$build/megatrain $build/run-tests --jobs 4
 
 echo "==== summary"
 printf '%s\n' "${summary[@]}"
