@@ -1,11 +1,13 @@
 # megatrain: one Makefile.
-#   make            build/megatrain (CPU backend; CUDA=1 adds the CUDA backend)
+#   make            build/megatrain (with the CUDA backend when nvcc and a GPU are there; CUDA=1 or
+#                   CUDA=0 decides instead)
 #   make test       the unit, gradient and reference tests (Criterion), then ASan+UBSan and TSan runs
 #   make demo       train the demo model on the demo corpus and sample from it
 CC       ?= cc
-NVCC     ?= nvcc
+CUDA_HOME ?= /usr/local/cuda
+NVCC     ?= $(CUDA_HOME)/bin/nvcc
 BUILD    ?= build
-CUDA     ?= 0
+CUDA     ?= $(shell [ -x $(NVCC) ] && nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fopenmp -Iinclude -Isrc -MMD -MP
 # OpenBLAS built on OpenMP shares our OpenMP threads instead of spinning a second pool (Debian:
@@ -15,7 +17,10 @@ ifneq ($(wildcard $(OPENBLAS_OMP)/libopenblas.so),)
 LDLIBS   += -L$(OPENBLAS_OMP) -Wl,-rpath,$(OPENBLAS_OMP)
 endif
 LDLIBS   += -lopenblas -ljansson -lxxhash -lm -lpthread
+# The sanitizer builds are CPU-only whatever CUDA says.
+SAN_LDLIBS := $(LDLIBS)
 NVFLAGS  ?= -O2 -gencode=arch=compute_90a,code=sm_90a
+SAN_CFLAGS := $(CFLAGS)
 NVFLAGS  += -std=c++17 -Iinclude -Isrc -Xcompiler -fopenmp -MMD -MP
 
 LIB_C    := $(shell find src -name '*.c' -not -path 'src/cli/*' -not -path 'src/backend/cuda/*' | sort)
@@ -25,9 +30,8 @@ TEST_C   := $(sort $(wildcard tests/*.c))
 
 ifeq ($(CUDA),1)
 # The CUDA backend: its .cu kernels (nvcc) and its host .c files (cc, with the CUDA headers).
-CUDA_HOME ?= /usr/local/cuda
 CFLAGS   += -DMT_WITH_CUDA -I$(CUDA_HOME)/include
-LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lstdc++
+LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lcudnn -lstdc++
 CUDA_HOST_C := $(sort $(wildcard src/backend/cuda/*.c))
 CUDA_TEST_C := $(sort $(wildcard tests/cuda/*.c))
 LIB_OBJ_CU := $(CUDA_CU:%.cu=$(BUILD)/%.o) $(CUDA_HOST_C:%.c=$(BUILD)/%.o)
@@ -45,11 +49,11 @@ $(BUILD)/%.o: %.c
 	$(CC) $(CFLAGS) -c $< -o $@
 $(BUILD)/asan/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -c $< -o $@
+	$(CC) $(SAN_CFLAGS) -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -c $< -o $@
 # TSan cannot see inside libgomp, so the TSan build runs the OpenMP loops serially.
 $(BUILD)/tsan/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(filter-out -fopenmp,$(CFLAGS)) -O1 -fsanitize=thread -c $< -o $@
+	$(CC) $(filter-out -fopenmp,$(SAN_CFLAGS)) -O1 -fsanitize=thread -c $< -o $@
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
@@ -60,9 +64,10 @@ $(BUILD)/megatrain: $(call objs,$(BUILD),$(LIB_C) $(CLI_C)) $(LIB_OBJ_CU)
 $(BUILD)/run-tests: $(call objs,$(BUILD),$(LIB_C) $(TEST_C)) $(LIB_OBJ_CU)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) -lcriterion
 $(BUILD)/asan/run-tests: $(call objs,$(BUILD)/asan,$(LIB_C) $(TEST_C))
-	$(CC) $(CFLAGS) -fsanitize=address,undefined $^ -o $@ $(filter-out -lcudart -lcublasLt -lcublas,$(LDLIBS)) -lcriterion
-$(BUILD)/tsan/run-tests: $(call objs,$(BUILD)/tsan,$(LIB_C) $(TEST_C))
-	$(CC) $(filter-out -fopenmp,$(CFLAGS)) -fsanitize=thread $^ -o $@ $(filter-out -lcudart -lcublasLt -lcublas,$(LDLIBS)) -lcriterion
+	$(CC) $(SAN_CFLAGS) -fsanitize=address,undefined $^ -o $@ $(SAN_LDLIBS) -lcriterion
+# Criterion cannot run under TSan, so the engine's concurrency test there is a plain program.
+$(BUILD)/tsan/engine-tsan: $(call objs,$(BUILD)/tsan,$(LIB_C) tests/tsan/engine_tsan.c)
+	$(CC) $(filter-out -fopenmp,$(SAN_CFLAGS)) -fsanitize=thread $^ -o $@ $(SAN_LDLIBS)
 
 # The GPU tests (Criterion suite cuda): a separate binary, built only with CUDA=1.
 $(BUILD)/cuda_tests: $(call objs,$(BUILD),$(LIB_C) $(CUDA_TEST_C) tests/tiny_model.c) $(LIB_OBJ_CU)
@@ -75,17 +80,43 @@ $(BUILD)/bench/adamw/bench_adamw: $(call objs,$(BUILD),$(LIB_C) bench/adamw/benc
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 # The test command the README names. Criterion prints its own summary line per run.
-test: $(BUILD)/megatrain $(BUILD)/run-tests $(BUILD)/asan/run-tests $(BUILD)/tsan/run-tests
+test: $(BUILD)/megatrain $(BUILD)/run-tests $(BUILD)/asan/run-tests $(BUILD)/tsan/engine-tsan
 	MT_BIN=$(BUILD)/megatrain $(BUILD)/run-tests --jobs 1
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 MT_BIN=$(BUILD)/megatrain $(BUILD)/asan/run-tests --jobs 1 --filter '!(slow|engine)/*'
-	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 OPENBLAS_NUM_THREADS=1 $(BUILD)/tsan/run-tests --jobs 1 --filter 'engine/*'
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 OPENBLAS_NUM_THREADS=1 $(BUILD)/tsan/engine-tsan
 
-demo: $(BUILD)/megatrain
-	$(BUILD)/megatrain train --preset demo --out runs/demo
-	$(BUILD)/megatrain sample runs/demo --prompt "And God said" --tokens 200
+# libFuzzer harnesses (tests/fuzz/fuzz_*.c) over the parsers of files users bring: each is built
+# with clang over the library sources it needs and runs FUZZ_SECONDS over its seed corpus
+# (tests/fuzz/corpus/<harness>, read only; what it finds goes to $(BUILD)/fuzz/corpus).
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_FLAGS   := -std=c11 -D_GNU_SOURCE -O1 -g -Iinclude -Isrc -Itests/fuzz \
+                -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+FUZZ_LIB_C   := src/util/status.c src/util/log.c src/model/config.c src/io/checkpoint.c \
+                src/io/hf_config.c src/io/safetensors.c src/io/tokens.c tests/fuzz/tmp_file.c
+FUZZ_HARNESS := $(sort $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c))))
+
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_C)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) $^ -o $@ -ljansson -lxxhash -lm
+
+fuzz: $(FUZZ_HARNESS:%=$(BUILD)/fuzz/%)
+	set -e; for h in $(FUZZ_HARNESS); do \
+	  mkdir -p $(BUILD)/fuzz/corpus/$$h; \
+	  MT_LOG_LEVEL=error $(BUILD)/fuzz/$$h -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	    -artifact_prefix=$(BUILD)/fuzz/$$h- $(BUILD)/fuzz/corpus/$$h tests/fuzz/corpus/$$h; \
+	done
+
+# The demo corpus: the King James Bible as bytes (Debian's bible-kjv packages).
+data/kjv.txt: scripts/make-demo-corpus.sh
+	scripts/make-demo-corpus.sh $@
+
+demo: $(BUILD)/megatrain data/kjv.txt
+	$(BUILD)/megatrain train --preset demo --data data/kjv.txt --out runs/demo
+	$(BUILD)/megatrain sample runs/demo --prompt "And God said" --tokens 300
 
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all test demo clean cuda-tests bench-adamw
+.PHONY: all test demo clean cuda-tests bench-adamw fuzz
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

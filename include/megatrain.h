@@ -50,6 +50,7 @@ typedef struct {
     int64_t warmup_steps;    /* -1: a tenth of steps, at most 100 */
     const char *schedule;    /* "cosine" or "constant" */
     float weight_decay, beta1, beta2, eps, max_grad_norm;
+    int max_skips;           /* stop after more than this many steps in a row skipped for NaN/Inf */
 
     /* Engine. */
     const char *backend;     /* "auto", "cpu" or "cuda" */

@@ -35,6 +35,8 @@ static const char train_help[] =
     "  --weight-decay F       AdamW decoupled weight decay on matrices (default 0.1)\n"
     "  --beta1 F --beta2 F --eps F   AdamW (defaults 0.9, 0.95, 1e-8)\n"
     "  --clip F               global gradient-norm clipping, exact; 0 turns it off (default 1.0)\n"
+    "  --max-skips N          stop after more than N steps in a row skipped for a NaN/Inf gradient\n"
+    "                         (default 10; skipping needs --clip above 0)\n"
     "engine:\n"
     "  --backend NAME         auto, cpu or cuda (default auto: cuda when a GPU is usable)\n"
     "  --threads N            cpu backend compute threads (default: all cores)\n"
@@ -54,7 +56,8 @@ enum {
     OPT_PRESET = 256, OPT_CONFIG, OPT_INIT_FROM, OPT_DATA, OPT_VAL_FRACTION, OPT_SEQUENTIAL, OPT_SEED,
     OPT_SEQ, OPT_BATCH, OPT_MICRO, OPT_STEPS, OPT_LR, OPT_SCHEDULE, OPT_WARMUP, OPT_MIN_LR, OPT_WD,
     OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_CLIP, OPT_BACKEND, OPT_THREADS, OPT_SLOTS, OPT_OPT_THREADS,
-    OPT_LM_CHUNK, OPT_OUT, OPT_RESUME, OPT_CKPT_EVERY, OPT_EVAL_EVERY, OPT_EVAL_BATCHES, OPT_KEEP, OPT_HELP
+    OPT_LM_CHUNK, OPT_OUT, OPT_RESUME, OPT_CKPT_EVERY, OPT_EVAL_EVERY, OPT_EVAL_BATCHES, OPT_KEEP, OPT_MAX_SKIPS,
+    OPT_HELP
 };
 
 static const struct option long_options[] = {
@@ -73,7 +76,8 @@ static const struct option long_options[] = {
     {"lm-chunk", required_argument, 0, OPT_LM_CHUNK}, {"out", required_argument, 0, OPT_OUT},
     {"resume", no_argument, 0, OPT_RESUME}, {"ckpt-every", required_argument, 0, OPT_CKPT_EVERY},
     {"eval-every", required_argument, 0, OPT_EVAL_EVERY}, {"eval-batches", required_argument, 0, OPT_EVAL_BATCHES},
-    {"keep", required_argument, 0, OPT_KEEP}, {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
+    {"keep", required_argument, 0, OPT_KEEP}, {"max-skips", required_argument, 0, OPT_MAX_SKIPS},
+    {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
 
 /* Whole-string numbers only: "12x" and "" are refused, naming the option. */
 static int parse_int64(const char *opt, const char *text, int64_t min, int64_t *out) {
@@ -148,6 +152,7 @@ int mt_cli_parse_train(int argc, char **argv, const char *command, mt_train_opti
         case OPT_EVAL_EVERY: bad |= parse_int64(name, optarg, 0, &o->eval_every); break;
         case OPT_EVAL_BATCHES: bad |= parse_int64(name, optarg, 0, &o->eval_batches); break;
         case OPT_KEEP: bad |= parse_int(name, optarg, 0, &o->keep); break;
+        case OPT_MAX_SKIPS: bad |= parse_int(name, optarg, 0, &o->max_skips); break;
         case OPT_HELP: printf(train_help, command); return 1;
         default: bad = 1; break;
         }

@@ -76,6 +76,9 @@ mt_status mt_engine_grads(mt_engine *e, const int32_t *inputs, const int32_t *ta
 mt_status mt_engine_eval(mt_engine *e, const int32_t *inputs, const int32_t *targets, double *loss);
 /* Logits of the last position of one sequence tokens[len] (len <= seq), into host logits[V]. */
 mt_status mt_engine_next_logits(mt_engine *e, const int32_t *tokens, int len, float *logits);
+/* Test hook (train's MT_TEST_NAN_STEP): the next mt_engine_step sees a NaN global gradient norm,
+ * as a NaN anywhere in the gradient would make it, so that step is skipped when clipping is on. */
+void mt_engine_poison_next_step(mt_engine *e);
 /* Waits until every pending update has been applied; returns the number of updates so far. */
 int64_t mt_engine_finish(mt_engine *e);
 

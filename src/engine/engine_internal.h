@@ -57,6 +57,7 @@ struct mt_engine {
     mt_flag *updated;
     int flags_ready;
     int64_t generation;        /* steps issued */
+    int poison_next;           /* test hook: the next step's gradient norm reads NaN */
 
     /* the optimizer thread */
     pthread_t opt_thread;

@@ -324,6 +324,10 @@ mt_status mt_engine_step(mt_engine *e, const int32_t *inputs, const int32_t *tar
     mt_opt_job job = {.generation = e->generation, .lr = lr, .overlapped = overlapped, .grad_scale = 1.0f};
     if (overlapped) mt_engine_optimizer_post(e, &job);
     mt_status rc = finish_pass(e, &r);
+    if (e->poison_next) {
+        r.grad_norm = NAN;
+        e->poison_next = 0;
+    }
     if (!overlapped) {
         job.skip = rc != MT_OK || !isfinite(r.grad_norm);
         if (!job.skip && r.grad_norm > e->o.max_grad_norm)
@@ -337,6 +341,8 @@ mt_status mt_engine_step(mt_engine *e, const int32_t *inputs, const int32_t *tar
                             .stall_seconds = r.stalled};
     return MT_OK;
 }
+
+void mt_engine_poison_next_step(mt_engine *e) { e->poison_next = 1; }
 
 mt_status mt_engine_grads(mt_engine *e, const int32_t *inputs, const int32_t *targets, double *loss) {
     pass_result r;

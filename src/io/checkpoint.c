@@ -277,8 +277,8 @@ static mt_status read_all(int fd, void *dst, size_t bytes, const char *path) {
     return MT_OK;
 }
 
-/* Header and file size checks, then the payload into dst. */
-static mt_status read_blob_file(int fd, const char *path, void *dst, size_t bytes) {
+/* Header and file size checks; leaves fd at the payload. */
+static mt_status check_blob_file(int fd, const char *path, size_t bytes) {
     struct stat st;
     MT_CHECK_IO(fstat(fd, &st), path);
     blob_header h;
@@ -296,7 +296,31 @@ static mt_status read_blob_file(int fd, const char *path, void *dst, size_t byte
     if ((uint64_t)st.st_size != sizeof h + h.payload_bytes)
         return mt_fail(MT_ERR_INVALID, "%s: truncated or padded: file is %lld bytes, its header "
                        "promises %" PRIu64, path, (long long)st.st_size, sizeof h + h.payload_bytes);
+    return MT_OK;
+}
+
+static mt_status read_blob_file(int fd, const char *path, void *dst, size_t bytes) {
+    MT_TRY(check_blob_file(fd, path, bytes));
     return read_all(fd, dst, bytes, path);
+}
+
+/* The checksum of the payload that follows fd's position, read in pieces. */
+static mt_status hash_payload(int fd, const char *path, size_t bytes, uint64_t *hash) {
+    enum { PIECE = 1 << 22 };
+    XXH64_state_t *state = XXH64_createState();
+    char *piece = malloc(PIECE);
+    mt_status st = state && piece ? MT_OK : mt_fail(MT_ERR_NOMEM, "%s: cannot allocate a read buffer", path);
+    if (st == MT_OK) XXH64_reset(state, 0);
+    while (st == MT_OK && bytes > 0) {
+        size_t n = bytes < PIECE ? bytes : PIECE;
+        st = read_all(fd, piece, n, path);
+        if (st == MT_OK) XXH64_update(state, piece, n);
+        bytes -= n;
+    }
+    if (st == MT_OK) *hash = XXH64_digest(state);
+    XXH64_freeState(state);
+    free(piece);
+    return st;
 }
 
 mt_status mt_checkpoint_read(const char *dir, const char *name, void *dst, size_t bytes) {
@@ -316,6 +340,39 @@ mt_status mt_checkpoint_read(const char *dir, const char *name, void *dst, size_
     if (XXH64(dst, bytes, 0) != listed_hash)
         return mt_fail(MT_ERR_INVALID, "%s: checksum mismatch: the file is corrupt", path);
     return MT_OK;
+}
+
+static mt_status verify_blob(const char *dir, const char *name) {
+    char path[PATH_MAX];
+    if (!valid_blob_name(name)) return mt_fail(MT_ERR_INVALID, "%s/%s: bad blob name '%s'", dir, MANIFEST, name);
+    MT_TRY(blob_path(path, dir, name));
+    uint64_t listed_bytes = 0, listed_hash = 0, hash = 0;
+    MT_TRY(find_blob(dir, name, &listed_bytes, &listed_hash));
+    if (listed_bytes > SIZE_MAX) return mt_fail(MT_ERR_INVALID, "%s: the manifest lists too many bytes", path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return mt_fail(MT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    mt_status st = check_blob_file(fd, path, (size_t)listed_bytes);
+    if (st == MT_OK) st = hash_payload(fd, path, (size_t)listed_bytes, &hash);
+    close(fd);
+    MT_TRY(st);
+    if (hash != listed_hash) return mt_fail(MT_ERR_INVALID, "%s: checksum mismatch: the file is corrupt", path);
+    return MT_OK;
+}
+
+mt_status mt_checkpoint_verify(const char *dir) {
+    json_t *manifest, *entry;
+    MT_TRY(load_manifest(dir, &manifest));
+    json_t *blobs = json_object_get(manifest, "blobs");
+    mt_status st = json_is_array(blobs) ? MT_OK
+                                        : mt_fail(MT_ERR_INVALID, "%s/%s: no \"blobs\" list", dir, MANIFEST);
+    size_t i;
+    json_array_foreach(blobs, i, entry) {
+        const char *name = json_string_value(json_object_get(entry, "name"));
+        if (st == MT_OK) st = name ? verify_blob(dir, name)
+                                   : mt_fail(MT_ERR_INVALID, "%s/%s: blob %zu has no name", dir, MANIFEST, i);
+    }
+    json_decref(manifest);
+    return st;
 }
 
 mt_status mt_checkpoint_read_meta(const char *dir, json_t **meta) {

@@ -33,6 +33,10 @@ mt_status mt_checkpoint_write(const char *dir, const mt_ckpt_blob *blobs, int co
  * checksum and names the file on any mismatch. */
 mt_status mt_checkpoint_read(const char *dir, const char *name, void *dst, size_t bytes);
 
+/* Checks every blob the manifest lists (header, size, checksum) without loading it: each file is
+ * read through once in pieces. */
+mt_status mt_checkpoint_verify(const char *dir);
+
 /* The metadata document; the caller owns the reference (json_decref). */
 mt_status mt_checkpoint_read_meta(const char *dir, json_t **meta);
 

@@ -255,7 +255,10 @@ mt_status mt_hf_config_parse(const char *text, size_t len, const char *source, m
 
 mt_status mt_hf_config_read(const char *path, mt_config *cfg) {
     json_error_t err;
-    return parse_document(json_load_file(path, JSON_REJECT_DUPLICATES, &err), &err, path, cfg);
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+    /* jansson's text already says "unable to open <path>: <strerror>"; this is I/O, not bad JSON. */
+    if (!root && json_error_code(&err) == json_error_cannot_open_file) return mt_fail(MT_ERR_IO, "%s", err.text);
+    return parse_document(root, &err, path, cfg);
 }
 
 /* The float as the shortest decimal that reads back to it, so 1e-5f is written "1e-05" and

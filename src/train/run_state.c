@@ -44,20 +44,24 @@ mt_status mt_run_latest(const char *run_dir, char *path, size_t cap) {
     mt_ckpt_entry *entries;
     int count;
     MT_TRY(mt_checkpoint_list(run_dir, &entries, &count));
-    mt_status rc = mt_fail(MT_ERR_INVALID, "%s: no usable checkpoint to resume from", run_dir);
-    for (int i = 0; i < count; i++) {
+    int found = 0;
+    for (int i = 0; i < count && !found; i++) {
         json_t *meta;
-        if (read_meta(entries[i].path, &meta) != MT_OK) {
+        mt_status usable = read_meta(entries[i].path, &meta);
+        if (usable == MT_OK) {
+            json_decref(meta);
+            usable = mt_checkpoint_verify(entries[i].path);
+        }
+        if (usable != MT_OK) {
             mt_log_warn("skipping checkpoint %s: %s", entries[i].path, mt_error());
             continue;
         }
-        json_decref(meta);
         snprintf(path, cap, "%s", entries[i].path);
-        rc = MT_OK;
-        break;
+        found = 1;
     }
     mt_checkpoint_list_free(entries, count);
-    return rc;
+    /* Set last: the refusals above overwrite the thread's message. */
+    return found ? MT_OK : mt_fail(MT_ERR_INVALID, "%s: no usable checkpoint to resume from", run_dir);
 }
 
 mt_status mt_run_resolve(const char *path, char *checkpoint, size_t cap) {

@@ -20,8 +20,8 @@ typedef struct {
 
 mt_status mt_run_save(const char *run_dir, const mt_store *store, const mt_run_progress *progress, int keep);
 
-/* The newest checkpoint under run_dir whose manifest verifies; older ones are tried when the
- * newest is damaged (each refusal is logged). MT_ERR_INVALID when there is none. */
+/* The newest checkpoint under run_dir whose manifest and blob checksums verify; older ones are
+ * tried when the newest is damaged (each refusal is logged). MT_ERR_INVALID when there is none. */
 mt_status mt_run_latest(const char *run_dir, char *path, size_t cap);
 /* `path` is a checkpoint directory, or a run directory whose newest good checkpoint is meant. */
 mt_status mt_run_resolve(const char *path, char *checkpoint, size_t cap);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
+#include "io/checkpoint.h"
 #include "io/dataset.h"
 #include "io/hf_model.h"
 #include "io/metrics.h"
@@ -22,6 +23,7 @@
 #include "train/options.h"
 #include "train/progress.h"
 #include "train/run_state.h"
+#include "train/step_watch.h"
 #include "util/log.h"
 
 #define DEMO_CORPUS "data/kjv.txt"
@@ -31,7 +33,7 @@ mt_train_options mt_train_defaults(void) {
                               .seq_len = 256, .batch = 8, .micro_batches = 1, .steps = 600,
                               .lr = 3e-3f, .min_lr_ratio = 0.1f, .warmup_steps = -1,
                               .schedule = "cosine", .weight_decay = 0.1f, .beta1 = 0.9f,
-                              .beta2 = 0.95f, .eps = 1e-8f, .max_grad_norm = 1.0f,
+                              .beta2 = 0.95f, .eps = 1e-8f, .max_grad_norm = 1.0f, .max_skips = 10,
                               .backend = "auto", .slots = 2, .lm_chunk = 512, .out_dir = "runs/demo",
                               .ckpt_every = 200, .eval_every = 100, .eval_batches = 8, .keep = 2};
 }
@@ -71,6 +73,8 @@ typedef struct {
     int32_t *inputs, *targets;  /* [M * batch * seq] */
     char resume_from[4096];
     int tokens_open;
+    mt_step_watch watch;
+    int64_t nan_step;           /* test hook: MT_TEST_NAN_STEP, 0 when unset */
 } run;
 
 static mt_status resolve_model(run *r) {
@@ -120,6 +124,19 @@ static mt_status open_engine(run *r) {
     return mt_engine_create(&r->engine, r->be, &r->store, &eo, r->progress.adam_step);
 }
 
+/* --resume: the newest good checkpoint. A run directory with no checkpoint at all starts from
+ * scratch, so that one command line both starts a run and continues it after a crash; one whose
+ * checkpoints are all damaged is refused rather than silently started over. */
+static mt_status find_resume_point(run *r) {
+    mt_ckpt_entry *entries;
+    int count;
+    MT_TRY(mt_checkpoint_list(r->o->out_dir, &entries, &count));
+    mt_checkpoint_list_free(entries, count);
+    if (count > 0) return mt_run_latest(r->o->out_dir, r->resume_from, sizeof r->resume_from);
+    mt_log_info("%s holds no checkpoint yet: --resume starts the run from scratch", r->o->out_dir);
+    return MT_OK;
+}
+
 static mt_status open_run(run *r) {
     const mt_train_options *o = r->o;
     if (o->steps < 1) return mt_fail(MT_ERR_INVALID, "--steps must be positive");
@@ -127,7 +144,7 @@ static mt_status open_run(run *r) {
         return mt_fail(MT_ERR_IO, "%s: cannot create the run directory: %s", o->out_dir, strerror(errno));
     if (access(o->out_dir, W_OK) != 0)
         return mt_fail(MT_ERR_IO, "%s: the run directory is not writable: %s", o->out_dir, strerror(errno));
-    if (o->resume) MT_TRY(mt_run_latest(o->out_dir, r->resume_from, sizeof r->resume_from));
+    if (o->resume) MT_TRY(find_resume_point(r));
     MT_TRY(resolve_model(r));
     MT_TRY(mt_layout_init(&r->layout, &r->cfg));
     if (o->seq_len > r->cfg.max_position)
@@ -146,6 +163,9 @@ static mt_status open_run(run *r) {
     MT_TRY(open_data(r));
     MT_TRY(open_engine(r));
     MT_TRY(mt_metrics_open(o->out_dir, &r->metrics));
+    mt_step_watch_init(&r->watch, o->max_skips);
+    const char *nan_step = getenv("MT_TEST_NAN_STEP");
+    r->nan_step = nan_step ? strtoll(nan_step, NULL, 10) : 0;
     size_t n = (size_t)o->micro_batches * o->batch * o->seq_len;
     r->inputs = mt_malloc(n * sizeof *r->inputs, "a step's inputs");
     r->targets = mt_malloc(n * sizeof *r->targets, "a step's targets");
@@ -208,9 +228,13 @@ static void draw_curve(const run *r) {
     mt_curve_free(&val);
 }
 
+/* JSON has no NaN or Inf (jansson refuses them): a non-finite number is logged as null. */
+static json_t *number_or_null(double x) { return isfinite(x) ? json_real(x) : json_null(); }
+
 static mt_status log_step(run *r, const mt_step_result *s, float lr, double tok_s, double elapsed) {
-    json_t *ev = json_pack("{s:I, s:f, s:f, s:f, s:b, s:f, s:f, s:f}", "step", (json_int_t)r->progress.step,
-                           "loss", s->loss, "lr", (double)lr, "grad_norm", s->grad_norm, "skipped",
+    json_t *ev = json_pack("{s:I, s:o, s:f, s:o, s:b, s:f, s:f, s:f}", "step", (json_int_t)r->progress.step,
+                           "loss", number_or_null(s->loss), "lr", (double)lr, "grad_norm",
+                           number_or_null(s->grad_norm), "skipped",
                            s->skipped, "step_seconds", s->seconds, "tokens_per_s", tok_s, "elapsed_s", elapsed);
     if (!ev) return mt_fail(MT_ERR_NOMEM, "cannot build a metrics line");
     mt_status rc = mt_metrics_log(r->metrics, ev);
@@ -234,11 +258,14 @@ static mt_status loop(run *r, mt_progress *pg) {
         float lr = mt_lr_at(&r->schedule, r->progress.step + 1);
         mt_dataset_train_batch(&r->data, sequences, r->inputs, r->targets);
         mt_step_result s;
+        /* Test hook MT_TEST_NAN_STEP=N: step N (1-based) gets a NaN gradient, to test skipping. */
+        if (r->progress.step + 1 == r->nan_step) mt_engine_poison_next_step(r->engine);
         MT_TRY(mt_engine_step(r->engine, r->inputs, r->targets, lr, &s));
         r->progress.step++;
         if (s.skipped) mt_progress_note(pg, "step %lld skipped: gradient norm %g", (long long)r->progress.step, s.grad_norm);
         mt_progress_step(pg, r->progress.step, s.loss, tokens_per_step, lr);
         MT_TRY(log_step(r, &s, lr, mt_progress_tokens_per_second(pg), mt_progress_now() - pg->started));
+        MT_TRY(mt_step_watch_after(&r->watch, r->progress.step, s.loss, s.skipped));
         int last = r->progress.step == o->steps;
         if (o->eval_every > 0 && (r->progress.step % o->eval_every == 0 || last)) {
             double val;

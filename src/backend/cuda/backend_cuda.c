@@ -233,18 +233,18 @@ static void cuda_rope(mt_backend *be, mt_stream *s, void *x, const float *inv_fr
 
 static void cuda_attention(mt_backend *be, mt_stream *s, void *out, float *lse, const void *q,
                            const void *k, const void *v, mt_attn_dims dims) {
-    keep_error(be, mt_cuda_attention(mt_cuda_stream(s), out, lse, q, k, v, dims));
+    keep_error(be, mt_cuda_attention_dispatch(cuda_of(be), mt_cuda_stream(s), out, lse, q, k, v, dims));
 }
 
 static void cuda_attention_dx(mt_backend *be, mt_stream *s, void *dq, void *dk, void *dv,
                               const void *dout, const void *out, const float *lse, const void *q,
                               const void *k, const void *v, mt_attn_dims dims, void *workspace) {
-    keep_error(be, mt_cuda_attention_dx(mt_cuda_stream(s), dq, dk, dv, dout, out, lse, q, k, v,
-                                         dims, workspace));
+    keep_error(be, mt_cuda_attention_dx_dispatch(cuda_of(be), mt_cuda_stream(s), dq, dk, dv, dout,
+                                                  out, lse, q, k, v, dims, workspace));
 }
 
 static size_t cuda_attention_workspace(mt_backend *be, mt_attn_dims dims) {
-    return mt_cuda_attention_workspace(dims);
+    return mt_cuda_attention_dispatch_workspace(cuda_of(be), dims);
 }
 
 static void cuda_swiglu(mt_backend *be, mt_stream *s, void *a, const void *g, const void *u, size_t count) {
@@ -290,6 +290,7 @@ static void cuda_sumsq(mt_backend *be, mt_stream *s, float *out, const float *x,
 static void cuda_destroy(mt_backend *be) {
     mt_cuda_backend *cb = cuda_of(be);
     if (!cb) return;
+    mt_cudnn_attention_destroy(cb->cudnn);
     if (cb->lt_workspace) cudaFree(cb->lt_workspace);
     if (cb->lt) cublasLtDestroy(cb->lt);
     pthread_mutex_destroy(&cb->lock);
@@ -348,6 +349,7 @@ static mt_status init_device(mt_cuda_backend *cb, int device) {
     MT_CUBLAS_CHECK(cublasLtCreate(&cb->lt));
     cb->lt_workspace_bytes = LT_WORKSPACE_BYTES;
     MT_CUDA_CHECK(cudaMalloc(&cb->lt_workspace, cb->lt_workspace_bytes));
+    MT_TRY(mt_cudnn_attention_create(&cb->cudnn));
     struct cudaDeviceProp prop;
     MT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     mt_log_debug("cuda device %d: %s, %.1f GiB", device, prop.name, prop.totalGlobalMem / 1073741824.0);

@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 
+#include "backend/cuda/attention_cudnn.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 
@@ -18,6 +19,7 @@ struct mt_cuda_backend {
     cublasLtHandle_t lt;
     void *lt_workspace; /* cuBLASLt's scratch, lt_workspace_bytes of device memory */
     size_t lt_workspace_bytes;
+    mt_cudnn_attention *cudnn; /* cuDNN's fused attention and its cached plans */
 
     pthread_mutex_t lock; /* guards everything below */
     mt_cuda_allocation *allocations; /* live dev_alloc blocks, for in_use and peak */
@@ -41,5 +43,15 @@ void mt_cuda_op_matmul_dw(mt_backend *be, mt_stream *s, float *dw, float *dbias,
                           const void *x, int n, int in, int out);
 void mt_cuda_op_logits(mt_backend *be, mt_stream *s, float *logits, const void *x, const void *w,
                        int d, int vocab);
+
+/* The attention ops of backend.h: cuDNN where it runs the dims, attention.cu's kernels otherwise
+ * (attention_dispatch.c). */
+mt_status mt_cuda_attention_dispatch(mt_cuda_backend *cb, cudaStream_t s, void *out, float *lse,
+                                     const void *q, const void *k, const void *v, mt_attn_dims dims);
+mt_status mt_cuda_attention_dx_dispatch(mt_cuda_backend *cb, cudaStream_t s, void *dq, void *dk,
+                                        void *dv, const void *dout, const void *out,
+                                        const float *lse, const void *q, const void *k,
+                                        const void *v, mt_attn_dims dims, void *workspace);
+size_t mt_cuda_attention_dispatch_workspace(mt_cuda_backend *cb, mt_attn_dims dims);
 
 #endif

@@ -112,7 +112,8 @@ void mt_cpu_attention(float *out, float *lse, const float *q, const float *k, co
         for (int h = 0; h < heads; h++) {
             size_t q_at = (size_t)b * g.seq * g.q_stride + (size_t)h * g.head_dim;
             size_t kv_at = (size_t)b * g.seq * g.kv_stride + (size_t)(h / group) * g.head_dim;
-            attend_head(out + q_at, lse + ((size_t)b * heads + h) * g.seq, q + q_at, k + kv_at, v + kv_at, &g);
+            float *lse_bh = lse + ((size_t)b * heads + h) * g.seq;
+            attend_head(out + q_at, lse_bh, q + q_at, k + kv_at, v + kv_at, &g);
         }
     }
 }
@@ -130,6 +131,7 @@ typedef struct {
     const float *dout, *out, *lse, *q, *k, *v;
 } head_grads;
 
+/* delta[i] = dout_i . out_i over one head's rows. */
 static void row_dots(float *delta, const float *dout, const float *out, const geometry *g) {
     for (int i = 0; i < g->seq; i++) {
         const float *a = dout + i * g->q_stride, *b = out + i * g->q_stride;
@@ -172,9 +174,10 @@ static void head_backward(const head_grads *t, const geometry *g) {
             block_scores(p, qi, kj, rows, cols, g);
             gemm(CblasNoTrans, CblasTrans, rows, cols, hd, 1.0f, doi, qs, vj, kvs, 0.0f, ds, TILE);
             softmax_backward(p, ds, t->lse + i0, t->delta + i0, rows, cols, j0 == i0);
-            gemm(CblasTrans, CblasNoTrans, cols, hd, rows, 1.0f, p, TILE, doi, qs, 1.0f, t->dv + j0 * kvs, kvs);
-            gemm(CblasNoTrans, CblasNoTrans, rows, hd, cols, g->scale, ds, TILE, kj, kvs, 1.0f, t->dq + i0 * qs, qs);
-            gemm(CblasTrans, CblasNoTrans, cols, hd, rows, g->scale, ds, TILE, qi, qs, 1.0f, t->dk + j0 * kvs, kvs);
+            float *dqi = t->dq + i0 * qs, *dkj = t->dk + j0 * kvs, *dvj = t->dv + j0 * kvs;
+            gemm(CblasTrans, CblasNoTrans, cols, hd, rows, 1.0f, p, TILE, doi, qs, 1.0f, dvj, kvs);
+            gemm(CblasNoTrans, CblasNoTrans, rows, hd, cols, g->scale, ds, TILE, kj, kvs, 1.0f, dqi, qs);
+            gemm(CblasTrans, CblasNoTrans, cols, hd, rows, g->scale, ds, TILE, qi, qs, 1.0f, dkj, kvs);
         }
     }
 }

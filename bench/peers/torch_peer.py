@@ -1,0 +1,199 @@
+"""megatrain's PyTorch peers: the same Llama shapes and tokens per optimizer step, timed the way
+`megatrain bench` times itself (src/train/bench.c), appended as one JSON line in its format.
+
+  --mode resident        the whole model on the GPU: fp32 parameters, bf16 autocast, fused AdamW
+                         on the GPU
+  --mode fsdp2-offload   FSDP2 (fully_shard, one process, world size 1) with CPUOffloadPolicy: fp32
+                         parameters, gradients and AdamW state on the host, bf16 compute on the GPU
+
+Both: transformers' LlamaForCausalLM with random weights (no download), SDPA attention,
+activation checkpointing, gradient accumulation over --micro-batches, the global gradient norm
+clipped at 1.0 (megatrain's default), random tokens. A run that fails (out of memory, say)
+appends {"system", "model", "error"} instead and exits 1."""
+import argparse
+import contextlib
+import functools
+import json
+import os
+import resource
+import sys
+import time
+import traceback
+
+import torch
+
+SYSTEMS = {"resident": "pytorch-resident", "fsdp2-offload": "pytorch-fsdp2-offload"}
+
+# src/model/config.c's presets, field for field.
+LLAMA_3_2_ROPE_SCALING = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+PRESETS = {
+    "llama-3.2-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                         num_attention_heads=32, num_key_value_heads=8, head_dim=64,
+                         vocab_size=128256, tie_word_embeddings=True, rope_theta=500000.0,
+                         rms_norm_eps=1e-5, max_position_embeddings=131072,
+                         rope_scaling=LLAMA_3_2_ROPE_SCALING),
+    "llama-3.2-3b": dict(hidden_size=3072, intermediate_size=8192, num_hidden_layers=28,
+                         num_attention_heads=24, num_key_value_heads=8, head_dim=128,
+                         vocab_size=128256, tie_word_embeddings=True, rope_theta=500000.0,
+                         rms_norm_eps=1e-5, max_position_embeddings=131072,
+                         rope_scaling=LLAMA_3_2_ROPE_SCALING),
+    "llama-3-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                       num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                       vocab_size=128256, tie_word_embeddings=False, rope_theta=500000.0,
+                       rms_norm_eps=1e-5, max_position_embeddings=8192),
+}
+
+ADAMW = dict(lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+CLIP_NORM = 1.0
+GIB = 1 << 30
+
+
+def block_params(p):
+    """mt_config_block_params: two RMSNorm weights, q k v o, gate up down."""
+    d, f = p["hidden_size"], p["intermediate_size"]
+    q = p["num_attention_heads"] * p["head_dim"]
+    kv = p["num_key_value_heads"] * p["head_dim"]
+    return 2 * d + q * d + 2 * kv * d + d * q + 3 * d * f
+
+
+def total_params(p):
+    embed = p["vocab_size"] * p["hidden_size"]
+    tied = p["tie_word_embeddings"]
+    return embed * (1 if tied else 2) + p["hidden_size"] + p["num_hidden_layers"] * block_params(p)
+
+
+def model_flops_per_token(p, seq):
+    """src/train/bench.c's count: 6 x (block params x L + vocab x hidden) for the linear layers
+    (recomputation not counted) + 6 x L x seq x heads x head_dim for causal attention."""
+    layers = p["num_hidden_layers"]
+    linear = block_params(p) * layers + p["vocab_size"] * p["hidden_size"]
+    attention = 6 * layers * seq * p["num_attention_heads"] * p["head_dim"]
+    return 6 * linear + attention
+
+
+def build_model(preset, device):
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    config = LlamaConfig(**PRESETS[preset], use_cache=False)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    model = model.to(device=device, dtype=torch.float32)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    return model
+
+
+def make_adamw(params):
+    """Fused AdamW where this torch has the kernel for the parameters' device, else foreach; the
+    name says which ran."""
+    device = params[0].device.type
+    try:
+        return torch.optim.AdamW(params, fused=True, **ADAMW), f"AdamW fused ({device})"
+    except RuntimeError:
+        return torch.optim.AdamW(params, foreach=True, **ADAMW), f"AdamW foreach ({device})"
+
+
+def resident(preset):
+    model = build_model(preset, "cuda")
+    return model, functools.partial(torch.autocast, "cuda", dtype=torch.bfloat16)
+
+
+def fsdp2_offload(preset):
+    import torch.distributed as dist
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29517")
+    # gloo for what runs on the host (the gradient norm over CPU shards), NCCL for the GPU.
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl", init_method="env://", rank=0, world_size=1)
+    # CPU offload wants the parameters materialized on the host before sharding.
+    model = build_model(preset, "cpu")
+    policy = dict(offload_policy=CPUOffloadPolicy(),
+                  mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32))
+    for layer in model.model.layers:
+        fully_shard(layer, **policy)
+    fully_shard(model, **policy)
+    return model, contextlib.nullcontext
+
+
+def train_step(model, optimizer, autocast, batch, micro_batches, seq, vocab):
+    optimizer.zero_grad(set_to_none=True)
+    for _ in range(micro_batches):
+        inputs = torch.randint(0, vocab, (batch, seq), device="cuda")
+        labels = torch.randint(0, vocab, (batch, seq), device="cuda")
+        with autocast():
+            loss = model(input_ids=inputs, labels=labels).loss / micro_batches
+        loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
+    optimizer.step()
+    return loss.item() * micro_batches
+
+
+def run(a):
+    p = PRESETS[a.preset]
+    torch.cuda.set_device(0)
+    torch.manual_seed(a.seed)
+    model, autocast = resident(a.preset) if a.mode == "resident" else fsdp2_offload(a.preset)
+    built = sum(t.numel() for t in model.parameters())
+    if built != total_params(p):
+        raise RuntimeError(f"transformers built {built} parameters for {a.preset}, "
+                           f"megatrain's preset has {total_params(p)}")
+    optimizer, optimizer_name = make_adamw(list(model.parameters()))
+    tokens = a.batch * a.micro_batches * a.seq
+    times = []
+    for s in range(a.warmup_steps + a.steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss = train_step(model, optimizer, autocast, a.batch, a.micro_batches, a.seq, p["vocab_size"])
+        torch.cuda.synchronize()
+        t = time.perf_counter() - t0
+        warm = s < a.warmup_steps
+        print(f"{'warmup' if warm else 'timed'} step {s}: {t:.3f} s, {tokens / t:.0f} tokens/s, "
+              f"loss {loss:.4f}", flush=True)
+        if not warm:
+            times.append(t)
+    step_s = sorted(times)[len(times) // 2]  # the median as bench.c takes it
+    return {"step_s": step_s, "tokens_per_s": tokens / step_s,
+            "tflops": tokens / step_s * model_flops_per_token(p, a.seq) / 1e12,
+            "peak_gpu_gib": torch.cuda.max_memory_allocated() / GIB,
+            "host_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB,
+            "optimizer": optimizer_name}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mode", choices=sorted(SYSTEMS), required=True)
+    ap.add_argument("--preset", choices=sorted(PRESETS), required=True)
+    ap.add_argument("--seq", type=int, default=4096)
+    ap.add_argument("--batch", type=int, default=4, help="sequences per micro-batch")
+    ap.add_argument("--micro-batches", type=int, default=1, help="gradient accumulation steps")
+    ap.add_argument("--steps", type=int, default=5, help="timed steps")
+    ap.add_argument("--warmup-steps", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--json", required=True, help="append the result here as one JSON line")
+    a = ap.parse_args()
+
+    p = PRESETS[a.preset]
+    record = {"system": SYSTEMS[a.mode], "model": a.preset}
+    try:
+        result = run(a)
+    except Exception as e:  # any failure is a result to record, an OOM above all
+        traceback.print_exc()
+        message = str(e).strip().splitlines()
+        record["error"] = f"{type(e).__name__}: {message[0] if message else ''}"[:300]
+    else:
+        record.update(params=total_params(p), seq=a.seq, batch=a.batch, micro_batches=a.micro_batches,
+                      tokens_per_step=a.batch * a.micro_batches * a.seq, **result,
+                      torch=torch.__version__)
+    finally:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+    with open(a.json, "a") as f:
+        f.write(json.dumps(record) + "\n")
+    print(json.dumps(record), flush=True)
+    return 1 if "error" in record else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+#!/bin/bash
+# megatrain and its two PyTorch peers (bench/peers/torch_peer.py: resident, fsdp2-offload) on one
+# GPU, the same model shapes and tokens per step, as one table. Runs on a fresh device machine
+# from the repository root, in one device call (bench/README.md):
+#
+#   bash bench/run.sh          with carry [".debs"]
+#
+# Writes to $OUT (or /tmp/megatrain-bench): bench.jsonl (one line a run, failures included),
+# bench.md and bench.json (bench/table.py), runs.log and build.log; prints the table last.
+# Environment: SHAPES (default "llama-3.2-1b llama-3.2-3b llama-3-8b"), STEPS (timed steps, 5),
+# WARMUP (2), BUDGET_S (seconds from the start after which no run starts and a running one is
+# cut, 530: the device call's limit is 600).
+set -u
+cd "$(dirname "$0")/.." || exit 1
+. tests/device/env.sh
+# The device machines' rule, kept also here: NVLink multicast stays off.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
+
+out=${OUT:-/tmp/megatrain-bench}
+shapes=${SHAPES:-llama-3.2-1b llama-3.2-3b llama-3-8b}
+steps=${STEPS:-5}
+warmup=${WARMUP:-2}
+deadline=${BUDGET_S:-530}
+build="build-bench"
+jsonl=$out/bench.jsonl
+log=$out/runs.log
+mkdir -p "$out"
+: >"$jsonl"
+: >"$log"
+
+gpu=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1)
+host_gib=$(awk '/^MemTotal/ { printf "%.0f", $2 / 1048576 }' /proc/meminfo)
+machine="$gpu, $(nproc) cores, $host_gib GiB host memory"
+echo "$machine"
+
+if ! make CUDA=1 BUILD=$build -j"$(nproc)" $build/megatrain >"$out/build.log" 2>&1; then
+    echo "build failed; its log ends:"
+    tail -40 "$out/build.log"
+    exit 1
+fi
+
+record() { # record SYSTEM MODEL MICRO BATCH KEY TEXT: a run with no numbers ("error" or "skipped")
+    python3 -c 'import json, sys; s, m, micro, b, k, t = sys.argv[1:]; print(json.dumps({"system": s, "model": m,
+                "seq": 4096, "batch": int(b), "micro_batches": int(micro), k: t}))' "$@" >>"$jsonl"
+}
+
+# bench SYSTEM MODEL MICRO BATCH LIMIT_S COMMAND...: one run of MICRO micro-batches of BATCH
+# sequences, its output in runs.log, cut at LIMIT_S.
+bench() {
+    local system=$1 model=$2 micro=$3 batch=$4 limit=$5
+    shift 5
+    local left=$((deadline - SECONDS))
+    if [ $left -lt 30 ]; then
+        record "$system" "$model" "$micro" "$batch" skipped "the time budget (BUDGET_S=$deadline) was spent"
+        return
+    fi
+    [ "$limit" -gt $left ] && limit=$left
+    local lines start rc
+    lines=$(wc -l <"$jsonl")
+    start=$SECONDS
+    echo "==== $system $model, $micro x $batch (limit $limit s): $*" >>"$log"
+    timeout -k 10 "$limit" "$@" --micro-batches "$micro" --batch "$batch" >>"$log" 2>&1
+    rc=$?
+    echo "==== $system $model, $micro x $batch: exit $rc after $((SECONDS - start)) s" | tee -a "$log"
+    # megatrain and the peers append their own line, an error line too; a run that was killed
+    # or cut could not.
+    [ "$(wc -l <"$jsonl")" -gt "$lines" ] && return
+    if [ $((SECONDS - start)) -ge "$limit" ]; then
+        record "$system" "$model" "$micro" "$batch" error "cut at its $limit s limit"
+    elif [ $rc -eq 137 ]; then
+        record "$system" "$model" "$micro" "$batch" error "killed (SIGKILL): out of host memory?"
+    else
+        record "$system" "$model" "$micro" "$batch" error "exit $rc: $(grep -v '^====' "$log" | tail -1 | cut -c1-200)"
+    fi
+}
+
+common=(--seq 4096 --steps "$steps" --warmup-steps "$warmup" --json "$jsonl")
+megatrain=("$build/megatrain" bench --backend cuda "${common[@]}")
+peer=(python3 bench/peers/torch_peer.py "${common[@]}")
+for shape in $shapes; do
+    bench megatrain "$shape" 1 4 150 "${megatrain[@]}" --preset "$shape"
+    if [ "$shape" = llama-3-8b ]; then
+        # Enough tokens for the GPU to outlast the ~3 s host optimizer, inside a 24 GiB GPU budget:
+        # 8 micro-batches of 1 sequence keep ~9 GB of activation checkpoints on the GPU (8 of 4
+        # would need ~37 GB).
+        bench megatrain "$shape" 8 1 200 "${megatrain[@]}" --preset "$shape"
+        # 8B in fp32 with Adam is 128 GB before activations: the resident peer gets its best
+        # chance with 4 micro-batches of 1 sequence (the same tokens per step).
+        bench pytorch-resident "$shape" 4 1 200 "${peer[@]}" --mode resident --preset "$shape"
+        record pytorch-fsdp2-offload "$shape" 1 4 skipped "its process died at 8B on this 128 GiB host"
+    else
+        bench pytorch-resident "$shape" 1 4 150 "${peer[@]}" --mode resident --preset "$shape"
+        bench pytorch-fsdp2-offload "$shape" 1 4 180 "${peer[@]}" --mode fsdp2-offload --preset "$shape"
+    fi
+done
+
+python3 bench/table.py "$jsonl" --machine "$machine" --md "$out/bench.md" --json "$out/bench.json" >/dev/null
+echo
+cat "$out/bench.md"

@@ -1,0 +1,89 @@
+"""Turns bench/run.sh's JSON lines (megatrain bench and bench/peers/torch_peer.py, one run a line)
+into one table: markdown for reading, JSON for keeping. bench/results/<date>-<machine>.md and
+.json are these two files, copied from the device machine.
+
+  python3 bench/table.py bench.jsonl --machine "NVIDIA H200, 16 cores" --md bench.md --json bench.json
+
+Each row's "vs megatrain" divides its tokens/s by megatrain's at the same model and tokens per
+step. A run that failed ("error") or was not run ("skipped") keeps its row, with the reason in
+place of the numbers."""
+import argparse
+import datetime
+import json
+import sys
+
+COLUMNS = ("system", "model", "params", "micro x batch x seq", "tokens/step", "step s", "tokens/s",
+           "vs megatrain", "TFLOP/s", "peak GPU GiB", "host GiB", "notes")
+
+
+def read_runs(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def measured(run):
+    return "error" not in run and "skipped" not in run
+
+
+def notes(run):
+    if "error" in run:
+        return "FAILED: " + run["error"].replace("|", "/")
+    if "skipped" in run:
+        return "not run: " + run["skipped"].replace("|", "/")
+    if run["system"] == "megatrain":
+        return (f"compute waited on copies {100 * run['copy_wait_share']:.1f}%, "
+                f"on the optimizer {100 * run['opt_wait_share']:.1f}%")
+    return f"{run.get('optimizer', '')}, torch {run.get('torch', '?')}"
+
+
+def step_shape(run):
+    if "micro_batches" not in run:
+        return "-"
+    return f"{run['micro_batches']} x {run['batch']} x {run['seq']}"
+
+
+def row(run, megatrain_speed):
+    if not measured(run):
+        return [run["system"], run["model"], "-", step_shape(run)] + ["-"] * (len(COLUMNS) - 5) + [notes(run)]
+    reference = megatrain_speed.get((run["model"], run["tokens_per_step"]))
+    return [run["system"], run["model"], f"{run['params'] / 1e9:.2f} B", step_shape(run),
+            f"{run['tokens_per_step']:.0f}",
+            f"{run['step_s']:.3f}", f"{run['tokens_per_s']:.0f}",
+            f"{run['tokens_per_s'] / reference:.2f}x" if reference else "-",
+            f"{run['tflops']:.1f}", f"{run['peak_gpu_gib']:.1f}", f"{run['host_gib']:.1f}", notes(run)]
+
+
+def markdown(runs, machine, date):
+    megatrain_speed = {(r["model"], r["tokens_per_step"]): r["tokens_per_s"]
+                       for r in runs if r["system"] == "megatrain" and measured(r)}
+    lines = [f"# megatrain and its PyTorch peers, {date}", "", f"Machine: {machine}.", "",
+             "Same model shapes, random weights and random tokens; the median of "
+             "the timed steps after warm-up. TFLOP/s counts model FLOPs per token "
+             "(6 x (block params x L + vocab x hidden) + 6 x L x seq x heads x head_dim), "
+             "recomputation not counted.", "",
+             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(row(r, megatrain_speed)) + " |" for r in runs]
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("jsonl", help="the runs, one JSON object a line")
+    ap.add_argument("--machine", required=True, help="what ran them, in words")
+    ap.add_argument("--md", required=True, help="write the markdown table here")
+    ap.add_argument("--json", required=True, help="write the runs and the machine here")
+    a = ap.parse_args()
+
+    runs = read_runs(a.jsonl)
+    date = datetime.date.today().isoformat()
+    table = markdown(runs, a.machine, date)
+    with open(a.md, "w") as f:
+        f.write(table)
+    with open(a.json, "w") as f:
+        json.dump({"date": date, "machine": a.machine, "runs": runs}, f, indent=1)
+        f.write("\n")
+    sys.stdout.write(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+/* Causal GQA attention through cuDNN's fused scaled-dot-product attention (forward and backward),
+ * with backend.h's semantics: q [n, heads, head_dim], k/v [n, kv_heads, head_dim] (bf16), out
+ * [n, heads*head_dim], lse [batch, heads, seq] = natural-log logsumexp of the scaled scores.
+ *
+ * The forward and backward plans are built once per distinct dims and cached. cuDNN may refuse
+ * some dims (the caller then uses the CUDA-core kernels of attention.cu); attention_dispatch.c
+ * makes that choice. The context is thread-safe. */
+#ifndef MT_BACKEND_CUDA_ATTENTION_CUDNN_H
+#define MT_BACKEND_CUDA_ATTENTION_CUDNN_H
+
+#include <cuda_runtime.h>
+
+#include "backend/backend.h"
+
+typedef struct mt_cudnn_attention mt_cudnn_attention;
+
+/* Makes no CUDA or cuDNN call: the cuDNN handle is made on first use. */
+mt_status mt_cudnn_attention_create(mt_cudnn_attention **out);
+void mt_cudnn_attention_destroy(mt_cudnn_attention *ca);
+
+/* 1 when cuDNN runs attention of these dims (both plans built, now or before), else 0. When 1,
+ * *workspace_bytes (if non-NULL) is what the backward needs. */
+int mt_cudnn_attention_supports(mt_cudnn_attention *ca, mt_attn_dims dims, size_t *workspace_bytes);
+
+/* Both fail unless mt_cudnn_attention_supports(dims) returned 1. */
+mt_status mt_cudnn_attention_forward(mt_cudnn_attention *ca, cudaStream_t s, void *out, float *lse,
+                                     const void *q, const void *k, const void *v, mt_attn_dims dims);
+/* dq, dk, dv overwritten (dk, dv summed over each kv head's query heads). */
+mt_status mt_cudnn_attention_backward(mt_cudnn_attention *ca, cudaStream_t s, void *dq, void *dk,
+                                      void *dv, const void *dout, const void *out, const float *lse,
+                                      const void *q, const void *k, const void *v,
+                                      mt_attn_dims dims, void *workspace);
+
+#endif

@@ -1,0 +1,14 @@
+/* Fitting the engine into a device-memory budget (--gpu-mem): the engine's device bytes depend
+ * on the weight slots, the LM head's chunk and the activation checkpoints; this picks the
+ * largest settings that fit, or refuses with the bytes by class. */
+#ifndef MT_ENGINE_BUDGET_H
+#define MT_ENGINE_BUDGET_H
+
+#include "engine/engine.h"
+
+/* Adjusts o (slots down to 2, then lm_chunk down to 128) until mt_engine_size fits in
+ * `budget` bytes (0: no budget). Fails with MT_ERR_NOMEM naming each class when even the
+ * smallest settings do not fit; the message says what to lower (batch, micro-batches, seq). */
+mt_status mt_engine_fit_budget(mt_backend *be, const mt_config *cfg, mt_engine_options *o, int64_t budget);
+
+#endif

@@ -1,0 +1,21 @@
+/* Test helpers for tests that train tiny runs through the megatrain command: a corpus file and
+ * byte-for-byte comparison of checkpoint blobs. */
+#ifndef MT_TESTS_RUN_FIXTURE_H
+#define MT_TESTS_RUN_FIXTURE_H
+
+/* Arguments of a tiny-model step that takes milliseconds on the cpu backend. */
+#define MT_TINY_STEP "--preset", "tiny", "--seq", "16", "--batch", "2", "--backend", "cpu", "--eval-every", "0"
+
+/* About 20 KB of English-like words (bytes are the tiny model's tokens), the same every time. */
+void mt_test_write_corpus(const char *path);
+
+/* 1 when the files hold the same bytes; a test failure when either cannot be read. */
+int mt_test_files_equal(const char *a, const char *b);
+
+/* "<run>/ckpt-<step>/<name>.bin": a checkpoint blob (one of a few rotating static buffers). */
+const char *mt_test_blob(const char *run, int step, const char *name);
+
+/* 1 when `path` exists. */
+int mt_test_exists(const char *path);
+
+#endif

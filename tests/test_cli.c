@@ -1,0 +1,457 @@
+/* End-to-end tests of the megatrain command ($MT_BIN): bad inputs are refused with a message that
+ * names the file or field and the problem (never a crash, never a checkpoint left behind),
+ * resume continues bit for bit, the other commands work on a trained run, and SIGTERM stops a
+ * run cleanly at a checkpoint. Fixtures are written into a fresh temp dir for each test. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <jansson.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "cli_run.h"
+#include "hf_test_files.h"
+
+/* Generous: each command here takes well under a second, but CI machines are slow and shared. */
+#define TIMEOUT_S 30.0
+
+/* A step small enough that a tiny-model run of a few steps takes a fraction of a second. */
+#define SMALL_STEP "--seq", "16", "--batch", "2", "--backend", "cpu", "--eval-every", "0"
+
+static char dir[PATH_MAX], corpus[PATH_MAX];
+
+/* About 20 KB of English-like words: bytes are the tiny model's tokens. */
+static void write_corpus(const char *path) {
+    static const char *const words[] = {"the", "lord", "said", "unto", "moses", "and", "it", "was",
+                                        "good", "light", "of", "day", "in", "beginning", "earth"};
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "cannot create %s", path);
+    uint32_t state = 12345;
+    for (long written = 0; written < 20000;) {
+        state = state * 1664525u + 1013904223u;
+        written += fprintf(f, "%s%s", words[(state >> 16) % 15], (state >> 8) % 11 ? " " : ".\n");
+    }
+    fclose(f);
+}
+
+static void make_fixtures(void) {
+    hf_test_mkdtemp(dir);
+    write_corpus(hf_test_path(corpus, dir, "corpus.txt"));
+}
+
+static void remove_fixtures(void) { hf_test_rmtree(dir); }
+
+TestSuite(cli, .init = make_fixtures, .fini = remove_fixtures);
+
+/* ---- helpers ---- */
+
+/* A path inside the test's temp dir (one of a few rotating static buffers). */
+static const char *in_dir(const char *name) {
+    static char paths[8][PATH_MAX];
+    static int next;
+    char *p = paths[next++ % 8];
+    return hf_test_path(p, dir, name);
+}
+
+static int exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+/* What a run leaves once it gets going: checkpoint directories (complete or temporary) and
+ * metrics.jsonl. 0 for a missing run directory. */
+static int run_artifacts(const char *run) {
+    DIR *d = opendir(run);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += !strncmp(e->d_name, "ckpt-", 5) || !strcmp(e->d_name, "metrics.jsonl");
+    closedir(d);
+    return n;
+}
+
+static void assert_clean_exit(const mt_cli_result *r) {
+    cr_assert(!r->timed_out, "megatrain ran past %g s; stderr:\n%s", TIMEOUT_S, r->err);
+    cr_assert_eq(r->signal, 0, "megatrain died of signal %d; stderr:\n%s", r->signal, r->err);
+}
+
+static void assert_succeeded(const mt_cli_result *r) {
+    assert_clean_exit(r);
+    cr_assert_eq(r->exit_code, 0, "exit %d; stderr:\n%s", r->exit_code, r->err);
+}
+
+/* Refused: a non-zero exit, no crash, stderr names `what` and `problem`, and `run` holds no
+ * checkpoint or metrics. */
+static void assert_refused(const mt_cli_result *r, const char *run, const char *what, const char *problem) {
+    assert_clean_exit(r);
+    cr_assert_neq(r->exit_code, 0, "exit 0 for a bad input; stderr:\n%s", r->err);
+    cr_assert_not_null(strstr(r->err, what), "stderr does not name '%s':\n%s", what, r->err);
+    cr_assert_not_null(strstr(r->err, problem), "stderr does not say '%s':\n%s", problem, r->err);
+    cr_assert_eq(run_artifacts(run), 0, "a refused run left a checkpoint or metrics in %s", run);
+}
+
+/* An llm.c shard: a 256-int32 header (magic, version, promised count), then `count` ids of 2
+ * (version 1) or 4 (version 2) bytes. `promised` may disagree with `count` on purpose. */
+static void write_shard(const char *path, int32_t magic, int32_t version, int32_t promised, const uint32_t *ids,
+                        int count) {
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f, "cannot create %s", path);
+    int32_t header[256] = {magic, version, promised};
+    fwrite(header, sizeof header, 1, f);
+    for (int i = 0; i < count; i++) {
+        uint16_t narrow = (uint16_t)ids[i];
+        fwrite(version == 1 ? (const void *)&narrow : (const void *)&ids[i], version == 1 ? 2 : 4, 1, f);
+    }
+    fclose(f);
+}
+
+/* Byte-vocabulary ids 0..255 over and over. */
+static uint32_t *byte_ids(int count) {
+    uint32_t *ids = malloc((size_t)count * sizeof *ids);
+    cr_assert_not_null(ids);
+    for (int i = 0; i < count; i++) ids[i] = (uint32_t)(i % 256);
+    return ids;
+}
+
+/* The tiny preset's shape as a config.json for `architecture`, with the field `drop` (may be
+ * NULL) left out. */
+static void write_config(const char *path, const char *architecture, const char *drop) {
+    json_t *c = json_pack("{s:[s], s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "architectures", architecture,
+                          "hidden_size", 64, "intermediate_size", 176, "num_hidden_layers", 2,
+                          "num_attention_heads", 4, "num_key_value_heads", 2, "vocab_size", 256,
+                          "max_position_embeddings", 256);
+    cr_assert_not_null(c);
+    if (drop) json_object_del(c, drop);
+    cr_assert_eq(json_dump_file(c, path, 0), 0, "cannot write %s", path);
+    json_decref(c);
+}
+
+static void train_tiny(const char *run, const char *steps) {
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--data", corpus, SMALL_STEP, "--steps", steps, "--out",
+               run, NULL);
+    assert_succeeded(&r);
+    mt_cli_result_free(&r);
+}
+
+/* ---- bad inputs ---- */
+
+Test(cli, missing_data_file) {
+    mt_cli_result r;
+    const char *run = in_dir("run");
+    mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--data", in_dir("absent.txt"), SMALL_STEP, "--steps",
+               "2", "--out", run, NULL);
+    assert_refused(&r, run, "absent.txt", "No such file or directory");
+    cr_assert_eq(r.exit_code, 1, "a file that cannot be opened is an I/O error (exit 1), got %d", r.exit_code);
+    mt_cli_result_free(&r);
+}
+
+Test(cli, missing_config_file) {
+    mt_cli_result r;
+    const char *run = in_dir("run");
+    mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("absent.json"), "--data", corpus, SMALL_STEP, "--steps",
+               "2", "--out", run, NULL);
+    assert_refused(&r, run, "absent.json", "No such file or directory");
+    cr_assert_eq(r.exit_code, 1, "a file that cannot be opened is an I/O error (exit 1), got %d", r.exit_code);
+    mt_cli_result_free(&r);
+}
+
+Test(cli, malformed_config) {
+    mt_cli_result r;
+    const char *config = in_dir("config.json"), *run = in_dir("run");
+    hf_test_write_text(config, "hidden_size = 64\n");
+    mt_cli_run(&r, TIMEOUT_S, "train", "--config", config, "--data", corpus, SMALL_STEP, "--steps", "2", "--out",
+               run, NULL);
+    assert_refused(&r, run, config, "JSON");
+    mt_cli_result_free(&r);
+}
+
+Test(cli, unsupported_architecture) {
+    mt_cli_result r;
+    const char *config = in_dir("config.json"), *run = in_dir("run");
+    write_config(config, "GPT2LMHeadModel", NULL);
+    mt_cli_run(&r, TIMEOUT_S, "train", "--config", config, "--data", corpus, SMALL_STEP, "--steps", "2", "--out",
+               run, NULL);
+    assert_refused(&r, run, config, "GPT2LMHeadModel");
+    cr_assert_not_null(strstr(r.err, "not supported"), "stderr:\n%s", r.err);
+    mt_cli_result_free(&r);
+}
+
+Test(cli, config_missing_required_field) {
+    mt_cli_result r;
+    const char *config = in_dir("config.json"), *run = in_dir("run");
+    write_config(config, "LlamaForCausalLM", "hidden_size");
+    mt_cli_run(&r, TIMEOUT_S, "train", "--config", config, "--data", corpus, SMALL_STEP, "--steps", "2", "--out",
+               run, NULL);
+    assert_refused(&r, run, config, "'hidden_size' is missing");
+    mt_cli_result_free(&r);
+}
+
+Test(cli, shard_with_wrong_magic) {
+    mt_cli_result r;
+    const char *shard = in_dir("wrong-magic.bin"), *run = in_dir("run");
+    uint32_t *ids = byte_ids(1000);
+    write_shard(shard, 20240521, 1, 1000, ids, 1000);
+    free(ids);
+    mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--data", shard, SMALL_STEP, "--steps", "2", "--out", run,
+               NULL);
+    assert_refused(&r, run, shard, "magic");
+    mt_cli_result_free(&r);
+}
+
+Test(cli, truncated_shard) {
+    mt_cli_result r;
+    const char *shard = in_dir("truncated.bin"), *run = in_dir("run");
+    uint32_t *ids = byte_ids(1000);
+    write_shard(shard, 20240520, 1, 5000, ids, 1000); /* the header promises 4000 more tokens */
+    free(ids);
+    mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--data", shard, SMALL_STEP, "--steps", "2", "--out", run,
+               NULL);
+    assert_refused(&r, run, shard, "promises");
+    mt_cli_result_free(&r);
+}
+
+Test(cli, token_outside_vocabulary) {
+    mt_cli_result r;
+    const char *shard = in_dir("wide.bin"), *run = in_dir("run");
+    uint32_t *ids = byte_ids(2000);
+    ids[777] = 300; /* the tiny preset's vocabulary is the 256 byte values */
+    write_shard(shard, 20240520, 2, 2000, ids, 2000);
+    free(ids);
+    mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--data", shard, SMALL_STEP, "--steps", "2", "--out", run,
+               NULL);
+    assert_refused(&r, run, shard, "token 300 at position 777");
+    mt_cli_result_free(&r);
+}
+
+Test(cli, seq_past_max_position) {
+    mt_cli_result r;
+    const char *run = in_dir("run");
+    /* The later --seq wins: 257 is one past the tiny preset's 256 positions. */
+    mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--data", corpus, SMALL_STEP, "--seq", "257", "--steps",
+               "2", "--out", run, NULL);
+    assert_refused(&r, run, "--seq 257", "max_position_embeddings");
+    mt_cli_result_free(&r);
+}
+
+Test(cli, unwritable_run_directory) {
+    mt_cli_result r;
+    /* A regular file as the parent: chmod would not stop a test running as root. */
+    const char *file = in_dir("plain-file");
+    hf_test_write_text(file, "not a directory\n");
+    char run[PATH_MAX];
+    snprintf(run, sizeof run, "%s/run", file);
+    mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--data", corpus, SMALL_STEP, "--steps", "2", "--out", run,
+               NULL);
+    assert_refused(&r, run, run, "Not a directory");
+    mt_cli_result_free(&r);
+}
+
+Test(cli, unknown_preset) {
+    mt_cli_result r;
+    const char *run = in_dir("run");
+    mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "gpt-5", "--data", corpus, SMALL_STEP, "--steps", "2", "--out",
+               run, NULL);
+    assert_refused(&r, run, "gpt-5", "preset");
+    cr_assert_not_null(strstr(r.err, "tiny"), "the message should list the known presets:\n%s", r.err);
+    mt_cli_result_free(&r);
+}
+
+Test(cli, non_numeric_steps) {
+    mt_cli_result r;
+    const char *run = in_dir("run");
+    mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--data", corpus, SMALL_STEP, "--steps", "six", "--out",
+               run, NULL);
+    assert_refused(&r, run, "--steps", "'six'");
+    cr_assert_eq(r.exit_code, 2, "a usage error exits 2, got %d", r.exit_code);
+    mt_cli_result_free(&r);
+}
+
+Test(cli, unknown_command) {
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "fly", NULL);
+    assert_clean_exit(&r);
+    cr_assert_eq(r.exit_code, 2, "a usage error exits 2, got %d", r.exit_code);
+    cr_assert_not_null(strstr(r.err, "unknown command 'fly'"), "stderr:\n%s", r.err);
+    mt_cli_result_free(&r);
+}
+
+/* ---- resume ---- */
+
+static void *read_whole(const char *path, size_t *bytes) {
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    *bytes = (size_t)ftell(f);
+    rewind(f);
+    void *data = malloc(*bytes ? *bytes : 1);
+    cr_assert_not_null(data);
+    cr_assert_eq(fread(data, 1, *bytes, f), *bytes, "short read of %s", path);
+    fclose(f);
+    return data;
+}
+
+static int same_file(const char *a, const char *b) {
+    size_t na, nb;
+    void *da = read_whole(a, &na), *db = read_whole(b, &nb);
+    int same = na == nb && !memcmp(da, db, na);
+    free(da);
+    free(db);
+    return same;
+}
+
+/* Trains the tiny model 6 steps into `run`, checkpointing at 3 and 6. `order` is "--sequential"
+ * or NULL for the random sampler: as the last argument, NULL simply ends the list. */
+static void train_six_steps(const char *run, int resume, const char *order) {
+#define SIX_STEPS "train", "--preset", "tiny", "--data", corpus, SMALL_STEP, "--steps", "6", "--ckpt-every", "3"
+    mt_cli_result r;
+    if (resume)
+        mt_cli_run(&r, TIMEOUT_S, SIX_STEPS, "--out", run, "--resume", order, NULL);
+    else
+        mt_cli_run(&r, TIMEOUT_S, SIX_STEPS, "--out", run, order, NULL);
+#undef SIX_STEPS
+    assert_succeeded(&r);
+    if (resume) cr_assert_not_null(strstr(r.err, "ckpt-000003"), "did not resume from step 3:\n%s", r.err);
+    mt_cli_result_free(&r);
+}
+
+/* 6 steps straight through against 6 steps resumed from the step-3 checkpoint (the same --steps,
+ * since the learning-rate schedule depends on it): the final master weights and Adam moments
+ * must agree bit for bit. */
+static void assert_resume_exact(const char *order) {
+    const char *straight = in_dir("straight"), *resumed = in_dir("resumed");
+    train_six_steps(straight, 0, order);
+    train_six_steps(resumed, 0, order);
+    hf_test_rmtree(in_dir("resumed/ckpt-000006"));
+    train_six_steps(resumed, 1, order);
+    static const char *const blobs[] = {"master.bin", "adam_m.bin", "adam_v.bin"};
+    for (int b = 0; b < 3; b++) {
+        char end[PATH_MAX], end_resumed[PATH_MAX], middle[PATH_MAX];
+        snprintf(end, sizeof end, "%s/ckpt-000006/%s", straight, blobs[b]);
+        snprintf(end_resumed, sizeof end_resumed, "%s/ckpt-000006/%s", resumed, blobs[b]);
+        snprintf(middle, sizeof middle, "%s/ckpt-000003/%s", straight, blobs[b]);
+        cr_assert(same_file(end, end_resumed), "%s differs between the straight and the resumed run", blobs[b]);
+        cr_assert(!same_file(end, middle), "%s did not change from step 3 to 6: the comparison proves nothing",
+                  blobs[b]);
+    }
+}
+
+Test(cli, resume_is_exact_random_order) { assert_resume_exact(NULL); }
+
+Test(cli, resume_is_exact_sequential_order) { assert_resume_exact("--sequential"); }
+
+/* ---- the other commands ---- */
+
+static int has_line_starting(const char *text, const char *prefix) {
+    size_t n = strlen(prefix);
+    for (const char *line = text; line; line = strchr(line, '\n')) {
+        if (*line == '\n') line++;
+        if (!strncmp(line, prefix, n)) return 1;
+    }
+    return 0;
+}
+
+Test(cli, sample_from_a_trained_run) {
+    const char *run = in_dir("run");
+    train_tiny(run, "2");
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "sample", run, "--tokens", "20", "--backend", "cpu", NULL);
+    assert_succeeded(&r);
+    cr_assert_geq(strlen(r.out), 20, "20 tokens of a byte vocabulary are at least 20 bytes, got %zu", strlen(r.out));
+    mt_cli_result_free(&r);
+}
+
+Test(cli, export_writes_a_hugging_face_directory) {
+    const char *run = in_dir("run"), *out = in_dir("exported");
+    train_tiny(run, "2");
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "export", run, out, NULL);
+    assert_succeeded(&r);
+    cr_assert(exists(in_dir("exported/config.json")), "no config.json in %s", out);
+    cr_assert(exists(in_dir("exported/model.safetensors")), "no model.safetensors in %s", out);
+    mt_cli_result_free(&r);
+}
+
+Test(cli, plan_prints_host_and_device_memory) {
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "plan", "--preset", "llama-3-8b", "--backend", "cpu", NULL);
+    assert_succeeded(&r);
+    cr_assert(has_line_starting(r.out, "host"), "no line starting with 'host':\n%s", r.out);
+    cr_assert(has_line_starting(r.out, "device"), "no line starting with 'device':\n%s", r.out);
+    mt_cli_result_free(&r);
+}
+
+Test(cli, help_for_every_command) {
+    static const char *const commands[] = {"train", "sample", "plan", "export"};
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "--help", NULL);
+    assert_succeeded(&r);
+    cr_assert_not_null(strstr(r.out, "usage: megatrain"), "stdout:\n%s", r.out);
+    mt_cli_result_free(&r);
+    for (int i = 0; i < 4; i++) {
+        mt_cli_run(&r, TIMEOUT_S, commands[i], "--help", NULL);
+        assert_succeeded(&r);
+        cr_assert_not_null(strstr(r.out, "usage: megatrain"), "%s --help printed:\n%s", commands[i], r.out);
+        mt_cli_result_free(&r);
+    }
+}
+
+/* ---- a clean stop on SIGTERM ---- */
+
+/* The lines of metrics.jsonl so far, and the step of the last one (-1 when there is none). */
+static int metrics_lines(const char *run, long long *last_step) {
+    char path[PATH_MAX], line[4096];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run);
+    FILE *f = fopen(path, "r");
+    int n = 0;
+    *last_step = -1;
+    if (!f) return 0;
+    while (fgets(line, sizeof line, f)) {
+        json_t *event = json_loads(line, 0, NULL);
+        if (!event) break; /* a line still being written */
+        *last_step = json_integer_value(json_object_get(event, "step"));
+        json_decref(event);
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+Test(cli, sigterm_stops_at_a_checkpoint) {
+    const char *run = in_dir("run");
+    mt_cli_process p;
+    /* Far more steps than it can take before the signal, and no periodic checkpoints: the only
+     * checkpoint is the one the stop writes. */
+    mt_cli_start(&p, "train", "--preset", "tiny", "--data", corpus, SMALL_STEP, "--steps", "1000000", "--ckpt-every",
+                 "0", "--out", run, NULL);
+    long long step;
+    mt_cli_result r;
+    for (int polls = 0; metrics_lines(run, &step) < 2; polls++) {
+        if (polls * 0.01 > TIMEOUT_S) {
+            kill(p.pid, SIGKILL);
+            mt_cli_wait(&p, TIMEOUT_S, &r);
+            cr_assert_fail("no 2 metrics lines after %g s; stderr:\n%s", TIMEOUT_S, r.err);
+        }
+        nanosleep(&(struct timespec){.tv_nsec = 10000000}, NULL);
+    }
+    cr_assert_eq(kill(p.pid, SIGTERM), 0);
+    mt_cli_wait(&p, 10.0, &r); /* a clean stop is one step and one checkpoint away */
+    assert_succeeded(&r);
+    cr_assert_not_null(strstr(r.err, "stopped on request"), "stderr:\n%s", r.err);
+    mt_cli_result_free(&r);
+
+    metrics_lines(run, &step);
+    char checkpoint[PATH_MAX];
+    snprintf(checkpoint, sizeof checkpoint, "%s/ckpt-%06lld", run, step);
+    cr_assert(exists(checkpoint), "no checkpoint %s for the last step logged", checkpoint);
+    mt_cli_run(&r, TIMEOUT_S, "sample", checkpoint, "--tokens", "20", "--backend", "cpu", NULL);
+    assert_succeeded(&r);
+    cr_assert_geq(strlen(r.out), 20, "sample printed %zu bytes", strlen(r.out));
+    mt_cli_result_free(&r);
+}

@@ -1,0 +1,102 @@
+/* Steps with a non-finite gradient are skipped: MT_TEST_NAN_STEP=N poisons step N's gradient
+ * norm, and that step must leave the fp32 masters and both Adam moments bit for bit as they
+ * were, be logged as skipped, and the next step must update again. Too many skips in a row
+ * stop the run; loss spikes are counted. */
+#include <criterion/criterion.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_run.h"
+#include "hf_test_files.h"
+#include "run_fixture.h"
+#include "train/step_watch.h"
+
+/* Each run is a few tiny steps (well under a second); CI machines are slow and shared. */
+#define TIMEOUT_S 60.0
+
+static char dir[PATH_MAX], corpus[PATH_MAX], run[PATH_MAX];
+
+static void make_fixtures(void) {
+    hf_test_mkdtemp(dir);
+    mt_test_write_corpus(hf_test_path(corpus, dir, "corpus.txt"));
+    hf_test_path(run, dir, "run");
+}
+
+static void remove_fixtures(void) { hf_test_rmtree(dir); }
+
+TestSuite(numerics, .init = make_fixtures, .fini = remove_fixtures);
+
+/* The "skipped" field of each metrics line, in order: '1' or '0'. */
+static void read_skipped(char *flags, int cap) {
+    char path[PATH_MAX], line[4096];
+    FILE *f = fopen(hf_test_path(path, run, "metrics.jsonl"), "r");
+    cr_assert_not_null(f, "no metrics.jsonl in %s", run);
+    int n = 0;
+    while (n < cap - 1 && fgets(line, sizeof line, f))
+        if (strstr(line, "\"skipped\":")) flags[n++] = strstr(line, "\"skipped\":true") ? '1' : '0';
+    flags[n] = '\0';
+    fclose(f);
+}
+
+Test(numerics, nan_step_is_skipped_and_changes_nothing) {
+    setenv("MT_TEST_NAN_STEP", "3", 1);
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "train", MT_TINY_STEP, "--steps", "4", "--ckpt-every", "1", "--keep", "0",
+               "--data", corpus, "--out", run, NULL);
+    cr_assert_eq(r.exit_code, 0, "the run failed:\n%s", r.err);
+    cr_assert(strstr(r.err, "step 3 skipped"), "no skip notice:\n%s", r.err);
+    static const char *const blobs[] = {"master", "adam_m", "adam_v"};
+    for (int i = 0; i < 3; i++) {
+        /* Step 2 updated; step 3 (skipped) must be a bitwise no-op; step 4 updates again. */
+        cr_assert_not(mt_test_files_equal(mt_test_blob(run, 1, blobs[i]), mt_test_blob(run, 2, blobs[i])), "step 2 left %s unchanged", blobs[i]);
+        cr_assert(mt_test_files_equal(mt_test_blob(run, 2, blobs[i]), mt_test_blob(run, 3, blobs[i])), "the skipped step 3 changed %s", blobs[i]);
+        cr_assert_not(mt_test_files_equal(mt_test_blob(run, 3, blobs[i]), mt_test_blob(run, 4, blobs[i])), "step 4 left %s unchanged", blobs[i]);
+    }
+    char skipped[16];
+    read_skipped(skipped, sizeof skipped);
+    cr_assert_str_eq(skipped, "0010", "metrics.jsonl skipped flags by step");
+    mt_cli_result_free(&r);
+}
+
+Test(numerics, too_many_skips_stop_the_run) {
+    setenv("MT_TEST_NAN_STEP", "2", 1);
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "train", MT_TINY_STEP, "--steps", "4", "--max-skips", "0", "--data", corpus,
+               "--out", run, NULL);
+    cr_assert_neq(r.exit_code, 0, "a skip past --max-skips 0 must fail the run");
+    cr_assert(strstr(r.err, "more than --max-skips 0 in a row"), "unclear error:\n%s", r.err);
+    char skipped[16];
+    read_skipped(skipped, sizeof skipped);
+    cr_assert_str_eq(skipped, "01", "the run stops at the skipped step 2");
+    mt_cli_result_free(&r);
+}
+
+Test(numerics, watch_counts_skips_in_a_row) {
+    mt_step_watch w;
+    mt_step_watch_init(&w, 2);
+    cr_assert_eq(mt_step_watch_after(&w, 1, 5.0, 1), MT_OK);
+    cr_assert_eq(mt_step_watch_after(&w, 2, 5.0, 1), MT_OK);
+    cr_assert_eq(mt_step_watch_after(&w, 3, 5.0, 0), MT_OK, "a good step resets the count");
+    cr_assert_eq(mt_step_watch_after(&w, 4, 5.0, 1), MT_OK);
+    cr_assert_eq(mt_step_watch_after(&w, 5, 5.0, 1), MT_OK);
+    cr_assert_eq(mt_step_watch_after(&w, 6, 5.0, 1), MT_ERR_NUMERIC, "the third skip in a row is one too many");
+}
+
+Test(numerics, watch_warns_on_loss_spikes_after_twenty_steps) {
+    mt_step_watch w;
+    mt_step_watch_init(&w, 10);
+    cr_assert_eq(mt_step_watch_after(&w, 1, 2.0, 0), MT_OK);
+    cr_assert_eq(mt_step_watch_after(&w, 2, 9.0, 0), MT_OK);
+    cr_assert_eq(w.spikes, 0, "no warning before 20 steps of history");
+    for (int step = 3; step <= 20; step++) mt_step_watch_after(&w, step, 2.0, 0);
+    /* The running mean is now near 2.35 (one 9.0 among twenty): 3x is about 7. */
+    mt_step_watch_after(&w, 21, 6.5, 0);
+    cr_assert_eq(w.spikes, 0, "6.5 is under 3x the running mean");
+    mt_step_watch_after(&w, 22, 50.0, 0);
+    cr_assert_eq(w.spikes, 1, "50 is a spike");
+    mt_step_watch_after(&w, 23, NAN, 0);
+    cr_assert_eq(w.spikes, 1, "a NaN loss is not counted as a spike");
+}
