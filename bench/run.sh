@@ -13,8 +13,10 @@
 set -u
 cd "$(dirname "$0")/.." || exit 1
 . tests/device/env.sh
-# The device machines' rule, kept also here: NVLink multicast stays off.
+# The device machines' rule, kept also here: NVLink multicast stays off. Expandable segments
+# spare the PyTorch peers fragmentation, the resident 8B's best chance to fit.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 
 out=${OUT:-/tmp/megatrain-bench}
 shapes=${SHAPES:-llama-3.2-1b llama-3.2-3b llama-3-8b}

@@ -36,7 +36,7 @@ static void check_grads(const mt_config *cfg, int micro_batches) {
     /* fp32 against float64: the loss agrees to ~1e-6 relative. */
     cr_expect_lt(fabs(loss - want_loss), 1e-5 * fabs(want_loss), "loss %.9f, reference %.9f", loss, want_loss);
     mt_ref_diff d;
-    mt_ref_compare(&t.layout, t.store.grads, want, &d);
+    mt_ref_compare(&t.layout, mt_engine_host_grads(t.engine), want, &d);
     /* fp32 kernels over dot products of at most 53 terms land near 1e-6 relative per tensor; a
      * wrong or missing term in any backward is O(1). 1e-4 separates the two with room. */
     cr_expect_lt(d.worst_rel, 1e-4, "gradient of %s off by %g relative (max abs %g)", d.worst_tensor,

@@ -175,7 +175,8 @@ def main():
     a = ap.parse_args()
 
     p = PRESETS[a.preset]
-    record = {"system": SYSTEMS[a.mode], "model": a.preset}
+    record = {"system": SYSTEMS[a.mode], "model": a.preset, "seq": a.seq, "batch": a.batch,
+              "micro_batches": a.micro_batches}
     try:
         result = run(a)
     except Exception as e:  # any failure is a result to record, an OOM above all
@@ -183,8 +184,7 @@ def main():
         message = str(e).strip().splitlines()
         record["error"] = f"{type(e).__name__}: {message[0] if message else ''}"[:300]
     else:
-        record.update(params=total_params(p), seq=a.seq, batch=a.batch, micro_batches=a.micro_batches,
-                      tokens_per_step=a.batch * a.micro_batches * a.seq, **result,
+        record.update(params=total_params(p), tokens_per_step=a.batch * a.micro_batches * a.seq, **result,
                       torch=torch.__version__)
     finally:
         if torch.distributed.is_available() and torch.distributed.is_initialized():

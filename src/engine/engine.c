@@ -24,6 +24,11 @@ static int64_t unit_bytes(const mt_engine *e, int u, size_t elem) {
 
 static size_t rows(const mt_engine_options *o) { return (size_t)o->batch * o->seq; }
 
+/* Block gradient buffers on the host without clipping: enough for the optimizer to trail the
+ * backward by a few blocks before the copies wait for it. */
+enum { GRAD_RING = 4 };
+static int grad_ring_size(const mt_config *c) { return c->num_layers < GRAD_RING ? c->num_layers : GRAD_RING; }
+
 mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_engine_options *o) {
     mt_layout lay;
     mt_engine_bytes b = {0};
@@ -39,6 +44,9 @@ mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_en
                   be->ops->lmhead_workspace(be, o->lm_chunk, cfg->vocab_size) +
                   (int64_t)2 * o->micro_batches * rows(o) * 4 + (int64_t)cfg->vocab_size * 4;
     b.total = b.weight_slots + b.embed_head + b.grads + b.checkpoints + b.workspace;
+    b.host_grads = o->max_grad_norm > 0 || o->keep_grads
+                       ? lay.total_numel * 4
+                       : (embed + head + (int64_t)grad_ring_size(cfg) * lay.max_block_numel) * 4;
     b.host_staging = (int64_t)2 * o->micro_batches * rows(o) * 4 +
                      ((int64_t)lay.num_units + 1 + cfg->vocab_size + cfg->head_dim / 2) * 4;
     mt_layout_free(&lay);
@@ -69,6 +77,25 @@ static mt_event *new_event(mt_engine *e) {
     return ev;
 }
 
+/* Where each unit's gradient lands on the host: all units (exact clipping needs every gradient
+ * until the norm is known; tests read them), or the embedding and head each in their own
+ * buffer and the blocks in a ring by backward order. */
+static void place_host_grads(mt_engine *e) {
+    const mt_layout *lay = e->lay;
+    if (e->o.max_grad_norm > 0 || e->o.keep_grads) {
+        e->grads_full = host_alloc(e, (size_t)lay->total_numel * 4, "the gradients of every unit");
+        for (int u = 0; u < e->U && e->grads_full; u++) e->grad_home[u] = e->grads_full + lay->units[u].offset;
+        return;
+    }
+    e->grad_ring = grad_ring_size(e->cfg);
+    e->grad_home[0] = host_alloc(e, (size_t)unit_bytes(e, 0, 4), "the embedding's gradients");
+    e->grad_home[e->U - 1] = host_alloc(e, (size_t)unit_bytes(e, e->U - 1, 4), "the head's gradients");
+    float *ring = host_alloc(e, (size_t)e->grad_ring * lay->max_block_numel * 4, "the block gradient ring");
+    for (int l = 0; l < e->L && ring; l++)
+        e->grad_home[mt_unit_block(l)] = ring + (size_t)((e->L - 1 - l) % e->grad_ring) * lay->max_block_numel;
+}
+
+
 static mt_status allocate(mt_engine *e) {
     const mt_config *c = e->cfg;
     size_t w = mt_dtype_size(e->op->weight_dtype), act = mt_dtype_size(e->op->act_dtype);
@@ -93,6 +120,7 @@ static mt_status allocate(mt_engine *e) {
     e->host_loss = host_alloc(e, 4, "the loss");
     e->host_logits = host_alloc(e, (size_t)c->vocab_size * 4, "logits");
     e->host_inv_freq = host_alloc(e, (size_t)c->head_dim / 2 * 4, "RoPE frequencies");
+    place_host_grads(e);
     for (int k = 0; k < e->K; k++) {
         e->slot_loaded[k] = new_event(e);
         e->slot_free[k] = new_event(e);
@@ -145,6 +173,7 @@ mt_status mt_engine_create(mt_engine **out, mt_backend *be, mt_store *store,
     e->max_slots = e->K;
     e->adam_step = adam_step;
     e->updated = calloc((size_t)e->U, sizeof *e->updated);
+    e->grad_home = calloc((size_t)e->U, sizeof *e->grad_home);
     e->grads_home = calloc((size_t)e->U, sizeof *e->grads_home);
     e->slot = calloc((size_t)e->K, sizeof *e->slot);
     e->slot_loaded = calloc((size_t)e->K, sizeof *e->slot_loaded);
@@ -156,7 +185,7 @@ mt_status mt_engine_create(mt_engine **out, mt_backend *be, mt_store *store,
     e->allocs = calloc(max_objects, sizeof *e->allocs);
     e->host_allocs = calloc(max_objects, sizeof *e->host_allocs);
     e->events = calloc(max_objects, sizeof *e->events);
-    if (!e->updated || !e->grads_home || !e->slot || !e->slot_loaded || !e->slot_free ||
+    if (!e->updated || !e->grad_home || !e->grads_home || !e->slot || !e->slot_loaded || !e->slot_free ||
         !e->stall_begin || !e->stall_end ||
         !e->allocs || !e->host_allocs || !e->events) {
         mt_engine_destroy(e);
@@ -190,6 +219,7 @@ void mt_engine_destroy(mt_engine *e) {
     if (e->flags_ready)
         for (int u = 0; u < e->U; u++) mt_flag_destroy(&e->updated[u]);
     free(e->updated);
+    free(e->grad_home);
     free(e->grads_home);
     free(e->stall_begin);
     free(e->stall_end);

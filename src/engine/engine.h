@@ -14,7 +14,11 @@
  *     each unit's copy waiting only for that unit's update. A step whose norm is NaN/Inf is
  *     skipped (weights and moments unchanged).
  *   max_grad_norm == 0: no clipping; each unit is updated as soon as its gradients are home,
- *     overlapping the rest of the backward. */
+ *     overlapping the rest of the backward.
+ * Exact clipping keeps every unit's fp32 gradient on the host until the norm is known (4 bytes
+ * per parameter); without clipping the blocks' gradients land in a ring of GRAD_RING unit-sized
+ * buffers, each reused once the optimizer is done with it, which is what lets an 8B model's
+ * state fit a 128 GiB host. */
 #ifndef MT_ENGINE_ENGINE_H
 #define MT_ENGINE_ENGINE_H
 
@@ -35,6 +39,8 @@ typedef struct {
     int lm_chunk;        /* rows of logits the LM head holds at once */
     float max_grad_norm; /* 0: no clipping */
     float beta1, beta2, eps, weight_decay;
+    int keep_grads;      /* keep every unit's gradient on the host (mt_engine_host_grads) even
+                          * without clipping; otherwise unclipped training keeps a small ring */
 } mt_engine_options;
 
 typedef struct {
@@ -46,11 +52,12 @@ typedef struct {
     double stall_seconds;    /* time the compute stream waited for weight and gradient copies */
 } mt_step_result;
 
-/* Device bytes the engine allocates for these options, by class (total), and the host staging
- * buffers it allocates beside them (tokens, norms, loss, logits: not in total). */
+/* Device bytes the engine allocates for these options, by class (total), and the host buffers
+ * it allocates beside them (not in total): the gradients coming home, and staging for tokens,
+ * norms, loss and logits. */
 typedef struct {
     int64_t weight_slots, embed_head, grads, checkpoints, workspace, total;
-    int64_t host_staging;
+    int64_t host_grads, host_staging;
 } mt_engine_bytes;
 mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_engine_options *opt);
 
@@ -70,7 +77,8 @@ void mt_engine_destroy(mt_engine *e);
  * (mt_engine_finish waits). */
 mt_status mt_engine_step(mt_engine *e, const int32_t *inputs, const int32_t *targets, float lr,
                          mt_step_result *result);
-/* Forward and backward only: fp32 gradients of the mean loss land in store->grads; no update. */
+/* Forward and backward only: fp32 gradients of the mean loss land in mt_engine_host_grads(), in
+ * layout positions; no update. Needs clipping on or keep_grads. */
 mt_status mt_engine_grads(mt_engine *e, const int32_t *inputs, const int32_t *targets, double *loss);
 /* Mean loss, no gradients. */
 mt_status mt_engine_eval(mt_engine *e, const int32_t *inputs, const int32_t *targets, double *loss);
@@ -79,6 +87,9 @@ mt_status mt_engine_next_logits(mt_engine *e, const int32_t *tokens, int len, fl
 /* Test hook (train's MT_TEST_NAN_STEP): the next mt_engine_step sees a NaN global gradient norm,
  * as a NaN anywhere in the gradient would make it, so that step is skipped when clipping is on. */
 void mt_engine_poison_next_step(mt_engine *e);
+/* The host gradients of the last pass, laid out like the masters; NULL when the engine keeps a
+ * ring instead (no clipping, no keep_grads). */
+const float *mt_engine_host_grads(const mt_engine *e);
 /* Waits until every pending update has been applied; returns the number of updates so far. */
 int64_t mt_engine_finish(mt_engine *e);
 

@@ -43,6 +43,9 @@ struct mt_engine {
 
     /* host staging (pinned on cuda) */
     int32_t *host_tokens;      /* [2][M][n]: inputs then targets */
+    float *grads_full;         /* every unit's gradient in layout positions, or NULL (ring mode) */
+    float **grad_home;         /* [U]: where unit u's gradient lands on the host */
+    int grad_ring;             /* ring mode: blocks' gradients rotate through this many buffers */
     float *host_norms, *host_loss, *host_logits, *host_inv_freq;
 
     /* events */

@@ -27,7 +27,7 @@ static void update_unit(mt_engine *e, const mt_opt_job *job, int64_t adam_step, 
     for (int i = 0; i < unit->num_tensors; i++) {
         const mt_tensor *t = &e->lay->tensors[unit->first_tensor + i];
         int64_t at = unit->offset + t->offset;
-        mt_adamw_update_parallel(&p, t->decay, s->master + at, s->m + at, s->v + at, s->grads + at,
+        mt_adamw_update_parallel(&p, t->decay, s->master + at, s->m + at, s->v + at, e->grad_home[u] + t->offset,
                                  (char *)s->weights + at * (int64_t)wsize, s->weight_dtype,
                                  (size_t)t->rows * t->cols, e->o.opt_threads);
     }

@@ -178,7 +178,7 @@ static double load_forward(mt_engine *e, int index) {
 static void send_home(mt_engine *e, int u, const float *grads, mt_event *ready_ev, mt_event *free_ev) {
     e->op->event_record(e->be, ready_ev, e->compute);
     e->op->stream_wait(e->be, e->d2h, ready_ev);
-    e->op->copy(e->be, mt_store_unit_f32(e->store, e->store->grads, u), grads,
+    e->op->copy(e->be, e->grad_home[u], grads,
                 (size_t)unit_numel(e, u) * 4, e->d2h);
     if (free_ev) e->op->event_record(e->be, free_ev, e->d2h);
     e->op->event_record(e->be, e->grads_home[u], e->d2h);
@@ -283,6 +283,9 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
             j.grad_slot = gs;
             MT_TRY(launch(e, j));
             op->event_record(be, e->slot_free[k], e->compute);
+            /* In ring mode the buffer was last used by block l + ring: the optimizer must be done with it. */
+            if (e->grad_ring && l + e->grad_ring < L)
+                r->waited += mt_flag_wait(&e->updated[mt_unit_block(l + e->grad_ring)], e->generation + 1);
             send_home(e, mt_unit_block(l), e->grad_slot[gs], e->grad_ready[gs], e->grad_free[gs]);
             if (l - K >= 0) load_unit(e, mt_unit_block(l - K), e->slot[k], e->slot_free[k], e->slot_loaded[k]);
         }
@@ -344,7 +347,11 @@ mt_status mt_engine_step(mt_engine *e, const int32_t *inputs, const int32_t *tar
 
 void mt_engine_poison_next_step(mt_engine *e) { e->poison_next = 1; }
 
+const float *mt_engine_host_grads(const mt_engine *e) { return e->grads_full; }
+
 mt_status mt_engine_grads(mt_engine *e, const int32_t *inputs, const int32_t *targets, double *loss) {
+    if (!e->grads_full)
+        return mt_fail(MT_ERR_INVALID, "the engine keeps only a ring of gradients (no clipping): set keep_grads");
     pass_result r;
     MT_TRY(run_pass(e, RUN_GRADS, inputs, targets, e->o.batch, e->o.seq, e->o.micro_batches, 0, &r));
     MT_TRY(finish_pass(e, &r));

@@ -9,7 +9,6 @@
 mt_store_bytes mt_store_size(const mt_layout *layout, mt_dtype weight_dtype) {
     int64_t n = layout->total_numel;
     return (mt_store_bytes){.weights = n * (int64_t)mt_dtype_size(weight_dtype),
-                            .grads = n * 4,
                             .master = n * 4,
                             .moments = 2 * n * 4};
 }
@@ -21,8 +20,7 @@ mt_status mt_store_create(mt_store *s, const mt_layout *layout, mt_backend *be) 
     s->weight_dtype = be->ops->weight_dtype;
     size_t n = (size_t)layout->total_numel;
     s->weights = be->ops->host_alloc(be, n * mt_dtype_size(s->weight_dtype), "working weights");
-    s->grads = s->weights ? be->ops->host_alloc(be, n * 4, "gradients") : NULL;
-    s->master = s->grads ? mt_calloc(n, 4, "fp32 master weights") : NULL;
+    s->master = s->weights ? mt_calloc(n, 4, "fp32 master weights") : NULL;
     s->m = s->master ? mt_calloc(n, 4, "Adam first moments") : NULL;
     s->v = s->m ? mt_calloc(n, 4, "Adam second moments") : NULL;
     if (!s->v) {
@@ -30,15 +28,11 @@ mt_status mt_store_create(mt_store *s, const mt_layout *layout, mt_backend *be) 
         mt_store_free(s);
         return rc;
     }
-    memset(s->grads, 0, n * 4);
     return MT_OK;
 }
 
 void mt_store_free(mt_store *s) {
-    if (s->be) {
-        if (s->weights) s->be->ops->host_free(s->be, s->weights);
-        if (s->grads) s->be->ops->host_free(s->be, s->grads);
-    }
+    if (s->be && s->weights) s->be->ops->host_free(s->be, s->weights);
     free(s->master);
     free(s->m);
     free(s->v);

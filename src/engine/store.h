@@ -3,9 +3,9 @@
  * One allocation per class, each laid out by mt_layout (unit by unit, tensor by tensor):
  *   weights   working weights in the backend's weight type, in memory the device copies from
  *             at full speed (pinned on cuda); the optimizer writes them, the H2D stream reads them
- *   grads     fp32 gradients as they come home from the device (pinned on cuda)
  *   master    fp32 master weights
- *   m, v      fp32 Adam moments */
+ *   m, v      fp32 Adam moments
+ * Gradients coming home belong to the engine (engine.h), which keeps all of them or a ring. */
 #ifndef MT_ENGINE_STORE_H
 #define MT_ENGINE_STORE_H
 
@@ -19,13 +19,12 @@ typedef struct {
     mt_backend *be;
     mt_dtype weight_dtype;
     void *weights;
-    float *grads;
     float *master, *m, *v;
 } mt_store;
 
 /* Bytes of host memory the store takes, by class, without allocating. */
 typedef struct {
-    int64_t weights, grads, master, moments;
+    int64_t weights, master, moments;
 } mt_store_bytes;
 mt_store_bytes mt_store_size(const mt_layout *layout, mt_dtype weight_dtype);
 

@@ -71,7 +71,7 @@ static void dump_for_transformers(const char *name, mt_tiny_model *t, const int3
     snprintf(sub, sizeof sub, "%s/model", dir);
     cr_assert_eq(mt_hf_export(&t->layout, t->store.master, sub, &fp32), MT_OK, "%s", mt_error());
     snprintf(sub, sizeof sub, "%s/grads", dir);
-    cr_assert_eq(mt_hf_export(&t->layout, t->store.grads, sub, &fp32), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_hf_export(&t->layout, mt_engine_host_grads(t->engine), sub, &fp32), MT_OK, "%s", mt_error());
     write_file(dir, "tokens.bin", tokens, sizeof(int32_t) * SEQUENCES * (SEQ + 1));
     char text[128];
     int len = snprintf(text, sizeof text, "{\"loss\": %.9g, \"sequences\": %d, \"seq\": %d}\n", loss,
@@ -97,7 +97,7 @@ static void compare_backends(const char *name, const mt_config *cfg) {
     double worst = 0;
     const char *worst_name = "";
     for (int i = 0; i < cpu.layout.num_tensors; i++) {
-        double err = tensor_rel_err(&cpu.layout, i, gpu.store.grads, cpu.store.grads);
+        double err = tensor_rel_err(&cpu.layout, i, mt_engine_host_grads(gpu.engine), mt_engine_host_grads(cpu.engine));
         if (err > worst) worst = err, worst_name = cpu.layout.tensors[i].name;
     }
     cr_log_info("%s: loss cuda %.6f cpu %.6f; worst gradient %s at %.3g relative", name, loss_gpu, loss_cpu,
