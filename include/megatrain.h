@@ -58,6 +58,8 @@ typedef struct {
     int slots;               /* block weight slots on the device (>= 2) */
     int opt_threads;         /* optimizer threads; 0: all cores */
     int lm_chunk;            /* rows of logits the LM head holds at once */
+    int64_t gpu_mem;         /* device memory budget in bytes (0: none): slots and chunk shrink to
+                              * fit, or the run is refused before it starts */
 
     /* The run directory: checkpoints, metrics.jsonl, loss.svg. */
     const char *out_dir;

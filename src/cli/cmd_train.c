@@ -43,6 +43,8 @@ static const char train_help[] =
     "  --slots N              block weight slots on the device, >= 2 (default 2)\n"
     "  --opt-threads N        optimizer threads (default: all cores)\n"
     "  --lm-chunk N           rows of logits the LM head holds at once (default 512)\n"
+    "  --gpu-mem SIZE         device memory budget, e.g. 24GiB: fewer slots and a smaller LM-head\n"
+    "                         chunk are chosen to fit, or the run is refused up front (default: none)\n"
     "run:\n"
     "  --out DIR              run directory: checkpoints, metrics.jsonl, loss.svg (default runs/demo)\n"
     "  --resume               continue from the newest good checkpoint in --out\n"
@@ -56,7 +58,7 @@ enum {
     OPT_PRESET = 256, OPT_CONFIG, OPT_INIT_FROM, OPT_DATA, OPT_VAL_FRACTION, OPT_SEQUENTIAL, OPT_SEED,
     OPT_SEQ, OPT_BATCH, OPT_MICRO, OPT_STEPS, OPT_LR, OPT_SCHEDULE, OPT_WARMUP, OPT_MIN_LR, OPT_WD,
     OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_CLIP, OPT_BACKEND, OPT_THREADS, OPT_SLOTS, OPT_OPT_THREADS,
-    OPT_LM_CHUNK, OPT_OUT, OPT_RESUME, OPT_CKPT_EVERY, OPT_EVAL_EVERY, OPT_EVAL_BATCHES, OPT_KEEP, OPT_MAX_SKIPS,
+    OPT_LM_CHUNK, OPT_OUT, OPT_RESUME, OPT_CKPT_EVERY, OPT_EVAL_EVERY, OPT_EVAL_BATCHES, OPT_KEEP, OPT_MAX_SKIPS, OPT_GPU_MEM,
     OPT_HELP
 };
 
@@ -77,6 +79,7 @@ static const struct option long_options[] = {
     {"resume", no_argument, 0, OPT_RESUME}, {"ckpt-every", required_argument, 0, OPT_CKPT_EVERY},
     {"eval-every", required_argument, 0, OPT_EVAL_EVERY}, {"eval-batches", required_argument, 0, OPT_EVAL_BATCHES},
     {"keep", required_argument, 0, OPT_KEEP}, {"max-skips", required_argument, 0, OPT_MAX_SKIPS},
+    {"gpu-mem", required_argument, 0, OPT_GPU_MEM},
     {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
 
 /* Whole-string numbers only: "12x" and "" are refused, naming the option. */
@@ -153,6 +156,12 @@ int mt_cli_parse_train(int argc, char **argv, const char *command, mt_train_opti
         case OPT_EVAL_BATCHES: bad |= parse_int64(name, optarg, 0, &o->eval_batches); break;
         case OPT_KEEP: bad |= parse_int(name, optarg, 0, &o->keep); break;
         case OPT_MAX_SKIPS: bad |= parse_int(name, optarg, 0, &o->max_skips); break;
+        case OPT_GPU_MEM:
+            if (mt_cli_parse_bytes(optarg, &o->gpu_mem) != 0) {
+                fprintf(stderr, "megatrain: error: --gpu-mem wants a size such as 24GiB, got '%s'\n", optarg);
+                bad = 1;
+            }
+            break;
         case OPT_HELP: printf(train_help, command); return 1;
         default: bad = 1; break;
         }

@@ -9,6 +9,11 @@ mt_status mt_engine_fit_budget(mt_backend *be, const mt_config *cfg, mt_engine_o
         o->slots--;
         b = mt_engine_size(be, cfg, o);
     }
+    while (b.total > budget && o->batch > 1 && o->batch % 2 == 0) {
+        o->batch /= 2;
+        o->micro_batches *= 2;
+        b = mt_engine_size(be, cfg, o);
+    }
     while (b.total > budget && o->lm_chunk > 128) {
         o->lm_chunk /= 2;
         b = mt_engine_size(be, cfg, o);
@@ -16,8 +21,9 @@ mt_status mt_engine_fit_budget(mt_backend *be, const mt_config *cfg, mt_engine_o
     if (b.total <= budget) return MT_OK;
     return mt_fail(MT_ERR_NOMEM,
                    "the device budget of %.2f GiB is too small: the engine needs %.2f GiB even with 2 weight "
-                   "slots and an LM-head chunk of %d rows (weight slots %.2f, embedding and head %.2f, gradients "
-                   "%.2f, activation checkpoints %.2f, workspace %.2f GiB); lower --batch, --micro-batches or "
-                   "--seq, or raise --gpu-mem", gib(budget), gib(b.total), o->lm_chunk, gib(b.weight_slots),
+                   "slots, %d sequence(s) per micro-batch and an LM-head chunk of %d rows (weight slots %.2f, "
+                   "embedding and head %.2f, gradients %.2f, activation checkpoints %.2f, workspace %.2f GiB); "
+                   "lower --micro-batches or --seq, or raise --gpu-mem", gib(budget), gib(b.total), o->batch,
+                   o->lm_chunk, gib(b.weight_slots),
                    gib(b.embed_head), gib(b.grads), gib(b.checkpoints), gib(b.workspace));
 }

@@ -6,8 +6,10 @@
 
 #include "engine/engine.h"
 
-/* Adjusts o (slots down to 2, then lm_chunk down to 128) until mt_engine_size fits in
- * `budget` bytes (0: no budget). Fails with MT_ERR_NOMEM naming each class when even the
+/* Adjusts o until mt_engine_size fits in `budget` bytes (0: no budget): slots down to 2, then
+ * sequences move from the micro-batch into more micro-batches (batch halves, micro_batches
+ * doubles: the same tokens per step and the same PCIe traffic, a smaller workspace), then
+ * lm_chunk down to 128. Fails with MT_ERR_NOMEM naming each class when even the
  * smallest settings do not fit; the message says what to lower (batch, micro-batches, seq). */
 mt_status mt_engine_fit_budget(mt_backend *be, const mt_config *cfg, mt_engine_options *o, int64_t budget);
 

@@ -80,8 +80,9 @@ mt_status mt_bench(const mt_train_options *o, int warmup, FILE *out, const char 
     if (rc == MT_OK) rc = mt_store_create(&store, &lay, be);
     if (rc == MT_OK) {
         mt_store_init_random(&store, o->seed);
-        mt_engine_options eo = mt_train_engine_options(o);
-        rc = mt_engine_create(&engine, be, &store, &eo, 0);
+        mt_engine_options eo;
+        rc = mt_train_engine_options(o, be, &cfg, &eo);
+        if (rc == MT_OK) rc = mt_engine_create(&engine, be, &store, &eo, 0);
     }
     mt_rng rng = {o->seed};
     double stall = 0, opt_wait = 0, total = 0;

@@ -1,5 +1,6 @@
 #include "train/options.h"
 
+#include "engine/budget.h"
 #include "io/hf_config.h"
 #include "io/hf_model.h"
 
@@ -9,7 +10,8 @@ mt_status mt_train_model_config(const mt_train_options *o, mt_config *cfg) {
     return mt_config_preset(o->preset ? o->preset : "demo", cfg);
 }
 
-mt_engine_options mt_train_engine_options(const mt_train_options *o) {
+mt_status mt_train_engine_options(const mt_train_options *o, mt_backend *be, const mt_config *cfg,
+                                  mt_engine_options *out) {
     mt_engine_options eo = mt_engine_defaults();
     eo.batch = o->batch;
     eo.seq = o->seq_len;
@@ -22,5 +24,6 @@ mt_engine_options mt_train_engine_options(const mt_train_options *o) {
     eo.beta2 = o->beta2;
     eo.eps = o->eps;
     eo.weight_decay = o->weight_decay;
-    return eo;
+    *out = eo;
+    return mt_engine_fit_budget(be, cfg, out, o->gpu_mem);
 }

@@ -7,6 +7,8 @@
 
 /* The model a run asked for (without --resume): --init-from, --config or a preset (demo). */
 mt_status mt_train_model_config(const mt_train_options *o, mt_config *cfg);
-mt_engine_options mt_train_engine_options(const mt_train_options *o);
+/* The engine's options, fitted into --gpu-mem when one is given (engine/budget.h). */
+mt_status mt_train_engine_options(const mt_train_options *o, mt_backend *be, const mt_config *cfg,
+                                  mt_engine_options *eo);
 
 #endif

@@ -38,7 +38,15 @@ mt_status mt_plan(const mt_train_options *o, FILE *out) {
         mt_layout_free(&lay);
         return rc;
     }
-    mt_engine_options eo = mt_train_engine_options(o);
+    mt_engine_options eo;
+    mt_status fits = mt_train_engine_options(o, be, &cfg, &eo);
+    char budget[1200] = "";
+    double budget_gib = (double)o->gpu_mem / 1073741824.0;
+    if (o->gpu_mem > 0 && fits == MT_OK)
+        snprintf(budget, sizeof budget, "budget    %.2f GiB: %d weight slots, %d x %d sequences, LM-head chunk "
+                 "of %d rows\n", budget_gib, eo.slots, eo.micro_batches, eo.batch, eo.lm_chunk);
+    else if (o->gpu_mem > 0)
+        snprintf(budget, sizeof budget, "budget    %.2f GiB: does NOT fit: %s\n", budget_gib, mt_error());
     mt_store_bytes hb = mt_store_size(&lay, be->ops->weight_dtype);
     mt_engine_bytes db = mt_engine_size(be, &cfg, &eo);
     double params = (double)mt_config_total_params(&cfg);
@@ -53,7 +61,7 @@ mt_status mt_plan(const mt_train_options *o, FILE *out) {
     fprintf(out, "model     %.3f B parameters: %d blocks of %.1f M, vocabulary %d x %d%s\n", params / 1e9,
             cfg.num_layers, block / 1e6, cfg.vocab_size, cfg.hidden_size, cfg.tie_embeddings ? " (tied)" : "");
     fprintf(out, "step      %d micro-batches x %d sequences x %d tokens = %.0f tokens, %s backend\n",
-            o->micro_batches, o->batch, o->seq_len, tokens, be->ops->name);
+            eo.micro_batches, eo.batch, o->seq_len, tokens, be->ops->name);
     fprintf(out, "host      working weights %.2f GB + gradients %.2f GB%s + fp32 master %.2f GB + Adam moments "
             "%.2f GB = %.2f GB\n", gb(hb.weights), gb(db.host_grads),
             o->max_grad_norm > 0 ? " (all: exact clipping)" : " (a ring: no clipping)", gb(hb.master),
@@ -61,6 +69,7 @@ mt_status mt_plan(const mt_train_options *o, FILE *out) {
     fprintf(out, "device    weight slots %.2f GB + embedding and head %.2f GB + gradients %.2f GB + "
             "checkpoints %.2f GB + workspace %.2f GB = %.2f GB\n", gb(db.weight_slots), gb(db.embed_head),
             gb(db.grads), gb(db.checkpoints), gb(db.workspace), gb(db.total));
+    fputs(budget, out);
     mt_memory_fit fit = mt_memory_fit_of(&lay, be, &eo);
     mt_memory_fit_print(&fit, out);
     fprintf(out, "floor     GEMM %.3g FLOP / %.0f TFLOP/s = %.3f s\n", flops, GEMM_FLOP_PER_S / 1e12,

@@ -24,6 +24,7 @@
 #include "train/progress.h"
 #include "train/run_state.h"
 #include "train/step_watch.h"
+#include "util/fs.h"
 #include "util/log.h"
 
 #define DEMO_CORPUS "data/kjv.txt"
@@ -65,6 +66,7 @@ typedef struct {
     mt_backend *be;
     mt_store store;
     mt_engine *engine;
+    mt_engine_options engine_options;
     mt_tokens tokens;
     mt_dataset data;
     mt_metrics *metrics;
@@ -120,8 +122,7 @@ static mt_status open_data(run *r) {
 }
 
 static mt_status open_engine(run *r) {
-    mt_engine_options eo = mt_train_engine_options(r->o);
-    return mt_engine_create(&r->engine, r->be, &r->store, &eo, r->progress.adam_step);
+    return mt_engine_create(&r->engine, r->be, &r->store, &r->engine_options, r->progress.adam_step);
 }
 
 /* --resume: the newest good checkpoint. A run directory with no checkpoint at all starts from
@@ -140,8 +141,7 @@ static mt_status find_resume_point(run *r) {
 static mt_status open_run(run *r) {
     const mt_train_options *o = r->o;
     if (o->steps < 1) return mt_fail(MT_ERR_INVALID, "--steps must be positive");
-    if (mkdir(o->out_dir, 0777) != 0 && errno != EEXIST)
-        return mt_fail(MT_ERR_IO, "%s: cannot create the run directory: %s", o->out_dir, strerror(errno));
+    MT_TRY(mt_mkdir_p(o->out_dir));
     if (access(o->out_dir, W_OK) != 0)
         return mt_fail(MT_ERR_IO, "%s: the run directory is not writable: %s", o->out_dir, strerror(errno));
     if (o->resume) MT_TRY(find_resume_point(r));
@@ -156,8 +156,8 @@ static mt_status open_run(run *r) {
     MT_TRY(mt_lr_kind_parse(o->schedule, &r->schedule.kind));
     MT_TRY(mt_lr_schedule_validate(&r->schedule));
     MT_TRY(mt_backend_open(o->backend, o->threads, &r->be));
-    mt_engine_options planned = mt_train_engine_options(o);
-    MT_TRY(mt_memory_check(&r->layout, r->be, &planned));
+    MT_TRY(mt_train_engine_options(o, r->be, &r->cfg, &r->engine_options));
+    MT_TRY(mt_memory_check(&r->layout, r->be, &r->engine_options));
     MT_TRY(mt_store_create(&r->store, &r->layout, r->be));
     MT_TRY(init_weights(r));
     MT_TRY(open_data(r));
