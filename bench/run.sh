@@ -22,6 +22,7 @@ out=${OUT:-/tmp/megatrain-bench}
 shapes=${SHAPES:-llama-3.2-1b llama-3.2-3b llama-3-8b}
 steps=${STEPS:-5}
 warmup=${WARMUP:-2}
+seq=4096
 deadline=${BUDGET_S:-530}
 build="build-bench"
 jsonl=$out/bench.jsonl
@@ -42,8 +43,9 @@ if ! make CUDA=1 BUILD=$build -j"$(nproc)" $build/megatrain >"$out/build.log" 2>
 fi
 
 record() { # record SYSTEM MODEL MICRO BATCH KEY TEXT: a run with no numbers ("error" or "skipped")
-    python3 -c 'import json, sys; s, m, micro, b, k, t = sys.argv[1:]; print(json.dumps({"system": s, "model": m,
-                "seq": 4096, "batch": int(b), "micro_batches": int(micro), k: t}))' "$@" >>"$jsonl"
+    python3 -c 'import json, sys; s, m, micro, b, seq, k, t = sys.argv[1:]; print(json.dumps({"system": s,
+                "model": m, "seq": int(seq), "batch": int(b), "micro_batches": int(micro), k: t}))' \
+        "$1" "$2" "$3" "$4" "$seq" "$5" "$6" >>"$jsonl"
 }
 
 # bench SYSTEM MODEL MICRO BATCH LIMIT_S COMMAND...: one run of MICRO micro-batches of BATCH
@@ -70,13 +72,15 @@ bench() {
     if [ $((SECONDS - start)) -ge "$limit" ]; then
         record "$system" "$model" "$micro" "$batch" error "cut at its $limit s limit"
     elif [ $rc -eq 137 ]; then
-        record "$system" "$model" "$micro" "$batch" error "killed (SIGKILL): out of host memory?"
+        record "$system" "$model" "$micro" "$batch" error "killed by SIGKILL: out of host memory?"
+    elif [ $rc -gt 128 ]; then
+        record "$system" "$model" "$micro" "$batch" error "killed by SIG$(kill -l $((rc - 128)))"
     else
         record "$system" "$model" "$micro" "$batch" error "exit $rc: $(grep -v '^====' "$log" | tail -1 | cut -c1-200)"
     fi
 }
 
-common=(--seq 4096 --steps "$steps" --warmup-steps "$warmup" --json "$jsonl")
+common=(--seq "$seq" --steps "$steps" --warmup-steps "$warmup" --json "$jsonl")
 megatrain=("$build/megatrain" bench --backend cuda "${common[@]}")
 peer=(python3 bench/peers/torch_peer.py "${common[@]}")
 for shape in $shapes; do

@@ -58,7 +58,8 @@ typedef struct mt_backend_ops {
     void (*dev_free)(mt_backend *be, void *ptr);
     void *(*host_alloc)(mt_backend *be, size_t bytes, const char *what);
     void (*host_free)(mt_backend *be, void *ptr);
-    /* Bytes of device memory free now, and the most ever in use through dev_alloc. */
+    /* Bytes of device memory free now, and the most ever in use through dev_alloc; either
+     * pointer may be NULL. */
     void (*dev_mem_info)(mt_backend *be, size_t *free_bytes, size_t *peak_bytes);
 
     /* Streams and events. */

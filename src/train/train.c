@@ -141,7 +141,8 @@ static mt_status find_resume_point(run *r) {
 static mt_status open_run(run *r) {
     const mt_train_options *o = r->o;
     if (o->steps < 1) return mt_fail(MT_ERR_INVALID, "--steps must be positive");
-    MT_TRY(mt_mkdir_p(o->out_dir));
+    if (mt_mkdir_p(o->out_dir) != MT_OK)
+        return mt_fail_context(MT_ERR_IO, "%s: cannot create the run directory", o->out_dir);
     if (access(o->out_dir, W_OK) != 0)
         return mt_fail(MT_ERR_IO, "%s: the run directory is not writable: %s", o->out_dir, strerror(errno));
     if (o->resume) MT_TRY(find_resume_point(r));

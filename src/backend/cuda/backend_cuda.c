@@ -114,9 +114,9 @@ static void cuda_dev_mem_info(mt_backend *be, size_t *free_bytes, size_t *peak_b
     mt_cuda_backend *cb = cuda_of(be);
     size_t free_now = 0, total = 0;
     if (cudaMemGetInfo(&free_now, &total) != cudaSuccess) cudaGetLastError();
-    *free_bytes = free_now;
+    if (free_bytes) *free_bytes = free_now;
     pthread_mutex_lock(&cb->lock);
-    *peak_bytes = cb->peak;
+    if (peak_bytes) *peak_bytes = cb->peak;
     pthread_mutex_unlock(&cb->lock);
 }
 
