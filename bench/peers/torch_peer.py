@@ -8,7 +8,7 @@
 
 Both: transformers' LlamaForCausalLM with random weights (no download), SDPA attention,
 activation checkpointing, gradient accumulation over --micro-batches, the global gradient norm
-clipped at 1.0 (megatrain's default), random tokens. A run that fails (out of memory, say)
+clipped at --clip (1.0, megatrain's default; 0 for none), random tokens. A run that fails (out of memory, say)
 appends {"system", "model", "error"} instead and exits 1."""
 import argparse
 import contextlib
@@ -45,7 +45,6 @@ PRESETS = {
 }
 
 ADAMW = dict(lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
-CLIP_NORM = 1.0
 GIB = 1 << 30
 
 
@@ -117,17 +116,18 @@ def fsdp2_offload(preset):
     return model, contextlib.nullcontext
 
 
-def train_step(model, optimizer, autocast, batch, micro_batches, seq, vocab):
+def train_step(model, optimizer, autocast, a, vocab):
     optimizer.zero_grad(set_to_none=True)
-    for _ in range(micro_batches):
-        inputs = torch.randint(0, vocab, (batch, seq), device="cuda")
-        labels = torch.randint(0, vocab, (batch, seq), device="cuda")
+    for _ in range(a.micro_batches):
+        inputs = torch.randint(0, vocab, (a.batch, a.seq), device="cuda")
+        labels = torch.randint(0, vocab, (a.batch, a.seq), device="cuda")
         with autocast():
-            loss = model(input_ids=inputs, labels=labels).loss / micro_batches
+            loss = model(input_ids=inputs, labels=labels).loss / a.micro_batches
         loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP_NORM)
+    if a.clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
     optimizer.step()
-    return loss.item() * micro_batches
+    return loss.item() * a.micro_batches
 
 
 def run(a):
@@ -145,7 +145,7 @@ def run(a):
     for s in range(a.warmup_steps + a.steps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        loss = train_step(model, optimizer, autocast, a.batch, a.micro_batches, a.seq, p["vocab_size"])
+        loss = train_step(model, optimizer, autocast, a, p["vocab_size"])
         torch.cuda.synchronize()
         t = time.perf_counter() - t0
         warm = s < a.warmup_steps
@@ -170,6 +170,7 @@ def main():
     ap.add_argument("--micro-batches", type=int, default=1, help="gradient accumulation steps")
     ap.add_argument("--steps", type=int, default=5, help="timed steps")
     ap.add_argument("--warmup-steps", type=int, default=2)
+    ap.add_argument("--clip", type=float, default=1.0, help="global gradient-norm clipping, 0 for none")
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--json", required=True, help="append the result here as one JSON line")
     a = ap.parse_args()

@@ -17,7 +17,7 @@ mt_status mt_mkdir_p(const char *path) {
         if (mkdir(buf, 0777) != 0 && errno != EEXIST)
             return mt_fail(MT_ERR_IO, "%s: cannot create the directory: %s", buf, strerror(errno));
         if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
-            return mt_fail(MT_ERR_IO, "%s: exists and is not a directory", buf);
+            return mt_fail(MT_ERR_IO, "%s: %s", buf, strerror(ENOTDIR));
         *p = c;
         if (c == '\0') return MT_OK;
     }
