@@ -27,7 +27,8 @@ static const char train_help[] =
     "  --batch N              sequences per micro-batch (default 8)\n"
     "  --micro-batches N      micro-batches per optimizer step, run layer-major (default 1)\n"
     "optimization:\n"
-    "  --steps N              optimizer steps (default 600)\n"
+    "  --steps N              optimizer steps (default 600; 0 writes the initial checkpoint, e.g. to\n"
+    "                         re-export an imported model)\n"
     "  --lr F                 peak learning rate (default 3e-3)\n"
     "  --schedule NAME        cosine or constant (default cosine)\n"
     "  --warmup N             linear warmup steps (default: a tenth of --steps, at most 100)\n"
@@ -134,7 +135,7 @@ int mt_cli_parse_train(int argc, char **argv, const char *command, mt_train_opti
         case OPT_SEQ: bad |= parse_int(name, optarg, 1, &o->seq_len); break;
         case OPT_BATCH: bad |= parse_int(name, optarg, 1, &o->batch); break;
         case OPT_MICRO: bad |= parse_int(name, optarg, 1, &o->micro_batches); break;
-        case OPT_STEPS: bad |= parse_int64(name, optarg, 1, &o->steps); break;
+        case OPT_STEPS: bad |= parse_int64(name, optarg, 0, &o->steps); break;
         case OPT_LR: bad |= parse_float(name, optarg, 0, &o->lr); break;
         case OPT_SCHEDULE: o->schedule = optarg; break;
         case OPT_WARMUP: bad |= parse_int64(name, optarg, 0, &o->warmup_steps); break;

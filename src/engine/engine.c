@@ -174,6 +174,7 @@ mt_status mt_engine_create(mt_engine **out, mt_backend *be, mt_store *store,
     e->adam_step = adam_step;
     e->updated = calloc((size_t)e->U, sizeof *e->updated);
     e->grad_home = calloc((size_t)e->U, sizeof *e->grad_home);
+    e->grads_issued = calloc((size_t)e->U, sizeof *e->grads_issued);
     e->grads_home = calloc((size_t)e->U, sizeof *e->grads_home);
     e->slot = calloc((size_t)e->K, sizeof *e->slot);
     e->slot_loaded = calloc((size_t)e->K, sizeof *e->slot_loaded);
@@ -185,13 +186,16 @@ mt_status mt_engine_create(mt_engine **out, mt_backend *be, mt_store *store,
     e->allocs = calloc(max_objects, sizeof *e->allocs);
     e->host_allocs = calloc(max_objects, sizeof *e->host_allocs);
     e->events = calloc(max_objects, sizeof *e->events);
-    if (!e->updated || !e->grad_home || !e->grads_home || !e->slot || !e->slot_loaded || !e->slot_free ||
+    if (!e->updated || !e->grad_home || !e->grads_issued || !e->grads_home || !e->slot || !e->slot_loaded || !e->slot_free ||
         !e->stall_begin || !e->stall_end ||
         !e->allocs || !e->host_allocs || !e->events) {
         mt_engine_destroy(e);
         return mt_fail(MT_ERR_NOMEM, "cannot allocate the engine's tables");
     }
-    for (int u = 0; u < e->U; u++) mt_flag_init(&e->updated[u], 0);
+    for (int u = 0; u < e->U; u++) {
+        mt_flag_init(&e->updated[u], 0);
+        mt_flag_init(&e->grads_issued[u], 0);
+    }
     e->flags_ready = 1;
     e->h2d = e->op->stream_create(be);
     e->compute = e->h2d ? e->op->stream_create(be) : NULL;
@@ -217,9 +221,13 @@ void mt_engine_destroy(mt_engine *e) {
     for (int i = 0; i < e->num_allocs; i++) e->op->dev_free(e->be, e->allocs[i]);
     for (int i = 0; i < e->num_host_allocs; i++) e->op->host_free(e->be, e->host_allocs[i]);
     if (e->flags_ready)
-        for (int u = 0; u < e->U; u++) mt_flag_destroy(&e->updated[u]);
+        for (int u = 0; u < e->U; u++) {
+            mt_flag_destroy(&e->updated[u]);
+            mt_flag_destroy(&e->grads_issued[u]);
+        }
     free(e->updated);
     free(e->grad_home);
+    free(e->grads_issued);
     free(e->grads_home);
     free(e->stall_begin);
     free(e->stall_end);

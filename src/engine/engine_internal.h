@@ -58,6 +58,9 @@ struct mt_engine {
 
     /* "unit u's host weights hold the update of step g - 1": raised by the optimizer */
     mt_flag *updated;
+    /* "the record of unit u's grads_home event for step g - 1 is issued": the optimizer waits on
+     * this before it syncs on that event, since a sync only sees records already issued */
+    mt_flag *grads_issued;
     int flags_ready;
     int64_t generation;        /* steps issued */
     int poison_next;           /* test hook: the next step's gradient norm reads NaN */

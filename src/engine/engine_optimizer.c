@@ -44,7 +44,10 @@ static void run_job(mt_engine *e, const mt_opt_job *job) {
         /* Overlapped: the order gradients come home (head, blocks down, embedding). Deferred:
          * the order the next forward needs the units. */
         int u = job->overlapped ? e->U - 1 - i : i;
-        if (job->overlapped) e->op->event_sync(e->be, e->grads_home[u]);
+        if (job->overlapped) {
+            mt_flag_wait(&e->grads_issued[u], job->generation + 1);
+            e->op->event_sync(e->be, e->grads_home[u]);
+        }
         if (!job->skip) {
             double t0 = now_seconds();
             update_unit(e, job, adam_step, u);

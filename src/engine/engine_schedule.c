@@ -175,13 +175,15 @@ static double load_forward(mt_engine *e, int index) {
     return waited;
 }
 
-static void send_home(mt_engine *e, int u, const float *grads, mt_event *ready_ev, mt_event *free_ev) {
+/* Copies unit u's gradients home. `publish`: tell an overlapped optimizer the copy is issued. */
+static void send_home(mt_engine *e, int u, const float *grads, mt_event *ready_ev, mt_event *free_ev,
+                      int publish) {
     e->op->event_record(e->be, ready_ev, e->compute);
     e->op->stream_wait(e->be, e->d2h, ready_ev);
-    e->op->copy(e->be, e->grad_home[u], grads,
-                (size_t)unit_numel(e, u) * 4, e->d2h);
+    e->op->copy(e->be, e->grad_home[u], grads, (size_t)unit_numel(e, u) * 4, e->d2h);
     if (free_ev) e->op->event_record(e->be, free_ev, e->d2h);
     e->op->event_record(e->be, e->grads_home[u], e->d2h);
+    if (publish) mt_flag_set(&e->grads_issued[u], e->generation + 1);
 }
 
 /* Validates and stages inputs and targets [M][batch * seq] and sends them; counts the targets
@@ -216,8 +218,9 @@ typedef struct {
     double stalled;  /* seconds the compute stream waited on copies */
 } pass_result;
 
+/* `overlap`: an optimizer job to start as the backward begins (training without clipping). */
 static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, const int32_t *targets,
-                          int batch, int seq, int M, int last_row, pass_result *r) {
+                          int batch, int seq, int M, int last_row, const mt_opt_job *overlap, pass_result *r) {
     const mt_backend_ops *op = e->op;
     mt_backend *be = e->be;
     int L = e->L, K = e->K, U = e->U, train = mode == RUN_TRAIN || mode == RUN_GRADS;
@@ -269,7 +272,9 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
     if (e->cfg->tie_embeddings) op->event_record(be, e->embed_free, e->compute);
 
     if (train) {
-        send_home(e, U - 1, e->head_grad, e->unit_ready, NULL);
+        int publish = overlap != NULL;
+        if (overlap) mt_engine_optimizer_post(e, overlap);
+        send_home(e, U - 1, e->head_grad, e->unit_ready, NULL, publish);
         /* Backward: blocks L-1..0; the last K are still resident from the forward. */
         for (int l = L - 1; l >= 0; l--) {
             int k = l % K, gs = (L - 1 - l) % 2;
@@ -286,13 +291,13 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
             /* In ring mode the buffer was last used by block l + ring: the optimizer must be done with it. */
             if (e->grad_ring && l + e->grad_ring < L)
                 r->waited += mt_flag_wait(&e->updated[mt_unit_block(l + e->grad_ring)], e->generation + 1);
-            send_home(e, mt_unit_block(l), e->grad_slot[gs], e->grad_ready[gs], e->grad_free[gs]);
+            send_home(e, mt_unit_block(l), e->grad_slot[gs], e->grad_ready[gs], e->grad_free[gs], publish);
             if (l - K >= 0) load_unit(e, mt_unit_block(l - K), e->slot[k], e->slot_free[k], e->slot_loaded[k]);
         }
         j = base;
         j.kind = JOB_EMBED_BWD;
         MT_TRY(launch(e, j));
-        send_home(e, 0, e->embed_grad, e->unit_ready, NULL);
+        send_home(e, 0, e->embed_grad, e->unit_ready, NULL, publish);
         op->copy(be, e->host_norms, e->dev_norms, (size_t)U * 4, e->d2h);
     } else {
         op->event_record(be, e->unit_ready, e->compute);
@@ -323,9 +328,9 @@ mt_status mt_engine_step(mt_engine *e, const int32_t *inputs, const int32_t *tar
     double t0 = now_seconds();
     int overlapped = e->o.max_grad_norm <= 0;
     pass_result r;
-    MT_TRY(run_pass(e, RUN_TRAIN, inputs, targets, e->o.batch, e->o.seq, e->o.micro_batches, 0, &r));
     mt_opt_job job = {.generation = e->generation, .lr = lr, .overlapped = overlapped, .grad_scale = 1.0f};
-    if (overlapped) mt_engine_optimizer_post(e, &job);
+    MT_TRY(run_pass(e, RUN_TRAIN, inputs, targets, e->o.batch, e->o.seq, e->o.micro_batches, 0,
+                    overlapped ? &job : NULL, &r));
     mt_status rc = finish_pass(e, &r);
     if (e->poison_next) {
         r.grad_norm = NAN;
@@ -353,7 +358,7 @@ mt_status mt_engine_grads(mt_engine *e, const int32_t *inputs, const int32_t *ta
     if (!e->grads_full)
         return mt_fail(MT_ERR_INVALID, "the engine keeps only a ring of gradients (no clipping): set keep_grads");
     pass_result r;
-    MT_TRY(run_pass(e, RUN_GRADS, inputs, targets, e->o.batch, e->o.seq, e->o.micro_batches, 0, &r));
+    MT_TRY(run_pass(e, RUN_GRADS, inputs, targets, e->o.batch, e->o.seq, e->o.micro_batches, 0, NULL, &r));
     MT_TRY(finish_pass(e, &r));
     *loss = r.loss;
     return MT_OK;
@@ -361,7 +366,7 @@ mt_status mt_engine_grads(mt_engine *e, const int32_t *inputs, const int32_t *ta
 
 mt_status mt_engine_eval(mt_engine *e, const int32_t *inputs, const int32_t *targets, double *loss) {
     pass_result r;
-    MT_TRY(run_pass(e, RUN_EVAL, inputs, targets, e->o.batch, e->o.seq, e->o.micro_batches, 0, &r));
+    MT_TRY(run_pass(e, RUN_EVAL, inputs, targets, e->o.batch, e->o.seq, e->o.micro_batches, 0, NULL, &r));
     MT_TRY(finish_pass(e, &r));
     *loss = r.loss;
     return MT_OK;
@@ -376,7 +381,7 @@ mt_status mt_engine_next_logits(mt_engine *e, const int32_t *tokens, int len, fl
     if (!ignored) return mt_fail(MT_ERR_NOMEM, "cannot allocate the sampling context");
     for (int i = 0; i < len; i++) ignored[i] = -1;
     pass_result r;
-    mt_status rc = run_pass(e, RUN_LOGITS, tokens, ignored, 1, len, 1, len - 1, &r);
+    mt_status rc = run_pass(e, RUN_LOGITS, tokens, ignored, 1, len, 1, len - 1, NULL, &r);
     free(ignored);
     MT_TRY(rc);
     MT_TRY(finish_pass(e, &r));

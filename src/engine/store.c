@@ -67,8 +67,6 @@ void mt_store_init_random(mt_store *s, uint64_t seed) {
             for (int64_t j = c * RNG_CHUNK; j < end; j++) p[j] = (float)(0.02 * mt_rng_normal(&rng));
         }
     }
-    memset(s->m, 0, (size_t)lay->total_numel * 4);
-    memset(s->v, 0, (size_t)lay->total_numel * 4);
     mt_store_sync_weights(s);
 }
 

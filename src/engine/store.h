@@ -32,7 +32,9 @@ mt_status mt_store_create(mt_store *store, const mt_layout *layout, mt_backend *
 void mt_store_free(mt_store *store);
 
 /* Master weights initialized as transformers does for Llama: matrices ~ N(0, 0.02), norm weights
- * 1, biases 0; moments zeroed; working weights written from the masters. */
+ * 1, biases 0; working weights written from the masters. The moments stay as mt_store_create
+ * left them, zero (and untouched: on a large model, first touching 8 bytes a parameter is
+ * seconds of page faults better spent in the first optimizer step). */
 void mt_store_init_random(mt_store *store, uint64_t seed);
 /* Rewrites the working weights of every unit from the fp32 masters. */
 void mt_store_sync_weights(mt_store *store);

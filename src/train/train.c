@@ -140,7 +140,7 @@ static mt_status find_resume_point(run *r) {
 
 static mt_status open_run(run *r) {
     const mt_train_options *o = r->o;
-    if (o->steps < 1) return mt_fail(MT_ERR_INVALID, "--steps must be positive");
+    if (o->steps < 0) return mt_fail(MT_ERR_INVALID, "--steps must not be negative");
     if (mt_mkdir_p(o->out_dir) != MT_OK)
         return mt_fail_context(MT_ERR_IO, "%s: cannot create the run directory", o->out_dir);
     if (access(o->out_dir, W_OK) != 0)

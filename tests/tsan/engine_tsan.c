@@ -1,4 +1,4 @@
-/* The engine's concurrency under ThreadSanitizer. Criterion cannot run under TSan (its sandbox
+/* The engine's concurrency under ThreadSanitizer (6 blocks: more than the host gradient ring). Criterion cannot run under TSan (its sandbox
  * maps an arena where TSan keeps its shadow memory), so this is a plain program: it trains a
  * tiny model with several schedules (slots, optimizer threads, micro-batches, clipping on and
  * off), runs evaluation and sampling passes between steps, and checks that every schedule ends
@@ -13,7 +13,7 @@
 enum { SEQ = 8, SEQUENCES = 4, STEPS = 3 };
 
 static const mt_config config = {.arch = MT_ARCH_LLAMA, .hidden_size = 32, .intermediate_size = 40,
-                                 .num_layers = 3, .num_heads = 4, .num_kv_heads = 2, .head_dim = 8,
+                                 .num_layers = 6, .num_heads = 4, .num_kv_heads = 2, .head_dim = 8,
                                  .vocab_size = 53, .max_position = 64, .rms_norm_eps = 1e-5f,
                                  .rope_theta = 10000.0f, .bos_token_id = -1, .eos_token_id = -1};
 
