@@ -45,8 +45,8 @@ static void print_summary(FILE *out, const mt_train_options *o, const mt_backend
                           const bench_summary *s, double peak_gpu, double host, const char *json) {
     double tokens = (double)o->micro_batches * o->batch * o->seq_len;
     fprintf(out, "megatrain %s: %.0f tokens/step, median step %.3f s, %.0f tokens/s, %.1f TFLOP/s, "
-            "peak device memory %.2f GiB, host %.1f GiB, compute waited on copies %.1f%%, "
-            "on the optimizer %.1f%%\n", o->preset ? o->preset : "model", tokens, s->step_s, s->tokens_per_s,
+            "peak device memory %.2f GiB, host %.1f GiB, compute stream stalled on copies %.1f%%, issuing "
+            "thread waited on the optimizer %.1f%% (that wait overlaps queued GPU work)\n", o->preset ? o->preset : "model", tokens, s->step_s, s->tokens_per_s,
             s->tflops, peak_gpu / 1073741824.0, host / 1073741824.0, 100 * s->stall_share, 100 * s->opt_wait_share);
     if (!json) return;
     json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",

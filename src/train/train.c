@@ -84,10 +84,15 @@ static mt_status resolve_model(run *r) {
     return mt_train_model_config(r->o, &r->cfg);
 }
 
+/* Loading progress: redrawn in place on a terminal, one line at the end otherwise. */
 static void print_loading(int64_t done, int64_t total, void *user) {
+    const run *r = user;
     double pct = total ? 100.0 * (double)done / (double)total : 100.0;
-    fprintf(stderr, "\rloading %s: %.0f%% of %.2f GB", (const char *)user, pct, (double)total / 1e9);
-    if (done == total) fputc('\n', stderr);
+    if (r->o->progress)
+        fprintf(stderr, "\rloading %s: %.0f%% of %.2f GB%s", r->o->init_from, pct, (double)total / 1e9,
+                done == total ? "\n" : "");
+    else if (done == total)
+        mt_log_info("loaded %s: %.2f GB", r->o->init_from, (double)total / 1e9);
 }
 
 static mt_status init_weights(run *r) {
@@ -97,8 +102,7 @@ static mt_status init_weights(run *r) {
         return MT_OK;
     }
     if (r->o->init_from) {
-        MT_TRY(mt_hf_load_weights(r->o->init_from, &r->layout, r->store.master, print_loading,
-                                  (void *)r->o->init_from));
+        MT_TRY(mt_hf_load_weights(r->o->init_from, &r->layout, r->store.master, print_loading, r));
         mt_store_sync_weights(&r->store);
         return MT_OK;
     }

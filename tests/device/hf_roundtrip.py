@@ -10,9 +10,8 @@ For each of LlamaForCausalLM, Qwen2ForCausalLM (tied) and MistralForCausalLM:
      be finite, the bf16 export must match the fp32 one to bf16 precision, and the loss on the
      training batch must be lower than the original model's.
 
-The CLI is written against the flags planned for it (they do not exist yet):
-    build/megatrain train --init-from DIR --data FILE --steps N --out RUN
-    build/megatrain export RUN/ckpt-NNNNNN OUTDIR --dtype bf16|fp32
+It drives the CLI: megatrain train --init-from DIR --data FILE --steps N --out RUN (N = 0 writes
+the imported weights as a checkpoint) and megatrain export RUN/ckpt-NNNNNN OUTDIR --dtype bf16|fp32.
 
     python3 tests/device/hf_roundtrip.py [--bin build/megatrain] [--keep DIR]
 Exits non-zero on the first failure.
@@ -79,7 +78,10 @@ def latest_checkpoint(run):
 
 def train_and_export(binary, model_dir, data, steps, work, dtypes):
     run = os.path.join(work, f"run-{steps}")
-    megatrain(binary, "train", "--init-from", model_dir, "--data", data, "--steps", steps, "--out", run)
+    # Windows of SEQ tokens over the repeated fixed batch, in order, all of it for training.
+    megatrain(binary, "train", "--init-from", model_dir, "--data", data, "--steps", steps, "--out", run,
+              "--seq", SEQ - 1, "--batch", BATCH, "--sequential", "--val-fraction", 0, "--eval-every", 0,
+              "--lr", "1e-3", "--warmup", 0, "--schedule", "constant")
     ckpt = latest_checkpoint(run)
     outs = {}
     for dtype in dtypes:
