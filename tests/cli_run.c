@@ -1,4 +1,5 @@
 #include "cli_run.h"
+#include "util/clock.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -16,12 +17,6 @@
 #define MAX_ARGS 64
 
 extern char **environ;
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void start_v(mt_cli_process *p, const char *first, va_list ap) {
     const char *bin = getenv("MT_BIN");
@@ -83,7 +78,7 @@ static ssize_t read_into(int fd, buffer *b) {
 static int at_end(ssize_t n) { return n == 0 || (n < 0 && errno != EINTR); }
 
 void mt_cli_wait(mt_cli_process *p, double timeout_s, mt_cli_result *r) {
-    double deadline = now_seconds() + timeout_s;
+    double deadline = mt_now() + timeout_s;
     buffer bufs[2] = {{0}};
     struct pollfd fds[2] = {{.fd = p->out_fd, .events = POLLIN}, {.fd = p->err_fd, .events = POLLIN}};
     *r = (mt_cli_result){0};
@@ -93,7 +88,7 @@ void mt_cli_wait(mt_cli_process *p, double timeout_s, mt_cli_result *r) {
     pid_t done = 0;
     /* Drain both pipes until the child closes them, then reap it; kill it at the deadline. */
     while (open > 0 || (done = waitpid(p->pid, &status, WNOHANG)) == 0) {
-        double left = deadline - now_seconds();
+        double left = deadline - mt_now();
         if (left <= 0 && !r->timed_out) {
             kill(p->pid, SIGKILL);
             r->timed_out = 1;

@@ -14,6 +14,7 @@
 #include "cli_run.h"
 #include "hf_test_files.h"
 #include "run_fixture.h"
+#include "util/clock.h"
 
 #define STEPS 40
 #define CKPT_EVERY 2
@@ -35,12 +36,6 @@ static void make_fixtures(void) {
 static void remove_fixtures(void) { hf_test_rmtree(dir); }
 
 TestSuite(slow, .init = make_fixtures, .fini = remove_fixtures);
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* xorshift32: the kill moments depend on the seed alone, not on the C library. */
 static double uniform(uint32_t *state) {
@@ -84,10 +79,10 @@ Test(slow, sigkill_at_random_moments_then_resume_matches_an_uninterrupted_run, .
     mt_cli_process p;
     mt_cli_result r;
 
-    double t0 = now_seconds();
+    double t0 = mt_now();
     start(&p, reference);
     mt_cli_wait(&p, TIMEOUT_S, &r);
-    double duration = now_seconds() - t0;
+    double duration = mt_now() - t0;
     cr_assert_eq(r.exit_code, 0, "the uninterrupted run failed:\n%s", r.err);
     mt_cli_result_free(&r);
 

@@ -3,19 +3,13 @@
 #include <criterion/criterion.h>
 #include <limits.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli_run.h"
 #include "hf_test_files.h"
+#include "util/clock.h"
 
 /* Refusal happens before any allocation, so it is quick; the bound leaves room for slow CI. */
 #define REFUSAL_SECONDS 10.0
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* llama-3-8b needs about 175 GB of host memory on the cpu backend (fp32 weights, gradients,
  * masters and moments): more than any CI machine has. */
@@ -23,10 +17,10 @@ Test(memory, refuses_a_model_larger_than_host_memory) {
     char dir[PATH_MAX], run[PATH_MAX];
     hf_test_mkdtemp(dir);
     mt_cli_result r;
-    double t0 = now_seconds();
+    double t0 = mt_now();
     mt_cli_run(&r, 60.0, "train", "--preset", "llama-3-8b", "--backend", "cpu", "--steps", "1",
                "--data", "/dev/null", "--out", hf_test_path(run, dir, "run"), NULL);
-    double seconds = now_seconds() - t0;
+    double seconds = mt_now() - t0;
     cr_assert_neq(r.exit_code, 0, "an 8B model must be refused here");
     cr_assert(strstr(r.err, "GB of host memory") && strstr(r.err, "GB available"),
               "the refusal must name both numbers:\n%s", r.err);

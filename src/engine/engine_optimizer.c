@@ -2,20 +2,14 @@
  * next working weights straight into the store that the h2d stream copies from, then raising
  * the unit's flag so that the next copy of it may start. */
 #include <stdlib.h>
-#include <time.h>
 
 #include "engine/engine_internal.h"
 #include "util/log.h"
+#include "util/clock.h"
 
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void update_unit(mt_engine *e, const mt_opt_job *job, int64_t adam_step, int u) {
     mt_store *s = e->store;
@@ -49,9 +43,9 @@ static void run_job(mt_engine *e, const mt_opt_job *job) {
             e->op->event_sync(e->be, e->grads_home[u]);
         }
         if (!job->skip) {
-            double t0 = now_seconds();
+            double t0 = mt_now();
             update_unit(e, job, adam_step, u);
-            busy += now_seconds() - t0;
+            busy += mt_now() - t0;
         }
         mt_flag_set(&e->updated[u], job->generation + 1);
     }

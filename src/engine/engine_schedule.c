@@ -1,9 +1,9 @@
 /* What runs where and when: the issue order of one step's copies, compute and events. */
 #include <math.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "engine/engine_internal.h"
+#include "util/clock.h"
 
 typedef enum { RUN_TRAIN, RUN_GRADS, RUN_EVAL, RUN_LOGITS } run_mode;
 typedef enum { JOB_EMBED_FWD, JOB_BLOCK_FWD, JOB_HEAD, JOB_BLOCK_BWD, JOB_EMBED_BWD } job_kind;
@@ -17,12 +17,6 @@ typedef struct {
     int batch, seq, micro_batches, last_row;
     float scale;
 } compute_job;
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static size_t act_size(const mt_engine *e) { return mt_dtype_size(e->op->act_dtype); }
 static size_t max_rows(const mt_engine *e) { return (size_t)e->o.batch * e->o.seq; }
@@ -325,7 +319,7 @@ static mt_status finish_pass(mt_engine *e, pass_result *r) {
 
 mt_status mt_engine_step(mt_engine *e, const int32_t *inputs, const int32_t *targets, float lr,
                          mt_step_result *res) {
-    double t0 = now_seconds();
+    double t0 = mt_now();
     int overlapped = e->o.max_grad_norm <= 0;
     pass_result r;
     mt_opt_job job = {.generation = e->generation, .lr = lr, .overlapped = overlapped, .grad_scale = 1.0f};
@@ -345,7 +339,7 @@ mt_status mt_engine_step(mt_engine *e, const int32_t *inputs, const int32_t *tar
     e->generation++;
     MT_TRY(rc);
     *res = (mt_step_result){.loss = r.loss, .grad_norm = r.grad_norm, .skipped = job.skip,
-                            .seconds = now_seconds() - t0, .wait_opt_seconds = r.waited,
+                            .seconds = mt_now() - t0, .wait_opt_seconds = r.waited,
                             .stall_seconds = r.stalled};
     return MT_OK;
 }

@@ -1,6 +1,6 @@
 #include "engine/flag.h"
 
-#include <time.h>
+#include "util/clock.h"
 
 void mt_flag_init(mt_flag *f, int64_t value) {
     pthread_mutex_init(&f->lock, NULL);
@@ -21,11 +21,9 @@ void mt_flag_set(mt_flag *f, int64_t value) {
 }
 
 double mt_flag_wait(mt_flag *f, int64_t value) {
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = mt_now();
     pthread_mutex_lock(&f->lock);
     while (f->value < value) pthread_cond_wait(&f->changed, &f->lock);
     pthread_mutex_unlock(&f->lock);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    return (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    return mt_now() - t0;
 }

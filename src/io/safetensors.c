@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/bf16.h"
+
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "safetensors data is little-endian and is read in place: big-endian hosts are not supported");
 
@@ -378,8 +380,6 @@ static float bits_to_f32(uint32_t u) {
     return f;
 }
 
-static float bf16_to_f32(uint16_t h) { return bits_to_f32((uint32_t)h << 16); }
-
 /* IEEE half to single, exact for every input: normals rebias the exponent, subnormals are
  * mantissa x 2^-24 (exact in float), infinities and NaNs keep their payload. */
 static float f16_to_f32(uint16_t h) {
@@ -406,7 +406,7 @@ mt_status mt_st_tensor_to_f32(const mt_st_tensor *t, float *dst) {
         for (int64_t i = 0; i < n; i++) {
             uint16_t h;
             memcpy(&h, src + 2 * i, sizeof h);
-            dst[i] = bf16_to_f32(h);
+            dst[i] = mt_bf16_to_f32(h);
         }
         return MT_OK;
     case MT_ST_F16:

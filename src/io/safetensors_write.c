@@ -8,14 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Round to nearest even, as torch's float -> bfloat16; NaN stays a (quiet) NaN. */
-static uint16_t f32_to_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1);
-    return (uint16_t)(u >> 16);
-}
+#include "util/bf16.h"
 
 static int64_t numel_of(const mt_st_source *t) {
     int64_t n = 1;
@@ -57,7 +50,7 @@ static mt_status write_tensor_data(FILE *f, const char *path, const mt_st_source
     uint16_t chunk[8192];
     for (int64_t i = 0; i < n; i += 8192) {
         int64_t m = n - i < 8192 ? n - i : 8192;
-        for (int64_t j = 0; j < m; j++) chunk[j] = f32_to_bf16(t->data[i + j]);
+        for (int64_t j = 0; j < m; j++) chunk[j] = mt_f32_to_bf16(t->data[i + j]);
         MT_TRY(write_bytes(f, path, chunk, (size_t)m * sizeof *chunk));
     }
     return MT_OK;

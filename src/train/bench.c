@@ -14,6 +14,7 @@
 #include "train/options.h"
 #include "train/progress.h"
 #include "util/rng.h"
+#include "util/clock.h"
 
 static double model_flops_per_token(const mt_config *c, int seq) {
     double linear = (double)mt_config_block_params(c) * c->num_layers + (double)c->vocab_size * c->hidden_size;
@@ -77,20 +78,20 @@ mt_status mt_bench(const mt_train_options *o, int warmup, FILE *out, const char 
     int32_t *inputs = mt_malloc(n * sizeof *inputs, "bench tokens"), *targets = mt_malloc(n * sizeof *targets, "bench tokens");
     double *times = mt_calloc((size_t)o->steps, sizeof *times, "bench timings");
     mt_status rc = inputs && targets && times ? MT_OK : MT_ERR_NOMEM;
-    double t0 = mt_progress_now();
+    double t0 = mt_now();
     if (rc == MT_OK) rc = mt_backend_open(o->backend, o->threads, &be);
-    double t1 = mt_progress_now();
+    double t1 = mt_now();
     if (rc == MT_OK) rc = mt_store_create(&store, &lay, be);
-    double t2 = mt_progress_now();
+    double t2 = mt_now();
     if (rc == MT_OK) {
         mt_store_init_random(&store, o->seed);
         fprintf(out, "set-up: backend %.1f s, host store %.1f s, initialization %.1f s\n", t1 - t0, t2 - t1,
-                mt_progress_now() - t2);
+                mt_now() - t2);
         mt_engine_options eo;
         rc = mt_train_engine_options(o, be, &cfg, &eo);
         if (rc == MT_OK) rc = mt_engine_create(&engine, be, &store, &eo, 0);
     }
-    if (rc == MT_OK) fprintf(out, "set-up: engine ready at %.1f s\n", mt_progress_now() - t0);
+    if (rc == MT_OK) fprintf(out, "set-up: engine ready at %.1f s\n", mt_now() - t0);
     mt_rng rng = {o->seed};
     double stall = 0, opt_wait = 0, total = 0;
     for (int64_t s = 0; rc == MT_OK && s < warmup + o->steps; s++) {

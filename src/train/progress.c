@@ -2,21 +2,16 @@
 
 #include <stdarg.h>
 #include <stdio.h>
-#include <time.h>
 
-double mt_progress_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "util/clock.h"
 
 void mt_progress_start(mt_progress *p, int live, int64_t first_step, int64_t total_steps) {
-    *p = (mt_progress){.live = live, .total_steps = total_steps, .started = mt_progress_now(),
+    *p = (mt_progress){.live = live, .total_steps = total_steps, .started = mt_now(),
                        .first_step = first_step};
 }
 
 double mt_progress_tokens_per_second(const mt_progress *p) {
-    double elapsed = mt_progress_now() - p->started;
+    double elapsed = mt_now() - p->started;
     return elapsed > 0 ? p->tokens / elapsed : 0;
 }
 
@@ -28,7 +23,7 @@ static void format_duration(char *out, size_t cap, double seconds) {
 
 void mt_progress_step(mt_progress *p, int64_t step, double loss, double tokens_in_step, float lr) {
     p->tokens += tokens_in_step;
-    double now = mt_progress_now(), elapsed = now - p->started;
+    double now = mt_now(), elapsed = now - p->started;
     /* A terminal is redrawn at most 10 times a second; a log gets a line every 10 seconds. */
     int last = step == p->total_steps;
     if (!last && now - p->last_print < (p->live ? 0.1 : 10.0)) return;

@@ -20,7 +20,6 @@ void mt_progress_step(mt_progress *p, int64_t step, double loss, double tokens_i
 /* A line that must not be overwritten (validation loss, checkpoint saved). */
 void mt_progress_note(mt_progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void mt_progress_finish(mt_progress *p);
-double mt_progress_now(void);
 double mt_progress_tokens_per_second(const mt_progress *p);
 
 #endif

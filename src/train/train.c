@@ -26,6 +26,7 @@
 #include "train/step_watch.h"
 #include "util/fs.h"
 #include "util/log.h"
+#include "util/clock.h"
 
 #define DEMO_CORPUS "data/kjv.txt"
 
@@ -269,7 +270,7 @@ static mt_status loop(run *r, mt_progress *pg) {
         r->progress.step++;
         if (s.skipped) mt_progress_note(pg, "step %lld skipped: gradient norm %g", (long long)r->progress.step, s.grad_norm);
         mt_progress_step(pg, r->progress.step, s.loss, tokens_per_step, lr);
-        MT_TRY(log_step(r, &s, lr, mt_progress_tokens_per_second(pg), mt_progress_now() - pg->started));
+        MT_TRY(log_step(r, &s, lr, mt_progress_tokens_per_second(pg), mt_now() - pg->started));
         MT_TRY(mt_step_watch_after(&r->watch, r->progress.step, s.loss, s.skipped));
         int last = r->progress.step == o->steps;
         if (o->eval_every > 0 && (r->progress.step % o->eval_every == 0 || last)) {

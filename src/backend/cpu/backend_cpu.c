@@ -7,11 +7,11 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_ops.h"
 #include "util/status.h"
+#include "util/clock.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -52,12 +52,6 @@ struct mt_stream {
     task *head, *tail;
 };
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void event_wait_for(mt_event *e, unsigned long generation) {
     pthread_mutex_lock(&e->lock);
     while (e->completed < generation) pthread_cond_wait(&e->done, &e->lock);
@@ -68,7 +62,7 @@ static void event_complete(mt_event *e, unsigned long generation) {
     pthread_mutex_lock(&e->lock);
     if (generation > e->completed) {
         e->completed = generation;
-        e->completed_at = now_seconds();
+        e->completed_at = mt_now();
     }
     pthread_cond_broadcast(&e->done);
     pthread_mutex_unlock(&e->lock);
