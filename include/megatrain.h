@@ -66,6 +66,8 @@ typedef struct {
     int resume;              /* continue from the newest good checkpoint in out_dir */
     int64_t ckpt_every, eval_every, eval_batches;
     int keep;                /* checkpoints kept; 0: all */
+    int continue_on_save_error; /* a failed periodic checkpoint (disk full) is reported and
+                                 * training goes on; by default the run stops there */
     int progress;            /* redraw a live progress line (for a terminal) */
 } mt_train_options;
 

@@ -53,13 +53,15 @@ static const char train_help[] =
     "  --eval-every N         validation period in steps (default 100)\n"
     "  --eval-batches N       validation batches each time (default 8)\n"
     "  --keep N               checkpoints kept, 0 for all (default 2)\n"
+    "  --continue-on-save-error  when a periodic checkpoint cannot be written (disk full), say so and\n"
+    "                         train on; by default the run stops (the previous checkpoint stays valid)\n"
     "  --help\n";
 
 enum {
     OPT_PRESET = 256, OPT_CONFIG, OPT_INIT_FROM, OPT_DATA, OPT_VAL_FRACTION, OPT_SEQUENTIAL, OPT_SEED,
     OPT_SEQ, OPT_BATCH, OPT_MICRO, OPT_STEPS, OPT_LR, OPT_SCHEDULE, OPT_WARMUP, OPT_MIN_LR, OPT_WD,
     OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_CLIP, OPT_BACKEND, OPT_THREADS, OPT_SLOTS, OPT_OPT_THREADS,
-    OPT_LM_CHUNK, OPT_OUT, OPT_RESUME, OPT_CKPT_EVERY, OPT_EVAL_EVERY, OPT_EVAL_BATCHES, OPT_KEEP, OPT_MAX_SKIPS, OPT_GPU_MEM,
+    OPT_LM_CHUNK, OPT_OUT, OPT_RESUME, OPT_CKPT_EVERY, OPT_EVAL_EVERY, OPT_EVAL_BATCHES, OPT_KEEP, OPT_MAX_SKIPS, OPT_GPU_MEM, OPT_CONTINUE_ON_SAVE_ERROR,
     OPT_HELP
 };
 
@@ -81,6 +83,7 @@ static const struct option long_options[] = {
     {"eval-every", required_argument, 0, OPT_EVAL_EVERY}, {"eval-batches", required_argument, 0, OPT_EVAL_BATCHES},
     {"keep", required_argument, 0, OPT_KEEP}, {"max-skips", required_argument, 0, OPT_MAX_SKIPS},
     {"gpu-mem", required_argument, 0, OPT_GPU_MEM},
+    {"continue-on-save-error", no_argument, 0, OPT_CONTINUE_ON_SAVE_ERROR},
     {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
 
 /* Whole-string numbers only: "12x" and "" are refused, naming the option. */
@@ -152,6 +155,7 @@ int mt_cli_parse_train(int argc, char **argv, const char *command, mt_train_opti
         case OPT_LM_CHUNK: bad |= parse_int(name, optarg, 1, &o->lm_chunk); break;
         case OPT_OUT: o->out_dir = optarg; break;
         case OPT_RESUME: o->resume = 1; break;
+        case OPT_CONTINUE_ON_SAVE_ERROR: o->continue_on_save_error = 1; break;
         case OPT_CKPT_EVERY: bad |= parse_int64(name, optarg, 0, &o->ckpt_every); break;
         case OPT_EVAL_EVERY: bad |= parse_int64(name, optarg, 0, &o->eval_every); break;
         case OPT_EVAL_BATCHES: bad |= parse_int64(name, optarg, 0, &o->eval_batches); break;

@@ -283,8 +283,12 @@ static mt_status loop(run *r, mt_progress *pg) {
             draw_curve(r);
         }
         if (o->ckpt_every > 0 && r->progress.step % o->ckpt_every == 0 && !last) {
-            MT_TRY(save(r));
-            mt_progress_note(pg, "step %lld: checkpoint saved", (long long)r->progress.step);
+            mt_status saved = save(r);
+            if (saved != MT_OK && !o->continue_on_save_error) return saved;
+            if (saved == MT_OK) mt_progress_note(pg, "step %lld: checkpoint saved", (long long)r->progress.step);
+            else mt_progress_note(pg, "step %lld: checkpoint NOT saved (%s); training goes on "
+                                  "(--continue-on-save-error), the previous checkpoint stays valid",
+                                  (long long)r->progress.step, mt_error());
         }
     }
     return MT_OK;
