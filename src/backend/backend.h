@@ -70,6 +70,8 @@ typedef struct mt_backend_ops {
     void (*event_record)(mt_backend *be, mt_event *e, mt_stream *s);
     void (*stream_wait)(mt_backend *be, mt_stream *s, mt_event *e);
     void (*event_sync)(mt_backend *be, mt_event *e);
+    /* 1 when the most recent record of e has completed (or none was issued), without waiting. */
+    int (*event_done)(mt_backend *be, mt_event *e);
     /* Seconds between two completed records (cuda: cudaEventElapsedTime). */
     double (*event_elapsed)(mt_backend *be, mt_event *start, mt_event *end);
 

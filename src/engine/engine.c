@@ -120,6 +120,10 @@ static mt_status allocate(mt_engine *e) {
     e->host_loss = host_alloc(e, 4, "the loss");
     e->host_logits = host_alloc(e, (size_t)c->vocab_size * 4, "logits");
     e->host_inv_freq = host_alloc(e, (size_t)c->head_dim / 2 * 4, "RoPE frequencies");
+    for (int i = 0; i < 2; i++) {
+        e->input_rows[i] = host_alloc(e, (size_t)c->vocab_size, "the input-token row masks");
+        if (e->input_rows[i]) memset(e->input_rows[i], 0, (size_t)c->vocab_size);
+    }
     place_host_grads(e);
     for (int k = 0; k < e->K; k++) {
         e->slot_loaded[k] = new_event(e);
@@ -129,6 +133,7 @@ static mt_status allocate(mt_engine *e) {
         e->grad_ready[g] = new_event(e);
         e->grad_free[g] = new_event(e);
     }
+    e->embed_early_home = new_event(e);
     e->embed_loaded = new_event(e);
     e->embed_free = new_event(e);
     e->head_loaded = new_event(e);
@@ -196,6 +201,8 @@ mt_status mt_engine_create(mt_engine **out, mt_backend *be, mt_store *store,
         mt_flag_init(&e->updated[u], 0);
         mt_flag_init(&e->grads_issued[u], 0);
     }
+    mt_flag_init(&e->embed_early_issued, 0);
+    mt_flag_init(&e->embed_early_done, 0);
     e->flags_ready = 1;
     e->h2d = e->op->stream_create(be);
     e->compute = e->h2d ? e->op->stream_create(be) : NULL;
@@ -220,11 +227,14 @@ void mt_engine_destroy(mt_engine *e) {
     for (int i = 0; i < e->num_events; i++) e->op->event_destroy(e->be, e->events[i]);
     for (int i = 0; i < e->num_allocs; i++) e->op->dev_free(e->be, e->allocs[i]);
     for (int i = 0; i < e->num_host_allocs; i++) e->op->host_free(e->be, e->host_allocs[i]);
-    if (e->flags_ready)
+    if (e->flags_ready) {
         for (int u = 0; u < e->U; u++) {
             mt_flag_destroy(&e->updated[u]);
             mt_flag_destroy(&e->grads_issued[u]);
         }
+        mt_flag_destroy(&e->embed_early_issued);
+        mt_flag_destroy(&e->embed_early_done);
+    }
     free(e->updated);
     free(e->grad_home);
     free(e->grads_issued);

@@ -61,6 +61,12 @@ struct mt_engine {
     /* "the record of unit u's grads_home event for step g - 1 is issued": the optimizer waits on
      * this before it syncs on that event, since a sync only sees records already issued */
     mt_flag *grads_issued;
+    /* Without clipping the embedding is updated in two parts (engine_optimizer.c): the rows no
+     * input token of the step touches, from a first copy of its gradient made right after the
+     * head, and the input tokens' rows once the embedding's backward is done. */
+    uint8_t *input_rows[2];    /* [vocab] per step parity: 1 where a row is some input token */
+    mt_event *embed_early_home;
+    mt_flag embed_early_issued, embed_early_done;
     int flags_ready;
     int64_t generation;        /* steps issued */
     int poison_next;           /* test hook: the next step's gradient norm reads NaN */

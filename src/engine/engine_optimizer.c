@@ -2,6 +2,7 @@
  * next working weights straight into the store that the h2d stream copies from, then raising
  * the unit's flag so that the next copy of it may start. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "engine/engine_internal.h"
 #include "util/log.h"
@@ -11,13 +12,17 @@
 #include <omp.h>
 #endif
 
+static mt_adamw_params adamw_params(const mt_engine *e, const mt_opt_job *job, int64_t adam_step) {
+    return (mt_adamw_params){.lr = job->lr, .beta1 = e->o.beta1, .beta2 = e->o.beta2, .eps = e->o.eps,
+                             .weight_decay = e->o.weight_decay, .step = adam_step,
+                             .grad_scale = job->grad_scale};
+}
+
 static void update_unit(mt_engine *e, const mt_opt_job *job, int64_t adam_step, int u) {
     mt_store *s = e->store;
     const mt_unit *unit = &e->lay->units[u];
     size_t wsize = mt_dtype_size(s->weight_dtype);
-    mt_adamw_params p = {.lr = job->lr, .beta1 = e->o.beta1, .beta2 = e->o.beta2, .eps = e->o.eps,
-                         .weight_decay = e->o.weight_decay, .step = adam_step,
-                         .grad_scale = job->grad_scale};
+    mt_adamw_params p = adamw_params(e, job, adam_step);
     for (int i = 0; i < unit->num_tensors; i++) {
         const mt_tensor *t = &e->lay->tensors[unit->first_tensor + i];
         int64_t at = unit->offset + t->offset;
@@ -27,30 +32,91 @@ static void update_unit(mt_engine *e, const mt_opt_job *job, int64_t adam_step, 
     }
 }
 
+/* The embedding rows whose mask entry equals `which` (AdamW is elementwise, so updating the rows
+ * in two parts gives the same bits as one pass). */
+static void update_embedding_rows(mt_engine *e, const mt_opt_job *job, int64_t adam_step, const uint8_t *mask,
+                                  uint8_t which) {
+    mt_store *s = e->store;
+    const mt_tensor *t = mt_layout_tensor(e->lay, 0, MT_T_WTE);
+    size_t wsize = mt_dtype_size(s->weight_dtype), d = (size_t)t->cols;
+    mt_adamw_params p = adamw_params(e, job, adam_step);
+    const float *grad = e->grad_home[0] + t->offset;
+    int64_t at = e->lay->units[0].offset + t->offset;
+#pragma omp parallel for schedule(static) num_threads(e->o.opt_threads)
+    for (int row = 0; row < t->rows; row++) {
+        if (mask[row] != which) continue;
+        size_t o = (size_t)row * d;
+        mt_adamw_update(&p, t->decay, s->master + at + o, s->m + at + o, s->v + at + o, grad + o,
+                        (char *)s->weights + (at + (int64_t)o) * (int64_t)wsize, s->weight_dtype, d);
+    }
+}
+
+/* Deferred (exact clipping): every gradient is home; update in the order the next forward needs
+ * the units. */
+static void run_deferred(mt_engine *e, const mt_opt_job *job, int64_t adam_step) {
+    for (int u = 0; u < e->U; u++) {
+        if (!job->skip) update_unit(e, job, adam_step, u);
+        mt_flag_set(&e->updated[u], job->generation + 1);
+    }
+}
+
+/* Overlapped (no clipping): gradients arrive in backward order (head, the embedding's early
+ * part, blocks L-1..0, the embedding's input rows), but the next forward needs them the other
+ * way round. So among the parts whose gradients are home, the one the forward needs first goes
+ * first, and the backlog left when the backward ends drains in forward order while the next
+ * forward already runs. Parts: 0 the embedding's input rows, 1 its other rows, 2 + l block l,
+ * L + 2 the head. */
+static int part_unit(const mt_engine *e, int part) { return part < 2 ? 0 : part - 1; }
+
+/* The i-th part to come home. */
+static int part_arriving(const mt_engine *e, int i) {
+    return i == 0 ? e->L + 2 : i == 1 ? 1 : i == e->L + 2 ? 0 : e->L + 3 - i;
+}
+
+static int part_ready(mt_engine *e, const mt_opt_job *job, int part, int wait) {
+    mt_flag *issued = part == 1 ? &e->embed_early_issued : &e->grads_issued[part_unit(e, part)];
+    mt_event *home = part == 1 ? e->embed_early_home : e->grads_home[part_unit(e, part)];
+    if (!wait) return mt_flag_peek(issued) >= job->generation + 1 && e->op->event_done(e->be, home);
+    mt_flag_wait(issued, job->generation + 1);
+    e->op->event_sync(e->be, home);
+    return 1;
+}
+
+static void run_overlapped(mt_engine *e, const mt_opt_job *job, int64_t adam_step) {
+    int parts = e->L + 3, left = parts;
+    uint8_t done[parts];
+    memset(done, 0, sizeof done);
+    const uint8_t *mask = e->input_rows[job->generation % 2];
+    while (left > 0) {
+        int pick = -1;
+        for (int part = 0; part < parts && pick < 0; part++)
+            if (!done[part] && part_ready(e, job, part, 0)) pick = part;
+        if (pick < 0) { /* nothing home yet: wait for the next part to arrive */
+            for (int i = 0; i < parts && pick < 0; i++)
+                if (!done[part_arriving(e, i)]) pick = part_arriving(e, i);
+            part_ready(e, job, pick, 1);
+        }
+        if (pick == 0) update_embedding_rows(e, job, adam_step, mask, 1);
+        else if (pick == 1) update_embedding_rows(e, job, adam_step, mask, 0);
+        else update_unit(e, job, adam_step, part_unit(e, pick));
+        if (pick == 1) mt_flag_set(&e->embed_early_done, job->generation + 1);
+        else mt_flag_set(&e->updated[part_unit(e, pick)], job->generation + 1);
+        done[pick] = 1;
+        left--;
+    }
+}
+
 static void run_job(mt_engine *e, const mt_opt_job *job) {
     /* Counted before any flag rises, so whoever has seen every flag also sees the count. */
     pthread_mutex_lock(&e->opt_lock);
     int64_t adam_step = e->adam_step + 1;
     if (!job->skip) e->adam_step = adam_step;
     pthread_mutex_unlock(&e->opt_lock);
-    double busy = 0;
-    for (int i = 0; i < e->U; i++) {
-        /* Overlapped: the order gradients come home (head, blocks down, embedding). Deferred:
-         * the order the next forward needs the units. */
-        int u = job->overlapped ? e->U - 1 - i : i;
-        if (job->overlapped) {
-            mt_flag_wait(&e->grads_issued[u], job->generation + 1);
-            e->op->event_sync(e->be, e->grads_home[u]);
-        }
-        if (!job->skip) {
-            double t0 = mt_now();
-            update_unit(e, job, adam_step, u);
-            busy += mt_now() - t0;
-        }
-        mt_flag_set(&e->updated[u], job->generation + 1);
-    }
+    double t0 = mt_now();
+    if (job->overlapped) run_overlapped(e, job, adam_step);
+    else run_deferred(e, job, adam_step);
     pthread_mutex_lock(&e->opt_lock);
-    e->opt_seconds = busy;
+    e->opt_seconds = mt_now() - t0;
     pthread_mutex_unlock(&e->opt_lock);
 }
 

@@ -1,6 +1,7 @@
 /* What runs where and when: the issue order of one step's copies, compute and events. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "engine/engine_internal.h"
 #include "util/clock.h"
@@ -199,6 +200,10 @@ static mt_status stage_tokens(mt_engine *e, const int32_t *inputs, const int32_t
             tg[m * n_max + i] = target;
             *counted += target >= 0;
         }
+    uint8_t *rows = e->input_rows[e->generation % 2];
+    memset(rows, 0, (size_t)V);
+    for (int m = 0; m < M; m++)
+        for (size_t i = 0; i < n; i++) rows[inputs[m * n + i]] = 1;
     e->op->copy(e->be, e->dev_inputs, e->host_tokens, 2 * (size_t)e->o.micro_batches * n_max * sizeof(int32_t), e->h2d);
     e->op->event_record(e->be, e->tokens_ready, e->h2d);
     return MT_OK;
@@ -269,6 +274,15 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
         int publish = overlap != NULL;
         if (overlap) mt_engine_optimizer_post(e, overlap);
         send_home(e, U - 1, e->head_grad, e->unit_ready, NULL, publish);
+        if (overlap) {
+            /* The embedding's gradient so far: the head's part when tied, zeros otherwise. Its
+             * rows that no input token touches are final already. */
+            op->event_record(be, e->unit_ready, e->compute);
+            op->stream_wait(be, e->d2h, e->unit_ready);
+            op->copy(be, e->grad_home[0], e->embed_grad, (size_t)unit_numel(e, 0) * 4, e->d2h);
+            op->event_record(be, e->embed_early_home, e->d2h);
+            mt_flag_set(&e->embed_early_issued, e->generation + 1);
+        }
         /* Backward: blocks L-1..0; the last K are still resident from the forward. */
         for (int l = L - 1; l >= 0; l--) {
             int k = l % K, gs = (L - 1 - l) % 2;
@@ -291,6 +305,8 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
         j = base;
         j.kind = JOB_EMBED_BWD;
         MT_TRY(launch(e, j));
+        /* The full copy lands where the optimizer reads the early part: it must be done with it. */
+        if (overlap) r->waited += mt_flag_wait(&e->embed_early_done, e->generation + 1);
         send_home(e, 0, e->embed_grad, e->unit_ready, NULL, publish);
         op->copy(be, e->host_norms, e->dev_norms, (size_t)U * 4, e->d2h);
     } else {

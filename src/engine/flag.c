@@ -20,6 +20,13 @@ void mt_flag_set(mt_flag *f, int64_t value) {
     pthread_mutex_unlock(&f->lock);
 }
 
+int64_t mt_flag_peek(mt_flag *f) {
+    pthread_mutex_lock(&f->lock);
+    int64_t value = f->value;
+    pthread_mutex_unlock(&f->lock);
+    return value;
+}
+
 double mt_flag_wait(mt_flag *f, int64_t value) {
     double t0 = mt_now();
     pthread_mutex_lock(&f->lock);

@@ -15,6 +15,8 @@ typedef struct {
 void mt_flag_init(mt_flag *f, int64_t value);
 void mt_flag_destroy(mt_flag *f);
 void mt_flag_set(mt_flag *f, int64_t value);
+/* The value now, without waiting. */
+int64_t mt_flag_peek(mt_flag *f);
 /* Blocks until the value is at least `value`; returns the seconds spent waiting. */
 double mt_flag_wait(mt_flag *f, int64_t value);
 

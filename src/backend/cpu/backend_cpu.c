@@ -222,6 +222,13 @@ static void cpu_stream_wait(mt_backend *b, mt_stream *s, mt_event *e) {
 
 static void cpu_event_sync(mt_backend *b, mt_event *e) { event_wait_for(e, recorded_now(e)); }
 
+static int cpu_event_done(mt_backend *b, mt_event *e) {
+    pthread_mutex_lock(&e->lock);
+    int done = e->completed >= e->recorded;
+    pthread_mutex_unlock(&e->lock);
+    return done;
+}
+
 static double cpu_event_elapsed(mt_backend *b, mt_event *start, mt_event *end) {
     pthread_mutex_lock(&start->lock);
     double t0 = start->completed_at;
@@ -343,6 +350,7 @@ static const mt_backend_ops cpu_ops = {
     .event_record = cpu_event_record,
     .stream_wait = cpu_stream_wait,
     .event_sync = cpu_event_sync,
+    .event_done = cpu_event_done,
     .event_elapsed = cpu_event_elapsed,
     .copy = cpu_copy,
     .zero = cpu_zero,

@@ -181,6 +181,15 @@ static mt_status event_sync(mt_event *e) {
 
 static void cuda_event_sync(mt_backend *be, mt_event *e) { keep_error(be, event_sync(e)); }
 
+/* Not ready is the only answer that means "wait"; an error is kept and reported as done so
+ * that nobody waits on a broken device. */
+static int cuda_event_done(mt_backend *be, mt_event *e) {
+    cudaError_t rc = cudaEventQuery((cudaEvent_t)e);
+    if (rc == cudaErrorNotReady) return 0;
+    if (rc != cudaSuccess) keep_error(be, mt_fail(MT_ERR_DEVICE, "cudaEventQuery failed: %s", cudaGetErrorString(rc)));
+    return 1;
+}
+
 static mt_status event_elapsed(float *ms, mt_event *start, mt_event *end) {
     MT_CUDA_CHECK(cudaEventElapsedTime(ms, (cudaEvent_t)start, (cudaEvent_t)end));
     return MT_OK;
@@ -315,6 +324,7 @@ static const mt_backend_ops cuda_ops = {
     .event_record = cuda_event_record,
     .stream_wait = cuda_stream_wait,
     .event_sync = cuda_event_sync,
+    .event_done = cuda_event_done,
     .event_elapsed = cuda_event_elapsed,
     .copy = cuda_copy,
     .zero = cuda_zero,
