@@ -1,7 +1,8 @@
 # megatrain: one Makefile.
 #   make            build/megatrain (with the CUDA backend when nvcc and a GPU are there; CUDA=1 or
 #                   CUDA=0 decides instead)
-#   make test       the unit, gradient and reference tests (Criterion), then ASan+UBSan and TSan runs
+#   make test       every test (Criterion), then all of them again built with ASan+UBSan (the command
+#                   they drive too), then the engine's concurrency program under TSan
 #   make demo       train the demo model on the demo corpus and sample from it
 CC       ?= cc
 CUDA_HOME ?= /usr/local/cuda
@@ -63,6 +64,8 @@ $(BUILD)/megatrain: $(call objs,$(BUILD),$(LIB_C) $(CLI_C)) $(LIB_OBJ_CU)
 
 $(BUILD)/run-tests: $(call objs,$(BUILD),$(LIB_C) $(TEST_C)) $(LIB_OBJ_CU)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) -lcriterion
+$(BUILD)/asan/megatrain: $(call objs,$(BUILD)/asan,$(LIB_C) $(CLI_C))
+	$(CC) $(SAN_CFLAGS) -fsanitize=address,undefined $^ -o $@ $(SAN_LDLIBS)
 $(BUILD)/asan/run-tests: $(call objs,$(BUILD)/asan,$(LIB_C) $(TEST_C))
 	$(CC) $(SAN_CFLAGS) -fsanitize=address,undefined $^ -o $@ $(SAN_LDLIBS) -lcriterion
 # Criterion cannot run under TSan, so the engine's concurrency test there is a plain program.
@@ -80,9 +83,9 @@ $(BUILD)/bench/adamw/bench_adamw: $(call objs,$(BUILD),$(LIB_C) bench/adamw/benc
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 # The test command the README names. Criterion prints its own summary line per run.
-test: $(BUILD)/megatrain $(BUILD)/run-tests $(BUILD)/asan/run-tests $(BUILD)/tsan/engine-tsan
+test: $(BUILD)/megatrain $(BUILD)/run-tests $(BUILD)/asan/megatrain $(BUILD)/asan/run-tests $(BUILD)/tsan/engine-tsan
 	MT_BIN=$(BUILD)/megatrain $(BUILD)/run-tests --jobs 1
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 MT_BIN=$(BUILD)/megatrain $(BUILD)/asan/run-tests --jobs 1 --filter '!(slow|engine)/*'
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 MT_BIN=$(BUILD)/asan/megatrain $(BUILD)/asan/run-tests --jobs 1
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 OPENBLAS_NUM_THREADS=1 $(BUILD)/tsan/engine-tsan
 
 # libFuzzer harnesses (tests/fuzz/fuzz_*.c) over the parsers of files users bring: each is built
