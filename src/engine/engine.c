@@ -175,7 +175,6 @@ mt_status mt_engine_create(mt_engine **out, mt_backend *be, mt_store *store,
     e->L = c->num_layers;
     e->U = e->lay->num_units;
     e->K = o->slots < e->L ? o->slots : e->L;
-    e->max_slots = e->K;
     e->adam_step = adam_step;
     e->updated = calloc((size_t)e->U, sizeof *e->updated);
     e->grad_home = calloc((size_t)e->U, sizeof *e->grad_home);

@@ -25,7 +25,7 @@ struct mt_engine {
     const mt_layout *lay;
     const mt_config *cfg;
     mt_engine_options o;
-    int L, U, K, max_slots;
+    int L, U, K;
 
     mt_stream *h2d, *compute, *d2h;
 
