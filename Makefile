@@ -115,7 +115,7 @@ data/kjv.txt: scripts/make-demo-corpus.sh
 	scripts/make-demo-corpus.sh $@
 
 demo: $(BUILD)/megatrain data/kjv.txt
-	$(BUILD)/megatrain train --preset demo --data data/kjv.txt --out runs/demo
+	$(BUILD)/megatrain train --preset demo --data data/kjv.txt --out runs/demo --resume
 	$(BUILD)/megatrain sample runs/demo --prompt "And God said" --tokens 300
 
 clean:

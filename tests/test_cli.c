@@ -346,6 +346,29 @@ Test(cli, resume_is_exact_random_order) { assert_resume_exact(NULL); }
 
 Test(cli, resume_is_exact_sequential_order) { assert_resume_exact("--sequential"); }
 
+/* A fresh run into a directory that holds another run's checkpoints is refused, untouched. */
+Test(cli, refuses_to_train_over_an_existing_run) {
+    const char *run = in_dir("taken");
+    train_tiny(run, "2");
+    char master[PATH_MAX], copy[PATH_MAX + 32];
+    snprintf(master, sizeof master, "%s/ckpt-000002/master.bin", run);
+    snprintf(copy, sizeof copy, "%s/master-before.bin", dir);
+    size_t bytes;
+    void *before = read_whole(master, &bytes);
+    FILE *f = fopen(copy, "wb");
+    cr_assert(f && fwrite(before, 1, bytes, f) == bytes, "cannot write %s", copy);
+    fclose(f);
+    free(before);
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--data", corpus, SMALL_STEP, "--steps", "2", "--out",
+               run, NULL);
+    assert_clean_exit(&r);
+    cr_expect_eq(r.exit_code, 2, "exit %d", r.exit_code);
+    cr_expect(strstr(r.err, "already holds a run") && strstr(r.err, "--resume"), "stderr:\n%s", r.err);
+    cr_expect(same_file(master, copy), "the existing checkpoint changed");
+    mt_cli_result_free(&r);
+}
+
 /* ---- the other commands ---- */
 
 static int has_line_starting(const char *text, const char *prefix) {

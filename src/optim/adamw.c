@@ -45,7 +45,7 @@ void mt_adamw_kernel_ref(const mt_adamw_coef *c, float *master, float *m, float 
 }
 
 /* Scalars in double, as torch forms them in Python, each rounded to float once. */
-static mt_adamw_coef adamw_coef(const mt_adamw_params *p, int decay, size_t n) {
+mt_adamw_coef mt_adamw_coef_of(const mt_adamw_params *p, int decay, size_t n) {
     double lr = p->lr, beta1 = p->beta1, beta2 = p->beta2, step = (double)p->step;
     return (mt_adamw_coef){
         .grad_scale = p->grad_scale,
@@ -85,7 +85,7 @@ const char *mt_adamw_impl_name(mt_adamw_impl impl) {
     return "unknown";
 }
 
-static mt_adamw_kernel adamw_kernel(mt_adamw_impl impl) {
+mt_adamw_kernel mt_adamw_kernel_of(mt_adamw_impl impl) {
     if (!mt_adamw_impl_supported(impl)) impl = MT_ADAMW_BEST;
     if (impl == MT_ADAMW_BEST) {
         impl = mt_adamw_impl_supported(MT_ADAMW_AVX512) ? MT_ADAMW_AVX512
@@ -117,8 +117,8 @@ static void adamw_run_share(mt_adamw_kernel kernel, const mt_adamw_coef *c, floa
 void mt_adamw_update_with(mt_adamw_impl impl, const mt_adamw_params *p, int decay, float *master,
                           float *m, float *v, const float *grad, void *weights_out,
                           mt_dtype weights_dtype, size_t n, int threads) {
-    mt_adamw_kernel kernel = adamw_kernel(impl);
-    mt_adamw_coef c = adamw_coef(p, decay, n);
+    mt_adamw_kernel kernel = mt_adamw_kernel_of(impl);
+    mt_adamw_coef c = mt_adamw_coef_of(p, decay, n);
 #ifdef _OPENMP
     size_t useful_threads = n / MT_ADAMW_MIN_PER_THREAD + 1;
     if ((size_t)threads > useful_threads) threads = (int)useful_threads;

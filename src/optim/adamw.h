@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "optim/moments.h"
 
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay;
@@ -47,6 +48,21 @@ void mt_adamw_update_parallel(const mt_adamw_params *p, int decay, float *master
 void mt_adamw_update_with(mt_adamw_impl impl, const mt_adamw_params *p, int decay, float *master,
                           float *m, float *v, const float *grad, void *weights_out,
                           mt_dtype weights_dtype, size_t n, int threads);
+
+/* The update with moments in any format (optim/moments.h): elements [at, at + n) of `mom`;
+ * master, grad and weights_out point at element `at`. fp32 moments take
+ * mt_adamw_update_parallel's path, bit for bit; bf16 and 8-bit ones are dequantized, updated by
+ * the fp32 kernel and stored back rounded to nearest. An 8-bit block that the range covers in
+ * part is requantized whole, so calls that run at once must not share a block. */
+void mt_adamw_update_moments(const mt_adamw_params *p, int decay, float *master, mt_moments *mom, size_t at,
+                             const float *grad, void *weights_out, mt_dtype weights_dtype, size_t n,
+                             int threads);
+
+/* The same on the rows r of a rows x cols matrix at element `at` of `mom` with
+ * mask[r] == which (the others untouched), split across `threads`. */
+void mt_adamw_update_rows(const mt_adamw_params *p, int decay, float *master, mt_moments *mom, size_t at,
+                          const float *grad, void *weights_out, mt_dtype weights_dtype, size_t rows,
+                          size_t cols, const uint8_t *mask, uint8_t which, int threads);
 
 int mt_adamw_impl_supported(mt_adamw_impl impl);
 const char *mt_adamw_impl_name(mt_adamw_impl impl);

@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 #include "backend/backend.h"
+#include "optim/adamw.h"
 
 /* The SIMD kernels are x86-64 only; elsewhere the reference runs alone. */
 #if defined(__x86_64__)
@@ -27,6 +28,11 @@ typedef struct {
 
 typedef void (*mt_adamw_kernel)(const mt_adamw_coef *c, float *master, float *m, float *v,
                                 const float *grad, void *out, mt_dtype out_dtype, size_t n);
+
+/* The constants of one update of a tensor of n elements (n decides streaming stores). */
+mt_adamw_coef mt_adamw_coef_of(const mt_adamw_params *p, int decay, size_t n);
+/* The kernel of an implementation; one the CPU lacks gives MT_ADAMW_BEST's. */
+mt_adamw_kernel mt_adamw_kernel_of(mt_adamw_impl impl);
 
 void mt_adamw_kernel_ref(const mt_adamw_coef *c, float *master, float *m, float *v,
                          const float *grad, void *out, mt_dtype out_dtype, size_t n);

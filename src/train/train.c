@@ -143,6 +143,18 @@ static mt_status find_resume_point(run *r) {
     return MT_OK;
 }
 
+/* A fresh run never trains over another run's checkpoints. */
+static mt_status refuse_existing_run(const char *out_dir) {
+    mt_ckpt_entry *entries;
+    int count;
+    MT_TRY(mt_checkpoint_list(out_dir, &entries, &count));
+    int64_t newest = count > 0 ? entries[0].step : 0;
+    mt_checkpoint_list_free(entries, count);
+    if (count == 0) return MT_OK;
+    return mt_fail(MT_ERR_INVALID, "%s already holds a run (newest checkpoint: step %lld): pass --resume to "
+                   "continue it, or choose another --out", out_dir, (long long)newest);
+}
+
 static mt_status open_run(run *r) {
     const mt_train_options *o = r->o;
     if (o->steps < 0) return mt_fail(MT_ERR_INVALID, "--steps must not be negative");
@@ -151,6 +163,7 @@ static mt_status open_run(run *r) {
     if (access(o->out_dir, W_OK) != 0)
         return mt_fail(MT_ERR_IO, "%s: the run directory is not writable: %s", o->out_dir, strerror(errno));
     if (o->resume) MT_TRY(find_resume_point(r));
+    else MT_TRY(refuse_existing_run(o->out_dir));
     MT_TRY(resolve_model(r));
     MT_TRY(mt_layout_init(&r->layout, &r->cfg));
     if (o->seq_len > r->cfg.max_position)

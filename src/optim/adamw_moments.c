@@ -1,0 +1,134 @@
+/* AdamW with bf16 or 8-bit moments: each block of MT_MOMENTS_BLOCK values is dequantized into
+ * fp32 scratch, updated by the fp32 kernel (the same math, the same bits given the same inputs)
+ * and stored back. Threads own whole blocks of the flat array, so an 8-bit block that a range
+ * covers only in part is requantized by one thread alone. */
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "optim/adamw.h"
+#include "optim/adamw_kernels.h"
+#include "util/bf16.h"
+
+/* As for fp32 (adamw.c): fewer elements a thread and waking it costs more than it saves. */
+#define MIN_PER_THREAD ((size_t)1 << 14)
+
+/* One update: the arrays point at element `at` of the moments; `mask` (NULL: every element)
+ * picks the rows r of `cols` elements with mask[r] == which. */
+typedef struct {
+    mt_adamw_kernel kernel;
+    mt_adamw_coef coef;
+    float *master;
+    const float *grad;
+    char *out;
+    mt_dtype out_dtype;
+    mt_moments *mom;
+    size_t at, n, cols;
+    const uint8_t *mask;
+    uint8_t which;
+} span;
+
+static void load(const mt_moments *mom, size_t b, size_t lo, size_t hi, float *m, float *v) {
+    size_t start = b * MT_MOMENTS_BLOCK;
+    if (mom->format == MT_MOMENTS_BF16) {
+        const uint16_t *mb = mom->m, *vb = mom->v;
+        for (size_t i = lo; i < hi; i++) m[i - start] = mt_bf16_to_f32(mb[i]), v[i - start] = mt_bf16_to_f32(vb[i]);
+        return;
+    }
+    size_t count = mom->n - start < MT_MOMENTS_BLOCK ? mom->n - start : MT_MOMENTS_BLOCK;
+    mt_moments_dequantize_m((const int8_t *)mom->m + start, count, mom->m_scale[b], m);
+    mt_moments_dequantize_v((const uint8_t *)mom->v + start, count, mom->v_scale[b], v);
+}
+
+static void store(mt_moments *mom, size_t b, size_t lo, size_t hi, const float *m, const float *v) {
+    size_t start = b * MT_MOMENTS_BLOCK;
+    if (mom->format == MT_MOMENTS_BF16) {
+        uint16_t *mb = mom->m, *vb = mom->v;
+        for (size_t i = lo; i < hi; i++) mb[i] = mt_f32_to_bf16(m[i - start]), vb[i] = mt_f32_to_bf16(v[i - start]);
+        return;
+    }
+    size_t count = mom->n - start < MT_MOMENTS_BLOCK ? mom->n - start : MT_MOMENTS_BLOCK;
+    mt_moments_quantize_m(m, count, (int8_t *)mom->m + start, &mom->m_scale[b]);
+    mt_moments_quantize_v(v, count, (uint8_t *)mom->v + start, &mom->v_scale[b]);
+}
+
+/* Block b's part [lo, hi) of the span (global element indices). */
+static void update_block(const span *s, size_t b, size_t lo, size_t hi) {
+    float m[MT_MOMENTS_BLOCK], v[MT_MOMENTS_BLOCK];
+    size_t start = b * MT_MOMENTS_BLOCK, out_size = mt_dtype_size(s->out_dtype);
+    int touched = 0;
+    load(s->mom, b, lo, hi, m, v);
+    for (size_t a = lo; a < hi;) {
+        size_t row = (a - s->at) / s->cols, row_end = s->at + (row + 1) * s->cols;
+        size_t e = row_end < hi ? row_end : hi, k = a - s->at;
+        if (!s->mask || s->mask[row] == s->which) {
+            s->kernel(&s->coef, s->master + k, m + (a - start), v + (a - start), s->grad + k,
+                      s->out + k * out_size, s->out_dtype, e - a);
+            touched = 1;
+        }
+        a = e;
+    }
+    if (touched) store(s->mom, b, lo, hi, m, v);
+}
+
+/* Thread t of nt takes a contiguous run of whole blocks. */
+static void run_share(const span *s, int t, int nt) {
+    size_t first = s->at / MT_MOMENTS_BLOCK, blocks = (s->at + s->n - 1) / MT_MOMENTS_BLOCK + 1 - first;
+    size_t per_thread = (blocks + (size_t)nt - 1) / (size_t)nt;
+    for (size_t b = first + (size_t)t * per_thread; b < first + blocks && b < first + (size_t)(t + 1) * per_thread; b++) {
+        size_t lo = b * MT_MOMENTS_BLOCK > s->at ? b * MT_MOMENTS_BLOCK : s->at;
+        size_t hi = (b + 1) * MT_MOMENTS_BLOCK < s->at + s->n ? (b + 1) * MT_MOMENTS_BLOCK : s->at + s->n;
+        update_block(s, b, lo, hi);
+    }
+}
+
+static void run(const span *s, int threads) {
+    if (s->n == 0) return;
+#ifdef _OPENMP
+    size_t useful_threads = s->n / MIN_PER_THREAD + 1;
+    if ((size_t)threads > useful_threads) threads = (int)useful_threads;
+    if (threads > 1) {
+#pragma omp parallel num_threads(threads)
+        run_share(s, omp_get_thread_num(), omp_get_num_threads());
+        return;
+    }
+#endif
+    (void)threads;
+    run_share(s, 0, 1);
+}
+
+void mt_adamw_update_moments(const mt_adamw_params *p, int decay, float *master, mt_moments *mom, size_t at,
+                             const float *grad, void *weights_out, mt_dtype weights_dtype, size_t n,
+                             int threads) {
+    if (mom->format == MT_MOMENTS_F32) {
+        mt_adamw_update_parallel(p, decay, master, (float *)mom->m + at, (float *)mom->v + at, grad, weights_out,
+                                 weights_dtype, n, threads);
+        return;
+    }
+    span s = {.kernel = mt_adamw_kernel_of(MT_ADAMW_BEST), .coef = mt_adamw_coef_of(p, decay, n),
+              .master = master, .grad = grad, .out = weights_out, .out_dtype = weights_dtype, .mom = mom,
+              .at = at, .n = n, .cols = n ? n : 1};
+    run(&s, threads);
+}
+
+void mt_adamw_update_rows(const mt_adamw_params *p, int decay, float *master, mt_moments *mom, size_t at,
+                          const float *grad, void *weights_out, mt_dtype weights_dtype, size_t rows,
+                          size_t cols, const uint8_t *mask, uint8_t which, int threads) {
+    if (mom->format == MT_MOMENTS_F32) {
+        float *m = (float *)mom->m + at, *v = (float *)mom->v + at;
+        size_t out_size = mt_dtype_size(weights_dtype);
+#pragma omp parallel for schedule(static) num_threads(threads)
+        for (size_t row = 0; row < rows; row++) {
+            if (mask[row] != which) continue;
+            size_t o = row * cols;
+            mt_adamw_update(p, decay, master + o, m + o, v + o, grad + o, (char *)weights_out + o * out_size,
+                            weights_dtype, cols);
+        }
+        return;
+    }
+    span s = {.kernel = mt_adamw_kernel_of(MT_ADAMW_BEST), .coef = mt_adamw_coef_of(p, decay, rows * cols),
+              .master = master, .grad = grad, .out = weights_out, .out_dtype = weights_dtype, .mom = mom,
+              .at = at, .n = rows * cols, .cols = cols, .mask = mask, .which = which};
+    run(&s, threads);
+}
