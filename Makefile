@@ -83,7 +83,7 @@ $(BUILD)/bench/adamw/bench_adamw: $(call objs,$(BUILD),$(LIB_C) bench/adamw/benc
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 # The test command the README names. Criterion prints its own summary line per run.
-test: $(BUILD)/megatrain $(BUILD)/run-tests $(BUILD)/asan/megatrain $(BUILD)/asan/run-tests $(BUILD)/tsan/engine-tsan
+test: data/kjv.txt $(BUILD)/megatrain $(BUILD)/run-tests $(BUILD)/asan/megatrain $(BUILD)/asan/run-tests $(BUILD)/tsan/engine-tsan
 	MT_BIN=$(BUILD)/megatrain $(BUILD)/run-tests --jobs 1
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 MT_BIN=$(BUILD)/asan/megatrain $(BUILD)/asan/run-tests --jobs 1
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 OPENBLAS_NUM_THREADS=1 $(BUILD)/tsan/engine-tsan

@@ -51,12 +51,16 @@ typedef struct {
     const char *schedule;    /* "cosine" or "constant" */
     float weight_decay, beta1, beta2, eps, max_grad_norm;
     int max_skips;           /* stop after more than this many steps in a row skipped for NaN/Inf */
+    const char *moments;     /* Adam moments format: "fp32" (default), or as an option "bf16" or
+                              * "8bit" (block-quantized); a resumed run must keep its format */
 
     /* Engine. */
     const char *backend;     /* "auto", "cpu" or "cuda" */
     int threads;             /* cpu backend compute threads; 0: all cores */
     int slots;               /* block weight slots on the device (>= 2) */
-    int opt_threads;         /* optimizer threads; 0: all cores */
+    int opt_threads;         /* optimizer threads; 0: all cores but one, or one per opt_cores core */
+    const char *opt_cores;   /* NULL: optimizer threads unpinned; else cores such as "2-15" or
+                              * "4,5,6", one optimizer thread pinned to each */
     int lm_chunk;            /* rows of logits the LM head holds at once */
     int64_t gpu_mem;         /* device memory budget in bytes (0: none): slots and chunk shrink to
                               * fit, or the run is refused before it starts */

@@ -38,11 +38,16 @@ static const char train_help[] =
     "  --clip F               global gradient-norm clipping, exact; 0 turns it off (default 1.0)\n"
     "  --max-skips N          stop after more than N steps in a row skipped for a NaN/Inf gradient\n"
     "                         (default 10; skipping needs --clip above 0)\n"
+    "  --moments FORMAT       Adam moments: fp32 (default), or as an option bf16 (half the bytes) or\n"
+    "                         8bit (block-quantized, about a quarter); a resumed run keeps its format\n"
     "engine:\n"
     "  --backend NAME         auto, cpu or cuda (default auto: cuda when a GPU is usable)\n"
     "  --threads N            cpu backend compute threads (default: all cores)\n"
     "  --slots N              block weight slots on the device, >= 2 (default 2)\n"
-    "  --opt-threads N        optimizer threads (default: all cores)\n"
+    "  --opt-threads N        optimizer threads (default: all cores but one, left to the issuing\n"
+    "                         thread and the copies; with --opt-cores, one per listed core)\n"
+    "  --opt-cores LIST       pin the optimizer threads one per core, e.g. 2-15 or 4,5,6 (default:\n"
+    "                         not pinned)\n"
     "  --lm-chunk N           rows of logits the LM head holds at once (default 512)\n"
     "  --gpu-mem SIZE         device memory budget, e.g. 24GiB: fewer slots and a smaller LM-head\n"
     "                         chunk are chosen to fit, or the run is refused up front (default: none)\n"
@@ -62,7 +67,7 @@ enum {
     OPT_SEQ, OPT_BATCH, OPT_MICRO, OPT_STEPS, OPT_LR, OPT_SCHEDULE, OPT_WARMUP, OPT_MIN_LR, OPT_WD,
     OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_CLIP, OPT_BACKEND, OPT_THREADS, OPT_SLOTS, OPT_OPT_THREADS,
     OPT_LM_CHUNK, OPT_OUT, OPT_RESUME, OPT_CKPT_EVERY, OPT_EVAL_EVERY, OPT_EVAL_BATCHES, OPT_KEEP, OPT_MAX_SKIPS, OPT_GPU_MEM, OPT_CONTINUE_ON_SAVE_ERROR,
-    OPT_HELP
+    OPT_MOMENTS, OPT_OPT_CORES, OPT_HELP
 };
 
 static const struct option long_options[] = {
@@ -84,6 +89,7 @@ static const struct option long_options[] = {
     {"keep", required_argument, 0, OPT_KEEP}, {"max-skips", required_argument, 0, OPT_MAX_SKIPS},
     {"gpu-mem", required_argument, 0, OPT_GPU_MEM},
     {"continue-on-save-error", no_argument, 0, OPT_CONTINUE_ON_SAVE_ERROR},
+    {"moments", required_argument, 0, OPT_MOMENTS}, {"opt-cores", required_argument, 0, OPT_OPT_CORES},
     {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
 
 /* Whole-string numbers only: "12x" and "" are refused, naming the option. */
@@ -161,6 +167,8 @@ int mt_cli_parse_train(int argc, char **argv, const char *command, mt_train_opti
         case OPT_EVAL_BATCHES: bad |= parse_int64(name, optarg, 0, &o->eval_batches); break;
         case OPT_KEEP: bad |= parse_int(name, optarg, 0, &o->keep); break;
         case OPT_MAX_SKIPS: bad |= parse_int(name, optarg, 0, &o->max_skips); break;
+        case OPT_MOMENTS: o->moments = optarg; break;
+        case OPT_OPT_CORES: o->opt_cores = optarg; break;
         case OPT_GPU_MEM:
             if (mt_cli_parse_bytes(optarg, &o->gpu_mem) != 0) {
                 fprintf(stderr, "megatrain: error: --gpu-mem wants a size such as 24GiB, got '%s'\n", optarg);

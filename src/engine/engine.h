@@ -35,7 +35,10 @@ typedef struct {
     int seq;             /* tokens per sequence */
     int micro_batches;   /* M per optimizer step */
     int slots;           /* K >= 2 block weight slots */
-    int opt_threads;     /* threads the optimizer uses on one unit */
+    int opt_threads;     /* threads the optimizer uses on one unit; 0: all cores but one (left to
+                          * the issuing thread and the copies), or one per opt_cores entry */
+    const char *opt_cores; /* NULL: optimizer threads unpinned; else a core list ("2-15", "4,5,6",
+                            * util/cpu_list.h) with one optimizer thread pinned to each core */
     int lm_chunk;        /* rows of logits the LM head holds at once */
     float max_grad_norm; /* 0: no clipping */
     float beta1, beta2, eps, weight_decay;
@@ -50,6 +53,9 @@ typedef struct {
     double seconds;      /* wall time of the step */
     double wait_opt_seconds; /* time the issuing thread waited for the optimizer */
     double stall_seconds;    /* time the compute stream waited for weight and gradient copies */
+    /* The latest update the optimizer completed (this step's, or the previous step's while this
+     * one's still runs behind the next forward): its time, and its mean time per block. */
+    double opt_seconds, opt_seconds_per_block;
 } mt_step_result;
 
 /* Device bytes the engine allocates for these options, by class (total), and the host buffers

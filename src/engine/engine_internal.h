@@ -80,6 +80,9 @@ struct mt_engine {
     int job_pending, opt_stop;
     int64_t adam_step;         /* updates applied; guarded by opt_lock */
     double opt_seconds;        /* time spent updating in the last step; guarded by opt_lock */
+    double opt_seconds_per_block; /* its mean per block; guarded by opt_lock */
+    double job_block_seconds;  /* the running job's time on blocks so far; optimizer thread only */
+    int *opt_cores, num_opt_cores; /* the optimizer team's cores (pinned), or none */
 
     /* cleanup lists */
     void **allocs, **host_allocs;

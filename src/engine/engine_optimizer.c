@@ -5,8 +5,9 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
-#include "util/log.h"
 #include "util/clock.h"
+#include "util/cpu_list.h"
+#include "util/log.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -23,32 +24,29 @@ static void update_unit(mt_engine *e, const mt_opt_job *job, int64_t adam_step, 
     const mt_unit *unit = &e->lay->units[u];
     size_t wsize = mt_dtype_size(s->weight_dtype);
     mt_adamw_params p = adamw_params(e, job, adam_step);
+    double t0 = mt_now();
     for (int i = 0; i < unit->num_tensors; i++) {
         const mt_tensor *t = &e->lay->tensors[unit->first_tensor + i];
         int64_t at = unit->offset + t->offset;
-        mt_adamw_update_parallel(&p, t->decay, s->master + at, s->m + at, s->v + at, e->grad_home[u] + t->offset,
-                                 (char *)s->weights + at * (int64_t)wsize, s->weight_dtype,
-                                 (size_t)t->rows * t->cols, e->o.opt_threads);
+        mt_adamw_update_moments(&p, t->decay, s->master + at, &s->moments, (size_t)at, e->grad_home[u] + t->offset,
+                                (char *)s->weights + at * (int64_t)wsize, s->weight_dtype,
+                                (size_t)t->rows * t->cols, e->o.opt_threads);
     }
+    if (unit->kind == MT_UNIT_BLOCK) e->job_block_seconds += mt_now() - t0;
 }
 
 /* The embedding rows whose mask entry equals `which` (AdamW is elementwise, so updating the rows
- * in two parts gives the same bits as one pass). */
+ * in two parts gives the same bits as one pass with fp32 moments). */
 static void update_embedding_rows(mt_engine *e, const mt_opt_job *job, int64_t adam_step, const uint8_t *mask,
                                   uint8_t which) {
     mt_store *s = e->store;
     const mt_tensor *t = mt_layout_tensor(e->lay, 0, MT_T_WTE);
-    size_t wsize = mt_dtype_size(s->weight_dtype), d = (size_t)t->cols;
+    size_t wsize = mt_dtype_size(s->weight_dtype);
     mt_adamw_params p = adamw_params(e, job, adam_step);
-    const float *grad = e->grad_home[0] + t->offset;
     int64_t at = e->lay->units[0].offset + t->offset;
-#pragma omp parallel for schedule(static) num_threads(e->o.opt_threads)
-    for (int row = 0; row < t->rows; row++) {
-        if (mask[row] != which) continue;
-        size_t o = (size_t)row * d;
-        mt_adamw_update(&p, t->decay, s->master + at + o, s->m + at + o, s->v + at + o, grad + o,
-                        (char *)s->weights + (at + (int64_t)o) * (int64_t)wsize, s->weight_dtype, d);
-    }
+    mt_adamw_update_rows(&p, t->decay, s->master + at, &s->moments, (size_t)at, e->grad_home[0] + t->offset,
+                         (char *)s->weights + at * (int64_t)wsize, s->weight_dtype, (size_t)t->rows,
+                         (size_t)t->cols, mask, which, e->o.opt_threads);
 }
 
 /* Deferred (exact clipping): every gradient is home; update in the order the next forward needs
@@ -113,11 +111,27 @@ static void run_job(mt_engine *e, const mt_opt_job *job) {
     if (!job->skip) e->adam_step = adam_step;
     pthread_mutex_unlock(&e->opt_lock);
     double t0 = mt_now();
+    e->job_block_seconds = 0;
     if (job->overlapped) run_overlapped(e, job, adam_step);
     else run_deferred(e, job, adam_step);
     pthread_mutex_lock(&e->opt_lock);
     e->opt_seconds = mt_now() - t0;
+    e->opt_seconds_per_block = job->skip ? 0 : e->job_block_seconds / e->L;
     pthread_mutex_unlock(&e->opt_lock);
+}
+
+/* Each thread of the optimizer's OpenMP team to its core, once: the team's threads persist
+ * across the parallel regions that follow (libgomp keeps them in the thread's pool). */
+static void pin_team(mt_engine *e) {
+#ifdef _OPENMP
+#pragma omp parallel num_threads(e->num_opt_cores)
+    {
+        int t = omp_get_thread_num();
+        if (mt_cpu_pin_self(e->opt_cores[t]) != MT_OK) mt_log_warn("optimizer thread %d unpinned: %s", t, mt_error());
+    }
+#else
+    if (mt_cpu_pin_self(e->opt_cores[0]) != MT_OK) mt_log_warn("optimizer thread unpinned: %s", mt_error());
+#endif
 }
 
 static void *optimizer_main(void *arg) {
@@ -125,6 +139,7 @@ static void *optimizer_main(void *arg) {
 #ifdef _OPENMP
     if (e->o.opt_threads > 0) omp_set_num_threads(e->o.opt_threads);
 #endif
+    if (e->num_opt_cores) pin_team(e);
     for (;;) {
         pthread_mutex_lock(&e->opt_lock);
         while (!e->job_pending && !e->opt_stop) pthread_cond_wait(&e->opt_cond, &e->opt_lock);
@@ -141,11 +156,18 @@ static void *optimizer_main(void *arg) {
 }
 
 mt_status mt_engine_optimizer_start(mt_engine *e) {
+    if (e->o.opt_cores) {
+        MT_TRY(mt_cpu_list_parse(e->o.opt_cores, "--opt-cores", &e->opt_cores, &e->num_opt_cores));
+        if (e->o.opt_threads > 0 && e->o.opt_threads != e->num_opt_cores)
+            return mt_fail(MT_ERR_INVALID, "--opt-threads %d but --opt-cores '%s' lists %d cores: give one, or "
+                           "the same number", e->o.opt_threads, e->o.opt_cores, e->num_opt_cores);
+        e->o.opt_threads = e->num_opt_cores;
+    }
     pthread_mutex_init(&e->opt_lock, NULL);
     pthread_cond_init(&e->opt_cond, NULL);
     if (e->o.opt_threads <= 0) {
 #ifdef _OPENMP
-        e->o.opt_threads = omp_get_max_threads();
+        e->o.opt_threads = omp_get_max_threads() > 1 ? omp_get_max_threads() - 1 : 1;
 #else
         e->o.opt_threads = 1;
 #endif
@@ -157,15 +179,18 @@ mt_status mt_engine_optimizer_start(mt_engine *e) {
 }
 
 void mt_engine_optimizer_stop(mt_engine *e) {
-    if (!e->opt_running) return;
-    pthread_mutex_lock(&e->opt_lock);
-    e->opt_stop = 1;
-    pthread_cond_broadcast(&e->opt_cond);
-    pthread_mutex_unlock(&e->opt_lock);
-    pthread_join(e->opt_thread, NULL);
-    e->opt_running = 0;
-    pthread_mutex_destroy(&e->opt_lock);
-    pthread_cond_destroy(&e->opt_cond);
+    if (e->opt_running) {
+        pthread_mutex_lock(&e->opt_lock);
+        e->opt_stop = 1;
+        pthread_cond_broadcast(&e->opt_cond);
+        pthread_mutex_unlock(&e->opt_lock);
+        pthread_join(e->opt_thread, NULL);
+        e->opt_running = 0;
+        pthread_mutex_destroy(&e->opt_lock);
+        pthread_cond_destroy(&e->opt_cond);
+    }
+    free(e->opt_cores);
+    e->opt_cores = NULL;
 }
 
 /* One job at a time: the schedule never issues step g + 1's backward before every unit of step

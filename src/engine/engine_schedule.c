@@ -357,6 +357,10 @@ mt_status mt_engine_step(mt_engine *e, const int32_t *inputs, const int32_t *tar
     *res = (mt_step_result){.loss = r.loss, .grad_norm = r.grad_norm, .skipped = job.skip,
                             .seconds = mt_now() - t0, .wait_opt_seconds = r.waited,
                             .stall_seconds = r.stalled};
+    pthread_mutex_lock(&e->opt_lock);
+    res->opt_seconds = e->opt_seconds;
+    res->opt_seconds_per_block = e->opt_seconds_per_block;
+    pthread_mutex_unlock(&e->opt_lock);
     return MT_OK;
 }
 

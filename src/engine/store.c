@@ -6,14 +6,19 @@
 #include "util/bf16.h"
 #include "util/rng.h"
 
-mt_store_bytes mt_store_size(const mt_layout *layout, mt_dtype weight_dtype) {
+mt_store_bytes mt_store_size(const mt_layout *layout, mt_dtype weight_dtype, mt_moments_format moments) {
     int64_t n = layout->total_numel;
     return (mt_store_bytes){.weights = n * (int64_t)mt_dtype_size(weight_dtype),
                             .master = n * 4,
-                            .moments = 2 * n * 4};
+                            .moments = mt_moments_bytes(moments, (size_t)n)};
 }
 
 mt_status mt_store_create(mt_store *s, const mt_layout *layout, mt_backend *be) {
+    return mt_store_create_with_moments(s, layout, be, MT_MOMENTS_F32);
+}
+
+mt_status mt_store_create_with_moments(mt_store *s, const mt_layout *layout, mt_backend *be,
+                                       mt_moments_format moments) {
     memset(s, 0, sizeof *s);
     s->layout = layout;
     s->be = be;
@@ -21,9 +26,7 @@ mt_status mt_store_create(mt_store *s, const mt_layout *layout, mt_backend *be) 
     size_t n = (size_t)layout->total_numel;
     s->weights = be->ops->host_alloc(be, n * mt_dtype_size(s->weight_dtype), "working weights");
     s->master = s->weights ? mt_calloc(n, 4, "fp32 master weights") : NULL;
-    s->m = s->master ? mt_calloc(n, 4, "Adam first moments") : NULL;
-    s->v = s->m ? mt_calloc(n, 4, "Adam second moments") : NULL;
-    if (!s->v) {
+    if (!s->master || mt_moments_create(&s->moments, moments, n) != MT_OK) {
         mt_status rc = mt_fail_context(MT_ERR_NOMEM, "host parameter store for %zu parameters", n);
         mt_store_free(s);
         return rc;
@@ -34,8 +37,7 @@ mt_status mt_store_create(mt_store *s, const mt_layout *layout, mt_backend *be) 
 void mt_store_free(mt_store *s) {
     if (s->be && s->weights) s->be->ops->host_free(s->be, s->weights);
     free(s->master);
-    free(s->m);
-    free(s->v);
+    mt_moments_free(&s->moments);
     memset(s, 0, sizeof *s);
 }
 

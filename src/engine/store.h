@@ -4,7 +4,7 @@
  *   weights   working weights in the backend's weight type, in memory the device copies from
  *             at full speed (pinned on cuda); the optimizer writes them, the H2D stream reads them
  *   master    fp32 master weights
- *   m, v      fp32 Adam moments
+ *   moments   Adam's m and v: fp32, or as an option bf16 or 8-bit (optim/moments.h)
  * Gradients coming home belong to the engine (engine.h), which keeps all of them or a ring. */
 #ifndef MT_ENGINE_STORE_H
 #define MT_ENGINE_STORE_H
@@ -13,22 +13,27 @@
 
 #include "backend/backend.h"
 #include "model/layout.h"
+#include "optim/moments.h"
 
 typedef struct {
     const mt_layout *layout;
     mt_backend *be;
     mt_dtype weight_dtype;
     void *weights;
-    float *master, *m, *v;
+    float *master;
+    mt_moments moments;
 } mt_store;
 
 /* Bytes of host memory the store takes, by class, without allocating. */
 typedef struct {
     int64_t weights, master, moments;
 } mt_store_bytes;
-mt_store_bytes mt_store_size(const mt_layout *layout, mt_dtype weight_dtype);
+mt_store_bytes mt_store_size(const mt_layout *layout, mt_dtype weight_dtype, mt_moments_format moments);
 
+/* A store with fp32 moments, the default. */
 mt_status mt_store_create(mt_store *store, const mt_layout *layout, mt_backend *be);
+mt_status mt_store_create_with_moments(mt_store *store, const mt_layout *layout, mt_backend *be,
+                                       mt_moments_format moments);
 void mt_store_free(mt_store *store);
 
 /* Master weights initialized as transformers does for Llama: matrices ~ N(0, 0.02), norm weights

@@ -17,20 +17,20 @@ mt_status mt_moments_format_parse(const char *name, mt_moments_format *format) {
 
 const char *mt_moments_format_name(mt_moments_format format) { return format_names[format]; }
 
-static size_t value_bytes(mt_moments_format format) {
+size_t mt_moments_value_size(mt_moments_format format) {
     return format == MT_MOMENTS_F32 ? 4 : format == MT_MOMENTS_BF16 ? 2 : 1;
 }
 
 int64_t mt_moments_bytes(mt_moments_format format, size_t n) {
     size_t scales = format == MT_MOMENTS_8BIT ? mt_moments_blocks(n) * sizeof(float) : 0;
-    return 2 * (int64_t)(n * value_bytes(format) + scales);
+    return 2 * (int64_t)(n * mt_moments_value_size(format) + scales);
 }
 
 mt_status mt_moments_create(mt_moments *mom, mt_moments_format format, size_t n) {
     memset(mom, 0, sizeof *mom);
     mom->format = format;
     mom->n = n;
-    size_t size = value_bytes(format), blocks = format == MT_MOMENTS_8BIT ? mt_moments_blocks(n) : 0;
+    size_t size = mt_moments_value_size(format), blocks = format == MT_MOMENTS_8BIT ? mt_moments_blocks(n) : 0;
     mom->m = mt_calloc(n, size, "Adam first moments");
     mom->v = mom->m ? mt_calloc(n, size, "Adam second moments") : NULL;
     if (mom->v && blocks) {

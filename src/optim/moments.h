@@ -35,6 +35,8 @@ typedef struct {
 } mt_moments;
 
 static inline size_t mt_moments_blocks(size_t n) { return (n + MT_MOMENTS_BLOCK - 1) / MT_MOMENTS_BLOCK; }
+/* Bytes of one value in a format (8bit: one code; scales apart). */
+size_t mt_moments_value_size(mt_moments_format format);
 /* Bytes of both moments of n elements in a format, scales included. */
 int64_t mt_moments_bytes(mt_moments_format format, size_t n);
 

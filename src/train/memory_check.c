@@ -56,8 +56,9 @@ static int64_t host_available(void) {
     return cg >= 0 && cg < mem ? cg : mem;
 }
 
-mt_memory_fit mt_memory_fit_of(const mt_layout *layout, mt_backend *be, const mt_engine_options *eo) {
-    mt_store_bytes s = mt_store_size(layout, be->ops->weight_dtype);
+mt_memory_fit mt_memory_fit_of(const mt_layout *layout, mt_backend *be, const mt_engine_options *eo,
+                               mt_moments_format moments) {
+    mt_store_bytes s = mt_store_size(layout, be->ops->weight_dtype, moments);
     mt_engine_bytes d = mt_engine_size(be, &layout->cfg, eo);
     size_t dev_free = 0;
     be->ops->dev_mem_info(be, &dev_free, NULL);
@@ -74,8 +75,9 @@ mt_memory_fit mt_memory_fit_of(const mt_layout *layout, mt_backend *be, const mt
     return fit;
 }
 
-mt_status mt_memory_check(const mt_layout *layout, mt_backend *be, const mt_engine_options *eo) {
-    mt_memory_fit fit = mt_memory_fit_of(layout, be, eo);
+mt_status mt_memory_check(const mt_layout *layout, mt_backend *be, const mt_engine_options *eo,
+                          mt_moments_format moments) {
+    mt_memory_fit fit = mt_memory_fit_of(layout, be, eo, moments);
     const mt_memory_fit *f = &fit;
     if (f->host_available >= 0 && f->host_needed > f->host_available)
         return mt_fail(MT_ERR_NOMEM, "the run needs %.1f GB of host memory, %.1f GB available; choose a "

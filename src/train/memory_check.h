@@ -21,10 +21,12 @@ typedef struct {
 } mt_memory_fit;
 
 /* What a run of this layout, backend and engine shape needs, and what the machine has now. */
-mt_memory_fit mt_memory_fit_of(const mt_layout *layout, mt_backend *be, const mt_engine_options *eo);
+mt_memory_fit mt_memory_fit_of(const mt_layout *layout, mt_backend *be, const mt_engine_options *eo,
+                               mt_moments_format moments);
 
 /* MT_ERR_NOMEM, naming both numbers, when the run's need exceeds what is available. */
-mt_status mt_memory_check(const mt_layout *layout, mt_backend *be, const mt_engine_options *eo);
+mt_status mt_memory_check(const mt_layout *layout, mt_backend *be, const mt_engine_options *eo,
+                          mt_moments_format moments);
 
 /* One line per memory (host, and the device when separate): needed, available, and whether it
  * fits. */

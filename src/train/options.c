@@ -18,6 +18,7 @@ mt_status mt_train_engine_options(const mt_train_options *o, mt_backend *be, con
     eo.micro_batches = o->micro_batches;
     eo.slots = o->slots;
     eo.opt_threads = o->opt_threads;
+    eo.opt_cores = o->opt_cores;
     eo.lm_chunk = o->lm_chunk;
     eo.max_grad_norm = o->max_grad_norm;
     eo.beta1 = o->beta1;

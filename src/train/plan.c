@@ -15,6 +15,11 @@
 #define GEMM_FLOP_PER_S 700e12
 #define OPTIMIZER_BYTES_PER_PARAM 30.0
 
+/* Reduced-precision moments are reported as what they are: an option, not the default. */
+static const char *const moments_note[] = {
+    [MT_MOMENTS_F32] = "", [MT_MOMENTS_BF16] = " (bf16 moments: an option, not the default)",
+    [MT_MOMENTS_8BIT] = " (8-bit moments: an option, not the default)"};
+
 static double gb(int64_t bytes) { return (double)bytes / 1e9; }
 
 /* FLOPs of one step: linear layers 2 (forward) + 2 (recompute) + 4 (backward) per parameter and
@@ -38,6 +43,13 @@ mt_status mt_plan(const mt_train_options *o, FILE *out) {
         mt_layout_free(&lay);
         return rc;
     }
+    mt_moments_format moments;
+    rc = mt_moments_format_parse(o->moments, &moments);
+    if (rc != MT_OK) {
+        be->ops->destroy(be);
+        mt_layout_free(&lay);
+        return rc;
+    }
     mt_engine_options eo;
     mt_status fits = mt_train_engine_options(o, be, &cfg, &eo);
     char budget[1200] = "";
@@ -47,7 +59,7 @@ mt_status mt_plan(const mt_train_options *o, FILE *out) {
                  "of %d rows\n", budget_gib, eo.slots, eo.micro_batches, eo.batch, eo.lm_chunk);
     else if (o->gpu_mem > 0)
         snprintf(budget, sizeof budget, "budget    %.2f GiB: does NOT fit: %s\n", budget_gib, mt_error());
-    mt_store_bytes hb = mt_store_size(&lay, be->ops->weight_dtype);
+    mt_store_bytes hb = mt_store_size(&lay, be->ops->weight_dtype, moments);
     mt_engine_bytes db = mt_engine_size(be, &cfg, &eo);
     double params = (double)mt_config_total_params(&cfg);
     double tokens = (double)o->micro_batches * o->batch * o->seq_len;
@@ -63,14 +75,14 @@ mt_status mt_plan(const mt_train_options *o, FILE *out) {
     fprintf(out, "step      %d micro-batches x %d sequences x %d tokens = %.0f tokens, %s backend\n",
             eo.micro_batches, eo.batch, o->seq_len, tokens, be->ops->name);
     fprintf(out, "host      working weights %.2f GB + gradients %.2f GB%s + fp32 master %.2f GB + Adam moments "
-            "%.2f GB = %.2f GB\n", gb(hb.weights), gb(db.host_grads),
+            "%.2f GB%s = %.2f GB\n", gb(hb.weights), gb(db.host_grads),
             o->max_grad_norm > 0 ? " (all: exact clipping)" : " (a ring: no clipping)", gb(hb.master),
-            gb(hb.moments), gb(hb.weights + db.host_grads + hb.master + hb.moments));
+            gb(hb.moments), moments_note[moments], gb(hb.weights + db.host_grads + hb.master + hb.moments));
     fprintf(out, "device    weight slots %.2f GB + embedding and head %.2f GB + gradients %.2f GB + "
             "checkpoints %.2f GB + workspace %.2f GB = %.2f GB\n", gb(db.weight_slots), gb(db.embed_head),
             gb(db.grads), gb(db.checkpoints), gb(db.workspace), gb(db.total));
     fputs(budget, out);
-    mt_memory_fit fit = mt_memory_fit_of(&lay, be, &eo);
+    mt_memory_fit fit = mt_memory_fit_of(&lay, be, &eo, moments);
     mt_memory_fit_print(&fit, out);
     fprintf(out, "floor     GEMM %.3g FLOP / %.0f TFLOP/s = %.3f s\n", flops, GEMM_FLOP_PER_S / 1e12,
             flops / GEMM_FLOP_PER_S);

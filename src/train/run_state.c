@@ -13,17 +13,32 @@
 #define RUN_FORMAT "megatrain-run"
 #define RUN_VERSION 1
 
+/* The moment blobs of a store in its format: adam_m and adam_v (fp32 checkpoints keep the
+ * names they always had), plus the block scales of 8-bit moments. Returns the count. */
+static int moment_blobs(const mt_store *s, mt_ckpt_blob *blobs) {
+    const mt_moments *mom = &s->moments;
+    size_t bytes = mom->n * mt_moments_value_size(mom->format), scales = mt_moments_blocks(mom->n) * sizeof(float);
+    blobs[0] = (mt_ckpt_blob){"adam_m", mom->m, bytes};
+    blobs[1] = (mt_ckpt_blob){"adam_v", mom->v, bytes};
+    if (mom->format != MT_MOMENTS_8BIT) return 2;
+    blobs[2] = (mt_ckpt_blob){"adam_m_scale", mom->m_scale, scales};
+    blobs[3] = (mt_ckpt_blob){"adam_v_scale", mom->v_scale, scales};
+    return 4;
+}
+
 mt_status mt_run_save(const char *run_dir, const mt_store *s, const mt_run_progress *p, int keep) {
     char path[4096];
     MT_TRY(mt_checkpoint_path(path, sizeof path, run_dir, p->step));
     size_t bytes = (size_t)s->layout->total_numel * sizeof(float);
-    mt_ckpt_blob blobs[] = {{"master", s->master, bytes}, {"adam_m", s->m, bytes}, {"adam_v", s->v, bytes}};
-    json_t *meta = json_pack("{s:s, s:i, s:I, s:I, s:o, s:o}", "format", RUN_FORMAT, "version", RUN_VERSION,
+    mt_ckpt_blob blobs[5] = {{"master", s->master, bytes}};
+    int count = 1 + moment_blobs(s, blobs + 1);
+    json_t *meta = json_pack("{s:s, s:i, s:I, s:I, s:s, s:o, s:o}", "format", RUN_FORMAT, "version", RUN_VERSION,
                              "step", (json_int_t)p->step, "adam_step", (json_int_t)p->adam_step,
+                             "moments", mt_moments_format_name(s->moments.format),
                              "sampler", mt_sampler_state_to_json(&p->sampler),
                              "config", mt_hf_config_to_json(&s->layout->cfg, "float32"));
     if (!meta) return mt_fail(MT_ERR_NOMEM, "%s: cannot build the checkpoint metadata", path);
-    mt_status rc = mt_checkpoint_write(path, blobs, 3, meta);
+    mt_status rc = mt_checkpoint_write(path, blobs, count, meta);
     json_decref(meta);
     MT_TRY(rc);
     return keep > 0 ? mt_checkpoint_keep(run_dir, keep) : MT_OK;
@@ -86,12 +101,36 @@ mt_status mt_run_load_config(const char *checkpoint, mt_config *cfg) {
     return rc;
 }
 
+static mt_status moments_format_of(const char *checkpoint, const json_t *meta, mt_moments_format *format) {
+    const json_t *name = json_object_get(meta, "moments");
+    if (!name) {
+        *format = MT_MOMENTS_F32;
+        return MT_OK;
+    }
+    if (!json_is_string(name) || mt_moments_format_parse(json_string_value(name), format) != MT_OK)
+        return mt_fail(MT_ERR_INVALID, "%s: metadata field moments is not fp32, bf16 or 8bit", checkpoint);
+    return MT_OK;
+}
+
+mt_status mt_run_load_moments_format(const char *checkpoint, mt_moments_format *format) {
+    json_t *meta;
+    MT_TRY(read_meta(checkpoint, &meta));
+    mt_status rc = moments_format_of(checkpoint, meta, format);
+    json_decref(meta);
+    return rc;
+}
+
 mt_status mt_run_load(const char *checkpoint, mt_store *s, mt_run_progress *p) {
     json_t *meta;
     MT_TRY(read_meta(checkpoint, &meta));
     json_t *step = json_object_get(meta, "step"), *adam = json_object_get(meta, "adam_step");
-    mt_status rc = MT_OK;
-    if (!json_is_integer(step) || !json_is_integer(adam))
+    mt_moments_format saved, wanted = s->moments.format;
+    mt_status rc = moments_format_of(checkpoint, meta, &saved);
+    if (rc == MT_OK && saved != wanted)
+        rc = mt_fail(MT_ERR_INVALID, "%s holds %s Adam moments but this run asks for --moments %s: resume "
+                     "with --moments %s", checkpoint, mt_moments_format_name(saved),
+                     mt_moments_format_name(wanted), mt_moments_format_name(saved));
+    if (rc == MT_OK && (!json_is_integer(step) || !json_is_integer(adam)))
         rc = mt_fail(MT_ERR_INVALID, "%s: metadata lacks an integer step or adam_step", checkpoint);
     if (rc == MT_OK) rc = mt_sampler_state_from_json(json_object_get(meta, "sampler"), &p->sampler);
     if (rc == MT_OK) {
@@ -102,8 +141,10 @@ mt_status mt_run_load(const char *checkpoint, mt_store *s, mt_run_progress *p) {
     MT_TRY(rc);
     size_t bytes = (size_t)s->layout->total_numel * sizeof(float);
     MT_TRY(mt_checkpoint_read(checkpoint, "master", s->master, bytes));
-    MT_TRY(mt_checkpoint_read(checkpoint, "adam_m", s->m, bytes));
-    MT_TRY(mt_checkpoint_read(checkpoint, "adam_v", s->v, bytes));
+    mt_ckpt_blob blobs[4];
+    int count = moment_blobs(s, blobs);
+    /* The blobs point into the store's own (writable) moments. */
+    for (int i = 0; i < count; i++) MT_TRY(mt_checkpoint_read(checkpoint, blobs[i].name, (void *)blobs[i].data, blobs[i].bytes));
     mt_store_sync_weights(s);
     return MT_OK;
 }

@@ -27,7 +27,10 @@ mt_status mt_run_latest(const char *run_dir, char *path, size_t cap);
 mt_status mt_run_resolve(const char *path, char *checkpoint, size_t cap);
 
 mt_status mt_run_load_config(const char *checkpoint, mt_config *cfg);
-/* Fills the store's masters and moments (and working weights) and the progress. */
+/* The format of the checkpoint's Adam moments (fp32 for checkpoints that do not say). */
+mt_status mt_run_load_moments_format(const char *checkpoint, mt_moments_format *format);
+/* Fills the store's masters and moments (and working weights) and the progress; refuses a
+ * checkpoint whose moments format is not the store's. */
 mt_status mt_run_load(const char *checkpoint, mt_store *store, mt_run_progress *progress);
 
 #endif

@@ -77,7 +77,9 @@ mt_status mt_sample(const mt_sample_options *o, FILE *out) {
     mt_status rc = tokens && logits ? MT_OK : mt_fail(MT_ERR_NOMEM, "cannot allocate the sampling buffers");
     if (rc == MT_OK) rc = mt_layout_init(&layout, &cfg);
     if (rc == MT_OK) rc = mt_backend_open(o->backend, 0, &be);
-    if (rc == MT_OK) rc = mt_store_create(&store, &layout, be);
+    mt_moments_format moments;
+    if (rc == MT_OK) rc = mt_run_load_moments_format(checkpoint, &moments);
+    if (rc == MT_OK) rc = mt_store_create_with_moments(&store, &layout, be, moments);
     mt_run_progress progress;
     if (rc == MT_OK) rc = mt_run_load(checkpoint, &store, &progress);
     if (rc == MT_OK) {

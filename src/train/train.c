@@ -36,6 +36,7 @@ mt_train_options mt_train_defaults(void) {
                               .lr = 3e-3f, .min_lr_ratio = 0.1f, .warmup_steps = -1,
                               .schedule = "cosine", .weight_decay = 0.1f, .beta1 = 0.9f,
                               .beta2 = 0.95f, .eps = 1e-8f, .max_grad_norm = 1.0f, .max_skips = 10,
+                              .moments = "fp32",
                               .backend = "auto", .slots = 2, .lm_chunk = 512, .out_dir = "runs/demo",
                               .ckpt_every = 200, .eval_every = 100, .eval_batches = 8, .keep = 2};
 }
@@ -68,6 +69,7 @@ typedef struct {
     mt_store store;
     mt_engine *engine;
     mt_engine_options engine_options;
+    mt_moments_format moments;
     mt_tokens tokens;
     mt_dataset data;
     mt_metrics *metrics;
@@ -174,10 +176,11 @@ static mt_status open_run(run *r) {
                                    .total_steps = o->steps, .min_lr_ratio = o->min_lr_ratio};
     MT_TRY(mt_lr_kind_parse(o->schedule, &r->schedule.kind));
     MT_TRY(mt_lr_schedule_validate(&r->schedule));
+    MT_TRY(mt_moments_format_parse(o->moments, &r->moments));
     MT_TRY(mt_backend_open(o->backend, o->threads, &r->be));
     MT_TRY(mt_train_engine_options(o, r->be, &r->cfg, &r->engine_options));
-    MT_TRY(mt_memory_check(&r->layout, r->be, &r->engine_options));
-    MT_TRY(mt_store_create(&r->store, &r->layout, r->be));
+    MT_TRY(mt_memory_check(&r->layout, r->be, &r->engine_options, r->moments));
+    MT_TRY(mt_store_create_with_moments(&r->store, &r->layout, r->be, r->moments));
     MT_TRY(init_weights(r));
     MT_TRY(open_data(r));
     MT_TRY(open_engine(r));
@@ -192,6 +195,8 @@ static mt_status open_run(run *r) {
     mt_log_info("%s backend, %.1fM parameters, %d x %d x %d tokens a step, run directory %s",
                 r->be->ops->name, (double)mt_config_total_params(&r->cfg) / 1e6, o->micro_batches,
                 o->batch, o->seq_len, o->out_dir);
+    if (r->moments != MT_MOMENTS_F32)
+        mt_log_info("Adam moments in %s (an option, not the default)", mt_moments_format_name(r->moments));
     return MT_OK;
 }
 
@@ -251,10 +256,12 @@ static void draw_curve(const run *r) {
 static json_t *number_or_null(double x) { return isfinite(x) ? json_real(x) : json_null(); }
 
 static mt_status log_step(run *r, const mt_step_result *s, float lr, double tok_s, double elapsed) {
-    json_t *ev = json_pack("{s:I, s:o, s:f, s:o, s:b, s:f, s:f, s:f}", "step", (json_int_t)r->progress.step,
-                           "loss", number_or_null(s->loss), "lr", (double)lr, "grad_norm",
-                           number_or_null(s->grad_norm), "skipped",
-                           s->skipped, "step_seconds", s->seconds, "tokens_per_s", tok_s, "elapsed_s", elapsed);
+    json_t *ev = json_pack("{s:I, s:o, s:f, s:o, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "step",
+                           (json_int_t)r->progress.step, "loss", number_or_null(s->loss), "lr", (double)lr,
+                           "grad_norm", number_or_null(s->grad_norm), "skipped", s->skipped, "step_seconds",
+                           s->seconds, "tokens_per_s", tok_s, "elapsed_s", elapsed, "opt_seconds", s->opt_seconds,
+                           "opt_seconds_per_block", s->opt_seconds_per_block, "wait_opt_seconds",
+                           s->wait_opt_seconds, "stall_seconds", s->stall_seconds);
     if (!ev) return mt_fail(MT_ERR_NOMEM, "cannot build a metrics line");
     mt_status rc = mt_metrics_log(r->metrics, ev);
     json_decref(ev);

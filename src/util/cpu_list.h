@@ -1,0 +1,16 @@
+/* A list of CPU cores as a user writes it ("2-15", "4,5,6", "0,2-3"), checked against the
+ * cores this machine has and this process may run on. */
+#ifndef MT_UTIL_CPU_LIST_H
+#define MT_UTIL_CPU_LIST_H
+
+#include "util/status.h"
+
+/* Parses `text` into a malloc'd array of core ids in the order written (free it); `what` names
+ * the list in messages (e.g. "--opt-cores"). Refuses syntax errors, repeated cores, and cores
+ * the machine lacks or the process may not use, naming the bad core. */
+mt_status mt_cpu_list_parse(const char *text, const char *what, int **cores, int *count);
+
+/* Pins the calling thread to one core. */
+mt_status mt_cpu_pin_self(int core);
+
+#endif
