@@ -146,6 +146,10 @@ static mt_status allocate(mt_engine *e) {
         e->stall_begin[i] = new_event(e);
         e->stall_end[i] = new_event(e);
     }
+    for (int i = 0; i < e->max_jobs; i++) {
+        e->job_begin[i] = new_event(e);
+        e->job_end[i] = new_event(e);
+    }
     if (e->failed) return mt_fail_context(MT_ERR_NOMEM, "engine buffers");
     e->dev_targets = e->dev_inputs + M * n;
     mt_block_ws_carve(&e->ws, e->ws_base, e->be, c, e->o.batch, e->o.seq);
@@ -186,12 +190,15 @@ mt_status mt_engine_create(mt_engine **out, mt_backend *be, mt_store *store,
     e->max_stalls = 3 * e->L + 4;
     e->stall_begin = calloc((size_t)e->max_stalls, sizeof *e->stall_begin);
     e->stall_end = calloc((size_t)e->max_stalls, sizeof *e->stall_end);
-    size_t max_objects = 64 + 3 * (size_t)e->K + (size_t)e->U + 2 * (size_t)e->max_stalls;
+    e->max_jobs = 2 * e->L + 3;
+    e->job_begin = calloc((size_t)e->max_jobs, sizeof *e->job_begin);
+    e->job_end = calloc((size_t)e->max_jobs, sizeof *e->job_end);
+    size_t max_objects = 64 + 3 * (size_t)e->K + (size_t)e->U + 2 * (size_t)e->max_stalls + 2 * (size_t)e->max_jobs;
     e->allocs = calloc(max_objects, sizeof *e->allocs);
     e->host_allocs = calloc(max_objects, sizeof *e->host_allocs);
     e->events = calloc(max_objects, sizeof *e->events);
     if (!e->updated || !e->grad_home || !e->grads_issued || !e->grads_home || !e->slot || !e->slot_loaded || !e->slot_free ||
-        !e->stall_begin || !e->stall_end ||
+        !e->stall_begin || !e->stall_end || !e->job_begin || !e->job_end ||
         !e->allocs || !e->host_allocs || !e->events) {
         mt_engine_destroy(e);
         return mt_fail(MT_ERR_NOMEM, "cannot allocate the engine's tables");
@@ -240,6 +247,8 @@ void mt_engine_destroy(mt_engine *e) {
     free(e->grads_home);
     free(e->stall_begin);
     free(e->stall_end);
+    free(e->job_begin);
+    free(e->job_end);
     free(e->slot);
     free(e->slot_loaded);
     free(e->slot_free);

@@ -53,8 +53,11 @@ typedef struct {
     double seconds;      /* wall time of the step */
     double wait_opt_seconds; /* time the issuing thread waited for the optimizer */
     double stall_seconds;    /* time the compute stream waited for weight and gradient copies */
+    double compute_seconds;  /* time the device spent computing; seconds - compute_seconds is the
+                              * step's device idle time (copies, optimizer, the host) */
     /* The latest update the optimizer completed (this step's, or the previous step's while this
-     * one's still runs behind the next forward): its time, and its mean time per block. */
+     * one's still runs behind the next forward): its time spent updating (not waiting for
+     * gradients), and its mean time per block. */
     double opt_seconds, opt_seconds_per_block;
 } mt_step_result;
 

@@ -55,6 +55,8 @@ struct mt_engine {
     mt_event **grads_home;     /* [U] */
     mt_event **stall_begin, **stall_end; /* [max_stalls]: brackets of the compute stream's waits */
     int num_stalls, max_stalls;
+    mt_event **job_begin, **job_end;     /* [max_jobs]: brackets of the compute jobs of a pass */
+    int num_jobs, max_jobs;
 
     /* "unit u's host weights hold the update of step g - 1": raised by the optimizer */
     mt_flag *updated;
@@ -82,6 +84,7 @@ struct mt_engine {
     double opt_seconds;        /* time spent updating in the last step; guarded by opt_lock */
     double opt_seconds_per_block; /* its mean per block; guarded by opt_lock */
     double job_block_seconds;  /* the running job's time on blocks so far; optimizer thread only */
+    double job_update_seconds; /* the running job's time updating (not waiting) so far; likewise */
     int *opt_cores, num_opt_cores; /* the optimizer team's cores (pinned), or none */
 
     /* cleanup lists */

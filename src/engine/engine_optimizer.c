@@ -53,7 +53,9 @@ static void update_embedding_rows(mt_engine *e, const mt_opt_job *job, int64_t a
  * the units. */
 static void run_deferred(mt_engine *e, const mt_opt_job *job, int64_t adam_step) {
     for (int u = 0; u < e->U; u++) {
+        double t0 = mt_now();
         if (!job->skip) update_unit(e, job, adam_step, u);
+        e->job_update_seconds += mt_now() - t0;
         mt_flag_set(&e->updated[u], job->generation + 1);
     }
 }
@@ -94,9 +96,11 @@ static void run_overlapped(mt_engine *e, const mt_opt_job *job, int64_t adam_ste
                 if (!done[part_arriving(e, i)]) pick = part_arriving(e, i);
             part_ready(e, job, pick, 1);
         }
+        double t0 = mt_now();
         if (pick == 0) update_embedding_rows(e, job, adam_step, mask, 1);
         else if (pick == 1) update_embedding_rows(e, job, adam_step, mask, 0);
         else update_unit(e, job, adam_step, part_unit(e, pick));
+        e->job_update_seconds += mt_now() - t0;
         if (pick == 1) mt_flag_set(&e->embed_early_done, job->generation + 1);
         else mt_flag_set(&e->updated[part_unit(e, pick)], job->generation + 1);
         done[pick] = 1;
@@ -110,12 +114,12 @@ static void run_job(mt_engine *e, const mt_opt_job *job) {
     int64_t adam_step = e->adam_step + 1;
     if (!job->skip) e->adam_step = adam_step;
     pthread_mutex_unlock(&e->opt_lock);
-    double t0 = mt_now();
     e->job_block_seconds = 0;
+    e->job_update_seconds = 0;
     if (job->overlapped) run_overlapped(e, job, adam_step);
     else run_deferred(e, job, adam_step);
     pthread_mutex_lock(&e->opt_lock);
-    e->opt_seconds = mt_now() - t0;
+    e->opt_seconds = e->job_update_seconds;
     e->opt_seconds_per_block = job->skip ? 0 : e->job_block_seconds / e->L;
     pthread_mutex_unlock(&e->opt_lock);
 }

@@ -130,12 +130,17 @@ static void run_job(void *arg) {
     free(j);
 }
 
+/* Issues a compute job between two timing events: their spans add up to the time the device
+ * spent computing, the rest of a step is the time it sat idle. */
 static mt_status launch(mt_engine *e, compute_job proto) {
     compute_job *j = malloc(sizeof *j);
     if (!j) return mt_fail(MT_ERR_NOMEM, "cannot allocate a compute job");
     *j = proto;
     j->e = e;
+    int timed = e->num_jobs < e->max_jobs;
+    if (timed) e->op->event_record(e->be, e->job_begin[e->num_jobs], e->compute);
     e->op->launch(e->be, e->compute, run_job, j);
+    if (timed) e->op->event_record(e->be, e->job_end[e->num_jobs++], e->compute);
     return MT_OK;
 }
 
@@ -215,6 +220,7 @@ typedef struct {
     int64_t targets; /* targets that count in the loss */
     double loss, grad_norm, waited;
     double stalled;  /* seconds the compute stream waited on copies */
+    double busy;     /* seconds the compute stream spent in the pass's jobs */
 } pass_result;
 
 /* `overlap`: an optimizer job to start as the backward begins (training without clipping). */
@@ -225,6 +231,7 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
     int L = e->L, K = e->K, U = e->U, train = mode == RUN_TRAIN || mode == RUN_GRADS;
     r->waited = 0;
     e->num_stalls = 0;
+    e->num_jobs = 0;
     MT_TRY(stage_tokens(e, inputs, targets, batch, seq, M, &r->targets));
     compute_job base = {.mode = mode, .batch = batch, .seq = seq, .micro_batches = M,
                         .last_row = last_row, .scale = r->targets ? 1.0f / (float)r->targets : 0.0f};
@@ -330,6 +337,8 @@ static mt_status finish_pass(mt_engine *e, pass_result *r) {
     r->grad_norm = sqrt(sumsq);
     r->stalled = 0;
     for (int i = 0; i < e->num_stalls; i++) r->stalled += e->op->event_elapsed(e->be, e->stall_begin[i], e->stall_end[i]);
+    r->busy = 0;
+    for (int i = 0; i < e->num_jobs; i++) r->busy += e->op->event_elapsed(e->be, e->job_begin[i], e->job_end[i]);
     return MT_OK;
 }
 
@@ -356,7 +365,7 @@ mt_status mt_engine_step(mt_engine *e, const int32_t *inputs, const int32_t *tar
     MT_TRY(rc);
     *res = (mt_step_result){.loss = r.loss, .grad_norm = r.grad_norm, .skipped = job.skip,
                             .seconds = mt_now() - t0, .wait_opt_seconds = r.waited,
-                            .stall_seconds = r.stalled};
+                            .stall_seconds = r.stalled, .compute_seconds = r.busy};
     pthread_mutex_lock(&e->opt_lock);
     res->opt_seconds = e->opt_seconds;
     res->opt_seconds_per_block = e->opt_seconds_per_block;

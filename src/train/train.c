@@ -256,12 +256,13 @@ static void draw_curve(const run *r) {
 static json_t *number_or_null(double x) { return isfinite(x) ? json_real(x) : json_null(); }
 
 static mt_status log_step(run *r, const mt_step_result *s, float lr, double tok_s, double elapsed) {
-    json_t *ev = json_pack("{s:I, s:o, s:f, s:o, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "step",
+    json_t *ev = json_pack("{s:I, s:o, s:f, s:o, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "step",
                            (json_int_t)r->progress.step, "loss", number_or_null(s->loss), "lr", (double)lr,
                            "grad_norm", number_or_null(s->grad_norm), "skipped", s->skipped, "step_seconds",
                            s->seconds, "tokens_per_s", tok_s, "elapsed_s", elapsed, "opt_seconds", s->opt_seconds,
                            "opt_seconds_per_block", s->opt_seconds_per_block, "wait_opt_seconds",
-                           s->wait_opt_seconds, "stall_seconds", s->stall_seconds);
+                           s->wait_opt_seconds, "stall_seconds", s->stall_seconds, "compute_seconds",
+                           s->compute_seconds);
     if (!ev) return mt_fail(MT_ERR_NOMEM, "cannot build a metrics line");
     mt_status rc = mt_metrics_log(r->metrics, ev);
     json_decref(ev);
