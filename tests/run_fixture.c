@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "hf_test_files.h"
+
 void mt_test_write_corpus(const char *path) {
     static const char *const words[] = {"the", "lord", "said", "unto", "moses", "and", "it", "was",
                                         "good", "light", "of", "day", "in", "beginning", "earth"};
@@ -19,6 +21,12 @@ void mt_test_write_corpus(const char *path) {
         written += fprintf(f, "%s%s", words[(state >> 16) % 15], (state >> 8) % 11 ? " " : ".\n");
     }
     cr_assert_eq(fclose(f), 0, "cannot write %s", path);
+}
+
+void mt_test_make_run_dirs(char *dir, char *corpus, char *run) {
+    hf_test_mkdtemp(dir);
+    mt_test_write_corpus(hf_test_path(corpus, dir, "corpus.txt"));
+    hf_test_path(run, dir, "run");
 }
 
 static char *slurp(const char *path, long *size) {

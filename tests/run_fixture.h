@@ -6,6 +6,10 @@
 /* Arguments of a tiny-model step that takes milliseconds on the cpu backend. */
 #define MT_TINY_STEP "--preset", "tiny", "--seq", "16", "--batch", "2", "--backend", "cpu", "--eval-every", "0"
 
+/* A scratch directory holding the corpus (dir/corpus.txt) and the path of a run in it (dir/run),
+ * for suites that train tiny runs; each argument holds PATH_MAX bytes. */
+void mt_test_make_run_dirs(char *dir, char *corpus, char *run);
+
 /* About 20 KB of English-like words (bytes are the tiny model's tokens), the same every time. */
 void mt_test_write_corpus(const char *path);
 

@@ -16,6 +16,7 @@
 
 #include "cli_run.h"
 #include "hf_test_files.h"
+#include "run_fixture.h"
 
 /* Generous: each command here takes well under a second, but CI machines are slow and shared. */
 #define TIMEOUT_S 30.0
@@ -25,23 +26,9 @@
 
 static char dir[PATH_MAX], corpus[PATH_MAX];
 
-/* About 20 KB of English-like words: bytes are the tiny model's tokens. */
-static void write_corpus(const char *path) {
-    static const char *const words[] = {"the", "lord", "said", "unto", "moses", "and", "it", "was",
-                                        "good", "light", "of", "day", "in", "beginning", "earth"};
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f, "cannot create %s", path);
-    uint32_t state = 12345;
-    for (long written = 0; written < 20000;) {
-        state = state * 1664525u + 1013904223u;
-        written += fprintf(f, "%s%s", words[(state >> 16) % 15], (state >> 8) % 11 ? " " : ".\n");
-    }
-    fclose(f);
-}
-
 static void make_fixtures(void) {
     hf_test_mkdtemp(dir);
-    write_corpus(hf_test_path(corpus, dir, "corpus.txt"));
+    mt_test_write_corpus(hf_test_path(corpus, dir, "corpus.txt"));
 }
 
 static void remove_fixtures(void) { hf_test_rmtree(dir); }

@@ -19,11 +19,7 @@
 
 static char dir[PATH_MAX], corpus[PATH_MAX], run[PATH_MAX];
 
-static void make_fixtures(void) {
-    hf_test_mkdtemp(dir);
-    mt_test_write_corpus(hf_test_path(corpus, dir, "corpus.txt"));
-    hf_test_path(run, dir, "run");
-}
+static void make_fixtures(void) { mt_test_make_run_dirs(dir, corpus, run); }
 
 static void remove_fixtures(void) { hf_test_rmtree(dir); }
 
