@@ -187,3 +187,29 @@ Test(checkpoint, missing_run_dir_has_no_checkpoints) {
     cr_assert_eq(n, 0);
     mt_checkpoint_list_free(list, n);
 }
+
+/* What a crash mid-write leaves: an unfinished temp dir, an old checkpoint moved aside whose
+ * replacement landed, and one whose replacement never did. Tidying removes the first two and
+ * puts the third back. */
+Test(checkpoint, tidy_after_a_crash_mid_write) {
+    char path[160], aside[160];
+    write_ckpt("ckpt-000001", 1);
+    write_ckpt("ckpt-000002.tmp-a1b2c3", 2);
+    write_ckpt("ckpt-000001.old-d4e5f6", 1);
+    const char *third = write_ckpt("ckpt-000003", 3);
+    snprintf(aside, sizeof aside, "%s.old-g7h8i9", third);
+    cr_assert_eq(rename(third, aside), 0);
+    cr_assert_eq(stray_entries(), 3);
+
+    cr_assert_eq(mt_checkpoint_tidy(run), MT_OK, "%s", mt_error());
+    cr_expect_eq(stray_entries(), 0, "leftovers remain");
+    mt_ckpt_entry *entries;
+    int count;
+    cr_assert_eq(mt_checkpoint_list(run, &entries, &count), MT_OK);
+    cr_expect_eq(count, 2);
+    cr_expect_eq(entries[0].step, 3, "the checkpoint moved aside was not restored");
+    cr_expect_eq(entries[1].step, 1);
+    mt_checkpoint_list_free(entries, count);
+    snprintf(path, sizeof path, "%s/ckpt-000003", run);
+    assert_reads_back(path, 3);
+}

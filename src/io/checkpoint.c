@@ -469,3 +469,45 @@ mt_status mt_checkpoint_keep(const char *run_dir, int keep) {
     mt_checkpoint_list_free(entries, count);
     return st;
 }
+
+/* The step of a leftover "ckpt-<digits><suffix>*" (suffix ".tmp-" or ".old-"), or -1. */
+static int64_t leftover_step(const char *name, const char *suffix) {
+    const char *at = strstr(name, suffix);
+    if (!at || (size_t)(at - name) >= 64) return -1;
+    char base[64];
+    memcpy(base, name, (size_t)(at - name));
+    base[at - name] = '\0';
+    return checkpoint_step(base);
+}
+
+mt_status mt_checkpoint_tidy(const char *run_dir) {
+    DIR *d = opendir(run_dir);
+    if (!d && errno == ENOENT) return MT_OK;
+    if (!d) return mt_fail(MT_ERR_IO, "%s: cannot open run directory: %s", run_dir, strerror(errno));
+    mt_status st = MT_OK;
+    char path[PATH_MAX], target[PATH_MAX], manifest[PATH_MAX];
+    for (struct dirent *e; st == MT_OK && (e = readdir(d));) {
+        int64_t tmp = leftover_step(e->d_name, ".tmp-"), old = leftover_step(e->d_name, ".old-");
+        if (tmp < 0 && old < 0) continue;
+        st = join(path, run_dir, e->d_name);
+        if (st != MT_OK) break;
+        if (tmp >= 0) {
+            mt_log_info("%s: removing an unfinished checkpoint write", path);
+            st = remove_flat_dir(path);
+            continue;
+        }
+        st = mt_checkpoint_path(target, sizeof target, run_dir, old);
+        if (st == MT_OK) st = join(manifest, target, MANIFEST);
+        if (st != MT_OK) break;
+        if (access(manifest, F_OK) == 0) {
+            mt_log_info("%s: removing a replaced checkpoint", path);
+            st = remove_flat_dir(path);
+        } else if (rename(path, target) == 0) {
+            mt_log_info("%s: restored as %s (its replacement never landed)", path, target);
+        } else {
+            st = mt_fail(MT_ERR_IO, "%s: cannot restore it as %s: %s", path, target, strerror(errno));
+        }
+    }
+    closedir(d);
+    return st;
+}

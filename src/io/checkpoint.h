@@ -56,4 +56,10 @@ void mt_checkpoint_list_free(mt_ckpt_entry *entries, int count);
 /* Deletes all but the newest `keep` (>= 1) complete checkpoints under run_dir. */
 mt_status mt_checkpoint_keep(const char *run_dir, int keep);
 
+/* Tidies what a crash during a write can leave under run_dir: temporary directories of
+ * unfinished writes ("ckpt-N.tmp-*") are deleted; an old checkpoint moved aside for its
+ * replacement ("ckpt-N.old-*") is deleted when ckpt-N is complete, else renamed back. Each action
+ * is logged. */
+mt_status mt_checkpoint_tidy(const char *run_dir);
+
 #endif

@@ -164,6 +164,7 @@ static mt_status open_run(run *r) {
         return mt_fail_context(MT_ERR_IO, "%s: cannot create the run directory", o->out_dir);
     if (access(o->out_dir, W_OK) != 0)
         return mt_fail(MT_ERR_IO, "%s: the run directory is not writable: %s", o->out_dir, strerror(errno));
+    MT_TRY(mt_checkpoint_tidy(o->out_dir));
     if (o->resume) MT_TRY(find_resume_point(r));
     else MT_TRY(refuse_existing_run(o->out_dir));
     MT_TRY(resolve_model(r));
