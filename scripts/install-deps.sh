@@ -11,6 +11,7 @@ packages=(
   python3-torch            # the independent reference the tests check gradients against
   python3-numpy
   bible-kjv bible-kjv-text # the demo corpus
+  clang libclang-rt-14-dev # libFuzzer, for make fuzz
 )
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
