@@ -96,6 +96,9 @@ mt_status mt_engine_next_logits(mt_engine *e, const int32_t *tokens, int len, fl
 /* Test hook (train's MT_TEST_NAN_STEP): the next mt_engine_step sees a NaN global gradient norm,
  * as a NaN anywhere in the gradient would make it, so that step is skipped when clipping is on. */
 void mt_engine_poison_next_step(mt_engine *e);
+/* Test hook (train's MT_TEST_DEVICE_FAULT_STEP): the next mt_engine_step fails with
+ * MT_ERR_DEVICE after its pass, as a CUDA error seen at the end of the step would make it. */
+void mt_engine_fault_next_step(mt_engine *e);
 /* The host gradients of the last pass, laid out like the masters; NULL when the engine keeps a
  * ring instead (no clipping, no keep_grads). */
 const float *mt_engine_host_grads(const mt_engine *e);

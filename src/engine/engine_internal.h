@@ -72,6 +72,7 @@ struct mt_engine {
     int flags_ready;
     int64_t generation;        /* steps issued */
     int poison_next;           /* test hook: the next step's gradient norm reads NaN */
+    int fault_next;            /* test hook: the next step fails as on a device error */
 
     /* the optimizer thread */
     pthread_t opt_thread;

@@ -351,6 +351,10 @@ mt_status mt_engine_step(mt_engine *e, const int32_t *inputs, const int32_t *tar
     MT_TRY(run_pass(e, RUN_TRAIN, inputs, targets, e->o.batch, e->o.seq, e->o.micro_batches, 0,
                     overlapped ? &job : NULL, &r));
     mt_status rc = finish_pass(e, &r);
+    if (e->fault_next) {
+        rc = mt_fail(MT_ERR_DEVICE, "injected device fault at the end of a step (test hook)");
+        e->fault_next = 0;
+    }
     if (e->poison_next) {
         r.grad_norm = NAN;
         e->poison_next = 0;
@@ -374,6 +378,8 @@ mt_status mt_engine_step(mt_engine *e, const int32_t *inputs, const int32_t *tar
 }
 
 void mt_engine_poison_next_step(mt_engine *e) { e->poison_next = 1; }
+
+void mt_engine_fault_next_step(mt_engine *e) { e->fault_next = 1; }
 
 const float *mt_engine_host_grads(const mt_engine *e) { return e->grads_full; }
 

@@ -80,6 +80,7 @@ typedef struct {
     int tokens_open;
     mt_step_watch watch;
     int64_t nan_step;           /* test hook: MT_TEST_NAN_STEP, 0 when unset */
+    int64_t fault_step;         /* test hook: MT_TEST_DEVICE_FAULT_STEP, 0 when unset */
 } run;
 
 static mt_status resolve_model(run *r) {
@@ -189,6 +190,8 @@ static mt_status open_run(run *r) {
     mt_step_watch_init(&r->watch, o->max_skips);
     const char *nan_step = getenv("MT_TEST_NAN_STEP");
     r->nan_step = nan_step ? strtoll(nan_step, NULL, 10) : 0;
+    const char *fault_step = getenv("MT_TEST_DEVICE_FAULT_STEP");
+    r->fault_step = fault_step ? strtoll(fault_step, NULL, 10) : 0;
     size_t n = (size_t)o->micro_batches * o->batch * o->seq_len;
     r->inputs = mt_malloc(n * sizeof *r->inputs, "a step's inputs");
     r->targets = mt_malloc(n * sizeof *r->targets, "a step's targets");
@@ -288,6 +291,8 @@ static mt_status loop(run *r, mt_progress *pg) {
         mt_step_result s;
         /* Test hook MT_TEST_NAN_STEP=N: step N (1-based) gets a NaN gradient, to test skipping. */
         if (r->progress.step + 1 == r->nan_step) mt_engine_poison_next_step(r->engine);
+        /* Test hook MT_TEST_DEVICE_FAULT_STEP=N: step N fails as on a device error. */
+        if (r->progress.step + 1 == r->fault_step) mt_engine_fault_next_step(r->engine);
         MT_TRY(mt_engine_step(r->engine, r->inputs, r->targets, lr, &s));
         r->progress.step++;
         if (s.skipped) mt_progress_note(pg, "step %lld skipped: gradient norm %g", (long long)r->progress.step, s.grad_norm);
