@@ -39,7 +39,7 @@ mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_en
     b.weight_slots = (int64_t)K * lay.max_block_numel * w;
     b.embed_head = (embed + head) * (int64_t)w;
     b.grads = (2 * lay.max_block_numel + embed + head) * 4;
-    b.checkpoints = (int64_t)(cfg->num_layers + 2) * o->micro_batches * rows(o) * cfg->hidden_size * act;
+    b.checkpoints = (int64_t)(cfg->num_layers + 1) * o->micro_batches * rows(o) * cfg->hidden_size * act;
     b.workspace = mt_block_ws_bytes(be, cfg, o->batch, o->seq) +
                   be->ops->lmhead_workspace(be, o->lm_chunk, cfg->vocab_size) +
                   (int64_t)2 * o->micro_batches * rows(o) * 4 + (int64_t)cfg->vocab_size * 4;
