@@ -5,19 +5,40 @@
 
 #include "cli/cli.h"
 
+/* bench's own flags, anywhere on the line, are taken out before the training options are parsed;
+ * returns -1 after printing an error. */
+static int take_bench_flags(int argc, char **argv, char **rest, int *count, int *warmup, const char **json,
+                            int *steps_given) {
+    *count = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--warmup-steps") && i + 1 < argc) {
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            if (*end || end == argv[i] || v < 0 || v > 1000) {
+                fprintf(stderr, "megatrain: error: --warmup-steps wants an integer from 0 to 1000, got '%s'\n", argv[i]);
+                return -1;
+            }
+            *warmup = (int)v;
+        } else if (!strcmp(argv[i], "--json") && i + 1 < argc) {
+            *json = argv[++i];
+        } else {
+            *steps_given |= !strcmp(argv[i], "--steps") || !strncmp(argv[i], "--steps=", 8);
+            rest[(*count)++] = argv[i];
+        }
+    }
+    rest[*count] = NULL;
+    return 0;
+}
+
 int mt_cli_bench(int argc, char **argv) {
-    /* bench's own flags come first and are removed before the training options are parsed. */
-    int warmup = 2;
+    int warmup = 2, count = 0, steps_given = 0;
     const char *json = NULL;
     char **rest = malloc(((size_t)argc + 1) * sizeof *rest);
     if (!rest) return 1;
-    int count = 0;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--warmup-steps") && i + 1 < argc) warmup = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
-        else rest[count++] = argv[i];
+    if (take_bench_flags(argc, argv, rest, &count, &warmup, &json, &steps_given) != 0) {
+        free(rest);
+        return 2;
     }
-    rest[count] = NULL;
     mt_train_options o;
     int parsed = mt_cli_parse_train(count, rest, "bench", &o);
     free(rest);
@@ -27,7 +48,11 @@ int mt_cli_bench(int argc, char **argv) {
                                "(--steps is the number of timed steps; default 5 here)\n");
         return parsed > 0 ? 0 : 2;
     }
-    if (o.steps == mt_train_defaults().steps) o.steps = 5;
+    if (!steps_given) o.steps = 5;
+    if (o.steps < 1) {
+        fprintf(stderr, "megatrain: error: bench needs at least one timed step (--steps)\n");
+        return 2;
+    }
     mt_status rc = mt_bench(&o, warmup, stdout, json);
     return rc == MT_OK ? 0 : mt_cli_fail(rc);
 }
