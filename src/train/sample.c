@@ -86,6 +86,7 @@ mt_status mt_sample(const mt_sample_options *o, FILE *out) {
         mt_engine_options eo = mt_engine_defaults();
         eo.batch = 1;
         eo.seq = context;
+        eo.max_grad_norm = 0; /* nothing trains: the engine keeps only a small gradient ring */
         rc = mt_engine_create(&engine, be, &store, &eo, progress.adam_step);
     }
     if (rc == MT_OK) {
