@@ -183,3 +183,37 @@ Test(hfconfig, write_then_read_round_trips) {
         hf_test_rmtree(dir);
     }
 }
+
+/* transformers 5 writes RoPE as rope_parameters (theta included) instead of rope_theta and
+ * rope_scaling: the same model must come out either way. */
+Test(hfconfig, reads_transformers_5_rope_parameters) {
+    json_t *root = json_loads(llama32, 0, NULL);
+    cr_assert_not_null(root);
+    json_t *params = json_deep_copy(json_object_get(root, "rope_scaling"));
+    json_object_set_new(params, "rope_theta", json_real(500000.0));
+    json_object_set_new(root, "rope_parameters", params);
+    json_object_del(root, "rope_scaling");
+    json_object_del(root, "rope_theta");
+    char *text = json_dumps(root, 0);
+    mt_config c, want;
+    cr_assert_eq(parse(text, &c), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_config_preset("llama-3.2-1b", &want), MT_OK);
+    cr_expect(!memcmp(&c, &want, sizeof c), "rope_parameters read differently from rope_theta + rope_scaling");
+    free(text);
+
+    /* A theta given both ways must agree; other RoPE forms are refused by name. */
+    json_object_set_new(root, "rope_theta", json_real(10000.0));
+    text = json_dumps(root, 0);
+    cr_expect_eq(parse(text, &c), MT_ERR_INVALID);
+    cr_expect(strstr(mt_error(), "rope_parameters.rope_theta"), "%s", mt_error());
+    free(text);
+    json_object_del(root, "rope_theta");
+    json_object_set_new(json_object_get(root, "rope_parameters"), "partial_rotary_factor", json_real(0.5));
+    text = json_dumps(root, 0);
+    cr_expect_eq(parse(text, &c), MT_ERR_INVALID);
+    cr_expect(strstr(mt_error(), "partial_rotary_factor"), "%s", mt_error());
+    free(text);
+    json_decref(root);
+    expect_refusal(llama32, "rope_parameters", "{\"rope_type\": \"yarn\", \"rope_theta\": 500000.0}",
+                   "rope_parameters.rope_type");
+}

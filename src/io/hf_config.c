@@ -144,19 +144,34 @@ static mt_status parse_arch(const field_src *s, const arch_info **out) {
     return MT_OK;
 }
 
-static mt_status parse_rope_scaling(const field_src *top, mt_config *cfg) {
-    const json_t *rs = field(top, "rope_scaling");
+/* RoPE settings: transformers 4 writes rope_theta and rope_scaling at the top level; transformers 5
+ * writes rope_parameters, which holds rope_theta as well. Either is read; a theta given both ways
+ * must agree. */
+static mt_status parse_rope(const field_src *top, const char *key, const char *scope, mt_config *cfg) {
+    const json_t *rs = field(top, key);
     if (!rs) return MT_OK;
-    if (!json_is_object(rs)) return wrong_type(top, "rope_scaling", "an object or null", rs);
-    field_src s = {top->source, rs, "rope_scaling."};
+    if (!json_is_object(rs)) return wrong_type(top, key, "an object or null", rs);
+    field_src s = {top->source, rs, scope};
+    if (!strcmp(key, "rope_parameters")) {
+        float theta = cfg->rope_theta, partial = 1.0f;
+        MT_TRY(get_float(&s, "rope_theta", 0, &theta));
+        if (field(top, "rope_theta") && theta != cfg->rope_theta)
+            return mt_fail(MT_ERR_INVALID, "%s: fields 'rope_theta' (%g) and 'rope_parameters.rope_theta' (%g) "
+                           "disagree", top->source, (double)cfg->rope_theta, (double)theta);
+        cfg->rope_theta = theta;
+        MT_TRY(get_float(&s, "partial_rotary_factor", 0, &partial));
+        if (partial != 1.0f)
+            return mt_fail(MT_ERR_INVALID, "%s: field 'rope_parameters.partial_rotary_factor' = %g is not "
+                           "supported (1 only)", top->source, (double)partial);
+    }
     const char *type = NULL;
     MT_TRY(get_string(&s, "rope_type", &type));
     if (!type) MT_TRY(get_string(&s, "type", &type));
     if (!type) return missing(&s, "rope_type");
     if (!strcmp(type, "default")) return MT_OK;
     if (strcmp(type, "llama3"))
-        return mt_fail(MT_ERR_INVALID, "%s: field 'rope_scaling.rope_type' = '%s' is not supported (llama3 only)",
-                       top->source, type);
+        return mt_fail(MT_ERR_INVALID, "%s: field '%srope_type' = '%s' is not supported (llama3 only)",
+                       top->source, scope, type);
     MT_TRY(get_float(&s, "factor", 1, &cfg->rope_scaling_factor));
     MT_TRY(get_float(&s, "low_freq_factor", 1, &cfg->rope_low_freq_factor));
     MT_TRY(get_float(&s, "high_freq_factor", 1, &cfg->rope_high_freq_factor));
@@ -227,7 +242,8 @@ static mt_status parse_root(const field_src *s, mt_config *cfg) {
     if (a->arch == MT_ARCH_LLAMA) MT_TRY(get_bool(s, "attention_bias", &cfg->attention_bias));
     MT_TRY(get_token_id(s, "bos_token_id", &cfg->bos_token_id));
     MT_TRY(get_token_id(s, "eos_token_id", &cfg->eos_token_id));
-    MT_TRY(parse_rope_scaling(s, cfg));
+    MT_TRY(parse_rope(s, "rope_scaling", "rope_scaling.", cfg));
+    MT_TRY(parse_rope(s, "rope_parameters", "rope_parameters.", cfg));
     MT_TRY(check_sliding_window(s, cfg));
     if (cfg->num_kv_heads == 0) cfg->num_kv_heads = cfg->num_heads;
     if (cfg->head_dim == 0 && cfg->num_heads > 0) cfg->head_dim = cfg->hidden_size / cfg->num_heads;
