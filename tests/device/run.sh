@@ -34,6 +34,7 @@ step build make CUDA=1 BUILD=$build -j"$(nproc)" $build/cuda_tests $build/run-te
 rm -rf /tmp/mt-transformers-check
 step cuda env MT_TRANSFORMERS_DIR=/tmp/mt-transformers-check $build/cuda_tests --jobs 1 --verbose
 step hf python3 tests/device/check_transformers.py /tmp/mt-transformers-check
+step roundtrip python3 tests/device/hf_roundtrip.py --bin $build/megatrain
 step cpu env MT_BIN=$build/megatrain $build/run-tests --jobs 4
 
 echo "==== summary"
