@@ -4,15 +4,15 @@ into one table: markdown for reading, JSON for keeping. bench/results/<date>-<ma
 
   python3 bench/table.py bench.jsonl --machine "NVIDIA H200, 16 cores" --md bench.md --json bench.json
 
-Each row's "vs megatrain" divides its tokens/s by megatrain's at the same model and tokens per
-step. A run that failed ("error") or was not run ("skipped") keeps its row, with the reason in
+Each row's "vs megatrain" divides its tokens/s by megatrain's at the same model, tokens per step
+and clipping. A run that failed ("error") or was not run ("skipped") keeps its row, with the reason in
 place of the numbers."""
 import argparse
 import datetime
 import json
 import sys
 
-COLUMNS = ("system", "model", "params", "micro x batch x seq", "tokens/step", "step s", "tokens/s",
+COLUMNS = ("system", "model", "params", "micro x batch x seq", "tokens/step", "clip", "step s", "tokens/s",
            "vs megatrain", "TFLOP/s", "peak GPU GiB", "host GiB", "notes")
 
 
@@ -31,8 +31,8 @@ def notes(run):
     if "skipped" in run:
         return "not run: " + run["skipped"].replace("|", "/")
     if run["system"] == "megatrain":
-        return (f"compute waited on copies {100 * run['copy_wait_share']:.1f}%, "
-                f"on the optimizer {100 * run['opt_wait_share']:.1f}%")
+        return (f"GPU idle {100 * run['device_idle_share']:.1f}% of the step, stalled on copies "
+                f"{100 * run['copy_wait_share']:.1f}%; optimizer {run['opt_seconds']:.3f} s a step")
     return f"{run.get('optimizer', '')}, torch {run.get('torch', '?')}"
 
 
@@ -45,16 +45,16 @@ def step_shape(run):
 def row(run, megatrain_speed):
     if not measured(run):
         return [run["system"], run["model"], "-", step_shape(run)] + ["-"] * (len(COLUMNS) - 5) + [notes(run)]
-    reference = megatrain_speed.get((run["model"], run["tokens_per_step"]))
+    reference = megatrain_speed.get((run["model"], run["tokens_per_step"], run.get("clip")))
     return [run["system"], run["model"], f"{run['params'] / 1e9:.2f} B", step_shape(run),
-            f"{run['tokens_per_step']:.0f}",
+            f"{run['tokens_per_step']:.0f}", f"{run.get('clip', '?')}",
             f"{run['step_s']:.3f}", f"{run['tokens_per_s']:.0f}",
             f"{run['tokens_per_s'] / reference:.2f}x" if reference else "-",
             f"{run['tflops']:.1f}", f"{run['peak_gpu_gib']:.1f}", f"{run['host_gib']:.1f}", notes(run)]
 
 
 def markdown(runs, machine, date):
-    megatrain_speed = {(r["model"], r["tokens_per_step"]): r["tokens_per_s"]
+    megatrain_speed = {(r["model"], r["tokens_per_step"], r.get("clip")): r["tokens_per_s"]
                        for r in runs if r["system"] == "megatrain" and measured(r)}
     lines = [f"# megatrain and its PyTorch peers, {date}", "", f"Machine: {machine}.", "",
              "Same model shapes, random weights and random tokens; the median of "
@@ -63,18 +63,21 @@ def markdown(runs, machine, date):
              "recomputation not counted.", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(row(r, megatrain_speed)) + " |" for r in runs]
+    lines += ["", "clip: global gradient-norm clipping (0: none). megatrain clips exactly: with clipping "
+              "its optimizer waits for the whole backward; without, it updates each block as its "
+              "gradients come home."]
     return "\n".join(lines) + "\n"
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("jsonl", help="the runs, one JSON object a line")
+    ap.add_argument("jsonl", nargs="+", help="the runs, one JSON object a line (several files: one table)")
     ap.add_argument("--machine", required=True, help="what ran them, in words")
     ap.add_argument("--md", required=True, help="write the markdown table here")
     ap.add_argument("--json", required=True, help="write the runs and the machine here")
     a = ap.parse_args()
 
-    runs = read_runs(a.jsonl)
+    runs = [run for path in a.jsonl for run in read_runs(path)]
     date = datetime.date.today().isoformat()
     table = markdown(runs, a.machine, date)
     with open(a.md, "w") as f:

@@ -158,7 +158,7 @@ def run(a):
             "tflops": tokens / step_s * model_flops_per_token(p, a.seq) / 1e12,
             "peak_gpu_gib": torch.cuda.max_memory_allocated() / GIB,
             "host_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB,
-            "optimizer": optimizer_name}
+            "optimizer": optimizer_name, "clip": a.clip}
 
 
 def main():
