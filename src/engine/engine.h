@@ -55,6 +55,9 @@ typedef struct {
     double stall_seconds;    /* time the compute stream waited for weight and gradient copies */
     double compute_seconds;  /* time the device spent computing; seconds - compute_seconds is the
                               * step's device idle time (copies, optimizer, the host) */
+    /* That idle time's parts between the step's first and last compute job: in the forward (the
+     * head's job included) and in the backward. The rest lies at the step's two ends. */
+    double idle_forward_seconds, idle_backward_seconds;
     /* The latest update the optimizer completed (this step's, or the previous step's while this
      * one's still runs behind the next forward): its time spent updating (not waiting for
      * gradients), and its mean time per block. */

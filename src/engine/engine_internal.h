@@ -57,6 +57,7 @@ struct mt_engine {
     int num_stalls, max_stalls;
     mt_event **job_begin, **job_end;     /* [max_jobs]: brackets of the compute jobs of a pass */
     int num_jobs, max_jobs;
+    int first_backward_job;              /* the index of the pass's first backward job */
 
     /* "unit u's host weights hold the update of step g - 1": raised by the optimizer */
     mt_flag *updated;

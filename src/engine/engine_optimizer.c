@@ -60,12 +60,14 @@ static void run_deferred(mt_engine *e, const mt_opt_job *job, int64_t adam_step)
     }
 }
 
-/* Overlapped (no clipping): gradients arrive in backward order (head, the embedding's early
- * part, blocks L-1..0, the embedding's input rows), but the next forward needs them the other
- * way round. So among the parts whose gradients are home, the one the forward needs first goes
- * first, and the backlog left when the backward ends drains in forward order while the next
- * forward already runs. Parts: 0 the embedding's input rows, 1 its other rows, 2 + l block l,
- * L + 2 the head. */
+/* Overlapped (no clipping): gradients arrive in backward order (the head, the embedding's early
+ * part, blocks L-1..0, the embedding's input rows), but the next forward needs them the other way
+ * round. Parts: 0 the embedding's input rows, 1 its other rows, 2 + l block l, L + 2 the head.
+ * While the backward runs, blocks go oldest first: the issuing thread reuses a block's gradient
+ * buffer only once its update is done. Once it is over, the backlog drains in the order the next
+ * forward needs it, while that forward already runs. The head is needed last of all, so it waits
+ * for a moment when nothing else is home (its update is the longest; taken first, as it arrives,
+ * it would hold up the blocks behind it). */
 static int part_unit(const mt_engine *e, int part) { return part < 2 ? 0 : part - 1; }
 
 /* The i-th part to come home. */
@@ -82,20 +84,48 @@ static int part_ready(mt_engine *e, const mt_opt_job *job, int part, int wait) {
     return 1;
 }
 
+static int backward_running(const mt_engine *e, const mt_opt_job *job) {
+    return mt_flag_peek(&e->grads_issued[mt_unit_block(0)]) < job->generation + 1;
+}
+
+/* The head may go once the embedding's early part is done or the backward is over. */
+static int head_allowed(const mt_engine *e, const mt_opt_job *job, const uint8_t *done) {
+    return done[1] || !backward_running(e, job);
+}
+
+/* The part to update next among those home, or -1 when none is. */
+static int pick_ready(mt_engine *e, const mt_opt_job *job, const uint8_t *done) {
+    for (int part = 0; part < 2; part++)
+        if (!done[part] && part_ready(e, job, part, 0)) return part;
+    int oldest_first = backward_running(e, job);
+    for (int i = 0; i < e->L; i++) {
+        int part = 2 + (oldest_first ? e->L - 1 - i : i);
+        if (!done[part] && part_ready(e, job, part, 0)) return part;
+    }
+    int head = e->L + 2;
+    return !done[head] && head_allowed(e, job, done) && part_ready(e, job, head, 0) ? head : -1;
+}
+
+/* Nothing is home: waits for the next part to arrive that may go, and returns it. */
+static int wait_next(mt_engine *e, const mt_opt_job *job, const uint8_t *done) {
+    int head = e->L + 2;
+    for (int i = 0; i < e->L + 3; i++) {
+        int part = part_arriving(e, i);
+        if (done[part] || (part == head && !head_allowed(e, job, done))) continue;
+        part_ready(e, job, part, 1);
+        return part;
+    }
+    return -1; /* unreachable: a part not done is always left to wait for */
+}
+
 static void run_overlapped(mt_engine *e, const mt_opt_job *job, int64_t adam_step) {
-    int parts = e->L + 3, left = parts;
+    int parts = e->L + 3;
     uint8_t done[parts];
     memset(done, 0, sizeof done);
     const uint8_t *mask = e->input_rows[job->generation % 2];
-    while (left > 0) {
-        int pick = -1;
-        for (int part = 0; part < parts && pick < 0; part++)
-            if (!done[part] && part_ready(e, job, part, 0)) pick = part;
-        if (pick < 0) { /* nothing home yet: wait for the next part to arrive */
-            for (int i = 0; i < parts && pick < 0; i++)
-                if (!done[part_arriving(e, i)]) pick = part_arriving(e, i);
-            part_ready(e, job, pick, 1);
-        }
+    for (int left = parts; left > 0; left--) {
+        int pick = pick_ready(e, job, done);
+        if (pick < 0) pick = wait_next(e, job, done);
         double t0 = mt_now();
         if (pick == 0) update_embedding_rows(e, job, adam_step, mask, 1);
         else if (pick == 1) update_embedding_rows(e, job, adam_step, mask, 0);
@@ -104,7 +134,6 @@ static void run_overlapped(mt_engine *e, const mt_opt_job *job, int64_t adam_ste
         if (pick == 1) mt_flag_set(&e->embed_early_done, job->generation + 1);
         else mt_flag_set(&e->updated[part_unit(e, pick)], job->generation + 1);
         done[pick] = 1;
-        left--;
     }
 }
 

@@ -221,6 +221,7 @@ typedef struct {
     double loss, grad_norm, waited;
     double stalled;  /* seconds the compute stream waited on copies */
     double busy;     /* seconds the compute stream spent in the pass's jobs */
+    double idle_forward, idle_backward; /* gaps between jobs in the forward, in the backward */
 } pass_result;
 
 /* `overlap`: an optimizer job to start as the backward begins (training without clipping). */
@@ -232,6 +233,7 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
     r->waited = 0;
     e->num_stalls = 0;
     e->num_jobs = 0;
+    e->first_backward_job = e->max_jobs;
     MT_TRY(stage_tokens(e, inputs, targets, batch, seq, M, &r->targets));
     compute_job base = {.mode = mode, .batch = batch, .seq = seq, .micro_batches = M,
                         .last_row = last_row, .scale = r->targets ? 1.0f / (float)r->targets : 0.0f};
@@ -291,6 +293,7 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
             mt_flag_set(&e->embed_early_issued, e->generation + 1);
         }
         /* Backward: blocks L-1..0; the last K are still resident from the forward. */
+        e->first_backward_job = e->num_jobs;
         for (int l = L - 1; l >= 0; l--) {
             int k = l % K, gs = (L - 1 - l) % 2;
             compute_wait(e, e->slot_loaded[k]);
@@ -337,8 +340,14 @@ static mt_status finish_pass(mt_engine *e, pass_result *r) {
     r->grad_norm = sqrt(sumsq);
     r->stalled = 0;
     for (int i = 0; i < e->num_stalls; i++) r->stalled += e->op->event_elapsed(e->be, e->stall_begin[i], e->stall_end[i]);
-    r->busy = 0;
-    for (int i = 0; i < e->num_jobs; i++) r->busy += e->op->event_elapsed(e->be, e->job_begin[i], e->job_end[i]);
+    r->busy = r->idle_forward = r->idle_backward = 0;
+    for (int i = 0; i < e->num_jobs; i++) {
+        r->busy += e->op->event_elapsed(e->be, e->job_begin[i], e->job_end[i]);
+        if (i == 0) continue;
+        double gap = e->op->event_elapsed(e->be, e->job_end[i - 1], e->job_begin[i]);
+        if (i < e->first_backward_job) r->idle_forward += gap;
+        else r->idle_backward += gap;
+    }
     return MT_OK;
 }
 
@@ -369,7 +378,8 @@ mt_status mt_engine_step(mt_engine *e, const int32_t *inputs, const int32_t *tar
     MT_TRY(rc);
     *res = (mt_step_result){.loss = r.loss, .grad_norm = r.grad_norm, .skipped = job.skip,
                             .seconds = mt_now() - t0, .wait_opt_seconds = r.waited,
-                            .stall_seconds = r.stalled, .compute_seconds = r.busy};
+                            .stall_seconds = r.stalled, .compute_seconds = r.busy,
+                            .idle_forward_seconds = r.idle_forward, .idle_backward_seconds = r.idle_backward};
     pthread_mutex_lock(&e->opt_lock);
     res->opt_seconds = e->opt_seconds;
     res->opt_seconds_per_block = e->opt_seconds_per_block;

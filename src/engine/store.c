@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "util/bf16.h"
+#include "util/memory.h"
 #include "util/rng.h"
 
 mt_store_bytes mt_store_size(const mt_layout *layout, mt_dtype weight_dtype, mt_moments_format moments) {
@@ -25,7 +26,7 @@ mt_status mt_store_create_with_moments(mt_store *s, const mt_layout *layout, mt_
     s->weight_dtype = be->ops->weight_dtype;
     size_t n = (size_t)layout->total_numel;
     s->weights = be->ops->host_alloc(be, n * mt_dtype_size(s->weight_dtype), "working weights");
-    s->master = s->weights ? mt_calloc(n, 4, "fp32 master weights") : NULL;
+    s->master = s->weights ? mt_calloc_touched(n, 4, "fp32 master weights") : NULL;
     if (!s->master || mt_moments_create(&s->moments, moments, n) != MT_OK) {
         mt_status rc = mt_fail_context(MT_ERR_NOMEM, "host parameter store for %zu parameters", n);
         mt_store_free(s);
@@ -51,7 +52,7 @@ enum { RNG_CHUNK = 1 << 16 };
 
 void mt_store_init_random(mt_store *s, uint64_t seed) {
     const mt_layout *lay = s->layout;
-    memset(s->master, 0, (size_t)lay->total_numel * 4);
+    mt_zero_parallel(s->master, (size_t)lay->total_numel * 4);
     for (int i = 0; i < lay->num_tensors; i++) {
         const mt_tensor *t = &lay->tensors[i];
         float *p = s->master + lay->units[t->unit].offset + t->offset;

@@ -41,6 +41,7 @@ static int compare_doubles(const void *a, const void *b) {
 typedef struct {
     double step_s, tokens_per_s, tflops, stall_share, opt_wait_share;
     double idle_share;         /* the device's idle time over the step time (1 - computing) */
+    double idle_forward_share, idle_backward_share; /* its parts between jobs of the two passes */
     double opt_s, opt_block_s; /* the optimizer's mean time a step, and a block */
 } bench_summary;
 
@@ -48,20 +49,22 @@ static void print_summary(FILE *out, const mt_train_options *o, const mt_backend
                           const bench_summary *s, double peak_gpu, double host, const char *json) {
     double tokens = (double)o->micro_batches * o->batch * o->seq_len;
     fprintf(out, "megatrain %s: %.0f tokens/step, median step %.3f s, %.0f tokens/s, %.1f TFLOP/s, "
-            "peak device memory %.2f GiB, host %.1f GiB, device idle %.1f%% of the step (stalled on copies "
-            "%.1f%%), issuing thread waited on the optimizer %.1f%% (that wait overlaps queued GPU work), "
+            "peak device memory %.2f GiB, host %.1f GiB, device idle %.1f%% of the step (%.1f%% in the forward, "
+            "%.1f%% in the backward, the rest at the step's ends; stalled on copies %.1f%%), issuing thread waited on the optimizer %.1f%% (that wait overlaps queued GPU work), "
             "optimizer %.3f s a step (%.4f s a block)\n", o->preset ? o->preset : "model", tokens, s->step_s,
             s->tokens_per_s, s->tflops, peak_gpu / 1073741824.0, host / 1073741824.0, 100 * s->idle_share,
-            100 * s->stall_share, 100 * s->opt_wait_share, s->opt_s, s->opt_block_s);
+            100 * s->idle_forward_share, 100 * s->idle_backward_share, 100 * s->stall_share, 100 * s->opt_wait_share, s->opt_s, s->opt_block_s);
     if (!json) return;
-    json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
+    json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
                           "system", "megatrain", "backend", be->ops->name, "model", o->preset ? o->preset : "model",
                           "params", (json_int_t)mt_config_total_params(cfg), "seq", o->seq_len, "batch", o->batch,
                           "micro_batches", o->micro_batches, "tokens_per_step", tokens, "step_s", s->step_s,
                           "tokens_per_s", s->tokens_per_s, "tflops", s->tflops, "peak_gpu_gib",
                           peak_gpu / 1073741824.0, "host_gib", host / 1073741824.0, "copy_wait_share",
                           s->stall_share, "opt_wait_share", s->opt_wait_share, "opt_seconds", s->opt_s,
-                          "opt_seconds_per_block", s->opt_block_s, "device_idle_share", s->idle_share, "clip",
+                          "opt_seconds_per_block", s->opt_block_s, "device_idle_share", s->idle_share,
+                          "idle_forward_share", s->idle_forward_share, "idle_backward_share", s->idle_backward_share,
+                          "clip",
                           (double)o->max_grad_norm);
     FILE *f = fopen(json, "a");
     if (j && f) {
@@ -101,7 +104,8 @@ mt_status mt_bench(const mt_train_options *o, int warmup, FILE *out, const char 
     }
     if (rc == MT_OK) fprintf(out, "set-up: engine ready at %.1f s\n", mt_now() - t0);
     mt_rng rng = {o->seed};
-    double stall = 0, opt_wait = 0, opt = 0, opt_block = 0, computing = 0, total = 0;
+    double stall = 0, opt_wait = 0, opt = 0, opt_block = 0, computing = 0, idle_forward = 0, idle_backward = 0;
+    double total = 0;
     for (int64_t s = 0; rc == MT_OK && s < warmup + o->steps; s++) {
         for (size_t i = 0; i < n; i++) {
             inputs[i] = (int32_t)(mt_rng_next(&rng) % (uint64_t)cfg.vocab_size);
@@ -110,15 +114,20 @@ mt_status mt_bench(const mt_train_options *o, int warmup, FILE *out, const char 
         mt_step_result r;
         rc = mt_engine_step(engine, inputs, targets, 1e-4f, &r);
         if (rc != MT_OK) break;
-        fprintf(out, "%s step %lld: %.3f s, %.0f tokens/s, loss %.4f, device computing %.3f s, compute waited "
-                "%.3f s on copies, issue waited %.3f s on the optimizer, optimizer %.3f s (%.4f s a block)\n",
+        double ends = r.seconds - r.compute_seconds - r.idle_forward_seconds - r.idle_backward_seconds;
+        fprintf(out, "%s step %lld: %.3f s, %.0f tokens/s, loss %.4f, device computing %.3f s, idle %.3f s in the "
+                "forward, %.3f s in the backward, %.3f s at the step's ends, compute waited %.3f s on copies, issue "
+                "waited %.3f s on the optimizer, optimizer %.3f s (%.4f s a block)\n",
                 s < warmup ? "warmup" : "timed", (long long)s, r.seconds, (double)n / r.seconds, r.loss,
-                r.compute_seconds, r.stall_seconds, r.wait_opt_seconds, r.opt_seconds, r.opt_seconds_per_block);
+                r.compute_seconds, r.idle_forward_seconds, r.idle_backward_seconds, ends, r.stall_seconds,
+                r.wait_opt_seconds, r.opt_seconds, r.opt_seconds_per_block);
         fflush(out);
         if (s < warmup) continue;
         times[s - warmup] = r.seconds;
         stall += r.stall_seconds;
         computing += r.compute_seconds;
+        idle_forward += r.idle_forward_seconds;
+        idle_backward += r.idle_backward_seconds;
         opt_wait += r.wait_opt_seconds;
         opt += r.opt_seconds;
         opt_block += r.opt_seconds_per_block;
@@ -134,6 +143,8 @@ mt_status mt_bench(const mt_train_options *o, int warmup, FILE *out, const char 
         sum.tflops = sum.tokens_per_s * model_flops_per_token(&cfg, o->seq_len) / 1e12;
         sum.stall_share = total > 0 ? stall / total : 0;
         sum.idle_share = total > 0 ? 1 - computing / total : 0;
+        sum.idle_forward_share = total > 0 ? idle_forward / total : 0;
+        sum.idle_backward_share = total > 0 ? idle_backward / total : 0;
         sum.opt_wait_share = total > 0 ? opt_wait / total : 0;
         sum.opt_s = opt / (double)o->steps;
         sum.opt_block_s = opt_block / (double)o->steps;
