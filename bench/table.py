@@ -31,8 +31,12 @@ def notes(run):
     if "skipped" in run:
         return "not run: " + run["skipped"].replace("|", "/")
     if run["system"] == "megatrain":
-        return (f"GPU idle {100 * run['device_idle_share']:.1f}% of the step, stalled on copies "
-                f"{100 * run['copy_wait_share']:.1f}%; optimizer {run['opt_seconds']:.3f} s a step")
+        idle = (f"GPU idle {100 * run['device_idle_share']:.1f}% of the step")
+        if "idle_forward_share" in run:
+            idle += (f" ({100 * run['idle_forward_share']:.1f}% in the forward, "
+                     f"{100 * run['idle_backward_share']:.1f}% in the backward, the rest between steps)")
+        return (f"{idle}, stalled on copies {100 * run['copy_wait_share']:.1f}%; "
+                f"optimizer {run['opt_seconds']:.3f} s a step")
     return f"{run.get('optimizer', '')}, torch {run.get('torch', '?')}"
 
 
