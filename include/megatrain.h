@@ -72,6 +72,11 @@ typedef struct {
     int keep;                /* checkpoints kept; 0: all */
     int continue_on_save_error; /* a failed periodic checkpoint (disk full) is reported and
                                  * training goes on; by default the run stops there */
+    int sync_save;           /* periodic checkpoints stop training until they are on disk; by
+                              * default they are written while training goes on */
+    int64_t save_staging;    /* bytes of host memory a background save may copy units into, so
+                              * that the optimizer need not wait for the disk; 0: none; -1: half
+                              * the host memory available when the save starts */
     int progress;            /* redraw a live progress line (for a terminal) */
 } mt_train_options;
 

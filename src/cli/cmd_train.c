@@ -60,6 +60,12 @@ static const char train_help[] =
     "  --keep N               checkpoints kept, 0 for all (default 2)\n"
     "  --continue-on-save-error  when a periodic checkpoint cannot be written (disk full), say so and\n"
     "                         train on; by default the run stops (the previous checkpoint stays valid)\n"
+    "  --sync-save            training waits while a periodic checkpoint is written (by default it\n"
+    "                         is written in the background while the next steps run; the last one\n"
+    "                         is always written before the run ends)\n"
+    "  --save-staging SIZE    host memory a background save may copy parts of the state into so that\n"
+    "                         the optimizer need not wait for the disk, e.g. 8GiB; 0: none (default:\n"
+    "                         half the host memory available when the save starts)\n"
     "  --help\n";
 
 enum {
@@ -67,7 +73,7 @@ enum {
     OPT_SEQ, OPT_BATCH, OPT_MICRO, OPT_STEPS, OPT_LR, OPT_SCHEDULE, OPT_WARMUP, OPT_MIN_LR, OPT_WD,
     OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_CLIP, OPT_BACKEND, OPT_THREADS, OPT_SLOTS, OPT_OPT_THREADS,
     OPT_LM_CHUNK, OPT_OUT, OPT_RESUME, OPT_CKPT_EVERY, OPT_EVAL_EVERY, OPT_EVAL_BATCHES, OPT_KEEP, OPT_MAX_SKIPS, OPT_GPU_MEM, OPT_CONTINUE_ON_SAVE_ERROR,
-    OPT_MOMENTS, OPT_OPT_CORES, OPT_HELP
+    OPT_MOMENTS, OPT_OPT_CORES, OPT_SYNC_SAVE, OPT_SAVE_STAGING, OPT_HELP
 };
 
 static const struct option long_options[] = {
@@ -90,6 +96,7 @@ static const struct option long_options[] = {
     {"gpu-mem", required_argument, 0, OPT_GPU_MEM},
     {"continue-on-save-error", no_argument, 0, OPT_CONTINUE_ON_SAVE_ERROR},
     {"moments", required_argument, 0, OPT_MOMENTS}, {"opt-cores", required_argument, 0, OPT_OPT_CORES},
+    {"sync-save", no_argument, 0, OPT_SYNC_SAVE}, {"save-staging", required_argument, 0, OPT_SAVE_STAGING},
     {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
 
 /* Whole-string numbers only: "12x" and "" are refused, naming the option. */
@@ -172,6 +179,13 @@ int mt_cli_parse_train(int argc, char **argv, const char *command, mt_train_opti
         case OPT_GPU_MEM:
             if (mt_cli_parse_bytes(optarg, &o->gpu_mem) != 0) {
                 fprintf(stderr, "megatrain: error: --gpu-mem wants a size such as 24GiB, got '%s'\n", optarg);
+                bad = 1;
+            }
+            break;
+        case OPT_SYNC_SAVE: o->sync_save = 1; break;
+        case OPT_SAVE_STAGING:
+            if (mt_cli_parse_bytes(optarg, &o->save_staging) != 0) {
+                fprintf(stderr, "megatrain: error: --save-staging wants a size such as 8GiB, got '%s'\n", optarg);
                 bad = 1;
             }
             break;

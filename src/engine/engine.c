@@ -257,3 +257,16 @@ void mt_engine_destroy(mt_engine *e) {
     free(e->events);
     free(e);
 }
+
+/* The optimizer thread reads the guard without the lock: it takes opt_lock to pick up each job,
+ * and the guard only changes between jobs. */
+void mt_engine_set_update_guard(mt_engine *e, void (*before_update)(void *ctx, int unit), void *ctx) {
+    pthread_mutex_lock(&e->opt_lock);
+    e->guard = before_update;
+    e->guard_ctx = ctx;
+    pthread_mutex_unlock(&e->opt_lock);
+}
+
+void mt_engine_guard_unit(mt_engine *e, int u) {
+    if (e->guard) e->guard(e->guard_ctx, u);
+}

@@ -107,5 +107,10 @@ void mt_engine_fault_next_step(mt_engine *e);
 const float *mt_engine_host_grads(const mt_engine *e);
 /* Waits until every pending update has been applied; returns the number of updates so far. */
 int64_t mt_engine_finish(mt_engine *e);
+/* `before_update(ctx, u)` runs on the optimizer thread before it writes anything of unit u
+ * (masters, moments, working weights); NULL removes it. A checkpoint written while training goes
+ * on (train/saver.h) uses it to take unit u's state before the next step changes it. Set it
+ * while no step is in flight (after mt_engine_finish). */
+void mt_engine_set_update_guard(mt_engine *e, void (*before_update)(void *ctx, int unit), void *ctx);
 
 #endif

@@ -88,6 +88,8 @@ struct mt_engine {
     double job_block_seconds;  /* the running job's time on blocks so far; optimizer thread only */
     double job_update_seconds; /* the running job's time updating (not waiting) so far; likewise */
     int *opt_cores, num_opt_cores; /* the optimizer team's cores (pinned), or none */
+    void (*guard)(void *ctx, int unit); /* mt_engine_set_update_guard's; set under opt_lock */
+    void *guard_ctx;
 
     /* cleanup lists */
     void **allocs, **host_allocs;
@@ -98,5 +100,7 @@ struct mt_engine {
 mt_status mt_engine_optimizer_start(mt_engine *e);
 void mt_engine_optimizer_stop(mt_engine *e);
 void mt_engine_optimizer_post(mt_engine *e, const mt_opt_job *job);
+/* The optimizer calls this before it updates unit u: runs the update guard, if any. */
+void mt_engine_guard_unit(mt_engine *e, int u);
 
 #endif

@@ -19,26 +19,44 @@ static mt_adamw_params adamw_params(const mt_engine *e, const mt_opt_job *job, i
                              .grad_scale = job->grad_scale};
 }
 
-static void update_unit(mt_engine *e, const mt_opt_job *job, int64_t adam_step, int u) {
+/* Piece `piece` of `pieces` of unit u: element ranges cut on moment-block boundaries, so that no
+ * 8-bit block is requantized by two pieces (updating piece by piece gives the same bits as the
+ * whole unit at once). */
+static void update_unit_piece(mt_engine *e, const mt_opt_job *job, int64_t adam_step, int u, int piece,
+                              int pieces) {
+    mt_engine_guard_unit(e, u);
     mt_store *s = e->store;
     const mt_unit *unit = &e->lay->units[u];
     size_t wsize = mt_dtype_size(s->weight_dtype);
     mt_adamw_params p = adamw_params(e, job, adam_step);
+    int64_t end = unit->offset + unit->numel, block = MT_MOMENTS_BLOCK;
+    int64_t lo = (unit->offset + unit->numel * piece / pieces + block - 1) / block * block;
+    int64_t hi = piece + 1 == pieces ? end : (unit->offset + unit->numel * (piece + 1) / pieces + block - 1) / block * block;
+    if (piece == 0) lo = unit->offset;
+    if (hi > end) hi = end;
     double t0 = mt_now();
     for (int i = 0; i < unit->num_tensors; i++) {
         const mt_tensor *t = &e->lay->tensors[unit->first_tensor + i];
-        int64_t at = unit->offset + t->offset;
-        mt_adamw_update_moments(&p, t->decay, s->master + at, &s->moments, (size_t)at, e->grad_home[u] + t->offset,
-                                (char *)s->weights + at * (int64_t)wsize, s->weight_dtype,
-                                (size_t)t->rows * t->cols, e->o.opt_threads);
+        int64_t from = unit->offset + t->offset, to = from + (int64_t)t->rows * t->cols;
+        if (from < lo) from = lo;
+        if (to > hi) to = hi;
+        if (from >= to) continue;
+        mt_adamw_update_moments(&p, t->decay, s->master + from, &s->moments, (size_t)from,
+                                e->grad_home[u] + (from - unit->offset), (char *)s->weights + from * (int64_t)wsize,
+                                s->weight_dtype, (size_t)(to - from), e->o.opt_threads);
     }
     if (unit->kind == MT_UNIT_BLOCK) e->job_block_seconds += mt_now() - t0;
+}
+
+static void update_unit(mt_engine *e, const mt_opt_job *job, int64_t adam_step, int u) {
+    update_unit_piece(e, job, adam_step, u, 0, 1);
 }
 
 /* The embedding rows whose mask entry equals `which` (AdamW is elementwise, so updating the rows
  * in two parts gives the same bits as one pass with fp32 moments). */
 static void update_embedding_rows(mt_engine *e, const mt_opt_job *job, int64_t adam_step, const uint8_t *mask,
                                   uint8_t which) {
+    mt_engine_guard_unit(e, 0);
     mt_store *s = e->store;
     const mt_tensor *t = mt_layout_tensor(e->lay, 0, MT_T_WTE);
     size_t wsize = mt_dtype_size(s->weight_dtype);
@@ -62,17 +80,28 @@ static void run_deferred(mt_engine *e, const mt_opt_job *job, int64_t adam_step)
 
 /* Overlapped (no clipping): gradients arrive in backward order (the head, the embedding's early
  * part, blocks L-1..0, the embedding's input rows), but the next forward needs them the other way
- * round. Parts: 0 the embedding's input rows, 1 its other rows, 2 + l block l, L + 2 the head.
- * While the backward runs, blocks go oldest first: the issuing thread reuses a block's gradient
- * buffer only once its update is done. Once it is over, the backlog drains in the order the next
- * forward needs it, while that forward already runs. The head is needed last of all, so it waits
- * for a moment when nothing else is home (its update is the longest; taken first, as it arrives,
- * it would hold up the blocks behind it). */
-static int part_unit(const mt_engine *e, int part) { return part < 2 ? 0 : part - 1; }
+ * round. Parts: 0 the embedding's input rows, 1 its other rows, 2 + l block l, then the head in
+ * pieces. While the backward runs, blocks go oldest first: the issuing thread reuses a block's
+ * gradient buffer only once its update is done. Once it is over, the backlog drains in the order
+ * the next forward needs it, while that forward already runs. The head is needed last of all:
+ * its pieces fill the moments when nothing else is home. Whole, its update (the largest) would
+ * hold up the blocks arriving behind it. */
+static int head_pieces(const mt_engine *e) {
+    int64_t piece = e->lay->max_block_numel / 4 > 0 ? e->lay->max_block_numel / 4 : 1;
+    int64_t pieces = (e->lay->units[e->U - 1].numel + piece - 1) / piece;
+    return pieces < 1 ? 1 : (int)pieces;
+}
 
-/* The i-th part to come home. */
-static int part_arriving(const mt_engine *e, int i) {
-    return i == 0 ? e->L + 2 : i == 1 ? 1 : i == e->L + 2 ? 0 : e->L + 3 - i;
+static int part_unit(const mt_engine *e, int part) {
+    return part < 2 ? 0 : part < e->L + 2 ? part - 1 : e->U - 1;
+}
+
+/* The i-th part to come home (the head's pieces all at once, first). */
+static int part_arriving(const mt_engine *e, int i, int parts) {
+    int head = e->L + 2;
+    if (i < parts - head) return head + i;
+    i -= parts - head;
+    return i == 0 ? 1 : i == e->L + 1 ? 0 : e->L + 2 - i;
 }
 
 static int part_ready(mt_engine *e, const mt_opt_job *job, int part, int wait) {
@@ -84,56 +113,38 @@ static int part_ready(mt_engine *e, const mt_opt_job *job, int part, int wait) {
     return 1;
 }
 
-static int backward_running(const mt_engine *e, const mt_opt_job *job) {
-    return mt_flag_peek(&e->grads_issued[mt_unit_block(0)]) < job->generation + 1;
-}
-
-/* The head may go once the embedding's early part is done or the backward is over. */
-static int head_allowed(const mt_engine *e, const mt_opt_job *job, const uint8_t *done) {
-    return done[1] || !backward_running(e, job);
-}
-
 /* The part to update next among those home, or -1 when none is. */
-static int pick_ready(mt_engine *e, const mt_opt_job *job, const uint8_t *done) {
+static int pick_ready(mt_engine *e, const mt_opt_job *job, const uint8_t *done, int parts) {
     for (int part = 0; part < 2; part++)
         if (!done[part] && part_ready(e, job, part, 0)) return part;
-    int oldest_first = backward_running(e, job);
+    int oldest_first = mt_flag_peek(&e->grads_issued[mt_unit_block(0)]) < job->generation + 1;
     for (int i = 0; i < e->L; i++) {
         int part = 2 + (oldest_first ? e->L - 1 - i : i);
         if (!done[part] && part_ready(e, job, part, 0)) return part;
     }
-    int head = e->L + 2;
-    return !done[head] && head_allowed(e, job, done) && part_ready(e, job, head, 0) ? head : -1;
-}
-
-/* Nothing is home: waits for the next part to arrive that may go, and returns it. */
-static int wait_next(mt_engine *e, const mt_opt_job *job, const uint8_t *done) {
-    int head = e->L + 2;
-    for (int i = 0; i < e->L + 3; i++) {
-        int part = part_arriving(e, i);
-        if (done[part] || (part == head && !head_allowed(e, job, done))) continue;
-        part_ready(e, job, part, 1);
-        return part;
-    }
-    return -1; /* unreachable: a part not done is always left to wait for */
+    for (int part = e->L + 2; part < parts; part++)
+        if (!done[part]) return part_ready(e, job, part, 0) ? part : -1;
+    return -1;
 }
 
 static void run_overlapped(mt_engine *e, const mt_opt_job *job, int64_t adam_step) {
-    int parts = e->L + 3;
+    int head = e->L + 2, pieces = head_pieces(e), parts = head + pieces;
     uint8_t done[parts];
     memset(done, 0, sizeof done);
     const uint8_t *mask = e->input_rows[job->generation % 2];
     for (int left = parts; left > 0; left--) {
-        int pick = pick_ready(e, job, done);
-        if (pick < 0) pick = wait_next(e, job, done);
+        int pick = pick_ready(e, job, done, parts);
+        for (int i = 0; pick < 0; i++) /* nothing is home: wait for the next part to arrive */
+            if (!done[part_arriving(e, i, parts)]) part_ready(e, job, pick = part_arriving(e, i, parts), 1);
         double t0 = mt_now();
         if (pick == 0) update_embedding_rows(e, job, adam_step, mask, 1);
         else if (pick == 1) update_embedding_rows(e, job, adam_step, mask, 0);
-        else update_unit(e, job, adam_step, part_unit(e, pick));
+        else if (pick < head) update_unit(e, job, adam_step, part_unit(e, pick));
+        else update_unit_piece(e, job, adam_step, e->U - 1, pick - head, pieces);
         e->job_update_seconds += mt_now() - t0;
-        if (pick == 1) mt_flag_set(&e->embed_early_done, job->generation + 1);
-        else mt_flag_set(&e->updated[part_unit(e, pick)], job->generation + 1);
         done[pick] = 1;
+        if (pick == 1) mt_flag_set(&e->embed_early_done, job->generation + 1);
+        else if (pick < head || pick == parts - 1) mt_flag_set(&e->updated[part_unit(e, pick)], job->generation + 1);
     }
 }
 

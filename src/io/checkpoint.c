@@ -65,20 +65,6 @@ static mt_status write_all(int fd, const void *data, size_t bytes, const char *p
     return MT_OK;
 }
 
-/* Creates `path` holding head then body, durably. */
-static mt_status write_file(const char *path, const void *head, size_t head_bytes,
-                            const void *body, size_t body_bytes) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) return mt_fail(MT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-    mt_status st = write_all(fd, head, head_bytes, path);
-    if (st == MT_OK) st = write_all(fd, body, body_bytes, path);
-    if (st == MT_OK && fsync(fd) != 0)
-        st = mt_fail(MT_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
-    if (close(fd) != 0 && st == MT_OK)
-        st = mt_fail(MT_ERR_IO, "%s: close failed: %s", path, strerror(errno));
-    return st;
-}
-
 static mt_status fsync_dir(const char *path) {
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return mt_fail(MT_ERR_IO, "%s: cannot open directory: %s", path, strerror(errno));
@@ -107,19 +93,12 @@ static mt_status remove_flat_dir(const char *dir) {
     return st;
 }
 
-static mt_status write_blob(const char *tmp, const mt_ckpt_blob *blob, json_t *list) {
-    char path[PATH_MAX];
-    MT_TRY(blob_path(path, tmp, blob->name));
-    blob_header h = {.version = BLOB_VERSION, .header_bytes = sizeof h,
-                     .payload_bytes = blob->bytes};
-    memcpy(h.magic, blob_magic, sizeof h.magic);
-    MT_TRY(write_file(path, &h, sizeof h, blob->data, blob->bytes));
-    char hash[17], file[256];
-    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)XXH64(blob->data, blob->bytes, 0));
-    snprintf(file, sizeof file, "%s.bin", blob->name);
-    json_array_append_new(list, json_pack("{s:s, s:s, s:I, s:s}", "name", blob->name, "file",
-                                          file, "bytes", (json_int_t)blob->bytes, "xxh64", hash));
-    return MT_OK;
+/* Makes `fd` durable and closes it (closed either way). */
+static mt_status sync_close(int fd, const char *path) {
+    mt_status st = MT_OK;
+    if (fsync(fd) != 0) st = mt_fail(MT_ERR_IO, "%s: fsync failed: %s", path, strerror(errno));
+    if (close(fd) != 0 && st == MT_OK) st = mt_fail(MT_ERR_IO, "%s: close failed: %s", path, strerror(errno));
+    return st;
 }
 
 static mt_status write_manifest(const char *tmp, json_t *manifest) {
@@ -127,26 +106,19 @@ static mt_status write_manifest(const char *tmp, json_t *manifest) {
     MT_TRY(join(path, tmp, MANIFEST));
     char *text = json_dumps(manifest, JSON_INDENT(1) | JSON_SORT_KEYS);
     if (!text) return mt_fail(MT_ERR_NOMEM, "%s: cannot serialize the manifest", path);
-    mt_status st = write_file(path, text, strlen(text), "\n", 1);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    mt_status st = fd < 0 ? mt_fail(MT_ERR_IO, "%s: cannot create: %s", path, strerror(errno)) : MT_OK;
+    if (st == MT_OK) st = write_all(fd, text, strlen(text), path);
+    if (st == MT_OK) st = write_all(fd, "\n", 1, path);
+    if (fd >= 0) {
+        mt_status closed = sync_close(fd, path);
+        if (st == MT_OK) st = closed;
+    }
     free(text);
     return st;
 }
 
-/* Every blob, then the manifest, then the directory itself, durably. */
-static mt_status fill_dir(const char *tmp, const mt_ckpt_blob *blobs, int count, const json_t *meta) {
-    json_t *list = json_array();
-    json_t *meta_ref = meta ? json_incref((json_t *)meta) : json_object();
-    json_t *manifest = json_pack("{s:s, s:i, s:o, s:o}", "format", CKPT_FORMAT, "version",
-                                 CKPT_VERSION, "meta", meta_ref, "blobs", list);
-    mt_status st = manifest ? MT_OK : mt_fail(MT_ERR_NOMEM, "%s: cannot build the manifest", tmp);
-    for (int i = 0; st == MT_OK && i < count; i++) st = write_blob(tmp, &blobs[i], list);
-    if (st == MT_OK) st = write_manifest(tmp, manifest);
-    if (st == MT_OK) st = fsync_dir(tmp);
-    json_decref(manifest);
-    return st;
-}
-
-static mt_status check_blobs(const char *dir, const mt_ckpt_blob *blobs, int count) {
+static mt_status check_names(const char *dir, const mt_ckpt_blob_size *blobs, int count) {
     for (int i = 0; i < count; i++) {
         if (!blobs[i].name || !valid_blob_name(blobs[i].name))
             return mt_fail(MT_ERR_INVALID, "%s: bad blob name '%s' (use letters, digits, _ - .)",
@@ -195,24 +167,150 @@ static mt_status install(const char *tmp, const char *dir) {
     return MT_OK;
 }
 
-mt_status mt_checkpoint_write(const char *dir, const mt_ckpt_blob *blobs, int count,
-                              const json_t *meta) {
-    MT_TRY(check_blobs(dir, blobs, count));
-    char tmp[PATH_MAX];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", dir) >= (int)sizeof tmp)
-        return mt_fail(MT_ERR_INVALID, "%s: checkpoint path too long", dir);
-    if (!mkdtemp(tmp))
-        return mt_fail(MT_ERR_IO, "%s: cannot create the temporary checkpoint directory: %s", dir,
-                       strerror(errno));
-    mt_status st = fill_dir(tmp, blobs, count, meta);
-    if (st == MT_OK) st = install(tmp, dir);
-    if (st != MT_OK) {
-        char why[1024];
-        snprintf(why, sizeof why, "%s", mt_error());
-        remove_flat_dir(tmp); /* already gone when the rename succeeded */
-        return mt_fail(st, "writing checkpoint %s: %s", dir, why);
+/* ---- the streaming writer ---- */
+
+typedef struct {
+    char name[256], path[PATH_MAX];
+    int fd;                /* -1 once closed */
+    size_t bytes, written;
+    XXH64_state_t *hash;
+} blob_file;
+
+struct mt_ckpt_writer {
+    char dir[PATH_MAX], tmp[PATH_MAX];
+    int count;
+    blob_file *blobs;      /* [count] */
+};
+
+/* Closes what is open, deletes the temp dir (gone already once installed), frees w. */
+static void discard(mt_ckpt_writer *w) {
+    for (int i = 0; i < w->count; i++) {
+        if (w->blobs[i].fd >= 0) close(w->blobs[i].fd);
+        XXH64_freeState(w->blobs[i].hash);
+    }
+    if (w->tmp[0] && access(w->tmp, F_OK) == 0) remove_flat_dir(w->tmp);
+    free(w->blobs);
+    free(w);
+}
+
+/* Every failure of the writer: the message names the checkpoint, and the writer is gone. */
+static mt_status fail_writer(mt_ckpt_writer *w, mt_status st) {
+    char why[1024], dir[PATH_MAX];
+    snprintf(why, sizeof why, "%s", mt_error());
+    snprintf(dir, sizeof dir, "%s", w->dir);
+    discard(w);
+    return mt_fail(st, "writing checkpoint %s: %s", dir, why);
+}
+
+/* Creates blob file b with its header; its payload follows by appends. */
+static mt_status open_blob(mt_ckpt_writer *w, blob_file *b) {
+    char file[256 + 8];
+    snprintf(file, sizeof file, "%s.bin", b->name);
+    MT_TRY(join(b->path, w->tmp, file));
+    b->hash = XXH64_createState();
+    if (!b->hash) return mt_fail(MT_ERR_NOMEM, "%s: cannot allocate a checksum state", b->path);
+    XXH64_reset(b->hash, 0);
+    b->fd = open(b->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (b->fd < 0) return mt_fail(MT_ERR_IO, "%s: cannot create: %s", b->path, strerror(errno));
+    blob_header h = {.version = BLOB_VERSION, .header_bytes = sizeof h, .payload_bytes = b->bytes};
+    memcpy(h.magic, blob_magic, sizeof h.magic);
+    return write_all(b->fd, &h, sizeof h, b->path);
+}
+
+mt_status mt_checkpoint_begin(mt_ckpt_writer **out, const char *dir, const mt_ckpt_blob_size *blobs,
+                              int count) {
+    *out = NULL;
+    MT_TRY(check_names(dir, blobs, count));
+    mt_ckpt_writer *w = calloc(1, sizeof *w);
+    blob_file *files = calloc((size_t)count + 1, sizeof *files);
+    if (!w || !files) {
+        free(w);
+        free(files);
+        return mt_fail(MT_ERR_NOMEM, "%s: cannot start a checkpoint write", dir);
+    }
+    w->blobs = files;
+    snprintf(w->dir, sizeof w->dir, "%s", dir);
+    for (int i = 0; i < count; i++) {
+        snprintf(files[i].name, sizeof files[i].name, "%s", blobs[i].name);
+        files[i].bytes = blobs[i].bytes;
+        files[i].fd = -1;
+    }
+    if (snprintf(w->tmp, sizeof w->tmp, "%s.tmp-XXXXXX", dir) >= (int)sizeof w->tmp) {
+        w->tmp[0] = '\0';
+        return fail_writer(w, mt_fail(MT_ERR_INVALID, "checkpoint path too long"));
+    }
+    if (!mkdtemp(w->tmp)) {
+        w->tmp[0] = '\0';
+        return fail_writer(w, mt_fail(MT_ERR_IO, "cannot create the temporary checkpoint directory: %s",
+                                      strerror(errno)));
+    }
+    for (; w->count < count; w->count++) {
+        mt_status st = open_blob(w, &files[w->count]);
+        if (st != MT_OK) {
+            w->count++; /* discard closes this one too */
+            return fail_writer(w, st);
+        }
+    }
+    *out = w;
+    return MT_OK;
+}
+
+mt_status mt_checkpoint_append(mt_ckpt_writer *w, int blob, const void *data, size_t bytes) {
+    blob_file *b = &w->blobs[blob];
+    if (bytes > b->bytes - b->written)
+        return fail_writer(w, mt_fail(MT_ERR_INVALID, "%s: %zu more bytes than the %zu declared", b->path,
+                                      b->written + bytes - b->bytes, b->bytes));
+    mt_status st = write_all(b->fd, data, bytes, b->path);
+    if (st != MT_OK) return fail_writer(w, st);
+    XXH64_update(b->hash, data, bytes);
+    b->written += bytes;
+    return MT_OK;
+}
+
+/* Each blob complete and durable, listed with its checksum. */
+static mt_status close_blobs(mt_ckpt_writer *w, json_t *list) {
+    for (int i = 0; i < w->count; i++) {
+        blob_file *b = &w->blobs[i];
+        if (b->written != b->bytes)
+            return mt_fail(MT_ERR_INVALID, "%s: %zu bytes written of the %zu declared", b->path, b->written,
+                           b->bytes);
+        int fd = b->fd;
+        b->fd = -1;
+        MT_TRY(sync_close(fd, b->path));
+        char hash[17], file[256 + 8];
+        snprintf(hash, sizeof hash, "%016llx", (unsigned long long)XXH64_digest(b->hash));
+        snprintf(file, sizeof file, "%s.bin", b->name);
+        json_array_append_new(list, json_pack("{s:s, s:s, s:I, s:s}", "name", b->name, "file", file, "bytes",
+                                              (json_int_t)b->bytes, "xxh64", hash));
     }
     return MT_OK;
+}
+
+mt_status mt_checkpoint_finish(mt_ckpt_writer *w, const json_t *meta) {
+    json_t *list = json_array();
+    json_t *meta_ref = meta ? json_incref((json_t *)meta) : json_object();
+    json_t *manifest = json_pack("{s:s, s:i, s:o, s:o}", "format", CKPT_FORMAT, "version", CKPT_VERSION,
+                                 "meta", meta_ref, "blobs", list);
+    mt_status st = manifest ? MT_OK : mt_fail(MT_ERR_NOMEM, "%s: cannot build the manifest", w->tmp);
+    if (st == MT_OK) st = close_blobs(w, list);
+    if (st == MT_OK) st = write_manifest(w->tmp, manifest);
+    if (st == MT_OK) st = fsync_dir(w->tmp);
+    if (st == MT_OK) st = install(w->tmp, w->dir);
+    json_decref(manifest);
+    if (st != MT_OK) return fail_writer(w, st);
+    discard(w);
+    return MT_OK;
+}
+
+mt_status mt_checkpoint_write(const char *dir, const mt_ckpt_blob *blobs, int count,
+                              const json_t *meta) {
+    mt_ckpt_blob_size sizes[count > 0 ? count : 1];
+    memset(sizes, 0, sizeof sizes);
+    for (int i = 0; i < count; i++) sizes[i] = (mt_ckpt_blob_size){blobs[i].name, blobs[i].bytes};
+    mt_ckpt_writer *w;
+    MT_TRY(mt_checkpoint_begin(&w, dir, sizes, count));
+    for (int i = 0; i < count; i++) MT_TRY(mt_checkpoint_append(w, i, blobs[i].data, blobs[i].bytes));
+    return mt_checkpoint_finish(w, meta);
 }
 
 /* ---- reading ---- */

@@ -29,6 +29,23 @@ typedef struct {
 mt_status mt_checkpoint_write(const char *dir, const mt_ckpt_blob *blobs, int count,
                               const json_t *meta);
 
+/* The same checkpoint written piece by piece, for a writer that walks memory in its own order:
+ * the blobs and their sizes are declared up front, then each blob's payload is appended in order
+ * (appends to different blobs may interleave), its checksum computed as it goes; finish writes
+ * the manifest and installs the directory exactly as mt_checkpoint_write does (which is begin,
+ * one append per blob, finish). A call that fails removes the temp dir and frees the writer;
+ * after a failure, call nothing more on it. */
+typedef struct mt_ckpt_writer mt_ckpt_writer;
+typedef struct {
+    const char *name;  /* as mt_ckpt_blob's */
+    size_t bytes;
+} mt_ckpt_blob_size;
+mt_status mt_checkpoint_begin(mt_ckpt_writer **writer, const char *dir, const mt_ckpt_blob_size *blobs,
+                              int count);
+mt_status mt_checkpoint_append(mt_ckpt_writer *writer, int blob, const void *data, size_t bytes);
+/* Fails when a blob got fewer bytes than declared. Frees the writer either way. */
+mt_status mt_checkpoint_finish(mt_ckpt_writer *writer, const json_t *meta);
+
 /* Reads blob `name` into dst, which must be exactly `bytes` long; verifies header, size and
  * checksum and names the file on any mismatch. */
 mt_status mt_checkpoint_read(const char *dir, const char *name, void *dst, size_t bytes);

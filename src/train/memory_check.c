@@ -50,7 +50,7 @@ static int64_t cgroup_headroom(void) {
     return used < limit ? limit - used : 0;
 }
 
-static int64_t host_available(void) {
+int64_t mt_host_available(void) {
     int64_t mem = meminfo_available(), cg = cgroup_headroom();
     if (mem < 0) return cg;
     return cg >= 0 && cg < mem ? cg : mem;
@@ -65,7 +65,7 @@ mt_memory_fit mt_memory_fit_of(const mt_layout *layout, mt_backend *be, const mt
     /* A backend with no separate device memory reports it as unlimited (cpu). */
     int separate = dev_free != SIZE_MAX;
     mt_memory_fit fit = {.host_needed = s.weights + s.master + s.moments + d.host_grads + d.host_staging,
-                         .host_available = host_available(), .device_available = -1};
+                         .host_available = mt_host_available(), .device_available = -1};
     if (separate) {
         fit.device_needed = d.total;
         fit.device_available = (int64_t)dev_free;

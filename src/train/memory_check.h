@@ -20,6 +20,9 @@ typedef struct {
     int64_t device_available;  /* the backend's free device memory; -1: none separate */
 } mt_memory_fit;
 
+/* Host memory available now: MemAvailable, capped by a cgroup v2 memory.max; -1 when unknown. */
+int64_t mt_host_available(void);
+
 /* What a run of this layout, backend and engine shape needs, and what the machine has now. */
 mt_memory_fit mt_memory_fit_of(const mt_layout *layout, mt_backend *be, const mt_engine_options *eo,
                                mt_moments_format moments);

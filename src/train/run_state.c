@@ -15,28 +15,39 @@
 
 /* The moment blobs of a store in its format: adam_m and adam_v (fp32 checkpoints keep the
  * names they always had), plus the block scales of 8-bit moments. Returns the count. */
-static int moment_blobs(const mt_store *s, mt_ckpt_blob *blobs) {
+static int moment_blobs(const mt_store *s, mt_run_blob *blobs) {
     const mt_moments *mom = &s->moments;
-    size_t bytes = mom->n * mt_moments_value_size(mom->format), scales = mt_moments_blocks(mom->n) * sizeof(float);
-    blobs[0] = (mt_ckpt_blob){"adam_m", mom->m, bytes};
-    blobs[1] = (mt_ckpt_blob){"adam_v", mom->v, bytes};
+    size_t value = mt_moments_value_size(mom->format), blocks = mt_moments_blocks(mom->n);
+    blobs[0] = (mt_run_blob){"adam_m", mom->m, value, 1, mom->n};
+    blobs[1] = (mt_run_blob){"adam_v", mom->v, value, 1, mom->n};
     if (mom->format != MT_MOMENTS_8BIT) return 2;
-    blobs[2] = (mt_ckpt_blob){"adam_m_scale", mom->m_scale, scales};
-    blobs[3] = (mt_ckpt_blob){"adam_v_scale", mom->v_scale, scales};
+    blobs[2] = (mt_run_blob){"adam_m_scale", mom->m_scale, sizeof(float), MT_MOMENTS_BLOCK, blocks};
+    blobs[3] = (mt_run_blob){"adam_v_scale", mom->v_scale, sizeof(float), MT_MOMENTS_BLOCK, blocks};
     return 4;
+}
+
+int mt_run_blobs(const mt_store *s, mt_run_blob blobs[MT_RUN_MAX_BLOBS]) {
+    blobs[0] = (mt_run_blob){"master", s->master, sizeof(float), 1, (size_t)s->layout->total_numel};
+    return 1 + moment_blobs(s, blobs + 1);
+}
+
+json_t *mt_run_meta(const mt_store *s, const mt_run_progress *p) {
+    return json_pack("{s:s, s:i, s:I, s:I, s:s, s:o, s:o}", "format", RUN_FORMAT, "version", RUN_VERSION,
+                     "step", (json_int_t)p->step, "adam_step", (json_int_t)p->adam_step,
+                     "moments", mt_moments_format_name(s->moments.format),
+                     "sampler", mt_sampler_state_to_json(&p->sampler),
+                     "config", mt_hf_config_to_json(&s->layout->cfg, "float32"));
 }
 
 mt_status mt_run_save(const char *run_dir, const mt_store *s, const mt_run_progress *p, int keep) {
     char path[4096];
     MT_TRY(mt_checkpoint_path(path, sizeof path, run_dir, p->step));
-    size_t bytes = (size_t)s->layout->total_numel * sizeof(float);
-    mt_ckpt_blob blobs[5] = {{"master", s->master, bytes}};
-    int count = 1 + moment_blobs(s, blobs + 1);
-    json_t *meta = json_pack("{s:s, s:i, s:I, s:I, s:s, s:o, s:o}", "format", RUN_FORMAT, "version", RUN_VERSION,
-                             "step", (json_int_t)p->step, "adam_step", (json_int_t)p->adam_step,
-                             "moments", mt_moments_format_name(s->moments.format),
-                             "sampler", mt_sampler_state_to_json(&p->sampler),
-                             "config", mt_hf_config_to_json(&s->layout->cfg, "float32"));
+    mt_run_blob state[MT_RUN_MAX_BLOBS];
+    mt_ckpt_blob blobs[MT_RUN_MAX_BLOBS];
+    int count = mt_run_blobs(s, state);
+    for (int i = 0; i < count; i++)
+        blobs[i] = (mt_ckpt_blob){state[i].name, state[i].data, state[i].items * state[i].item_bytes};
+    json_t *meta = mt_run_meta(s, p);
     if (!meta) return mt_fail(MT_ERR_NOMEM, "%s: cannot build the checkpoint metadata", path);
     mt_status rc = mt_checkpoint_write(path, blobs, count, meta);
     json_decref(meta);
@@ -139,12 +150,11 @@ mt_status mt_run_load(const char *checkpoint, mt_store *s, mt_run_progress *p) {
     }
     json_decref(meta);
     MT_TRY(rc);
-    size_t bytes = (size_t)s->layout->total_numel * sizeof(float);
-    MT_TRY(mt_checkpoint_read(checkpoint, "master", s->master, bytes));
-    mt_ckpt_blob blobs[4];
-    int count = moment_blobs(s, blobs);
-    /* The blobs point into the store's own (writable) moments. */
-    for (int i = 0; i < count; i++) MT_TRY(mt_checkpoint_read(checkpoint, blobs[i].name, (void *)blobs[i].data, blobs[i].bytes));
+    mt_run_blob blobs[MT_RUN_MAX_BLOBS];
+    int count = mt_run_blobs(s, blobs);
+    /* The blobs point into the store's own (writable) masters and moments. */
+    for (int i = 0; i < count; i++)
+        MT_TRY(mt_checkpoint_read(checkpoint, blobs[i].name, (void *)blobs[i].data, blobs[i].items * blobs[i].item_bytes));
     mt_store_sync_weights(s);
     return MT_OK;
 }

@@ -6,6 +6,7 @@
 #ifndef MT_TRAIN_RUN_STATE_H
 #define MT_TRAIN_RUN_STATE_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,6 +19,24 @@ typedef struct {
     mt_sampler_state sampler;
 } mt_run_progress;
 
+/* One class of the saved state as a checkpoint blob: `items` items of item_bytes each, item i
+ * covering elements [i * granule, (i + 1) * granule) of the layout (granule 1 for masters and
+ * moments, MT_MOMENTS_BLOCK for the 8-bit block scales). */
+typedef struct {
+    const char *name;
+    const void *data;
+    size_t item_bytes, granule, items;
+} mt_run_blob;
+
+#define MT_RUN_MAX_BLOBS 5
+
+/* The blobs of a store's state (master, the moments and their scales); returns the count. */
+int mt_run_blobs(const mt_store *store, mt_run_blob blobs[MT_RUN_MAX_BLOBS]);
+/* The checkpoint's metadata document (the caller owns it), or NULL when out of memory. */
+json_t *mt_run_meta(const mt_store *store, const mt_run_progress *progress);
+
+/* Writes run_dir/ckpt-<step> synchronously, then deletes all but the newest `keep` (0: keeps
+ * all). train/saver.h writes the same checkpoint while training goes on. */
 mt_status mt_run_save(const char *run_dir, const mt_store *store, const mt_run_progress *progress, int keep);
 
 /* The newest checkpoint under run_dir whose manifest and blob checksums verify; older ones are

@@ -23,6 +23,7 @@
 #include "train/options.h"
 #include "train/progress.h"
 #include "train/run_state.h"
+#include "train/saver.h"
 #include "train/step_watch.h"
 #include "util/fs.h"
 #include "util/log.h"
@@ -38,7 +39,8 @@ mt_train_options mt_train_defaults(void) {
                               .beta2 = 0.95f, .eps = 1e-8f, .max_grad_norm = 1.0f, .max_skips = 10,
                               .moments = "fp32",
                               .backend = "auto", .slots = 2, .lm_chunk = 512, .out_dir = "runs/demo",
-                              .ckpt_every = 200, .eval_every = 100, .eval_batches = 8, .keep = 2};
+                              .ckpt_every = 200, .eval_every = 100, .eval_batches = 8, .keep = 2,
+                              .save_staging = -1};
 }
 
 /* ---- signals: the first asks for a clean stop, the second ends the process at once ---- */
@@ -69,6 +71,7 @@ typedef struct {
     mt_store store;
     mt_engine *engine;
     mt_engine_options engine_options;
+    mt_saver *saver;            /* background checkpoints; NULL with --sync-save */
     mt_moments_format moments;
     mt_tokens tokens;
     mt_dataset data;
@@ -130,7 +133,14 @@ static mt_status open_data(run *r) {
 }
 
 static mt_status open_engine(run *r) {
-    return mt_engine_create(&r->engine, r->be, &r->store, &r->engine_options, r->progress.adam_step);
+    MT_TRY(mt_engine_create(&r->engine, r->be, &r->store, &r->engine_options, r->progress.adam_step));
+    if (r->o->sync_save) return MT_OK;
+    MT_TRY(mt_saver_create(&r->saver, &r->store, r->o->save_staging));
+    mt_engine_set_update_guard(r->engine, mt_saver_guard, r->saver);
+    /* Test hook MT_TEST_SAVE_UNIT_MS=N: background saves pause N ms before each unit. */
+    const char *slow = getenv("MT_TEST_SAVE_UNIT_MS");
+    if (slow) mt_saver_slow_down(r->saver, strtod(slow, NULL) / 1e3);
+    return MT_OK;
 }
 
 /* --resume: the newest good checkpoint. A run directory with no checkpoint at all starts from
@@ -209,6 +219,7 @@ static void close_run(run *r) {
     free(r->targets);
     if (r->metrics) mt_metrics_close(r->metrics);
     mt_engine_destroy(r->engine);
+    mt_saver_destroy(r->saver); /* after the engine: its optimizer calls the saver's guard */
     if (r->store.layout) mt_store_free(&r->store);
     if (r->be) r->be->ops->destroy(r->be);
     if (r->tokens_open) mt_tokens_close(&r->tokens);
@@ -234,10 +245,72 @@ static mt_status validate(run *r, double *loss) {
     return MT_OK;
 }
 
-static mt_status save(run *r) {
+/* The state to save is the step's: every update applied, the sampler where it stands. */
+static void capture_progress(run *r) {
     r->progress.adam_step = mt_engine_finish(r->engine);
     r->progress.sampler = r->data.state;
-    return mt_run_save(r->o->out_dir, &r->store, &r->progress, r->o->keep);
+}
+
+/* A periodic checkpoint's outcome: one that failed stops the run, unless
+ * --continue-on-save-error, and the previous checkpoint stays valid either way. */
+static mt_status report_save(run *r, mt_progress *pg, mt_status saved, int64_t step, const char *timing) {
+    if (saved == MT_OK) {
+        mt_progress_note(pg, "checkpoint at step %lld saved in %s: %s", (long long)step, r->o->out_dir, timing);
+        return MT_OK;
+    }
+    if (!r->o->continue_on_save_error) return saved;
+    mt_progress_note(pg, "step %lld: checkpoint NOT saved (%s); training goes on (--continue-on-save-error), "
+                     "the previous checkpoint stays valid", (long long)step, mt_error());
+    return MT_OK;
+}
+
+/* Waits for the checkpoint being written in the background, if any, and reports it. */
+static mt_status collect_save(run *r, mt_progress *pg) {
+    if (!r->saver || !mt_saver_in_flight(r->saver)) return MT_OK;
+    mt_save_report rep;
+    double t0 = mt_now();
+    mt_status saved = mt_saver_wait(r->saver, &rep);
+    double collect_seconds = mt_now() - t0;
+    char timing[160];
+    snprintf(timing, sizeof timing, "%.2f s writing, training waited %.2f s (the optimizer %.2f s, %.1f MB "
+             "copied aside)", rep.write_seconds, rep.guard_seconds + collect_seconds, rep.guard_seconds,
+             (double)rep.staged_bytes / 1e6);
+    return report_save(r, pg, saved, rep.step, timing);
+}
+
+/* A periodic checkpoint: written while training goes on, or with --sync-save before it does. */
+static mt_status save_periodic(run *r, mt_progress *pg) {
+    capture_progress(r);
+    if (r->saver) {
+        mt_status started = mt_saver_start(r->saver, r->o->out_dir, &r->progress, r->o->keep);
+        return started == MT_OK ? MT_OK : report_save(r, pg, started, r->progress.step, "");
+    }
+    double t0 = mt_now();
+    mt_status saved = mt_run_save(r->o->out_dir, &r->store, &r->progress, r->o->keep);
+    char timing[64];
+    snprintf(timing, sizeof timing, "%.2f s writing, training waited all of it (--sync-save)", mt_now() - t0);
+    return report_save(r, pg, saved, r->progress.step, timing);
+}
+
+/* After the loop, the background save in flight lands (or fails) before anything else is written.
+ * A loop that failed keeps its own error; a failed save is then logged beside it. */
+static mt_status settle_save(run *r, mt_progress *pg, mt_status rc) {
+    char why[1024];
+    snprintf(why, sizeof why, "%s", mt_error());
+    mt_status collected = collect_save(r, pg);
+    if (rc == MT_OK) return collected;
+    if (collected != MT_OK) mt_log_error("%s", mt_error());
+    return mt_fail(rc, "%s", why);
+}
+
+/* The last checkpoint, written before the run ends. */
+static mt_status save_final(run *r) {
+    capture_progress(r);
+    double t0 = mt_now();
+    MT_TRY(mt_run_save(r->o->out_dir, &r->store, &r->progress, r->o->keep));
+    mt_log_info("checkpoint at step %lld saved in %s (%.2f s)", (long long)r->progress.step, r->o->out_dir,
+                mt_now() - t0);
+    return MT_OK;
 }
 
 static void draw_curve(const run *r) {
@@ -299,6 +372,8 @@ static mt_status loop(run *r, mt_progress *pg) {
         mt_progress_step(pg, r->progress.step, s.loss, tokens_per_step, lr);
         MT_TRY(log_step(r, &s, lr, mt_progress_tokens_per_second(pg), mt_now() - pg->started));
         MT_TRY(mt_step_watch_after(&r->watch, r->progress.step, s.loss, s.skipped));
+        /* A background save is reported (and its failure acted on) as soon as it is through. */
+        if (r->saver && mt_saver_landed(r->saver)) MT_TRY(collect_save(r, pg));
         int last = r->progress.step == o->steps;
         if (o->eval_every > 0 && (r->progress.step % o->eval_every == 0 || last)) {
             double val;
@@ -310,12 +385,8 @@ static mt_status loop(run *r, mt_progress *pg) {
             draw_curve(r);
         }
         if (o->ckpt_every > 0 && r->progress.step % o->ckpt_every == 0 && !last) {
-            mt_status saved = save(r);
-            if (saved != MT_OK && !o->continue_on_save_error) return saved;
-            if (saved == MT_OK) mt_progress_note(pg, "step %lld: checkpoint saved", (long long)r->progress.step);
-            else mt_progress_note(pg, "step %lld: checkpoint NOT saved (%s); training goes on "
-                                  "(--continue-on-save-error), the previous checkpoint stays valid",
-                                  (long long)r->progress.step, mt_error());
+            MT_TRY(collect_save(r, pg));
+            MT_TRY(save_periodic(r, pg));
         }
     }
     return MT_OK;
@@ -330,10 +401,10 @@ mt_status mt_train(const mt_train_options *o) {
         mt_progress pg;
         mt_progress_start(&pg, o->progress, r.progress.step, o->steps);
         rc = loop(&r, &pg);
+        rc = settle_save(&r, &pg, rc);
         mt_progress_finish(&pg);
         if (rc == MT_OK || rc == MT_ERR_NUMERIC) {
-            mt_status saved = save(&r);
-            if (saved == MT_OK) mt_log_info("checkpoint at step %lld saved in %s", (long long)r.progress.step, o->out_dir);
+            mt_status saved = save_final(&r);
             if (rc == MT_OK) rc = saved;
         }
         draw_curve(&r);

@@ -2,12 +2,16 @@
  * maps an arena where TSan keeps its shadow memory), so this is a plain program: it trains a
  * tiny model with several schedules (slots, optimizer threads, micro-batches, clipping on and
  * off), runs evaluation and sampling passes between steps, and checks that every schedule ends
- * with bitwise-identical weights. TSan (halt_on_error=1) ends it non-zero on any race. */
+ * with bitwise-identical weights; and it writes checkpoints in the background while the optimizer
+ * goes on (train/saver.h, the writer slowed down so that the updates meet it), each of which
+ * must hold its step's masters and moments. TSan (halt_on_error=1) ends it non-zero on any race. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine.h"
+#include "io/checkpoint.h"
+#include "train/saver.h"
 #include "util/rng.h"
 
 enum { SEQ = 8, SEQUENCES = 4, STEPS = 3 };
@@ -24,8 +28,45 @@ static void check(int ok, const char *what) {
     else failures++, fprintf(stderr, "FAIL: %s\n", what);
 }
 
-/* Trains and returns the master weights (malloc'd), or NULL after reporting a failure. */
-static float *train(int slots, int threads, int micro_batches, float clip) {
+/* Background checkpoints of a run: after every step but the last, into dir, with this staging
+ * budget. */
+typedef struct {
+    const char *dir;
+    int64_t staging;
+} save_plan;
+
+/* The state a checkpoint must hold: the masters and moments right after the step. */
+typedef struct {
+    float *master, *m;
+} snapshot;
+
+static void take_snapshot(const mt_store *store, snapshot *snap) {
+    size_t bytes = (size_t)store->layout->total_numel * sizeof(float);
+    snap->master = malloc(bytes);
+    snap->m = malloc(bytes);
+    memcpy(snap->master, store->master, bytes);
+    memcpy(snap->m, store->moments.m, bytes);
+}
+
+/* Collects the save in flight and checks it against its step's snapshot. */
+static void check_save(mt_saver *saver, const save_plan *plan, snapshot *snap, size_t bytes) {
+    mt_save_report report;
+    check(mt_saver_wait(saver, &report) == MT_OK, "background save");
+    char path[4096];
+    mt_checkpoint_path(path, sizeof path, plan->dir, report.step);
+    float *got = malloc(bytes);
+    check(mt_checkpoint_read(path, "master", got, bytes) == MT_OK && memcmp(got, snap->master, bytes) == 0,
+          "the checkpoint holds its step's masters");
+    check(mt_checkpoint_read(path, "adam_m", got, bytes) == MT_OK && memcmp(got, snap->m, bytes) == 0,
+          "the checkpoint holds its step's first moments");
+    free(got);
+    free(snap->master);
+    free(snap->m);
+}
+
+/* Trains and returns the master weights (malloc'd), or NULL after reporting a failure; with a save
+ * plan, checkpoints are written while it trains. */
+static float *train(int slots, int threads, int micro_batches, float clip, const save_plan *plan) {
     mt_layout lay;
     mt_backend *be;
     mt_store store;
@@ -47,9 +88,22 @@ static float *train(int slots, int threads, int micro_batches, float clip) {
         fprintf(stderr, "engine: %s\n", mt_error());
         exit(1);
     }
+    mt_saver *saver = NULL;
+    snapshot snap = {0};
+    if (plan) {
+        check(mt_saver_create(&saver, &store, plan->staging) == MT_OK, "saver");
+        mt_saver_slow_down(saver, 0.002);
+        mt_engine_set_update_guard(engine, mt_saver_guard, saver);
+    }
     int32_t inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
     mt_rng rng = {11};
     for (int s = 0; s < STEPS; s++) {
+        if (saver && s > 0) {
+            if (mt_saver_in_flight(saver)) check_save(saver, plan, &snap, (size_t)lay.total_numel * sizeof(float));
+            mt_run_progress progress = {.step = s, .adam_step = mt_engine_finish(engine)};
+            take_snapshot(&store, &snap);
+            check(mt_saver_start(saver, plan->dir, &progress, 0) == MT_OK, "start a background save");
+        }
         for (int i = 0; i < SEQUENCES * SEQ; i++) {
             inputs[i] = (int32_t)(mt_rng_next(&rng) % (uint64_t)config.vocab_size);
             targets[i] = (int32_t)(mt_rng_next(&rng) % (uint64_t)config.vocab_size);
@@ -62,10 +116,12 @@ static float *train(int slots, int threads, int micro_batches, float clip) {
         check(mt_engine_next_logits(engine, inputs, SEQ, logits) == MT_OK, "logits");
     }
     check(mt_engine_finish(engine) == STEPS, "all updates applied");
+    if (saver) check_save(saver, plan, &snap, (size_t)lay.total_numel * sizeof(float));
     size_t n = (size_t)lay.total_numel;
     float *master = malloc(n * sizeof *master);
     memcpy(master, store.master, n * sizeof *master);
     mt_engine_destroy(engine);
+    mt_saver_destroy(saver);
     mt_store_free(&store);
     be->ops->destroy(be);
     mt_layout_free(&lay);
@@ -79,14 +135,29 @@ int main(void) {
     const float clips[] = {1.0f, 0.0f};
     const int variants[][3] = {{3, 2, 1}, {2, 2, 4}, {4, 1, 2}};
     for (int c = 0; c < 2; c++) {
-        float *want = train(2, 1, 1, clips[c]);
+        float *want = train(2, 1, 1, clips[c], NULL);
         for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
-            float *got = train(variants[v][0], variants[v][1], variants[v][2], clips[c]);
+            float *got = train(variants[v][0], variants[v][1], variants[v][2], clips[c], NULL);
             char what[128];
             snprintf(what, sizeof what, "slots %d, threads %d, micro-batches %d, clip %g: same weights",
                      variants[v][0], variants[v][1], variants[v][2], (double)clips[c]);
             check(memcmp(got, want, bytes) == 0, what);
             free(got);
+        }
+        /* Staging for every unit, and none (the optimizer waits for the writer). */
+        const int64_t budgets[] = {1 << 26, 0};
+        for (int b = 0; b < 2; b++) {
+            char dir[] = "/tmp/mt-tsan-save-XXXXXX", cleanup[64];
+            if (!mkdtemp(dir)) exit(1);
+            save_plan plan = {dir, budgets[b]};
+            float *got = train(2, 2, 1, clips[c], &plan);
+            char what[128];
+            snprintf(what, sizeof what, "background saves (staging %lld), clip %g: same weights",
+                     (long long)budgets[b], (double)clips[c]);
+            check(memcmp(got, want, bytes) == 0, what);
+            free(got);
+            snprintf(cleanup, sizeof cleanup, "rm -rf %s", dir);
+            check(system(cleanup) == 0, "remove the checkpoints");
         }
         free(want);
     }
