@@ -34,13 +34,13 @@ for mode in background sync; do
     flag=()
     [ "$mode" = sync ] && flag=(--sync-save)
     rm -rf "$work/run"
-    start=$(date +%s.%N)
+    start=$(date +%s%N)
     "$build/megatrain" train --backend cuda --preset "$preset" --data "$work/tokens.bin" --seq 4096 --batch 4 \
         --steps "$steps" --ckpt-every "$every" --keep 1 --eval-every 0 --val-fraction 0 --clip 0 \
         --out "$work/run" "${flag[@]}" >"$out/save-$mode.log" 2>&1
     rc=$?
-    end=$(date +%s.%N)
-    printf '==== %s: exit %d, %.1f s\n' "$mode" "$rc" "$(echo "$end - $start" | bc)"
+    end=$(date +%s%N)
+    echo "==== $mode: exit $rc, $(((end - start) / 1000000)) ms"
     grep -aE "checkpoint|error" "$out/save-$mode.log" | tail -6
 done
 rm -rf "$work"
