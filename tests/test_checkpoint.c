@@ -213,3 +213,25 @@ Test(checkpoint, tidy_after_a_crash_mid_write) {
     snprintf(path, sizeof path, "%s/ckpt-000003", run);
     assert_reads_back(path, 3);
 }
+
+/* A prune killed midway: the manifest goes first, so what is left is an incomplete directory,
+ * which listing ignores and tidying removes; here, blobs whose manifest is already gone. */
+Test(checkpoint, tidy_removes_a_delete_cut_short) {
+    const char *pruned = write_ckpt("ckpt-000004", 4);
+    char manifest[200];
+    snprintf(manifest, sizeof manifest, "%s/manifest.json", pruned);
+    cr_assert_eq(unlink(manifest), 0);
+    write_ckpt("ckpt-000005", 5);
+    mt_ckpt_entry *entries;
+    int count;
+    cr_assert_eq(mt_checkpoint_list(run, &entries, &count), MT_OK);
+    cr_expect_eq(count, 1, "a directory without its manifest was listed as a checkpoint");
+    mt_checkpoint_list_free(entries, count);
+
+    cr_assert_eq(mt_checkpoint_tidy(run), MT_OK, "%s", mt_error());
+    char path[160];
+    snprintf(path, sizeof path, "%s/ckpt-000004", run);
+    cr_expect_neq(access(path, F_OK), 0, "the incomplete checkpoint directory is still there");
+    snprintf(path, sizeof path, "%s/ckpt-000005", run);
+    assert_reads_back(path, 5);
+}

@@ -75,12 +75,17 @@ static mt_status fsync_dir(const char *path) {
     return MT_OK;
 }
 
-/* Removes a checkpoint directory: its files (a checkpoint has no subdirectories), then itself. */
+/* Removes a checkpoint directory: its files (a checkpoint has no subdirectories), then itself.
+ * The manifest goes first and durably, so that a delete cut short leaves an incomplete directory
+ * (ignored, then tidied) rather than a "complete" checkpoint missing blobs. */
 static mt_status remove_flat_dir(const char *dir) {
+    char path[PATH_MAX];
+    MT_TRY(join(path, dir, MANIFEST));
+    if (unlink(path) != 0 && errno != ENOENT) return mt_fail(MT_ERR_IO, "%s: cannot delete: %s", path, strerror(errno));
+    MT_TRY(fsync_dir(dir));
     DIR *d = opendir(dir);
     if (!d) return mt_fail(MT_ERR_IO, "%s: cannot open directory: %s", dir, strerror(errno));
     mt_status st = MT_OK;
-    char path[PATH_MAX];
     for (struct dirent *e; st == MT_OK && (e = readdir(d));) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
         st = join(path, dir, e->d_name);
@@ -578,34 +583,52 @@ static int64_t leftover_step(const char *name, const char *suffix) {
     return checkpoint_step(base);
 }
 
-mt_status mt_checkpoint_tidy(const char *run_dir) {
-    DIR *d = opendir(run_dir);
-    if (!d && errno == ENOENT) return MT_OK;
-    if (!d) return mt_fail(MT_ERR_IO, "%s: cannot open run directory: %s", run_dir, strerror(errno));
-    mt_status st = MT_OK;
+/* A checkpoint directory without its manifest: a delete cut short (a write never leaves one, it
+ * renames a complete directory into place). */
+static mt_status remove_if_incomplete(const char *run_dir, const char *name) {
+    char path[PATH_MAX], manifest[PATH_MAX];
+    struct stat st;
+    if (checkpoint_step(name) < 0) return MT_OK;
+    MT_TRY(join(path, run_dir, name));
+    MT_TRY(join(manifest, path, MANIFEST));
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode) || access(manifest, F_OK) == 0) return MT_OK;
+    mt_log_info("%s: removing a checkpoint whose deletion was cut short", path);
+    return remove_flat_dir(path);
+}
+
+/* An unfinished write's temporary directory, or an old checkpoint moved aside for a replacement. */
+static mt_status tidy_leftover(const char *run_dir, const char *name) {
+    int64_t tmp = leftover_step(name, ".tmp-"), old = leftover_step(name, ".old-");
+    if (tmp < 0 && old < 0) return MT_OK;
     char path[PATH_MAX], target[PATH_MAX], manifest[PATH_MAX];
-    for (struct dirent *e; st == MT_OK && (e = readdir(d));) {
-        int64_t tmp = leftover_step(e->d_name, ".tmp-"), old = leftover_step(e->d_name, ".old-");
-        if (tmp < 0 && old < 0) continue;
-        st = join(path, run_dir, e->d_name);
-        if (st != MT_OK) break;
-        if (tmp >= 0) {
-            mt_log_info("%s: removing an unfinished checkpoint write", path);
-            st = remove_flat_dir(path);
-            continue;
-        }
-        st = mt_checkpoint_path(target, sizeof target, run_dir, old);
-        if (st == MT_OK) st = join(manifest, target, MANIFEST);
-        if (st != MT_OK) break;
-        if (access(manifest, F_OK) == 0) {
-            mt_log_info("%s: removing a replaced checkpoint", path);
-            st = remove_flat_dir(path);
-        } else if (rename(path, target) == 0) {
-            mt_log_info("%s: restored as %s (its replacement never landed)", path, target);
-        } else {
-            st = mt_fail(MT_ERR_IO, "%s: cannot restore it as %s: %s", path, target, strerror(errno));
-        }
+    MT_TRY(join(path, run_dir, name));
+    if (tmp >= 0) {
+        mt_log_info("%s: removing an unfinished checkpoint write", path);
+        return remove_flat_dir(path);
     }
-    closedir(d);
-    return st;
+    MT_TRY(mt_checkpoint_path(target, sizeof target, run_dir, old));
+    MT_TRY(join(manifest, target, MANIFEST));
+    if (access(manifest, F_OK) == 0) {
+        mt_log_info("%s: removing a replaced checkpoint", path);
+        return remove_flat_dir(path);
+    }
+    if (rename(path, target) != 0)
+        return mt_fail(MT_ERR_IO, "%s: cannot restore it as %s: %s", path, target, strerror(errno));
+    mt_log_info("%s: restored as %s (its replacement never landed)", path, target);
+    return MT_OK;
+}
+
+mt_status mt_checkpoint_tidy(const char *run_dir) {
+    /* Two passes: an incomplete ckpt-N must be gone before an old ckpt-N can be renamed back. */
+    for (int pass = 0; pass < 2; pass++) {
+        DIR *d = opendir(run_dir);
+        if (!d && errno == ENOENT) return MT_OK;
+        if (!d) return mt_fail(MT_ERR_IO, "%s: cannot open run directory: %s", run_dir, strerror(errno));
+        mt_status st = MT_OK;
+        for (struct dirent *e; st == MT_OK && (e = readdir(d));)
+            st = pass == 0 ? remove_if_incomplete(run_dir, e->d_name) : tidy_leftover(run_dir, e->d_name);
+        closedir(d);
+        MT_TRY(st);
+    }
+    return MT_OK;
 }

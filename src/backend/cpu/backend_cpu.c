@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/alloc_fault.h"
 #include "backend/cpu/cpu_ops.h"
 #include "util/status.h"
 #include "util/clock.h"
@@ -115,9 +116,11 @@ static void enqueue(mt_stream *s, task proto) {
 
 static void *cpu_dev_alloc(mt_backend *b, size_t bytes, const char *what) {
     cpu_backend *be = (cpu_backend *)b;
-    char *p = aligned_alloc(HEADER, HEADER + (bytes + HEADER - 1) / HEADER * HEADER);
+    int hooked = mt_alloc_fault_hit(MT_ALLOC_DEVICE);
+    char *p = hooked ? NULL : aligned_alloc(HEADER, HEADER + (bytes + HEADER - 1) / HEADER * HEADER);
     if (!p) {
-        mt_fail(MT_ERR_NOMEM, "cannot allocate %zu bytes of (cpu) device memory for %s", bytes, what);
+        mt_fail(MT_ERR_NOMEM, "cannot allocate %zu bytes of (cpu) device memory for %s%s", bytes, what,
+                mt_alloc_fault_note(hooked));
         return NULL;
     }
     memcpy(p, &bytes, sizeof bytes);
@@ -141,8 +144,10 @@ static void cpu_dev_free(mt_backend *b, void *ptr) {
 }
 
 static void *cpu_host_alloc(mt_backend *b, size_t bytes, const char *what) {
-    void *p = aligned_alloc(HEADER, (bytes + HEADER - 1) / HEADER * HEADER + HEADER);
-    if (!p) mt_fail(MT_ERR_NOMEM, "cannot allocate %zu bytes of host memory for %s", bytes, what);
+    int hooked = mt_alloc_fault_hit(MT_ALLOC_PINNED);
+    void *p = hooked ? NULL : aligned_alloc(HEADER, (bytes + HEADER - 1) / HEADER * HEADER + HEADER);
+    if (!p) mt_fail(MT_ERR_NOMEM, "cannot allocate %zu bytes of host memory for %s%s", bytes, what,
+                    mt_alloc_fault_note(hooked));
     return p;
 }
 

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "backend/alloc_fault.h"
 #include "backend/cuda/cuda_backend.h"
 #include "util/log.h"
 
@@ -56,12 +57,13 @@ static mt_status remember_allocation(mt_cuda_backend *cb, void *ptr, size_t byte
 static void *cuda_dev_alloc(mt_backend *be, size_t bytes, const char *what) {
     mt_cuda_backend *cb = cuda_of(be);
     void *ptr = NULL;
-    cudaError_t err = cudaMalloc(&ptr, bytes ? bytes : 1);
+    int hooked = mt_alloc_fault_hit(MT_ALLOC_DEVICE);
+    cudaError_t err = hooked ? cudaErrorMemoryAllocation : cudaMalloc(&ptr, bytes ? bytes : 1);
     if (err != cudaSuccess) {
         cudaGetLastError(); /* an out-of-memory failure is reported here, not made sticky */
         mt_fail(err == cudaErrorMemoryAllocation ? MT_ERR_NOMEM : MT_ERR_DEVICE,
-                "cannot allocate %zu bytes of device memory for %s: %s", bytes, what,
-                cudaGetErrorString(err));
+                "cannot allocate %zu bytes of device memory for %s: %s%s", bytes, what,
+                cudaGetErrorString(err), mt_alloc_fault_note(hooked));
         return NULL;
     }
     pthread_mutex_lock(&cb->lock);
@@ -93,11 +95,13 @@ static void cuda_dev_free(mt_backend *be, void *ptr) {
 
 static void *cuda_host_alloc(mt_backend *be, size_t bytes, const char *what) {
     void *ptr = NULL;
-    cudaError_t err = cudaHostAlloc(&ptr, bytes ? bytes : 1, cudaHostAllocPortable);
+    int hooked = mt_alloc_fault_hit(MT_ALLOC_PINNED);
+    cudaError_t err = hooked ? cudaErrorMemoryAllocation
+                             : cudaHostAlloc(&ptr, bytes ? bytes : 1, cudaHostAllocPortable);
     if (err != cudaSuccess) {
         cudaGetLastError();
-        mt_fail(MT_ERR_NOMEM, "cannot allocate %zu bytes of pinned host memory for %s: %s", bytes,
-                what, cudaGetErrorString(err));
+        mt_fail(MT_ERR_NOMEM, "cannot allocate %zu bytes of pinned host memory for %s: %s%s", bytes,
+                what, cudaGetErrorString(err), mt_alloc_fault_note(hooked));
         return NULL;
     }
     return ptr;
