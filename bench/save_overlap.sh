@@ -5,15 +5,15 @@
 #
 #   bash bench/save_overlap.sh
 #
-# Environment: PRESET (llama-3.2-1b), STEPS (12), EVERY (4: checkpoint period), BUILD_DIR
+# Environment: PRESET (llama-3.2-1b), STEPS (50), EVERY (25: checkpoint period), BUILD_DIR
 # (build-bench). Prints each run's wall time and its checkpoint lines; logs go to $OUT.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 . tests/device/env.sh
 out=${OUT:-/tmp/megatrain-save}
 preset=${PRESET:-llama-3.2-1b}
-steps=${STEPS:-12}
-every=${EVERY:-4}
+steps=${STEPS:-50}
+every=${EVERY:-25}
 build=${BUILD_DIR:-build-bench}
 work=$(mktemp -d /tmp/megatrain-save.XXXXXX)
 mkdir -p "$out"

@@ -24,10 +24,10 @@ static int64_t unit_bytes(const mt_engine *e, int u, size_t elem) {
 
 static size_t rows(const mt_engine_options *o) { return (size_t)o->batch * o->seq; }
 
-/* Block gradient buffers on the host without clipping: enough for the optimizer to trail the
- * backward by a few blocks before the copies wait for it. */
-enum { GRAD_RING = 4 };
-static int grad_ring_size(const mt_config *c) { return c->num_layers < GRAD_RING ? c->num_layers : GRAD_RING; }
+int mt_engine_grad_ring(const mt_config *c, const mt_engine_options *o) {
+    int ring = o->grad_ring > 0 ? o->grad_ring : MT_ENGINE_GRAD_RING;
+    return c->num_layers < ring ? c->num_layers : ring;
+}
 
 mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_engine_options *o) {
     mt_layout lay;
@@ -46,7 +46,7 @@ mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_en
     b.total = b.weight_slots + b.embed_head + b.grads + b.checkpoints + b.workspace;
     b.host_grads = o->max_grad_norm > 0 || o->keep_grads
                        ? lay.total_numel * 4
-                       : (embed + head + (int64_t)grad_ring_size(cfg) * lay.max_block_numel) * 4;
+                       : (embed + head + (int64_t)mt_engine_grad_ring(cfg, o) * lay.max_block_numel) * 4;
     b.host_staging = (int64_t)2 * o->micro_batches * rows(o) * 4 +
                      ((int64_t)lay.num_units + 1 + cfg->vocab_size + cfg->head_dim / 2) * 4;
     mt_layout_free(&lay);
@@ -87,7 +87,7 @@ static void place_host_grads(mt_engine *e) {
         for (int u = 0; u < e->U && e->grads_full; u++) e->grad_home[u] = e->grads_full + lay->units[u].offset;
         return;
     }
-    e->grad_ring = grad_ring_size(e->cfg);
+    e->grad_ring = mt_engine_grad_ring(e->cfg, &e->o);
     e->grad_home[0] = host_alloc(e, (size_t)unit_bytes(e, 0, 4), "the embedding's gradients");
     e->grad_home[e->U - 1] = host_alloc(e, (size_t)unit_bytes(e, e->U - 1, 4), "the head's gradients");
     float *ring = host_alloc(e, (size_t)e->grad_ring * lay->max_block_numel * 4, "the block gradient ring");

@@ -43,7 +43,10 @@ typedef struct {
     float max_grad_norm; /* 0: no clipping */
     float beta1, beta2, eps, weight_decay;
     int keep_grads;      /* keep every unit's gradient on the host (mt_engine_host_grads) even
-                          * without clipping; otherwise unclipped training keeps a small ring */
+                          * without clipping; otherwise unclipped training keeps a ring */
+    int grad_ring;       /* that ring's block gradient buffers: the backward runs at most this
+                          * many blocks ahead of the optimizer (0: MT_ENGINE_GRAD_RING; at most
+                          * the number of blocks) */
 } mt_engine_options;
 
 typedef struct {
@@ -72,6 +75,13 @@ typedef struct {
     int64_t host_grads, host_staging;
 } mt_engine_bytes;
 mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_engine_options *opt);
+
+/* The default gradient ring: enough for the optimizer to trail the backward by a few blocks. */
+#define MT_ENGINE_GRAD_RING 4
+
+/* The block gradient buffers on the host without clipping: o->grad_ring or the default, at most
+ * the number of blocks. */
+int mt_engine_grad_ring(const mt_config *cfg, const mt_engine_options *o);
 
 /* Options with the defaults a user gets from the CLI. */
 mt_engine_options mt_engine_defaults(void);

@@ -3,11 +3,34 @@
 #include "engine/budget.h"
 #include "io/hf_config.h"
 #include "io/hf_model.h"
+#include "optim/moments.h"
+#include "train/memory_check.h"
 
 mt_status mt_train_model_config(const mt_train_options *o, mt_config *cfg) {
     if (o->init_from) return mt_hf_load_config(o->init_from, cfg);
     if (o->config_path) return mt_hf_config_read(o->config_path, cfg);
     return mt_config_preset(o->preset ? o->preset : "demo", cfg);
+}
+
+/* Without clipping, block gradients come home through a ring of host buffers, and the backward
+ * runs at most the ring's length ahead of the optimizer. Where the optimizer is the slower (up to
+ * a few billion parameters), a short ring holds the backward back to the optimizer's pace, and
+ * the optimizer's backlog can no longer drain behind the next forward. So the ring grows to
+ * every block where the host can spare it: at most half of what the run leaves available. */
+static mt_status choose_grad_ring(const mt_train_options *o, mt_backend *be, const mt_config *cfg,
+                                  mt_engine_options *eo) {
+    if (eo->max_grad_norm > 0 || eo->keep_grads) return MT_OK;
+    mt_moments_format moments;
+    MT_TRY(mt_moments_format_parse(o->moments, &moments));
+    mt_layout lay;
+    MT_TRY(mt_layout_init(&lay, cfg));
+    mt_memory_fit fit = mt_memory_fit_of(&lay, be, eo, moments);
+    int64_t spare = fit.host_available - fit.host_needed, block = lay.max_block_numel * 4;
+    mt_layout_free(&lay);
+    if (fit.host_available < 0 || spare <= 0 || block <= 0) return MT_OK;
+    int64_t ring = MT_ENGINE_GRAD_RING + spare / 2 / block;
+    eo->grad_ring = ring < cfg->num_layers ? (int)ring : cfg->num_layers;
+    return MT_OK;
 }
 
 mt_status mt_train_engine_options(const mt_train_options *o, mt_backend *be, const mt_config *cfg,
@@ -26,5 +49,6 @@ mt_status mt_train_engine_options(const mt_train_options *o, mt_backend *be, con
     eo.eps = o->eps;
     eo.weight_decay = o->weight_decay;
     *out = eo;
-    return mt_engine_fit_budget(be, cfg, out, o->gpu_mem);
+    MT_TRY(mt_engine_fit_budget(be, cfg, out, o->gpu_mem));
+    return choose_grad_ring(o, be, cfg, out);
 }

@@ -75,9 +75,11 @@ mt_status mt_plan(const mt_train_options *o, FILE *out) {
             cfg.num_layers, block / 1e6, cfg.vocab_size, cfg.hidden_size, cfg.tie_embeddings ? " (tied)" : "");
     fprintf(out, "step      %d micro-batches x %d sequences x %d tokens = %.0f tokens, %s backend\n",
             eo.micro_batches, eo.batch, o->seq_len, tokens, be->ops->name);
+    char ring[64];
+    snprintf(ring, sizeof ring, " (a ring of %d blocks: no clipping)", mt_engine_grad_ring(&cfg, &eo));
     fprintf(out, "host      working weights %.2f GB + gradients %.2f GB%s + fp32 master %.2f GB + Adam moments "
             "%.2f GB%s = %.2f GB\n", gb(hb.weights), gb(db.host_grads),
-            o->max_grad_norm > 0 ? " (all: exact clipping)" : " (a ring: no clipping)", gb(hb.master),
+            o->max_grad_norm > 0 ? " (all: exact clipping)" : ring, gb(hb.master),
             gb(hb.moments), moments_note[moments], gb(hb.weights + db.host_grads + hb.master + hb.moments));
     fprintf(out, "device    weight slots %.2f GB + embedding and head %.2f GB + gradients %.2f GB + "
             "checkpoints %.2f GB + workspace %.2f GB = %.2f GB\n", gb(db.weight_slots), gb(db.embed_head),

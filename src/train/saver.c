@@ -189,6 +189,22 @@ static mt_status write_unit(mt_saver *s, mt_ckpt_writer *w, int u, mt_status st)
     return st;
 }
 
+/* The order in which the next step's optimizer takes the units without clipping: the head, the
+ * embedding, then the blocks from the last (engine_optimizer.c). */
+static int update_order(const mt_saver *s, int i) { return i == 0 ? s->U - 1 : i == 1 ? 0 : s->U - i; }
+
+/* Copies pending units ahead of the disk while the budget lasts, in the order the optimizer will
+ * want them: a copy takes a fraction of a unit's write time, and a unit copied is one the
+ * optimizer never waits for. The guard copies what this leaves. */
+static void stage_ahead(mt_saver *s) {
+    pthread_mutex_lock(&s->lock);
+    for (int i = 0; i < s->U; i++) {
+        int x = update_order(s, i);
+        if (s->state[x] == UNIT_PENDING && s->staged + (int64_t)s->unit_bytes[x] <= s->budget) stage_unit(s, x);
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
 static void *writer_main(void *arg) {
     mt_saver *s = arg;
     double t0 = mt_now();
@@ -198,7 +214,10 @@ static void *writer_main(void *arg) {
     mt_ckpt_writer *w = NULL;
     mt_status st = mt_checkpoint_begin(&w, s->path, sizes, s->num_blobs);
     /* After a failure every unit still goes through write_unit, which releases the guard's waits. */
-    for (int u = 0; u < s->U; u++) st = write_unit(s, w, u, st);
+    for (int u = 0; u < s->U; u++) {
+        if (st == MT_OK) stage_ahead(s);
+        st = write_unit(s, w, u, st);
+    }
     if (st == MT_OK) st = mt_checkpoint_finish(w, s->meta);
     if (st == MT_OK && s->keep > 0) st = mt_checkpoint_keep(s->run_dir, s->keep);
     s->result = st;
