@@ -33,8 +33,8 @@ mt_status mt_moments_create(mt_moments *mom, mt_moments_format format, size_t n)
     mom->format = format;
     mom->n = n;
     size_t size = mt_moments_value_size(format), blocks = format == MT_MOMENTS_8BIT ? mt_moments_blocks(n) : 0;
-    mom->m = mt_calloc_touched(n, size, "Adam first moments");
-    mom->v = mom->m ? mt_calloc_touched(n, size, "Adam second moments") : NULL;
+    mom->m = mt_pages_alloc_touched(n * size, "Adam first moments");
+    mom->v = mom->m ? mt_pages_alloc_touched(n * size, "Adam second moments") : NULL;
     if (mom->v && blocks) {
         mom->m_scale = mt_calloc(blocks, sizeof(float), "Adam first-moment block scales");
         mom->v_scale = mom->m_scale ? mt_calloc(blocks, sizeof(float), "Adam second-moment block scales") : NULL;
@@ -47,8 +47,9 @@ mt_status mt_moments_create(mt_moments *mom, mt_moments_format format, size_t n)
 }
 
 void mt_moments_free(mt_moments *mom) {
-    free(mom->m);
-    free(mom->v);
+    size_t bytes = mom->n * mt_moments_value_size(mom->format);
+    mt_pages_free(mom->m, bytes);
+    mt_pages_free(mom->v, bytes);
     free(mom->m_scale);
     free(mom->v_scale);
     memset(mom, 0, sizeof *mom);

@@ -11,6 +11,7 @@
 #include "io/checkpoint.h"
 #include "train/memory_check.h"
 #include "util/clock.h"
+#include "util/memory.h"
 
 /* A unit's way through a save: PENDING -> WRITING (the writer reads it from the store) -> DONE,
  * or PENDING -> COPYING (the guard copies it) -> STAGED -> DONE (written from the copy). */
@@ -117,14 +118,14 @@ mt_status mt_saver_create(mt_saver **out, const mt_store *store, int64_t staging
 /* With the lock held, unit x PENDING and its copy within budget: copies it outside the lock (the
  * COPYING state keeps the writer off it). 0 when no memory could be had. */
 static int stage_unit(mt_saver *s, int x) {
-    char *copy = malloc(s->unit_bytes[x]);
+    char *copy = mt_pages_alloc(s->unit_bytes[x], "a staged copy of a unit");
     if (!copy) return 0;
     s->state[x] = UNIT_COPYING;
     s->staged += (int64_t)s->unit_bytes[x];
     pthread_mutex_unlock(&s->lock);
     size_t at = 0;
     for (int b = 0; b < s->num_blobs; b++) {
-        memcpy(copy + at, slice_live(s, x, b), slice_bytes(s, x, b));
+        mt_copy_parallel(copy + at, slice_live(s, x, b), slice_bytes(s, x, b));
         at += slice_bytes(s, x, b);
     }
     pthread_mutex_lock(&s->lock);
@@ -179,7 +180,7 @@ static mt_status write_unit(mt_saver *s, mt_ckpt_writer *w, int u, mt_status st)
     pthread_mutex_lock(&s->lock);
     s->state[u] = UNIT_DONE;
     if (copy) {
-        free(s->copy[u]);
+        mt_pages_free(s->copy[u], s->unit_bytes[u]);
         s->copy[u] = NULL;
         s->staged -= (int64_t)s->unit_bytes[u];
     }

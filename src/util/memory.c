@@ -1,29 +1,57 @@
 #include "util/memory.h"
 
-#include <stdint.h>
+#include <errno.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "util/status.h"
 
-/* Large enough that a thread's memset call is cheap beside its faults. */
-enum { ZERO_CHUNK = 1 << 22 };
+/* Large enough that a thread's share of the work is cheap beside its faults. */
+enum { CHUNK = 1 << 22, PAGE = 4096 };
 
-void mt_zero_parallel(void *p, size_t bytes) {
-    char *base = p;
-    size_t chunks = (bytes + ZERO_CHUNK - 1) / ZERO_CHUNK;
+void *mt_pages_alloc(size_t bytes, const char *what) {
+    void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        mt_fail(MT_ERR_NOMEM, "cannot allocate %zu bytes of host memory for %s: %s", bytes, what, strerror(errno));
+        return NULL;
+    }
+#ifdef MADV_HUGEPAGE
+    madvise(p, bytes ? bytes : 1, MADV_HUGEPAGE); /* a hint: without it the pages are just smaller */
+#endif
+    return p;
+}
+
+void *mt_pages_alloc_touched(size_t bytes, const char *what) {
+    char *p = mt_pages_alloc(bytes, what);
+    if (!p) return NULL;
+    size_t chunks = (bytes + CHUNK - 1) / CHUNK;
 #pragma omp parallel for schedule(static)
     for (size_t c = 0; c < chunks; c++) {
-        size_t at = c * ZERO_CHUNK, n = bytes - at < ZERO_CHUNK ? bytes - at : ZERO_CHUNK;
-        memset(base + at, 0, n);
+        size_t end = (c + 1) * CHUNK < bytes ? (c + 1) * CHUNK : bytes;
+        for (size_t at = c * CHUNK; at < end; at += PAGE) ((volatile char *)p)[at] = 0;
+    }
+    return p;
+}
+
+void mt_pages_free(void *p, size_t bytes) {
+    if (p) munmap(p, bytes ? bytes : 1);
+}
+
+void mt_copy_parallel(void *dst, const void *src, size_t bytes) {
+    size_t chunks = (bytes + CHUNK - 1) / CHUNK;
+#pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < chunks; c++) {
+        size_t at = c * CHUNK, n = bytes - at < CHUNK ? bytes - at : CHUNK;
+        memcpy((char *)dst + at, (const char *)src + at, n);
     }
 }
 
-void *mt_calloc_touched(size_t count, size_t size, const char *what) {
-    if (size && count > SIZE_MAX / size) {
-        mt_fail(MT_ERR_NOMEM, "cannot allocate %zu x %zu bytes of host memory for %s: too large", count, size, what);
-        return NULL;
+void mt_zero_parallel(void *p, size_t bytes) {
+    char *base = p;
+    size_t chunks = (bytes + CHUNK - 1) / CHUNK;
+#pragma omp parallel for schedule(static)
+    for (size_t c = 0; c < chunks; c++) {
+        size_t at = c * CHUNK, n = bytes - at < CHUNK ? bytes - at : CHUNK;
+        memset(base + at, 0, n);
     }
-    void *p = mt_malloc(count * size, what);
-    if (p) mt_zero_parallel(p, count * size);
-    return p;
 }
