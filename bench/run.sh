@@ -102,6 +102,7 @@ for shape in $shapes; do
         record pytorch-fsdp2-offload "$shape" 1 4 skipped "its process died at 8B on this 128 GiB host"
     else
         bench megatrain "$shape" 1 4 150 "${megatrain[@]}" --preset "$shape" --clip 0
+        bench megatrain "$shape" 1 4 150 "${megatrain[@]}" --preset "$shape" --clip 0 --opt-cores "1-$(($(nproc) - 1))"
         bench megatrain "$shape" 1 4 150 "${megatrain[@]}" --preset "$shape" --clip 1
         bench pytorch-resident "$shape" 1 4 150 "${peer[@]}" --mode resident --preset "$shape" --clip 0
         bench pytorch-fsdp2-offload "$shape" 1 4 180 "${peer[@]}" --mode fsdp2-offload --preset "$shape" --clip 0

@@ -35,8 +35,9 @@ def notes(run):
         if "idle_forward_share" in run:
             idle += (f" ({100 * run['idle_forward_share']:.1f}% in the forward, "
                      f"{100 * run['idle_backward_share']:.1f}% in the backward, the rest between steps)")
+        pinned = f", optimizer pinned to cores {run['opt_cores']}" if run.get("opt_cores") else ""
         return (f"{idle}, stalled on copies {100 * run['copy_wait_share']:.1f}%; "
-                f"optimizer {run['opt_seconds']:.3f} s a step")
+                f"optimizer {run['opt_seconds']:.3f} s a step{pinned}")
     return f"{run.get('optimizer', '')}, torch {run.get('torch', '?')}"
 
 
@@ -58,8 +59,11 @@ def row(run, megatrain_speed):
 
 
 def markdown(runs, machine, date):
-    megatrain_speed = {(r["model"], r["tokens_per_step"], r.get("clip")): r["tokens_per_s"]
-                       for r in runs if r["system"] == "megatrain" and measured(r)}
+    # The first megatrain run of each model, tokens per step and clipping is the reference.
+    megatrain_speed = {}
+    for r in runs:
+        if r["system"] == "megatrain" and measured(r):
+            megatrain_speed.setdefault((r["model"], r["tokens_per_step"], r.get("clip")), r["tokens_per_s"])
     lines = [f"# megatrain and its PyTorch peers, {date}", "", f"Machine: {machine}.", "",
              "Same model shapes, random weights and random tokens; the median of "
              "the timed steps after warm-up. TFLOP/s counts model FLOPs per token "

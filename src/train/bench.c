@@ -55,7 +55,7 @@ static void print_summary(FILE *out, const mt_train_options *o, const mt_backend
             s->tokens_per_s, s->tflops, peak_gpu / 1073741824.0, host / 1073741824.0, 100 * s->idle_share,
             100 * s->idle_forward_share, 100 * s->idle_backward_share, 100 * s->stall_share, 100 * s->opt_wait_share, s->opt_s, s->opt_block_s);
     if (!json) return;
-    json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
+    json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s}",
                           "system", "megatrain", "backend", be->ops->name, "model", o->preset ? o->preset : "model",
                           "params", (json_int_t)mt_config_total_params(cfg), "seq", o->seq_len, "batch", o->batch,
                           "micro_batches", o->micro_batches, "tokens_per_step", tokens, "step_s", s->step_s,
@@ -65,7 +65,7 @@ static void print_summary(FILE *out, const mt_train_options *o, const mt_backend
                           "opt_seconds_per_block", s->opt_block_s, "device_idle_share", s->idle_share,
                           "idle_forward_share", s->idle_forward_share, "idle_backward_share", s->idle_backward_share,
                           "clip",
-                          (double)o->max_grad_norm);
+                          (double)o->max_grad_norm, "opt_cores", o->opt_cores ? o->opt_cores : "");
     FILE *f = fopen(json, "a");
     if (j && f) {
         json_dumpf(j, f, JSON_COMPACT);
