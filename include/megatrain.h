@@ -59,8 +59,10 @@ typedef struct {
     int threads;             /* cpu backend compute threads; 0: all cores */
     int slots;               /* block weight slots on the device (>= 2) */
     int opt_threads;         /* optimizer threads; 0: all cores but one, or one per opt_cores core */
-    const char *opt_cores;   /* NULL: optimizer threads unpinned; else cores such as "2-15" or
-                              * "4,5,6", one optimizer thread pinned to each */
+    const char *opt_cores;   /* cores such as "2-15" or "4,5,6", one optimizer thread pinned to
+                              * each; "none": unpinned; NULL: with a GPU, each pinned to a core
+                              * but the first (left to the issuing thread and the copies),
+                              * unpinned on the cpu backend (its compute uses every core) */
     int lm_chunk;            /* rows of logits the LM head holds at once */
     int64_t gpu_mem;         /* device memory budget in bytes (0: none): slots and chunk shrink to
                               * fit, or the run is refused before it starts */

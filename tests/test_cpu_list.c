@@ -1,6 +1,7 @@
 /* --opt-cores lists: ranges and commas in the order written; a core the machine lacks, a repeat
  * or bad syntax refused, naming the fault. */
 #include <criterion/criterion.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,4 +26,25 @@ Test(cpu_list, bad_lists_refused_naming_the_fault) {
     cr_assert(strstr(mt_error(), "core 0 is listed twice"), "%s", mt_error());
     cr_assert_eq(mt_cpu_list_parse("0-x", "--opt-cores", &cores, &count), MT_ERR_INVALID);
     cr_assert_eq(mt_cpu_list_parse("", "--opt-cores", &cores, &count), MT_ERR_INVALID);
+}
+
+/* The default optimizer cores: every allowed core in order but the lowest, or none below three. */
+Test(cpu_list, all_but_the_first_allowed_core) {
+    cpu_set_t allowed;
+    cr_assert_eq(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+    int first = 0;
+    while (!CPU_ISSET(first, &allowed)) first++;
+    int *cores, count;
+    cr_assert_eq(mt_cpu_list_all_but_first(&cores, &count), MT_OK, "%s", mt_error());
+    int n = CPU_COUNT(&allowed);
+    if (n < 3) {
+        cr_expect(count == 0 && cores == NULL, "%d cores given out of %d allowed", count, n);
+        return;
+    }
+    cr_assert_eq(count, n - 1);
+    for (int i = 0; i < count; i++) {
+        cr_expect(cores[i] != first && CPU_ISSET(cores[i], &allowed), "core %d", cores[i]);
+        if (i) cr_expect_gt(cores[i], cores[i - 1]);
+    }
+    free(cores);
 }

@@ -37,8 +37,9 @@ typedef struct {
     int slots;           /* K >= 2 block weight slots */
     int opt_threads;     /* threads the optimizer uses on one unit; 0: all cores but one (left to
                           * the issuing thread and the copies), or one per opt_cores entry */
-    const char *opt_cores; /* NULL: optimizer threads unpinned; else a core list ("2-15", "4,5,6",
-                            * util/cpu_list.h) with one optimizer thread pinned to each core */
+    const char *opt_cores; /* NULL: optimizer threads unpinned; MT_OPT_CORES_AUTO: one pinned to
+                            * each core the process may use but the first; else a core list
+                            * ("2-15", "4,5,6", util/cpu_list.h) with one thread pinned to each */
     int lm_chunk;        /* rows of logits the LM head holds at once */
     float max_grad_norm; /* 0: no clipping */
     float beta1, beta2, eps, weight_decay;
@@ -75,6 +76,8 @@ typedef struct {
     int64_t host_grads, host_staging;
 } mt_engine_bytes;
 mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_engine_options *opt);
+
+#define MT_OPT_CORES_AUTO "auto"
 
 /* The default gradient ring: enough for the optimizer to trail the backward by a few blocks. */
 #define MT_ENGINE_GRAD_RING 4

@@ -200,7 +200,15 @@ static void *optimizer_main(void *arg) {
 }
 
 mt_status mt_engine_optimizer_start(mt_engine *e) {
-    if (e->o.opt_cores) {
+    if (e->o.opt_cores && !strcmp(e->o.opt_cores, MT_OPT_CORES_AUTO)) {
+        MT_TRY(mt_cpu_list_all_but_first(&e->opt_cores, &e->num_opt_cores));
+        if (e->num_opt_cores && e->o.opt_threads <= 0) e->o.opt_threads = e->num_opt_cores;
+        if (e->o.opt_threads != e->num_opt_cores) { /* a thread count of its own: unpinned */
+            free(e->opt_cores);
+            e->opt_cores = NULL;
+            e->num_opt_cores = 0;
+        }
+    } else if (e->o.opt_cores) {
         MT_TRY(mt_cpu_list_parse(e->o.opt_cores, "--opt-cores", &e->opt_cores, &e->num_opt_cores));
         if (e->o.opt_threads > 0 && e->o.opt_threads != e->num_opt_cores)
             return mt_fail(MT_ERR_INVALID, "--opt-threads %d but --opt-cores '%s' lists %d cores: give one, or "

@@ -1,5 +1,8 @@
 #include "train/options.h"
 
+#include <stdint.h>
+#include <string.h>
+
 #include "engine/budget.h"
 #include "io/hf_config.h"
 #include "io/hf_model.h"
@@ -33,6 +36,15 @@ static mt_status choose_grad_ring(const mt_train_options *o, mt_backend *be, con
     return MT_OK;
 }
 
+/* Pinned to the cores but the first by default where a GPU computes; the cpu backend's compute
+ * takes every core, so there the optimizer's threads are left to the scheduler. */
+static const char *default_opt_cores(const mt_train_options *o, mt_backend *be) {
+    if (o->opt_cores) return strcmp(o->opt_cores, "none") ? o->opt_cores : NULL;
+    size_t dev_free = 0;
+    be->ops->dev_mem_info(be, &dev_free, NULL);
+    return dev_free != SIZE_MAX ? MT_OPT_CORES_AUTO : NULL;
+}
+
 mt_status mt_train_engine_options(const mt_train_options *o, mt_backend *be, const mt_config *cfg,
                                   mt_engine_options *out) {
     mt_engine_options eo = mt_engine_defaults();
@@ -41,7 +53,7 @@ mt_status mt_train_engine_options(const mt_train_options *o, mt_backend *be, con
     eo.micro_batches = o->micro_batches;
     eo.slots = o->slots;
     eo.opt_threads = o->opt_threads;
-    eo.opt_cores = o->opt_cores;
+    eo.opt_cores = default_opt_cores(o, be);
     eo.lm_chunk = o->lm_chunk;
     eo.max_grad_norm = o->max_grad_norm;
     eo.beta1 = o->beta1;

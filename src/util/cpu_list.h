@@ -10,6 +10,10 @@
  * the machine lacks or the process may not use, naming the bad core. */
 mt_status mt_cpu_list_parse(const char *text, const char *what, int **cores, int *count);
 
+/* The cores this process may run on but the lowest (left to the threads that issue work), in
+ * order, malloc'd; none (count 0, *cores NULL) when fewer than three are allowed. */
+mt_status mt_cpu_list_all_but_first(int **cores, int *count);
+
 /* Pins the calling thread to one core. */
 mt_status mt_cpu_pin_self(int core);
 
