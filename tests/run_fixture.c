@@ -60,4 +60,14 @@ const char *mt_test_blob(const char *run, int step, const char *name) {
     return p;
 }
 
+const char *mt_test_state_differs(const char *run_a, const char *run_b, int step) {
+    static const char *const blobs[] = {"master", "adam_m", "adam_v"};
+    for (int i = 0; i < 3; i++) {
+        char a[PATH_MAX];
+        snprintf(a, sizeof a, "%s", mt_test_blob(run_a, step, blobs[i]));
+        if (!mt_test_files_equal(a, mt_test_blob(run_b, step, blobs[i]))) return blobs[i];
+    }
+    return NULL;
+}
+
 int mt_test_exists(const char *path) { return access(path, F_OK) == 0; }

@@ -19,6 +19,10 @@ int mt_test_files_equal(const char *a, const char *b);
 /* "<run>/ckpt-<step>/<name>.bin": a checkpoint blob (one of a few rotating static buffers). */
 const char *mt_test_blob(const char *run, int step, const char *name);
 
+/* The first blob of the fp32 training state (master, adam_m, adam_v) whose files differ between
+ * the checkpoints of `step` in two runs, or NULL when they are byte for byte the same. */
+const char *mt_test_state_differs(const char *run_a, const char *run_b, int step);
+
 /* 1 when `path` exists. */
 int mt_test_exists(const char *path);
 

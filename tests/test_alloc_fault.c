@@ -133,14 +133,8 @@ Test(faults, failed_allocations_stop_a_resume_and_keep_the_last_checkpoint, .ini
     train(straight, "6", 0, &r);
     cr_assert_eq(r.exit_code, 0, "the uninterrupted run failed:\n%s", r.err);
     mt_cli_result_free(&r);
-    static const char *const blobs[] = {"master", "adam_m", "adam_v"};
-    for (int i = 0; i < 3; i++) {
-        char a[PATH_MAX * 2], b[PATH_MAX * 2];
-        snprintf(a, sizeof a, "%s", mt_test_blob(run, 6, blobs[i]));
-        snprintf(b, sizeof b, "%s", mt_test_blob(straight, 6, blobs[i]));
-        cr_expect(mt_test_files_equal(a, b), "%s after the failures and resume differs from the straight run",
-                  blobs[i]);
-    }
+    const char *differs = mt_test_state_differs(run, straight, 6);
+    cr_expect_null(differs, "%s after the failures and resume differs from the straight run's", differs);
 }
 
 Test(faults, a_hook_numbered_past_the_last_allocation_never_fires, .init = make_fixtures,
