@@ -7,8 +7,14 @@ For each of LlamaForCausalLM, Qwen2ForCausalLM (tied) and MistralForCausalLM:
   2. import + export without training: every exported tensor and the logits on a fixed batch
      must be bitwise equal to the original;
   3. train 3 steps from it, export as fp32 and bf16, load both with transformers: the logits must
-     be finite, the bf16 export must match the fp32 one to bf16 precision, and the loss on the
-     training batch must be lower than the original model's.
+     be finite, the bf16 export must match the fp32 one to bf16 precision, the loss on the
+     training batch must be lower than the original model's, and it must equal megatrain's own
+     loss on that batch with the same weights (the loss of a 4th step, resumed from the exported
+     checkpoint, before its update) to bf16 precision.
+
+The training data is one stream of tokens whose windows (megatrain's --sequential windows of
+SEQ tokens, each starting SEQ - 1 tokens after the last) are exactly the rows of the fixed batch,
+and which holds one step's worth: every step trains on that batch.
 
 It drives the CLI: megatrain train --init-from DIR --data FILE --steps N --out RUN (N = 0 writes
 the imported weights as a checkpoint) and megatrain export RUN/ckpt-NNNNNN OUTDIR --dtype bf16|fp32.
@@ -18,6 +24,7 @@ Exits non-zero on the first failure.
 """
 import argparse
 import glob
+import json
 import os
 import struct
 import subprocess
@@ -58,9 +65,14 @@ def write_tokens(path, tokens):
         f.write(struct.pack(f"<{len(tokens)}H", *tokens))
 
 
-def fixed_batch():
+def fixed_stream():
+    """BATCH windows of SEQ tokens, each starting SEQ - 1 tokens after the previous one."""
     g = torch.Generator().manual_seed(1)
-    return torch.randint(0, SHAPE["vocab_size"], (BATCH, SEQ), generator=g)
+    return torch.randint(0, SHAPE["vocab_size"], (BATCH * (SEQ - 1) + 1,), generator=g)
+
+
+def windows(stream):
+    return torch.stack([stream[b * (SEQ - 1):b * (SEQ - 1) + SEQ] for b in range(BATCH)])
 
 
 def megatrain(binary, *args):
@@ -76,18 +88,34 @@ def latest_checkpoint(run):
     return ckpts[-1]
 
 
-def train_and_export(binary, model_dir, data, steps, work, dtypes):
-    run = os.path.join(work, f"run-{steps}")
-    # Windows of SEQ tokens over the repeated fixed batch, in order, all of it for training.
+def train(binary, model_dir, data, steps, run, *extra):
+    # Windows of SEQ tokens over the stream, in order, all of it for training: the fixed batch.
     megatrain(binary, "train", "--init-from", model_dir, "--data", data, "--steps", steps, "--out", run,
               "--seq", SEQ - 1, "--batch", BATCH, "--sequential", "--val-fraction", 0, "--eval-every", 0,
-              "--lr", "1e-3", "--warmup", 0, "--schedule", "constant")
+              "--lr", "1e-3", "--warmup", 0, "--schedule", "constant", *extra)
+
+
+def train_and_export(binary, model_dir, data, steps, work, dtypes):
+    run = os.path.join(work, f"run-{steps}")
+    train(binary, model_dir, data, steps, run)
     ckpt = latest_checkpoint(run)
     outs = {}
     for dtype in dtypes:
         outs[dtype] = os.path.join(work, f"export-{steps}-{dtype}")
         megatrain(binary, "export", ckpt, outs[dtype], "--dtype", dtype)
-    return outs
+    return outs, run
+
+
+def megatrain_loss(binary, model_dir, data, run, step):
+    """megatrain's loss on the fixed batch with the weights of step - 1: step `step`'s loss, from a
+    resume of the run (the loss is taken before the step's update)."""
+    train(binary, model_dir, data, step, run, "--resume")
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        lines = [json.loads(line) for line in f if line.strip()]
+    losses = [line["loss"] for line in lines if line.get("step") == step and "loss" in line]
+    if not losses:
+        raise SystemExit(f"FAIL: no loss of step {step} in {run}/metrics.jsonl")
+    return losses[-1]
 
 
 def tensors_of(path):
@@ -117,7 +145,7 @@ def check_unchanged(binary, kind, work, data, batch):
     for dtype, name in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
         src = os.path.join(work, f"{kind}-{name}")
         save_random_model(kind, dtype, src)
-        out = train_and_export(binary, src, data, 0, os.path.join(work, f"{kind}-{name}-unchanged"), [name])[name]
+        out = train_and_export(binary, src, data, 0, os.path.join(work, f"{kind}-{name}-unchanged"), [name])[0][name]
         want, got = tensors_of(src), tensors_of(out)
         check(set(want) == set(got), f"{kind} {name}: export has the original's tensor names")
         for tensor in want:
@@ -132,7 +160,7 @@ def check_unchanged(binary, kind, work, data, batch):
 
 def check_trained(binary, kind, work, data, batch):
     src = os.path.join(work, f"{kind}-fp32")
-    outs = train_and_export(binary, src, data, 3, os.path.join(work, f"{kind}-trained"), ["fp32", "bf16"])
+    outs, run = train_and_export(binary, src, data, 3, os.path.join(work, f"{kind}-trained"), ["fp32", "bf16"])
     _, loss_before = logits_and_loss(load(kind, src), batch)
     logits32, loss_after = logits_and_loss(load(kind, outs["fp32"]), batch)
     logits16, _ = logits_and_loss(load(kind, outs["bf16"]), batch)
@@ -141,6 +169,13 @@ def check_trained(binary, kind, work, data, batch):
     # bf16 weights carry 8 mantissa bits: logits of this tiny model move by about 1e-2 at most.
     err = (logits16 - logits32).abs().max().item()
     check(err < 5e-2, f"{kind}: bf16 export matches fp32 export (max |dlogit| {err:.3g})")
+    # megatrain computes with bf16 working weights: its loss may differ from transformers' fp32
+    # one by about what the bf16 export moves the logits (above); 1e-2 is a few times that, and
+    # far below what a misplaced tensor would do (the trained loss moved by ~0.3).
+    ours = megatrain_loss(binary, src, data, run, 4)
+    check(abs(ours - loss_after) < 1e-2,
+          f"{kind}: transformers' loss on the export equals megatrain's on the same weights "
+          f"({loss_after:.5f} against {ours:.5f})")
 
 
 def main():
@@ -150,9 +185,10 @@ def main():
     args = parser.parse_args()
     work = args.keep or tempfile.mkdtemp(prefix="mt-hf-roundtrip-")
     os.makedirs(work, exist_ok=True)
-    batch = fixed_batch()
+    stream = fixed_stream()
+    batch = windows(stream)
     data = os.path.join(work, "batch.bin")
-    write_tokens(data, batch.flatten().tolist() * 8)  # the same sequences over and over: loss must fall
+    write_tokens(data, stream.tolist())  # one step's worth: every step trains on the batch
     for kind in MODELS:
         check_unchanged(args.bin, kind, work, data, batch)
         check_trained(args.bin, kind, work, data, batch)
