@@ -48,3 +48,28 @@ Test(cpu_list, all_but_the_first_allowed_core) {
     }
     free(cores);
 }
+
+/* The same on sets this machine may not have: sixteen cores, a sparse set, and two. */
+Test(cpu_list, all_but_the_first_of_a_set) {
+    cpu_set_t set;
+    int *cores, count;
+    CPU_ZERO(&set);
+    for (int c = 0; c < 16; c++) CPU_SET(c, &set);
+    cr_assert_eq(mt_cpu_list_all_but_first_of(&set, &cores, &count), MT_OK, "%s", mt_error());
+    cr_assert_eq(count, 15);
+    for (int i = 0; i < 15; i++) cr_expect_eq(cores[i], i + 1);
+    free(cores);
+
+    CPU_ZERO(&set);
+    int sparse[] = {3, 7, 8, 40};
+    for (int i = 0; i < 4; i++) CPU_SET(sparse[i], &set);
+    cr_assert_eq(mt_cpu_list_all_but_first_of(&set, &cores, &count), MT_OK, "%s", mt_error());
+    cr_assert(count == 3 && cores[0] == 7 && cores[1] == 8 && cores[2] == 40, "%d cores", count);
+    free(cores);
+
+    CPU_ZERO(&set);
+    CPU_SET(0, &set);
+    CPU_SET(1, &set);
+    cr_assert_eq(mt_cpu_list_all_but_first_of(&set, &cores, &count), MT_OK, "%s", mt_error());
+    cr_expect(count == 0 && cores == NULL, "two cores: none pinned");
+}

@@ -53,25 +53,29 @@ mt_status mt_cpu_list_parse(const char *text, const char *what, int **cores, int
     return MT_OK;
 }
 
-mt_status mt_cpu_list_all_but_first(int **cores, int *count) {
-    cpu_set_t allowed;
+mt_status mt_cpu_list_all_but_first_of(const cpu_set_t *allowed, int **cores, int *count) {
     *cores = NULL;
     *count = 0;
-    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
-        return mt_fail(MT_ERR_IO, "cannot read this process's CPU set: %s", strerror(errno));
-    int n = CPU_COUNT(&allowed);
+    int n = CPU_COUNT(allowed);
     if (n < 3) return MT_OK;
     int *list = mt_malloc((size_t)n * sizeof *list, "a CPU list");
     if (!list) return MT_ERR_NOMEM;
     int k = 0, skipped = 0;
     for (int c = 0; c < CPU_SETSIZE && k < n - 1; c++) {
-        if (!CPU_ISSET(c, &allowed)) continue;
+        if (!CPU_ISSET(c, allowed)) continue;
         if (!skipped) skipped = 1;
         else list[k++] = c;
     }
     *cores = list;
     *count = k;
     return MT_OK;
+}
+
+mt_status mt_cpu_list_all_but_first(int **cores, int *count) {
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+        return mt_fail(MT_ERR_IO, "cannot read this process's CPU set: %s", strerror(errno));
+    return mt_cpu_list_all_but_first_of(&allowed, cores, count);
 }
 
 mt_status mt_cpu_pin_self(int core) {

@@ -3,6 +3,8 @@
 #ifndef MT_UTIL_CPU_LIST_H
 #define MT_UTIL_CPU_LIST_H
 
+#include <sched.h>
+
 #include "util/status.h"
 
 /* Parses `text` into a malloc'd array of core ids in the order written (free it); `what` names
@@ -10,8 +12,10 @@
  * the machine lacks or the process may not use, naming the bad core. */
 mt_status mt_cpu_list_parse(const char *text, const char *what, int **cores, int *count);
 
-/* The cores this process may run on but the lowest (left to the threads that issue work), in
- * order, malloc'd; none (count 0, *cores NULL) when fewer than three are allowed. */
+/* The cores of `allowed` but the lowest (left to the threads that issue work), in order,
+ * malloc'd; none (count 0, *cores NULL) when it holds fewer than three. */
+mt_status mt_cpu_list_all_but_first_of(const cpu_set_t *allowed, int **cores, int *count);
+/* The same of the cores this process may run on. */
 mt_status mt_cpu_list_all_but_first(int **cores, int *count);
 
 /* Pins the calling thread to one core. */
