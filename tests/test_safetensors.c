@@ -272,3 +272,19 @@ Test(safetensors, refuses_directory_without_weights) {
     cr_assert(strstr(mt_error(), dir) && strstr(mt_error(), "model.safetensors"), "%s", mt_error());
     hf_test_rmtree(dir);
 }
+
+/* Found by the fuzzer: a header of no tensors ("{}") must not do arithmetic on the empty tensor
+ * array (undefined behaviour the sanitizers report). With no data it is an empty set; with data,
+ * bytes no tensor covers. */
+Test(safetensors, header_of_no_tensors) {
+    char dir[PATH_MAX], path[PATH_MAX];
+    hf_test_mkdtemp(dir);
+    hf_test_write_raw(hf_test_path(path, dir, "empty.safetensors"), 2, "{}", 0);
+    mt_safetensors *set = NULL;
+    cr_assert_eq(mt_safetensors_open_file(path, &set), MT_OK, "%s", mt_error());
+    cr_expect_eq(mt_safetensors_count(set), 0);
+    cr_expect_null(mt_safetensors_find(set, "w"));
+    mt_safetensors_close(set);
+    hf_test_rmtree(dir);
+    expect_bad_file(2, "{}", 8, "data section is 8 bytes", NULL);
+}

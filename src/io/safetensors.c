@@ -178,7 +178,7 @@ static int by_position(const void *a, const void *b) {
 /* The tensors of a file must tile its data section exactly: no overlap, no gap, nothing after. */
 static mt_status check_tiling(const mapped_file *f, mt_st_tensor *ts, int n, const uint8_t *data,
                               uint64_t data_size) {
-    qsort(ts, (size_t)n, sizeof *ts, by_position);
+    if (n > 0) qsort(ts, (size_t)n, sizeof *ts, by_position);
     const uint8_t *expected = data;
     for (int i = 0; i < n; i++) {
         const uint8_t *p = ts[i].data;
@@ -224,7 +224,9 @@ static mt_status parse_header(mt_safetensors *set, const mapped_file *f) {
         if (!strcmp(key, "__metadata__")) st = check_metadata(f->path, v);
         else if ((st = parse_entry(f, key, v, data, data_size, &t)) == MT_OK) st = push_tensor(set, &t);
     }
-    if (st == MT_OK) st = check_tiling(f, set->tensors + first, set->num_tensors - first, data, data_size);
+    int count = set->num_tensors - first;
+    /* A header of no tensors leaves the array NULL: no arithmetic on it. */
+    if (st == MT_OK) st = check_tiling(f, count ? set->tensors + first : NULL, count, data, data_size);
     json_decref(root);
     return st;
 }
@@ -240,7 +242,7 @@ static int by_name(const void *a, const void *b) {
 
 /* Sorts the tensors by name for lookup; a name in two shards is an error. */
 static mt_status index_names(mt_safetensors *set) {
-    qsort(set->tensors, (size_t)set->num_tensors, sizeof *set->tensors, by_name);
+    if (set->num_tensors > 0) qsort(set->tensors, (size_t)set->num_tensors, sizeof *set->tensors, by_name);
     for (int i = 1; i < set->num_tensors; i++) {
         const mt_st_tensor *a = &set->tensors[i - 1], *b = &set->tensors[i];
         if (!strcmp(a->name, b->name))
@@ -369,7 +371,7 @@ const mt_st_tensor *mt_safetensors_at(const mt_safetensors *set, int i) { return
 
 const mt_st_tensor *mt_safetensors_find(const mt_safetensors *set, const char *name) {
     mt_st_tensor key = {.name = name};
-    return bsearch(&key, set->tensors, (size_t)set->num_tensors, sizeof key, by_name);
+    return set->num_tensors > 0 ? bsearch(&key, set->tensors, (size_t)set->num_tensors, sizeof key, by_name) : NULL;
 }
 
 /* ---- conversion ---- */
