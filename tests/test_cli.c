@@ -180,41 +180,33 @@ Test(cli, config_missing_required_field) {
     mt_cli_result_free(&r);
 }
 
-Test(cli, shard_with_wrong_magic) {
+/* Writes the shard, trains the tiny preset on it, and expects a refusal naming the shard and
+ * `problem`; `ids` is freed. */
+static void expect_shard_refused(const char *name, int32_t magic, int32_t version, int32_t promised,
+                                 uint32_t *ids, int count, const char *problem) {
     mt_cli_result r;
-    const char *shard = in_dir("wrong-magic.bin"), *run = in_dir("run");
-    uint32_t *ids = byte_ids(1000);
-    write_shard(shard, 20240521, 1, 1000, ids, 1000);
+    const char *shard = in_dir(name), *run = in_dir("run");
+    write_shard(shard, magic, version, promised, ids, count);
     free(ids);
     mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--data", shard, SMALL_STEP, "--steps", "2", "--out", run,
                NULL);
-    assert_refused(&r, run, shard, "magic");
+    assert_refused(&r, run, shard, problem);
     mt_cli_result_free(&r);
+}
+
+Test(cli, shard_with_wrong_magic) {
+    expect_shard_refused("wrong-magic.bin", 20240521, 1, 1000, byte_ids(1000), 1000, "magic");
 }
 
 Test(cli, truncated_shard) {
-    mt_cli_result r;
-    const char *shard = in_dir("truncated.bin"), *run = in_dir("run");
-    uint32_t *ids = byte_ids(1000);
-    write_shard(shard, 20240520, 1, 5000, ids, 1000); /* the header promises 4000 more tokens */
-    free(ids);
-    mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--data", shard, SMALL_STEP, "--steps", "2", "--out", run,
-               NULL);
-    assert_refused(&r, run, shard, "promises");
-    mt_cli_result_free(&r);
+    /* The header promises 4000 more tokens than the file holds. */
+    expect_shard_refused("truncated.bin", 20240520, 1, 5000, byte_ids(1000), 1000, "promises");
 }
 
 Test(cli, token_outside_vocabulary) {
-    mt_cli_result r;
-    const char *shard = in_dir("wide.bin"), *run = in_dir("run");
     uint32_t *ids = byte_ids(2000);
     ids[777] = 300; /* the tiny preset's vocabulary is the 256 byte values */
-    write_shard(shard, 20240520, 2, 2000, ids, 2000);
-    free(ids);
-    mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--data", shard, SMALL_STEP, "--steps", "2", "--out", run,
-               NULL);
-    assert_refused(&r, run, shard, "token 300 at position 777");
-    mt_cli_result_free(&r);
+    expect_shard_refused("wide.bin", 20240520, 2, 2000, ids, 2000, "token 300 at position 777");
 }
 
 Test(cli, seq_past_max_position) {
