@@ -63,6 +63,10 @@ typedef struct {
                               * each; "none": unpinned; NULL: with a GPU, each pinned to a core
                               * but the first (left to the issuing thread and the copies),
                               * unpinned on the cpu backend (its compute uses every core) */
+    const char *ends_on_device; /* "on": the GPU keeps the embedding's and head's fp32 masters and
+                              * moments and updates them itself; "off": the host optimizer does;
+                              * "auto" or NULL: on where the GPU can hold them (12 bytes a
+                              * parameter) within --gpu-mem or its free memory, with fp32 moments */
     int lm_chunk;            /* rows of logits the LM head holds at once */
     int64_t gpu_mem;         /* device memory budget in bytes (0: none): slots and chunk shrink to
                               * fit, or the run is refused before it starts */

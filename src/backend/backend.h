@@ -31,6 +31,7 @@
 typedef struct mt_backend mt_backend;
 typedef struct mt_stream mt_stream;
 typedef struct mt_event mt_event;
+struct mt_adamw_params; /* optim/adamw.h */
 
 typedef enum { MT_DTYPE_F32, MT_DTYPE_BF16 } mt_dtype;
 
@@ -148,6 +149,22 @@ typedef struct mt_backend_ops {
 
     /* *out (device float) += sum of squares of x[count] (fp32 gradients), for the global norm */
     void (*sumsq)(mt_backend *be, mt_stream *s, float *out, const float *x, size_t count);
+
+    /* ---- the optimizer, for tensors whose state the device keeps ---- */
+
+    /* *scale (device float) = the clip coefficient of the global gradient norm, the square root
+     * of the sum of norms[count] (device floats of sums of squares, added in double in index
+     * order): 1 when the norm is at most max_norm, max_norm / (norm + 1e-6) above it, NaN when
+     * the norm is not finite. The engine's host side forms the same numbers from the same sums. */
+    void (*clip_scale)(mt_backend *be, mt_stream *s, float *scale, const float *norms, int count,
+                       float max_norm);
+    /* AdamW on n elements of fp32 master, m, v and grad in device memory, writing the working
+     * weights w (the backend's weight type): optim/adamw.h's arithmetic, bit for bit. `scale`:
+     * NULL, or a device float (clip_scale's) that replaces p->grad_scale; a non-finite one
+     * leaves everything unchanged (a skipped step). */
+    void (*adamw)(mt_backend *be, mt_stream *s, const struct mt_adamw_params *p, int decay,
+                  const float *scale, float *master, float *m, float *v, const float *grad, void *w,
+                  size_t n);
 } mt_backend_ops;
 
 struct mt_backend {

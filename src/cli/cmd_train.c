@@ -49,6 +49,9 @@ static const char train_help[] =
     "  --opt-cores LIST       pin the optimizer threads one per core, e.g. 2-15 or 4,5,6; none:\n"
     "                         unpinned (default: with a GPU, every core but the first; on the cpu\n"
     "                         backend, unpinned)\n"
+    "  --ends-on-device MODE  on: the GPU keeps the embedding's and head's fp32 masters and moments\n"
+    "                         (12 bytes a parameter) and updates them itself, off: the host optimizer\n"
+    "                         does (default auto: on where they fit --gpu-mem or the GPU's free memory)\n"
     "  --lm-chunk N           rows of logits the LM head holds at once (default 512)\n"
     "  --gpu-mem SIZE         device memory budget, e.g. 24GiB: fewer slots and a smaller LM-head\n"
     "                         chunk are chosen to fit, or the run is refused up front (default: none)\n"
@@ -74,7 +77,7 @@ enum {
     OPT_SEQ, OPT_BATCH, OPT_MICRO, OPT_STEPS, OPT_LR, OPT_SCHEDULE, OPT_WARMUP, OPT_MIN_LR, OPT_WD,
     OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_CLIP, OPT_BACKEND, OPT_THREADS, OPT_SLOTS, OPT_OPT_THREADS,
     OPT_LM_CHUNK, OPT_OUT, OPT_RESUME, OPT_CKPT_EVERY, OPT_EVAL_EVERY, OPT_EVAL_BATCHES, OPT_KEEP, OPT_MAX_SKIPS, OPT_GPU_MEM, OPT_CONTINUE_ON_SAVE_ERROR,
-    OPT_MOMENTS, OPT_OPT_CORES, OPT_SYNC_SAVE, OPT_SAVE_STAGING, OPT_HELP
+    OPT_MOMENTS, OPT_OPT_CORES, OPT_SYNC_SAVE, OPT_SAVE_STAGING, OPT_ENDS_ON_DEVICE, OPT_HELP
 };
 
 static const struct option long_options[] = {
@@ -98,6 +101,7 @@ static const struct option long_options[] = {
     {"continue-on-save-error", no_argument, 0, OPT_CONTINUE_ON_SAVE_ERROR},
     {"moments", required_argument, 0, OPT_MOMENTS}, {"opt-cores", required_argument, 0, OPT_OPT_CORES},
     {"sync-save", no_argument, 0, OPT_SYNC_SAVE}, {"save-staging", required_argument, 0, OPT_SAVE_STAGING},
+    {"ends-on-device", required_argument, 0, OPT_ENDS_ON_DEVICE},
     {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
 
 /* Whole-string numbers only: "12x" and "" are refused, naming the option. */
@@ -177,6 +181,7 @@ int mt_cli_parse_train(int argc, char **argv, const char *command, mt_train_opti
         case OPT_MAX_SKIPS: bad |= parse_int(name, optarg, 0, &o->max_skips); break;
         case OPT_MOMENTS: o->moments = optarg; break;
         case OPT_OPT_CORES: o->opt_cores = optarg; break;
+        case OPT_ENDS_ON_DEVICE: o->ends_on_device = optarg; break;
         case OPT_GPU_MEM:
             if (mt_cli_parse_bytes(optarg, &o->gpu_mem) != 0) {
                 fprintf(stderr, "megatrain: error: --gpu-mem wants a size such as 24GiB, got '%s'\n", optarg);

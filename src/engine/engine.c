@@ -38,15 +38,17 @@ mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_en
     int64_t embed = lay.units[0].numel, head = lay.units[lay.num_units - 1].numel;
     b.weight_slots = (int64_t)K * lay.max_block_numel * w;
     b.embed_head = (embed + head) * (int64_t)w;
+    b.ends_state = o->ends_on_device ? (embed + head) * 12 + 4 : 0;
     b.grads = (2 * lay.max_block_numel + embed + head) * 4;
     b.checkpoints = (int64_t)(cfg->num_layers + 1) * o->micro_batches * rows(o) * cfg->hidden_size * act;
     b.workspace = mt_block_ws_bytes(be, cfg, o->batch, o->seq) +
                   be->ops->lmhead_workspace(be, o->lm_chunk, cfg->vocab_size) +
                   (int64_t)2 * o->micro_batches * rows(o) * 4 + (int64_t)cfg->vocab_size * 4;
-    b.total = b.weight_slots + b.embed_head + b.grads + b.checkpoints + b.workspace;
+    b.total = b.weight_slots + b.embed_head + b.ends_state + b.grads + b.checkpoints + b.workspace;
+    int64_t ends_home = o->ends_on_device ? 0 : embed + head;
     b.host_grads = o->max_grad_norm > 0 || o->keep_grads
                        ? lay.total_numel * 4
-                       : (embed + head + (int64_t)mt_engine_grad_ring(cfg, o) * lay.max_block_numel) * 4;
+                       : (ends_home + (int64_t)mt_engine_grad_ring(cfg, o) * lay.max_block_numel) * 4;
     b.host_staging = (int64_t)2 * o->micro_batches * rows(o) * 4 +
                      ((int64_t)lay.num_units + 1 + cfg->vocab_size + cfg->head_dim / 2) * 4;
     mt_layout_free(&lay);
@@ -78,8 +80,8 @@ static mt_event *new_event(mt_engine *e) {
 }
 
 /* Where each unit's gradient lands on the host: all units (exact clipping needs every gradient
- * until the norm is known; tests read them), or the embedding and head each in their own
- * buffer and the blocks in a ring by backward order. */
+ * until the norm is known; tests read them), or the blocks in a ring by backward order and the
+ * embedding and head each in their own buffer (none when the device updates them). */
 static void place_host_grads(mt_engine *e) {
     const mt_layout *lay = e->lay;
     if (e->o.max_grad_norm > 0 || e->o.keep_grads) {
@@ -88,8 +90,10 @@ static void place_host_grads(mt_engine *e) {
         return;
     }
     e->grad_ring = mt_engine_grad_ring(e->cfg, &e->o);
-    e->grad_home[0] = host_alloc(e, (size_t)unit_bytes(e, 0, 4), "the embedding's gradients");
-    e->grad_home[e->U - 1] = host_alloc(e, (size_t)unit_bytes(e, e->U - 1, 4), "the head's gradients");
+    if (!e->o.ends_on_device) {
+        e->grad_home[0] = host_alloc(e, (size_t)unit_bytes(e, 0, 4), "the embedding's gradients");
+        e->grad_home[e->U - 1] = host_alloc(e, (size_t)unit_bytes(e, e->U - 1, 4), "the head's gradients");
+    }
     float *ring = host_alloc(e, (size_t)e->grad_ring * lay->max_block_numel * 4, "the block gradient ring");
     for (int l = 0; l < e->L && ring; l++)
         e->grad_home[mt_unit_block(l)] = ring + (size_t)((e->L - 1 - l) % e->grad_ring) * lay->max_block_numel;
@@ -115,6 +119,14 @@ static mt_status allocate(mt_engine *e) {
     e->dev_norms = dev_alloc(e, (size_t)e->U * 4, "gradient norms");
     e->dev_loss = dev_alloc(e, 4, "the loss");
     e->dev_logits = dev_alloc(e, (size_t)c->vocab_size * 4, "logits");
+    if (e->o.ends_on_device) {
+        size_t ends = (size_t)(unit_bytes(e, 0, 4) + unit_bytes(e, e->U - 1, 4));
+        e->ends_master = dev_alloc(e, ends, "the embedding's and head's master weights");
+        e->ends_m = dev_alloc(e, ends, "the embedding's and head's first moments");
+        e->ends_v = dev_alloc(e, ends, "the embedding's and head's second moments");
+        e->dev_clip_scale = dev_alloc(e, 4, "the clip coefficient");
+        e->ends_updated = new_event(e);
+    }
     e->host_tokens = host_alloc(e, 2 * M * n * sizeof(int32_t), "token staging");
     e->host_norms = host_alloc(e, (size_t)e->U * 4, "gradient norms");
     e->host_loss = host_alloc(e, 4, "the loss");
@@ -168,6 +180,10 @@ mt_status mt_engine_create(mt_engine **out, mt_backend *be, mt_store *store,
                        o->seq, c->max_position);
     if (o->slots < 2) return mt_fail(MT_ERR_INVALID, "--slots must be at least 2, got %d", o->slots);
     if (o->lm_chunk < 1) return mt_fail(MT_ERR_INVALID, "the LM head chunk must be positive");
+    if (o->ends_on_device && store->moments.format != MT_MOMENTS_F32)
+        return mt_fail(MT_ERR_INVALID, "the embedding and head updated on the device need fp32 Adam moments, "
+                       "not %s: drop --moments or set --ends-on-device off",
+                       mt_moments_format_name(store->moments.format));
     mt_engine *e = calloc(1, sizeof *e);
     if (!e) return mt_fail(MT_ERR_NOMEM, "cannot allocate the engine");
     e->be = be;
@@ -180,6 +196,7 @@ mt_status mt_engine_create(mt_engine **out, mt_backend *be, mt_store *store,
     e->U = e->lay->num_units;
     e->K = o->slots < e->L ? o->slots : e->L;
     e->adam_step = adam_step;
+    e->ends_step = adam_step;
     e->updated = calloc((size_t)e->U, sizeof *e->updated);
     e->grad_home = calloc((size_t)e->U, sizeof *e->grad_home);
     e->grads_issued = calloc((size_t)e->U, sizeof *e->grads_issued);
@@ -190,7 +207,7 @@ mt_status mt_engine_create(mt_engine **out, mt_backend *be, mt_store *store,
     e->max_stalls = 3 * e->L + 4;
     e->stall_begin = calloc((size_t)e->max_stalls, sizeof *e->stall_begin);
     e->stall_end = calloc((size_t)e->max_stalls, sizeof *e->stall_end);
-    e->max_jobs = 2 * e->L + 3;
+    e->max_jobs = 2 * e->L + 4;
     e->job_begin = calloc((size_t)e->max_jobs, sizeof *e->job_begin);
     e->job_end = calloc((size_t)e->max_jobs, sizeof *e->job_end);
     size_t max_objects = 64 + 3 * (size_t)e->K + (size_t)e->U + 2 * (size_t)e->max_stalls + 2 * (size_t)e->max_jobs;
@@ -214,6 +231,7 @@ mt_status mt_engine_create(mt_engine **out, mt_backend *be, mt_store *store,
     e->compute = e->h2d ? e->op->stream_create(be) : NULL;
     e->d2h = e->compute ? e->op->stream_create(be) : NULL;
     mt_status rc = e->d2h ? allocate(e) : MT_ERR_NOMEM;
+    if (rc == MT_OK && e->o.ends_on_device) rc = mt_engine_ends_upload(e);
     if (rc == MT_OK) rc = mt_engine_optimizer_start(e);
     if (rc != MT_OK) {
         mt_engine_destroy(e);

@@ -48,6 +48,11 @@ typedef struct {
     int grad_ring;       /* that ring's block gradient buffers: the backward runs at most this
                           * many blocks ahead of the optimizer (0: MT_ENGINE_GRAD_RING; at most
                           * the number of blocks) */
+    int ends_on_device;  /* the device keeps the embedding's and the head's fp32 masters and
+                          * moments (12 bytes a parameter) and updates them itself at the end of
+                          * the backward: their gradients never go home and the host optimizer
+                          * skips them. Needs fp32 moments. The host store's copy of them is
+                          * brought up to date by mt_engine_finish. */
 } mt_engine_options;
 
 typedef struct {
@@ -72,7 +77,7 @@ typedef struct {
  * it allocates beside them (not in total): the gradients coming home, and staging for tokens,
  * norms, loss and logits. */
 typedef struct {
-    int64_t weight_slots, embed_head, grads, checkpoints, workspace, total;
+    int64_t weight_slots, embed_head, ends_state, grads, checkpoints, workspace, total;
     int64_t host_grads, host_staging;
 } mt_engine_bytes;
 mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_engine_options *opt);
@@ -118,10 +123,13 @@ void mt_engine_fault_next_step(mt_engine *e);
 /* The host gradients of the last pass, laid out like the masters; NULL when the engine keeps a
  * ring instead (no clipping, no keep_grads). */
 const float *mt_engine_host_grads(const mt_engine *e);
-/* Waits until every pending update has been applied; returns the number of updates so far. */
+/* Waits until every pending update has been applied and the host store holds all of them (with
+ * ends_on_device, the device's copy of the embedding and head comes home: masters, moments and
+ * working weights); returns the number of updates so far. Call it before reading the store. */
 int64_t mt_engine_finish(mt_engine *e);
-/* `before_update(ctx, u)` runs on the optimizer thread before it writes anything of unit u
- * (masters, moments, working weights); NULL removes it. A checkpoint written while training goes
+/* `before_update(ctx, u)` runs before anything of unit u in the store is written (masters,
+ * moments, working weights): on the optimizer thread, or, for the units the device updates, on
+ * the thread that calls mt_engine_finish; NULL removes it. A checkpoint written while training goes
  * on (train/saver.h) uses it to take unit u's state before the next step changes it. Set it
  * while no step is in flight (after mt_engine_finish). */
 void mt_engine_set_update_guard(mt_engine *e, void (*before_update)(void *ctx, int unit), void *ctx);

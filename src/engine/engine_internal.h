@@ -12,7 +12,7 @@
 /* What the optimizer thread is asked to do for one step. */
 typedef struct {
     int64_t generation; /* the step's index: its updates raise the flags to generation + 1 */
-    float lr;
+    float lr;           /* also the device's, for the units it updates (ends_on_device) */
     int overlapped;     /* update each unit as its gradients arrive (no clipping) */
     float grad_scale;   /* clip coefficient (deferred mode) */
     int skip;           /* non-finite gradient: leave everything unchanged */
@@ -39,6 +39,11 @@ struct mt_engine {
     void *ws_base, *lm_ws;
     mt_block_ws ws;
     int32_t *dev_inputs, *dev_targets; /* [M][n] each */
+    /* ends_on_device: the embedding's then the head's fp32 state, and the clip coefficient */
+    float *ends_master, *ends_m, *ends_v, *dev_clip_scale;
+    int64_t ends_step;         /* updates the device applied to them; issuing thread only */
+    int64_t ends_home_generation; /* the store holds the device's state as of this many steps */
+    mt_event *ends_updated;    /* recorded on compute after each device update */
     float *dev_inv_freq, *dev_norms, *dev_loss, *dev_logits;
 
     /* host staging (pinned on cuda) */
@@ -96,6 +101,18 @@ struct mt_engine {
     mt_event **events;
     int num_allocs, num_host_allocs, num_events, failed;
 };
+
+/* Unit u's optimizer state lives on the device (ends_on_device: the embedding and the head). */
+static inline int mt_engine_unit_on_device(const mt_engine *e, int u) {
+    return e->o.ends_on_device && (u == 0 || u == e->U - 1);
+}
+
+/* engine_ends.c: the embedding and head with ends_on_device. Upload their state at creation;
+ * update them on the compute stream (inside a compute job; `clip`: scale by the clip coefficient
+ * of this pass's norms, skipping a non-finite one); bring their state home to the store. */
+mt_status mt_engine_ends_upload(mt_engine *e);
+void mt_engine_ends_update(mt_engine *e, const mt_adamw_params *p, int clip);
+void mt_engine_ends_home(mt_engine *e);
 
 mt_status mt_engine_optimizer_start(mt_engine *e);
 void mt_engine_optimizer_stop(mt_engine *e);

@@ -72,7 +72,7 @@ static void update_embedding_rows(mt_engine *e, const mt_opt_job *job, int64_t a
 static void run_deferred(mt_engine *e, const mt_opt_job *job, int64_t adam_step) {
     for (int u = 0; u < e->U; u++) {
         double t0 = mt_now();
-        if (!job->skip) update_unit(e, job, adam_step, u);
+        if (!job->skip && !mt_engine_unit_on_device(e, u)) update_unit(e, job, adam_step, u);
         e->job_update_seconds += mt_now() - t0;
         mt_flag_set(&e->updated[u], job->generation + 1);
     }
@@ -128,11 +128,18 @@ static int pick_ready(mt_engine *e, const mt_opt_job *job, const uint8_t *done, 
 }
 
 static void run_overlapped(mt_engine *e, const mt_opt_job *job, int64_t adam_step) {
-    int head = e->L + 2, pieces = head_pieces(e), parts = head + pieces;
+    int head = e->L + 2, pieces = head_pieces(e), parts = head + pieces, left = parts;
     uint8_t done[parts];
     memset(done, 0, sizeof done);
+    if (e->o.ends_on_device) { /* the embedding's parts and the head's are the device's */
+        memset(done, 1, 2);
+        memset(done + head, 1, (size_t)pieces);
+        left -= 2 + pieces;
+        mt_flag_set(&e->updated[0], job->generation + 1);
+        mt_flag_set(&e->updated[e->U - 1], job->generation + 1);
+    }
     const uint8_t *mask = e->input_rows[job->generation % 2];
-    for (int left = parts; left > 0; left--) {
+    for (; left > 0; left--) {
         int pick = pick_ready(e, job, done, parts);
         for (int i = 0; pick < 0; i++) /* nothing is home: wait for the next part to arrive */
             if (!done[part_arriving(e, i, parts)]) part_ready(e, job, pick = part_arriving(e, i, parts), 1);
@@ -258,6 +265,7 @@ void mt_engine_optimizer_post(mt_engine *e, const mt_opt_job *job) {
 
 int64_t mt_engine_finish(mt_engine *e) {
     for (int u = 0; u < e->U; u++) mt_flag_wait(&e->updated[u], e->generation);
+    mt_engine_ends_home(e);
     pthread_mutex_lock(&e->opt_lock);
     int64_t steps = e->adam_step;
     pthread_mutex_unlock(&e->opt_lock);

@@ -4,10 +4,11 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
+#include "optim/clip.h"
 #include "util/clock.h"
 
 typedef enum { RUN_TRAIN, RUN_GRADS, RUN_EVAL, RUN_LOGITS } run_mode;
-typedef enum { JOB_EMBED_FWD, JOB_BLOCK_FWD, JOB_HEAD, JOB_BLOCK_BWD, JOB_EMBED_BWD } job_kind;
+typedef enum { JOB_EMBED_FWD, JOB_BLOCK_FWD, JOB_HEAD, JOB_BLOCK_BWD, JOB_EMBED_BWD, JOB_ENDS_UPDATE } job_kind;
 
 /* A compute job; freed by the job itself (on cpu it runs later, on the compute worker). */
 typedef struct {
@@ -17,6 +18,8 @@ typedef struct {
     int block, slot, grad_slot;
     int batch, seq, micro_batches, last_row;
     float scale;
+    mt_adamw_params adam; /* JOB_ENDS_UPDATE */
+    int clip;
 } compute_job;
 
 static size_t act_size(const mt_engine *e) { return mt_dtype_size(e->op->act_dtype); }
@@ -126,6 +129,7 @@ static void run_job(void *arg) {
         op->sumsq(e->be, e->compute, e->dev_norms, e->embed_grad, (size_t)unit_numel(e, 0));
         break;
     }
+    case JOB_ENDS_UPDATE: mt_engine_ends_update(e, &j->adam, j->clip); break;
     }
     free(j);
 }
@@ -169,7 +173,7 @@ static double load_forward(mt_engine *e, int index) {
     if (index < e->L) {
         int k = index % e->K;
         load_unit(e, u, e->slot[k], e->slot_free[k], e->slot_loaded[k]);
-    } else {
+    } else if (!mt_engine_unit_on_device(e, u)) {
         load_unit(e, u, e->head_w, e->head_free, e->head_loaded);
     }
     return waited;
@@ -224,12 +228,16 @@ typedef struct {
     double idle_forward, idle_backward; /* gaps between jobs in the forward, in the backward */
 } pass_result;
 
-/* `overlap`: an optimizer job to start as the backward begins (training without clipping). */
+/* `step`: the optimizer job of a training pass (RUN_TRAIN), else NULL. Without clipping it starts
+ * as the backward begins; with ends_on_device the pass itself updates the embedding and head. */
 static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, const int32_t *targets,
-                          int batch, int seq, int M, int last_row, const mt_opt_job *overlap, pass_result *r) {
+                          int batch, int seq, int M, int last_row, const mt_opt_job *step, pass_result *r) {
     const mt_backend_ops *op = e->op;
     mt_backend *be = e->be;
     int L = e->L, K = e->K, U = e->U, train = mode == RUN_TRAIN || mode == RUN_GRADS;
+    const mt_opt_job *overlap = step && step->overlapped ? step : NULL;
+    /* The embedding's and head's gradients go home unless the device updates them. */
+    int ends_home = !(step && e->o.ends_on_device);
     r->waited = 0;
     e->num_stalls = 0;
     e->num_jobs = 0;
@@ -247,7 +255,7 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
 
     /* Forward: the embedding, then the blocks with K - 1 loads in flight, then the head. */
     r->waited += mt_flag_wait(&e->updated[0], e->generation);
-    load_unit(e, 0, e->embed_w, e->embed_free, e->embed_loaded);
+    if (!mt_engine_unit_on_device(e, 0)) load_unit(e, 0, e->embed_w, e->embed_free, e->embed_loaded);
     for (int i = 0; i < K; i++) r->waited += load_forward(e, i);
     op->stream_wait(be, e->compute, e->tokens_ready);
     compute_wait(e, e->embed_loaded);
@@ -282,8 +290,8 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
     if (train) {
         int publish = overlap != NULL;
         if (overlap) mt_engine_optimizer_post(e, overlap);
-        send_home(e, U - 1, e->head_grad, e->unit_ready, NULL, publish);
-        if (overlap) {
+        if (ends_home) send_home(e, U - 1, e->head_grad, e->unit_ready, NULL, publish);
+        if (overlap && ends_home) {
             /* The embedding's gradient so far: the head's part when tied, zeros otherwise. Its
              * rows that no input token touches are final already. */
             op->event_record(be, e->unit_ready, e->compute);
@@ -315,9 +323,24 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
         j = base;
         j.kind = JOB_EMBED_BWD;
         MT_TRY(launch(e, j));
-        /* The full copy lands where the optimizer reads the early part: it must be done with it. */
-        if (overlap) r->waited += mt_flag_wait(&e->embed_early_done, e->generation + 1);
-        send_home(e, 0, e->embed_grad, e->unit_ready, NULL, publish);
+        if (step && e->poison_next) { /* as a NaN in the gradient would, for the host and the device alike */
+            static const float nan_norm = NAN;
+            op->copy(be, e->dev_norms, &nan_norm, 4, e->compute);
+        }
+        if (ends_home) {
+            /* The full copy lands where the optimizer reads the early part: it must be done with it. */
+            if (overlap) r->waited += mt_flag_wait(&e->embed_early_done, e->generation + 1);
+            send_home(e, 0, e->embed_grad, e->unit_ready, NULL, publish);
+        } else {
+            j = base;
+            j.kind = JOB_ENDS_UPDATE;
+            j.adam = (mt_adamw_params){.lr = step->lr, .beta1 = e->o.beta1, .beta2 = e->o.beta2, .eps = e->o.eps,
+                                       .weight_decay = e->o.weight_decay, .step = e->ends_step + 1, .grad_scale = 1.0f};
+            j.clip = !step->overlapped;
+            MT_TRY(launch(e, j));
+            op->event_record(be, e->ends_updated, e->compute);
+            op->stream_wait(be, e->d2h, e->ends_updated);
+        }
         op->copy(be, e->host_norms, e->dev_norms, (size_t)U * 4, e->d2h);
     } else {
         op->event_record(be, e->unit_ready, e->compute);
@@ -335,9 +358,7 @@ static mt_status finish_pass(mt_engine *e, pass_result *r) {
     e->op->event_sync(e->be, e->done);
     MT_TRY(e->op->check(e->be));
     r->loss = r->targets > 0 ? *e->host_loss / (double)r->targets : 0;
-    double sumsq = 0;
-    for (int u = 0; u < e->U; u++) sumsq += e->host_norms[u];
-    r->grad_norm = sqrt(sumsq);
+    r->grad_norm = mt_global_norm(e->host_norms, e->U);
     r->stalled = 0;
     for (int i = 0; i < e->num_stalls; i++) r->stalled += e->op->event_elapsed(e->be, e->stall_begin[i], e->stall_end[i]);
     r->busy = r->idle_forward = r->idle_backward = 0;
@@ -357,23 +378,20 @@ mt_status mt_engine_step(mt_engine *e, const int32_t *inputs, const int32_t *tar
     int overlapped = e->o.max_grad_norm <= 0;
     pass_result r;
     mt_opt_job job = {.generation = e->generation, .lr = lr, .overlapped = overlapped, .grad_scale = 1.0f};
-    MT_TRY(run_pass(e, RUN_TRAIN, inputs, targets, e->o.batch, e->o.seq, e->o.micro_batches, 0,
-                    overlapped ? &job : NULL, &r));
+    MT_TRY(run_pass(e, RUN_TRAIN, inputs, targets, e->o.batch, e->o.seq, e->o.micro_batches, 0, &job, &r));
     mt_status rc = finish_pass(e, &r);
     if (e->fault_next) {
         rc = mt_fail(MT_ERR_DEVICE, "injected device fault at the end of a step (test hook)");
         e->fault_next = 0;
     }
-    if (e->poison_next) {
-        r.grad_norm = NAN;
-        e->poison_next = 0;
-    }
+    e->poison_next = 0;
     if (!overlapped) {
-        job.skip = rc != MT_OK || !isfinite(r.grad_norm);
-        if (!job.skip && r.grad_norm > e->o.max_grad_norm)
-            job.grad_scale = (float)(e->o.max_grad_norm / (r.grad_norm + 1e-6));
+        float scale = mt_clip_scale(r.grad_norm, e->o.max_grad_norm);
+        job.skip = rc != MT_OK || !isfinite(scale);
+        if (!job.skip) job.grad_scale = scale;
         mt_engine_optimizer_post(e, &job);
     }
+    if (!job.skip) e->ends_step++; /* the device's update of the embedding and head, if it makes one */
     e->generation++;
     MT_TRY(rc);
     *res = (mt_step_result){.loss = r.loss, .grad_norm = r.grad_norm, .skipped = job.skip,

@@ -21,7 +21,7 @@
 #include "backend/backend.h"
 #include "optim/moments.h"
 
-typedef struct {
+typedef struct mt_adamw_params {
     float lr, beta1, beta2, eps, weight_decay;
     int64_t step;     /* 1-based, for bias correction */
     float grad_scale; /* multiplies the gradient first: 1/global-norm clip coefficient times any

@@ -1,5 +1,6 @@
-/* Internal to src/optim: the per-call constants of an AdamW update and the kernels that apply
- * them to a range of elements. adamw.c forms the constants and picks a kernel. */
+/* Internal to src/optim (and the cuda backend's AdamW kernel, which takes the same constants): the
+ * per-call constants of an AdamW update and the kernels that apply them to a range of elements.
+ * adamw.c forms the constants and picks a kernel. */
 #ifndef MT_OPTIM_ADAMW_KERNELS_H
 #define MT_OPTIM_ADAMW_KERNELS_H
 

@@ -43,6 +43,7 @@ typedef struct {
     double idle_share;         /* the device's idle time over the step time (1 - computing) */
     double idle_forward_share, idle_backward_share; /* its parts between jobs of the two passes */
     double opt_s, opt_block_s; /* the optimizer's mean time a step, and a block */
+    int ends_on_device;        /* the device updated the embedding and head */
 } bench_summary;
 
 static void print_summary(FILE *out, const mt_train_options *o, const mt_backend *be, const mt_config *cfg,
@@ -51,11 +52,12 @@ static void print_summary(FILE *out, const mt_train_options *o, const mt_backend
     fprintf(out, "megatrain %s: %.0f tokens/step, median step %.3f s, %.0f tokens/s, %.1f TFLOP/s, "
             "peak device memory %.2f GiB, host %.1f GiB, device idle %.1f%% of the step (%.1f%% in the forward, "
             "%.1f%% in the backward, the rest at the step's ends; stalled on copies %.1f%%), issuing thread waited on the optimizer %.1f%% (that wait overlaps queued GPU work), "
-            "optimizer %.3f s a step (%.4f s a block)\n", o->preset ? o->preset : "model", tokens, s->step_s,
+            "optimizer %.3f s a step (%.4f s a block), embedding and head updated on the %s\n", o->preset ? o->preset : "model", tokens, s->step_s,
             s->tokens_per_s, s->tflops, peak_gpu / 1073741824.0, host / 1073741824.0, 100 * s->idle_share,
-            100 * s->idle_forward_share, 100 * s->idle_backward_share, 100 * s->stall_share, 100 * s->opt_wait_share, s->opt_s, s->opt_block_s);
+            100 * s->idle_forward_share, 100 * s->idle_backward_share, 100 * s->stall_share, 100 * s->opt_wait_share, s->opt_s, s->opt_block_s,
+            s->ends_on_device ? "device" : "host");
     if (!json) return;
-    json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s}",
+    json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:b}",
                           "system", "megatrain", "backend", be->ops->name, "model", o->preset ? o->preset : "model",
                           "params", (json_int_t)mt_config_total_params(cfg), "seq", o->seq_len, "batch", o->batch,
                           "micro_batches", o->micro_batches, "tokens_per_step", tokens, "step_s", s->step_s,
@@ -65,7 +67,8 @@ static void print_summary(FILE *out, const mt_train_options *o, const mt_backend
                           "opt_seconds_per_block", s->opt_block_s, "device_idle_share", s->idle_share,
                           "idle_forward_share", s->idle_forward_share, "idle_backward_share", s->idle_backward_share,
                           "clip",
-                          (double)o->max_grad_norm, "opt_cores", o->opt_cores ? o->opt_cores : "");
+                          (double)o->max_grad_norm, "opt_cores", o->opt_cores ? o->opt_cores : "",
+                          "ends_on_device", s->ends_on_device);
     FILE *f = fopen(json, "a");
     if (j && f) {
         json_dumpf(j, f, JSON_COMPACT);
@@ -87,6 +90,7 @@ mt_status mt_bench(const mt_train_options *o, int warmup, FILE *out, const char 
     int32_t *inputs = mt_malloc(n * sizeof *inputs, "bench tokens"), *targets = mt_malloc(n * sizeof *targets, "bench tokens");
     double *times = mt_calloc((size_t)o->steps, sizeof *times, "bench timings");
     mt_status rc = inputs && targets && times ? MT_OK : MT_ERR_NOMEM;
+    mt_engine_options eo = {0};
     double t0 = mt_now();
     if (rc == MT_OK) rc = mt_backend_open(o->backend, o->threads, &be);
     double t1 = mt_now();
@@ -98,7 +102,6 @@ mt_status mt_bench(const mt_train_options *o, int warmup, FILE *out, const char 
         mt_store_init_random(&store, o->seed);
         fprintf(out, "set-up: backend %.1f s, host store %.1f s, initialization %.1f s\n", t1 - t0, t2 - t1,
                 mt_now() - t2);
-        mt_engine_options eo;
         rc = mt_train_engine_options(o, be, &cfg, &eo);
         if (rc == MT_OK) rc = mt_engine_create(&engine, be, &store, &eo, 0);
     }
@@ -138,7 +141,7 @@ mt_status mt_bench(const mt_train_options *o, int warmup, FILE *out, const char 
         size_t peak = 0;
         be->ops->dev_mem_info(be, NULL, &peak);
         qsort(times, (size_t)o->steps, sizeof *times, compare_doubles);
-        bench_summary sum = {.step_s = times[o->steps / 2]};
+        bench_summary sum = {.step_s = times[o->steps / 2], .ends_on_device = eo.ends_on_device};
         sum.tokens_per_s = (double)n / sum.step_s;
         sum.tflops = sum.tokens_per_s * model_flops_per_token(&cfg, o->seq_len) / 1e12;
         sum.stall_share = total > 0 ? stall / total : 0;

@@ -45,6 +45,34 @@ static const char *default_opt_cores(const mt_train_options *o, mt_backend *be) 
     return dev_free != SIZE_MAX ? MT_OPT_CORES_AUTO : NULL;
 }
 
+/* --ends-on-device: the embedding and head updated on the device (engine/engine_ends.c). */
+typedef enum { ENDS_AUTO, ENDS_ON, ENDS_OFF } ends_mode;
+
+static mt_status parse_ends_mode(const mt_train_options *o, ends_mode *mode) {
+    const char *name = o->ends_on_device ? o->ends_on_device : "auto";
+    *mode = !strcmp(name, "auto") ? ENDS_AUTO : !strcmp(name, "on") ? ENDS_ON : ENDS_OFF;
+    if (*mode == ENDS_OFF && strcmp(name, "off"))
+        return mt_fail(MT_ERR_INVALID, "--ends-on-device '%s': expected auto, on or off", name);
+    if (*mode == ENDS_ON && strcmp(o->moments, "fp32"))
+        return mt_fail(MT_ERR_INVALID, "--ends-on-device on needs fp32 Adam moments, not --moments %s", o->moments);
+    return MT_OK;
+}
+
+/* "auto": on where the device is memory of its own, the moments are fp32, and the state fits
+ * beside what the budget (or the free memory) already holds, so that it costs no weight slot,
+ * batch size or LM-head chunk. */
+static void ends_where_they_fit(const mt_train_options *o, mt_backend *be, const mt_config *cfg,
+                                mt_engine_options *eo) {
+    size_t dev_free = 0;
+    be->ops->dev_mem_info(be, &dev_free, NULL);
+    if (dev_free == SIZE_MAX || strcmp(o->moments, "fp32")) return;
+    mt_engine_options with = *eo;
+    with.ends_on_device = 1;
+    /* Without a budget a tenth of the free memory stays for the libraries' own allocations. */
+    int64_t limit = o->gpu_mem > 0 ? o->gpu_mem : (int64_t)(dev_free / 10 * 9);
+    if (mt_engine_size(be, cfg, &with).total <= limit) eo->ends_on_device = 1;
+}
+
 mt_status mt_train_engine_options(const mt_train_options *o, mt_backend *be, const mt_config *cfg,
                                   mt_engine_options *out) {
     mt_engine_options eo = mt_engine_defaults();
@@ -60,7 +88,11 @@ mt_status mt_train_engine_options(const mt_train_options *o, mt_backend *be, con
     eo.beta2 = o->beta2;
     eo.eps = o->eps;
     eo.weight_decay = o->weight_decay;
+    ends_mode ends;
+    MT_TRY(parse_ends_mode(o, &ends));
+    eo.ends_on_device = ends == ENDS_ON;
     *out = eo;
     MT_TRY(mt_engine_fit_budget(be, cfg, out, o->gpu_mem));
+    if (ends == ENDS_AUTO) ends_where_they_fit(o, be, cfg, out);
     return choose_grad_ring(o, be, cfg, out);
 }

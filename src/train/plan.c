@@ -81,9 +81,13 @@ mt_status mt_plan(const mt_train_options *o, FILE *out) {
             "%.2f GB%s = %.2f GB\n", gb(hb.weights), gb(db.host_grads),
             o->max_grad_norm > 0 ? " (all: exact clipping)" : ring, gb(hb.master),
             gb(hb.moments), moments_note[moments], gb(hb.weights + db.host_grads + hb.master + hb.moments));
-    fprintf(out, "device    weight slots %.2f GB + embedding and head %.2f GB + gradients %.2f GB + "
-            "checkpoints %.2f GB + workspace %.2f GB = %.2f GB\n", gb(db.weight_slots), gb(db.embed_head),
+    char ends[96] = "";
+    if (eo.ends_on_device)
+        snprintf(ends, sizeof ends, " + their fp32 masters and moments %.2f GB", gb(db.ends_state));
+    fprintf(out, "device    weight slots %.2f GB + embedding and head %.2f GB%s + gradients %.2f GB + "
+            "checkpoints %.2f GB + workspace %.2f GB = %.2f GB\n", gb(db.weight_slots), gb(db.embed_head), ends,
             gb(db.grads), gb(db.checkpoints), gb(db.workspace), gb(db.total));
+    if (eo.ends_on_device) fprintf(out, "optimizer the embedding and head on the device, the blocks on the host\n");
     fputs(budget, out);
     mt_memory_fit fit = mt_memory_fit_of(&lay, be, &eo, moments);
     mt_memory_fit_print(&fit, out);
@@ -93,8 +97,9 @@ mt_status mt_plan(const mt_train_options *o, FILE *out) {
             pcie_out / 1e9, PCIE_BYTES_PER_S / 1e9, (pcie_in > pcie_out ? pcie_in : pcie_out) / PCIE_BYTES_PER_S);
     /* Read gradient, master, m, v; write master, m, v and the working weights. */
     double opt_bytes = (double)(hb.master + hb.moments) * 2 / params + 4.0 + wbytes;
-    fprintf(out, "          optimizer %.0f bytes/parameter over %.0f GB/s host memory = %.3f s\n", opt_bytes,
-            HOST_BYTES_PER_S / 1e9, opt_bytes * params / HOST_BYTES_PER_S);
+    double host_params = params - (eo.ends_on_device ? (double)(lay.units[0].numel + lay.units[lay.num_units - 1].numel) : 0);
+    fprintf(out, "          optimizer %.0f bytes/parameter x %.3f B parameters on the host over %.0f GB/s host memory = "
+            "%.3f s\n", opt_bytes, host_params / 1e9, HOST_BYTES_PER_S / 1e9, opt_bytes * host_params / HOST_BYTES_PER_S);
     fprintf(out, "          (rates: the lent H200 machine's; PCIe and GEMM from DESIGN.md, host memory from bench/adamw)\n");
     be->ops->destroy(be);
     mt_layout_free(&lay);

@@ -4,6 +4,7 @@
  * (records issued, records completed) under a mutex, so stream_wait and event_sync really block
  * until the recorded work has run. The engine's asynchronous schedule therefore runs
  * concurrently here exactly as it does on a GPU, and ThreadSanitizer can see its races. */
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,8 @@
 #include "backend/backend.h"
 #include "backend/alloc_fault.h"
 #include "backend/cpu/cpu_ops.h"
+#include "optim/adamw.h"
+#include "optim/clip.h"
 #include "util/status.h"
 #include "util/clock.h"
 
@@ -337,6 +340,21 @@ static void op_sumsq(mt_backend *b, mt_stream *s, float *out, const float *x, si
     mt_cpu_sumsq(out, x, count);
 }
 
+static void op_clip_scale(mt_backend *b, mt_stream *s, float *scale, const float *norms, int count,
+                          float max_norm) {
+    *scale = mt_clip_scale(mt_global_norm(norms, count), max_norm);
+}
+/* The host optimizer's own update: the reference the cuda kernel is held to. */
+static void op_adamw(mt_backend *b, mt_stream *s, const mt_adamw_params *p, int decay, const float *scale,
+                     float *master, float *m, float *v, const float *grad, void *w, size_t n) {
+    mt_adamw_params q = *p;
+    if (scale) {
+        if (!isfinite(*scale)) return;
+        q.grad_scale = *scale;
+    }
+    mt_adamw_update_parallel(&q, decay, master, m, v, grad, w, MT_DTYPE_F32, n, ((cpu_backend *)b)->threads);
+}
+
 static const mt_backend_ops cpu_ops = {
     .name = "cpu",
     .act_dtype = MT_DTYPE_F32,
@@ -379,6 +397,8 @@ static const mt_backend_ops cpu_ops = {
     .lmhead_workspace = op_lmhead_workspace,
     .logits = op_logits,
     .sumsq = op_sumsq,
+    .clip_scale = op_clip_scale,
+    .adamw = op_adamw,
 };
 
 mt_status mt_backend_cpu_create(mt_backend **out, int threads) {

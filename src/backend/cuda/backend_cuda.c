@@ -298,6 +298,17 @@ static void cuda_sumsq(mt_backend *be, mt_stream *s, float *out, const float *x,
     keep_error(be, mt_cuda_sumsq(mt_cuda_stream(s), out, x, count));
 }
 
+static void cuda_clip_scale(mt_backend *be, mt_stream *s, float *scale, const float *norms, int count,
+                            float max_norm) {
+    keep_error(be, mt_cuda_clip_scale(mt_cuda_stream(s), scale, norms, count, max_norm));
+}
+
+static void cuda_adamw(mt_backend *be, mt_stream *s, const mt_adamw_params *p, int decay, const float *scale,
+                       float *master, float *m, float *v, const float *grad, void *w, size_t n) {
+    mt_adamw_coef c = mt_adamw_coef_of(p, decay, n);
+    keep_error(be, mt_cuda_adamw(mt_cuda_stream(s), &c, scale, master, m, v, grad, w, n));
+}
+
 /* ---- lifecycle ---- */
 
 static void cuda_destroy(mt_backend *be) {
@@ -352,6 +363,8 @@ static const mt_backend_ops cuda_ops = {
     .lmhead_workspace = cuda_lmhead_workspace,
     .logits = mt_cuda_op_logits,
     .sumsq = cuda_sumsq,
+    .clip_scale = cuda_clip_scale,
+    .adamw = cuda_adamw,
 };
 
 static mt_status init_device(mt_cuda_backend *cb, int device) {

@@ -11,6 +11,7 @@ extern "C" {
 #endif
 
 #include "backend/backend.h"
+#include "optim/adamw_kernels.h"
 
 typedef struct mt_cuda_backend mt_cuda_backend;
 
@@ -46,6 +47,11 @@ mt_status mt_cuda_embedding(cudaStream_t s, void *x, const int32_t *tokens, cons
 mt_status mt_cuda_embedding_dw(cudaStream_t s, float *dwte, const int32_t *tokens, const void *dx,
                                int n, int d);
 mt_status mt_cuda_sumsq(cudaStream_t s, float *out, const float *x, size_t count);
+mt_status mt_cuda_clip_scale(cudaStream_t s, float *scale, const float *norms, int count, float max_norm);
+/* AdamW with the constants of c (its grad_scale replaced by *scale when scale is non-NULL), bf16
+ * weights out. */
+mt_status mt_cuda_adamw(cudaStream_t s, const mt_adamw_coef *c, const float *scale, float *master, float *m,
+                        float *v, const float *grad, void *w, size_t n);
 
 mt_status mt_cuda_attention(cudaStream_t s, void *out, float *lse, const void *q, const void *k,
                             const void *v, mt_attn_dims dims);

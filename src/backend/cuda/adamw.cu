@@ -1,0 +1,55 @@
+/* AdamW for the tensors whose optimizer state the device keeps, and the clip coefficient it
+ * reads. Bit for bit the host's update (optim/adamw.h): each step is one explicitly rounded fp32
+ * operation in the host's order (the _rn intrinsics keep nvcc from fusing a multiply-add), and
+ * bf16 rounding is util/bf16.h's, NaN and denormals included. */
+#include "backend/cuda/bf16_vec.cuh"
+#include "optim/clip.h"
+
+enum { THREADS = 256 };
+
+/* util/bf16.h's mt_f32_to_bf16 */
+__device__ static inline uint16_t f32_to_bf16_bits(float f) {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+__global__ void clip_scale_kernel(float *scale, const float *norms, int count, float max_norm) {
+    *scale = mt_clip_scale(mt_global_norm(norms, count), max_norm);
+}
+
+__global__ void adamw_kernel(mt_adamw_coef c, const float *scale, float *master, float *m, float *v,
+                             const float *grad, uint16_t *w, size_t n) {
+    float grad_scale = c.grad_scale;
+    if (scale) {
+        grad_scale = *scale;
+        if (!isfinite(grad_scale)) return;
+    }
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += stride) {
+        float g = __fmul_rn(grad[i], grad_scale);
+        float wi = __fmul_rn(master[i], c.decay_mul);
+        float mi = __fadd_rn(__fmul_rn(c.beta1, m[i]), __fmul_rn(c.one_minus_beta1, g));
+        float vi = __fadd_rn(__fmul_rn(c.beta2, v[i]), __fmul_rn(__fmul_rn(c.one_minus_beta2, g), g));
+        float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), c.sqrt_bias_correction2), c.eps);
+        wi = __fadd_rn(wi, __fdiv_rn(__fmul_rn(c.neg_step_size, mi), denom));
+        master[i] = wi;
+        m[i] = mi;
+        v[i] = vi;
+        w[i] = f32_to_bf16_bits(wi);
+    }
+}
+
+extern "C" mt_status mt_cuda_clip_scale(cudaStream_t s, float *scale, const float *norms, int count,
+                                        float max_norm) {
+    clip_scale_kernel<<<1, 1, 0, s>>>(scale, norms, count, max_norm);
+    return launch_status("clip_scale");
+}
+
+extern "C" mt_status mt_cuda_adamw(cudaStream_t s, const mt_adamw_coef *c, const float *scale, float *master,
+                                   float *m, float *v, const float *grad, void *w, size_t n) {
+    if (n == 0) return MT_OK;
+    adamw_kernel<<<grid_for(n, THREADS), THREADS, 0, s>>>(*c, scale, master, m, v, grad, (uint16_t *)w, n);
+    return launch_status("adamw");
+}
