@@ -36,8 +36,11 @@ def notes(run):
             idle += (f" ({100 * run['idle_forward_share']:.1f}% in the forward, "
                      f"{100 * run['idle_backward_share']:.1f}% in the backward, the rest between steps)")
         pinned = f", optimizer pinned to cores {run['opt_cores']}" if run.get("opt_cores") else ""
+        ends = ""
+        if "ends_on_device" in run:
+            ends = f"; embedding and head updated on the {'GPU' if run['ends_on_device'] else 'host'}"
         return (f"{idle}, stalled on copies {100 * run['copy_wait_share']:.1f}%; "
-                f"optimizer {run['opt_seconds']:.3f} s a step{pinned}")
+                f"host optimizer {run['opt_seconds']:.3f} s a step{pinned}{ends}")
     return f"{run.get('optimizer', '')}, torch {run.get('torch', '?')}"
 
 

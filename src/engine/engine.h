@@ -51,8 +51,9 @@ typedef struct {
     int ends_on_device;  /* the device keeps the embedding's and the head's fp32 masters and
                           * moments (12 bytes a parameter) and updates them itself at the end of
                           * the backward: their gradients never go home and the host optimizer
-                          * skips them. Needs fp32 moments. The host store's copy of them is
-                          * brought up to date by mt_engine_finish. */
+                          * skips them. Needs fp32 moments. The engine reads the store's copy
+                          * of them once, at creation, and brings it up to date in
+                          * mt_engine_finish. */
 } mt_engine_options;
 
 typedef struct {

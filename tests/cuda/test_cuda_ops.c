@@ -12,6 +12,9 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "gpu_harness.h"
+#include "optim/adamw.h"
+#include "optim/clip.h"
+#include "util/bf16.h"
 
 #define BF16_TOL 1e-2
 
@@ -363,4 +366,70 @@ Test(cuda, attention_benchmark_shape_speed) {
     g.be->ops->event_destroy(g.be, t2);
     gpu_close(&g);
     free(q), free(k), free(v), free(dq);
+}
+
+/* The device's AdamW (for the tensors whose state it keeps) is the host's, bit for bit: masters,
+ * moments and bf16 weights, a device-side gradient scale, special values included. */
+Test(cuda, adamw_is_the_host_update_bitwise) {
+    gpu g;
+    gpu_open(&g);
+    unsigned seed = 21;
+    const size_t n = 100003;
+    float *master = random_host(n, 1.0f, &seed), *m = random_host(n, 0.1f, &seed), *v = random_host(n, 0.01f, &seed);
+    float *grad = random_host(n, 2.0f, &seed);
+    for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
+    grad[0] = 0.0f;
+    master[1] = 1e-39f; /* a denormal master stays one in bf16 */
+    grad[1] = 0.0f;
+    m[1] = v[1] = 0.0f;
+    grad[2] = NAN;      /* a NaN weight: the host's quiet bf16 NaN */
+    float scale = 0.37f;
+    void *d_master = gpu_put_f32(&g, master, n), *d_m = gpu_put_f32(&g, m, n), *d_v = gpu_put_f32(&g, v, n);
+    void *d_grad = gpu_put_f32(&g, grad, n), *d_scale = gpu_put_f32(&g, &scale, 1), *d_w = gpu_alloc(&g, n * 2);
+    mt_adamw_params p = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
+                         .step = 5, .grad_scale = 1.0f};
+    g.be->ops->adamw(g.be, g.s, &p, 1, d_scale, d_master, d_m, d_v, d_grad, d_w, n);
+    uint16_t *w_bits = calloc(n, sizeof *w_bits);
+    p.grad_scale = scale;
+    mt_adamw_update(&p, 1, master, m, v, grad, w_bits, MT_DTYPE_BF16, n);
+    float *got = host(n), *w = host(n);
+    for (size_t i = 0; i < n; i++) w[i] = mt_bf16_to_f32(w_bits[i]);
+    const struct { const char *name; const void *dev; const float *want; } outs[] = {
+        {"master", d_master, master}, {"m", d_m, m}, {"v", d_v, v}};
+    for (int k = 0; k < 3; k++) {
+        gpu_get_f32(&g, got, outs[k].dev, n);
+        cr_expect_eq(memcmp(got, outs[k].want, n * sizeof *got), 0, "%s differs from the host's", outs[k].name);
+    }
+    gpu_get_bf16(&g, got, d_w, n);
+    cr_expect_eq(memcmp(got, w, n * sizeof *got), 0, "bf16 weights differ from the host's");
+    cr_expect(isnan(got[2]) && got[1] != 0.0f, "the NaN and the denormal came through");
+    /* A non-finite scale is a skipped step: nothing changes. */
+    float skip = NAN;
+    void *d_skip = gpu_put_f32(&g, &skip, 1);
+    g.be->ops->adamw(g.be, g.s, &p, 1, d_skip, d_master, d_m, d_v, d_grad, d_w, n);
+    gpu_get_f32(&g, got, d_master, n);
+    cr_expect_eq(memcmp(got, master, n * sizeof *got), 0, "a NaN scale changed the masters");
+    gpu_close(&g);
+    free(master), free(m), free(v), free(grad), free(w_bits), free(got), free(w);
+}
+
+Test(cuda, clip_scale_is_the_hosts) {
+    gpu g;
+    gpu_open(&g);
+    unsigned seed = 22;
+    float sums[7], scale;
+    fill_random(sums, 7, 3.0f, &seed);
+    for (int i = 0; i < 7; i++) sums[i] = sums[i] * sums[i];
+    void *d_sums = gpu_put_f32(&g, sums, 7), *d_scale = gpu_alloc(&g, 4);
+    g.be->ops->clip_scale(g.be, g.s, d_scale, d_sums, 7, 0.5f);
+    gpu_get_f32(&g, &scale, d_scale, 1);
+    float want = mt_clip_scale(mt_global_norm(sums, 7), 0.5f);
+    cr_expect_eq(memcmp(&scale, &want, 4), 0, "device %.9g, host %.9g", (double)scale, (double)want);
+    cr_expect_lt(want, 1.0f, "the case clips");
+    sums[3] = INFINITY;
+    d_sums = gpu_put_f32(&g, sums, 7);
+    g.be->ops->clip_scale(g.be, g.s, d_scale, d_sums, 7, 0.5f);
+    gpu_get_f32(&g, &scale, d_scale, 1);
+    cr_expect(isnan(scale), "an infinite norm gives NaN (skip), got %g", (double)scale);
+    gpu_close(&g);
 }
