@@ -67,8 +67,11 @@ mt_status mt_plan(const mt_train_options *o, FILE *out) {
     int resident = o->slots < cfg.num_layers ? o->slots : cfg.num_layers;
     double wbytes = (double)mt_dtype_size(be->ops->weight_dtype);
     double block = (double)mt_config_block_params(&cfg);
-    double pcie_in = wbytes * (params + block * (cfg.num_layers - resident));
-    double pcie_out = 4.0 * params;
+    /* The units the host optimizer updates cross PCIe each step; with ends_on_device the
+     * embedding and head stay on the device. */
+    double host_params = params - (eo.ends_on_device ? (double)(lay.units[0].numel + lay.units[lay.num_units - 1].numel) : 0);
+    double pcie_in = wbytes * (host_params + block * (cfg.num_layers - resident));
+    double pcie_out = 4.0 * host_params;
     double flops = step_flops(&cfg, tokens, o->seq_len);
 
     fprintf(out, "model     %.3f B parameters: %d blocks of %.1f M, vocabulary %d x %d%s\n", params / 1e9,
@@ -97,7 +100,6 @@ mt_status mt_plan(const mt_train_options *o, FILE *out) {
             pcie_out / 1e9, PCIE_BYTES_PER_S / 1e9, (pcie_in > pcie_out ? pcie_in : pcie_out) / PCIE_BYTES_PER_S);
     /* Read gradient, master, m, v; write master, m, v and the working weights. */
     double opt_bytes = (double)(hb.master + hb.moments) * 2 / params + 4.0 + wbytes;
-    double host_params = params - (eo.ends_on_device ? (double)(lay.units[0].numel + lay.units[lay.num_units - 1].numel) : 0);
     fprintf(out, "          optimizer %.0f bytes/parameter x %.3f B parameters on the host over %.0f GB/s host memory = "
             "%.3f s\n", opt_bytes, host_params / 1e9, HOST_BYTES_PER_S / 1e9, opt_bytes * host_params / HOST_BYTES_PER_S);
     fprintf(out, "          (rates: the lent H200 machine's; PCIe and GEMM from DESIGN.md, host memory from bench/adamw)\n");
