@@ -122,7 +122,8 @@ void mt_engine_poison_next_step(mt_engine *e);
  * MT_ERR_DEVICE after its pass, as a CUDA error seen at the end of the step would make it. */
 void mt_engine_fault_next_step(mt_engine *e);
 /* The host gradients of the last pass, laid out like the masters; NULL when the engine keeps a
- * ring instead (no clipping, no keep_grads). */
+ * ring instead (no clipping, no keep_grads). With ends_on_device, a training step brings the
+ * embedding's and head's home only with keep_grads. */
 const float *mt_engine_host_grads(const mt_engine *e);
 /* Waits until every pending update has been applied and the host store holds all of them (with
  * ends_on_device, the device's copy of the embedding and head comes home: masters, moments and

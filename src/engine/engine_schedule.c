@@ -236,8 +236,9 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
     mt_backend *be = e->be;
     int L = e->L, K = e->K, U = e->U, train = mode == RUN_TRAIN || mode == RUN_GRADS;
     const mt_opt_job *overlap = step && step->overlapped ? step : NULL;
-    /* The embedding's and head's gradients go home unless the device updates them. */
-    int ends_home = !(step && e->o.ends_on_device);
+    /* The embedding's and head's gradients go home unless the device updates them (and no one asked
+     * to keep every gradient on the host). */
+    int ends_update = step && e->o.ends_on_device, ends_home = !ends_update || e->o.keep_grads;
     r->waited = 0;
     e->num_stalls = 0;
     e->num_jobs = 0;
@@ -291,7 +292,7 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
         int publish = overlap != NULL;
         if (overlap) mt_engine_optimizer_post(e, overlap);
         if (ends_home) send_home(e, U - 1, e->head_grad, e->unit_ready, NULL, publish);
-        if (overlap && ends_home) {
+        if (overlap && !ends_update) {
             /* The embedding's gradient so far: the head's part when tied, zeros otherwise. Its
              * rows that no input token touches are final already. */
             op->event_record(be, e->unit_ready, e->compute);
@@ -327,11 +328,10 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
             static const float nan_norm = NAN;
             op->copy(be, e->dev_norms, &nan_norm, 4, e->compute);
         }
-        if (ends_home) {
-            /* The full copy lands where the optimizer reads the early part: it must be done with it. */
-            if (overlap) r->waited += mt_flag_wait(&e->embed_early_done, e->generation + 1);
-            send_home(e, 0, e->embed_grad, e->unit_ready, NULL, publish);
-        } else {
+        /* The full copy lands where the optimizer reads the early part: it must be done with it. */
+        if (overlap && !ends_update) r->waited += mt_flag_wait(&e->embed_early_done, e->generation + 1);
+        if (ends_home) send_home(e, 0, e->embed_grad, e->unit_ready, NULL, publish);
+        if (ends_update) {
             j = base;
             j.kind = JOB_ENDS_UPDATE;
             j.adam = (mt_adamw_params){.lr = step->lr, .beta1 = e->o.beta1, .beta2 = e->o.beta2, .eps = e->o.eps,
