@@ -66,7 +66,7 @@ static void check_save(mt_saver *saver, const save_plan *plan, snapshot *snap, s
 
 /* Trains and returns the master weights (malloc'd), or NULL after reporting a failure; with a save
  * plan, checkpoints are written while it trains. */
-static float *train(int slots, int threads, int micro_batches, float clip, const save_plan *plan) {
+static float *train(int slots, int threads, int micro_batches, int ends_on_device, float clip, const save_plan *plan) {
     mt_layout lay;
     mt_backend *be;
     mt_store store;
@@ -79,6 +79,7 @@ static float *train(int slots, int threads, int micro_batches, float clip, const
     o.opt_threads = threads;
     o.lm_chunk = 5;
     o.max_grad_norm = clip;
+    o.ends_on_device = ends_on_device;
     if (mt_layout_init(&lay, &config) || mt_backend_cpu_create(&be, 1) || mt_store_create(&store, &lay, be)) {
         fprintf(stderr, "setup: %s\n", mt_error());
         exit(1);
@@ -133,27 +134,29 @@ int main(void) {
     mt_layout_init(&lay, &config);
     size_t bytes = (size_t)lay.total_numel * sizeof(float);
     const float clips[] = {1.0f, 0.0f};
-    const int variants[][3] = {{3, 2, 1}, {2, 2, 4}, {4, 1, 2}};
+    /* slots, optimizer threads, micro-batches, the embedding and head updated on the "device" */
+    const int variants[][4] = {{3, 2, 1, 0}, {2, 2, 4, 0}, {4, 1, 2, 0}, {3, 2, 2, 1}};
     for (int c = 0; c < 2; c++) {
-        float *want = train(2, 1, 1, clips[c], NULL);
+        float *want = train(2, 1, 1, 0, clips[c], NULL);
         for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
-            float *got = train(variants[v][0], variants[v][1], variants[v][2], clips[c], NULL);
+            float *got = train(variants[v][0], variants[v][1], variants[v][2], variants[v][3], clips[c], NULL);
             char what[128];
-            snprintf(what, sizeof what, "slots %d, threads %d, micro-batches %d, clip %g: same weights",
-                     variants[v][0], variants[v][1], variants[v][2], (double)clips[c]);
+            snprintf(what, sizeof what, "slots %d, threads %d, micro-batches %d, ends on device %d, clip %g: same "
+                     "weights", variants[v][0], variants[v][1], variants[v][2], variants[v][3], (double)clips[c]);
             check(memcmp(got, want, bytes) == 0, what);
             free(got);
         }
-        /* Staging for every unit, and none (the optimizer waits for the writer). */
-        const int64_t budgets[] = {1 << 26, 0};
-        for (int b = 0; b < 2; b++) {
+        /* Staging for every unit, and none (the optimizer waits for the writer); the last with the
+         * embedding and head brought home from the "device" as the saves start. */
+        const int64_t budgets[] = {1 << 26, 0, 0};
+        for (int b = 0; b < 3; b++) {
             char dir[] = "/tmp/mt-tsan-save-XXXXXX", cleanup[64];
             if (!mkdtemp(dir)) exit(1);
             save_plan plan = {dir, budgets[b]};
-            float *got = train(2, 2, 1, clips[c], &plan);
+            float *got = train(2, 2, 1, b == 2, clips[c], &plan);
             char what[128];
-            snprintf(what, sizeof what, "background saves (staging %lld), clip %g: same weights",
-                     (long long)budgets[b], (double)clips[c]);
+            snprintf(what, sizeof what, "background saves (staging %lld, ends on device %d), clip %g: same weights",
+                     (long long)budgets[b], b == 2, (double)clips[c]);
             check(memcmp(got, want, bytes) == 0, what);
             free(got);
             snprintf(cleanup, sizeof cleanup, "rm -rf %s", dir);
