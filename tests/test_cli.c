@@ -232,6 +232,19 @@ Test(cli, unwritable_run_directory) {
     mt_cli_result_free(&r);
 }
 
+Test(cli, ends_on_device_refuses_a_bad_mode_and_quantized_moments) {
+    mt_cli_result r;
+    const char *run = in_dir("run");
+    mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--data", corpus, SMALL_STEP, "--steps", "2", "--out", run,
+               "--ends-on-device", "maybe", NULL);
+    assert_refused(&r, run, "--ends-on-device 'maybe'", "expected auto, on or off");
+    mt_cli_result_free(&r);
+    mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--data", corpus, SMALL_STEP, "--steps", "2", "--out", run,
+               "--ends-on-device", "on", "--moments", "8bit", NULL);
+    assert_refused(&r, run, "--moments 8bit", "fp32 Adam moments");
+    mt_cli_result_free(&r);
+}
+
 Test(cli, unknown_preset) {
     mt_cli_result r;
     const char *run = in_dir("run");
@@ -324,6 +337,10 @@ static void assert_resume_exact(const char *order) {
 Test(cli, resume_is_exact_random_order) { assert_resume_exact(NULL); }
 
 Test(cli, resume_is_exact_sequential_order) { assert_resume_exact("--sequential"); }
+
+/* The embedding and head updated by the backend: their state is brought home for each checkpoint
+ * and uploaded again on resume. */
+Test(cli, resume_is_exact_with_ends_on_device) { assert_resume_exact("--ends-on-device=on"); }
 
 /* A fresh run into a directory that holds another run's checkpoints is refused, untouched. */
 Test(cli, refuses_to_train_over_an_existing_run) {
