@@ -285,6 +285,8 @@ void mt_engine_set_update_guard(mt_engine *e, void (*before_update)(void *ctx, i
     pthread_mutex_unlock(&e->opt_lock);
 }
 
+int mt_engine_updates_on_host(const mt_engine *e, int u) { return !mt_engine_unit_on_device(e, u); }
+
 void mt_engine_guard_unit(mt_engine *e, int u) {
     if (e->guard) e->guard(e->guard_ctx, u);
 }

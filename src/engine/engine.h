@@ -129,6 +129,9 @@ const float *mt_engine_host_grads(const mt_engine *e);
  * ends_on_device, the device's copy of the embedding and head comes home: masters, moments and
  * working weights); returns the number of updates so far. Call it before reading the store. */
 int64_t mt_engine_finish(mt_engine *e);
+/* 1 when the host optimizer updates unit u while steps run; 0 for the units the device updates
+ * (ends_on_device), whose host copy changes only in mt_engine_finish. */
+int mt_engine_updates_on_host(const mt_engine *e, int u);
 /* `before_update(ctx, u)` runs before anything of unit u in the store is written (masters,
  * moments, working weights): on the optimizer thread, or, for the units the device updates, on
  * the thread that calls mt_engine_finish; NULL removes it. A checkpoint written while training goes

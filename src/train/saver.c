@@ -26,6 +26,7 @@ struct mt_saver {
     size_t *first_item;          /* [(U + 1) * num_blobs]: where unit u's slice of blob b begins */
     size_t *unit_bytes;          /* [U]: all of unit u's slices */
     int *cover_first, *cover_last; /* [U]: the units an update of unit u writes into */
+    uint8_t *not_staged;         /* [U]: mt_saver_skip_staging's units */
 
     pthread_mutex_t lock;
     pthread_cond_t changed;      /* a unit's state or the staging use changed */
@@ -102,9 +103,11 @@ mt_status mt_saver_create(mt_saver **out, const mt_store *store, int64_t staging
     s->cover_last = mt_calloc((size_t)s->U, sizeof *s->cover_last, "the checkpoint saver");
     s->state = mt_calloc((size_t)s->U, sizeof *s->state, "the checkpoint saver");
     s->copy = mt_calloc((size_t)s->U, sizeof *s->copy, "the checkpoint saver");
+    s->not_staged = mt_calloc((size_t)s->U, 1, "the checkpoint saver");
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->changed, NULL);
-    if (!s->first_item || !s->unit_bytes || !s->cover_first || !s->cover_last || !s->state || !s->copy) {
+    if (!s->first_item || !s->unit_bytes || !s->cover_first || !s->cover_last || !s->state || !s->copy ||
+        !s->not_staged) {
         mt_saver_destroy(s);
         return MT_ERR_NOMEM;
     }
@@ -201,7 +204,7 @@ static void stage_ahead(mt_saver *s) {
     pthread_mutex_lock(&s->lock);
     for (int i = 0; i < s->U; i++) {
         int x = update_order(s, i);
-        if (s->state[x] == UNIT_PENDING && s->staged + (int64_t)s->unit_bytes[x] <= s->budget) stage_unit(s, x);
+        if (!s->not_staged[x] && s->state[x] == UNIT_PENDING && s->staged + (int64_t)s->unit_bytes[x] <= s->budget) stage_unit(s, x);
     }
     pthread_mutex_unlock(&s->lock);
 }
@@ -278,6 +281,8 @@ int mt_saver_landed(mt_saver *s) {
 
 void mt_saver_slow_down(mt_saver *s, double seconds_per_unit) { s->unit_delay = seconds_per_unit; }
 
+void mt_saver_skip_staging(mt_saver *s, int unit) { s->not_staged[unit] = 1; }
+
 mt_status mt_saver_wait(mt_saver *s, mt_save_report *report) {
     if (!s->in_flight) return mt_fail(MT_ERR_INVALID, "no checkpoint is being written");
     pthread_join(s->thread, NULL);
@@ -305,5 +310,6 @@ void mt_saver_destroy(mt_saver *s) {
     free(s->cover_last);
     free(s->state);
     free(s->copy);
+    free(s->not_staged);
     free(s);
 }

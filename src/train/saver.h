@@ -38,6 +38,10 @@ void mt_saver_destroy(mt_saver *s);
 
 /* The update guard (see above); ctx is the saver. */
 void mt_saver_guard(void *ctx, int unit);
+/* Unit u is not staged ahead of the writer: the optimizer does not update it while training
+ * goes on (the engine updates it on the device and brings it home only in mt_engine_finish,
+ * before a save starts). The guard still secures it if it is ever called for it. */
+void mt_saver_skip_staging(mt_saver *s, int unit);
 
 /* Starts writing run_dir/ckpt-<step> of `progress` in the background; after it lands, all but
  * the newest `keep` checkpoints are deleted (0: all kept). The store must hold the state of that

@@ -137,6 +137,8 @@ static mt_status open_engine(run *r) {
     if (r->o->sync_save) return MT_OK;
     MT_TRY(mt_saver_create(&r->saver, &r->store, r->o->save_staging));
     mt_engine_set_update_guard(r->engine, mt_saver_guard, r->saver);
+    for (int u = 0; u < r->layout.num_units; u++)
+        if (!mt_engine_updates_on_host(r->engine, u)) mt_saver_skip_staging(r->saver, u);
     /* Test hook MT_TEST_SAVE_UNIT_MS=N: background saves pause N ms before each unit. */
     const char *slow = getenv("MT_TEST_SAVE_UNIT_MS");
     if (slow) mt_saver_slow_down(r->saver, strtod(slow, NULL) / 1e3);
@@ -211,6 +213,10 @@ static mt_status open_run(run *r) {
                 o->batch, o->seq_len, o->out_dir);
     if (r->moments != MT_MOMENTS_F32)
         mt_log_info("Adam moments in %s (an option, not the default)", mt_moments_format_name(r->moments));
+    if (r->engine_options.ends_on_device)
+        mt_log_info("the %s backend updates the embedding and head itself (their fp32 masters and moments take "
+                    "%.2f GB of its memory; --ends-on-device off leaves them to the host optimizer)", r->be->ops->name,
+                    (double)mt_engine_size(r->be, &r->cfg, &r->engine_options).ends_state / 1e9);
     return MT_OK;
 }
 
