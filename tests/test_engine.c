@@ -1,5 +1,6 @@
-/* The schedule does not change the math: slots, optimizer threads and the grouping of sequences
- * into micro-batches give bitwise-identical weights on the cpu backend. These tests also run
+/* The schedule does not change the math: slots, optimizer threads, the grouping of sequences
+ * into micro-batches and where activation checkpoints live give bitwise-identical weights on the
+ * cpu backend. These tests also run
  * under ThreadSanitizer (make test), which watches the streams, events and optimizer thread. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
@@ -10,7 +11,7 @@
 enum { SEQ = 8, SEQUENCES = 4, STEPS = 3 };
 
 /* Trains STEPS steps of SEQUENCES sequences each and returns a copy of the master weights. */
-static float *train(const mt_config *cfg, int slots, int threads, int micro_batches, float clip) {
+static float *train(const mt_config *cfg, int slots, int threads, int micro_batches, int ckpt_on_host, float clip) {
     mt_engine_options o = mt_engine_defaults();
     o.seq = SEQ;
     o.micro_batches = micro_batches;
@@ -19,6 +20,7 @@ static float *train(const mt_config *cfg, int slots, int threads, int micro_batc
     o.opt_threads = threads;
     o.lm_chunk = 5;
     o.max_grad_norm = clip;
+    o.ckpt_on_host = ckpt_on_host;
     mt_tiny_model t;
     mt_tiny_model_open(&t, cfg, &o, 7);
     int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
@@ -39,13 +41,16 @@ static float *train(const mt_config *cfg, int slots, int threads, int micro_batc
 static void expect_same_bits(const mt_config *cfg, float clip) {
     mt_layout lay;
     cr_assert_eq(mt_layout_init(&lay, cfg), MT_OK);
-    float *want = train(cfg, 2, 1, 1, clip);
-    const int variants[][3] = {{3, 1, 1}, {4, 2, 1}, {2, 2, 4}, {3, 1, 2}, {2, 1, 4}};
+    float *want = train(cfg, 2, 1, 1, 0, clip);
+    /* slots, optimizer threads, micro-batches, checkpoints on the host (-1: all of them) */
+    const int variants[][4] = {{3, 1, 1, 0}, {4, 2, 1, 0}, {2, 2, 4, 0}, {3, 1, 2, 0}, {2, 1, 4, 0},
+                               {2, 1, 2, 1}, {3, 2, 1, 2}, {2, 2, 4, -1}};
     for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
-        float *got = train(cfg, variants[i][0], variants[i][1], variants[i][2], clip);
+        int on_host = variants[i][3] < 0 ? cfg->num_layers : variants[i][3];
+        float *got = train(cfg, variants[i][0], variants[i][1], variants[i][2], on_host, clip);
         cr_expect_eq(memcmp(got, want, (size_t)lay.total_numel * sizeof *got), 0,
-                     "slots %d, optimizer threads %d, micro-batches %d changed the weights (clip %g)",
-                     variants[i][0], variants[i][1], variants[i][2], (double)clip);
+                     "slots %d, optimizer threads %d, micro-batches %d, %d checkpoints on the host changed the "
+                     "weights (clip %g)", variants[i][0], variants[i][1], variants[i][2], on_host, (double)clip);
         free(got);
     }
     free(want);

@@ -18,12 +18,19 @@ mt_status mt_engine_fit_budget(mt_backend *be, const mt_config *cfg, mt_engine_o
         o->lm_chunk /= 2;
         b = mt_engine_size(be, cfg, o);
     }
+    /* Checkpoints move to the host last: they cost PCIe traffic in both passes. */
+    while (b.total > budget && o->ckpt_on_host < cfg->num_layers) {
+        o->ckpt_on_host++;
+        b = mt_engine_size(be, cfg, o);
+    }
     if (b.total <= budget) return MT_OK;
     return mt_fail(MT_ERR_NOMEM,
                    "the device budget of %.2f GiB is too small: the engine needs %.2f GiB even with 2 weight "
-                   "slots, %d sequence(s) per micro-batch and an LM-head chunk of %d rows (weight slots %.2f, "
-                   "embedding and head %.2f, gradients %.2f, activation checkpoints %.2f, workspace %.2f GiB); "
+                   "slots, %d sequence(s) per micro-batch, an LM-head chunk of %d rows and every checkpoint it can "
+                   "move to the host there (weight slots %.2f, "
+                   "embedding and head %.2f, their optimizer state %.2f, gradients %.2f, activation checkpoints "
+                   "%.2f, workspace %.2f GiB); "
                    "lower --micro-batches or --seq, or raise --gpu-mem", gib(budget), gib(b.total), o->batch,
                    o->lm_chunk, gib(b.weight_slots),
-                   gib(b.embed_head), gib(b.grads), gib(b.checkpoints), gib(b.workspace));
+                   gib(b.embed_head), gib(b.ends_state), gib(b.grads), gib(b.checkpoints), gib(b.workspace));
 }

@@ -40,7 +40,10 @@ mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_en
     b.embed_head = (embed + head) * (int64_t)w;
     b.ends_state = o->ends_on_device ? (embed + head) * 12 + 4 : 0;
     b.grads = (2 * lay.max_block_numel + embed + head) * 4;
-    b.checkpoints = (int64_t)(cfg->num_layers + 1) * o->micro_batches * rows(o) * cfg->hidden_size * act;
+    int64_t ckpt = (int64_t)o->micro_batches * rows(o) * cfg->hidden_size * act;
+    int host_ckpts = o->ckpt_on_host > 0 ? o->ckpt_on_host : 0;
+    b.checkpoints = (cfg->num_layers + 1 - host_ckpts + (host_ckpts ? CKPT_STAGES : 0)) * ckpt;
+    b.host_checkpoints = host_ckpts * ckpt;
     b.workspace = mt_block_ws_bytes(be, cfg, o->batch, o->seq) +
                   be->ops->lmhead_workspace(be, o->lm_chunk, cfg->vocab_size) +
                   (int64_t)2 * o->micro_batches * rows(o) * 4 + (int64_t)cfg->vocab_size * 4;
@@ -110,7 +113,17 @@ static mt_status allocate(mt_engine *e) {
     e->head_w = dev_alloc(e, unit_bytes(e, e->U - 1, w), "the head weights");
     e->embed_grad = dev_alloc(e, unit_bytes(e, 0, 4), "the embedding gradients");
     e->head_grad = dev_alloc(e, unit_bytes(e, e->U - 1, 4), "the head gradients");
-    e->ckpt = dev_alloc(e, (size_t)(c->num_layers + 1) * M * n * D * act, "activation checkpoints");
+    int P = e->o.ckpt_on_host;
+    e->ckpt = dev_alloc(e, (size_t)(c->num_layers + 1 - P) * M * n * D * act, "activation checkpoints");
+    if (P > 0) {
+        e->host_ckpt = host_alloc(e, (size_t)P * M * n * D * act, "activation checkpoints kept on the host");
+        for (int s = 0; s < CKPT_STAGES; s++) {
+            e->ckpt_stage[s] = dev_alloc(e, M * n * D * act, "a checkpoint staging buffer");
+            e->stage_filled[s] = new_event(e);
+            e->stage_drained[s] = new_event(e);
+            e->stage_released[s] = new_event(e);
+        }
+    }
     e->dy = dev_alloc(e, M * n * D * act, "activation gradients");
     e->ws_base = dev_alloc(e, mt_block_ws_bytes(e->be, c, e->o.batch, e->o.seq), "the block workspace");
     e->lm_ws = dev_alloc(e, e->op->lmhead_workspace(e->be, e->o.lm_chunk, c->vocab_size), "the LM head workspace");
@@ -179,6 +192,9 @@ mt_status mt_engine_create(mt_engine **out, mt_backend *be, mt_store *store,
         return mt_fail(MT_ERR_INVALID, "sequence length %d is past the model's max_position_embeddings (%d)",
                        o->seq, c->max_position);
     if (o->slots < 2) return mt_fail(MT_ERR_INVALID, "--slots must be at least 2, got %d", o->slots);
+    if (o->ckpt_on_host < 0 || o->ckpt_on_host > c->num_layers)
+        return mt_fail(MT_ERR_INVALID, "checkpoints on the host: %d is outside 0..%d (the blocks)", o->ckpt_on_host,
+                       c->num_layers);
     if (o->lm_chunk < 1) return mt_fail(MT_ERR_INVALID, "the LM head chunk must be positive");
     if (o->ends_on_device && store->moments.format != MT_MOMENTS_F32)
         return mt_fail(MT_ERR_INVALID, "the embedding and head updated on the device need fp32 Adam moments, "
@@ -204,13 +220,13 @@ mt_status mt_engine_create(mt_engine **out, mt_backend *be, mt_store *store,
     e->slot = calloc((size_t)e->K, sizeof *e->slot);
     e->slot_loaded = calloc((size_t)e->K, sizeof *e->slot_loaded);
     e->slot_free = calloc((size_t)e->K, sizeof *e->slot_free);
-    e->max_stalls = 3 * e->L + 4;
+    e->max_stalls = 4 * e->L + 4;
     e->stall_begin = calloc((size_t)e->max_stalls, sizeof *e->stall_begin);
     e->stall_end = calloc((size_t)e->max_stalls, sizeof *e->stall_end);
     e->max_jobs = 2 * e->L + 4;
     e->job_begin = calloc((size_t)e->max_jobs, sizeof *e->job_begin);
     e->job_end = calloc((size_t)e->max_jobs, sizeof *e->job_end);
-    size_t max_objects = 64 + 3 * (size_t)e->K + (size_t)e->U + 2 * (size_t)e->max_stalls + 2 * (size_t)e->max_jobs;
+    size_t max_objects = 64 + 3 * CKPT_STAGES + 3 * (size_t)e->K + (size_t)e->U + 2 * (size_t)e->max_stalls + 2 * (size_t)e->max_jobs;
     e->allocs = calloc(max_objects, sizeof *e->allocs);
     e->host_allocs = calloc(max_objects, sizeof *e->host_allocs);
     e->events = calloc(max_objects, sizeof *e->events);

@@ -48,6 +48,9 @@ typedef struct {
     int grad_ring;       /* that ring's block gradient buffers: the backward runs at most this
                           * many blocks ahead of the optimizer (0: MT_ENGINE_GRAD_RING; at most
                           * the number of blocks) */
+    int ckpt_on_host;    /* activation checkpoints kept in pinned host memory: the inputs of the
+                          * first this many blocks (0 to num_layers), copied out in the forward
+                          * and back in the backward (engine_ckpt.c); 0: all on the device */
     int ends_on_device;  /* the device keeps the embedding's and the head's fp32 masters and
                           * moments (12 bytes a parameter) and updates them itself at the end of
                           * the backward: their gradients never go home and the host optimizer
@@ -75,11 +78,11 @@ typedef struct {
 } mt_step_result;
 
 /* Device bytes the engine allocates for these options, by class (total), and the host buffers
- * it allocates beside them (not in total): the gradients coming home, and staging for tokens,
- * norms, loss and logits. */
+ * it allocates beside them (not in total): the gradients coming home, staging for tokens,
+ * norms, loss and logits, and the activation checkpoints kept on the host. */
 typedef struct {
     int64_t weight_slots, embed_head, ends_state, grads, checkpoints, workspace, total;
-    int64_t host_grads, host_staging;
+    int64_t host_grads, host_staging, host_checkpoints;
 } mt_engine_bytes;
 mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_engine_options *opt);
 

@@ -9,6 +9,10 @@
 #include "engine/engine.h"
 #include "engine/flag.h"
 
+/* Device buffers that host-kept activation checkpoints pass through: one being written, one
+ * being read, one on its way out or in. */
+#define CKPT_STAGES 3
+
 /* What the optimizer thread is asked to do for one step. */
 typedef struct {
     int64_t generation; /* the step's index: its updates raise the flags to generation + 1 */
@@ -34,7 +38,11 @@ struct mt_engine {
     float *grad_slot[2];       /* block gradients, alternating */
     void *embed_w, *head_w;    /* unit 0 and unit U-1 weights */
     float *embed_grad, *head_grad;
-    void *ckpt;                /* [L+1][M][n, D]: the input of block l is ckpt[l], the head's ckpt[L] */
+    void *ckpt;                /* [L+1-P][M][n, D]: the input of block l >= P is ckpt[l - P], the
+                                * head's ckpt[L - P]; P = o.ckpt_on_host (engine_ckpt.c) */
+    void *host_ckpt;           /* [P][M][n, D] pinned: the inputs of blocks 0..P-1 */
+    void *ckpt_stage[CKPT_STAGES]; /* [M][n, D] each: their device ring */
+    mt_event *stage_filled[CKPT_STAGES], *stage_drained[CKPT_STAGES], *stage_released[CKPT_STAGES];
     void *dy;                  /* [M][n, D] gradient flowing back */
     void *ws_base, *lm_ws;
     mt_block_ws ws;
@@ -106,6 +114,18 @@ struct mt_engine {
 static inline int mt_engine_unit_on_device(const mt_engine *e, int u) {
     return e->o.ends_on_device && (u == 0 || u == e->U - 1);
 }
+
+/* engine_ckpt.c: activation checkpoints. The device buffer of ckpt[l] ([M][n, D]) as of now;
+ * around a compute job that writes it (forward: keep = copy it out for the backward) and after
+ * the last job that reads it; in the backward, a host-kept ckpt[l] is fetched a block ahead
+ * (l < 0 or a device-kept l: nothing), and `fetched` gives the event its reader waits on (0 for a
+ * device-kept one). */
+void *mt_engine_ckpt(const mt_engine *e, int l);
+void mt_engine_ckpt_before_write(mt_engine *e, int l);
+void mt_engine_ckpt_written(mt_engine *e, int l, int keep);
+void mt_engine_ckpt_read(mt_engine *e, int l);
+void mt_engine_ckpt_fetch(mt_engine *e, int l);
+int mt_engine_ckpt_fetched(const mt_engine *e, int l, mt_event **ready);
 
 /* engine_ends.c: the embedding and head with ends_on_device. Upload their state at creation;
  * update them on the compute stream (inside a compute job; `clip`: scale by the clip coefficient

@@ -18,6 +18,7 @@ typedef struct {
     int block, slot, grad_slot;
     int batch, seq, micro_batches, last_row;
     float scale;
+    void *x_in, *x_out;   /* activation checkpoints read and written: [M][n, D] */
     mt_adamw_params adam; /* JOB_ENDS_UPDATE */
     int clip;
 } compute_job;
@@ -25,10 +26,11 @@ typedef struct {
 static size_t act_size(const mt_engine *e) { return mt_dtype_size(e->op->act_dtype); }
 static size_t max_rows(const mt_engine *e) { return (size_t)e->o.batch * e->o.seq; }
 
-static void *ckpt_at(const mt_engine *e, int l, int m) {
-    size_t D = (size_t)e->cfg->hidden_size;
-    return (char *)e->ckpt + ((size_t)l * e->o.micro_batches + m) * max_rows(e) * D * act_size(e);
+/* Micro-batch m's rows of a checkpoint's device buffer. */
+static void *micro(const mt_engine *e, void *ckpt, int m) {
+    return (char *)ckpt + (size_t)m * max_rows(e) * e->cfg->hidden_size * act_size(e);
 }
+static void *ckpt_at(const mt_engine *e, int l, int m) { return micro(e, mt_engine_ckpt(e, l), m); }
 static void *dy_at(const mt_engine *e, int m) {
     return (char *)e->dy + (size_t)m * max_rows(e) * e->cfg->hidden_size * act_size(e);
 }
@@ -98,14 +100,14 @@ static void run_job(void *arg) {
     case JOB_EMBED_FWD: {
         mt_unit_weights w = mt_bind_weights(e->lay, 0, e->embed_w, op->weight_dtype);
         for (int m = 0; m < j->micro_batches; m++)
-            op->embedding(e->be, e->compute, ckpt_at(e, 0, m), inputs_at(e, m), w.t[MT_T_WTE], n, D);
+            op->embedding(e->be, e->compute, micro(e, j->x_out, m), inputs_at(e, m), w.t[MT_T_WTE], n, D);
         break;
     }
     case JOB_BLOCK_FWD: {
         int u = mt_unit_block(j->block);
         mt_unit_weights w = mt_bind_weights(e->lay, u, e->slot[j->slot], op->weight_dtype);
         for (int m = 0; m < j->micro_batches; m++)
-            mt_block_forward(&ctx, &w, ckpt_at(e, j->block, m), ckpt_at(e, j->block + 1, m));
+            mt_block_forward(&ctx, &w, micro(e, j->x_in, m), micro(e, j->x_out, m));
         break;
     }
     case JOB_HEAD: run_head(j); break;
@@ -114,7 +116,7 @@ static void run_job(void *arg) {
         mt_unit_weights w = mt_bind_weights(e->lay, u, e->slot[j->slot], op->weight_dtype);
         mt_unit_grads g = mt_bind_grads(e->lay, u, e->grad_slot[j->grad_slot]);
         for (int m = 0; m < j->micro_batches; m++)
-            mt_block_backward(&ctx, &w, &g, ckpt_at(e, j->block, m), dy_at(e, m));
+            mt_block_backward(&ctx, &w, &g, micro(e, j->x_in, m), dy_at(e, m));
         op->sumsq(e->be, e->compute, e->dev_norms + u, e->grad_slot[j->grad_slot], (size_t)unit_numel(e, u));
         break;
     }
@@ -260,19 +262,27 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
     for (int i = 0; i < K; i++) r->waited += load_forward(e, i);
     op->stream_wait(be, e->compute, e->tokens_ready);
     compute_wait(e, e->embed_loaded);
+    mt_engine_ckpt_before_write(e, 0);
     compute_job j = base;
     j.kind = JOB_EMBED_FWD;
+    j.x_out = mt_engine_ckpt(e, 0);
     MT_TRY(launch(e, j));
+    mt_engine_ckpt_written(e, 0, train);
     if (!e->cfg->tie_embeddings) op->event_record(be, e->embed_free, e->compute);
     for (int l = 0; l < L; l++) {
         int k = l % K;
         compute_wait(e, e->slot_loaded[k]);
+        mt_engine_ckpt_before_write(e, l + 1);
         j = base;
         j.kind = JOB_BLOCK_FWD;
         j.block = l;
         j.slot = k;
+        j.x_in = mt_engine_ckpt(e, l);
+        j.x_out = mt_engine_ckpt(e, l + 1);
         MT_TRY(launch(e, j));
         op->event_record(be, e->slot_free[k], e->compute);
+        mt_engine_ckpt_written(e, l + 1, train);
+        mt_engine_ckpt_read(e, l);
         if (l + K <= L) r->waited += load_forward(e, l + K);
     }
 
@@ -303,8 +313,11 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
         }
         /* Backward: blocks L-1..0; the last K are still resident from the forward. */
         e->first_backward_job = e->num_jobs;
+        mt_engine_ckpt_fetch(e, L - 1);
         for (int l = L - 1; l >= 0; l--) {
             int k = l % K, gs = (L - 1 - l) % 2;
+            mt_event *fetched;
+            if (mt_engine_ckpt_fetched(e, l, &fetched)) compute_wait(e, fetched);
             compute_wait(e, e->slot_loaded[k]);
             compute_wait(e, e->grad_free[gs]);
             op->zero(be, e->grad_slot[gs], (size_t)unit_numel(e, mt_unit_block(l)) * 4, e->compute);
@@ -313,8 +326,11 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
             j.block = l;
             j.slot = k;
             j.grad_slot = gs;
+            j.x_in = mt_engine_ckpt(e, l);
             MT_TRY(launch(e, j));
             op->event_record(be, e->slot_free[k], e->compute);
+            mt_engine_ckpt_read(e, l);
+            mt_engine_ckpt_fetch(e, l - 1); /* while this block's backward runs */
             /* In ring mode the buffer was last used by block l + ring: the optimizer must be done with it. */
             if (e->grad_ring && l + e->grad_ring < L)
                 r->waited += mt_flag_wait(&e->updated[mt_unit_block(l + e->grad_ring)], e->generation + 1);

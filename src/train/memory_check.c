@@ -64,7 +64,8 @@ mt_memory_fit mt_memory_fit_of(const mt_layout *layout, mt_backend *be, const mt
     be->ops->dev_mem_info(be, &dev_free, NULL);
     /* A backend with no separate device memory reports it as unlimited (cpu). */
     int separate = dev_free != SIZE_MAX;
-    mt_memory_fit fit = {.host_needed = s.weights + s.master + s.moments + d.host_grads + d.host_staging,
+    mt_memory_fit fit = {.host_needed = s.weights + s.master + s.moments + d.host_grads + d.host_staging +
+                                        d.host_checkpoints,
                          .host_available = mt_host_available(), .device_available = -1};
     if (separate) {
         fit.device_needed = d.total;

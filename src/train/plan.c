@@ -57,7 +57,8 @@ mt_status mt_plan(const mt_train_options *o, FILE *out) {
     double budget_gib = (double)o->gpu_mem / 1073741824.0;
     if (o->gpu_mem > 0 && fits == MT_OK)
         snprintf(budget, sizeof budget, "budget    %.2f GiB: %d weight slots, %d x %d sequences, LM-head chunk "
-                 "of %d rows\n", budget_gib, eo.slots, eo.micro_batches, eo.batch, eo.lm_chunk);
+                 "of %d rows, the inputs of %d of %d blocks kept in pinned host memory\n", budget_gib, eo.slots,
+                 eo.micro_batches, eo.batch, eo.lm_chunk, eo.ckpt_on_host, cfg.num_layers);
     else if (o->gpu_mem > 0)
         snprintf(budget, sizeof budget, "budget    %.2f GiB: does NOT fit: %s\n", budget_gib, mt_error());
     mt_store_bytes hb = mt_store_size(&lay, be->ops->weight_dtype, moments);
@@ -72,6 +73,9 @@ mt_status mt_plan(const mt_train_options *o, FILE *out) {
     double host_params = params - (eo.ends_on_device ? (double)(lay.units[0].numel + lay.units[lay.num_units - 1].numel) : 0);
     double pcie_in = wbytes * (host_params + block * (cfg.num_layers - resident));
     double pcie_out = 4.0 * host_params;
+    /* Host-kept checkpoints go out in the forward and come back in the backward. */
+    pcie_in += (double)db.host_checkpoints;
+    pcie_out += (double)db.host_checkpoints;
     double flops = step_flops(&cfg, tokens, o->seq_len);
 
     fprintf(out, "model     %.3f B parameters: %d blocks of %.1f M, vocabulary %d x %d%s\n", params / 1e9,
@@ -80,10 +84,13 @@ mt_status mt_plan(const mt_train_options *o, FILE *out) {
             eo.micro_batches, eo.batch, o->seq_len, tokens, be->ops->name);
     char ring[64];
     snprintf(ring, sizeof ring, " (a ring of %d blocks: no clipping)", mt_engine_grad_ring(&cfg, &eo));
+    char host_ckpt[64] = "";
+    if (db.host_checkpoints) snprintf(host_ckpt, sizeof host_ckpt, " + checkpoints %.2f GB", gb(db.host_checkpoints));
     fprintf(out, "host      working weights %.2f GB + gradients %.2f GB%s + fp32 master %.2f GB + Adam moments "
-            "%.2f GB%s = %.2f GB\n", gb(hb.weights), gb(db.host_grads),
-            o->max_grad_norm > 0 ? " (all: exact clipping)" : ring, gb(hb.master),
-            gb(hb.moments), moments_note[moments], gb(hb.weights + db.host_grads + hb.master + hb.moments));
+            "%.2f GB%s%s = %.2f GB\n", gb(hb.weights), gb(db.host_grads),
+            o->max_grad_norm > 0 ? " (all: exact clipping)" : ring, gb(hb.master), gb(hb.moments),
+            moments_note[moments], host_ckpt,
+            gb(hb.weights + db.host_grads + hb.master + hb.moments + db.host_checkpoints));
     char ends[96] = "";
     if (eo.ends_on_device)
         snprintf(ends, sizeof ends, " + their fp32 masters and moments %.2f GB", gb(db.ends_state));

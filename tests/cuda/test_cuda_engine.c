@@ -226,3 +226,46 @@ Test(cuda, ends_update_is_host_adamw_overlapped_tied) {
     mt_config c = wider(mt_tiny_config_tied_bias());
     ends_update_is_host_adamw(&c, 0.0f);
 }
+
+/* Activation checkpoints in pinned host memory (ckpt_on_host, what a tight --gpu-mem chooses)
+ * against all on the device: the same loss and gradients up to the run-to-run order of the GPU's
+ * atomics (1e-5 relative; a checkpoint read before it is back, or from the wrong stage, is off
+ * by O(1)), then the same losses over three training steps. 7 blocks: more than the staging
+ * ring's 3 buffers. */
+Test(cuda, checkpoints_on_host_change_nothing) {
+    mt_config cfg = wider(mt_tiny_config_gqa());
+    cfg.num_layers = 7;
+    mt_engine_options o = options(), on_host = options();
+    on_host.ckpt_on_host = cfg.num_layers;
+    mt_tiny_model dev, host;
+    mt_backend *be_dev, *be_host;
+    cr_assert_eq(mt_backend_cuda_create(&be_dev, 0), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_backend_cuda_create(&be_host, 0), MT_OK, "%s", mt_error());
+    mt_tiny_model_open_on(&dev, be_dev, &cfg, &o, 14);
+    mt_tiny_model_open_on(&host, be_host, &cfg, &on_host, 14);
+    int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
+    mt_tiny_windows(15, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
+    double loss_dev, loss_host;
+    cr_assert_eq(mt_engine_grads(dev.engine, inputs, targets, &loss_dev), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_grads(host.engine, inputs, targets, &loss_host), MT_OK, "%s", mt_error());
+    cr_expect_lt(fabs(loss_host - loss_dev), 1e-6 * loss_dev, "loss %.9f with checkpoints on the host, %.9f without",
+                 loss_host, loss_dev);
+    double worst = 0;
+    const char *worst_name = "-";
+    for (int i = 0; i < dev.layout.num_tensors; i++) {
+        double err = tensor_rel_err(&dev.layout, i, mt_engine_host_grads(host.engine), mt_engine_host_grads(dev.engine));
+        if (err > worst) worst = err, worst_name = dev.layout.tensors[i].name;
+    }
+    cr_log_info("checkpoints on the host: loss %.9f against %.9f, worst gradient %s at %.3g", loss_host, loss_dev,
+                worst_name, worst);
+    cr_expect_lt(worst, 1e-5, "gradient of %s off by %.3g relative", worst_name, worst);
+    for (int s = 0; s < 3; s++) {
+        mt_tiny_windows(16 + s, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
+        mt_step_result rd, rh;
+        cr_assert_eq(mt_engine_step(dev.engine, inputs, targets, 3e-3f, &rd), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(host.engine, inputs, targets, 3e-3f, &rh), MT_OK, "%s", mt_error());
+        cr_expect_lt(fabs(rh.loss - rd.loss), 1e-4 * rd.loss, "step %d: loss %.7f against %.7f", s, rh.loss, rd.loss);
+    }
+    mt_tiny_model_close(&host);
+    mt_tiny_model_close(&dev);
+}
