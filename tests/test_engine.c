@@ -104,3 +104,29 @@ Test(engine, refuses_token_past_vocabulary) {
     cr_expect(strstr(mt_error(), "outside the vocabulary") != NULL, "%s", mt_error());
     mt_tiny_model_close(&t);
 }
+
+/* What --gpu-mem budgets (mt_engine_size) is what the engine allocates, to the byte: on the cpu
+ * backend every "device" allocation is the engine's. */
+Test(engine, device_bytes_are_what_the_budget_counts) {
+    mt_config cfg = mt_tiny_config_tied_bias();
+    cfg.num_layers = 5;
+    mt_engine_options o = mt_engine_defaults();
+    o.seq = SEQ;
+    o.batch = 2;
+    o.lm_chunk = 5;
+    /* plain; more slots and micro-batches; checkpoints on the host; the ends on the device */
+    for (int variant = 0; variant < 4; variant++) {
+        mt_engine_options v = o;
+        if (variant == 1) v.slots = 3, v.micro_batches = 2, v.max_grad_norm = 0;
+        if (variant == 2) v.ckpt_on_host = 3;
+        if (variant == 3) v.ends_on_device = 1;
+        mt_tiny_model t;
+        mt_tiny_model_open(&t, &cfg, &v, 1);
+        size_t peak = 0;
+        t.be->ops->dev_mem_info(t.be, NULL, &peak);
+        mt_engine_bytes want = mt_engine_size(t.be, &cfg, &v);
+        cr_expect_eq((int64_t)peak, want.total, "variant %d: the engine allocated %zu device bytes, the budget counts %lld",
+                     variant, peak, (long long)want.total);
+        mt_tiny_model_close(&t);
+    }
+}

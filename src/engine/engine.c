@@ -44,9 +44,13 @@ mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_en
     int host_ckpts = o->ckpt_on_host > 0 ? o->ckpt_on_host : 0;
     b.checkpoints = (cfg->num_layers + 1 - host_ckpts + (host_ckpts ? CKPT_STAGES : 0)) * ckpt;
     b.host_checkpoints = host_ckpts * ckpt;
+    /* The blocks' and LM head's scratch, the gradient flowing back ([M][n, D]), token ids, logits,
+     * and the small things: RoPE frequencies, per-unit norms, the loss. */
     b.workspace = mt_block_ws_bytes(be, cfg, o->batch, o->seq) +
                   be->ops->lmhead_workspace(be, o->lm_chunk, cfg->vocab_size) +
-                  (int64_t)2 * o->micro_batches * rows(o) * 4 + (int64_t)cfg->vocab_size * 4;
+                  (int64_t)o->micro_batches * rows(o) * cfg->hidden_size * act +
+                  (int64_t)2 * o->micro_batches * rows(o) * 4 + (int64_t)cfg->vocab_size * 4 +
+                  ((int64_t)cfg->head_dim / 2 + lay.num_units + 1) * 4;
     b.total = b.weight_slots + b.embed_head + b.ends_state + b.grads + b.checkpoints + b.workspace;
     int64_t ends_home = o->ends_on_device ? 0 : embed + head;
     b.host_grads = o->max_grad_norm > 0 || o->keep_grads
