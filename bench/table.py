@@ -39,6 +39,10 @@ def notes(run):
         ends = ""
         if "ends_on_device" in run:
             ends = f"; embedding and head updated on the {'GPU' if run['ends_on_device'] else 'host'}"
+        if run.get("gpu_mem_gib"):
+            ends += f"; --gpu-mem {run['gpu_mem_gib']:g} GiB"
+        if run.get("ckpt_on_host"):
+            ends += f": the input checkpoints of {run['ckpt_on_host']} of {run['layers']} blocks in pinned host memory"
         return (f"{idle}, stalled on copies {100 * run['copy_wait_share']:.1f}%; "
                 f"host optimizer {run['opt_seconds']:.3f} s a step{pinned}{ends}")
     return f"{run.get('optimizer', '')}, torch {run.get('torch', '?')}"

@@ -44,6 +44,7 @@ typedef struct {
     double idle_forward_share, idle_backward_share; /* its parts between jobs of the two passes */
     double opt_s, opt_block_s; /* the optimizer's mean time a step, and a block */
     int ends_on_device;        /* the device updated the embedding and head */
+    int ckpt_on_host;          /* blocks whose input checkpoints lived in pinned host memory */
 } bench_summary;
 
 static void print_summary(FILE *out, const mt_train_options *o, const mt_backend *be, const mt_config *cfg,
@@ -57,7 +58,7 @@ static void print_summary(FILE *out, const mt_train_options *o, const mt_backend
             100 * s->idle_forward_share, 100 * s->idle_backward_share, 100 * s->stall_share, 100 * s->opt_wait_share, s->opt_s, s->opt_block_s,
             s->ends_on_device ? "device" : "host");
     if (!json) return;
-    json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:b}",
+    json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:b, s:f, s:i, s:i}",
                           "system", "megatrain", "backend", be->ops->name, "model", o->preset ? o->preset : "model",
                           "params", (json_int_t)mt_config_total_params(cfg), "seq", o->seq_len, "batch", o->batch,
                           "micro_batches", o->micro_batches, "tokens_per_step", tokens, "step_s", s->step_s,
@@ -68,7 +69,8 @@ static void print_summary(FILE *out, const mt_train_options *o, const mt_backend
                           "idle_forward_share", s->idle_forward_share, "idle_backward_share", s->idle_backward_share,
                           "clip",
                           (double)o->max_grad_norm, "opt_cores", o->opt_cores ? o->opt_cores : "",
-                          "ends_on_device", s->ends_on_device);
+                          "ends_on_device", s->ends_on_device, "gpu_mem_gib", (double)o->gpu_mem / 1073741824.0,
+                          "ckpt_on_host", s->ckpt_on_host, "layers", cfg->num_layers);
     FILE *f = fopen(json, "a");
     if (j && f) {
         json_dumpf(j, f, JSON_COMPACT);
@@ -141,7 +143,8 @@ mt_status mt_bench(const mt_train_options *o, int warmup, FILE *out, const char 
         size_t peak = 0;
         be->ops->dev_mem_info(be, NULL, &peak);
         qsort(times, (size_t)o->steps, sizeof *times, compare_doubles);
-        bench_summary sum = {.step_s = times[o->steps / 2], .ends_on_device = eo.ends_on_device};
+        bench_summary sum = {.step_s = times[o->steps / 2], .ends_on_device = eo.ends_on_device,
+                             .ckpt_on_host = eo.ckpt_on_host};
         sum.tokens_per_s = (double)n / sum.step_s;
         sum.tflops = sum.tokens_per_s * model_flops_per_token(&cfg, o->seq_len) / 1e12;
         sum.stall_share = total > 0 ? stall / total : 0;
