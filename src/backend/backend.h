@@ -59,8 +59,8 @@ typedef struct mt_backend_ops {
     void (*dev_free)(mt_backend *be, void *ptr);
     void *(*host_alloc)(mt_backend *be, size_t bytes, const char *what);
     void (*host_free)(mt_backend *be, void *ptr);
-    /* Bytes of device memory free now, and the most ever in use through dev_alloc; either
-     * pointer may be NULL. */
+    /* Bytes of device memory free now (SIZE_MAX where the device's memory is the host's: cpu),
+     * and the most ever in use through dev_alloc; either pointer may be NULL. */
     void (*dev_mem_info)(mt_backend *be, size_t *free_bytes, size_t *peak_bytes);
 
     /* Streams and events. */
@@ -170,6 +170,15 @@ typedef struct mt_backend_ops {
 struct mt_backend {
     const mt_backend_ops *ops;
 };
+
+/* Device memory free now, SIZE_MAX on a backend without memory of its own; and whether it has
+ * memory of its own (a GPU). */
+static inline size_t mt_backend_device_free(mt_backend *be) {
+    size_t free_bytes = 0;
+    be->ops->dev_mem_info(be, &free_bytes, NULL);
+    return free_bytes;
+}
+static inline int mt_backend_has_device_memory(mt_backend *be) { return mt_backend_device_free(be) != SIZE_MAX; }
 
 /* Backend constructors. cuda_create fails with MT_ERR_DEVICE when no GPU is usable. */
 mt_status mt_backend_cpu_create(mt_backend **out, int threads);

@@ -52,8 +52,6 @@ void mt_engine_ckpt_fetch(mt_engine *e, int l) {
     e->op->event_record(e->be, e->stage_filled[stage], e->h2d);
 }
 
-int mt_engine_ckpt_fetched(const mt_engine *e, int l, mt_event **ready) {
-    if (!on_host(e, l)) return 0;
-    *ready = e->stage_filled[l % CKPT_STAGES];
-    return 1;
+mt_event *mt_engine_ckpt_fetched(const mt_engine *e, int l) {
+    return on_host(e, l) ? e->stage_filled[l % CKPT_STAGES] : NULL;
 }

@@ -118,14 +118,14 @@ static inline int mt_engine_unit_on_device(const mt_engine *e, int u) {
 /* engine_ckpt.c: activation checkpoints. The device buffer of ckpt[l] ([M][n, D]) as of now;
  * around a compute job that writes it (forward: keep = copy it out for the backward) and after
  * the last job that reads it; in the backward, a host-kept ckpt[l] is fetched a block ahead
- * (l < 0 or a device-kept l: nothing), and `fetched` gives the event its reader waits on (0 for a
- * device-kept one). */
+ * (l < 0 or a device-kept l: nothing), and `fetched` gives the event its reader waits on (NULL for
+ * a device-kept one). */
 void *mt_engine_ckpt(const mt_engine *e, int l);
 void mt_engine_ckpt_before_write(mt_engine *e, int l);
 void mt_engine_ckpt_written(mt_engine *e, int l, int keep);
 void mt_engine_ckpt_read(mt_engine *e, int l);
 void mt_engine_ckpt_fetch(mt_engine *e, int l);
-int mt_engine_ckpt_fetched(const mt_engine *e, int l, mt_event **ready);
+mt_event *mt_engine_ckpt_fetched(const mt_engine *e, int l);
 
 /* engine_ends.c: the embedding and head with ends_on_device. Upload their state at creation;
  * update them on the compute stream (inside a compute job; `clip`: scale by the clip coefficient
@@ -133,6 +133,10 @@ int mt_engine_ckpt_fetched(const mt_engine *e, int l, mt_event **ready);
 mt_status mt_engine_ends_upload(mt_engine *e);
 void mt_engine_ends_update(mt_engine *e, const mt_adamw_params *p, int clip);
 void mt_engine_ends_home(mt_engine *e);
+
+/* AdamW's parameters for an update with the engine's options: the host optimizer's and the
+ * device's (ends_on_device) alike. */
+mt_adamw_params mt_engine_adamw_params(const mt_engine *e, float lr, int64_t step, float grad_scale);
 
 mt_status mt_engine_optimizer_start(mt_engine *e);
 void mt_engine_optimizer_stop(mt_engine *e);

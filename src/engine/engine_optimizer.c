@@ -13,10 +13,13 @@
 #include <omp.h>
 #endif
 
+mt_adamw_params mt_engine_adamw_params(const mt_engine *e, float lr, int64_t step, float grad_scale) {
+    return (mt_adamw_params){.lr = lr, .beta1 = e->o.beta1, .beta2 = e->o.beta2, .eps = e->o.eps,
+                             .weight_decay = e->o.weight_decay, .step = step, .grad_scale = grad_scale};
+}
+
 static mt_adamw_params adamw_params(const mt_engine *e, const mt_opt_job *job, int64_t adam_step) {
-    return (mt_adamw_params){.lr = job->lr, .beta1 = e->o.beta1, .beta2 = e->o.beta2, .eps = e->o.eps,
-                             .weight_decay = e->o.weight_decay, .step = adam_step,
-                             .grad_scale = job->grad_scale};
+    return mt_engine_adamw_params(e, job->lr, adam_step, job->grad_scale);
 }
 
 /* Piece `piece` of `pieces` of unit u: element ranges cut on moment-block boundaries, so that no

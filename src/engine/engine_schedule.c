@@ -316,8 +316,8 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
         mt_engine_ckpt_fetch(e, L - 1);
         for (int l = L - 1; l >= 0; l--) {
             int k = l % K, gs = (L - 1 - l) % 2;
-            mt_event *fetched;
-            if (mt_engine_ckpt_fetched(e, l, &fetched)) compute_wait(e, fetched);
+            mt_event *fetched = mt_engine_ckpt_fetched(e, l);
+            if (fetched) compute_wait(e, fetched);
             compute_wait(e, e->slot_loaded[k]);
             compute_wait(e, e->grad_free[gs]);
             op->zero(be, e->grad_slot[gs], (size_t)unit_numel(e, mt_unit_block(l)) * 4, e->compute);
@@ -350,8 +350,7 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
         if (ends_update) {
             j = base;
             j.kind = JOB_ENDS_UPDATE;
-            j.adam = (mt_adamw_params){.lr = step->lr, .beta1 = e->o.beta1, .beta2 = e->o.beta2, .eps = e->o.eps,
-                                       .weight_decay = e->o.weight_decay, .step = e->ends_step + 1, .grad_scale = 1.0f};
+            j.adam = mt_engine_adamw_params(e, step->lr, e->ends_step + 1, 1.0f);
             j.clip = !step->overlapped;
             MT_TRY(launch(e, j));
             op->event_record(be, e->ends_updated, e->compute);

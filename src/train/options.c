@@ -20,11 +20,9 @@ mt_status mt_train_model_config(const mt_train_options *o, mt_config *cfg) {
  * a few billion parameters), a short ring holds the backward back to the optimizer's pace, and
  * the optimizer's backlog can no longer drain behind the next forward. So the ring grows to
  * every block where the host can spare it: at most half of what the run leaves available. */
-static mt_status choose_grad_ring(const mt_train_options *o, mt_backend *be, const mt_config *cfg,
+static mt_status choose_grad_ring(mt_backend *be, const mt_config *cfg, mt_moments_format moments,
                                   mt_engine_options *eo) {
     if (eo->max_grad_norm > 0 || eo->keep_grads) return MT_OK;
-    mt_moments_format moments;
-    MT_TRY(mt_moments_format_parse(o->moments, &moments));
     mt_layout lay;
     MT_TRY(mt_layout_init(&lay, cfg));
     mt_memory_fit fit = mt_memory_fit_of(&lay, be, eo, moments);
@@ -40,20 +38,18 @@ static mt_status choose_grad_ring(const mt_train_options *o, mt_backend *be, con
  * takes every core, so there the optimizer's threads are left to the scheduler. */
 static const char *default_opt_cores(const mt_train_options *o, mt_backend *be) {
     if (o->opt_cores) return strcmp(o->opt_cores, "none") ? o->opt_cores : NULL;
-    size_t dev_free = 0;
-    be->ops->dev_mem_info(be, &dev_free, NULL);
-    return dev_free != SIZE_MAX ? MT_OPT_CORES_AUTO : NULL;
+    return mt_backend_has_device_memory(be) ? MT_OPT_CORES_AUTO : NULL;
 }
 
 /* --ends-on-device: the embedding and head updated on the device (engine/engine_ends.c). */
 typedef enum { ENDS_AUTO, ENDS_ON, ENDS_OFF } ends_mode;
 
-static mt_status parse_ends_mode(const mt_train_options *o, ends_mode *mode) {
+static mt_status parse_ends_mode(const mt_train_options *o, mt_moments_format moments, ends_mode *mode) {
     const char *name = o->ends_on_device ? o->ends_on_device : "auto";
     *mode = !strcmp(name, "auto") ? ENDS_AUTO : !strcmp(name, "on") ? ENDS_ON : ENDS_OFF;
     if (*mode == ENDS_OFF && strcmp(name, "off"))
         return mt_fail(MT_ERR_INVALID, "--ends-on-device '%s': expected auto, on or off", name);
-    if (*mode == ENDS_ON && strcmp(o->moments, "fp32"))
+    if (*mode == ENDS_ON && moments != MT_MOMENTS_F32)
         return mt_fail(MT_ERR_INVALID, "--ends-on-device on needs fp32 Adam moments, not --moments %s", o->moments);
     return MT_OK;
 }
@@ -62,10 +58,9 @@ static mt_status parse_ends_mode(const mt_train_options *o, ends_mode *mode) {
  * beside what the budget (or the free memory) already holds, so that it costs no weight slot,
  * batch size or LM-head chunk. */
 static void ends_where_they_fit(const mt_train_options *o, mt_backend *be, const mt_config *cfg,
-                                mt_engine_options *eo) {
-    size_t dev_free = 0;
-    be->ops->dev_mem_info(be, &dev_free, NULL);
-    if (dev_free == SIZE_MAX || strcmp(o->moments, "fp32")) return;
+                                mt_moments_format moments, mt_engine_options *eo) {
+    if (!mt_backend_has_device_memory(be) || moments != MT_MOMENTS_F32) return;
+    size_t dev_free = mt_backend_device_free(be);
     mt_engine_options with = *eo;
     with.ends_on_device = 1;
     /* Without a budget a tenth of the free memory stays for the libraries' own allocations. */
@@ -88,11 +83,13 @@ mt_status mt_train_engine_options(const mt_train_options *o, mt_backend *be, con
     eo.beta2 = o->beta2;
     eo.eps = o->eps;
     eo.weight_decay = o->weight_decay;
+    mt_moments_format moments;
+    MT_TRY(mt_moments_format_parse(o->moments, &moments));
     ends_mode ends;
-    MT_TRY(parse_ends_mode(o, &ends));
+    MT_TRY(parse_ends_mode(o, moments, &ends));
     eo.ends_on_device = ends == ENDS_ON;
     *out = eo;
     MT_TRY(mt_engine_fit_budget(be, cfg, out, o->gpu_mem));
-    if (ends == ENDS_AUTO) ends_where_they_fit(o, be, cfg, out);
-    return choose_grad_ring(o, be, cfg, out);
+    if (ends == ENDS_AUTO) ends_where_they_fit(o, be, cfg, moments, out);
+    return choose_grad_ring(be, cfg, moments, out);
 }
