@@ -110,6 +110,23 @@ fuzz: $(FUZZ_HARNESS:%=$(BUILD)/fuzz/%)
 	    -artifact_prefix=$(BUILD)/fuzz/$$h- $(BUILD)/fuzz/corpus/$$h tests/fuzz/corpus/$$h; \
 	done
 
+# The long campaign: an hour per harness by default, all harnesses at once, then the new inputs
+# that add coverage are merged into the repository's seed corpus (commit them), where every later
+# `make fuzz` replays them as regression seeds. A harness that found a crash fails the target.
+FUZZ_LONG_SECONDS ?= 3600
+fuzz-long: $(FUZZ_HARNESS:%=$(BUILD)/fuzz/%)
+	set -e; pids=; for h in $(FUZZ_HARNESS); do \
+	  mkdir -p $(BUILD)/fuzz/long/$$h; \
+	  MT_LOG_LEVEL=error $(BUILD)/fuzz/$$h -max_total_time=$(FUZZ_LONG_SECONDS) -print_final_stats=1 \
+	    -artifact_prefix=$(BUILD)/fuzz/$$h- $(BUILD)/fuzz/long/$$h tests/fuzz/corpus/$$h \
+	    > $(BUILD)/fuzz/$$h-long.log 2>&1 & pids="$$pids $$!"; \
+	done; fail=0; for p in $$pids; do wait $$p || fail=1; done; exit $$fail
+	set -e; for h in $(FUZZ_HARNESS); do \
+	  MT_LOG_LEVEL=error $(BUILD)/fuzz/$$h -merge=1 tests/fuzz/corpus/$$h $(BUILD)/fuzz/long/$$h \
+	    >> $(BUILD)/fuzz/$$h-long.log 2>&1; \
+	  tail -n 12 $(BUILD)/fuzz/$$h-long.log; \
+	done
+
 # The demo corpus: the King James Bible as bytes (Debian's bible-kjv packages).
 data/kjv.txt: scripts/make-demo-corpus.sh
 	scripts/make-demo-corpus.sh $@
@@ -121,5 +138,5 @@ demo: $(BUILD)/megatrain data/kjv.txt
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all test demo clean cuda-tests bench-adamw fuzz
+.PHONY: all test demo clean cuda-tests bench-adamw fuzz fuzz-long
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
