@@ -81,6 +81,8 @@ def model_tensors(cfg, tied_head):
         if cfg["model_type"] == "qwen2":
             shapes += [(p + "self_attn.q_proj.bias", [Q]), (p + "self_attn.k_proj.bias", [KV]),
                        (p + "self_attn.v_proj.bias", [KV])]
+        if cfg["model_type"] == "qwen3":
+            shapes += [(p + "self_attn.q_norm.weight", [hd]), (p + "self_attn.k_norm.weight", [hd])]
         shapes += [(p + "self_attn.o_proj.weight", [D, Q]), (p + "post_attention_layernorm.weight", [D]),
                    (p + "mlp.gate_proj.weight", [F, D]), (p + "mlp.up_proj.weight", [F, D]),
                    (p + "mlp.down_proj.weight", [D, F])]
@@ -134,12 +136,29 @@ def write_tied_qwen2(out):
     write_safetensors(os.path.join(path, "model.safetensors"), [(n, t.half()) for n, t in sorted(tensors.items())])
 
 
+def write_qwen3(out):
+    """One BF16 file of an untied Qwen3: q/k norms of head_dim 6, where hidden / heads is 4."""
+    path = os.path.join(out, "tiny_qwen3")
+    os.makedirs(path, exist_ok=True)
+    cfg = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 8,
+           "intermediate_size": 12, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+           "head_dim": 6, "vocab_size": 10, "max_position_embeddings": 64, "rms_norm_eps": 1e-06,
+           "rope_theta": 1000000.0, "tie_word_embeddings": False, "attention_bias": False,
+           "use_sliding_window": False, "sliding_window": None, "max_window_layers": 2, "bos_token_id": 1,
+           "eos_token_id": 2, "rope_scaling": None, "torch_dtype": "bfloat16"}
+    write_config(path, cfg)
+    tensors = model_tensors(cfg, tied_head=False)
+    write_safetensors(os.path.join(path, "model.safetensors"),
+                      [(n, t.to(torch.bfloat16)) for n, t in sorted(tensors.items())])
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "data", "safetensors")
     os.makedirs(out, exist_ok=True)
     write_dtypes(out)
     write_sharded_llama(out)
     write_tied_qwen2(out)
+    write_qwen3(out)
 
 
 if __name__ == "__main__":
