@@ -92,23 +92,6 @@ Test(hfmodel, loads_untied_qwen3_with_head_norms) {
     cr_assert(cfg.head_dim == 6 && cfg.hidden_size / cfg.num_heads == 4);
 }
 
-/* The same tensors: names, dtypes, shapes and bytes. */
-static void expect_same_safetensors(const char *dir_a, const char *dir_b) {
-    mt_safetensors *a, *b;
-    cr_assert_eq(mt_safetensors_open_dir(dir_a, &a), MT_OK, "%s", mt_error());
-    cr_assert_eq(mt_safetensors_open_dir(dir_b, &b), MT_OK, "%s", mt_error());
-    cr_assert_eq(mt_safetensors_count(a), mt_safetensors_count(b));
-    for (int i = 0; i < mt_safetensors_count(a); i++) {
-        const mt_st_tensor *ta = mt_safetensors_at(a, i), *tb = mt_safetensors_find(b, ta->name);
-        cr_assert_not_null(tb, "%s: no tensor %s", dir_b, ta->name);
-        cr_assert(ta->dtype == tb->dtype && ta->ndim == tb->ndim && ta->nbytes == tb->nbytes, "%s differs", ta->name);
-        cr_assert(!memcmp(ta->shape, tb->shape, sizeof ta->shape), "%s: shape differs", ta->name);
-        cr_assert(!memcmp(ta->data, tb->data, ta->nbytes), "%s: bytes differ", ta->name);
-    }
-    mt_safetensors_close(a);
-    mt_safetensors_close(b);
-}
-
 /* A Hugging Face Qwen3 in, exported (BF16, as it came) out: the same tensors, q_norm and k_norm
  * included, bit for bit, and the same model from its config.json. */
 Test(hfmodel, qwen3_in_and_out_is_exact) {
@@ -122,7 +105,7 @@ Test(hfmodel, qwen3_in_and_out_is_exact) {
     hf_test_mkdtemp(dir);
     mt_hf_export_options opt = {.dtype = MT_ST_BF16};
     cr_assert_eq(mt_hf_export(&lay, masters, hf_test_path(out, dir, "out"), &opt), MT_OK, "%s", mt_error());
-    expect_same_safetensors(FIXTURES "/tiny_qwen3", out);
+    hf_test_expect_same_tensors(FIXTURES "/tiny_qwen3", out);
     cr_assert_eq(mt_hf_load_config(out, &back), MT_OK, "%s", mt_error());
     cr_assert(!memcmp(&cfg, &back, sizeof cfg), "config.json did not round-trip");
     free(masters);
