@@ -134,6 +134,25 @@ Test(hfconfig, fills_qwen3_defaults) {
               c.head_dim, c.max_position);
 }
 
+/* config.json has no field for the q/k norms: a config in memory must agree with its
+ * architecture, or its export would describe another model. */
+Test(hfconfig, qk_norm_goes_with_qwen3_only) {
+    mt_config c;
+    cr_assert_eq(mt_config_preset("qwen3-0.6b", &c), MT_OK);
+    cr_assert_eq(mt_config_validate(&c), MT_OK, "%s", mt_error());
+    c.qk_norm = 0;
+    cr_assert_eq(mt_config_validate(&c), MT_ERR_INVALID);
+    cr_assert(strstr(mt_error(), "every Qwen3"), "%s", mt_error());
+    c.qk_norm = 1;
+    c.attention_bias = 1;
+    cr_assert_eq(mt_config_validate(&c), MT_ERR_INVALID);
+    cr_assert(strstr(mt_error(), "attention_bias"), "%s", mt_error());
+    cr_assert_eq(mt_config_preset("tiny", &c), MT_OK);
+    c.qk_norm = 1;
+    cr_assert_eq(mt_config_validate(&c), MT_ERR_INVALID);
+    cr_assert(strstr(mt_error(), "Qwen3 only"), "%s", mt_error());
+}
+
 Test(hfconfig, refuses_what_qwen3_models_may_carry_that_it_does_not_do) {
     /* Mixture-of-experts Qwen3 is another architecture. */
     expect_refusal(qwen3, "architectures", "[\"Qwen3MoeForCausalLM\"]", "'Qwen3MoeForCausalLM' is not supported");
