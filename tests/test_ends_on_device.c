@@ -44,32 +44,32 @@ Test(ends_on_device, adamw_op_is_the_host_update) {
     scaled.grad_scale = 0.37f;
     mt_adamw_update(&scaled, 1, want.master, want.m, want.v, want.grad, want.w, MT_DTYPE_F32, N);
     float scale = 0.37f;
-    be->ops->adamw(be, NULL, &params, 1, &scale, got.master, got.m, got.v, got.grad, got.w, N);
+    be->ops->op.adamw(be, NULL, &params, 1, &scale, got.master, got.m, got.v, got.grad, got.w, N);
     cr_assert_eq(memcmp(&got, &want, sizeof got), 0, "a device scale of 0.37 is grad_scale 0.37");
     mt_adamw_update(&params, 0, want.master, want.m, want.v, want.grad, want.w, MT_DTYPE_F32, N);
-    be->ops->adamw(be, NULL, &params, 0, NULL, got.master, got.m, got.v, got.grad, got.w, N);
+    be->ops->op.adamw(be, NULL, &params, 0, NULL, got.master, got.m, got.v, got.grad, got.w, N);
     cr_assert_eq(memcmp(&got, &want, sizeof got), 0, "no scale: the params' own, no decay");
     float nan_scale = NAN;
-    be->ops->adamw(be, NULL, &params, 1, &nan_scale, got.master, got.m, got.v, got.grad, got.w, N);
+    be->ops->op.adamw(be, NULL, &params, 1, &nan_scale, got.master, got.m, got.v, got.grad, got.w, N);
     cr_assert_eq(memcmp(&got, &want, sizeof got), 0, "a NaN scale (a skipped step) changes nothing");
-    be->ops->destroy(be);
+    mt_backend_destroy(be);
 }
 
 Test(ends_on_device, clip_scale_op) {
     mt_backend *be;
     cr_assert_eq(mt_backend_cpu_create(&be, 1), MT_OK);
     float sums[3] = {9, 16, 0}, scale;
-    be->ops->clip_scale(be, NULL, &scale, sums, 3, 1.0f);
+    be->ops->op.clip_scale(be, NULL, &scale, sums, 3, 1.0f);
     cr_assert_eq(scale, (float)(1.0 / (5.0 + 1e-6)), "norm 5 clipped at 1");
-    be->ops->clip_scale(be, NULL, &scale, sums, 3, 5.0f);
+    be->ops->op.clip_scale(be, NULL, &scale, sums, 3, 5.0f);
     cr_assert_eq(scale, 1.0f, "a norm at the limit is left alone");
     sums[2] = INFINITY;
-    be->ops->clip_scale(be, NULL, &scale, sums, 3, 1.0f);
+    be->ops->op.clip_scale(be, NULL, &scale, sums, 3, 1.0f);
     cr_assert(isnan(scale), "an infinite norm skips the step");
     sums[2] = NAN;
-    be->ops->clip_scale(be, NULL, &scale, sums, 3, 1.0f);
+    be->ops->op.clip_scale(be, NULL, &scale, sums, 3, 1.0f);
     cr_assert(isnan(scale), "a NaN norm skips the step");
-    be->ops->destroy(be);
+    mt_backend_destroy(be);
 }
 
 Test(ends_on_device, refuses_quantized_moments) {
@@ -87,6 +87,6 @@ Test(ends_on_device, refuses_quantized_moments) {
     cr_assert_eq(mt_engine_create(&e, be, &store, &o, 0), MT_ERR_INVALID);
     cr_assert(strstr(mt_error(), "fp32 Adam moments"), "%s", mt_error());
     mt_store_free(&store);
-    be->ops->destroy(be);
+    mt_backend_destroy(be);
     mt_layout_free(&lay);
 }

@@ -47,7 +47,7 @@ mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_en
     /* The blocks' and LM head's scratch, the gradient flowing back ([M][n, D]), token ids, logits,
      * and the small things: RoPE frequencies, per-unit norms, the loss. */
     b.workspace = mt_block_ws_bytes(be, cfg, o->batch, o->seq) +
-                  be->ops->lmhead_workspace(be, o->lm_chunk, cfg->vocab_size) +
+                  be->ops->op.lmhead_workspace(be, o->lm_chunk, cfg->vocab_size) +
                   (int64_t)o->micro_batches * rows(o) * cfg->hidden_size * act +
                   (int64_t)2 * o->micro_batches * rows(o) * 4 + (int64_t)cfg->vocab_size * 4 +
                   ((int64_t)cfg->head_dim / 2 + lay.num_units + 1) * 4;
@@ -64,7 +64,7 @@ mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_en
 
 static void *dev_alloc(mt_engine *e, size_t bytes, const char *what) {
     if (e->failed) return NULL;
-    void *p = e->op->dev_alloc(e->be, bytes, what);
+    void *p = mt_dev_alloc(e->be, bytes, what);
     if (!p) e->failed = 1;
     else e->allocs[e->num_allocs++] = p;
     return p;
@@ -72,7 +72,7 @@ static void *dev_alloc(mt_engine *e, size_t bytes, const char *what) {
 
 static void *host_alloc(mt_engine *e, size_t bytes, const char *what) {
     if (e->failed) return NULL;
-    void *p = e->op->host_alloc(e->be, bytes, what);
+    void *p = mt_host_alloc(e->be, bytes, what);
     if (!p) e->failed = 1;
     else e->host_allocs[e->num_host_allocs++] = p;
     return p;
@@ -80,7 +80,7 @@ static void *host_alloc(mt_engine *e, size_t bytes, const char *what) {
 
 static mt_event *new_event(mt_engine *e) {
     if (e->failed) return NULL;
-    mt_event *ev = e->op->event_create(e->be);
+    mt_event *ev = mt_event_create(e->be);
     if (!ev) e->failed = 1;
     else e->events[e->num_events++] = ev;
     return ev;
@@ -109,7 +109,7 @@ static void place_host_grads(mt_engine *e) {
 
 static mt_status allocate(mt_engine *e) {
     const mt_config *c = e->cfg;
-    size_t w = mt_dtype_size(e->op->weight_dtype), act = mt_dtype_size(e->op->act_dtype);
+    size_t w = mt_dtype_size(e->be->ops->weight_dtype), act = mt_dtype_size(e->be->ops->act_dtype);
     size_t n = rows(&e->o), M = (size_t)e->o.micro_batches, D = (size_t)c->hidden_size;
     for (int k = 0; k < e->K; k++) e->slot[k] = dev_alloc(e, e->lay->max_block_numel * w, "a block weight slot");
     for (int g = 0; g < 2; g++) e->grad_slot[g] = dev_alloc(e, e->lay->max_block_numel * 4, "a block gradient slot");
@@ -183,7 +183,7 @@ static mt_status allocate(mt_engine *e) {
     e->dev_targets = e->dev_inputs + M * n;
     mt_block_ws_carve(&e->ws, e->ws_base, e->be, c, e->o.batch, e->o.seq);
     mt_config_rope_inv_freq(c, e->host_inv_freq);
-    e->op->copy(e->be, e->dev_inv_freq, e->host_inv_freq, (size_t)c->head_dim / 2 * 4, e->h2d);
+    mt_copy_async(e->be, e->dev_inv_freq, e->host_inv_freq, (size_t)c->head_dim / 2 * 4, e->h2d);
     return MT_OK;
 }
 
@@ -200,6 +200,9 @@ mt_status mt_engine_create(mt_engine **out, mt_backend *be, mt_store *store,
         return mt_fail(MT_ERR_INVALID, "checkpoints on the host: %d is outside 0..%d (the blocks)", o->ckpt_on_host,
                        c->num_layers);
     if (o->lm_chunk < 1) return mt_fail(MT_ERR_INVALID, "the LM head chunk must be positive");
+    if (o->ends_on_device && !mt_backend_has_device_optimizer(be))
+        return mt_fail(MT_ERR_INVALID, "the %s backend has no optimizer ops (clip_scale, adamw): it cannot keep the "
+                       "embedding and head on the device; set --ends-on-device off", be->ops->name);
     if (o->ends_on_device && store->moments.format != MT_MOMENTS_F32)
         return mt_fail(MT_ERR_INVALID, "the embedding and head updated on the device need fp32 Adam moments, "
                        "not %s: drop --moments or set --ends-on-device off",
@@ -207,7 +210,7 @@ mt_status mt_engine_create(mt_engine **out, mt_backend *be, mt_store *store,
     mt_engine *e = calloc(1, sizeof *e);
     if (!e) return mt_fail(MT_ERR_NOMEM, "cannot allocate the engine");
     e->be = be;
-    e->op = be->ops;
+    e->op = &be->ops->op;
     e->store = store;
     e->lay = store->layout;
     e->cfg = c;
@@ -247,9 +250,9 @@ mt_status mt_engine_create(mt_engine **out, mt_backend *be, mt_store *store,
     mt_flag_init(&e->embed_early_issued, 0);
     mt_flag_init(&e->embed_early_done, 0);
     e->flags_ready = 1;
-    e->h2d = e->op->stream_create(be);
-    e->compute = e->h2d ? e->op->stream_create(be) : NULL;
-    e->d2h = e->compute ? e->op->stream_create(be) : NULL;
+    e->h2d = mt_stream_create(be);
+    e->compute = e->h2d ? mt_stream_create(be) : NULL;
+    e->d2h = e->compute ? mt_stream_create(be) : NULL;
     mt_status rc = e->d2h ? allocate(e) : MT_ERR_NOMEM;
     if (rc == MT_OK && e->o.ends_on_device) rc = mt_engine_ends_upload(e);
     if (rc == MT_OK) rc = mt_engine_optimizer_start(e);
@@ -264,13 +267,13 @@ mt_status mt_engine_create(mt_engine **out, mt_backend *be, mt_store *store,
 void mt_engine_destroy(mt_engine *e) {
     if (!e) return;
     mt_engine_optimizer_stop(e);
-    if (e->compute && e->done) e->op->event_sync(e->be, e->done);
+    if (e->compute && e->done) mt_event_sync(e->be, e->done);
     mt_stream *streams[3] = {e->h2d, e->compute, e->d2h};
     for (int i = 0; i < 3; i++)
-        if (streams[i]) e->op->stream_destroy(e->be, streams[i]);
-    for (int i = 0; i < e->num_events; i++) e->op->event_destroy(e->be, e->events[i]);
-    for (int i = 0; i < e->num_allocs; i++) e->op->dev_free(e->be, e->allocs[i]);
-    for (int i = 0; i < e->num_host_allocs; i++) e->op->host_free(e->be, e->host_allocs[i]);
+        if (streams[i]) mt_stream_destroy(e->be, streams[i]);
+    for (int i = 0; i < e->num_events; i++) mt_event_destroy(e->be, e->events[i]);
+    for (int i = 0; i < e->num_allocs; i++) mt_dev_free(e->be, e->allocs[i]);
+    for (int i = 0; i < e->num_host_allocs; i++) mt_host_free(e->be, e->host_allocs[i]);
     if (e->flags_ready) {
         for (int u = 0; u < e->U; u++) {
             mt_flag_destroy(&e->updated[u]);

@@ -24,7 +24,7 @@ typedef struct {
 
 struct mt_engine {
     mt_backend *be;
-    const mt_backend_ops *op;
+    const mt_op_iface *op;     /* be->ops->op: the layer ops */
     mt_store *store;
     const mt_layout *lay;
     const mt_config *cfg;

@@ -110,9 +110,9 @@ static int part_arriving(const mt_engine *e, int i, int parts) {
 static int part_ready(mt_engine *e, const mt_opt_job *job, int part, int wait) {
     mt_flag *issued = part == 1 ? &e->embed_early_issued : &e->grads_issued[part_unit(e, part)];
     mt_event *home = part == 1 ? e->embed_early_home : e->grads_home[part_unit(e, part)];
-    if (!wait) return mt_flag_peek(issued) >= job->generation + 1 && e->op->event_done(e->be, home);
+    if (!wait) return mt_flag_peek(issued) >= job->generation + 1 && mt_event_done(e->be, home);
     mt_flag_wait(issued, job->generation + 1);
-    e->op->event_sync(e->be, home);
+    mt_event_sync(e->be, home);
     return 1;
 }
 

@@ -23,7 +23,7 @@ typedef struct {
     int clip;
 } compute_job;
 
-static size_t act_size(const mt_engine *e) { return mt_dtype_size(e->op->act_dtype); }
+static size_t act_size(const mt_engine *e) { return mt_dtype_size(e->be->ops->act_dtype); }
 static size_t max_rows(const mt_engine *e) { return (size_t)e->o.batch * e->o.seq; }
 
 /* Micro-batch m's rows of a checkpoint's device buffer. */
@@ -45,7 +45,7 @@ static int64_t unit_numel(const mt_engine *e, int u) { return e->lay->units[u].n
 /* The LM head's weight and its gradient: its own, or the embedding's when tied. */
 static const void *lm_weight(const mt_engine *e) {
     int u = e->cfg->tie_embeddings ? 0 : e->U - 1;
-    mt_unit_weights w = mt_bind_weights(e->lay, u, u ? e->head_w : e->embed_w, e->op->weight_dtype);
+    mt_unit_weights w = mt_bind_weights(e->lay, u, u ? e->head_w : e->embed_w, e->be->ops->weight_dtype);
     return w.t[u ? MT_T_LM_HEAD : MT_T_WTE];
 }
 static float *lm_grad(const mt_engine *e) {
@@ -58,9 +58,9 @@ static float *lm_grad(const mt_engine *e) {
 
 static void run_head(const compute_job *j) {
     mt_engine *e = j->e;
-    const mt_backend_ops *op = e->op;
+    const mt_op_iface *op = e->op;
     int D = e->cfg->hidden_size, V = e->cfg->vocab_size, seq = j->seq;
-    mt_unit_weights w = mt_bind_weights(e->lay, e->U - 1, e->head_w, op->weight_dtype);
+    mt_unit_weights w = mt_bind_weights(e->lay, e->U - 1, e->head_w, e->be->ops->weight_dtype);
     mt_unit_grads g = mt_bind_grads(e->lay, e->U - 1, e->head_grad);
     const void *norm_w = w.t[MT_T_FINAL_NORM], *lm_w = lm_weight(e);
     if (j->mode == RUN_LOGITS) {
@@ -93,19 +93,19 @@ static void run_head(const compute_job *j) {
 static void run_job(void *arg) {
     compute_job *j = arg;
     mt_engine *e = j->e;
-    const mt_backend_ops *op = e->op;
+    const mt_op_iface *op = e->op;
     int D = e->cfg->hidden_size, n = j->batch * j->seq;
     mt_block_ctx ctx = {e->be, e->compute, e->cfg, j->batch, j->seq, e->dev_inv_freq, &e->ws};
     switch (j->kind) {
     case JOB_EMBED_FWD: {
-        mt_unit_weights w = mt_bind_weights(e->lay, 0, e->embed_w, op->weight_dtype);
+        mt_unit_weights w = mt_bind_weights(e->lay, 0, e->embed_w, e->be->ops->weight_dtype);
         for (int m = 0; m < j->micro_batches; m++)
             op->embedding(e->be, e->compute, micro(e, j->x_out, m), inputs_at(e, m), w.t[MT_T_WTE], n, D);
         break;
     }
     case JOB_BLOCK_FWD: {
         int u = mt_unit_block(j->block);
-        mt_unit_weights w = mt_bind_weights(e->lay, u, e->slot[j->slot], op->weight_dtype);
+        mt_unit_weights w = mt_bind_weights(e->lay, u, e->slot[j->slot], e->be->ops->weight_dtype);
         for (int m = 0; m < j->micro_batches; m++)
             mt_block_forward(&ctx, &w, micro(e, j->x_in, m), micro(e, j->x_out, m));
         break;
@@ -113,7 +113,7 @@ static void run_job(void *arg) {
     case JOB_HEAD: run_head(j); break;
     case JOB_BLOCK_BWD: {
         int u = mt_unit_block(j->block);
-        mt_unit_weights w = mt_bind_weights(e->lay, u, e->slot[j->slot], op->weight_dtype);
+        mt_unit_weights w = mt_bind_weights(e->lay, u, e->slot[j->slot], e->be->ops->weight_dtype);
         mt_unit_grads g = mt_bind_grads(e->lay, u, e->grad_slot[j->grad_slot]);
         for (int m = 0; m < j->micro_batches; m++)
             mt_block_backward(&ctx, &w, &g, micro(e, j->x_in, m), dy_at(e, m));
@@ -144,27 +144,27 @@ static mt_status launch(mt_engine *e, compute_job proto) {
     *j = proto;
     j->e = e;
     int timed = e->num_jobs < e->max_jobs;
-    if (timed) e->op->event_record(e->be, e->job_begin[e->num_jobs], e->compute);
-    e->op->launch(e->be, e->compute, run_job, j);
-    if (timed) e->op->event_record(e->be, e->job_end[e->num_jobs++], e->compute);
+    if (timed) mt_event_record(e->be, e->job_begin[e->num_jobs], e->compute);
+    mt_launch(e->be, e->compute, run_job, j);
+    if (timed) mt_event_record(e->be, e->job_end[e->num_jobs++], e->compute);
     return MT_OK;
 }
 
 /* ---- copies ---- */
 
 static void load_unit(mt_engine *e, int u, void *dst, mt_event *free_ev, mt_event *loaded_ev) {
-    size_t bytes = (size_t)unit_numel(e, u) * mt_dtype_size(e->op->weight_dtype);
-    e->op->stream_wait(e->be, e->h2d, free_ev);
-    e->op->copy(e->be, dst, mt_store_unit_weights(e->store, u), bytes, e->h2d);
-    e->op->event_record(e->be, loaded_ev, e->h2d);
+    size_t bytes = (size_t)unit_numel(e, u) * mt_dtype_size(e->be->ops->weight_dtype);
+    mt_stream_wait(e->be, e->h2d, free_ev);
+    mt_copy_async(e->be, dst, mt_store_unit_weights(e->store, u), bytes, e->h2d);
+    mt_event_record(e->be, loaded_ev, e->h2d);
 }
 
 /* The compute stream waits for `ev`, bracketed by two timing events so that the step can report
  * how long the device sat idle waiting for copies (and, through them, for the optimizer). */
 static void compute_wait(mt_engine *e, mt_event *ev) {
-    if (e->num_stalls < e->max_stalls) e->op->event_record(e->be, e->stall_begin[e->num_stalls], e->compute);
-    e->op->stream_wait(e->be, e->compute, ev);
-    if (e->num_stalls < e->max_stalls) e->op->event_record(e->be, e->stall_end[e->num_stalls++], e->compute);
+    if (e->num_stalls < e->max_stalls) mt_event_record(e->be, e->stall_begin[e->num_stalls], e->compute);
+    mt_stream_wait(e->be, e->compute, ev);
+    if (e->num_stalls < e->max_stalls) mt_event_record(e->be, e->stall_end[e->num_stalls++], e->compute);
 }
 
 /* Forward loads in use order: blocks 0..L-1, then the head (index L). Each first waits until
@@ -184,11 +184,11 @@ static double load_forward(mt_engine *e, int index) {
 /* Copies unit u's gradients home. `publish`: tell an overlapped optimizer the copy is issued. */
 static void send_home(mt_engine *e, int u, const float *grads, mt_event *ready_ev, mt_event *free_ev,
                       int publish) {
-    e->op->event_record(e->be, ready_ev, e->compute);
-    e->op->stream_wait(e->be, e->d2h, ready_ev);
-    e->op->copy(e->be, e->grad_home[u], grads, (size_t)unit_numel(e, u) * 4, e->d2h);
-    if (free_ev) e->op->event_record(e->be, free_ev, e->d2h);
-    e->op->event_record(e->be, e->grads_home[u], e->d2h);
+    mt_event_record(e->be, ready_ev, e->compute);
+    mt_stream_wait(e->be, e->d2h, ready_ev);
+    mt_copy_async(e->be, e->grad_home[u], grads, (size_t)unit_numel(e, u) * 4, e->d2h);
+    if (free_ev) mt_event_record(e->be, free_ev, e->d2h);
+    mt_event_record(e->be, e->grads_home[u], e->d2h);
     if (publish) mt_flag_set(&e->grads_issued[u], e->generation + 1);
 }
 
@@ -215,8 +215,8 @@ static mt_status stage_tokens(mt_engine *e, const int32_t *inputs, const int32_t
     memset(rows, 0, (size_t)V);
     for (int m = 0; m < M; m++)
         for (size_t i = 0; i < n; i++) rows[inputs[m * n + i]] = 1;
-    e->op->copy(e->be, e->dev_inputs, e->host_tokens, 2 * (size_t)e->o.micro_batches * n_max * sizeof(int32_t), e->h2d);
-    e->op->event_record(e->be, e->tokens_ready, e->h2d);
+    mt_copy_async(e->be, e->dev_inputs, e->host_tokens, 2 * (size_t)e->o.micro_batches * n_max * sizeof(int32_t), e->h2d);
+    mt_event_record(e->be, e->tokens_ready, e->h2d);
     return MT_OK;
 }
 
@@ -234,7 +234,6 @@ typedef struct {
  * as the backward begins; with ends_on_device the pass itself updates the embedding and head. */
 static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, const int32_t *targets,
                           int batch, int seq, int M, int last_row, const mt_opt_job *step, pass_result *r) {
-    const mt_backend_ops *op = e->op;
     mt_backend *be = e->be;
     int L = e->L, K = e->K, U = e->U, train = mode == RUN_TRAIN || mode == RUN_GRADS;
     const mt_opt_job *overlap = step && step->overlapped ? step : NULL;
@@ -249,18 +248,18 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
     compute_job base = {.mode = mode, .batch = batch, .seq = seq, .micro_batches = M,
                         .last_row = last_row, .scale = r->targets ? 1.0f / (float)r->targets : 0.0f};
 
-    op->zero(be, e->dev_loss, 4, e->compute);
-    op->zero(be, e->dev_norms, (size_t)U * 4, e->compute);
+    mt_zero_async(be, e->dev_loss, 4, e->compute);
+    mt_zero_async(be, e->dev_norms, (size_t)U * 4, e->compute);
     if (train) {
-        op->stream_wait(be, e->compute, e->grads_home[0]);
-        op->zero(be, e->embed_grad, (size_t)unit_numel(e, 0) * 4, e->compute);
+        mt_stream_wait(be, e->compute, e->grads_home[0]);
+        mt_zero_async(be, e->embed_grad, (size_t)unit_numel(e, 0) * 4, e->compute);
     }
 
     /* Forward: the embedding, then the blocks with K - 1 loads in flight, then the head. */
     r->waited += mt_flag_wait(&e->updated[0], e->generation);
     if (!mt_engine_unit_on_device(e, 0)) load_unit(e, 0, e->embed_w, e->embed_free, e->embed_loaded);
     for (int i = 0; i < K; i++) r->waited += load_forward(e, i);
-    op->stream_wait(be, e->compute, e->tokens_ready);
+    mt_stream_wait(be, e->compute, e->tokens_ready);
     compute_wait(e, e->embed_loaded);
     mt_engine_ckpt_before_write(e, 0);
     compute_job j = base;
@@ -268,7 +267,7 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
     j.x_out = mt_engine_ckpt(e, 0);
     MT_TRY(launch(e, j));
     mt_engine_ckpt_written(e, 0, train);
-    if (!e->cfg->tie_embeddings) op->event_record(be, e->embed_free, e->compute);
+    if (!e->cfg->tie_embeddings) mt_event_record(be, e->embed_free, e->compute);
     for (int l = 0; l < L; l++) {
         int k = l % K;
         compute_wait(e, e->slot_loaded[k]);
@@ -280,7 +279,7 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
         j.x_in = mt_engine_ckpt(e, l);
         j.x_out = mt_engine_ckpt(e, l + 1);
         MT_TRY(launch(e, j));
-        op->event_record(be, e->slot_free[k], e->compute);
+        mt_event_record(be, e->slot_free[k], e->compute);
         mt_engine_ckpt_written(e, l + 1, train);
         mt_engine_ckpt_read(e, l);
         if (l + K <= L) r->waited += load_forward(e, l + K);
@@ -289,14 +288,14 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
     /* The head: loss, and for training its backward, fused. */
     compute_wait(e, e->head_loaded);
     if (train) {
-        op->stream_wait(be, e->compute, e->grads_home[U - 1]);
-        op->zero(be, e->head_grad, (size_t)unit_numel(e, U - 1) * 4, e->compute);
+        mt_stream_wait(be, e->compute, e->grads_home[U - 1]);
+        mt_zero_async(be, e->head_grad, (size_t)unit_numel(e, U - 1) * 4, e->compute);
     }
     j = base;
     j.kind = JOB_HEAD;
     MT_TRY(launch(e, j));
-    op->event_record(be, e->head_free, e->compute);
-    if (e->cfg->tie_embeddings) op->event_record(be, e->embed_free, e->compute);
+    mt_event_record(be, e->head_free, e->compute);
+    if (e->cfg->tie_embeddings) mt_event_record(be, e->embed_free, e->compute);
 
     if (train) {
         int publish = overlap != NULL;
@@ -305,10 +304,10 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
         if (overlap && !ends_update) {
             /* The embedding's gradient so far: the head's part when tied, zeros otherwise. Its
              * rows that no input token touches are final already. */
-            op->event_record(be, e->unit_ready, e->compute);
-            op->stream_wait(be, e->d2h, e->unit_ready);
-            op->copy(be, e->grad_home[0], e->embed_grad, (size_t)unit_numel(e, 0) * 4, e->d2h);
-            op->event_record(be, e->embed_early_home, e->d2h);
+            mt_event_record(be, e->unit_ready, e->compute);
+            mt_stream_wait(be, e->d2h, e->unit_ready);
+            mt_copy_async(be, e->grad_home[0], e->embed_grad, (size_t)unit_numel(e, 0) * 4, e->d2h);
+            mt_event_record(be, e->embed_early_home, e->d2h);
             mt_flag_set(&e->embed_early_issued, e->generation + 1);
         }
         /* Backward: blocks L-1..0; the last K are still resident from the forward. */
@@ -320,7 +319,7 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
             if (fetched) compute_wait(e, fetched);
             compute_wait(e, e->slot_loaded[k]);
             compute_wait(e, e->grad_free[gs]);
-            op->zero(be, e->grad_slot[gs], (size_t)unit_numel(e, mt_unit_block(l)) * 4, e->compute);
+            mt_zero_async(be, e->grad_slot[gs], (size_t)unit_numel(e, mt_unit_block(l)) * 4, e->compute);
             j = base;
             j.kind = JOB_BLOCK_BWD;
             j.block = l;
@@ -328,7 +327,7 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
             j.grad_slot = gs;
             j.x_in = mt_engine_ckpt(e, l);
             MT_TRY(launch(e, j));
-            op->event_record(be, e->slot_free[k], e->compute);
+            mt_event_record(be, e->slot_free[k], e->compute);
             mt_engine_ckpt_read(e, l);
             mt_engine_ckpt_fetch(e, l - 1); /* while this block's backward runs */
             /* In ring mode the buffer was last used by block l + ring: the optimizer must be done with it. */
@@ -342,7 +341,7 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
         MT_TRY(launch(e, j));
         if (step && e->poison_next) { /* as a NaN in the gradient would, for the host and the device alike */
             static const float nan_norm = NAN;
-            op->copy(be, e->dev_norms, &nan_norm, 4, e->compute);
+            mt_copy_async(be, e->dev_norms, &nan_norm, 4, e->compute);
         }
         /* The full copy lands where the optimizer reads the early part: it must be done with it. */
         if (overlap && !ends_update) r->waited += mt_flag_wait(&e->embed_early_done, e->generation + 1);
@@ -353,34 +352,34 @@ static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, co
             j.adam = mt_engine_adamw_params(e, step->lr, e->ends_step + 1, 1.0f);
             j.clip = !step->overlapped;
             MT_TRY(launch(e, j));
-            op->event_record(be, e->ends_updated, e->compute);
-            op->stream_wait(be, e->d2h, e->ends_updated);
+            mt_event_record(be, e->ends_updated, e->compute);
+            mt_stream_wait(be, e->d2h, e->ends_updated);
         }
-        op->copy(be, e->host_norms, e->dev_norms, (size_t)U * 4, e->d2h);
+        mt_copy_async(be, e->host_norms, e->dev_norms, (size_t)U * 4, e->d2h);
     } else {
-        op->event_record(be, e->unit_ready, e->compute);
-        op->stream_wait(be, e->d2h, e->unit_ready);
+        mt_event_record(be, e->unit_ready, e->compute);
+        mt_stream_wait(be, e->d2h, e->unit_ready);
         if (mode == RUN_LOGITS)
-            op->copy(be, e->host_logits, e->dev_logits, (size_t)e->cfg->vocab_size * 4, e->d2h);
+            mt_copy_async(be, e->host_logits, e->dev_logits, (size_t)e->cfg->vocab_size * 4, e->d2h);
     }
-    op->copy(be, e->host_loss, e->dev_loss, 4, e->d2h);
-    op->event_record(be, e->done, e->d2h);
+    mt_copy_async(be, e->host_loss, e->dev_loss, 4, e->d2h);
+    mt_event_record(be, e->done, e->d2h);
     return MT_OK;
 }
 
 /* Waits for the pass to finish and reads its loss and gradient norm. */
 static mt_status finish_pass(mt_engine *e, pass_result *r) {
-    e->op->event_sync(e->be, e->done);
-    MT_TRY(e->op->check(e->be));
+    mt_event_sync(e->be, e->done);
+    MT_TRY(mt_backend_check(e->be));
     r->loss = r->targets > 0 ? *e->host_loss / (double)r->targets : 0;
     r->grad_norm = mt_global_norm(e->host_norms, e->U);
     r->stalled = 0;
-    for (int i = 0; i < e->num_stalls; i++) r->stalled += e->op->event_elapsed(e->be, e->stall_begin[i], e->stall_end[i]);
+    for (int i = 0; i < e->num_stalls; i++) r->stalled += mt_event_elapsed(e->be, e->stall_begin[i], e->stall_end[i]);
     r->busy = r->idle_forward = r->idle_backward = 0;
     for (int i = 0; i < e->num_jobs; i++) {
-        r->busy += e->op->event_elapsed(e->be, e->job_begin[i], e->job_end[i]);
+        r->busy += mt_event_elapsed(e->be, e->job_begin[i], e->job_end[i]);
         if (i == 0) continue;
-        double gap = e->op->event_elapsed(e->be, e->job_end[i - 1], e->job_begin[i]);
+        double gap = mt_event_elapsed(e->be, e->job_end[i - 1], e->job_begin[i]);
         if (i < e->first_backward_job) r->idle_forward += gap;
         else r->idle_backward += gap;
     }

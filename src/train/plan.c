@@ -47,7 +47,7 @@ mt_status mt_plan(const mt_train_options *o, FILE *out) {
     mt_moments_format moments;
     rc = mt_moments_format_parse(o->moments, &moments);
     if (rc != MT_OK) {
-        be->ops->destroy(be);
+        mt_backend_destroy(be);
         mt_layout_free(&lay);
         return rc;
     }
@@ -110,7 +110,7 @@ mt_status mt_plan(const mt_train_options *o, FILE *out) {
     fprintf(out, "          optimizer %.0f bytes/parameter x %.3f B parameters on the host over %.0f GB/s host memory = "
             "%.3f s\n", opt_bytes, host_params / 1e9, HOST_BYTES_PER_S / 1e9, opt_bytes * host_params / HOST_BYTES_PER_S);
     fprintf(out, "          (rates: the lent H200 machine's; PCIe and GEMM from DESIGN.md, host memory from bench/adamw)\n");
-    be->ops->destroy(be);
+    mt_backend_destroy(be);
     mt_layout_free(&lay);
     return MT_OK;
 }

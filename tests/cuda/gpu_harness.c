@@ -9,30 +9,30 @@ void gpu_open(gpu *g) {
     memset(g, 0, sizeof *g);
     mt_status status = mt_backend_cuda_create(&g->be, 0);
     cr_assert_eq(status, MT_OK, "cuda backend: %s", mt_error());
-    g->s = g->be->ops->stream_create(g->be);
-    g->done = g->be->ops->event_create(g->be);
+    g->s = mt_stream_create(g->be);
+    g->done = mt_event_create(g->be);
     cr_assert(g->s && g->done, "stream or event: %s", mt_error());
 }
 
 void gpu_close(gpu *g) {
-    for (int i = 0; i < g->allocation_count; i++) g->be->ops->dev_free(g->be, g->allocations[i]);
-    g->be->ops->event_destroy(g->be, g->done);
-    g->be->ops->stream_destroy(g->be, g->s);
-    g->be->ops->destroy(g->be);
+    for (int i = 0; i < g->allocation_count; i++) mt_dev_free(g->be, g->allocations[i]);
+    mt_event_destroy(g->be, g->done);
+    mt_stream_destroy(g->be, g->s);
+    mt_backend_destroy(g->be);
 }
 
 void gpu_sync(gpu *g) {
-    g->be->ops->event_record(g->be, g->done, g->s);
-    g->be->ops->event_sync(g->be, g->done);
-    mt_status status = g->be->ops->check(g->be);
+    mt_event_record(g->be, g->done, g->s);
+    mt_event_sync(g->be, g->done);
+    mt_status status = mt_backend_check(g->be);
     cr_assert_eq(status, MT_OK, "device error: %s", mt_error());
 }
 
 void *gpu_alloc(gpu *g, size_t bytes) {
     cr_assert_lt(g->allocation_count, 64, "too many test allocations");
-    void *p = g->be->ops->dev_alloc(g->be, bytes, "a test buffer");
+    void *p = mt_dev_alloc(g->be, bytes, "a test buffer");
     cr_assert(p, "%s", mt_error());
-    g->be->ops->zero(g->be, p, bytes, g->s);
+    mt_zero_async(g->be, p, bytes, g->s);
     g->allocations[g->allocation_count++] = p;
     return p;
 }
@@ -58,7 +58,7 @@ void *gpu_put_bf16(gpu *g, float *host, size_t count) {
         host[i] = from_bf16(staged[i]);
     }
     void *dev = gpu_alloc(g, count * 2);
-    g->be->ops->copy(g->be, dev, staged, count * 2, g->s);
+    mt_copy_async(g->be, dev, staged, count * 2, g->s);
     gpu_sync(g);
     free(staged);
     return dev;
@@ -66,7 +66,7 @@ void *gpu_put_bf16(gpu *g, float *host, size_t count) {
 
 static void *put_bytes(gpu *g, const void *host, size_t bytes) {
     void *dev = gpu_alloc(g, bytes);
-    g->be->ops->copy(g->be, dev, host, bytes, g->s);
+    mt_copy_async(g->be, dev, host, bytes, g->s);
     gpu_sync(g);
     return dev;
 }
@@ -76,14 +76,14 @@ void *gpu_put_i32(gpu *g, const int32_t *host, size_t count) { return put_bytes(
 
 void gpu_get_bf16(gpu *g, float *host, const void *dev, size_t count) {
     uint16_t *staged = malloc(count * 2 + 2);
-    g->be->ops->copy(g->be, staged, dev, count * 2, g->s);
+    mt_copy_async(g->be, staged, dev, count * 2, g->s);
     gpu_sync(g);
     for (size_t i = 0; i < count; i++) host[i] = from_bf16(staged[i]);
     free(staged);
 }
 
 void gpu_get_f32(gpu *g, float *host, const void *dev, size_t count) {
-    g->be->ops->copy(g->be, host, dev, count * 4, g->s);
+    mt_copy_async(g->be, host, dev, count * 4, g->s);
     gpu_sync(g);
 }
 

@@ -134,25 +134,25 @@ Test(cuda, attention_paths_mha_seq_256_head_dim_64) {
 /* Mean seconds of forward and backward over `reps` runs after one warm-up. */
 static void time_path(gpu *g, mt_cudnn_attention *ca, path p, const buffers *b, mt_attn_dims d,
                       double *fwd, double *bwd) {
-    mt_event *t0 = g->be->ops->event_create(g->be), *t1 = g->be->ops->event_create(g->be);
-    mt_event *t2 = g->be->ops->event_create(g->be);
+    mt_event *t0 = mt_event_create(g->be), *t1 = mt_event_create(g->be);
+    mt_event *t2 = mt_event_create(g->be);
     const int reps = 5;
     *fwd = *bwd = 0.0;
     for (int rep = 0; rep <= reps; rep++) {
-        g->be->ops->event_record(g->be, t0, g->s);
+        mt_event_record(g->be, t0, g->s);
         run_forward(g, ca, p, b, d);
-        g->be->ops->event_record(g->be, t1, g->s);
+        mt_event_record(g->be, t1, g->s);
         run_backward(g, ca, p, b, d);
-        g->be->ops->event_record(g->be, t2, g->s);
+        mt_event_record(g->be, t2, g->s);
         gpu_sync(g);
         if (rep > 0) {
-            *fwd += g->be->ops->event_elapsed(g->be, t0, t1) / reps;
-            *bwd += g->be->ops->event_elapsed(g->be, t1, t2) / reps;
+            *fwd += mt_event_elapsed(g->be, t0, t1) / reps;
+            *bwd += mt_event_elapsed(g->be, t1, t2) / reps;
         }
     }
-    g->be->ops->event_destroy(g->be, t0);
-    g->be->ops->event_destroy(g->be, t1);
-    g->be->ops->event_destroy(g->be, t2);
+    mt_event_destroy(g->be, t0);
+    mt_event_destroy(g->be, t1);
+    mt_event_destroy(g->be, t2);
 }
 
 /* The benchmark's attention (seq 4096, 24 heads, 8 kv heads, head_dim 128) on both paths: both

@@ -39,7 +39,7 @@ Test(cuda, matmul_with_bias_odd_rows) {
     float *bias = random_host(out, 0.5f, &seed), *y = host((size_t)n * out), *ref = host((size_t)n * out);
     void *dx = gpu_put_bf16(&g, x, (size_t)n * in), *dw = gpu_put_bf16(&g, w, (size_t)out * in);
     void *db = gpu_put_bf16(&g, bias, out), *dy = gpu_alloc(&g, (size_t)n * out * 2);
-    g.be->ops->matmul(g.be, g.s, dy, dx, dw, db, n, in, out);
+    g.be->ops->op.matmul(g.be, g.s, dy, dx, dw, db, n, in, out);
     gpu_get_bf16(&g, y, dy, (size_t)n * out);
     mt_cpu_matmul(ref, x, w, bias, n, in, out);
     cr_assert_lt(rel_err(y, ref, (size_t)n * out), BF16_TOL);
@@ -56,7 +56,7 @@ Test(cuda, matmul_dx_accumulates) {
     float *dx = random_host((size_t)n * in, 1.0f, &seed), *got = host((size_t)n * in);
     void *d_dy = gpu_put_bf16(&g, dy, (size_t)n * out), *d_w = gpu_put_bf16(&g, w, (size_t)out * in);
     void *d_dx = gpu_put_bf16(&g, dx, (size_t)n * in);
-    g.be->ops->matmul_dx(g.be, g.s, d_dx, d_dy, d_w, n, in, out, 1);
+    g.be->ops->op.matmul_dx(g.be, g.s, d_dx, d_dy, d_w, n, in, out, 1);
     gpu_get_bf16(&g, got, d_dx, (size_t)n * in);
     mt_cpu_matmul_dx(dx, dy, w, n, in, out, 1);
     cr_assert_lt(rel_err(got, dx, (size_t)n * in), BF16_TOL);
@@ -74,7 +74,7 @@ Test(cuda, matmul_dw_and_dbias_accumulate_in_fp32) {
     float *got_w = host((size_t)out * in), *got_b = host(out);
     void *d_dy = gpu_put_bf16(&g, dy, (size_t)n * out), *d_x = gpu_put_bf16(&g, x, (size_t)n * in);
     void *d_dw = gpu_put_f32(&g, dw, (size_t)out * in), *d_db = gpu_put_f32(&g, dbias, out);
-    g.be->ops->matmul_dw(g.be, g.s, d_dw, d_db, d_dy, d_x, n, in, out);
+    g.be->ops->op.matmul_dw(g.be, g.s, d_dw, d_db, d_dy, d_x, n, in, out);
     gpu_get_f32(&g, got_w, d_dw, (size_t)out * in);
     gpu_get_f32(&g, got_b, d_db, out);
     mt_cpu_matmul_dw(dw, dbias, dy, x, n, in, out);
@@ -97,8 +97,8 @@ static void check_rmsnorm(int n, int d, unsigned seed) {
     void *d_dy = gpu_put_bf16(&g, dy, (size_t)n * d), *d_dx = gpu_put_bf16(&g, dx, (size_t)n * d);
     void *d_dw = gpu_put_f32(&g, dw, d), *d_y = gpu_alloc(&g, (size_t)n * d * 2), *d_rstd = gpu_alloc(&g, (size_t)n * 4);
 
-    g.be->ops->rmsnorm(g.be, g.s, d_y, d_rstd, d_x, d_w, n, d, 1e-5f);
-    g.be->ops->rmsnorm_dx(g.be, g.s, d_dx, d_dw, d_dy, d_x, d_w, d_rstd, n, d, 1);
+    g.be->ops->op.rmsnorm(g.be, g.s, d_y, d_rstd, d_x, d_w, n, d, 1e-5f);
+    g.be->ops->op.rmsnorm_dx(g.be, g.s, d_dx, d_dw, d_dy, d_x, d_w, d_rstd, n, d, 1);
     gpu_get_bf16(&g, y, d_y, (size_t)n * d);
     gpu_get_f32(&g, rstd, d_rstd, n);
     gpu_get_bf16(&g, got_dx, d_dx, (size_t)n * d);
@@ -128,7 +128,7 @@ Test(cuda, rope_forward_and_inverse) {
     for (int i = 0; i < hd / 2; i++) inv[i] = powf(10000.0f, -2.0f * i / hd);
     void *d_x = gpu_put_bf16(&g, x, count), *d_inv = gpu_put_f32(&g, inv, hd / 2);
     for (int inverse = 0; inverse <= 1; inverse++) {
-        g.be->ops->rope(g.be, g.s, d_x, d_inv, n, seq, heads, hd, inverse);
+        g.be->ops->op.rope(g.be, g.s, d_x, d_inv, n, seq, heads, hd, inverse);
         gpu_get_bf16(&g, got, d_x, count);
         mt_cpu_rope(x, inv, n, seq, heads, hd, inverse);
         cr_assert_lt(rel_err(got, x, count), BF16_TOL, "inverse %d", inverse);
@@ -148,8 +148,8 @@ Test(cuda, swiglu_and_backward_with_tail) {
     void *d_g = gpu_put_bf16(&g, gate, count), *d_u = gpu_put_bf16(&g, up, count);
     void *d_da = gpu_put_bf16(&g, da, count), *d_a = gpu_alloc(&g, count * 2);
     void *d_dg = gpu_alloc(&g, count * 2), *d_du = gpu_alloc(&g, count * 2);
-    g.be->ops->swiglu(g.be, g.s, d_a, d_g, d_u, count);
-    g.be->ops->swiglu_dx(g.be, g.s, d_dg, d_du, d_da, d_g, d_u, count);
+    g.be->ops->op.swiglu(g.be, g.s, d_a, d_g, d_u, count);
+    g.be->ops->op.swiglu_dx(g.be, g.s, d_dg, d_du, d_da, d_g, d_u, count);
     gpu_get_bf16(&g, a, d_a, count);
     gpu_get_bf16(&g, dg, d_dg, count);
     gpu_get_bf16(&g, du, d_du, count);
@@ -170,12 +170,12 @@ Test(cuda, add_in_place_and_unaligned) {
     float *a = random_host(count, 1.0f, &seed), *b = random_host(count, 1.0f, &seed);
     float *got = host(count), *ref = host(count);
     void *d_a = gpu_put_bf16(&g, a, count), *d_b = gpu_put_bf16(&g, b, count);
-    g.be->ops->add(g.be, g.s, d_a, d_a, d_b, count); /* y aliases a: the vector path */
+    g.be->ops->op.add(g.be, g.s, d_a, d_a, d_b, count); /* y aliases a: the vector path */
     gpu_get_bf16(&g, got, d_a, count);
     mt_cpu_add(ref, a, b, count);
     cr_assert_lt(rel_err(got, ref, count), BF16_TOL);
     /* one element in: no 16-byte alignment, the scalar path */
-    g.be->ops->add(g.be, g.s, (char *)d_a + 2, (char *)d_a + 2, (char *)d_b + 2, count - 1);
+    g.be->ops->op.add(g.be, g.s, (char *)d_a + 2, (char *)d_a + 2, (char *)d_b + 2, count - 1);
     gpu_get_bf16(&g, got, d_a, count);
     for (size_t i = 1; i < count; i++) ref[i] += b[i];
     cr_assert_lt(rel_err(got, ref, count), BF16_TOL);
@@ -196,8 +196,8 @@ Test(cuda, embedding_and_repeated_token_gradient) {
     void *d_tok = gpu_put_i32(&g, tokens, n), *d_wte = gpu_put_bf16(&g, wte, (size_t)vocab * d);
     void *d_dx = gpu_put_bf16(&g, dx, (size_t)n * d), *d_dw = gpu_put_f32(&g, dwte, (size_t)vocab * d);
     void *d_x = gpu_alloc(&g, (size_t)n * d * 2);
-    g.be->ops->embedding(g.be, g.s, d_x, d_tok, d_wte, n, d);
-    g.be->ops->embedding_dw(g.be, g.s, d_dw, d_tok, d_dx, n, d);
+    g.be->ops->op.embedding(g.be, g.s, d_x, d_tok, d_wte, n, d);
+    g.be->ops->op.embedding_dw(g.be, g.s, d_dw, d_tok, d_dx, n, d);
     gpu_get_bf16(&g, x, d_x, (size_t)n * d);
     gpu_get_f32(&g, got_dw, d_dw, (size_t)vocab * d);
     mt_cpu_embedding(ref_x, tokens, wte, n, d);
@@ -215,7 +215,7 @@ Test(cuda, sumsq_adds_to_out) {
     const size_t count = 100003;
     float *x = random_host(count, 1.0f, &seed), start = 2.5f, got, ref = start;
     void *d_x = gpu_put_f32(&g, x, count), *d_out = gpu_put_f32(&g, &start, 1);
-    g.be->ops->sumsq(g.be, g.s, d_out, d_x, count);
+    g.be->ops->op.sumsq(g.be, g.s, d_out, d_x, count);
     gpu_get_f32(&g, &got, d_out, 1);
     mt_cpu_sumsq(&ref, x, count);
     cr_assert_lt(fabsf(got - ref) / ref, 1e-5, "fp32 sums in a different order: got %g want %g", got, ref);
@@ -238,8 +238,8 @@ Test(cuda, lmhead_loss_chunks_and_ignored_targets) {
     void *d_x = gpu_put_bf16(&g, x, (size_t)n * d), *d_w = gpu_put_bf16(&g, w, (size_t)vocab * d);
     void *d_dw = gpu_put_f32(&g, dw, (size_t)vocab * d), *d_loss = gpu_put_f32(&g, &loss, 1);
     void *d_t = gpu_put_i32(&g, targets, n), *d_dx = gpu_alloc(&g, (size_t)n * d * 2);
-    void *ws = gpu_alloc(&g, g.be->ops->lmhead_workspace(g.be, chunk, vocab));
-    g.be->ops->lmhead_loss(g.be, g.s, d_loss, d_dx, d_dw, d_x, d_w, d_t, n, d, vocab, scale, chunk, ws);
+    void *ws = gpu_alloc(&g, g.be->ops->op.lmhead_workspace(g.be, chunk, vocab));
+    g.be->ops->op.lmhead_loss(g.be, g.s, d_loss, d_dx, d_dw, d_x, d_w, d_t, n, d, vocab, scale, chunk, ws);
     gpu_get_f32(&g, &got_loss, d_loss, 1);
     gpu_get_bf16(&g, got_dx, d_dx, (size_t)n * d);
     gpu_get_f32(&g, got_dw, d_dw, (size_t)vocab * d);
@@ -263,7 +263,7 @@ Test(cuda, logits_of_one_row) {
     float *got = host(vocab), *ref = host(vocab);
     void *d_x = gpu_put_bf16(&g, x, d), *d_w = gpu_put_bf16(&g, w, (size_t)vocab * d);
     void *d_l = gpu_alloc(&g, (size_t)vocab * 4);
-    g.be->ops->logits(g.be, g.s, d_l, d_x, d_w, d, vocab);
+    g.be->ops->op.logits(g.be, g.s, d_l, d_x, d_w, d, vocab);
     gpu_get_f32(&g, got, d_l, vocab);
     mt_cpu_logits(ref, x, w, d, vocab);
     cr_assert_lt(rel_err(got, ref, vocab), 1e-5, "fp32 dot products of the same inputs");
@@ -286,10 +286,10 @@ static void check_attention(mt_attn_dims dims, unsigned seed) {
     void *d_q = gpu_put_bf16(&g, q, qc), *d_k = gpu_put_bf16(&g, k, kc), *d_v = gpu_put_bf16(&g, v, kc);
     void *d_do = gpu_put_bf16(&g, dout, qc), *d_out = gpu_alloc(&g, qc * 2), *d_lse = gpu_alloc(&g, lc * 4);
     void *d_dq = gpu_alloc(&g, qc * 2), *d_dk = gpu_alloc(&g, kc * 2), *d_dv = gpu_alloc(&g, kc * 2);
-    void *ws = gpu_alloc(&g, g.be->ops->attention_workspace(g.be, dims));
+    void *ws = gpu_alloc(&g, g.be->ops->op.attention_workspace(g.be, dims));
 
-    g.be->ops->attention(g.be, g.s, d_out, d_lse, d_q, d_k, d_v, dims);
-    g.be->ops->attention_dx(g.be, g.s, d_dq, d_dk, d_dv, d_do, d_out, d_lse, d_q, d_k, d_v, dims, ws);
+    g.be->ops->op.attention(g.be, g.s, d_out, d_lse, d_q, d_k, d_v, dims);
+    g.be->ops->op.attention_dx(g.be, g.s, d_dq, d_dk, d_dv, d_do, d_out, d_lse, d_q, d_k, d_v, dims, ws);
     gpu_get_bf16(&g, out, d_out, qc);
     gpu_get_f32(&g, lse, d_lse, lc);
     gpu_get_bf16(&g, dq, d_dq, qc);
@@ -335,22 +335,22 @@ Test(cuda, attention_benchmark_shape_speed) {
     void *d_q = gpu_put_bf16(&g, q, qc), *d_k = gpu_put_bf16(&g, k, kc), *d_v = gpu_put_bf16(&g, v, kc);
     void *d_out = gpu_alloc(&g, qc * 2), *d_lse = gpu_alloc(&g, (size_t)dims.heads * dims.seq * 4);
     void *d_dq = gpu_alloc(&g, qc * 2), *d_dk = gpu_alloc(&g, kc * 2), *d_dv = gpu_alloc(&g, kc * 2);
-    void *ws = gpu_alloc(&g, g.be->ops->attention_workspace(g.be, dims));
-    mt_event *t0 = g.be->ops->event_create(g.be), *t1 = g.be->ops->event_create(g.be);
-    mt_event *t2 = g.be->ops->event_create(g.be);
+    void *ws = gpu_alloc(&g, g.be->ops->op.attention_workspace(g.be, dims));
+    mt_event *t0 = mt_event_create(g.be), *t1 = mt_event_create(g.be);
+    mt_event *t2 = mt_event_create(g.be);
     const int reps = 3;
     double fwd = 0.0, bwd = 0.0;
     for (int rep = 0; rep <= reps; rep++) { /* rep 0 warms up */
-        g.be->ops->event_record(g.be, t0, g.s);
-        g.be->ops->attention(g.be, g.s, d_out, d_lse, d_q, d_k, d_v, dims);
-        g.be->ops->event_record(g.be, t1, g.s);
+        mt_event_record(g.be, t0, g.s);
+        g.be->ops->op.attention(g.be, g.s, d_out, d_lse, d_q, d_k, d_v, dims);
+        mt_event_record(g.be, t1, g.s);
         /* out doubles as dout: any values do for timing */
-        g.be->ops->attention_dx(g.be, g.s, d_dq, d_dk, d_dv, d_out, d_out, d_lse, d_q, d_k, d_v, dims, ws);
-        g.be->ops->event_record(g.be, t2, g.s);
+        g.be->ops->op.attention_dx(g.be, g.s, d_dq, d_dk, d_dv, d_out, d_out, d_lse, d_q, d_k, d_v, dims, ws);
+        mt_event_record(g.be, t2, g.s);
         gpu_sync(&g);
         if (rep > 0) {
-            fwd += g.be->ops->event_elapsed(g.be, t0, t1) / reps;
-            bwd += g.be->ops->event_elapsed(g.be, t1, t2) / reps;
+            fwd += mt_event_elapsed(g.be, t0, t1) / reps;
+            bwd += mt_event_elapsed(g.be, t1, t2) / reps;
         }
     }
     /* causal: half of 4 * seq^2 * head_dim per head forward; the backward does 2.5 times that */
@@ -361,9 +361,9 @@ Test(cuda, attention_benchmark_shape_speed) {
     gpu_get_bf16(&g, dq, d_dq, qc);
     for (size_t i = 0; i < qc; i++) cr_assert(isfinite(dq[i]), "dq[%zu] = %g", i, dq[i]);
     cr_assert_lt(fwd + bwd, 0.5, "forward + backward took %.3f s", fwd + bwd);
-    g.be->ops->event_destroy(g.be, t0);
-    g.be->ops->event_destroy(g.be, t1);
-    g.be->ops->event_destroy(g.be, t2);
+    mt_event_destroy(g.be, t0);
+    mt_event_destroy(g.be, t1);
+    mt_event_destroy(g.be, t2);
     gpu_close(&g);
     free(q), free(k), free(v), free(dq);
 }
@@ -396,7 +396,7 @@ Test(cuda, adamw_is_the_host_update_bitwise) {
     void *d_grad = gpu_put_f32(&g, grad, n), *d_scale = gpu_put_f32(&g, &scale, 1), *d_w = gpu_alloc(&g, n * 2);
     mt_adamw_params p = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
                          .step = 5, .grad_scale = 1.0f};
-    g.be->ops->adamw(g.be, g.s, &p, 1, d_scale, d_master, d_m, d_v, d_grad, d_w, n);
+    g.be->ops->op.adamw(g.be, g.s, &p, 1, d_scale, d_master, d_m, d_v, d_grad, d_w, n);
     uint16_t *w_bits = calloc(n, sizeof *w_bits);
     p.grad_scale = scale;
     mt_adamw_update(&p, 1, master, m, v, grad, w_bits, MT_DTYPE_BF16, n);
@@ -417,7 +417,7 @@ Test(cuda, adamw_is_the_host_update_bitwise) {
     /* A non-finite scale is a skipped step: nothing changes. */
     float skip = NAN;
     void *d_skip = gpu_put_f32(&g, &skip, 1);
-    g.be->ops->adamw(g.be, g.s, &p, 1, d_skip, d_master, d_m, d_v, d_grad, d_w, n);
+    g.be->ops->op.adamw(g.be, g.s, &p, 1, d_skip, d_master, d_m, d_v, d_grad, d_w, n);
     gpu_get_f32(&g, got, d_master, n);
     cr_expect_eq(first_difference(got, master, n), n, "a NaN scale changed the masters");
     gpu_close(&g);
@@ -432,14 +432,14 @@ Test(cuda, clip_scale_is_the_hosts) {
     fill_random(sums, 7, 3.0f, &seed);
     for (int i = 0; i < 7; i++) sums[i] = sums[i] * sums[i];
     void *d_sums = gpu_put_f32(&g, sums, 7), *d_scale = gpu_alloc(&g, 4);
-    g.be->ops->clip_scale(g.be, g.s, d_scale, d_sums, 7, 0.5f);
+    g.be->ops->op.clip_scale(g.be, g.s, d_scale, d_sums, 7, 0.5f);
     gpu_get_f32(&g, &scale, d_scale, 1);
     float want = mt_clip_scale(mt_global_norm(sums, 7), 0.5f);
     cr_expect_eq(memcmp(&scale, &want, 4), 0, "device %.9g, host %.9g", (double)scale, (double)want);
     cr_expect_lt(want, 1.0f, "the case clips");
     sums[3] = INFINITY;
     d_sums = gpu_put_f32(&g, sums, 7);
-    g.be->ops->clip_scale(g.be, g.s, d_scale, d_sums, 7, 0.5f);
+    g.be->ops->op.clip_scale(g.be, g.s, d_scale, d_sums, 7, 0.5f);
     gpu_get_f32(&g, &scale, d_scale, 1);
     cr_expect(isnan(scale), "an infinite norm gives NaN (skip), got %g", (double)scale);
     gpu_close(&g);
