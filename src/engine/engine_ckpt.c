@@ -23,8 +23,8 @@ void *mt_engine_ckpt(const mt_engine *e, int l) {
 }
 
 static void wait_writable(mt_engine *e, int stage, mt_stream *s) {
-    mt_stream_wait(e->be, s, e->stage_drained[stage]);
-    mt_stream_wait(e->be, s, e->stage_released[stage]);
+    mt_engine_wait(e, s, MT_EV_STAGE_DRAINED, stage);
+    mt_engine_wait(e, s, MT_EV_STAGE_RELEASED, stage);
 }
 
 void mt_engine_ckpt_before_write(mt_engine *e, int l) {
@@ -34,14 +34,14 @@ void mt_engine_ckpt_before_write(mt_engine *e, int l) {
 void mt_engine_ckpt_written(mt_engine *e, int l, int keep) {
     if (!on_host(e, l) || !keep) return;
     int stage = l % CKPT_STAGES;
-    mt_event_record(e->be, e->stage_filled[stage], e->compute);
-    mt_stream_wait(e->be, e->d2h, e->stage_filled[stage]);
+    mt_engine_record(e, MT_EV_STAGE_FILLED, stage, e->compute);
+    mt_engine_wait(e, e->d2h, MT_EV_STAGE_FILLED, stage);
     mt_copy_async(e->be, (char *)e->host_ckpt + (size_t)l * ckpt_bytes(e), e->ckpt_stage[stage], ckpt_bytes(e), e->d2h);
-    mt_event_record(e->be, e->stage_drained[stage], e->d2h);
+    mt_engine_record(e, MT_EV_STAGE_DRAINED, stage, e->d2h);
 }
 
 void mt_engine_ckpt_read(mt_engine *e, int l) {
-    if (on_host(e, l)) mt_event_record(e->be, e->stage_released[l % CKPT_STAGES], e->compute);
+    if (on_host(e, l)) mt_engine_record(e, MT_EV_STAGE_RELEASED, l % CKPT_STAGES, e->compute);
 }
 
 void mt_engine_ckpt_fetch(mt_engine *e, int l) {
@@ -49,9 +49,7 @@ void mt_engine_ckpt_fetch(mt_engine *e, int l) {
     int stage = l % CKPT_STAGES;
     wait_writable(e, stage, e->h2d);
     mt_copy_async(e->be, e->ckpt_stage[stage], (char *)e->host_ckpt + (size_t)l * ckpt_bytes(e), ckpt_bytes(e), e->h2d);
-    mt_event_record(e->be, e->stage_filled[stage], e->h2d);
+    mt_engine_record(e, MT_EV_STAGE_FILLED, stage, e->h2d);
 }
 
-mt_event *mt_engine_ckpt_fetched(const mt_engine *e, int l) {
-    return on_host(e, l) ? e->stage_filled[l % CKPT_STAGES] : NULL;
-}
+int mt_engine_ckpt_fetched(const mt_engine *e, int l) { return on_host(e, l) ? l % CKPT_STAGES : -1; }

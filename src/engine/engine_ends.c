@@ -37,9 +37,9 @@ static void copy_unit_state(mt_engine *e, int u, int to_device, mt_stream *s) {
 
 mt_status mt_engine_ends_upload(mt_engine *e) {
     for (int i = 0; i < 2; i++) copy_unit_state(e, end_unit(e, i), 1, e->h2d);
-    mt_event_record(e->be, e->embed_loaded, e->h2d);
-    mt_event_record(e->be, e->head_loaded, e->h2d);
-    mt_event_sync(e->be, e->head_loaded);
+    mt_engine_record(e, MT_EV_EMBED_LOADED, 0, e->h2d);
+    mt_engine_record(e, MT_EV_HEAD_LOADED, 0, e->h2d);
+    mt_engine_sync(e, MT_EV_HEAD_LOADED, 0);
     e->ends_home_generation = e->generation;
     return mt_backend_check(e->be);
 }
@@ -64,9 +64,9 @@ void mt_engine_ends_update(mt_engine *e, const mt_adamw_params *p, int clip) {
 void mt_engine_ends_home(mt_engine *e) {
     if (!e->o.ends_on_device || e->ends_home_generation == e->generation) return;
     for (int i = 0; i < 2; i++) mt_engine_guard_unit(e, end_unit(e, i));
-    mt_stream_wait(e->be, e->d2h, e->ends_updated);
+    mt_engine_wait(e, e->d2h, MT_EV_ENDS_UPDATED, 0);
     for (int i = 0; i < 2; i++) copy_unit_state(e, end_unit(e, i), 0, e->d2h);
-    mt_event_record(e->be, e->done, e->d2h);
-    mt_event_sync(e->be, e->done);
+    mt_engine_record(e, MT_EV_DONE, 0, e->d2h);
+    mt_engine_sync(e, MT_EV_DONE, 0);
     e->ends_home_generation = e->generation;
 }
