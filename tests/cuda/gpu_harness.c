@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/bf16.h"
+
 void gpu_open(gpu *g) {
     memset(g, 0, sizeof *g);
     mt_status status = mt_backend_cuda_create(&g->be, 0);
@@ -37,25 +39,11 @@ void *gpu_alloc(gpu *g, size_t bytes) {
     return p;
 }
 
-static uint16_t to_bf16(float f) {
-    uint32_t bits;
-    memcpy(&bits, &f, 4);
-    bits += 0x7fffu + ((bits >> 16) & 1u); /* round to nearest even */
-    return (uint16_t)(bits >> 16);
-}
-
-static float from_bf16(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 void *gpu_put_bf16(gpu *g, float *host, size_t count) {
     uint16_t *staged = malloc(count * 2 + 2);
     for (size_t i = 0; i < count; i++) {
-        staged[i] = to_bf16(host[i]);
-        host[i] = from_bf16(staged[i]);
+        staged[i] = mt_f32_to_bf16(host[i]);
+        host[i] = mt_bf16_to_f32(staged[i]);
     }
     void *dev = gpu_alloc(g, count * 2);
     mt_copy_async(g->be, dev, staged, count * 2, g->s);
@@ -64,21 +52,11 @@ void *gpu_put_bf16(gpu *g, float *host, size_t count) {
     return dev;
 }
 
-static void *put_bytes(gpu *g, const void *host, size_t bytes) {
-    void *dev = gpu_alloc(g, bytes);
-    mt_copy_async(g->be, dev, host, bytes, g->s);
-    gpu_sync(g);
-    return dev;
-}
-
-void *gpu_put_f32(gpu *g, const float *host, size_t count) { return put_bytes(g, host, count * 4); }
-void *gpu_put_i32(gpu *g, const int32_t *host, size_t count) { return put_bytes(g, host, count * 4); }
-
 void gpu_get_bf16(gpu *g, float *host, const void *dev, size_t count) {
     uint16_t *staged = malloc(count * 2 + 2);
     mt_copy_async(g->be, staged, dev, count * 2, g->s);
     gpu_sync(g);
-    for (size_t i = 0; i < count; i++) host[i] = from_bf16(staged[i]);
+    for (size_t i = 0; i < count; i++) host[i] = mt_bf16_to_f32(staged[i]);
     free(staged);
 }
 

@@ -24,8 +24,6 @@ void gpu_sync(gpu *g);
 void *gpu_alloc(gpu *g, size_t bytes);
 /* Rounds host[count] to bf16 in place and returns a device copy in bf16. */
 void *gpu_put_bf16(gpu *g, float *host, size_t count);
-void *gpu_put_f32(gpu *g, const float *host, size_t count);
-void *gpu_put_i32(gpu *g, const int32_t *host, size_t count);
 void gpu_get_bf16(gpu *g, float *host, const void *dev, size_t count);
 void gpu_get_f32(gpu *g, float *host, const void *dev, size_t count);
 
