@@ -205,6 +205,7 @@ void ops_run_case(mt_backend *be, const ops_case *c) {
     issue(&r, &ctx, 1);
     sync(&r);
     read_back(&r);
+    if (c->kind->check) c->kind->check(c, &r.got);
     c->kind->reference(c, &r.want, &r.got);
     for (int i = 0; i < r.count; i++) /* the reference as the backend stores it */
         if ((r.t[i].role == OPS_OUT || r.t[i].role == OPS_INOUT) && r.want.x[i])

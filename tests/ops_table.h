@@ -55,6 +55,8 @@ typedef struct {
     /* Computes the outputs of `want` in place (they hold the starting values) from its inputs;
      * `got` holds what the backend gave, for ops whose backward starts from its forward's outputs. */
     void (*reference)(const ops_case *c, ops_host *want, const ops_host *got);
+    /* Asserts what the backend's outputs must be besides the reference's (NULL: nothing). */
+    void (*check)(const ops_case *c, const ops_host *got);
     /* Floating-point operations of one call, for the timing mode (0: report bytes per second). */
     double (*flops)(const ops_case *c);
 } ops_kind;
@@ -69,7 +71,7 @@ struct ops_case {
     int flag;                         /* the case's variant: accumulate, inverse, bias, decay, ... */
     float scale;                      /* LM head scale, AdamW's scale, clip's max norm */
     const float *values;              /* prepare's values (clip_scale's sums) */
-    float expect;                     /* clip_scale: the coefficient the values must give */
+    float expect;                     /* clip_scale: the coefficient the values must give (check) */
 };
 
 extern const ops_case ops_cases[];
