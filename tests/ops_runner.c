@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops_check.h"
 #include "ops_table.h"
 #include "util/bf16.h"
 
@@ -182,16 +183,6 @@ static size_t first_difference(const float *got, const float *want, size_t count
     return count;
 }
 
-static double rel_err(const float *got, const float *want, size_t count) {
-    double diff = 0.0, norm = 0.0;
-    for (size_t i = 0; i < count; i++) {
-        double d = (double)got[i] - want[i];
-        diff += d * d;
-        norm += (double)want[i] * want[i];
-    }
-    return sqrt(diff / (norm > 0.0 ? norm : 1e-30));
-}
-
 size_t *ops_case_indices(size_t count) {
     size_t *indices = cr_malloc(count * sizeof *indices);
     for (size_t i = 0; indices && i < count; i++) indices[i] = i;
@@ -220,7 +211,7 @@ void ops_run_case(mt_backend *be, const ops_case *c) {
             cr_expect_eq(k, t->count, "%s on %s: %s[%zu] is %.9g, the reference %.9g (bitwise)", c->name, be->ops->name,
                          t->name, k, (double)r.got.x[i][k % t->count], (double)r.want.x[i][k % t->count]);
         } else {
-            double err = rel_err(r.got.x[i], r.want.x[i], t->count);
+            double err = ops_rel_err(r.got.x[i], r.want.x[i], t->count);
             cr_expect_lt(err, t->tol, "%s on %s: %s is off the reference by %.3g (relative), more than %.3g", c->name,
                          be->ops->name, t->name, err, t->tol);
         }

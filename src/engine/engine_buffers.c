@@ -39,40 +39,29 @@ typedef struct {
     int device_buffers, host_buffers;
 } walker;
 
-static void *device_buffer(walker *w, int64_t *class_bytes, size_t bytes, const char *what) {
+/* Counts one buffer in its class and, when allocating, allocates it on the device or the host. */
+static void *buffer(walker *w, int64_t *class_bytes, int on_host, size_t bytes, const char *what) {
     *class_bytes += (int64_t)bytes;
-    w->device_buffers++;
+    if (on_host) w->host_buffers++;
+    else w->device_buffers++;
     mt_engine *e = w->e;
     if (!e || e->failed) return NULL;
-    void *p = mt_dev_alloc(e->be, bytes, what);
+    void *p = on_host ? mt_host_alloc(e->be, bytes, what) : mt_dev_alloc(e->be, bytes, what);
     if (!p) e->failed = 1;
+    else if (on_host) e->host_allocs[e->num_host_allocs++] = p;
     else e->allocs[e->num_allocs++] = p;
-    return p;
-}
-
-static void *host_buffer(walker *w, int64_t *class_bytes, size_t bytes, const char *what) {
-    *class_bytes += (int64_t)bytes;
-    w->host_buffers++;
-    mt_engine *e = w->e;
-    if (!e || e->failed) return NULL;
-    void *p = mt_host_alloc(e->be, bytes, what);
-    if (!p) e->failed = 1;
-    else e->host_allocs[e->num_host_allocs++] = p;
     return p;
 }
 
 /* One buffer of the engine: counted in class `cls` of mt_engine_bytes, and when allocating,
  * stored in e->field. */
-#define DEVICE(field, cls, size, what)                                      \
-    do {                                                                    \
-        void *p_ = device_buffer(w, &w->bytes.cls, (size_t)(size), (what)); \
-        if (w->e) w->e->field = p_;                                         \
+#define BUFFER(on_host, field, cls, size, what)                               \
+    do {                                                                      \
+        void *p_ = buffer(w, &w->bytes.cls, on_host, (size_t)(size), (what)); \
+        if (w->e) w->e->field = p_;                                           \
     } while (0)
-#define HOST(field, cls, size, what)                                      \
-    do {                                                                  \
-        void *p_ = host_buffer(w, &w->bytes.cls, (size_t)(size), (what)); \
-        if (w->e) w->e->field = p_;                                       \
-    } while (0)
+#define DEVICE(field, cls, size, what) BUFFER(0, field, cls, size, what)
+#define HOST(field, cls, size, what) BUFFER(1, field, cls, size, what)
 
 /* The walk, in one fixed order. Shapes: n = batch * seq rows, M micro-batches, D hidden, V vocab. */
 static void walk(const shape *s, walker *w) {
@@ -139,6 +128,7 @@ static void walk(const shape *s, walker *w) {
 
 #undef DEVICE
 #undef HOST
+#undef BUFFER
 
 mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_engine_options *o) {
     mt_layout lay;

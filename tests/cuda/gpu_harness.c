@@ -1,7 +1,6 @@
 #include "gpu_harness.h"
 
 #include <criterion/criterion.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,14 +69,4 @@ void fill_random(float *x, size_t count, float scale, unsigned *seed) {
         *seed = *seed * 1664525u + 1013904223u;
         x[i] = scale * ((float)(*seed >> 8) / 8388608.0f - 1.0f);
     }
-}
-
-double rel_err(const float *out, const float *ref, size_t count) {
-    double diff = 0.0, norm = 0.0;
-    for (size_t i = 0; i < count; i++) {
-        double d = (double)out[i] - ref[i];
-        diff += d * d;
-        norm += (double)ref[i] * ref[i];
-    }
-    return sqrt(diff / (norm > 0.0 ? norm : 1e-30));
 }

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../ops_check.h" /* ops_rel_err */
 #include "backend/backend.h"
 
 typedef struct {
@@ -29,7 +30,5 @@ void gpu_get_f32(gpu *g, float *host, const void *dev, size_t count);
 
 /* Uniform in [-scale, scale), from a fixed per-test seed. */
 void fill_random(float *x, size_t count, float scale, unsigned *seed);
-/* ||out - ref|| / ||ref|| */
-double rel_err(const float *out, const float *ref, size_t count);
 
 #endif

@@ -93,8 +93,8 @@ static void check_path(path p, mt_attn_dims d, unsigned seed) {
     void *cpu_ws = malloc(mt_cpu_attention_workspace(d) + 1);
     mt_cpu_attention_dx(ref_dq, ref_dk, ref_dv, dout, out, lse, q, k, v, d, cpu_ws);
     free(cpu_ws);
-    double errors[5] = {rel_err(out, ref_out, qc), rel_err(lse, ref_lse, lc), rel_err(dq, ref_dq, qc),
-                        rel_err(dk, ref_dk, kc), rel_err(dv, ref_dv, kc)};
+    double errors[5] = {ops_rel_err(out, ref_out, qc), ops_rel_err(lse, ref_lse, lc), ops_rel_err(dq, ref_dq, qc),
+                        ops_rel_err(dk, ref_dk, kc), ops_rel_err(dv, ref_dv, kc)};
     cr_log_info("%s b%d s%d h%d/%d d%d: rel err out %.2e lse %.2e dq %.2e dk %.2e dv %.2e",
                 path_name(p), d.batch, d.seq, d.heads, d.kv_heads, d.head_dim, errors[0], errors[1],
                 errors[2], errors[3], errors[4]);
