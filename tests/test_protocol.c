@@ -221,3 +221,24 @@ Test(protocol, a_wait_nothing_records_fails) {
     cr_expect(strstr(why, "head_loaded, which nothing records"), "%s", why);
     mt_protocol_trace_free(&t);
 }
+
+/* docs/engine.md's summary of the table names every event and flag the table has. */
+static int names(const char *text, const char *name) {
+    char whole[64], indexed[64];
+    snprintf(whole, sizeof whole, "`%s`", name);
+    snprintf(indexed, sizeof indexed, "`%s[", name);
+    return strstr(text, whole) || strstr(text, indexed);
+}
+
+Test(protocol, the_guide_names_every_event_and_flag) {
+    FILE *f = fopen("docs/engine.md", "r");
+    cr_assert(f, "docs/engine.md: cannot open it (run from the repository root)");
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    for (int id = 0; id < MT_EV_COUNT; id++)
+        cr_expect(names(text, mt_events[id].name), "docs/engine.md does not name the event %s", mt_events[id].name);
+    for (int id = 0; id < MT_FL_COUNT; id++)
+        cr_expect(names(text, mt_flags[id].name), "docs/engine.md does not name the flag %s", mt_flags[id].name);
+}
