@@ -129,13 +129,31 @@ static mt_status begin_pass(mt_engine *e, pass *p, const int32_t *inputs, const 
     return MT_OK;
 }
 
+/* Block l's forward, once its weights are in slot l mod K; then the slot may take block l + K. */
+static mt_status block_forward(mt_engine *e, pass *p, int l) {
+    int K = e->K;
+    compute_wait(e, MT_EV_SLOT_LOADED, l % K);
+    mt_engine_ckpt_before_write(e, l + 1);
+    mt_compute_job j = job_of(p, MT_JOB_BLOCK_FWD);
+    j.block = l;
+    j.slot = l % K;
+    j.x_in = mt_engine_ckpt(e, l);
+    j.x_out = mt_engine_ckpt(e, l + 1);
+    MT_TRY(mt_engine_launch(e, j));
+    mt_engine_record(e, MT_EV_SLOT_FREE, l % K, e->compute);
+    mt_engine_ckpt_written(e, l + 1, p->train);
+    mt_engine_ckpt_read(e, l);
+    if (l + K <= e->L) p->r->waited += load_forward(e, l + K);
+    return MT_OK;
+}
+
 /* Forward: the embedding, then the blocks with K - 1 loads in flight. The last K blocks stay in
  * their slots for the backward. */
 static mt_status forward(mt_engine *e, pass *p) {
-    int L = e->L, K = e->K, embed_moves = !mt_engine_unit_on_device(e, 0);
+    int embed_moves = !mt_engine_unit_on_device(e, 0);
     p->r->waited += mt_engine_await(e, MT_FL_UPDATED, 0, e->generation, MT_GEN_G);
     if (embed_moves) load_unit(e, 0, e->embed_w, MT_EV_EMBED_FREE, MT_EV_EMBED_LOADED, 0);
-    for (int i = 0; i < K; i++) p->r->waited += load_forward(e, i);
+    for (int i = 0; i < e->K; i++) p->r->waited += load_forward(e, i);
     mt_engine_wait(e, e->compute, MT_EV_TOKENS_READY, 0);
     compute_wait(e, MT_EV_EMBED_LOADED, 0);
     mt_engine_ckpt_before_write(e, 0);
@@ -144,20 +162,7 @@ static mt_status forward(mt_engine *e, pass *p) {
     MT_TRY(mt_engine_launch(e, j));
     mt_engine_ckpt_written(e, 0, p->train);
     if (embed_moves && !e->cfg->tie_embeddings) mt_engine_record(e, MT_EV_EMBED_FREE, 0, e->compute);
-    for (int l = 0; l < L; l++) {
-        compute_wait(e, MT_EV_SLOT_LOADED, l % K);
-        mt_engine_ckpt_before_write(e, l + 1);
-        j = job_of(p, MT_JOB_BLOCK_FWD);
-        j.block = l;
-        j.slot = l % K;
-        j.x_in = mt_engine_ckpt(e, l);
-        j.x_out = mt_engine_ckpt(e, l + 1);
-        MT_TRY(mt_engine_launch(e, j));
-        mt_engine_record(e, MT_EV_SLOT_FREE, l % K, e->compute);
-        mt_engine_ckpt_written(e, l + 1, p->train);
-        mt_engine_ckpt_read(e, l);
-        if (l + K <= L) p->r->waited += load_forward(e, l + K);
-    }
+    for (int l = 0; l < e->L; l++) MT_TRY(block_forward(e, p, l));
     return MT_OK;
 }
 
