@@ -1,6 +1,7 @@
-/* The engine's state, shared by its files: engine.c (buffers), engine_schedule.c (what runs
- * where and when), engine_optimizer.c (the CPU optimizer thread), engine_sync.c (events and
- * flags, as protocol.h's table lists them). docs/engine.md is the guide. */
+/* The engine's state, shared by its files: engine.c (creation), engine_buffers.c (buffers),
+ * engine_schedule.c (what runs where and when), engine_jobs.c (the compute jobs),
+ * engine_optimizer.c (the CPU optimizer thread), engine_sync.c (events and flags, as protocol.h's
+ * table lists them), engine_ckpt.c and engine_ends.c. docs/engine.md is the guide. */
 #ifndef MT_ENGINE_INTERNAL_H
 #define MT_ENGINE_INTERNAL_H
 
@@ -161,7 +162,7 @@ void mt_engine_ends_home(mt_engine *e);
  * device's (ends_on_device) alike. */
 mt_adamw_params mt_engine_adamw_params(const mt_engine *e, float lr, int64_t step, float grad_scale);
 
-/* engine_buffers.c: allocates every buffer the walk that mt_engine_size sums lists. */
+/* engine_buffers.c: allocates every buffer, by the same walk whose bytes mt_engine_size sums. */
 mt_status mt_engine_allocate(mt_engine *e);
 
 /* engine_sync.c: every use of an event or flag (protocol.h), traced when e->trace is set. A stream
