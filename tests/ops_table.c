@@ -41,7 +41,7 @@ static int matmul_declare(const ops_case *c, ops_tensor *t) {
 static void matmul_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
     be->ops->op.matmul(be, s, d[MM_Y], d[MM_X], d[MM_W], d[MM_BIAS], c->n, c->in, c->out);
 }
-static void matmul_reference(const ops_case *c, ops_host *h, const ops_host *got) {
+static void matmul_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
     mt_cpu_matmul(h->x[MM_Y], h->x[MM_X], h->x[MM_W], h->x[MM_BIAS], c->n, c->in, c->out);
 }
 static const ops_kind MATMUL = {.declare = matmul_declare, .call = matmul_call, .reference = matmul_reference,
@@ -60,7 +60,7 @@ static int matmul_dx_declare(const ops_case *c, ops_tensor *t) {
 static void matmul_dx_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
     be->ops->op.matmul_dx(be, s, d[DX_DX], d[DX_DY], d[DX_W], c->n, c->in, c->out, c->flag);
 }
-static void matmul_dx_reference(const ops_case *c, ops_host *h, const ops_host *got) {
+static void matmul_dx_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
     mt_cpu_matmul_dx(h->x[DX_DX], h->x[DX_DY], h->x[DX_W], c->n, c->in, c->out, c->flag);
 }
 static const ops_kind MATMUL_DX = {.declare = matmul_dx_declare, .call = matmul_dx_call,
@@ -80,7 +80,7 @@ static int matmul_dw_declare(const ops_case *c, ops_tensor *t) {
 static void matmul_dw_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
     be->ops->op.matmul_dw(be, s, d[DW_DW], d[DW_DBIAS], d[DW_DY], d[DW_X], c->n, c->in, c->out);
 }
-static void matmul_dw_reference(const ops_case *c, ops_host *h, const ops_host *got) {
+static void matmul_dw_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
     mt_cpu_matmul_dw(h->x[DW_DW], h->x[DW_DBIAS], h->x[DW_DY], h->x[DW_X], c->n, c->in, c->out);
 }
 static const ops_kind MATMUL_DW = {.declare = matmul_dw_declare, .call = matmul_dw_call,
@@ -106,9 +106,21 @@ static void rmsnorm_call(mt_backend *be, mt_stream *s, const ops_case *c, void *
     be->ops->op.rmsnorm(be, s, d[RN_Y], d[RN_RSTD], d[RN_X], d[RN_W], c->n, c->d, RN_EPS);
     be->ops->op.rmsnorm_dx(be, s, d[RN_DX], d[RN_DW], d[RN_DY], d[RN_X], d[RN_W], d[RN_RSTD], c->n, c->d, 1);
 }
-static void rmsnorm_reference(const ops_case *c, ops_host *h, const ops_host *got) {
+/* exact: dw summed in float64, since over many rows a float running sum strays further than 1e-5. */
+static void rmsnorm_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
     mt_cpu_rmsnorm(h->x[RN_Y], h->x[RN_RSTD], h->x[RN_X], h->x[RN_W], c->n, c->d, RN_EPS);
-    mt_cpu_rmsnorm_dx(h->x[RN_DX], h->x[RN_DW], h->x[RN_DY], h->x[RN_X], h->x[RN_W], h->x[RN_RSTD], c->n, c->d, 1);
+    float *dw = h->x[RN_DW];
+    double *sums = exact ? malloc((size_t)c->d * sizeof *sums) : NULL;
+    for (int j = 0; sums && j < c->d; j++) {
+        sums[j] = dw[j];
+        for (int r = 0; r < c->n; r++) {
+            size_t at = (size_t)r * c->d + j;
+            sums[j] += (double)h->x[RN_DY][at] * h->x[RN_X][at] * h->x[RN_RSTD][r];
+        }
+    }
+    mt_cpu_rmsnorm_dx(h->x[RN_DX], dw, h->x[RN_DY], h->x[RN_X], h->x[RN_W], h->x[RN_RSTD], c->n, c->d, 1);
+    for (int j = 0; sums && j < c->d; j++) dw[j] = (float)sums[j];
+    free(sums);
 }
 static const ops_kind RMSNORM = {.declare = rmsnorm_declare, .call = rmsnorm_call, .reference = rmsnorm_reference};
 
@@ -129,7 +141,7 @@ static void rope_prepare(const ops_case *c, ops_host *h) {
 static void rope_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
     be->ops->op.rope(be, s, d[RP_X], d[RP_INV], rope_rows(c), c->dims.seq, c->dims.heads, c->dims.head_dim, c->flag);
 }
-static void rope_reference(const ops_case *c, ops_host *h, const ops_host *got) {
+static void rope_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
     mt_cpu_rope(h->x[RP_X], h->x[RP_INV], rope_rows(c), c->dims.seq, c->dims.heads, c->dims.head_dim, c->flag);
 }
 static const ops_kind ROPE = {.declare = rope_declare, .prepare = rope_prepare, .call = rope_call,
@@ -162,7 +174,7 @@ static void attention_call(mt_backend *be, mt_stream *s, const ops_case *c, void
     be->ops->op.attention_dx(be, s, d[AT_DQ], d[AT_DK], d[AT_DV], d[AT_DOUT], d[AT_OUT], d[AT_LSE], d[AT_Q], d[AT_K],
                              d[AT_V], c->dims, d[AT_WS]);
 }
-static void attention_reference(const ops_case *c, ops_host *h, const ops_host *got) {
+static void attention_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
     mt_cpu_attention(h->x[AT_OUT], h->x[AT_LSE], h->x[AT_Q], h->x[AT_K], h->x[AT_V], c->dims);
     void *ws = malloc(mt_cpu_attention_workspace(c->dims) + 1);
     mt_cpu_attention_dx(h->x[AT_DQ], h->x[AT_DK], h->x[AT_DV], h->x[AT_DOUT], got->x[AT_OUT], got->x[AT_LSE],
@@ -194,7 +206,7 @@ static void swiglu_call(mt_backend *be, mt_stream *s, const ops_case *c, void *c
     be->ops->op.swiglu(be, s, d[SW_A], d[SW_G], d[SW_U], c->count);
     be->ops->op.swiglu_dx(be, s, d[SW_DG], d[SW_DU], d[SW_DA], d[SW_G], d[SW_U], c->count);
 }
-static void swiglu_reference(const ops_case *c, ops_host *h, const ops_host *got) {
+static void swiglu_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
     mt_cpu_swiglu(h->x[SW_A], h->x[SW_G], h->x[SW_U], c->count);
     mt_cpu_swiglu_dx(h->x[SW_DG], h->x[SW_DU], h->x[SW_DA], h->x[SW_G], h->x[SW_U], c->count);
 }
@@ -214,7 +226,7 @@ static void add_call(mt_backend *be, mt_stream *s, const ops_case *c, void *cons
     void *a = (char *)d[ADD_A] + skip;
     be->ops->op.add(be, s, a, a, (char *)d[ADD_B] + skip, c->count - (c->flag ? 1 : 0));
 }
-static void add_reference(const ops_case *c, ops_host *h, const ops_host *got) {
+static void add_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
     size_t skip = c->flag ? 1 : 0;
     mt_cpu_add(h->x[ADD_A] + skip, h->x[ADD_A] + skip, h->x[ADD_B] + skip, c->count - skip);
 }
@@ -239,7 +251,7 @@ static void embedding_call(mt_backend *be, mt_stream *s, const ops_case *c, void
     be->ops->op.embedding(be, s, d[EM_X], d[EM_TOKENS], d[EM_WTE], c->n, c->d);
     be->ops->op.embedding_dw(be, s, d[EM_DWTE], d[EM_TOKENS], d[EM_DX], c->n, c->d);
 }
-static void embedding_reference(const ops_case *c, ops_host *h, const ops_host *got) {
+static void embedding_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
     mt_cpu_embedding(h->x[EM_X], h->ids[EM_TOKENS], h->x[EM_WTE], c->n, c->d);
     mt_cpu_embedding_dw(h->x[EM_DWTE], h->ids[EM_TOKENS], h->x[EM_DX], c->n, c->d);
 }
@@ -273,7 +285,7 @@ static void lmhead_call(mt_backend *be, mt_stream *s, const ops_case *c, void *c
     be->ops->op.lmhead_loss(be, s, d[LM_LOSS], d[LM_DX], d[LM_DW], d[LM_X], d[LM_W], d[LM_TARGETS], c->n, c->d,
                             c->vocab, c->scale, c->chunk, d[LM_WS]);
 }
-static void lmhead_reference(const ops_case *c, ops_host *h, const ops_host *got) {
+static void lmhead_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
     void *ws = malloc(mt_cpu_lmhead_workspace(c->chunk, c->vocab));
     mt_cpu_lmhead_loss(h->x[LM_LOSS], h->x[LM_DX], h->x[LM_DW], h->x[LM_X], h->x[LM_W], h->ids[LM_TARGETS], c->n,
                        c->d, c->vocab, c->scale, c->chunk, ws);
@@ -297,7 +309,7 @@ static int logits_declare(const ops_case *c, ops_tensor *t) {
 static void logits_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
     be->ops->op.logits(be, s, d[LG_LOGITS], d[LG_X], d[LG_W], c->d, c->vocab);
 }
-static void logits_reference(const ops_case *c, ops_host *h, const ops_host *got) {
+static void logits_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
     mt_cpu_logits(h->x[LG_LOGITS], h->x[LG_X], h->x[LG_W], c->d, c->vocab);
 }
 static double logits_flops(const ops_case *c) { return 2.0 * c->d * (double)c->vocab; }
@@ -316,7 +328,7 @@ static int sumsq_declare(const ops_case *c, ops_tensor *t) {
 static void sumsq_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
     be->ops->op.sumsq(be, s, d[SQ_OUT], d[SQ_X], c->count);
 }
-static void sumsq_reference(const ops_case *c, ops_host *h, const ops_host *got) {
+static void sumsq_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
     mt_cpu_sumsq(h->x[SQ_OUT], h->x[SQ_X], c->count);
 }
 static const ops_kind SUMSQ = {.declare = sumsq_declare, .call = sumsq_call, .reference = sumsq_reference};
@@ -353,7 +365,7 @@ static void adamw_call(mt_backend *be, mt_stream *s, const ops_case *c, void *co
 }
 /* The weights in fp32; the runner rounds them as the backend stores them (mt_f32_to_bf16, as the
  * host optimizer does). A non-finite scale is a skipped step: nothing changes. */
-static void adamw_reference(const ops_case *c, ops_host *h, const ops_host *got) {
+static void adamw_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
     mt_adamw_params p = ADAMW_PARAMS;
     if (c->flag & ADAMW_SCALED) {
         if (!isfinite(c->scale)) return;
@@ -391,7 +403,7 @@ static void clip_prepare(const ops_case *c, ops_host *h) {
 static void clip_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
     be->ops->op.clip_scale(be, s, d[CL_SCALE], d[CL_SUMS], c->n, c->scale);
 }
-static void clip_reference(const ops_case *c, ops_host *h, const ops_host *got) {
+static void clip_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
     h->x[CL_SCALE][0] = mt_clip_scale(mt_global_norm(h->x[CL_SUMS], c->n), c->scale);
 }
 static void clip_check(const ops_case *c, const ops_host *got) {
@@ -418,6 +430,16 @@ const ops_case ops_cases[] = {
     {"matmul_dw and dbias accumulate in fp32", &MATMUL_DW, 3, .n = 29, .in = 40, .out = 24},
     {"rmsnorm and its backward, vector width", &RMSNORM, 4, .n = 70, .d = 256},
     {"rmsnorm and its backward, odd width", &RMSNORM, 5, .n = 13, .d = 101},
+    /* rows up to 1024 wide take a warp each on cuda, 8 to a block (row counts that leave a block
+     * part empty); wider ones a block each; widths not a multiple of 8 go element by element */
+    {"rmsnorm, head_dim 64 rows (q/k norms)", &RMSNORM, 16, .n = 8 * 37 + 3, .d = 64},
+    {"rmsnorm, head_dim 128 rows", &RMSNORM, 17, .n = 4 * 128 + 5, .d = 128},
+    {"rmsnorm, narrow odd width", &RMSNORM, 18, .n = 45, .d = 6},
+    {"rmsnorm, wide rows", &RMSNORM, 19, .n = 9, .d = 4096},
+    {"rmsnorm, wide odd width", &RMSNORM, 20, .n = 5, .d = 1031},
+    /* more rows than cuda's weight-gradient grid is high (4096 bands of 64 rows): the q/k norms of
+     * a long sequence are tokens x heads rows */
+    {"rmsnorm, rows past the band grid", &RMSNORM, 27, .n = 4096 * 64 + 77, .d = 8},
     {"rope", &ROPE, 6, .dims = {.batch = 2, .seq = 7, .heads = 3, .head_dim = 64}},
     {"rope inverse", &ROPE, 36, .dims = {.batch = 2, .seq = 7, .heads = 3, .head_dim = 64}, .flag = 1},
     {"swiglu and its backward, a tail of 3", &SWIGLU, 7, .count = 1003}, /* 125 vectors of 8 and 3 */

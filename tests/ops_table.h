@@ -53,8 +53,10 @@ typedef struct {
     /* Issues the op on stream s; dev[i] is tensor i's device buffer. */
     void (*call)(mt_backend *be, mt_stream *s, const ops_case *c, void *const *dev);
     /* Computes the outputs of `want` in place (they hold the starting values) from its inputs;
-     * `got` holds what the backend gave, for ops whose backward starts from its forward's outputs. */
-    void (*reference)(const ops_case *c, ops_host *want, const ops_host *got);
+     * `got` holds what the backend gave, for ops whose backward starts from its forward's outputs.
+     * `exact` (off the reference backend): an output whose float sum over many rows strays further
+     * than its tolerance is summed in float64 instead. */
+    void (*reference)(const ops_case *c, ops_host *want, const ops_host *got, int exact);
     /* Asserts what the backend's outputs must be besides the reference's (NULL: nothing). */
     void (*check)(const ops_case *c, const ops_host *got);
     /* Floating-point operations of one call, for the timing mode (0: report bytes per second). */
