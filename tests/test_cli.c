@@ -442,7 +442,10 @@ static int metrics_lines(const char *run, long long *last_step) {
     return n;
 }
 
-Test(cli, sigterm_stops_at_a_checkpoint) {
+/* A stop on request: the step finishes, its checkpoint is written, and the exit status is 128 + the
+ * signal (so that `make demo` and scripts do not carry on as if training were done); the same
+ * command line with --resume continues. */
+static void assert_signal_stops_at_a_checkpoint(int sig) {
     const char *run = in_dir("run");
     mt_cli_process p;
     /* Far more steps than it can take before the signal, and no periodic checkpoints: the only
@@ -459,10 +462,13 @@ Test(cli, sigterm_stops_at_a_checkpoint) {
         }
         nanosleep(&(struct timespec){.tv_nsec = 10000000}, NULL);
     }
-    cr_assert_eq(kill(p.pid, SIGTERM), 0);
+    cr_assert_eq(kill(p.pid, sig), 0);
     mt_cli_wait(&p, 10.0, &r); /* a clean stop is one step and one checkpoint away */
-    assert_succeeded(&r);
+    assert_clean_exit(&r);
+    cr_assert_eq(r.exit_code, 128 + sig, "a run stopped by signal %d must exit %d, not %d; stderr:\n%s", sig,
+                 128 + sig, r.exit_code, r.err);
     cr_assert_not_null(strstr(r.err, "stopped on request"), "stderr:\n%s", r.err);
+    cr_assert_not_null(strstr(r.err, "--resume"), "the message does not say how to continue:\n%s", r.err);
     mt_cli_result_free(&r);
 
     metrics_lines(run, &step);
@@ -473,4 +479,19 @@ Test(cli, sigterm_stops_at_a_checkpoint) {
     assert_succeeded(&r);
     cr_assert_geq(strlen(r.out), 20, "sample printed %zu bytes", strlen(r.out));
     mt_cli_result_free(&r);
+
+    /* The rerun continues from that checkpoint, to a few more steps. */
+    char steps[32];
+    snprintf(steps, sizeof steps, "%lld", step + 2);
+    mt_cli_run(&r, TIMEOUT_S, "train", "--out", run, "--resume", "--steps", steps, "--backend", "cpu", NULL);
+    assert_succeeded(&r);
+    cr_assert_not_null(strstr(r.err, checkpoint), "did not resume from %s:\n%s", checkpoint, r.err);
+    mt_cli_result_free(&r);
 }
+
+Test(cli, sigterm_stops_at_a_checkpoint) { assert_signal_stops_at_a_checkpoint(SIGTERM); }
+
+Test(cli, sigint_stops_at_a_checkpoint) { assert_signal_stops_at_a_checkpoint(SIGINT); }
+
+/* A terminal closing (SIGHUP) must not lose the progress since the last checkpoint. */
+Test(cli, sighup_stops_at_a_checkpoint) { assert_signal_stops_at_a_checkpoint(SIGHUP); }
