@@ -245,7 +245,8 @@ static mt_status validate(mt_train_run *r, double *loss) {
     for (int64_t i = 0; i < batches; i++) {
         double l;
         mt_dataset_val_batch(&r->data, i, sequences, r->inputs, r->targets);
-        MT_TRY(mt_tokens_status(&r->tokens));
+        r->data_failed = mt_tokens_status(&r->tokens) != MT_OK;
+        if (r->data_failed) return mt_tokens_status(&r->tokens);
         MT_TRY(mt_engine_eval(r->engine, r->inputs, r->targets, &l));
         sum += l;
     }
@@ -301,7 +302,8 @@ static mt_status loop(mt_train_run *r, mt_progress *pg) {
     while (r->progress.step < o->steps && !mt_stop_requested()) {
         float lr = mt_lr_at(&r->schedule, r->progress.step + 1);
         mt_dataset_train_batch(&r->data, sequences, r->inputs, r->targets);
-        MT_TRY(mt_tokens_status(&r->tokens));
+        r->data_failed = mt_tokens_status(&r->tokens) != MT_OK;
+        if (r->data_failed) return mt_tokens_status(&r->tokens);
         mt_step_result s;
         /* Test hook MT_TEST_NAN_STEP=N: step N (1-based) gets a NaN gradient, to test skipping. */
         if (r->progress.step + 1 == r->nan_step) mt_engine_poison_next_step(r->engine);
@@ -333,10 +335,24 @@ static mt_status loop(mt_train_run *r, mt_progress *pg) {
     return MT_OK;
 }
 
+/* A run stopped by its data (the file changed or was cut short): the steps taken are sound, so
+ * they are saved before the error is returned. */
+static mt_status save_before_data_error(mt_train_run *r) {
+    char why[1024];
+    snprintf(why, sizeof why, "%s", mt_error());
+    if (mt_train_save_final(r) != MT_OK) {
+        mt_log_error("%s", mt_error());
+        return mt_fail(MT_ERR_IO, "%s", why);
+    }
+    return mt_fail(MT_ERR_IO, "%s; the steps up to %lld are saved: --resume continues once the data is right",
+                   why, (long long)r->progress.step);
+}
+
 /* After the loop: the last checkpoint, or for a run stopped for divergence, the checkpoint to
  * resume from named; a stop on request becomes MT_ERR_INTERRUPTED once the checkpoint is down. */
 static mt_status finish_run(mt_train_run *r, mt_status rc) {
     if (rc == MT_ERR_NUMERIC) return mt_train_stop_diverged(r);
+    if (rc != MT_OK && r->data_failed) return save_before_data_error(r);
     if (rc != MT_OK) return rc;
     MT_TRY(mt_train_save_final(r));
     int sig = mt_stop_requested();

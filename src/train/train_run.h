@@ -36,6 +36,7 @@ typedef struct {
     int32_t *inputs, *targets;  /* [M * batch * seq] */
     char resume_from[4096];
     mt_step_watch watch;
+    int data_failed;            /* the loop stopped on a read of the token file (changed, cut short) */
     int64_t nan_step;           /* test hook: MT_TEST_NAN_STEP, 0 when unset */
     int64_t fault_step;         /* test hook: MT_TEST_DEVICE_FAULT_STEP, 0 when unset */
 } mt_train_run;
