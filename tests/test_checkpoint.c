@@ -2,6 +2,7 @@
  * writes leaving the previous checkpoint whole, listing and rotation. */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <stdint.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,12 +172,12 @@ Test(checkpoint, list_newest_first_and_keep) {
     cr_assert_str_eq(list[0].path, expect);
     mt_checkpoint_list_free(list, n);
 
-    cr_assert_eq(mt_checkpoint_keep(run, 2, -1), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_checkpoint_keep(run, 2, -1, INT64_MAX), MT_OK, "%s", mt_error());
     cr_assert_eq(mt_checkpoint_list(run, &list, &n), MT_OK);
     cr_assert_eq(n, 2);
     cr_assert(list[0].step == 10 && list[1].step == 3);
     mt_checkpoint_list_free(list, n);
-    cr_assert_eq(mt_checkpoint_keep(run, 0, -1), MT_ERR_INVALID);
+    cr_assert_eq(mt_checkpoint_keep(run, 0, -1, INT64_MAX), MT_ERR_INVALID);
 }
 
 Test(checkpoint, missing_run_dir_has_no_checkpoints) {
@@ -263,7 +264,7 @@ Test(checkpoint, deletion_marks_the_directory_first) {
     char sub[160], name[64];
     snprintf(sub, sizeof sub, "%s/ckpt-000001/not-a-blob", run);
     cr_assert_eq(mkdir(sub, 0755), 0);
-    cr_assert_neq(mt_checkpoint_keep(run, 1, -1), MT_OK, "deleting a directory with a subdirectory");
+    cr_assert_neq(mt_checkpoint_keep(run, 1, -1, INT64_MAX), MT_OK, "deleting a directory with a subdirectory");
     snprintf(sub, sizeof sub, "%s/ckpt-000001", run);
     cr_assert_neq(access(sub, F_OK), 0, "ckpt-000001 is still there under its name");
     DIR *d = opendir(run);
@@ -283,12 +284,19 @@ Test(checkpoint, keep_spares_the_step_it_is_told) {
         snprintf(name, sizeof name, "ckpt-%06d", step);
         write_ckpt(name, step);
     }
-    cr_assert_eq(mt_checkpoint_keep(run, 2, 2), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_checkpoint_keep(run, 2, 2, INT64_MAX), MT_OK, "%s", mt_error());
     mt_ckpt_entry *entries;
     int count;
     cr_assert_eq(mt_checkpoint_list(run, &entries, &count), MT_OK);
     cr_assert_eq(count, 3);
     cr_assert(entries[0].step == 5 && entries[1].step == 4 && entries[2].step == 2);
+    mt_checkpoint_list_free(entries, count);
+    /* Kept as of step 4: ckpt-000005 lies past it (an abandoned stretch) and is neither counted
+     * nor deleted. */
+    cr_assert_eq(mt_checkpoint_keep(run, 1, -1, 4), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_checkpoint_list(run, &entries, &count), MT_OK);
+    cr_assert_eq(count, 2);
+    cr_assert(entries[0].step == 5 && entries[1].step == 4);
     mt_checkpoint_list_free(entries, count);
 }
 

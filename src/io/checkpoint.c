@@ -661,15 +661,18 @@ mt_status mt_checkpoint_list(const char *run_dir, mt_ckpt_entry **entries, int *
     return MT_OK;
 }
 
-mt_status mt_checkpoint_keep(const char *run_dir, int keep, int64_t spare_step) {
+mt_status mt_checkpoint_keep(const char *run_dir, int keep, int64_t spare_step, int64_t upto_step) {
     if (keep < 1) return mt_fail(MT_ERR_INVALID, "%s: must keep at least one checkpoint, not %d",
                                  run_dir, keep);
     mt_ckpt_entry *entries;
     int count;
     MT_TRY(mt_checkpoint_list(run_dir, &entries, &count));
     mt_status st = MT_OK;
-    for (int i = keep; st == MT_OK && i < count; i++)
-        if (entries[i].step != spare_step) st = remove_checkpoint_dir(entries[i].path);
+    int kept = 0;
+    for (int i = 0; st == MT_OK && i < count; i++) {
+        if (entries[i].step > upto_step || entries[i].step == spare_step || kept++ < keep) continue;
+        st = remove_checkpoint_dir(entries[i].path);
+    }
     mt_checkpoint_list_free(entries, count);
     return st;
 }

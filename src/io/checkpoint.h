@@ -85,9 +85,10 @@ typedef struct {
 mt_status mt_checkpoint_list(const char *run_dir, mt_ckpt_entry **entries, int *count);
 void mt_checkpoint_list_free(mt_ckpt_entry *entries, int count);
 
-/* Deletes all but the newest `keep` (>= 1) complete checkpoints under run_dir, sparing the one of
- * step `spare_step` (-1: none) wherever it stands. */
-mt_status mt_checkpoint_keep(const char *run_dir, int keep, int64_t spare_step);
+/* Deletes all but the newest `keep` (>= 1) complete checkpoints of steps up to `upto_step` under
+ * run_dir, sparing the one of step `spare_step` (-1: none) wherever it stands. Checkpoints past
+ * upto_step (of a stretch of the run abandoned by a resume from an older one) are left alone. */
+mt_status mt_checkpoint_keep(const char *run_dir, int keep, int64_t spare_step, int64_t upto_step);
 
 /* Replaces the metadata of the checkpoint `dir` (the manifest is rewritten beside itself, sealed,
  * and renamed over the old one: a crash leaves one or the other). */

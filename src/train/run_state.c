@@ -61,8 +61,8 @@ mt_status mt_run_meta_set_finite(json_t *meta, int finite) {
     return MT_OK;
 }
 
-mt_status mt_run_rotate(const char *run_dir, const mt_run_save_options *o) {
-    return o->keep > 0 ? mt_checkpoint_keep(run_dir, o->keep, o->good_step) : MT_OK;
+mt_status mt_run_rotate(const char *run_dir, const mt_run_save_options *o, int64_t step) {
+    return o->keep > 0 ? mt_checkpoint_keep(run_dir, o->keep, o->good_step, step) : MT_OK;
 }
 
 mt_status mt_run_save(const char *run_dir, const mt_store *s, const mt_run_progress *p,
@@ -83,7 +83,7 @@ mt_status mt_run_save(const char *run_dir, const mt_store *s, const mt_run_progr
     json_decref(meta);
     MT_TRY(rc);
     if (finite) *finite = all_finite;
-    return mt_run_rotate(run_dir, o);
+    return mt_run_rotate(run_dir, o, p->step);
 }
 
 static mt_status read_meta(const char *checkpoint, json_t **meta) {

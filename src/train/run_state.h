@@ -59,8 +59,10 @@ typedef struct {
  * writes the same checkpoint while training goes on. */
 mt_status mt_run_save(const char *run_dir, const mt_store *store, const mt_run_progress *progress,
                       const mt_run_save_options *options, int *finite);
-/* Retention: all but the newest `keep` (0: all kept) and the one of step good_step. */
-mt_status mt_run_rotate(const char *run_dir, const mt_run_save_options *options);
+/* Retention after the checkpoint of `step`: all but the newest `keep` (0: all kept) of the steps
+ * up to `step`, and the one of step good_step, are deleted; checkpoints past `step` (left by a
+ * stretch of the run that a resume abandoned, none of them good) are left alone. */
+mt_status mt_run_rotate(const char *run_dir, const mt_run_save_options *options, int64_t step);
 
 /* Marks every checkpoint of a step >= from_step as part of a divergence (steps first..last),
  * so that no run resumes from it; *marked counts them. */

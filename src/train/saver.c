@@ -230,7 +230,7 @@ static void *writer_main(void *arg) {
         if (st == MT_OK) st = mt_checkpoint_finish(w, s->meta);
         else mt_checkpoint_abandon(w);
     }
-    if (st == MT_OK) st = mt_run_rotate(s->run_dir, &s->options);
+    if (st == MT_OK) st = mt_run_rotate(s->run_dir, &s->options, s->step);
     s->result = st;
     snprintf(s->error, sizeof s->error, "%s", st == MT_OK ? "" : mt_error());
     s->write_seconds = mt_now() - t0;
