@@ -62,7 +62,7 @@ const mt_option mt_options[] = {
     SETTING("steps", MT_OPT_I64, steps, MT_OPT_MAY_CHANGE, 0, STEPS_MAX, 0, 0, 600),
     SETTING("lr", MT_OPT_F32, lr, MT_OPT_MAY_CHANGE, 0, INFINITY, 0, 0, 3e-3),
     NAME_SETTING("schedule", schedule, MT_OPT_MAY_CHANGE, schedules, NULL, "cosine"),
-    /* Its default, a tenth of the steps (at most 100), is set once the steps are known. */
+    /* Its default, a tenth of the steps (at most 100), follows the steps: settings.h. */
     SETTING("warmup", MT_OPT_I64, warmup_steps, MT_OPT_MAY_CHANGE, 0, STEPS_MAX, 0, 0, MT_UNSET),
     SETTING("min-lr-ratio", MT_OPT_F32, min_lr_ratio, MT_OPT_MAY_CHANGE, 0, 1, 0, 0, 0.1),
     SETTING("weight-decay", MT_OPT_F32, weight_decay, MT_OPT_MAY_CHANGE, 0, INFINITY, 0, 0, 0.1),

@@ -22,7 +22,8 @@ static json_t *value_to_json(const mt_option *opt, const mt_train_options *o) {
     }
     case MT_OPT_F64: return json_real(*CFIELD(double, opt, o));
     case MT_OPT_INT: return json_integer(*CFIELD(int, opt, o));
-    default: return json_integer(*CFIELD(int64_t, opt, o));
+    default: /* an unset warmup is stored as such: its default follows the steps */
+        return *CFIELD(int64_t, opt, o) == MT_UNSET ? json_null() : json_integer(*CFIELD(int64_t, opt, o));
     }
 }
 
@@ -104,8 +105,12 @@ mt_status mt_settings_resolve(const mt_train_options *given, const json_t *saved
         if (mt_option_is_unset(opt, given)) MT_TRY(value_from_json(opt, v, checkpoint, out));
         else MT_TRY(reconcile(opt, given, &from_checkpoint, checkpoint));
     }
-    if (out->warmup_steps == MT_UNSET) out->warmup_steps = out->steps / 10 < 100 ? out->steps / 10 : 100;
     return MT_OK;
+}
+
+int64_t mt_settings_warmup(const mt_train_options *o) {
+    if (o->warmup_steps != MT_UNSET) return o->warmup_steps;
+    return o->steps / 10 < 100 ? o->steps / 10 : 100;
 }
 
 const char *mt_settings_model_source(const mt_train_options *o, char *buf, size_t cap) {

@@ -20,10 +20,14 @@ json_t *mt_settings_to_json(const mt_train_options *o);
 
 /* `out` = `given` with every unset run setting resolved, from `saved` (a checkpoint's settings,
  * which `checkpoint` names in messages; NULL for a fresh run) or else the default, and changes
- * to stored settings applied (logged) or refused. The warmup's default follows the steps. Names
+ * to stored settings applied (logged) or refused. The warmup stays unset when neither sets it:
+ * its default, a tenth of the steps (at most 100), follows the steps (mt_settings_warmup). Names
  * in `out` may point into `saved`, which must outlive it. */
 mt_status mt_settings_resolve(const mt_train_options *given, const json_t *saved, const char *checkpoint,
                               mt_train_options *out);
+
+/* The warmup of resolved options: theirs, or a tenth of the steps, at most 100. */
+int64_t mt_settings_warmup(const mt_train_options *o);
 
 /* "preset tiny", "config path/config.json", "init-from dir", or "preset demo" when none is set:
  * where the options' model comes from, for messages. */

@@ -170,7 +170,7 @@ static mt_status plan_steps(mt_train_run *r) {
     if (o->seq_len > r->cfg.max_position)
         return mt_fail(MT_ERR_INVALID, "--seq %d is past the model's max_position_embeddings (%d)",
                        o->seq_len, r->cfg.max_position);
-    r->schedule = (mt_lr_schedule){.max_lr = o->lr, .warmup_steps = o->warmup_steps,
+    r->schedule = (mt_lr_schedule){.max_lr = o->lr, .warmup_steps = mt_settings_warmup(o),
                                    .total_steps = o->steps, .min_lr_ratio = o->min_lr_ratio};
     MT_TRY(mt_lr_kind_parse(o->schedule, &r->schedule.kind));
     MT_TRY(mt_lr_schedule_validate(&r->schedule));
