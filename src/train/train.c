@@ -357,9 +357,9 @@ static mt_status finish_run(mt_train_run *r, mt_status rc) {
     MT_TRY(mt_train_save_final(r));
     int sig = mt_stop_requested();
     if (!sig || r->progress.step >= r->o.steps) return MT_OK;
-    return mt_fail(MT_ERR_INTERRUPTED, "stopped on request (signal %d, %s) at step %lld of %lld; the checkpoint "
-                   "of that step is written: 'megatrain train --out %s --resume' continues the run", sig,
-                   strsignal(sig), (long long)r->progress.step, (long long)r->o.steps, r->o.out_dir);
+    return mt_fail(MT_ERR_INTERRUPTED, "stopped on request at step %lld of %lld (signal %d, %s); the checkpoint "
+                   "of that step is written: 'megatrain train --out %s --resume' continues the run",
+                   (long long)r->progress.step, (long long)r->o.steps, sig, strsignal(sig), r->o.out_dir);
 }
 
 mt_status mt_train(const mt_train_options *given) {
