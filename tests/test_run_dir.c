@@ -61,9 +61,14 @@ Test(rundir, a_second_run_on_the_same_directory_is_refused) {
     mt_cli_wait(&first, TIMEOUT_S, &r);
     cr_assert(refused, "the second run was not refused naming the directory and %s: %s", pid, why);
     cr_assert_eq(r.exit_code, 128 + SIGTERM, "the first run was disturbed:\n%s", r.err);
+    long long stopped;
+    const char *at = strstr(r.err, "stopped on request at step ");
+    cr_assert(at && sscanf(at, "stopped on request at step %lld", &stopped) == 1, "%s", r.err);
     mt_cli_result_free(&r);
     /* Once the holder is gone the directory is free again. */
-    train_ok("6");
+    char steps[32];
+    snprintf(steps, sizeof steps, "%lld", stopped + 2);
+    train_ok(steps);
 }
 
 /* A checkpoint directory whose manifest is missing, and no deletion marker: a run that refuses to

@@ -68,6 +68,7 @@ const char *mt_config_preset_names(void) {
 /* `value` of config field `name` in [lo, hi]. */
 static mt_status in_range(const char *name, int value, int lo, int hi) {
     if (value >= lo && value <= hi) return MT_OK;
+    if (value < 1 && lo == 1) return mt_fail(MT_ERR_INVALID, "%s must be positive, got %d", name, value);
     return mt_fail(MT_ERR_INVALID, "%s must be from %d to %d, got %d", name, lo, hi, value);
 }
 

@@ -1,7 +1,7 @@
 /* One run at a time in a run directory: <run>/.lock, held with flock(2) for the run's life. A
  * second run on the same directory is refused at once, naming the directory and the holder's
- * pid; the lock goes with the process that holds it, however it ends, so a crashed run leaves
- * nothing to clean up. */
+ * pid (from /proc/locks: nothing is written into the file); the lock goes with the process that
+ * holds it, however it ends, so a crashed run leaves nothing to clean up. */
 #ifndef MT_TRAIN_RUN_LOCK_H
 #define MT_TRAIN_RUN_LOCK_H
 

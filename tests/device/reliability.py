@@ -266,13 +266,10 @@ def blob_floats(run, step, name="master"):
 
 
 def fingerprint(run):
-    """Every file under run with its bytes' hash: equal fingerprints mean nothing was written. The
-    run's lock file is left out: each run that takes the lock writes its pid there."""
+    """Every file under run with its bytes' hash: equal fingerprints mean nothing was written."""
     out = {}
     for root, _, files in os.walk(run):
         for name in files:
-            if root == run and name == ".lock":
-                continue
             path = os.path.join(root, name)
             with open(path, "rb") as f:
                 out[os.path.relpath(path, run)] = hashlib.sha256(f.read()).hexdigest()
