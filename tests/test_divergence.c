@@ -150,12 +150,18 @@ static void write_nan_checkpoint(const char *tensor, int finite) {
     mt_layout_free(&lay);
 }
 
-Test(divergence, export_refuses_non_finite_weights_naming_the_tensor) {
+/* Two good steps, then ckpt-000003 with a NaN in `tensor` (see write_nan_checkpoint). */
+static void train_then_spoil(const char *tensor, int finite) {
     mt_cli_result r;
     mt_cli_run(&r, TIMEOUT_S, "train", MT_TINY_STEP, "--steps", "2", "--data", corpus, "--out", run, NULL);
     run_ok(&r);
     mt_cli_result_free(&r);
-    write_nan_checkpoint("model.layers.1.mlp.up_proj.weight", 1);
+    write_nan_checkpoint(tensor, finite);
+}
+
+Test(divergence, export_refuses_non_finite_weights_naming_the_tensor) {
+    train_then_spoil("model.layers.1.mlp.up_proj.weight", 1);
+    mt_cli_result r;
     char out[PATH_MAX];
     hf_test_path(out, dir, "exported");
     mt_cli_run(&r, TIMEOUT_S, "export", checkpoint_of(3), out, NULL);
@@ -169,11 +175,8 @@ Test(divergence, export_refuses_non_finite_weights_naming_the_tensor) {
 /* A run directory means its newest good checkpoint: one saved with non-finite values is passed
  * over, by export and sample alike. */
 Test(divergence, a_run_directory_means_its_newest_good_checkpoint) {
+    train_then_spoil("model.embed_tokens.weight", 0);
     mt_cli_result r;
-    mt_cli_run(&r, TIMEOUT_S, "train", MT_TINY_STEP, "--steps", "2", "--data", corpus, "--out", run, NULL);
-    run_ok(&r);
-    mt_cli_result_free(&r);
-    write_nan_checkpoint("model.embed_tokens.weight", 0);
     char out[PATH_MAX];
     hf_test_path(out, dir, "exported");
     mt_cli_run(&r, TIMEOUT_S, "export", run, out, NULL);
