@@ -495,3 +495,30 @@ Test(cli, sigint_stops_at_a_checkpoint) { assert_signal_stops_at_a_checkpoint(SI
 
 /* A terminal closing (SIGHUP) must not lose the progress since the last checkpoint. */
 Test(cli, sighup_stops_at_a_checkpoint) { assert_signal_stops_at_a_checkpoint(SIGHUP); }
+
+/* Started under nohup (SIGHUP ignored), a run stays ignoring it: the terminal closing must not stop
+ * what nohup was asked to keep going. */
+Test(cli, a_sighup_ignored_at_start_stays_ignored) {
+    const char *run = in_dir("run");
+    struct sigaction ignore = {.sa_handler = SIG_IGN}, old;
+    sigaction(SIGHUP, &ignore, &old);
+    mt_cli_process p;
+    mt_cli_start(&p, "train", "--preset", "tiny", "--data", corpus, SMALL_STEP, "--steps", "1000000", "--ckpt-every",
+                 "0", "--out", run, NULL);
+    sigaction(SIGHUP, &old, NULL);
+    long long step;
+    for (int polls = 0; metrics_lines(run, &step) < 2; polls++) {
+        cr_assert_lt(polls * 0.01, TIMEOUT_S, "the run did not start");
+        nanosleep(&(struct timespec){.tv_nsec = 10000000}, NULL);
+    }
+    cr_assert_eq(kill(p.pid, SIGHUP), 0);
+    nanosleep(&(struct timespec){.tv_nsec = 300000000}, NULL);
+    long long before = step;
+    metrics_lines(run, &step);
+    cr_assert_gt(step, before, "the run stopped on the SIGHUP it was started ignoring");
+    cr_assert_eq(kill(p.pid, SIGTERM), 0);
+    mt_cli_result r;
+    mt_cli_wait(&p, 10.0, &r);
+    cr_assert_eq(r.exit_code, 128 + SIGTERM, "%s", r.err);
+    mt_cli_result_free(&r);
+}

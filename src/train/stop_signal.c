@@ -17,7 +17,12 @@ void mt_stop_signals_install(mt_stop_signals *saved) {
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     requested = 0;
-    for (int i = 0; i < 3; i++) sigaction(signals[i], &sa, &saved->old[i]);
+    for (int i = 0; i < 3; i++) {
+        sigaction(signals[i], NULL, &saved->old[i]);
+        /* A signal ignored by whoever started the run stays ignored: nohup's SIGHUP, a background
+         * job's SIGINT. */
+        if (saved->old[i].sa_handler != SIG_IGN) sigaction(signals[i], &sa, NULL);
+    }
 }
 
 void mt_stop_signals_restore(const mt_stop_signals *saved) {

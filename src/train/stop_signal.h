@@ -1,6 +1,7 @@
 /* A clean stop on request: the first SIGINT, SIGTERM or SIGHUP asks the training loop to stop
  * after the step in progress (a checkpoint is then written and the run returns
- * MT_ERR_INTERRUPTED); a second one ends the process at once with 128 + the signal. */
+ * MT_ERR_INTERRUPTED); a second one ends the process at once with 128 + the signal. A signal that
+ * was ignored when the run started (nohup's SIGHUP) stays ignored. */
 #ifndef MT_TRAIN_STOP_SIGNAL_H
 #define MT_TRAIN_STOP_SIGNAL_H
 
