@@ -93,8 +93,8 @@ static mt_status resolve_model(mt_train_run *r, const mt_train_options *given) {
     mt_config asked;
     MT_TRY(mt_train_model_config(given, &asked));
     if (same_model(&asked, &r->cfg)) return MT_OK;
-    mt_train_options stored = mt_train_defaults();
-    mt_status st = mt_settings_resolve(&stored, r->saved_settings, r->resume_from, &stored);
+    mt_train_options none = mt_train_defaults(), stored;
+    mt_status st = mt_settings_resolve(&none, r->saved_settings, r->resume_from, &stored);
     char wanted[4200], had[4200];
     mt_settings_model_source(given, wanted, sizeof wanted);
     if (st == MT_OK) mt_settings_model_source(&stored, had, sizeof had);
