@@ -145,6 +145,10 @@ Test(numerics, watch_dates_the_divergence) {
     cr_assert_eq(mt_step_watch_diverged_from(&w), 5, "steps 6 to 8 are unhealthy: the weights of step 5 on");
     mt_step_watch_after(&w, 9, 4.0, 0);
     cr_assert_eq(mt_step_watch_diverged_from(&w), -1, "a healthy step ends it");
+    /* Resumed from step 10: however soon the trouble starts, that checkpoint is not marked. */
+    mt_step_watch_init(&w, 10, 256, 10, 10);
+    mt_step_watch_after(&w, 11, 500.0, 0);
+    cr_assert_eq(mt_step_watch_diverged_from(&w), 11);
 }
 
 /* A loss that stays far worse than guessing stops the run, though it stays finite. */

@@ -12,7 +12,7 @@
 void mt_step_watch_init(mt_step_watch *w, int max_skips, int vocab_size, int64_t start, int64_t good_checkpoint) {
     *w = (mt_step_watch){.max_skips = max_skips,
                          .worst_loss = MT_STEP_WATCH_CHANCE_FACTOR * log(vocab_size > 1 ? vocab_size : 2),
-                         .last_healthy = start, .good_checkpoint = good_checkpoint, .pending = -1};
+                         .start = start, .last_healthy = start, .good_checkpoint = good_checkpoint, .pending = -1};
 }
 
 /* Promotes the pending checkpoint once both verdicts are in. */
@@ -78,5 +78,6 @@ mt_status mt_step_watch_after(mt_step_watch *w, int64_t step, double loss, int s
 }
 
 int64_t mt_step_watch_diverged_from(const mt_step_watch *w) {
-    return w->unhealthy_since && w->bad_loss_since ? w->unhealthy_since - 1 : -1;
+    if (!w->unhealthy_since || !w->bad_loss_since) return -1;
+    return w->unhealthy_since - 1 > w->start ? w->unhealthy_since - 1 : w->start + 1;
 }

@@ -28,6 +28,7 @@ typedef struct {
     int bad_losses_in_a_row; /* steps in a row whose loss was not sound */
     int64_t unhealthy_since; /* the first of the unhealthy steps in a row up to now, 0: none */
     int bad_loss_since;     /* one of those had a bad loss (non-finite or out of range) */
+    int64_t start;          /* the step the run started after (the checkpoint resumed from) */
     int64_t last_healthy;   /* the newest healthy step (the starting step before any) */
     int64_t losses;         /* finite losses seen */
     double mean;            /* their running mean */
@@ -55,7 +56,8 @@ void mt_step_watch_saving(mt_step_watch *w, int64_t step);
 void mt_step_watch_saved(mt_step_watch *w, int64_t step, int finite);
 
 /* The first step whose checkpoint is part of the divergence that stopped the run (the step
- * before the first unhealthy one in a row), or -1 when the weights did not go bad. */
+ * before the first unhealthy one in a row, but never the checkpoint the run started from, which
+ * was good when it was chosen), or -1 when the weights did not go bad. */
 int64_t mt_step_watch_diverged_from(const mt_step_watch *w);
 
 #endif
