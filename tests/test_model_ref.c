@@ -60,11 +60,21 @@ Test(model, grads_match_reference_mha_llama3_rope) {
     check_grads(&c, 1);
 }
 
+/* Qwen3: per-head q/k RMSNorm before RoPE, head_dim 16 against hidden / heads = 8. */
+Test(model, grads_match_reference_qwen3_untied) {
+    mt_config c = mt_tiny_config_qwen3(0);
+    check_grads(&c, 1);
+}
+
+Test(model, grads_match_reference_qwen3_tied_two_micro_batches) {
+    mt_config c = mt_tiny_config_qwen3(1);
+    check_grads(&c, 2);
+}
+
 /* A few AdamW steps against torch.optim.AdamW: with exact clipping (the optimizer runs after the
  * backward) and without (it runs during the backward, gradients in the host ring: 7 blocks). */
-static void check_training(float clip) {
+static void check_training(mt_config cfg, float clip) {
     enum { STEPS = 4 };
-    mt_config cfg = mt_tiny_config_tied_bias();
     cfg.num_layers = 7;
     mt_engine_options o = options(1);
     o.max_grad_norm = clip;
@@ -110,6 +120,9 @@ static void check_training(float clip) {
     mt_tiny_model_close(&t);
 }
 
-Test(model, training_steps_match_reference_adamw_clipped) { check_training(1.0f); }
+Test(model, training_steps_match_reference_adamw_clipped) { check_training(mt_tiny_config_tied_bias(), 1.0f); }
 
-Test(model, training_steps_match_reference_adamw_overlapped) { check_training(0.0f); }
+Test(model, training_steps_match_reference_adamw_overlapped) { check_training(mt_tiny_config_tied_bias(), 0.0f); }
+
+/* The q/k norm weights: no weight decay, updated like the other norms. */
+Test(model, training_steps_match_reference_qwen3) { check_training(mt_tiny_config_qwen3(0), 1.0f); }
