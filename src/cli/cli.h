@@ -10,6 +10,7 @@ int mt_cli_plan(int argc, char **argv);
 int mt_cli_sample(int argc, char **argv);
 int mt_cli_export(int argc, char **argv);
 int mt_cli_bench(int argc, char **argv);
+int mt_cli_tokenize(int argc, char **argv);
 
 /* ---- cli_common.c ---- */
 
