@@ -303,11 +303,13 @@ def newest_logged_step(metrics, offset):
     """The step of the last line metrics.jsonl got past byte `offset` (what this start logged), or 0."""
     try:
         with open(metrics, "rb") as f:
-            f.seek(offset)
-            lines = f.read().decode().splitlines()
+            # A resume cuts the abandoned steps' lines off the file, so `offset` may now fall
+            # inside a line or past the end: only whole lines count.
+            f.seek(min(offset, os.fstat(f.fileno()).st_size))
+            lines = f.read().decode(errors="replace").splitlines()
     except FileNotFoundError:
         return 0
-    steps = [json.loads(line)["step"] for line in lines if line.endswith("}")]
+    steps = [json.loads(line)["step"] for line in lines if line.startswith("{") and line.endswith("}")]
     return steps[-1] if steps else 0
 
 

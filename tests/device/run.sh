@@ -31,7 +31,7 @@ step() { # step NAME COMMAND...: runs it with its output in $logs/NAME.log, reco
     fi
 }
 
-step build make CUDA=1 BUILD=$build -j"$(nproc)" $build/cuda_tests $build/run-tests $build/megatrain
+step build make CUDA=1 BUILD=$build -j"$(nproc)" $build/cuda_tests $build/run-tests $build/megatrain tokenizer-data
 rm -rf /tmp/mt-transformers-check
 step cuda env MT_TRANSFORMERS_DIR=/tmp/mt-transformers-check $build/cuda_tests --jobs 1 --verbose
 
@@ -48,18 +48,18 @@ sanitize() { # sanitize TOOL FILTER: the cuda tests matching FILTER under comput
         echo "compute-sanitizer not found (PATH, ${CUDA_HOME:-/usr/local/cuda}/bin)"
         return 1
     fi
-    timeout 300 "$sanitizer" --tool "$1" --target-processes all --error-exitcode 1 \
+    timeout 300 "$sanitizer" --tool "$1" --target-processes all --error-exitcode 1 $3 \
         $build/cuda_tests --jobs 4 --filter "$2"
 }
 if [ "${MT_SANITIZE:-1}" != 0 ]; then
     step memcheck sanitize memcheck "$memcheck_tests"
-    step racecheck sanitize racecheck "$racecheck_tests"
+    step racecheck sanitize racecheck "$racecheck_tests" "--kernel-name-exclude kns=cudnn"
 fi
 step hf python3 tests/device/check_transformers.py /tmp/mt-transformers-check
 step roundtrip python3 tests/device/hf_roundtrip.py --bin $build/megatrain
 step tokenizer python3 tests/device/check_tokenizer.py --bin $build/megatrain
 step reliab python3 tests/device/reliability.py --bin $build/megatrain
-step cpu env MT_BIN=$build/megatrain $build/run-tests --jobs 4
+step cpu env MT_TOKENIZER_DATA=$build/tokenizers MT_BIN=$build/megatrain $build/run-tests --jobs 4
 
 echo "==== summary"
 printf '%s\n' "${summary[@]}"

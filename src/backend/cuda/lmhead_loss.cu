@@ -62,13 +62,13 @@ extern "C" mt_status mt_cuda_lmhead_loss(mt_cuda_backend *cb, cudaStream_t s, fl
         MT_TRY(launch_status("lmhead softmax"));
         /* dx^T[d, rows] = (w as [d, vocab]) . dlogits^T[vocab, rows] */
         mt_cuda_gemm_desc to_dx = {.m = d, .n = rows, .k = vocab, .a = w, .lda = d, .b = dlogits,
-                                   .ldb = vocab, .d = (bf16 *)dx + (size_t)r0 * d, .ldd = d};
-        MT_TRY(mt_cuda_gemm(cb, s, &to_dx));
+                                   .ldb = vocab, .d = dx ? (bf16 *)dx + (size_t)r0 * d : NULL, .ldd = d};
+        if (dx) MT_TRY(mt_cuda_gemm(cb, s, &to_dx)); /* NULL dx and dw: the loss only (evaluation) */
         /* dw^T[d, vocab] += xc^T[d, rows] . (dlogits^T[vocab, rows])^T */
         mt_cuda_gemm_desc to_dw = {.m = d, .n = vocab, .k = rows, .a = xc, .lda = d, .b = dlogits,
                                    .ldb = vocab, .trans_b = 1, .d = dw, .ldd = d, .d_is_f32 = 1,
                                    .beta = 1.0f};
-        MT_TRY(mt_cuda_gemm(cb, s, &to_dw));
+        if (dw) MT_TRY(mt_cuda_gemm(cb, s, &to_dw));
     }
     return MT_OK;
 }
