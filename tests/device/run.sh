@@ -48,7 +48,7 @@ sanitize() { # sanitize TOOL FILTER: the cuda tests matching FILTER under comput
         echo "compute-sanitizer not found (PATH, ${CUDA_HOME:-/usr/local/cuda}/bin)"
         return 1
     fi
-    timeout 300 "$sanitizer" --tool "$1" --target-processes all --error-exitcode 1 $3 \
+    timeout 300 "$sanitizer" --tool "$1" --target-processes all --error-exitcode 1 ${3:-} \
         $build/cuda_tests --jobs 4 --filter "$2"
 }
 if [ "${MT_SANITIZE:-1}" != 0 ]; then
