@@ -1,5 +1,7 @@
 #include "io/tokens.h"
 
+#include "io/masked_tokens.h"
+
 #include <ctype.h>
 #include <fcntl.h>
 #include <stdbool.h>
@@ -20,6 +22,7 @@ const char *mt_token_format_name(mt_token_format format) {
     case MT_TOKENS_LLMC: return "llm.c shard";
     case MT_TOKENS_NPY: return "npy array";
     case MT_TOKENS_TEXT: return "text bytes";
+    case MT_TOKENS_MASKED: return "masked shard";
     }
     return "unknown";
 }
@@ -226,6 +229,8 @@ mt_status mt_tokens_open(const char *path, mt_tokens *tokens) {
     mt_status st;
     if (t.map_bytes >= 6 && !memcmp(t.map, npy_magic, sizeof npy_magic)) {
         st = open_npy(path, &t);
+    } else if (mt_masked_shard_magic(t.map, t.map_bytes)) {
+        st = mt_masked_shard_parse(path, &t);
     } else if (first == LLMC_MAGIC || has_suffix(path, ".bin")) {
         st = open_llmc(path, &t);
     } else if (has_suffix(path, ".npy")) {

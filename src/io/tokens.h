@@ -1,9 +1,10 @@
 /* Token sources: a file of token ids opened read-only (mapped, not copied).
  *
- * Three formats, chosen by the file's magic and extension:
+ * Four formats, chosen by the file's magic and extension:
  *   llm.c .bin shards  256 int32 header (magic 20240520, version 1 = uint16 tokens, 2 = uint32,
  *                      header[2] = token count), then the tokens; size must be exactly
  *                      1024 + count * width
+ *   masked shards      ids and a loss mask, magic "MTMS" (io/masked_tokens.h): chat data
  *   .npy arrays        1-D, C order, dtype <u2 or <u4
  *   anything else      raw bytes (UTF-8 text): each byte a token, vocabulary 256
  * Ids keep the file's width in memory; mt_tokens_get and mt_tokens_copy widen them. */
@@ -16,13 +17,14 @@
 
 #include "util/status.h"
 
-typedef enum { MT_TOKENS_LLMC, MT_TOKENS_NPY, MT_TOKENS_TEXT } mt_token_format;
+typedef enum { MT_TOKENS_LLMC, MT_TOKENS_NPY, MT_TOKENS_TEXT, MT_TOKENS_MASKED } mt_token_format;
 
 typedef struct {
     const void *ids;        /* the first token id, `width` bytes each, little-endian */
     size_t count;           /* number of tokens */
     int width;              /* 1 (text bytes), 2 or 4 */
     mt_token_format format;
+    const uint8_t *mask;    /* masked shards: mask[i] = 1 when token i carries loss; else NULL */
     void *map;              /* the whole mapped file, for mt_tokens_close */
     size_t map_bytes;
 } mt_tokens;

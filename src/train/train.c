@@ -234,20 +234,32 @@ static void close_run(run *r) {
 
 /* ---- the loop's parts ---- */
 
+/* Targets that carry loss (>= 0; a masked shard's context targets are -1). */
+static int64_t loss_targets(const run *r) {
+    size_t n = (size_t)r->o->micro_batches * r->o->batch * r->o->seq_len;
+    int64_t count = 0;
+    for (size_t i = 0; i < n; i++) count += r->targets[i] >= 0;
+    return count;
+}
+
+/* The mean loss over every target that carries loss in the first eval_batches validation
+ * batches (each batch's mean weighted by its targets); NaN when none does. */
 static mt_status validate(run *r, double *loss) {
     int sequences = r->o->micro_batches * r->o->batch;
     int64_t batches = mt_dataset_val_batches(&r->data, sequences);
     if (batches > r->o->eval_batches) batches = r->o->eval_batches;
-    *loss = NAN;
-    if (batches <= 0) return MT_OK;
     double sum = 0;
+    int64_t counted = 0;
     for (int64_t i = 0; i < batches; i++) {
         double l;
         mt_dataset_val_batch(&r->data, i, sequences, r->inputs, r->targets);
+        int64_t targets = loss_targets(r);
+        if (targets == 0) continue;
         MT_TRY(mt_engine_eval(r->engine, r->inputs, r->targets, &l));
-        sum += l;
+        sum += l * (double)targets;
+        counted += targets;
     }
-    *loss = sum / (double)batches;
+    *loss = counted ? sum / (double)counted : NAN;
     return MT_OK;
 }
 
@@ -367,17 +379,26 @@ static mt_status loop(run *r, mt_progress *pg) {
     while (r->progress.step < o->steps && !stop_requested) {
         float lr = mt_lr_at(&r->schedule, r->progress.step + 1);
         mt_dataset_train_batch(&r->data, sequences, r->inputs, r->targets);
-        mt_step_result s;
-        /* Test hook MT_TEST_NAN_STEP=N: step N (1-based) gets a NaN gradient, to test skipping. */
-        if (r->progress.step + 1 == r->nan_step) mt_engine_poison_next_step(r->engine);
-        /* Test hook MT_TEST_DEVICE_FAULT_STEP=N: step N fails as on a device error. */
-        if (r->progress.step + 1 == r->fault_step) mt_engine_fault_next_step(r->engine);
-        MT_TRY(mt_engine_step(r->engine, r->inputs, r->targets, lr, &s));
+        /* A step whose every target is masked has no loss to take the mean of: it is skipped
+         * (no update, the Adam step count unchanged), not counted as a non-finite skip. */
+        int no_targets = loss_targets(r) == 0;
+        mt_step_result s = {.loss = NAN, .grad_norm = NAN, .skipped = 1};
+        if (!no_targets) {
+            /* Test hook MT_TEST_NAN_STEP=N: step N (1-based) gets a NaN gradient, to test skipping. */
+            if (r->progress.step + 1 == r->nan_step) mt_engine_poison_next_step(r->engine);
+            /* Test hook MT_TEST_DEVICE_FAULT_STEP=N: step N fails as on a device error. */
+            if (r->progress.step + 1 == r->fault_step) mt_engine_fault_next_step(r->engine);
+            MT_TRY(mt_engine_step(r->engine, r->inputs, r->targets, lr, &s));
+        }
         r->progress.step++;
-        if (s.skipped) mt_progress_note(pg, "step %lld skipped: gradient norm %g", (long long)r->progress.step, s.grad_norm);
+        if (no_targets)
+            mt_progress_note(pg, "step %lld skipped: every target of its windows is masked (no loss)",
+                             (long long)r->progress.step);
+        else if (s.skipped)
+            mt_progress_note(pg, "step %lld skipped: gradient norm %g", (long long)r->progress.step, s.grad_norm);
         mt_progress_step(pg, r->progress.step, s.loss, tokens_per_step, lr);
         MT_TRY(log_step(r, &s, lr, mt_progress_tokens_per_second(pg), mt_now() - pg->started));
-        MT_TRY(mt_step_watch_after(&r->watch, r->progress.step, s.loss, s.skipped));
+        if (!no_targets) MT_TRY(mt_step_watch_after(&r->watch, r->progress.step, s.loss, s.skipped));
         /* A background save is reported (and its failure acted on) as soon as it is through. */
         if (r->saver && mt_saver_landed(r->saver)) MT_TRY(collect_save(r, pg));
         int last = r->progress.step == o->steps;
