@@ -1,6 +1,6 @@
-/* libFuzzer harness: token files (llm.c .bin header, .npy header, raw text). The first input
- * byte picks the file name's extension, since the reader also dispatches on it; every id of an
- * accepted file is then read. */
+/* libFuzzer harness: token files (llm.c .bin header, masked shard header, .npy header, raw
+ * text). The first input byte picks the file name's extension, since the reader also dispatches
+ * on it; every id (and mask byte) of an accepted file is then read. */
 #include <stdlib.h>
 
 #include "io/tokens.h"
@@ -13,7 +13,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     mt_tokens t;
     if (mt_tokens_open(path, &t) != MT_OK) return 0;
     uint64_t sum = 0;
-    for (size_t i = 0; i < t.count; i++) sum += mt_tokens_get(&t, i);
+    for (size_t i = 0; i < t.count; i++) sum += mt_tokens_get(&t, i) + (t.mask ? t.mask[i] : 0);
     mt_tokens_validate(&t, (uint32_t)(sum | 1), path);
     mt_tokens_close(&t);
     return 0;
