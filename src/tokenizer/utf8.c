@@ -1,6 +1,6 @@
 #include "tokenizer/utf8.h"
 
-#include "tokenizer/tokenizer.h"
+#include "tokenizer/internal.h"
 
 int mt_utf8_check(const char *text, size_t len, size_t *bad_offset) {
     const unsigned char *s = (const unsigned char *)text;
@@ -68,4 +68,42 @@ size_t mt_utf8_encode(uint32_t cp, char *out) {
     o[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3F));
     o[3] = (unsigned char)(0x80 | (cp & 0x3F));
     return 4;
+}
+
+/* The bytes a valid sequence may continue with after lead byte b (Unicode's table 3-7). */
+static void second_byte_range(unsigned char b, unsigned char *lo, unsigned char *hi) {
+    *lo = 0x80;
+    *hi = 0xBF;
+    if (b == 0xE0) *lo = 0xA0;
+    else if (b == 0xED) *hi = 0x9F;
+    else if (b == 0xF0) *lo = 0x90;
+    else if (b == 0xF4) *hi = 0x8F;
+}
+
+mt_status mt_utf8_lossy(const unsigned char *b, size_t n, mt_str *out) {
+    MT_TRY(mt_str_reserve(out, n));
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = b[i];
+        size_t need = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 1;
+        if (c < 0x80) {
+            MT_TRY(mt_str_put(out, (const char *)b + i, 1));
+            i++;
+            continue;
+        }
+        /* How much of a sequence is there: the maximal valid prefix is replaced by one U+FFFD. */
+        size_t k = 1;
+        if (need > 1) {
+            unsigned char lo, hi;
+            second_byte_range(c, &lo, &hi);
+            if (i + 1 < n && b[i + 1] >= lo && b[i + 1] <= hi) {
+                k = 2;
+                while (k < need && i + k < n && (b[i + k] & 0xC0) == 0x80) k++;
+            }
+        }
+        if (need > 1 && k == need) MT_TRY(mt_str_put(out, (const char *)b + i, k));
+        else MT_TRY(mt_str_put(out, "\xef\xbf\xbd", 3));
+        i += k;
+    }
+    return MT_OK;
 }

@@ -1,0 +1,252 @@
+/* Pre-tokenizers: Split (a regex or string, with tokenizers' five delimiter behaviours), Metaspace,
+ * ByteLevel, and Sequences of them. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer/pre_tokenizer.h"
+
+/* tokenizers' ByteLevel pattern (GPT-2's), used when use_regex is true. */
+static const char gpt2_pattern[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+static const char supported[] = "Split, Metaspace, ByteLevel, Sequence";
+
+static mt_status parse_behavior(const json_t *spec, const char *what, mt_split_behavior *out) {
+    static const char *const names[] = {"Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous"};
+    const char *b;
+    MT_TRY(mt_json_string(spec, "behavior", 1, what, &b));
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (!strcmp(b, names[i])) {
+            *out = (mt_split_behavior)i;
+            return MT_OK;
+        }
+    return mt_fail(MT_ERR_INVALID, "%s: Split behavior '%s' is not one of tokenizers' five", what, b);
+}
+
+mt_status mt_prepend_parse(const json_t *spec, const char *what, mt_prepend_scheme *out) {
+    const char *scheme;
+    MT_TRY(mt_json_string(spec, "prepend_scheme", 0, what, &scheme));
+    if (!scheme) {
+        /* Files older than prepend_scheme say add_prefix_space instead. */
+        int add;
+        MT_TRY(mt_json_bool(spec, "add_prefix_space", 1, what, &add));
+        *out = add ? PREPEND_ALWAYS : PREPEND_NEVER;
+        return MT_OK;
+    }
+    if (!strcmp(scheme, "always")) *out = PREPEND_ALWAYS;
+    else if (!strcmp(scheme, "first")) *out = PREPEND_FIRST;
+    else if (!strcmp(scheme, "never")) *out = PREPEND_NEVER;
+    else return mt_fail(MT_ERR_INVALID, "%s: prepend_scheme '%s' is not always, first or never", what, scheme);
+    return MT_OK;
+}
+
+static mt_status parse_step(const json_t *spec, const char *what, mt_pre_step *step) {
+    const char *type;
+    MT_TRY(mt_json_string(spec, "type", 1, what, &type));
+    if (!strcmp(type, "Split")) {
+        step->kind = PRE_SPLIT;
+        MT_TRY(parse_behavior(spec, what, &step->behavior));
+        MT_TRY(mt_json_bool(spec, "invert", 0, what, &step->invert));
+        MT_TRY(mt_json_pattern(spec, "pattern", what, &step->pattern, &step->empty_pattern));
+        step->has_pattern = !step->empty_pattern;
+        return MT_OK;
+    }
+    if (!strcmp(type, "Metaspace")) {
+        step->kind = PRE_METASPACE;
+        MT_TRY(mt_json_char(spec, "replacement", "\xe2\x96\x81", what, step->replacement, &step->replacement_len));
+        MT_TRY(mt_prepend_parse(spec, what, &step->prepend));
+        return mt_json_bool(spec, "split", 1, what, &step->split);
+    }
+    if (!strcmp(type, "ByteLevel")) {
+        int use_regex;
+        step->kind = PRE_BYTE_LEVEL;
+        MT_TRY(mt_json_bool(spec, "add_prefix_space", 1, what, &step->add_prefix_space));
+        MT_TRY(mt_json_bool(spec, "use_regex", 1, what, &use_regex));
+        if (use_regex) MT_TRY(mt_regex_compile(&step->pattern, gpt2_pattern, strlen(gpt2_pattern), 0, what));
+        step->has_pattern = use_regex;
+        return MT_OK;
+    }
+    return mt_fail(MT_ERR_INVALID, "%s: pre-tokenizer '%s' is not supported (supported: %s)", what, type, supported);
+}
+
+static mt_status add_steps(mt_tokenizer *tok, const json_t *spec, const char *what) {
+    if (!json_is_object(spec))
+        return mt_fail(MT_ERR_INVALID, "%s: a pre-tokenizer must be an object, found %s", what, mt_json_kind(spec));
+    const char *type;
+    MT_TRY(mt_json_string(spec, "type", 1, what, &type));
+    if (!strcmp(type, "Sequence")) {
+        const json_t *list = json_object_get(spec, "pretokenizers");
+        if (!json_is_array(list))
+            return mt_fail(MT_ERR_INVALID, "%s: Sequence pre-tokenizer needs a 'pretokenizers' list", what);
+        size_t i;
+        const json_t *item;
+        json_array_foreach(list, i, item) MT_TRY(add_steps(tok, item, what));
+        return MT_OK;
+    }
+    mt_pre_step *grown = realloc(tok->pre, (tok->n_pre + 1) * sizeof *grown);
+    if (!grown) return mt_fail(MT_ERR_NOMEM, "%s: cannot grow the pre-tokenizer list", what);
+    tok->pre = grown;
+    tok->pre[tok->n_pre] = (mt_pre_step){0};
+    mt_status st = parse_step(spec, what, &tok->pre[tok->n_pre]);
+    tok->n_pre++; /* counted even on failure, so that mt_pre_free releases what it holds */
+    return st;
+}
+
+mt_status mt_pre_parse(mt_tokenizer *tok, const json_t *spec) {
+    if (!spec || json_is_null(spec)) return MT_OK;
+    char what[600];
+    snprintf(what, sizeof what, "%s: pre_tokenizer", tok->path);
+    MT_TRY(add_steps(tok, spec, what));
+    /* ByteLevel maps the text to its byte alphabet; the model does that here (its vocabulary is
+     * looked up by raw bytes), which holds only when nothing comes after it. */
+    for (size_t i = 0; i < tok->n_pre; i++) {
+        if (tok->pre[i].kind != PRE_BYTE_LEVEL) continue;
+        if (i + 1 != tok->n_pre)
+            return mt_fail(MT_ERR_INVALID,
+                           "%s: a ByteLevel pre-tokenizer followed by other pre-tokenizers is not supported", what);
+        tok->bpe.byte_level = 1;
+    }
+    return MT_OK;
+}
+
+void mt_pre_free(mt_tokenizer *tok) {
+    for (size_t i = 0; i < tok->n_pre; i++) mt_regex_free(&tok->pre[i].pattern);
+    free(tok->pre);
+    tok->pre = NULL;
+    tok->n_pre = 0;
+}
+
+/* ---- applying one step ---- */
+
+static mt_status push(mt_spans *sp, size_t start, size_t end, int is_match) {
+    if (sp->n == sp->cap) {
+        size_t cap = sp->cap ? sp->cap * 2 : 64;
+        mt_span *v = realloc(sp->v, cap * sizeof *v);
+        if (!v) return mt_fail(MT_ERR_NOMEM, "pre-tokenizer: cannot grow a split list to %zu", cap);
+        sp->v = v;
+        sp->cap = cap;
+    }
+    sp->v[sp->n++] = (mt_span){start, end, is_match};
+    return MT_OK;
+}
+
+void mt_spans_free(mt_spans *sp) {
+    free(sp->v);
+    *sp = (mt_spans){0};
+}
+
+/* Matches and the gaps between them, covering s. A NULL pattern matches `delim` (a literal
+ * character) at each occurrence. */
+static mt_status find_matches(const mt_regex *re, int empty, const char *delim, size_t delim_len,
+                              mt_regex_scratch *rx, const char *s, size_t len, mt_spans *out) {
+    size_t pos = 0;
+    while (!empty) {
+        int found;
+        size_t ms, me;
+        if (re) {
+            MT_TRY(mt_regex_next(re, rx, s, len, pos, &found, &ms, &me));
+        } else {
+            const char *at = pos < len ? memmem(s + pos, len - pos, delim, delim_len) : NULL;
+            found = at != NULL;
+            ms = found ? (size_t)(at - s) : 0;
+            me = ms + delim_len;
+        }
+        if (!found) break;
+        if (pos < ms) MT_TRY(push(out, pos, ms, 0));
+        MT_TRY(push(out, ms, me, 1));
+        pos = me;
+    }
+    if (pos < len) MT_TRY(push(out, pos, len, 0));
+    return MT_OK;
+}
+
+/* Regroups `m` (matches and gaps in order) as tokenizers' NormalizedString::split does for
+ * `behavior`, in place; empty and removed pieces are dropped. */
+static void regroup(mt_spans *m, mt_split_behavior behavior) {
+    size_t n = 0;
+    int prev = 0;
+    switch (behavior) {
+    case SPLIT_ISOLATED: return;
+    case SPLIT_REMOVED:
+        for (size_t i = 0; i < m->n; i++)
+            if (!m->v[i].is_match) m->v[n++] = m->v[i];
+        break;
+    case SPLIT_CONTIGUOUS:
+        for (size_t i = 0; i < m->n; i++) {
+            int is_match = m->v[i].is_match;
+            if (n && is_match == prev) m->v[n - 1].end = m->v[i].end;
+            else m->v[n++] = m->v[i];
+            prev = is_match;
+        }
+        break;
+    case SPLIT_MERGED_WITH_PREVIOUS:
+        for (size_t i = 0; i < m->n; i++) {
+            int is_match = m->v[i].is_match;
+            if (n && is_match && !prev) m->v[n - 1].end = m->v[i].end;
+            else m->v[n++] = m->v[i];
+            prev = is_match;
+        }
+        break;
+    case SPLIT_MERGED_WITH_NEXT: {
+        /* From the end: a match joins the piece after it. The kept pieces fill the array from its
+         * end, then move to the front. */
+        size_t w = m->n;
+        for (size_t i = m->n; i-- > 0;) {
+            int is_match = m->v[i].is_match;
+            if (w < m->n && is_match && !prev) m->v[w].start = m->v[i].start;
+            else m->v[--w] = m->v[i];
+            prev = is_match;
+        }
+        n = m->n - w;
+        memmove(m->v, m->v + w, n * sizeof *m->v);
+        break;
+    }
+    }
+    m->n = n;
+}
+
+mt_status mt_pre_apply(const mt_pre_step *step, mt_regex_scratch *rx, const char *s, size_t len, int at_start,
+                       mt_str *buf, const char **text, size_t *text_len, mt_spans *spans) {
+    spans->n = 0;
+    *text = s;
+    *text_len = len;
+    switch (step->kind) {
+    case PRE_SPLIT:
+        MT_TRY(find_matches(&step->pattern, step->empty_pattern, NULL, 0, rx, s, len, spans));
+        if (step->invert)
+            for (size_t i = 0; i < spans->n; i++) spans->v[i].is_match = !spans->v[i].is_match;
+        regroup(spans, step->behavior);
+        return MT_OK;
+    case PRE_METASPACE: {
+        const char *r = step->replacement;
+        size_t rl = step->replacement_len;
+        buf->len = 0;
+        int starts = len >= rl && !memcmp(s, r, rl);
+        if (!starts && (step->prepend == PREPEND_ALWAYS || (step->prepend == PREPEND_FIRST && at_start)))
+            MT_TRY(mt_str_put(buf, r, rl));
+        for (size_t i = 0; i < len;) {
+            size_t j = i;
+            while (j < len && s[j] != ' ') j++;
+            MT_TRY(mt_str_put(buf, s + i, j - i));
+            if (j < len) MT_TRY(mt_str_put(buf, r, rl));
+            i = j + 1;
+        }
+        *text = buf->s;
+        *text_len = buf->len;
+        if (!step->split) return push(spans, 0, buf->len, 0);
+        MT_TRY(find_matches(NULL, 0, r, rl, rx, buf->s, buf->len, spans));
+        regroup(spans, SPLIT_MERGED_WITH_NEXT);
+        return MT_OK;
+    }
+    case PRE_BYTE_LEVEL:
+        if (step->add_prefix_space && !(len && s[0] == ' ')) {
+            buf->len = 0;
+            MT_TRY(mt_str_put(buf, " ", 1));
+            MT_TRY(mt_str_put(buf, s, len));
+            *text = buf->s;
+            *text_len = buf->len;
+        }
+        if (!step->has_pattern) return push(spans, 0, *text_len, 0);
+        return find_matches(&step->pattern, 0, NULL, 0, rx, *text, *text_len, spans);
+    }
+    return MT_OK;
+}
