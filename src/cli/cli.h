@@ -10,6 +10,7 @@ int mt_cli_plan(int argc, char **argv);
 int mt_cli_sample(int argc, char **argv);
 int mt_cli_export(int argc, char **argv);
 int mt_cli_bench(int argc, char **argv);
+int mt_cli_tokenize(int argc, char **argv);
 
 /* Parses the training options shared by train and plan; returns -1 after printing an error,
  * 1 when --help was printed, 0 otherwise. */

@@ -15,6 +15,7 @@ static const char usage[] =
     "  plan     print the memory a run needs and its time floor, allocating nothing\n"
     "  export   write a checkpoint as a Hugging Face model directory\n"
     "  bench    time training steps on synthetic tokens\n"
+    "  tokenize encode text and JSONL files into token shards with a model's tokenizer\n"
     "\n"
     "'megatrain <command> --help' describes each command's options.\n";
 
@@ -34,6 +35,7 @@ int main(int argc, char **argv) {
     if (!strcmp(command, "plan")) return mt_cli_plan(argc - 1, argv + 1);
     if (!strcmp(command, "export")) return mt_cli_export(argc - 1, argv + 1);
     if (!strcmp(command, "bench")) return mt_cli_bench(argc - 1, argv + 1);
+    if (!strcmp(command, "tokenize")) return mt_cli_tokenize(argc - 1, argv + 1);
     fprintf(stderr, "megatrain: error: unknown command '%s'\n\n%s", command, usage);
     return 2;
 }

@@ -118,8 +118,8 @@ static mt_status parse_merges(mt_bpe *b, const json_t *merges, const char *what)
     mt_str joined = {0};
     mt_status st = MT_OK;
     for (size_t rank = 0; rank < n && !st; rank++) {
-        const char *l, *r;
-        size_t ll, rl;
+        const char *l = NULL, *r = NULL;
+        size_t ll = 0, rl = 0;
         int32_t lid, rid, nid;
         st = merge_parts(json_array_get(merges, rank), rank, what, &l, &ll, &r, &rl);
         if (!st) st = token_id(b, l, ll, rank, what, &lid);
@@ -154,6 +154,26 @@ static mt_status index_bytes(mt_bpe *b, const char *what) {
         b->byte_id[c] = mt_strmap_get(&b->vocab, s, mt_utf8_encode(mt_byte_level_char((unsigned char)c), s));
     }
     return st;
+}
+
+#define META "\xe2\x96\x81" /* U+2581, SentencePiece's word boundary */
+
+static int meta_at(const char *s, size_t len, size_t i) { return len - i >= 3 && !memcmp(s + i, META, 3); }
+
+/* Whether a word may be cut before each "▁" that follows another character: then no merge can
+ * join the two sides (its token would hold that character then "▁", and none does), so BPE on the
+ * pieces gives what BPE on the word gives. Words without a pre-tokenizer (Llama 2's and Mistral's
+ * whole text) become the words SentencePiece would see, and the merge loop runs on each alone. */
+static int can_split_at_meta(const mt_bpe *b) {
+    if (b->byte_level || b->prefix_len || b->suffix_len) return 0;
+    for (size_t i = 0; i <= b->vocab.mask; i++) {
+        const mt_strmap_slot *s = &b->vocab.slots[i];
+        if (s->value < 0) continue;
+        const char *t = b->vocab.arena + s->key_off;
+        for (size_t k = 1; k < s->key_len; k++)
+            if (meta_at(t, s->key_len, k) && !(k >= 3 && meta_at(t, s->key_len, k - 3))) return 0;
+    }
+    return 1;
 }
 
 static mt_status optional_string(const json_t *model, const char *key, const char *what, char **out, size_t *len) {
@@ -195,6 +215,7 @@ mt_status mt_bpe_parse(mt_tokenizer *tok, const json_t *model) {
         b->fallback_id[c] = mt_strmap_get(&b->vocab, name, 6);
     }
     if (b->byte_level) MT_TRY(index_bytes(b, what));
+    b->meta_split = can_split_at_meta(b);
     if (!(b->cache = mt_cache_new())) return mt_fail(MT_ERR_NOMEM, "%s: cannot allocate the word cache", what);
     return MT_OK;
 }
@@ -376,12 +397,8 @@ static mt_status merge_all(const mt_bpe *b, mt_bpe_scratch *s, word *w) {
     return MT_OK;
 }
 
-mt_status mt_bpe_encode_word(const mt_bpe *b, mt_bpe_scratch *s, const char *text, size_t len, mt_ids *out) {
-    if (len == 0) return MT_OK;
-    if (b->ignore_merges) {
-        int32_t id = mt_strmap_get(b->byte_level ? &b->raw_vocab : &b->vocab, text, len);
-        if (id >= 0) return mt_ids_push(out, id);
-    }
+/* One word, or one piece of a word cut at "▁". */
+static mt_status encode_piece(const mt_bpe *b, mt_bpe_scratch *s, const char *text, size_t len, mt_ids *out) {
     int cacheable = len <= MT_CACHE_MAX_WORD;
     if (cacheable && mt_cache_get(b->cache, text, len, out)) return MT_OK;
     word w = {(symbol *)s->sym, 0, -1, 0};
@@ -393,4 +410,20 @@ mt_status mt_bpe_encode_word(const mt_bpe *b, mt_bpe_scratch *s, const char *tex
         if (w.sym[i].len) MT_TRY(mt_ids_push(out, w.sym[i].id));
     if (cacheable) mt_cache_put(b->cache, text, len, out->ids + first, out->n - first);
     return MT_OK;
+}
+
+mt_status mt_bpe_encode_word(const mt_bpe *b, mt_bpe_scratch *s, const char *text, size_t len, mt_ids *out) {
+    if (len == 0) return MT_OK;
+    if (b->ignore_merges) {
+        int32_t id = mt_strmap_get(b->byte_level ? &b->raw_vocab : &b->vocab, text, len);
+        if (id >= 0) return mt_ids_push(out, id);
+    }
+    if (!b->meta_split) return encode_piece(b, s, text, len, out);
+    size_t start = 0;
+    for (size_t i = 1; i < len; i++)
+        if (meta_at(text, len, i) && !(i >= 3 && meta_at(text, len, i - 3))) {
+            MT_TRY(encode_piece(b, s, text + start, i - start, out));
+            start = i;
+        }
+    return encode_piece(b, s, text + start, len - start, out);
 }

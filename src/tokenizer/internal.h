@@ -109,6 +109,8 @@ typedef struct {
     int fuse_unk, byte_fallback, ignore_merges;
     char *prefix, *suffix;      /* continuing_subword_prefix, end_of_word_suffix (NULL: unset) */
     size_t prefix_len, suffix_len;
+    int meta_split;             /* no token has "▁" after another character: a word can be cut
+                                 * before each "▁" that follows a non-"▁" (see bpe.c) */
     mt_word_cache *cache;
 } mt_bpe;
 

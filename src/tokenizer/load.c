@@ -188,7 +188,8 @@ static mt_status load_config(mt_tokenizer *tok, const char *path, int *has_add_b
     *has_add_bos = 0;
     if (stat(path, &st) != 0) return MT_OK; /* optional */
     json_error_t jerr;
-    json_t *cfg = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    /* Integers as reals: model_max_length is often 1e30 written out, too big for an integer. */
+    json_t *cfg = json_load_file(path, JSON_DECODE_INT_AS_REAL, &jerr);
     if (!cfg) return mt_fail(MT_ERR_INVALID, "%s: line %d column %d: %s", path, jerr.line, jerr.column, jerr.text);
     mt_status st_ = MT_OK;
     if (!json_is_object(cfg)) st_ = mt_fail(MT_ERR_INVALID, "%s: must hold a JSON object", path);

@@ -76,7 +76,7 @@ static char *rewrite_spaces(const char *p, size_t len, size_t *out_len) {
 mt_status mt_regex_compile(mt_regex *re, const char *pattern, size_t len, int literal, const char *what) {
     int err;
     PCRE2_SIZE at;
-    uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     size_t rewritten_len = len;
     char *rewritten = literal ? NULL : rewrite_spaces(pattern, len, &rewritten_len);
     if (!literal && !rewritten) return mt_fail(MT_ERR_NOMEM, "%s: cannot copy a regex of %zu bytes", what, len);

@@ -1,0 +1,96 @@
+/* megatrain tokenize --tokenizer MODEL INPUT... --out PREFIX [options] */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "tokenizer/tokenize_files.h"
+
+static const char tokenize_help[] =
+    "usage: megatrain tokenize --tokenizer MODEL_DIR|tokenizer.json INPUT... --out PREFIX [options]\n"
+    "\n"
+    "Encodes text with a model's Hugging Face tokenizer into llm.c token shards PREFIX_000000.bin,\n"
+    "PREFIX_000001.bin, ... that --data reads. INPUTs are plain-text files (each one document), JSONL\n"
+    "files (.jsonl: one JSON object a line, the document in its --text-field) or directories (their\n"
+    ".txt, .text, .md and .jsonl files, recursively, in path order). Each document is preceded by the\n"
+    "tokenizer's end-of-text token (<|end_of_text|>, <|endoftext|>, </s>) and, when the tokenizer adds\n"
+    "one, its BOS. The shards are the same whatever --threads; on any error none is left behind.\n"
+    "  --tokenizer PATH     a model directory (tokenizer.json, tokenizer_config.json) or a tokenizer.json\n"
+    "  --out PREFIX         shard path prefix; PREFIX_000000.bin must not exist yet\n"
+    "  --text-field NAME    JSONL field holding each document (default text)\n"
+    "  --shard-size N       tokens a shard, e.g. 100M (default 100M; suffixes K, M, G)\n"
+    "  --dtype TYPE         uint16, uint32 or auto (default auto: uint16 when the vocabulary fits)\n"
+    "  --threads N          encoding threads (default: all cores)\n"
+    "  --bos MODE           auto, yes or no: a BOS after each separator (default auto: as the\n"
+    "                       tokenizer's add_bos_token or post-processor says)\n"
+    "  --allow-special      match special-token strings (<|im_start|>, </s>, ...) inside documents;\n"
+    "                       by default they are encoded as the text they are\n"
+    "  --help\n";
+
+/* A token count: digits with an optional K, M or G (thousands, millions, billions). */
+static int parse_count(const char *text, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    int64_t scale = !strcmp(end, "") ? 1 : !strcmp(end, "K") ? 1000 : !strcmp(end, "M") ? 1000000
+                  : !strcmp(end, "G") ? 1000000000 : 0;
+    if (errno || end == text || v <= 0 || !scale || v > INT64_MAX / scale) return -1;
+    *out = v * scale;
+    return 0;
+}
+
+int mt_cli_tokenize(int argc, char **argv) {
+    enum { OPT_TOKENIZER = 256, OPT_OUT, OPT_FIELD, OPT_SHARD, OPT_DTYPE, OPT_THREADS, OPT_BOS, OPT_SPECIAL };
+    static const struct option opts[] = {
+        {"tokenizer", required_argument, 0, OPT_TOKENIZER}, {"out", required_argument, 0, OPT_OUT},
+        {"text-field", required_argument, 0, OPT_FIELD},    {"shard-size", required_argument, 0, OPT_SHARD},
+        {"dtype", required_argument, 0, OPT_DTYPE},         {"threads", required_argument, 0, OPT_THREADS},
+        {"bos", required_argument, 0, OPT_BOS},             {"allow-special", no_argument, 0, OPT_SPECIAL},
+        {"help", no_argument, 0, 'h'},                      {0, 0, 0, 0}};
+    mt_tokenize_options o = {.bos = -1};
+    int c, bad = 0;
+    int64_t threads = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case OPT_TOKENIZER: o.tokenizer = optarg; break;
+        case OPT_OUT: o.out_prefix = optarg; break;
+        case OPT_FIELD: o.text_field = optarg; break;
+        case OPT_SHARD: bad |= parse_count(optarg, &o.shard_tokens) != 0; break;
+        case OPT_DTYPE:
+            o.width = !strcmp(optarg, "uint16") ? 2 : !strcmp(optarg, "uint32") ? 4 : 0;
+            bad |= o.width == 0 && strcmp(optarg, "auto");
+            break;
+        case OPT_THREADS: bad |= parse_count(optarg, &threads) != 0 || threads > 4096; break;
+        case OPT_BOS:
+            o.bos = !strcmp(optarg, "yes") ? 1 : !strcmp(optarg, "no") ? 0 : -1;
+            bad |= o.bos < 0 && strcmp(optarg, "auto");
+            break;
+        case OPT_SPECIAL: o.allow_special = 1; break;
+        case 'h': fputs(tokenize_help, stdout); return 0;
+        default: bad = 1; break;
+        }
+    }
+    if (bad || !o.tokenizer || !o.out_prefix || optind >= argc) {
+        fprintf(stderr, "megatrain: error: bad arguments%s\n%s",
+                !bad && (!o.tokenizer || !o.out_prefix) ? ": --tokenizer and --out are required"
+                : !bad                                   ? ": no INPUT"
+                                                         : "",
+                tokenize_help);
+        return 2;
+    }
+    o.threads = (int)threads;
+    o.inputs = (const char *const *)argv + optind;
+    o.n_inputs = (size_t)(argc - optind);
+    mt_tokenize_summary s;
+    mt_status rc = mt_tokenize_files(&o, &s);
+    if (rc != MT_OK) return mt_cli_fail(rc);
+    printf("tokenized %zu documents from %zu files (%.1f MB) into %llu tokens in %zu shards %s_*.bin (%s), "
+           "%.2f s on %d threads: %.2f MB/s, %.0f tokens/s\n",
+           s.documents, s.files, (double)s.bytes / 1e6, (unsigned long long)s.tokens, s.shards, o.out_prefix,
+           s.width == 2 ? "uint16" : "uint32", s.seconds, s.threads, (double)s.bytes / 1e6 / (s.seconds > 0 ? s.seconds : 1),
+           (double)s.tokens / (s.seconds > 0 ? s.seconds : 1));
+    return 0;
+}

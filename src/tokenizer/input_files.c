@@ -1,0 +1,87 @@
+#include "tokenizer/input_files.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && !strcmp(s + n - m, suffix);
+}
+
+static mt_status add(mt_input_list *l, const char *path) {
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        mt_input_file *v = realloc(l->v, cap * sizeof *v);
+        if (!v) return mt_fail(MT_ERR_NOMEM, "inputs: cannot grow the file list");
+        l->v = v;
+        l->cap = cap;
+    }
+    char *copy = strdup(path);
+    if (!copy) return mt_fail(MT_ERR_NOMEM, "inputs: cannot copy a path");
+    l->v[l->n++] = (mt_input_file){copy, ends_with(path, ".jsonl")};
+    return MT_OK;
+}
+
+static int by_path(const void *a, const void *b) {
+    return strcmp(((const mt_input_file *)a)->path, ((const mt_input_file *)b)->path);
+}
+
+static mt_status walk(mt_input_list *l, const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return mt_fail(MT_ERR_IO, "%s: cannot read the directory: %s", dir, strerror(errno));
+    mt_status st = MT_OK;
+    struct dirent *e;
+    while (!st && (e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char *path;
+        if (asprintf(&path, "%s/%s", dir, e->d_name) < 0) {
+            st = mt_fail(MT_ERR_NOMEM, "inputs: cannot copy a path");
+            break;
+        }
+        struct stat ls, s;
+        if (lstat(path, &ls) != 0 || stat(path, &s) != 0) {
+            /* A dangling link is passed over; anything else we cannot stat is an error. */
+            if (!(lstat(path, &ls) == 0 && S_ISLNK(ls.st_mode)))
+                st = mt_fail(MT_ERR_IO, "%s: %s", path, strerror(errno));
+        } else if (S_ISDIR(s.st_mode)) {
+            if (!S_ISLNK(ls.st_mode)) st = walk(l, path);
+        } else if (S_ISREG(s.st_mode) && (ends_with(path, ".txt") || ends_with(path, ".text") ||
+                                          ends_with(path, ".md") || ends_with(path, ".jsonl"))) {
+            st = add(l, path);
+        }
+        free(path);
+    }
+    closedir(d);
+    return st;
+}
+
+mt_status mt_input_files_collect(const char *const *paths, size_t n, mt_input_list *out) {
+    *out = (mt_input_list){0};
+    mt_status st = MT_OK;
+    for (size_t i = 0; i < n && !st; i++) {
+        struct stat s;
+        if (stat(paths[i], &s) != 0) {
+            st = mt_fail(MT_ERR_IO, "%s: %s", paths[i], strerror(errno));
+        } else if (S_ISDIR(s.st_mode)) {
+            size_t first = out->n;
+            st = walk(out, paths[i]);
+            if (!st) qsort(out->v + first, out->n - first, sizeof *out->v, by_path);
+            if (!st && out->n == first)
+                st = mt_fail(MT_ERR_INVALID, "%s: no .txt, .text, .md or .jsonl files in the directory", paths[i]);
+        } else {
+            st = add(out, paths[i]);
+        }
+    }
+    if (!st && out->n == 0) st = mt_fail(MT_ERR_INVALID, "tokenize: no input files");
+    if (st) mt_input_files_free(out);
+    return st;
+}
+
+void mt_input_files_free(mt_input_list *l) {
+    for (size_t i = 0; i < l->n; i++) free(l->v[i].path);
+    free(l->v);
+    *l = (mt_input_list){0};
+}

@@ -1,0 +1,26 @@
+/* The files `megatrain tokenize` reads: the inputs as given, directories expanded. */
+#ifndef MT_TOKENIZER_INPUT_FILES_H
+#define MT_TOKENIZER_INPUT_FILES_H
+
+#include <stddef.h>
+
+#include "util/status.h"
+
+typedef struct {
+    char *path;
+    int jsonl; /* one JSON object a line; else plain text, the whole file one document */
+} mt_input_file;
+
+typedef struct {
+    mt_input_file *v;
+    size_t n, cap;
+} mt_input_list;
+
+/* Each path in turn: a file is taken whatever its name (JSONL when it ends in .jsonl); a directory
+ * gives, recursively and sorted by path, its .txt, .text, .md and .jsonl files (hidden entries and
+ * symbolic links to directories are passed over). Fails naming a path that does not exist, and
+ * when nothing is found. */
+mt_status mt_input_files_collect(const char *const *paths, size_t n, mt_input_list *out);
+void mt_input_files_free(mt_input_list *l);
+
+#endif

