@@ -35,8 +35,11 @@ typedef struct {
     const char *config_path;
     const char *init_from;
 
-    /* Data: a token file (llm.c .bin, .npy, or text as bytes). NULL: the demo corpus. */
+    /* Data: a token file (llm.c .bin, masked shard, .npy), or text or JSONL, tokenized with the
+     * run's tokenizer when it has one, else read as bytes. NULL: the demo corpus. */
     const char *data_path;
+    const char *tokenizer;   /* a tokenizer.json or model directory; NULL: the --init-from directory's
+                              * tokenizer.json if it has one, else on resume the run's, else none */
     double val_fraction;     /* held out for validation */
     int sequential;          /* windows in order instead of at random */
     uint64_t seed;           /* initialization and sampling */

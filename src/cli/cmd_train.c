@@ -17,8 +17,13 @@ static const char train_help[] =
     "  --config FILE          a Hugging Face config.json (random initialization)\n"
     "  --init-from DIR        fine-tune a Hugging Face model directory (config.json + safetensors)\n"
     "data:\n"
-    "  --data FILE            tokens: llm.c .bin shard, .npy (uint16/uint32), or text as bytes\n"
-    "                         (default: data/kjv.txt, the demo corpus)\n"
+    "  --data FILE            tokens (llm.c .bin shard, masked shard, .npy of uint16/uint32), or text:\n"
+    "                         a text file, JSONL of {\"text\"} documents, or chat JSONL ({\"messages\"} or\n"
+    "                         {\"prompt\", \"completion\"}: loss on the answers only), tokenized with the\n"
+    "                         run's tokenizer into a cache in --out/data, or read as bytes when the run\n"
+    "                         has none (default: data/kjv.txt, the demo corpus)\n"
+    "  --tokenizer PATH       a tokenizer.json or model directory (default: the --init-from directory's\n"
+    "                         when it has a tokenizer.json; on --resume, the run's)\n"
     "  --val-fraction F       held out for validation (default 0.05)\n"
     "  --sequential           take windows in order instead of at random\n"
     "  --seed N               initialization and sampling seed (default 1337)\n"
@@ -78,7 +83,7 @@ enum {
     OPT_SEQ, OPT_BATCH, OPT_MICRO, OPT_STEPS, OPT_LR, OPT_SCHEDULE, OPT_WARMUP, OPT_MIN_LR, OPT_WD,
     OPT_BETA1, OPT_BETA2, OPT_EPS, OPT_CLIP, OPT_BACKEND, OPT_THREADS, OPT_SLOTS, OPT_OPT_THREADS,
     OPT_LM_CHUNK, OPT_OUT, OPT_RESUME, OPT_CKPT_EVERY, OPT_EVAL_EVERY, OPT_EVAL_BATCHES, OPT_KEEP, OPT_MAX_SKIPS, OPT_GPU_MEM, OPT_CONTINUE_ON_SAVE_ERROR,
-    OPT_MOMENTS, OPT_OPT_CORES, OPT_SYNC_SAVE, OPT_SAVE_STAGING, OPT_ENDS_ON_DEVICE, OPT_HELP
+    OPT_MOMENTS, OPT_OPT_CORES, OPT_SYNC_SAVE, OPT_SAVE_STAGING, OPT_ENDS_ON_DEVICE, OPT_TOKENIZER, OPT_HELP
 };
 
 static const struct option long_options[] = {
@@ -102,7 +107,7 @@ static const struct option long_options[] = {
     {"continue-on-save-error", no_argument, 0, OPT_CONTINUE_ON_SAVE_ERROR},
     {"moments", required_argument, 0, OPT_MOMENTS}, {"opt-cores", required_argument, 0, OPT_OPT_CORES},
     {"sync-save", no_argument, 0, OPT_SYNC_SAVE}, {"save-staging", required_argument, 0, OPT_SAVE_STAGING},
-    {"ends-on-device", required_argument, 0, OPT_ENDS_ON_DEVICE},
+    {"ends-on-device", required_argument, 0, OPT_ENDS_ON_DEVICE}, {"tokenizer", required_argument, 0, OPT_TOKENIZER},
     {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
 
 /* Whole-string numbers only: "12x" and "" are refused, naming the option. */
@@ -151,6 +156,7 @@ int mt_cli_parse_train(int argc, char **argv, const char *command, mt_train_opti
         case OPT_CONFIG: o->config_path = optarg; break;
         case OPT_INIT_FROM: o->init_from = optarg; break;
         case OPT_DATA: o->data_path = optarg; break;
+        case OPT_TOKENIZER: o->tokenizer = optarg; break;
         case OPT_VAL_FRACTION: bad |= parse_float(name, optarg, 0, &f); o->val_fraction = f; break;
         case OPT_SEQUENTIAL: o->sequential = 1; break;
         case OPT_SEED: bad |= parse_int64(name, optarg, 0, &i64); o->seed = (uint64_t)i64; break;

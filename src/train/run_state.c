@@ -32,11 +32,12 @@ int mt_run_blobs(const mt_store *s, mt_run_blob blobs[MT_RUN_MAX_BLOBS]) {
 }
 
 json_t *mt_run_meta(const mt_store *s, const mt_run_progress *p) {
-    return json_pack("{s:s, s:i, s:I, s:I, s:s, s:o, s:o}", "format", RUN_FORMAT, "version", RUN_VERSION,
+    return json_pack("{s:s, s:i, s:I, s:I, s:s, s:o, s:o, s:{s:s*}}", "format", RUN_FORMAT, "version", RUN_VERSION,
                      "step", (json_int_t)p->step, "adam_step", (json_int_t)p->adam_step,
                      "moments", mt_moments_format_name(s->moments.format),
                      "sampler", mt_sampler_state_to_json(&p->sampler),
-                     "config", mt_hf_config_to_json(&s->layout->cfg, "float32"));
+                     "config", mt_hf_config_to_json(&s->layout->cfg, "float32"), "settings", "tokenizer",
+                     p->tokenizer);
 }
 
 mt_status mt_run_save(const char *run_dir, const mt_store *s, const mt_run_progress *p, int keep) {
@@ -108,6 +109,19 @@ mt_status mt_run_load_config(const char *checkpoint, mt_config *cfg) {
     char source[4096];
     snprintf(source, sizeof source, "%s/manifest.json (config)", checkpoint);
     mt_status rc = mt_hf_config_from_json(json_object_get(meta, "config"), source, cfg);
+    json_decref(meta);
+    return rc;
+}
+
+mt_status mt_run_load_tokenizer(const char *checkpoint, char *path, size_t cap) {
+    json_t *meta;
+    MT_TRY(read_meta(checkpoint, &meta));
+    const json_t *tok = json_object_get(json_object_get(meta, "settings"), "tokenizer");
+    mt_status rc = MT_OK;
+    if (tok && !json_is_string(tok) && !json_is_null(tok))
+        rc = mt_fail(MT_ERR_INVALID, "%s: metadata field settings.tokenizer is not a path", checkpoint);
+    else
+        snprintf(path, cap, "%s", json_is_string(tok) ? json_string_value(tok) : "");
     json_decref(meta);
     return rc;
 }

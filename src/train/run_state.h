@@ -17,6 +17,7 @@ typedef struct {
     int64_t step;        /* optimizer steps taken (skipped ones included) */
     int64_t adam_step;   /* updates applied: AdamW's bias-correction count */
     mt_sampler_state sampler;
+    const char *tokenizer; /* the run's tokenizer (an absolute path), kept in the checkpoint's settings; NULL: none */
 } mt_run_progress;
 
 /* One class of the saved state as a checkpoint blob: `items` items of item_bytes each, item i
@@ -46,6 +47,8 @@ mt_status mt_run_latest(const char *run_dir, char *path, size_t cap);
 mt_status mt_run_resolve(const char *path, char *checkpoint, size_t cap);
 
 mt_status mt_run_load_config(const char *checkpoint, mt_config *cfg);
+/* The run's tokenizer (settings.tokenizer) into path[cap]; "" when the run has none (bytes). */
+mt_status mt_run_load_tokenizer(const char *checkpoint, char *path, size_t cap);
 /* The format of the checkpoint's Adam moments (fp32 for checkpoints that do not say). */
 mt_status mt_run_load_moments_format(const char *checkpoint, mt_moments_format *format);
 /* Fills the store's masters and moments (and working weights) and the progress; refuses a

@@ -24,6 +24,7 @@
 #include "train/progress.h"
 #include "train/run_state.h"
 #include "train/saver.h"
+#include "train/train_data.h"
 #include "train/step_watch.h"
 #include "util/fs.h"
 #include "util/log.h"
@@ -80,6 +81,7 @@ typedef struct {
     mt_run_progress progress;
     int32_t *inputs, *targets;  /* [M * batch * seq] */
     char resume_from[4096];
+    char tokenizer[4096];       /* the run's tokenizer ("" for bytes): train/train_data.h */
     int tokens_open;
     mt_step_watch watch;
     int64_t nan_step;           /* test hook: MT_TEST_NAN_STEP, 0 when unset */
@@ -123,9 +125,13 @@ static mt_status open_data(run *r) {
         return mt_fail(MT_ERR_IO, "%s: the demo corpus is missing; make it with "
                        "'scripts/make-demo-corpus.sh %s' (needs the bible-kjv packages) or pass --data",
                        path, path);
-    MT_TRY(mt_tokens_open(path, &r->tokens));
+    char tokens[8192];
+    MT_TRY(mt_train_data_resolve(r->o, path, r->resume_from, (uint32_t)r->cfg.vocab_size, r->tokenizer,
+                                 sizeof r->tokenizer, tokens, sizeof tokens));
+    r->progress.tokenizer = r->tokenizer[0] ? r->tokenizer : NULL;
+    MT_TRY(mt_tokens_open(tokens, &r->tokens));
     r->tokens_open = 1;
-    MT_TRY(mt_tokens_validate(&r->tokens, (uint32_t)r->cfg.vocab_size, path));
+    MT_TRY(mt_tokens_validate(&r->tokens, (uint32_t)r->cfg.vocab_size, tokens));
     MT_TRY(mt_dataset_init(&r->data, &r->tokens, r->o->val_fraction, r->o->seq_len,
                            r->o->sequential ? MT_SAMPLE_SEQUENTIAL : MT_SAMPLE_RANDOM, r->o->seed));
     if (r->resume_from[0]) MT_TRY(mt_dataset_set_state(&r->data, &r->progress.sampler));
