@@ -56,7 +56,8 @@ int mt_sample_text_emit(mt_sample_text *t, int32_t id, FILE *out) {
         fflush(out);
         return 0;
     }
-    if (id == mt_tokenizer_eos(t->tok) || id == mt_tokenizer_eot(t->tok)) return 1;
+    /* eos, end of text, or another special token such as Llama 3's <|eot_id|>: the end of a turn. */
+    if (id == mt_tokenizer_eos(t->tok) || id == mt_tokenizer_eot(t->tok) || mt_tokenizer_is_special(t->tok, id)) return 1;
     char *text = NULL;
     size_t len = 0;
     if (mt_ids_push(&t->generated, id) != MT_OK ||

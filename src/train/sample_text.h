@@ -1,7 +1,7 @@
 /* How `megatrain sample` turns text into tokens and back. With the run's tokenizer (the
  * checkpoint's settings.tokenizer) the prompt is encoded (special-token strings such as
  * <|im_start|> match; BOS first where the tokenizer adds one) and the continuation decoded as it
- * grows, until the tokenizer's eos or end-of-text token. Without one, text is bytes (the demo's
+ * grows, until a special token (eos, end of text, <|eot_id|>, <|im_end|>, ...). Without one, text is bytes (the demo's
  * vocabulary of 256), and other vocabularies print token ids. */
 #ifndef MT_TRAIN_SAMPLE_TEXT_H
 #define MT_TRAIN_SAMPLE_TEXT_H
@@ -26,7 +26,7 @@ mt_status mt_sample_text_open(const char *checkpoint, const mt_config *cfg, mt_s
  * a newline for bytes). */
 mt_status mt_sample_text_prompt(const mt_sample_text *t, const char *prompt, int32_t **ids, int *n);
 /* Prints the generated token's text as soon as it is whole; returns 1 when the token ends the
- * text (the tokenizer's eos or end-of-text), which is not printed. */
+ * text (a special token), which is not printed. */
 int mt_sample_text_emit(mt_sample_text *t, int32_t id, FILE *out);
 void mt_sample_text_close(mt_sample_text *t);
 
