@@ -82,10 +82,22 @@ bench-adamw: $(BUILD)/bench/adamw/bench_adamw
 $(BUILD)/bench/adamw/bench_adamw: $(call objs,$(BUILD),$(LIB_C) bench/adamw/bench_adamw.c) $(LIB_OBJ_CU)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
+# The real tokenizer files the tokenizer tests compare against, kept xz-compressed in the
+# repository (tests/data/tokenizers/<name>/tokenizer.json.xz), unpacked here beside their
+# tokenizer_config.json; the tests read them from $MT_TOKENIZER_DATA.
+TOKENIZER_DATA := $(patsubst tests/data/tokenizers/%/tokenizer.json.xz,$(BUILD)/tokenizers/%,$(wildcard tests/data/tokenizers/*/tokenizer.json.xz))
+$(BUILD)/tokenizers/%/tokenizer.json: tests/data/tokenizers/%/tokenizer.json.xz
+	@mkdir -p $(dir $@)
+	xz -dc $< > $@.tmp && mv $@.tmp $@
+$(BUILD)/tokenizers/%/tokenizer_config.json: tests/data/tokenizers/%/tokenizer_config.json
+	@mkdir -p $(dir $@)
+	cp $< $@
+tokenizer-data: $(TOKENIZER_DATA:%=%/tokenizer.json) $(TOKENIZER_DATA:%=%/tokenizer_config.json)
+
 # The test command the README names. Criterion prints its own summary line per run.
-test: data/kjv.txt $(BUILD)/megatrain $(BUILD)/run-tests $(BUILD)/asan/megatrain $(BUILD)/asan/run-tests $(BUILD)/tsan/engine-tsan
-	MT_BIN=$(BUILD)/megatrain $(BUILD)/run-tests --jobs 1
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 MT_BIN=$(BUILD)/asan/megatrain $(BUILD)/asan/run-tests --jobs 1
+test: data/kjv.txt tokenizer-data $(BUILD)/megatrain $(BUILD)/run-tests $(BUILD)/asan/megatrain $(BUILD)/asan/run-tests $(BUILD)/tsan/engine-tsan
+	MT_TOKENIZER_DATA=$(BUILD)/tokenizers MT_BIN=$(BUILD)/megatrain $(BUILD)/run-tests --jobs 1
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 MT_TOKENIZER_DATA=$(BUILD)/tokenizers MT_BIN=$(BUILD)/asan/megatrain $(BUILD)/asan/run-tests --jobs 1
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 OPENBLAS_NUM_THREADS=1 $(BUILD)/tsan/engine-tsan
 
 # libFuzzer harnesses (tests/fuzz/fuzz_*.c) over the parsers of files users bring: each is built
@@ -97,12 +109,12 @@ FUZZ_FLAGS   := -std=c11 -D_GNU_SOURCE -O1 -g -Iinclude -Isrc -Itests/fuzz \
                 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 FUZZ_LIB_C   := src/util/status.c src/util/log.c src/model/config.c src/io/checkpoint.c \
                 src/io/hf_config.c src/io/safetensors.c src/io/tokens.c src/io/masked_tokens.c \
-                tests/fuzz/tmp_file.c
+                tests/fuzz/tmp_file.c $(wildcard src/tokenizer/*.c) src/util/fs.c
 FUZZ_HARNESS := $(sort $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c))))
 
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_C)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_FLAGS) $^ -o $@ -ljansson -lxxhash -lm
+	$(FUZZ_CC) $(FUZZ_FLAGS) $^ -o $@ -ljansson -lxxhash -lpcre2-8 -lutf8proc -lm -lpthread
 
 fuzz: $(FUZZ_HARNESS:%=$(BUILD)/fuzz/%)
 	set -e; for h in $(FUZZ_HARNESS); do \
@@ -139,5 +151,5 @@ demo: $(BUILD)/megatrain data/kjv.txt
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all test demo clean cuda-tests bench-adamw fuzz fuzz-long
+.PHONY: all test demo clean cuda-tests bench-adamw fuzz fuzz-long tokenizer-data
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -7,6 +7,9 @@ packages=(
   libopenblas-openmp-dev   # the cpu backend's GEMMs (OpenMP build: shares our threads)
   libjansson-dev           # config.json, safetensors headers, checkpoint manifests
   libxxhash-dev            # checkpoint checksums
+  libpcre2-dev             # the tokenizer's pre-tokenizer regexes (Unicode classes, JIT)
+  libutf8proc-dev          # the tokenizer's NFC/NFKC normalizers and character classes
+  xz-utils                 # the tokenizer test data is stored xz-compressed
   libcriterion-dev         # the test framework
   python3-torch            # the independent reference the tests check gradients against
   python3-numpy

@@ -61,17 +61,18 @@ mt_status mt_strmap_set(mt_strmap *m, const char *key, size_t len, int32_t value
         s->value = value;
         return MT_OK;
     }
-    if (m->arena_len + len > m->arena_cap) {
+    if (m->arena_len + len + 1 > m->arena_cap) {
         size_t cap = m->arena_cap ? m->arena_cap : 4096;
-        while (cap < m->arena_len + len) cap *= 2;
+        while (cap < m->arena_len + len + 1) cap *= 2;
         char *arena = realloc(m->arena, cap);
         if (!arena) return mt_fail(MT_ERR_NOMEM, "token map: cannot grow its key arena to %zu bytes", cap);
         m->arena = arena;
         m->arena_cap = cap;
     }
     if (len) memcpy(m->arena + m->arena_len, key, len);
+    m->arena[m->arena_len + len] = 0;
     *s = (mt_strmap_slot){.hash = hash, .key_off = m->arena_len, .key_len = (uint32_t)len, .value = value};
-    m->arena_len += len;
+    m->arena_len += len + 1;
     m->count++;
     return MT_OK;
 }

@@ -1,5 +1,6 @@
 /* A read-mostly map from byte strings to token ids: open addressing over xxHash3, the keys in
- * one arena. Built once at load time; lookups need no lock. */
+ * one arena, each followed by a NUL (so that a key can be handed out as a C string). Built once
+ * at load time; lookups need no lock. */
 #ifndef MT_TOKENIZER_STRMAP_H
 #define MT_TOKENIZER_STRMAP_H
 
