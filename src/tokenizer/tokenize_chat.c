@@ -1,8 +1,10 @@
 #include "tokenizer/tokenize_chat.h"
 
 #include <errno.h>
-#include <limits.h>
+#ifdef _OPENMP
 #include <omp.h>
+#endif
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,6 +134,19 @@ static void series_abort(series *s) {
 
 /* ---- the command ---- */
 
+/* Sets the threads of chat_file.c's OpenMP loops (n > 0) and returns how many there were before;
+ * 1 in builds without OpenMP (the fuzzers'), whose loops run serially. */
+static int set_threads(int n) {
+#ifdef _OPENMP
+    int before = omp_get_max_threads();
+    if (n > 0) omp_set_num_threads(n);
+    return before;
+#else
+    (void)n;
+    return 1;
+#endif
+}
+
 static mt_status to_shards(const int32_t *ids, const uint8_t *mask, size_t n, void *user) {
     return series_add(user, ids, mask, n);
 }
@@ -174,9 +189,8 @@ mt_status mt_tokenize_chat_files(const mt_tokenize_options *o, mt_tokenize_summa
     mt_chat_template t = {0};
     mt_input_list files = {0};
     series sink = {0};
-    int threads_before = omp_get_max_threads();
-    if (o->threads > 0) omp_set_num_threads(o->threads);
-    s->threads = omp_get_max_threads();
+    int threads_before = set_threads(o->threads);
+    s->threads = o->threads > 0 ? o->threads : threads_before;
     mt_status st = mt_tokenizer_chat(tok, &t);
     if (st == MT_OK) st = chat_width(o, tok, &s->width);
     if (st == MT_OK) st = mt_input_files_collect(o->inputs, o->n_inputs, &files);
@@ -187,7 +201,7 @@ mt_status mt_tokenize_chat_files(const mt_tokenize_options *o, mt_tokenize_summa
     if (st == MT_OK) st = series_finish(&sink);
     if (st == MT_OK) s->shards = sink.shards;
     else series_abort(&sink);
-    omp_set_num_threads(threads_before);
+    set_threads(threads_before);
     s->seconds = mt_now() - start;
     mt_input_files_free(&files);
     mt_chat_template_free(&t);
