@@ -313,7 +313,7 @@ Test(chat_cli, train_on_text_with_init_from_and_sample_decodes) {
     mt_cli_result_free(&r);
 }
 
-Test(chat_cli, train_refuses_a_tokenizer_larger_than_the_model) {
+Test(chat_cli, train_refuses_a_bad_tokenizer_or_data) {
     write_config(in_dir("small.json"), 256);
     mt_cli_result r;
     mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("small.json"), "--tokenizer", in_dir("tok"), "--data",
@@ -323,5 +323,9 @@ Test(chat_cli, train_refuses_a_tokenizer_larger_than_the_model) {
     mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("config.json"), "--tokenizer", in_dir("absent"), "--data",
                in_dir("chat.jsonl"), SMALL_STEP, "--steps", "1", "--out", in_dir("run2"), NULL);
     assert_failed(&r, "absent", "No such file");
+    mt_cli_result_free(&r);
+    mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("config.json"), "--tokenizer", in_dir("tok"), "--data",
+               in_dir("tok"), SMALL_STEP, "--steps", "1", "--out", in_dir("run3"), NULL);
+    assert_failed(&r, "tok", "is a directory");
     mt_cli_result_free(&r);
 }

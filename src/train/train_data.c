@@ -147,6 +147,10 @@ static mt_status tokenize(const char *data, const char *tokenizer, uint32_t voca
 
 static mt_status data_tokens(const char *data, const char *tokenizer, uint32_t vocab, const char *out_dir,
                                char *tokens, size_t cap) {
+    struct stat st;
+    if (stat(data, &st) == 0 && S_ISDIR(st.st_mode))
+        return mt_fail(MT_ERR_INVALID, "--data %s is a directory: tokenize it with 'megatrain tokenize' and train on "
+                       "the shards", data);
     if (!tokenizer[0] || is_token_file(data)) {
         snprintf(tokens, cap, "%s", data);
         return MT_OK;
