@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/safetensors.h"
+
 void hf_test_mkdtemp(char *dir) {
     snprintf(dir, PATH_MAX, "/tmp/mt-hf-test-XXXXXX");
     cr_assert_not_null(mkdtemp(dir), "cannot create a scratch directory");
@@ -51,4 +53,21 @@ int hf_test_count_entries(const char *dir) {
         if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
     closedir(d);
     return n;
+}
+
+void hf_test_expect_same_tensors(const char *dir_a, const char *dir_b) {
+    mt_safetensors *a, *b;
+    cr_assert_eq(mt_safetensors_open_dir(dir_a, &a), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_safetensors_open_dir(dir_b, &b), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_safetensors_count(a), mt_safetensors_count(b), "%s and %s hold different tensor counts", dir_a,
+                 dir_b);
+    for (int i = 0; i < mt_safetensors_count(a); i++) {
+        const mt_st_tensor *ta = mt_safetensors_at(a, i), *tb = mt_safetensors_find(b, ta->name);
+        cr_assert_not_null(tb, "%s: no tensor %s", dir_b, ta->name);
+        cr_assert(ta->dtype == tb->dtype && ta->ndim == tb->ndim && ta->nbytes == tb->nbytes, "%s differs", ta->name);
+        cr_assert(!memcmp(ta->shape, tb->shape, sizeof ta->shape), "%s: shape differs", ta->name);
+        cr_assert(!memcmp(ta->data, tb->data, ta->nbytes), "%s: bytes differ", ta->name);
+    }
+    mt_safetensors_close(a);
+    mt_safetensors_close(b);
 }

@@ -17,5 +17,8 @@ void hf_test_write_raw(const char *path, unsigned long long header_len, const ch
 void hf_test_write_text(const char *path, const char *text);
 /* Number of entries in a directory, -1 when it does not exist. */
 int hf_test_count_entries(const char *dir);
+/* Asserts that two model directories hold the same safetensors tensors: names, dtypes, shapes and
+ * bytes, however they are sharded or ordered. */
+void hf_test_expect_same_tensors(const char *dir_a, const char *dir_b);
 
 #endif

@@ -101,12 +101,12 @@ static mt_status write_config(const mt_ref_fixture *fx, const mt_config *c, int 
     fprintf(f,
             "hidden_size=%d\nintermediate_size=%d\nnum_layers=%d\nnum_heads=%d\n"
             "num_kv_heads=%d\nhead_dim=%d\nvocab_size=%d\nrms_norm_eps=%.9g\nrope_theta=%.9g\n"
-            "tie_embeddings=%d\nattention_bias=%d\nrope_scaling_factor=%.9g\n"
+            "tie_embeddings=%d\nattention_bias=%d\nqk_norm=%d\nrope_scaling_factor=%.9g\n"
             "rope_low_freq_factor=%.9g\nrope_high_freq_factor=%.9g\n"
             "rope_original_max_position=%d\nseq_len=%d\nbatch=%d\nsteps=%d\n",
             c->hidden_size, c->intermediate_size, c->num_layers, c->num_heads, c->num_kv_heads,
             c->head_dim, c->vocab_size, (double)c->rms_norm_eps, (double)c->rope_theta,
-            c->tie_embeddings, c->attention_bias, (double)c->rope_scaling_factor,
+            c->tie_embeddings, c->attention_bias, c->qk_norm, (double)c->rope_scaling_factor,
             (double)c->rope_low_freq_factor, (double)c->rope_high_freq_factor,
             c->rope_original_max_position, seq, batch, train ? train->steps : 1);
     if (train)

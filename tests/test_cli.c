@@ -397,6 +397,24 @@ Test(cli, export_writes_a_hugging_face_directory) {
     mt_cli_result_free(&r);
 }
 
+/* A Hugging Face Qwen3 (q/k norms, head_dim 6 where hidden / heads is 4) through a run: imported
+ * into a checkpoint (whose manifest keeps the config) and exported from it unchanged. */
+Test(cli, qwen3_imports_and_exports_through_a_run) {
+    const char *run = in_dir("run"), *out = in_dir("exported"), *data = in_dir("tokens.bin");
+    uint32_t ids[1000];
+    for (int i = 0; i < 1000; i++) ids[i] = (uint32_t)(i * 7 % 10); /* its vocabulary is 10 */
+    write_shard(data, 20240520, 1, 1000, ids, 1000);
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "train", "--init-from", "tests/data/safetensors/tiny_qwen3", "--data", data, SMALL_STEP,
+               "--steps", "0", "--out", run, NULL);
+    assert_succeeded(&r);
+    mt_cli_result_free(&r);
+    mt_cli_run(&r, TIMEOUT_S, "export", run, out, "--dtype", "bf16", NULL);
+    assert_succeeded(&r);
+    mt_cli_result_free(&r);
+    hf_test_expect_same_tensors("tests/data/safetensors/tiny_qwen3", out);
+}
+
 Test(cli, plan_prints_host_and_device_memory) {
     mt_cli_result r;
     mt_cli_run(&r, TIMEOUT_S, "plan", "--preset", "llama-3-8b", "--backend", "cpu", NULL);

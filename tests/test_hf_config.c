@@ -94,6 +94,89 @@ Test(hfconfig, mistral_without_sliding_window) {
     cr_assert(c.arch == MT_ARCH_MISTRAL && !c.attention_bias && c.num_kv_heads == 8);
 }
 
+/* Qwen/Qwen3-0.6B's config.json as published. */
+static const char *qwen3 =
+    "{\"architectures\": [\"Qwen3ForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0,"
+    " \"bos_token_id\": 151643, \"eos_token_id\": 151645, \"head_dim\": 128, \"hidden_act\": \"silu\","
+    " \"hidden_size\": 1024, \"initializer_range\": 0.02, \"intermediate_size\": 3072,"
+    " \"max_position_embeddings\": 40960, \"max_window_layers\": 28, \"model_type\": \"qwen3\","
+    " \"num_attention_heads\": 16, \"num_hidden_layers\": 28, \"num_key_value_heads\": 8, \"rms_norm_eps\": 1e-06,"
+    " \"rope_scaling\": null, \"rope_theta\": 1000000, \"sliding_window\": null, \"tie_word_embeddings\": true,"
+    " \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.51.0\", \"use_cache\": true,"
+    " \"use_sliding_window\": false, \"vocab_size\": 151936}";
+
+Test(hfconfig, parses_qwen3_with_its_own_head_dim) {
+    mt_config c, want;
+    cr_assert_eq(parse(qwen3, &c), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_config_preset("qwen3-0.6b", &want), MT_OK);
+    cr_assert(!memcmp(&c, &want, sizeof c), "parsed config differs from the qwen3-0.6b preset");
+    cr_assert(c.qk_norm && !c.attention_bias && c.head_dim * c.num_heads == 2 * c.hidden_size);
+    /* Qwen3-8B: wider, deeper, untied. */
+    char *wide = with_field(qwen3, "hidden_size", "4096");
+    char *deep = with_field(wide, "num_hidden_layers", "36");
+    char *heads = with_field(deep, "num_attention_heads", "32");
+    char *mlp = with_field(heads, "intermediate_size", "12288");
+    cr_assert_eq(parse_variant(mlp, "tie_word_embeddings", "false", &c), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_config_preset("qwen3-8b", &want), MT_OK);
+    cr_assert(!memcmp(&c, &want, sizeof c), "Qwen3-8B's config differs from the qwen3-8b preset");
+    free(wide), free(deep), free(heads), free(mlp);
+}
+
+/* Qwen3Config's defaults differ from Llama's: head_dim 128 whatever the width, 32768 positions. */
+Test(hfconfig, fills_qwen3_defaults) {
+    const char *minimal = "{\"architectures\": [\"Qwen3ForCausalLM\"], \"hidden_size\": 64,"
+                          " \"intermediate_size\": 128, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
+                          " \"vocab_size\": 100}";
+    mt_config c;
+    cr_assert_eq(parse(minimal, &c), MT_OK, "%s", mt_error());
+    cr_assert(c.arch == MT_ARCH_QWEN3 && c.qk_norm && !c.attention_bias && !c.tie_embeddings);
+    cr_assert(c.head_dim == 128 && c.num_kv_heads == 4 && c.max_position == 32768, "head_dim %d, max_position %d",
+              c.head_dim, c.max_position);
+}
+
+/* config.json has no field for the q/k norms: a config in memory must agree with its
+ * architecture, or its export would describe another model. */
+Test(hfconfig, qk_norm_goes_with_qwen3_only) {
+    mt_config c;
+    cr_assert_eq(mt_config_preset("qwen3-0.6b", &c), MT_OK);
+    cr_assert_eq(mt_config_validate(&c), MT_OK, "%s", mt_error());
+    c.qk_norm = 0;
+    cr_assert_eq(mt_config_validate(&c), MT_ERR_INVALID);
+    cr_assert(strstr(mt_error(), "every Qwen3"), "%s", mt_error());
+    c.qk_norm = 1;
+    c.attention_bias = 1;
+    cr_assert_eq(mt_config_validate(&c), MT_ERR_INVALID);
+    cr_assert(strstr(mt_error(), "attention_bias"), "%s", mt_error());
+    cr_assert_eq(mt_config_preset("tiny", &c), MT_OK);
+    c.qk_norm = 1;
+    cr_assert_eq(mt_config_validate(&c), MT_ERR_INVALID);
+    cr_assert(strstr(mt_error(), "Qwen3 only"), "%s", mt_error());
+}
+
+Test(hfconfig, refuses_what_qwen3_models_may_carry_that_it_does_not_do) {
+    /* Mixture-of-experts Qwen3 is another architecture. */
+    expect_refusal(qwen3, "architectures", "[\"Qwen3MoeForCausalLM\"]", "'Qwen3MoeForCausalLM' is not supported");
+    expect_refusal(qwen3, "model_type", "\"qwen3_moe\"", "'model_type'");
+    /* Its attention_bias puts biases on q/k/v and o_proj. */
+    expect_refusal(qwen3, "attention_bias", "true", "'attention_bias'");
+    /* Long-context YaRN scaling, as the Qwen3 model cards suggest. */
+    expect_refusal(qwen3, "rope_scaling",
+                   "{\"rope_type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 32768}",
+                   "'rope_scaling.rope_type' = 'yarn'");
+    /* A sliding window: Qwen3Config's default of 4096 when the file names none. */
+    char *windowed = with_field(qwen3, "use_sliding_window", "true");
+    expect_refusal(windowed, "sliding_window", NULL, "'use_sliding_window' enables a sliding attention window of 4096");
+    expect_refusal(windowed, "sliding_window", "1024", "window of 1024 tokens");
+    free(windowed);
+    /* transformers 5's per-layer kinds. */
+    expect_refusal(qwen3, "layer_types", "[\"full_attention\", \"sliding_attention\"]",
+                   "'layer_types' gives layer 1 'sliding_attention'");
+    expect_refusal(qwen3, "layer_types", "\"full_attention\"", "'layer_types' must be a list of strings");
+    mt_config c;
+    cr_assert_eq(parse_variant(qwen3, "layer_types", "[\"full_attention\", \"full_attention\"]", &c), MT_OK, "%s",
+                 mt_error());
+}
+
 Test(hfconfig, refuses_active_sliding_windows) {
     expect_refusal(mistral, "sliding_window", "4096", "'sliding_window'");
     /* MistralConfig's default window is 4096: leaving it out turns it on. */
@@ -101,6 +184,10 @@ Test(hfconfig, refuses_active_sliding_windows) {
     char *qwen2_short_window = with_field(qwen2, "sliding_window", "4096");
     expect_refusal(qwen2_short_window, "use_sliding_window", "true", "'use_sliding_window'");
     free(qwen2_short_window);
+    /* Qwen2Config's default window is 4096 too. */
+    char *qwen2_default_window = with_field(qwen2, "sliding_window", NULL);
+    expect_refusal(qwen2_default_window, "use_sliding_window", "true", "window of 4096 tokens");
+    free(qwen2_default_window);
     mt_config c;
     /* A window as long as the context changes nothing. */
     cr_assert_eq(parse_variant(mistral, "sliding_window", "32768", &c), MT_OK, "%s", mt_error());
@@ -159,7 +246,7 @@ Test(hfconfig, refuses_malformed_json) {
 
 /* Every preset through config.json and back, and the files transformers needs beside it. */
 Test(hfconfig, write_then_read_round_trips) {
-    const char *presets[] = {"tiny", "llama-3.2-1b", "llama-3-8b", "qwen2.5-14b"};
+    const char *presets[] = {"tiny", "llama-3.2-1b", "llama-3-8b", "qwen2.5-14b", "qwen3-0.6b", "qwen3-8b"};
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
         char dir[PATH_MAX], path[PATH_MAX];
         mt_config cfg, back;

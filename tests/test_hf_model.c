@@ -85,6 +85,34 @@ Test(hfmodel, loads_tied_qwen2_that_carries_lm_head) {
     cr_assert(cfg.arch == MT_ARCH_QWEN2 && cfg.tie_embeddings && cfg.attention_bias);
 }
 
+Test(hfmodel, loads_untied_qwen3_with_head_norms) {
+    mt_config cfg;
+    check_fixture_model(FIXTURES "/tiny_qwen3", &cfg);
+    cr_assert(cfg.arch == MT_ARCH_QWEN3 && cfg.qk_norm && !cfg.attention_bias && !cfg.tie_embeddings);
+    cr_assert(cfg.head_dim == 6 && cfg.hidden_size / cfg.num_heads == 4);
+}
+
+/* A Hugging Face Qwen3 in, exported (BF16, as it came) out: the same tensors, q_norm and k_norm
+ * included, bit for bit, and the same model from its config.json. */
+Test(hfmodel, qwen3_in_and_out_is_exact) {
+    mt_config cfg, back;
+    mt_layout lay;
+    char dir[PATH_MAX], out[PATH_MAX];
+    cr_assert_eq(mt_hf_load_config(FIXTURES "/tiny_qwen3", &cfg), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_layout_init(&lay, &cfg), MT_OK, "%s", mt_error());
+    float *masters = new_masters(&lay, NAN);
+    cr_assert_eq(mt_hf_load_weights(FIXTURES "/tiny_qwen3", &lay, masters, NULL, NULL), MT_OK, "%s", mt_error());
+    hf_test_mkdtemp(dir);
+    mt_hf_export_options opt = {.dtype = MT_ST_BF16};
+    cr_assert_eq(mt_hf_export(&lay, masters, hf_test_path(out, dir, "out"), &opt), MT_OK, "%s", mt_error());
+    hf_test_expect_same_tensors(FIXTURES "/tiny_qwen3", out);
+    cr_assert_eq(mt_hf_load_config(out, &back), MT_OK, "%s", mt_error());
+    cr_assert(!memcmp(&cfg, &back, sizeof cfg), "config.json did not round-trip");
+    free(masters);
+    mt_layout_free(&lay);
+    hf_test_rmtree(dir);
+}
+
 /* ---- export -> import ---- */
 
 static void fill_random(const mt_layout *lay, float *masters, uint32_t seed) {

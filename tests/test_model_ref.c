@@ -143,11 +143,21 @@ Test(model, a_step_with_every_target_masked_is_zero_not_nan) {
     mt_tiny_model_close(&t);
 }
 
+/* Qwen3: per-head q/k RMSNorm before RoPE, head_dim 16 against hidden / heads = 8. */
+Test(model, grads_match_reference_qwen3_untied) {
+    mt_config c = mt_tiny_config_qwen3(0);
+    check_grads(&c, 1, NULL);
+}
+
+Test(model, grads_match_reference_qwen3_tied_two_micro_batches) {
+    mt_config c = mt_tiny_config_qwen3(1);
+    check_grads(&c, 2, NULL);
+}
+
 /* A few AdamW steps against torch.optim.AdamW: with exact clipping (the optimizer runs after the
  * backward) and without (it runs during the backward, gradients in the host ring: 7 blocks). */
-static void check_training(float clip, const uint8_t *mask) {
+static void check_training(mt_config cfg, float clip, const uint8_t *mask) {
     enum { STEPS = 4 };
-    mt_config cfg = mt_tiny_config_tied_bias();
     cfg.num_layers = 7;
     mt_engine_options o = options(1);
     o.max_grad_norm = clip;
@@ -194,15 +204,18 @@ static void check_training(float clip, const uint8_t *mask) {
     mt_tiny_model_close(&t);
 }
 
-Test(model, training_steps_match_reference_adamw_clipped) { check_training(1.0f, NULL); }
+Test(model, training_steps_match_reference_adamw_clipped) { check_training(mt_tiny_config_tied_bias(), 1.0f, NULL); }
 
-Test(model, training_steps_match_reference_adamw_overlapped) { check_training(0.0f, NULL); }
+Test(model, training_steps_match_reference_adamw_overlapped) { check_training(mt_tiny_config_tied_bias(), 0.0f, NULL); }
+
+/* The q/k norm weights: no weight decay, updated like the other norms. */
+Test(model, training_steps_match_reference_qwen3) { check_training(mt_tiny_config_qwen3(0), 1.0f, NULL); }
 
 /* Every step keeps about half its targets (none empty: PyTorch's mean of none is NaN). */
 static void check_masked_training(float clip) {
     uint8_t mask[4 * SEQUENCES * SEQ];
     random_mask(31, 4, (int)sizeof mask, mask);
-    check_training(clip, mask);
+    check_training(mt_tiny_config_tied_bias(), clip, mask);
 }
 
 Test(model, masked_training_steps_match_reference_clipped) { check_masked_training(1.0f); }

@@ -57,8 +57,7 @@ static void tiny_model_init(tiny_model *m, mt_config cfg, uint64_t seed) {
     for (int i = 0; i < m->layout.num_tensors; i++) {
         const mt_tensor *t = &m->layout.tensors[i];
         float *w = m->master + mt_ref_tensor_position(&m->layout, i);
-        int is_norm = t->kind == MT_T_ATTN_NORM || t->kind == MT_T_MLP_NORM ||
-                      t->kind == MT_T_FINAL_NORM;
+        int is_norm = mt_tensor_is_norm(t->kind);
         double scale = t->cols == 1 ? 0.2 : 1.5 / sqrt(t->cols);
         for (int64_t j = 0; j < (int64_t)t->rows * t->cols; j++)
             w[j] = (float)((is_norm ? 1.0 : 0.0) + scale * uniform(&seed));
@@ -162,6 +161,74 @@ Test(refcheck, grads_match_finite_differences) {
     free(grads);
     mt_ref_fixture_remove(&fx);
     tiny_model_free(&m);
+}
+
+/* Scales each head's rows of the q and k projections by its own factor, which per-head norms
+ * undo: 2^h for query head h, 2^(h+1) for key head h (powers of two: exact in float32). */
+static void scale_qk_heads(tiny_model *m) {
+    const mt_config *c = &m->layout.cfg;
+    for (int l = 0; l < c->num_layers; l++) {
+        for (int part = 0; part < 2; part++) {
+            char name[64];
+            snprintf(name, sizeof name, "model.layers.%d.self_attn.%s_proj.weight", l, part ? "k" : "q");
+            float *w = m->master + tensor_at(m, name);
+            int heads = part ? c->num_kv_heads : c->num_heads;
+            for (int h = 0; h < heads; h++)
+                for (int j = 0; j < c->head_dim * c->hidden_size; j++)
+                    w[(size_t)h * c->head_dim * c->hidden_size + j] *= (float)(1 << (part + h));
+        }
+    }
+}
+
+Test(refcheck, qwen3_grads_match_finite_differences_and_norms_are_per_head) {
+    /* Tied Qwen3 with head_dim 6 where hidden / heads is 4; an eps too small to matter below. */
+    mt_config cfg = tiny_config(1, 2, 0);
+    cfg.arch = MT_ARCH_QWEN3;
+    cfg.qk_norm = 1;
+    cfg.head_dim = 6;
+    cfg.rms_norm_eps = 1e-12f;
+    tiny_model m, scaled;
+    tiny_model_init(&m, cfg, 14);
+    tiny_model_init(&scaled, cfg, 14);
+    scale_qk_heads(&scaled);
+    int32_t tokens[TOKENS];
+    random_tokens(tokens, TOKENS, cfg.vocab_size, 15);
+    mt_ref_probe probes[2 * PROBES_PER_TENSOR * 64];
+    int count = make_probes(&m, tokens, -1, probes, 16);
+
+    mt_ref_fixture fx, fx_scaled;
+    ASSERT_OK(mt_ref_fixture_create(&fx));
+    ASSERT_OK(mt_ref_fixture_create(&fx_scaled));
+    ASSERT_OK(mt_ref_fixture_write(&fx, &m.layout, m.master, tokens, BATCH, SEQ, NULL));
+    ASSERT_OK(mt_ref_fixture_write_probes(&fx, &m.layout, probes, count));
+    ASSERT_OK(mt_ref_fixture_write(&fx_scaled, &scaled.layout, scaled.master, tokens, BATCH, SEQ, NULL));
+    ASSERT_OK(mt_ref_run_jobs((mt_ref_job[]){{"grads", &fx}, {"grads", &fx_scaled}}, 2));
+    double loss, loss_scaled, probe_losses[2 * PROBES_PER_TENSOR * 64];
+    double *grads = grads_alloc(&m), *grads_scaled = grads_alloc(&scaled);
+    ASSERT_OK(mt_ref_read_grads(&fx, &m.layout, &loss, grads));
+    ASSERT_OK(mt_ref_read_grads(&fx_scaled, &scaled.layout, &loss_scaled, grads_scaled));
+    ASSERT_OK(mt_ref_read_probe_losses(&fx, count, probe_losses));
+
+    check_all_tensors_have_gradient(&m, grads);
+    check_probes(&m, probes, count, probe_losses, grads);
+    /* Each head normalized on its own forgets its scale (up to eps): the loss and the gradients
+     * beyond q and k stay, to float64 rounding. A norm over all heads at once, or over the wrong
+     * axis, would see the heads' relative scales change by up to 8x. */
+    cr_expect(fabs(loss - loss_scaled) <= 1e-10 * loss, "loss %.12g, with heads scaled %.12g", loss, loss_scaled);
+    const char *o_proj = "model.layers.1.self_attn.o_proj.weight";
+    const mt_tensor *o = mt_layout_find(&m.layout, o_proj, NULL);
+    for (int64_t j = 0; j < (int64_t)o->rows * o->cols; j++) {
+        double a = grads[tensor_at(&m, o_proj) + j], b = grads_scaled[tensor_at(&m, o_proj) + j];
+        cr_expect(fabs(a - b) <= 1e-9 * fabs(a) + 1e-12, "%s[%lld]: %.12g, with heads scaled %.12g", o_proj,
+                  (long long)j, a, b);
+    }
+
+    free(grads);
+    free(grads_scaled);
+    mt_ref_fixture_remove(&fx);
+    mt_ref_fixture_remove(&fx_scaled);
+    tiny_model_free(&m);
+    tiny_model_free(&scaled);
 }
 
 /* Copies every tensor of `src` that `dst` also has, by Hugging Face name. */

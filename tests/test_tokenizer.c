@@ -387,7 +387,7 @@ Test(tokenizer, unsupported_components_refused) {
                                     "{\"type\": \"Digits\"}]}",
                    "'Digits' is not supported");
     expect_refused("pre_tokenizer", "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"ByteLevel\"}, "
-                                    "{\"type\": \"Metaspace\"}]}",
+                                    "{\"type\": \"Metaspace\", \"replacement\": \"_\"}]}",
                    "ByteLevel pre-tokenizer followed by");
     expect_refused("pre_tokenizer", "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"(unclosed\"}, \"behavior\": "
                                     "\"Isolated\"}",
@@ -400,6 +400,10 @@ Test(tokenizer, malformed_files_refused) {
     expect_refused("model.merges", "[\"a b c\"]", "merges[0]");
     expect_refused("model.vocab", "{\"a\": -1}", "vocab[\"a\"]");
     expect_refused("added_tokens", "[{\"content\": \"x\"}]", "added_tokens[0]: field 'id'");
+    expect_refused("pre_tokenizer", "{\"type\": \"Metaspace\", \"replacement\": \"_\", \"prepend_scheme\": \"first\", "
+                                    "\"add_prefix_space\": false}",
+                   "add_prefix_space false contradicts prepend_scheme 'first'");
+    expect_refused("pre_tokenizer", "{\"type\": \"Metaspace\", \"replacement\": \"ab\"}", "must be one character");
     mt_tokenizer *tok;
     cr_expect_eq(tok_test_load_json(dir, "{\"model\": ", &tok), MT_ERR_INVALID);
     cr_expect_not_null(strstr(mt_error(), "line 1"), "%s", mt_error());

@@ -33,6 +33,15 @@ mt_config mt_tiny_config_mha(void) {
     return c;
 }
 
+mt_config mt_tiny_config_qwen3(int tied) {
+    mt_config c = base();
+    c.arch = MT_ARCH_QWEN3;
+    c.qk_norm = 1;
+    c.head_dim = 16;
+    c.tie_embeddings = tied;
+    return c;
+}
+
 void mt_tiny_model_open(mt_tiny_model *t, const mt_config *cfg, const mt_engine_options *opt, uint64_t seed) {
     mt_backend *be;
     cr_assert_eq(mt_backend_cpu_create(&be, 2), MT_OK, "%s", mt_error());

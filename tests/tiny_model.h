@@ -12,10 +12,12 @@ typedef struct {
     mt_engine *engine;
 } mt_tiny_model;
 
-/* Shapes the tests use: GQA untied, tied with q/k/v bias, plain multi-head attention. */
+/* Shapes the tests use: GQA untied, tied with q/k/v bias, plain multi-head attention, and Qwen3
+ * (per-head q/k norms, head_dim 16 where hidden / heads is 8), tied or not. */
 mt_config mt_tiny_config_gqa(void);
 mt_config mt_tiny_config_tied_bias(void);
 mt_config mt_tiny_config_mha(void);
+mt_config mt_tiny_config_qwen3(int tied);
 
 /* Builds everything with weights from `seed` on a cpu backend; asserts (Criterion) on failure. */
 void mt_tiny_model_open(mt_tiny_model *t, const mt_config *cfg, const mt_engine_options *opt, uint64_t seed);

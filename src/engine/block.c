@@ -53,6 +53,12 @@ static size_t layout_ws(mt_block_ws *ws, char *base, mt_backend *be, const mt_co
     CARVE(rstd2, n * 4);
     CARVE(lse, (size_t)batch * c->num_heads * seq * 4);
     CARVE(attn_ws, be->ops->attention_workspace(be, dims));
+    if (c->qk_norm) {
+        CARVE(q_raw, n * Q * act);
+        CARVE(k_raw, n * KV * act);
+        CARVE(rstd_q, n * c->num_heads * 4);
+        CARVE(rstd_k, n * c->num_kv_heads * 4);
+    }
 #undef CARVE
     return off;
 }
@@ -96,18 +102,23 @@ static void matmul_dw_by_sequence(const mt_block_ctx *c, float *dw, float *dbias
     }
 }
 
-static void rmsnorm_dx_by_sequence(const mt_block_ctx *c, void *dx, float *dw, const void *dy,
-                                   const void *x, const void *w, const float *rstd, int d) {
+/* The norm's rows are `per_token` rows of width d per token: 1 for the hidden-size norms, the
+ * heads for the q/k norms (a token's [heads * head_dim] row is heads rows of head_dim). dx is
+ * added to (the residual path's gradient) or, with accumulate 0, written. */
+static void rmsnorm_dx_by_sequence(const mt_block_ctx *c, void *dx, float *dw, const void *dy, const void *x,
+                                   const void *w, const float *rstd, int per_token, int d, int accumulate) {
     size_t act = mt_dtype_size(c->be->ops->act_dtype);
+    int rows = c->seq * per_token;
     for (int b = 0; b < c->batch; b++) {
-        size_t row = (size_t)b * c->seq;
+        size_t row = (size_t)b * rows;
         c->be->ops->rmsnorm_dx(c->be, c->stream, (char *)dx + row * d * act, dw,
                                (const char *)dy + row * d * act, (const char *)x + row * d * act,
-                               w, rstd + row, c->seq, d, 1);
+                               w, rstd + row, rows, d, accumulate);
     }
 }
 
-/* Everything the backward needs: h1, q, k, v (roped), att, lse, x2, h2, g, u, a. */
+/* Everything the backward needs: h1, q, k, v (roped), att, lse, x2, h2, g, u, a (and q_raw, k_raw
+ * and their statistics with q/k norms). */
 static void forward_to_mlp(const mt_block_ctx *c, const mt_unit_weights *w, const void *x) {
     const mt_backend_ops *op = c->be->ops;
     mt_backend *be = c->be;
@@ -119,9 +130,15 @@ static void forward_to_mlp(const mt_block_ctx *c, const mt_unit_weights *w, cons
     mt_attn_dims dims = {c->batch, c->seq, cfg->num_heads, cfg->num_kv_heads, cfg->head_dim};
 
     op->rmsnorm(be, s, ws->h1, ws->rstd1, x, w->t[MT_T_ATTN_NORM], n, D, cfg->rms_norm_eps);
-    matmul_rows(c, ws->q, ws->h1, w->t[MT_T_WQ], w->t[MT_T_BQ], D, Q);
-    matmul_rows(c, ws->k, ws->h1, w->t[MT_T_WK], w->t[MT_T_BK], D, KV);
+    matmul_rows(c, cfg->qk_norm ? ws->q_raw : ws->q, ws->h1, w->t[MT_T_WQ], w->t[MT_T_BQ], D, Q);
+    matmul_rows(c, cfg->qk_norm ? ws->k_raw : ws->k, ws->h1, w->t[MT_T_WK], w->t[MT_T_BK], D, KV);
     matmul_rows(c, ws->v, ws->h1, w->t[MT_T_WV], w->t[MT_T_BV], D, KV);
+    if (cfg->qk_norm) { /* each head's head_dim values normalized on their own: rows of head_dim */
+        op->rmsnorm(be, s, ws->q, ws->rstd_q, ws->q_raw, w->t[MT_T_Q_NORM], n * cfg->num_heads, cfg->head_dim,
+                    cfg->rms_norm_eps);
+        op->rmsnorm(be, s, ws->k, ws->rstd_k, ws->k_raw, w->t[MT_T_K_NORM], n * cfg->num_kv_heads,
+                    cfg->head_dim, cfg->rms_norm_eps);
+    }
     op->rope(be, s, ws->q, c->inv_freq, n, c->seq, cfg->num_heads, cfg->head_dim, 0);
     op->rope(be, s, ws->k, c->inv_freq, n, c->seq, cfg->num_kv_heads, cfg->head_dim, 0);
     op->attention(be, s, ws->att, ws->lse, ws->q, ws->k, ws->v, dims);
@@ -163,20 +180,32 @@ void mt_block_backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt
     matmul_dx_rows(c, ws->tmp, ws->dg, w->t[MT_T_WG], D, F, 0);        /* dh2 */
     matmul_dx_rows(c, ws->tmp, ws->du, w->t[MT_T_WU], D, F, 1);
     /* dxy becomes dL/dx2: the residual path plus the norm's input gradient */
-    rmsnorm_dx_by_sequence(c, dxy, g->t[MT_T_MLP_NORM], ws->tmp, ws->x2, w->t[MT_T_MLP_NORM], ws->rstd2, D);
+    rmsnorm_dx_by_sequence(c, dxy, g->t[MT_T_MLP_NORM], ws->tmp, ws->x2, w->t[MT_T_MLP_NORM], ws->rstd2, 1, D, 1);
 
-    /* Attention: x2 = x + o(att), att = attention(rope(q(h1)), rope(k(h1)), v(h1)), h1 = norm(x) */
+    /* Attention: x2 = x + o(att), att = attention(rope(q(h1)), rope(k(h1)), v(h1)), h1 = norm(x);
+     * with q/k norms, q(h1) and k(h1) are each head's RMSNorm of the projections. */
     matmul_dw_by_sequence(c, g->t[MT_T_WO], NULL, dxy, ws->att, Q, D);
     matmul_dx_rows(c, ws->datt, dxy, w->t[MT_T_WO], Q, D, 0);
     op->attention_dx(be, s, ws->dq, ws->dk, ws->dv, ws->datt, ws->att, ws->lse, ws->q, ws->k,
                      ws->v, dims, ws->attn_ws);
     op->rope(be, s, ws->dq, c->inv_freq, n, c->seq, cfg->num_heads, cfg->head_dim, 1);
     op->rope(be, s, ws->dk, c->inv_freq, n, c->seq, cfg->num_kv_heads, cfg->head_dim, 1);
-    matmul_dw_by_sequence(c, g->t[MT_T_WQ], g->t[MT_T_BQ], ws->dq, ws->h1, D, Q);
-    matmul_dw_by_sequence(c, g->t[MT_T_WK], g->t[MT_T_BK], ws->dk, ws->h1, D, KV);
+    /* The gradients at the q/k projections' outputs: through the head norms when there are any,
+     * into q and k, which nothing reads after attention_dx. */
+    void *dq = ws->dq, *dk = ws->dk;
+    if (cfg->qk_norm) {
+        dq = ws->q;
+        dk = ws->k;
+        rmsnorm_dx_by_sequence(c, dq, g->t[MT_T_Q_NORM], ws->dq, ws->q_raw, w->t[MT_T_Q_NORM], ws->rstd_q,
+                               cfg->num_heads, cfg->head_dim, 0);
+        rmsnorm_dx_by_sequence(c, dk, g->t[MT_T_K_NORM], ws->dk, ws->k_raw, w->t[MT_T_K_NORM], ws->rstd_k,
+                               cfg->num_kv_heads, cfg->head_dim, 0);
+    }
+    matmul_dw_by_sequence(c, g->t[MT_T_WQ], g->t[MT_T_BQ], dq, ws->h1, D, Q);
+    matmul_dw_by_sequence(c, g->t[MT_T_WK], g->t[MT_T_BK], dk, ws->h1, D, KV);
     matmul_dw_by_sequence(c, g->t[MT_T_WV], g->t[MT_T_BV], ws->dv, ws->h1, D, KV);
-    matmul_dx_rows(c, ws->tmp, ws->dq, w->t[MT_T_WQ], D, Q, 0);        /* dh1 */
-    matmul_dx_rows(c, ws->tmp, ws->dk, w->t[MT_T_WK], D, KV, 1);
+    matmul_dx_rows(c, ws->tmp, dq, w->t[MT_T_WQ], D, Q, 0);        /* dh1 */
+    matmul_dx_rows(c, ws->tmp, dk, w->t[MT_T_WK], D, KV, 1);
     matmul_dx_rows(c, ws->tmp, ws->dv, w->t[MT_T_WV], D, KV, 1);
-    rmsnorm_dx_by_sequence(c, dxy, g->t[MT_T_ATTN_NORM], ws->tmp, x, w->t[MT_T_ATTN_NORM], ws->rstd1, D);
+    rmsnorm_dx_by_sequence(c, dxy, g->t[MT_T_ATTN_NORM], ws->tmp, x, w->t[MT_T_ATTN_NORM], ws->rstd1, 1, D, 1);
 }

@@ -37,6 +37,10 @@ typedef struct {
     void *dg, *du;   /* backward: [n, F] */
     float *rstd1, *rstd2; /* [n] */
     float *lse;      /* [batch, heads, seq] */
+    /* With q/k norms (cfg->qk_norm) only, else NULL: the projections before their per-head norm
+     * and its statistics. */
+    void *q_raw, *k_raw;    /* [n, Q], [n, KV] */
+    float *rstd_q, *rstd_k; /* [n * heads], [n * kv_heads] */
     void *attn_ws;   /* backend's attention backward workspace */
 } mt_block_ws;
 

@@ -57,7 +57,7 @@ void mt_store_init_random(mt_store *s, uint64_t seed) {
         const mt_tensor *t = &lay->tensors[i];
         float *p = s->master + lay->units[t->unit].offset + t->offset;
         int64_t count = (int64_t)t->rows * t->cols;
-        int is_norm = t->kind == MT_T_ATTN_NORM || t->kind == MT_T_MLP_NORM || t->kind == MT_T_FINAL_NORM;
+        int is_norm = mt_tensor_is_norm(t->kind);
         int is_bias = t->kind == MT_T_BQ || t->kind == MT_T_BK || t->kind == MT_T_BV;
         if (is_norm || is_bias) {
             for (int64_t j = 0; j < count; j++) p[j] = is_norm ? 1.0f : 0.0f;

@@ -14,17 +14,19 @@ typedef struct {
     const char *architecture; /* architectures[0] */
     const char *model_type;
     int default_max_position;
+    int default_head_dim; /* 0: hidden_size / num_attention_heads */
 } arch_info;
 
 static const arch_info archs[] = {
-    {MT_ARCH_LLAMA, "LlamaForCausalLM", "llama", 2048},
-    {MT_ARCH_MISTRAL, "MistralForCausalLM", "mistral", 131072},
-    {MT_ARCH_QWEN2, "Qwen2ForCausalLM", "qwen2", 32768},
+    {MT_ARCH_LLAMA, "LlamaForCausalLM", "llama", 2048, 0},
+    {MT_ARCH_MISTRAL, "MistralForCausalLM", "mistral", 131072, 0},
+    {MT_ARCH_QWEN2, "Qwen2ForCausalLM", "qwen2", 32768, 0},
+    {MT_ARCH_QWEN3, "Qwen3ForCausalLM", "qwen3", 32768, 128},
 };
 #define NUM_ARCHS (sizeof archs / sizeof archs[0])
 
-/* MistralConfig's sliding_window when the file does not say. */
-#define MISTRAL_DEFAULT_SLIDING_WINDOW 4096
+/* The sliding_window of MistralConfig, Qwen2Config and Qwen3Config when the file does not say. */
+#define DEFAULT_SLIDING_WINDOW 4096
 
 /* Where a value is being read from, for messages: "<source>: field '<scope><key>'". */
 typedef struct {
@@ -135,7 +137,7 @@ static mt_status parse_arch(const field_src *s, const arch_info **out) {
     if (!*out)
         return mt_fail(MT_ERR_INVALID,
                        "%s: field '%s' = '%s' is not supported (LlamaForCausalLM, MistralForCausalLM, "
-                       "Qwen2ForCausalLM)",
+                       "Qwen2ForCausalLM, Qwen3ForCausalLM)",
                        s->source, architecture ? "architectures" : "model_type",
                        architecture ? architecture : model_type);
     if (model_type && strcmp(model_type, (*out)->model_type))
@@ -180,10 +182,10 @@ static mt_status parse_rope(const field_src *top, const char *key, const char *s
 
 /* A sliding window shorter than the context changes attention; refuse it rather than ignore it. */
 static mt_status check_sliding_window(const field_src *s, const mt_config *cfg) {
-    int window = cfg->arch == MT_ARCH_MISTRAL ? MISTRAL_DEFAULT_SLIDING_WINDOW : 0;
+    int window = DEFAULT_SLIDING_WINDOW;
     const char *key = "sliding_window";
     if (cfg->arch == MT_ARCH_LLAMA) return MT_OK;
-    if (cfg->arch == MT_ARCH_QWEN2) {
+    if (cfg->arch == MT_ARCH_QWEN2 || cfg->arch == MT_ARCH_QWEN3) {
         int use = 0;
         MT_TRY(get_bool(s, "use_sliding_window", &use));
         if (!use) return MT_OK;
@@ -201,6 +203,21 @@ static mt_status check_sliding_window(const field_src *s, const mt_config *cfg) 
     return MT_OK;
 }
 
+/* transformers 5 lists each layer's attention kind; anything but full attention is refused. */
+static mt_status check_layer_types(const field_src *s) {
+    const json_t *types = field(s, "layer_types"), *kind;
+    if (!types) return MT_OK;
+    if (!json_is_array(types)) return wrong_type(s, "layer_types", "a list of strings", types);
+    size_t i;
+    json_array_foreach(types, i, kind) {
+        if (!json_is_string(kind)) return wrong_type(s, "layer_types", "a list of strings", types);
+        if (strcmp(json_string_value(kind), "full_attention"))
+            return mt_fail(MT_ERR_INVALID, "%s: field 'layer_types' gives layer %zu '%s', which is not supported "
+                           "(full_attention only)", s->source, i, json_string_value(kind));
+    }
+    return MT_OK;
+}
+
 static mt_status check_unsupported(const field_src *s) {
     const char *act = "silu";
     int mlp_bias = 0;
@@ -212,7 +229,7 @@ static mt_status check_unsupported(const field_src *s) {
     if (field(s, "quantization_config"))
         return mt_fail(MT_ERR_INVALID, "%s: field 'quantization_config': quantized checkpoints are not supported",
                        s->source);
-    return MT_OK;
+    return check_layer_types(s);
 }
 
 static mt_status parse_root(const field_src *s, mt_config *cfg) {
@@ -237,15 +254,25 @@ static mt_status parse_root(const field_src *s, mt_config *cfg) {
     MT_TRY(get_float(s, "rms_norm_eps", 0, &cfg->rms_norm_eps));
     MT_TRY(get_float(s, "rope_theta", 0, &cfg->rope_theta));
     MT_TRY(get_bool(s, "tie_word_embeddings", &cfg->tie_embeddings));
-    /* Qwen2's q/k/v projections always carry biases; Mistral's never do. */
+    /* Qwen2's q/k/v projections always carry biases; Mistral's never do. Qwen3 normalizes each
+     * head of q and k instead; its attention_bias would add biases to o_proj too. */
     if (a->arch == MT_ARCH_QWEN2) cfg->attention_bias = 1;
     if (a->arch == MT_ARCH_LLAMA) MT_TRY(get_bool(s, "attention_bias", &cfg->attention_bias));
+    if (a->arch == MT_ARCH_QWEN3) {
+        int bias = 0;
+        MT_TRY(get_bool(s, "attention_bias", &bias));
+        if (bias)
+            return mt_fail(MT_ERR_INVALID, "%s: field 'attention_bias' = true is not supported for Qwen3 (it adds "
+                           "q/k/v and o_proj biases)", s->source);
+        cfg->qk_norm = 1;
+    }
     MT_TRY(get_token_id(s, "bos_token_id", &cfg->bos_token_id));
     MT_TRY(get_token_id(s, "eos_token_id", &cfg->eos_token_id));
     MT_TRY(parse_rope(s, "rope_scaling", "rope_scaling.", cfg));
     MT_TRY(parse_rope(s, "rope_parameters", "rope_parameters.", cfg));
     MT_TRY(check_sliding_window(s, cfg));
     if (cfg->num_kv_heads == 0) cfg->num_kv_heads = cfg->num_heads;
+    if (cfg->head_dim == 0) cfg->head_dim = a->default_head_dim;
     if (cfg->head_dim == 0 && cfg->num_heads > 0) cfg->head_dim = cfg->hidden_size / cfg->num_heads;
     mt_status st = mt_config_validate(cfg);
     return st == MT_OK ? MT_OK : mt_fail_context(st, "%s", s->source);
@@ -318,7 +345,8 @@ static json_t *config_json(const mt_config *c, const arch_info *a, const char *t
         json_object_set_new(o, "mlp_bias", json_false());
     }
     if (c->arch == MT_ARCH_MISTRAL) json_object_set_new(o, "sliding_window", json_null());
-    if (c->arch == MT_ARCH_QWEN2) json_object_set_new(o, "use_sliding_window", json_false());
+    if (c->arch == MT_ARCH_QWEN2 || c->arch == MT_ARCH_QWEN3) json_object_set_new(o, "use_sliding_window", json_false());
+    if (c->arch == MT_ARCH_QWEN3) json_object_set_new(o, "attention_bias", json_false());
     json_object_set_new(o, "bos_token_id", json_token_id(c->bos_token_id));
     json_object_set_new(o, "eos_token_id", json_token_id(c->eos_token_id));
     json_t *rs = json_null();

@@ -1,9 +1,10 @@
 /* Hugging Face config.json <-> mt_config.
  *
- * Reads LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM configs, filling fields a file
- * leaves out with transformers' defaults, and refuses (naming the field) anything that would
- * change the math the model code implements: another architecture or activation, MLP biases, an
- * active sliding window, a rope_scaling other than llama3, quantization. */
+ * Reads LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM configs,
+ * filling fields a file leaves out with transformers' defaults, and refuses (naming the field)
+ * anything that would change the math the model code implements: another architecture (Qwen3-MoE
+ * included) or activation, MLP biases, an active sliding window or a layer that is not full
+ * attention, a rope_scaling other than llama3, quantization, Qwen3's attention_bias. */
 #ifndef MT_IO_HF_CONFIG_H
 #define MT_IO_HF_CONFIG_H
 

@@ -14,6 +14,14 @@ typedef struct {
      .max_position = MAXPOS, .rms_norm_eps = 1e-5f, .rope_theta = THETA,                    \
      .tie_embeddings = TIE, .bos_token_id = -1, .eos_token_id = -1}
 
+/* Qwen3 dense models share all but their width, depth, heads and tying: head_dim 128 whatever the
+ * width, per-head q/k RMSNorm, no q/k/v bias (Qwen/Qwen3-*'s config.json). */
+#define QWEN3(D, F, L, H, TIE)                                                                  \
+    {.arch = MT_ARCH_QWEN3, .hidden_size = D, .intermediate_size = F, .num_layers = L,        \
+     .num_heads = H, .num_kv_heads = 8, .head_dim = 128, .vocab_size = 151936,                \
+     .max_position = 40960, .rms_norm_eps = 1e-6f, .rope_theta = 1000000.0f,                  \
+     .tie_embeddings = TIE, .qk_norm = 1, .bos_token_id = 151643, .eos_token_id = 151645}
+
 static const preset presets[] = {
     /* The README's demo: bytes as tokens, trains in minutes on two CPU cores. */
     {"demo", LLAMA(256, 688, 4, 8, 4, 256, 1024, 10000.0f, 1)},
@@ -43,6 +51,10 @@ static const preset presets[] = {
                      .vocab_size = 152064, .max_position = 131072, .rms_norm_eps = 1e-6f,
                      .rope_theta = 1000000.0f, .tie_embeddings = 0, .attention_bias = 1,
                      .bos_token_id = -1, .eos_token_id = 151643}},
+    {"qwen3-0.6b", QWEN3(1024, 3072, 28, 16, 1)},
+    {"qwen3-1.7b", QWEN3(2048, 6144, 28, 16, 1)},
+    {"qwen3-4b", QWEN3(2560, 9728, 36, 32, 1)},
+    {"qwen3-8b", QWEN3(4096, 12288, 36, 32, 0)},
 };
 
 mt_status mt_config_preset(const char *name, mt_config *cfg) {
@@ -57,7 +69,8 @@ mt_status mt_config_preset(const char *name, mt_config *cfg) {
 }
 
 const char *mt_config_preset_names(void) {
-    return "demo, tiny, llama-3.2-1b, llama-3.2-3b, llama-3-8b, qwen2.5-14b";
+    return "demo, tiny, llama-3.2-1b, llama-3.2-3b, llama-3-8b, qwen2.5-14b, qwen3-0.6b, qwen3-1.7b, qwen3-4b, "
+           "qwen3-8b";
 }
 
 #define REQUIRE(cond, ...)                                           \
@@ -81,6 +94,12 @@ mt_status mt_config_validate(const mt_config *c) {
             (double)c->rms_norm_eps);
     REQUIRE(c->rope_theta > 0 && isfinite(c->rope_theta), "rope_theta must be positive, got %g",
             (double)c->rope_theta);
+    /* config.json carries no flag for the q/k norms: its architecture implies them. */
+    REQUIRE((c->qk_norm != 0) == (c->arch == MT_ARCH_QWEN3), "q/k RMSNorm %s",
+            c->qk_norm ? "is part of Qwen3 only" : "is part of every Qwen3 model");
+    /* Qwen3's attention_bias puts a bias on o_proj as well, which the block does not have. */
+    REQUIRE(!(c->arch == MT_ARCH_QWEN3 && c->attention_bias),
+            "attention_bias is not supported for Qwen3 (it adds an o_proj bias)");
     if (c->rope_scaling_factor != 0) {
         REQUIRE(c->rope_scaling_factor >= 1, "rope_scaling.factor must be >= 1, got %g",
                 (double)c->rope_scaling_factor);
@@ -100,6 +119,7 @@ int64_t mt_config_block_params(const mt_config *c) {
                 + d * q               /* o */
                 + 3 * d * f;          /* gate, up, down */
     if (c->attention_bias) n += q + 2 * kv;
+    if (c->qk_norm) n += 2 * c->head_dim;
     return n;
 }
 

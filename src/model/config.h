@@ -6,7 +6,7 @@
 
 #include "util/status.h"
 
-typedef enum { MT_ARCH_LLAMA, MT_ARCH_MISTRAL, MT_ARCH_QWEN2 } mt_arch;
+typedef enum { MT_ARCH_LLAMA, MT_ARCH_MISTRAL, MT_ARCH_QWEN2, MT_ARCH_QWEN3 } mt_arch;
 
 typedef struct {
     mt_arch arch;
@@ -15,13 +15,14 @@ typedef struct {
     int num_layers;          /* L transformer blocks */
     int num_heads;           /* query heads */
     int num_kv_heads;        /* key/value heads (GQA when fewer than num_heads) */
-    int head_dim;            /* defaults to hidden_size / num_heads */
+    int head_dim;            /* may differ from hidden_size / num_heads (Qwen3) */
     int vocab_size;          /* V */
     int max_position;        /* max_position_embeddings */
     float rms_norm_eps;
     float rope_theta;
     int tie_embeddings;      /* LM head shares the embedding matrix */
     int attention_bias;      /* q/k/v projections carry a bias (Qwen2) */
+    int qk_norm;             /* RMSNorm over each head of q and k, before RoPE (Qwen3) */
     /* rope_scaling of type "llama3"; factor == 0 means none. */
     float rope_scaling_factor;
     float rope_low_freq_factor;
@@ -30,8 +31,8 @@ typedef struct {
     int bos_token_id, eos_token_id;  /* -1 when absent */
 } mt_config;
 
-/* Fills `cfg` with a built-in shape: demo, tiny, llama-3.2-1b, llama-3.2-3b, llama-3-8b,
- * qwen2.5-14b. Fails naming the preset when it is unknown. */
+/* Fills `cfg` with a built-in shape (mt_config_preset_names lists them). Fails naming the preset
+ * when it is unknown. */
 mt_status mt_config_preset(const char *name, mt_config *cfg);
 /* Comma-separated preset names, for help text. */
 const char *mt_config_preset_names(void);

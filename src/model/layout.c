@@ -4,6 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A block's tensors at most: MT_T_ATTN_NORM .. MT_T_WD. */
+enum { BLOCK_TENSORS_MAX = MT_T_WD - MT_T_ATTN_NORM + 1 };
+
 static int64_t align_up(int64_t n) { return (n + MT_TENSOR_ALIGN - 1) / MT_TENSOR_ALIGN * MT_TENSOR_ALIGN; }
 
 static void add_tensor(mt_layout *lay, mt_unit *unit, mt_tensor_kind kind, int block, int rows,
@@ -42,7 +45,7 @@ mt_status mt_layout_init(mt_layout *lay, const mt_config *cfg) {
     int Q = cfg->num_heads * cfg->head_dim, KV = cfg->num_kv_heads * cfg->head_dim;
     lay->num_units = cfg->num_layers + 2;
     lay->units = mt_calloc((size_t)lay->num_units, sizeof *lay->units, "the model layout");
-    lay->tensors = mt_calloc((size_t)cfg->num_layers * 13 + 4, sizeof *lay->tensors, "the model layout");
+    lay->tensors = mt_calloc((size_t)cfg->num_layers * BLOCK_TENSORS_MAX + 4, sizeof *lay->tensors, "the model layout");
     if (!lay->units || !lay->tensors) {
         mt_layout_free(lay);
         return MT_ERR_NOMEM;
@@ -65,6 +68,10 @@ mt_status mt_layout_init(mt_layout *lay, const mt_config *cfg) {
             T(MT_T_BQ, Q, 1, 0, "self_attn.q_proj.bias");
             T(MT_T_BK, KV, 1, 0, "self_attn.k_proj.bias");
             T(MT_T_BV, KV, 1, 0, "self_attn.v_proj.bias");
+        }
+        if (cfg->qk_norm) {
+            T(MT_T_Q_NORM, cfg->head_dim, 1, 0, "self_attn.q_norm.weight");
+            T(MT_T_K_NORM, cfg->head_dim, 1, 0, "self_attn.k_norm.weight");
         }
         T(MT_T_WO, D, Q, 1, "self_attn.o_proj.weight");
         T(MT_T_MLP_NORM, D, 1, 0, "post_attention_layernorm.weight");

@@ -2,7 +2,8 @@
  * each a contiguous run of tensors so that one copy moves a whole unit.
  *
  *   unit 0         embedding       wte [V, D]
- *   units 1..L     blocks          attn_norm, wq, wk, wv, (bq, bk, bv), wo, mlp_norm, wg, wu, wd
+ *   units 1..L     blocks          attn_norm, wq, wk, wv, (bq, bk, bv), (q_norm, k_norm), wo,
+ *                                  mlp_norm, wg, wu, wd
  *   unit L+1       head            final_norm [D], lm_head [V, D] (absent when tied: the head
  *                                  then reads unit 0's wte)
  *
@@ -20,13 +21,19 @@
 
 typedef enum {
     MT_T_WTE,
-    MT_T_ATTN_NORM, MT_T_WQ, MT_T_WK, MT_T_WV, MT_T_BQ, MT_T_BK, MT_T_BV, MT_T_WO,
+    MT_T_ATTN_NORM, MT_T_WQ, MT_T_WK, MT_T_WV, MT_T_BQ, MT_T_BK, MT_T_BV, MT_T_Q_NORM, MT_T_K_NORM, MT_T_WO,
     MT_T_MLP_NORM, MT_T_WG, MT_T_WU, MT_T_WD,
     MT_T_FINAL_NORM, MT_T_LM_HEAD,
     MT_T_COUNT
 } mt_tensor_kind;
 
 typedef enum { MT_UNIT_EMBED, MT_UNIT_BLOCK, MT_UNIT_HEAD } mt_unit_kind;
+
+/* RMSNorm weights: initialized to 1. */
+static inline int mt_tensor_is_norm(mt_tensor_kind kind) {
+    return kind == MT_T_ATTN_NORM || kind == MT_T_Q_NORM || kind == MT_T_K_NORM || kind == MT_T_MLP_NORM ||
+           kind == MT_T_FINAL_NORM;
+}
 
 typedef struct {
     mt_tensor_kind kind;

@@ -68,8 +68,8 @@ static mt_status parse_token(const mt_tokenizer *tok, const json_t *item, size_t
     const char *content;
     MT_TRY(mt_json_string(item, "content", 1, what, &content));
     const json_t *id = json_object_get(item, "id");
-    if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= INT32_MAX)
-        return mt_fail(MT_ERR_INVALID, "%s: field 'id' must be an integer in [0, %d)", what, INT32_MAX);
+    if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= MT_MAX_TOKEN_ID)
+        return mt_fail(MT_ERR_INVALID, "%s: field 'id' must be an integer in [0, %d)", what, MT_MAX_TOKEN_ID);
     MT_TRY(mt_json_bool(item, "special", 0, what, &a->special));
     MT_TRY(mt_json_bool(item, "single_word", 0, what, &a->single_word));
     MT_TRY(mt_json_bool(item, "lstrip", 0, what, &a->lstrip));

@@ -61,8 +61,9 @@ static mt_status parse_vocab(mt_bpe *b, const json_t *vocab, const char *what) {
     const char *key;
     const json_t *value;
     json_object_foreach((json_t *)vocab, key, value) {
-        if (!json_is_integer(value) || json_integer_value(value) < 0 || json_integer_value(value) >= INT32_MAX)
-            return mt_fail(MT_ERR_INVALID, "%s: vocab[\"%s\"] must be an integer id in [0, %d)", what, key, INT32_MAX);
+        if (!json_is_integer(value) || json_integer_value(value) < 0 || json_integer_value(value) >= MT_MAX_TOKEN_ID)
+            return mt_fail(MT_ERR_INVALID, "%s: vocab[\"%s\"] must be an integer id in [0, %d)", what, key,
+                           MT_MAX_TOKEN_ID);
         size_t len = strlen(key);
         if (mt_utf8_check(key, len, NULL)) return mt_fail(MT_ERR_INVALID, "%s: a vocab token is not UTF-8", what);
         MT_TRY(mt_strmap_set(&b->vocab, key, len, (int32_t)json_integer_value(value)));
@@ -408,7 +409,7 @@ static mt_status encode_piece(const mt_bpe *b, mt_bpe_scratch *s, const char *te
     size_t first = out->n;
     for (size_t i = 0; i < w.n; i++)
         if (w.sym[i].len) MT_TRY(mt_ids_push(out, w.sym[i].id));
-    if (cacheable) mt_cache_put(b->cache, text, len, out->ids + first, out->n - first);
+    if (cacheable) mt_cache_put(b->cache, text, len, out->n > first ? out->ids + first : NULL, out->n - first);
     return MT_OK;
 }
 

@@ -18,7 +18,7 @@ static mt_status parse_step(const json_t *spec, const char *what, mt_dec_step *s
     else if (!strcmp(type, "Fuse")) step->kind = DEC_FUSE;
     else if (!strcmp(type, "Metaspace")) {
         step->kind = DEC_METASPACE;
-        MT_TRY(mt_json_char(spec, "replacement", "\xe2\x96\x81", what, step->ch, &step->ch_len));
+        MT_TRY(mt_json_char(spec, "replacement", NULL, what, step->ch, &step->ch_len));
         return mt_prepend_parse(spec, what, &step->prepend);
     } else if (!strcmp(type, "Replace")) {
         const char *content;

@@ -12,6 +12,10 @@
 #include "tokenizer/strmap.h"
 #include "tokenizer/tokenizer.h"
 
+/* Token ids are below this: the id table has an entry per id up to the largest (the largest real
+ * vocabularies hold a few hundred thousand). */
+#define MT_MAX_TOKEN_ID (1 << 24)
+
 /* ---- normalizers ---- */
 typedef enum { NORM_NFC, NORM_NFD, NORM_NFKC, NORM_NFKD, NORM_PREPEND, NORM_REPLACE } mt_norm_kind;
 

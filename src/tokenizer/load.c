@@ -85,6 +85,7 @@ mt_status mt_str_reserve(mt_str *b, size_t extra) {
     if (!s) return mt_fail(MT_ERR_NOMEM, "tokenizer: cannot grow a string to %zu bytes", cap);
     b->s = s;
     b->cap = cap;
+    b->s[b->len] = 0; /* always a C string, even before anything is put */
     return MT_OK;
 }
 

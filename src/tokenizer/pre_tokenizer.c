@@ -24,18 +24,17 @@ static mt_status parse_behavior(const json_t *spec, const char *what, mt_split_b
 
 mt_status mt_prepend_parse(const json_t *spec, const char *what, mt_prepend_scheme *out) {
     const char *scheme;
+    int add_prefix_space;
     MT_TRY(mt_json_string(spec, "prepend_scheme", 0, what, &scheme));
-    if (!scheme) {
-        /* Files older than prepend_scheme say add_prefix_space instead. */
-        int add;
-        MT_TRY(mt_json_bool(spec, "add_prefix_space", 1, what, &add));
-        *out = add ? PREPEND_ALWAYS : PREPEND_NEVER;
-        return MT_OK;
-    }
-    if (!strcmp(scheme, "always")) *out = PREPEND_ALWAYS;
+    MT_TRY(mt_json_bool(spec, "add_prefix_space", 1, what, &add_prefix_space));
+    if (!scheme || !strcmp(scheme, "always")) *out = PREPEND_ALWAYS;
     else if (!strcmp(scheme, "first")) *out = PREPEND_FIRST;
     else if (!strcmp(scheme, "never")) *out = PREPEND_NEVER;
     else return mt_fail(MT_ERR_INVALID, "%s: prepend_scheme '%s' is not always, first or never", what, scheme);
+    /* The older add_prefix_space: false means never, and contradicts any other scheme. */
+    if (!add_prefix_space && scheme && *out != PREPEND_NEVER)
+        return mt_fail(MT_ERR_INVALID, "%s: add_prefix_space false contradicts prepend_scheme '%s'", what, scheme);
+    if (!add_prefix_space) *out = PREPEND_NEVER;
     return MT_OK;
 }
 
@@ -52,7 +51,7 @@ static mt_status parse_step(const json_t *spec, const char *what, mt_pre_step *s
     }
     if (!strcmp(type, "Metaspace")) {
         step->kind = PRE_METASPACE;
-        MT_TRY(mt_json_char(spec, "replacement", "\xe2\x96\x81", what, step->replacement, &step->replacement_len));
+        MT_TRY(mt_json_char(spec, "replacement", NULL, what, step->replacement, &step->replacement_len));
         MT_TRY(mt_prepend_parse(spec, what, &step->prepend));
         return mt_json_bool(spec, "split", 1, what, &step->split);
     }

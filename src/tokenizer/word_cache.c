@@ -76,7 +76,7 @@ void mt_cache_put(mt_word_cache *c, const char *w, size_t len, const int32_t *id
         slot *s = find(sh, hash, w, len);
         int32_t *data = s->ids ? NULL : malloc(n * sizeof *ids + len);
         if (data) {
-            memcpy(data, ids, n * sizeof *ids);
+            if (n) memcpy(data, ids, n * sizeof *ids);
             memcpy(data + n, w, len);
             *s = (slot){hash, data, (uint32_t)len, (uint32_t)n};
             sh->count++;

@@ -1,7 +1,7 @@
 /* The whole engine on the cuda backend against the cpu backend on the same weights: loss and
  * every parameter's gradient, and a few training steps. With MT_TRANSFORMERS_DIR set, it also
  * leaves each model, its tokens, loss and gradients there for tests/device/check_transformers.py,
- * which compares them with transformers' LlamaForCausalLM / Qwen2ForCausalLM.
+ * which compares them with transformers' LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM.
  *
  * The cuda backend keeps weights and activations in bf16 (8 mantissa bits, relative rounding
  * up to 2^-9 per value) with fp32 accumulation; the cpu backend runs fp32 on the same
@@ -133,6 +133,23 @@ Test(cuda, engine_matches_cpu_llama3_rope_mha) {
     mt_config c = wider(mt_tiny_config_mha());
     c.num_kv_heads = c.num_heads;
     compare_backends("llama3_rope_mha", &c);
+}
+
+/* Qwen3: per-head q/k norms (rows of head_dim on the GPU), head_dim 64 where hidden / heads is 32. */
+static mt_config wider_qwen3(int tied) {
+    mt_config c = wider(mt_tiny_config_qwen3(tied));
+    c.head_dim = 64;
+    return c;
+}
+
+Test(cuda, engine_matches_cpu_qwen3_untied) {
+    mt_config c = wider_qwen3(0);
+    compare_backends("qwen3_untied", &c);
+}
+
+Test(cuda, engine_matches_cpu_qwen3_tied) {
+    mt_config c = wider_qwen3(1);
+    compare_backends("qwen3_tied", &c);
 }
 
 /* Eight AdamW steps on one batch: the two backends' losses stay within 2% of each other. */

@@ -2,7 +2,8 @@
 """Hugging Face round trip through the megatrain CLI, for the GPU machine (needs torch,
 transformers and safetensors, which CI's Debian image does not have).
 
-For each of LlamaForCausalLM, Qwen2ForCausalLM (tied) and MistralForCausalLM:
+For each of LlamaForCausalLM, Qwen2ForCausalLM (tied), MistralForCausalLM and Qwen3ForCausalLM
+(untied and tied, with q/k norms and a head_dim of twice hidden / heads):
   1. save a random tiny model with save_pretrained (fp32 and bf16);
   2. import + export without training: every exported tensor and the logits on a fixed batch
      must be bitwise equal to the original;
@@ -44,6 +45,10 @@ MODELS = {
               dict(tie_word_embeddings=True, use_sliding_window=False)),
     "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM,
                 dict(tie_word_embeddings=False, sliding_window=None)),
+    "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM,
+              dict(tie_word_embeddings=False, head_dim=32, use_sliding_window=False)),
+    "qwen3_tied": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM,
+                   dict(tie_word_embeddings=True, head_dim=32, use_sliding_window=False)),
 }
 SEQ, BATCH = 64, 4
 

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""An independent PyTorch reference for megatrain's Llama model.
+"""An independent PyTorch reference for megatrain's Llama-family model (Llama, Mistral, Qwen2, and
+Qwen3 with qk_norm=1: an RMSNorm over each head of q and k before RoPE).
 
 Usage: llama_ref.py MODE DIR [MODE DIR ...]
 Each pair runs one fixture directory (several pairs share one start of Python and torch).
@@ -38,7 +39,7 @@ except ImportError:
              "(Debian: apt-get install python3-torch)")
 
 INT_KEYS = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
-            "head_dim", "vocab_size", "tie_embeddings", "attention_bias",
+            "head_dim", "vocab_size", "tie_embeddings", "attention_bias", "qk_norm",
             "rope_original_max_position", "steps", "seq_len", "batch")
 FLOAT_KEYS = ("rms_norm_eps", "rope_theta", "rope_scaling_factor", "rope_low_freq_factor",
               "rope_high_freq_factor", "lr", "beta1", "beta2", "eps", "weight_decay",
@@ -100,6 +101,9 @@ def expected_shapes(cfg):
             shapes.update({p + "self_attn.q_proj.bias": (q, 1),
                            p + "self_attn.k_proj.bias": (kv, 1),
                            p + "self_attn.v_proj.bias": (kv, 1)})
+        if cfg["qk_norm"]:
+            shapes.update({p + "self_attn.q_norm.weight": (cfg["head_dim"], 1),
+                           p + "self_attn.k_norm.weight": (cfg["head_dim"], 1)})
     return shapes
 
 
@@ -208,10 +212,16 @@ class Llama:
         b, s, _ = x.shape
         h, kvh, hd = cfg["num_heads"], cfg["num_kv_heads"], cfg["head_dim"]
         bias = bool(cfg["attention_bias"])
-        # [b, s, heads*hd] -> [b, heads, s, hd]
-        q = self.linear(x, prefix + "q_proj", bias).view(b, s, h, hd).transpose(1, 2)
-        k = self.linear(x, prefix + "k_proj", bias).view(b, s, kvh, hd).transpose(1, 2)
-        v = self.linear(x, prefix + "v_proj", bias).view(b, s, kvh, hd).transpose(1, 2)
+        # [b, s, heads*hd] -> [b, s, heads, hd]
+        q = self.linear(x, prefix + "q_proj", bias).view(b, s, h, hd)
+        k = self.linear(x, prefix + "k_proj", bias).view(b, s, kvh, hd)
+        v = self.linear(x, prefix + "v_proj", bias).view(b, s, kvh, hd)
+        if cfg["qk_norm"]:
+            # Qwen3: each head's hd values normalized on their own, one weight shared by the heads.
+            q = self.rms_norm(q, self.p[prefix + "q_norm.weight"])
+            k = self.rms_norm(k, self.p[prefix + "k_norm.weight"])
+        # -> [b, heads, s, hd]
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         # Query head i reads key/value head i // (h / kvh).

@@ -81,6 +81,8 @@ def model_tensors(cfg, tied_head):
         if cfg["model_type"] == "qwen2":
             shapes += [(p + "self_attn.q_proj.bias", [Q]), (p + "self_attn.k_proj.bias", [KV]),
                        (p + "self_attn.v_proj.bias", [KV])]
+        if cfg["model_type"] == "qwen3":
+            shapes += [(p + "self_attn.q_norm.weight", [hd]), (p + "self_attn.k_norm.weight", [hd])]
         shapes += [(p + "self_attn.o_proj.weight", [D, Q]), (p + "post_attention_layernorm.weight", [D]),
                    (p + "mlp.gate_proj.weight", [F, D]), (p + "mlp.up_proj.weight", [F, D]),
                    (p + "mlp.down_proj.weight", [D, F])]
@@ -120,18 +122,34 @@ def write_sharded_llama(out):
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
 
 
+def write_one_file_model(out, name, cfg, tied_head, dtype):
+    """config.json and a single model.safetensors of `dtype` in out/name."""
+    path = os.path.join(out, name)
+    os.makedirs(path, exist_ok=True)
+    write_config(path, cfg)
+    tensors = model_tensors(cfg, tied_head)
+    write_safetensors(os.path.join(path, "model.safetensors"), [(n, t.to(dtype)) for n, t in sorted(tensors.items())])
+
+
 def write_tied_qwen2(out):
     """One F16 file of a tied Qwen2 (q/k/v biases) that still carries lm_head.weight."""
-    path = os.path.join(out, "tiny_qwen2_tied")
-    os.makedirs(path, exist_ok=True)
     cfg = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 8,
            "intermediate_size": 12, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2,
            "head_dim": 4, "vocab_size": 10, "max_position_embeddings": 64, "rms_norm_eps": 1e-06,
            "rope_theta": 1000000.0, "tie_word_embeddings": True, "use_sliding_window": False,
            "sliding_window": 32, "eos_token_id": 2}
-    write_config(path, cfg)
-    tensors = model_tensors(cfg, tied_head=True)
-    write_safetensors(os.path.join(path, "model.safetensors"), [(n, t.half()) for n, t in sorted(tensors.items())])
+    write_one_file_model(out, "tiny_qwen2_tied", cfg, tied_head=True, dtype=torch.float16)
+
+
+def write_qwen3(out):
+    """One BF16 file of an untied Qwen3: q/k norms of head_dim 6, where hidden / heads is 4."""
+    cfg = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 8,
+           "intermediate_size": 12, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+           "head_dim": 6, "vocab_size": 10, "max_position_embeddings": 64, "rms_norm_eps": 1e-06,
+           "rope_theta": 1000000.0, "tie_word_embeddings": False, "attention_bias": False,
+           "use_sliding_window": False, "sliding_window": None, "max_window_layers": 2, "bos_token_id": 1,
+           "eos_token_id": 2, "rope_scaling": None, "torch_dtype": "bfloat16"}
+    write_one_file_model(out, "tiny_qwen3", cfg, tied_head=False, dtype=torch.bfloat16)
 
 
 def main():
@@ -140,6 +158,7 @@ def main():
     write_dtypes(out)
     write_sharded_llama(out)
     write_tied_qwen2(out)
+    write_qwen3(out)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Throughput of `megatrain tokenize` on one thread and on all cores, beside @lenml/tokenizers
+# (node, one thread), on the same text: the KJV demo corpus as one plain-text document
+# (data/kjv.txt, 4.1 MB) and as JSONL with one verse a document (31102 documents). For each
+# reference tokenizer: megatrain's seconds and MB/s as its summary line reports them (from the
+# first input read to the last shard renamed: tokenizer loading excluded), and node's encoding
+# seconds (loading excluded too).
+#
+#   bench/tokenize/run.sh [TOKENIZERS]      default: llama3 qwen3 mistral
+#
+# Environment: BUILD (build dir, default build), THREADS (the "all cores" count, default nproc),
+# NODE=0 to leave node out (its one-document Mistral run takes minutes: transformers.js merges the
+# whole text as one word). Node's column needs `npm install` in tests/reference/tokenizers.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${BUILD:-build}
+threads=${THREADS:-$(nproc)}
+names=${1:-llama3 qwen3 mistral}
+
+make -s BUILD="$build" "$build/megatrain" data/kjv.txt tokenizer-data >/dev/null
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+/usr/bin/python3 -c '
+import json, sys
+with open(sys.argv[1], encoding="utf-8") as f, open(sys.argv[2], "w", encoding="utf-8") as g:
+    for line in f:
+        g.write(json.dumps({"text": line.rstrip("\n")}, ensure_ascii=False) + "\n")
+' data/kjv.txt "$work/kjv.jsonl"
+have_node=0
+[ "${NODE:-1}" = 1 ] && [ -d tests/reference/tokenizers/node_modules/@lenml/tokenizers ] && command -v node >/dev/null && have_node=1
+
+# megatrain tokenize's summary line ("... into N tokens ..., S s on T threads: M MB/s, ...") and the
+# process's CPU seconds (user + system, tokenizer loading included) from /usr/bin/time.
+run_ours() { # model input threads
+    rm -f "$work"/out_*
+    local summary
+    summary=$(/usr/bin/time -f "cpu %U %S" -o "$work/time" \
+        "$build/megatrain" tokenize --tokenizer "$1" "$2" --out "$work/out" --threads "$3" 2>/dev/null)
+    sed -E 's/.* into ([0-9]+) tokens .* ([0-9.]+) s on ([0-9]+) threads: ([0-9.]+) MB\/s.*/\1 \2 \4/' <<<"$summary" |
+        tr '\n' ' '
+    awk '/^cpu/ { printf "%.2f\n", $2 + $3 }' "$work/time"
+}
+
+printf '%-8s %-10s %8s %10s %9s %8s %9s %14s\n' tokenizer input threads tokens seconds "MB/s" "cpu s" "node s (MB/s)"
+for name in $names; do
+    model=$build/tokenizers/$name
+    [ -d "$model" ] || model=tests/data/tokenizers/$name
+    for input in data/kjv.txt "$work/kjv.jsonl"; do
+        label=$(basename "$input")
+        node_col=-
+        if [ $have_node = 1 ]; then
+            node_out=$(node bench/tokenize/lenml_bench.mjs "$model" "$input")
+            s=$(sed -E 's/.*seconds=([0-9.]+).*/\1/' <<<"$node_out")
+            b=$(sed -E 's/.*bytes=([0-9]+).*/\1/' <<<"$node_out")
+            node_col=$(awk -v s="$s" -v b="$b" 'BEGIN { printf "%.2f (%.2f)", s, b / 1e6 / s }')
+        fi
+        for t in 1 "$threads"; do
+            read -r tokens secs mbs cpu <<<"$(run_ours "$model" "$input" "$t")"
+            printf '%-8s %-10s %8s %10s %9s %8s %9s %14s\n' "$name" "$label" "$t" "$tokens" "$secs" "$mbs" "$cpu" "$node_col"
+        done
+    done
+done

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Compares megatrain's tokenizer with Hugging Face's `tokenizers` and transformers' AutoTokenizer.
+
+For each tokenizer in tests/data/tokenizers (llama3, qwen3, mistral: the real files, xz-compressed;
+mistral-metaspace, gpt2-bytelevel: small ones cut from them) and each corpus file in
+tests/data/tokenizers/corpus:
+
+  1. reference  tests/data/tokenizers/expected/<name>.json (made by @lenml/tokenizers; CI asserts
+                that megatrain's encoder gives exactly these ids) equals tokenizers.Tokenizer's
+                encode(text, add_special_tokens=False) and AutoTokenizer's input_ids;
+  2. decode     tokenizers' decode of those ids gives back what CI asserts megatrain's decode gives
+                (the text; NFC of it for Qwen's NFC normalizer; a space after each special token
+                for Mistral's per-piece "▁"; a space before each piece for GPT-2's prefix space);
+  3. megatrain  with --bin, `megatrain tokenize` on the file (special tokens matched, then not)
+                gives, after the leading end-of-text token, the same ids as tokenizers
+                (with encode_special_tokens for the second run).
+
+usage: check_tokenizer.py [--bin build-device/megatrain]
+Prints one line per tokenizer and file, PASS or FAIL with the first difference, and a summary;
+exits 1 when anything failed.
+"""
+import argparse
+import glob
+import json
+import lzma
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import unicodedata
+
+from tokenizers import Tokenizer
+from transformers import AutoTokenizer
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+DATA = os.path.join(ROOT, "tests", "data", "tokenizers")
+NAMES = ["llama3", "qwen3", "mistral", "mistral-metaspace", "gpt2-bytelevel"]
+
+
+def model_dir(name, scratch):
+    """A directory with tokenizer.json and tokenizer_config.json (unpacking the .xz ones)."""
+    src = os.path.join(DATA, name)
+    if os.path.exists(os.path.join(src, "tokenizer.json")):
+        return src
+    dst = os.path.join(scratch, name)
+    os.makedirs(dst, exist_ok=True)
+    with lzma.open(os.path.join(src, "tokenizer.json.xz")) as f, open(os.path.join(dst, "tokenizer.json"), "wb") as g:
+        shutil.copyfileobj(f, g)
+    shutil.copy(os.path.join(src, "tokenizer_config.json"), dst)
+    return dst
+
+
+def round_trip_text(name, text, specials):
+    """What decode(encode(text)) gives, as CI asserts for megatrain (test_tokenizer_reference.c)."""
+    if name == "qwen3":
+        return unicodedata.normalize("NFC", text)
+    if name not in ("mistral", "gpt2-bytelevel"):
+        return text
+    out, i, start = [], 0, True
+    while i < len(text):
+        hit = next((s for s in specials if text.startswith(s, i)), None)
+        if hit:
+            out.append(hit)
+            i += len(hit)
+            start = True
+            continue
+        if name == "mistral" and start and out:
+            out.append(" ")
+        if name == "gpt2-bytelevel" and start and text[i] != " ":
+            out.append(" ")
+        start = False
+        out.append(text[i])
+        i += 1
+    return "".join(out)
+
+
+def first_difference(a, b):
+    i = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), min(len(a), len(b)))
+    return f"{len(a)} vs {len(b)} ids; first difference at {i}: {a[i:i + 5]} vs {b[i:i + 5]}"
+
+
+def read_shards(prefix):
+    ids = []
+    for path in sorted(glob.glob(prefix + "_*.bin")):
+        with open(path, "rb") as f:
+            magic, version, count = struct.unpack("<3i", f.read(12))
+            f.seek(1024)
+            width = 2 if version == 1 else 4
+            ids += list(struct.unpack(f"<{count}{'H' if width == 2 else 'I'}", f.read(count * width)))
+    return ids
+
+
+def megatrain_ids(binary, model, path, allow_special, scratch):
+    out = tempfile.mkdtemp(dir=scratch)
+    cmd = [binary, "tokenize", "--tokenizer", model, path, "--out", os.path.join(out, "t"), "--threads", "2",
+           "--bos", "no"]
+    if allow_special:
+        cmd.append("--allow-special")
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        return None, r.stderr.strip()
+    return read_shards(os.path.join(out, "t")), None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", help="a built megatrain to check as well (its tokenize command)")
+    args = ap.parse_args()
+    scratch = tempfile.mkdtemp(prefix="mt-tokenizer-check-")
+    failures = checks = 0
+
+    def report(ok, what, detail=""):
+        nonlocal failures, checks
+        checks += 1
+        failures += not ok
+        print(f"{'PASS' if ok else 'FAIL'} {what}{': ' + detail if detail and not ok else ''}")
+
+    for name in NAMES:
+        model = model_dir(name, scratch)
+        tok = Tokenizer.from_file(os.path.join(model, "tokenizer.json"))
+        auto = AutoTokenizer.from_pretrained(model)
+        specials = [t.content for t in tok.get_added_tokens_decoder().values() if t.special]
+        expected = json.load(open(os.path.join(DATA, "expected", f"{name}.json")))
+        for file, want in expected.items():
+            path = os.path.join(DATA, "corpus", file)
+            text = open(path, encoding="utf-8", newline="").read()
+            ids = tok.encode(text, add_special_tokens=False).ids
+            report(ids == want, f"{name} {file} reference = tokenizers", first_difference(want, ids))
+            auto_ids = auto(text, add_special_tokens=False)["input_ids"]
+            report(auto_ids == ids, f"{name} {file} AutoTokenizer = tokenizers", first_difference(ids, auto_ids))
+            decoded = tok.decode(ids, skip_special_tokens=False)
+            report(decoded == round_trip_text(name, text, specials), f"{name} {file} tokenizers decode",
+                   repr(decoded[:80]))
+            if not args.bin:
+                continue
+            for allow in (True, False):
+                ours, err = megatrain_ids(args.bin, model, path, allow, scratch)
+                tok.encode_special_tokens = not allow
+                theirs = tok.encode(text, add_special_tokens=False).ids
+                tok.encode_special_tokens = False
+                what = f"{name} {file} megatrain tokenize{' --allow-special' if allow else ''}"
+                if ours is None:
+                    report(False, what, err)
+                    continue
+                report(ours[1:] == theirs, what, first_difference(theirs, ours[1:]))
+    shutil.rmtree(scratch, ignore_errors=True)
+    print(f"==== tokenizer check: {checks - failures}/{checks} passed, {failures} failed")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
