@@ -11,11 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat_test_files.h"
 #include "tokenizer/chat_data.h"
 #include "tokenizer/chat_encode.h"
 #include "tokenizer_files.h"
-
-#define CHAT_DATA "tests/data/chat"
 
 /* The tokenizer each template's model uses (Qwen2/2.5 share Qwen3's vocabulary but <think>). */
 static const char *tokenizer_for(const char *tmpl) {
@@ -24,23 +23,7 @@ static const char *tokenizer_for(const char *tmpl) {
     return "mistral";
 }
 
-static json_t *load_json(const char *path) {
-    json_error_t err;
-    json_t *j = json_load_file(path, JSON_DECODE_INT_AS_REAL, &err);
-    cr_assert_not_null(j, "%s: %s", path, err.text);
-    return j;
-}
 
-static void load_template(const char *name, mt_chat_template *t) {
-    char path[256];
-    snprintf(path, sizeof path, CHAT_DATA "/%s/tokenizer_config.json", name);
-    json_t *cfg = load_json(path);
-    cr_assert_eq(mt_chat_template_parse(json_string_value(json_object_get(cfg, "chat_template")),
-                                        json_string_value(json_object_get(cfg, "bos_token")),
-                                        json_string_value(json_object_get(cfg, "eos_token")), path, t),
-                 MT_OK, "%s", mt_error());
-    json_decref(cfg);
-}
 
 /* The trainable runs of the rendered text as byte ranges; returns the count. */
 static size_t trainable_runs(const mt_chat_rendered *r, size_t (*runs)[2], size_t cap) {
@@ -98,7 +81,7 @@ static void check_case(size_t index, const json_t *c) {
     char *json = json_dumps(line, JSON_COMPACT);
     const mt_tokenizer *tok = tokenizer_of(name);
     mt_chat_template t;
-    load_template(name, &t);
+    chat_test_template(name, &t);
     mt_chat_example e;
     cr_assert_eq(mt_chat_example_parse(json, strlen(json), "case", index, &e), MT_OK, "%s", mt_error());
     mt_chat_rendered r;
@@ -164,7 +147,7 @@ static void check_case(size_t index, const json_t *c) {
 }
 
 Test(chat_encode, ids_and_masks_of_every_case_with_real_tokenizers, .timeout = 120) {
-    json_t *cases = load_json(CHAT_DATA "/cases.json");
+    json_t *cases = chat_test_json(CHAT_DATA "/cases.json");
     size_t i;
     json_t *c;
     json_array_foreach(cases, i, c) check_case(i, c);
@@ -178,7 +161,7 @@ Test(chat_encode, ids_and_masks_of_every_case_with_real_tokenizers, .timeout = 1
 Test(chat_encode, an_answer_sharing_a_token_with_the_markup_carries_loss) {
     mt_tokenizer *tok = tok_test_load("qwen3");
     mt_chat_template t;
-    load_template("qwen2", &t);
+    chat_test_template("qwen2", &t);
     mt_chat_message m[2] = {{MT_ROLE_USER, "q", 1, NULL, 0}, {MT_ROLE_ASSISTANT, "\nA", 2, NULL, 0}};
     mt_chat_rendered r;
     cr_assert_eq(mt_chat_render(&t, m, 2, &r), MT_OK, "%s", mt_error());

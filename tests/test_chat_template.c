@@ -7,29 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat_test_files.h"
 #include "tokenizer/chat_data.h"
 #include "tokenizer/chat_template.h"
 
-#define CHAT_DATA "tests/data/chat"
-
-static json_t *load_json(const char *path) {
-    json_error_t err;
-    json_t *j = json_load_file(path, JSON_DECODE_INT_AS_REAL, &err); /* model_max_length: 1e30 */
-    cr_assert_not_null(j, "%s: %s", path, err.text);
-    return j;
-}
 
 /* The template of tests/data/chat/<name>/tokenizer_config.json. */
-static void load_template(const char *name, mt_chat_template *t) {
-    char path[256];
-    snprintf(path, sizeof path, CHAT_DATA "/%s/tokenizer_config.json", name);
-    json_t *cfg = load_json(path);
-    mt_status st = mt_chat_template_parse(json_string_value(json_object_get(cfg, "chat_template")),
-                                          json_string_value(json_object_get(cfg, "bos_token")),
-                                          json_string_value(json_object_get(cfg, "eos_token")), path, t);
-    json_decref(cfg);
-    cr_assert_eq(st, MT_OK, "%s", mt_error());
-}
 
 /* The rendered text with each trainable run between ⟦ and ⟧. */
 static char *marked(const mt_chat_rendered *r) {
@@ -58,7 +41,7 @@ static mt_status render_line(const mt_chat_template *t, const char *line, char *
 }
 
 Test(chat_template, renders_each_case_as_its_template_does) {
-    json_t *cases = load_json(CHAT_DATA "/cases.json");
+    json_t *cases = chat_test_json(CHAT_DATA "/cases.json");
     size_t i;
     json_t *c;
     cr_assert_gt(json_array_size(cases), 30);
@@ -68,7 +51,7 @@ Test(chat_template, renders_each_case_as_its_template_does) {
         json_t *line = json_is_array(conv) ? json_pack("{s:O}", "messages", conv) : json_incref(conv);
         char *text = json_dumps(line, JSON_COMPACT);
         mt_chat_template t;
-        load_template(name, &t);
+        chat_test_template(name, &t);
         char *got = NULL;
         cr_assert_eq(render_line(&t, text, &got), MT_OK, "case %zu (%s): %s", i, name, mt_error());
         const char *want = json_string_value(json_object_get(c, "expected"));
@@ -85,27 +68,27 @@ Test(chat_template, renders_each_case_as_its_template_does) {
 
 Test(chat_template, recognises_the_variants) {
     mt_chat_template t;
-    load_template("llama3", &t);
+    chat_test_template("llama3", &t);
     cr_expect(t.family == MT_CHAT_LLAMA3 && t.trailing_header && !t.date_header);
-    load_template("llama3-gen", &t);
+    chat_test_template("llama3-gen", &t);
     cr_expect(t.family == MT_CHAT_LLAMA3 && !t.trailing_header && !t.date_header);
-    load_template("llama3.2", &t);
+    chat_test_template("llama3.2", &t);
     cr_expect(t.date_header);
     cr_expect_str_eq(t.knowledge_date, "December 2023");
     cr_expect_str_eq(t.today_date, "26 Jul 2024");
-    load_template("qwen2", &t);
+    chat_test_template("qwen2", &t);
     cr_expect(t.family == MT_CHAT_CHATML && !t.think);
     cr_expect_str_eq(t.default_system, "You are a helpful assistant.");
     mt_chat_template_free(&t);
-    load_template("qwen3", &t);
+    chat_test_template("qwen3", &t);
     cr_expect(t.think && !t.think_in_prompt && !t.default_system);
-    load_template("llama2", &t);
+    chat_test_template("llama2", &t);
     cr_expect(t.family == MT_CHAT_INST && t.inst == MT_INST_LLAMA2);
-    load_template("mistral-v0.1", &t);
+    chat_test_template("mistral-v0.1", &t);
     cr_expect(t.inst == MT_INST_NO_SYSTEM && !t.eos_space);
-    load_template("mistral-v0.2", &t);
+    chat_test_template("mistral-v0.2", &t);
     cr_expect(t.inst == MT_INST_SYSTEM_FIRST);
-    load_template("mistral-v0.3", &t);
+    chat_test_template("mistral-v0.3", &t);
     cr_expect(t.inst == MT_INST_SYSTEM_IF_LAST);
 }
 
@@ -113,7 +96,7 @@ Test(chat_template, recognises_the_variants) {
 static char *variant_of(const char *name, const char *from, const char *to) {
     char path[256];
     snprintf(path, sizeof path, CHAT_DATA "/%s/tokenizer_config.json", name);
-    json_t *cfg = load_json(path);
+    json_t *cfg = chat_test_json(path);
     const char *text = json_string_value(json_object_get(cfg, "chat_template"));
     const char *at = strstr(text, from);
     cr_assert_not_null(at, "%s has no '%s'", name, from);
@@ -157,7 +140,7 @@ Test(chat_template, qwen3_think_in_the_generation_prompt_is_context) {
 /* Python's str.strip() removes Unicode whitespace (U+3000, U+00A0, U+2028), not other characters. */
 Test(chat_template, trim_removes_unicode_whitespace_as_python_does) {
     mt_chat_template t;
-    load_template("llama3-gen", &t);
+    chat_test_template("llama3-gen", &t);
     char *got = NULL;
     cr_assert_eq(render_line(&t, "{\"prompt\": \"\\u3000\\u00a0q\\u2028\", \"completion\": \"\\u200b a\\t\"}", &got), MT_OK,
                  "%s", mt_error());
@@ -196,7 +179,7 @@ Test(chat_template, refuses_templates_it_does_not_render) {
 
 static void expect_render_error(const char *name, const char *line, const char *needle) {
     mt_chat_template t;
-    load_template(name, &t);
+    chat_test_template(name, &t);
     char *got = NULL;
     cr_expect_eq(render_line(&t, line, &got), MT_ERR_INVALID, "%s rendered %s", name, got ? got : "");
     cr_expect(strstr(mt_error(), needle), "'%s' not in: %s", needle, mt_error());
