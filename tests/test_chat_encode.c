@@ -183,3 +183,23 @@ Test(chat_encode, an_answer_sharing_a_token_with_the_markup_carries_loss) {
     mt_chat_template_free(&t);
     mt_tokenizer_free(tok);
 }
+
+/* A conversation that renders to nothing (Llama 2 chat with only a system message) gives no ids. */
+Test(chat_encode, a_conversation_that_renders_to_nothing_gives_no_ids) {
+    mt_tokenizer *tok = tok_test_load("mistral");
+    mt_chat_template t;
+    chat_test_template("llama2", &t);
+    mt_chat_message m[1] = {{MT_ROLE_SYSTEM, "s", 1, NULL, 0}};
+    mt_chat_rendered r;
+    cr_assert_eq(mt_chat_render(&t, m, 1, &r), MT_OK, "%s", mt_error());
+    mt_ids ids = {0};
+    mt_mask mask = {0};
+    cr_assert_eq(mt_chat_encode(tok, &r, &ids, &mask), MT_OK, "%s", mt_error());
+    cr_expect_eq(ids.n, 0);
+    cr_expect_eq(mask.n, 0);
+    mt_ids_free(&ids);
+    mt_mask_free(&mask);
+    mt_chat_rendered_free(&r);
+    mt_chat_template_free(&t);
+    mt_tokenizer_free(tok);
+}

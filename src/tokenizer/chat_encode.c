@@ -9,6 +9,7 @@ void mt_mask_free(mt_mask *m) {
 }
 
 static mt_status mask_append(mt_mask *m, const uint8_t *flags, size_t n) {
+    if (n == 0) return MT_OK; /* a conversation that renders to nothing (a lone system message) */
     if (m->n + n > m->cap) {
         size_t cap = m->cap ? m->cap : 256;
         while (cap < m->n + n) cap *= 2;
