@@ -57,6 +57,14 @@ static mt_tokenizer *load_json(json_t *t) {
     return tok;
 }
 
+/* got == want, then both and the tokenizer freed. */
+static void expect_ids_and_free(mt_tokenizer *tok, mt_ids *got, mt_ids *want, const char *what) {
+    expect_ids(got, want->ids, want->n, what);
+    mt_ids_free(got);
+    mt_ids_free(want);
+    mt_tokenizer_free(tok);
+}
+
 /* The ids of plain ASCII text in the character tokenizer. */
 static void push_chars(mt_ids *ids, const char *s) {
     for (; *s; s++) mt_ids_push(ids, *s - 32);
@@ -74,10 +82,7 @@ Test(tokenizer, added_token_single_word) {
     mt_ids_push(&want, 200);
     push_chars(&want, " A<mask> <mask>ony ");
     mt_ids_push(&want, 200);
-    expect_ids(&got, want.ids, want.n, "single_word");
-    mt_ids_free(&got);
-    mt_ids_free(&want);
-    mt_tokenizer_free(tok);
+    expect_ids_and_free(tok, &got, &want, "single_word");
 }
 
 /* tokenizers' test_lstrip_unicode_space: lstrip and rstrip take the whitespace beside the token
@@ -92,10 +97,7 @@ Test(tokenizer, added_token_lstrip_rstrip) {
     push_chars(&want, "there");
     mt_ids_push(&want, 200);
     mt_ids_push(&want, 200);
-    expect_ids(&got, want.ids, want.n, "lstrip/rstrip");
-    mt_ids_free(&got);
-    mt_ids_free(&want);
-    mt_tokenizer_free(tok);
+    expect_ids_and_free(tok, &got, &want, "lstrip/rstrip");
 }
 
 /* Longest match first; a normalized token is matched in the normalized text (here after a
@@ -286,10 +288,7 @@ Test(tokenizer, metaspace_split) {
             mt_ids_push(&want, 95);
         }
         push_chars(&want, "friend!");
-        expect_ids(&got, want.ids, want.n, split ? "split" : "no split");
-        mt_ids_free(&got);
-        mt_ids_free(&want);
-        mt_tokenizer_free(tok);
+        expect_ids_and_free(tok, &got, &want, split ? "split" : "no split");
     }
 }
 

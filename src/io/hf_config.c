@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/json_kind.h"
+
 /* One supported architecture and transformers' defaults for what its config.json may omit. */
 typedef struct {
     mt_arch arch;
@@ -35,20 +37,6 @@ typedef struct {
     const char *scope; /* "" at the top level, "rope_scaling." inside it */
 } field_src;
 
-static const char *json_kind(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    case JSON_NULL: return "null";
-    }
-    return "an unknown JSON value";
-}
-
 /* The value of `key`, or NULL when it is absent or null (transformers treats both as "unset"). */
 static const json_t *field(const field_src *s, const char *key) {
     const json_t *v = json_object_get(s->obj, key);
@@ -57,7 +45,7 @@ static const json_t *field(const field_src *s, const char *key) {
 
 static mt_status wrong_type(const field_src *s, const char *key, const char *expected, const json_t *v) {
     return mt_fail(MT_ERR_INVALID, "%s: field '%s%s' must be %s, found %s", s->source, s->scope, key,
-                   expected, json_kind(v));
+                   expected, mt_json_kind(v));
 }
 
 static mt_status missing(const field_src *s, const char *key) {
@@ -286,7 +274,7 @@ static mt_status parse_document(json_t *root, const json_error_t *err, const cha
     field_src s = {source, root, ""};
     mt_status st = json_is_object(root)
                        ? parse_root(&s, cfg)
-                       : mt_fail(MT_ERR_INVALID, "%s: must hold a JSON object, found %s", source, json_kind(root));
+                       : mt_fail(MT_ERR_INVALID, "%s: must hold a JSON object, found %s", source, mt_json_kind(root));
     json_decref(root);
     return st;
 }
@@ -387,7 +375,7 @@ json_t *mt_hf_config_to_json(const mt_config *cfg, const char *torch_dtype) {
 
 mt_status mt_hf_config_from_json(const json_t *doc, const char *source, mt_config *cfg) {
     if (!json_is_object(doc))
-        return mt_fail(MT_ERR_INVALID, "%s: must hold a JSON object, found %s", source, doc ? json_kind(doc) : "nothing");
+        return mt_fail(MT_ERR_INVALID, "%s: must hold a JSON object, found %s", source, doc ? mt_json_kind(doc) : "nothing");
     field_src s = {source, doc, ""};
     return parse_root(&s, cfg);
 }

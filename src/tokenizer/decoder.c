@@ -10,9 +10,7 @@
 
 static const char supported[] = "ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip, Sequence";
 
-static mt_status parse_step(const json_t *spec, const char *what, mt_dec_step *step) {
-    const char *type;
-    MT_TRY(mt_json_string(spec, "type", 1, what, &type));
+static mt_status parse_step(const json_t *spec, const char *type, const char *what, mt_dec_step *step) {
     if (!strcmp(type, "ByteLevel")) step->kind = DEC_BYTE_LEVEL;
     else if (!strcmp(type, "ByteFallback")) step->kind = DEC_BYTE_FALLBACK;
     else if (!strcmp(type, "Fuse")) step->kind = DEC_FUSE;
@@ -42,25 +40,16 @@ static mt_status parse_step(const json_t *spec, const char *what, mt_dec_step *s
     return MT_OK;
 }
 
-static mt_status add_steps(mt_tokenizer *tok, const json_t *spec, const char *what) {
-    if (!json_is_object(spec))
-        return mt_fail(MT_ERR_INVALID, "%s: a decoder must be an object, found %s", what, mt_json_kind(spec));
-    const char *type;
-    MT_TRY(mt_json_string(spec, "type", 1, what, &type));
-    if (!strcmp(type, "Sequence")) {
-        const json_t *list = json_object_get(spec, "decoders");
-        if (!json_is_array(list)) return mt_fail(MT_ERR_INVALID, "%s: Sequence decoder needs a 'decoders' list", what);
-        size_t i;
-        const json_t *item;
-        json_array_foreach(list, i, item) MT_TRY(add_steps(tok, item, what));
-        return MT_OK;
-    }
-    mt_dec_step *grown = realloc(tok->dec, (tok->n_dec + 1) * sizeof *grown);
-    if (!grown) return mt_fail(MT_ERR_NOMEM, "%s: cannot grow the decoder list", what);
-    tok->dec = grown;
-    tok->dec[tok->n_dec] = (mt_dec_step){0};
-    mt_status st = parse_step(spec, what, &tok->dec[tok->n_dec]);
-    tok->n_dec++; /* counted even on failure, so that mt_dec_free releases what it holds */
+static void free_step(mt_dec_step *step) {
+    mt_regex_free(&step->pattern);
+    free(step->text);
+}
+
+static mt_status add_step(mt_tokenizer *tok, const json_t *spec, const char *type, const char *what) {
+    mt_dec_step step = {0};
+    mt_status st = parse_step(spec, type, what, &step);
+    if (!st) st = mt_array_append(&tok->dec, &tok->n_dec, sizeof step, &step, what);
+    if (st) free_step(&step);
     return st;
 }
 
@@ -69,14 +58,11 @@ mt_status mt_dec_parse(mt_tokenizer *tok, const json_t *spec) {
     char what[600];
     snprintf(what, sizeof what, "%s: decoder", tok->path);
     tok->has_decoder = 1;
-    return add_steps(tok, spec, what);
+    return mt_json_steps(tok, spec, "decoder", "decoders", what, add_step);
 }
 
 void mt_dec_free(mt_tokenizer *tok) {
-    for (size_t i = 0; i < tok->n_dec; i++) {
-        mt_regex_free(&tok->dec[i].pattern);
-        free(tok->dec[i].text);
-    }
+    for (size_t i = 0; i < tok->n_dec; i++) free_step(&tok->dec[i]);
     free(tok->dec);
     tok->dec = NULL;
     tok->n_dec = 0;

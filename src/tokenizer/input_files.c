@@ -69,7 +69,7 @@ mt_status mt_input_files_collect(const char *const *paths, size_t n, mt_input_li
             size_t first = out->n;
             st = walk(out, paths[i]);
             if (!st && out->n > first) qsort(out->v + first, out->n - first, sizeof *out->v, by_path);
-            if (!st && out->n == first)
+            else if (!st)
                 st = mt_fail(MT_ERR_INVALID, "%s: no .txt, .text, .md or .jsonl files in the directory", paths[i]);
         } else {
             st = add(out, paths[i]);

@@ -11,6 +11,7 @@
 #include "tokenizer/regex.h"
 #include "tokenizer/strmap.h"
 #include "tokenizer/tokenizer.h"
+#include "util/json_kind.h"
 
 /* Token ids are below this: the id table has an entry per id up to the largest (the largest real
  * vocabularies hold a few hundred thousand). */
@@ -149,13 +150,20 @@ mt_status mt_str_put(mt_str *b, const char *s, size_t n);
 void mt_str_free(mt_str *b);
 
 /* ---- parsing helpers (load.c) ---- */
-/* The JSON type of `v` in words, for messages. */
-const char *mt_json_kind(const json_t *v);
 /* A string field: *out = its value (NULL when absent or null and !required). */
 mt_status mt_json_string(const json_t *obj, const char *key, int required, const char *what, const char **out);
 mt_status mt_json_bool(const json_t *obj, const char *key, int fallback, const char *what, int *out);
 /* A pattern object {"String": s} or {"Regex": r}, compiled. */
 mt_status mt_json_pattern(const json_t *obj, const char *key, const char *what, mt_regex *re, int *empty);
+/* Parses one normalizer, pre-tokenizer or decoder (`type` is its "type") into `tok`. */
+typedef mt_status (*mt_step_parser)(mt_tokenizer *tok, const json_t *spec, const char *type, const char *what);
+/* `spec`, or for a Sequence each of its `list_key` members in order (nested Sequences flattened),
+ * handed to `parse`; `kind` ("normalizer", ...) names the component in messages. */
+mt_status mt_json_steps(mt_tokenizer *tok, const json_t *spec, const char *kind, const char *list_key,
+                        const char *what, mt_step_parser parse);
+/* Appends `item` (`size` bytes) to the array whose pointer is at `array_ptr` (e.g. &tok->pre) and
+ * whose length is *n; fails, leaving both as they were, when memory runs out. */
+mt_status mt_array_append(void *array_ptr, size_t *n, size_t size, const void *item, const char *what);
 /* A one-character string field (Metaspace's replacement, Strip's content) as UTF-8. */
 mt_status mt_json_char(const json_t *obj, const char *key, const char *fallback, const char *what, char out[5],
                        size_t *len);

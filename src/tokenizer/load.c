@@ -8,20 +8,6 @@
 #include "tokenizer/internal.h"
 #include "tokenizer/utf8.h"
 
-const char *mt_json_kind(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    case JSON_NULL: return "null";
-    }
-    return "an unknown JSON value";
-}
-
 mt_status mt_json_string(const json_t *obj, const char *key, int required, const char *what, const char **out) {
     const json_t *v = json_object_get(obj, key);
     *out = NULL;
@@ -74,6 +60,33 @@ mt_status mt_json_char(const json_t *obj, const char *key, const char *fallback,
     memcpy(out, s, n);
     out[n] = 0;
     *len = n;
+    return MT_OK;
+}
+
+mt_status mt_json_steps(mt_tokenizer *tok, const json_t *spec, const char *kind, const char *list_key,
+                        const char *what, mt_step_parser parse) {
+    if (!json_is_object(spec))
+        return mt_fail(MT_ERR_INVALID, "%s: a %s must be an object, found %s", what, kind, mt_json_kind(spec));
+    const char *type;
+    MT_TRY(mt_json_string(spec, "type", 1, what, &type));
+    if (strcmp(type, "Sequence")) return parse(tok, spec, type, what);
+    const json_t *list = json_object_get(spec, list_key);
+    if (!json_is_array(list))
+        return mt_fail(MT_ERR_INVALID, "%s: Sequence %s needs a '%s' list", what, kind, list_key);
+    size_t i;
+    const json_t *item;
+    json_array_foreach(list, i, item) MT_TRY(mt_json_steps(tok, item, kind, list_key, what, parse));
+    return MT_OK;
+}
+
+mt_status mt_array_append(void *array_ptr, size_t *n, size_t size, const void *item, const char *what) {
+    void *array;
+    memcpy(&array, array_ptr, sizeof array);
+    char *grown = realloc(array, (*n + 1) * size);
+    if (!grown) return mt_fail(MT_ERR_NOMEM, "%s: cannot grow a list to %zu entries", what, *n + 1);
+    memcpy(grown + *n * size, item, size);
+    memcpy(array_ptr, &grown, sizeof grown);
+    ++*n;
     return MT_OK;
 }
 

@@ -7,20 +7,12 @@
 
 static const char supported[] = "NFC, NFD, NFKC, NFKD, Prepend, Replace, Sequence";
 
-static mt_status add_step(mt_tokenizer *tok, const json_t *spec, const char *what) {
-    if (!json_is_object(spec))
-        return mt_fail(MT_ERR_INVALID, "%s: a normalizer must be an object, found %s", what, mt_json_kind(spec));
-    const char *type;
-    MT_TRY(mt_json_string(spec, "type", 1, what, &type));
-    if (!strcmp(type, "Sequence")) {
-        const json_t *list = json_object_get(spec, "normalizers");
-        if (!json_is_array(list))
-            return mt_fail(MT_ERR_INVALID, "%s: Sequence normalizer needs a 'normalizers' list", what);
-        size_t i;
-        const json_t *item;
-        json_array_foreach(list, i, item) MT_TRY(add_step(tok, item, what));
-        return MT_OK;
-    }
+static void free_step(mt_norm_step *step) {
+    mt_regex_free(&step->pattern);
+    free(step->text);
+}
+
+static mt_status add_step(mt_tokenizer *tok, const json_t *spec, const char *type, const char *what) {
     mt_norm_step step = {0};
     if (!strcmp(type, "NFC")) step.kind = NORM_NFC;
     else if (!strcmp(type, "NFD")) step.kind = NORM_NFD;
@@ -32,39 +24,26 @@ static mt_status add_step(mt_tokenizer *tok, const json_t *spec, const char *wha
         return mt_fail(MT_ERR_INVALID, "%s: normalizer '%s' is not supported (supported: %s)", what, type,
                        supported);
     const char *text = NULL;
-    if (step.kind == NORM_PREPEND) MT_TRY(mt_json_string(spec, "prepend", 1, what, &text));
-    if (step.kind == NORM_REPLACE) {
-        MT_TRY(mt_json_string(spec, "content", 1, what, &text));
-        MT_TRY(mt_json_pattern(spec, "pattern", what, &step.pattern, &step.empty_pattern));
-    }
-    if (text && !(step.text = strdup(text))) {
-        mt_regex_free(&step.pattern);
-        return mt_fail(MT_ERR_NOMEM, "%s: cannot copy a normalizer", what);
-    }
+    mt_status st = MT_OK;
+    if (step.kind == NORM_PREPEND) st = mt_json_string(spec, "prepend", 1, what, &text);
+    if (step.kind == NORM_REPLACE) st = mt_json_string(spec, "content", 1, what, &text);
+    if (!st && step.kind == NORM_REPLACE) st = mt_json_pattern(spec, "pattern", what, &step.pattern, &step.empty_pattern);
+    if (!st && text && !(step.text = strdup(text))) st = mt_fail(MT_ERR_NOMEM, "%s: cannot copy a normalizer", what);
     step.text_len = text ? strlen(text) : 0;
-    mt_norm_step *grown = realloc(tok->norm, (tok->n_norm + 1) * sizeof *grown);
-    if (!grown) {
-        mt_regex_free(&step.pattern);
-        free(step.text);
-        return mt_fail(MT_ERR_NOMEM, "%s: cannot grow the normalizer list", what);
-    }
-    tok->norm = grown;
-    tok->norm[tok->n_norm++] = step;
-    return MT_OK;
+    if (!st) st = mt_array_append(&tok->norm, &tok->n_norm, sizeof step, &step, what);
+    if (st) free_step(&step);
+    return st;
 }
 
 mt_status mt_norm_parse(mt_tokenizer *tok, const json_t *spec) {
     if (!spec || json_is_null(spec)) return MT_OK;
     char what[600];
     snprintf(what, sizeof what, "%s: normalizer", tok->path);
-    return add_step(tok, spec, what);
+    return mt_json_steps(tok, spec, "normalizer", "normalizers", what, add_step);
 }
 
 void mt_norm_free(mt_tokenizer *tok) {
-    for (size_t i = 0; i < tok->n_norm; i++) {
-        mt_regex_free(&tok->norm[i].pattern);
-        free(tok->norm[i].text);
-    }
+    for (size_t i = 0; i < tok->n_norm; i++) free_step(&tok->norm[i]);
     free(tok->norm);
     tok->norm = NULL;
     tok->n_norm = 0;

@@ -38,9 +38,7 @@ mt_status mt_prepend_parse(const json_t *spec, const char *what, mt_prepend_sche
     return MT_OK;
 }
 
-static mt_status parse_step(const json_t *spec, const char *what, mt_pre_step *step) {
-    const char *type;
-    MT_TRY(mt_json_string(spec, "type", 1, what, &type));
+static mt_status parse_step(const json_t *spec, const char *type, const char *what, mt_pre_step *step) {
     if (!strcmp(type, "Split")) {
         step->kind = PRE_SPLIT;
         MT_TRY(parse_behavior(spec, what, &step->behavior));
@@ -67,26 +65,11 @@ static mt_status parse_step(const json_t *spec, const char *what, mt_pre_step *s
     return mt_fail(MT_ERR_INVALID, "%s: pre-tokenizer '%s' is not supported (supported: %s)", what, type, supported);
 }
 
-static mt_status add_steps(mt_tokenizer *tok, const json_t *spec, const char *what) {
-    if (!json_is_object(spec))
-        return mt_fail(MT_ERR_INVALID, "%s: a pre-tokenizer must be an object, found %s", what, mt_json_kind(spec));
-    const char *type;
-    MT_TRY(mt_json_string(spec, "type", 1, what, &type));
-    if (!strcmp(type, "Sequence")) {
-        const json_t *list = json_object_get(spec, "pretokenizers");
-        if (!json_is_array(list))
-            return mt_fail(MT_ERR_INVALID, "%s: Sequence pre-tokenizer needs a 'pretokenizers' list", what);
-        size_t i;
-        const json_t *item;
-        json_array_foreach(list, i, item) MT_TRY(add_steps(tok, item, what));
-        return MT_OK;
-    }
-    mt_pre_step *grown = realloc(tok->pre, (tok->n_pre + 1) * sizeof *grown);
-    if (!grown) return mt_fail(MT_ERR_NOMEM, "%s: cannot grow the pre-tokenizer list", what);
-    tok->pre = grown;
-    tok->pre[tok->n_pre] = (mt_pre_step){0};
-    mt_status st = parse_step(spec, what, &tok->pre[tok->n_pre]);
-    tok->n_pre++; /* counted even on failure, so that mt_pre_free releases what it holds */
+static mt_status add_step(mt_tokenizer *tok, const json_t *spec, const char *type, const char *what) {
+    mt_pre_step step = {0};
+    mt_status st = parse_step(spec, type, what, &step);
+    if (!st) st = mt_array_append(&tok->pre, &tok->n_pre, sizeof step, &step, what);
+    if (st) mt_regex_free(&step.pattern);
     return st;
 }
 
@@ -94,7 +77,7 @@ mt_status mt_pre_parse(mt_tokenizer *tok, const json_t *spec) {
     if (!spec || json_is_null(spec)) return MT_OK;
     char what[600];
     snprintf(what, sizeof what, "%s: pre_tokenizer", tok->path);
-    MT_TRY(add_steps(tok, spec, what));
+    MT_TRY(mt_json_steps(tok, spec, "pre-tokenizer", "pretokenizers", what, add_step));
     /* ByteLevel maps the text to its byte alphabet; the model does that here (its vocabulary is
      * looked up by raw bytes), which holds only when nothing comes after it. */
     for (size_t i = 0; i < tok->n_pre; i++) {

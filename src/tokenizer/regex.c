@@ -72,6 +72,7 @@ static char *rewrite_spaces(const char *p, size_t len, size_t *out_len) {
 /* The JIT stack a pattern may grow to after the default 32 KiB overflows (long runs of one
  * class with lookaheads). */
 #define JIT_STACK_MAX (8u << 20)
+#define BASE_MATCH_LIMIT 10000000u
 
 mt_status mt_regex_compile(mt_regex *re, const char *pattern, size_t len, int literal, const char *what) {
     int err;
@@ -107,9 +108,8 @@ void mt_regex_scratch_free(mt_regex_scratch *s) {
 
 static mt_status grow_stack(mt_regex_scratch *s) {
     if (s->stack) return mt_fail(MT_ERR_INVALID, "regex: the match needs more than %u bytes of stack", JIT_STACK_MAX);
-    s->context = pcre2_match_context_create(NULL);
     s->stack = pcre2_jit_stack_create(32 * 1024, JIT_STACK_MAX, NULL);
-    if (!s->context || !s->stack) return mt_fail(MT_ERR_NOMEM, "regex: cannot allocate a JIT stack");
+    if (!s->stack) return mt_fail(MT_ERR_NOMEM, "regex: cannot allocate a JIT stack");
     pcre2_jit_stack_assign(s->context, NULL, s->stack);
     return MT_OK;
 }
@@ -117,10 +117,16 @@ static mt_status grow_stack(mt_regex_scratch *s) {
 mt_status mt_regex_next(const mt_regex *re, mt_regex_scratch *s, const char *subject, size_t len, size_t start,
                         int *found, size_t *ms, size_t *me) {
     if (!s->match) {
-        /* Sized for the largest pattern this thread meets: a pattern's own data is reused. */
-        s->match = pcre2_match_data_create(16, NULL);
-        if (!s->match) return mt_fail(MT_ERR_NOMEM, "regex: cannot allocate match data");
+        /* Only the whole match's offsets are read. */
+        s->match = pcre2_match_data_create(1, NULL);
+        s->context = pcre2_match_context_create(NULL);
+        if (!s->match || !s->context) return mt_fail(MT_ERR_NOMEM, "regex: cannot allocate match data");
     }
+    /* PCRE2's default budget (10M backtracking steps a match) is spent by one long run of spaces
+     * under \s*[\r\n]+|\s+(?!\S), which backtracks over the run once per alternative: the budget
+     * grows with the text, which keeps it linear and still stops a pattern that would explode. */
+    uint32_t limit = len < (UINT32_MAX - BASE_MATCH_LIMIT) / 16 ? BASE_MATCH_LIMIT + 16 * (uint32_t)len : UINT32_MAX;
+    pcre2_set_match_limit(s->context, limit);
     while (start <= len) {
         int rc = pcre2_match(re->code, (PCRE2_SPTR)subject, len, start, PCRE2_NO_UTF_CHECK, s->match, s->context);
         if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {

@@ -52,9 +52,11 @@ void mt_tokenizer_free(mt_tokenizer *tok);
 mt_status mt_tokenizer_encode(const mt_tokenizer *tok, const char *text, size_t len, int allow_special,
                               mt_ids *out);
 
-/* Decodes `n` ids into a NUL-terminated string (malloc'd; *len excludes the NUL). Ids of special
- * added tokens are dropped when `skip_special`. Bytes the ids spell that are not valid UTF-8 are
- * replaced with U+FFFD, as tokenizers does. An id outside the vocabulary is an error naming it. */
+/* Decodes `n` ids into a NUL-terminated string (malloc'd; *len excludes the NUL) with the
+ * tokenizer.json's decoder. Ids of special added tokens are dropped when `skip_special`; ids no
+ * token has (a model's padded embedding rows) are dropped, as tokenizers drops them. Bytes the ids
+ * spell that are not valid UTF-8 become U+FFFD, as tokenizers does. transformers'
+ * clean_up_tokenization_spaces is not applied. */
 mt_status mt_tokenizer_decode(const mt_tokenizer *tok, const int32_t *ids, size_t n, int skip_special,
                               char **text, size_t *len);
 
