@@ -39,6 +39,16 @@ void ops_assert_close_f(const char *what, const float *got, const float *want, s
                   "%s[%zu]: got %.9g, want %.9g", what, i, got[i], want[i]);
 }
 
+double ops_rel_err(const float *got, const float *want, size_t count) {
+    double diff = 0.0, norm = 0.0;
+    for (size_t i = 0; i < count; i++) {
+        double d = (double)got[i] - want[i];
+        diff += d * d;
+        norm += (double)want[i] * want[i];
+    }
+    return sqrt(diff / (norm > 0.0 ? norm : 1e-30));
+}
+
 void ops_check_grad(const char *what, float *param, const float *grad, size_t count, float step,
                     ops_loss_fn loss, void *ctx, double atol, double rtol) {
     for (size_t i = 0; i < count; i++) {

@@ -19,6 +19,9 @@ void ops_assert_close(const char *what, const float *got, const double *want, si
 void ops_assert_close_f(const char *what, const float *got, const float *want, size_t count,
                         double atol, double rtol);
 
+/* ||got - want|| / ||want||: the relative error of a whole tensor. */
+double ops_rel_err(const float *got, const float *want, size_t count);
+
 /* A scalar loss of the op's inputs, evaluated by running the float kernel; ctx holds the
  * inputs, one of which the check perturbs in place. */
 typedef double (*ops_loss_fn)(void *ctx);

@@ -154,8 +154,7 @@ Test(engine, device_bytes_are_what_the_budget_counts) {
         if (variant == 3) v.ends_on_device = 1;
         mt_tiny_model t;
         mt_tiny_model_open(&t, &cfg, &v, 1);
-        size_t peak = 0;
-        t.be->ops->dev_mem_info(t.be, NULL, &peak);
+        size_t peak = mt_dev_peak(t.be);
         mt_engine_bytes want = mt_engine_size(t.be, &cfg, &v);
         cr_expect_eq((int64_t)peak, want.total, "variant %d: the engine allocated %zu device bytes, the budget counts %lld",
                      variant, peak, (long long)want.total);

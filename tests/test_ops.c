@@ -1,13 +1,16 @@
 /* The CPU reference kernels: every forward against a naive double-precision reference, every
  * backward against central finite differences of a probe loss, and the determinism properties
- * the engine relies on. Sizes are odd so that no blocking or vector width hides an off-by-one. */
+ * the engine relies on. Sizes are odd so that no blocking or vector width hides an off-by-one.
+ * Then the op table (ops_table.h), which every backend runs, on the cpu backend. */
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <math.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_ops.h"
 #include "ops_check.h"
 #include "ops_reference.h"
+#include "ops_table.h"
 
 /* Float kernel against double reference: each output is a sum of at most a few dozen O(1)
  * products, so float rounding (6e-8 relative per operation) stays far below 1e-5. */
@@ -558,4 +561,17 @@ Test(ops, kernels_are_deterministic) {
     ops_fill(dy, COUNT(dy), 145, -1, 1);
     for (int run = 0; run < 2; run++) mt_cpu_matmul_dw(dw[run], NULL, dy, x, SPLIT_N, SPLIT_D, 3);
     cr_assert(memcmp(dw[0], dw[1], sizeof dw[0]) == 0, "matmul_dw differs between runs");
+}
+
+/* ---- the op table on the cpu backend ---- */
+
+ParameterizedTestParameters(ops, table_on_the_cpu_backend) {
+    return cr_make_param_array(size_t, ops_case_indices(ops_case_count), ops_case_count);
+}
+
+ParameterizedTest(size_t *i, ops, table_on_the_cpu_backend) {
+    mt_backend *be;
+    cr_assert_eq(mt_backend_cpu_create(&be, 0), MT_OK, "%s", mt_error());
+    ops_run_case(be, &ops_cases[*i]);
+    mt_backend_destroy(be);
 }

@@ -70,7 +70,7 @@ void mt_tiny_model_open_on(mt_tiny_model *t, mt_backend *be, const mt_config *cf
 void mt_tiny_model_close(mt_tiny_model *t) {
     mt_engine_destroy(t->engine);
     mt_store_free(&t->store);
-    t->be->ops->destroy(t->be);
+    mt_backend_destroy(t->be);
     mt_layout_free(&t->layout);
 }
 

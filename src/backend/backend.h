@@ -1,19 +1,28 @@
-/* The backend interface: everything the engine asks of a compute device.
+/* The backend interface: everything the engine asks of a compute device (docs/backends.md).
  *
- * A backend is a struct of function pointers behind an opaque handle (ggml-backend's shape).
- * Two implement it: cpu (the reference; each stream is a worker thread with a queue, events are
- * counters with condition variables) and cuda (pinned host memory, CUDA streams and events,
- * cuBLASLt and hand-written kernels).
+ * A backend is a table of function pointers behind an opaque handle, in three groups as in
+ * ggml-backend: memory (device and host buffers), streams and events (ordering, copies, running
+ * host code in a stream's order) and ops (the layers' kernels). Two backends implement it: cpu
+ * (the reference; each stream is a worker thread with a queue, events are counters with condition
+ * variables) and cuda (pinned host memory, CUDA streams and events, cuBLASLt and hand-written
+ * kernels). The table also states the device's kind: a GPU has memory of its own behind a bus, a
+ * CPU's device memory is host memory.
+ *
+ * Callers reach memory, streams and events through the mt_* functions below (backend.c), never
+ * the table: entries marked OPTIONAL may be NULL, and those functions hold their synchronous
+ * fallbacks in one place. Ops are called through the table (be->ops->op.X); the optional ones have
+ * no fallback and a query says whether the backend has them.
  *
  * Ordering. Work is issued to a stream and runs in issue order on it. Streams are ordered
- * against each other only by events, with CUDA's meaning: event_record(e, s) marks "everything
- * issued to s so far"; stream_wait(s, e) makes later work on s wait for the most recent record
- * of e; event_sync(e) blocks the calling host thread until then.
+ * against each other only by events, with CUDA's meaning: mt_event_record(e, s) marks
+ * "everything issued to s so far"; mt_stream_wait(s, e) makes later work on s wait for the most
+ * recent record of e (none yet: no wait); mt_event_sync(e) blocks the calling host thread until
+ * then.
  *
  * Ops. Every op is issued on a stream. On cuda an op call enqueues kernels and returns; on cpu
  * an op computes right away on the calling thread, so the cpu engine calls ops only from inside
- * launch()ed functions, which run on the stream's worker. The engine therefore always calls ops
- * inside launch(); on cuda launch() runs the function at once on the calling thread.
+ * mt_launch()ed functions, which run on the stream's worker. The engine therefore always calls ops
+ * inside mt_launch(); on cuda (no launch entry) the function runs at once on the calling thread.
  *
  * Types. "act" buffers hold the backend's activation type and "w" buffers its weight type
  * (cpu: float and float; cuda: bf16 and bf16); gradient accumulators for weights ("dw"), norm
@@ -26,6 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "util/dtype.h"
 #include "util/status.h"
 
 typedef struct mt_backend mt_backend;
@@ -33,9 +43,12 @@ typedef struct mt_stream mt_stream;
 typedef struct mt_event mt_event;
 struct mt_adamw_params; /* optim/adamw.h */
 
-typedef enum { MT_DTYPE_F32, MT_DTYPE_BF16 } mt_dtype;
-
-static inline size_t mt_dtype_size(mt_dtype t) { return t == MT_DTYPE_F32 ? 4 : 2; }
+/* What the device is. It decides where memory is counted (a GPU's own, or the host's) and
+ * which defaults apply (pinned optimizer cores, the ends on the device). */
+typedef enum {
+    MT_DEVICE_CPU, /* its "device" memory is host memory; nothing crosses a bus */
+    MT_DEVICE_GPU, /* memory of its own, reached by copies over a bus */
+} mt_device_kind;
 
 /* Causal attention dimensions for one micro-batch: batch sequences of seq tokens, n = batch*seq
  * rows; q rows hold heads x head_dim, k and v rows kv_heads x head_dim. */
@@ -43,27 +56,20 @@ typedef struct {
     int batch, seq, heads, kv_heads, head_dim;
 } mt_attn_dims;
 
-typedef struct mt_backend_ops {
-    const char *name;
-    mt_dtype act_dtype, weight_dtype;
-    /* Issue row-wise GEMMs one sequence at a time. The cpu backend sets it: BLAS picks its
-     * kernels by matrix size, so one GEMM over 4 sequences and four over 1 differ in the last
-     * bits, and the engine promises that micro-batching never changes the bits there. */
-    int gemm_by_sequence;
-
-    void (*destroy)(mt_backend *be);
-
-    /* Memory. dev_* is device memory; host_* is host memory the device copies from and to at
-     * full speed (pinned on cuda). Both return NULL and set the error on failure. */
+/* Memory. dev_* is device memory; host_* is host memory the device copies from and to at full
+ * speed (pinned on cuda). Allocators return NULL and set the error on failure. */
+typedef struct {
     void *(*dev_alloc)(mt_backend *be, size_t bytes, const char *what);
     void (*dev_free)(mt_backend *be, void *ptr);
     void *(*host_alloc)(mt_backend *be, size_t bytes, const char *what);
     void (*host_free)(mt_backend *be, void *ptr);
-    /* Bytes of device memory free now (SIZE_MAX where the device's memory is the host's: cpu),
-     * and the most ever in use through dev_alloc; either pointer may be NULL. */
+    /* Bytes of device memory free now (meaningful on MT_DEVICE_GPU only), and the most ever in
+     * use through dev_alloc; either pointer may be NULL. */
     void (*dev_mem_info)(mt_backend *be, size_t *free_bytes, size_t *peak_bytes);
+} mt_memory_iface;
 
-    /* Streams and events. */
+/* Streams, events and copies (the ordering rules are in the header comment). */
+typedef struct {
     mt_stream *(*stream_create)(mt_backend *be);
     void (*stream_destroy)(mt_backend *be, mt_stream *s);
     mt_event *(*event_create)(mt_backend *be);
@@ -71,22 +77,28 @@ typedef struct mt_backend_ops {
     void (*event_record)(mt_backend *be, mt_event *e, mt_stream *s);
     void (*stream_wait)(mt_backend *be, mt_stream *s, mt_event *e);
     void (*event_sync)(mt_backend *be, mt_event *e);
-    /* 1 when the most recent record of e has completed (or none was issued), without waiting. */
-    int (*event_done)(mt_backend *be, mt_event *e);
-    /* Seconds between two completed records (cuda: cudaEventElapsedTime). */
-    double (*event_elapsed)(mt_backend *be, mt_event *start, mt_event *end);
-
     /* Asynchronous copy of bytes between any two of host_alloc, dev_alloc and ordinary host
      * memory; memset of device memory to zero bytes. */
     void (*copy)(mt_backend *be, void *dst, const void *src, size_t bytes, mt_stream *s);
     void (*zero)(mt_backend *be, void *dst, size_t bytes, mt_stream *s);
-    /* Runs fn(arg) in the stream's order (see above). */
+
+    /* OPTIONAL: 1 when the most recent record of e has completed (or none was issued), without
+     * waiting. Fallback: event_sync, then 1. */
+    int (*event_done)(mt_backend *be, mt_event *e);
+    /* OPTIONAL: seconds between two completed records (cuda: cudaEventElapsedTime). Fallback: 0,
+     * a backend that cannot time its work reports none. */
+    double (*event_elapsed)(mt_backend *be, mt_event *start, mt_event *end);
+    /* OPTIONAL: runs fn(arg) in the stream's order. Fallback: fn(arg) at once, which keeps the
+     * order on a backend whose ops only enqueue (cuda); one whose ops compute on the calling
+     * thread (cpu) must run fn on the stream. */
     void (*launch)(mt_backend *be, mt_stream *s, void (*fn)(void *arg), void *arg);
-    /* The first device error seen since the last call, or MT_OK (errors are sticky). */
+    /* OPTIONAL: the first device error seen since the last call, or MT_OK (errors are sticky).
+     * Fallback: MT_OK, for a backend whose work cannot fail after it was issued. */
     mt_status (*check)(mt_backend *be);
+} mt_stream_iface;
 
-    /* ---- layer ops: see the header comment for types ---- */
-
+/* The layer ops: see the header comment for types. */
+typedef struct {
     /* y[n,out] = x[n,in] . w[out,in]^T (+ bias[out] when bias != NULL) */
     void (*matmul)(mt_backend *be, mt_stream *s, void *y, const void *x, const void *w,
                    const void *bias, int n, int in, int out);
@@ -150,7 +162,9 @@ typedef struct mt_backend_ops {
     /* *out (device float) += sum of squares of x[count] (fp32 gradients), for the global norm */
     void (*sumsq)(mt_backend *be, mt_stream *s, float *out, const float *x, size_t count);
 
-    /* ---- the optimizer, for tensors whose state the device keeps ---- */
+    /* OPTIONAL, both or neither (mt_backend_has_device_optimizer): the optimizer, for tensors
+     * whose state the device keeps (the engine's ends_on_device). No fallback: without them the
+     * host optimizer updates every tensor. */
 
     /* *scale (device float) = the clip coefficient of the global gradient norm, the square root
      * of the sum of norms[count] (device floats of sums of squares, added in double in index
@@ -165,20 +179,61 @@ typedef struct mt_backend_ops {
     void (*adamw)(mt_backend *be, mt_stream *s, const struct mt_adamw_params *p, int decay,
                   const float *scale, float *master, float *m, float *v, const float *grad, void *w,
                   size_t n);
+} mt_op_iface;
+
+typedef struct mt_backend_ops {
+    const char *name;
+    mt_device_kind kind;
+    mt_dtype act_dtype, weight_dtype;
+    /* Issue row-wise GEMMs one sequence at a time. The cpu backend sets it: BLAS picks its
+     * kernels by matrix size, so one GEMM over 4 sequences and four over 1 differ in the last
+     * bits, and the engine promises that micro-batching never changes the bits there. */
+    int gemm_by_sequence;
+    void (*destroy)(mt_backend *be);
+    mt_memory_iface mem;
+    mt_stream_iface stream;
+    mt_op_iface op;
 } mt_backend_ops;
 
 struct mt_backend {
     const mt_backend_ops *ops;
 };
 
-/* Device memory free now, SIZE_MAX on a backend without memory of its own; and whether it has
- * memory of its own (a GPU). */
-static inline size_t mt_backend_device_free(mt_backend *be) {
-    size_t free_bytes = 0;
-    be->ops->dev_mem_info(be, &free_bytes, NULL);
-    return free_bytes;
+/* Sets be->ops after checking that every entry not marked OPTIONAL is there: MT_ERR_INTERNAL
+ * naming the first one missing. Each backend's constructor calls it. */
+mt_status mt_backend_init(mt_backend *be, const mt_backend_ops *ops);
+void mt_backend_destroy(mt_backend *be);
+
+/* Memory (mt_memory_iface). */
+void *mt_dev_alloc(mt_backend *be, size_t bytes, const char *what);
+void mt_dev_free(mt_backend *be, void *ptr);
+void *mt_host_alloc(mt_backend *be, size_t bytes, const char *what);
+void mt_host_free(mt_backend *be, void *ptr);
+/* The most device memory ever in use through mt_dev_alloc. */
+size_t mt_dev_peak(mt_backend *be);
+/* Device memory free now; only a backend with memory of its own has a figure (SIZE_MAX else). */
+size_t mt_dev_available(mt_backend *be);
+static inline int mt_backend_has_own_memory(const mt_backend *be) { return be->ops->kind == MT_DEVICE_GPU; }
+
+/* Streams, events and copies (mt_stream_iface), the optional entries' fallbacks included. */
+mt_stream *mt_stream_create(mt_backend *be);
+void mt_stream_destroy(mt_backend *be, mt_stream *s);
+mt_event *mt_event_create(mt_backend *be);
+void mt_event_destroy(mt_backend *be, mt_event *e);
+void mt_event_record(mt_backend *be, mt_event *e, mt_stream *s);
+void mt_stream_wait(mt_backend *be, mt_stream *s, mt_event *e);
+void mt_event_sync(mt_backend *be, mt_event *e);
+int mt_event_done(mt_backend *be, mt_event *e);
+double mt_event_elapsed(mt_backend *be, mt_event *start, mt_event *end);
+void mt_copy_async(mt_backend *be, void *dst, const void *src, size_t bytes, mt_stream *s);
+void mt_zero_async(mt_backend *be, void *dst, size_t bytes, mt_stream *s);
+void mt_launch(mt_backend *be, mt_stream *s, void (*fn)(void *arg), void *arg);
+mt_status mt_backend_check(mt_backend *be);
+
+/* Whether the backend has the optional optimizer ops (clip_scale and adamw). */
+static inline int mt_backend_has_device_optimizer(const mt_backend *be) {
+    return be->ops->op.clip_scale && be->ops->op.adamw;
 }
-static inline int mt_backend_has_device_memory(mt_backend *be) { return mt_backend_device_free(be) != SIZE_MAX; }
 
 /* Backend constructors. cuda_create fails with MT_ERR_DEVICE when no GPU is usable. */
 mt_status mt_backend_cpu_create(mt_backend **out, int threads);

@@ -52,7 +52,7 @@ static size_t layout_ws(mt_block_ws *ws, char *base, mt_backend *be, const mt_co
     CARVE(rstd1, n * 4);
     CARVE(rstd2, n * 4);
     CARVE(lse, (size_t)batch * c->num_heads * seq * 4);
-    CARVE(attn_ws, be->ops->attention_workspace(be, dims));
+    CARVE(attn_ws, be->ops->op.attention_workspace(be, dims));
     if (c->qk_norm) {
         CARVE(q_raw, n * Q * act);
         CARVE(k_raw, n * KV * act);
@@ -78,8 +78,8 @@ static void matmul_rows(const mt_block_ctx *c, void *y, const void *x, const voi
     int per_call = c->be->ops->gemm_by_sequence ? c->seq : c->batch * c->seq;
     size_t act = mt_dtype_size(c->be->ops->act_dtype);
     for (int row = 0; row < c->batch * c->seq; row += per_call)
-        c->be->ops->matmul(c->be, c->stream, (char *)y + (size_t)row * out * act,
-                           (const char *)x + (size_t)row * in * act, w, bias, per_call, in, out);
+        c->be->ops->op.matmul(c->be, c->stream, (char *)y + (size_t)row * out * act,
+                              (const char *)x + (size_t)row * in * act, w, bias, per_call, in, out);
 }
 
 static void matmul_dx_rows(const mt_block_ctx *c, void *dx, const void *dy, const void *w, int in,
@@ -87,8 +87,8 @@ static void matmul_dx_rows(const mt_block_ctx *c, void *dx, const void *dy, cons
     int per_call = c->be->ops->gemm_by_sequence ? c->seq : c->batch * c->seq;
     size_t act = mt_dtype_size(c->be->ops->act_dtype);
     for (int row = 0; row < c->batch * c->seq; row += per_call)
-        c->be->ops->matmul_dx(c->be, c->stream, (char *)dx + (size_t)row * in * act,
-                              (const char *)dy + (size_t)row * out * act, w, per_call, in, out, accumulate);
+        c->be->ops->op.matmul_dx(c->be, c->stream, (char *)dx + (size_t)row * in * act,
+                                 (const char *)dy + (size_t)row * out * act, w, per_call, in, out, accumulate);
 }
 
 /* dw += dy^T x one sequence at a time (see block.h). */
@@ -97,8 +97,8 @@ static void matmul_dw_by_sequence(const mt_block_ctx *c, float *dw, float *dbias
     size_t act = mt_dtype_size(c->be->ops->act_dtype);
     for (int b = 0; b < c->batch; b++) {
         size_t row = (size_t)b * c->seq;
-        c->be->ops->matmul_dw(c->be, c->stream, dw, dbias, (const char *)dy + row * out * act,
-                              (const char *)x + row * in * act, c->seq, in, out);
+        c->be->ops->op.matmul_dw(c->be, c->stream, dw, dbias, (const char *)dy + row * out * act,
+                                 (const char *)x + row * in * act, c->seq, in, out);
     }
 }
 
@@ -111,16 +111,16 @@ static void rmsnorm_dx_by_sequence(const mt_block_ctx *c, void *dx, float *dw, c
     int rows = c->seq * per_token;
     for (int b = 0; b < c->batch; b++) {
         size_t row = (size_t)b * rows;
-        c->be->ops->rmsnorm_dx(c->be, c->stream, (char *)dx + row * d * act, dw,
-                               (const char *)dy + row * d * act, (const char *)x + row * d * act,
-                               w, rstd + row, rows, d, accumulate);
+        c->be->ops->op.rmsnorm_dx(c->be, c->stream, (char *)dx + row * d * act, dw,
+                                  (const char *)dy + row * d * act, (const char *)x + row * d * act,
+                                  w, rstd + row, rows, d, accumulate);
     }
 }
 
 /* Everything the backward needs: h1, q, k, v (roped), att, lse, x2, h2, g, u, a (and q_raw, k_raw
  * and their statistics with q/k norms). */
 static void forward_to_mlp(const mt_block_ctx *c, const mt_unit_weights *w, const void *x) {
-    const mt_backend_ops *op = c->be->ops;
+    const mt_op_iface *op = &c->be->ops->op;
     mt_backend *be = c->be;
     mt_stream *s = c->stream;
     const mt_config *cfg = c->cfg;
@@ -155,12 +155,12 @@ void mt_block_forward(const mt_block_ctx *c, const mt_unit_weights *w, const voi
     int n = c->batch * c->seq, D = cfg->hidden_size, F = cfg->intermediate_size;
     forward_to_mlp(c, w, x);
     matmul_rows(c, c->ws->tmp, c->ws->a, w->t[MT_T_WD], NULL, F, D);
-    c->be->ops->add(c->be, c->stream, y, c->ws->x2, c->ws->tmp, (size_t)n * D);
+    c->be->ops->op.add(c->be, c->stream, y, c->ws->x2, c->ws->tmp, (size_t)n * D);
 }
 
 void mt_block_backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_unit_grads *g,
                        const void *x, void *dxy) {
-    const mt_backend_ops *op = c->be->ops;
+    const mt_op_iface *op = &c->be->ops->op;
     mt_backend *be = c->be;
     mt_stream *s = c->stream;
     const mt_config *cfg = c->cfg;

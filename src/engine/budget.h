@@ -1,6 +1,6 @@
 /* Fitting the engine into a device-memory budget (--gpu-mem): the engine's device bytes depend
  * on the weight slots, the LM head's chunk and the activation checkpoints; this picks the
- * largest settings that fit, or refuses with the bytes by class. */
+ * largest settings that fit, or refuses with the bytes by class. docs/memory.md is the plan. */
 #ifndef MT_ENGINE_BUDGET_H
 #define MT_ENGINE_BUDGET_H
 

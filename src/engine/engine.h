@@ -1,4 +1,5 @@
-/* The streaming engine: one optimizer step of a model whose home is the host store.
+/* The streaming engine: one optimizer step of a model whose home is the host store. docs/engine.md
+ * walks through a step; protocol.c's table lists every event and flag that orders it.
  *
  * Units stream through the device: the embedding and the head have a buffer each; blocks
  * rotate through K weight slots (block l always uses slot l mod K, so the last K blocks of the
@@ -8,7 +9,7 @@
  * the M micro-batches and go home once. Three streams (h2d, compute, d2h) are ordered only by
  * events; a CPU optimizer thread updates each unit once its gradients are home.
  *
- * Clipping meets the overlap like this (DESIGN.md leaves the choice to us):
+ * Clipping meets the overlap like this:
  *   max_grad_norm > 0: exact clipping. The global norm is known when the backward ends; the
  *     optimizer then updates units in forward order while the next step's forward already runs,
  *     each unit's copy waiting only for that unit's update. A step whose norm is NaN/Inf is

@@ -12,7 +12,7 @@
 #include "engine/engine_internal.h"
 
 static size_t ckpt_bytes(const mt_engine *e) {
-    return (size_t)e->o.micro_batches * e->o.batch * e->o.seq * e->cfg->hidden_size * mt_dtype_size(e->op->act_dtype);
+    return (size_t)e->o.micro_batches * e->o.batch * e->o.seq * e->cfg->hidden_size * mt_dtype_size(e->be->ops->act_dtype);
 }
 
 static int on_host(const mt_engine *e, int l) { return l < e->o.ckpt_on_host; }
@@ -23,8 +23,8 @@ void *mt_engine_ckpt(const mt_engine *e, int l) {
 }
 
 static void wait_writable(mt_engine *e, int stage, mt_stream *s) {
-    e->op->stream_wait(e->be, s, e->stage_drained[stage]);
-    e->op->stream_wait(e->be, s, e->stage_released[stage]);
+    mt_engine_wait(e, s, MT_EV_STAGE_DRAINED, stage);
+    mt_engine_wait(e, s, MT_EV_STAGE_RELEASED, stage);
 }
 
 void mt_engine_ckpt_before_write(mt_engine *e, int l) {
@@ -34,24 +34,22 @@ void mt_engine_ckpt_before_write(mt_engine *e, int l) {
 void mt_engine_ckpt_written(mt_engine *e, int l, int keep) {
     if (!on_host(e, l) || !keep) return;
     int stage = l % CKPT_STAGES;
-    e->op->event_record(e->be, e->stage_filled[stage], e->compute);
-    e->op->stream_wait(e->be, e->d2h, e->stage_filled[stage]);
-    e->op->copy(e->be, (char *)e->host_ckpt + (size_t)l * ckpt_bytes(e), e->ckpt_stage[stage], ckpt_bytes(e), e->d2h);
-    e->op->event_record(e->be, e->stage_drained[stage], e->d2h);
+    mt_engine_record(e, MT_EV_STAGE_FILLED, stage, e->compute);
+    mt_engine_wait(e, e->d2h, MT_EV_STAGE_FILLED, stage);
+    mt_copy_async(e->be, (char *)e->host_ckpt + (size_t)l * ckpt_bytes(e), e->ckpt_stage[stage], ckpt_bytes(e), e->d2h);
+    mt_engine_record(e, MT_EV_STAGE_DRAINED, stage, e->d2h);
 }
 
 void mt_engine_ckpt_read(mt_engine *e, int l) {
-    if (on_host(e, l)) e->op->event_record(e->be, e->stage_released[l % CKPT_STAGES], e->compute);
+    if (on_host(e, l)) mt_engine_record(e, MT_EV_STAGE_RELEASED, l % CKPT_STAGES, e->compute);
 }
 
 void mt_engine_ckpt_fetch(mt_engine *e, int l) {
     if (l < 0 || !on_host(e, l)) return;
     int stage = l % CKPT_STAGES;
     wait_writable(e, stage, e->h2d);
-    e->op->copy(e->be, e->ckpt_stage[stage], (char *)e->host_ckpt + (size_t)l * ckpt_bytes(e), ckpt_bytes(e), e->h2d);
-    e->op->event_record(e->be, e->stage_filled[stage], e->h2d);
+    mt_copy_async(e->be, e->ckpt_stage[stage], (char *)e->host_ckpt + (size_t)l * ckpt_bytes(e), ckpt_bytes(e), e->h2d);
+    mt_engine_record(e, MT_EV_STAGE_FILLED, stage, e->h2d);
 }
 
-mt_event *mt_engine_ckpt_fetched(const mt_engine *e, int l) {
-    return on_host(e, l) ? e->stage_filled[l % CKPT_STAGES] : NULL;
-}
+int mt_engine_ckpt_fetched(const mt_engine *e, int l) { return on_host(e, l) ? l % CKPT_STAGES : -1; }

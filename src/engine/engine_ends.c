@@ -23,7 +23,6 @@ static int end_unit(const mt_engine *e, int i) { return i == 0 ? 0 : e->U - 1; }
 
 /* dst = src for one unit's masters, moments and working weights, either way; `to_device` picks. */
 static void copy_unit_state(mt_engine *e, int u, int to_device, mt_stream *s) {
-    const mt_backend_ops *op = e->op;
     mt_store *st = e->store;
     size_t n = (size_t)e->lay->units[u].numel, at = ends_offset(e, u);
     size_t wbytes = n * mt_dtype_size(st->weight_dtype);
@@ -31,24 +30,24 @@ static void copy_unit_state(mt_engine *e, int u, int to_device, mt_stream *s) {
                       mt_store_unit_f32(st, st->moments.v, u)};
     float *dev[3] = {e->ends_master + at, e->ends_m + at, e->ends_v + at};
     for (int i = 0; i < 3; i++)
-        op->copy(e->be, to_device ? (void *)dev[i] : host[i], to_device ? host[i] : dev[i], n * 4, s);
+        mt_copy_async(e->be, to_device ? (void *)dev[i] : host[i], to_device ? host[i] : dev[i], n * 4, s);
     void *hw = mt_store_unit_weights(st, u), *dw = unit_device_weights(e, u);
-    op->copy(e->be, to_device ? dw : hw, to_device ? hw : dw, wbytes, s);
+    mt_copy_async(e->be, to_device ? dw : hw, to_device ? hw : dw, wbytes, s);
 }
 
 mt_status mt_engine_ends_upload(mt_engine *e) {
     for (int i = 0; i < 2; i++) copy_unit_state(e, end_unit(e, i), 1, e->h2d);
-    e->op->event_record(e->be, e->embed_loaded, e->h2d);
-    e->op->event_record(e->be, e->head_loaded, e->h2d);
-    e->op->event_sync(e->be, e->head_loaded);
+    mt_engine_record(e, MT_EV_EMBED_LOADED, 0, e->h2d);
+    mt_engine_record(e, MT_EV_HEAD_LOADED, 0, e->h2d);
+    mt_engine_sync(e, MT_EV_HEAD_LOADED, 0);
     e->ends_home_generation = e->generation;
-    return e->op->check(e->be);
+    return mt_backend_check(e->be);
 }
 
 void mt_engine_ends_update(mt_engine *e, const mt_adamw_params *p, int clip) {
-    const mt_backend_ops *op = e->op;
+    const mt_op_iface *op = e->op;
     if (clip) op->clip_scale(e->be, e->compute, e->dev_clip_scale, e->dev_norms, e->U, e->o.max_grad_norm);
-    size_t wsize = mt_dtype_size(op->weight_dtype);
+    size_t wsize = mt_dtype_size(e->be->ops->weight_dtype);
     for (int i = 0; i < 2; i++) {
         int u = end_unit(e, i);
         const mt_unit *unit = &e->lay->units[u];
@@ -65,9 +64,9 @@ void mt_engine_ends_update(mt_engine *e, const mt_adamw_params *p, int clip) {
 void mt_engine_ends_home(mt_engine *e) {
     if (!e->o.ends_on_device || e->ends_home_generation == e->generation) return;
     for (int i = 0; i < 2; i++) mt_engine_guard_unit(e, end_unit(e, i));
-    e->op->stream_wait(e->be, e->d2h, e->ends_updated);
+    mt_engine_wait(e, e->d2h, MT_EV_ENDS_UPDATED, 0);
     for (int i = 0; i < 2; i++) copy_unit_state(e, end_unit(e, i), 0, e->d2h);
-    e->op->event_record(e->be, e->done, e->d2h);
-    e->op->event_sync(e->be, e->done);
+    mt_engine_record(e, MT_EV_DONE, 0, e->d2h);
+    mt_engine_sync(e, MT_EV_DONE, 0);
     e->ends_home_generation = e->generation;
 }

@@ -1,5 +1,7 @@
-/* The engine's state, shared by its files: engine.c (buffers), engine_schedule.c (what runs
- * where and when), engine_optimizer.c (the CPU optimizer thread). */
+/* The engine's state, shared by its files: engine.c (creation), engine_buffers.c (buffers),
+ * engine_schedule.c (what runs where and when), engine_jobs.c (the compute jobs),
+ * engine_optimizer.c (the CPU optimizer thread), engine_sync.c (events and flags, as protocol.h's
+ * table lists them), engine_ckpt.c and engine_ends.c. docs/engine.md is the guide. */
 #ifndef MT_ENGINE_INTERNAL_H
 #define MT_ENGINE_INTERNAL_H
 
@@ -8,6 +10,7 @@
 #include "engine/block.h"
 #include "engine/engine.h"
 #include "engine/flag.h"
+#include "engine/protocol.h"
 
 /* Device buffers that host-kept activation checkpoints pass through: one being written, one
  * being read, one on its way out or in. */
@@ -24,7 +27,7 @@ typedef struct {
 
 struct mt_engine {
     mt_backend *be;
-    const mt_backend_ops *op;
+    const mt_op_iface *op;     /* be->ops->op: the layer ops */
     mt_store *store;
     const mt_layout *lay;
     const mt_config *cfg;
@@ -42,7 +45,6 @@ struct mt_engine {
                                 * head's ckpt[L - P]; P = o.ckpt_on_host (engine_ckpt.c) */
     void *host_ckpt;           /* [P][M][n, D] pinned: the inputs of blocks 0..P-1 */
     void *ckpt_stage[CKPT_STAGES]; /* [M][n, D] each: their device ring */
-    mt_event *stage_filled[CKPT_STAGES], *stage_drained[CKPT_STAGES], *stage_released[CKPT_STAGES];
     void *dy;                  /* [M][n, D] gradient flowing back */
     void *ws_base, *lm_ws;
     mt_block_ws ws;
@@ -51,39 +53,29 @@ struct mt_engine {
     float *ends_master, *ends_m, *ends_v, *dev_clip_scale;
     int64_t ends_step;         /* updates the device applied to them; issuing thread only */
     int64_t ends_home_generation; /* the store holds the device's state as of this many steps */
-    mt_event *ends_updated;    /* recorded on compute after each device update */
     float *dev_inv_freq, *dev_norms, *dev_loss, *dev_logits;
 
     /* host staging (pinned on cuda) */
     int32_t *host_tokens;      /* [2][M][n]: inputs then targets */
     float *grads_full;         /* every unit's gradient in layout positions, or NULL (ring mode) */
     float **grad_home;         /* [U]: where unit u's gradient lands on the host */
+    float *grad_ring_base;     /* ring mode: [grad_ring][max block] */
     int grad_ring;             /* ring mode: blocks' gradients rotate through this many buffers */
     float *host_norms, *host_loss, *host_logits, *host_inv_freq;
 
-    /* events */
-    mt_event **slot_loaded, **slot_free, *grad_ready[2], *grad_free[2];
-    mt_event *embed_loaded, *embed_free, *head_loaded, *head_free;
-    mt_event *tokens_ready, *unit_ready, *done;
-    mt_event **grads_home;     /* [U] */
-    mt_event **stall_begin, **stall_end; /* [max_stalls]: brackets of the compute stream's waits */
-    int num_stalls, max_stalls;
-    mt_event **job_begin, **job_end;     /* [max_jobs]: brackets of the compute jobs of a pass */
-    int num_jobs, max_jobs;
+    /* Events and flags (protocol.h): ev[id][i] and fl[id][i], i below n_ev[id] and n_fl[id]. */
+    mt_event **ev[MT_EV_COUNT];
+    int n_ev[MT_EV_COUNT];
+    mt_flag *fl[MT_FL_COUNT];
+    int n_fl[MT_FL_COUNT];
+    mt_protocol_trace *trace;  /* tests: every use of them is appended here */
+    int num_stalls, max_stalls;          /* the pass's timed compute waits (stall_begin, stall_end) */
+    int num_jobs, max_jobs;              /* the pass's compute jobs (job_begin, job_end) */
     int first_backward_job;              /* the index of the pass's first backward job */
-
-    /* "unit u's host weights hold the update of step g - 1": raised by the optimizer */
-    mt_flag *updated;
-    /* "the record of unit u's grads_home event for step g - 1 is issued": the optimizer waits on
-     * this before it syncs on that event, since a sync only sees records already issued */
-    mt_flag *grads_issued;
     /* Without clipping the embedding is updated in two parts (engine_optimizer.c): the rows no
      * input token of the step touches, from a first copy of its gradient made right after the
      * head, and the input tokens' rows once the embedding's backward is done. */
     uint8_t *input_rows[2];    /* [vocab] per step parity: 1 where a row is some input token */
-    mt_event *embed_early_home;
-    mt_flag embed_early_issued, embed_early_done;
-    int flags_ready;
     int64_t generation;        /* steps issued */
     int poison_next;           /* test hook: the next step's gradient norm reads NaN */
     int fault_next;            /* test hook: the next step fails as on a device error */
@@ -106,9 +98,41 @@ struct mt_engine {
 
     /* cleanup lists */
     void **allocs, **host_allocs;
-    mt_event **events;
-    int num_allocs, num_host_allocs, num_events, failed;
+    int num_allocs, num_host_allocs, failed;
 };
+
+/* The kinds of pass (engine_schedule.c) and of compute job (engine_jobs.c). */
+typedef enum { MT_RUN_TRAIN, MT_RUN_GRADS, MT_RUN_EVAL, MT_RUN_LOGITS } mt_run_mode;
+typedef enum {
+    MT_JOB_EMBED_FWD,
+    MT_JOB_BLOCK_FWD,
+    MT_JOB_HEAD,    /* the final norm, the LM head and its loss; in training its backward too */
+    MT_JOB_BLOCK_BWD,
+    MT_JOB_EMBED_BWD,
+    MT_JOB_ENDS_UPDATE,
+} mt_job_kind;
+
+/* A compute job: one unit's work over the pass's M micro-batches. */
+typedef struct {
+    mt_engine *e;
+    mt_job_kind kind;
+    mt_run_mode mode;
+    int block, slot, grad_slot;
+    int batch, seq, micro_batches, last_row;
+    float scale;
+    void *x_in, *x_out;   /* activation checkpoints read and written: [M][n, D] */
+    mt_adamw_params adam; /* MT_JOB_ENDS_UPDATE */
+    int clip;
+} mt_compute_job;
+
+/* engine_jobs.c: issues a copy of the job on the compute stream (mt_launch: on cpu it runs later,
+ * on the stream's worker, and frees itself), between two timing events: their spans add up to the
+ * time the device spent computing, the rest of a pass is the time it sat idle. */
+mt_status mt_engine_launch(mt_engine *e, mt_compute_job job);
+
+/* Token rows of a full micro-batch (batch x seq), and unit u's parameters. */
+static inline size_t mt_engine_rows(const mt_engine *e) { return (size_t)e->o.batch * e->o.seq; }
+static inline int64_t mt_engine_numel(const mt_engine *e, int u) { return e->lay->units[u].numel; }
 
 /* Unit u's optimizer state lives on the device (ends_on_device: the embedding and the head). */
 static inline int mt_engine_unit_on_device(const mt_engine *e, int u) {
@@ -118,14 +142,14 @@ static inline int mt_engine_unit_on_device(const mt_engine *e, int u) {
 /* engine_ckpt.c: activation checkpoints. The device buffer of ckpt[l] ([M][n, D]) as of now;
  * around a compute job that writes it (forward: keep = copy it out for the backward) and after
  * the last job that reads it; in the backward, a host-kept ckpt[l] is fetched a block ahead
- * (l < 0 or a device-kept l: nothing), and `fetched` gives the event its reader waits on (NULL for
- * a device-kept one). */
+ * (l < 0 or a device-kept l: nothing), and `fetched` gives the stage whose stage_filled its reader
+ * waits on (-1 for a device-kept one). */
 void *mt_engine_ckpt(const mt_engine *e, int l);
 void mt_engine_ckpt_before_write(mt_engine *e, int l);
 void mt_engine_ckpt_written(mt_engine *e, int l, int keep);
 void mt_engine_ckpt_read(mt_engine *e, int l);
 void mt_engine_ckpt_fetch(mt_engine *e, int l);
-mt_event *mt_engine_ckpt_fetched(const mt_engine *e, int l);
+int mt_engine_ckpt_fetched(const mt_engine *e, int l);
 
 /* engine_ends.c: the embedding and head with ends_on_device. Upload their state at creation;
  * update them on the compute stream (inside a compute job; `clip`: scale by the clip coefficient
@@ -137,6 +161,32 @@ void mt_engine_ends_home(mt_engine *e);
 /* AdamW's parameters for an update with the engine's options: the host optimizer's and the
  * device's (ends_on_device) alike. */
 mt_adamw_params mt_engine_adamw_params(const mt_engine *e, float lr, int64_t step, float grad_scale);
+
+/* engine_buffers.c: allocates every buffer, by the same walk whose bytes mt_engine_size sums. */
+mt_status mt_engine_allocate(mt_engine *e);
+
+/* engine_sync.c: every use of an event or flag (protocol.h), traced when e->trace is set. A stream
+ * records event (id, i) or waits for its latest record; the calling thread waits for it (sync),
+ * polls it (done) or reads the seconds between two records (elapsed). A flag is raised to g + 1 by
+ * step g's work; await blocks until it reaches the waiter's g (MT_GEN_G) or g + 1 (MT_GEN_NEXT)
+ * and returns the seconds waited; reached tells without waiting. */
+void mt_engine_record(mt_engine *e, mt_ev id, int i, mt_stream *s);
+void mt_engine_wait(mt_engine *e, mt_stream *s, mt_ev id, int i);
+void mt_engine_sync(mt_engine *e, mt_ev id, int i);
+int mt_engine_done(mt_engine *e, mt_ev id, int i);
+double mt_engine_elapsed(mt_engine *e, mt_ev from, int i, mt_ev to, int j);
+void mt_engine_raise(mt_engine *e, mt_fl id, int i, int64_t g);
+double mt_engine_await(mt_engine *e, mt_fl id, int i, int64_t g, int gen);
+int mt_engine_reached(mt_engine *e, mt_fl id, int i, int64_t g, int gen);
+/* The instances of an event or flag this engine has (protocol.h's mt_per). */
+int mt_engine_instances(const mt_engine *e, mt_per per);
+/* The MT_MODE_* bits of this engine's options. */
+unsigned mt_engine_modes(const mt_engine *e);
+/* The optimizer thread marks itself, so that traced uses name the thread that made them. */
+void mt_engine_on_optimizer_thread(void);
+/* mt_engine_create with every use of an event or flag traced into `trace` (tests). */
+mt_status mt_engine_create_traced(mt_engine **out, mt_backend *be, mt_store *store, const mt_engine_options *opt,
+                                  int64_t adam_step, mt_protocol_trace *trace);
 
 mt_status mt_engine_optimizer_start(mt_engine *e);
 void mt_engine_optimizer_stop(mt_engine *e);

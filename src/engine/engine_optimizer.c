@@ -77,84 +77,121 @@ static void run_deferred(mt_engine *e, const mt_opt_job *job, int64_t adam_step)
         double t0 = mt_now();
         if (!job->skip && !mt_engine_unit_on_device(e, u)) update_unit(e, job, adam_step, u);
         e->job_update_seconds += mt_now() - t0;
-        mt_flag_set(&e->updated[u], job->generation + 1);
+        mt_engine_raise(e, MT_FL_UPDATED, u, job->generation);
     }
 }
 
 /* Overlapped (no clipping): gradients arrive in backward order (the head, the embedding's early
- * part, blocks L-1..0, the embedding's input rows), but the next forward needs them the other way
- * round. Parts: 0 the embedding's input rows, 1 its other rows, 2 + l block l, then the head in
- * pieces. While the backward runs, blocks go oldest first: the issuing thread reuses a block's
+ * copy, blocks L-1..0, the embedding's input rows), but the next forward needs them the other way
+ * round. While the backward runs, blocks go oldest first: the issuing thread reuses a block's
  * gradient buffer only once its update is done. Once it is over, the backlog drains in the order
  * the next forward needs it, while that forward already runs. The head is needed last of all:
  * its pieces fill the moments when nothing else is home. Whole, its update (the largest) would
- * hold up the blocks arriving behind it. */
+ * hold up the blocks arriving behind it.
+ *
+ * A unit of that work is one update with the gradients one copy brings home: */
+typedef enum {
+    WORK_EMBED_INPUT_ROWS, /* the embedding's rows some input token touches: after its backward */
+    WORK_EMBED_OTHER_ROWS, /* its other rows, final already in the early copy made after the head */
+    WORK_BLOCK,            /* one block */
+    WORK_HEAD_PIECE,       /* a piece of the head, cut on moment-block boundaries */
+} opt_work_kind;
+
+typedef struct {
+    opt_work_kind kind;
+    int unit;          /* the unit it updates */
+    int piece, pieces; /* WORK_HEAD_PIECE: which of how many */
+    int done;
+} opt_work;
+
 static int head_pieces(const mt_engine *e) {
     int64_t piece = e->lay->max_block_numel / 4 > 0 ? e->lay->max_block_numel / 4 : 1;
     int64_t pieces = (e->lay->units[e->U - 1].numel + piece - 1) / piece;
     return pieces < 1 ? 1 : (int)pieces;
 }
 
-static int part_unit(const mt_engine *e, int part) {
-    return part < 2 ? 0 : part < e->L + 2 ? part - 1 : e->U - 1;
+/* The step's work in the order the next forward needs it: the embedding's input rows, its other
+ * rows, blocks 0..L-1, the head's pieces; and the order its gradients arrive in (`arrival`: the
+ * head's pieces, all at once, first). Returns the number of works. */
+static int list_work(const mt_engine *e, opt_work *work, int *arrival) {
+    int n = 0, pieces = head_pieces(e);
+    work[n++] = (opt_work){.kind = WORK_EMBED_INPUT_ROWS, .unit = 0};
+    work[n++] = (opt_work){.kind = WORK_EMBED_OTHER_ROWS, .unit = 0};
+    for (int l = 0; l < e->L; l++) work[n++] = (opt_work){.kind = WORK_BLOCK, .unit = mt_unit_block(l)};
+    for (int p = 0; p < pieces; p++)
+        work[n++] = (opt_work){.kind = WORK_HEAD_PIECE, .unit = e->U - 1, .piece = p, .pieces = pieces};
+    int a = 0, first_block = 2, first_piece = first_block + e->L;
+    for (int p = 0; p < pieces; p++) arrival[a++] = first_piece + p;
+    arrival[a++] = 1;
+    for (int l = e->L - 1; l >= 0; l--) arrival[a++] = first_block + l;
+    arrival[a++] = 0;
+    return n;
 }
 
-/* The i-th part to come home (the head's pieces all at once, first). */
-static int part_arriving(const mt_engine *e, int i, int parts) {
-    int head = e->L + 2;
-    if (i < parts - head) return head + i;
-    i -= parts - head;
-    return i == 0 ? 1 : i == e->L + 1 ? 0 : e->L + 2 - i;
-}
-
-static int part_ready(mt_engine *e, const mt_opt_job *job, int part, int wait) {
-    mt_flag *issued = part == 1 ? &e->embed_early_issued : &e->grads_issued[part_unit(e, part)];
-    mt_event *home = part == 1 ? e->embed_early_home : e->grads_home[part_unit(e, part)];
-    if (!wait) return mt_flag_peek(issued) >= job->generation + 1 && e->op->event_done(e->be, home);
-    mt_flag_wait(issued, job->generation + 1);
-    e->op->event_sync(e->be, home);
+/* Whether w's gradients are home; `wait`: wait until they are. */
+static int work_home(mt_engine *e, const mt_opt_job *job, const opt_work *w, int wait) {
+    int early = w->kind == WORK_EMBED_OTHER_ROWS;
+    mt_fl issued = early ? MT_FL_EMBED_EARLY_ISSUED : MT_FL_GRADS_ISSUED;
+    mt_ev home = early ? MT_EV_EMBED_EARLY_HOME : MT_EV_GRADS_HOME;
+    int i = early ? 0 : w->unit;
+    if (!wait) return mt_engine_reached(e, issued, i, job->generation, MT_GEN_NEXT) && mt_engine_done(e, home, i);
+    mt_engine_await(e, issued, i, job->generation, MT_GEN_NEXT);
+    mt_engine_sync(e, home, i);
     return 1;
 }
 
-/* The part to update next among those home, or -1 when none is. */
-static int pick_ready(mt_engine *e, const mt_opt_job *job, const uint8_t *done, int parts) {
-    for (int part = 0; part < 2; part++)
-        if (!done[part] && part_ready(e, job, part, 0)) return part;
-    int oldest_first = mt_flag_peek(&e->grads_issued[mt_unit_block(0)]) < job->generation + 1;
-    for (int i = 0; i < e->L; i++) {
-        int part = 2 + (oldest_first ? e->L - 1 - i : i);
-        if (!done[part] && part_ready(e, job, part, 0)) return part;
+static void work_run(mt_engine *e, const mt_opt_job *job, int64_t adam_step, const opt_work *w) {
+    const uint8_t *mask = e->input_rows[job->generation % 2];
+    switch (w->kind) {
+    case WORK_EMBED_INPUT_ROWS: update_embedding_rows(e, job, adam_step, mask, 1); break;
+    case WORK_EMBED_OTHER_ROWS: update_embedding_rows(e, job, adam_step, mask, 0); break;
+    case WORK_BLOCK: update_unit(e, job, adam_step, w->unit); break;
+    case WORK_HEAD_PIECE: update_unit_piece(e, job, adam_step, w->unit, w->piece, w->pieces); break;
     }
-    for (int part = e->L + 2; part < parts; part++)
-        if (!done[part]) return part_ready(e, job, part, 0) ? part : -1;
+}
+
+/* Tells the issuing thread what w's update made possible: the early copy's buffer may take the
+ * full gradient; a unit (the embedding with its input rows, which come last; the head with its
+ * last piece) may go to the device again. */
+static void work_finished(mt_engine *e, const mt_opt_job *job, const opt_work *w) {
+    if (w->kind == WORK_EMBED_OTHER_ROWS) mt_engine_raise(e, MT_FL_EMBED_EARLY_DONE, 0, job->generation);
+    else if (w->kind != WORK_HEAD_PIECE || w->piece == w->pieces - 1)
+        mt_engine_raise(e, MT_FL_UPDATED, w->unit, job->generation);
+}
+
+/* The work to do next among that whose gradients are home, or -1 when none is. */
+static int pick_home(mt_engine *e, const mt_opt_job *job, const opt_work *work, int n) {
+    for (int i = 0; i < 2; i++)
+        if (!work[i].done && work_home(e, job, &work[i], 0)) return i;
+    int backward_running = !mt_engine_reached(e, MT_FL_GRADS_ISSUED, mt_unit_block(0), job->generation, MT_GEN_NEXT);
+    for (int l = 0; l < e->L; l++) {
+        int i = 2 + (backward_running ? e->L - 1 - l : l);
+        if (!work[i].done && work_home(e, job, &work[i], 0)) return i;
+    }
+    for (int i = 2 + e->L; i < n; i++)
+        if (!work[i].done) return work_home(e, job, &work[i], 0) ? i : -1;
     return -1;
 }
 
 static void run_overlapped(mt_engine *e, const mt_opt_job *job, int64_t adam_step) {
-    int head = e->L + 2, pieces = head_pieces(e), parts = head + pieces, left = parts;
-    uint8_t done[parts];
-    memset(done, 0, sizeof done);
-    if (e->o.ends_on_device) { /* the embedding's parts and the head's are the device's */
-        memset(done, 1, 2);
-        memset(done + head, 1, (size_t)pieces);
-        left -= 2 + pieces;
-        mt_flag_set(&e->updated[0], job->generation + 1);
-        mt_flag_set(&e->updated[e->U - 1], job->generation + 1);
+    int max = 2 + e->L + head_pieces(e), arrival[max];
+    opt_work work[max];
+    int n = list_work(e, work, arrival), left = n;
+    if (e->o.ends_on_device) { /* the embedding's work and the head's are the device's */
+        for (int i = 0; i < n; i++)
+            if (work[i].kind != WORK_BLOCK) work[i].done = 1, left--;
+        mt_engine_raise(e, MT_FL_UPDATED, 0, job->generation);
+        mt_engine_raise(e, MT_FL_UPDATED, e->U - 1, job->generation);
     }
-    const uint8_t *mask = e->input_rows[job->generation % 2];
     for (; left > 0; left--) {
-        int pick = pick_ready(e, job, done, parts);
-        for (int i = 0; pick < 0; i++) /* nothing is home: wait for the next part to arrive */
-            if (!done[part_arriving(e, i, parts)]) part_ready(e, job, pick = part_arriving(e, i, parts), 1);
+        int pick = pick_home(e, job, work, n);
+        for (int a = 0; pick < 0; a++) /* nothing is home: wait for the next to arrive */
+            if (!work[arrival[a]].done) work_home(e, job, &work[pick = arrival[a]], 1);
         double t0 = mt_now();
-        if (pick == 0) update_embedding_rows(e, job, adam_step, mask, 1);
-        else if (pick == 1) update_embedding_rows(e, job, adam_step, mask, 0);
-        else if (pick < head) update_unit(e, job, adam_step, part_unit(e, pick));
-        else update_unit_piece(e, job, adam_step, e->U - 1, pick - head, pieces);
+        work_run(e, job, adam_step, &work[pick]);
         e->job_update_seconds += mt_now() - t0;
-        done[pick] = 1;
-        if (pick == 1) mt_flag_set(&e->embed_early_done, job->generation + 1);
-        else if (pick < head || pick == parts - 1) mt_flag_set(&e->updated[part_unit(e, pick)], job->generation + 1);
+        work[pick].done = 1;
+        work_finished(e, job, &work[pick]);
     }
 }
 
@@ -190,6 +227,7 @@ static void pin_team(mt_engine *e) {
 
 static void *optimizer_main(void *arg) {
     mt_engine *e = arg;
+    mt_engine_on_optimizer_thread();
 #ifdef _OPENMP
     if (e->o.opt_threads > 0) omp_set_num_threads(e->o.opt_threads);
 #endif
@@ -267,7 +305,7 @@ void mt_engine_optimizer_post(mt_engine *e, const mt_opt_job *job) {
 }
 
 int64_t mt_engine_finish(mt_engine *e) {
-    for (int u = 0; u < e->U; u++) mt_flag_wait(&e->updated[u], e->generation);
+    for (int u = 0; u < e->U; u++) mt_engine_await(e, MT_FL_UPDATED, u, e->generation, MT_GEN_G);
     mt_engine_ends_home(e);
     pthread_mutex_lock(&e->opt_lock);
     int64_t steps = e->adam_step;

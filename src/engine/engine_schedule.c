@@ -1,4 +1,6 @@
-/* What runs where and when: the issue order of one step's copies, compute and events. */
+/* What runs where and when: the issue order of one pass's copies, compute jobs, events and flags,
+ * phase by phase: forward, head, backward, ends. protocol.c's table lists every event and flag
+ * used here; docs/engine.md walks through a step. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,196 +9,53 @@
 #include "optim/clip.h"
 #include "util/clock.h"
 
-typedef enum { RUN_TRAIN, RUN_GRADS, RUN_EVAL, RUN_LOGITS } run_mode;
-typedef enum { JOB_EMBED_FWD, JOB_BLOCK_FWD, JOB_HEAD, JOB_BLOCK_BWD, JOB_EMBED_BWD, JOB_ENDS_UPDATE } job_kind;
-
-/* A compute job; freed by the job itself (on cpu it runs later, on the compute worker). */
-typedef struct {
-    mt_engine *e;
-    job_kind kind;
-    run_mode mode;
-    int block, slot, grad_slot;
-    int batch, seq, micro_batches, last_row;
-    float scale;
-    void *x_in, *x_out;   /* activation checkpoints read and written: [M][n, D] */
-    mt_adamw_params adam; /* JOB_ENDS_UPDATE */
-    int clip;
-} compute_job;
-
-static size_t act_size(const mt_engine *e) { return mt_dtype_size(e->op->act_dtype); }
-static size_t max_rows(const mt_engine *e) { return (size_t)e->o.batch * e->o.seq; }
-
-/* Micro-batch m's rows of a checkpoint's device buffer. */
-static void *micro(const mt_engine *e, void *ckpt, int m) {
-    return (char *)ckpt + (size_t)m * max_rows(e) * e->cfg->hidden_size * act_size(e);
-}
-static void *ckpt_at(const mt_engine *e, int l, int m) { return micro(e, mt_engine_ckpt(e, l), m); }
-static void *dy_at(const mt_engine *e, int m) {
-    return (char *)e->dy + (size_t)m * max_rows(e) * e->cfg->hidden_size * act_size(e);
-}
-static void *row_of(const mt_engine *e, void *base, size_t row) {
-    return (char *)base + row * e->cfg->hidden_size * act_size(e);
-}
-static int32_t *inputs_at(const mt_engine *e, int m) { return e->dev_inputs + (size_t)m * max_rows(e); }
-static int32_t *targets_at(const mt_engine *e, int m) { return e->dev_targets + (size_t)m * max_rows(e); }
-
-static int64_t unit_numel(const mt_engine *e, int u) { return e->lay->units[u].numel; }
-
-/* The LM head's weight and its gradient: its own, or the embedding's when tied. */
-static const void *lm_weight(const mt_engine *e) {
-    int u = e->cfg->tie_embeddings ? 0 : e->U - 1;
-    mt_unit_weights w = mt_bind_weights(e->lay, u, u ? e->head_w : e->embed_w, e->op->weight_dtype);
-    return w.t[u ? MT_T_LM_HEAD : MT_T_WTE];
-}
-static float *lm_grad(const mt_engine *e) {
-    int u = e->cfg->tie_embeddings ? 0 : e->U - 1;
-    mt_unit_grads g = mt_bind_grads(e->lay, u, u ? e->head_grad : e->embed_grad);
-    return g.t[u ? MT_T_LM_HEAD : MT_T_WTE];
-}
-
-/* ---- compute jobs ---- */
-
-static void run_head(const compute_job *j) {
-    mt_engine *e = j->e;
-    const mt_backend_ops *op = e->op;
-    int D = e->cfg->hidden_size, V = e->cfg->vocab_size, seq = j->seq;
-    mt_unit_weights w = mt_bind_weights(e->lay, e->U - 1, e->head_w, op->weight_dtype);
-    mt_unit_grads g = mt_bind_grads(e->lay, e->U - 1, e->head_grad);
-    const void *norm_w = w.t[MT_T_FINAL_NORM], *lm_w = lm_weight(e);
-    if (j->mode == RUN_LOGITS) {
-        op->rmsnorm(e->be, e->compute, e->ws.h1, e->ws.rstd1, row_of(e, ckpt_at(e, e->L, 0), j->last_row),
-                    norm_w, 1, D, e->cfg->rms_norm_eps);
-        op->logits(e->be, e->compute, e->dev_logits, e->ws.h1, lm_w, D, V);
-        return;
-    }
-    /* One sequence at a time so that weight gradients accumulate in sequence order. */
-    for (int m = 0; m < j->micro_batches; m++) {
-        for (int b = 0; b < j->batch; b++) {
-            size_t row = (size_t)b * seq;
-            void *x = row_of(e, ckpt_at(e, e->L, m), row);
-            op->rmsnorm(e->be, e->compute, e->ws.h1, e->ws.rstd1, x, norm_w, seq, D, e->cfg->rms_norm_eps);
-            if (j->mode == RUN_EVAL) {
-                op->lmhead_loss(e->be, e->compute, e->dev_loss, NULL, NULL, e->ws.h1, lm_w,
-                                targets_at(e, m) + row, seq, D, V, j->scale, e->o.lm_chunk, e->lm_ws);
-                continue;
-            }
-            op->lmhead_loss(e->be, e->compute, e->dev_loss, e->ws.tmp, lm_grad(e), e->ws.h1, lm_w,
-                            targets_at(e, m) + row, seq, D, V, j->scale, e->o.lm_chunk, e->lm_ws);
-            op->rmsnorm_dx(e->be, e->compute, row_of(e, dy_at(e, m), row), g.t[MT_T_FINAL_NORM],
-                           e->ws.tmp, x, norm_w, e->ws.rstd1, seq, D, 0);
-        }
-    }
-    if (j->mode != RUN_EVAL)
-        op->sumsq(e->be, e->compute, e->dev_norms + e->U - 1, e->head_grad, (size_t)unit_numel(e, e->U - 1));
-}
-
-static void run_job(void *arg) {
-    compute_job *j = arg;
-    mt_engine *e = j->e;
-    const mt_backend_ops *op = e->op;
-    int D = e->cfg->hidden_size, n = j->batch * j->seq;
-    mt_block_ctx ctx = {e->be, e->compute, e->cfg, j->batch, j->seq, e->dev_inv_freq, &e->ws};
-    switch (j->kind) {
-    case JOB_EMBED_FWD: {
-        mt_unit_weights w = mt_bind_weights(e->lay, 0, e->embed_w, op->weight_dtype);
-        for (int m = 0; m < j->micro_batches; m++)
-            op->embedding(e->be, e->compute, micro(e, j->x_out, m), inputs_at(e, m), w.t[MT_T_WTE], n, D);
-        break;
-    }
-    case JOB_BLOCK_FWD: {
-        int u = mt_unit_block(j->block);
-        mt_unit_weights w = mt_bind_weights(e->lay, u, e->slot[j->slot], op->weight_dtype);
-        for (int m = 0; m < j->micro_batches; m++)
-            mt_block_forward(&ctx, &w, micro(e, j->x_in, m), micro(e, j->x_out, m));
-        break;
-    }
-    case JOB_HEAD: run_head(j); break;
-    case JOB_BLOCK_BWD: {
-        int u = mt_unit_block(j->block);
-        mt_unit_weights w = mt_bind_weights(e->lay, u, e->slot[j->slot], op->weight_dtype);
-        mt_unit_grads g = mt_bind_grads(e->lay, u, e->grad_slot[j->grad_slot]);
-        for (int m = 0; m < j->micro_batches; m++)
-            mt_block_backward(&ctx, &w, &g, micro(e, j->x_in, m), dy_at(e, m));
-        op->sumsq(e->be, e->compute, e->dev_norms + u, e->grad_slot[j->grad_slot], (size_t)unit_numel(e, u));
-        break;
-    }
-    case JOB_EMBED_BWD: {
-        mt_unit_grads g = mt_bind_grads(e->lay, 0, e->embed_grad);
-        for (int m = 0; m < j->micro_batches; m++)
-            for (int b = 0; b < j->batch; b++) {
-                size_t row = (size_t)b * j->seq;
-                op->embedding_dw(e->be, e->compute, g.t[MT_T_WTE], inputs_at(e, m) + row,
-                                 row_of(e, dy_at(e, m), row), j->seq, D);
-            }
-        op->sumsq(e->be, e->compute, e->dev_norms, e->embed_grad, (size_t)unit_numel(e, 0));
-        break;
-    }
-    case JOB_ENDS_UPDATE: mt_engine_ends_update(e, &j->adam, j->clip); break;
-    }
-    free(j);
-}
-
-/* Issues a compute job between two timing events: their spans add up to the time the device
- * spent computing, the rest of a step is the time it sat idle. */
-static mt_status launch(mt_engine *e, compute_job proto) {
-    compute_job *j = malloc(sizeof *j);
-    if (!j) return mt_fail(MT_ERR_NOMEM, "cannot allocate a compute job");
-    *j = proto;
-    j->e = e;
-    int timed = e->num_jobs < e->max_jobs;
-    if (timed) e->op->event_record(e->be, e->job_begin[e->num_jobs], e->compute);
-    e->op->launch(e->be, e->compute, run_job, j);
-    if (timed) e->op->event_record(e->be, e->job_end[e->num_jobs++], e->compute);
-    return MT_OK;
-}
-
 /* ---- copies ---- */
 
-static void load_unit(mt_engine *e, int u, void *dst, mt_event *free_ev, mt_event *loaded_ev) {
-    size_t bytes = (size_t)unit_numel(e, u) * mt_dtype_size(e->op->weight_dtype);
-    e->op->stream_wait(e->be, e->h2d, free_ev);
-    e->op->copy(e->be, dst, mt_store_unit_weights(e->store, u), bytes, e->h2d);
-    e->op->event_record(e->be, loaded_ev, e->h2d);
+/* h2d: waits until compute is done with dst (event free_id), copies unit u's working weights
+ * there, records loaded_id. */
+static void load_unit(mt_engine *e, int u, void *dst, mt_ev free_id, mt_ev loaded_id, int i) {
+    size_t bytes = (size_t)mt_engine_numel(e, u) * mt_dtype_size(e->be->ops->weight_dtype);
+    mt_engine_wait(e, e->h2d, free_id, i);
+    mt_copy_async(e->be, dst, mt_store_unit_weights(e->store, u), bytes, e->h2d);
+    mt_engine_record(e, loaded_id, i, e->h2d);
 }
 
-/* The compute stream waits for `ev`, bracketed by two timing events so that the step can report
- * how long the device sat idle waiting for copies (and, through them, for the optimizer). */
-static void compute_wait(mt_engine *e, mt_event *ev) {
-    if (e->num_stalls < e->max_stalls) e->op->event_record(e->be, e->stall_begin[e->num_stalls], e->compute);
-    e->op->stream_wait(e->be, e->compute, ev);
-    if (e->num_stalls < e->max_stalls) e->op->event_record(e->be, e->stall_end[e->num_stalls++], e->compute);
+/* The compute stream waits for event (id, i), bracketed by two timing events so that the step can
+ * report how long the device sat idle waiting for copies (and, through them, for the optimizer). */
+static void compute_wait(mt_engine *e, mt_ev id, int i) {
+    int timed = e->num_stalls < e->max_stalls;
+    if (timed) mt_engine_record(e, MT_EV_STALL_BEGIN, e->num_stalls, e->compute);
+    mt_engine_wait(e, e->compute, id, i);
+    if (timed) mt_engine_record(e, MT_EV_STALL_END, e->num_stalls++, e->compute);
 }
 
 /* Forward loads in use order: blocks 0..L-1, then the head (index L). Each first waits until
  * the optimizer has written that unit's weights for this step. Returns the seconds waited. */
 static double load_forward(mt_engine *e, int index) {
     int u = index < e->L ? mt_unit_block(index) : e->U - 1;
-    double waited = mt_flag_wait(&e->updated[u], e->generation);
-    if (index < e->L) {
-        int k = index % e->K;
-        load_unit(e, u, e->slot[k], e->slot_free[k], e->slot_loaded[k]);
-    } else if (!mt_engine_unit_on_device(e, u)) {
-        load_unit(e, u, e->head_w, e->head_free, e->head_loaded);
-    }
+    double waited = mt_engine_await(e, MT_FL_UPDATED, u, e->generation, MT_GEN_G);
+    if (index < e->L) load_unit(e, u, e->slot[index % e->K], MT_EV_SLOT_FREE, MT_EV_SLOT_LOADED, index % e->K);
+    else if (!mt_engine_unit_on_device(e, u)) load_unit(e, u, e->head_w, MT_EV_HEAD_FREE, MT_EV_HEAD_LOADED, 0);
     return waited;
 }
 
-/* Copies unit u's gradients home. `publish`: tell an overlapped optimizer the copy is issued. */
-static void send_home(mt_engine *e, int u, const float *grads, mt_event *ready_ev, mt_event *free_ev,
-                      int publish) {
-    e->op->event_record(e->be, ready_ev, e->compute);
-    e->op->stream_wait(e->be, e->d2h, ready_ev);
-    e->op->copy(e->be, e->grad_home[u], grads, (size_t)unit_numel(e, u) * 4, e->d2h);
-    if (free_ev) e->op->event_record(e->be, free_ev, e->d2h);
-    e->op->event_record(e->be, e->grads_home[u], e->d2h);
-    if (publish) mt_flag_set(&e->grads_issued[u], e->generation + 1);
+/* Copies unit u's gradients home once compute has recorded (ready_id, i); a block's (gradient slot
+ * i) records grad_free when its slot may be reused. `publish`: tell an overlapped optimizer that
+ * the copy is issued. */
+static void send_home(mt_engine *e, int u, const float *grads, mt_ev ready_id, int i, int publish) {
+    mt_engine_record(e, ready_id, i, e->compute);
+    mt_engine_wait(e, e->d2h, ready_id, i);
+    mt_copy_async(e->be, e->grad_home[u], grads, (size_t)mt_engine_numel(e, u) * 4, e->d2h);
+    if (ready_id == MT_EV_GRAD_READY) mt_engine_record(e, MT_EV_GRAD_FREE, i, e->d2h);
+    mt_engine_record(e, MT_EV_GRADS_HOME, u, e->d2h);
+    if (publish) mt_engine_raise(e, MT_FL_GRADS_ISSUED, u, e->generation);
 }
 
 /* Validates and stages inputs and targets [M][batch * seq] and sends them; counts the targets
  * that take part in the loss (negative ones are ignored). */
 static mt_status stage_tokens(mt_engine *e, const int32_t *inputs, const int32_t *targets, int batch,
                               int seq, int M, int64_t *counted) {
-    size_t n_max = max_rows(e), n = (size_t)batch * seq;
+    size_t n_max = mt_engine_rows(e), n = (size_t)batch * seq;
     int32_t *in = e->host_tokens, *tg = e->host_tokens + (size_t)e->o.micro_batches * n_max;
     int V = e->cfg->vocab_size;
     *counted = 0;
@@ -215,12 +74,12 @@ static mt_status stage_tokens(mt_engine *e, const int32_t *inputs, const int32_t
     memset(rows, 0, (size_t)V);
     for (int m = 0; m < M; m++)
         for (size_t i = 0; i < n; i++) rows[inputs[m * n + i]] = 1;
-    e->op->copy(e->be, e->dev_inputs, e->host_tokens, 2 * (size_t)e->o.micro_batches * n_max * sizeof(int32_t), e->h2d);
-    e->op->event_record(e->be, e->tokens_ready, e->h2d);
+    mt_copy_async(e->be, e->dev_inputs, e->host_tokens, 2 * (size_t)e->o.micro_batches * n_max * sizeof(int32_t), e->h2d);
+    mt_engine_record(e, MT_EV_TOKENS_READY, 0, e->h2d);
     return MT_OK;
 }
 
-/* ---- one pass ---- */
+/* ---- one pass, in phases ---- */
 
 typedef struct {
     int64_t targets; /* targets that count in the loss */
@@ -230,157 +89,213 @@ typedef struct {
     double idle_forward, idle_backward; /* gaps between jobs in the forward, in the backward */
 } pass_result;
 
-/* `step`: the optimizer job of a training pass (RUN_TRAIN), else NULL. Without clipping it starts
- * as the backward begins; with ends_on_device the pass itself updates the embedding and head. */
-static mt_status run_pass(mt_engine *e, run_mode mode, const int32_t *inputs, const int32_t *targets,
-                          int batch, int seq, int M, int last_row, const mt_opt_job *step, pass_result *r) {
-    const mt_backend_ops *op = e->op;
-    mt_backend *be = e->be;
-    int L = e->L, K = e->K, U = e->U, train = mode == RUN_TRAIN || mode == RUN_GRADS;
-    const mt_opt_job *overlap = step && step->overlapped ? step : NULL;
-    /* The embedding's and head's gradients go home unless the device updates them (and no one asked
-     * to keep every gradient on the host). */
-    int ends_update = step && e->o.ends_on_device, ends_home = !ends_update || e->o.keep_grads;
-    r->waited = 0;
+/* What a pass is, decided once at its start. */
+typedef struct {
+    mt_run_mode mode;
+    int train;                 /* a backward runs (MT_RUN_TRAIN, MT_RUN_GRADS) */
+    const mt_opt_job *step;    /* MT_RUN_TRAIN: the step's optimizer job */
+    const mt_opt_job *overlap; /* the same when the optimizer runs during the backward (no clipping) */
+    int ends_update;           /* the device updates the embedding and head at the end of the pass */
+    int ends_home;             /* their gradients go home: unless the device updates them (and no
+                                * one asked to keep every gradient on the host) */
+    mt_compute_job base;       /* what every job of the pass shares */
+    pass_result *r;
+} pass;
+
+static mt_compute_job job_of(const pass *p, mt_job_kind kind) {
+    mt_compute_job j = p->base;
+    j.kind = kind;
+    return j;
+}
+
+/* Stages the tokens and zeroes the accumulators: the loss, the norms and, for training, the
+ * embedding's gradient (once its previous copy home is done). */
+static mt_status begin_pass(mt_engine *e, pass *p, const int32_t *inputs, const int32_t *targets, int batch,
+                            int seq, int M, int last_row) {
     e->num_stalls = 0;
     e->num_jobs = 0;
     e->first_backward_job = e->max_jobs;
-    MT_TRY(stage_tokens(e, inputs, targets, batch, seq, M, &r->targets));
-    compute_job base = {.mode = mode, .batch = batch, .seq = seq, .micro_batches = M,
-                        .last_row = last_row, .scale = r->targets ? 1.0f / (float)r->targets : 0.0f};
-
-    op->zero(be, e->dev_loss, 4, e->compute);
-    op->zero(be, e->dev_norms, (size_t)U * 4, e->compute);
-    if (train) {
-        op->stream_wait(be, e->compute, e->grads_home[0]);
-        op->zero(be, e->embed_grad, (size_t)unit_numel(e, 0) * 4, e->compute);
+    p->r->waited = 0;
+    MT_TRY(stage_tokens(e, inputs, targets, batch, seq, M, &p->r->targets));
+    p->base = (mt_compute_job){.mode = p->mode, .batch = batch, .seq = seq, .micro_batches = M,
+                               .last_row = last_row,
+                               .scale = p->r->targets ? 1.0f / (float)p->r->targets : 0.0f};
+    mt_zero_async(e->be, e->dev_loss, 4, e->compute);
+    mt_zero_async(e->be, e->dev_norms, (size_t)e->U * 4, e->compute);
+    if (p->train) {
+        mt_engine_wait(e, e->compute, MT_EV_GRADS_HOME, 0);
+        mt_zero_async(e->be, e->embed_grad, (size_t)mt_engine_numel(e, 0) * 4, e->compute);
     }
+    return MT_OK;
+}
 
-    /* Forward: the embedding, then the blocks with K - 1 loads in flight, then the head. */
-    r->waited += mt_flag_wait(&e->updated[0], e->generation);
-    if (!mt_engine_unit_on_device(e, 0)) load_unit(e, 0, e->embed_w, e->embed_free, e->embed_loaded);
-    for (int i = 0; i < K; i++) r->waited += load_forward(e, i);
-    op->stream_wait(be, e->compute, e->tokens_ready);
-    compute_wait(e, e->embed_loaded);
+/* Block l's forward, once its weights are in slot l mod K; then the slot may take block l + K. */
+static mt_status block_forward(mt_engine *e, pass *p, int l) {
+    int K = e->K;
+    compute_wait(e, MT_EV_SLOT_LOADED, l % K);
+    mt_engine_ckpt_before_write(e, l + 1);
+    mt_compute_job j = job_of(p, MT_JOB_BLOCK_FWD);
+    j.block = l;
+    j.slot = l % K;
+    j.x_in = mt_engine_ckpt(e, l);
+    j.x_out = mt_engine_ckpt(e, l + 1);
+    MT_TRY(mt_engine_launch(e, j));
+    mt_engine_record(e, MT_EV_SLOT_FREE, l % K, e->compute);
+    mt_engine_ckpt_written(e, l + 1, p->train);
+    mt_engine_ckpt_read(e, l);
+    if (l + K <= e->L) p->r->waited += load_forward(e, l + K);
+    return MT_OK;
+}
+
+/* Forward: the embedding, then the blocks with K - 1 loads in flight. The last K blocks stay in
+ * their slots for the backward. */
+static mt_status forward(mt_engine *e, pass *p) {
+    int embed_moves = !mt_engine_unit_on_device(e, 0);
+    p->r->waited += mt_engine_await(e, MT_FL_UPDATED, 0, e->generation, MT_GEN_G);
+    if (embed_moves) load_unit(e, 0, e->embed_w, MT_EV_EMBED_FREE, MT_EV_EMBED_LOADED, 0);
+    for (int i = 0; i < e->K; i++) p->r->waited += load_forward(e, i);
+    mt_engine_wait(e, e->compute, MT_EV_TOKENS_READY, 0);
+    compute_wait(e, MT_EV_EMBED_LOADED, 0);
     mt_engine_ckpt_before_write(e, 0);
-    compute_job j = base;
-    j.kind = JOB_EMBED_FWD;
+    mt_compute_job j = job_of(p, MT_JOB_EMBED_FWD);
     j.x_out = mt_engine_ckpt(e, 0);
-    MT_TRY(launch(e, j));
-    mt_engine_ckpt_written(e, 0, train);
-    if (!e->cfg->tie_embeddings) op->event_record(be, e->embed_free, e->compute);
-    for (int l = 0; l < L; l++) {
-        int k = l % K;
-        compute_wait(e, e->slot_loaded[k]);
-        mt_engine_ckpt_before_write(e, l + 1);
-        j = base;
-        j.kind = JOB_BLOCK_FWD;
-        j.block = l;
-        j.slot = k;
-        j.x_in = mt_engine_ckpt(e, l);
-        j.x_out = mt_engine_ckpt(e, l + 1);
-        MT_TRY(launch(e, j));
-        op->event_record(be, e->slot_free[k], e->compute);
-        mt_engine_ckpt_written(e, l + 1, train);
-        mt_engine_ckpt_read(e, l);
-        if (l + K <= L) r->waited += load_forward(e, l + K);
-    }
+    MT_TRY(mt_engine_launch(e, j));
+    mt_engine_ckpt_written(e, 0, p->train);
+    if (embed_moves && !e->cfg->tie_embeddings) mt_engine_record(e, MT_EV_EMBED_FREE, 0, e->compute);
+    for (int l = 0; l < e->L; l++) MT_TRY(block_forward(e, p, l));
+    return MT_OK;
+}
 
-    /* The head: loss, and for training its backward, fused. */
-    compute_wait(e, e->head_loaded);
-    if (train) {
-        op->stream_wait(be, e->compute, e->grads_home[U - 1]);
-        op->zero(be, e->head_grad, (size_t)unit_numel(e, U - 1) * 4, e->compute);
+/* The head: the loss, and for training its backward, fused; then the weights it read are free. */
+static mt_status head(mt_engine *e, pass *p) {
+    compute_wait(e, MT_EV_HEAD_LOADED, 0);
+    if (p->train) {
+        mt_engine_wait(e, e->compute, MT_EV_GRADS_HOME, e->U - 1);
+        mt_zero_async(e->be, e->head_grad, (size_t)mt_engine_numel(e, e->U - 1) * 4, e->compute);
     }
-    j = base;
-    j.kind = JOB_HEAD;
-    MT_TRY(launch(e, j));
-    op->event_record(be, e->head_free, e->compute);
-    if (e->cfg->tie_embeddings) op->event_record(be, e->embed_free, e->compute);
+    MT_TRY(mt_engine_launch(e, job_of(p, MT_JOB_HEAD)));
+    if (!mt_engine_unit_on_device(e, e->U - 1)) mt_engine_record(e, MT_EV_HEAD_FREE, 0, e->compute);
+    if (e->cfg->tie_embeddings && !mt_engine_unit_on_device(e, 0)) mt_engine_record(e, MT_EV_EMBED_FREE, 0, e->compute);
+    return MT_OK;
+}
 
-    if (train) {
-        int publish = overlap != NULL;
-        if (overlap) mt_engine_optimizer_post(e, overlap);
-        if (ends_home) send_home(e, U - 1, e->head_grad, e->unit_ready, NULL, publish);
-        if (overlap && !ends_update) {
-            /* The embedding's gradient so far: the head's part when tied, zeros otherwise. Its
-             * rows that no input token touches are final already. */
-            op->event_record(be, e->unit_ready, e->compute);
-            op->stream_wait(be, e->d2h, e->unit_ready);
-            op->copy(be, e->grad_home[0], e->embed_grad, (size_t)unit_numel(e, 0) * 4, e->d2h);
-            op->event_record(be, e->embed_early_home, e->d2h);
-            mt_flag_set(&e->embed_early_issued, e->generation + 1);
-        }
-        /* Backward: blocks L-1..0; the last K are still resident from the forward. */
-        e->first_backward_job = e->num_jobs;
-        mt_engine_ckpt_fetch(e, L - 1);
-        for (int l = L - 1; l >= 0; l--) {
-            int k = l % K, gs = (L - 1 - l) % 2;
-            mt_event *fetched = mt_engine_ckpt_fetched(e, l);
-            if (fetched) compute_wait(e, fetched);
-            compute_wait(e, e->slot_loaded[k]);
-            compute_wait(e, e->grad_free[gs]);
-            op->zero(be, e->grad_slot[gs], (size_t)unit_numel(e, mt_unit_block(l)) * 4, e->compute);
-            j = base;
-            j.kind = JOB_BLOCK_BWD;
-            j.block = l;
-            j.slot = k;
-            j.grad_slot = gs;
-            j.x_in = mt_engine_ckpt(e, l);
-            MT_TRY(launch(e, j));
-            op->event_record(be, e->slot_free[k], e->compute);
-            mt_engine_ckpt_read(e, l);
-            mt_engine_ckpt_fetch(e, l - 1); /* while this block's backward runs */
-            /* In ring mode the buffer was last used by block l + ring: the optimizer must be done with it. */
-            if (e->grad_ring && l + e->grad_ring < L)
-                r->waited += mt_flag_wait(&e->updated[mt_unit_block(l + e->grad_ring)], e->generation + 1);
-            send_home(e, mt_unit_block(l), e->grad_slot[gs], e->grad_ready[gs], e->grad_free[gs], publish);
-            if (l - K >= 0) load_unit(e, mt_unit_block(l - K), e->slot[k], e->slot_free[k], e->slot_loaded[k]);
-        }
-        j = base;
-        j.kind = JOB_EMBED_BWD;
-        MT_TRY(launch(e, j));
-        if (step && e->poison_next) { /* as a NaN in the gradient would, for the host and the device alike */
-            static const float nan_norm = NAN;
-            op->copy(be, e->dev_norms, &nan_norm, 4, e->compute);
-        }
-        /* The full copy lands where the optimizer reads the early part: it must be done with it. */
-        if (overlap && !ends_update) r->waited += mt_flag_wait(&e->embed_early_done, e->generation + 1);
-        if (ends_home) send_home(e, 0, e->embed_grad, e->unit_ready, NULL, publish);
-        if (ends_update) {
-            j = base;
-            j.kind = JOB_ENDS_UPDATE;
-            j.adam = mt_engine_adamw_params(e, step->lr, e->ends_step + 1, 1.0f);
-            j.clip = !step->overlapped;
-            MT_TRY(launch(e, j));
-            op->event_record(be, e->ends_updated, e->compute);
-            op->stream_wait(be, e->d2h, e->ends_updated);
-        }
-        op->copy(be, e->host_norms, e->dev_norms, (size_t)U * 4, e->d2h);
-    } else {
-        op->event_record(be, e->unit_ready, e->compute);
-        op->stream_wait(be, e->d2h, e->unit_ready);
-        if (mode == RUN_LOGITS)
-            op->copy(be, e->host_logits, e->dev_logits, (size_t)e->cfg->vocab_size * 4, e->d2h);
+/* Without clipping the optimizer starts with the head: a first copy of the embedding's gradient
+ * (the head's part when tied, zeros otherwise) goes home, whose rows that no input token touches are
+ * final already. */
+static void send_embedding_early(mt_engine *e) {
+    mt_engine_record(e, MT_EV_UNIT_READY, 0, e->compute);
+    mt_engine_wait(e, e->d2h, MT_EV_UNIT_READY, 0);
+    mt_copy_async(e->be, e->grad_home[0], e->embed_grad, (size_t)mt_engine_numel(e, 0) * 4, e->d2h);
+    mt_engine_record(e, MT_EV_EMBED_EARLY_HOME, 0, e->d2h);
+    mt_engine_raise(e, MT_FL_EMBED_EARLY_ISSUED, 0, e->generation);
+}
+
+/* Block l's backward: it reads its input checkpoint (fetched a block ahead when it lives on the
+ * host) and its weights (still resident for the last K blocks, reloaded for the others), and its
+ * gradients go home from one of two gradient slots. */
+static mt_status block_backward(mt_engine *e, pass *p, int l) {
+    int L = e->L, K = e->K, k = l % K, gs = (L - 1 - l) % 2, stage = mt_engine_ckpt_fetched(e, l);
+    if (stage >= 0) compute_wait(e, MT_EV_STAGE_FILLED, stage);
+    compute_wait(e, MT_EV_SLOT_LOADED, k);
+    compute_wait(e, MT_EV_GRAD_FREE, gs);
+    mt_zero_async(e->be, e->grad_slot[gs], (size_t)mt_engine_numel(e, mt_unit_block(l)) * 4, e->compute);
+    mt_compute_job j = job_of(p, MT_JOB_BLOCK_BWD);
+    j.block = l;
+    j.slot = k;
+    j.grad_slot = gs;
+    j.x_in = mt_engine_ckpt(e, l);
+    MT_TRY(mt_engine_launch(e, j));
+    mt_engine_record(e, MT_EV_SLOT_FREE, k, e->compute);
+    mt_engine_ckpt_read(e, l);
+    mt_engine_ckpt_fetch(e, l - 1); /* while this block's backward runs */
+    /* In ring mode the buffer was last used by block l + ring: the optimizer must be done with it. */
+    if (e->grad_ring && l + e->grad_ring < L)
+        p->r->waited += mt_engine_await(e, MT_FL_UPDATED, mt_unit_block(l + e->grad_ring), e->generation,
+                                        MT_GEN_NEXT);
+    send_home(e, mt_unit_block(l), e->grad_slot[gs], MT_EV_GRAD_READY, gs, p->overlap != NULL);
+    if (l - K >= 0) load_unit(e, mt_unit_block(l - K), e->slot[k], MT_EV_SLOT_FREE, MT_EV_SLOT_LOADED, k);
+    return MT_OK;
+}
+
+/* Backward: the head's gradients go home (without clipping the optimizer starts now), blocks
+ * L-1..0, then the embedding. */
+static mt_status backward(mt_engine *e, pass *p) {
+    if (p->overlap) mt_engine_optimizer_post(e, p->overlap);
+    if (p->ends_home) send_home(e, e->U - 1, e->head_grad, MT_EV_UNIT_READY, 0, p->overlap != NULL);
+    if (p->overlap && !p->ends_update) send_embedding_early(e);
+    e->first_backward_job = e->num_jobs;
+    mt_engine_ckpt_fetch(e, e->L - 1);
+    for (int l = e->L - 1; l >= 0; l--) MT_TRY(block_backward(e, p, l));
+    return mt_engine_launch(e, job_of(p, MT_JOB_EMBED_BWD));
+}
+
+/* The ends: the embedding's gradient goes home (once the optimizer is done with its early copy,
+ * which lies where it lands), or the device updates the embedding and head itself; then the
+ * norms go home. */
+static mt_status ends(mt_engine *e, pass *p) {
+    if (p->step && e->poison_next) { /* as a NaN in the gradient would, for the host and the device alike */
+        static const float nan_norm = NAN;
+        mt_copy_async(e->be, e->dev_norms, &nan_norm, 4, e->compute);
     }
-    op->copy(be, e->host_loss, e->dev_loss, 4, e->d2h);
-    op->event_record(be, e->done, e->d2h);
+    if (p->overlap && !p->ends_update)
+        p->r->waited += mt_engine_await(e, MT_FL_EMBED_EARLY_DONE, 0, e->generation, MT_GEN_NEXT);
+    if (p->ends_home) send_home(e, 0, e->embed_grad, MT_EV_UNIT_READY, 0, p->overlap != NULL);
+    if (p->ends_update) {
+        mt_compute_job j = job_of(p, MT_JOB_ENDS_UPDATE);
+        j.adam = mt_engine_adamw_params(e, p->step->lr, e->ends_step + 1, 1.0f);
+        j.clip = !p->step->overlapped;
+        MT_TRY(mt_engine_launch(e, j));
+        mt_engine_record(e, MT_EV_ENDS_UPDATED, 0, e->compute);
+        mt_engine_wait(e, e->d2h, MT_EV_ENDS_UPDATED, 0);
+    }
+    mt_copy_async(e->be, e->host_norms, e->dev_norms, (size_t)e->U * 4, e->d2h);
+    return MT_OK;
+}
+
+/* The pass's outputs go home (evaluation and sampling: once compute wrote them) and `done` marks
+ * its end. */
+static void end_pass(mt_engine *e, pass *p) {
+    if (!p->train) {
+        mt_engine_record(e, MT_EV_UNIT_READY, 0, e->compute);
+        mt_engine_wait(e, e->d2h, MT_EV_UNIT_READY, 0);
+        if (p->mode == MT_RUN_LOGITS)
+            mt_copy_async(e->be, e->host_logits, e->dev_logits, (size_t)e->cfg->vocab_size * 4, e->d2h);
+    }
+    mt_copy_async(e->be, e->host_loss, e->dev_loss, 4, e->d2h);
+    mt_engine_record(e, MT_EV_DONE, 0, e->d2h);
+}
+
+/* `step`: the optimizer job of a training pass (MT_RUN_TRAIN), else NULL. */
+static mt_status run_pass(mt_engine *e, mt_run_mode mode, const int32_t *inputs, const int32_t *targets,
+                          int batch, int seq, int M, int last_row, const mt_opt_job *step, pass_result *r) {
+    int ends_update = step && e->o.ends_on_device;
+    pass p = {.mode = mode, .train = mode == MT_RUN_TRAIN || mode == MT_RUN_GRADS, .step = step,
+              .overlap = step && step->overlapped ? step : NULL, .ends_update = ends_update,
+              .ends_home = !ends_update || e->o.keep_grads, .r = r};
+    MT_TRY(begin_pass(e, &p, inputs, targets, batch, seq, M, last_row));
+    MT_TRY(forward(e, &p));
+    MT_TRY(head(e, &p));
+    if (p.train) {
+        MT_TRY(backward(e, &p));
+        MT_TRY(ends(e, &p));
+    }
+    end_pass(e, &p);
     return MT_OK;
 }
 
 /* Waits for the pass to finish and reads its loss and gradient norm. */
 static mt_status finish_pass(mt_engine *e, pass_result *r) {
-    e->op->event_sync(e->be, e->done);
-    MT_TRY(e->op->check(e->be));
+    mt_engine_sync(e, MT_EV_DONE, 0);
+    MT_TRY(mt_backend_check(e->be));
     r->loss = r->targets > 0 ? *e->host_loss / (double)r->targets : 0;
     r->grad_norm = mt_global_norm(e->host_norms, e->U);
     r->stalled = 0;
-    for (int i = 0; i < e->num_stalls; i++) r->stalled += e->op->event_elapsed(e->be, e->stall_begin[i], e->stall_end[i]);
+    for (int i = 0; i < e->num_stalls; i++) r->stalled += mt_engine_elapsed(e, MT_EV_STALL_BEGIN, i, MT_EV_STALL_END, i);
     r->busy = r->idle_forward = r->idle_backward = 0;
     for (int i = 0; i < e->num_jobs; i++) {
-        r->busy += e->op->event_elapsed(e->be, e->job_begin[i], e->job_end[i]);
+        r->busy += mt_engine_elapsed(e, MT_EV_JOB_BEGIN, i, MT_EV_JOB_END, i);
         if (i == 0) continue;
-        double gap = e->op->event_elapsed(e->be, e->job_end[i - 1], e->job_begin[i]);
+        double gap = mt_engine_elapsed(e, MT_EV_JOB_END, i - 1, MT_EV_JOB_BEGIN, i);
         if (i < e->first_backward_job) r->idle_forward += gap;
         else r->idle_backward += gap;
     }
@@ -393,7 +308,7 @@ mt_status mt_engine_step(mt_engine *e, const int32_t *inputs, const int32_t *tar
     int overlapped = e->o.max_grad_norm <= 0;
     pass_result r;
     mt_opt_job job = {.generation = e->generation, .lr = lr, .overlapped = overlapped, .grad_scale = 1.0f};
-    MT_TRY(run_pass(e, RUN_TRAIN, inputs, targets, e->o.batch, e->o.seq, e->o.micro_batches, 0, &job, &r));
+    MT_TRY(run_pass(e, MT_RUN_TRAIN, inputs, targets, e->o.batch, e->o.seq, e->o.micro_batches, 0, &job, &r));
     mt_status rc = finish_pass(e, &r);
     if (e->fault_next) {
         rc = mt_fail(MT_ERR_DEVICE, "injected device fault at the end of a step (test hook)");
@@ -430,7 +345,7 @@ mt_status mt_engine_grads(mt_engine *e, const int32_t *inputs, const int32_t *ta
     if (!e->grads_full)
         return mt_fail(MT_ERR_INVALID, "the engine keeps only a ring of gradients (no clipping): set keep_grads");
     pass_result r;
-    MT_TRY(run_pass(e, RUN_GRADS, inputs, targets, e->o.batch, e->o.seq, e->o.micro_batches, 0, NULL, &r));
+    MT_TRY(run_pass(e, MT_RUN_GRADS, inputs, targets, e->o.batch, e->o.seq, e->o.micro_batches, 0, NULL, &r));
     MT_TRY(finish_pass(e, &r));
     *loss = r.loss;
     return MT_OK;
@@ -438,7 +353,7 @@ mt_status mt_engine_grads(mt_engine *e, const int32_t *inputs, const int32_t *ta
 
 mt_status mt_engine_eval(mt_engine *e, const int32_t *inputs, const int32_t *targets, double *loss) {
     pass_result r;
-    MT_TRY(run_pass(e, RUN_EVAL, inputs, targets, e->o.batch, e->o.seq, e->o.micro_batches, 0, NULL, &r));
+    MT_TRY(run_pass(e, MT_RUN_EVAL, inputs, targets, e->o.batch, e->o.seq, e->o.micro_batches, 0, NULL, &r));
     MT_TRY(finish_pass(e, &r));
     *loss = r.loss;
     return MT_OK;
@@ -453,7 +368,7 @@ mt_status mt_engine_next_logits(mt_engine *e, const int32_t *tokens, int len, fl
     if (!ignored) return mt_fail(MT_ERR_NOMEM, "cannot allocate the sampling context");
     for (int i = 0; i < len; i++) ignored[i] = -1;
     pass_result r;
-    mt_status rc = run_pass(e, RUN_LOGITS, tokens, ignored, 1, len, 1, len - 1, NULL, &r);
+    mt_status rc = run_pass(e, MT_RUN_LOGITS, tokens, ignored, 1, len, 1, len - 1, NULL, &r);
     free(ignored);
     MT_TRY(rc);
     MT_TRY(finish_pass(e, &r));

@@ -25,7 +25,7 @@ mt_status mt_store_create_with_moments(mt_store *s, const mt_layout *layout, mt_
     s->be = be;
     s->weight_dtype = be->ops->weight_dtype;
     size_t n = (size_t)layout->total_numel;
-    s->weights = be->ops->host_alloc(be, n * mt_dtype_size(s->weight_dtype), "working weights");
+    s->weights = mt_host_alloc(be, n * mt_dtype_size(s->weight_dtype), "working weights");
     s->master = s->weights ? mt_pages_alloc_touched(n * 4, "fp32 master weights") : NULL;
     if (!s->master || mt_moments_create(&s->moments, moments, n) != MT_OK) {
         mt_status rc = mt_fail_context(MT_ERR_NOMEM, "host parameter store for %zu parameters", n);
@@ -36,7 +36,7 @@ mt_status mt_store_create_with_moments(mt_store *s, const mt_layout *layout, mt_
 }
 
 void mt_store_free(mt_store *s) {
-    if (s->be && s->weights) s->be->ops->host_free(s->be, s->weights);
+    if (s->be && s->weights) mt_host_free(s->be, s->weights);
     if (s->layout) mt_pages_free(s->master, (size_t)s->layout->total_numel * 4);
     mt_moments_free(&s->moments);
     memset(s, 0, sizeof *s);

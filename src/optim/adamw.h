@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend/backend.h"
+#include "util/dtype.h"
 #include "optim/moments.h"
 
 typedef struct mt_adamw_params {

@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "backend/backend.h"
+#include "util/dtype.h"
 #include "optim/adamw.h"
 
 /* The SIMD kernels are x86-64 only; elsewhere the reference runs alone. */

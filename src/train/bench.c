@@ -140,8 +140,7 @@ mt_status mt_bench(const mt_train_options *o, int warmup, FILE *out, const char 
     }
     if (rc == MT_OK) {
         mt_engine_finish(engine);
-        size_t peak = 0;
-        be->ops->dev_mem_info(be, NULL, &peak);
+        size_t peak = mt_dev_peak(be);
         qsort(times, (size_t)o->steps, sizeof *times, compare_doubles);
         bench_summary sum = {.step_s = times[o->steps / 2], .ends_on_device = eo.ends_on_device,
                              .ckpt_on_host = eo.ckpt_on_host};
@@ -158,7 +157,7 @@ mt_status mt_bench(const mt_train_options *o, int warmup, FILE *out, const char 
     }
     mt_engine_destroy(engine);
     if (store.layout) mt_store_free(&store);
-    if (be) be->ops->destroy(be);
+    if (be) mt_backend_destroy(be);
     mt_layout_free(&lay);
     free(inputs);
     free(targets);

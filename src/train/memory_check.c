@@ -60,13 +60,12 @@ mt_memory_fit mt_memory_fit_of(const mt_layout *layout, mt_backend *be, const mt
                                mt_moments_format moments) {
     mt_store_bytes s = mt_store_size(layout, be->ops->weight_dtype, moments);
     mt_engine_bytes d = mt_engine_size(be, &layout->cfg, eo);
-    size_t dev_free = mt_backend_device_free(be);
     mt_memory_fit fit = {.host_needed = s.weights + s.master + s.moments + d.host_grads + d.host_staging +
                                         d.host_checkpoints,
                          .host_available = mt_host_available(), .device_available = -1};
-    if (mt_backend_has_device_memory(be)) {
+    if (mt_backend_has_own_memory(be)) {
         fit.device_needed = d.total;
-        fit.device_available = (int64_t)dev_free;
+        fit.device_available = (int64_t)mt_dev_available(be);
     } else {
         fit.host_needed += d.total;
     }

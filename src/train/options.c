@@ -38,7 +38,7 @@ static mt_status choose_grad_ring(mt_backend *be, const mt_config *cfg, mt_momen
  * takes every core, so there the optimizer's threads are left to the scheduler. */
 static const char *default_opt_cores(const mt_train_options *o, mt_backend *be) {
     if (o->opt_cores) return strcmp(o->opt_cores, "none") ? o->opt_cores : NULL;
-    return mt_backend_has_device_memory(be) ? MT_OPT_CORES_AUTO : NULL;
+    return mt_backend_has_own_memory(be) ? MT_OPT_CORES_AUTO : NULL;
 }
 
 /* --ends-on-device: the embedding and head updated on the device (engine/engine_ends.c). */
@@ -59,8 +59,9 @@ static mt_status parse_ends_mode(const mt_train_options *o, mt_moments_format mo
  * batch size or LM-head chunk. */
 static void ends_where_they_fit(const mt_train_options *o, mt_backend *be, const mt_config *cfg,
                                 mt_moments_format moments, mt_engine_options *eo) {
-    if (!mt_backend_has_device_memory(be) || moments != MT_MOMENTS_F32) return;
-    size_t dev_free = mt_backend_device_free(be);
+    if (!mt_backend_has_own_memory(be) || !mt_backend_has_device_optimizer(be) || moments != MT_MOMENTS_F32)
+        return;
+    size_t dev_free = mt_dev_available(be);
     mt_engine_options with = *eo;
     with.ends_on_device = 1;
     /* Without a budget a tenth of the free memory stays for the libraries' own allocations. */

@@ -1,5 +1,5 @@
 /* mt_plan: what a run needs before anything is allocated: host and device bytes by class, and
- * the floor of one step's time from the performance model in DESIGN.md. */
+ * the floor of one step's time from the performance model in docs/memory.md. */
 #include <stdio.h>
 
 #include "engine/engine.h"
@@ -9,9 +9,9 @@
 #include "train/memory_check.h"
 #include "train/options.h"
 
-/* The lent H200 machine's measured rates, which the floor is stated against: PCIe and GEMM from
- * DESIGN.md; host memory as our AdamW moves it there (3.74 G params/s x 30 bytes, 15 threads,
- * bench/adamw, 2026-11-22). */
+/* The lent H200 machine's measured rates, which the floor is stated against (docs/memory.md): PCIe
+ * and GEMM as measured there; host memory as our AdamW moves it there (3.74 G params/s x 30 bytes,
+ * 15 threads, bench/adamw, 2026-11-22). */
 #define PCIE_BYTES_PER_S 51e9
 #define HOST_BYTES_PER_S 112e9
 #define GEMM_FLOP_PER_S 700e12
@@ -47,7 +47,7 @@ mt_status mt_plan(const mt_train_options *o, FILE *out) {
     mt_moments_format moments;
     rc = mt_moments_format_parse(o->moments, &moments);
     if (rc != MT_OK) {
-        be->ops->destroy(be);
+        mt_backend_destroy(be);
         mt_layout_free(&lay);
         return rc;
     }
@@ -109,8 +109,8 @@ mt_status mt_plan(const mt_train_options *o, FILE *out) {
     double opt_bytes = (double)(hb.master + hb.moments) * 2 / params + 4.0 + wbytes;
     fprintf(out, "          optimizer %.0f bytes/parameter x %.3f B parameters on the host over %.0f GB/s host memory = "
             "%.3f s\n", opt_bytes, host_params / 1e9, HOST_BYTES_PER_S / 1e9, opt_bytes * host_params / HOST_BYTES_PER_S);
-    fprintf(out, "          (rates: the lent H200 machine's; PCIe and GEMM from DESIGN.md, host memory from bench/adamw)\n");
-    be->ops->destroy(be);
+    fprintf(out, "          (rates: the lent H200 machine's; PCIe and GEMM measured there, host memory from bench/adamw)\n");
+    mt_backend_destroy(be);
     mt_layout_free(&lay);
     return MT_OK;
 }

@@ -105,7 +105,7 @@ mt_status mt_sample(const mt_sample_options *o, FILE *out) {
     }
     mt_engine_destroy(engine);
     if (store.layout) mt_store_free(&store);
-    if (be) be->ops->destroy(be);
+    if (be) mt_backend_destroy(be);
     if (layout.units) mt_layout_free(&layout);
     free(tokens);
     free(logits);

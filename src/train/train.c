@@ -233,7 +233,7 @@ static void close_run(run *r) {
     mt_engine_destroy(r->engine);
     mt_saver_destroy(r->saver); /* after the engine: its optimizer calls the saver's guard */
     if (r->store.layout) mt_store_free(&r->store);
-    if (r->be) r->be->ops->destroy(r->be);
+    if (r->be) mt_backend_destroy(r->be);
     if (r->tokens_open) mt_tokens_close(&r->tokens);
     if (r->layout.units) mt_layout_free(&r->layout);
 }

@@ -1,89 +1,66 @@
 #include "gpu_harness.h"
 
 #include <criterion/criterion.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "util/bf16.h"
 
 void gpu_open(gpu *g) {
     memset(g, 0, sizeof *g);
     mt_status status = mt_backend_cuda_create(&g->be, 0);
     cr_assert_eq(status, MT_OK, "cuda backend: %s", mt_error());
-    g->s = g->be->ops->stream_create(g->be);
-    g->done = g->be->ops->event_create(g->be);
+    g->s = mt_stream_create(g->be);
+    g->done = mt_event_create(g->be);
     cr_assert(g->s && g->done, "stream or event: %s", mt_error());
 }
 
 void gpu_close(gpu *g) {
-    for (int i = 0; i < g->allocation_count; i++) g->be->ops->dev_free(g->be, g->allocations[i]);
-    g->be->ops->event_destroy(g->be, g->done);
-    g->be->ops->stream_destroy(g->be, g->s);
-    g->be->ops->destroy(g->be);
+    for (int i = 0; i < g->allocation_count; i++) mt_dev_free(g->be, g->allocations[i]);
+    mt_event_destroy(g->be, g->done);
+    mt_stream_destroy(g->be, g->s);
+    mt_backend_destroy(g->be);
 }
 
 void gpu_sync(gpu *g) {
-    g->be->ops->event_record(g->be, g->done, g->s);
-    g->be->ops->event_sync(g->be, g->done);
-    mt_status status = g->be->ops->check(g->be);
+    mt_event_record(g->be, g->done, g->s);
+    mt_event_sync(g->be, g->done);
+    mt_status status = mt_backend_check(g->be);
     cr_assert_eq(status, MT_OK, "device error: %s", mt_error());
 }
 
 void *gpu_alloc(gpu *g, size_t bytes) {
     cr_assert_lt(g->allocation_count, 64, "too many test allocations");
-    void *p = g->be->ops->dev_alloc(g->be, bytes, "a test buffer");
+    void *p = mt_dev_alloc(g->be, bytes, "a test buffer");
     cr_assert(p, "%s", mt_error());
-    g->be->ops->zero(g->be, p, bytes, g->s);
+    mt_zero_async(g->be, p, bytes, g->s);
     g->allocations[g->allocation_count++] = p;
     return p;
-}
-
-static uint16_t to_bf16(float f) {
-    uint32_t bits;
-    memcpy(&bits, &f, 4);
-    bits += 0x7fffu + ((bits >> 16) & 1u); /* round to nearest even */
-    return (uint16_t)(bits >> 16);
-}
-
-static float from_bf16(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
 }
 
 void *gpu_put_bf16(gpu *g, float *host, size_t count) {
     uint16_t *staged = malloc(count * 2 + 2);
     for (size_t i = 0; i < count; i++) {
-        staged[i] = to_bf16(host[i]);
-        host[i] = from_bf16(staged[i]);
+        staged[i] = mt_f32_to_bf16(host[i]);
+        host[i] = mt_bf16_to_f32(staged[i]);
     }
     void *dev = gpu_alloc(g, count * 2);
-    g->be->ops->copy(g->be, dev, staged, count * 2, g->s);
+    mt_copy_async(g->be, dev, staged, count * 2, g->s);
     gpu_sync(g);
     free(staged);
     return dev;
 }
 
-static void *put_bytes(gpu *g, const void *host, size_t bytes) {
-    void *dev = gpu_alloc(g, bytes);
-    g->be->ops->copy(g->be, dev, host, bytes, g->s);
-    gpu_sync(g);
-    return dev;
-}
-
-void *gpu_put_f32(gpu *g, const float *host, size_t count) { return put_bytes(g, host, count * 4); }
-void *gpu_put_i32(gpu *g, const int32_t *host, size_t count) { return put_bytes(g, host, count * 4); }
-
 void gpu_get_bf16(gpu *g, float *host, const void *dev, size_t count) {
     uint16_t *staged = malloc(count * 2 + 2);
-    g->be->ops->copy(g->be, staged, dev, count * 2, g->s);
+    mt_copy_async(g->be, staged, dev, count * 2, g->s);
     gpu_sync(g);
-    for (size_t i = 0; i < count; i++) host[i] = from_bf16(staged[i]);
+    for (size_t i = 0; i < count; i++) host[i] = mt_bf16_to_f32(staged[i]);
     free(staged);
 }
 
 void gpu_get_f32(gpu *g, float *host, const void *dev, size_t count) {
-    g->be->ops->copy(g->be, host, dev, count * 4, g->s);
+    mt_copy_async(g->be, host, dev, count * 4, g->s);
     gpu_sync(g);
 }
 
@@ -92,14 +69,4 @@ void fill_random(float *x, size_t count, float scale, unsigned *seed) {
         *seed = *seed * 1664525u + 1013904223u;
         x[i] = scale * ((float)(*seed >> 8) / 8388608.0f - 1.0f);
     }
-}
-
-double rel_err(const float *out, const float *ref, size_t count) {
-    double diff = 0.0, norm = 0.0;
-    for (size_t i = 0; i < count; i++) {
-        double d = (double)out[i] - ref[i];
-        diff += d * d;
-        norm += (double)ref[i] * ref[i];
-    }
-    return sqrt(diff / (norm > 0.0 ? norm : 1e-30));
 }

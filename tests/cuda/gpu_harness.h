@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../ops_check.h" /* ops_rel_err */
 #include "backend/backend.h"
 
 typedef struct {
@@ -24,14 +25,10 @@ void gpu_sync(gpu *g);
 void *gpu_alloc(gpu *g, size_t bytes);
 /* Rounds host[count] to bf16 in place and returns a device copy in bf16. */
 void *gpu_put_bf16(gpu *g, float *host, size_t count);
-void *gpu_put_f32(gpu *g, const float *host, size_t count);
-void *gpu_put_i32(gpu *g, const int32_t *host, size_t count);
 void gpu_get_bf16(gpu *g, float *host, const void *dev, size_t count);
 void gpu_get_f32(gpu *g, float *host, const void *dev, size_t count);
 
 /* Uniform in [-scale, scale), from a fixed per-test seed. */
 void fill_random(float *x, size_t count, float scale, unsigned *seed);
-/* ||out - ref|| / ||ref|| */
-double rel_err(const float *out, const float *ref, size_t count);
 
 #endif

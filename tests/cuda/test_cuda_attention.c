@@ -93,8 +93,8 @@ static void check_path(path p, mt_attn_dims d, unsigned seed) {
     void *cpu_ws = malloc(mt_cpu_attention_workspace(d) + 1);
     mt_cpu_attention_dx(ref_dq, ref_dk, ref_dv, dout, out, lse, q, k, v, d, cpu_ws);
     free(cpu_ws);
-    double errors[5] = {rel_err(out, ref_out, qc), rel_err(lse, ref_lse, lc), rel_err(dq, ref_dq, qc),
-                        rel_err(dk, ref_dk, kc), rel_err(dv, ref_dv, kc)};
+    double errors[5] = {ops_rel_err(out, ref_out, qc), ops_rel_err(lse, ref_lse, lc), ops_rel_err(dq, ref_dq, qc),
+                        ops_rel_err(dk, ref_dk, kc), ops_rel_err(dv, ref_dv, kc)};
     cr_log_info("%s b%d s%d h%d/%d d%d: rel err out %.2e lse %.2e dq %.2e dk %.2e dv %.2e",
                 path_name(p), d.batch, d.seq, d.heads, d.kv_heads, d.head_dim, errors[0], errors[1],
                 errors[2], errors[3], errors[4]);
@@ -134,25 +134,25 @@ Test(cuda, attention_paths_mha_seq_256_head_dim_64) {
 /* Mean seconds of forward and backward over `reps` runs after one warm-up. */
 static void time_path(gpu *g, mt_cudnn_attention *ca, path p, const buffers *b, mt_attn_dims d,
                       double *fwd, double *bwd) {
-    mt_event *t0 = g->be->ops->event_create(g->be), *t1 = g->be->ops->event_create(g->be);
-    mt_event *t2 = g->be->ops->event_create(g->be);
+    mt_event *t0 = mt_event_create(g->be), *t1 = mt_event_create(g->be);
+    mt_event *t2 = mt_event_create(g->be);
     const int reps = 5;
     *fwd = *bwd = 0.0;
     for (int rep = 0; rep <= reps; rep++) {
-        g->be->ops->event_record(g->be, t0, g->s);
+        mt_event_record(g->be, t0, g->s);
         run_forward(g, ca, p, b, d);
-        g->be->ops->event_record(g->be, t1, g->s);
+        mt_event_record(g->be, t1, g->s);
         run_backward(g, ca, p, b, d);
-        g->be->ops->event_record(g->be, t2, g->s);
+        mt_event_record(g->be, t2, g->s);
         gpu_sync(g);
         if (rep > 0) {
-            *fwd += g->be->ops->event_elapsed(g->be, t0, t1) / reps;
-            *bwd += g->be->ops->event_elapsed(g->be, t1, t2) / reps;
+            *fwd += mt_event_elapsed(g->be, t0, t1) / reps;
+            *bwd += mt_event_elapsed(g->be, t1, t2) / reps;
         }
     }
-    g->be->ops->event_destroy(g->be, t0);
-    g->be->ops->event_destroy(g->be, t1);
-    g->be->ops->event_destroy(g->be, t2);
+    mt_event_destroy(g->be, t0);
+    mt_event_destroy(g->be, t1);
+    mt_event_destroy(g->be, t2);
 }
 
 /* The benchmark's attention (seq 4096, 24 heads, 8 kv heads, head_dim 128) on both paths: both

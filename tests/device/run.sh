@@ -1,8 +1,9 @@
 #!/bin/bash
 # The one command for a fresh device machine (GPU, no package manager): unpacks the Debian
 # packages carried in .debs/ (made here by tests/device/fetch-debs.sh) into /tmp/debs, builds
-# with CUDA=1, runs the CUDA tests and the CPU tests, and prints a summary. Logs go to $OUT
-# (the device tool's output folder) when it is set. Exits non-zero when anything failed.
+# with CUDA=1, runs the CUDA tests, the CUDA kernels' tests again under compute-sanitizer, and
+# the CPU tests, and prints a summary. Logs go to $OUT (the device tool's output folder) when it
+# is set. Exits non-zero when anything failed.
 set -u
 cd "$(dirname "$0")/../.."
 logs=${OUT:-/tmp/megatrain-device}
@@ -33,6 +34,27 @@ step() { # step NAME COMMAND...: runs it with its output in $logs/NAME.log, reco
 step build make CUDA=1 BUILD=$build -j"$(nproc)" $build/cuda_tests $build/run-tests $build/megatrain
 rm -rf /tmp/mt-transformers-check
 step cuda env MT_TRANSFORMERS_DIR=/tmp/mt-transformers-check $build/cuda_tests --jobs 1 --verbose
+
+# compute-sanitizer (the CUDA toolkit's) over a subset, to keep the run within minutes: memcheck
+# (out-of-bounds and misaligned accesses, errors of the CUDA API, leaks) on the op table, both
+# attention paths and the engine against the cpu backend; racecheck (shared-memory races) on the
+# kernels' tests alone. The timing tests are left out: at a 3B model's sizes they would take long.
+# Each tool's run is cut at 300 s. MT_SANITIZE=0 skips both (a quicker run).
+sanitizer=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
+memcheck_tests='cuda/@(ops_table|attention_paths_!(*speed*)|engine_matches_cpu_*|checkpoints_on_host_change_nothing)'
+racecheck_tests='cuda/@(ops_table|attention_paths_!(*speed*))'
+sanitize() { # sanitize TOOL FILTER: the cuda tests matching FILTER under compute-sanitizer's TOOL
+    if [ ! -x "$sanitizer" ]; then
+        echo "compute-sanitizer not found (PATH, ${CUDA_HOME:-/usr/local/cuda}/bin)"
+        return 1
+    fi
+    timeout 300 "$sanitizer" --tool "$1" --target-processes all --error-exitcode 1 \
+        $build/cuda_tests --jobs 4 --filter "$2"
+}
+if [ "${MT_SANITIZE:-1}" != 0 ]; then
+    step memcheck sanitize memcheck "$memcheck_tests"
+    step racecheck sanitize racecheck "$racecheck_tests"
+fi
 step hf python3 tests/device/check_transformers.py /tmp/mt-transformers-check
 step roundtrip python3 tests/device/hf_roundtrip.py --bin $build/megatrain
 step tokenizer python3 tests/device/check_tokenizer.py --bin $build/megatrain

@@ -126,7 +126,7 @@ static float *train(int slots, int threads, int micro_batches, int ends_on_devic
     mt_engine_destroy(engine);
     mt_saver_destroy(saver);
     mt_store_free(&store);
-    be->ops->destroy(be);
+    mt_backend_destroy(be);
     mt_layout_free(&lay);
     return master;
 }

@@ -159,7 +159,7 @@ static void cpu_host_free(mt_backend *b, void *ptr) { free(ptr); }
 static void cpu_dev_mem_info(mt_backend *b, size_t *free_bytes, size_t *peak_bytes) {
     cpu_backend *be = (cpu_backend *)b;
     pthread_mutex_lock(&be->mem_lock);
-    if (free_bytes) *free_bytes = (size_t)-1;
+    if (free_bytes) *free_bytes = SIZE_MAX; /* not a figure: its device memory is the host's */
     if (peak_bytes) *peak_bytes = be->peak;
     pthread_mutex_unlock(&be->mem_lock);
 }
@@ -259,8 +259,6 @@ static void cpu_launch(mt_backend *b, mt_stream *s, void (*fn)(void *), void *ar
     enqueue(s, (task){.kind = TASK_RUN, .fn = fn, .arg = arg});
 }
 
-static mt_status cpu_check(mt_backend *b) { return MT_OK; }
-
 static void cpu_destroy(mt_backend *b) {
     cpu_backend *be = (cpu_backend *)b;
     pthread_mutex_destroy(&be->mem_lock);
@@ -355,56 +353,38 @@ static void op_adamw(mt_backend *b, mt_stream *s, const mt_adamw_params *p, int 
     mt_adamw_update_parallel(&q, decay, master, m, v, grad, w, MT_DTYPE_F32, n, ((cpu_backend *)b)->threads);
 }
 
+/* No check: the cpu's work cannot fail after it was issued. */
 static const mt_backend_ops cpu_ops = {
     .name = "cpu",
+    .kind = MT_DEVICE_CPU,
     .act_dtype = MT_DTYPE_F32,
     .weight_dtype = MT_DTYPE_F32,
     .gemm_by_sequence = 1,
     .destroy = cpu_destroy,
-    .dev_alloc = cpu_dev_alloc,
-    .dev_free = cpu_dev_free,
-    .host_alloc = cpu_host_alloc,
-    .host_free = cpu_host_free,
-    .dev_mem_info = cpu_dev_mem_info,
-    .stream_create = cpu_stream_create,
-    .stream_destroy = cpu_stream_destroy,
-    .event_create = cpu_event_create,
-    .event_destroy = cpu_event_destroy,
-    .event_record = cpu_event_record,
-    .stream_wait = cpu_stream_wait,
-    .event_sync = cpu_event_sync,
-    .event_done = cpu_event_done,
-    .event_elapsed = cpu_event_elapsed,
-    .copy = cpu_copy,
-    .zero = cpu_zero,
-    .launch = cpu_launch,
-    .check = cpu_check,
-    .matmul = op_matmul,
-    .matmul_dx = op_matmul_dx,
-    .matmul_dw = op_matmul_dw,
-    .rmsnorm = op_rmsnorm,
-    .rmsnorm_dx = op_rmsnorm_dx,
-    .rope = op_rope,
-    .attention = op_attention,
-    .attention_dx = op_attention_dx,
-    .attention_workspace = op_attention_workspace,
-    .swiglu = op_swiglu,
-    .swiglu_dx = op_swiglu_dx,
-    .add = op_add,
-    .embedding = op_embedding,
-    .embedding_dw = op_embedding_dw,
-    .lmhead_loss = op_lmhead_loss,
-    .lmhead_workspace = op_lmhead_workspace,
-    .logits = op_logits,
-    .sumsq = op_sumsq,
-    .clip_scale = op_clip_scale,
-    .adamw = op_adamw,
+    .mem = {.dev_alloc = cpu_dev_alloc, .dev_free = cpu_dev_free, .host_alloc = cpu_host_alloc,
+            .host_free = cpu_host_free, .dev_mem_info = cpu_dev_mem_info},
+    .stream = {.stream_create = cpu_stream_create, .stream_destroy = cpu_stream_destroy,
+               .event_create = cpu_event_create, .event_destroy = cpu_event_destroy,
+               .event_record = cpu_event_record, .stream_wait = cpu_stream_wait, .event_sync = cpu_event_sync,
+               .copy = cpu_copy, .zero = cpu_zero, .event_done = cpu_event_done,
+               .event_elapsed = cpu_event_elapsed, .launch = cpu_launch},
+    .op = {.matmul = op_matmul, .matmul_dx = op_matmul_dx, .matmul_dw = op_matmul_dw, .rmsnorm = op_rmsnorm,
+           .rmsnorm_dx = op_rmsnorm_dx, .rope = op_rope, .attention = op_attention,
+           .attention_dx = op_attention_dx, .attention_workspace = op_attention_workspace,
+           .swiglu = op_swiglu, .swiglu_dx = op_swiglu_dx, .add = op_add, .embedding = op_embedding,
+           .embedding_dw = op_embedding_dw, .lmhead_loss = op_lmhead_loss,
+           .lmhead_workspace = op_lmhead_workspace, .logits = op_logits, .sumsq = op_sumsq,
+           .clip_scale = op_clip_scale, .adamw = op_adamw},
 };
 
 mt_status mt_backend_cpu_create(mt_backend **out, int threads) {
     cpu_backend *be = calloc(1, sizeof *be);
     if (!be) return mt_fail(MT_ERR_NOMEM, "cannot allocate the cpu backend");
-    be->base.ops = &cpu_ops;
+    mt_status status = mt_backend_init(&be->base, &cpu_ops);
+    if (status != MT_OK) {
+        free(be);
+        return status;
+    }
     be->threads = threads;
 #ifdef _OPENMP
     if (be->threads <= 0) be->threads = omp_get_max_threads();

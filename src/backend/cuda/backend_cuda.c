@@ -223,9 +223,6 @@ static void cuda_zero(mt_backend *be, void *dst, size_t bytes, mt_stream *s) {
     if (bytes) keep_error(be, zero_async(dst, bytes, s));
 }
 
-/* Ops enqueue asynchronously on the stream, so running fn now keeps the stream's order. */
-static void cuda_launch(mt_backend *be, mt_stream *s, void (*fn)(void *arg), void *arg) { fn(arg); }
-
 /* ---- layer ops: thin wrappers over the kernel launchers ---- */
 
 static void cuda_rmsnorm(mt_backend *be, mt_stream *s, void *y, float *rstd, const void *x,
@@ -322,49 +319,29 @@ static void cuda_destroy(mt_backend *be) {
     free(cb);
 }
 
+/* No launch: ops enqueue asynchronously on the stream, so backend.c's fallback (run fn now)
+ * keeps the stream's order. */
 static const mt_backend_ops cuda_ops = {
     .name = "cuda",
+    .kind = MT_DEVICE_GPU,
     .act_dtype = MT_DTYPE_BF16,
     .weight_dtype = MT_DTYPE_BF16,
     .destroy = cuda_destroy,
-    .dev_alloc = cuda_dev_alloc,
-    .dev_free = cuda_dev_free,
-    .host_alloc = cuda_host_alloc,
-    .host_free = cuda_host_free,
-    .dev_mem_info = cuda_dev_mem_info,
-    .stream_create = cuda_stream_create,
-    .stream_destroy = cuda_stream_destroy,
-    .event_create = cuda_event_create,
-    .event_destroy = cuda_event_destroy,
-    .event_record = cuda_event_record,
-    .stream_wait = cuda_stream_wait,
-    .event_sync = cuda_event_sync,
-    .event_done = cuda_event_done,
-    .event_elapsed = cuda_event_elapsed,
-    .copy = cuda_copy,
-    .zero = cuda_zero,
-    .launch = cuda_launch,
-    .check = cuda_check,
-    .matmul = mt_cuda_op_matmul,
-    .matmul_dx = mt_cuda_op_matmul_dx,
-    .matmul_dw = mt_cuda_op_matmul_dw,
-    .rmsnorm = cuda_rmsnorm,
-    .rmsnorm_dx = cuda_rmsnorm_dx,
-    .rope = cuda_rope,
-    .attention = cuda_attention,
-    .attention_dx = cuda_attention_dx,
-    .attention_workspace = cuda_attention_workspace,
-    .swiglu = cuda_swiglu,
-    .swiglu_dx = cuda_swiglu_dx,
-    .add = cuda_add,
-    .embedding = cuda_embedding,
-    .embedding_dw = cuda_embedding_dw,
-    .lmhead_loss = cuda_lmhead_loss,
-    .lmhead_workspace = cuda_lmhead_workspace,
-    .logits = mt_cuda_op_logits,
-    .sumsq = cuda_sumsq,
-    .clip_scale = cuda_clip_scale,
-    .adamw = cuda_adamw,
+    .mem = {.dev_alloc = cuda_dev_alloc, .dev_free = cuda_dev_free, .host_alloc = cuda_host_alloc,
+            .host_free = cuda_host_free, .dev_mem_info = cuda_dev_mem_info},
+    .stream = {.stream_create = cuda_stream_create, .stream_destroy = cuda_stream_destroy,
+               .event_create = cuda_event_create, .event_destroy = cuda_event_destroy,
+               .event_record = cuda_event_record, .stream_wait = cuda_stream_wait,
+               .event_sync = cuda_event_sync, .copy = cuda_copy, .zero = cuda_zero,
+               .event_done = cuda_event_done, .event_elapsed = cuda_event_elapsed, .check = cuda_check},
+    .op = {.matmul = mt_cuda_op_matmul, .matmul_dx = mt_cuda_op_matmul_dx, .matmul_dw = mt_cuda_op_matmul_dw,
+           .rmsnorm = cuda_rmsnorm, .rmsnorm_dx = cuda_rmsnorm_dx, .rope = cuda_rope,
+           .attention = cuda_attention, .attention_dx = cuda_attention_dx,
+           .attention_workspace = cuda_attention_workspace, .swiglu = cuda_swiglu,
+           .swiglu_dx = cuda_swiglu_dx, .add = cuda_add, .embedding = cuda_embedding,
+           .embedding_dw = cuda_embedding_dw, .lmhead_loss = cuda_lmhead_loss,
+           .lmhead_workspace = cuda_lmhead_workspace, .logits = mt_cuda_op_logits, .sumsq = cuda_sumsq,
+           .clip_scale = cuda_clip_scale, .adamw = cuda_adamw},
 };
 
 static mt_status init_device(mt_cuda_backend *cb, int device) {
@@ -386,9 +363,9 @@ static mt_status init_device(mt_cuda_backend *cb, int device) {
 mt_status mt_backend_cuda_create(mt_backend **out, int device) {
     mt_cuda_backend *cb = mt_calloc(1, sizeof *cb, "the cuda backend");
     if (!cb) return MT_ERR_NOMEM;
-    cb->base.ops = &cuda_ops;
     pthread_mutex_init(&cb->lock, NULL);
-    mt_status status = init_device(cb, device);
+    mt_status status = mt_backend_init(&cb->base, &cuda_ops);
+    if (status == MT_OK) status = init_device(cb, device);
     if (status != MT_OK) {
         cudaGetLastError();
         cuda_destroy(&cb->base);

@@ -1,0 +1,101 @@
+/* The backend interface's functions: the one place that reads the memory and stream groups of a
+ * backend's table, and so the one place that holds the fallbacks of its optional entries. */
+#include "backend/backend.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* The entries not marked OPTIONAL in backend.h, by the name a reader finds there. */
+#define REQUIRED(group, entry) {#group "." #entry, offsetof(mt_backend_ops, group.entry)}
+static const struct {
+    const char *name;
+    size_t offset;
+} required[] = {
+    {"destroy", offsetof(mt_backend_ops, destroy)},
+    REQUIRED(mem, dev_alloc), REQUIRED(mem, dev_free), REQUIRED(mem, host_alloc),
+    REQUIRED(mem, host_free), REQUIRED(mem, dev_mem_info),
+    REQUIRED(stream, stream_create), REQUIRED(stream, stream_destroy), REQUIRED(stream, event_create),
+    REQUIRED(stream, event_destroy), REQUIRED(stream, event_record), REQUIRED(stream, stream_wait),
+    REQUIRED(stream, event_sync), REQUIRED(stream, copy), REQUIRED(stream, zero),
+    REQUIRED(op, matmul), REQUIRED(op, matmul_dx), REQUIRED(op, matmul_dw), REQUIRED(op, rmsnorm),
+    REQUIRED(op, rmsnorm_dx), REQUIRED(op, rope), REQUIRED(op, attention), REQUIRED(op, attention_dx),
+    REQUIRED(op, attention_workspace), REQUIRED(op, swiglu), REQUIRED(op, swiglu_dx), REQUIRED(op, add),
+    REQUIRED(op, embedding), REQUIRED(op, embedding_dw), REQUIRED(op, lmhead_loss),
+    REQUIRED(op, lmhead_workspace), REQUIRED(op, logits), REQUIRED(op, sumsq),
+};
+#undef REQUIRED
+
+mt_status mt_backend_init(mt_backend *be, const mt_backend_ops *ops) {
+    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
+        void (*entry)(void);
+        memcpy(&entry, (const char *)ops + required[i].offset, sizeof entry);
+        if (!entry)
+            return mt_fail(MT_ERR_INVALID, "the %s backend has no %s, which backend.h requires", ops->name,
+                           required[i].name);
+    }
+    if (!ops->op.clip_scale != !ops->op.adamw)
+        return mt_fail(MT_ERR_INVALID, "the %s backend has one of op.clip_scale and op.adamw: give both or "
+                       "neither", ops->name);
+    be->ops = ops;
+    return MT_OK;
+}
+
+void mt_backend_destroy(mt_backend *be) {
+    if (be) be->ops->destroy(be);
+}
+
+/* ---- memory ---- */
+
+void *mt_dev_alloc(mt_backend *be, size_t bytes, const char *what) { return be->ops->mem.dev_alloc(be, bytes, what); }
+void mt_dev_free(mt_backend *be, void *ptr) { be->ops->mem.dev_free(be, ptr); }
+void *mt_host_alloc(mt_backend *be, size_t bytes, const char *what) { return be->ops->mem.host_alloc(be, bytes, what); }
+void mt_host_free(mt_backend *be, void *ptr) { be->ops->mem.host_free(be, ptr); }
+
+size_t mt_dev_peak(mt_backend *be) {
+    size_t peak = 0;
+    be->ops->mem.dev_mem_info(be, NULL, &peak);
+    return peak;
+}
+
+size_t mt_dev_available(mt_backend *be) {
+    if (!mt_backend_has_own_memory(be)) return SIZE_MAX;
+    size_t free_bytes = 0;
+    be->ops->mem.dev_mem_info(be, &free_bytes, NULL);
+    return free_bytes;
+}
+
+/* ---- streams, events, copies ---- */
+
+mt_stream *mt_stream_create(mt_backend *be) { return be->ops->stream.stream_create(be); }
+void mt_stream_destroy(mt_backend *be, mt_stream *s) { be->ops->stream.stream_destroy(be, s); }
+mt_event *mt_event_create(mt_backend *be) { return be->ops->stream.event_create(be); }
+void mt_event_destroy(mt_backend *be, mt_event *e) { be->ops->stream.event_destroy(be, e); }
+void mt_event_record(mt_backend *be, mt_event *e, mt_stream *s) { be->ops->stream.event_record(be, e, s); }
+void mt_stream_wait(mt_backend *be, mt_stream *s, mt_event *e) { be->ops->stream.stream_wait(be, s, e); }
+void mt_event_sync(mt_backend *be, mt_event *e) { be->ops->stream.event_sync(be, e); }
+
+void mt_copy_async(mt_backend *be, void *dst, const void *src, size_t bytes, mt_stream *s) {
+    be->ops->stream.copy(be, dst, src, bytes, s);
+}
+
+void mt_zero_async(mt_backend *be, void *dst, size_t bytes, mt_stream *s) { be->ops->stream.zero(be, dst, bytes, s); }
+
+/* ---- the optional entries and their fallbacks ---- */
+
+int mt_event_done(mt_backend *be, mt_event *e) {
+    if (be->ops->stream.event_done) return be->ops->stream.event_done(be, e);
+    be->ops->stream.event_sync(be, e);
+    return 1;
+}
+
+double mt_event_elapsed(mt_backend *be, mt_event *start, mt_event *end) {
+    return be->ops->stream.event_elapsed ? be->ops->stream.event_elapsed(be, start, end) : 0.0;
+}
+
+void mt_launch(mt_backend *be, mt_stream *s, void (*fn)(void *arg), void *arg) {
+    if (be->ops->stream.launch) be->ops->stream.launch(be, s, fn, arg);
+    else fn(arg);
+}
+
+mt_status mt_backend_check(mt_backend *be) { return be->ops->stream.check ? be->ops->stream.check(be) : MT_OK; }

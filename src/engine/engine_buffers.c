@@ -1,0 +1,174 @@
+/* Every buffer the engine allocates, sized and allocated by one walk (llm.c's
+ * fill_in_activation_sizes / malloc_and_point_activations, as block.c does for its workspace):
+ * mt_engine_size sums the walk's bytes by class without allocating, the engine's creation takes
+ * the same walk and allocates, so what --gpu-mem budgets is what the engine allocates. The
+ * classes are mt_engine_bytes's; docs/memory.md says what each holds and how budget.c fits them. */
+#include "engine/engine_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* What the walk needs: known before an engine exists. */
+typedef struct {
+    mt_backend *be;
+    const mt_config *cfg;
+    const mt_layout *lay;
+    const mt_engine_options *o;
+    int K;        /* block weight slots */
+    int P;        /* activation checkpoints kept on the host */
+    int keep_all; /* every unit's gradient stays on the host (clipping, keep_grads), else a ring */
+    int ring;     /* the ring's block buffers */
+} shape;
+
+static shape shape_of(mt_backend *be, const mt_config *cfg, const mt_layout *lay, const mt_engine_options *o) {
+    shape s = {.be = be, .cfg = cfg, .lay = lay, .o = o, .K = o->slots < cfg->num_layers ? o->slots : cfg->num_layers,
+               .P = o->ckpt_on_host > 0 ? o->ckpt_on_host : 0, .keep_all = o->max_grad_norm > 0 || o->keep_grads};
+    s.ring = s.keep_all ? 0 : mt_engine_grad_ring(cfg, o);
+    return s;
+}
+
+int mt_engine_grad_ring(const mt_config *c, const mt_engine_options *o) {
+    int ring = o->grad_ring > 0 ? o->grad_ring : MT_ENGINE_GRAD_RING;
+    return c->num_layers < ring ? c->num_layers : ring;
+}
+
+/* The walk's state: sizing (e NULL) or allocating into e; the bytes and buffers so far. */
+typedef struct {
+    mt_engine *e;
+    mt_engine_bytes bytes;
+    int device_buffers, host_buffers;
+} walker;
+
+/* Counts one buffer in its class and, when allocating, allocates it on the device or the host. */
+static void *buffer(walker *w, int64_t *class_bytes, int on_host, size_t bytes, const char *what) {
+    *class_bytes += (int64_t)bytes;
+    if (on_host) w->host_buffers++;
+    else w->device_buffers++;
+    mt_engine *e = w->e;
+    if (!e || e->failed) return NULL;
+    void *p = on_host ? mt_host_alloc(e->be, bytes, what) : mt_dev_alloc(e->be, bytes, what);
+    if (!p) e->failed = 1;
+    else if (on_host) e->host_allocs[e->num_host_allocs++] = p;
+    else e->allocs[e->num_allocs++] = p;
+    return p;
+}
+
+/* One buffer of the engine: counted in class `cls` of mt_engine_bytes, and when allocating,
+ * stored in e->field. */
+#define BUFFER(on_host, field, cls, size, what)                               \
+    do {                                                                      \
+        void *p_ = buffer(w, &w->bytes.cls, on_host, (size_t)(size), (what)); \
+        if (w->e) w->e->field = p_;                                           \
+    } while (0)
+#define DEVICE(field, cls, size, what) BUFFER(0, field, cls, size, what)
+#define HOST(field, cls, size, what) BUFFER(1, field, cls, size, what)
+
+/* The walk, in one fixed order. Shapes: n = batch * seq rows, M micro-batches, D hidden, V vocab. */
+static void walk(const shape *s, walker *w) {
+    const mt_config *c = s->cfg;
+    const mt_layout *lay = s->lay;
+    const mt_engine_options *o = s->o;
+    int U = lay->num_units;
+    size_t wsize = mt_dtype_size(s->be->ops->weight_dtype), act = mt_dtype_size(s->be->ops->act_dtype);
+    size_t n = (size_t)o->batch * o->seq, M = (size_t)o->micro_batches, D = (size_t)c->hidden_size;
+    size_t V = (size_t)c->vocab_size, block = (size_t)lay->max_block_numel, rope = (size_t)c->head_dim / 2;
+    size_t embed = (size_t)lay->units[0].numel, head = (size_t)lay->units[U - 1].numel, ckpt = M * n * D * act;
+
+    for (int k = 0; k < s->K; k++) DEVICE(slot[k], weight_slots, block * wsize, "a block weight slot");
+    DEVICE(embed_w, embed_head, embed * wsize, "the embedding weights");
+    DEVICE(head_w, embed_head, head * wsize, "the head weights");
+    if (o->ends_on_device) { /* the embedding's then the head's fp32 state, and the clip coefficient */
+        DEVICE(ends_master, ends_state, (embed + head) * 4, "the embedding's and head's master weights");
+        DEVICE(ends_m, ends_state, (embed + head) * 4, "the embedding's and head's first moments");
+        DEVICE(ends_v, ends_state, (embed + head) * 4, "the embedding's and head's second moments");
+        DEVICE(dev_clip_scale, ends_state, 4, "the clip coefficient");
+    }
+    for (int g = 0; g < 2; g++) DEVICE(grad_slot[g], grads, block * 4, "a block gradient slot");
+    DEVICE(embed_grad, grads, embed * 4, "the embedding gradients");
+    DEVICE(head_grad, grads, head * 4, "the head gradients");
+
+    /* [L+1-P][M][n, D] on the device; [P][M][n, D] on the host, through CKPT_STAGES device buffers */
+    DEVICE(ckpt, checkpoints, (size_t)(c->num_layers + 1 - s->P) * ckpt, "activation checkpoints");
+    if (s->P > 0) {
+        for (int i = 0; i < CKPT_STAGES; i++) DEVICE(ckpt_stage[i], checkpoints, ckpt, "a checkpoint staging buffer");
+        HOST(host_ckpt, host_checkpoints, (size_t)s->P * ckpt, "activation checkpoints kept on the host");
+    }
+
+    /* The blocks' and LM head's scratch, the gradient flowing back, and the small things. */
+    DEVICE(ws_base, workspace, mt_block_ws_bytes(s->be, c, o->batch, o->seq), "the block workspace");
+    DEVICE(lm_ws, workspace, s->be->ops->op.lmhead_workspace(s->be, o->lm_chunk, c->vocab_size),
+           "the LM head workspace");
+    DEVICE(dy, workspace, ckpt, "activation gradients");                         /* [M][n, D] */
+    DEVICE(dev_inputs, workspace, 2 * M * n * sizeof(int32_t), "token ids");     /* inputs, targets */
+    DEVICE(dev_logits, workspace, V * 4, "logits");
+    DEVICE(dev_inv_freq, workspace, rope * 4, "RoPE frequencies");
+    DEVICE(dev_norms, workspace, (size_t)U * 4, "gradient norms");
+    DEVICE(dev_loss, workspace, 4, "the loss");
+
+    HOST(host_tokens, host_staging, 2 * M * n * sizeof(int32_t), "token staging");
+    HOST(host_norms, host_staging, (size_t)U * 4, "gradient norms");
+    HOST(host_loss, host_staging, 4, "the loss");
+    HOST(host_logits, host_staging, V * 4, "logits");
+    HOST(host_inv_freq, host_staging, rope * 4, "RoPE frequencies");
+    for (int i = 0; i < 2; i++) HOST(input_rows[i], host_staging, V, "the input-token row masks");
+
+    /* Where gradients land on the host: every unit's (exact clipping needs every gradient until the
+     * norm is known; tests read them), or the blocks' in a ring by backward order and the embedding
+     * and head each in their own buffer (none when the device updates them). */
+    if (s->keep_all) {
+        HOST(grads_full, host_grads, (size_t)lay->total_numel * 4, "the gradients of every unit");
+    } else {
+        if (!o->ends_on_device) {
+            HOST(grad_home[0], host_grads, embed * 4, "the embedding's gradients");
+            HOST(grad_home[U - 1], host_grads, head * 4, "the head's gradients");
+        }
+        HOST(grad_ring_base, host_grads, (size_t)s->ring * block * 4, "the block gradient ring");
+    }
+}
+
+#undef DEVICE
+#undef HOST
+#undef BUFFER
+
+mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_engine_options *o) {
+    mt_layout lay;
+    walker w = {0};
+    if (mt_layout_init(&lay, cfg) != MT_OK) return w.bytes;
+    shape s = shape_of(be, cfg, &lay, o);
+    walk(&s, &w);
+    mt_layout_free(&lay);
+    mt_engine_bytes *b = &w.bytes;
+    b->total = b->weight_slots + b->embed_head + b->ends_state + b->grads + b->checkpoints + b->workspace;
+    return *b;
+}
+
+/* Points what the walk's buffers hold: the targets after the inputs, the workspace's parts, each
+ * unit's host gradient; fills what needs it. */
+static void point_into_buffers(mt_engine *e) {
+    const mt_layout *lay = e->lay;
+    e->dev_targets = e->dev_inputs + (size_t)e->o.micro_batches * mt_engine_rows(e);
+    mt_block_ws_carve(&e->ws, e->ws_base, e->be, e->cfg, e->o.batch, e->o.seq);
+    for (int i = 0; i < 2; i++) memset(e->input_rows[i], 0, (size_t)e->cfg->vocab_size);
+    if (e->grads_full)
+        for (int u = 0; u < e->U; u++) e->grad_home[u] = e->grads_full + lay->units[u].offset;
+    else
+        for (int l = 0; l < e->L; l++)
+            e->grad_home[mt_unit_block(l)] = e->grad_ring_base + (size_t)((e->L - 1 - l) % e->grad_ring) * lay->max_block_numel;
+    mt_config_rope_inv_freq(e->cfg, e->host_inv_freq);
+    mt_copy_async(e->be, e->dev_inv_freq, e->host_inv_freq, (size_t)e->cfg->head_dim / 2 * 4, e->h2d);
+}
+
+mt_status mt_engine_allocate(mt_engine *e) {
+    shape s = shape_of(e->be, e->cfg, e->lay, &e->o);
+    e->grad_ring = s.ring;
+    walker count = {0};
+    walk(&s, &count);
+    e->allocs = calloc((size_t)count.device_buffers, sizeof *e->allocs);
+    e->host_allocs = calloc((size_t)count.host_buffers, sizeof *e->host_allocs);
+    if (!e->allocs || !e->host_allocs) return mt_fail(MT_ERR_NOMEM, "cannot allocate the engine's buffer lists");
+    walker w = {.e = e};
+    walk(&s, &w);
+    if (e->failed) return mt_fail_context(MT_ERR_NOMEM, "engine buffers");
+    point_into_buffers(e);
+    return MT_OK;
+}

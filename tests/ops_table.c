@@ -1,0 +1,498 @@
+/* The op table (ops_table.h): each op's kind (its tensors, its call, its reference) and the cases
+ * every backend runs. Sizes are odd where a kernel has a vector width or a tile to get wrong.
+ *
+ * Tolerances off the reference backend (relative error ||out - ref|| / ||ref||): BF16_TOL for
+ * outputs in bf16 (8 mantissa bits, a rounding of up to 2^-9 per element, plus fp32 summation
+ * order); tighter for fp32 outputs computed in fp32 from the same inputs, as stated at each; 0
+ * (bitwise) where the arithmetic is the reference's own (a lookup, the AdamW update, the clip). */
+#include "ops_table.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_ops.h"
+#include "optim/adamw.h"
+#include "optim/clip.h"
+
+#define BF16_TOL 1e-2
+/* fp32 sums of the same products, in another order */
+#define SUM_TOL 1e-5
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+/* A tensor: name, type, role, count, fill range, tolerance. */
+#define T(name, type, role, count, lo, hi, tol) ((ops_tensor){name, OPS_##type, OPS_##role, (size_t)(count), lo, hi, tol})
+
+static double gemm_flops(const ops_case *c) { return 2.0 * c->n * c->in * c->out; }
+
+/* ---- matmul: y[n,out] = x . w^T (+ bias when flag) ---- */
+
+enum { MM_X, MM_W, MM_BIAS, MM_Y };
+
+static int matmul_declare(const ops_case *c, ops_tensor *t) {
+    t[MM_X] = T("x", ACT, IN, (size_t)c->n * c->in, -1, 1, 0);
+    t[MM_W] = T("w", W, IN, (size_t)c->out * c->in, -0.2f, 0.2f, 0);
+    t[MM_BIAS] = T("bias", W, IN, c->flag ? c->out : 0, -0.5f, 0.5f, 0);
+    t[MM_Y] = T("y", ACT, OUT, (size_t)c->n * c->out, 0, 0, BF16_TOL);
+    return 4;
+}
+static void matmul_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
+    be->ops->op.matmul(be, s, d[MM_Y], d[MM_X], d[MM_W], d[MM_BIAS], c->n, c->in, c->out);
+}
+static void matmul_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
+    mt_cpu_matmul(h->x[MM_Y], h->x[MM_X], h->x[MM_W], h->x[MM_BIAS], c->n, c->in, c->out);
+}
+static const ops_kind MATMUL = {.declare = matmul_declare, .call = matmul_call, .reference = matmul_reference,
+                                .flops = gemm_flops};
+
+/* ---- matmul_dx: dx[n,in] = (flag: +=) dy . w ---- */
+
+enum { DX_DY, DX_W, DX_DX };
+
+static int matmul_dx_declare(const ops_case *c, ops_tensor *t) {
+    t[DX_DY] = T("dy", ACT, IN, (size_t)c->n * c->out, -1, 1, 0);
+    t[DX_W] = T("w", W, IN, (size_t)c->out * c->in, -0.2f, 0.2f, 0);
+    t[DX_DX] = T("dx", ACT, INOUT, (size_t)c->n * c->in, -1, 1, BF16_TOL); /* garbage unless accumulating */
+    return 3;
+}
+static void matmul_dx_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
+    be->ops->op.matmul_dx(be, s, d[DX_DX], d[DX_DY], d[DX_W], c->n, c->in, c->out, c->flag);
+}
+static void matmul_dx_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
+    mt_cpu_matmul_dx(h->x[DX_DX], h->x[DX_DY], h->x[DX_W], c->n, c->in, c->out, c->flag);
+}
+static const ops_kind MATMUL_DX = {.declare = matmul_dx_declare, .call = matmul_dx_call,
+                                   .reference = matmul_dx_reference, .flops = gemm_flops};
+
+/* ---- matmul_dw: dw += dy^T . x, dbias += the rows of dy, in fp32 ---- */
+
+enum { DW_DY, DW_X, DW_DW, DW_DBIAS };
+
+static int matmul_dw_declare(const ops_case *c, ops_tensor *t) {
+    t[DW_DY] = T("dy", ACT, IN, (size_t)c->n * c->out, -1, 1, 0);
+    t[DW_X] = T("x", ACT, IN, (size_t)c->n * c->in, -1, 1, 0);
+    t[DW_DW] = T("dw", F32, INOUT, (size_t)c->out * c->in, -1, 1, SUM_TOL);
+    t[DW_DBIAS] = T("dbias", F32, INOUT, c->out, -1, 1, SUM_TOL);
+    return 4;
+}
+static void matmul_dw_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
+    be->ops->op.matmul_dw(be, s, d[DW_DW], d[DW_DBIAS], d[DW_DY], d[DW_X], c->n, c->in, c->out);
+}
+static void matmul_dw_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
+    mt_cpu_matmul_dw(h->x[DW_DW], h->x[DW_DBIAS], h->x[DW_DY], h->x[DW_X], c->n, c->in, c->out);
+}
+static const ops_kind MATMUL_DW = {.declare = matmul_dw_declare, .call = matmul_dw_call,
+                                   .reference = matmul_dw_reference, .flops = gemm_flops};
+
+/* ---- rmsnorm and its backward (dx accumulates) ---- */
+
+enum { RN_X, RN_W, RN_DY, RN_Y, RN_RSTD, RN_DX, RN_DW };
+#define RN_EPS 1e-5f
+
+static int rmsnorm_declare(const ops_case *c, ops_tensor *t) {
+    size_t nd = (size_t)c->n * c->d;
+    t[RN_X] = T("x", ACT, IN, nd, -2, 2, 0);
+    t[RN_W] = T("w", W, IN, c->d, -1, 1, 0);
+    t[RN_DY] = T("dy", ACT, IN, nd, -1, 1, 0);
+    t[RN_Y] = T("y", ACT, OUT, nd, 0, 0, BF16_TOL);
+    t[RN_RSTD] = T("rstd", F32, OUT, c->n, 0, 0, SUM_TOL); /* fp32 statistics of the same inputs */
+    t[RN_DX] = T("dx", ACT, INOUT, nd, -1, 1, BF16_TOL);
+    t[RN_DW] = T("dw", F32, INOUT, c->d, -1, 1, SUM_TOL);
+    return 7;
+}
+static void rmsnorm_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
+    be->ops->op.rmsnorm(be, s, d[RN_Y], d[RN_RSTD], d[RN_X], d[RN_W], c->n, c->d, RN_EPS);
+    be->ops->op.rmsnorm_dx(be, s, d[RN_DX], d[RN_DW], d[RN_DY], d[RN_X], d[RN_W], d[RN_RSTD], c->n, c->d, 1);
+}
+/* exact: dw summed in float64, since over many rows a float running sum strays further than 1e-5. */
+static void rmsnorm_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
+    mt_cpu_rmsnorm(h->x[RN_Y], h->x[RN_RSTD], h->x[RN_X], h->x[RN_W], c->n, c->d, RN_EPS);
+    float *dw = h->x[RN_DW];
+    double *sums = exact ? malloc((size_t)c->d * sizeof *sums) : NULL;
+    for (int j = 0; sums && j < c->d; j++) {
+        sums[j] = dw[j];
+        for (int r = 0; r < c->n; r++) {
+            size_t at = (size_t)r * c->d + j;
+            sums[j] += (double)h->x[RN_DY][at] * h->x[RN_X][at] * h->x[RN_RSTD][r];
+        }
+    }
+    mt_cpu_rmsnorm_dx(h->x[RN_DX], dw, h->x[RN_DY], h->x[RN_X], h->x[RN_W], h->x[RN_RSTD], c->n, c->d, 1);
+    for (int j = 0; sums && j < c->d; j++) dw[j] = (float)sums[j];
+    free(sums);
+}
+static const ops_kind RMSNORM = {.declare = rmsnorm_declare, .call = rmsnorm_call, .reference = rmsnorm_reference};
+
+/* ---- rope in place, forward or (flag) inverse ---- */
+
+enum { RP_X, RP_INV };
+
+static int rope_rows(const ops_case *c) { return c->dims.batch * c->dims.seq; }
+
+static int rope_declare(const ops_case *c, ops_tensor *t) {
+    t[RP_X] = T("x", ACT, INOUT, (size_t)rope_rows(c) * c->dims.heads * c->dims.head_dim, -1, 1, BF16_TOL);
+    t[RP_INV] = T("inv_freq", F32, IN, c->dims.head_dim / 2, 0, 0, 0);
+    return 2;
+}
+static void rope_prepare(const ops_case *c, ops_host *h) {
+    for (int i = 0; i < c->dims.head_dim / 2; i++) h->x[RP_INV][i] = powf(10000.0f, -2.0f * i / c->dims.head_dim);
+}
+static void rope_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
+    be->ops->op.rope(be, s, d[RP_X], d[RP_INV], rope_rows(c), c->dims.seq, c->dims.heads, c->dims.head_dim, c->flag);
+}
+static void rope_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
+    mt_cpu_rope(h->x[RP_X], h->x[RP_INV], rope_rows(c), c->dims.seq, c->dims.heads, c->dims.head_dim, c->flag);
+}
+static const ops_kind ROPE = {.declare = rope_declare, .prepare = rope_prepare, .call = rope_call,
+                              .reference = rope_reference};
+
+/* ---- attention and its backward, from the backend's own out and lse ---- */
+
+enum { AT_Q, AT_K, AT_V, AT_DOUT, AT_OUT, AT_LSE, AT_DQ, AT_DK, AT_DV, AT_WS };
+
+static int attention_declare(const ops_case *c, ops_tensor *t) {
+    mt_attn_dims d = c->dims;
+    size_t rows = (size_t)d.batch * d.seq, q = rows * d.heads * d.head_dim, kv = rows * d.kv_heads * d.head_dim;
+    t[AT_Q] = T("q", ACT, IN, q, -1.5f, 1.5f, 0);
+    t[AT_K] = T("k", ACT, IN, kv, -1.5f, 1.5f, 0);
+    t[AT_V] = T("v", ACT, IN, kv, -1, 1, 0);
+    t[AT_DOUT] = T("dout", ACT, IN, q, -1, 1, 0);
+    t[AT_OUT] = T("out", ACT, OUT, q, 0, 0, BF16_TOL);
+    t[AT_LSE] = T("lse", F32, OUT, (size_t)d.batch * d.heads * d.seq, 0, 0, 1e-4); /* fp32 softmax statistics */
+    t[AT_DQ] = T("dq", ACT, OUT, q, 0, 0, BF16_TOL);
+    t[AT_DK] = T("dk", ACT, OUT, kv, 0, 0, BF16_TOL);
+    t[AT_DV] = T("dv", ACT, OUT, kv, 0, 0, BF16_TOL);
+    t[AT_WS] = T("workspace", I32, SCRATCH, 0, 0, 0, 0);
+    return 10;
+}
+static size_t attention_workspace(mt_backend *be, const ops_case *c) {
+    return be->ops->op.attention_workspace(be, c->dims);
+}
+static void attention_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
+    be->ops->op.attention(be, s, d[AT_OUT], d[AT_LSE], d[AT_Q], d[AT_K], d[AT_V], c->dims);
+    be->ops->op.attention_dx(be, s, d[AT_DQ], d[AT_DK], d[AT_DV], d[AT_DOUT], d[AT_OUT], d[AT_LSE], d[AT_Q], d[AT_K],
+                             d[AT_V], c->dims, d[AT_WS]);
+}
+static void attention_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
+    mt_cpu_attention(h->x[AT_OUT], h->x[AT_LSE], h->x[AT_Q], h->x[AT_K], h->x[AT_V], c->dims);
+    void *ws = malloc(mt_cpu_attention_workspace(c->dims) + 1);
+    mt_cpu_attention_dx(h->x[AT_DQ], h->x[AT_DK], h->x[AT_DV], h->x[AT_DOUT], got->x[AT_OUT], got->x[AT_LSE],
+                        h->x[AT_Q], h->x[AT_K], h->x[AT_V], c->dims, ws);
+    free(ws);
+}
+/* Causal: the forward is half of two 2 * seq^2 * head_dim GEMMs per head; the backward 2.5 times it. */
+static double attention_flops(const ops_case *c) {
+    return 3.5 * 2.0 * c->dims.batch * (double)c->dims.seq * c->dims.seq * c->dims.heads * c->dims.head_dim;
+}
+static const ops_kind ATTENTION = {.declare = attention_declare, .workspace = attention_workspace,
+                                   .call = attention_call, .reference = attention_reference,
+                                   .flops = attention_flops};
+
+/* ---- swiglu and its backward ---- */
+
+enum { SW_G, SW_U, SW_DA, SW_A, SW_DG, SW_DU };
+
+static int swiglu_declare(const ops_case *c, ops_tensor *t) {
+    t[SW_G] = T("g", ACT, IN, c->count, -3, 3, 0);
+    t[SW_U] = T("u", ACT, IN, c->count, -1, 1, 0);
+    t[SW_DA] = T("da", ACT, IN, c->count, -1, 1, 0);
+    t[SW_A] = T("a", ACT, OUT, c->count, 0, 0, BF16_TOL);
+    t[SW_DG] = T("dg", ACT, OUT, c->count, 0, 0, BF16_TOL);
+    t[SW_DU] = T("du", ACT, OUT, c->count, 0, 0, BF16_TOL);
+    return 6;
+}
+static void swiglu_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
+    be->ops->op.swiglu(be, s, d[SW_A], d[SW_G], d[SW_U], c->count);
+    be->ops->op.swiglu_dx(be, s, d[SW_DG], d[SW_DU], d[SW_DA], d[SW_G], d[SW_U], c->count);
+}
+static void swiglu_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
+    mt_cpu_swiglu(h->x[SW_A], h->x[SW_G], h->x[SW_U], c->count);
+    mt_cpu_swiglu_dx(h->x[SW_DG], h->x[SW_DU], h->x[SW_DA], h->x[SW_G], h->x[SW_U], c->count);
+}
+static const ops_kind SWIGLU = {.declare = swiglu_declare, .call = swiglu_call, .reference = swiglu_reference};
+
+/* ---- add, in place: a += b; flag: from the second element on (no 16-byte alignment) ---- */
+
+enum { ADD_A, ADD_B };
+
+static int add_declare(const ops_case *c, ops_tensor *t) {
+    t[ADD_A] = T("a", ACT, INOUT, c->count, -1, 1, BF16_TOL);
+    t[ADD_B] = T("b", ACT, IN, c->count, -1, 1, 0);
+    return 2;
+}
+static void add_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
+    size_t skip = c->flag ? mt_dtype_size(be->ops->act_dtype) : 0;
+    void *a = (char *)d[ADD_A] + skip;
+    be->ops->op.add(be, s, a, a, (char *)d[ADD_B] + skip, c->count - (c->flag ? 1 : 0));
+}
+static void add_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
+    size_t skip = c->flag ? 1 : 0;
+    mt_cpu_add(h->x[ADD_A] + skip, h->x[ADD_A] + skip, h->x[ADD_B] + skip, c->count - skip);
+}
+static const ops_kind ADD = {.declare = add_declare, .call = add_call, .reference = add_reference};
+
+/* ---- embedding and its gradient, every id repeated ---- */
+
+enum { EM_TOKENS, EM_WTE, EM_DX, EM_DWTE, EM_X };
+
+static int embedding_declare(const ops_case *c, ops_tensor *t) {
+    t[EM_TOKENS] = T("tokens", I32, IN, c->n, 0, 0, 0);
+    t[EM_WTE] = T("wte", W, IN, (size_t)c->vocab * c->d, -1, 1, 0);
+    t[EM_DX] = T("dx", ACT, IN, (size_t)c->n * c->d, -1, 1, 0);
+    t[EM_DWTE] = T("dwte", F32, INOUT, (size_t)c->vocab * c->d, -1, 1, 1e-6); /* fp32 sums of the same values */
+    t[EM_X] = T("x", ACT, OUT, (size_t)c->n * c->d, 0, 0, 0);                /* a lookup is an exact copy */
+    return 5;
+}
+static void embedding_prepare(const ops_case *c, ops_host *h) {
+    for (int i = 0; i < c->n; i++) h->ids[EM_TOKENS][i] = (i * 7) % c->vocab;
+}
+static void embedding_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
+    be->ops->op.embedding(be, s, d[EM_X], d[EM_TOKENS], d[EM_WTE], c->n, c->d);
+    be->ops->op.embedding_dw(be, s, d[EM_DWTE], d[EM_TOKENS], d[EM_DX], c->n, c->d);
+}
+static void embedding_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
+    mt_cpu_embedding(h->x[EM_X], h->ids[EM_TOKENS], h->x[EM_WTE], c->n, c->d);
+    mt_cpu_embedding_dw(h->x[EM_DWTE], h->ids[EM_TOKENS], h->x[EM_DX], c->n, c->d);
+}
+static const ops_kind EMBEDDING = {.declare = embedding_declare, .prepare = embedding_prepare,
+                                   .call = embedding_call, .reference = embedding_reference};
+
+/* ---- the LM head's loss; flag: the loss only (evaluation: no dx, no dw) ---- */
+
+enum { LM_X, LM_W, LM_TARGETS, LM_LOSS, LM_DX, LM_DW, LM_WS };
+
+static int lmhead_declare(const ops_case *c, ops_tensor *t) {
+    size_t grads = c->flag ? 0 : 1;
+    t[LM_X] = T("x", ACT, IN, (size_t)c->n * c->d, -1, 1, 0);
+    t[LM_W] = T("w", W, IN, (size_t)c->vocab * c->d, -0.3f, 0.3f, 0);
+    t[LM_TARGETS] = T("targets", I32, IN, c->n, 0, 0, 0);
+    t[LM_LOSS] = T("loss_sum", F32, INOUT, 1, 1, 1, 1e-4); /* fp32 logits and softmax from the same inputs */
+    t[LM_DX] = T("dx", ACT, OUT, grads * c->n * c->d, 0, 0, BF16_TOL);
+    /* dlogits pass through bf16 before the dw GEMM: bf16 tolerance */
+    t[LM_DW] = T("dw", F32, INOUT, grads * c->vocab * c->d, -0.1f, 0.1f, BF16_TOL);
+    t[LM_WS] = T("workspace", I32, SCRATCH, 0, 0, 0, 0);
+    return 7;
+}
+static size_t lmhead_workspace(mt_backend *be, const ops_case *c) {
+    return be->ops->op.lmhead_workspace(be, c->chunk, c->vocab);
+}
+/* Every fifth target ignored (negative). */
+static void lmhead_prepare(const ops_case *c, ops_host *h) {
+    for (int i = 0; i < c->n; i++) h->ids[LM_TARGETS][i] = i % 5 == 3 ? -1 : (i * 31) % c->vocab;
+}
+static void lmhead_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
+    be->ops->op.lmhead_loss(be, s, d[LM_LOSS], d[LM_DX], d[LM_DW], d[LM_X], d[LM_W], d[LM_TARGETS], c->n, c->d,
+                            c->vocab, c->scale, c->chunk, d[LM_WS]);
+}
+static void lmhead_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
+    void *ws = malloc(mt_cpu_lmhead_workspace(c->chunk, c->vocab));
+    mt_cpu_lmhead_loss(h->x[LM_LOSS], h->x[LM_DX], h->x[LM_DW], h->x[LM_X], h->x[LM_W], h->ids[LM_TARGETS], c->n,
+                       c->d, c->vocab, c->scale, c->chunk, ws);
+    free(ws);
+}
+static double lmhead_flops(const ops_case *c) { return (c->flag ? 2.0 : 6.0) * c->n * c->d * (double)c->vocab; }
+static const ops_kind LMHEAD_LOSS = {.declare = lmhead_declare, .workspace = lmhead_workspace,
+                                     .prepare = lmhead_prepare, .call = lmhead_call,
+                                     .reference = lmhead_reference, .flops = lmhead_flops};
+
+/* ---- logits of one row ---- */
+
+enum { LG_X, LG_W, LG_LOGITS };
+
+static int logits_declare(const ops_case *c, ops_tensor *t) {
+    t[LG_X] = T("x", ACT, IN, c->d, -1, 1, 0);
+    t[LG_W] = T("w", W, IN, (size_t)c->vocab * c->d, -0.3f, 0.3f, 0);
+    t[LG_LOGITS] = T("logits", F32, OUT, c->vocab, 0, 0, SUM_TOL); /* fp32 dot products of the same inputs */
+    return 3;
+}
+static void logits_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
+    be->ops->op.logits(be, s, d[LG_LOGITS], d[LG_X], d[LG_W], c->d, c->vocab);
+}
+static void logits_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
+    mt_cpu_logits(h->x[LG_LOGITS], h->x[LG_X], h->x[LG_W], c->d, c->vocab);
+}
+static double logits_flops(const ops_case *c) { return 2.0 * c->d * (double)c->vocab; }
+static const ops_kind LOGITS = {.declare = logits_declare, .call = logits_call, .reference = logits_reference,
+                                .flops = logits_flops};
+
+/* ---- sumsq: out += the sum of squares ---- */
+
+enum { SQ_X, SQ_OUT };
+
+static int sumsq_declare(const ops_case *c, ops_tensor *t) {
+    t[SQ_X] = T("x", F32, IN, c->count, -1, 1, 0);
+    t[SQ_OUT] = T("out", F32, INOUT, 1, 2.5f, 2.5f, SUM_TOL);
+    return 2;
+}
+static void sumsq_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
+    be->ops->op.sumsq(be, s, d[SQ_OUT], d[SQ_X], c->count);
+}
+static void sumsq_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
+    mt_cpu_sumsq(h->x[SQ_OUT], h->x[SQ_X], c->count);
+}
+static const ops_kind SUMSQ = {.declare = sumsq_declare, .call = sumsq_call, .reference = sumsq_reference};
+
+/* ---- AdamW on the device: the host optimizer's bits ---- */
+
+enum { AD_MASTER, AD_M, AD_V, AD_GRAD, AD_SCALE, AD_W };
+/* flag bits: weight decay; a device scale (c->scale) replaces the params' grad_scale; special values */
+enum { ADAMW_DECAY = 1, ADAMW_SCALED = 2, ADAMW_SPECIAL = 4 };
+
+static const mt_adamw_params ADAMW_PARAMS = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                                             .weight_decay = 0.1f, .step = 5, .grad_scale = 1.0f};
+
+static int adamw_declare(const ops_case *c, ops_tensor *t) {
+    t[AD_MASTER] = T("master", F32, INOUT, c->count, -1, 1, 0);
+    t[AD_M] = T("m", F32, INOUT, c->count, -0.1f, 0.1f, 0);
+    t[AD_V] = T("v", F32, INOUT, c->count, 0, 0.01f, 0);
+    t[AD_GRAD] = T("grad", F32, IN, c->count, -2, 2, 0);
+    t[AD_SCALE] = T("scale", F32, IN, c->flag & ADAMW_SCALED ? 1 : 0, c->scale, c->scale, 0);
+    t[AD_W] = T("w", W, OUT, c->count, 0, 0, 0);
+    return 6;
+}
+/* A zero gradient, a denormal master (it stays one in bf16), a NaN gradient (the host's quiet NaN). */
+static void adamw_prepare(const ops_case *c, ops_host *h) {
+    if (!(c->flag & ADAMW_SPECIAL)) return;
+    h->x[AD_GRAD][0] = 0.0f;
+    h->x[AD_MASTER][1] = 1e-39f;
+    h->x[AD_GRAD][1] = h->x[AD_M][1] = h->x[AD_V][1] = 0.0f;
+    h->x[AD_GRAD][2] = NAN;
+}
+static void adamw_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
+    be->ops->op.adamw(be, s, &ADAMW_PARAMS, c->flag & ADAMW_DECAY, d[AD_SCALE], d[AD_MASTER], d[AD_M], d[AD_V],
+                      d[AD_GRAD], d[AD_W], c->count);
+}
+/* The weights in fp32; the runner rounds them as the backend stores them (mt_f32_to_bf16, as the
+ * host optimizer does). A non-finite scale is a skipped step: nothing changes. */
+static void adamw_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
+    mt_adamw_params p = ADAMW_PARAMS;
+    if (c->flag & ADAMW_SCALED) {
+        if (!isfinite(c->scale)) return;
+        p.grad_scale = c->scale;
+    }
+    mt_adamw_update(&p, c->flag & ADAMW_DECAY, h->x[AD_MASTER], h->x[AD_M], h->x[AD_V], h->x[AD_GRAD], h->x[AD_W],
+                    MT_DTYPE_F32, c->count);
+}
+static void adamw_check(const ops_case *c, const ops_host *got) {
+    if (c->flag & ADAMW_SPECIAL)
+        cr_expect(isnan(got->x[AD_W][2]) && got->x[AD_W][1] != 0.0f, "%s: the NaN and the denormal came through",
+                  c->name);
+}
+static const ops_kind ADAMW = {.declare = adamw_declare, .prepare = adamw_prepare, .call = adamw_call,
+                               .reference = adamw_reference, .check = adamw_check};
+
+/* ---- the clip coefficient of the global norm ---- */
+
+enum { CL_SUMS, CL_SCALE };
+/* flag: what the coefficient must be besides the reference's: c->expect (NaN: NaN), or below 1 */
+enum { CLIP_EXPECT = 1, CLIP_CLIPS = 2 };
+
+static int clip_declare(const ops_case *c, ops_tensor *t) {
+    t[CL_SUMS] = T("norms", F32, IN, c->n, -3, 3, 0);
+    t[CL_SCALE] = T("scale", F32, OUT, 1, 0, 0, 0);
+    return 2;
+}
+/* The given sums of squares, or the squares of the random fill. */
+static void clip_prepare(const ops_case *c, ops_host *h) {
+    for (int i = 0; i < c->n; i++) {
+        float x = h->x[CL_SUMS][i];
+        h->x[CL_SUMS][i] = c->values ? c->values[i] : x * x;
+    }
+}
+static void clip_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
+    be->ops->op.clip_scale(be, s, d[CL_SCALE], d[CL_SUMS], c->n, c->scale);
+}
+static void clip_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
+    h->x[CL_SCALE][0] = mt_clip_scale(mt_global_norm(h->x[CL_SUMS], c->n), c->scale);
+}
+static void clip_check(const ops_case *c, const ops_host *got) {
+    float scale = got->x[CL_SCALE][0];
+    if (c->flag == CLIP_EXPECT)
+        cr_expect(isnan(c->expect) ? isnan(scale) : scale == c->expect, "%s: the coefficient is %.9g, not %.9g",
+                  c->name, (double)scale, (double)c->expect);
+    if (c->flag == CLIP_CLIPS) cr_expect_lt(scale, 1.0f, "%s: the case does not clip", c->name);
+}
+static const ops_kind CLIP_SCALE = {.declare = clip_declare, .prepare = clip_prepare, .call = clip_call,
+                                    .reference = clip_reference, .check = clip_check};
+
+/* ---- the cases ---- */
+
+static const float NORM_5[] = {9, 16, 0};
+static const float NORM_INF[] = {9, 16, INFINITY, 1, 2, 3, 4};
+static const float NORM_NAN[] = {9, 16, NAN};
+
+const ops_case ops_cases[] = {
+    {"matmul with bias, odd rows", &MATMUL, 1, .n = 37, .in = 72, .out = 44, .flag = 1},
+    {"matmul without bias", &MATMUL, 31, .n = 29, .in = 40, .out = 24},
+    {"matmul_dx accumulates", &MATMUL_DX, 2, .n = 33, .in = 48, .out = 80, .flag = 1},
+    {"matmul_dx overwrites", &MATMUL_DX, 32, .n = 13, .in = 64, .out = 24},
+    {"matmul_dw and dbias accumulate in fp32", &MATMUL_DW, 3, .n = 29, .in = 40, .out = 24},
+    {"rmsnorm and its backward, vector width", &RMSNORM, 4, .n = 70, .d = 256},
+    {"rmsnorm and its backward, odd width", &RMSNORM, 5, .n = 13, .d = 101},
+    /* rows up to 1024 wide take a warp each on cuda, 8 to a block (row counts that leave a block
+     * part empty); wider ones a block each; widths not a multiple of 8 go element by element */
+    {"rmsnorm, head_dim 64 rows (q/k norms)", &RMSNORM, 16, .n = 8 * 37 + 3, .d = 64},
+    {"rmsnorm, head_dim 128 rows", &RMSNORM, 17, .n = 4 * 128 + 5, .d = 128},
+    {"rmsnorm, narrow odd width", &RMSNORM, 18, .n = 45, .d = 6},
+    {"rmsnorm, wide rows", &RMSNORM, 19, .n = 9, .d = 4096},
+    {"rmsnorm, wide odd width", &RMSNORM, 20, .n = 5, .d = 1031},
+    /* more rows than cuda's weight-gradient grid is high (4096 bands of 64 rows): the q/k norms of
+     * a long sequence are tokens x heads rows */
+    {"rmsnorm, rows past the band grid", &RMSNORM, 27, .n = 4096 * 64 + 77, .d = 8},
+    {"rope", &ROPE, 6, .dims = {.batch = 2, .seq = 7, .heads = 3, .head_dim = 64}},
+    {"rope inverse", &ROPE, 36, .dims = {.batch = 2, .seq = 7, .heads = 3, .head_dim = 64}, .flag = 1},
+    {"swiglu and its backward, a tail of 3", &SWIGLU, 7, .count = 1003}, /* 125 vectors of 8 and 3 */
+    {"add in place (y aliases a)", &ADD, 8, .count = 517},
+    {"add from the second element (unaligned)", &ADD, 38, .count = 517, .flag = 1},
+    {"embedding and a repeated token's gradient", &EMBEDDING, 9, .n = 19, .d = 40, .vocab = 11},
+    {"sumsq adds to out", &SUMSQ, 10, .count = 100003},
+    {"lmhead_loss in chunks, ignored targets", &LMHEAD_LOSS, 11, .n = 37, .d = 64, .vocab = 301, .chunk = 16,
+     .scale = 1.0f / 30.0f},
+    {"lmhead_loss, the loss only", &LMHEAD_LOSS, 41, .n = 37, .d = 64, .vocab = 301, .chunk = 40, .scale = 1.0f,
+     .flag = 1},
+    {"logits of one row", &LOGITS, 12, .d = 72, .vocab = 301},
+    {"attention, GQA, odd seq, head_dim 64", &ATTENTION, 13,
+     .dims = {.batch = 2, .seq = 77, .heads = 6, .kv_heads = 2, .head_dim = 64}},
+    {"attention, head_dim 128, several tiles", &ATTENTION, 14,
+     .dims = {.batch = 1, .seq = 150, .heads = 3, .kv_heads = 1, .head_dim = 128}},
+    {"attention, head_dim 40, no GQA", &ATTENTION, 15,
+     .dims = {.batch = 3, .seq = 9, .heads = 2, .kv_heads = 2, .head_dim = 40}},
+    {"adamw, a device scale, decay, special values", &ADAMW, 21, .count = 100003, .scale = 0.37f,
+     .flag = ADAMW_DECAY | ADAMW_SCALED | ADAMW_SPECIAL},
+    {"adamw, no scale (the params'), no decay", &ADAMW, 51, .count = 1000},
+    {"adamw, a NaN scale skips the step", &ADAMW, 52, .count = 1000, .scale = NAN, .flag = ADAMW_DECAY | ADAMW_SCALED},
+    {"clip_scale, random norms clipped at 0.5", &CLIP_SCALE, 22, .n = 7, .scale = 0.5f, .flag = CLIP_CLIPS},
+    {"clip_scale, an infinite norm gives NaN", &CLIP_SCALE, 23, .n = 7, .scale = 0.5f, .values = NORM_INF,
+     .flag = CLIP_EXPECT, .expect = NAN},
+    {"clip_scale, a NaN norm gives NaN", &CLIP_SCALE, 24, .n = 3, .scale = 1.0f, .values = NORM_NAN,
+     .flag = CLIP_EXPECT, .expect = NAN},
+    {"clip_scale, norm 5 clipped at 1", &CLIP_SCALE, 25, .n = 3, .scale = 1.0f, .values = NORM_5,
+     .flag = CLIP_EXPECT, .expect = (float)(1.0 / (5.0 + 1e-6))},
+    {"clip_scale, a norm at the limit is left alone", &CLIP_SCALE, 26, .n = 3, .scale = 5.0f, .values = NORM_5,
+     .flag = CLIP_EXPECT, .expect = 1.0f},
+};
+const size_t ops_case_count = COUNT(ops_cases);
+
+/* Llama-3.2-3B: hidden 3072, MLP 8192, 24 heads of 128 (8 kv heads), vocabulary 128256; one
+ * sequence of 4096 tokens. */
+enum { D3B = 3072, F3B = 8192, V3B = 128256, N3B = 4096 };
+#define ATTN_3B {.batch = 1, .seq = N3B, .heads = 24, .kv_heads = 8, .head_dim = 128}
+
+const ops_case ops_timing_cases[] = {
+    {"matmul, q projection", &MATMUL, 101, .n = N3B, .in = D3B, .out = D3B},
+    {"matmul, gate projection", &MATMUL, 102, .n = N3B, .in = D3B, .out = F3B},
+    {"matmul_dx, gate", &MATMUL_DX, 103, .n = N3B, .in = D3B, .out = F3B, .flag = 1},
+    {"matmul_dw, gate", &MATMUL_DW, 104, .n = N3B, .in = D3B, .out = F3B},
+    {"rmsnorm and backward", &RMSNORM, 105, .n = N3B, .d = D3B},
+    {"rope, q", &ROPE, 106, .dims = ATTN_3B},
+    {"attention and backward", &ATTENTION, 107, .dims = ATTN_3B},
+    {"swiglu and backward", &SWIGLU, 108, .count = (size_t)N3B * F3B},
+    {"add", &ADD, 109, .count = (size_t)N3B * D3B},
+    {"embedding and gradient", &EMBEDDING, 110, .n = N3B, .d = D3B, .vocab = V3B},
+    {"lmhead_loss", &LMHEAD_LOSS, 111, .n = N3B, .d = D3B, .vocab = V3B, .chunk = 512, .scale = 1.0f / N3B},
+    {"logits", &LOGITS, 112, .d = D3B, .vocab = V3B},
+    {"sumsq, a block's gradient", &SUMSQ, 113, .count = (size_t)3 * D3B * F3B},
+    {"adamw, a block", &ADAMW, 114, .count = (size_t)3 * D3B * F3B, .scale = 1.0f, .flag = ADAMW_DECAY | ADAMW_SCALED},
+};
+const size_t ops_timing_case_count = COUNT(ops_timing_cases);
