@@ -28,21 +28,33 @@ typedef enum {
 const char *mt_error(void);
 const char *mt_status_name(mt_status status);
 
+/* Options left unset: a run setting (see below) that is MT_UNSET (integers), MT_UNSET_NUMBER
+ * (floating point) or NULL (names) takes the checkpoint's value on resume, and its default
+ * otherwise. mt_train_defaults() leaves every run setting unset. */
+#define MT_UNSET (-1)
+#define MT_UNSET_NUMBER (__builtin_nan(""))
+
 typedef struct {
+    /* ---- run settings: stored in every checkpoint of the run. On resume, one left unset takes
+     * the checkpoint's value; one given with another value is either applied with a log line
+     * saying so (data, steps, the learning-rate schedule, the optimizer's hyperparameters, the
+     * checkpoint and evaluation periods) or refused naming both values (the model, the sequence
+     * layout: seq_len, batch, micro_batches, val_fraction, sequential, seed, moments, tokenizer). ---- */
+
     /* The model: one of a preset name, a config.json, or a Hugging Face model directory to
-     * fine-tune. None of them: the "demo" preset. Ignored on resume (the checkpoint's is used). */
+     * fine-tune. None of them: the "demo" preset (on resume, the checkpoint's model). */
     const char *preset;
     const char *config_path;
     const char *init_from;
 
     /* Data: a token file (llm.c .bin, masked shard, .npy), or text or JSONL, tokenized with the
-     * run's tokenizer when it has one, else read as bytes. NULL: the demo corpus. */
+     * run's tokenizer when it has one, else read as bytes. Default: the demo corpus. */
     const char *data_path;
     const char *tokenizer;   /* a tokenizer.json or model directory; NULL: the --init-from directory's
                               * tokenizer.json if it has one, else on resume the run's, else none */
-    double val_fraction;     /* held out for validation */
-    int sequential;          /* windows in order instead of at random */
-    uint64_t seed;           /* initialization and sampling */
+    double val_fraction;     /* held out for validation, in [0, 1) (default 0.05) */
+    int sequential;          /* 1: windows in order, 0: at random (default) */
+    int64_t seed;            /* initialization and sampling, >= 0 (default 1337) */
 
     /* Shape of a step: micro_batches x batch sequences of seq_len tokens. */
     int seq_len, batch, micro_batches;
@@ -50,12 +62,17 @@ typedef struct {
     /* Optimization. */
     int64_t steps;
     float lr, min_lr_ratio;
-    int64_t warmup_steps;    /* -1: a tenth of steps, at most 100 */
-    const char *schedule;    /* "cosine" or "constant" */
+    int64_t warmup_steps;    /* default: a tenth of steps, at most 100 */
+    const char *schedule;    /* "cosine" (default) or "constant" */
     float weight_decay, beta1, beta2, eps, max_grad_norm;
-    int max_skips;           /* stop after more than this many steps in a row skipped for NaN/Inf */
+    int max_skips;           /* stop after more than this many steps in a row with a non-finite
+                              * gradient or loss */
     const char *moments;     /* Adam moments format: "fp32" (default), or as an option "bf16" or
-                              * "8bit" (block-quantized); a resumed run must keep its format */
+                              * "8bit" (block-quantized) */
+    int64_t ckpt_every, eval_every, eval_batches;
+    int keep;                /* checkpoints kept besides the newest good one; 0: all */
+
+    /* ---- how this process runs it (not stored; concrete defaults) ---- */
 
     /* Engine. */
     const char *backend;     /* "auto", "cpu" or "cuda" */
@@ -74,11 +91,9 @@ typedef struct {
     int64_t gpu_mem;         /* device memory budget in bytes (0: none): slots and chunk shrink to
                               * fit, or the run is refused before it starts */
 
-    /* The run directory: checkpoints, metrics.jsonl, loss.svg. */
+    /* The run directory: checkpoints, metrics.jsonl, loss.svg; locked while a run uses it. */
     const char *out_dir;
     int resume;              /* continue from the newest good checkpoint in out_dir */
-    int64_t ckpt_every, eval_every, eval_batches;
-    int keep;                /* checkpoints kept; 0: all */
     int continue_on_save_error; /* a failed periodic checkpoint (disk full) is reported and
                                  * training goes on; by default the run stops there */
     int sync_save;           /* periodic checkpoints stop training until they are on disk; by
@@ -89,22 +104,40 @@ typedef struct {
     int progress;            /* redraw a live progress line (for a terminal) */
 } mt_train_options;
 
+/* Every run setting unset, the process options at their defaults. */
 mt_train_options mt_train_defaults(void);
 
-/* Trains as the options say; stops cleanly (a checkpoint is written) on SIGINT or SIGTERM. */
+/* Sets the option of command-line name `name` ("lr" for --lr) from its text ("3e-4", "24GiB",
+ * "cosine"; NULL for a flag such as "resume"). Refused (MT_ERR_INVALID, the message names --name,
+ * the text and what the option accepts) when the text is not of the option's type or lies outside
+ * its domain; the options are left as they were then. */
+mt_status mt_train_option_set(mt_train_options *options, const char *name, const char *value);
+/* The name of option i (0, 1, ...; NULL past the last) and whether it takes a value. */
+const char *mt_train_option_name(int i, int *takes_value);
+
+/* Trains as the options say. SIGINT, SIGTERM and SIGHUP stop it cleanly: the step finishes, a
+ * checkpoint is written, and it returns MT_ERR_INTERRUPTED (mt_train_stop_signal() says which
+ * signal); a second signal ends the process at once. */
 mt_status mt_train(const mt_train_options *options);
+/* The signal that stopped the last mt_train of this process, 0 when none did. */
+int mt_train_stop_signal(void);
 
 typedef struct {
     const char *run;         /* a run directory (its newest checkpoint) or one checkpoint */
     const char *prompt;
-    int tokens;              /* how many to generate */
-    float temperature;       /* 0: greedy */
-    int top_k;               /* 0: the whole vocabulary */
+    int tokens;              /* how many to generate, 0 to MT_SAMPLE_TOKENS_MAX */
+    float temperature;       /* finite, >= 0; 0: greedy */
+    int top_k;               /* >= 0; 0: the whole vocabulary */
     uint64_t seed;
     const char *backend;
 } mt_sample_options;
 
+#define MT_SAMPLE_TOKENS_MAX (1 << 20)
+
 mt_sample_options mt_sample_defaults(void);
+/* Sets sample option `name` ("tokens" for --tokens) from its text; refused (MT_ERR_INVALID, the
+ * message names --name, the text and what it accepts) when it is malformed or out of range. */
+mt_status mt_sample_option_set(mt_sample_options *options, const char *name, const char *value);
 /* Writes the prompt and its continuation to `out`. Text is bytes (the demo's tokenizer). */
 mt_status mt_sample(const mt_sample_options *options, FILE *out);
 

@@ -2,6 +2,7 @@
  * writes leaving the previous checkpoint whole, listing and rotation. */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <stdint.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "io/checkpoint.h"
+#include <jansson.h>
 
 static char run[64];
 
@@ -170,12 +172,12 @@ Test(checkpoint, list_newest_first_and_keep) {
     cr_assert_str_eq(list[0].path, expect);
     mt_checkpoint_list_free(list, n);
 
-    cr_assert_eq(mt_checkpoint_keep(run, 2), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_checkpoint_keep(run, 2, -1, INT64_MAX), MT_OK, "%s", mt_error());
     cr_assert_eq(mt_checkpoint_list(run, &list, &n), MT_OK);
     cr_assert_eq(n, 2);
     cr_assert(list[0].step == 10 && list[1].step == 3);
     mt_checkpoint_list_free(list, n);
-    cr_assert_eq(mt_checkpoint_keep(run, 0), MT_ERR_INVALID);
+    cr_assert_eq(mt_checkpoint_keep(run, 0, -1, INT64_MAX), MT_ERR_INVALID);
 }
 
 Test(checkpoint, missing_run_dir_has_no_checkpoints) {
@@ -214,24 +216,134 @@ Test(checkpoint, tidy_after_a_crash_mid_write) {
     assert_reads_back(path, 3);
 }
 
-/* A prune killed midway: the manifest goes first, so what is left is an incomplete directory,
- * which listing ignores and tidying removes; here, blobs whose manifest is already gone. */
+/* A deletion cut short: the checkpoint was renamed "<dir>.deleting-*" first (the marker), and part
+ * of its files went. Tidying removes it; listing never showed it. */
 Test(checkpoint, tidy_removes_a_delete_cut_short) {
     const char *pruned = write_ckpt("ckpt-000004", 4);
-    char manifest[200];
-    snprintf(manifest, sizeof manifest, "%s/manifest.json", pruned);
+    char doomed[200], manifest[240], path[160];
+    snprintf(doomed, sizeof doomed, "%s.deleting-a1b2c3", pruned);
+    cr_assert_eq(rename(pruned, doomed), 0);
+    snprintf(manifest, sizeof manifest, "%s/manifest.json", doomed);
     cr_assert_eq(unlink(manifest), 0);
     write_ckpt("ckpt-000005", 5);
     mt_ckpt_entry *entries;
     int count;
     cr_assert_eq(mt_checkpoint_list(run, &entries, &count), MT_OK);
-    cr_expect_eq(count, 1, "a directory without its manifest was listed as a checkpoint");
+    cr_expect_eq(count, 1, "a deletion in progress was listed as a checkpoint");
     mt_checkpoint_list_free(entries, count);
 
     cr_assert_eq(mt_checkpoint_tidy(run), MT_OK, "%s", mt_error());
-    char path[160];
-    snprintf(path, sizeof path, "%s/ckpt-000004", run);
-    cr_expect_neq(access(path, F_OK), 0, "the incomplete checkpoint directory is still there");
+    cr_expect_neq(access(doomed, F_OK), 0, "the deletion cut short is still there");
     snprintf(path, sizeof path, "%s/ckpt-000005", run);
     assert_reads_back(path, 5);
+}
+
+/* A checkpoint directory without a manifest and without the deletion marker is not one of ours to
+ * delete (a copy in progress, a user's): tidying, listing and a write of the same step leave it
+ * alone. */
+Test(checkpoint, a_directory_without_manifest_is_left_alone) {
+    const char *incomplete = write_ckpt("ckpt-000004", 4);
+    char manifest[200], blob[200];
+    snprintf(manifest, sizeof manifest, "%s/manifest.json", incomplete);
+    snprintf(blob, sizeof blob, "%s/weights.bin", incomplete);
+    cr_assert_eq(unlink(manifest), 0);
+    cr_assert_eq(mt_checkpoint_tidy(run), MT_OK, "%s", mt_error());
+    cr_assert_eq(access(blob, F_OK), 0, "tidying deleted a directory it could not prove its own");
+    mt_ckpt_blob b = {"weights", weights, sizeof weights};
+    cr_assert_eq(mt_checkpoint_write(incomplete, &b, 1, NULL), MT_ERR_IO, "a write replaced it");
+    cr_assert_not_null(strstr(mt_error(), "not a complete checkpoint"), "%s", mt_error());
+    cr_assert_eq(access(blob, F_OK), 0, "the write deleted it");
+    cr_assert_eq(stray_entries(), 0, "the refused write left its temp dir");
+}
+
+/* Retention renames a checkpoint before it deletes a file of it: a deletion that fails midway
+ * (here on a subdirectory no checkpoint has) leaves the marked name, never "ckpt-N" half gone. */
+Test(checkpoint, deletion_marks_the_directory_first) {
+    write_ckpt("ckpt-000001", 1);
+    write_ckpt("ckpt-000002", 2);
+    char sub[160], name[64];
+    snprintf(sub, sizeof sub, "%s/ckpt-000001/not-a-blob", run);
+    cr_assert_eq(mkdir(sub, 0755), 0);
+    cr_assert_neq(mt_checkpoint_keep(run, 1, -1, INT64_MAX), MT_OK, "deleting a directory with a subdirectory");
+    snprintf(sub, sizeof sub, "%s/ckpt-000001", run);
+    cr_assert_neq(access(sub, F_OK), 0, "ckpt-000001 is still there under its name");
+    DIR *d = opendir(run);
+    int marked = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        snprintf(name, sizeof name, "%.63s", e->d_name);
+        marked += !strncmp(name, "ckpt-000001.deleting-", 21);
+    }
+    closedir(d);
+    cr_assert_eq(marked, 1, "no ckpt-000001.deleting-* marker");
+}
+
+/* Retention spares the checkpoint it is told to, however old. */
+Test(checkpoint, keep_spares_the_step_it_is_told) {
+    for (int step = 1; step <= 5; step++) {
+        char name[32];
+        snprintf(name, sizeof name, "ckpt-%06d", step);
+        write_ckpt(name, step);
+    }
+    cr_assert_eq(mt_checkpoint_keep(run, 2, 2, INT64_MAX), MT_OK, "%s", mt_error());
+    mt_ckpt_entry *entries;
+    int count;
+    cr_assert_eq(mt_checkpoint_list(run, &entries, &count), MT_OK);
+    cr_assert_eq(count, 3);
+    cr_assert(entries[0].step == 5 && entries[1].step == 4 && entries[2].step == 2);
+    mt_checkpoint_list_free(entries, count);
+    /* Kept as of step 4: ckpt-000005 lies past it (an abandoned stretch) and is neither counted
+     * nor deleted. */
+    cr_assert_eq(mt_checkpoint_keep(run, 1, -1, 4), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_checkpoint_list(run, &entries, &count), MT_OK);
+    cr_assert_eq(count, 2);
+    cr_assert(entries[0].step == 5 && entries[1].step == 4);
+    mt_checkpoint_list_free(entries, count);
+}
+
+/* Replaces the first occurrence of `from` in the file with `to` (same length or not). */
+static void edit_file(const char *path, const char *from, const char *to) {
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f);
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    char *at = strstr(text, from);
+    cr_assert_not_null(at, "%s does not hold %s", path, from);
+    f = fopen(path, "wb");
+    fwrite(text, 1, (size_t)(at - text), f);
+    fputs(to, f);
+    fputs(at + strlen(from), f);
+    fclose(f);
+}
+
+/* The manifest's own fields are under its checksum: a changed step in the metadata is refused. */
+Test(checkpoint, manifest_fields_are_checksummed) {
+    const char *path = write_ckpt("ckpt-000007", 7);
+    char manifest[200];
+    snprintf(manifest, sizeof manifest, "%s/manifest.json", path);
+    edit_file(manifest, "\"step\": 7", "\"step\": 9");
+    json_t *meta;
+    cr_assert_eq(mt_checkpoint_read_meta(path, &meta), MT_ERR_INVALID, "a tampered step was read");
+    cr_assert(strstr(mt_error(), "manifest.json") && strstr(mt_error(), "checksum does not match"), "%s", mt_error());
+    cr_assert_neq(mt_checkpoint_verify(path), MT_OK);
+    edit_file(manifest, "\"step\": 9", "\"step\": 7");
+    cr_assert_eq(mt_checkpoint_verify(path), MT_OK, "%s", mt_error());
+    /* Cut short: the checksum at its end is missing. */
+    cr_assert_eq(truncate(manifest, 40), 0);
+    cr_assert_eq(mt_checkpoint_read_meta(path, &meta), MT_ERR_INVALID);
+    cr_assert_not_null(strstr(mt_error(), "does not end with its own checksum"), "%s", mt_error());
+}
+
+Test(checkpoint, update_meta_keeps_the_checkpoint_sealed) {
+    const char *path = write_ckpt("ckpt-000003", 3);
+    json_t *meta = json_pack("{s:i, s:s}", "step", 3, "note", "diverged");
+    cr_assert_eq(mt_checkpoint_update_meta(path, meta), MT_OK, "%s", mt_error());
+    json_decref(meta);
+    cr_assert_eq(mt_checkpoint_verify(path), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_checkpoint_read_meta(path, &meta), MT_OK, "%s", mt_error());
+    cr_assert_str_eq(json_string_value(json_object_get(meta, "note")), "diverged");
+    json_decref(meta);
+    assert_reads_back(path, 3);
+    cr_assert_eq(stray_entries(), 0);
 }

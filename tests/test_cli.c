@@ -460,7 +460,10 @@ static int metrics_lines(const char *run, long long *last_step) {
     return n;
 }
 
-Test(cli, sigterm_stops_at_a_checkpoint) {
+/* A stop on request: the step finishes, its checkpoint is written, and the exit status is 128 + the
+ * signal (so that `make demo` and scripts do not carry on as if training were done); the same
+ * command line with --resume continues. */
+static void assert_signal_stops_at_a_checkpoint(int sig) {
     const char *run = in_dir("run");
     mt_cli_process p;
     /* Far more steps than it can take before the signal, and no periodic checkpoints: the only
@@ -477,10 +480,13 @@ Test(cli, sigterm_stops_at_a_checkpoint) {
         }
         nanosleep(&(struct timespec){.tv_nsec = 10000000}, NULL);
     }
-    cr_assert_eq(kill(p.pid, SIGTERM), 0);
+    cr_assert_eq(kill(p.pid, sig), 0);
     mt_cli_wait(&p, 10.0, &r); /* a clean stop is one step and one checkpoint away */
-    assert_succeeded(&r);
+    assert_clean_exit(&r);
+    cr_assert_eq(r.exit_code, 128 + sig, "a run stopped by signal %d must exit %d, not %d; stderr:\n%s", sig,
+                 128 + sig, r.exit_code, r.err);
     cr_assert_not_null(strstr(r.err, "stopped on request"), "stderr:\n%s", r.err);
+    cr_assert_not_null(strstr(r.err, "--resume"), "the message does not say how to continue:\n%s", r.err);
     mt_cli_result_free(&r);
 
     metrics_lines(run, &step);
@@ -490,5 +496,47 @@ Test(cli, sigterm_stops_at_a_checkpoint) {
     mt_cli_run(&r, TIMEOUT_S, "sample", checkpoint, "--tokens", "20", "--backend", "cpu", NULL);
     assert_succeeded(&r);
     cr_assert_geq(strlen(r.out), 20, "sample printed %zu bytes", strlen(r.out));
+    mt_cli_result_free(&r);
+
+    /* The rerun continues from that checkpoint, to a few more steps. */
+    char steps[32];
+    snprintf(steps, sizeof steps, "%lld", step + 2);
+    mt_cli_run(&r, TIMEOUT_S, "train", "--out", run, "--resume", "--steps", steps, "--backend", "cpu", NULL);
+    assert_succeeded(&r);
+    cr_assert_not_null(strstr(r.err, checkpoint), "did not resume from %s:\n%s", checkpoint, r.err);
+    mt_cli_result_free(&r);
+}
+
+Test(cli, sigterm_stops_at_a_checkpoint) { assert_signal_stops_at_a_checkpoint(SIGTERM); }
+
+Test(cli, sigint_stops_at_a_checkpoint) { assert_signal_stops_at_a_checkpoint(SIGINT); }
+
+/* A terminal closing (SIGHUP) must not lose the progress since the last checkpoint. */
+Test(cli, sighup_stops_at_a_checkpoint) { assert_signal_stops_at_a_checkpoint(SIGHUP); }
+
+/* Started under nohup (SIGHUP ignored), a run stays ignoring it: the terminal closing must not stop
+ * what nohup was asked to keep going. */
+Test(cli, a_sighup_ignored_at_start_stays_ignored) {
+    const char *run = in_dir("run");
+    struct sigaction ignore = {.sa_handler = SIG_IGN}, old;
+    sigaction(SIGHUP, &ignore, &old);
+    mt_cli_process p;
+    mt_cli_start(&p, "train", "--preset", "tiny", "--data", corpus, SMALL_STEP, "--steps", "1000000", "--ckpt-every",
+                 "0", "--out", run, NULL);
+    sigaction(SIGHUP, &old, NULL);
+    long long step;
+    for (int polls = 0; metrics_lines(run, &step) < 2; polls++) {
+        cr_assert_lt(polls * 0.01, TIMEOUT_S, "the run did not start");
+        nanosleep(&(struct timespec){.tv_nsec = 10000000}, NULL);
+    }
+    cr_assert_eq(kill(p.pid, SIGHUP), 0);
+    nanosleep(&(struct timespec){.tv_nsec = 300000000}, NULL);
+    long long before = step;
+    metrics_lines(run, &step);
+    cr_assert_gt(step, before, "the run stopped on the SIGHUP it was started ignoring");
+    cr_assert_eq(kill(p.pid, SIGTERM), 0);
+    mt_cli_result r;
+    mt_cli_wait(&p, 10.0, &r);
+    cr_assert_eq(r.exit_code, 128 + SIGTERM, "%s", r.err);
     mt_cli_result_free(&r);
 }

@@ -46,7 +46,7 @@ static void log_step(mt_metrics *m, int step, double loss) {
 
 Test(metrics, lines_are_flushed_and_read_back) {
     mt_metrics *m;
-    cr_assert_eq(mt_metrics_open(run, &m), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_metrics_open(run, 0, &m), MT_OK, "%s", mt_error());
     log_step(m, 1, 5.5);
     char path[128];
     snprintf(path, sizeof path, "%s/metrics.jsonl", run);
@@ -79,7 +79,7 @@ Test(metrics, resumed_run_replaces_the_abandoned_tail) {
           "{\"step\":4,\"loss\":1}\n{\"step\":5,\"lo", f);
     fclose(f);
     mt_metrics *m;
-    cr_assert_eq(mt_metrics_open(run, &m), MT_OK);
+    cr_assert_eq(mt_metrics_open(run, 2, &m), MT_OK);
     log_step(m, 3, 2.5);
     mt_metrics_close(m);
     mt_curve train, vc;
@@ -91,11 +91,38 @@ Test(metrics, resumed_run_replaces_the_abandoned_tail) {
     mt_curve_free(&vc);
 }
 
+/* The file itself holds each step once after a resume: the lines of the steps past the resumed
+ * checkpoint (and a torn one) are gone before the resumed run logs them again; lines without a
+ * step stay. */
+Test(metrics, resume_drops_the_abandoned_steps_from_the_file) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run);
+    FILE *f = fopen(path, "w");
+    fputs("{\"note\":\"start\"}\n{\"step\":1,\"loss\":4}\n{\"step\":2,\"loss\":3}\n{\"step\":2,\"val_loss\":3.5}\n"
+          "{\"step\":3,\"loss\":2}\n{\"step\":3,\"val_loss\":2.5}\n{\"step\":4,\"loss\":1}\n{\"step\":5,\"lo", f);
+    fclose(f);
+    mt_metrics *m;
+    cr_assert_eq(mt_metrics_open(run, 2, &m), MT_OK, "%s", mt_error());
+    log_step(m, 3, 2.25);
+    mt_metrics_close(m);
+    char *text = slurp(path);
+    cr_assert_str_eq(text, "{\"note\":\"start\"}\n{\"step\":1,\"loss\":4}\n{\"step\":2,\"loss\":3}\n"
+                           "{\"step\":2,\"val_loss\":3.5}\n{\"step\":3,\"loss\":2.25,\"lr\":0.0003}\n");
+    free(text);
+    /* Nothing to drop: the file is appended to as it is. */
+    cr_assert_eq(mt_metrics_open(run, 3, &m), MT_OK, "%s", mt_error());
+    log_step(m, 4, 2.0);
+    mt_metrics_close(m);
+    text = slurp(path);
+    cr_assert_not_null(strstr(text, "{\"step\":3,\"loss\":2.25,\"lr\":0.0003}\n{\"step\":4,"), "%s", text);
+    free(text);
+}
+
 Test(metrics, open_fails_naming_the_file) {
     char missing[128];
     snprintf(missing, sizeof missing, "%s/no/such/dir", run);
     mt_metrics *m;
-    cr_assert_eq(mt_metrics_open(missing, &m), MT_ERR_IO);
+    cr_assert_eq(mt_metrics_open(missing, 0, &m), MT_ERR_IO);
     cr_assert_not_null(strstr(mt_error(), "no/such/dir/metrics.jsonl"), "%s", mt_error());
 }
 

@@ -72,7 +72,7 @@ Test(numerics, too_many_skips_stop_the_run) {
 
 Test(numerics, watch_counts_skips_in_a_row) {
     mt_step_watch w;
-    mt_step_watch_init(&w, 2);
+    mt_step_watch_init(&w, 2, 256, 0, -1);
     cr_assert_eq(mt_step_watch_after(&w, 1, 5.0, 1), MT_OK);
     cr_assert_eq(mt_step_watch_after(&w, 2, 5.0, 1), MT_OK);
     cr_assert_eq(mt_step_watch_after(&w, 3, 5.0, 0), MT_OK, "a good step resets the count");
@@ -83,7 +83,7 @@ Test(numerics, watch_counts_skips_in_a_row) {
 
 Test(numerics, watch_warns_on_loss_spikes_after_twenty_steps) {
     mt_step_watch w;
-    mt_step_watch_init(&w, 10);
+    mt_step_watch_init(&w, 10, 256, 0, -1);
     cr_assert_eq(mt_step_watch_after(&w, 1, 2.0, 0), MT_OK);
     cr_assert_eq(mt_step_watch_after(&w, 2, 9.0, 0), MT_OK);
     cr_assert_eq(w.spikes, 0, "no warning before 20 steps of history");
@@ -95,4 +95,71 @@ Test(numerics, watch_warns_on_loss_spikes_after_twenty_steps) {
     cr_assert_eq(w.spikes, 1, "50 is a spike");
     mt_step_watch_after(&w, 23, NAN, 0);
     cr_assert_eq(w.spikes, 1, "a NaN loss is not counted as a spike");
+}
+
+/* A checkpoint is known good once the step after it was healthy and its values were saved
+ * finite: the step after measures its weights. */
+Test(numerics, watch_knows_the_newest_good_checkpoint) {
+    mt_step_watch w;
+    mt_step_watch_init(&w, 10, 256, 0, -1);
+    cr_assert_eq(w.good_checkpoint, -1);
+    mt_step_watch_after(&w, 1, 5.0, 0);
+    mt_step_watch_after(&w, 2, 4.0, 0);
+    mt_step_watch_saving(&w, 2);
+    mt_step_watch_saved(&w, 2, 1);
+    cr_assert_eq(w.good_checkpoint, -1, "step 3 has not yet measured the weights of step 2");
+    mt_step_watch_after(&w, 3, 3.9, 0);
+    cr_assert_eq(w.good_checkpoint, 2);
+    /* The step after a checkpoint far worse than guessing (2 ln 256 = 11.1): not good. */
+    mt_step_watch_saving(&w, 3);
+    mt_step_watch_after(&w, 4, 40.0, 0);
+    mt_step_watch_saved(&w, 3, 1); /* a background save lands after the next step */
+    cr_assert_eq(w.good_checkpoint, 2);
+    /* Values saved non-finite: not good, however healthy the next step. */
+    mt_step_watch_after(&w, 5, 3.8, 0);
+    mt_step_watch_saving(&w, 5);
+    mt_step_watch_saved(&w, 5, 0);
+    mt_step_watch_after(&w, 6, 3.7, 0);
+    cr_assert_eq(w.good_checkpoint, 2);
+    /* A skipped next step does not confirm it either. */
+    mt_step_watch_saving(&w, 6);
+    mt_step_watch_saved(&w, 6, 1);
+    mt_step_watch_after(&w, 7, 3.7, 1);
+    cr_assert_eq(w.good_checkpoint, 2);
+    mt_step_watch_saving(&w, 7);
+    mt_step_watch_saved(&w, 7, 1);
+    mt_step_watch_after(&w, 8, 3.6, 0);
+    cr_assert_eq(w.good_checkpoint, 7);
+}
+
+/* Where the weights went bad: the step before the unhealthy ones in a row, when one of them had
+ * a bad loss; skips with sound losses leave the weights as they were. */
+Test(numerics, watch_dates_the_divergence) {
+    mt_step_watch w;
+    mt_step_watch_init(&w, 10, 256, 0, -1);
+    for (int step = 1; step <= 5; step++) mt_step_watch_after(&w, step, 4.0, 0);
+    mt_step_watch_after(&w, 6, 4.0, 1);
+    cr_assert_eq(mt_step_watch_diverged_from(&w), -1, "a skip with a sound loss");
+    mt_step_watch_after(&w, 7, 500.0, 0);
+    mt_step_watch_after(&w, 8, NAN, 1);
+    cr_assert_eq(mt_step_watch_diverged_from(&w), 5, "steps 6 to 8 are unhealthy: the weights of step 5 on");
+    mt_step_watch_after(&w, 9, 4.0, 0);
+    cr_assert_eq(mt_step_watch_diverged_from(&w), -1, "a healthy step ends it");
+    /* Resumed from step 10: however soon the trouble starts, that checkpoint is not marked. */
+    mt_step_watch_init(&w, 10, 256, 10, 10);
+    mt_step_watch_after(&w, 11, 500.0, 0);
+    cr_assert_eq(mt_step_watch_diverged_from(&w), 11);
+}
+
+/* A loss that stays far worse than guessing stops the run, though it stays finite. */
+Test(numerics, watch_stops_a_loss_that_stays_bad) {
+    mt_step_watch w;
+    mt_step_watch_init(&w, 10, 256, 0, -1);
+    mt_step_watch_after(&w, 1, 5.5, 0);
+    int64_t step = 2;
+    for (; step < 2 + MT_STEP_WATCH_DIVERGED_STEPS; step++)
+        cr_assert_eq(mt_step_watch_after(&w, step, 1e6, 0), MT_OK, "step %lld", (long long)step);
+    cr_assert_eq(mt_step_watch_after(&w, step, 1e6, 0), MT_ERR_NUMERIC);
+    cr_assert(strstr(mt_error(), "diverged") && strstr(mt_error(), "steps 2 to 22"), "%s", mt_error());
+    cr_assert_eq(mt_step_watch_diverged_from(&w), 1);
 }

@@ -7,22 +7,20 @@
 
 /* bench's own flags, anywhere on the line, are taken out before the training options are parsed;
  * returns -1 after printing an error. */
-static int take_bench_flags(int argc, char **argv, char **rest, int *count, int *warmup, const char **json,
-                            int *steps_given) {
+static int take_bench_flags(int argc, char **argv, char **rest, int *count, int *warmup, const char **json) {
     *count = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--warmup-steps") && i + 1 < argc) {
             char *end;
             long v = strtol(argv[++i], &end, 10);
             if (*end || end == argv[i] || v < 0 || v > 1000) {
-                fprintf(stderr, "megatrain: error: --warmup-steps wants an integer from 0 to 1000, got '%s'\n", argv[i]);
+                mt_cli_usage_error("bench", "--warmup-steps '%s': must be an integer from 0 to 1000", argv[i]);
                 return -1;
             }
             *warmup = (int)v;
         } else if (!strcmp(argv[i], "--json") && i + 1 < argc) {
             *json = argv[++i];
         } else {
-            *steps_given |= !strcmp(argv[i], "--steps") || !strncmp(argv[i], "--steps=", 8);
             rest[(*count)++] = argv[i];
         }
     }
@@ -31,11 +29,11 @@ static int take_bench_flags(int argc, char **argv, char **rest, int *count, int 
 }
 
 int mt_cli_bench(int argc, char **argv) {
-    int warmup = 2, count = 0, steps_given = 0;
+    int warmup = 2, count = 0;
     const char *json = NULL;
     char **rest = malloc(((size_t)argc + 1) * sizeof *rest);
     if (!rest) return 1;
-    if (take_bench_flags(argc, argv, rest, &count, &warmup, &json, &steps_given) != 0) {
+    if (take_bench_flags(argc, argv, rest, &count, &warmup, &json) != 0) {
         free(rest);
         return 2;
     }
@@ -45,14 +43,12 @@ int mt_cli_bench(int argc, char **argv) {
     if (parsed) {
         if (parsed > 0) printf("bench also takes:\n  --warmup-steps N   untimed steps first (default 2)\n"
                                "  --json FILE        append the summary as a JSON line\n"
-                               "(--steps is the number of timed steps; default 5 here)\n");
+                               "(--steps is the number of timed steps, at least 1; default 5 here)\n");
         return parsed > 0 ? 0 : 2;
     }
-    if (!steps_given) o.steps = 5;
-    if (o.steps < 1) {
-        fprintf(stderr, "megatrain: error: bench needs at least one timed step (--steps)\n");
-        return 2;
-    }
+    if (o.steps == MT_UNSET) o.steps = 5;
+    if (o.steps < 1) return mt_cli_usage_error("bench", "--steps %lld: bench needs at least one timed step",
+                                               (long long)o.steps);
     mt_status rc = mt_bench(&o, warmup, stdout, json);
     return rc == MT_OK ? 0 : mt_cli_fail(rc);
 }

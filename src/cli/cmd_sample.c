@@ -1,8 +1,6 @@
 /* megatrain sample RUN|CHECKPOINT [options] */
-#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
-#include <stdlib.h>
 
 #include "cli/cli.h"
 
@@ -11,42 +9,34 @@ static const char sample_help[] =
     "\n"
     "Generates text from the newest good checkpoint of a run (or the checkpoint named).\n"
     "  --prompt TEXT       text to continue (default: none)\n"
-    "  --tokens N          tokens to generate (default 200)\n"
-    "  --temperature F     sampling temperature, 0 for greedy (default 0.8)\n"
+    "  --tokens N          tokens to generate, 0 to 1048576 (default 200)\n"
+    "  --temperature F     sampling temperature, finite and >= 0; 0 for greedy (default 0.8)\n"
     "  --top-k N           sample among the N likeliest tokens, 0 for all (default 40)\n"
-    "  --seed N            sampling seed (default 1)\n"
+    "  --seed N            sampling seed, >= 0 (default 1)\n"
     "  --backend NAME      auto, cpu or cuda (default auto)\n"
     "  --help\n";
 
 int mt_cli_sample(int argc, char **argv) {
     static const struct option opts[] = {
-        {"prompt", required_argument, 0, 'p'}, {"tokens", required_argument, 0, 'n'},
-        {"temperature", required_argument, 0, 't'}, {"top-k", required_argument, 0, 'k'},
-        {"seed", required_argument, 0, 's'}, {"backend", required_argument, 0, 'b'},
+        {"prompt", required_argument, 0, 1}, {"tokens", required_argument, 0, 1},
+        {"temperature", required_argument, 0, 1}, {"top-k", required_argument, 0, 1},
+        {"seed", required_argument, 0, 1}, {"backend", required_argument, 0, 1},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     mt_sample_options o = mt_sample_defaults();
     optind = 1;
-    int c, bad = 0;
-    char *end;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        errno = 0;
-        switch (c) {
-        case 'p': o.prompt = optarg; break;
-        case 'n': o.tokens = (int)strtol(optarg, &end, 10); bad |= *end || o.tokens < 0; break;
-        case 't': o.temperature = strtof(optarg, &end); bad |= *end || o.temperature < 0; break;
-        case 'k': o.top_k = (int)strtol(optarg, &end, 10); bad |= *end || o.top_k < 0; break;
-        case 's': o.seed = strtoull(optarg, &end, 10); bad |= *end != 0; break;
-        case 'b': o.backend = optarg; break;
-        case 'h': fputs(sample_help, stdout); return 0;
-        default: bad = 1; break;
+    int c, idx;
+    while ((c = getopt_long(argc, argv, "", opts, &idx)) != -1) {
+        if (c == 'h') {
+            fputs(sample_help, stdout);
+            return 0;
         }
-        if (bad) break;
+        if (c != 1) return mt_cli_usage_error("sample", "bad option (getopt said why above)");
+        if (mt_sample_option_set(&o, opts[idx].name, optarg) != MT_OK)
+            return mt_cli_usage_error("sample", "%s", mt_error());
     }
-    if (!bad && optind + 1 != argc) bad = 1;
-    if (bad) {
-        fprintf(stderr, "megatrain: error: bad arguments\n%s", sample_help);
-        return 2;
-    }
+    if (optind == argc) return mt_cli_usage_error("sample", "no run directory or checkpoint given");
+    if (optind + 1 < argc)
+        return mt_cli_usage_error("sample", "one run directory or checkpoint, got also '%s'", argv[optind + 1]);
     o.run = argv[optind];
     mt_status rc = mt_sample(&o, stdout);
     return rc == MT_OK ? 0 : mt_cli_fail(rc);

@@ -1,3 +1,4 @@
+/* megatrain <command>: the usage line and the dispatch to each command. */
 #include <stdio.h>
 #include <string.h>
 
@@ -18,11 +19,6 @@ static const char usage[] =
     "  tokenize encode text and JSONL files into token shards with a model's tokenizer\n"
     "\n"
     "'megatrain <command> --help' describes each command's options.\n";
-
-int mt_cli_fail(mt_status status) {
-    fprintf(stderr, "megatrain: error: %s\n", mt_error());
-    return status == MT_ERR_INVALID ? 2 : 1;
-}
 
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {

@@ -16,10 +16,16 @@
 #include "util/log.h"
 
 #define CKPT_FORMAT "megatrain-checkpoint"
-#define CKPT_VERSION 1
+#define CKPT_VERSION 2
 #define MANIFEST "manifest.json"
 #define BLOB_VERSION 1
-
+/* The manifest's last member, its own checksum: XXH64 of every byte of the file before it. */
+#define SEAL_HEAD ",\n \"manifest_xxh64\": \""
+#define SEAL_TAIL "\"\n}\n"
+#define SEAL_BYTES (sizeof SEAL_HEAD - 1 + 16 + sizeof SEAL_TAIL - 1)
+#define MANIFEST_MAX_BYTES (64 << 20)
+/* A directory on its way out: renamed to "<name>.deleting-XXXXXX" before its files go. */
+#define DELETING ".deleting-"
 typedef struct {
     char magic[8];          /* "MTCKBLOB" */
     uint32_t version;
@@ -65,6 +71,19 @@ static mt_status write_all(int fd, const void *data, size_t bytes, const char *p
     return MT_OK;
 }
 
+static mt_status read_all(int fd, void *dst, size_t bytes, const char *path) {
+    char *p = dst;
+    while (bytes > 0) {
+        ssize_t n = read(fd, p, bytes < (1u << 30) ? bytes : (1u << 30));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return mt_fail(MT_ERR_IO, "%s: read failed: %s", path, strerror(errno));
+        if (n == 0) return mt_fail(MT_ERR_INVALID, "%s: ends early", path);
+        p += n;
+        bytes -= (size_t)n;
+    }
+    return MT_OK;
+}
+
 static mt_status fsync_dir(const char *path) {
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return mt_fail(MT_ERR_IO, "%s: cannot open directory: %s", path, strerror(errno));
@@ -75,14 +94,9 @@ static mt_status fsync_dir(const char *path) {
     return MT_OK;
 }
 
-/* Removes a checkpoint directory: its files (a checkpoint has no subdirectories), then itself.
- * The manifest goes first and durably, so that a delete cut short leaves an incomplete directory
- * (ignored, then tidied) rather than a "complete" checkpoint missing blobs. */
-static mt_status remove_flat_dir(const char *dir) {
+/* Deletes a flat directory's files (a checkpoint has no subdirectories), then the directory. */
+static mt_status remove_files_and_dir(const char *dir) {
     char path[PATH_MAX];
-    MT_TRY(join(path, dir, MANIFEST));
-    if (unlink(path) != 0 && errno != ENOENT) return mt_fail(MT_ERR_IO, "%s: cannot delete: %s", path, strerror(errno));
-    MT_TRY(fsync_dir(dir));
     DIR *d = opendir(dir);
     if (!d) return mt_fail(MT_ERR_IO, "%s: cannot open directory: %s", dir, strerror(errno));
     mt_status st = MT_OK;
@@ -98,6 +112,27 @@ static mt_status remove_flat_dir(const char *dir) {
     return st;
 }
 
+static void parent_of(char *parent, const char *path);
+
+/* Deletes a checkpoint directory. It is first renamed (durably) to "<dir>.deleting-XXXXXX": the
+ * name is the proof that a deletion cut short by a crash leaves, and the only thing that lets
+ * tidying remove a checkpoint directory that is not a temporary one of ours. */
+static mt_status remove_checkpoint_dir(const char *dir) {
+    char doomed[PATH_MAX], parent[PATH_MAX];
+    if (snprintf(doomed, sizeof doomed, "%s%sXXXXXX", dir, DELETING) >= (int)sizeof doomed)
+        return mt_fail(MT_ERR_INVALID, "%s: path too long", dir);
+    /* rename(2) replaces an empty directory: mkdtemp reserves the unique name. */
+    if (!mkdtemp(doomed)) return mt_fail(MT_ERR_IO, "%s: cannot name it for deletion: %s", dir, strerror(errno));
+    if (rename(dir, doomed) != 0) {
+        int err = errno;
+        rmdir(doomed);
+        return mt_fail(MT_ERR_IO, "%s: cannot move it aside for deletion: %s", dir, strerror(err));
+    }
+    parent_of(parent, dir);
+    MT_TRY(fsync_dir(parent));
+    return remove_files_and_dir(doomed);
+}
+
 /* Makes `fd` durable and closes it (closed either way). */
 static mt_status sync_close(int fd, const char *path) {
     mt_status st = MT_OK;
@@ -106,21 +141,44 @@ static mt_status sync_close(int fd, const char *path) {
     return st;
 }
 
-static mt_status write_manifest(const char *tmp, json_t *manifest) {
-    char path[PATH_MAX];
-    MT_TRY(join(path, tmp, MANIFEST));
+/* The manifest's text, sealed: the object as jansson writes it (sorted, indented), with the
+ * checksum of the text before it added as its last member. */
+static char *sealed_manifest(json_t *manifest) {
     char *text = json_dumps(manifest, JSON_INDENT(1) | JSON_SORT_KEYS);
+    size_t n = text ? strlen(text) : 0;
+    if (n < 2 || strcmp(text + n - 2, "\n}")) { /* an object of members, written on lines */
+        free(text);
+        return NULL;
+    }
+    n -= 2;
+    char *sealed = malloc(n + SEAL_BYTES + 1);
+    if (sealed) {
+        memcpy(sealed, text, n);
+        snprintf(sealed + n, SEAL_BYTES + 1, SEAL_HEAD "%016llx" SEAL_TAIL, (unsigned long long)XXH64(text, n, 0));
+    }
+    free(text);
+    return sealed;
+}
+
+/* Writes `manifest` sealed as `path` (which must not exist), durably. */
+static mt_status write_manifest_file(const char *path, json_t *manifest) {
+    char *text = sealed_manifest(manifest);
     if (!text) return mt_fail(MT_ERR_NOMEM, "%s: cannot serialize the manifest", path);
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     mt_status st = fd < 0 ? mt_fail(MT_ERR_IO, "%s: cannot create: %s", path, strerror(errno)) : MT_OK;
     if (st == MT_OK) st = write_all(fd, text, strlen(text), path);
-    if (st == MT_OK) st = write_all(fd, "\n", 1, path);
     if (fd >= 0) {
         mt_status closed = sync_close(fd, path);
         if (st == MT_OK) st = closed;
     }
     free(text);
     return st;
+}
+
+static mt_status write_manifest(const char *tmp, json_t *manifest) {
+    char path[PATH_MAX];
+    MT_TRY(join(path, tmp, MANIFEST));
+    return write_manifest_file(path, manifest);
 }
 
 static mt_status check_names(const char *dir, const mt_ckpt_blob_size *blobs, int count) {
@@ -146,9 +204,13 @@ static void parent_of(char *parent, const char *path) {
 /* Moves the finished temp dir to `dir`. An existing `dir` goes aside first (rename onto an empty
  * directory made by mkdtemp) and is deleted once the new one is in place. */
 static mt_status install(const char *tmp, const char *dir) {
-    char aside[PATH_MAX] = "";
+    char aside[PATH_MAX] = "", manifest[PATH_MAX];
     struct stat st;
-    if (stat(dir, &st) == 0) {
+    MT_TRY(join(manifest, dir, MANIFEST));
+    if (lstat(dir, &st) == 0 && (!S_ISDIR(st.st_mode) || access(manifest, F_OK) != 0))
+        return mt_fail(MT_ERR_IO, "%s exists and is not a complete checkpoint (no manifest): it is left alone; "
+                       "move it away to save this step", dir);
+    if (lstat(dir, &st) == 0) {
         if (snprintf(aside, sizeof aside, "%s.old-XXXXXX", dir) >= (int)sizeof aside || !mkdtemp(aside))
             return mt_fail(MT_ERR_IO, "%s: cannot make a directory to move the old checkpoint "
                            "aside: %s", dir, strerror(errno));
@@ -168,7 +230,7 @@ static mt_status install(const char *tmp, const char *dir) {
     parent_of(parent, dir);
     MT_TRY(fsync_dir(parent));
     /* The new checkpoint is in place: a leftover old one is untidy, not a failed write. */
-    if (aside[0] && remove_flat_dir(aside) != MT_OK) mt_log_warn("%s", mt_error());
+    if (aside[0] && remove_files_and_dir(aside) != MT_OK) mt_log_warn("%s", mt_error());
     return MT_OK;
 }
 
@@ -193,7 +255,7 @@ static void discard(mt_ckpt_writer *w) {
         if (w->blobs[i].fd >= 0) close(w->blobs[i].fd);
         XXH64_freeState(w->blobs[i].hash);
     }
-    if (w->tmp[0] && access(w->tmp, F_OK) == 0) remove_flat_dir(w->tmp);
+    if (w->tmp[0] && access(w->tmp, F_OK) == 0) remove_files_and_dir(w->tmp);
     free(w->blobs);
     free(w);
 }
@@ -307,6 +369,8 @@ mt_status mt_checkpoint_finish(mt_ckpt_writer *w, const json_t *meta) {
     return MT_OK;
 }
 
+void mt_checkpoint_abandon(mt_ckpt_writer *w) { discard(w); }
+
 mt_status mt_checkpoint_write(const char *dir, const mt_ckpt_blob *blobs, int count,
                               const json_t *meta) {
     mt_ckpt_blob_size sizes[count > 0 ? count : 1];
@@ -320,24 +384,73 @@ mt_status mt_checkpoint_write(const char *dir, const mt_ckpt_blob *blobs, int co
 
 /* ---- reading ---- */
 
-static mt_status load_manifest(const char *dir, json_t **manifest) {
-    char path[PATH_MAX];
-    MT_TRY(join(path, dir, MANIFEST));
-    json_error_t err;
-    json_t *m = json_load_file(path, 0, &err);
-    if (!m) {
-        if (access(path, F_OK) != 0)
-            return mt_fail(MT_ERR_INVALID, "%s: missing (the checkpoint is incomplete or not a "
-                           "checkpoint)", path);
-        return mt_fail(MT_ERR_INVALID, "%s: line %d: %s", path, err.line, err.text);
+/* Reads a whole manifest file (at most MANIFEST_MAX_BYTES) into a NUL-terminated buffer. */
+static mt_status read_manifest_text(const char *path, char **text, size_t *bytes) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0 && errno == ENOENT)
+        return mt_fail(MT_ERR_INVALID, "%s: missing (the checkpoint is incomplete or not a checkpoint)", path);
+    if (fd < 0) return mt_fail(MT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    mt_status rc = fstat(fd, &st) == 0 ? MT_OK : mt_fail(MT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+    if (rc == MT_OK && (!S_ISREG(st.st_mode) || st.st_size > MANIFEST_MAX_BYTES))
+        rc = mt_fail(MT_ERR_INVALID, "%s: not a manifest (not a regular file of at most %d bytes)", path,
+                     MANIFEST_MAX_BYTES);
+    char *buf = rc == MT_OK ? malloc((size_t)st.st_size + 1) : NULL;
+    if (rc == MT_OK && !buf) rc = mt_fail(MT_ERR_NOMEM, "%s: cannot allocate %lld bytes", path, (long long)st.st_size);
+    if (rc == MT_OK) rc = read_all(fd, buf, (size_t)st.st_size, path);
+    close(fd);
+    if (rc != MT_OK) {
+        free(buf);
+        return rc;
     }
-    const char *format = "";
-    int version = 0;
-    json_unpack(m, "{s?s, s?i}", "format", &format, "version", &version);
-    if (strcmp(format, CKPT_FORMAT) || version != CKPT_VERSION) {
+    buf[st.st_size] = '\0';
+    *text = buf;
+    *bytes = (size_t)st.st_size;
+    return MT_OK;
+}
+
+/* 1 when the text ends with a seal whose checksum is that of the text before it. */
+static int seal_holds(const char *text, size_t n, int *sealed) {
+    *sealed = 0;
+    if (n < SEAL_BYTES) return 0;
+    const char *seal = text + n - SEAL_BYTES, *hex = seal + sizeof SEAL_HEAD - 1;
+    if (memcmp(seal, SEAL_HEAD, sizeof SEAL_HEAD - 1) || strcmp(hex + 16, SEAL_TAIL)) return 0;
+    char digits[17];
+    memcpy(digits, hex, 16);
+    digits[16] = '\0';
+    char *end;
+    unsigned long long listed = strtoull(digits, &end, 16);
+    if (*end || !isxdigit((unsigned char)digits[0])) return 0;
+    *sealed = 1;
+    return listed == XXH64(text, n - SEAL_BYTES, 0);
+}
+
+static mt_status load_manifest(const char *dir, json_t **manifest) {
+    char path[PATH_MAX], *text = NULL;
+    size_t n = 0;
+    MT_TRY(join(path, dir, MANIFEST));
+    MT_TRY(read_manifest_text(path, &text, &n));
+    int sealed;
+    int holds = seal_holds(text, n, &sealed);
+    json_error_t err;
+    json_t *m = json_loadb(text, n, 0, &err);
+    free(text);
+    json_int_t version = m ? json_integer_value(json_object_get(m, "version")) : 0;
+    const char *format = m ? json_string_value(json_object_get(m, "format")) : NULL;
+    mt_status st = MT_OK;
+    if (holds && !m)
+        st = mt_fail(MT_ERR_INVALID, "%s: line %d: %s", path, err.line, err.text);
+    else if (!holds && format && !strcmp(format, CKPT_FORMAT) && version == 1)
+        st = mt_fail(MT_ERR_INVALID, "%s: written by an earlier megatrain (manifest version 1, whose own fields "
+                     "carry no checksum): not trusted; use that version with it, or start a new run", path);
+    else if (!holds)
+        st = mt_fail(MT_ERR_INVALID, "%s: %s: the manifest is corrupt or cut short", path,
+                     sealed ? "its checksum does not match its contents" : "it does not end with its own checksum");
+    else if (!format || strcmp(format, CKPT_FORMAT) || version != CKPT_VERSION)
+        st = mt_fail(MT_ERR_INVALID, "%s: not a %s version %d manifest", path, CKPT_FORMAT, CKPT_VERSION);
+    if (st != MT_OK) {
         json_decref(m);
-        return mt_fail(MT_ERR_INVALID, "%s: not a %s version %d manifest", path, CKPT_FORMAT,
-                       CKPT_VERSION);
+        return st;
     }
     *manifest = m;
     return MT_OK;
@@ -365,19 +478,6 @@ static mt_status find_blob(const char *dir, const char *name, uint64_t *bytes, u
     }
     json_decref(manifest);
     return st;
-}
-
-static mt_status read_all(int fd, void *dst, size_t bytes, const char *path) {
-    char *p = dst;
-    while (bytes > 0) {
-        ssize_t n = read(fd, p, bytes < (1u << 30) ? bytes : (1u << 30));
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) return mt_fail(MT_ERR_IO, "%s: read failed: %s", path, strerror(errno));
-        if (n == 0) return mt_fail(MT_ERR_INVALID, "%s: ends early", path);
-        p += n;
-        bytes -= (size_t)n;
-    }
-    return MT_OK;
 }
 
 /* Header and file size checks; leaves fd at the payload. */
@@ -561,19 +661,42 @@ mt_status mt_checkpoint_list(const char *run_dir, mt_ckpt_entry **entries, int *
     return MT_OK;
 }
 
-mt_status mt_checkpoint_keep(const char *run_dir, int keep) {
+mt_status mt_checkpoint_keep(const char *run_dir, int keep, int64_t spare_step, int64_t upto_step) {
     if (keep < 1) return mt_fail(MT_ERR_INVALID, "%s: must keep at least one checkpoint, not %d",
                                  run_dir, keep);
     mt_ckpt_entry *entries;
     int count;
     MT_TRY(mt_checkpoint_list(run_dir, &entries, &count));
     mt_status st = MT_OK;
-    for (int i = keep; st == MT_OK && i < count; i++) st = remove_flat_dir(entries[i].path);
+    int kept = 0;
+    for (int i = 0; st == MT_OK && i < count; i++) {
+        if (entries[i].step > upto_step || entries[i].step == spare_step || kept++ < keep) continue;
+        st = remove_checkpoint_dir(entries[i].path);
+    }
     mt_checkpoint_list_free(entries, count);
     return st;
 }
 
-/* The step of a leftover "ckpt-<digits><suffix>*" (suffix ".tmp-" or ".old-"), or -1. */
+mt_status mt_checkpoint_update_meta(const char *dir, const json_t *meta) {
+    json_t *manifest;
+    MT_TRY(load_manifest(dir, &manifest));
+    char path[PATH_MAX], tmp[PATH_MAX];
+    mt_status st = join(path, dir, MANIFEST);
+    if (st == MT_OK) st = join(tmp, dir, MANIFEST ".tmp");
+    if (st == MT_OK && json_object_set_new(manifest, "meta", json_deep_copy(meta)) != 0)
+        st = mt_fail(MT_ERR_NOMEM, "%s: cannot build the manifest", path);
+    if (st == MT_OK && unlink(tmp) != 0 && errno != ENOENT)
+        st = mt_fail(MT_ERR_IO, "%s: cannot delete: %s", tmp, strerror(errno));
+    if (st == MT_OK) st = write_manifest_file(tmp, manifest);
+    if (st == MT_OK && rename(tmp, path) != 0)
+        st = mt_fail(MT_ERR_IO, "%s: cannot rename %s into place: %s", path, tmp, strerror(errno));
+    if (st == MT_OK) st = fsync_dir(dir);
+    if (st != MT_OK) unlink(tmp);
+    json_decref(manifest);
+    return st;
+}
+
+/* The step of a leftover "ckpt-<digits><suffix>*" (suffix ".tmp-", ".old-" or ".deleting-"), or -1. */
 static int64_t leftover_step(const char *name, const char *suffix) {
     const char *at = strstr(name, suffix);
     if (!at || (size_t)(at - name) >= 64) return -1;
@@ -583,34 +706,41 @@ static int64_t leftover_step(const char *name, const char *suffix) {
     return checkpoint_step(base);
 }
 
-/* A checkpoint directory without its manifest: a delete cut short (a write never leaves one, it
- * renames a complete directory into place). */
-static mt_status remove_if_incomplete(const char *run_dir, const char *name) {
+/* A checkpoint directory without its manifest is not ours to delete: no write or deletion of
+ * this protocol leaves one (a deletion renames first). It is reported and left alone. */
+static mt_status report_incomplete(const char *run_dir, const char *name) {
     char path[PATH_MAX], manifest[PATH_MAX];
     struct stat st;
     if (checkpoint_step(name) < 0) return MT_OK;
     MT_TRY(join(path, run_dir, name));
     MT_TRY(join(manifest, path, MANIFEST));
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode) || access(manifest, F_OK) == 0) return MT_OK;
-    mt_log_info("%s: removing a checkpoint whose deletion was cut short", path);
-    return remove_flat_dir(path);
+    if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode) || access(manifest, F_OK) == 0) return MT_OK;
+    mt_log_warn("%s: a checkpoint directory without a manifest (incomplete, or not megatrain's): left alone", path);
+    return MT_OK;
 }
 
-/* An unfinished write's temporary directory, or an old checkpoint moved aside for a replacement. */
+/* An unfinished write's temporary directory, a deletion cut short, or an old checkpoint moved
+ * aside for a replacement. */
 static mt_status tidy_leftover(const char *run_dir, const char *name) {
     int64_t tmp = leftover_step(name, ".tmp-"), old = leftover_step(name, ".old-");
-    if (tmp < 0 && old < 0) return MT_OK;
+    int64_t doomed = leftover_step(name, DELETING);
+    if (tmp < 0 && old < 0 && doomed < 0) return MT_OK;
     char path[PATH_MAX], target[PATH_MAX], manifest[PATH_MAX];
     MT_TRY(join(path, run_dir, name));
-    if (tmp >= 0) {
-        mt_log_info("%s: removing an unfinished checkpoint write", path);
-        return remove_flat_dir(path);
+    if (tmp >= 0 || doomed >= 0) {
+        mt_log_info("%s: removing %s", path, tmp >= 0 ? "an unfinished checkpoint write" : "a checkpoint whose deletion was cut short");
+        return remove_files_and_dir(path);
     }
     MT_TRY(mt_checkpoint_path(target, sizeof target, run_dir, old));
     MT_TRY(join(manifest, target, MANIFEST));
     if (access(manifest, F_OK) == 0) {
         mt_log_info("%s: removing a replaced checkpoint", path);
-        return remove_flat_dir(path);
+        return remove_files_and_dir(path);
+    }
+    struct stat st;
+    if (lstat(target, &st) == 0) {
+        mt_log_warn("%s: a checkpoint moved aside, but %s holds something else: both left alone", path, target);
+        return MT_OK;
     }
     if (rename(path, target) != 0)
         return mt_fail(MT_ERR_IO, "%s: cannot restore it as %s: %s", path, target, strerror(errno));
@@ -619,16 +749,14 @@ static mt_status tidy_leftover(const char *run_dir, const char *name) {
 }
 
 mt_status mt_checkpoint_tidy(const char *run_dir) {
-    /* Two passes: an incomplete ckpt-N must be gone before an old ckpt-N can be renamed back. */
-    for (int pass = 0; pass < 2; pass++) {
-        DIR *d = opendir(run_dir);
-        if (!d && errno == ENOENT) return MT_OK;
-        if (!d) return mt_fail(MT_ERR_IO, "%s: cannot open run directory: %s", run_dir, strerror(errno));
-        mt_status st = MT_OK;
-        for (struct dirent *e; st == MT_OK && (e = readdir(d));)
-            st = pass == 0 ? remove_if_incomplete(run_dir, e->d_name) : tidy_leftover(run_dir, e->d_name);
-        closedir(d);
-        MT_TRY(st);
+    DIR *d = opendir(run_dir);
+    if (!d && errno == ENOENT) return MT_OK;
+    if (!d) return mt_fail(MT_ERR_IO, "%s: cannot open run directory: %s", run_dir, strerror(errno));
+    mt_status st = MT_OK;
+    for (struct dirent *e; st == MT_OK && (e = readdir(d));) {
+        st = tidy_leftover(run_dir, e->d_name);
+        if (st == MT_OK) st = report_incomplete(run_dir, e->d_name);
     }
-    return MT_OK;
+    closedir(d);
+    return st;
 }

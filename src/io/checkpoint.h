@@ -2,13 +2,26 @@
  *
  *   <dir>/<name>.bin     one per blob: header (magic "MTCKBLOB", version, header size, payload
  *                        size) then the payload bytes, in host byte order
- *   <dir>/manifest.json  written last: {"format", "version", "meta": {...}, "blobs": [{"name",
- *                        "file", "bytes", "xxh64"}]}; a directory without it is incomplete
+ *   <dir>/manifest.json  written last: {"blobs": [{"name", "file", "bytes", "xxh64"}], "format",
+ *                        "meta": {...}, "version": 2, "manifest_xxh64"}; the last member is the
+ *                        XXH64 of every byte of the file before it, so the manifest's own fields
+ *                        (the step and settings in "meta" among them) are checked like the blobs
  *
- * A write fills "<dir>.tmp-XXXXXX" beside the target, fsyncs every file and the directory, then
- * renames it into place (an existing target is first renamed aside, and deleted after) and
- * fsyncs the parent. A crash at any moment leaves either the old or the new checkpoint whole.
- * The engine decides what the blobs are (master weights, Adam moments, ...). */
+ * The protocol of a run directory (docs/checkpoints.md says the same for users):
+ *   - A write fills "<dir>.tmp-XXXXXX" beside the target, fsyncs every file and the directory,
+ *     then renames it into place and fsyncs the parent. An existing complete checkpoint at the
+ *     target is first renamed to "<dir>.old-XXXXXX" and deleted once the new one is in place; an
+ *     existing directory that is not a complete checkpoint is never replaced (the write fails).
+ *   - A deletion first renames the checkpoint to "<dir>.deleting-XXXXXX" (durably), then deletes
+ *     its files. The name is the marker that proves a leftover to be a deletion cut short.
+ *   - A directory "ckpt-<step>" with a manifest is a checkpoint; one without is incomplete and is
+ *     never listed, resumed from or deleted: no write or deletion above leaves one, so it is
+ *     someone else's (a copy in progress, a user's) and is reported and left alone.
+ *   - Tidying after a crash removes "*.tmp-*" and "*.deleting-*" directories, removes an ".old-"
+ *     one whose target is complete, and renames it back when the target is missing.
+ *   - A run holds the directory's lock (train/run_lock.h) while it reads or writes any of this.
+ * A crash at any moment leaves the previous checkpoint or the new one whole. The engine decides
+ * what the blobs are (master weights, Adam moments, ...). */
 #ifndef MT_IO_CHECKPOINT_H
 #define MT_IO_CHECKPOINT_H
 
@@ -45,6 +58,8 @@ mt_status mt_checkpoint_begin(mt_ckpt_writer **writer, const char *dir, const mt
 mt_status mt_checkpoint_append(mt_ckpt_writer *writer, int blob, const void *data, size_t bytes);
 /* Fails when a blob got fewer bytes than declared. Frees the writer either way. */
 mt_status mt_checkpoint_finish(mt_ckpt_writer *writer, const json_t *meta);
+/* Gives up a write in progress: the temp dir goes and the writer is freed. */
+void mt_checkpoint_abandon(mt_ckpt_writer *writer);
 
 /* Reads blob `name` into dst, which must be exactly `bytes` long; verifies header, size and
  * checksum and names the file on any mismatch. */
@@ -70,13 +85,19 @@ typedef struct {
 mt_status mt_checkpoint_list(const char *run_dir, mt_ckpt_entry **entries, int *count);
 void mt_checkpoint_list_free(mt_ckpt_entry *entries, int count);
 
-/* Deletes all but the newest `keep` (>= 1) complete checkpoints under run_dir. */
-mt_status mt_checkpoint_keep(const char *run_dir, int keep);
+/* Deletes all but the newest `keep` (>= 1) complete checkpoints of steps up to `upto_step` under
+ * run_dir, sparing the one of step `spare_step` (-1: none) wherever it stands. Checkpoints past
+ * upto_step (of a stretch of the run abandoned by a resume from an older one) are left alone. */
+mt_status mt_checkpoint_keep(const char *run_dir, int keep, int64_t spare_step, int64_t upto_step);
 
-/* Tidies what a crash during a write can leave under run_dir: temporary directories of
- * unfinished writes ("ckpt-N.tmp-*") are deleted; an old checkpoint moved aside for its
- * replacement ("ckpt-N.old-*") is deleted when ckpt-N is complete, else renamed back. Each action
- * is logged. */
+/* Replaces the metadata of the checkpoint `dir` (the manifest is rewritten beside itself, sealed,
+ * and renamed over the old one: a crash leaves one or the other). */
+mt_status mt_checkpoint_update_meta(const char *dir, const json_t *meta);
+
+/* Tidies what a crash can leave under run_dir (see the protocol above): unfinished writes
+ * ("ckpt-N.tmp-*") and deletions cut short ("ckpt-N.deleting-*") are deleted; an old checkpoint
+ * moved aside for its replacement ("ckpt-N.old-*") is deleted when ckpt-N is complete, else
+ * renamed back. A "ckpt-N" without a manifest is reported and left alone. Each action is logged. */
 mt_status mt_checkpoint_tidy(const char *run_dir);
 
 #endif

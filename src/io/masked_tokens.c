@@ -40,46 +40,52 @@ static mt_status check_fields(const char *path, const int32_t *h) {
     return MT_OK;
 }
 
-mt_status mt_masked_shard_parse(const char *path, mt_tokens *t) {
-    if (t->map_bytes < MT_MASKED_HEADER_BYTES)
-        return mt_fail(MT_ERR_INVALID, "%s: truncated masked shard header: %zu bytes, need %d", path,
-                       t->map_bytes, MT_MASKED_HEADER_BYTES);
+mt_status mt_masked_shard_parse(const char *path, const void *head, size_t head_len, size_t size,
+                                mt_masked_layout *layout) {
+    if (head_len < MT_MASKED_HEADER_BYTES)
+        return mt_fail(MT_ERR_INVALID, "%s: truncated masked shard header: %zu bytes, need %d", path, size,
+                       MT_MASKED_HEADER_BYTES);
     int32_t h[MT_MASKED_HEADER_BYTES / 4];
-    memcpy(h, t->map, sizeof h);
+    memcpy(h, head, sizeof h);
     MT_TRY(check_fields(path, h));
     uint64_t count = (uint64_t)(uint32_t)h[H_COUNT_LO] | (uint64_t)(uint32_t)h[H_COUNT_HI] << 32;
     size_t width = (size_t)h[H_WIDTH];
     if (count == 0) return mt_fail(MT_ERR_INVALID, "%s: masked shard holds no tokens", path);
-    size_t payload = t->map_bytes - MT_MASKED_HEADER_BYTES;
+    size_t payload = size - MT_MASKED_HEADER_BYTES;
     /* The division first: a count near 2^64 must not wrap the product. */
     if (count > payload / (width + 1) || payload != count * (width + 1))
         return mt_fail(MT_ERR_INVALID,
                        "%s: file is %zu bytes but its header promises %llu tokens (%zu-byte ids and a mask "
                        "byte each after a %d-byte header)",
-                       path, t->map_bytes, (unsigned long long)count, width, MT_MASKED_HEADER_BYTES);
-    const unsigned char *ids = (const unsigned char *)t->map + MT_MASKED_HEADER_BYTES;
-    const uint8_t *mask = ids + count * width;
-    for (size_t i = 0; i < count; i++)
-        if (mask[i] > 1)
-            return mt_fail(MT_ERR_INVALID, "%s: mask byte of token %zu is %u (0 or 1)", path, i, mask[i]);
-    t->ids = ids;
-    t->mask = mask;
-    t->count = count;
-    t->width = (int)width;
-    t->format = MT_TOKENS_MASKED;
+                       path, size, (unsigned long long)count, width, MT_MASKED_HEADER_BYTES);
+    *layout = (mt_masked_layout){.count = count, .width = (int)width, .data_offset = MT_MASKED_HEADER_BYTES,
+                                 .mask_offset = MT_MASKED_HEADER_BYTES + count * width};
     return MT_OK;
 }
 
+/* The most mask bytes read at once. */
+#define MASK_PIECE 4096
+
 void mt_tokens_mask_targets(const mt_tokens *tokens, size_t start, size_t n, int32_t *targets) {
-    if (!tokens->mask) return;
-    for (size_t k = 0; k < n; k++)
-        if (!tokens->mask[start + k]) targets[k] = -1;
+    if (tokens->format != MT_TOKENS_MASKED) return;
+    uint8_t mask[MASK_PIECE];
+    for (size_t at = 0; at < n; at += MASK_PIECE) {
+        size_t k = n - at < MASK_PIECE ? n - at : MASK_PIECE;
+        mt_tokens_copy_mask(tokens, start + at, k, mask);
+        for (size_t i = 0; i < k; i++)
+            if (!mask[i]) targets[at + i] = -1;
+    }
 }
 
 size_t mt_tokens_loss_count(const mt_tokens *tokens) {
-    if (!tokens->mask) return tokens->count;
+    if (tokens->format != MT_TOKENS_MASKED) return tokens->count;
+    uint8_t mask[MASK_PIECE];
     size_t n = 0;
-    for (size_t i = 0; i < tokens->count; i++) n += tokens->mask[i];
+    for (size_t at = 0; at < tokens->count; at += MASK_PIECE) {
+        size_t k = tokens->count - at < MASK_PIECE ? tokens->count - at : MASK_PIECE;
+        mt_tokens_copy_mask(tokens, at, k, mask);
+        for (size_t i = 0; i < k; i++) n += mask[i];
+    }
     return n;
 }
 

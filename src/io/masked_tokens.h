@@ -30,9 +30,18 @@
 /* Whether the first bytes of a file are a masked shard's magic. */
 bool mt_masked_shard_magic(const void *bytes, size_t size);
 
-/* Reads a masked shard from the mapped file in t->map (t->map_bytes): sets ids, mask, count,
- * width and format; fails naming `path` and the field at fault. */
-mt_status mt_masked_shard_parse(const char *path, mt_tokens *t);
+/* Where a masked shard's parts lie, from its header. */
+typedef struct {
+    size_t count;
+    int width;
+    size_t data_offset, mask_offset;
+} mt_masked_layout;
+
+/* Checks a masked shard's header (the file's first head_len bytes) against the file's size and
+ * gives its layout; fails naming `path` and the field at fault. The mask bytes themselves are
+ * checked by the reader (io/tokens.c), which reads them. */
+mt_status mt_masked_shard_parse(const char *path, const void *head, size_t head_len, size_t size,
+                                mt_masked_layout *layout);
 
 /* targets[k] = -1 (ignored by the loss) where token start + k carries no loss; a no-op for a
  * source with no mask. */

@@ -4,26 +4,90 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct mt_metrics {
     FILE *file;
     char path[PATH_MAX];
 };
 
-mt_status mt_metrics_open(const char *run_dir, mt_metrics **metrics) {
+/* A line to keep: an event of a step up to `through_step`, or one without a step. A torn line
+ * (not JSON) goes. */
+static int keep_line(const char *line, int64_t through_step) {
+    json_t *event = json_loads(line, 0, NULL);
+    if (!event) return 0;
+    json_t *step = json_object_get(event, "step");
+    int keep = !json_is_number(step) || json_number_value(step) <= (double)through_step;
+    json_decref(event);
+    return keep;
+}
+
+/* Copies the lines of `in` to keep into `out`, each ending with a newline. */
+static int copy_kept(FILE *in, FILE *out, int64_t through_step) {
+    char *line = NULL;
+    size_t cap = 0;
+    int ok = 1;
+    for (ssize_t n; ok && (n = getline(&line, &cap, in)) >= 0;)
+        if (keep_line(line, through_step))
+            ok = fputs(line, out) >= 0 && (line[n - 1] == '\n' || fputc('\n', out) != EOF);
+    free(line);
+    return ok;
+}
+
+/* 1 when some line of `in` must go. */
+static int any_line_goes(FILE *in, int64_t through_step) {
+    char *line = NULL;
+    size_t cap = 0;
+    int goes = 0;
+    while (!goes && getline(&line, &cap, in) >= 0) goes = !keep_line(line, through_step);
+    free(line);
+    return goes;
+}
+
+/* Rewrites `path` with only the lines to keep, when some must go: a copy beside it, fsynced,
+ * renamed over it. A missing file is left missing. */
+static mt_status drop_lines_after(const char *path, int64_t through_step) {
+    FILE *in = fopen(path, "r");
+    if (!in && errno == ENOENT) return MT_OK;
+    if (!in) return mt_fail(MT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (!any_line_goes(in, through_step)) {
+        fclose(in);
+        return MT_OK;
+    }
+    rewind(in);
+    char tmp[PATH_MAX + 8];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *out = fopen(tmp, "w");
+    mt_status st = out ? MT_OK : mt_fail(MT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    if (st == MT_OK && (!copy_kept(in, out, through_step) || fflush(out) != 0 || fsync(fileno(out)) != 0))
+        st = mt_fail(MT_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+    if (out && fclose(out) != 0 && st == MT_OK) st = mt_fail(MT_ERR_IO, "%s: write failed: %s", tmp, strerror(errno));
+    fclose(in);
+    if (st == MT_OK && rename(tmp, path) != 0)
+        st = mt_fail(MT_ERR_IO, "%s: cannot replace it with %s: %s", path, tmp, strerror(errno));
+    if (st != MT_OK && out) unlink(tmp);
+    return st;
+}
+
+mt_status mt_metrics_open(const char *run_dir, int64_t through_step, mt_metrics **metrics) {
     mt_metrics *m = mt_calloc(1, sizeof *m, "the metrics log");
     if (!m) return MT_ERR_NOMEM;
     if (snprintf(m->path, sizeof m->path, "%s/metrics.jsonl", run_dir) >= (int)sizeof m->path) {
         free(m);
         return mt_fail(MT_ERR_INVALID, "%s: metrics path too long", run_dir);
     }
-    m->file = fopen(m->path, "a+");
-    if (!m->file) {
-        mt_status st = mt_fail(MT_ERR_IO, "%s: cannot open: %s", m->path, strerror(errno));
+    mt_status st = drop_lines_after(m->path, through_step);
+    if (st != MT_OK) {
         free(m);
         return st;
     }
-    /* A crash may have torn the last line: start the next event on a line of its own. */
+    m->file = fopen(m->path, "a+");
+    if (!m->file) {
+        st = mt_fail(MT_ERR_IO, "%s: cannot open: %s", m->path, strerror(errno));
+        free(m);
+        return st;
+    }
+    /* A torn last line that survived (nothing else had to go): start on a line of its own. */
     if (fseek(m->file, -1, SEEK_END) == 0) {
         int last = fgetc(m->file);
         fseek(m->file, 0, SEEK_END); /* C requires a seek between reading and writing */

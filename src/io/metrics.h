@@ -7,13 +7,17 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "util/status.h"
 
 typedef struct mt_metrics mt_metrics;
 
-/* Opens (creating or appending to) <run_dir>/metrics.jsonl. */
-mt_status mt_metrics_open(const char *run_dir, mt_metrics **metrics);
+/* Opens (creating or appending to) <run_dir>/metrics.jsonl, first dropping the lines of steps
+ * after `through_step` (the steps of an abandoned stretch: the run resumes from a checkpoint of
+ * that step and logs them again) and a line torn by a crash, so that the file holds each step
+ * once. The file is rewritten beside itself and renamed into place only when a line goes. */
+mt_status mt_metrics_open(const char *run_dir, int64_t through_step, mt_metrics **metrics);
 /* Appends `event` (a JSON object) as one line and flushes it. */
 mt_status mt_metrics_log(mt_metrics *metrics, const json_t *event);
 void mt_metrics_close(mt_metrics *metrics);

@@ -6,14 +6,30 @@
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define LLMC_MAGIC 20240520
 #define LLMC_HEADER_INTS 256
 #define LLMC_HEADER_BYTES (LLMC_HEADER_INTS * 4)
+/* The most of a file's head read to tell its format: an llm.c header, an .npy header. */
+#define HEAD_MAX (1 << 20)
+#define READ_PIECE (1 << 20)
+
+/* The open file behind an mt_tokens, and what it was when opened. */
+struct mt_token_reader {
+    int fd;
+    char *path;
+    size_t data_offset;       /* the first id's byte */
+    size_t mask_offset;       /* masked shards: the first mask byte */
+    off_t size;
+    struct timespec mtime;
+    mt_status error;          /* the first failed read; later reads fail the same way */
+    char message[1024];
+};
 
 static const char npy_magic[6] = {'\x93', 'N', 'U', 'M', 'P', 'Y'};
 
@@ -32,9 +48,20 @@ static bool has_suffix(const char *s, const char *suffix) {
     return n >= m && !strcmp(s + n - m, suffix);
 }
 
-/* Maps the whole file read-only; fails on a missing or empty file. */
-static mt_status map_file(const char *path, void **map, size_t *bytes) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+/* "a FIFO", "a directory": what a file that is not a regular one is. */
+static const char *file_kind(mode_t mode) {
+    if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "not a regular file";
+}
+
+/* Opens the file without blocking (a FIFO without a writer would block open(2) for ever) and
+ * refuses anything but a non-empty regular file. */
+static mt_status open_file(const char *path, mt_token_reader *r) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) return mt_fail(MT_ERR_IO, "%s: cannot open token file: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
@@ -44,27 +71,69 @@ static mt_status map_file(const char *path, void **map, size_t *bytes) {
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return mt_fail(MT_ERR_INVALID, "%s: token file is not a regular file", path);
+        return mt_fail(MT_ERR_INVALID, "%s: the token file is %s; give a regular file", path, file_kind(st.st_mode));
     }
     if (st.st_size == 0) {
         close(fd);
         return mt_fail(MT_ERR_INVALID, "%s: token file is empty", path);
     }
-    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int err = errno;
-    close(fd);
-    if (p == MAP_FAILED) return mt_fail(MT_ERR_IO, "%s: cannot map token file: %s", path, strerror(err));
-    *map = p;
-    *bytes = (size_t)st.st_size;
+    r->fd = fd;
+    r->size = st.st_size;
+    r->mtime = st.st_mtim;
     return MT_OK;
 }
 
-static mt_status open_llmc(const char *path, mt_tokens *t) {
-    if (t->map_bytes < LLMC_HEADER_BYTES)
+/* Sets the reader's error (first one wins) and returns it. */
+static mt_status read_failed(mt_token_reader *r, mt_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static mt_status read_failed(mt_token_reader *r, mt_status status, const char *fmt, ...) {
+    if (r->error == MT_OK) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(r->message, sizeof r->message, fmt, ap);
+        va_end(ap);
+        r->error = status;
+    }
+    return mt_fail(r->error, "%s", r->message);
+}
+
+/* Reads `bytes` at `offset`, after checking that the file is still what it was when opened. */
+static mt_status read_at(mt_token_reader *r, size_t offset, void *dst, size_t bytes) {
+    if (r->error != MT_OK) return mt_fail(r->error, "%s", r->message);
+    struct stat st;
+    if (fstat(r->fd, &st) != 0)
+        return read_failed(r, MT_ERR_IO, "%s: cannot stat token file: %s", r->path, strerror(errno));
+    if (st.st_size != r->size || st.st_mtim.tv_sec != r->mtime.tv_sec || st.st_mtim.tv_nsec != r->mtime.tv_nsec)
+        return read_failed(r, MT_ERR_IO, "%s changed while the run was reading it (%lld bytes when opened, %lld "
+                           "now%s): stopping rather than training on other data; restore the file, or start "
+                           "over with the new one", r->path, (long long)r->size, (long long)st.st_size,
+                           st.st_size == r->size ? ", modified since" : "");
+    for (char *p = dst; bytes > 0;) {
+        ssize_t n = pread(r->fd, p, bytes, (off_t)offset);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return read_failed(r, MT_ERR_IO, "%s: read failed at byte %zu: %s", r->path, offset, strerror(errno));
+        if (n == 0)
+            return read_failed(r, MT_ERR_IO, "%s: ends at byte %zu while the run was reading it (it was %lld bytes "
+                               "when opened): the file was cut short", r->path, offset, (long long)r->size);
+        p += n;
+        offset += (size_t)n;
+        bytes -= (size_t)n;
+    }
+    return MT_OK;
+}
+
+/* The first bytes of a file (len of them, at most HEAD_MAX) and its size. */
+typedef struct {
+    const unsigned char *b;
+    size_t len, size;
+} file_head;
+
+static mt_status open_llmc(const char *path, const file_head *h, mt_tokens *t, size_t *data_offset) {
+    if (h->size < LLMC_HEADER_BYTES)
         return mt_fail(MT_ERR_INVALID, "%s: truncated llm.c header: %zu bytes, need %d", path,
-                       t->map_bytes, LLMC_HEADER_BYTES);
+                       h->size, LLMC_HEADER_BYTES);
     int32_t header[3];
-    memcpy(header, t->map, sizeof header);
+    memcpy(header, h->b, sizeof header);
     if (header[0] != LLMC_MAGIC)
         return mt_fail(MT_ERR_INVALID, "%s: bad llm.c magic %d (expected %d)", path, header[0],
                        LLMC_MAGIC);
@@ -77,12 +146,12 @@ static mt_status open_llmc(const char *path, mt_tokens *t) {
     t->width = header[1] == 1 ? 2 : 4;
     t->count = (size_t)header[2];
     size_t expected = LLMC_HEADER_BYTES + t->count * (size_t)t->width;
-    if (t->map_bytes != expected)
+    if (h->size != expected)
         return mt_fail(MT_ERR_INVALID,
                        "%s: file is %zu bytes but its header promises %zu (%zu tokens of %d bytes "
                        "after a %d-byte header)",
-                       path, t->map_bytes, expected, t->count, t->width, LLMC_HEADER_BYTES);
-    t->ids = (const char *)t->map + LLMC_HEADER_BYTES;
+                       path, h->size, expected, t->count, t->width, LLMC_HEADER_BYTES);
+    *data_offset = LLMC_HEADER_BYTES;
     t->format = MT_TOKENS_LLMC;
     return MT_OK;
 }
@@ -180,22 +249,25 @@ static bool parse_npy_dict(npy_header *h) {
     return h->p == h->end && h->seen_descr && h->seen_order && h->seen_shape;
 }
 
-static mt_status open_npy(const char *path, mt_tokens *t) {
-    const unsigned char *b = t->map;
-    int major = t->map_bytes >= 8 ? b[6] : 0;
-    if (t->map_bytes >= 8 && (major < 1 || major > 3))
+static mt_status open_npy(const char *path, const file_head *fh, mt_tokens *t, size_t *data_offset) {
+    const unsigned char *b = fh->b;
+    int major = fh->size >= 8 ? b[6] : 0;
+    if (fh->size >= 8 && (major < 1 || major > 3))
         return mt_fail(MT_ERR_INVALID, "%s: unsupported npy format version %d.%d", path, major, b[7]);
     size_t len_bytes = major == 1 ? 2 : 4; /* the header length field grew in version 2 */
-    if (t->map_bytes < 8 + len_bytes)
-        return mt_fail(MT_ERR_INVALID, "%s: truncated npy preamble (%zu bytes)", path, t->map_bytes);
+    if (fh->size < 8 + len_bytes)
+        return mt_fail(MT_ERR_INVALID, "%s: truncated npy preamble (%zu bytes)", path, fh->size);
     size_t header_len = major == 1 ? (size_t)b[8] | (size_t)b[9] << 8
                                    : (size_t)b[8] | (size_t)b[9] << 8 | (size_t)b[10] << 16 |
                                          (size_t)b[11] << 24;
-    size_t data_offset = 8 + len_bytes + header_len;
-    if (data_offset > t->map_bytes)
+    size_t offset = 8 + len_bytes + header_len;
+    if (offset > fh->size)
         return mt_fail(MT_ERR_INVALID, "%s: truncated npy header: needs %zu bytes, file has %zu",
-                       path, data_offset, t->map_bytes);
-    npy_header h = {.p = (const char *)b + 8 + len_bytes, .end = (const char *)b + data_offset};
+                       path, offset, fh->size);
+    if (offset > fh->len)
+        return mt_fail(MT_ERR_INVALID, "%s: npy header of %zu bytes: more than the %d this reader takes", path,
+                       header_len, HEAD_MAX);
+    npy_header h = {.p = (const char *)b + 8 + len_bytes, .end = (const char *)b + offset};
     if (!parse_npy_dict(&h))
         return mt_fail(MT_ERR_INVALID,
                        "%s: malformed npy header near byte %zu (expected {'descr': ..., "
@@ -211,61 +283,143 @@ static mt_status open_npy(const char *path, mt_tokens *t) {
     t->width = h.descr[2] - '0';
     t->count = h.shape[0];
     if (t->count == 0) return mt_fail(MT_ERR_INVALID, "%s: npy array holds no tokens", path);
-    size_t payload = t->map_bytes - data_offset;
+    size_t payload = fh->size - offset;
     if (t->count > payload / (size_t)t->width || payload != t->count * (size_t)t->width)
         return mt_fail(MT_ERR_INVALID,
                        "%s: npy payload is %zu bytes but the header promises %llu tokens of %d bytes",
                        path, payload, (unsigned long long)h.shape[0], t->width);
-    t->ids = b + data_offset;
+    *data_offset = offset;
     t->format = MT_TOKENS_NPY;
     return MT_OK;
 }
 
-mt_status mt_tokens_open(const char *path, mt_tokens *tokens) {
-    mt_tokens t = {0};
-    MT_TRY(map_file(path, &t.map, &t.map_bytes));
+/* Tells the format from the file's head and sets count, width and where the ids start. */
+static mt_status read_format(const char *path, const file_head *h, mt_tokens *t, size_t *data_offset) {
     int32_t first = 0;
-    memcpy(&first, t.map, t.map_bytes < 4 ? t.map_bytes : 4);
-    mt_status st;
-    if (t.map_bytes >= 6 && !memcmp(t.map, npy_magic, sizeof npy_magic)) {
-        st = open_npy(path, &t);
-    } else if (mt_masked_shard_magic(t.map, t.map_bytes)) {
-        st = mt_masked_shard_parse(path, &t);
-    } else if (first == LLMC_MAGIC || has_suffix(path, ".bin")) {
-        st = open_llmc(path, &t);
-    } else if (has_suffix(path, ".npy")) {
-        st = mt_fail(MT_ERR_INVALID, "%s: not an npy file (bad magic)", path);
-    } else {
-        t.ids = t.map;
-        t.count = t.map_bytes;
-        t.width = 1;
-        t.format = MT_TOKENS_TEXT;
-        st = MT_OK;
+    memcpy(&first, h->b, h->len < 4 ? h->len : 4);
+    if (h->len >= 6 && !memcmp(h->b, npy_magic, sizeof npy_magic)) return open_npy(path, h, t, data_offset);
+    if (mt_masked_shard_magic(h->b, h->len)) {
+        mt_masked_layout m;
+        MT_TRY(mt_masked_shard_parse(path, h->b, h->len, h->size, &m));
+        t->count = m.count;
+        t->width = m.width;
+        t->format = MT_TOKENS_MASKED;
+        t->reader->mask_offset = m.mask_offset;
+        *data_offset = m.data_offset;
+        return MT_OK;
     }
-    if (st != MT_OK) {
-        mt_tokens_close(&t);
-        return st;
-    }
-    *tokens = t;
+    if (first == LLMC_MAGIC || has_suffix(path, ".bin")) return open_llmc(path, h, t, data_offset);
+    if (has_suffix(path, ".npy")) return mt_fail(MT_ERR_INVALID, "%s: not an npy file (bad magic)", path);
+    t->count = h->size;
+    t->width = 1;
+    t->format = MT_TOKENS_TEXT;
+    *data_offset = 0;
     return MT_OK;
+}
+
+/* A masked shard's mask bytes are each 0 or 1: all read once, a piece at a time, when opened. */
+static mt_status check_mask(const mt_tokens *t, const char *path) {
+    uint8_t *piece = malloc(READ_PIECE);
+    if (!piece) return mt_fail(MT_ERR_NOMEM, "%s: cannot allocate a read buffer", path);
+    mt_status st = MT_OK;
+    for (size_t at = 0; st == MT_OK && at < t->count; at += READ_PIECE) {
+        size_t n = t->count - at < READ_PIECE ? t->count - at : READ_PIECE;
+        st = read_at(t->reader, t->reader->mask_offset + at, piece, n);
+        for (size_t k = 0; st == MT_OK && k < n; k++)
+            if (piece[k] > 1)
+                st = mt_fail(MT_ERR_INVALID, "%s: mask byte of token %zu is %u (0 or 1)", path, at + k, piece[k]);
+    }
+    free(piece);
+    return st;
+}
+
+mt_status mt_tokens_open(const char *path, mt_tokens *tokens) {
+    *tokens = (mt_tokens){0};
+    mt_token_reader *r = calloc(1, sizeof *r);
+    if (r) r->path = strdup(path);
+    if (!r || !r->path) {
+        free(r);
+        return mt_fail(MT_ERR_NOMEM, "%s: cannot open token file: out of memory", path);
+    }
+    r->fd = -1;
+    tokens->reader = r;
+    mt_status st = open_file(path, r);
+    file_head h = {.size = (size_t)r->size};
+    h.len = h.size < HEAD_MAX ? h.size : HEAD_MAX;
+    unsigned char *head = st == MT_OK ? malloc(h.len) : NULL;
+    if (st == MT_OK && !head) st = mt_fail(MT_ERR_NOMEM, "%s: cannot allocate %zu bytes", path, h.len);
+    if (st == MT_OK) st = read_at(r, 0, head, h.len);
+    h.b = head;
+    if (st == MT_OK) st = read_format(path, &h, tokens, &r->data_offset);
+    free(head);
+    if (st == MT_OK && tokens->format == MT_TOKENS_MASKED) st = check_mask(tokens, path);
+    if (st != MT_OK) mt_tokens_close(tokens);
+    return st;
 }
 
 void mt_tokens_close(mt_tokens *tokens) {
-    if (tokens->map) munmap(tokens->map, tokens->map_bytes);
+    mt_token_reader *r = tokens->reader;
+    if (r) {
+        if (r->fd >= 0) close(r->fd);
+        free(r->path);
+        free(r);
+    }
     *tokens = (mt_tokens){0};
 }
 
+/* Reads ids [start, start + n) into dst, widened in place from the back of dst's bytes: id k is
+ * read before dst[k] is written, and dst[k] never reaches an id not yet read. */
+static mt_status read_ids(const mt_tokens *t, size_t start, size_t n, int32_t *dst) {
+    size_t w = (size_t)t->width, bytes = n * w;
+    unsigned char *raw = (unsigned char *)dst + n * sizeof *dst - bytes;
+    MT_TRY(read_at(t->reader, t->reader->data_offset + start * w, raw, bytes));
+    for (size_t k = 0; k < n; k++) {
+        const unsigned char *p = raw + k * w;
+        uint32_t id = w == 1 ? p[0] : w == 2 ? (uint32_t)p[0] | (uint32_t)p[1] << 8
+                                             : (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                                                   (uint32_t)p[3] << 24;
+        dst[k] = (int32_t)id;
+    }
+    return MT_OK;
+}
+
 void mt_tokens_copy(const mt_tokens *tokens, size_t start, size_t n, int32_t *dst) {
-    for (size_t k = 0; k < n; k++) dst[k] = (int32_t)mt_tokens_get(tokens, start + k);
+    if (read_ids(tokens, start, n, dst) != MT_OK) memset(dst, 0, n * sizeof *dst);
+}
+
+uint32_t mt_tokens_get(const mt_tokens *tokens, size_t i) {
+    int32_t id;
+    mt_tokens_copy(tokens, i, 1, &id);
+    return (uint32_t)id;
+}
+
+void mt_tokens_copy_mask(const mt_tokens *tokens, size_t start, size_t n, uint8_t *dst) {
+    if (tokens->format != MT_TOKENS_MASKED) {
+        memset(dst, 1, n);
+        return;
+    }
+    if (read_at(tokens->reader, tokens->reader->mask_offset + start, dst, n) != MT_OK) memset(dst, 0, n);
+}
+
+mt_status mt_tokens_status(const mt_tokens *tokens) {
+    const mt_token_reader *r = tokens->reader;
+    if (!r) return mt_fail(MT_ERR_INVALID, "token file not open");
+    return r->error == MT_OK ? MT_OK : mt_fail(r->error, "%s", r->message);
 }
 
 mt_status mt_tokens_validate(const mt_tokens *tokens, uint32_t vocab_size, const char *name) {
-    for (size_t i = 0; i < tokens->count; i++) {
-        uint32_t id = mt_tokens_get(tokens, i);
-        if (id >= vocab_size)
-            return mt_fail(MT_ERR_INVALID,
-                           "%s: token %u at position %zu is outside the vocabulary of %u", name,
-                           id, i, vocab_size);
+    enum { PIECE = READ_PIECE / 4 };
+    int32_t *ids = malloc(PIECE * sizeof *ids);
+    if (!ids) return mt_fail(MT_ERR_NOMEM, "%s: cannot allocate a read buffer", name);
+    mt_status st = MT_OK;
+    for (size_t at = 0; st == MT_OK && at < tokens->count; at += PIECE) {
+        size_t n = tokens->count - at < PIECE ? tokens->count - at : PIECE;
+        st = read_ids(tokens, at, n, ids);
+        for (size_t k = 0; st == MT_OK && k < n; k++)
+            if ((uint32_t)ids[k] >= vocab_size)
+                st = mt_fail(MT_ERR_INVALID, "%s: token %u at position %zu is outside the vocabulary of %u", name,
+                             (uint32_t)ids[k], at + k, vocab_size);
     }
-    return MT_OK;
+    free(ids);
+    return st;
 }

@@ -78,18 +78,25 @@ const char *mt_config_preset_names(void) {
         if (!(cond)) return mt_fail(MT_ERR_INVALID, __VA_ARGS__);    \
     } while (0)
 
+/* `value` of config field `name` in [lo, hi]. */
+static mt_status in_range(const char *name, int value, int lo, int hi) {
+    if (value >= lo && value <= hi) return MT_OK;
+    if (value < 1 && lo == 1) return mt_fail(MT_ERR_INVALID, "%s must be positive, got %d", name, value);
+    return mt_fail(MT_ERR_INVALID, "%s must be from %d to %d, got %d", name, lo, hi, value);
+}
+
 mt_status mt_config_validate(const mt_config *c) {
-    REQUIRE(c->hidden_size > 0, "hidden_size must be positive, got %d", c->hidden_size);
-    REQUIRE(c->intermediate_size > 0, "intermediate_size must be positive, got %d", c->intermediate_size);
-    REQUIRE(c->num_layers > 0, "num_hidden_layers must be positive, got %d", c->num_layers);
-    REQUIRE(c->num_heads > 0, "num_attention_heads must be positive, got %d", c->num_heads);
-    REQUIRE(c->num_kv_heads > 0 && c->num_heads % c->num_kv_heads == 0,
+    MT_TRY(in_range("hidden_size", c->hidden_size, 1, MT_CONFIG_MAX_HIDDEN));
+    MT_TRY(in_range("intermediate_size", c->intermediate_size, 1, MT_CONFIG_MAX_INTERMEDIATE));
+    MT_TRY(in_range("num_hidden_layers", c->num_layers, 1, MT_CONFIG_MAX_LAYERS));
+    MT_TRY(in_range("num_attention_heads", c->num_heads, 1, MT_CONFIG_MAX_HEADS));
+    REQUIRE(c->num_kv_heads > 0 && c->num_kv_heads <= c->num_heads && c->num_heads % c->num_kv_heads == 0,
             "num_key_value_heads (%d) must divide num_attention_heads (%d)", c->num_kv_heads,
             c->num_heads);
     REQUIRE(c->head_dim > 0 && c->head_dim % 2 == 0 && c->head_dim <= 256,
             "head_dim must be even and at most 256, got %d", c->head_dim);
-    REQUIRE(c->vocab_size > 1, "vocab_size must be at least 2, got %d", c->vocab_size);
-    REQUIRE(c->max_position > 0, "max_position_embeddings must be positive, got %d", c->max_position);
+    MT_TRY(in_range("vocab_size", c->vocab_size, 2, MT_CONFIG_MAX_VOCAB));
+    MT_TRY(in_range("max_position_embeddings", c->max_position, 1, MT_CONFIG_MAX_POSITION));
     REQUIRE(c->rms_norm_eps > 0 && isfinite(c->rms_norm_eps), "rms_norm_eps must be positive, got %g",
             (double)c->rms_norm_eps);
     REQUIRE(c->rope_theta > 0 && isfinite(c->rope_theta), "rope_theta must be positive, got %g",
@@ -101,13 +108,18 @@ mt_status mt_config_validate(const mt_config *c) {
     REQUIRE(!(c->arch == MT_ARCH_QWEN3 && c->attention_bias),
             "attention_bias is not supported for Qwen3 (it adds an o_proj bias)");
     if (c->rope_scaling_factor != 0) {
-        REQUIRE(c->rope_scaling_factor >= 1, "rope_scaling.factor must be >= 1, got %g",
-                (double)c->rope_scaling_factor);
-        REQUIRE(c->rope_high_freq_factor > c->rope_low_freq_factor,
+        REQUIRE(c->rope_scaling_factor >= 1 && isfinite(c->rope_scaling_factor),
+                "rope_scaling.factor must be >= 1, got %g", (double)c->rope_scaling_factor);
+        REQUIRE(c->rope_high_freq_factor > c->rope_low_freq_factor && isfinite(c->rope_high_freq_factor) &&
+                    isfinite(c->rope_low_freq_factor),
                 "rope_scaling.high_freq_factor must exceed low_freq_factor");
-        REQUIRE(c->rope_original_max_position > 0,
-                "rope_scaling.original_max_position_embeddings must be positive");
+        MT_TRY(in_range("rope_scaling.original_max_position_embeddings", c->rope_original_max_position, 1,
+                        MT_CONFIG_MAX_POSITION));
     }
+    /* Each field within its limit, the totals below cannot overflow; the whole must stay in reach. */
+    int64_t params = mt_config_total_params(c);
+    REQUIRE(params <= MT_CONFIG_MAX_PARAMS, "the model has %lld parameters, more than the %lld this code takes",
+            (long long)params, (long long)MT_CONFIG_MAX_PARAMS);
     return MT_OK;
 }
 

@@ -37,10 +37,21 @@ mt_status mt_config_preset(const char *name, mt_config *cfg);
 /* Comma-separated preset names, for help text. */
 const char *mt_config_preset_names(void);
 
-/* Checks the shape against what the model code supports; the message names the field. */
+/* The largest shapes this code takes: every size the layout, the store and the engine compute
+ * from them stays far inside 64-bit (and their per-call counts inside 32-bit) arithmetic. */
+#define MT_CONFIG_MAX_HIDDEN (1 << 16)
+#define MT_CONFIG_MAX_INTERMEDIATE (1 << 20)
+#define MT_CONFIG_MAX_LAYERS 4096
+#define MT_CONFIG_MAX_HEADS 4096
+#define MT_CONFIG_MAX_VOCAB (1 << 24)
+#define MT_CONFIG_MAX_POSITION (1 << 24)
+#define MT_CONFIG_MAX_PARAMS ((int64_t)1 << 40)
+
+/* Checks the shape against what the model code supports, limits above included; the message
+ * names the field. */
 mt_status mt_config_validate(const mt_config *cfg);
 
-/* Parameter counts. */
+/* Parameter counts (of a validated config: they cannot overflow). */
 int64_t mt_config_block_params(const mt_config *cfg);
 int64_t mt_config_total_params(const mt_config *cfg);
 

@@ -1,5 +1,6 @@
 #include "model/layout.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,7 +8,17 @@
 /* A block's tensors at most: MT_T_ATTN_NORM .. MT_T_WD. */
 enum { BLOCK_TENSORS_MAX = MT_T_WD - MT_T_ATTN_NORM + 1 };
 
-static int64_t align_up(int64_t n) { return (n + MT_TENSOR_ALIGN - 1) / MT_TENSOR_ALIGN * MT_TENSOR_ALIGN; }
+/* Element counts in checked 64-bit arithmetic: a sum or product past INT64_MAX sets *overflow
+ * (mt_config_validate's limits keep every real model far below it). */
+static int64_t checked_add(int64_t a, int64_t b, int *overflow) {
+    int64_t r;
+    if (__builtin_add_overflow(a, b, &r)) *overflow = 1;
+    return r;
+}
+
+static int64_t align_up(int64_t n, int *overflow) {
+    return checked_add(n, MT_TENSOR_ALIGN - 1, overflow) / MT_TENSOR_ALIGN * MT_TENSOR_ALIGN;
+}
 
 static void add_tensor(mt_layout *lay, mt_unit *unit, mt_tensor_kind kind, int block, int rows,
                        int cols, int decay, const char *name) {
@@ -22,7 +33,9 @@ static void add_tensor(mt_layout *lay, mt_unit *unit, mt_tensor_kind kind, int b
     snprintf(t->name, sizeof t->name, "%s", name);
     unit->index[kind] = unit->num_tensors;
     unit->num_tensors++;
-    unit->numel += align_up((int64_t)rows * cols);
+    int64_t numel;
+    if (__builtin_mul_overflow((int64_t)rows, (int64_t)cols, &numel)) lay->overflow = 1;
+    unit->numel = checked_add(unit->numel, align_up(numel, &lay->overflow), &lay->overflow);
     lay->num_tensors++;
 }
 
@@ -41,7 +54,7 @@ mt_status mt_layout_init(mt_layout *lay, const mt_config *cfg) {
     MT_TRY(mt_config_validate(cfg));
     memset(lay, 0, sizeof *lay);
     lay->cfg = *cfg;
-    int D = cfg->hidden_size, F = cfg->intermediate_size, V = cfg->vocab_size;
+    int D = cfg->hidden_size, F = cfg->intermediate_size, V = cfg->vocab_size; /* validated: small */
     int Q = cfg->num_heads * cfg->head_dim, KV = cfg->num_kv_heads * cfg->head_dim;
     lay->num_units = cfg->num_layers + 2;
     lay->units = mt_calloc((size_t)lay->num_units, sizeof *lay->units, "the model layout");
@@ -53,7 +66,7 @@ mt_status mt_layout_init(mt_layout *lay, const mt_config *cfg) {
     int64_t offset = 0;
     mt_unit *u = begin_unit(lay, 0, MT_UNIT_EMBED, -1, offset);
     add_tensor(lay, u, MT_T_WTE, -1, V, D, 1, "model.embed_tokens.weight");
-    offset += u->numel;
+    offset = checked_add(offset, u->numel, &lay->overflow);
     for (int l = 0; l < cfg->num_layers; l++) {
         char name[64];
         u = begin_unit(lay, 1 + l, MT_UNIT_BLOCK, l, offset);
@@ -80,13 +93,19 @@ mt_status mt_layout_init(mt_layout *lay, const mt_config *cfg) {
         T(MT_T_WD, D, F, 1, "mlp.down_proj.weight");
 #undef T
         if (u->numel > lay->max_block_numel) lay->max_block_numel = u->numel;
-        offset += u->numel;
+        offset = checked_add(offset, u->numel, &lay->overflow);
     }
     u = begin_unit(lay, lay->num_units - 1, MT_UNIT_HEAD, -1, offset);
     add_tensor(lay, u, MT_T_FINAL_NORM, -1, D, 1, 0, "model.norm.weight");
     if (!cfg->tie_embeddings) add_tensor(lay, u, MT_T_LM_HEAD, -1, V, D, 1, "lm_head.weight");
-    offset += u->numel;
+    offset = checked_add(offset, u->numel, &lay->overflow);
     lay->total_numel = offset;
+    /* Bytes of a store class (4 a parameter) and their sums must stay in range too. */
+    if (lay->overflow || offset > INT64_MAX / 64) {
+        mt_layout_free(lay);
+        return mt_fail(MT_ERR_INVALID, "the model is too large to lay out: its element count overflows 64-bit "
+                       "arithmetic");
+    }
     return MT_OK;
 }
 

@@ -63,8 +63,10 @@ typedef struct {
     mt_tensor *tensors;
     int64_t total_numel;  /* with padding: the size of one store class, in elements */
     int64_t max_block_numel;
+    int overflow;         /* mt_layout_init's checked arithmetic overflowed (it then fails) */
 } mt_layout;
 
+/* Validates cfg (mt_config_validate) and lays it out, every count in checked 64-bit arithmetic. */
 mt_status mt_layout_init(mt_layout *layout, const mt_config *cfg);
 void mt_layout_free(mt_layout *layout);
 

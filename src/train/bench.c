@@ -11,6 +11,7 @@
 #include "engine/engine.h"
 #include "megatrain.h"
 #include "train/backend_select.h"
+#include "train/memory_check.h"
 #include "train/options.h"
 #include "train/progress.h"
 #include "util/rng.h"
@@ -80,7 +81,11 @@ static void print_summary(FILE *out, const mt_train_options *o, const mt_backend
     json_decref(j);
 }
 
-mt_status mt_bench(const mt_train_options *o, int warmup, FILE *out, const char *json) {
+mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const char *json) {
+    mt_train_options resolved;
+    MT_TRY(mt_train_options_fresh(given, &resolved));
+    const mt_train_options *o = &resolved;
+    if (o->steps < 1) return mt_fail(MT_ERR_INVALID, "--steps %lld: bench needs at least one timed step", (long long)o->steps);
     mt_config cfg;
     MT_TRY(mt_train_model_config(o, &cfg));
     mt_layout lay;
@@ -98,17 +103,19 @@ mt_status mt_bench(const mt_train_options *o, int warmup, FILE *out, const char 
     double t1 = mt_now();
     mt_moments_format moments;
     if (rc == MT_OK) rc = mt_moments_format_parse(o->moments, &moments);
+    /* Refused up front, as train is: what the store and the engine need against what is there. */
+    if (rc == MT_OK) rc = mt_train_engine_options(o, be, &cfg, &eo);
+    if (rc == MT_OK) rc = mt_memory_check(&lay, be, &eo, moments);
     if (rc == MT_OK) rc = mt_store_create_with_moments(&store, &lay, be, moments);
     double t2 = mt_now();
     if (rc == MT_OK) {
-        mt_store_init_random(&store, o->seed);
+        mt_store_init_random(&store, (uint64_t)o->seed);
         fprintf(out, "set-up: backend %.1f s, host store %.1f s, initialization %.1f s\n", t1 - t0, t2 - t1,
                 mt_now() - t2);
-        rc = mt_train_engine_options(o, be, &cfg, &eo);
-        if (rc == MT_OK) rc = mt_engine_create(&engine, be, &store, &eo, 0);
+        rc = mt_engine_create(&engine, be, &store, &eo, 0);
     }
     if (rc == MT_OK) fprintf(out, "set-up: engine ready at %.1f s\n", mt_now() - t0);
-    mt_rng rng = {o->seed};
+    mt_rng rng = {(uint64_t)o->seed};
     double stall = 0, opt_wait = 0, opt = 0, opt_block = 0, computing = 0, idle_forward = 0, idle_backward = 0;
     double total = 0;
     for (int64_t s = 0; rc == MT_OK && s < warmup + o->steps; s++) {

@@ -4,6 +4,7 @@
 #include "io/checkpoint.h"
 #include "io/hf_model.h"
 #include "megatrain.h"
+#include "train/memory_check.h"
 #include "train/run_state.h"
 
 mt_status mt_export(const char *path, const char *out_dir, int bf16, int64_t max_shard_bytes) {
@@ -14,8 +15,10 @@ mt_status mt_export(const char *path, const char *out_dir, int bf16, int64_t max
     mt_layout layout;
     MT_TRY(mt_layout_init(&layout, &cfg));
     size_t bytes = (size_t)layout.total_numel * sizeof(float);
-    float *master = mt_malloc(bytes, "the exported master weights");
-    mt_status rc = master ? mt_checkpoint_read(checkpoint, "master", master, bytes) : MT_ERR_NOMEM;
+    mt_memory_class need = {"fp32 master weights", (int64_t)bytes};
+    mt_status rc = mt_memory_check_host("export", &need, 1);
+    float *master = rc == MT_OK ? mt_malloc(bytes, "the exported master weights") : NULL;
+    if (rc == MT_OK) rc = master ? mt_checkpoint_read(checkpoint, "master", master, bytes) : MT_ERR_NOMEM;
     if (rc == MT_OK) {
         mt_hf_export_options eo = {.dtype = bf16 ? MT_ST_BF16 : MT_ST_F32, .max_shard_bytes = max_shard_bytes};
         rc = mt_hf_export(&layout, master, out_dir, &eo);

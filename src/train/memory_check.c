@@ -1,9 +1,12 @@
 #include "train/memory_check.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/store.h"
+#include "util/log.h"
+#include "util/size.h"
 
 static double gb(int64_t bytes) { return (double)bytes / 1e9; }
 
@@ -19,10 +22,10 @@ static int64_t meminfo_available(void) {
     return kib < 0 ? -1 : (int64_t)kib * 1024;
 }
 
-/* A one-number file under the process's cgroup v2 directory; -1 when absent or "max". */
-static int64_t cgroup_value(const char *cgroup, const char *file) {
+/* A one-number file of a cgroup v2 directory; -1 when absent or "max". */
+static int64_t cgroup_value(const char *dir, const char *file) {
     char path[4096 + 64];
-    snprintf(path, sizeof path, "/sys/fs/cgroup%s/%s", cgroup, file);
+    snprintf(path, sizeof path, "%s/%s", dir, file);
     FILE *f = fopen(path, "r");
     if (!f) return -1;
     long long v = -1;
@@ -31,7 +34,8 @@ static int64_t cgroup_value(const char *cgroup, const char *file) {
     return v;
 }
 
-/* What the process's cgroup v2 memory.max still allows (limit - current), or -1 with no limit. */
+/* What the process's cgroup v2 and its ancestors still allow under their memory.max (the least
+ * of limit - current), or -1 with no limit anywhere. */
 static int64_t cgroup_headroom(void) {
     FILE *f = fopen("/proc/self/cgroup", "r");
     if (!f) return -1;
@@ -43,47 +47,95 @@ static int64_t cgroup_headroom(void) {
         }
     fclose(f);
     if (!cgroup[0]) return -1;
-    if (!strcmp(cgroup, "/")) cgroup[0] = '\0';
-    int64_t limit = cgroup_value(cgroup, "memory.max"), used = cgroup_value(cgroup, "memory.current");
-    if (limit < 0) return -1;
-    if (used < 0) return limit;
-    return used < limit ? limit - used : 0;
+    char dir[4096 + 16];
+    snprintf(dir, sizeof dir, "/sys/fs/cgroup%s", strcmp(cgroup, "/") ? cgroup : "");
+    int64_t least = -1;
+    for (;;) {
+        int64_t limit = cgroup_value(dir, "memory.max"), used = cgroup_value(dir, "memory.current");
+        if (limit >= 0) {
+            int64_t room = used < 0 ? limit : used < limit ? limit - used : 0;
+            if (least < 0 || room < least) least = room;
+        }
+        char *slash = strrchr(dir, '/');
+        if (!slash || slash - dir <= (long)strlen("/sys/fs/cgroup")) break;
+        *slash = '\0';
+    }
+    return least;
 }
 
 int64_t mt_host_available(void) {
+    const char *fake = getenv("MT_TEST_HOST_AVAILABLE");
+    int64_t bytes;
+    if (fake && mt_size_parse("MT_TEST_HOST_AVAILABLE", fake, 0, &bytes) == MT_OK) return bytes;
+    if (fake) mt_log_warn("%s: ignored", mt_error());
     int64_t mem = meminfo_available(), cg = cgroup_headroom();
     if (mem < 0) return cg;
     return cg >= 0 && cg < mem ? cg : mem;
+}
+
+static void add_class(mt_memory_fit *fit, const char *name, int64_t bytes) {
+    if (bytes <= 0 || fit->host_classes == MT_MEMORY_MAX_CLASSES) return;
+    fit->host[fit->host_classes++] = (mt_memory_class){name, bytes};
+    fit->host_needed += bytes;
 }
 
 mt_memory_fit mt_memory_fit_of(const mt_layout *layout, mt_backend *be, const mt_engine_options *eo,
                                mt_moments_format moments) {
     mt_store_bytes s = mt_store_size(layout, be->ops->weight_dtype, moments);
     mt_engine_bytes d = mt_engine_size(be, &layout->cfg, eo);
-    mt_memory_fit fit = {.host_needed = s.weights + s.master + s.moments + d.host_grads + d.host_staging +
-                                        d.host_checkpoints,
-                         .host_available = mt_host_available(), .device_available = -1};
+    mt_memory_fit fit = {.host_available = mt_host_available(), .device_available = -1};
+    add_class(&fit, "working weights", s.weights);
+    add_class(&fit, "fp32 master", s.master);
+    add_class(&fit, "Adam moments", s.moments);
+    add_class(&fit, "gradients", d.host_grads);
+    add_class(&fit, "staging", d.host_staging);
+    add_class(&fit, "activation checkpoints", d.host_checkpoints);
     if (mt_backend_has_own_memory(be)) {
         fit.device_needed = d.total;
         fit.device_available = (int64_t)mt_dev_available(be);
     } else {
-        fit.host_needed += d.total;
+        add_class(&fit, "engine buffers", d.total);
     }
     return fit;
 }
 
+/* "working weights 16.06 GB + fp32 master 32.12 GB + ..." */
+static void classes_text(const mt_memory_class *classes, int count, char *buf, size_t cap) {
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < count && at < cap; i++)
+        at += (size_t)snprintf(buf + at, cap - at, "%s%s %.2f GB", i ? " + " : "", classes[i].name,
+                               gb(classes[i].bytes));
+}
+
+mt_status mt_memory_check_host(const char *what, const mt_memory_class *classes, int count) {
+    int64_t needed = 0, available = mt_host_available();
+    for (int i = 0; i < count; i++) needed += classes[i].bytes;
+    if (available < 0 || needed <= available) return MT_OK;
+    char parts[640];
+    classes_text(classes, count, parts, sizeof parts);
+    return mt_fail(MT_ERR_NOMEM, "%s needs %.2f GB of host memory (%s), %.2f GB available: choose a smaller "
+                   "model or a machine with more memory", what, gb(needed), parts, gb(available));
+}
+
+mt_status mt_memory_check_fit(const mt_memory_fit *f, const char *what) {
+    MT_TRY(mt_memory_check_host(what, f->host, f->host_classes));
+    if (f->device_available >= 0 && f->device_needed > f->device_available)
+        return mt_fail(MT_ERR_NOMEM, "%s needs %.2f GB of device memory, %.2f GB free; lower --batch, "
+                       "--seq, --micro-batches or --slots, or give --gpu-mem", what, gb(f->device_needed),
+                       gb(f->device_available));
+    return MT_OK;
+}
+
+mt_status mt_memory_check_fit_of(const mt_layout *layout, mt_backend *be, const mt_engine_options *eo,
+                                 mt_moments_format moments, const char *what) {
+    mt_memory_fit fit = mt_memory_fit_of(layout, be, eo, moments);
+    return mt_memory_check_fit(&fit, what);
+}
+
 mt_status mt_memory_check(const mt_layout *layout, mt_backend *be, const mt_engine_options *eo,
                           mt_moments_format moments) {
-    mt_memory_fit fit = mt_memory_fit_of(layout, be, eo, moments);
-    const mt_memory_fit *f = &fit;
-    if (f->host_available >= 0 && f->host_needed > f->host_available)
-        return mt_fail(MT_ERR_NOMEM, "the run needs %.1f GB of host memory, %.1f GB available; choose a "
-                       "smaller model or a machine with more memory", gb(f->host_needed),
-                       gb(f->host_available));
-    if (f->device_available >= 0 && f->device_needed > f->device_available)
-        return mt_fail(MT_ERR_NOMEM, "the run needs %.1f GB of device memory, %.1f GB free; lower --batch, "
-                       "--seq, --micro-batches or --slots", gb(f->device_needed), gb(f->device_available));
-    return MT_OK;
+    return mt_memory_check_fit_of(layout, be, eo, moments, "the run");
 }
 
 static void print_one(FILE *out, const char *label, const char *what, int64_t needed, int64_t available) {

@@ -1,6 +1,11 @@
-/* Up-front refusal: before a run allocates, the bytes its plan needs are compared with what the
- * machine has, so that a model too large for it fails at once, naming both numbers, rather than
- * being killed by the kernel (or failing an allocation) after minutes of loading. */
+/* Up-front refusal: before a command allocates a model (train, bench, sample, export), the bytes
+ * its plan needs are compared with what the machine has, so that a model too large for it fails
+ * at once, naming the bytes of each class and what is available, rather than being killed by the
+ * kernel (or failing an allocation) after minutes of loading. plan prints the same verdict.
+ *
+ * What is available is the host's MemAvailable, capped by what the process's cgroup (v2) and each
+ * of its ancestors still allow under their memory.max: never MemTotal. The environment variable
+ * MT_TEST_HOST_AVAILABLE (a size, e.g. "2GiB") replaces it, for tests of the refusal. */
 #ifndef MT_TRAIN_MEMORY_CHECK_H
 #define MT_TRAIN_MEMORY_CHECK_H
 
@@ -11,25 +16,42 @@
 #include "engine/engine.h"
 #include "model/layout.h"
 
+/* One class of host memory a command needs: "fp32 master" and its bytes. */
+typedef struct {
+    const char *name;
+    int64_t bytes;
+} mt_memory_class;
+
+#define MT_MEMORY_MAX_CLASSES 8
+
 typedef struct {
     /* The host store and the engine's host staging; plus the engine's device buffers when the
      * backend's device memory is host memory (cpu). */
     int64_t host_needed;
-    int64_t host_available;    /* MemAvailable, capped by a cgroup v2 memory.max; -1: unknown */
+    mt_memory_class host[MT_MEMORY_MAX_CLASSES]; /* host_needed by class */
+    int host_classes;
+    int64_t host_available;    /* see above; -1: unknown */
     int64_t device_needed;     /* 0 when the device memory is host memory */
     int64_t device_available;  /* the backend's free device memory; -1: none separate */
 } mt_memory_fit;
 
-/* Host memory available now: MemAvailable, capped by a cgroup v2 memory.max; -1 when unknown. */
+/* Host memory available now (see above); -1 when unknown. */
 int64_t mt_host_available(void);
 
 /* What a run of this layout, backend and engine shape needs, and what the machine has now. */
 mt_memory_fit mt_memory_fit_of(const mt_layout *layout, mt_backend *be, const mt_engine_options *eo,
                                mt_moments_format moments);
 
-/* MT_ERR_NOMEM, naming both numbers, when the run's need exceeds what is available. */
+/* MT_ERR_NOMEM, naming the bytes of each class and what is available, when the need exceeds it;
+ * `what` says whose need it is ("the run", "export"). */
+mt_status mt_memory_check_fit(const mt_memory_fit *fit, const char *what);
+/* mt_memory_fit_of, then mt_memory_check_fit for "the run" (or `what`). */
 mt_status mt_memory_check(const mt_layout *layout, mt_backend *be, const mt_engine_options *eo,
                           mt_moments_format moments);
+mt_status mt_memory_check_fit_of(const mt_layout *layout, mt_backend *be, const mt_engine_options *eo,
+                                 mt_moments_format moments, const char *what);
+/* The host check alone, for a command whose need is a list of classes. */
+mt_status mt_memory_check_host(const char *what, const mt_memory_class *classes, int count);
 
 /* One line per memory (host, and the device when separate): needed, available, and whether it
  * fits. */

@@ -8,6 +8,14 @@
 #include "io/hf_model.h"
 #include "optim/moments.h"
 #include "train/memory_check.h"
+#include "train/option_table.h"
+#include "train/settings.h"
+
+mt_status mt_train_options_fresh(const mt_train_options *given, mt_train_options *out) {
+    MT_TRY(mt_train_options_check(given));
+    MT_TRY(mt_settings_resolve(given, NULL, NULL, out));
+    return mt_train_options_check(out);
+}
 
 mt_status mt_train_model_config(const mt_train_options *o, mt_config *cfg) {
     if (o->init_from) return mt_hf_load_config(o->init_from, cfg);

@@ -5,6 +5,9 @@
 #include "engine/engine.h"
 #include "megatrain.h"
 
+/* The options of a command that starts nothing from a checkpoint (plan, bench): checked, and
+ * every run setting at its default where unset. */
+mt_status mt_train_options_fresh(const mt_train_options *given, mt_train_options *out);
 /* The model a run asked for (without --resume): --init-from, --config or a preset (demo). */
 mt_status mt_train_model_config(const mt_train_options *o, mt_config *cfg);
 /* The engine's options, fitted into --gpu-mem when one is given (engine/budget.h). */

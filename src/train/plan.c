@@ -33,7 +33,10 @@ static double step_flops(const mt_config *c, double tokens, int seq) {
     return tokens * (8.0 * block + 6.0 * head + attention);
 }
 
-mt_status mt_plan(const mt_train_options *o, FILE *out) {
+mt_status mt_plan(const mt_train_options *given, FILE *out) {
+    mt_train_options resolved;
+    MT_TRY(mt_train_options_fresh(given, &resolved));
+    const mt_train_options *o = &resolved;
     mt_config cfg;
     MT_TRY(mt_train_model_config(o, &cfg));
     mt_layout lay;

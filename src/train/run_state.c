@@ -11,49 +11,79 @@
 #include "util/log.h"
 
 #define RUN_FORMAT "megatrain-run"
-#define RUN_VERSION 1
+#define RUN_VERSION 2
 
 /* The moment blobs of a store in its format: adam_m and adam_v (fp32 checkpoints keep the
  * names they always had), plus the block scales of 8-bit moments. Returns the count. */
 static int moment_blobs(const mt_store *s, mt_run_blob *blobs) {
     const mt_moments *mom = &s->moments;
     size_t value = mt_moments_value_size(mom->format), blocks = mt_moments_blocks(mom->n);
-    blobs[0] = (mt_run_blob){"adam_m", mom->m, value, 1, mom->n};
-    blobs[1] = (mt_run_blob){"adam_v", mom->v, value, 1, mom->n};
+    mt_run_value kind = mom->format == MT_MOMENTS_F32 ? MT_RUN_F32 : mom->format == MT_MOMENTS_BF16 ? MT_RUN_BF16
+                                                                                                 : MT_RUN_CODES;
+    blobs[0] = (mt_run_blob){"adam_m", mom->m, value, 1, mom->n, kind};
+    blobs[1] = (mt_run_blob){"adam_v", mom->v, value, 1, mom->n, kind};
     if (mom->format != MT_MOMENTS_8BIT) return 2;
-    blobs[2] = (mt_run_blob){"adam_m_scale", mom->m_scale, sizeof(float), MT_MOMENTS_BLOCK, blocks};
-    blobs[3] = (mt_run_blob){"adam_v_scale", mom->v_scale, sizeof(float), MT_MOMENTS_BLOCK, blocks};
+    blobs[2] = (mt_run_blob){"adam_m_scale", mom->m_scale, sizeof(float), MT_MOMENTS_BLOCK, blocks, MT_RUN_F32};
+    blobs[3] = (mt_run_blob){"adam_v_scale", mom->v_scale, sizeof(float), MT_MOMENTS_BLOCK, blocks, MT_RUN_F32};
     return 4;
 }
 
 int mt_run_blobs(const mt_store *s, mt_run_blob blobs[MT_RUN_MAX_BLOBS]) {
-    blobs[0] = (mt_run_blob){"master", s->master, sizeof(float), 1, (size_t)s->layout->total_numel};
+    blobs[0] = (mt_run_blob){"master", s->master, sizeof(float), 1, (size_t)s->layout->total_numel, MT_RUN_F32};
     return 1 + moment_blobs(s, blobs + 1);
 }
 
-json_t *mt_run_meta(const mt_store *s, const mt_run_progress *p) {
-    return json_pack("{s:s, s:i, s:I, s:I, s:s, s:o, s:o, s:{s:s*}}", "format", RUN_FORMAT, "version", RUN_VERSION,
+/* An IEEE value is finite unless its exponent bits are all ones; the loops below test the bits
+ * (and vectorize), since the state may hold any pattern. */
+int mt_run_items_finite(const mt_run_blob *b, const void *data, size_t items) {
+    unsigned bad = 0;
+    if (b->value == MT_RUN_F32) {
+        const uint32_t *x = data;
+        for (size_t i = 0; i < items; i++) bad |= (x[i] & 0x7f800000u) == 0x7f800000u;
+    } else if (b->value == MT_RUN_BF16) {
+        const uint16_t *x = data;
+        for (size_t i = 0; i < items; i++) bad |= (x[i] & 0x7f80u) == 0x7f80u;
+    }
+    return !bad;
+}
+
+json_t *mt_run_meta(const mt_store *s, const mt_run_progress *p, const json_t *settings) {
+    return json_pack("{s:s, s:i, s:I, s:I, s:s, s:o, s:o, s:O?}", "format", RUN_FORMAT, "version", RUN_VERSION,
                      "step", (json_int_t)p->step, "adam_step", (json_int_t)p->adam_step,
                      "moments", mt_moments_format_name(s->moments.format),
                      "sampler", mt_sampler_state_to_json(&p->sampler),
-                     "config", mt_hf_config_to_json(&s->layout->cfg, "float32"), "settings", "tokenizer",
-                     p->tokenizer);
+                     "config", mt_hf_config_to_json(&s->layout->cfg, "float32"), "settings", settings);
 }
 
-mt_status mt_run_save(const char *run_dir, const mt_store *s, const mt_run_progress *p, int keep) {
+mt_status mt_run_meta_set_finite(json_t *meta, int finite) {
+    if (json_object_set_new(meta, "finite", json_boolean(finite)) != 0)
+        return mt_fail(MT_ERR_NOMEM, "cannot build the checkpoint metadata");
+    return MT_OK;
+}
+
+mt_status mt_run_rotate(const char *run_dir, const mt_run_save_options *o, int64_t step) {
+    return o->keep > 0 ? mt_checkpoint_keep(run_dir, o->keep, o->good_step, step) : MT_OK;
+}
+
+mt_status mt_run_save(const char *run_dir, const mt_store *s, const mt_run_progress *p,
+                      const mt_run_save_options *o, int *finite) {
     char path[4096];
     MT_TRY(mt_checkpoint_path(path, sizeof path, run_dir, p->step));
     mt_run_blob state[MT_RUN_MAX_BLOBS];
     mt_ckpt_blob blobs[MT_RUN_MAX_BLOBS];
-    int count = mt_run_blobs(s, state);
-    for (int i = 0; i < count; i++)
+    int count = mt_run_blobs(s, state), all_finite = 1;
+    for (int i = 0; i < count; i++) {
         blobs[i] = (mt_ckpt_blob){state[i].name, state[i].data, state[i].items * state[i].item_bytes};
-    json_t *meta = mt_run_meta(s, p);
+        all_finite &= mt_run_items_finite(&state[i], state[i].data, state[i].items);
+    }
+    json_t *meta = mt_run_meta(s, p, o->settings);
     if (!meta) return mt_fail(MT_ERR_NOMEM, "%s: cannot build the checkpoint metadata", path);
-    mt_status rc = mt_checkpoint_write(path, blobs, count, meta);
+    mt_status rc = mt_run_meta_set_finite(meta, all_finite);
+    if (rc == MT_OK) rc = mt_checkpoint_write(path, blobs, count, meta);
     json_decref(meta);
     MT_TRY(rc);
-    return keep > 0 ? mt_checkpoint_keep(run_dir, keep) : MT_OK;
+    if (finite) *finite = all_finite;
+    return mt_run_rotate(run_dir, o, p->step);
 }
 
 static mt_status read_meta(const char *checkpoint, json_t **meta) {
@@ -67,19 +97,36 @@ static mt_status read_meta(const char *checkpoint, json_t **meta) {
     return MT_OK;
 }
 
+/* Why the checkpoint of this metadata is not good, or NULL when it is. */
+static const char *not_good(const json_t *meta, char *why, size_t cap) {
+    const json_t *diverged = json_object_get(meta, "diverged");
+    if (json_is_false(json_object_get(meta, "finite"))) return "its saved values are not all finite (NaN or Inf)";
+    if (!diverged) return NULL;
+    snprintf(why, cap, "its step was part of a divergence (steps %lld to %lld)",
+             (long long)json_integer_value(json_object_get(diverged, "first")),
+             (long long)json_integer_value(json_object_get(diverged, "last")));
+    return why;
+}
+
+/* The checkpoint can be resumed from: its metadata is a run's, it is good, its blobs verify. */
+static mt_status usable(const char *checkpoint) {
+    json_t *meta;
+    char why[160];
+    MT_TRY(read_meta(checkpoint, &meta));
+    const char *bad = not_good(meta, why, sizeof why);
+    mt_status st = bad ? mt_fail(MT_ERR_NUMERIC, "%s", bad) : MT_OK;
+    json_decref(meta);
+    MT_TRY(st);
+    return mt_checkpoint_verify(checkpoint);
+}
+
 mt_status mt_run_latest(const char *run_dir, char *path, size_t cap) {
     mt_ckpt_entry *entries;
     int count;
     MT_TRY(mt_checkpoint_list(run_dir, &entries, &count));
     int found = 0;
     for (int i = 0; i < count && !found; i++) {
-        json_t *meta;
-        mt_status usable = read_meta(entries[i].path, &meta);
-        if (usable == MT_OK) {
-            json_decref(meta);
-            usable = mt_checkpoint_verify(entries[i].path);
-        }
-        if (usable != MT_OK) {
+        if (usable(entries[i].path) != MT_OK) {
             mt_log_warn("skipping checkpoint %s: %s", entries[i].path, mt_error());
             continue;
         }
@@ -89,6 +136,31 @@ mt_status mt_run_latest(const char *run_dir, char *path, size_t cap) {
     mt_checkpoint_list_free(entries, count);
     /* Set last: the refusals above overwrite the thread's message. */
     return found ? MT_OK : mt_fail(MT_ERR_INVALID, "%s: no usable checkpoint to resume from", run_dir);
+}
+
+mt_status mt_run_mark_diverged(const char *run_dir, int64_t from_step, int64_t first, int64_t last, int *marked) {
+    mt_ckpt_entry *entries;
+    int count;
+    *marked = 0;
+    MT_TRY(mt_checkpoint_list(run_dir, &entries, &count));
+    mt_status st = MT_OK;
+    for (int i = 0; st == MT_OK && i < count && entries[i].step >= from_step; i++) {
+        json_t *meta;
+        st = read_meta(entries[i].path, &meta);
+        if (st != MT_OK) { /* a damaged checkpoint is not resumed from anyway */
+            mt_log_warn("%s", mt_error());
+            st = MT_OK;
+            continue;
+        }
+        if (json_object_set_new(meta, "diverged", json_pack("{s:I, s:I}", "first", (json_int_t)first, "last",
+                                                            (json_int_t)last)) != 0)
+            st = mt_fail(MT_ERR_NOMEM, "%s: cannot build the checkpoint metadata", entries[i].path);
+        if (st == MT_OK) st = mt_checkpoint_update_meta(entries[i].path, meta);
+        if (st == MT_OK) ++*marked;
+        json_decref(meta);
+    }
+    mt_checkpoint_list_free(entries, count);
+    return st;
 }
 
 mt_status mt_run_resolve(const char *path, char *checkpoint, size_t cap) {
@@ -101,6 +173,22 @@ mt_status mt_run_resolve(const char *path, char *checkpoint, size_t cap) {
     }
     if (stat(path, &st) != 0) return mt_fail(MT_ERR_IO, "%s: no such checkpoint or run directory", path);
     return mt_run_latest(path, checkpoint, cap);
+}
+
+mt_status mt_run_read_info(const char *checkpoint, int64_t *step, json_t **settings) {
+    json_t *meta;
+    MT_TRY(read_meta(checkpoint, &meta));
+    json_t *s = json_object_get(meta, "settings"), *n = json_object_get(meta, "step");
+    if (json_is_null(s)) s = NULL;
+    mt_status st = json_is_integer(n) && json_integer_value(n) >= 0 && (!s || json_is_object(s))
+                       ? MT_OK
+                       : mt_fail(MT_ERR_INVALID, "%s: metadata lacks a step, or its settings are not an object", checkpoint);
+    if (st == MT_OK) {
+        *step = json_integer_value(n);
+        *settings = s ? json_incref(s) : NULL;
+    }
+    json_decref(meta);
+    return st;
 }
 
 mt_status mt_run_load_config(const char *checkpoint, mt_config *cfg) {

@@ -8,16 +8,13 @@
 #include "engine/engine.h"
 #include "megatrain.h"
 #include "train/backend_select.h"
+#include "train/memory_check.h"
 #include "train/run_state.h"
+#include "train/sample.h"
 #include "train/sample_text.h"
 #include "util/rng.h"
 
 enum { MAX_CONTEXT = 1024 };
-
-mt_sample_options mt_sample_defaults(void) {
-    return (mt_sample_options){.prompt = "", .tokens = 200, .temperature = 0.8f, .top_k = 40,
-                               .seed = 1, .backend = "auto"};
-}
 
 /* Draws from softmax(logits / temperature) over the top_k largest logits (greedy at 0). */
 static int draw(float *logits, int vocab, float temperature, int top_k, mt_rng *rng) {
@@ -53,6 +50,7 @@ static int draw(float *logits, int vocab, float temperature, int top_k, mt_rng *
 }
 
 mt_status mt_sample(const mt_sample_options *o, FILE *out) {
+    MT_TRY(mt_sample_options_check(o));
     char checkpoint[4096];
     MT_TRY(mt_run_resolve(o->run, checkpoint, sizeof checkpoint));
     mt_config cfg;
@@ -78,17 +76,16 @@ mt_status mt_sample(const mt_sample_options *o, FILE *out) {
     if (rc == MT_OK) rc = mt_layout_init(&layout, &cfg);
     if (rc == MT_OK) rc = mt_backend_open(o->backend, 0, &be);
     mt_moments_format moments;
+    mt_engine_options eo = mt_engine_defaults();
+    eo.batch = 1;
+    eo.seq = context;
+    eo.max_grad_norm = 0; /* nothing trains: the engine keeps only a small gradient ring */
     if (rc == MT_OK) rc = mt_run_load_moments_format(checkpoint, &moments);
+    if (rc == MT_OK) rc = mt_memory_check_fit_of(&layout, be, &eo, moments, "sampling");
     if (rc == MT_OK) rc = mt_store_create_with_moments(&store, &layout, be, moments);
     mt_run_progress progress;
     if (rc == MT_OK) rc = mt_run_load(checkpoint, &store, &progress);
-    if (rc == MT_OK) {
-        mt_engine_options eo = mt_engine_defaults();
-        eo.batch = 1;
-        eo.seq = context;
-        eo.max_grad_norm = 0; /* nothing trains: the engine keeps only a small gradient ring */
-        rc = mt_engine_create(&engine, be, &store, &eo, progress.adam_step);
-    }
+    if (rc == MT_OK) rc = mt_engine_create(&engine, be, &store, &eo, progress.adam_step);
     if (rc == MT_OK) {
         int len = prompt_len;
         memcpy(tokens, prompt, (size_t)prompt_len * sizeof *tokens);

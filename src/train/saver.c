@@ -42,8 +42,9 @@ struct mt_saver {
     int in_flight;
     int landed;                  /* the writer is through (under the lock) */
     char run_dir[PATH_MAX], path[PATH_MAX];
-    int keep;
+    mt_run_save_options options;
     int64_t step;
+    int finite;                  /* every value written so far was finite (the writer's) */
     json_t *meta;
     mt_status result;            /* written by the writer thread, read after the join */
     char error[2048];
@@ -177,7 +178,9 @@ static mt_status write_unit(mt_saver *s, mt_ckpt_writer *w, int u, mt_status st)
     size_t at = 0;
     for (int b = 0; st == MT_OK && b < s->num_blobs; b++) {
         size_t bytes = slice_bytes(s, u, b);
-        st = mt_checkpoint_append(w, b, copy ? copy + at : slice_live(s, u, b), bytes);
+        const char *data = copy ? copy + at : slice_live(s, u, b);
+        s->finite &= mt_run_items_finite(&s->blobs[b], data, bytes / s->blobs[b].item_bytes);
+        st = mt_checkpoint_append(w, b, data, bytes);
         at += bytes;
     }
     pthread_mutex_lock(&s->lock);
@@ -222,8 +225,12 @@ static void *writer_main(void *arg) {
         if (st == MT_OK) stage_ahead(s);
         st = write_unit(s, w, u, st);
     }
-    if (st == MT_OK) st = mt_checkpoint_finish(w, s->meta);
-    if (st == MT_OK && s->keep > 0) st = mt_checkpoint_keep(s->run_dir, s->keep);
+    if (st == MT_OK) {
+        st = mt_run_meta_set_finite(s->meta, s->finite);
+        if (st == MT_OK) st = mt_checkpoint_finish(w, s->meta);
+        else mt_checkpoint_abandon(w);
+    }
+    if (st == MT_OK) st = mt_run_rotate(s->run_dir, &s->options, s->step);
     s->result = st;
     snprintf(s->error, sizeof s->error, "%s", st == MT_OK ? "" : mt_error());
     s->write_seconds = mt_now() - t0;
@@ -241,15 +248,18 @@ static int64_t staging_budget(const mt_saver *s) {
     return available > 0 ? available / 2 : 0;
 }
 
-mt_status mt_saver_start(mt_saver *s, const char *run_dir, const mt_run_progress *progress, int keep) {
+mt_status mt_saver_start(mt_saver *s, const char *run_dir, const mt_run_progress *progress,
+                         const mt_run_save_options *options) {
     if (s->in_flight) return mt_fail(MT_ERR_INVALID, "%s: a checkpoint is still being written", run_dir);
     MT_TRY(mt_checkpoint_path(s->path, sizeof s->path, run_dir, progress->step));
     if (snprintf(s->run_dir, sizeof s->run_dir, "%s", run_dir) >= (int)sizeof s->run_dir)
         return mt_fail(MT_ERR_INVALID, "%s: run directory path too long", run_dir);
-    s->meta = mt_run_meta(s->store, progress);
+    s->meta = mt_run_meta(s->store, progress, options->settings);
     if (!s->meta) return mt_fail(MT_ERR_NOMEM, "%s: cannot build the checkpoint metadata", s->path);
-    s->keep = keep;
+    s->options = *options;
+    s->options.settings = NULL; /* in s->meta already */
     s->step = progress->step;
+    s->finite = 1;
     pthread_mutex_lock(&s->lock);
     for (int u = 0; u < s->U; u++) s->state[u] = UNIT_PENDING;
     s->budget = staging_budget(s);
@@ -291,7 +301,8 @@ mt_status mt_saver_wait(mt_saver *s, mt_save_report *report) {
     s->meta = NULL;
     pthread_mutex_lock(&s->lock);
     *report = (mt_save_report){.step = s->step, .write_seconds = s->write_seconds,
-                               .guard_seconds = s->guard_seconds, .staged_bytes = s->staged_total};
+                               .guard_seconds = s->guard_seconds, .staged_bytes = s->staged_total,
+                               .finite = s->finite};
     pthread_mutex_unlock(&s->lock);
     return s->result == MT_OK ? MT_OK : mt_fail(s->result, "%s", s->error);
 }

@@ -43,10 +43,11 @@ void mt_saver_guard(void *ctx, int unit);
  * before a save starts). The guard still secures it if it is ever called for it. */
 void mt_saver_skip_staging(mt_saver *s, int unit);
 
-/* Starts writing run_dir/ckpt-<step> of `progress` in the background; after it lands, all but
- * the newest `keep` checkpoints are deleted (0: all kept). The store must hold the state of that
- * step (every update applied) and no other save may be in flight. */
-mt_status mt_saver_start(mt_saver *s, const char *run_dir, const mt_run_progress *progress, int keep);
+/* Starts writing run_dir/ckpt-<step> of `progress` in the background; after it lands, retention
+ * runs as mt_run_save's does. The store must hold the state of that step (every update applied)
+ * and no other save may be in flight. */
+mt_status mt_saver_start(mt_saver *s, const char *run_dir, const mt_run_progress *progress,
+                         const mt_run_save_options *options);
 int mt_saver_in_flight(const mt_saver *s);
 /* 1 when the save in flight is through, landed or failed: mt_saver_wait would not block. */
 int mt_saver_landed(mt_saver *s);
@@ -60,6 +61,7 @@ typedef struct {
     double write_seconds;  /* from the start to the checkpoint in place (and rotated) */
     double guard_seconds;  /* the optimizer's time in the guard: waiting and copying */
     int64_t staged_bytes;  /* copied into staging, in all */
+    int finite;            /* every value saved was finite */
 } mt_save_report;
 
 /* Waits for the save in flight and returns its outcome: the writer's error, naming the

@@ -9,23 +9,34 @@
 #define SPIKE_WINDOW 20
 #define SPIKE_FACTOR 3.0
 
-void mt_step_watch_init(mt_step_watch *w, int max_skips) {
-    *w = (mt_step_watch){.max_skips = max_skips};
+void mt_step_watch_init(mt_step_watch *w, int max_skips, int vocab_size, int64_t start, int64_t good_checkpoint) {
+    *w = (mt_step_watch){.max_skips = max_skips,
+                         .worst_loss = MT_STEP_WATCH_CHANCE_FACTOR * log(vocab_size > 1 ? vocab_size : 2),
+                         .start = start, .last_healthy = start, .good_checkpoint = good_checkpoint, .pending = -1};
 }
 
-mt_status mt_step_watch_after(mt_step_watch *w, int64_t step, double loss, int skipped) {
-    if (skipped) {
-        w->skips_in_a_row++;
-        if (w->skips_in_a_row > w->max_skips)
-            return mt_fail(MT_ERR_NUMERIC, "steps %lld to %lld were all skipped for a non-finite gradient "
-                           "(more than --max-skips %d in a row): stopping; lower --lr, check the data, or "
-                           "resume from an earlier checkpoint", (long long)(step - w->skips_in_a_row + 1),
-                           (long long)step, w->max_skips);
-    } else {
-        w->skips_in_a_row = 0;
-    }
-    if (!isfinite(loss)) return MT_OK;
-    if (w->losses >= SPIKE_WINDOW && loss > SPIKE_FACTOR * w->mean) {
+/* Promotes the pending checkpoint once both verdicts are in. */
+static void settle_pending(mt_step_watch *w) {
+    if (w->pending < 0 || w->pending_finite < 0 || w->pending_healthy < 0) return;
+    if (w->pending_finite && w->pending_healthy) w->good_checkpoint = w->pending;
+    w->pending = -1;
+}
+
+void mt_step_watch_saving(mt_step_watch *w, int64_t step) {
+    w->pending = step;
+    w->pending_finite = w->pending_healthy = -1;
+}
+
+void mt_step_watch_saved(mt_step_watch *w, int64_t step, int finite) {
+    if (w->pending != step) return;
+    w->pending_finite = finite;
+    settle_pending(w);
+}
+
+/* A spike: over SPIKE_FACTOR x the running mean, once it has SPIKE_WINDOW losses. Warned about. */
+static int spike(mt_step_watch *w, int64_t step, double loss) {
+    int is_spike = w->losses >= SPIKE_WINDOW && loss > SPIKE_FACTOR * w->mean;
+    if (is_spike) {
         w->spikes++;
         mt_log_warn("step %lld: loss spike: %.4f is over %.0fx the running mean %.4f", (long long)step, loss,
                     SPIKE_FACTOR, w->mean);
@@ -33,5 +44,40 @@ mt_status mt_step_watch_after(mt_step_watch *w, int64_t step, double loss, int s
     w->losses++;
     double weight = w->losses < SPIKE_WINDOW ? 1.0 / (double)w->losses : 1.0 / SPIKE_WINDOW;
     w->mean += weight * (loss - w->mean);
+    return is_spike;
+}
+
+mt_status mt_step_watch_after(mt_step_watch *w, int64_t step, double loss, int skipped) {
+    int finite = isfinite(loss);
+    int bad_loss = !finite || (spike(w, step, loss) | (loss > w->worst_loss));
+    int healthy = !skipped && !bad_loss;
+    if (w->pending == step - 1) {
+        w->pending_healthy = healthy;
+        settle_pending(w);
+    }
+    if (healthy) {
+        w->last_healthy = step;
+        w->unhealthy_since = 0;
+        w->bad_loss_since = 0;
+    } else {
+        if (!w->unhealthy_since) w->unhealthy_since = step;
+        w->bad_loss_since |= bad_loss;
+    }
+    w->troubled_in_a_row = skipped || !finite ? w->troubled_in_a_row + 1 : 0;
+    w->bad_losses_in_a_row = bad_loss ? w->bad_losses_in_a_row + 1 : 0;
+    if (w->troubled_in_a_row > w->max_skips)
+        return mt_fail(MT_ERR_NUMERIC, "steps %lld to %lld were all skipped for a non-finite gradient or had a "
+                       "non-finite loss (more than --max-skips %d in a row): stopping",
+                       (long long)(step - w->troubled_in_a_row + 1), (long long)step, w->max_skips);
+    if (w->bad_losses_in_a_row > MT_STEP_WATCH_DIVERGED_STEPS)
+        return mt_fail(MT_ERR_NUMERIC, "the run diverged: steps %lld to %lld all had a loss over %.2f (%.0f x the "
+                       "%.2f of a uniform guess), a spike or a non-finite one: stopping",
+                       (long long)(step - w->bad_losses_in_a_row + 1), (long long)step, w->worst_loss,
+                       MT_STEP_WATCH_CHANCE_FACTOR, w->worst_loss / MT_STEP_WATCH_CHANCE_FACTOR);
     return MT_OK;
+}
+
+int64_t mt_step_watch_diverged_from(const mt_step_watch *w) {
+    if (!w->unhealthy_since || !w->bad_loss_since) return -1;
+    return w->unhealthy_since - 1 > w->start ? w->unhealthy_since - 1 : w->start + 1;
 }

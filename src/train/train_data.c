@@ -31,7 +31,7 @@ static int has_suffix(const char *s, const char *suffix) {
     return n >= k && !strcmp(s + n - k, suffix);
 }
 
-static mt_status run_tokenizer(const mt_train_options *o, const char *recorded, char *out, size_t cap) {
+mt_status mt_train_tokenizer_resolve(const mt_train_options *o, char *out, size_t cap) {
     char probe[PATH_MAX + 32], resolved[PATH_MAX];
     const char *path = NULL;
     if (o->tokenizer) {
@@ -41,7 +41,7 @@ static mt_status run_tokenizer(const mt_train_options *o, const char *recorded, 
         if (exists(probe)) path = o->init_from;
     }
     if (!path) {
-        snprintf(out, cap, "%s", recorded ? recorded : "");
+        snprintf(out, cap, "%s", "");
         return MT_OK;
     }
     if (!realpath(path, resolved)) return mt_fail(MT_ERR_IO, "--tokenizer %s: %s", path, strerror(errno));
@@ -175,10 +175,6 @@ static mt_status data_tokens(const char *data, const char *tokenizer, uint32_t v
     return tokenize(data, tokenizer, vocab, prefix);
 }
 
-mt_status mt_train_data_resolve(const mt_train_options *o, const char *data, const char *resume_from, uint32_t vocab,
-                                char *tokenizer, size_t tcap, char *tokens, size_t cap) {
-    char recorded[PATH_MAX] = "";
-    if (resume_from[0]) MT_TRY(mt_run_load_tokenizer(resume_from, recorded, sizeof recorded));
-    MT_TRY(run_tokenizer(o, recorded, tokenizer, tcap));
-    return data_tokens(data, tokenizer, vocab, o->out_dir, tokens, cap);
+mt_status mt_train_data_resolve(const mt_train_options *o, uint32_t vocab, char *tokens, size_t cap) {
+    return data_tokens(o->data_path, o->tokenizer ? o->tokenizer : "", vocab, o->out_dir, tokens, cap);
 }

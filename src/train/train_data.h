@@ -17,13 +17,15 @@
 
 #include "megatrain.h"
 
-/* The run's tokenizer (an absolute path to its tokenizer.json or model directory) into
- * tokenizer[tcap]: --tokenizer, else the --init-from directory when it holds a tokenizer.json, else
- * the one `resume_from` (a checkpoint, or "") recorded; "" when the run has none. Then the token
- * file to train on for `data` into tokens[cap]: `data` itself, or its tokenized cache under the
- * run directory, made now when missing. `vocab` is the model's vocabulary, which the tokenizer's
- * must fit. */
-mt_status mt_train_data_resolve(const mt_train_options *o, const char *data, const char *resume_from, uint32_t vocab,
-                                char *tokenizer, size_t tcap, char *tokens, size_t cap);
+/* The tokenizer that options name, as an absolute path (to its tokenizer.json or model directory)
+ * into out[cap]: o->tokenizer, else the --init-from directory when it holds a tokenizer.json; ""
+ * when neither does. A resumed run's comes from its settings (train.c). */
+mt_status mt_train_tokenizer_resolve(const mt_train_options *o, char *out, size_t cap);
+
+/* The token file to train on for o->data_path into tokens[cap]: the file itself, or its cache
+ * tokenized with o->tokenizer (resolved: an absolute path, or NULL for bytes) under the run
+ * directory, made now when missing. `vocab` is the model's vocabulary, which the tokenizer's must
+ * fit. */
+mt_status mt_train_data_resolve(const mt_train_options *o, uint32_t vocab, char *tokens, size_t cap);
 
 #endif

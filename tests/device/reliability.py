@@ -7,10 +7,11 @@ test_device_fault.c, test_nan_skip.c, test_alloc_fault.c) check on the cpu backe
             time: every checkpoint left verifies, the run ends at its last step, and its master
             weights match an uninterrupted run within the stated tolerance (the CUDA backend is
             not bitwise deterministic: two uninterrupted runs are compared too, the noise floor)
-  sigterm   SIGTERM mid-run: exit 0, a checkpoint of the step it stopped at, --resume completes
+  sigterm   SIGTERM mid-run: exit 143 (128 + the signal), a checkpoint of the step it stopped at,
+            --resume completes
   oom       (GPU only) torch holds all but 1.5 GiB of the GPU: a 1B model is refused up front with
-            the device memory numbers, and a tiny --resume with a batch that cannot fit is
-            refused with the last checkpoint untouched
+            the device memory numbers, and a tiny run with a batch that cannot fit is refused
+            with nothing written, the last checkpoint of the tiny run beside it untouched
   alloc     MT_TEST_ALLOC_FAIL=pinned:1, pinned:3, device:1, device:5 on a --resume: clear
             message, exit 1, nothing written; a plain --resume then completes
   fault     MT_TEST_DEVICE_FAULT_STEP: exit 1, the last checkpoint good, resuming gives the
@@ -419,7 +420,8 @@ def case_sigterm(case, mt):
     case.require(p.poll() is None, "the run is still training after 3 steps", ended(p.returncode))
     p.send_signal(signal.SIGTERM)
     code, err = mt.wait(p)
-    case.require(code == 0, "SIGTERM mid-run: exit 0", f"{ended(code)}: {last_lines(err)}")
+    case.require(code == 128 + signal.SIGTERM, "SIGTERM mid-run: exit 143 (128 + the signal)",
+                 f"{ended(code)}: {last_lines(err)}")
     m = re.search(r"stopped on request at step (\d+)", err)
     case.require(m is not None, "it says at which step it stopped", last_lines(err, 2))
     step = int(m.group(1))
@@ -455,14 +457,16 @@ def case_oom(case, mt):
         case.check(seconds < 20, f"refused up front, in {seconds:.1f} s", "too slow")
         case.check(not complete_checkpoints(big), "no checkpoint written", str(complete_checkpoints(big)))
 
+        # A resumed run keeps its batch and sequence length (a change is refused), so the batch that
+        # cannot fit is a fresh run's, beside the tiny run.
         before = fingerprint(run)
-        code, err = mt.run(mt.tiny(run, "--steps", 6, "--ckpt-every", 2, "--resume", "--batch", 4096, "--seq",
-                                   256))
-        case.check(code is not None and code > 0, "tiny --resume with --batch 4096 --seq 256 exits non-zero",
-                   ended(code))
+        wide = run_dir(mt, "oom-wide")
+        code, err = mt.run(mt.tiny(wide, "--steps", 6, "--ckpt-every", 2, "--batch", 4096, "--seq", 256))
+        case.check(code is not None and code > 0, "tiny with --batch 4096 --seq 256 exits non-zero", ended(code))
         message = found("device memory", err)
         case.check(message, f"the message names device memory: {message or '-'}", last_lines(err))
-        case.check(fingerprint(run) == before, "the run directory is unchanged", "it changed")
+        case.check(not complete_checkpoints(wide), "no checkpoint written", str(complete_checkpoints(wide)))
+        case.check(fingerprint(run) == before, "the tiny run's directory is unchanged", "it changed")
     finally:
         del hog
         torch.cuda.empty_cache()

@@ -105,7 +105,8 @@ static float *train(int slots, int threads, int micro_batches, int ends_on_devic
             if (mt_saver_in_flight(saver)) check_save(saver, plan, &snap, (size_t)lay.total_numel * sizeof(float));
             mt_run_progress progress = {.step = s, .adam_step = mt_engine_finish(engine)};
             take_snapshot(&store, &snap);
-            check(mt_saver_start(saver, plan->dir, &progress, 0) == MT_OK, "start a background save");
+            mt_run_save_options keep_all = {.keep = 0, .good_step = -1};
+            check(mt_saver_start(saver, plan->dir, &progress, &keep_all) == MT_OK, "start a background save");
         }
         for (int i = 0; i < SEQUENCES * SEQ; i++) {
             inputs[i] = (int32_t)(mt_rng_next(&rng) % (uint64_t)config.vocab_size);

@@ -1,0 +1,164 @@
+/* What the commands share: error reporting and exit codes, and the training options that train,
+ * plan and bench take. */
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+
+static const char train_help[] =
+    "usage: megatrain %s [options]\n"
+    "\n"
+    "Every option but the engine's and --out, --resume and the save options is a setting of the\n"
+    "run, stored in its checkpoints: --resume takes the stored value of each one not given, applies\n"
+    "a new --data, --steps, learning-rate schedule, optimizer setting or period (and says so), and\n"
+    "refuses another model, --seq, --batch, --micro-batches, --val-fraction, --sequential, --seed or\n"
+    "--moments.\n"
+    "\n"
+    "model (default: the demo preset; on --resume, the checkpoint's):\n"
+    "  --preset NAME          demo, tiny, llama-3.2-1b, llama-3.2-3b, llama-3-8b, qwen2.5-14b,\n"
+    "                         qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b\n"
+    "  --config FILE          a Hugging Face config.json (random initialization)\n"
+    "  --init-from DIR        fine-tune a Hugging Face model directory (config.json + safetensors)\n"
+    "data:\n"
+    "  --data FILE            tokens (llm.c .bin shard, masked shard, .npy of uint16/uint32), or text:\n"
+    "                         a text file, JSONL of {\"text\"} documents, or chat JSONL ({\"messages\"} or\n"
+    "                         {\"prompt\", \"completion\"}: loss on the answers only), tokenized with the\n"
+    "                         run's tokenizer into a cache in --out/data, or read as bytes when the run\n"
+    "                         has none (default: data/kjv.txt, the demo corpus)\n"
+    "  --tokenizer PATH       a tokenizer.json or model directory (default: the --init-from directory's\n"
+    "                         when it has a tokenizer.json; on --resume, the run's, which cannot change)\n"
+    "  --val-fraction F       held out for validation (default 0.05)\n"
+    "  --sequential           take windows in order instead of at random\n"
+    "  --seed N               initialization and sampling seed (default 1337)\n"
+    "step:\n"
+    "  --seq N                tokens per sequence (default 256)\n"
+    "  --batch N              sequences per micro-batch (default 8)\n"
+    "  --micro-batches N      micro-batches per optimizer step, run layer-major (default 1)\n"
+    "optimization:\n"
+    "  --steps N              optimizer steps (default 600; 0 writes the initial checkpoint, e.g. to\n"
+    "                         re-export an imported model)\n"
+    "  --lr F                 peak learning rate (default 3e-3)\n"
+    "  --schedule NAME        cosine or constant (default cosine)\n"
+    "  --warmup N             linear warmup steps (default: a tenth of --steps, at most 100)\n"
+    "  --min-lr-ratio F       cosine floor as a fraction of --lr (default 0.1)\n"
+    "  --weight-decay F       AdamW decoupled weight decay on matrices (default 0.1)\n"
+    "  --beta1 F --beta2 F   AdamW moment decay rates, in [0, 1) (defaults 0.9, 0.95)\n"
+    "  --eps F                AdamW epsilon, in (0, 1] (default 1e-8)\n"
+    "  --clip F               global gradient-norm clipping, exact; 0 turns it off (default 1.0)\n"
+    "  --max-skips N          stop after more than N steps in a row with a NaN/Inf gradient (skipped,\n"
+    "                         which needs --clip above 0) or loss (default 10); the message names\n"
+    "                         the newest good checkpoint to resume from\n"
+    "  --moments FORMAT       Adam moments: fp32 (default), or as an option bf16 (half the bytes) or\n"
+    "                         8bit (block-quantized, about a quarter); a resumed run keeps its format\n"
+    "engine:\n"
+    "  --backend NAME         auto, cpu or cuda (default auto: cuda when a GPU is usable)\n"
+    "  --threads N            cpu backend compute threads (default: all cores)\n"
+    "  --slots N              block weight slots on the device, >= 2 (default 2)\n"
+    "  --opt-threads N        optimizer threads (default: all cores but one, left to the issuing\n"
+    "                         thread and the copies; with --opt-cores, one per listed core)\n"
+    "  --opt-cores LIST       pin the optimizer threads one per core, e.g. 2-15 or 4,5,6; none:\n"
+    "                         unpinned (default: with a GPU, every core but the first; on the cpu\n"
+    "                         backend, unpinned)\n"
+    "  --ends-on-device MODE  on: the GPU keeps the embedding's and head's fp32 masters and moments\n"
+    "                         (12 bytes a parameter) and updates them itself, off: the host optimizer\n"
+    "                         does (default auto: on where they fit --gpu-mem or the GPU's free memory)\n"
+    "  --lm-chunk N           rows of logits the LM head holds at once (default 512)\n"
+    "  --gpu-mem SIZE         device memory budget, e.g. 24GiB: fewer slots, smaller micro-batches, a\n"
+    "                         smaller LM-head chunk, then activation checkpoints in pinned host memory\n"
+    "                         are chosen to fit, or the run is refused up front (default: none; a\n"
+    "                         size from 1 byte to 1 PiB)\n"
+    "run:\n"
+    "  --out DIR              run directory: checkpoints, metrics.jsonl, loss.svg (default runs/demo);\n"
+    "                         locked while a run uses it\n"
+    "  --resume               continue from the newest good checkpoint in --out (finite values, not\n"
+    "                         part of a divergence), with the run's stored settings\n"
+    "  --ckpt-every N         checkpoint period in steps (default 200; always at the end)\n"
+    "  --eval-every N         validation period in steps (default 100)\n"
+    "  --eval-batches N       validation batches each time (default 8)\n"
+    "  --keep N               checkpoints kept besides the newest good one, which is never deleted;\n"
+    "                         0 for all (default 2)\n"
+    "  --continue-on-save-error  when a periodic checkpoint cannot be written (disk full), say so and\n"
+    "                         train on; by default the run stops (the previous checkpoint stays valid)\n"
+    "  --sync-save            training waits while a periodic checkpoint is written (by default it\n"
+    "                         is written in the background while the next steps run; the last one\n"
+    "                         is always written before the run ends)\n"
+    "  --save-staging SIZE    host memory a background save may copy parts of the state into so that\n"
+    "                         the optimizer need not wait for the disk, e.g. 8GiB; 0: none (default:\n"
+    "                         half the host memory available when the save starts)\n"
+    "  --help\n"
+    "\n"
+    "Exit status: 0 done, 1 failed, 2 bad options, 128 + N stopped by signal N (SIGINT, SIGTERM,\n"
+    "SIGHUP: the step finishes and a checkpoint is written; --resume continues).\n";
+
+int mt_cli_fail(mt_status status) {
+    if (status == MT_ERR_INTERRUPTED && mt_train_stop_signal() > 0) {
+        fprintf(stderr, "megatrain: %s\n", mt_error());
+        return 128 + mt_train_stop_signal();
+    }
+    fprintf(stderr, "megatrain: error: %s\n", mt_error());
+    return status == MT_ERR_INVALID ? 2 : 1;
+}
+
+int mt_cli_usage_error(const char *command, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("megatrain: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nsee 'megatrain %s --help'\n", command);
+    return 2;
+}
+
+/* getopt_long's table, built from the library's list of training options, plus --help. */
+static struct option *train_long_options(void) {
+    int count = 0, takes_value;
+    while (mt_train_option_name(count, NULL)) count++;
+    struct option *opts = calloc((size_t)count + 2, sizeof *opts);
+    if (!opts) return NULL;
+    for (int i = 0; i < count; i++) {
+        opts[i].name = mt_train_option_name(i, &takes_value);
+        opts[i].has_arg = takes_value ? required_argument : no_argument;
+        opts[i].val = 256 + i;
+    }
+    opts[count] = (struct option){"help", no_argument, 0, 'h'};
+    return opts;
+}
+
+int mt_cli_parse_train(int argc, char **argv, const char *command, mt_train_options *o) {
+    *o = mt_train_defaults();
+    o->progress = isatty(STDERR_FILENO);
+    struct option *opts = train_long_options();
+    if (!opts) {
+        fprintf(stderr, "megatrain: error: out of memory\n");
+        return -1;
+    }
+    optind = 1;
+    int c, bad = 0, help = 0;
+    while (!bad && !help && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'h') help = 1;
+        else if (c < 256) bad = 1; /* getopt printed what was wrong */
+        else if (mt_train_option_set(o, opts[c - 256].name, optarg) != MT_OK) {
+            fprintf(stderr, "megatrain: error: %s\n", mt_error());
+            bad = 1;
+        }
+    }
+    free(opts);
+    if (help) {
+        printf(train_help, command);
+        return 1;
+    }
+    if (!bad && optind < argc) {
+        fprintf(stderr, "megatrain: error: unexpected argument '%s'\n", argv[optind]);
+        bad = 1;
+    }
+    if (!bad && (!!o->preset + !!o->config_path + !!o->init_from) > 1) {
+        fprintf(stderr, "megatrain: error: give at most one of --preset, --config and --init-from\n");
+        bad = 1;
+    }
+    if (bad) fprintf(stderr, "see 'megatrain %s --help'\n", command);
+    return bad ? -1 : 0;
+}

@@ -1,0 +1,154 @@
+/* The run directory's protocol as a user meets it: one run at a time (a second one is refused,
+ * naming the directory and the holder's pid); a directory without a manifest is nobody's to
+ * delete, least of all a run's that then refuses to start; a checkpoint whose manifest fields
+ * were changed is passed over by --resume; after a resume metrics.jsonl holds each step once. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli_run.h"
+#include "hf_test_files.h"
+#include "run_fixture.h"
+
+#define TIMEOUT_S 60.0
+
+static char dir[PATH_MAX], corpus[PATH_MAX], run[PATH_MAX];
+
+static void make_fixtures(void) { mt_test_make_run_dirs(dir, corpus, run); }
+static void remove_fixtures(void) { hf_test_rmtree(dir); }
+
+TestSuite(rundir, .init = make_fixtures, .fini = remove_fixtures);
+
+static void train(const char *steps, const char *extra, mt_cli_result *r) {
+    mt_cli_run(r, TIMEOUT_S, "train", MT_TINY_STEP, "--steps", steps, "--ckpt-every", "2", "--keep", "0", "--data",
+               corpus, "--out", run, "--resume", extra, NULL);
+}
+
+static void train_ok(const char *steps) {
+    mt_cli_result r;
+    train(steps, NULL, &r);
+    cr_assert(!r.timed_out && r.signal == 0 && r.exit_code == 0, "exit %d:\n%s", r.exit_code, r.err);
+    mt_cli_result_free(&r);
+}
+
+Test(rundir, a_second_run_on_the_same_directory_is_refused) {
+    mt_cli_process first;
+    mt_cli_start(&first, "train", MT_TINY_STEP, "--steps", "1000000", "--ckpt-every", "0", "--data", corpus, "--out",
+                 run, NULL);
+    char metrics[PATH_MAX];
+    hf_test_path(metrics, run, "metrics.jsonl");
+    for (int polls = 0; !mt_test_exists(metrics); polls++) {
+        cr_assert_lt(polls, 3000, "the first run did not start");
+        nanosleep(&(struct timespec){.tv_nsec = 10000000}, NULL);
+    }
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "train", MT_TINY_STEP, "--steps", "3", "--data", corpus, "--out", run, "--resume", NULL);
+    char pid[32];
+    snprintf(pid, sizeof pid, "pid %d", (int)first.pid);
+    int refused = r.exit_code != 0 && strstr(r.err, "in use by another megatrain run") && strstr(r.err, run) &&
+                  strstr(r.err, pid);
+    char why[4096];
+    snprintf(why, sizeof why, "exit %d:\n%s", r.exit_code, r.err);
+    mt_cli_result_free(&r);
+    kill(first.pid, SIGTERM);
+    mt_cli_wait(&first, TIMEOUT_S, &r);
+    cr_assert(refused, "the second run was not refused naming the directory and %s: %s", pid, why);
+    cr_assert_eq(r.exit_code, 128 + SIGTERM, "the first run was disturbed:\n%s", r.err);
+    long long stopped;
+    const char *at = strstr(r.err, "stopped on request at step ");
+    cr_assert(at && sscanf(at, "stopped on request at step %lld", &stopped) == 1, "%s", r.err);
+    mt_cli_result_free(&r);
+    /* Once the holder is gone the directory is free again. */
+    char steps[32];
+    snprintf(steps, sizeof steps, "%lld", stopped + 2);
+    train_ok(steps);
+}
+
+/* A checkpoint directory whose manifest is missing, and no deletion marker: a run that refuses to
+ * start (here a fresh run over an existing one) must leave it, as must one that starts. */
+Test(rundir, a_directory_without_manifest_is_left_alone) {
+    train_ok("2");
+    char blob[PATH_MAX + 64], manifest[PATH_MAX + 64];
+    snprintf(blob, sizeof blob, "%s/ckpt-000004/master.bin", run);
+    snprintf(manifest, sizeof manifest, "%s/ckpt-000004/manifest.json", run);
+    char cmd[4 * PATH_MAX];
+    snprintf(cmd, sizeof cmd, "mkdir %s/ckpt-000004 && cp %s/ckpt-000002/master.bin %s", run, run, blob);
+    cr_assert_eq(system(cmd), 0);
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "train", MT_TINY_STEP, "--steps", "2", "--data", corpus, "--out", run, NULL);
+    cr_assert_eq(r.exit_code, 2, "a fresh run over a run must be refused:\n%s", r.err);
+    mt_cli_result_free(&r);
+    cr_assert(mt_test_exists(blob), "the refused run deleted a directory that was not proven a cut-short deletion");
+    train(("3"), NULL, &r);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "without a manifest"), "the directory was not reported:\n%s", r.err);
+    mt_cli_result_free(&r);
+    cr_assert(mt_test_exists(blob), "a resumed run deleted it");
+    cr_assert(!mt_test_exists(manifest));
+}
+
+/* Rewrites the "step" of a checkpoint's manifest in place, keeping its length. */
+static void change_manifest_step(int step, int to) {
+    char path[PATH_MAX + 64], from_text[32], to_text[32];
+    snprintf(path, sizeof path, "%s/ckpt-%06d/manifest.json", run, step);
+    FILE *f = fopen(path, "r+b");
+    cr_assert_not_null(f);
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    snprintf(from_text, sizeof from_text, "\"step\": %d", step);
+    snprintf(to_text, sizeof to_text, "\"step\": %d", to);
+    cr_assert_eq(strlen(from_text), strlen(to_text));
+    char *at = strstr(text, from_text);
+    cr_assert_not_null(at, "%s does not hold %s", path, from_text);
+    fseek(f, at - text, SEEK_SET);
+    fputs(to_text, f);
+    cr_assert_eq(fclose(f), 0);
+}
+
+Test(rundir, a_manifest_whose_fields_changed_is_passed_over) {
+    train_ok("4");
+    change_manifest_step(4, 6);
+    mt_cli_result r;
+    train("6", NULL, &r);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "checksum does not match"), "the changed manifest was not reported:\n%s", r.err);
+    cr_assert_not_null(strstr(r.err, "ckpt-000002 at step 2"), "did not resume from the older checkpoint:\n%s", r.err);
+    mt_cli_result_free(&r);
+}
+
+/* The step of each line of metrics.jsonl that logs a training loss, in order. */
+static int logged_steps(int *steps, int cap) {
+    char path[PATH_MAX + 16], line[4096];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    int n = 0;
+    while (n < cap && fgets(line, sizeof line, f)) {
+        json_t *e = json_loads(line, 0, NULL);
+        cr_assert_not_null(e, "a line that is not JSON: %s", line);
+        if (json_object_get(e, "loss")) steps[n++] = (int)json_integer_value(json_object_get(e, "step"));
+        json_decref(e);
+    }
+    fclose(f);
+    return n;
+}
+
+Test(rundir, metrics_hold_each_step_once_after_a_resume) {
+    train_ok("6");
+    char last[PATH_MAX + 16];
+    snprintf(last, sizeof last, "%s/ckpt-000006", run);
+    hf_test_rmtree(last); /* as if killed after step 6 was logged, before its checkpoint */
+    train_ok("8");
+    int steps[64];
+    int n = logged_steps(steps, 64);
+    cr_assert_eq(n, 8, "%d training lines for 8 steps", n);
+    for (int i = 0; i < n; i++) cr_assert_eq(steps[i], i + 1, "line %d logs step %d", i + 1, steps[i]);
+}
