@@ -39,7 +39,7 @@ typedef struct {
      * the checkpoint's value; one given with another value is either applied with a log line
      * saying so (data, steps, the learning-rate schedule, the optimizer's hyperparameters, the
      * checkpoint and evaluation periods) or refused naming both values (the model, the sequence
-     * layout: seq_len, batch, micro_batches, val_fraction, sequential, seed, moments). ---- */
+     * layout: seq_len, batch, micro_batches, val_fraction, sequential, seed, moments, tokenizer). ---- */
 
     /* The model: one of a preset name, a config.json, or a Hugging Face model directory to
      * fine-tune. None of them: the "demo" preset (on resume, the checkpoint's model). */
@@ -47,8 +47,11 @@ typedef struct {
     const char *config_path;
     const char *init_from;
 
-    /* Data: a token file (llm.c .bin, .npy, or text as bytes). Default: the demo corpus. */
+    /* Data: a token file (llm.c .bin, masked shard, .npy), or text or JSONL, tokenized with the
+     * run's tokenizer when it has one, else read as bytes. Default: the demo corpus. */
     const char *data_path;
+    const char *tokenizer;   /* a tokenizer.json or model directory; NULL: the --init-from directory's
+                              * tokenizer.json if it has one, else on resume the run's, else none */
     double val_fraction;     /* held out for validation, in [0, 1) (default 0.05) */
     int sequential;          /* 1: windows in order, 0: at random (default) */
     int64_t seed;            /* initialization and sampling, >= 0 (default 1337) */

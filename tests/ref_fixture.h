@@ -54,6 +54,9 @@ void mt_ref_fixture_remove(mt_ref_fixture *fx);
 mt_status mt_ref_fixture_write(const mt_ref_fixture *fx, const mt_layout *layout,
                                const float *master, const int32_t *tokens, int batch, int seq,
                                const mt_ref_train_settings *train);
+/* Masks the targets: mask uint8 [steps][batch][seq], 0 where a target carries no loss (the
+ * reference then ignores it, as cross_entropy's ignore_index does). */
+mt_status mt_ref_fixture_write_mask(const mt_ref_fixture *fx, const uint8_t *mask, int steps, int batch, int seq);
 /* Asks the grads mode for the loss at each probe as well. */
 mt_status mt_ref_fixture_write_probes(const mt_ref_fixture *fx, const mt_layout *layout,
                                       const mt_ref_probe *probes, int count);
@@ -76,6 +79,12 @@ mt_status mt_ref_run_grads(const mt_layout *layout, const float *master, const i
 mt_status mt_ref_run_train(const mt_layout *layout, const float *master, const int32_t *tokens,
                            int batch, int seq, const mt_ref_train_settings *train,
                            float *losses, float *master_after);
+/* The same with a target mask (mt_ref_fixture_write_mask's layout; NULL: every target counts). */
+mt_status mt_ref_run_grads_masked(const mt_layout *layout, const float *master, const int32_t *tokens,
+                                  const uint8_t *mask, int batch, int seq, double *loss, float *grads);
+mt_status mt_ref_run_train_masked(const mt_layout *layout, const float *master, const int32_t *tokens,
+                                  const uint8_t *mask, int batch, int seq, const mt_ref_train_settings *train,
+                                  float *losses, float *master_after);
 
 /* Where layout->tensors[i] starts in a flat array of layout->total_numel floats. */
 int64_t mt_ref_tensor_position(const mt_layout *layout, int i);

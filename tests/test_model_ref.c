@@ -1,5 +1,6 @@
 /* The whole model against the independent PyTorch reference (tests/reference/llama_ref.py):
- * loss and every parameter's gradient, and a few AdamW training steps. */
+ * loss and every parameter's gradient, and a few AdamW training steps; with a loss mask, against
+ * the reference's cross_entropy with ignore_index on the masked targets. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -7,6 +8,7 @@
 
 #include "ref_fixture.h"
 #include "tiny_model.h"
+#include "util/rng.h"
 
 enum { SEQ = 8, SEQUENCES = 2 };
 
@@ -19,19 +21,34 @@ static mt_engine_options options(int micro_batches) {
     return o;
 }
 
-static void check_grads(const mt_config *cfg, int micro_batches) {
+/* A loss mask over `count` targets: 1 (the target counts) with probability `keep` in 1/8ths,
+ * drawn from `seed`. */
+static void random_mask(uint64_t seed, int keep, int count, uint8_t *mask) {
+    mt_rng rng = {seed};
+    for (int i = 0; i < count; i++) mask[i] = mt_rng_next(&rng) % 8 < (uint64_t)keep;
+}
+
+/* What the dataset does with a masked shard: a target that carries no loss becomes -1. */
+static void apply_mask(const uint8_t *mask, int count, int32_t *targets) {
+    for (int i = 0; i < count; i++)
+        if (mask && !mask[i]) targets[i] = -1;
+}
+
+/* mask: NULL, or one byte per target (0: no loss). */
+static void check_grads(const mt_config *cfg, int micro_batches, const uint8_t *mask) {
     mt_engine_options o = options(micro_batches);
     mt_tiny_model t;
     mt_tiny_model_open(&t, cfg, &o, 11);
     int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
     mt_tiny_windows(12, SEQUENCES, SEQ, cfg->vocab_size, tokens, inputs, targets);
+    apply_mask(mask, SEQUENCES * SEQ, targets);
     double loss;
     cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, &loss), MT_OK, "%s", mt_error());
 
     size_t n = (size_t)t.layout.total_numel;
     float *want = calloc(n, sizeof *want);
     double want_loss;
-    cr_assert_eq(mt_ref_run_grads(&t.layout, t.store.master, tokens, SEQUENCES, SEQ, &want_loss, want),
+    cr_assert_eq(mt_ref_run_grads_masked(&t.layout, t.store.master, tokens, mask, SEQUENCES, SEQ, &want_loss, want),
                  MT_OK, "%s", mt_error());
     /* fp32 against float64: the loss agrees to ~1e-6 relative. */
     cr_expect_lt(fabs(loss - want_loss), 1e-5 * fabs(want_loss), "loss %.9f, reference %.9f", loss, want_loss);
@@ -47,33 +64,99 @@ static void check_grads(const mt_config *cfg, int micro_batches) {
 
 Test(model, grads_match_reference_gqa_untied) {
     mt_config c = mt_tiny_config_gqa();
-    check_grads(&c, 1);
+    check_grads(&c, 1, NULL);
 }
 
 Test(model, grads_match_reference_tied_bias_two_micro_batches) {
     mt_config c = mt_tiny_config_tied_bias();
-    check_grads(&c, 2);
+    check_grads(&c, 2, NULL);
 }
 
 Test(model, grads_match_reference_mha_llama3_rope) {
     mt_config c = mt_tiny_config_mha();
-    check_grads(&c, 1);
+    check_grads(&c, 1, NULL);
+}
+
+/* The step's mean is over the unmasked targets of both micro-batches together: the first holds
+ * 2 of them, the second 7, so a mean per micro-batch (or over all targets) is far off. */
+static const uint8_t uneven_mask[SEQUENCES * SEQ] = {0, 0, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 1, 1, 1, 1};
+
+Test(model, masked_grads_match_reference_ignore_index) {
+    mt_config c = mt_tiny_config_gqa();
+    check_grads(&c, 1, uneven_mask);
+}
+
+Test(model, masked_grads_match_reference_two_micro_batches) {
+    mt_config c = mt_tiny_config_tied_bias();
+    check_grads(&c, 2, uneven_mask);
+}
+
+Test(model, masked_grads_match_reference_random_mask) {
+    uint8_t mask[SEQUENCES * SEQ];
+    random_mask(5, 3, SEQUENCES * SEQ, mask);
+    mt_config c = mt_tiny_config_mha();
+    check_grads(&c, 1, mask);
+}
+
+/* The mask matters: the gradient with another mask (the complement) is not the reference's. */
+Test(model, a_wrong_mask_gives_other_grads) {
+    mt_config c = mt_tiny_config_gqa();
+    mt_engine_options o = options(2);
+    mt_tiny_model t;
+    mt_tiny_model_open(&t, &c, &o, 11);
+    int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
+    mt_tiny_windows(12, SEQUENCES, SEQ, c.vocab_size, tokens, inputs, targets);
+    uint8_t wrong[SEQUENCES * SEQ];
+    for (int i = 0; i < SEQUENCES * SEQ; i++) wrong[i] = !uneven_mask[i];
+    apply_mask(wrong, SEQUENCES * SEQ, targets);
+    double loss, want_loss;
+    cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, &loss), MT_OK, "%s", mt_error());
+    size_t n = (size_t)t.layout.total_numel;
+    float *want = calloc(n, sizeof *want);
+    cr_assert_eq(mt_ref_run_grads_masked(&t.layout, t.store.master, tokens, uneven_mask, SEQUENCES, SEQ, &want_loss,
+                                         want), MT_OK, "%s", mt_error());
+    mt_ref_diff d;
+    mt_ref_compare(&t.layout, mt_engine_host_grads(t.engine), want, &d);
+    cr_expect_gt(d.worst_rel, 0.1, "a complementary mask still matched the reference (%g relative)", d.worst_rel);
+    cr_expect_gt(fabs(loss - want_loss), 1e-3, "a complementary mask gave the reference's loss %.6f", want_loss);
+    free(want);
+    mt_tiny_model_close(&t);
+}
+
+/* No target carries loss: the engine's loss is 0 and its gradient zero, never NaN. */
+Test(model, a_step_with_every_target_masked_is_zero_not_nan) {
+    mt_config c = mt_tiny_config_gqa();
+    mt_engine_options o = options(2);
+    mt_tiny_model t;
+    mt_tiny_model_open(&t, &c, &o, 11);
+    int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
+    mt_tiny_windows(12, SEQUENCES, SEQ, c.vocab_size, tokens, inputs, targets);
+    for (int i = 0; i < SEQUENCES * SEQ; i++) targets[i] = -1;
+    double loss;
+    cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, &loss), MT_OK, "%s", mt_error());
+    cr_expect_eq(loss, 0.0, "loss %g with no target", loss);
+    const float *g = mt_engine_host_grads(t.engine);
+    for (int64_t i = 0; i < t.layout.total_numel; i++)
+        cr_assert_eq(g[i], 0.0f, "gradient element %lld is %g with no target", (long long)i, (double)g[i]);
+    cr_expect_eq(mt_engine_eval(t.engine, inputs, targets, &loss), MT_OK, "%s", mt_error());
+    cr_expect_eq(loss, 0.0, "eval loss %g with no target", loss);
+    mt_tiny_model_close(&t);
 }
 
 /* Qwen3: per-head q/k RMSNorm before RoPE, head_dim 16 against hidden / heads = 8. */
 Test(model, grads_match_reference_qwen3_untied) {
     mt_config c = mt_tiny_config_qwen3(0);
-    check_grads(&c, 1);
+    check_grads(&c, 1, NULL);
 }
 
 Test(model, grads_match_reference_qwen3_tied_two_micro_batches) {
     mt_config c = mt_tiny_config_qwen3(1);
-    check_grads(&c, 2);
+    check_grads(&c, 2, NULL);
 }
 
 /* A few AdamW steps against torch.optim.AdamW: with exact clipping (the optimizer runs after the
  * backward) and without (it runs during the backward, gradients in the host ring: 7 blocks). */
-static void check_training(mt_config cfg, float clip) {
+static void check_training(mt_config cfg, float clip, const uint8_t *mask) {
     enum { STEPS = 4 };
     cfg.num_layers = 7;
     mt_engine_options o = options(1);
@@ -88,6 +171,7 @@ static void check_training(mt_config cfg, float clip) {
 
     int32_t tokens[STEPS * SEQUENCES * (SEQ + 1)], inputs[STEPS * SEQUENCES * SEQ], targets[STEPS * SEQUENCES * SEQ];
     mt_tiny_windows(22, STEPS * SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
+    apply_mask(mask, STEPS * SEQUENCES * SEQ, targets);
     float lr = 1e-2f, losses[STEPS], want_losses[STEPS];
     for (int s = 0; s < STEPS; s++) {
         mt_step_result r;
@@ -98,7 +182,7 @@ static void check_training(mt_config cfg, float clip) {
     mt_engine_finish(t.engine);
     mt_ref_train_settings ts = {.steps = STEPS, .lr = lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps,
                                 .weight_decay = o.weight_decay, .max_grad_norm = o.max_grad_norm};
-    cr_assert_eq(mt_ref_run_train(&t.layout, before, tokens, SEQUENCES, SEQ, &ts, want_losses, want),
+    cr_assert_eq(mt_ref_run_train_masked(&t.layout, before, tokens, mask, SEQUENCES, SEQ, &ts, want_losses, want),
                  MT_OK, "%s", mt_error());
     for (int s = 0; s < STEPS; s++)
         cr_expect_lt(fabsf(losses[s] - want_losses[s]), 1e-4f * fabsf(want_losses[s]),
@@ -120,9 +204,20 @@ static void check_training(mt_config cfg, float clip) {
     mt_tiny_model_close(&t);
 }
 
-Test(model, training_steps_match_reference_adamw_clipped) { check_training(mt_tiny_config_tied_bias(), 1.0f); }
+Test(model, training_steps_match_reference_adamw_clipped) { check_training(mt_tiny_config_tied_bias(), 1.0f, NULL); }
 
-Test(model, training_steps_match_reference_adamw_overlapped) { check_training(mt_tiny_config_tied_bias(), 0.0f); }
+Test(model, training_steps_match_reference_adamw_overlapped) { check_training(mt_tiny_config_tied_bias(), 0.0f, NULL); }
 
 /* The q/k norm weights: no weight decay, updated like the other norms. */
-Test(model, training_steps_match_reference_qwen3) { check_training(mt_tiny_config_qwen3(0), 1.0f); }
+Test(model, training_steps_match_reference_qwen3) { check_training(mt_tiny_config_qwen3(0), 1.0f, NULL); }
+
+/* Every step keeps about half its targets (none empty: PyTorch's mean of none is NaN). */
+static void check_masked_training(float clip) {
+    uint8_t mask[4 * SEQUENCES * SEQ];
+    random_mask(31, 4, (int)sizeof mask, mask);
+    check_training(mt_tiny_config_tied_bias(), clip, mask);
+}
+
+Test(model, masked_training_steps_match_reference_clipped) { check_masked_training(1.0f); }
+
+Test(model, masked_training_steps_match_reference_overlapped) { check_masked_training(0.0f); }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "tokenizer/tokenize_chat.h"
 #include "tokenizer/tokenize_files.h"
 
 static const char tokenize_help[] =
@@ -27,6 +28,10 @@ static const char tokenize_help[] =
     "                       tokenizer's add_bos_token or post-processor says)\n"
     "  --allow-special      match special-token strings (<|im_start|>, </s>, ...) inside documents;\n"
     "                       by default they are encoded as the text they are\n"
+    "  --chat MODE          auto, yes or no: chat and instruction JSONL (lines with \"messages\", or\n"
+    "                       \"prompt\" and \"completion\") rendered with the model's chat template into\n"
+    "                       masked shards whose loss is on the answers only (default auto: when the\n"
+    "                       first line of every JSONL input is such an example)\n"
     "  --help\n";
 
 /* A token count: digits with an optional K, M or G (thousands, millions, billions). */
@@ -41,16 +46,32 @@ static int parse_count(const char *text, int64_t *out) {
     return 0;
 }
 
+/* Chat data: masked shards, and how many of their tokens carry loss. */
+static int tokenize_chat(const mt_tokenize_options *o) {
+    mt_tokenize_summary s;
+    uint64_t trained;
+    mt_status rc = mt_tokenize_chat_files(o, &s, &trained);
+    if (rc != MT_OK) return mt_cli_fail(rc);
+    printf("tokenized %zu conversations from %zu files (%.1f MB) into %llu tokens (%llu with loss, %.1f%%) in %zu "
+           "masked shards %s_*.bin (%s), %.2f s on %d threads: %.2f MB/s, %.0f tokens/s\n",
+           s.documents, s.files, (double)s.bytes / 1e6, (unsigned long long)s.tokens, (unsigned long long)trained,
+           100.0 * (double)trained / (double)s.tokens, s.shards, o->out_prefix, s.width == 2 ? "uint16" : "uint32",
+           s.seconds, s.threads, (double)s.bytes / 1e6 / (s.seconds > 0 ? s.seconds : 1),
+           (double)s.tokens / (s.seconds > 0 ? s.seconds : 1));
+    return 0;
+}
+
 int mt_cli_tokenize(int argc, char **argv) {
-    enum { OPT_TOKENIZER = 256, OPT_OUT, OPT_FIELD, OPT_SHARD, OPT_DTYPE, OPT_THREADS, OPT_BOS, OPT_SPECIAL };
+    enum { OPT_TOKENIZER = 256, OPT_OUT, OPT_FIELD, OPT_SHARD, OPT_DTYPE, OPT_THREADS, OPT_BOS, OPT_SPECIAL, OPT_CHAT };
     static const struct option opts[] = {
         {"tokenizer", required_argument, 0, OPT_TOKENIZER}, {"out", required_argument, 0, OPT_OUT},
         {"text-field", required_argument, 0, OPT_FIELD},    {"shard-size", required_argument, 0, OPT_SHARD},
         {"dtype", required_argument, 0, OPT_DTYPE},         {"threads", required_argument, 0, OPT_THREADS},
         {"bos", required_argument, 0, OPT_BOS},             {"allow-special", no_argument, 0, OPT_SPECIAL},
+        {"chat", required_argument, 0, OPT_CHAT},
         {"help", no_argument, 0, 'h'},                      {0, 0, 0, 0}};
     mt_tokenize_options o = {.bos = -1};
-    int c, bad = 0;
+    int c, bad = 0, chat = -1;
     int64_t threads = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -69,6 +90,10 @@ int mt_cli_tokenize(int argc, char **argv) {
             bad |= o.bos < 0 && strcmp(optarg, "auto");
             break;
         case OPT_SPECIAL: o.allow_special = 1; break;
+        case OPT_CHAT:
+            chat = !strcmp(optarg, "yes") ? 1 : !strcmp(optarg, "no") ? 0 : -1;
+            bad |= chat < 0 && strcmp(optarg, "auto");
+            break;
         case 'h': fputs(tokenize_help, stdout); return 0;
         default: bad = 1; break;
         }
@@ -85,7 +110,9 @@ int mt_cli_tokenize(int argc, char **argv) {
     o.inputs = (const char *const *)argv + optind;
     o.n_inputs = (size_t)(argc - optind);
     mt_tokenize_summary s;
-    mt_status rc = mt_tokenize_files(&o, &s);
+    mt_status rc = chat < 0 ? mt_tokenize_inputs_are_chat(o.inputs, o.n_inputs, &chat) : MT_OK;
+    if (rc == MT_OK && chat) return tokenize_chat(&o);
+    if (rc == MT_OK) rc = mt_tokenize_files(&o, &s);
     if (rc != MT_OK) return mt_cli_fail(rc);
     printf("tokenized %zu documents from %zu files (%.1f MB) into %llu tokens in %zu shards %s_*.bin (%s), "
            "%.2f s on %d threads: %.2f MB/s, %.0f tokens/s\n",

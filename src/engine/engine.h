@@ -107,6 +107,10 @@ void mt_engine_destroy(mt_engine *e);
 
 /* Token arguments are inputs[M][batch][seq] and targets[M][batch][seq] (the inputs shifted by
  * one); a negative target takes no part in the loss. Ids at or past vocab_size are refused.
+ * The loss, and the gradient it is differentiated from, is the mean over the targets >= 0 of the
+ * whole call (all M micro-batches): PyTorch's cross_entropy(reduction="mean", ignore_index=-1)
+ * over the flattened [M * batch * seq] targets. With no target >= 0 the loss is 0 and the
+ * gradient zero (never NaN); the training loop skips such a step instead of calling this.
  *
  * One optimizer step. Returns once the backward is done; the optimizer may still be updating
  * (mt_engine_finish waits). */

@@ -1,5 +1,7 @@
 #include "io/dataset.h"
 
+#include "io/masked_tokens.h"
+
 #include <ctype.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -71,10 +73,12 @@ static size_t next_window_start(mt_dataset *ds) {
     return start;
 }
 
-/* Window starting at token `start`: inputs get tokens start.., targets start+1.. */
+/* Window starting at token `start`: inputs get tokens start.., targets start+1..; a target whose
+ * token carries no loss (a masked shard's mask 0) is -1, which the loss ignores. */
 static void copy_window(const mt_dataset *ds, size_t start, int32_t *inputs, int32_t *targets) {
     mt_tokens_copy(ds->tokens, start, (size_t)ds->seq_len, inputs);
     mt_tokens_copy(ds->tokens, start + 1, (size_t)ds->seq_len, targets);
+    mt_tokens_mask_targets(ds->tokens, start + 1, (size_t)ds->seq_len, targets);
 }
 
 void mt_dataset_train_batch(mt_dataset *ds, int batch, int32_t *inputs, int32_t *targets) {

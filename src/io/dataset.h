@@ -2,8 +2,9 @@
  *
  * The last val_fraction of the tokens is held out for validation; the rest is the training split.
  * A window is seq_len + 1 consecutive tokens: inputs are its first seq_len, targets its last
- * seq_len. Training windows come either at random (the seeded mt_rng stream) or in order (a
- * cursor that wraps at the end of the split, counting epochs). The sampler's whole state is a
+ * seq_len; with a masked shard, a target whose token carries no loss is -1 (the loss skips it).
+ * Training windows come either at random (the seeded mt_rng stream) or in order (a cursor that
+ * wraps at the end of the split, counting epochs). The sampler's whole state is a
  * struct of integers, so a checkpoint can store it and a resumed run draws exactly the windows
  * the uninterrupted run would have drawn. */
 #ifndef MT_IO_DATASET_H

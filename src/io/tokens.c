@@ -1,5 +1,7 @@
 #include "io/tokens.h"
 
+#include "io/masked_tokens.h"
+
 #include <ctype.h>
 #include <fcntl.h>
 #include <stdbool.h>
@@ -22,6 +24,7 @@ struct mt_token_reader {
     int fd;
     char *path;
     size_t data_offset;       /* the first id's byte */
+    size_t mask_offset;       /* masked shards: the first mask byte */
     off_t size;
     struct timespec mtime;
     mt_status error;          /* the first failed read; later reads fail the same way */
@@ -35,6 +38,7 @@ const char *mt_token_format_name(mt_token_format format) {
     case MT_TOKENS_LLMC: return "llm.c shard";
     case MT_TOKENS_NPY: return "npy array";
     case MT_TOKENS_TEXT: return "text bytes";
+    case MT_TOKENS_MASKED: return "masked shard";
     }
     return "unknown";
 }
@@ -294,6 +298,16 @@ static mt_status read_format(const char *path, const file_head *h, mt_tokens *t,
     int32_t first = 0;
     memcpy(&first, h->b, h->len < 4 ? h->len : 4);
     if (h->len >= 6 && !memcmp(h->b, npy_magic, sizeof npy_magic)) return open_npy(path, h, t, data_offset);
+    if (mt_masked_shard_magic(h->b, h->len)) {
+        mt_masked_layout m;
+        MT_TRY(mt_masked_shard_parse(path, h->b, h->len, h->size, &m));
+        t->count = m.count;
+        t->width = m.width;
+        t->format = MT_TOKENS_MASKED;
+        t->reader->mask_offset = m.mask_offset;
+        *data_offset = m.data_offset;
+        return MT_OK;
+    }
     if (first == LLMC_MAGIC || has_suffix(path, ".bin")) return open_llmc(path, h, t, data_offset);
     if (has_suffix(path, ".npy")) return mt_fail(MT_ERR_INVALID, "%s: not an npy file (bad magic)", path);
     t->count = h->size;
@@ -301,6 +315,22 @@ static mt_status read_format(const char *path, const file_head *h, mt_tokens *t,
     t->format = MT_TOKENS_TEXT;
     *data_offset = 0;
     return MT_OK;
+}
+
+/* A masked shard's mask bytes are each 0 or 1: all read once, a piece at a time, when opened. */
+static mt_status check_mask(const mt_tokens *t, const char *path) {
+    uint8_t *piece = malloc(READ_PIECE);
+    if (!piece) return mt_fail(MT_ERR_NOMEM, "%s: cannot allocate a read buffer", path);
+    mt_status st = MT_OK;
+    for (size_t at = 0; st == MT_OK && at < t->count; at += READ_PIECE) {
+        size_t n = t->count - at < READ_PIECE ? t->count - at : READ_PIECE;
+        st = read_at(t->reader, t->reader->mask_offset + at, piece, n);
+        for (size_t k = 0; st == MT_OK && k < n; k++)
+            if (piece[k] > 1)
+                st = mt_fail(MT_ERR_INVALID, "%s: mask byte of token %zu is %u (0 or 1)", path, at + k, piece[k]);
+    }
+    free(piece);
+    return st;
 }
 
 mt_status mt_tokens_open(const char *path, mt_tokens *tokens) {
@@ -322,6 +352,7 @@ mt_status mt_tokens_open(const char *path, mt_tokens *tokens) {
     h.b = head;
     if (st == MT_OK) st = read_format(path, &h, tokens, &r->data_offset);
     free(head);
+    if (st == MT_OK && tokens->format == MT_TOKENS_MASKED) st = check_mask(tokens, path);
     if (st != MT_OK) mt_tokens_close(tokens);
     return st;
 }
@@ -360,6 +391,14 @@ uint32_t mt_tokens_get(const mt_tokens *tokens, size_t i) {
     int32_t id;
     mt_tokens_copy(tokens, i, 1, &id);
     return (uint32_t)id;
+}
+
+void mt_tokens_copy_mask(const mt_tokens *tokens, size_t start, size_t n, uint8_t *dst) {
+    if (tokens->format != MT_TOKENS_MASKED) {
+        memset(dst, 1, n);
+        return;
+    }
+    if (read_at(tokens->reader, tokens->reader->mask_offset + start, dst, n) != MT_OK) memset(dst, 0, n);
 }
 
 mt_status mt_tokens_status(const mt_tokens *tokens) {

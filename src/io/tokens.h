@@ -1,10 +1,11 @@
 /* Token sources: a file of token ids, read with pread as windows are needed (never mapped, so
  * that a file cut short or changed underneath is reported, not a SIGBUS).
  *
- * Three formats, chosen by the file's magic and extension:
+ * Four formats, chosen by the file's magic and extension:
  *   llm.c .bin shards  256 int32 header (magic 20240520, version 1 = uint16 tokens, 2 = uint32,
  *                      header[2] = token count), then the tokens; size must be exactly
  *                      1024 + count * width
+ *   masked shards      ids and a loss mask, magic "MTMS" (io/masked_tokens.h): chat data
  *   .npy arrays        1-D, C order, dtype <u2 or <u4
  *   anything else      raw bytes (UTF-8 text): each byte a token, vocabulary 256
  * Only regular files are taken: a FIFO, directory or device is refused when opened, without
@@ -18,7 +19,7 @@
 
 #include "util/status.h"
 
-typedef enum { MT_TOKENS_LLMC, MT_TOKENS_NPY, MT_TOKENS_TEXT } mt_token_format;
+typedef enum { MT_TOKENS_LLMC, MT_TOKENS_NPY, MT_TOKENS_TEXT, MT_TOKENS_MASKED } mt_token_format;
 
 typedef struct mt_token_reader mt_token_reader;
 
@@ -42,6 +43,9 @@ const char *mt_token_format_name(mt_token_format format);
 void mt_tokens_copy(const mt_tokens *tokens, size_t start, size_t n, int32_t *dst);
 /* The id at position i (< count), read as mt_tokens_copy reads. */
 uint32_t mt_tokens_get(const mt_tokens *tokens, size_t i);
+/* dst[k] = loss mask of token start + k: 0 or 1 for a masked shard, 1 for any other source. A
+ * failed read fills dst with 0 and leaves its error for mt_tokens_status, as mt_tokens_copy. */
+void mt_tokens_copy_mask(const mt_tokens *tokens, size_t start, size_t n, uint8_t *dst);
 /* MT_OK, or the first read error (again in mt_error()). */
 mt_status mt_tokens_status(const mt_tokens *tokens);
 

@@ -5,7 +5,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "model/config.h"
 #include "util/cpu_list.h"
@@ -32,6 +34,18 @@ static mt_status check_preset(const char *option, const char *value) {
                    mt_config_preset_names());
 }
 
+/* A tokenizer.json, or a directory holding one. */
+static mt_status check_tokenizer(const char *option, const char *value) {
+    struct stat st;
+    char json[PATH_MAX + 32];
+    if (stat(value, &st) != 0)
+        return mt_fail(MT_ERR_INVALID, "--%s %s: %s", option, value, strerror(errno));
+    snprintf(json, sizeof json, "%s/tokenizer.json", value);
+    if (S_ISDIR(st.st_mode) ? stat(json, &st) != 0 || !S_ISREG(st.st_mode) : !S_ISREG(st.st_mode))
+        return mt_fail(MT_ERR_INVALID, "--%s %s: give a tokenizer.json or a directory holding one", option, value);
+    return MT_OK;
+}
+
 static mt_status check_cores(const char *option, const char *value) {
     if (!strcmp(value, "none")) return MT_OK;
     int *cores, count;
@@ -53,6 +67,8 @@ const mt_option mt_options[] = {
     NAME_SETTING("config", config_path, MT_OPT_MODEL, NULL, NULL, NULL),
     NAME_SETTING("init-from", init_from, MT_OPT_MODEL, NULL, NULL, NULL),
     NAME_SETTING("data", data_path, MT_OPT_MAY_CHANGE, NULL, NULL, "data/kjv.txt"),
+    /* Stored as the resolved absolute path (train.c); fixed, since it changes the data's ids. */
+    NAME_SETTING("tokenizer", tokenizer, MT_OPT_FIXED, NULL, check_tokenizer, NULL),
     SETTING("val-fraction", MT_OPT_F64, val_fraction, MT_OPT_FIXED, 0, 1, 0, 1, 0.05),
     SETTING("sequential", MT_OPT_FLAG, sequential, MT_OPT_FIXED, 0, 1, 0, 0, 0),
     SETTING("seed", MT_OPT_I64, seed, MT_OPT_FIXED, 0, SEED_MAX, 0, 0, 1337),

@@ -201,6 +201,19 @@ mt_status mt_run_load_config(const char *checkpoint, mt_config *cfg) {
     return rc;
 }
 
+mt_status mt_run_load_tokenizer(const char *checkpoint, char *path, size_t cap) {
+    json_t *meta;
+    MT_TRY(read_meta(checkpoint, &meta));
+    const json_t *tok = json_object_get(json_object_get(meta, "settings"), "tokenizer");
+    mt_status rc = MT_OK;
+    if (tok && !json_is_string(tok) && !json_is_null(tok))
+        rc = mt_fail(MT_ERR_INVALID, "%s: metadata field settings.tokenizer is not a path", checkpoint);
+    else
+        snprintf(path, cap, "%s", json_is_string(tok) ? json_string_value(tok) : "");
+    json_decref(meta);
+    return rc;
+}
+
 static mt_status moments_format_of(const char *checkpoint, const json_t *meta, mt_moments_format *format) {
     const json_t *name = json_object_get(meta, "moments");
     if (!name) {

@@ -78,6 +78,8 @@ mt_status mt_run_resolve(const char *path, char *checkpoint, size_t cap);
 /* The checkpoint's step and its run's settings (a new reference, NULL when it stores none). */
 mt_status mt_run_read_info(const char *checkpoint, int64_t *step, json_t **settings);
 mt_status mt_run_load_config(const char *checkpoint, mt_config *cfg);
+/* The run's tokenizer (settings.tokenizer) into path[cap]; "" when the run has none (bytes). */
+mt_status mt_run_load_tokenizer(const char *checkpoint, char *path, size_t cap);
 /* The format of the checkpoint's Adam moments (fp32 for checkpoints that do not say). */
 mt_status mt_run_load_moments_format(const char *checkpoint, mt_moments_format *format);
 /* Fills the store's masters and moments (and working weights) and the progress; refuses a

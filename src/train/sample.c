@@ -1,6 +1,6 @@
 /* mt_sample: text from a checkpoint. The context runs through the same engine as training
  * (forward only), one new token at a time; there is no KV cache, which is fine for the demo's
- * sizes. Text is bytes, the demo's tokenizer; other vocabularies print token ids. */
+ * sizes. Text goes through the run's tokenizer, or is bytes (train/sample_text.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +11,7 @@
 #include "train/memory_check.h"
 #include "train/run_state.h"
 #include "train/sample.h"
+#include "train/sample_text.h"
 #include "util/rng.h"
 
 enum { MAX_CONTEXT = 1024 };
@@ -48,12 +49,6 @@ static int draw(float *logits, int vocab, float temperature, int top_k, mt_rng *
     return best;
 }
 
-static void emit(FILE *out, int token, int vocab) {
-    if (vocab == 256) fputc(token, out);
-    else fprintf(out, "%d ", token);
-    fflush(out);
-}
-
 mt_status mt_sample(const mt_sample_options *o, FILE *out) {
     MT_TRY(mt_sample_options_check(o));
     char checkpoint[4096];
@@ -61,10 +56,15 @@ mt_status mt_sample(const mt_sample_options *o, FILE *out) {
     mt_config cfg;
     MT_TRY(mt_run_load_config(checkpoint, &cfg));
     int context = cfg.max_position < MAX_CONTEXT ? cfg.max_position : MAX_CONTEXT;
-    size_t prompt_len = strlen(o->prompt);
-    if (cfg.vocab_size < 256 && prompt_len)
-        return mt_fail(MT_ERR_INVALID, "%s: a text prompt needs a byte vocabulary (256), the model has %d",
-                       checkpoint, cfg.vocab_size);
+    mt_sample_text text;
+    MT_TRY(mt_sample_text_open(checkpoint, &cfg, &text));
+    int32_t *prompt = NULL;
+    int prompt_len = 0;
+    mt_status prompt_rc = mt_sample_text_prompt(&text, o->prompt, &prompt, &prompt_len);
+    if (prompt_rc != MT_OK) {
+        mt_sample_text_close(&text);
+        return mt_fail_context(prompt_rc, "%s", checkpoint);
+    }
 
     mt_layout layout = {0};
     mt_backend *be = NULL;
@@ -87,18 +87,16 @@ mt_status mt_sample(const mt_sample_options *o, FILE *out) {
     if (rc == MT_OK) rc = mt_run_load(checkpoint, &store, &progress);
     if (rc == MT_OK) rc = mt_engine_create(&engine, be, &store, &eo, progress.adam_step);
     if (rc == MT_OK) {
-        int len = 0;
-        for (size_t i = 0; i < prompt_len; i++) tokens[len++] = (unsigned char)o->prompt[i];
-        if (len == 0) tokens[len++] = cfg.bos_token_id >= 0 ? cfg.bos_token_id : '\n';
-        fwrite(o->prompt, 1, prompt_len, out);
+        int len = prompt_len;
+        memcpy(tokens, prompt, (size_t)prompt_len * sizeof *tokens);
+        fputs(o->prompt, out);
         mt_rng rng = {o->seed};
         for (int i = 0; i < o->tokens && rc == MT_OK; i++) {
             int start = len > context ? len - context : 0;
             rc = mt_engine_next_logits(engine, tokens + start, len - start, logits);
             if (rc != MT_OK) break;
             tokens[len] = draw(logits, cfg.vocab_size, o->temperature, o->top_k, &rng);
-            emit(out, tokens[len], cfg.vocab_size);
-            len++;
+            if (mt_sample_text_emit(&text, tokens[len++], out)) break;
         }
         fputc('\n', out);
     }
@@ -108,5 +106,7 @@ mt_status mt_sample(const mt_sample_options *o, FILE *out) {
     if (layout.units) mt_layout_free(&layout);
     free(tokens);
     free(logits);
+    free(prompt);
+    mt_sample_text_close(&text);
     return rc;
 }

@@ -95,7 +95,15 @@ mt_status mt_settings_resolve(const mt_train_options *given, const json_t *saved
             if (!model_given && stored) MT_TRY(value_from_json(opt, v, checkpoint, out));
             continue;
         }
-        if (!mt_option_is_unset(opt, given) && !stored) continue;
+        if (!mt_option_is_unset(opt, given) && !stored) {
+            /* A fixed name the run stored as none (no --tokenizer: bytes) may not be given now. */
+            if (v && opt->policy == MT_OPT_FIXED && opt->type == MT_OPT_NAME) {
+                mt_train_options none = *given;
+                *FIELD(const char *, opt, &none) = NULL;
+                MT_TRY(reconcile(opt, given, &none, checkpoint));
+            }
+            continue;
+        }
         if (!stored) {
             mt_option_set_default(opt, out);
             continue;

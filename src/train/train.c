@@ -20,6 +20,7 @@
 #include "train/options.h"
 #include "train/settings.h"
 #include "train/stop_signal.h"
+#include "train/train_data.h"
 #include "train/train_run.h"
 #include "util/clock.h"
 #include "util/fs.h"
@@ -67,7 +68,19 @@ static mt_status take_run_dir(mt_train_run *r, const char *out_dir) {
 static mt_status resolve_settings(mt_train_run *r, const mt_train_options *given) {
     int64_t step = 0;
     if (r->resume_from[0]) MT_TRY(mt_run_read_info(r->resume_from, &step, &r->saved_settings));
-    MT_TRY(mt_settings_resolve(given, r->saved_settings, r->resume_from, &r->o));
+    /* The tokenizer is stored, and compared on resume, as an absolute path. */
+    mt_train_options named = *given;
+    if (named.tokenizer) {
+        MT_TRY(mt_train_tokenizer_resolve(&named, r->tokenizer, sizeof r->tokenizer));
+        named.tokenizer = r->tokenizer;
+    }
+    MT_TRY(mt_settings_resolve(&named, r->saved_settings, r->resume_from, &r->o));
+    /* None named or stored: the --init-from directory's, when it has one. A run that stored
+     * none (bytes) keeps none. */
+    if (!r->o.tokenizer && !(r->saved_settings && json_object_get(r->saved_settings, "tokenizer"))) {
+        MT_TRY(mt_train_tokenizer_resolve(&r->o, r->tokenizer, sizeof r->tokenizer));
+        if (r->tokenizer[0]) r->o.tokenizer = r->tokenizer;
+    }
     MT_TRY(mt_train_options_check(&r->o));
     if (r->o.steps < step)
         return mt_fail(MT_ERR_INVALID, "--steps %lld: %s is at step %lld already; give --steps %lld or more to "
@@ -140,8 +153,10 @@ static mt_status open_tokens(mt_train_run *r) {
         return mt_fail(MT_ERR_IO, "%s: the demo corpus is missing; make it with "
                        "'scripts/make-demo-corpus.sh %s' (needs the bible-kjv packages) or pass --data",
                        path, path);
-    MT_TRY(mt_tokens_open(path, &r->tokens));
-    return mt_tokens_validate(&r->tokens, (uint32_t)r->cfg.vocab_size, path);
+    char tokens[8192];
+    MT_TRY(mt_train_data_resolve(&r->o, (uint32_t)r->cfg.vocab_size, tokens, sizeof tokens));
+    MT_TRY(mt_tokens_open(tokens, &r->tokens));
+    return mt_tokens_validate(&r->tokens, (uint32_t)r->cfg.vocab_size, tokens);
 }
 
 static mt_status open_dataset(mt_train_run *r) {
@@ -235,22 +250,35 @@ static void close_run(mt_train_run *r) {
 
 /* ---- the loop's parts ---- */
 
+/* Targets that carry loss (>= 0; a masked shard's context targets are -1). */
+static int64_t loss_targets(const mt_train_run *r) {
+    size_t n = (size_t)r->o.micro_batches * r->o.batch * r->o.seq_len;
+    int64_t count = 0;
+    for (size_t i = 0; i < n; i++) count += r->targets[i] >= 0;
+    return count;
+}
+
+/* The mean loss over every target that carries loss in the first eval_batches validation
+ * batches (each batch's mean weighted by its targets); NaN when none does. */
 static mt_status validate(mt_train_run *r, double *loss) {
     int sequences = r->o.micro_batches * r->o.batch;
     int64_t batches = mt_dataset_val_batches(&r->data, sequences);
     if (batches > r->o.eval_batches) batches = r->o.eval_batches;
     *loss = NAN;
-    if (batches <= 0) return MT_OK;
     double sum = 0;
+    int64_t counted = 0;
     for (int64_t i = 0; i < batches; i++) {
         double l;
         mt_dataset_val_batch(&r->data, i, sequences, r->inputs, r->targets);
         r->data_failed = mt_tokens_status(&r->tokens) != MT_OK;
         if (r->data_failed) return mt_tokens_status(&r->tokens);
+        int64_t targets = loss_targets(r);
+        if (targets == 0) continue;
         MT_TRY(mt_engine_eval(r->engine, r->inputs, r->targets, &l));
-        sum += l;
+        sum += l * (double)targets;
+        counted += targets;
     }
-    *loss = sum / (double)batches;
+    if (counted) *loss = sum / (double)counted;
     return MT_OK;
 }
 
@@ -304,17 +332,26 @@ static mt_status loop(mt_train_run *r, mt_progress *pg) {
         mt_dataset_train_batch(&r->data, sequences, r->inputs, r->targets);
         r->data_failed = mt_tokens_status(&r->tokens) != MT_OK;
         if (r->data_failed) return mt_tokens_status(&r->tokens);
-        mt_step_result s;
-        /* Test hook MT_TEST_NAN_STEP=N: step N (1-based) gets a NaN gradient, to test skipping. */
-        if (r->progress.step + 1 == r->nan_step) mt_engine_poison_next_step(r->engine);
-        /* Test hook MT_TEST_DEVICE_FAULT_STEP=N: step N fails as on a device error. */
-        if (r->progress.step + 1 == r->fault_step) mt_engine_fault_next_step(r->engine);
-        MT_TRY(mt_engine_step(r->engine, r->inputs, r->targets, lr, &s));
+        /* A step whose every target is masked has no loss to take the mean of: it is skipped
+         * (no update, the Adam step count unchanged), not counted as a non-finite skip. */
+        int no_targets = loss_targets(r) == 0;
+        mt_step_result s = {.loss = NAN, .grad_norm = NAN, .skipped = 1};
+        if (!no_targets) {
+            /* Test hook MT_TEST_NAN_STEP=N: step N (1-based) gets a NaN gradient, to test skipping. */
+            if (r->progress.step + 1 == r->nan_step) mt_engine_poison_next_step(r->engine);
+            /* Test hook MT_TEST_DEVICE_FAULT_STEP=N: step N fails as on a device error. */
+            if (r->progress.step + 1 == r->fault_step) mt_engine_fault_next_step(r->engine);
+            MT_TRY(mt_engine_step(r->engine, r->inputs, r->targets, lr, &s));
+        }
         r->progress.step++;
-        if (s.skipped) mt_progress_note(pg, "step %lld skipped: gradient norm %g", (long long)r->progress.step, s.grad_norm);
+        if (no_targets)
+            mt_progress_note(pg, "step %lld skipped: every target of its windows is masked (no loss)",
+                             (long long)r->progress.step);
+        else if (s.skipped)
+            mt_progress_note(pg, "step %lld skipped: gradient norm %g", (long long)r->progress.step, s.grad_norm);
         mt_progress_step(pg, r->progress.step, s.loss, tokens_per_step, lr);
         MT_TRY(log_step(r, &s, lr, mt_progress_tokens_per_second(pg), mt_now() - pg->started));
-        MT_TRY(mt_step_watch_after(&r->watch, r->progress.step, s.loss, s.skipped));
+        if (!no_targets) MT_TRY(mt_step_watch_after(&r->watch, r->progress.step, s.loss, s.skipped));
         /* A background save is reported (and its failure acted on) as soon as it is through. */
         if (r->saver && mt_saver_landed(r->saver)) MT_TRY(mt_train_collect_save(r, pg));
         int last = r->progress.step == o->steps;

@@ -35,6 +35,7 @@ typedef struct {
     mt_run_progress progress;
     int32_t *inputs, *targets;  /* [M * batch * seq] */
     char resume_from[4096];
+    char tokenizer[4096];       /* the run's tokenizer, resolved ("" for bytes): train/train_data.h */
     mt_step_watch watch;
     int data_failed;            /* the loop stopped on a read of the token file (changed, cut short) */
     int64_t nan_step;           /* test hook: MT_TEST_NAN_STEP, 0 when unset */

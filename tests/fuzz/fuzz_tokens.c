@@ -1,6 +1,6 @@
-/* libFuzzer harness: token files (llm.c .bin header, .npy header, raw text). The first input
- * byte picks the file name's extension, since the reader also dispatches on it; every id of an
- * accepted file is then read. */
+/* libFuzzer harness: token files (llm.c .bin header, masked shard header, .npy header, raw
+ * text). The first input byte picks the file name's extension, since the reader also dispatches
+ * on it; every id (and mask byte) of an accepted file is then read. */
 #include <stdlib.h>
 
 #include "io/tokens.h"
@@ -18,6 +18,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         size_t n = t.count - at < 256 ? t.count - at : 256;
         mt_tokens_copy(&t, at, n, ids);
         for (size_t k = 0; k < n; k++) sum += (uint32_t)ids[k];
+        uint8_t mask[256];
+        mt_tokens_copy_mask(&t, at, n, mask);
+        for (size_t k = 0; k < n; k++) sum += mask[k];
     }
     if (mt_tokens_status(&t) != MT_OK) abort(); /* the file did not change: every read succeeds */
     mt_tokens_validate(&t, (uint32_t)(sum | 1), path);

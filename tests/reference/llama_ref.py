@@ -11,6 +11,8 @@ A fixture directory, written by tests/ref_fixture.c, holds:
   weights.bin  float32 little-endian, the tensors concatenated in that order
   tokens.bin   int32 [steps][batch][seq_len + 1]; inputs are [:, :-1], targets [:, 1:]
   probes.bin   optional (grads mode): records of int64 tensor index, int64 element, float64 delta
+  mask.bin     optional: uint8 [steps][batch][seq_len], 0 where a target carries no loss; the
+               loss is then PyTorch's ignore_index mean over the targets that do
 
 Modes:
   grads  float64, one forward and backward on step 0's tokens. Writes ref_loss.txt (the mean
@@ -43,6 +45,9 @@ FLOAT_KEYS = ("rms_norm_eps", "rope_theta", "rope_scaling_factor", "rope_low_fre
               "rope_high_freq_factor", "lr", "beta1", "beta2", "eps", "weight_decay",
               "max_grad_norm")
 TRAIN_KEYS = ("lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm")
+
+
+IGNORE = -100  # cross_entropy's ignore_index for masked targets
 
 
 class FixtureError(Exception):
@@ -155,6 +160,16 @@ def load_tokens(directory, cfg):
     return tokens
 
 
+def load_targets(directory, cfg, tokens):
+    """Targets [steps][batch][seq]: tokens[..., 1:], IGNORE where mask.bin says 0."""
+    targets = tokens[..., 1:].clone()
+    path = os.path.join(directory, "mask.bin")
+    if os.path.exists(path):
+        mask = read_binary(path, "u1", targets.numel()).view(targets.shape)
+        targets[mask == 0] = IGNORE
+    return targets
+
+
 def rope_inv_freq(cfg):
     """Inverse frequencies in float64, with llama3 scaling as transformers'
     _compute_llama3_parameters applies it."""
@@ -224,10 +239,10 @@ class Llama:
         up = self.linear(x, prefix + "up_proj")
         return self.linear(F.silu(gate) * up, prefix + "down_proj")
 
-    def loss(self, tokens):
-        """Mean cross-entropy of tokens[b, s+1]: inputs [:, :-1], targets [:, 1:]."""
+    def loss(self, tokens, targets):
+        """Mean cross-entropy over the targets that are not IGNORE; inputs are tokens[:, :-1]."""
         cfg, p = self.cfg, self.p
-        inputs, targets = tokens[:, :-1], tokens[:, 1:]
+        inputs = tokens[:, :-1]
         seq = inputs.shape[1]
         angles = torch.arange(seq, dtype=torch.float64)[:, None] * rope_inv_freq(cfg)[None, :]
         angles = torch.cat((angles, angles), dim=-1)
@@ -243,7 +258,8 @@ class Llama:
         x = self.rms_norm(x, p["model.norm.weight"])
         head = wte if cfg["tie_embeddings"] else p["lm_head.weight"]
         logits = x @ head.t()
-        return F.cross_entropy(logits.reshape(-1, cfg["vocab_size"]), targets.reshape(-1))
+        return F.cross_entropy(logits.reshape(-1, cfg["vocab_size"]), targets.reshape(-1),
+                               ignore_index=IGNORE)
 
 
 def write_binary(path, values, numpy_dtype):
@@ -268,9 +284,11 @@ def read_probes(path, tensors):
 
 def run_grads(directory, cfg, tensors):
     params = load_params(directory, tensors, torch.float64)
-    tokens = load_tokens(directory, cfg)[0]
+    tokens = load_tokens(directory, cfg)
+    targets = load_targets(directory, cfg, tokens)[0]
+    tokens = tokens[0]
     model = Llama(cfg, params, torch.float64)
-    loss = model.loss(tokens)
+    loss = model.loss(tokens, targets)
     loss.backward()
     with open(os.path.join(directory, "ref_loss.txt"), "w") as f:
         f.write(f"{loss.item():.17g}\n")
@@ -285,7 +303,7 @@ def run_grads(directory, cfg, tensors):
                 flat = params[tensors[tensor][0]].view(-1)
                 saved = flat[element].item()
                 flat[element] = saved + delta
-                losses.append(model.loss(tokens).item())
+                losses.append(model.loss(tokens, targets).item())
                 flat[element] = saved
         write_binary(os.path.join(directory, "ref_probe_losses.bin"),
                      torch.tensor(losses, dtype=torch.float64), "<f8")
@@ -297,6 +315,7 @@ def run_train(directory, cfg, tensors):
             raise FixtureError(f"config.txt: train mode needs '{key}'")
     params = load_params(directory, tensors, torch.float32)
     tokens = load_tokens(directory, cfg)
+    targets = load_targets(directory, cfg, tokens)
     model = Llama(cfg, params, torch.float32)
     decay = [t for t in params.values() if t.dim() == 2]
     no_decay = [t for t in params.values() if t.dim() != 2]
@@ -307,7 +326,7 @@ def run_train(directory, cfg, tensors):
     losses = []
     for step in range(cfg["steps"]):
         optimizer.zero_grad()
-        loss = model.loss(tokens[step])
+        loss = model.loss(tokens[step], targets[step])
         loss.backward()
         if cfg["max_grad_norm"] > 0:
             torch.nn.utils.clip_grad_norm_(list(params.values()), cfg["max_grad_norm"])

@@ -1,0 +1,30 @@
+/* A chat or instruction JSONL file (tokenizer/chat_data.h) as token ids with a loss mask: each
+ * line rendered with the model's chat template and encoded (tokenizer/chat_encode.h), lines in
+ * batches across all cores, handed on in file order. Conversations follow one another with
+ * nothing between them: each begins with its template's own opening (bos, <|im_start|>). Blank
+ * lines are skipped. */
+#ifndef MT_TOKENIZER_CHAT_FILE_H
+#define MT_TOKENIZER_CHAT_FILE_H
+
+#include <stdint.h>
+
+#include "tokenizer/chat_encode.h"
+
+/* Receives one example's ids and loss flags. */
+typedef mt_status (*mt_chat_sink)(const int32_t *ids, const uint8_t *mask, size_t n, void *user);
+
+typedef struct {
+    uint64_t examples, tokens, trained_tokens, bytes;
+} mt_chat_file_stats;
+
+/* Encodes every line of `path`, adding to *stats. Fails at the first line that is not a chat or
+ * instruction example or that its template refuses, naming path:line. */
+mt_status mt_chat_file_encode(const mt_tokenizer *tok, const mt_chat_template *t, const char *path,
+                              mt_chat_sink sink, void *user, mt_chat_file_stats *stats);
+
+/* Whether the first non-blank line of a JSONL file is a chat or instruction example ("messages",
+ * or "prompt" and "completion"). Fails naming the file when it cannot be read, or its first line
+ * is not JSON. */
+mt_status mt_jsonl_is_chat(const char *path, int *chat);
+
+#endif

@@ -1,0 +1,180 @@
+#include "train/train_data.h"
+
+#include <errno.h>
+#include <glob.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "io/masked_tokens.h"
+#include "tokenizer/chat_file.h"
+#include "tokenizer/shard_writer.h"
+#include "tokenizer/tokenize_chat.h"
+#include "tokenizer/tokenize_files.h"
+#include "train/run_state.h"
+#include "util/fs.h"
+#include "util/log.h"
+
+#define CACHE_VERSION 1 /* bump when the tokenized form of the same input changes */
+
+static int exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static int has_suffix(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+mt_status mt_train_tokenizer_resolve(const mt_train_options *o, char *out, size_t cap) {
+    char probe[PATH_MAX + 32], resolved[PATH_MAX];
+    const char *path = NULL;
+    if (o->tokenizer) {
+        path = o->tokenizer;
+    } else if (o->init_from) {
+        snprintf(probe, sizeof probe, "%s/tokenizer.json", o->init_from);
+        if (exists(probe)) path = o->init_from;
+    }
+    if (!path) {
+        snprintf(out, cap, "%s", "");
+        return MT_OK;
+    }
+    if (!realpath(path, resolved)) return mt_fail(MT_ERR_IO, "--tokenizer %s: %s", path, strerror(errno));
+    snprintf(out, cap, "%s", resolved);
+    return MT_OK;
+}
+
+/* llm.c and masked shards and .npy arrays, by name or by their first bytes. */
+static int is_token_file(const char *path) {
+    if (has_suffix(path, ".bin") || has_suffix(path, ".npy")) return 1;
+    unsigned char head[8] = {0};
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(head, 1, sizeof head, f) : 0;
+    if (f) fclose(f);
+    int32_t magic;
+    memcpy(&magic, head, sizeof magic);
+    return (n >= 4 && (magic == 20240520 || mt_masked_shard_magic(head, n))) || (n >= 6 && !memcmp(head, "\x93NUMPY", 6));
+}
+
+/* Adds a file's bytes to the hash; a missing optional file adds nothing. */
+static mt_status hash_file(XXH3_state_t *h, const char *path, int optional) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return optional && errno == ENOENT ? MT_OK : mt_fail(MT_ERR_IO, "%s: %s", path, strerror(errno));
+    char buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) XXH3_64bits_update(h, buf, n);
+    int bad = ferror(f);
+    fclose(f);
+    return bad ? mt_fail(MT_ERR_IO, "%s: read failed", path) : MT_OK;
+}
+
+/* The cache key: the input's size and modification time, and the tokenizer's files. */
+static mt_status cache_key(const char *data, const char *tokenizer, uint64_t *key) {
+    struct stat st;
+    if (stat(data, &st) != 0) return mt_fail(MT_ERR_IO, "--data %s: %s", data, strerror(errno));
+    char json[PATH_MAX + 32], config[PATH_MAX + 32];
+    struct stat ts;
+    int dir = stat(tokenizer, &ts) == 0 && S_ISDIR(ts.st_mode);
+    snprintf(json, sizeof json, dir ? "%s/tokenizer.json" : "%s", tokenizer);
+    const char *slash = strrchr(json, '/');
+    snprintf(config, sizeof config, "%.*stokenizer_config.json", slash ? (int)(slash - json + 1) : 0, json);
+    int64_t fields[4] = {CACHE_VERSION, (int64_t)st.st_size, (int64_t)st.st_mtim.tv_sec, (int64_t)st.st_mtim.tv_nsec};
+    XXH3_state_t *h = XXH3_createState();
+    if (!h) return mt_fail(MT_ERR_NOMEM, "cannot hash the tokenizer");
+    XXH3_64bits_reset(h);
+    XXH3_64bits_update(h, fields, sizeof fields);
+    mt_status rc = hash_file(h, json, 0);
+    if (rc == MT_OK) rc = hash_file(h, config, 1);
+    *key = XXH3_64bits_digest(h);
+    XXH3_freeState(h);
+    return rc;
+}
+
+/* Removes this input's caches of other keys (a changed input or tokenizer). */
+static void remove_stale(const char *cache_dir, const char *name) {
+    char pattern[PATH_MAX * 2];
+    snprintf(pattern, sizeof pattern, "%s/%s-????????????????_[0-9]*.bin", cache_dir, name);
+    glob_t g;
+    if (glob(pattern, 0, NULL, &g) != 0) return;
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        mt_log_info("removing the stale token cache %s", g.gl_pathv[i]);
+        unlink(g.gl_pathv[i]);
+    }
+    globfree(&g);
+}
+
+static mt_status check_vocab(const char *tokenizer, uint32_t vocab) {
+    mt_tokenizer *tok;
+    MT_TRY(mt_tokenizer_load(tokenizer, &tok));
+    uint32_t n = mt_tokenizer_vocab_size(tok);
+    mt_tokenizer_free(tok);
+    if (n > vocab)
+        return mt_fail(MT_ERR_INVALID, "the tokenizer %s has %u tokens but the model's vocab_size is %u", tokenizer, n,
+                       vocab);
+    return MT_OK;
+}
+
+static mt_status tokenize(const char *data, const char *tokenizer, uint32_t vocab, const char *prefix) {
+    int chat = 0;
+    MT_TRY(check_vocab(tokenizer, vocab));
+    if (has_suffix(data, ".jsonl")) MT_TRY(mt_jsonl_is_chat(data, &chat));
+    const char *inputs[1] = {data};
+    mt_tokenize_options o = {.tokenizer = tokenizer, .inputs = inputs, .n_inputs = 1, .out_prefix = prefix,
+                             .shard_tokens = chat ? INT64_MAX : INT32_MAX, .bos = -1};
+    mt_tokenize_summary s;
+    uint64_t trained = 0;
+    mt_log_info("tokenizing %s with %s%s", data, tokenizer, chat ? " (chat data: loss on the answers only)" : "");
+    MT_TRY(chat ? mt_tokenize_chat_files(&o, &s, &trained) : mt_tokenize_files(&o, &s));
+    if (s.shards > 1) {
+        for (size_t i = 0; i < s.shards; i++) {
+            char *name = mt_shard_name(prefix, i, 0);
+            if (name) unlink(name);
+            free(name);
+        }
+        return mt_fail(MT_ERR_INVALID, "%s: %llu tokens are more than one shard holds: tokenize it with 'megatrain "
+                       "tokenize' and train on the shards", data, (unsigned long long)s.tokens);
+    }
+    mt_log_info("%s: %llu tokens in %.1f s", data, (unsigned long long)s.tokens, s.seconds);
+    if (chat)
+        mt_log_info("%s: %zu conversations, %llu tokens carry loss", data, s.documents, (unsigned long long)trained);
+    return MT_OK;
+}
+
+static mt_status data_tokens(const char *data, const char *tokenizer, uint32_t vocab, const char *out_dir,
+                               char *tokens, size_t cap) {
+    struct stat st;
+    if (stat(data, &st) == 0 && S_ISDIR(st.st_mode))
+        return mt_fail(MT_ERR_INVALID, "--data %s is a directory: tokenize it with 'megatrain tokenize' and train on "
+                       "the shards", data);
+    if (!tokenizer[0] || is_token_file(data)) {
+        snprintf(tokens, cap, "%s", data);
+        return MT_OK;
+    }
+    uint64_t key = 0;
+    MT_TRY(cache_key(data, tokenizer, &key));
+    char cache_dir[PATH_MAX], name[NAME_MAX + 1], prefix[PATH_MAX * 2];
+    const char *base = strrchr(data, '/') ? strrchr(data, '/') + 1 : data;
+    snprintf(cache_dir, sizeof cache_dir, "%s/data", out_dir);
+    snprintf(name, sizeof name, "%.200s", base);
+    snprintf(prefix, sizeof prefix, "%s/%s-%016llx", cache_dir, name, (unsigned long long)key);
+    char *first = mt_shard_name(prefix, 0, 0);
+    if (!first) return mt_fail(MT_ERR_NOMEM, "cannot copy a path");
+    snprintf(tokens, cap, "%s", first);
+    free(first);
+    if (exists(tokens)) {
+        mt_log_info("%s: the tokens cached in %s", data, tokens);
+        return MT_OK;
+    }
+    MT_TRY(mt_mkdir_p(cache_dir));
+    remove_stale(cache_dir, name);
+    return tokenize(data, tokenizer, vocab, prefix);
+}
+
+mt_status mt_train_data_resolve(const mt_train_options *o, uint32_t vocab, char *tokens, size_t cap) {
+    return data_tokens(o->data_path, o->tokenizer ? o->tokenizer : "", vocab, o->out_dir, tokens, cap);
+}

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Compares megatrain's chat data (ids and loss masks) with transformers' apply_chat_template.
+
+For each chat template of tests/data/chat (Llama 3, 3.1, 3.2; Qwen2, Qwen2.5, Qwen3 ChatML; Llama 2
+and Mistral v0.1-v0.3 [INST]) with its model family's real tokenizer from tests/data/tokenizers
+(Llama 3's, Qwen3's, the Llama 2/Mistral sentencepiece BPE), the conversations of
+tests/data/chat/cases.json and a few more go through `megatrain tokenize --chat yes` into a masked
+shard, and through transformers:
+
+  ids   tokenizer.apply_chat_template(messages, tokenize=True) (add_generation_prompt False,
+        date_string "26 Jul 2024": the fallback date megatrain renders for Llama 3.2, whose
+        template would otherwise put today's date in), conversation after conversation;
+  mask  a token carries loss when its characters (offset mapping) overlap an answer: in the
+        rendered text, the k-th assistant message's answer runs from the end of the k-th
+        assistant opening (what the model is prompted with: "<|start_header_id|>assistant
+        <|end_header_id|>\n\n", "<|im_start|>assistant\n", or for [INST] templates the end of
+        "[/INST]") through the next end-of-turn token (<|eot_id|>, <|im_end|>, eos).
+
+Prints one PASS/FAIL line per template and exits 1 when any differs.
+
+usage: check_chat.py [--bin build/megatrain]   (from the repository root)
+"""
+import argparse
+import json
+import lzma
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+import transformers
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CHAT = os.path.join(ROOT, "tests/data/chat")
+TOKENIZERS = os.path.join(ROOT, "tests/data/tokenizers")
+DATE = "26 Jul 2024"
+
+# Template directory -> the tokenizer of its model family.
+TEMPLATES = {
+    "llama3": "llama3", "llama3-gen": "llama3", "llama3.1": "llama3", "llama3.2": "llama3",
+    "qwen2": "qwen3", "qwen2.5": "qwen3", "qwen3": "qwen3",
+    "llama2": "mistral", "mistral-v0.1": "mistral", "mistral-v0.2": "mistral", "mistral-v0.3": "mistral",
+}
+
+# More conversations: Unicode, whitespace at the edges of answers, a long multi-turn one.
+EXTRA = [
+    [{"role": "user", "content": "Übersetze: «bonjour» 👋"}, {"role": "assistant", "content": "„Guten Tag“ 👋 — 你好！"}],
+    [{"role": "system", "content": "Answer in one line."}, {"role": "user", "content": "def f(x):\n    return x"},
+     {"role": "assistant", "content": "  It returns x unchanged.\n\n"}],
+    [{"role": "user", "content": "q%d" % i} if i % 2 == 0 else {"role": "assistant", "content": " a%d " % i}
+     for i in range(10)],
+]
+
+
+def conversations(template):
+    convs = []
+    for case in json.load(open(os.path.join(CHAT, "cases.json"))):
+        if case["template"] == template:
+            convs.append(case["conversation"])
+    return convs + EXTRA
+
+
+def as_messages(conv):
+    if isinstance(conv, dict):
+        return [{"role": "user", "content": conv["prompt"]}, {"role": "assistant", "content": conv["completion"]}]
+    return conv
+
+
+def model_dir(template, tmp):
+    """A directory with the family's tokenizer.json and the template's tokenizer_config.json."""
+    d = os.path.join(tmp, template)
+    os.makedirs(d)
+    src = os.path.join(TOKENIZERS, TEMPLATES[template])
+    if os.path.exists(os.path.join(src, "tokenizer.json")):
+        shutil.copy(os.path.join(src, "tokenizer.json"), d)
+    else:
+        with lzma.open(os.path.join(src, "tokenizer.json.xz")) as f, open(os.path.join(d, "tokenizer.json"), "wb") as o:
+            shutil.copyfileobj(f, o)
+    shutil.copy(os.path.join(CHAT, template, "tokenizer_config.json"), d)
+    return d
+
+
+def read_masked_shard(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    header = struct.unpack("<256i", data[:1024])
+    assert header[0] == 0x534D544D, f"{path}: not a masked shard"
+    width, count = header[3], header[4] | header[5] << 32
+    ids = list(struct.unpack(f"<{count}{'H' if width == 2 else 'I'}", data[1024:1024 + count * width]))
+    mask = list(data[1024 + count * width:])
+    return ids, mask
+
+
+def ours(binary, directory, convs, tmp, name):
+    jsonl = os.path.join(tmp, name + ".jsonl")
+    with open(jsonl, "w") as f:
+        for c in convs:
+            f.write(json.dumps(c if isinstance(c, dict) else {"messages": c}, ensure_ascii=False) + "\n")
+    prefix = os.path.join(tmp, name + "-out")
+    subprocess.run([binary, "tokenize", "--tokenizer", directory, "--chat", "yes", "--dtype", "uint32", jsonl,
+                    "--out", prefix], check=True, capture_output=True, text=True)
+    return read_masked_shard(prefix + "_000000.bin")
+
+
+def render(tok, messages, generation=False):
+    return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation, date_string=DATE)
+
+
+def answer_spans(messages, text, opening, end_token):
+    """Character spans of the answers in `text` (the whole conversation rendered)."""
+    spans, cursor = [], 0
+    for _ in (m for m in messages if m["role"] == "assistant"):
+        start = text.index(opening, cursor) + len(opening)
+        end = text.index(end_token, start) + len(end_token)
+        spans.append((start, end))
+        cursor = end
+    return spans
+
+
+def theirs(tok, convs, opening, end_token):
+    ids, mask = [], []
+    for conv in convs:
+        messages = as_messages(conv)
+        text = render(tok, messages)
+        want = tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=False, date_string=DATE)
+        if isinstance(want, dict):  # transformers 5 returns a BatchEncoding
+            want = want["input_ids"]
+        enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+        assert enc["input_ids"] == want, "apply_chat_template's ids are not its text's"
+        spans = answer_spans(messages, text, opening, end_token)
+        ids += want
+        mask += [int(any(s < b and e > a for a, b in spans)) for s, e in enc["offset_mapping"]]
+    return ids, mask
+
+
+def compare(name, got, want, convs):
+    (gi, gm), (wi, wm) = got, want
+    for k in range(max(len(gi), len(wi))):
+        a = (gi[k], gm[k]) if k < len(gi) else None
+        b = (wi[k], wm[k]) if k < len(wi) else None
+        if a != b:
+            return f"FAIL {name}: token {k} is (id, mask) {a} in megatrain, {b} in transformers"
+    trained = sum(gm)
+    return f"PASS {name}: {len(convs)} conversations, {len(gi)} ids and masks equal ({trained} tokens with loss)"
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bin", default=os.path.join(ROOT, "build/megatrain"))
+    args = parser.parse_args()
+    print(f"transformers {transformers.__version__}")
+    failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in TEMPLATES:
+            try:
+                directory = model_dir(name, tmp)
+                tok = transformers.AutoTokenizer.from_pretrained(directory)
+                family = "llama3" if name.startswith("llama3") else "chatml" if name.startswith("qwen") else "inst"
+                opening, end_token = {"llama3": ("<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>"),
+                                      "chatml": ("<|im_start|>assistant\n", "<|im_end|>"),
+                                      "inst": ("[/INST]", tok.eos_token)}[family]
+                convs = [c for c in conversations(name) if not (name == "mistral-v0.1" and as_messages(c)[0]["role"] == "system")]
+                line = compare(name, ours(args.bin, directory, convs, tmp, name), theirs(tok, convs, opening, end_token), convs)
+            except subprocess.CalledProcessError as e:
+                line = f"FAIL {name}: megatrain tokenize exited {e.returncode}: {e.stderr.strip()}"
+            except Exception as e:  # a reference that cannot be computed is a failure too
+                line = f"FAIL {name}: {type(e).__name__}: {e}"
+            failed += line.startswith("FAIL")
+            print(line, flush=True)
+    print(f"{len(TEMPLATES) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

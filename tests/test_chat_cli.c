@@ -1,0 +1,334 @@
+/* Chat data through the megatrain command ($MT_BIN): `tokenize` writes masked shards (and none on
+ * a bad line or a template it does not render), `train --data` tokenizes text and chat JSONL with
+ * the run's tokenizer into a cache that a resumed run reuses and a changed input replaces, and
+ * `sample` decodes with the run's tokenizer. The tokenizer is the small GPT-2-style byte-level
+ * BPE of tests/data/tokenizers/gpt2-bytelevel with Qwen2's chat template beside it. */
+#include <criterion/criterion.h>
+#include <glob.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli_run.h"
+#include "hf_test_files.h"
+#include "io/tokens.h"
+#include "run_fixture.h"
+#include "io/masked_tokens.h"
+#include "tokenizer/chat_file.h"
+#include "tokenizer/tokenize_chat.h"
+
+#define TIMEOUT_S 60.0
+#define SMALL_STEP "--seq", "32", "--batch", "2", "--backend", "cpu", "--eval-every", "0"
+#define TOKENIZER_JSON "tests/data/tokenizers/gpt2-bytelevel/tokenizer.json"
+#define QWEN2_CONFIG "tests/data/chat/qwen2/tokenizer_config.json"
+
+static char dir[PATH_MAX];
+
+static const char *in_dir(const char *name) {
+    static char paths[8][PATH_MAX];
+    static int next;
+    return hf_test_path(paths[next++ % 8], dir, name);
+}
+
+static void copy_file(const char *from, const char *to) {
+    size_t n;
+    FILE *f = fopen(from, "rb");
+    cr_assert_not_null(f, "cannot open %s", from);
+    char *buf = malloc(1 << 20);
+    n = fread(buf, 1, 1 << 20, f);
+    fclose(f);
+    f = fopen(to, "wb");
+    cr_assert_not_null(f, "cannot create %s", to);
+    cr_assert_eq(fwrite(buf, 1, n, f), n);
+    fclose(f);
+    free(buf);
+}
+
+/* A model directory's tokenizer files: the byte-level BPE and a tokenizer_config.json holding
+ * `chat_template` (Qwen2's when NULL). */
+static void write_tokenizer(const char *to_dir, const char *chat_template) {
+    char path[PATH_MAX];
+    mkdir(to_dir, 0755);
+    copy_file(TOKENIZER_JSON, hf_test_path(path, to_dir, "tokenizer.json"));
+    json_error_t err;
+    json_t *cfg = json_load_file(QWEN2_CONFIG, 0, &err);
+    cr_assert_not_null(cfg, "%s", err.text);
+    json_object_set_new(cfg, "eos_token", json_string("<|endoftext|>"));
+    if (chat_template) json_object_set_new(cfg, "chat_template", json_string(chat_template));
+    cr_assert_eq(json_dump_file(cfg, hf_test_path(path, to_dir, "tokenizer_config.json"), 0), 0);
+    json_decref(cfg);
+}
+
+/* A config.json of a small Llama whose vocabulary holds the tokenizer's 2324 tokens. */
+static void write_config(const char *path, int vocab) {
+    json_t *c = json_pack("{s:[s], s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "architectures", "LlamaForCausalLM",
+                          "hidden_size", 32, "intermediate_size", 64, "num_hidden_layers", 2, "num_attention_heads", 2,
+                          "num_key_value_heads", 2, "vocab_size", vocab, "max_position_embeddings", 128);
+    cr_assert_eq(json_dump_file(c, path, 0), 0);
+    json_decref(c);
+}
+
+/* `count` conversations, alternately chat and prompt/completion, and `bad` as line `bad_at`. */
+static void write_chat(const char *path, int count, int bad_at, const char *bad) {
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    for (int i = 1; i <= count; i++) {
+        if (i == bad_at) fprintf(f, "%s\n", bad);
+        else if (i % 2)
+            fprintf(f, "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": "
+                       "\"What is %d plus %d?\"}, {\"role\": \"assistant\", \"content\": \"It is %d.\"}]}\n", i, i, 2 * i);
+        else fprintf(f, "{\"prompt\": \"Double %d.\", \"completion\": \"%d\"}\n", i, 2 * i);
+    }
+    fclose(f);
+}
+
+static void make_fixtures(void) {
+    hf_test_mkdtemp(dir);
+    write_tokenizer(in_dir("tok"), NULL);
+    write_config(in_dir("config.json"), 2324);
+    write_chat(in_dir("chat.jsonl"), 60, 0, NULL);
+}
+
+static void remove_fixtures(void) { hf_test_rmtree(dir); }
+
+TestSuite(chat_cli, .init = make_fixtures, .fini = remove_fixtures);
+
+static void assert_ran(const mt_cli_result *r) {
+    cr_assert(!r->timed_out && r->signal == 0, "megatrain died or hung; stderr:\n%s", r->err);
+}
+
+static void assert_succeeded(const mt_cli_result *r) {
+    assert_ran(r);
+    cr_assert_eq(r->exit_code, 0, "exit %d; stderr:\n%s", r->exit_code, r->err);
+}
+
+static void assert_failed(const mt_cli_result *r, const char *what, const char *problem) {
+    assert_ran(r);
+    cr_assert_neq(r->exit_code, 0, "exit 0 for a bad input; stderr:\n%s", r->err);
+    cr_assert(strstr(r->err, what), "stderr does not name '%s':\n%s", what, r->err);
+    cr_assert(strstr(r->err, problem), "stderr does not say '%s':\n%s", problem, r->err);
+}
+
+static size_t count_files(const char *pattern) {
+    glob_t g;
+    size_t n = glob(pattern, 0, NULL, &g) == 0 ? g.gl_pathc : 0;
+    globfree(&g);
+    return n;
+}
+
+/* ---- tokenize ---- */
+
+typedef struct {
+    int32_t *ids;
+    uint8_t *mask;
+    size_t n, cap;
+} collected;
+
+static mt_status collect(const int32_t *ids, const uint8_t *mask, size_t n, void *user) {
+    collected *c = user;
+    if (c->n + n > c->cap) {
+        c->cap = 2 * (c->n + n);
+        c->ids = realloc(c->ids, c->cap * sizeof *c->ids);
+        c->mask = realloc(c->mask, c->cap);
+    }
+    memcpy(c->ids + c->n, ids, n * sizeof *ids);
+    memcpy(c->mask + c->n, mask, n);
+    c->n += n;
+    return MT_OK;
+}
+
+/* The shards hold, in order, what the library makes of the file, in shards of exactly
+ * --shard-size tokens but the last, with the loss mask. */
+Test(chat_cli, tokenize_writes_masked_shards) {
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "tokenize", "--tokenizer", in_dir("tok"), in_dir("chat.jsonl"), "--out", in_dir("out/chat"),
+               "--shard-size", "500", NULL);
+    assert_succeeded(&r);
+    cr_assert(strstr(r.out, "60 conversations") && strstr(r.out, "masked shards"), "stdout:\n%s", r.out);
+    mt_cli_result_free(&r);
+
+    mt_tokenizer *tok;
+    cr_assert_eq(mt_tokenizer_load(in_dir("tok"), &tok), MT_OK, "%s", mt_error());
+    mt_chat_template t;
+    cr_assert_eq(mt_tokenizer_chat(tok, &t), MT_OK, "%s", mt_error());
+    collected want = {0};
+    mt_chat_file_stats stats = {0};
+    cr_assert_eq(mt_chat_file_encode(tok, &t, in_dir("chat.jsonl"), collect, &want, &stats), MT_OK, "%s", mt_error());
+    cr_assert_gt(stats.trained_tokens, 60);
+
+    size_t shards = count_files(in_dir("out/chat_*.bin")), at = 0;
+    cr_assert_eq(shards, (want.n + 499) / 500, "%zu shards for %zu tokens", shards, want.n);
+    for (size_t s = 0; s < shards; s++) {
+        char name[64];
+        snprintf(name, sizeof name, "out/chat_%06zu.bin", s);
+        mt_tokens tokens;
+        cr_assert_eq(mt_tokens_open(in_dir(name), &tokens), MT_OK, "%s", mt_error());
+        cr_assert_eq(tokens.format, MT_TOKENS_MASKED);
+        cr_assert_eq(tokens.count, s + 1 < shards ? 500 : want.n - at, "shard %zu holds %zu tokens", s, tokens.count);
+        for (size_t i = 0; i < tokens.count; i++, at++) {
+            cr_assert_eq(mt_tokens_get(&tokens, i), (uint32_t)want.ids[at], "token %zu", at);
+            uint8_t mask;
+            mt_tokens_copy_mask(&tokens, i, 1, &mask);
+            cr_assert_eq(mask, want.mask[at], "mask of token %zu", at);
+        }
+        cr_assert_eq(mt_tokens_status(&tokens), MT_OK, "%s", mt_error());
+        mt_tokens_close(&tokens);
+    }
+    cr_assert_eq(at, want.n);
+    free(want.ids);
+    free(want.mask);
+    mt_chat_template_free(&t);
+    mt_tokenizer_free(tok);
+}
+
+/* A bad line after shards' worth of good ones: named by file and line, and no shard is left. */
+static void expect_bad_line(const char *bad, const char *problem) {
+    write_chat(in_dir("bad.jsonl"), 1200, 1101, bad);
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "tokenize", "--tokenizer", in_dir("tok"), in_dir("bad.jsonl"), "--out", in_dir("bad/chat"),
+               "--shard-size", "1000", NULL);
+    assert_failed(&r, "bad.jsonl:1101", problem);
+    cr_expect_eq(count_files(in_dir("bad/*")), 0, "a failed tokenize left files in %s", in_dir("bad"));
+    mt_cli_result_free(&r);
+}
+
+Test(chat_cli, tokenize_refuses_a_bad_line_and_leaves_no_shard) {
+    expect_bad_line("{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}", "not JSON");
+    expect_bad_line("{\"messages\": [{\"role\": \"user\"}]}", "message 1: no \"content\"");
+    expect_bad_line("{\"prompt\": \"q\", \"answer\": \"a\"}", "neither \"messages\" nor \"prompt\" and \"completion\"");
+    expect_bad_line("{\"prompt\": \"\xff\", \"completion\": \"a\"}", "not JSON");
+}
+
+Test(chat_cli, tokenize_refuses_a_template_it_does_not_render) {
+    write_tokenizer(in_dir("gemma"), "{{ bos_token }}{% for message in messages %}{{ '<start_of_turn>' + message['role'] "
+                                     "+ '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}");
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "tokenize", "--tokenizer", in_dir("gemma"), in_dir("chat.jsonl"), "--out", in_dir("out/x"),
+               NULL);
+    assert_failed(&r, "gemma/tokenizer_config.json", "not one megatrain renders");
+    cr_expect_eq(count_files(in_dir("out/*")), 0);
+    mt_cli_result_free(&r);
+}
+
+Test(chat_cli, tokenize_refuses_chat_mixed_with_text) {
+    hf_test_write_text(in_dir("text.jsonl"), "{\"text\": \"plain words\"}\n");
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "tokenize", "--tokenizer", in_dir("tok"), in_dir("chat.jsonl"), in_dir("text.jsonl"), "--out",
+               in_dir("out/x"), NULL);
+    assert_failed(&r, "text.jsonl", "tokenize chat and text data separately");
+    mt_cli_result_free(&r);
+    /* --chat yes on a plain text file. */
+    hf_test_write_text(in_dir("notes.txt"), "plain words\n");
+    mt_cli_run(&r, TIMEOUT_S, "tokenize", "--tokenizer", in_dir("tok"), "--chat", "yes", in_dir("notes.txt"), "--out",
+               in_dir("out/x"), NULL);
+    assert_failed(&r, "notes.txt", "chat data must be JSONL");
+    cr_expect_eq(count_files(in_dir("out/*")), 0);
+    mt_cli_result_free(&r);
+}
+
+/* ---- train --data ---- */
+
+
+/* The cache: made once, read by a resumed run, made again (the stale one removed) when the input
+ * changes. */
+Test(chat_cli, train_on_chat_jsonl_caches_its_tokens) {
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("config.json"), "--tokenizer", in_dir("tok"), "--data",
+               in_dir("chat.jsonl"), SMALL_STEP, "--steps", "2", "--out", in_dir("run"), NULL);
+    assert_succeeded(&r);
+    cr_expect(strstr(r.err, "tokenizing") && strstr(r.err, "loss on the answers only"), "stderr:\n%s", r.err);
+    mt_cli_result_free(&r);
+    cr_assert_eq(count_files(in_dir("run/data/chat.jsonl-*_000000.bin")), 1);
+    glob_t g;
+    cr_assert_eq(glob(in_dir("run/data/chat.jsonl-*_000000.bin"), 0, NULL, &g), 0);
+    mt_tokens tokens;
+    cr_assert_eq(mt_tokens_open(g.gl_pathv[0], &tokens), MT_OK, "%s", mt_error());
+    cr_expect_eq(tokens.format, MT_TOKENS_MASKED);
+    cr_expect(mt_tokens_loss_count(&tokens) > 0 && mt_tokens_loss_count(&tokens) < tokens.count);
+    mt_tokens_close(&tokens);
+    char first[PATH_MAX];
+    snprintf(first, sizeof first, "%s", g.gl_pathv[0]);
+    globfree(&g);
+
+    /* Resumed: the tokenizer comes from the checkpoint, the tokens from the cache. */
+    mt_cli_run(&r, TIMEOUT_S, "train", "--data", in_dir("chat.jsonl"), SMALL_STEP, "--steps", "3", "--out", in_dir("run"),
+               "--resume", NULL);
+    assert_succeeded(&r);
+    cr_expect(strstr(r.err, "cached") && !strstr(r.err, "tokenizing"), "stderr:\n%s", r.err);
+    mt_cli_result_free(&r);
+
+    /* A changed input is tokenized again. */
+    write_chat(in_dir("chat.jsonl"), 80, 0, NULL);
+    mt_cli_run(&r, TIMEOUT_S, "train", "--data", in_dir("chat.jsonl"), SMALL_STEP, "--steps", "4", "--out", in_dir("run"),
+               "--resume", NULL);
+    assert_succeeded(&r);
+    cr_expect(strstr(r.err, "tokenizing") && strstr(r.err, "stale"), "stderr:\n%s", r.err);
+    mt_cli_result_free(&r);
+    cr_expect_eq(count_files(in_dir("run/data/chat.jsonl-*_000000.bin")), 1);
+    cr_expect(!mt_test_exists(first), "the stale cache %s is still there", first);
+}
+
+/* Plain text with --init-from a model directory that holds its tokenizer: an llm.c shard of the
+ * tokenizer's ids, and sample decodes text with it. */
+Test(chat_cli, train_on_text_with_init_from_and_sample_decodes) {
+    mt_cli_result r;
+    mt_test_write_corpus(in_dir("corpus.txt"));
+    mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("config.json"), "--data", in_dir("corpus.txt"), "--steps", "0",
+               SMALL_STEP, "--out", in_dir("base"), NULL);
+    assert_succeeded(&r);
+    mt_cli_result_free(&r);
+    mt_cli_run(&r, TIMEOUT_S, "export", in_dir("base"), in_dir("model"), NULL);
+    assert_succeeded(&r);
+    mt_cli_result_free(&r);
+    write_tokenizer(in_dir("model"), NULL);
+    mt_cli_run(&r, TIMEOUT_S, "train", "--init-from", in_dir("model"), "--data", in_dir("corpus.txt"), SMALL_STEP, "--steps",
+               "2", "--out", in_dir("ft"), NULL);
+    assert_succeeded(&r);
+    cr_expect(strstr(r.err, "tokenizing") && strstr(r.err, "/model"), "stderr:\n%s", r.err);
+    mt_cli_result_free(&r);
+    glob_t g;
+    cr_assert_eq(glob(in_dir("ft/data/corpus.txt-*_000000.bin"), 0, NULL, &g), 0);
+    mt_tokens tokens;
+    cr_assert_eq(mt_tokens_open(g.gl_pathv[0], &tokens), MT_OK, "%s", mt_error());
+    cr_expect_eq(tokens.format, MT_TOKENS_LLMC);
+    uint32_t top = 0;
+    for (size_t i = 0; i < tokens.count; i++) top = mt_tokens_get(&tokens, i) > top ? mt_tokens_get(&tokens, i) : top;
+    cr_expect(top > 255 && top < 2324, "largest id %u: not the tokenizer's ids", top);
+    cr_expect_lt(tokens.count, 20000 / 2, "%zu tokens for 20 KB of words: bytes, not BPE", tokens.count);
+    mt_tokens_close(&tokens);
+    globfree(&g);
+
+    /* Decoded text, not ids; the prompt comes back as given. */
+    mt_cli_run(&r, TIMEOUT_S, "sample", in_dir("ft"), "--prompt", "The river", "--tokens", "12", "--temperature", "0",
+               "--backend", "cpu", NULL);
+    assert_succeeded(&r);
+    cr_expect(!strncmp(r.out, "The river", 9), "stdout:\n%s", r.out);
+    mt_cli_result_free(&r);
+    /* Without a tokenizer the same model prints ids. */
+    mt_cli_run(&r, TIMEOUT_S, "sample", in_dir("base"), "--tokens", "3", "--temperature", "0", "--backend", "cpu", NULL);
+    assert_succeeded(&r);
+    int a, b, c;
+    cr_expect_eq(sscanf(r.out, "%d %d %d", &a, &b, &c), 3, "stdout:\n%s", r.out);
+    mt_cli_result_free(&r);
+}
+
+Test(chat_cli, train_refuses_a_bad_tokenizer_or_data) {
+    write_config(in_dir("small.json"), 256);
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("small.json"), "--tokenizer", in_dir("tok"), "--data",
+               in_dir("chat.jsonl"), SMALL_STEP, "--steps", "1", "--out", in_dir("run"), NULL);
+    assert_failed(&r, "tok", "has 2324 tokens but the model's vocab_size is 256");
+    mt_cli_result_free(&r);
+    mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("config.json"), "--tokenizer", in_dir("absent"), "--data",
+               in_dir("chat.jsonl"), SMALL_STEP, "--steps", "1", "--out", in_dir("run2"), NULL);
+    assert_failed(&r, "absent", "No such file");
+    mt_cli_result_free(&r);
+    mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("config.json"), "--tokenizer", in_dir("tok"), "--data",
+               in_dir("tok"), SMALL_STEP, "--steps", "1", "--out", in_dir("run3"), NULL);
+    assert_failed(&r, "tok", "is a directory");
+    mt_cli_result_free(&r);
+}
