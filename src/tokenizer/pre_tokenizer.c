@@ -261,8 +261,9 @@ mt_status mt_pre_apply(const mt_pre_step *step, mt_regex_scratch *rx, const char
         if (more) {
             buf->len = 0;
             MT_TRY(mt_str_put(buf, s, len));
-            *text = buf->s;
-            return split_cut(step, rx, buf, len, more, spans);
+            MT_TRY(split_cut(step, rx, buf, len, more, spans));
+            *text = buf->s; /* after split_cut grew it */
+            return MT_OK;
         }
         MT_TRY(find_matches(&step->pattern, step->empty_pattern, NULL, 0, rx, s, len, len, 0, &need_more, spans));
         if (step->invert)
@@ -302,7 +303,11 @@ mt_status mt_pre_apply(const mt_pre_step *step, mt_regex_scratch *rx, const char
             if (more) more->boundary = 0;
             return push(spans, 0, *text_len, 0);
         }
-        if (more) return split_cut(step, rx, buf, *text_len, more, spans);
+        if (more) {
+            MT_TRY(split_cut(step, rx, buf, *text_len, more, spans));
+            *text = buf->s; /* after split_cut grew it */
+            return MT_OK;
+        }
         return find_matches(&step->pattern, 0, NULL, 0, rx, *text, *text_len, *text_len, 0, &need_more, spans);
     }
     return MT_OK;
