@@ -71,6 +71,11 @@ static int norm_safe(const char *s, size_t len, size_t pos) {
     return pos == 0 || pos >= len || s[pos - 1] == '\n' || (unsigned char)s[pos] < 0x80;
 }
 
+int mt_cut_allowed(const mt_tokenizer *tok, const char *doc, size_t len, size_t cut) {
+    return tok->cut != MT_CUT_NONE && cut > 0 && cut < len && norm_safe(doc, len, cut) &&
+           mt_added_cut_ok(&tok->added.raw, doc, len, cut);
+}
+
 size_t mt_tokenizer_next_cut(const mt_tokenizer *tok, const char *text, size_t len, size_t from) {
     for (size_t p = from ? from : 1; p < len; p++) {
         if (tok->cut == MT_CUT_LINE) {
@@ -86,7 +91,7 @@ size_t mt_tokenizer_next_cut(const mt_tokenizer *tok, const char *text, size_t l
         } else {
             return len;
         }
-        if (mt_added_cut_ok(&tok->added.raw, text, len, p)) return p;
+        if (mt_cut_allowed(tok, text, len, p)) return p;
     }
     return len;
 }

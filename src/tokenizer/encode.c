@@ -56,33 +56,36 @@ static mt_status pre_tokenize(mt_encode_ctx *c, size_t level, const char *s, siz
  * says whether the cut is a boundary of the whole document's first pre-tokenizer step. */
 static mt_status tail_piece(mt_encode_ctx *c, const char *s, size_t len, int at_start, int cont) {
     const mt_tokenizer *tok = c->tok;
-    for (size_t want = CUT_VIEW;; want *= 8) {
+    int allowed = mt_cut_allowed(tok, c->doc, c->doc_len, c->part_end);
+    for (size_t want = CUT_VIEW; allowed; want *= 8) {
         mt_pre_more more = {0};
         int state;
         MT_TRY(mt_cut_next_text(tok, &c->rx, c->doc, c->doc_len, c->part_end, want, c->allow_special, c->tail_norm,
                                 c->tail_norm_len, c->win, &more.s, &more.len, &more.open, &state));
-        int grow = state == 2;
-        if (state == 1 && tok->n_pre == 0) {
-            grow = more.len == 0 && more.open;
+        if (state == 0) break;
+        if (state == 2) continue;
+        if (tok->n_pre == 0) { /* the model's word: BPE decides the cut */
+            if (more.len == 0 && more.open) continue;
             c->end_ok = (more.len == 0 && !more.open) || mt_bpe_cut_ok(&tok->bpe, s, len, more.s, more.len);
-            if (!grow) return mt_bpe_encode_word(&tok->bpe, &c->bpe, s, len, c->out);
-        } else if (state == 1) {
-            size_t n0 = c->out->n;
-            MT_TRY(pre_tokenize(c, 0, s, len, at_start, cont, &more));
-            grow = more.need_more && more.open;
-            c->end_ok = more.boundary && !more.need_more;
-            /* Metaspace without split hands the model one word: BPE decides the cut. */
-            if (tok->pre[0].kind == PRE_METASPACE && !tok->pre[0].split && !more.boundary && more.next)
-                c->end_ok = mt_bpe_cut_ok(&tok->bpe, c->bufs[0].s, c->bufs[0].len - more.next_len, more.next,
-                                          more.next_len);
-            if (!grow) return MT_OK;
+            return mt_bpe_encode_word(&tok->bpe, &c->bpe, s, len, c->out);
+        }
+        size_t n0 = c->out->n;
+        MT_TRY(pre_tokenize(c, 0, s, len, at_start, cont, &more));
+        if (more.need_more && more.open) {
             c->out->n = n0;
+            continue;
         }
-        if (!grow) { /* unverifiable: the ids of the part as if it ended here, which the caller drops */
-            c->end_ok = 0;
-            return pre_tokenize(c, 0, s, len, at_start, cont, NULL);
-        }
+        c->end_ok = more.boundary && !more.need_more;
+        /* Metaspace without split hands the model one word: BPE decides the cut. */
+        if (tok->n_pre == 1 && tok->pre[0].kind == PRE_METASPACE && !tok->pre[0].split && !more.boundary &&
+            more.next)
+            c->end_ok = mt_bpe_cut_ok(&tok->bpe, c->bufs[0].s, c->bufs[0].len - more.next_len, more.next,
+                                      more.next_len);
+        return MT_OK;
     }
+    /* Unverifiable: the ids of the part as if it ended here, which the caller drops. */
+    c->end_ok = 0;
+    return pre_tokenize(c, 0, s, len, at_start, cont, NULL);
 }
 
 /* Splits s on the added tokens of `trie`, handing each piece between them to `piece` with how it

@@ -240,6 +240,10 @@ void mt_cache_put(mt_word_cache *c, const char *w, size_t len, const int32_t *id
 /* The kind of cut tok's pipeline allows (set once everything is loaded). */
 mt_cut_kind mt_cut_analyse(const mt_tokenizer *tok);
 
+/* Whether doc[0, len) may be cut at `cut` as far as the pipeline and the added tokens matched in
+ * the input say (what the text after it does to the pre-tokenizer is verified as parts encode). */
+int mt_cut_allowed(const mt_tokenizer *tok, const char *doc, size_t len, size_t cut);
+
 /* The normalized text that follows the cut at doc[cut] within its piece, from the raw text up to
  * about `want` bytes past the cut: *next (in `win`, or empty), *open when the piece goes on past
  * it. `left` is the normalized text of the piece before the cut, for the added tokens matched in
