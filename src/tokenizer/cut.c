@@ -48,7 +48,8 @@ static int norm_cuttable(const mt_tokenizer *tok, int *space_to_meta) {
 mt_cut_kind mt_cut_analyse(const mt_tokenizer *tok) {
     int meta;
     if (!norm_cuttable(tok, &meta)) return MT_CUT_NONE;
-    if (tok->n_pre == 0) return tok->bpe.meta_split && meta ? MT_CUT_SPACE : MT_CUT_NONE;
+    int bpe_cuts = tok->bpe.meta_split && !tok->bpe.ignore_merges; /* see mt_bpe_cut_ok */
+    if (tok->n_pre == 0) return bpe_cuts && meta ? MT_CUT_SPACE : MT_CUT_NONE;
     const mt_pre_step *p = &tok->pre[0];
     switch (p->kind) {
     case PRE_SPLIT: return !p->empty_pattern && !p->pattern.looks_back ? MT_CUT_LINE : MT_CUT_NONE;
@@ -56,7 +57,7 @@ mt_cut_kind mt_cut_analyse(const mt_tokenizer *tok) {
     case PRE_METASPACE:
         if (p->split) return MT_CUT_SPACE;
         /* One piece, the model's word: BPE cuts it before "▁" */
-        return tok->n_pre == 1 && tok->bpe.meta_split && !strcmp(p->replacement, META) ? MT_CUT_SPACE : MT_CUT_NONE;
+        return tok->n_pre == 1 && bpe_cuts && !strcmp(p->replacement, META) ? MT_CUT_SPACE : MT_CUT_NONE;
     }
     return MT_CUT_NONE;
 }
