@@ -20,7 +20,18 @@ endif
 LDLIBS   += -lopenblas -ljansson -lxxhash -lpcre2-8 -lutf8proc -lm -lpthread
 # The sanitizer builds are CPU-only whatever CUDA says.
 SAN_LDLIBS := $(LDLIBS)
-NVFLAGS  ?= -O2 -gencode=arch=compute_90a,code=sm_90a
+# Machine code for every GPU generation the CUDA backend runs on (compute capability 8.0 and up:
+# Ampere sm_80/sm_86, Ada sm_89, Hopper sm_90a, and Blackwell sm_100/sm_120 where this nvcc knows
+# them) and PTX of the newest, which a later GPU's driver JIT-compiles. sm_86 and sm_89 share
+# compute_80's front end (one cicc run, ptxas per target: the same machine code as their own
+# compute_86/89, in two thirds of the time). scripts/check-fatbin.sh checks the built binary.
+comma        := ,
+NV_GPU_CODES := $(if $(filter 1,$(CUDA)),$(shell $(NVCC) --list-gpu-code 2>/dev/null))
+NV_BLACKWELL := $(filter sm_100 sm_120,$(NV_GPU_CODES))
+NV_NEWEST    := $(or $(lastword $(sort $(NV_BLACKWELL))),sm_90a)
+NV_ARCHS     := -gencode=arch=compute_80,code=[sm_80,sm_86,sm_89] \
+                $(foreach sm,sm_90a $(NV_BLACKWELL),-gencode=arch=compute_$(sm:sm_%=%),code=[$(sm)$(if $(filter $(sm),$(NV_NEWEST)),$(comma)compute_$(sm:sm_%=%))])
+NVFLAGS  ?= -O2 $(NV_ARCHS)
 SAN_CFLAGS := $(CFLAGS)
 NVFLAGS  += -std=c++17 -Iinclude -Isrc -Xcompiler -fopenmp -MMD -MP
 
