@@ -90,6 +90,9 @@ typedef struct {
     int lm_chunk;            /* rows of logits the LM head holds at once */
     int64_t gpu_mem;         /* device memory budget in bytes (0: none): slots and chunk shrink to
                               * fit, or the run is refused before it starts */
+    /* The planner's rates (train/machine_rates.h), for a plan of another machine: bf16 GEMM
+     * TFLOP/s, PCIe GB/s each way, host AdamW G parameters/s; 0: measured or looked up here. */
+    double rate_gemm, rate_pcie, rate_adamw;
 
     /* The run directory: checkpoints, metrics.jsonl, loss.svg; locked while a run uses it. */
     const char *out_dir;

@@ -45,6 +45,10 @@ void mt_backend_destroy(mt_backend *be) {
     if (be) be->ops->destroy(be);
 }
 
+const struct mt_device_info *mt_backend_device_info(mt_backend *be) {
+    return be->ops->device_info ? be->ops->device_info(be) : NULL;
+}
+
 /* ---- memory ---- */
 
 void *mt_dev_alloc(mt_backend *be, size_t bytes, const char *what) { return be->ops->mem.dev_alloc(be, bytes, what); }

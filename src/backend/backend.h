@@ -42,6 +42,7 @@ typedef struct mt_backend mt_backend;
 typedef struct mt_stream mt_stream;
 typedef struct mt_event mt_event;
 struct mt_adamw_params; /* optim/adamw.h */
+struct mt_device_info;  /* backend/device_info.h */
 
 /* What the device is. It decides where memory is counted (a GPU's own, or the host's) and
  * which defaults apply (pinned optimizer cores, the ends on the device). */
@@ -190,6 +191,8 @@ typedef struct mt_backend_ops {
      * bits, and the engine promises that micro-batching never changes the bits there. */
     int gemm_by_sequence;
     void (*destroy)(mt_backend *be);
+    /* OPTIONAL: what a GPU backend found at start (device_info.h). Fallback: NULL, no device. */
+    const struct mt_device_info *(*device_info)(mt_backend *be);
     mt_memory_iface mem;
     mt_stream_iface stream;
     mt_op_iface op;
@@ -213,6 +216,8 @@ void mt_host_free(mt_backend *be, void *ptr);
 size_t mt_dev_peak(mt_backend *be);
 /* Device memory free now; only a backend with memory of its own has a figure (SIZE_MAX else). */
 size_t mt_dev_available(mt_backend *be);
+/* The GPU's name, compute capability, memory and measured PCIe rates; NULL without one. */
+const struct mt_device_info *mt_backend_device_info(mt_backend *be);
 static inline int mt_backend_has_own_memory(const mt_backend *be) { return be->ops->kind == MT_DEVICE_GPU; }
 
 /* Streams, events and copies (mt_stream_iface), the optional entries' fallbacks included. */
