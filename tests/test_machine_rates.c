@@ -236,3 +236,28 @@ Test(pcie_sysfs, plan_prints_the_rates_and_where_they_came_from) {
     expect_line(r.out, "(measured: 50 ms of the host AdamW on 1 thread)");
     mt_cli_result_free(&r);
 }
+
+/* Without a GPU, plan --backend cuda --gpu-mem sizes the run for a CUDA GPU of that memory: bf16
+ * weights, the device's own memory; without --gpu-mem there is nothing to plan for. */
+Test(machine_rates, plan_for_a_gpu_elsewhere) {
+    mt_backend *probe;
+    if (mt_backend_cuda_create(&probe, 0) == MT_OK) {
+        mt_backend_destroy(probe);
+        cr_skip_test("a GPU is here: plan --backend cuda plans with it");
+    }
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "plan", "--preset", "llama-3.2-1b", "--backend", "cuda", "--gpu-mem", "10GiB",
+               "--rate-gemm", "42", "--rate-pcie", "25", "--rate-adamw", "1.5", NULL);
+    cr_assert_eq(r.exit_code, 0, "stderr:\n%s", r.err);
+    expect_line(r.out, "cuda (a model of the GPU: none here) backend");
+    expect_line(r.out, "budget    10.00 GiB: 2 weight slots");
+    expect_line(r.out, "device needs");
+    expect_line(r.out, "10.74 GB available");
+    expect_line(r.out, "optimizer 30 bytes/parameter"); /* bf16 weights: the cpu backend's are fp32 (32) */
+    expect_line(r.err, "planning for a CUDA GPU of --gpu-mem");
+    mt_cli_result_free(&r);
+    mt_cli_run(&r, TIMEOUT_S, "plan", "--preset", "llama-3.2-1b", "--backend", "cuda", NULL);
+    cr_assert_eq(r.exit_code, 1, "stderr:\n%s", r.err);
+    expect_line(r.err, "give --gpu-mem to plan for a GPU of that memory elsewhere");
+    mt_cli_result_free(&r);
+}

@@ -36,7 +36,7 @@ mt_status mt_plan(const mt_train_options *given, FILE *out) {
     mt_layout lay;
     MT_TRY(mt_layout_init(&lay, &cfg));
     mt_backend *be = NULL;
-    mt_status rc = mt_backend_open(o->backend, o->threads, &be);
+    mt_status rc = mt_backend_open_for_plan(o->backend, o->threads, o->gpu_mem, &be);
     if (rc != MT_OK) {
         mt_layout_free(&lay);
         return rc;

@@ -32,6 +32,9 @@ step() { # step NAME COMMAND...: runs it with its output in $logs/NAME.log, reco
 }
 
 step build make CUDA=1 BUILD=$build -j"$(nproc)" $build/cuda_tests $build/run-tests $build/megatrain tokenizer-data
+# Machine code for every supported GPU generation (and, where cuobjdump is installed, the same
+# listing from it as from scripts/fatbin_list.py).
+step fatbin scripts/check-fatbin.sh $build/megatrain
 rm -rf /tmp/mt-transformers-check
 step cuda env MT_TRANSFORMERS_DIR=/tmp/mt-transformers-check $build/cuda_tests --jobs 1 --verbose
 
