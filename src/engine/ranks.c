@@ -202,28 +202,39 @@ mt_status mt_ranks_start(mt_ranks *g, mt_store *store, const mt_engine_options *
     return MT_OK;
 }
 
-/* Engines and backends end on their own threads (a CUDA device is current per thread), followers
- * first: they point into the leader's buffers. */
+/* Engines and backends end on their own threads (a CUDA device is current per thread). */
+typedef enum { STOP_FOLLOWERS, STOP_LEADER, STOP_BACKENDS } stop_phase;
+
 static mt_status stop_task(mt_ranks *g, int r, void *p) {
-    int leader = *(int *)p;
-    if ((r == 0) != leader) return MT_OK;
-    mt_engine_destroy(g->engine[r]);
-    g->engine[r] = NULL;
-    if (g->be[r] && g->joined) g->be[r]->ops->coll.comm_free(g->be[r]);
-    mt_backend_destroy(g->be[r]);
-    g->be[r] = NULL;
+    stop_phase phase = *(stop_phase *)p;
+    if (phase == STOP_BACKENDS) {
+        if (g->be[r] && g->joined) g->be[r]->ops->coll.comm_free(g->be[r]);
+        mt_backend_destroy(g->be[r]);
+        g->be[r] = NULL;
+    } else if ((r == 0) == (phase == STOP_LEADER)) {
+        mt_engine_destroy(g->engine[r]);
+        g->engine[r] = NULL;
+    }
     return MT_OK;
+}
+
+/* Runs the teardown's phases in order, whether or not the group failed. */
+static void stop(mt_ranks *g, stop_phase from, stop_phase to) {
+    if (g->started < g->n) return;
+    pthread_mutex_lock(&g->lock);
+    g->failed_rank = -1; /* run_all refuses tasks after a failure: the teardown runs regardless */
+    pthread_mutex_unlock(&g->lock);
+    for (stop_phase phase = from; phase <= to; phase++) run_all(g, stop_task, &phase);
+}
+
+/* Followers first: they point into the leader's buffers. */
+void mt_ranks_stop(mt_ranks *g) {
+    if (g) stop(g, STOP_FOLLOWERS, STOP_LEADER);
 }
 
 void mt_ranks_destroy(mt_ranks *g) {
     if (!g) return;
-    if (g->started == g->n) {
-        /* After a failure run_all refuses tasks: the teardown runs as the last task regardless. */
-        pthread_mutex_lock(&g->lock);
-        g->failed_rank = -1;
-        pthread_mutex_unlock(&g->lock);
-        for (int leader = 0; leader < 2; leader++) run_all(g, stop_task, &leader);
-    }
+    stop(g, STOP_FOLLOWERS, STOP_BACKENDS);
     pthread_mutex_lock(&g->lock);
     g->stop = 1;
     pthread_cond_broadcast(&g->changed);

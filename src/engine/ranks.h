@@ -23,6 +23,8 @@ typedef mt_status (*mt_rank_open_fn)(void *ctx, int rank, mt_backend **out);
 
 /* n ranks, each with its backend from open(ctx, r), joined into one group of collectives. */
 mt_status mt_ranks_create(mt_ranks **out, int n, mt_rank_open_fn open, void *ctx);
+/* Ends the engines (mt_ranks_start's), which must end before the store; destroy ends the rest. */
+void mt_ranks_stop(mt_ranks *g);
 void mt_ranks_destroy(mt_ranks *g);
 int mt_ranks_count(const mt_ranks *g);
 mt_backend *mt_ranks_backend(const mt_ranks *g, int rank);
