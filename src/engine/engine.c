@@ -62,8 +62,8 @@ static mt_status check_ranks(const mt_backend *be, const mt_engine_options *o, i
         return mt_fail(MT_ERR_INVALID, "the %s backend has no collectives: it cannot train on %d devices at once",
                        be->ops->name, ranks);
     if (o->max_grad_norm <= 0)
-        return mt_fail(MT_ERR_INVALID, "--max-grad-norm 0 (the optimizer overlapping the backward) works on one "
-                       "device only; with %d devices keep exact clipping on (--max-grad-norm > 0)", ranks);
+        return mt_fail(MT_ERR_INVALID, "--clip 0 (the optimizer overlapping the backward) works on one device "
+                       "only; with %d devices keep exact clipping on (--clip above 0)", ranks);
     return MT_OK;
 }
 

@@ -14,8 +14,7 @@
 #include "io/hf_config.h"
 #include "io/hf_model.h"
 #include "io/plot.h"
-#include "train/backend_select.h"
-#include "train/memory_check.h"
+#include "train/train_devices.h"
 #include "train/option_table.h"
 #include "train/options.h"
 #include "train/settings.h"
@@ -167,7 +166,7 @@ static mt_status open_dataset(mt_train_run *r) {
 }
 
 static mt_status open_engine(mt_train_run *r) {
-    MT_TRY(mt_engine_create(&r->engine, r->be, &r->store, &r->engine_options, r->progress.adam_step));
+    MT_TRY(mt_train_start_engine(r));
     if (r->o.sync_save) return MT_OK;
     MT_TRY(mt_saver_create(&r->saver, &r->store, r->o.save_staging));
     mt_engine_set_update_guard(r->engine, mt_saver_guard, r->saver);
@@ -202,9 +201,9 @@ static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
     MT_TRY(mt_layout_init(&r->layout, &r->cfg));
     MT_TRY(plan_steps(r));
     const mt_train_options *o = &r->o;
-    MT_TRY(mt_backend_open(o->backend, o->threads, &r->be));
+    MT_TRY(mt_train_open_devices(r));
     MT_TRY(mt_train_engine_options(o, r->be, &r->cfg, &r->engine_options));
-    MT_TRY(mt_memory_check(&r->layout, r->be, &r->engine_options, r->moments));
+    MT_TRY(mt_train_check_memory(r));
     MT_TRY(open_tokens(r));
     MT_TRY(mt_store_create_with_moments(&r->store, &r->layout, r->be, r->moments));
     MT_TRY(init_weights(r));
@@ -217,13 +216,17 @@ static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
     r->nan_step = nan_step ? strtoll(nan_step, NULL, 10) : 0;
     const char *fault_step = getenv("MT_TEST_DEVICE_FAULT_STEP");
     r->fault_step = fault_step ? strtoll(fault_step, NULL, 10) : 0;
-    size_t n = (size_t)o->micro_batches * o->batch * o->seq_len;
+    const char *rank_fail_step = getenv("MT_TEST_RANK_FAIL_STEP");
+    r->rank_fail_step = rank_fail_step && r->ranks ? strtoll(rank_fail_step, NULL, 10) : 0;
+    size_t n = (size_t)o->gpus * o->micro_batches * o->batch * o->seq_len;
     r->inputs = mt_malloc(n * sizeof *r->inputs, "a step's inputs");
     r->targets = mt_malloc(n * sizeof *r->targets, "a step's targets");
     if (!r->inputs || !r->targets) return MT_ERR_NOMEM;
-    mt_log_info("%s backend, %.1fM parameters, %d x %d x %d tokens a step, run directory %s",
+    mt_log_info("%s backend, %.1fM parameters, %d x %d x %d tokens a step%s, run directory %s",
                 r->be->ops->name, (double)mt_config_total_params(&r->cfg) / 1e6, o->micro_batches,
-                o->batch, o->seq_len, o->out_dir);
+                o->batch, o->seq_len, r->ranks ? " on each rank" : "", o->out_dir);
+    if (r->ranks) mt_log_info("%d ranks on one host store (%s)", o->gpus, strcmp(r->be->ops->name, "cpu") ?
+                              "one GPU each" : "threads of the cpu backend");
     if (r->moments != MT_MOMENTS_F32)
         mt_log_info("Adam moments in %s (an option, not the default)", mt_moments_format_name(r->moments));
     if (r->engine_options.ends_on_device)
@@ -237,10 +240,10 @@ static void close_run(mt_train_run *r) {
     free(r->inputs);
     free(r->targets);
     if (r->metrics) mt_metrics_close(r->metrics);
-    mt_engine_destroy(r->engine);
+    mt_train_stop_engine(r);
     mt_saver_destroy(r->saver); /* after the engine: its optimizer calls the saver's guard */
     if (r->store.layout) mt_store_free(&r->store);
-    if (r->be) mt_backend_destroy(r->be);
+    mt_train_close_devices(r);
     mt_tokens_close(&r->tokens);
     if (r->layout.units) mt_layout_free(&r->layout);
     json_decref(r->settings);
@@ -252,7 +255,7 @@ static void close_run(mt_train_run *r) {
 
 /* Targets that carry loss (>= 0; a masked shard's context targets are -1). */
 static int64_t loss_targets(const mt_train_run *r) {
-    size_t n = (size_t)r->o.micro_batches * r->o.batch * r->o.seq_len;
+    size_t n = (size_t)r->o.gpus * r->o.micro_batches * r->o.batch * r->o.seq_len;
     int64_t count = 0;
     for (size_t i = 0; i < n; i++) count += r->targets[i] >= 0;
     return count;
@@ -261,7 +264,7 @@ static int64_t loss_targets(const mt_train_run *r) {
 /* The mean loss over every target that carries loss in the first eval_batches validation
  * batches (each batch's mean weighted by its targets); NaN when none does. */
 static mt_status validate(mt_train_run *r, double *loss) {
-    int sequences = r->o.micro_batches * r->o.batch;
+    int sequences = r->o.gpus * r->o.micro_batches * r->o.batch;
     int64_t batches = mt_dataset_val_batches(&r->data, sequences);
     if (batches > r->o.eval_batches) batches = r->o.eval_batches;
     *loss = NAN;
@@ -274,7 +277,7 @@ static mt_status validate(mt_train_run *r, double *loss) {
         if (r->data_failed) return mt_tokens_status(&r->tokens);
         int64_t targets = loss_targets(r);
         if (targets == 0) continue;
-        MT_TRY(mt_engine_eval(r->engine, r->inputs, r->targets, &l));
+        MT_TRY(mt_train_eval(r, &l));
         sum += l * (double)targets;
         counted += targets;
     }
@@ -325,7 +328,7 @@ static mt_status log_val(mt_train_run *r, double loss) {
 
 static mt_status loop(mt_train_run *r, mt_progress *pg) {
     const mt_train_options *o = &r->o;
-    int sequences = o->micro_batches * o->batch;
+    int sequences = o->gpus * o->micro_batches * o->batch;
     double tokens_per_step = (double)sequences * o->seq_len;
     while (r->progress.step < o->steps && !mt_stop_requested()) {
         float lr = mt_lr_at(&r->schedule, r->progress.step + 1);
@@ -338,10 +341,12 @@ static mt_status loop(mt_train_run *r, mt_progress *pg) {
         mt_step_result s = {.loss = NAN, .grad_norm = NAN, .skipped = 1};
         if (!no_targets) {
             /* Test hook MT_TEST_NAN_STEP=N: step N (1-based) gets a NaN gradient, to test skipping. */
-            if (r->progress.step + 1 == r->nan_step) mt_engine_poison_next_step(r->engine);
+            if (r->progress.step + 1 == r->nan_step) mt_train_poison_next_step(r);
             /* Test hook MT_TEST_DEVICE_FAULT_STEP=N: step N fails as on a device error. */
             if (r->progress.step + 1 == r->fault_step) mt_engine_fault_next_step(r->engine);
-            MT_TRY(mt_engine_step(r->engine, r->inputs, r->targets, lr, &s));
+            /* Test hook MT_TEST_RANK_FAIL_STEP=N: with --gpus, the last rank dies before step N's pass. */
+            if (r->progress.step + 1 == r->rank_fail_step) mt_ranks_fail_next_step(r->ranks, r->o.gpus - 1);
+            MT_TRY(mt_train_step(r, lr, &s));
         }
         r->progress.step++;
         if (no_targets)

@@ -6,6 +6,7 @@
 #include <jansson.h>
 
 #include "engine/engine.h"
+#include "engine/ranks.h"
 #include "io/dataset.h"
 #include "io/metrics.h"
 #include "optim/schedule.h"
@@ -22,7 +23,8 @@ typedef struct {
     mt_run_lock lock;
     mt_config cfg;
     mt_layout layout;
-    mt_backend *be;
+    mt_backend *be;             /* with --gpus above 1, rank 0's (the ranks own it) */
+    mt_ranks *ranks;            /* --gpus above 1, else NULL */
     mt_store store;
     mt_engine *engine;
     mt_engine_options engine_options;
@@ -40,6 +42,7 @@ typedef struct {
     int data_failed;            /* the loop stopped on a read of the token file (changed, cut short) */
     int64_t nan_step;           /* test hook: MT_TEST_NAN_STEP, 0 when unset */
     int64_t fault_step;         /* test hook: MT_TEST_DEVICE_FAULT_STEP, 0 when unset */
+    int64_t rank_fail_step;     /* test hook: MT_TEST_RANK_FAIL_STEP, the last rank dies; 0 when unset */
 } mt_train_run;
 
 /* ---- train_saves.c ---- */
