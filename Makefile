@@ -32,7 +32,7 @@ TEST_C   := $(sort $(wildcard tests/*.c))
 ifeq ($(CUDA),1)
 # The CUDA backend: its .cu kernels (nvcc) and its host .c files (cc, with the CUDA headers).
 CFLAGS   += -DMT_WITH_CUDA -I$(CUDA_HOME)/include
-LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lcudnn -lstdc++
+LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lcudnn -lnccl -lstdc++
 CUDA_HOST_C := $(sort $(wildcard src/backend/cuda/*.c))
 CUDA_TEST_C := $(sort $(wildcard tests/cuda/*.c))
 LIB_OBJ_CU := $(CUDA_CU:%.cu=$(BUILD)/%.o) $(CUDA_HOST_C:%.c=$(BUILD)/%.o)

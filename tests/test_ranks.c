@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/host_comm.h"
 #include "engine/ranks.h"
 #include "tiny_model.h"
 #include "util/clock.h"
@@ -177,4 +178,21 @@ Test(ranks, refuses_what_it_cannot_do_on_several_ranks) {
     cr_expect(strstr(mt_error(), "--clip"), "%s", mt_error());
     group_close(&t);
     cr_expect_neq(mt_ranks_create(&t.g, 0, open_cpu, NULL), MT_OK);
+}
+
+/* The host communicator alone: a rank whose peer never comes gives up after MT_COLL_TIMEOUT_S, and
+ * two ranks that come sum in rank order into both buffers. */
+Test(ranks, host_all_reduce_sums_and_gives_up_on_a_peer_that_never_comes) {
+    setenv("MT_COLL_TIMEOUT_S", "1", 1);
+    mt_host_comm *c;
+    cr_assert_eq(mt_host_comm_create(&c, 2), MT_OK);
+    unsetenv("MT_COLL_TIMEOUT_S");
+    float buf[3] = {1, 2, 3};
+    double t0 = mt_now();
+    cr_assert_neq(mt_host_comm_all_reduce(c, 0, buf, 3), MT_OK);
+    cr_expect(strstr(mt_error(), "MT_COLL_TIMEOUT_S") && strstr(mt_error(), "1 of 2 came"), "%s", mt_error());
+    cr_expect_lt(mt_now() - t0, 10.0);
+    cr_expect_neq(mt_host_comm_all_reduce(c, 1, buf, 3), MT_OK, "a timed-out group went on");
+    mt_host_comm_release(c);
+    mt_host_comm_release(c);
 }

@@ -6,9 +6,11 @@
  * every slice. Each rank still owns its device, its streams and its thread, as a process would. */
 #include "engine/ranks.h"
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "engine/engine_internal.h"
 
@@ -36,6 +38,7 @@ struct mt_ranks {
     mt_status failed_status;
     char failed_message[1024];
     int fail_next;         /* test hook: this rank's next step fails (-1: none) */
+    double timeout_s;      /* the watchdog: a task that runs longer aborts the group */
 };
 
 /* ---- the abort ---- */
@@ -105,24 +108,49 @@ static void *rank_main(void *p) {
     }
 }
 
+/* The group's failure as an error, with the lock held: the rank that failed first, or the watchdog. */
+static mt_status failure(const mt_ranks *g, const char *prefix) {
+    if (g->failed_rank == g->n) return mt_fail(g->failed_status, "%s%s", prefix, g->failed_message);
+    return mt_fail(g->failed_status, "%srank %d of %d: %s", prefix, g->failed_rank, g->n, g->failed_message);
+}
+
+/* The watchdog, with the lock held: the task has run past the timeout; the ranks still in it are
+ * named and the group aborted, which releases them from any collective. */
+static void watchdog_fires(mt_ranks *g) {
+    g->failed_rank = g->n; /* none of them: the group */
+    g->failed_status = MT_ERR_DEVICE;
+    snprintf(g->failed_message, sizeof g->failed_message, "%d of %d ranks were still in a step after %.0f s "
+             "(MT_RANK_TIMEOUT_S): a rank hung; the group was aborted", g->pending, g->n, g->timeout_s);
+    pthread_mutex_unlock(&g->lock);
+    abort_group(g);
+    pthread_mutex_lock(&g->lock);
+}
+
 /* Runs task on every rank's thread and waits for all of them; the first rank that failed names the
  * error (the others' failures follow from the abort). */
 static mt_status run_all(mt_ranks *g, rank_task task, void *arg) {
     pthread_mutex_lock(&g->lock);
     if (g->failed_rank >= 0) {
+        mt_status rc = failure(g, "the group was aborted: ");
         pthread_mutex_unlock(&g->lock);
-        return mt_fail(MT_ERR_DEVICE, "the group of %d ranks was aborted (rank %d failed: %s)", g->n,
-                       g->failed_rank, g->failed_message);
+        return rc;
     }
     g->task = task;
     g->arg = arg;
     g->pending = g->n;
     g->task_generation++;
     pthread_cond_broadcast(&g->changed);
-    while (g->pending > 0) pthread_cond_wait(&g->changed, &g->lock);
-    mt_status rc = g->failed_rank >= 0 ? mt_fail(g->failed_status, "rank %d of %d: %s", g->failed_rank, g->n,
-                                                 g->failed_message)
-                                       : MT_OK;
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += (time_t)g->timeout_s;
+    for (int fired = 0; g->pending > 0;) {
+        if (fired) pthread_cond_wait(&g->changed, &g->lock);
+        else if (pthread_cond_timedwait(&g->changed, &g->lock, &deadline) == ETIMEDOUT && g->pending > 0) {
+            if (g->failed_rank < 0) watchdog_fires(g);
+            fired = 1;
+        }
+    }
+    mt_status rc = g->failed_rank >= 0 ? failure(g, "") : MT_OK;
     pthread_mutex_unlock(&g->lock);
     return rc;
 }
@@ -141,6 +169,8 @@ mt_status mt_ranks_create(mt_ranks **out, int n, mt_rank_open_fn open, void *ctx
     g->failed_rank = g->fail_next = -1;
     g->open = open;
     g->open_ctx = ctx;
+    const char *t = getenv("MT_RANK_TIMEOUT_S");
+    g->timeout_s = t && atof(t) > 0 ? atof(t) : 1800;
     pthread_mutex_init(&g->lock, NULL);
     pthread_cond_init(&g->changed, NULL);
     g->be = calloc((size_t)n, sizeof *g->be);

@@ -342,6 +342,8 @@ static const mt_backend_ops cuda_ops = {
            .embedding_dw = cuda_embedding_dw, .lmhead_loss = cuda_lmhead_loss,
            .lmhead_workspace = cuda_lmhead_workspace, .logits = mt_cuda_op_logits, .sumsq = cuda_sumsq,
            .clip_scale = cuda_clip_scale, .adamw = cuda_adamw},
+    .coll = {.comm_init = mt_cuda_comm_init, .all_reduce = mt_cuda_all_reduce, .comm_abort = mt_cuda_comm_abort,
+             .comm_free = mt_cuda_comm_free},
 };
 
 static mt_status init_device(mt_cuda_backend *cb, int device) {
@@ -350,6 +352,7 @@ static mt_status init_device(mt_cuda_backend *cb, int device) {
     if (device < 0 || device >= count)
         return mt_fail(MT_ERR_DEVICE, "CUDA device %d requested but %d visible", device, count);
     MT_CUDA_CHECK(cudaSetDevice(device));
+    cb->device = device;
     MT_CUBLAS_CHECK(cublasLtCreate(&cb->lt));
     cb->lt_workspace_bytes = LT_WORKSPACE_BYTES;
     MT_CUDA_CHECK(cudaMalloc(&cb->lt_workspace, cb->lt_workspace_bytes));
