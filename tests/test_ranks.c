@@ -181,7 +181,7 @@ Test(ranks, refuses_what_it_cannot_do_on_several_ranks) {
 }
 
 /* The host communicator alone: a rank whose peer never comes gives up after MT_COLL_TIMEOUT_S, and
- * two ranks that come sum in rank order into both buffers. */
+ * the group stays ended. */
 Test(ranks, host_all_reduce_sums_and_gives_up_on_a_peer_that_never_comes) {
     setenv("MT_COLL_TIMEOUT_S", "1", 1);
     mt_host_comm *c;

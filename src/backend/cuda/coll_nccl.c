@@ -6,6 +6,7 @@
  * communicator with ncclCommAbort, which stops its kernels: a stream waiting on a peer that will
  * never come is released, and every later all-reduce fails at once. */
 #include <nccl.h>
+#include <stdlib.h>
 
 #include "backend/cuda/cuda_backend.h"
 
@@ -13,16 +14,19 @@
     mt_fail(MT_ERR_DEVICE, "NCCL: %s: %s (%s:%d)", (what), ncclGetErrorString(res), __FILE__, __LINE__)
 
 mt_status mt_cuda_comm_init(mt_backend **ranks, int n) {
-    ncclComm_t comms[n];
-    int devices[n];
-    for (int r = 0; r < n; r++) {
-        devices[r] = ((mt_cuda_backend *)ranks[r])->device;
-        comms[r] = NULL;
+    ncclComm_t *comms = mt_calloc((size_t)n, sizeof *comms, "the NCCL communicators");
+    int *devices = mt_calloc((size_t)n, sizeof *devices, "the ranks' devices");
+    if (!comms || !devices) {
+        free(comms);
+        free(devices);
+        return MT_ERR_NOMEM;
     }
+    for (int r = 0; r < n; r++) devices[r] = ((mt_cuda_backend *)ranks[r])->device;
     ncclResult_t res = ncclCommInitAll(comms, n, devices);
-    if (res != ncclSuccess) return MT_NCCL_FAIL(res, "ncclCommInitAll over the GPUs of the ranks");
-    for (int r = 0; r < n; r++) ((mt_cuda_backend *)ranks[r])->comm = comms[r];
-    return MT_OK;
+    for (int r = 0; res == ncclSuccess && r < n; r++) ((mt_cuda_backend *)ranks[r])->comm = comms[r];
+    free(comms);
+    free(devices);
+    return res == ncclSuccess ? MT_OK : MT_NCCL_FAIL(res, "ncclCommInitAll over the GPUs of the ranks");
 }
 
 /* The communicator is read and ended under the backend's lock: the abort comes from another thread. */
