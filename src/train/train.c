@@ -14,7 +14,6 @@
 #include "io/hf_config.h"
 #include "io/hf_model.h"
 #include "io/plot.h"
-#include "train/train_devices.h"
 #include "train/option_table.h"
 #include "train/options.h"
 #include "train/settings.h"
@@ -166,12 +165,12 @@ static mt_status open_dataset(mt_train_run *r) {
 }
 
 static mt_status open_engine(mt_train_run *r) {
-    MT_TRY(mt_train_start_engine(r));
+    MT_TRY(mt_devices_start(&r->dev, &r->store, &r->engine_options, r->progress.adam_step));
     if (r->o.sync_save) return MT_OK;
     MT_TRY(mt_saver_create(&r->saver, &r->store, r->o.save_staging));
-    mt_engine_set_update_guard(r->engine, mt_saver_guard, r->saver);
+    mt_engine_set_update_guard(r->dev.engine, mt_saver_guard, r->saver);
     for (int u = 0; u < r->layout.num_units; u++)
-        if (!mt_engine_updates_on_host(r->engine, u)) mt_saver_skip_staging(r->saver, u);
+        if (!mt_engine_updates_on_host(r->dev.engine, u)) mt_saver_skip_staging(r->saver, u);
     /* Test hook MT_TEST_SAVE_UNIT_MS=N: background saves pause N ms before each unit. */
     const char *slow = getenv("MT_TEST_SAVE_UNIT_MS");
     if (slow) mt_saver_slow_down(r->saver, strtod(slow, NULL) / 1e3);
@@ -201,11 +200,11 @@ static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
     MT_TRY(mt_layout_init(&r->layout, &r->cfg));
     MT_TRY(plan_steps(r));
     const mt_train_options *o = &r->o;
-    MT_TRY(mt_train_open_devices(r));
-    MT_TRY(mt_train_engine_options(o, r->be, &r->cfg, &r->engine_options));
-    MT_TRY(mt_train_check_memory(r));
+    MT_TRY(mt_devices_open(&r->dev, o));
+    MT_TRY(mt_train_engine_options(o, r->dev.be, &r->cfg, &r->engine_options));
+    MT_TRY(mt_devices_check_memory(&r->dev, &r->layout, &r->engine_options, r->moments));
     MT_TRY(open_tokens(r));
-    MT_TRY(mt_store_create_with_moments(&r->store, &r->layout, r->be, r->moments));
+    MT_TRY(mt_store_create_with_moments(&r->store, &r->layout, r->dev.be, r->moments));
     MT_TRY(init_weights(r));
     MT_TRY(open_dataset(r));
     MT_TRY(open_engine(r));
@@ -217,22 +216,22 @@ static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
     const char *fault_step = getenv("MT_TEST_DEVICE_FAULT_STEP");
     r->fault_step = fault_step ? strtoll(fault_step, NULL, 10) : 0;
     const char *rank_fail_step = getenv("MT_TEST_RANK_FAIL_STEP");
-    r->rank_fail_step = rank_fail_step && r->ranks ? strtoll(rank_fail_step, NULL, 10) : 0;
+    r->rank_fail_step = rank_fail_step && r->dev.ranks ? strtoll(rank_fail_step, NULL, 10) : 0;
     size_t n = (size_t)o->gpus * o->micro_batches * o->batch * o->seq_len;
     r->inputs = mt_malloc(n * sizeof *r->inputs, "a step's inputs");
     r->targets = mt_malloc(n * sizeof *r->targets, "a step's targets");
     if (!r->inputs || !r->targets) return MT_ERR_NOMEM;
     mt_log_info("%s backend, %.1fM parameters, %d x %d x %d tokens a step%s, run directory %s",
-                r->be->ops->name, (double)mt_config_total_params(&r->cfg) / 1e6, o->micro_batches,
-                o->batch, o->seq_len, r->ranks ? " on each rank" : "", o->out_dir);
-    if (r->ranks) mt_log_info("%d ranks on one host store (%s)", o->gpus, strcmp(r->be->ops->name, "cpu") ?
+                r->dev.be->ops->name, (double)mt_config_total_params(&r->cfg) / 1e6, o->micro_batches,
+                o->batch, o->seq_len, r->dev.ranks ? " on each rank" : "", o->out_dir);
+    if (r->dev.ranks) mt_log_info("%d ranks on one host store (%s)", o->gpus, strcmp(r->dev.be->ops->name, "cpu") ?
                               "one GPU each" : "threads of the cpu backend");
     if (r->moments != MT_MOMENTS_F32)
         mt_log_info("Adam moments in %s (an option, not the default)", mt_moments_format_name(r->moments));
     if (r->engine_options.ends_on_device)
         mt_log_info("the %s backend updates the embedding and head itself (their fp32 masters and moments take "
-                    "%.2f GB of its memory; --ends-on-device off leaves them to the host optimizer)", r->be->ops->name,
-                    (double)mt_engine_size(r->be, &r->cfg, &r->engine_options).ends_state / 1e9);
+                    "%.2f GB of its memory; --ends-on-device off leaves them to the host optimizer)", r->dev.be->ops->name,
+                    (double)mt_engine_size(r->dev.be, &r->cfg, &r->engine_options).ends_state / 1e9);
     return MT_OK;
 }
 
@@ -240,10 +239,10 @@ static void close_run(mt_train_run *r) {
     free(r->inputs);
     free(r->targets);
     if (r->metrics) mt_metrics_close(r->metrics);
-    mt_train_stop_engine(r);
+    mt_devices_stop(&r->dev);
     mt_saver_destroy(r->saver); /* after the engine: its optimizer calls the saver's guard */
     if (r->store.layout) mt_store_free(&r->store);
-    mt_train_close_devices(r);
+    mt_devices_close(&r->dev);
     mt_tokens_close(&r->tokens);
     if (r->layout.units) mt_layout_free(&r->layout);
     json_decref(r->settings);
@@ -277,7 +276,7 @@ static mt_status validate(mt_train_run *r, double *loss) {
         if (r->data_failed) return mt_tokens_status(&r->tokens);
         int64_t targets = loss_targets(r);
         if (targets == 0) continue;
-        MT_TRY(mt_train_eval(r, &l));
+        MT_TRY(mt_devices_eval(&r->dev, r->inputs, r->targets, &l));
         sum += l * (double)targets;
         counted += targets;
     }
@@ -341,12 +340,12 @@ static mt_status loop(mt_train_run *r, mt_progress *pg) {
         mt_step_result s = {.loss = NAN, .grad_norm = NAN, .skipped = 1};
         if (!no_targets) {
             /* Test hook MT_TEST_NAN_STEP=N: step N (1-based) gets a NaN gradient, to test skipping. */
-            if (r->progress.step + 1 == r->nan_step) mt_train_poison_next_step(r);
+            if (r->progress.step + 1 == r->nan_step) mt_devices_poison_next_step(&r->dev);
             /* Test hook MT_TEST_DEVICE_FAULT_STEP=N: step N fails as on a device error. */
-            if (r->progress.step + 1 == r->fault_step) mt_engine_fault_next_step(r->engine);
+            if (r->progress.step + 1 == r->fault_step) mt_engine_fault_next_step(r->dev.engine);
             /* Test hook MT_TEST_RANK_FAIL_STEP=N: with --gpus, the last rank dies before step N's pass. */
-            if (r->progress.step + 1 == r->rank_fail_step) mt_ranks_fail_next_step(r->ranks, r->o.gpus - 1);
-            MT_TRY(mt_train_step(r, lr, &s));
+            if (r->progress.step + 1 == r->rank_fail_step) mt_ranks_fail_next_step(r->dev.ranks, r->o.gpus - 1);
+            MT_TRY(mt_devices_step(&r->dev, r->inputs, r->targets, lr, &s));
         }
         r->progress.step++;
         if (no_targets)

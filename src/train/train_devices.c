@@ -1,6 +1,4 @@
-/* The run's devices: one backend and engine, or with --gpus N above 1 a group of ranks on the one
- * host store (engine/ranks.h), whose leader's engine then stands for the run's engine (the
- * optimizer, finish, the saver's guard) and whose rank 0 backend for its backend. */
+/* The devices of a run or a bench (train_devices.h). */
 #include "train/train_devices.h"
 
 #include <string.h>
@@ -17,51 +15,51 @@ static mt_status open_rank(void *ctx, int rank, mt_backend **out) {
     return MT_OK;
 }
 
-mt_status mt_train_open_devices(mt_train_run *r) {
-    const mt_train_options *o = &r->o;
-    if (o->gpus <= 1) return mt_backend_open(o->backend, o->threads, &r->be);
-    MT_TRY(mt_ranks_create(&r->ranks, o->gpus, open_rank, &r->o));
-    r->be = mt_ranks_backend(r->ranks, 0);
+mt_status mt_devices_open(mt_devices *d, const mt_train_options *o) {
+    if (o->gpus <= 1) return mt_backend_open(o->backend, o->threads, &d->be);
+    MT_TRY(mt_ranks_create(&d->ranks, o->gpus, open_rank, (void *)o));
+    d->be = mt_ranks_backend(d->ranks, 0);
     return MT_OK;
 }
 
-mt_status mt_train_check_memory(mt_train_run *r) {
-    mt_memory_fit fit = mt_memory_fit_ranks(&r->layout, r->be, &r->engine_options, r->moments,
-                                            r->o.gpus > 1 ? r->o.gpus : 1);
+mt_status mt_devices_check_memory(const mt_devices *d, const mt_layout *layout, const mt_engine_options *eo,
+                                  mt_moments_format moments) {
+    mt_memory_fit fit = mt_memory_fit_ranks(layout, d->be, eo, moments, d->ranks ? mt_ranks_count(d->ranks) : 1);
     return mt_memory_check_fit(&fit, "the run");
 }
 
-mt_status mt_train_start_engine(mt_train_run *r) {
-    if (!r->ranks) return mt_engine_create(&r->engine, r->be, &r->store, &r->engine_options, r->progress.adam_step);
-    MT_TRY(mt_ranks_start(r->ranks, &r->store, &r->engine_options, r->progress.adam_step));
-    r->engine = mt_ranks_leader(r->ranks);
+mt_status mt_devices_start(mt_devices *d, mt_store *store, const mt_engine_options *eo, int64_t adam_step) {
+    if (!d->ranks) return mt_engine_create(&d->engine, d->be, store, eo, adam_step);
+    MT_TRY(mt_ranks_start(d->ranks, store, eo, adam_step));
+    d->engine = mt_ranks_leader(d->ranks);
     return MT_OK;
 }
 
-mt_status mt_train_step(mt_train_run *r, float lr, mt_step_result *s) {
-    if (!r->ranks) return mt_engine_step(r->engine, r->inputs, r->targets, lr, s);
-    return mt_ranks_step(r->ranks, r->inputs, r->targets, lr, s);
+mt_status mt_devices_step(mt_devices *d, const int32_t *inputs, const int32_t *targets, float lr,
+                          mt_step_result *s) {
+    if (!d->ranks) return mt_engine_step(d->engine, inputs, targets, lr, s);
+    return mt_ranks_step(d->ranks, inputs, targets, lr, s);
 }
 
-mt_status mt_train_eval(mt_train_run *r, double *loss) {
-    if (!r->ranks) return mt_engine_eval(r->engine, r->inputs, r->targets, loss);
-    return mt_ranks_eval(r->ranks, r->inputs, r->targets, loss);
+mt_status mt_devices_eval(mt_devices *d, const int32_t *inputs, const int32_t *targets, double *loss) {
+    if (!d->ranks) return mt_engine_eval(d->engine, inputs, targets, loss);
+    return mt_ranks_eval(d->ranks, inputs, targets, loss);
 }
 
-void mt_train_poison_next_step(mt_train_run *r) {
-    if (r->ranks) mt_ranks_poison_next_step(r->ranks);
-    else mt_engine_poison_next_step(r->engine);
+void mt_devices_poison_next_step(mt_devices *d) {
+    if (d->ranks) mt_ranks_poison_next_step(d->ranks);
+    else mt_engine_poison_next_step(d->engine);
 }
 
-void mt_train_stop_engine(mt_train_run *r) {
-    if (r->ranks) mt_ranks_stop(r->ranks);
-    else mt_engine_destroy(r->engine);
-    r->engine = NULL;
+void mt_devices_stop(mt_devices *d) {
+    if (d->ranks) mt_ranks_stop(d->ranks);
+    else mt_engine_destroy(d->engine);
+    d->engine = NULL;
 }
 
-void mt_train_close_devices(mt_train_run *r) {
-    if (r->ranks) mt_ranks_destroy(r->ranks);
-    else if (r->be) mt_backend_destroy(r->be);
-    r->ranks = NULL;
-    r->be = NULL;
+void mt_devices_close(mt_devices *d) {
+    if (d->ranks) mt_ranks_destroy(d->ranks);
+    else if (d->be) mt_backend_destroy(d->be);
+    d->ranks = NULL;
+    d->be = NULL;
 }

@@ -6,7 +6,6 @@
 #include <jansson.h>
 
 #include "engine/engine.h"
-#include "engine/ranks.h"
 #include "io/dataset.h"
 #include "io/metrics.h"
 #include "optim/schedule.h"
@@ -15,6 +14,7 @@
 #include "train/run_state.h"
 #include "train/saver.h"
 #include "train/step_watch.h"
+#include "train/train_devices.h"
 
 typedef struct {
     mt_train_options o;         /* the options, every run setting resolved */
@@ -23,10 +23,8 @@ typedef struct {
     mt_run_lock lock;
     mt_config cfg;
     mt_layout layout;
-    mt_backend *be;             /* with --gpus above 1, rank 0's (the ranks own it) */
-    mt_ranks *ranks;            /* --gpus above 1, else NULL */
+    mt_devices dev;             /* the backend and engine (or with --gpus, the ranks') */
     mt_store store;
-    mt_engine *engine;
     mt_engine_options engine_options;
     mt_saver *saver;            /* background checkpoints; NULL with --sync-save */
     mt_moments_format moments;
