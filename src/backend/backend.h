@@ -42,6 +42,7 @@ typedef struct mt_backend mt_backend;
 typedef struct mt_stream mt_stream;
 typedef struct mt_event mt_event;
 struct mt_adamw_params; /* optim/adamw.h */
+struct mt_world;        /* util/world.h */
 
 /* What the device is. It decides where memory is counted (a GPU's own, or the host's) and
  * which defaults apply (pinned optimizer cores, the ends on the device). */
@@ -188,6 +189,9 @@ typedef struct {
     /* Joins n backends of this process, ranks[r] being rank r (all of this table), into one
      * group. */
     mt_status (*comm_init)(mt_backend **ranks, int n);
+    /* Joins this backend, as rank w->rank of w->size processes (util/world.h), into a group with
+     * the backends of the other processes, meeting them at w's address. */
+    mt_status (*comm_init_world)(mt_backend *be, const struct mt_world *w);
     /* buf[count] (device floats) = the sum over the ranks of their buf, in place, issued on s:
      * every rank issues the same all_reduce calls in the same order. The sum's order is fixed
      * (the same bits on every rank, the same bits run after run). A failure (a rank aborted,

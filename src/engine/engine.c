@@ -50,7 +50,7 @@ mt_status mt_engine_create(mt_engine **out, mt_backend *be, mt_store *store,
 
 mt_status mt_engine_create_traced(mt_engine **out, mt_backend *be, mt_store *store, const mt_engine_options *o,
                                   int64_t adam_step, mt_protocol_trace *trace) {
-    MT_TRY(mt_engine_create_rank(out, be, store, o, adam_step, NULL, 0, 1));
+    MT_TRY(mt_engine_create_rank(out, be, store, o, adam_step, NULL, 0, 1, 1));
     (*out)->trace = trace;
     return MT_OK;
 }
@@ -68,7 +68,7 @@ static mt_status check_ranks(const mt_backend *be, const mt_engine_options *o, i
 }
 
 mt_status mt_engine_create_rank(mt_engine **out, mt_backend *be, mt_store *store, const mt_engine_options *o,
-                                int64_t adam_step, mt_engine *leader, int rank, int ranks) {
+                                int64_t adam_step, mt_engine *leader, int rank, int ranks, int group) {
     const mt_config *c = &store->layout->cfg;
     if (o->batch < 1 || o->seq < 1 || o->micro_batches < 1)
         return mt_fail(MT_ERR_INVALID, "batch, sequence length and micro-batches must be positive");
@@ -80,7 +80,7 @@ mt_status mt_engine_create_rank(mt_engine **out, mt_backend *be, mt_store *store
         return mt_fail(MT_ERR_INVALID, "checkpoints on the host: %d is outside 0..%d (the blocks)", o->ckpt_on_host,
                        c->num_layers);
     if (o->lm_chunk < 1) return mt_fail(MT_ERR_INVALID, "the LM head chunk must be positive");
-    MT_TRY(check_ranks(be, o, ranks));
+    MT_TRY(check_ranks(be, o, group));
     if (o->ends_on_device && !mt_backend_has_device_optimizer(be))
         return mt_fail(MT_ERR_INVALID, "the %s backend has no optimizer ops (clip_scale, adamw): it cannot keep the "
                        "embedding and head on the device; set --ends-on-device off", be->ops->name);
@@ -103,6 +103,7 @@ mt_status mt_engine_create_rank(mt_engine **out, mt_backend *be, mt_store *store
     e->ends_step = adam_step;
     e->rank = rank;
     e->ranks = ranks;
+    e->reduce = group > 1;
     e->leader = leader;
     mt_flag_init(&e->pass_done, 0);
     e->max_stalls = 4 * e->L + 4;

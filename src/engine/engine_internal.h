@@ -102,6 +102,8 @@ struct mt_engine {
      * leader's host gradients; the leader (rank 0) alone runs the optimizer, once every follower's
      * pass_done says its slices are home, and the followers wait on the leader's updated flags. */
     int rank, ranks;
+    int reduce;                /* gradients and loss are summed across a group: ranks (threads) or
+                                * replicas (processes, each with its own store: ranks.h) */
     mt_engine *leader;         /* a follower's leader; NULL on the leader and on a lone engine */
     mt_engine **peers;         /* the leader's: every rank's engine, [ranks] */
     mt_flag pass_done;         /* a follower's: raised to g + 1 once step g's slices are home */
@@ -153,9 +155,10 @@ static inline void mt_engine_slice(const mt_engine *e, int u, size_t *lo, size_t
     *hi = n * (size_t)(e->rank + 1) / (size_t)e->ranks;
 }
 
-/* Sums a gradient the compute job made across the ranks (inside the job, on the compute stream). */
-static inline void mt_engine_reduce(const mt_engine *e, float *grads, size_t count) {
-    if (e->ranks > 1) e->be->ops->coll.all_reduce(e->be, e->compute, grads, count);
+/* Sums what a compute job made (a gradient, the loss) across the group, inside the job, on the
+ * compute stream. */
+static inline void mt_engine_reduce(const mt_engine *e, float *x, size_t count) {
+    if (e->reduce) e->be->ops->coll.all_reduce(e->be, e->compute, x, count);
 }
 
 /* Unit u's optimizer state lives on the device (ends_on_device: the embedding and the head). */
@@ -218,9 +221,10 @@ mt_status mt_engine_create_traced(mt_engine **out, mt_backend *be, mt_store *sto
 mt_status mt_engine_ranks_settle(mt_engine *e, mt_status rc);
 
 /* ranks.c: an engine that is rank `rank` of `ranks` on the store, following `leader` (NULL for
- * rank 0), whose peers table the leader gets once every rank's engine exists. */
+ * rank 0), whose peers table the leader gets once every rank's engine exists; its gradients summed
+ * across `group` ranks (ranks, or for a replica the processes). */
 mt_status mt_engine_create_rank(mt_engine **out, mt_backend *be, mt_store *store, const mt_engine_options *opt,
-                                int64_t adam_step, mt_engine *leader, int rank, int ranks);
+                                int64_t adam_step, mt_engine *leader, int rank, int ranks, int group);
 
 mt_status mt_engine_optimizer_start(mt_engine *e);
 void mt_engine_optimizer_stop(mt_engine *e);

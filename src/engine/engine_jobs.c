@@ -66,6 +66,7 @@ static void run_head(const mt_compute_job *j) {
                            e->ws.tmp, x, norm_w, e->ws.rstd1, seq, D, 0);
         }
     }
+    mt_engine_reduce(e, e->dev_loss, 1); /* every rank's loss is the group's */
     if (j->mode == MT_RUN_EVAL) return;
     mt_engine_reduce(e, e->head_grad, (size_t)mt_engine_numel(e, e->U - 1));
     op->sumsq(e->be, e->compute, e->dev_norms + e->U - 1, e->head_grad, (size_t)mt_engine_numel(e, e->U - 1));

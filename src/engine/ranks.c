@@ -217,7 +217,7 @@ static mt_status start_task(mt_ranks *g, int r, void *p) {
     start_arg *a = p;
     if ((r > 0) != a->followers) return MT_OK;
     return mt_engine_create_rank(&g->engine[r], g->be[r], a->store, a->o, a->adam_step, r ? g->engine[0] : NULL,
-                                 r, g->n);
+                                 r, g->n, g->n);
 }
 
 mt_status mt_ranks_start(mt_ranks *g, mt_store *store, const mt_engine_options *o, int64_t adam_step) {
@@ -310,11 +310,17 @@ static mt_status pass_task(mt_ranks *g, int r, void *p) {
     return mt_engine_eval(g->engine[r], a->inputs + at, a->targets + at, &a->losses[r]);
 }
 
-/* Every rank's pass takes its mean over the targets of all ranks. */
-static void share_targets(mt_ranks *g, const int32_t *targets) {
-    size_t count = rank_offset(g, g->n);
+/* The targets that count in a step of n ranks' blocks of M x batch x seq. */
+static int64_t count_targets(const mt_engine_options *o, int n, const int32_t *targets) {
+    size_t count = (size_t)n * o->micro_batches * o->batch * o->seq;
     int64_t total = 0;
     for (size_t i = 0; i < count; i++) total += targets[i] >= 0;
+    return total;
+}
+
+/* Every rank's pass takes its mean over the targets of all ranks. */
+static void share_targets(mt_ranks *g, const int32_t *targets) {
+    int64_t total = count_targets(&g->engine[0]->o, g->n, targets);
     for (int r = 0; r < g->n; r++) g->engine[r]->step_targets = total;
 }
 
@@ -323,11 +329,9 @@ mt_status mt_ranks_step(mt_ranks *g, const int32_t *inputs, const int32_t *targe
     share_targets(g, targets);
     pass_arg a = {.inputs = inputs, .targets = targets, .lr = lr, .train = 1, .results = results};
     MT_TRY(run_all(g, pass_task, &a));
-    *res = results[0]; /* the norm, the skip and the optimizer's times are the leader's */
-    for (int r = 1; r < g->n; r++) {
-        res->loss += results[r].loss;
+    *res = results[0]; /* the loss and norm (every rank's), the skip and the optimizer's times (the leader's) */
+    for (int r = 1; r < g->n; r++)
         if (results[r].seconds > res->seconds) res->seconds = results[r].seconds;
-    }
     return MT_OK;
 }
 
@@ -336,8 +340,7 @@ mt_status mt_ranks_eval(mt_ranks *g, const int32_t *inputs, const int32_t *targe
     share_targets(g, targets);
     pass_arg a = {.inputs = inputs, .targets = targets, .losses = losses};
     MT_TRY(run_all(g, pass_task, &a));
-    *loss = 0;
-    for (int r = 0; r < g->n; r++) *loss += losses[r];
+    *loss = losses[0]; /* every rank's */
     return MT_OK;
 }
 
@@ -349,4 +352,29 @@ void mt_ranks_fail_next_step(mt_ranks *g, int rank) {
     pthread_mutex_lock(&g->lock);
     g->fail_next = rank;
     pthread_mutex_unlock(&g->lock);
+}
+
+/* ---- replicas: ranks that are processes ---- */
+
+mt_status mt_engine_create_replica(mt_engine **out, mt_backend *be, mt_store *store, const mt_engine_options *o,
+                                   int64_t adam_step, int world) {
+    return mt_engine_create_rank(out, be, store, o, adam_step, NULL, 0, 1, world);
+}
+
+/* This rank's block of the world's micro-batches, its mean over every rank's targets. */
+static size_t replica_offset(mt_engine *e, int rank, const int32_t *targets, int world) {
+    e->step_targets = count_targets(&e->o, world, targets);
+    return (size_t)rank * e->o.micro_batches * e->o.batch * e->o.seq;
+}
+
+mt_status mt_replica_step(mt_engine *e, int rank, int world, const int32_t *inputs, const int32_t *targets, float lr,
+                          mt_step_result *res) {
+    size_t at = replica_offset(e, rank, targets, world);
+    return mt_engine_step(e, inputs + at, targets + at, lr, res);
+}
+
+mt_status mt_replica_eval(mt_engine *e, int rank, int world, const int32_t *inputs, const int32_t *targets,
+                          double *loss) {
+    size_t at = replica_offset(e, rank, targets, world);
+    return mt_engine_eval(e, inputs + at, targets + at, loss);
 }

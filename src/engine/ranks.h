@@ -47,4 +47,17 @@ mt_status mt_ranks_eval(mt_ranks *g, const int32_t *inputs, const int32_t *targe
 void mt_ranks_poison_next_step(mt_ranks *g);
 void mt_ranks_fail_next_step(mt_ranks *g, int rank);
 
+/* Ranks that are processes (one host or several; util/world.h), each with its own store and
+ * optimizer: a replica's backend is joined to the others' (coll.comm_init_world) and every gradient
+ * and loss is summed across the processes on the devices, so that every process applies the same
+ * update to the same state. Exact clipping only, as for ranks. */
+mt_status mt_engine_create_replica(mt_engine **out, mt_backend *be, mt_store *store, const mt_engine_options *o,
+                                   int64_t adam_step, int world);
+/* A step (an evaluation) over the world's micro-batches inputs[world][M][batch][seq], every process
+ * giving the same arrays: rank `rank` takes its block, the mean is over every rank's targets. */
+mt_status mt_replica_step(mt_engine *e, int rank, int world, const int32_t *inputs, const int32_t *targets, float lr,
+                          mt_step_result *res);
+mt_status mt_replica_eval(mt_engine *e, int rank, int world, const int32_t *inputs, const int32_t *targets,
+                          double *loss);
+
 #endif

@@ -14,6 +14,7 @@
 #include "backend/alloc_fault.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/host_comm.h"
+#include "util/world.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
 #include "util/status.h"
@@ -30,7 +31,8 @@ typedef struct {
     size_t in_use, peak;
     /* A data-parallel group's member: its communicator and rank, and the first collective that
      * failed (kept for check), under mem_lock. */
-    mt_host_comm *comm;
+    mt_host_comm *comm;        /* ranks that are threads of this process */
+    mt_star *star;             /* or ranks that are processes (util/world.h) */
     int rank;
     mt_status coll_failed;
     char coll_message[1024];
@@ -361,7 +363,7 @@ static void op_adamw(mt_backend *b, mt_stream *s, const mt_adamw_params *p, int 
     mt_adamw_update_parallel(&q, decay, master, m, v, grad, w, MT_DTYPE_F32, n, ((cpu_backend *)b)->threads);
 }
 
-/* ---- collectives: the ranks are threads of this process (host_comm.h) ---- */
+/* ---- collectives: the ranks are threads of this process (host_comm.h) or processes (world.h) ---- */
 
 static mt_status coll_comm_init(mt_backend **ranks, int n) {
     mt_host_comm *c;
@@ -375,10 +377,18 @@ static mt_status coll_comm_init(mt_backend **ranks, int n) {
     return MT_OK;
 }
 
+static mt_status coll_comm_init_world(mt_backend *b, const mt_world *w) {
+    cpu_backend *be = (cpu_backend *)b;
+    MT_TRY(mt_star_open(&be->star, w));
+    be->rank = w->rank;
+    return MT_OK;
+}
+
 static void coll_all_reduce(mt_backend *b, mt_stream *s, float *buf, size_t count) {
     cpu_backend *be = (cpu_backend *)b;
-    mt_status rc = be->comm ? mt_host_comm_all_reduce(be->comm, be->rank, buf, count)
-                            : mt_fail(MT_ERR_INVALID, "an all-reduce on a cpu backend in no group");
+    mt_status rc = be->comm   ? mt_host_comm_all_reduce(be->comm, be->rank, buf, count)
+                   : be->star ? mt_star_all_reduce(be->star, buf, count)
+                              : mt_fail(MT_ERR_INVALID, "an all-reduce on a cpu backend in no group");
     if (rc == MT_OK) return;
     pthread_mutex_lock(&be->mem_lock);
     if (be->coll_failed == MT_OK) {
@@ -391,12 +401,15 @@ static void coll_all_reduce(mt_backend *b, mt_stream *s, float *buf, size_t coun
 static void coll_comm_abort(mt_backend *b) {
     cpu_backend *be = (cpu_backend *)b;
     if (be->comm) mt_host_comm_abort(be->comm);
+    if (be->star) mt_star_abort(be->star);
 }
 
 static void coll_comm_free(mt_backend *b) {
     cpu_backend *be = (cpu_backend *)b;
     mt_host_comm_release(be->comm);
+    mt_star_close(be->star);
     be->comm = NULL;
+    be->star = NULL;
 }
 
 /* The cpu's own work cannot fail after it was issued; a collective can (a rank failed). */
@@ -431,7 +444,7 @@ static const mt_backend_ops cpu_ops = {
            .embedding_dw = op_embedding_dw, .lmhead_loss = op_lmhead_loss,
            .lmhead_workspace = op_lmhead_workspace, .logits = op_logits, .sumsq = op_sumsq,
            .clip_scale = op_clip_scale, .adamw = op_adamw},
-    .coll = {.comm_init = coll_comm_init, .all_reduce = coll_all_reduce, .comm_abort = coll_comm_abort,
+    .coll = {.comm_init = coll_comm_init, .comm_init_world = coll_comm_init_world, .all_reduce = coll_all_reduce, .comm_abort = coll_comm_abort,
              .comm_free = coll_comm_free},
 };
 

@@ -7,8 +7,10 @@
  * never come is released, and every later all-reduce fails at once. */
 #include <nccl.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
+#include "util/world.h"
 
 #define MT_NCCL_FAIL(res, what) \
     mt_fail(MT_ERR_DEVICE, "NCCL: %s: %s (%s:%d)", (what), ncclGetErrorString(res), __FILE__, __LINE__)
@@ -27,6 +29,27 @@ mt_status mt_cuda_comm_init(mt_backend **ranks, int n) {
     free(comms);
     free(devices);
     return res == ncclSuccess ? MT_OK : MT_NCCL_FAIL(res, "ncclCommInitAll over the GPUs of the ranks");
+}
+
+/* Processes (one GPU each): rank 0 makes NCCL's unique id and hands it to the others over the
+ * world's star of TCP connections (bounded waits, errors naming the rank); then NCCL's own
+ * bootstrap takes over. */
+mt_status mt_cuda_comm_init_world(mt_backend *be, const mt_world *w) {
+    mt_cuda_backend *cb = (mt_cuda_backend *)be;
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    ncclResult_t res = w->rank == 0 ? ncclGetUniqueId(&id) : ncclSuccess;
+    if (res != ncclSuccess) return MT_NCCL_FAIL(res, "ncclGetUniqueId");
+    mt_star *star;
+    MT_TRY(mt_star_open(&star, w));
+    mt_status rc = mt_star_broadcast(star, &id, sizeof id);
+    mt_star_close(star);
+    MT_TRY(rc);
+    ncclComm_t comm;
+    res = ncclCommInitRank(&comm, w->size, id, w->rank);
+    if (res != ncclSuccess) return MT_NCCL_FAIL(res, "ncclCommInitRank");
+    cb->comm = comm;
+    return MT_OK;
 }
 
 /* The communicator is read and ended under the backend's lock: the abort comes from another thread. */
