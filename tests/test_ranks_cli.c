@@ -1,10 +1,13 @@
 /* megatrain train --gpus N: ranks that are threads of the cpu backend train a run whose checkpoints
  * are those of one store (resumable on any rank count); a rank that dies ends the run with a
- * message naming it and leaves the last checkpoint good; more GPUs than there are is refused. */
+ * message naming it and leaves the last checkpoint good; more GPUs than there are is refused; two
+ * processes started as torchrun starts them train the same run. */
 #include <criterion/criterion.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "cli_run.h"
 #include "hf_test_files.h"
@@ -87,4 +90,48 @@ Test(ranks_cli, refuses_more_gpus_than_there_are_and_unclipped_ranks) {
     cr_expect_neq(r.exit_code, 0, "exit %d:\n%s", r.exit_code, r.err);
     cr_expect(strstr(r.err, "--gpus"), "%s", r.err);
     mt_cli_result_free(&r);
+}
+
+/* Started as torchrun starts it (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), two
+ * processes on the cpu backend train the run to the bits of --gpus 2 (both sum in rank order);
+ * rank 0 alone writes the run directory. */
+static void set_world(int rank, int port) {
+    char r[16], p[16];
+    snprintf(r, sizeof r, "%d", rank);
+    snprintf(p, sizeof p, "%d", port);
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("RANK", r, 1);
+    setenv("LOCAL_RANK", r, 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", p, 1);
+}
+
+Test(ranks_cli, two_processes_under_torchruns_variables_train_as_two_ranks) {
+    int port = 20000 + (int)(getpid() % 20000);
+    pid_t child = fork();
+    cr_assert(child >= 0);
+    if (child == 0) { /* rank 1: its output is of no interest, its exit status is */
+        set_world(1, port);
+        freopen("/dev/null", "w", stderr);
+        execl(getenv("MT_BIN"), "megatrain", "train", MT_TINY_STEP, "--steps", "6", "--ckpt-every", "2", "--keep",
+              "0", "--data", corpus, "--out", run, (char *)NULL);
+        _exit(127);
+    }
+    set_world(0, port);
+    mt_cli_result r;
+    train(run, "1", 0, &r);
+    unsetenv("WORLD_SIZE"), unsetenv("RANK"), unsetenv("LOCAL_RANK"), unsetenv("MASTER_ADDR"), unsetenv("MASTER_PORT");
+    int status;
+    waitpid(child, &status, 0);
+    cr_assert_eq(r.exit_code, 0, "rank 0 failed:\n%s", r.err);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "rank 1 failed (status %d)", status);
+    cr_expect(strstr(r.err, "rank 0 of 2 processes"), "%s", r.err);
+    mt_cli_result_free(&r);
+    char threads[PATH_MAX + 32];
+    snprintf(threads, sizeof threads, "%s/threads", dir);
+    train(threads, "2", 0, &r);
+    cr_assert_eq(r.exit_code, 0, "--gpus 2 failed:\n%s", r.err);
+    mt_cli_result_free(&r);
+    const char *differs = mt_test_state_differs(run, threads, 6);
+    cr_expect_null(differs, "%s of two processes differs from --gpus 2's", differs);
 }
