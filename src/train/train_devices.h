@@ -18,6 +18,7 @@ typedef struct {
     mt_engine *engine;  /* the engine, or the ranks' leader */
     mt_world world;     /* torchrun's (a world of one without it) */
     int joined;         /* be is joined to the world's other processes */
+    struct mt_watchdog *watchdog; /* in a world: aborts a step that outlives MT_RANK_TIMEOUT_S */
 } mt_devices;
 
 /* d->world, from torchrun's variables (mt_world_from_env). */

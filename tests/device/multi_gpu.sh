@@ -44,6 +44,29 @@ cli() {
 }
 step cli cli
 
+# procs: two processes, one GPU each, started as torchrun starts them (NCCL's unique id over the
+# TCP rendezvous at MASTER_ADDR:MASTER_PORT), train the tiny run; a rank killed mid-run ends its peer.
+procs() {
+    local dir=/tmp/mt-multi-gpu
+    local args=(train --preset tiny --backend cuda --seq 64 --batch 4 --steps 20 --ckpt-every 10 --eval-every 10 --data $dir/corpus.txt)
+    export WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29631
+    RANK=1 LOCAL_RANK=1 $build/megatrain "${args[@]}" --out $dir/procs >$dir/rank1.log 2>&1 &
+    local pid=$!
+    RANK=0 LOCAL_RANK=0 $build/megatrain "${args[@]}" --out $dir/procs || { echo "FAIL: rank 0"; return 1; }
+    wait $pid || { echo "FAIL: rank 1:"; tail -5 $dir/rank1.log; return 1; }
+    echo "ok: two processes trained 20 steps; rank 1's log ends: $(tail -1 $dir/rank1.log)"
+    RANK=1 LOCAL_RANK=1 MT_WORLD_TIMEOUT_S=30 $build/megatrain "${args[@]}" --steps 400 --out $dir/procs2 >$dir/rank1.log 2>&1 &
+    pid=$!
+    (sleep 20; kill -9 $pid) &
+    local start=$SECONDS
+    if RANK=0 LOCAL_RANK=0 timeout 300 $build/megatrain "${args[@]}" --steps 400 --out $dir/procs2 2>$dir/rank0.err; then
+        echo "FAIL: rank 0 went on without rank 1"; return 1
+    fi
+    echo "rank 0 ended $((SECONDS - start)) s after it started (rank 1 killed at 20 s): $(tail -1 $dir/rank0.err)"
+    unset WORLD_SIZE MASTER_ADDR MASTER_PORT
+}
+step procs procs
+
 echo "==== summary"
 printf '%s\n' "${summary[@]}"
 exit $status
