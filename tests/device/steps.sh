@@ -1,12 +1,15 @@
 # shellcheck shell=bash
 # Sourced by the device scripts (tests/device/run.sh, tests/device/multi_gpu.sh): `step NAME
 # COMMAND...` runs a command with its output in $logs/NAME.log and records its result in summary;
-# status turns 1 when one fails.
+# status turns 1 when one fails. MT_STEPS="build cuda ...": only the steps named there run.
 summary=()
 status=0
 step() { # step NAME COMMAND...: runs it with its output in $logs/NAME.log, records the result
     local name=$1
     shift
+    if [ -n "${MT_STEPS:-}" ] && [[ " $MT_STEPS " != *" $name "* ]]; then
+        return
+    fi
     local start=$SECONDS
     "$@" >"$logs/$name.log" 2>&1
     local rc=$?
