@@ -1,7 +1,31 @@
 # shellcheck shell=bash
-# Sourced by bench/run.sh and bench/multi_gpu.sh: one timed run and its JSON line. Needs jsonl
-# (the runs' lines), log (their output), seq, and deadline (seconds from the script's start after
-# which no run starts).
+# Sourced by bench/run.sh and bench/multi_gpu.sh: the output files and the machine's line, the
+# build, and one timed run with its JSON line. Needs out (the output folder), seq and deadline
+# (seconds from the script's start after which no run starts).
+
+# bench_start NAME: jsonl=$out/NAME (the runs' lines) and log=$out/runs.log (their output), both
+# empty; machine=the GPUs, cores and host memory, printed.
+bench_start() {
+    jsonl=$out/$1
+    log=$out/runs.log
+    mkdir -p "$out"
+    : >"$jsonl"
+    : >"$log"
+    local gpu host_gib
+    gpu=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1)
+    host_gib=$(awk '/^MemTotal/ { printf "%.0f", $2 / 1048576 }' /proc/meminfo)
+    machine="$(nvidia-smi -L | wc -l) x $gpu, $(nproc) cores, $host_gib GiB host memory"
+    echo "$machine"
+}
+
+# build_megatrain: $build/megatrain with CUDA (log in $out/build.log); a failed build ends the script.
+build_megatrain() {
+    if ! make CUDA=1 BUILD="$build" -j"$(nproc)" "$build/megatrain" >"$out/build.log" 2>&1; then
+        echo "build failed; its log ends:"
+        tail -40 "$out/build.log"
+        exit 1
+    fi
+}
 
 record() { # record SYSTEM MODEL MICRO BATCH KEY TEXT: a run with no numbers ("error" or "skipped")
     python3 -c 'import json, sys; s, m, micro, b, seq, k, t = sys.argv[1:]; print(json.dumps({"system": s,

@@ -31,29 +31,15 @@ warmup=${WARMUP:-1}
 seq=4096
 deadline=${BUDGET_S:-560}
 build="build-bench"
-jsonl=$out/multi_gpu.jsonl
-log=$out/runs.log
-mkdir -p "$out"
-: >"$jsonl"
-: >"$log"
-
-gpu=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1)
-host_gib=$(awk '/^MemTotal/ { printf "%.0f", $2 / 1048576 }' /proc/meminfo)
-machine="$visible x $gpu, $(nproc) cores, $host_gib GiB host memory"
-echo "$machine"
-nvidia-smi topo -m 2>/dev/null | head -4
-
 . bench/bench_lib.sh
+bench_start multi_gpu.jsonl
+nvidia-smi topo -m 2>/dev/null | head -4
 common=(--seq "$seq" --steps "$steps" --warmup-steps "$warmup" --json "$jsonl" --clip 1)
 
 for system in $systems; do
     case $system in
     megatrain)
-        if ! make CUDA=1 BUILD=$build -j"$(nproc)" $build/megatrain >"$out/build.log" 2>&1; then
-            echo "build failed; its log ends:"
-            tail -40 "$out/build.log"
-            exit 1
-        fi
+        build_megatrain
         for n in $gpus; do
             [ "$n" -le "$visible" ] || continue
             bench "megatrain x$n" "$shape" "$micro" 1 200 "$build/megatrain" bench --backend cuda "${common[@]}" \

@@ -43,18 +43,6 @@ static void destroy_sync_points(mt_engine *e) {
     }
 }
 
-mt_status mt_engine_create(mt_engine **out, mt_backend *be, mt_store *store,
-                           const mt_engine_options *o, int64_t adam_step) {
-    return mt_engine_create_traced(out, be, store, o, adam_step, NULL);
-}
-
-mt_status mt_engine_create_traced(mt_engine **out, mt_backend *be, mt_store *store, const mt_engine_options *o,
-                                  int64_t adam_step, mt_protocol_trace *trace) {
-    MT_TRY(mt_engine_create_rank(out, be, store, o, adam_step, NULL, 0, 1, 1));
-    (*out)->trace = trace;
-    return MT_OK;
-}
-
 /* What data parallelism asks of the options and the backend. */
 static mt_status check_ranks(const mt_backend *be, const mt_engine_options *o, int ranks) {
     if (ranks == 1) return MT_OK;
@@ -67,8 +55,8 @@ static mt_status check_ranks(const mt_backend *be, const mt_engine_options *o, i
     return MT_OK;
 }
 
-mt_status mt_engine_create_rank(mt_engine **out, mt_backend *be, mt_store *store, const mt_engine_options *o,
-                                int64_t adam_step, mt_engine *leader, int rank, int ranks, int group) {
+static mt_status create(mt_engine **out, mt_backend *be, mt_store *store, const mt_engine_options *o,
+                        int64_t adam_step, mt_protocol_trace *trace, mt_engine *leader, int rank, int ranks, int group) {
     const mt_config *c = &store->layout->cfg;
     if (o->batch < 1 || o->seq < 1 || o->micro_batches < 1)
         return mt_fail(MT_ERR_INVALID, "batch, sequence length and micro-batches must be positive");
@@ -101,6 +89,7 @@ mt_status mt_engine_create_rank(mt_engine **out, mt_backend *be, mt_store *store
     e->K = o->slots < e->L ? o->slots : e->L;
     e->adam_step = adam_step;
     e->ends_step = adam_step;
+    e->trace = trace;
     e->rank = rank;
     e->ranks = ranks;
     e->reduce = group > 1;
@@ -127,6 +116,21 @@ mt_status mt_engine_create_rank(mt_engine **out, mt_backend *be, mt_store *store
     }
     *out = e;
     return MT_OK;
+}
+
+mt_status mt_engine_create(mt_engine **out, mt_backend *be, mt_store *store,
+                           const mt_engine_options *o, int64_t adam_step) {
+    return mt_engine_create_traced(out, be, store, o, adam_step, NULL);
+}
+
+mt_status mt_engine_create_traced(mt_engine **out, mt_backend *be, mt_store *store, const mt_engine_options *o,
+                                  int64_t adam_step, mt_protocol_trace *trace) {
+    return create(out, be, store, o, adam_step, trace, NULL, 0, 1, 1);
+}
+
+mt_status mt_engine_create_rank(mt_engine **out, mt_backend *be, mt_store *store, const mt_engine_options *o,
+                                int64_t adam_step, mt_engine *leader, int rank, int ranks, int group) {
+    return create(out, be, store, o, adam_step, NULL, leader, rank, ranks, group);
 }
 
 void mt_engine_destroy(mt_engine *e) {

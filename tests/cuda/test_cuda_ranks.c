@@ -25,15 +25,6 @@ static void need_two_gpus(void) {
     if (cudaGetDeviceCount(&count) != cudaSuccess || count < 2) cr_skip_test("needs 2 GPUs, %d visible", count);
 }
 
-static mt_config wider(mt_config c) {
-    c.hidden_size = 128;
-    c.num_heads = 4;
-    c.head_dim = 32;
-    c.intermediate_size = 344;
-    c.vocab_size = 300;
-    return c;
-}
-
 typedef struct {
     mt_ranks *g;
     mt_layout layout;
@@ -85,7 +76,7 @@ static float *train(const mt_config *cfg, int n, int M, double *losses, float **
 
 Test(cuda, two_gpus_match_one_gpu_running_both_micro_batches) {
     need_two_gpus();
-    mt_config cfg = wider(mt_tiny_config_gqa());
+    mt_config cfg = mt_tiny_wider(mt_tiny_config_gqa());
     double one_loss[STEPS], two_loss[STEPS];
     float *one_before, *two_before;
     float *one = train(&cfg, 1, 2, one_loss, &one_before);
@@ -121,7 +112,7 @@ Test(cuda, two_gpus_match_one_gpu_running_both_micro_batches) {
 
 Test(cuda, a_gpu_rank_that_dies_releases_the_other_from_nccl) {
     need_two_gpus();
-    mt_config cfg = wider(mt_tiny_config_gqa());
+    mt_config cfg = mt_tiny_wider(mt_tiny_config_gqa());
     group t;
     group_open(&t, &cfg, 2, 1);
     int all = 2 * BATCH;
