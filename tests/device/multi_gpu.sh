@@ -55,15 +55,18 @@ procs() {
     RANK=0 LOCAL_RANK=0 $build/megatrain "${args[@]}" --out $dir/procs || { echo "FAIL: rank 0"; return 1; }
     wait $pid || { echo "FAIL: rank 1:"; tail -5 $dir/rank1.log; return 1; }
     echo "ok: two processes trained 20 steps; rank 1's log ends: $(tail -1 $dir/rank1.log)"
-    RANK=1 LOCAL_RANK=1 MT_WORLD_TIMEOUT_S=30 $build/megatrain "${args[@]}" --steps 400 --out $dir/procs2 >$dir/rank1.log 2>&1 &
+    # Rank 1 killed 20 s in: rank 0's watchdog (MT_RANK_TIMEOUT_S=30) aborts NCCL and says so.
+    RANK=1 LOCAL_RANK=1 $build/megatrain "${args[@]}" --steps 100000 --out $dir/procs2 >$dir/rank1.log 2>&1 &
     pid=$!
     (sleep 20; kill -9 $pid) &
     local start=$SECONDS
-    if RANK=0 LOCAL_RANK=0 timeout 300 $build/megatrain "${args[@]}" --steps 400 --out $dir/procs2 2>$dir/rank0.err; then
+    if RANK=0 LOCAL_RANK=0 MT_RANK_TIMEOUT_S=30 timeout 300 $build/megatrain "${args[@]}" --steps 100000 \
+        --out $dir/procs2 2>$dir/rank0.err; then
         echo "FAIL: rank 0 went on without rank 1"; return 1
     fi
     echo "rank 0 ended $((SECONDS - start)) s after it started (rank 1 killed at 20 s): $(tail -1 $dir/rank0.err)"
     unset WORLD_SIZE MASTER_ADDR MASTER_PORT
+    [ $((SECONDS - start)) -lt 120 ] || { echo "FAIL: rank 0 was not ended by its watchdog"; return 1; }
 }
 step procs procs
 
