@@ -345,6 +345,8 @@ static const mt_backend_ops cuda_ops = {
            .embedding_dw = cuda_embedding_dw, .lmhead_loss = cuda_lmhead_loss,
            .lmhead_workspace = cuda_lmhead_workspace, .logits = mt_cuda_op_logits, .sumsq = cuda_sumsq,
            .clip_scale = cuda_clip_scale, .adamw = cuda_adamw},
+    .coll = {.comm_init = mt_cuda_comm_init, .comm_init_world = mt_cuda_comm_init_world, .all_reduce = mt_cuda_all_reduce, .comm_abort = mt_cuda_comm_abort,
+             .comm_free = mt_cuda_comm_free},
 };
 
 /* A GPU the kernels cannot run on is refused before anything is allocated on it. */
@@ -357,6 +359,7 @@ static mt_status init_device(mt_cuda_backend *cb, int device) {
     MT_TRY(mt_device_check_capability(device, cb->info.name, cb->info.cc_major, cb->info.cc_minor));
     MT_CUDA_CHECK(cudaSetDevice(device));
     MT_TRY(mt_cuda_measure_pcie(&cb->info));
+    cb->device = device;
     MT_CUBLAS_CHECK(cublasLtCreate(&cb->lt));
     cb->lt_workspace_bytes = LT_WORKSPACE_BYTES;
     MT_CUDA_CHECK(cudaMalloc(&cb->lt_workspace, cb->lt_workspace_bytes));

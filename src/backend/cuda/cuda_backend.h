@@ -29,9 +29,18 @@ struct mt_cuda_backend {
     size_t in_use, peak;
     mt_status sticky; /* the first error since the last check(), with its message */
     char sticky_message[1024];
+    int device;       /* the CUDA device */
+    void *comm;       /* a data-parallel group's ncclComm_t (coll_nccl.c), or NULL */
 };
 
 static inline cudaStream_t mt_cuda_stream(mt_stream *s) { return (cudaStream_t)s; }
+
+/* The collectives through NCCL (coll_nccl.c): backend.h's coll group. */
+mt_status mt_cuda_comm_init(mt_backend **ranks, int n);
+mt_status mt_cuda_comm_init_world(mt_backend *be, const struct mt_world *w);
+void mt_cuda_all_reduce(mt_backend *be, mt_stream *s, float *buf, size_t count);
+void mt_cuda_comm_abort(mt_backend *be);
+void mt_cuda_comm_free(mt_backend *be);
 
 /* Keeps the first failure for check(): ops return void, so their errors are sticky. */
 void mt_cuda_note(mt_cuda_backend *cb, mt_status status);
