@@ -46,6 +46,14 @@ static const preset presets[] = {
                     .vocab_size = 128256, .max_position = 8192, .rms_norm_eps = 1e-5f,
                     .rope_theta = 500000.0f, .tie_embeddings = 0, .bos_token_id = 128000,
                     .eos_token_id = 128001}},
+    /* Llama 3's shape with Llama 3.1's rope scaling: 131072 positions. */
+    {"llama-3.1-8b", {.arch = MT_ARCH_LLAMA, .hidden_size = 4096, .intermediate_size = 14336,
+                      .num_layers = 32, .num_heads = 32, .num_kv_heads = 8, .head_dim = 128,
+                      .vocab_size = 128256, .max_position = 131072, .rms_norm_eps = 1e-5f,
+                      .rope_theta = 500000.0f, .tie_embeddings = 0, .rope_scaling_factor = 8.0f,
+                      .rope_low_freq_factor = 1.0f, .rope_high_freq_factor = 4.0f,
+                      .rope_original_max_position = 8192, .bos_token_id = 128000,
+                      .eos_token_id = 128001}},
     {"qwen2.5-14b", {.arch = MT_ARCH_QWEN2, .hidden_size = 5120, .intermediate_size = 13824,
                      .num_layers = 48, .num_heads = 40, .num_kv_heads = 8, .head_dim = 128,
                      .vocab_size = 152064, .max_position = 131072, .rms_norm_eps = 1e-6f,
@@ -69,7 +77,7 @@ mt_status mt_config_preset(const char *name, mt_config *cfg) {
 }
 
 const char *mt_config_preset_names(void) {
-    return "demo, tiny, llama-3.2-1b, llama-3.2-3b, llama-3-8b, qwen2.5-14b, qwen3-0.6b, qwen3-1.7b, qwen3-4b, "
+    return "demo, tiny, llama-3.2-1b, llama-3.2-3b, llama-3-8b, llama-3.1-8b, qwen2.5-14b, qwen3-0.6b, qwen3-1.7b, qwen3-4b, "
            "qwen3-8b";
 }
 
