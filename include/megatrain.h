@@ -88,6 +88,9 @@ typedef struct {
                               * "auto" or NULL: on where the GPU can hold them (12 bytes a
                               * parameter) within --gpu-mem or its free memory, with fp32 moments */
     int lm_chunk;            /* rows of logits the LM head holds at once */
+    int chunk;               /* tokens a block's norms, projections and MLP take at once (the
+                              * workspace is a chunk's, not the sequence's); 0: the whole
+                              * micro-batch; --gpu-mem may halve it */
     int64_t gpu_mem;         /* device memory budget in bytes (0: none): slots and chunk shrink to
                               * fit, or the run is refused before it starts */
 

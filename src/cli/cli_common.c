@@ -67,6 +67,8 @@ static const char train_help[] =
     "                         (12 bytes a parameter) and updates them itself, off: the host optimizer\n"
     "                         does (default auto: on where they fit --gpu-mem or the GPU's free memory)\n"
     "  --lm-chunk N           rows of logits the LM head holds at once (default 512)\n"
+    "  --chunk N              tokens a block's norms, projections and MLP take at once (default 8192;\n"
+    "                         0: the whole micro-batch); --gpu-mem may lower it\n"
     "  --gpu-mem SIZE         device memory budget, e.g. 24GiB: fewer slots, smaller micro-batches, a\n"
     "                         smaller LM-head chunk, then activation checkpoints in pinned host memory\n"
     "                         are chosen to fit, or the run is refused up front (default: none; a\n"

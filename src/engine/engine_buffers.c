@@ -95,7 +95,7 @@ static void walk(const shape *s, walker *w) {
     }
 
     /* The blocks' and LM head's scratch, the gradient flowing back, and the small things. */
-    DEVICE(ws_base, workspace, mt_block_ws_bytes(s->be, c, o->batch, o->seq), "the block workspace");
+    DEVICE(ws_base, workspace, mt_block_ws_bytes(s->be, c, o->batch, o->seq, o->chunk), "the block workspace");
     DEVICE(lm_ws, workspace, s->be->ops->op.lmhead_workspace(s->be, o->lm_chunk, c->vocab_size),
            "the LM head workspace");
     DEVICE(dy, workspace, ckpt, "activation gradients");                         /* [M][n, D] */
@@ -147,7 +147,7 @@ mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_en
 static void point_into_buffers(mt_engine *e) {
     const mt_layout *lay = e->lay;
     e->dev_targets = e->dev_inputs + (size_t)e->o.micro_batches * mt_engine_rows(e);
-    mt_block_ws_carve(&e->ws, e->ws_base, e->be, e->cfg, e->o.batch, e->o.seq);
+    mt_block_ws_carve(&e->ws, e->ws_base, e->be, e->cfg, e->o.batch, e->o.seq, e->o.chunk);
     for (int i = 0; i < 2; i++) memset(e->input_rows[i], 0, (size_t)e->cfg->vocab_size);
     if (e->grads_full)
         for (int u = 0; u < e->U; u++) e->grad_home[u] = e->grads_full + lay->units[u].offset;

@@ -87,6 +87,7 @@ mt_status mt_train_engine_options(const mt_train_options *o, mt_backend *be, con
     eo.opt_threads = o->opt_threads;
     eo.opt_cores = default_opt_cores(o, be);
     eo.lm_chunk = o->lm_chunk;
+    eo.chunk = o->chunk;
     eo.max_grad_norm = o->max_grad_norm;
     eo.beta1 = o->beta1;
     eo.beta2 = o->beta2;
