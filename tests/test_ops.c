@@ -424,7 +424,7 @@ typedef struct {
 static void lmhead(float *loss_sum, float *dx, float *dw, const float *x, const float *w,
                    const int32_t *targets, int chunk, lm_workspace *ws) {
     cr_assert(mt_cpu_lmhead_workspace(chunk, LM_VOCAB) <= sizeof *ws);
-    mt_cpu_lmhead_loss(loss_sum, dx, dw, x, w, targets, LM_N, LM_D, LM_VOCAB, LM_SCALE, chunk, ws);
+    mt_cpu_lmhead_loss(loss_sum, NULL, dx, dw, x, w, targets, LM_N, LM_D, LM_VOCAB, LM_SCALE, chunk, ws);
 }
 
 Test(ops, lmhead_loss_matches_reference) {

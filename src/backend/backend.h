@@ -150,10 +150,19 @@ typedef struct {
      * than chunk rows of logits: *loss_sum (device float) += sum of -log softmax(logits)[target]
      * over rows; dx[n,d] = scale * dloss/dx (overwritten); dw += scale * dloss/dw. A target < 0
      * is ignored (no loss, no gradient). dx and dw may both be NULL: the loss only (evaluation).
-     * workspace: lmhead_workspace(chunk, vocab) bytes. */
-    void (*lmhead_loss)(mt_backend *be, mt_stream *s, float *loss_sum, void *dx, float *dw,
+     * lse[n] (device float, may be NULL) receives each row's log-sum-exp of its logits (rows
+     * with an ignored target: unspecified). workspace: lmhead_workspace(chunk, vocab) bytes. */
+    void (*lmhead_loss)(mt_backend *be, mt_stream *s, float *loss_sum, float *lse, void *dx, float *dw,
                         const void *x, const void *w, const int32_t *targets, int n, int d,
                         int vocab, float scale, int chunk, void *workspace);
+    /* The head's weight gradient for vocabulary rows [v0, v0 + rows) only, from the rows'
+     * log-sum-exp that lmhead_loss gave: dw[rows, d] += scale * dloss/dw[v0 : v0 + rows], with
+     * w pointing at row v0 of the head. chunk rows of x at a time, in the same workspace
+     * (lmhead_workspace(chunk, vocab) bytes, rows <= vocab). So the head's gradient exists a
+     * vocabulary chunk at a time (engine_head.c). */
+    void (*lmhead_dw)(mt_backend *be, mt_stream *s, float *dw, const void *x, const void *w,
+                      const int32_t *targets, const float *lse, int n, int d, int v0, int rows,
+                      float scale, int chunk, void *workspace);
     size_t (*lmhead_workspace)(mt_backend *be, int chunk, int vocab);
     /* Logits of the last row only, for sampling: logits[vocab] (device float) = x[d] . w^T */
     void (*logits)(mt_backend *be, mt_stream *s, float *logits, const void *x, const void *w,
@@ -228,6 +237,11 @@ double mt_event_elapsed(mt_backend *be, mt_event *start, mt_event *end);
 void mt_copy_async(mt_backend *be, void *dst, const void *src, size_t bytes, mt_stream *s);
 void mt_zero_async(mt_backend *be, void *dst, size_t bytes, mt_stream *s);
 void mt_launch(mt_backend *be, mt_stream *s, void (*fn)(void *arg), void *arg);
+/* The same copy and zeroing from inside a function mt_launch()ed on s, in order with the ops
+ * around them: where launched functions run on the stream's worker (cpu) they happen at once, as
+ * the ops do; else they are issued to s. */
+void mt_copy_in_launch(mt_backend *be, void *dst, const void *src, size_t bytes, mt_stream *s);
+void mt_zero_in_launch(mt_backend *be, void *dst, size_t bytes, mt_stream *s);
 mt_status mt_backend_check(mt_backend *be);
 
 /* Whether the backend has the optional optimizer ops (clip_scale and adamw). */

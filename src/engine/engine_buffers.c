@@ -85,7 +85,8 @@ static void walk(const shape *s, walker *w) {
     }
     for (int g = 0; g < 2; g++) DEVICE(grad_slot[g], grads, block * 4, "a block gradient slot");
     DEVICE(embed_grad, grads, embed * 4, "the embedding gradients");
-    DEVICE(head_grad, grads, head * 4, "the head gradients");
+    int head_chunked = mt_engine_head_chunked_for(c, o);
+    DEVICE(head_grad, grads, mt_engine_head_grad_numel_for(lay, o) * 4, head_chunked ? "the head's gradient chunk" : "the head gradients");
 
     /* [L+1-P][M][n, D] on the device; [P][M][n, D] on the host, through CKPT_STAGES device buffers */
     DEVICE(ckpt, checkpoints, (size_t)(c->num_layers + 1 - s->P) * ckpt, "activation checkpoints");
@@ -104,6 +105,7 @@ static void walk(const shape *s, walker *w) {
     DEVICE(dev_inv_freq, workspace, rope * 4, "RoPE frequencies");
     DEVICE(dev_norms, workspace, (size_t)U * 4, "gradient norms");
     DEVICE(dev_loss, workspace, 4, "the loss");
+    if (head_chunked) DEVICE(dev_lse, workspace, M * n * 4, "the rows' log-sum-exp");
 
     HOST(host_tokens, host_staging, 2 * M * n * sizeof(int32_t), "token staging");
     HOST(host_norms, host_staging, (size_t)U * 4, "gradient norms");
@@ -154,6 +156,11 @@ static void point_into_buffers(mt_engine *e) {
     else
         for (int l = 0; l < e->L; l++)
             e->grad_home[mt_unit_block(l)] = e->grad_ring_base + (size_t)((e->L - 1 - l) % e->grad_ring) * lay->max_block_numel;
+    if (mt_engine_head_chunked(e)) { /* the chunks home never cover the layout's padding after the head matrix */
+        const mt_tensor *head = mt_layout_tensor(lay, e->U - 1, MT_T_LM_HEAD);
+        size_t end = (size_t)head->offset + (size_t)head->rows * head->cols;
+        memset(e->grad_home[e->U - 1] + end, 0, ((size_t)mt_engine_numel(e, e->U - 1) - end) * 4);
+    }
     mt_config_rope_inv_freq(e->cfg, e->host_inv_freq);
     mt_copy_async(e->be, e->dev_inv_freq, e->host_inv_freq, (size_t)e->cfg->head_dim / 2 * 4, e->h2d);
 }

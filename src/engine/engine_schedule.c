@@ -41,11 +41,12 @@ static double load_forward(mt_engine *e, int index) {
 
 /* Copies unit u's gradients home once compute has recorded (ready_id, i); a block's (gradient slot
  * i) records grad_free when its slot may be reused. `publish`: tell an overlapped optimizer that
- * the copy is issued. */
+ * the copy is issued. grads NULL: compute copied them home itself (the head a vocabulary chunk
+ * at a time), d2h only marks them home behind it. */
 static void send_home(mt_engine *e, int u, const float *grads, mt_ev ready_id, int i, int publish) {
     mt_engine_record(e, ready_id, i, e->compute);
     mt_engine_wait(e, e->d2h, ready_id, i);
-    mt_copy_async(e->be, e->grad_home[u], grads, (size_t)mt_engine_numel(e, u) * 4, e->d2h);
+    if (grads) mt_copy_async(e->be, e->grad_home[u], grads, (size_t)mt_engine_numel(e, u) * 4, e->d2h);
     if (ready_id == MT_EV_GRAD_READY) mt_engine_record(e, MT_EV_GRAD_FREE, i, e->d2h);
     mt_engine_record(e, MT_EV_GRADS_HOME, u, e->d2h);
     if (publish) mt_engine_raise(e, MT_FL_GRADS_ISSUED, u, e->generation);
@@ -171,7 +172,7 @@ static mt_status head(mt_engine *e, pass *p) {
     compute_wait(e, MT_EV_HEAD_LOADED, 0);
     if (p->train) {
         mt_engine_wait(e, e->compute, MT_EV_GRADS_HOME, e->U - 1);
-        mt_zero_async(e->be, e->head_grad, (size_t)mt_engine_numel(e, e->U - 1) * 4, e->compute);
+        mt_zero_async(e->be, e->head_grad, mt_engine_head_grad_numel(e) * 4, e->compute);
     }
     MT_TRY(mt_engine_launch(e, job_of(p, MT_JOB_HEAD)));
     if (!mt_engine_unit_on_device(e, e->U - 1)) mt_engine_record(e, MT_EV_HEAD_FREE, 0, e->compute);
@@ -221,7 +222,8 @@ static mt_status block_backward(mt_engine *e, pass *p, int l) {
  * L-1..0, then the embedding. */
 static mt_status backward(mt_engine *e, pass *p) {
     if (p->overlap) mt_engine_optimizer_post(e, p->overlap);
-    if (p->ends_home) send_home(e, e->U - 1, e->head_grad, MT_EV_UNIT_READY, 0, p->overlap != NULL);
+    if (p->ends_home)
+        send_home(e, e->U - 1, mt_engine_head_chunked(e) ? NULL : e->head_grad, MT_EV_UNIT_READY, 0, p->overlap != NULL);
     if (p->overlap && !p->ends_update) send_embedding_early(e);
     e->first_backward_job = e->num_jobs;
     mt_engine_ckpt_fetch(e, e->L - 1);

@@ -280,11 +280,18 @@ static void cuda_embedding_dw(mt_backend *be, mt_stream *s, float *dwte, const i
     keep_error(be, mt_cuda_embedding_dw(mt_cuda_stream(s), dwte, tokens, dx, n, d));
 }
 
-static void cuda_lmhead_loss(mt_backend *be, mt_stream *s, float *loss_sum, void *dx, float *dw,
+static void cuda_lmhead_loss(mt_backend *be, mt_stream *s, float *loss_sum, float *lse, void *dx, float *dw,
                              const void *x, const void *w, const int32_t *targets, int n, int d,
                              int vocab, float scale, int chunk, void *workspace) {
-    keep_error(be, mt_cuda_lmhead_loss(cuda_of(be), mt_cuda_stream(s), loss_sum, dx, dw, x, w,
+    keep_error(be, mt_cuda_lmhead_loss(cuda_of(be), mt_cuda_stream(s), loss_sum, lse, dx, dw, x, w,
                                         targets, n, d, vocab, scale, chunk, workspace));
+}
+
+static void cuda_lmhead_dw(mt_backend *be, mt_stream *s, float *dw, const void *x, const void *w,
+                           const int32_t *targets, const float *lse, int n, int d, int v0, int rows, float scale,
+                           int chunk, void *workspace) {
+    keep_error(be, mt_cuda_lmhead_dw(cuda_of(be), mt_cuda_stream(s), dw, x, w, targets, lse, n, d, v0, rows, scale,
+                                     chunk, workspace));
 }
 
 static size_t cuda_lmhead_workspace(mt_backend *be, int chunk, int vocab) {
@@ -339,7 +346,7 @@ static const mt_backend_ops cuda_ops = {
            .attention = cuda_attention, .attention_dx = cuda_attention_dx,
            .attention_workspace = cuda_attention_workspace, .swiglu = cuda_swiglu,
            .swiglu_dx = cuda_swiglu_dx, .add = cuda_add, .embedding = cuda_embedding,
-           .embedding_dw = cuda_embedding_dw, .lmhead_loss = cuda_lmhead_loss,
+           .embedding_dw = cuda_embedding_dw, .lmhead_loss = cuda_lmhead_loss, .lmhead_dw = cuda_lmhead_dw,
            .lmhead_workspace = cuda_lmhead_workspace, .logits = mt_cuda_op_logits, .sumsq = cuda_sumsq,
            .clip_scale = cuda_clip_scale, .adamw = cuda_adamw},
 };

@@ -60,10 +60,13 @@ mt_status mt_cuda_attention_dx(cudaStream_t s, void *dq, void *dk, void *dv, con
                                const void *v, mt_attn_dims dims, void *workspace);
 size_t mt_cuda_attention_workspace(mt_attn_dims dims);
 
-mt_status mt_cuda_lmhead_loss(mt_cuda_backend *cb, cudaStream_t s, float *loss_sum, void *dx,
+mt_status mt_cuda_lmhead_loss(mt_cuda_backend *cb, cudaStream_t s, float *loss_sum, float *lse, void *dx,
                               float *dw, const void *x, const void *w, const int32_t *targets,
                               int n, int d, int vocab, float scale, int chunk, void *workspace);
 size_t mt_cuda_lmhead_workspace(int chunk, int vocab);
+mt_status mt_cuda_lmhead_dw(mt_cuda_backend *cb, cudaStream_t s, float *dw, const void *x, const void *w,
+                            const int32_t *targets, const float *lse, int n, int d, int v0, int rows, float scale,
+                            int chunk, void *workspace);
 
 #ifdef __cplusplus
 }
