@@ -249,11 +249,11 @@ static void embedding_prepare(const ops_case *c, ops_host *h) {
 }
 static void embedding_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
     be->ops->op.embedding(be, s, d[EM_X], d[EM_TOKENS], d[EM_WTE], c->n, c->d);
-    be->ops->op.embedding_dw(be, s, d[EM_DWTE], d[EM_TOKENS], d[EM_DX], c->n, c->d);
+    be->ops->op.embedding_dw(be, s, d[EM_DWTE], d[EM_TOKENS], d[EM_DX], c->n, c->d, 0, c->vocab);
 }
 static void embedding_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
     mt_cpu_embedding(h->x[EM_X], h->ids[EM_TOKENS], h->x[EM_WTE], c->n, c->d);
-    mt_cpu_embedding_dw(h->x[EM_DWTE], h->ids[EM_TOKENS], h->x[EM_DX], c->n, c->d);
+    mt_cpu_embedding_dw(h->x[EM_DWTE], h->ids[EM_TOKENS], h->x[EM_DX], c->n, c->d, 0, c->vocab);
 }
 static const ops_kind EMBEDDING = {.declare = embedding_declare, .prepare = embedding_prepare,
                                    .call = embedding_call, .reference = embedding_reference};

@@ -140,11 +140,12 @@ typedef struct {
     /* y = a + b over count elements (y may alias a or b) */
     void (*add)(mt_backend *be, mt_stream *s, void *y, const void *a, const void *b, size_t count);
 
-    /* x[n,d] = wte[tokens[i], :];  dwte[tokens[i], :] += dx[i, :] (ids already validated) */
+    /* x[n,d] = wte[tokens[i], :];  dwte[tokens[i] - v0, :] += dx[i, :] for the tokens in
+     * [v0, v0 + rows) only: dwte holds those vocabulary rows (ids already validated) */
     void (*embedding)(mt_backend *be, mt_stream *s, void *x, const int32_t *tokens,
                       const void *wte, int n, int d);
     void (*embedding_dw)(mt_backend *be, mt_stream *s, float *dwte, const int32_t *tokens,
-                         const void *dx, int n, int d);
+                         const void *dx, int n, int d, int v0, int rows);
 
     /* Fused LM head and cross-entropy over logits = x[n,d] . w[vocab,d]^T, never holding more
      * than chunk rows of logits: *loss_sum (device float) += sum of -log softmax(logits)[target]

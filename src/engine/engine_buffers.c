@@ -84,8 +84,9 @@ static void walk(const shape *s, walker *w) {
         DEVICE(dev_clip_scale, ends_state, 4, "the clip coefficient");
     }
     for (int g = 0; g < 2; g++) DEVICE(grad_slot[g], grads, block * 4, "a block gradient slot");
-    DEVICE(embed_grad, grads, embed * 4, "the embedding gradients");
-    int head_chunked = mt_engine_head_chunked_for(c, o);
+    int head_chunked = mt_engine_ends_chunked_for(c, o);
+    DEVICE(embed_grad, grads, mt_engine_embed_grad_numel_for(lay, o) * 4,
+           head_chunked ? "the embedding's gradient chunk" : "the embedding gradients");
     DEVICE(head_grad, grads, mt_engine_head_grad_numel_for(lay, o) * 4, head_chunked ? "the head's gradient chunk" : "the head gradients");
 
     /* [L+1-P][M][n, D] on the device; [P][M][n, D] on the host, through CKPT_STAGES device buffers */
@@ -156,10 +157,13 @@ static void point_into_buffers(mt_engine *e) {
     else
         for (int l = 0; l < e->L; l++)
             e->grad_home[mt_unit_block(l)] = e->grad_ring_base + (size_t)((e->L - 1 - l) % e->grad_ring) * lay->max_block_numel;
-    if (mt_engine_head_chunked(e)) { /* the chunks home never cover the layout's padding after the head matrix */
-        const mt_tensor *head = mt_layout_tensor(lay, e->U - 1, MT_T_LM_HEAD);
-        size_t end = (size_t)head->offset + (size_t)head->rows * head->cols;
-        memset(e->grad_home[e->U - 1] + end, 0, ((size_t)mt_engine_numel(e, e->U - 1) - end) * 4);
+    if (mt_engine_ends_chunked(e)) { /* the chunks home never cover the layout's padding after the matrices */
+        const mt_tensor *ends[2] = {mt_layout_tensor(lay, 0, MT_T_WTE), mt_layout_tensor(lay, e->U - 1, MT_T_LM_HEAD)};
+        for (int i = 0; i < 2; i++) {
+            int u = i ? e->U - 1 : 0;
+            size_t end = (size_t)ends[i]->offset + (size_t)ends[i]->rows * ends[i]->cols;
+            memset(e->grad_home[u] + end, 0, ((size_t)mt_engine_numel(e, u) - end) * 4);
+        }
     }
     mt_config_rope_inv_freq(e->cfg, e->host_inv_freq);
     mt_copy_async(e->be, e->dev_inv_freq, e->host_inv_freq, (size_t)e->cfg->head_dim / 2 * 4, e->h2d);

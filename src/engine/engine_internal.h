@@ -135,21 +135,28 @@ mt_status mt_engine_launch(mt_engine *e, mt_compute_job job);
 static inline size_t mt_engine_rows(const mt_engine *e) { return (size_t)e->o.batch * e->o.seq; }
 static inline int64_t mt_engine_numel(const mt_engine *e, int u) { return e->lay->units[u].numel; }
 
-/* The head's gradient exists on the device a vocabulary chunk at a time, each copied home by the
- * compute stream once done (untied, its gradient going home: not ends_on_device). head_grad then
- * holds the unit's tensors up to the head matrix (the final norm's gradient) and one chunk of it. */
-static inline int mt_engine_head_chunked_for(const mt_config *c, const mt_engine_options *o) {
+/* The head's and the embedding's gradients exist on the device a vocabulary chunk at a time, each
+ * copied home by the compute stream once done (untied, their gradients going home: not
+ * ends_on_device). head_grad then holds the unit's tensors up to the head matrix (the final
+ * norm's gradient) and one chunk of it; embed_grad one chunk. */
+static inline int mt_engine_ends_chunked_for(const mt_config *c, const mt_engine_options *o) {
     return !c->tie_embeddings && !o->ends_on_device && o->head_vocab_chunk > 0 && o->head_vocab_chunk < c->vocab_size;
 }
-static inline int mt_engine_head_chunked(const mt_engine *e) { return mt_engine_head_chunked_for(e->cfg, &e->o); }
+static inline int mt_engine_ends_chunked(const mt_engine *e) { return mt_engine_ends_chunked_for(e->cfg, &e->o); }
 /* Elements of head_grad. */
 static inline size_t mt_engine_head_grad_numel_for(const mt_layout *lay, const mt_engine_options *o) {
     const mt_config *c = &lay->cfg;
-    if (!mt_engine_head_chunked_for(c, o)) return (size_t)lay->units[lay->num_units - 1].numel;
+    if (!mt_engine_ends_chunked_for(c, o)) return (size_t)lay->units[lay->num_units - 1].numel;
     const mt_tensor *head = mt_layout_tensor(lay, lay->num_units - 1, MT_T_LM_HEAD);
     return (size_t)head->offset + (size_t)o->head_vocab_chunk * c->hidden_size;
 }
 static inline size_t mt_engine_head_grad_numel(const mt_engine *e) { return mt_engine_head_grad_numel_for(e->lay, &e->o); }
+/* Elements of embed_grad. */
+static inline size_t mt_engine_embed_grad_numel_for(const mt_layout *lay, const mt_engine_options *o) {
+    if (!mt_engine_ends_chunked_for(&lay->cfg, o)) return (size_t)lay->units[0].numel;
+    return (size_t)o->head_vocab_chunk * lay->cfg.hidden_size;
+}
+static inline size_t mt_engine_embed_grad_numel(const mt_engine *e) { return mt_engine_embed_grad_numel_for(e->lay, &e->o); }
 
 /* Unit u's optimizer state lives on the device (ends_on_device: the embedding and the head). */
 static inline int mt_engine_unit_on_device(const mt_engine *e, int u) {

@@ -112,7 +112,7 @@ static void run_head(const mt_compute_job *j) {
         op->logits(e->be, e->compute, e->dev_logits, e->ws.h1, lm_w, D, V);
         return;
     }
-    int train = j->mode != MT_RUN_EVAL, chunked = train && mt_engine_head_chunked(e);
+    int train = j->mode != MT_RUN_EVAL, chunked = train && mt_engine_ends_chunked(e);
     FOR_EACH_HEAD_PIECE(e, j, p) {
         size_t row = head_row(j, p);
         final_norm(j, p, norm_w);
@@ -127,6 +127,31 @@ static void run_head(const mt_compute_job *j) {
     if (chunked) head_dw_by_vocab(j, norm_w, lm_w);
     else if (train)
         op->sumsq(e->be, e->compute, e->dev_norms + e->U - 1, e->head_grad, (size_t)mt_engine_numel(e, e->U - 1));
+}
+
+/* The embedding's gradient: the rows the step's input tokens touch, gathered from the gradient
+ * flowing back. Whole, or (mt_engine_ends_chunked) a vocabulary chunk at a time, each with its
+ * norm and its copy home on the compute stream before the next chunk takes the buffer. */
+static void embed_backward(const mt_compute_job *j) {
+    mt_engine *e = j->e;
+    int D = e->cfg->hidden_size, V = e->cfg->vocab_size;
+    int chunked = mt_engine_ends_chunked(e), chunk = chunked ? e->o.head_vocab_chunk : V;
+    mt_unit_grads home = mt_bind_grads(e->lay, 0, e->grad_home[0]);
+    for (int v0 = 0; v0 < V; v0 += chunk) {
+        int rows = V - v0 < chunk ? V - v0 : chunk;
+        if (chunked) mt_zero_in_launch(e->be, e->embed_grad, (size_t)rows * D * 4, e->compute);
+        float *dw = mt_bind_grads(e->lay, 0, e->embed_grad).t[MT_T_WTE];
+        for (int m = 0; m < j->micro_batches; m++)
+            for (int b = 0; b < j->batch; b++) {
+                size_t row = (size_t)b * j->seq;
+                e->op->embedding_dw(e->be, e->compute, dw, inputs_at(e, m) + row, row_of(e, dy_at(e, m), row), j->seq,
+                                    D, v0, rows);
+            }
+        if (!chunked) break;
+        e->op->sumsq(e->be, e->compute, e->dev_norms, dw, (size_t)rows * D);
+        mt_copy_in_launch(e->be, home.t[MT_T_WTE] + (size_t)v0 * D, dw, (size_t)rows * D * 4, e->compute);
+    }
+    if (!chunked) e->op->sumsq(e->be, e->compute, e->dev_norms, e->embed_grad, (size_t)mt_engine_numel(e, 0));
 }
 
 static void run_job(void *arg) {
@@ -159,17 +184,7 @@ static void run_job(void *arg) {
         op->sumsq(e->be, e->compute, e->dev_norms + u, e->grad_slot[j->grad_slot], (size_t)mt_engine_numel(e, u));
         break;
     }
-    case MT_JOB_EMBED_BWD: {
-        mt_unit_grads g = mt_bind_grads(e->lay, 0, e->embed_grad);
-        for (int m = 0; m < j->micro_batches; m++)
-            for (int b = 0; b < j->batch; b++) {
-                size_t row = (size_t)b * j->seq;
-                op->embedding_dw(e->be, e->compute, g.t[MT_T_WTE], inputs_at(e, m) + row,
-                                 row_of(e, dy_at(e, m), row), j->seq, D);
-            }
-        op->sumsq(e->be, e->compute, e->dev_norms, e->embed_grad, (size_t)mt_engine_numel(e, 0));
-        break;
-    }
+    case MT_JOB_EMBED_BWD: embed_backward(j); break;
     case MT_JOB_ENDS_UPDATE: mt_engine_ends_update(e, &j->adam, j->clip); break;
     }
     free(j);

@@ -125,7 +125,7 @@ static mt_status begin_pass(mt_engine *e, pass *p, const int32_t *inputs, const 
     mt_zero_async(e->be, e->dev_norms, (size_t)e->U * 4, e->compute);
     if (p->train) {
         mt_engine_wait(e, e->compute, MT_EV_GRADS_HOME, 0);
-        mt_zero_async(e->be, e->embed_grad, (size_t)mt_engine_numel(e, 0) * 4, e->compute);
+        mt_zero_async(e->be, e->embed_grad, mt_engine_embed_grad_numel(e) * 4, e->compute);
     }
     return MT_OK;
 }
@@ -186,7 +186,13 @@ static mt_status head(mt_engine *e, pass *p) {
 static void send_embedding_early(mt_engine *e) {
     mt_engine_record(e, MT_EV_UNIT_READY, 0, e->compute);
     mt_engine_wait(e, e->d2h, MT_EV_UNIT_READY, 0);
-    mt_copy_async(e->be, e->grad_home[0], e->embed_grad, (size_t)mt_engine_numel(e, 0) * 4, e->d2h);
+    if (mt_engine_ends_chunked(e)) { /* untied: zeros, from the chunk buffer (zeroed by begin_pass) to every chunk */
+        size_t chunk = mt_engine_embed_grad_numel(e), numel = (size_t)mt_engine_numel(e, 0);
+        for (size_t at = 0; at < numel; at += chunk)
+            mt_copy_async(e->be, e->grad_home[0] + at, e->embed_grad, (numel - at < chunk ? numel - at : chunk) * 4, e->d2h);
+    } else {
+        mt_copy_async(e->be, e->grad_home[0], e->embed_grad, (size_t)mt_engine_numel(e, 0) * 4, e->d2h);
+    }
     mt_engine_record(e, MT_EV_EMBED_EARLY_HOME, 0, e->d2h);
     mt_engine_raise(e, MT_FL_EMBED_EARLY_ISSUED, 0, e->generation);
 }
@@ -223,11 +229,15 @@ static mt_status block_backward(mt_engine *e, pass *p, int l) {
 static mt_status backward(mt_engine *e, pass *p) {
     if (p->overlap) mt_engine_optimizer_post(e, p->overlap);
     if (p->ends_home)
-        send_home(e, e->U - 1, mt_engine_head_chunked(e) ? NULL : e->head_grad, MT_EV_UNIT_READY, 0, p->overlap != NULL);
+        send_home(e, e->U - 1, mt_engine_ends_chunked(e) ? NULL : e->head_grad, MT_EV_UNIT_READY, 0, p->overlap != NULL);
     if (p->overlap && !p->ends_update) send_embedding_early(e);
     e->first_backward_job = e->num_jobs;
     mt_engine_ckpt_fetch(e, e->L - 1);
     for (int l = e->L - 1; l >= 0; l--) MT_TRY(block_backward(e, p, l));
+    /* Chunked, the embedding's backward writes its gradient home itself: the optimizer must be done
+     * with the early copy there (which then also landed, so the chunk buffer may change). */
+    if (p->overlap && !p->ends_update && mt_engine_ends_chunked(e))
+        p->r->waited += mt_engine_await(e, MT_FL_EMBED_EARLY_DONE, 0, e->generation, MT_GEN_NEXT);
     return mt_engine_launch(e, job_of(p, MT_JOB_EMBED_BWD));
 }
 
@@ -239,9 +249,10 @@ static mt_status ends(mt_engine *e, pass *p) {
         static const float nan_norm = NAN;
         mt_copy_async(e->be, e->dev_norms, &nan_norm, 4, e->compute);
     }
-    if (p->overlap && !p->ends_update)
+    int chunked = mt_engine_ends_chunked(e);
+    if (p->overlap && !p->ends_update && !chunked)
         p->r->waited += mt_engine_await(e, MT_FL_EMBED_EARLY_DONE, 0, e->generation, MT_GEN_NEXT);
-    if (p->ends_home) send_home(e, 0, e->embed_grad, MT_EV_UNIT_READY, 0, p->overlap != NULL);
+    if (p->ends_home) send_home(e, 0, chunked ? NULL : e->embed_grad, MT_EV_UNIT_READY, 0, p->overlap != NULL);
     if (p->ends_update) {
         mt_compute_job j = job_of(p, MT_JOB_ENDS_UPDATE);
         j.adam = mt_engine_adamw_params(e, p->step->lr, e->ends_step + 1, 1.0f);

@@ -2,6 +2,7 @@
  * the floor of one step's time from the performance model in docs/memory.md. */
 #include <stdio.h>
 
+#include "engine/block.h"
 #include "engine/engine.h"
 #include "engine/store.h"
 #include "megatrain.h"
@@ -31,6 +32,20 @@ static double step_flops(const mt_config *c, double tokens, int seq) {
     double head = (double)c->vocab_size * c->hidden_size;
     double attention = 8.0 * seq * (double)c->num_heads * c->head_dim * c->num_layers * 0.5;
     return tokens * (8.0 * block + 6.0 * head + attention);
+}
+
+/* The pieces the sequence is worked through in, and where the activation checkpoints live. */
+static void print_chunks(const mt_config *c, const mt_engine_options *eo, int64_t host_ckpt, FILE *out) {
+    int piece = mt_block_piece_rows(eo->batch, eo->seq, eo->chunk);
+    char head[96] = "whole";
+    if (!c->tie_embeddings && !eo->ends_on_device && eo->head_vocab_chunk > 0 && eo->head_vocab_chunk < c->vocab_size)
+        snprintf(head, sizeof head, "%d vocabulary rows at a time (%d chunks)", eo->head_vocab_chunk,
+                 (c->vocab_size + eo->head_vocab_chunk - 1) / eo->head_vocab_chunk);
+    fprintf(out, "chunks    blocks' norms, projections and MLP %d tokens at a time (%d per micro-batch); LM head "
+            "%d rows of logits at a time; its gradient on the device %s\n", piece,
+            (eo->batch * eo->seq + piece - 1) / piece, eo->lm_chunk, head);
+    fprintf(out, "ckpts     the inputs of blocks 0..%d in pinned host memory (%.2f GB), of the other %d and the head "
+            "on the device\n", eo->ckpt_on_host - 1, gb(host_ckpt), c->num_layers - eo->ckpt_on_host);
 }
 
 mt_status mt_plan(const mt_train_options *given, FILE *out) {
@@ -101,6 +116,7 @@ mt_status mt_plan(const mt_train_options *given, FILE *out) {
             "checkpoints %.2f GB + workspace %.2f GB = %.2f GB\n", gb(db.weight_slots), gb(db.embed_head), ends,
             gb(db.grads), gb(db.checkpoints), gb(db.workspace), gb(db.total));
     if (eo.ends_on_device) fprintf(out, "optimizer the embedding and head on the device, the blocks on the host\n");
+    print_chunks(&cfg, &eo, db.host_checkpoints, out);
     fputs(budget, out);
     mt_memory_fit fit = mt_memory_fit_of(&lay, be, &eo, moments);
     mt_memory_fit_print(&fit, out);

@@ -319,8 +319,8 @@ static void op_embedding(mt_backend *b, mt_stream *s, void *x, const int32_t *to
     mt_cpu_embedding(x, tokens, wte, n, d);
 }
 static void op_embedding_dw(mt_backend *b, mt_stream *s, float *dwte, const int32_t *tokens,
-                            const void *dx, int n, int d) {
-    mt_cpu_embedding_dw(dwte, tokens, dx, n, d);
+                            const void *dx, int n, int d, int v0, int rows) {
+    mt_cpu_embedding_dw(dwte, tokens, dx, n, d, v0, rows);
 }
 static void op_lmhead_loss(mt_backend *b, mt_stream *s, float *loss_sum, float *lse, void *dx, float *dw,
                            const void *x, const void *w, const int32_t *targets, int n, int d,

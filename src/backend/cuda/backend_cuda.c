@@ -276,8 +276,8 @@ static void cuda_embedding(mt_backend *be, mt_stream *s, void *x, const int32_t 
 }
 
 static void cuda_embedding_dw(mt_backend *be, mt_stream *s, float *dwte, const int32_t *tokens,
-                              const void *dx, int n, int d) {
-    keep_error(be, mt_cuda_embedding_dw(mt_cuda_stream(s), dwte, tokens, dx, n, d));
+                              const void *dx, int n, int d, int v0, int rows) {
+    keep_error(be, mt_cuda_embedding_dw(mt_cuda_stream(s), dwte, tokens, dx, n, d, v0, rows));
 }
 
 static void cuda_lmhead_loss(mt_backend *be, mt_stream *s, float *loss_sum, float *lse, void *dx, float *dw,

@@ -45,7 +45,7 @@ mt_status mt_cuda_add(cudaStream_t s, void *y, const void *a, const void *b, siz
 mt_status mt_cuda_embedding(cudaStream_t s, void *x, const int32_t *tokens, const void *wte, int n,
                             int d);
 mt_status mt_cuda_embedding_dw(cudaStream_t s, float *dwte, const int32_t *tokens, const void *dx,
-                               int n, int d);
+                               int n, int d, int v0, int rows);
 mt_status mt_cuda_sumsq(cudaStream_t s, float *out, const float *x, size_t count);
 mt_status mt_cuda_clip_scale(cudaStream_t s, float *scale, const float *norms, int count, float max_norm);
 /* AdamW with the constants of c (its grad_scale replaced by *scale when scale is non-NULL), bf16
