@@ -42,43 +42,7 @@ if ! make CUDA=1 BUILD=$build -j"$(nproc)" $build/megatrain >"$out/build.log" 2>
     exit 1
 fi
 
-record() { # record SYSTEM MODEL MICRO BATCH KEY TEXT: a run with no numbers ("error" or "skipped")
-    python3 -c 'import json, sys; s, m, micro, b, seq, k, t = sys.argv[1:]; print(json.dumps({"system": s,
-                "model": m, "seq": int(seq), "batch": int(b), "micro_batches": int(micro), k: t}))' \
-        "$1" "$2" "$3" "$4" "$seq" "$5" "$6" >>"$jsonl"
-}
-
-# bench SYSTEM MODEL MICRO BATCH LIMIT_S COMMAND...: one run of MICRO micro-batches of BATCH
-# sequences, its output in runs.log, cut at LIMIT_S.
-bench() {
-    local system=$1 model=$2 micro=$3 batch=$4 limit=$5
-    shift 5
-    local left=$((deadline - SECONDS))
-    if [ $left -lt 30 ]; then
-        record "$system" "$model" "$micro" "$batch" skipped "the time budget (BUDGET_S=$deadline) was spent"
-        return
-    fi
-    [ "$limit" -gt $left ] && limit=$left
-    local lines start rc
-    lines=$(wc -l <"$jsonl")
-    start=$SECONDS
-    echo "==== $system $model, $micro x $batch (limit $limit s): $*" >>"$log"
-    timeout -k 10 "$limit" "$@" --micro-batches "$micro" --batch "$batch" >>"$log" 2>&1
-    rc=$?
-    echo "==== $system $model, $micro x $batch: exit $rc after $((SECONDS - start)) s" | tee -a "$log"
-    # megatrain and the peers append their own line, an error line too; a run that was killed
-    # or cut could not.
-    [ "$(wc -l <"$jsonl")" -gt "$lines" ] && return
-    if [ $((SECONDS - start)) -ge "$limit" ]; then
-        record "$system" "$model" "$micro" "$batch" error "cut at its $limit s limit"
-    elif [ $rc -eq 137 ]; then
-        record "$system" "$model" "$micro" "$batch" error "killed by SIGKILL: out of host memory?"
-    elif [ $rc -gt 128 ]; then
-        record "$system" "$model" "$micro" "$batch" error "killed by SIG$(kill -l $((rc - 128)))"
-    else
-        record "$system" "$model" "$micro" "$batch" error "exit $rc: $(grep -v '^====' "$log" | tail -1 | cut -c1-200)"
-    fi
-}
+. bench/lib.sh
 
 common=(--seq "$seq" --steps "$steps" --warmup-steps "$warmup" --json "$jsonl")
 megatrain=("$build/megatrain" bench --backend cuda "${common[@]}")

@@ -65,6 +65,10 @@ size_t mt_dev_available(mt_backend *be) {
     return free_bytes;
 }
 
+size_t mt_dev_in_use(mt_backend *be) {
+    return be->ops->mem.dev_in_use ? be->ops->mem.dev_in_use(be) : mt_dev_peak(be);
+}
+
 /* ---- streams, events, copies ---- */
 
 mt_stream *mt_stream_create(mt_backend *be) { return be->ops->stream.stream_create(be); }

@@ -66,6 +66,9 @@ typedef struct {
     /* Bytes of device memory free now (meaningful on MT_DEVICE_GPU only), and the most ever in
      * use through dev_alloc; either pointer may be NULL. */
     void (*dev_mem_info)(mt_backend *be, size_t *free_bytes, size_t *peak_bytes);
+    /* OPTIONAL: bytes of the device in use by the driver's count (total less free: the context,
+     * the libraries' workspaces and any other process included). NULL: no such figure. */
+    size_t (*dev_in_use)(mt_backend *be);
 } mt_memory_iface;
 
 /* Streams, events and copies (the ordering rules are in the header comment). */
@@ -223,6 +226,9 @@ void mt_host_free(mt_backend *be, void *ptr);
 size_t mt_dev_peak(mt_backend *be);
 /* Device memory free now; only a backend with memory of its own has a figure (SIZE_MAX else). */
 size_t mt_dev_available(mt_backend *be);
+/* Device memory in use by the driver's count (dev_in_use), or where the backend has no such
+ * figure the most in use through mt_dev_alloc. */
+size_t mt_dev_in_use(mt_backend *be);
 static inline int mt_backend_has_own_memory(const mt_backend *be) { return be->ops->kind == MT_DEVICE_GPU; }
 
 /* Streams, events and copies (mt_stream_iface), the optional entries' fallbacks included. */

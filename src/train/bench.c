@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/block.h"
 #include "engine/engine.h"
 #include "megatrain.h"
 #include "train/backend_select.h"
@@ -46,20 +47,28 @@ typedef struct {
     double opt_s, opt_block_s; /* the optimizer's mean time a step, and a block */
     int ends_on_device;        /* the device updated the embedding and head */
     int ckpt_on_host;          /* blocks whose input checkpoints lived in pinned host memory */
+    int chunk;                 /* tokens a block's token-wise ops took at once */
+    /* The device memory in use by the driver's count (cudaMemGetInfo: the CUDA context and the
+     * libraries' workspaces included), sampled after every step and at the end: the engine
+     * allocates all it uses at its creation and the libraries theirs in the first step. */
+    double driver_peak_bytes;
 } bench_summary;
 
 static void print_summary(FILE *out, const mt_train_options *o, const mt_backend *be, const mt_config *cfg,
                           const bench_summary *s, double peak_gpu, double host, const char *json) {
+    double driver = s->driver_peak_bytes;
     double tokens = (double)o->micro_batches * o->batch * o->seq_len;
     fprintf(out, "megatrain %s: %.0f tokens/step, median step %.3f s, %.0f tokens/s, %.1f TFLOP/s, "
-            "peak device memory %.2f GiB, host %.1f GiB, device idle %.1f%% of the step (%.1f%% in the forward, "
+            "peak device memory %.2f GiB (%.2f GiB by the driver's count, context included), host %.1f GiB, "
+            "block chunk %d tokens, checkpoints of %d of %d blocks on the host, device idle %.1f%% of the step (%.1f%% in the forward, "
             "%.1f%% in the backward, the rest at the step's ends; stalled on copies %.1f%%), issuing thread waited on the optimizer %.1f%% (that wait overlaps queued GPU work), "
             "optimizer %.3f s a step (%.4f s a block), embedding and head updated on the %s\n", o->preset ? o->preset : "model", tokens, s->step_s,
-            s->tokens_per_s, s->tflops, peak_gpu / 1073741824.0, host / 1073741824.0, 100 * s->idle_share,
+            s->tokens_per_s, s->tflops, peak_gpu / 1073741824.0, driver / 1073741824.0, host / 1073741824.0, s->chunk,
+            s->ckpt_on_host, cfg->num_layers, 100 * s->idle_share,
             100 * s->idle_forward_share, 100 * s->idle_backward_share, 100 * s->stall_share, 100 * s->opt_wait_share, s->opt_s, s->opt_block_s,
             s->ends_on_device ? "device" : "host");
     if (!json) return;
-    json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:b, s:f, s:i, s:i}",
+    json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:b, s:f, s:i, s:i, s:f, s:i}",
                           "system", "megatrain", "backend", be->ops->name, "model", o->preset ? o->preset : "model",
                           "params", (json_int_t)mt_config_total_params(cfg), "seq", o->seq_len, "batch", o->batch,
                           "micro_batches", o->micro_batches, "tokens_per_step", tokens, "step_s", s->step_s,
@@ -71,7 +80,8 @@ static void print_summary(FILE *out, const mt_train_options *o, const mt_backend
                           "clip",
                           (double)o->max_grad_norm, "opt_cores", o->opt_cores ? o->opt_cores : "",
                           "ends_on_device", s->ends_on_device, "gpu_mem_gib", (double)o->gpu_mem / 1073741824.0,
-                          "ckpt_on_host", s->ckpt_on_host, "layers", cfg->num_layers);
+                          "ckpt_on_host", s->ckpt_on_host, "layers", cfg->num_layers, "driver_peak_gpu_gib",
+                          driver / 1073741824.0, "chunk", s->chunk);
     FILE *f = fopen(json, "a");
     if (j && f) {
         json_dumpf(j, f, JSON_COMPACT);
@@ -117,7 +127,7 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
     if (rc == MT_OK) fprintf(out, "set-up: engine ready at %.1f s\n", mt_now() - t0);
     mt_rng rng = {(uint64_t)o->seed};
     double stall = 0, opt_wait = 0, opt = 0, opt_block = 0, computing = 0, idle_forward = 0, idle_backward = 0;
-    double total = 0;
+    double total = 0, driver_peak = 0;
     for (int64_t s = 0; rc == MT_OK && s < warmup + o->steps; s++) {
         for (size_t i = 0; i < n; i++) {
             inputs[i] = (int32_t)(mt_rng_next(&rng) % (uint64_t)cfg.vocab_size);
@@ -126,6 +136,7 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
         mt_step_result r;
         rc = mt_engine_step(engine, inputs, targets, 1e-4f, &r);
         if (rc != MT_OK) break;
+        if ((double)mt_dev_in_use(be) > driver_peak) driver_peak = (double)mt_dev_in_use(be);
         double ends = r.seconds - r.compute_seconds - r.idle_forward_seconds - r.idle_backward_seconds;
         fprintf(out, "%s step %lld: %.3f s, %.0f tokens/s, loss %.4f, device computing %.3f s, idle %.3f s in the "
                 "forward, %.3f s in the backward, %.3f s at the step's ends, compute waited %.3f s on copies, issue "
@@ -149,8 +160,10 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
         mt_engine_finish(engine);
         size_t peak = mt_dev_peak(be);
         qsort(times, (size_t)o->steps, sizeof *times, compare_doubles);
+        if ((double)mt_dev_in_use(be) > driver_peak) driver_peak = (double)mt_dev_in_use(be);
         bench_summary sum = {.step_s = times[o->steps / 2], .ends_on_device = eo.ends_on_device,
-                             .ckpt_on_host = eo.ckpt_on_host};
+                             .ckpt_on_host = eo.ckpt_on_host, .chunk = mt_block_piece_rows(eo.batch, eo.seq, eo.chunk),
+                             .driver_peak_bytes = driver_peak};
         sum.tokens_per_s = (double)n / sum.step_s;
         sum.tflops = sum.tokens_per_s * model_flops_per_token(&cfg, o->seq_len) / 1e12;
         sum.stall_share = total > 0 ? stall / total : 0;

@@ -124,6 +124,15 @@ static void cuda_dev_mem_info(mt_backend *be, size_t *free_bytes, size_t *peak_b
     pthread_mutex_unlock(&cb->lock);
 }
 
+static size_t cuda_dev_in_use(mt_backend *be) {
+    size_t free_now = 0, total = 0;
+    if (cudaMemGetInfo(&free_now, &total) != cudaSuccess) {
+        cudaGetLastError();
+        return mt_dev_peak(be);
+    }
+    return total - free_now;
+}
+
 /* ---- streams, events, copies ---- */
 
 static mt_status stream_create(mt_stream **out) {
@@ -335,7 +344,8 @@ static const mt_backend_ops cuda_ops = {
     .weight_dtype = MT_DTYPE_BF16,
     .destroy = cuda_destroy,
     .mem = {.dev_alloc = cuda_dev_alloc, .dev_free = cuda_dev_free, .host_alloc = cuda_host_alloc,
-            .host_free = cuda_host_free, .dev_mem_info = cuda_dev_mem_info},
+            .host_free = cuda_host_free, .dev_mem_info = cuda_dev_mem_info,
+            .dev_in_use = cuda_dev_in_use},
     .stream = {.stream_create = cuda_stream_create, .stream_destroy = cuda_stream_destroy,
                .event_create = cuda_event_create, .event_destroy = cuda_event_destroy,
                .event_record = cuda_event_record, .stream_wait = cuda_stream_wait,
