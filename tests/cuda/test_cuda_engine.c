@@ -286,3 +286,56 @@ Test(cuda, checkpoints_on_host_change_nothing) {
     mt_tiny_model_close(&host);
     mt_tiny_model_close(&dev);
 }
+
+/* Long-context settings (issue 13) against the defaults on the same GPU: a block's token-wise ops in
+ * pieces of 8 tokens (4 a sequence), the head's and embedding's gradients 64 vocabulary rows at a
+ * time (5 chunks of 300), every checkpoint on the host, a small LM-head chunk. bf16 activations:
+ * a piece's GEMMs may take other cuBLASLt algorithms than the whole sequence's and the chunked
+ * head computes softmax from the stored log-sum-exp, so values can round to a neighbouring bf16;
+ * the loss within 1e-3 and each gradient within 1e-2 relative (a lost or misplaced piece or chunk
+ * is O(1)), then three training steps without clipping (the overlapped optimizer, the early copy of
+ * the embedding's zeros) within 1e-3. */
+Test(cuda, chunking_changes_nothing) {
+    mt_config cfg = wider(mt_tiny_config_gqa());
+    cfg.num_layers = 4;
+    mt_engine_options o = options(), chunked = options();
+    o.max_grad_norm = chunked.max_grad_norm = 0;
+    o.keep_grads = chunked.keep_grads = 1;
+    chunked.chunk = 8;
+    chunked.head_vocab_chunk = 64;
+    chunked.ckpt_on_host = cfg.num_layers;
+    chunked.lm_chunk = 7;
+    mt_tiny_model whole, pieces;
+    mt_backend *be_whole, *be_pieces;
+    cr_assert_eq(mt_backend_cuda_create(&be_whole, 0), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_backend_cuda_create(&be_pieces, 0), MT_OK, "%s", mt_error());
+    mt_tiny_model_open_on(&whole, be_whole, &cfg, &o, 21);
+    mt_tiny_model_open_on(&pieces, be_pieces, &cfg, &chunked, 21);
+    int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
+    mt_tiny_windows(22, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
+    double loss_whole, loss_pieces;
+    cr_assert_eq(mt_engine_grads(whole.engine, inputs, targets, &loss_whole), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_grads(pieces.engine, inputs, targets, &loss_pieces), MT_OK, "%s", mt_error());
+    cr_expect_lt(fabs(loss_pieces - loss_whole), 1e-3 * loss_whole, "loss %.7f chunked, %.7f whole", loss_pieces,
+                 loss_whole);
+    double worst = 0;
+    const char *worst_name = "-";
+    for (int i = 0; i < whole.layout.num_tensors; i++) {
+        double err = tensor_rel_err(&whole.layout, i, mt_engine_host_grads(pieces.engine),
+                                    mt_engine_host_grads(whole.engine));
+        if (err > worst) worst = err, worst_name = whole.layout.tensors[i].name;
+    }
+    cr_log_info("chunked: loss %.7f against %.7f, worst gradient %s at %.3g", loss_pieces, loss_whole, worst_name,
+                worst);
+    cr_expect_lt(worst, 1e-2, "gradient of %s off by %.3g relative", worst_name, worst);
+    for (int s = 0; s < 3; s++) {
+        mt_tiny_windows(23 + s, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
+        mt_step_result rw, rp;
+        cr_assert_eq(mt_engine_step(whole.engine, inputs, targets, 3e-3f, &rw), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(pieces.engine, inputs, targets, 3e-3f, &rp), MT_OK, "%s", mt_error());
+        cr_expect_lt(fabs(rp.loss - rw.loss), 1e-3 * rw.loss, "step %d: loss %.7f chunked, %.7f whole", s, rp.loss,
+                     rw.loss);
+    }
+    mt_tiny_model_close(&pieces);
+    mt_tiny_model_close(&whole);
+}
