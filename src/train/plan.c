@@ -44,8 +44,8 @@ static void print_chunks(const mt_config *c, const mt_engine_options *eo, int64_
     fprintf(out, "chunks    blocks' norms, projections and MLP %d tokens at a time (%d per micro-batch); LM head "
             "%d rows of logits at a time; its gradient on the device %s\n", piece,
             (eo->batch * eo->seq + piece - 1) / piece, eo->lm_chunk, head);
-    fprintf(out, "ckpts     the inputs of blocks 0..%d in pinned host memory (%.2f GB), of the other %d and the head "
-            "on the device\n", eo->ckpt_on_host - 1, gb(host_ckpt), c->num_layers - eo->ckpt_on_host);
+    fprintf(out, "ckpts     the inputs of %d of %d blocks (the first) in pinned host memory (%.2f GB), the rest and "
+            "the head's on the device\n", eo->ckpt_on_host, c->num_layers, gb(host_ckpt));
 }
 
 mt_status mt_plan(const mt_train_options *given, FILE *out) {
@@ -54,6 +54,9 @@ mt_status mt_plan(const mt_train_options *given, FILE *out) {
     const mt_train_options *o = &resolved;
     mt_config cfg;
     MT_TRY(mt_train_model_config(o, &cfg));
+    if (o->seq_len > cfg.max_position) /* as train refuses it */
+        return mt_fail(MT_ERR_INVALID, "--seq %d is past the model's max_position_embeddings (%d%s)", o->seq_len,
+                       cfg.max_position, cfg.rope_scaling_factor != 0 ? ", its rope scaling applied" : "");
     mt_layout lay;
     MT_TRY(mt_layout_init(&lay, &cfg));
     mt_backend *be = NULL;
