@@ -438,7 +438,7 @@ Test(cli, plan_prints_chunks_and_checkpoint_split) {
     /* past what the model's RoPE allows: refused, naming the limit */
     mt_cli_run(&r, TIMEOUT_S, "plan", "--preset", "llama-3.1-8b", "--backend", "cpu", "--seq", "131073", "--batch",
                "1", NULL);
-    cr_expect_eq(r.exit_code, 1, "plan took --seq 131073:\n%s", r.out);
+    cr_expect_eq(r.exit_code, 2, "plan took --seq 131073 (exit %d):\n%s", r.exit_code, r.out);
     cr_expect_not_null(strstr(r.err, "131072"), "%s", r.err);
     mt_cli_result_free(&r);
 }
