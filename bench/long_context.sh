@@ -16,7 +16,7 @@
 #      the 3B (LADDER_PEER).
 # Writes to $OUT (or /tmp/megatrain-long): bench.jsonl, bench.md, bench.json, runs.log, build.log.
 # Environment: STEPS (timed steps, 2), WARMUP (1), BUDGET_S (560), ROWS ("small long longest": the
-# groups above to run), the three ladders (tokens, longest first).
+# groups above to run), the three ladders (tokens, longest first), GPU_MEM (the long rows' budget).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 . tests/device/env.sh
@@ -31,6 +31,9 @@ rows=${ROWS:-small long longest}
 ladder_3b=${LADDER_3B:-524288 393216 262144 131072}
 ladder_8b=${LADDER_8B:-262144 196608}
 ladder_peer=${LADDER_PEER:-65536 32768 16384}
+# The long rows' budget: the H200's 139 GiB less a margin, so that the planner moves checkpoints
+# to pinned host memory where the GPU cannot hold them all.
+gpu_mem=${GPU_MEM:-132GiB}
 build="build-bench"
 jsonl=$out/bench.jsonl
 log=$out/runs.log
@@ -51,7 +54,7 @@ fi
 . bench/lib.sh
 
 common() { echo --seq "$seq" --steps "$steps" --warmup-steps "$warmup" --json "$jsonl"; }
-megatrain() { bench megatrain "$1" 1 1 "$2" "$build/megatrain" bench --backend cuda $(common) --preset "$1" --clip 0 "${@:3}"; }
+megatrain() { bench megatrain "$1" 1 1 "$2" "$build/megatrain" bench --backend cuda $(common) --preset "$1" --clip 0 --gpu-mem "$gpu_mem"; }
 trained() { tail -1 "$jsonl" | grep -q '"tokens_per_s"'; }
 
 # ladder SYSTEM MODEL LIMIT_S TOKENS...: longest first, until one trains.
