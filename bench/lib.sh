@@ -1,6 +1,24 @@
 # The bench scripts' shared steps (sourced by bench/run.sh and bench/long_context.sh). They read
-# jsonl (the results, one JSON line a run), log (the runs' output), seq (the run's sequence
-# length) and deadline (seconds from the script's start after which no run starts).
+# out (the results' folder), build (megatrain's build folder), jsonl (the results, one JSON line
+# a run), log (the runs' output), seq (the run's sequence length) and deadline (seconds from the
+# script's start after which no run starts).
+
+# setup: empties the results, sets and prints `machine`, builds megatrain (or exits).
+setup() {
+    mkdir -p "$out"
+    : >"$jsonl"
+    : >"$log"
+    local gpu host_gib
+    gpu=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1)
+    host_gib=$(awk '/^MemTotal/ { printf "%.0f", $2 / 1048576 }' /proc/meminfo)
+    machine="$gpu, $(nproc) cores, $host_gib GiB host memory"
+    echo "$machine"
+    if ! make CUDA=1 BUILD="$build" -j"$(nproc)" "$build/megatrain" >"$out/build.log" 2>&1; then
+        echo "build failed; its log ends:"
+        tail -40 "$out/build.log"
+        exit 1
+    fi
+}
 
 record() { # record SYSTEM MODEL MICRO BATCH KEY TEXT: a run with no numbers ("error" or "skipped")
     python3 -c 'import json, sys; s, m, micro, b, seq, k, t = sys.argv[1:]; print(json.dumps({"system": s,

@@ -39,21 +39,8 @@ gpu_mem=${GPU_MEM:-132GiB}
 build="build-bench"
 jsonl=$out/bench.jsonl
 log=$out/runs.log
-mkdir -p "$out"
-: >"$jsonl"
-: >"$log"
-
-gpu=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1)
-host_gib=$(awk '/^MemTotal/ { printf "%.0f", $2 / 1048576 }' /proc/meminfo)
-machine="$gpu, $(nproc) cores, $host_gib GiB host memory"
-echo "$machine"
-if ! make CUDA=1 BUILD=$build -j"$(nproc)" $build/megatrain >"$out/build.log" 2>&1; then
-    echo "build failed; its log ends:"
-    tail -40 "$out/build.log"
-    exit 1
-fi
-
 . bench/lib.sh
+setup
 
 common() { echo --seq "$seq" --steps "$steps" --warmup-steps "$warmup" --json "$jsonl"; }
 megatrain() { bench megatrain "$1" 1 1 "$2" "$build/megatrain" bench --backend cuda $(common) --preset "$1" --clip 0 --gpu-mem "$gpu_mem"; }

@@ -51,6 +51,17 @@ static double tensor_rel_err(const mt_layout *lay, int i, const float *got, cons
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* The largest tensor_rel_err over every tensor, and that tensor's name. */
+static double worst_rel_err(const mt_layout *lay, const float *got, const float *want, const char **name) {
+    double worst = 0;
+    *name = "-";
+    for (int i = 0; i < lay->num_tensors; i++) {
+        double err = tensor_rel_err(lay, i, got, want);
+        if (err > worst) worst = err, *name = lay->tensors[i].name;
+    }
+    return worst;
+}
+
 static void write_file(const char *dir, const char *name, const void *data, size_t bytes) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -96,12 +107,9 @@ static void compare_backends(const char *name, const mt_config *cfg) {
     cr_assert_eq(mt_engine_grads(cpu.engine, inputs, targets, &loss_cpu), MT_OK, "%s", mt_error());
     cr_assert_eq(mt_engine_grads(gpu.engine, inputs, targets, &loss_gpu), MT_OK, "%s", mt_error());
     cr_expect_lt(fabs(loss_gpu - loss_cpu), 1e-2 * loss_cpu, "%s: loss cuda %.6f, cpu %.6f", name, loss_gpu, loss_cpu);
-    double worst = 0;
-    const char *worst_name = "";
-    for (int i = 0; i < cpu.layout.num_tensors; i++) {
-        double err = tensor_rel_err(&cpu.layout, i, mt_engine_host_grads(gpu.engine), mt_engine_host_grads(cpu.engine));
-        if (err > worst) worst = err, worst_name = cpu.layout.tensors[i].name;
-    }
+    const char *worst_name;
+    double worst = worst_rel_err(&cpu.layout, mt_engine_host_grads(gpu.engine),
+                                 mt_engine_host_grads(cpu.engine), &worst_name);
     cr_log_info("%s: loss cuda %.6f cpu %.6f; worst gradient %s at %.3g relative", name, loss_gpu, loss_cpu,
                 worst_name, worst);
     cr_expect_lt(worst, 5e-2, "%s: gradient of %s off by %.3g relative", name, worst_name, worst);
@@ -267,12 +275,9 @@ Test(cuda, checkpoints_on_host_change_nothing) {
     cr_assert_eq(mt_engine_grads(host.engine, inputs, targets, &loss_host), MT_OK, "%s", mt_error());
     cr_expect_lt(fabs(loss_host - loss_dev), 1e-6 * loss_dev, "loss %.9f with checkpoints on the host, %.9f without",
                  loss_host, loss_dev);
-    double worst = 0;
-    const char *worst_name = "-";
-    for (int i = 0; i < dev.layout.num_tensors; i++) {
-        double err = tensor_rel_err(&dev.layout, i, mt_engine_host_grads(host.engine), mt_engine_host_grads(dev.engine));
-        if (err > worst) worst = err, worst_name = dev.layout.tensors[i].name;
-    }
+    const char *worst_name;
+    double worst = worst_rel_err(&dev.layout, mt_engine_host_grads(host.engine),
+                                 mt_engine_host_grads(dev.engine), &worst_name);
     cr_log_info("checkpoints on the host: loss %.9f against %.9f, worst gradient %s at %.3g", loss_host, loss_dev,
                 worst_name, worst);
     cr_expect_lt(worst, 1e-5, "gradient of %s off by %.3g relative", worst_name, worst);
@@ -318,13 +323,9 @@ Test(cuda, chunking_changes_nothing) {
     cr_assert_eq(mt_engine_grads(pieces.engine, inputs, targets, &loss_pieces), MT_OK, "%s", mt_error());
     cr_expect_lt(fabs(loss_pieces - loss_whole), 1e-3 * loss_whole, "loss %.7f chunked, %.7f whole", loss_pieces,
                  loss_whole);
-    double worst = 0;
-    const char *worst_name = "-";
-    for (int i = 0; i < whole.layout.num_tensors; i++) {
-        double err = tensor_rel_err(&whole.layout, i, mt_engine_host_grads(pieces.engine),
-                                    mt_engine_host_grads(whole.engine));
-        if (err > worst) worst = err, worst_name = whole.layout.tensors[i].name;
-    }
+    const char *worst_name;
+    double worst = worst_rel_err(&whole.layout, mt_engine_host_grads(pieces.engine),
+                                 mt_engine_host_grads(whole.engine), &worst_name);
     cr_log_info("chunked: loss %.7f against %.7f, worst gradient %s at %.3g", loss_pieces, loss_whole, worst_name,
                 worst);
     cr_expect_lt(worst, 1e-2, "gradient of %s off by %.3g relative", worst_name, worst);
