@@ -121,13 +121,13 @@ typedef struct {
 
 /* Every mode the table names, alone and together. */
 static const run_mode RUNS[] = {
-    {"clipped", 1.0f, 0, 0, 0, 0, 2, 1},
-    {"overlapped, gradient ring", 0.0f, 0, 0, 0, 0, 2, 1},
-    {"overlapped, every gradient kept", 0.0f, 1, 0, 0, 1, 3, 2},
-    {"clipped, ends on the device", 1.0f, 0, 1, 0, 0, 2, 1},
-    {"overlapped ring, ends on the device", 0.0f, 0, 1, 0, 1, 2, 2},
-    {"clipped, checkpoints on the host", 1.0f, 0, 0, -1, 0, 2, 2},
-    {"overlapped ring, some checkpoints on the host, ends on the device", 0.0f, 0, 1, 2, 1, 3, 1},
+    {"clipped", 1.0f, 0, 0, 0, 0, 2, 1, 0},
+    {"overlapped, gradient ring", 0.0f, 0, 0, 0, 0, 2, 1, 0},
+    {"overlapped, every gradient kept", 0.0f, 1, 0, 0, 1, 3, 2, 0},
+    {"clipped, ends on the device", 1.0f, 0, 1, 0, 0, 2, 1, 0},
+    {"overlapped ring, ends on the device", 0.0f, 0, 1, 0, 1, 2, 2, 0},
+    {"clipped, checkpoints on the host", 1.0f, 0, 0, -1, 0, 2, 2, 0},
+    {"overlapped ring, some checkpoints on the host, ends on the device", 0.0f, 0, 1, 2, 1, 3, 1, 0},
     /* The ends' gradients in vocabulary chunks, copied home by compute: the same table. */
     {"clipped, ends in vocabulary chunks", 1.0f, 0, 0, 0, 0, 2, 2, 16},
     {"overlapped ring, ends in vocabulary chunks, checkpoints on the host", 0.0f, 0, 0, -1, 0, 2, 1, 16},
