@@ -37,10 +37,9 @@ ladder_peer=${LADDER_PEER:-65536 32768 16384}
 # to pinned host memory where the GPU cannot hold them all.
 gpu_mem=${GPU_MEM:-132GiB}
 build="build-bench"
-jsonl=$out/bench.jsonl
-log=$out/runs.log
-. bench/lib.sh
-setup
+. bench/bench_lib.sh
+bench_start bench.jsonl
+build_megatrain
 
 common() { echo --seq "$seq" --steps "$steps" --warmup-steps "$warmup" --json "$jsonl"; }
 megatrain() { bench megatrain "$1" 1 1 "$2" "$build/megatrain" bench --backend cuda $(common) --preset "$1" --clip 0 --gpu-mem "$gpu_mem"; }

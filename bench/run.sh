@@ -25,10 +25,9 @@ warmup=${WARMUP:-2}
 seq=4096
 deadline=${BUDGET_S:-560}
 build="build-bench"
-jsonl=$out/bench.jsonl
-log=$out/runs.log
-. bench/lib.sh
-setup
+. bench/bench_lib.sh
+bench_start bench.jsonl
+build_megatrain
 
 common=(--seq "$seq" --steps "$steps" --warmup-steps "$warmup" --json "$jsonl")
 megatrain=("$build/megatrain" bench --backend cuda "${common[@]}")

@@ -18,6 +18,7 @@ typedef struct {
     int P;        /* activation checkpoints kept on the host */
     int keep_all; /* every unit's gradient stays on the host (clipping, keep_grads), else a ring */
     int ring;     /* the ring's block buffers */
+    int follower; /* a follower rank: its gradients land in its leader's host buffers */
 } shape;
 
 static shape shape_of(mt_backend *be, const mt_config *cfg, const mt_layout *lay, const mt_engine_options *o) {
@@ -117,10 +118,11 @@ static void walk(const shape *s, walker *w) {
 
     /* Where gradients land on the host: every unit's (exact clipping needs every gradient until the
      * norm is known; tests read them), or the blocks' in a ring by backward order and the embedding
-     * and head each in their own buffer (none when the device updates them). */
-    if (s->keep_all) {
+     * and head each in their own buffer (none when the device updates them). A follower rank has
+     * none: its slices land in its leader's (it keeps them all: ranks need clipping). */
+    if (s->keep_all && !s->follower) {
         HOST(grads_full, host_grads, (size_t)lay->total_numel * 4, "the gradients of every unit");
-    } else {
+    } else if (!s->keep_all) {
         if (!o->ends_on_device) {
             HOST(grad_home[0], host_grads, embed * 4, "the embedding's gradients");
             HOST(grad_home[U - 1], host_grads, head * 4, "the head's gradients");
@@ -152,8 +154,9 @@ static void point_into_buffers(mt_engine *e) {
     e->dev_targets = e->dev_inputs + (size_t)e->o.micro_batches * mt_engine_rows(e);
     mt_block_ws_carve(&e->ws, e->ws_base, e->be, e->cfg, e->o.batch, e->o.seq, e->o.chunk);
     for (int i = 0; i < 2; i++) memset(e->input_rows[i], 0, (size_t)e->cfg->vocab_size);
-    if (e->grads_full)
-        for (int u = 0; u < e->U; u++) e->grad_home[u] = e->grads_full + lay->units[u].offset;
+    const float *grads = e->leader ? e->leader->grads_full : e->grads_full;
+    if (grads)
+        for (int u = 0; u < e->U; u++) e->grad_home[u] = (float *)grads + lay->units[u].offset;
     else
         for (int l = 0; l < e->L; l++)
             e->grad_home[mt_unit_block(l)] = e->grad_ring_base + (size_t)((e->L - 1 - l) % e->grad_ring) * lay->max_block_numel;
@@ -172,6 +175,7 @@ static void point_into_buffers(mt_engine *e) {
 mt_status mt_engine_allocate(mt_engine *e) {
     shape s = shape_of(e->be, e->cfg, e->lay, &e->o);
     e->grad_ring = s.ring;
+    s.follower = e->leader != NULL;
     walker count = {0};
     walk(&s, &count);
     e->allocs = calloc((size_t)count.device_buffers, sizeof *e->allocs);

@@ -62,7 +62,8 @@ void mt_engine_ends_update(mt_engine *e, const mt_adamw_params *p, int clip) {
 }
 
 void mt_engine_ends_home(mt_engine *e) {
-    if (!e->o.ends_on_device || e->ends_home_generation == e->generation) return;
+    /* Every rank's device holds the same state (the same summed gradients): the leader's goes home. */
+    if (!e->o.ends_on_device || e->leader || e->ends_home_generation == e->generation) return;
     for (int i = 0; i < 2; i++) mt_engine_guard_unit(e, end_unit(e, i));
     mt_engine_wait(e, e->d2h, MT_EV_ENDS_UPDATED, 0);
     for (int i = 0; i < 2; i++) copy_unit_state(e, end_unit(e, i), 0, e->d2h);

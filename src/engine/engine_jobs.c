@@ -73,13 +73,13 @@ static void head_dw_by_vocab(const mt_compute_job *j, const void *norm_w, const 
     mt_engine *e = j->e;
     const mt_op_iface *op = e->op;
     int D = e->cfg->hidden_size, V = e->cfg->vocab_size, chunk = e->o.head_vocab_chunk, U = e->U;
-    mt_unit_grads home = mt_bind_grads(e->lay, U - 1, e->grad_home[U - 1]);
     mt_unit_grads dev = mt_bind_grads(e->lay, U - 1, e->head_grad);
     size_t wsize = mt_dtype_size(e->be->ops->weight_dtype);
     /* the unit's tensors before the head matrix: the final norm's gradient (and the padding of the layout) */
     size_t before = (size_t)(dev.t[MT_T_LM_HEAD] - e->head_grad);
+    mt_engine_reduce(e, e->head_grad, before);
     op->sumsq(e->be, e->compute, e->dev_norms + U - 1, e->head_grad, before);
-    mt_copy_in_launch(e->be, e->grad_home[U - 1], e->head_grad, before * 4, e->compute);
+    mt_engine_copy_home_in_launch(e, U - 1, 0, e->head_grad, before);
     for (int v0 = 0; v0 < V; v0 += chunk) {
         int rows = V - v0 < chunk ? V - v0 : chunk;
         mt_zero_in_launch(e->be, dev.t[MT_T_LM_HEAD], (size_t)rows * D * 4, e->compute);
@@ -90,9 +90,9 @@ static void head_dw_by_vocab(const mt_compute_job *j, const void *norm_w, const 
                           targets_at(e, p.m) + row, e->dev_lse + p.m * mt_engine_rows(e) + row, p.rows, D, v0, rows,
                           j->scale, e->o.lm_chunk, e->lm_ws);
         }
+        mt_engine_reduce(e, dev.t[MT_T_LM_HEAD], (size_t)rows * D);
         op->sumsq(e->be, e->compute, e->dev_norms + U - 1, dev.t[MT_T_LM_HEAD], (size_t)rows * D);
-        mt_copy_in_launch(e->be, home.t[MT_T_LM_HEAD] + (size_t)v0 * D, dev.t[MT_T_LM_HEAD], (size_t)rows * D * 4,
-                      e->compute);
+        mt_engine_copy_home_in_launch(e, U - 1, before + (size_t)v0 * D, dev.t[MT_T_LM_HEAD], (size_t)rows * D);
     }
 }
 
@@ -124,9 +124,14 @@ static void run_head(const mt_compute_job *j) {
             op->rmsnorm_dx(e->be, e->compute, row_of(e, dy_at(e, p.m), row), g.t[MT_T_FINAL_NORM], e->ws.tmp,
                            row_of(e, ckpt_at(e, e->L, p.m), row), norm_w, e->ws.rstd1, p.rows, D, 0);
     }
-    if (chunked) head_dw_by_vocab(j, norm_w, lm_w);
-    else if (train)
-        op->sumsq(e->be, e->compute, e->dev_norms + e->U - 1, e->head_grad, (size_t)mt_engine_numel(e, e->U - 1));
+    mt_engine_reduce(e, e->dev_loss, 1); /* every rank's loss is the group's */
+    if (j->mode == MT_RUN_EVAL) return;
+    if (chunked) {
+        head_dw_by_vocab(j, norm_w, lm_w);
+        return;
+    }
+    mt_engine_reduce(e, e->head_grad, (size_t)mt_engine_numel(e, e->U - 1));
+    op->sumsq(e->be, e->compute, e->dev_norms + e->U - 1, e->head_grad, (size_t)mt_engine_numel(e, e->U - 1));
 }
 
 /* The embedding's gradient: the rows the step's input tokens touch, gathered from the gradient
@@ -136,7 +141,6 @@ static void embed_backward(const mt_compute_job *j) {
     mt_engine *e = j->e;
     int D = e->cfg->hidden_size, V = e->cfg->vocab_size;
     int chunked = mt_engine_ends_chunked(e), chunk = chunked ? e->o.head_vocab_chunk : V;
-    mt_unit_grads home = mt_bind_grads(e->lay, 0, e->grad_home[0]);
     for (int v0 = 0; v0 < V; v0 += chunk) {
         int rows = V - v0 < chunk ? V - v0 : chunk;
         if (chunked) mt_zero_in_launch(e->be, e->embed_grad, (size_t)rows * D * 4, e->compute);
@@ -148,10 +152,13 @@ static void embed_backward(const mt_compute_job *j) {
                                     D, v0, rows);
             }
         if (!chunked) break;
+        mt_engine_reduce(e, dw, (size_t)rows * D);
         e->op->sumsq(e->be, e->compute, e->dev_norms, dw, (size_t)rows * D);
-        mt_copy_in_launch(e->be, home.t[MT_T_WTE] + (size_t)v0 * D, dw, (size_t)rows * D * 4, e->compute);
+        mt_engine_copy_home_in_launch(e, 0, (size_t)v0 * D, dw, (size_t)rows * D); /* the WTE matrix starts the unit */
     }
-    if (!chunked) e->op->sumsq(e->be, e->compute, e->dev_norms, e->embed_grad, (size_t)mt_engine_numel(e, 0));
+    if (chunked) return;
+    mt_engine_reduce(e, e->embed_grad, (size_t)mt_engine_numel(e, 0));
+    e->op->sumsq(e->be, e->compute, e->dev_norms, e->embed_grad, (size_t)mt_engine_numel(e, 0));
 }
 
 static void run_job(void *arg) {
@@ -181,6 +188,7 @@ static void run_job(void *arg) {
         mt_unit_grads g = mt_bind_grads(e->lay, u, e->grad_slot[j->grad_slot]);
         for (int m = 0; m < j->micro_batches; m++)
             mt_block_backward(&ctx, &w, &g, micro(e, j->x_in, m), dy_at(e, m));
+        mt_engine_reduce(e, e->grad_slot[j->grad_slot], (size_t)mt_engine_numel(e, u));
         op->sumsq(e->be, e->compute, e->dev_norms + u, e->grad_slot[j->grad_slot], (size_t)mt_engine_numel(e, u));
         break;
     }

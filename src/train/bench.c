@@ -9,11 +9,9 @@
 #include <string.h>
 
 #include "engine/block.h"
-#include "engine/engine.h"
 #include "megatrain.h"
-#include "train/backend_select.h"
-#include "train/memory_check.h"
 #include "train/options.h"
+#include "train/train_devices.h"
 #include "train/progress.h"
 #include "util/rng.h"
 #include "util/clock.h"
@@ -35,6 +33,19 @@ static double host_peak_bytes(void) {
     return kb * 1024;
 }
 
+/* Bytes each GPU moves over its PCIe link in a step, by the schedule (engine.h): every block's
+ * weights come in for the forward and, but for the K still resident, again for the backward; the
+ * embedding and head once each unless the device keeps them; its 1/ranks slice of every gradient
+ * the host optimizer updates goes home in fp32. */
+static void pcie_bytes(const mt_layout *lay, const mt_engine_options *eo, int ranks, mt_dtype weight, double *h2d,
+                       double *d2h) {
+    int L = lay->cfg.num_layers, K = eo->slots < L ? eo->slots : L, U = lay->num_units;
+    double wsize = (double)mt_dtype_size(weight), ends = (double)(lay->units[0].numel + lay->units[U - 1].numel);
+    double blocks = (double)lay->total_numel - ends;
+    *h2d = wsize * (blocks * (2.0 * L - K) / L + (eo->ends_on_device ? 0 : ends));
+    *d2h = 4.0 * (blocks + (eo->ends_on_device ? 0 : ends)) / ranks;
+}
+
 static int compare_doubles(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -52,24 +63,29 @@ typedef struct {
      * libraries' workspaces included), sampled after every step and at the end: the engine
      * allocates all it uses at its creation and the libraries theirs in the first step. */
     double driver_peak_bytes;
+    int gpus;                  /* ranks */
+    double h2d_bytes, d2h_bytes; /* PCIe bytes per GPU per step, each way */
 } bench_summary;
 
 static void print_summary(FILE *out, const mt_train_options *o, const mt_backend *be, const mt_config *cfg,
                           const bench_summary *s, double peak_gpu, double host, const char *json) {
-    double driver = s->driver_peak_bytes;
-    double tokens = (double)o->micro_batches * o->batch * o->seq_len;
-    fprintf(out, "megatrain %s: %.0f tokens/step, median step %.3f s, %.0f tokens/s, %.1f TFLOP/s, "
+    double tokens = (double)s->gpus * o->micro_batches * o->batch * o->seq_len;
+    fprintf(out, "megatrain %s on %d %s%s: %.0f tokens/step, median step %.3f s, %.0f tokens/s, %.1f TFLOP/s, "
             "peak device memory %.2f GiB (%.2f GiB by the driver's count, context included), host %.1f GiB, "
             "block chunk %d tokens, checkpoints of %d of %d blocks on the host, device idle %.1f%% of the step (%.1f%% in the forward, "
             "%.1f%% in the backward, the rest at the step's ends; stalled on copies %.1f%%), issuing thread waited on the optimizer %.1f%% (that wait overlaps queued GPU work), "
-            "optimizer %.3f s a step (%.4f s a block), embedding and head updated on the %s\n", o->preset ? o->preset : "model", tokens, s->step_s,
-            s->tokens_per_s, s->tflops, peak_gpu / 1073741824.0, driver / 1073741824.0, host / 1073741824.0, s->chunk,
-            s->ckpt_on_host, cfg->num_layers, 100 * s->idle_share,
+            "optimizer %.3f s a step (%.4f s a block, %.0f%% of the step), embedding and head updated on the %s; "
+            "PCIe per GPU per step %.2f GB in, %.2f GB out\n", o->preset ? o->preset : "model", s->gpus,
+            mt_backend_has_own_memory(be) ? "GPU" : "cpu rank", s->gpus > 1 ? "s" : "", tokens, s->step_s,
+            s->tokens_per_s, s->tflops, peak_gpu / 1073741824.0, s->driver_peak_bytes / 1073741824.0,
+            host / 1073741824.0, s->chunk, s->ckpt_on_host, cfg->num_layers, 100 * s->idle_share,
             100 * s->idle_forward_share, 100 * s->idle_backward_share, 100 * s->stall_share, 100 * s->opt_wait_share, s->opt_s, s->opt_block_s,
-            s->ends_on_device ? "device" : "host");
+            s->step_s > 0 ? 100 * s->opt_s / s->step_s : 0, s->ends_on_device ? "device" : "host", s->h2d_bytes / 1e9,
+            s->d2h_bytes / 1e9);
     if (!json) return;
-    json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:b, s:f, s:i, s:i, s:f, s:i}",
-                          "system", "megatrain", "backend", be->ops->name, "model", o->preset ? o->preset : "model",
+    json_t *j = json_pack("{s:i, s:f, s:f, s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:b, s:f, s:i, s:i, s:f, s:i}",
+                          "gpus", s->gpus, "pcie_h2d_gb_per_gpu", s->h2d_bytes / 1e9, "pcie_d2h_gb_per_gpu",
+                          s->d2h_bytes / 1e9, "system", "megatrain", "backend", be->ops->name, "model", o->preset ? o->preset : "model",
                           "params", (json_int_t)mt_config_total_params(cfg), "seq", o->seq_len, "batch", o->batch,
                           "micro_batches", o->micro_batches, "tokens_per_step", tokens, "step_s", s->step_s,
                           "tokens_per_s", s->tokens_per_s, "tflops", s->tflops, "peak_gpu_gib",
@@ -81,7 +97,7 @@ static void print_summary(FILE *out, const mt_train_options *o, const mt_backend
                           (double)o->max_grad_norm, "opt_cores", o->opt_cores ? o->opt_cores : "",
                           "ends_on_device", s->ends_on_device, "gpu_mem_gib", (double)o->gpu_mem / 1073741824.0,
                           "ckpt_on_host", s->ckpt_on_host, "layers", cfg->num_layers, "driver_peak_gpu_gib",
-                          driver / 1073741824.0, "chunk", s->chunk);
+                          s->driver_peak_bytes / 1073741824.0, "chunk", s->chunk);
     FILE *f = fopen(json, "a");
     if (j && f) {
         json_dumpf(j, f, JSON_COMPACT);
@@ -100,29 +116,29 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
     MT_TRY(mt_train_model_config(o, &cfg));
     mt_layout lay;
     MT_TRY(mt_layout_init(&lay, &cfg));
-    mt_backend *be = NULL;
+    mt_devices dev = {0};
     mt_store store = {0};
-    mt_engine *engine = NULL;
-    size_t n = (size_t)o->micro_batches * o->batch * o->seq_len;
+    size_t n = (size_t)o->gpus * o->micro_batches * o->batch * o->seq_len;
     int32_t *inputs = mt_malloc(n * sizeof *inputs, "bench tokens"), *targets = mt_malloc(n * sizeof *targets, "bench tokens");
     double *times = mt_calloc((size_t)o->steps, sizeof *times, "bench timings");
     mt_status rc = inputs && targets && times ? MT_OK : MT_ERR_NOMEM;
     mt_engine_options eo = {0};
     double t0 = mt_now();
-    if (rc == MT_OK) rc = mt_backend_open(o->backend, o->threads, &be);
+    if (rc == MT_OK) rc = mt_devices_open(&dev, o);
+    mt_backend *be = dev.be;
     double t1 = mt_now();
     mt_moments_format moments;
     if (rc == MT_OK) rc = mt_moments_format_parse(o->moments, &moments);
     /* Refused up front, as train is: what the store and the engine need against what is there. */
     if (rc == MT_OK) rc = mt_train_engine_options(o, be, &cfg, &eo);
-    if (rc == MT_OK) rc = mt_memory_check(&lay, be, &eo, moments);
+    if (rc == MT_OK) rc = mt_devices_check_memory(&dev, &lay, &eo, moments);
     if (rc == MT_OK) rc = mt_store_create_with_moments(&store, &lay, be, moments);
     double t2 = mt_now();
     if (rc == MT_OK) {
         mt_store_init_random(&store, (uint64_t)o->seed);
         fprintf(out, "set-up: backend %.1f s, host store %.1f s, initialization %.1f s\n", t1 - t0, t2 - t1,
                 mt_now() - t2);
-        rc = mt_engine_create(&engine, be, &store, &eo, 0);
+        rc = mt_devices_start(&dev, &store, &eo, 0);
     }
     if (rc == MT_OK) fprintf(out, "set-up: engine ready at %.1f s\n", mt_now() - t0);
     mt_rng rng = {(uint64_t)o->seed};
@@ -134,7 +150,7 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
             targets[i] = (int32_t)(mt_rng_next(&rng) % (uint64_t)cfg.vocab_size);
         }
         mt_step_result r;
-        rc = mt_engine_step(engine, inputs, targets, 1e-4f, &r);
+        rc = mt_devices_step(&dev, inputs, targets, 1e-4f, &r);
         if (rc != MT_OK) break;
         if ((double)mt_dev_in_use(be) > driver_peak) driver_peak = (double)mt_dev_in_use(be);
         double ends = r.seconds - r.compute_seconds - r.idle_forward_seconds - r.idle_backward_seconds;
@@ -157,13 +173,14 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
         total += r.seconds;
     }
     if (rc == MT_OK) {
-        mt_engine_finish(engine);
+        mt_engine_finish(dev.engine);
         size_t peak = mt_dev_peak(be);
         qsort(times, (size_t)o->steps, sizeof *times, compare_doubles);
         if ((double)mt_dev_in_use(be) > driver_peak) driver_peak = (double)mt_dev_in_use(be);
         bench_summary sum = {.step_s = times[o->steps / 2], .ends_on_device = eo.ends_on_device,
-                             .ckpt_on_host = eo.ckpt_on_host, .chunk = mt_block_piece_rows(eo.batch, eo.seq, eo.chunk),
-                             .driver_peak_bytes = driver_peak};
+                             .ckpt_on_host = eo.ckpt_on_host, .gpus = o->gpus > 1 ? o->gpus : 1,
+                             .chunk = mt_block_piece_rows(eo.batch, eo.seq, eo.chunk), .driver_peak_bytes = driver_peak};
+        pcie_bytes(&lay, &eo, sum.gpus, be->ops->weight_dtype, &sum.h2d_bytes, &sum.d2h_bytes);
         sum.tokens_per_s = (double)n / sum.step_s;
         sum.tflops = sum.tokens_per_s * model_flops_per_token(&cfg, o->seq_len) / 1e12;
         sum.stall_share = total > 0 ? stall / total : 0;
@@ -175,9 +192,9 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
         sum.opt_block_s = opt_block / (double)o->steps;
         print_summary(out, o, be, &cfg, &sum, (double)peak, host_peak_bytes(), json);
     }
-    mt_engine_destroy(engine);
+    mt_devices_stop(&dev);
     if (store.layout) mt_store_free(&store);
-    if (be) mt_backend_destroy(be);
+    mt_devices_close(&dev);
     mt_layout_free(&lay);
     free(inputs);
     free(targets);

@@ -7,15 +7,9 @@
 #include "engine/store.h"
 #include "megatrain.h"
 #include "train/backend_select.h"
+#include "train/machine_rates.h"
 #include "train/memory_check.h"
 #include "train/options.h"
-
-/* The lent H200 machine's measured rates, which the floor is stated against (docs/memory.md): PCIe
- * and GEMM as measured there; host memory as our AdamW moves it there (3.74 G params/s x 30 bytes,
- * 15 threads, bench/adamw, 2026-11-22). */
-#define PCIE_BYTES_PER_S 51e9
-#define HOST_BYTES_PER_S 112e9
-#define GEMM_FLOP_PER_S 700e12
 
 /* Reduced-precision moments are reported as what they are: an option, not the default. */
 static const char *const moments_note[] = {
@@ -60,7 +54,7 @@ mt_status mt_plan(const mt_train_options *given, FILE *out) {
     mt_layout lay;
     MT_TRY(mt_layout_init(&lay, &cfg));
     mt_backend *be = NULL;
-    mt_status rc = mt_backend_open(o->backend, o->threads, &be);
+    mt_status rc = mt_backend_open_for_plan(o->backend, o->threads, o->gpu_mem, &be);
     if (rc != MT_OK) {
         mt_layout_free(&lay);
         return rc;
@@ -123,15 +117,25 @@ mt_status mt_plan(const mt_train_options *given, FILE *out) {
     fputs(budget, out);
     mt_memory_fit fit = mt_memory_fit_of(&lay, be, &eo, moments);
     mt_memory_fit_print(&fit, out);
-    fprintf(out, "floor     GEMM %.3g FLOP / %.0f TFLOP/s = %.3f s\n", flops, GEMM_FLOP_PER_S / 1e12,
-            flops / GEMM_FLOP_PER_S);
-    fprintf(out, "          PCIe in %.2f GB, out %.2f GB at %.0f GB/s each way = %.3f s\n", pcie_in / 1e9,
-            pcie_out / 1e9, PCIE_BYTES_PER_S / 1e9, (pcie_in > pcie_out ? pcie_in : pcie_out) / PCIE_BYTES_PER_S);
+    mt_machine_rates rates;
+    rc = mt_machine_rates_of(o, be, &eo, &rates);
+    if (rc != MT_OK) {
+        mt_backend_destroy(be);
+        mt_layout_free(&lay);
+        return rc;
+    }
+    mt_machine_rates_print(&rates, out);
+    fprintf(out, "floor     GEMM %.3g FLOP / %.0f TFLOP/s = %.3f s\n", flops, rates.gemm_flop_per_s / 1e12,
+            flops / rates.gemm_flop_per_s);
+    double pcie_in_s = pcie_in / rates.pcie_h2d_bytes_per_s, pcie_out_s = pcie_out / rates.pcie_d2h_bytes_per_s;
+    fprintf(out, "          PCIe in %.2f GB at %.1f GB/s, out %.2f GB at %.1f GB/s = %.3f s\n", pcie_in / 1e9,
+            rates.pcie_h2d_bytes_per_s / 1e9, pcie_out / 1e9, rates.pcie_d2h_bytes_per_s / 1e9,
+            pcie_in_s > pcie_out_s ? pcie_in_s : pcie_out_s);
     /* Read gradient, master, m, v; write master, m, v and the working weights. */
     double opt_bytes = (double)(hb.master + hb.moments) * 2 / params + 4.0 + wbytes;
     fprintf(out, "          optimizer %.0f bytes/parameter x %.3f B parameters on the host over %.0f GB/s host memory = "
-            "%.3f s\n", opt_bytes, host_params / 1e9, HOST_BYTES_PER_S / 1e9, opt_bytes * host_params / HOST_BYTES_PER_S);
-    fprintf(out, "          (rates: the lent H200 machine's; PCIe and GEMM measured there, host memory from bench/adamw)\n");
+            "%.3f s\n", opt_bytes, host_params / 1e9, rates.host_bytes_per_s / 1e9,
+            opt_bytes * host_params / rates.host_bytes_per_s);
     mt_backend_destroy(be);
     mt_layout_free(&lay);
     return MT_OK;

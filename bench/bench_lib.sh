@@ -1,18 +1,25 @@
-# The bench scripts' shared steps (sourced by bench/run.sh and bench/long_context.sh). They read
-# out (the results' folder), build (megatrain's build folder), jsonl (the results, one JSON line
-# a run), log (the runs' output), seq (the run's sequence length) and deadline (seconds from the
-# script's start after which no run starts).
+# shellcheck shell=bash
+# Sourced by bench/run.sh and bench/multi_gpu.sh: the output files and the machine's line, the
+# build, and one timed run with its JSON line. Needs out (the output folder), seq and deadline
+# (seconds from the script's start after which no run starts).
 
-# setup: empties the results, sets and prints `machine`, builds megatrain (or exits).
-setup() {
+# bench_start NAME: jsonl=$out/NAME (the runs' lines) and log=$out/runs.log (their output), both
+# empty; machine=the GPUs, cores and host memory, printed.
+bench_start() {
+    jsonl=$out/$1
+    log=$out/runs.log
     mkdir -p "$out"
     : >"$jsonl"
     : >"$log"
     local gpu host_gib
     gpu=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1)
     host_gib=$(awk '/^MemTotal/ { printf "%.0f", $2 / 1048576 }' /proc/meminfo)
-    machine="$gpu, $(nproc) cores, $host_gib GiB host memory"
+    machine="$(nvidia-smi -L | wc -l) x $gpu, $(nproc) cores, $host_gib GiB host memory"
     echo "$machine"
+}
+
+# build_megatrain: $build/megatrain with CUDA (log in $out/build.log); a failed build ends the script.
+build_megatrain() {
     if ! make CUDA=1 BUILD="$build" -j"$(nproc)" "$build/megatrain" >"$out/build.log" 2>&1; then
         echo "build failed; its log ends:"
         tail -40 "$out/build.log"
@@ -57,4 +64,3 @@ bench() {
         record "$system" "$model" "$micro" "$batch" error "exit $rc: $(grep -v '^====' "$log" | tail -1 | cut -c1-200)"
     fi
 }
-
