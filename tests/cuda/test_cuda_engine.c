@@ -292,7 +292,7 @@ Test(cuda, checkpoints_on_host_change_nothing) {
  * is O(1)), then three training steps without clipping (the overlapped optimizer, the early copy of
  * the embedding's zeros) within 1e-3. */
 Test(cuda, chunking_changes_nothing) {
-    mt_config cfg = wider(mt_tiny_config_gqa());
+    mt_config cfg = mt_tiny_wider(mt_tiny_config_gqa());
     cfg.num_layers = 4;
     mt_engine_options o = options(), chunked = options();
     o.max_grad_norm = chunked.max_grad_norm = 0;

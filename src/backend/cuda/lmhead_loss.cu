@@ -90,7 +90,7 @@ extern "C" mt_status mt_cuda_lmhead_dw(mt_cuda_backend *cb, cudaStream_t s, floa
     if (chunk <= 0) return mt_fail(MT_ERR_INVALID, "lmhead_dw: chunk %d must be positive", chunk);
     float *logits = (float *)workspace;
     /* the workspace was sized for [chunk, vocab] with vocab >= rows: the bf16 part fits after rows' */
-    bf16 *dlogits = (bf16 *)((char *)workspace + dlogits_offset(chunk, rows));
+    bf16 *dlogits = (bf16 *)((char *)workspace + mt_cuda_lmhead_dlogits_offset(chunk, rows));
     for (int r0 = 0; r0 < n; r0 += chunk) {
         int nr = n - r0 < chunk ? n - r0 : chunk;
         const bf16 *xc = (const bf16 *)x + (size_t)r0 * d;
