@@ -88,6 +88,9 @@ typedef struct {
                               * "auto" or NULL: on where the GPU can hold them (12 bytes a
                               * parameter) within --gpu-mem or its free memory, with fp32 moments */
     int lm_chunk;            /* rows of logits the LM head holds at once */
+    int chunk;               /* tokens a block's norms, projections and MLP take at once (the
+                              * workspace is a chunk's, not the sequence's); 0: the whole
+                              * micro-batch; --gpu-mem may halve it */
     int gpus;                /* data-parallel ranks on this host (default 1): GPUs 0..gpus-1, or with
                               * the cpu backend as many ranks as threads; each runs micro_batches x
                               * batch sequences a step, one host store and optimizer for all */

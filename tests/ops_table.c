@@ -249,11 +249,11 @@ static void embedding_prepare(const ops_case *c, ops_host *h) {
 }
 static void embedding_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
     be->ops->op.embedding(be, s, d[EM_X], d[EM_TOKENS], d[EM_WTE], c->n, c->d);
-    be->ops->op.embedding_dw(be, s, d[EM_DWTE], d[EM_TOKENS], d[EM_DX], c->n, c->d);
+    be->ops->op.embedding_dw(be, s, d[EM_DWTE], d[EM_TOKENS], d[EM_DX], c->n, c->d, 0, c->vocab);
 }
 static void embedding_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
     mt_cpu_embedding(h->x[EM_X], h->ids[EM_TOKENS], h->x[EM_WTE], c->n, c->d);
-    mt_cpu_embedding_dw(h->x[EM_DWTE], h->ids[EM_TOKENS], h->x[EM_DX], c->n, c->d);
+    mt_cpu_embedding_dw(h->x[EM_DWTE], h->ids[EM_TOKENS], h->x[EM_DX], c->n, c->d, 0, c->vocab);
 }
 static const ops_kind EMBEDDING = {.declare = embedding_declare, .prepare = embedding_prepare,
                                    .call = embedding_call, .reference = embedding_reference};
@@ -282,12 +282,12 @@ static void lmhead_prepare(const ops_case *c, ops_host *h) {
     for (int i = 0; i < c->n; i++) h->ids[LM_TARGETS][i] = i % 5 == 3 ? -1 : (i * 31) % c->vocab;
 }
 static void lmhead_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
-    be->ops->op.lmhead_loss(be, s, d[LM_LOSS], d[LM_DX], d[LM_DW], d[LM_X], d[LM_W], d[LM_TARGETS], c->n, c->d,
+    be->ops->op.lmhead_loss(be, s, d[LM_LOSS], NULL, d[LM_DX], d[LM_DW], d[LM_X], d[LM_W], d[LM_TARGETS], c->n, c->d,
                             c->vocab, c->scale, c->chunk, d[LM_WS]);
 }
 static void lmhead_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
     void *ws = malloc(mt_cpu_lmhead_workspace(c->chunk, c->vocab));
-    mt_cpu_lmhead_loss(h->x[LM_LOSS], h->x[LM_DX], h->x[LM_DW], h->x[LM_X], h->x[LM_W], h->ids[LM_TARGETS], c->n,
+    mt_cpu_lmhead_loss(h->x[LM_LOSS], NULL, h->x[LM_DX], h->x[LM_DW], h->x[LM_X], h->x[LM_W], h->ids[LM_TARGETS], c->n,
                        c->d, c->vocab, c->scale, c->chunk, ws);
     free(ws);
 }

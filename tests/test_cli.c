@@ -424,6 +424,25 @@ Test(cli, plan_prints_host_and_device_memory) {
     mt_cli_result_free(&r);
 }
 
+/* The chunks plan chose: a 131072-token Llama-3.1-8B sequence in pieces of --chunk, the head's
+ * gradient in vocabulary chunks, and the checkpoint split. */
+Test(cli, plan_prints_chunks_and_checkpoint_split) {
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "plan", "--preset", "llama-3.1-8b", "--backend", "cpu", "--seq", "131072", "--batch",
+               "1", "--chunk", "4096", NULL);
+    assert_succeeded(&r);
+    cr_expect_not_null(strstr(r.out, "MLP 4096 tokens at a time (32 per micro-batch)"), "%s", r.out);
+    cr_expect_not_null(strstr(r.out, "8192 vocabulary rows at a time (16 chunks)"), "%s", r.out);
+    cr_expect(has_line_starting(r.out, "ckpts"), "no checkpoint line:\n%s", r.out);
+    mt_cli_result_free(&r);
+    /* past what the model's RoPE allows: refused, naming the limit */
+    mt_cli_run(&r, TIMEOUT_S, "plan", "--preset", "llama-3.1-8b", "--backend", "cpu", "--seq", "131073", "--batch",
+               "1", NULL);
+    cr_expect_eq(r.exit_code, 2, "plan took --seq 131073 (exit %d):\n%s", r.exit_code, r.out);
+    cr_expect_not_null(strstr(r.err, "131072"), "%s", r.err);
+    mt_cli_result_free(&r);
+}
+
 Test(cli, help_for_every_command) {
     static const char *const commands[] = {"train", "sample", "plan", "export"};
     mt_cli_result r;

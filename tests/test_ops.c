@@ -394,8 +394,17 @@ Test(ops, embedding_dw_scatters_rows) {
     for (int r = 0; r < SPLIT_N; r++)
         for (int j = 0; j < SPLIT_D; j++) want[EM_TOKENS[r] * SPLIT_D + j] += dx[r * SPLIT_D + j];
 
-    mt_cpu_embedding_dw(dwte, EM_TOKENS, dx, SPLIT_N, SPLIT_D);
+    mt_cpu_embedding_dw(dwte, EM_TOKENS, dx, SPLIT_N, SPLIT_D, 0, EM_VOCAB);
     ops_assert_close("dwte", dwte, want, COUNT(dwte), FWD_ATOL, FWD_RTOL);
+}
+
+/* A vocabulary window [v0, v0 + rows): its tokens' rows land at token - v0, the others nowhere. */
+Test(ops, embedding_dw_window_takes_its_rows_only) {
+    float dx[SPLIT_N * SPLIT_D], whole[EM_VOCAB * SPLIT_D] = {0}, window[2 * SPLIT_D] = {0};
+    ops_fill(dx, COUNT(dx), 103, -1, 1);
+    mt_cpu_embedding_dw(whole, EM_TOKENS, dx, SPLIT_N, SPLIT_D, 0, EM_VOCAB);
+    mt_cpu_embedding_dw(window, EM_TOKENS, dx, SPLIT_N, SPLIT_D, 3, 2);
+    cr_expect(!memcmp(window, whole + 3 * SPLIT_D, sizeof window), "rows 3 and 4 differ from the whole gradient's");
 }
 
 Test(ops, embedding_dw_sums_rows_in_order) {
@@ -404,9 +413,10 @@ Test(ops, embedding_dw_sums_rows_in_order) {
     ops_fill(once, COUNT(once), 104, -1, 1);
     memcpy(split, once, sizeof once);
 
-    mt_cpu_embedding_dw(once, EM_TOKENS, dx, SPLIT_N, SPLIT_D);
-    mt_cpu_embedding_dw(split, EM_TOKENS, dx, SPLIT_HALF, SPLIT_D);
-    mt_cpu_embedding_dw(split, EM_TOKENS + SPLIT_HALF, dx + SPLIT_HALF * SPLIT_D, SPLIT_N - SPLIT_HALF, SPLIT_D);
+    mt_cpu_embedding_dw(once, EM_TOKENS, dx, SPLIT_N, SPLIT_D, 0, EM_VOCAB);
+    mt_cpu_embedding_dw(split, EM_TOKENS, dx, SPLIT_HALF, SPLIT_D, 0, EM_VOCAB);
+    mt_cpu_embedding_dw(split, EM_TOKENS + SPLIT_HALF, dx + SPLIT_HALF * SPLIT_D, SPLIT_N - SPLIT_HALF, SPLIT_D, 0,
+                        EM_VOCAB);
     cr_assert(memcmp(once, split, sizeof once) == 0, "dwte differs between one call and two");
 }
 
@@ -424,7 +434,7 @@ typedef struct {
 static void lmhead(float *loss_sum, float *dx, float *dw, const float *x, const float *w,
                    const int32_t *targets, int chunk, lm_workspace *ws) {
     cr_assert(mt_cpu_lmhead_workspace(chunk, LM_VOCAB) <= sizeof *ws);
-    mt_cpu_lmhead_loss(loss_sum, dx, dw, x, w, targets, LM_N, LM_D, LM_VOCAB, LM_SCALE, chunk, ws);
+    mt_cpu_lmhead_loss(loss_sum, NULL, dx, dw, x, w, targets, LM_N, LM_D, LM_VOCAB, LM_SCALE, chunk, ws);
 }
 
 Test(ops, lmhead_loss_matches_reference) {

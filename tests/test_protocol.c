@@ -116,17 +116,21 @@ typedef struct {
     const char *name;
     float clip;
     int keep_grads, ends_on_device, ckpt_on_host, tied, slots, micro_batches;
+    int head_vocab_chunk; /* 0: the default (no chunks at this vocabulary) */
 } run_mode;
 
 /* Every mode the table names, alone and together. */
 static const run_mode RUNS[] = {
-    {"clipped", 1.0f, 0, 0, 0, 0, 2, 1},
-    {"overlapped, gradient ring", 0.0f, 0, 0, 0, 0, 2, 1},
-    {"overlapped, every gradient kept", 0.0f, 1, 0, 0, 1, 3, 2},
-    {"clipped, ends on the device", 1.0f, 0, 1, 0, 0, 2, 1},
-    {"overlapped ring, ends on the device", 0.0f, 0, 1, 0, 1, 2, 2},
-    {"clipped, checkpoints on the host", 1.0f, 0, 0, -1, 0, 2, 2},
-    {"overlapped ring, some checkpoints on the host, ends on the device", 0.0f, 0, 1, 2, 1, 3, 1},
+    {"clipped", 1.0f, 0, 0, 0, 0, 2, 1, 0},
+    {"overlapped, gradient ring", 0.0f, 0, 0, 0, 0, 2, 1, 0},
+    {"overlapped, every gradient kept", 0.0f, 1, 0, 0, 1, 3, 2, 0},
+    {"clipped, ends on the device", 1.0f, 0, 1, 0, 0, 2, 1, 0},
+    {"overlapped ring, ends on the device", 0.0f, 0, 1, 0, 1, 2, 2, 0},
+    {"clipped, checkpoints on the host", 1.0f, 0, 0, -1, 0, 2, 2, 0},
+    {"overlapped ring, some checkpoints on the host, ends on the device", 0.0f, 0, 1, 2, 1, 3, 1, 0},
+    /* The ends' gradients in vocabulary chunks, copied home by compute: the same table. */
+    {"clipped, ends in vocabulary chunks", 1.0f, 0, 0, 0, 0, 2, 2, 16},
+    {"overlapped ring, ends in vocabulary chunks, checkpoints on the host", 0.0f, 0, 0, -1, 0, 2, 1, 16},
 };
 
 static void trace_mode(const run_mode *m, mt_protocol_trace *t, unsigned *modes) {
@@ -142,6 +146,7 @@ static void trace_mode(const run_mode *m, mt_protocol_trace *t, unsigned *modes)
     o.keep_grads = m->keep_grads;
     o.ends_on_device = m->ends_on_device;
     o.ckpt_on_host = m->ckpt_on_host < 0 ? cfg.num_layers : m->ckpt_on_host;
+    if (m->head_vocab_chunk) o.head_vocab_chunk = m->head_vocab_chunk;
     trace_run(o, &cfg, t, modes);
 }
 

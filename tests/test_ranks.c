@@ -110,6 +110,11 @@ Test(ranks, two_ranks_on_the_same_data_give_one_ranks_bits) {
     expect_same_bits_on_same_data(&cfg, 1.0f, 1);  /* each rank's device updates the ends */
     mt_config tied = mt_tiny_config_tied_bias();
     expect_same_bits_on_same_data(&tied, 0.05f, 0);
+    /* past the default head_vocab_chunk: the ends' gradients in two vocabulary chunks, each rank
+     * copying its slice of each chunk home */
+    mt_config wide_vocab = mt_tiny_config_gqa();
+    wide_vocab.vocab_size = MT_ENGINE_HEAD_VOCAB_CHUNK + 500;
+    expect_same_bits_on_same_data(&wide_vocab, 1.0f, 0);
 }
 
 /* Two ranks of one micro-batch each against one rank of two: the same windows in the same order,

@@ -21,7 +21,7 @@ static const struct {
     REQUIRED(op, matmul), REQUIRED(op, matmul_dx), REQUIRED(op, matmul_dw), REQUIRED(op, rmsnorm),
     REQUIRED(op, rmsnorm_dx), REQUIRED(op, rope), REQUIRED(op, attention), REQUIRED(op, attention_dx),
     REQUIRED(op, attention_workspace), REQUIRED(op, swiglu), REQUIRED(op, swiglu_dx), REQUIRED(op, add),
-    REQUIRED(op, embedding), REQUIRED(op, embedding_dw), REQUIRED(op, lmhead_loss),
+    REQUIRED(op, embedding), REQUIRED(op, embedding_dw), REQUIRED(op, lmhead_loss), REQUIRED(op, lmhead_dw),
     REQUIRED(op, lmhead_workspace), REQUIRED(op, logits), REQUIRED(op, sumsq),
 };
 #undef REQUIRED
@@ -73,6 +73,10 @@ size_t mt_dev_available(mt_backend *be) {
     return free_bytes;
 }
 
+size_t mt_dev_in_use(mt_backend *be) {
+    return be->ops->mem.dev_in_use ? be->ops->mem.dev_in_use(be) : mt_dev_peak(be);
+}
+
 /* ---- streams, events, copies ---- */
 
 mt_stream *mt_stream_create(mt_backend *be) { return be->ops->stream.stream_create(be); }
@@ -104,6 +108,16 @@ double mt_event_elapsed(mt_backend *be, mt_event *start, mt_event *end) {
 void mt_launch(mt_backend *be, mt_stream *s, void (*fn)(void *arg), void *arg) {
     if (be->ops->stream.launch) be->ops->stream.launch(be, s, fn, arg);
     else fn(arg);
+}
+
+void mt_copy_in_launch(mt_backend *be, void *dst, const void *src, size_t bytes, mt_stream *s) {
+    if (be->ops->stream.launch) memcpy(dst, src, bytes);
+    else mt_copy_async(be, dst, src, bytes, s);
+}
+
+void mt_zero_in_launch(mt_backend *be, void *dst, size_t bytes, mt_stream *s) {
+    if (be->ops->stream.launch) memset(dst, 0, bytes);
+    else mt_zero_async(be, dst, bytes, s);
 }
 
 mt_status mt_backend_check(mt_backend *be) { return be->ops->stream.check ? be->ops->stream.check(be) : MT_OK; }

@@ -68,6 +68,9 @@ typedef struct {
     /* Bytes of device memory free now (meaningful on MT_DEVICE_GPU only), and the most ever in
      * use through dev_alloc; either pointer may be NULL. */
     void (*dev_mem_info)(mt_backend *be, size_t *free_bytes, size_t *peak_bytes);
+    /* OPTIONAL: bytes of the device in use by the driver's count (total less free: the context,
+     * the libraries' workspaces and any other process included). NULL: no such figure. */
+    size_t (*dev_in_use)(mt_backend *be);
 } mt_memory_iface;
 
 /* Streams, events and copies (the ordering rules are in the header comment). */
@@ -142,20 +145,30 @@ typedef struct {
     /* y = a + b over count elements (y may alias a or b) */
     void (*add)(mt_backend *be, mt_stream *s, void *y, const void *a, const void *b, size_t count);
 
-    /* x[n,d] = wte[tokens[i], :];  dwte[tokens[i], :] += dx[i, :] (ids already validated) */
+    /* x[n,d] = wte[tokens[i], :];  dwte[tokens[i] - v0, :] += dx[i, :] for the tokens in
+     * [v0, v0 + rows) only: dwte holds those vocabulary rows (ids already validated) */
     void (*embedding)(mt_backend *be, mt_stream *s, void *x, const int32_t *tokens,
                       const void *wte, int n, int d);
     void (*embedding_dw)(mt_backend *be, mt_stream *s, float *dwte, const int32_t *tokens,
-                         const void *dx, int n, int d);
+                         const void *dx, int n, int d, int v0, int rows);
 
     /* Fused LM head and cross-entropy over logits = x[n,d] . w[vocab,d]^T, never holding more
      * than chunk rows of logits: *loss_sum (device float) += sum of -log softmax(logits)[target]
      * over rows; dx[n,d] = scale * dloss/dx (overwritten); dw += scale * dloss/dw. A target < 0
      * is ignored (no loss, no gradient). dx and dw may both be NULL: the loss only (evaluation).
-     * workspace: lmhead_workspace(chunk, vocab) bytes. */
-    void (*lmhead_loss)(mt_backend *be, mt_stream *s, float *loss_sum, void *dx, float *dw,
+     * lse[n] (device float, may be NULL) receives each row's log-sum-exp of its logits (rows
+     * with an ignored target: unspecified). workspace: lmhead_workspace(chunk, vocab) bytes. */
+    void (*lmhead_loss)(mt_backend *be, mt_stream *s, float *loss_sum, float *lse, void *dx, float *dw,
                         const void *x, const void *w, const int32_t *targets, int n, int d,
                         int vocab, float scale, int chunk, void *workspace);
+    /* The head's weight gradient for vocabulary rows [v0, v0 + rows) only, from the rows'
+     * log-sum-exp that lmhead_loss gave: dw[rows, d] += scale * dloss/dw[v0 : v0 + rows], with
+     * w pointing at row v0 of the head. chunk rows of x at a time, in the same workspace
+     * (lmhead_workspace(chunk, vocab) bytes, rows <= vocab). So the head's gradient exists a
+     * vocabulary chunk at a time (engine_head.c). */
+    void (*lmhead_dw)(mt_backend *be, mt_stream *s, float *dw, const void *x, const void *w,
+                      const int32_t *targets, const float *lse, int n, int d, int v0, int rows,
+                      float scale, int chunk, void *workspace);
     size_t (*lmhead_workspace)(mt_backend *be, int chunk, int vocab);
     /* Logits of the last row only, for sampling: logits[vocab] (device float) = x[d] . w^T */
     void (*logits)(mt_backend *be, mt_stream *s, float *logits, const void *x, const void *w,
@@ -240,6 +253,9 @@ void mt_host_free(mt_backend *be, void *ptr);
 size_t mt_dev_peak(mt_backend *be);
 /* Device memory free now; only a backend with memory of its own has a figure (SIZE_MAX else). */
 size_t mt_dev_available(mt_backend *be);
+/* Device memory in use by the driver's count (dev_in_use), or where the backend has no such
+ * figure the most in use through mt_dev_alloc. */
+size_t mt_dev_in_use(mt_backend *be);
 /* The GPU's name, compute capability, memory and measured PCIe rates; NULL without one. */
 const struct mt_device_info *mt_backend_device_info(mt_backend *be);
 static inline int mt_backend_has_own_memory(const mt_backend *be) { return be->ops->kind == MT_DEVICE_GPU; }
@@ -257,6 +273,11 @@ double mt_event_elapsed(mt_backend *be, mt_event *start, mt_event *end);
 void mt_copy_async(mt_backend *be, void *dst, const void *src, size_t bytes, mt_stream *s);
 void mt_zero_async(mt_backend *be, void *dst, size_t bytes, mt_stream *s);
 void mt_launch(mt_backend *be, mt_stream *s, void (*fn)(void *arg), void *arg);
+/* The same copy and zeroing from inside a function mt_launch()ed on s, in order with the ops
+ * around them: where launched functions run on the stream's worker (cpu) they happen at once, as
+ * the ops do; else they are issued to s. */
+void mt_copy_in_launch(mt_backend *be, void *dst, const void *src, size_t bytes, mt_stream *s);
+void mt_zero_in_launch(mt_backend *be, void *dst, size_t bytes, mt_stream *s);
 mt_status mt_backend_check(mt_backend *be);
 
 /* Whether the backend has the optional optimizer ops (clip_scale and adamw). */

@@ -67,6 +67,8 @@ static const char train_help[] =
     "                         (12 bytes a parameter) and updates them itself, off: the host optimizer\n"
     "                         does (default auto: on where they fit --gpu-mem or the GPU's free memory)\n"
     "  --lm-chunk N           rows of logits the LM head holds at once (default 512)\n"
+    "  --chunk N              tokens a block's norms, projections and MLP take at once (default 8192;\n"
+    "                         0: the whole micro-batch); --gpu-mem may lower it\n"
     "  --gpus N               data parallelism over GPUs 0..N-1 of this host, one host copy of the\n"
     "                         model and one optimizer for all; each GPU runs --micro-batches x --batch\n"
     "                         sequences a step (default 1; needs --clip above 0)\n"

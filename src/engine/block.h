@@ -24,17 +24,22 @@ mt_unit_weights mt_bind_weights(const mt_layout *layout, int u, const void *base
 mt_unit_grads mt_bind_grads(const mt_layout *layout, int u, float *base);
 
 /* Activation buffers for one micro-batch of n = batch * seq rows, in the backend's act type
- * unless marked float. Shapes: D hidden, Q = heads*head_dim, KV = kv_heads*head_dim, F. */
+ * unless marked float. Shapes: D hidden, Q = heads*head_dim, KV = kv_heads*head_dim, F.
+ *
+ * What attention reads or writes spans the micro-batch (O(n) by nature); every op that works
+ * token by token (the norms, the projections, the MLP) runs over pieces of at most C rows
+ * (mt_block_piece_rows), so its buffers are a piece's: the workspace of a long sequence grows
+ * with Q and D per token, not with F. */
 typedef struct {
-    void *h1;        /* [n, D]  attention-norm output */
+    void *h1;        /* [C, D]  attention-norm output of one piece */
     void *q, *k, *v; /* [n, Q], [n, KV], [n, KV] after RoPE */
     void *att;       /* [n, Q]  attention output */
     void *x2;        /* [n, D]  residual after attention */
-    void *h2;        /* [n, D]  MLP-norm output */
-    void *g, *u, *a; /* [n, F]  gate, up, silu(gate) * up */
-    void *tmp;       /* [n, max(D, F)] scratch: the MLP's output, and the backward's da/dh */
+    void *h2;        /* [C, D]  MLP-norm output of one piece */
+    void *g, *u, *a; /* [C, F]  gate, up, silu(gate) * up */
+    void *tmp;       /* [C, max(D, F)] scratch: a projection's output, and the backward's da/dh */
     void *dq, *dk, *dv, *datt; /* backward: [n, Q], [n, KV], [n, KV], [n, Q] */
-    void *dg, *du;   /* backward: [n, F] */
+    void *dg, *du;   /* backward: [C, F] */
     float *rstd1, *rstd2; /* [n] */
     float *lse;      /* [batch, heads, seq] */
     /* With q/k norms (cfg->qk_norm) only, else NULL: the projections before their per-head norm
@@ -49,14 +54,23 @@ typedef struct {
     mt_stream *stream;
     const mt_config *cfg;
     int batch, seq;         /* this micro-batch: n = batch * seq rows */
+    int chunk;              /* tokens per piece (mt_block_piece_rows); <= 0: the whole micro-batch */
     const float *inv_freq;  /* device copy of the RoPE frequencies */
     mt_block_ws *ws;
 } mt_block_ctx;
 
-/* Bytes of device memory mt_block_ws takes for a micro-batch of batch x seq. */
-size_t mt_block_ws_bytes(mt_backend *be, const mt_config *cfg, int batch, int seq);
+/* Rows of the largest piece the token-wise ops take at once for `chunk` tokens a piece: whole
+ * sequences (as many as fit in chunk, at least one) when a sequence is no longer than chunk, else
+ * chunk rows of one sequence. A piece never straddles two sequences unless it holds them whole,
+ * so the weight gradients, which accumulate one sequence (or one piece of it) at a time, do not
+ * depend on how sequences are grouped into micro-batches. chunk <= 0: the whole micro-batch. */
+int mt_block_piece_rows(int batch, int seq, int chunk);
+
+/* Bytes of device memory mt_block_ws takes for a micro-batch of batch x seq in pieces of chunk. */
+size_t mt_block_ws_bytes(mt_backend *be, const mt_config *cfg, int batch, int seq, int chunk);
 /* Carves the workspace out of one device buffer of mt_block_ws_bytes bytes. */
-void mt_block_ws_carve(mt_block_ws *ws, void *base, mt_backend *be, const mt_config *cfg, int batch, int seq);
+void mt_block_ws_carve(mt_block_ws *ws, void *base, mt_backend *be, const mt_config *cfg, int batch, int seq,
+                       int chunk);
 
 /* y[n, D] = block(x[n, D]). */
 void mt_block_forward(const mt_block_ctx *c, const mt_unit_weights *w, const void *x, void *y);

@@ -18,6 +18,12 @@ mt_status mt_engine_fit_budget(mt_backend *be, const mt_config *cfg, mt_engine_o
         o->lm_chunk /= 2;
         b = mt_engine_size(be, cfg, o);
     }
+    /* The block chunk: a piece of MT_BUDGET_MIN_CHUNK rows still runs its GEMMs near full rate. */
+    if (b.total > budget && (o->chunk <= 0 || o->chunk > o->batch * o->seq)) o->chunk = o->batch * o->seq;
+    while (b.total > budget && o->chunk > MT_BUDGET_MIN_CHUNK) {
+        o->chunk = o->chunk / 2 > MT_BUDGET_MIN_CHUNK ? o->chunk / 2 : MT_BUDGET_MIN_CHUNK;
+        b = mt_engine_size(be, cfg, o);
+    }
     /* Checkpoints move to the host last: they cost PCIe traffic in both passes. */
     while (b.total > budget && o->ckpt_on_host < cfg->num_layers) {
         o->ckpt_on_host++;
@@ -26,11 +32,11 @@ mt_status mt_engine_fit_budget(mt_backend *be, const mt_config *cfg, mt_engine_o
     if (b.total <= budget) return MT_OK;
     return mt_fail(MT_ERR_NOMEM,
                    "the device budget of %.2f GiB is too small: the engine needs %.2f GiB even with 2 weight "
-                   "slots, %d sequence(s) per micro-batch, an LM-head chunk of %d rows and every checkpoint it can "
+                   "slots, %d sequence(s) per micro-batch, an LM-head chunk of %d rows, a block chunk of %d tokens and every checkpoint it can "
                    "move to the host there (weight slots %.2f, "
                    "embedding and head %.2f, their optimizer state %.2f, gradients %.2f, activation checkpoints "
                    "%.2f, workspace %.2f GiB); "
                    "lower --micro-batches or --seq, or raise --gpu-mem", gib(budget), gib(b.total), o->batch,
-                   o->lm_chunk, gib(b.weight_slots),
+                   o->lm_chunk, o->chunk, gib(b.weight_slots),
                    gib(b.embed_head), gib(b.ends_state), gib(b.grads), gib(b.checkpoints), gib(b.workspace));
 }

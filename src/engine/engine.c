@@ -10,7 +10,7 @@
 
 mt_engine_options mt_engine_defaults(void) {
     return (mt_engine_options){.batch = 4, .seq = 256, .micro_batches = 1, .slots = 2,
-                               .opt_threads = 0, .lm_chunk = 512, .max_grad_norm = 1.0f,
+                               .opt_threads = 0, .lm_chunk = 512, .chunk = MT_ENGINE_CHUNK, .head_vocab_chunk = MT_ENGINE_HEAD_VOCAB_CHUNK, .max_grad_norm = 1.0f,
                                .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
 }
 
@@ -68,6 +68,10 @@ static mt_status create(mt_engine **out, mt_backend *be, mt_store *store, const 
         return mt_fail(MT_ERR_INVALID, "checkpoints on the host: %d is outside 0..%d (the blocks)", o->ckpt_on_host,
                        c->num_layers);
     if (o->lm_chunk < 1) return mt_fail(MT_ERR_INVALID, "the LM head chunk must be positive");
+    if (o->head_vocab_chunk < 0)
+        return mt_fail(MT_ERR_INVALID, "the head's vocabulary chunk must be 0 (none) or positive, got %d",
+                       o->head_vocab_chunk);
+    if (o->chunk < 0) return mt_fail(MT_ERR_INVALID, "the block chunk must be 0 (none) or positive, got %d", o->chunk);
     MT_TRY(check_ranks(be, o, group));
     if (o->ends_on_device && !mt_backend_has_device_optimizer(be))
         return mt_fail(MT_ERR_INVALID, "the %s backend has no optimizer ops (clip_scale, adamw): it cannot keep the "

@@ -42,6 +42,12 @@ typedef struct {
                             * each core the process may use but the first; else a core list
                             * ("2-15", "4,5,6", util/cpu_list.h) with one thread pinned to each */
     int lm_chunk;        /* rows of logits the LM head holds at once */
+    int head_vocab_chunk; /* vocabulary rows of the head's fp32 gradient the device holds at once
+                          * when that gradient goes home (untied, ends not on the device): each
+                          * chunk is produced and copied home in turn (engine_jobs.c); 0 or at
+                          * least the vocabulary: all of it at once */
+    int chunk;           /* tokens a block's token-wise ops (norms, projections, MLP) take at once
+                          * (engine/block.h: mt_block_piece_rows); 0: the whole micro-batch */
     float max_grad_norm; /* 0: no clipping */
     float beta1, beta2, eps, weight_decay;
     int keep_grads;      /* keep every unit's gradient on the host (mt_engine_host_grads) even
@@ -88,6 +94,15 @@ typedef struct {
 mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_engine_options *opt);
 
 #define MT_OPT_CORES_AUTO "auto"
+
+/* The default block chunk: long enough that a piece's GEMMs run at full rate (8192 rows of a
+ * 4096-wide model is 0.5 TFLOP a projection), short enough that the MLP's [chunk, F] buffers stay
+ * well under a GiB at 8B. */
+#define MT_ENGINE_CHUNK 8192
+
+/* The default head gradient chunk: 8192 rows of a 4096-wide head are 128 MiB of fp32, against
+ * 2 GiB for Llama 3's whole 128256-row head. */
+#define MT_ENGINE_HEAD_VOCAB_CHUNK 8192
 
 /* The default gradient ring: enough for the optimizer to trail the backward by a few blocks. */
 #define MT_ENGINE_GRAD_RING 4

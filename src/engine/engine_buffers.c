@@ -85,8 +85,10 @@ static void walk(const shape *s, walker *w) {
         DEVICE(dev_clip_scale, ends_state, 4, "the clip coefficient");
     }
     for (int g = 0; g < 2; g++) DEVICE(grad_slot[g], grads, block * 4, "a block gradient slot");
-    DEVICE(embed_grad, grads, embed * 4, "the embedding gradients");
-    DEVICE(head_grad, grads, head * 4, "the head gradients");
+    int head_chunked = mt_engine_ends_chunked_for(c, o);
+    DEVICE(embed_grad, grads, mt_engine_embed_grad_numel_for(lay, o) * 4,
+           head_chunked ? "the embedding's gradient chunk" : "the embedding gradients");
+    DEVICE(head_grad, grads, mt_engine_head_grad_numel_for(lay, o) * 4, head_chunked ? "the head's gradient chunk" : "the head gradients");
 
     /* [L+1-P][M][n, D] on the device; [P][M][n, D] on the host, through CKPT_STAGES device buffers */
     DEVICE(ckpt, checkpoints, (size_t)(c->num_layers + 1 - s->P) * ckpt, "activation checkpoints");
@@ -96,7 +98,7 @@ static void walk(const shape *s, walker *w) {
     }
 
     /* The blocks' and LM head's scratch, the gradient flowing back, and the small things. */
-    DEVICE(ws_base, workspace, mt_block_ws_bytes(s->be, c, o->batch, o->seq), "the block workspace");
+    DEVICE(ws_base, workspace, mt_block_ws_bytes(s->be, c, o->batch, o->seq, o->chunk), "the block workspace");
     DEVICE(lm_ws, workspace, s->be->ops->op.lmhead_workspace(s->be, o->lm_chunk, c->vocab_size),
            "the LM head workspace");
     DEVICE(dy, workspace, ckpt, "activation gradients");                         /* [M][n, D] */
@@ -105,6 +107,7 @@ static void walk(const shape *s, walker *w) {
     DEVICE(dev_inv_freq, workspace, rope * 4, "RoPE frequencies");
     DEVICE(dev_norms, workspace, (size_t)U * 4, "gradient norms");
     DEVICE(dev_loss, workspace, 4, "the loss");
+    if (head_chunked) DEVICE(dev_lse, workspace, M * n * 4, "the rows' log-sum-exp");
 
     HOST(host_tokens, host_staging, 2 * M * n * sizeof(int32_t), "token staging");
     HOST(host_norms, host_staging, (size_t)U * 4, "gradient norms");
@@ -149,7 +152,7 @@ mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_en
 static void point_into_buffers(mt_engine *e) {
     const mt_layout *lay = e->lay;
     e->dev_targets = e->dev_inputs + (size_t)e->o.micro_batches * mt_engine_rows(e);
-    mt_block_ws_carve(&e->ws, e->ws_base, e->be, e->cfg, e->o.batch, e->o.seq);
+    mt_block_ws_carve(&e->ws, e->ws_base, e->be, e->cfg, e->o.batch, e->o.seq, e->o.chunk);
     for (int i = 0; i < 2; i++) memset(e->input_rows[i], 0, (size_t)e->cfg->vocab_size);
     const float *grads = e->leader ? e->leader->grads_full : e->grads_full;
     if (grads)
@@ -157,6 +160,14 @@ static void point_into_buffers(mt_engine *e) {
     else
         for (int l = 0; l < e->L; l++)
             e->grad_home[mt_unit_block(l)] = e->grad_ring_base + (size_t)((e->L - 1 - l) % e->grad_ring) * lay->max_block_numel;
+    if (mt_engine_ends_chunked(e)) { /* the chunks home never cover the layout's padding after the matrices */
+        const mt_tensor *ends[2] = {mt_layout_tensor(lay, 0, MT_T_WTE), mt_layout_tensor(lay, e->U - 1, MT_T_LM_HEAD)};
+        for (int i = 0; i < 2; i++) {
+            int u = i ? e->U - 1 : 0;
+            size_t end = (size_t)ends[i]->offset + (size_t)ends[i]->rows * ends[i]->cols;
+            memset(e->grad_home[u] + end, 0, ((size_t)mt_engine_numel(e, u) - end) * 4);
+        }
+    }
     mt_config_rope_inv_freq(e->cfg, e->host_inv_freq);
     mt_copy_async(e->be, e->dev_inv_freq, e->host_inv_freq, (size_t)e->cfg->head_dim / 2 * 4, e->h2d);
 }

@@ -54,6 +54,7 @@ struct mt_engine {
     int64_t ends_step;         /* updates the device applied to them; issuing thread only */
     int64_t ends_home_generation; /* the store holds the device's state as of this many steps */
     float *dev_inv_freq, *dev_norms, *dev_loss, *dev_logits;
+    float *dev_lse;            /* [M][n]: each row's log-sum-exp of its logits (head chunked) */
 
     /* host staging (pinned on cuda) */
     int32_t *host_tokens;      /* [2][M][n]: inputs then targets */
@@ -159,6 +160,37 @@ static inline void mt_engine_slice(const mt_engine *e, int u, size_t *lo, size_t
  * compute stream. */
 static inline void mt_engine_reduce(const mt_engine *e, float *x, size_t count) {
     if (e->reduce) e->be->ops->coll.all_reduce(e->be, e->compute, x, count);
+}
+
+/* The head's and the embedding's gradients exist on the device a vocabulary chunk at a time, each
+ * copied home by the compute stream once done (untied, their gradients going home: not
+ * ends_on_device). head_grad then holds the unit's tensors up to the head matrix (the final
+ * norm's gradient) and one chunk of it; embed_grad one chunk. */
+static inline int mt_engine_ends_chunked_for(const mt_config *c, const mt_engine_options *o) {
+    return !c->tie_embeddings && !o->ends_on_device && o->head_vocab_chunk > 0 && o->head_vocab_chunk < c->vocab_size;
+}
+static inline int mt_engine_ends_chunked(const mt_engine *e) { return mt_engine_ends_chunked_for(e->cfg, &e->o); }
+/* Elements of head_grad. */
+static inline size_t mt_engine_head_grad_numel_for(const mt_layout *lay, const mt_engine_options *o) {
+    const mt_config *c = &lay->cfg;
+    if (!mt_engine_ends_chunked_for(c, o)) return (size_t)lay->units[lay->num_units - 1].numel;
+    const mt_tensor *head = mt_layout_tensor(lay, lay->num_units - 1, MT_T_LM_HEAD);
+    return (size_t)head->offset + (size_t)o->head_vocab_chunk * c->hidden_size;
+}
+static inline size_t mt_engine_head_grad_numel(const mt_engine *e) { return mt_engine_head_grad_numel_for(e->lay, &e->o); }
+/* Elements of embed_grad. */
+static inline size_t mt_engine_embed_grad_numel_for(const mt_layout *lay, const mt_engine_options *o) {
+    if (!mt_engine_ends_chunked_for(&lay->cfg, o)) return (size_t)lay->units[0].numel;
+    return (size_t)o->head_vocab_chunk * lay->cfg.hidden_size;
+}
+static inline size_t mt_engine_embed_grad_numel(const mt_engine *e) { return mt_engine_embed_grad_numel_for(e->lay, &e->o); }
+/* Copies count elements from src (device) to unit u's host gradient at element `at`, the part of
+ * them in this rank's slice, from inside a compute job (mt_copy_in_launch). */
+static inline void mt_engine_copy_home_in_launch(mt_engine *e, int u, size_t at, const float *src, size_t count) {
+    size_t lo, hi;
+    mt_engine_slice(e, u, &lo, &hi);
+    size_t from = at > lo ? at : lo, to = at + count < hi ? at + count : hi;
+    if (from < to) mt_copy_in_launch(e->be, e->grad_home[u] + from, src + (from - at), (to - from) * 4, e->compute);
 }
 
 /* Unit u's optimizer state lives on the device (ends_on_device: the embedding and the head). */

@@ -36,10 +36,73 @@ static float *lm_grad(const mt_engine *e) {
 
 /* ---- compute jobs ---- */
 
+/* Rows [row, row + rows) of sequence b of micro-batch m: one piece of the head's work, at most the
+ * block workspace's piece (h1, tmp). Visits every piece in sequence order. */
+typedef struct {
+    int m, b, row, rows;
+} head_piece;
+
+static int next_head_piece(const mt_engine *e, const mt_compute_job *j, head_piece *p) {
+    int most = mt_block_piece_rows(1, j->seq, e->o.chunk);
+    if (p->rows == 0) *p = (head_piece){0, 0, 0, 0};
+    else if ((p->row += p->rows) == j->seq) {
+        p->row = 0;
+        if (++p->b == j->batch) p->b = 0, p->m++;
+    }
+    if (p->m == j->micro_batches) return 0;
+    p->rows = j->seq - p->row < most ? j->seq - p->row : most;
+    return 1;
+}
+#define FOR_EACH_HEAD_PIECE(e, j, p) for (head_piece p = {0}; next_head_piece(e, j, &p);)
+
+static size_t head_row(const mt_compute_job *j, head_piece p) { return (size_t)p.b * j->seq + p.row; }
+
+/* h1 = the final norm of piece p's rows. */
+static void final_norm(const mt_compute_job *j, head_piece p, const void *norm_w) {
+    mt_engine *e = j->e;
+    void *x = row_of(e, ckpt_at(e, e->L, p.m), head_row(j, p));
+    e->op->rmsnorm(e->be, e->compute, e->ws.h1, e->ws.rstd1, x, norm_w, p.rows, e->cfg->hidden_size,
+                   e->cfg->rms_norm_eps);
+}
+
+/* The head's weight gradient a vocabulary chunk at a time (mt_engine_head_chunked): each chunk
+ * from every row (the final norm again, the chunk's logits from the rows' log-sum-exp), then its
+ * norm and its copy home, both on the compute stream, before the next chunk takes the buffer. The
+ * final norm's gradient goes home first. */
+static void head_dw_by_vocab(const mt_compute_job *j, const void *norm_w, const void *lm_w) {
+    mt_engine *e = j->e;
+    const mt_op_iface *op = e->op;
+    int D = e->cfg->hidden_size, V = e->cfg->vocab_size, chunk = e->o.head_vocab_chunk, U = e->U;
+    mt_unit_grads dev = mt_bind_grads(e->lay, U - 1, e->head_grad);
+    size_t wsize = mt_dtype_size(e->be->ops->weight_dtype);
+    /* the unit's tensors before the head matrix: the final norm's gradient (and the padding of the layout) */
+    size_t before = (size_t)(dev.t[MT_T_LM_HEAD] - e->head_grad);
+    mt_engine_reduce(e, e->head_grad, before);
+    op->sumsq(e->be, e->compute, e->dev_norms + U - 1, e->head_grad, before);
+    mt_engine_copy_home_in_launch(e, U - 1, 0, e->head_grad, before);
+    for (int v0 = 0; v0 < V; v0 += chunk) {
+        int rows = V - v0 < chunk ? V - v0 : chunk;
+        mt_zero_in_launch(e->be, dev.t[MT_T_LM_HEAD], (size_t)rows * D * 4, e->compute);
+        FOR_EACH_HEAD_PIECE(e, j, p) {
+            size_t row = head_row(j, p);
+            final_norm(j, p, norm_w);
+            op->lmhead_dw(e->be, e->compute, dev.t[MT_T_LM_HEAD], e->ws.h1, (const char *)lm_w + (size_t)v0 * D * wsize,
+                          targets_at(e, p.m) + row, e->dev_lse + p.m * mt_engine_rows(e) + row, p.rows, D, v0, rows,
+                          j->scale, e->o.lm_chunk, e->lm_ws);
+        }
+        mt_engine_reduce(e, dev.t[MT_T_LM_HEAD], (size_t)rows * D);
+        op->sumsq(e->be, e->compute, e->dev_norms + U - 1, dev.t[MT_T_LM_HEAD], (size_t)rows * D);
+        mt_engine_copy_home_in_launch(e, U - 1, before + (size_t)v0 * D, dev.t[MT_T_LM_HEAD], (size_t)rows * D);
+    }
+}
+
+/* The final norm, the LM head and the loss, and in training their backward: the gradient flowing
+ * into the last block (dy), and the head's weight gradients, a piece of a sequence at a time so
+ * that they accumulate in sequence order. */
 static void run_head(const mt_compute_job *j) {
     mt_engine *e = j->e;
     const mt_op_iface *op = e->op;
-    int D = e->cfg->hidden_size, V = e->cfg->vocab_size, seq = j->seq;
+    int D = e->cfg->hidden_size, V = e->cfg->vocab_size;
     mt_unit_weights w = mt_bind_weights(e->lay, e->U - 1, e->head_w, e->be->ops->weight_dtype);
     mt_unit_grads g = mt_bind_grads(e->lay, e->U - 1, e->head_grad);
     const void *norm_w = w.t[MT_T_FINAL_NORM], *lm_w = lm_weight(e);
@@ -49,27 +112,53 @@ static void run_head(const mt_compute_job *j) {
         op->logits(e->be, e->compute, e->dev_logits, e->ws.h1, lm_w, D, V);
         return;
     }
-    /* One sequence at a time so that weight gradients accumulate in sequence order. */
-    for (int m = 0; m < j->micro_batches; m++) {
-        for (int b = 0; b < j->batch; b++) {
-            size_t row = (size_t)b * seq;
-            void *x = row_of(e, ckpt_at(e, e->L, m), row);
-            op->rmsnorm(e->be, e->compute, e->ws.h1, e->ws.rstd1, x, norm_w, seq, D, e->cfg->rms_norm_eps);
-            if (j->mode == MT_RUN_EVAL) {
-                op->lmhead_loss(e->be, e->compute, e->dev_loss, NULL, NULL, e->ws.h1, lm_w,
-                                targets_at(e, m) + row, seq, D, V, j->scale, e->o.lm_chunk, e->lm_ws);
-                continue;
-            }
-            op->lmhead_loss(e->be, e->compute, e->dev_loss, e->ws.tmp, lm_grad(e), e->ws.h1, lm_w,
-                            targets_at(e, m) + row, seq, D, V, j->scale, e->o.lm_chunk, e->lm_ws);
-            op->rmsnorm_dx(e->be, e->compute, row_of(e, dy_at(e, m), row), g.t[MT_T_FINAL_NORM],
-                           e->ws.tmp, x, norm_w, e->ws.rstd1, seq, D, 0);
-        }
+    int train = j->mode != MT_RUN_EVAL, chunked = train && mt_engine_ends_chunked(e);
+    FOR_EACH_HEAD_PIECE(e, j, p) {
+        size_t row = head_row(j, p);
+        final_norm(j, p, norm_w);
+        float *lse = chunked ? e->dev_lse + p.m * mt_engine_rows(e) + row : NULL;
+        op->lmhead_loss(e->be, e->compute, e->dev_loss, lse, train ? e->ws.tmp : NULL,
+                        train && !chunked ? lm_grad(e) : NULL, e->ws.h1, lm_w, targets_at(e, p.m) + row, p.rows, D,
+                        V, j->scale, e->o.lm_chunk, e->lm_ws);
+        if (train)
+            op->rmsnorm_dx(e->be, e->compute, row_of(e, dy_at(e, p.m), row), g.t[MT_T_FINAL_NORM], e->ws.tmp,
+                           row_of(e, ckpt_at(e, e->L, p.m), row), norm_w, e->ws.rstd1, p.rows, D, 0);
     }
     mt_engine_reduce(e, e->dev_loss, 1); /* every rank's loss is the group's */
     if (j->mode == MT_RUN_EVAL) return;
+    if (chunked) {
+        head_dw_by_vocab(j, norm_w, lm_w);
+        return;
+    }
     mt_engine_reduce(e, e->head_grad, (size_t)mt_engine_numel(e, e->U - 1));
     op->sumsq(e->be, e->compute, e->dev_norms + e->U - 1, e->head_grad, (size_t)mt_engine_numel(e, e->U - 1));
+}
+
+/* The embedding's gradient: the rows the step's input tokens touch, gathered from the gradient
+ * flowing back. Whole, or (mt_engine_ends_chunked) a vocabulary chunk at a time, each with its
+ * norm and its copy home on the compute stream before the next chunk takes the buffer. */
+static void embed_backward(const mt_compute_job *j) {
+    mt_engine *e = j->e;
+    int D = e->cfg->hidden_size, V = e->cfg->vocab_size;
+    int chunked = mt_engine_ends_chunked(e), chunk = chunked ? e->o.head_vocab_chunk : V;
+    for (int v0 = 0; v0 < V; v0 += chunk) {
+        int rows = V - v0 < chunk ? V - v0 : chunk;
+        if (chunked) mt_zero_in_launch(e->be, e->embed_grad, (size_t)rows * D * 4, e->compute);
+        float *dw = mt_bind_grads(e->lay, 0, e->embed_grad).t[MT_T_WTE];
+        for (int m = 0; m < j->micro_batches; m++)
+            for (int b = 0; b < j->batch; b++) {
+                size_t row = (size_t)b * j->seq;
+                e->op->embedding_dw(e->be, e->compute, dw, inputs_at(e, m) + row, row_of(e, dy_at(e, m), row), j->seq,
+                                    D, v0, rows);
+            }
+        if (!chunked) break;
+        mt_engine_reduce(e, dw, (size_t)rows * D);
+        e->op->sumsq(e->be, e->compute, e->dev_norms, dw, (size_t)rows * D);
+        mt_engine_copy_home_in_launch(e, 0, (size_t)v0 * D, dw, (size_t)rows * D); /* the WTE matrix starts the unit */
+    }
+    if (chunked) return;
+    mt_engine_reduce(e, e->embed_grad, (size_t)mt_engine_numel(e, 0));
+    e->op->sumsq(e->be, e->compute, e->dev_norms, e->embed_grad, (size_t)mt_engine_numel(e, 0));
 }
 
 static void run_job(void *arg) {
@@ -77,7 +166,7 @@ static void run_job(void *arg) {
     mt_engine *e = j->e;
     const mt_op_iface *op = e->op;
     int D = e->cfg->hidden_size, n = j->batch * j->seq;
-    mt_block_ctx ctx = {e->be, e->compute, e->cfg, j->batch, j->seq, e->dev_inv_freq, &e->ws};
+    mt_block_ctx ctx = {e->be, e->compute, e->cfg, j->batch, j->seq, e->o.chunk, e->dev_inv_freq, &e->ws};
     switch (j->kind) {
     case MT_JOB_EMBED_FWD: {
         mt_unit_weights w = mt_bind_weights(e->lay, 0, e->embed_w, e->be->ops->weight_dtype);
@@ -103,18 +192,7 @@ static void run_job(void *arg) {
         op->sumsq(e->be, e->compute, e->dev_norms + u, e->grad_slot[j->grad_slot], (size_t)mt_engine_numel(e, u));
         break;
     }
-    case MT_JOB_EMBED_BWD: {
-        mt_unit_grads g = mt_bind_grads(e->lay, 0, e->embed_grad);
-        for (int m = 0; m < j->micro_batches; m++)
-            for (int b = 0; b < j->batch; b++) {
-                size_t row = (size_t)b * j->seq;
-                op->embedding_dw(e->be, e->compute, g.t[MT_T_WTE], inputs_at(e, m) + row,
-                                 row_of(e, dy_at(e, m), row), j->seq, D);
-            }
-        mt_engine_reduce(e, e->embed_grad, (size_t)mt_engine_numel(e, 0));
-        op->sumsq(e->be, e->compute, e->dev_norms, e->embed_grad, (size_t)mt_engine_numel(e, 0));
-        break;
-    }
+    case MT_JOB_EMBED_BWD: embed_backward(j); break;
     case MT_JOB_ENDS_UPDATE: mt_engine_ends_update(e, &j->adam, j->clip); break;
     }
     free(j);

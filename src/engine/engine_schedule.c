@@ -42,13 +42,14 @@ static double load_forward(mt_engine *e, int index) {
 /* Copies unit u's gradients home (this rank's slice of them, over its own link, when several ranks
  * share the store) once compute has recorded (ready_id, i); a block's (gradient slot i) records
  * grad_free when its slot may be reused. `publish`: tell an overlapped optimizer that the copy is
- * issued. */
+ * issued. grads NULL: compute copied them home itself (the ends a vocabulary chunk at a time),
+ * d2h only marks them home behind it. */
 static void send_home(mt_engine *e, int u, const float *grads, mt_ev ready_id, int i, int publish) {
     size_t lo, hi;
     mt_engine_slice(e, u, &lo, &hi);
     mt_engine_record(e, ready_id, i, e->compute);
     mt_engine_wait(e, e->d2h, ready_id, i);
-    mt_copy_async(e->be, e->grad_home[u] + lo, grads + lo, (hi - lo) * 4, e->d2h);
+    if (grads) mt_copy_async(e->be, e->grad_home[u] + lo, grads + lo, (hi - lo) * 4, e->d2h);
     if (ready_id == MT_EV_GRAD_READY) mt_engine_record(e, MT_EV_GRAD_FREE, i, e->d2h);
     mt_engine_record(e, MT_EV_GRADS_HOME, u, e->d2h);
     if (publish) mt_engine_raise(e, MT_FL_GRADS_ISSUED, u, e->generation);
@@ -131,7 +132,7 @@ static mt_status begin_pass(mt_engine *e, pass *p, const int32_t *inputs, const 
     mt_zero_async(e->be, e->dev_norms, (size_t)e->U * 4, e->compute);
     if (p->train) {
         mt_engine_wait(e, e->compute, MT_EV_GRADS_HOME, 0);
-        mt_zero_async(e->be, e->embed_grad, (size_t)mt_engine_numel(e, 0) * 4, e->compute);
+        mt_zero_async(e->be, e->embed_grad, mt_engine_embed_grad_numel(e) * 4, e->compute);
     }
     return MT_OK;
 }
@@ -178,7 +179,7 @@ static mt_status head(mt_engine *e, pass *p) {
     compute_wait(e, MT_EV_HEAD_LOADED, 0);
     if (p->train) {
         mt_engine_wait(e, e->compute, MT_EV_GRADS_HOME, e->U - 1);
-        mt_zero_async(e->be, e->head_grad, (size_t)mt_engine_numel(e, e->U - 1) * 4, e->compute);
+        mt_zero_async(e->be, e->head_grad, mt_engine_head_grad_numel(e) * 4, e->compute);
     }
     MT_TRY(mt_engine_launch(e, job_of(p, MT_JOB_HEAD)));
     if (!mt_engine_unit_on_device(e, e->U - 1)) mt_engine_record(e, MT_EV_HEAD_FREE, 0, e->compute);
@@ -192,7 +193,13 @@ static mt_status head(mt_engine *e, pass *p) {
 static void send_embedding_early(mt_engine *e) {
     mt_engine_record(e, MT_EV_UNIT_READY, 0, e->compute);
     mt_engine_wait(e, e->d2h, MT_EV_UNIT_READY, 0);
-    mt_copy_async(e->be, e->grad_home[0], e->embed_grad, (size_t)mt_engine_numel(e, 0) * 4, e->d2h);
+    if (mt_engine_ends_chunked(e)) { /* untied: zeros, from the chunk buffer (zeroed by begin_pass) to every chunk */
+        size_t chunk = mt_engine_embed_grad_numel(e), numel = (size_t)mt_engine_numel(e, 0);
+        for (size_t at = 0; at < numel; at += chunk)
+            mt_copy_async(e->be, e->grad_home[0] + at, e->embed_grad, (numel - at < chunk ? numel - at : chunk) * 4, e->d2h);
+    } else {
+        mt_copy_async(e->be, e->grad_home[0], e->embed_grad, (size_t)mt_engine_numel(e, 0) * 4, e->d2h);
+    }
     mt_engine_record(e, MT_EV_EMBED_EARLY_HOME, 0, e->d2h);
     mt_engine_raise(e, MT_FL_EMBED_EARLY_ISSUED, 0, e->generation);
 }
@@ -228,11 +235,16 @@ static mt_status block_backward(mt_engine *e, pass *p, int l) {
  * L-1..0, then the embedding. */
 static mt_status backward(mt_engine *e, pass *p) {
     if (p->overlap) mt_engine_optimizer_post(e, p->overlap);
-    if (p->ends_home) send_home(e, e->U - 1, e->head_grad, MT_EV_UNIT_READY, 0, p->overlap != NULL);
+    if (p->ends_home)
+        send_home(e, e->U - 1, mt_engine_ends_chunked(e) ? NULL : e->head_grad, MT_EV_UNIT_READY, 0, p->overlap != NULL);
     if (p->overlap && !p->ends_update) send_embedding_early(e);
     e->first_backward_job = e->num_jobs;
     mt_engine_ckpt_fetch(e, e->L - 1);
     for (int l = e->L - 1; l >= 0; l--) MT_TRY(block_backward(e, p, l));
+    /* Chunked, the embedding's backward writes its gradient home itself: the optimizer must be done
+     * with the early copy there (which then also landed, so the chunk buffer may change). */
+    if (p->overlap && !p->ends_update && mt_engine_ends_chunked(e))
+        p->r->waited += mt_engine_await(e, MT_FL_EMBED_EARLY_DONE, 0, e->generation, MT_GEN_NEXT);
     return mt_engine_launch(e, job_of(p, MT_JOB_EMBED_BWD));
 }
 
@@ -244,9 +256,10 @@ static mt_status ends(mt_engine *e, pass *p) {
         static const float nan_norm = NAN;
         mt_copy_async(e->be, e->dev_norms, &nan_norm, 4, e->compute);
     }
-    if (p->overlap && !p->ends_update)
+    int chunked = mt_engine_ends_chunked(e);
+    if (p->overlap && !p->ends_update && !chunked)
         p->r->waited += mt_engine_await(e, MT_FL_EMBED_EARLY_DONE, 0, e->generation, MT_GEN_NEXT);
-    if (p->ends_home) send_home(e, 0, e->embed_grad, MT_EV_UNIT_READY, 0, p->overlap != NULL);
+    if (p->ends_home) send_home(e, 0, chunked ? NULL : e->embed_grad, MT_EV_UNIT_READY, 0, p->overlap != NULL);
     if (p->ends_update) {
         mt_compute_job j = job_of(p, MT_JOB_ENDS_UPDATE);
         j.adam = mt_engine_adamw_params(e, p->step->lr, e->ends_step + 1, 1.0f);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/block.h"
 #include "megatrain.h"
 #include "train/options.h"
 #include "train/train_devices.h"
@@ -57,6 +58,11 @@ typedef struct {
     double opt_s, opt_block_s; /* the optimizer's mean time a step, and a block */
     int ends_on_device;        /* the device updated the embedding and head */
     int ckpt_on_host;          /* blocks whose input checkpoints lived in pinned host memory */
+    int chunk;                 /* tokens a block's token-wise ops took at once */
+    /* The device memory in use by the driver's count (cudaMemGetInfo: the CUDA context and the
+     * libraries' workspaces included), sampled after every step and at the end: the engine
+     * allocates all it uses at its creation and the libraries theirs in the first step. */
+    double driver_peak_bytes;
     int gpus;                  /* ranks */
     double h2d_bytes, d2h_bytes; /* PCIe bytes per GPU per step, each way */
 } bench_summary;
@@ -65,17 +71,19 @@ static void print_summary(FILE *out, const mt_train_options *o, const mt_backend
                           const bench_summary *s, double peak_gpu, double host, const char *json) {
     double tokens = (double)s->gpus * o->micro_batches * o->batch * o->seq_len;
     fprintf(out, "megatrain %s on %d %s%s: %.0f tokens/step, median step %.3f s, %.0f tokens/s, %.1f TFLOP/s, "
-            "peak device memory %.2f GiB, host %.1f GiB, device idle %.1f%% of the step (%.1f%% in the forward, "
+            "peak device memory %.2f GiB (%.2f GiB by the driver's count, context included), host %.1f GiB, "
+            "block chunk %d tokens, checkpoints of %d of %d blocks on the host, device idle %.1f%% of the step (%.1f%% in the forward, "
             "%.1f%% in the backward, the rest at the step's ends; stalled on copies %.1f%%), issuing thread waited on the optimizer %.1f%% (that wait overlaps queued GPU work), "
             "optimizer %.3f s a step (%.4f s a block, %.0f%% of the step), embedding and head updated on the %s; "
             "PCIe per GPU per step %.2f GB in, %.2f GB out\n", o->preset ? o->preset : "model", s->gpus,
             mt_backend_has_own_memory(be) ? "GPU" : "cpu rank", s->gpus > 1 ? "s" : "", tokens, s->step_s,
-            s->tokens_per_s, s->tflops, peak_gpu / 1073741824.0, host / 1073741824.0, 100 * s->idle_share,
+            s->tokens_per_s, s->tflops, peak_gpu / 1073741824.0, s->driver_peak_bytes / 1073741824.0,
+            host / 1073741824.0, s->chunk, s->ckpt_on_host, cfg->num_layers, 100 * s->idle_share,
             100 * s->idle_forward_share, 100 * s->idle_backward_share, 100 * s->stall_share, 100 * s->opt_wait_share, s->opt_s, s->opt_block_s,
             s->step_s > 0 ? 100 * s->opt_s / s->step_s : 0, s->ends_on_device ? "device" : "host", s->h2d_bytes / 1e9,
             s->d2h_bytes / 1e9);
     if (!json) return;
-    json_t *j = json_pack("{s:i, s:f, s:f, s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:b, s:f, s:i, s:i}",
+    json_t *j = json_pack("{s:i, s:f, s:f, s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:b, s:f, s:i, s:i, s:f, s:i}",
                           "gpus", s->gpus, "pcie_h2d_gb_per_gpu", s->h2d_bytes / 1e9, "pcie_d2h_gb_per_gpu",
                           s->d2h_bytes / 1e9, "system", "megatrain", "backend", be->ops->name, "model", o->preset ? o->preset : "model",
                           "params", (json_int_t)mt_config_total_params(cfg), "seq", o->seq_len, "batch", o->batch,
@@ -88,7 +96,8 @@ static void print_summary(FILE *out, const mt_train_options *o, const mt_backend
                           "clip",
                           (double)o->max_grad_norm, "opt_cores", o->opt_cores ? o->opt_cores : "",
                           "ends_on_device", s->ends_on_device, "gpu_mem_gib", (double)o->gpu_mem / 1073741824.0,
-                          "ckpt_on_host", s->ckpt_on_host, "layers", cfg->num_layers);
+                          "ckpt_on_host", s->ckpt_on_host, "layers", cfg->num_layers, "driver_peak_gpu_gib",
+                          s->driver_peak_bytes / 1073741824.0, "chunk", s->chunk);
     FILE *f = fopen(json, "a");
     if (j && f) {
         json_dumpf(j, f, JSON_COMPACT);
@@ -134,7 +143,7 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
     if (rc == MT_OK) fprintf(out, "set-up: engine ready at %.1f s\n", mt_now() - t0);
     mt_rng rng = {(uint64_t)o->seed};
     double stall = 0, opt_wait = 0, opt = 0, opt_block = 0, computing = 0, idle_forward = 0, idle_backward = 0;
-    double total = 0;
+    double total = 0, driver_peak = 0;
     for (int64_t s = 0; rc == MT_OK && s < warmup + o->steps; s++) {
         for (size_t i = 0; i < n; i++) {
             inputs[i] = (int32_t)(mt_rng_next(&rng) % (uint64_t)cfg.vocab_size);
@@ -143,6 +152,7 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
         mt_step_result r;
         rc = mt_devices_step(&dev, inputs, targets, 1e-4f, &r);
         if (rc != MT_OK) break;
+        if ((double)mt_dev_in_use(be) > driver_peak) driver_peak = (double)mt_dev_in_use(be);
         double ends = r.seconds - r.compute_seconds - r.idle_forward_seconds - r.idle_backward_seconds;
         fprintf(out, "%s step %lld: %.3f s, %.0f tokens/s, loss %.4f, device computing %.3f s, idle %.3f s in the "
                 "forward, %.3f s in the backward, %.3f s at the step's ends, compute waited %.3f s on copies, issue "
@@ -166,8 +176,10 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
         mt_engine_finish(dev.engine);
         size_t peak = mt_dev_peak(be);
         qsort(times, (size_t)o->steps, sizeof *times, compare_doubles);
+        if ((double)mt_dev_in_use(be) > driver_peak) driver_peak = (double)mt_dev_in_use(be);
         bench_summary sum = {.step_s = times[o->steps / 2], .ends_on_device = eo.ends_on_device,
-                             .ckpt_on_host = eo.ckpt_on_host, .gpus = o->gpus > 1 ? o->gpus : 1};
+                             .ckpt_on_host = eo.ckpt_on_host, .gpus = o->gpus > 1 ? o->gpus : 1,
+                             .chunk = mt_block_piece_rows(eo.batch, eo.seq, eo.chunk), .driver_peak_bytes = driver_peak};
         pcie_bytes(&lay, &eo, sum.gpus, be->ops->weight_dtype, &sum.h2d_bytes, &sum.d2h_bytes);
         sum.tokens_per_s = (double)n / sum.step_s;
         sum.tflops = sum.tokens_per_s * model_flops_per_token(&cfg, o->seq_len) / 1e12;

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "engine/engine.h"
 #include "model/config.h"
 #include "util/cpu_list.h"
 #include "util/size.h"
@@ -100,6 +101,7 @@ const mt_option mt_options[] = {
     NAME_SETTING("opt-cores", opt_cores, MT_OPT_PROCESS, NULL, check_cores, NULL),
     NAME_SETTING("ends-on-device", ends_on_device, MT_OPT_PROCESS, ends_modes, NULL, NULL),
     SETTING("lm-chunk", MT_OPT_INT, lm_chunk, MT_OPT_PROCESS, 1, SHAPE_MAX, 0, 0, 512),
+    SETTING("chunk", MT_OPT_INT, chunk, MT_OPT_PROCESS, 0, SHAPE_MAX, 0, 0, MT_ENGINE_CHUNK),
     SETTING("gpus", MT_OPT_INT, gpus, MT_OPT_PROCESS, 1, 1 << 10, 0, 0, 1),
     SETTING("gpu-mem", MT_OPT_SIZE, gpu_mem, MT_OPT_PROCESS, 1, (double)MT_SIZE_MAX, 0, 0, 0),
     /* Rates a plan states its floor against: far beyond any machine's above, 0 (measure) below. */

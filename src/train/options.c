@@ -77,6 +77,15 @@ static void ends_where_they_fit(const mt_train_options *o, mt_backend *be, const
     if (mt_engine_size(be, cfg, &with).total <= limit) eo->ends_on_device = 1;
 }
 
+/* What --gpu-mem leaves the engine: the budget is the device memory the driver counts in use, so
+ * what is in use already (the CUDA context, the libraries' handles) is spent. The engine
+ * allocates every workspace it uses itself (cuBLASLt's and cuDNN's included). */
+static int64_t engine_budget(const mt_train_options *o, mt_backend *be) {
+    if (o->gpu_mem <= 0 || !mt_backend_has_own_memory(be)) return o->gpu_mem;
+    int64_t left = o->gpu_mem - (int64_t)mt_dev_in_use(be);
+    return left > 0 ? left : 1; /* 1 byte: refused by the fit, naming the classes */
+}
+
 mt_status mt_train_engine_options(const mt_train_options *o, mt_backend *be, const mt_config *cfg,
                                   mt_engine_options *out) {
     mt_engine_options eo = mt_engine_defaults();
@@ -87,6 +96,7 @@ mt_status mt_train_engine_options(const mt_train_options *o, mt_backend *be, con
     eo.opt_threads = o->opt_threads;
     eo.opt_cores = default_opt_cores(o, be);
     eo.lm_chunk = o->lm_chunk;
+    eo.chunk = o->chunk;
     eo.max_grad_norm = o->max_grad_norm;
     eo.beta1 = o->beta1;
     eo.beta2 = o->beta2;
@@ -98,7 +108,7 @@ mt_status mt_train_engine_options(const mt_train_options *o, mt_backend *be, con
     MT_TRY(parse_ends_mode(o, moments, &ends));
     eo.ends_on_device = ends == ENDS_ON;
     *out = eo;
-    MT_TRY(mt_engine_fit_budget(be, cfg, out, o->gpu_mem));
+    MT_TRY(mt_engine_fit_budget(be, cfg, out, engine_budget(o, be)));
     if (ends == ENDS_AUTO) ends_where_they_fit(o, be, cfg, moments, out);
     return choose_grad_ring(be, cfg, moments, out);
 }

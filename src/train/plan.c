@@ -2,6 +2,7 @@
  * the floor of one step's time from the performance model in docs/memory.md. */
 #include <stdio.h>
 
+#include "engine/block.h"
 #include "engine/engine.h"
 #include "engine/store.h"
 #include "megatrain.h"
@@ -27,12 +28,29 @@ static double step_flops(const mt_config *c, double tokens, int seq) {
     return tokens * (8.0 * block + 6.0 * head + attention);
 }
 
+/* The pieces the sequence is worked through in, and where the activation checkpoints live. */
+static void print_chunks(const mt_config *c, const mt_engine_options *eo, int64_t host_ckpt, FILE *out) {
+    int piece = mt_block_piece_rows(eo->batch, eo->seq, eo->chunk);
+    char head[96] = "whole";
+    if (!c->tie_embeddings && !eo->ends_on_device && eo->head_vocab_chunk > 0 && eo->head_vocab_chunk < c->vocab_size)
+        snprintf(head, sizeof head, "%d vocabulary rows at a time (%d chunks)", eo->head_vocab_chunk,
+                 (c->vocab_size + eo->head_vocab_chunk - 1) / eo->head_vocab_chunk);
+    fprintf(out, "chunks    blocks' norms, projections and MLP %d tokens at a time (%d per micro-batch); LM head "
+            "%d rows of logits at a time; its gradient on the device %s\n", piece,
+            (eo->batch * eo->seq + piece - 1) / piece, eo->lm_chunk, head);
+    fprintf(out, "ckpts     the inputs of %d of %d blocks (the first) in pinned host memory (%.2f GB), the rest and "
+            "the head's on the device\n", eo->ckpt_on_host, c->num_layers, gb(host_ckpt));
+}
+
 mt_status mt_plan(const mt_train_options *given, FILE *out) {
     mt_train_options resolved;
     MT_TRY(mt_train_options_fresh(given, &resolved));
     const mt_train_options *o = &resolved;
     mt_config cfg;
     MT_TRY(mt_train_model_config(o, &cfg));
+    if (o->seq_len > cfg.max_position) /* as train refuses it */
+        return mt_fail(MT_ERR_INVALID, "--seq %d is past the model's max_position_embeddings (%d%s)", o->seq_len,
+                       cfg.max_position, cfg.rope_scaling_factor != 0 ? ", its rope scaling applied" : "");
     mt_layout lay;
     MT_TRY(mt_layout_init(&lay, &cfg));
     mt_backend *be = NULL;
@@ -95,6 +113,7 @@ mt_status mt_plan(const mt_train_options *given, FILE *out) {
             "checkpoints %.2f GB + workspace %.2f GB = %.2f GB\n", gb(db.weight_slots), gb(db.embed_head), ends,
             gb(db.grads), gb(db.checkpoints), gb(db.workspace), gb(db.total));
     if (eo.ends_on_device) fprintf(out, "optimizer the embedding and head on the device, the blocks on the host\n");
+    print_chunks(&cfg, &eo, db.host_checkpoints, out);
     fputs(budget, out);
     mt_memory_fit fit = mt_memory_fit_of(&lay, be, &eo, moments);
     mt_memory_fit_print(&fit, out);

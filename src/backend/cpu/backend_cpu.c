@@ -329,13 +329,18 @@ static void op_embedding(mt_backend *b, mt_stream *s, void *x, const int32_t *to
     mt_cpu_embedding(x, tokens, wte, n, d);
 }
 static void op_embedding_dw(mt_backend *b, mt_stream *s, float *dwte, const int32_t *tokens,
-                            const void *dx, int n, int d) {
-    mt_cpu_embedding_dw(dwte, tokens, dx, n, d);
+                            const void *dx, int n, int d, int v0, int rows) {
+    mt_cpu_embedding_dw(dwte, tokens, dx, n, d, v0, rows);
 }
-static void op_lmhead_loss(mt_backend *b, mt_stream *s, float *loss_sum, void *dx, float *dw,
+static void op_lmhead_loss(mt_backend *b, mt_stream *s, float *loss_sum, float *lse, void *dx, float *dw,
                            const void *x, const void *w, const int32_t *targets, int n, int d,
                            int vocab, float scale, int chunk, void *workspace) {
-    mt_cpu_lmhead_loss(loss_sum, dx, dw, x, w, targets, n, d, vocab, scale, chunk, workspace);
+    mt_cpu_lmhead_loss(loss_sum, lse, dx, dw, x, w, targets, n, d, vocab, scale, chunk, workspace);
+}
+static void op_lmhead_dw(mt_backend *b, mt_stream *s, float *dw, const void *x, const void *w,
+                         const int32_t *targets, const float *lse, int n, int d, int v0, int rows, float scale,
+                         int chunk, void *workspace) {
+    mt_cpu_lmhead_dw(dw, x, w, targets, lse, n, d, v0, rows, scale, chunk, workspace);
 }
 static size_t op_lmhead_workspace(mt_backend *b, int chunk, int vocab) {
     return mt_cpu_lmhead_workspace(chunk, vocab);
@@ -441,7 +446,7 @@ static const mt_backend_ops cpu_ops = {
            .rmsnorm_dx = op_rmsnorm_dx, .rope = op_rope, .attention = op_attention,
            .attention_dx = op_attention_dx, .attention_workspace = op_attention_workspace,
            .swiglu = op_swiglu, .swiglu_dx = op_swiglu_dx, .add = op_add, .embedding = op_embedding,
-           .embedding_dw = op_embedding_dw, .lmhead_loss = op_lmhead_loss,
+           .embedding_dw = op_embedding_dw, .lmhead_loss = op_lmhead_loss, .lmhead_dw = op_lmhead_dw,
            .lmhead_workspace = op_lmhead_workspace, .logits = op_logits, .sumsq = op_sumsq,
            .clip_scale = op_clip_scale, .adamw = op_adamw},
     .coll = {.comm_init = coll_comm_init, .comm_init_world = coll_comm_init_world, .all_reduce = coll_all_reduce, .comm_abort = coll_comm_abort,

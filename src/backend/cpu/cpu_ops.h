@@ -38,11 +38,13 @@ void mt_cpu_swiglu_dx(float *dg, float *du, const float *da, const float *g, con
 void mt_cpu_add(float *y, const float *a, const float *b, size_t count);
 
 void mt_cpu_embedding(float *x, const int32_t *tokens, const float *wte, int n, int d);
-void mt_cpu_embedding_dw(float *dwte, const int32_t *tokens, const float *dx, int n, int d);
+void mt_cpu_embedding_dw(float *dwte, const int32_t *tokens, const float *dx, int n, int d, int v0, int rows);
 
-void mt_cpu_lmhead_loss(float *loss_sum, float *dx, float *dw, const float *x, const float *w,
+void mt_cpu_lmhead_loss(float *loss_sum, float *lse, float *dx, float *dw, const float *x, const float *w,
                         const int32_t *targets, int n, int d, int vocab, float scale, int chunk,
                         void *workspace);
+void mt_cpu_lmhead_dw(float *dw, const float *x, const float *w, const int32_t *targets, const float *lse, int n,
+                      int d, int v0, int rows, float scale, int chunk, void *workspace);
 size_t mt_cpu_lmhead_workspace(int chunk, int vocab);
 void mt_cpu_logits(float *logits, const float *x, const float *w, int d, int vocab);
 

@@ -124,6 +124,15 @@ static void cuda_dev_mem_info(mt_backend *be, size_t *free_bytes, size_t *peak_b
     pthread_mutex_unlock(&cb->lock);
 }
 
+static size_t cuda_dev_in_use(mt_backend *be) {
+    size_t free_now = 0, total = 0;
+    if (cudaMemGetInfo(&free_now, &total) != cudaSuccess) {
+        cudaGetLastError();
+        return mt_dev_peak(be);
+    }
+    return total - free_now;
+}
+
 /* ---- streams, events, copies ---- */
 
 static mt_status stream_create(mt_stream **out) {
@@ -276,15 +285,22 @@ static void cuda_embedding(mt_backend *be, mt_stream *s, void *x, const int32_t 
 }
 
 static void cuda_embedding_dw(mt_backend *be, mt_stream *s, float *dwte, const int32_t *tokens,
-                              const void *dx, int n, int d) {
-    keep_error(be, mt_cuda_embedding_dw(mt_cuda_stream(s), dwte, tokens, dx, n, d));
+                              const void *dx, int n, int d, int v0, int rows) {
+    keep_error(be, mt_cuda_embedding_dw(mt_cuda_stream(s), dwte, tokens, dx, n, d, v0, rows));
 }
 
-static void cuda_lmhead_loss(mt_backend *be, mt_stream *s, float *loss_sum, void *dx, float *dw,
+static void cuda_lmhead_loss(mt_backend *be, mt_stream *s, float *loss_sum, float *lse, void *dx, float *dw,
                              const void *x, const void *w, const int32_t *targets, int n, int d,
                              int vocab, float scale, int chunk, void *workspace) {
-    keep_error(be, mt_cuda_lmhead_loss(cuda_of(be), mt_cuda_stream(s), loss_sum, dx, dw, x, w,
+    keep_error(be, mt_cuda_lmhead_loss(cuda_of(be), mt_cuda_stream(s), loss_sum, lse, dx, dw, x, w,
                                         targets, n, d, vocab, scale, chunk, workspace));
+}
+
+static void cuda_lmhead_dw(mt_backend *be, mt_stream *s, float *dw, const void *x, const void *w,
+                           const int32_t *targets, const float *lse, int n, int d, int v0, int rows, float scale,
+                           int chunk, void *workspace) {
+    keep_error(be, mt_cuda_lmhead_dw(cuda_of(be), mt_cuda_stream(s), dw, x, w, targets, lse, n, d, v0, rows, scale,
+                                     chunk, workspace));
 }
 
 static size_t cuda_lmhead_workspace(mt_backend *be, int chunk, int vocab) {
@@ -331,7 +347,8 @@ static const mt_backend_ops cuda_ops = {
     .destroy = cuda_destroy,
     .device_info = cuda_device_info,
     .mem = {.dev_alloc = cuda_dev_alloc, .dev_free = cuda_dev_free, .host_alloc = cuda_host_alloc,
-            .host_free = cuda_host_free, .dev_mem_info = cuda_dev_mem_info},
+            .host_free = cuda_host_free, .dev_mem_info = cuda_dev_mem_info,
+            .dev_in_use = cuda_dev_in_use},
     .stream = {.stream_create = cuda_stream_create, .stream_destroy = cuda_stream_destroy,
                .event_create = cuda_event_create, .event_destroy = cuda_event_destroy,
                .event_record = cuda_event_record, .stream_wait = cuda_stream_wait,
@@ -342,7 +359,7 @@ static const mt_backend_ops cuda_ops = {
            .attention = cuda_attention, .attention_dx = cuda_attention_dx,
            .attention_workspace = cuda_attention_workspace, .swiglu = cuda_swiglu,
            .swiglu_dx = cuda_swiglu_dx, .add = cuda_add, .embedding = cuda_embedding,
-           .embedding_dw = cuda_embedding_dw, .lmhead_loss = cuda_lmhead_loss,
+           .embedding_dw = cuda_embedding_dw, .lmhead_loss = cuda_lmhead_loss, .lmhead_dw = cuda_lmhead_dw,
            .lmhead_workspace = cuda_lmhead_workspace, .logits = mt_cuda_op_logits, .sumsq = cuda_sumsq,
            .clip_scale = cuda_clip_scale, .adamw = cuda_adamw},
     .coll = {.comm_init = mt_cuda_comm_init, .comm_init_world = mt_cuda_comm_init_world, .all_reduce = mt_cuda_all_reduce, .comm_abort = mt_cuda_comm_abort,

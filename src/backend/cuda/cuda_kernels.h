@@ -45,7 +45,7 @@ mt_status mt_cuda_add(cudaStream_t s, void *y, const void *a, const void *b, siz
 mt_status mt_cuda_embedding(cudaStream_t s, void *x, const int32_t *tokens, const void *wte, int n,
                             int d);
 mt_status mt_cuda_embedding_dw(cudaStream_t s, float *dwte, const int32_t *tokens, const void *dx,
-                               int n, int d);
+                               int n, int d, int v0, int rows);
 mt_status mt_cuda_sumsq(cudaStream_t s, float *out, const float *x, size_t count);
 mt_status mt_cuda_clip_scale(cudaStream_t s, float *scale, const float *norms, int count, float max_norm);
 /* AdamW with the constants of c (its grad_scale replaced by *scale when scale is non-NULL), bf16
@@ -60,10 +60,13 @@ mt_status mt_cuda_attention_dx(cudaStream_t s, void *dq, void *dk, void *dv, con
                                const void *v, mt_attn_dims dims, void *workspace);
 size_t mt_cuda_attention_workspace(mt_attn_dims dims);
 
-mt_status mt_cuda_lmhead_loss(mt_cuda_backend *cb, cudaStream_t s, float *loss_sum, void *dx,
+mt_status mt_cuda_lmhead_loss(mt_cuda_backend *cb, cudaStream_t s, float *loss_sum, float *lse, void *dx,
                               float *dw, const void *x, const void *w, const int32_t *targets,
                               int n, int d, int vocab, float scale, int chunk, void *workspace);
 size_t mt_cuda_lmhead_workspace(int chunk, int vocab);
+mt_status mt_cuda_lmhead_dw(mt_cuda_backend *cb, cudaStream_t s, float *dw, const void *x, const void *w,
+                            const int32_t *targets, const float *lse, int n, int d, int v0, int rows, float scale,
+                            int chunk, void *workspace);
 
 #ifdef __cplusplus
 }

@@ -16,8 +16,10 @@ __global__ void embedding_rows(bf16 *x, const int32_t *tokens, const bf16 *wte, 
 
 /* Rows with the same token add into the same dwte row; the atomics make that safe (in an
  * unspecified order, so the low bits may differ between runs). */
-__global__ void embedding_dw_rows(float *dwte, const int32_t *tokens, const bf16 *dx, int d) {
-    float *dst = dwte + (size_t)tokens[blockIdx.x] * d;
+__global__ void embedding_dw_rows(float *dwte, const int32_t *tokens, const bf16 *dx, int d, int v0, int rows) {
+    int token = tokens[blockIdx.x];
+    if (token < v0 || token >= v0 + rows) return;
+    float *dst = dwte + (size_t)(token - v0) * d;
     const bf16 *src = dx + (size_t)blockIdx.x * d;
     for (int j = threadIdx.x; j < d; j += THREADS) atomicAdd(dst + j, __bfloat162float(src[j]));
 }
@@ -30,8 +32,8 @@ extern "C" mt_status mt_cuda_embedding(cudaStream_t s, void *x, const int32_t *t
 }
 
 extern "C" mt_status mt_cuda_embedding_dw(cudaStream_t s, float *dwte, const int32_t *tokens,
-                                          const void *dx, int n, int d) {
+                                          const void *dx, int n, int d, int v0, int rows) {
     if (n == 0) return MT_OK;
-    embedding_dw_rows<<<n, THREADS, 0, s>>>(dwte, tokens, (const bf16 *)dx, d);
+    embedding_dw_rows<<<n, THREADS, 0, s>>>(dwte, tokens, (const bf16 *)dx, d, v0, rows);
     return launch_status("embedding_dw");
 }

@@ -10,7 +10,7 @@ enum { THREADS = 512 };
 extern "C" size_t mt_cuda_lmhead_workspace(int chunk, int vocab) { return mt_cuda_lmhead_workspace_bytes(chunk, vocab); }
 
 /* dlogits = scale * (softmax(z) - onehot(target)); loss -log softmax(z)[target] = lse - z[t]. */
-__global__ void softmax_xent_rows(float *loss_sum, bf16 *dlogits, const float *logits,
+__global__ void softmax_xent_rows(float *loss_sum, float *lse, bf16 *dlogits, const float *logits,
                                   const int32_t *targets, int vocab, float scale) {
     const float *z = logits + (size_t)blockIdx.x * vocab;
     bf16 *dz = dlogits + (size_t)blockIdx.x * vocab;
@@ -37,10 +37,11 @@ __global__ void softmax_xent_rows(float *loss_sum, bf16 *dlogits, const float *l
         dz[j] = __float2bfloat16(j == target ? g - scale : g);
     }
     if (threadIdx.x == 0) atomicAdd(loss_sum, max + logf(sum) - z[target]);
+    if (threadIdx.x == 0 && lse) lse[blockIdx.x] = max + logf(sum);
 }
 
 extern "C" mt_status mt_cuda_lmhead_loss(mt_cuda_backend *cb, cudaStream_t s, float *loss_sum,
-                                         void *dx, float *dw, const void *x, const void *w,
+                                         float *lse, void *dx, float *dw, const void *x, const void *w,
                                          const int32_t *targets, int n, int d, int vocab,
                                          float scale, int chunk, void *workspace) {
     if (chunk <= 0) return mt_fail(MT_ERR_INVALID, "lmhead_loss: chunk %d must be positive", chunk);
@@ -53,7 +54,8 @@ extern "C" mt_status mt_cuda_lmhead_loss(mt_cuda_backend *cb, cudaStream_t s, fl
         mt_cuda_gemm_desc to_logits = {.m = vocab, .n = rows, .k = d, .a = w, .lda = d, .trans_a = 1,
                                        .b = xc, .ldb = d, .d = logits, .ldd = vocab, .d_is_f32 = 1};
         MT_TRY(mt_cuda_gemm(cb, s, &to_logits));
-        softmax_xent_rows<<<rows, THREADS, 0, s>>>(loss_sum, dlogits, logits, targets + r0, vocab, scale);
+        softmax_xent_rows<<<rows, THREADS, 0, s>>>(loss_sum, lse ? lse + r0 : NULL, dlogits, logits, targets + r0,
+                                                   vocab, scale);
         MT_TRY(launch_status("lmhead softmax"));
         /* dx^T[d, rows] = (w as [d, vocab]) . dlogits^T[vocab, rows] */
         mt_cuda_gemm_desc to_dx = {.m = d, .n = rows, .k = vocab, .a = w, .lda = d, .b = dlogits,
@@ -64,6 +66,43 @@ extern "C" mt_status mt_cuda_lmhead_loss(mt_cuda_backend *cb, cudaStream_t s, fl
                                    .ldb = vocab, .trans_b = 1, .d = dw, .ldd = d, .d_is_f32 = 1,
                                    .beta = 1.0f};
         if (dw) MT_TRY(mt_cuda_gemm(cb, s, &to_dw));
+    }
+    return MT_OK;
+}
+
+/* dlogits = scale * (exp(z - lse) - onehot(target)) on vocabulary rows [v0, v0 + rows) of each
+ * row's logits; an ignored row's are zero. */
+__global__ void dlogits_from_lse(bf16 *dlogits, const float *logits, const int32_t *targets, const float *lse,
+                                 int v0, int rows, float scale) {
+    const float *z = logits + (size_t)blockIdx.x * rows;
+    bf16 *dz = dlogits + (size_t)blockIdx.x * rows;
+    int target = targets[blockIdx.x];
+    float row_lse = target < 0 ? 0.0f : lse[blockIdx.x];
+    for (int j = threadIdx.x; j < rows; j += THREADS) {
+        float g = target < 0 ? 0.0f : scale * __expf(z[j] - row_lse);
+        dz[j] = __float2bfloat16(v0 + j == target ? g - scale : g);
+    }
+}
+
+extern "C" mt_status mt_cuda_lmhead_dw(mt_cuda_backend *cb, cudaStream_t s, float *dw, const void *x,
+                                       const void *w, const int32_t *targets, const float *lse, int n, int d,
+                                       int v0, int rows, float scale, int chunk, void *workspace) {
+    if (chunk <= 0) return mt_fail(MT_ERR_INVALID, "lmhead_dw: chunk %d must be positive", chunk);
+    float *logits = (float *)workspace;
+    /* the workspace was sized for [chunk, vocab] with vocab >= rows: the bf16 part fits after rows' */
+    bf16 *dlogits = (bf16 *)((char *)workspace + mt_cuda_lmhead_dlogits_offset(chunk, rows));
+    for (int r0 = 0; r0 < n; r0 += chunk) {
+        int nr = n - r0 < chunk ? n - r0 : chunk;
+        const bf16 *xc = (const bf16 *)x + (size_t)r0 * d;
+        mt_cuda_gemm_desc to_logits = {.m = rows, .n = nr, .k = d, .a = w, .lda = d, .trans_a = 1,
+                                       .b = xc, .ldb = d, .d = logits, .ldd = rows, .d_is_f32 = 1};
+        MT_TRY(mt_cuda_gemm(cb, s, &to_logits));
+        dlogits_from_lse<<<nr, THREADS, 0, s>>>(dlogits, logits, targets + r0, lse + r0, v0, rows, scale);
+        MT_TRY(launch_status("lmhead dlogits"));
+        mt_cuda_gemm_desc to_dw = {.m = d, .n = rows, .k = nr, .a = xc, .lda = d, .b = dlogits,
+                                   .ldb = rows, .trans_b = 1, .d = dw, .ldd = d, .d_is_f32 = 1,
+                                   .beta = 1.0f};
+        MT_TRY(mt_cuda_gemm(cb, s, &to_dw));
     }
     return MT_OK;
 }

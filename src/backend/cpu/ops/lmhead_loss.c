@@ -12,11 +12,12 @@ size_t mt_cpu_lmhead_workspace(int chunk, int vocab) {
 }
 
 /* Turns one row of logits z into scale * dloss/dz = scale * (softmax(z) - onehot(target)) and
- * returns the row's loss -log softmax(z)[target], computed stably from the row's maximum. An
- * ignored row (target < 0) gets a zero gradient and no loss. */
-static float softmax_xent_row(float *z, int vocab, int32_t target, float scale) {
+ * returns the row's loss -log softmax(z)[target], computed stably from the row's maximum; its
+ * log-sum-exp into *lse. An ignored row (target < 0) gets a zero gradient and no loss. */
+static float softmax_xent_row(float *z, int vocab, int32_t target, float scale, float *lse) {
     if (target < 0) {
         for (int j = 0; j < vocab; j++) z[j] = 0.0f;
+        *lse = 0.0f;
         return 0.0f;
     }
     float max = z[0];
@@ -27,14 +28,15 @@ static float softmax_xent_row(float *z, int vocab, int32_t target, float scale) 
         z[j] = expf(z[j] - max);
         sum += z[j];
     }
-    float loss = (float)(max + log(sum)) - target_logit;
+    *lse = (float)(max + log(sum));
+    float loss = *lse - target_logit;
     float norm = scale / (float)sum;
     for (int j = 0; j < vocab; j++) z[j] *= norm;
     z[target] -= scale;
     return loss;
 }
 
-void mt_cpu_lmhead_loss(float *loss_sum, float *dx, float *dw, const float *x, const float *w,
+void mt_cpu_lmhead_loss(float *loss_sum, float *lse, float *dx, float *dw, const float *x, const float *w,
                         const int32_t *targets, int n, int d, int vocab, float scale, int chunk,
                         void *workspace) {
     float *logits = workspace;
@@ -46,8 +48,11 @@ void mt_cpu_lmhead_loss(float *loss_sum, float *dx, float *dw, const float *x, c
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, vocab, d, 1.0f, xc, d, w, d,
                     0.0f, logits, vocab);
 #pragma omp parallel for schedule(static)
-        for (int i = 0; i < rows; i++)
-            row_loss[i] = softmax_xent_row(logits + (size_t)i * vocab, vocab, targets[r0 + i], scale);
+        for (int i = 0; i < rows; i++) {
+            float row_lse;
+            row_loss[i] = softmax_xent_row(logits + (size_t)i * vocab, vocab, targets[r0 + i], scale, &row_lse);
+            if (lse) lse[r0 + i] = row_lse;
+        }
         /* logits now hold scale * dloss/dlogits; NULL dx and dw ask for the loss only. */
         if (dx)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, vocab, 1.0f, logits, vocab,
@@ -58,6 +63,25 @@ void mt_cpu_lmhead_loss(float *loss_sum, float *dx, float *dw, const float *x, c
         for (int i = 0; i < rows; i++) total += row_loss[i];
     }
     *loss_sum = (float)(*loss_sum + total);
+}
+
+void mt_cpu_lmhead_dw(float *dw, const float *x, const float *w, const int32_t *targets, const float *lse, int n,
+                      int d, int v0, int rows, float scale, int chunk, void *workspace) {
+    float *logits = workspace;
+    for (int r0 = 0; r0 < n; r0 += chunk) {
+        int nr = n - r0 < chunk ? n - r0 : chunk;
+        const float *xc = x + (size_t)r0 * d;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, rows, d, 1.0f, xc, d, w, d, 0.0f, logits, rows);
+#pragma omp parallel for schedule(static)
+        for (int i = 0; i < nr; i++) { /* scale * (softmax - onehot) on this slice of the row */
+            float *z = logits + (size_t)i * rows;
+            int32_t target = targets[r0 + i];
+            float row_lse = target < 0 ? 0.0f : lse[r0 + i];
+            for (int j = 0; j < rows; j++) z[j] = target < 0 ? 0.0f : scale * expf(z[j] - row_lse);
+            if (target >= v0 && target < v0 + rows) z[target - v0] -= scale;
+        }
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, d, nr, 1.0f, logits, rows, xc, d, 1.0f, dw, d);
+    }
 }
 
 void mt_cpu_logits(float *logits, const float *x, const float *w, int d, int vocab) {

@@ -1,0 +1,188 @@
+/* A block's token-wise ops (norms, projections, MLP) run over pieces of the micro-batch
+ * (engine/block.h: mt_block_piece_rows). The math must not notice, on the cpu backend:
+ *
+ * - pieces of whole sequences (chunk >= seq) give bitwise the unchunked loss and gradients:
+ *   every weight gradient still accumulates one sequence at a time, in sequence order;
+ * - pieces inside a sequence (chunk < seq) give the same loss and gradients up to fp32
+ *   rounding. A weight gradient over a sequence is then the sum of its pieces' GEMMs instead of
+ *   one GEMM, and BLAS picks its blocking by the row count, so only the order of an fp32 sum
+ *   changes. Its error is at most about rows x 2^-24 of the sum of |terms|; with 64 rows and
+ *   terms of mixed sign the measured relative L2 error is ~1e-7, so 1e-5 leaves headroom while a
+ *   piece lost, repeated or misplaced gives an error of order 1 (the test was broken on purpose
+ *   that way: a piece skipped in the backward fails it).
+ *
+ * With checkpoints on the host and a small LM-head chunk as well, as the long-context runs use. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/block.h"
+#include "train/backend_select.h"
+#include "tiny_model.h"
+
+enum { SEQ = 64, SEQUENCES = 4 };
+
+typedef struct {
+    double loss;
+    float *grads; /* total_numel */
+    size_t n;
+} result;
+
+static result grads_of(const mt_config *cfg, int batch, int chunk, int ckpt_on_host, int lm_chunk, int head_chunk) {
+    mt_engine_options o = mt_engine_defaults();
+    o.seq = SEQ;
+    o.batch = batch;
+    o.micro_batches = SEQUENCES / batch;
+    o.chunk = chunk;
+    o.ckpt_on_host = ckpt_on_host;
+    o.lm_chunk = lm_chunk;
+    o.head_vocab_chunk = head_chunk;
+    o.max_grad_norm = 1.0f;
+    mt_tiny_model t;
+    mt_tiny_model_open(&t, cfg, &o, 11);
+    int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
+    mt_tiny_windows(42, SEQUENCES, SEQ, cfg->vocab_size, tokens, inputs, targets);
+    result r = {.n = (size_t)t.layout.total_numel};
+    cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, &r.loss), MT_OK, "%s", mt_error());
+    r.grads = malloc(r.n * sizeof *r.grads);
+    memcpy(r.grads, mt_engine_host_grads(t.engine), r.n * sizeof *r.grads);
+    mt_tiny_model_close(&t);
+    return r;
+}
+
+/* ||got - want|| / ||want|| over every gradient. */
+static double relative_error(const result *got, const result *want) {
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < want->n; i++) {
+        double d = (double)got->grads[i] - want->grads[i];
+        diff += d * d;
+        norm += (double)want->grads[i] * want->grads[i];
+    }
+    return sqrt(diff / norm);
+}
+
+static void expect_chunking_invisible(const mt_config *cfg) {
+    result want = grads_of(cfg, 2, 0, 0, 7, 0);
+    /* whole sequences a piece: 1, 3 (the last piece holds the one left), all of them */
+    const int whole[] = {SEQ, 3 * SEQ, 4 * SEQ, SEQ + 5};
+    for (size_t i = 0; i < sizeof whole / sizeof whole[0]; i++) {
+        for (int batch = 2; batch <= 4; batch += 2) {
+            result got = grads_of(cfg, batch, whole[i], cfg->num_layers, 7, 0);
+            cr_expect(got.loss == want.loss, "chunk %d, batch %d: loss %.17g, unchunked %.17g", whole[i], batch,
+                      got.loss, want.loss);
+            cr_expect(!memcmp(got.grads, want.grads, want.n * sizeof *want.grads),
+                      "chunk %d, batch %d: the gradients are not bitwise the unchunked ones", whole[i], batch);
+            free(got.grads);
+        }
+    }
+    /* pieces inside a sequence: even, uneven (64 = 2 x 24 + 16), one token; with the head's
+     * gradient in vocabulary chunks (untied: 256 = 6 x 37 + 34) and without */
+    const int part[] = {16, 24, 1, SEQ, 16};
+    const int head[] = {0, 37, 0, 37, 255};
+    for (size_t i = 0; i < sizeof part / sizeof part[0]; i++) {
+        result got = grads_of(cfg, 2, part[i], 1, 7, head[i]);
+        cr_expect(fabs(got.loss - want.loss) <= 1e-6 * fabs(want.loss), "chunk %d: loss %.9g, unchunked %.9g",
+                  part[i], got.loss, want.loss);
+        double err = relative_error(&got, &want);
+        cr_expect(err <= 1e-5, "chunk %d, head chunk %d: the gradients' relative error is %g", part[i], head[i], err);
+        free(got.grads);
+    }
+    free(want.grads);
+}
+
+Test(chunking, pieces_do_not_change_the_gradients) {
+    mt_config cfg = mt_tiny_config_gqa();
+    cfg.max_position = SEQ;
+    expect_chunking_invisible(&cfg);
+}
+
+/* q/k/v bias gradients and the tied head's, through the pieces */
+Test(chunking, pieces_do_not_change_the_gradients_tied_bias) {
+    mt_config cfg = mt_tiny_config_tied_bias();
+    cfg.max_position = SEQ;
+    expect_chunking_invisible(&cfg);
+}
+
+/* Qwen3's per-head q/k norms run over the micro-batch between the pieced projections. */
+Test(chunking, pieces_do_not_change_the_gradients_qwen3) {
+    mt_config cfg = mt_tiny_config_qwen3(0);
+    cfg.max_position = SEQ;
+    expect_chunking_invisible(&cfg);
+}
+
+Test(chunking, piece_rows) {
+    cr_expect_eq(mt_block_piece_rows(4, 8, 0), 32);  /* none: the micro-batch */
+    cr_expect_eq(mt_block_piece_rows(4, 8, 100), 32);
+    cr_expect_eq(mt_block_piece_rows(4, 8, 8), 8);   /* one sequence */
+    cr_expect_eq(mt_block_piece_rows(4, 8, 20), 16); /* whole sequences only */
+    cr_expect_eq(mt_block_piece_rows(4, 8, 5), 5);   /* inside a sequence */
+    cr_expect_eq(mt_block_piece_rows(1, 131072, 8192), 8192);
+}
+
+/* The workspace of a long sequence grows by what attention needs a token (q, k, v, their
+ * gradients, the residual), not by the MLP's width: past the chunk, doubling the sequence adds
+ * the same bytes per token whatever F is. */
+Test(chunking, workspace_is_a_chunks_beyond_attention) {
+    mt_backend *be = NULL;
+    cr_assert_eq(mt_backend_open("cpu", 1, &be), MT_OK, "%s", mt_error());
+    mt_config narrow = mt_tiny_config_gqa(), wide = narrow;
+    wide.intermediate_size = 16 * narrow.intermediate_size;
+    size_t growth[2];
+    const mt_config *cfgs[2] = {&narrow, &wide};
+    for (int i = 0; i < 2; i++)
+        growth[i] = mt_block_ws_bytes(be, cfgs[i], 1, 8192, 256) - mt_block_ws_bytes(be, cfgs[i], 1, 4096, 256);
+    cr_expect_eq(growth[0], growth[1], "4096 more tokens took %zu bytes at F = %d, %zu at F = %d", growth[0],
+                 narrow.intermediate_size, growth[1], wide.intermediate_size);
+    cr_expect_lt(mt_block_ws_bytes(be, &wide, 1, 8192, 256), mt_block_ws_bytes(be, &wide, 1, 8192, 0));
+    mt_backend_destroy(be);
+}
+
+/* Training without clipping (the overlapped optimizer, a gradient ring) with the head's gradient
+ * going home a vocabulary chunk at a time: the updates are the whole head's up to the rounding
+ * above. Three steps at lr 3e-3 move the weights by ~1e-2; the masters' relative L2 difference
+ * stays ~1e-8, a wrong or missing chunk makes it ~1e-3. */
+static float *masters_after_training(const mt_config *cfg, int head_chunk, double *first_loss) {
+    mt_engine_options o = mt_engine_defaults();
+    o.seq = SEQ;
+    o.batch = 2;
+    o.micro_batches = 2;
+    o.chunk = 24;
+    o.head_vocab_chunk = head_chunk;
+    o.max_grad_norm = 0;
+    mt_tiny_model t;
+    mt_tiny_model_open(&t, cfg, &o, 5);
+    int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
+    for (int s = 0; s < 3; s++) {
+        mt_tiny_windows(70 + s, SEQUENCES, SEQ, cfg->vocab_size, tokens, inputs, targets);
+        mt_step_result r;
+        cr_assert_eq(mt_engine_step(t.engine, inputs, targets, 3e-3f, &r), MT_OK, "%s", mt_error());
+        if (s == 0) *first_loss = r.loss;
+    }
+    mt_engine_finish(t.engine);
+    size_t n = (size_t)t.layout.total_numel;
+    float *master = malloc(n * sizeof *master);
+    memcpy(master, t.store.master, n * sizeof *master);
+    mt_tiny_model_close(&t);
+    return master;
+}
+
+Test(chunking, head_by_vocabulary_chunks_trains_as_whole) {
+    mt_config cfg = mt_tiny_config_gqa();
+    cfg.max_position = SEQ;
+    mt_layout lay;
+    cr_assert_eq(mt_layout_init(&lay, &cfg), MT_OK);
+    double loss_whole, loss_chunked;
+    float *want = masters_after_training(&cfg, 0, &loss_whole);
+    float *got = masters_after_training(&cfg, 10, &loss_chunked);
+    cr_expect(loss_whole == loss_chunked, "the first step's loss %.17g, whole head %.17g", loss_chunked, loss_whole);
+    double diff = 0, norm = 0;
+    for (int64_t i = 0; i < lay.total_numel; i++) {
+        diff += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
+        norm += (double)want[i] * want[i];
+    }
+    cr_expect(sqrt(diff / norm) <= 1e-6, "the masters' relative difference is %g", sqrt(diff / norm));
+    free(want);
+    free(got);
+    mt_layout_free(&lay);
+}
