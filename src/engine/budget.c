@@ -32,5 +32,5 @@ mt_status mt_engine_fit_budget(mt_backend *be, const mt_config *cfg, mt_engine_o
                    "%.2f, workspace %.2f GiB); "
                    "lower --micro-batches or --seq, or raise --gpu-mem", gib(budget), gib(b.total), o->batch,
                    o->lm_chunk, gib(b.weight_slots),
-                   gib(b.embed_head), gib(b.ends_state), gib(b.grads), gib(b.checkpoints), gib(b.workspace));
+                   gib(b.embed_head), gib(b.device_state), gib(b.grads), gib(b.checkpoints), gib(b.workspace));
 }

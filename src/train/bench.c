@@ -44,25 +44,27 @@ typedef struct {
     double idle_share;         /* the device's idle time over the step time (1 - computing) */
     double idle_forward_share, idle_backward_share; /* its parts between jobs of the two passes */
     double opt_s, opt_block_s; /* the optimizer's mean time a step, and a block */
-    int ends_on_device;        /* the device updated the embedding and head */
-    int ckpt_on_host;          /* blocks whose input checkpoints lived in pinned host memory */
+    const mt_placement *plan;  /* where everything lived: the run's memory plan */
 } bench_summary;
 
 static void print_summary(FILE *out, const mt_train_options *o, const mt_backend *be, const mt_config *cfg,
                           const bench_summary *s, double peak_gpu, double host, const char *json) {
-    double tokens = (double)o->micro_batches * o->batch * o->seq_len;
+    const mt_engine_options *eo = &s->plan->eo;
+    double tokens = s->plan->tokens;
+    char where[768], grads[96];
+    mt_placement_describe(s->plan, where, sizeof where);
+    mt_placement_grads_where(s->plan, grads, sizeof grads);
     fprintf(out, "megatrain %s: %.0f tokens/step, median step %.3f s, %.0f tokens/s, %.1f TFLOP/s, "
             "peak device memory %.2f GiB, host %.1f GiB, device idle %.1f%% of the step (%.1f%% in the forward, "
             "%.1f%% in the backward, the rest at the step's ends; stalled on copies %.1f%%), issuing thread waited on the optimizer %.1f%% (that wait overlaps queued GPU work), "
-            "optimizer %.3f s a step (%.4f s a block), embedding and head updated on the %s\n", o->preset ? o->preset : "model", tokens, s->step_s,
+            "optimizer %.3f s a step (%.4f s a block); plan: %s\n", o->preset ? o->preset : "model", tokens, s->step_s,
             s->tokens_per_s, s->tflops, peak_gpu / 1073741824.0, host / 1073741824.0, 100 * s->idle_share,
-            100 * s->idle_forward_share, 100 * s->idle_backward_share, 100 * s->stall_share, 100 * s->opt_wait_share, s->opt_s, s->opt_block_s,
-            s->ends_on_device ? "device" : "host");
+            100 * s->idle_forward_share, 100 * s->idle_backward_share, 100 * s->stall_share, 100 * s->opt_wait_share, s->opt_s, s->opt_block_s, where);
     if (!json) return;
-    json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:b, s:f, s:i, s:i}",
+    json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:b, s:f, s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:i, s:i}",
                           "system", "megatrain", "backend", be->ops->name, "model", o->preset ? o->preset : "model",
-                          "params", (json_int_t)mt_config_total_params(cfg), "seq", o->seq_len, "batch", o->batch,
-                          "micro_batches", o->micro_batches, "tokens_per_step", tokens, "step_s", s->step_s,
+                          "params", (json_int_t)mt_config_total_params(cfg), "seq", eo->seq, "batch", eo->batch,
+                          "micro_batches", eo->micro_batches, "tokens_per_step", tokens, "step_s", s->step_s,
                           "tokens_per_s", s->tokens_per_s, "tflops", s->tflops, "peak_gpu_gib",
                           peak_gpu / 1073741824.0, "host_gib", host / 1073741824.0, "copy_wait_share",
                           s->stall_share, "opt_wait_share", s->opt_wait_share, "opt_seconds", s->opt_s,
@@ -70,8 +72,11 @@ static void print_summary(FILE *out, const mt_train_options *o, const mt_backend
                           "idle_forward_share", s->idle_forward_share, "idle_backward_share", s->idle_backward_share,
                           "clip",
                           (double)o->max_grad_norm, "opt_cores", o->opt_cores ? o->opt_cores : "",
-                          "ends_on_device", s->ends_on_device, "gpu_mem_gib", (double)o->gpu_mem / 1073741824.0,
-                          "ckpt_on_host", s->ckpt_on_host, "layers", cfg->num_layers);
+                          "ends_on_device", eo->ends_on_device, "gpu_mem_gib", (double)o->gpu_mem / 1073741824.0,
+                          "ckpt_on_host", eo->ckpt_on_host, "layers", cfg->num_layers,
+                          "device_blocks", eo->device_blocks, "opt_units_on_device", s->plan->units_on_device,
+                          "units", s->plan->units, "grads_wait", grads, "placement", where,
+                          "slots", eo->slots, "lm_chunk", eo->lm_chunk);
     FILE *f = fopen(json, "a");
     if (j && f) {
         json_dumpf(j, f, JSON_COMPACT);
@@ -97,22 +102,22 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
     int32_t *inputs = mt_malloc(n * sizeof *inputs, "bench tokens"), *targets = mt_malloc(n * sizeof *targets, "bench tokens");
     double *times = mt_calloc((size_t)o->steps, sizeof *times, "bench timings");
     mt_status rc = inputs && targets && times ? MT_OK : MT_ERR_NOMEM;
-    mt_engine_options eo = {0};
+    mt_placement plan;
     double t0 = mt_now();
     if (rc == MT_OK) rc = mt_backend_open(o->backend, o->threads, &be);
     double t1 = mt_now();
     mt_moments_format moments;
     if (rc == MT_OK) rc = mt_moments_format_parse(o->moments, &moments);
     /* Refused up front, as train is: what the store and the engine need against what is there. */
-    if (rc == MT_OK) rc = mt_train_engine_options(o, be, &cfg, &eo);
-    if (rc == MT_OK) rc = mt_memory_check(&lay, be, &eo, moments);
+    if (rc == MT_OK) rc = mt_train_placement(o, be, &cfg, &plan);
+    if (rc == MT_OK) rc = mt_memory_check(&lay, be, &plan.eo, moments);
     if (rc == MT_OK) rc = mt_store_create_with_moments(&store, &lay, be, moments);
     double t2 = mt_now();
     if (rc == MT_OK) {
         mt_store_init_random(&store, (uint64_t)o->seed);
         fprintf(out, "set-up: backend %.1f s, host store %.1f s, initialization %.1f s\n", t1 - t0, t2 - t1,
                 mt_now() - t2);
-        rc = mt_engine_create(&engine, be, &store, &eo, 0);
+        rc = mt_engine_create(&engine, be, &store, &plan.eo, 0);
     }
     if (rc == MT_OK) fprintf(out, "set-up: engine ready at %.1f s\n", mt_now() - t0);
     mt_rng rng = {(uint64_t)o->seed};
@@ -149,8 +154,7 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
         mt_engine_finish(engine);
         size_t peak = mt_dev_peak(be);
         qsort(times, (size_t)o->steps, sizeof *times, compare_doubles);
-        bench_summary sum = {.step_s = times[o->steps / 2], .ends_on_device = eo.ends_on_device,
-                             .ckpt_on_host = eo.ckpt_on_host};
+        bench_summary sum = {.step_s = times[o->steps / 2], .plan = &plan};
         sum.tokens_per_s = (double)n / sum.step_s;
         sum.tflops = sum.tokens_per_s * model_flops_per_token(&cfg, o->seq_len) / 1e12;
         sum.stall_share = total > 0 ? stall / total : 0;
