@@ -116,17 +116,21 @@ typedef struct {
     const char *name;
     float clip;
     int keep_grads, ends_on_device, ckpt_on_host, tied, slots, micro_batches;
+    int device_blocks;
 } run_mode;
 
 /* Every mode the table names, alone and together. */
 static const run_mode RUNS[] = {
-    {"clipped", 1.0f, 0, 0, 0, 0, 2, 1},
-    {"overlapped, gradient ring", 0.0f, 0, 0, 0, 0, 2, 1},
-    {"overlapped, every gradient kept", 0.0f, 1, 0, 0, 1, 3, 2},
-    {"clipped, ends on the device", 1.0f, 0, 1, 0, 0, 2, 1},
-    {"overlapped ring, ends on the device", 0.0f, 0, 1, 0, 1, 2, 2},
-    {"clipped, checkpoints on the host", 1.0f, 0, 0, -1, 0, 2, 2},
-    {"overlapped ring, some checkpoints on the host, ends on the device", 0.0f, 0, 1, 2, 1, 3, 1},
+    {"clipped", 1.0f, 0, 0, 0, 0, 2, 1, 0},
+    {"overlapped, gradient ring", 0.0f, 0, 0, 0, 0, 2, 1, 0},
+    {"overlapped, every gradient kept", 0.0f, 1, 0, 0, 1, 3, 2, 0},
+    {"clipped, ends on the device", 1.0f, 0, 1, 0, 0, 2, 1, 0},
+    {"overlapped ring, ends on the device", 0.0f, 0, 1, 0, 1, 2, 2, 0},
+    {"clipped, checkpoints on the host", 1.0f, 0, 0, -1, 0, 2, 2, 0},
+    {"overlapped ring, some checkpoints on the host, ends on the device", 0.0f, 0, 1, 2, 1, 3, 1, 0},
+    {"clipped, two blocks on the device", 1.0f, 0, 0, 0, 0, 2, 1, 2},
+    {"overlapped ring, a block and the ends on the device, checkpoints on the host", 0.0f, 0, 1, -1, 1, 2, 2, 1},
+    {"clipped, every gradient kept, blocks on the device", 1.0f, 1, 0, 1, 0, 3, 1, 4},
 };
 
 static void trace_mode(const run_mode *m, mt_protocol_trace *t, unsigned *modes) {
@@ -141,6 +145,7 @@ static void trace_mode(const run_mode *m, mt_protocol_trace *t, unsigned *modes)
     o.max_grad_norm = m->clip;
     o.keep_grads = m->keep_grads;
     o.ends_on_device = m->ends_on_device;
+    o.device_blocks = m->device_blocks;
     o.ckpt_on_host = m->ckpt_on_host < 0 ? cfg.num_layers : m->ckpt_on_host;
     trace_run(o, &cfg, t, modes);
 }
@@ -157,7 +162,8 @@ Test(protocol, the_table_is_what_the_engine_does) {
         cr_expect_not(bad, "%s: %s", RUNS[i].name, why);
         mt_protocol_trace_free(&t);
     }
-    unsigned every = MT_MODE_CLIPPED | MT_MODE_OVERLAPPED | MT_MODE_RING | MT_MODE_ENDS_DEVICE | MT_MODE_CKPT_HOST;
+    unsigned every = MT_MODE_CLIPPED | MT_MODE_OVERLAPPED | MT_MODE_RING | MT_MODE_ENDS_DEVICE | MT_MODE_CKPT_HOST |
+                     MT_MODE_DEVICE_STATE;
     cr_expect_eq(all_modes, every, "the runs cover every mode the table names");
     for (int r = 0; r < mt_protocol_rows; r++) { /* no row is dead */
         int applies = 0;
