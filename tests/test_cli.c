@@ -313,15 +313,15 @@ static void train_six_steps(const char *run, int resume, const char *order) {
     mt_cli_result_free(&r);
 }
 
-/* 6 steps straight through against 6 steps resumed from the step-3 checkpoint (the same --steps,
- * since the learning-rate schedule depends on it): the final master weights and Adam moments
- * must agree bit for bit. */
-static void assert_resume_exact(const char *order) {
+/* 6 steps straight through (`straight_arg`) against 6 steps resumed from the step-3 checkpoint
+ * (`resumed_arg`; the same --steps, since the learning-rate schedule depends on it): the final
+ * master weights and Adam moments must agree bit for bit. */
+static void assert_resumed_equals(const char *straight_arg, const char *resumed_arg) {
     const char *straight = in_dir("straight"), *resumed = in_dir("resumed");
-    train_six_steps(straight, 0, order);
-    train_six_steps(resumed, 0, order);
+    train_six_steps(straight, 0, straight_arg);
+    train_six_steps(resumed, 0, resumed_arg);
     hf_test_rmtree(in_dir("resumed/ckpt-000006"));
-    train_six_steps(resumed, 1, order);
+    train_six_steps(resumed, 1, resumed_arg);
     static const char *const blobs[] = {"master.bin", "adam_m.bin", "adam_v.bin"};
     for (int b = 0; b < 3; b++) {
         char end[PATH_MAX], end_resumed[PATH_MAX], middle[PATH_MAX];
@@ -334,6 +334,8 @@ static void assert_resume_exact(const char *order) {
     }
 }
 
+static void assert_resume_exact(const char *order) { assert_resumed_equals(order, order); }
+
 Test(cli, resume_is_exact_random_order) { assert_resume_exact(NULL); }
 
 Test(cli, resume_is_exact_sequential_order) { assert_resume_exact("--sequential"); }
@@ -341,6 +343,31 @@ Test(cli, resume_is_exact_sequential_order) { assert_resume_exact("--sequential"
 /* The embedding and head updated by the backend: their state is brought home for each checkpoint
  * and uploaded again on resume. */
 Test(cli, resume_is_exact_with_ends_on_device) { assert_resume_exact("--ends-on-device=on"); }
+
+/* Blocks updated by the backend (--device-blocks): a run with one, and one with every block there,
+ * resumed from the step-3 checkpoint, end with the bits of the run whose state is all on the host
+ * (the cpu backend's default). */
+Test(cli, resume_with_device_blocks_equals_the_host_run) { assert_resumed_equals(NULL, "--device-blocks=1"); }
+Test(cli, resume_with_every_block_on_the_device_equals_the_host_run) {
+    assert_resumed_equals(NULL, "--device-blocks=all");
+}
+
+Test(cli, device_blocks_refuses_a_bad_count) {
+    mt_cli_result r;
+    const char *run = in_dir("run");
+    mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--data", corpus, SMALL_STEP, "--steps", "2", "--out", run,
+               "--device-blocks", "some", NULL);
+    assert_refused(&r, run, "--device-blocks 'some'", "expected auto, all or a count");
+    mt_cli_result_free(&r);
+    mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--data", corpus, SMALL_STEP, "--steps", "2", "--out", run,
+               "--device-blocks", "99", NULL);
+    assert_refused(&r, run, "--device-blocks '99'", "from 0 to");
+    mt_cli_result_free(&r);
+    mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--data", corpus, SMALL_STEP, "--steps", "2", "--out", run,
+               "--device-blocks", "1", "--moments", "bf16", NULL);
+    assert_refused(&r, run, "--moments bf16", "fp32 Adam moments");
+    mt_cli_result_free(&r);
+}
 
 /* A fresh run into a directory that holds another run's checkpoints is refused, untouched. */
 Test(cli, refuses_to_train_over_an_existing_run) {
