@@ -25,12 +25,12 @@ mt_status mt_engine_fit_budget(mt_backend *be, const mt_config *cfg, mt_engine_o
     }
     if (b.total <= budget) return MT_OK;
     return mt_fail(MT_ERR_NOMEM,
-                   "the device budget of %.2f GiB is too small: the engine needs %.2f GiB even with 2 weight "
-                   "slots, %d sequence(s) per micro-batch, an LM-head chunk of %d rows and every checkpoint it can "
-                   "move to the host there (weight slots %.2f, "
-                   "embedding and head %.2f, their optimizer state %.2f, gradients %.2f, activation checkpoints "
-                   "%.2f, workspace %.2f GiB); "
-                   "lower --micro-batches or --seq, or raise --gpu-mem", gib(budget), gib(b.total), o->batch,
-                   o->lm_chunk, gib(b.weight_slots),
-                   gib(b.embed_head), gib(b.device_state), gib(b.grads), gib(b.checkpoints), gib(b.workspace));
+                   "the device budget of %.2f GiB (--gpu-mem, or the free memory less a margin) is too small: the "
+                   "engine needs %.2f GiB even with 2 weight slots, %d sequence(s) per micro-batch, an LM-head chunk "
+                   "of %d rows and every checkpoint it can move to the host there (weight slots %.2f, embedding and "
+                   "head weights %.2f, resident blocks' weights %.2f, device-updated units' fp32 master and moments "
+                   "%.2f, gradients %.2f, activation checkpoints %.2f, workspace %.2f GiB); lower --micro-batches, "
+                   "--seq or --device-blocks, or raise --gpu-mem",
+                   gib(budget), gib(b.total), o->batch, o->lm_chunk, gib(b.weight_slots), gib(b.embed_head),
+                   gib(b.resident_weights), gib(b.device_state), gib(b.grads), gib(b.checkpoints), gib(b.workspace));
 }

@@ -10,7 +10,8 @@
  * sequences move from the micro-batch into more micro-batches (batch halves, micro_batches
  * doubles: the same tokens per step and the same PCIe traffic, a smaller workspace), then
  * lm_chunk down to 128, then the activation checkpoints move to pinned host memory one block at a
- * time from the first (ckpt_on_host: PCIe traffic in both passes). Fails with MT_ERR_NOMEM naming each class when even the
+ * time from the first (ckpt_on_host: PCIe traffic in both passes). Fails with MT_ERR_NOMEM naming
+ * each class when even the
  * smallest settings do not fit; the message says what to lower (batch, micro-batches, seq). */
 mt_status mt_engine_fit_budget(mt_backend *be, const mt_config *cfg, mt_engine_options *o, int64_t budget);
 
