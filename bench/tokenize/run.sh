@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Throughput of `megatrain tokenize` on one thread and on all cores, beside @lenml/tokenizers
-# (node, one thread), on the same text: the KJV demo corpus as one plain-text document
+# Throughput of `megatrain tokenize` on one thread and on all cores, beside Hugging Face's
+# `tokenizers` (the reference, where python3 imports it: one thread and all cores) and
+# @lenml/tokenizers (node, one thread), on the same text: the KJV demo corpus as one plain-text document
 # (data/kjv.txt, 4.1 MB) and as JSONL with one verse a document (31102 documents). For each
 # reference tokenizer: megatrain's seconds and MB/s as its summary line reports them (from the
 # first input read to the last shard renamed: tokenizer loading excluded), and node's encoding
-# seconds (loading excluded too).
+# seconds and `tokenizers`' (loading excluded too). The token counts of megatrain and `tokenizers`
+# must agree up to the separators megatrain puts around each document (end-of-text, and BOS
+# where the tokenizer's config adds it): a row where they differ otherwise says so.
 #
 #   bench/tokenize/run.sh [TOKENIZERS]      default: llama3 qwen3 mistral
 #
@@ -27,6 +30,8 @@ with open(sys.argv[1], encoding="utf-8") as f, open(sys.argv[2], "w", encoding="
         g.write(json.dumps({"text": line.rstrip("\n")}, ensure_ascii=False) + "\n")
 ' data/kjv.txt "$work/kjv.jsonl"
 have_node=0
+have_hf=0
+python3 -c 'import tokenizers' 2>/dev/null && have_hf=1
 [ "${NODE:-1}" = 1 ] && [ -d tests/reference/tokenizers/node_modules/@lenml/tokenizers ] && command -v node >/dev/null && have_node=1
 
 # megatrain tokenize's summary line ("... into N tokens ..., S s on T threads: M MB/s, ...") and the
@@ -41,7 +46,15 @@ run_ours() { # model input threads
     awk '/^cpu/ { printf "%.2f\n", $2 + $3 }' "$work/time"
 }
 
-printf '%-8s %-10s %8s %10s %9s %8s %9s %14s\n' tokenizer input threads tokens seconds "MB/s" "cpu s" "node s (MB/s)"
+# hf MODEL INPUT THREADS: `tokenizers`' documents, tokens, seconds and MB/s
+hf() {
+    python3 bench/tokenize/hf_bench.py "$@" |
+        sed -E 's/.*docs=([0-9]+) bytes=([0-9]+) tokens=([0-9]+) seconds=([0-9.]+).*/\1 \3 \4 \2/' |
+        awk '{ printf "%s %s %s %.2f\n", $1, $2, $3, $4 / 1e6 / $3 }'
+}
+
+printf '%-8s %-10s %8s %10s %9s %8s %9s %14s %16s\n' tokenizer input threads tokens seconds "MB/s" "cpu s" \
+    "node s (MB/s)" "tokenizers s (MB/s)"
 for name in $names; do
     model=$build/tokenizers/$name
     [ -d "$model" ] || model=tests/data/tokenizers/$name
@@ -56,7 +69,17 @@ for name in $names; do
         fi
         for t in 1 "$threads"; do
             read -r tokens secs mbs cpu <<<"$(run_ours "$model" "$input" "$t")"
-            printf '%-8s %-10s %8s %10s %9s %8s %9s %14s\n' "$name" "$label" "$t" "$tokens" "$secs" "$mbs" "$cpu" "$node_col"
+            hf_col=-
+            if [ $have_hf = 1 ]; then
+                read -r docs hf_tokens hf_secs hf_mbs <<<"$(hf "$model" "$input" "$t")"
+                hf_col="$hf_secs ($hf_mbs)"
+                extra=$((tokens - hf_tokens))
+                if [ $extra -ne "$docs" ] && [ $extra -ne $((2 * docs)) ]; then
+                    hf_col="$hf_col DIFFERENT: $hf_tokens tokens for $docs documents"
+                fi
+            fi
+            printf '%-8s %-10s %8s %10s %9s %8s %9s %14s %16s\n' "$name" "$label" "$t" "$tokens" "$secs" "$mbs" "$cpu" \
+                "$node_col" "$hf_col"
         done
     done
 done

@@ -125,10 +125,14 @@ def theirs(tok, convs, opening, end_token):
         messages = as_messages(conv)
         text = render(tok, messages)
         want = tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=False, date_string=DATE)
-        if isinstance(want, dict):  # transformers 5 returns a BatchEncoding
+        if not isinstance(want, list):  # transformers 5 returns a BatchEncoding (not a dict subclass)
             want = want["input_ids"]
+        want = list(want)
         enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
-        assert enc["input_ids"] == want, "apply_chat_template's ids are not its text's"
+        if list(enc["input_ids"]) != want:
+            raise AssertionError("apply_chat_template's ids are not its rendered text's: "
+                                 f"{len(want)} vs {len(enc['input_ids'])} ids, first difference at "
+                                 f"{next((k for k, (a, b) in enumerate(zip(want, enc['input_ids'])) if a != b), min(len(want), len(enc['input_ids'])))}")
         spans = answer_spans(messages, text, opening, end_token)
         ids += want
         mask += [int(any(s < b and e > a for a, b in spans)) for s, e in enc["offset_mapping"]]

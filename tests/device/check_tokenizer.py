@@ -7,7 +7,12 @@ tests/data/tokenizers/corpus:
 
   1. reference  tests/data/tokenizers/expected/<name>.json (made by @lenml/tokenizers; CI asserts
                 that megatrain's encoder gives exactly these ids) equals tokenizers.Tokenizer's
-                encode(text, add_special_tokens=False) and AutoTokenizer's input_ids;
+                encode(text, add_special_tokens=False), and AutoTokenizer's input_ids equal those
+                too. `tokenizers` is the definition megatrain follows (it reads tokenizer.json as the
+                library does). transformers 5 rebuilds the pipeline of some tokenizer classes from
+                tokenizer_config.json instead (GPT2Tokenizer: a prefix space; LlamaTokenizer with
+                "legacy": true: a "▁" after each special token; docs/tokenizer.md): for those
+                classes a difference is printed as NOTE and not counted as a failure;
   2. decode     tokenizers' decode of those ids gives back what CI asserts megatrain's decode gives
                 (the text; NFC of it for Qwen's NFC normalizer; a space after each special token
                 for Mistral's per-piece "▁"; a space before each piece for GPT-2's prefix space);
@@ -36,6 +41,9 @@ from transformers import AutoTokenizer
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 DATA = os.path.join(ROOT, "tests", "data", "tokenizers")
+# The tokenizer classes whose pipeline transformers 5 rebuilds from tokenizer_config.json rather than
+# reading tokenizer.json as it is.
+REBUILT_CLASSES = {"GPT2Tokenizer", "LlamaTokenizer"}
 NAMES = ["llama3", "qwen3", "mistral", "mistral-metaspace", "gpt2-bytelevel"]
 
 
@@ -111,8 +119,14 @@ def main():
     scratch = tempfile.mkdtemp(prefix="mt-tokenizer-check-")
     failures = checks = 0
 
-    def report(ok, what, detail=""):
-        nonlocal failures, checks
+    notes = 0
+
+    def report(ok, what, detail="", note_only=False):
+        nonlocal failures, checks, notes
+        if note_only and not ok:
+            notes += 1
+            print(f"NOTE {what}: {detail}")
+            return
         checks += 1
         failures += not ok
         print(f"{'PASS' if ok else 'FAIL'} {what}{': ' + detail if detail and not ok else ''}")
@@ -121,6 +135,8 @@ def main():
         model = model_dir(name, scratch)
         tok = Tokenizer.from_file(os.path.join(model, "tokenizer.json"))
         auto = AutoTokenizer.from_pretrained(model)
+        config = json.load(open(os.path.join(model, "tokenizer_config.json")))
+        rebuilt = config.get("tokenizer_class") in REBUILT_CLASSES
         specials = [t.content for t in tok.get_added_tokens_decoder().values() if t.special]
         expected = json.load(open(os.path.join(DATA, "expected", f"{name}.json")))
         for file, want in expected.items():
@@ -129,7 +145,8 @@ def main():
             ids = tok.encode(text, add_special_tokens=False).ids
             report(ids == want, f"{name} {file} reference = tokenizers", first_difference(want, ids))
             auto_ids = auto(text, add_special_tokens=False)["input_ids"]
-            report(auto_ids == ids, f"{name} {file} AutoTokenizer = tokenizers", first_difference(ids, auto_ids))
+            report(auto_ids == ids, f"{name} {file} AutoTokenizer = tokenizers", first_difference(ids, auto_ids),
+                   note_only=rebuilt)
             decoded = tok.decode(ids, skip_special_tokens=False)
             report(decoded == round_trip_text(name, text, specials), f"{name} {file} tokenizers decode",
                    repr(decoded[:80]))
@@ -146,6 +163,7 @@ def main():
                     continue
                 report(ours[1:] == theirs, what, first_difference(theirs, ours[1:]))
     shutil.rmtree(scratch, ignore_errors=True)
+    print(f"{notes} differences of AutoTokenizer from tokenizers where transformers rebuilds the pipeline (NOTE)")
     print(f"==== tokenizer check: {checks - failures}/{checks} passed, {failures} failed")
     sys.exit(1 if failures else 0)
 

@@ -3,7 +3,8 @@
 # packages carried in .debs/ (made here by tests/device/fetch-debs.sh) into /tmp/debs, builds
 # with CUDA=1, runs the CUDA tests, the CUDA kernels' tests again under compute-sanitizer, and
 # the CPU tests, and prints a summary. Logs go to $OUT (the device tool's output folder) when it
-# is set. Exits non-zero when anything failed.
+# is set. Exits non-zero when anything failed. MT_STEPS="build chat ..." runs only the steps named
+# (a shorter call when only some parts changed); by default every step runs.
 set -u
 cd "$(dirname "$0")/../.."
 logs=${OUT:-/tmp/megatrain-device}
@@ -18,6 +19,9 @@ status=0
 step() { # step NAME COMMAND...: runs it with its output in $logs/NAME.log, records the result
     local name=$1
     shift
+    if [ -n "${MT_STEPS:-}" ] && [[ " $MT_STEPS " != *" $name "* ]]; then
+        return
+    fi
     local start=$SECONDS
     "$@" >"$logs/$name.log" 2>&1
     local rc=$?
