@@ -152,14 +152,12 @@ static mt_status block_forward(mt_engine *e, pass *p, int l) {
     return MT_OK;
 }
 
-/* Forward: the embedding, then the blocks with K - 1 loads in flight. The last K blocks stay in
- * their slots for the backward. */
+/* Forward: the embedding, the resident blocks, then the streamed blocks with K - 1 loads in
+ * flight. The last K streamed blocks stay in their slots for the backward. */
 static mt_status forward(mt_engine *e, pass *p) {
     int embed_moves = !mt_engine_unit_on_device(e, 0);
     p->r->waited += mt_engine_await(e, MT_FL_UPDATED, 0, e->generation, MT_GEN_G);
     if (embed_moves) load_unit(e, 0, e->embed_w, MT_EV_EMBED_FREE, MT_EV_EMBED_LOADED, 0);
-    for (int i = 0; i < e->K; i++) p->r->waited += load_forward(e, i);
-    if (e->K == 0) p->r->waited += load_forward(e, 0); /* every block resident: the head is next */
     mt_engine_wait(e, e->compute, MT_EV_TOKENS_READY, 0);
     compute_wait(e, MT_EV_EMBED_LOADED, 0);
     mt_engine_ckpt_before_write(e, 0);
@@ -168,7 +166,14 @@ static mt_status forward(mt_engine *e, pass *p) {
     MT_TRY(mt_engine_launch(e, j));
     mt_engine_ckpt_written(e, 0, p->train);
     if (embed_moves && !e->cfg->tie_embeddings) mt_engine_record(e, MT_EV_EMBED_FREE, 0, e->compute);
-    for (int l = 0; l < e->L; l++) MT_TRY(block_forward(e, p, l));
+    /* The first K streamed blocks' loads (each waiting for the host optimizer's update of its
+     * block) are issued once the resident blocks' jobs are queued, which compute runs meanwhile. */
+    for (int l = 0; l < e->L; l++) {
+        if (l == e->D)
+            for (int i = 0; i < e->K; i++) p->r->waited += load_forward(e, i);
+        MT_TRY(block_forward(e, p, l));
+    }
+    if (e->K == 0) p->r->waited += load_forward(e, 0); /* every block resident: the head is next */
     return MT_OK;
 }
 
