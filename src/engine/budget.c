@@ -25,7 +25,7 @@ mt_status mt_engine_fit_budget(mt_backend *be, const mt_config *cfg, mt_engine_o
     }
     if (b.total <= budget) return MT_OK;
     return mt_fail(MT_ERR_NOMEM,
-                   "the device budget of %.2f GiB (--gpu-mem, or the free memory less a margin) is too small: the "
+                   "the device budget of %.2f GiB (--gpu-mem) is too small: the "
                    "engine needs %.2f GiB even with 2 weight slots, %d sequence(s) per micro-batch, an LM-head chunk "
                    "of %d rows and every checkpoint it can move to the host there (weight slots %.2f, embedding and "
                    "head weights %.2f, resident blocks' weights %.2f, device-updated units' fp32 master and moments "

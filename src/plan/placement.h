@@ -4,10 +4,10 @@
  * micro-batch split and LM-head chunk, and the floor of one step's time. train, bench and plan
  * read this record and nothing else: plan prints it, train logs it, bench writes it to its JSON.
  *
- * The planner fits the run's shape into the device budget (--gpu-mem, or the device's free memory
- * less a margin) the way engine/budget.c does, then spends what is left where it saves the most
- * step time per byte: each unit whose state the device keeps and updates takes its host AdamW
- * (about 30 bytes of host memory traffic a parameter) and its PCIe traffic off the step. */
+ * The planner fits the run's shape into --gpu-mem the way engine/budget.c does, then spends what
+ * that budget (or, without one, the device's free memory less a margin) leaves where it saves the
+ * most step time per byte: each unit whose state the device keeps and updates takes its host
+ * AdamW (about 30 bytes of host memory traffic a parameter) and its PCIe traffic off the step. */
 #ifndef MT_PLAN_PLACEMENT_H
 #define MT_PLAN_PLACEMENT_H
 
@@ -47,7 +47,7 @@ typedef struct {
 typedef struct {
     mt_engine_options eo;      /* what the engine runs */
     mt_moments_format moments;
-    int64_t device_limit;      /* the device bytes the plan may spend; 0: no limit */
+    int64_t device_limit;      /* the device bytes the plan may spend on units' state; 0: none */
     int budget_given;          /* that limit is --gpu-mem (else the free memory less a margin) */
     int64_t device_free;       /* as asked */
     mt_engine_bytes dev;       /* the engine's bytes by class */
@@ -58,8 +58,9 @@ typedef struct {
     mt_rates rates;
 } mt_placement;
 
-/* Resolves the plan, or refuses a run whose device bytes cannot fit (MT_ERR_NOMEM naming each
- * class) or that asks for something the backend or moments cannot do (MT_ERR_INVALID). */
+/* Resolves the plan, or refuses a run whose device bytes cannot fit --gpu-mem (MT_ERR_NOMEM naming
+ * each class) or that asks for something the backend or moments cannot do (MT_ERR_INVALID). What
+ * the host and, without a budget, the device have now is train/memory_check.h's to hold it to. */
 mt_status mt_placement_resolve(mt_backend *be, const mt_config *cfg, const mt_placement_request *rq,
                                mt_placement *out);
 
