@@ -48,7 +48,8 @@ Test(placement, prefers_the_device_optimizer_where_it_fits) {
     mt_placement_request rq = request(0, (int64_t)64 << 30);
     cr_assert_eq(mt_placement_resolve(be, &c, &rq, &p), MT_OK, "%s", mt_error());
     cr_expect(p.eo.ends_on_device, "the ends stayed on the host with room to spare");
-    cr_expect_eq(p.eo.device_blocks, c.num_layers, "only %d of %d blocks on the device", p.eo.device_blocks, c.num_layers);
+    cr_expect_eq(p.eo.device_blocks, c.num_layers, "only %d of %d blocks on the device", p.eo.device_blocks,
+                 c.num_layers);
     cr_expect_eq(p.units_on_device, p.units);
     cr_expect_eq(p.opt_s, 0, "the host optimizer still has work: %g s", p.opt_s);
     char grads[96];
@@ -179,7 +180,8 @@ Test(placement, eight_b_clipped_keeps_few_gradients_on_the_host) {
     mt_placement p;
     cr_assert_eq(mt_placement_resolve(be, &c, &rq, &p), MT_OK, "%s", mt_error());
     cr_log_info("8B: %d blocks on the device, ends %d, %.1f GB of gradients on the host, device %.1f of %.1f GB",
-                p.eo.device_blocks, p.eo.ends_on_device, p.dev.host_grads / 1e9, p.dev.total / 1e9, p.device_limit / 1e9);
+                p.eo.device_blocks, p.eo.ends_on_device, p.dev.host_grads / 1e9, p.dev.total / 1e9,
+                p.device_limit / 1e9);
     cr_expect_geq(p.eo.device_blocks, 16, "only %d of 32 blocks on the device", p.eo.device_blocks);
     cr_expect_lt(p.dev.host_grads, (int64_t)16e9, "%.1f GB of gradients wait on the host", p.dev.host_grads / 1e9);
     cr_expect_leq(p.dev.total, p.device_limit);

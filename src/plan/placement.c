@@ -176,7 +176,8 @@ mt_status mt_placement_resolve(mt_backend *be, const mt_config *cfg, const mt_pl
     p.eo.ends_on_device = rq->ends == 1;
     p.eo.device_blocks = rq->device_blocks == MT_PLACE_AUTO ? 0 : rq->device_blocks;
     if (rq->gpu_mem > 0) p.device_limit = rq->gpu_mem;
-    else if (rq->device_memory && rq->device_free > 0) p.device_limit = rq->device_free - free_memory_margin(rq->device_free);
+    else if (rq->device_memory && rq->device_free > 0)
+        p.device_limit = rq->device_free - free_memory_margin(rq->device_free);
     if (p.device_limit < 0) p.device_limit = 0;
     /* The shape first, fitted into a given budget (the cheapest losses: slots, split, chunk,
      * checkpoints; without one, the shape is the run's and mt_memory_check holds it against the
@@ -184,7 +185,8 @@ mt_status mt_placement_resolve(mt_backend *be, const mt_config *cfg, const mt_pl
      * margin, leaves. */
     mt_status rc = mt_engine_fit_budget(be, cfg, &p.eo, rq->gpu_mem);
     int can_update = rq->device_memory && rq->device_optimizer && rq->moments == MT_MOMENTS_F32;
-    if (rc == MT_OK && can_update && p.device_limit > 0) spend_on_device_units(be, cfg, &lay, rq, &p.eo, p.device_limit);
+    if (rc == MT_OK && can_update && p.device_limit > 0)
+        spend_on_device_units(be, cfg, &lay, rq, &p.eo, p.device_limit);
     if (rc == MT_OK) {
         choose_grad_ring(be, cfg, &lay, rq, &p.eo);
         p.dev = mt_engine_size(be, cfg, &p.eo);
