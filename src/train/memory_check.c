@@ -123,8 +123,7 @@ mt_status mt_memory_check_fit(const mt_memory_fit *f, const char *what) {
     if (f->device_available >= 0 && f->device_needed > f->device_available)
         return mt_fail(MT_ERR_NOMEM, "%s needs %.2f GB of device memory, %.2f GB free; lower --batch, "
                        "--seq, --micro-batches, --slots or --device-blocks, or give --gpu-mem", what,
-                       gb(f->device_needed),
-                       gb(f->device_available));
+                       gb(f->device_needed), gb(f->device_available));
     return MT_OK;
 }
 
