@@ -451,6 +451,35 @@ Test(cli, plan_prints_host_and_device_memory) {
     mt_cli_result_free(&r);
 }
 
+/* A budget that splits the batch: plan prints the split that runs and train logs that one (not the
+ * --batch given), with the placement. */
+Test(cli, plan_and_train_report_the_split_that_runs) {
+    mt_cli_result r;
+    const char *run = in_dir("run");
+#define SHAPE "--preset", "tiny", "--backend", "cpu", "--batch", "8", "--seq", "64", "--gpu-mem", "4MiB"
+    mt_cli_run(&r, TIMEOUT_S, "plan", SHAPE, NULL);
+    assert_succeeded(&r);
+    int micro = 0, batch = 0;
+    const char *step = strstr(r.out, "step ");
+    cr_assert(step && sscanf(step, "step %d micro-batches x %d sequences", &micro, &batch) == 2, "%s", r.out);
+    cr_expect_gt(micro, 1, "4 MiB left the batch whole:\n%s", r.out);
+    cr_expect_eq(micro * batch, 8, "%s", r.out);
+    cr_expect(has_line_starting(r.out, "placement"), "no placement line:\n%s", r.out);
+    char split[96];
+    snprintf(split, sizeof split, "%d micro-batches x %d sequences x 64 tokens", micro, batch);
+    cr_expect(strstr(strstr(r.out, "placement"), split), "the placement says another split than '%s':\n%s", split,
+              r.out);
+    mt_cli_result_free(&r);
+    mt_cli_run(&r, TIMEOUT_S, "train", SHAPE, "--data", corpus, "--steps", "1", "--eval-every", "0", "--out", run,
+               NULL);
+#undef SHAPE
+    assert_succeeded(&r);
+    snprintf(split, sizeof split, "%d x %d x 64 tokens a step", micro, batch);
+    cr_expect(strstr(r.err, split), "train does not log '%s':\n%s", split, r.err);
+    cr_expect(strstr(r.err, "plan: optimizer state:"), "train does not log its plan:\n%s", r.err);
+    mt_cli_result_free(&r);
+}
+
 Test(cli, help_for_every_command) {
     static const char *const commands[] = {"train", "sample", "plan", "export"};
     mt_cli_result r;
