@@ -211,6 +211,11 @@ void mt_placement_grads_where(const mt_placement *p, char *buf, size_t cap) {
     else snprintf(buf, cap, "device %d units, %s %d units", p->units_on_device, host, p->units - p->units_on_device);
 }
 
+int mt_placement_slots(const mt_placement *p) {
+    int streamed = p->layers - p->eo.device_blocks;
+    return p->eo.slots < streamed ? p->eo.slots : streamed;
+}
+
 void mt_placement_describe(const mt_placement *p, char *buf, size_t cap) {
     const mt_engine_options *o = &p->eo;
     char grads[96];
@@ -221,7 +226,7 @@ void mt_placement_describe(const mt_placement *p, char *buf, size_t cap) {
              "slots; %d micro-batches x %d sequences x %d tokens; LM-head chunk %d rows; the input checkpoints of "
              "%d of %d blocks in pinned host memory",
              o->ends_on_device ? "device" : "host", o->device_blocks, p->layers, streamed, grads,
-             o->max_grad_norm > 0 ? "" : " (no clipping: none wait)", o->slots < streamed ? o->slots : streamed,
+             o->max_grad_norm > 0 ? "" : " (no clipping: none wait)", mt_placement_slots(p),
              o->micro_batches, o->batch, o->seq, o->lm_chunk, o->ckpt_on_host, p->layers);
 }
 

@@ -64,6 +64,8 @@ typedef struct {
 mt_status mt_placement_resolve(mt_backend *be, const mt_config *cfg, const mt_placement_request *rq,
                                mt_placement *out);
 
+/* The weight slots the streamed blocks use: --slots, at most the blocks that stream. */
+int mt_placement_slots(const mt_placement *p);
 /* One line: where the optimizer state and the waiting gradients live, slots, split, chunk,
  * checkpoints: "optimizer state: embedding and head and 20 of 28 blocks on the device, ...". */
 void mt_placement_describe(const mt_placement *p, char *buf, size_t cap);

@@ -76,7 +76,7 @@ static void print_summary(FILE *out, const mt_train_options *o, const mt_backend
                           "ckpt_on_host", eo->ckpt_on_host, "layers", cfg->num_layers,
                           "device_blocks", eo->device_blocks, "opt_units_on_device", s->plan->units_on_device,
                           "units", s->plan->units, "grads_wait", grads, "placement", where,
-                          "slots", eo->slots, "lm_chunk", eo->lm_chunk);
+                          "slots", mt_placement_slots(s->plan), "lm_chunk", eo->lm_chunk);
     FILE *f = fopen(json, "a");
     if (j && f) {
         json_dumpf(j, f, JSON_COMPACT);
