@@ -87,7 +87,7 @@ mt_memory_fit mt_memory_fit_of(const mt_layout *layout, mt_backend *be, const mt
     add_class(&fit, "working weights", s.weights);
     add_class(&fit, "fp32 master", s.master);
     add_class(&fit, "Adam moments", s.moments);
-    add_class(&fit, "gradients", d.host_grads);
+    add_class(&fit, "gradients on the host", d.host_grads);
     add_class(&fit, "staging", d.host_staging);
     add_class(&fit, "activation checkpoints", d.host_checkpoints);
     if (mt_backend_has_own_memory(be)) {
