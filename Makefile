@@ -2,7 +2,7 @@
 #   make            build/megatrain (with the CUDA backend when nvcc and a GPU are there; CUDA=1 or
 #                   CUDA=0 decides instead)
 #   make test       every test (Criterion), then all of them again built with ASan+UBSan (the command
-#                   they drive too), then the engine's and the tokenizer's concurrency programs under TSan
+#                   they drive too), then the engine's, the ranks' and the tokenizer's concurrency programs under TSan
 #   make demo       train the demo model on the demo corpus and sample from it
 CC       ?= cc
 CUDA_HOME ?= /usr/local/cuda
@@ -20,7 +20,18 @@ endif
 LDLIBS   += -lopenblas -ljansson -lxxhash -lpcre2-8 -lutf8proc -lm -lpthread
 # The sanitizer builds are CPU-only whatever CUDA says.
 SAN_LDLIBS := $(LDLIBS)
-NVFLAGS  ?= -O2 -gencode=arch=compute_90a,code=sm_90a
+# Machine code for every GPU generation the CUDA backend runs on (compute capability 8.0 and up:
+# Ampere sm_80/sm_86, Ada sm_89, Hopper sm_90a, and Blackwell sm_100/sm_120 where this nvcc knows
+# them) and PTX of the newest, which a later GPU's driver JIT-compiles. sm_86 and sm_89 share
+# compute_80's front end (one cicc run, ptxas per target: the same machine code as their own
+# compute_86/89, in two thirds of the time). scripts/check-fatbin.sh checks the built binary.
+comma        := ,
+NV_GPU_CODES := $(if $(filter 1,$(CUDA)),$(shell $(NVCC) --list-gpu-code 2>/dev/null))
+NV_BLACKWELL := $(filter sm_100 sm_120,$(NV_GPU_CODES))
+NV_NEWEST    := $(or $(lastword $(sort $(NV_BLACKWELL))),sm_90a)
+NV_ARCHS     := -gencode=arch=compute_80,code=[sm_80,sm_86,sm_89] \
+                $(foreach sm,sm_90a $(NV_BLACKWELL),-gencode=arch=compute_$(sm:sm_%=%),code=[$(sm)$(if $(filter $(sm),$(NV_NEWEST)),$(comma)compute_$(sm:sm_%=%))])
+NVFLAGS  ?= -O2 $(NV_ARCHS)
 SAN_CFLAGS := $(CFLAGS)
 NVFLAGS  += -std=c++17 -Iinclude -Isrc -Xcompiler -fopenmp -MMD -MP
 
@@ -32,7 +43,7 @@ TEST_C   := $(sort $(wildcard tests/*.c))
 ifeq ($(CUDA),1)
 # The CUDA backend: its .cu kernels (nvcc) and its host .c files (cc, with the CUDA headers).
 CFLAGS   += -DMT_WITH_CUDA -I$(CUDA_HOME)/include
-LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lcudnn -lstdc++
+LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublasLt -lcublas -lcudnn -lnccl -lstdc++
 CUDA_HOST_C := $(sort $(wildcard src/backend/cuda/*.c))
 CUDA_TEST_C := $(sort $(wildcard tests/cuda/*.c))
 LIB_OBJ_CU := $(CUDA_CU:%.cu=$(BUILD)/%.o) $(CUDA_HOST_C:%.c=$(BUILD)/%.o)
@@ -71,6 +82,8 @@ $(BUILD)/asan/run-tests: $(call objs,$(BUILD)/asan,$(LIB_C) $(TEST_C))
 # Criterion cannot run under TSan, so the engine's concurrency test there is a plain program.
 $(BUILD)/tsan/engine-tsan: $(call objs,$(BUILD)/tsan,$(LIB_C) tests/tsan/engine_tsan.c)
 	$(CC) $(filter-out -fopenmp,$(SAN_CFLAGS)) -fsanitize=thread $^ -o $@ $(SAN_LDLIBS)
+$(BUILD)/tsan/ranks-tsan: $(call objs,$(BUILD)/tsan,$(LIB_C) tests/tsan/ranks_tsan.c)
+	$(CC) $(filter-out -fopenmp,$(SAN_CFLAGS)) -fsanitize=thread $^ -o $@ $(SAN_LDLIBS)
 $(BUILD)/tsan/tokenize-tsan: $(call objs,$(BUILD)/tsan,$(LIB_C) tests/tsan/tokenize_tsan.c)
 	$(CC) $(filter-out -fopenmp,$(SAN_CFLAGS)) -fsanitize=thread $^ -o $@ $(SAN_LDLIBS)
 
@@ -97,10 +110,11 @@ $(BUILD)/tokenizers/%/tokenizer_config.json: tests/data/tokenizers/%/tokenizer_c
 tokenizer-data: $(TOKENIZER_DATA:%=%/tokenizer.json) $(TOKENIZER_DATA:%=%/tokenizer_config.json)
 
 # The test command the README names. Criterion prints its own summary line per run.
-test: data/kjv.txt tokenizer-data $(BUILD)/megatrain $(BUILD)/run-tests $(BUILD)/asan/megatrain $(BUILD)/asan/run-tests $(BUILD)/tsan/engine-tsan $(BUILD)/tsan/tokenize-tsan
+test: data/kjv.txt tokenizer-data $(BUILD)/megatrain $(BUILD)/run-tests $(BUILD)/asan/megatrain $(BUILD)/asan/run-tests $(BUILD)/tsan/engine-tsan $(BUILD)/tsan/ranks-tsan $(BUILD)/tsan/tokenize-tsan
 	MT_TOKENIZER_DATA=$(BUILD)/tokenizers MT_BIN=$(BUILD)/megatrain $(BUILD)/run-tests --jobs 1
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 MT_TOKENIZER_DATA=$(BUILD)/tokenizers MT_BIN=$(BUILD)/asan/megatrain $(BUILD)/asan/run-tests --jobs 1
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 OPENBLAS_NUM_THREADS=1 $(BUILD)/tsan/engine-tsan
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 OPENBLAS_NUM_THREADS=1 $(BUILD)/tsan/ranks-tsan
 	TSAN_OPTIONS=halt_on_error=1 MT_LOG_LEVEL=warn $(BUILD)/tsan/tokenize-tsan
 
 # libFuzzer harnesses (tests/fuzz/fuzz_*.c) over the parsers of files users bring: each is built

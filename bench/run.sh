@@ -26,61 +26,9 @@ warmup=${WARMUP:-2}
 seq=4096
 deadline=${BUDGET_S:-560}
 build="build-bench"
-jsonl=$out/bench.jsonl
-log=$out/runs.log
-mkdir -p "$out"
-: >"$jsonl"
-: >"$log"
-
-gpu=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1)
-host_gib=$(awk '/^MemTotal/ { printf "%.0f", $2 / 1048576 }' /proc/meminfo)
-machine="$gpu, $(nproc) cores, $host_gib GiB host memory"
-echo "$machine"
-
-if ! make CUDA=1 BUILD=$build -j"$(nproc)" $build/megatrain >"$out/build.log" 2>&1; then
-    echo "build failed; its log ends:"
-    tail -40 "$out/build.log"
-    exit 1
-fi
-
-record() { # record SYSTEM MODEL MICRO BATCH KEY TEXT: a run with no numbers ("error" or "skipped")
-    python3 -c 'import json, sys; s, m, micro, b, seq, k, t = sys.argv[1:]; print(json.dumps({"system": s,
-                "model": m, "seq": int(seq), "batch": int(b), "micro_batches": int(micro), k: t}))' \
-        "$1" "$2" "$3" "$4" "$seq" "$5" "$6" >>"$jsonl"
-}
-
-# bench SYSTEM MODEL MICRO BATCH LIMIT_S COMMAND...: one run of MICRO micro-batches of BATCH
-# sequences, its output in runs.log, cut at LIMIT_S.
-bench() {
-    local system=$1 model=$2 micro=$3 batch=$4 limit=$5
-    shift 5
-    local left=$((deadline - SECONDS))
-    if [ $left -lt 30 ]; then
-        record "$system" "$model" "$micro" "$batch" skipped "the time budget (BUDGET_S=$deadline) was spent"
-        return
-    fi
-    [ "$limit" -gt $left ] && limit=$left
-    local lines start rc
-    lines=$(wc -l <"$jsonl")
-    start=$SECONDS
-    echo "==== $system $model, $micro x $batch (limit $limit s): $*" >>"$log"
-    timeout -k 10 "$limit" "$@" --micro-batches "$micro" --batch "$batch" >>"$log" 2>&1
-    rc=$?
-    echo "==== $system $model, $micro x $batch: exit $rc after $((SECONDS - start)) s" | tee -a "$log"
-    # megatrain and the peers append their own line, an error line too; a run that was killed
-    # or cut could not.
-    [ "$(wc -l <"$jsonl")" -gt "$lines" ] && return
-    if [ $((SECONDS - start)) -ge "$limit" ]; then
-        record "$system" "$model" "$micro" "$batch" error "cut at its $limit s limit"
-    elif [ $rc -eq 137 ]; then
-        record "$system" "$model" "$micro" "$batch" error "killed by SIGKILL: out of host memory?"
-    elif [ $rc -gt 128 ]; then
-        record "$system" "$model" "$micro" "$batch" error "killed by SIG$(kill -l $((rc - 128)))"
-    else
-        # A refusal names the bytes of each class: keep all of it.
-        record "$system" "$model" "$micro" "$batch" error "exit $rc: $(grep -v '^====' "$log" | tail -1 | cut -c1-900)"
-    fi
-}
+. bench/bench_lib.sh
+bench_start bench.jsonl
+build_megatrain
 
 common=(--seq "$seq" --steps "$steps" --warmup-steps "$warmup" --json "$jsonl")
 megatrain=("$build/megatrain" bench --backend cuda "${common[@]}")

@@ -93,8 +93,14 @@ typedef struct {
                               * many as fit --gpu-mem or the GPU's free memory, best saving first;
                               * "all"; or a count (the first blocks) */
     int lm_chunk;            /* rows of logits the LM head holds at once */
+    int gpus;                /* data-parallel ranks on this host (default 1): GPUs 0..gpus-1, or with
+                              * the cpu backend as many ranks as threads; each runs micro_batches x
+                              * batch sequences a step, one host store and optimizer for all */
     int64_t gpu_mem;         /* device memory budget in bytes (0: none): slots and chunk shrink to
                               * fit, or the run is refused before it starts */
+    /* The planner's rates (train/machine_rates.h), for a plan of another machine: bf16 GEMM
+     * TFLOP/s, PCIe GB/s each way, host AdamW G parameters/s; 0: measured or looked up here. */
+    double rate_gemm, rate_pcie, rate_adamw;
 
     /* The run directory: checkpoints, metrics.jsonl, loss.svg; locked while a run uses it. */
     const char *out_dir;

@@ -42,6 +42,15 @@ mt_config mt_tiny_config_qwen3(int tied) {
     return c;
 }
 
+mt_config mt_tiny_wider(mt_config c) {
+    c.hidden_size = 128;
+    c.num_heads = 4;
+    c.head_dim = 32;
+    c.intermediate_size = 344;
+    c.vocab_size = 300;
+    return c;
+}
+
 void mt_tiny_model_open(mt_tiny_model *t, const mt_config *cfg, const mt_engine_options *opt, uint64_t seed) {
     mt_backend *be;
     cr_assert_eq(mt_backend_cpu_create(&be, 2), MT_OK, "%s", mt_error());

@@ -18,6 +18,9 @@ mt_config mt_tiny_config_gqa(void);
 mt_config mt_tiny_config_tied_bias(void);
 mt_config mt_tiny_config_mha(void);
 mt_config mt_tiny_config_qwen3(int tied);
+/* A shape made wide enough for the GPU's kernels and libraries (hidden 128, 4 heads of 32, MLP
+ * 344, vocabulary 300): the CUDA tests' models. */
+mt_config mt_tiny_wider(mt_config c);
 
 /* Builds everything with weights from `seed` on a cpu backend; asserts (Criterion) on failure. */
 void mt_tiny_model_open(mt_tiny_model *t, const mt_config *cfg, const mt_engine_options *opt, uint64_t seed);

@@ -3,8 +3,13 @@
 
   --mode resident        the whole model on the GPU: fp32 parameters, bf16 autocast, fused AdamW
                          on the GPU
-  --mode fsdp2-offload   FSDP2 (fully_shard, one process, world size 1) with CPUOffloadPolicy: fp32
-                         parameters, gradients and AdamW state on the host, bf16 compute on the GPU
+  --mode fsdp2-offload   FSDP2 (fully_shard) with CPUOffloadPolicy: fp32 parameters, gradients and
+                         AdamW state on the host, bf16 compute on the GPU; one process (world size 1),
+                         or one per GPU under torchrun (RANK, WORLD_SIZE, LOCAL_RANK), each rank
+                         with its own micro-batches and its shard of the host state
+
+Several ranks: `python3 -m torch.distributed.run --standalone --nproc-per-node N torch_peer.py ...`;
+--batch and --micro-batches are per rank, tokens per step count every rank's, rank 0 writes the line.
 
 Both: transformers' LlamaForCausalLM with random weights (no download), SDPA attention,
 activation checkpointing, gradient accumulation over --micro-batches, the global gradient norm
@@ -98,14 +103,19 @@ def resident(preset):
     return model, functools.partial(torch.autocast, "cuda", dtype=torch.bfloat16)
 
 
+def rank_and_world():
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
 def fsdp2_offload(preset):
     import torch.distributed as dist
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29517")
+    rank, world = rank_and_world()
     # gloo for what runs on the host (the gradient norm over CPU shards), NCCL for the GPU.
-    dist.init_process_group(backend="cpu:gloo,cuda:nccl", init_method="env://", rank=0, world_size=1)
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl", init_method="env://", rank=rank, world_size=world)
     # CPU offload wants the parameters materialized on the host before sharding.
     model = build_model(preset, "cpu")
     policy = dict(offload_policy=CPUOffloadPolicy(),
@@ -132,15 +142,19 @@ def train_step(model, optimizer, autocast, a, vocab):
 
 def run(a):
     p = PRESETS[a.preset]
-    torch.cuda.set_device(0)
+    rank, world = rank_and_world()
+    if world > 1 and a.mode != "fsdp2-offload":
+        raise RuntimeError(f"--mode {a.mode} runs on one GPU; several ranks are for fsdp2-offload")
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     torch.manual_seed(a.seed)
     model, autocast = resident(a.preset) if a.mode == "resident" else fsdp2_offload(a.preset)
+    torch.manual_seed(a.seed + rank)  # the same weights on every rank, each its own tokens
     built = sum(t.numel() for t in model.parameters())
     if built != total_params(p):
         raise RuntimeError(f"transformers built {built} parameters for {a.preset}, "
                            f"megatrain's preset has {total_params(p)}")
     optimizer, optimizer_name = make_adamw(list(model.parameters()))
-    tokens = a.batch * a.micro_batches * a.seq
+    tokens = world * a.batch * a.micro_batches * a.seq
     times = []
     for s in range(a.warmup_steps + a.steps):
         torch.cuda.synchronize()
@@ -158,7 +172,7 @@ def run(a):
             "tflops": tokens / step_s * model_flops_per_token(p, a.seq) / 1e12,
             "peak_gpu_gib": torch.cuda.max_memory_allocated() / GIB,
             "host_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB,
-            "optimizer": optimizer_name, "clip": a.clip}
+            "optimizer": optimizer_name, "clip": a.clip, "gpus": world}
 
 
 def main():
@@ -185,11 +199,13 @@ def main():
         message = str(e).strip().splitlines()
         record["error"] = f"{type(e).__name__}: {message[0] if message else ''}"[:300]
     else:
-        record.update(params=total_params(p), tokens_per_step=a.batch * a.micro_batches * a.seq, **result,
-                      torch=torch.__version__)
+        record.update(params=total_params(p), tokens_per_step=result["gpus"] * a.batch * a.micro_batches * a.seq,
+                      **result, torch=torch.__version__)
     finally:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+    if rank_and_world()[0] != 0:  # one line a run: rank 0's
+        return 1 if "error" in record else 0
     with open(a.json, "a") as f:
         f.write(json.dumps(record) + "\n")
     print(json.dumps(record), flush=True)

@@ -37,12 +37,20 @@ mt_status mt_backend_init(mt_backend *be, const mt_backend_ops *ops) {
     if (!ops->op.clip_scale != !ops->op.adamw)
         return mt_fail(MT_ERR_INVALID, "the %s backend has one of op.clip_scale and op.adamw: give both or "
                        "neither", ops->name);
+    const mt_coll_iface *c = &ops->coll;
+    int coll = !!c->comm_init + !!c->comm_init_world + !!c->all_reduce + !!c->comm_abort + !!c->comm_free;
+    if (coll != 0 && coll != 5)
+        return mt_fail(MT_ERR_INVALID, "the %s backend has some of the coll entries: give all five or none", ops->name);
     be->ops = ops;
     return MT_OK;
 }
 
 void mt_backend_destroy(mt_backend *be) {
     if (be) be->ops->destroy(be);
+}
+
+const struct mt_device_info *mt_backend_device_info(mt_backend *be) {
+    return be->ops->device_info ? be->ops->device_info(be) : NULL;
 }
 
 /* ---- memory ---- */

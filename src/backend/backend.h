@@ -42,6 +42,8 @@ typedef struct mt_backend mt_backend;
 typedef struct mt_stream mt_stream;
 typedef struct mt_event mt_event;
 struct mt_adamw_params; /* optim/adamw.h */
+struct mt_device_info;  /* backend/device_info.h */
+struct mt_world;        /* util/world.h */
 
 /* What the device is. It decides where memory is counted (a GPU's own, or the host's) and
  * which defaults apply (pinned optimizer cores, the ends on the device). */
@@ -181,6 +183,28 @@ typedef struct {
                   size_t n);
 } mt_op_iface;
 
+/* Collectives among the ranks of a data-parallel group (engine/ranks.h), OPTIONAL: all or none
+ * (mt_backend_has_collectives). A backend instance belongs to at most one group; the group's
+ * communicator lives in each member's state. */
+typedef struct {
+    /* Joins n backends of this process, ranks[r] being rank r (all of this table), into one
+     * group. */
+    mt_status (*comm_init)(mt_backend **ranks, int n);
+    /* Joins this backend, as rank w->rank of w->size processes (util/world.h), into a group with
+     * the backends of the other processes, meeting them at w's address. */
+    mt_status (*comm_init_world)(mt_backend *be, const struct mt_world *w);
+    /* buf[count] (device floats) = the sum over the ranks of their buf, in place, issued on s:
+     * every rank issues the same all_reduce calls in the same order. The sum's order is fixed
+     * (the same bits on every rank, the same bits run after run). A failure (a rank aborted,
+     * a peer that never came) is kept for check. */
+    void (*all_reduce)(mt_backend *be, mt_stream *s, float *buf, size_t count);
+    /* Ends the group for everyone: a rank waiting in all_reduce, now or later, gives up with an
+     * error. Called from any thread, when a rank fails. */
+    void (*comm_abort)(mt_backend *be);
+    /* Leaves the group (each member once, before it is destroyed). */
+    void (*comm_free)(mt_backend *be);
+} mt_coll_iface;
+
 typedef struct mt_backend_ops {
     const char *name;
     mt_device_kind kind;
@@ -190,9 +214,12 @@ typedef struct mt_backend_ops {
      * bits, and the engine promises that micro-batching never changes the bits there. */
     int gemm_by_sequence;
     void (*destroy)(mt_backend *be);
+    /* OPTIONAL: what a GPU backend found at start (device_info.h). Fallback: NULL, no device. */
+    const struct mt_device_info *(*device_info)(mt_backend *be);
     mt_memory_iface mem;
     mt_stream_iface stream;
     mt_op_iface op;
+    mt_coll_iface coll;
 } mt_backend_ops;
 
 struct mt_backend {
@@ -213,6 +240,8 @@ void mt_host_free(mt_backend *be, void *ptr);
 size_t mt_dev_peak(mt_backend *be);
 /* Device memory free now; only a backend with memory of its own has a figure (SIZE_MAX else). */
 size_t mt_dev_available(mt_backend *be);
+/* The GPU's name, compute capability, memory and measured PCIe rates; NULL without one. */
+const struct mt_device_info *mt_backend_device_info(mt_backend *be);
 static inline int mt_backend_has_own_memory(const mt_backend *be) { return be->ops->kind == MT_DEVICE_GPU; }
 
 /* Streams, events and copies (mt_stream_iface), the optional entries' fallbacks included. */
@@ -234,6 +263,9 @@ mt_status mt_backend_check(mt_backend *be);
 static inline int mt_backend_has_device_optimizer(const mt_backend *be) {
     return be->ops->op.clip_scale && be->ops->op.adamw;
 }
+
+/* Whether the backend has the optional collectives (the coll group). */
+static inline int mt_backend_has_collectives(const mt_backend *be) { return be->ops->coll.all_reduce != NULL; }
 
 /* Backend constructors. cuda_create fails with MT_ERR_DEVICE when no GPU is usable. */
 mt_status mt_backend_cpu_create(mt_backend **out, int threads);

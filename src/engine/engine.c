@@ -43,13 +43,20 @@ static void destroy_sync_points(mt_engine *e) {
     }
 }
 
-mt_status mt_engine_create(mt_engine **out, mt_backend *be, mt_store *store,
-                           const mt_engine_options *o, int64_t adam_step) {
-    return mt_engine_create_traced(out, be, store, o, adam_step, NULL);
+/* What data parallelism asks of the options and the backend. */
+static mt_status check_ranks(const mt_backend *be, const mt_engine_options *o, int ranks) {
+    if (ranks == 1) return MT_OK;
+    if (!mt_backend_has_collectives(be))
+        return mt_fail(MT_ERR_INVALID, "the %s backend has no collectives: it cannot train on %d devices at once",
+                       be->ops->name, ranks);
+    if (o->max_grad_norm <= 0)
+        return mt_fail(MT_ERR_INVALID, "--clip 0 (the optimizer overlapping the backward) works on one device "
+                       "only; with %d devices keep exact clipping on (--clip above 0)", ranks);
+    return MT_OK;
 }
 
-mt_status mt_engine_create_traced(mt_engine **out, mt_backend *be, mt_store *store, const mt_engine_options *o,
-                                  int64_t adam_step, mt_protocol_trace *trace) {
+static mt_status create(mt_engine **out, mt_backend *be, mt_store *store, const mt_engine_options *o,
+                        int64_t adam_step, mt_protocol_trace *trace, mt_engine *leader, int rank, int ranks, int group) {
     const mt_config *c = &store->layout->cfg;
     if (o->batch < 1 || o->seq < 1 || o->micro_batches < 1)
         return mt_fail(MT_ERR_INVALID, "batch, sequence length and micro-batches must be positive");
@@ -61,6 +68,7 @@ mt_status mt_engine_create_traced(mt_engine **out, mt_backend *be, mt_store *sto
         return mt_fail(MT_ERR_INVALID, "checkpoints on the host: %d is outside 0..%d (the blocks)", o->ckpt_on_host,
                        c->num_layers);
     if (o->lm_chunk < 1) return mt_fail(MT_ERR_INVALID, "the LM head chunk must be positive");
+    MT_TRY(check_ranks(be, o, group));
     if (o->device_blocks < 0 || o->device_blocks > c->num_layers)
         return mt_fail(MT_ERR_INVALID, "blocks updated on the device: %d is outside 0..%d (the blocks)",
                        o->device_blocks, c->num_layers);
@@ -87,6 +95,11 @@ mt_status mt_engine_create_traced(mt_engine **out, mt_backend *be, mt_store *sto
     e->adam_step = adam_step;
     e->dev_step = adam_step;
     e->trace = trace;
+    e->rank = rank;
+    e->ranks = ranks;
+    e->reduce = group > 1;
+    e->leader = leader;
+    mt_flag_init(&e->pass_done, 0);
     e->max_stalls = 4 * e->L + 4;
     e->max_jobs = 2 * e->L + 4;
     e->grad_home = calloc((size_t)e->U, sizeof *e->grad_home);
@@ -101,13 +114,28 @@ mt_status mt_engine_create_traced(mt_engine **out, mt_backend *be, mt_store *sto
     mt_status rc = e->d2h ? mt_engine_allocate(e) : MT_ERR_NOMEM;
     if (rc == MT_OK) rc = create_sync_points(e);
     if (rc == MT_OK && mt_engine_any_on_device(e)) rc = mt_engine_device_upload(e);
-    if (rc == MT_OK) rc = mt_engine_optimizer_start(e);
+    if (rc == MT_OK && !leader) rc = mt_engine_optimizer_start(e);
     if (rc != MT_OK) {
         mt_engine_destroy(e);
         return rc;
     }
     *out = e;
     return MT_OK;
+}
+
+mt_status mt_engine_create(mt_engine **out, mt_backend *be, mt_store *store,
+                           const mt_engine_options *o, int64_t adam_step) {
+    return mt_engine_create_traced(out, be, store, o, adam_step, NULL);
+}
+
+mt_status mt_engine_create_traced(mt_engine **out, mt_backend *be, mt_store *store, const mt_engine_options *o,
+                                  int64_t adam_step, mt_protocol_trace *trace) {
+    return create(out, be, store, o, adam_step, trace, NULL, 0, 1, 1);
+}
+
+mt_status mt_engine_create_rank(mt_engine **out, mt_backend *be, mt_store *store, const mt_engine_options *o,
+                                int64_t adam_step, mt_engine *leader, int rank, int ranks, int group) {
+    return create(out, be, store, o, adam_step, NULL, leader, rank, ranks, group);
 }
 
 void mt_engine_destroy(mt_engine *e) {
@@ -118,6 +146,8 @@ void mt_engine_destroy(mt_engine *e) {
     for (int i = 0; i < 3; i++)
         if (streams[i]) mt_stream_destroy(e->be, streams[i]);
     destroy_sync_points(e);
+    mt_flag_destroy(&e->pass_done);
+    free(e->peers);
     for (int i = 0; i < e->num_allocs; i++) mt_dev_free(e->be, e->allocs[i]);
     for (int i = 0; i < e->num_host_allocs; i++) mt_host_free(e->be, e->host_allocs[i]);
     free(e->grad_home);

@@ -22,6 +22,7 @@ typedef struct {
     int full;     /* that in layout positions, every unit's (keep_grads, or every unit on the host) */
     int64_t host_numel; /* the host-updated units' parameters */
     int ring;     /* the ring's block buffers */
+    int follower; /* a follower rank: its gradients land in its leader's host buffers */
 } shape;
 
 static shape shape_of(mt_backend *be, const mt_config *cfg, const mt_layout *lay, const mt_engine_options *o) {
@@ -130,8 +131,11 @@ static void walk(const shape *s, walker *w) {
      * on the host: it needs every gradient until the norm is known; tests read them), the
      * host-updated units' (clipping with some unit on the device), or the streamed blocks' in a
      * ring by backward order and the embedding and head each in their own buffer (none when the
-     * device updates them). */
-    if (s->keep_all && s->full) {
+     * device updates them). A follower rank has none: its slices land in its leader's (it keeps
+     * them all: ranks need clipping). */
+    if (s->keep_all && s->follower) {
+        /* the leader's */
+    } else if (s->keep_all && s->full) {
         HOST(grads_full, host_grads, (size_t)lay->total_numel * 4, "the gradients of every unit");
     } else if (s->keep_all) {
         HOST(grads_host, host_grads, (size_t)s->host_numel * 4, "the gradients of the host-updated units");
@@ -168,7 +172,9 @@ static void point_into_buffers(mt_engine *e) {
     e->dev_targets = e->dev_inputs + (size_t)e->o.micro_batches * mt_engine_rows(e);
     mt_block_ws_carve(&e->ws, e->ws_base, e->be, e->cfg, e->o.batch, e->o.seq);
     for (int i = 0; i < 2; i++) memset(e->input_rows[i], 0, (size_t)e->cfg->vocab_size);
-    if (e->grads_full) {
+    if (e->leader) {
+        for (int u = 0; u < e->U; u++) e->grad_home[u] = e->leader->grad_home[u];
+    } else if (e->grads_full) {
         for (int u = 0; u < e->U; u++) e->grad_home[u] = e->grads_full + lay->units[u].offset;
     } else if (e->grads_host) {
         float *at = e->grads_host;
@@ -185,6 +191,7 @@ static void point_into_buffers(mt_engine *e) {
 mt_status mt_engine_allocate(mt_engine *e) {
     shape s = shape_of(e->be, e->cfg, e->lay, &e->o);
     e->grad_ring = s.ring;
+    s.follower = e->leader != NULL;
     walker count = {0};
     walk(&s, &count);
     e->allocs = calloc((size_t)count.device_buffers, sizeof *e->allocs);

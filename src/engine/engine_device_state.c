@@ -85,7 +85,8 @@ void mt_engine_device_update(mt_engine *e, const mt_adamw_params *p, int clip) {
 }
 
 void mt_engine_device_home(mt_engine *e) {
-    if (!mt_engine_any_on_device(e) || e->dev_home_generation == e->generation) return;
+    /* Every rank's device holds the same state (the same summed gradients): the leader's goes home. */
+    if (!mt_engine_any_on_device(e) || e->leader || e->dev_home_generation == e->generation) return;
     for (int u = 0; u < e->U; u++)
         if (mt_engine_unit_on_device(e, u)) mt_engine_guard_unit(e, u);
     mt_engine_wait(e, e->d2h, MT_EV_DEVICE_UPDATED, 0);

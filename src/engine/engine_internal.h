@@ -103,6 +103,20 @@ struct mt_engine {
     void (*guard)(void *ctx, int unit); /* mt_engine_set_update_guard's; set under opt_lock */
     void *guard_ctx;
 
+    /* Data parallelism (ranks.c): this engine is rank `rank` of `ranks` engines on one store. Each
+     * unit's gradient is summed across the ranks on the devices (the backend's all_reduce, in the
+     * compute job that made it) and each rank sends home its slice of it (mt_engine_slice) into the
+     * leader's host gradients; the leader (rank 0) alone runs the optimizer, once every follower's
+     * pass_done says its slices are home, and the followers wait on the leader's updated flags. */
+    int rank, ranks;
+    int reduce;                /* gradients and loss are summed across a group: ranks (threads) or
+                                * replicas (processes, each with its own store: ranks.h) */
+    mt_engine *leader;         /* a follower's leader; NULL on the leader and on a lone engine */
+    mt_engine **peers;         /* the leader's: every rank's engine, [ranks] */
+    mt_flag pass_done;         /* a follower's: raised to g + 1 once step g's slices are home */
+    int64_t step_targets;      /* the step's targets over every rank; 0: this pass's own */
+    int group_failed;          /* set (atomically) when the group aborts: another rank failed */
+
     /* cleanup lists */
     void **allocs, **host_allocs;
     int num_allocs, num_host_allocs, failed;
@@ -140,6 +154,19 @@ mt_status mt_engine_launch(mt_engine *e, mt_compute_job job);
 /* Token rows of a full micro-batch (batch x seq), and unit u's parameters. */
 static inline size_t mt_engine_rows(const mt_engine *e) { return (size_t)e->o.batch * e->o.seq; }
 static inline int64_t mt_engine_numel(const mt_engine *e, int u) { return e->lay->units[u].numel; }
+
+/* This rank's slice [*lo, *hi) of unit u's elements: what it sends home. */
+static inline void mt_engine_slice(const mt_engine *e, int u, size_t *lo, size_t *hi) {
+    size_t n = (size_t)mt_engine_numel(e, u);
+    *lo = n * (size_t)e->rank / (size_t)e->ranks;
+    *hi = n * (size_t)(e->rank + 1) / (size_t)e->ranks;
+}
+
+/* Sums what a compute job made (a gradient, the loss) across the group, inside the job, on the
+ * compute stream. */
+static inline void mt_engine_reduce(const mt_engine *e, float *x, size_t count) {
+    if (e->reduce) e->be->ops->coll.all_reduce(e->be, e->compute, x, count);
+}
 
 /* Unit u's optimizer state lives on the device (ends_on_device: the embedding and the head;
  * device_blocks: blocks 0..D-1). */
@@ -210,6 +237,17 @@ void mt_engine_on_optimizer_thread(void);
 /* mt_engine_create with every use of an event or flag traced into `trace` (tests). */
 mt_status mt_engine_create_traced(mt_engine **out, mt_backend *be, mt_store *store, const mt_engine_options *opt,
                                   int64_t adam_step, mt_protocol_trace *trace);
+
+/* ranks.c: after a step's pass on one rank of several, with `rc` its outcome: a follower says its
+ * slices are home; the leader waits until every follower has. Returns rc, or an error when another
+ * rank failed (the step is then skipped everywhere). */
+mt_status mt_engine_ranks_settle(mt_engine *e, mt_status rc);
+
+/* ranks.c: an engine that is rank `rank` of `ranks` on the store, following `leader` (NULL for
+ * rank 0), whose peers table the leader gets once every rank's engine exists; its gradients summed
+ * across `group` ranks (ranks, or for a replica the processes). */
+mt_status mt_engine_create_rank(mt_engine **out, mt_backend *be, mt_store *store, const mt_engine_options *opt,
+                                int64_t adam_step, mt_engine *leader, int rank, int ranks, int group);
 
 mt_status mt_engine_optimizer_start(mt_engine *e);
 void mt_engine_optimizer_stop(mt_engine *e);

@@ -66,8 +66,10 @@ static void run_head(const mt_compute_job *j) {
                            e->ws.tmp, x, norm_w, e->ws.rstd1, seq, D, 0);
         }
     }
-    if (j->mode != MT_RUN_EVAL)
-        op->sumsq(e->be, e->compute, e->dev_norms + e->U - 1, e->head_grad, (size_t)mt_engine_numel(e, e->U - 1));
+    mt_engine_reduce(e, e->dev_loss, 1); /* every rank's loss is the group's */
+    if (j->mode == MT_RUN_EVAL) return;
+    mt_engine_reduce(e, e->head_grad, (size_t)mt_engine_numel(e, e->U - 1));
+    op->sumsq(e->be, e->compute, e->dev_norms + e->U - 1, e->head_grad, (size_t)mt_engine_numel(e, e->U - 1));
 }
 
 static void run_job(void *arg) {
@@ -98,6 +100,7 @@ static void run_job(void *arg) {
         mt_unit_grads g = mt_bind_grads(e->lay, u, grads);
         for (int m = 0; m < j->micro_batches; m++)
             mt_block_backward(&ctx, &w, &g, micro(e, j->x_in, m), dy_at(e, m));
+        mt_engine_reduce(e, grads, (size_t)mt_engine_numel(e, u));
         op->sumsq(e->be, e->compute, e->dev_norms + u, grads, (size_t)mt_engine_numel(e, u));
         break;
     }
@@ -109,6 +112,7 @@ static void run_job(void *arg) {
                 op->embedding_dw(e->be, e->compute, g.t[MT_T_WTE], inputs_at(e, m) + row,
                                  row_of(e, dy_at(e, m), row), j->seq, D);
             }
+        mt_engine_reduce(e, e->embed_grad, (size_t)mt_engine_numel(e, 0));
         op->sumsq(e->be, e->compute, e->dev_norms, e->embed_grad, (size_t)mt_engine_numel(e, 0));
         break;
     }

@@ -306,8 +306,9 @@ void mt_engine_optimizer_post(mt_engine *e, const mt_opt_job *job) {
 int64_t mt_engine_finish(mt_engine *e) {
     for (int u = 0; u < e->U; u++) mt_engine_await(e, MT_FL_UPDATED, u, e->generation, MT_GEN_G);
     mt_engine_device_home(e);
-    pthread_mutex_lock(&e->opt_lock);
-    int64_t steps = e->adam_step;
-    pthread_mutex_unlock(&e->opt_lock);
+    mt_engine *opt = e->leader ? e->leader : e;
+    pthread_mutex_lock(&opt->opt_lock);
+    int64_t steps = opt->adam_step;
+    pthread_mutex_unlock(&opt->opt_lock);
     return steps;
 }

@@ -41,13 +41,16 @@ static double load_forward(mt_engine *e, int index) {
     return waited;
 }
 
-/* Copies unit u's gradients home once compute has recorded (ready_id, i); a block's (gradient slot
- * i) records grad_free when its slot may be reused. `publish`: tell an overlapped optimizer that
- * the copy is issued. */
+/* Copies unit u's gradients home (this rank's slice of them, over its own link, when several ranks
+ * share the store) once compute has recorded (ready_id, i); a block's (gradient slot i) records
+ * grad_free when its slot may be reused. `publish`: tell an overlapped optimizer that the copy is
+ * issued. */
 static void send_home(mt_engine *e, int u, const float *grads, mt_ev ready_id, int i, int publish) {
+    size_t lo, hi;
+    mt_engine_slice(e, u, &lo, &hi);
     mt_engine_record(e, ready_id, i, e->compute);
     mt_engine_wait(e, e->d2h, ready_id, i);
-    mt_copy_async(e->be, e->grad_home[u], grads, (size_t)mt_engine_numel(e, u) * 4, e->d2h);
+    mt_copy_async(e->be, e->grad_home[u] + lo, grads + lo, (hi - lo) * 4, e->d2h);
     if (ready_id == MT_EV_GRAD_READY) mt_engine_record(e, MT_EV_GRAD_FREE, i, e->d2h);
     mt_engine_record(e, MT_EV_GRADS_HOME, u, e->d2h);
     if (publish) mt_engine_raise(e, MT_FL_GRADS_ISSUED, u, e->generation);
@@ -122,6 +125,10 @@ static mt_status begin_pass(mt_engine *e, pass *p, const int32_t *inputs, const 
     e->first_backward_job = e->max_jobs;
     p->r->waited = 0;
     MT_TRY(stage_tokens(e, inputs, targets, batch, seq, M, &p->r->targets));
+    if (e->step_targets) { /* one rank of several: the mean is over every rank's targets */
+        p->r->targets = e->step_targets;
+        e->step_targets = 0;
+    }
     p->base = (mt_compute_job){.mode = p->mode, .batch = batch, .seq = seq, .micro_batches = M,
                                .last_row = last_row,
                                .scale = p->r->targets ? 1.0f / (float)p->r->targets : 0.0f};
@@ -347,9 +354,10 @@ mt_status mt_engine_step(mt_engine *e, const int32_t *inputs, const int32_t *tar
     e->poison_next = 0;
     if (!overlapped) {
         float scale = mt_clip_scale(r.grad_norm, e->o.max_grad_norm);
+        if (e->ranks > 1) rc = mt_engine_ranks_settle(e, rc);
         job.skip = rc != MT_OK || !isfinite(scale);
         if (!job.skip) job.grad_scale = scale;
-        mt_engine_optimizer_post(e, &job);
+        if (!e->leader) mt_engine_optimizer_post(e, &job);
     }
     if (!job.skip) e->dev_step++; /* the device's update of the units it keeps, if it makes one */
     e->generation++;
@@ -358,10 +366,11 @@ mt_status mt_engine_step(mt_engine *e, const int32_t *inputs, const int32_t *tar
                             .seconds = mt_now() - t0, .wait_opt_seconds = r.waited,
                             .stall_seconds = r.stalled, .compute_seconds = r.busy,
                             .idle_forward_seconds = r.idle_forward, .idle_backward_seconds = r.idle_backward};
-    pthread_mutex_lock(&e->opt_lock);
-    res->opt_seconds = e->opt_seconds;
-    res->opt_seconds_per_block = e->opt_seconds_per_block;
-    pthread_mutex_unlock(&e->opt_lock);
+    mt_engine *opt = e->leader ? e->leader : e;
+    pthread_mutex_lock(&opt->opt_lock);
+    res->opt_seconds = opt->opt_seconds;
+    res->opt_seconds_per_block = opt->opt_seconds_per_block;
+    pthread_mutex_unlock(&opt->opt_lock);
     return MT_OK;
 }
 

@@ -50,16 +50,21 @@ void mt_engine_raise(mt_engine *e, mt_fl id, int i, int64_t g) {
     mt_flag_set(&e->fl[id][i], g + 1);
 }
 
+/* The flag a wait reads: a follower rank waits on its leader's optimizer (ranks.c). */
+static mt_flag *flag_of(mt_engine *e, mt_fl id, int i) {
+    return id == MT_FL_UPDATED && e->leader ? &e->leader->fl[id][i] : &e->fl[id][i];
+}
+
 static int64_t target(int64_t g, int gen) { return gen == MT_GEN_NEXT ? g + 1 : g; }
 
 double mt_engine_await(mt_engine *e, mt_fl id, int i, int64_t g, int gen) {
     trace(e, 1, id, i, MT_USE_WAIT, this_thread(), gen);
-    return mt_flag_wait(&e->fl[id][i], target(g, gen));
+    return mt_flag_wait(flag_of(e, id, i), target(g, gen));
 }
 
 int mt_engine_reached(mt_engine *e, mt_fl id, int i, int64_t g, int gen) {
     trace(e, 1, id, i, MT_USE_WAIT, this_thread(), gen);
-    return mt_flag_peek(&e->fl[id][i]) >= target(g, gen);
+    return mt_flag_peek(flag_of(e, id, i)) >= target(g, gen);
 }
 
 int mt_engine_instances(const mt_engine *e, mt_per per) {

@@ -8,11 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/engine.h"
 #include "megatrain.h"
-#include "train/backend_select.h"
-#include "train/memory_check.h"
 #include "train/options.h"
+#include "train/train_devices.h"
 #include "train/progress.h"
 #include "util/rng.h"
 #include "util/clock.h"
@@ -34,6 +32,20 @@ static double host_peak_bytes(void) {
     return kb * 1024;
 }
 
+/* Bytes each GPU moves over its PCIe link in a step, by the schedule (engine.h): every streamed
+ * block's weights come in for the forward and, but for the K still in their slots, again for the
+ * backward (the resident device_blocks never move); the embedding and head once each unless the
+ * device keeps them; its 1/ranks slice of every gradient the host optimizer updates goes home in
+ * fp32. */
+static void pcie_bytes(const mt_layout *lay, const mt_engine_options *eo, int ranks, mt_dtype weight, double *h2d,
+                       double *d2h) {
+    int S = lay->cfg.num_layers - eo->device_blocks, K = eo->slots < S ? eo->slots : S, U = lay->num_units;
+    double wsize = (double)mt_dtype_size(weight), ends = (double)(lay->units[0].numel + lay->units[U - 1].numel);
+    double block = (double)lay->max_block_numel;
+    *h2d = wsize * (block * (2.0 * S - K) + (eo->ends_on_device ? 0 : ends));
+    *d2h = 4.0 * (block * S + (eo->ends_on_device ? 0 : ends)) / ranks;
+}
+
 static int compare_doubles(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -45,24 +57,30 @@ typedef struct {
     double idle_forward_share, idle_backward_share; /* its parts between jobs of the two passes */
     double opt_s, opt_block_s; /* the optimizer's mean time a step, and a block */
     const mt_placement *plan;  /* where everything lived: the run's memory plan */
+    int gpus;                  /* ranks */
+    double h2d_bytes, d2h_bytes; /* PCIe bytes per GPU per step, each way */
 } bench_summary;
 
 static void print_summary(FILE *out, const mt_train_options *o, const mt_backend *be, const mt_config *cfg,
                           const bench_summary *s, double peak_gpu, double host, const char *json) {
     const mt_engine_options *eo = &s->plan->eo;
-    double tokens = s->plan->tokens;
+    double tokens = (double)s->gpus * s->plan->tokens;
     char where[768], grads[96];
     mt_placement_describe(s->plan, where, sizeof where);
     mt_placement_grads_where(s->plan, grads, sizeof grads);
-    fprintf(out, "megatrain %s: %.0f tokens/step, median step %.3f s, %.0f tokens/s, %.1f TFLOP/s, "
+    fprintf(out, "megatrain %s on %d %s%s: %.0f tokens/step, median step %.3f s, %.0f tokens/s, %.1f TFLOP/s, "
             "peak device memory %.2f GiB, host %.1f GiB, device idle %.1f%% of the step (%.1f%% in the forward, "
             "%.1f%% in the backward, the rest at the step's ends; stalled on copies %.1f%%), issuing thread waited on the optimizer %.1f%% (that wait overlaps queued GPU work), "
-            "optimizer %.3f s a step (%.4f s a block); plan: %s\n", o->preset ? o->preset : "model", tokens, s->step_s,
+            "optimizer %.3f s a step (%.4f s a block, %.0f%% of the step); PCIe per GPU per step %.2f GB in, %.2f GB "
+            "out; plan: %s\n", o->preset ? o->preset : "model", s->gpus,
+            mt_backend_has_own_memory(be) ? "GPU" : "cpu rank", s->gpus > 1 ? "s" : "", tokens, s->step_s,
             s->tokens_per_s, s->tflops, peak_gpu / 1073741824.0, host / 1073741824.0, 100 * s->idle_share,
-            100 * s->idle_forward_share, 100 * s->idle_backward_share, 100 * s->stall_share, 100 * s->opt_wait_share, s->opt_s, s->opt_block_s, where);
+            100 * s->idle_forward_share, 100 * s->idle_backward_share, 100 * s->stall_share, 100 * s->opt_wait_share, s->opt_s, s->opt_block_s,
+            s->step_s > 0 ? 100 * s->opt_s / s->step_s : 0, s->h2d_bytes / 1e9, s->d2h_bytes / 1e9, where);
     if (!json) return;
-    json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:b, s:f, s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:i, s:i}",
-                          "system", "megatrain", "backend", be->ops->name, "model", o->preset ? o->preset : "model",
+    json_t *j = json_pack("{s:i, s:f, s:f, s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:b, s:f, s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:i, s:i}",
+                          "gpus", s->gpus, "pcie_h2d_gb_per_gpu", s->h2d_bytes / 1e9, "pcie_d2h_gb_per_gpu",
+                          s->d2h_bytes / 1e9, "system", "megatrain", "backend", be->ops->name, "model", o->preset ? o->preset : "model",
                           "params", (json_int_t)mt_config_total_params(cfg), "seq", eo->seq, "batch", eo->batch,
                           "micro_batches", eo->micro_batches, "tokens_per_step", tokens, "step_s", s->step_s,
                           "tokens_per_s", s->tokens_per_s, "tflops", s->tflops, "peak_gpu_gib",
@@ -95,29 +113,29 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
     MT_TRY(mt_train_model_config(o, &cfg));
     mt_layout lay;
     MT_TRY(mt_layout_init(&lay, &cfg));
-    mt_backend *be = NULL;
+    mt_devices dev = {0};
     mt_store store = {0};
-    mt_engine *engine = NULL;
-    size_t n = (size_t)o->micro_batches * o->batch * o->seq_len;
+    size_t n = (size_t)o->gpus * o->micro_batches * o->batch * o->seq_len;
     int32_t *inputs = mt_malloc(n * sizeof *inputs, "bench tokens"), *targets = mt_malloc(n * sizeof *targets, "bench tokens");
     double *times = mt_calloc((size_t)o->steps, sizeof *times, "bench timings");
     mt_status rc = inputs && targets && times ? MT_OK : MT_ERR_NOMEM;
     mt_placement plan;
     double t0 = mt_now();
-    if (rc == MT_OK) rc = mt_backend_open(o->backend, o->threads, &be);
+    if (rc == MT_OK) rc = mt_devices_open(&dev, o);
+    mt_backend *be = dev.be;
     double t1 = mt_now();
     mt_moments_format moments;
     if (rc == MT_OK) rc = mt_moments_format_parse(o->moments, &moments);
     /* Refused up front, as train is: what the store and the engine need against what is there. */
     if (rc == MT_OK) rc = mt_train_placement(o, be, &cfg, &plan);
-    if (rc == MT_OK) rc = mt_memory_check(&lay, be, &plan.eo, moments);
+    if (rc == MT_OK) rc = mt_devices_check_memory(&dev, &lay, &plan.eo, moments);
     if (rc == MT_OK) rc = mt_store_create_with_moments(&store, &lay, be, moments);
     double t2 = mt_now();
     if (rc == MT_OK) {
         mt_store_init_random(&store, (uint64_t)o->seed);
         fprintf(out, "set-up: backend %.1f s, host store %.1f s, initialization %.1f s\n", t1 - t0, t2 - t1,
                 mt_now() - t2);
-        rc = mt_engine_create(&engine, be, &store, &plan.eo, 0);
+        rc = mt_devices_start(&dev, &store, &plan.eo, 0);
     }
     if (rc == MT_OK) fprintf(out, "set-up: engine ready at %.1f s\n", mt_now() - t0);
     mt_rng rng = {(uint64_t)o->seed};
@@ -129,7 +147,7 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
             targets[i] = (int32_t)(mt_rng_next(&rng) % (uint64_t)cfg.vocab_size);
         }
         mt_step_result r;
-        rc = mt_engine_step(engine, inputs, targets, 1e-4f, &r);
+        rc = mt_devices_step(&dev, inputs, targets, 1e-4f, &r);
         if (rc != MT_OK) break;
         double ends = r.seconds - r.compute_seconds - r.idle_forward_seconds - r.idle_backward_seconds;
         fprintf(out, "%s step %lld: %.3f s, %.0f tokens/s, loss %.4f, device computing %.3f s, idle %.3f s in the "
@@ -151,10 +169,11 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
         total += r.seconds;
     }
     if (rc == MT_OK) {
-        mt_engine_finish(engine);
+        mt_engine_finish(dev.engine);
         size_t peak = mt_dev_peak(be);
         qsort(times, (size_t)o->steps, sizeof *times, compare_doubles);
-        bench_summary sum = {.step_s = times[o->steps / 2], .plan = &plan};
+        bench_summary sum = {.step_s = times[o->steps / 2], .plan = &plan, .gpus = o->gpus > 1 ? o->gpus : 1};
+        pcie_bytes(&lay, &plan.eo, sum.gpus, be->ops->weight_dtype, &sum.h2d_bytes, &sum.d2h_bytes);
         sum.tokens_per_s = (double)n / sum.step_s;
         sum.tflops = sum.tokens_per_s * model_flops_per_token(&cfg, o->seq_len) / 1e12;
         sum.stall_share = total > 0 ? stall / total : 0;
@@ -166,9 +185,9 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
         sum.opt_block_s = opt_block / (double)o->steps;
         print_summary(out, o, be, &cfg, &sum, (double)peak, host_peak_bytes(), json);
     }
-    mt_engine_destroy(engine);
+    mt_devices_stop(&dev);
     if (store.layout) mt_store_free(&store);
-    if (be) mt_backend_destroy(be);
+    mt_devices_close(&dev);
     mt_layout_free(&lay);
     free(inputs);
     free(targets);

@@ -99,6 +99,15 @@ mt_memory_fit mt_memory_fit_of(const mt_layout *layout, mt_backend *be, const mt
     return fit;
 }
 
+mt_memory_fit mt_memory_fit_ranks(const mt_layout *layout, mt_backend *be, const mt_engine_options *eo,
+                                  mt_moments_format moments, int ranks) {
+    mt_memory_fit fit = mt_memory_fit_of(layout, be, eo, moments);
+    mt_engine_bytes d = mt_engine_size(be, &layout->cfg, eo);
+    int64_t each = d.host_staging + d.host_checkpoints + (mt_backend_has_own_memory(be) ? 0 : d.total);
+    add_class(&fit, "the other ranks' buffers", (int64_t)(ranks - 1) * each);
+    return fit;
+}
+
 /* "working weights 16.06 GB + fp32 master 32.12 GB + ..." */
 static void classes_text(const mt_memory_class *classes, int count, char *buf, size_t cap) {
     size_t at = 0;

@@ -45,6 +45,11 @@ mt_memory_fit mt_memory_fit_of(const mt_layout *layout, mt_backend *be, const mt
 /* MT_ERR_NOMEM, naming the bytes of each class and what is available, when the need exceeds it;
  * `what` says whose need it is ("the run", "export"). */
 mt_status mt_memory_check_fit(const mt_memory_fit *fit, const char *what);
+/* mt_memory_fit_of with `ranks` engines on one store (engine/ranks.h): every rank's host staging and
+ * checkpoints (and on the cpu backend its engine buffers); the store and the gradients once. */
+mt_memory_fit mt_memory_fit_ranks(const mt_layout *layout, mt_backend *be, const mt_engine_options *eo,
+                                  mt_moments_format moments, int ranks);
+
 /* mt_memory_fit_of, then mt_memory_check_fit for "the run" (or `what`). */
 mt_status mt_memory_check(const mt_layout *layout, mt_backend *be, const mt_engine_options *eo,
                           mt_moments_format moments);

@@ -110,7 +110,12 @@ const mt_option mt_options[] = {
     NAME_SETTING("ends-on-device", ends_on_device, MT_OPT_PROCESS, ends_modes, NULL, NULL),
     NAME_SETTING("device-blocks", device_blocks, MT_OPT_PROCESS, NULL, check_device_blocks, NULL),
     SETTING("lm-chunk", MT_OPT_INT, lm_chunk, MT_OPT_PROCESS, 1, SHAPE_MAX, 0, 0, 512),
+    SETTING("gpus", MT_OPT_INT, gpus, MT_OPT_PROCESS, 1, 1 << 10, 0, 0, 1),
     SETTING("gpu-mem", MT_OPT_SIZE, gpu_mem, MT_OPT_PROCESS, 1, (double)MT_SIZE_MAX, 0, 0, 0),
+    /* Rates a plan states its floor against: far beyond any machine's above, 0 (measure) below. */
+    SETTING("rate-gemm", MT_OPT_F64, rate_gemm, MT_OPT_PROCESS, 0, 1e5, 1, 0, 0),
+    SETTING("rate-pcie", MT_OPT_F64, rate_pcie, MT_OPT_PROCESS, 0, 1e4, 1, 0, 0),
+    SETTING("rate-adamw", MT_OPT_F64, rate_adamw, MT_OPT_PROCESS, 0, 1e4, 1, 0, 0),
     NAME_SETTING("out", out_dir, MT_OPT_PROCESS, NULL, NULL, "runs/demo"),
     SETTING("resume", MT_OPT_FLAG, resume, MT_OPT_PROCESS, 0, 1, 0, 0, 0),
     SETTING("continue-on-save-error", MT_OPT_FLAG, continue_on_save_error, MT_OPT_PROCESS, 0, 1, 0, 0, 0),
@@ -335,7 +340,8 @@ mt_status mt_train_options_check(const mt_train_options *o) {
     for (const mt_option *opt = mt_options; opt->name; opt++) {
         if (mt_option_is_unset(opt, o)) continue;
         /* A process option's "none"/"auto" value lies outside the domain on purpose. */
-        if (opt->policy == MT_OPT_PROCESS && opt->type != MT_OPT_NAME && (double)get_int(opt, o) == opt->default_number)
+        if (opt->policy == MT_OPT_PROCESS && opt->type != MT_OPT_NAME &&
+            (is_number(opt) ? get_number(opt, o) : (double)get_int(opt, o)) == opt->default_number)
             continue;
         MT_TRY(mt_option_check(opt, o));
     }

@@ -8,6 +8,7 @@
 #include "megatrain.h"
 #include "plan/placement.h"
 #include "train/backend_select.h"
+#include "train/machine_rates.h"
 #include "train/memory_check.h"
 #include "train/options.h"
 
@@ -25,7 +26,7 @@ mt_status mt_plan(const mt_train_options *given, FILE *out) {
     mt_layout lay;
     MT_TRY(mt_layout_init(&lay, &cfg));
     mt_backend *be = NULL;
-    mt_status rc = mt_backend_open(o->backend, o->threads, &be);
+    mt_status rc = mt_backend_open_for_plan(o->backend, o->threads, o->gpu_mem, &be);
     mt_placement p;
     if (rc == MT_OK) rc = mt_train_placement(o, be, &cfg, &p);
     if (rc == MT_OK) {
@@ -38,6 +39,9 @@ mt_status mt_plan(const mt_train_options *given, FILE *out) {
         mt_placement_print(&p, out);
         mt_memory_fit fit = mt_memory_fit_of(&lay, be, &p.eo, p.moments);
         mt_memory_fit_print(&fit, out);
+        mt_machine_rates rates;
+        rc = mt_machine_rates_of(o, be, &p.eo, &rates);
+        if (rc == MT_OK) mt_machine_rates_print(&rates, out);
     } else if (be && rc == MT_ERR_NOMEM) {
         /* A plan that does not fit is still an answer: say why, and succeed. */
         fprintf(out, "plan      does NOT fit: %s\n", mt_error());

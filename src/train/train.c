@@ -14,8 +14,6 @@
 #include "io/hf_config.h"
 #include "io/hf_model.h"
 #include "io/plot.h"
-#include "train/backend_select.h"
-#include "train/memory_check.h"
 #include "train/option_table.h"
 #include "train/options.h"
 #include "train/settings.h"
@@ -53,12 +51,14 @@ static mt_status refuse_existing_run(const char *out_dir) {
                    "continue it, or choose another --out", out_dir, (long long)newest);
 }
 
-/* The run directory exists, is writable and is this run's alone; what a crash left is tidied. */
+/* The run directory exists, is writable and is this run's alone; what a crash left is tidied (by
+ * the process that writes it: rank 0 of a world of processes). */
 static mt_status take_run_dir(mt_train_run *r, const char *out_dir) {
     if (mt_mkdir_p(out_dir) != MT_OK)
         return mt_fail_context(MT_ERR_IO, "%s: cannot create the run directory", out_dir);
     if (access(out_dir, W_OK) != 0)
         return mt_fail(MT_ERR_IO, "%s: the run directory is not writable: %s", out_dir, strerror(errno));
+    if (!mt_devices_writes(&r->dev)) return MT_OK;
     MT_TRY(mt_run_lock_acquire(out_dir, &r->lock));
     return mt_checkpoint_tidy(out_dir);
 }
@@ -167,12 +167,12 @@ static mt_status open_dataset(mt_train_run *r) {
 }
 
 static mt_status open_engine(mt_train_run *r) {
-    MT_TRY(mt_engine_create(&r->engine, r->be, &r->store, &r->placement.eo, r->progress.adam_step));
-    if (r->o.sync_save) return MT_OK;
+    MT_TRY(mt_devices_start(&r->dev, &r->store, &r->placement.eo, r->progress.adam_step));
+    if (r->o.sync_save || !mt_devices_writes(&r->dev)) return MT_OK;
     MT_TRY(mt_saver_create(&r->saver, &r->store, r->o.save_staging));
-    mt_engine_set_update_guard(r->engine, mt_saver_guard, r->saver);
+    mt_engine_set_update_guard(r->dev.engine, mt_saver_guard, r->saver);
     for (int u = 0; u < r->layout.num_units; u++)
-        if (!mt_engine_updates_on_host(r->engine, u)) mt_saver_skip_staging(r->saver, u);
+        if (!mt_engine_updates_on_host(r->dev.engine, u)) mt_saver_skip_staging(r->saver, u);
     /* Test hook MT_TEST_SAVE_UNIT_MS=N: background saves pause N ms before each unit. */
     const char *slow = getenv("MT_TEST_SAVE_UNIT_MS");
     if (slow) mt_saver_slow_down(r->saver, strtod(slow, NULL) / 1e3);
@@ -194,6 +194,7 @@ static mt_status plan_steps(mt_train_run *r) {
 
 static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
     MT_TRY(mt_train_options_check(given));
+    MT_TRY(mt_devices_world(&r->dev));
     MT_TRY(take_run_dir(r, given->out_dir));
     if (given->resume) MT_TRY(find_resume_point(r, given->out_dir));
     else MT_TRY(refuse_existing_run(given->out_dir));
@@ -202,32 +203,40 @@ static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
     MT_TRY(mt_layout_init(&r->layout, &r->cfg));
     MT_TRY(plan_steps(r));
     const mt_train_options *o = &r->o;
-    MT_TRY(mt_backend_open(o->backend, o->threads, &r->be));
-    MT_TRY(mt_train_placement(o, r->be, &r->cfg, &r->placement));
-    MT_TRY(mt_memory_check(&r->layout, r->be, &r->placement.eo, r->moments));
+    MT_TRY(mt_devices_open(&r->dev, o));
+    MT_TRY(mt_train_placement(o, r->dev.be, &r->cfg, &r->placement));
+    MT_TRY(mt_devices_check_memory(&r->dev, &r->layout, &r->placement.eo, r->moments));
     MT_TRY(open_tokens(r));
-    MT_TRY(mt_store_create_with_moments(&r->store, &r->layout, r->be, r->moments));
+    MT_TRY(mt_store_create_with_moments(&r->store, &r->layout, r->dev.be, r->moments));
     MT_TRY(init_weights(r));
     MT_TRY(open_dataset(r));
     MT_TRY(open_engine(r));
-    MT_TRY(mt_metrics_open(o->out_dir, r->progress.step, &r->metrics));
+    if (mt_devices_writes(&r->dev)) MT_TRY(mt_metrics_open(o->out_dir, r->progress.step, &r->metrics));
     mt_step_watch_init(&r->watch, o->max_skips, r->cfg.vocab_size, r->progress.step,
                        r->resume_from[0] ? r->progress.step : -1);
     const char *nan_step = getenv("MT_TEST_NAN_STEP");
     r->nan_step = nan_step ? strtoll(nan_step, NULL, 10) : 0;
     const char *fault_step = getenv("MT_TEST_DEVICE_FAULT_STEP");
     r->fault_step = fault_step ? strtoll(fault_step, NULL, 10) : 0;
-    size_t n = (size_t)o->micro_batches * o->batch * o->seq_len;
+    const char *rank_fail_step = getenv("MT_TEST_RANK_FAIL_STEP");
+    r->rank_fail_step = rank_fail_step && r->dev.ranks ? strtoll(rank_fail_step, NULL, 10) : 0;
+    size_t n = (size_t)mt_devices_ranks(&r->dev, o) * o->micro_batches * o->batch * o->seq_len;
     r->inputs = mt_malloc(n * sizeof *r->inputs, "a step's inputs");
     r->targets = mt_malloc(n * sizeof *r->targets, "a step's targets");
     if (!r->inputs || !r->targets) return MT_ERR_NOMEM;
     const mt_engine_options *eo = &r->placement.eo;
-    mt_log_info("%s backend, %.1fM parameters, %d x %d x %d tokens a step, run directory %s",
-                r->be->ops->name, (double)mt_config_total_params(&r->cfg) / 1e6, eo->micro_batches, eo->batch,
-                eo->seq, o->out_dir);
+    mt_log_info("%s backend, %.1fM parameters, %d x %d x %d tokens a step%s, run directory %s",
+                r->dev.be->ops->name, (double)mt_config_total_params(&r->cfg) / 1e6, eo->micro_batches, eo->batch,
+                eo->seq, r->dev.ranks ? " on each rank" : "", o->out_dir);
     char where[768];
     mt_placement_describe(&r->placement, where, sizeof where);
     mt_log_info("plan: %s (megatrain plan prints it in full)", where);
+    if (r->dev.world.size > 1)
+        mt_log_info("rank %d of %d processes (LOCAL_RANK %d), each with its own store; %s", r->dev.world.rank,
+                    r->dev.world.size, r->dev.world.local_rank, mt_devices_writes(&r->dev) ? "this one writes the "
+                    "run directory" : "rank 0 writes the run directory");
+    if (r->dev.ranks) mt_log_info("%d ranks on one host store (%s)", o->gpus, strcmp(r->dev.be->ops->name, "cpu") ?
+                              "one GPU each" : "threads of the cpu backend");
     if (r->moments != MT_MOMENTS_F32)
         mt_log_info("Adam moments in %s (an option, not the default)", mt_moments_format_name(r->moments));
     return MT_OK;
@@ -237,10 +246,10 @@ static void close_run(mt_train_run *r) {
     free(r->inputs);
     free(r->targets);
     if (r->metrics) mt_metrics_close(r->metrics);
-    mt_engine_destroy(r->engine);
+    mt_devices_stop(&r->dev);
     mt_saver_destroy(r->saver); /* after the engine: its optimizer calls the saver's guard */
     if (r->store.layout) mt_store_free(&r->store);
-    if (r->be) mt_backend_destroy(r->be);
+    mt_devices_close(&r->dev);
     mt_tokens_close(&r->tokens);
     if (r->layout.units) mt_layout_free(&r->layout);
     json_decref(r->settings);
@@ -252,7 +261,7 @@ static void close_run(mt_train_run *r) {
 
 /* Targets that carry loss (>= 0; a masked shard's context targets are -1). */
 static int64_t loss_targets(const mt_train_run *r) {
-    size_t n = (size_t)r->o.micro_batches * r->o.batch * r->o.seq_len;
+    size_t n = (size_t)mt_devices_ranks(&r->dev, &r->o) * r->o.micro_batches * r->o.batch * r->o.seq_len;
     int64_t count = 0;
     for (size_t i = 0; i < n; i++) count += r->targets[i] >= 0;
     return count;
@@ -261,7 +270,7 @@ static int64_t loss_targets(const mt_train_run *r) {
 /* The mean loss over every target that carries loss in the first eval_batches validation
  * batches (each batch's mean weighted by its targets); NaN when none does. */
 static mt_status validate(mt_train_run *r, double *loss) {
-    int sequences = r->o.micro_batches * r->o.batch;
+    int sequences = mt_devices_ranks(&r->dev, &r->o) * r->o.micro_batches * r->o.batch;
     int64_t batches = mt_dataset_val_batches(&r->data, sequences);
     if (batches > r->o.eval_batches) batches = r->o.eval_batches;
     *loss = NAN;
@@ -274,7 +283,7 @@ static mt_status validate(mt_train_run *r, double *loss) {
         if (r->data_failed) return mt_tokens_status(&r->tokens);
         int64_t targets = loss_targets(r);
         if (targets == 0) continue;
-        MT_TRY(mt_engine_eval(r->engine, r->inputs, r->targets, &l));
+        MT_TRY(mt_devices_eval(&r->dev, r->inputs, r->targets, &l));
         sum += l * (double)targets;
         counted += targets;
     }
@@ -283,6 +292,7 @@ static mt_status validate(mt_train_run *r, double *loss) {
 }
 
 static void draw_curve(const mt_train_run *r) {
+    if (!r->metrics) return; /* a rank of a world that does not write the run directory */
     char metrics[4096], svg[4096];
     snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", r->o.out_dir);
     snprintf(svg, sizeof svg, "%s/loss.svg", r->o.out_dir);
@@ -310,7 +320,7 @@ static mt_status log_step(mt_train_run *r, const mt_step_result *s, float lr, do
                            s->wait_opt_seconds, "stall_seconds", s->stall_seconds, "compute_seconds",
                            s->compute_seconds);
     if (!ev) return mt_fail(MT_ERR_NOMEM, "cannot build a metrics line");
-    mt_status rc = mt_metrics_log(r->metrics, ev);
+    mt_status rc = r->metrics ? mt_metrics_log(r->metrics, ev) : MT_OK;
     json_decref(ev);
     return rc;
 }
@@ -318,14 +328,14 @@ static mt_status log_step(mt_train_run *r, const mt_step_result *s, float lr, do
 static mt_status log_val(mt_train_run *r, double loss) {
     json_t *ev = json_pack("{s:I, s:f}", "step", (json_int_t)r->progress.step, "val_loss", loss);
     if (!ev) return mt_fail(MT_ERR_NOMEM, "cannot build a metrics line");
-    mt_status rc = mt_metrics_log(r->metrics, ev);
+    mt_status rc = r->metrics ? mt_metrics_log(r->metrics, ev) : MT_OK;
     json_decref(ev);
     return rc;
 }
 
 static mt_status loop(mt_train_run *r, mt_progress *pg) {
     const mt_train_options *o = &r->o;
-    int sequences = o->micro_batches * o->batch;
+    int sequences = mt_devices_ranks(&r->dev, o) * o->micro_batches * o->batch;
     double tokens_per_step = (double)sequences * o->seq_len;
     while (r->progress.step < o->steps && !mt_stop_requested()) {
         float lr = mt_lr_at(&r->schedule, r->progress.step + 1);
@@ -338,10 +348,12 @@ static mt_status loop(mt_train_run *r, mt_progress *pg) {
         mt_step_result s = {.loss = NAN, .grad_norm = NAN, .skipped = 1};
         if (!no_targets) {
             /* Test hook MT_TEST_NAN_STEP=N: step N (1-based) gets a NaN gradient, to test skipping. */
-            if (r->progress.step + 1 == r->nan_step) mt_engine_poison_next_step(r->engine);
+            if (r->progress.step + 1 == r->nan_step) mt_devices_poison_next_step(&r->dev);
             /* Test hook MT_TEST_DEVICE_FAULT_STEP=N: step N fails as on a device error. */
-            if (r->progress.step + 1 == r->fault_step) mt_engine_fault_next_step(r->engine);
-            MT_TRY(mt_engine_step(r->engine, r->inputs, r->targets, lr, &s));
+            if (r->progress.step + 1 == r->fault_step) mt_engine_fault_next_step(r->dev.engine);
+            /* Test hook MT_TEST_RANK_FAIL_STEP=N: with --gpus, the last rank dies before step N's pass. */
+            if (r->progress.step + 1 == r->rank_fail_step) mt_ranks_fail_next_step(r->dev.ranks, r->o.gpus - 1);
+            MT_TRY(mt_devices_step(&r->dev, r->inputs, r->targets, lr, &s));
         }
         r->progress.step++;
         if (no_targets)

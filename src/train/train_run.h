@@ -15,6 +15,7 @@
 #include "train/run_state.h"
 #include "train/saver.h"
 #include "train/step_watch.h"
+#include "train/train_devices.h"
 
 typedef struct {
     mt_train_options o;         /* the options, every run setting resolved */
@@ -23,9 +24,8 @@ typedef struct {
     mt_run_lock lock;
     mt_config cfg;
     mt_layout layout;
-    mt_backend *be;
+    mt_devices dev;             /* the backend and engine (or with --gpus, the ranks') */
     mt_store store;
-    mt_engine *engine;
     mt_placement placement;     /* the run's memory plan; the engine runs placement.eo */
     mt_saver *saver;            /* background checkpoints; NULL with --sync-save */
     mt_moments_format moments;
@@ -41,6 +41,7 @@ typedef struct {
     int data_failed;            /* the loop stopped on a read of the token file (changed, cut short) */
     int64_t nan_step;           /* test hook: MT_TEST_NAN_STEP, 0 when unset */
     int64_t fault_step;         /* test hook: MT_TEST_DEVICE_FAULT_STEP, 0 when unset */
+    int64_t rank_fail_step;     /* test hook: MT_TEST_RANK_FAIL_STEP, the last rank dies; 0 when unset */
 } mt_train_run;
 
 /* ---- train_saves.c ---- */

@@ -14,7 +14,7 @@ static mt_run_save_options save_options(const mt_train_run *r) {
 
 /* The state to save is the step's: every update applied, the sampler where it stands. */
 static void capture_progress(mt_train_run *r) {
-    r->progress.adam_step = mt_engine_finish(r->engine);
+    r->progress.adam_step = mt_engine_finish(r->dev.engine);
     r->progress.sampler = r->data.state;
     mt_step_watch_saving(&r->watch, r->progress.step);
 }
@@ -55,6 +55,7 @@ mt_status mt_train_collect_save(mt_train_run *r, mt_progress *pg) {
 }
 
 mt_status mt_train_save_periodic(mt_train_run *r, mt_progress *pg) {
+    if (!mt_devices_writes(&r->dev)) return MT_OK; /* rank 0 of the world saves */
     capture_progress(r);
     mt_run_save_options so = save_options(r);
     if (r->saver) {
@@ -90,6 +91,7 @@ static void resume_advice(const mt_train_run *r, char *buf, size_t cap) {
 }
 
 mt_status mt_train_save_final(mt_train_run *r) {
+    if (!mt_devices_writes(&r->dev)) return MT_OK; /* rank 0 of the world saves */
     capture_progress(r);
     double t0 = mt_now();
     mt_run_save_options so = save_options(r);
@@ -110,7 +112,7 @@ mt_status mt_train_stop_diverged(mt_train_run *r) {
     snprintf(why, sizeof why, "%s", mt_error());
     int64_t from = mt_step_watch_diverged_from(&r->watch);
     int marked = 0;
-    if (from >= 0) {
+    if (from >= 0 && mt_devices_writes(&r->dev)) {
         if (mt_run_mark_diverged(r->o.out_dir, from, from + 1, r->progress.step, &marked) != MT_OK)
             mt_log_error("%s", mt_error());
         snprintf(marked_text, sizeof marked_text, "; its weights went bad after step %lld: %d checkpoint%s from "

@@ -110,34 +110,25 @@ static void compare_backends(const char *name, const mt_config *cfg) {
     mt_tiny_model_close(&cpu);
 }
 
-static mt_config wider(mt_config c) {
-    c.hidden_size = 128;
-    c.num_heads = 4;
-    c.head_dim = 32;
-    c.intermediate_size = 344;
-    c.vocab_size = 300;
-    return c;
-}
-
 Test(cuda, engine_matches_cpu_llama_gqa_untied) {
-    mt_config c = wider(mt_tiny_config_gqa());
+    mt_config c = mt_tiny_wider(mt_tiny_config_gqa());
     compare_backends("llama_gqa_untied", &c);
 }
 
 Test(cuda, engine_matches_cpu_qwen2_tied_bias) {
-    mt_config c = wider(mt_tiny_config_tied_bias());
+    mt_config c = mt_tiny_wider(mt_tiny_config_tied_bias());
     compare_backends("qwen2_tied_bias", &c);
 }
 
 Test(cuda, engine_matches_cpu_llama3_rope_mha) {
-    mt_config c = wider(mt_tiny_config_mha());
+    mt_config c = mt_tiny_wider(mt_tiny_config_mha());
     c.num_kv_heads = c.num_heads;
     compare_backends("llama3_rope_mha", &c);
 }
 
 /* Qwen3: per-head q/k norms (rows of head_dim on the GPU), head_dim 64 where hidden / heads is 32. */
 static mt_config wider_qwen3(int tied) {
-    mt_config c = wider(mt_tiny_config_qwen3(tied));
+    mt_config c = mt_tiny_wider(mt_tiny_config_qwen3(tied));
     c.head_dim = 64;
     return c;
 }
@@ -154,7 +145,7 @@ Test(cuda, engine_matches_cpu_qwen3_tied) {
 
 /* Eight AdamW steps on one batch: the two backends' losses stay within 2% of each other. */
 Test(cuda, training_tracks_cpu_backend) {
-    mt_config cfg = wider(mt_tiny_config_gqa());
+    mt_config cfg = mt_tiny_wider(mt_tiny_config_gqa());
     mt_engine_options o = options();
     mt_tiny_model cpu, gpu;
     mt_backend *be;
@@ -244,31 +235,31 @@ static void device_update_is_host_adamw(const mt_config *cfg, float clip, int en
 }
 
 Test(cuda, ends_update_is_host_adamw_clipped_untied) {
-    mt_config c = wider(mt_tiny_config_gqa());
+    mt_config c = mt_tiny_wider(mt_tiny_config_gqa());
     device_update_is_host_adamw(&c, 0.5f, 1, 0);
 }
 
 Test(cuda, ends_update_is_host_adamw_overlapped_tied) {
-    mt_config c = wider(mt_tiny_config_tied_bias());
+    mt_config c = mt_tiny_wider(mt_tiny_config_tied_bias());
     device_update_is_host_adamw(&c, 0.0f, 1, 0);
 }
 
 /* Several blocks' state on the GPU, with the ends and without, clipped and not; 5 blocks, so that
  * some still stream through the weight slots. */
 Test(cuda, device_blocks_update_is_host_adamw_clipped) {
-    mt_config c = wider(mt_tiny_config_gqa());
+    mt_config c = mt_tiny_wider(mt_tiny_config_gqa());
     c.num_layers = 5;
     device_update_is_host_adamw(&c, 0.5f, 0, 3);
 }
 
 Test(cuda, device_blocks_and_ends_update_is_host_adamw_overlapped_tied) {
-    mt_config c = wider(mt_tiny_config_tied_bias());
+    mt_config c = mt_tiny_wider(mt_tiny_config_tied_bias());
     c.num_layers = 5;
     device_update_is_host_adamw(&c, 0.0f, 1, 2);
 }
 
 Test(cuda, every_block_on_the_device_is_host_adamw_clipped) {
-    mt_config c = wider(mt_tiny_config_gqa());
+    mt_config c = mt_tiny_wider(mt_tiny_config_gqa());
     device_update_is_host_adamw(&c, 1.0f, 1, c.num_layers);
 }
 
@@ -276,7 +267,7 @@ Test(cuda, every_block_on_the_device_is_host_adamw_clipped) {
  * four steps up to the GPU's run-to-run atomics (the update math is the same; the bf16 weights the
  * next step reads come from the same masters). */
 Test(cuda, device_blocks_train_like_the_host) {
-    mt_config cfg = wider(mt_tiny_config_gqa());
+    mt_config cfg = mt_tiny_wider(mt_tiny_config_gqa());
     cfg.num_layers = 5;
     mt_engine_options on_host = options(), on_device = options();
     on_device.device_blocks = 3;
@@ -306,7 +297,7 @@ Test(cuda, device_blocks_train_like_the_host) {
  * by O(1)), then the same losses over three training steps. 7 blocks: more than the staging
  * ring's 3 buffers. */
 Test(cuda, checkpoints_on_host_change_nothing) {
-    mt_config cfg = wider(mt_tiny_config_gqa());
+    mt_config cfg = mt_tiny_wider(mt_tiny_config_gqa());
     cfg.num_layers = 7;
     mt_engine_options o = options(), on_host = options();
     on_host.ckpt_on_host = cfg.num_layers;

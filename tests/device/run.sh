@@ -14,28 +14,12 @@ mkdir -p "$logs"
 . tests/device/env.sh
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-summary=()
-status=0
-step() { # step NAME COMMAND...: runs it with its output in $logs/NAME.log, records the result
-    local name=$1
-    shift
-    if [ -n "${MT_STEPS:-}" ] && [[ " $MT_STEPS " != *" $name "* ]]; then
-        return
-    fi
-    local start=$SECONDS
-    "$@" >"$logs/$name.log" 2>&1
-    local rc=$?
-    [ $rc -eq 0 ] || status=1
-    local synthesis
-    synthesis=$(grep -aE "Synthesis:|passed, [0-9]+ failed" "$logs/$name.log" | tail -1)
-    summary+=("$(printf '%-8s rc=%-3d %4ds  %s' "$name" "$rc" $((SECONDS - start)) "$synthesis")")
-    if [ $rc -ne 0 ]; then
-        echo "---- $name failed; its log ends:"
-        tail -40 "$logs/$name.log"
-    fi
-}
+. tests/device/steps.sh
 
 step build make CUDA=1 BUILD=$build -j"$(nproc)" $build/cuda_tests $build/run-tests $build/megatrain tokenizer-data
+# Machine code for every supported GPU generation (and, where cuobjdump is installed, the same
+# listing from it as from scripts/fatbin_list.py).
+step fatbin scripts/check-fatbin.sh $build/megatrain
 rm -rf /tmp/mt-transformers-check
 step cuda env MT_TRANSFORMERS_DIR=/tmp/mt-transformers-check $build/cuda_tests --jobs 1 --verbose
 

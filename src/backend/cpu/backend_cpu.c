@@ -6,12 +6,15 @@
  * concurrently here exactly as it does on a GPU, and ThreadSanitizer can see its races. */
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
 #include "backend/alloc_fault.h"
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/host_comm.h"
+#include "util/world.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
 #include "util/status.h"
@@ -26,6 +29,13 @@ typedef struct {
     int threads;
     pthread_mutex_t mem_lock;
     size_t in_use, peak;
+    /* A data-parallel group's member: its communicator and rank, and the first collective that
+     * failed (kept for check), under mem_lock. */
+    mt_host_comm *comm;        /* ranks that are threads of this process */
+    mt_star *star;             /* or ranks that are processes (util/world.h) */
+    int rank;
+    mt_status coll_failed;
+    char coll_message[1024];
 } cpu_backend;
 
 struct mt_event {
@@ -353,7 +363,66 @@ static void op_adamw(mt_backend *b, mt_stream *s, const mt_adamw_params *p, int 
     mt_adamw_update_parallel(&q, decay, master, m, v, grad, w, MT_DTYPE_F32, n, ((cpu_backend *)b)->threads);
 }
 
-/* No check: the cpu's work cannot fail after it was issued. */
+/* ---- collectives: the ranks are threads of this process (host_comm.h) or processes (world.h) ---- */
+
+static mt_status coll_comm_init(mt_backend **ranks, int n) {
+    mt_host_comm *c;
+    MT_TRY(mt_host_comm_create(&c, n));
+    for (int r = 0; r < n; r++) {
+        cpu_backend *be = (cpu_backend *)ranks[r];
+        be->comm = c;
+        be->rank = r;
+        be->coll_failed = MT_OK;
+    }
+    return MT_OK;
+}
+
+static mt_status coll_comm_init_world(mt_backend *b, const mt_world *w) {
+    cpu_backend *be = (cpu_backend *)b;
+    MT_TRY(mt_star_open(&be->star, w));
+    be->rank = w->rank;
+    return MT_OK;
+}
+
+static void coll_all_reduce(mt_backend *b, mt_stream *s, float *buf, size_t count) {
+    cpu_backend *be = (cpu_backend *)b;
+    mt_status rc = be->comm   ? mt_host_comm_all_reduce(be->comm, be->rank, buf, count)
+                   : be->star ? mt_star_all_reduce(be->star, buf, count)
+                              : mt_fail(MT_ERR_INVALID, "an all-reduce on a cpu backend in no group");
+    if (rc == MT_OK) return;
+    pthread_mutex_lock(&be->mem_lock);
+    if (be->coll_failed == MT_OK) {
+        be->coll_failed = rc;
+        snprintf(be->coll_message, sizeof be->coll_message, "%s", mt_error());
+    }
+    pthread_mutex_unlock(&be->mem_lock);
+}
+
+static void coll_comm_abort(mt_backend *b) {
+    cpu_backend *be = (cpu_backend *)b;
+    if (be->comm) mt_host_comm_abort(be->comm);
+    if (be->star) mt_star_abort(be->star);
+}
+
+static void coll_comm_free(mt_backend *b) {
+    cpu_backend *be = (cpu_backend *)b;
+    mt_host_comm_release(be->comm);
+    mt_star_close(be->star);
+    be->comm = NULL;
+    be->star = NULL;
+}
+
+/* The cpu's own work cannot fail after it was issued; a collective can (a rank failed). */
+static mt_status cpu_check(mt_backend *b) {
+    cpu_backend *be = (cpu_backend *)b;
+    pthread_mutex_lock(&be->mem_lock);
+    mt_status rc = be->coll_failed;
+    if (rc != MT_OK) mt_fail(rc, "%s", be->coll_message);
+    be->coll_failed = MT_OK;
+    pthread_mutex_unlock(&be->mem_lock);
+    return rc;
+}
+
 static const mt_backend_ops cpu_ops = {
     .name = "cpu",
     .kind = MT_DEVICE_CPU,
@@ -367,7 +436,7 @@ static const mt_backend_ops cpu_ops = {
                .event_create = cpu_event_create, .event_destroy = cpu_event_destroy,
                .event_record = cpu_event_record, .stream_wait = cpu_stream_wait, .event_sync = cpu_event_sync,
                .copy = cpu_copy, .zero = cpu_zero, .event_done = cpu_event_done,
-               .event_elapsed = cpu_event_elapsed, .launch = cpu_launch},
+               .event_elapsed = cpu_event_elapsed, .launch = cpu_launch, .check = cpu_check},
     .op = {.matmul = op_matmul, .matmul_dx = op_matmul_dx, .matmul_dw = op_matmul_dw, .rmsnorm = op_rmsnorm,
            .rmsnorm_dx = op_rmsnorm_dx, .rope = op_rope, .attention = op_attention,
            .attention_dx = op_attention_dx, .attention_workspace = op_attention_workspace,
@@ -375,6 +444,8 @@ static const mt_backend_ops cpu_ops = {
            .embedding_dw = op_embedding_dw, .lmhead_loss = op_lmhead_loss,
            .lmhead_workspace = op_lmhead_workspace, .logits = op_logits, .sumsq = op_sumsq,
            .clip_scale = op_clip_scale, .adamw = op_adamw},
+    .coll = {.comm_init = coll_comm_init, .comm_init_world = coll_comm_init_world, .all_reduce = coll_all_reduce, .comm_abort = coll_comm_abort,
+             .comm_free = coll_comm_free},
 };
 
 mt_status mt_backend_cpu_create(mt_backend **out, int threads) {

@@ -11,6 +11,7 @@
  * h / (heads / kv_heads). The backward recomputes p = exp(s - lse) and needs
  * delta_i = dout_i . out_i, kept in the workspace. */
 #include "backend/cuda/bf16_vec.cuh"
+#include "backend/cuda_workspace.h"
 
 enum { TILE = 64, WARPS = 8, ROWS = TILE / WARPS, THREADS = WARPS * 32, MAX_HEAD_DIM = 256 };
 
@@ -420,7 +421,7 @@ extern "C" mt_status mt_cuda_attention(cudaStream_t s, void *out, float *lse, co
 
 /* workspace: delta [batch, heads, seq] floats */
 extern "C" size_t mt_cuda_attention_workspace(mt_attn_dims dims) {
-    return (size_t)dims.batch * dims.heads * dims.seq * sizeof(float);
+    return mt_cuda_attention_workspace_bytes(dims.batch, dims.heads, dims.seq);
 }
 
 extern "C" mt_status mt_cuda_attention_dx(cudaStream_t s, void *dq, void *dk, void *dv,

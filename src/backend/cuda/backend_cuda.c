@@ -321,12 +321,15 @@ static void cuda_destroy(mt_backend *be) {
 
 /* No launch: ops enqueue asynchronously on the stream, so backend.c's fallback (run fn now)
  * keeps the stream's order. */
+static const mt_device_info *cuda_device_info(mt_backend *be) { return &cuda_of(be)->info; }
+
 static const mt_backend_ops cuda_ops = {
     .name = "cuda",
     .kind = MT_DEVICE_GPU,
     .act_dtype = MT_DTYPE_BF16,
     .weight_dtype = MT_DTYPE_BF16,
     .destroy = cuda_destroy,
+    .device_info = cuda_device_info,
     .mem = {.dev_alloc = cuda_dev_alloc, .dev_free = cuda_dev_free, .host_alloc = cuda_host_alloc,
             .host_free = cuda_host_free, .dev_mem_info = cuda_dev_mem_info},
     .stream = {.stream_create = cuda_stream_create, .stream_destroy = cuda_stream_destroy,
@@ -342,21 +345,27 @@ static const mt_backend_ops cuda_ops = {
            .embedding_dw = cuda_embedding_dw, .lmhead_loss = cuda_lmhead_loss,
            .lmhead_workspace = cuda_lmhead_workspace, .logits = mt_cuda_op_logits, .sumsq = cuda_sumsq,
            .clip_scale = cuda_clip_scale, .adamw = cuda_adamw},
+    .coll = {.comm_init = mt_cuda_comm_init, .comm_init_world = mt_cuda_comm_init_world, .all_reduce = mt_cuda_all_reduce, .comm_abort = mt_cuda_comm_abort,
+             .comm_free = mt_cuda_comm_free},
 };
 
+/* A GPU the kernels cannot run on is refused before anything is allocated on it. */
 static mt_status init_device(mt_cuda_backend *cb, int device) {
     int count = 0;
     MT_CUDA_CHECK(cudaGetDeviceCount(&count));
     if (device < 0 || device >= count)
         return mt_fail(MT_ERR_DEVICE, "CUDA device %d requested but %d visible", device, count);
+    MT_TRY(mt_cuda_probe_device(device, &cb->info));
+    MT_TRY(mt_device_check_capability(device, cb->info.name, cb->info.cc_major, cb->info.cc_minor));
     MT_CUDA_CHECK(cudaSetDevice(device));
+    MT_TRY(mt_cuda_measure_pcie(&cb->info));
+    cb->device = device;
     MT_CUBLAS_CHECK(cublasLtCreate(&cb->lt));
     cb->lt_workspace_bytes = LT_WORKSPACE_BYTES;
     MT_CUDA_CHECK(cudaMalloc(&cb->lt_workspace, cb->lt_workspace_bytes));
     MT_TRY(mt_cudnn_attention_create(&cb->cudnn));
-    struct cudaDeviceProp prop;
-    MT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-    mt_log_debug("cuda device %d: %s, %.1f GiB", device, prop.name, prop.totalGlobalMem / 1073741824.0);
+    char text[512];
+    mt_log_info("cuda device %d: %s", device, mt_device_info_text(&cb->info, text, sizeof text));
     return MT_OK;
 }
 

@@ -6,6 +6,7 @@
 #include <pthread.h>
 
 #include "backend/cuda/attention_cudnn.h"
+#include "backend/device_info.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 
@@ -20,6 +21,7 @@ struct mt_cuda_backend {
     void *lt_workspace; /* cuBLASLt's scratch, lt_workspace_bytes of device memory */
     size_t lt_workspace_bytes;
     mt_cudnn_attention *cudnn; /* cuDNN's fused attention and its cached plans */
+    mt_device_info info; /* the GPU, as found at start */
 
     pthread_mutex_t lock; /* guards everything below */
     mt_cuda_allocation *allocations; /* live dev_alloc blocks, for in_use and peak */
@@ -27,12 +29,27 @@ struct mt_cuda_backend {
     size_t in_use, peak;
     mt_status sticky; /* the first error since the last check(), with its message */
     char sticky_message[1024];
+    int device;       /* the CUDA device */
+    void *comm;       /* a data-parallel group's ncclComm_t (coll_nccl.c), or NULL */
 };
 
 static inline cudaStream_t mt_cuda_stream(mt_stream *s) { return (cudaStream_t)s; }
 
+/* The collectives through NCCL (coll_nccl.c): backend.h's coll group. */
+mt_status mt_cuda_comm_init(mt_backend **ranks, int n);
+mt_status mt_cuda_comm_init_world(mt_backend *be, const struct mt_world *w);
+void mt_cuda_all_reduce(mt_backend *be, mt_stream *s, float *buf, size_t count);
+void mt_cuda_comm_abort(mt_backend *be);
+void mt_cuda_comm_free(mt_backend *be);
+
 /* Keeps the first failure for check(): ops return void, so their errors are sticky. */
 void mt_cuda_note(mt_cuda_backend *cb, mt_status status);
+
+/* The GPU's name, compute capability, memory, PCI address and link (device_probe.c): no device
+ * memory is allocated. */
+mt_status mt_cuda_probe_device(int device, mt_device_info *info);
+/* Times pinned copies of 64 MiB each way into info's PCIe rates. */
+mt_status mt_cuda_measure_pcie(mt_device_info *info);
 
 /* The GEMM ops of backend.h (gemm.c). */
 void mt_cuda_op_matmul(mt_backend *be, mt_stream *s, void *y, const void *x, const void *w,

@@ -2,17 +2,12 @@
  * logits, one block per row turns them into the row's loss and bf16 scale * dloss/dlogits, and
  * two GEMMs take those to dx and dw. No more than chunk rows of logits ever exist. */
 #include "backend/cuda/bf16_vec.cuh"
+#include "backend/cuda_workspace.h"
 
 enum { THREADS = 512 };
 
 /* workspace: fp32 logits [chunk, vocab], then (256-byte aligned) bf16 dlogits [chunk, vocab] */
-static size_t dlogits_offset(int chunk, int vocab) {
-    return ((size_t)chunk * vocab * sizeof(float) + 255) / 256 * 256;
-}
-
-extern "C" size_t mt_cuda_lmhead_workspace(int chunk, int vocab) {
-    return dlogits_offset(chunk, vocab) + (size_t)chunk * vocab * sizeof(bf16);
-}
+extern "C" size_t mt_cuda_lmhead_workspace(int chunk, int vocab) { return mt_cuda_lmhead_workspace_bytes(chunk, vocab); }
 
 /* dlogits = scale * (softmax(z) - onehot(target)); loss -log softmax(z)[target] = lse - z[t]. */
 __global__ void softmax_xent_rows(float *loss_sum, bf16 *dlogits, const float *logits,
@@ -50,7 +45,7 @@ extern "C" mt_status mt_cuda_lmhead_loss(mt_cuda_backend *cb, cudaStream_t s, fl
                                          float scale, int chunk, void *workspace) {
     if (chunk <= 0) return mt_fail(MT_ERR_INVALID, "lmhead_loss: chunk %d must be positive", chunk);
     float *logits = (float *)workspace;
-    bf16 *dlogits = (bf16 *)((char *)workspace + dlogits_offset(chunk, vocab));
+    bf16 *dlogits = (bf16 *)((char *)workspace + mt_cuda_lmhead_dlogits_offset(chunk, vocab));
     for (int r0 = 0; r0 < n; r0 += chunk) {
         int rows = n - r0 < chunk ? n - r0 : chunk;
         const bf16 *xc = (const bf16 *)x + (size_t)r0 * d;

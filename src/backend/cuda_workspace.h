@@ -1,0 +1,21 @@
+/* The device scratch the CUDA backend's kernels need, as plain arithmetic shared by the kernels
+ * (attention.cu, lmhead_loss.cu) and the GPU model that plans for a GPU elsewhere (gpu_model.c). */
+#ifndef MT_BACKEND_CUDA_WORKSPACE_H
+#define MT_BACKEND_CUDA_WORKSPACE_H
+
+#include <stddef.h>
+
+/* The LM head's: fp32 logits [chunk, vocab], then (256-byte aligned) bf16 dlogits [chunk, vocab]. */
+static inline size_t mt_cuda_lmhead_dlogits_offset(int chunk, int vocab) {
+    return ((size_t)chunk * vocab * sizeof(float) + 255) / 256 * 256;
+}
+static inline size_t mt_cuda_lmhead_workspace_bytes(int chunk, int vocab) {
+    return mt_cuda_lmhead_dlogits_offset(chunk, vocab) + (size_t)chunk * vocab * 2;
+}
+
+/* The attention kernels' backward: delta [batch, heads, seq] floats. */
+static inline size_t mt_cuda_attention_workspace_bytes(int batch, int heads, int seq) {
+    return (size_t)batch * heads * seq * sizeof(float);
+}
+
+#endif

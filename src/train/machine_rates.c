@@ -1,0 +1,185 @@
+#include "train/machine_rates.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "backend/device_info.h"
+#include "optim/adamw.h"
+#include "util/clock.h"
+#include "util/cpu_list.h"
+#include "util/pcie_link.h"
+
+/* The lent H200 machine's rates (docs/memory.md), assumed where nothing better is known: PCIe and
+ * GEMM as measured there; the host AdamW as bench/adamw measured it there (3.74 G params/s on 15
+ * threads, 2026-11-22). */
+#define H200_GEMM_FLOP_PER_S 700e12
+#define H200_PCIE_BYTES_PER_S 51e9
+#define H200_ADAMW_PARAMS_PER_S 3.74e9
+
+/* bf16 dense tensor-core peaks with fp32 accumulation (the GEMMs' mode), without sparsity, from
+ * NVIDIA's datasheets and architecture whitepapers. GeForce cards accumulate fp32 at half their
+ * fp16-accumulate rate, which is the figure here. */
+static const struct {
+    const char *model;
+    double tflops;
+} gpu_peaks[] = {
+    /* Ampere */
+    {"A100", 312}, {"A800", 312}, {"A30", 165}, {"A40", 149.7}, {"A10", 125},
+    {"RTX A6000", 154.8}, {"RTX A5000", 111.1}, {"RTX A4000", 76.7},
+    {"RTX 3060", 25.6}, {"RTX 3060 Ti", 32.4}, {"RTX 3070", 40.6}, {"RTX 3070 Ti", 43.5},
+    {"RTX 3080", 59.5}, {"RTX 3080 Ti", 68.2}, {"RTX 3090", 71}, {"RTX 3090 Ti", 80},
+    /* Ada */
+    {"L4", 121}, {"L40", 181}, {"L40S", 362}, {"RTX 6000 Ada", 364.2},
+    {"RTX 4060", 30.2}, {"RTX 4060 Ti", 44.1}, {"RTX 4070", 58.4}, {"RTX 4070 Ti", 80.2},
+    {"RTX 4070 Ti SUPER", 88.2}, {"RTX 4080", 97.5}, {"RTX 4080 SUPER", 104.4}, {"RTX 4090", 165.2},
+    /* Hopper */
+    {"H100", 989.4}, {"H100 PCIe", 756.5}, {"H100 NVL", 835.5}, {"H800", 989.4}, {"H200", 989.4},
+    {"H200 NVL", 835.5}, {"GH200", 989.4},
+    /* Blackwell */
+    {"B200", 2250}, {"B100", 1750}, {"GB200", 2500}, {"RTX 5070", 61.7}, {"RTX 5070 Ti", 87.9},
+    {"RTX 5080", 112.6}, {"RTX 5090", 209.5},
+};
+
+/* `model` occurs in `name` with no letter or digit right before or after it. */
+static int has_word(const char *name, const char *model) {
+    size_t len = strlen(model);
+    for (const char *at = strstr(name, model); at; at = strstr(at + 1, model)) {
+        int before = at > name && isalnum((unsigned char)at[-1]);
+        int after = isalnum((unsigned char)at[len]);
+        if (!before && !after) return 1;
+    }
+    return 0;
+}
+
+double mt_gpu_bf16_peak(const char *name, const char **model) {
+    int best = -1;
+    for (int i = 0; i < (int)(sizeof gpu_peaks / sizeof gpu_peaks[0]); i++)
+        if (name && has_word(name, gpu_peaks[i].model) &&
+            (best < 0 || strlen(gpu_peaks[i].model) > strlen(gpu_peaks[best].model)))
+            best = i;
+    if (model) *model = best >= 0 ? gpu_peaks[best].model : NULL;
+    return best >= 0 ? gpu_peaks[best].tflops * 1e12 : 0;
+}
+
+/* ---- the host AdamW ---- */
+
+/* 8 M parameters: 144 MB of state, past the last-level cache of most hosts. */
+enum { ADAMW_PROBE_PARAMS = 8 << 20 };
+
+mt_status mt_host_adamw_rate(int threads, double seconds, double *params_per_s) {
+    size_t n = ADAMW_PROBE_PARAMS;
+    float *state = mt_malloc(4 * n * sizeof(float), "the host AdamW measurement");
+    uint16_t *weights = mt_malloc(n * sizeof(uint16_t), "the host AdamW measurement");
+    if (!state || !weights) {
+        free(state);
+        free(weights);
+        return MT_ERR_NOMEM;
+    }
+    memset(state, 0, 4 * n * sizeof(float));
+    float *master = state, *m = state + n, *v = state + 2 * n, *grad = state + 3 * n;
+    mt_adamw_params p = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
+                         .step = 1, .grad_scale = 1.0f};
+    /* One untimed pass (the pages' first touch), then passes until `seconds` have gone by. */
+    mt_adamw_update_parallel(&p, 1, master, m, v, grad, weights, MT_DTYPE_BF16, n, threads);
+    double start = mt_now(), elapsed = 0;
+    int passes = 0;
+    do {
+        p.step++;
+        mt_adamw_update_parallel(&p, 1, master, m, v, grad, weights, MT_DTYPE_BF16, n, threads);
+        passes++;
+        elapsed = mt_now() - start;
+    } while (elapsed < seconds);
+    free(state);
+    free(weights);
+    *params_per_s = (double)n * passes / elapsed;
+    return MT_OK;
+}
+
+/* The optimizer's threads as the engine will choose them (engine_optimizer.c): --opt-threads, one
+ * per --opt-cores core (by default with a GPU every core but the first), else all cores but one. */
+static int optimizer_threads(const mt_engine_options *eo) {
+    if (eo->opt_threads > 0) return eo->opt_threads;
+    int *cores = NULL, count = 0;
+    if (eo->opt_cores && !strcmp(eo->opt_cores, MT_OPT_CORES_AUTO)) mt_cpu_list_all_but_first(&cores, &count);
+    else if (eo->opt_cores) mt_cpu_list_parse(eo->opt_cores, "--opt-cores", &cores, &count);
+    free(cores);
+    if (count > 0) return count;
+#ifdef _OPENMP
+    return omp_get_max_threads() > 1 ? omp_get_max_threads() - 1 : 1;
+#else
+    return 1;
+#endif
+}
+
+/* ---- each rate ---- */
+
+static void gemm_rate(const mt_train_options *o, const mt_device_info *dev, mt_machine_rates *r) {
+    const char *model;
+    double peak = dev ? mt_gpu_bf16_peak(dev->name, &model) : 0;
+    if (o->rate_gemm > 0) {
+        r->gemm_flop_per_s = o->rate_gemm * 1e12;
+        snprintf(r->gemm_source, sizeof r->gemm_source, "given: --rate-gemm");
+    } else if (peak > 0) {
+        r->gemm_flop_per_s = peak * MT_GEMM_PEAK_FRACTION;
+        snprintf(r->gemm_source, sizeof r->gemm_source, "looked up: %s, %.0f%% of its %.0f TFLOP/s bf16 dense peak",
+                 dev->name, MT_GEMM_PEAK_FRACTION * 100, peak / 1e12);
+    } else {
+        r->gemm_flop_per_s = H200_GEMM_FLOP_PER_S;
+        snprintf(r->gemm_source, sizeof r->gemm_source, "assumed: the H200's; %s%s%s: give --rate-gemm",
+                 dev ? "no figure for the " : "no GPU in this run", dev ? dev->name : "", dev ? " in the table" : "");
+    }
+}
+
+static void pcie_rate(const mt_train_options *o, const mt_device_info *dev, mt_machine_rates *r) {
+    mt_pcie_link link;
+    if (o->rate_pcie > 0) {
+        r->pcie_h2d_bytes_per_s = r->pcie_d2h_bytes_per_s = o->rate_pcie * 1e9;
+        snprintf(r->pcie_source, sizeof r->pcie_source, "given: --rate-pcie");
+    } else if (dev && dev->pcie_h2d_bytes_per_s > 0 && dev->pcie_d2h_bytes_per_s > 0) {
+        r->pcie_h2d_bytes_per_s = dev->pcie_h2d_bytes_per_s;
+        r->pcie_d2h_bytes_per_s = dev->pcie_d2h_bytes_per_s;
+        snprintf(r->pcie_source, sizeof r->pcie_source, "measured: pinned copies to and from the %s", dev->name);
+    } else if (mt_pcie_link_read(mt_pcie_sysfs_dir(), dev ? dev->pci_bus_id : NULL, &link) == MT_OK) {
+        r->pcie_h2d_bytes_per_s = r->pcie_d2h_bytes_per_s = link.bytes_per_s * MT_PCIE_LINK_FRACTION;
+        snprintf(r->pcie_source, sizeof r->pcie_source, "looked up: PCIe %d.0 x%d at %s (sysfs), %.0f%% of its "
+                 "%.1f GB/s", link.gen, link.width, link.address, MT_PCIE_LINK_FRACTION * 100, link.bytes_per_s / 1e9);
+    } else {
+        r->pcie_h2d_bytes_per_s = r->pcie_d2h_bytes_per_s = H200_PCIE_BYTES_PER_S;
+        snprintf(r->pcie_source, sizeof r->pcie_source, "assumed: the H200's; no GPU link found: give --rate-pcie");
+    }
+}
+
+static mt_status adamw_rate(const mt_train_options *o, const mt_engine_options *eo, mt_machine_rates *r) {
+    r->adamw_threads = optimizer_threads(eo);
+    if (o->rate_adamw > 0) {
+        r->adamw_params_per_s = o->rate_adamw * 1e9;
+        snprintf(r->adamw_source, sizeof r->adamw_source, "given: --rate-adamw");
+    } else {
+        MT_TRY(mt_host_adamw_rate(r->adamw_threads, 0.05, &r->adamw_params_per_s));
+        snprintf(r->adamw_source, sizeof r->adamw_source, "measured: 50 ms of the host AdamW on %d thread%s",
+                 r->adamw_threads, r->adamw_threads == 1 ? "" : "s");
+    }
+    r->host_bytes_per_s = r->adamw_params_per_s * MT_ADAMW_BYTES_PER_PARAM;
+    return MT_OK;
+}
+
+mt_status mt_machine_rates_of(const mt_train_options *o, mt_backend *be, const mt_engine_options *eo,
+                              mt_machine_rates *rates) {
+    memset(rates, 0, sizeof *rates);
+    const mt_device_info *dev = mt_backend_device_info(be);
+    gemm_rate(o, dev, rates);
+    pcie_rate(o, dev, rates);
+    return adamw_rate(o, eo, rates);
+}
+
+void mt_machine_rates_print(const mt_machine_rates *r, FILE *out) {
+    fprintf(out, "rates     GEMM %.0f TFLOP/s (%s)\n", r->gemm_flop_per_s / 1e12, r->gemm_source);
+    fprintf(out, "          PCIe %.1f GB/s to the device, %.1f GB/s from it (%s)\n", r->pcie_h2d_bytes_per_s / 1e9,
+            r->pcie_d2h_bytes_per_s / 1e9, r->pcie_source);
+    fprintf(out, "          host AdamW %.2f G parameters/s = %.0f GB/s of memory traffic (%s)\n",
+            r->adamw_params_per_s / 1e9, r->host_bytes_per_s / 1e9, r->adamw_source);
+}

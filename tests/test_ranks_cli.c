@@ -1,0 +1,137 @@
+/* megatrain train --gpus N: ranks that are threads of the cpu backend train a run whose checkpoints
+ * are those of one store (resumable on any rank count); a rank that dies ends the run with a
+ * message naming it and leaves the last checkpoint good; more GPUs than there are is refused; two
+ * processes started as torchrun starts them train the same run. */
+#include <criterion/criterion.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli_run.h"
+#include "hf_test_files.h"
+#include "io/checkpoint.h"
+#include "run_fixture.h"
+
+#define TIMEOUT_S 120.0
+
+static char dir[PATH_MAX], corpus[PATH_MAX], run[PATH_MAX];
+
+static void make_fixtures(void) { mt_test_make_run_dirs(dir, corpus, run); }
+static void remove_fixtures(void) { hf_test_rmtree(dir); }
+
+TestSuite(ranks_cli, .init = make_fixtures, .fini = remove_fixtures);
+
+static void train(const char *out, const char *gpus, int resume, mt_cli_result *r) {
+#define SIX "train", MT_TINY_STEP, "--steps", "6", "--ckpt-every", "2", "--keep", "0", "--data", corpus, \
+            "--out", out, "--gpus", gpus
+    if (resume) mt_cli_run(r, TIMEOUT_S, SIX, "--resume", NULL);
+    else mt_cli_run(r, TIMEOUT_S, SIX, NULL);
+#undef SIX
+}
+
+Test(ranks_cli, a_rank_that_dies_stops_the_run_and_keeps_the_last_checkpoint) {
+    mt_cli_result r;
+    setenv("MT_TEST_RANK_FAIL_STEP", "5", 1);
+    train(run, "2", 0, &r);
+    unsetenv("MT_TEST_RANK_FAIL_STEP");
+    cr_assert_eq(r.signal, 0, "died of signal %d:\n%s", r.signal, r.err);
+    cr_expect_eq(r.exit_code, 1, "exit %d:\n%s", r.exit_code, r.err);
+    cr_expect(strstr(r.err, "rank 1 of 2"), "stderr does not name the rank that died:\n%s", r.err);
+    char ckpt[PATH_MAX + 32];
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt-000004", run);
+    cr_assert_eq(mt_checkpoint_verify(ckpt), MT_OK, "the last checkpoint is damaged: %s", mt_error());
+    cr_expect(!mt_test_exists(mt_test_blob(run, 5, "master")), "a checkpoint was written after the failure");
+    mt_cli_result_free(&r);
+
+    /* Resumed on two ranks it is the run that never failed, bit for bit. */
+    train(run, "2", 1, &r);
+    cr_assert_eq(r.exit_code, 0, "resuming failed:\n%s", r.err);
+    mt_cli_result_free(&r);
+    char straight[PATH_MAX + 32];
+    snprintf(straight, sizeof straight, "%s/straight", dir);
+    train(straight, "2", 0, &r);
+    cr_assert_eq(r.exit_code, 0, "the uninterrupted run failed:\n%s", r.err);
+    mt_cli_result_free(&r);
+    const char *differs = mt_test_state_differs(run, straight, 6);
+    cr_expect_null(differs, "%s after the failure and resume differs from the straight run's", differs);
+}
+
+Test(ranks_cli, a_run_resumes_on_another_rank_count) {
+    mt_cli_result r;
+    train(run, "2", 0, &r);
+    cr_assert_eq(r.exit_code, 0, "two ranks failed:\n%s", r.err);
+    mt_cli_result_free(&r);
+    mt_cli_run(&r, TIMEOUT_S, "train", MT_TINY_STEP, "--steps", "8", "--ckpt-every", "2", "--keep", "0", "--data",
+               corpus, "--out", run, "--gpus", "1", "--resume", NULL);
+    cr_assert_eq(r.exit_code, 0, "resuming on one rank failed:\n%s", r.err);
+    cr_expect(strstr(r.err, "resumed from") && strstr(r.err, "at step 6"), "did not resume at step 6:\n%s", r.err);
+    char ckpt[PATH_MAX + 32];
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt-000008", run);
+    cr_expect_eq(mt_checkpoint_verify(ckpt), MT_OK, "%s", mt_error());
+    mt_cli_result_free(&r);
+}
+
+Test(ranks_cli, refuses_more_gpus_than_there_are_and_unclipped_ranks) {
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--backend", "cuda", "--gpus", "64", "--steps", "1",
+               "--data", corpus, "--out", run, NULL);
+    cr_expect_neq(r.exit_code, 0, "exit %d:\n%s", r.exit_code, r.err);
+    cr_expect(strstr(r.err, "--gpus 64"), "the refusal does not name --gpus:\n%s", r.err);
+    mt_cli_result_free(&r);
+    mt_cli_run(&r, TIMEOUT_S, "train", MT_TINY_STEP, "--gpus", "2", "--clip", "0", "--steps", "1", "--data", corpus,
+               "--out", run, NULL);
+    cr_expect_neq(r.exit_code, 0, "exit %d:\n%s", r.exit_code, r.err);
+    cr_expect(strstr(r.err, "--clip 0"), "the refusal does not name --clip:\n%s", r.err);
+    mt_cli_result_free(&r);
+    mt_cli_run(&r, TIMEOUT_S, "train", MT_TINY_STEP, "--gpus", "0", "--steps", "1", "--data", corpus, "--out", run,
+               NULL);
+    cr_expect_neq(r.exit_code, 0, "exit %d:\n%s", r.exit_code, r.err);
+    cr_expect(strstr(r.err, "--gpus"), "%s", r.err);
+    mt_cli_result_free(&r);
+}
+
+/* Started as torchrun starts it (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), two
+ * processes on the cpu backend train the run to the bits of --gpus 2 (both sum in rank order);
+ * rank 0 alone writes the run directory. */
+static void set_world(int rank, int port) {
+    char r[16], p[16];
+    snprintf(r, sizeof r, "%d", rank);
+    snprintf(p, sizeof p, "%d", port);
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("RANK", r, 1);
+    setenv("LOCAL_RANK", r, 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", p, 1);
+}
+
+Test(ranks_cli, two_processes_under_torchruns_variables_train_as_two_ranks) {
+    int port = 20000 + (int)(getpid() % 20000);
+    pid_t child = fork();
+    cr_assert(child >= 0);
+    if (child == 0) { /* rank 1: its output is of no interest, its exit status is */
+        set_world(1, port);
+        freopen("/dev/null", "w", stderr);
+        execl(getenv("MT_BIN"), "megatrain", "train", MT_TINY_STEP, "--steps", "6", "--ckpt-every", "2", "--keep",
+              "0", "--data", corpus, "--out", run, (char *)NULL);
+        _exit(127);
+    }
+    set_world(0, port);
+    mt_cli_result r;
+    train(run, "1", 0, &r);
+    unsetenv("WORLD_SIZE"), unsetenv("RANK"), unsetenv("LOCAL_RANK"), unsetenv("MASTER_ADDR"), unsetenv("MASTER_PORT");
+    int status;
+    waitpid(child, &status, 0);
+    cr_assert_eq(r.exit_code, 0, "rank 0 failed:\n%s", r.err);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "rank 1 failed (status %d)", status);
+    cr_expect(strstr(r.err, "rank 0 of 2 processes"), "%s", r.err);
+    mt_cli_result_free(&r);
+    char threads[PATH_MAX + 32];
+    snprintf(threads, sizeof threads, "%s/threads", dir);
+    train(threads, "2", 0, &r);
+    cr_assert_eq(r.exit_code, 0, "--gpus 2 failed:\n%s", r.err);
+    mt_cli_result_free(&r);
+    const char *differs = mt_test_state_differs(run, threads, 6);
+    cr_expect_null(differs, "%s of two processes differs from --gpus 2's", differs);
+}
