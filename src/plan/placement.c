@@ -16,7 +16,8 @@ static int64_t free_memory_margin(int64_t free_bytes) {
  * memory as our AdamW moves it there (3.74 G params/s x 30 bytes, 15 threads, bench/adamw,
  * 2026-11-22). */
 mt_rates mt_placement_rates(void) {
-    return (mt_rates){.gemm_flop_per_s = 700e12, .pcie_bytes_per_s = 51e9, .host_bytes_per_s = 112e9,
+    return (mt_rates){.gemm_flop_per_s = 700e12, .pcie_bytes_per_s = 51e9, .pcie_d2h_bytes_per_s = 51e9,
+                      .host_bytes_per_s = 112e9,
                       .source = "the lent H200 machine's: PCIe and GEMM measured there, host memory from bench/adamw"};
 }
 
@@ -91,7 +92,8 @@ static void floor_terms(mt_placement *p, mt_backend *be, const mt_layout *lay) {
      * their gradients. Host-kept checkpoints go out in the forward and come back in the backward. */
     p->pcie_in = wsize * (p->host_params + block * (streamed - slots)) + (double)p->dev.host_checkpoints;
     p->pcie_out = 4.0 * p->host_params + (double)p->dev.host_checkpoints;
-    p->pcie_s = (p->pcie_in > p->pcie_out ? p->pcie_in : p->pcie_out) / p->rates.pcie_bytes_per_s;
+    double in_s = p->pcie_in / p->rates.pcie_bytes_per_s, out_s = p->pcie_out / p->rates.pcie_d2h_bytes_per_s;
+    p->pcie_s = in_s > out_s ? in_s : out_s;
     p->opt_bytes_per_param = opt_bytes_per_param(lay, &p->store, wsize);
     p->opt_s = p->opt_bytes_per_param * p->host_params / p->rates.host_bytes_per_s;
 }
@@ -202,6 +204,14 @@ mt_status mt_placement_resolve(mt_backend *be, const mt_config *cfg, const mt_pl
     return rc;
 }
 
+void mt_placement_reprice(mt_placement *p, mt_backend *be, const mt_config *cfg, mt_rates rates) {
+    mt_layout lay;
+    if (mt_layout_init(&lay, cfg) != MT_OK) return;
+    p->rates = rates;
+    floor_terms(p, be, &lay);
+    mt_layout_free(&lay);
+}
+
 /* ---- describing it ---- */
 
 void mt_placement_grads_where(const mt_placement *p, char *buf, size_t cap) {
@@ -251,7 +261,9 @@ void mt_placement_print(const mt_placement *p, FILE *out) {
     mt_placement_describe(p, where, sizeof where);
     fprintf(out, "placement %s\n", where);
     if (p->budget_given)
-        fprintf(out, "budget    --gpu-mem %.2f GiB\n", gib(p->device_limit));
+        fprintf(out, "budget    %.2f GiB: %d weight slots, %d x %d sequences, LM-head chunk of %d rows, the inputs of %d "
+                "of %d blocks kept in pinned host memory (--gpu-mem)\n", gib(p->device_limit), mt_placement_slots(p),
+                p->eo.micro_batches, p->eo.batch, p->eo.lm_chunk, p->eo.ckpt_on_host, p->layers);
     else if (p->device_limit > 0)
         fprintf(out, "budget    none given: the device's free %.2f GiB less a margin = %.2f GiB\n", gib(p->device_free),
                 gib(p->device_limit));
@@ -259,11 +271,11 @@ void mt_placement_print(const mt_placement *p, FILE *out) {
     print_classes(p, out, "host", 1);
     fprintf(out, "floor     GEMM %.3g FLOP / %.0f TFLOP/s = %.3f s\n", p->flops, p->rates.gemm_flop_per_s / 1e12,
             p->gemm_s);
-    fprintf(out, "          PCIe in %.2f GB, out %.2f GB at %.0f GB/s each way = %.3f s\n", p->pcie_in / 1e9,
-            p->pcie_out / 1e9, p->rates.pcie_bytes_per_s / 1e9, p->pcie_s);
+    fprintf(out, "          PCIe in %.2f GB at %.1f GB/s, out %.2f GB at %.1f GB/s = %.3f s\n", p->pcie_in / 1e9,
+            p->rates.pcie_bytes_per_s / 1e9, p->pcie_out / 1e9, p->rates.pcie_d2h_bytes_per_s / 1e9, p->pcie_s);
     fprintf(out, "          host optimizer %.0f bytes/parameter x %.3f B parameters over %.0f GB/s host memory = "
             "%.3f s (the device updates the other %.3f B)\n", p->opt_bytes_per_param, p->host_params / 1e9,
             p->rates.host_bytes_per_s / 1e9, p->opt_s,
             (double)(p->store.master / 4) / 1e9 - p->host_params / 1e9);
-    fprintf(out, "          (rates: %s)\n", p->rates.source);
+    if (p->rates.source) fprintf(out, "          (rates: %s)\n", p->rates.source);
 }

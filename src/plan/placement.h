@@ -20,7 +20,8 @@
 /* The machine's rates the plan weighs bytes and time with, and where they come from. */
 typedef struct {
     double gemm_flop_per_s;  /* bf16 GEMMs */
-    double pcie_bytes_per_s; /* pinned copies, each way */
+    double pcie_bytes_per_s; /* pinned copies, host to device */
+    double pcie_d2h_bytes_per_s; /* and device to host */
     double host_bytes_per_s; /* host memory as the host AdamW moves it */
     const char *source;
 } mt_rates;
@@ -66,6 +67,8 @@ mt_status mt_placement_resolve(mt_backend *be, const mt_config *cfg, const mt_pl
 
 /* The weight slots the streamed blocks use: --slots, at most the blocks that stream. */
 int mt_placement_slots(const mt_placement *p);
+/* The plan's floor priced at other rates (the machine's, train/machine_rates.h). */
+void mt_placement_reprice(mt_placement *p, mt_backend *be, const mt_config *cfg, mt_rates rates);
 /* One line: where the optimizer state and the waiting gradients live, slots, split, chunk,
  * checkpoints: "optimizer state: embedding and head and 20 of 28 blocks on the device, ...". */
 void mt_placement_describe(const mt_placement *p, char *buf, size_t cap);
