@@ -246,7 +246,8 @@ Test(hfconfig, refuses_malformed_json) {
 
 /* Every preset through config.json and back, and the files transformers needs beside it. */
 Test(hfconfig, write_then_read_round_trips) {
-    const char *presets[] = {"tiny", "llama-3.2-1b", "llama-3-8b", "qwen2.5-14b", "qwen3-0.6b", "qwen3-8b"};
+    const char *presets[] = {"tiny",       "llama-3.2-1b", "llama-3-8b", "qwen2.5-14b",
+                             "qwen2.5-32b", "mistral-small-24b", "qwen3-0.6b", "qwen3-8b"};
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
         char dir[PATH_MAX], path[PATH_MAX];
         mt_config cfg, back;

@@ -253,7 +253,7 @@ Test(tokenizer, split_behaviors) {
         mt_spans spans = {0};
         const char *text;
         size_t len;
-        cr_assert_eq(mt_pre_apply(step, &rx, s, strlen(s), 1, &buf, &text, &len, &spans), MT_OK);
+        cr_assert_eq(mt_pre_apply(step, &rx, s, strlen(s), 1, 0, NULL, &buf, &text, &len, &spans), MT_OK);
         char got[64] = "";
         for (size_t i = 0; i < spans.n; i++)
             snprintf(got + strlen(got), sizeof got - strlen(got), "%s%.*s", i ? "|" : "",

@@ -2,7 +2,9 @@
 # Throughput of `megatrain tokenize` on one thread and on all cores, beside Hugging Face's
 # `tokenizers` (the reference, where python3 imports it: one thread and all cores) and
 # @lenml/tokenizers (node, one thread), on the same text: the KJV demo corpus as one plain-text document
-# (data/kjv.txt, 4.1 MB) and as JSONL with one verse a document (31102 documents). For each
+# (data/kjv.txt, 4.1 MB) and as JSONL with one verse a document (31102 documents), then both eight
+# times over (kjv8.txt, 33 MB as one document, which megatrain cuts into parts for its threads;
+# kjv8.jsonl, 248816 documents) so that the all-core rows time seconds of work, not start-up. For each
 # reference tokenizer: megatrain's seconds and MB/s as its summary line reports them (from the
 # first input read to the last shard renamed: tokenizer loading excluded), and node's encoding
 # seconds and `tokenizers`' (loading excluded too). The token counts of megatrain and `tokenizers`
@@ -13,7 +15,8 @@
 #
 # Environment: BUILD (build dir, default build), THREADS (the "all cores" count, default nproc),
 # NODE=0 to leave node out (its one-document Mistral run takes minutes: transformers.js merges the
-# whole text as one word). Node's column needs `npm install` in tests/reference/tokenizers.
+# whole text as one word; node never runs the eight-times inputs), LARGE=0 to leave the eight-times
+# inputs out. Node's column needs `npm install` in tests/reference/tokenizers.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD:-build}
@@ -29,6 +32,12 @@ with open(sys.argv[1], encoding="utf-8") as f, open(sys.argv[2], "w", encoding="
     for line in f:
         g.write(json.dumps({"text": line.rstrip("\n")}, ensure_ascii=False) + "\n")
 ' data/kjv.txt "$work/kjv.jsonl"
+inputs=(data/kjv.txt "$work/kjv.jsonl")
+if [ "${LARGE:-1}" = 1 ]; then
+    for i in 1 2 3 4 5 6 7 8; do cat data/kjv.txt; done >"$work/kjv8.txt"
+    for i in 1 2 3 4 5 6 7 8; do cat "$work/kjv.jsonl"; done >"$work/kjv8.jsonl"
+    inputs+=("$work/kjv8.txt" "$work/kjv8.jsonl")
+fi
 have_node=0
 have_hf=0
 python3 -c 'import tokenizers' 2>/dev/null && have_hf=1
@@ -58,10 +67,10 @@ printf '%-8s %-10s %8s %10s %9s %8s %9s %14s %16s\n' tokenizer input threads tok
 for name in $names; do
     model=$build/tokenizers/$name
     [ -d "$model" ] || model=tests/data/tokenizers/$name
-    for input in data/kjv.txt "$work/kjv.jsonl"; do
+    for input in "${inputs[@]}"; do
         label=$(basename "$input")
         node_col=-
-        if [ $have_node = 1 ]; then
+        if [ $have_node = 1 ] && [[ $label != kjv8.* ]]; then
             node_out=$(node bench/tokenize/lenml_bench.mjs "$model" "$input")
             s=$(sed -E 's/.*seconds=([0-9.]+).*/\1/' <<<"$node_out")
             b=$(sed -E 's/.*bytes=([0-9]+).*/\1/' <<<"$node_out")

@@ -114,9 +114,9 @@ int mt_cli_tokenize(int argc, char **argv) {
     if (rc == MT_OK && chat) return tokenize_chat(&o);
     if (rc == MT_OK) rc = mt_tokenize_files(&o, &s);
     if (rc != MT_OK) return mt_cli_fail(rc);
-    printf("tokenized %zu documents from %zu files (%.1f MB) into %llu tokens in %zu shards %s_*.bin (%s), "
-           "%.2f s on %d threads: %.2f MB/s, %.0f tokens/s\n",
-           s.documents, s.files, (double)s.bytes / 1e6, (unsigned long long)s.tokens, s.shards, o.out_prefix,
+    printf("tokenized %zu documents from %zu files (%.1f MB, encoded in %zu parts) into %llu tokens in %zu shards "
+           "%s_*.bin (%s), %.2f s on %d threads: %.2f MB/s, %.0f tokens/s\n",
+           s.documents, s.files, (double)s.bytes / 1e6, s.parts, (unsigned long long)s.tokens, s.shards, o.out_prefix,
            s.width == 2 ? "uint16" : "uint32", s.seconds, s.threads, (double)s.bytes / 1e6 / (s.seconds > 0 ? s.seconds : 1),
            (double)s.tokens / (s.seconds > 0 ? s.seconds : 1));
     return 0;

@@ -1,6 +1,7 @@
 #include "model/config.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 typedef struct {
@@ -51,6 +52,18 @@ static const preset presets[] = {
                      .vocab_size = 152064, .max_position = 131072, .rms_norm_eps = 1e-6f,
                      .rope_theta = 1000000.0f, .tie_embeddings = 0, .attention_bias = 1,
                      .bos_token_id = -1, .eos_token_id = 151643}},
+    {"qwen2.5-32b", {.arch = MT_ARCH_QWEN2, .hidden_size = 5120, .intermediate_size = 27648,
+                     .num_layers = 64, .num_heads = 40, .num_kv_heads = 8, .head_dim = 128,
+                     .vocab_size = 152064, .max_position = 131072, .rms_norm_eps = 1e-6f,
+                     .rope_theta = 1000000.0f, .tie_embeddings = 0, .attention_bias = 1,
+                     .bos_token_id = -1, .eos_token_id = 151643}},
+    /* Mistral-Small-24B-Base-2501: 32 query heads of 128 over a 5120 width (head_dim is not
+     * hidden / heads), the Tekken vocabulary, 32k positions. */
+    {"mistral-small-24b", {.arch = MT_ARCH_MISTRAL, .hidden_size = 5120, .intermediate_size = 32768,
+                           .num_layers = 40, .num_heads = 32, .num_kv_heads = 8, .head_dim = 128,
+                           .vocab_size = 131072, .max_position = 32768, .rms_norm_eps = 1e-5f,
+                           .rope_theta = 100000000.0f, .tie_embeddings = 0, .bos_token_id = 1,
+                           .eos_token_id = 2}},
     {"qwen3-0.6b", QWEN3(1024, 3072, 28, 16, 1)},
     {"qwen3-1.7b", QWEN3(2048, 6144, 28, 16, 1)},
     {"qwen3-4b", QWEN3(2560, 9728, 36, 32, 1)},
@@ -69,8 +82,13 @@ mt_status mt_config_preset(const char *name, mt_config *cfg) {
 }
 
 const char *mt_config_preset_names(void) {
-    return "demo, tiny, llama-3.2-1b, llama-3.2-3b, llama-3-8b, qwen2.5-14b, qwen3-0.6b, qwen3-1.7b, qwen3-4b, "
-           "qwen3-8b";
+    static char names[512];
+    if (!names[0]) {
+        size_t used = 0;
+        for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+            used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "", presets[i].name);
+    }
+    return names;
 }
 
 #define REQUIRE(cond, ...)                                           \

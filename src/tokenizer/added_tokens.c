@@ -39,6 +39,7 @@ static mt_status trie_insert(mt_trie *t, const char *s, size_t len, int32_t toke
         }
         node = c;
     }
+    if (len > t->max_len) t->max_len = len;
     /* The first token with a given content keeps it, as the first pattern does in Aho-Corasick. */
     if (t->nodes[node].token < 0) t->nodes[node].token = token;
     t->first[(unsigned char)s[0] >> 3] |= (unsigned char)(1u << ((unsigned char)s[0] & 7));
@@ -102,7 +103,7 @@ static mt_status build_tries(mt_tokenizer *tok) {
             }
             const char *norm;
             size_t norm_len;
-            st = mt_norm_apply(tok, &rx, a->content, a->len, buf, &norm, &norm_len);
+            st = mt_norm_apply(tok, &rx, a->content, a->len, 0, buf, &norm, &norm_len);
             if (!st && !(ad->norm_content[i] = strndup(norm, norm_len)))
                 st = mt_fail(MT_ERR_NOMEM, "%s: cannot copy an added token", tok->path);
             if (!st) st = trie_insert(&ad->norm, norm, norm_len, (int32_t)i);
@@ -196,4 +197,32 @@ void mt_added_next(const mt_tokenizer *tok, const mt_trie *trie, const char *s, 
         *id = a->id;
         return;
     }
+}
+
+/* Whether the whitespace character ends s[0, end) / starts s[start, len). */
+static int space_before(const char *s, size_t end) {
+    size_t cs;
+    return end > 0 && mt_unicode_is_space(last_char(s, end, &cs));
+}
+
+static int space_at(const char *s, size_t len, size_t start) {
+    size_t l;
+    return start < len && mt_unicode_is_space(mt_utf8_decode(s + start, len - start, &l));
+}
+
+int mt_added_cut_ok(const mt_trie *trie, const char *s, size_t len, size_t cut) {
+    if (space_before(s, cut) && space_at(s, len, cut)) return 0;
+    if (trie->n == 0) return 1;
+    /* Every content that starts within max_len before the cut, or at it, must end before it. */
+    for (size_t i = cut > trie->max_len ? cut - trie->max_len : 0; i <= cut && i < len; i++) {
+        int32_t node = 0;
+        for (size_t k = i; k < len; k++) {
+            int32_t c = trie->nodes[node].child;
+            while (c >= 0 && trie->nodes[c].byte != (unsigned char)s[k]) c = trie->nodes[c].sibling;
+            if (c < 0) break;
+            node = c;
+            if (trie->nodes[c].token >= 0 && k + 1 >= cut) return 0;
+        }
+    }
+    return 1;
 }

@@ -177,6 +177,12 @@ static int can_split_at_meta(const mt_bpe *b) {
     return 1;
 }
 
+int mt_bpe_cut_ok(const mt_bpe *b, const char *left, size_t left_len, const char *right, size_t right_len) {
+    /* ignore_merges looks the whole word up before cutting it: a part could be a token the whole is not. */
+    return b->meta_split && !b->ignore_merges && left_len > 0 && meta_at(right, right_len, 0) &&
+           !(left_len >= 3 && meta_at(left, left_len, left_len - 3));
+}
+
 static mt_status optional_string(const json_t *model, const char *key, const char *what, char **out, size_t *len) {
     const char *s;
     MT_TRY(mt_json_string(model, key, 0, what, &s));

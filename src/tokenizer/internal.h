@@ -26,6 +26,7 @@ typedef struct {
     size_t text_len;
     mt_regex pattern;    /* Replace: what is replaced (a literal or a regex) */
     int empty_pattern;   /* Replace with "": tokenizers matches nothing */
+    char one_char[5];    /* Replace: the pattern when it is one character given as a String, else "" */
 } mt_norm_step;
 
 /* ---- pre-tokenizers ---- */
@@ -82,6 +83,7 @@ typedef struct {
     size_t n, cap;
     unsigned char first[32]; /* bit set of the bytes some token starts with */
     int empty;
+    size_t max_len;          /* the longest content */
 } mt_trie;
 
 typedef struct {
@@ -119,6 +121,10 @@ typedef struct {
     mt_word_cache *cache;
 } mt_bpe;
 
+/* Where a document may be cut into parts encoded apart (cut.c): nowhere, after a newline that a
+ * non-space follows (regex pre-tokenizers), before a space that follows a non-space (Metaspace). */
+typedef enum { MT_CUT_NONE, MT_CUT_LINE, MT_CUT_SPACE } mt_cut_kind;
+
 struct mt_tokenizer {
     char *path;                 /* tokenizer.json */
     mt_norm_step *norm;
@@ -137,6 +143,7 @@ struct mt_tokenizer {
     int32_t bos, eos, eot;
     int adds_bos;
     char *chat_template;
+    mt_cut_kind cut;
 };
 
 /* A string built piece by piece. */
@@ -172,9 +179,10 @@ mt_status mt_json_char(const json_t *obj, const char *key, const char *fallback,
 mt_status mt_norm_parse(mt_tokenizer *tok, const json_t *spec);
 void mt_norm_free(mt_tokenizer *tok);
 /* Applies every normalizer step to s[0, len). *out points at s when nothing changed, else into
- * `buf` (two scratch strings, reused). */
-mt_status mt_norm_apply(const mt_tokenizer *tok, mt_regex_scratch *rx, const char *s, size_t len, mt_str buf[2],
-                        const char **out, size_t *out_len);
+ * `buf` (two scratch strings, reused). `cont`: s continues a piece cut before it (see cut.c), so
+ * Prepend, which writes at a piece's start, does not apply. */
+mt_status mt_norm_apply(const mt_tokenizer *tok, mt_regex_scratch *rx, const char *s, size_t len, int cont,
+                        mt_str buf[2], const char **out, size_t *out_len);
 
 mt_status mt_pre_parse(mt_tokenizer *tok, const json_t *spec);
 void mt_pre_free(mt_tokenizer *tok);
@@ -191,6 +199,11 @@ void mt_added_free(mt_added *added);
 void mt_added_next(const mt_tokenizer *tok, const mt_trie *trie, const char *s, size_t len, size_t search,
                    size_t done, int allow_special, int *found, size_t *start, size_t *stop, size_t *next,
                    int32_t *id);
+
+/* Whether s[0, len) may be cut at `cut` without changing the added tokens `trie` matches: no
+ * content occurs across or against the cut (starting or ending there), and the characters on
+ * both sides are not both whitespace (lstrip and rstrip take whitespace runs). */
+int mt_added_cut_ok(const mt_trie *trie, const char *s, size_t len, size_t cut);
 
 mt_status mt_bpe_parse(mt_tokenizer *tok, const json_t *model);
 void mt_bpe_free(mt_bpe *bpe);
@@ -209,6 +222,10 @@ void mt_bpe_scratch_free(mt_bpe_scratch *s);
  * pre-tokenizers produced). */
 mt_status mt_bpe_encode_word(const mt_bpe *bpe, mt_bpe_scratch *s, const char *w, size_t len, mt_ids *out);
 
+/* Whether BPE on a word cut between left and right gives the ids of the two halves: the cut is
+ * one mt_bpe_encode_word makes itself (before a "▁" that follows another character). */
+int mt_bpe_cut_ok(const mt_bpe *b, const char *left, size_t left_len, const char *right, size_t right_len);
+
 /* The word cache: words of up to MT_CACHE_MAX_WORD bytes and their ids, in shards with a lock each
  * (one tokenizer serves many threads). Full shards stop taking words, as tokenizers' cache does. */
 #define MT_CACHE_MAX_WORD 256
@@ -218,6 +235,23 @@ void mt_cache_free(mt_word_cache *c);
 int mt_cache_get(mt_word_cache *c, const char *w, size_t len, mt_ids *out);
 /* Caches w's ids (best effort: nothing happens when the shard is full or memory runs out). */
 void mt_cache_put(mt_word_cache *c, const char *w, size_t len, const int32_t *ids, size_t n);
+
+/* ---- cutting a document into parts (cut.c) ---- */
+/* The kind of cut tok's pipeline allows (set once everything is loaded). */
+mt_cut_kind mt_cut_analyse(const mt_tokenizer *tok);
+
+/* Whether doc[0, len) may be cut at `cut` as far as the pipeline and the added tokens matched in
+ * the input say (what the text after it does to the pre-tokenizer is verified as parts encode). */
+int mt_cut_allowed(const mt_tokenizer *tok, const char *doc, size_t len, size_t cut);
+
+/* The normalized text that follows the cut at doc[cut] within its piece, from the raw text up to
+ * about `want` bytes past the cut: *next (in `win`, or empty), *open when the piece goes on past
+ * it. `left` is the normalized text of the piece before the cut, for the added tokens matched in
+ * normalized text. *state: 0 the cut cannot be verified (an added token against it, invalid
+ * UTF-8 after it), 1 ready, 2 ready but short (call again with more). */
+mt_status mt_cut_next_text(const mt_tokenizer *tok, mt_regex_scratch *rx, const char *doc, size_t doc_len,
+                           size_t cut, size_t want, int allow_special, const char *left, size_t left_len,
+                           mt_str win[3], const char **next, size_t *next_len, int *open, int *state);
 
 /* Unicode helpers (unicode.c): Rust's char::is_whitespace (White_Space) and regex \w. */
 int mt_unicode_is_space(uint32_t cp);

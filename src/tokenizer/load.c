@@ -251,6 +251,7 @@ static mt_status parse_root(mt_tokenizer *tok, const json_t *root) {
                        model ? mt_json_kind(model) : "nothing");
     MT_TRY(mt_bpe_parse(tok, model));
     MT_TRY(mt_added_parse(tok, json_object_get(root, "added_tokens")));
+    tok->cut = mt_cut_analyse(tok);
     MT_TRY(mt_dec_parse(tok, json_object_get(root, "decoder")));
     return build_id_table(tok);
 }

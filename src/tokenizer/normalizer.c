@@ -4,6 +4,7 @@
 #include <utf8proc.h>
 
 #include "tokenizer/internal.h"
+#include "tokenizer/utf8.h"
 
 static const char supported[] = "NFC, NFD, NFKC, NFKD, Prepend, Replace, Sequence";
 
@@ -28,6 +29,12 @@ static mt_status add_step(mt_tokenizer *tok, const json_t *spec, const char *typ
     if (step.kind == NORM_PREPEND) st = mt_json_string(spec, "prepend", 1, what, &text);
     if (step.kind == NORM_REPLACE) st = mt_json_string(spec, "content", 1, what, &text);
     if (!st && step.kind == NORM_REPLACE) st = mt_json_pattern(spec, "pattern", what, &step.pattern, &step.empty_pattern);
+    if (!st && step.kind == NORM_REPLACE) {
+        const char *one = json_string_value(json_object_get(json_object_get(spec, "pattern"), "String"));
+        size_t cp_len = 0;
+        if (one && *one) mt_utf8_decode(one, strlen(one), &cp_len);
+        if (one && *one && cp_len == strlen(one)) memcpy(step.one_char, one, cp_len + 1);
+    }
     if (!st && text && !(step.text = strdup(text))) st = mt_fail(MT_ERR_NOMEM, "%s: cannot copy a normalizer", what);
     step.text_len = text ? strlen(text) : 0;
     if (!st) st = mt_array_append(&tok->norm, &tok->n_norm, sizeof step, &step, what);
@@ -86,8 +93,8 @@ static mt_status replace(const mt_norm_step *step, mt_regex_scratch *rx, const c
     return mt_str_put(out, s + pos, len - pos);
 }
 
-mt_status mt_norm_apply(const mt_tokenizer *tok, mt_regex_scratch *rx, const char *s, size_t len, mt_str buf[2],
-                        const char **out, size_t *out_len) {
+mt_status mt_norm_apply(const mt_tokenizer *tok, mt_regex_scratch *rx, const char *s, size_t len, int cont,
+                        mt_str buf[2], const char **out, size_t *out_len) {
     int next = 0;
     for (size_t i = 0; i < tok->n_norm; i++) {
         const mt_norm_step *step = &tok->norm[i];
@@ -101,7 +108,7 @@ mt_status mt_norm_apply(const mt_tokenizer *tok, mt_regex_scratch *rx, const cha
             MT_TRY(unicode_form(step->kind, s, len, dst));
             break;
         case NORM_PREPEND:
-            if (len == 0) continue;
+            if (len == 0 || cont) continue;
             dst->len = 0;
             MT_TRY(mt_str_put(dst, step->text, step->text_len));
             MT_TRY(mt_str_put(dst, s, len));

@@ -116,15 +116,21 @@ void mt_spans_free(mt_spans *sp) {
     *sp = (mt_spans){0};
 }
 
-/* Matches and the gaps between them, covering s. A NULL pattern matches `delim` (a literal
- * character) at each occurrence. */
+/* Matches and the gaps between them, covering s, up to the first that ends past `stop` (len: all).
+ * A NULL pattern matches `delim` (a literal character) at each occurrence. `open`: the text goes on
+ * past len, and *more is set when a match there could change the answer. */
 static mt_status find_matches(const mt_regex *re, int empty, const char *delim, size_t delim_len,
-                              mt_regex_scratch *rx, const char *s, size_t len, mt_spans *out) {
+                              mt_regex_scratch *rx, const char *s, size_t len, size_t stop, int open, int *more,
+                              mt_spans *out) {
     size_t pos = 0;
-    while (!empty) {
+    *more = 0;
+    while (!empty && pos <= stop) {
         int found;
         size_t ms, me;
-        if (re) {
+        if (re && open) {
+            MT_TRY(mt_regex_next_open(re, rx, s, len, pos, &found, &ms, &me, more));
+            if (*more) return MT_OK;
+        } else if (re) {
             MT_TRY(mt_regex_next(re, rx, s, len, pos, &found, &ms, &me));
         } else {
             const char *at = pos < len ? memmem(s + pos, len - pos, delim, delim_len) : NULL;
@@ -137,8 +143,26 @@ static mt_status find_matches(const mt_regex *re, int empty, const char *delim, 
         MT_TRY(push(out, ms, me, 1));
         pos = me;
     }
-    if (pos < len) MT_TRY(push(out, pos, len, 0));
+    if (pos < len && pos <= stop) MT_TRY(push(out, pos, len, 0));
     return MT_OK;
+}
+
+/* Whether the pieces `behavior` makes of `m` (matches and gaps, is_match already inverted where
+ * asked) have a boundary at `cut`, which is inside the text; then drops the spans after it. */
+static int cut_spans(mt_spans *m, size_t cut, mt_split_behavior behavior) {
+    size_t n = 0;
+    while (n < m->n && m->v[n].end <= cut) n++;
+    if (n == 0 || n == m->n || m->v[n - 1].end != cut) return 0;
+    int left = m->v[n - 1].is_match, right = m->v[n].is_match;
+    m->n = n;
+    switch (behavior) {
+    case SPLIT_ISOLATED:
+    case SPLIT_REMOVED: return 1;
+    case SPLIT_CONTIGUOUS: return left != right;
+    case SPLIT_MERGED_WITH_PREVIOUS: return !(right && !left);
+    case SPLIT_MERGED_WITH_NEXT: return !(left && !right);
+    }
+    return 0;
 }
 
 /* Regroups `m` (matches and gaps in order) as tokenizers' NormalizedString::split does for
@@ -186,14 +210,62 @@ static void regroup(mt_spans *m, mt_split_behavior behavior) {
     m->n = n;
 }
 
+/* A regex step (Split, ByteLevel's) on s followed by more->s: the spans up to the cut at `cut`. */
+static mt_status split_cut(const mt_pre_step *step, mt_regex_scratch *rx, mt_str *buf, size_t cut,
+                           mt_pre_more *more, mt_spans *spans) {
+    MT_TRY(mt_str_put(buf, more->s, more->len));
+    int need_more;
+    MT_TRY(find_matches(&step->pattern, step->empty_pattern, NULL, 0, rx, buf->s, buf->len, cut, more->open,
+                        &need_more, spans));
+    more->need_more = need_more;
+    if (step->kind == PRE_SPLIT && step->invert)
+        for (size_t i = 0; i < spans->n; i++) spans->v[i].is_match = !spans->v[i].is_match;
+    more->boundary = !need_more && cut_spans(spans, cut, step->kind == PRE_SPLIT ? step->behavior : SPLIT_ISOLATED);
+    if (!more->boundary) { /* the spans clipped at the cut: the caller drops what they give */
+        size_t n = 0;
+        for (; n < spans->n && spans->v[n].start < cut; n++)
+            if (spans->v[n].end > cut) spans->v[n].end = cut;
+        spans->n = n;
+    }
+    if (step->kind == PRE_SPLIT) regroup(spans, step->behavior);
+    return MT_OK;
+}
+
+/* Metaspace's text: s with each space as the replacement, after the replacement when `prepend`. */
+static mt_status meta_rewrite(const mt_pre_step *step, const char *s, size_t len, int prepend, mt_str *buf) {
+    if (prepend) MT_TRY(mt_str_put(buf, step->replacement, step->replacement_len));
+    for (size_t i = 0; i < len;) {
+        size_t j = i;
+        while (j < len && s[j] != ' ') j++;
+        MT_TRY(mt_str_put(buf, s + i, j - i));
+        if (j < len) MT_TRY(mt_str_put(buf, step->replacement, step->replacement_len));
+        i = j + 1;
+    }
+    return MT_OK;
+}
+
 mt_status mt_pre_apply(const mt_pre_step *step, mt_regex_scratch *rx, const char *s, size_t len, int at_start,
-                       mt_str *buf, const char **text, size_t *text_len, mt_spans *spans) {
+                       int cont, mt_pre_more *more, mt_str *buf, const char **text, size_t *text_len,
+                       mt_spans *spans) {
     spans->n = 0;
     *text = s;
     *text_len = len;
+    /* Nothing after the cut: the piece ends there. */
+    int ends = more && more->len == 0 && !more->open;
+    if (more) *more = (mt_pre_more){.s = more->s, .len = more->len, .open = more->open, .boundary = ends,
+                                    .need_more = more->len == 0 && more->open};
+    if (ends || (more && more->need_more)) more = NULL;
+    int need_more;
     switch (step->kind) {
     case PRE_SPLIT:
-        MT_TRY(find_matches(&step->pattern, step->empty_pattern, NULL, 0, rx, s, len, spans));
+        if (more) {
+            buf->len = 0;
+            MT_TRY(mt_str_put(buf, s, len));
+            MT_TRY(split_cut(step, rx, buf, len, more, spans));
+            *text = buf->s; /* after split_cut grew it */
+            return MT_OK;
+        }
+        MT_TRY(find_matches(&step->pattern, step->empty_pattern, NULL, 0, rx, s, len, len, 0, &need_more, spans));
         if (step->invert)
             for (size_t i = 0; i < spans->n; i++) spans->v[i].is_match = !spans->v[i].is_match;
         regroup(spans, step->behavior);
@@ -203,32 +275,40 @@ mt_status mt_pre_apply(const mt_pre_step *step, mt_regex_scratch *rx, const char
         size_t rl = step->replacement_len;
         buf->len = 0;
         int starts = len >= rl && !memcmp(s, r, rl);
-        if (!starts && (step->prepend == PREPEND_ALWAYS || (step->prepend == PREPEND_FIRST && at_start)))
-            MT_TRY(mt_str_put(buf, r, rl));
-        for (size_t i = 0; i < len;) {
-            size_t j = i;
-            while (j < len && s[j] != ' ') j++;
-            MT_TRY(mt_str_put(buf, s + i, j - i));
-            if (j < len) MT_TRY(mt_str_put(buf, r, rl));
-            i = j + 1;
+        MT_TRY(meta_rewrite(step, s, len,
+                            !cont && !starts && (step->prepend == PREPEND_ALWAYS || (step->prepend == PREPEND_FIRST && at_start)),
+                            buf));
+        *text_len = buf->len;
+        if (more) {
+            MT_TRY(meta_rewrite(step, more->s, more->len, 0, buf));
+            more->next_len = buf->len - *text_len;
+            more->boundary = step->split && more->next_len >= rl && !memcmp(buf->s + *text_len, r, rl);
         }
         *text = buf->s;
-        *text_len = buf->len;
-        if (!step->split) return push(spans, 0, buf->len, 0);
-        MT_TRY(find_matches(NULL, 0, r, rl, rx, buf->s, buf->len, spans));
+        if (more) more->next = buf->s + *text_len;
+        if (!step->split) return push(spans, 0, *text_len, 0);
+        MT_TRY(find_matches(NULL, 0, r, rl, rx, buf->s, *text_len, *text_len, 0, &need_more, spans));
         regroup(spans, SPLIT_MERGED_WITH_NEXT);
         return MT_OK;
     }
     case PRE_BYTE_LEVEL:
-        if (step->add_prefix_space && !(len && s[0] == ' ')) {
+        if ((step->add_prefix_space && !cont && !(len && s[0] == ' ')) || more) {
             buf->len = 0;
-            MT_TRY(mt_str_put(buf, " ", 1));
+            if (step->add_prefix_space && !cont && !(len && s[0] == ' ')) MT_TRY(mt_str_put(buf, " ", 1));
             MT_TRY(mt_str_put(buf, s, len));
             *text = buf->s;
             *text_len = buf->len;
         }
-        if (!step->has_pattern) return push(spans, 0, *text_len, 0);
-        return find_matches(&step->pattern, 0, NULL, 0, rx, *text, *text_len, spans);
+        if (!step->has_pattern) {
+            if (more) more->boundary = 0;
+            return push(spans, 0, *text_len, 0);
+        }
+        if (more) {
+            MT_TRY(split_cut(step, rx, buf, *text_len, more, spans));
+            *text = buf->s; /* after split_cut grew it */
+            return MT_OK;
+        }
+        return find_matches(&step->pattern, 0, NULL, 0, rx, *text, *text_len, *text_len, 0, &need_more, spans);
     }
     return MT_OK;
 }

@@ -33,9 +33,11 @@ static int put(buf *b, const char *s, size_t n) {
 }
 
 /* The pattern with \s and \S replaced as above, in and out of character classes; everything
- * else is copied. NULL when memory runs out. */
-static char *rewrite_spaces(const char *p, size_t len, size_t *out_len) {
+ * else is copied. *anchors: the pattern has ^ outside a class or \G (they test where the subject
+ * or the search starts). NULL when memory runs out. */
+static char *rewrite_spaces(const char *p, size_t len, size_t *out_len, int *anchors) {
     buf b = {0};
+    *anchors = 0;
     int in_class = 0, rc = 0;
     for (size_t i = 0; i < len && !rc;) {
         char c = p[i];
@@ -47,6 +49,7 @@ static char *rewrite_spaces(const char *p, size_t len, size_t *out_len) {
             continue;
         }
         size_t n = c == '\\' && i + 1 < len ? 2 : 1;
+        if (!in_class && ((c == '^') || (n == 2 && p[i + 1] == 'G'))) *anchors = 1;
         if (c == '[' && !in_class) {
             in_class = 1;
             /* A ']' first in the class (after an optional '^') is a literal. */
@@ -79,7 +82,8 @@ mt_status mt_regex_compile(mt_regex *re, const char *pattern, size_t len, int li
     PCRE2_SIZE at;
     uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     size_t rewritten_len = len;
-    char *rewritten = literal ? NULL : rewrite_spaces(pattern, len, &rewritten_len);
+    int anchors = 0;
+    char *rewritten = literal ? NULL : rewrite_spaces(pattern, len, &rewritten_len, &anchors);
     if (!literal && !rewritten) return mt_fail(MT_ERR_NOMEM, "%s: cannot copy a regex of %zu bytes", what, len);
     re->code = pcre2_compile((PCRE2_SPTR)(literal ? pattern : rewritten), rewritten_len, options, &err, &at, NULL);
     free(rewritten);
@@ -90,7 +94,10 @@ mt_status mt_regex_compile(mt_regex *re, const char *pattern, size_t len, int li
                        (int)(len > 200 ? 200 : len), pattern, (const char *)msg, (size_t)at);
     }
     /* Without JIT (a build of PCRE2 without it) the interpreter gives the same matches. */
-    pcre2_jit_compile(re->code, PCRE2_JIT_COMPLETE);
+    pcre2_jit_compile(re->code, PCRE2_JIT_COMPLETE | PCRE2_JIT_PARTIAL_HARD);
+    uint32_t behind = 0;
+    pcre2_pattern_info(re->code, PCRE2_INFO_MAXLOOKBEHIND, &behind);
+    re->looks_back = anchors || behind > 0;
     return MT_OK;
 }
 
@@ -114,8 +121,10 @@ static mt_status grow_stack(mt_regex_scratch *s) {
     return MT_OK;
 }
 
-mt_status mt_regex_next(const mt_regex *re, mt_regex_scratch *s, const char *subject, size_t len, size_t start,
-                        int *found, size_t *ms, size_t *me) {
+/* The search of mt_regex_next and mt_regex_next_open; `open` matches with PCRE2_PARTIAL_HARD. */
+static mt_status search(const mt_regex *re, mt_regex_scratch *s, const char *subject, size_t len, size_t start,
+                        int open, int *found, size_t *ms, size_t *me, int *more) {
+    *found = *more = 0;
     if (!s->match) {
         /* Only the whole match's offsets are read. */
         s->match = pcre2_match_data_create(1, NULL);
@@ -127,13 +136,18 @@ mt_status mt_regex_next(const mt_regex *re, mt_regex_scratch *s, const char *sub
      * grows with the text, which keeps it linear and still stops a pattern that would explode. */
     uint32_t limit = len < (UINT32_MAX - BASE_MATCH_LIMIT) / 16 ? BASE_MATCH_LIMIT + 16 * (uint32_t)len : UINT32_MAX;
     pcre2_set_match_limit(s->context, limit);
+    uint32_t options = PCRE2_NO_UTF_CHECK | (open ? PCRE2_PARTIAL_HARD : 0);
     while (start <= len) {
-        int rc = pcre2_match(re->code, (PCRE2_SPTR)subject, len, start, PCRE2_NO_UTF_CHECK, s->match, s->context);
+        int rc = pcre2_match(re->code, (PCRE2_SPTR)subject, len, start, options, s->match, s->context);
         if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
             MT_TRY(grow_stack(s));
             continue;
         }
         if (rc == PCRE2_ERROR_NOMATCH) break;
+        if (rc == PCRE2_ERROR_PARTIAL) {
+            *more = 1;
+            return MT_OK;
+        }
         if (rc < 0) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(rc, msg, sizeof msg);
@@ -150,6 +164,16 @@ mt_status mt_regex_next(const mt_regex *re, mt_regex_scratch *s, const char *sub
         if (ov[0] >= len) break;
         start = ov[0] + mt_utf8_len((unsigned char)subject[ov[0]]);
     }
-    *found = 0;
     return MT_OK;
+}
+
+mt_status mt_regex_next(const mt_regex *re, mt_regex_scratch *s, const char *subject, size_t len, size_t start,
+                        int *found, size_t *ms, size_t *me) {
+    int more;
+    return search(re, s, subject, len, start, 0, found, ms, me, &more);
+}
+
+mt_status mt_regex_next_open(const mt_regex *re, mt_regex_scratch *s, const char *subject, size_t len, size_t start,
+                             int *found, size_t *ms, size_t *me, int *more) {
+    return search(re, s, subject, len, start, 1, found, ms, me, more);
 }

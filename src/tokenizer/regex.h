@@ -13,6 +13,7 @@
 
 typedef struct {
     pcre2_code *code;
+    int looks_back; /* a lookbehind, \b, \B, \A, \G or ^: matches depend on text before the start */
 } mt_regex;
 
 /* What one thread needs to run matches: match data and, when a pattern needs more than the
@@ -34,5 +35,11 @@ void mt_regex_scratch_free(mt_regex_scratch *s);
  * matches are stepped over one character at a time, as Oniguruma's find_iter does. */
 mt_status mt_regex_next(const mt_regex *re, mt_regex_scratch *s, const char *subject, size_t len, size_t start,
                         int *found, size_t *ms, size_t *me);
+
+/* As mt_regex_next for a subject that goes on past `len` with text not given here: *more is set
+ * (and *found is 0) when the answer could depend on that text (PCRE2's hard partial match: a
+ * match, or a lookahead, reached the end of the subject). */
+mt_status mt_regex_next_open(const mt_regex *re, mt_regex_scratch *s, const char *subject, size_t len, size_t start,
+                             int *found, size_t *ms, size_t *me, int *more);
 
 #endif

@@ -1,6 +1,8 @@
 /* mt_tokenize_files: the reading thread maps each input, cuts it into batches of documents and
  * queues them in a ring; workers encode batches in queue order; the reading thread writes finished
- * batches to the shards strictly in sequence, so the output does not depend on the thread count. */
+ * batches to the shards strictly in sequence, so the output does not depend on the thread count.
+ * A large plain-text document is cut into parts, a batch each (mt_tokenizer_next_cut); a part whose
+ * end does not verify is encoded again with the next one by the reading thread. */
 #include "tokenizer/tokenize_files.h"
 
 #include <errno.h>
@@ -22,6 +24,8 @@
 
 #define BATCH_BYTES (1u << 20) /* text a batch of JSONL lines holds, about */
 #define BATCH_DOCS 4096
+#define PART_MIN (64u << 10) /* the parts of a large document: about 4 per thread, in these bounds */
+#define PART_MAX (4u << 20)
 
 /* An input file mapped into memory, shared by the batches that point into it. */
 typedef struct {
@@ -33,7 +37,8 @@ typedef struct {
 typedef struct {
     const char *text;
     size_t len;
-    size_t line; /* JSONL: the line, from 1; 0 for a text file */
+    size_t line;       /* JSONL: the line, from 1; 0 for a text file */
+    size_t start, end; /* a text file: the part of it this is (all of it: 0, len) */
 } doc;
 
 enum { FREE, QUEUED, RUNNING, DONE };
@@ -45,6 +50,7 @@ typedef struct {
     doc *docs;
     size_t n_docs, cap_docs, bytes;
     mt_ids ids;
+    int end_ok; /* a part: its end is verified (mt_tokenizer_encode_part) */
     mt_status status;
     char error[1024];
 } batch;
@@ -83,12 +89,13 @@ static mt_status jsonl_text(const job *j, const batch *b, const doc *d, json_t *
 static mt_status encode_doc(const job *j, batch *b, const doc *d) {
     json_t *root = NULL;
     const char *text = d->text;
-    size_t len = d->len;
+    size_t len = d->len, start = d->start, end = d->end;
     mt_status st = b->file->jsonl ? jsonl_text(j, b, d, &root, &text, &len) : MT_OK;
-    if (!st) st = mt_ids_push(&b->ids, j->eot);
-    if (!st && j->bos >= 0) st = mt_ids_push(&b->ids, j->bos);
+    if (b->file->jsonl) end = len;
+    if (!st && start == 0) st = mt_ids_push(&b->ids, j->eot);
+    if (!st && start == 0 && j->bos >= 0) st = mt_ids_push(&b->ids, j->bos);
     if (!st) {
-        st = mt_tokenizer_encode(j->tok, text, len, j->o->allow_special, &b->ids);
+        st = mt_tokenizer_encode_part(j->tok, text, len, start, end, j->o->allow_special, &b->ids, &b->end_ok);
         if (st && b->file->jsonl) mt_fail_context(st, "%s:%zu: field \"%s\"", b->file->path, d->line, j->field);
         else if (st) mt_fail_context(st, "%s", b->file->path);
     }
@@ -98,6 +105,7 @@ static mt_status encode_doc(const job *j, batch *b, const doc *d) {
 
 static void encode_batch(const job *j, batch *b) {
     b->ids.n = 0;
+    b->end_ok = 0;
     b->status = MT_OK;
     for (size_t i = 0; i < b->n_docs && !b->status; i++) b->status = encode_doc(j, b, &b->docs[i]);
     if (b->status) snprintf(b->error, sizeof b->error, "%s", mt_error());
@@ -151,27 +159,58 @@ static void progress(reader *r, int force) {
                 dt > 0 ? (double)r->s->bytes / 1e6 / dt : 0.0, dt > 0 ? (double)r->s->tokens / dt : 0.0);
 }
 
-/* Writes the oldest batch once it is done (waiting for it when `wait`); *wrote says whether it did. */
-static mt_status write_oldest(reader *r, int wait, int *wrote) {
-    job *j = r->j;
-    *wrote = 0;
+/* Whether batch number `seq` is done, waiting for it when `wait`. */
+static int batch_done(job *j, size_t seq, int wait) {
     pthread_mutex_lock(&j->lock);
-    batch *b = &j->ring[j->next_write % j->ring_n];
-    while (wait && j->next_write < j->next_fill && b->state != DONE) pthread_cond_wait(&j->done, &j->lock);
-    int ready = j->next_write < j->next_fill && b->state == DONE;
+    batch *b = &j->ring[seq % j->ring_n];
+    while (wait && seq < j->next_fill && b->state != DONE) pthread_cond_wait(&j->done, &j->lock);
+    int ready = seq < j->next_fill && b->state == DONE;
     pthread_mutex_unlock(&j->lock);
-    if (!ready) return MT_OK;
-    if (b->status) return mt_fail(b->status, "%s", b->error);
-    MT_TRY(mt_shard_writer_write(r->w, b->ids.ids, b->ids.n));
-    r->s->documents += b->n_docs;
-    r->s->bytes += b->bytes;
-    r->s->tokens += b->ids.n;
+    return ready;
+}
+
+static void free_oldest(job *j, batch *b) {
     release(b->map);
     b->map = NULL;
     pthread_mutex_lock(&j->lock);
     b->state = FREE;
     j->next_write++;
     pthread_mutex_unlock(&j->lock);
+}
+
+/* The oldest batch is a part whose end did not verify: the next batch, the document's next part,
+ * becomes both parts encoded as one (here, on the reading thread: it is rare), and the oldest is
+ * dropped. *merged 0: the next part is not done yet. */
+static void merge_parts(reader *r, batch *b, int wait, int *merged) {
+    job *j = r->j;
+    *merged = 0;
+    if (!batch_done(j, j->next_write + 1, wait)) return;
+    batch *next = &j->ring[(j->next_write + 1) % j->ring_n];
+    next->docs[0].start = b->docs[0].start;
+    next->bytes += b->bytes;
+    r->s->merges++;
+    encode_batch(j, next);
+    free_oldest(j, b);
+    *merged = 1;
+}
+
+/* Writes the oldest batch once it is done (waiting for it when `wait`); *wrote says whether it did. */
+static mt_status write_oldest(reader *r, int wait, int *wrote) {
+    job *j = r->j;
+    *wrote = 0;
+    if (!batch_done(j, j->next_write, wait)) return MT_OK;
+    batch *b = &j->ring[j->next_write % j->ring_n];
+    if (!b->status && !b->end_ok) {
+        merge_parts(r, b, wait, wrote);
+        return MT_OK;
+    }
+    if (b->status) return mt_fail(b->status, "%s", b->error);
+    MT_TRY(mt_shard_writer_write(r->w, b->ids.ids, b->ids.n));
+    for (size_t i = 0; i < b->n_docs; i++) r->s->documents += b->docs[i].start == 0;
+    r->s->parts += b->n_docs;
+    r->s->bytes += b->bytes;
+    r->s->tokens += b->ids.n;
+    free_oldest(j, b);
     *wrote = 1;
     progress(r, 0);
     return MT_OK;
@@ -204,7 +243,7 @@ static void queue(reader *r) {
 }
 
 static mt_status add_doc(reader *r, const mt_input_file *file, mapping *map, const char *text, size_t len,
-                         size_t line) {
+                         size_t line, size_t start, size_t end) {
     if (!r->filling) MT_TRY(next_batch(r, file, map, &r->filling));
     batch *b = r->filling;
     if (b->n_docs == b->cap_docs) {
@@ -214,8 +253,8 @@ static mt_status add_doc(reader *r, const mt_input_file *file, mapping *map, con
         b->docs = d;
         b->cap_docs = cap;
     }
-    b->docs[b->n_docs++] = (doc){text, len, line};
-    b->bytes += len;
+    b->docs[b->n_docs++] = (doc){text, len, line, start, end};
+    b->bytes += end - start;
     if (b->bytes >= BATCH_BYTES || b->n_docs >= BATCH_DOCS || !file->jsonl) queue(r);
     return MT_OK;
 }
@@ -256,14 +295,23 @@ static mt_status read_file(reader *r, const mt_input_file *file) {
     mt_status st = MT_OK;
     const char *text = m->addr;
     if (!file->jsonl) {
-        st = add_doc(r, file, m, text, m->len, 0);
+        /* Parts of about `part` bytes, cut where mt_tokenizer_next_cut allows. */
+        const mt_tokenize_options *o = r->j->o;
+        size_t part = m->len / (4 * (size_t)r->s->threads);
+        part = o->part_bytes ? o->part_bytes : part < PART_MIN ? PART_MIN : part > PART_MAX ? PART_MAX : part;
+        size_t start = 0;
+        do {
+            size_t end = part < m->len - start ? mt_tokenizer_next_cut(r->j->tok, text, m->len, start + part) : m->len;
+            st = add_doc(r, file, m, text, m->len, 0, start, end);
+            start = end;
+        } while (!st && start < m->len);
     } else {
         size_t line = 0;
         for (size_t pos = 0; pos < m->len && !st;) {
             const char *nl = memchr(text + pos, '\n', m->len - pos);
             size_t end = nl ? (size_t)(nl - text) : m->len;
             line++;
-            if (!blank(text + pos, end - pos)) st = add_doc(r, file, m, text + pos, end - pos, line);
+            if (!blank(text + pos, end - pos)) st = add_doc(r, file, m, text + pos, end - pos, line, 0, end - pos);
             pos = end + 1;
         }
         if (!st && r->filling) queue(r);

@@ -6,7 +6,8 @@
  * the tokenizer adds one; special-token strings inside documents are text unless allow_special.
  *
  * Documents are encoded by `threads` workers in batches and written in input order, so the shards
- * are the same whatever the thread count. On any error no shard is left: they are written under
+ * are the same whatever the thread count. A plain-text document larger than a part is cut into
+ * parts encoded in parallel, with exactly the ids of encoding it whole (mt_tokenizer_encode_part). On any error no shard is left: they are written under
  * temporary names and renamed at the end (see shard_writer.h). */
 #ifndef MT_TOKENIZER_TOKENIZE_FILES_H
 #define MT_TOKENIZER_TOKENIZE_FILES_H
@@ -30,10 +31,14 @@ typedef struct {
     int allow_special;          /* match special-token strings in documents */
     int bos;                    /* -1: when the tokenizer adds BOS (mt_tokenizer_adds_bos), 0 never, 1 always */
     double progress_seconds;    /* period of the progress line in the log; 0: 2 s */
+    size_t part_bytes;          /* a plain-text document's parts, about; 0: a quarter of its share of the
+                                 * threads, within 64 KiB and 4 MiB */
 } mt_tokenize_options;
 
 typedef struct {
     size_t files, documents, shards;
+    size_t parts;   /* encoded apart: a document each, or the parts a large one was cut into */
+    size_t merges;  /* cuts that did not verify, their parts encoded as one */
     uint64_t bytes, tokens;
     int width, threads;
     double seconds;

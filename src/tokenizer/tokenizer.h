@@ -52,6 +52,24 @@ void mt_tokenizer_free(mt_tokenizer *tok);
 mt_status mt_tokenizer_encode(const mt_tokenizer *tok, const char *text, size_t len, int allow_special,
                               mt_ids *out);
 
+/* One document in parts, for encoding it on several threads (mt_tokenize_files does): the ids of
+ * the parts, in order, are exactly the ids of mt_tokenizer_encode on the whole document.
+ *
+ * mt_tokenizer_next_cut: the first candidate cut at or after byte `from` of text[0, len) (len when
+ * there is none, or when the tokenizer's pipeline cannot be cut: see cut.c): after a newline that
+ * a non-space follows for regex pre-tokenizers, before a space that follows a non-space for
+ * Metaspace ones, where no added token occurs across or against it.
+ *
+ * mt_tokenizer_encode_part: appends the ids of text[start, end) as part of the document text[0,
+ * len): `start` is 0 or a candidate cut that ended the previous part with *end_ok set; `end` is
+ * len or a candidate cut. *end_ok says whether `end` is verified: the document's end, or a
+ * boundary of the whole document's encoding. When it is 0, the ids of this part and of the next
+ * are not the document's: encode this part and the next as one part instead (its start unchanged).
+ * Invalid UTF-8 is refused with the document's byte offset, as mt_tokenizer_encode does. */
+size_t mt_tokenizer_next_cut(const mt_tokenizer *tok, const char *text, size_t len, size_t from);
+mt_status mt_tokenizer_encode_part(const mt_tokenizer *tok, const char *text, size_t len, size_t start, size_t end,
+                                   int allow_special, mt_ids *out, int *end_ok);
+
 /* Decodes `n` ids into a NUL-terminated string (malloc'd; *len excludes the NUL) with the
  * tokenizer.json's decoder. Ids of special added tokens are dropped when `skip_special`; ids no
  * token has (a model's padded embedding rows) are dropped, as tokenizers drops them. Bytes the ids

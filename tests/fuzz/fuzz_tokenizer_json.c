@@ -2,7 +2,8 @@
  * input is tokenizer.json, optionally followed by a NUL and text to encode, optionally followed by
  * another NUL and a tokenizer_config.json. An accepted tokenizer must encode the text (and a few
  * fixed strings) into ids below its vocabulary size, or refuse it with a message, and decode any
- * ids it produced. */
+ * ids it produced; encoded in parts cut at every candidate (mt_tokenizer_next_cut, a cut that does
+ * not verify merged with the next), the text must give the same ids. */
 #include <stdio.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,10 +13,31 @@
 #include "tmp_file.h"
 #include "tokenizer/tokenizer.h"
 
+/* The text in parts at every candidate cut gives `whole`. */
+static void check_parts(const mt_tokenizer *tok, const char *text, size_t len, int special, const mt_ids *whole) {
+    mt_ids ids = {0};
+    for (size_t start = 0; start < len;) {
+        size_t end = mt_tokenizer_next_cut(tok, text, len, start + 1);
+        for (;;) {
+            size_t n0 = ids.n;
+            int ok;
+            if (mt_tokenizer_encode_part(tok, text, len, start, end, special, &ids, &ok) != MT_OK) abort();
+            if (ok) break;
+            if (end == len) abort(); /* the document's end always verifies */
+            ids.n = n0;
+            end = mt_tokenizer_next_cut(tok, text, len, end + 1);
+        }
+        start = end;
+    }
+    if (ids.n != whole->n || (ids.n && memcmp(ids.ids, whole->ids, ids.n * sizeof *ids.ids))) abort();
+    mt_ids_free(&ids);
+}
+
 static void exercise(const mt_tokenizer *tok, const char *text, size_t len) {
     for (int special = 0; special < 2; special++) {
         mt_ids ids = {0};
         if (mt_tokenizer_encode(tok, text, len, special, &ids) == MT_OK) {
+            check_parts(tok, text, len, special, &ids);
             for (size_t i = 0; i < ids.n; i++)
                 if (ids.ids[i] < 0 || (uint32_t)ids.ids[i] >= mt_tokenizer_vocab_size(tok)) abort();
             char *back;

@@ -1,9 +1,11 @@
 /* The tokenizer's concurrency under ThreadSanitizer, as a plain program (Criterion cannot run
  * under TSan): four threads encode with one tokenizer at once (its word cache is shared), each
  * must get the ids one thread alone gets; then mt_tokenize_files with 3 workers over many small
- * JSONL documents must write the same shards as with 1. TSan (halt_on_error=1) ends it non-zero
+ * JSONL documents, and over one plain-text document cut into parts of 40 bytes, must write the
+ * same shards as with 1 (the text whole). TSan (halt_on_error=1) ends it non-zero
  * on any race. Run from the repository root (it reads tests/data/tokenizers/gpt2-bytelevel). */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,10 +51,10 @@ static char *slurp_shards(const char *prefix, size_t *len) {
     return all;
 }
 
-static int tokenize(const char *input, const char *prefix, int threads) {
+static int tokenize(const char *input, const char *prefix, int threads, size_t part) {
     const char *inputs[] = {input};
     mt_tokenize_options o = {.tokenizer = TOKENIZER, .inputs = inputs, .n_inputs = 1, .out_prefix = prefix,
-                             .threads = threads, .bos = -1, .shard_tokens = 777};
+                             .threads = threads, .bos = -1, .shard_tokens = 777, .part_bytes = part};
     mt_tokenize_summary s;
     if (mt_tokenize_files(&o, &s) != MT_OK) {
         fprintf(stderr, "FAIL: tokenize with %d threads: %s\n", threads, mt_error());
@@ -79,25 +81,31 @@ int main(void) {
     mt_tokenizer_free(tok);
     mt_ids_free(&alone);
 
-    char dir[] = "/tmp/mt-tokenize-tsan-XXXXXX", input[600], one[600], three[600];
+    char dir[] = "/tmp/mt-tokenize-tsan-XXXXXX";
     if (!mkdtemp(dir)) return 1;
-    snprintf(input, sizeof input, "%s/docs.jsonl", dir);
-    snprintf(one, sizeof one, "%s/one", dir);
-    snprintf(three, sizeof three, "%s/three", dir);
-    FILE *f = fopen(input, "w");
-    for (int i = 0; i < 3000; i++) fprintf(f, "{\"text\": \"document %d: the cat %d sat on mat %d\"}\n", i, i * 7, i % 13);
-    fclose(f);
-    size_t len1 = 0, len3 = 0;
-    char *a = NULL, *b = NULL;
-    if (tokenize(input, one, 1) && tokenize(input, three, 3)) {
-        a = slurp_shards(one, &len1);
-        b = slurp_shards(three, &len3);
-        if (!len1 || len1 != len3 || memcmp(a, b, len1)) failures++, fprintf(stderr, "FAIL: 1 and 3 threads differ\n");
-    } else {
-        failures++;
+    for (int text_file = 0; text_file < 2; text_file++) {
+        char input[600], one[600], three[600];
+        snprintf(input, sizeof input, "%s/docs%d.%s", dir, text_file, text_file ? "txt" : "jsonl");
+        snprintf(one, sizeof one, "%s/one%d", dir, text_file);
+        snprintf(three, sizeof three, "%s/three%d", dir, text_file);
+        FILE *f = fopen(input, "w");
+        for (int i = 0; i < 3000; i++)
+            fprintf(f, text_file ? "document %d:\nthe cat %d sat on mat %d\n" : "{\"text\": \"document %d: the cat %d sat on mat %d\"}\n",
+                    i, i * 7, i % 13);
+        fclose(f);
+        size_t len1 = 0, len3 = 0;
+        char *a = NULL, *b = NULL;
+        if (tokenize(input, one, 1, SIZE_MAX) && tokenize(input, three, 3, 40)) {
+            a = slurp_shards(one, &len1);
+            b = slurp_shards(three, &len3);
+            if (!len1 || len1 != len3 || memcmp(a, b, len1))
+                failures++, fprintf(stderr, "FAIL: %s: 1 and 3 threads differ\n", input);
+        } else {
+            failures++;
+        }
+        free(a);
+        free(b);
     }
-    free(a);
-    free(b);
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) return 1;
