@@ -61,6 +61,6 @@ bench() {
     elif [ $rc -gt 128 ]; then
         record "$system" "$model" "$micro" "$batch" error "killed by SIG$(kill -l $((rc - 128)))"
     else
-        record "$system" "$model" "$micro" "$batch" error "exit $rc: $(grep -v '^====' "$log" | tail -1 | cut -c1-200)"
+        record "$system" "$model" "$micro" "$batch" error "exit $rc: $(grep -v '^====' "$log" | tail -1 | cut -c1-900)"  # a refusal names the bytes of each class
     fi
 }

@@ -4,16 +4,30 @@ into one table: markdown for reading, JSON for keeping. bench/results/<date>-<ma
 
   python3 bench/table.py bench.jsonl --machine "NVIDIA H200, 16 cores" --md bench.md --json bench.json
 
-Each row's "vs megatrain" divides its tokens/s by megatrain's at the same model, tokens per step
-and clipping. A run that failed ("error") or was not run ("skipped") keeps its row, with the reason in
+Each row's "vs megatrain" divides its tokens/s by that of the first megatrain run at the same model
+and tokens per step (bench/run.sh runs --clip 0 first at 1B and 3B: the --clip 1 row then reads
+as a share of it, the peers' as against it). A run that failed ("error") or was not run ("skipped") keeps its row, with the reason in
 place of the numbers."""
 import argparse
 import datetime
 import json
 import sys
 
-COLUMNS = ("system", "model", "params", "micro x batch x seq", "tokens/step", "clip", "step s", "tokens/s",
-           "vs megatrain", "TFLOP/s", "peak GPU GiB", "host GiB", "notes")
+COLUMNS = ("system", "model", "params", "micro x batch x seq", "tokens/step", "clip", "placement", "step s",
+           "tokens/s", "vs megatrain", "TFLOP/s", "peak GPU GiB", "host GiB", "notes")
+
+
+def placement(run):
+    """Where the optimizer state and the gradients waiting for the clipping norm lived."""
+    if run["system"] == "pytorch-resident":
+        return "all on the GPU"
+    if run["system"] == "pytorch-fsdp2-offload":
+        return "optimizer state on the host"
+    if "opt_units_on_device" not in run:
+        return "-"
+    waiting = run["grads_wait"] if run.get("clip") else "none wait (no clipping)"
+    return (f"optimizer state of {run['opt_units_on_device']} of {run['units']} units on the GPU "
+            f"({run['device_blocks']} of {run['layers']} blocks); waiting gradients: {waiting}")
 
 
 def read_runs(path):
@@ -37,7 +51,7 @@ def notes(run):
                      f"{100 * run['idle_backward_share']:.1f}% in the backward, the rest between steps)")
         pinned = f", optimizer pinned to cores {run['opt_cores']}" if run.get("opt_cores") else ""
         ends = ""
-        if "ends_on_device" in run:
+        if "ends_on_device" in run and "opt_units_on_device" not in run:
             ends = f"; embedding and head updated on the {'GPU' if run['ends_on_device'] else 'host'}"
         if run.get("gpu_mem_gib"):
             ends += f"; --gpu-mem {run['gpu_mem_gib']:g} GiB"
@@ -57,20 +71,20 @@ def step_shape(run):
 def row(run, megatrain_speed):
     if not measured(run):
         return [run["system"], run["model"], "-", step_shape(run)] + ["-"] * (len(COLUMNS) - 5) + [notes(run)]
-    reference = megatrain_speed.get((run["model"], run["tokens_per_step"], run.get("clip")))
+    reference = megatrain_speed.get((run["model"], run["tokens_per_step"]))
     return [run["system"], run["model"], f"{run['params'] / 1e9:.2f} B", step_shape(run),
-            f"{run['tokens_per_step']:.0f}", f"{run.get('clip', '?')}",
+            f"{run['tokens_per_step']:.0f}", f"{run.get('clip', '?')}", placement(run),
             f"{run['step_s']:.3f}", f"{run['tokens_per_s']:.0f}",
             f"{run['tokens_per_s'] / reference:.2f}x" if reference else "-",
             f"{run['tflops']:.1f}", f"{run['peak_gpu_gib']:.1f}", f"{run['host_gib']:.1f}", notes(run)]
 
 
 def markdown(runs, machine, date):
-    # The first megatrain run of each model, tokens per step and clipping is the reference.
+    # The first megatrain run of each model and tokens per step is the reference.
     megatrain_speed = {}
     for r in runs:
         if r["system"] == "megatrain" and measured(r):
-            megatrain_speed.setdefault((r["model"], r["tokens_per_step"], r.get("clip")), r["tokens_per_s"])
+            megatrain_speed.setdefault((r["model"], r["tokens_per_step"]), r["tokens_per_s"])
     lines = [f"# megatrain and its PyTorch peers, {date}", "", f"Machine: {machine}.", "",
              "Same model shapes, random weights and random tokens; the median of "
              "the timed steps after warm-up. TFLOP/s counts model FLOPs per token "

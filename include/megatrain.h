@@ -87,6 +87,11 @@ typedef struct {
                               * moments and updates them itself; "off": the host optimizer does;
                               * "auto" or NULL: on where the GPU can hold them (12 bytes a
                               * parameter) within --gpu-mem or its free memory, with fp32 moments */
+    const char *device_blocks; /* blocks whose fp32 masters and moments the GPU keeps and updates
+                              * itself, their weights resident and their gradients waiting there
+                              * for the clipping norm (18 bytes a parameter): "auto" or NULL: as
+                              * many as fit --gpu-mem or the GPU's free memory, best saving first;
+                              * "all"; or a count (the first blocks) */
     int lm_chunk;            /* rows of logits the LM head holds at once */
     int chunk;               /* tokens a block's norms, projections and MLP take at once (the
                               * workspace is a chunk's, not the sequence's); 0: the whole

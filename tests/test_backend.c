@@ -120,6 +120,10 @@ Test(backend, engine_refuses_the_ends_on_a_backend_without_optimizer_ops) {
     mt_engine *e = NULL;
     cr_assert_eq(mt_engine_create(&e, be, &store, &o, 0), MT_ERR_INVALID);
     cr_expect(strstr(mt_error(), "no optimizer ops"), "%s", mt_error());
+    o.ends_on_device = 0;
+    o.device_blocks = 1; /* blocks on the device need them too */
+    cr_assert_eq(mt_engine_create(&e, be, &store, &o, 0), MT_ERR_INVALID);
+    cr_expect(strstr(mt_error(), "no optimizer ops"), "%s", mt_error());
     mt_store_free(&store);
     mt_backend_destroy(be);
     mt_layout_free(&lay);

@@ -313,15 +313,15 @@ static void train_six_steps(const char *run, int resume, const char *order) {
     mt_cli_result_free(&r);
 }
 
-/* 6 steps straight through against 6 steps resumed from the step-3 checkpoint (the same --steps,
- * since the learning-rate schedule depends on it): the final master weights and Adam moments
- * must agree bit for bit. */
-static void assert_resume_exact(const char *order) {
+/* 6 steps straight through (`straight_arg`) against 6 steps resumed from the step-3 checkpoint
+ * (`resumed_arg`; the same --steps, since the learning-rate schedule depends on it): the final
+ * master weights and Adam moments must agree bit for bit. */
+static void assert_resumed_equals(const char *straight_arg, const char *resumed_arg) {
     const char *straight = in_dir("straight"), *resumed = in_dir("resumed");
-    train_six_steps(straight, 0, order);
-    train_six_steps(resumed, 0, order);
+    train_six_steps(straight, 0, straight_arg);
+    train_six_steps(resumed, 0, resumed_arg);
     hf_test_rmtree(in_dir("resumed/ckpt-000006"));
-    train_six_steps(resumed, 1, order);
+    train_six_steps(resumed, 1, resumed_arg);
     static const char *const blobs[] = {"master.bin", "adam_m.bin", "adam_v.bin"};
     for (int b = 0; b < 3; b++) {
         char end[PATH_MAX], end_resumed[PATH_MAX], middle[PATH_MAX];
@@ -334,6 +334,8 @@ static void assert_resume_exact(const char *order) {
     }
 }
 
+static void assert_resume_exact(const char *order) { assert_resumed_equals(order, order); }
+
 Test(cli, resume_is_exact_random_order) { assert_resume_exact(NULL); }
 
 Test(cli, resume_is_exact_sequential_order) { assert_resume_exact("--sequential"); }
@@ -341,6 +343,31 @@ Test(cli, resume_is_exact_sequential_order) { assert_resume_exact("--sequential"
 /* The embedding and head updated by the backend: their state is brought home for each checkpoint
  * and uploaded again on resume. */
 Test(cli, resume_is_exact_with_ends_on_device) { assert_resume_exact("--ends-on-device=on"); }
+
+/* Blocks updated by the backend (--device-blocks): a run with one, and one with every block there,
+ * resumed from the step-3 checkpoint, end with the bits of the run whose state is all on the host
+ * (the cpu backend's default). */
+Test(cli, resume_with_device_blocks_equals_the_host_run) { assert_resumed_equals(NULL, "--device-blocks=1"); }
+Test(cli, resume_with_every_block_on_the_device_equals_the_host_run) {
+    assert_resumed_equals(NULL, "--device-blocks=all");
+}
+
+Test(cli, device_blocks_refuses_a_bad_count) {
+    mt_cli_result r;
+    const char *run = in_dir("run");
+    mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--data", corpus, SMALL_STEP, "--steps", "2", "--out", run,
+               "--device-blocks", "some", NULL);
+    assert_refused(&r, run, "--device-blocks 'some'", "expected auto, all or a count");
+    mt_cli_result_free(&r);
+    mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--data", corpus, SMALL_STEP, "--steps", "2", "--out", run,
+               "--device-blocks", "99", NULL);
+    assert_refused(&r, run, "--device-blocks '99'", "from 0 to");
+    mt_cli_result_free(&r);
+    mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--data", corpus, SMALL_STEP, "--steps", "2", "--out", run,
+               "--device-blocks", "1", "--moments", "bf16", NULL);
+    assert_refused(&r, run, "--moments bf16", "fp32 Adam moments");
+    mt_cli_result_free(&r);
+}
 
 /* A fresh run into a directory that holds another run's checkpoints is refused, untouched. */
 Test(cli, refuses_to_train_over_an_existing_run) {
@@ -440,6 +467,35 @@ Test(cli, plan_prints_chunks_and_checkpoint_split) {
                "1", NULL);
     cr_expect_eq(r.exit_code, 2, "plan took --seq 131073 (exit %d):\n%s", r.exit_code, r.out);
     cr_expect_not_null(strstr(r.err, "131072"), "%s", r.err);
+    mt_cli_result_free(&r);
+}
+
+/* A budget that splits the batch: plan prints the split that runs and train logs that one (not the
+ * --batch given), with the placement. */
+Test(cli, plan_and_train_report_the_split_that_runs) {
+    mt_cli_result r;
+    const char *run = in_dir("run");
+#define SHAPE "--preset", "tiny", "--backend", "cpu", "--batch", "8", "--seq", "64", "--gpu-mem", "4MiB"
+    mt_cli_run(&r, TIMEOUT_S, "plan", SHAPE, NULL);
+    assert_succeeded(&r);
+    int micro = 0, batch = 0;
+    const char *step = strstr(r.out, "step ");
+    cr_assert(step && sscanf(step, "step %d micro-batches x %d sequences", &micro, &batch) == 2, "%s", r.out);
+    cr_expect_gt(micro, 1, "4 MiB left the batch whole:\n%s", r.out);
+    cr_expect_eq(micro * batch, 8, "%s", r.out);
+    cr_expect(has_line_starting(r.out, "placement"), "no placement line:\n%s", r.out);
+    char split[96];
+    snprintf(split, sizeof split, "%d micro-batches x %d sequences x 64 tokens", micro, batch);
+    cr_expect(strstr(strstr(r.out, "placement"), split), "the placement says another split than '%s':\n%s", split,
+              r.out);
+    mt_cli_result_free(&r);
+    mt_cli_run(&r, TIMEOUT_S, "train", SHAPE, "--data", corpus, "--steps", "1", "--eval-every", "0", "--out", run,
+               NULL);
+#undef SHAPE
+    assert_succeeded(&r);
+    snprintf(split, sizeof split, "%d x %d x 64 tokens a step", micro, batch);
+    cr_expect(strstr(r.err, split), "train does not log '%s':\n%s", split, r.err);
+    cr_expect(strstr(r.err, "plan: optimizer state:"), "train does not log its plan:\n%s", r.err);
     mt_cli_result_free(&r);
 }
 

@@ -1,7 +1,8 @@
 /* The schedule does not change the math: slots, optimizer threads, the grouping of sequences
- * into micro-batches, where activation checkpoints live and whether the backend updates the
- * embedding and head (ends_on_device, with its own AdamW and clip ops) give bitwise-identical
- * masters and moments on the cpu backend, through a skipped step too. These tests also run
+ * into micro-batches, where activation checkpoints live and which units the backend updates itself
+ * (the embedding and head with ends_on_device, the first device_blocks blocks, each with its own
+ * AdamW and clip ops and its gradients waiting on the device) give bitwise-identical masters and
+ * moments on the cpu backend, through a skipped step too. These tests also run
  * under ThreadSanitizer (make test), which watches the streams, events and optimizer thread. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@ typedef struct {
     int slots, threads, micro_batches;
     int ckpt_on_host;   /* -1: every block's */
     int ends_on_device;
+    int device_blocks;  /* -1: every block */
 } schedule;
 
 /* Trains STEPS steps of SEQUENCES sequences each, step `poisoned` (0: none) with a NaN gradient
@@ -31,6 +33,7 @@ static float *train(const mt_config *cfg, schedule sc, float clip, int poisoned)
     o.max_grad_norm = clip;
     o.ckpt_on_host = sc.ckpt_on_host < 0 ? cfg->num_layers : sc.ckpt_on_host;
     o.ends_on_device = sc.ends_on_device;
+    o.device_blocks = sc.device_blocks < 0 ? cfg->num_layers : sc.device_blocks;
     mt_tiny_model t;
     mt_tiny_model_open(&t, cfg, &o, 7);
     int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
@@ -55,22 +58,26 @@ static void expect_same_bits(const mt_config *cfg, float clip, int poisoned) {
     mt_layout lay;
     cr_assert_eq(mt_layout_init(&lay, cfg), MT_OK);
     size_t n = (size_t)lay.total_numel;
-    float *want = train(cfg, (schedule){2, 1, 1, 0, 0}, clip, poisoned);
-    const schedule variants[] = {{3, 1, 1, 0, 0}, {4, 2, 1, 0, 0}, {2, 2, 4, 0, 0}, {3, 1, 2, 0, 0}, {2, 1, 4, 0, 0},
-                                 {2, 1, 2, 1, 0}, {3, 2, 1, 2, 0}, {2, 2, 4, -1, 0}, {2, 1, 1, 0, 1}, {3, 2, 2, -1, 1}};
+    float *want = train(cfg, (schedule){2, 1, 1, 0, 0, 0}, clip, poisoned);
+    /* The last six: some blocks on the device, with and without the ends, all of them, and with
+     * checkpoints on the host. */
+    const schedule variants[] = {{3, 1, 1, 0, 0, 0},  {4, 2, 1, 0, 0, 0},  {2, 2, 4, 0, 0, 0}, {3, 1, 2, 0, 0, 0},
+                                 {2, 1, 4, 0, 0, 0},  {2, 1, 2, 1, 0, 0},  {3, 2, 1, 2, 0, 0}, {2, 2, 4, -1, 0, 0},
+                                 {2, 1, 1, 0, 1, 0},  {3, 2, 2, -1, 1, 0}, {2, 1, 1, 0, 0, 1}, {2, 2, 2, 0, 1, 2},
+                                 {2, 1, 1, 0, 0, -1}, {2, 2, 1, 0, 1, -1}, {2, 1, 2, -1, 0, 1}, {3, 2, 1, 1, 1, 2}};
     for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
         const schedule *v = &variants[i];
         float *got = train(cfg, *v, clip, poisoned);
         size_t first = 0;
         while (first < 3 * n && !memcmp(&got[first], &want[first], sizeof *got)) first++;
         cr_expect_eq(first, 3 * n, "slots %d, optimizer threads %d, micro-batches %d, checkpoints on the host %d, "
-                     "ends on the device %d changed %s[%zu] (clip %g, poisoned step %d)", v->slots, v->threads,
-                     v->micro_batches, v->ckpt_on_host, v->ends_on_device,
+                     "ends on the device %d, blocks on the device %d changed %s[%zu] (clip %g, poisoned step %d)",
+                     v->slots, v->threads, v->micro_batches, v->ckpt_on_host, v->ends_on_device, v->device_blocks,
                      first < n ? "master" : first < 2 * n ? "m" : "v", first % n, (double)clip, poisoned);
         free(got);
     }
     if (poisoned) {
-        float *unpoisoned = train(cfg, (schedule){2, 1, 1, 0, 0}, clip, 0);
+        float *unpoisoned = train(cfg, (schedule){2, 1, 1, 0, 0, 0}, clip, 0);
         cr_expect_neq(memcmp(unpoisoned, want, 3 * n * sizeof *want), 0, "the skipped step changed nothing?");
         free(unpoisoned);
     }
@@ -146,12 +153,16 @@ Test(engine, device_bytes_are_what_the_budget_counts) {
     o.seq = SEQ;
     o.batch = 2;
     o.lm_chunk = 5;
-    /* plain; more slots and micro-batches; checkpoints on the host; the ends on the device */
-    for (int variant = 0; variant < 4; variant++) {
+    /* plain; more slots and micro-batches; checkpoints on the host; the ends on the device; blocks
+     * on the device, clipped and not; every block and the ends there */
+    for (int variant = 0; variant < 7; variant++) {
         mt_engine_options v = o;
         if (variant == 1) v.slots = 3, v.micro_batches = 2, v.max_grad_norm = 0;
         if (variant == 2) v.ckpt_on_host = 3;
         if (variant == 3) v.ends_on_device = 1;
+        if (variant == 4) v.device_blocks = 2;
+        if (variant == 5) v.device_blocks = 3, v.max_grad_norm = 0, v.slots = 3;
+        if (variant == 6) v.device_blocks = cfg.num_layers, v.ends_on_device = 1;
         mt_tiny_model t;
         mt_tiny_model_open(&t, &cfg, &v, 1);
         size_t peak = mt_dev_peak(t.be);

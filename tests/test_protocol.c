@@ -116,21 +116,25 @@ typedef struct {
     const char *name;
     float clip;
     int keep_grads, ends_on_device, ckpt_on_host, tied, slots, micro_batches;
+    int device_blocks;
     int head_vocab_chunk; /* 0: the default (no chunks at this vocabulary) */
 } run_mode;
 
 /* Every mode the table names, alone and together. */
 static const run_mode RUNS[] = {
-    {"clipped", 1.0f, 0, 0, 0, 0, 2, 1, 0},
-    {"overlapped, gradient ring", 0.0f, 0, 0, 0, 0, 2, 1, 0},
-    {"overlapped, every gradient kept", 0.0f, 1, 0, 0, 1, 3, 2, 0},
-    {"clipped, ends on the device", 1.0f, 0, 1, 0, 0, 2, 1, 0},
-    {"overlapped ring, ends on the device", 0.0f, 0, 1, 0, 1, 2, 2, 0},
-    {"clipped, checkpoints on the host", 1.0f, 0, 0, -1, 0, 2, 2, 0},
-    {"overlapped ring, some checkpoints on the host, ends on the device", 0.0f, 0, 1, 2, 1, 3, 1, 0},
+    {"clipped", 1.0f, 0, 0, 0, 0, 2, 1, 0, 0},
+    {"overlapped, gradient ring", 0.0f, 0, 0, 0, 0, 2, 1, 0, 0},
+    {"overlapped, every gradient kept", 0.0f, 1, 0, 0, 1, 3, 2, 0, 0},
+    {"clipped, ends on the device", 1.0f, 0, 1, 0, 0, 2, 1, 0, 0},
+    {"overlapped ring, ends on the device", 0.0f, 0, 1, 0, 1, 2, 2, 0, 0},
+    {"clipped, checkpoints on the host", 1.0f, 0, 0, -1, 0, 2, 2, 0, 0},
+    {"overlapped ring, some checkpoints on the host, ends on the device", 0.0f, 0, 1, 2, 1, 3, 1, 0, 0},
     /* The ends' gradients in vocabulary chunks, copied home by compute: the same table. */
-    {"clipped, ends in vocabulary chunks", 1.0f, 0, 0, 0, 0, 2, 2, 16},
-    {"overlapped ring, ends in vocabulary chunks, checkpoints on the host", 0.0f, 0, 0, -1, 0, 2, 1, 16},
+    {"clipped, ends in vocabulary chunks", 1.0f, 0, 0, 0, 0, 2, 2, 0, 16},
+    {"overlapped ring, ends in vocabulary chunks, checkpoints on the host", 0.0f, 0, 0, -1, 0, 2, 1, 0, 16},
+    {"clipped, two blocks on the device", 1.0f, 0, 0, 0, 0, 2, 1, 2, 0},
+    {"overlapped ring, a block and the ends on the device, checkpoints on the host", 0.0f, 0, 1, -1, 1, 2, 2, 1, 0},
+    {"clipped, every gradient kept, blocks on the device", 1.0f, 1, 0, 1, 0, 3, 1, 4, 0},
 };
 
 static void trace_mode(const run_mode *m, mt_protocol_trace *t, unsigned *modes) {
@@ -145,6 +149,7 @@ static void trace_mode(const run_mode *m, mt_protocol_trace *t, unsigned *modes)
     o.max_grad_norm = m->clip;
     o.keep_grads = m->keep_grads;
     o.ends_on_device = m->ends_on_device;
+    o.device_blocks = m->device_blocks;
     o.ckpt_on_host = m->ckpt_on_host < 0 ? cfg.num_layers : m->ckpt_on_host;
     if (m->head_vocab_chunk) o.head_vocab_chunk = m->head_vocab_chunk;
     trace_run(o, &cfg, t, modes);
@@ -162,7 +167,8 @@ Test(protocol, the_table_is_what_the_engine_does) {
         cr_expect_not(bad, "%s: %s", RUNS[i].name, why);
         mt_protocol_trace_free(&t);
     }
-    unsigned every = MT_MODE_CLIPPED | MT_MODE_OVERLAPPED | MT_MODE_RING | MT_MODE_ENDS_DEVICE | MT_MODE_CKPT_HOST;
+    unsigned every = MT_MODE_CLIPPED | MT_MODE_OVERLAPPED | MT_MODE_RING | MT_MODE_ENDS_DEVICE | MT_MODE_CKPT_HOST |
+                     MT_MODE_DEVICE_STATE;
     cr_expect_eq(all_modes, every, "the runs cover every mode the table names");
     for (int r = 0; r < mt_protocol_rows; r++) { /* no row is dead */
         int applies = 0;

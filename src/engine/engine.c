@@ -73,12 +73,16 @@ static mt_status create(mt_engine **out, mt_backend *be, mt_store *store, const 
                        o->head_vocab_chunk);
     if (o->chunk < 0) return mt_fail(MT_ERR_INVALID, "the block chunk must be 0 (none) or positive, got %d", o->chunk);
     MT_TRY(check_ranks(be, o, group));
-    if (o->ends_on_device && !mt_backend_has_device_optimizer(be))
-        return mt_fail(MT_ERR_INVALID, "the %s backend has no optimizer ops (clip_scale, adamw): it cannot keep the "
-                       "embedding and head on the device; set --ends-on-device off", be->ops->name);
-    if (o->ends_on_device && store->moments.format != MT_MOMENTS_F32)
-        return mt_fail(MT_ERR_INVALID, "the embedding and head updated on the device need fp32 Adam moments, "
-                       "not %s: drop --moments or set --ends-on-device off",
+    if (o->device_blocks < 0 || o->device_blocks > c->num_layers)
+        return mt_fail(MT_ERR_INVALID, "blocks updated on the device: %d is outside 0..%d (the blocks)",
+                       o->device_blocks, c->num_layers);
+    int on_device = o->ends_on_device || o->device_blocks > 0;
+    if (on_device && !mt_backend_has_device_optimizer(be))
+        return mt_fail(MT_ERR_INVALID, "the %s backend has no optimizer ops (clip_scale, adamw): it cannot update "
+                       "units on the device; set --ends-on-device off and --device-blocks 0", be->ops->name);
+    if (on_device && store->moments.format != MT_MOMENTS_F32)
+        return mt_fail(MT_ERR_INVALID, "units updated on the device (the embedding and head, or blocks) need fp32 "
+                       "Adam moments, not %s: drop --moments, or set --ends-on-device off and --device-blocks 0",
                        mt_moments_format_name(store->moments.format));
     mt_engine *e = calloc(1, sizeof *e);
     if (!e) return mt_fail(MT_ERR_NOMEM, "cannot allocate the engine");
@@ -90,9 +94,10 @@ static mt_status create(mt_engine **out, mt_backend *be, mt_store *store, const 
     e->o = *o;
     e->L = c->num_layers;
     e->U = e->lay->num_units;
-    e->K = o->slots < e->L ? o->slots : e->L;
+    e->D = o->device_blocks;
+    e->K = o->slots < e->L - e->D ? o->slots : e->L - e->D; /* the streamed blocks' slots */
     e->adam_step = adam_step;
-    e->ends_step = adam_step;
+    e->dev_step = adam_step;
     e->trace = trace;
     e->rank = rank;
     e->ranks = ranks;
@@ -102,7 +107,7 @@ static mt_status create(mt_engine **out, mt_backend *be, mt_store *store, const 
     e->max_stalls = 4 * e->L + 4;
     e->max_jobs = 2 * e->L + 4;
     e->grad_home = calloc((size_t)e->U, sizeof *e->grad_home);
-    e->slot = calloc((size_t)e->K, sizeof *e->slot);
+    e->slot = calloc(e->K ? (size_t)e->K : 1, sizeof *e->slot);
     if (!e->grad_home || !e->slot) {
         mt_engine_destroy(e);
         return mt_fail(MT_ERR_NOMEM, "cannot allocate the engine's tables");
@@ -112,7 +117,7 @@ static mt_status create(mt_engine **out, mt_backend *be, mt_store *store, const 
     e->d2h = e->compute ? mt_stream_create(be) : NULL;
     mt_status rc = e->d2h ? mt_engine_allocate(e) : MT_ERR_NOMEM;
     if (rc == MT_OK) rc = create_sync_points(e);
-    if (rc == MT_OK && e->o.ends_on_device) rc = mt_engine_ends_upload(e);
+    if (rc == MT_OK && mt_engine_any_on_device(e)) rc = mt_engine_device_upload(e);
     if (rc == MT_OK && !leader) rc = mt_engine_optimizer_start(e);
     if (rc != MT_OK) {
         mt_engine_destroy(e);

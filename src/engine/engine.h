@@ -16,8 +16,8 @@
  *     skipped (weights and moments unchanged).
  *   max_grad_norm == 0: no clipping; each unit is updated as soon as its gradients are home,
  *     overlapping the rest of the backward.
- * Exact clipping keeps every unit's fp32 gradient on the host until the norm is known (4 bytes
- * per parameter); without clipping the blocks' gradients land in a ring of GRAD_RING unit-sized
+ * Exact clipping keeps every host-updated unit's fp32 gradient on the host until the norm is known
+ * (4 bytes per parameter; the device-updated units' wait on the device); without clipping the blocks' gradients land in a ring of GRAD_RING unit-sized
  * buffers, each reused once the optimizer is done with it, which is what lets an 8B model's
  * state fit a 128 GiB host. */
 #ifndef MT_ENGINE_ENGINE_H
@@ -64,6 +64,13 @@ typedef struct {
                           * skips them. Needs fp32 moments. The engine reads the store's copy
                           * of them once, at creation, and brings it up to date in
                           * mt_engine_finish. */
+    int device_blocks;   /* the first this many blocks live on the device as the ends do with
+                          * ends_on_device: their working weights stay resident (no weight slot,
+                          * no copy either way), their fp32 masters and moments (12 bytes a
+                          * parameter) and their gradients waiting for the clipping norm (4) are
+                          * the device's, and the device updates them at the end of the backward.
+                          * The host optimizer skips them; mt_engine_finish brings their state
+                          * home. Needs fp32 moments. 0 to num_layers. */
 } mt_engine_options;
 
 typedef struct {
@@ -86,12 +93,19 @@ typedef struct {
 
 /* Device bytes the engine allocates for these options, by class (total), and the host buffers
  * it allocates beside them (not in total): the gradients coming home, staging for tokens,
- * norms, loss and logits, and the activation checkpoints kept on the host. */
+ * norms, loss and logits, and the activation checkpoints kept on the host. device_state: the
+ * fp32 masters and moments of the units the device updates; resident_weights: the weights of
+ * the device_blocks; grads: the gradient slots and the gradients of the ends and of the
+ * device_blocks (those wait on the device for the norm). */
 typedef struct {
-    int64_t weight_slots, embed_head, ends_state, grads, checkpoints, workspace, total;
+    int64_t weight_slots, embed_head, resident_weights, device_state, grads, checkpoints, workspace, total;
     int64_t host_grads, host_staging, host_checkpoints;
 } mt_engine_bytes;
 mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_engine_options *opt);
+
+/* Parameters whose fp32 state the device keeps for these options: the ends' (ends_on_device) and
+ * the device_blocks blocks' (each at the largest block's size). */
+int64_t mt_engine_device_numel(const mt_layout *lay, const mt_engine_options *opt);
 
 #define MT_OPT_CORES_AUTO "auto"
 
@@ -108,7 +122,7 @@ mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_en
 #define MT_ENGINE_GRAD_RING 4
 
 /* The block gradient buffers on the host without clipping: o->grad_ring or the default, at most
- * the number of blocks. */
+ * the number of streamed blocks (not device_blocks). */
 int mt_engine_grad_ring(const mt_config *cfg, const mt_engine_options *o);
 
 /* Options with the defaults a user gets from the CLI. */
@@ -132,7 +146,7 @@ void mt_engine_destroy(mt_engine *e);
 mt_status mt_engine_step(mt_engine *e, const int32_t *inputs, const int32_t *targets, float lr,
                          mt_step_result *result);
 /* Forward and backward only: fp32 gradients of the mean loss land in mt_engine_host_grads(), in
- * layout positions; no update. Needs clipping on or keep_grads. */
+ * layout positions; no update. Needs keep_grads, or clipping with every unit's state on the host. */
 mt_status mt_engine_grads(mt_engine *e, const int32_t *inputs, const int32_t *targets, double *loss);
 /* Mean loss, no gradients. */
 mt_status mt_engine_eval(mt_engine *e, const int32_t *inputs, const int32_t *targets, double *loss);
@@ -145,15 +159,16 @@ void mt_engine_poison_next_step(mt_engine *e);
  * MT_ERR_DEVICE after its pass, as a CUDA error seen at the end of the step would make it. */
 void mt_engine_fault_next_step(mt_engine *e);
 /* The host gradients of the last pass, laid out like the masters; NULL when the engine keeps a
- * ring instead (no clipping, no keep_grads). With ends_on_device, a training step brings the
- * embedding's and head's home only with keep_grads. */
+ * ring instead (no clipping, no keep_grads), or, with clipping, only the host-updated units'
+ * (some unit's state on the device, no keep_grads). With ends_on_device or device_blocks, a
+ * training step brings those units' gradients home only with keep_grads. */
 const float *mt_engine_host_grads(const mt_engine *e);
 /* Waits until every pending update has been applied and the host store holds all of them (with
  * ends_on_device, the device's copy of the embedding and head comes home: masters, moments and
  * working weights); returns the number of updates so far. Call it before reading the store. */
 int64_t mt_engine_finish(mt_engine *e);
 /* 1 when the host optimizer updates unit u while steps run; 0 for the units the device updates
- * (ends_on_device), whose host copy changes only in mt_engine_finish. */
+ * (ends_on_device, device_blocks), whose host copy changes only in mt_engine_finish. */
 int mt_engine_updates_on_host(const mt_engine *e, int u);
 /* `before_update(ctx, u)` runs before anything of unit u in the store is written (masters,
  * moments, working weights): on the optimizer thread, or, for the units the device updates, on

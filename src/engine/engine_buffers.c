@@ -14,23 +14,31 @@ typedef struct {
     const mt_config *cfg;
     const mt_layout *lay;
     const mt_engine_options *o;
-    int K;        /* block weight slots */
+    int K;        /* the streamed blocks' weight slots */
+    int D;        /* resident blocks, updated by the device */
     int P;        /* activation checkpoints kept on the host */
-    int keep_all; /* every unit's gradient stays on the host (clipping, keep_grads), else a ring */
+    int keep_all; /* every host-updated unit's gradient stays on the host (clipping, keep_grads),
+                   * else a ring */
+    int full;     /* that in layout positions, every unit's (keep_grads, or every unit on the host) */
+    int64_t host_numel; /* the host-updated units' parameters */
     int ring;     /* the ring's block buffers */
     int follower; /* a follower rank: its gradients land in its leader's host buffers */
 } shape;
 
 static shape shape_of(mt_backend *be, const mt_config *cfg, const mt_layout *lay, const mt_engine_options *o) {
-    shape s = {.be = be, .cfg = cfg, .lay = lay, .o = o, .K = o->slots < cfg->num_layers ? o->slots : cfg->num_layers,
-               .P = o->ckpt_on_host > 0 ? o->ckpt_on_host : 0, .keep_all = o->max_grad_norm > 0 || o->keep_grads};
+    int streamed = cfg->num_layers - o->device_blocks;
+    shape s = {.be = be, .cfg = cfg, .lay = lay, .o = o, .K = o->slots < streamed ? o->slots : streamed,
+               .D = o->device_blocks, .P = o->ckpt_on_host > 0 ? o->ckpt_on_host : 0,
+               .keep_all = o->max_grad_norm > 0 || o->keep_grads,
+               .host_numel = lay->total_numel - mt_engine_device_numel(lay, o)};
+    s.full = o->keep_grads || s.host_numel == lay->total_numel;
     s.ring = s.keep_all ? 0 : mt_engine_grad_ring(cfg, o);
     return s;
 }
 
 int mt_engine_grad_ring(const mt_config *c, const mt_engine_options *o) {
-    int ring = o->grad_ring > 0 ? o->grad_ring : MT_ENGINE_GRAD_RING;
-    return c->num_layers < ring ? c->num_layers : ring;
+    int ring = o->grad_ring > 0 ? o->grad_ring : MT_ENGINE_GRAD_RING, streamed = c->num_layers - o->device_blocks;
+    return streamed < ring ? streamed : ring;
 }
 
 /* The walk's state: sizing (e NULL) or allocating into e; the bytes and buffers so far. */
@@ -78,17 +86,24 @@ static void walk(const shape *s, walker *w) {
     for (int k = 0; k < s->K; k++) DEVICE(slot[k], weight_slots, block * wsize, "a block weight slot");
     DEVICE(embed_w, embed_head, embed * wsize, "the embedding weights");
     DEVICE(head_w, embed_head, head * wsize, "the head weights");
-    if (o->ends_on_device) { /* the embedding's then the head's fp32 state, and the clip coefficient */
-        DEVICE(ends_master, ends_state, (embed + head) * 4, "the embedding's and head's master weights");
-        DEVICE(ends_m, ends_state, (embed + head) * 4, "the embedding's and head's first moments");
-        DEVICE(ends_v, ends_state, (embed + head) * 4, "the embedding's and head's second moments");
-        DEVICE(dev_clip_scale, ends_state, 4, "the clip coefficient");
+    size_t on_device = (size_t)mt_engine_device_numel(lay, o);
+    if (on_device) { /* the ends' then blocks 0..D-1's fp32 state, and the clip coefficient */
+        DEVICE(dev_master, device_state, on_device * 4, "the device-updated units' master weights");
+        DEVICE(dev_m, device_state, on_device * 4, "the device-updated units' first moments");
+        DEVICE(dev_v, device_state, on_device * 4, "the device-updated units' second moments");
+        DEVICE(dev_clip_scale, device_state, 4, "the clip coefficient");
     }
-    for (int g = 0; g < 2; g++) DEVICE(grad_slot[g], grads, block * 4, "a block gradient slot");
+    if (s->D > 0) { /* [D][max block] each */
+        DEVICE(resident_w, resident_weights, (size_t)s->D * block * wsize, "the resident blocks' weights");
+        DEVICE(resident_grad, grads, (size_t)s->D * block * 4, "the resident blocks' gradients");
+    }
+    if (s->K > 0) /* the streamed blocks' */
+        for (int g = 0; g < 2; g++) DEVICE(grad_slot[g], grads, block * 4, "a block gradient slot");
     int head_chunked = mt_engine_ends_chunked_for(c, o);
     DEVICE(embed_grad, grads, mt_engine_embed_grad_numel_for(lay, o) * 4,
            head_chunked ? "the embedding's gradient chunk" : "the embedding gradients");
-    DEVICE(head_grad, grads, mt_engine_head_grad_numel_for(lay, o) * 4, head_chunked ? "the head's gradient chunk" : "the head gradients");
+    DEVICE(head_grad, grads, mt_engine_head_grad_numel_for(lay, o) * 4,
+           head_chunked ? "the head's gradient chunk" : "the head gradients");
 
     /* [L+1-P][M][n, D] on the device; [P][M][n, D] on the host, through CKPT_STAGES device buffers */
     DEVICE(ckpt, checkpoints, (size_t)(c->num_layers + 1 - s->P) * ckpt, "activation checkpoints");
@@ -116,18 +131,24 @@ static void walk(const shape *s, walker *w) {
     HOST(host_inv_freq, host_staging, rope * 4, "RoPE frequencies");
     for (int i = 0; i < 2; i++) HOST(input_rows[i], host_staging, V, "the input-token row masks");
 
-    /* Where gradients land on the host: every unit's (exact clipping needs every gradient until the
-     * norm is known; tests read them), or the blocks' in a ring by backward order and the embedding
-     * and head each in their own buffer (none when the device updates them). A follower rank has
-     * none: its slices land in its leader's (it keeps them all: ranks need clipping). */
-    if (s->keep_all && !s->follower) {
+    /* Where gradients land on the host: every unit's (keep_grads, or exact clipping with every unit
+     * on the host: it needs every gradient until the norm is known; tests read them), the
+     * host-updated units' (clipping with some unit on the device), or the streamed blocks' in a
+     * ring by backward order and the embedding and head each in their own buffer (none when the
+     * device updates them). A follower rank has none: its slices land in its leader's (it keeps
+     * them all: ranks need clipping). */
+    if (s->keep_all && s->follower) {
+        /* the leader's */
+    } else if (s->keep_all && s->full) {
         HOST(grads_full, host_grads, (size_t)lay->total_numel * 4, "the gradients of every unit");
-    } else if (!s->keep_all) {
+    } else if (s->keep_all) {
+        HOST(grads_host, host_grads, (size_t)s->host_numel * 4, "the gradients of the host-updated units");
+    } else {
         if (!o->ends_on_device) {
             HOST(grad_home[0], host_grads, embed * 4, "the embedding's gradients");
             HOST(grad_home[U - 1], host_grads, head * 4, "the head's gradients");
         }
-        HOST(grad_ring_base, host_grads, (size_t)s->ring * block * 4, "the block gradient ring");
+        if (s->ring > 0) HOST(grad_ring_base, host_grads, (size_t)s->ring * block * 4, "the block gradient ring");
     }
 }
 
@@ -143,7 +164,8 @@ mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_en
     walk(&s, &w);
     mt_layout_free(&lay);
     mt_engine_bytes *b = &w.bytes;
-    b->total = b->weight_slots + b->embed_head + b->ends_state + b->grads + b->checkpoints + b->workspace;
+    b->total = b->weight_slots + b->embed_head + b->resident_weights + b->device_state + b->grads + b->checkpoints +
+               b->workspace;
     return *b;
 }
 
@@ -154,12 +176,18 @@ static void point_into_buffers(mt_engine *e) {
     e->dev_targets = e->dev_inputs + (size_t)e->o.micro_batches * mt_engine_rows(e);
     mt_block_ws_carve(&e->ws, e->ws_base, e->be, e->cfg, e->o.batch, e->o.seq, e->o.chunk);
     for (int i = 0; i < 2; i++) memset(e->input_rows[i], 0, (size_t)e->cfg->vocab_size);
-    const float *grads = e->leader ? e->leader->grads_full : e->grads_full;
-    if (grads)
-        for (int u = 0; u < e->U; u++) e->grad_home[u] = (float *)grads + lay->units[u].offset;
-    else
-        for (int l = 0; l < e->L; l++)
+    if (e->leader) {
+        for (int u = 0; u < e->U; u++) e->grad_home[u] = e->leader->grad_home[u];
+    } else if (e->grads_full) {
+        for (int u = 0; u < e->U; u++) e->grad_home[u] = e->grads_full + lay->units[u].offset;
+    } else if (e->grads_host) {
+        float *at = e->grads_host;
+        for (int u = 0; u < e->U; u++)
+            if (!mt_engine_unit_on_device(e, u)) e->grad_home[u] = at, at += lay->units[u].numel;
+    } else {
+        for (int l = e->D; l < e->L; l++)
             e->grad_home[mt_unit_block(l)] = e->grad_ring_base + (size_t)((e->L - 1 - l) % e->grad_ring) * lay->max_block_numel;
+    }
     if (mt_engine_ends_chunked(e)) { /* the chunks home never cover the layout's padding after the matrices */
         const mt_tensor *ends[2] = {mt_layout_tensor(lay, 0, MT_T_WTE), mt_layout_tensor(lay, e->U - 1, MT_T_LM_HEAD)};
         for (int i = 0; i < 2; i++) {

@@ -1,7 +1,7 @@
 /* The engine's state, shared by its files: engine.c (creation), engine_buffers.c (buffers),
  * engine_schedule.c (what runs where and when), engine_jobs.c (the compute jobs),
  * engine_optimizer.c (the CPU optimizer thread), engine_sync.c (events and flags, as protocol.h's
- * table lists them), engine_ckpt.c and engine_ends.c. docs/engine.md is the guide. */
+ * table lists them), engine_ckpt.c and engine_device_state.c. docs/engine.md is the guide. */
 #ifndef MT_ENGINE_INTERNAL_H
 #define MT_ENGINE_INTERNAL_H
 
@@ -33,6 +33,7 @@ struct mt_engine {
     const mt_config *cfg;
     mt_engine_options o;
     int L, U, K;
+    int D;                     /* device_blocks: blocks 0..D-1 are resident, D..L-1 stream */
 
     mt_stream *h2d, *compute, *d2h;
 
@@ -49,16 +50,22 @@ struct mt_engine {
     void *ws_base, *lm_ws;
     mt_block_ws ws;
     int32_t *dev_inputs, *dev_targets; /* [M][n] each */
-    /* ends_on_device: the embedding's then the head's fp32 state, and the clip coefficient */
-    float *ends_master, *ends_m, *ends_v, *dev_clip_scale;
-    int64_t ends_step;         /* updates the device applied to them; issuing thread only */
-    int64_t ends_home_generation; /* the store holds the device's state as of this many steps */
+    /* The units the device updates (engine_device_state.c): their fp32 state, the embedding's,
+     * the head's (ends_on_device), then blocks 0..D-1 (mt_engine_state_offset); the resident
+     * blocks' weights [D][max block] and gradients [D][max block]; the clip coefficient. */
+    float *dev_master, *dev_m, *dev_v, *dev_clip_scale;
+    void *resident_w;
+    float *resident_grad;
+    int64_t dev_step;          /* updates the device applied to them; issuing thread only */
+    int64_t dev_home_generation; /* the store holds the device's state as of this many steps */
     float *dev_inv_freq, *dev_norms, *dev_loss, *dev_logits;
     float *dev_lse;            /* [M][n]: each row's log-sum-exp of its logits (head chunked) */
 
     /* host staging (pinned on cuda) */
     int32_t *host_tokens;      /* [2][M][n]: inputs then targets */
-    float *grads_full;         /* every unit's gradient in layout positions, or NULL (ring mode) */
+    float *grads_full;         /* every unit's gradient in layout positions, or NULL (ring mode; or
+                                * clipping with some unit on the device: grads_host) */
+    float *grads_host;         /* that case: the host-updated units' gradients, one after another */
     float **grad_home;         /* [U]: where unit u's gradient lands on the host */
     float *grad_ring_base;     /* ring mode: [grad_ring][max block] */
     int grad_ring;             /* ring mode: blocks' gradients rotate through this many buffers */
@@ -124,7 +131,7 @@ typedef enum {
     MT_JOB_HEAD,    /* the final norm, the LM head and its loss; in training its backward too */
     MT_JOB_BLOCK_BWD,
     MT_JOB_EMBED_BWD,
-    MT_JOB_ENDS_UPDATE,
+    MT_JOB_DEVICE_UPDATE, /* the device's AdamW of the units whose state it keeps */
 } mt_job_kind;
 
 /* A compute job: one unit's work over the pass's M micro-batches. */
@@ -132,11 +139,11 @@ typedef struct {
     mt_engine *e;
     mt_job_kind kind;
     mt_run_mode mode;
-    int block, slot, grad_slot;
+    int block, grad_slot;
     int batch, seq, micro_batches, last_row;
     float scale;
     void *x_in, *x_out;   /* activation checkpoints read and written: [M][n, D] */
-    mt_adamw_params adam; /* MT_JOB_ENDS_UPDATE */
+    mt_adamw_params adam; /* MT_JOB_DEVICE_UPDATE */
     int clip;
 } mt_compute_job;
 
@@ -193,9 +200,24 @@ static inline void mt_engine_copy_home_in_launch(mt_engine *e, int u, size_t at,
     if (from < to) mt_copy_in_launch(e->be, e->grad_home[u] + from, src + (from - at), (to - from) * 4, e->compute);
 }
 
-/* Unit u's optimizer state lives on the device (ends_on_device: the embedding and the head). */
+/* Unit u's optimizer state lives on the device (ends_on_device: the embedding and the head;
+ * device_blocks: blocks 0..D-1). */
 static inline int mt_engine_unit_on_device(const mt_engine *e, int u) {
-    return e->o.ends_on_device && (u == 0 || u == e->U - 1);
+    if (u == 0 || u == e->U - 1) return e->o.ends_on_device;
+    return u - mt_unit_block(0) < e->D;
+}
+static inline int mt_engine_any_on_device(const mt_engine *e) { return e->o.ends_on_device || e->D > 0; }
+
+/* Block l's weights on the device: its resident buffer (l < D) or its weight slot: the streamed
+ * blocks D..L-1 take the K slots in turn, block l slot (l - D) mod K. Its gradient buffer: its
+ * resident one, or gradient slot gs. */
+static inline int mt_engine_slot_of(const mt_engine *e, int l) { return (l - e->D) % e->K; }
+static inline void *mt_engine_block_weights(const mt_engine *e, int l) {
+    if (l >= e->D) return e->slot[mt_engine_slot_of(e, l)];
+    return (char *)e->resident_w + (size_t)l * e->lay->max_block_numel * mt_dtype_size(e->be->ops->weight_dtype);
+}
+static inline float *mt_engine_block_grads(const mt_engine *e, int l, int gs) {
+    return l >= e->D ? e->grad_slot[gs] : e->resident_grad + (size_t)l * e->lay->max_block_numel;
 }
 
 /* engine_ckpt.c: activation checkpoints. The device buffer of ckpt[l] ([M][n, D]) as of now;
@@ -210,15 +232,16 @@ void mt_engine_ckpt_read(mt_engine *e, int l);
 void mt_engine_ckpt_fetch(mt_engine *e, int l);
 int mt_engine_ckpt_fetched(const mt_engine *e, int l);
 
-/* engine_ends.c: the embedding and head with ends_on_device. Upload their state at creation;
- * update them on the compute stream (inside a compute job; `clip`: scale by the clip coefficient
- * of this pass's norms, skipping a non-finite one); bring their state home to the store. */
-mt_status mt_engine_ends_upload(mt_engine *e);
-void mt_engine_ends_update(mt_engine *e, const mt_adamw_params *p, int clip);
-void mt_engine_ends_home(mt_engine *e);
+/* engine_device_state.c: the units whose state the device keeps (ends_on_device, device_blocks).
+ * Upload their state at creation; update them on the compute stream (inside a compute job;
+ * `clip`: scale by the clip coefficient of this pass's norms, skipping a non-finite one); bring
+ * their state home to the store. */
+mt_status mt_engine_device_upload(mt_engine *e);
+void mt_engine_device_update(mt_engine *e, const mt_adamw_params *p, int clip);
+void mt_engine_device_home(mt_engine *e);
 
 /* AdamW's parameters for an update with the engine's options: the host optimizer's and the
- * device's (ends_on_device) alike. */
+ * device's alike. */
 mt_adamw_params mt_engine_adamw_params(const mt_engine *e, float lr, int64_t step, float grad_scale);
 
 /* engine_buffers.c: allocates every buffer, by the same walk whose bytes mt_engine_size sums. */

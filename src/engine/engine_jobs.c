@@ -176,7 +176,7 @@ static void run_job(void *arg) {
     }
     case MT_JOB_BLOCK_FWD: {
         int u = mt_unit_block(j->block);
-        mt_unit_weights w = mt_bind_weights(e->lay, u, e->slot[j->slot], e->be->ops->weight_dtype);
+        mt_unit_weights w = mt_bind_weights(e->lay, u, mt_engine_block_weights(e, j->block), e->be->ops->weight_dtype);
         for (int m = 0; m < j->micro_batches; m++)
             mt_block_forward(&ctx, &w, micro(e, j->x_in, m), micro(e, j->x_out, m));
         break;
@@ -184,16 +184,17 @@ static void run_job(void *arg) {
     case MT_JOB_HEAD: run_head(j); break;
     case MT_JOB_BLOCK_BWD: {
         int u = mt_unit_block(j->block);
-        mt_unit_weights w = mt_bind_weights(e->lay, u, e->slot[j->slot], e->be->ops->weight_dtype);
-        mt_unit_grads g = mt_bind_grads(e->lay, u, e->grad_slot[j->grad_slot]);
+        float *grads = mt_engine_block_grads(e, j->block, j->grad_slot);
+        mt_unit_weights w = mt_bind_weights(e->lay, u, mt_engine_block_weights(e, j->block), e->be->ops->weight_dtype);
+        mt_unit_grads g = mt_bind_grads(e->lay, u, grads);
         for (int m = 0; m < j->micro_batches; m++)
             mt_block_backward(&ctx, &w, &g, micro(e, j->x_in, m), dy_at(e, m));
-        mt_engine_reduce(e, e->grad_slot[j->grad_slot], (size_t)mt_engine_numel(e, u));
-        op->sumsq(e->be, e->compute, e->dev_norms + u, e->grad_slot[j->grad_slot], (size_t)mt_engine_numel(e, u));
+        mt_engine_reduce(e, grads, (size_t)mt_engine_numel(e, u));
+        op->sumsq(e->be, e->compute, e->dev_norms + u, grads, (size_t)mt_engine_numel(e, u));
         break;
     }
     case MT_JOB_EMBED_BWD: embed_backward(j); break;
-    case MT_JOB_ENDS_UPDATE: mt_engine_ends_update(e, &j->adam, j->clip); break;
+    case MT_JOB_DEVICE_UPDATE: mt_engine_device_update(e, &j->adam, j->clip); break;
     }
     free(j);
 }

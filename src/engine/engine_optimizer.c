@@ -163,7 +163,8 @@ static void work_finished(mt_engine *e, const mt_opt_job *job, const opt_work *w
 static int pick_home(mt_engine *e, const mt_opt_job *job, const opt_work *work, int n) {
     for (int i = 0; i < 2; i++)
         if (!work[i].done && work_home(e, job, &work[i], 0)) return i;
-    int backward_running = !mt_engine_reached(e, MT_FL_GRADS_ISSUED, mt_unit_block(0), job->generation, MT_GEN_NEXT);
+    /* The backward runs until the gradients of the first block the host updates are issued. */
+    int backward_running = !mt_engine_reached(e, MT_FL_GRADS_ISSUED, mt_unit_block(e->D), job->generation, MT_GEN_NEXT);
     for (int l = 0; l < e->L; l++) {
         int i = 2 + (backward_running ? e->L - 1 - l : l);
         if (!work[i].done && work_home(e, job, &work[i], 0)) return i;
@@ -177,12 +178,10 @@ static void run_overlapped(mt_engine *e, const mt_opt_job *job, int64_t adam_ste
     int max = 2 + e->L + head_pieces(e), arrival[max];
     opt_work work[max];
     int n = list_work(e, work, arrival), left = n;
-    if (e->o.ends_on_device) { /* the embedding's work and the head's are the device's */
-        for (int i = 0; i < n; i++)
-            if (work[i].kind != WORK_BLOCK) work[i].done = 1, left--;
-        mt_engine_raise(e, MT_FL_UPDATED, 0, job->generation);
-        mt_engine_raise(e, MT_FL_UPDATED, e->U - 1, job->generation);
-    }
+    for (int i = 0; i < n; i++) /* the device's work: the ends with ends_on_device, the resident blocks */
+        if (mt_engine_unit_on_device(e, work[i].unit)) work[i].done = 1, left--;
+    for (int u = 0; u < e->U; u++)
+        if (mt_engine_unit_on_device(e, u)) mt_engine_raise(e, MT_FL_UPDATED, u, job->generation);
     for (; left > 0; left--) {
         int pick = pick_home(e, job, work, n);
         for (int a = 0; pick < 0; a++) /* nothing is home: wait for the next to arrive */
@@ -207,7 +206,7 @@ static void run_job(mt_engine *e, const mt_opt_job *job) {
     else run_deferred(e, job, adam_step);
     pthread_mutex_lock(&e->opt_lock);
     e->opt_seconds = e->job_update_seconds;
-    e->opt_seconds_per_block = job->skip ? 0 : e->job_block_seconds / e->L;
+    e->opt_seconds_per_block = job->skip || e->D == e->L ? 0 : e->job_block_seconds / (e->L - e->D);
     pthread_mutex_unlock(&e->opt_lock);
 }
 
@@ -306,7 +305,7 @@ void mt_engine_optimizer_post(mt_engine *e, const mt_opt_job *job) {
 
 int64_t mt_engine_finish(mt_engine *e) {
     for (int u = 0; u < e->U; u++) mt_engine_await(e, MT_FL_UPDATED, u, e->generation, MT_GEN_G);
-    mt_engine_ends_home(e);
+    mt_engine_device_home(e);
     mt_engine *opt = e->leader ? e->leader : e;
     pthread_mutex_lock(&opt->opt_lock);
     int64_t steps = opt->adam_step;

@@ -29,12 +29,14 @@ static void compute_wait(mt_engine *e, mt_ev id, int i) {
     if (timed) mt_engine_record(e, MT_EV_STALL_END, e->num_stalls++, e->compute);
 }
 
-/* Forward loads in use order: blocks 0..L-1, then the head (index L). Each first waits until
- * the optimizer has written that unit's weights for this step. Returns the seconds waited. */
+/* Forward loads in use order: the streamed blocks D..L-1 (index 0..L-D-1), then the head (index
+ * L - D); the resident blocks 0..D-1 never move. Each first waits until the optimizer has written
+ * that unit's weights for this step. Returns the seconds waited. */
 static double load_forward(mt_engine *e, int index) {
-    int u = index < e->L ? mt_unit_block(index) : e->U - 1;
+    int streamed = e->L - e->D;
+    int u = index < streamed ? mt_unit_block(e->D + index) : e->U - 1;
     double waited = mt_engine_await(e, MT_FL_UPDATED, u, e->generation, MT_GEN_G);
-    if (index < e->L) load_unit(e, u, e->slot[index % e->K], MT_EV_SLOT_FREE, MT_EV_SLOT_LOADED, index % e->K);
+    if (index < streamed) load_unit(e, u, e->slot[index % e->K], MT_EV_SLOT_FREE, MT_EV_SLOT_LOADED, index % e->K);
     else if (!mt_engine_unit_on_device(e, u)) load_unit(e, u, e->head_w, MT_EV_HEAD_FREE, MT_EV_HEAD_LOADED, 0);
     return waited;
 }
@@ -99,9 +101,12 @@ typedef struct {
     int train;                 /* a backward runs (MT_RUN_TRAIN, MT_RUN_GRADS) */
     const mt_opt_job *step;    /* MT_RUN_TRAIN: the step's optimizer job */
     const mt_opt_job *overlap; /* the same when the optimizer runs during the backward (no clipping) */
-    int ends_update;           /* the device updates the embedding and head at the end of the pass */
-    int ends_home;             /* their gradients go home: unless the device updates them (and no
-                                * one asked to keep every gradient on the host) */
+    int device_update;         /* the device updates the units whose state it keeps at the end of the
+                                * pass */
+    int ends_home;             /* the embedding's and head's gradients go home: unless the device
+                                * updates them (and no one asked to keep every gradient on the host) */
+    int resident_home;         /* the resident blocks' gradients go home: only when no step updates
+                                * them (gradients only) or every gradient is kept on the host */
     mt_compute_job base;       /* what every job of the pass shares */
     pass_result *r;
 } pass;
@@ -137,31 +142,30 @@ static mt_status begin_pass(mt_engine *e, pass *p, const int32_t *inputs, const 
     return MT_OK;
 }
 
-/* Block l's forward, once its weights are in slot l mod K; then the slot may take block l + K. */
+/* Block l's forward: a resident block's weights are there; a streamed one's once they are in its
+ * slot, which then may take the streamed block K further (or the head). */
 static mt_status block_forward(mt_engine *e, pass *p, int l) {
-    int K = e->K;
-    compute_wait(e, MT_EV_SLOT_LOADED, l % K);
+    int K = e->K, resident = l < e->D, index = l - e->D;
+    if (!resident) compute_wait(e, MT_EV_SLOT_LOADED, mt_engine_slot_of(e, l));
     mt_engine_ckpt_before_write(e, l + 1);
     mt_compute_job j = job_of(p, MT_JOB_BLOCK_FWD);
     j.block = l;
-    j.slot = l % K;
     j.x_in = mt_engine_ckpt(e, l);
     j.x_out = mt_engine_ckpt(e, l + 1);
     MT_TRY(mt_engine_launch(e, j));
-    mt_engine_record(e, MT_EV_SLOT_FREE, l % K, e->compute);
+    if (!resident) mt_engine_record(e, MT_EV_SLOT_FREE, mt_engine_slot_of(e, l), e->compute);
     mt_engine_ckpt_written(e, l + 1, p->train);
     mt_engine_ckpt_read(e, l);
-    if (l + K <= e->L) p->r->waited += load_forward(e, l + K);
+    if (!resident && index + K <= e->L - e->D) p->r->waited += load_forward(e, index + K);
     return MT_OK;
 }
 
-/* Forward: the embedding, then the blocks with K - 1 loads in flight. The last K blocks stay in
- * their slots for the backward. */
+/* Forward: the embedding, the resident blocks, then the streamed blocks with K - 1 loads in
+ * flight. The last K streamed blocks stay in their slots for the backward. */
 static mt_status forward(mt_engine *e, pass *p) {
     int embed_moves = !mt_engine_unit_on_device(e, 0);
     p->r->waited += mt_engine_await(e, MT_FL_UPDATED, 0, e->generation, MT_GEN_G);
     if (embed_moves) load_unit(e, 0, e->embed_w, MT_EV_EMBED_FREE, MT_EV_EMBED_LOADED, 0);
-    for (int i = 0; i < e->K; i++) p->r->waited += load_forward(e, i);
     mt_engine_wait(e, e->compute, MT_EV_TOKENS_READY, 0);
     compute_wait(e, MT_EV_EMBED_LOADED, 0);
     mt_engine_ckpt_before_write(e, 0);
@@ -170,7 +174,14 @@ static mt_status forward(mt_engine *e, pass *p) {
     MT_TRY(mt_engine_launch(e, j));
     mt_engine_ckpt_written(e, 0, p->train);
     if (embed_moves && !e->cfg->tie_embeddings) mt_engine_record(e, MT_EV_EMBED_FREE, 0, e->compute);
-    for (int l = 0; l < e->L; l++) MT_TRY(block_forward(e, p, l));
+    /* The first K streamed blocks' loads (each waiting for the host optimizer's update of its
+     * block) are issued once the resident blocks' jobs are queued, which compute runs meanwhile. */
+    for (int l = 0; l < e->L; l++) {
+        if (l == e->D)
+            for (int i = 0; i < e->K; i++) p->r->waited += load_forward(e, i);
+        MT_TRY(block_forward(e, p, l));
+    }
+    if (e->K == 0) p->r->waited += load_forward(e, 0); /* every block resident: the head is next */
     return MT_OK;
 }
 
@@ -204,18 +215,37 @@ static void send_embedding_early(mt_engine *e) {
     mt_engine_raise(e, MT_FL_EMBED_EARLY_ISSUED, 0, e->generation);
 }
 
+/* A resident block's backward: its gradients stay in its own buffer for the device's update (they
+ * go home only when the pass keeps every gradient on the host). */
+static mt_status resident_backward(mt_engine *e, pass *p, int l) {
+    int u = mt_unit_block(l), stage = mt_engine_ckpt_fetched(e, l);
+    float *grads = mt_engine_block_grads(e, l, 0);
+    if (stage >= 0) compute_wait(e, MT_EV_STAGE_FILLED, stage);
+    mt_engine_wait(e, e->compute, MT_EV_GRADS_HOME, u); /* a previous copy home is done */
+    mt_zero_async(e->be, grads, (size_t)mt_engine_numel(e, u) * 4, e->compute);
+    mt_compute_job j = job_of(p, MT_JOB_BLOCK_BWD);
+    j.block = l;
+    j.x_in = mt_engine_ckpt(e, l);
+    MT_TRY(mt_engine_launch(e, j));
+    mt_engine_ckpt_read(e, l);
+    mt_engine_ckpt_fetch(e, l - 1);
+    if (p->resident_home) send_home(e, u, grads, MT_EV_UNIT_READY, 0, p->overlap != NULL);
+    return MT_OK;
+}
+
 /* Block l's backward: it reads its input checkpoint (fetched a block ahead when it lives on the
- * host) and its weights (still resident for the last K blocks, reloaded for the others), and its
- * gradients go home from one of two gradient slots. */
+ * host) and its weights (resident; or in its slot: still there for the last K streamed blocks,
+ * reloaded for the others), and a streamed block's gradients go home from one of two gradient
+ * slots. */
 static mt_status block_backward(mt_engine *e, pass *p, int l) {
-    int L = e->L, K = e->K, k = l % K, gs = (L - 1 - l) % 2, stage = mt_engine_ckpt_fetched(e, l);
+    if (l < e->D) return resident_backward(e, p, l);
+    int L = e->L, K = e->K, k = mt_engine_slot_of(e, l), gs = (L - 1 - l) % 2, stage = mt_engine_ckpt_fetched(e, l);
     if (stage >= 0) compute_wait(e, MT_EV_STAGE_FILLED, stage);
     compute_wait(e, MT_EV_SLOT_LOADED, k);
     compute_wait(e, MT_EV_GRAD_FREE, gs);
     mt_zero_async(e->be, e->grad_slot[gs], (size_t)mt_engine_numel(e, mt_unit_block(l)) * 4, e->compute);
     mt_compute_job j = job_of(p, MT_JOB_BLOCK_BWD);
     j.block = l;
-    j.slot = k;
     j.grad_slot = gs;
     j.x_in = mt_engine_ckpt(e, l);
     MT_TRY(mt_engine_launch(e, j));
@@ -227,7 +257,7 @@ static mt_status block_backward(mt_engine *e, pass *p, int l) {
         p->r->waited += mt_engine_await(e, MT_FL_UPDATED, mt_unit_block(l + e->grad_ring), e->generation,
                                         MT_GEN_NEXT);
     send_home(e, mt_unit_block(l), e->grad_slot[gs], MT_EV_GRAD_READY, gs, p->overlap != NULL);
-    if (l - K >= 0) load_unit(e, mt_unit_block(l - K), e->slot[k], MT_EV_SLOT_FREE, MT_EV_SLOT_LOADED, k);
+    if (l - K >= e->D) load_unit(e, mt_unit_block(l - K), e->slot[k], MT_EV_SLOT_FREE, MT_EV_SLOT_LOADED, k);
     return MT_OK;
 }
 
@@ -237,36 +267,36 @@ static mt_status backward(mt_engine *e, pass *p) {
     if (p->overlap) mt_engine_optimizer_post(e, p->overlap);
     if (p->ends_home)
         send_home(e, e->U - 1, mt_engine_ends_chunked(e) ? NULL : e->head_grad, MT_EV_UNIT_READY, 0, p->overlap != NULL);
-    if (p->overlap && !p->ends_update) send_embedding_early(e);
+    if (p->overlap && !e->o.ends_on_device) send_embedding_early(e);
     e->first_backward_job = e->num_jobs;
     mt_engine_ckpt_fetch(e, e->L - 1);
     for (int l = e->L - 1; l >= 0; l--) MT_TRY(block_backward(e, p, l));
     /* Chunked, the embedding's backward writes its gradient home itself: the optimizer must be done
      * with the early copy there (which then also landed, so the chunk buffer may change). */
-    if (p->overlap && !p->ends_update && mt_engine_ends_chunked(e))
+    if (p->overlap && !e->o.ends_on_device && mt_engine_ends_chunked(e))
         p->r->waited += mt_engine_await(e, MT_FL_EMBED_EARLY_DONE, 0, e->generation, MT_GEN_NEXT);
     return mt_engine_launch(e, job_of(p, MT_JOB_EMBED_BWD));
 }
 
 /* The ends: the embedding's gradient goes home (once the optimizer is done with its early copy,
- * which lies where it lands), or the device updates the embedding and head itself; then the
- * norms go home. */
+ * which lies where it lands) unless the device updates it; the device updates the units whose
+ * state it keeps (the ends, the resident blocks); then the norms go home. */
 static mt_status ends(mt_engine *e, pass *p) {
     if (p->step && e->poison_next) { /* as a NaN in the gradient would, for the host and the device alike */
         static const float nan_norm = NAN;
         mt_copy_async(e->be, e->dev_norms, &nan_norm, 4, e->compute);
     }
     int chunked = mt_engine_ends_chunked(e);
-    if (p->overlap && !p->ends_update && !chunked)
+    if (p->overlap && !e->o.ends_on_device && !chunked)
         p->r->waited += mt_engine_await(e, MT_FL_EMBED_EARLY_DONE, 0, e->generation, MT_GEN_NEXT);
     if (p->ends_home) send_home(e, 0, chunked ? NULL : e->embed_grad, MT_EV_UNIT_READY, 0, p->overlap != NULL);
-    if (p->ends_update) {
-        mt_compute_job j = job_of(p, MT_JOB_ENDS_UPDATE);
-        j.adam = mt_engine_adamw_params(e, p->step->lr, e->ends_step + 1, 1.0f);
+    if (p->device_update) {
+        mt_compute_job j = job_of(p, MT_JOB_DEVICE_UPDATE);
+        j.adam = mt_engine_adamw_params(e, p->step->lr, e->dev_step + 1, 1.0f);
         j.clip = !p->step->overlapped;
         MT_TRY(mt_engine_launch(e, j));
-        mt_engine_record(e, MT_EV_ENDS_UPDATED, 0, e->compute);
-        mt_engine_wait(e, e->d2h, MT_EV_ENDS_UPDATED, 0);
+        mt_engine_record(e, MT_EV_DEVICE_UPDATED, 0, e->compute);
+        mt_engine_wait(e, e->d2h, MT_EV_DEVICE_UPDATED, 0);
     }
     mt_copy_async(e->be, e->host_norms, e->dev_norms, (size_t)e->U * 4, e->d2h);
     return MT_OK;
@@ -288,10 +318,10 @@ static void end_pass(mt_engine *e, pass *p) {
 /* `step`: the optimizer job of a training pass (MT_RUN_TRAIN), else NULL. */
 static mt_status run_pass(mt_engine *e, mt_run_mode mode, const int32_t *inputs, const int32_t *targets,
                           int batch, int seq, int M, int last_row, const mt_opt_job *step, pass_result *r) {
-    int ends_update = step && e->o.ends_on_device;
     pass p = {.mode = mode, .train = mode == MT_RUN_TRAIN || mode == MT_RUN_GRADS, .step = step,
-              .overlap = step && step->overlapped ? step : NULL, .ends_update = ends_update,
-              .ends_home = !ends_update || e->o.keep_grads, .r = r};
+              .overlap = step && step->overlapped ? step : NULL, .device_update = step && mt_engine_any_on_device(e),
+              .ends_home = !(step && e->o.ends_on_device) || e->o.keep_grads,
+              .resident_home = !step || e->o.keep_grads, .r = r};
     MT_TRY(begin_pass(e, &p, inputs, targets, batch, seq, M, last_row));
     MT_TRY(forward(e, &p));
     MT_TRY(head(e, &p));
@@ -342,7 +372,7 @@ mt_status mt_engine_step(mt_engine *e, const int32_t *inputs, const int32_t *tar
         if (!job.skip) job.grad_scale = scale;
         if (!e->leader) mt_engine_optimizer_post(e, &job);
     }
-    if (!job.skip) e->ends_step++; /* the device's update of the embedding and head, if it makes one */
+    if (!job.skip) e->dev_step++; /* the device's update of the units it keeps, if it makes one */
     e->generation++;
     MT_TRY(rc);
     *res = (mt_step_result){.loss = r.loss, .grad_norm = r.grad_norm, .skipped = job.skip,
@@ -365,7 +395,8 @@ const float *mt_engine_host_grads(const mt_engine *e) { return e->grads_full; }
 
 mt_status mt_engine_grads(mt_engine *e, const int32_t *inputs, const int32_t *targets, double *loss) {
     if (!e->grads_full)
-        return mt_fail(MT_ERR_INVALID, "the engine keeps only a ring of gradients (no clipping): set keep_grads");
+        return mt_fail(MT_ERR_INVALID, "the engine keeps only some gradients on the host (a ring without clipping, "
+                       "or only the host-updated units'): set keep_grads");
     pass_result r;
     MT_TRY(run_pass(e, MT_RUN_GRADS, inputs, targets, e->o.batch, e->o.seq, e->o.micro_batches, 0, NULL, &r));
     MT_TRY(finish_pass(e, &r));

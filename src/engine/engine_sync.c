@@ -74,7 +74,7 @@ int mt_engine_instances(const mt_engine *e, mt_per per) {
     case MT_PER_GRAD_SLOT: return 2;
     case MT_PER_UNIT: return e->U;
     case MT_PER_STAGE: return e->o.ckpt_on_host > 0 ? CKPT_STAGES : 0;
-    case MT_PER_ENDS: return e->o.ends_on_device ? 1 : 0;
+    case MT_PER_DEVICE: return mt_engine_any_on_device(e) ? 1 : 0;
     case MT_PER_STALL: return e->max_stalls;
     case MT_PER_JOB: return e->max_jobs;
     }
@@ -83,5 +83,6 @@ int mt_engine_instances(const mt_engine *e, mt_per per) {
 
 unsigned mt_engine_modes(const mt_engine *e) {
     return (e->o.max_grad_norm > 0 ? MT_MODE_CLIPPED : MT_MODE_OVERLAPPED) | (e->grad_ring ? MT_MODE_RING : 0) |
-           (e->o.ends_on_device ? MT_MODE_ENDS_DEVICE : 0) | (e->o.ckpt_on_host > 0 ? MT_MODE_CKPT_HOST : 0);
+           (e->o.ends_on_device ? MT_MODE_ENDS_DEVICE : 0) | (e->o.ckpt_on_host > 0 ? MT_MODE_CKPT_HOST : 0) |
+           (mt_engine_any_on_device(e) ? MT_MODE_DEVICE_STATE : 0);
 }

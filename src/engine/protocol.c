@@ -25,7 +25,7 @@ const mt_sync_point mt_events[MT_EV_COUNT] = {
     [MT_EV_UNIT_READY] = {"unit_ready", MT_PER_ENGINE},
     [MT_EV_GRADS_HOME] = {"grads_home", MT_PER_UNIT},
     [MT_EV_EMBED_EARLY_HOME] = {"embed_early_home", MT_PER_ENGINE},
-    [MT_EV_ENDS_UPDATED] = {"ends_updated", MT_PER_ENDS},
+    [MT_EV_DEVICE_UPDATED] = {"device_updated", MT_PER_DEVICE},
     [MT_EV_STAGE_FILLED] = {"stage_filled", MT_PER_STAGE},
     [MT_EV_STAGE_DRAINED] = {"stage_drained", MT_PER_STAGE},
     [MT_EV_STAGE_RELEASED] = {"stage_released", MT_PER_STAGE},
@@ -55,6 +55,7 @@ const mt_sync_point mt_flags[MT_FL_COUNT] = {
 #define RING MT_MODE_RING
 #define ENDS_DEVICE MT_MODE_ENDS_DEVICE
 #define CKPT_HOST MT_MODE_CKPT_HOST
+#define DEVICE_STATE MT_MODE_DEVICE_STATE
 
 const mt_protocol_row mt_protocol[] = {
     /* sync point           recorded by       waited by       for          needs        unless */
@@ -76,8 +77,6 @@ const mt_protocol_row mt_protocol[] = {
     {EV(HEAD_LOADED),       H2D,              COMPUTE,        0,           0,           0,
      "every pass; with the ends on the device only the upload at creation records it",
      "the head's weights (final norm, LM head) are in their buffer; the head's job reads them"},
-    {EV(HEAD_LOADED),       H2D,              ISSUER,         0,           ENDS_DEVICE, 0,
-     "creation", "the embedding's and head's state is on the device (mt_engine_ends_upload waits for it)"},
     {EV(HEAD_FREE),         COMPUTE,          H2D,            0,           0,           ENDS_DEVICE,
      "every pass, after the head", "compute is done reading the head's weights; the next load may overwrite them"},
     {EV(GRAD_READY),        COMPUTE,          D2H,            0,           0,           0,
@@ -89,17 +88,20 @@ const mt_protocol_row mt_protocol[] = {
      "training passes (the head's, the embedding's gradients, the embedding's early copy); "
      "evaluation and sampling (the loss, the logits)", "compute wrote what d2h copies next"},
     {EV(GRADS_HOME),        D2H,              COMPUTE,        0,           0,           0,
-     "training passes", "unit u's gradients are on the host; compute waits before it zeroes the embedding's "
-     "or head's gradient buffer for the next pass (a wait on a record that never came is none)"},
+     "training passes", "unit u's gradients are on the host; compute waits before it zeroes the embedding's, "
+     "the head's or a resident block's gradient buffer for the next pass (a wait on a record that never came "
+     "is none)"},
     {EV(GRADS_HOME),        D2H,              OPTIMIZER,      0,           OVERLAPPED,  0,
      "steps", "unit u's gradients are on the host; the optimizer updates u (clipped: it needs none, it starts "
      "after the pass)"},
     {EV(EMBED_EARLY_HOME),  D2H,              OPTIMIZER,      0,           OVERLAPPED,  ENDS_DEVICE,
      "steps, right after the head", "the embedding's gradient so far is home: its rows no input token touches "
      "are final, and the optimizer updates them during the backward"},
-    {EV(ENDS_UPDATED),      COMPUTE,          D2H,            0,           ENDS_DEVICE, 0,
-     "steps, after the device's update of the embedding and head; mt_engine_finish",
+    {EV(DEVICE_UPDATED),    COMPUTE,          D2H,            0,           DEVICE_STATE, 0,
+     "steps, after the device's update of the units whose state it keeps; mt_engine_finish",
      "the device's update is done: d2h may read the norms and, in mt_engine_finish, bring the state home"},
+    {EV(DEVICE_UPDATED),    H2D,              ISSUER,         0,           DEVICE_STATE, 0,
+     "creation", "the device-kept units' state is on the device (mt_engine_device_upload waits for it)"},
     {EV(STAGE_FILLED),      COMPUTE | H2D,    D2H | COMPUTE,  0,           CKPT_HOST,   0,
      "forward (compute wrote it, d2h copies it out); backward (h2d copied it in, compute reads it)",
      "checkpoint stage s holds a host-kept checkpoint"},

@@ -35,7 +35,7 @@ typedef enum {
     MT_EV_UNIT_READY,
     MT_EV_GRADS_HOME,
     MT_EV_EMBED_EARLY_HOME,
-    MT_EV_ENDS_UPDATED,
+    MT_EV_DEVICE_UPDATED,
     MT_EV_STAGE_FILLED,
     MT_EV_STAGE_DRAINED,
     MT_EV_STAGE_RELEASED,
@@ -63,7 +63,7 @@ typedef enum {
     MT_PER_GRAD_SLOT, /* 2: the block gradient slots the backward alternates */
     MT_PER_UNIT,      /* U: one per unit (embedding, blocks, head) */
     MT_PER_STAGE,     /* CKPT_STAGES when checkpoints live on the host, else none */
-    MT_PER_ENDS,      /* one with ends_on_device, else none */
+    MT_PER_DEVICE,    /* one when the device updates some unit (ends_on_device, device_blocks) */
     MT_PER_STALL,     /* the compute stream's timed waits of one pass */
     MT_PER_JOB,       /* the compute jobs of one pass */
 } mt_per;
@@ -93,6 +93,7 @@ enum {
     MT_MODE_RING = 1 << 2,        /* overlapped without keep_grads: block gradients in a ring */
     MT_MODE_ENDS_DEVICE = 1 << 3, /* the device updates the embedding and head */
     MT_MODE_CKPT_HOST = 1 << 4,   /* some activation checkpoints live in pinned host memory */
+    MT_MODE_DEVICE_STATE = 1 << 5, /* the device updates some unit: the ends, device_blocks or both */
 };
 
 /* The generations a flag is waited for, relative to the waiter's g. */

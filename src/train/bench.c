@@ -33,17 +33,18 @@ static double host_peak_bytes(void) {
     return kb * 1024;
 }
 
-/* Bytes each GPU moves over its PCIe link in a step, by the schedule (engine.h): every block's
- * weights come in for the forward and, but for the K still resident, again for the backward; the
- * embedding and head once each unless the device keeps them; its 1/ranks slice of every gradient
- * the host optimizer updates goes home in fp32. */
+/* Bytes each GPU moves over its PCIe link in a step, by the schedule (engine.h): every streamed
+ * block's weights come in for the forward and, but for the K still in their slots, again for the
+ * backward (the resident device_blocks never move); the embedding and head once each unless the
+ * device keeps them; its 1/ranks slice of every gradient the host optimizer updates goes home in
+ * fp32. */
 static void pcie_bytes(const mt_layout *lay, const mt_engine_options *eo, int ranks, mt_dtype weight, double *h2d,
                        double *d2h) {
-    int L = lay->cfg.num_layers, K = eo->slots < L ? eo->slots : L, U = lay->num_units;
+    int S = lay->cfg.num_layers - eo->device_blocks, K = eo->slots < S ? eo->slots : S, U = lay->num_units;
     double wsize = (double)mt_dtype_size(weight), ends = (double)(lay->units[0].numel + lay->units[U - 1].numel);
-    double blocks = (double)lay->total_numel - ends;
-    *h2d = wsize * (blocks * (2.0 * L - K) / L + (eo->ends_on_device ? 0 : ends));
-    *d2h = 4.0 * (blocks + (eo->ends_on_device ? 0 : ends)) / ranks;
+    double block = (double)lay->max_block_numel;
+    *h2d = wsize * (block * (2.0 * S - K) + (eo->ends_on_device ? 0 : ends));
+    *d2h = 4.0 * (block * S + (eo->ends_on_device ? 0 : ends)) / ranks;
 }
 
 static int compare_doubles(const void *a, const void *b) {
@@ -56,9 +57,7 @@ typedef struct {
     double idle_share;         /* the device's idle time over the step time (1 - computing) */
     double idle_forward_share, idle_backward_share; /* its parts between jobs of the two passes */
     double opt_s, opt_block_s; /* the optimizer's mean time a step, and a block */
-    int ends_on_device;        /* the device updated the embedding and head */
-    int ckpt_on_host;          /* blocks whose input checkpoints lived in pinned host memory */
-    int chunk;                 /* tokens a block's token-wise ops took at once */
+    const mt_placement *plan;  /* where everything lived: the run's memory plan */
     /* The device memory in use by the driver's count (cudaMemGetInfo: the CUDA context and the
      * libraries' workspaces included), sampled after every step and at the end: the engine
      * allocates all it uses at its creation and the libraries theirs in the first step. */
@@ -69,25 +68,29 @@ typedef struct {
 
 static void print_summary(FILE *out, const mt_train_options *o, const mt_backend *be, const mt_config *cfg,
                           const bench_summary *s, double peak_gpu, double host, const char *json) {
-    double tokens = (double)s->gpus * o->micro_batches * o->batch * o->seq_len;
+    const mt_engine_options *eo = &s->plan->eo;
+    double tokens = (double)s->gpus * s->plan->tokens;
+    char where[768], grads[96];
+    mt_placement_describe(s->plan, where, sizeof where);
+    mt_placement_grads_where(s->plan, grads, sizeof grads);
     fprintf(out, "megatrain %s on %d %s%s: %.0f tokens/step, median step %.3f s, %.0f tokens/s, %.1f TFLOP/s, "
             "peak device memory %.2f GiB (%.2f GiB by the driver's count, context included), host %.1f GiB, "
             "block chunk %d tokens, checkpoints of %d of %d blocks on the host, device idle %.1f%% of the step (%.1f%% in the forward, "
             "%.1f%% in the backward, the rest at the step's ends; stalled on copies %.1f%%), issuing thread waited on the optimizer %.1f%% (that wait overlaps queued GPU work), "
-            "optimizer %.3f s a step (%.4f s a block, %.0f%% of the step), embedding and head updated on the %s; "
-            "PCIe per GPU per step %.2f GB in, %.2f GB out\n", o->preset ? o->preset : "model", s->gpus,
+            "optimizer %.3f s a step (%.4f s a block, %.0f%% of the step); PCIe per GPU per step %.2f GB in, %.2f GB "
+            "out; plan: %s\n", o->preset ? o->preset : "model", s->gpus,
             mt_backend_has_own_memory(be) ? "GPU" : "cpu rank", s->gpus > 1 ? "s" : "", tokens, s->step_s,
             s->tokens_per_s, s->tflops, peak_gpu / 1073741824.0, s->driver_peak_bytes / 1073741824.0,
-            host / 1073741824.0, s->chunk, s->ckpt_on_host, cfg->num_layers, 100 * s->idle_share,
+            host / 1073741824.0, mt_block_piece_rows(eo->batch, eo->seq, eo->chunk), eo->ckpt_on_host, cfg->num_layers,
+            100 * s->idle_share,
             100 * s->idle_forward_share, 100 * s->idle_backward_share, 100 * s->stall_share, 100 * s->opt_wait_share, s->opt_s, s->opt_block_s,
-            s->step_s > 0 ? 100 * s->opt_s / s->step_s : 0, s->ends_on_device ? "device" : "host", s->h2d_bytes / 1e9,
-            s->d2h_bytes / 1e9);
+            s->step_s > 0 ? 100 * s->opt_s / s->step_s : 0, s->h2d_bytes / 1e9, s->d2h_bytes / 1e9, where);
     if (!json) return;
-    json_t *j = json_pack("{s:i, s:f, s:f, s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:b, s:f, s:i, s:i, s:f, s:i}",
+    json_t *j = json_pack("{s:i, s:f, s:f, s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:b, s:f, s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:i, s:i, s:f, s:i}",
                           "gpus", s->gpus, "pcie_h2d_gb_per_gpu", s->h2d_bytes / 1e9, "pcie_d2h_gb_per_gpu",
                           s->d2h_bytes / 1e9, "system", "megatrain", "backend", be->ops->name, "model", o->preset ? o->preset : "model",
-                          "params", (json_int_t)mt_config_total_params(cfg), "seq", o->seq_len, "batch", o->batch,
-                          "micro_batches", o->micro_batches, "tokens_per_step", tokens, "step_s", s->step_s,
+                          "params", (json_int_t)mt_config_total_params(cfg), "seq", eo->seq, "batch", eo->batch,
+                          "micro_batches", eo->micro_batches, "tokens_per_step", tokens, "step_s", s->step_s,
                           "tokens_per_s", s->tokens_per_s, "tflops", s->tflops, "peak_gpu_gib",
                           peak_gpu / 1073741824.0, "host_gib", host / 1073741824.0, "copy_wait_share",
                           s->stall_share, "opt_wait_share", s->opt_wait_share, "opt_seconds", s->opt_s,
@@ -95,9 +98,12 @@ static void print_summary(FILE *out, const mt_train_options *o, const mt_backend
                           "idle_forward_share", s->idle_forward_share, "idle_backward_share", s->idle_backward_share,
                           "clip",
                           (double)o->max_grad_norm, "opt_cores", o->opt_cores ? o->opt_cores : "",
-                          "ends_on_device", s->ends_on_device, "gpu_mem_gib", (double)o->gpu_mem / 1073741824.0,
-                          "ckpt_on_host", s->ckpt_on_host, "layers", cfg->num_layers, "driver_peak_gpu_gib",
-                          s->driver_peak_bytes / 1073741824.0, "chunk", s->chunk);
+                          "ends_on_device", eo->ends_on_device, "gpu_mem_gib", (double)o->gpu_mem / 1073741824.0,
+                          "ckpt_on_host", eo->ckpt_on_host, "layers", cfg->num_layers,
+                          "device_blocks", eo->device_blocks, "opt_units_on_device", s->plan->units_on_device,
+                          "units", s->plan->units, "grads_wait", grads, "placement", where,
+                          "slots", mt_placement_slots(s->plan), "lm_chunk", eo->lm_chunk, "driver_peak_gpu_gib",
+                          s->driver_peak_bytes / 1073741824.0, "chunk", mt_block_piece_rows(eo->batch, eo->seq, eo->chunk));
     FILE *f = fopen(json, "a");
     if (j && f) {
         json_dumpf(j, f, JSON_COMPACT);
@@ -122,7 +128,7 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
     int32_t *inputs = mt_malloc(n * sizeof *inputs, "bench tokens"), *targets = mt_malloc(n * sizeof *targets, "bench tokens");
     double *times = mt_calloc((size_t)o->steps, sizeof *times, "bench timings");
     mt_status rc = inputs && targets && times ? MT_OK : MT_ERR_NOMEM;
-    mt_engine_options eo = {0};
+    mt_placement plan;
     double t0 = mt_now();
     if (rc == MT_OK) rc = mt_devices_open(&dev, o);
     mt_backend *be = dev.be;
@@ -130,15 +136,15 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
     mt_moments_format moments;
     if (rc == MT_OK) rc = mt_moments_format_parse(o->moments, &moments);
     /* Refused up front, as train is: what the store and the engine need against what is there. */
-    if (rc == MT_OK) rc = mt_train_engine_options(o, be, &cfg, &eo);
-    if (rc == MT_OK) rc = mt_devices_check_memory(&dev, &lay, &eo, moments);
+    if (rc == MT_OK) rc = mt_train_placement(o, be, &cfg, &plan);
+    if (rc == MT_OK) rc = mt_devices_check_memory(&dev, &lay, &plan.eo, moments);
     if (rc == MT_OK) rc = mt_store_create_with_moments(&store, &lay, be, moments);
     double t2 = mt_now();
     if (rc == MT_OK) {
         mt_store_init_random(&store, (uint64_t)o->seed);
         fprintf(out, "set-up: backend %.1f s, host store %.1f s, initialization %.1f s\n", t1 - t0, t2 - t1,
                 mt_now() - t2);
-        rc = mt_devices_start(&dev, &store, &eo, 0);
+        rc = mt_devices_start(&dev, &store, &plan.eo, 0);
     }
     if (rc == MT_OK) fprintf(out, "set-up: engine ready at %.1f s\n", mt_now() - t0);
     mt_rng rng = {(uint64_t)o->seed};
@@ -177,10 +183,9 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
         size_t peak = mt_dev_peak(be);
         qsort(times, (size_t)o->steps, sizeof *times, compare_doubles);
         if ((double)mt_dev_in_use(be) > driver_peak) driver_peak = (double)mt_dev_in_use(be);
-        bench_summary sum = {.step_s = times[o->steps / 2], .ends_on_device = eo.ends_on_device,
-                             .ckpt_on_host = eo.ckpt_on_host, .gpus = o->gpus > 1 ? o->gpus : 1,
-                             .chunk = mt_block_piece_rows(eo.batch, eo.seq, eo.chunk), .driver_peak_bytes = driver_peak};
-        pcie_bytes(&lay, &eo, sum.gpus, be->ops->weight_dtype, &sum.h2d_bytes, &sum.d2h_bytes);
+        bench_summary sum = {.step_s = times[o->steps / 2], .plan = &plan, .gpus = o->gpus > 1 ? o->gpus : 1,
+                             .driver_peak_bytes = driver_peak};
+        pcie_bytes(&lay, &plan.eo, sum.gpus, be->ops->weight_dtype, &sum.h2d_bytes, &sum.d2h_bytes);
         sum.tokens_per_s = (double)n / sum.step_s;
         sum.tflops = sum.tokens_per_s * model_flops_per_token(&cfg, o->seq_len) / 1e12;
         sum.stall_share = total > 0 ? stall / total : 0;

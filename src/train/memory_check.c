@@ -87,7 +87,7 @@ mt_memory_fit mt_memory_fit_of(const mt_layout *layout, mt_backend *be, const mt
     add_class(&fit, "working weights", s.weights);
     add_class(&fit, "fp32 master", s.master);
     add_class(&fit, "Adam moments", s.moments);
-    add_class(&fit, "gradients", d.host_grads);
+    add_class(&fit, "gradients on the host", d.host_grads);
     add_class(&fit, "staging", d.host_staging);
     add_class(&fit, "activation checkpoints", d.host_checkpoints);
     if (mt_backend_has_own_memory(be)) {
@@ -131,8 +131,8 @@ mt_status mt_memory_check_fit(const mt_memory_fit *f, const char *what) {
     MT_TRY(mt_memory_check_host(what, f->host, f->host_classes));
     if (f->device_available >= 0 && f->device_needed > f->device_available)
         return mt_fail(MT_ERR_NOMEM, "%s needs %.2f GB of device memory, %.2f GB free; lower --batch, "
-                       "--seq, --micro-batches or --slots, or give --gpu-mem", what, gb(f->device_needed),
-                       gb(f->device_available));
+                       "--seq, --micro-batches, --slots or --device-blocks, or give --gpu-mem", what,
+                       gb(f->device_needed), gb(f->device_available));
     return MT_OK;
 }
 

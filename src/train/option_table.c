@@ -47,6 +47,15 @@ static mt_status check_tokenizer(const char *option, const char *value) {
     return MT_OK;
 }
 
+/* auto, all or a count; the model's number of blocks is checked once it is known (options.c). */
+static mt_status check_device_blocks(const char *option, const char *value) {
+    char *end;
+    long n = strtol(value, &end, 10);
+    if (!strcmp(value, "auto") || !strcmp(value, "all") || (end != value && !*end && n >= 0 && n <= SHAPE_MAX))
+        return MT_OK;
+    return mt_fail(MT_ERR_INVALID, "--%s '%s': expected auto, all or a count of blocks", option, value);
+}
+
 static mt_status check_cores(const char *option, const char *value) {
     if (!strcmp(value, "none")) return MT_OK;
     int *cores, count;
@@ -100,6 +109,7 @@ const mt_option mt_options[] = {
     SETTING("opt-threads", MT_OPT_INT, opt_threads, MT_OPT_PROCESS, 0, 1 << 16, 0, 0, 0),
     NAME_SETTING("opt-cores", opt_cores, MT_OPT_PROCESS, NULL, check_cores, NULL),
     NAME_SETTING("ends-on-device", ends_on_device, MT_OPT_PROCESS, ends_modes, NULL, NULL),
+    NAME_SETTING("device-blocks", device_blocks, MT_OPT_PROCESS, NULL, check_device_blocks, NULL),
     SETTING("lm-chunk", MT_OPT_INT, lm_chunk, MT_OPT_PROCESS, 1, SHAPE_MAX, 0, 0, 512),
     SETTING("chunk", MT_OPT_INT, chunk, MT_OPT_PROCESS, 0, SHAPE_MAX, 0, 0, MT_ENGINE_CHUNK),
     SETTING("gpus", MT_OPT_INT, gpus, MT_OPT_PROCESS, 1, 1 << 10, 0, 0, 1),

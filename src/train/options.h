@@ -4,14 +4,15 @@
 
 #include "engine/engine.h"
 #include "megatrain.h"
+#include "plan/placement.h"
 
 /* The options of a command that starts nothing from a checkpoint (plan, bench): checked, and
  * every run setting at its default where unset. */
 mt_status mt_train_options_fresh(const mt_train_options *given, mt_train_options *out);
 /* The model a run asked for (without --resume): --init-from, --config or a preset (demo). */
 mt_status mt_train_model_config(const mt_train_options *o, mt_config *cfg);
-/* The engine's options, fitted into --gpu-mem when one is given (engine/budget.h). */
-mt_status mt_train_engine_options(const mt_train_options *o, mt_backend *be, const mt_config *cfg,
-                                  mt_engine_options *eo);
+/* The run's memory plan (plan/placement.h): the engine's options it runs with, fitted into
+ * --gpu-mem (or the device's free memory less a margin), the units whose state the device keeps. */
+mt_status mt_train_placement(const mt_train_options *o, mt_backend *be, const mt_config *cfg, mt_placement *out);
 
 #endif

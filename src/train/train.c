@@ -167,7 +167,7 @@ static mt_status open_dataset(mt_train_run *r) {
 }
 
 static mt_status open_engine(mt_train_run *r) {
-    MT_TRY(mt_devices_start(&r->dev, &r->store, &r->engine_options, r->progress.adam_step));
+    MT_TRY(mt_devices_start(&r->dev, &r->store, &r->placement.eo, r->progress.adam_step));
     if (r->o.sync_save || !mt_devices_writes(&r->dev)) return MT_OK;
     MT_TRY(mt_saver_create(&r->saver, &r->store, r->o.save_staging));
     mt_engine_set_update_guard(r->dev.engine, mt_saver_guard, r->saver);
@@ -204,8 +204,8 @@ static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
     MT_TRY(plan_steps(r));
     const mt_train_options *o = &r->o;
     MT_TRY(mt_devices_open(&r->dev, o));
-    MT_TRY(mt_train_engine_options(o, r->dev.be, &r->cfg, &r->engine_options));
-    MT_TRY(mt_devices_check_memory(&r->dev, &r->layout, &r->engine_options, r->moments));
+    MT_TRY(mt_train_placement(o, r->dev.be, &r->cfg, &r->placement));
+    MT_TRY(mt_devices_check_memory(&r->dev, &r->layout, &r->placement.eo, r->moments));
     MT_TRY(open_tokens(r));
     MT_TRY(mt_store_create_with_moments(&r->store, &r->layout, r->dev.be, r->moments));
     MT_TRY(init_weights(r));
@@ -224,9 +224,13 @@ static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
     r->inputs = mt_malloc(n * sizeof *r->inputs, "a step's inputs");
     r->targets = mt_malloc(n * sizeof *r->targets, "a step's targets");
     if (!r->inputs || !r->targets) return MT_ERR_NOMEM;
+    const mt_engine_options *eo = &r->placement.eo;
     mt_log_info("%s backend, %.1fM parameters, %d x %d x %d tokens a step%s, run directory %s",
-                r->dev.be->ops->name, (double)mt_config_total_params(&r->cfg) / 1e6, o->micro_batches,
-                o->batch, o->seq_len, r->dev.ranks ? " on each rank" : "", o->out_dir);
+                r->dev.be->ops->name, (double)mt_config_total_params(&r->cfg) / 1e6, eo->micro_batches, eo->batch,
+                eo->seq, r->dev.ranks ? " on each rank" : "", o->out_dir);
+    char where[768];
+    mt_placement_describe(&r->placement, where, sizeof where);
+    mt_log_info("plan: %s (megatrain plan prints it in full)", where);
     if (r->dev.world.size > 1)
         mt_log_info("rank %d of %d processes (LOCAL_RANK %d), each with its own store; %s", r->dev.world.rank,
                     r->dev.world.size, r->dev.world.local_rank, mt_devices_writes(&r->dev) ? "this one writes the "
@@ -235,10 +239,6 @@ static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
                               "one GPU each" : "threads of the cpu backend");
     if (r->moments != MT_MOMENTS_F32)
         mt_log_info("Adam moments in %s (an option, not the default)", mt_moments_format_name(r->moments));
-    if (r->engine_options.ends_on_device)
-        mt_log_info("the %s backend updates the embedding and head itself (their fp32 masters and moments take "
-                    "%.2f GB of its memory; --ends-on-device off leaves them to the host optimizer)", r->dev.be->ops->name,
-                    (double)mt_engine_size(r->dev.be, &r->cfg, &r->engine_options).ends_state / 1e9);
     return MT_OK;
 }
 

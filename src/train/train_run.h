@@ -9,6 +9,7 @@
 #include "io/dataset.h"
 #include "io/metrics.h"
 #include "optim/schedule.h"
+#include "plan/placement.h"
 #include "train/progress.h"
 #include "train/run_lock.h"
 #include "train/run_state.h"
@@ -25,7 +26,7 @@ typedef struct {
     mt_layout layout;
     mt_devices dev;             /* the backend and engine (or with --gpus, the ranks') */
     mt_store store;
-    mt_engine_options engine_options;
+    mt_placement placement;     /* the run's memory plan; the engine runs placement.eo */
     mt_saver *saver;            /* background checkpoints; NULL with --sync-save */
     mt_moments_format moments;
     mt_tokens tokens;

@@ -175,16 +175,18 @@ Test(cuda, training_tracks_cpu_backend) {
     mt_tiny_model_close(&cpu);
 }
 
-/* The embedding and head updated on the GPU (ends_on_device): after each step, the host's AdamW
- * (optim/adamw.h) applied to a shadow copy of their state with the gradients that step brought
- * home (keep_grads) and the clip coefficient of its norm; the device's masters, moments and bf16
- * weights must equal the shadow's bit for bit: the clip coefficient, step count, tensor offsets
- * and decay flags of the device path, each independently of the engine's other path. */
-static void ends_update_is_host_adamw(const mt_config *cfg, float clip) {
+/* Units updated on the GPU (ends_on_device: the embedding and head; device_blocks: the first
+ * blocks): after each step, the host's AdamW (optim/adamw.h) applied to a shadow copy of their
+ * state with the gradients that step brought home (keep_grads) and the clip coefficient of its
+ * norm; the device's masters, moments and bf16 weights must equal the shadow's bit for bit: the
+ * clip coefficient, step count, tensor offsets, state offsets and decay flags of the device path,
+ * each independently of the engine's other path. */
+static void device_update_is_host_adamw(const mt_config *cfg, float clip, int ends, int blocks) {
     mt_engine_options o = options();
     o.max_grad_norm = clip;
     o.keep_grads = 1;
-    o.ends_on_device = 1;
+    o.ends_on_device = ends;
+    o.device_blocks = blocks;
     mt_tiny_model t;
     mt_backend *be;
     cr_assert_eq(mt_backend_cuda_create(&be, 0), MT_OK, "%s", mt_error());
@@ -193,7 +195,12 @@ static void ends_update_is_host_adamw(const mt_config *cfg, float clip) {
     size_t n = (size_t)lay->total_numel;
     float *master = malloc(n * 4), *m = calloc(n, 4), *v = calloc(n, 4), *w = malloc(n * 4);
     memcpy(master, t.store.master, n * 4);
-    const int ends[2] = {0, lay->num_units - 1};
+    int units[64], count = 0;
+    for (int u = 0; u < lay->num_units && count < 64; u++) {
+        int end = u == 0 || u == lay->num_units - 1;
+        if (end ? ends : u - 1 < blocks) units[count++] = u;
+    }
+    cr_assert_eq(count, 2 * ends + blocks);
     int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
     for (int s = 1; s <= 4; s++) {
         mt_tiny_windows(70 + s, SEQUENCES, SEQ, cfg->vocab_size, tokens, inputs, targets);
@@ -204,9 +211,10 @@ static void ends_update_is_host_adamw(const mt_config *cfg, float clip) {
         mt_adamw_params p = {.lr = 3e-3f, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps,
                              .weight_decay = o.weight_decay, .step = s,
                              .grad_scale = clip > 0 ? mt_clip_scale(r.grad_norm, clip) : 1.0f};
-        cr_log_info("clip %g step %d: gradient norm %.6g, scale %.9g", (double)clip, s, r.grad_norm, (double)p.grad_scale);
-        for (int i = 0; i < 2; i++) {
-            const mt_unit *u = &lay->units[ends[i]];
+        cr_log_info("clip %g, ends %d, blocks %d, step %d: gradient norm %.6g, scale %.9g", (double)clip, ends, blocks,
+                    s, r.grad_norm, (double)p.grad_scale);
+        for (int i = 0; i < count; i++) {
+            const mt_unit *u = &lay->units[units[i]];
             for (int k = 0; k < u->num_tensors; k++) {
                 const mt_tensor *tensor = &lay->tensors[u->first_tensor + k];
                 size_t at = (size_t)(u->offset + tensor->offset);
@@ -216,17 +224,18 @@ static void ends_update_is_host_adamw(const mt_config *cfg, float clip) {
         }
     }
     const float *moments[2] = {t.store.moments.m, t.store.moments.v}, *shadow[2] = {m, v};
-    for (int i = 0; i < 2; i++) {
-        const mt_unit *u = &lay->units[ends[i]];
-        const uint16_t *weights = mt_store_unit_weights(&t.store, ends[i]);
+    for (int i = 0; i < count; i++) {
+        const mt_unit *u = &lay->units[units[i]];
+        const uint16_t *weights = mt_store_unit_weights(&t.store, units[i]);
         for (int64_t j = u->offset; j < u->offset + u->numel; j++) {
-            cr_assert(!memcmp(&t.store.master[j], &master[j], 4), "clip %g: master %lld: device %.9g, host %.9g",
-                      (double)clip, (long long)j, (double)t.store.master[j], (double)master[j]);
+            cr_assert(!memcmp(&t.store.master[j], &master[j], 4), "clip %g: unit %d master %lld: device %.9g, host %.9g",
+                      (double)clip, units[i], (long long)j, (double)t.store.master[j], (double)master[j]);
             for (int k = 0; k < 2; k++)
-                cr_assert(!memcmp(&moments[k][j], &shadow[k][j], 4), "clip %g: %s %lld: device %.9g, host %.9g",
-                          (double)clip, k ? "v" : "m", (long long)j, (double)moments[k][j], (double)shadow[k][j]);
-            cr_assert_eq(weights[j - u->offset], mt_f32_to_bf16(master[j]), "clip %g: bf16 weight %lld", (double)clip,
-                         (long long)j);
+                cr_assert(!memcmp(&moments[k][j], &shadow[k][j], 4), "clip %g: unit %d %s %lld: device %.9g, host %.9g",
+                          (double)clip, units[i], k ? "v" : "m", (long long)j, (double)moments[k][j],
+                          (double)shadow[k][j]);
+            cr_assert_eq(weights[j - u->offset], mt_f32_to_bf16(master[j]), "clip %g: unit %d bf16 weight %lld",
+                         (double)clip, units[i], (long long)j);
         }
     }
     free(master), free(m), free(v), free(w);
@@ -235,12 +244,59 @@ static void ends_update_is_host_adamw(const mt_config *cfg, float clip) {
 
 Test(cuda, ends_update_is_host_adamw_clipped_untied) {
     mt_config c = mt_tiny_wider(mt_tiny_config_gqa());
-    ends_update_is_host_adamw(&c, 0.5f);
+    device_update_is_host_adamw(&c, 0.5f, 1, 0);
 }
 
 Test(cuda, ends_update_is_host_adamw_overlapped_tied) {
     mt_config c = mt_tiny_wider(mt_tiny_config_tied_bias());
-    ends_update_is_host_adamw(&c, 0.0f);
+    device_update_is_host_adamw(&c, 0.0f, 1, 0);
+}
+
+/* Several blocks' state on the GPU, with the ends and without, clipped and not; 5 blocks, so that
+ * some still stream through the weight slots. */
+Test(cuda, device_blocks_update_is_host_adamw_clipped) {
+    mt_config c = mt_tiny_wider(mt_tiny_config_gqa());
+    c.num_layers = 5;
+    device_update_is_host_adamw(&c, 0.5f, 0, 3);
+}
+
+Test(cuda, device_blocks_and_ends_update_is_host_adamw_overlapped_tied) {
+    mt_config c = mt_tiny_wider(mt_tiny_config_tied_bias());
+    c.num_layers = 5;
+    device_update_is_host_adamw(&c, 0.0f, 1, 2);
+}
+
+Test(cuda, every_block_on_the_device_is_host_adamw_clipped) {
+    mt_config c = mt_tiny_wider(mt_tiny_config_gqa());
+    device_update_is_host_adamw(&c, 1.0f, 1, c.num_layers);
+}
+
+/* Blocks kept on the GPU against the same run with every unit on the host: the same losses over
+ * four steps up to the GPU's run-to-run atomics (the update math is the same; the bf16 weights the
+ * next step reads come from the same masters). */
+Test(cuda, device_blocks_train_like_the_host) {
+    mt_config cfg = mt_tiny_wider(mt_tiny_config_gqa());
+    cfg.num_layers = 5;
+    mt_engine_options on_host = options(), on_device = options();
+    on_device.device_blocks = 3;
+    on_device.ends_on_device = 1;
+    mt_tiny_model dev, host;
+    mt_backend *be_dev, *be_host;
+    cr_assert_eq(mt_backend_cuda_create(&be_dev, 0), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_backend_cuda_create(&be_host, 0), MT_OK, "%s", mt_error());
+    mt_tiny_model_open_on(&dev, be_dev, &cfg, &on_device, 21);
+    mt_tiny_model_open_on(&host, be_host, &cfg, &on_host, 21);
+    int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
+    for (int s = 0; s < 4; s++) {
+        mt_tiny_windows(40 + s, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
+        mt_step_result rd, rh;
+        cr_assert_eq(mt_engine_step(dev.engine, inputs, targets, 3e-3f, &rd), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(host.engine, inputs, targets, 3e-3f, &rh), MT_OK, "%s", mt_error());
+        cr_log_info("step %d: loss %.7f with blocks on the device, %.7f on the host", s, rd.loss, rh.loss);
+        cr_expect_lt(fabs(rh.loss - rd.loss), 1e-4 * rh.loss, "step %d: loss %.7f against %.7f", s, rd.loss, rh.loss);
+    }
+    mt_tiny_model_close(&host);
+    mt_tiny_model_close(&dev);
 }
 
 /* Activation checkpoints in pinned host memory (ckpt_on_host, what a tight --gpu-mem chooses)

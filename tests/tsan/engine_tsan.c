@@ -66,8 +66,8 @@ static void check_save(mt_saver *saver, const save_plan *plan, snapshot *snap, s
 
 /* Trains and returns the master weights (malloc'd), or NULL after reporting a failure; with a save
  * plan, checkpoints are written while it trains. */
-static float *train(int slots, int threads, int micro_batches, int ends_on_device, int ckpt_on_host, float clip,
-                    int head_vocab_chunk, const save_plan *plan) {
+static float *train(int slots, int threads, int micro_batches, int ends_on_device, int ckpt_on_host,
+                    int device_blocks, float clip, int head_vocab_chunk, const save_plan *plan) {
     mt_layout lay;
     mt_backend *be;
     mt_store store;
@@ -82,6 +82,7 @@ static float *train(int slots, int threads, int micro_batches, int ends_on_devic
     o.max_grad_norm = clip;
     o.ends_on_device = ends_on_device;
     o.ckpt_on_host = ckpt_on_host;
+    o.device_blocks = device_blocks;
     if (head_vocab_chunk) o.head_vocab_chunk = head_vocab_chunk;
     if (mt_layout_init(&lay, &config) || mt_backend_cpu_create(&be, 1) || mt_store_create(&store, &lay, be)) {
         fprintf(stderr, "setup: %s\n", mt_error());
@@ -139,27 +140,29 @@ int main(void) {
     size_t bytes = (size_t)lay.total_numel * sizeof(float);
     const float clips[] = {1.0f, 0.0f};
     /* slots, optimizer threads, micro-batches, the embedding and head updated on the "device",
-     * activation checkpoints on the host */
-    const int variants[][5] = {{3, 2, 1, 0, 0}, {2, 2, 4, 0, 0}, {4, 1, 2, 0, 0}, {3, 2, 2, 1, 0}, {2, 2, 2, 0, 5}};
+     * activation checkpoints on the host, blocks updated on the "device" */
+    const int variants[][6] = {{3, 2, 1, 0, 0, 0}, {2, 2, 4, 0, 0, 0}, {4, 1, 2, 0, 0, 0}, {3, 2, 2, 1, 0, 0},
+                               {2, 2, 2, 0, 5, 0}, {2, 2, 2, 1, 2, 3}};
     for (int c = 0; c < 2; c++) {
-        float *want = train(2, 1, 1, 0, 0, clips[c], 0, NULL);
+        float *want = train(2, 1, 1, 0, 0, 0, clips[c], 0, NULL);
         for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
             const int *x = variants[v];
-            float *got = train(x[0], x[1], x[2], x[3], x[4], clips[c], 0, NULL);
-            char what[160];
+            float *got = train(x[0], x[1], x[2], x[3], x[4], x[5], clips[c], 0, NULL);
+            char what[192];
             snprintf(what, sizeof what, "slots %d, threads %d, micro-batches %d, ends on device %d, checkpoints on "
-                     "the host %d, clip %g: same weights", x[0], x[1], x[2], x[3], x[4], (double)clips[c]);
+                     "the host %d, blocks on device %d, clip %g: same weights", x[0], x[1], x[2], x[3], x[4], x[5],
+                     (double)clips[c]);
             check(memcmp(got, want, bytes) == 0, what);
             free(got);
         }
         /* Staging for every unit, and none (the optimizer waits for the writer); the last with the
-         * embedding and head brought home from the "device" as the saves start. */
+         * embedding, head and two blocks brought home from the "device" as the saves start. */
         const int64_t budgets[] = {1 << 26, 0, 0};
         for (int b = 0; b < 3; b++) {
             char dir[] = "/tmp/mt-tsan-save-XXXXXX", cleanup[64];
             if (!mkdtemp(dir)) exit(1);
             save_plan plan = {dir, budgets[b]};
-            float *got = train(2, 2, 1, b == 2, 0, clips[c], 0, &plan);
+            float *got = train(2, 2, 1, b == 2, 0, b == 2 ? 2 : 0, clips[c], 0, &plan);
             char what[128];
             snprintf(what, sizeof what, "background saves (staging %lld, ends on device %d), clip %g: same weights",
                      (long long)budgets[b], b == 2, (double)clips[c]);
@@ -170,7 +173,7 @@ int main(void) {
         }
         /* The ends' gradients in vocabulary chunks, written home by the compute worker and read by
          * the optimizer: the same training up to the order of fp32 sums (tests/test_chunking.c). */
-        float *chunked = train(2, 2, 2, 0, 3, clips[c], 16, NULL);
+        float *chunked = train(2, 2, 2, 0, 3, 0, clips[c], 16, NULL);
         double diff = 0, norm = 0;
         for (int64_t i = 0; i < lay.total_numel; i++) {
             diff += ((double)chunked[i] - want[i]) * ((double)chunked[i] - want[i]);

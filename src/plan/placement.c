@@ -1,0 +1,281 @@
+#include "plan/placement.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#include "engine/budget.h"
+
+/* Without --gpu-mem the plan leaves this much of the device's free memory to the libraries' own
+ * allocations (cuBLAS, cuDNN workspaces) and to fragmentation: a twentieth, at least 2 GiB. */
+static int64_t free_memory_margin(int64_t free_bytes) {
+    int64_t twentieth = free_bytes / 20, floor = (int64_t)2 << 30;
+    return twentieth > floor ? twentieth : floor;
+}
+
+/* The lent H200 machine's measured rates (docs/memory.md): PCIe and GEMM as measured there; host
+ * memory as our AdamW moves it there (3.74 G params/s x 30 bytes, 15 threads, bench/adamw,
+ * 2026-11-22). */
+mt_rates mt_placement_rates(void) {
+    return (mt_rates){.gemm_flop_per_s = 700e12, .pcie_bytes_per_s = 51e9, .pcie_d2h_bytes_per_s = 51e9,
+                      .host_bytes_per_s = 112e9,
+                      .source = "the lent H200 machine's: PCIe and GEMM measured there, host memory from bench/adamw"};
+}
+
+/* ---- the classes of bytes: one table sizes the refusal's text and describes the plan ---- */
+
+typedef enum { HOME_DEVICE, HOME_HOST_STORE, HOME_HOST_ENGINE } home;
+
+typedef struct {
+    const char *name;
+    home where;
+    size_t offset; /* into mt_engine_bytes (device, host engine) or mt_store_bytes (host store) */
+} byte_class;
+
+#define DEV(name, field) {name, HOME_DEVICE, offsetof(mt_engine_bytes, field)}
+#define STORE(name, field) {name, HOME_HOST_STORE, offsetof(mt_store_bytes, field)}
+#define HOST(name, field) {name, HOME_HOST_ENGINE, offsetof(mt_engine_bytes, field)}
+static const byte_class classes[] = {
+    DEV("weight slots", weight_slots),
+    DEV("embedding and head weights", embed_head),
+    DEV("resident blocks' weights", resident_weights),
+    DEV("device-updated units' fp32 master and moments", device_state),
+    DEV("gradients (slots, and those waiting on the device)", grads),
+    DEV("activation checkpoints", checkpoints),
+    DEV("workspace", workspace),
+    STORE("working weights", weights),
+    STORE("fp32 master", master),
+    STORE("Adam moments", moments),
+    HOST("gradients on the host", host_grads),
+    HOST("staging", host_staging),
+    HOST("activation checkpoints", host_checkpoints),
+};
+#undef DEV
+#undef STORE
+#undef HOST
+
+static int64_t class_bytes(const mt_placement *p, const byte_class *c) {
+    const char *base = c->where == HOME_HOST_STORE ? (const char *)&p->store : (const char *)&p->dev;
+    return *(const int64_t *)(base + c->offset);
+}
+
+static double gb(int64_t bytes) { return (double)bytes / 1e9; }
+static double gib(int64_t bytes) { return (double)bytes / 1073741824.0; }
+
+/* ---- the step's time floor ---- */
+
+/* FLOPs of one step: linear layers 2 (forward) + 2 (recompute) + 4 (backward) per parameter and
+ * token; the LM head 6 (no recompute); causal attention 2 T Q per token and layer forward, four
+ * times that with its recompute and backward. */
+static double step_flops(const mt_config *c, double tokens, int seq) {
+    double block = (double)mt_config_block_params(c) * c->num_layers;
+    double head = (double)c->vocab_size * c->hidden_size;
+    double attention = 8.0 * seq * (double)c->num_heads * c->head_dim * c->num_layers * 0.5;
+    return tokens * (8.0 * block + 6.0 * head + attention);
+}
+
+/* Host optimizer bytes a parameter: read gradient, master, m, v; write master, m, v and the working
+ * weights. */
+static double opt_bytes_per_param(const mt_layout *lay, const mt_store_bytes *s, double wsize) {
+    return (double)(s->master + s->moments) * 2 / (double)lay->total_numel + 4.0 + wsize;
+}
+
+static void floor_terms(mt_placement *p, mt_backend *be, const mt_layout *lay) {
+    const mt_config *c = &lay->cfg;
+    const mt_engine_options *o = &p->eo;
+    double wsize = (double)mt_dtype_size(be->ops->weight_dtype), block = (double)lay->max_block_numel;
+    int streamed = c->num_layers - o->device_blocks, slots = o->slots < streamed ? o->slots : streamed;
+    p->tokens = (double)o->micro_batches * o->batch * o->seq;
+    p->flops = step_flops(c, p->tokens, o->seq);
+    p->gemm_s = p->flops / p->rates.gemm_flop_per_s;
+    p->host_params = (double)(lay->total_numel - mt_engine_device_numel(lay, o));
+    /* In: the host-updated units' weights, and the streamed blocks the backward reloads; out:
+     * their gradients. Host-kept checkpoints go out in the forward and come back in the backward. */
+    p->pcie_in = wsize * (p->host_params + block * (streamed - slots)) + (double)p->dev.host_checkpoints;
+    p->pcie_out = 4.0 * p->host_params + (double)p->dev.host_checkpoints;
+    double in_s = p->pcie_in / p->rates.pcie_bytes_per_s, out_s = p->pcie_out / p->rates.pcie_d2h_bytes_per_s;
+    p->pcie_s = in_s > out_s ? in_s : out_s;
+    p->opt_bytes_per_param = opt_bytes_per_param(lay, &p->store, wsize);
+    p->opt_s = p->opt_bytes_per_param * p->host_params / p->rates.host_bytes_per_s;
+}
+
+/* ---- spending the device budget ---- */
+
+/* Step time a unit of `params` parameters saves when the device keeps and updates its state: its
+ * host AdamW, its gradients' trip home and its weights' trips in (a streamed block's twice). */
+static double seconds_saved(const mt_placement_request *rq, const mt_layout *lay, mt_backend *be, double params,
+                            int loads) {
+    mt_store_bytes s = mt_store_size(lay, be->ops->weight_dtype, rq->moments);
+    double wsize = (double)mt_dtype_size(be->ops->weight_dtype);
+    double host = params * opt_bytes_per_param(lay, &s, wsize) / rq->rates.host_bytes_per_s;
+    return host + params * (4.0 + wsize * loads) / rq->rates.pcie_bytes_per_s;
+}
+
+/* Moves units onto the device while they fit `limit`, best saving per byte first: the embedding
+ * and head (one move), and blocks one at a time. */
+static void spend_on_device_units(mt_backend *be, const mt_config *cfg, const mt_layout *lay,
+                                  const mt_placement_request *rq, mt_engine_options *eo, int64_t limit) {
+    int ends = rq->ends == MT_PLACE_AUTO, blocks = rq->device_blocks == MT_PLACE_AUTO;
+    double ends_params = (double)(lay->units[0].numel + lay->units[lay->num_units - 1].numel);
+    double ends_saving = seconds_saved(rq, lay, be, ends_params, 1);
+    double block_saving = seconds_saved(rq, lay, be, (double)lay->max_block_numel, 2);
+    for (;;) {
+        int64_t now = mt_engine_size(be, cfg, eo).total;
+        mt_engine_options with_ends = *eo, with_block = *eo;
+        with_ends.ends_on_device = 1;
+        with_block.device_blocks++;
+        int64_t ends_bytes = mt_engine_size(be, cfg, &with_ends).total;
+        int64_t block_bytes = mt_engine_size(be, cfg, &with_block).total;
+        int ends_fits = ends && !eo->ends_on_device && ends_bytes <= limit;
+        int block_fits = blocks && eo->device_blocks < cfg->num_layers && block_bytes <= limit;
+        if (!ends_fits && !block_fits) return;
+        double ends_rate = ends_saving / (double)(ends_bytes - now > 1 ? ends_bytes - now : 1);
+        double block_rate = block_saving / (double)(block_bytes - now > 1 ? block_bytes - now : 1);
+        if (ends_fits && (!block_fits || ends_rate >= block_rate)) *eo = with_ends;
+        else *eo = with_block;
+    }
+}
+
+/* Without clipping, block gradients come home through a ring of host buffers, and the backward
+ * runs at most the ring's length ahead of the optimizer. Where the optimizer is the slower (up to
+ * a few billion parameters), a short ring holds the backward back to the optimizer's pace, and
+ * the optimizer's backlog can no longer drain behind the next forward. So the ring grows to
+ * every streamed block where the host can spare it: at most half of what the run leaves. */
+static void choose_grad_ring(mt_backend *be, const mt_config *cfg, const mt_layout *lay,
+                             const mt_placement_request *rq, mt_engine_options *eo) {
+    if (eo->max_grad_norm > 0 || eo->keep_grads || rq->host_available < 0) return;
+    mt_store_bytes s = mt_store_size(lay, be->ops->weight_dtype, rq->moments);
+    mt_engine_bytes d = mt_engine_size(be, cfg, eo);
+    int64_t needed = s.weights + s.master + s.moments + d.host_grads + d.host_staging + d.host_checkpoints +
+                     (rq->device_memory ? 0 : d.total);
+    int64_t spare = rq->host_available - needed, block = lay->max_block_numel * 4;
+    if (spare <= 0 || block <= 0) return;
+    int64_t ring = MT_ENGINE_GRAD_RING + spare / 2 / block, streamed = cfg->num_layers - eo->device_blocks;
+    eo->grad_ring = (int)(ring < streamed ? ring : streamed);
+}
+
+static mt_status check_request(const mt_config *cfg, const mt_placement_request *rq) {
+    if (rq->device_blocks != MT_PLACE_AUTO && (rq->device_blocks < 0 || rq->device_blocks > cfg->num_layers))
+        return mt_fail(MT_ERR_INVALID, "--device-blocks %d: the model has %d blocks", rq->device_blocks,
+                       cfg->num_layers);
+    int asked = rq->ends == 1 || (rq->device_blocks != MT_PLACE_AUTO && rq->device_blocks > 0);
+    if (asked && !rq->device_optimizer)
+        return mt_fail(MT_ERR_INVALID, "this backend has no optimizer ops: it cannot update the embedding, head or "
+                       "blocks itself; set --ends-on-device off and --device-blocks 0");
+    if (asked && rq->moments != MT_MOMENTS_F32)
+        return mt_fail(MT_ERR_INVALID, "units updated on the device (--ends-on-device on, --device-blocks) need "
+                       "fp32 Adam moments, not --moments %s", mt_moments_format_name(rq->moments));
+    return MT_OK;
+}
+
+mt_status mt_placement_resolve(mt_backend *be, const mt_config *cfg, const mt_placement_request *rq,
+                               mt_placement *out) {
+    MT_TRY(check_request(cfg, rq));
+    mt_layout lay;
+    MT_TRY(mt_layout_init(&lay, cfg));
+    mt_placement p = {.eo = rq->eo, .moments = rq->moments, .budget_given = rq->gpu_mem > 0,
+                      .device_free = rq->device_free, .rates = rq->rates, .layers = cfg->num_layers,
+                      .units = lay.num_units};
+    p.eo.ends_on_device = rq->ends == 1;
+    p.eo.device_blocks = rq->device_blocks == MT_PLACE_AUTO ? 0 : rq->device_blocks;
+    if (rq->gpu_mem > 0) p.device_limit = rq->gpu_mem;
+    else if (rq->device_memory && rq->device_free > 0)
+        p.device_limit = rq->device_free - free_memory_margin(rq->device_free);
+    if (p.device_limit < 0) p.device_limit = 0;
+    /* The shape first, fitted into a given budget (the cheapest losses: slots, split, chunk,
+     * checkpoints; without one, the shape is the run's and mt_memory_check holds it against the
+     * free memory), then units onto the device with what the budget, or the free memory less the
+     * margin, leaves. */
+    mt_status rc = mt_engine_fit_budget(be, cfg, &p.eo, rq->gpu_mem);
+    int can_update = rq->device_memory && rq->device_optimizer && rq->moments == MT_MOMENTS_F32;
+    if (rc == MT_OK && can_update && p.device_limit > 0)
+        spend_on_device_units(be, cfg, &lay, rq, &p.eo, p.device_limit);
+    if (rc == MT_OK) {
+        choose_grad_ring(be, cfg, &lay, rq, &p.eo);
+        p.dev = mt_engine_size(be, cfg, &p.eo);
+        p.store = mt_store_size(&lay, be->ops->weight_dtype, rq->moments);
+        for (int u = 0; u < lay.num_units; u++) {
+            int end = u == 0 || u == lay.num_units - 1;
+            p.units_on_device += end ? p.eo.ends_on_device : u - mt_unit_block(0) < p.eo.device_blocks;
+        }
+        floor_terms(&p, be, &lay);
+        *out = p;
+    }
+    mt_layout_free(&lay);
+    return rc;
+}
+
+void mt_placement_reprice(mt_placement *p, mt_backend *be, const mt_config *cfg, mt_rates rates) {
+    mt_layout lay;
+    if (mt_layout_init(&lay, cfg) != MT_OK) return;
+    p->rates = rates;
+    floor_terms(p, be, &lay);
+    mt_layout_free(&lay);
+}
+
+/* ---- describing it ---- */
+
+void mt_placement_grads_where(const mt_placement *p, char *buf, size_t cap) {
+    const char *host = p->eo.max_grad_norm > 0 || p->eo.keep_grads ? "host fp32" : "host fp32 ring";
+    if (p->units_on_device == 0) snprintf(buf, cap, "%s", host);
+    else if (p->units_on_device == p->units) snprintf(buf, cap, "device");
+    else snprintf(buf, cap, "device %d units, %s %d units", p->units_on_device, host, p->units - p->units_on_device);
+}
+
+int mt_placement_slots(const mt_placement *p) {
+    int streamed = p->layers - p->eo.device_blocks;
+    return p->eo.slots < streamed ? p->eo.slots : streamed;
+}
+
+void mt_placement_describe(const mt_placement *p, char *buf, size_t cap) {
+    const mt_engine_options *o = &p->eo;
+    char grads[96];
+    mt_placement_grads_where(p, grads, sizeof grads);
+    int streamed = p->layers - o->device_blocks;
+    snprintf(buf, cap, "optimizer state: the embedding and head on the %s, %d of %d blocks on the device "
+             "(device AdamW) and %d on the host (host AdamW); gradients waiting for the norm: %s%s; %d weight "
+             "slots; %d micro-batches x %d sequences x %d tokens; LM-head chunk %d rows; the input checkpoints of "
+             "%d of %d blocks in pinned host memory",
+             o->ends_on_device ? "device" : "host", o->device_blocks, p->layers, streamed, grads,
+             o->max_grad_norm > 0 ? "" : " (no clipping: none wait)", mt_placement_slots(p),
+             o->micro_batches, o->batch, o->seq, o->lm_chunk, o->ckpt_on_host, p->layers);
+}
+
+static void print_classes(const mt_placement *p, FILE *out, const char *label, int host) {
+    int64_t total = 0;
+    fprintf(out, "%-9s", label);
+    int first = 1;
+    for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++) {
+        const byte_class *c = &classes[i];
+        if ((c->where != HOME_DEVICE) != host) continue;
+        int64_t b = class_bytes(p, c);
+        if (!b) continue;
+        fprintf(out, "%s%s %.2f GB", first ? " " : " + ", c->name, gb(b));
+        total += b;
+        first = 0;
+    }
+    fprintf(out, " = %.2f GB\n", gb(total));
+}
+
+void mt_placement_print(const mt_placement *p, FILE *out) {
+    char where[768];
+    mt_placement_describe(p, where, sizeof where);
+    fprintf(out, "placement %s\n", where);
+    if (p->budget_given)
+        fprintf(out, "budget    %.2f GiB: %d weight slots, %d x %d sequences, LM-head chunk of %d rows, the inputs of %d "
+                "of %d blocks kept in pinned host memory (--gpu-mem)\n", gib(p->device_limit), mt_placement_slots(p),
+                p->eo.micro_batches, p->eo.batch, p->eo.lm_chunk, p->eo.ckpt_on_host, p->layers);
+    else if (p->device_limit > 0)
+        fprintf(out, "budget    none given: the device's free %.2f GiB less a margin = %.2f GiB\n", gib(p->device_free),
+                gib(p->device_limit));
+    print_classes(p, out, "device", 0);
+    print_classes(p, out, "host", 1);
+    fprintf(out, "floor     GEMM %.3g FLOP / %.0f TFLOP/s = %.3f s\n", p->flops, p->rates.gemm_flop_per_s / 1e12,
+            p->gemm_s);
+    fprintf(out, "          PCIe in %.2f GB at %.1f GB/s, out %.2f GB at %.1f GB/s = %.3f s\n", p->pcie_in / 1e9,
+            p->rates.pcie_bytes_per_s / 1e9, p->pcie_out / 1e9, p->rates.pcie_d2h_bytes_per_s / 1e9, p->pcie_s);
+    fprintf(out, "          host optimizer %.0f bytes/parameter x %.3f B parameters over %.0f GB/s host memory = "
+            "%.3f s (the device updates the other %.3f B)\n", p->opt_bytes_per_param, p->host_params / 1e9,
+            p->rates.host_bytes_per_s / 1e9, p->opt_s,
+            (double)(p->store.master / 4) / 1e9 - p->host_params / 1e9);
+    if (p->rates.source) fprintf(out, "          (rates: %s)\n", p->rates.source);
+}
