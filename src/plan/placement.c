@@ -204,14 +204,6 @@ mt_status mt_placement_resolve(mt_backend *be, const mt_config *cfg, const mt_pl
     return rc;
 }
 
-void mt_placement_reprice(mt_placement *p, mt_backend *be, const mt_config *cfg, mt_rates rates) {
-    mt_layout lay;
-    if (mt_layout_init(&lay, cfg) != MT_OK) return;
-    p->rates = rates;
-    floor_terms(p, be, &lay);
-    mt_layout_free(&lay);
-}
-
 /* ---- describing it ---- */
 
 void mt_placement_grads_where(const mt_placement *p, char *buf, size_t cap) {

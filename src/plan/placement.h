@@ -26,7 +26,8 @@ typedef struct {
     const char *source;
 } mt_rates;
 
-/* The rates the plan uses (the lent H200 machine's measured ones). */
+/* The lent H200 machine's measured rates: what the tests weigh with (runs use their machine's,
+ * train/machine_rates.h). */
 mt_rates mt_placement_rates(void);
 
 #define MT_PLACE_AUTO (-1)
@@ -67,8 +68,6 @@ mt_status mt_placement_resolve(mt_backend *be, const mt_config *cfg, const mt_pl
 
 /* The weight slots the streamed blocks use: --slots, at most the blocks that stream. */
 int mt_placement_slots(const mt_placement *p);
-/* The plan's floor priced at other rates (the machine's, train/machine_rates.h). */
-void mt_placement_reprice(mt_placement *p, mt_backend *be, const mt_config *cfg, mt_rates rates);
 /* One line: where the optimizer state and the waiting gradients live, slots, split, chunk,
  * checkpoints: "optimizer state: embedding and head and 20 of 28 blocks on the device, ...". */
 void mt_placement_describe(const mt_placement *p, char *buf, size_t cap);

@@ -64,12 +64,12 @@ static int64_t engine_budget(const mt_train_options *o, mt_backend *be) {
     return left > 0 ? left : 1; /* 1 byte: refused by the fit, naming the classes */
 }
 
-mt_status mt_train_placement(const mt_train_options *o, mt_backend *be, const mt_config *cfg, mt_placement *out) {
+mt_status mt_train_placement(const mt_train_options *o, mt_backend *be, const mt_config *cfg, mt_placement *out,
+                             mt_machine_rates *rates) {
     mt_placement_request rq = {.eo = mt_engine_defaults(), .gpu_mem = engine_budget(o, be),
                                .device_memory = mt_backend_has_own_memory(be),
                                .device_optimizer = mt_backend_has_device_optimizer(be),
-                               .device_free = -1, .host_available = mt_host_available(),
-                               .rates = mt_placement_rates()};
+                               .device_free = -1, .host_available = mt_host_available()};
     mt_engine_options *eo = &rq.eo;
     eo->batch = o->batch;
     eo->seq = o->seq_len;
@@ -88,5 +88,12 @@ mt_status mt_train_placement(const mt_train_options *o, mt_backend *be, const mt
     MT_TRY(parse_ends_mode(o, &rq.ends));
     MT_TRY(parse_device_blocks(o, cfg, &rq.device_blocks));
     if (rq.device_memory) rq.device_free = (int64_t)mt_dev_available(be);
+    mt_machine_rates machine;
+    MT_TRY(mt_machine_rates_of(o, be, eo, &machine));
+    rq.rates = (mt_rates){.gemm_flop_per_s = machine.gemm_flop_per_s,
+                          .pcie_bytes_per_s = machine.pcie_h2d_bytes_per_s,
+                          .pcie_d2h_bytes_per_s = machine.pcie_d2h_bytes_per_s,
+                          .host_bytes_per_s = machine.host_bytes_per_s};
+    if (rates) *rates = machine;
     return mt_placement_resolve(be, cfg, &rq, out);
 }

@@ -5,6 +5,7 @@
 #include "engine/engine.h"
 #include "megatrain.h"
 #include "plan/placement.h"
+#include "train/machine_rates.h"
 
 /* The options of a command that starts nothing from a checkpoint (plan, bench): checked, and
  * every run setting at its default where unset. */
@@ -12,7 +13,10 @@ mt_status mt_train_options_fresh(const mt_train_options *given, mt_train_options
 /* The model a run asked for (without --resume): --init-from, --config or a preset (demo). */
 mt_status mt_train_model_config(const mt_train_options *o, mt_config *cfg);
 /* The run's memory plan (plan/placement.h): the engine's options it runs with, fitted into
- * --gpu-mem (or the device's free memory less a margin), the units whose state the device keeps. */
-mt_status mt_train_placement(const mt_train_options *o, mt_backend *be, const mt_config *cfg, mt_placement *out);
+ * --gpu-mem (or the device's free memory less a margin), the units whose state the device keeps,
+ * weighed at this machine's rates (train/machine_rates.h: measured, looked up or given), which go
+ * to `rates` when it is not NULL. */
+mt_status mt_train_placement(const mt_train_options *o, mt_backend *be, const mt_config *cfg, mt_placement *out,
+                             mt_machine_rates *rates);
 
 #endif

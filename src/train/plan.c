@@ -48,7 +48,8 @@ mt_status mt_plan(const mt_train_options *given, FILE *out) {
     mt_backend *be = NULL;
     mt_status rc = mt_backend_open_for_plan(o->backend, o->threads, o->gpu_mem, &be);
     mt_placement p;
-    if (rc == MT_OK) rc = mt_train_placement(o, be, &cfg, &p);
+    mt_machine_rates rates;
+    if (rc == MT_OK) rc = mt_train_placement(o, be, &cfg, &p, &rates);
     if (rc == MT_OK) {
         double params = (double)mt_config_total_params(&cfg), block = (double)mt_config_block_params(&cfg);
         fprintf(out, "model     %.3f B parameters: %d blocks of %.1f M, vocabulary %d x %d%s\n", params / 1e9,
@@ -56,20 +57,11 @@ mt_status mt_plan(const mt_train_options *given, FILE *out) {
         fprintf(out, "step      %d micro-batches x %d sequences x %d tokens = %.0f tokens, %s backend\n",
                 p.eo.micro_batches, p.eo.batch, p.eo.seq, p.tokens, be->ops->name);
         fputs(moments_note[p.moments], out);
-        mt_machine_rates rates;
-        rc = mt_machine_rates_of(o, be, &p.eo, &rates);
-        if (rc == MT_OK) {
-            /* The floor at the machine's rates (the placement itself weighed with the H200's). */
-            mt_placement_reprice(&p, be, &cfg, (mt_rates){.gemm_flop_per_s = rates.gemm_flop_per_s,
-                                                          .pcie_bytes_per_s = rates.pcie_h2d_bytes_per_s,
-                                                          .pcie_d2h_bytes_per_s = rates.pcie_d2h_bytes_per_s,
-                                                          .host_bytes_per_s = rates.host_bytes_per_s});
-            mt_placement_print(&p, out);
-            print_chunks(&cfg, &p.eo, p.dev.host_checkpoints, out);
-            mt_memory_fit fit = mt_memory_fit_of(&lay, be, &p.eo, p.moments);
-            mt_memory_fit_print(&fit, out);
-            mt_machine_rates_print(&rates, out);
-        }
+        mt_placement_print(&p, out);
+        print_chunks(&cfg, &p.eo, p.dev.host_checkpoints, out);
+        mt_memory_fit fit = mt_memory_fit_of(&lay, be, &p.eo, p.moments);
+        mt_memory_fit_print(&fit, out);
+        mt_machine_rates_print(&rates, out);
     } else if (be && rc == MT_ERR_NOMEM) {
         /* A plan that does not fit is still an answer: say why, and succeed. */
         fprintf(out, "plan      does NOT fit: %s\n", mt_error());
