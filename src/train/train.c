@@ -22,6 +22,7 @@
 #include "train/train_run.h"
 #include "util/clock.h"
 #include "util/fs.h"
+#include "util/host_memory.h"
 #include "util/log.h"
 
 /* ---- where the run starts from ---- */
@@ -194,6 +195,7 @@ static mt_status plan_steps(mt_train_run *r) {
 
 static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
     MT_TRY(mt_train_options_check(given));
+    mt_host_memory_give(given->host_mem);
     MT_TRY(mt_devices_world(&r->dev));
     MT_TRY(take_run_dir(r, given->out_dir));
     if (given->resume) MT_TRY(find_resume_point(r, given->out_dir));
