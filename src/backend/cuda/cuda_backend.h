@@ -7,6 +7,7 @@
 
 #include "backend/cuda/attention_cudnn.h"
 #include "backend/device_info.h"
+#include "backend/pinned_pieces.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 
@@ -41,6 +42,9 @@ mt_status mt_cuda_comm_init_world(mt_backend *be, const struct mt_world *w);
 void mt_cuda_all_reduce(mt_backend *be, mt_stream *s, float *buf, size_t count);
 void mt_cuda_comm_abort(mt_backend *be);
 void mt_cuda_comm_free(mt_backend *be);
+
+/* cudaHostRegister and cudaHostUnregister as backend/pinned_pieces.h's registration. */
+const mt_pin_ops *mt_cuda_pin_ops(void);
 
 /* Keeps the first failure for check(): ops return void, so their errors are sticky. */
 void mt_cuda_note(mt_cuda_backend *cb, mt_status status);
