@@ -140,7 +140,7 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
     /* Refused up front, as train is: what the store and the engine need against what is there. */
     if (rc == MT_OK) rc = mt_train_placement(o, be, &cfg, &plan, NULL);
     if (rc == MT_OK) rc = mt_devices_check_memory(&dev, &lay, &plan.eo, moments);
-    if (rc == MT_OK) rc = mt_store_create_with_moments(&store, &lay, be, moments);
+    if (rc == MT_OK) rc = mt_engine_store_create(&store, &lay, be, moments, &plan.eo);
     double t2 = mt_now();
     if (rc == MT_OK) {
         mt_store_init_random(&store, (uint64_t)o->seed);

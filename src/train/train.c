@@ -209,7 +209,7 @@ static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
     MT_TRY(mt_train_placement(o, r->dev.be, &r->cfg, &r->placement, NULL));
     MT_TRY(mt_devices_check_memory(&r->dev, &r->layout, &r->placement.eo, r->moments));
     MT_TRY(open_tokens(r));
-    MT_TRY(mt_store_create_with_moments(&r->store, &r->layout, r->dev.be, r->moments));
+    MT_TRY(mt_engine_store_create(&r->store, &r->layout, r->dev.be, r->moments, &r->placement.eo));
     MT_TRY(init_weights(r));
     MT_TRY(open_dataset(r));
     MT_TRY(open_engine(r));
