@@ -87,6 +87,10 @@ for group in $rows; do
         fi
         ;;
     train)
+        if [ $((deadline - SECONDS)) -lt 120 ]; then
+            echo "train: skipped: the time budget (BUDGET_S=$deadline) is spent"
+            continue
+        fi
         run=/tmp/megatrain-large-run
         rm -rf "$run"
         mkdir -p "$out/train"

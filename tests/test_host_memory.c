@@ -81,17 +81,30 @@ Test(host_memory, every_cgroup_level_of_both_versions_caps_it) {
     hf_test_rmtree(dir);
 }
 
+/* The plan's "fit  host ..." line, which must say `verdict` against --host-mem. */
+static void expect_fit(const char *out, const char *verdict) {
+    const char *line = strstr(out, "fit       host needs");
+    cr_assert_not_null(line, "no fit line:\n%s", out);
+    char text[512];
+    snprintf(text, sizeof text, "%.*s", (int)strcspn(line, "\n"), line);
+    cr_assert(strstr(text, "available (--host-mem, less ") && strstr(text, " GB this process holds)"),
+              "not against --host-mem: %s", text);
+    size_t len = strlen(text), want = strlen(verdict);
+    cr_assert(len > want && !strcmp(text + len - want, verdict) && text[len - want - 1] == ' ', "%s", text);
+}
+
 Test(host_memory, plan_takes_host_mem_in_place_of_the_machine) {
     mt_cli_result r;
     setenv("MT_TEST_HOST_AVAILABLE", "64KiB", 1);
     mt_cli_run(&r, 60.0, "plan", "--preset", "tiny", "--backend", "cpu", "--host-mem", "1TiB", NULL);
     cr_assert_eq(r.exit_code, 0, "%s", r.err);
-    cr_assert_not_null(strstr(r.out, "1099.51 GB available (--host-mem): fits"), "%s", r.out);
+    expect_fit(r.out, "fits");
+    cr_assert_not_null(strstr(r.out, " 1099."), "1 TiB less a plan's few megabytes:\n%s", r.out);
     mt_cli_result_free(&r);
     unsetenv("MT_TEST_HOST_AVAILABLE");
     mt_cli_run(&r, 60.0, "plan", "--preset", "tiny", "--backend", "cpu", "--host-mem", "1KiB", NULL);
     cr_assert_eq(r.exit_code, 0, "%s", r.err);
-    cr_assert_not_null(strstr(r.out, "0.00 GB available (--host-mem): does NOT fit"), "%s", r.out);
+    expect_fit(r.out, "does NOT fit");
     mt_cli_result_free(&r);
     mt_cli_run(&r, 60.0, "plan", "--preset", "tiny", "--backend", "cpu", "--host-mem", "0", NULL);
     cr_assert_eq(r.exit_code, 2, "--host-mem 0 must be refused as an option:\n%s", r.err);
@@ -105,13 +118,13 @@ Test(host_memory, plan_sizes_14b_for_a_512_gib_host) {
     mt_cli_run(&r, 120.0, "plan", "--preset", "qwen2.5-14b", "--backend", "cuda", "--gpu-mem", "139GiB", "--host-mem",
                "512GiB", "--seq", "4096", "--batch", "4", "--rate-adamw", "3.7", NULL);
     cr_assert_eq(r.exit_code, 0, "%s", r.err);
-    cr_assert_not_null(strstr(r.out, "549.76 GB available (--host-mem): fits"), "%s", r.out);
+    expect_fit(r.out, "fits");
     cr_assert_not_null(strstr(r.out, "fp32 master 59.08 GB"), "the 14B's masters are 4 bytes a parameter:\n%s", r.out);
     mt_cli_result_free(&r);
     mt_cli_run(&r, 120.0, "plan", "--preset", "qwen2.5-14b", "--backend", "cuda", "--gpu-mem", "139GiB", "--host-mem",
                "128GiB", "--seq", "4096", "--batch", "4", "--rate-adamw", "3.7", NULL);
     cr_assert_eq(r.exit_code, 0, "%s", r.err);
-    cr_assert_not_null(strstr(r.out, "137.44 GB available (--host-mem): does NOT fit"), "%s", r.out);
+    expect_fit(r.out, "does NOT fit");
     mt_cli_result_free(&r);
 }
 
@@ -122,12 +135,31 @@ Test(host_memory, train_and_bench_refuse_against_host_mem) {
     mt_cli_result r;
     mt_cli_run(&r, 60.0, "bench", "--preset", "tiny", "--backend", "cpu", "--steps", "1", "--host-mem", "64KiB", NULL);
     cr_assert_eq(r.exit_code, 1, "%s", r.err);
-    cr_assert(strstr(r.err, "fp32 master") && strstr(r.err, "available (--host-mem)"), "%s", r.err);
+    cr_assert(strstr(r.err, "fp32 master") && strstr(r.err, "available (--host-mem, less "), "%s", r.err);
     mt_cli_result_free(&r);
     mt_cli_run(&r, 60.0, "train", MT_TINY_STEP, "--steps", "1", "--data", corpus, "--out", run, "--host-mem", "64KiB",
                NULL);
     cr_assert_eq(r.exit_code, 1, "%s", r.err);
-    cr_assert(strstr(r.err, "Adam moments") && strstr(r.err, "available (--host-mem)"), "%s", r.err);
+    cr_assert(strstr(r.err, "Adam moments") && strstr(r.err, "available (--host-mem, less "), "%s", r.err);
     mt_cli_result_free(&r);
     hf_test_rmtree(dir);
+}
+
+/* --host-mem is the process's total: what it holds already counts against it, so that a save's
+ * staging, asked for late in a run, gets what is left, not the whole figure again. */
+Test(host_memory, host_mem_is_less_what_the_process_holds) {
+    mt_host_memory_give(GIB * 1024);
+    mt_host_memory before = mt_host_memory_available();
+    cr_assert(before.bytes < GIB * 1024 && before.bytes > GIB * 1023, "%lld", (long long)before.bytes);
+    cr_assert_not_null(strstr(before.source, "--host-mem"), "%s", before.source);
+    size_t held = (size_t)256 << 20;
+    char *p = malloc(held);
+    cr_assert_not_null(p);
+    memset(p, 1, held);
+    mt_host_memory after = mt_host_memory_available();
+    cr_assert_geq(before.bytes - after.bytes, (int64_t)held * 3 / 4, "holding 256 MiB more left %lld of %lld bytes",
+                  (long long)after.bytes, (long long)before.bytes);
+    free(p);
+    mt_host_memory_give(0);
+    cr_assert_null(strstr(mt_host_memory_available().source, "--host-mem"), "0 gives the machine's report back");
 }

@@ -51,7 +51,7 @@ Test(pinned_pieces, pieces_cover_the_range_in_order_and_free_unpins_each_once) {
     cr_assert_eq(d.pins, 6);
     for (int i = 0; i < 6; i++) {
         cr_assert_eq(d.pinned_at[i], p + (size_t)i * PIECE, "piece %d starts where the one before ended", i);
-        cr_assert_eq(d.pinned_bytes[i], i < 5 ? PIECE : 100, "piece %d's length", i);
+        cr_assert_eq(d.pinned_bytes[i], i < 5 ? PIECE : 4096, "piece %d's length (the last: its page)", i);
     }
     for (size_t i = 0; i < bytes; i += 4093) cr_assert_eq(p[i], 0, "mapped memory is zeroed");
     memset(p, 0x5a, bytes);
@@ -90,7 +90,7 @@ Test(pinned_pieces, copies_are_cut_at_piece_boundaries) {
     cr_assert_eq(mt_pinned_run(p, 100), 100, "a copy inside a piece is whole");
     cr_assert_eq(mt_pinned_run(p + PIECE - 10, 1000), 10, "to the boundary");
     cr_assert_eq(mt_pinned_run(p + PIECE, 5 * PIECE), PIECE, "the next piece");
-    cr_assert_eq(mt_pinned_run(p + 3 * PIECE + 96, 1 << 20), 4000, "the short last piece, to the end");
+    cr_assert_eq(mt_pinned_run(p + 3 * PIECE + 96, 1 << 20), 4000, "the short last piece, to the end of its page");
     char outside[64];
     cr_assert_eq(mt_pinned_run(outside, sizeof outside), sizeof outside, "ordinary memory is not cut");
     const char *before = (const char *)((uintptr_t)p - 10);

@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "util/clock.h"
 #include "util/log.h"
@@ -48,7 +49,9 @@ static mt_status remember(char *base, size_t bytes, size_t piece) {
 
 void *mt_pinned_alloc(size_t bytes, size_t piece, const char *what, const mt_pin_ops *ops) {
     if (!piece) piece = MT_PIN_PIECE_BYTES;
-    size_t span = bytes ? bytes : 1, pieces = mt_pin_piece_count(span, piece);
+    /* Whole pages, as the mapping is: every piece registered starts and ends on a page. */
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), span = ((bytes ? bytes : 1) + page - 1) / page * page;
+    size_t pieces = mt_pin_piece_count(span, piece);
     double t0 = mt_now();
     char *base = mt_pages_alloc_touched(span, what);
     if (!base) return NULL;

@@ -38,7 +38,8 @@ typedef struct {
 size_t mt_pin_piece_count(size_t bytes, size_t piece);
 
 /* `bytes` of zeroed, touched memory, registered by `ops` `piece` bytes at a time (0:
- * MT_PIN_PIECE_BYTES); `what` names it in messages and the log. NULL with mt_fail (naming what,
+ * MT_PIN_PIECE_BYTES; a multiple of the page size), the last piece to the end of its page;
+ * `what` names it in messages and the log. NULL with mt_fail (naming what,
  * the bytes, the piece that failed and the driver's error) when any step fails, nothing left
  * registered or mapped. */
 void *mt_pinned_alloc(size_t bytes, size_t piece, const char *what, const mt_pin_ops *ops);

@@ -90,10 +90,12 @@ static void touch_first(mt_store *s, const mt_cpu_team *team) {
     else first_touch_main(&job); /* the caller's threads then: still the split, only unpinned */
     int64_t bytes = s->layout->total_numel * 4 + mt_moments_bytes(s->moments.format, (size_t)s->layout->total_numel);
     int nodes = mt_numa_node_count("/sys/devices/system/node/online");
-    mt_log_info("host store: %.2f GB of fp32 masters and moments first touched in %.2f s by %d thread%s%s in the "
-                "optimizer's split; %d NUMA node%s", (double)bytes / 1e9, mt_now() - t0, job.threads,
-                job.threads == 1 ? "" : "s", team && team->cores ? " pinned to the optimizer's cores" : "", nodes,
-                nodes == 1 ? "" : "s");
+    /* Worth a line where it takes time or where placement matters. */
+    mt_log(bytes >= 1000000000 || nodes > 1 ? MT_LOG_INFO : MT_LOG_DEBUG,
+           "host store: %.2f GB of fp32 masters and moments first touched in %.2f s by %d thread%s%s in the "
+           "optimizer's split; %d NUMA node%s", (double)bytes / 1e9, mt_now() - t0, job.threads,
+           job.threads == 1 ? "" : "s", team && team->cores ? " pinned to the optimizer's cores" : "", nodes,
+           nodes == 1 ? "" : "s");
 }
 
 mt_status mt_store_create_touched(mt_store *s, const mt_layout *layout, mt_backend *be, mt_moments_format moments,

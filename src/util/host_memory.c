@@ -109,9 +109,11 @@ static double gb(int64_t bytes) { return (double)bytes / 1e9; }
 
 mt_host_memory mt_host_memory_available(void) {
     mt_host_memory m = {.bytes = -1};
-    if (given > 0) {
-        m.bytes = given;
-        snprintf(m.source, sizeof m.source, "--host-mem");
+    if (given > 0) { /* a total for the process: less what it holds already (a save's staging asks late) */
+        int64_t kib = mt_host_memory_proc_field("/proc/self/status", "VmRSS");
+        int64_t held = kib > 0 ? kib * 1024 : 0;
+        m.bytes = held < given ? given - held : 0;
+        snprintf(m.source, sizeof m.source, "--host-mem, less %.2f GB this process holds", gb(held));
         return m;
     }
     const char *fake = getenv("MT_TEST_HOST_AVAILABLE");

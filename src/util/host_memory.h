@@ -20,7 +20,8 @@ typedef struct {
     char source[192]; /* how: "--host-mem", "MemAvailable 30.1 GB + balloon 481.2 GB, ..." */
 } mt_host_memory;
 
-/* --host-mem: from now on every check of this process uses `bytes` (0: the machine's report). */
+/* --host-mem: from now on what is available is `bytes` less what the process holds (its resident
+ * set), in place of the machine's report (0: the machine's report again). */
 void mt_host_memory_give(int64_t bytes);
 
 /* What is available now, by the rule above. */
