@@ -347,8 +347,7 @@ Test(cuda, checkpoints_on_host_change_nothing) {
  * the loss within 1e-3 and each gradient within 1e-2 relative (a lost or misplaced piece or chunk
  * is O(1)), then three training steps without clipping (the overlapped optimizer, the early copy of
  * the embedding's zeros) within 1e-3. */
-Test(cuda, chunking_changes_nothing) {
-    mt_config cfg = mt_tiny_wider(mt_tiny_config_gqa());
+static void expect_chunking_changes_nothing(mt_config cfg) {
     cfg.num_layers = 4;
     mt_engine_options o = options(), chunked = options();
     o.max_grad_norm = chunked.max_grad_norm = 0;
@@ -387,3 +386,8 @@ Test(cuda, chunking_changes_nothing) {
     mt_tiny_model_close(&pieces);
     mt_tiny_model_close(&whole);
 }
+
+Test(cuda, chunking_changes_nothing) { expect_chunking_changes_nothing(mt_tiny_wider(mt_tiny_config_gqa())); }
+
+/* Tied: the one matrix's gradient chunks made in the embedding's backward, the head's part first. */
+Test(cuda, chunking_changes_nothing_tied) { expect_chunking_changes_nothing(mt_tiny_wider(mt_tiny_config_tied_bias())); }
