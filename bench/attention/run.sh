@@ -9,6 +9,7 @@
 # length after one warm-up, default 2), BUILD (build-bench), OUT (where the table goes).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+[ -d .debs ] && . tests/device/env.sh # on the GPU machine: the carried build dependencies
 seqs=${1:-32768,65536,131072,262144,524288}
 build=${BUILD:-build-bench}
 out=${OUT:-/tmp/megatrain-attention}
