@@ -52,10 +52,14 @@ static double tensor_rel_err(const mt_layout *lay, int i, const float *got, cons
 }
 
 /* The largest tensor_rel_err over every tensor, and that tensor's name. */
+/* The k projection's bias is left out: its exact gradient is zero (it adds q_i . b_k to every score
+ * of row i, which the softmax ignores), so both sides hold rounding noise, whose relative
+ * difference says nothing. */
 static double worst_rel_err(const mt_layout *lay, const float *got, const float *want, const char **name) {
     double worst = 0;
     *name = "-";
     for (int i = 0; i < lay->num_tensors; i++) {
+        if (lay->tensors[i].kind == MT_T_BK) continue;
         double err = tensor_rel_err(lay, i, got, want);
         if (err > worst) worst = err, *name = lay->tensors[i].name;
     }
@@ -389,11 +393,7 @@ static void expect_chunking_changes_nothing(mt_config cfg, int piece) {
 
 Test(cuda, chunking_changes_nothing) { expect_chunking_changes_nothing(mt_tiny_wider(mt_tiny_config_gqa()), 8); }
 
-/* Tied: the one matrix's gradient chunks made in the embedding's backward, the head's part first.
- * The blocks take whole micro-batches here: this model's q/k/v biases have gradients that are sums
- * over every token of terms that largely cancel, where pieces' other GEMM algorithms move bf16
- * roundings by ~1e-2 relative (1.3e-2 seen for k_proj's bias in pieces of 8); the pieces are the
- * untied test's. */
+/* Tied: the one matrix's gradient chunks made in the embedding's backward, the head's part first. */
 Test(cuda, chunking_changes_nothing_tied) {
-    expect_chunking_changes_nothing(mt_tiny_wider(mt_tiny_config_tied_bias()), 0);
+    expect_chunking_changes_nothing(mt_tiny_wider(mt_tiny_config_tied_bias()), 8);
 }
