@@ -112,7 +112,8 @@ static int head_pieces(const mt_engine *e) {
 
 /* The step's work in the order the next forward needs it: the embedding's input rows, its other
  * rows, blocks 0..L-1, the head's pieces; and the order its gradients arrive in (`arrival`: the
- * head's pieces, all at once, first). Returns the number of works. */
+ * head's pieces, all at once, first; the embedding's other rows next, or last with its input rows
+ * when its gradient comes late). Returns the number of works. */
 static int list_work(const mt_engine *e, opt_work *work, int *arrival) {
     int n = 0, pieces = head_pieces(e);
     work[n++] = (opt_work){.kind = WORK_EMBED_INPUT_ROWS, .unit = 0};
@@ -121,16 +122,18 @@ static int list_work(const mt_engine *e, opt_work *work, int *arrival) {
     for (int p = 0; p < pieces; p++)
         work[n++] = (opt_work){.kind = WORK_HEAD_PIECE, .unit = e->U - 1, .piece = p, .pieces = pieces};
     int a = 0, first_block = 2, first_piece = first_block + e->L;
+    int late = mt_engine_embed_grad_late(e);
     for (int p = 0; p < pieces; p++) arrival[a++] = first_piece + p;
-    arrival[a++] = 1;
+    if (!late) arrival[a++] = 1;
     for (int l = e->L - 1; l >= 0; l--) arrival[a++] = first_block + l;
+    if (late) arrival[a++] = 1;
     arrival[a++] = 0;
     return n;
 }
 
 /* Whether w's gradients are home; `wait`: wait until they are. */
 static int work_home(mt_engine *e, const mt_opt_job *job, const opt_work *w, int wait) {
-    int early = w->kind == WORK_EMBED_OTHER_ROWS;
+    int early = w->kind == WORK_EMBED_OTHER_ROWS && !mt_engine_embed_grad_late(e); /* late: no early copy */
     mt_fl issued = early ? MT_FL_EMBED_EARLY_ISSUED : MT_FL_GRADS_ISSUED;
     mt_ev home = early ? MT_EV_EMBED_EARLY_HOME : MT_EV_GRADS_HOME;
     int i = early ? 0 : w->unit;
@@ -154,8 +157,9 @@ static void work_run(mt_engine *e, const mt_opt_job *job, int64_t adam_step, con
  * full gradient; a unit (the embedding with its input rows, which come last; the head with its
  * last piece) may go to the device again. */
 static void work_finished(mt_engine *e, const mt_opt_job *job, const opt_work *w) {
-    if (w->kind == WORK_EMBED_OTHER_ROWS) mt_engine_raise(e, MT_FL_EMBED_EARLY_DONE, 0, job->generation);
-    else if (w->kind != WORK_HEAD_PIECE || w->piece == w->pieces - 1)
+    if (w->kind == WORK_EMBED_OTHER_ROWS) {
+        if (!mt_engine_embed_grad_late(e)) mt_engine_raise(e, MT_FL_EMBED_EARLY_DONE, 0, job->generation);
+    } else if (w->kind != WORK_HEAD_PIECE || w->piece == w->pieces - 1)
         mt_engine_raise(e, MT_FL_UPDATED, w->unit, job->generation);
 }
 
