@@ -22,7 +22,8 @@
 # Writes to $OUT (or /tmp/megatrain-large): large.jsonl, bench.md, plans.txt, train/, runs.log,
 # build.log. Environment: ROWS, STEPS (timed steps, 3), WARMUP (1), BUDGET_S (580), HOST_MEM
 # (500GiB: the machine's 512 GiB less room for the system and the driver, for a VM whose memory
-# grows as it is touched; "none" to leave it to the machine's report), TRAIN_STEPS (50).
+# grows as it is touched; "none" to leave it to the machine's report), TRAIN_STEPS (50), PREBUILT
+# (1: take a carried build-bench/megatrain as it is, bench/bench_lib.sh).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 . tests/device/env.sh
