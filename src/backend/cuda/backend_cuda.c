@@ -284,8 +284,8 @@ static void cuda_rope(mt_backend *be, mt_stream *s, void *x, const float *inv_fr
 }
 
 static void cuda_attention(mt_backend *be, mt_stream *s, void *out, float *lse, const void *q,
-                           const void *k, const void *v, mt_attn_dims dims) {
-    keep_error(be, mt_cuda_attention_dispatch(cuda_of(be), mt_cuda_stream(s), out, lse, q, k, v, dims));
+                           const void *k, const void *v, mt_attn_dims dims, void *workspace) {
+    keep_error(be, mt_cuda_attention_dispatch(cuda_of(be), mt_cuda_stream(s), out, lse, q, k, v, dims, workspace));
 }
 
 static void cuda_attention_dx(mt_backend *be, mt_stream *s, void *dq, void *dk, void *dv,

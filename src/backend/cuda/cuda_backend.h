@@ -68,7 +68,8 @@ void mt_cuda_op_logits(mt_backend *be, mt_stream *s, float *logits, const void *
 /* The attention ops of backend.h: cuDNN where it runs the dims, attention.cu's kernels otherwise
  * (attention_dispatch.c). */
 mt_status mt_cuda_attention_dispatch(mt_cuda_backend *cb, cudaStream_t s, void *out, float *lse,
-                                     const void *q, const void *k, const void *v, mt_attn_dims dims);
+                                     const void *q, const void *k, const void *v, mt_attn_dims dims,
+                                     void *workspace);
 mt_status mt_cuda_attention_dx_dispatch(mt_cuda_backend *cb, cudaStream_t s, void *dq, void *dk,
                                         void *dv, const void *dout, const void *out,
                                         const float *lse, const void *q, const void *k,
