@@ -169,6 +169,20 @@ static inline void mt_engine_reduce(const mt_engine *e, float *x, size_t count) 
     if (e->reduce) e->be->ops->coll.all_reduce(e->be, e->compute, x, count);
 }
 
+/* Ordered accumulation (backend.h's acc_open, acc_close; the cpu's threads): every accumulator the
+ * group sums (the loss, each unit's gradient, each vocabulary chunk of the ends') is filled by the
+ * ranks in turns, so that the sum has one rank's bits. Opened once zeroed, where the job starts
+ * adding into it (`fresh`: a new sum; 0: the tied embedding's second round, after the head's), closed
+ * once its job is done adding, before any of the job's reductions. Its tag: the loss 0, unit u 1 + u. */
+enum { MT_ACC_LOSS = 0 };
+static inline int mt_acc_unit(int u) { return 1 + u; }
+static inline void mt_engine_acc_open(const mt_engine *e, int tag, float *buf, size_t count, int fresh) {
+    if (e->reduce && e->be->ops->coll.acc_open) e->be->ops->coll.acc_open(e->be, e->compute, tag, buf, count, fresh);
+}
+static inline void mt_engine_acc_close(const mt_engine *e, int tag, float *buf, size_t count) {
+    if (e->reduce && e->be->ops->coll.acc_close) e->be->ops->coll.acc_close(e->be, e->compute, tag, buf, count);
+}
+
 /* The head's and the embedding's gradients exist on the device a vocabulary chunk at a time, each
  * copied home by the compute stream once done (untied, their gradients going home: not
  * ends_on_device). head_grad then holds the unit's tensors up to the head matrix (the final

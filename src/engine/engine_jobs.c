@@ -83,6 +83,7 @@ static void head_dw_by_vocab(const mt_compute_job *j, const void *norm_w, const 
     for (int v0 = 0; v0 < V; v0 += chunk) {
         int rows = V - v0 < chunk ? V - v0 : chunk;
         mt_zero_in_launch(e->be, dev.t[MT_T_LM_HEAD], (size_t)rows * D * 4, e->compute);
+        mt_engine_acc_open(e, mt_acc_unit(U - 1), dev.t[MT_T_LM_HEAD], (size_t)rows * D, 1);
         FOR_EACH_HEAD_PIECE(e, j, p) {
             size_t row = head_row(j, p);
             final_norm(j, p, norm_w);
@@ -90,6 +91,7 @@ static void head_dw_by_vocab(const mt_compute_job *j, const void *norm_w, const 
                           targets_at(e, p.m) + row, e->dev_lse + p.m * mt_engine_rows(e) + row, p.rows, D, v0, rows,
                           j->scale, e->o.lm_chunk, e->lm_ws);
         }
+        mt_engine_acc_close(e, mt_acc_unit(U - 1), dev.t[MT_T_LM_HEAD], (size_t)rows * D);
         mt_engine_reduce(e, dev.t[MT_T_LM_HEAD], (size_t)rows * D);
         op->sumsq(e->be, e->compute, e->dev_norms + U - 1, dev.t[MT_T_LM_HEAD], (size_t)rows * D);
         mt_engine_copy_home_in_launch(e, U - 1, before + (size_t)v0 * D, dev.t[MT_T_LM_HEAD], (size_t)rows * D);
@@ -112,7 +114,13 @@ static void run_head(const mt_compute_job *j) {
         op->logits(e->be, e->compute, e->dev_logits, e->ws.h1, lm_w, D, V);
         return;
     }
-    int train = j->mode != MT_RUN_EVAL, chunked = train && mt_engine_ends_chunked(e);
+    int train = j->mode != MT_RUN_EVAL, chunked = train && mt_engine_ends_chunked(e), tied = e->cfg->tie_embeddings;
+    /* What the pieces add into: the loss; in training the head unit's gradient (chunked: the final
+     * norm's part), and tied the embedding's, whose second round is the embedding's backward. */
+    size_t head_acc = chunked ? (size_t)(g.t[MT_T_LM_HEAD] - e->head_grad) : (size_t)mt_engine_numel(e, e->U - 1);
+    mt_engine_acc_open(e, MT_ACC_LOSS, e->dev_loss, 1, 1);
+    if (train) mt_engine_acc_open(e, mt_acc_unit(e->U - 1), e->head_grad, head_acc, 1);
+    if (train && tied) mt_engine_acc_open(e, mt_acc_unit(0), e->embed_grad, (size_t)mt_engine_numel(e, 0), 1);
     FOR_EACH_HEAD_PIECE(e, j, p) {
         size_t row = head_row(j, p);
         final_norm(j, p, norm_w);
@@ -124,6 +132,9 @@ static void run_head(const mt_compute_job *j) {
             op->rmsnorm_dx(e->be, e->compute, row_of(e, dy_at(e, p.m), row), g.t[MT_T_FINAL_NORM], e->ws.tmp,
                            row_of(e, ckpt_at(e, e->L, p.m), row), norm_w, e->ws.rstd1, p.rows, D, 0);
     }
+    mt_engine_acc_close(e, MT_ACC_LOSS, e->dev_loss, 1);
+    if (train) mt_engine_acc_close(e, mt_acc_unit(e->U - 1), e->head_grad, head_acc);
+    if (train && tied) mt_engine_acc_close(e, mt_acc_unit(0), e->embed_grad, (size_t)mt_engine_numel(e, 0));
     mt_engine_reduce(e, e->dev_loss, 1); /* every rank's loss is the group's */
     if (j->mode == MT_RUN_EVAL) return;
     if (chunked) {
@@ -144,6 +155,8 @@ static void embed_backward(const mt_compute_job *j) {
     for (int v0 = 0; v0 < V; v0 += chunk) {
         int rows = V - v0 < chunk ? V - v0 : chunk;
         if (chunked) mt_zero_in_launch(e->be, e->embed_grad, (size_t)rows * D * 4, e->compute);
+        size_t acc = chunked ? (size_t)rows * D : (size_t)mt_engine_numel(e, 0);
+        mt_engine_acc_open(e, mt_acc_unit(0), e->embed_grad, acc, !e->cfg->tie_embeddings);
         float *dw = mt_bind_grads(e->lay, 0, e->embed_grad).t[MT_T_WTE];
         for (int m = 0; m < j->micro_batches; m++)
             for (int b = 0; b < j->batch; b++) {
@@ -151,6 +164,7 @@ static void embed_backward(const mt_compute_job *j) {
                 e->op->embedding_dw(e->be, e->compute, dw, inputs_at(e, m) + row, row_of(e, dy_at(e, m), row), j->seq,
                                     D, v0, rows);
             }
+        mt_engine_acc_close(e, mt_acc_unit(0), e->embed_grad, acc);
         if (!chunked) break;
         mt_engine_reduce(e, dw, (size_t)rows * D);
         e->op->sumsq(e->be, e->compute, e->dev_norms, dw, (size_t)rows * D);
@@ -187,8 +201,10 @@ static void run_job(void *arg) {
         float *grads = mt_engine_block_grads(e, j->block, j->grad_slot);
         mt_unit_weights w = mt_bind_weights(e->lay, u, mt_engine_block_weights(e, j->block), e->be->ops->weight_dtype);
         mt_unit_grads g = mt_bind_grads(e->lay, u, grads);
+        mt_engine_acc_open(e, mt_acc_unit(u), grads, (size_t)mt_engine_numel(e, u), 1);
         for (int m = 0; m < j->micro_batches; m++)
             mt_block_backward(&ctx, &w, &g, micro(e, j->x_in, m), dy_at(e, m));
+        mt_engine_acc_close(e, mt_acc_unit(u), grads, (size_t)mt_engine_numel(e, u));
         mt_engine_reduce(e, grads, (size_t)mt_engine_numel(e, u));
         op->sumsq(e->be, e->compute, e->dev_norms + u, grads, (size_t)mt_engine_numel(e, u));
         break;
