@@ -6,6 +6,7 @@
  * of a sequence). A rank that fails ends the step of every rank. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,10 +41,12 @@ static void group_close(group *t) {
     mt_layout_free(&t->layout);
 }
 
-/* What a case changes from the defaults. */
+/* What a case changes from the defaults; `summed`: the ranks sum their own accumulators in rank
+ * order (MT_TEST_RANKS_SUMMED), reduce-scatter host-updated units' gradients and sum the slices'
+ * norms, as on NCCL. */
 typedef struct {
     float clip;
-    int ends_on_device, device_blocks, chunk;
+    int ends_on_device, device_blocks, chunk, summed;
 } shape;
 
 static mt_engine_options options(int micro_batches, shape sh) {
@@ -62,10 +65,13 @@ static mt_engine_options options(int micro_batches, shape sh) {
 
 /* Trains STEPS steps on n ranks of M micro-batches each, the windows of step s the same whatever n
  * and M. Returns the masters and both moments (3 x total_numel floats) and every step's loss. */
-static float *train(const mt_config *cfg, int n, int M, shape sh, double loss[STEPS]) {
+static float *train(const mt_config *cfg, int n, int M, shape sh, double loss[STEPS], double norm[STEPS]) {
     mt_engine_options o = options(M, sh);
     group t;
-    cr_assert_eq(group_open(&t, cfg, &o, n), MT_OK, "%s", mt_error());
+    if (sh.summed) setenv("MT_TEST_RANKS_SUMMED", "1", 1);
+    mt_status rc = group_open(&t, cfg, &o, n);
+    unsetenv("MT_TEST_RANKS_SUMMED");
+    cr_assert_eq(rc, MT_OK, "%s", mt_error());
     int all = n * M * BATCH;
     int32_t tokens[all * (SEQ + 1)], inputs[all * SEQ], targets[all * SEQ];
     for (int s = 1; s <= STEPS; s++) {
@@ -74,6 +80,7 @@ static float *train(const mt_config *cfg, int n, int M, shape sh, double loss[ST
         cr_assert_eq(mt_ranks_step(t.g, inputs, targets, 3e-3f, &res), MT_OK, "%s", mt_error());
         cr_assert_eq(res.skipped, 0);
         loss[s - 1] = res.loss;
+        norm[s - 1] = res.grad_norm;
     }
     cr_assert_eq(mt_engine_finish(mt_ranks_leader(t.g)), STEPS);
     size_t count = (size_t)t.layout.total_numel;
@@ -96,9 +103,9 @@ static size_t numel(const mt_config *cfg) {
 /* n ranks of M micro-batches against one rank of n x M: the same bits. */
 static void expect_one_ranks_bits(const char *what, const mt_config *cfg, int n, int M, shape sh) {
     size_t count = numel(cfg);
-    double one_loss[STEPS], many_loss[STEPS];
-    float *one = train(cfg, 1, n * M, sh, one_loss);
-    float *many = train(cfg, n, M, sh, many_loss);
+    double one_loss[STEPS], many_loss[STEPS], one_norm[STEPS], many_norm[STEPS];
+    float *one = train(cfg, 1, n * M, sh, one_loss, one_norm);
+    float *many = train(cfg, n, M, sh, many_loss, many_norm);
     size_t first = 0;
     while (first < 3 * count && !memcmp(&one[first], &many[first], sizeof *one)) first++;
     cr_expect_eq(first, 3 * count, "%s: %d ranks of %d micro-batches changed %s[%zu]: %a vs %a on one rank", what, n,
@@ -107,6 +114,10 @@ static void expect_one_ranks_bits(const char *what, const mt_config *cfg, int n,
     for (int s = 0; s < STEPS; s++)
         cr_expect_eq(memcmp(&one_loss[s], &many_loss[s], sizeof one_loss[s]), 0,
                      "%s: step %d's loss %.17g on one rank, %.17g on %d", what, s + 1, one_loss[s], many_loss[s], n);
+    for (int s = 0; s < STEPS; s++)
+        cr_expect_eq(memcmp(&one_norm[s], &many_norm[s], sizeof one_norm[s]), 0,
+                     "%s: step %d's gradient norm %.17g on one rank, %.17g on %d", what, s + 1, one_norm[s],
+                     many_norm[s], n);
     /* and the training moved the masters: the equality is not that of two runs that did nothing */
     mt_tiny_model init;
     mt_engine_options o = options(1, sh);
@@ -137,6 +148,48 @@ Test(ranks, several_ranks_give_the_bits_of_one_rank_running_all_micro_batches) {
     mt_config wide_vocab = mt_tiny_config_gqa();
     wide_vocab.vocab_size = MT_ENGINE_HEAD_VOCAB_CHUNK + 500;
     expect_one_ranks_bits("vocabulary chunks", &wide_vocab, 2, 1, (shape){.clip = 1.0f});
+}
+
+/* Ranks that sum (the path NCCL takes: each host-updated unit's gradient reduce-scattered, each rank
+ * sending home its slice, the slices' sums of squares summed across the ranks) against one rank of
+ * n x M micro-batches: the same up to the order of the sums. The norm is checked on its own: Adam
+ * all but hides a wrong clip coefficient in the masters. */
+static void expect_close_to_one_rank(const char *what, const mt_config *cfg, int n, int M, shape sh) {
+    size_t count = numel(cfg);
+    double one_loss[STEPS], many_loss[STEPS], one_norm[STEPS], many_norm[STEPS];
+    sh.summed = 1;
+    float *one = train(cfg, 1, n * M, sh, one_loss, one_norm);
+    float *many = train(cfg, n, M, sh, many_loss, many_norm);
+    double worst = 0;
+    size_t same = 0;
+    for (size_t i = 0; i < count; i++) {
+        double d = fabs((double)one[i] - many[i]);
+        if (d > worst) worst = d;
+        same += one[i] == many[i];
+    }
+    cr_expect_lt(worst, 1e-5, "%s: a master differs by %g between 1 rank and %d", what, worst, n);
+    cr_expect_lt(same, count, "%s: summing ranks gave one rank's bits: the path under test did not run", what);
+    for (int s = 0; s < STEPS; s++) {
+        cr_expect_lt(fabs(one_loss[s] - many_loss[s]), 1e-6 * one_loss[s], "%s: step %d's loss %.9g vs %.9g", what,
+                     s + 1, one_loss[s], many_loss[s]);
+        cr_expect_lt(fabs(one_norm[s] - many_norm[s]), 1e-5 * one_norm[s], "%s: step %d's norm %.9g vs %.9g", what,
+                     s + 1, one_norm[s], many_norm[s]);
+    }
+    free(one);
+    free(many);
+}
+
+Test(ranks, summing_ranks_reduce_scatter_and_match_one_rank_up_to_the_order_of_the_sums) {
+    mt_config cfg = mt_tiny_config_gqa();
+    expect_close_to_one_rank("clip 0.05", &cfg, 2, 1, (shape){.clip = 0.05f});
+    expect_close_to_one_rank("3 ranks", &cfg, 3, 1, (shape){.clip = 0.05f}); /* slices with a remainder */
+    expect_close_to_one_rank("ends and a block on the device", &cfg, 2, 2,
+                             (shape){.clip = 0.05f, .ends_on_device = 1, .device_blocks = 1});
+    mt_config tied = mt_tiny_config_tied_bias();
+    expect_close_to_one_rank("tied", &tied, 3, 1, (shape){.clip = 0.05f});
+    mt_config wide_vocab = mt_tiny_config_gqa();
+    wide_vocab.vocab_size = MT_ENGINE_HEAD_VOCAB_CHUNK + 500;
+    expect_close_to_one_rank("vocabulary chunks", &wide_vocab, 3, 1, (shape){.clip = 0.05f});
 }
 
 static void expect_failure_ends_the_group(int failing) {
@@ -191,4 +244,49 @@ Test(ranks, host_all_reduce_sums_and_gives_up_on_a_peer_that_never_comes) {
     cr_expect_neq(mt_host_comm_all_reduce(c, 1, buf, 3, 0), MT_OK, "a timed-out group went on");
     mt_host_comm_release(c);
     mt_host_comm_release(c);
+}
+
+/* The host reduce-scatter alone, three threads on 10 floats: each rank's slice (3, 3 and the last 4)
+ * holds the sum in rank order and the rest of its buffer is its own; ordered, the slice is the last
+ * rank's buffer (the turns' sum). */
+typedef struct {
+    mt_host_comm *c;
+    int rank, ordered;
+    float buf[10];
+    mt_status rc;
+} scatter_rank;
+
+static void *scatter_main(void *p) {
+    scatter_rank *r = p;
+    r->rc = mt_host_comm_reduce_scatter(r->c, r->rank, r->buf, 10, r->ordered);
+    return NULL;
+}
+
+Test(ranks, host_reduce_scatter_leaves_each_rank_its_slice_of_the_sum) {
+    for (int ordered = 0; ordered <= 1; ordered++) {
+        mt_host_comm *c;
+        cr_assert_eq(mt_host_comm_create(&c, 3), MT_OK);
+        scatter_rank r[3];
+        pthread_t threads[3];
+        for (int k = 0; k < 3; k++) {
+            r[k] = (scatter_rank){.c = c, .rank = k, .ordered = ordered};
+            for (int i = 0; i < 10; i++) r[k].buf[i] = (float)((k + 1) * 100 + i) + 0.1f;
+            cr_assert_eq(pthread_create(&threads[k], NULL, scatter_main, &r[k]), 0);
+        }
+        for (int k = 0; k < 3; k++) pthread_join(threads[k], NULL);
+        for (int k = 0; k < 3; k++) {
+            cr_assert_eq(r[k].rc, MT_OK, "%s", mt_error());
+            size_t lo, hi;
+            mt_coll_slice(10, k, 3, &lo, &hi);
+            cr_expect_eq(hi - lo, k == 2 ? 4u : 3u);
+            for (size_t i = 0; i < 10; i++) {
+                float own = (float)((k + 1) * 100 + (int)i) + 0.1f, last = (float)(300 + (int)i) + 0.1f;
+                float sum = ((float)(100 + (int)i) + 0.1f) + ((float)(200 + (int)i) + 0.1f) + last;
+                float want = i < lo || i >= hi ? own : ordered ? last : sum;
+                cr_expect_eq(r[k].buf[i], want, "ordered %d, rank %d, element %zu: %g, not %g", ordered, k, i,
+                             (double)r[k].buf[i], (double)want);
+            }
+        }
+        for (int k = 0; k < 3; k++) mt_host_comm_release(c);
+    }
 }

@@ -42,9 +42,10 @@ mt_status mt_backend_init(mt_backend *be, const mt_backend_ops *ops) {
                !!c->comm_free;
     if (coll != 0 && coll != 6)
         return mt_fail(MT_ERR_INVALID, "the %s backend has some of the coll entries: give all six or none", ops->name);
-    if (!c->acc_open != !c->acc_close || (c->acc_open && !coll))
-        return mt_fail(MT_ERR_INVALID, "the %s backend has acc_open or acc_close without the other or without the "
-                       "collectives", ops->name);
+    int acc = !!c->acc_open + !!c->acc_close + !!c->acc_ordered;
+    if ((acc != 0 && acc != 3) || (acc && !coll))
+        return mt_fail(MT_ERR_INVALID, "the %s backend has some of acc_open, acc_close and acc_ordered, or them "
+                       "without the collectives: give all three with the collectives, or none", ops->name);
     be->ops = ops;
     return MT_OK;
 }

@@ -102,10 +102,13 @@ static mt_status create(mt_engine **out, mt_backend *be, mt_store *store, const 
     e->rank = rank;
     e->ranks = ranks;
     e->reduce = group > 1;
+    e->group_rank = rank;
+    e->group_size = group;
+    e->ordered = e->reduce && mt_backend_accumulates_in_turns(be);
     e->leader = leader;
     mt_flag_init(&e->pass_done, 0);
     e->max_stalls = 4 * e->L + 4;
-    e->max_jobs = 2 * e->L + 4;
+    e->max_jobs = 2 * e->L + 5;
     e->grad_home = calloc((size_t)e->U, sizeof *e->grad_home);
     e->slot = calloc(e->K ? (size_t)e->K : 1, sizeof *e->slot);
     if (!e->grad_home || !e->slot) {

@@ -34,6 +34,24 @@ static float *lm_grad(const mt_engine *e) {
     return g.t[u ? MT_T_LM_HEAD : MT_T_WTE];
 }
 
+/* Sums gradient x[count] of unit u across the group, inside the job that made it, and adds the sum
+ * of squares of this rank's part to the unit's norm. A group that sums (NCCL; not the cpu's turns)
+ * reduce-scatters what each rank needs only its slice of (a host-updated unit: the slice goes home)
+ * and all-reduces what every rank needs whole (a unit the device updates; a replica's, whose store is
+ * its own); each rank takes its slice's sum of squares, and MT_JOB_NORMS sums them across the ranks.
+ * Alone or in turns: the whole buffer's, with one rank's bits. */
+static void reduce_grad(mt_engine *e, int u, float *x, size_t count) {
+    size_t lo = 0, hi = count;
+    if (e->reduce && !e->ordered) {
+        mt_coll_slice(count, e->group_rank, e->group_size, &lo, &hi);
+        if (e->ranks == 1 || mt_engine_unit_on_device(e, u)) e->be->ops->coll.all_reduce(e->be, e->compute, x, count);
+        else e->be->ops->coll.reduce_scatter(e->be, e->compute, x, count);
+    } else {
+        mt_engine_reduce(e, x, count);
+    }
+    e->op->sumsq(e->be, e->compute, e->dev_norms + u, x + lo, hi - lo);
+}
+
 /* ---- compute jobs ---- */
 
 /* Rows [row, row + rows) of sequence b of micro-batch m: one piece of the head's work, at most the
@@ -77,8 +95,7 @@ static void head_dw_by_vocab(const mt_compute_job *j, const void *norm_w, const 
     size_t wsize = mt_dtype_size(e->be->ops->weight_dtype);
     /* the unit's tensors before the head matrix: the final norm's gradient (and the padding of the layout) */
     size_t before = (size_t)(dev.t[MT_T_LM_HEAD] - e->head_grad);
-    mt_engine_reduce(e, e->head_grad, before);
-    op->sumsq(e->be, e->compute, e->dev_norms + U - 1, e->head_grad, before);
+    reduce_grad(e, U - 1, e->head_grad, before);
     mt_engine_copy_home_in_launch(e, U - 1, 0, e->head_grad, before);
     for (int v0 = 0; v0 < V; v0 += chunk) {
         int rows = V - v0 < chunk ? V - v0 : chunk;
@@ -92,8 +109,7 @@ static void head_dw_by_vocab(const mt_compute_job *j, const void *norm_w, const 
                           j->scale, e->o.lm_chunk, e->lm_ws);
         }
         mt_engine_acc_close(e, mt_acc_unit(U - 1), dev.t[MT_T_LM_HEAD], (size_t)rows * D);
-        mt_engine_reduce(e, dev.t[MT_T_LM_HEAD], (size_t)rows * D);
-        op->sumsq(e->be, e->compute, e->dev_norms + U - 1, dev.t[MT_T_LM_HEAD], (size_t)rows * D);
+        reduce_grad(e, U - 1, dev.t[MT_T_LM_HEAD], (size_t)rows * D);
         mt_engine_copy_home_in_launch(e, U - 1, before + (size_t)v0 * D, dev.t[MT_T_LM_HEAD], (size_t)rows * D);
     }
 }
@@ -141,8 +157,7 @@ static void run_head(const mt_compute_job *j) {
         head_dw_by_vocab(j, norm_w, lm_w);
         return;
     }
-    mt_engine_reduce(e, e->head_grad, (size_t)mt_engine_numel(e, e->U - 1));
-    op->sumsq(e->be, e->compute, e->dev_norms + e->U - 1, e->head_grad, (size_t)mt_engine_numel(e, e->U - 1));
+    reduce_grad(e, e->U - 1, e->head_grad, (size_t)mt_engine_numel(e, e->U - 1));
 }
 
 /* The embedding's gradient: the rows the step's input tokens touch, gathered from the gradient
@@ -166,13 +181,11 @@ static void embed_backward(const mt_compute_job *j) {
             }
         mt_engine_acc_close(e, mt_acc_unit(0), e->embed_grad, acc);
         if (!chunked) break;
-        mt_engine_reduce(e, dw, (size_t)rows * D);
-        e->op->sumsq(e->be, e->compute, e->dev_norms, dw, (size_t)rows * D);
+        reduce_grad(e, 0, dw, (size_t)rows * D);
         mt_engine_copy_home_in_launch(e, 0, (size_t)v0 * D, dw, (size_t)rows * D); /* the WTE matrix starts the unit */
     }
     if (chunked) return;
-    mt_engine_reduce(e, e->embed_grad, (size_t)mt_engine_numel(e, 0));
-    e->op->sumsq(e->be, e->compute, e->dev_norms, e->embed_grad, (size_t)mt_engine_numel(e, 0));
+    reduce_grad(e, 0, e->embed_grad, (size_t)mt_engine_numel(e, 0));
 }
 
 static void run_job(void *arg) {
@@ -205,12 +218,12 @@ static void run_job(void *arg) {
         for (int m = 0; m < j->micro_batches; m++)
             mt_block_backward(&ctx, &w, &g, micro(e, j->x_in, m), dy_at(e, m));
         mt_engine_acc_close(e, mt_acc_unit(u), grads, (size_t)mt_engine_numel(e, u));
-        mt_engine_reduce(e, grads, (size_t)mt_engine_numel(e, u));
-        op->sumsq(e->be, e->compute, e->dev_norms + u, grads, (size_t)mt_engine_numel(e, u));
+        reduce_grad(e, u, grads, (size_t)mt_engine_numel(e, u));
         break;
     }
     case MT_JOB_EMBED_BWD: embed_backward(j); break;
     case MT_JOB_DEVICE_UPDATE: mt_engine_device_update(e, &j->adam, j->clip); break;
+    case MT_JOB_NORMS: mt_engine_reduce(e, e->dev_norms, (size_t)e->U); break;
     }
     free(j);
 }

@@ -286,6 +286,7 @@ static mt_status ends(mt_engine *e, pass *p) {
         static const float nan_norm = NAN;
         mt_copy_async(e->be, e->dev_norms, &nan_norm, 4, e->compute);
     }
+    if (e->reduce && !e->ordered) MT_TRY(mt_engine_launch(e, job_of(p, MT_JOB_NORMS))); /* the slices' norms */
     int chunked = mt_engine_ends_chunked(e);
     if (p->overlap && !e->o.ends_on_device && !chunked)
         p->r->waited += mt_engine_await(e, MT_FL_EMBED_EARLY_DONE, 0, e->generation, MT_GEN_NEXT);

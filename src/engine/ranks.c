@@ -364,6 +364,7 @@ mt_status mt_engine_create_replica(mt_engine **out, mt_backend *be, mt_store *st
 /* This rank's block of the world's micro-batches, its mean over every rank's targets. */
 static size_t replica_offset(mt_engine *e, int rank, const int32_t *targets, int world) {
     e->step_targets = count_targets(&e->o, world, targets);
+    e->group_rank = rank;
     return (size_t)rank * e->o.micro_batches * e->o.batch * e->o.seq;
 }
 

@@ -405,9 +405,9 @@ static void coll_note(cpu_backend *be, mt_status rc) {
 
 /* The threads accumulate in turns (one rank's bits); between processes, or with MT_TEST_RANKS_SUMMED set
  * when the group is made (to compare threads with processes), each rank's own sum is added in rank order. */
-static int coll_ordered(const cpu_backend *be) {
-    return be->comm && !be->summed && mt_backend_has_ordered_accumulation(&be->base);
-}
+static int coll_ordered(const cpu_backend *be) { return be->comm && !be->summed && be->base.ops->coll.acc_open; }
+
+static int coll_acc_ordered(mt_backend *b) { return coll_ordered((cpu_backend *)b); }
 
 static mt_status coll_none(void) { return mt_fail(MT_ERR_INVALID, "a collective on a cpu backend in no group"); }
 
@@ -485,6 +485,7 @@ static const mt_backend_ops cpu_ops = {
            .clip_scale = op_clip_scale, .adamw = op_adamw},
     .coll = {.comm_init = coll_comm_init, .comm_init_world = coll_comm_init_world, .all_reduce = coll_all_reduce,
              .reduce_scatter = coll_reduce_scatter, .acc_open = coll_acc_open, .acc_close = coll_acc_close,
+             .acc_ordered = coll_acc_ordered,
              .comm_abort = coll_comm_abort, .comm_free = coll_comm_free},
 };
 
