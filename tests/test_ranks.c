@@ -246,19 +246,19 @@ Test(ranks, host_all_reduce_sums_and_gives_up_on_a_peer_that_never_comes) {
     mt_host_comm_release(c);
 }
 
-/* The host reduce-scatter alone, three threads on 10 floats: each rank's slice (3, 3 and the last 4)
+/* The host reduce-scatter alone, three threads on 26 floats: each rank's slice (8, 8 and the last 10)
  * holds the sum in rank order and the rest of its buffer is its own; ordered, the slice is the last
  * rank's buffer (the turns' sum). */
 typedef struct {
     mt_host_comm *c;
     int rank, ordered;
-    float buf[10];
+    float buf[26];
     mt_status rc;
 } scatter_rank;
 
 static void *scatter_main(void *p) {
     scatter_rank *r = p;
-    r->rc = mt_host_comm_reduce_scatter(r->c, r->rank, r->buf, 10, r->ordered);
+    r->rc = mt_host_comm_reduce_scatter(r->c, r->rank, r->buf, 26, r->ordered);
     return NULL;
 }
 
@@ -270,16 +270,16 @@ Test(ranks, host_reduce_scatter_leaves_each_rank_its_slice_of_the_sum) {
         pthread_t threads[3];
         for (int k = 0; k < 3; k++) {
             r[k] = (scatter_rank){.c = c, .rank = k, .ordered = ordered};
-            for (int i = 0; i < 10; i++) r[k].buf[i] = (float)((k + 1) * 100 + i) + 0.1f;
+            for (int i = 0; i < 26; i++) r[k].buf[i] = (float)((k + 1) * 100 + i) + 0.1f;
             cr_assert_eq(pthread_create(&threads[k], NULL, scatter_main, &r[k]), 0);
         }
         for (int k = 0; k < 3; k++) pthread_join(threads[k], NULL);
         for (int k = 0; k < 3; k++) {
             cr_assert_eq(r[k].rc, MT_OK, "%s", mt_error());
             size_t lo, hi;
-            mt_coll_slice(10, k, 3, &lo, &hi);
-            cr_expect_eq(hi - lo, k == 2 ? 4u : 3u);
-            for (size_t i = 0; i < 10; i++) {
+            mt_coll_slice(26, k, 3, &lo, &hi);
+            cr_expect_eq(hi - lo, k == 2 ? 10u : 8u);
+            for (size_t i = 0; i < 26; i++) {
                 float own = (float)((k + 1) * 100 + (int)i) + 0.1f, last = (float)(300 + (int)i) + 0.1f;
                 float sum = ((float)(100 + (int)i) + 0.1f) + ((float)(200 + (int)i) + 0.1f) + last;
                 float want = i < lo || i >= hi ? own : ordered ? last : sum;

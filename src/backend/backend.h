@@ -311,10 +311,11 @@ static inline int mt_backend_accumulates_in_turns(mt_backend *be) {
     return be->ops->coll.acc_ordered && be->ops->coll.acc_ordered(be);
 }
 
-/* Rank r's slice [*lo, *hi) of count elements in a group of n (reduce_scatter's): count / n each,
- * the last rank also the remainder (the equal parts NCCL's reduce-scatter needs, and a short tail). */
+/* Rank r's slice [*lo, *hi) of count elements in a group of n (reduce_scatter's): equal parts (NCCL's
+ * reduce-scatter needs them) of count / n rounded down to a multiple of 4 floats (16 bytes: the slices
+ * stay aligned for vector loads), the last rank also the remainder (a short tail). */
 static inline void mt_coll_slice(size_t count, int r, int n, size_t *lo, size_t *hi) {
-    size_t part = count / (size_t)n;
+    size_t part = count / (size_t)n / 4 * 4;
     *lo = part * (size_t)r;
     *hi = r == n - 1 ? count : *lo + part;
 }

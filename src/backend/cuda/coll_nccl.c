@@ -71,15 +71,17 @@ static ncclResult_t all_reduce(ncclComm_t comm, cudaStream_t stream, float *buf,
     return ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, comm, stream);
 }
 
-/* NCCL's reduce-scatter takes equal parts: count / n each (mt_coll_slice), in place (rank r's part
- * lands at buf + r * part, where it already lies); the tail of count mod n elements, the last rank's
- * too, is summed whole. */
+/* NCCL's reduce-scatter takes equal parts (mt_coll_slice's), in place (rank r's part lands at
+ * buf + r * part, where it already lies); the tail past the n parts, the last rank's too, is summed
+ * whole. */
 static ncclResult_t reduce_scatter(ncclComm_t comm, cudaStream_t stream, float *buf, size_t count) {
     int rank, n;
     ncclResult_t res = ncclCommUserRank(comm, &rank);
     if (res == ncclSuccess) res = ncclCommCount(comm, &n);
     if (res != ncclSuccess) return res;
-    size_t part = count / (size_t)n, tail = count - part * (size_t)n;
+    size_t lo, hi;
+    mt_coll_slice(count, 0, n, &lo, &hi);
+    size_t part = hi - lo, tail = count - part * (size_t)n; /* one rank: all, no tail */
     if (part > 0) res = ncclReduceScatter(buf, buf + part * (size_t)rank, part, ncclFloat, ncclSum, comm, stream);
     if (res == ncclSuccess && tail > 0) res = all_reduce(comm, stream, buf + part * (size_t)n, tail);
     return res;
