@@ -148,6 +148,13 @@ Test(ranks, several_ranks_give_the_bits_of_one_rank_running_all_micro_batches) {
     mt_config wide_vocab = mt_tiny_config_gqa();
     wide_vocab.vocab_size = MT_ENGINE_HEAD_VOCAB_CHUNK + 500;
     expect_one_ranks_bits("vocabulary chunks", &wide_vocab, 2, 1, (shape){.clip = 1.0f});
+    /* without clipping the leader's optimizer updates each unit once every rank's slice is home,
+     * during the backward; one rank updates the embedding's untouched rows early, ranks whole */
+    expect_one_ranks_bits("clip 0", &cfg, 2, 2, (shape){.clip = 0.0f});
+    expect_one_ranks_bits("clip 0, 3 ranks, tied", &tied, 3, 1, (shape){.clip = 0.0f});
+    expect_one_ranks_bits("clip 0, ends and a block on device", &cfg, 2, 1,
+                          (shape){.clip = 0.0f, .ends_on_device = 1, .device_blocks = 1});
+    expect_one_ranks_bits("clip 0, vocabulary chunks", &wide_vocab, 2, 1, (shape){.clip = 0.0f});
 }
 
 /* Ranks that sum (the path NCCL takes: each host-updated unit's gradient reduce-scattered, each rank
@@ -190,6 +197,8 @@ Test(ranks, summing_ranks_reduce_scatter_and_match_one_rank_up_to_the_order_of_t
     mt_config wide_vocab = mt_tiny_config_gqa();
     wide_vocab.vocab_size = MT_ENGINE_HEAD_VOCAB_CHUNK + 500;
     expect_close_to_one_rank("vocabulary chunks", &wide_vocab, 3, 1, (shape){.clip = 0.05f});
+    expect_close_to_one_rank("clip 0", &cfg, 2, 1, (shape){.clip = 0.0f});
+    expect_close_to_one_rank("clip 0, tied", &tied, 2, 1, (shape){.clip = 0.0f});
 }
 
 static void expect_failure_ends_the_group(int failing) {
@@ -219,14 +228,10 @@ Test(ranks, a_rank_that_fails_ends_every_ranks_step) {
     expect_failure_ends_the_group(0);
 }
 
-Test(ranks, refuses_what_it_cannot_do_on_several_ranks) {
-    mt_config cfg = mt_tiny_config_gqa();
-    mt_engine_options o = options(1, (shape){.clip = 0.0f});
-    group t;
-    cr_expect_neq(group_open(&t, &cfg, &o, 2), MT_OK);
-    cr_expect(strstr(mt_error(), "--clip"), "%s", mt_error());
-    group_close(&t);
-    cr_expect_neq(mt_ranks_create(&t.g, 0, open_cpu, NULL), MT_OK);
+Test(ranks, refuses_a_group_of_no_ranks) {
+    mt_ranks *g;
+    cr_expect_neq(mt_ranks_create(&g, 0, open_cpu, NULL), MT_OK);
+    cr_expect(strstr(mt_error(), "at least one rank"), "%s", mt_error());
 }
 
 /* The host communicator alone: a rank whose peer never comes gives up after MT_COLL_TIMEOUT_S, and

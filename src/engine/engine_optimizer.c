@@ -128,15 +128,24 @@ static int list_work(const mt_engine *e, opt_work *work, int *arrival) {
     return n;
 }
 
-/* Whether w's gradients are home; `wait`: wait until they are. */
+/* Whether w's gradients are home, every rank's slice of them (the leader of ranks: each rank copies
+ * its own); `wait`: wait until they are. The embedding's other rows come from its early copy, which
+ * only an engine outside a group makes (engine_schedule.c): in a group they wait for the whole. */
 static int work_home(mt_engine *e, const mt_opt_job *job, const opt_work *w, int wait) {
-    int early = w->kind == WORK_EMBED_OTHER_ROWS;
+    int early = w->kind == WORK_EMBED_OTHER_ROWS && !e->reduce;
     mt_fl issued = early ? MT_FL_EMBED_EARLY_ISSUED : MT_FL_GRADS_ISSUED;
     mt_ev home = early ? MT_EV_EMBED_EARLY_HOME : MT_EV_GRADS_HOME;
     int i = early ? 0 : w->unit;
-    if (!wait) return mt_engine_reached(e, issued, i, job->generation, MT_GEN_NEXT) && mt_engine_done(e, home, i);
-    mt_engine_await(e, issued, i, job->generation, MT_GEN_NEXT);
-    mt_engine_sync(e, home, i);
+    for (int r = 0; r < e->ranks; r++) {
+        mt_engine *rank = e->peers ? e->peers[r] : e;
+        if (!wait) {
+            if (!mt_engine_reached(rank, issued, i, job->generation, MT_GEN_NEXT) || !mt_engine_done(rank, home, i))
+                return 0;
+            continue;
+        }
+        mt_engine_await(rank, issued, i, job->generation, MT_GEN_NEXT);
+        mt_engine_sync(rank, home, i);
+    }
     return 1;
 }
 

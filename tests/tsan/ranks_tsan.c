@@ -26,10 +26,12 @@ static void check(int ok, const char *what) {
 static mt_status open_cpu(void *ctx, int rank, mt_backend **out) { return mt_backend_cpu_create(out, 1); }
 
 /* STEPS steps on n ranks of M micro-batches, the same n x M micro-batches a step whatever n and M;
- * `fail`: rank 1 fails in the last step. Returns the masters. */
-static float *train(int n, int M, int fail) {
+ * `fail`: rank 1 fails in the last step; `clip` 0: the leader's optimizer overlaps the backward,
+ * waiting on every rank's copies. Returns the masters. */
+static float *train(int n, int M, int fail, float clip) {
     mt_engine_options o = mt_engine_defaults();
     o.micro_batches = M;
+    o.max_grad_norm = clip;
     o.seq = SEQ;
     o.batch = BATCH;
     o.lm_chunk = 5;
@@ -76,13 +78,15 @@ int main(void) {
     mt_layout lay;
     mt_layout_init(&lay, &config);
     size_t bytes = (size_t)lay.total_numel * sizeof(float);
-    for (int n = 2; n <= 3; n++) {
-        float *one = train(1, n, 0), *many = train(n, 1, 0);
-        check(memcmp(one, many, bytes) == 0, n == 2 ? "2 ranks give the masters of 1 running both micro-batches"
-                                                    : "3 ranks give the masters of 1 running all 3 micro-batches");
-        free(one), free(many);
-    }
-    free(train(2, 1, 1));
+    for (int n = 2; n <= 3; n++)
+        for (int clip = 0; clip <= 1; clip++) {
+            float *one = train(1, n, 0, (float)clip), *many = train(n, 1, 0, (float)clip);
+            check(memcmp(one, many, bytes) == 0, n == 2 ? "2 ranks give the masters of 1 running both micro-batches"
+                                                        : "3 ranks give the masters of 1 running all 3 micro-batches");
+            free(one), free(many);
+        }
+    free(train(2, 1, 1, 1.0f));
+    free(train(2, 1, 1, 0.0f));
     mt_layout_free(&lay);
     printf("ranks under TSan: %s\n", failures ? "FAILED" : "ok");
     return failures ? 1 : 0;
