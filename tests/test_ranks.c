@@ -46,7 +46,7 @@ static void group_close(group *t) {
  * norms, as on NCCL. */
 typedef struct {
     float clip;
-    int ends_on_device, device_blocks, chunk, summed;
+    int ends_on_device, device_blocks, chunk, summed, grad_ring;
 } shape;
 
 static mt_engine_options options(int micro_batches, shape sh) {
@@ -60,6 +60,7 @@ static mt_engine_options options(int micro_batches, shape sh) {
     o.ends_on_device = sh.ends_on_device;
     o.device_blocks = sh.device_blocks;
     if (sh.chunk) o.chunk = sh.chunk;
+    if (sh.grad_ring) o.grad_ring = sh.grad_ring;
     return o;
 }
 
@@ -155,6 +156,8 @@ Test(ranks, several_ranks_give_the_bits_of_one_rank_running_all_micro_batches) {
     expect_one_ranks_bits("clip 0, ends and a block on device", &cfg, 2, 1,
                           (shape){.clip = 0.0f, .ends_on_device = 1, .device_blocks = 1});
     expect_one_ranks_bits("clip 0, vocabulary chunks", &wide_vocab, 2, 1, (shape){.clip = 0.0f});
+    /* a ring of one block buffer: each block's backward waits for the update of the one before */
+    expect_one_ranks_bits("clip 0, a ring of 1", &cfg, 3, 1, (shape){.clip = 0.0f, .grad_ring = 1});
 }
 
 /* Ranks that sum (the path NCCL takes: each host-updated unit's gradient reduce-scattered, each rank

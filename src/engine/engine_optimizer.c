@@ -112,7 +112,8 @@ static int head_pieces(const mt_engine *e) {
 
 /* The step's work in the order the next forward needs it: the embedding's input rows, its other
  * rows, blocks 0..L-1, the head's pieces; and the order its gradients arrive in (`arrival`: the
- * head's pieces, all at once, first). Returns the number of works. */
+ * head's pieces, all at once, first; the embedding's other rows next from the early copy, or in a
+ * group, which makes none, last, before its input rows). Returns the number of works. */
 static int list_work(const mt_engine *e, opt_work *work, int *arrival) {
     int n = 0, pieces = head_pieces(e);
     work[n++] = (opt_work){.kind = WORK_EMBED_INPUT_ROWS, .unit = 0};
@@ -122,8 +123,9 @@ static int list_work(const mt_engine *e, opt_work *work, int *arrival) {
         work[n++] = (opt_work){.kind = WORK_HEAD_PIECE, .unit = e->U - 1, .piece = p, .pieces = pieces};
     int a = 0, first_block = 2, first_piece = first_block + e->L;
     for (int p = 0; p < pieces; p++) arrival[a++] = first_piece + p;
-    arrival[a++] = 1;
+    if (!e->reduce) arrival[a++] = 1;
     for (int l = e->L - 1; l >= 0; l--) arrival[a++] = first_block + l;
+    if (e->reduce) arrival[a++] = 1;
     arrival[a++] = 0;
     return n;
 }
@@ -170,7 +172,10 @@ static void work_finished(mt_engine *e, const mt_opt_job *job, const opt_work *w
 
 /* The work to do next among that whose gradients are home, or -1 when none is. */
 static int pick_home(mt_engine *e, const mt_opt_job *job, const opt_work *work, int n) {
-    for (int i = 0; i < 2; i++)
+    /* The embedding's other rows before its input rows, whose update (the last) lets it go to the
+     * device again: alone, the input rows' gradient comes home only after the other rows' update; in
+     * a group both come with the whole gradient. */
+    for (int i = 1; i >= 0; i--)
         if (!work[i].done && work_home(e, job, &work[i], 0)) return i;
     /* The backward runs until the gradients of the first block the host updates are issued. */
     int backward_running = !mt_engine_reached(e, MT_FL_GRADS_ISSUED, mt_unit_block(e->D), job->generation, MT_GEN_NEXT);

@@ -1,11 +1,12 @@
 /* Data parallelism on two GPUs through NCCL (engine/ranks.h; needs a machine with 2 GPUs, the
  * tests skip on one): two ranks of one micro-batch each against one GPU running both micro-batches,
- * from the same bf16 weights, over four steps: the losses within 1e-3 relative and each tensor's
- * change of its masters within 2% relative (||d2 - d1|| / ||d1||). Only the order of the gradient's
- * sum (and the GPU's atomics) differs; a gradient left unreduced, or a slice sent home from the
- * wrong place, is off by O(1). NCCL's reduce-scatter alone (equal parts and a tail): each rank's
- * slice is the sum, bitwise (two addends). Then a rank that dies before its pass: the other, inside
- * an NCCL all-reduce that will never complete, is released by the abort within seconds. */
+ * from the same bf16 weights, over four steps, with clipping and without: the losses within 1e-3
+ * relative and each tensor's change of its masters within 2% relative (||d2 - d1|| / ||d1||). Only
+ * the order of the gradient's sum (and the GPU's atomics) differs; a gradient left unreduced, or a
+ * slice sent home from the wrong place, is off by O(1). NCCL's reduce-scatter alone (equal parts and
+ * a tail): each rank's slice is the sum, bitwise (two addends). Then a rank that dies before its
+ * pass: the other, inside an NCCL all-reduce that will never complete, is released by the abort
+ * within seconds. */
 #include <criterion/criterion.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -33,8 +34,9 @@ typedef struct {
     mt_store store;
 } group;
 
-static void group_open(group *t, const mt_config *cfg, int n, int M) {
+static void group_open(group *t, const mt_config *cfg, int n, int M, float clip) {
     mt_engine_options o = mt_engine_defaults();
+    o.max_grad_norm = clip;
     o.seq = SEQ;
     o.batch = BATCH;
     o.micro_batches = M;
@@ -55,9 +57,9 @@ static void group_close(group *t) {
 
 /* STEPS steps on the same windows, split across n ranks of M micro-batches; the losses, and the
  * masters before and after. */
-static float *train(const mt_config *cfg, int n, int M, double *losses, float **before) {
+static float *train(const mt_config *cfg, int n, int M, float clip, double *losses, float **before) {
     group t;
-    group_open(&t, cfg, n, M);
+    group_open(&t, cfg, n, M, clip);
     size_t count = (size_t)t.layout.total_numel;
     *before = malloc(count * sizeof **before);
     memcpy(*before, t.store.master, count * sizeof **before);
@@ -76,13 +78,14 @@ static float *train(const mt_config *cfg, int n, int M, double *losses, float **
     return after;
 }
 
-Test(cuda, two_gpus_match_one_gpu_running_both_micro_batches) {
-    need_two_gpus();
+/* `clip` 0: the leader's optimizer overlaps the backward, taking each unit once both GPUs' slices
+ * of it are home. */
+static void expect_two_gpus_match_one(float clip) {
     mt_config cfg = mt_tiny_wider(mt_tiny_config_gqa());
     double one_loss[STEPS], two_loss[STEPS];
     float *one_before, *two_before;
-    float *one = train(&cfg, 1, 2, one_loss, &one_before);
-    float *two = train(&cfg, 2, 1, two_loss, &two_before);
+    float *one = train(&cfg, 1, 2, clip, one_loss, &one_before);
+    float *two = train(&cfg, 2, 1, clip, two_loss, &two_before);
     mt_layout lay;
     cr_assert_eq(mt_layout_init(&lay, &cfg), MT_OK);
     cr_assert_eq(memcmp(one_before, two_before, (size_t)lay.total_numel * 4), 0, "not the same start");
@@ -112,11 +115,21 @@ Test(cuda, two_gpus_match_one_gpu_running_both_micro_batches) {
     mt_layout_free(&lay);
 }
 
+Test(cuda, two_gpus_match_one_gpu_running_both_micro_batches) {
+    need_two_gpus();
+    expect_two_gpus_match_one(1.0f);
+}
+
+Test(cuda, two_gpus_match_one_gpu_running_both_micro_batches_without_clipping) {
+    need_two_gpus();
+    expect_two_gpus_match_one(0.0f);
+}
+
 Test(cuda, a_gpu_rank_that_dies_releases_the_other_from_nccl) {
     need_two_gpus();
     mt_config cfg = mt_tiny_wider(mt_tiny_config_gqa());
     group t;
-    group_open(&t, &cfg, 2, 1);
+    group_open(&t, &cfg, 2, 1, 1.0f);
     int all = 2 * BATCH;
     int32_t tokens[all * (SEQ + 1)], inputs[all * SEQ], targets[all * SEQ];
     mt_tiny_windows(3, all, SEQ, cfg.vocab_size, tokens, inputs, targets);
