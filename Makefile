@@ -92,6 +92,11 @@ $(BUILD)/cuda_tests: $(call objs,$(BUILD),$(LIB_C) $(CUDA_TEST_C) tests/tiny_mod
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) -lcriterion
 cuda-tests: $(BUILD)/cuda_tests
 
+# The CUDA backend's attention at long sequences (bench/attention/run.sh adds PyTorch's SDPA).
+bench-attention: $(BUILD)/bench/attention/bench_attention
+$(BUILD)/bench/attention/bench_attention: $(call objs,$(BUILD),$(LIB_C) bench/attention/bench_attention.c) $(LIB_OBJ_CU)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
 # CPU AdamW against the host's memory bandwidth (bench/adamw/run.sh adds PyTorch's fused AdamW).
 bench-adamw: $(BUILD)/bench/adamw/bench_adamw
 $(BUILD)/bench/adamw/bench_adamw: $(call objs,$(BUILD),$(LIB_C) bench/adamw/bench_adamw.c) $(LIB_OBJ_CU)
@@ -168,5 +173,5 @@ demo: $(BUILD)/megatrain data/kjv.txt
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all test demo clean cuda-tests bench-adamw fuzz fuzz-long tokenizer-data
+.PHONY: all test demo clean cuda-tests bench-adamw bench-attention fuzz fuzz-long tokenizer-data
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -42,7 +42,10 @@ bench_start bench.jsonl
 build_megatrain
 
 common() { echo --seq "$seq" --steps "$steps" --warmup-steps "$warmup" --json "$jsonl"; }
-megatrain() { bench megatrain "$1" 1 1 "$2" "$build/megatrain" bench --backend cuda $(common) --preset "$1" --clip 0 --gpu-mem "$gpu_mem"; }
+# Past the presets' 131072 positions the model's context is extended (--max-positions), as a
+# long-context run would; the step's work does not depend on it.
+extended() { [ "$seq" -gt 131072 ] && echo --max-positions "$seq"; }
+megatrain() { bench megatrain "$1" 1 1 "$2" "$build/megatrain" bench --backend cuda $(common) $(extended) --preset "$1" --clip 0 --gpu-mem "$gpu_mem"; }
 trained() { tail -1 "$jsonl" | grep -q '"tokens_per_s"'; }
 
 # ladder SYSTEM MODEL LIMIT_S TOKENS...: longest first, until one trains; one step each, no

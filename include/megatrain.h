@@ -46,6 +46,10 @@ typedef struct {
     const char *preset;
     const char *config_path;
     const char *init_from;
+    /* Changes to that model's config for a longer context: max_position_embeddings and the RoPE
+     * base (MT_UNSET / MT_UNSET_NUMBER: the config's). */
+    int max_positions;
+    float rope_theta;
 
     /* Data: a token file (llm.c .bin, masked shard, .npy), or text or JSONL, tokenized with the
      * run's tokenizer when it has one, else read as bytes. Default: the demo corpus. */

@@ -76,8 +76,9 @@ static void expect_chunking_invisible(const mt_config *cfg) {
             free(got.grads);
         }
     }
-    /* pieces inside a sequence: even, uneven (64 = 2 x 24 + 16), one token; with the head's
-     * gradient in vocabulary chunks (untied: 256 = 6 x 37 + 34) and without */
+    /* pieces inside a sequence: even, uneven (64 = 2 x 24 + 16), one token; with the ends'
+     * gradients in vocabulary chunks (256 = 6 x 37 + 34; tied, the one matrix's, made in the
+     * embedding's backward) and without */
     const int part[] = {16, 24, 1, SEQ, 16};
     const int head[] = {0, 37, 0, 37, 255};
     for (size_t i = 0; i < sizeof part / sizeof part[0]; i++) {
@@ -167,8 +168,7 @@ static float *masters_after_training(const mt_config *cfg, int head_chunk, doubl
     return master;
 }
 
-Test(chunking, head_by_vocabulary_chunks_trains_as_whole) {
-    mt_config cfg = mt_tiny_config_gqa();
+static void expect_vocabulary_chunks_train_as_whole(mt_config cfg) {
     cfg.max_position = SEQ;
     mt_layout lay;
     cr_assert_eq(mt_layout_init(&lay, &cfg), MT_OK);
@@ -185,4 +185,12 @@ Test(chunking, head_by_vocabulary_chunks_trains_as_whole) {
     free(want);
     free(got);
     mt_layout_free(&lay);
+}
+
+Test(chunking, head_by_vocabulary_chunks_trains_as_whole) { expect_vocabulary_chunks_train_as_whole(mt_tiny_config_gqa()); }
+
+/* Tied: the embedding's gradient, the head's part included, comes home only after its backward,
+ * so the optimizer has no early copy to start its other rows on. */
+Test(chunking, tied_by_vocabulary_chunks_trains_as_whole) {
+    expect_vocabulary_chunks_train_as_whole(mt_tiny_config_tied_bias());
 }

@@ -219,6 +219,47 @@ Test(cli, seq_past_max_position) {
     mt_cli_result_free(&r);
 }
 
+/* Context extension: --max-positions raises the limit --seq is checked against and --rope-theta
+ * the RoPE base; both are the run's model (its exported config), which a resume keeps and may not
+ * change; bad values are refused naming the option. */
+Test(cli, max_positions_and_rope_theta_extend_the_context) {
+    mt_cli_result r;
+    const char *run = in_dir("run"), *out = in_dir("exported");
+    mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--data", corpus, SMALL_STEP, "--seq", "300",
+               "--max-positions", "512", "--rope-theta", "20000", "--steps", "2", "--out", run, NULL);
+    assert_succeeded(&r);
+    mt_cli_result_free(&r);
+    mt_cli_run(&r, TIMEOUT_S, "export", run, out, NULL);
+    assert_succeeded(&r);
+    mt_cli_result_free(&r);
+    json_t *config = json_load_file(in_dir("exported/config.json"), 0, NULL);
+    cr_assert_not_null(config, "no readable exported config.json");
+    cr_expect_eq(json_integer_value(json_object_get(config, "max_position_embeddings")), 512);
+    cr_expect_eq(json_number_value(json_object_get(config, "rope_theta")), 20000.0);
+    json_decref(config);
+    /* resumed: the run's own limits stand (--seq 300 still fits); another limit is refused */
+    mt_cli_run(&r, TIMEOUT_S, "train", "--out", run, "--resume", "--steps", "3", "--backend", "cpu", NULL);
+    assert_succeeded(&r);
+    mt_cli_result_free(&r);
+    mt_cli_run(&r, TIMEOUT_S, "train", "--out", run, "--resume", "--steps", "4", "--backend", "cpu",
+               "--max-positions", "1024", NULL);
+    cr_expect_neq(r.exit_code, 0, "a resume took another --max-positions:\n%s", r.err);
+    cr_expect_not_null(strstr(r.err, "max_position_embeddings 512"), "%s", r.err);
+    mt_cli_result_free(&r);
+    const char *bad[][2] = {{"--max-positions", "0"}, {"--rope-theta", "0"}, {"--rope-theta", "-5"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        mt_cli_run(&r, TIMEOUT_S, "plan", "--preset", "tiny", "--backend", "cpu", bad[i][0], bad[i][1], NULL);
+        cr_expect_eq(r.exit_code, 2, "plan took %s %s (exit %d)", bad[i][0], bad[i][1], r.exit_code);
+        cr_expect_not_null(strstr(r.err, bad[i][0]), "%s", r.err);
+        mt_cli_result_free(&r);
+    }
+    /* a 3B at 512k tokens: planned, in pieces, once the positions allow it */
+    mt_cli_run(&r, TIMEOUT_S, "plan", "--preset", "llama-3.2-3b", "--backend", "cpu", "--seq", "524288", "--batch",
+               "1", "--max-positions", "524288", NULL);
+    cr_expect_not_null(strstr(r.out, "8192 tokens at a time (64 per micro-batch)"), "%s%s", r.out, r.err);
+    mt_cli_result_free(&r);
+}
+
 Test(cli, unwritable_run_directory) {
     mt_cli_result r;
     /* A regular file as the parent: chmod would not stop a test running as root. */

@@ -135,6 +135,9 @@ static const run_mode RUNS[] = {
     {"clipped, two blocks on the device", 1.0f, 0, 0, 0, 0, 2, 1, 2, 0},
     {"overlapped ring, a block and the ends on the device, checkpoints on the host", 0.0f, 0, 1, -1, 1, 2, 2, 1, 0},
     {"clipped, every gradient kept, blocks on the device", 1.0f, 1, 0, 1, 0, 3, 1, 4, 0},
+    /* Tied in vocabulary chunks: the embedding's gradient whole only after its backward. */
+    {"overlapped ring, tied in vocabulary chunks", 0.0f, 0, 0, 0, 1, 2, 1, 0, 16},
+    {"clipped, tied in vocabulary chunks, checkpoints on the host", 1.0f, 0, 0, -1, 1, 2, 2, 0, 16},
 };
 
 static void trace_mode(const run_mode *m, mt_protocol_trace *t, unsigned *modes) {
@@ -168,7 +171,7 @@ Test(protocol, the_table_is_what_the_engine_does) {
         mt_protocol_trace_free(&t);
     }
     unsigned every = MT_MODE_CLIPPED | MT_MODE_OVERLAPPED | MT_MODE_RING | MT_MODE_ENDS_DEVICE | MT_MODE_CKPT_HOST |
-                     MT_MODE_DEVICE_STATE;
+                     MT_MODE_DEVICE_STATE | MT_MODE_EMBED_LATE;
     cr_expect_eq(all_modes, every, "the runs cover every mode the table names");
     for (int r = 0; r < mt_protocol_rows; r++) { /* no row is dead */
         int applies = 0;

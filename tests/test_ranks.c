@@ -149,6 +149,11 @@ Test(ranks, several_ranks_give_the_bits_of_one_rank_running_all_micro_batches) {
     mt_config wide_vocab = mt_tiny_config_gqa();
     wide_vocab.vocab_size = MT_ENGINE_HEAD_VOCAB_CHUNK + 500;
     expect_one_ranks_bits("vocabulary chunks", &wide_vocab, 2, 1, (shape){.clip = 1.0f});
+    /* tied in chunks: each chunk's head part made in the embedding's backward, a round of its own */
+    mt_config tied_wide = mt_tiny_config_tied_bias();
+    tied_wide.vocab_size = MT_ENGINE_HEAD_VOCAB_CHUNK + 500;
+    expect_one_ranks_bits("tied vocabulary chunks", &tied_wide, 2, 1, (shape){.clip = 0.05f});
+    expect_one_ranks_bits("tied vocabulary chunks, clip 0", &tied_wide, 3, 1, (shape){.clip = 0.0f});
     /* without clipping the leader's optimizer updates each unit once every rank's slice is home,
      * during the backward; one rank updates the embedding's untouched rows early, ranks whole */
     expect_one_ranks_bits("clip 0", &cfg, 2, 2, (shape){.clip = 0.0f});
@@ -202,6 +207,9 @@ Test(ranks, summing_ranks_reduce_scatter_and_match_one_rank_up_to_the_order_of_t
     expect_close_to_one_rank("vocabulary chunks", &wide_vocab, 3, 1, (shape){.clip = 0.05f});
     expect_close_to_one_rank("clip 0", &cfg, 2, 1, (shape){.clip = 0.0f});
     expect_close_to_one_rank("clip 0, tied", &tied, 2, 1, (shape){.clip = 0.0f});
+    mt_config tied_wide = mt_tiny_config_tied_bias();
+    tied_wide.vocab_size = MT_ENGINE_HEAD_VOCAB_CHUNK + 500;
+    expect_close_to_one_rank("tied vocabulary chunks", &tied_wide, 3, 1, (shape){.clip = 0.05f});
 }
 
 static void expect_failure_ends_the_group(int failing) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "model/config.h"
 
 static const char train_help[] =
     "usage: megatrain %s [options]\n"
@@ -19,10 +20,13 @@ static const char train_help[] =
     "--moments.\n"
     "\n"
     "model (default: the demo preset; on --resume, the checkpoint's):\n"
-    "  --preset NAME          demo, tiny, llama-3.2-1b, llama-3.2-3b, llama-3-8b, qwen2.5-14b,\n"
-    "                         qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b\n"
+    "  --preset NAME          one of: %s\n"
     "  --config FILE          a Hugging Face config.json (random initialization)\n"
     "  --init-from DIR        fine-tune a Hugging Face model directory (config.json + safetensors)\n"
+    "  --max-positions N      the model's max_position_embeddings raised (or lowered) to N: a longer\n"
+    "                         context than its config allows (context extension)\n"
+    "  --rope-theta F         the model's RoPE base replaced by F (raised with --max-positions, as\n"
+    "                         long-context recipes do; any rope scaling of the config still applies)\n"
     "data:\n"
     "  --data FILE            tokens (llm.c .bin shard, masked shard, .npy of uint16/uint32), or text:\n"
     "                         a text file, JSONL of {\"text\"} documents, or chat JSONL ({\"messages\"} or\n"
@@ -163,7 +167,7 @@ int mt_cli_parse_train(int argc, char **argv, const char *command, mt_train_opti
     }
     free(opts);
     if (help) {
-        printf(train_help, command);
+        printf(train_help, command, mt_config_preset_names());
         return 1;
     }
     if (!bad && optind < argc) {

@@ -42,8 +42,8 @@ typedef struct {
                             * each core the process may use but the first; else a core list
                             * ("2-15", "4,5,6", util/cpu_list.h) with one thread pinned to each */
     int lm_chunk;        /* rows of logits the LM head holds at once */
-    int head_vocab_chunk; /* vocabulary rows of the head's fp32 gradient the device holds at once
-                          * when that gradient goes home (untied, ends not on the device): each
+    int head_vocab_chunk; /* vocabulary rows of the head's and the embedding's fp32 gradients the
+                          * device holds at once when they go home (ends not on the device): each
                           * chunk is produced and copied home in turn (engine_jobs.c); 0 or at
                           * least the vocabulary: all of it at once */
     int chunk;           /* tokens a block's token-wise ops (norms, projections, MLP) take at once
@@ -124,6 +124,8 @@ int64_t mt_engine_device_numel(const mt_layout *lay, const mt_engine_options *op
 /* The block gradient buffers on the host without clipping: o->grad_ring or the default, at most
  * the number of streamed blocks (not device_blocks). */
 int mt_engine_grad_ring(const mt_config *cfg, const mt_engine_options *o);
+/* Whether the ends' gradients exist on the device a vocabulary chunk at a time (head_vocab_chunk). */
+int mt_engine_ends_chunked_for(const mt_config *c, const mt_engine_options *o);
 
 /* Options with the defaults a user gets from the CLI. */
 mt_engine_options mt_engine_defaults(void);

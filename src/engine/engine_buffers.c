@@ -36,6 +36,10 @@ static shape shape_of(mt_backend *be, const mt_config *cfg, const mt_layout *lay
     return s;
 }
 
+int mt_engine_ends_chunked_for(const mt_config *c, const mt_engine_options *o) {
+    return !o->ends_on_device && o->head_vocab_chunk > 0 && o->head_vocab_chunk < c->vocab_size;
+}
+
 int mt_engine_grad_ring(const mt_config *c, const mt_engine_options *o) {
     int ring = o->grad_ring > 0 ? o->grad_ring : MT_ENGINE_GRAD_RING, streamed = c->num_layers - o->device_blocks;
     return streamed < ring ? streamed : ring;
@@ -190,7 +194,7 @@ static void point_into_buffers(mt_engine *e) {
     }
     if (mt_engine_ends_chunked(e)) { /* the chunks home never cover the layout's padding after the matrices */
         const mt_tensor *ends[2] = {mt_layout_tensor(lay, 0, MT_T_WTE), mt_layout_tensor(lay, e->U - 1, MT_T_LM_HEAD)};
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < (e->cfg->tie_embeddings ? 1 : 2); i++) { /* tied, the head unit goes home whole */
             int u = i ? e->U - 1 : 0;
             size_t end = (size_t)ends[i]->offset + (size_t)ends[i]->rows * ends[i]->cols;
             memset(e->grad_home[u] + end, 0, ((size_t)mt_engine_numel(e, u) - end) * 4);

@@ -187,17 +187,25 @@ static inline void mt_engine_acc_close(const mt_engine *e, int tag, float *buf, 
 }
 
 /* The head's and the embedding's gradients exist on the device a vocabulary chunk at a time, each
- * copied home by the compute stream once done (untied, their gradients going home: not
- * ends_on_device). head_grad then holds the unit's tensors up to the head matrix (the final
- * norm's gradient) and one chunk of it; embed_grad one chunk. */
-static inline int mt_engine_ends_chunked_for(const mt_config *c, const mt_engine_options *o) {
-    return !c->tie_embeddings && !o->ends_on_device && o->head_vocab_chunk > 0 && o->head_vocab_chunk < c->vocab_size;
-}
+ * copied home by the compute stream once done (mt_engine_ends_chunked_for: their gradients going
+ * home, not ends_on_device). head_grad then holds the unit's tensors up to the head matrix (the
+ * final norm's gradient) and one chunk of it (tied: the final norm's alone); embed_grad one chunk. */
 static inline int mt_engine_ends_chunked(const mt_engine *e) { return mt_engine_ends_chunked_for(e->cfg, &e->o); }
+/* Tied and chunked, the one matrix's gradient (the head's part, then the embedding's) is made a
+ * chunk at a time in the embedding's backward: none of it is home before then, so there is no
+ * early copy for the optimizer to start on. */
+static inline int mt_engine_embed_grad_late(const mt_engine *e) {
+    return e->cfg->tie_embeddings && mt_engine_ends_chunked(e);
+}
+/* Without clipping the embedding's gradient comes home in two parts: an early copy after the head
+ * (the rows no input token touches are final there) and the rest after its backward. Not when its
+ * gradient is made late, nor in a group (ranks, replicas: the head's part of a tied embedding is
+ * summed across the ranks only with the rest): the optimizer then takes it whole. */
+static inline int mt_engine_embed_early_copy(const mt_engine *e) { return !e->reduce && !mt_engine_embed_grad_late(e); }
 /* Elements of head_grad. */
 static inline size_t mt_engine_head_grad_numel_for(const mt_layout *lay, const mt_engine_options *o) {
     const mt_config *c = &lay->cfg;
-    if (!mt_engine_ends_chunked_for(c, o)) return (size_t)lay->units[lay->num_units - 1].numel;
+    if (!mt_engine_ends_chunked_for(c, o) || c->tie_embeddings) return (size_t)lay->units[lay->num_units - 1].numel;
     const mt_tensor *head = mt_layout_tensor(lay, lay->num_units - 1, MT_T_LM_HEAD);
     return (size_t)head->offset + (size_t)o->head_vocab_chunk * c->hidden_size;
 }

@@ -83,34 +83,52 @@ static void final_norm(const mt_compute_job *j, head_piece p, const void *norm_w
                    e->cfg->rms_norm_eps);
 }
 
-/* The head's weight gradient a vocabulary chunk at a time (mt_engine_head_chunked): each chunk
- * from every row (the final norm again, the chunk's logits from the rows' log-sum-exp), then its
- * norm and its copy home, both on the compute stream, before the next chunk takes the buffer. The
- * final norm's gradient goes home first. */
-static void head_dw_by_vocab(const mt_compute_job *j, const void *norm_w, const void *lm_w) {
+/* Adds the head's weight gradient for vocabulary rows [v0, v0 + rows) into dw ([rows, D]), from
+ * every row of the step: the final norm again, the chunk's logits from the rows' log-sum-exp. */
+static void head_dw_chunk(const mt_compute_job *j, float *dw, int v0, int rows) {
     mt_engine *e = j->e;
-    const mt_op_iface *op = e->op;
-    int D = e->cfg->hidden_size, V = e->cfg->vocab_size, chunk = e->o.head_vocab_chunk, U = e->U;
-    mt_unit_grads dev = mt_bind_grads(e->lay, U - 1, e->head_grad);
+    int D = e->cfg->hidden_size;
+    const void *norm_w = mt_bind_weights(e->lay, e->U - 1, e->head_w, e->be->ops->weight_dtype).t[MT_T_FINAL_NORM];
+    const char *lm_w = lm_weight(e);
     size_t wsize = mt_dtype_size(e->be->ops->weight_dtype);
+    FOR_EACH_HEAD_PIECE(e, j, p) {
+        size_t row = head_row(j, p);
+        final_norm(j, p, norm_w);
+        e->op->lmhead_dw(e->be, e->compute, dw, e->ws.h1, lm_w + (size_t)v0 * D * wsize, targets_at(e, p.m) + row,
+                         e->dev_lse + p.m * mt_engine_rows(e) + row, p.rows, D, v0, rows, j->scale, e->o.lm_chunk,
+                         e->lm_ws);
+    }
+}
+
+/* A gradient chunk of unit u is done: summed across the ranks, its sum of squares added to the
+ * unit's norm (reduce_grad), and this rank's slice of it copied home to element `at` of the unit, on
+ * the compute stream before the next chunk takes the buffer. */
+static void chunk_done(mt_engine *e, int u, size_t at, float *chunk, size_t count) {
+    reduce_grad(e, u, chunk, count);
+    mt_engine_copy_home_in_launch(e, u, at, chunk, count);
+}
+
+/* The head unit's gradient with the ends chunked (mt_engine_ends_chunked): the final norm's goes
+ * home first, then (untied) the head matrix's a vocabulary chunk at a time. Tied, the matrix is the
+ * embedding's: its chunks are made in the embedding's backward. */
+static void head_dw_by_vocab(const mt_compute_job *j) {
+    mt_engine *e = j->e;
+    int D = e->cfg->hidden_size, V = e->cfg->vocab_size, chunk = e->o.head_vocab_chunk, U = e->U;
+    if (e->cfg->tie_embeddings) {
+        chunk_done(e, U - 1, 0, e->head_grad, (size_t)mt_engine_numel(e, U - 1));
+        return;
+    }
+    float *dw = mt_bind_grads(e->lay, U - 1, e->head_grad).t[MT_T_LM_HEAD];
     /* the unit's tensors before the head matrix: the final norm's gradient (and the padding of the layout) */
-    size_t before = (size_t)(dev.t[MT_T_LM_HEAD] - e->head_grad);
-    reduce_grad(e, U - 1, e->head_grad, before);
-    mt_engine_copy_home_in_launch(e, U - 1, 0, e->head_grad, before);
+    size_t before = (size_t)(dw - e->head_grad);
+    chunk_done(e, U - 1, 0, e->head_grad, before);
     for (int v0 = 0; v0 < V; v0 += chunk) {
         int rows = V - v0 < chunk ? V - v0 : chunk;
-        mt_zero_in_launch(e->be, dev.t[MT_T_LM_HEAD], (size_t)rows * D * 4, e->compute);
-        mt_engine_acc_open(e, mt_acc_unit(U - 1), dev.t[MT_T_LM_HEAD], (size_t)rows * D, 1);
-        FOR_EACH_HEAD_PIECE(e, j, p) {
-            size_t row = head_row(j, p);
-            final_norm(j, p, norm_w);
-            op->lmhead_dw(e->be, e->compute, dev.t[MT_T_LM_HEAD], e->ws.h1, (const char *)lm_w + (size_t)v0 * D * wsize,
-                          targets_at(e, p.m) + row, e->dev_lse + p.m * mt_engine_rows(e) + row, p.rows, D, v0, rows,
-                          j->scale, e->o.lm_chunk, e->lm_ws);
-        }
-        mt_engine_acc_close(e, mt_acc_unit(U - 1), dev.t[MT_T_LM_HEAD], (size_t)rows * D);
-        reduce_grad(e, U - 1, dev.t[MT_T_LM_HEAD], (size_t)rows * D);
-        mt_engine_copy_home_in_launch(e, U - 1, before + (size_t)v0 * D, dev.t[MT_T_LM_HEAD], (size_t)rows * D);
+        mt_zero_in_launch(e->be, dw, (size_t)rows * D * 4, e->compute);
+        mt_engine_acc_open(e, mt_acc_unit(U - 1), dw, (size_t)rows * D, 1);
+        head_dw_chunk(j, dw, v0, rows);
+        mt_engine_acc_close(e, mt_acc_unit(U - 1), dw, (size_t)rows * D);
+        chunk_done(e, U - 1, before + (size_t)v0 * D, dw, (size_t)rows * D);
     }
 }
 
@@ -131,12 +149,14 @@ static void run_head(const mt_compute_job *j) {
         return;
     }
     int train = j->mode != MT_RUN_EVAL, chunked = train && mt_engine_ends_chunked(e), tied = e->cfg->tie_embeddings;
-    /* What the pieces add into: the loss; in training the head unit's gradient (chunked: the final
-     * norm's part), and tied the embedding's, whose second round is the embedding's backward. */
-    size_t head_acc = chunked ? (size_t)(g.t[MT_T_LM_HEAD] - e->head_grad) : (size_t)mt_engine_numel(e, e->U - 1);
+    /* What the pieces add into: the loss; in training the head unit's gradient (chunked untied: the
+     * final norm's part), and tied unchunked the embedding's, whose second round is the embedding's
+     * backward. */
+    size_t head_acc = chunked && !tied ? (size_t)(g.t[MT_T_LM_HEAD] - e->head_grad) : (size_t)mt_engine_numel(e, e->U - 1);
+    int embed_acc = train && tied && !chunked;
     mt_engine_acc_open(e, MT_ACC_LOSS, e->dev_loss, 1, 1);
     if (train) mt_engine_acc_open(e, mt_acc_unit(e->U - 1), e->head_grad, head_acc, 1);
-    if (train && tied) mt_engine_acc_open(e, mt_acc_unit(0), e->embed_grad, (size_t)mt_engine_numel(e, 0), 1);
+    if (embed_acc) mt_engine_acc_open(e, mt_acc_unit(0), e->embed_grad, (size_t)mt_engine_numel(e, 0), 1);
     FOR_EACH_HEAD_PIECE(e, j, p) {
         size_t row = head_row(j, p);
         final_norm(j, p, norm_w);
@@ -150,11 +170,11 @@ static void run_head(const mt_compute_job *j) {
     }
     mt_engine_acc_close(e, MT_ACC_LOSS, e->dev_loss, 1);
     if (train) mt_engine_acc_close(e, mt_acc_unit(e->U - 1), e->head_grad, head_acc);
-    if (train && tied) mt_engine_acc_close(e, mt_acc_unit(0), e->embed_grad, (size_t)mt_engine_numel(e, 0));
+    if (embed_acc) mt_engine_acc_close(e, mt_acc_unit(0), e->embed_grad, (size_t)mt_engine_numel(e, 0));
     mt_engine_reduce(e, e->dev_loss, 1); /* every rank's loss is the group's */
     if (j->mode == MT_RUN_EVAL) return;
     if (chunked) {
-        head_dw_by_vocab(j, norm_w, lm_w);
+        head_dw_by_vocab(j);
         return;
     }
     reduce_grad(e, e->U - 1, e->head_grad, (size_t)mt_engine_numel(e, e->U - 1));
@@ -162,17 +182,23 @@ static void run_head(const mt_compute_job *j) {
 
 /* The embedding's gradient: the rows the step's input tokens touch, gathered from the gradient
  * flowing back. Whole, or (mt_engine_ends_chunked) a vocabulary chunk at a time, each with its
- * norm and its copy home on the compute stream before the next chunk takes the buffer. */
+ * norm and its copy home on the compute stream before the next chunk takes the buffer; tied, each
+ * chunk starts with the head's part (as the whole gradient does, from the head's job). */
 static void embed_backward(const mt_compute_job *j) {
     mt_engine *e = j->e;
     int D = e->cfg->hidden_size, V = e->cfg->vocab_size;
     int chunked = mt_engine_ends_chunked(e), chunk = chunked ? e->o.head_vocab_chunk : V;
     for (int v0 = 0; v0 < V; v0 += chunk) {
         int rows = V - v0 < chunk ? V - v0 : chunk;
-        if (chunked) mt_zero_in_launch(e->be, e->embed_grad, (size_t)rows * D * 4, e->compute);
-        size_t acc = chunked ? (size_t)rows * D : (size_t)mt_engine_numel(e, 0);
-        mt_engine_acc_open(e, mt_acc_unit(0), e->embed_grad, acc, !e->cfg->tie_embeddings);
         float *dw = mt_bind_grads(e->lay, 0, e->embed_grad).t[MT_T_WTE];
+        size_t acc = chunked ? (size_t)rows * D : (size_t)mt_engine_numel(e, 0);
+        if (chunked) mt_zero_in_launch(e->be, e->embed_grad, (size_t)rows * D * 4, e->compute);
+        if (mt_engine_embed_grad_late(e)) { /* the head's round of the chunk, then the embedding's */
+            mt_engine_acc_open(e, mt_acc_unit(0), e->embed_grad, acc, 1);
+            head_dw_chunk(j, dw, v0, rows);
+            mt_engine_acc_close(e, mt_acc_unit(0), e->embed_grad, acc);
+        }
+        mt_engine_acc_open(e, mt_acc_unit(0), e->embed_grad, acc, !e->cfg->tie_embeddings);
         for (int m = 0; m < j->micro_batches; m++)
             for (int b = 0; b < j->batch; b++) {
                 size_t row = (size_t)b * j->seq;
@@ -181,8 +207,7 @@ static void embed_backward(const mt_compute_job *j) {
             }
         mt_engine_acc_close(e, mt_acc_unit(0), e->embed_grad, acc);
         if (!chunked) break;
-        reduce_grad(e, 0, dw, (size_t)rows * D);
-        mt_engine_copy_home_in_launch(e, 0, (size_t)v0 * D, dw, (size_t)rows * D); /* the WTE matrix starts the unit */
+        chunk_done(e, 0, (size_t)v0 * D, dw, (size_t)rows * D); /* the WTE matrix starts the unit */
     }
     if (chunked) return;
     reduce_grad(e, 0, e->embed_grad, (size_t)mt_engine_numel(e, 0));

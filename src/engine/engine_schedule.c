@@ -185,7 +185,14 @@ static mt_status forward(mt_engine *e, pass *p) {
     return MT_OK;
 }
 
-/* The head: the loss, and for training its backward, fused; then the weights it read are free. */
+/* The head's weights (the embedding's too when tied) may be replaced: compute is done reading them. */
+static void free_head_weights(mt_engine *e) {
+    if (!mt_engine_unit_on_device(e, e->U - 1)) mt_engine_record(e, MT_EV_HEAD_FREE, 0, e->compute);
+    if (e->cfg->tie_embeddings && !mt_engine_unit_on_device(e, 0)) mt_engine_record(e, MT_EV_EMBED_FREE, 0, e->compute);
+}
+
+/* The head: the loss, and for training its backward, fused; then the weights it read are free
+ * (tied and chunked, after the embedding's backward, which makes the head's weight gradient). */
 static mt_status head(mt_engine *e, pass *p) {
     compute_wait(e, MT_EV_HEAD_LOADED, 0);
     if (p->train) {
@@ -193,16 +200,16 @@ static mt_status head(mt_engine *e, pass *p) {
         mt_zero_async(e->be, e->head_grad, mt_engine_head_grad_numel(e) * 4, e->compute);
     }
     MT_TRY(mt_engine_launch(e, job_of(p, MT_JOB_HEAD)));
-    if (!mt_engine_unit_on_device(e, e->U - 1)) mt_engine_record(e, MT_EV_HEAD_FREE, 0, e->compute);
-    if (e->cfg->tie_embeddings && !mt_engine_unit_on_device(e, 0)) mt_engine_record(e, MT_EV_EMBED_FREE, 0, e->compute);
+    if (!(p->train && mt_engine_embed_grad_late(e))) free_head_weights(e);
     return MT_OK;
 }
 
 /* Without clipping the optimizer starts with the head: a first copy of the embedding's gradient
  * (the head's part when tied, zeros otherwise) goes home, whose rows that no input token touches are
- * final already. Not in a group (ranks, replicas): there the head's part is summed across the ranks
- * only with the rest, in the embedding's backward, and the optimizer takes the embedding whole. */
-static int embed_early(const mt_engine *e, const pass *p) { return p->overlap && !e->o.ends_on_device && !e->reduce; }
+ * final already (where there is one: mt_engine_embed_early_copy). */
+static int embed_early(const mt_engine *e, const pass *p) {
+    return p->overlap && !e->o.ends_on_device && mt_engine_embed_early_copy(e);
+}
 
 static void send_embedding_early(mt_engine *e) {
     mt_engine_record(e, MT_EV_UNIT_READY, 0, e->compute);
@@ -278,7 +285,9 @@ static mt_status backward(mt_engine *e, pass *p) {
      * with the early copy there (which then also landed, so the chunk buffer may change). */
     if (embed_early(e, p) && mt_engine_ends_chunked(e))
         p->r->waited += mt_engine_await(e, MT_FL_EMBED_EARLY_DONE, 0, e->generation, MT_GEN_NEXT);
-    return mt_engine_launch(e, job_of(p, MT_JOB_EMBED_BWD));
+    MT_TRY(mt_engine_launch(e, job_of(p, MT_JOB_EMBED_BWD)));
+    if (mt_engine_embed_grad_late(e)) free_head_weights(e);
+    return MT_OK;
 }
 
 /* The ends: the embedding's gradient goes home (once the optimizer is done with its early copy,

@@ -56,6 +56,7 @@ const mt_sync_point mt_flags[MT_FL_COUNT] = {
 #define ENDS_DEVICE MT_MODE_ENDS_DEVICE
 #define CKPT_HOST MT_MODE_CKPT_HOST
 #define DEVICE_STATE MT_MODE_DEVICE_STATE
+#define EMBED_LATE MT_MODE_EMBED_LATE
 
 const mt_protocol_row mt_protocol[] = {
     /* sync point           recorded by       waited by       for          needs        unless */
@@ -94,7 +95,7 @@ const mt_protocol_row mt_protocol[] = {
     {EV(GRADS_HOME),        D2H,              OPTIMIZER,      0,           OVERLAPPED,  0,
      "steps", "unit u's gradients are on the host; the optimizer updates u (clipped: it needs none, it starts "
      "after the pass)"},
-    {EV(EMBED_EARLY_HOME),  D2H,              OPTIMIZER,      0,           OVERLAPPED,  ENDS_DEVICE,
+    {EV(EMBED_EARLY_HOME),  D2H,              OPTIMIZER,      0,           OVERLAPPED,  ENDS_DEVICE | EMBED_LATE,
      "steps, right after the head", "the embedding's gradient so far is home: its rows no input token touches "
      "are final, and the optimizer updates them during the backward"},
     {EV(DEVICE_UPDATED),    COMPUTE,          D2H,            0,           DEVICE_STATE, 0,
@@ -128,9 +129,9 @@ const mt_protocol_row mt_protocol[] = {
      "gradients"},
     {FL(GRADS_ISSUED),      ISSUER,           OPTIMIZER,      MT_GEN_NEXT, OVERLAPPED,  0,
      "steps", "the copy home of unit u's step g gradients is issued: the optimizer may wait on grads_home[u]"},
-    {FL(EMBED_EARLY_ISSUED), ISSUER,          OPTIMIZER,      MT_GEN_NEXT, OVERLAPPED,  ENDS_DEVICE,
+    {FL(EMBED_EARLY_ISSUED), ISSUER,          OPTIMIZER,      MT_GEN_NEXT, OVERLAPPED,  ENDS_DEVICE | EMBED_LATE,
      "steps", "the early copy of the embedding's gradient is issued: the optimizer may wait on embed_early_home"},
-    {FL(EMBED_EARLY_DONE),  OPTIMIZER,        ISSUER,         MT_GEN_NEXT, OVERLAPPED,  ENDS_DEVICE,
+    {FL(EMBED_EARLY_DONE),  OPTIMIZER,        ISSUER,         MT_GEN_NEXT, OVERLAPPED,  ENDS_DEVICE | EMBED_LATE,
      "steps, before the embedding's full gradient goes home", "the optimizer is done with the early copy: the "
      "full one may land where it lies"},
 };

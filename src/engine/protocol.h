@@ -94,6 +94,8 @@ enum {
     MT_MODE_ENDS_DEVICE = 1 << 3, /* the device updates the embedding and head */
     MT_MODE_CKPT_HOST = 1 << 4,   /* some activation checkpoints live in pinned host memory */
     MT_MODE_DEVICE_STATE = 1 << 5, /* the device updates some unit: the ends, device_blocks or both */
+    MT_MODE_EMBED_LATE = 1 << 6,  /* tied, in vocabulary chunks: the embedding's gradient is made whole in
+                                   * its backward, with no early copy */
 };
 
 /* The generations a flag is waited for, relative to the waiter's g. */

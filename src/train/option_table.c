@@ -76,6 +76,8 @@ const mt_option mt_options[] = {
     NAME_SETTING("preset", preset, MT_OPT_MODEL, NULL, check_preset, NULL),
     NAME_SETTING("config", config_path, MT_OPT_MODEL, NULL, NULL, NULL),
     NAME_SETTING("init-from", init_from, MT_OPT_MODEL, NULL, NULL, NULL),
+    SETTING("max-positions", MT_OPT_INT, max_positions, MT_OPT_MODEL, 1, SHAPE_MAX, 0, 0, MT_UNSET),
+    SETTING("rope-theta", MT_OPT_F32, rope_theta, MT_OPT_MODEL, 0, 1e30, 1, 0, MT_UNSET_NUMBER),
     NAME_SETTING("data", data_path, MT_OPT_MAY_CHANGE, NULL, NULL, "data/kjv.txt"),
     /* Stored as the resolved absolute path (train.c); fixed, since it changes the data's ids. */
     NAME_SETTING("tokenizer", tokenizer, MT_OPT_FIXED, NULL, check_tokenizer, NULL),

@@ -1,5 +1,6 @@
 #include "train/options.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,10 +18,21 @@ mt_status mt_train_options_fresh(const mt_train_options *given, mt_train_options
     return mt_train_options_check(out);
 }
 
+int mt_train_model_changed(const mt_train_options *o) {
+    return o->max_positions != MT_UNSET || !isnan(o->rope_theta);
+}
+
+void mt_train_model_change(const mt_train_options *o, mt_config *cfg) {
+    if (o->max_positions != MT_UNSET) cfg->max_position = o->max_positions;
+    if (!isnan(o->rope_theta)) cfg->rope_theta = o->rope_theta;
+}
+
 mt_status mt_train_model_config(const mt_train_options *o, mt_config *cfg) {
-    if (o->init_from) return mt_hf_load_config(o->init_from, cfg);
-    if (o->config_path) return mt_hf_config_read(o->config_path, cfg);
-    return mt_config_preset(o->preset ? o->preset : "demo", cfg);
+    if (o->init_from) MT_TRY(mt_hf_load_config(o->init_from, cfg));
+    else if (o->config_path) MT_TRY(mt_hf_config_read(o->config_path, cfg));
+    else MT_TRY(mt_config_preset(o->preset ? o->preset : "demo", cfg));
+    mt_train_model_change(o, cfg);
+    return MT_OK;
 }
 
 /* Pinned to the cores but the first by default where a GPU computes; the cpu backend's compute

@@ -10,8 +10,12 @@
 /* The options of a command that starts nothing from a checkpoint (plan, bench): checked, and
  * every run setting at its default where unset. */
 mt_status mt_train_options_fresh(const mt_train_options *given, mt_train_options *out);
-/* The model a run asked for (without --resume): --init-from, --config or a preset (demo). */
+/* The model a run asked for (without --resume): --init-from, --config or a preset (demo), with
+ * --max-positions and --rope-theta applied. */
 mt_status mt_train_model_config(const mt_train_options *o, mt_config *cfg);
+/* Whether --max-positions or --rope-theta is given; applying them to a config. */
+int mt_train_model_changed(const mt_train_options *o);
+void mt_train_model_change(const mt_train_options *o, mt_config *cfg);
 /* The run's memory plan (plan/placement.h): the engine's options it runs with, fitted into
  * --gpu-mem (or the device's free memory less a margin), the units whose state the device keeps,
  * weighed at this machine's rates (train/machine_rates.h: measured, looked up or given), which go

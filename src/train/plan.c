@@ -24,7 +24,7 @@ static double gb(int64_t bytes) { return (double)bytes / 1e9; }
 static void print_chunks(const mt_config *c, const mt_engine_options *eo, int64_t host_ckpt, FILE *out) {
     int piece = mt_block_piece_rows(eo->batch, eo->seq, eo->chunk);
     char head[96] = "whole";
-    if (!c->tie_embeddings && !eo->ends_on_device && eo->head_vocab_chunk > 0 && eo->head_vocab_chunk < c->vocab_size)
+    if (mt_engine_ends_chunked_for(c, eo))
         snprintf(head, sizeof head, "%d vocabulary rows at a time (%d chunks)", eo->head_vocab_chunk,
                  (c->vocab_size + eo->head_vocab_chunk - 1) / eo->head_vocab_chunk);
     fprintf(out, "chunks    blocks' norms, projections and MLP %d tokens at a time (%d per micro-batch); LM head "

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "train/option_table.h"
+#include "train/options.h"
 #include "util/log.h"
 #include "util/status.h"
 
@@ -13,6 +14,8 @@
 #define CFIELD(type, opt, o) ((const type *)((const char *)(o) + (opt)->offset))
 
 static json_t *value_to_json(const mt_option *opt, const mt_train_options *o) {
+    if (mt_option_is_unset(opt, o)) return json_null(); /* a model change not asked for; an unset warmup
+                                                          * (its default follows the steps) */
     switch (opt->type) {
     case MT_OPT_NAME: return *CFIELD(const char *, opt, o) ? json_string(*CFIELD(const char *, opt, o)) : json_null();
     case MT_OPT_FLAG: return json_boolean(*CFIELD(int, opt, o) > 0);
@@ -22,8 +25,7 @@ static json_t *value_to_json(const mt_option *opt, const mt_train_options *o) {
     }
     case MT_OPT_F64: return json_real(*CFIELD(double, opt, o));
     case MT_OPT_INT: return json_integer(*CFIELD(int, opt, o));
-    default: /* an unset warmup is stored as such: its default follows the steps */
-        return *CFIELD(int64_t, opt, o) == MT_UNSET ? json_null() : json_integer(*CFIELD(int64_t, opt, o));
+    default: return json_integer(*CFIELD(int64_t, opt, o));
     }
 }
 
@@ -85,7 +87,7 @@ static mt_status reconcile(const mt_option *opt, const mt_train_options *given, 
 mt_status mt_settings_resolve(const mt_train_options *given, const json_t *saved, const char *checkpoint,
                               mt_train_options *out) {
     *out = *given;
-    int model_given = given->preset || given->config_path || given->init_from;
+    int model_given = given->preset || given->config_path || given->init_from || mt_train_model_changed(given);
     for (const mt_option *opt = mt_options; opt->name; opt++) {
         if (opt->policy == MT_OPT_PROCESS) continue;
         const json_t *v = saved ? json_object_get(saved, opt->name) : NULL;

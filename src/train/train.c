@@ -102,10 +102,18 @@ static int same_model(const mt_config *a, const mt_config *b) {
 static mt_status resolve_model(mt_train_run *r, const mt_train_options *given) {
     if (!r->resume_from[0]) return mt_train_model_config(&r->o, &r->cfg);
     MT_TRY(mt_run_load_config(r->resume_from, &r->cfg));
-    if (!given->preset && !given->config_path && !given->init_from) return MT_OK;
-    mt_config asked;
-    MT_TRY(mt_train_model_config(given, &asked));
+    mt_config asked = r->cfg;
+    if (given->preset || given->config_path || given->init_from) MT_TRY(mt_train_model_config(given, &asked));
+    else if (mt_train_model_changed(given)) mt_train_model_change(given, &asked); /* on the run's own model */
+    else return MT_OK;
     if (same_model(&asked, &r->cfg)) return MT_OK;
+    mt_config context_only = r->cfg;
+    context_only.max_position = asked.max_position, context_only.rope_theta = asked.rope_theta;
+    if (same_model(&asked, &context_only))
+        return mt_fail(MT_ERR_INVALID, "%s is a run with max_position_embeddings %d and rope_theta %g, which a "
+                       "resumed run cannot change (asked: %d, %g); to train on at a longer context, export it "
+                       "and start a new run with --init-from", r->resume_from, r->cfg.max_position,
+                       (double)r->cfg.rope_theta, asked.max_position, (double)asked.rope_theta);
     mt_train_options none = mt_train_defaults(), stored;
     mt_status st = mt_settings_resolve(&none, r->saved_settings, r->resume_from, &stored);
     char wanted[4200], had[4200];

@@ -1,0 +1,171 @@
+/* Times the CUDA backend's causal attention (the op the engine calls: cuDNN's fused SDPA, or the
+ * flash kernels where cuDNN has no plan) forward and backward at long sequences, one sequence a
+ * run, and keeps a sample of its results for bench/attention/torch_attention.py to check against
+ * PyTorch's SDPA on the same inputs. One line per length, key=value fields.
+ *
+ *   bench_attention [--seqs 32768,65536,...] [--heads 24] [--kv-heads 8] [--head-dim 128]
+ *                   [--iters K] [--sample DIR]
+ *
+ * Inputs are a fixed function of the element index (bench_attention_input, which the Python side
+ * computes alike), rounded to bf16. Times are the mean of K runs after one warm-up. FLOPs: forward
+ * 2 * seq^2 * heads * head_dim (the causal half of QK^T and PV), backward 2.5 times that. With
+ * --sample, writes DIR/attention-SEQ.bin: the first and last SAMPLE_ROWS rows of out (bf16), dq
+ * (bf16) and the lse of the last rows (fp32), all heads. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "util/bf16.h"
+
+#define SAMPLE_ROWS 64
+#define MAX_SEQS 16
+
+typedef struct {
+    int seqs[MAX_SEQS], n_seqs, heads, kv_heads, head_dim, iters;
+    const char *sample_dir;
+} options;
+
+static void usage_and_exit(void) {
+    fprintf(stderr, "usage: bench_attention [--seqs 32768,65536,...] [--heads H] [--kv-heads KV] [--head-dim D] "
+                    "[--iters K] [--sample DIR]\n");
+    exit(2);
+}
+
+static int positive(const char *s) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || v <= 0 || v > (1L << 24)) usage_and_exit();
+    return (int)v;
+}
+
+static options parse_options(int argc, char **argv) {
+    options o = {.seqs = {32768, 65536, 131072, 262144, 524288}, .n_seqs = 5, .heads = 24, .kv_heads = 8,
+                 .head_dim = 128, .iters = 2};
+    for (int i = 1; i < argc; i++) {
+        if (i + 1 >= argc) usage_and_exit();
+        const char *flag = argv[i], *value = argv[++i];
+        if (!strcmp(flag, "--seqs")) {
+            char *list = strdup(value);
+            o.n_seqs = 0;
+            for (char *t = strtok(list, ","); t && o.n_seqs < MAX_SEQS; t = strtok(NULL, ",")) o.seqs[o.n_seqs++] = positive(t);
+            free(list);
+        } else if (!strcmp(flag, "--heads")) o.heads = positive(value);
+        else if (!strcmp(flag, "--kv-heads")) o.kv_heads = positive(value);
+        else if (!strcmp(flag, "--head-dim")) o.head_dim = positive(value);
+        else if (!strcmp(flag, "--iters")) o.iters = positive(value);
+        else if (!strcmp(flag, "--sample")) o.sample_dir = value;
+        else usage_and_exit();
+    }
+    if (o.heads % o.kv_heads) usage_and_exit();
+    return o;
+}
+
+/* Element i of tensor `which` (0 q, 1 k, 2 v, 3 dout): a hash of (which, i) in [-1, 1). */
+static float bench_attention_input(int which, uint64_t i) {
+    uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(which + 1) * 0xD1B54A32D192ED03ull;
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 29;
+    return (float)((x >> 40) & 0xFFFFFF) / (float)(1 << 23) - 1.0f;
+}
+
+/* Waits until everything issued on s is done. */
+static void finish(mt_backend *be, mt_stream *s) {
+    mt_event *e = mt_event_create(be);
+    mt_event_record(be, e, s);
+    mt_event_sync(be, e);
+    mt_event_destroy(be, e);
+}
+
+static void *device_input(mt_backend *be, mt_stream *s, int which, size_t count, uint16_t *host) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < count; i++) host[i] = mt_f32_to_bf16(bench_attention_input(which, i));
+    void *dev = mt_dev_alloc(be, count * 2, "a bench input");
+    if (dev) mt_copy_async(be, dev, host, count * 2, s), finish(be, s);
+    return dev;
+}
+
+static int write_sample(const options *o, mt_backend *be, mt_stream *s, int seq, const void *out, const void *dq,
+                        const float *lse) {
+    size_t row = (size_t)o->heads * o->head_dim * 2, rows = SAMPLE_ROWS < seq ? SAMPLE_ROWS : seq;
+    size_t bytes = 4 * rows * row + (size_t)o->heads * rows * 4;
+    char *buf = malloc(bytes), path[4096];
+    if (!buf) return -1;
+    char *at = buf;
+    const void *sources[2] = {out, dq};
+    for (int t = 0; t < 2; t++) { /* first rows, then last rows */
+        mt_copy_async(be, at, sources[t], rows * row, s), at += rows * row;
+        mt_copy_async(be, at, (const char *)sources[t] + (seq - rows) * row, rows * row, s), at += rows * row;
+    }
+    for (int h = 0; h < o->heads; h++, at += rows * 4) /* lse is [heads][seq] */
+        mt_copy_async(be, at, lse + (size_t)h * seq + (seq - rows), rows * 4, s);
+    finish(be, s);
+    snprintf(path, sizeof path, "%s/attention-%d.bin", o->sample_dir, seq);
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(buf, 1, bytes, f) == bytes;
+    if (f) ok = !fclose(f) && ok;
+    if (!ok) fprintf(stderr, "bench_attention: cannot write %s: %s\n", path, strerror(errno));
+    free(buf);
+    return ok ? 0 : -1;
+}
+
+/* One length: allocate, run warm-up + iters, print the line. Returns 0, or -1 on an error. */
+static int run_length(const options *o, mt_backend *be, mt_stream *s, int seq) {
+    mt_attn_dims d = {.batch = 1, .seq = seq, .heads = o->heads, .kv_heads = o->kv_heads, .head_dim = o->head_dim};
+    size_t qc = (size_t)seq * o->heads * o->head_dim, kc = (size_t)seq * o->kv_heads * o->head_dim;
+    uint16_t *host = malloc(qc * 2);
+    size_t ws_bytes = be->ops->op.attention_workspace(be, d);
+    void *q = host ? device_input(be, s, 0, qc, host) : NULL, *k = q ? device_input(be, s, 1, kc, host) : NULL;
+    void *v = k ? device_input(be, s, 2, kc, host) : NULL, *dout = v ? device_input(be, s, 3, qc, host) : NULL;
+    void *out = mt_dev_alloc(be, qc * 2, "out"), *dq = mt_dev_alloc(be, qc * 2, "dq");
+    void *dk = mt_dev_alloc(be, kc * 2, "dk"), *dv = mt_dev_alloc(be, kc * 2, "dv");
+    float *lse = mt_dev_alloc(be, (size_t)o->heads * seq * 4, "lse");
+    void *ws = mt_dev_alloc(be, ws_bytes ? ws_bytes : 1, "the attention workspace");
+    int rc = -1;
+    if (dout && out && dq && dk && dv && lse && ws) {
+        mt_event *t0 = mt_event_create(be), *t1 = mt_event_create(be), *t2 = mt_event_create(be);
+        double fwd = 0, bwd = 0;
+        for (int it = 0; it <= o->iters; it++) {
+            mt_event_record(be, t0, s);
+            be->ops->op.attention(be, s, out, lse, q, k, v, d);
+            mt_event_record(be, t1, s);
+            be->ops->op.attention_dx(be, s, dq, dk, dv, dout, out, lse, q, k, v, d, ws);
+            mt_event_record(be, t2, s);
+            mt_event_sync(be, t2);
+            if (it > 0) fwd += mt_event_elapsed(be, t0, t1) / o->iters, bwd += mt_event_elapsed(be, t1, t2) / o->iters;
+        }
+        mt_event_destroy(be, t0), mt_event_destroy(be, t1), mt_event_destroy(be, t2);
+        double flops = 2.0 * seq * (double)seq * o->heads * o->head_dim;
+        if (mt_backend_check(be) == MT_OK && (!o->sample_dir || write_sample(o, be, s, seq, out, dq, lse) == 0)) {
+            printf("system=megatrain seq=%d heads=%d kv_heads=%d head_dim=%d fwd_ms=%.2f bwd_ms=%.2f fwd_tflops=%.1f "
+                   "bwd_tflops=%.1f workspace_gib=%.2f peak_gib=%.2f\n", seq, o->heads, o->kv_heads, o->head_dim,
+                   fwd * 1e3, bwd * 1e3, flops / fwd * 1e-12, 2.5 * flops / bwd * 1e-12, ws_bytes / 1073741824.0,
+                   mt_dev_peak(be) / 1073741824.0);
+            rc = 0;
+        }
+    }
+    if (rc) printf("system=megatrain seq=%d error=\"%s\"\n", seq, mt_error());
+    fflush(stdout);
+    void *bufs[] = {q, k, v, dout, out, dq, dk, dv, lse, ws};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mt_dev_free(be, bufs[i]);
+    free(host);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    options o = parse_options(argc, argv);
+    mt_backend *be;
+    if (mt_backend_cuda_create(&be, 0) != MT_OK) {
+        fprintf(stderr, "bench_attention: %s\n", mt_error());
+        return 1;
+    }
+    mt_stream *s = mt_stream_create(be);
+    int failed = !s;
+    for (int i = 0; i < o.n_seqs && s; i++) failed |= run_length(&o, be, s, o.seqs[i]) != 0;
+    if (s) mt_stream_destroy(be, s);
+    mt_backend_destroy(be);
+    return failed;
+}
