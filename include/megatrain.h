@@ -105,6 +105,9 @@ typedef struct {
                               * batch sequences a step, one host store and optimizer for all */
     int64_t gpu_mem;         /* device memory budget in bytes (0: none): slots and chunk shrink to
                               * fit, or the run is refused before it starts */
+    int64_t host_mem;        /* host memory the process may use in all, in bytes (what it holds
+                              * counts against it), in place of what the machine reports
+                              * (util/host_memory.h); 0: the machine's report */
     /* The planner's rates (train/machine_rates.h), for a plan of another machine: bf16 GEMM
      * TFLOP/s, PCIe GB/s each way, host AdamW G parameters/s; 0: measured or looked up here. */
     double rate_gemm, rate_pcie, rate_adamw;

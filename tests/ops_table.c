@@ -170,7 +170,7 @@ static size_t attention_workspace(mt_backend *be, const ops_case *c) {
     return be->ops->op.attention_workspace(be, c->dims);
 }
 static void attention_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
-    be->ops->op.attention(be, s, d[AT_OUT], d[AT_LSE], d[AT_Q], d[AT_K], d[AT_V], c->dims);
+    be->ops->op.attention(be, s, d[AT_OUT], d[AT_LSE], d[AT_Q], d[AT_K], d[AT_V], c->dims, d[AT_WS]);
     be->ops->op.attention_dx(be, s, d[AT_DQ], d[AT_DK], d[AT_DV], d[AT_DOUT], d[AT_OUT], d[AT_LSE], d[AT_Q], d[AT_K],
                              d[AT_V], c->dims, d[AT_WS]);
 }

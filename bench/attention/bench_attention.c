@@ -130,7 +130,7 @@ static int run_length(const options *o, mt_backend *be, mt_stream *s, int seq) {
         double fwd = 0, bwd = 0;
         for (int it = 0; it <= o->iters; it++) {
             mt_event_record(be, t0, s);
-            be->ops->op.attention(be, s, out, lse, q, k, v, d);
+            be->ops->op.attention(be, s, out, lse, q, k, v, d, ws);
             mt_event_record(be, t1, s);
             be->ops->op.attention_dx(be, s, dq, dk, dv, dout, out, lse, q, k, v, d, ws);
             mt_event_record(be, t2, s);

@@ -47,6 +47,19 @@ PRESETS = {
                        num_attention_heads=32, num_key_value_heads=8, head_dim=128,
                        vocab_size=128256, tie_word_embeddings=False, rope_theta=500000.0,
                        rms_norm_eps=1e-5, max_position_embeddings=8192),
+    # Qwen2 (q, k and v with biases, built by transformers' Qwen2ForCausalLM) and Mistral.
+    "qwen2.5-14b": dict(arch="qwen2", hidden_size=5120, intermediate_size=13824, num_hidden_layers=48,
+                        num_attention_heads=40, num_key_value_heads=8, head_dim=128, vocab_size=152064,
+                        tie_word_embeddings=False, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                        max_position_embeddings=131072),
+    "qwen2.5-32b": dict(arch="qwen2", hidden_size=5120, intermediate_size=27648, num_hidden_layers=64,
+                        num_attention_heads=40, num_key_value_heads=8, head_dim=128, vocab_size=152064,
+                        tie_word_embeddings=False, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                        max_position_embeddings=131072),
+    "mistral-small-24b": dict(arch="mistral", hidden_size=5120, intermediate_size=32768, num_hidden_layers=40,
+                              num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=131072,
+                              tie_word_embeddings=False, rope_theta=100000000.0, rms_norm_eps=1e-5,
+                              max_position_embeddings=32768),
 }
 
 ADAMW = dict(lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
@@ -58,7 +71,8 @@ def block_params(p):
     d, f = p["hidden_size"], p["intermediate_size"]
     q = p["num_attention_heads"] * p["head_dim"]
     kv = p["num_key_value_heads"] * p["head_dim"]
-    return 2 * d + q * d + 2 * kv * d + d * q + 3 * d * f
+    biases = q + 2 * kv if p.get("arch") == "qwen2" else 0
+    return 2 * d + q * d + 2 * kv * d + d * q + 3 * d * f + biases
 
 
 def total_params(p):
@@ -77,9 +91,11 @@ def model_flops_per_token(p, seq):
 
 
 def build_model(preset, device):
-    from transformers import AutoModelForCausalLM, LlamaConfig
+    from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
 
-    config = LlamaConfig(**PRESETS[preset], use_cache=False)
+    shape = dict(PRESETS[preset])
+    kind = {"llama": LlamaConfig, "qwen2": Qwen2Config, "mistral": MistralConfig}[shape.pop("arch", "llama")]
+    config = kind(**shape, use_cache=False)
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
     model = model.to(device=device, dtype=torch.float32)

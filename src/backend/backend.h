@@ -128,9 +128,11 @@ typedef struct {
     void (*rope)(mt_backend *be, mt_stream *s, void *x, const float *inv_freq, int n, int seq,
                  int heads, int head_dim, int inverse);
 
-    /* Causal grouped-query attention. out[n, heads*head_dim]; lse[batch, heads, seq] saved. */
+    /* Causal grouped-query attention. out[n, heads*head_dim]; lse[batch, heads, seq] saved.
+     * workspace: attention_workspace(dims) bytes of device memory, the same buffer the backward
+     * takes (the two never run at once on it). */
     void (*attention)(mt_backend *be, mt_stream *s, void *out, float *lse, const void *q,
-                      const void *k, const void *v, mt_attn_dims dims);
+                      const void *k, const void *v, mt_attn_dims dims, void *workspace);
     /* dq, dk, dv overwritten. workspace: attention_workspace(dims) bytes of device memory. */
     void (*attention_dx)(mt_backend *be, mt_stream *s, void *dq, void *dk, void *dv,
                          const void *dout, const void *out, const float *lse, const void *q,

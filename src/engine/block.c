@@ -196,7 +196,7 @@ static void forward_attention(const mt_block_ctx *c, const mt_unit_weights *w, c
     }
     op->rope(be, s, ws->q, c->inv_freq, n, c->seq, cfg->num_heads, cfg->head_dim, 0);
     op->rope(be, s, ws->k, c->inv_freq, n, c->seq, cfg->num_kv_heads, cfg->head_dim, 0);
-    op->attention(be, s, ws->att, ws->lse, ws->q, ws->k, ws->v, dims);
+    op->attention(be, s, ws->att, ws->lse, ws->q, ws->k, ws->v, dims, ws->attn_ws);
     FOR_EACH_PIECE(c, p) {
         matmul_piece(c, p, ws->tmp, rows_at(ws->att, p.row, Q, act), w->t[MT_T_WO], NULL, Q, D);
         op->add(be, s, rows_at_mut(ws->x2, p.row, D, act), rows_at(x, p.row, D, act), ws->tmp, (size_t)p.rows * D);

@@ -46,7 +46,7 @@ typedef struct {
      * and its statistics. */
     void *q_raw, *k_raw;    /* [n, Q], [n, KV] */
     float *rstd_q, *rstd_k; /* [n * heads], [n * kv_heads] */
-    void *attn_ws;   /* backend's attention backward workspace */
+    void *attn_ws;   /* backend's attention workspace (forward and backward) */
 } mt_block_ws;
 
 typedef struct {

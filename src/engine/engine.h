@@ -28,6 +28,7 @@
 #include "backend/backend.h"
 #include "engine/store.h"
 #include "optim/adamw.h"
+#include "util/cpu_list.h"
 
 typedef struct mt_engine mt_engine;
 
@@ -108,6 +109,17 @@ mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_en
 int64_t mt_engine_device_numel(const mt_layout *lay, const mt_engine_options *opt);
 
 #define MT_OPT_CORES_AUTO "auto"
+
+/* The optimizer's team for these options, as the engine starts it: --opt-cores' cores (auto:
+ * every core of the process's CPU set but the first), one thread each, or --opt-threads threads
+ * unpinned, by default every core of the CPU set but one. Free team->cores. */
+mt_status mt_engine_optimizer_team(const mt_engine_options *o, mt_cpu_team *team);
+
+/* The store the engine with options `o` will update, first touched by its optimizer's team in the
+ * optimizer's split (engine/store.h, mt_store_create_touched), so that on a host of several NUMA
+ * nodes each thread's share of the fp32 state lies on its node. */
+mt_status mt_engine_store_create(mt_store *store, const mt_layout *layout, mt_backend *be,
+                                 mt_moments_format moments, const mt_engine_options *o);
 
 /* The default block chunk: long enough that a piece's GEMMs run at full rate (8192 rows of a
  * 4096-wide model is 0.5 TFLOP a projection), short enough that the MLP's [chunk, F] buffers stay

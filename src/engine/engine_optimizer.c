@@ -262,31 +262,54 @@ static void *optimizer_main(void *arg) {
     }
 }
 
-mt_status mt_engine_optimizer_start(mt_engine *e) {
-    if (e->o.opt_cores && !strcmp(e->o.opt_cores, MT_OPT_CORES_AUTO)) {
-        MT_TRY(mt_cpu_list_all_but_first(&e->opt_cores, &e->num_opt_cores));
-        if (e->num_opt_cores && e->o.opt_threads <= 0) e->o.opt_threads = e->num_opt_cores;
-        if (e->o.opt_threads != e->num_opt_cores) { /* a thread count of its own: unpinned */
-            free(e->opt_cores);
-            e->opt_cores = NULL;
-            e->num_opt_cores = 0;
+mt_status mt_engine_optimizer_team(const mt_engine_options *o, mt_cpu_team *team) {
+    *team = (mt_cpu_team){.threads = o->opt_threads};
+    if (o->opt_cores && !strcmp(o->opt_cores, MT_OPT_CORES_AUTO)) {
+        MT_TRY(mt_cpu_list_all_but_first(&team->cores, &team->count));
+        if (team->count && team->threads <= 0) team->threads = team->count;
+        if (team->threads != team->count) { /* a thread count of its own: unpinned */
+            free(team->cores);
+            team->cores = NULL;
+            team->count = 0;
         }
-    } else if (e->o.opt_cores) {
-        MT_TRY(mt_cpu_list_parse(e->o.opt_cores, "--opt-cores", &e->opt_cores, &e->num_opt_cores));
-        if (e->o.opt_threads > 0 && e->o.opt_threads != e->num_opt_cores)
-            return mt_fail(MT_ERR_INVALID, "--opt-threads %d but --opt-cores '%s' lists %d cores: give one, or "
-                           "the same number", e->o.opt_threads, e->o.opt_cores, e->num_opt_cores);
-        e->o.opt_threads = e->num_opt_cores;
+    } else if (o->opt_cores) {
+        MT_TRY(mt_cpu_list_parse(o->opt_cores, "--opt-cores", &team->cores, &team->count));
+        if (team->threads > 0 && team->threads != team->count) {
+            mt_status rc = mt_fail(MT_ERR_INVALID, "--opt-threads %d but --opt-cores '%s' lists %d cores: give "
+                                   "one, or the same number", team->threads, o->opt_cores, team->count);
+            free(team->cores);
+            *team = (mt_cpu_team){0};
+            return rc;
+        }
+        team->threads = team->count;
     }
-    pthread_mutex_init(&e->opt_lock, NULL);
-    pthread_cond_init(&e->opt_cond, NULL);
-    if (e->o.opt_threads <= 0) {
+    if (team->threads <= 0) { /* every core this process may run on (OpenMP counts its CPU set) but one */
 #ifdef _OPENMP
-        e->o.opt_threads = omp_get_max_threads() > 1 ? omp_get_max_threads() - 1 : 1;
+        team->threads = omp_get_max_threads() > 1 ? omp_get_max_threads() - 1 : 1;
 #else
-        e->o.opt_threads = 1;
+        team->threads = 1;
 #endif
     }
+    return MT_OK;
+}
+
+mt_status mt_engine_store_create(mt_store *store, const mt_layout *layout, mt_backend *be,
+                                 mt_moments_format moments, const mt_engine_options *o) {
+    mt_cpu_team team;
+    MT_TRY(mt_engine_optimizer_team(o, &team));
+    mt_status rc = mt_store_create_touched(store, layout, be, moments, &team);
+    free(team.cores);
+    return rc;
+}
+
+mt_status mt_engine_optimizer_start(mt_engine *e) {
+    mt_cpu_team team;
+    MT_TRY(mt_engine_optimizer_team(&e->o, &team));
+    e->opt_cores = team.cores;
+    e->num_opt_cores = team.count;
+    e->o.opt_threads = team.threads;
+    pthread_mutex_init(&e->opt_lock, NULL);
+    pthread_cond_init(&e->opt_cond, NULL);
     if (pthread_create(&e->opt_thread, NULL, optimizer_main, e) != 0)
         return mt_fail(MT_ERR_NOMEM, "cannot start the optimizer thread");
     e->opt_running = 1;

@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "model/layout.h"
 #include "optim/moments.h"
+#include "util/cpu_list.h"
 
 typedef struct {
     const mt_layout *layout;
@@ -34,12 +35,19 @@ mt_store_bytes mt_store_size(const mt_layout *layout, mt_dtype weight_dtype, mt_
 mt_status mt_store_create(mt_store *store, const mt_layout *layout, mt_backend *be);
 mt_status mt_store_create_with_moments(mt_store *store, const mt_layout *layout, mt_backend *be,
                                        mt_moments_format moments);
+/* The same, the fp32 masters and the moments first touched (faulted in, zero) by `team` in the
+ * host AdamW's split: for each tensor, thread t of the team touches the elements thread t of the
+ * optimizer will update (optim/adamw.h, mt_adamw_share), pinned to the core it will run on. The
+ * kernel puts a page on the NUMA node of the thread that touches it first, so each optimizer
+ * thread's share lies on its own node. NULL: the OpenMP threads, unpinned, in the same split.
+ * (The working weights are touched before they are pinned, backend/pinned_pieces.h.) */
+mt_status mt_store_create_touched(mt_store *store, const mt_layout *layout, mt_backend *be,
+                                  mt_moments_format moments, const mt_cpu_team *team);
 void mt_store_free(mt_store *store);
 
 /* Master weights initialized as transformers does for Llama: matrices ~ N(0, 0.02), norm weights
  * 1, biases 0; working weights written from the masters. The moments stay as mt_store_create
- * left them, zero (and untouched: on a large model, first touching 8 bytes a parameter is
- * seconds of page faults better spent in the first optimizer step). */
+ * left them: zero. */
 void mt_store_init_random(mt_store *store, uint64_t seed);
 /* Rewrites the working weights of every unit from the fp32 masters. */
 void mt_store_sync_weights(mt_store *store);

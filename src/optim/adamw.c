@@ -102,14 +102,25 @@ mt_adamw_kernel mt_adamw_kernel_of(mt_adamw_impl impl) {
 }
 
 /* Thread `t` of `nt` takes one contiguous run of whole chunks. */
+void mt_adamw_share(size_t n, int t, int nt, size_t *begin, size_t *count) {
+    size_t chunks = (n + MT_ADAMW_CHUNK - 1) / MT_ADAMW_CHUNK;
+    size_t per_thread = (chunks + (size_t)nt - 1) / (size_t)nt * MT_ADAMW_CHUNK;
+    *begin = (size_t)t * per_thread;
+    *count = *begin >= n ? 0 : n - *begin < per_thread ? n - *begin : per_thread;
+}
+
+int mt_adamw_threads(size_t n, int threads) {
+    size_t useful_threads = n / MT_ADAMW_MIN_PER_THREAD + 1;
+    if ((size_t)threads > useful_threads) threads = (int)useful_threads;
+    return threads > 1 ? threads : 1;
+}
+
 static void adamw_run_share(mt_adamw_kernel kernel, const mt_adamw_coef *c, float *master,
                             float *m, float *v, const float *grad, void *out, mt_dtype out_dtype,
                             size_t n, int t, int nt) {
-    size_t chunks = (n + MT_ADAMW_CHUNK - 1) / MT_ADAMW_CHUNK;
-    size_t per_thread = (chunks + (size_t)nt - 1) / (size_t)nt * MT_ADAMW_CHUNK;
-    size_t begin = (size_t)t * per_thread;
-    if (begin >= n) return;
-    size_t count = n - begin < per_thread ? n - begin : per_thread;
+    size_t begin, count;
+    mt_adamw_share(n, t, nt, &begin, &count);
+    if (!count) return;
     kernel(c, master + begin, m + begin, v + begin, grad + begin,
            (char *)out + begin * mt_dtype_size(out_dtype), out_dtype, count);
 }
@@ -120,8 +131,7 @@ void mt_adamw_update_with(mt_adamw_impl impl, const mt_adamw_params *p, int deca
     mt_adamw_kernel kernel = mt_adamw_kernel_of(impl);
     mt_adamw_coef c = mt_adamw_coef_of(p, decay, n);
 #ifdef _OPENMP
-    size_t useful_threads = n / MT_ADAMW_MIN_PER_THREAD + 1;
-    if ((size_t)threads > useful_threads) threads = (int)useful_threads;
+    threads = mt_adamw_threads(n, threads);
     if (threads > 1) {
 #pragma omp parallel num_threads(threads)
         adamw_run_share(kernel, &c, master, m, v, grad, weights_out, weights_dtype, n,

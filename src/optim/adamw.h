@@ -64,6 +64,12 @@ void mt_adamw_update_rows(const mt_adamw_params *p, int decay, float *master, mt
                           const float *grad, void *weights_out, mt_dtype weights_dtype, size_t rows,
                           size_t cols, const uint8_t *mask, uint8_t which, int threads);
 
+/* The split of the parallel update, for whoever must follow it (the store's first touch): the
+ * threads an update of n elements runs on when given `threads` (fewer for small tensors), and
+ * thread t of nt's elements [*begin, *begin + *count) (count 0: none). */
+int mt_adamw_threads(size_t n, int threads);
+void mt_adamw_share(size_t n, int t, int nt, size_t *begin, size_t *count);
+
 int mt_adamw_impl_supported(mt_adamw_impl impl);
 const char *mt_adamw_impl_name(mt_adamw_impl impl);
 

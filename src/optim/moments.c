@@ -33,8 +33,8 @@ mt_status mt_moments_create(mt_moments *mom, mt_moments_format format, size_t n)
     mom->format = format;
     mom->n = n;
     size_t size = mt_moments_value_size(format), blocks = format == MT_MOMENTS_8BIT ? mt_moments_blocks(n) : 0;
-    mom->m = mt_pages_alloc_touched(n * size, "Adam first moments");
-    mom->v = mom->m ? mt_pages_alloc_touched(n * size, "Adam second moments") : NULL;
+    mom->m = mt_pages_alloc(n * size, "Adam first moments");
+    mom->v = mom->m ? mt_pages_alloc(n * size, "Adam second moments") : NULL;
     if (mom->v && blocks) {
         mom->m_scale = mt_calloc(blocks, sizeof(float), "Adam first-moment block scales");
         mom->v_scale = mom->m_scale ? mt_calloc(blocks, sizeof(float), "Adam second-moment block scales") : NULL;

@@ -40,7 +40,8 @@ size_t mt_moments_value_size(mt_moments_format format);
 /* Bytes of both moments of n elements in a format, scales included. */
 int64_t mt_moments_bytes(mt_moments_format format, size_t n);
 
-/* Zero moments (calloc: untouched pages until the first update). */
+/* Zero moments, their pages untouched until the first write (engine/store.h touches them in the
+ * optimizer's split). */
 mt_status mt_moments_create(mt_moments *mom, mt_moments_format format, size_t n);
 void mt_moments_free(mt_moments *mom);
 

@@ -13,6 +13,7 @@
 #include "train/options.h"
 #include "train/train_devices.h"
 #include "train/progress.h"
+#include "util/host_memory.h"
 #include "util/rng.h"
 #include "util/clock.h"
 
@@ -117,6 +118,7 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
     mt_train_options resolved;
     MT_TRY(mt_train_options_fresh(given, &resolved));
     const mt_train_options *o = &resolved;
+    mt_host_memory_give(o->host_mem);
     if (o->steps < 1) return mt_fail(MT_ERR_INVALID, "--steps %lld: bench needs at least one timed step", (long long)o->steps);
     mt_config cfg;
     MT_TRY(mt_train_model_config(o, &cfg));
@@ -138,7 +140,7 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
     /* Refused up front, as train is: what the store and the engine need against what is there. */
     if (rc == MT_OK) rc = mt_train_placement(o, be, &cfg, &plan, NULL);
     if (rc == MT_OK) rc = mt_devices_check_memory(&dev, &lay, &plan.eo, moments);
-    if (rc == MT_OK) rc = mt_store_create_with_moments(&store, &lay, be, moments);
+    if (rc == MT_OK) rc = mt_engine_store_create(&store, &lay, be, moments, &plan.eo);
     double t2 = mt_now();
     if (rc == MT_OK) {
         mt_store_init_random(&store, (uint64_t)o->seed);

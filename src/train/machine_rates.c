@@ -3,14 +3,10 @@
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "backend/device_info.h"
 #include "optim/adamw.h"
 #include "util/clock.h"
-#include "util/cpu_list.h"
 #include "util/pcie_link.h"
 
 /* The lent H200 machine's rates (docs/memory.md), assumed where nothing better is known: PCIe and
@@ -102,17 +98,10 @@ mt_status mt_host_adamw_rate(int threads, double seconds, double *params_per_s) 
 /* The optimizer's threads as the engine will choose them (engine_optimizer.c): --opt-threads, one
  * per --opt-cores core (by default with a GPU every core but the first), else all cores but one. */
 static int optimizer_threads(const mt_engine_options *eo) {
-    if (eo->opt_threads > 0) return eo->opt_threads;
-    int *cores = NULL, count = 0;
-    if (eo->opt_cores && !strcmp(eo->opt_cores, MT_OPT_CORES_AUTO)) mt_cpu_list_all_but_first(&cores, &count);
-    else if (eo->opt_cores) mt_cpu_list_parse(eo->opt_cores, "--opt-cores", &cores, &count);
-    free(cores);
-    if (count > 0) return count;
-#ifdef _OPENMP
-    return omp_get_max_threads() > 1 ? omp_get_max_threads() - 1 : 1;
-#else
-    return 1;
-#endif
+    mt_cpu_team team;
+    if (mt_engine_optimizer_team(eo, &team) != MT_OK) return eo->opt_threads > 0 ? eo->opt_threads : 1;
+    free(team.cores);
+    return team.threads;
 }
 
 /* ---- each rate ---- */

@@ -5,73 +5,11 @@
 #include <string.h>
 
 #include "engine/store.h"
-#include "util/log.h"
-#include "util/size.h"
+#include "util/host_memory.h"
 
 static double gb(int64_t bytes) { return (double)bytes / 1e9; }
 
-/* MemAvailable from /proc/meminfo in bytes, or -1. */
-static int64_t meminfo_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return -1;
-    char line[256];
-    long long kib = -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lld kB", &kib) == 1) break;
-    fclose(f);
-    return kib < 0 ? -1 : (int64_t)kib * 1024;
-}
-
-/* A one-number file of a cgroup v2 directory; -1 when absent or "max". */
-static int64_t cgroup_value(const char *dir, const char *file) {
-    char path[4096 + 64];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    long long v = -1;
-    if (fscanf(f, "%lld", &v) != 1) v = -1; /* "max": no limit */
-    fclose(f);
-    return v;
-}
-
-/* What the process's cgroup v2 and its ancestors still allow under their memory.max (the least
- * of limit - current), or -1 with no limit anywhere. */
-static int64_t cgroup_headroom(void) {
-    FILE *f = fopen("/proc/self/cgroup", "r");
-    if (!f) return -1;
-    char line[4096], cgroup[4096] = "";
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "0::", 3)) {
-            snprintf(cgroup, sizeof cgroup, "%s", line + 3);
-            cgroup[strcspn(cgroup, "\n")] = '\0';
-        }
-    fclose(f);
-    if (!cgroup[0]) return -1;
-    char dir[4096 + 16];
-    snprintf(dir, sizeof dir, "/sys/fs/cgroup%s", strcmp(cgroup, "/") ? cgroup : "");
-    int64_t least = -1;
-    for (;;) {
-        int64_t limit = cgroup_value(dir, "memory.max"), used = cgroup_value(dir, "memory.current");
-        if (limit >= 0) {
-            int64_t room = used < 0 ? limit : used < limit ? limit - used : 0;
-            if (least < 0 || room < least) least = room;
-        }
-        char *slash = strrchr(dir, '/');
-        if (!slash || slash - dir <= (long)strlen("/sys/fs/cgroup")) break;
-        *slash = '\0';
-    }
-    return least;
-}
-
-int64_t mt_host_available(void) {
-    const char *fake = getenv("MT_TEST_HOST_AVAILABLE");
-    int64_t bytes;
-    if (fake && mt_size_parse("MT_TEST_HOST_AVAILABLE", fake, 0, &bytes) == MT_OK) return bytes;
-    if (fake) mt_log_warn("%s: ignored", mt_error());
-    int64_t mem = meminfo_available(), cg = cgroup_headroom();
-    if (mem < 0) return cg;
-    return cg >= 0 && cg < mem ? cg : mem;
-}
+int64_t mt_host_available(void) { return mt_host_memory_available().bytes; }
 
 static void add_class(mt_memory_fit *fit, const char *name, int64_t bytes) {
     if (bytes <= 0 || fit->host_classes == MT_MEMORY_MAX_CLASSES) return;
@@ -83,7 +21,9 @@ mt_memory_fit mt_memory_fit_of(const mt_layout *layout, mt_backend *be, const mt
                                mt_moments_format moments) {
     mt_store_bytes s = mt_store_size(layout, be->ops->weight_dtype, moments);
     mt_engine_bytes d = mt_engine_size(be, &layout->cfg, eo);
-    mt_memory_fit fit = {.host_available = mt_host_available(), .device_available = -1};
+    mt_host_memory host = mt_host_memory_available();
+    mt_memory_fit fit = {.host_available = host.bytes, .device_available = -1};
+    snprintf(fit.host_source, sizeof fit.host_source, "%s", host.source);
     add_class(&fit, "working weights", s.weights);
     add_class(&fit, "fp32 master", s.master);
     add_class(&fit, "Adam moments", s.moments);
@@ -118,13 +58,15 @@ static void classes_text(const mt_memory_class *classes, int count, char *buf, s
 }
 
 mt_status mt_memory_check_host(const char *what, const mt_memory_class *classes, int count) {
-    int64_t needed = 0, available = mt_host_available();
+    int64_t needed = 0;
+    mt_host_memory host = mt_host_memory_available();
     for (int i = 0; i < count; i++) needed += classes[i].bytes;
-    if (available < 0 || needed <= available) return MT_OK;
+    if (host.bytes < 0 || needed <= host.bytes) return MT_OK;
     char parts[640];
     classes_text(classes, count, parts, sizeof parts);
-    return mt_fail(MT_ERR_NOMEM, "%s needs %.2f GB of host memory (%s), %.2f GB available: choose a smaller "
-                   "model or a machine with more memory", what, gb(needed), parts, gb(available));
+    return mt_fail(MT_ERR_NOMEM, "%s needs %.2f GB of host memory (%s), %.2f GB available (%s): choose a smaller "
+                   "model or a machine with more memory (where the machine's memory grows as it is used, "
+                   "--host-mem says how much it will give)", what, gb(needed), parts, gb(host.bytes), host.source);
 }
 
 mt_status mt_memory_check_fit(const mt_memory_fit *f, const char *what) {
@@ -147,13 +89,15 @@ mt_status mt_memory_check(const mt_layout *layout, mt_backend *be, const mt_engi
     return mt_memory_check_fit_of(layout, be, eo, moments, "the run");
 }
 
-static void print_one(FILE *out, const char *label, const char *what, int64_t needed, int64_t available) {
+static void print_one(FILE *out, const char *label, const char *what, int64_t needed, int64_t available,
+                      const char *source) {
     fprintf(out, "%-9s %s needs %.2f GB", label, what, gb(needed));
     if (available < 0) fprintf(out, ", available unknown\n");
-    else fprintf(out, ", %.2f GB available: %s\n", gb(available), needed <= available ? "fits" : "does NOT fit");
+    else fprintf(out, ", %.2f GB available%s%s%s: %s\n", gb(available), source[0] ? " (" : "", source,
+                 source[0] ? ")" : "", needed <= available ? "fits" : "does NOT fit");
 }
 
 void mt_memory_fit_print(const mt_memory_fit *f, FILE *out) {
-    print_one(out, "fit", "host", f->host_needed, f->host_available);
-    if (f->device_available >= 0) print_one(out, "", "device", f->device_needed, f->device_available);
+    print_one(out, "fit", "host", f->host_needed, f->host_available, f->host_source);
+    if (f->device_available >= 0) print_one(out, "", "device", f->device_needed, f->device_available, "");
 }

@@ -3,9 +3,9 @@
  * at once, naming the bytes of each class and what is available, rather than being killed by the
  * kernel (or failing an allocation) after minutes of loading. plan prints the same verdict.
  *
- * What is available is the host's MemAvailable, capped by what the process's cgroup (v2) and each
- * of its ancestors still allow under their memory.max: never MemTotal. The environment variable
- * MT_TEST_HOST_AVAILABLE (a size, e.g. "2GiB") replaces it, for tests of the refusal. */
+ * What is available is util/host_memory.h's: MemAvailable and the hypervisor's balloon, capped by
+ * the process's memory cgroups, never MemTotal; --host-mem replaces it, and so, for tests of the
+ * refusal, does the environment variable MT_TEST_HOST_AVAILABLE (a size, e.g. "2GiB"). */
 #ifndef MT_TRAIN_MEMORY_CHECK_H
 #define MT_TRAIN_MEMORY_CHECK_H
 
@@ -31,6 +31,7 @@ typedef struct {
     mt_memory_class host[MT_MEMORY_MAX_CLASSES]; /* host_needed by class */
     int host_classes;
     int64_t host_available;    /* see above; -1: unknown */
+    char host_source[192];     /* how it was found (util/host_memory.h) */
     int64_t device_needed;     /* 0 when the device memory is host memory */
     int64_t device_available;  /* the backend's free device memory; -1: none separate */
 } mt_memory_fit;

@@ -116,6 +116,7 @@ const mt_option mt_options[] = {
     SETTING("chunk", MT_OPT_INT, chunk, MT_OPT_PROCESS, 0, SHAPE_MAX, 0, 0, MT_ENGINE_CHUNK),
     SETTING("gpus", MT_OPT_INT, gpus, MT_OPT_PROCESS, 1, 1 << 10, 0, 0, 1),
     SETTING("gpu-mem", MT_OPT_SIZE, gpu_mem, MT_OPT_PROCESS, 1, (double)MT_SIZE_MAX, 0, 0, 0),
+    SETTING("host-mem", MT_OPT_SIZE, host_mem, MT_OPT_PROCESS, 1, (double)MT_SIZE_MAX, 0, 0, 0),
     /* Rates a plan states its floor against: far beyond any machine's above, 0 (measure) below. */
     SETTING("rate-gemm", MT_OPT_F64, rate_gemm, MT_OPT_PROCESS, 0, 1e5, 1, 0, 0),
     SETTING("rate-pcie", MT_OPT_F64, rate_pcie, MT_OPT_PROCESS, 0, 1e4, 1, 0, 0),

@@ -12,6 +12,7 @@
 #include "train/machine_rates.h"
 #include "train/memory_check.h"
 #include "train/options.h"
+#include "util/host_memory.h"
 
 /* Reduced-precision moments are reported as what they are: an option, not the default. */
 static const char *const moments_note[] = {
@@ -38,6 +39,7 @@ mt_status mt_plan(const mt_train_options *given, FILE *out) {
     mt_train_options resolved;
     MT_TRY(mt_train_options_fresh(given, &resolved));
     const mt_train_options *o = &resolved;
+    mt_host_memory_give(o->host_mem);
     mt_config cfg;
     MT_TRY(mt_train_model_config(o, &cfg));
     if (o->seq_len > cfg.max_position) /* as train refuses it */

@@ -22,6 +22,7 @@
 #include "train/train_run.h"
 #include "util/clock.h"
 #include "util/fs.h"
+#include "util/host_memory.h"
 #include "util/log.h"
 
 /* ---- where the run starts from ---- */
@@ -202,6 +203,7 @@ static mt_status plan_steps(mt_train_run *r) {
 
 static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
     MT_TRY(mt_train_options_check(given));
+    mt_host_memory_give(given->host_mem);
     MT_TRY(mt_devices_world(&r->dev));
     MT_TRY(take_run_dir(r, given->out_dir));
     if (given->resume) MT_TRY(find_resume_point(r, given->out_dir));
@@ -215,7 +217,7 @@ static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
     MT_TRY(mt_train_placement(o, r->dev.be, &r->cfg, &r->placement, NULL));
     MT_TRY(mt_devices_check_memory(&r->dev, &r->layout, &r->placement.eo, r->moments));
     MT_TRY(open_tokens(r));
-    MT_TRY(mt_store_create_with_moments(&r->store, &r->layout, r->dev.be, r->moments));
+    MT_TRY(mt_engine_store_create(&r->store, &r->layout, r->dev.be, r->moments, &r->placement.eo));
     MT_TRY(init_weights(r));
     MT_TRY(open_dataset(r));
     MT_TRY(open_engine(r));

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -76,6 +77,24 @@ mt_status mt_cpu_list_all_but_first(int **cores, int *count) {
     if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
         return mt_fail(MT_ERR_IO, "cannot read this process's CPU set: %s", strerror(errno));
     return mt_cpu_list_all_but_first_of(&allowed, cores, count);
+}
+
+int mt_numa_node_count(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 1;
+    char text[4096];
+    int nodes = 0;
+    if (fgets(text, sizeof text, f)) {
+        for (char *p = text, *end; *p && *p != '\n'; p = *end == ',' ? end + 1 : end) {
+            long first = strtol(p, &end, 10), last = first;
+            if (end == p) break;
+            if (*end == '-') last = strtol(end + 1, &end, 10);
+            if (last >= first) nodes += (int)(last - first + 1);
+            if (*end != ',') break;
+        }
+    }
+    fclose(f);
+    return nodes > 0 ? nodes : 1;
 }
 
 mt_status mt_cpu_pin_self(int core) {

@@ -18,6 +18,18 @@ mt_status mt_cpu_list_all_but_first_of(const cpu_set_t *allowed, int **cores, in
 /* The same of the cores this process may run on. */
 mt_status mt_cpu_list_all_but_first(int **cores, int *count);
 
+/* A team of threads, pinned one to a core in order when `cores` is set (count of them = threads);
+ * unpinned otherwise (cores NULL, count 0). */
+typedef struct {
+    int threads;
+    int *cores; /* malloc'd */
+    int count;
+} mt_cpu_team;
+
+/* The NUMA nodes of the list file at `path` (/sys/devices/system/node/online: "0", "0-1",
+ * "0,2-3"); 1 when it is absent or unreadable (a machine without NUMA). */
+int mt_numa_node_count(const char *path);
+
 /* Pins the calling thread to one core. */
 mt_status mt_cpu_pin_self(int core);
 

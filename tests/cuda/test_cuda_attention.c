@@ -47,7 +47,7 @@ static size_t workspace_bytes(mt_cudnn_attention *ca, mt_attn_dims d, path p) {
 static void run_forward(gpu *g, mt_cudnn_attention *ca, path p, const buffers *b, mt_attn_dims d) {
     cudaStream_t s = (cudaStream_t)g->s;
     mt_status status = p == PATH_CUDNN
-                           ? mt_cudnn_attention_forward(ca, s, b->out, b->lse, b->q, b->k, b->v, d)
+                           ? mt_cudnn_attention_forward(ca, s, b->out, b->lse, b->q, b->k, b->v, d, b->ws)
                            : mt_cuda_attention(s, b->out, b->lse, b->q, b->k, b->v, d);
     cr_assert_eq(status, MT_OK, "%s forward: %s", path_name(p), mt_error());
 }

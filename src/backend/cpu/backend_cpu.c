@@ -304,7 +304,7 @@ static void op_rope(mt_backend *b, mt_stream *s, void *x, const float *inv_freq,
     mt_cpu_rope(x, inv_freq, n, seq, heads, head_dim, inverse);
 }
 static void op_attention(mt_backend *b, mt_stream *s, void *out, float *lse, const void *q,
-                         const void *k, const void *v, mt_attn_dims dims) {
+                         const void *k, const void *v, mt_attn_dims dims, void *workspace) {
     mt_cpu_attention(out, lse, q, k, v, dims);
 }
 static void op_attention_dx(mt_backend *b, mt_stream *s, void *dq, void *dk, void *dv,

@@ -29,8 +29,9 @@ enum {
 
 enum { MAX_CACHED_DIMS = 16, WORKSPACE_ALIGN = 256 };
 
-/* The forward takes no workspace argument, so its plan must need none. */
-static const int64_t FORWARD_MAX_WORKSPACE = 0, BACKWARD_MAX_WORKSPACE = (int64_t)1 << 34;
+/* Either plan may ask for workspace: cuDNN's flash forward engine does (a forward held to none gets
+ * a general fused engine at half the speed). Both use the one buffer, never at once. */
+static const int64_t MAX_WORKSPACE = (int64_t)1 << 34;
 
 typedef struct {
     mt_attn_dims dims;
@@ -242,12 +243,13 @@ static mt_status build_plans(mt_cudnn_attention *ca, plans *p) {
     mt_cudnn_graph_init(&p->forward, ca->handle, FIRST_VIRTUAL_UID);
     mt_cudnn_graph_init(&p->backward, ca->handle, FIRST_VIRTUAL_UID);
     MT_TRY(build_forward(&p->forward, p->dims));
-    MT_TRY(mt_cudnn_graph_plan(&p->forward, FORWARD_MAX_WORKSPACE));
+    MT_TRY(mt_cudnn_graph_plan(&p->forward, MAX_WORKSPACE));
     MT_TRY(build_backward(&p->backward, p->dims));
-    MT_TRY(mt_cudnn_graph_plan(&p->backward, BACKWARD_MAX_WORKSPACE));
+    MT_TRY(mt_cudnn_graph_plan(&p->backward, MAX_WORKSPACE));
     mt_attn_dims d = p->dims;
     p->accum_offset = align_up((size_t)p->backward.workspace_bytes);
     p->workspace_bytes = p->accum_offset + (size_t)d.batch * d.heads * d.seq * d.head_dim * sizeof(float);
+    if ((size_t)p->forward.workspace_bytes > p->workspace_bytes) p->workspace_bytes = (size_t)p->forward.workspace_bytes;
     return MT_OK;
 }
 
@@ -293,20 +295,21 @@ int mt_cudnn_attention_supports(mt_cudnn_attention *ca, mt_attn_dims dims, size_
 /* ---- execution ---- */
 
 static mt_status forward_locked(mt_cudnn_attention *ca, cudaStream_t s, void *out, float *lse,
-                                const void *q, const void *k, const void *v, mt_attn_dims dims) {
+                                const void *q, const void *k, const void *v, mt_attn_dims dims, void *workspace) {
     plans *p = plans_for(ca, dims);
     if (!p) return mt_fail(MT_ERR_INVALID, "cuDNN attention: no plan for these dims");
     float scale = 1.0f / sqrtf((float)dims.head_dim);
     const int64_t uids[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_MASKED};
     void *const pointers[] = {(void *)q, (void *)k, (void *)v, out, lse, &scale, &ca->masked};
     MT_CUDNN_CHECK(cudnnSetStream(ca->handle, s));
-    return mt_cudnn_graph_execute(&p->forward, 7, uids, pointers, NULL);
+    return mt_cudnn_graph_execute(&p->forward, 7, uids, pointers, workspace);
 }
 
 mt_status mt_cudnn_attention_forward(mt_cudnn_attention *ca, cudaStream_t s, void *out, float *lse,
-                                     const void *q, const void *k, const void *v, mt_attn_dims dims) {
+                                     const void *q, const void *k, const void *v, mt_attn_dims dims,
+                                     void *workspace) {
     pthread_mutex_lock(&ca->lock);
-    mt_status status = forward_locked(ca, s, out, lse, q, k, v, dims);
+    mt_status status = forward_locked(ca, s, out, lse, q, k, v, dims, workspace);
     pthread_mutex_unlock(&ca->lock);
     return status;
 }

@@ -19,12 +19,13 @@ mt_status mt_cudnn_attention_create(mt_cudnn_attention **out);
 void mt_cudnn_attention_destroy(mt_cudnn_attention *ca);
 
 /* 1 when cuDNN runs attention of these dims (both plans built, now or before), else 0. When 1,
- * *workspace_bytes (if non-NULL) is what the backward needs. */
+ * *workspace_bytes (if non-NULL) is what the forward and backward need (the larger; they share it). */
 int mt_cudnn_attention_supports(mt_cudnn_attention *ca, mt_attn_dims dims, size_t *workspace_bytes);
 
 /* Both fail unless mt_cudnn_attention_supports(dims) returned 1. */
 mt_status mt_cudnn_attention_forward(mt_cudnn_attention *ca, cudaStream_t s, void *out, float *lse,
-                                     const void *q, const void *k, const void *v, mt_attn_dims dims);
+                                     const void *q, const void *k, const void *v, mt_attn_dims dims,
+                                     void *workspace);
 /* dq, dk, dv overwritten (dk, dv summed over each kv head's query heads). */
 mt_status mt_cudnn_attention_backward(mt_cudnn_attention *ca, cudaStream_t s, void *dq, void *dk,
                                       void *dv, const void *dout, const void *out, const float *lse,

@@ -4,9 +4,10 @@
 #include "backend/cuda/cuda_backend.h"
 
 mt_status mt_cuda_attention_dispatch(mt_cuda_backend *cb, cudaStream_t s, void *out, float *lse,
-                                     const void *q, const void *k, const void *v, mt_attn_dims dims) {
+                                     const void *q, const void *k, const void *v, mt_attn_dims dims,
+                                     void *workspace) {
     if (mt_cudnn_attention_supports(cb->cudnn, dims, NULL))
-        return mt_cudnn_attention_forward(cb->cudnn, s, out, lse, q, k, v, dims);
+        return mt_cudnn_attention_forward(cb->cudnn, s, out, lse, q, k, v, dims, workspace);
     return mt_cuda_attention(s, out, lse, q, k, v, dims);
 }
 

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "backend/alloc_fault.h"
+#include "backend/pinned_pieces.h"
 #include "backend/cuda/cuda_backend.h"
 #include "util/log.h"
 
@@ -93,9 +94,30 @@ static void cuda_dev_free(mt_backend *be, void *ptr) {
         mt_cuda_note(cb, mt_fail(MT_ERR_DEVICE, "cudaFree failed: %s", cudaGetErrorString(err)));
 }
 
+/* Portable: every GPU's context of the process sees it pinned (the ranks share one store). */
+static mt_status pin_piece(void *ctx, void *p, size_t bytes) {
+    cudaError_t err = cudaHostRegister(p, bytes, cudaHostRegisterPortable);
+    if (err == cudaSuccess) return MT_OK;
+    cudaGetLastError();
+    return mt_fail(MT_ERR_NOMEM, "cudaHostRegister: %s", cudaGetErrorString(err));
+}
+
+static void unpin_piece(void *ctx, void *p) {
+    cudaError_t err = cudaHostUnregister(p);
+    if (err == cudaSuccess) return;
+    cudaGetLastError();
+    mt_log_warn("cudaHostUnregister of pinned host memory at %p failed: %s", p, cudaGetErrorString(err));
+}
+
+static const mt_pin_ops pin_ops = {.pin = pin_piece, .unpin = unpin_piece};
+
+const mt_pin_ops *mt_cuda_pin_ops(void) { return &pin_ops; }
+
+/* Large buffers are registered in pieces (backend/pinned_pieces.h), small ones allocated whole. */
 static void *cuda_host_alloc(mt_backend *be, size_t bytes, const char *what) {
     void *ptr = NULL;
     int hooked = mt_alloc_fault_hit(MT_ALLOC_PINNED);
+    if (!hooked && bytes >= MT_PIN_PIECES_MIN_BYTES) return mt_pinned_alloc(bytes, MT_PIN_PIECE_BYTES, what, &pin_ops);
     cudaError_t err = hooked ? cudaErrorMemoryAllocation
                              : cudaHostAlloc(&ptr, bytes ? bytes : 1, cudaHostAllocPortable);
     if (err != cudaSuccess) {
@@ -108,7 +130,7 @@ static void *cuda_host_alloc(mt_backend *be, size_t bytes, const char *what) {
 }
 
 static void cuda_host_free(mt_backend *be, void *ptr) {
-    if (!ptr) return;
+    if (!ptr || mt_pinned_free(ptr, &pin_ops)) return;
     cudaError_t err = cudaFreeHost(ptr);
     if (err != cudaSuccess)
         mt_cuda_note(cuda_of(be), mt_fail(MT_ERR_DEVICE, "cudaFreeHost failed: %s", cudaGetErrorString(err)));
@@ -219,8 +241,19 @@ static mt_status copy_async(void *dst, const void *src, size_t bytes, mt_stream 
     return MT_OK;
 }
 
+/* Cut at the pieces of registered host memory: the driver promises a copy only within one. */
 static void cuda_copy(mt_backend *be, void *dst, const void *src, size_t bytes, mt_stream *s) {
-    if (bytes) keep_error(be, copy_async(dst, src, bytes, s));
+    while (bytes) {
+        size_t run = mt_pinned_run(dst, mt_pinned_run(src, bytes));
+        mt_status rc = copy_async(dst, src, run, s);
+        if (rc != MT_OK) {
+            keep_error(be, rc);
+            return;
+        }
+        dst = (char *)dst + run;
+        src = (const char *)src + run;
+        bytes -= run;
+    }
 }
 
 static mt_status zero_async(void *dst, size_t bytes, mt_stream *s) {
@@ -251,8 +284,8 @@ static void cuda_rope(mt_backend *be, mt_stream *s, void *x, const float *inv_fr
 }
 
 static void cuda_attention(mt_backend *be, mt_stream *s, void *out, float *lse, const void *q,
-                           const void *k, const void *v, mt_attn_dims dims) {
-    keep_error(be, mt_cuda_attention_dispatch(cuda_of(be), mt_cuda_stream(s), out, lse, q, k, v, dims));
+                           const void *k, const void *v, mt_attn_dims dims, void *workspace) {
+    keep_error(be, mt_cuda_attention_dispatch(cuda_of(be), mt_cuda_stream(s), out, lse, q, k, v, dims, workspace));
 }
 
 static void cuda_attention_dx(mt_backend *be, mt_stream *s, void *dq, void *dk, void *dv,

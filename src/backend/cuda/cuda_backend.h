@@ -7,6 +7,7 @@
 
 #include "backend/cuda/attention_cudnn.h"
 #include "backend/device_info.h"
+#include "backend/pinned_pieces.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 
@@ -43,6 +44,9 @@ void mt_cuda_reduce_scatter(mt_backend *be, mt_stream *s, float *buf, size_t cou
 void mt_cuda_comm_abort(mt_backend *be);
 void mt_cuda_comm_free(mt_backend *be);
 
+/* cudaHostRegister and cudaHostUnregister as backend/pinned_pieces.h's registration. */
+const mt_pin_ops *mt_cuda_pin_ops(void);
+
 /* Keeps the first failure for check(): ops return void, so their errors are sticky. */
 void mt_cuda_note(mt_cuda_backend *cb, mt_status status);
 
@@ -65,7 +69,8 @@ void mt_cuda_op_logits(mt_backend *be, mt_stream *s, float *logits, const void *
 /* The attention ops of backend.h: cuDNN where it runs the dims, attention.cu's kernels otherwise
  * (attention_dispatch.c). */
 mt_status mt_cuda_attention_dispatch(mt_cuda_backend *cb, cudaStream_t s, void *out, float *lse,
-                                     const void *q, const void *k, const void *v, mt_attn_dims dims);
+                                     const void *q, const void *k, const void *v, mt_attn_dims dims,
+                                     void *workspace);
 mt_status mt_cuda_attention_dx_dispatch(mt_cuda_backend *cb, cudaStream_t s, void *dq, void *dk,
                                         void *dv, const void *dout, const void *out,
                                         const float *lse, const void *q, const void *k,
