@@ -1,7 +1,8 @@
 /* Ranks that are processes (util/world.h, the cpu backend's collective over TCP, engine replicas):
  * two processes, each with its own store, train to the same bits as two ranks that are threads on
- * one store (both sum in rank order); a rank that never comes, or dies, ends its peer's wait with an
- * error naming it, in bounded time; torchrun's variables are read and checked. */
+ * one store summing in rank order as processes do (MT_TEST_RANKS_SUMMED; threads otherwise take
+ * turns); a rank that never comes, or dies, ends its peer's wait with an error naming it, in bounded
+ * time; torchrun's variables are read and checked. */
 #include <criterion/criterion.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -108,7 +109,9 @@ static float *threads_state(size_t *n) {
     mt_ranks *g;
     mt_layout lay;
     mt_store store;
+    setenv("MT_TEST_RANKS_SUMMED", "1", 1); /* threads sum in rank order, as processes do */
     cr_assert_eq(mt_ranks_create(&g, 2, open_cpu, NULL), MT_OK, "%s", mt_error());
+    unsetenv("MT_TEST_RANKS_SUMMED");
     cr_assert_eq(mt_layout_init(&lay, &cfg), MT_OK);
     cr_assert_eq(mt_store_create(&store, &lay, mt_ranks_backend(g, 0)), MT_OK);
     mt_store_init_random(&store, 7);

@@ -213,6 +213,25 @@ typedef struct {
      * (the same bits on every rank, the same bits run after run). A failure (a rank aborted,
      * a peer that never came) is kept for check. */
     void (*all_reduce)(mt_backend *be, mt_stream *s, float *buf, size_t count);
+    /* As all_reduce, but afterwards only this rank's slice of buf (mt_coll_slice) holds the sum;
+     * the rest of buf is left undefined. */
+    void (*reduce_scatter)(mt_backend *be, mt_stream *s, float *buf, size_t count);
+    /* OPTIONAL, all three or none: ordered accumulation, for a backend whose ranks can hand each other
+     * an accumulator cheaply (the cpu's threads). The ranks take turns adding into an accumulator,
+     * rank 0 first, each starting from what the rank before it left, so that the last rank's buffer
+     * holds the additions in the order of one rank doing every rank's work: all_reduce and
+     * reduce_scatter of an accumulator filled so give the last rank's buffer, and the sum has the
+     * bits of one rank running every micro-batch. acc_open, issued where the rank is about to add
+     * into buf (zeroed): it waits for its turn with accumulator `tag` and takes the values the rank
+     * before it left (rank 0 keeps its zeros when `fresh`, else takes the last rank's previous
+     * turn: a second round over the same accumulator). acc_close: the turn ends; buf stays as it is
+     * until the next collective. Turns serialize the ranks' accumulating work. Without them the
+     * ranks' own sums are added in rank order (NCCL). acc_ordered: whether this member's group
+     * takes turns (a group may not: the cpu's processes sum); where it does not, acc_open and
+     * acc_close do nothing. */
+    void (*acc_open)(mt_backend *be, mt_stream *s, int tag, float *buf, size_t count, int fresh);
+    void (*acc_close)(mt_backend *be, mt_stream *s, int tag, float *buf, size_t count);
+    int (*acc_ordered)(mt_backend *be);
     /* Ends the group for everyone: a rank waiting in all_reduce, now or later, gives up with an
      * error. Called from any thread, when a rank fails. */
     void (*comm_abort)(mt_backend *be);
@@ -289,6 +308,19 @@ static inline int mt_backend_has_device_optimizer(const mt_backend *be) {
 
 /* Whether the backend has the optional collectives (the coll group). */
 static inline int mt_backend_has_collectives(const mt_backend *be) { return be->ops->coll.all_reduce != NULL; }
+/* Whether this member of a group accumulates in turns with the others (the coll group's acc_*). */
+static inline int mt_backend_accumulates_in_turns(mt_backend *be) {
+    return be->ops->coll.acc_ordered && be->ops->coll.acc_ordered(be);
+}
+
+/* Rank r's slice [*lo, *hi) of count elements in a group of n (reduce_scatter's): equal parts (NCCL's
+ * reduce-scatter needs them) of count / n rounded down to a multiple of 4 floats (16 bytes: the slices
+ * stay aligned for vector loads), the last rank also the remainder (a short tail). */
+static inline void mt_coll_slice(size_t count, int r, int n, size_t *lo, size_t *hi) {
+    size_t part = count / (size_t)n / 4 * 4;
+    *lo = part * (size_t)r;
+    *hi = r == n - 1 ? count : *lo + part;
+}
 
 /* Backend constructors. cuda_create fails with MT_ERR_DEVICE when no GPU is usable. */
 mt_status mt_backend_cpu_create(mt_backend **out, int threads);

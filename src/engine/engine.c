@@ -43,15 +43,12 @@ static void destroy_sync_points(mt_engine *e) {
     }
 }
 
-/* What data parallelism asks of the options and the backend. */
-static mt_status check_ranks(const mt_backend *be, const mt_engine_options *o, int ranks) {
+/* What data parallelism asks of the backend. */
+static mt_status check_ranks(const mt_backend *be, int ranks) {
     if (ranks == 1) return MT_OK;
     if (!mt_backend_has_collectives(be))
         return mt_fail(MT_ERR_INVALID, "the %s backend has no collectives: it cannot train on %d devices at once",
                        be->ops->name, ranks);
-    if (o->max_grad_norm <= 0)
-        return mt_fail(MT_ERR_INVALID, "--clip 0 (the optimizer overlapping the backward) works on one device "
-                       "only; with %d devices keep exact clipping on (--clip above 0)", ranks);
     return MT_OK;
 }
 
@@ -72,7 +69,7 @@ static mt_status create(mt_engine **out, mt_backend *be, mt_store *store, const 
         return mt_fail(MT_ERR_INVALID, "the head's vocabulary chunk must be 0 (none) or positive, got %d",
                        o->head_vocab_chunk);
     if (o->chunk < 0) return mt_fail(MT_ERR_INVALID, "the block chunk must be 0 (none) or positive, got %d", o->chunk);
-    MT_TRY(check_ranks(be, o, group));
+    MT_TRY(check_ranks(be, group));
     if (o->device_blocks < 0 || o->device_blocks > c->num_layers)
         return mt_fail(MT_ERR_INVALID, "blocks updated on the device: %d is outside 0..%d (the blocks)",
                        o->device_blocks, c->num_layers);
@@ -102,10 +99,13 @@ static mt_status create(mt_engine **out, mt_backend *be, mt_store *store, const 
     e->rank = rank;
     e->ranks = ranks;
     e->reduce = group > 1;
+    e->group_rank = rank;
+    e->group_size = group;
+    e->ordered = e->reduce && mt_backend_accumulates_in_turns(be);
     e->leader = leader;
     mt_flag_init(&e->pass_done, 0);
     e->max_stalls = 4 * e->L + 4;
-    e->max_jobs = 2 * e->L + 4;
+    e->max_jobs = 2 * e->L + 5;
     e->grad_home = calloc((size_t)e->U, sizeof *e->grad_home);
     e->slot = calloc(e->K ? (size_t)e->K : 1, sizeof *e->slot);
     if (!e->grad_home || !e->slot) {

@@ -112,6 +112,10 @@ struct mt_engine {
     int rank, ranks;
     int reduce;                /* gradients and loss are summed across a group: ranks (threads) or
                                 * replicas (processes, each with its own store: ranks.h) */
+    int group_rank, group_size; /* this engine's place in that group (a replica's: set by its step) */
+    int ordered;               /* the group takes turns with every accumulator (backend.h: the cpu's
+                                * threads): its sums have one rank's bits; otherwise it sums, and each
+                                * rank reduce-scatters what only its slice needs (engine_jobs.c) */
     mt_engine *leader;         /* a follower's leader; NULL on the leader and on a lone engine */
     mt_engine **peers;         /* the leader's: every rank's engine, [ranks] */
     mt_flag pass_done;         /* a follower's: raised to g + 1 once step g's slices are home */
@@ -132,6 +136,7 @@ typedef enum {
     MT_JOB_BLOCK_BWD,
     MT_JOB_EMBED_BWD,
     MT_JOB_DEVICE_UPDATE, /* the device's AdamW of the units whose state it keeps */
+    MT_JOB_NORMS,         /* a summing group: every rank's slices' sums of squares, summed */
 } mt_job_kind;
 
 /* A compute job: one unit's work over the pass's M micro-batches. */
@@ -156,17 +161,29 @@ mt_status mt_engine_launch(mt_engine *e, mt_compute_job job);
 static inline size_t mt_engine_rows(const mt_engine *e) { return (size_t)e->o.batch * e->o.seq; }
 static inline int64_t mt_engine_numel(const mt_engine *e, int u) { return e->lay->units[u].numel; }
 
-/* This rank's slice [*lo, *hi) of unit u's elements: what it sends home. */
+/* This rank's slice [*lo, *hi) of unit u's elements: what it sends home (reduce_scatter's slice). */
 static inline void mt_engine_slice(const mt_engine *e, int u, size_t *lo, size_t *hi) {
-    size_t n = (size_t)mt_engine_numel(e, u);
-    *lo = n * (size_t)e->rank / (size_t)e->ranks;
-    *hi = n * (size_t)(e->rank + 1) / (size_t)e->ranks;
+    mt_coll_slice((size_t)mt_engine_numel(e, u), e->rank, e->ranks, lo, hi);
 }
 
 /* Sums what a compute job made (a gradient, the loss) across the group, inside the job, on the
  * compute stream. */
 static inline void mt_engine_reduce(const mt_engine *e, float *x, size_t count) {
     if (e->reduce) e->be->ops->coll.all_reduce(e->be, e->compute, x, count);
+}
+
+/* Ordered accumulation (backend.h's acc_open, acc_close; the cpu's threads): every accumulator the
+ * group sums (the loss, each unit's gradient, each vocabulary chunk of the ends') is filled by the
+ * ranks in turns, so that the sum has one rank's bits. Opened once zeroed, where the job starts
+ * adding into it (`fresh`: a new sum; 0: the tied embedding's second round, after the head's), closed
+ * once its job is done adding, before any of the job's reductions. Its tag: the loss 0, unit u 1 + u. */
+enum { MT_ACC_LOSS = 0 };
+static inline int mt_acc_unit(int u) { return 1 + u; }
+static inline void mt_engine_acc_open(const mt_engine *e, int tag, float *buf, size_t count, int fresh) {
+    if (e->ordered) e->be->ops->coll.acc_open(e->be, e->compute, tag, buf, count, fresh);
+}
+static inline void mt_engine_acc_close(const mt_engine *e, int tag, float *buf, size_t count) {
+    if (e->ordered) e->be->ops->coll.acc_close(e->be, e->compute, tag, buf, count);
 }
 
 /* The head's and the embedding's gradients exist on the device a vocabulary chunk at a time, each
@@ -180,6 +197,11 @@ static inline int mt_engine_ends_chunked(const mt_engine *e) { return mt_engine_
 static inline int mt_engine_embed_grad_late(const mt_engine *e) {
     return e->cfg->tie_embeddings && mt_engine_ends_chunked(e);
 }
+/* Without clipping the embedding's gradient comes home in two parts: an early copy after the head
+ * (the rows no input token touches are final there) and the rest after its backward. Not when its
+ * gradient is made late, nor in a group (ranks, replicas: the head's part of a tied embedding is
+ * summed across the ranks only with the rest): the optimizer then takes it whole. */
+static inline int mt_engine_embed_early_copy(const mt_engine *e) { return !e->reduce && !mt_engine_embed_grad_late(e); }
 /* Elements of head_grad. */
 static inline size_t mt_engine_head_grad_numel_for(const mt_layout *lay, const mt_engine_options *o) {
     const mt_config *c = &lay->cfg;
@@ -194,13 +216,13 @@ static inline size_t mt_engine_embed_grad_numel_for(const mt_layout *lay, const 
     return (size_t)o->head_vocab_chunk * lay->cfg.hidden_size;
 }
 static inline size_t mt_engine_embed_grad_numel(const mt_engine *e) { return mt_engine_embed_grad_numel_for(e->lay, &e->o); }
-/* Copies count elements from src (device) to unit u's host gradient at element `at`, the part of
- * them in this rank's slice, from inside a compute job (mt_copy_in_launch). */
+/* Copies count elements, reduced as one buffer, from src (device) to unit u's host gradient at
+ * element `at`: this rank's slice of them (reduce_scatter's), from inside a compute job
+ * (mt_copy_in_launch). */
 static inline void mt_engine_copy_home_in_launch(mt_engine *e, int u, size_t at, const float *src, size_t count) {
     size_t lo, hi;
-    mt_engine_slice(e, u, &lo, &hi);
-    size_t from = at > lo ? at : lo, to = at + count < hi ? at + count : hi;
-    if (from < to) mt_copy_in_launch(e->be, e->grad_home[u] + from, src + (from - at), (to - from) * 4, e->compute);
+    mt_coll_slice(count, e->rank, e->ranks, &lo, &hi);
+    if (lo < hi) mt_copy_in_launch(e->be, e->grad_home[u] + at + lo, src + lo, (hi - lo) * 4, e->compute);
 }
 
 /* Unit u's optimizer state lives on the device (ends_on_device: the embedding and the head;

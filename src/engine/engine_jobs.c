@@ -34,6 +34,24 @@ static float *lm_grad(const mt_engine *e) {
     return g.t[u ? MT_T_LM_HEAD : MT_T_WTE];
 }
 
+/* Sums gradient x[count] of unit u across the group, inside the job that made it, and adds the sum
+ * of squares of this rank's part to the unit's norm. A group that sums (NCCL; not the cpu's turns)
+ * reduce-scatters what each rank needs only its slice of (a host-updated unit: the slice goes home)
+ * and all-reduces what every rank needs whole (a unit the device updates; a replica's, whose store is
+ * its own); each rank takes its slice's sum of squares, and MT_JOB_NORMS sums them across the ranks.
+ * Alone or in turns: the whole buffer's, with one rank's bits. */
+static void reduce_grad(mt_engine *e, int u, float *x, size_t count) {
+    size_t lo = 0, hi = count;
+    if (e->reduce && !e->ordered) {
+        mt_coll_slice(count, e->group_rank, e->group_size, &lo, &hi);
+        if (e->ranks == 1 || mt_engine_unit_on_device(e, u)) e->be->ops->coll.all_reduce(e->be, e->compute, x, count);
+        else e->be->ops->coll.reduce_scatter(e->be, e->compute, x, count);
+    } else {
+        mt_engine_reduce(e, x, count);
+    }
+    e->op->sumsq(e->be, e->compute, e->dev_norms + u, x + lo, hi - lo);
+}
+
 /* ---- compute jobs ---- */
 
 /* Rows [row, row + rows) of sequence b of micro-batch m: one piece of the head's work, at most the
@@ -83,11 +101,10 @@ static void head_dw_chunk(const mt_compute_job *j, float *dw, int v0, int rows) 
 }
 
 /* A gradient chunk of unit u is done: summed across the ranks, its sum of squares added to the
- * unit's norm, and copied home to element `at` of the unit, on the compute stream before the next
- * chunk takes the buffer. */
+ * unit's norm (reduce_grad), and this rank's slice of it copied home to element `at` of the unit, on
+ * the compute stream before the next chunk takes the buffer. */
 static void chunk_done(mt_engine *e, int u, size_t at, float *chunk, size_t count) {
-    mt_engine_reduce(e, chunk, count);
-    e->op->sumsq(e->be, e->compute, e->dev_norms + u, chunk, count);
+    reduce_grad(e, u, chunk, count);
     mt_engine_copy_home_in_launch(e, u, at, chunk, count);
 }
 
@@ -108,7 +125,9 @@ static void head_dw_by_vocab(const mt_compute_job *j) {
     for (int v0 = 0; v0 < V; v0 += chunk) {
         int rows = V - v0 < chunk ? V - v0 : chunk;
         mt_zero_in_launch(e->be, dw, (size_t)rows * D * 4, e->compute);
+        mt_engine_acc_open(e, mt_acc_unit(U - 1), dw, (size_t)rows * D, 1);
         head_dw_chunk(j, dw, v0, rows);
+        mt_engine_acc_close(e, mt_acc_unit(U - 1), dw, (size_t)rows * D);
         chunk_done(e, U - 1, before + (size_t)v0 * D, dw, (size_t)rows * D);
     }
 }
@@ -129,7 +148,15 @@ static void run_head(const mt_compute_job *j) {
         op->logits(e->be, e->compute, e->dev_logits, e->ws.h1, lm_w, D, V);
         return;
     }
-    int train = j->mode != MT_RUN_EVAL, chunked = train && mt_engine_ends_chunked(e);
+    int train = j->mode != MT_RUN_EVAL, chunked = train && mt_engine_ends_chunked(e), tied = e->cfg->tie_embeddings;
+    /* What the pieces add into: the loss; in training the head unit's gradient (chunked untied: the
+     * final norm's part), and tied unchunked the embedding's, whose second round is the embedding's
+     * backward. */
+    size_t head_acc = chunked && !tied ? (size_t)(g.t[MT_T_LM_HEAD] - e->head_grad) : (size_t)mt_engine_numel(e, e->U - 1);
+    int embed_acc = train && tied && !chunked;
+    mt_engine_acc_open(e, MT_ACC_LOSS, e->dev_loss, 1, 1);
+    if (train) mt_engine_acc_open(e, mt_acc_unit(e->U - 1), e->head_grad, head_acc, 1);
+    if (embed_acc) mt_engine_acc_open(e, mt_acc_unit(0), e->embed_grad, (size_t)mt_engine_numel(e, 0), 1);
     FOR_EACH_HEAD_PIECE(e, j, p) {
         size_t row = head_row(j, p);
         final_norm(j, p, norm_w);
@@ -141,14 +168,16 @@ static void run_head(const mt_compute_job *j) {
             op->rmsnorm_dx(e->be, e->compute, row_of(e, dy_at(e, p.m), row), g.t[MT_T_FINAL_NORM], e->ws.tmp,
                            row_of(e, ckpt_at(e, e->L, p.m), row), norm_w, e->ws.rstd1, p.rows, D, 0);
     }
+    mt_engine_acc_close(e, MT_ACC_LOSS, e->dev_loss, 1);
+    if (train) mt_engine_acc_close(e, mt_acc_unit(e->U - 1), e->head_grad, head_acc);
+    if (embed_acc) mt_engine_acc_close(e, mt_acc_unit(0), e->embed_grad, (size_t)mt_engine_numel(e, 0));
     mt_engine_reduce(e, e->dev_loss, 1); /* every rank's loss is the group's */
     if (j->mode == MT_RUN_EVAL) return;
     if (chunked) {
         head_dw_by_vocab(j);
         return;
     }
-    mt_engine_reduce(e, e->head_grad, (size_t)mt_engine_numel(e, e->U - 1));
-    op->sumsq(e->be, e->compute, e->dev_norms + e->U - 1, e->head_grad, (size_t)mt_engine_numel(e, e->U - 1));
+    reduce_grad(e, e->U - 1, e->head_grad, (size_t)mt_engine_numel(e, e->U - 1));
 }
 
 /* The embedding's gradient: the rows the step's input tokens touch, gathered from the gradient
@@ -162,20 +191,26 @@ static void embed_backward(const mt_compute_job *j) {
     for (int v0 = 0; v0 < V; v0 += chunk) {
         int rows = V - v0 < chunk ? V - v0 : chunk;
         float *dw = mt_bind_grads(e->lay, 0, e->embed_grad).t[MT_T_WTE];
+        size_t acc = chunked ? (size_t)rows * D : (size_t)mt_engine_numel(e, 0);
         if (chunked) mt_zero_in_launch(e->be, e->embed_grad, (size_t)rows * D * 4, e->compute);
-        if (mt_engine_embed_grad_late(e)) head_dw_chunk(j, dw, v0, rows);
+        if (mt_engine_embed_grad_late(e)) { /* the head's round of the chunk, then the embedding's */
+            mt_engine_acc_open(e, mt_acc_unit(0), e->embed_grad, acc, 1);
+            head_dw_chunk(j, dw, v0, rows);
+            mt_engine_acc_close(e, mt_acc_unit(0), e->embed_grad, acc);
+        }
+        mt_engine_acc_open(e, mt_acc_unit(0), e->embed_grad, acc, !e->cfg->tie_embeddings);
         for (int m = 0; m < j->micro_batches; m++)
             for (int b = 0; b < j->batch; b++) {
                 size_t row = (size_t)b * j->seq;
                 e->op->embedding_dw(e->be, e->compute, dw, inputs_at(e, m) + row, row_of(e, dy_at(e, m), row), j->seq,
                                     D, v0, rows);
             }
+        mt_engine_acc_close(e, mt_acc_unit(0), e->embed_grad, acc);
         if (!chunked) break;
         chunk_done(e, 0, (size_t)v0 * D, dw, (size_t)rows * D); /* the WTE matrix starts the unit */
     }
     if (chunked) return;
-    mt_engine_reduce(e, e->embed_grad, (size_t)mt_engine_numel(e, 0));
-    e->op->sumsq(e->be, e->compute, e->dev_norms, e->embed_grad, (size_t)mt_engine_numel(e, 0));
+    reduce_grad(e, 0, e->embed_grad, (size_t)mt_engine_numel(e, 0));
 }
 
 static void run_job(void *arg) {
@@ -204,14 +239,16 @@ static void run_job(void *arg) {
         float *grads = mt_engine_block_grads(e, j->block, j->grad_slot);
         mt_unit_weights w = mt_bind_weights(e->lay, u, mt_engine_block_weights(e, j->block), e->be->ops->weight_dtype);
         mt_unit_grads g = mt_bind_grads(e->lay, u, grads);
+        mt_engine_acc_open(e, mt_acc_unit(u), grads, (size_t)mt_engine_numel(e, u), 1);
         for (int m = 0; m < j->micro_batches; m++)
             mt_block_backward(&ctx, &w, &g, micro(e, j->x_in, m), dy_at(e, m));
-        mt_engine_reduce(e, grads, (size_t)mt_engine_numel(e, u));
-        op->sumsq(e->be, e->compute, e->dev_norms + u, grads, (size_t)mt_engine_numel(e, u));
+        mt_engine_acc_close(e, mt_acc_unit(u), grads, (size_t)mt_engine_numel(e, u));
+        reduce_grad(e, u, grads, (size_t)mt_engine_numel(e, u));
         break;
     }
     case MT_JOB_EMBED_BWD: embed_backward(j); break;
     case MT_JOB_DEVICE_UPDATE: mt_engine_device_update(e, &j->adam, j->clip); break;
+    case MT_JOB_NORMS: mt_engine_reduce(e, e->dev_norms, (size_t)e->U); break;
     }
     free(j);
 }

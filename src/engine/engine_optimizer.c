@@ -112,8 +112,8 @@ static int head_pieces(const mt_engine *e) {
 
 /* The step's work in the order the next forward needs it: the embedding's input rows, its other
  * rows, blocks 0..L-1, the head's pieces; and the order its gradients arrive in (`arrival`: the
- * head's pieces, all at once, first; the embedding's other rows next, or last with its input rows
- * when its gradient comes late). Returns the number of works. */
+ * head's pieces, all at once, first; the embedding's other rows next from the early copy, or
+ * without one (mt_engine_embed_early_copy) last, before its input rows). Returns the number of works. */
 static int list_work(const mt_engine *e, opt_work *work, int *arrival) {
     int n = 0, pieces = head_pieces(e);
     work[n++] = (opt_work){.kind = WORK_EMBED_INPUT_ROWS, .unit = 0};
@@ -122,7 +122,7 @@ static int list_work(const mt_engine *e, opt_work *work, int *arrival) {
     for (int p = 0; p < pieces; p++)
         work[n++] = (opt_work){.kind = WORK_HEAD_PIECE, .unit = e->U - 1, .piece = p, .pieces = pieces};
     int a = 0, first_block = 2, first_piece = first_block + e->L;
-    int late = mt_engine_embed_grad_late(e);
+    int late = !mt_engine_embed_early_copy(e); /* the other rows come with the input rows */
     for (int p = 0; p < pieces; p++) arrival[a++] = first_piece + p;
     if (!late) arrival[a++] = 1;
     for (int l = e->L - 1; l >= 0; l--) arrival[a++] = first_block + l;
@@ -131,15 +131,24 @@ static int list_work(const mt_engine *e, opt_work *work, int *arrival) {
     return n;
 }
 
-/* Whether w's gradients are home; `wait`: wait until they are. */
+/* Whether w's gradients are home, every rank's slice of them (the leader of ranks: each rank copies
+ * its own); `wait`: wait until they are. The embedding's other rows come from its early copy where
+ * there is one (mt_engine_embed_early_copy), else with the whole. */
 static int work_home(mt_engine *e, const mt_opt_job *job, const opt_work *w, int wait) {
-    int early = w->kind == WORK_EMBED_OTHER_ROWS && !mt_engine_embed_grad_late(e); /* late: no early copy */
+    int early = w->kind == WORK_EMBED_OTHER_ROWS && mt_engine_embed_early_copy(e);
     mt_fl issued = early ? MT_FL_EMBED_EARLY_ISSUED : MT_FL_GRADS_ISSUED;
     mt_ev home = early ? MT_EV_EMBED_EARLY_HOME : MT_EV_GRADS_HOME;
     int i = early ? 0 : w->unit;
-    if (!wait) return mt_engine_reached(e, issued, i, job->generation, MT_GEN_NEXT) && mt_engine_done(e, home, i);
-    mt_engine_await(e, issued, i, job->generation, MT_GEN_NEXT);
-    mt_engine_sync(e, home, i);
+    for (int r = 0; r < e->ranks; r++) {
+        mt_engine *rank = e->peers ? e->peers[r] : e;
+        if (!wait) {
+            if (!mt_engine_reached(rank, issued, i, job->generation, MT_GEN_NEXT) || !mt_engine_done(rank, home, i))
+                return 0;
+            continue;
+        }
+        mt_engine_await(rank, issued, i, job->generation, MT_GEN_NEXT);
+        mt_engine_sync(rank, home, i);
+    }
     return 1;
 }
 
@@ -158,14 +167,17 @@ static void work_run(mt_engine *e, const mt_opt_job *job, int64_t adam_step, con
  * last piece) may go to the device again. */
 static void work_finished(mt_engine *e, const mt_opt_job *job, const opt_work *w) {
     if (w->kind == WORK_EMBED_OTHER_ROWS) {
-        if (!mt_engine_embed_grad_late(e)) mt_engine_raise(e, MT_FL_EMBED_EARLY_DONE, 0, job->generation);
+        if (mt_engine_embed_early_copy(e)) mt_engine_raise(e, MT_FL_EMBED_EARLY_DONE, 0, job->generation);
     } else if (w->kind != WORK_HEAD_PIECE || w->piece == w->pieces - 1)
         mt_engine_raise(e, MT_FL_UPDATED, w->unit, job->generation);
 }
 
 /* The work to do next among that whose gradients are home, or -1 when none is. */
 static int pick_home(mt_engine *e, const mt_opt_job *job, const opt_work *work, int n) {
-    for (int i = 0; i < 2; i++)
+    /* The embedding's other rows before its input rows, whose update (the last) lets it go to the
+     * device again: with an early copy the input rows' gradient comes home only after the other rows'
+     * update; without one both come with the whole gradient. */
+    for (int i = 1; i >= 0; i--)
         if (!work[i].done && work_home(e, job, &work[i], 0)) return i;
     /* The backward runs until the gradients of the first block the host updates are issued. */
     int backward_running = !mt_engine_reached(e, MT_FL_GRADS_ISSUED, mt_unit_block(e->D), job->generation, MT_GEN_NEXT);

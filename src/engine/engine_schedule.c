@@ -206,7 +206,11 @@ static mt_status head(mt_engine *e, pass *p) {
 
 /* Without clipping the optimizer starts with the head: a first copy of the embedding's gradient
  * (the head's part when tied, zeros otherwise) goes home, whose rows that no input token touches are
- * final already. */
+ * final already (where there is one: mt_engine_embed_early_copy). */
+static int embed_early(const mt_engine *e, const pass *p) {
+    return p->overlap && !e->o.ends_on_device && mt_engine_embed_early_copy(e);
+}
+
 static void send_embedding_early(mt_engine *e) {
     mt_engine_record(e, MT_EV_UNIT_READY, 0, e->compute);
     mt_engine_wait(e, e->d2h, MT_EV_UNIT_READY, 0);
@@ -270,17 +274,16 @@ static mt_status block_backward(mt_engine *e, pass *p, int l) {
 /* Backward: the head's gradients go home (without clipping the optimizer starts now), blocks
  * L-1..0, then the embedding. */
 static mt_status backward(mt_engine *e, pass *p) {
-    if (p->overlap) mt_engine_optimizer_post(e, p->overlap);
+    if (p->overlap && !e->leader) mt_engine_optimizer_post(e, p->overlap); /* a follower has no optimizer */
     if (p->ends_home)
         send_home(e, e->U - 1, mt_engine_ends_chunked(e) ? NULL : e->head_grad, MT_EV_UNIT_READY, 0, p->overlap != NULL);
-    int early = p->overlap && !e->o.ends_on_device && !mt_engine_embed_grad_late(e);
-    if (early) send_embedding_early(e);
+    if (embed_early(e, p)) send_embedding_early(e);
     e->first_backward_job = e->num_jobs;
     mt_engine_ckpt_fetch(e, e->L - 1);
     for (int l = e->L - 1; l >= 0; l--) MT_TRY(block_backward(e, p, l));
     /* Chunked, the embedding's backward writes its gradient home itself: the optimizer must be done
      * with the early copy there (which then also landed, so the chunk buffer may change). */
-    if (early && mt_engine_ends_chunked(e))
+    if (embed_early(e, p) && mt_engine_ends_chunked(e))
         p->r->waited += mt_engine_await(e, MT_FL_EMBED_EARLY_DONE, 0, e->generation, MT_GEN_NEXT);
     MT_TRY(mt_engine_launch(e, job_of(p, MT_JOB_EMBED_BWD)));
     if (mt_engine_embed_grad_late(e)) free_head_weights(e);
@@ -295,8 +298,9 @@ static mt_status ends(mt_engine *e, pass *p) {
         static const float nan_norm = NAN;
         mt_copy_async(e->be, e->dev_norms, &nan_norm, 4, e->compute);
     }
+    if (e->reduce && !e->ordered) MT_TRY(mt_engine_launch(e, job_of(p, MT_JOB_NORMS))); /* the slices' norms */
     int chunked = mt_engine_ends_chunked(e);
-    if (p->overlap && !e->o.ends_on_device && !chunked)
+    if (embed_early(e, p) && !chunked)
         p->r->waited += mt_engine_await(e, MT_FL_EMBED_EARLY_DONE, 0, e->generation, MT_GEN_NEXT);
     if (p->ends_home) send_home(e, 0, chunked ? NULL : e->embed_grad, MT_EV_UNIT_READY, 0, p->overlap != NULL);
     if (p->device_update) {

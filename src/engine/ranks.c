@@ -44,7 +44,9 @@ struct mt_ranks {
 /* ---- the abort ---- */
 
 /* Ends the group for every rank: the collectives give up, every flag a rank may wait on is
- * released (the flags' values no longer mean anything: every later call fails). */
+ * released (the flags' values no longer mean anything: every later call fails): pass_done, the
+ * leader's updated, every rank's grads_issued (the leader's optimizer waits on them without
+ * clipping). */
 static void abort_group(mt_ranks *g) {
     for (int r = 0; r < g->n; r++)
         if (g->be[r] && g->joined) g->be[r]->ops->coll.comm_abort(g->be[r]);
@@ -53,6 +55,7 @@ static void abort_group(mt_ranks *g) {
         if (!e) continue;
         __atomic_store_n(&e->group_failed, 1, __ATOMIC_RELEASE);
         mt_flag_set(&e->pass_done, INT64_MAX / 2);
+        for (int u = 0; u < e->n_fl[MT_FL_GRADS_ISSUED]; u++) mt_flag_set(&e->fl[MT_FL_GRADS_ISSUED][u], INT64_MAX / 2);
         if (r == 0)
             for (int u = 0; u < e->U; u++) mt_flag_set(&e->fl[MT_FL_UPDATED][u], INT64_MAX / 2);
     }
@@ -232,12 +235,15 @@ mt_status mt_ranks_start(mt_ranks *g, mt_store *store, const mt_engine_options *
     return MT_OK;
 }
 
-/* Engines and backends end on their own threads (a CUDA device is current per thread). */
-typedef enum { STOP_FOLLOWERS, STOP_LEADER, STOP_BACKENDS } stop_phase;
+/* Engines and backends end on their own threads (a CUDA device is current per thread). The leader's
+ * optimizer ends first: without clipping it reads the followers' flags and events. */
+typedef enum { STOP_OPTIMIZER, STOP_FOLLOWERS, STOP_LEADER, STOP_BACKENDS } stop_phase;
 
 static mt_status stop_task(mt_ranks *g, int r, void *p) {
     stop_phase phase = *(stop_phase *)p;
-    if (phase == STOP_BACKENDS) {
+    if (phase == STOP_OPTIMIZER) {
+        if (r == 0 && g->engine[0]) mt_engine_optimizer_stop(g->engine[0]);
+    } else if (phase == STOP_BACKENDS) {
         if (g->be[r] && g->joined) g->be[r]->ops->coll.comm_free(g->be[r]);
         mt_backend_destroy(g->be[r]);
         g->be[r] = NULL;
@@ -257,14 +263,14 @@ static void stop(mt_ranks *g, stop_phase from, stop_phase to) {
     for (stop_phase phase = from; phase <= to; phase++) run_all(g, stop_task, &phase);
 }
 
-/* Followers first: they point into the leader's buffers. */
+/* The leader's optimizer, then the followers (they point into the leader's buffers), then the leader. */
 void mt_ranks_stop(mt_ranks *g) {
-    if (g) stop(g, STOP_FOLLOWERS, STOP_LEADER);
+    if (g) stop(g, STOP_OPTIMIZER, STOP_LEADER);
 }
 
 void mt_ranks_destroy(mt_ranks *g) {
     if (!g) return;
-    stop(g, STOP_FOLLOWERS, STOP_BACKENDS);
+    stop(g, STOP_OPTIMIZER, STOP_BACKENDS);
     pthread_mutex_lock(&g->lock);
     g->stop = 1;
     pthread_cond_broadcast(&g->changed);
@@ -364,6 +370,7 @@ mt_status mt_engine_create_replica(mt_engine **out, mt_backend *be, mt_store *st
 /* This rank's block of the world's micro-batches, its mean over every rank's targets. */
 static size_t replica_offset(mt_engine *e, int rank, const int32_t *targets, int world) {
     e->step_targets = count_targets(&e->o, world, targets);
+    e->group_rank = rank;
     return (size_t)rank * e->o.micro_batches * e->o.batch * e->o.seq;
 }
 

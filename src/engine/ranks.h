@@ -2,12 +2,14 @@
  * of its own with an engine of its own, all on one host store with one optimizer (rank 0's).
  *
  * Each rank streams the same block schedule on its own micro-batches; each unit's gradient is
- * summed across the ranks on the devices (the backend's all_reduce: NCCL on cuda, a host reduction
- * on cpu) inside the compute job that made it, so every rank holds the same sum and the same
- * norms; each rank then sends home only its 1/n slice of it, over its own link, into the leader's
- * host gradients. The leader's optimizer updates the store once every slice is home (exact
- * clipping), and every rank's next forward loads the weights it wrote. Results differ from one rank
- * running all the micro-batches only by the order of the sum.
+ * summed across the ranks on the devices inside the compute job that made it (NCCL's reduce-scatter
+ * where only the rank's slice is needed, its all-reduce where every rank's device updates the unit;
+ * the norms by slices, summed), and each rank sends home only its slice of it, over its own link,
+ * into the leader's host gradients. The leader's optimizer updates the store once every slice is
+ * home (with clipping: after the pass; without: unit by unit during it), and every rank's next
+ * forward loads the weights it wrote. Results differ from one rank running all the micro-batches
+ * only by the order of the sum; on the cpu the ranks take turns with every sum and give one rank's
+ * bits (backend.h's ordered accumulation).
  *
  * A rank that fails ends the step of every rank: the group is aborted (the collectives give up,
  * the flags the others wait on are released) and every call afterwards fails. */
@@ -50,7 +52,7 @@ void mt_ranks_fail_next_step(mt_ranks *g, int rank);
 /* Ranks that are processes (one host or several; util/world.h), each with its own store and
  * optimizer: a replica's backend is joined to the others' (coll.comm_init_world) and every gradient
  * and loss is summed across the processes on the devices, so that every process applies the same
- * update to the same state. Exact clipping only, as for ranks. */
+ * update to the same state. */
 mt_status mt_engine_create_replica(mt_engine **out, mt_backend *be, mt_store *store, const mt_engine_options *o,
                                    int64_t adam_step, int world);
 /* A step (an evaluation) over the world's micro-batches inputs[world][M][batch][seq], every process

@@ -4,9 +4,10 @@
 #
 #   bash tests/device/multi_gpu.sh        with carry [".debs"]
 #
-# Builds with CUDA=1, runs the two-GPU CUDA tests (2 GPUs against 1 within bf16 tolerance; a rank
-# that dies releases the other from NCCL), then the command line: a tiny run on 2 GPUs, a failing
-# rank, a resume on 1 GPU, and the refusal of more GPUs than there are. Logs go to $OUT when set.
+# Builds with CUDA=1, runs the two-GPU CUDA tests (2 GPUs against 1 within bf16 tolerance; NCCL's
+# reduce-scatter with a tail; a rank that dies releases the other from NCCL), then the command line:
+# a tiny run on 2 GPUs, a failing rank, a resume on 1 GPU, and the refusal of more GPUs than there
+# are. Logs go to $OUT when set.
 set -u
 cd "$(dirname "$0")/../.."
 logs=${OUT:-/tmp/megatrain-multi-gpu-tests}
@@ -19,10 +20,11 @@ nvidia-smi -L
 . tests/device/steps.sh
 
 step build make CUDA=1 BUILD=$build -j"$(nproc)" $build/cuda_tests $build/megatrain
-step cuda2 $build/cuda_tests --jobs 1 --verbose --filter 'cuda/@(two_gpus_*|a_gpu_rank_*)'
+step cuda2 $build/cuda_tests --jobs 1 --verbose --filter 'cuda/@(two_gpus_*|a_gpu_rank_*|nccl_reduce_scatter_*)'
 
 # cli: a run on 2 GPUs that one rank's death stops at step 5 (the checkpoint of step 4 stays good),
-# resumed on 2 GPUs to 8, then on 1 GPU to 10; and --gpus past the GPUs present, refused.
+# resumed on 2 GPUs to 8, then on 1 GPU to 10; a run on 2 GPUs with --clip 0; and --gpus past the
+# GPUs present, refused.
 cli() {
     local dir=/tmp/mt-multi-gpu run=/tmp/mt-multi-gpu/run visible
     visible=$(nvidia-smi -L | wc -l)
@@ -37,6 +39,9 @@ cli() {
     $build/megatrain "${args[@]}" --gpus 2 --steps 8 --resume || { echo "FAIL: resume on 2 GPUs"; return 1; }
     $build/megatrain "${args[@]}" --gpus 1 --steps 10 --resume || { echo "FAIL: resume on 1 GPU"; return 1; }
     echo "ok: resumed on 2 GPUs, then on 1"
+    $build/megatrain train --preset tiny --backend cuda --seq 64 --batch 4 --eval-every 4 --data $dir/corpus.txt \
+        --out $dir/noclip --gpus 2 --clip 0 --steps 6 || { echo "FAIL: --gpus 2 --clip 0"; return 1; }
+    echo "ok: 2 GPUs without clipping (the optimizer overlapping the backward)"
     if $build/megatrain "${args[@]}" --gpus $((visible + 1)) --steps 12 --resume 2>$dir/refused.err; then
         echo "FAIL: --gpus $((visible + 1)) was accepted with $visible GPUs"; return 1
     fi

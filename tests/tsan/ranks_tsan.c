@@ -1,7 +1,7 @@
 /* Data-parallel ranks (engine/ranks.h) under ThreadSanitizer: the ranks' threads, their engines on
- * one store, the host all-reduce, the leader's optimizer and the followers' waits on it; then a rank
- * that fails and the abort that releases the others. Two ranks on the same tokens must end with one
- * rank's bits (their sum is exact: tests/test_ranks.c says why). A plain program, as Criterion
+ * one store, the host all-reduce and the accumulators' turns, the leader's optimizer and the followers'
+ * waits on it; then a rank that fails and the abort that releases the others. n ranks of a micro-batch
+ * each must end with the bits of one rank running all n (the turns: tests/test_ranks.c). A plain program, as Criterion
  * cannot run under TSan; TSan (halt_on_error=1) ends it non-zero on any race. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,10 +25,14 @@ static void check(int ok, const char *what) {
 
 static mt_status open_cpu(void *ctx, int rank, mt_backend **out) { return mt_backend_cpu_create(out, 1); }
 
-/* STEPS steps on n ranks, each rank given the same tokens; `fail`: rank 1 fails in the last step.
- * Returns the masters. */
-static float *train(int n, int fail) {
+/* STEPS steps on n ranks of M micro-batches, the same n x M micro-batches a step whatever n and M;
+ * `fail`: rank 1 fails in the last step; `clip` 0: the leader's optimizer overlaps the backward,
+ * waiting on every rank's copies. Returns the masters. */
+static float *train(int n, int M, int fail, float clip) {
     mt_engine_options o = mt_engine_defaults();
+    o.micro_batches = M;
+    o.max_grad_norm = clip;
+    o.grad_ring = 1; /* without clipping: every block's backward waits for the update of the one before */
     o.seq = SEQ;
     o.batch = BATCH;
     o.lm_chunk = 5;
@@ -43,17 +47,13 @@ static float *train(int n, int fail) {
     }
     mt_store_init_random(&store, 7);
     check(mt_ranks_start(g, &store, &o, 0) == MT_OK, "start");
-    int per = BATCH * SEQ;
-    int32_t *inputs = malloc((size_t)n * per * sizeof *inputs), *targets = malloc((size_t)n * per * sizeof *targets);
+    int per = n * M * BATCH * SEQ;
+    int32_t *inputs = malloc((size_t)per * sizeof *inputs), *targets = malloc((size_t)per * sizeof *targets);
     mt_rng rng = {11};
     for (int s = 0; s < STEPS; s++) {
         for (int i = 0; i < per; i++) {
             inputs[i] = (int32_t)(mt_rng_next(&rng) % (uint64_t)config.vocab_size);
             targets[i] = (int32_t)(mt_rng_next(&rng) % (uint64_t)config.vocab_size);
-        }
-        for (int r = 1; r < n; r++) {
-            memcpy(inputs + r * per, inputs, per * sizeof *inputs);
-            memcpy(targets + r * per, targets, per * sizeof *targets);
         }
         if (fail && s == STEPS - 1) mt_ranks_fail_next_step(g, 1);
         mt_step_result res;
@@ -79,11 +79,15 @@ int main(void) {
     mt_layout lay;
     mt_layout_init(&lay, &config);
     size_t bytes = (size_t)lay.total_numel * sizeof(float);
-    float *one = train(1, 0), *two = train(2, 0);
-    check(memcmp(one, two, bytes) == 0, "2 ranks on the same tokens give 1 rank's masters");
-    free(train(3, 0)); /* three ranks' sum of thirds is not exact: run for the races alone */
-    free(train(2, 1));
-    free(one), free(two);
+    for (int n = 2; n <= 3; n++)
+        for (int clip = 0; clip <= 1; clip++) {
+            float *one = train(1, n, 0, (float)clip), *many = train(n, 1, 0, (float)clip);
+            check(memcmp(one, many, bytes) == 0, n == 2 ? "2 ranks give the masters of 1 running both micro-batches"
+                                                        : "3 ranks give the masters of 1 running all 3 micro-batches");
+            free(one), free(many);
+        }
+    free(train(2, 1, 1, 1.0f));
+    free(train(2, 1, 1, 0.0f));
     mt_layout_free(&lay);
     printf("ranks under TSan: %s\n", failures ? "FAILED" : "ok");
     return failures ? 1 : 0;

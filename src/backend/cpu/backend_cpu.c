@@ -32,6 +32,7 @@ typedef struct {
     /* A data-parallel group's member: its communicator and rank, and the first collective that
      * failed (kept for check), under mem_lock. */
     mt_host_comm *comm;        /* ranks that are threads of this process */
+    int summed;                /* those threads sum in rank order, as processes do (test hook) */
     mt_star *star;             /* or ranks that are processes (util/world.h) */
     int rank;
     mt_status coll_failed;
@@ -373,9 +374,11 @@ static void op_adamw(mt_backend *b, mt_stream *s, const mt_adamw_params *p, int 
 static mt_status coll_comm_init(mt_backend **ranks, int n) {
     mt_host_comm *c;
     MT_TRY(mt_host_comm_create(&c, n));
+    int summed = getenv("MT_TEST_RANKS_SUMMED") != NULL;
     for (int r = 0; r < n; r++) {
         cpu_backend *be = (cpu_backend *)ranks[r];
         be->comm = c;
+        be->summed = summed;
         be->rank = r;
         be->coll_failed = MT_OK;
     }
@@ -389,11 +392,8 @@ static mt_status coll_comm_init_world(mt_backend *b, const mt_world *w) {
     return MT_OK;
 }
 
-static void coll_all_reduce(mt_backend *b, mt_stream *s, float *buf, size_t count) {
-    cpu_backend *be = (cpu_backend *)b;
-    mt_status rc = be->comm   ? mt_host_comm_all_reduce(be->comm, be->rank, buf, count)
-                   : be->star ? mt_star_all_reduce(be->star, buf, count)
-                              : mt_fail(MT_ERR_INVALID, "an all-reduce on a cpu backend in no group");
+/* A collective's failure, kept for check (the first one). */
+static void coll_note(cpu_backend *be, mt_status rc) {
     if (rc == MT_OK) return;
     pthread_mutex_lock(&be->mem_lock);
     if (be->coll_failed == MT_OK) {
@@ -401,6 +401,40 @@ static void coll_all_reduce(mt_backend *b, mt_stream *s, float *buf, size_t coun
         snprintf(be->coll_message, sizeof be->coll_message, "%s", mt_error());
     }
     pthread_mutex_unlock(&be->mem_lock);
+}
+
+/* The threads accumulate in turns (one rank's bits); between processes, or with MT_TEST_RANKS_SUMMED set
+ * when the group is made (to compare threads with processes), each rank's own sum is added in rank order. */
+static int coll_ordered(const cpu_backend *be) { return be->comm && !be->summed && be->base.ops->coll.acc_open; }
+
+static int coll_acc_ordered(mt_backend *b) { return coll_ordered((cpu_backend *)b); }
+
+static mt_status coll_none(void) { return mt_fail(MT_ERR_INVALID, "a collective on a cpu backend in no group"); }
+
+static void coll_all_reduce(mt_backend *b, mt_stream *s, float *buf, size_t count) {
+    cpu_backend *be = (cpu_backend *)b;
+    coll_note(be, be->comm   ? mt_host_comm_all_reduce(be->comm, be->rank, buf, count, coll_ordered(be))
+                  : be->star ? mt_star_all_reduce(be->star, buf, count)
+                             : coll_none());
+}
+
+/* Between processes: the whole sum, of which the rank's slice is what reduce_scatter promises. */
+static void coll_reduce_scatter(mt_backend *b, mt_stream *s, float *buf, size_t count) {
+    cpu_backend *be = (cpu_backend *)b;
+    coll_note(be, be->comm   ? mt_host_comm_reduce_scatter(be->comm, be->rank, buf, count, coll_ordered(be))
+                  : be->star ? mt_star_all_reduce(be->star, buf, count)
+                             : coll_none());
+}
+
+/* Turns are the threads' (between processes the ranks sum their own accumulators). */
+static void coll_acc_open(mt_backend *b, mt_stream *s, int tag, float *buf, size_t count, int fresh) {
+    cpu_backend *be = (cpu_backend *)b;
+    if (coll_ordered(be)) coll_note(be, mt_host_comm_acc_open(be->comm, be->rank, tag, buf, count, fresh));
+}
+
+static void coll_acc_close(mt_backend *b, mt_stream *s, int tag, float *buf, size_t count) {
+    cpu_backend *be = (cpu_backend *)b;
+    if (coll_ordered(be)) coll_note(be, mt_host_comm_acc_close(be->comm, be->rank, tag, buf, count));
 }
 
 static void coll_comm_abort(mt_backend *b) {
@@ -449,8 +483,10 @@ static const mt_backend_ops cpu_ops = {
            .embedding_dw = op_embedding_dw, .lmhead_loss = op_lmhead_loss, .lmhead_dw = op_lmhead_dw,
            .lmhead_workspace = op_lmhead_workspace, .logits = op_logits, .sumsq = op_sumsq,
            .clip_scale = op_clip_scale, .adamw = op_adamw},
-    .coll = {.comm_init = coll_comm_init, .comm_init_world = coll_comm_init_world, .all_reduce = coll_all_reduce, .comm_abort = coll_comm_abort,
-             .comm_free = coll_comm_free},
+    .coll = {.comm_init = coll_comm_init, .comm_init_world = coll_comm_init_world, .all_reduce = coll_all_reduce,
+             .reduce_scatter = coll_reduce_scatter, .acc_open = coll_acc_open, .acc_close = coll_acc_close,
+             .acc_ordered = coll_acc_ordered,
+             .comm_abort = coll_comm_abort, .comm_free = coll_comm_free},
 };
 
 mt_status mt_backend_cpu_create(mt_backend **out, int threads) {

@@ -395,7 +395,8 @@ static const mt_backend_ops cuda_ops = {
            .embedding_dw = cuda_embedding_dw, .lmhead_loss = cuda_lmhead_loss, .lmhead_dw = cuda_lmhead_dw,
            .lmhead_workspace = cuda_lmhead_workspace, .logits = mt_cuda_op_logits, .sumsq = cuda_sumsq,
            .clip_scale = cuda_clip_scale, .adamw = cuda_adamw},
-    .coll = {.comm_init = mt_cuda_comm_init, .comm_init_world = mt_cuda_comm_init_world, .all_reduce = mt_cuda_all_reduce, .comm_abort = mt_cuda_comm_abort,
+    .coll = {.comm_init = mt_cuda_comm_init, .comm_init_world = mt_cuda_comm_init_world, .all_reduce = mt_cuda_all_reduce,
+             .reduce_scatter = mt_cuda_reduce_scatter, .comm_abort = mt_cuda_comm_abort,
              .comm_free = mt_cuda_comm_free},
 };
 

@@ -1,7 +1,8 @@
 /* The cuda backend's collectives (backend.h's coll group) through NCCL: one communicator per GPU
  * of this process, all made at once by ncclCommInitAll, each then used by its rank's thread alone.
- * The all-reduce runs in place on the stream it is issued on (the compute stream: the engine issues
- * it inside the compute job that made the gradient), so no host thread waits for it. An abort
+ * The all-reduce and the reduce-scatter run in place on the stream they are issued on (the compute
+ * stream: the engine issues them inside the compute job that made the gradient), so no host thread
+ * waits for them. An abort
  * (another rank failed, or a rank hung past the ranks' watchdog: engine/ranks.c) ends the
  * communicator with ncclCommAbort, which stops its kernels: a stream waiting on a peer that will
  * never come is released, and every later all-reduce fails at once. */
@@ -52,17 +53,46 @@ mt_status mt_cuda_comm_init_world(mt_backend *be, const mt_world *w) {
     return MT_OK;
 }
 
-/* The communicator is read and ended under the backend's lock: the abort comes from another thread. */
-void mt_cuda_all_reduce(mt_backend *be, mt_stream *s, float *buf, size_t count) {
+/* The communicator is read and ended under the backend's lock: the abort comes from another thread.
+ * Issues call(comm) on the stream; what: the failure's words. */
+typedef ncclResult_t (*nccl_call)(ncclComm_t comm, cudaStream_t stream, float *buf, size_t count);
+
+static void issue(mt_backend *be, mt_stream *s, nccl_call call, float *buf, size_t count, const char *what) {
     mt_cuda_backend *cb = (mt_cuda_backend *)be;
     pthread_mutex_lock(&cb->lock);
-    ncclResult_t res = cb->comm ? ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, (ncclComm_t)cb->comm,
-                                                mt_cuda_stream(s))
-                                : ncclInvalidUsage;
+    ncclResult_t res = cb->comm ? call((ncclComm_t)cb->comm, mt_cuda_stream(s), buf, count) : ncclInvalidUsage;
     pthread_mutex_unlock(&cb->lock);
     if (res != ncclSuccess)
-        mt_cuda_note(cb, cb->comm ? MT_NCCL_FAIL(res, "the all-reduce of a gradient")
+        mt_cuda_note(cb, cb->comm ? MT_NCCL_FAIL(res, what)
                                   : mt_fail(MT_ERR_DEVICE, "NCCL: the group was aborted (another rank failed)"));
+}
+
+static ncclResult_t all_reduce(ncclComm_t comm, cudaStream_t stream, float *buf, size_t count) {
+    return ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, comm, stream);
+}
+
+/* NCCL's reduce-scatter takes equal parts (mt_coll_slice's), in place (rank r's part lands at
+ * buf + r * part, where it already lies); the tail past the n parts, the last rank's too, is summed
+ * whole. */
+static ncclResult_t reduce_scatter(ncclComm_t comm, cudaStream_t stream, float *buf, size_t count) {
+    int rank, n;
+    ncclResult_t res = ncclCommUserRank(comm, &rank);
+    if (res == ncclSuccess) res = ncclCommCount(comm, &n);
+    if (res != ncclSuccess) return res;
+    size_t lo, hi;
+    mt_coll_slice(count, 0, n, &lo, &hi);
+    size_t part = hi - lo, tail = count - part * (size_t)n; /* one rank: all, no tail */
+    if (part > 0) res = ncclReduceScatter(buf, buf + part * (size_t)rank, part, ncclFloat, ncclSum, comm, stream);
+    if (res == ncclSuccess && tail > 0) res = all_reduce(comm, stream, buf + part * (size_t)n, tail);
+    return res;
+}
+
+void mt_cuda_all_reduce(mt_backend *be, mt_stream *s, float *buf, size_t count) {
+    issue(be, s, all_reduce, buf, count, "the all-reduce of a gradient");
+}
+
+void mt_cuda_reduce_scatter(mt_backend *be, mt_stream *s, float *buf, size_t count) {
+    issue(be, s, reduce_scatter, buf, count, "the reduce-scatter of a gradient");
 }
 
 void mt_cuda_comm_abort(mt_backend *be) {
