@@ -100,6 +100,10 @@ typedef struct {
     int chunk;               /* tokens a block's norms, projections and MLP take at once (the
                               * workspace is a chunk's, not the sequence's); 0: the whole
                               * micro-batch; --gpu-mem may halve it */
+    int attn_tile;           /* queries a block's attention takes at once (each attending to every
+                              * key before it), and the rows of the queries' other buffers: the
+                              * workspace is a tile's on the queries' side; 0: the whole
+                              * micro-batch; --gpu-mem may halve it */
     int gpus;                /* data-parallel ranks on this host (default 1): GPUs 0..gpus-1, or with
                               * the cpu backend as many ranks as threads; each runs micro_batches x
                               * batch sequences a step, one host store and optimizer for all */

@@ -124,11 +124,13 @@ static void rmsnorm_reference(const ops_case *c, ops_host *h, const ops_host *go
 }
 static const ops_kind RMSNORM = {.declare = rmsnorm_declare, .call = rmsnorm_call, .reference = rmsnorm_reference};
 
-/* ---- rope in place, forward or (flag) inverse ---- */
+/* ---- rope in place, forward or (flag) inverse; over a window's rows where dims has one (row r
+ * at position q0 + r) ---- */
 
 enum { RP_X, RP_INV };
 
-static int rope_rows(const ops_case *c) { return c->dims.batch * c->dims.seq; }
+static int rope_rows(const ops_case *c) { return c->dims.batch * mt_attn_q_rows(c->dims); }
+static int rope_pos0(const ops_case *c) { return c->dims.q_len > 0 ? c->dims.q0 : 0; }
 
 static int rope_declare(const ops_case *c, ops_tensor *t) {
     t[RP_X] = T("x", ACT, INOUT, (size_t)rope_rows(c) * c->dims.heads * c->dims.head_dim, -1, 1, BF16_TOL);
@@ -139,27 +141,31 @@ static void rope_prepare(const ops_case *c, ops_host *h) {
     for (int i = 0; i < c->dims.head_dim / 2; i++) h->x[RP_INV][i] = powf(10000.0f, -2.0f * i / c->dims.head_dim);
 }
 static void rope_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
-    be->ops->op.rope(be, s, d[RP_X], d[RP_INV], rope_rows(c), c->dims.seq, c->dims.heads, c->dims.head_dim, c->flag);
+    be->ops->op.rope(be, s, d[RP_X], d[RP_INV], rope_rows(c), c->dims.seq, rope_pos0(c), c->dims.heads,
+                     c->dims.head_dim, c->flag);
 }
 static void rope_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
-    mt_cpu_rope(h->x[RP_X], h->x[RP_INV], rope_rows(c), c->dims.seq, c->dims.heads, c->dims.head_dim, c->flag);
+    mt_cpu_rope(h->x[RP_X], h->x[RP_INV], rope_rows(c), c->dims.seq, rope_pos0(c), c->dims.heads, c->dims.head_dim,
+                c->flag);
 }
 static const ops_kind ROPE = {.declare = rope_declare, .prepare = rope_prepare, .call = rope_call,
                               .reference = rope_reference};
 
-/* ---- attention and its backward, from the backend's own out and lse ---- */
+/* ---- attention and its backward, from the backend's own out and lse; a window of queries where
+ * dims has one (dk, dv past the window's keys must stay as they were: zero) ---- */
 
 enum { AT_Q, AT_K, AT_V, AT_DOUT, AT_OUT, AT_LSE, AT_DQ, AT_DK, AT_DV, AT_WS };
 
 static int attention_declare(const ops_case *c, ops_tensor *t) {
     mt_attn_dims d = c->dims;
-    size_t rows = (size_t)d.batch * d.seq, q = rows * d.heads * d.head_dim, kv = rows * d.kv_heads * d.head_dim;
+    size_t q_rows = (size_t)d.batch * mt_attn_q_rows(d), kv_rows = (size_t)d.batch * d.seq;
+    size_t q = q_rows * d.heads * d.head_dim, kv = kv_rows * d.kv_heads * d.head_dim;
     t[AT_Q] = T("q", ACT, IN, q, -1.5f, 1.5f, 0);
     t[AT_K] = T("k", ACT, IN, kv, -1.5f, 1.5f, 0);
     t[AT_V] = T("v", ACT, IN, kv, -1, 1, 0);
     t[AT_DOUT] = T("dout", ACT, IN, q, -1, 1, 0);
     t[AT_OUT] = T("out", ACT, OUT, q, 0, 0, BF16_TOL);
-    t[AT_LSE] = T("lse", F32, OUT, (size_t)d.batch * d.heads * d.seq, 0, 0, 1e-4); /* fp32 softmax statistics */
+    t[AT_LSE] = T("lse", F32, OUT, q_rows * d.heads, 0, 0, 1e-4); /* fp32 softmax statistics */
     t[AT_DQ] = T("dq", ACT, OUT, q, 0, 0, BF16_TOL);
     t[AT_DK] = T("dk", ACT, OUT, kv, 0, 0, BF16_TOL);
     t[AT_DV] = T("dv", ACT, OUT, kv, 0, 0, BF16_TOL);
@@ -181,9 +187,12 @@ static void attention_reference(const ops_case *c, ops_host *h, const ops_host *
                         h->x[AT_Q], h->x[AT_K], h->x[AT_V], c->dims, ws);
     free(ws);
 }
-/* Causal: the forward is half of two 2 * seq^2 * head_dim GEMMs per head; the backward 2.5 times it. */
+/* Causal: the forward is two 2 * q rows * head_dim GEMMs per head over the keys each query sees (on
+ * average q0 + (q rows + 1) / 2; seq / 2 without a window); the backward 2.5 times it. */
 static double attention_flops(const ops_case *c) {
-    return 3.5 * 2.0 * c->dims.batch * (double)c->dims.seq * c->dims.seq * c->dims.heads * c->dims.head_dim;
+    mt_attn_dims d = c->dims;
+    double rows = mt_attn_q_rows(d), seen = (d.q_len > 0 ? d.q0 : 0) + rows / 2;
+    return 3.5 * 4.0 * d.batch * rows * seen * d.heads * d.head_dim;
 }
 static const ops_kind ATTENTION = {.declare = attention_declare, .workspace = attention_workspace,
                                    .call = attention_call, .reference = attention_reference,
@@ -231,6 +240,39 @@ static void add_reference(const ops_case *c, ops_host *h, const ops_host *got, i
     mt_cpu_add(h->x[ADD_A] + skip, h->x[ADD_A] + skip, h->x[ADD_B] + skip, c->count - skip);
 }
 static const ops_kind ADD = {.declare = add_declare, .call = add_call, .reference = add_reference};
+
+/* ---- a sum kept in fp32 (flag: acc += x, else acc = x), and its rounding to the act type ---- */
+
+enum { AC_X, AC_ACC };
+
+static int accumulate_declare(const ops_case *c, ops_tensor *t) {
+    t[AC_X] = T("x", ACT, IN, c->count, -1, 1, 0);
+    t[AC_ACC] = T("acc", F32, INOUT, c->count, -4, 4, 0); /* one fp32 add of the same values: bitwise */
+    return 2;
+}
+static void accumulate_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
+    be->ops->op.accumulate_f32(be, s, d[AC_ACC], d[AC_X], c->count, c->flag);
+}
+static void accumulate_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
+    mt_cpu_accumulate_f32(h->x[AC_ACC], h->x[AC_X], c->count, c->flag);
+}
+static const ops_kind ACCUMULATE_F32 = {.declare = accumulate_declare, .call = accumulate_call,
+                                        .reference = accumulate_reference};
+
+enum { RF_X, RF_Y };
+
+static int round_declare(const ops_case *c, ops_tensor *t) {
+    t[RF_X] = T("x", F32, IN, c->count, -4, 4, 0);
+    t[RF_Y] = T("y", ACT, OUT, c->count, 0, 0, BF16_TOL);
+    return 2;
+}
+static void round_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
+    be->ops->op.round_f32(be, s, d[RF_Y], d[RF_X], c->count);
+}
+static void round_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
+    memcpy(h->x[RF_Y], h->x[RF_X], c->count * sizeof(float));
+}
+static const ops_kind ROUND_F32 = {.declare = round_declare, .call = round_call, .reference = round_reference};
 
 /* ---- embedding and its gradient, every id repeated ---- */
 
@@ -442,6 +484,11 @@ const ops_case ops_cases[] = {
     {"rmsnorm, rows past the band grid", &RMSNORM, 27, .n = 4096 * 64 + 77, .d = 8},
     {"rope", &ROPE, 6, .dims = {.batch = 2, .seq = 7, .heads = 3, .head_dim = 64}},
     {"rope inverse", &ROPE, 36, .dims = {.batch = 2, .seq = 7, .heads = 3, .head_dim = 64}, .flag = 1},
+    {"rope over a window's rows (positions from 17)", &ROPE, 39,
+     .dims = {.batch = 1, .seq = 50, .heads = 3, .head_dim = 64, .q0 = 17, .q_len = 20}},
+    {"fp32 sum of act values, first", &ACCUMULATE_F32, 42, .count = 1003},
+    {"fp32 sum of act values, added", &ACCUMULATE_F32, 43, .count = 1003, .flag = 1},
+    {"rounding fp32 to the act type", &ROUND_F32, 44, .count = 1003},
     {"swiglu and its backward, a tail of 3", &SWIGLU, 7, .count = 1003}, /* 125 vectors of 8 and 3 */
     {"add in place (y aliases a)", &ADD, 8, .count = 517},
     {"add from the second element (unaligned)", &ADD, 38, .count = 517, .flag = 1},
@@ -458,6 +505,14 @@ const ops_case ops_cases[] = {
      .dims = {.batch = 1, .seq = 150, .heads = 3, .kv_heads = 1, .head_dim = 128}},
     {"attention, head_dim 40, no GQA", &ATTENTION, 15,
      .dims = {.batch = 3, .seq = 9, .heads = 2, .kv_heads = 2, .head_dim = 40}},
+    /* windows of queries (tiled attention): inside the sequence from a position no tile size
+     * divides, at its end, and one query */
+    {"attention, a window of 53 queries from position 70", &ATTENTION, 45,
+     .dims = {.batch = 2, .seq = 150, .heads = 4, .kv_heads = 2, .head_dim = 64, .q0 = 70, .q_len = 53}},
+    {"attention, the last window, head_dim 128", &ATTENTION, 46,
+     .dims = {.batch = 1, .seq = 200, .heads = 3, .kv_heads = 1, .head_dim = 128, .q0 = 136, .q_len = 64}},
+    {"attention, a window of one query", &ATTENTION, 47,
+     .dims = {.batch = 2, .seq = 37, .heads = 2, .kv_heads = 2, .head_dim = 40, .q0 = 36, .q_len = 1}},
     {"adamw, a device scale, decay, special values", &ADAMW, 21, .count = 100003, .scale = 0.37f,
      .flag = ADAMW_DECAY | ADAMW_SCALED | ADAMW_SPECIAL},
     {"adamw, no scale (the params'), no decay", &ADAMW, 51, .count = 1000},

@@ -121,21 +121,37 @@ Test(chunking, piece_rows) {
     cr_expect_eq(mt_block_piece_rows(1, 131072, 8192), 8192);
 }
 
-/* The workspace of a long sequence grows by what attention needs a token (q, k, v, their
- * gradients, the residual), not by the MLP's width: past the chunk, doubling the sequence adds
- * the same bytes per token whatever F is. */
-Test(chunking, workspace_is_a_chunks_beyond_attention) {
+/* The workspace of a long sequence grows by what attention must hold a token (k, v, their
+ * gradients and fp32 sums, the norms' statistics), not by the MLP's width, the hidden size or the
+ * query heads: past the chunk and the attention tile, doubling the sequence adds the same bytes
+ * per token whatever F, D and Q are, all of them in the micro-batch's class; the tile's and the
+ * piece's stay as they were. */
+Test(chunking, workspace_is_a_chunks_and_a_tiles_beyond_attention) {
     mt_backend *be = NULL;
     cr_assert_eq(mt_backend_open("cpu", 1, &be), MT_OK, "%s", mt_error());
-    mt_config narrow = mt_tiny_config_gqa(), wide = narrow;
+    mt_config narrow = mt_tiny_config_gqa(), wide = narrow, heads = narrow;
     wide.intermediate_size = 16 * narrow.intermediate_size;
-    size_t growth[2];
-    const mt_config *cfgs[2] = {&narrow, &wide};
-    for (int i = 0; i < 2; i++)
-        growth[i] = mt_block_ws_bytes(be, cfgs[i], 1, 8192, 256) - mt_block_ws_bytes(be, cfgs[i], 1, 4096, 256);
-    cr_expect_eq(growth[0], growth[1], "4096 more tokens took %zu bytes at F = %d, %zu at F = %d", growth[0],
-                 narrow.intermediate_size, growth[1], wide.intermediate_size);
-    cr_expect_lt(mt_block_ws_bytes(be, &wide, 1, 8192, 256), mt_block_ws_bytes(be, &wide, 1, 8192, 0));
+    wide.hidden_size = 4 * narrow.hidden_size;
+    heads.num_heads = 4 * narrow.num_heads;
+    size_t growth[3];
+    const mt_config *cfgs[3] = {&narrow, &wide, &heads};
+    for (int i = 0; i < 3; i++) {
+        mt_block_ws_bytes_by shorter = mt_block_ws_split(be, cfgs[i], 1, 4096, 256, 1024);
+        mt_block_ws_bytes_by longer = mt_block_ws_split(be, cfgs[i], 1, 8192, 256, 1024);
+        growth[i] = longer.total - shorter.total;
+        cr_expect_eq(growth[i], longer.micro_batch - shorter.micro_batch, "config %d: growth outside the "
+                     "micro-batch's class", i);
+        cr_expect_eq(longer.tile, shorter.tile, "config %d: the tile's bytes grew with the sequence", i);
+        cr_expect_eq(longer.piece, shorter.piece, "config %d: the piece's bytes grew with the sequence", i);
+        cr_expect_eq(longer.total, longer.micro_batch + longer.tile + longer.piece);
+    }
+    cr_expect_eq(growth[0], growth[1], "4096 more tokens took %zu bytes at F = %d, D = %d, %zu at F = %d, D = %d",
+                 growth[0], narrow.intermediate_size, narrow.hidden_size, growth[1], wide.intermediate_size,
+                 wide.hidden_size);
+    cr_expect_eq(growth[0], growth[2], "4096 more tokens took %zu bytes at %d query heads, %zu at %d", growth[0],
+                 narrow.num_heads, growth[2], heads.num_heads);
+    cr_expect_lt(mt_block_ws_bytes(be, &wide, 1, 8192, 256, 1024), mt_block_ws_bytes(be, &wide, 1, 8192, 0, 1024));
+    cr_expect_lt(mt_block_ws_bytes(be, &wide, 1, 8192, 256, 1024), mt_block_ws_bytes(be, &wide, 1, 8192, 256, 0));
     mt_backend_destroy(be);
 }
 

@@ -20,7 +20,8 @@ static const struct {
     REQUIRED(stream, event_sync), REQUIRED(stream, copy), REQUIRED(stream, zero),
     REQUIRED(op, matmul), REQUIRED(op, matmul_dx), REQUIRED(op, matmul_dw), REQUIRED(op, rmsnorm),
     REQUIRED(op, rmsnorm_dx), REQUIRED(op, rope), REQUIRED(op, attention), REQUIRED(op, attention_dx),
-    REQUIRED(op, attention_workspace), REQUIRED(op, swiglu), REQUIRED(op, swiglu_dx), REQUIRED(op, add),
+    REQUIRED(op, attention_workspace), REQUIRED(op, accumulate_f32),
+    REQUIRED(op, round_f32), REQUIRED(op, swiglu), REQUIRED(op, swiglu_dx), REQUIRED(op, add),
     REQUIRED(op, embedding), REQUIRED(op, embedding_dw), REQUIRED(op, lmhead_loss), REQUIRED(op, lmhead_dw),
     REQUIRED(op, lmhead_workspace), REQUIRED(op, logits), REQUIRED(op, sumsq),
 };

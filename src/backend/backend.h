@@ -53,10 +53,22 @@ typedef enum {
 } mt_device_kind;
 
 /* Causal attention dimensions for one micro-batch: batch sequences of seq tokens, n = batch*seq
- * rows; q rows hold heads x head_dim, k and v rows kv_heads x head_dim. */
+ * rows; q rows hold heads x head_dim, k and v rows kv_heads x head_dim.
+ *
+ * A window of queries (q_len > 0; tiled attention, engine/mixer_attention.c): the queries are
+ * positions [q0, q0 + q_len) of each sequence and see the keys at positions [0, q0 + q_len), each
+ * query the keys up to its own position (the causal mask aligned to the bottom right of the
+ * q_len x (q0 + q_len) scores). q, out, dq, dout then hold [batch, q_len] rows and lse is [batch,
+ * heads, q_len]; k, v, dk, dv keep their [batch, seq] rows, of which each sequence's first q0 +
+ * q_len are read (dk, dv: overwritten) and the rest untouched. q_len 0: every position. */
 typedef struct {
     int batch, seq, heads, kv_heads, head_dim;
+    int q0, q_len;
 } mt_attn_dims;
+
+/* The query rows of one sequence, and the keys they see. */
+static inline int mt_attn_q_rows(mt_attn_dims d) { return d.q_len > 0 ? d.q_len : d.seq; }
+static inline int mt_attn_kv_rows(mt_attn_dims d) { return d.q_len > 0 ? d.q0 + d.q_len : d.seq; }
 
 /* Memory. dev_* is device memory; host_* is host memory the device copies from and to at full
  * speed (pinned on cuda). Allocators return NULL and set the error on failure. */
@@ -123,21 +135,32 @@ typedef struct {
                        int accumulate);
 
     /* In-place rotary embedding of x[n, heads, head_dim], Hugging Face's rotate_half pairing
-     * (i, i + head_dim/2); the position of row r is r % seq. inv_freq[head_dim/2] lives in device
-     * memory. inverse = 1 applies the transpose (the backward). */
-    void (*rope)(mt_backend *be, mt_stream *s, void *x, const float *inv_freq, int n, int seq,
+     * (i, i + head_dim/2); the position of row r is (pos0 + r) % seq (pos0: a window's first
+     * position). inv_freq[head_dim/2] lives in device memory. inverse = 1 applies the transpose
+     * (the backward). */
+    void (*rope)(mt_backend *be, mt_stream *s, void *x, const float *inv_freq, int n, int seq, int pos0,
                  int heads, int head_dim, int inverse);
 
-    /* Causal grouped-query attention. out[n, heads*head_dim]; lse[batch, heads, seq] saved.
-     * workspace: attention_workspace(dims) bytes of device memory, the same buffer the backward
-     * takes (the two never run at once on it). */
+    /* Causal grouped-query attention (a window of queries where dims has one). out[batch, q rows,
+     * heads*head_dim]; lse[batch, heads, q rows] saved. workspace: attention_workspace(dims) bytes
+     * of device memory, the same buffer the backward takes (the two never run at once on it). */
     void (*attention)(mt_backend *be, mt_stream *s, void *out, float *lse, const void *q,
                       const void *k, const void *v, mt_attn_dims dims, void *workspace);
-    /* dq, dk, dv overwritten. workspace: attention_workspace(dims) bytes of device memory. */
+    /* dq, and the rows of dk, dv the window's keys span, overwritten. workspace:
+     * attention_workspace(dims) bytes of device memory. */
     void (*attention_dx)(mt_backend *be, mt_stream *s, void *dq, void *dk, void *dv,
                          const void *dout, const void *out, const float *lse, const void *q,
                          const void *k, const void *v, mt_attn_dims dims, void *workspace);
+    /* For a window (q_len > 0) at the end of its sequence (q0 + q_len = seq): enough for every
+     * window of that q_len in the sequence too, so that the tiles of one sequence share the
+     * workspace sized for its last (engine/mixer_attention.c). */
     size_t (*attention_workspace)(mt_backend *be, mt_attn_dims dims);
+
+    /* acc[count] (float) = x (act), or += x with accumulate: a sum kept in fp32 across calls (the
+     * tiles' shares of attention's dk and dv) */
+    void (*accumulate_f32)(mt_backend *be, mt_stream *s, float *acc, const void *x, size_t count, int accumulate);
+    /* y[count] (act) = x (float), rounded to the act type */
+    void (*round_f32)(mt_backend *be, mt_stream *s, void *y, const float *x, size_t count);
 
     /* a = silu(g) * u over count elements; backward overwrites dg and du */
     void (*swiglu)(mt_backend *be, mt_stream *s, void *a, const void *g, const void *u, size_t count);

@@ -13,9 +13,15 @@ static inline size_t mt_cuda_lmhead_workspace_bytes(int chunk, int vocab) {
     return mt_cuda_lmhead_dlogits_offset(chunk, vocab) + (size_t)chunk * vocab * 2;
 }
 
-/* The attention kernels' backward: delta [batch, heads, seq] floats. */
-static inline size_t mt_cuda_attention_workspace_bytes(int batch, int heads, int seq) {
-    return (size_t)batch * heads * seq * sizeof(float);
+/* The attention kernels' backward: delta [batch, heads, q rows] floats. */
+static inline size_t mt_cuda_attention_workspace_bytes(int batch, int heads, int q_rows) {
+    return (size_t)batch * heads * q_rows * sizeof(float);
+}
+
+/* cuDNN's attention backward: dQ's fp32 accumulator [batch, heads, q rows, head_dim] (its plans'
+ * own workspace beside it is known only once they are built, on a GPU). */
+static inline size_t mt_cudnn_attention_accum_bytes(int batch, int heads, int q_rows, int head_dim) {
+    return (size_t)batch * heads * q_rows * head_dim * sizeof(float);
 }
 
 #endif

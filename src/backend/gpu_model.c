@@ -1,8 +1,9 @@
 /* A CUDA GPU with `memory` bytes that is not here: the CUDA backend's types, kind, workspace sizes
  * and device optimizer, and nothing that runs. `megatrain plan --backend cuda --gpu-mem 16GiB` on
  * a machine without a GPU sizes the run with it, so that a plan for a user's card can be made
- * anywhere. Attention's workspace is that of the CUDA backend's own kernels; cuDNN's (which the
- * backend uses where it runs the dims) is known only on a GPU. */
+ * anywhere. Attention's workspace is the larger of its own kernels' and cuDNN's dQ accumulator
+ * (which the backend needs where cuDNN runs the dims); what cuDNN's plans ask beside it is known
+ * only on a GPU. */
 #include "backend/gpu_model.h"
 
 #include <stdlib.h>
@@ -23,7 +24,9 @@ static void model_mem_info(mt_backend *be, size_t *free_bytes, size_t *peak_byte
 }
 
 static size_t model_attention_workspace(mt_backend *be, mt_attn_dims dims) {
-    return mt_cuda_attention_workspace_bytes(dims.batch, dims.heads, dims.seq);
+    size_t kernels = mt_cuda_attention_workspace_bytes(dims.batch, dims.heads, mt_attn_q_rows(dims));
+    size_t cudnn = mt_cudnn_attention_accum_bytes(dims.batch, dims.heads, mt_attn_q_rows(dims), dims.head_dim);
+    return kernels > cudnn ? kernels : cudnn;
 }
 
 static size_t model_lmhead_workspace(mt_backend *be, int chunk, int vocab) {

@@ -30,6 +30,40 @@ int mt_block_piece_rows(int batch, int seq, int chunk) {
     return chunk;
 }
 
+/* The same rule: whole sequences, or a part of one. */
+int mt_block_tile_rows(int batch, int seq, int tile) { return mt_block_piece_rows(batch, seq, tile); }
+
+/* ---- tiles ---- */
+
+/* The tiles of the micro-batch: groups of whole sequences, or each sequence's windows, cut from its
+ * end (a first window of the rest, then windows of T rows). */
+typedef struct {
+    int T, windows; /* rows a tile at most; windows a sequence (0: tiles of whole sequences) */
+} tiling;
+
+static tiling tiling_of(const mt_block_ctx *c) {
+    tiling t = {mt_block_tile_rows(c->batch, c->seq, c->tile), 0};
+    if (t.T < c->seq) t.windows = (c->seq + t.T - 1) / t.T;
+    return t;
+}
+
+static int tile_count(const mt_block_ctx *c, tiling t) {
+    return t.windows ? c->batch * t.windows : (c->batch * c->seq + t.T - 1) / t.T;
+}
+
+/* Tile k in the forward's order; in the backward's, a sequence's windows run from its last. */
+static mt_tile tile_at(const mt_block_ctx *c, tiling t, int k, int backward) {
+    if (!t.windows) {
+        int row = k * t.T, n = c->batch * c->seq;
+        return (mt_tile){row, n - row < t.T ? n - row : t.T};
+    }
+    int b = k / t.windows, i = k % t.windows;
+    if (backward) i = t.windows - 1 - i;
+    int first = c->seq - (t.windows - 1) * t.T; /* the first window's rows, 1 to T */
+    int start = i == 0 ? 0 : first + (i - 1) * t.T;
+    return (mt_tile){b * c->seq + start, i == 0 ? first : t.T};
+}
+
 /* ---- the kinds' engine sides ---- */
 
 static const mt_mixer_ops *const mixer_ops[MT_MIXER_KINDS] = {[MT_MIXER_ATTENTION] = &mt_mixer_attention_ops};
@@ -38,19 +72,23 @@ static const mt_ffn_ops *const ffn_ops[MT_FFN_KINDS] = {[MT_FFN_DENSE] = &mt_ffn
 /* ---- the workspace ---- */
 
 /* Every block's buffers, then those of each kind some block of the model uses, in one fixed order. */
-static size_t layout_ws(mt_block_ws *ws, char *base, mt_backend *be, const mt_config *c, int batch, int seq,
-                        int chunk) {
-    mt_ws_shape s = {be, c, batch, seq, (size_t)batch * seq, 0, mt_dtype_size(be->ops->act_dtype)};
-    /* Any job's pieces (a sample's shorter sequence too) are at most chunk rows, and at most n. */
+static mt_block_ws_bytes_by layout_ws(mt_block_ws *ws, char *base, mt_backend *be, const mt_config *c, int batch,
+                                      int seq, int chunk, int tile) {
+    mt_ws_shape s = {be, c, batch, seq, tile, (size_t)batch * seq, 0, 0, mt_dtype_size(be->ops->act_dtype)};
+    /* Any job's tiles and pieces (a sample's shorter sequence too) are at most these rows: a
+     * shorter sequence's tiles are at most tile rows or the sequence. */
+    s.T = (size_t)mt_block_tile_rows(batch, seq, tile);
     s.C = chunk > 0 && (size_t)chunk < s.n ? (size_t)chunk : s.n;
     size_t D = c->hidden_size, F = mt_config_dense_mlp_width(c);
-    mt_ws_walk w = {base, 0};
+    mt_ws_walk w = {base, 0, MT_WS_PIECE, {0}};
     mt_block_ws sized;
     if (!ws) ws = &sized;
     ws->h1 = mt_ws_take(&w, s.C * D * s.act);
-    ws->x2 = mt_ws_take(&w, s.n * D * s.act);
     ws->h2 = mt_ws_take(&w, s.C * D * s.act);
     ws->tmp = mt_ws_take(&w, s.C * (F > D ? F : D) * s.act);
+    w.cls = MT_WS_TILE;
+    ws->x2 = mt_ws_take(&w, s.T * D * s.act);
+    w.cls = MT_WS_MICRO_BATCH;
     ws->rstd1 = mt_ws_take(&w, s.n * 4);
     ws->rstd2 = mt_ws_take(&w, s.n * 4);
     int mixers[MT_MIXER_KINDS] = {0}, ffns[MT_FFN_KINDS] = {0};
@@ -60,28 +98,34 @@ static size_t layout_ws(mt_block_ws *ws, char *base, mt_backend *be, const mt_co
     }
     for (int k = 0; k < MT_MIXER_KINDS; k++)
         if (mixers[k]) mixer_ops[k]->walk(&w, ws, &s);
+    w.cls = MT_WS_PIECE; /* a kind's walk sets the class of what it takes; the feed-forwards' are pieces' */
     for (int k = 0; k < MT_FFN_KINDS; k++)
         if (ffns[k]) ffn_ops[k]->walk(&w, ws, &s);
-    return w.off;
+    return (mt_block_ws_bytes_by){w.by[MT_WS_MICRO_BATCH], w.by[MT_WS_TILE], w.by[MT_WS_PIECE], w.off};
 }
 
-size_t mt_block_ws_bytes(mt_backend *be, const mt_config *c, int batch, int seq, int chunk) {
-    return layout_ws(NULL, NULL, be, c, batch, seq, chunk);
+size_t mt_block_ws_bytes(mt_backend *be, const mt_config *c, int batch, int seq, int chunk, int tile) {
+    return layout_ws(NULL, NULL, be, c, batch, seq, chunk, tile).total;
+}
+
+mt_block_ws_bytes_by mt_block_ws_split(mt_backend *be, const mt_config *c, int batch, int seq, int chunk, int tile) {
+    return layout_ws(NULL, NULL, be, c, batch, seq, chunk, tile);
 }
 
 void mt_block_ws_carve(mt_block_ws *ws, void *base, mt_backend *be, const mt_config *c, int batch, int seq,
-                       int chunk) {
+                       int chunk, int tile) {
     memset(ws, 0, sizeof *ws);
-    layout_ws(ws, base, be, c, batch, seq, chunk);
+    layout_ws(ws, base, be, c, batch, seq, chunk, tile);
 }
 
 /* ---- pieces and the GEMMs issued over them ---- */
 
 mt_piece mt_piece_at(const mt_block_ctx *c, int row) {
-    int n = c->batch * c->seq, most = mt_block_piece_rows(c->batch, c->seq, c->chunk);
+    mt_tile span = mt_span(c);
+    int end = span.row + span.rows, most = mt_block_piece_rows(c->batch, c->seq, c->chunk);
     int rows = most >= c->seq ? most : c->seq - row % c->seq;
     if (rows > most) rows = most;
-    if (rows > n - row) rows = n - row;
+    if (rows > end - row) rows = end - row;
     return (mt_piece){row, rows};
 }
 
@@ -131,14 +175,28 @@ void mt_rmsnorm_dx_piece(const mt_block_ctx *c, mt_piece p, void *dx, float *dw,
 
 void mt_block_forward(const mt_block_ctx *c, const mt_unit_weights *w, const void *x, void *y) {
     mt_block_kinds k = mt_block_kinds_of(c->cfg, c->layer);
-    mixer_ops[k.mixer]->forward(c, w, x);
-    MT_FOR_EACH_PIECE(c, p) ffn_ops[k.ffn]->forward(c, w, p, y);
+    mt_block_ctx at = *c;
+    at.at = (mt_tile){0, 0};
+    mixer_ops[k.mixer]->prepare(&at, w, x);
+    tiling t = tiling_of(c);
+    for (int i = 0, count = tile_count(c, t); i < count; i++) {
+        at.at = tile_at(c, t, i, 0);
+        mixer_ops[k.mixer]->forward(&at, w, x);
+        MT_FOR_EACH_PIECE(&at, p) ffn_ops[k.ffn]->forward(&at, w, p, y);
+    }
 }
 
 void mt_block_backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_unit_grads *g,
                        const void *x, void *dxy) {
     mt_block_kinds k = mt_block_kinds_of(c->cfg, c->layer);
-    mixer_ops[k.mixer]->forward(c, w, x); /* recomputed from the block's input checkpoint */
-    MT_FOR_EACH_PIECE(c, p) ffn_ops[k.ffn]->backward(c, w, g, p, dxy);
-    mixer_ops[k.mixer]->backward(c, w, g, x, dxy);
+    mt_block_ctx at = *c;
+    at.at = (mt_tile){0, 0};
+    mixer_ops[k.mixer]->prepare(&at, w, x); /* recomputed from the block's input checkpoint, */
+    tiling t = tiling_of(c);
+    for (int i = 0, count = tile_count(c, t); i < count; i++) {
+        at.at = tile_at(c, t, i, 1);
+        mixer_ops[k.mixer]->forward(&at, w, x); /* and so is each tile's forward */
+        MT_FOR_EACH_PIECE(&at, p) ffn_ops[k.ffn]->backward(&at, w, g, p, dxy);
+        mixer_ops[k.mixer]->backward(&at, w, g, x, dxy);
+    }
 }

@@ -27,28 +27,35 @@ mt_unit_grads mt_bind_grads(const mt_layout *layout, int u, float *base);
  * unless marked float. Shapes: D hidden, Q = heads*head_dim, KV = kv_heads*head_dim, F the widest
  * dense SwiGLU MLP (mt_config_dense_mlp_width).
  *
- * What attention reads or writes spans the micro-batch (O(n) by nature); every op that works
+ * A block works through the micro-batch in tiles of at most T rows (mt_block_tile_rows): whole
+ * sequences, or windows of one sequence. What attention must hold whole spans the micro-batch (k
+ * and v, which every later query of a sequence reads, and their gradients); the queries' side
+ * (q, the attention output, their gradients, the residual x2) is a tile's; every op that works
  * token by token (the norms, the projections, the feed-forward) runs over pieces of at most C rows
- * (mt_block_piece_rows), so its buffers are a piece's: the workspace of a long sequence grows
- * with Q and D per token, not with F. Each part kind walks its own buffers (engine/block_parts.h);
- * a model carries those of the kinds its blocks use. */
+ * of a tile (mt_block_piece_rows), so its buffers are a piece's: the workspace of a long sequence
+ * grows with KV per token, not with Q, D or F. Each part kind walks its own buffers
+ * (engine/block_parts.h); a model carries those of the kinds its blocks use. */
 typedef struct {
     /* Every block's. */
     void *h1;        /* [C, D]  the mixer's pre-norm output of one piece (the head's final norm too) */
-    void *x2;        /* [n, D]  residual after the mixer */
+    void *x2;        /* [T, D]  residual after the mixer, of the tile's rows */
     void *h2;        /* [C, D]  the feed-forward's pre-norm output of one piece */
     void *tmp;       /* [C, max(D, F)] scratch: a projection's output, and the backward's da/dh */
     float *rstd1, *rstd2; /* [n] */
     /* The attention mixer's (engine/mixer_attention.c). */
     struct {
-        void *q, *k, *v;  /* [n, Q], [n, KV], [n, KV] after RoPE */
-        void *att;        /* [n, Q]  attention output */
-        void *dq, *dk, *dv, *datt; /* backward: [n, Q], [n, KV], [n, KV], [n, Q] */
-        float *lse;       /* [batch, heads, seq] */
+        void *q, *att;    /* [T, Q]  the tile's queries after RoPE, its attention output */
+        void *k, *v;      /* [n, KV] after RoPE */
+        void *dq, *datt;  /* backward: [T, Q] */
+        void *dk, *dv;    /* backward: [n, KV] a tile's share (the rows its keys span), then each tile's
+                           * rows once final */
+        float *dk_sum, *dv_sum; /* [n, KV] fp32 sums of a sequence's windows' shares; NULL when every
+                                 * tile holds whole sequences */
+        float *lse;       /* [T * heads]: the tile's [sequences, heads, q rows] */
         /* With q/k norms (cfg->qk_norm) only, else NULL: the projections before their norm and its
          * statistics. */
-        void *q_raw, *k_raw;    /* [n, Q], [n, KV] */
-        float *rstd_q, *rstd_k; /* [n * heads], [n * kv_heads] */
+        void *q_raw, *k_raw;    /* [T, Q], [n, KV] */
+        float *rstd_q, *rstd_k; /* [T * heads], [n * kv_heads] */
         void *ws;         /* backend's attention workspace (forward and backward) */
     } attn;
     /* The dense SwiGLU MLP's (engine/ffn_dense.c). */
@@ -57,6 +64,11 @@ typedef struct {
         void *dg, *du;    /* backward: [C, F] */
     } mlp;
 } mt_block_ws;
+
+/* Rows [row, row + rows) of the micro-batch: one tile (mt_block_tile_rows). rows 0: all of them. */
+typedef struct {
+    int row, rows;
+} mt_tile;
 
 typedef struct {
     mt_backend *be;
@@ -67,6 +79,8 @@ typedef struct {
     const float *inv_freq;  /* device copy of the RoPE frequencies */
     mt_block_ws *ws;
     int layer;              /* the block's index: its kinds (model/block_kinds.h) */
+    int tile;               /* queries a tile takes (mt_block_tile_rows); <= 0: the whole micro-batch */
+    mt_tile at;             /* the tile being worked on (set by block.c; rows 0 between tiles) */
 } mt_block_ctx;
 
 /* Rows of the largest piece the token-wise ops take at once for `chunk` tokens a piece: whole
@@ -76,15 +90,35 @@ typedef struct {
  * depend on how sequences are grouped into micro-batches. chunk <= 0: the whole micro-batch. */
 int mt_block_piece_rows(int batch, int seq, int chunk);
 
-/* Bytes of device memory mt_block_ws takes for a micro-batch of batch x seq in pieces of chunk. */
-size_t mt_block_ws_bytes(mt_backend *be, const mt_config *cfg, int batch, int seq, int chunk);
+/* Rows of the largest tile a block works through at once for `tile` queries a tile: whole
+ * sequences (as many as fit, at least one) when a sequence is no longer than tile, else tile rows
+ * of one sequence (a window: its queries attend to every key before them). tile <= 0: the whole
+ * micro-batch. A sequence's windows are cut from its end: all of tile rows but its first, which
+ * holds the rest (engine/block.c). */
+int mt_block_tile_rows(int batch, int seq, int tile);
+
+/* The workspace's bytes by what they grow with: the micro-batch (n rows: k, v, their gradients and
+ * sums, the norms' statistics), the tile (T rows: the queries' side, x2, attention's own
+ * workspace) and the piece (C rows: h1, h2, the projections' outputs, the feed-forward's). */
+typedef struct {
+    size_t micro_batch, tile, piece, total;
+} mt_block_ws_bytes_by;
+
+/* Bytes of device memory mt_block_ws takes for a micro-batch of batch x seq in pieces of chunk and
+ * tiles of `tile` queries, in all and by what they grow with. */
+size_t mt_block_ws_bytes(mt_backend *be, const mt_config *cfg, int batch, int seq, int chunk, int tile);
+mt_block_ws_bytes_by mt_block_ws_split(mt_backend *be, const mt_config *cfg, int batch, int seq, int chunk, int tile);
 /* Carves the workspace out of one device buffer of mt_block_ws_bytes bytes. */
 void mt_block_ws_carve(mt_block_ws *ws, void *base, mt_backend *be, const mt_config *cfg, int batch, int seq,
-                       int chunk);
+                       int chunk, int tile);
 
-/* y[n, D] = block(x[n, D]). */
+/* y[n, D] = block(x[n, D]), tile by tile. */
 void mt_block_forward(const mt_block_ctx *c, const mt_unit_weights *w, const void *x, void *y);
-/* dxy[n, D] holds dL/dy on entry and dL/dx on return; weight gradients accumulate into g. */
+/* dxy[n, D] holds dL/dy on entry and dL/dx on return; weight gradients accumulate into g. Tile by
+ * tile, each tile's forward recomputed from the checkpoint x; a sequence's windows from its last to
+ * its first, so that each window's keys have every later query's share of their gradients when it
+ * takes them (the sequences in order, so that the weight gradients' sums keep the sequences'
+ * order). */
 void mt_block_backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_unit_grads *g,
                        const void *x, void *dxy);
 

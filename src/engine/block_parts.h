@@ -9,36 +9,50 @@
 #include "model/block_kinds.h"
 
 /* The workspace walk: buffers taken one after another in a fixed order, each on a 256-byte
- * boundary; with no base it only sums their sizes (llm.c's one table that sizes and carves). */
+ * boundary; with no base it only sums their sizes (llm.c's one table that sizes and carves). Each
+ * take counts in the class the walk is in (what the buffer grows with: mt_block_ws_bytes_by). */
+typedef enum { MT_WS_MICRO_BATCH, MT_WS_TILE, MT_WS_PIECE, MT_WS_CLASSES } mt_ws_class;
+
 typedef struct {
     char *base; /* NULL: sizing */
     size_t off;
+    mt_ws_class cls;
+    size_t by[MT_WS_CLASSES];
 } mt_ws_walk;
 
 static inline void *mt_ws_take(mt_ws_walk *w, size_t bytes) {
     void *p = w->base ? w->base + w->off : NULL;
-    w->off += (bytes + 255) / 256 * 256;
+    size_t aligned = (bytes + 255) / 256 * 256;
+    w->off += aligned;
+    w->by[w->cls] += aligned;
     return p;
 }
 
-/* What a walk knows of the run: n = batch * seq rows, C of them a piece at most, act's size. */
+/* What a walk knows of the run: n = batch * seq rows, T of them a tile at most, C a piece at most,
+ * act's size; tile as given (mt_block_tile_rows). */
 typedef struct {
     mt_backend *be;
     const mt_config *c;
-    int batch, seq;
-    size_t n, C, act;
+    int batch, seq, tile;
+    size_t n, T, C, act;
 } mt_ws_shape;
 
-/* Rows [row, row + rows) of the micro-batch: one piece (mt_block_piece_rows). */
+/* Rows [row, row + rows) of the micro-batch: one piece (mt_block_piece_rows) of the tile being
+ * worked on, or of the micro-batch between tiles. */
 typedef struct {
     int row, rows;
 } mt_piece;
 
 mt_piece mt_piece_at(const mt_block_ctx *c, int row);
-#define MT_FOR_EACH_PIECE(c, p) \
-    for (mt_piece p = mt_piece_at(c, 0); p.row < (c)->batch * (c)->seq; p = mt_piece_at(c, p.row + p.rows))
-/* The whole micro-batch as one piece per sequence: for the ops on attention's O(n) buffers. */
-static inline mt_piece mt_piece_whole(const mt_block_ctx *c) { return (mt_piece){0, c->batch * c->seq}; }
+/* The rows the pieces cover: the tile's, or between tiles the micro-batch's. */
+static inline mt_tile mt_span(const mt_block_ctx *c) {
+    return c->at.rows > 0 ? c->at : (mt_tile){0, c->batch * c->seq};
+}
+#define MT_FOR_EACH_PIECE(c, p)                                                                     \
+    for (mt_piece p = mt_piece_at(c, mt_span(c).row); p.row < mt_span(c).row + mt_span(c).rows; \
+         p = mt_piece_at(c, p.row + p.rows))
+/* The tile as one piece (one per sequence where it holds whole ones). */
+static inline mt_piece mt_piece_of_tile(const mt_block_ctx *c) { return (mt_piece){c->at.row, c->at.rows}; }
 
 static inline size_t mt_act_size(const mt_block_ctx *c) { return mt_dtype_size(c->be->ops->act_dtype); }
 static inline const void *mt_rows_at(const void *base, int row, int width, size_t act) {
@@ -46,6 +60,10 @@ static inline const void *mt_rows_at(const void *base, int row, int width, size_
 }
 static inline void *mt_rows_at_mut(void *base, int row, int width, size_t act) {
     return (char *)base + (size_t)row * width * act;
+}
+/* x2's row `row` (of the micro-batch): x2 holds the tile's rows. */
+static inline void *mt_x2_row(const mt_block_ctx *c, int row) {
+    return mt_rows_at_mut(c->ws->x2, row - c->at.row, c->cfg->hidden_size, mt_act_size(c));
 }
 
 /* The rows one call of a piece's GEMM takes: a sequence (or the piece's part of one) where the
@@ -67,18 +85,24 @@ void mt_matmul_dw_piece(const mt_block_ctx *c, mt_piece p, float *dw, float *dbi
 void mt_rmsnorm_dx_piece(const mt_block_ctx *c, mt_piece p, void *dx, float *dw, const void *dy, const void *x,
                          const void *w, const float *rstd, int per_token, int d, int accumulate);
 
-/* A mixer's engine side: the block's first part, x -> x2 = x + mixer(norm(x)). */
+/* A mixer's engine side: the block's first part, x -> x2 = x + mixer(norm(x)), tile by tile
+ * (block.c: mt_block_forward, mt_block_backward). x is the micro-batch's rows. */
 typedef struct {
     /* Takes its buffers (ws NULL when sizing). */
     void (*walk)(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s);
-    /* x2 and everything its backward needs, from x (the micro-batch's rows). */
+    /* Before the tiles (c->at empty), in the forward and again before the backward: what spans the
+     * micro-batch. */
+    void (*prepare)(const mt_block_ctx *c, const mt_unit_weights *w, const void *x);
+    /* x2's rows of the tile c->at and what the tile's backward needs. */
     void (*forward)(const mt_block_ctx *c, const mt_unit_weights *w, const void *x);
-    /* After forward: dxy holds dL/dx2 and becomes dL/dx; its weight gradients accumulate into g. */
+    /* After the tile's forward: dxy's rows of the tile hold dL/dx2 and become dL/dx; its weight
+     * gradients accumulate into g. */
     void (*backward)(const mt_block_ctx *c, const mt_unit_weights *w, const mt_unit_grads *g, const void *x,
                      void *dxy);
 } mt_mixer_ops;
 
-/* A feed-forward's engine side: the block's second part, y = x2 + ffn(norm(x2)), piece by piece. */
+/* A feed-forward's engine side: the block's second part, y = x2 + ffn(norm(x2)), piece by piece of
+ * the tile c->at (x2 holds the tile's rows: mt_x2_row). */
 typedef struct {
     void (*walk)(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s);
     /* y's rows of piece p (y at the micro-batch's first row), from x2's. */

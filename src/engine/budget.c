@@ -1,5 +1,7 @@
 #include "engine/budget.h"
 
+#include "engine/block.h"
+
 static double gib(int64_t bytes) { return (double)bytes / 1073741824.0; }
 
 mt_status mt_engine_fit_budget(mt_backend *be, const mt_config *cfg, mt_engine_options *o, int64_t budget) {
@@ -25,6 +27,13 @@ mt_status mt_engine_fit_budget(mt_backend *be, const mt_config *cfg, mt_engine_o
         o->lm_chunk /= 2;
         b = mt_engine_size(be, cfg, o);
     }
+    /* The attention tile: the queries' side of the workspace is a tile's; more tiles are more
+     * attention calls over the same scores (on cuda a cuDNN plan each). */
+    if (b.total > budget && (o->attn_tile <= 0 || o->attn_tile > o->batch * o->seq)) o->attn_tile = o->batch * o->seq;
+    while (b.total > budget && o->attn_tile > MT_BUDGET_MIN_TILE) {
+        o->attn_tile = o->attn_tile / 2 > MT_BUDGET_MIN_TILE ? o->attn_tile / 2 : MT_BUDGET_MIN_TILE;
+        b = mt_engine_size(be, cfg, o);
+    }
     /* The block chunk: a piece of MT_BUDGET_MIN_CHUNK rows still runs its GEMMs near full rate. */
     if (b.total > budget && (o->chunk <= 0 || o->chunk > o->batch * o->seq)) o->chunk = o->batch * o->seq;
     while (b.total > budget && o->chunk > MT_BUDGET_MIN_CHUNK) {
@@ -34,12 +43,13 @@ mt_status mt_engine_fit_budget(mt_backend *be, const mt_config *cfg, mt_engine_o
     if (b.total <= budget) return MT_OK;
     return mt_fail(MT_ERR_NOMEM,
                    "the device budget of %.2f GiB (--gpu-mem) is too small: the engine needs %.2f GiB even with "
-                   "2 weight slots, %d sequence(s) per micro-batch, an LM-head chunk of %d rows, a block chunk of "
-                   "%d tokens and every checkpoint it can move to the host there (weight slots %.2f, embedding and "
-                   "head weights %.2f, resident blocks' weights %.2f, device-updated units' fp32 master and moments "
-                   "%.2f, gradients %.2f, activation checkpoints %.2f, workspace %.2f GiB); lower --micro-batches, "
-                   "--seq or --device-blocks, or raise --gpu-mem",
-                   gib(budget), gib(b.total), o->batch, o->lm_chunk, o->chunk, gib(b.weight_slots),
+                   "2 weight slots, %d sequence(s) per micro-batch, an LM-head chunk of %d rows, an attention tile "
+                   "of %d queries, a block chunk of %d tokens and every checkpoint it can move to the host there "
+                   "(weight slots %.2f, embedding and head weights %.2f, resident blocks' weights %.2f, "
+                   "device-updated units' fp32 master and moments %.2f, gradients %.2f, activation checkpoints "
+                   "%.2f, workspace %.2f GiB); lower --micro-batches, --seq or --device-blocks, or raise --gpu-mem",
+                   gib(budget), gib(b.total), o->batch, o->lm_chunk, mt_block_tile_rows(o->batch, o->seq, o->attn_tile),
+                   o->chunk, gib(b.weight_slots),
                    gib(b.embed_head), gib(b.resident_weights), gib(b.device_state), gib(b.grads),
                    gib(b.checkpoints), gib(b.workspace));
 }

@@ -10,7 +10,8 @@
 
 mt_engine_options mt_engine_defaults(void) {
     return (mt_engine_options){.batch = 4, .seq = 256, .micro_batches = 1, .slots = 2,
-                               .opt_threads = 0, .lm_chunk = 512, .chunk = MT_ENGINE_CHUNK, .head_vocab_chunk = MT_ENGINE_HEAD_VOCAB_CHUNK, .max_grad_norm = 1.0f,
+                               .opt_threads = 0, .lm_chunk = 512, .chunk = MT_ENGINE_CHUNK, .attn_tile = MT_ENGINE_ATTN_TILE,
+                               .head_vocab_chunk = MT_ENGINE_HEAD_VOCAB_CHUNK, .max_grad_norm = 1.0f,
                                .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
 }
 
@@ -69,6 +70,8 @@ static mt_status create(mt_engine **out, mt_backend *be, mt_store *store, const 
         return mt_fail(MT_ERR_INVALID, "the head's vocabulary chunk must be 0 (none) or positive, got %d",
                        o->head_vocab_chunk);
     if (o->chunk < 0) return mt_fail(MT_ERR_INVALID, "the block chunk must be 0 (none) or positive, got %d", o->chunk);
+    if (o->attn_tile < 0)
+        return mt_fail(MT_ERR_INVALID, "the attention tile must be 0 (none) or positive, got %d", o->attn_tile);
     MT_TRY(check_ranks(be, group));
     if (o->device_blocks < 0 || o->device_blocks > c->num_layers)
         return mt_fail(MT_ERR_INVALID, "blocks updated on the device: %d is outside 0..%d (the blocks)",

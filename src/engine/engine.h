@@ -49,6 +49,9 @@ typedef struct {
                           * least the vocabulary: all of it at once */
     int chunk;           /* tokens a block's token-wise ops (norms, projections, MLP) take at once
                           * (engine/block.h: mt_block_piece_rows); 0: the whole micro-batch */
+    int attn_tile;       /* queries a block's attention takes at once, and the rows of its other
+                          * per-query buffers (engine/block.h: mt_block_tile_rows); 0: the whole
+                          * micro-batch */
     float max_grad_norm; /* 0: no clipping */
     float beta1, beta2, eps, weight_decay;
     int keep_grads;      /* keep every unit's gradient on the host (mt_engine_host_grads) even
@@ -128,6 +131,12 @@ mt_status mt_engine_store_create(mt_store *store, const mt_layout *layout, mt_ba
  * 4096-wide model is 0.5 TFLOP a projection), short enough that the MLP's [chunk, F] buffers stay
  * well under a GiB at 8B. */
 #define MT_ENGINE_CHUNK 8192
+
+/* The default attention tile: a sequence up to 64k tokens is one tile (untiled); a longer one is
+ * windows of 64k queries, each attending to every key before it, so that the queries' side of the
+ * workspace (q, the attention output, their gradients, cuDNN's fp32 dQ, x2: about 56 KB a token at
+ * 8B, 3.5 GiB) stays a tile's. Each window is a cuDNN plan of its own: 8 at 512k. */
+#define MT_ENGINE_ATTN_TILE 65536
 
 /* The default head gradient chunk: 8192 rows of a 4096-wide head are 128 MiB of fp32, against
  * 2 GiB for Llama 3's whole 128256-row head. */

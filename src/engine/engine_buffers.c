@@ -117,7 +117,8 @@ static void walk(const shape *s, walker *w) {
     }
 
     /* The blocks' and LM head's scratch, the gradient flowing back, and the small things. */
-    DEVICE(ws_base, workspace, mt_block_ws_bytes(s->be, c, o->batch, o->seq, o->chunk), "the block workspace");
+    DEVICE(ws_base, workspace, mt_block_ws_bytes(s->be, c, o->batch, o->seq, o->chunk, o->attn_tile),
+           "the block workspace");
     DEVICE(lm_ws, workspace, s->be->ops->op.lmhead_workspace(s->be, o->lm_chunk, c->vocab_size),
            "the LM head workspace");
     DEVICE(dy, workspace, ckpt, "activation gradients");                         /* [M][n, D] */
@@ -187,7 +188,7 @@ mt_engine_bytes mt_engine_follower_size(mt_backend *be, const mt_config *cfg, co
 static void point_into_buffers(mt_engine *e) {
     const mt_layout *lay = e->lay;
     e->dev_targets = e->dev_inputs + (size_t)e->o.micro_batches * mt_engine_rows(e);
-    mt_block_ws_carve(&e->ws, e->ws_base, e->be, e->cfg, e->o.batch, e->o.seq, e->o.chunk);
+    mt_block_ws_carve(&e->ws, e->ws_base, e->be, e->cfg, e->o.batch, e->o.seq, e->o.chunk, e->o.attn_tile);
     for (int i = 0; i < 2; i++) memset(e->input_rows[i], 0, (size_t)e->cfg->vocab_size);
     if (e->leader) {
         for (int u = 0; u < e->U; u++) e->grad_home[u] = e->leader->grad_home[u];

@@ -47,9 +47,8 @@ void mt_swiglu_mlp_backward(const mt_block_ctx *c, mt_piece p, void *dh2, int ac
 /* h2 of piece p: the feed-forward's pre-norm of x2 (statistics into rstd2). */
 static void mlp_norm_piece(const mt_block_ctx *c, const mt_unit_weights *w, mt_piece p) {
     int D = c->cfg->hidden_size;
-    c->be->ops->op.rmsnorm(c->be, c->stream, c->ws->h2, c->ws->rstd2 + p.row,
-                           mt_rows_at(c->ws->x2, p.row, D, mt_act_size(c)), w->t[MT_T_MLP_NORM], p.rows, D,
-                           c->cfg->rms_norm_eps);
+    c->be->ops->op.rmsnorm(c->be, c->stream, c->ws->h2, c->ws->rstd2 + p.row, mt_x2_row(c, p.row),
+                           w->t[MT_T_MLP_NORM], p.rows, D, c->cfg->rms_norm_eps);
 }
 
 static void forward(const mt_block_ctx *c, const mt_unit_weights *w, mt_piece p, void *y) {
@@ -57,8 +56,8 @@ static void forward(const mt_block_ctx *c, const mt_unit_weights *w, mt_piece p,
     int D = c->cfg->hidden_size;
     mlp_norm_piece(c, w, p);
     mt_swiglu_mlp_forward(c, p, c->ws->tmp, w->t[MT_T_WG], w->t[MT_T_WU], w->t[MT_T_WD], c->cfg->intermediate_size);
-    c->be->ops->op.add(c->be, c->stream, mt_rows_at_mut(y, p.row, D, act), mt_rows_at(c->ws->x2, p.row, D, act),
-                       c->ws->tmp, (size_t)p.rows * D);
+    c->be->ops->op.add(c->be, c->stream, mt_rows_at_mut(y, p.row, D, act), mt_x2_row(c, p.row), c->ws->tmp,
+                       (size_t)p.rows * D);
 }
 
 /* dxy's rows hold dL/dy and become dL/dx2: the residual path plus the norm's input gradient. */
@@ -70,8 +69,8 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
     mlp_norm_piece(c, w, p);
     mt_swiglu_mlp_backward(c, p, ws->tmp, 0, dy, w->t[MT_T_WG], w->t[MT_T_WU], w->t[MT_T_WD], g->t[MT_T_WG],
                            g->t[MT_T_WU], g->t[MT_T_WD], c->cfg->intermediate_size);
-    mt_rmsnorm_dx_piece(c, p, dy, g->t[MT_T_MLP_NORM], ws->tmp, mt_rows_at(ws->x2, p.row, D, act),
-                        w->t[MT_T_MLP_NORM], ws->rstd2 + p.row, 1, D, 1);
+    mt_rmsnorm_dx_piece(c, p, dy, g->t[MT_T_MLP_NORM], ws->tmp, mt_x2_row(c, p.row), w->t[MT_T_MLP_NORM],
+                        ws->rstd2 + p.row, 1, D, 1);
 }
 
 const mt_ffn_ops mt_ffn_dense_ops = {.walk = walk, .forward = forward, .backward = backward};

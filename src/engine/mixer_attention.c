@@ -1,28 +1,72 @@
 /* The attention mixer, engine side (model/mixer_attention.c declares its tensors): x2 = x +
  * o(attention(rope(q(h1)), rope(k(h1)), v(h1))), h1 = norm(x), with q/k/v biases and per-head q/k
- * norms where the config has them. Everything attention's backward needs spans the micro-batch;
- * the norm and projections run a piece at a time. */
+ * norms where the config has them.
+ *
+ * Keys and values span the micro-batch (every later query of a sequence reads them): prepare makes
+ * them over the whole micro-batch. Everything of the queries' side is a tile's (engine/block.h):
+ * its q, attention output, their gradients, x2. A tile of whole sequences is plain causal attention
+ * over them. A window of one sequence attends, as backend.h's window of queries, to the keys from
+ * the sequence's first position to its own last; its backward gives the keys it saw their share of
+ * the gradients, which sum over the sequence's windows in fp32 (dk_sum, dv_sum: bf16 sums over 8
+ * windows were measured at twice the error of one rounding of the whole sum, fp32 ones at 1.4x for
+ * any number: docs/memory.md). The backward takes a sequence's windows from its last, so that a
+ * window's own rows of dk and dv are final once its share is added: they are rounded back, and the
+ * projections' backward of its rows runs at once. The norm and projections run a piece at a time. */
 #include "engine/block_parts.h"
+
+static size_t q_width(const mt_config *c) { return (size_t)c->num_heads * c->head_dim; }
+static size_t kv_width(const mt_config *c) { return (size_t)c->num_kv_heads * c->head_dim; }
+
+/* The attention dims of tile t: plain over whole sequences (a sequence's first window is plain
+ * too, over its rows), else the window of its rows in their sequence. */
+static mt_attn_dims tile_dims(const mt_config *c, int batch, int seq, mt_tile t) {
+    mt_attn_dims d = {1, t.rows, c->num_heads, c->num_kv_heads, c->head_dim, 0, 0};
+    if (t.rows >= seq) d.batch = t.rows / seq, d.seq = seq;
+    else if (t.row % seq > 0) d.seq = seq, d.q0 = t.row % seq, d.q_len = t.rows;
+    return d;
+}
+
+/* The first row of the keys tile t attends to: its first sequence's. */
+static int kv_row0(int seq, mt_tile t) { return t.row - t.row % seq; }
+
+/* Attention's workspace for every tile of the run: the largest of a tile of whole sequences, a
+ * sequence's last window (which the other full windows share, backend.h) and its first. */
+static size_t attention_workspace(const mt_ws_shape *s) {
+    const mt_config *c = s->c;
+    mt_backend *be = s->be;
+    int T = (int)s->T;
+    if (T >= s->seq) return be->ops->op.attention_workspace(be, tile_dims(c, s->batch, s->seq, (mt_tile){0, T}));
+    int first = s->seq - (s->seq - 1) / T * T; /* the first window's rows, 1 to T */
+    size_t last = be->ops->op.attention_workspace(be, tile_dims(c, s->batch, s->seq, (mt_tile){s->seq - T, T}));
+    size_t start = be->ops->op.attention_workspace(be, tile_dims(c, s->batch, s->seq, (mt_tile){0, first}));
+    return last > start ? last : start;
+}
 
 static void walk(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s) {
     const mt_config *c = s->c;
-    size_t n = s->n, act = s->act;
-    size_t Q = (size_t)c->num_heads * c->head_dim, KV = (size_t)c->num_kv_heads * c->head_dim;
-    mt_attn_dims dims = {s->batch, s->seq, c->num_heads, c->num_kv_heads, c->head_dim};
-    ws->attn.q = mt_ws_take(w, n * Q * act);
+    size_t n = s->n, T = s->T, act = s->act, Q = q_width(c), KV = kv_width(c);
+    w->cls = MT_WS_TILE;
+    ws->attn.q = mt_ws_take(w, T * Q * act);
+    ws->attn.att = mt_ws_take(w, T * Q * act);
+    ws->attn.dq = mt_ws_take(w, T * Q * act);
+    ws->attn.datt = mt_ws_take(w, T * Q * act);
+    ws->attn.lse = mt_ws_take(w, T * c->num_heads * 4);
+    ws->attn.ws = mt_ws_take(w, attention_workspace(s));
+    if (c->qk_norm) {
+        ws->attn.q_raw = mt_ws_take(w, T * Q * act);
+        ws->attn.rstd_q = mt_ws_take(w, T * c->num_heads * 4);
+    }
+    w->cls = MT_WS_MICRO_BATCH;
     ws->attn.k = mt_ws_take(w, n * KV * act);
     ws->attn.v = mt_ws_take(w, n * KV * act);
-    ws->attn.att = mt_ws_take(w, n * Q * act);
-    ws->attn.dq = mt_ws_take(w, n * Q * act);
     ws->attn.dk = mt_ws_take(w, n * KV * act);
     ws->attn.dv = mt_ws_take(w, n * KV * act);
-    ws->attn.datt = mt_ws_take(w, n * Q * act);
-    ws->attn.lse = mt_ws_take(w, (size_t)s->batch * c->num_heads * s->seq * 4);
-    ws->attn.ws = mt_ws_take(w, s->be->ops->op.attention_workspace(s->be, dims));
+    if (T < (size_t)s->seq) { /* windows: their shares sum */
+        ws->attn.dk_sum = mt_ws_take(w, n * KV * 4);
+        ws->attn.dv_sum = mt_ws_take(w, n * KV * 4);
+    }
     if (c->qk_norm) {
-        ws->attn.q_raw = mt_ws_take(w, n * Q * act);
         ws->attn.k_raw = mt_ws_take(w, n * KV * act);
-        ws->attn.rstd_q = mt_ws_take(w, n * c->num_heads * 4);
         ws->attn.rstd_k = mt_ws_take(w, n * c->num_kv_heads * 4);
     }
 }
@@ -34,52 +78,80 @@ static void attn_norm_piece(const mt_block_ctx *c, const mt_unit_weights *w, mt_
                            w->t[MT_T_ATTN_NORM], p.rows, D, c->cfg->rms_norm_eps);
 }
 
-/* Everything the attention's backward needs: q, k, v (roped), att, lse and x2 over the whole
- * micro-batch (and q_raw, k_raw and their statistics with q/k norms); the norm and projections
- * one piece at a time. */
+/* k and v (roped; with q/k norms, k_raw and its statistics too) over the micro-batch. */
+static void prepare(const mt_block_ctx *c, const mt_unit_weights *w, const void *x) {
+    const mt_config *cfg = c->cfg;
+    mt_block_ws *ws = c->ws;
+    size_t act = mt_act_size(c);
+    int n = c->batch * c->seq, D = cfg->hidden_size, KV = (int)kv_width(cfg);
+    void *k = cfg->qk_norm ? ws->attn.k_raw : ws->attn.k;
+    MT_FOR_EACH_PIECE(c, p) {
+        attn_norm_piece(c, w, p, x);
+        mt_matmul_piece(c, p, mt_rows_at_mut(k, p.row, KV, act), ws->h1, w->t[MT_T_WK], w->t[MT_T_BK], D, KV);
+        mt_matmul_piece(c, p, mt_rows_at_mut(ws->attn.v, p.row, KV, act), ws->h1, w->t[MT_T_WV], w->t[MT_T_BV], D, KV);
+    }
+    if (cfg->qk_norm) /* each head's head_dim values normalized on their own: rows of head_dim */
+        c->be->ops->op.rmsnorm(c->be, c->stream, ws->attn.k, ws->attn.rstd_k, ws->attn.k_raw, w->t[MT_T_K_NORM],
+                               n * cfg->num_kv_heads, cfg->head_dim, cfg->rms_norm_eps);
+    c->be->ops->op.rope(c->be, c->stream, ws->attn.k, c->inv_freq, n, c->seq, 0, cfg->num_kv_heads, cfg->head_dim, 0);
+}
+
+/* The tile's q (roped), attention output, lse and x2 rows. */
 static void forward(const mt_block_ctx *c, const mt_unit_weights *w, const void *x) {
     const mt_op_iface *op = &c->be->ops->op;
     mt_backend *be = c->be;
     mt_stream *s = c->stream;
     const mt_config *cfg = c->cfg;
     mt_block_ws *ws = c->ws;
+    mt_tile t = c->at;
     size_t act = mt_act_size(c);
-    int n = c->batch * c->seq, D = cfg->hidden_size;
-    int Q = cfg->num_heads * cfg->head_dim, KV = cfg->num_kv_heads * cfg->head_dim;
-    mt_attn_dims dims = {c->batch, c->seq, cfg->num_heads, cfg->num_kv_heads, cfg->head_dim};
-    void *q = cfg->qk_norm ? ws->attn.q_raw : ws->attn.q, *k = cfg->qk_norm ? ws->attn.k_raw : ws->attn.k;
+    int D = cfg->hidden_size, Q = (int)q_width(cfg), KV = (int)kv_width(cfg), kv0 = kv_row0(c->seq, t);
+    void *q = cfg->qk_norm ? ws->attn.q_raw : ws->attn.q;
 
     MT_FOR_EACH_PIECE(c, p) {
         attn_norm_piece(c, w, p, x);
-        mt_matmul_piece(c, p, mt_rows_at_mut(q, p.row, Q, act), ws->h1, w->t[MT_T_WQ], w->t[MT_T_BQ], D, Q);
-        mt_matmul_piece(c, p, mt_rows_at_mut(k, p.row, KV, act), ws->h1, w->t[MT_T_WK], w->t[MT_T_BK], D, KV);
-        mt_matmul_piece(c, p, mt_rows_at_mut(ws->attn.v, p.row, KV, act), ws->h1, w->t[MT_T_WV], w->t[MT_T_BV], D, KV);
+        mt_matmul_piece(c, p, mt_rows_at_mut(q, p.row - t.row, Q, act), ws->h1, w->t[MT_T_WQ], w->t[MT_T_BQ], D, Q);
     }
-    if (cfg->qk_norm) { /* each head's head_dim values normalized on their own: rows of head_dim */
-        op->rmsnorm(be, s, ws->attn.q, ws->attn.rstd_q, ws->attn.q_raw, w->t[MT_T_Q_NORM], n * cfg->num_heads,
+    if (cfg->qk_norm)
+        op->rmsnorm(be, s, ws->attn.q, ws->attn.rstd_q, ws->attn.q_raw, w->t[MT_T_Q_NORM], t.rows * cfg->num_heads,
                     cfg->head_dim, cfg->rms_norm_eps);
-        op->rmsnorm(be, s, ws->attn.k, ws->attn.rstd_k, ws->attn.k_raw, w->t[MT_T_K_NORM], n * cfg->num_kv_heads,
-                    cfg->head_dim, cfg->rms_norm_eps);
-    }
-    op->rope(be, s, ws->attn.q, c->inv_freq, n, c->seq, cfg->num_heads, cfg->head_dim, 0);
-    op->rope(be, s, ws->attn.k, c->inv_freq, n, c->seq, cfg->num_kv_heads, cfg->head_dim, 0);
-    op->attention(be, s, ws->attn.att, ws->attn.lse, ws->attn.q, ws->attn.k, ws->attn.v, dims, ws->attn.ws);
+    op->rope(be, s, ws->attn.q, c->inv_freq, t.rows, c->seq, t.row % c->seq, cfg->num_heads, cfg->head_dim, 0);
+    op->attention(be, s, ws->attn.att, ws->attn.lse, ws->attn.q, mt_rows_at(ws->attn.k, kv0, KV, act),
+                  mt_rows_at(ws->attn.v, kv0, KV, act), tile_dims(cfg, c->batch, c->seq, t), ws->attn.ws);
     MT_FOR_EACH_PIECE(c, p) {
-        mt_matmul_piece(c, p, ws->tmp, mt_rows_at(ws->attn.att, p.row, Q, act), w->t[MT_T_WO], NULL, Q, D);
-        op->add(be, s, mt_rows_at_mut(ws->x2, p.row, D, act), mt_rows_at(x, p.row, D, act), ws->tmp,
-                (size_t)p.rows * D);
+        mt_matmul_piece(c, p, ws->tmp, mt_rows_at(ws->attn.att, p.row - t.row, Q, act), w->t[MT_T_WO], NULL, Q, D);
+        op->add(be, s, mt_x2_row(c, p.row), mt_rows_at(x, p.row, D, act), ws->tmp, (size_t)p.rows * D);
     }
 }
 
+/* A window's share of dk and dv (rows [0, q0 + rows) of its sequence) joins the sequence's fp32
+ * sums (the first window the backward takes, its last, starts them), and the window's own rows,
+ * which no earlier window's keys reach, are final: rounded back into dk and dv. */
+static void sum_window_shares(const mt_block_ctx *c, mt_tile t) {
+    const mt_op_iface *op = &c->be->ops->op;
+    mt_block_ws *ws = c->ws;
+    size_t act = mt_act_size(c), KV = kv_width(c->cfg);
+    int kv0 = kv_row0(c->seq, t), kv_rows = t.row + t.rows - kv0, later = t.row + t.rows < kv0 + c->seq;
+    op->accumulate_f32(c->be, c->stream, ws->attn.dk_sum + kv0 * KV, mt_rows_at(ws->attn.dk, kv0, (int)KV, act),
+                       kv_rows * KV, later);
+    op->accumulate_f32(c->be, c->stream, ws->attn.dv_sum + kv0 * KV, mt_rows_at(ws->attn.dv, kv0, (int)KV, act),
+                       kv_rows * KV, later);
+    op->round_f32(c->be, c->stream, mt_rows_at_mut(ws->attn.dk, t.row, (int)KV, act), ws->attn.dk_sum + t.row * KV,
+                  t.rows * KV);
+    op->round_f32(c->be, c->stream, mt_rows_at_mut(ws->attn.dv, t.row, (int)KV, act), ws->attn.dv_sum + t.row * KV,
+                  t.rows * KV);
+}
+
 /* The q, k, v projections' and the attention norm's backward of piece p, from the gradients at
- * the projections' outputs (dq, dk, dv over the micro-batch): dxy's rows gain dL/dx. */
+ * the projections' outputs (dq the tile's rows, dk and dv the micro-batch's): dxy's rows gain
+ * dL/dx. */
 static void qkv_backward_piece(const mt_block_ctx *c, const mt_unit_weights *w, const mt_unit_grads *g, mt_piece p,
                                const void *x, void *dxy, const void *dq, const void *dk) {
     const mt_config *cfg = c->cfg;
     mt_block_ws *ws = c->ws;
     size_t act = mt_act_size(c);
-    int D = cfg->hidden_size, Q = cfg->num_heads * cfg->head_dim, KV = cfg->num_kv_heads * cfg->head_dim;
-    const void *dqp = mt_rows_at(dq, p.row, Q, act), *dkp = mt_rows_at(dk, p.row, KV, act);
+    int D = cfg->hidden_size, Q = (int)q_width(cfg), KV = (int)kv_width(cfg);
+    const void *dqp = mt_rows_at(dq, p.row - c->at.row, Q, act), *dkp = mt_rows_at(dk, p.row, KV, act);
     const void *dvp = mt_rows_at(ws->attn.dv, p.row, KV, act);
     attn_norm_piece(c, w, p, x); /* h1 again: the piece buffer held another piece's */
     mt_matmul_dw_piece(c, p, g->t[MT_T_WQ], g->t[MT_T_BQ], dqp, ws->h1, D, Q);
@@ -92,8 +164,8 @@ static void qkv_backward_piece(const mt_block_ctx *c, const mt_unit_weights *w, 
                         mt_rows_at(x, p.row, D, act), w->t[MT_T_ATTN_NORM], ws->rstd1 + p.row, 1, D, 1);
 }
 
-/* x2 = x + o(att), att = attention(rope(q(h1)), rope(k(h1)), v(h1)), h1 = norm(x); with q/k norms,
- * q(h1) and k(h1) are each head's RMSNorm of the projections. */
+/* x2 = x + o(att), att = attention(rope(q(h1)), rope(k(h1)), v(h1)), h1 = norm(x), over the tile's
+ * rows; with q/k norms, q(h1) and k(h1) are each head's RMSNorm of the projections. */
 static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_unit_grads *g, const void *x,
                      void *dxy) {
     const mt_op_iface *op = &c->be->ops->op;
@@ -101,28 +173,37 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
     mt_stream *s = c->stream;
     const mt_config *cfg = c->cfg;
     mt_block_ws *ws = c->ws;
-    int n = c->batch * c->seq, D = cfg->hidden_size;
-    int Q = cfg->num_heads * cfg->head_dim;
-    mt_attn_dims dims = {c->batch, c->seq, cfg->num_heads, cfg->num_kv_heads, cfg->head_dim};
+    mt_tile t = c->at;
+    size_t act = mt_act_size(c);
+    int D = cfg->hidden_size, Q = (int)q_width(cfg), KV = (int)kv_width(cfg), kv0 = kv_row0(c->seq, t);
+    int pos0 = t.row % c->seq;
+    const void *dy = mt_rows_at(dxy, t.row, D, act);
 
-    mt_matmul_dw_piece(c, mt_piece_whole(c), g->t[MT_T_WO], NULL, dxy, ws->attn.att, Q, D);
-    mt_matmul_dx_piece(c, mt_piece_whole(c), ws->attn.datt, dxy, w->t[MT_T_WO], Q, D, 0);
-    op->attention_dx(be, s, ws->attn.dq, ws->attn.dk, ws->attn.dv, ws->attn.datt, ws->attn.att, ws->attn.lse,
-                     ws->attn.q, ws->attn.k, ws->attn.v, dims, ws->attn.ws);
-    op->rope(be, s, ws->attn.dq, c->inv_freq, n, c->seq, cfg->num_heads, cfg->head_dim, 1);
-    op->rope(be, s, ws->attn.dk, c->inv_freq, n, c->seq, cfg->num_kv_heads, cfg->head_dim, 1);
+    mt_matmul_dw_piece(c, mt_piece_of_tile(c), g->t[MT_T_WO], NULL, dy, ws->attn.att, Q, D);
+    mt_matmul_dx_piece(c, mt_piece_of_tile(c), ws->attn.datt, dy, w->t[MT_T_WO], Q, D, 0);
+    op->attention_dx(be, s, ws->attn.dq, mt_rows_at_mut(ws->attn.dk, kv0, KV, act),
+                     mt_rows_at_mut(ws->attn.dv, kv0, KV, act), ws->attn.datt, ws->attn.att, ws->attn.lse, ws->attn.q,
+                     mt_rows_at(ws->attn.k, kv0, KV, act), mt_rows_at(ws->attn.v, kv0, KV, act),
+                     tile_dims(cfg, c->batch, c->seq, t), ws->attn.ws);
+    if (t.rows < c->seq) sum_window_shares(c, t);
+    void *dk_rows = mt_rows_at_mut(ws->attn.dk, t.row, KV, act);
+    op->rope(be, s, ws->attn.dq, c->inv_freq, t.rows, c->seq, pos0, cfg->num_heads, cfg->head_dim, 1);
+    op->rope(be, s, dk_rows, c->inv_freq, t.rows, c->seq, pos0, cfg->num_kv_heads, cfg->head_dim, 1);
     /* The gradients at the q/k projections' outputs: through the head norms when there are any,
-     * into q and k, which nothing reads after attention_dx. */
+     * into q and the tile's rows of k, which nothing reads any more (the windows the backward takes
+     * later attend to earlier keys only). */
     void *dq = ws->attn.dq, *dk = ws->attn.dk;
     if (cfg->qk_norm) {
         dq = ws->attn.q;
         dk = ws->attn.k;
-        mt_rmsnorm_dx_piece(c, mt_piece_whole(c), dq, g->t[MT_T_Q_NORM], ws->attn.dq, ws->attn.q_raw,
-                            w->t[MT_T_Q_NORM], ws->attn.rstd_q, cfg->num_heads, cfg->head_dim, 0);
-        mt_rmsnorm_dx_piece(c, mt_piece_whole(c), dk, g->t[MT_T_K_NORM], ws->attn.dk, ws->attn.k_raw,
-                            w->t[MT_T_K_NORM], ws->attn.rstd_k, cfg->num_kv_heads, cfg->head_dim, 0);
+        mt_piece tile = {0, t.rows}; /* pointers at the tile's first row */
+        mt_rmsnorm_dx_piece(c, tile, dq, g->t[MT_T_Q_NORM], ws->attn.dq, ws->attn.q_raw, w->t[MT_T_Q_NORM],
+                            ws->attn.rstd_q, cfg->num_heads, cfg->head_dim, 0);
+        mt_rmsnorm_dx_piece(c, tile, mt_rows_at_mut(dk, t.row, KV, act), g->t[MT_T_K_NORM], dk_rows,
+                            mt_rows_at(ws->attn.k_raw, t.row, KV, act), w->t[MT_T_K_NORM],
+                            ws->attn.rstd_k + (size_t)t.row * cfg->num_kv_heads, cfg->num_kv_heads, cfg->head_dim, 0);
     }
     MT_FOR_EACH_PIECE(c, p) qkv_backward_piece(c, w, g, p, x, dxy, dq, dk);
 }
 
-const mt_mixer_ops mt_mixer_attention_ops = {.walk = walk, .forward = forward, .backward = backward};
+const mt_mixer_ops mt_mixer_attention_ops = {.walk = walk, .prepare = prepare, .forward = forward, .backward = backward};

@@ -77,18 +77,19 @@ static void print_summary(FILE *out, const mt_train_options *o, const mt_backend
     mt_placement_grads_where(s->plan, grads, sizeof grads);
     fprintf(out, "megatrain %s on %d %s%s: %.0f tokens/step, median step %.3f s, %.0f tokens/s, %.1f TFLOP/s, "
             "peak device memory %.2f GiB (%.2f GiB by the driver's count, context included), host %.1f GiB, "
-            "block chunk %d tokens, checkpoints of %d of %d blocks on the host, device idle %.1f%% of the step (%.1f%% in the forward, "
+            "block chunk %d tokens, attention tile %d queries, checkpoints of %d of %d blocks on the host, device idle %.1f%% of the step (%.1f%% in the forward, "
             "%.1f%% in the backward, the rest at the step's ends; stalled on copies %.1f%%), issuing thread waited on the optimizer %.1f%% (that wait overlaps queued GPU work), "
             "optimizer %.3f s a step (%.4f s a block, %.0f%% of the step); PCIe per GPU per step %.2f GB in, %.2f GB "
             "out; plan: %s\n", o->preset ? o->preset : "model", s->gpus,
             mt_backend_has_own_memory(be) ? "GPU" : "cpu rank", s->gpus > 1 ? "s" : "", tokens, s->step_s,
             s->tokens_per_s, s->tflops, peak_gpu / 1073741824.0, s->driver_peak_bytes / 1073741824.0,
-            host / 1073741824.0, mt_block_piece_rows(eo->batch, eo->seq, eo->chunk), eo->ckpt_on_host, cfg->num_layers,
+            host / 1073741824.0, mt_block_piece_rows(eo->batch, eo->seq, eo->chunk),
+            mt_block_tile_rows(eo->batch, eo->seq, eo->attn_tile), eo->ckpt_on_host, cfg->num_layers,
             100 * s->idle_share,
             100 * s->idle_forward_share, 100 * s->idle_backward_share, 100 * s->stall_share, 100 * s->opt_wait_share, s->opt_s, s->opt_block_s,
             s->step_s > 0 ? 100 * s->opt_s / s->step_s : 0, s->h2d_bytes / 1e9, s->d2h_bytes / 1e9, where);
     if (!json) return;
-    json_t *j = json_pack("{s:i, s:f, s:f, s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:b, s:f, s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:i, s:i, s:f, s:i}",
+    json_t *j = json_pack("{s:i, s:f, s:f, s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:b, s:f, s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:i, s:i, s:f, s:i, s:i}",
                           "gpus", s->gpus, "pcie_h2d_gb_per_gpu", s->h2d_bytes / 1e9, "pcie_d2h_gb_per_gpu",
                           s->d2h_bytes / 1e9, "system", "megatrain", "backend", be->ops->name, "model", o->preset ? o->preset : "model",
                           "params", (json_int_t)mt_config_total_params(cfg), "seq", eo->seq, "batch", eo->batch,
@@ -105,7 +106,8 @@ static void print_summary(FILE *out, const mt_train_options *o, const mt_backend
                           "device_blocks", eo->device_blocks, "opt_units_on_device", s->plan->units_on_device,
                           "units", s->plan->units, "grads_wait", grads, "placement", where,
                           "slots", mt_placement_slots(s->plan), "lm_chunk", eo->lm_chunk, "driver_peak_gpu_gib",
-                          s->driver_peak_bytes / 1073741824.0, "chunk", mt_block_piece_rows(eo->batch, eo->seq, eo->chunk));
+                          s->driver_peak_bytes / 1073741824.0, "chunk", mt_block_piece_rows(eo->batch, eo->seq, eo->chunk),
+                          "attn_tile", mt_block_tile_rows(eo->batch, eo->seq, eo->attn_tile));
     FILE *f = fopen(json, "a");
     if (j && f) {
         json_dumpf(j, f, JSON_COMPACT);

@@ -114,6 +114,7 @@ const mt_option mt_options[] = {
     NAME_SETTING("device-blocks", device_blocks, MT_OPT_PROCESS, NULL, check_device_blocks, NULL),
     SETTING("lm-chunk", MT_OPT_INT, lm_chunk, MT_OPT_PROCESS, 1, SHAPE_MAX, 0, 0, 512),
     SETTING("chunk", MT_OPT_INT, chunk, MT_OPT_PROCESS, 0, SHAPE_MAX, 0, 0, MT_ENGINE_CHUNK),
+    SETTING("attn-tile", MT_OPT_INT, attn_tile, MT_OPT_PROCESS, 0, SHAPE_MAX, 0, 0, MT_ENGINE_ATTN_TILE),
     SETTING("gpus", MT_OPT_INT, gpus, MT_OPT_PROCESS, 1, 1 << 10, 0, 0, 1),
     SETTING("gpu-mem", MT_OPT_SIZE, gpu_mem, MT_OPT_PROCESS, 1, (double)MT_SIZE_MAX, 0, 0, 0),
     SETTING("host-mem", MT_OPT_SIZE, host_mem, MT_OPT_PROCESS, 1, (double)MT_SIZE_MAX, 0, 0, 0),

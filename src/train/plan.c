@@ -21,6 +21,25 @@ static const char *const moments_note[] = {
 
 static double gb(int64_t bytes) { return (double)bytes / 1e9; }
 
+/* The tiles attention works through, and the block workspace by what it grows with. */
+static void print_tiles(mt_backend *be, const mt_config *c, const mt_engine_options *eo, FILE *out) {
+    int T = mt_block_tile_rows(eo->batch, eo->seq, eo->attn_tile);
+    mt_block_ws_bytes_by ws = mt_block_ws_split(be, c, eo->batch, eo->seq, eo->chunk, eo->attn_tile);
+    char tiles[160];
+    if (T < eo->seq)
+        snprintf(tiles, sizeof tiles, "windows of %d queries, %d a sequence, each seeing every key before it", T,
+                 (eo->seq + T - 1) / T);
+    else
+        snprintf(tiles, sizeof tiles, "%d tokens at a time (%d whole sequences, %d tiles per micro-batch)", T,
+                 T / eo->seq, (eo->batch * eo->seq + T - 1) / T);
+    fprintf(out, "attention %s\n", tiles);
+    fprintf(out, "          block workspace %.2f GB: %.2f GB a micro-batch's (k, v, their gradients%s, the norms' "
+            "statistics), %.2f GB a tile's (q, the attention output, their gradients, x2, the attention's own "
+            "workspace), %.2f GB a piece's (the projections' and the feed-forward's)\n", gb((int64_t)ws.total),
+            gb((int64_t)ws.micro_batch), T < eo->seq ? " and their fp32 sums over the windows" : "",
+            gb((int64_t)ws.tile), gb((int64_t)ws.piece));
+}
+
 /* The pieces the sequence is worked through in, and where the activation checkpoints live. */
 static void print_chunks(const mt_config *c, const mt_engine_options *eo, int64_t host_ckpt, FILE *out) {
     int piece = mt_block_piece_rows(eo->batch, eo->seq, eo->chunk);
@@ -69,6 +88,7 @@ mt_status mt_plan(const mt_train_options *given, FILE *out) {
         fputs(moments_note[p.moments], out);
         mt_placement_print(&p, out);
         print_chunks(&cfg, &p.eo, p.dev.host_checkpoints, out);
+        print_tiles(be, &cfg, &p.eo, out);
         mt_memory_fit fit = mt_memory_fit_of(&lay, be, &p.eo, p.moments);
         mt_memory_fit_print(&fit, out);
         mt_machine_rates_print(&rates, out);

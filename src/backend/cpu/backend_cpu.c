@@ -299,9 +299,9 @@ static void op_rmsnorm_dx(mt_backend *b, mt_stream *s, void *dx, float *dw, cons
                           int accumulate) {
     mt_cpu_rmsnorm_dx(dx, dw, dy, x, w, rstd, n, d, accumulate);
 }
-static void op_rope(mt_backend *b, mt_stream *s, void *x, const float *inv_freq, int n, int seq,
+static void op_rope(mt_backend *b, mt_stream *s, void *x, const float *inv_freq, int n, int seq, int pos0,
                     int heads, int head_dim, int inverse) {
-    mt_cpu_rope(x, inv_freq, n, seq, heads, head_dim, inverse);
+    mt_cpu_rope(x, inv_freq, n, seq, pos0, heads, head_dim, inverse);
 }
 static void op_attention(mt_backend *b, mt_stream *s, void *out, float *lse, const void *q,
                          const void *k, const void *v, mt_attn_dims dims, void *workspace) {
@@ -314,6 +314,14 @@ static void op_attention_dx(mt_backend *b, mt_stream *s, void *dq, void *dk, voi
 }
 static size_t op_attention_workspace(mt_backend *b, mt_attn_dims dims) {
     return mt_cpu_attention_workspace(dims);
+}
+static void op_accumulate_f32(mt_backend *b, mt_stream *s, float *acc, const void *x, size_t count,
+                              int accumulate) {
+    mt_cpu_accumulate_f32(acc, x, count, accumulate);
+}
+/* The act type is fp32: rounding to it is a copy. */
+static void op_round_f32(mt_backend *b, mt_stream *s, void *y, const float *x, size_t count) {
+    if (y != x) memcpy(y, x, count * sizeof *x);
 }
 static void op_swiglu(mt_backend *b, mt_stream *s, void *a, const void *g, const void *u, size_t count) {
     mt_cpu_swiglu(a, g, u, count);
@@ -540,6 +548,7 @@ static const mt_backend_ops cpu_ops = {
     .op = {.matmul = op_matmul, .matmul_dx = op_matmul_dx, .matmul_dw = op_matmul_dw, .rmsnorm = op_rmsnorm,
            .rmsnorm_dx = op_rmsnorm_dx, .rope = op_rope, .attention = op_attention,
            .attention_dx = op_attention_dx, .attention_workspace = op_attention_workspace,
+           .accumulate_f32 = op_accumulate_f32, .round_f32 = op_round_f32,
            .swiglu = op_swiglu, .swiglu_dx = op_swiglu_dx, .add = op_add, .embedding = op_embedding,
            .embedding_dw = op_embedding_dw, .lmhead_loss = op_lmhead_loss, .lmhead_dw = op_lmhead_dw,
            .lmhead_workspace = op_lmhead_workspace, .logits = op_logits, .sumsq = op_sumsq,

@@ -24,7 +24,7 @@ void mt_cpu_rmsnorm(float *y, float *rstd, const float *x, const float *w, int n
 void mt_cpu_rmsnorm_dx(float *dx, float *dw, const float *dy, const float *x, const float *w,
                        const float *rstd, int n, int d, int accumulate);
 
-void mt_cpu_rope(float *x, const float *inv_freq, int n, int seq, int heads, int head_dim, int inverse);
+void mt_cpu_rope(float *x, const float *inv_freq, int n, int seq, int pos0, int heads, int head_dim, int inverse);
 
 void mt_cpu_attention(float *out, float *lse, const float *q, const float *k, const float *v, mt_attn_dims dims);
 void mt_cpu_attention_dx(float *dq, float *dk, float *dv, const float *dout, const float *out,
@@ -36,6 +36,7 @@ void mt_cpu_swiglu(float *a, const float *g, const float *u, size_t count);
 void mt_cpu_swiglu_dx(float *dg, float *du, const float *da, const float *g, const float *u, size_t count);
 
 void mt_cpu_add(float *y, const float *a, const float *b, size_t count);
+void mt_cpu_accumulate_f32(float *acc, const float *x, size_t count, int accumulate);
 
 void mt_cpu_embedding(float *x, const int32_t *tokens, const float *wte, int n, int d);
 void mt_cpu_embedding_dw(float *dwte, const int32_t *tokens, const float *dx, int n, int d, int v0, int rows);

@@ -9,7 +9,11 @@
  *
  * Head dims: multiples of 8 up to 256. Scale 1/sqrt(head_dim); query head h reads kv head
  * h / (heads / kv_heads). The backward recomputes p = exp(s - lse) and needs
- * delta_i = dout_i . out_i, kept in the workspace. */
+ * delta_i = dout_i . out_i, kept in the workspace.
+ *
+ * A window of queries (backend.h: positions [q0, q0 + q_rows) of each sequence, keys [0, kv_rows =
+ * q0 + q_rows)): query tiles are cut from the first query, key tiles from the first key; a query at
+ * position i sees the keys j <= i. Without one, q0 = 0 and q_rows = kv_rows = seq. */
 #include "backend/cuda/bf16_vec.cuh"
 #include "backend/cuda_workspace.h"
 
@@ -22,6 +26,7 @@ enum { TILE = 64, WARPS = 8, ROWS = TILE / WARPS, THREADS = WARPS * 32, MAX_HEAD
  * 4 words so that the 8 lanes of a 16-byte access phase hit different banks. */
 struct geometry {
     int seq, heads, kv_heads, head_dim;
+    int q0, q_rows, kv_rows; /* the queries' first position and count, the keys they see (a sequence's) */
     int words, vecs, padded; /* head_dim/2, head_dim/8, words + 4 */
     size_t q_stride, kv_stride; /* elements between consecutive rows of q and of k/v */
 };
@@ -29,6 +34,9 @@ struct geometry {
 static geometry geometry_of(mt_attn_dims dims) {
     geometry g;
     g.seq = dims.seq;
+    g.q0 = dims.q_len > 0 ? dims.q0 : 0;
+    g.q_rows = mt_attn_q_rows(dims);
+    g.kv_rows = mt_attn_kv_rows(dims);
     g.heads = dims.heads;
     g.kv_heads = dims.kv_heads;
     g.head_dim = dims.head_dim;
@@ -129,15 +137,15 @@ __global__ void __launch_bounds__(THREADS) attention_forward(bf16 *out, float *l
     uint32_t *vs = ks + TILE * g.padded;                /* [TILE][words] */
     float *ps = reinterpret_cast<float *>(vs + TILE * g.words); /* [WARPS][ROWS][TILE] */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * TILE; /* the longest tiles start first */
+    const int qt = (gridDim.x - 1 - blockIdx.x) * TILE; /* the longest tiles start first */
     const int h = blockIdx.y, b = blockIdx.z, kvh = h / (g.heads / g.kv_heads);
-    const bf16 *qb = q + (size_t)b * g.seq * g.q_stride + (size_t)h * g.head_dim;
+    const bf16 *qb = q + (size_t)b * g.q_rows * g.q_stride + (size_t)h * g.head_dim;
     const bf16 *kb = k + (size_t)b * g.seq * g.kv_stride + (size_t)kvh * g.head_dim;
     const bf16 *vb = v + (size_t)b * g.seq * g.kv_stride + (size_t)kvh * g.head_dim;
     const float scale_log2 = rsqrtf((float)g.head_dim) * LOG2E;
     float *my_p = ps + warp * ROWS * TILE;
 
-    load_tile(qs, g.words, qb, g.q_stride, q0, g.seq - q0, g.vecs);
+    load_tile(qs, g.words, qb, g.q_stride, qt, g.q_rows - qt, g.vecs);
     float m[ROWS], l[ROWS];
     float2 acc[ROWS][NW];
 #pragma unroll
@@ -147,21 +155,21 @@ __global__ void __launch_bounds__(THREADS) attention_forward(bf16 *out, float *l
 #pragma unroll
         for (int i = 0; i < NW; i++) acc[r][i] = make_float2(0.0f, 0.0f);
     }
-    const int key_end = min(g.seq, q0 + TILE);
+    const int key_end = min(g.kv_rows, g.q0 + qt + TILE);
     for (int k0 = 0; k0 < key_end; k0 += TILE) {
         __syncthreads(); /* the previous tile is consumed */
-        load_tile(ks, g.padded, kb, g.kv_stride, k0, g.seq - k0, g.vecs);
-        load_tile(vs, g.words, vb, g.kv_stride, k0, g.seq - k0, g.vecs);
+        load_tile(ks, g.padded, kb, g.kv_stride, k0, g.kv_rows - k0, g.vecs);
+        load_tile(vs, g.words, vb, g.kv_stride, k0, g.kv_rows - k0, g.vecs);
         __syncthreads();
         float s[ROWS][2];
         tile_dots(s, qs + warp * ROWS * g.words, g.words, ks, g.padded, g.vecs);
 #pragma unroll
         for (int r = 0; r < ROWS; r++) {
-            const int i = q0 + warp * ROWS + r;
+            const int i = g.q0 + qt + warp * ROWS + r;
 #pragma unroll
             for (int c = 0; c < 2; c++) {
                 int j = k0 + lane + 32 * c;
-                s[r][c] = j <= i && j < g.seq ? s[r][c] * scale_log2 : -INFINITY;
+                s[r][c] = j <= i && j < g.kv_rows ? s[r][c] * scale_log2 : -INFINITY;
             }
             float m_new = fmaxf(m[r], warp_max(fmaxf(s[r][0], s[r][1])));
             float base = m_new == -INFINITY ? 0.0f : m_new; /* no visible key yet: keep zeros */
@@ -182,17 +190,17 @@ __global__ void __launch_bounds__(THREADS) attention_forward(bf16 *out, float *l
     }
 #pragma unroll
     for (int r = 0; r < ROWS; r++) {
-        const int i = q0 + warp * ROWS + r;
-        if (i >= g.seq) continue;
-        store_row<NW>(out + ((size_t)b * g.seq + i) * g.q_stride + (size_t)h * g.head_dim, acc[r],
+        const int i = qt + warp * ROWS + r;
+        if (i >= g.q_rows) continue;
+        store_row<NW>(out + ((size_t)b * g.q_rows + i) * g.q_stride + (size_t)h * g.head_dim, acc[r],
                       1.0f / l[r], g.words);
-        if (lane == 0) lse[((size_t)b * g.heads + h) * g.seq + i] = (m[r] + log2f(l[r])) * LN2;
+        if (lane == 0) lse[((size_t)b * g.heads + h) * g.q_rows + i] = (m[r] + log2f(l[r])) * LN2;
     }
 }
 
 /* ---- backward ---- */
 
-/* delta[b, h, i] = dout_i . out_i, one warp per (row, head) */
+/* delta[b, h, i] = dout_i . out_i, one warp per (query row, head) */
 __global__ void attention_delta(float *delta, const bf16 *dout, const bf16 *out, int n, geometry g) {
     size_t item = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
     const int lane = threadIdx.x % 32;
@@ -207,8 +215,8 @@ __global__ void attention_delta(float *delta, const bf16 *dout, const bf16 *out,
         sum += x.x * y.x + x.y * y.y;
     }
     sum = warp_sum(sum);
-    int b = (int)(row / g.seq), i = (int)(row % g.seq);
-    if (lane == 0) delta[((size_t)b * g.heads + h) * g.seq + i] = sum;
+    int b = (int)(row / g.q_rows), i = (int)(row % g.q_rows);
+    if (lane == 0) delta[((size_t)b * g.heads + h) * g.q_rows + i] = sum;
 }
 
 /* dq_i = scale * sum_j ds_ij k_j with ds = p (dout_i . v_j - delta_i): block (query tile, head,
@@ -224,43 +232,43 @@ __global__ void __launch_bounds__(THREADS) attention_dq(bf16 *dq, const bf16 *do
     uint32_t *vs = ks + TILE * g.padded;               /* [TILE][padded] */
     float *ps = reinterpret_cast<float *>(vs + TILE * g.padded); /* [WARPS][ROWS][TILE] */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * TILE;
+    const int qt = (gridDim.x - 1 - blockIdx.x) * TILE;
     const int h = blockIdx.y, b = blockIdx.z, kvh = h / (g.heads / g.kv_heads);
-    const size_t q_at = (size_t)b * g.seq * g.q_stride + (size_t)h * g.head_dim;
+    const size_t q_at = (size_t)b * g.q_rows * g.q_stride + (size_t)h * g.head_dim;
     const size_t kv_at = (size_t)b * g.seq * g.kv_stride + (size_t)kvh * g.head_dim;
     const float scale = rsqrtf((float)g.head_dim), scale_log2 = scale * LOG2E;
-    const float *lse_bh = lse + ((size_t)b * g.heads + h) * g.seq;
-    const float *delta_bh = delta + ((size_t)b * g.heads + h) * g.seq;
+    const float *lse_bh = lse + ((size_t)b * g.heads + h) * g.q_rows;
+    const float *delta_bh = delta + ((size_t)b * g.heads + h) * g.q_rows;
     float *my_ds = ps + warp * ROWS * TILE;
 
-    load_tile(qs, g.words, q + q_at, g.q_stride, q0, g.seq - q0, g.vecs);
-    load_tile(dos, g.words, dout + q_at, g.q_stride, q0, g.seq - q0, g.vecs);
+    load_tile(qs, g.words, q + q_at, g.q_stride, qt, g.q_rows - qt, g.vecs);
+    load_tile(dos, g.words, dout + q_at, g.q_stride, qt, g.q_rows - qt, g.vecs);
     float lse2[ROWS], dl[ROWS];
     float2 acc[ROWS][NW];
 #pragma unroll
     for (int r = 0; r < ROWS; r++) {
-        int i = min(q0 + warp * ROWS + r, g.seq - 1);
+        int i = min(qt + warp * ROWS + r, g.q_rows - 1);
         lse2[r] = lse_bh[i] * LOG2E;
         dl[r] = delta_bh[i];
 #pragma unroll
         for (int i2 = 0; i2 < NW; i2++) acc[r][i2] = make_float2(0.0f, 0.0f);
     }
-    const int key_end = min(g.seq, q0 + TILE);
+    const int key_end = min(g.kv_rows, g.q0 + qt + TILE);
     for (int k0 = 0; k0 < key_end; k0 += TILE) {
         __syncthreads();
-        load_tile(ks, g.padded, k + kv_at, g.kv_stride, k0, g.seq - k0, g.vecs);
-        load_tile(vs, g.padded, v + kv_at, g.kv_stride, k0, g.seq - k0, g.vecs);
+        load_tile(ks, g.padded, k + kv_at, g.kv_stride, k0, g.kv_rows - k0, g.vecs);
+        load_tile(vs, g.padded, v + kv_at, g.kv_stride, k0, g.kv_rows - k0, g.vecs);
         __syncthreads();
         float s[ROWS][2], dp[ROWS][2];
         tile_dots(s, qs + warp * ROWS * g.words, g.words, ks, g.padded, g.vecs);
         tile_dots(dp, dos + warp * ROWS * g.words, g.words, vs, g.padded, g.vecs);
 #pragma unroll
         for (int r = 0; r < ROWS; r++) {
-            const int i = q0 + warp * ROWS + r;
+            const int il = qt + warp * ROWS + r, i = g.q0 + il;
 #pragma unroll
             for (int c = 0; c < 2; c++) {
                 int j = k0 + lane + 32 * c;
-                float p = j <= i && j < g.seq && i < g.seq ? exp2f(s[r][c] * scale_log2 - lse2[r]) : 0.0f;
+                float p = j <= i && j < g.kv_rows && il < g.q_rows ? exp2f(s[r][c] * scale_log2 - lse2[r]) : 0.0f;
                 my_ds[r * TILE + lane + 32 * c] = p * (dp[r][c] - dl[r]);
             }
         }
@@ -269,13 +277,14 @@ __global__ void __launch_bounds__(THREADS) attention_dq(bf16 *dq, const bf16 *do
     }
 #pragma unroll
     for (int r = 0; r < ROWS; r++) {
-        const int i = q0 + warp * ROWS + r;
-        if (i < g.seq) store_row<NW>(dq + q_at + (size_t)i * g.q_stride, acc[r], scale, g.words);
+        const int i = qt + warp * ROWS + r;
+        if (i < g.q_rows) store_row<NW>(dq + q_at + (size_t)i * g.q_stride, acc[r], scale, g.words);
     }
 }
 
 /* dv_j = sum_i p_ij dout_i and dk_j = scale * sum_i ds_ij q_i over every query head of the kv
- * head's group: block (key tile, kv head, sequence), streaming query tiles from the diagonal on. */
+ * head's group: block (key tile, kv head, sequence), streaming query tiles from the first query
+ * that sees the key tile on. */
 template <int NW>
 __global__ void __launch_bounds__(THREADS) attention_dkv(bf16 *dk, bf16 *dv, const bf16 *dout,
                                                          const float *lse, const float *delta,
@@ -297,8 +306,8 @@ __global__ void __launch_bounds__(THREADS) attention_dkv(bf16 *dk, bf16 *dv, con
     const float scale = rsqrtf((float)g.head_dim), scale_log2 = scale * LOG2E;
     float *my_p = ps + warp * ROWS * TILE, *my_ds = dss + warp * ROWS * TILE;
 
-    load_tile(ks, g.words, k + kv_at, g.kv_stride, k0, g.seq - k0, g.vecs);
-    load_tile(vs, g.words, v + kv_at, g.kv_stride, k0, g.seq - k0, g.vecs);
+    load_tile(ks, g.words, k + kv_at, g.kv_stride, k0, g.kv_rows - k0, g.vecs);
+    load_tile(vs, g.words, v + kv_at, g.kv_stride, k0, g.kv_rows - k0, g.vecs);
     float2 acc_k[ROWS][NW], acc_v[ROWS][NW];
 #pragma unroll
     for (int r = 0; r < ROWS; r++)
@@ -306,16 +315,16 @@ __global__ void __launch_bounds__(THREADS) attention_dkv(bf16 *dk, bf16 *dv, con
         for (int i2 = 0; i2 < NW; i2++) acc_k[r][i2] = acc_v[r][i2] = make_float2(0.0f, 0.0f);
 
     for (int h = kvh * group; h < (kvh + 1) * group; h++) {
-        const size_t q_at = (size_t)b * g.seq * g.q_stride + (size_t)h * g.head_dim;
-        const size_t stat_at = ((size_t)b * g.heads + h) * g.seq;
-        for (int q0 = k0; q0 < g.seq; q0 += TILE) {
+        const size_t q_at = (size_t)b * g.q_rows * g.q_stride + (size_t)h * g.head_dim;
+        const size_t stat_at = ((size_t)b * g.heads + h) * g.q_rows;
+        for (int qt = max(0, k0 - g.q0); qt < g.q_rows; qt += TILE) {
             __syncthreads();
-            load_tile(qs, g.padded, q + q_at, g.q_stride, q0, g.seq - q0, g.vecs);
-            load_tile(dos, g.padded, dout + q_at, g.q_stride, q0, g.seq - q0, g.vecs);
+            load_tile(qs, g.padded, q + q_at, g.q_stride, qt, g.q_rows - qt, g.vecs);
+            load_tile(dos, g.padded, dout + q_at, g.q_stride, qt, g.q_rows - qt, g.vecs);
             if (threadIdx.x < TILE) {
-                int i = q0 + threadIdx.x;
-                lse2s[threadIdx.x] = i < g.seq ? lse[stat_at + i] * LOG2E : 0.0f;
-                deltas[threadIdx.x] = i < g.seq ? delta[stat_at + i] : 0.0f;
+                int i = qt + threadIdx.x;
+                lse2s[threadIdx.x] = i < g.q_rows ? lse[stat_at + i] * LOG2E : 0.0f;
+                deltas[threadIdx.x] = i < g.q_rows ? delta[stat_at + i] : 0.0f;
             }
             __syncthreads();
             float s[ROWS][2], dp[ROWS][2];
@@ -326,14 +335,14 @@ __global__ void __launch_bounds__(THREADS) attention_dkv(bf16 *dk, bf16 *dv, con
                 const int j = k0 + warp * ROWS + r;
 #pragma unroll
                 for (int c = 0; c < 2; c++) {
-                    int t = lane + 32 * c, i = q0 + t;
-                    float p = i >= j && i < g.seq ? exp2f(s[r][c] * scale_log2 - lse2s[t]) : 0.0f;
+                    int t = lane + 32 * c, il = qt + t;
+                    float p = g.q0 + il >= j && il < g.q_rows ? exp2f(s[r][c] * scale_log2 - lse2s[t]) : 0.0f;
                     my_p[r * TILE + t] = p;
                     my_ds[r * TILE + t] = p * (dp[r][c] - deltas[t]);
                 }
             }
             __syncwarp();
-            int count = (min(TILE, g.seq - q0) + 3) / 4 * 4;
+            int count = (min(TILE, g.q_rows - qt) + 3) / 4 * 4;
             tile_weighted_sum<NW>(acc_v, my_p, dos, g.padded, g.words, count);
             tile_weighted_sum<NW>(acc_k, my_ds, qs, g.padded, g.words, count);
         }
@@ -341,7 +350,7 @@ __global__ void __launch_bounds__(THREADS) attention_dkv(bf16 *dk, bf16 *dv, con
 #pragma unroll
     for (int r = 0; r < ROWS; r++) {
         const int j = k0 + warp * ROWS + r;
-        if (j >= g.seq) continue;
+        if (j >= g.kv_rows) continue;
         store_row<NW>(dk + kv_at + (size_t)j * g.kv_stride, acc_k[r], scale, g.words);
         store_row<NW>(dv + kv_at + (size_t)j * g.kv_stride, acc_v[r], 1.0f, g.words);
     }
@@ -355,6 +364,9 @@ static mt_status check_dims(mt_attn_dims dims) {
         return mt_fail(MT_ERR_INVALID,
                        "attention: head_dim %d (need a multiple of 8, at most %d) or heads %d / "
                        "kv_heads %d unsupported", dims.head_dim, MAX_HEAD_DIM, dims.heads, dims.kv_heads);
+    if (dims.q_len < 0 || (dims.q_len > 0 && (dims.q0 < 0 || dims.q0 + dims.q_len > dims.seq)))
+        return mt_fail(MT_ERR_INVALID, "attention: a window of %d queries from position %d lies outside the "
+                       "sequence of %d", dims.q_len, dims.q0, dims.seq);
     return MT_OK;
 }
 
@@ -373,7 +385,7 @@ static mt_status forward(cudaStream_t s, void *out, float *lse, const void *q, c
                          const void *v, geometry g, int batch) {
     size_t smem = (size_t)TILE * (2 * g.words + g.padded) * 4 + (size_t)WARPS * ROWS * TILE * 4;
     MT_TRY(allow_smem(attention_forward<NW>, smem));
-    dim3 grid((g.seq + TILE - 1) / TILE, g.heads, batch);
+    dim3 grid((g.q_rows + TILE - 1) / TILE, g.heads, batch);
     attention_forward<NW><<<grid, THREADS, smem, s>>>((bf16 *)out, lse, (const bf16 *)q,
                                                       (const bf16 *)k, (const bf16 *)v, g);
     return launch_status("attention");
@@ -383,7 +395,7 @@ template <int NW>
 static mt_status backward(cudaStream_t s, void *dq, void *dk, void *dv, const void *dout,
                           const void *out, const float *lse, const void *q, const void *k,
                           const void *v, geometry g, int batch, float *delta) {
-    int n = batch * g.seq;
+    int n = batch * g.q_rows;
     size_t warps = (size_t)n * g.heads;
     attention_delta<<<(unsigned)((warps * 32 + 255) / 256), 256, 0, s>>>(delta, (const bf16 *)dout,
                                                                         (const bf16 *)out, n, g);
@@ -391,7 +403,7 @@ static mt_status backward(cudaStream_t s, void *dq, void *dk, void *dv, const vo
 
     size_t dq_smem = (size_t)TILE * (2 * g.words + 2 * g.padded) * 4 + (size_t)WARPS * ROWS * TILE * 4;
     MT_TRY(allow_smem(attention_dq<NW>, dq_smem));
-    dim3 dq_grid((g.seq + TILE - 1) / TILE, g.heads, batch);
+    dim3 dq_grid((g.q_rows + TILE - 1) / TILE, g.heads, batch);
     attention_dq<NW><<<dq_grid, THREADS, dq_smem, s>>>((bf16 *)dq, (const bf16 *)dout, lse, delta,
                                                         (const bf16 *)q, (const bf16 *)k,
                                                         (const bf16 *)v, g);
@@ -400,7 +412,7 @@ static mt_status backward(cudaStream_t s, void *dq, void *dk, void *dv, const vo
     size_t dkv_smem = (size_t)TILE * (2 * g.words + 2 * g.padded) * 4 +
                       (size_t)2 * WARPS * ROWS * TILE * 4 + 2 * TILE * 4;
     MT_TRY(allow_smem(attention_dkv<NW>, dkv_smem));
-    dim3 dkv_grid((g.seq + TILE - 1) / TILE, g.kv_heads, batch);
+    dim3 dkv_grid((g.kv_rows + TILE - 1) / TILE, g.kv_heads, batch);
     attention_dkv<NW><<<dkv_grid, THREADS, dkv_smem, s>>>((bf16 *)dk, (bf16 *)dv, (const bf16 *)dout,
                                                            lse, delta, (const bf16 *)q,
                                                            (const bf16 *)k, (const bf16 *)v, g);
@@ -419,9 +431,9 @@ extern "C" mt_status mt_cuda_attention(cudaStream_t s, void *out, float *lse, co
     }
 }
 
-/* workspace: delta [batch, heads, seq] floats */
+/* workspace: delta [batch, heads, q rows] floats */
 extern "C" size_t mt_cuda_attention_workspace(mt_attn_dims dims) {
-    return mt_cuda_attention_workspace_bytes(dims.batch, dims.heads, dims.seq);
+    return mt_cuda_attention_workspace_bytes(dims.batch, dims.heads, mt_attn_q_rows(dims));
 }
 
 extern "C" mt_status mt_cuda_attention_dx(cudaStream_t s, void *dq, void *dk, void *dv,

@@ -278,9 +278,9 @@ static void cuda_rmsnorm_dx(mt_backend *be, mt_stream *s, void *dx, float *dw, c
     keep_error(be, mt_cuda_rmsnorm_dx(mt_cuda_stream(s), dx, dw, dy, x, w, rstd, n, d, accumulate));
 }
 
-static void cuda_rope(mt_backend *be, mt_stream *s, void *x, const float *inv_freq, int n, int seq,
+static void cuda_rope(mt_backend *be, mt_stream *s, void *x, const float *inv_freq, int n, int seq, int pos0,
                       int heads, int head_dim, int inverse) {
-    keep_error(be, mt_cuda_rope(mt_cuda_stream(s), x, inv_freq, n, seq, heads, head_dim, inverse));
+    keep_error(be, mt_cuda_rope(mt_cuda_stream(s), x, inv_freq, n, seq, pos0, heads, head_dim, inverse));
 }
 
 static void cuda_attention(mt_backend *be, mt_stream *s, void *out, float *lse, const void *q,
@@ -297,6 +297,15 @@ static void cuda_attention_dx(mt_backend *be, mt_stream *s, void *dq, void *dk, 
 
 static size_t cuda_attention_workspace(mt_backend *be, mt_attn_dims dims) {
     return mt_cuda_attention_dispatch_workspace(cuda_of(be), dims);
+}
+
+static void cuda_accumulate_f32(mt_backend *be, mt_stream *s, float *acc, const void *x, size_t count,
+                                int accumulate) {
+    keep_error(be, mt_cuda_accumulate_f32(mt_cuda_stream(s), acc, x, count, accumulate));
+}
+
+static void cuda_round_f32(mt_backend *be, mt_stream *s, void *y, const float *x, size_t count) {
+    keep_error(be, mt_cuda_round_f32(mt_cuda_stream(s), y, x, count));
 }
 
 static void cuda_swiglu(mt_backend *be, mt_stream *s, void *a, const void *g, const void *u, size_t count) {
@@ -390,7 +399,8 @@ static const mt_backend_ops cuda_ops = {
     .op = {.matmul = mt_cuda_op_matmul, .matmul_dx = mt_cuda_op_matmul_dx, .matmul_dw = mt_cuda_op_matmul_dw,
            .rmsnorm = cuda_rmsnorm, .rmsnorm_dx = cuda_rmsnorm_dx, .rope = cuda_rope,
            .attention = cuda_attention, .attention_dx = cuda_attention_dx,
-           .attention_workspace = cuda_attention_workspace, .swiglu = cuda_swiglu,
+           .attention_workspace = cuda_attention_workspace, .accumulate_f32 = cuda_accumulate_f32,
+           .round_f32 = cuda_round_f32, .swiglu = cuda_swiglu,
            .swiglu_dx = cuda_swiglu_dx, .add = cuda_add, .embedding = cuda_embedding,
            .embedding_dw = cuda_embedding_dw, .lmhead_loss = cuda_lmhead_loss, .lmhead_dw = cuda_lmhead_dw,
            .lmhead_workspace = cuda_lmhead_workspace, .logits = mt_cuda_op_logits, .sumsq = cuda_sumsq,

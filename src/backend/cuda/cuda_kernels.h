@@ -36,12 +36,14 @@ mt_status mt_cuda_rmsnorm(cudaStream_t s, void *y, float *rstd, const void *x, c
                           int n, int d, float eps);
 mt_status mt_cuda_rmsnorm_dx(cudaStream_t s, void *dx, float *dw, const void *dy, const void *x,
                              const void *w, const float *rstd, int n, int d, int accumulate);
-mt_status mt_cuda_rope(cudaStream_t s, void *x, const float *inv_freq, int n, int seq, int heads,
+mt_status mt_cuda_rope(cudaStream_t s, void *x, const float *inv_freq, int n, int seq, int pos0, int heads,
                        int head_dim, int inverse);
 mt_status mt_cuda_swiglu(cudaStream_t s, void *a, const void *g, const void *u, size_t count);
 mt_status mt_cuda_swiglu_dx(cudaStream_t s, void *dg, void *du, const void *da, const void *g,
                             const void *u, size_t count);
 mt_status mt_cuda_add(cudaStream_t s, void *y, const void *a, const void *b, size_t count);
+mt_status mt_cuda_accumulate_f32(cudaStream_t s, float *acc, const void *x, size_t count, int accumulate);
+mt_status mt_cuda_round_f32(cudaStream_t s, void *y, const float *x, size_t count);
 mt_status mt_cuda_embedding(cudaStream_t s, void *x, const int32_t *tokens, const void *wte, int n,
                             int d);
 mt_status mt_cuda_embedding_dw(cudaStream_t s, float *dwte, const int32_t *tokens, const void *dx,

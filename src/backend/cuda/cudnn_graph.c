@@ -13,6 +13,7 @@ void mt_cudnn_graph_init(mt_cudnn_graph *g, cudnnHandle_t handle, int64_t first_
     memset(g, 0, sizeof *g);
     g->handle = handle;
     g->next_virtual_uid = first_virtual_uid;
+    g->engine = -1;
 }
 
 void mt_cudnn_graph_destroy(mt_cudnn_graph *g) {
@@ -163,6 +164,19 @@ mt_status mt_cudnn_reduction(mt_cudnn_graph *g, cudnnReduceTensorOp_t reduce, co
     return add_op(g, op);
 }
 
+/* cuDNN's global index of the engine of a config (which engine a plan runs: logs), or -1. */
+static int64_t engine_index(mt_cudnn_graph *g, cudnnBackendDescriptor_t config) {
+    cudnnBackendDescriptor_t engine;
+    int64_t got = 0, index = -1;
+    if (create(g, CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine) != MT_OK) return -1;
+    if (cudnnBackendGetAttribute(config, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got,
+                                 &engine) != CUDNN_STATUS_SUCCESS ||
+        cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &got, &index) !=
+            CUDNN_STATUS_SUCCESS)
+        return -1;
+    return index;
+}
+
 /* A plan for one engine config, or MT_ERR_INVALID when it does not build or needs too much. */
 static mt_status try_config(mt_cudnn_graph *g, cudnnBackendDescriptor_t config, int64_t max_workspace) {
     cudnnBackendDescriptor_t plan;
@@ -178,6 +192,7 @@ static mt_status try_config(mt_cudnn_graph *g, cudnnBackendDescriptor_t config, 
                        (long long)bytes, (long long)max_workspace);
     g->plan = plan;
     g->workspace_bytes = bytes;
+    g->engine = engine_index(g, config);
     return MT_OK;
 }
 

@@ -21,7 +21,7 @@
                            cudnnGetErrorString(mt_cudnn_err_), __FILE__, __LINE__);         \
     } while (0)
 
-enum { MT_CUDNN_MAX_DESCRIPTORS = 192, MT_CUDNN_MAX_OPS = 64 };
+enum { MT_CUDNN_MAX_DESCRIPTORS = 256, MT_CUDNN_MAX_OPS = 64 };
 
 typedef struct {
     cudnnBackendDescriptor_t desc;
@@ -40,6 +40,7 @@ typedef struct {
     int64_t next_virtual_uid;
     cudnnBackendDescriptor_t plan; /* set by mt_cudnn_graph_plan */
     int64_t workspace_bytes;
+    int64_t engine; /* cuDNN's global index of the plan's engine, -1 when unknown */
 } mt_cudnn_graph;
 
 /* Virtual tensors get uids from first_virtual_uid up, above every uid the caller names. */

@@ -1,12 +1,15 @@
 /* Causal grouped-query attention, scale 1/sqrt(head_dim). Query head h reads kv head
- * h / (heads / kv_heads); query position i sees keys 0..i of its own sequence.
+ * h / (heads / kv_heads); query position i sees keys 0..i of its own sequence. A window of queries
+ * (backend.h: positions [q0, q0 + q_len)) sees the keys up to its last position, each query up to
+ * its own: the same computation on the rows it has, tile by tile, as the whole sequence's.
  *
- * Tiling: one (sequence, head) is cut into TILE x TILE blocks of (queries, keys). Causality
- * leaves only the blocks on and below the diagonal, about half of them, and masks the upper
- * triangle of the diagonal block. A block's scores are one sgemm into a TILE x TILE buffer on
- * the stack; its products with V (forward) or with dO, K and Q (backward) are sgemms too, so
- * only the softmax is a row loop. The forward folds key blocks into an online (running-max)
- * softmax; the backward recomputes the probabilities from the saved lse.
+ * Tiling: one (sequence, head) is cut into TILE x TILE blocks of (queries, keys), key blocks at
+ * multiples of TILE from the sequence's first position and query blocks from the first query.
+ * Causality leaves only the blocks a query sees, about half of them, and masks within the blocks
+ * the diagonal crosses. A block's scores are one sgemm into a TILE x TILE buffer on the stack; its
+ * products with V (forward) or with dO, K and Q (backward) are sgemms too, so only the softmax is a
+ * row loop. The forward folds key blocks into an online (running-max) softmax; the backward
+ * recomputes the probabilities from the saved lse.
  *
  * OpenMP runs over (sequence, head) tasks and BLAS runs single-threaded inside them (OpenBLAS
  * does so inside an active parallel region). A task's work never depends on the batch, so one
@@ -19,22 +22,24 @@
 
 enum { TILE = 64 };
 
-/* One (sequence, head) as the tasks see it: row strides in floats between positions. */
+/* One (sequence, head) as the tasks see it: row strides in floats between positions, and its
+ * queries: q_rows of them from position q0. */
 typedef struct {
-    int seq, head_dim;
+    int q0, q_rows, head_dim;
     size_t q_stride, kv_stride;
     float scale;
 } geometry;
 
 static geometry geometry_of(mt_attn_dims dims) {
-    return (geometry){.seq = dims.seq,
+    return (geometry){.q0 = dims.q_len > 0 ? dims.q0 : 0,
+                      .q_rows = mt_attn_q_rows(dims),
                       .head_dim = dims.head_dim,
                       .q_stride = (size_t)dims.heads * dims.head_dim,
                       .kv_stride = (size_t)dims.kv_heads * dims.head_dim,
                       .scale = 1.0f / sqrtf((float)dims.head_dim)};
 }
 
-static int tile_len(int start, int seq) { return seq - start < TILE ? seq - start : TILE; }
+static int tile_len(int start, int end) { return end - start < TILE ? end - start : TILE; }
 
 /* Row-major c[m, n] = alpha op(a) op(b) + beta c, with op(a) [m, k] and op(b) [k, n]. */
 static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
@@ -48,19 +53,24 @@ static void block_scores(float *s, const float *qi, const float *kj, int rows, i
          0.0f, s, TILE);
 }
 
-/* How many of a block's keys row r may see: all of them, except in the diagonal block (same
- * first position), where it sees keys up to itself. */
-static int visible_keys(int r, int cols, int diagonal) { return diagonal && r + 1 < cols ? r + 1 : cols; }
+/* How many of a block's keys (cols of them from key position j0) the query at position i may
+ * see: all of them, but those past i (none where the block starts past i: a query block that does
+ * not start at a multiple of TILE crosses two key blocks' diagonals). */
+static int visible_keys(int i, int j0, int cols) {
+    int seen = i - j0 + 1;
+    return seen < 0 ? 0 : seen < cols ? seen : cols;
+}
 
-/* Folds one key block into the running softmax of the query rows: s becomes
+/* Folds one key block (from key position j0) into the running softmax of the query rows (from
+ * position i0): s becomes
  * p = exp(s - new max) (0 for keys a row may not see), and each row's sum and output, kept
  * relative to its old max, are rescaled to the new one. The first block sees max = -inf and
  * rescales by 0. */
-static void softmax_fold(float *s, float *max, float *sum, float *o, int rows, int cols, int diagonal,
+static void softmax_fold(float *s, float *max, float *sum, float *o, int rows, int cols, int i0, int j0,
                          const geometry *g) {
     for (int r = 0; r < rows; r++) {
         float *sr = s + r * TILE, *orow = o + r * g->q_stride;
-        int visible = visible_keys(r, cols, diagonal);
+        int visible = visible_keys(i0 + r, j0, cols);
         float new_max = max[r], added = 0.0f;
 #pragma omp simd reduction(max : new_max)
         for (int c = 0; c < visible; c++) new_max = sr[c] > new_max ? sr[c] : new_max;
@@ -76,12 +86,14 @@ static void softmax_fold(float *s, float *max, float *sum, float *o, int rows, i
     }
 }
 
-/* One (sequence, head): out, q at its first row's head slice, k and v at its kv head's. */
+/* One (sequence, head): out, q at its first query row's head slice, k and v at its kv head's
+ * first position. Query block i0 (from the first query) sees the key blocks up to the position of
+ * its last query. */
 static void attend_head(float *out, float *lse, const float *q, const float *k, const float *v,
                         const geometry *g) {
     float s[TILE * TILE], max[TILE], sum[TILE];
-    for (int i0 = 0; i0 < g->seq; i0 += TILE) {
-        int rows = tile_len(i0, g->seq);
+    for (int i0 = 0; i0 < g->q_rows; i0 += TILE) {
+        int rows = tile_len(i0, g->q_rows), first = g->q0 + i0, last = first + rows - 1;
         const float *qi = q + i0 * g->q_stride;
         float *o = out + i0 * g->q_stride;
         for (int r = 0; r < rows; r++) {
@@ -89,10 +101,10 @@ static void attend_head(float *out, float *lse, const float *q, const float *k, 
             sum[r] = 0.0f;
             memset(o + r * g->q_stride, 0, (size_t)g->head_dim * sizeof *o);
         }
-        for (int j0 = 0; j0 <= i0; j0 += TILE) {
-            int cols = tile_len(j0, g->seq);
+        for (int j0 = 0; j0 <= last; j0 += TILE) {
+            int cols = tile_len(j0, last + 1);
             block_scores(s, qi, k + j0 * g->kv_stride, rows, cols, g);
-            softmax_fold(s, max, sum, o, rows, cols, j0 == i0, g);
+            softmax_fold(s, max, sum, o, rows, cols, first, j0, g);
             gemm(CblasNoTrans, CblasNoTrans, rows, g->head_dim, cols, 1.0f, s, TILE, v + j0 * g->kv_stride,
                  g->kv_stride, 1.0f, o, g->q_stride);
         }
@@ -104,24 +116,28 @@ static void attend_head(float *out, float *lse, const float *q, const float *k, 
     }
 }
 
+/* Where sequence b's rows start: its queries' (q_rows a sequence) and its keys' (seq a sequence). */
+static size_t q_row0(mt_attn_dims d, int b) { return (size_t)b * mt_attn_q_rows(d); }
+static size_t kv_row0(mt_attn_dims d, int b) { return (size_t)b * d.seq; }
+
 void mt_cpu_attention(float *out, float *lse, const float *q, const float *k, const float *v, mt_attn_dims dims) {
     const geometry g = geometry_of(dims);
     const int heads = dims.heads, group = heads / dims.kv_heads;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < dims.batch; b++) {
         for (int h = 0; h < heads; h++) {
-            size_t q_at = (size_t)b * g.seq * g.q_stride + (size_t)h * g.head_dim;
-            size_t kv_at = (size_t)b * g.seq * g.kv_stride + (size_t)(h / group) * g.head_dim;
-            float *lse_bh = lse + ((size_t)b * heads + h) * g.seq;
+            size_t q_at = q_row0(dims, b) * g.q_stride + (size_t)h * g.head_dim;
+            size_t kv_at = kv_row0(dims, b) * g.kv_stride + (size_t)(h / group) * g.head_dim;
+            float *lse_bh = lse + ((size_t)b * heads + h) * g.q_rows;
             attend_head(out + q_at, lse_bh, q + q_at, k + kv_at, v + kv_at, &g);
         }
     }
 }
 
-/* workspace: delta[batch, heads, seq] = dout . out per query row (the softmax backward's
+/* workspace: delta[batch, heads, q rows] = dout . out per query row (the softmax backward's
  * row constant). */
 size_t mt_cpu_attention_workspace(mt_attn_dims dims) {
-    return (size_t)dims.batch * dims.heads * dims.seq * sizeof(float);
+    return (size_t)dims.batch * dims.heads * mt_attn_q_rows(dims) * sizeof(float);
 }
 
 /* The pointers of one (sequence, query head) in the backward, each at its first row's head
@@ -131,9 +147,9 @@ typedef struct {
     const float *dout, *out, *lse, *q, *k, *v;
 } head_grads;
 
-/* delta[i] = dout_i . out_i over one head's rows. */
+/* delta[i] = dout_i . out_i over one head's query rows. */
 static void row_dots(float *delta, const float *dout, const float *out, const geometry *g) {
-    for (int i = 0; i < g->seq; i++) {
+    for (int i = 0; i < g->q_rows; i++) {
         const float *a = dout + i * g->q_stride, *b = out + i * g->q_stride;
         float s = 0.0f;
         for (int j = 0; j < g->head_dim; j++) s += a[j] * b[j];
@@ -142,12 +158,13 @@ static void row_dots(float *delta, const float *dout, const float *out, const ge
 }
 
 /* Turns a block's scores s into p = exp(s - lse) and its dp = dout v^T into
- * ds = p * (dp - delta), row by row; keys a row may not see get p = ds = 0. */
-static void softmax_backward(float *s, float *dp, const float *lse, const float *delta, int rows, int cols,
-                             int diagonal) {
+ * ds = p * (dp - delta), row by row; keys a row may not see get p = ds = 0. Query rows from
+ * position i0, keys from j0. */
+static void softmax_backward(float *s, float *dp, const float *lse, const float *delta, int rows, int cols, int i0,
+                             int j0) {
     for (int r = 0; r < rows; r++) {
         float *pr = s + r * TILE, *dsr = dp + r * TILE;
-        int visible = visible_keys(r, cols, diagonal);
+        int visible = visible_keys(i0 + r, j0, cols);
         for (int c = 0; c < visible; c++) {
             pr[c] = expf(pr[c] - lse[r]);
             dsr[c] = pr[c] * (dsr[c] - delta[r]);
@@ -165,15 +182,15 @@ static void head_backward(const head_grads *t, const geometry *g) {
     const int hd = g->head_dim;
     const size_t qs = g->q_stride, kvs = g->kv_stride;
     row_dots(t->delta, t->dout, t->out, g);
-    for (int i0 = 0; i0 < g->seq; i0 += TILE) {
-        int rows = tile_len(i0, g->seq);
+    for (int i0 = 0; i0 < g->q_rows; i0 += TILE) {
+        int rows = tile_len(i0, g->q_rows), first = g->q0 + i0, last = first + rows - 1;
         const float *qi = t->q + i0 * qs, *doi = t->dout + i0 * qs;
-        for (int j0 = 0; j0 <= i0; j0 += TILE) {
-            int cols = tile_len(j0, g->seq);
+        for (int j0 = 0; j0 <= last; j0 += TILE) {
+            int cols = tile_len(j0, last + 1);
             const float *kj = t->k + j0 * kvs, *vj = t->v + j0 * kvs;
             block_scores(p, qi, kj, rows, cols, g);
             gemm(CblasNoTrans, CblasTrans, rows, cols, hd, 1.0f, doi, qs, vj, kvs, 0.0f, ds, TILE);
-            softmax_backward(p, ds, t->lse + i0, t->delta + i0, rows, cols, j0 == i0);
+            softmax_backward(p, ds, t->lse + i0, t->delta + i0, rows, cols, first, j0);
             float *dqi = t->dq + i0 * qs, *dkj = t->dk + j0 * kvs, *dvj = t->dv + j0 * kvs;
             gemm(CblasTrans, CblasNoTrans, cols, hd, rows, 1.0f, p, TILE, doi, qs, 1.0f, dvj, kvs);
             gemm(CblasNoTrans, CblasNoTrans, rows, hd, cols, g->scale, ds, TILE, kj, kvs, 1.0f, dqi, qs);
@@ -192,19 +209,19 @@ void mt_cpu_attention_dx(float *dq, float *dk, float *dv, const float *dout, con
                          const float *lse, const float *q, const float *k, const float *v,
                          mt_attn_dims dims, void *workspace) {
     const geometry g = geometry_of(dims);
-    const int heads = dims.heads, group = heads / dims.kv_heads;
+    const int heads = dims.heads, group = heads / dims.kv_heads, kv_rows = mt_attn_kv_rows(dims);
     float *delta = workspace;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < dims.batch; b++) {
         for (int kvh = 0; kvh < dims.kv_heads; kvh++) {
-            size_t kv_at = (size_t)b * g.seq * g.kv_stride + (size_t)kvh * g.head_dim;
-            size_t q_group_at = (size_t)b * g.seq * g.q_stride + (size_t)kvh * group * g.head_dim;
-            zero_rows(dk + kv_at, g.kv_stride, g.seq, g.head_dim);
-            zero_rows(dv + kv_at, g.kv_stride, g.seq, g.head_dim);
-            zero_rows(dq + q_group_at, g.q_stride, g.seq, group * g.head_dim);
+            size_t kv_at = kv_row0(dims, b) * g.kv_stride + (size_t)kvh * g.head_dim;
+            size_t q_group_at = q_row0(dims, b) * g.q_stride + (size_t)kvh * group * g.head_dim;
+            zero_rows(dk + kv_at, g.kv_stride, kv_rows, g.head_dim);
+            zero_rows(dv + kv_at, g.kv_stride, kv_rows, g.head_dim);
+            zero_rows(dq + q_group_at, g.q_stride, g.q_rows, group * g.head_dim);
             for (int h = kvh * group; h < (kvh + 1) * group; h++) {
-                size_t q_at = (size_t)b * g.seq * g.q_stride + (size_t)h * g.head_dim;
-                size_t row_at = ((size_t)b * heads + h) * g.seq;
+                size_t q_at = q_row0(dims, b) * g.q_stride + (size_t)h * g.head_dim;
+                size_t row_at = ((size_t)b * heads + h) * g.q_rows;
                 head_grads t = {dq + q_at, dk + kv_at, dv + kv_at, delta + row_at, dout + q_at, out + q_at,
                                 lse + row_at, q + q_at, k + kv_at, v + kv_at};
                 head_backward(&t, &g);
