@@ -14,8 +14,8 @@
 /* Two query heads on one kv head, so dk and dv sum over a group. */
 enum { SEQ = 150, HEADS = 2, KV_HEADS = 1, HEAD_DIM = 8, BATCH = 2 };
 enum { Q_WIDTH = HEADS * HEAD_DIM, KV_WIDTH = KV_HEADS * HEAD_DIM };
-static const mt_attn_dims TWO_SEQS = {BATCH, SEQ, HEADS, KV_HEADS, HEAD_DIM};
-static const mt_attn_dims ONE_SEQ = {1, SEQ, HEADS, KV_HEADS, HEAD_DIM};
+static const mt_attn_dims TWO_SEQS = {BATCH, SEQ, HEADS, KV_HEADS, HEAD_DIM, 0, 0};
+static const mt_attn_dims ONE_SEQ = {1, SEQ, HEADS, KV_HEADS, HEAD_DIM, 0, 0};
 
 /* Every output is a softmax-weighted sum of up to 150 O(1) terms: float rounding (6e-8 per
  * operation) gives about sqrt(150) * 6e-8 ~ 1e-6, 1e-5 in the worst case. */
@@ -98,4 +98,136 @@ Test(ops, attention_same_bits_for_any_batch) {
     cr_assert(memcmp(data.dq, split.dq, sizeof data.dq) == 0, "dq depends on the batch");
     cr_assert(memcmp(data.dk, split.dk, sizeof data.dk) == 0, "dk depends on the batch");
     cr_assert(memcmp(data.dv, split.dv, sizeof data.dv) == 0, "dv depends on the batch");
+}
+
+/* ---- windows of queries (backend.h): the tiled attention of long sequences ----
+ *
+ * Each sequence cut from its end into windows of T queries, as the engine cuts it (engine/block.c:
+ * a first window of the rest, then T each), every window attending to the keys before its last
+ * query. Assembled, the windows must give the whole attention: out, lse and dq row by row, dk and
+ * dv as the sum of the windows' shares. A row's out, lse and dq are the same operations on the
+ * same key blocks in the same order as in the whole, only grouped in other query blocks: equal up
+ * to how BLAS blocks a GEMM's rows (measured up to 2e-7; 1e-6, where a wrong mask or position is
+ * O(1)). dk and dv sum the same products in another order: fp32 rounding, measured up to 2.5e-7
+ * (1e-5). A window writes dk and dv only
+ * for the keys it sees: the rows past them keep a sentinel. */
+
+enum { MAX_WINDOW = SEQ };
+#define SENTINEL 777.0f
+
+typedef struct {
+    float out[BATCH * SEQ * Q_WIDTH], lse[BATCH * HEADS * SEQ], dq[BATCH * SEQ * Q_WIDTH];
+    float dk[BATCH * SEQ * KV_WIDTH], dv[BATCH * SEQ * KV_WIDTH];
+} assembled;
+
+/* One window's buffers: its query rows, and the whole sequence's dk, dv. */
+typedef struct {
+    float q[MAX_WINDOW * Q_WIDTH], dout[MAX_WINDOW * Q_WIDTH], out[MAX_WINDOW * Q_WIDTH], dq[MAX_WINDOW * Q_WIDTH];
+    float lse[HEADS * MAX_WINDOW], dk[SEQ * KV_WIDTH], dv[SEQ * KV_WIDTH], workspace[HEADS * MAX_WINDOW];
+} window_buffers;
+
+static assembled windowed;
+static window_buffers wb;
+
+static void window_of(int T, int i, int *q0, int *len) {
+    int windows = (SEQ + T - 1) / T, first = SEQ - (windows - 1) * T;
+    *q0 = i == 0 ? 0 : first + (i - 1) * T;
+    *len = i == 0 ? first : T;
+}
+
+/* The whole attention of data's two sequences through windows of T queries, into windowed. */
+static void attend_by_windows(int T) {
+    double dk[BATCH * SEQ * KV_WIDTH] = {0}, dv[BATCH * SEQ * KV_WIDTH] = {0};
+    for (int b = 0; b < BATCH; b++) {
+        const float *k = data.k + (size_t)b * SEQ * KV_WIDTH, *v = data.v + (size_t)b * SEQ * KV_WIDTH;
+        for (int i = 0; i < (SEQ + T - 1) / T; i++) {
+            int q0, len;
+            window_of(T, i, &q0, &len);
+            mt_attn_dims dims = {1, SEQ, HEADS, KV_HEADS, HEAD_DIM, q0, len};
+            size_t row = (size_t)b * SEQ + q0;
+            cr_assert(mt_cpu_attention_workspace(dims) <= sizeof wb.workspace);
+            memcpy(wb.q, data.q + row * Q_WIDTH, (size_t)len * Q_WIDTH * sizeof(float));
+            memcpy(wb.dout, data.dout + row * Q_WIDTH, (size_t)len * Q_WIDTH * sizeof(float));
+            for (size_t j = 0; j < COUNT(wb.dk); j++) wb.dk[j] = wb.dv[j] = SENTINEL;
+            mt_cpu_attention(wb.out, wb.lse, wb.q, k, v, dims);
+            mt_cpu_attention_dx(wb.dq, wb.dk, wb.dv, wb.dout, wb.out, wb.lse, wb.q, k, v, dims, wb.workspace);
+            memcpy(windowed.out + row * Q_WIDTH, wb.out, (size_t)len * Q_WIDTH * sizeof(float));
+            memcpy(windowed.dq + row * Q_WIDTH, wb.dq, (size_t)len * Q_WIDTH * sizeof(float));
+            for (int h = 0; h < HEADS; h++)
+                memcpy(windowed.lse + ((size_t)b * HEADS + h) * SEQ + q0, wb.lse + (size_t)h * len,
+                       (size_t)len * sizeof(float));
+            for (size_t j = 0; j < (size_t)SEQ * KV_WIDTH; j++) {
+                size_t at = (size_t)b * SEQ * KV_WIDTH + j;
+                if (j < (size_t)(q0 + len) * KV_WIDTH) {
+                    dk[at] += wb.dk[j];
+                    dv[at] += wb.dv[j];
+                } else {
+                    cr_assert(wb.dk[j] == SENTINEL && wb.dv[j] == SENTINEL,
+                              "window %d of %d queries from %d wrote dk/dv past its keys (row %zu)", i, len, q0,
+                              j / KV_WIDTH);
+                }
+            }
+        }
+    }
+    for (size_t j = 0; j < COUNT(dk); j++) windowed.dk[j] = (float)dk[j], windowed.dv[j] = (float)dv[j];
+}
+
+static void expect_windows_make_the_whole(int T) {
+    fill_inputs(&data);
+    forward_backward(&data, 0, TWO_SEQS);
+    attend_by_windows(T);
+    char what[64];
+    const struct {
+        const char *name;
+        const float *got, *want;
+        size_t count;
+        double tol;
+    } outputs[] = {{"out", windowed.out, data.out, COUNT(data.out), 1e-6},
+                   {"lse", windowed.lse, data.lse, COUNT(data.lse), 1e-6},
+                   {"dq", windowed.dq, data.dq, COUNT(data.dq), 1e-6},
+                   {"dk", windowed.dk, data.dk, COUNT(data.dk), 1e-5},
+                   {"dv", windowed.dv, data.dv, COUNT(data.dv), 1e-5}};
+    for (size_t o = 0; o < COUNT(outputs); o++) {
+        double err = ops_rel_err(outputs[o].got, outputs[o].want, outputs[o].count);
+        snprintf(what, sizeof what, "%s by windows of %d", outputs[o].name, T);
+        cr_expect(err <= outputs[o].tol, "%s: relative error %g", what, err);
+    }
+}
+
+/* 150 queries in one window (the whole sequence as a window from 0) */
+Test(ops, attention_one_window_is_the_whole) { expect_windows_make_the_whole(SEQ); }
+
+/* 150 = 22 + 2 x 64: windows that start off the 64-key blocks, each crossing two blocks' diagonals */
+Test(ops, attention_windows_not_dividing_the_sequence) { expect_windows_make_the_whole(64); }
+
+/* 150 = 3 + 21 x 7 (a window of one query: the op table's) */
+Test(ops, attention_many_windows) { expect_windows_make_the_whole(7); }
+
+/* A window over two sequences at once is the two windows alone, bitwise (the engine's tiles hold
+ * one sequence's window, the op takes any batch). */
+Test(ops, attention_window_same_bits_for_any_batch) {
+    enum { Q0 = 70, LEN = 53 };
+    static float q[BATCH * LEN * Q_WIDTH], dout[BATCH * LEN * Q_WIDTH], out[2][BATCH * LEN * Q_WIDTH];
+    static float lse[2][BATCH * HEADS * LEN], dq[2][BATCH * LEN * Q_WIDTH];
+    static float dk[2][BATCH * SEQ * KV_WIDTH], dv[2][BATCH * SEQ * KV_WIDTH], ws[BATCH * HEADS * LEN];
+    fill_inputs(&data);
+    for (int b = 0; b < BATCH; b++) {
+        memcpy(q + (size_t)b * LEN * Q_WIDTH, data.q + ((size_t)b * SEQ + Q0) * Q_WIDTH, sizeof q / BATCH);
+        memcpy(dout + (size_t)b * LEN * Q_WIDTH, data.dout + ((size_t)b * SEQ + Q0) * Q_WIDTH, sizeof dout / BATCH);
+    }
+    mt_attn_dims both = {BATCH, SEQ, HEADS, KV_HEADS, HEAD_DIM, Q0, LEN}, one = both;
+    one.batch = 1;
+    mt_cpu_attention(out[0], lse[0], q, data.k, data.v, both);
+    mt_cpu_attention_dx(dq[0], dk[0], dv[0], dout, out[0], lse[0], q, data.k, data.v, both, ws);
+    for (int b = 0; b < BATCH; b++) {
+        size_t qa = (size_t)b * LEN * Q_WIDTH, kva = (size_t)b * SEQ * KV_WIDTH, la = (size_t)b * HEADS * LEN;
+        mt_cpu_attention(out[1] + qa, lse[1] + la, q + qa, data.k + kva, data.v + kva, one);
+        mt_cpu_attention_dx(dq[1] + qa, dk[1] + kva, dv[1] + kva, dout + qa, out[1] + qa, lse[1] + la, q + qa,
+                            data.k + kva, data.v + kva, one, ws);
+    }
+    cr_assert(!memcmp(out[0], out[1], sizeof out[0]), "a window's out depends on the batch");
+    cr_assert(!memcmp(lse[0], lse[1], sizeof lse[0]), "a window's lse depends on the batch");
+    cr_assert(!memcmp(dq[0], dq[1], sizeof dq[0]), "a window's dq depends on the batch");
+    cr_assert(!memcmp(dk[0], dk[1], sizeof dk[0]), "a window's dk depends on the batch");
+    cr_assert(!memcmp(dv[0], dv[1], sizeof dv[0]), "a window's dv depends on the batch");
 }
