@@ -34,9 +34,10 @@ static void apply_mask(const uint8_t *mask, int count, int32_t *targets) {
         if (mask && !mask[i]) targets[i] = -1;
 }
 
-/* mask: NULL, or one byte per target (0: no loss). */
-static void check_grads(const mt_config *cfg, int micro_batches, const uint8_t *mask) {
+/* mask: NULL, or one byte per target (0: no loss). attn_tile: the engine's (0: the default). */
+static void check_grads_tiled(const mt_config *cfg, int micro_batches, const uint8_t *mask, int attn_tile) {
     mt_engine_options o = options(micro_batches);
+    if (attn_tile) o.attn_tile = attn_tile;
     mt_tiny_model t;
     mt_tiny_model_open(&t, cfg, &o, 11);
     int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
@@ -60,6 +61,10 @@ static void check_grads(const mt_config *cfg, int micro_batches, const uint8_t *
                  d.worst_rel, d.worst_max_abs);
     free(want);
     mt_tiny_model_close(&t);
+}
+
+static void check_grads(const mt_config *cfg, int micro_batches, const uint8_t *mask) {
+    check_grads_tiled(cfg, micro_batches, mask, 0);
 }
 
 Test(model, grads_match_reference_gqa_untied) {
@@ -152,6 +157,19 @@ Test(model, grads_match_reference_qwen3_untied) {
 Test(model, grads_match_reference_qwen3_tied_two_micro_batches) {
     mt_config c = mt_tiny_config_qwen3(1);
     check_grads(&c, 2, NULL);
+}
+
+/* Attention in windows of 3 queries (8 = 2 + 3 + 3, engine/block.c), each at its positions: RoPE's
+ * llama3 scaling and Qwen3's q/k norms through the windows, against the reference's whole
+ * sequences. */
+Test(model, grads_match_reference_mha_llama3_rope_in_windows) {
+    mt_config c = mt_tiny_config_mha();
+    check_grads_tiled(&c, 1, NULL, 3);
+}
+
+Test(model, grads_match_reference_qwen3_in_windows_two_micro_batches) {
+    mt_config c = mt_tiny_config_qwen3(1);
+    check_grads_tiled(&c, 2, uneven_mask, 3);
 }
 
 /* A few AdamW steps against torch.optim.AdamW: with exact clipping (the optimizer runs after the
