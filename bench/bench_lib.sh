@@ -26,7 +26,9 @@ build_megatrain() {
         echo "the carried $build/megatrain, not rebuilt" | tee "$out/build.log"
         return
     fi
-    if ! make CUDA=1 BUILD="$build" -j"$(nproc)" "$build/megatrain" >"$out/build.log" 2>&1; then
+    # NV_ARCHS (the Makefile's variable, e.g. -gencode=arch=compute_90a,code=sm_90a): machine code for
+    # the GPU at hand only, a build of a minute instead of several.
+    if ! make CUDA=1 BUILD="$build" ${NV_ARCHS:+"NV_ARCHS=$NV_ARCHS"} -j"$(nproc)" "$build/megatrain" >"$out/build.log" 2>&1; then
         echo "build failed; its log ends:"
         tail -40 "$out/build.log"
         exit 1

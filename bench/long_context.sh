@@ -19,6 +19,23 @@
 # (ROWS=longest, one ladder each: LADDER_3B=524288 LADDER_8B= LADDER_PEER=65536, and so on).
 # Environment: STEPS (timed steps, 2), WARMUP (1), BUDGET_S (560), ROWS ("small long", or
 # "longest"), the three ladders (tokens, longest first), GPU_MEM (the long rows' budget).
+#
+# Llama-3.1-8B at 512k on one 80 GB H100 (issue 29; nvidia-h100-x2 with CUDA_VISIBLE_DEVICES=0: one
+# H100 beside 256 GiB of host), each group a call of its own, with --gpu-mem GPU_MEM (78GiB) and
+# --host-mem HOST_MEM (251GiB):
+#   layer512k  Llama-3.1-8B's layer shape at 524288 tokens, one sequence a step, its depth cut to
+#              LAYERS (2) blocks (a config.json written here, num_hidden_layers cut) so that the
+#              default settings and --clip 0 each take a warm-up and a timed step in one call (a
+#              block's step is ~25 s at 300 TFLOP/s; the full 32 a step would be ~13 minutes), the
+#              optimizer state on the host as the full depth's plan places it;
+#              `megatrain plan` of the full 32 layers at 524288 and at 393216 tokens beside them, on
+#              this GPU (cuDNN's own workspaces);
+#   full393k   full-depth Llama-3.1-8B at 393216 tokens, one step without a warm-up (~7 minutes:
+#              the whole call; PREBUILT=1 with the binary carried saves the build), CLIP (1: the
+#              default settings; 0 for the other call);
+#   peer       PyTorch GPU-resident with activation checkpointing and SDPA: Llama-3-8B (the same
+#              layers; 128 GB of fp32 weights, gradients and AdamW state, so no length fits 80 GB:
+#              one rung at 4096 says so) and the longest LADDER_PEER length Llama-3.2-3B trains.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 . tests/device/env.sh
@@ -61,6 +78,58 @@ ladder() {
     done
 }
 
+host_mem=${HOST_MEM:-251GiB}
+layers=${LAYERS:-2}
+
+# cut_config LAYERS: Llama-3.1-8B's config.json (the llama-3.1-8b preset's fields) with its depth cut.
+cut_config() {
+    local dir=$out/llama-3.1-8b-$1-layers
+    mkdir -p "$dir"
+    python3 - "$dir/config.json" "$1" <<'PY'
+import json, sys
+json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+           "intermediate_size": 14336, "num_hidden_layers": int(sys.argv[2]), "num_attention_heads": 32,
+           "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256, "max_position_embeddings": 131072,
+           "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": False, "bos_token_id": 128000,
+           "eos_token_id": 128001, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+           "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}, open(sys.argv[1], "w"), indent=1)
+PY
+    echo "$dir/config.json"
+}
+
+# h100 NAME LIMIT_S STEPS WARMUP ARGS...: megatrain bench on one sequence of $seq tokens inside
+# --gpu-mem and --host-mem.
+h100() {
+    local name=$1 limit=$2 steps=$3 warmup=$4
+    shift 4
+    bench megatrain "$name" 1 1 "$limit" "$build/megatrain" bench --backend cuda $(common) --max-positions "$seq" \
+        --gpu-mem "${GPU_MEM:-78GiB}" --host-mem "$host_mem" "$@"
+}
+
+# note TEXT: attached to the last line of the JSON lines (its "model" renamed to MODEL when given).
+note() {
+    python3 - "$jsonl" "$1" "${2:-}" <<'PY'
+import json, sys
+path, text, model = sys.argv[1:]
+lines = open(path).read().splitlines()
+run = json.loads(lines[-1])
+run["note"] = text
+if model:
+    run["model"] = model
+lines[-1] = json.dumps(run)
+open(path, "w").write("\n".join(lines) + "\n")
+PY
+}
+
+plans=()
+# plan_full SEQ: `megatrain plan` of the full Llama-3.1-8B at SEQ tokens on this GPU, kept beside the table.
+plan_full() {
+    local file=$out/plan-llama-3.1-8b-$1.txt
+    "$build/megatrain" plan --backend cuda --preset llama-3.1-8b --seq "$1" --batch 1 --max-positions "$1" \
+        --gpu-mem "${GPU_MEM:-78GiB}" --host-mem "$host_mem" >"$file" 2>&1
+    plans+=(--plan "megatrain plan: Llama-3.1-8B, all 32 layers, one sequence of $1 tokens, --gpu-mem ${GPU_MEM:-78GiB} --host-mem $host_mem=$file")
+}
+
 for group in $rows; do
     case $group in
     small)
@@ -78,11 +147,32 @@ for group in $rows; do
         ladder megatrain llama-3.2-3b 540 $ladder_3b
         ladder megatrain llama-3.1-8b 540 $ladder_8b
         ;;
-    *) echo "ROWS: unknown group '$group' (small, long, longest)"; exit 2 ;;
+    layer512k)
+        seq=524288
+        plan_full 524288
+        plan_full 393216
+        config=$(cut_config "$layers")
+        cut="the depth cut to $layers of 32 layers (num_hidden_layers), so that a warm-up and a timed step fit the call; each layer is Llama-3.1-8B's, and so are the workspace, weight slots and ends on the GPU and the optimizer state on the host (the full depth's placement, given: --ends-on-device off --device-blocks 0); the full depth keeps most of its checkpoints in pinned host memory instead (its plan beside the table)"
+        for clip in 1 0; do
+            h100 llama-3.1-8b 290 1 1 --config "$config" --clip "$clip" --ends-on-device off --device-blocks 0
+            trained && note "$cut" "llama-3.1-8b ($layers of 32 layers)"
+        done
+        ;;
+    full393k)
+        seq=393216
+        h100 llama-3.1-8b 590 1 0 --preset llama-3.1-8b --clip "${CLIP:-1}"
+        trained && note "one step, no warm-up: cuDNN's plans for its windows are built in it"
+        ;;
+    peer)
+        seq=4096
+        bench pytorch-resident llama-3-8b 1 1 120 python3 bench/peers/torch_peer.py --mode resident $(common) --preset llama-3-8b --clip 0
+        ladder pytorch-resident llama-3.2-3b 150 $ladder_peer
+        ;;
+    *) echo "ROWS: unknown group '$group' (small, long, longest, layer512k, full393k, peer)"; exit 2 ;;
     esac
 done
 
-python3 bench/table.py "$jsonl" --machine "$machine" --md "$out/bench.md" --json "$out/bench.json" >/dev/null
+python3 bench/table.py "$jsonl" --machine "$machine" --md "$out/bench.md" --json "$out/bench.json" ${plans[@]+"${plans[@]}"} >/dev/null
 echo
 cat "$out/bench.md"
 echo

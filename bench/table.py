@@ -2,7 +2,8 @@
 into one table: markdown for reading, JSON for keeping. bench/results/<date>-<machine>.md and
 .json are these two files, copied from the device machine.
 
-  python3 bench/table.py bench.jsonl --machine "NVIDIA H200, 16 cores" --md bench.md --json bench.json
+  python3 bench/table.py bench.jsonl --machine "NVIDIA H200, 16 cores" --md bench.md --json bench.json \
+      [--plan "TITLE=plan.txt" ...]
 
 Each row's "vs megatrain" divides its tokens/s by that of the first megatrain run at the same model
 and tokens per step (bench/run.sh runs --clip 0 first at 1B and 3B: the --clip 1 row then reads
@@ -42,6 +43,11 @@ def measured(run):
 def notes(run):
     if "error" in run:
         return "FAILED: " + run["error"].replace("|", "/")
+    note = run.get("note", "")
+    return (note + "; " if note else "") + measured_notes(run)
+
+
+def measured_notes(run):
     if "skipped" in run:
         return "not run: " + run["skipped"].replace("|", "/")
     if run["system"] == "megatrain":
@@ -57,6 +63,10 @@ def notes(run):
             ends += f"; --gpu-mem {run['gpu_mem_gib']:g} GiB"
         if run.get("ckpt_on_host"):
             ends += f": the input checkpoints of {run['ckpt_on_host']} of {run['layers']} blocks in pinned host memory"
+        if "driver_peak_gpu_gib" in run:
+            ends += f"; driver-counted peak GPU memory {run['driver_peak_gpu_gib']:.1f} GiB"
+        if run.get("attn_tile") and run["attn_tile"] < run["seq"]:
+            ends += f"; attention in windows of {run['attn_tile']} queries"
         return (f"{idle}, stalled on copies {100 * run['copy_wait_share']:.1f}%; "
                 f"host optimizer {run['opt_seconds']:.3f} s a step{pinned}{ends}")
     return f"{run.get('optimizer', '')}, torch {run.get('torch', '?')}"
@@ -79,7 +89,7 @@ def row(run, megatrain_speed):
             f"{run['tflops']:.1f}", f"{run['peak_gpu_gib']:.1f}", f"{run['host_gib']:.1f}", notes(run)]
 
 
-def markdown(runs, machine, date):
+def markdown(runs, machine, date, plans=()):
     # The first megatrain run of each model and tokens per step is the reference.
     megatrain_speed = {}
     for r in runs:
@@ -95,6 +105,8 @@ def markdown(runs, machine, date):
     lines += ["", "clip: global gradient-norm clipping (0: none). megatrain clips exactly: with clipping "
               "its optimizer waits for the whole backward; without, it updates each block as its "
               "gradients come home."]
+    for title, text in plans:
+        lines += ["", f"## {title}", "", "```", text.rstrip("\n"), "```"]
     return "\n".join(lines) + "\n"
 
 
@@ -104,15 +116,22 @@ def main():
     ap.add_argument("--machine", required=True, help="what ran them, in words")
     ap.add_argument("--md", required=True, help="write the markdown table here")
     ap.add_argument("--json", required=True, help="write the runs and the machine here")
+    ap.add_argument("--plan", action="append", default=[], metavar="TITLE=FILE",
+                    help="a `megatrain plan` output to keep beside the table (repeatable)")
     a = ap.parse_args()
 
     runs = [run for path in a.jsonl for run in read_runs(path)]
+    plans = []
+    for spec in a.plan:
+        title, _, path = spec.partition("=")
+        with open(path) as f:
+            plans.append((title, f.read()))
     date = datetime.date.today().isoformat()
-    table = markdown(runs, a.machine, date)
+    table = markdown(runs, a.machine, date, plans)
     with open(a.md, "w") as f:
         f.write(table)
     with open(a.json, "w") as f:
-        json.dump({"date": date, "machine": a.machine, "runs": runs}, f, indent=1)
+        json.dump({"date": date, "machine": a.machine, "runs": runs, "plans": dict(plans)}, f, indent=1)
         f.write("\n")
     sys.stdout.write(table)
 

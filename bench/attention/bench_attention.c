@@ -4,7 +4,12 @@
  * PyTorch's SDPA on the same inputs. One line per length, key=value fields.
  *
  *   bench_attention [--seqs 32768,65536,...] [--heads 24] [--kv-heads 8] [--head-dim 128]
- *                   [--iters K] [--sample DIR]
+ *                   [--iters K] [--sample DIR] [--tile T]
+ *
+ * --tile T runs the sequence as the engine does with --attn-tile T (engine/mixer_attention.c): in
+ * windows of T queries cut from its end, each attending to every key before it; the backward from
+ * the last window, each window's share of dk and dv summed in fp32 and its own rows rounded back.
+ * The times are the whole sequence's (every window, the sums included); 0 or T >= seq: one call.
  *
  * Inputs are a fixed function of the element index (bench_attention_input, which the Python side
  * computes alike), rounded to bf16. Times are the mean of K runs after one warm-up. FLOPs: forward
@@ -24,13 +29,13 @@
 #define MAX_SEQS 16
 
 typedef struct {
-    int seqs[MAX_SEQS], n_seqs, heads, kv_heads, head_dim, iters;
+    int seqs[MAX_SEQS], n_seqs, heads, kv_heads, head_dim, iters, tile;
     const char *sample_dir;
 } options;
 
 static void usage_and_exit(void) {
     fprintf(stderr, "usage: bench_attention [--seqs 32768,65536,...] [--heads H] [--kv-heads KV] [--head-dim D] "
-                    "[--iters K] [--sample DIR]\n");
+                    "[--iters K] [--sample DIR] [--tile T]\n");
     exit(2);
 }
 
@@ -56,6 +61,7 @@ static options parse_options(int argc, char **argv) {
         else if (!strcmp(flag, "--kv-heads")) o.kv_heads = positive(value);
         else if (!strcmp(flag, "--head-dim")) o.head_dim = positive(value);
         else if (!strcmp(flag, "--iters")) o.iters = positive(value);
+        else if (!strcmp(flag, "--tile")) o.tile = !strcmp(value, "0") ? 0 : positive(value);
         else if (!strcmp(flag, "--sample")) o.sample_dir = value;
         else usage_and_exit();
     }
@@ -88,9 +94,10 @@ static void *device_input(mt_backend *be, mt_stream *s, int which, size_t count,
     return dev;
 }
 
+/* last_lse: the lse block [heads][last_rows] that holds the sequence's last rows. */
 static int write_sample(const options *o, mt_backend *be, mt_stream *s, int seq, const void *out, const void *dq,
-                        const float *lse) {
-    size_t row = (size_t)o->heads * o->head_dim * 2, rows = SAMPLE_ROWS < seq ? SAMPLE_ROWS : seq;
+                        const float *last_lse, int last_rows) {
+    size_t row = (size_t)o->heads * o->head_dim * 2, rows = SAMPLE_ROWS < last_rows ? SAMPLE_ROWS : last_rows;
     size_t bytes = 4 * rows * row + (size_t)o->heads * rows * 4;
     char *buf = malloc(bytes), path[4096];
     if (!buf) return -1;
@@ -100,8 +107,8 @@ static int write_sample(const options *o, mt_backend *be, mt_stream *s, int seq,
         mt_copy_async(be, at, sources[t], rows * row, s), at += rows * row;
         mt_copy_async(be, at, (const char *)sources[t] + (seq - rows) * row, rows * row, s), at += rows * row;
     }
-    for (int h = 0; h < o->heads; h++, at += rows * 4) /* lse is [heads][seq] */
-        mt_copy_async(be, at, lse + (size_t)h * seq + (seq - rows), rows * 4, s);
+    for (int h = 0; h < o->heads; h++, at += rows * 4)
+        mt_copy_async(be, at, last_lse + (size_t)h * last_rows + (last_rows - rows), rows * 4, s);
     finish(be, s);
     snprintf(path, sizeof path, "%s/attention-%d.bin", o->sample_dir, seq);
     FILE *f = fopen(path, "wb");
@@ -112,45 +119,111 @@ static int write_sample(const options *o, mt_backend *be, mt_stream *s, int seq,
     return ok ? 0 : -1;
 }
 
+/* The windows of a sequence (engine/block.c): T queries each from its end, the first the rest. */
+typedef struct {
+    int T, count, first;
+} windows;
+
+static windows windows_of(int seq, int tile) {
+    windows w = {tile > 0 && tile < seq ? tile : seq, 0, 0};
+    w.count = (seq + w.T - 1) / w.T;
+    w.first = seq - (w.count - 1) * w.T;
+    return w;
+}
+
+/* Window i's first query, its queries, and its dims (the first is plain attention over its rows). */
+static int window_q0(windows w, int i) { return i == 0 ? 0 : w.first + (i - 1) * w.T; }
+static int window_rows(windows w, int i) { return i == 0 ? w.first : w.T; }
+static mt_attn_dims window_dims(const options *o, int seq, windows w, int i) {
+    mt_attn_dims d = {1, window_rows(w, i), o->heads, o->kv_heads, o->head_dim, 0, 0};
+    if (i > 0) d.seq = seq, d.q0 = window_q0(w, i), d.q_len = w.T;
+    return d;
+}
+
+/* The device buffers of one length: the whole sequence's q, k, v, dout, out, dq, dk, dv; lse as
+ * each window's [heads][rows] block one after another (the whole [heads][seq] in one window); the
+ * fp32 sums of dk and dv over the windows. */
+typedef struct {
+    void *q, *k, *v, *dout, *out, *dq, *dk, *dv, *ws;
+    float *lse, *dk_sum, *dv_sum;
+} buffers;
+
+static void forward(const options *o, mt_backend *be, mt_stream *s, int seq, windows w, const buffers *b) {
+    size_t row = (size_t)o->heads * o->head_dim * 2;
+    for (int i = 0; i < w.count; i++) {
+        size_t at = (size_t)window_q0(w, i) * row;
+        be->ops->op.attention(be, s, (char *)b->out + at, b->lse + (size_t)o->heads * window_q0(w, i),
+                              (const char *)b->q + at, b->k, b->v, window_dims(o, seq, w, i), b->ws);
+    }
+}
+
+/* The backward from the last window; with several, each window's share of dk and dv joins the fp32
+ * sums and the window's own rows are rounded back, as the engine does. */
+static void backward(const options *o, mt_backend *be, mt_stream *s, int seq, windows w, const buffers *b) {
+    size_t row = (size_t)o->heads * o->head_dim * 2, kv = (size_t)o->kv_heads * o->head_dim;
+    for (int i = w.count - 1; i >= 0; i--) {
+        int q0 = window_q0(w, i), rows = window_rows(w, i);
+        size_t at = (size_t)q0 * row;
+        be->ops->op.attention_dx(be, s, (char *)b->dq + at, b->dk, b->dv, (const char *)b->dout + at,
+                                 (const char *)b->out + at, b->lse + (size_t)o->heads * q0, (const char *)b->q + at,
+                                 b->k, b->v, window_dims(o, seq, w, i), b->ws);
+        if (w.count == 1) continue;
+        size_t keys = (size_t)(q0 + rows) * kv, own = (size_t)q0 * kv;
+        be->ops->op.accumulate_f32(be, s, b->dk_sum, b->dk, keys, i < w.count - 1);
+        be->ops->op.accumulate_f32(be, s, b->dv_sum, b->dv, keys, i < w.count - 1);
+        be->ops->op.round_f32(be, s, (char *)b->dk + own * 2, b->dk_sum + own, (size_t)rows * kv);
+        be->ops->op.round_f32(be, s, (char *)b->dv + own * 2, b->dv_sum + own, (size_t)rows * kv);
+    }
+}
+
 /* One length: allocate, run warm-up + iters, print the line. Returns 0, or -1 on an error. */
 static int run_length(const options *o, mt_backend *be, mt_stream *s, int seq) {
-    mt_attn_dims d = {.batch = 1, .seq = seq, .heads = o->heads, .kv_heads = o->kv_heads, .head_dim = o->head_dim};
+    windows w = windows_of(seq, o->tile);
     size_t qc = (size_t)seq * o->heads * o->head_dim, kc = (size_t)seq * o->kv_heads * o->head_dim;
     uint16_t *host = malloc(qc * 2);
-    size_t ws_bytes = be->ops->op.attention_workspace(be, d);
-    void *q = host ? device_input(be, s, 0, qc, host) : NULL, *k = q ? device_input(be, s, 1, kc, host) : NULL;
-    void *v = k ? device_input(be, s, 2, kc, host) : NULL, *dout = v ? device_input(be, s, 3, qc, host) : NULL;
-    void *out = mt_dev_alloc(be, qc * 2, "out"), *dq = mt_dev_alloc(be, qc * 2, "dq");
-    void *dk = mt_dev_alloc(be, kc * 2, "dk"), *dv = mt_dev_alloc(be, kc * 2, "dv");
-    float *lse = mt_dev_alloc(be, (size_t)o->heads * seq * 4, "lse");
-    void *ws = mt_dev_alloc(be, ws_bytes ? ws_bytes : 1, "the attention workspace");
+    size_t ws_bytes = be->ops->op.attention_workspace(be, window_dims(o, seq, w, w.count - 1));
+    size_t first_ws = be->ops->op.attention_workspace(be, window_dims(o, seq, w, 0));
+    if (first_ws > ws_bytes) ws_bytes = first_ws;
+    buffers b = {0};
+    b.q = host ? device_input(be, s, 0, qc, host) : NULL, b.k = b.q ? device_input(be, s, 1, kc, host) : NULL;
+    b.v = b.k ? device_input(be, s, 2, kc, host) : NULL, b.dout = b.v ? device_input(be, s, 3, qc, host) : NULL;
+    b.out = mt_dev_alloc(be, qc * 2, "out"), b.dq = mt_dev_alloc(be, qc * 2, "dq");
+    b.dk = mt_dev_alloc(be, kc * 2, "dk"), b.dv = mt_dev_alloc(be, kc * 2, "dv");
+    b.lse = mt_dev_alloc(be, (size_t)o->heads * seq * 4, "lse");
+    b.ws = mt_dev_alloc(be, ws_bytes ? ws_bytes : 1, "the attention workspace");
+    int sums = w.count == 1 || ((b.dk_sum = mt_dev_alloc(be, kc * 4, "dk's fp32 sum")) &&
+                                (b.dv_sum = mt_dev_alloc(be, kc * 4, "dv's fp32 sum")));
     int rc = -1;
-    if (dout && out && dq && dk && dv && lse && ws) {
+    if (b.dout && b.out && b.dq && b.dk && b.dv && b.lse && b.ws && sums) {
         mt_event *t0 = mt_event_create(be), *t1 = mt_event_create(be), *t2 = mt_event_create(be);
         double fwd = 0, bwd = 0;
         for (int it = 0; it <= o->iters; it++) {
             mt_event_record(be, t0, s);
-            be->ops->op.attention(be, s, out, lse, q, k, v, d, ws);
+            forward(o, be, s, seq, w, &b);
             mt_event_record(be, t1, s);
-            be->ops->op.attention_dx(be, s, dq, dk, dv, dout, out, lse, q, k, v, d, ws);
+            backward(o, be, s, seq, w, &b);
             mt_event_record(be, t2, s);
             mt_event_sync(be, t2);
             if (it > 0) fwd += mt_event_elapsed(be, t0, t1) / o->iters, bwd += mt_event_elapsed(be, t1, t2) / o->iters;
         }
         mt_event_destroy(be, t0), mt_event_destroy(be, t1), mt_event_destroy(be, t2);
         double flops = 2.0 * seq * (double)seq * o->heads * o->head_dim;
-        if (mt_backend_check(be) == MT_OK && (!o->sample_dir || write_sample(o, be, s, seq, out, dq, lse) == 0)) {
-            printf("system=megatrain seq=%d heads=%d kv_heads=%d head_dim=%d fwd_ms=%.2f bwd_ms=%.2f fwd_tflops=%.1f "
-                   "bwd_tflops=%.1f workspace_gib=%.2f peak_gib=%.2f\n", seq, o->heads, o->kv_heads, o->head_dim,
-                   fwd * 1e3, bwd * 1e3, flops / fwd * 1e-12, 2.5 * flops / bwd * 1e-12, ws_bytes / 1073741824.0,
-                   mt_dev_peak(be) / 1073741824.0);
+        int last = window_q0(w, w.count - 1);
+        if (mt_backend_check(be) == MT_OK &&
+            (!o->sample_dir || write_sample(o, be, s, seq, b.out, b.dq, b.lse + (size_t)o->heads * last,
+                                            window_rows(w, w.count - 1)) == 0)) {
+            printf("system=megatrain seq=%d heads=%d kv_heads=%d head_dim=%d tile=%d windows=%d fwd_ms=%.2f "
+                   "bwd_ms=%.2f fwd_tflops=%.1f bwd_tflops=%.1f workspace_gib=%.2f peak_gib=%.2f\n", seq, o->heads,
+                   o->kv_heads, o->head_dim, w.T, w.count, fwd * 1e3, bwd * 1e3, flops / fwd * 1e-12,
+                   2.5 * flops / bwd * 1e-12, ws_bytes / 1073741824.0, mt_dev_peak(be) / 1073741824.0);
             rc = 0;
         }
     }
     if (rc) printf("system=megatrain seq=%d error=\"%s\"\n", seq, mt_error());
     fflush(stdout);
-    void *bufs[] = {q, k, v, dout, out, dq, dk, dv, lse, ws};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mt_dev_free(be, bufs[i]);
+    void *bufs[] = {b.q, b.k, b.v, b.dout, b.out, b.dq, b.dk, b.dv, b.lse, b.ws, b.dk_sum, b.dv_sum};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) mt_dev_free(be, bufs[i]);
     free(host);
     return rc;
 }

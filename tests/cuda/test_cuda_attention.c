@@ -15,6 +15,7 @@
 #include "backend/cuda/attention_cudnn.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "gpu_harness.h"
+#include "util/bf16.h"
 
 #define BF16_TOL 1e-2
 #define LSE_TOL 1e-4
@@ -129,6 +130,148 @@ Test(cuda, attention_paths_gqa_seq_256_head_dim_128) {
 
 Test(cuda, attention_paths_mha_seq_256_head_dim_64) {
     check_both((mt_attn_dims){.batch = 2, .seq = 256, .heads = 4, .kv_heads = 4, .head_dim = 64}, 24);
+}
+
+/* ---- windows of queries (tiled attention, backend.h) ----
+ *
+ * A sequence cut from its end into windows of T queries, as the engine cuts it (engine/block.c),
+ * each on one path: every window against the CPU reference of the same window on the same bf16
+ * inputs (its backward from this path's own out and lse), at the tolerances above; the windows
+ * assembled (out, lse and dq row by row, dk and dv summed over the windows in fp32 and rounded once,
+ * as engine/mixer_attention.c does) against the CPU reference of the whole sequence and against
+ * this path's own untiled attention. Logged beside: dk and dv summed in bf16 instead (a rounding
+ * after every window), against the same reference, the measurement the fp32 sums were chosen by. */
+
+static float bf16_round(float x) { return mt_bf16_to_f32(mt_f32_to_bf16(x)); }
+
+static double rel_err_bf16(const float *got, const float *want, size_t count) {
+    float *rounded = host(count);
+    for (size_t i = 0; i < count; i++) rounded[i] = bf16_round(got[i]);
+    double err = ops_rel_err(rounded, want, count);
+    free(rounded);
+    return err;
+}
+
+static void check_windows(path p, mt_attn_dims d, int T, unsigned seed) {
+    cr_assert_eq(d.batch, 1, "the engine's windows lie in one sequence");
+    gpu g;
+    gpu_open(&g);
+    mt_cudnn_attention *ca;
+    cr_assert_eq(mt_cudnn_attention_create(&ca), MT_OK);
+    size_t qc = q_count(d), kc = kv_count(d), lc = lse_count(d), row = (size_t)d.heads * d.head_dim;
+    size_t kv = (size_t)d.kv_heads * d.head_dim;
+    float *q = host(qc), *k = host(kc), *v = host(kc), *dout = host(qc);
+    fill_random(q, qc, 1.5f, &seed), fill_random(k, kc, 1.5f, &seed);
+    fill_random(v, kc, 1.0f, &seed), fill_random(dout, qc, 1.0f, &seed);
+    int windows = (d.seq + T - 1) / T, first = d.seq - (windows - 1) * T;
+    mt_attn_dims last = d;
+    last.q0 = d.seq - T, last.q_len = T;
+    mt_attn_dims start = {1, first, d.heads, d.kv_heads, d.head_dim, 0, 0};
+    size_t ws = workspace_bytes(ca, last, p), first_ws = workspace_bytes(ca, start, p), whole_ws = workspace_bytes(ca, d, p);
+    if (first_ws > ws) ws = first_ws;
+    if (whole_ws > ws) ws = whole_ws;
+    buffers b = {
+        .q = gpu_put_bf16(&g, q, qc), .k = gpu_put_bf16(&g, k, kc), .v = gpu_put_bf16(&g, v, kc),
+        .dout = gpu_put_bf16(&g, dout, qc), .out = gpu_alloc(&g, qc * 2), .lse = gpu_alloc(&g, lc * 4),
+        .dq = gpu_alloc(&g, qc * 2), .dk = gpu_alloc(&g, kc * 2), .dv = gpu_alloc(&g, kc * 2),
+        .ws = gpu_alloc(&g, ws),
+    };
+    /* the untiled attention on this path first */
+    run_forward(&g, ca, p, &b, d);
+    run_backward(&g, ca, p, &b, d);
+    float *whole_out = host(qc), *whole_dq = host(qc), *whole_dk = host(kc), *whole_dv = host(kc);
+    gpu_get_bf16(&g, whole_out, b.out, qc), gpu_get_bf16(&g, whole_dq, b.dq, qc);
+    gpu_get_bf16(&g, whole_dk, b.dk, kc), gpu_get_bf16(&g, whole_dv, b.dv, kc);
+
+    float *out = host(qc), *lse = host(lc), *dq = host(qc), *dk = host(kc), *dv = host(kc);
+    float *dk32 = host(kc), *dv32 = host(kc), *dk16 = host(kc), *dv16 = host(kc);
+    float *ref_out = host(qc), *ref_lse = host(lc), *ref_dq = host(qc), *ref_dk = host(kc), *ref_dv = host(kc);
+    void *cpu_ws = malloc(mt_cpu_attention_workspace(d) + 1);
+    double worst[5] = {0};
+    for (int i = windows - 1; i >= 0; i--) { /* the engine's backward order */
+        int q0 = i == 0 ? 0 : first + (i - 1) * T, rows = i == 0 ? first : T;
+        mt_attn_dims w = i == 0 ? start : d;
+        if (i > 0) w.q0 = q0, w.q_len = T;
+        buffers wb = b;
+        wb.q = (char *)b.q + (size_t)q0 * row * 2, wb.dout = (char *)b.dout + (size_t)q0 * row * 2;
+        wb.out = (char *)b.out + (size_t)q0 * row * 2, wb.dq = (char *)b.dq + (size_t)q0 * row * 2;
+        wb.lse = (float *)b.lse + (size_t)d.heads * q0;
+        run_forward(&g, ca, p, &wb, w);
+        run_backward(&g, ca, p, &wb, w);
+        size_t wq = (size_t)rows * row, wl = (size_t)rows * d.heads, keys = (size_t)(q0 + rows) * kv;
+        float *o = out + (size_t)q0 * row, *l = lse + (size_t)d.heads * q0, *gq = dq + (size_t)q0 * row;
+        gpu_get_bf16(&g, o, wb.out, wq), gpu_get_f32(&g, l, wb.lse, wl), gpu_get_bf16(&g, gq, wb.dq, wq);
+        gpu_get_bf16(&g, dk, b.dk, keys), gpu_get_bf16(&g, dv, b.dv, keys);
+        /* this window on the CPU, from the same rows and this path's out and lse */
+        mt_cpu_attention(ref_out, ref_lse, q + (size_t)q0 * row, k, v, w);
+        mt_cpu_attention_dx(ref_dq, ref_dk, ref_dv, dout + (size_t)q0 * row, o, l, q + (size_t)q0 * row, k, v, w,
+                            cpu_ws);
+        double e[5] = {ops_rel_err(o, ref_out, wq), ops_rel_err(l, ref_lse, wl), ops_rel_err(gq, ref_dq, wq),
+                       ops_rel_err(dk, ref_dk, keys), ops_rel_err(dv, ref_dv, keys)};
+        for (int j = 0; j < 5; j++) worst[j] = e[j] > worst[j] ? e[j] : worst[j];
+        for (size_t j = 0; j < keys; j++) { /* the engine's fp32 sums, and bf16 ones for the record */
+            dk32[j] = i == windows - 1 ? dk[j] : dk32[j] + dk[j];
+            dv32[j] = i == windows - 1 ? dv[j] : dv32[j] + dv[j];
+            dk16[j] = i == windows - 1 ? dk[j] : bf16_round(dk16[j] + dk[j]);
+            dv16[j] = i == windows - 1 ? dv[j] : bf16_round(dv16[j] + dv[j]);
+        }
+    }
+    cr_log_info("%s windows of %d over s%d h%d/%d d%d: worst window's rel err against the CPU's window: out %.2e "
+                "lse %.2e dq %.2e dk %.2e dv %.2e", path_name(p), T, d.seq, d.heads, d.kv_heads, d.head_dim, worst[0],
+                worst[1], worst[2], worst[3], worst[4]);
+    cr_assert_lt(worst[0], BF16_TOL, "%s: a window's out", path_name(p));
+    cr_assert_lt(worst[1], LSE_TOL, "%s: a window's lse", path_name(p));
+    cr_assert_lt(worst[2], BF16_TOL, "%s: a window's dq", path_name(p));
+    cr_assert_lt(worst[3], BF16_TOL, "%s: a window's share of dk", path_name(p));
+    cr_assert_lt(worst[4], BF16_TOL, "%s: a window's share of dv", path_name(p));
+
+    /* assembled, against the whole sequence on the CPU (its backward from the assembled out and lse) */
+    mt_cpu_attention(ref_out, ref_lse, q, k, v, d);
+    mt_cpu_attention_dx(ref_dq, ref_dk, ref_dv, dout, out, lse, q, k, v, d, cpu_ws);
+    double whole[5] = {ops_rel_err(out, ref_out, qc), ops_rel_err(lse, ref_lse, lc), ops_rel_err(dq, ref_dq, qc),
+                       rel_err_bf16(dk32, ref_dk, kc), rel_err_bf16(dv32, ref_dv, kc)};
+    double untiled[5] = {ops_rel_err(out, whole_out, qc), 0, ops_rel_err(dq, whole_dq, qc),
+                         rel_err_bf16(dk32, whole_dk, kc), rel_err_bf16(dv32, whole_dv, kc)};
+    double untiled_ref[2] = {ops_rel_err(whole_dk, ref_dk, kc), ops_rel_err(whole_dv, ref_dv, kc)};
+    cr_log_info("%s windows of %d assembled: rel err against the CPU's whole: out %.2e lse %.2e dq %.2e dk %.2e dv "
+                "%.2e (this path untiled: dk %.2e dv %.2e; the windows' dk, dv summed in bf16 instead: %.2e %.2e); "
+                "against this path untiled: out %.2e dq %.2e dk %.2e dv %.2e", path_name(p), T, whole[0], whole[1],
+                whole[2], whole[3], whole[4], untiled_ref[0], untiled_ref[1], ops_rel_err(dk16, ref_dk, kc),
+                ops_rel_err(dv16, ref_dv, kc), untiled[0], untiled[2], untiled[3], untiled[4]);
+    cr_assert_lt(whole[0], BF16_TOL, "%s: assembled out", path_name(p));
+    cr_assert_lt(whole[1], LSE_TOL, "%s: assembled lse", path_name(p));
+    for (int j = 2; j < 5; j++) cr_assert_lt(whole[j], BF16_TOL, "%s: assembled gradient %d", path_name(p), j);
+    for (int j = 0; j < 5; j++) cr_assert_lt(untiled[j], BF16_TOL, "%s: against untiled, output %d", path_name(p), j);
+
+    mt_cudnn_attention_destroy(ca);
+    gpu_close(&g);
+    free(cpu_ws);
+    float *bufs[] = {q, k, v, dout, whole_out, whole_dq, whole_dk, whole_dv, out, lse, dq, dk, dv, dk32, dv32, dk16,
+                     dv16, ref_out, ref_lse, ref_dq, ref_dk, ref_dv};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+}
+
+static void check_windows_both(mt_attn_dims d, int T, unsigned seed) {
+    check_windows(PATH_CUDNN, d, T, seed);
+    check_windows(PATH_KERNELS, d, T, seed);
+}
+
+/* 300 = 44 + 2 x 128: windows from positions no 64 divides */
+Test(cuda, attention_windows_gqa_head_dim_128) {
+    check_windows_both((mt_attn_dims){.batch = 1, .seq = 300, .heads = 8, .kv_heads = 2, .head_dim = 128}, 128, 31);
+}
+
+/* 1000 = 40 + 10 x 96: many windows, MHA */
+Test(cuda, attention_many_windows_mha_head_dim_64) {
+    check_windows_both((mt_attn_dims){.batch = 1, .seq = 1000, .heads = 4, .kv_heads = 4, .head_dim = 64}, 96, 32);
+}
+
+/* one window the whole sequence; one query a window (the kernels: where cuDNN has no plan for a
+ * shape, the dispatch gives it to them) */
+Test(cuda, attention_windows_one_and_tiny) {
+    check_windows_both((mt_attn_dims){.batch = 1, .seq = 256, .heads = 6, .kv_heads = 2, .head_dim = 64}, 256, 33);
+    check_windows(PATH_KERNELS, (mt_attn_dims){.batch = 1, .seq = 12, .heads = 2, .kv_heads = 1, .head_dim = 128}, 1,
+                  34);
 }
 
 /* Mean seconds of forward and backward over `reps` runs after one warm-up. */

@@ -96,13 +96,16 @@ static void dump_for_transformers(const char *name, mt_tiny_model *t, const int3
     write_file(dir, "case.json", text, (size_t)len);
 }
 
-static void compare_backends(const char *name, const mt_config *cfg) {
-    mt_engine_options o = options();
+/* gpu_tile: the cuda engine's attention tile (0: the default, untiled at this length); the cpu
+ * engine runs untiled. */
+static void compare_backends_tiled(const char *name, const mt_config *cfg, int gpu_tile) {
+    mt_engine_options o = options(), og = o;
+    if (gpu_tile) og.attn_tile = gpu_tile;
     mt_tiny_model cpu, gpu;
     mt_backend *be;
     cr_assert_eq(mt_backend_cuda_create(&be, 0), MT_OK, "%s", mt_error());
     mt_tiny_model_open(&cpu, cfg, &o, 5);
-    mt_tiny_model_open_on(&gpu, be, cfg, &o, 5);
+    mt_tiny_model_open_on(&gpu, be, cfg, &og, 5);
     round_masters(&cpu);
     round_masters(&gpu);
     int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
@@ -121,6 +124,8 @@ static void compare_backends(const char *name, const mt_config *cfg) {
     mt_tiny_model_close(&gpu);
     mt_tiny_model_close(&cpu);
 }
+
+static void compare_backends(const char *name, const mt_config *cfg) { compare_backends_tiled(name, cfg, 0); }
 
 Test(cuda, engine_matches_cpu_llama_gqa_untied) {
     mt_config c = mt_tiny_wider(mt_tiny_config_gqa());
@@ -153,6 +158,20 @@ Test(cuda, engine_matches_cpu_qwen3_untied) {
 Test(cuda, engine_matches_cpu_qwen3_tied) {
     mt_config c = wider_qwen3(1);
     compare_backends("qwen3_tied", &c);
+}
+
+/* The cuda engine in attention windows of 12 queries (32 = 8 + 12 + 12: cuDNN's bottom-right
+ * windows, the fp32 sums of dk and dv, RoPE from a window's position) against the cpu engine
+ * untiled. */
+Test(cuda, engine_matches_cpu_in_windows_llama3_rope_gqa) {
+    mt_config c = mt_tiny_wider(mt_tiny_config_mha());
+    c.num_kv_heads = 2;
+    compare_backends_tiled("llama3_rope_gqa_windows", &c, 12);
+}
+
+Test(cuda, engine_matches_cpu_in_windows_qwen3) {
+    mt_config c = wider_qwen3(0);
+    compare_backends_tiled("qwen3_windows", &c, 12);
 }
 
 /* Eight AdamW steps on one batch: the two backends' losses stay within 2% of each other. */
