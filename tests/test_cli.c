@@ -246,7 +246,8 @@ Test(cli, max_positions_and_rope_theta_extend_the_context) {
     cr_expect_neq(r.exit_code, 0, "a resume took another --max-positions:\n%s", r.err);
     cr_expect_not_null(strstr(r.err, "max_position_embeddings 512"), "%s", r.err);
     mt_cli_result_free(&r);
-    const char *bad[][2] = {{"--max-positions", "0"}, {"--rope-theta", "0"}, {"--rope-theta", "-5"}};
+    const char *bad[][2] = {{"--max-positions", "0"}, {"--rope-theta", "0"}, {"--rope-theta", "-5"},
+                            {"--attn-tile", "-1"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         mt_cli_run(&r, TIMEOUT_S, "plan", "--preset", "tiny", "--backend", "cpu", bad[i][0], bad[i][1], NULL);
         cr_expect_eq(r.exit_code, 2, "plan took %s %s (exit %d)", bad[i][0], bad[i][1], r.exit_code);
@@ -508,6 +509,57 @@ Test(cli, plan_prints_chunks_and_checkpoint_split) {
                "1", NULL);
     cr_expect_eq(r.exit_code, 2, "plan took --seq 131073 (exit %d):\n%s", r.exit_code, r.out);
     cr_expect_not_null(strstr(r.err, "131072"), "%s", r.err);
+    mt_cli_result_free(&r);
+}
+
+/* Llama-3.1-8B at 512k and 1M tokens (issue 29), planned for a GPU that is not here (the CUDA
+ * backend's model: attention's workspace its kernels' or cuDNN's dQ accumulator, the larger): the
+ * attention windows and the block workspace by what it grows with; on one H100 of the lent
+ * 2-GPU machine (78 GiB, 251 GiB of host) 512k fits; at 1M on 80 GiB beside 256 GiB the device
+ * fits and the host does not (the checkpoints); on 24 GiB beside 128 GiB 512k is refused with the
+ * bytes of each class, at the smallest settings. */
+static void plan_8b(mt_cli_result *r, const char *seq, const char *gpu, const char *host, const char *tile) {
+    mt_cli_run(r, TIMEOUT_S, "plan", "--preset", "llama-3.1-8b", "--backend", "cuda", "--batch", "1", "--seq", seq,
+               "--max-positions", seq, "--gpu-mem", gpu, "--host-mem", host, "--attn-tile", tile, "--rate-gemm",
+               "700", "--rate-pcie", "51", "--rate-adamw", "3.7", NULL);
+    assert_succeeded(r);
+}
+
+static const char *fit_line(const char *out, const char *what) {
+    const char *at = strstr(out, what);
+    cr_assert(at, "no '%s' in the plan:\n%s", what, out);
+    return at;
+}
+
+static int line_fits(const char *line) {
+    const char *end = strchr(line, '\n');
+    size_t len = end ? (size_t)(end - line) : strlen(line);
+    return len >= 6 && !strncmp(line + len - 6, ": fits", 6);
+}
+
+Test(cli, plan_8b_long_contexts_say_what_fits) {
+    mt_cli_result r;
+    plan_8b(&r, "524288", "78GiB", "251GiB", "65536");
+    cr_expect(strstr(r.out, "attention windows of 65536 queries, 8 a sequence"), "%s", r.out);
+    cr_expect(strstr(r.out, "a micro-batch's (k, v, their gradients and their fp32 sums over the windows"), "%s", r.out);
+    cr_expect(strstr(r.out, "attention tile 65536 queries"), "the placement line has no tile:\n%s", r.out);
+    cr_expect(line_fits(fit_line(r.out, "host needs")), "512k on the H100 does not fit its host:\n%s", r.out);
+    cr_expect(line_fits(fit_line(r.out, "device needs")), "512k does not fit the H100:\n%s", r.out);
+    mt_cli_result_free(&r);
+    plan_8b(&r, "1048576", "80GiB", "256GiB", "65536");
+    cr_expect(strstr(r.out, "16 a sequence"), "%s", r.out);
+    cr_expect(line_fits(fit_line(r.out, "device needs")), "1M does not fit 80 GiB:\n%s", r.out);
+    cr_expect(!line_fits(fit_line(r.out, "host needs")), "1M's checkpoints fit 256 GiB of host:\n%s", r.out);
+    mt_cli_result_free(&r);
+    plan_8b(&r, "524288", "24GiB", "128GiB", "65536");
+    cr_expect(strstr(r.out, "plan      does NOT fit: the device budget of 24.00 GiB"), "%s", r.out);
+    cr_expect(strstr(r.out, "an attention tile of 8192 queries, a block chunk of 1024 tokens"), "%s", r.out);
+    cr_expect(strstr(r.out, "activation checkpoints") && strstr(r.out, "workspace"), "%s", r.out);
+    mt_cli_result_free(&r);
+    /* untiled, the same 512k leaves the H100 far less for checkpoints: the queries' side is whole */
+    plan_8b(&r, "524288", "78GiB", "251GiB", "0");
+    cr_expect(strstr(r.out, "attention 524288 tokens at a time (1 whole sequences, 1 tiles per micro-batch)"), "%s",
+              r.out);
     mt_cli_result_free(&r);
 }
 

@@ -3,6 +3,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "engine/block.h"
 #include "engine/budget.h"
 
 /* Without --gpu-mem the plan leaves this much of the device's free memory to the libraries' own
@@ -226,11 +227,12 @@ void mt_placement_describe(const mt_placement *p, char *buf, size_t cap) {
     int streamed = p->layers - o->device_blocks;
     snprintf(buf, cap, "optimizer state: the embedding and head on the %s, %d of %d blocks on the device "
              "(device AdamW) and %d on the host (host AdamW); gradients waiting for the norm: %s%s; %d weight "
-             "slots; %d micro-batches x %d sequences x %d tokens; LM-head chunk %d rows; the input checkpoints of "
-             "%d of %d blocks in pinned host memory",
+             "slots; %d micro-batches x %d sequences x %d tokens; LM-head chunk %d rows; attention tile %d queries; "
+             "the input checkpoints of %d of %d blocks in pinned host memory",
              o->ends_on_device ? "device" : "host", o->device_blocks, p->layers, streamed, grads,
              o->max_grad_norm > 0 ? "" : " (no clipping: none wait)", mt_placement_slots(p),
-             o->micro_batches, o->batch, o->seq, o->lm_chunk, o->ckpt_on_host, p->layers);
+             o->micro_batches, o->batch, o->seq, o->lm_chunk, mt_block_tile_rows(o->batch, o->seq, o->attn_tile),
+             o->ckpt_on_host, p->layers);
 }
 
 static void print_classes(const mt_placement *p, FILE *out, const char *label, int host) {
@@ -254,9 +256,10 @@ void mt_placement_print(const mt_placement *p, FILE *out) {
     mt_placement_describe(p, where, sizeof where);
     fprintf(out, "placement %s\n", where);
     if (p->budget_given)
-        fprintf(out, "budget    %.2f GiB: %d weight slots, %d x %d sequences, LM-head chunk of %d rows, the inputs of %d "
-                "of %d blocks kept in pinned host memory (--gpu-mem)\n", gib(p->device_limit), mt_placement_slots(p),
-                p->eo.micro_batches, p->eo.batch, p->eo.lm_chunk, p->eo.ckpt_on_host, p->layers);
+        fprintf(out, "budget    %.2f GiB: %d weight slots, %d x %d sequences, LM-head chunk of %d rows, attention tile of "
+                "%d queries, the inputs of %d of %d blocks kept in pinned host memory (--gpu-mem)\n",
+                gib(p->device_limit), mt_placement_slots(p), p->eo.micro_batches, p->eo.batch, p->eo.lm_chunk,
+                mt_block_tile_rows(p->eo.batch, p->eo.seq, p->eo.attn_tile), p->eo.ckpt_on_host, p->layers);
     else if (p->device_limit > 0)
         fprintf(out, "budget    none given: the device's free %.2f GiB less a margin = %.2f GiB\n", gib(p->device_free),
                 gib(p->device_limit));

@@ -149,16 +149,17 @@ static void score_dims(mt_attn_dims d, int64_t dim[4]) {
     dim[0] = d.batch, dim[1] = d.heads, dim[2] = mt_attn_q_rows(d), dim[3] = mt_attn_kv_rows(d);
 }
 
-/* row (int32) shifted by s_kv - s_q, as the frontend does it: + s_kv, then - s_q. */
+/* row (int32) shifted by s_kv - s_q, as the frontend's diagonal band mask does it (axis 3 on both):
+ * + s_kv, then - s_q. */
 static mt_status shift_to_bottom_right(mt_cudnn_graph *g, const mt_cudnn_tensor *row, const int64_t dim[4],
                                        mt_cudnn_tensor *out) {
     mt_cudnn_tensor seq_q, seq_kv, plus_kv;
     MT_TRY(typed_scalar(g, &seq_kv, UID_SEQ_KV, CUDNN_DATA_INT32));
     MT_TRY(typed_scalar(g, &seq_q, UID_SEQ_Q, CUDNN_DATA_INT32));
     MT_TRY(mt_cudnn_virtual(g, &plus_kv, CUDNN_DATA_INT32, dim));
-    MT_TRY(mt_cudnn_pointwise(g, CUDNN_POINTWISE_ADD, CUDNN_DATA_INT32, row, &seq_kv, NULL, &plus_kv));
+    MT_TRY(mt_cudnn_pointwise_on_axis(g, CUDNN_POINTWISE_ADD, CUDNN_DATA_INT32, 3, row, &seq_kv, &plus_kv));
     MT_TRY(mt_cudnn_virtual(g, out, CUDNN_DATA_INT32, dim));
-    return mt_cudnn_pointwise(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_INT32, &plus_kv, &seq_q, NULL, out);
+    return mt_cudnn_pointwise_on_axis(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_INT32, 3, &plus_kv, &seq_q, out);
 }
 
 /* The scaled scores with the causal mask: entries above the diagonal (a window's: the diagonal

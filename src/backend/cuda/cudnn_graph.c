@@ -126,6 +126,15 @@ mt_status mt_cudnn_pointwise(mt_cudnn_graph *g, cudnnPointwiseMode_t mode, cudnn
     return pointwise_op(g, pw, x, b, t, y);
 }
 
+mt_status mt_cudnn_pointwise_on_axis(mt_cudnn_graph *g, cudnnPointwiseMode_t mode, cudnnDataType_t compute,
+                                     int64_t axis, const mt_cudnn_tensor *x, const mt_cudnn_tensor *b,
+                                     const mt_cudnn_tensor *y) {
+    cudnnBackendDescriptor_t pw;
+    MT_TRY(pointwise_desc(g, &pw, mode, compute));
+    MT_TRY(set(pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis));
+    return pointwise_op(g, pw, x, b, NULL, y);
+}
+
 mt_status mt_cudnn_gen_index(mt_cudnn_graph *g, const mt_cudnn_tensor *x, int64_t axis,
                              const mt_cudnn_tensor *y) {
     cudnnBackendDescriptor_t pw;

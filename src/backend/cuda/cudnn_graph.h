@@ -62,6 +62,10 @@ mt_status mt_cudnn_reshape(mt_cudnn_graph *g, const mt_cudnn_tensor *x, mt_cudnn
 mt_status mt_cudnn_pointwise(mt_cudnn_graph *g, cudnnPointwiseMode_t mode, cudnnDataType_t compute,
                              const mt_cudnn_tensor *x, const mt_cudnn_tensor *b,
                              const mt_cudnn_tensor *t, const mt_cudnn_tensor *y);
+/* The same with the descriptor's axis set, as cudnn-frontend sets it on some index arithmetic. */
+mt_status mt_cudnn_pointwise_on_axis(mt_cudnn_graph *g, cudnnPointwiseMode_t mode, cudnnDataType_t compute,
+                                     int64_t axis, const mt_cudnn_tensor *x, const mt_cudnn_tensor *b,
+                                     const mt_cudnn_tensor *y);
 /* y (int32, x's shape) = the index of each element along `axis`. */
 mt_status mt_cudnn_gen_index(mt_cudnn_graph *g, const mt_cudnn_tensor *x, int64_t axis,
                              const mt_cudnn_tensor *y);
