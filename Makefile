@@ -49,6 +49,10 @@ CUDA_TEST_C := $(sort $(wildcard tests/cuda/*.c))
 LIB_OBJ_CU := $(CUDA_CU:%.cu=$(BUILD)/%.o) $(CUDA_HOST_C:%.c=$(BUILD)/%.o)
 endif
 
+# The chat templates megatrain knows, built into chat_known.o (.incbin).
+CHAT_TEMPLATES := $(wildcard src/tokenizer/templates/*.jinja)
+$(foreach b,$(BUILD) $(BUILD)/asan $(BUILD)/tsan,$(b)/src/tokenizer/chat_known.o): $(CHAT_TEMPLATES)
+
 define objs
 $(patsubst %.c,$(1)/%.o,$(2))
 endef
@@ -134,9 +138,9 @@ FUZZ_LIB_C   := src/util/status.c src/util/log.c src/model/config.c src/io/check
                 tests/fuzz/tmp_file.c $(wildcard src/tokenizer/*.c) src/util/fs.c src/util/json_kind.c
 FUZZ_HARNESS := $(sort $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c))))
 
-$(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_C)
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_C) $(CHAT_TEMPLATES)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_FLAGS) $^ -o $@ -ljansson -lxxhash -lpcre2-8 -lutf8proc -lm -lpthread
+	$(FUZZ_CC) $(FUZZ_FLAGS) $(filter %.c,$^) -o $@ -ljansson -lxxhash -lpcre2-8 -lutf8proc -lm -lpthread
 
 fuzz: $(FUZZ_HARNESS:%=$(BUILD)/fuzz/%)
 	set -e; for h in $(FUZZ_HARNESS); do \

@@ -33,7 +33,7 @@ static mt_status render_line(const mt_chat_template *t, const char *line, char *
     mt_chat_example e;
     MT_TRY(mt_chat_example_parse(line, strlen(line), "case", 1, &e));
     mt_chat_rendered r;
-    mt_status st = mt_chat_render(t, e.m, e.n, &r);
+    mt_status st = mt_chat_render(t, e.m, e.n, e.tools, &r);
     if (st == MT_OK) *text = marked(&r);
     mt_chat_rendered_free(&r);
     mt_chat_example_free(&e);
@@ -85,7 +85,7 @@ Test(chat_template, recognises_the_variants) {
     chat_test_template("llama2", &t);
     cr_expect(t.family == MT_CHAT_INST && t.inst == MT_INST_LLAMA2);
     chat_test_template("mistral-v0.1", &t);
-    cr_expect(t.inst == MT_INST_NO_SYSTEM && !t.eos_space);
+    cr_expect(t.inst == MT_INST_NO_SYSTEM);
     chat_test_template("mistral-v0.2", &t);
     cr_expect(t.inst == MT_INST_SYSTEM_FIRST);
     chat_test_template("mistral-v0.3", &t);
