@@ -1,7 +1,8 @@
 /* The run's metrics log: <run>/metrics.jsonl, one JSON object per line, appended and flushed as
  * each event happens (so a crash loses at most the line being written). Events are whatever the
  * caller builds; training steps carry "step", "loss" and, when measured, "val_loss", plus lr,
- * grad_norm, tokens_per_s, elapsed_s and so on. */
+ * grad_norm, tokens_per_s, elapsed_s and so on. Each number of an event with a step also goes to
+ * the run's TensorBoard event file (io/tb_events.h), under its name. */
 #ifndef MT_IO_METRICS_H
 #define MT_IO_METRICS_H
 
