@@ -17,7 +17,7 @@ OPENBLAS_OMP := /usr/lib/x86_64-linux-gnu/openblas-openmp
 ifneq ($(wildcard $(OPENBLAS_OMP)/libopenblas.so),)
 LDLIBS   += -L$(OPENBLAS_OMP) -Wl,-rpath,$(OPENBLAS_OMP)
 endif
-LDLIBS   += -lopenblas -ljansson -lxxhash -lpcre2-8 -lutf8proc -lm -lpthread
+LDLIBS   += -lopenblas -ljansson -lxxhash -lpcre2-8 -lutf8proc -lyaml -lm -lpthread
 # The sanitizer builds are CPU-only whatever CUDA says.
 SAN_LDLIBS := $(LDLIBS)
 # Machine code for every GPU generation the CUDA backend runs on (compute capability 8.0 and up:

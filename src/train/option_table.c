@@ -202,7 +202,14 @@ const char *mt_option_format(const mt_option *opt, const mt_train_options *o, ch
             snprintf(buf, cap, "%.*g", digits, (double)f);
             if ((float)strtod(buf, NULL) == f) break;
         }
-    } else if (is_number(opt)) snprintf(buf, cap, "%.17g", get_number(opt, o));
+    } else if (is_number(opt)) {
+        /* likewise for doubles: 0.05, not 0.050000000000000003 */
+        double x = get_number(opt, o);
+        for (int digits = 15; digits <= 17; digits++) {
+            snprintf(buf, cap, "%.*g", digits, x);
+            if (strtod(buf, NULL) == x) break;
+        }
+    }
     else if (opt->type == MT_OPT_SIZE) mt_size_format(get_int(opt, o), buf, cap);
     else snprintf(buf, cap, "%" PRId64, get_int(opt, o));
     return buf;

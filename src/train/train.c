@@ -16,6 +16,7 @@
 #include "io/plot.h"
 #include "train/option_table.h"
 #include "train/options.h"
+#include "train/run_file.h"
 #include "train/settings.h"
 #include "train/stop_signal.h"
 #include "train/train_data.h"
@@ -221,7 +222,12 @@ static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
     MT_TRY(init_weights(r));
     MT_TRY(open_dataset(r));
     MT_TRY(open_engine(r));
-    if (mt_devices_writes(&r->dev)) MT_TRY(mt_metrics_open(o->out_dir, r->progress.step, &r->metrics));
+    if (mt_devices_writes(&r->dev)) {
+        MT_TRY(mt_metrics_open(o->out_dir, r->progress.step, &r->metrics));
+        char run_file[4200];
+        snprintf(run_file, sizeof run_file, "%s/run.yaml", o->out_dir);
+        MT_TRY(mt_run_file_write(run_file, o));
+    }
     mt_step_watch_init(&r->watch, o->max_skips, r->cfg.vocab_size, r->progress.step,
                        r->resume_from[0] ? r->progress.step : -1);
     const char *nan_step = getenv("MT_TEST_NAN_STEP");
