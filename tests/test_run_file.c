@@ -130,3 +130,70 @@ Test(run_file, bad_files_are_refused_naming_file_line_and_key) {
     cr_expect(strstr(r.err, "/nonexistent/run.yaml: cannot open the run file"), "%s", r.err);
     mt_cli_result_free(&r);
 }
+
+/* ---- --val-data: validation files of their own ---- */
+
+static void write_words(const char *path, int n, unsigned seed) {
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    static const char *const words[] = {"light", "water", "stone", "river", "bread", "house", "field", "wind"};
+    for (int i = 0; i < n; i++) fprintf(f, "%s%c", words[(seed + (unsigned)i * 7u) % 8], i % 9 == 8 ? '\n' : ' ');
+    fclose(f);
+}
+
+static int count(const char *text, const char *needle) {
+    int n = 0;
+    for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle)) n++;
+    return n;
+}
+
+/* Each file's loss at each evaluation, in metrics.jsonl and loss.svg; kept on resume; errors name
+ * the file. */
+Test(run_file, val_data_files_are_each_evaluated_and_kept_on_resume) {
+    char v1[PATH_MAX + 16], v2[PATH_MAX + 16], metrics[PATH_MAX + 32], svg[PATH_MAX + 32], list[2 * PATH_MAX + 40];
+    snprintf(v1, sizeof v1, "%s/v1.txt", dir);
+    snprintf(v2, sizeof v2, "%s/v2.txt", dir);
+    write_words(v1, 300, 1);
+    write_words(v2, 200, 5);
+    snprintf(list, sizeof list, "%s,%s", v1, v2);
+    mt_cli_result r;
+    mt_cli_run(&r, 120, "train", MT_TINY_STEP, "--data", corpus, "--out", run, "--steps", "4", "--eval-every", "2",
+               "--val-data", list, "--threads", "1", NULL);
+    ran(&r);
+    cr_expect(strstr(r.err, "validation loss") && strstr(r.err, " on "), "no per-file validation line:\n%s", r.err);
+    mt_cli_result_free(&r);
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", run);
+    char key1[PATH_MAX + 64], key2[PATH_MAX + 64];
+    snprintf(key1, sizeof key1, "\"val_loss/%s\":", v1);
+    snprintf(key2, sizeof key2, "\"val_loss/%s\":", v2);
+    char *text = slurp(metrics);
+    cr_expect_eq(count(text, key1), 2, "steps 2 and 4 for %s:\n%s", v1, text);
+    cr_expect_eq(count(text, key2), 2, "steps 2 and 4 for %s:\n%s", v2, text);
+    free(text);
+    snprintf(svg, sizeof svg, "%s/loss.svg", run);
+    text = slurp(svg);
+    cr_expect(strstr(text, v1) && strstr(text, v2), "loss.svg has no curve named after each file");
+    free(text);
+    /* a bare --resume keeps them */
+    mt_cli_run(&r, 120, "train", "--out", run, "--resume", "--steps", "6", "--threads", "1", NULL);
+    ran(&r);
+    mt_cli_result_free(&r);
+    text = slurp(metrics);
+    cr_expect_eq(count(text, key1), 3, "the resumed run did not evaluate %s:\n%s", v1, text);
+    free(text);
+
+    /* errors name the file */
+    char missing[PATH_MAX + 16], tiny[PATH_MAX + 16], other[PATH_MAX + 16];
+    snprintf(missing, sizeof missing, "%s/missing.txt", dir);
+    snprintf(other, sizeof other, "%s/other", dir);
+    mt_cli_run(&r, 60, "train", MT_TINY_STEP, "--data", corpus, "--out", other, "--val-data", missing, NULL);
+    cr_expect_eq(r.exit_code, 2);
+    cr_expect(strstr(r.err, "--val-data") && strstr(r.err, missing), "%s", r.err);
+    mt_cli_result_free(&r);
+    snprintf(tiny, sizeof tiny, "%s/tiny.txt", dir);
+    write_file(tiny, "ab");
+    mt_cli_run(&r, 60, "train", MT_TINY_STEP, "--data", corpus, "--out", other, "--val-data", tiny, NULL);
+    cr_expect_neq(r.exit_code, 0);
+    cr_expect(strstr(r.err, tiny) && strstr(r.err, "shorter than one window"), "%s", r.err);
+    mt_cli_result_free(&r);
+}

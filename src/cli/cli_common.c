@@ -39,6 +39,8 @@ static const char train_help[] =
     "  --tokenizer PATH       a tokenizer.json or model directory (default: the --init-from directory's\n"
     "                         when it has a tokenizer.json; on --resume, the run's, which cannot change)\n"
     "  --val-fraction F       held out for validation (default 0.05)\n"
+    "  --val-data FILE,...    validation files of their own (read as --data is), each evaluated every\n"
+    "                         --eval-every steps: its loss in metrics.jsonl, loss.svg and TensorBoard\n"
     "  --sequential           take windows in order instead of at random\n"
     "  --seed N               initialization and sampling seed (default 1337)\n"
     "step:\n"

@@ -160,6 +160,26 @@ static mt_status curve_add(mt_curve *c, size_t *cap, double step, double value) 
     return MT_OK;
 }
 
+mt_status mt_metrics_load_curve(const char *path, const char *key, mt_curve *curve) {
+    *curve = (mt_curve){0};
+    FILE *f = fopen(path, "r");
+    if (!f) return mt_fail(MT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 0, line_cap = 0;
+    char *line = NULL;
+    mt_status st = MT_OK;
+    while (st == MT_OK && getline(&line, &line_cap, f) >= 0) {
+        json_t *event = json_loads(line, 0, NULL);
+        json_t *step = json_object_get(event, "step"), *value = json_object_get(event, key);
+        if (json_is_number(step) && json_is_number(value))
+            st = curve_add(curve, &cap, json_number_value(step), json_number_value(value));
+        json_decref(event); /* NULL for a torn line: skipped */
+    }
+    free(line);
+    fclose(f);
+    if (st != MT_OK) mt_curve_free(curve);
+    return st;
+}
+
 mt_status mt_metrics_load_curves(const char *path, mt_curve *train, mt_curve *val) {
     *train = *val = (mt_curve){0};
     FILE *f = fopen(path, "r");

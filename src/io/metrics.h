@@ -34,6 +34,8 @@ typedef struct {
  * (a run resumed from an older checkpoint) replaces the abandoned tail; a torn last line from a
  * crash is skipped. Free the curves with mt_curve_free. */
 mt_status mt_metrics_load_curves(const char *path, mt_curve *train, mt_curve *val);
+/* Reads the curve of one key (a --val-data file's "val_loss/FILE") the same way. */
+mt_status mt_metrics_load_curve(const char *path, const char *key, mt_curve *curve);
 void mt_curve_free(mt_curve *curve);
 
 #endif
