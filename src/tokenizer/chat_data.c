@@ -153,6 +153,10 @@ static mt_status parse_alpaca(mt_chat_example *e, const char *where) {
     MT_TRY(string_field(e->json, "instruction", where, &instruction, &ilen));
     MT_TRY(string_field(e->json, "output", where, &output, &olen));
     const json_t *in = json_object_get(e->json, "input"), *sys = json_object_get(e->json, "system");
+    const json_t *history = json_object_get(e->json, "history");
+    if (history && !json_is_null(history) && !(json_is_array(history) && json_array_size(history) == 0))
+        return mt_fail(MT_ERR_INVALID, "%s: \"history\" (earlier turns) is not read in the alpaca layout; write "
+                       "the example as \"messages\" to keep them", where);
     if (in && !json_is_null(in)) MT_TRY(string_field(e->json, "input", where, &input, &inlen));
     if (sys && !json_is_null(sys)) MT_TRY(string_field(e->json, "system", where, &system, &slen));
     MT_TRY(alloc_messages(e, 3, where));
