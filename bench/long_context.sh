@@ -35,7 +35,8 @@
 #              default settings; 0 for the other call);
 #   peer       PyTorch GPU-resident with activation checkpointing and SDPA: Llama-3-8B (the same
 #              layers; 128 GB of fp32 weights, gradients and AdamW state, so no length fits 80 GB:
-#              one rung at 4096 says so) and the longest LADDER_PEER length Llama-3.2-3B trains.
+#              one rung at 4096 says so) and the longest length of LADDER_PEER_H100 (32768 16384)
+#              Llama-3.2-3B trains on the GPU (it trained 65536 on the H200's 139 GiB).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 . tests/device/env.sh
@@ -170,7 +171,7 @@ for group in $rows; do
     peer)
         seq=4096
         bench pytorch-resident llama-3-8b 1 1 120 python3 bench/peers/torch_peer.py --mode resident $(common) --preset llama-3-8b --clip 0
-        ladder pytorch-resident llama-3.2-3b 150 $ladder_peer
+        ladder pytorch-resident llama-3.2-3b 150 ${LADDER_PEER_H100:-32768 16384}
         ;;
     *) echo "ROWS: unknown group '$group' (small, long, longest, layer512k, full393k, peer)"; exit 2 ;;
     esac
