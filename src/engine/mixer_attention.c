@@ -7,9 +7,9 @@
  * its q, attention output, their gradients, x2. A tile of whole sequences is plain causal attention
  * over them. A window of one sequence attends, as backend.h's window of queries, to the keys from
  * the sequence's first position to its own last; its backward gives the keys it saw their share of
- * the gradients, which sum over the sequence's windows in fp32 (dk_sum, dv_sum: bf16 sums over 8
- * windows were measured at twice the error of one rounding of the whole sum, fp32 ones at 1.4x for
- * any number: docs/memory.md). The backward takes a sequence's windows from its last, so that a
+ * the gradients, which sum over the sequence's windows in fp32 (dk_sum, dv_sum: bf16 sums of 16
+ * windows' shares were measured at twice the error of one rounding of the whole, fp32 ones at 1.4x
+ * for any number of windows: docs/memory.md). The backward takes a sequence's windows from its last, so that a
  * window's own rows of dk and dv are final once its share is added: they are rounded back, and the
  * projections' backward of its rows runs at once. The norm and projections run a piece at a time. */
 #include "engine/block_parts.h"
