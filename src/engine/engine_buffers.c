@@ -127,6 +127,13 @@ static void walk(const shape *s, walker *w) {
     DEVICE(dev_norms, workspace, (size_t)U * 4, "gradient norms");
     DEVICE(dev_loss, workspace, 4, "the loss");
     if (head_chunked) DEVICE(dev_lse, workspace, M * n * 4, "the rows' log-sum-exp");
+    size_t moe = (size_t)mt_config_moe_layers(c), E = (size_t)c->num_experts;
+    if (moe) {
+        DEVICE(moe_counts, workspace, M * moe * E * 4, "the experts' token counts");
+        DEVICE(moe_prob_sum, workspace, M * E * 4, "the router probabilities' sums");
+        DEVICE(moe_aux_grad, workspace, M * E * 4, "the load-balancing loss's gradient");
+        DEVICE(dev_aux_loss, workspace, 4, "the load-balancing loss");
+    }
 
     HOST(host_tokens, host_staging, 2 * M * n * sizeof(int32_t), "token staging");
     HOST(host_norms, host_staging, (size_t)U * 4, "gradient norms");
@@ -134,6 +141,10 @@ static void walk(const shape *s, walker *w) {
     HOST(host_logits, host_staging, V * 4, "logits");
     HOST(host_inv_freq, host_staging, rope * 4, "RoPE frequencies");
     for (int i = 0; i < 2; i++) HOST(input_rows[i], host_staging, V, "the input-token row masks");
+    if (moe) {
+        HOST(host_moe_counts, host_staging, M * moe * E * 4, "the experts' token counts");
+        HOST(host_aux_loss, host_staging, 4, "the load-balancing loss");
+    }
 
     /* Where gradients land on the host: every unit's (keep_grads, or exact clipping with every unit
      * on the host: it needs every gradient until the norm is known; tests read them), the
