@@ -189,6 +189,9 @@ static mt_status validate_moe(const mt_config *c) {
     else
         REQUIRE(c->shared_expert_intermediate_size == 0, "a shared expert is part of Qwen2-MoE only");
     REQUIRE(c->arch != MT_ARCH_MIXTRAL || c->norm_topk_prob, "Mixtral's routing weights are always renormalised");
+    REQUIRE((c->arch != MT_ARCH_MIXTRAL && c->arch != MT_ARCH_OLMOE) || c->moe_intermediate_size == c->intermediate_size,
+            "Mixtral's and OLMoE's experts are intermediate_size wide (%d), not %d", c->intermediate_size,
+            c->moe_intermediate_size);
     REQUIRE(c->router_aux_loss_coef >= 0 && isfinite(c->router_aux_loss_coef),
             "router_aux_loss_coef must be a finite number >= 0, got %g", (double)c->router_aux_loss_coef);
     REQUIRE(c->arch != MT_ARCH_OLMOE || c->num_heads * c->head_dim == c->hidden_size,
