@@ -62,7 +62,7 @@ static void train(const char *config, const char *out, int resume) {
 
 /* Every step's line holds the cross-entropy, the aux loss and the load, each a number in range. */
 static void expect_metrics(const char *out, int experts) {
-    char path[PATH_MAX + 32];
+    char path[PATH_MAX + 128];
     snprintf(path, sizeof path, "%s/metrics.jsonl", out);
     FILE *f = fopen(path, "r");
     cr_assert(f, "no %s", path);
