@@ -67,7 +67,8 @@ static mt_tile tile_at(const mt_block_ctx *c, tiling t, int k, int backward) {
 /* ---- the kinds' engine sides ---- */
 
 static const mt_mixer_ops *const mixer_ops[MT_MIXER_KINDS] = {[MT_MIXER_ATTENTION] = &mt_mixer_attention_ops};
-static const mt_ffn_ops *const ffn_ops[MT_FFN_KINDS] = {[MT_FFN_DENSE] = &mt_ffn_dense_ops};
+static const mt_ffn_ops *const ffn_ops[MT_FFN_KINDS] = {[MT_FFN_DENSE] = &mt_ffn_dense_ops,
+                                                         [MT_FFN_MOE] = &mt_ffn_moe_ops};
 
 /* ---- the workspace ---- */
 
@@ -99,8 +100,9 @@ static mt_block_ws_bytes_by layout_ws(mt_block_ws *ws, char *base, mt_backend *b
     for (int k = 0; k < MT_MIXER_KINDS; k++)
         if (mixers[k]) mixer_ops[k]->walk(&w, ws, &s);
     w.cls = MT_WS_PIECE; /* a kind's walk sets the class of what it takes; the feed-forwards' are pieces' */
+    if (F > 0) mt_swiglu_mlp_walk(&w, ws, &s);
     for (int k = 0; k < MT_FFN_KINDS; k++)
-        if (ffns[k]) ffn_ops[k]->walk(&w, ws, &s);
+        if (ffns[k] && ffn_ops[k]->walk) ffn_ops[k]->walk(&w, ws, &s);
     return (mt_block_ws_bytes_by){w.by[MT_WS_MICRO_BATCH], w.by[MT_WS_TILE], w.by[MT_WS_PIECE], w.off};
 }
 

@@ -1,6 +1,6 @@
 /* The attention mixer, engine side (model/mixer_attention.c declares its tensors): x2 = x +
- * o(attention(rope(q(h1)), rope(k(h1)), v(h1))), h1 = norm(x), with q/k/v biases and per-head q/k
- * norms where the config has them.
+ * o(attention(rope(q(h1)), rope(k(h1)), v(h1))), h1 = norm(x), with q/k/v biases and q/k norms
+ * (over each head, or over the whole projection) where the config has them.
  *
  * Keys and values span the micro-batch (every later query of a sequence reads them): prepare makes
  * them over the whole micro-batch. Everything of the queries' side is a tile's (engine/block.h):
@@ -16,6 +16,13 @@
 
 static size_t q_width(const mt_config *c) { return (size_t)c->num_heads * c->head_dim; }
 static size_t kv_width(const mt_config *c) { return (size_t)c->num_kv_heads * c->head_dim; }
+
+/* The q/k norm's rows: a token's q is `heads` rows of head_dim (per-head norms) or one row of
+ * heads x head_dim (OLMoE's over the projection); k likewise with kv_heads. */
+static int norm_rows(const mt_config *c, int heads) { return c->qk_norm == MT_QK_NORM_FULL ? 1 : heads; }
+static int norm_width(const mt_config *c, int heads) {
+    return c->qk_norm == MT_QK_NORM_FULL ? heads * c->head_dim : c->head_dim;
+}
 
 /* The attention dims of tile t: plain over whole sequences (a sequence's first window is plain
  * too, over its rows), else the window of its rows in their sequence. */
@@ -54,7 +61,7 @@ static void walk(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s) {
     ws->attn.ws = mt_ws_take(w, attention_workspace(s));
     if (c->qk_norm) {
         ws->attn.q_raw = mt_ws_take(w, T * Q * act);
-        ws->attn.rstd_q = mt_ws_take(w, T * c->num_heads * 4);
+        ws->attn.rstd_q = mt_ws_take(w, T * norm_rows(c, c->num_heads) * 4);
     }
     w->cls = MT_WS_MICRO_BATCH;
     ws->attn.k = mt_ws_take(w, n * KV * act);
@@ -67,7 +74,7 @@ static void walk(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s) {
     }
     if (c->qk_norm) {
         ws->attn.k_raw = mt_ws_take(w, n * KV * act);
-        ws->attn.rstd_k = mt_ws_take(w, n * c->num_kv_heads * 4);
+        ws->attn.rstd_k = mt_ws_take(w, n * norm_rows(c, c->num_kv_heads) * 4);
     }
 }
 
@@ -90,9 +97,10 @@ static void prepare(const mt_block_ctx *c, const mt_unit_weights *w, const void 
         mt_matmul_piece(c, p, mt_rows_at_mut(k, p.row, KV, act), ws->h1, w->t[MT_T_WK], w->t[MT_T_BK], D, KV);
         mt_matmul_piece(c, p, mt_rows_at_mut(ws->attn.v, p.row, KV, act), ws->h1, w->t[MT_T_WV], w->t[MT_T_BV], D, KV);
     }
-    if (cfg->qk_norm) /* each head's head_dim values normalized on their own: rows of head_dim */
+    if (cfg->qk_norm)
         c->be->ops->op.rmsnorm(c->be, c->stream, ws->attn.k, ws->attn.rstd_k, ws->attn.k_raw, w->t[MT_T_K_NORM],
-                               n * cfg->num_kv_heads, cfg->head_dim, cfg->rms_norm_eps);
+                               n * norm_rows(cfg, cfg->num_kv_heads), norm_width(cfg, cfg->num_kv_heads),
+                               cfg->rms_norm_eps);
     c->be->ops->op.rope(c->be, c->stream, ws->attn.k, c->inv_freq, n, c->seq, 0, cfg->num_kv_heads, cfg->head_dim, 0);
 }
 
@@ -113,8 +121,8 @@ static void forward(const mt_block_ctx *c, const mt_unit_weights *w, const void 
         mt_matmul_piece(c, p, mt_rows_at_mut(q, p.row - t.row, Q, act), ws->h1, w->t[MT_T_WQ], w->t[MT_T_BQ], D, Q);
     }
     if (cfg->qk_norm)
-        op->rmsnorm(be, s, ws->attn.q, ws->attn.rstd_q, ws->attn.q_raw, w->t[MT_T_Q_NORM], t.rows * cfg->num_heads,
-                    cfg->head_dim, cfg->rms_norm_eps);
+        op->rmsnorm(be, s, ws->attn.q, ws->attn.rstd_q, ws->attn.q_raw, w->t[MT_T_Q_NORM],
+                    t.rows * norm_rows(cfg, cfg->num_heads), norm_width(cfg, cfg->num_heads), cfg->rms_norm_eps);
     op->rope(be, s, ws->attn.q, c->inv_freq, t.rows, c->seq, t.row % c->seq, cfg->num_heads, cfg->head_dim, 0);
     op->attention(be, s, ws->attn.att, ws->attn.lse, ws->attn.q, mt_rows_at(ws->attn.k, kv0, KV, act),
                   mt_rows_at(ws->attn.v, kv0, KV, act), tile_dims(cfg, c->batch, c->seq, t), ws->attn.ws);
@@ -165,7 +173,8 @@ static void qkv_backward_piece(const mt_block_ctx *c, const mt_unit_weights *w, 
 }
 
 /* x2 = x + o(att), att = attention(rope(q(h1)), rope(k(h1)), v(h1)), h1 = norm(x), over the tile's
- * rows; with q/k norms, q(h1) and k(h1) are each head's RMSNorm of the projections. */
+ * rows; with q/k norms, q(h1) and k(h1) are the RMSNorm of the projections (each head's, or the
+ * whole projection's). */
 static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_unit_grads *g, const void *x,
                      void *dxy) {
     const mt_op_iface *op = &c->be->ops->op;
@@ -194,14 +203,16 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
      * later attend to earlier keys only). */
     void *dq = ws->attn.dq, *dk = ws->attn.dk;
     if (cfg->qk_norm) {
+        int H = cfg->num_heads, KVH = cfg->num_kv_heads;
         dq = ws->attn.q;
         dk = ws->attn.k;
         mt_piece tile = {0, t.rows}; /* pointers at the tile's first row */
         mt_rmsnorm_dx_piece(c, tile, dq, g->t[MT_T_Q_NORM], ws->attn.dq, ws->attn.q_raw, w->t[MT_T_Q_NORM],
-                            ws->attn.rstd_q, cfg->num_heads, cfg->head_dim, 0);
+                            ws->attn.rstd_q, norm_rows(cfg, H), norm_width(cfg, H), 0);
         mt_rmsnorm_dx_piece(c, tile, mt_rows_at_mut(dk, t.row, KV, act), g->t[MT_T_K_NORM], dk_rows,
                             mt_rows_at(ws->attn.k_raw, t.row, KV, act), w->t[MT_T_K_NORM],
-                            ws->attn.rstd_k + (size_t)t.row * cfg->num_kv_heads, cfg->num_kv_heads, cfg->head_dim, 0);
+                            ws->attn.rstd_k + (size_t)t.row * norm_rows(cfg, KVH), norm_rows(cfg, KVH),
+                            norm_width(cfg, KVH), 0);
     }
     MT_FOR_EACH_PIECE(c, p) qkv_backward_piece(c, w, g, p, x, dxy, dq, dk);
 }
