@@ -139,10 +139,10 @@ static void rope_prepare(const ops_case *c, ops_host *h) {
     for (int i = 0; i < c->dims.head_dim / 2; i++) h->x[RP_INV][i] = powf(10000.0f, -2.0f * i / c->dims.head_dim);
 }
 static void rope_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
-    be->ops->op.rope(be, s, d[RP_X], d[RP_INV], rope_rows(c), c->dims.seq, c->dims.heads, c->dims.head_dim, c->flag);
+    be->ops->op.rope(be, s, d[RP_X], d[RP_INV], rope_rows(c), c->dims.seq, NULL, c->dims.heads, c->dims.head_dim, c->flag);
 }
 static void rope_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
-    mt_cpu_rope(h->x[RP_X], h->x[RP_INV], rope_rows(c), c->dims.seq, c->dims.heads, c->dims.head_dim, c->flag);
+    mt_cpu_rope(h->x[RP_X], h->x[RP_INV], rope_rows(c), c->dims.seq, NULL, c->dims.heads, c->dims.head_dim, c->flag);
 }
 static const ops_kind ROPE = {.declare = rope_declare, .prepare = rope_prepare, .call = rope_call,
                               .reference = rope_reference};
@@ -167,18 +167,18 @@ static int attention_declare(const ops_case *c, ops_tensor *t) {
     return 10;
 }
 static size_t attention_workspace(mt_backend *be, const ops_case *c) {
-    return be->ops->op.attention_workspace(be, c->dims);
+    return be->ops->op.attention_workspace(be, c->dims, 0);
 }
 static void attention_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
-    be->ops->op.attention(be, s, d[AT_OUT], d[AT_LSE], d[AT_Q], d[AT_K], d[AT_V], c->dims, d[AT_WS]);
+    be->ops->op.attention(be, s, d[AT_OUT], d[AT_LSE], d[AT_Q], d[AT_K], d[AT_V], c->dims, NULL, d[AT_WS]);
     be->ops->op.attention_dx(be, s, d[AT_DQ], d[AT_DK], d[AT_DV], d[AT_DOUT], d[AT_OUT], d[AT_LSE], d[AT_Q], d[AT_K],
-                             d[AT_V], c->dims, d[AT_WS]);
+                             d[AT_V], c->dims, NULL, d[AT_WS]);
 }
 static void attention_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
-    mt_cpu_attention(h->x[AT_OUT], h->x[AT_LSE], h->x[AT_Q], h->x[AT_K], h->x[AT_V], c->dims);
+    mt_cpu_attention(h->x[AT_OUT], h->x[AT_LSE], h->x[AT_Q], h->x[AT_K], h->x[AT_V], c->dims, NULL);
     void *ws = malloc(mt_cpu_attention_workspace(c->dims) + 1);
     mt_cpu_attention_dx(h->x[AT_DQ], h->x[AT_DK], h->x[AT_DV], h->x[AT_DOUT], got->x[AT_OUT], got->x[AT_LSE],
-                        h->x[AT_Q], h->x[AT_K], h->x[AT_V], c->dims, ws);
+                        h->x[AT_Q], h->x[AT_K], h->x[AT_V], c->dims, NULL, ws);
     free(ws);
 }
 /* Causal: the forward is half of two 2 * seq^2 * head_dim GEMMs per head; the backward 2.5 times it. */

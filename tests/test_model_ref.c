@@ -43,7 +43,7 @@ static void check_grads(const mt_config *cfg, int micro_batches, const uint8_t *
     mt_tiny_windows(12, SEQUENCES, SEQ, cfg->vocab_size, tokens, inputs, targets);
     apply_mask(mask, SEQUENCES * SEQ, targets);
     double loss;
-    cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, &loss), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, NULL, &loss), MT_OK, "%s", mt_error());
 
     size_t n = (size_t)t.layout.total_numel;
     float *want = calloc(n, sizeof *want);
@@ -110,7 +110,7 @@ Test(model, a_wrong_mask_gives_other_grads) {
     for (int i = 0; i < SEQUENCES * SEQ; i++) wrong[i] = !uneven_mask[i];
     apply_mask(wrong, SEQUENCES * SEQ, targets);
     double loss, want_loss;
-    cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, &loss), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, NULL, &loss), MT_OK, "%s", mt_error());
     size_t n = (size_t)t.layout.total_numel;
     float *want = calloc(n, sizeof *want);
     cr_assert_eq(mt_ref_run_grads_masked(&t.layout, t.store.master, tokens, uneven_mask, SEQUENCES, SEQ, &want_loss,
@@ -133,12 +133,12 @@ Test(model, a_step_with_every_target_masked_is_zero_not_nan) {
     mt_tiny_windows(12, SEQUENCES, SEQ, c.vocab_size, tokens, inputs, targets);
     for (int i = 0; i < SEQUENCES * SEQ; i++) targets[i] = -1;
     double loss;
-    cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, &loss), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, NULL, &loss), MT_OK, "%s", mt_error());
     cr_expect_eq(loss, 0.0, "loss %g with no target", loss);
     const float *g = mt_engine_host_grads(t.engine);
     for (int64_t i = 0; i < t.layout.total_numel; i++)
         cr_assert_eq(g[i], 0.0f, "gradient element %lld is %g with no target", (long long)i, (double)g[i]);
-    cr_expect_eq(mt_engine_eval(t.engine, inputs, targets, &loss), MT_OK, "%s", mt_error());
+    cr_expect_eq(mt_engine_eval(t.engine, inputs, targets, NULL, &loss), MT_OK, "%s", mt_error());
     cr_expect_eq(loss, 0.0, "eval loss %g with no target", loss);
     mt_tiny_model_close(&t);
 }
@@ -175,7 +175,7 @@ static void check_training(mt_config cfg, float clip, const uint8_t *mask) {
     float lr = 1e-2f, losses[STEPS], want_losses[STEPS];
     for (int s = 0; s < STEPS; s++) {
         mt_step_result r;
-        cr_assert_eq(mt_engine_step(t.engine, inputs + s * SEQUENCES * SEQ, targets + s * SEQUENCES * SEQ,
+        cr_assert_eq(mt_engine_step(t.engine, inputs + s * SEQUENCES * SEQ, targets + s * SEQUENCES * SEQ, NULL,
                                     lr, &r), MT_OK, "%s", mt_error());
         losses[s] = (float)r.loss;
     }

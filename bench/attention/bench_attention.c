@@ -117,7 +117,7 @@ static int run_length(const options *o, mt_backend *be, mt_stream *s, int seq) {
     mt_attn_dims d = {.batch = 1, .seq = seq, .heads = o->heads, .kv_heads = o->kv_heads, .head_dim = o->head_dim};
     size_t qc = (size_t)seq * o->heads * o->head_dim, kc = (size_t)seq * o->kv_heads * o->head_dim;
     uint16_t *host = malloc(qc * 2);
-    size_t ws_bytes = be->ops->op.attention_workspace(be, d);
+    size_t ws_bytes = be->ops->op.attention_workspace(be, d, 0);
     void *q = host ? device_input(be, s, 0, qc, host) : NULL, *k = q ? device_input(be, s, 1, kc, host) : NULL;
     void *v = k ? device_input(be, s, 2, kc, host) : NULL, *dout = v ? device_input(be, s, 3, qc, host) : NULL;
     void *out = mt_dev_alloc(be, qc * 2, "out"), *dq = mt_dev_alloc(be, qc * 2, "dq");
@@ -130,9 +130,9 @@ static int run_length(const options *o, mt_backend *be, mt_stream *s, int seq) {
         double fwd = 0, bwd = 0;
         for (int it = 0; it <= o->iters; it++) {
             mt_event_record(be, t0, s);
-            be->ops->op.attention(be, s, out, lse, q, k, v, d, ws);
+            be->ops->op.attention(be, s, out, lse, q, k, v, d, NULL, ws);
             mt_event_record(be, t1, s);
-            be->ops->op.attention_dx(be, s, dq, dk, dv, dout, out, lse, q, k, v, d, ws);
+            be->ops->op.attention_dx(be, s, dq, dk, dv, dout, out, lse, q, k, v, d, NULL, ws);
             mt_event_record(be, t2, s);
             mt_event_sync(be, t2);
             if (it > 0) fwd += mt_event_elapsed(be, t0, t1) / o->iters, bwd += mt_event_elapsed(be, t1, t2) / o->iters;

@@ -29,7 +29,7 @@ int mt_block_piece_rows(int batch, int seq, int chunk) {
 
 /* Walks the workspace's buffers in one fixed order, either summing sizes or carving pointers. */
 static size_t layout_ws(mt_block_ws *ws, char *base, mt_backend *be, const mt_config *c, int batch, int seq,
-                        int chunk) {
+                        int chunk, int segmented) {
     size_t n = (size_t)batch * seq, act = mt_dtype_size(be->ops->act_dtype);
     /* Any job's pieces (a sample's shorter sequence too) are at most chunk rows, and at most n. */
     size_t C = chunk > 0 && (size_t)chunk < n ? (size_t)chunk : n;
@@ -62,7 +62,7 @@ static size_t layout_ws(mt_block_ws *ws, char *base, mt_backend *be, const mt_co
     CARVE(rstd1, n * 4);
     CARVE(rstd2, n * 4);
     CARVE(lse, (size_t)batch * c->num_heads * seq * 4);
-    CARVE(attn_ws, be->ops->op.attention_workspace(be, dims));
+    CARVE(attn_ws, be->ops->op.attention_workspace(be, dims, segmented));
     if (c->qk_norm) {
         CARVE(q_raw, n * Q * act);
         CARVE(k_raw, n * KV * act);
@@ -73,13 +73,13 @@ static size_t layout_ws(mt_block_ws *ws, char *base, mt_backend *be, const mt_co
     return off;
 }
 
-size_t mt_block_ws_bytes(mt_backend *be, const mt_config *c, int batch, int seq, int chunk) {
-    return layout_ws(NULL, NULL, be, c, batch, seq, chunk);
+size_t mt_block_ws_bytes(mt_backend *be, const mt_config *c, int batch, int seq, int chunk, int segmented) {
+    return layout_ws(NULL, NULL, be, c, batch, seq, chunk, segmented);
 }
 
 void mt_block_ws_carve(mt_block_ws *ws, void *base, mt_backend *be, const mt_config *c, int batch, int seq,
-                       int chunk) {
-    layout_ws(ws, base, be, c, batch, seq, chunk);
+                       int chunk, int segmented) {
+    layout_ws(ws, base, be, c, batch, seq, chunk, segmented);
 }
 
 /* Rows [row, row + rows) of the micro-batch: one piece (mt_block_piece_rows). */
@@ -194,9 +194,10 @@ static void forward_attention(const mt_block_ctx *c, const mt_unit_weights *w, c
         op->rmsnorm(be, s, ws->k, ws->rstd_k, ws->k_raw, w->t[MT_T_K_NORM], n * cfg->num_kv_heads,
                     cfg->head_dim, cfg->rms_norm_eps);
     }
-    op->rope(be, s, ws->q, c->inv_freq, n, c->seq, cfg->num_heads, cfg->head_dim, 0);
-    op->rope(be, s, ws->k, c->inv_freq, n, c->seq, cfg->num_kv_heads, cfg->head_dim, 0);
-    op->attention(be, s, ws->att, ws->lse, ws->q, ws->k, ws->v, dims, ws->attn_ws);
+    const int32_t *pos = c->seg ? c->seg->pos : NULL;
+    op->rope(be, s, ws->q, c->inv_freq, n, c->seq, pos, cfg->num_heads, cfg->head_dim, 0);
+    op->rope(be, s, ws->k, c->inv_freq, n, c->seq, pos, cfg->num_kv_heads, cfg->head_dim, 0);
+    op->attention(be, s, ws->att, ws->lse, ws->q, ws->k, ws->v, dims, c->seg, ws->attn_ws);
     FOR_EACH_PIECE(c, p) {
         matmul_piece(c, p, ws->tmp, rows_at(ws->att, p.row, Q, act), w->t[MT_T_WO], NULL, Q, D);
         op->add(be, s, rows_at_mut(ws->x2, p.row, D, act), rows_at(x, p.row, D, act), ws->tmp, (size_t)p.rows * D);
@@ -292,9 +293,10 @@ void mt_block_backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt
     matmul_dw_piece(c, whole(c), g->t[MT_T_WO], NULL, dxy, ws->att, Q, D);
     matmul_dx_piece(c, whole(c), ws->datt, dxy, w->t[MT_T_WO], Q, D, 0);
     op->attention_dx(be, s, ws->dq, ws->dk, ws->dv, ws->datt, ws->att, ws->lse, ws->q, ws->k,
-                     ws->v, dims, ws->attn_ws);
-    op->rope(be, s, ws->dq, c->inv_freq, n, c->seq, cfg->num_heads, cfg->head_dim, 1);
-    op->rope(be, s, ws->dk, c->inv_freq, n, c->seq, cfg->num_kv_heads, cfg->head_dim, 1);
+                     ws->v, dims, c->seg, ws->attn_ws);
+    const int32_t *pos = c->seg ? c->seg->pos : NULL;
+    op->rope(be, s, ws->dq, c->inv_freq, n, c->seq, pos, cfg->num_heads, cfg->head_dim, 1);
+    op->rope(be, s, ws->dk, c->inv_freq, n, c->seq, pos, cfg->num_kv_heads, cfg->head_dim, 1);
     /* The gradients at the q/k projections' outputs: through the head norms when there are any,
      * into q and k, which nothing reads after attention_dx. */
     void *dq = ws->dq, *dk = ws->dk;

@@ -41,7 +41,7 @@ typedef struct {
     void *dq, *dk, *dv, *datt; /* backward: [n, Q], [n, KV], [n, KV], [n, Q] */
     void *dg, *du;   /* backward: [C, F] */
     float *rstd1, *rstd2; /* [n] */
-    float *lse;      /* [batch, heads, seq] */
+    float *lse;      /* [batch, heads, seq], or with segments [n, heads] */
     /* With q/k norms (cfg->qk_norm) only, else NULL: the projections before their per-head norm
      * and its statistics. */
     void *q_raw, *k_raw;    /* [n, Q], [n, KV] */
@@ -57,6 +57,7 @@ typedef struct {
     int chunk;              /* tokens per piece (mt_block_piece_rows); <= 0: the whole micro-batch */
     const float *inv_freq;  /* device copy of the RoPE frequencies */
     mt_block_ws *ws;
+    const mt_segments *seg; /* this micro-batch's segments (packed examples), or NULL (backend.h) */
 } mt_block_ctx;
 
 /* Rows of the largest piece the token-wise ops take at once for `chunk` tokens a piece: whole
@@ -66,11 +67,12 @@ typedef struct {
  * depend on how sequences are grouped into micro-batches. chunk <= 0: the whole micro-batch. */
 int mt_block_piece_rows(int batch, int seq, int chunk);
 
-/* Bytes of device memory mt_block_ws takes for a micro-batch of batch x seq in pieces of chunk. */
-size_t mt_block_ws_bytes(mt_backend *be, const mt_config *cfg, int batch, int seq, int chunk);
+/* Bytes of device memory mt_block_ws takes for a micro-batch of batch x seq in pieces of chunk;
+ * `segmented`: its attention may take segments too. */
+size_t mt_block_ws_bytes(mt_backend *be, const mt_config *cfg, int batch, int seq, int chunk, int segmented);
 /* Carves the workspace out of one device buffer of mt_block_ws_bytes bytes. */
 void mt_block_ws_carve(mt_block_ws *ws, void *base, mt_backend *be, const mt_config *cfg, int batch, int seq,
-                       int chunk);
+                       int chunk, int segmented);
 
 /* y[n, D] = block(x[n, D]). */
 void mt_block_forward(const mt_block_ctx *c, const mt_unit_weights *w, const void *x, void *y);

@@ -20,6 +20,11 @@ static void *row_of(const mt_engine *e, void *base, size_t row) {
 }
 static int32_t *inputs_at(const mt_engine *e, int m) { return e->dev_inputs + (size_t)m * mt_engine_rows(e); }
 static int32_t *targets_at(const mt_engine *e, int m) { return e->dev_targets + (size_t)m * mt_engine_rows(e); }
+/* Micro-batch m's segments, for a pass that has them. */
+static mt_segments segments_at(const mt_engine *e, int m) {
+    size_t n = mt_engine_rows(e);
+    return (mt_segments){e->dev_pos + (size_t)m * n, e->dev_starts + (size_t)m * (n + 1), e->seg_count[m]};
+}
 
 
 /* The LM head's weight and its gradient: its own, or the embedding's when tied. */
@@ -218,7 +223,7 @@ static void run_job(void *arg) {
     mt_engine *e = j->e;
     const mt_op_iface *op = e->op;
     int D = e->cfg->hidden_size, n = j->batch * j->seq;
-    mt_block_ctx ctx = {e->be, e->compute, e->cfg, j->batch, j->seq, e->o.chunk, e->dev_inv_freq, &e->ws};
+    mt_block_ctx ctx = {e->be, e->compute, e->cfg, j->batch, j->seq, e->o.chunk, e->dev_inv_freq, &e->ws, NULL};
     switch (j->kind) {
     case MT_JOB_EMBED_FWD: {
         mt_unit_weights w = mt_bind_weights(e->lay, 0, e->embed_w, e->be->ops->weight_dtype);
@@ -229,8 +234,11 @@ static void run_job(void *arg) {
     case MT_JOB_BLOCK_FWD: {
         int u = mt_unit_block(j->block);
         mt_unit_weights w = mt_bind_weights(e->lay, u, mt_engine_block_weights(e, j->block), e->be->ops->weight_dtype);
-        for (int m = 0; m < j->micro_batches; m++)
+        for (int m = 0; m < j->micro_batches; m++) {
+            mt_segments seg = j->segmented ? segments_at(e, m) : (mt_segments){0};
+            ctx.seg = j->segmented ? &seg : NULL;
             mt_block_forward(&ctx, &w, micro(e, j->x_in, m), micro(e, j->x_out, m));
+        }
         break;
     }
     case MT_JOB_HEAD: run_head(j); break;
@@ -240,8 +248,11 @@ static void run_job(void *arg) {
         mt_unit_weights w = mt_bind_weights(e->lay, u, mt_engine_block_weights(e, j->block), e->be->ops->weight_dtype);
         mt_unit_grads g = mt_bind_grads(e->lay, u, grads);
         mt_engine_acc_open(e, mt_acc_unit(u), grads, (size_t)mt_engine_numel(e, u), 1);
-        for (int m = 0; m < j->micro_batches; m++)
+        for (int m = 0; m < j->micro_batches; m++) {
+            mt_segments seg = j->segmented ? segments_at(e, m) : (mt_segments){0};
+            ctx.seg = j->segmented ? &seg : NULL;
             mt_block_backward(&ctx, &w, &g, micro(e, j->x_in, m), dy_at(e, m));
+        }
         mt_engine_acc_close(e, mt_acc_unit(u), grads, (size_t)mt_engine_numel(e, u));
         reduce_grad(e, u, grads, (size_t)mt_engine_numel(e, u));
         break;

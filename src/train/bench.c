@@ -158,7 +158,7 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
             targets[i] = (int32_t)(mt_rng_next(&rng) % (uint64_t)cfg.vocab_size);
         }
         mt_step_result r;
-        rc = mt_devices_step(&dev, inputs, targets, 1e-4f, &r);
+        rc = mt_devices_step(&dev, inputs, targets, NULL, 1e-4f, &r);
         if (rc != MT_OK) break;
         if ((double)mt_dev_in_use(be) > driver_peak) driver_peak = (double)mt_dev_in_use(be);
         double ends = r.seconds - r.compute_seconds - r.idle_forward_seconds - r.idle_backward_seconds;

@@ -293,7 +293,7 @@ static mt_status validate(mt_train_run *r, double *loss) {
         if (r->data_failed) return mt_tokens_status(&r->tokens);
         int64_t targets = loss_targets(r);
         if (targets == 0) continue;
-        MT_TRY(mt_devices_eval(&r->dev, r->inputs, r->targets, &l));
+        MT_TRY(mt_devices_eval(&r->dev, r->inputs, r->targets, NULL, &l));
         sum += l * (double)targets;
         counted += targets;
     }
@@ -363,7 +363,7 @@ static mt_status loop(mt_train_run *r, mt_progress *pg) {
             if (r->progress.step + 1 == r->fault_step) mt_engine_fault_next_step(r->dev.engine);
             /* Test hook MT_TEST_RANK_FAIL_STEP=N: with --gpus, the last rank dies before step N's pass. */
             if (r->progress.step + 1 == r->rank_fail_step) mt_ranks_fail_next_step(r->dev.ranks, r->o.gpus - 1);
-            MT_TRY(mt_devices_step(&r->dev, r->inputs, r->targets, lr, &s));
+            MT_TRY(mt_devices_step(&r->dev, r->inputs, r->targets, NULL, lr, &s));
         }
         r->progress.step++;
         if (no_targets)

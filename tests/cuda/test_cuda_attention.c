@@ -88,10 +88,10 @@ static void check_path(path p, mt_attn_dims d, unsigned seed) {
     gpu_get_f32(&g, lse, b.lse, lc);
     gpu_get_bf16(&g, dq, b.dq, qc), gpu_get_bf16(&g, dk, b.dk, kc), gpu_get_bf16(&g, dv, b.dv, kc);
 
-    mt_cpu_attention(ref_out, ref_lse, q, k, v, d);
+    mt_cpu_attention(ref_out, ref_lse, q, k, v, d, NULL);
     /* the reference backward starts from this path's own out and lse */
     void *cpu_ws = malloc(mt_cpu_attention_workspace(d) + 1);
-    mt_cpu_attention_dx(ref_dq, ref_dk, ref_dv, dout, out, lse, q, k, v, d, cpu_ws);
+    mt_cpu_attention_dx(ref_dq, ref_dk, ref_dv, dout, out, lse, q, k, v, d, NULL, cpu_ws);
     free(cpu_ws);
     double errors[5] = {ops_rel_err(out, ref_out, qc), ops_rel_err(lse, ref_lse, lc), ops_rel_err(dq, ref_dq, qc),
                         ops_rel_err(dk, ref_dk, kc), ops_rel_err(dv, ref_dv, kc)};

@@ -108,8 +108,8 @@ static void compare_backends(const char *name, const mt_config *cfg) {
     int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
     mt_tiny_windows(6, SEQUENCES, SEQ, cfg->vocab_size, tokens, inputs, targets);
     double loss_cpu, loss_gpu;
-    cr_assert_eq(mt_engine_grads(cpu.engine, inputs, targets, &loss_cpu), MT_OK, "%s", mt_error());
-    cr_assert_eq(mt_engine_grads(gpu.engine, inputs, targets, &loss_gpu), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_grads(cpu.engine, inputs, targets, NULL, &loss_cpu), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_grads(gpu.engine, inputs, targets, NULL, &loss_gpu), MT_OK, "%s", mt_error());
     cr_expect_lt(fabs(loss_gpu - loss_cpu), 1e-2 * loss_cpu, "%s: loss cuda %.6f, cpu %.6f", name, loss_gpu, loss_cpu);
     const char *worst_name;
     double worst = worst_rel_err(&cpu.layout, mt_engine_host_grads(gpu.engine),
@@ -170,8 +170,8 @@ Test(cuda, training_tracks_cpu_backend) {
     mt_tiny_windows(9, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
     for (int s = 0; s < 8; s++) {
         mt_step_result rc, rg;
-        cr_assert_eq(mt_engine_step(cpu.engine, inputs, targets, 3e-3f, &rc), MT_OK, "%s", mt_error());
-        cr_assert_eq(mt_engine_step(gpu.engine, inputs, targets, 3e-3f, &rg), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(cpu.engine, inputs, targets, NULL, 3e-3f, &rc), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(gpu.engine, inputs, targets, NULL, 3e-3f, &rg), MT_OK, "%s", mt_error());
         cr_log_info("step %d: loss cuda %.5f cpu %.5f", s, rg.loss, rc.loss);
         cr_expect_lt(fabs(rg.loss - rc.loss), 2e-2 * rc.loss, "step %d: loss cuda %.5f, cpu %.5f", s, rg.loss, rc.loss);
     }
@@ -209,7 +209,7 @@ static void device_update_is_host_adamw(const mt_config *cfg, float clip, int en
     for (int s = 1; s <= 4; s++) {
         mt_tiny_windows(70 + s, SEQUENCES, SEQ, cfg->vocab_size, tokens, inputs, targets);
         mt_step_result r;
-        cr_assert_eq(mt_engine_step(t.engine, inputs, targets, 3e-3f, &r), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(t.engine, inputs, targets, NULL, 3e-3f, &r), MT_OK, "%s", mt_error());
         mt_engine_finish(t.engine); /* the step's gradients are home once its update is */
         const float *grads = mt_engine_host_grads(t.engine);
         mt_adamw_params p = {.lr = 3e-3f, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps,
@@ -294,8 +294,8 @@ Test(cuda, device_blocks_train_like_the_host) {
     for (int s = 0; s < 4; s++) {
         mt_tiny_windows(40 + s, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
         mt_step_result rd, rh;
-        cr_assert_eq(mt_engine_step(dev.engine, inputs, targets, 3e-3f, &rd), MT_OK, "%s", mt_error());
-        cr_assert_eq(mt_engine_step(host.engine, inputs, targets, 3e-3f, &rh), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(dev.engine, inputs, targets, NULL, 3e-3f, &rd), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(host.engine, inputs, targets, NULL, 3e-3f, &rh), MT_OK, "%s", mt_error());
         cr_log_info("step %d: loss %.7f with blocks on the device, %.7f on the host", s, rd.loss, rh.loss);
         cr_expect_lt(fabs(rh.loss - rd.loss), 1e-4 * rh.loss, "step %d: loss %.7f against %.7f", s, rd.loss, rh.loss);
     }
@@ -322,8 +322,8 @@ Test(cuda, checkpoints_on_host_change_nothing) {
     int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
     mt_tiny_windows(15, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
     double loss_dev, loss_host;
-    cr_assert_eq(mt_engine_grads(dev.engine, inputs, targets, &loss_dev), MT_OK, "%s", mt_error());
-    cr_assert_eq(mt_engine_grads(host.engine, inputs, targets, &loss_host), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_grads(dev.engine, inputs, targets, NULL, &loss_dev), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_grads(host.engine, inputs, targets, NULL, &loss_host), MT_OK, "%s", mt_error());
     cr_expect_lt(fabs(loss_host - loss_dev), 1e-6 * loss_dev, "loss %.9f with checkpoints on the host, %.9f without",
                  loss_host, loss_dev);
     const char *worst_name;
@@ -335,8 +335,8 @@ Test(cuda, checkpoints_on_host_change_nothing) {
     for (int s = 0; s < 3; s++) {
         mt_tiny_windows(16 + s, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
         mt_step_result rd, rh;
-        cr_assert_eq(mt_engine_step(dev.engine, inputs, targets, 3e-3f, &rd), MT_OK, "%s", mt_error());
-        cr_assert_eq(mt_engine_step(host.engine, inputs, targets, 3e-3f, &rh), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(dev.engine, inputs, targets, NULL, 3e-3f, &rd), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(host.engine, inputs, targets, NULL, 3e-3f, &rh), MT_OK, "%s", mt_error());
         cr_expect_lt(fabs(rh.loss - rd.loss), 1e-4 * rd.loss, "step %d: loss %.7f against %.7f", s, rh.loss, rd.loss);
     }
     mt_tiny_model_close(&host);
@@ -369,8 +369,8 @@ static void expect_chunking_changes_nothing(mt_config cfg, int piece) {
     int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
     mt_tiny_windows(22, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
     double loss_whole, loss_pieces;
-    cr_assert_eq(mt_engine_grads(whole.engine, inputs, targets, &loss_whole), MT_OK, "%s", mt_error());
-    cr_assert_eq(mt_engine_grads(pieces.engine, inputs, targets, &loss_pieces), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_grads(whole.engine, inputs, targets, NULL, &loss_whole), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_grads(pieces.engine, inputs, targets, NULL, &loss_pieces), MT_OK, "%s", mt_error());
     cr_expect_lt(fabs(loss_pieces - loss_whole), 1e-3 * loss_whole, "loss %.7f chunked, %.7f whole", loss_pieces,
                  loss_whole);
     const char *worst_name;
@@ -382,8 +382,8 @@ static void expect_chunking_changes_nothing(mt_config cfg, int piece) {
     for (int s = 0; s < 3; s++) {
         mt_tiny_windows(23 + s, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
         mt_step_result rw, rp;
-        cr_assert_eq(mt_engine_step(whole.engine, inputs, targets, 3e-3f, &rw), MT_OK, "%s", mt_error());
-        cr_assert_eq(mt_engine_step(pieces.engine, inputs, targets, 3e-3f, &rp), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(whole.engine, inputs, targets, NULL, 3e-3f, &rw), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(pieces.engine, inputs, targets, NULL, 3e-3f, &rp), MT_OK, "%s", mt_error());
         cr_expect_lt(fabs(rp.loss - rw.loss), 1e-3 * rw.loss, "step %d: loss %.7f chunked, %.7f whole", s, rp.loss,
                      rw.loss);
     }

@@ -117,8 +117,8 @@ static float *train(int slots, int threads, int micro_batches, int ends_on_devic
         mt_step_result r;
         double loss;
         float logits[53];
-        check(mt_engine_step(engine, inputs, targets, 3e-3f, &r) == MT_OK, "step");
-        check(mt_engine_eval(engine, inputs, targets, &loss) == MT_OK, "eval");
+        check(mt_engine_step(engine, inputs, targets, NULL, 3e-3f, &r) == MT_OK, "step");
+        check(mt_engine_eval(engine, inputs, targets, NULL, &loss) == MT_OK, "eval");
         check(mt_engine_next_logits(engine, inputs, SEQ, logits) == MT_OK, "logits");
     }
     check(mt_engine_finish(engine) == STEPS, "all updates applied");
