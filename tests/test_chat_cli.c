@@ -124,7 +124,7 @@ static size_t count_files(const char *pattern) {
 
 typedef struct {
     int32_t *ids;
-    uint8_t *mask;
+    uint8_t *mask, *starts; /* starts: 1 on each conversation's first token */
     size_t n, cap;
 } collected;
 
@@ -134,15 +134,19 @@ static mt_status collect(const int32_t *ids, const uint8_t *mask, size_t n, void
         c->cap = 2 * (c->n + n);
         c->ids = realloc(c->ids, c->cap * sizeof *c->ids);
         c->mask = realloc(c->mask, c->cap);
+        c->starts = realloc(c->starts, c->cap);
     }
     memcpy(c->ids + c->n, ids, n * sizeof *ids);
     memcpy(c->mask + c->n, mask, n);
+    memset(c->starts + c->n, 0, n);
+    c->starts[c->n] = 1;
     c->n += n;
     return MT_OK;
 }
 
-/* The shards hold, in order, what the library makes of the file, in shards of exactly
- * --shard-size tokens but the last, with the loss mask. */
+/* The shards hold, in order, what the library makes of the file, with the loss mask and where
+ * each conversation starts: whole conversations, as many as fit in --shard-size tokens (the
+ * next one would not), the last shard the rest. */
 Test(chat_cli, tokenize_writes_masked_shards) {
     mt_cli_result r;
     mt_cli_run(&r, TIMEOUT_S, "tokenize", "--tokenizer", in_dir("tok"), in_dir("chat.jsonl"), "--out", in_dir("out/chat"),
@@ -161,26 +165,35 @@ Test(chat_cli, tokenize_writes_masked_shards) {
     cr_assert_gt(stats.trained_tokens, 60);
 
     size_t shards = count_files(in_dir("out/chat_*.bin")), at = 0;
-    cr_assert_eq(shards, (want.n + 499) / 500, "%zu shards for %zu tokens", shards, want.n);
+    cr_assert_geq(shards, (want.n + 499) / 500, "%zu shards for %zu tokens", shards, want.n);
     for (size_t s = 0; s < shards; s++) {
         char name[64];
         snprintf(name, sizeof name, "out/chat_%06zu.bin", s);
         mt_tokens tokens;
         cr_assert_eq(mt_tokens_open(in_dir(name), &tokens), MT_OK, "%s", mt_error());
         cr_assert_eq(tokens.format, MT_TOKENS_MASKED);
-        cr_assert_eq(tokens.count, s + 1 < shards ? 500 : want.n - at, "shard %zu holds %zu tokens", s, tokens.count);
+        cr_assert_leq(tokens.count, 500, "shard %zu holds %zu tokens", s, tokens.count);
+        size_t next = at + tokens.count, more = next + 1;
+        while (more < want.n && !want.starts[more]) more++; /* the end of the next conversation */
+        if (s + 1 < shards) cr_assert_gt(more - at, 500, "shard %zu ends before a conversation that fits", s);
+        else cr_assert_eq(next, want.n, "the last shard does not end the data");
+        const uint64_t *starts;
+        size_t examples = mt_tokens_examples(&tokens, &starts), e = 0;
         for (size_t i = 0; i < tokens.count; i++, at++) {
+            if (want.starts[at]) cr_assert(e < examples && starts[e++] == i, "conversation at token %zu", at);
             cr_assert_eq(mt_tokens_get(&tokens, i), (uint32_t)want.ids[at], "token %zu", at);
             uint8_t mask;
             mt_tokens_copy_mask(&tokens, i, 1, &mask);
             cr_assert_eq(mask, want.mask[at], "mask of token %zu", at);
         }
+        cr_assert_eq(e, examples, "shard %zu records %zu conversations, %zu start there", s, examples, e);
         cr_assert_eq(mt_tokens_status(&tokens), MT_OK, "%s", mt_error());
         mt_tokens_close(&tokens);
     }
     cr_assert_eq(at, want.n);
     free(want.ids);
     free(want.mask);
+    free(want.starts);
     mt_chat_template_free(&t);
     mt_tokenizer_free(tok);
 }

@@ -46,8 +46,8 @@ static void write_shard(const char *path, int width, const uint32_t *ids, const 
     mt_masked_writer *w;
     cr_assert_eq(mt_masked_writer_open(&w, path, width), MT_OK, "%s", mt_error());
     /* Two calls, so that appending is exercised. */
-    cr_assert_eq(mt_masked_writer_add(w, ids, mask, n / 2), MT_OK, "%s", mt_error());
-    cr_assert_eq(mt_masked_writer_add(w, ids + n / 2, mask + n / 2, n - n / 2), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_masked_writer_add(w, ids, mask, n / 2, 1), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_masked_writer_add(w, ids + n / 2, mask + n / 2, n - n / 2, 0), MT_OK, "%s", mt_error());
     cr_assert_eq(mt_masked_writer_count(w), n);
     cr_assert_eq(mt_masked_writer_finish(w), MT_OK, "%s", mt_error());
 }
@@ -254,7 +254,7 @@ Test(masked_tokens, refuses_a_mask_byte_other_than_0_or_1) {
 Test(masked_tokens, writer_refuses_an_id_past_16_bits_and_leaves_nothing) {
     mt_masked_writer *w;
     cr_assert_eq(mt_masked_writer_open(&w, path_of("x.bin"), 2), MT_OK, "%s", mt_error());
-    cr_assert_eq(mt_masked_writer_add(w, ids, mask, 3), MT_ERR_INVALID);
+    cr_assert_eq(mt_masked_writer_add(w, ids, mask, 3, 1), MT_ERR_INVALID);
     cr_expect(strstr(mt_error(), "70000") != NULL, "%s", mt_error());
     mt_masked_writer_abort(w);
     cr_assert_eq(files_in_dir(), 0, "a partial shard was left behind");
