@@ -58,6 +58,14 @@ typedef struct {
                               * tokenizer.json if it has one, else on resume the run's, else none */
     double val_fraction;     /* held out for validation, in [0, 1) (default 0.05) */
     int sequential;          /* 1: windows in order, 0: at random (default) */
+    const char *packing;     /* chat data: "on" packs whole examples into windows, attention masked
+                              * at their boundaries (the default where the data records them);
+                              * "off": windows of the token stream, across examples. NULL: by the
+                              * data, and stored so resolved */
+    int doc_mask;            /* text and token files: documents end after each end-of-text token,
+                              * attention masked and positions restarted there */
+    const char *long_examples; /* packed examples longer than seq_len: "truncate" (default: their
+                              * first seq_len tokens, counted in a warning) or "refuse" */
     int64_t seed;            /* initialization and sampling, >= 0 (default 1337) */
 
     /* Shape of a step: micro_batches x batch sequences of seq_len tokens. */

@@ -119,7 +119,7 @@ Test(masked_tokens, dataset_targets_follow_the_mask) {
     int32_t in[SEQ], tg[SEQ];
     for (int window = 0; window < 6; window++) { /* past the end of the split: it wraps */
         size_t first = ds.state.cursor;
-        mt_dataset_train_batch(&ds, 1, in, tg);
+        mt_dataset_train_batch(&ds, 1, in, tg, NULL);
         for (int k = 0; k < SEQ; k++) {
             cr_assert_eq(in[k], (int32_t)stream[first + k]);
             int32_t want = m[first + k + 1] ? (int32_t)stream[first + k + 1] : -1;
@@ -127,7 +127,7 @@ Test(masked_tokens, dataset_targets_follow_the_mask) {
         }
     }
     /* Validation windows are masked the same way. */
-    mt_dataset_val_batch(&ds, 0, 1, in, tg);
+    mt_dataset_val_batch(&ds, 0, 1, in, tg, NULL);
     for (int k = 0; k < SEQ; k++) {
         size_t pos = ds.train_tokens + (size_t)k + 1;
         cr_assert_eq(tg[k], m[pos] ? (int32_t)stream[pos] : -1, "validation target %d", k);
