@@ -345,3 +345,76 @@ Test(chat_cli, train_refuses_a_bad_tokenizer_or_data) {
     assert_failed(&r, "tok", "is a directory");
     mt_cli_result_free(&r);
 }
+
+/* ---- packed examples ---- */
+
+#define PACKED_RUN(out)                                                                                                \
+    "train", "--config", in_dir("config.json"), "--tokenizer", in_dir("tok"), "--data", in_dir("chat.jsonl"), "--seq", \
+        "128", "--batch", "2", "--micro-batches", "2", "--backend", "cpu", "--eval-every", "8", "--steps", "16",       \
+        "--ckpt-every", "8", "--out", in_dir(out)
+
+/* Chat data trains packed by default: the log says so, each step's metrics carry its padding, and
+ * the run stores --packing on, which a resumed run may not change. Resumed from its step-8
+ * checkpoint (its 57 windows an epoch are done by step 15), it ends with the bits of the run
+ * straight through. */
+Test(chat_cli, packed_chat_trains_and_resumes_bitwise) {
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, PACKED_RUN("straight"), NULL);
+    assert_succeeded(&r);
+    cr_expect(strstr(r.err, "examples packed whole into") && strstr(r.err, "attention masked between them"),
+              "stderr:\n%s", r.err);
+    mt_cli_result_free(&r);
+    FILE *f = fopen(in_dir("straight/metrics.jsonl"), "r");
+    cr_assert_not_null(f);
+    char line[4096];
+    int steps = 0;
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, "\"loss\"")) {
+            steps++;
+            cr_expect(strstr(line, "\"padding\":"), "a step's metrics lack its padding: %s", line);
+        }
+    fclose(f);
+    cr_expect_eq(steps, 16);
+
+    mt_cli_run(&r, TIMEOUT_S, PACKED_RUN("resumed"), NULL);
+    assert_succeeded(&r);
+    mt_cli_result_free(&r);
+    hf_test_rmtree(in_dir("resumed/ckpt-000016"));
+    mt_cli_run(&r, TIMEOUT_S, PACKED_RUN("resumed"), "--resume", NULL);
+    assert_succeeded(&r);
+    cr_assert(strstr(r.err, "ckpt-000008"), "did not resume from step 8:\n%s", r.err);
+    mt_cli_result_free(&r);
+    const char *differs = mt_test_state_differs(in_dir("straight"), in_dir("resumed"), 16);
+    cr_assert_null(differs, "%s differs between the straight and the resumed run", differs);
+    cr_assert(!mt_test_files_equal(mt_test_blob(in_dir("straight"), 8, "master"),
+                                   mt_test_blob(in_dir("straight"), 16, "master")),
+              "the weights did not change from step 8 to 16: the comparison proves nothing");
+
+    mt_cli_run(&r, TIMEOUT_S, PACKED_RUN("resumed"), "--steps", "17", "--resume", "--packing", "off", NULL);
+    assert_failed(&r, "--packing off", "--packing on, which a resumed run cannot change");
+    mt_cli_result_free(&r);
+}
+
+/* --packing on is for chat data, --doc-mask for text with a tokenizer: each refused elsewhere,
+ * naming the option and the data; --doc-mask on tokenized text trains with its documents masked. */
+Test(chat_cli, packing_and_doc_mask_refused_where_they_do_not_apply) {
+    mt_cli_result r;
+    mt_test_write_corpus(in_dir("corpus.txt"));
+    mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("config.json"), "--tokenizer", in_dir("tok"), "--data",
+               in_dir("corpus.txt"), SMALL_STEP, "--steps", "1", "--packing", "on", "--out", in_dir("a"), NULL);
+    assert_failed(&r, "--packing on", "corpus.txt is not chat data");
+    mt_cli_result_free(&r);
+    mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("config.json"), "--tokenizer", in_dir("tok"), "--data",
+               in_dir("chat.jsonl"), SMALL_STEP, "--steps", "1", "--doc-mask", "--out", in_dir("b"), NULL);
+    assert_failed(&r, "--doc-mask", "chat.jsonl is chat data");
+    mt_cli_result_free(&r);
+    mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--data", in_dir("corpus.txt"), SMALL_STEP, "--steps", "1",
+               "--doc-mask", "--out", in_dir("c"), NULL);
+    assert_failed(&r, "--doc-mask", "raw bytes (no tokenizer) have no end-of-text token");
+    mt_cli_result_free(&r);
+    mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("config.json"), "--tokenizer", in_dir("tok"), "--data",
+               in_dir("corpus.txt"), SMALL_STEP, "--steps", "2", "--doc-mask", "--out", in_dir("d"), NULL);
+    assert_succeeded(&r);
+    cr_expect(strstr(r.err, "documents masked"), "stderr:\n%s", r.err);
+    mt_cli_result_free(&r);
+}

@@ -44,7 +44,20 @@ void mt_dataset_doc_mask(mt_dataset *ds, int32_t eot) { ds->eot = eot; }
 
 /* ---- packed examples ---- */
 
-/* The examples and their lengths; refuses or counts those longer than seq_len. */
+/* Whether any of tokens [start + 1, start + n) carries loss (a target of the first n). */
+static int carries_loss(const mt_tokens *tokens, uint64_t start, size_t n) {
+    uint8_t mask[4096];
+    for (size_t at = 1; at < n; at += sizeof mask) {
+        size_t k = n - at < sizeof mask ? n - at : sizeof mask;
+        mt_tokens_copy_mask(tokens, start + at, k, mask);
+        for (size_t i = 0; i < k; i++)
+            if (mask[i]) return 1;
+    }
+    return 0;
+}
+
+/* The examples and their lengths; refuses or counts those longer than seq_len (and of them those
+ * whose first seq_len tokens hold no target with loss). */
 static mt_status take_examples(mt_dataset *ds, const uint64_t *starts, size_t n, mt_long_examples long_examples,
                                const char *name) {
     size_t seq = (size_t)ds->seq_len, first_long = n;
@@ -54,6 +67,8 @@ static mt_status take_examples(mt_dataset *ds, const uint64_t *starts, size_t n,
     for (size_t i = 0; i < n; i++) {
         uint64_t end = i + 1 < n ? starts[i + 1] : ds->tokens->count, len = end - starts[i];
         if (len > seq && rep->truncated++ == 0) first_long = i;
+        if (len > seq && long_examples == MT_LONG_TRUNCATE && !carries_loss(ds->tokens, starts[i], seq))
+            rep->truncated_no_loss++;
         if (len > rep->longest) rep->longest = len;
         ds->examples[i] = (mt_example){.start = starts[i], .len = (uint32_t)(len < seq ? len : seq)};
     }

@@ -54,6 +54,7 @@ typedef struct {
     size_t val_examples, val_windows;
     uint64_t val_padding;
     size_t truncated;             /* examples of both splits longer than seq_len */
+    size_t truncated_no_loss;     /* of them, those whose first seq_len tokens carry no loss */
     uint64_t longest;             /* the longest example's tokens */
 } mt_pack_report;
 

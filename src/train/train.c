@@ -185,8 +185,8 @@ static void report_packing(const mt_train_run *r) {
                     100.0 * (double)p->val_padding / ((double)p->val_windows * seq));
     if (p->truncated)
         mt_log_warn("%zu examples are longer than --seq %d (the longest has %llu tokens): each trains on its first %d "
-                    "tokens (--long-examples refuse stops instead)", p->truncated, seq,
-                    (unsigned long long)p->longest, seq);
+                    "tokens, %zu of them on none that carries loss (--long-examples refuse stops instead)",
+                    p->truncated, seq, (unsigned long long)p->longest, seq, p->truncated_no_loss);
 }
 
 /* The windows, before the model's memory is allocated (their refusals come first); a resumed run's
