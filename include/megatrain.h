@@ -175,9 +175,11 @@ mt_status mt_sample(const mt_sample_options *options, FILE *out);
 mt_status mt_plan(const mt_train_options *options, FILE *out);
 
 /* Times training steps on synthetic tokens with the model, shape and engine options of a
- * training run (weights random, nothing written), after `warmup` untimed steps. Prints a line
- * per step and a summary, and appends the summary as one JSON object to `json` when non-NULL. */
-mt_status mt_bench(const mt_train_options *options, int warmup, FILE *out, const char *json);
+ * training run (weights random, nothing written), after `warmup` untimed steps. packed_mean > 0:
+ * every window holds packed examples of lengths drawn uniformly around that mean (half to one and
+ * a half times it), attention masked between them, as chat data trains; 0: plain windows. Prints a
+ * line per step and a summary, and appends the summary as one JSON object to `json` when non-NULL. */
+mt_status mt_bench(const mt_train_options *options, int warmup, int packed_mean, FILE *out, const char *json);
 
 /* Writes a checkpoint (or a run's newest) as a Hugging Face model directory. */
 mt_status mt_export(const char *checkpoint, const char *out_dir, int bf16, int64_t max_shard_bytes);

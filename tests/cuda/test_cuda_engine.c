@@ -96,8 +96,11 @@ static void dump_for_transformers(const char *name, mt_tiny_model *t, const int3
     write_file(dir, "case.json", text, (size_t)len);
 }
 
-static void compare_backends(const char *name, const mt_config *cfg) {
+/* positions: NULL, or packed examples' (engine.h): both engines attend within segments; the
+ * transformers dump is left out (it has no segments). */
+static void compare_backends_at(const char *name, const mt_config *cfg, const int32_t *positions) {
     mt_engine_options o = options();
+    o.packed = positions != NULL;
     mt_tiny_model cpu, gpu;
     mt_backend *be;
     cr_assert_eq(mt_backend_cuda_create(&be, 0), MT_OK, "%s", mt_error());
@@ -107,9 +110,11 @@ static void compare_backends(const char *name, const mt_config *cfg) {
     round_masters(&gpu);
     int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
     mt_tiny_windows(6, SEQUENCES, SEQ, cfg->vocab_size, tokens, inputs, targets);
+    for (int i = 0; positions && i < SEQUENCES * SEQ; i++) /* a segment's last token predicts nothing */
+        if (i % SEQ == SEQ - 1 || positions[i + 1] == 0) targets[i] = -1;
     double loss_cpu, loss_gpu;
-    cr_assert_eq(mt_engine_grads(cpu.engine, inputs, targets, NULL, &loss_cpu), MT_OK, "%s", mt_error());
-    cr_assert_eq(mt_engine_grads(gpu.engine, inputs, targets, NULL, &loss_gpu), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_grads(cpu.engine, inputs, targets, positions, &loss_cpu), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_grads(gpu.engine, inputs, targets, positions, &loss_gpu), MT_OK, "%s", mt_error());
     cr_expect_lt(fabs(loss_gpu - loss_cpu), 1e-2 * loss_cpu, "%s: loss cuda %.6f, cpu %.6f", name, loss_gpu, loss_cpu);
     const char *worst_name;
     double worst = worst_rel_err(&cpu.layout, mt_engine_host_grads(gpu.engine),
@@ -117,9 +122,36 @@ static void compare_backends(const char *name, const mt_config *cfg) {
     cr_log_info("%s: loss cuda %.6f cpu %.6f; worst gradient %s at %.3g relative", name, loss_gpu, loss_cpu,
                 worst_name, worst);
     cr_expect_lt(worst, 5e-2, "%s: gradient of %s off by %.3g relative", name, worst_name, worst);
-    dump_for_transformers(name, &gpu, tokens, loss_gpu);
+    if (!positions) dump_for_transformers(name, &gpu, tokens, loss_gpu);
     mt_tiny_model_close(&gpu);
     mt_tiny_model_close(&cpu);
+}
+
+static void compare_backends(const char *name, const mt_config *cfg) { compare_backends_at(name, cfg, NULL); }
+
+static mt_config wider_qwen3(int tied);
+
+/* Packed examples, segments of 10 and 22; 1 and 31; 32; 5, 5, 5 and 17 tokens. */
+static void packed_positions(int32_t *positions) {
+    static const int lengths[] = {10, 22, 1, 31, 32, 5, 5, 5, 17};
+    int row = 0;
+    for (size_t k = 0; k < sizeof lengths / sizeof lengths[0]; k++)
+        for (int i = 0; i < lengths[k]; i++) positions[row++] = i;
+    cr_assert_eq(row, SEQUENCES * SEQ);
+}
+
+Test(cuda, engine_matches_cpu_packed_llama_gqa) {
+    mt_config c = mt_tiny_wider(mt_tiny_config_gqa());
+    int32_t positions[SEQUENCES * SEQ];
+    packed_positions(positions);
+    compare_backends_at("packed_llama_gqa", &c, positions);
+}
+
+Test(cuda, engine_matches_cpu_packed_qwen3) {
+    mt_config c = wider_qwen3(1);
+    int32_t positions[SEQUENCES * SEQ];
+    packed_positions(positions);
+    compare_backends_at("packed_qwen3", &c, positions);
 }
 
 Test(cuda, engine_matches_cpu_llama_gqa_untied) {
