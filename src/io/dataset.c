@@ -164,6 +164,26 @@ void mt_dataset_free(mt_dataset *ds) {
     ds->val_items = ds->val_first = NULL;
 }
 
+mt_status mt_dataset_init_val_only(mt_dataset *ds, const mt_tokens *tokens, int seq_len, int packed,
+                                   mt_long_examples long_examples, const char *name) {
+    if (!packed && tokens->count < (size_t)seq_len + 1)
+        return mt_fail(MT_ERR_INVALID, "%zu tokens, shorter than one window of seq_len + 1 = %d tokens", tokens->count,
+                       seq_len + 1);
+    *ds = (mt_dataset){.tokens = tokens, .train_tokens = 0, .val_tokens = tokens->count, .seq_len = seq_len,
+                       .eot = -1};
+    if (!packed) return MT_OK;
+    const uint64_t *starts;
+    size_t n = mt_tokens_examples(tokens, &starts);
+    if (n == 0) return mt_fail(MT_ERR_INVALID, "%s: the data does not record where its examples start", name);
+    mt_status st = take_examples(ds, starts, n, long_examples, name);
+    if (st == MT_OK) {
+        ds->val_examples = ds->report.val_examples = n;
+        st = pack_validation(ds);
+    }
+    if (st != MT_OK) mt_dataset_free(ds);
+    return st;
+}
+
 mt_status mt_dataset_set_state(mt_dataset *ds, const mt_sampler_state *state) {
     if (ds->packer) {
         MT_TRY(mt_packer_seek(ds->packer, state->rng.state, state->cursor, state->epoch));
@@ -263,7 +283,7 @@ size_t mt_dataset_train_batch(mt_dataset *ds, int batch, int32_t *inputs, int32_
 }
 
 int64_t mt_dataset_val_batches(const mt_dataset *ds, int batch) {
-    if (ds->packer) return (int64_t)(ds->val_windows / (size_t)batch);
+    if (ds->examples) return (int64_t)(ds->val_windows / (size_t)batch);
     if (ds->val_tokens == 0) return 0;
     size_t windows = (ds->val_tokens - 1) / (size_t)ds->seq_len;
     return (int64_t)(windows / (size_t)batch);
@@ -274,7 +294,7 @@ void mt_dataset_val_batch(const mt_dataset *ds, int64_t index, int batch, int32_
     for (int b = 0; b < batch; b++) {
         size_t window = (size_t)index * (size_t)batch + (size_t)b;
         size_t off = (size_t)b * (size_t)ds->seq_len;
-        if (ds->packer) {
+        if (ds->examples) {
             const uint32_t *items = ds->val_items + ds->val_first[window];
             size_t count = ds->val_first[window + 1] - ds->val_first[window];
             fill_packed(ds, ds->examples + ds->train_examples, items, count, inputs + off, targets + off,

@@ -66,8 +66,9 @@ typedef struct {
     mt_sample_order order;
     mt_sampler_state state;
     int32_t eot;             /* documents masked after this id; -1: not */
-    /* Packed examples (NULL: stream windows): the splits' examples, the training packer, the
-     * validation windows (window w holds val_items[val_first[w] .. val_first[w + 1]]). */
+    /* Packed examples (examples NULL: stream windows): the splits' examples, the training packer
+     * (NULL for a validation file), the validation windows (window w holds val_items[val_first[w]
+     * .. val_first[w + 1]]). */
     mt_packer *packer;
     mt_example *examples;    /* the training examples, then the validation ones */
     size_t train_examples, val_examples;
@@ -90,8 +91,15 @@ mt_status mt_dataset_init_packed(mt_dataset *ds, const mt_tokens *tokens, double
                                  const char *name);
 void mt_dataset_free(mt_dataset *ds);
 
+/* All of `tokens` as validation windows (a validation file of its own): windows of its stream
+ * (mt_dataset_doc_mask may mask them), or with `packed` its examples packed in file order (a
+ * masked shard that records them; `long_examples` and `name` as for mt_dataset_init_packed).
+ * Fails when it is shorter than one window, or holds no example. */
+mt_status mt_dataset_init_val_only(mt_dataset *ds, const mt_tokens *tokens, int seq_len, int packed,
+                                   mt_long_examples long_examples, const char *name);
+
 /* Whether the windows have segments (documents masked, or packed): their positions matter. */
-static inline int mt_dataset_segmented(const mt_dataset *ds) { return ds->eot >= 0 || ds->packer != NULL; }
+static inline int mt_dataset_segmented(const mt_dataset *ds) { return ds->eot >= 0 || ds->examples != NULL; }
 
 /* Restores a saved state; fails when it cannot belong to this dataset (cursor past the split or,
  * packed, past the epoch's windows). */
