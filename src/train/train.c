@@ -268,6 +268,12 @@ static mt_status plan_steps(mt_train_run *r) {
     return mt_moments_format_parse(o->moments, &r->moments);
 }
 
+/* The run's memory plan for its options, refused before anything is allocated where it cannot fit. */
+static mt_status plan_memory(mt_train_run *r) {
+    MT_TRY(mt_train_placement(&r->o, r->dev.be, &r->cfg, &r->placement, NULL));
+    return mt_devices_check_memory(&r->dev, &r->layout, &r->placement.eo, r->moments);
+}
+
 static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
     MT_TRY(mt_train_options_check(given));
     mt_host_memory_give(given->host_mem);
@@ -279,12 +285,13 @@ static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
     MT_TRY(resolve_model(r, given));
     MT_TRY(mt_layout_init(&r->layout, &r->cfg));
     MT_TRY(plan_steps(r));
-    MT_TRY(open_tokens(r));
-    MT_TRY(open_dataset(r));
     const mt_train_options *o = &r->o;
     MT_TRY(mt_devices_open(&r->dev, o));
-    MT_TRY(mt_train_placement(o, r->dev.be, &r->cfg, &r->placement, NULL));
-    MT_TRY(mt_devices_check_memory(&r->dev, &r->layout, &r->placement.eo, r->moments));
+    MT_TRY(plan_memory(r));
+    MT_TRY(open_tokens(r));
+    MT_TRY(open_dataset(r));
+    /* The data resolved --packing: an engine that takes positions needs a little more memory. */
+    if (r->placement.eo.packed != mt_train_segmented(o)) MT_TRY(plan_memory(r));
     MT_TRY(mt_engine_store_create(&r->store, &r->layout, r->dev.be, r->moments, &r->placement.eo));
     MT_TRY(init_weights(r));
     if (r->resume_from[0]) MT_TRY(mt_dataset_set_state(&r->data, &r->progress.sampler));
