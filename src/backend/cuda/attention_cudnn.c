@@ -418,9 +418,10 @@ static plans *plans_for(mt_cudnn_attention *ca, mt_attn_dims dims, int entries) 
         mt_cudnn_graph_destroy(&p->backward);
         return NULL;
     }
-    if (entries)
-        mt_log_debug("attention (batch %d, seq %d): cuDNN's ragged plans for up to %d segments, %zu bytes of "
-                     "workspace", dims.batch, dims.seq, entries, p->workspace_bytes);
+    mt_log_debug("attention (batch %d, seq %d, heads %d/%d, head_dim %d): cuDNN's plans for %d ragged entries "
+                 "(0: the plain layout), engines %lld (forward) and %lld (backward), %zu bytes of workspace",
+                 dims.batch, dims.seq, dims.heads, dims.kv_heads, dims.head_dim, entries,
+                 (long long)p->forward.engine, (long long)p->backward.engine, p->workspace_bytes);
     p->usable = 1;
     return p;
 }
@@ -434,7 +435,24 @@ static limit *limit_of(mt_cudnn_attention *ca, mt_attn_dims dims) {
     return &ca->limits[ca->limit_count++];
 }
 
+/* Head dims whose segments cuDNN runs: 64 and 128, where its ragged plans match the reference in
+ * every layout the device tests try. At head_dim 40 cuDNN 9.19's ragged backward returned a wrong
+ * dQ on an H100 (the forward, dK and dV right; issue 27), and cuDNN runs head dims other than 64,
+ * 128 and 256 on separate kernels; test_cuda_attention_layouts.c runs cuDNN at each head dim to show
+ * which it gets right. Segments at other head dims run on the CUDA-core kernels. */
+static int ragged_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
+
+int mt_cudnn_attention_plan_workspace(mt_cudnn_attention *ca, mt_attn_dims dims, int segments,
+                                      size_t *workspace_bytes) {
+    pthread_mutex_lock(&ca->lock);
+    plans *p = plans_for(ca, dims, segments ? entries_for(segments) : 0);
+    if (p && workspace_bytes) *workspace_bytes = p->workspace_bytes;
+    pthread_mutex_unlock(&ca->lock);
+    return p != NULL;
+}
+
 int mt_cudnn_attention_supports(mt_cudnn_attention *ca, mt_attn_dims dims, int segments, size_t *workspace_bytes) {
+    if (segments && !ragged_head_dim(dims.head_dim)) return 0;
     pthread_mutex_lock(&ca->lock);
     plans *p = plans_for(ca, dims, segments ? entries_for(segments) : 0);
     if (p && segments) {
@@ -447,6 +465,7 @@ int mt_cudnn_attention_supports(mt_cudnn_attention *ca, mt_attn_dims dims, int s
 }
 
 size_t mt_cudnn_attention_ragged_workspace(mt_cudnn_attention *ca, mt_attn_dims dims, size_t bytes) {
+    if (!ragged_head_dim(dims.head_dim)) return bytes; /* the kernels run every segmented call */
     /* Sized for segments of 64 tokens on average, at least MIN_BUCKET; more are rare (and, where
      * their plan needs more workspace, run on the kernels). */
     int typical = dims.batch * dims.seq / 64;

@@ -25,18 +25,25 @@ mt_status mt_cudnn_attention_create(mt_cudnn_attention **out);
 void mt_cudnn_attention_destroy(mt_cudnn_attention *ca);
 
 /* 1 when cuDNN runs attention of these dims (both plans built, now or before), else 0: without
- * segments (segments 0), or over `segments` segments in the ragged layout, which also needs its
- * workspace to fit what mt_cudnn_attention_ragged_workspace sized for the dims. When 1,
- * *workspace_bytes (if non-NULL) is what the forward and backward need (the larger; they share
- * it). */
+ * segments (segments 0), or over `segments` segments in the ragged layout, which also needs a head
+ * dim whose ragged plans cuDNN gets right (64, 128: attention_cudnn.c) and its workspace to fit
+ * what mt_cudnn_attention_ragged_workspace sized for the dims. When 1, *workspace_bytes (if
+ * non-NULL) is what the forward and backward need (the larger; they share it). */
 int mt_cudnn_attention_supports(mt_cudnn_attention *ca, mt_attn_dims dims, int segments, size_t *workspace_bytes);
+
+/* 1 when cuDNN builds both plans for these dims (and `segments`, 0: none), whatever the choice
+ * mt_cudnn_attention_supports makes, with their workspace in *workspace_bytes (if non-NULL): the
+ * tests run cuDNN through it where the backend does not, to show why it does not. */
+int mt_cudnn_attention_plan_workspace(mt_cudnn_attention *ca, mt_attn_dims dims, int segments,
+                                      size_t *workspace_bytes);
 
 /* The workspace for attention of these dims with segments: `bytes` (what the other paths need),
  * or more for the ragged plans of a typical count of segments; micro-batches whose segments'
  * plan needs more than this run on the kernels. */
 size_t mt_cudnn_attention_ragged_workspace(mt_cudnn_attention *ca, mt_attn_dims dims, size_t bytes);
 
-/* Both fail unless mt_cudnn_attention_supports(dims, seg ? seg->count : 0) returned 1. */
+/* Both fail unless mt_cudnn_attention_plan_workspace(dims, seg ? seg->count : 0) returned 1 (the
+ * backend calls them only where mt_cudnn_attention_supports did). */
 mt_status mt_cudnn_attention_forward(mt_cudnn_attention *ca, cudaStream_t s, void *out, float *lse,
                                      const void *q, const void *k, const void *v, mt_attn_dims dims,
                                      const mt_segments *seg, void *workspace);

@@ -190,6 +190,20 @@ mt_status mt_cudnn_reduction(mt_cudnn_graph *g, cudnnReduceTensorOp_t reduce, co
     return add_op(g, op);
 }
 
+/* The global index of the engine a config runs, or -1 when cuDNN does not say. */
+static int64_t engine_of(cudnnBackendDescriptor_t config) {
+    cudnnBackendDescriptor_t engine;
+    int64_t got = 0, index = -1;
+    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine) != CUDNN_STATUS_SUCCESS) return -1;
+    if (cudnnBackendGetAttribute(config, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got,
+                                 &engine) != CUDNN_STATUS_SUCCESS ||
+        cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &got, &index) !=
+            CUDNN_STATUS_SUCCESS)
+        index = -1;
+    cudnnBackendDestroyDescriptor(engine);
+    return index;
+}
+
 /* A plan for one engine config, or MT_ERR_INVALID when it does not build or needs too much. */
 static mt_status try_config(mt_cudnn_graph *g, cudnnBackendDescriptor_t config, int64_t max_workspace) {
     cudnnBackendDescriptor_t plan;
@@ -205,6 +219,7 @@ static mt_status try_config(mt_cudnn_graph *g, cudnnBackendDescriptor_t config, 
                        (long long)bytes, (long long)max_workspace);
     g->plan = plan;
     g->workspace_bytes = bytes;
+    g->engine = engine_of(config);
     return MT_OK;
 }
 

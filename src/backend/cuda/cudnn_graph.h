@@ -40,6 +40,7 @@ typedef struct {
     int64_t next_virtual_uid;
     cudnnBackendDescriptor_t plan; /* set by mt_cudnn_graph_plan */
     int64_t workspace_bytes;
+    int64_t engine; /* the plan's engine (cuDNN's global index; -1 when it does not say), for logs */
 } mt_cudnn_graph;
 
 /* Virtual tensors get uids from first_virtual_uid up, above every uid the caller names. */
