@@ -504,8 +504,11 @@ const ops_case ops_cases[] = {
      .dims = {.batch = 3, .seq = 9, .heads = 2, .kv_heads = 2, .head_dim = 40}},
     {"attention of packed examples, GQA, odd lengths", &ATTENTION, 44,
      .dims = {.batch = 2, .seq = 37, .heads = 6, .kv_heads = 2, .head_dim = 64}, SEGMENTS(SEGMENTS_2x37)},
+    /* head_dim 40 runs on cuda's kernels, 64 on cuDNN's ragged layout (attention_cudnn.c) */
     {"attention of packed examples, one-token segments", &ATTENTION, 45,
      .dims = {.batch = 3, .seq = 9, .heads = 2, .kv_heads = 2, .head_dim = 40}, SEGMENTS(SEGMENTS_3x9)},
+    {"attention of packed examples, one-token segments, head_dim 64", &ATTENTION, 48,
+     .dims = {.batch = 3, .seq = 9, .heads = 2, .kv_heads = 2, .head_dim = 64}, SEGMENTS(SEGMENTS_3x9)},
     {"attention of packed examples across tiles, head_dim 128", &ATTENTION, 46,
      .dims = {.batch = 1, .seq = 150, .heads = 3, .kv_heads = 1, .head_dim = 128}, SEGMENTS(SEGMENTS_1x150)},
     {"attention of packed examples, a whole sequence and three", &ATTENTION, 47,

@@ -183,14 +183,15 @@ static double tolerance(int t, int whole) { return t == T_LSE ? 1e-4 : whole ? 1
 /* err / bound, NaN counted as infinite */
 static double ratio_of(double err, double bound) { return isnan(err) ? INFINITY : err / bound; }
 
-/* Logs tensor t's failing units (the worst SHOWN of them) and its worst error by segment. */
+/* Logs tensor t's failing units (the worst SHOWN of them) and its worst error by segment, at severity
+ * `level` (an error fails the test: only where the case counts). */
 static void report_tensor(const problem *pb, int t, const float *got, const float *ref, const double *err,
-                          const double *bound, size_t units, double whole) {
+                          const double *bound, size_t units, double whole, enum criterion_severity level) {
     int per_row = units_a_row(pb, t), width = unit_width(pb, t);
     size_t failing = 0;
     for (size_t u = 0; u < units; u++) failing += !(ratio_of(err[u], bound[u]) <= 1.0);
-    cr_log_error("    %s: %zu of %zu units over their bound; the whole tensor at %.3g of its bound", TENSOR_NAMES[t],
-                 failing, units, whole);
+    cr_log(level, "    %s: %zu of %zu units over their bound; the whole tensor at %.3g of its bound", TENSOR_NAMES[t],
+           failing, units, whole);
     char *shown = calloc(units, 1);
     cr_assert(shown);
     for (int n = 0; n < SHOWN; n++) {
@@ -207,7 +208,7 @@ static void report_tensor(const problem *pb, int t, const float *got, const floa
                  (int)(worst % per_row), err[worst], bound[worst], norm(ref + worst * width, (size_t)width));
         show_values(line, sizeof line, "got", got + worst * width, width);
         show_values(line, sizeof line, "; ref", ref + worst * width, width);
-        cr_log_error("%s", line);
+        cr_log(level, "%s", line);
     }
     free(shown);
     char line[1024] = "      worst error / bound by segment:";
@@ -218,11 +219,11 @@ static void report_tensor(const problem *pb, int t, const float *got, const floa
         size_t at = strlen(line);
         if (at < sizeof line) snprintf(line + at, sizeof line - at, " %d:%.2g", s, w);
     }
-    cr_log_error("%s", line);
+    cr_log(level, "%s", line);
 }
 
 /* The worst error / bound of tensor t over its units and as a whole (above 1, or NaN counted as
- * infinite: it fails); when `report` and it fails, the detail. */
+ * infinite: it fails); when it fails and `report` is a severity (not -1), the detail at it. */
 static double check_tensor(const problem *pb, int t, const float *got, const float *ref, int report) {
     int width = unit_width(pb, t);
     size_t count = pb->count[t], units = count / (size_t)width;
@@ -236,7 +237,7 @@ static double check_tensor(const problem *pb, int t, const float *got, const flo
         bound[u] = fmax(tolerance(t, 0) * fmax(norm(ref + u * width, (size_t)width), typical), DBL_MIN);
         worst = fmax(worst, ratio_of(err[u], bound[u]));
     }
-    if (report && worst > 1.0) report_tensor(pb, t, got, ref, err, bound, units, whole);
+    if (report >= 0 && worst > 1.0) report_tensor(pb, t, got, ref, err, bound, units, whole, report);
     free(err), free(bound);
     return worst;
 }
@@ -313,8 +314,8 @@ static int backend_runs_cudnn(gpu *g, const problem *pb) {
     return mt_cudnn_attention_supports(((mt_cuda_backend *)g->be)->cudnn, pb->d, pb->seg.count, NULL);
 }
 
-/* One run read back and checked: the worst error / bound of each output, and the outputs written
- * past (a bit each). */
+/* One run read back and checked: the worst error / bound of each output (the detail of those that
+ * fail at severity `report`, none at -1), and the outputs written past (a bit each). */
 static int device_check(gpu *g, const device *dv, const problem *pb, double worst[TENSORS], int report) {
     float *got[TENSORS], *ref[TENSORS];
     int past = 0;
@@ -356,6 +357,7 @@ static int run_case(path p, const layout *l, int head_dim, unsigned seed) {
     gpu g;
     gpu_open(&g);
     int runs_cudnn = backend_runs_cudnn(&g, &pb), counts = p != PATH_CUDNN || runs_cudnn;
+    enum criterion_severity level = counts ? CR_LOG_ERROR : CR_LOG_INFO; /* an error fails the test */
     char name[512], segs[160];
     segments_text(l, segs, sizeof segs);
     snprintf(name, sizeof name, "%s b%d s%d h%d/%d d%d, %d segments %s (%s; the backend runs %s)", PATH_NAMES[p],
@@ -366,7 +368,7 @@ static int run_case(path p, const layout *l, int head_dim, unsigned seed) {
     if (p == PATH_CUDNN) {
         cr_assert_eq(mt_cudnn_attention_create(&ca), MT_OK);
         if (!mt_cudnn_attention_plan_workspace(ca, pb.d, l->count, &ws_bytes)) {
-            cr_log_info("%s: cuDNN builds no plan (%s)", name, mt_error());
+            cr_log(level, "%s: cuDNN builds no plan%s", name, runs_cudnn ? " here, yet the backend runs it" : "");
             mt_cudnn_attention_destroy(ca);
             gpu_close(&g);
             problem_free(&pb);
@@ -382,13 +384,12 @@ static int run_case(path p, const layout *l, int head_dim, unsigned seed) {
         device_fill(&g, &dv, nans);
         mt_status status = device_run(p, &g, ca, &dv, pb.d);
         if (status != MT_OK) {
-            if (counts) cr_log_error("%s, on %s: FAILED to run: %s", name, nans ? "NaNs" : "zeros", mt_error());
-            else cr_log_info("%s, on %s: FAILED to run: %s", name, nans ? "NaNs" : "zeros", mt_error());
+            cr_log(level, "%s, on %s: FAILED to run: %s", name, nans ? "NaNs" : "zeros", mt_error());
             failed = 1;
             break; /* the backend keeps its error: nothing after it is meaningful */
         }
         double worst[TENSORS];
-        int past = device_check(&g, &dv, &pb, worst, 0), bad = past != 0;
+        int past = device_check(&g, &dv, &pb, worst, -1), bad = past != 0;
         for (int t = 0; t < TENSORS; t++) bad |= !(worst[t] <= 1.0);
         char line[1024];
         snprintf(line, sizeof line, "%s, on %s: error / bound out %.2g lse %.2g dq %.2g dk %.2g dv %.2g%s%s", name,
@@ -399,12 +400,8 @@ static int run_case(path p, const layout *l, int head_dim, unsigned seed) {
                 size_t at = strlen(line);
                 snprintf(line + at, sizeof line - at, "; wrote past %s", TENSOR_NAMES[t]);
             }
-        if (bad && counts) {
-            cr_log_error("%s", line);
-            device_check(&g, &dv, &pb, worst, 1);
-        } else {
-            cr_log_info("%s", line);
-        }
+        cr_log(bad ? level : CR_LOG_INFO, "%s", line);
+        if (bad) device_check(&g, &dv, &pb, worst, level);
         failed |= bad;
     }
     if (ca) mt_cudnn_attention_destroy(ca);
