@@ -5,9 +5,10 @@
  *
  * The layouts take apart the op-table case that failed on cuda in issue 27 (batch 3, seq 9, heads
  * 2/2, head_dim 40, segments {1, 1, 7, 9, 3, 3, 3}: dq off the reference, the rest right): the same
- * rows at head_dim 64 (and 80, 96, 128); the same segments in one sequence; 8 segments (a power of
- * two: no empty ragged entry) against 7; one-token segments alone; one at a sequence's start, middle
- * and end; none at all; a segment a sequence; longer GQA sequences across the kernels' 64-row tiles.
+ * rows at head_dim 64 (and 32, 48, 80, 96, 128); the same segments in one sequence; 8 segments (a
+ * power of two: no empty ragged entry) against 7; one-token segments alone; one at a sequence's
+ * start, middle and end; none at all; a segment a sequence; longer GQA sequences across the
+ * kernels' 64-row tiles.
  * Each path runs twice: on outputs and a workspace of zeros, then of NaNs (a path that reads
  * workspace it did not write, or leaves part of an output unwritten, shows there); NaN bytes after
  * every output show one written past.
@@ -66,7 +67,7 @@ static const int NO_ONES[] = {2, 7, 9, 3, 3, 3};
 static const int WHOLE[] = {9, 9, 9};
 static const int ODD_2x37[] = {5, 20, 12, 1, 36};
 static const int TILES_1x150[] = {63, 2, 70, 1, 14};
-static const int DIMS_ALL[] = {40, 64, 80, 96, 128};
+static const int DIMS_ALL[] = {32, 40, 48, 64, 80, 96, 128};
 static const int DIMS_40_64[] = {40, 64};
 
 #define LAYOUT(name, b, s, h, kvh, lengths, dims) {name, b, s, h, kvh, lengths, COUNT(lengths), dims, COUNT(dims)}

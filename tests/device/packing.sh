@@ -34,7 +34,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 step build make CUDA=1 BUILD=$build NV_ARCHS="$arch" -j"$(nproc)" $build/cuda_tests $build/megatrain \
     $build/bench/attention/bench_attention
 step cuda $build/cuda_tests --jobs 2 --verbose \
-    --filter 'cuda/@(attention_paths_packed*|engine_matches_cpu_packed*|ops_table|attention_paths_gqa_odd*)'
+    --filter 'cuda/@(attention_paths_packed*|attention_layouts_*|engine_matches_cpu_packed*|ops_table|attention_paths_gqa_odd*)'
 
 # The Llama-3.2-1B attention shape: 32 heads, 8 kv heads, head_dim 64.
 check() {

@@ -6,15 +6,16 @@
 #
 # 1. build    the CUDA tests for Hopper (NV_ARCHS; one arch: quick), in packing.sh's build folder
 # 2. layouts  test_cuda_attention_layouts.c: the failing layout and its variations (head_dim 40 against
-#             64, 80, 96, 128; batch 1 against 3; 7 segments against 8; one-token segments alone,
+#             32, 48, 64, 80, 96, 128; batch 1 against 3; 7 segments against 8; one-token segments alone,
 #             first, in the middle, last; none) on each path: cuDNN's ragged layout (run even where
 #             the backend does not), the CUDA-core kernels, the backend's choice; at MT_LOG_LEVEL=debug
 #             (the cuDNN engines each plan runs)
-# 3. ops      the op table (its segment cases among them) and the existing packed-attention tests
+# 3. ops      the op table (its segment cases among them), the existing packed-attention tests and
+#             the engine with segments against the cpu engine
 # Writes NAME.log per step to $OUT (or /tmp/megatrain-packing-debug) and prints a digest: every case
 # line of cuDNN that is off (asserted or not), every failure, and each step's result.
 # A pass: both test steps rc=0. Where cuDNN's own ragged backward is wrong at a head dim the backend
-# routes to the kernels (40, 80, 96), its lines read "FAIL (not asserted: the backend runs the
+# routes to the kernels (all but 64 and 128), its lines read "FAIL (not asserted: the backend runs the
 # kernels here)"; they are the evidence for that routing, not failures.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -28,7 +29,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 
 step build make CUDA=1 BUILD=$build NV_ARCHS="$arch" -j"$(nproc)" $build/cuda_tests
 step layouts env MT_LOG_LEVEL=debug $build/cuda_tests --jobs 1 --verbose --filter 'cuda/attention_layouts_*'
-step ops $build/cuda_tests --jobs 2 --verbose --filter 'cuda/@(ops_table|attention_paths_packed*)'
+step ops $build/cuda_tests --jobs 2 --verbose --filter 'cuda/@(ops_table|attention_paths_packed*|engine_matches_cpu_packed*)'
 
 echo "==== cuDNN's ragged layout: the cases off the reference (asserted where the backend runs cuDNN)"
 grep -a "cuDNN ragged .* FAIL" "$logs/layouts.log" | sed -E 's/^\[(----|ERR )\] //'
