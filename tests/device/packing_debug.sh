@@ -23,7 +23,7 @@ logs=${OUT:-/tmp/megatrain-packing-debug}
 mkdir -p "$logs"
 . tests/device/env.sh
 . tests/device/steps.sh
-build=build-packing
+build="build-packing"
 arch=${NV_ARCHS:--gencode=arch=compute_90a,code=sm_90a}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$logs/machine.txt"
 
