@@ -124,29 +124,48 @@ static void rmsnorm_reference(const ops_case *c, ops_host *h, const ops_host *go
 }
 static const ops_kind RMSNORM = {.declare = rmsnorm_declare, .call = rmsnorm_call, .reference = rmsnorm_reference};
 
-/* ---- rope in place, forward or (flag) inverse; over a window's rows where dims has one (row r
- * at position q0 + r) ---- */
+/* ---- segments (packed examples) for rope and attention ---- */
 
-enum { RP_X, RP_INV };
-
+/* A micro-batch's rows (the segments' and the keys'), and rope's: a window's where dims has one
+ * (row r at position q0 + r). */
+static int batch_rows(const ops_case *c) { return c->dims.batch * c->dims.seq; }
 static int rope_rows(const ops_case *c) { return c->dims.batch * mt_attn_q_rows(c->dims); }
 static int rope_pos0(const ops_case *c) { return c->dims.q_len > 0 ? c->dims.q0 : 0; }
+
+/* A case's segments as positions [rows] and starts [count + 1]: either may be NULL. */
+static void fill_segments(const ops_case *c, int32_t *pos, int32_t *starts) {
+    int row = 0;
+    for (int k = 0; k < c->segment_count; k++) {
+        if (starts) starts[k] = row;
+        for (int i = 0; i < c->segments[k]; i++, row++)
+            if (pos) pos[row] = i;
+    }
+    if (starts) starts[c->segment_count] = row;
+    cr_assert_eq(row, batch_rows(c), "%s: the segments hold %d rows, not batch x seq", c->name, row);
+}
+
+/* ---- rope in place, forward or (flag) inverse; at the segments' positions where it has any, over a
+ * window's rows where dims has one ---- */
+
+enum { RP_X, RP_INV, RP_POS };
 
 static int rope_declare(const ops_case *c, ops_tensor *t) {
     t[RP_X] = T("x", ACT, INOUT, (size_t)rope_rows(c) * c->dims.heads * c->dims.head_dim, -1, 1, BF16_TOL);
     t[RP_INV] = T("inv_freq", F32, IN, c->dims.head_dim / 2, 0, 0, 0);
-    return 2;
+    t[RP_POS] = T("positions", I32, IN, c->segments ? rope_rows(c) : 0, 0, 0, 0);
+    return 3;
 }
 static void rope_prepare(const ops_case *c, ops_host *h) {
     for (int i = 0; i < c->dims.head_dim / 2; i++) h->x[RP_INV][i] = powf(10000.0f, -2.0f * i / c->dims.head_dim);
+    if (c->segments) fill_segments(c, h->ids[RP_POS], NULL);
 }
 static void rope_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
-    be->ops->op.rope(be, s, d[RP_X], d[RP_INV], rope_rows(c), c->dims.seq, rope_pos0(c), c->dims.heads,
+    be->ops->op.rope(be, s, d[RP_X], d[RP_INV], rope_rows(c), c->dims.seq, rope_pos0(c), d[RP_POS], c->dims.heads,
                      c->dims.head_dim, c->flag);
 }
 static void rope_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
-    mt_cpu_rope(h->x[RP_X], h->x[RP_INV], rope_rows(c), c->dims.seq, rope_pos0(c), c->dims.heads, c->dims.head_dim,
-                c->flag);
+    mt_cpu_rope(h->x[RP_X], h->x[RP_INV], rope_rows(c), c->dims.seq, rope_pos0(c), h->ids[RP_POS], c->dims.heads,
+                c->dims.head_dim, c->flag);
 }
 static const ops_kind ROPE = {.declare = rope_declare, .prepare = rope_prepare, .call = rope_call,
                               .reference = rope_reference};
@@ -154,12 +173,12 @@ static const ops_kind ROPE = {.declare = rope_declare, .prepare = rope_prepare, 
 /* ---- attention and its backward, from the backend's own out and lse; a window of queries where
  * dims has one (dk, dv past the window's keys must stay as they were: zero) ---- */
 
-enum { AT_Q, AT_K, AT_V, AT_DOUT, AT_OUT, AT_LSE, AT_DQ, AT_DK, AT_DV, AT_WS };
+enum { AT_Q, AT_K, AT_V, AT_DOUT, AT_OUT, AT_LSE, AT_DQ, AT_DK, AT_DV, AT_WS, AT_POS, AT_STARTS };
 
 static int attention_declare(const ops_case *c, ops_tensor *t) {
     mt_attn_dims d = c->dims;
-    size_t q_rows = (size_t)d.batch * mt_attn_q_rows(d), kv_rows = (size_t)d.batch * d.seq;
-    size_t q = q_rows * d.heads * d.head_dim, kv = kv_rows * d.kv_heads * d.head_dim;
+    size_t rows = (size_t)d.batch * d.seq, q_rows = (size_t)d.batch * mt_attn_q_rows(d);
+    size_t q = q_rows * d.heads * d.head_dim, kv = rows * d.kv_heads * d.head_dim;
     t[AT_Q] = T("q", ACT, IN, q, -1.5f, 1.5f, 0);
     t[AT_K] = T("k", ACT, IN, kv, -1.5f, 1.5f, 0);
     t[AT_V] = T("v", ACT, IN, kv, -1, 1, 0);
@@ -170,21 +189,36 @@ static int attention_declare(const ops_case *c, ops_tensor *t) {
     t[AT_DK] = T("dk", ACT, OUT, kv, 0, 0, BF16_TOL);
     t[AT_DV] = T("dv", ACT, OUT, kv, 0, 0, BF16_TOL);
     t[AT_WS] = T("workspace", I32, SCRATCH, 0, 0, 0, 0);
-    return 10;
+    t[AT_POS] = T("positions", I32, IN, c->segments ? rows : 0, 0, 0, 0);
+    t[AT_STARTS] = T("starts", I32, IN, c->segments ? c->segment_count + 1 : 0, 0, 0, 0);
+    return 12;
 }
 static size_t attention_workspace(mt_backend *be, const ops_case *c) {
-    return be->ops->op.attention_workspace(be, c->dims);
+    return be->ops->op.attention_workspace(be, c->dims, c->segments != NULL);
+}
+static void attention_prepare(const ops_case *c, ops_host *h) {
+    if (c->segments) fill_segments(c, h->ids[AT_POS], h->ids[AT_STARTS]);
+}
+/* The case's segments at pos and starts (device or host), or NULL without any. */
+static const mt_segments *case_segments(const ops_case *c, mt_segments *seg, const void *pos, const void *starts) {
+    if (!c->segments) return NULL;
+    *seg = (mt_segments){pos, starts, c->segment_count, 0};
+    return seg;
 }
 static void attention_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
-    be->ops->op.attention(be, s, d[AT_OUT], d[AT_LSE], d[AT_Q], d[AT_K], d[AT_V], c->dims, d[AT_WS]);
+    mt_segments store;
+    const mt_segments *seg = case_segments(c, &store, d[AT_POS], d[AT_STARTS]);
+    be->ops->op.attention(be, s, d[AT_OUT], d[AT_LSE], d[AT_Q], d[AT_K], d[AT_V], c->dims, seg, d[AT_WS]);
     be->ops->op.attention_dx(be, s, d[AT_DQ], d[AT_DK], d[AT_DV], d[AT_DOUT], d[AT_OUT], d[AT_LSE], d[AT_Q], d[AT_K],
-                             d[AT_V], c->dims, d[AT_WS]);
+                             d[AT_V], c->dims, seg, d[AT_WS]);
 }
 static void attention_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
-    mt_cpu_attention(h->x[AT_OUT], h->x[AT_LSE], h->x[AT_Q], h->x[AT_K], h->x[AT_V], c->dims);
+    mt_segments store;
+    const mt_segments *seg = case_segments(c, &store, h->ids[AT_POS], h->ids[AT_STARTS]);
+    mt_cpu_attention(h->x[AT_OUT], h->x[AT_LSE], h->x[AT_Q], h->x[AT_K], h->x[AT_V], c->dims, seg);
     void *ws = malloc(mt_cpu_attention_workspace(c->dims) + 1);
     mt_cpu_attention_dx(h->x[AT_DQ], h->x[AT_DK], h->x[AT_DV], h->x[AT_DOUT], got->x[AT_OUT], got->x[AT_LSE],
-                        h->x[AT_Q], h->x[AT_K], h->x[AT_V], c->dims, ws);
+                        h->x[AT_Q], h->x[AT_K], h->x[AT_V], c->dims, seg, ws);
     free(ws);
 }
 /* Causal: the forward is two 2 * q rows * head_dim GEMMs per head over the keys each query sees (on
@@ -195,7 +229,8 @@ static double attention_flops(const ops_case *c) {
     return 3.5 * 4.0 * d.batch * rows * seen * d.heads * d.head_dim;
 }
 static const ops_kind ATTENTION = {.declare = attention_declare, .workspace = attention_workspace,
-                                   .call = attention_call, .reference = attention_reference,
+                                   .prepare = attention_prepare, .call = attention_call,
+                                   .reference = attention_reference,
                                    .flops = attention_flops};
 
 /* ---- swiglu and its backward ---- */
@@ -461,6 +496,12 @@ static const ops_kind CLIP_SCALE = {.declare = clip_declare, .prepare = clip_pre
 /* ---- the cases ---- */
 
 static const float NORM_5[] = {9, 16, 0};
+/* Packed examples: segments of one token, segments across a 64-row tile, a sequence that is one. */
+static const int SEGMENTS_2x37[] = {5, 20, 12, 1, 36};
+static const int SEGMENTS_3x9[] = {1, 1, 7, 9, 3, 3, 3};
+static const int SEGMENTS_1x150[] = {63, 2, 70, 1, 14};
+static const int SEGMENTS_2x77[] = {77, 30, 34, 13};
+#define SEGMENTS(s) .segments = s, .segment_count = (int)COUNT(s)
 static const float NORM_INF[] = {9, 16, INFINITY, 1, 2, 3, 4};
 static const float NORM_NAN[] = {9, 16, NAN};
 
@@ -484,11 +525,15 @@ const ops_case ops_cases[] = {
     {"rmsnorm, rows past the band grid", &RMSNORM, 27, .n = 4096 * 64 + 77, .d = 8},
     {"rope", &ROPE, 6, .dims = {.batch = 2, .seq = 7, .heads = 3, .head_dim = 64}},
     {"rope inverse", &ROPE, 36, .dims = {.batch = 2, .seq = 7, .heads = 3, .head_dim = 64}, .flag = 1},
+    {"rope at packed examples' positions", &ROPE, 42, .dims = {.batch = 2, .seq = 37, .heads = 3, .head_dim = 64},
+     SEGMENTS(SEGMENTS_2x37)},
+    {"rope inverse at packed examples' positions", &ROPE, 43,
+     .dims = {.batch = 2, .seq = 37, .heads = 3, .head_dim = 64}, .flag = 1, SEGMENTS(SEGMENTS_2x37)},
     {"rope over a window's rows (positions from 17)", &ROPE, 39,
      .dims = {.batch = 1, .seq = 50, .heads = 3, .head_dim = 64, .q0 = 17, .q_len = 20}},
-    {"fp32 sum of act values, first", &ACCUMULATE_F32, 42, .count = 1003},
-    {"fp32 sum of act values, added", &ACCUMULATE_F32, 43, .count = 1003, .flag = 1},
-    {"rounding fp32 to the act type", &ROUND_F32, 44, .count = 1003},
+    {"fp32 sum of act values, first", &ACCUMULATE_F32, 53, .count = 1003},
+    {"fp32 sum of act values, added", &ACCUMULATE_F32, 54, .count = 1003, .flag = 1},
+    {"rounding fp32 to the act type", &ROUND_F32, 55, .count = 1003},
     {"swiglu and its backward, a tail of 3", &SWIGLU, 7, .count = 1003}, /* 125 vectors of 8 and 3 */
     {"add in place (y aliases a)", &ADD, 8, .count = 517},
     {"add from the second element (unaligned)", &ADD, 38, .count = 517, .flag = 1},
@@ -505,14 +550,29 @@ const ops_case ops_cases[] = {
      .dims = {.batch = 1, .seq = 150, .heads = 3, .kv_heads = 1, .head_dim = 128}},
     {"attention, head_dim 40, no GQA", &ATTENTION, 15,
      .dims = {.batch = 3, .seq = 9, .heads = 2, .kv_heads = 2, .head_dim = 40}},
+    {"attention of packed examples, GQA, odd lengths", &ATTENTION, 44,
+     .dims = {.batch = 2, .seq = 37, .heads = 6, .kv_heads = 2, .head_dim = 64}, SEGMENTS(SEGMENTS_2x37)},
+    /* head_dim 40 runs on cuda's kernels, 64 on cuDNN's ragged layout (attention_cudnn.c) */
+    {"attention of packed examples, one-token segments", &ATTENTION, 45,
+     .dims = {.batch = 3, .seq = 9, .heads = 2, .kv_heads = 2, .head_dim = 40}, SEGMENTS(SEGMENTS_3x9)},
+    {"attention of packed examples, one-token segments, head_dim 64", &ATTENTION, 48,
+     .dims = {.batch = 3, .seq = 9, .heads = 2, .kv_heads = 2, .head_dim = 64}, SEGMENTS(SEGMENTS_3x9)},
+    {"attention of packed examples across tiles, head_dim 128", &ATTENTION, 46,
+     .dims = {.batch = 1, .seq = 150, .heads = 3, .kv_heads = 1, .head_dim = 128}, SEGMENTS(SEGMENTS_1x150)},
+    {"attention of packed examples, a whole sequence and three", &ATTENTION, 47,
+     .dims = {.batch = 2, .seq = 77, .heads = 6, .kv_heads = 2, .head_dim = 64}, SEGMENTS(SEGMENTS_2x77)},
     /* windows of queries (tiled attention): inside the sequence from a position no tile size
-     * divides, at its end, and one query */
-    {"attention, a window of 53 queries from position 70", &ATTENTION, 45,
+     * divides, at its end, one query; and one over packed examples, a segment starting before it,
+     * one inside it, one ending after it */
+    {"attention, a window of 53 queries from position 70", &ATTENTION, 56,
      .dims = {.batch = 2, .seq = 150, .heads = 4, .kv_heads = 2, .head_dim = 64, .q0 = 70, .q_len = 53}},
-    {"attention, the last window, head_dim 128", &ATTENTION, 46,
+    {"attention, the last window, head_dim 128", &ATTENTION, 57,
      .dims = {.batch = 1, .seq = 200, .heads = 3, .kv_heads = 1, .head_dim = 128, .q0 = 136, .q_len = 64}},
-    {"attention, a window of one query", &ATTENTION, 47,
+    {"attention, a window of one query", &ATTENTION, 58,
      .dims = {.batch = 2, .seq = 37, .heads = 2, .kv_heads = 2, .head_dim = 40, .q0 = 36, .q_len = 1}},
+    {"attention of packed examples in a window of 53 from position 60", &ATTENTION, 59,
+     .dims = {.batch = 1, .seq = 150, .heads = 3, .kv_heads = 1, .head_dim = 128, .q0 = 60, .q_len = 53},
+     SEGMENTS(SEGMENTS_1x150)},
     {"adamw, a device scale, decay, special values", &ADAMW, 21, .count = 100003, .scale = 0.37f,
      .flag = ADAMW_DECAY | ADAMW_SCALED | ADAMW_SPECIAL},
     {"adamw, no scale (the params'), no decay", &ADAMW, 51, .count = 1000},

@@ -52,7 +52,7 @@ static void fill_inputs(attention_data *d) {
 Test(ops, attention_tiles_match_reference) {
     static double want_out[BATCH * SEQ * Q_WIDTH], want_lse[BATCH * HEADS * SEQ];
     fill_inputs(&data);
-    mt_cpu_attention(data.out, data.lse, data.q, data.k, data.v, TWO_SEQS);
+    mt_cpu_attention(data.out, data.lse, data.q, data.k, data.v, TWO_SEQS, NULL);
     ops_ref_attention(want_out, want_lse, data.q, data.k, data.v, TWO_SEQS);
     ops_assert_close("out", data.out, want_out, COUNT(want_out), FWD_ATOL, FWD_RTOL);
     ops_assert_close("lse", data.lse, want_lse, COUNT(want_lse), FWD_ATOL, FWD_RTOL);
@@ -60,16 +60,16 @@ Test(ops, attention_tiles_match_reference) {
 
 static double one_seq_loss(void *ctx) {
     attention_data *d = ctx;
-    mt_cpu_attention(d->out, d->lse, d->q, d->k, d->v, ONE_SEQ);
+    mt_cpu_attention(d->out, d->lse, d->q, d->k, d->v, ONE_SEQ, NULL);
     return ops_probe(d->out, d->dout, (size_t)SEQ * Q_WIDTH);
 }
 
 Test(ops, attention_tiles_gradients_at_tile_edges) {
     cr_assert(mt_cpu_attention_workspace(ONE_SEQ) <= sizeof data.workspace);
     fill_inputs(&data);
-    mt_cpu_attention(data.out, data.lse, data.q, data.k, data.v, ONE_SEQ);
+    mt_cpu_attention(data.out, data.lse, data.q, data.k, data.v, ONE_SEQ, NULL);
     mt_cpu_attention_dx(data.dq, data.dk, data.dv, data.dout, data.out, data.lse, data.q, data.k, data.v,
-                        ONE_SEQ, data.workspace);
+                        ONE_SEQ, NULL, data.workspace);
     for (size_t e = 0; e < COUNT(EDGES); e++) {
         size_t q_at = (size_t)EDGES[e] * Q_WIDTH, kv_at = (size_t)EDGES[e] * KV_WIDTH;
         ops_check_grad("dq", data.q + q_at, data.dq + q_at, Q_WIDTH, FD_STEP, one_seq_loss, &data, FD_ATOL,
@@ -81,11 +81,15 @@ Test(ops, attention_tiles_gradients_at_tile_edges) {
     }
 }
 
-static void forward_backward(attention_data *d, size_t seq0, mt_attn_dims dims) {
+static void forward_backward_within(attention_data *d, size_t seq0, mt_attn_dims dims, const mt_segments *seg) {
     size_t q_at = seq0 * SEQ * Q_WIDTH, kv_at = seq0 * SEQ * KV_WIDTH, row_at = seq0 * HEADS * SEQ;
-    mt_cpu_attention(d->out + q_at, d->lse + row_at, d->q + q_at, d->k + kv_at, d->v + kv_at, dims);
+    mt_cpu_attention(d->out + q_at, d->lse + row_at, d->q + q_at, d->k + kv_at, d->v + kv_at, dims, seg);
     mt_cpu_attention_dx(d->dq + q_at, d->dk + kv_at, d->dv + kv_at, d->dout + q_at, d->out + q_at,
-                        d->lse + row_at, d->q + q_at, d->k + kv_at, d->v + kv_at, dims, d->workspace);
+                        d->lse + row_at, d->q + q_at, d->k + kv_at, d->v + kv_at, dims, seg, d->workspace);
+}
+
+static void forward_backward(attention_data *d, size_t seq0, mt_attn_dims dims) {
+    forward_backward_within(d, seq0, dims, NULL);
 }
 
 Test(ops, attention_same_bits_for_any_batch) {
@@ -135,8 +139,32 @@ static void window_of(int T, int i, int *q0, int *len) {
     *len = i == 0 ? first : T;
 }
 
-/* The whole attention of data's two sequences through windows of T queries, into windowed. */
-static void attend_by_windows(int T) {
+/* Packed examples over the two sequences (backend.h's segments), their edges inside the windows and
+ * on neither side of them: 30, 64, 1 and 55 tokens, then 100 and 50. */
+static const int SEGMENT_LENGTHS[] = {30, 64, 1, 55, 100, 50};
+enum { SEGMENTS = COUNT(SEGMENT_LENGTHS) };
+static int32_t segment_pos[BATCH * SEQ], segment_starts[SEGMENTS + 1];
+
+static mt_segments packed_segments(void) {
+    int row = 0;
+    for (int k = 0; k < SEGMENTS; k++) {
+        segment_starts[k] = row;
+        for (int i = 0; i < SEGMENT_LENGTHS[k]; i++) segment_pos[row++] = i;
+    }
+    segment_starts[SEGMENTS] = row;
+    cr_assert_eq(row, BATCH * SEQ);
+    return (mt_segments){segment_pos, segment_starts, SEGMENTS, 0};
+}
+
+/* Where lse of (sequence b, head h, query row r of q_rows a sequence) lies: [batch, heads, rows], or
+ * [batch * rows, heads] with segments. */
+static size_t lse_index(int segmented, int b, int h, int r, int q_rows) {
+    return segmented ? ((size_t)b * q_rows + r) * HEADS + h : ((size_t)b * HEADS + h) * q_rows + r;
+}
+
+/* The whole attention of data's two sequences through windows of T queries, into windowed; with
+ * seg, within its segments (each window's call from its sequence's first row: row0). */
+static void attend_by_windows(int T, const mt_segments *seg) {
     double dk[BATCH * SEQ * KV_WIDTH] = {0}, dv[BATCH * SEQ * KV_WIDTH] = {0};
     for (int b = 0; b < BATCH; b++) {
         const float *k = data.k + (size_t)b * SEQ * KV_WIDTH, *v = data.v + (size_t)b * SEQ * KV_WIDTH;
@@ -149,13 +177,16 @@ static void attend_by_windows(int T) {
             memcpy(wb.q, data.q + row * Q_WIDTH, (size_t)len * Q_WIDTH * sizeof(float));
             memcpy(wb.dout, data.dout + row * Q_WIDTH, (size_t)len * Q_WIDTH * sizeof(float));
             for (size_t j = 0; j < COUNT(wb.dk); j++) wb.dk[j] = wb.dv[j] = SENTINEL;
-            mt_cpu_attention(wb.out, wb.lse, wb.q, k, v, dims);
-            mt_cpu_attention_dx(wb.dq, wb.dk, wb.dv, wb.dout, wb.out, wb.lse, wb.q, k, v, dims, wb.workspace);
+            mt_segments window_seg = seg ? *seg : (mt_segments){0};
+            window_seg.row0 = b * SEQ;
+            const mt_segments *ws = seg ? &window_seg : NULL;
+            mt_cpu_attention(wb.out, wb.lse, wb.q, k, v, dims, ws);
+            mt_cpu_attention_dx(wb.dq, wb.dk, wb.dv, wb.dout, wb.out, wb.lse, wb.q, k, v, dims, ws, wb.workspace);
             memcpy(windowed.out + row * Q_WIDTH, wb.out, (size_t)len * Q_WIDTH * sizeof(float));
             memcpy(windowed.dq + row * Q_WIDTH, wb.dq, (size_t)len * Q_WIDTH * sizeof(float));
             for (int h = 0; h < HEADS; h++)
-                memcpy(windowed.lse + ((size_t)b * HEADS + h) * SEQ + q0, wb.lse + (size_t)h * len,
-                       (size_t)len * sizeof(float));
+                for (int r = 0; r < len; r++)
+                    windowed.lse[lse_index(seg != NULL, b, h, q0 + r, SEQ)] = wb.lse[lse_index(seg != NULL, 0, h, r, len)];
             for (size_t j = 0; j < (size_t)SEQ * KV_WIDTH; j++) {
                 size_t at = (size_t)b * SEQ * KV_WIDTH + j;
                 if (j < (size_t)(q0 + len) * KV_WIDTH) {
@@ -172,10 +203,10 @@ static void attend_by_windows(int T) {
     for (size_t j = 0; j < COUNT(dk); j++) windowed.dk[j] = (float)dk[j], windowed.dv[j] = (float)dv[j];
 }
 
-static void expect_windows_make_the_whole(int T) {
+static void expect_windows_make_the_whole_within(int T, const mt_segments *seg) {
     fill_inputs(&data);
-    forward_backward(&data, 0, TWO_SEQS);
-    attend_by_windows(T);
+    forward_backward_within(&data, 0, TWO_SEQS, seg);
+    attend_by_windows(T, seg);
     char what[64];
     const struct {
         const char *name;
@@ -189,10 +220,12 @@ static void expect_windows_make_the_whole(int T) {
                    {"dv", windowed.dv, data.dv, COUNT(data.dv), 1e-5}};
     for (size_t o = 0; o < COUNT(outputs); o++) {
         double err = ops_rel_err(outputs[o].got, outputs[o].want, outputs[o].count);
-        snprintf(what, sizeof what, "%s by windows of %d", outputs[o].name, T);
+        snprintf(what, sizeof what, "%s by windows of %d%s", outputs[o].name, T, seg ? ", packed" : "");
         cr_expect(err <= outputs[o].tol, "%s: relative error %g", what, err);
     }
 }
+
+static void expect_windows_make_the_whole(int T) { expect_windows_make_the_whole_within(T, NULL); }
 
 /* 150 queries in one window (the whole sequence as a window from 0) */
 Test(ops, attention_one_window_is_the_whole) { expect_windows_make_the_whole(SEQ); }
@@ -202,6 +235,13 @@ Test(ops, attention_windows_not_dividing_the_sequence) { expect_windows_make_the
 
 /* 150 = 3 + 21 x 7 (a window of one query: the op table's) */
 Test(ops, attention_many_windows) { expect_windows_make_the_whole(7); }
+
+/* Packed examples: a window's edge inside a segment, a segment inside a window, one of a token */
+Test(ops, attention_windows_of_packed_examples) {
+    mt_segments seg = packed_segments();
+    expect_windows_make_the_whole_within(64, &seg);
+    expect_windows_make_the_whole_within(7, &seg);
+}
 
 /* A window over two sequences at once is the two windows alone, bitwise (the engine's tiles hold
  * one sequence's window, the op takes any batch). */
@@ -217,13 +257,13 @@ Test(ops, attention_window_same_bits_for_any_batch) {
     }
     mt_attn_dims both = {BATCH, SEQ, HEADS, KV_HEADS, HEAD_DIM, Q0, LEN}, one = both;
     one.batch = 1;
-    mt_cpu_attention(out[0], lse[0], q, data.k, data.v, both);
-    mt_cpu_attention_dx(dq[0], dk[0], dv[0], dout, out[0], lse[0], q, data.k, data.v, both, ws);
+    mt_cpu_attention(out[0], lse[0], q, data.k, data.v, both, NULL);
+    mt_cpu_attention_dx(dq[0], dk[0], dv[0], dout, out[0], lse[0], q, data.k, data.v, both, NULL, ws);
     for (int b = 0; b < BATCH; b++) {
         size_t qa = (size_t)b * LEN * Q_WIDTH, kva = (size_t)b * SEQ * KV_WIDTH, la = (size_t)b * HEADS * LEN;
-        mt_cpu_attention(out[1] + qa, lse[1] + la, q + qa, data.k + kva, data.v + kva, one);
+        mt_cpu_attention(out[1] + qa, lse[1] + la, q + qa, data.k + kva, data.v + kva, one, NULL);
         mt_cpu_attention_dx(dq[1] + qa, dk[1] + kva, dv[1] + kva, dout + qa, out[1] + qa, lse[1] + la, q + qa,
-                            data.k + kva, data.v + kva, one, ws);
+                            data.k + kva, data.v + kva, one, NULL, ws);
     }
     cr_assert(!memcmp(out[0], out[1], sizeof out[0]), "a window's out depends on the batch");
     cr_assert(!memcmp(lse[0], lse[1], sizeof lse[0]), "a window's lse depends on the batch");

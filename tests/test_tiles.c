@@ -32,8 +32,11 @@ typedef struct {
     size_t n;
 } result;
 
-static result grads_of(const mt_config *cfg, int batch, int tile, int chunk, int ckpt_on_host) {
+/* positions: NULL, or packed examples' over the SEQUENCES x SEQ rows (engine.h). */
+static result grads_at(const mt_config *cfg, int batch, int tile, int chunk, int ckpt_on_host,
+                       const int32_t *positions) {
     mt_engine_options o = mt_engine_defaults();
+    o.packed = positions != NULL;
     o.seq = SEQ;
     o.batch = batch;
     o.micro_batches = SEQUENCES / batch;
@@ -46,11 +49,17 @@ static result grads_of(const mt_config *cfg, int batch, int tile, int chunk, int
     int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
     mt_tiny_windows(43, SEQUENCES, SEQ, cfg->vocab_size, tokens, inputs, targets);
     result r = {.n = (size_t)t.layout.total_numel};
-    cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, &r.loss), MT_OK, "%s", mt_error());
+    for (int i = 0; positions && i < SEQUENCES * SEQ; i++) /* a segment's last token predicts nothing */
+        if (i % SEQ == SEQ - 1 || positions[i + 1] == 0) targets[i] = -1;
+    cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, positions, &r.loss), MT_OK, "%s", mt_error());
     r.grads = malloc(r.n * sizeof *r.grads);
     memcpy(r.grads, mt_engine_host_grads(t.engine), r.n * sizeof *r.grads);
     mt_tiny_model_close(&t);
     return r;
+}
+
+static result grads_of(const mt_config *cfg, int batch, int tile, int chunk, int ckpt_on_host) {
+    return grads_at(cfg, batch, tile, chunk, ckpt_on_host, NULL);
 }
 
 static double relative_error(const result *got, const result *want) {
@@ -131,6 +140,34 @@ Test(tiles, tiles_do_not_change_the_gradients_qwen2_moe) {
     expect_tiles_invisible(&cfg);
 }
 
+/* Packed examples (segments: attention within each, positions restarting): windows whose edges fall
+ * inside segments and segments inside windows give the untiled packed gradients up to the rounding
+ * above; a micro-batch of sequences the tile holds is one tile (block.h), the untiled bits. */
+Test(tiles, windows_of_packed_examples) {
+    static const int lengths[] = {10, 22, 1, 31, 64, 5, 5, 5, 17, 32, 3, 61}; /* 4 sequences of 64 */
+    int32_t positions[SEQUENCES * SEQ];
+    int row = 0;
+    for (size_t k = 0; k < sizeof lengths / sizeof lengths[0]; k++)
+        for (int i = 0; i < lengths[k]; i++) positions[row++] = i;
+    cr_assert_eq(row, SEQUENCES * SEQ);
+    mt_config cfg = mt_tiny_config_qwen3(0);
+    cfg.max_position = SEQ;
+    result want = grads_at(&cfg, 2, 0, 0, 0, positions);
+    result whole = grads_at(&cfg, 2, SEQ, 0, 0, positions);
+    cr_expect(!memcmp(whole.grads, want.grads, want.n * sizeof *want.grads), "tiles of whole sequences changed the bits");
+    const int tile[] = {24, 7};
+    for (size_t i = 0; i < sizeof tile / sizeof tile[0]; i++) {
+        result got = grads_at(&cfg, 2, tile[i], 10, 0, positions);
+        cr_expect(fabs(got.loss - want.loss) <= 1e-6 * fabs(want.loss), "tile %d: loss %.9g, untiled %.9g", tile[i],
+                  got.loss, want.loss);
+        double err = relative_error(&got, &want);
+        cr_expect(err <= 1e-5, "tile %d: the packed gradients' relative error is %g", tile[i], err);
+        free(got.grads);
+    }
+    free(whole.grads);
+    free(want.grads);
+}
+
 Test(tiles, tile_rows) {
     cr_expect_eq(mt_block_tile_rows(4, 8, 0), 32);  /* none: the micro-batch */
     cr_expect_eq(mt_block_tile_rows(4, 8, 100), 32);
@@ -154,7 +191,7 @@ static float *masters_after_training(const mt_config *cfg, int tile, double *fir
     for (int s = 0; s < 3; s++) {
         mt_tiny_windows(80 + s, SEQUENCES, SEQ, cfg->vocab_size, tokens, inputs, targets);
         mt_step_result r;
-        cr_assert_eq(mt_engine_step(t.engine, inputs, targets, 3e-3f, &r), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(t.engine, inputs, targets, NULL, 3e-3f, &r), MT_OK, "%s", mt_error());
         if (s == 0) *first_loss = r.loss;
     }
     mt_engine_finish(t.engine);

@@ -70,6 +70,19 @@ typedef struct {
 static inline int mt_attn_q_rows(mt_attn_dims d) { return d.q_len > 0 ? d.q_len : d.seq; }
 static inline int mt_attn_kv_rows(mt_attn_dims d) { return d.q_len > 0 ? d.q0 + d.q_len : d.seq; }
 
+/* The segments of a micro-batch (packed examples; documents under --doc-mask): runs of
+ * consecutive rows that attend only among themselves, causally, and whose positions (RoPE)
+ * restart at 0 on each run's first row. A segment never crosses from one sequence of the
+ * micro-batch into the next: each sequence's first row starts one. Where an op takes a NULL
+ * mt_segments, each sequence is one segment (plain causal attention, positions r % seq). */
+typedef struct {
+    const int32_t *pos;    /* device [n]: each row's position in its segment */
+    const int32_t *starts; /* device [count + 1]: each segment's first row, ascending, then n */
+    int count;             /* segments (a host number: the ops size their launches by it) */
+    int row0;              /* the row of the micro-batch an op's first key row is (a window's
+                            * sequence's first row; 0 for a call over the micro-batch) */
+} mt_segments;
+
 /* Memory. dev_* is device memory; host_* is host memory the device copies from and to at full
  * speed (pinned on cuda). Allocators return NULL and set the error on failure. */
 typedef struct {
@@ -135,26 +148,34 @@ typedef struct {
                        int accumulate);
 
     /* In-place rotary embedding of x[n, heads, head_dim], Hugging Face's rotate_half pairing
-     * (i, i + head_dim/2); the position of row r is (pos0 + r) % seq (pos0: a window's first
-     * position). inv_freq[head_dim/2] lives in device memory. inverse = 1 applies the transpose
-     * (the backward). */
+     * (i, i + head_dim/2); the position of row r is pos[r] (device int32), or (pos0 + r) % seq when
+     * pos is NULL (pos0: a window's first position). inv_freq[head_dim/2] lives in device memory.
+     * inverse = 1 applies the transpose (the backward). */
     void (*rope)(mt_backend *be, mt_stream *s, void *x, const float *inv_freq, int n, int seq, int pos0,
-                 int heads, int head_dim, int inverse);
+                 const int32_t *pos, int heads, int head_dim, int inverse);
 
-    /* Causal grouped-query attention (a window of queries where dims has one). out[batch, q rows,
-     * heads*head_dim]; lse[batch, heads, q rows] saved. workspace: attention_workspace(dims) bytes
-     * of device memory, the same buffer the backward takes (the two never run at once on it). */
+    /* Causal grouped-query attention within each segment (seg; NULL: within each sequence), over a
+     * window of queries where dims has one. out[batch, q rows, heads*head_dim]; lse saved: [batch,
+     * heads, q rows] without segments, [batch * q rows, heads] with them (the ragged layout). Each
+     * segment's rows get what attention over that segment alone gives; a window's queries, what
+     * they get in the whole sequence. With segments, seg->row0 is the micro-batch row of the call's
+     * first key row (a window's call covers one sequence). workspace: attention_workspace(dims,
+     * seg != NULL) bytes of device memory, the same buffer the backward takes (the two never run
+     * at once on it). */
     void (*attention)(mt_backend *be, mt_stream *s, void *out, float *lse, const void *q,
-                      const void *k, const void *v, mt_attn_dims dims, void *workspace);
-    /* dq, and the rows of dk, dv the window's keys span, overwritten. workspace:
-     * attention_workspace(dims) bytes of device memory. */
+                      const void *k, const void *v, mt_attn_dims dims, const mt_segments *seg,
+                      void *workspace);
+    /* dq, and the rows of dk, dv the window's keys span (every row without a window), overwritten;
+     * seg and workspace as the forward's. */
     void (*attention_dx)(mt_backend *be, mt_stream *s, void *dq, void *dk, void *dv,
                          const void *dout, const void *out, const float *lse, const void *q,
-                         const void *k, const void *v, mt_attn_dims dims, void *workspace);
-    /* For a window (q_len > 0) at the end of its sequence (q0 + q_len = seq): enough for every
-     * window of that q_len in the sequence too, so that the tiles of one sequence share the
-     * workspace sized for its last (engine/mixer_attention.c). */
-    size_t (*attention_workspace)(mt_backend *be, mt_attn_dims dims);
+                         const void *k, const void *v, mt_attn_dims dims, const mt_segments *seg,
+                         void *workspace);
+    /* Bytes of workspace for dims, for calls without segments and, when `segmented`, with them. For
+     * a window (q_len > 0) at the end of its sequence (q0 + q_len = seq): enough for every window of
+     * that q_len in the sequence too, so that the tiles of one sequence share the workspace sized
+     * for its last (engine/mixer_attention.c). */
+    size_t (*attention_workspace)(mt_backend *be, mt_attn_dims dims, int segmented);
 
     /* acc[count] (float) = x (act), or += x with accumulate: a sum kept in fp32 across calls (the
      * tiles' shares of attention's dk and dv) */

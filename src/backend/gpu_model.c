@@ -23,7 +23,7 @@ static void model_mem_info(mt_backend *be, size_t *free_bytes, size_t *peak_byte
     if (peak_bytes) *peak_bytes = 0;
 }
 
-static size_t model_attention_workspace(mt_backend *be, mt_attn_dims dims) {
+static size_t model_attention_workspace(mt_backend *be, mt_attn_dims dims, int segmented) {
     size_t kernels = mt_cuda_attention_workspace_bytes(dims.batch, dims.heads, mt_attn_q_rows(dims));
     size_t cudnn = mt_cudnn_attention_accum_bytes(dims.batch, dims.heads, mt_attn_q_rows(dims), dims.head_dim);
     return kernels > cudnn ? kernels : cudnn;

@@ -44,6 +44,7 @@ typedef struct {
 static tiling tiling_of(const mt_block_ctx *c) {
     tiling t = {mt_block_tile_rows(c->batch, c->seq, c->tile), 0};
     if (t.T < c->seq) t.windows = (c->seq + t.T - 1) / t.T;
+    else if (c->seg) t.T = c->batch * c->seq; /* its segments at once (block.h) */
     return t;
 }
 
@@ -74,11 +75,13 @@ static const mt_ffn_ops *const ffn_ops[MT_FFN_KINDS] = {[MT_FFN_DENSE] = &mt_ffn
 
 /* Every block's buffers, then those of each kind some block of the model uses, in one fixed order. */
 static mt_block_ws_bytes_by layout_ws(mt_block_ws *ws, char *base, mt_backend *be, const mt_config *c, int batch,
-                                      int seq, int chunk, int tile) {
-    mt_ws_shape s = {be, c, batch, seq, tile, (size_t)batch * seq, 0, 0, mt_dtype_size(be->ops->act_dtype)};
+                                      int seq, int chunk, int tile, int segmented) {
+    mt_ws_shape s = {be, c, batch, seq, tile, (size_t)batch * seq, 0, 0, mt_dtype_size(be->ops->act_dtype), segmented};
     /* Any job's tiles and pieces (a sample's shorter sequence too) are at most these rows: a
-     * shorter sequence's tiles are at most tile rows or the sequence. */
+     * shorter sequence's tiles are at most tile rows or the sequence. With segments, sequences the
+     * tile holds make one tile of the micro-batch (block.h). */
     s.T = (size_t)mt_block_tile_rows(batch, seq, tile);
+    if (segmented && s.T >= (size_t)seq) s.T = s.n;
     s.C = chunk > 0 && (size_t)chunk < s.n ? (size_t)chunk : s.n;
     size_t D = c->hidden_size, F = mt_config_dense_mlp_width(c);
     mt_ws_walk w = {base, 0, MT_WS_PIECE, {0}};
@@ -106,18 +109,19 @@ static mt_block_ws_bytes_by layout_ws(mt_block_ws *ws, char *base, mt_backend *b
     return (mt_block_ws_bytes_by){w.by[MT_WS_MICRO_BATCH], w.by[MT_WS_TILE], w.by[MT_WS_PIECE], w.off};
 }
 
-size_t mt_block_ws_bytes(mt_backend *be, const mt_config *c, int batch, int seq, int chunk, int tile) {
-    return layout_ws(NULL, NULL, be, c, batch, seq, chunk, tile).total;
+size_t mt_block_ws_bytes(mt_backend *be, const mt_config *c, int batch, int seq, int chunk, int tile, int segmented) {
+    return layout_ws(NULL, NULL, be, c, batch, seq, chunk, tile, segmented).total;
 }
 
-mt_block_ws_bytes_by mt_block_ws_split(mt_backend *be, const mt_config *c, int batch, int seq, int chunk, int tile) {
-    return layout_ws(NULL, NULL, be, c, batch, seq, chunk, tile);
+mt_block_ws_bytes_by mt_block_ws_split(mt_backend *be, const mt_config *c, int batch, int seq, int chunk, int tile,
+                                       int segmented) {
+    return layout_ws(NULL, NULL, be, c, batch, seq, chunk, tile, segmented);
 }
 
 void mt_block_ws_carve(mt_block_ws *ws, void *base, mt_backend *be, const mt_config *c, int batch, int seq,
-                       int chunk, int tile) {
+                       int chunk, int tile, int segmented) {
     memset(ws, 0, sizeof *ws);
-    layout_ws(ws, base, be, c, batch, seq, chunk, tile);
+    layout_ws(ws, base, be, c, batch, seq, chunk, tile, segmented);
 }
 
 /* ---- pieces and the GEMMs issued over them ---- */

@@ -51,7 +51,8 @@ typedef struct {
                            * rows once final */
         float *dk_sum, *dv_sum; /* [n, KV] fp32 sums of a sequence's windows' shares; NULL when every
                                  * tile holds whole sequences */
-        float *lse;       /* [T * heads]: the tile's [sequences, heads, q rows] */
+        float *lse;       /* [T * heads]: the tile's [sequences, heads, q rows], or with segments
+                           * [q rows, heads] */
         /* With q/k norms (cfg->qk_norm) only, else NULL: the projections before their norm and its
          * statistics. */
         void *q_raw, *k_raw;    /* [T, Q], [n, KV] */
@@ -95,6 +96,7 @@ typedef struct {
     const float *inv_freq;  /* device copy of the RoPE frequencies */
     mt_block_ws *ws;
     int layer;              /* the block's index: its kinds (model/block_kinds.h) */
+    const mt_segments *seg; /* this micro-batch's segments (packed examples), or NULL (backend.h) */
     /* A mixture-of-experts block's routing statistics, added to by its forward (NULL: none, as in a
      * backward's recomputed forward): moe_counts[E] the layer's tokens per expert in this
      * micro-batch, moe_prob_sum[E] the router probabilities summed over every MoE layer's tokens of
@@ -118,7 +120,8 @@ int mt_block_piece_rows(int batch, int seq, int chunk);
  * sequences (as many as fit, at least one) when a sequence is no longer than tile, else tile rows
  * of one sequence (a window: its queries attend to every key before them). tile <= 0: the whole
  * micro-batch. A sequence's windows are cut from its end: all of tile rows but its first, which
- * holds the rest (engine/block.c). */
+ * holds the rest (engine/block.c). A micro-batch with segments (packed examples) whose sequences
+ * fit the tile is one tile: its attention takes its segments at once. */
 int mt_block_tile_rows(int batch, int seq, int tile);
 
 /* The workspace's bytes by what they grow with: the micro-batch (n rows: k, v, their gradients and
@@ -129,12 +132,14 @@ typedef struct {
 } mt_block_ws_bytes_by;
 
 /* Bytes of device memory mt_block_ws takes for a micro-batch of batch x seq in pieces of chunk and
- * tiles of `tile` queries, in all and by what they grow with. */
-size_t mt_block_ws_bytes(mt_backend *be, const mt_config *cfg, int batch, int seq, int chunk, int tile);
-mt_block_ws_bytes_by mt_block_ws_split(mt_backend *be, const mt_config *cfg, int batch, int seq, int chunk, int tile);
+ * tiles of `tile` queries, in all and by what they grow with; `segmented`: its attention may take
+ * segments too. */
+size_t mt_block_ws_bytes(mt_backend *be, const mt_config *cfg, int batch, int seq, int chunk, int tile, int segmented);
+mt_block_ws_bytes_by mt_block_ws_split(mt_backend *be, const mt_config *cfg, int batch, int seq, int chunk, int tile,
+                                       int segmented);
 /* Carves the workspace out of one device buffer of mt_block_ws_bytes bytes. */
 void mt_block_ws_carve(mt_block_ws *ws, void *base, mt_backend *be, const mt_config *cfg, int batch, int seq,
-                       int chunk, int tile);
+                       int chunk, int tile, int segmented);
 
 /* y[n, D] = block(x[n, D]), tile by tile. */
 void mt_block_forward(const mt_block_ctx *c, const mt_unit_weights *w, const void *x, void *y);

@@ -29,12 +29,14 @@ static inline void *mt_ws_take(mt_ws_walk *w, size_t bytes) {
 }
 
 /* What a walk knows of the run: n = batch * seq rows, T of them a tile at most, C a piece at most,
- * act's size; tile as given (mt_block_tile_rows). */
+ * act's size; tile as given (mt_block_tile_rows); whether attention may take segments (packed
+ * examples). */
 typedef struct {
     mt_backend *be;
     const mt_config *c;
     int batch, seq, tile;
     size_t n, T, C, act;
+    int segmented;
 } mt_ws_shape;
 
 /* Rows [row, row + rows) of the micro-batch: one piece (mt_block_piece_rows) of the tile being

@@ -3,7 +3,8 @@
  * (over each head, or over the whole projection) where the config has them.
  *
  * Keys and values span the micro-batch (every later query of a sequence reads them): prepare makes
- * them over the whole micro-batch. Everything of the queries' side is a tile's (engine/block.h):
+ * them over the whole micro-batch. With segments (packed examples) positions restart on each
+ * segment's first row and attention stays within each segment (backend.h), the tiles alike. Everything of the queries' side is a tile's (engine/block.h):
  * its q, attention output, their gradients, x2. A tile of whole sequences is plain causal attention
  * over them. A window of one sequence attends, as backend.h's window of queries, to the keys from
  * the sequence's first position to its own last; its backward gives the keys it saw their share of
@@ -36,16 +37,29 @@ static mt_attn_dims tile_dims(const mt_config *c, int batch, int seq, mt_tile t)
 /* The first row of the keys tile t attends to: its first sequence's. */
 static int kv_row0(int seq, mt_tile t) { return t.row - t.row % seq; }
 
+/* The micro-batch's segments as tile t's attention takes them: from its keys' first row. */
+static mt_segments tile_segments(const mt_block_ctx *c, mt_tile t) {
+    mt_segments seg = *c->seg;
+    seg.row0 = kv_row0(c->seq, t);
+    return seg;
+}
+
+/* The positions of rows from `row` on (RoPE), with segments; NULL: (pos0 + r) % seq. */
+static const int32_t *positions(const mt_block_ctx *c, int row) { return c->seg ? c->seg->pos + row : NULL; }
+
 /* Attention's workspace for every tile of the run: the largest of a tile of whole sequences, a
  * sequence's last window (which the other full windows share, backend.h) and its first. */
 static size_t attention_workspace(const mt_ws_shape *s) {
     const mt_config *c = s->c;
     mt_backend *be = s->be;
     int T = (int)s->T;
-    if (T >= s->seq) return be->ops->op.attention_workspace(be, tile_dims(c, s->batch, s->seq, (mt_tile){0, T}));
+    if (T >= s->seq)
+        return be->ops->op.attention_workspace(be, tile_dims(c, s->batch, s->seq, (mt_tile){0, T}), s->segmented);
     int first = s->seq - (s->seq - 1) / T * T; /* the first window's rows, 1 to T */
-    size_t last = be->ops->op.attention_workspace(be, tile_dims(c, s->batch, s->seq, (mt_tile){s->seq - T, T}));
-    size_t start = be->ops->op.attention_workspace(be, tile_dims(c, s->batch, s->seq, (mt_tile){0, first}));
+    size_t last = be->ops->op.attention_workspace(be, tile_dims(c, s->batch, s->seq, (mt_tile){s->seq - T, T}),
+                                                  s->segmented);
+    size_t start = be->ops->op.attention_workspace(be, tile_dims(c, s->batch, s->seq, (mt_tile){0, first}),
+                                                   s->segmented);
     return last > start ? last : start;
 }
 
@@ -101,7 +115,8 @@ static void prepare(const mt_block_ctx *c, const mt_unit_weights *w, const void 
         c->be->ops->op.rmsnorm(c->be, c->stream, ws->attn.k, ws->attn.rstd_k, ws->attn.k_raw, w->t[MT_T_K_NORM],
                                n * norm_rows(cfg, cfg->num_kv_heads), norm_width(cfg, cfg->num_kv_heads),
                                cfg->rms_norm_eps);
-    c->be->ops->op.rope(c->be, c->stream, ws->attn.k, c->inv_freq, n, c->seq, 0, cfg->num_kv_heads, cfg->head_dim, 0);
+    c->be->ops->op.rope(c->be, c->stream, ws->attn.k, c->inv_freq, n, c->seq, 0, positions(c, 0), cfg->num_kv_heads,
+                        cfg->head_dim, 0);
 }
 
 /* The tile's q (roped), attention output, lse and x2 rows. */
@@ -123,9 +138,12 @@ static void forward(const mt_block_ctx *c, const mt_unit_weights *w, const void 
     if (cfg->qk_norm)
         op->rmsnorm(be, s, ws->attn.q, ws->attn.rstd_q, ws->attn.q_raw, w->t[MT_T_Q_NORM],
                     t.rows * norm_rows(cfg, cfg->num_heads), norm_width(cfg, cfg->num_heads), cfg->rms_norm_eps);
-    op->rope(be, s, ws->attn.q, c->inv_freq, t.rows, c->seq, t.row % c->seq, cfg->num_heads, cfg->head_dim, 0);
+    op->rope(be, s, ws->attn.q, c->inv_freq, t.rows, c->seq, t.row % c->seq, positions(c, t.row), cfg->num_heads,
+             cfg->head_dim, 0);
+    mt_segments seg = c->seg ? tile_segments(c, t) : (mt_segments){0};
     op->attention(be, s, ws->attn.att, ws->attn.lse, ws->attn.q, mt_rows_at(ws->attn.k, kv0, KV, act),
-                  mt_rows_at(ws->attn.v, kv0, KV, act), tile_dims(cfg, c->batch, c->seq, t), ws->attn.ws);
+                  mt_rows_at(ws->attn.v, kv0, KV, act), tile_dims(cfg, c->batch, c->seq, t), c->seg ? &seg : NULL,
+                  ws->attn.ws);
     MT_FOR_EACH_PIECE(c, p) {
         mt_matmul_piece(c, p, ws->tmp, mt_rows_at(ws->attn.att, p.row - t.row, Q, act), w->t[MT_T_WO], NULL, Q, D);
         op->add(be, s, mt_x2_row(c, p.row), mt_rows_at(x, p.row, D, act), ws->tmp, (size_t)p.rows * D);
@@ -190,14 +208,17 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
 
     mt_matmul_dw_piece(c, mt_piece_of_tile(c), g->t[MT_T_WO], NULL, dy, ws->attn.att, Q, D);
     mt_matmul_dx_piece(c, mt_piece_of_tile(c), ws->attn.datt, dy, w->t[MT_T_WO], Q, D, 0);
+    mt_segments seg = c->seg ? tile_segments(c, t) : (mt_segments){0};
     op->attention_dx(be, s, ws->attn.dq, mt_rows_at_mut(ws->attn.dk, kv0, KV, act),
                      mt_rows_at_mut(ws->attn.dv, kv0, KV, act), ws->attn.datt, ws->attn.att, ws->attn.lse, ws->attn.q,
                      mt_rows_at(ws->attn.k, kv0, KV, act), mt_rows_at(ws->attn.v, kv0, KV, act),
-                     tile_dims(cfg, c->batch, c->seq, t), ws->attn.ws);
+                     tile_dims(cfg, c->batch, c->seq, t), c->seg ? &seg : NULL, ws->attn.ws);
     if (t.rows < c->seq) sum_window_shares(c, t);
     void *dk_rows = mt_rows_at_mut(ws->attn.dk, t.row, KV, act);
-    op->rope(be, s, ws->attn.dq, c->inv_freq, t.rows, c->seq, pos0, cfg->num_heads, cfg->head_dim, 1);
-    op->rope(be, s, dk_rows, c->inv_freq, t.rows, c->seq, pos0, cfg->num_kv_heads, cfg->head_dim, 1);
+    op->rope(be, s, ws->attn.dq, c->inv_freq, t.rows, c->seq, pos0, positions(c, t.row), cfg->num_heads,
+             cfg->head_dim, 1);
+    op->rope(be, s, dk_rows, c->inv_freq, t.rows, c->seq, pos0, positions(c, t.row), cfg->num_kv_heads, cfg->head_dim,
+             1);
     /* The gradients at the q/k projections' outputs: through the head norms when there are any,
      * into q and the tile's rows of k, which nothing reads any more (the windows the backward takes
      * later attend to earlier keys only). */

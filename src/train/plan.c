@@ -24,7 +24,7 @@ static double gb(int64_t bytes) { return (double)bytes / 1e9; }
 /* The tiles attention works through, and the block workspace by what it grows with. */
 static void print_tiles(mt_backend *be, const mt_config *c, const mt_engine_options *eo, FILE *out) {
     int T = mt_block_tile_rows(eo->batch, eo->seq, eo->attn_tile);
-    mt_block_ws_bytes_by ws = mt_block_ws_split(be, c, eo->batch, eo->seq, eo->chunk, eo->attn_tile);
+    mt_block_ws_bytes_by ws = mt_block_ws_split(be, c, eo->batch, eo->seq, eo->chunk, eo->attn_tile, eo->packed);
     char tiles[160];
     if (T < eo->seq)
         snprintf(tiles, sizeof tiles, "windows of %d queries, %d a sequence, each seeing every key before it", T,

@@ -1,7 +1,11 @@
 /* Causal grouped-query attention, scale 1/sqrt(head_dim). Query head h reads kv head
- * h / (heads / kv_heads); query position i sees keys 0..i of its own sequence. A window of queries
- * (backend.h: positions [q0, q0 + q_len)) sees the keys up to its last position, each query up to
- * its own: the same computation on the rows it has, tile by tile, as the whole sequence's.
+ * h / (heads / kv_heads); query position i sees keys 0..i of its own sequence, or with segments
+ * (backend.h: packed examples) the keys of its own segment up to itself: each segment is then
+ * computed exactly as a sequence of its own, the same calls on the same rows, so a packed window
+ * gives the bits of its examples run alone. A window of queries (backend.h: positions [q0, q0 +
+ * q_len)) sees the keys up to its last position, each query up to its own: the same computation
+ * on the rows it has, tile by tile, as the whole sequence's; with segments, each segment's part
+ * of the window, from the segment's first key.
  *
  * Tiling: one (sequence, head) is cut into TILE x TILE blocks of (queries, keys), key blocks at
  * multiples of TILE from the sequence's first position and query blocks from the first query.
@@ -22,21 +26,59 @@
 
 enum { TILE = 64 };
 
-/* One (sequence, head) as the tasks see it: row strides in floats between positions, and its
- * queries: q_rows of them from position q0. */
+/* One (segment, head) as the tasks see it (a sequence without segments): its queries, q_rows of
+ * them from position q0 of the segment; row strides in floats between positions (lse_stride: 1
+ * in the [batch, heads, q rows] layout, heads in the [q rows, heads] one of segments). */
 typedef struct {
     int q0, q_rows, head_dim;
-    size_t q_stride, kv_stride;
+    size_t q_stride, kv_stride, lse_stride;
     float scale;
 } geometry;
 
-static geometry geometry_of(mt_attn_dims dims) {
+static geometry geometry_of(mt_attn_dims dims, const mt_segments *seg) {
     return (geometry){.q0 = dims.q_len > 0 ? dims.q0 : 0,
                       .q_rows = mt_attn_q_rows(dims),
                       .head_dim = dims.head_dim,
                       .q_stride = (size_t)dims.heads * dims.head_dim,
                       .kv_stride = (size_t)dims.kv_heads * dims.head_dim,
+                      .lse_stride = seg ? (size_t)dims.heads : 1,
                       .scale = 1.0f / sqrtf((float)dims.head_dim)};
+}
+
+/* The part of one segment a call's sequence b computes: the segment's first key row in the
+ * sequence (k0), its queries' first row in the call's q rows (q_row: the window's rows), and in g
+ * the queries' first position in the segment and their count (0: the segment has no query of the
+ * window). Without segments, the sequence is the one segment. */
+typedef struct {
+    int k0, q_row;
+    geometry g;
+} part;
+
+/* The segments of sequence b: segments first..last-1 of seg start in its rows (each sequence's
+ * first row starts one); seg's rows are the micro-batch's, the call's from seg->row0. */
+static void segments_of(const mt_segments *seg, int b, int seq, int *first, int *last) {
+    if (!seg) {
+        *first = 0, *last = 1;
+        return;
+    }
+    int lo = 0, hi = seg->count, row = seg->row0 + b * seq;
+    while (lo < hi) { /* the first segment starting at or after the sequence's first row */
+        int mid = (lo + hi) / 2;
+        if (seg->starts[mid] < row) lo = mid + 1;
+        else hi = mid;
+    }
+    *first = lo;
+    for (*last = lo; *last < seg->count && seg->starts[*last] < row + seq; (*last)++) {}
+}
+
+static part part_of(const mt_segments *seg, int k, int b, mt_attn_dims d, geometry whole) {
+    int w0 = whole.q0, w1 = whole.q0 + whole.q_rows; /* the window's rows in the sequence */
+    int s0 = seg ? seg->starts[k] - seg->row0 - b * d.seq : 0, s1 = seg ? seg->starts[k + 1] - seg->row0 - b * d.seq : d.seq;
+    int from = s0 > w0 ? s0 : w0, to = s1 < w1 ? s1 : w1;
+    part p = {s0, from - w0, whole};
+    p.g.q0 = from - s0;
+    p.g.q_rows = to > from ? to - from : 0;
+    return p;
 }
 
 static int tile_len(int start, int end) { return end - start < TILE ? end - start : TILE; }
@@ -111,7 +153,7 @@ static void attend_head(float *out, float *lse, const float *q, const float *k, 
         for (int r = 0; r < rows; r++) {
             float *orow = o + r * g->q_stride;
             for (int j = 0; j < g->head_dim; j++) orow[j] /= sum[r];
-            lse[i0 + r] = max[r] + logf(sum[r]);
+            lse[(size_t)(i0 + r) * g->lse_stride] = max[r] + logf(sum[r]);
         }
     }
 }
@@ -120,16 +162,28 @@ static void attend_head(float *out, float *lse, const float *q, const float *k, 
 static size_t q_row0(mt_attn_dims d, int b) { return (size_t)b * mt_attn_q_rows(d); }
 static size_t kv_row0(mt_attn_dims d, int b) { return (size_t)b * d.seq; }
 
-void mt_cpu_attention(float *out, float *lse, const float *q, const float *k, const float *v, mt_attn_dims dims) {
-    const geometry g = geometry_of(dims);
+/* Where (sequence b, head h)'s lse starts in either layout, at its query row r. */
+static size_t lse_at(mt_attn_dims d, const mt_segments *seg, int b, int h, int r) {
+    size_t rows = (size_t)mt_attn_q_rows(d);
+    return seg ? ((size_t)b * rows + r) * d.heads + h : ((size_t)b * d.heads + h) * rows + r;
+}
+
+void mt_cpu_attention(float *out, float *lse, const float *q, const float *k, const float *v, mt_attn_dims dims,
+                      const mt_segments *seg) {
+    const geometry whole = geometry_of(dims, seg);
     const int heads = dims.heads, group = heads / dims.kv_heads;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < dims.batch; b++) {
         for (int h = 0; h < heads; h++) {
-            size_t q_at = q_row0(dims, b) * g.q_stride + (size_t)h * g.head_dim;
-            size_t kv_at = kv_row0(dims, b) * g.kv_stride + (size_t)(h / group) * g.head_dim;
-            float *lse_bh = lse + ((size_t)b * heads + h) * g.q_rows;
-            attend_head(out + q_at, lse_bh, q + q_at, k + kv_at, v + kv_at, &g);
+            int first, last;
+            segments_of(seg, b, dims.seq, &first, &last);
+            for (int s = first; s < last; s++) {
+                part p = part_of(seg, s, b, dims, whole);
+                if (!p.g.q_rows) continue;
+                size_t q_at = (q_row0(dims, b) + p.q_row) * whole.q_stride + (size_t)h * whole.head_dim;
+                size_t kv_at = (kv_row0(dims, b) + p.k0) * whole.kv_stride + (size_t)(h / group) * whole.head_dim;
+                attend_head(out + q_at, lse + lse_at(dims, seg, b, h, p.q_row), q + q_at, k + kv_at, v + kv_at, &p.g);
+            }
         }
     }
 }
@@ -159,14 +213,15 @@ static void row_dots(float *delta, const float *dout, const float *out, const ge
 
 /* Turns a block's scores s into p = exp(s - lse) and its dp = dout v^T into
  * ds = p * (dp - delta), row by row; keys a row may not see get p = ds = 0. Query rows from
- * position i0, keys from j0. */
-static void softmax_backward(float *s, float *dp, const float *lse, const float *delta, int rows, int cols, int i0,
-                             int j0) {
+ * position i0, keys from j0; row r's lse is lse[r * lse_stride]. */
+static void softmax_backward(float *s, float *dp, const float *lse, size_t lse_stride, const float *delta, int rows,
+                             int cols, int i0, int j0) {
     for (int r = 0; r < rows; r++) {
         float *pr = s + r * TILE, *dsr = dp + r * TILE;
         int visible = visible_keys(i0 + r, j0, cols);
+        float lse_r = lse[(size_t)r * lse_stride];
         for (int c = 0; c < visible; c++) {
-            pr[c] = expf(pr[c] - lse[r]);
+            pr[c] = expf(pr[c] - lse_r);
             dsr[c] = pr[c] * (dsr[c] - delta[r]);
         }
         memset(pr + visible, 0, (size_t)(cols - visible) * sizeof *pr);
@@ -190,7 +245,8 @@ static void head_backward(const head_grads *t, const geometry *g) {
             const float *kj = t->k + j0 * kvs, *vj = t->v + j0 * kvs;
             block_scores(p, qi, kj, rows, cols, g);
             gemm(CblasNoTrans, CblasTrans, rows, cols, hd, 1.0f, doi, qs, vj, kvs, 0.0f, ds, TILE);
-            softmax_backward(p, ds, t->lse + i0, t->delta + i0, rows, cols, first, j0);
+            softmax_backward(p, ds, t->lse + (size_t)i0 * g->lse_stride, g->lse_stride, t->delta + i0, rows, cols, first,
+                             j0);
             float *dqi = t->dq + i0 * qs, *dkj = t->dk + j0 * kvs, *dvj = t->dv + j0 * kvs;
             gemm(CblasTrans, CblasNoTrans, cols, hd, rows, 1.0f, p, TILE, doi, qs, 1.0f, dvj, kvs);
             gemm(CblasNoTrans, CblasNoTrans, rows, hd, cols, g->scale, ds, TILE, kj, kvs, 1.0f, dqi, qs);
@@ -204,27 +260,35 @@ static void zero_rows(float *x, size_t stride, int rows, int len) {
 }
 
 /* Each task owns one (sequence, kv head): its dk and dv and the dq rows of its group's query
- * heads. It walks those query heads in order, so the sums into dk and dv have a fixed order. */
+ * heads. It walks its segments, and in each the query heads in order, so the sums into dk and dv
+ * have a fixed order. */
 void mt_cpu_attention_dx(float *dq, float *dk, float *dv, const float *dout, const float *out,
                          const float *lse, const float *q, const float *k, const float *v,
-                         mt_attn_dims dims, void *workspace) {
-    const geometry g = geometry_of(dims);
+                         mt_attn_dims dims, const mt_segments *seg, void *workspace) {
+    const geometry whole = geometry_of(dims, seg);
     const int heads = dims.heads, group = heads / dims.kv_heads, kv_rows = mt_attn_kv_rows(dims);
     float *delta = workspace;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < dims.batch; b++) {
         for (int kvh = 0; kvh < dims.kv_heads; kvh++) {
-            size_t kv_at = kv_row0(dims, b) * g.kv_stride + (size_t)kvh * g.head_dim;
-            size_t q_group_at = q_row0(dims, b) * g.q_stride + (size_t)kvh * group * g.head_dim;
-            zero_rows(dk + kv_at, g.kv_stride, kv_rows, g.head_dim);
-            zero_rows(dv + kv_at, g.kv_stride, kv_rows, g.head_dim);
-            zero_rows(dq + q_group_at, g.q_stride, g.q_rows, group * g.head_dim);
-            for (int h = kvh * group; h < (kvh + 1) * group; h++) {
-                size_t q_at = q_row0(dims, b) * g.q_stride + (size_t)h * g.head_dim;
-                size_t row_at = ((size_t)b * heads + h) * g.q_rows;
-                head_grads t = {dq + q_at, dk + kv_at, dv + kv_at, delta + row_at, dout + q_at, out + q_at,
-                                lse + row_at, q + q_at, k + kv_at, v + kv_at};
-                head_backward(&t, &g);
+            size_t kv_seq = kv_row0(dims, b) * whole.kv_stride + (size_t)kvh * whole.head_dim;
+            size_t q_group_at = q_row0(dims, b) * whole.q_stride + (size_t)kvh * group * whole.head_dim;
+            zero_rows(dk + kv_seq, whole.kv_stride, kv_rows, whole.head_dim);
+            zero_rows(dv + kv_seq, whole.kv_stride, kv_rows, whole.head_dim);
+            zero_rows(dq + q_group_at, whole.q_stride, whole.q_rows, group * whole.head_dim);
+            int first, last;
+            segments_of(seg, b, dims.seq, &first, &last);
+            for (int s = first; s < last; s++) {
+                part p = part_of(seg, s, b, dims, whole);
+                if (!p.g.q_rows) continue;
+                size_t kv_at = kv_seq + (size_t)p.k0 * whole.kv_stride;
+                for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+                    size_t q_at = (q_row0(dims, b) + p.q_row) * whole.q_stride + (size_t)h * whole.head_dim;
+                    size_t delta_at = ((size_t)b * heads + h) * whole.q_rows + p.q_row;
+                    head_grads t = {dq + q_at, dk + kv_at, dv + kv_at, delta + delta_at, dout + q_at, out + q_at,
+                                    lse + lse_at(dims, seg, b, h, p.q_row), q + q_at, k + kv_at, v + kv_at};
+                    head_backward(&t, &p.g);
+                }
             }
         }
     }
