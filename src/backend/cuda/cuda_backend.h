@@ -32,6 +32,8 @@ struct mt_cuda_backend {
     char sticky_message[1024];
     int device;       /* the CUDA device */
     void *comm;       /* a data-parallel group's ncclComm_t (coll_nccl.c), or NULL */
+    cudaMemPool_t scratch_pool; /* mt_cuda_scratch_alloc's, made at its first use (under lock) */
+    int moe_gemm_cublaslt;      /* MT_MOE_GEMM=cublaslt: the grouped GEMMs as a cuBLASLt loop */
 };
 
 static inline cudaStream_t mt_cuda_stream(mt_stream *s) { return (cudaStream_t)s; }
