@@ -163,6 +163,10 @@ Test(ranks, several_ranks_give_the_bits_of_one_rank_running_all_micro_batches) {
     expect_one_ranks_bits("clip 0, vocabulary chunks", &wide_vocab, 2, 1, (shape){.clip = 0.0f});
     /* a ring of one block buffer: each block's backward waits for the update of the one before */
     expect_one_ranks_bits("clip 0, a ring of 1", &cfg, 3, 1, (shape){.clip = 0.0f, .grad_ring = 1});
+    /* a mixture of experts with its load-balancing loss: each micro-batch's, the mean over every
+     * rank's (the loss's accumulator takes turns too) */
+    mt_config moe = mt_tiny_config_moe(MT_ARCH_QWEN2_MOE, 1);
+    expect_one_ranks_bits("mixture of experts", &moe, 2, 2, (shape){.clip = 0.05f});
 }
 
 /* Ranks that sum (the path NCCL takes: each host-updated unit's gradient reduce-scattered, each rank
@@ -207,6 +211,8 @@ Test(ranks, summing_ranks_reduce_scatter_and_match_one_rank_up_to_the_order_of_t
     expect_close_to_one_rank("vocabulary chunks", &wide_vocab, 3, 1, (shape){.clip = 0.05f});
     expect_close_to_one_rank("clip 0", &cfg, 2, 1, (shape){.clip = 0.0f});
     expect_close_to_one_rank("clip 0, tied", &tied, 2, 1, (shape){.clip = 0.0f});
+    mt_config moe = mt_tiny_config_moe(MT_ARCH_QWEN3_MOE, 1);
+    expect_close_to_one_rank("mixture of experts", &moe, 2, 1, (shape){.clip = 0.05f});
     mt_config tied_wide = mt_tiny_config_tied_bias();
     tied_wide.vocab_size = MT_ENGINE_HEAD_VOCAB_CHUNK + 500;
     expect_close_to_one_rank("tied vocabulary chunks", &tied_wide, 3, 1, (shape){.clip = 0.05f});
@@ -237,6 +243,25 @@ static void expect_failure_ends_the_group(int failing) {
 Test(ranks, a_rank_that_fails_ends_every_ranks_step) {
     expect_failure_ends_the_group(1);
     expect_failure_ends_the_group(0);
+}
+
+/* A follower rank's gradients land in its leader's host buffers, with clipping and without: its walk
+ * holds no host gradients of its own (without clipping it once allocated a whole ring it never used,
+ * 26 GiB at 8B, which the memory check did not count: 14B on 2 GPUs was killed for host memory). */
+Test(ranks, a_follower_rank_allocates_no_host_gradients) {
+    mt_config cfg = mt_tiny_config_gqa();
+    mt_backend *be;
+    cr_assert_eq(mt_backend_cpu_create(&be, 1), MT_OK, "%s", mt_error());
+    shape shapes[] = {{.clip = 1.0f}, {.clip = 0.0f}, {.clip = 0.0f, .ends_on_device = 1}, {.clip = 0.0f, .grad_ring = 1}};
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        mt_engine_options o = options(1, shapes[i]);
+        mt_engine_bytes leader = mt_engine_size(be, &cfg, &o), follower = mt_engine_follower_size(be, &cfg, &o);
+        cr_expect_gt(leader.host_grads, 0, "case %zu: the leader keeps the gradients", i);
+        cr_expect_eq(follower.host_grads, 0, "case %zu: a follower holds %lld bytes of host gradients", i,
+                     (long long)follower.host_grads);
+        cr_expect_eq(follower.host_staging, leader.host_staging, "case %zu", i);
+    }
+    mt_backend_destroy(be);
 }
 
 Test(ranks, refuses_a_group_of_no_ranks) {

@@ -127,6 +127,13 @@ static void walk(const shape *s, walker *w) {
     DEVICE(dev_norms, workspace, (size_t)U * 4, "gradient norms");
     DEVICE(dev_loss, workspace, 4, "the loss");
     if (head_chunked) DEVICE(dev_lse, workspace, M * n * 4, "the rows' log-sum-exp");
+    size_t moe = (size_t)mt_config_moe_layers(c), E = (size_t)c->num_experts;
+    if (moe) {
+        DEVICE(moe_counts, workspace, M * moe * E * 4, "the experts' token counts");
+        DEVICE(moe_prob_sum, workspace, M * E * 4, "the router probabilities' sums");
+        DEVICE(moe_aux_grad, workspace, M * E * 4, "the load-balancing loss's gradient");
+        DEVICE(dev_aux_loss, workspace, 4, "the load-balancing loss");
+    }
 
     HOST(host_tokens, host_staging, 2 * M * n * sizeof(int32_t), "token staging");
     HOST(host_norms, host_staging, (size_t)U * 4, "gradient norms");
@@ -134,14 +141,18 @@ static void walk(const shape *s, walker *w) {
     HOST(host_logits, host_staging, V * 4, "logits");
     HOST(host_inv_freq, host_staging, rope * 4, "RoPE frequencies");
     for (int i = 0; i < 2; i++) HOST(input_rows[i], host_staging, V, "the input-token row masks");
+    if (moe) {
+        HOST(host_moe_counts, host_staging, M * moe * E * 4, "the experts' token counts");
+        HOST(host_aux_loss, host_staging, 4, "the load-balancing loss");
+    }
 
     /* Where gradients land on the host: every unit's (keep_grads, or exact clipping with every unit
      * on the host: it needs every gradient until the norm is known; tests read them), the
      * host-updated units' (clipping with some unit on the device), or the streamed blocks' in a
      * ring by backward order and the embedding and head each in their own buffer (none when the
-     * device updates them). A follower rank has none: its slices land in its leader's (it keeps
-     * them all: ranks need clipping). */
-    if (s->keep_all && s->follower) {
+     * device updates them). A follower rank has none: its slices land in its leader's, with
+     * clipping or without. */
+    if (s->follower) {
         /* the leader's */
     } else if (s->keep_all && s->full) {
         HOST(grads_full, host_grads, (size_t)lay->total_numel * 4, "the gradients of every unit");
@@ -160,17 +171,26 @@ static void walk(const shape *s, walker *w) {
 #undef HOST
 #undef BUFFER
 
-mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_engine_options *o) {
+static mt_engine_bytes size_of(mt_backend *be, const mt_config *cfg, const mt_engine_options *o, int follower) {
     mt_layout lay;
     walker w = {0};
     if (mt_layout_init(&lay, cfg) != MT_OK) return w.bytes;
     shape s = shape_of(be, cfg, &lay, o);
+    s.follower = follower;
     walk(&s, &w);
     mt_layout_free(&lay);
     mt_engine_bytes *b = &w.bytes;
     b->total = b->weight_slots + b->embed_head + b->resident_weights + b->device_state + b->grads + b->checkpoints +
                b->workspace;
     return *b;
+}
+
+mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_engine_options *o) {
+    return size_of(be, cfg, o, 0);
+}
+
+mt_engine_bytes mt_engine_follower_size(mt_backend *be, const mt_config *cfg, const mt_engine_options *o) {
+    return size_of(be, cfg, o, 1);
 }
 
 /* Points what the walk's buffers hold: the targets after the inputs, the workspace's parts, each
