@@ -171,3 +171,45 @@ Test(moe, random_routing_load_is_around_uniform) {
     cr_expect_not(r.moe);
     mt_tiny_model_close(&t);
 }
+
+/* Blocks of different sizes (dense ones among sparse ones) updated on the "device" (the cpu
+ * backend's optimizer ops) with the ends: the host-updated units' gradients are packed by their
+ * own sizes, and the training has the bits of the run that updates every unit on the host. */
+static float *train_three_steps(const mt_config *cfg, int device_blocks, float clip) {
+    mt_engine_options o = options(2);
+    o.max_grad_norm = clip;
+    o.device_blocks = device_blocks;
+    o.ends_on_device = device_blocks > 0;
+    mt_tiny_model t;
+    mt_tiny_model_open(&t, cfg, &o, 51);
+    int32_t tokens[3 * SEQUENCES * (SEQ + 1)], inputs[3 * SEQUENCES * SEQ], targets[3 * SEQUENCES * SEQ];
+    mt_tiny_windows(52, 3 * SEQUENCES, SEQ, cfg->vocab_size, tokens, inputs, targets);
+    for (int s = 0; s < 3; s++) {
+        mt_step_result r;
+        cr_assert_eq(mt_engine_step(t.engine, inputs + s * SEQUENCES * SEQ, targets + s * SEQUENCES * SEQ, 1e-2f, &r),
+                     MT_OK, "%s", mt_error());
+    }
+    mt_engine_finish(t.engine);
+    float *master = malloc((size_t)t.layout.total_numel * sizeof *master);
+    memcpy(master, t.store.master, (size_t)t.layout.total_numel * sizeof *master);
+    mt_tiny_model_close(&t);
+    return master;
+}
+
+Test(moe, blocks_of_different_sizes_on_the_device_train_as_on_the_host) {
+    mt_config cfg = mt_tiny_config_moe(MT_ARCH_QWEN2_MOE, 1); /* dense, sparse, dense blocks */
+    mt_layout lay;
+    cr_assert_eq(mt_layout_init(&lay, &cfg), MT_OK, "%s", mt_error());
+    cr_assert_neq(lay.units[mt_unit_block(0)].numel, lay.units[mt_unit_block(1)].numel);
+    for (int clip = 0; clip < 2; clip++) {
+        float *host = train_three_steps(&cfg, 0, clip ? 1.0f : 0.0f);
+        float *device = train_three_steps(&cfg, 2, clip ? 1.0f : 0.0f);
+        int64_t first = 0;
+        while (first < lay.total_numel && !memcmp(&host[first], &device[first], sizeof *host)) first++;
+        cr_expect_eq(first, lay.total_numel, "clip %d: master %lld differs with blocks 0 and 1 on the device", clip,
+                     (long long)first);
+        free(host);
+        free(device);
+    }
+    mt_layout_free(&lay);
+}

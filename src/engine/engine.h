@@ -115,9 +115,12 @@ mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_en
  * leader's. */
 mt_engine_bytes mt_engine_follower_size(mt_backend *be, const mt_config *cfg, const mt_engine_options *opt);
 
-/* Parameters whose fp32 state the device keeps for these options: the ends' (ends_on_device) and
- * the device_blocks blocks' (each at the largest block's size). */
+/* Elements of the fp32 state the device keeps for these options: the ends' (ends_on_device) and
+ * the device_blocks blocks' (each at the largest block's size: the state arrays' stride). */
 int64_t mt_engine_device_numel(const mt_layout *lay, const mt_engine_options *opt);
+/* The parameters of those units, each block at its own size (blocks differ where some are dense
+ * and some mixtures of experts): the rest, total_numel less these, is the host's to update. */
+int64_t mt_engine_device_params(const mt_layout *lay, const mt_engine_options *opt);
 
 #define MT_OPT_CORES_AUTO "auto"
 

@@ -30,7 +30,7 @@ static shape shape_of(mt_backend *be, const mt_config *cfg, const mt_layout *lay
     shape s = {.be = be, .cfg = cfg, .lay = lay, .o = o, .K = o->slots < streamed ? o->slots : streamed,
                .D = o->device_blocks, .P = o->ckpt_on_host > 0 ? o->ckpt_on_host : 0,
                .keep_all = o->max_grad_norm > 0 || o->keep_grads,
-               .host_numel = lay->total_numel - mt_engine_device_numel(lay, o)};
+               .host_numel = lay->total_numel - mt_engine_device_params(lay, o)};
     s.full = o->keep_grads || s.host_numel == lay->total_numel;
     s.ring = s.keep_all ? 0 : mt_engine_grad_ring(cfg, o);
     return s;

@@ -88,7 +88,7 @@ static void floor_terms(mt_placement *p, mt_backend *be, const mt_layout *lay) {
     p->tokens = (double)o->micro_batches * o->batch * o->seq;
     p->flops = step_flops(c, p->tokens, o->seq);
     p->gemm_s = p->flops / p->rates.gemm_flop_per_s;
-    p->host_params = (double)(lay->total_numel - mt_engine_device_numel(lay, o));
+    p->host_params = (double)(lay->total_numel - mt_engine_device_params(lay, o));
     /* In: the host-updated units' weights, and the streamed blocks the backward reloads; out:
      * their gradients. Host-kept checkpoints go out in the forward and come back in the backward. */
     p->pcie_in = wsize * (p->host_params + block * (streamed - slots)) + (double)p->dev.host_checkpoints;
