@@ -2,16 +2,21 @@
 
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "util/bf16.h"
 
-void moe_open(moe_dev *d, const char *gemm) {
+void moe_open(moe_dev *d, const char *gemm, int streams) {
     memset(d, 0, sizeof *d);
-    cr_assert_eq(setenv("MT_MOE_GEMM", gemm, 1), 0);
+    char count[16];
+    snprintf(count, sizeof count, "%d", streams);
+    cr_assert_eq(gemm ? setenv("MT_MOE_GEMM", gemm, 1) : unsetenv("MT_MOE_GEMM"), 0);
+    cr_assert_eq(streams ? setenv("MT_MOE_STREAMS", count, 1) : unsetenv("MT_MOE_STREAMS"), 0);
     mt_status status = mt_backend_cuda_create(&d->be, 0);
-    cr_assert_eq(status, MT_OK, "cuda backend (MT_MOE_GEMM=%s): %s", gemm, mt_error());
+    cr_assert_eq(status, MT_OK, "cuda backend (MT_MOE_GEMM=%s, MT_MOE_STREAMS=%s): %s", gemm ? gemm : "(unset)",
+                 streams ? count : "(unset)", mt_error());
     cr_assert(mt_backend_has_moe(d->be), "the cuda backend has no moe group");
     d->s = mt_stream_create(d->be);
     d->done = mt_event_create(d->be);

@@ -19,8 +19,9 @@ typedef struct {
     int count;
 } moe_dev;
 
-/* A cuda backend whose grouped GEMMs are `gemm` ("kernel" or "cublaslt": MT_MOE_GEMM). */
-void moe_open(moe_dev *d, const char *gemm);
+/* A cuda backend whose grouped GEMMs go `gemm`'s way ("cublaslt" or "kernel": MT_MOE_GEMM; NULL: the
+ * default) over `streams` streams (MT_MOE_STREAMS; 0: the default). */
+void moe_open(moe_dev *d, const char *gemm, int streams);
 void moe_close(moe_dev *d);
 /* Waits for the stream; asserts the backend saw no error (naming `what`). */
 void moe_sync(moe_dev *d, const char *what);

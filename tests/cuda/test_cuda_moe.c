@@ -77,7 +77,7 @@ Test(cuda, moe_route_matches_cpu_at_model_shapes) {
         {700, 40, 1, 0, 1},   /* top 1 */
     };
     moe_dev d;
-    moe_open(&d, "kernel");
+    moe_open(&d, NULL, 0);
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         route_shape r = shapes[i];
         char the_case[128];
@@ -110,7 +110,7 @@ Test(cuda, moe_route_ties_go_to_the_lower_expert) {
                                     {0, 2, 4, 6, 8, 10, 12, 14},
                                     {77, 0, 1, 2, 3, 4, 5, 6}};
     moe_dev d;
-    moe_open(&d, "kernel");
+    moe_open(&d, NULL, 0);
     for (int renorm = 0; renorm < 2; renorm++) {
         int32_t *experts = check_route(&d, (route_shape){N, E, K, renorm, 1}, logits,
                                        renorm ? "ties, renormalised" : "ties");
@@ -127,7 +127,7 @@ Test(cuda, moe_routing_is_deterministic) {
     float *logits = moe_floats((size_t)N * E);
     moe_fill(logits, (size_t)N * E, -3, 3, &state);
     moe_dev d;
-    moe_open(&d, "kernel");
+    moe_open(&d, NULL, 0);
     void *d_logits = moe_put_act(&d, logits, (size_t)N * E);
     float *w[2], *prob[2];
     int32_t *experts[2], *order[2], *slot_row[2], *offsets[2], *counts[2];
@@ -190,7 +190,7 @@ Test(cuda, moe_permute_matches_cpu) {
         {65536, 128, 8, 4096, SKEWED, "half a million slots, 16 segments, skewed"},
     };
     moe_dev d;
-    moe_open(&d, "kernel");
+    moe_open(&d, NULL, 0);
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         int n = cases[i].n, E = cases[i].E, k = cases[i].k, seg = cases[i].seg, S = (n + seg - 1) / seg;
         size_t slots = (size_t)n * k, groups = (size_t)E * S + 1;
@@ -214,7 +214,7 @@ Test(cuda, moe_permute_matches_cpu) {
         moe_expect_same_ids("order", the_case, order, order_ref, slots);
         moe_expect_same_ids("slot_row", the_case, slot_row, slot_row_ref, slots);
         moe_close(&d);
-        moe_open(&d, "kernel"); /* fresh buffers for the next case: the largest are 2 MiB each */
+        moe_open(&d, NULL, 0); /* fresh buffers for the next case: the largest are 2 MiB each */
     }
     moe_close(&d);
 }
@@ -240,7 +240,7 @@ static void check_gather_combine(int n, int E, int k, int d_width, int accumulat
     moe_fill(weights, slots, 0, 1, &state);
     moe_fill(dy, nd, -1, 1, &state);
     moe_dev d;
-    moe_open(&d, "kernel");
+    moe_open(&d, NULL, 0);
     void *d_x = moe_put_act(&d, x, nd), *d_dxs = moe_put_act(&d, dxs, sd), *d_dx = moe_put_act(&d, dx, nd);
     void *d_ys = moe_put_act(&d, ys, sd), *d_dy = moe_put_act(&d, dy, nd), *d_w = moe_put_f32(&d, weights, slots);
     void *d_order = moe_put_i32(&d, order, slots), *d_sr = moe_put_i32(&d, slot_row, slots);
@@ -291,7 +291,7 @@ static void check_swiglu(int rows, int F) {
     moe_fill(gu, rg, -3, 3, &state);
     moe_fill(da, ra, -1, 1, &state);
     moe_dev d;
-    moe_open(&d, "kernel");
+    moe_open(&d, NULL, 0);
     void *d_gu = moe_put_act(&d, gu, rg), *d_da = moe_put_act(&d, da, ra);
     void *d_a = moe_zeros(&d, moe_act_bytes(&d, ra)), *d_dgu = moe_zeros(&d, moe_act_bytes(&d, rg));
     d.be->ops->moe.swiglu(d.be, d.s, d_a, d_gu, rows, F);
@@ -318,7 +318,7 @@ static void check_gate(int n, int d_width) {
     moe_fill(g, n, -4, 4, &state);
     moe_fill(dy, nd, -1, 1, &state);
     moe_dev d;
-    moe_open(&d, "kernel");
+    moe_open(&d, NULL, 0);
     void *d_y = moe_put_act(&d, y, nd), *d_x = moe_put_act(&d, x, nd), *d_g = moe_put_act(&d, g, n);
     void *d_dy = moe_put_act(&d, dy, nd), *d_dx = moe_zeros(&d, moe_act_bytes(&d, nd)), *d_dg = moe_zeros(&d, moe_act_bytes(&d, n));
     d.be->ops->moe.gate_add(d.be, d.s, d_y, d_y, d_x, d_g, n, d_width); /* in place, as the engine calls it */
@@ -355,7 +355,7 @@ Test(cuda, moe_aux_loss_is_the_cpu_bits) {
     float prob[E], grad[E], grad_ref[E], loss = 0.25f, loss_ref = 0.25f;
     moe_fill(prob, E, 0, 2.0f * LAYERS * N / E, &state);
     moe_dev d;
-    moe_open(&d, "kernel");
+    moe_open(&d, NULL, 0);
     void *d_counts = moe_put_i32(&d, counts, (size_t)LAYERS * E), *d_prob = moe_put_f32(&d, prob, E);
     void *d_loss = moe_put_f32(&d, &loss, 1), *d_grad = moe_zeros(&d, E * 4);
     d.be->ops->moe.aux_loss(d.be, d.s, d_loss, d_grad, d_counts, d_prob, LAYERS, N, E, 0.01f, 0.003f);

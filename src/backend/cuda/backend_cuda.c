@@ -410,22 +410,22 @@ static void moe_matmul(mt_backend *be, mt_stream *s, void *y, const void *x, con
                        int rows, int E, int S, int in, int out) {
     mt_cuda_backend *cb = cuda_of(be);
     cudaStream_t st = mt_cuda_stream(s);
-    keep_error(be, cb->moe_gemm_cublaslt ? mt_cuda_moe_gemm_cublaslt(cb, st, y, x, w, offsets, rows, E, S, in, out)
-                                         : mt_cuda_moe_gemm(st, y, x, w, offsets, rows, E, S, in, out));
+    keep_error(be, cb->moe_gemm_kernel ? mt_cuda_moe_gemm(st, y, x, w, offsets, rows, E, S, in, out)
+                                       : mt_cuda_moe_gemm_cublaslt(cb, st, y, x, w, offsets, rows, E, S, in, out));
 }
 static void moe_matmul_dx(mt_backend *be, mt_stream *s, void *dx, const void *dy, const void *w,
                           const int32_t *offsets, int rows, int E, int S, int in, int out) {
     mt_cuda_backend *cb = cuda_of(be);
     cudaStream_t st = mt_cuda_stream(s);
-    keep_error(be, cb->moe_gemm_cublaslt ? mt_cuda_moe_gemm_dx_cublaslt(cb, st, dx, dy, w, offsets, rows, E, S, in, out)
-                                         : mt_cuda_moe_gemm_dx(st, dx, dy, w, offsets, rows, E, S, in, out));
+    keep_error(be, cb->moe_gemm_kernel ? mt_cuda_moe_gemm_dx(st, dx, dy, w, offsets, rows, E, S, in, out)
+                                       : mt_cuda_moe_gemm_dx_cublaslt(cb, st, dx, dy, w, offsets, rows, E, S, in, out));
 }
 static void moe_matmul_dw(mt_backend *be, mt_stream *s, float *dw, const void *dy, const void *x,
                           const int32_t *offsets, int rows, int E, int S, int in, int out) {
     mt_cuda_backend *cb = cuda_of(be);
     cudaStream_t st = mt_cuda_stream(s);
-    keep_error(be, cb->moe_gemm_cublaslt ? mt_cuda_moe_gemm_dw_cublaslt(cb, st, dw, dy, x, offsets, rows, E, S, in, out)
-                                         : mt_cuda_moe_gemm_dw(st, dw, dy, x, offsets, rows, E, S, in, out));
+    keep_error(be, cb->moe_gemm_kernel ? mt_cuda_moe_gemm_dw(st, dw, dy, x, offsets, rows, E, S, in, out)
+                                       : mt_cuda_moe_gemm_dw_cublaslt(cb, st, dw, dy, x, offsets, rows, E, S, in, out));
 }
 static void moe_swiglu(mt_backend *be, mt_stream *s, void *a, const void *gu, int rows, int F) {
     keep_error(be, mt_cuda_moe_swiglu(mt_cuda_stream(s), a, gu, rows, F));
@@ -461,6 +461,7 @@ static void cuda_destroy(mt_backend *be) {
     mt_cuda_backend *cb = cuda_of(be);
     if (!cb) return;
     mt_cudnn_attention_destroy(cb->cudnn);
+    mt_cuda_moe_lt_destroy(cb->moe_lt);
     if (cb->scratch_pool) cudaMemPoolDestroy(cb->scratch_pool);
     if (cb->lt_workspace) cudaFree(cb->lt_workspace);
     if (cb->lt) cublasLtDestroy(cb->lt);
@@ -506,20 +507,35 @@ static const mt_backend_ops cuda_ops = {
              .comm_free = mt_cuda_comm_free},
 };
 
-/* MT_MOE_GEMM: "kernel" (the default: moe_gemm.cu's, no host sync) or "cublaslt" (a cuBLASLt GEMM
- * an expert after the offsets come home; docs/backends.md). */
-static mt_status read_moe_gemm(mt_cuda_backend *cb) {
+/* The expert GEMMs' way (docs/backends.md): MT_MOE_GEMM "cublaslt" (the default: a cuBLASLt GEMM an
+ * expert after the offsets come home, fanned out over MT_MOE_STREAMS streams, default 4) or "kernel"
+ * (moe_gemm.cu's, no host sync). */
+enum { MOE_STREAMS_DEFAULT = 4 };
+
+static mt_status read_moe_gemm(mt_cuda_backend *cb, int *streams) {
     const char *v = getenv("MT_MOE_GEMM");
-    if (!v || !*v || !strcmp(v, "kernel")) return MT_OK;
-    if (strcmp(v, "cublaslt"))
-        return mt_fail(MT_ERR_INVALID, "MT_MOE_GEMM=%s: expected kernel (the default) or cublaslt", v);
-    cb->moe_gemm_cublaslt = 1;
+    if (v && *v && strcmp(v, "cublaslt")) {
+        if (strcmp(v, "kernel"))
+            return mt_fail(MT_ERR_INVALID, "MT_MOE_GEMM=%s: expected cublaslt (the default) or kernel", v);
+        cb->moe_gemm_kernel = 1;
+    }
+    *streams = MOE_STREAMS_DEFAULT;
+    v = getenv("MT_MOE_STREAMS");
+    if (v && *v) {
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (*end || n < 1 || n > MT_MOE_LT_MAX_STREAMS)
+            return mt_fail(MT_ERR_INVALID, "MT_MOE_STREAMS=%s: expected 1 to %d (default %d)", v, MT_MOE_LT_MAX_STREAMS,
+                           MOE_STREAMS_DEFAULT);
+        *streams = (int)n;
+    }
     return MT_OK;
 }
 
 /* A GPU the kernels cannot run on is refused before anything is allocated on it. */
 static mt_status init_device(mt_cuda_backend *cb, int device) {
-    MT_TRY(read_moe_gemm(cb));
+    int moe_streams;
+    MT_TRY(read_moe_gemm(cb, &moe_streams));
     int count = 0;
     MT_CUDA_CHECK(cudaGetDeviceCount(&count));
     if (device < 0 || device >= count)
@@ -532,6 +548,7 @@ static mt_status init_device(mt_cuda_backend *cb, int device) {
     MT_CUBLAS_CHECK(cublasLtCreate(&cb->lt));
     cb->lt_workspace_bytes = LT_WORKSPACE_BYTES;
     MT_CUDA_CHECK(cudaMalloc(&cb->lt_workspace, cb->lt_workspace_bytes));
+    if (!cb->moe_gemm_kernel) MT_TRY(mt_cuda_moe_lt_create(&cb->moe_lt, moe_streams));
     MT_TRY(mt_cudnn_attention_create(&cb->cudnn));
     char text[512];
     mt_log_info("cuda device %d: %s", device, mt_device_info_text(&cb->info, text, sizeof text));

@@ -97,16 +97,17 @@ mt_status mt_cuda_moe_swiglu_dx(cudaStream_t s, void *dgu, const void *da, const
 mt_status mt_cuda_moe_gate_add(cudaStream_t s, void *y, const void *a, const void *x, const void *g, int n, int d);
 mt_status mt_cuda_moe_gate_add_dx(cudaStream_t s, void *dx, void *dg, const void *dy, const void *x, const void *g,
                                   int n, int d);
-/* The grouped GEMMs as one kernel each, reading the offsets on the device (no host sync). */
+/* The grouped GEMMs as one kernel each, reading the offsets on the device (no host sync):
+ * MT_MOE_GEMM=kernel (moe_gemm.cu). */
 mt_status mt_cuda_moe_gemm(cudaStream_t s, void *y, const void *x, const void *w, const int32_t *offsets, int rows,
                            int E, int S, int in, int out);
 mt_status mt_cuda_moe_gemm_dx(cudaStream_t s, void *dx, const void *dy, const void *w, const int32_t *offsets,
                               int rows, int E, int S, int in, int out);
 mt_status mt_cuda_moe_gemm_dw(cudaStream_t s, float *dw, const void *dy, const void *x, const int32_t *offsets,
                               int rows, int E, int S, int in, int out);
-/* The same through cuBLASLt, a GEMM per expert (per expert and segment for dw) after copying the
- * offsets home and waiting for them (moe_gemm_cublaslt.c): MT_MOE_GEMM=cublaslt, and the
- * microbenchmark's comparison (bench/moe_gemm). */
+/* The same through cuBLASLt, the default: a GEMM per expert (per expert and segment for dw) after
+ * copying the offsets home and waiting for them, fanned out over the backend's streams
+ * (moe_gemm_cublaslt.c). */
 mt_status mt_cuda_moe_gemm_cublaslt(mt_cuda_backend *cb, cudaStream_t s, void *y, const void *x, const void *w,
                                     const int32_t *offsets, int rows, int E, int S, int in, int out);
 mt_status mt_cuda_moe_gemm_dx_cublaslt(mt_cuda_backend *cb, cudaStream_t s, void *dx, const void *dy, const void *w,
