@@ -102,9 +102,10 @@ $(BUILD)/bench/attention/bench_attention: $(call objs,$(BUILD),$(LIB_C) bench/at
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 # The mixture-of-experts grouped GEMMs, each way the CUDA backend can run them (bench/moe_gemm/run.sh
-# adds PyTorch's torch._grouped_mm).
+# adds PyTorch's torch._grouped_mm); its inputs made and results compared on the GPU (bench_device.cu).
 bench-moe-gemm: $(BUILD)/bench/moe_gemm/bench_moe_gemm
-$(BUILD)/bench/moe_gemm/bench_moe_gemm: $(call objs,$(BUILD),$(LIB_C) bench/moe_gemm/bench_moe_gemm.c) $(LIB_OBJ_CU)
+$(BUILD)/bench/moe_gemm/bench_moe_gemm: $(call objs,$(BUILD),$(LIB_C) bench/moe_gemm/bench_moe_gemm.c) \
+		$(BUILD)/bench/moe_gemm/bench_device.o $(LIB_OBJ_CU)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 # CPU AdamW against the host's memory bandwidth (bench/adamw/run.sh adds PyTorch's fused AdamW).

@@ -1,26 +1,26 @@
 /* The mixture-of-experts grouped GEMMs, the ways a CUDA backend can run them, at model shapes: which
  * is fastest decides the backend's default (docs/backends.md). For each shape, the six GEMMs of a layer
  * (gate_up and down, forward, dx and dw) over tokens * k rows sorted by expert, each way timed, and
- * each way's results compared with the kernels' (relative L2):
+ * each way's results compared with the first way's (relative L2):
  *
- *   kernel          moe_gemm.cu: one kernel a GEMM that reads the offsets on the device (the default)
- *   cublaslt        moe_gemm_cublaslt.c: the offsets copied home, then a cuBLASLt GEMM an expert
- *                   (MT_MOE_GEMM=cublaslt)
- *   cublas_grouped  cublasGemmGroupedBatchedEx (cuBLAS 12.5+): one call, but its sizes on the host, so
- *                   the offsets come home too; pointer arrays uploaded each call
+ *   cublaslt        moe_gemm_cublaslt.c (the default): the offsets copied home, then a cuBLASLt GEMM an
+ *                   expert, fanned out over N streams: one run a count of --streams, named cublaslt_sN
+ *   kernel          moe_gemm.cu (MT_MOE_GEMM=kernel): one kernel a GEMM that reads the offsets on the
+ *                   device
  *   dense           one cuBLASLt GEMM of the same rows against one expert (the same FLOPs without
  *                   grouping: the ceiling)
  *
- *   bench_moe_gemm [--tokens 16384] [--shapes olmoe,qwen3] [--ways kernel,cublaslt,cublas_grouped,dense]
- *                  [--iters 5] [--seg TOKENS] [--load uniform|skewed]
+ *   bench_moe_gemm [--tokens 16384] [--shapes olmoe,qwen3] [--ways cublaslt,kernel,dense]
+ *                  [--streams 1,4] [--iters 5] [--seg TOKENS] [--load uniform|skewed]
  *
  * Shapes: olmoe (OLMoE-1B-7B: 64 experts, top 8, hidden 2048, expert width 1024), qwen3 (Qwen3-30B-A3B:
  * 128, top 8, 2048, 768), mixtral (Mixtral-8x7B: 8, top 2, 4096, 14336). Each token's k experts are
  * drawn at random (uniform, or skewed: expert e about as likely as 1 / (e + 1)); --seg splits the rows
- * into segments of that many tokens (dw adds segment by segment). One line per (shape, way, GEMM),
- * key=value fields; times are the mean of --iters calls after one warm-up, from CUDA events, so a way
- * that waits for the offsets pays for the wait. */
-#include <cublas_v2.h>
+ * into segments of that many tokens (dw adds segment by segment, as the engine's sequences ask: its
+ * default piece of 8192 tokens at 4096 a sequence is --tokens 8192 --seg 4096). Inputs are made and
+ * results compared on the GPU (bench_device.cu). One line per (shape, way, GEMM), key=value fields;
+ * times are the mean of --iters calls after one warm-up, from CUDA events, so a way that waits for
+ * the offsets pays for the wait. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +28,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cuda/cuda_backend.h"
-#include "util/bf16.h"
+#include "bench_device.h"
 
 typedef struct {
     const char *name;
@@ -41,17 +41,25 @@ static const shape shapes[] = {
     {"mixtral", 8, 2, 4096, 14336},
 };
 
-typedef enum { KERNEL, CUBLASLT, CUBLAS_GROUPED, DENSE, WAYS } way;
-static const char *const way_names[WAYS] = {"kernel", "cublaslt", "cublas_grouped", "dense"};
+typedef enum { CUBLASLT, KERNEL, DENSE, WAYS } way;
+static const char *const way_names[WAYS] = {"cublaslt", "kernel", "dense"};
 
 typedef struct {
     int tokens, iters, seg, skewed;
     int shape_on[3], way_on[WAYS];
+    int streams[MT_MOE_LT_MAX_STREAMS], stream_counts;
 } options;
 
+/* One timed way: a way, and for cublaslt its streams. */
+typedef struct {
+    way way;
+    int streams;
+    char name[32];
+} run_kind;
+
 static void usage(void) {
-    fprintf(stderr, "usage: bench_moe_gemm [--tokens N] [--shapes olmoe,qwen3,mixtral] "
-                    "[--ways kernel,cublaslt,cublas_grouped,dense] [--iters K] [--seg TOKENS] [--load uniform|skewed]\n");
+    fprintf(stderr, "usage: bench_moe_gemm [--tokens N] [--shapes olmoe,qwen3,mixtral] [--ways cublaslt,kernel,dense] "
+                    "[--streams 1,4] [--iters K] [--seg TOKENS] [--load uniform|skewed]\n");
     exit(2);
 }
 
@@ -75,8 +83,21 @@ static void pick(const char *list, const char *const *names, int count, int *on)
     free(copy);
 }
 
+static void pick_streams(const char *list, options *o) {
+    char *copy = strdup(list);
+    o->stream_counts = 0;
+    for (char *t = strtok(copy, ","); t; t = strtok(NULL, ",")) {
+        int n = positive(t);
+        if (n > MT_MOE_LT_MAX_STREAMS || o->stream_counts == MT_MOE_LT_MAX_STREAMS) usage();
+        o->streams[o->stream_counts++] = n;
+    }
+    free(copy);
+    if (!o->stream_counts) usage();
+}
+
 static options parse(int argc, char **argv) {
-    options o = {.tokens = 16384, .iters = 5, .shape_on = {1, 1, 0}, .way_on = {1, 1, 1, 1}};
+    options o = {.tokens = 16384, .iters = 5, .shape_on = {1, 1, 0}, .way_on = {1, 1, 1}, .streams = {1, 4},
+                 .stream_counts = 2};
     const char *shape_names[3] = {"olmoe", "qwen3", "mixtral"};
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc) usage();
@@ -86,10 +107,25 @@ static options parse(int argc, char **argv) {
         else if (!strcmp(flag, "--seg")) o.seg = positive(v);
         else if (!strcmp(flag, "--shapes")) pick(v, shape_names, 3, o.shape_on);
         else if (!strcmp(flag, "--ways")) pick(v, way_names, WAYS, o.way_on);
+        else if (!strcmp(flag, "--streams")) pick_streams(v, &o);
         else if (!strcmp(flag, "--load") && (!strcmp(v, "uniform") || !strcmp(v, "skewed"))) o.skewed = !strcmp(v, "skewed");
         else usage();
     }
     return o;
+}
+
+/* The runs in order: cublaslt on each stream count, the kernels, the dense ceiling. */
+static int runs_of(const options *o, run_kind *runs) {
+    int n = 0;
+    if (o->way_on[CUBLASLT])
+        for (int i = 0; i < o->stream_counts; i++) {
+            runs[n] = (run_kind){CUBLASLT, o->streams[i], ""};
+            snprintf(runs[n].name, sizeof runs[n].name, "cublaslt_s%d", o->streams[i]);
+            n++;
+        }
+    if (o->way_on[KERNEL]) runs[n++] = (run_kind){KERNEL, 0, "kernel"};
+    if (o->way_on[DENSE]) runs[n++] = (run_kind){DENSE, 0, "dense"};
+    return n;
 }
 
 static void die(const char *what) {
@@ -117,12 +153,9 @@ static double uniform(uint64_t *s) { return (double)(next(s) >> 11) / 9007199254
 
 /* A device buffer of count bf16 values uniform in [-scale, scale). */
 static void *random_bf16(size_t count, float scale, uint64_t *s) {
-    uint16_t *h = malloc(count * 2);
-    for (size_t i = 0; i < count; i++) h[i] = mt_f32_to_bf16((float)(scale * (2 * uniform(s) - 1)));
     void *d;
     CUDA_OR_DIE(cudaMalloc(&d, count * 2));
-    CUDA_OR_DIE(cudaMemcpy(d, h, count * 2, cudaMemcpyHostToDevice));
-    free(h);
+    CUDA_OR_DIE((cudaError_t)bench_fill_bf16(d, count, scale, next(s)));
     return d;
 }
 
@@ -133,29 +166,10 @@ static void *device_zeros(size_t bytes) {
     return d;
 }
 
-/* ||a - b|| / ||b|| of two device buffers (bf16 or fp32). */
-static double rel_err(const void *a, const void *b, size_t count, int f32) {
-    size_t bytes = count * (f32 ? 4 : 2);
-    unsigned char *ha = malloc(bytes), *hb = malloc(bytes);
-    CUDA_OR_DIE(cudaMemcpy(ha, a, bytes, cudaMemcpyDeviceToHost));
-    CUDA_OR_DIE(cudaMemcpy(hb, b, bytes, cudaMemcpyDeviceToHost));
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < count; i++) {
-        float x, y;
-        if (f32) memcpy(&x, ha + 4 * i, 4), memcpy(&y, hb + 4 * i, 4);
-        else x = mt_bf16_to_f32(((uint16_t *)ha)[i]), y = mt_bf16_to_f32(((uint16_t *)hb)[i]);
-        diff += ((double)x - y) * ((double)x - y);
-        norm += (double)y * y;
-    }
-    free(ha);
-    free(hb);
-    return norm > 0 ? sqrt(diff / norm) : sqrt(diff);
-}
-
 /* One layer's buffers: rows sorted by expert. */
 typedef struct {
     int E, S, rows, d, f;
-    int32_t *offsets_host, *offsets;
+    int32_t *offsets;
     void *x, *w_gu, *w_down, *a, *dgu, *dy; /* inputs */
     void *gu, *y, *dx, *da;                 /* outputs (bf16) */
     float *dw_gu, *dw_down;                 /* outputs (fp32, += from zero) */
@@ -171,72 +185,9 @@ static void gemm_dims(const layer *l, int g, int *in, int *out) {
     *out = gate_up ? 2 * l->f : l->d;
 }
 
-/* ---- cublasGemmGroupedBatchedEx: a problem per (expert[, segment]) with rows ---- */
-
-typedef struct {
-    cublasHandle_t h;
-    const void **ptrs_host; /* A, B and C pointer arrays, pinned, uploaded each call */
-    void **ptrs;
-} grouped_ctx;
-
-static cublasStatus_t grouped_call(grouped_ctx *c, cudaStream_t s, const layer *l, int g) {
-    int in, out, E = l->E, S = l->S;
-    gemm_dims(l, g, &in, &out);
-    int32_t *off = l->offsets_host;
-    CUDA_OR_DIE(cudaMemcpyAsync(off, l->offsets, ((size_t)E * S + 1) * 4, cudaMemcpyDeviceToHost, s));
-    CUDA_OR_DIE(cudaStreamSynchronize(s));
-    int problems = g >= 4 ? E * S : E, count = 0;
-    cublasOperation_t *ta = malloc(problems * sizeof *ta), *tb = malloc(problems * sizeof *tb);
-    int *m = malloc(problems * sizeof(int) * 7), *n = m + problems, *k = n + problems, *lda = k + problems,
-        *ldb = lda + problems, *ldc = ldb + problems, *size = ldc + problems;
-    float *alpha = malloc(problems * sizeof(float) * 2), *beta = alpha + problems;
-    const void **A = c->ptrs_host, **B = A + problems;
-    void **C = (void **)(B + problems);
-    const char *w = g % 2 == 0 ? l->w_gu : l->w_down;
-    const char *x = g < 2 ? (g == 0 ? l->x : l->a) : NULL;
-    for (int p = 0; p < problems; p++) {
-        int e = g >= 4 ? p / S : p;
-        int r0 = g >= 4 ? off[p] : off[e * S], r1 = g >= 4 ? off[p + 1] : off[(e + 1) * S], rows = r1 - r0;
-        if (rows == 0) continue;
-        int i = count++;
-        size[i] = 1, alpha[i] = 1, beta[i] = g >= 4 ? 1 : 0;
-        if (g < 2) { /* y^T[out, rows] = (w[e] as [in, out])^T . x^T */
-            ta[i] = CUBLAS_OP_T, tb[i] = CUBLAS_OP_N, m[i] = out, n[i] = rows, k[i] = in, lda[i] = in, ldb[i] = in,
-            ldc[i] = out;
-            A[i] = w + (size_t)e * out * in * 2, B[i] = x + (size_t)r0 * in * 2;
-            C[i] = (char *)(g == 0 ? l->gu : l->y) + (size_t)r0 * out * 2;
-        } else if (g < 4) { /* dx^T[in, rows] = (w[e] as [in, out]) . dy^T */
-            const char *dy = g == 2 ? l->dgu : l->dy;
-            ta[i] = CUBLAS_OP_N, tb[i] = CUBLAS_OP_N, m[i] = in, n[i] = rows, k[i] = out, lda[i] = in, ldb[i] = out,
-            ldc[i] = in;
-            A[i] = w + (size_t)e * out * in * 2, B[i] = dy + (size_t)r0 * out * 2;
-            C[i] = (char *)(g == 2 ? l->dx : l->da) + (size_t)r0 * in * 2;
-        } else { /* dw[e]^T[in, out] += x^T . dy */
-            const char *xx = g == 4 ? l->x : l->a, *dy = g == 4 ? l->dgu : l->dy;
-            ta[i] = CUBLAS_OP_N, tb[i] = CUBLAS_OP_T, m[i] = in, n[i] = out, k[i] = rows, lda[i] = in, ldb[i] = out,
-            ldc[i] = in;
-            A[i] = xx + (size_t)r0 * in * 2, B[i] = dy + (size_t)r0 * out * 2;
-            C[i] = (g == 4 ? l->dw_gu : l->dw_down) + (size_t)e * out * in;
-        }
-    }
-    /* the three pointer arrays, packed */
-    memmove(A + count, B, count * sizeof *A);
-    memmove(A + 2 * count, C, count * sizeof *A);
-    CUDA_OR_DIE(cudaMemcpyAsync(c->ptrs, c->ptrs_host, 3 * (size_t)count * sizeof(void *), cudaMemcpyHostToDevice, s));
-    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
-    if (count)
-        st = cublasGemmGroupedBatchedEx(c->h, ta, tb, m, n, k, alpha, (const void *const *)c->ptrs, CUDA_R_16BF, lda,
-                                        (const void *const *)(c->ptrs + count), CUDA_R_16BF, ldb, beta,
-                                        c->ptrs + 2 * count, g >= 4 ? CUDA_R_32F : CUDA_R_16BF, ldc, count, size,
-                                        CUBLAS_COMPUTE_32F);
-    /* the host arrays must outlive the call's use of them: cuBLAS reads them before returning */
-    free(ta), free(tb), free(m), free(alpha);
-    return st;
-}
-
 /* ---- one call of GEMM g the given way ---- */
 
-static mt_status call(mt_cuda_backend *cb, grouped_ctx *gc, cudaStream_t s, way wy, const layer *l, int g) {
+static mt_status call(mt_cuda_backend *cb, cudaStream_t s, way wy, const layer *l, int g) {
     int in, out;
     gemm_dims(l, g, &in, &out);
     int rows = l->rows, E = l->E, S = l->S;
@@ -253,12 +204,6 @@ static mt_status call(mt_cuda_backend *cb, grouped_ctx *gc, cudaStream_t s, way 
         if (g < 2) return mt_cuda_moe_gemm_cublaslt(cb, s, y, x, w, l->offsets, rows, E, S, in, out);
         if (g < 4) return mt_cuda_moe_gemm_dx_cublaslt(cb, s, dx, dy, w, l->offsets, rows, E, S, in, out);
         return mt_cuda_moe_gemm_dw_cublaslt(cb, s, dw, dy, x, l->offsets, rows, E, S, in, out);
-    case CUBLAS_GROUPED: {
-        cublasStatus_t st = grouped_call(gc, s, l, g);
-        if (st != CUBLAS_STATUS_SUCCESS)
-            return mt_fail(MT_ERR_DEVICE, "cublasGemmGroupedBatchedEx: %s", cublasGetStatusString(st));
-        return MT_OK;
-    }
     default: { /* dense: every row against expert 0's matrix */
         mt_cuda_gemm_desc d;
         if (g < 2)
@@ -283,53 +228,117 @@ static void *output_of(const layer *l, int g, size_t *count, int *f32) {
     return g == 0 ? l->gu : g == 1 ? l->y : g == 2 ? l->dx : g == 3 ? l->da : g == 4 ? (void *)l->dw_gu : l->dw_down;
 }
 
-int main(int argc, char **argv) {
-    options o = parse(argc, argv);
-    mt_backend *be;
-    if (mt_backend_cuda_create(&be, 0) != MT_OK) die("cuda backend");
+/* Each token's k distinct experts (uniform, or expert e about as likely as 1 / (e + 1)). */
+static void route(int32_t *experts, int tokens, const shape *sh, int skewed, uint64_t *state) {
+    double total = 0;
+    for (int e = 0; e < sh->E; e++) total += 1.0 / (e + 1);
+    for (int t = 0; t < tokens; t++)
+        for (int j = 0; j < sh->k; j++) {
+            int e, again;
+            do {
+                double u = uniform(state), acc = 0;
+                if (skewed)
+                    for (e = 0; e < sh->E - 1 && (acc += 1.0 / (e + 1) / total) <= u; e++) {}
+                else
+                    e = (int)(u * sh->E);
+                again = 0;
+                for (int i = 0; i < j; i++) again |= experts[(size_t)t * sh->k + i] == e;
+            } while (again);
+            experts[(size_t)t * sh->k + j] = e;
+        }
+}
+
+/* Times run r's six GEMMs on layer l, comparing each result with ref's (kept there when ref[g] is
+ * NULL: the first run). */
+static void time_run(mt_backend *be, cudaStream_t s, const options *o, const shape *sh, const run_kind *r,
+                     const layer *l, void *ref[GEMMS], const char *ref_name) {
     mt_cuda_backend *cb = (mt_cuda_backend *)be;
-    cudaStream_t s;
-    CUDA_OR_DIE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    if (r->way == CUBLASLT) { /* a fresh loop on r's streams: its algorithm cache starts empty */
+        mt_cuda_moe_lt_destroy(cb->moe_lt);
+        cb->moe_lt = NULL;
+        if (mt_cuda_moe_lt_create(&cb->moe_lt, r->streams) != MT_OK) die("the cuBLASLt loop's streams");
+    }
     cudaEvent_t start, end;
     CUDA_OR_DIE(cudaEventCreate(&start));
     CUDA_OR_DIE(cudaEventCreate(&end));
-    grouped_ctx gc = {0};
-    if (cublasCreate(&gc.h) != CUBLAS_STATUS_SUCCESS || cublasSetStream(gc.h, s) != CUBLAS_STATUS_SUCCESS) {
-        fprintf(stderr, "bench_moe_gemm: cublasCreate failed\n");
-        return 1;
+    double run_seconds = 0, run_flops = 0;
+    int failed = 0;
+    for (int g = 0; g < GEMMS && !failed; g++) {
+        int in, out;
+        gemm_dims(l, g, &in, &out);
+        size_t count;
+        int f32;
+        void *result = output_of(l, g, &count, &f32);
+        size_t bytes = count * (f32 ? 4 : 2);
+        /* dw adds to zeros; y and dx start as NaNs, so a way that skips rows cannot pass the comparison */
+        CUDA_OR_DIE(cudaMemsetAsync(result, f32 ? 0 : 0xff, bytes, s));
+        mt_status st = call(cb, s, r->way, l, g); /* warm-up, and the result compared */
+        if (st == MT_OK) st = mt_backend_check(be);
+        CUDA_OR_DIE(cudaStreamSynchronize(s));
+        if (st != MT_OK) {
+            printf("shape=%s way=%s gemm=%s error=\"%s\"\n", sh->name, r->name, gemm_names[g], mt_error());
+            failed = 1;
+            break;
+        }
+        double err = -1;
+        if (!ref[g]) {
+            CUDA_OR_DIE(cudaMalloc(&ref[g], bytes));
+            CUDA_OR_DIE(cudaMemcpy(ref[g], result, bytes, cudaMemcpyDeviceToDevice));
+        } else if (r->way != DENSE) {
+            CUDA_OR_DIE((cudaError_t)bench_rel_err(result, ref[g], count, f32, &err));
+        }
+        CUDA_OR_DIE(cudaEventRecord(start, s));
+        for (int it = 0; it < o->iters && st == MT_OK; it++) st = call(cb, s, r->way, l, g);
+        CUDA_OR_DIE(cudaEventRecord(end, s));
+        CUDA_OR_DIE(cudaEventSynchronize(end));
+        if (st == MT_OK) st = mt_backend_check(be);
+        if (st != MT_OK) {
+            printf("shape=%s way=%s gemm=%s error=\"%s\"\n", sh->name, r->name, gemm_names[g], mt_error());
+            failed = 1;
+            break;
+        }
+        float ms = 0;
+        CUDA_OR_DIE(cudaEventElapsedTime(&ms, start, end));
+        double seconds = ms * 1e-3 / o->iters, flops = 2.0 * l->rows * in * out;
+        run_seconds += seconds, run_flops += flops;
+        printf("shape=%s way=%s gemm=%s ms=%.3f tflops=%.1f", sh->name, r->name, gemm_names[g], seconds * 1e3,
+               flops / seconds * 1e-12);
+        if (err >= 0) printf(" rel_err=%.2e vs=%s", err, ref_name);
+        printf("\n");
     }
+    if (!failed)
+        printf("shape=%s way=%s gemm=all ms=%.3f tflops=%.1f\n", sh->name, r->name, run_seconds * 1e3,
+               run_flops / run_seconds * 1e-12);
+    fflush(stdout);
+    cudaEventDestroy(start);
+    cudaEventDestroy(end);
+}
+
+int main(int argc, char **argv) {
+    options o = parse(argc, argv);
+    run_kind runs[MT_MOE_LT_MAX_STREAMS + 2];
+    int run_count = runs_of(&o, runs);
+    if (!run_count) usage();
+    mt_backend *be;
+    if (mt_backend_cuda_create(&be, 0) != MT_OK) die("cuda backend");
+    cudaStream_t s;
+    CUDA_OR_DIE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     for (int si = 0; si < 3; si++) {
         if (!o.shape_on[si]) continue;
         const shape *sh = &shapes[si];
         int seg = o.seg ? o.seg : o.tokens, S = (o.tokens + seg - 1) / seg;
         layer l = {.E = sh->E, .S = S, .rows = o.tokens * sh->k, .d = sh->d, .f = sh->f};
         uint64_t state = 1234 + si;
-        int32_t *experts = malloc((size_t)l.rows * 4), *order = malloc((size_t)l.rows * 4), *slot_row = malloc((size_t)l.rows * 4);
-        double total = 0;
-        for (int e = 0; e < sh->E; e++) total += 1.0 / (e + 1);
-        for (int t = 0; t < o.tokens; t++)
-            for (int j = 0; j < sh->k; j++) {
-                int e, again;
-                do {
-                    double u = uniform(&state), acc = 0;
-                    if (o.skewed)
-                        for (e = 0; e < sh->E - 1 && (acc += 1.0 / (e + 1) / total) <= u; e++) {}
-                    else
-                        e = (int)(u * sh->E);
-                    again = 0;
-                    for (int i = 0; i < j; i++) again |= experts[(size_t)t * sh->k + i] == e;
-                } while (again);
-                experts[(size_t)t * sh->k + j] = e;
-            }
-        size_t groups = (size_t)sh->E * S + 1;
-        int32_t *offsets = malloc(groups * 4);
+        int32_t *experts = malloc((size_t)l.rows * 4), *order = malloc((size_t)l.rows * 4);
+        int32_t *slot_row = malloc((size_t)l.rows * 4), *offsets = malloc(((size_t)sh->E * S + 1) * 4);
+        route(experts, o.tokens, sh, o.skewed, &state);
         mt_cpu_moe_permute(order, slot_row, offsets, experts, o.tokens, sh->E, sh->k, seg);
         int most = 0, fewest = l.rows;
         for (int e = 0; e < sh->E; e++) {
             int c = offsets[(e + 1) * S] - offsets[e * S];
             most = c > most ? c : most, fewest = c < fewest ? c : fewest;
         }
-        CUDA_OR_DIE(cudaMallocHost((void **)&l.offsets_host, groups * 4));
+        size_t groups = (size_t)sh->E * S + 1;
         l.offsets = device_zeros(groups * 4);
         CUDA_OR_DIE(cudaMemcpy(l.offsets, offsets, groups * 4, cudaMemcpyHostToDevice));
         size_t R = l.rows, D = sh->d, F = sh->f, E = sh->E;
@@ -339,67 +348,16 @@ int main(int argc, char **argv) {
         l.gu = device_zeros(R * 2 * F * 2), l.y = device_zeros(R * D * 2);
         l.dx = device_zeros(R * D * 2), l.da = device_zeros(R * F * 2);
         l.dw_gu = device_zeros(E * 2 * F * D * 4), l.dw_down = device_zeros(E * D * F * 4);
-        int problems = (int)(E * S);
-        CUDA_OR_DIE(cudaMallocHost((void **)&gc.ptrs_host, 3 * (size_t)problems * sizeof(void *)));
-        CUDA_OR_DIE(cudaMalloc((void **)&gc.ptrs, 3 * (size_t)problems * sizeof(void *)));
         printf("shape=%s experts=%d top_k=%d hidden=%d expert_width=%d tokens=%d rows=%d segments=%d load=%s "
                "rows_per_expert_most=%d fewest=%d\n", sh->name, sh->E, sh->k, sh->d, sh->f, o.tokens, l.rows, S,
                o.skewed ? "skewed" : "uniform", most, fewest);
-        /* the kernels' results, kept to compare the other ways with */
-        void *ref[GEMMS] = {0};
-        for (int wy = 0; wy < WAYS; wy++) {
-            if (!o.way_on[wy] && wy != KERNEL) continue;
-            double way_seconds = 0, way_flops = 0;
-            int failed = 0;
-            for (int g = 0; g < GEMMS && !failed; g++) {
-                int in, out;
-                gemm_dims(&l, g, &in, &out);
-                size_t count;
-                int f32;
-                void *result = output_of(&l, g, &count, &f32);
-                if (g >= 4) CUDA_OR_DIE(cudaMemsetAsync(result, 0, count * 4, s));
-                mt_status st = call(cb, &gc, s, wy, &l, g); /* warm-up, and the result compared */
-                if (st == MT_OK) st = mt_backend_check(be);
-                CUDA_OR_DIE(cudaStreamSynchronize(s));
-                if (st != MT_OK) {
-                    printf("shape=%s way=%s gemm=%s error=\"%s\"\n", sh->name, way_names[wy], gemm_names[g], mt_error());
-                    failed = 1;
-                    break;
-                }
-                double err = -1;
-                if (wy == KERNEL) {
-                    CUDA_OR_DIE(cudaMalloc(&ref[g], count * (f32 ? 4 : 2)));
-                    CUDA_OR_DIE(cudaMemcpy(ref[g], result, count * (f32 ? 4 : 2), cudaMemcpyDeviceToDevice));
-                } else if (wy != DENSE) {
-                    err = rel_err(result, ref[g], count, f32);
-                }
-                CUDA_OR_DIE(cudaEventRecord(start, s));
-                for (int it = 0; it < o.iters && st == MT_OK; it++) st = call(cb, &gc, s, wy, &l, g);
-                CUDA_OR_DIE(cudaEventRecord(end, s));
-                CUDA_OR_DIE(cudaEventSynchronize(end));
-                float ms = 0;
-                CUDA_OR_DIE(cudaEventElapsedTime(&ms, start, end));
-                double seconds = ms * 1e-3 / o.iters, flops = 2.0 * l.rows * in * out;
-                way_seconds += seconds, way_flops += flops;
-                if (!o.way_on[wy]) continue; /* the kernels ran only as the reference */
-                printf("shape=%s way=%s gemm=%s ms=%.3f tflops=%.1f", sh->name, way_names[wy], gemm_names[g],
-                       seconds * 1e3, flops / seconds * 1e-12);
-                if (err >= 0) printf(" rel_err_vs_kernel=%.2e", err);
-                printf("\n");
-            }
-            if (!failed && o.way_on[wy])
-                printf("shape=%s way=%s gemm=all ms=%.3f tflops=%.1f\n", sh->name, way_names[wy], way_seconds * 1e3,
-                       way_flops / way_seconds * 1e-12);
-            fflush(stdout);
-        }
+        void *ref[GEMMS] = {0}; /* the first run's results, to compare the others with */
+        for (int r = 0; r < run_count; r++) time_run(be, s, &o, sh, &runs[r], &l, ref, runs[0].name);
         for (int g = 0; g < GEMMS; g++) cudaFree(ref[g]);
-        void *bufs[] = {l.offsets, l.x, l.a, l.w_gu, l.w_down, l.dgu, l.dy, l.gu, l.y, l.dx, l.da, l.dw_gu, l.dw_down, gc.ptrs};
+        void *bufs[] = {l.offsets, l.x, l.a, l.w_gu, l.w_down, l.dgu, l.dy, l.gu, l.y, l.dx, l.da, l.dw_gu, l.dw_down};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) cudaFree(bufs[i]);
-        cudaFreeHost(l.offsets_host);
-        cudaFreeHost(gc.ptrs_host);
         free(experts), free(order), free(slot_row), free(offsets);
     }
-    cublasDestroy(gc.h);
     mt_backend_destroy(be);
     return 0;
 }
