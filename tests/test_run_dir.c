@@ -152,3 +152,24 @@ Test(rundir, metrics_hold_each_step_once_after_a_resume) {
     cr_assert_eq(n, 8, "%d training lines for 8 steps", n);
     for (int i = 0; i < n; i++) cr_assert_eq(steps[i], i + 1, "line %d logs step %d", i + 1, steps[i]);
 }
+
+/* Which checkpoint is newest is the step its sealed manifest holds, not its directory's name: a
+ * copy of step 2 named ckpt-000006 must not pass for the newest, over the good step 4. */
+Test(rundir, a_copy_named_for_a_later_step_is_not_taken_for_the_newest) {
+    train_ok("4");
+    char cmd[4 * PATH_MAX];
+    snprintf(cmd, sizeof cmd, "cp -r %s/ckpt-000002 %s/ckpt-000006", run, run);
+    cr_assert_eq(system(cmd), 0);
+    mt_cli_result r;
+    train("5", NULL, &r);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "ckpt-000004 at step 4"), "did not resume from step 4:\n%s", r.err);
+    cr_assert_not_null(strstr(r.err, "holds step 2, not the step 6 its name says"), "the copy was not reported:\n%s",
+                       r.err);
+    mt_cli_result_free(&r);
+    /* sample and export of the run directory take the same one. */
+    mt_cli_run(&r, TIMEOUT_S, "sample", run, "--tokens", "2", "--backend", "cpu", NULL);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "not the step 6 its name says"), "%s", r.err);
+    mt_cli_result_free(&r);
+}

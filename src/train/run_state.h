@@ -68,10 +68,14 @@ mt_status mt_run_rotate(const char *run_dir, const mt_run_save_options *options,
  * so that no run resumes from it; *marked counts them. */
 mt_status mt_run_mark_diverged(const char *run_dir, int64_t from_step, int64_t first, int64_t last, int *marked);
 
-/* The newest good checkpoint under run_dir whose manifest and blob checksums verify; older ones
- * are tried when the newest is not good or damaged (each refusal is logged). MT_ERR_INVALID when
- * there is none. */
+/* The newest good checkpoint under run_dir whose manifest and blob checksums verify and whose
+ * manifest holds the step its name says (the names order the checkpoints: a copy named
+ * ckpt-000030 of step 10 is passed over); older ones are tried when the newest is not good, is
+ * misnamed or damaged (each refusal is logged). MT_ERR_INVALID when there is none. */
 mt_status mt_run_latest(const char *run_dir, char *path, size_t cap);
+/* The same; with `diverged_too`, a checkpoint that a divergence stop marked is taken as well when
+ * its values are finite (train's --resume-diverged: a stop the user judges wrong). */
+mt_status mt_run_latest_of(const char *run_dir, int diverged_too, char *path, size_t cap);
 /* `path` is a checkpoint directory, or a run directory whose newest good checkpoint is meant. */
 mt_status mt_run_resolve(const char *path, char *checkpoint, size_t cap);
 

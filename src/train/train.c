@@ -30,12 +30,13 @@
 /* --resume: the newest good checkpoint. A run directory with no checkpoint at all starts from
  * scratch, so that one command line both starts a run and continues it after a crash; one whose
  * checkpoints are all damaged or bad is refused rather than silently started over. */
-static mt_status find_resume_point(mt_train_run *r, const char *out_dir) {
+static mt_status find_resume_point(mt_train_run *r, const mt_train_options *given) {
+    const char *out_dir = given->out_dir;
     mt_ckpt_entry *entries;
     int count;
     MT_TRY(mt_checkpoint_list(out_dir, &entries, &count));
     mt_checkpoint_list_free(entries, count);
-    if (count > 0) return mt_run_latest(out_dir, r->resume_from, sizeof r->resume_from);
+    if (count > 0) return mt_run_latest_of(out_dir, given->resume_diverged, r->resume_from, sizeof r->resume_from);
     mt_log_info("%s holds no checkpoint yet: --resume starts the run from scratch", out_dir);
     return MT_OK;
 }
@@ -206,7 +207,7 @@ static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
     mt_host_memory_give(given->host_mem);
     MT_TRY(mt_devices_world(&r->dev));
     MT_TRY(take_run_dir(r, given->out_dir));
-    if (given->resume) MT_TRY(find_resume_point(r, given->out_dir));
+    if (given->resume) MT_TRY(find_resume_point(r, given));
     else MT_TRY(refuse_existing_run(given->out_dir));
     MT_TRY(resolve_settings(r, given));
     MT_TRY(resolve_model(r, given));
@@ -222,7 +223,7 @@ static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
     MT_TRY(open_dataset(r));
     MT_TRY(open_engine(r));
     if (mt_devices_writes(&r->dev)) MT_TRY(mt_metrics_open(o->out_dir, r->progress.step, &r->metrics));
-    mt_step_watch_init(&r->watch, o->max_skips, r->cfg.vocab_size, r->progress.step,
+    mt_step_watch_init(&r->watch, o->max_skips, o->diverge_after, r->cfg.vocab_size, r->progress.step,
                        r->resume_from[0] ? r->progress.step : -1);
     const char *nan_step = getenv("MT_TEST_NAN_STEP");
     r->nan_step = nan_step ? strtoll(nan_step, NULL, 10) : 0;
