@@ -49,8 +49,8 @@ static int spike(mt_step_watch *w, int64_t step, double loss) {
 }
 
 /* Adds a finite loss to the trend; 1 when the mean of the last MT_STEP_WATCH_TREND losses (all of
- * them, before there are that many) is the lowest yet: the loss is falling. Call after spike(),
- * which counts the loss. */
+ * them, before there are that many; at least two) is the lowest yet: the loss is falling. Call
+ * after spike(), which counts the loss. */
 static int falling(mt_step_watch *w, double loss) {
     w->recent[(w->losses - 1) % MT_STEP_WATCH_TREND] = loss;
     int n = w->losses < MT_STEP_WATCH_TREND ? (int)w->losses : MT_STEP_WATCH_TREND;
@@ -59,7 +59,7 @@ static int falling(mt_step_watch *w, double loss) {
     double trend = sum / n;
     int lowest = trend < w->lowest_trend;
     if (lowest) w->lowest_trend = trend;
-    return lowest;
+    return lowest && n > 1; /* one loss shows no trend */
 }
 
 mt_status mt_step_watch_after(mt_step_watch *w, int64_t step, double loss, int skipped) {

@@ -4,8 +4,8 @@
  * not a spike (over 3x the running mean of the losses before it, once there are 20 of them; a
  * spike is also warned about), and either no worse than guessing allows (at most CHANCE_FACTOR x
  * ln V, V the vocabulary, the loss of a uniform guess) or falling: the mean of the last
- * MT_STEP_WATCH_TREND losses (of all of them, before there are that many) is the lowest such mean
- * yet. A fine-tune that starts far worse than guessing (a model meeting data unlike its own) and
+ * MT_STEP_WATCH_TREND losses (of all of them, at least two, before there are that many) is the
+ * lowest such mean yet. A fine-tune that starts far worse than guessing (a model meeting data unlike its own) and
  * learns is thus sound, while a loss that stays high, or climbs, is not. The run stops, the model
  * not coming back by itself, after more than max_skips steps in a row skipped or with a
  * non-finite loss, or more than bad_loss_steps in a row whose loss was not sound (a learning rate

@@ -13,6 +13,7 @@
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
 #include "io/hf_model.h"
+#include "io/masked_tokens.h"
 #include "io/plot.h"
 #include "train/option_table.h"
 #include "train/options.h"
@@ -156,7 +157,26 @@ static mt_status init_weights(mt_train_run *r) {
     return MT_OK;
 }
 
-/* The token file, opened and checked before the model's memory is allocated. */
+/* A run must have something to learn: a masked shard whose every training target is masked would
+ * skip every step and end "saved" with nothing trained. Targets are the tokens after each window's
+ * first, so the training split's are tokens 1 to train_tokens - 1. */
+static mt_status check_targets(mt_train_run *r, const char *tokens) {
+    const mt_dataset *d = &r->data;
+    int train = mt_tokens_any_loss(&r->tokens, 1, d->train_tokens - 1);
+    int val = d->val_tokens > 1 && mt_tokens_any_loss(&r->tokens, d->train_tokens + 1, d->val_tokens - 1);
+    MT_TRY(mt_tokens_status(&r->tokens));
+    if (!train)
+        return mt_fail(MT_ERR_INVALID, "%s: no token of its training split (tokens 1 to %zu) carries loss: every "
+                       "target is masked, so there is nothing to train on (chat data whose answers are all empty, or "
+                       "that has no assistant turn?)", tokens, d->train_tokens - 1);
+    if (d->val_tokens > 0 && !val && r->o.eval_every > 0)
+        mt_log_warn("%s: no token of its validation split carries loss: there will be no validation loss",
+                    tokens);
+    return MT_OK;
+}
+
+/* The token file, opened and checked (ids, splits, targets) before the model's memory is
+ * allocated. */
 static mt_status open_tokens(mt_train_run *r) {
     const char *path = r->o.data_path;
     if (!strcmp(path, mt_option_find("data")->default_name) && access(path, R_OK) != 0)
@@ -166,12 +186,14 @@ static mt_status open_tokens(mt_train_run *r) {
     char tokens[8192];
     MT_TRY(mt_train_data_resolve(&r->o, (uint32_t)r->cfg.vocab_size, tokens, sizeof tokens));
     MT_TRY(mt_tokens_open(tokens, &r->tokens));
-    return mt_tokens_validate(&r->tokens, (uint32_t)r->cfg.vocab_size, tokens);
-}
-
-static mt_status open_dataset(mt_train_run *r) {
+    MT_TRY(mt_tokens_validate(&r->tokens, (uint32_t)r->cfg.vocab_size, tokens));
     MT_TRY(mt_dataset_init(&r->data, &r->tokens, r->o.val_fraction, r->o.seq_len,
                            r->o.sequential ? MT_SAMPLE_SEQUENTIAL : MT_SAMPLE_RANDOM, (uint64_t)r->o.seed));
+    return check_targets(r, tokens);
+}
+
+/* The sampler where the resumed checkpoint left it. */
+static mt_status open_dataset(mt_train_run *r) {
     if (r->resume_from[0]) MT_TRY(mt_dataset_set_state(&r->data, &r->progress.sampler));
     return MT_OK;
 }
@@ -344,6 +366,19 @@ static mt_status log_val(mt_train_run *r, double loss) {
     return rc;
 }
 
+/* Steps whose windows have no target that carries loss train nothing; a run of them longer than
+ * --max-skips means the data has too few such targets to train on. The steps taken are saved,
+ * as for any stop by the data. */
+static mt_status stop_for_empty_windows(mt_train_run *r) {
+    r->data_failed = 1;
+    size_t trained = mt_tokens_loss_count(&r->tokens);
+    MT_TRY(mt_tokens_status(&r->tokens));
+    return mt_fail(MT_ERR_INVALID, "steps %lld to %lld drew windows in which every target is masked (more than "
+                   "--max-skips %d in a row): %s has too few tokens that carry loss (%zu of %zu) for windows of "
+                   "--seq %d", (long long)(r->progress.step - r->empty_in_a_row + 1), (long long)r->progress.step,
+                   r->o.max_skips, r->o.data_path, trained, r->tokens.count, r->o.seq_len);
+}
+
 static mt_status loop(mt_train_run *r, mt_progress *pg) {
     const mt_train_options *o = &r->o;
     int sequences = mt_devices_ranks(&r->dev, o) * o->micro_batches * o->batch;
@@ -367,6 +402,8 @@ static mt_status loop(mt_train_run *r, mt_progress *pg) {
             MT_TRY(mt_devices_step(&r->dev, r->inputs, r->targets, lr, &s));
         }
         r->progress.step++;
+        r->empty_in_a_row = no_targets ? r->empty_in_a_row + 1 : 0;
+        if (r->empty_in_a_row > o->max_skips) return stop_for_empty_windows(r);
         if (no_targets)
             mt_progress_note(pg, "step %lld skipped: every target of its windows is masked (no loss)",
                              (long long)r->progress.step);

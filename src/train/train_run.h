@@ -38,7 +38,9 @@ typedef struct {
     char resume_from[4096];
     char tokenizer[4096];       /* the run's tokenizer, resolved ("" for bytes): train/train_data.h */
     mt_step_watch watch;
-    int data_failed;            /* the loop stopped on a read of the token file (changed, cut short) */
+    int data_failed;            /* the loop stopped for its data: a read of the token file failed
+                                 * (changed, cut short), or too many windows had no target */
+    int empty_in_a_row;         /* steps in a row whose windows had no target that carries loss */
     int64_t nan_step;           /* test hook: MT_TEST_NAN_STEP, 0 when unset */
     int64_t fault_step;         /* test hook: MT_TEST_DEVICE_FAULT_STEP, 0 when unset */
     int64_t rank_fail_step;     /* test hook: MT_TEST_RANK_FAIL_STEP, the last rank dies; 0 when unset */
