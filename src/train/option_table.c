@@ -184,14 +184,18 @@ void mt_option_set_default(const mt_option *opt, mt_train_options *o) {
     else set_int(opt, o, (int64_t)opt->default_number);
 }
 
+void mt_option_set_unset(const mt_option *opt, mt_train_options *o) {
+    if (opt->type == MT_OPT_NAME) *FIELD(const char *, opt, o) = NULL;
+    else if (is_number(opt)) set_number(opt, o, MT_UNSET_NUMBER);
+    else set_int(opt, o, MT_UNSET);
+}
+
 mt_train_options mt_train_defaults(void) {
     mt_train_options o;
     memset(&o, 0, sizeof o);
     for (const mt_option *opt = mt_options; opt->name; opt++) {
         if (opt->policy == MT_OPT_PROCESS) mt_option_set_default(opt, &o);
-        else if (opt->type == MT_OPT_NAME) *FIELD(const char *, opt, &o) = NULL;
-        else if (is_number(opt)) set_number(opt, &o, MT_UNSET_NUMBER);
-        else set_int(opt, &o, MT_UNSET);
+        else mt_option_set_unset(opt, &o);
     }
     return o;
 }

@@ -16,6 +16,7 @@
 #include "io/masked_tokens.h"
 #include "io/plot.h"
 #include "train/option_table.h"
+#include "train/run_inputs.h"
 #include "train/options.h"
 #include "train/settings.h"
 #include "train/stop_signal.h"
@@ -66,6 +67,15 @@ static mt_status take_run_dir(mt_train_run *r, const char *out_dir) {
     return mt_checkpoint_tidy(out_dir);
 }
 
+/* A path option made absolute (into buf) where it is set: a run stores its inputs' absolute paths,
+ * so that a resume from another working directory reads the same files. */
+static mt_status absolute(const char **path, char *buf, size_t cap) {
+    if (!*path || (*path)[0] == '/') return MT_OK;
+    MT_TRY(mt_path_absolute(*path, buf, cap));
+    *path = buf;
+    return MT_OK;
+}
+
 /* The options with every run setting resolved: the checkpoint's settings on resume (changes
  * applied or refused), the defaults otherwise. */
 static mt_status resolve_settings(mt_train_run *r, const mt_train_options *given) {
@@ -77,7 +87,12 @@ static mt_status resolve_settings(mt_train_run *r, const mt_train_options *given
         MT_TRY(mt_train_tokenizer_resolve(&named, r->tokenizer, sizeof r->tokenizer));
         named.tokenizer = r->tokenizer;
     }
+    MT_TRY(absolute(&named.data_path, r->data_path, sizeof r->data_path));
+    MT_TRY(absolute(&named.init_from, r->init_from, sizeof r->init_from));
+    MT_TRY(absolute(&named.config_path, r->config_path, sizeof r->config_path));
     MT_TRY(mt_settings_resolve(&named, r->saved_settings, r->resume_from, &r->o));
+    /* The default data, or a relative path a checkpoint stored before paths were made absolute. */
+    MT_TRY(absolute(&r->o.data_path, r->data_path, sizeof r->data_path));
     /* None named or stored: the --init-from directory's, when it has one. A run that stored
      * none (bytes) keeps none. */
     if (!r->o.tokenizer && !(r->saved_settings && json_object_get(r->saved_settings, "tokenizer"))) {
@@ -90,6 +105,20 @@ static mt_status resolve_settings(mt_train_run *r, const mt_train_options *given
                        "continue the run", (long long)r->o.steps, r->resume_from, (long long)step, (long long)step);
     r->settings = mt_settings_to_json(&r->o);
     return r->settings ? MT_OK : mt_fail(MT_ERR_NOMEM, "cannot build the run's settings");
+}
+
+/* What identifies each input is kept in the run's settings; a resumed run's inputs must be the
+ * ones its checkpoint kept (train/run_inputs.h). Before the data is tokenized or read. */
+static mt_status identify_inputs(mt_train_run *r, const mt_train_options *given) {
+    json_t *inputs;
+    MT_TRY(mt_run_inputs_identify(&r->o, &inputs));
+    mt_status st = r->resume_from[0] ? mt_run_inputs_check(r->saved_settings, inputs, given, r->resume_from,
+                                                           &r->data_changed)
+                                     : MT_OK;
+    if (st == MT_OK && json_object_set_new(r->settings, "inputs", inputs) != 0)
+        return mt_fail(MT_ERR_NOMEM, "cannot build the run's settings");
+    if (st != MT_OK) json_decref(inputs);
+    return st;
 }
 
 /* 1 when both configs describe the same model. */
@@ -177,12 +206,15 @@ static mt_status check_targets(mt_train_run *r, const char *tokens) {
 
 /* The token file, opened and checked (ids, splits, targets) before the model's memory is
  * allocated. */
-static mt_status open_tokens(mt_train_run *r) {
-    const char *path = r->o.data_path;
-    if (!strcmp(path, mt_option_find("data")->default_name) && access(path, R_OK) != 0)
+static mt_status open_tokens(mt_train_run *r, const mt_train_options *given) {
+    const char *path = r->o.data_path, *demo = mt_option_find("data")->default_name;
+    char demo_path[4096];
+    MT_TRY(mt_path_absolute(demo, demo_path, sizeof demo_path));
+    if (!strcmp(path, demo_path) && access(path, R_OK) != 0)
         return mt_fail(MT_ERR_IO, "%s: the demo corpus is missing; make it with "
                        "'scripts/make-demo-corpus.sh %s' (needs the bible-kjv packages) or pass --data",
-                       path, path);
+                       demo, demo);
+    MT_TRY(identify_inputs(r, given));
     char tokens[8192];
     MT_TRY(mt_train_data_resolve(&r->o, (uint32_t)r->cfg.vocab_size, tokens, sizeof tokens));
     MT_TRY(mt_tokens_open(tokens, &r->tokens));
@@ -192,10 +224,18 @@ static mt_status open_tokens(mt_train_run *r) {
     return check_targets(r, tokens);
 }
 
-/* The sampler where the resumed checkpoint left it. */
+/* The sampler where the resumed checkpoint left it; on other data (another --data, or a changed
+ * file taken with --accept-changed-data) a place past the new training split starts a new epoch. */
 static mt_status open_dataset(mt_train_run *r) {
-    if (r->resume_from[0]) MT_TRY(mt_dataset_set_state(&r->data, &r->progress.sampler));
-    return MT_OK;
+    if (!r->resume_from[0]) return MT_OK;
+    mt_sampler_state *s = &r->progress.sampler;
+    if (r->data_changed && s->cursor >= r->data.train_tokens) {
+        mt_log_info("the run's place in its data (token %llu) is past the new data's training split (%zu tokens): "
+                    "a new epoch starts", (unsigned long long)s->cursor, r->data.train_tokens);
+        s->cursor = 0;
+        s->epoch++;
+    }
+    return mt_dataset_set_state(&r->data, s);
 }
 
 static mt_status open_engine(mt_train_run *r) {
@@ -239,7 +279,7 @@ static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
     MT_TRY(mt_devices_open(&r->dev, o));
     MT_TRY(mt_train_placement(o, r->dev.be, &r->cfg, &r->placement, NULL));
     MT_TRY(mt_devices_check_memory(&r->dev, &r->layout, &r->placement.eo, r->moments));
-    MT_TRY(open_tokens(r));
+    MT_TRY(open_tokens(r, given));
     MT_TRY(mt_engine_store_create(&r->store, &r->layout, r->dev.be, r->moments, &r->placement.eo));
     MT_TRY(init_weights(r));
     MT_TRY(open_dataset(r));

@@ -179,8 +179,11 @@ static mt_status data_tokens(const char *data, const char *tokenizer, uint32_t v
     if (stat(data, &st) == 0 && S_ISDIR(st.st_mode))
         return mt_fail(MT_ERR_INVALID, "--data %s is a directory: tokenize it with 'megatrain tokenize' and train on "
                        "the shards", data);
-    if (!tokenizer[0] && !is_token_file(data) && stat(data, &st) == 0 && S_ISREG(st.st_mode))
-        MT_TRY(check_bytes(data, vocab));
+    if (stat(data, &st) != 0 || !S_ISREG(st.st_mode)) { /* the reader refuses it, naming what it is */
+        snprintf(tokens, cap, "%s", data);
+        return MT_OK;
+    }
+    if (!tokenizer[0] && !is_token_file(data)) MT_TRY(check_bytes(data, vocab));
     if (!tokenizer[0] || is_token_file(data)) {
         snprintf(tokens, cap, "%s", data);
         return MT_OK;

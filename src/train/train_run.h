@@ -37,6 +37,8 @@ typedef struct {
     int32_t *inputs, *targets;  /* [M * batch * seq] */
     char resume_from[4096];
     char tokenizer[4096];       /* the run's tokenizer, resolved ("" for bytes): train/train_data.h */
+    char data_path[4096], init_from[4096], config_path[4096]; /* those options, absolute */
+    int data_changed;           /* resumed on other data than the checkpoint's (train/run_inputs.h) */
     mt_step_watch watch;
     int data_failed;            /* the loop stopped for its data: a read of the token file failed
                                  * (changed, cut short), or too many windows had no target */
