@@ -196,6 +196,10 @@ static mt_train_options tiny_run(const char *data, const char *out, const char *
     o.seq_len = 64;
     o.steps = steps;
     o.backend = "cpu";
+    /* One compute thread: what is measured is the moments' numerics, and OpenBLAS threads its
+     * GEMMs (allocating a 0.5 MiB job table each time, which ASan maps and unmaps) only when
+     * several are asked for. The optimizer's threads still split the updates. */
+    o.threads = 1;
     o.out_dir = out;
     o.eval_every = 0;
     o.ckpt_every = 0;

@@ -15,6 +15,7 @@
 
 #include "cli_run.h"
 #include "hf_test_files.h"
+#include "io/checkpoint.h"
 #include "run_fixture.h"
 
 #define TIMEOUT_S 60.0
@@ -172,4 +173,84 @@ Test(rundir, a_copy_named_for_a_later_step_is_not_taken_for_the_newest) {
     cr_assert_eq(r.exit_code, 0, "%s", r.err);
     cr_assert_not_null(strstr(r.err, "not the step 6 its name says"), "%s", r.err);
     mt_cli_result_free(&r);
+}
+
+/* A fresh run starts only in a new, empty or megatrain's own directory: not in one of other files,
+ * nor inside a checkpoint; refused, it writes nothing there. */
+Test(rundir, a_fresh_run_refuses_a_directory_of_other_files) {
+    char other[PATH_MAX], notes[PATH_MAX + 16];
+    hf_test_path(other, dir, "mine");
+    cr_assert_eq(mkdir(other, 0755), 0);
+    snprintf(notes, sizeof notes, "%s/notes.txt", other);
+    hf_test_write_text(notes, "my notes\n");
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "train", MT_TINY_STEP, "--steps", "1", "--data", corpus, "--out", other, NULL);
+    cr_assert_eq(r.exit_code, 2, "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "not empty and not a megatrain run directory (it holds notes.txt)"), "%s", r.err);
+    mt_cli_result_free(&r);
+    cr_assert_eq(hf_test_count_entries(other), 1, "the refused run wrote into %s", other);
+    /* --resume of a directory without checkpoints starts a run: refused the same. */
+    mt_cli_run(&r, TIMEOUT_S, "train", MT_TINY_STEP, "--steps", "1", "--data", corpus, "--out", other, "--resume", NULL);
+    cr_assert_eq(r.exit_code, 2, "%s", r.err);
+    mt_cli_result_free(&r);
+    cr_assert_eq(hf_test_count_entries(other), 1, "the refused run wrote into %s", other);
+    /* The inside of a checkpoint. */
+    train_ok("2");
+    char ckpt[PATH_MAX + 16];
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt-000002", run);
+    int entries = hf_test_count_entries(ckpt);
+    mt_cli_run(&r, TIMEOUT_S, "train", MT_TINY_STEP, "--steps", "1", "--data", corpus, "--out", ckpt, NULL);
+    cr_assert_eq(r.exit_code, 2, "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "manifest.json"), "%s", r.err);
+    mt_cli_result_free(&r);
+    cr_assert_eq(hf_test_count_entries(ckpt), entries, "the refused run wrote into %s", ckpt);
+    cr_assert_eq(mt_checkpoint_verify(ckpt), MT_OK, "%s", mt_error());
+    /* A shell's log of the run beside nothing else is no obstacle. */
+    char fresh[PATH_MAX], log[PATH_MAX + 16];
+    hf_test_path(fresh, dir, "logged");
+    cr_assert_eq(mkdir(fresh, 0755), 0);
+    snprintf(log, sizeof log, "%s/train.log", fresh);
+    hf_test_write_text(log, "");
+    mt_cli_run(&r, TIMEOUT_S, "train", MT_TINY_STEP, "--steps", "1", "--data", corpus, "--out", fresh, NULL);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    mt_cli_result_free(&r);
+}
+
+/* Refused before it wrote anything, a run leaves the directory as it found it: the directories it
+ * made, its .lock and the token cache it made are gone. */
+Test(rundir, a_refused_run_leaves_no_debris) {
+    char deep[PATH_MAX], top[PATH_MAX], missing[PATH_MAX];
+    hf_test_path(top, dir, "new");
+    hf_test_path(deep, dir, "new/deeper/run");
+    hf_test_path(missing, dir, "absent.txt");
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "train", MT_TINY_STEP, "--steps", "1", "--data", missing, "--out", deep, NULL);
+    cr_assert_neq(r.exit_code, 0, "%s", r.err);
+    mt_cli_result_free(&r);
+    cr_assert(!mt_test_exists(top), "the refused run left %s", top);
+    /* An empty directory stays empty. */
+    char empty[PATH_MAX];
+    hf_test_path(empty, dir, "empty");
+    cr_assert_eq(mkdir(empty, 0755), 0);
+    mt_cli_run(&r, TIMEOUT_S, "train", MT_TINY_STEP, "--steps", "1", "--data", missing, "--out", empty, NULL);
+    cr_assert_neq(r.exit_code, 0, "%s", r.err);
+    mt_cli_result_free(&r);
+    cr_assert_eq(hf_test_count_entries(empty), 0, "the refused run left something in %s", empty);
+    /* Text tokenized into the run's cache, then refused (too short for one window): the cache goes. */
+    char cmd[4 * PATH_MAX], tok[PATH_MAX], config[PATH_MAX], text[PATH_MAX];
+    hf_test_path(tok, dir, "tok.json");
+    snprintf(cmd, sizeof cmd, "cp tests/data/tokenizers/gpt2-bytelevel/tokenizer.json %s", tok);
+    cr_assert_eq(system(cmd), 0);
+    hf_test_path(config, dir, "config.json");
+    hf_test_write_text(config, "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 32, \"intermediate_size\": "
+                               "64, \"num_hidden_layers\": 2, \"num_attention_heads\": 2, \"num_key_value_heads\": 2, "
+                               "\"vocab_size\": 2324, \"max_position_embeddings\": 128}");
+    hf_test_path(text, dir, "short.txt");
+    hf_test_write_text(text, "a few words only\n");
+    mt_cli_run(&r, TIMEOUT_S, "train", "--config", config, "--tokenizer", tok, "--data", text, "--seq", "64",
+               "--backend", "cpu", "--steps", "1", "--out", empty, NULL);
+    cr_assert_neq(r.exit_code, 0, "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "tokenizing"), "%s", r.err);
+    mt_cli_result_free(&r);
+    cr_assert_eq(hf_test_count_entries(empty), 0, "the refused run left its token cache in %s", empty);
 }

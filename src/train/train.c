@@ -16,6 +16,7 @@
 #include "io/masked_tokens.h"
 #include "io/plot.h"
 #include "train/option_table.h"
+#include "train/run_dir.h"
 #include "train/run_inputs.h"
 #include "train/options.h"
 #include "train/settings.h"
@@ -40,31 +41,20 @@ static mt_status find_resume_point(mt_train_run *r, const mt_train_options *give
     mt_checkpoint_list_free(entries, count);
     if (count > 0) return mt_run_latest_of(out_dir, given->resume_diverged, r->resume_from, sizeof r->resume_from);
     mt_log_info("%s holds no checkpoint yet: --resume starts the run from scratch", out_dir);
-    return MT_OK;
+    return mt_run_dir_check_fresh(&r->dir);
 }
 
-/* A fresh run never trains over another run's checkpoints. */
-static mt_status refuse_existing_run(const char *out_dir) {
+/* A fresh run never trains over another run's checkpoints, nor into a directory of other files. */
+static mt_status refuse_existing_run(mt_train_run *r, const char *out_dir) {
     mt_ckpt_entry *entries;
     int count;
     MT_TRY(mt_checkpoint_list(out_dir, &entries, &count));
     int64_t newest = count > 0 ? entries[0].step : 0;
     mt_checkpoint_list_free(entries, count);
-    if (count == 0) return MT_OK;
-    return mt_fail(MT_ERR_INVALID, "%s already holds a run (newest checkpoint: step %lld): pass --resume to "
-                   "continue it, or choose another --out", out_dir, (long long)newest);
-}
-
-/* The run directory exists, is writable and is this run's alone; what a crash left is tidied (by
- * the process that writes it: rank 0 of a world of processes). */
-static mt_status take_run_dir(mt_train_run *r, const char *out_dir) {
-    if (mt_mkdir_p(out_dir) != MT_OK)
-        return mt_fail_context(MT_ERR_IO, "%s: cannot create the run directory", out_dir);
-    if (access(out_dir, W_OK) != 0)
-        return mt_fail(MT_ERR_IO, "%s: the run directory is not writable: %s", out_dir, strerror(errno));
-    if (!mt_devices_writes(&r->dev)) return MT_OK;
-    MT_TRY(mt_run_lock_acquire(out_dir, &r->lock));
-    return mt_checkpoint_tidy(out_dir);
+    if (count > 0)
+        return mt_fail(MT_ERR_INVALID, "%s already holds a run (newest checkpoint: step %lld): pass --resume to "
+                       "continue it, or choose another --out", out_dir, (long long)newest);
+    return mt_run_dir_check_fresh(&r->dir);
 }
 
 /* A path option made absolute (into buf) where it is set: a run stores its inputs' absolute paths,
@@ -268,9 +258,9 @@ static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
     MT_TRY(mt_train_options_check(given));
     mt_host_memory_give(given->host_mem);
     MT_TRY(mt_devices_world(&r->dev));
-    MT_TRY(take_run_dir(r, given->out_dir));
+    MT_TRY(mt_run_dir_take(&r->dir, given->out_dir, mt_devices_writes(&r->dev)));
     if (given->resume) MT_TRY(find_resume_point(r, given));
-    else MT_TRY(refuse_existing_run(given->out_dir));
+    else MT_TRY(refuse_existing_run(r, given->out_dir));
     MT_TRY(resolve_settings(r, given));
     MT_TRY(resolve_model(r, given));
     MT_TRY(mt_layout_init(&r->layout, &r->cfg));
@@ -327,7 +317,7 @@ static void close_run(mt_train_run *r) {
     if (r->layout.units) mt_layout_free(&r->layout);
     json_decref(r->settings);
     json_decref(r->saved_settings);
-    mt_run_lock_release(&r->lock); /* last: the run directory is no longer written */
+    mt_run_dir_release(&r->dir); /* last: the run directory is no longer written */
 }
 
 /* ---- the loop's parts ---- */
@@ -500,10 +490,11 @@ static mt_status finish_run(mt_train_run *r, mt_status rc) {
 }
 
 mt_status mt_train(const mt_train_options *given) {
-    mt_train_run r = {.lock = {.fd = -1}};
+    mt_train_run r = {.dir = {.lock = {.fd = -1}}};
     mt_stop_signals signals;
     mt_stop_signals_install(&signals);
     mt_status rc = open_run(&r, given);
+    if (rc != MT_OK && !r.metrics) mt_run_dir_undo(&r.dir); /* refused: the directory as it was found */
     if (rc == MT_OK) {
         mt_progress pg;
         mt_progress_start(&pg, r.o.progress, r.progress.step, r.o.steps);

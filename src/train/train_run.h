@@ -11,7 +11,7 @@
 #include "optim/schedule.h"
 #include "plan/placement.h"
 #include "train/progress.h"
-#include "train/run_lock.h"
+#include "train/run_dir.h"
 #include "train/run_state.h"
 #include "train/saver.h"
 #include "train/step_watch.h"
@@ -21,7 +21,7 @@ typedef struct {
     mt_train_options o;         /* the options, every run setting resolved */
     json_t *saved_settings;     /* the resumed checkpoint's settings (names in o may point into it) */
     json_t *settings;           /* this run's, stored in each of its checkpoints */
-    mt_run_lock lock;
+    mt_run_dir dir;             /* the run directory, locked */
     mt_config cfg;
     mt_layout layout;
     mt_devices dev;             /* the backend and engine (or with --gpus, the ranks') */

@@ -1,0 +1,121 @@
+#include "train/run_dir.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/checkpoint.h"
+#include "util/fs.h"
+#include "util/log.h"
+
+static int exists(const char *path) {
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+/* The outermost ancestor of `path` (itself included) that does not exist, into out ("" when
+ * path exists). */
+static void first_missing(const char *path, char *out, size_t cap) {
+    char probe[PATH_MAX];
+    out[0] = '\0';
+    snprintf(probe, sizeof probe, "%s", path);
+    while (probe[0] && !exists(probe)) {
+        snprintf(out, cap, "%s", probe);
+        char *slash = strrchr(probe, '/');
+        if (!slash || slash == probe) break;
+        *slash = '\0';
+    }
+}
+
+mt_status mt_run_dir_take(mt_run_dir *d, const char *path, int writes) {
+    *d = (mt_run_dir){.lock = {.fd = -1}};
+    if (snprintf(d->path, sizeof d->path, "%s", path) >= (int)sizeof d->path)
+        return mt_fail(MT_ERR_INVALID, "--out %.64s...: path too long", path);
+    first_missing(path, d->created_from, sizeof d->created_from);
+    if (mt_mkdir_p(path) != MT_OK) return mt_fail_context(MT_ERR_IO, "%s: cannot create the run directory", path);
+    if (access(path, W_OK) != 0)
+        return mt_fail(MT_ERR_IO, "%s: the run directory is not writable: %s", path, strerror(errno));
+    if (!writes) return MT_OK;
+    char lock[PATH_MAX + 8], data[PATH_MAX + 8];
+    snprintf(lock, sizeof lock, "%s/.lock", path);
+    snprintf(data, sizeof data, "%s/data", path);
+    d->made_lock = !exists(lock);
+    d->had_data = exists(data);
+    MT_TRY(mt_run_lock_acquire(path, &d->lock));
+    return mt_checkpoint_tidy(path);
+}
+
+/* What megatrain writes into a run directory, and a shell's log of the run. */
+static int ours(const char *name) {
+    size_t n = strlen(name);
+    return !strcmp(name, ".") || !strcmp(name, "..") || !strcmp(name, ".lock") || !strcmp(name, "metrics.jsonl") ||
+           !strcmp(name, "loss.svg") || !strcmp(name, "data") || !strncmp(name, "ckpt-", 5) ||
+           (n > 4 && !strcmp(name + n - 4, ".log"));
+}
+
+mt_status mt_run_dir_check_fresh(const mt_run_dir *d) {
+    DIR *dir = opendir(d->path);
+    if (!dir) return mt_fail(MT_ERR_IO, "%s: cannot read the run directory: %s", d->path, strerror(errno));
+    char others[512] = "";
+    size_t at = 0;
+    int count = 0;
+    for (struct dirent *e; (e = readdir(dir));) {
+        if (ours(e->d_name)) continue;
+        if (count++ < 3 && at < sizeof others)
+            at += (size_t)snprintf(others + at, sizeof others - at, "%s%s", count > 1 ? ", " : "", e->d_name);
+    }
+    closedir(dir);
+    if (!count) return MT_OK;
+    return mt_fail(MT_ERR_INVALID, "--out %s is not empty and not a megatrain run directory (it holds %s%s): a run "
+                   "writes its checkpoints, metrics.jsonl and loss.svg there, so give a new or empty directory",
+                   d->path, others, count > 3 ? ", ..." : "");
+}
+
+/* Removes a directory tree of regular files and directories (the token cache), not following
+ * links. */
+static void remove_tree(const char *path) {
+    DIR *dir = opendir(path);
+    if (dir) {
+        char child[PATH_MAX];
+        for (struct dirent *e; (e = readdir(dir));) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            snprintf(child, sizeof child, "%s/%s", path, e->d_name);
+            struct stat st;
+            if (lstat(child, &st) == 0 && S_ISDIR(st.st_mode)) remove_tree(child);
+            else unlink(child);
+        }
+        closedir(dir);
+    }
+    rmdir(path);
+}
+
+void mt_run_dir_undo(mt_run_dir *d) {
+    char path[PATH_MAX + 8];
+    if (d->lock.fd >= 0 && !d->had_data) {
+        snprintf(path, sizeof path, "%s/data", d->path);
+        if (exists(path)) remove_tree(path);
+    }
+    if (d->lock.fd >= 0 && d->made_lock) {
+        snprintf(path, sizeof path, "%s/.lock", d->path);
+        unlink(path); /* still held: no other run can have taken it */
+    }
+    if (!d->created_from[0]) return;
+    /* The directories this run created, innermost first, each only if now empty. */
+    snprintf(path, sizeof path, "%s", d->path);
+    size_t outer = strlen(d->created_from);
+    for (;;) {
+        if (rmdir(path) != 0) break;
+        if (strlen(path) <= outer) {
+            mt_log_info("%s: removed (the run was refused before it wrote anything)", d->created_from);
+            break;
+        }
+        char *slash = strrchr(path, '/');
+        if (!slash) break;
+        *slash = '\0';
+    }
+}
+
+void mt_run_dir_release(mt_run_dir *d) { mt_run_lock_release(&d->lock); }
