@@ -131,7 +131,8 @@ FUZZ_FLAGS   := -std=c11 -D_GNU_SOURCE -O1 -g -Iinclude -Isrc -Itests/fuzz \
                 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 FUZZ_LIB_C   := src/util/status.c src/util/log.c src/model/config.c src/io/checkpoint.c \
                 src/io/hf_config.c src/io/safetensors.c src/io/tokens.c src/io/masked_tokens.c \
-                tests/fuzz/tmp_file.c $(wildcard src/tokenizer/*.c) src/util/fs.c src/util/json_kind.c
+                tests/fuzz/tmp_file.c $(wildcard src/tokenizer/*.c) src/util/fs.c src/util/json_kind.c \
+                src/util/stop_signal.c
 FUZZ_HARNESS := $(sort $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c))))
 
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_C)

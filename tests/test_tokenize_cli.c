@@ -248,7 +248,7 @@ Test(tokenize_cli, bad_paths_and_arguments) {
     hf_test_write_text(in_dir("a.txt"), "a");
     mt_cli_run(&r, TIMEOUT_S, "tokenize", "--tokenizer", SMALL, in_dir("a.txt"), NULL);
     cr_expect_eq(r.exit_code, 2);
-    cr_expect_not_null(strstr(r.err, "--out are required"), "%s", r.err);
+    cr_expect_not_null(strstr(r.err, "--out is required"), "%s", r.err);
     mt_cli_result_free(&r);
     mt_cli_run(&r, TIMEOUT_S, "tokenize", "--tokenizer", SMALL, in_dir("a.txt"), "--out", out_prefix("p"),
                "--dtype", "int8", NULL);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "util/stop_signal.h"
 
 /* bench's own flags, anywhere on the line, are taken out before the training options are parsed;
  * returns -1 after printing an error. */
@@ -49,6 +50,9 @@ int mt_cli_bench(int argc, char **argv) {
     if (o.steps == MT_UNSET) o.steps = 5;
     if (o.steps < 1) return mt_cli_usage_error("bench", "--steps %lld: bench needs at least one timed step",
                                                (long long)o.steps);
+    mt_stop_signals signals;
+    mt_stop_signals_install(&signals);
     mt_status rc = mt_bench(&o, warmup, stdout, json);
+    mt_stop_signals_restore(&signals);
     return rc == MT_OK ? 0 : mt_cli_fail(rc);
 }

@@ -13,6 +13,7 @@
 
 #include "io/hf_config.h"
 #include "util/log.h"
+#include "util/stop_signal.h"
 
 /* Hugging Face stores vectors (norms, biases) as 1-D tensors, matrices as [rows, cols]. */
 static int hf_shape(const mt_tensor *t, int64_t shape[2]) {
@@ -213,14 +214,14 @@ mt_status mt_hf_export(const mt_layout *lay, const float *masters, const char *o
     char tmp[4096 + 16];
     snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", target);
     if (!mkdtemp(tmp)) return mt_fail(MT_ERR_IO, "%s: cannot create a temporary directory: %s", tmp, strerror(errno));
+    int temp = mt_stop_temp_add(tmp); /* a second signal, which ends the process at once, removes it too */
     mt_status st = write_model(lay, masters, tmp, opt);
     if (st == MT_OK) st = sync_dir(tmp);
     if (st == MT_OK && rename(tmp, target) != 0)
         st = mt_fail(MT_ERR_IO, "%s: cannot move the export into place: %s", target, strerror(errno));
-    if (st != MT_OK) {
-        remove_tmp_dir(tmp);
-        return st;
-    }
+    if (st != MT_OK) remove_tmp_dir(tmp);
+    mt_stop_temp_forget(temp);
+    MT_TRY(st);
     char *parent = dirname(tmp); /* tmp is no longer needed; dirname may write into it */
     MT_TRY(sync_dir(parent));
     mt_log_info("exported %d tensors (%s) to %s", lay->num_tensors, mt_st_dtype_name(opt->dtype), target);

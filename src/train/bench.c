@@ -3,6 +3,7 @@
  * the linear layers (forward 2, backward 4; recomputation not counted) plus 6 x L x seq x Q for
  * causal attention (forward 2 x seq x Q per layer, half of 4 x seq x Q for the causal mask;
  * backward twice the forward). */
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include "util/host_memory.h"
 #include "util/rng.h"
 #include "util/clock.h"
+#include "util/stop_signal.h"
 
 static double model_flops_per_token(const mt_config *c, int seq) {
     double linear = (double)mt_config_block_params(c) * c->num_layers + (double)c->vocab_size * c->hidden_size;
@@ -67,8 +69,11 @@ typedef struct {
     double h2d_bytes, d2h_bytes; /* PCIe bytes per GPU per step, each way */
 } bench_summary;
 
-static void print_summary(FILE *out, const mt_train_options *o, const mt_backend *be, const mt_config *cfg,
-                          const bench_summary *s, double peak_gpu, double host, const char *json) {
+/* The summary line, and with `json_file` (opened by mt_bench before anything ran) the summary as a
+ * JSON line appended there; MT_ERR_IO naming `json` when it cannot be written. */
+static mt_status print_summary(FILE *out, const mt_train_options *o, const mt_backend *be, const mt_config *cfg,
+                               const bench_summary *s, double peak_gpu, double host, const char *json,
+                               FILE *json_file) {
     const mt_engine_options *eo = &s->plan->eo;
     double tokens = (double)s->gpus * s->plan->tokens;
     char where[768], grads[96];
@@ -86,7 +91,7 @@ static void print_summary(FILE *out, const mt_train_options *o, const mt_backend
             100 * s->idle_share,
             100 * s->idle_forward_share, 100 * s->idle_backward_share, 100 * s->stall_share, 100 * s->opt_wait_share, s->opt_s, s->opt_block_s,
             s->step_s > 0 ? 100 * s->opt_s / s->step_s : 0, s->h2d_bytes / 1e9, s->d2h_bytes / 1e9, where);
-    if (!json) return;
+    if (!json_file) return MT_OK;
     json_t *j = json_pack("{s:i, s:f, s:f, s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:b, s:f, s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:i, s:i, s:f, s:i}",
                           "gpus", s->gpus, "pcie_h2d_gb_per_gpu", s->h2d_bytes / 1e9, "pcie_d2h_gb_per_gpu",
                           s->d2h_bytes / 1e9, "system", "megatrain", "backend", be->ops->name, "model", o->preset ? o->preset : "model",
@@ -105,13 +110,11 @@ static void print_summary(FILE *out, const mt_train_options *o, const mt_backend
                           "units", s->plan->units, "grads_wait", grads, "placement", where,
                           "slots", mt_placement_slots(s->plan), "lm_chunk", eo->lm_chunk, "driver_peak_gpu_gib",
                           s->driver_peak_bytes / 1073741824.0, "chunk", mt_block_piece_rows(eo->batch, eo->seq, eo->chunk));
-    FILE *f = fopen(json, "a");
-    if (j && f) {
-        json_dumpf(j, f, JSON_COMPACT);
-        fputc('\n', f);
-    }
-    if (f) fclose(f);
+    int bad = !j || json_dumpf(j, json_file, JSON_COMPACT) != 0 || fputc('\n', json_file) == EOF ||
+              fflush(json_file) != 0;
     json_decref(j);
+    return bad ? mt_fail(MT_ERR_IO, "--json %s: cannot write the summary: %s", json, j ? strerror(errno) : "out of memory")
+               : MT_OK;
 }
 
 mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const char *json) {
@@ -122,8 +125,15 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
     if (o->steps < 1) return mt_fail(MT_ERR_INVALID, "--steps %lld: bench needs at least one timed step", (long long)o->steps);
     mt_config cfg;
     MT_TRY(mt_train_model_config(o, &cfg));
+    /* Opened before the steps run, so that a path it cannot write is refused before, not lost after. */
+    FILE *json_file = json ? fopen(json, "a") : NULL;
+    if (json && !json_file) return mt_fail(MT_ERR_IO, "--json %s: cannot open it to append to: %s", json, strerror(errno));
     mt_layout lay;
-    MT_TRY(mt_layout_init(&lay, &cfg));
+    mt_status laid = mt_layout_init(&lay, &cfg);
+    if (laid != MT_OK) {
+        if (json_file) fclose(json_file);
+        return laid;
+    }
     mt_devices dev = {0};
     mt_store store = {0};
     size_t n = (size_t)o->gpus * o->micro_batches * o->batch * o->seq_len;
@@ -158,6 +168,10 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
             targets[i] = (int32_t)(mt_rng_next(&rng) % (uint64_t)cfg.vocab_size);
         }
         mt_step_result r;
+        if (mt_stop_requested()) {
+            rc = mt_stop_status("benchmarking");
+            break;
+        }
         rc = mt_devices_step(&dev, inputs, targets, 1e-4f, &r);
         if (rc != MT_OK) break;
         if ((double)mt_dev_in_use(be) > driver_peak) driver_peak = (double)mt_dev_in_use(be);
@@ -197,8 +211,10 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
         sum.opt_wait_share = total > 0 ? opt_wait / total : 0;
         sum.opt_s = opt / (double)o->steps;
         sum.opt_block_s = opt_block / (double)o->steps;
-        print_summary(out, o, be, &cfg, &sum, (double)peak, host_peak_bytes(), json);
+        rc = print_summary(out, o, be, &cfg, &sum, (double)peak, host_peak_bytes(), json, json_file);
     }
+    if (json_file && fclose(json_file) != 0 && rc == MT_OK)
+        rc = mt_fail(MT_ERR_IO, "--json %s: cannot write the summary: %s", json, strerror(errno));
     mt_devices_stop(&dev);
     if (store.layout) mt_store_free(&store);
     mt_devices_close(&dev);

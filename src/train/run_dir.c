@@ -16,26 +16,12 @@ static int exists(const char *path) {
     return lstat(path, &st) == 0;
 }
 
-/* The outermost ancestor of `path` (itself included) that does not exist, into out ("" when
- * path exists). */
-static void first_missing(const char *path, char *out, size_t cap) {
-    char probe[PATH_MAX];
-    out[0] = '\0';
-    snprintf(probe, sizeof probe, "%s", path);
-    while (probe[0] && !exists(probe)) {
-        snprintf(out, cap, "%s", probe);
-        char *slash = strrchr(probe, '/');
-        if (!slash || slash == probe) break;
-        *slash = '\0';
-    }
-}
-
 mt_status mt_run_dir_take(mt_run_dir *d, const char *path, int writes) {
     *d = (mt_run_dir){.lock = {.fd = -1}};
     if (snprintf(d->path, sizeof d->path, "%s", path) >= (int)sizeof d->path)
         return mt_fail(MT_ERR_INVALID, "--out %.64s...: path too long", path);
-    first_missing(path, d->created_from, sizeof d->created_from);
-    if (mt_mkdir_p(path) != MT_OK) return mt_fail_context(MT_ERR_IO, "%s: cannot create the run directory", path);
+    if (mt_mkdir_p_noting(path, d->created_from, sizeof d->created_from) != MT_OK)
+        return mt_fail_context(MT_ERR_IO, "%s: cannot create the run directory", path);
     if (access(path, W_OK) != 0)
         return mt_fail(MT_ERR_IO, "%s: the run directory is not writable: %s", path, strerror(errno));
     if (!writes) return MT_OK;
@@ -103,19 +89,9 @@ void mt_run_dir_undo(mt_run_dir *d) {
         unlink(path); /* still held: no other run can have taken it */
     }
     if (!d->created_from[0]) return;
-    /* The directories this run created, innermost first, each only if now empty. */
-    snprintf(path, sizeof path, "%s", d->path);
-    size_t outer = strlen(d->created_from);
-    for (;;) {
-        if (rmdir(path) != 0) break;
-        if (strlen(path) <= outer) {
-            mt_log_info("%s: removed (the run was refused before it wrote anything)", d->created_from);
-            break;
-        }
-        char *slash = strrchr(path, '/');
-        if (!slash) break;
-        *slash = '\0';
-    }
+    mt_rmdir_made(d->path, d->created_from);
+    if (!exists(d->created_from))
+        mt_log_info("%s: removed (the run was refused before it wrote anything)", d->created_from);
 }
 
 void mt_run_dir_release(mt_run_dir *d) { mt_run_lock_release(&d->lock); }

@@ -13,6 +13,7 @@
 #include "train/sample.h"
 #include "train/sample_text.h"
 #include "util/rng.h"
+#include "util/stop_signal.h"
 
 enum { MAX_CONTEXT = 1024 };
 
@@ -92,6 +93,10 @@ mt_status mt_sample(const mt_sample_options *o, FILE *out) {
         fputs(o->prompt, out);
         mt_rng rng = {o->seed};
         for (int i = 0; i < o->tokens && rc == MT_OK; i++) {
+            if (mt_stop_requested()) {
+                rc = mt_stop_status("sampling");
+                break;
+            }
             int start = len > context ? len - context : 0;
             rc = mt_engine_next_logits(engine, tokens + start, len - start, logits);
             if (rc != MT_OK) break;

@@ -20,7 +20,7 @@
 #include "train/run_inputs.h"
 #include "train/options.h"
 #include "train/settings.h"
-#include "train/stop_signal.h"
+#include "util/stop_signal.h"
 #include "train/train_data.h"
 #include "train/train_run.h"
 #include "util/clock.h"

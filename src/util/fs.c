@@ -52,3 +52,39 @@ mt_status mt_path_absolute(const char *path, char *out, size_t cap) {
     out[at] = '\0';
     return MT_OK;
 }
+
+mt_status mt_mkdir_p_noting(const char *path, char *made, size_t cap) {
+    char probe[4096];
+    struct stat st;
+    made[0] = '\0';
+    snprintf(probe, sizeof probe, "%s", path);
+    while (probe[0] && lstat(probe, &st) != 0) {
+        snprintf(made, cap, "%s", probe);
+        char *slash = strrchr(probe, '/');
+        if (!slash || slash == probe) break;
+        *slash = '\0';
+    }
+    return mt_mkdir_p(path);
+}
+
+void mt_rmdir_made(const char *path, const char *made) {
+    if (!made[0]) return;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    size_t outer = strlen(made);
+    while (strlen(dir) >= outer && rmdir(dir) == 0) {
+        char *slash = strrchr(dir, '/');
+        if (!slash || strlen(dir) == outer) break;
+        *slash = '\0';
+    }
+}
+
+const char *mt_file_kind(unsigned mode) {
+    if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISSOCK(mode)) return "a socket";
+    if (S_ISREG(mode)) return "a regular file";
+    return "not a regular file";
+}
