@@ -146,6 +146,7 @@ static int set_threads(int n) {
 
 static mt_status to_shards(const int32_t *ids, const uint8_t *mask, size_t n, void *user) {
     if (mt_stop_requested()) return mt_stop_status("tokenizing chat data");
+    mt_test_pause("MT_TEST_WRITE_PAUSE_MS");
     return series_add(user, ids, mask, n);
 }
 

@@ -207,6 +207,7 @@ static mt_status write_oldest(reader *r, int wait, int *wrote) {
         return MT_OK;
     }
     if (b->status) return mt_fail(b->status, "%s", b->error);
+    mt_test_pause("MT_TEST_WRITE_PAUSE_MS");
     MT_TRY(mt_shard_writer_write(r->w, b->ids.ids, b->ids.n));
     for (size_t i = 0; i < b->n_docs; i++) r->s->documents += b->docs[i].start == 0;
     r->s->parts += b->n_docs;
