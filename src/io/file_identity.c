@@ -11,6 +11,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "util/fs.h"
+
 /* Adds bytes [at, at + n) of the file to the hash. */
 static mt_status hash_range(XXH3_state_t *h, int fd, const char *path, off_t at, size_t n, char *buf, size_t cap) {
     while (n > 0) {
@@ -55,7 +57,8 @@ mt_status mt_file_identity(const char *path, json_t **identity) {
     if (fd < 0) return mt_fail(MT_ERR_IO, "%s: %s", path, strerror(errno));
     struct stat st;
     mt_status rc = fstat(fd, &st) == 0 ? MT_OK : mt_fail(MT_ERR_IO, "%s: %s", path, strerror(errno));
-    if (rc == MT_OK && !S_ISREG(st.st_mode)) rc = mt_fail(MT_ERR_INVALID, "%s: not a regular file", path);
+    if (rc == MT_OK && !S_ISREG(st.st_mode))
+        rc = mt_fail(MT_ERR_INVALID, "%s: is %s, not a regular file", path, mt_file_kind(st.st_mode));
     uint64_t hash = 0;
     int whole = 0;
     if (rc == MT_OK) rc = hash_file(fd, path, (long long)st.st_size, &hash, &whole);

@@ -109,6 +109,20 @@ static mt_status convert_all(const mt_safetensors *set, const mt_layout *lay, fl
     return MT_OK;
 }
 
+/* The first tensor of `masters` holding NaN or Inf, with how many it holds; NULL when none does. */
+static const mt_tensor *non_finite(const mt_layout *lay, const float *masters, int64_t *count) {
+    for (int i = 0; i < lay->num_tensors; i++) {
+        const mt_tensor *t = &lay->tensors[i];
+        const float *p = masters + master_offset(lay, t);
+        int64_t n = (int64_t)t->rows * t->cols, bad = 0;
+#pragma omp parallel for reduction(+ : bad) if (n >= (1 << 20))
+        for (int64_t j = 0; j < n; j++) bad += !isfinite(p[j]);
+        *count = bad;
+        if (bad) return t;
+    }
+    return NULL;
+}
+
 mt_status mt_hf_load_weights(const char *dir, const mt_layout *lay, float *masters, mt_hf_progress_fn progress,
                              void *user) {
     mt_safetensors *set;
@@ -117,6 +131,13 @@ mt_status mt_hf_load_weights(const char *dir, const mt_layout *lay, float *maste
     mt_status st = check_needed(set, dir, lay, &total);
     if (st == MT_OK) st = check_extras(set, lay);
     if (st == MT_OK) st = convert_all(set, lay, masters, total, progress, user);
+    int64_t bad;
+    const mt_tensor *t = st == MT_OK ? non_finite(lay, masters, &bad) : NULL;
+    if (t) {
+        const mt_st_tensor *s = mt_safetensors_find(set, t->name);
+        st = mt_fail(MT_ERR_NUMERIC, "%s: tensor '%s' holds %lld non-finite values (NaN or Inf): the model cannot be "
+                     "trained from", s ? s->file : dir, t->name, (long long)bad);
+    }
     mt_safetensors_close(set);
     return st;
 }
@@ -124,16 +145,11 @@ mt_status mt_hf_load_weights(const char *dir, const mt_layout *lay, float *maste
 /* ---- export ---- */
 
 static mt_status check_finite(const mt_layout *lay, const float *masters, const char *out_dir) {
-    for (int i = 0; i < lay->num_tensors; i++) {
-        const mt_tensor *t = &lay->tensors[i];
-        const float *p = masters + master_offset(lay, t);
-        int64_t n = (int64_t)t->rows * t->cols, bad = 0;
-#pragma omp parallel for reduction(+ : bad) if (n >= (1 << 20))
-        for (int64_t j = 0; j < n; j++) bad += !isfinite(p[j]);
-        if (bad)
-            return mt_fail(MT_ERR_NUMERIC, "%s: not exported: tensor '%s' holds %lld non-finite values", out_dir,
-                           t->name, (long long)bad);
-    }
+    int64_t bad;
+    const mt_tensor *t = non_finite(lay, masters, &bad);
+    if (t)
+        return mt_fail(MT_ERR_NUMERIC, "%s: not exported: tensor '%s' holds %lld non-finite values", out_dir,
+                       t->name, (long long)bad);
     return MT_OK;
 }
 

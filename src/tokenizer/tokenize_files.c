@@ -19,6 +19,7 @@
 #include "tokenizer/input_files.h"
 #include "tokenizer/shard_writer.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 #include "util/clock.h"
 #include "util/fs.h"
 #include "util/log.h"
@@ -313,7 +314,7 @@ static mt_status read_file(reader *r, const mt_input_file *file) {
         } while (!st && start < m->len);
     } else {
         size_t line = 0;
-        for (size_t pos = 0; pos < m->len && !st;) {
+        for (size_t pos = mt_utf8_bom(text, m->len); pos < m->len && !st;) {
             const char *nl = memchr(text + pos, '\n', m->len - pos);
             size_t end = nl ? (size_t)(nl - text) : m->len;
             line++;

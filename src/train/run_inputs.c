@@ -54,7 +54,8 @@ static int model_files(const char *path, char (*paths)[PATH_MAX]) {
     snprintf(name, sizeof name, "%s/*.safetensors", path);
     glob_t g;
     if (glob(name, 0, NULL, &g) == 0) {
-        for (size_t i = 0; i < g.gl_pathc; i++) n = add(paths, n, g.gl_pathv[i]);
+        for (size_t i = 0; i < g.gl_pathc; i++) /* what is not a file the loader refuses, naming it */
+            if (is_file(g.gl_pathv[i])) n = add(paths, n, g.gl_pathv[i]);
         globfree(&g);
     }
     return n;

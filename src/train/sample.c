@@ -64,7 +64,7 @@ mt_status mt_sample(const mt_sample_options *o, FILE *out) {
     mt_status prompt_rc = mt_sample_text_prompt(&text, o->prompt, &prompt, &prompt_len);
     if (prompt_rc != MT_OK) {
         mt_sample_text_close(&text);
-        return mt_fail_context(prompt_rc, "%s", checkpoint);
+        return mt_fail_context(prompt_rc, "--prompt"); /* the prompt is at fault, not the checkpoint */
     }
 
     mt_layout layout = {0};

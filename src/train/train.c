@@ -354,8 +354,11 @@ static mt_status validate(mt_train_run *r, double *loss) {
     return MT_OK;
 }
 
+/* Redraws loss.svg; a failure is a warning, never the run's error (the message is kept). */
 static void draw_curve(const mt_train_run *r) {
     if (!r->metrics) return; /* a rank of a world that does not write the run directory */
+    mt_error_kept kept;
+    mt_error_keep(&kept);
     char metrics[4096], svg[4096];
     snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", r->o.out_dir);
     snprintf(svg, sizeof svg, "%s/loss.svg", r->o.out_dir);
@@ -369,6 +372,7 @@ static void draw_curve(const mt_train_run *r) {
     }
     mt_curve_free(&train);
     mt_curve_free(&val);
+    mt_error_restore(&kept);
 }
 
 /* JSON has no NaN or Inf (jansson refuses them): a non-finite number is logged as null. */
@@ -504,7 +508,10 @@ mt_status mt_train(const mt_train_options *given) {
         rc = finish_run(&r, rc);
         draw_curve(&r);
     }
+    mt_error_kept kept; /* closing must not report itself in place of the run's error */
+    mt_error_keep(&kept);
     close_run(&r);
+    mt_error_restore(&kept);
     mt_stop_signals_restore(&signals);
     return rc;
 }

@@ -15,6 +15,7 @@
 #include "tokenizer/shard_writer.h"
 #include "tokenizer/tokenize_chat.h"
 #include "tokenizer/tokenize_files.h"
+#include "tokenizer/utf8.h"
 #include "train/run_state.h"
 #include "util/fs.h"
 #include "util/log.h"
@@ -151,6 +152,8 @@ static int looks_like_jsonl(const char *path) {
     FILE *f = fopen(path, "rb");
     int c = EOF;
     if (f) {
+        unsigned char bom[3];
+        if (fread(bom, 1, 3, f) != 3 || mt_utf8_bom((const char *)bom, 3) == 0) rewind(f);
         for (int n = 0; n < 4096 && (c = fgetc(f)) != EOF && c && strchr(" \t\r\n", c); n++) continue;
         fclose(f);
     }
