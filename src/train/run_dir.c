@@ -34,11 +34,15 @@ mt_status mt_run_dir_take(mt_run_dir *d, const char *path, int writes) {
     return mt_checkpoint_tidy(path);
 }
 
-/* What megatrain writes into a run directory, and a shell's log of the run. */
+/* What megatrain writes into a run directory (the lock, metrics.jsonl and its TensorBoard events,
+ * loss.svg, run.yaml, the token cache, the checkpoints), and a shell's log of the run. */
 static int ours(const char *name) {
+    static const char *const names[] = {".", "..", ".lock", "metrics.jsonl", "loss.svg", "run.yaml", "run.yaml.tmp",
+                                        "data", NULL};
+    for (const char *const *n = names; *n; n++)
+        if (!strcmp(name, *n)) return 1;
     size_t n = strlen(name);
-    return !strcmp(name, ".") || !strcmp(name, "..") || !strcmp(name, ".lock") || !strcmp(name, "metrics.jsonl") ||
-           !strcmp(name, "loss.svg") || !strcmp(name, "data") || !strncmp(name, "ckpt-", 5) ||
+    return !strncmp(name, "ckpt-", 5) || !strncmp(name, "events.out.tfevents.", 20) ||
            (n > 4 && !strcmp(name + n - 4, ".log"));
 }
 

@@ -3,9 +3,9 @@
  *   - it is created where missing (and its missing parents), must be writable, and is locked for
  *     the run's life (train/run_lock.h); what a crash left is tidied (io/checkpoint.h);
  *   - a fresh run starts only in a directory that is empty or holds nothing but what megatrain
- *     writes there (.lock, metrics.jsonl, loss.svg, the token cache data/, checkpoints ckpt-*)
- *     and the logs a shell may have opened there (*.log): never in a directory of other files,
- *     such as / or the inside of a checkpoint;
+ *     writes there (.lock, metrics.jsonl, events.out.tfevents.*, loss.svg, run.yaml, the token
+ *     cache data/, checkpoints ckpt-*) and the logs a shell may have opened there (*.log): never
+ *     in a directory of other files, such as / or the inside of a checkpoint;
  *   - a run refused before it wrote anything leaves the directory as it found it: what it made
  *     (the directories, .lock, the token cache it tokenized into data/) is removed. */
 #ifndef MT_TRAIN_RUN_DIR_H

@@ -26,12 +26,27 @@ static int is_file(const char *path) {
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* Adds path as file n (paths NULL: counts only); returns the new count. */
 static int add(char (*paths)[PATH_MAX], int n, const char *path) {
-    if (n < MAX_FILES && strlen(path) < PATH_MAX) memcpy(paths[n++], path, strlen(path) + 1);
-    return n;
+    if (n >= MAX_FILES || strlen(path) >= PATH_MAX) return n;
+    if (paths) memcpy(paths[n], path, strlen(path) + 1);
+    return n + 1;
 }
 
 static int data_files(const char *path, char (*paths)[PATH_MAX]) { return is_file(path) ? add(paths, 0, path) : 0; }
+
+/* --val-data: a comma-separated list of files. */
+static int listed_files(const char *list, char (*paths)[PATH_MAX]) {
+    int n = 0;
+    for (const char *p = list; *p;) {
+        size_t k = strcspn(p, ",");
+        char one[PATH_MAX];
+        snprintf(one, sizeof one, "%.*s", (int)(k < PATH_MAX - 1 ? k : PATH_MAX - 1), p);
+        if (is_file(one)) n = add(paths, n, one);
+        p += k + (p[k] == ',');
+    }
+    return n;
+}
 
 /* tokenizer.json (the path itself, or in the directory) and tokenizer_config.json beside it. */
 static int tokenizer_files(const char *path, char (*paths)[PATH_MAX]) {
@@ -65,12 +80,14 @@ typedef struct {
     const char *name;   /* in "inputs", and the option's name */
     size_t option;      /* offset of its path in mt_train_options */
     list_fn files;
+    int data;           /* data a run reads from its files (a resume may take it changed when told) */
 } input_kind;
 
 static const input_kind kinds[] = {
-    {"data", offsetof(mt_train_options, data_path), data_files},
-    {"tokenizer", offsetof(mt_train_options, tokenizer), tokenizer_files},
-    {"init-from", offsetof(mt_train_options, init_from), model_files},
+    {"data", offsetof(mt_train_options, data_path), data_files, 1},
+    {"val-data", offsetof(mt_train_options, val_data), listed_files, 1},
+    {"tokenizer", offsetof(mt_train_options, tokenizer), tokenizer_files, 0},
+    {"init-from", offsetof(mt_train_options, init_from), model_files, 0},
 };
 enum { KINDS = sizeof kinds / sizeof kinds[0] };
 
@@ -115,7 +132,7 @@ mt_status mt_run_inputs_identify(const mt_train_options *o, json_t **inputs) {
     if (!*inputs) return mt_fail(MT_ERR_NOMEM, "cannot build the run's inputs");
     for (int i = 0; i < KINDS; i++) {
         const char *path = path_of(&kinds[i], o);
-        if (!path || !path[0] || (kinds[i].files == data_files && !is_file(path))) continue;
+        if (!path || !path[0] || (kinds[i].data && !kinds[i].files(path, NULL))) continue;
         json_t *id;
         mt_status st = identify(&kinds[i], path, &id);
         if (st == MT_OK && json_object_set_new(*inputs, kinds[i].name, id) != 0)
@@ -202,17 +219,23 @@ mt_status mt_run_inputs_check(const json_t *saved, json_t *now, const mt_train_o
         return MT_OK;
     }
     char why[1024];
-    const json_t *data = json_object_get(stored, "data"), *data_now = json_object_get(now, "data");
-    if (data && data_now && !same_path(data, data_now)) *data_changed = 1;
-    if (data && data_now && same_path(data, data_now) && input_differs(data, data_now, why, sizeof why)) {
-        const char *path = json_string_value(json_object_get(data, "path"));
-        if (!given->accept_changed_data)
-            return mt_fail(MT_ERR_INVALID, "--data %s changed since %s stored it: %s; the run's place in it (and what "
-                           "it trained on) no longer holds: restore it, or resume with --accept-changed-data to train "
-                           "on it as it is now", path, checkpoint, why);
-        mt_log_warn("--data %s changed since %s stored it (%s): taken as it is now (--accept-changed-data)", path,
-                    checkpoint, why);
-        *data_changed = 1;
+    for (int i = 0; i < KINDS; i++) {
+        if (!kinds[i].data) continue;
+        const char *name = kinds[i].name;
+        const json_t *was = json_object_get(stored, name), *is = json_object_get(now, name);
+        int changed = was && is && !same_path(was, is); /* another file, as the user asks */
+        if (was && is && !changed && input_differs(was, is, why, sizeof why)) {
+            const char *path = json_string_value(json_object_get(was, "path"));
+            if (!given->accept_changed_data)
+                return mt_fail(MT_ERR_INVALID, "--%s %s changed since %s stored it: %s; %s: restore it, or resume "
+                               "with --accept-changed-data to take it as it is now", name, path, checkpoint, why,
+                               strcmp(name, "data") ? "the run's validation losses would measure other text"
+                                                    : "the run's place in it (and what it trained on) no longer holds");
+            mt_log_warn("--%s %s changed since %s stored it (%s): taken as it is now (--accept-changed-data)", name,
+                        path, checkpoint, why);
+            changed = 1;
+        }
+        if (changed && !strcmp(name, "data")) *data_changed = 1;
     }
     const json_t *tok = json_object_get(stored, "tokenizer"), *tok_now = json_object_get(now, "tokenizer");
     if (tok && tok_now && same_path(tok, tok_now) && input_differs(tok, tok_now, why, sizeof why))

@@ -17,6 +17,8 @@
 #include "train/step_watch.h"
 #include "train/train_devices.h"
 
+enum { MT_MAX_VAL_FILES = 16 };
+
 typedef struct {
     mt_train_options o;         /* the options, every run setting resolved */
     json_t *saved_settings;     /* the resumed checkpoint's settings (names in o may point into it) */
@@ -31,6 +33,12 @@ typedef struct {
     mt_moments_format moments;
     mt_tokens tokens;
     mt_dataset data;
+    int n_val;                  /* --val-data files */
+    struct {
+        char name[1024];        /* as given */
+        mt_tokens tokens;
+        mt_dataset data;
+    } val[MT_MAX_VAL_FILES];
     mt_metrics *metrics;
     mt_lr_schedule schedule;
     mt_run_progress progress;
@@ -38,6 +46,7 @@ typedef struct {
     char resume_from[4096];
     char tokenizer[4096];       /* the run's tokenizer, resolved ("" for bytes): train/train_data.h */
     char data_path[4096], init_from[4096], config_path[4096]; /* those options, absolute */
+    char val_data[MT_MAX_VAL_FILES * 1024];
     int data_changed;           /* resumed on other data than the checkpoint's (train/run_inputs.h) */
     mt_step_watch watch;
     int data_failed;            /* the loop stopped for its data: a read of the token file failed
