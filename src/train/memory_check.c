@@ -32,8 +32,10 @@ mt_memory_fit mt_memory_fit_of(const mt_layout *layout, mt_backend *be, const mt
     mt_memory_fit fit = {.host_available = host.bytes, .device_available = -1};
     snprintf(fit.host_source, sizeof fit.host_source, "%s", host.source);
     add_class(&fit, "working weights", s.weights);
-    add_class(&fit, "fp32 master", s.master);
-    add_class(&fit, "Adam moments", s.moments);
+    if (!eo->forward_only) { /* a forward-only engine's store holds the working weights alone */
+        add_class(&fit, "fp32 master", s.master);
+        add_class(&fit, "Adam moments", s.moments);
+    }
     add_class(&fit, "gradients on the host", d.host_grads);
     add_class(&fit, "staging", d.host_staging);
     add_class(&fit, "activation checkpoints", d.host_checkpoints);

@@ -8,6 +8,7 @@
 
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
+#include "util/bf16.h"
 #include "util/log.h"
 
 #define RUN_FORMAT "megatrain-run"
@@ -281,4 +282,26 @@ mt_status mt_run_load(const char *checkpoint, mt_store *s, mt_run_progress *p) {
         MT_TRY(mt_checkpoint_read(checkpoint, blobs[i].name, (void *)blobs[i].data, blobs[i].items * blobs[i].item_bytes));
     mt_store_sync_weights(s);
     return MT_OK;
+}
+
+/* A piece of the masters into the working weights, in their type. */
+static mt_status weights_piece(void *ctx, size_t offset, const void *data, size_t n) {
+    const mt_store *s = ctx;
+    const float *x = data;
+    size_t first = offset / 4, count = n / 4;
+    if (s->weight_dtype == MT_DTYPE_F32) {
+        memcpy((float *)s->weights + first, x, count * 4);
+        return MT_OK;
+    }
+    uint16_t *w = (uint16_t *)s->weights + first;
+#pragma omp parallel for schedule(static) if (count >= (1 << 16))
+    for (size_t i = 0; i < count; i++) w[i] = mt_f32_to_bf16(x[i]);
+    return MT_OK;
+}
+
+mt_status mt_run_load_weights(const char *checkpoint, mt_store *s, int64_t *step) {
+    json_t *settings;
+    MT_TRY(mt_run_read_info(checkpoint, step, &settings));
+    json_decref(settings);
+    return mt_checkpoint_read_pieces(checkpoint, "master", (size_t)s->layout->total_numel * 4, weights_piece, s);
 }

@@ -86,6 +86,10 @@ mt_status mt_run_load_config(const char *checkpoint, mt_config *cfg);
 mt_status mt_run_load_tokenizer(const char *checkpoint, char *path, size_t cap);
 /* The format of the checkpoint's Adam moments (fp32 for checkpoints that do not say). */
 mt_status mt_run_load_moments_format(const char *checkpoint, mt_moments_format *format);
+/* Fills the working weights of a store of weights alone (engine/store.h, mt_store_create_weights)
+ * from the checkpoint's fp32 masters, converted a piece at a time (no fp32 copy of the model is
+ * held), and reads its step; the moments are not read. What sampling needs. */
+mt_status mt_run_load_weights(const char *checkpoint, mt_store *store, int64_t *step);
 /* Fills the store's masters and moments (and working weights) and the progress; refuses a
  * checkpoint whose moments format is not the store's. */
 mt_status mt_run_load(const char *checkpoint, mt_store *store, mt_run_progress *progress);
