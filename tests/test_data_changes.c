@@ -15,6 +15,7 @@
 #include "io/tokens.h"
 #include "run_fixture.h"
 #include "util/clock.h"
+#include "test_limits.h"
 
 #define TIMEOUT_S 60.0
 
@@ -35,7 +36,7 @@ static void expect_change_reported(void (*change)(void), const char *problem) {
     hf_test_path(metrics, run, "metrics.jsonl");
     struct stat st;
     for (int polls = 0; stat(metrics, &st) != 0 || st.st_size < 400; polls++) {
-        cr_assert_lt(polls, 3000, "the run did not start");
+        cr_assert_lt(polls, MT_TEST_LIMIT(3000), "the run did not start");
         nanosleep(&(struct timespec){.tv_nsec = 10000000}, NULL);
     }
     change();

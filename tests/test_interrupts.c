@@ -18,6 +18,7 @@
 #include "cli_run.h"
 #include "hf_test_files.h"
 #include "run_fixture.h"
+#include "test_limits.h"
 
 #define TIMEOUT_S 60.0
 #define TOKENIZER "tests/data/tokenizers/gpt2-bytelevel/tokenizer.json"
@@ -49,7 +50,7 @@ static size_t count_matching(const char *pattern) {
  * times), and expects the command to end with 128 + sig. */
 static void interrupt_when(mt_cli_process *p, const char *pattern, int sig, int times) {
     for (int polls = 0; !count_matching(pattern); polls++) {
-        cr_assert_lt(polls, 3000, "nothing matching %s appeared", pattern);
+        cr_assert_lt(polls, MT_TEST_LIMIT(3000), "nothing matching %s appeared", pattern);
         nanosleep(&(struct timespec){.tv_nsec = 10000000}, NULL);
     }
     for (int i = 0; i < times; i++) kill(p->pid, sig);

@@ -12,9 +12,10 @@
 #include "run_fixture.h"
 #include "hf_test_files.h"
 #include "util/clock.h"
+#include "test_limits.h"
 
 /* Refusal happens before any allocation, so it is quick; the bound leaves room for slow CI. */
-#define REFUSAL_SECONDS 10.0
+#define REFUSAL_SECONDS MT_TEST_LIMIT(10.0)
 
 /* llama-3-8b needs about 175 GB of host memory on the cpu backend (fp32 weights, gradients,
  * masters and moments): more than any CI machine has. */

@@ -14,6 +14,7 @@
 #include "run_fixture.h"
 #include "util/bf16.h"
 #include "util/rng.h"
+#include "test_limits.h"
 
 static char dir[PATH_MAX];
 
@@ -21,7 +22,7 @@ static void make_dir(void) { hf_test_mkdtemp(dir); }
 static void remove_dir(void) { hf_test_rmtree(dir); }
 
 /* The training test is three runs of about a second each; CI machines are slow and shared. */
-TestSuite(moments, .init = make_dir, .fini = remove_dir, .timeout = 120);
+TestSuite(moments, .init = make_dir, .fini = remove_dir, .timeout = MT_TEST_LIMIT(120));
 
 /* Odd sizes and an offset that is not a block boundary: partial blocks at both ends. */
 enum { N = 1000, AT = 100, TOTAL = AT + N + 77 };

@@ -17,6 +17,7 @@
 #include "hf_test_files.h"
 #include "io/checkpoint.h"
 #include "run_fixture.h"
+#include "test_limits.h"
 
 #define TIMEOUT_S 60.0
 
@@ -46,7 +47,7 @@ Test(rundir, a_second_run_on_the_same_directory_is_refused) {
     char metrics[PATH_MAX];
     hf_test_path(metrics, run, "metrics.jsonl");
     for (int polls = 0; !mt_test_exists(metrics); polls++) {
-        cr_assert_lt(polls, 3000, "the first run did not start");
+        cr_assert_lt(polls, MT_TEST_LIMIT(3000), "the first run did not start");
         nanosleep(&(struct timespec){.tv_nsec = 10000000}, NULL);
     }
     mt_cli_result r;
