@@ -16,18 +16,18 @@
 #include "io/masked_tokens.h"
 #include "io/plot.h"
 #include "train/option_table.h"
-#include "train/run_dir.h"
-#include "train/run_inputs.h"
 #include "train/options.h"
+#include "train/run_dir.h"
 #include "train/run_file.h"
+#include "train/run_inputs.h"
 #include "train/settings.h"
-#include "util/stop_signal.h"
 #include "train/train_data.h"
 #include "train/train_run.h"
 #include "util/clock.h"
 #include "util/fs.h"
 #include "util/host_memory.h"
 #include "util/log.h"
+#include "util/stop_signal.h"
 
 /* ---- where the run starts from ---- */
 
