@@ -95,8 +95,7 @@ static const char *path_of(const input_kind *k, const mt_train_options *o) {
     return *(const char *const *)((const char *)o + k->option);
 }
 
-/* {"path", "files": [...]} of one input, or NULL (out of memory, or a file that cannot be read:
- * the error is set). */
+/* {"path", "files": [...]} of one input into *out; fails naming a file that cannot be read. */
 static mt_status identify(const input_kind *k, const char *path, json_t **out) {
     char (*files)[PATH_MAX] = malloc(MAX_FILES * sizeof *files);
     int n = files ? k->files(path, files) : 0;
