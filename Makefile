@@ -101,6 +101,13 @@ bench-attention: $(BUILD)/bench/attention/bench_attention
 $(BUILD)/bench/attention/bench_attention: $(call objs,$(BUILD),$(LIB_C) bench/attention/bench_attention.c) $(LIB_OBJ_CU)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
+# The mixture-of-experts grouped GEMMs, each way the CUDA backend can run them (bench/moe_gemm/run.sh
+# adds PyTorch's torch._grouped_mm); its inputs made and results compared on the GPU (bench_device.cu).
+bench-moe-gemm: $(BUILD)/bench/moe_gemm/bench_moe_gemm
+$(BUILD)/bench/moe_gemm/bench_moe_gemm: $(call objs,$(BUILD),$(LIB_C) bench/moe_gemm/bench_moe_gemm.c) \
+		$(BUILD)/bench/moe_gemm/bench_device.o $(LIB_OBJ_CU)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
 # CPU AdamW against the host's memory bandwidth (bench/adamw/run.sh adds PyTorch's fused AdamW).
 bench-adamw: $(BUILD)/bench/adamw/bench_adamw
 $(BUILD)/bench/adamw/bench_adamw: $(call objs,$(BUILD),$(LIB_C) bench/adamw/bench_adamw.c) $(LIB_OBJ_CU)
@@ -133,9 +140,13 @@ FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_FLAGS   := -std=c11 -D_GNU_SOURCE -O1 -g -Iinclude -Isrc -Itests/fuzz \
                 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
-FUZZ_LIB_C   := src/util/status.c src/util/log.c src/model/config.c src/io/checkpoint.c \
+# The model's layout and kinds (src/model: each block kind's tensors, parameters and FLOPs), which
+# config.c reads.
+MODEL_KINDS_C := src/model/layout.c src/model/block_kinds.c src/model/mixer_attention.c src/model/ffn_dense.c src/model/ffn_moe.c
+FUZZ_LIB_C   := src/util/status.c src/util/log.c src/model/config.c $(MODEL_KINDS_C) src/io/checkpoint.c \
                 src/io/hf_config.c src/io/safetensors.c src/io/tokens.c src/io/masked_tokens.c \
-                tests/fuzz/tmp_file.c $(wildcard src/tokenizer/*.c) src/util/fs.c src/util/json_kind.c
+                tests/fuzz/tmp_file.c $(wildcard src/tokenizer/*.c) src/util/fs.c src/util/json_kind.c \
+                src/util/stop_signal.c
 FUZZ_HARNESS := $(sort $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c))))
 
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_C) $(CHAT_TEMPLATES)
@@ -177,5 +188,5 @@ demo: $(BUILD)/megatrain data/kjv.txt
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all test demo clean cuda-tests bench-adamw bench-attention fuzz fuzz-long tokenizer-data
+.PHONY: all test demo clean cuda-tests bench-adamw bench-attention bench-moe-gemm fuzz fuzz-long tokenizer-data
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -81,6 +81,9 @@ typedef struct {
     float weight_decay, beta1, beta2, eps, max_grad_norm;
     int max_skips;           /* stop after more than this many steps in a row with a non-finite
                               * gradient or loss */
+    int diverge_after;       /* stop after more than this many steps in a row whose loss is far
+                              * worse than guessing and not falling, or a spike (default 20); 0:
+                              * never for a finite loss */
     const char *moments;     /* Adam moments format: "fp32" (default), or as an option "bf16" or
                               * "8bit" (block-quantized) */
     int64_t ckpt_every, eval_every, eval_batches;
@@ -129,6 +132,11 @@ typedef struct {
     /* The run directory: checkpoints, metrics.jsonl, loss.svg; locked while a run uses it. */
     const char *out_dir;
     int resume;              /* continue from the newest good checkpoint in out_dir */
+    int resume_diverged;     /* with resume: a checkpoint a divergence stop marked may be taken too,
+                              * when its values are finite (a stop judged wrong) */
+    int accept_changed_data; /* on resume, a data file whose contents, size or modification time
+                              * changed since the run stored them is taken (and its new identity
+                              * stored); by default the resume is refused, naming what changed */
     int continue_on_save_error; /* a failed periodic checkpoint (disk full) is reported and
                                  * training goes on; by default the run stops there */
     int sync_save;           /* periodic checkpoints stop training until they are on disk; by

@@ -1,4 +1,5 @@
 #include "cli_run.h"
+#include "test_limits.h"
 #include "util/clock.h"
 
 #include <criterion/criterion.h>
@@ -78,7 +79,7 @@ static ssize_t read_into(int fd, buffer *b) {
 static int at_end(ssize_t n) { return n == 0 || (n < 0 && errno != EINTR); }
 
 void mt_cli_wait(mt_cli_process *p, double timeout_s, mt_cli_result *r) {
-    double deadline = mt_now() + timeout_s;
+    double deadline = mt_now() + MT_TEST_LIMIT(timeout_s); /* test_limits.h */
     buffer bufs[2] = {{0}};
     struct pollfd fds[2] = {{.fd = p->out_fd, .events = POLLIN}, {.fd = p->err_fd, .events = POLLIN}};
     *r = (mt_cli_result){0};

@@ -274,10 +274,15 @@ Test(chat_cli, train_on_chat_jsonl_caches_its_tokens) {
     cr_expect(strstr(r.err, "cached") && !strstr(r.err, "tokenizing"), "stderr:\n%s", r.err);
     mt_cli_result_free(&r);
 
-    /* A changed input is tokenized again. */
+    /* A changed input is refused on resume (the run's place in it no longer holds), and taken when
+     * the user says so: then it is tokenized again. */
     write_chat(in_dir("chat.jsonl"), 80, 0, NULL);
     mt_cli_run(&r, TIMEOUT_S, "train", "--data", in_dir("chat.jsonl"), SMALL_STEP, "--steps", "4", "--out", in_dir("run"),
                "--resume", NULL);
+    assert_failed(&r, "chat.jsonl", "changed since");
+    mt_cli_result_free(&r);
+    mt_cli_run(&r, TIMEOUT_S, "train", "--data", in_dir("chat.jsonl"), SMALL_STEP, "--steps", "4", "--out", in_dir("run"),
+               "--resume", "--accept-changed-data", NULL);
     assert_succeeded(&r);
     cr_expect(strstr(r.err, "tokenizing") && strstr(r.err, "stale"), "stderr:\n%s", r.err);
     mt_cli_result_free(&r);
@@ -290,8 +295,8 @@ Test(chat_cli, train_on_chat_jsonl_caches_its_tokens) {
 Test(chat_cli, train_on_text_with_init_from_and_sample_decodes) {
     mt_cli_result r;
     mt_test_write_corpus(in_dir("corpus.txt"));
-    mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("config.json"), "--data", in_dir("corpus.txt"), "--steps", "0",
-               SMALL_STEP, "--out", in_dir("base"), NULL);
+    mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("config.json"), "--tokenizer", in_dir("tok"), "--data",
+               in_dir("corpus.txt"), "--steps", "0", SMALL_STEP, "--out", in_dir("base"), NULL);
     assert_succeeded(&r);
     mt_cli_result_free(&r);
     mt_cli_run(&r, TIMEOUT_S, "export", in_dir("base"), in_dir("model"), NULL);
@@ -313,6 +318,11 @@ Test(chat_cli, train_on_text_with_init_from_and_sample_decodes) {
     cr_expect(top > 255 && top < 2324, "largest id %u: not the tokenizer's ids", top);
     cr_expect_lt(tokens.count, 20000 / 2, "%zu tokens for 20 KB of words: bytes, not BPE", tokens.count);
     mt_tokens_close(&tokens);
+    /* The same model trained on those ids as a token file: a run without a tokenizer. */
+    mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("config.json"), "--data", g.gl_pathv[0], "--steps", "0",
+               SMALL_STEP, "--out", in_dir("bare"), NULL);
+    assert_succeeded(&r);
+    mt_cli_result_free(&r);
     globfree(&g);
 
     /* Decoded text, not ids; the prompt comes back as given. */
@@ -322,7 +332,7 @@ Test(chat_cli, train_on_text_with_init_from_and_sample_decodes) {
     cr_expect(!strncmp(r.out, "The river", 9), "stdout:\n%s", r.out);
     mt_cli_result_free(&r);
     /* Without a tokenizer the same model prints ids. */
-    mt_cli_run(&r, TIMEOUT_S, "sample", in_dir("base"), "--tokens", "3", "--temperature", "0", "--backend", "cpu", NULL);
+    mt_cli_run(&r, TIMEOUT_S, "sample", in_dir("bare"), "--tokens", "3", "--temperature", "0", "--backend", "cpu", NULL);
     assert_succeeded(&r);
     int a, b, c;
     cr_expect_eq(sscanf(r.out, "%d %d %d", &a, &b, &c), 3, "stdout:\n%s", r.out);

@@ -15,6 +15,7 @@
 #include "tokenizer/chat_data.h"
 #include "tokenizer/chat_encode.h"
 #include "tokenizer_files.h"
+#include "test_limits.h"
 
 /* The tokenizer each template's model uses (Qwen2/2.5 share Qwen3's vocabulary but <think>). */
 static const char *tokenizer_for(const char *tmpl) {
@@ -146,7 +147,7 @@ static void check_case(size_t index, const json_t *c) {
     json_decref(line);
 }
 
-Test(chat_encode, ids_and_masks_of_every_case_with_real_tokenizers, .timeout = 120) {
+Test(chat_encode, ids_and_masks_of_every_case_with_real_tokenizers, .timeout = MT_TEST_LIMIT(120)) {
     json_t *cases = json_load_file(CHAT_DATA "/cases.json", 0, NULL); /* integers stay integers */
     size_t i;
     json_t *c;

@@ -14,6 +14,7 @@
 #include "tokenizer/chat_data.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/jinja_lex.h"
+#include "test_limits.h"
 
 
 /* The template of tests/data/chat/<name>/tokenizer_config.json. */
@@ -72,7 +73,7 @@ Test(chat_template, renders_each_case_as_its_template_does) {
 
 /* The expected texts of cases.json are what Jinja2 renders from the real templates, each layout
  * turned into messages independently of megatrain (tests/data/chat/check_cases_jinja.py). */
-Test(chat_template, expected_texts_are_what_jinja_renders, .timeout = 120) {
+Test(chat_template, expected_texts_are_what_jinja_renders, .timeout = MT_TEST_LIMIT(120)) {
     int rc = system("/usr/bin/python3 " CHAT_DATA "/check_cases_jinja.py " CHAT_DATA " > /dev/null");
     cr_assert_neq(WEXITSTATUS(rc), 2, "/usr/bin/python3 cannot import jinja2: install python3-jinja2 (Debian; "
                                       "scripts/install-deps.sh)");
@@ -117,7 +118,7 @@ static char *replace_all(const char *text, const char *from, const char *to) {
     return out;
 }
 
-Test(chat_template, lexes_templates_as_jinja_does, .timeout = 120) {
+Test(chat_template, lexes_templates_as_jinja_does, .timeout = MT_TEST_LIMIT(120)) {
     char dir[] = "/tmp/mt-jinja-XXXXXX";
     cr_assert_not_null(mkdtemp(dir));
     static const char *const names[] = {"llama2", "llama3", "llama3-gen", "llama3.1", "llama3.2", "mistral-v0.1",

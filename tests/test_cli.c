@@ -159,6 +159,30 @@ Test(cli, malformed_config) {
     mt_cli_result_free(&r);
 }
 
+/* A config field megatrain does not know is named, not passed over in silence; one that would change
+ * the math (dropout) is refused. */
+Test(cli, config_fields_are_read_refused_or_named) {
+    const char *config = in_dir("config.json"), *run = in_dir("run");
+    json_t *c = json_pack("{s:[s], s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:b}", "architectures", "LlamaForCausalLM",
+                          "hidden_size", 64, "intermediate_size", 176, "num_hidden_layers", 2, "num_attention_heads",
+                          4, "num_key_value_heads", 2, "vocab_size", 256, "max_position_embeddings", 256,
+                          "attention_dropout", 0.1, "layernorm_everywhere", 1);
+    cr_assert_eq(json_dump_file(c, config, 0), 0);
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "train", "--config", config, "--data", corpus, SMALL_STEP, "--steps", "1", "--out", run,
+               NULL);
+    assert_refused(&r, run, "attention_dropout", "is not supported");
+    mt_cli_result_free(&r);
+    json_object_set_new(c, "attention_dropout", json_real(0.0));
+    cr_assert_eq(json_dump_file(c, config, 0), 0);
+    json_decref(c);
+    mt_cli_run(&r, TIMEOUT_S, "train", "--config", config, "--data", corpus, SMALL_STEP, "--steps", "1", "--out", run,
+               NULL);
+    assert_succeeded(&r);
+    cr_assert_not_null(strstr(r.err, "does not know, taken as if absent: layernorm_everywhere"), "%s", r.err);
+    mt_cli_result_free(&r);
+}
+
 Test(cli, unsupported_architecture) {
     mt_cli_result r;
     const char *config = in_dir("config.json"), *run = in_dir("run");

@@ -305,3 +305,14 @@ Test(hfconfig, reads_transformers_5_rope_parameters) {
     expect_refusal(llama32, "rope_parameters", "{\"rope_type\": \"yarn\", \"rope_theta\": 500000.0}",
                    "rope_parameters.rope_type");
 }
+
+/* Dropout changes the math, which megatrain computes without any: a config asking for it is
+ * refused, not trained as if it did not. Zero or null is what megatrain does. */
+Test(hfconfig, refuses_dropout_rather_than_ignoring_it) {
+    expect_refusal(llama32, "attention_dropout", "0.1", "field 'attention_dropout' = 0.1 is not supported");
+    expect_refusal(llama32, "hidden_dropout", "0.05", "'hidden_dropout'");
+    expect_refusal(llama32, "attention_dropout", "\"0.1\"", "must be a number");
+    mt_config cfg;
+    cr_assert_eq(parse_variant(llama32, "attention_dropout", "0.0", &cfg), MT_OK, "%s", mt_error());
+    cr_assert_eq(parse_variant(llama32, "attention_dropout", "null", &cfg), MT_OK, "%s", mt_error());
+}

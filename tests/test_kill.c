@@ -15,6 +15,7 @@
 #include "hf_test_files.h"
 #include "run_fixture.h"
 #include "util/clock.h"
+#include "test_limits.h"
 
 #define STEPS 40
 #define CKPT_EVERY 2
@@ -72,7 +73,7 @@ static int torn_writes(const char *run) {
     return n;
 }
 
-Test(slow, sigkill_at_random_moments_then_resume_matches_an_uninterrupted_run, .timeout = 300) {
+Test(slow, sigkill_at_random_moments_then_resume_matches_an_uninterrupted_run, .timeout = MT_TEST_LIMIT(300)) {
     char reference[PATH_MAX], killed[PATH_MAX];
     hf_test_path(reference, dir, "reference");
     hf_test_path(killed, dir, "killed");

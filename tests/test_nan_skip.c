@@ -72,7 +72,7 @@ Test(numerics, too_many_skips_stop_the_run) {
 
 Test(numerics, watch_counts_skips_in_a_row) {
     mt_step_watch w;
-    mt_step_watch_init(&w, 2, 256, 0, -1);
+    mt_step_watch_init(&w, 2, MT_STEP_WATCH_DIVERGED_STEPS, 256, 0, -1);
     cr_assert_eq(mt_step_watch_after(&w, 1, 5.0, 1), MT_OK);
     cr_assert_eq(mt_step_watch_after(&w, 2, 5.0, 1), MT_OK);
     cr_assert_eq(mt_step_watch_after(&w, 3, 5.0, 0), MT_OK, "a good step resets the count");
@@ -83,7 +83,7 @@ Test(numerics, watch_counts_skips_in_a_row) {
 
 Test(numerics, watch_warns_on_loss_spikes_after_twenty_steps) {
     mt_step_watch w;
-    mt_step_watch_init(&w, 10, 256, 0, -1);
+    mt_step_watch_init(&w, 10, MT_STEP_WATCH_DIVERGED_STEPS, 256, 0, -1);
     cr_assert_eq(mt_step_watch_after(&w, 1, 2.0, 0), MT_OK);
     cr_assert_eq(mt_step_watch_after(&w, 2, 9.0, 0), MT_OK);
     cr_assert_eq(w.spikes, 0, "no warning before 20 steps of history");
@@ -101,7 +101,7 @@ Test(numerics, watch_warns_on_loss_spikes_after_twenty_steps) {
  * finite: the step after measures its weights. */
 Test(numerics, watch_knows_the_newest_good_checkpoint) {
     mt_step_watch w;
-    mt_step_watch_init(&w, 10, 256, 0, -1);
+    mt_step_watch_init(&w, 10, MT_STEP_WATCH_DIVERGED_STEPS, 256, 0, -1);
     cr_assert_eq(w.good_checkpoint, -1);
     mt_step_watch_after(&w, 1, 5.0, 0);
     mt_step_watch_after(&w, 2, 4.0, 0);
@@ -136,7 +136,7 @@ Test(numerics, watch_knows_the_newest_good_checkpoint) {
  * a bad loss; skips with sound losses leave the weights as they were. */
 Test(numerics, watch_dates_the_divergence) {
     mt_step_watch w;
-    mt_step_watch_init(&w, 10, 256, 0, -1);
+    mt_step_watch_init(&w, 10, MT_STEP_WATCH_DIVERGED_STEPS, 256, 0, -1);
     for (int step = 1; step <= 5; step++) mt_step_watch_after(&w, step, 4.0, 0);
     mt_step_watch_after(&w, 6, 4.0, 1);
     cr_assert_eq(mt_step_watch_diverged_from(&w), -1, "a skip with a sound loss");
@@ -146,7 +146,7 @@ Test(numerics, watch_dates_the_divergence) {
     mt_step_watch_after(&w, 9, 4.0, 0);
     cr_assert_eq(mt_step_watch_diverged_from(&w), -1, "a healthy step ends it");
     /* Resumed from step 10: however soon the trouble starts, that checkpoint is not marked. */
-    mt_step_watch_init(&w, 10, 256, 10, 10);
+    mt_step_watch_init(&w, 10, MT_STEP_WATCH_DIVERGED_STEPS, 256, 10, 10);
     mt_step_watch_after(&w, 11, 500.0, 0);
     cr_assert_eq(mt_step_watch_diverged_from(&w), 11);
 }
@@ -154,7 +154,7 @@ Test(numerics, watch_dates_the_divergence) {
 /* A loss that stays far worse than guessing stops the run, though it stays finite. */
 Test(numerics, watch_stops_a_loss_that_stays_bad) {
     mt_step_watch w;
-    mt_step_watch_init(&w, 10, 256, 0, -1);
+    mt_step_watch_init(&w, 10, MT_STEP_WATCH_DIVERGED_STEPS, 256, 0, -1);
     mt_step_watch_after(&w, 1, 5.5, 0);
     int64_t step = 2;
     for (; step < 2 + MT_STEP_WATCH_DIVERGED_STEPS; step++)

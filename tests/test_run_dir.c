@@ -15,7 +15,9 @@
 
 #include "cli_run.h"
 #include "hf_test_files.h"
+#include "io/checkpoint.h"
 #include "run_fixture.h"
+#include "test_limits.h"
 
 #define TIMEOUT_S 60.0
 
@@ -45,7 +47,7 @@ Test(rundir, a_second_run_on_the_same_directory_is_refused) {
     char metrics[PATH_MAX];
     hf_test_path(metrics, run, "metrics.jsonl");
     for (int polls = 0; !mt_test_exists(metrics); polls++) {
-        cr_assert_lt(polls, 3000, "the first run did not start");
+        cr_assert_lt(polls, MT_TEST_LIMIT(3000), "the first run did not start");
         nanosleep(&(struct timespec){.tv_nsec = 10000000}, NULL);
     }
     mt_cli_result r;
@@ -151,4 +153,105 @@ Test(rundir, metrics_hold_each_step_once_after_a_resume) {
     int n = logged_steps(steps, 64);
     cr_assert_eq(n, 8, "%d training lines for 8 steps", n);
     for (int i = 0; i < n; i++) cr_assert_eq(steps[i], i + 1, "line %d logs step %d", i + 1, steps[i]);
+}
+
+/* Which checkpoint is newest is the step its sealed manifest holds, not its directory's name: a
+ * copy of step 2 named ckpt-000006 must not pass for the newest, over the good step 4. */
+Test(rundir, a_copy_named_for_a_later_step_is_not_taken_for_the_newest) {
+    train_ok("4");
+    char cmd[4 * PATH_MAX];
+    snprintf(cmd, sizeof cmd, "cp -r %s/ckpt-000002 %s/ckpt-000006", run, run);
+    cr_assert_eq(system(cmd), 0);
+    mt_cli_result r;
+    train("5", NULL, &r);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "ckpt-000004 at step 4"), "did not resume from step 4:\n%s", r.err);
+    cr_assert_not_null(strstr(r.err, "holds step 2, not the step 6 its name says"), "the copy was not reported:\n%s",
+                       r.err);
+    mt_cli_result_free(&r);
+    /* sample and export of the run directory take the same one. */
+    mt_cli_run(&r, TIMEOUT_S, "sample", run, "--tokens", "2", "--backend", "cpu", NULL);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "not the step 6 its name says"), "%s", r.err);
+    mt_cli_result_free(&r);
+}
+
+/* A fresh run starts only in a new, empty or megatrain's own directory: not in one of other files,
+ * nor inside a checkpoint; refused, it writes nothing there. */
+Test(rundir, a_fresh_run_refuses_a_directory_of_other_files) {
+    char other[PATH_MAX], notes[PATH_MAX + 16];
+    hf_test_path(other, dir, "mine");
+    cr_assert_eq(mkdir(other, 0755), 0);
+    snprintf(notes, sizeof notes, "%s/notes.txt", other);
+    hf_test_write_text(notes, "my notes\n");
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "train", MT_TINY_STEP, "--steps", "1", "--data", corpus, "--out", other, NULL);
+    cr_assert_eq(r.exit_code, 2, "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "not empty and not a megatrain run directory (it holds notes.txt)"), "%s", r.err);
+    mt_cli_result_free(&r);
+    cr_assert_eq(hf_test_count_entries(other), 1, "the refused run wrote into %s", other);
+    /* --resume of a directory without checkpoints starts a run: refused the same. */
+    mt_cli_run(&r, TIMEOUT_S, "train", MT_TINY_STEP, "--steps", "1", "--data", corpus, "--out", other, "--resume", NULL);
+    cr_assert_eq(r.exit_code, 2, "%s", r.err);
+    mt_cli_result_free(&r);
+    cr_assert_eq(hf_test_count_entries(other), 1, "the refused run wrote into %s", other);
+    /* The inside of a checkpoint. */
+    train_ok("2");
+    char ckpt[PATH_MAX + 16];
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt-000002", run);
+    int entries = hf_test_count_entries(ckpt);
+    mt_cli_run(&r, TIMEOUT_S, "train", MT_TINY_STEP, "--steps", "1", "--data", corpus, "--out", ckpt, NULL);
+    cr_assert_eq(r.exit_code, 2, "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "manifest.json"), "%s", r.err);
+    mt_cli_result_free(&r);
+    cr_assert_eq(hf_test_count_entries(ckpt), entries, "the refused run wrote into %s", ckpt);
+    cr_assert_eq(mt_checkpoint_verify(ckpt), MT_OK, "%s", mt_error());
+    /* A shell's log of the run beside nothing else is no obstacle. */
+    char fresh[PATH_MAX], log[PATH_MAX + 16];
+    hf_test_path(fresh, dir, "logged");
+    cr_assert_eq(mkdir(fresh, 0755), 0);
+    snprintf(log, sizeof log, "%s/train.log", fresh);
+    hf_test_write_text(log, "");
+    mt_cli_run(&r, TIMEOUT_S, "train", MT_TINY_STEP, "--steps", "1", "--data", corpus, "--out", fresh, NULL);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    mt_cli_result_free(&r);
+}
+
+/* Refused before it wrote anything, a run leaves the directory as it found it: the directories it
+ * made, its .lock and the token cache it made are gone. */
+Test(rundir, a_refused_run_leaves_no_debris) {
+    char deep[PATH_MAX], top[PATH_MAX], missing[PATH_MAX];
+    hf_test_path(top, dir, "new");
+    hf_test_path(deep, dir, "new/deeper/run");
+    hf_test_path(missing, dir, "absent.txt");
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "train", MT_TINY_STEP, "--steps", "1", "--data", missing, "--out", deep, NULL);
+    cr_assert_neq(r.exit_code, 0, "%s", r.err);
+    mt_cli_result_free(&r);
+    cr_assert(!mt_test_exists(top), "the refused run left %s", top);
+    /* An empty directory stays empty. */
+    char empty[PATH_MAX];
+    hf_test_path(empty, dir, "empty");
+    cr_assert_eq(mkdir(empty, 0755), 0);
+    mt_cli_run(&r, TIMEOUT_S, "train", MT_TINY_STEP, "--steps", "1", "--data", missing, "--out", empty, NULL);
+    cr_assert_neq(r.exit_code, 0, "%s", r.err);
+    mt_cli_result_free(&r);
+    cr_assert_eq(hf_test_count_entries(empty), 0, "the refused run left something in %s", empty);
+    /* Text tokenized into the run's cache, then refused (too short for one window): the cache goes. */
+    char cmd[4 * PATH_MAX], tok[PATH_MAX], config[PATH_MAX], text[PATH_MAX];
+    hf_test_path(tok, dir, "tok.json");
+    snprintf(cmd, sizeof cmd, "cp tests/data/tokenizers/gpt2-bytelevel/tokenizer.json %s", tok);
+    cr_assert_eq(system(cmd), 0);
+    hf_test_path(config, dir, "config.json");
+    hf_test_write_text(config, "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 32, \"intermediate_size\": "
+                               "64, \"num_hidden_layers\": 2, \"num_attention_heads\": 2, \"num_key_value_heads\": 2, "
+                               "\"vocab_size\": 2324, \"max_position_embeddings\": 128}");
+    hf_test_path(text, dir, "short.txt");
+    hf_test_write_text(text, "a few words only\n");
+    mt_cli_run(&r, TIMEOUT_S, "train", "--config", config, "--tokenizer", tok, "--data", text, "--seq", "64",
+               "--backend", "cpu", "--steps", "1", "--out", empty, NULL);
+    cr_assert_neq(r.exit_code, 0, "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "tokenizing"), "%s", r.err);
+    mt_cli_result_free(&r);
+    cr_assert_eq(hf_test_count_entries(empty), 0, "the refused run left its token cache in %s", empty);
 }

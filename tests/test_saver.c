@@ -16,6 +16,7 @@
 #include "hf_test_files.h"
 #include "io/checkpoint.h"
 #include "run_fixture.h"
+#include "test_limits.h"
 
 /* Each run is 6 tiny steps and 3 slowed-down saves (about half a second); CI machines are slow. */
 #define TIMEOUT_S 60.0
@@ -93,9 +94,9 @@ static void background_equals_sync(const char *moments) {
     unsetenv("MT_TEST_SAVE_UNIT_MS");
 }
 
-Test(saver, background_checkpoints_equal_sync_ones_fp32, .timeout = 120) { background_equals_sync("fp32"); }
+Test(saver, background_checkpoints_equal_sync_ones_fp32, .timeout = MT_TEST_LIMIT(120)) { background_equals_sync("fp32"); }
 
-Test(saver, background_checkpoints_equal_sync_ones_8bit, .timeout = 120) { background_equals_sync("8bit"); }
+Test(saver, background_checkpoints_equal_sync_ones_8bit, .timeout = MT_TEST_LIMIT(120)) { background_equals_sync("8bit"); }
 
 /* A regular file where ckpt-000004 is to go: that save fails when it installs its directory. */
 static void block_step_4(void) {

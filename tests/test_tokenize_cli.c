@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli_run.h"
 #include "hf_test_files.h"
@@ -248,7 +249,7 @@ Test(tokenize_cli, bad_paths_and_arguments) {
     hf_test_write_text(in_dir("a.txt"), "a");
     mt_cli_run(&r, TIMEOUT_S, "tokenize", "--tokenizer", SMALL, in_dir("a.txt"), NULL);
     cr_expect_eq(r.exit_code, 2);
-    cr_expect_not_null(strstr(r.err, "--out are required"), "%s", r.err);
+    cr_expect_not_null(strstr(r.err, "--out is required"), "%s", r.err);
     mt_cli_result_free(&r);
     mt_cli_run(&r, TIMEOUT_S, "tokenize", "--tokenizer", SMALL, in_dir("a.txt"), "--out", out_prefix("p"),
                "--dtype", "int8", NULL);
@@ -263,4 +264,35 @@ Test(tokenize_cli, bad_paths_and_arguments) {
     cr_expect_not_null(strstr(r.err, "p_000000.bin already exists"), "%s", r.err);
     cr_expect_eq(hf_test_count_entries(out), 1);
     mt_cli_result_free(&r);
+}
+
+/* Nothing passed over in silence: a link to nothing in an input directory is refused (a file the
+ * user meant to give is missing), what a directory's walk passes over is said, and shards of an
+ * earlier tokenize at the prefix are refused even when its first one was removed. */
+Test(tokenize_cli, no_silent_skips) {
+    char texts[PATH_MAX];
+    hf_test_path(texts, dir, "texts");
+    cr_assert_eq(mkdir(texts, 0755), 0);
+    hf_test_write_text(in_dir("texts/a.txt"), "some words\n");
+    hf_test_write_text(in_dir("texts/notes.rst"), "not taken\n");
+    cr_assert_eq(symlink(in_dir("gone.txt"), in_dir("texts/b.txt")), 0);
+    mt_cli_result r;
+    run_small(&r, texts, NULL);
+    expect_clean_failure(&r, "texts/b.txt: a link to");
+    cr_assert_eq(unlink(in_dir("texts/b.txt")), 0);
+    run_small(&r, texts, NULL);
+    cr_assert_eq(r.exit_code, 0, "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "1 entry passed over"), "%s", r.err);
+    cr_assert_not_null(strstr(r.err, "notes.rst"), "%s", r.err);
+    mt_cli_result_free(&r);
+    /* An earlier tokenize's later shard, its first removed. */
+    char first[PATH_MAX + 16], later[PATH_MAX + 16];
+    snprintf(first, sizeof first, "%s_000000.bin", out_prefix("p"));
+    snprintf(later, sizeof later, "%s_000001.bin", out_prefix("p"));
+    cr_assert_eq(rename(first, later), 0);
+    run_small(&r, texts, NULL);
+    cr_assert_neq(r.exit_code, 0);
+    cr_assert_not_null(strstr(r.err, "p_000001.bin already exists"), "%s", r.err);
+    mt_cli_result_free(&r);
+    cr_assert_eq(hf_test_count_entries(out), 1, "the refused run touched %s", out);
 }

@@ -14,6 +14,7 @@
 #include "hf_test_files.h"
 #include "run_fixture.h"
 #include "tokenizer_files.h"
+#include "test_limits.h"
 
 #define TIMEOUT_S 60.0
 #define SMALL_STEP "--seq", "32", "--batch", "2", "--backend", "cpu", "--eval-every", "0"
@@ -82,7 +83,7 @@ static int has_checkpoint(int step) {
     return mt_test_exists(in_dir(name));
 }
 
-Test(tokenizer_resume, another_tokenizer_is_refused_naming_both, .timeout = 120) {
+Test(tokenizer_resume, another_tokenizer_is_refused_naming_both, .timeout = MT_TEST_LIMIT(120)) {
     mt_cli_result r;
     char started[PATH_MAX], other[PATH_MAX];
     snprintf(started, sizeof started, "%s", in_dir("started-tok"));

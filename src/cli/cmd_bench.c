@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "util/stop_signal.h"
 
 /* bench's own flags, anywhere on the line, are taken out before the training options are parsed;
  * returns -1 after printing an error. */
@@ -61,7 +62,10 @@ int mt_cli_bench(int argc, char **argv) {
         return parsed > 0 ? 0 : 2;
     }
     if (o.steps == MT_UNSET) o.steps = 5;
+    mt_stop_signals signals;
+    mt_stop_signals_install(&signals);
     mt_status rc = o.steps < 1 ? MT_ERR_INVALID : mt_bench(&o, warmup, packed, stdout, json);
+    mt_stop_signals_restore(&signals);
     mt_run_file_free(&strings);
     if (o.steps < 1) return mt_cli_usage_error("bench", "--steps %lld: bench needs at least one timed step",
                                                (long long)o.steps);

@@ -5,6 +5,7 @@
 
 #include "cli/cli.h"
 #include "util/size.h"
+#include "util/stop_signal.h"
 
 static const char export_help[] =
     "usage: megatrain export RUN_DIR|CHECKPOINT OUT_DIR [options]\n"
@@ -42,7 +43,10 @@ int mt_cli_export(int argc, char **argv) {
     if (argc - optind != 2)
         return mt_cli_usage_error("export", "export takes a run directory or checkpoint and an output directory, "
                                   "got %d argument%s", argc - optind, argc - optind == 1 ? "" : "s");
+    mt_stop_signals signals;
+    mt_stop_signals_install(&signals);
     mt_status rc = mt_export(argv[optind], argv[optind + 1], bf16, shard);
+    mt_stop_signals_restore(&signals);
     if (rc != MT_OK) return mt_cli_fail(rc);
     printf("exported %s to %s\n", argv[optind], argv[optind + 1]);
     return 0;

@@ -3,6 +3,7 @@
 #include <stdio.h>
 
 #include "cli/cli.h"
+#include "util/stop_signal.h"
 
 static const char sample_help[] =
     "usage: megatrain sample RUN_DIR|CHECKPOINT [options]\n"
@@ -38,6 +39,9 @@ int mt_cli_sample(int argc, char **argv) {
     if (optind + 1 < argc)
         return mt_cli_usage_error("sample", "one run directory or checkpoint, got also '%s'", argv[optind + 1]);
     o.run = argv[optind];
+    mt_stop_signals signals;
+    mt_stop_signals_install(&signals);
     mt_status rc = mt_sample(&o, stdout);
+    mt_stop_signals_restore(&signals);
     return rc == MT_OK ? 0 : mt_cli_fail(rc);
 }

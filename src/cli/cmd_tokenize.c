@@ -1,6 +1,7 @@
 /* megatrain tokenize --tokenizer MODEL INPUT... --out PREFIX [options] */
 #include <errno.h>
 #include <getopt.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 #include "cli/cli.h"
 #include "tokenizer/tokenize_chat.h"
 #include "tokenizer/tokenize_files.h"
+#include "util/stop_signal.h"
 
 static const char tokenize_help[] =
     "usage: megatrain tokenize --tokenizer MODEL_DIR|tokenizer.json INPUT... --out PREFIX [options]\n"
@@ -61,6 +63,24 @@ static int tokenize_chat(const mt_tokenize_options *o) {
     return 0;
 }
 
+/* Plain text and JSONL documents: llm.c shards. */
+static int tokenize_text(const mt_tokenize_options *o) {
+    mt_tokenize_summary s;
+    mt_status rc = mt_tokenize_files(o, &s);
+    if (rc != MT_OK) return mt_cli_fail(rc);
+    printf("tokenized %zu documents from %zu files (%.1f MB, encoded in %zu parts) into %llu tokens in %zu shards "
+           "%s_*.bin (%s), %.2f s on %d threads: %.2f MB/s, %.0f tokens/s\n",
+           s.documents, s.files, (double)s.bytes / 1e6, s.parts, (unsigned long long)s.tokens, s.shards, o->out_prefix,
+           s.width == 2 ? "uint16" : "uint32", s.seconds, s.threads, (double)s.bytes / 1e6 / (s.seconds > 0 ? s.seconds : 1),
+           (double)s.tokens / (s.seconds > 0 ? s.seconds : 1));
+    return 0;
+}
+
+/* auto, yes or no: -1, 1, 0; -2 for anything else. */
+static int tri_state(const char *v) {
+    return !strcmp(v, "auto") ? -1 : !strcmp(v, "yes") ? 1 : !strcmp(v, "no") ? 0 : -2;
+}
+
 int mt_cli_tokenize(int argc, char **argv) {
     enum { OPT_TOKENIZER = 256, OPT_OUT, OPT_FIELD, OPT_SHARD, OPT_DTYPE, OPT_THREADS, OPT_BOS, OPT_SPECIAL, OPT_CHAT };
     static const struct option opts[] = {
@@ -71,7 +91,7 @@ int mt_cli_tokenize(int argc, char **argv) {
         {"chat", required_argument, 0, OPT_CHAT},
         {"help", no_argument, 0, 'h'},                      {0, 0, 0, 0}};
     mt_tokenize_options o = {.bos = -1};
-    int c, bad = 0, chat = -1;
+    int c, chat = -1;
     int64_t threads = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -79,45 +99,44 @@ int mt_cli_tokenize(int argc, char **argv) {
         case OPT_TOKENIZER: o.tokenizer = optarg; break;
         case OPT_OUT: o.out_prefix = optarg; break;
         case OPT_FIELD: o.text_field = optarg; break;
-        case OPT_SHARD: bad |= parse_count(optarg, &o.shard_tokens) != 0; break;
+        case OPT_SHARD:
+            if (parse_count(optarg, &o.shard_tokens) != 0 || o.shard_tokens > INT32_MAX)
+                return mt_cli_usage_error("tokenize", "--shard-size '%s': expected a count of tokens from 1 to %d, "
+                                          "digits with an optional K, M or G (e.g. 100M)", optarg, INT32_MAX);
+            break;
         case OPT_DTYPE:
             o.width = !strcmp(optarg, "uint16") ? 2 : !strcmp(optarg, "uint32") ? 4 : 0;
-            bad |= o.width == 0 && strcmp(optarg, "auto");
+            if (o.width == 0 && strcmp(optarg, "auto"))
+                return mt_cli_usage_error("tokenize", "--dtype '%s': expected uint16, uint32 or auto", optarg);
             break;
-        case OPT_THREADS: bad |= parse_count(optarg, &threads) != 0 || threads > 4096; break;
+        case OPT_THREADS:
+            if (parse_count(optarg, &threads) != 0 || threads > 4096)
+                return mt_cli_usage_error("tokenize", "--threads '%s': expected an integer from 1 to 4096", optarg);
+            break;
         case OPT_BOS:
-            o.bos = !strcmp(optarg, "yes") ? 1 : !strcmp(optarg, "no") ? 0 : -1;
-            bad |= o.bos < 0 && strcmp(optarg, "auto");
+            o.bos = tri_state(optarg);
+            if (o.bos == -2) return mt_cli_usage_error("tokenize", "--bos '%s': expected auto, yes or no", optarg);
             break;
         case OPT_SPECIAL: o.allow_special = 1; break;
         case OPT_CHAT:
-            chat = !strcmp(optarg, "yes") ? 1 : !strcmp(optarg, "no") ? 0 : -1;
-            bad |= chat < 0 && strcmp(optarg, "auto");
+            chat = tri_state(optarg);
+            if (chat == -2) return mt_cli_usage_error("tokenize", "--chat '%s': expected auto, yes or no", optarg);
             break;
         case 'h': fputs(tokenize_help, stdout); return 0;
-        default: bad = 1; break;
+        default: return mt_cli_usage_error("tokenize", "bad option (getopt said why above)");
         }
     }
-    if (bad || !o.tokenizer || !o.out_prefix || optind >= argc) {
-        fprintf(stderr, "megatrain: error: bad arguments%s\n%s",
-                !bad && (!o.tokenizer || !o.out_prefix) ? ": --tokenizer and --out are required"
-                : !bad                                   ? ": no INPUT"
-                                                         : "",
-                tokenize_help);
-        return 2;
-    }
+    if (!o.tokenizer) return mt_cli_usage_error("tokenize", "--tokenizer is required: a model directory or a tokenizer.json");
+    if (!o.out_prefix) return mt_cli_usage_error("tokenize", "--out is required: the shards' path prefix");
+    if (optind >= argc) return mt_cli_usage_error("tokenize", "no INPUT: give the text, JSONL files or directories to tokenize");
     o.threads = (int)threads;
     o.inputs = (const char *const *)argv + optind;
     o.n_inputs = (size_t)(argc - optind);
-    mt_tokenize_summary s;
+    /* Ctrl-C, SIGTERM, SIGHUP: the shards stop being written and none is left behind. */
+    mt_stop_signals signals;
+    mt_stop_signals_install(&signals);
     mt_status rc = chat < 0 ? mt_tokenize_inputs_are_chat(o.inputs, o.n_inputs, &chat) : MT_OK;
-    if (rc == MT_OK && chat) return tokenize_chat(&o);
-    if (rc == MT_OK) rc = mt_tokenize_files(&o, &s);
-    if (rc != MT_OK) return mt_cli_fail(rc);
-    printf("tokenized %zu documents from %zu files (%.1f MB, encoded in %zu parts) into %llu tokens in %zu shards "
-           "%s_*.bin (%s), %.2f s on %d threads: %.2f MB/s, %.0f tokens/s\n",
-           s.documents, s.files, (double)s.bytes / 1e6, s.parts, (unsigned long long)s.tokens, s.shards, o.out_prefix,
-           s.width == 2 ? "uint16" : "uint32", s.seconds, s.threads, (double)s.bytes / 1e6 / (s.seconds > 0 ? s.seconds : 1),
-           (double)s.tokens / (s.seconds > 0 ? s.seconds : 1));
-    return 0;
+    int code = rc != MT_OK ? mt_cli_fail(rc) : chat ? tokenize_chat(&o) : tokenize_text(&o);
+    mt_stop_signals_restore(&signals);
+    return code;
 }

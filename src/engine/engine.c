@@ -80,6 +80,9 @@ static mt_status create(mt_engine **out, mt_backend *be, mt_store *store, const 
         return mt_fail(MT_ERR_INVALID, "blocks updated on the device: %d is outside 0..%d (the blocks)",
                        o->device_blocks, c->num_layers);
     int on_device = o->ends_on_device || o->device_blocks > 0;
+    if (on_device && o->forward_only)
+        return mt_fail(MT_ERR_INVALID, "a forward-only engine keeps no optimizer state on the device: set "
+                       "ends_on_device and device_blocks to 0");
     if (on_device && !mt_backend_has_device_optimizer(be))
         return mt_fail(MT_ERR_INVALID, "the %s backend has no optimizer ops (clip_scale, adamw): it cannot update "
                        "units on the device; set --ends-on-device off and --device-blocks 0", be->ops->name);
@@ -125,7 +128,7 @@ static mt_status create(mt_engine **out, mt_backend *be, mt_store *store, const 
     mt_status rc = e->d2h ? mt_engine_allocate(e) : MT_ERR_NOMEM;
     if (rc == MT_OK) rc = create_sync_points(e);
     if (rc == MT_OK && mt_engine_any_on_device(e)) rc = mt_engine_device_upload(e);
-    if (rc == MT_OK && !leader) rc = mt_engine_optimizer_start(e);
+    if (rc == MT_OK && !leader && !o->forward_only) rc = mt_engine_optimizer_start(e);
     if (rc != MT_OK) {
         mt_engine_destroy(e);
         return rc;

@@ -77,6 +77,10 @@ typedef struct {
                           * the device's, and the device updates them at the end of the backward.
                           * The host optimizer skips them; mt_engine_finish brings their state
                           * home. Needs fp32 moments. 0 to num_layers. */
+    int forward_only;    /* passes without a backward only (mt_engine_eval, mt_engine_next_logits:
+                          * sampling): no gradient buffers, on the device or the host, and no
+                          * optimizer thread; the store may then hold working weights alone
+                          * (mt_store_create_weights). Needs ends_on_device and device_blocks 0. */
 } mt_engine_options;
 
 typedef struct {

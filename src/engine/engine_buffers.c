@@ -32,7 +32,7 @@ static shape shape_of(mt_backend *be, const mt_config *cfg, const mt_layout *lay
                .keep_all = o->max_grad_norm > 0 || o->keep_grads,
                .host_numel = lay->total_numel - mt_engine_device_params(lay, o)};
     s.full = o->keep_grads || s.host_numel == lay->total_numel;
-    s.ring = s.keep_all ? 0 : mt_engine_grad_ring(cfg, o);
+    s.ring = s.keep_all || o->forward_only ? 0 : mt_engine_grad_ring(cfg, o);
     return s;
 }
 
@@ -97,17 +97,20 @@ static void walk(const shape *s, walker *w) {
         DEVICE(dev_v, device_state, on_device * 4, "the device-updated units' second moments");
         DEVICE(dev_clip_scale, device_state, 4, "the clip coefficient");
     }
+    int train = !o->forward_only; /* the buffers only a backward uses */
     if (s->D > 0) { /* [D][max block] each */
         DEVICE(resident_w, resident_weights, (size_t)s->D * block * wsize, "the resident blocks' weights");
         DEVICE(resident_grad, grads, (size_t)s->D * block * 4, "the resident blocks' gradients");
     }
-    if (s->K > 0) /* the streamed blocks' */
+    if (s->K > 0 && train) /* the streamed blocks' */
         for (int g = 0; g < 2; g++) DEVICE(grad_slot[g], grads, block * 4, "a block gradient slot");
     int head_chunked = mt_engine_ends_chunked_for(c, o);
-    DEVICE(embed_grad, grads, mt_engine_embed_grad_numel_for(lay, o) * 4,
-           head_chunked ? "the embedding's gradient chunk" : "the embedding gradients");
-    DEVICE(head_grad, grads, mt_engine_head_grad_numel_for(lay, o) * 4,
-           head_chunked ? "the head's gradient chunk" : "the head gradients");
+    if (train) {
+        DEVICE(embed_grad, grads, mt_engine_embed_grad_numel_for(lay, o) * 4,
+               head_chunked ? "the embedding's gradient chunk" : "the embedding gradients");
+        DEVICE(head_grad, grads, mt_engine_head_grad_numel_for(lay, o) * 4,
+               head_chunked ? "the head's gradient chunk" : "the head gradients");
+    }
 
     /* [L+1-P][M][n, D] on the device; [P][M][n, D] on the host, through CKPT_STAGES device buffers */
     DEVICE(ckpt, checkpoints, (size_t)(c->num_layers + 1 - s->P) * ckpt, "activation checkpoints");
@@ -121,7 +124,7 @@ static void walk(const shape *s, walker *w) {
            "the block workspace");
     DEVICE(lm_ws, workspace, s->be->ops->op.lmhead_workspace(s->be, o->lm_chunk, c->vocab_size),
            "the LM head workspace");
-    DEVICE(dy, workspace, ckpt, "activation gradients");                         /* [M][n, D] */
+    if (train) DEVICE(dy, workspace, ckpt, "activation gradients");             /* [M][n, D] */
     DEVICE(dev_inputs, workspace, 2 * M * n * sizeof(int32_t), "token ids");     /* inputs, targets */
     if (o->packed) DEVICE(dev_pos, workspace, M * (2 * n + 1) * sizeof(int32_t), "token positions and segments");
     DEVICE(dev_logits, workspace, V * 4, "logits");
@@ -158,8 +161,8 @@ static void walk(const shape *s, walker *w) {
      * ring by backward order and the embedding and head each in their own buffer (none when the
      * device updates them). A follower rank has none: its slices land in its leader's, with
      * clipping or without. */
-    if (s->follower) {
-        /* the leader's */
+    if (!train || s->follower) {
+        /* none; or the leader's */
     } else if (s->keep_all && s->full) {
         HOST(grads_full, host_grads, (size_t)lay->total_numel * 4, "the gradients of every unit");
     } else if (s->keep_all) {
@@ -208,7 +211,9 @@ static void point_into_buffers(mt_engine *e) {
     mt_block_ws_carve(&e->ws, e->ws_base, e->be, e->cfg, e->o.batch, e->o.seq, e->o.chunk, e->o.attn_tile,
                       e->o.packed);
     for (int i = 0; i < 2; i++) memset(e->input_rows[i], 0, (size_t)e->cfg->vocab_size);
-    if (e->leader) {
+    if (e->o.forward_only) {
+        /* no gradient goes home */
+    } else if (e->leader) {
         for (int u = 0; u < e->U; u++) e->grad_home[u] = e->leader->grad_home[u];
     } else if (e->grads_full) {
         for (int u = 0; u < e->U; u++) e->grad_home[u] = e->grads_full + lay->units[u].offset;
@@ -220,7 +225,7 @@ static void point_into_buffers(mt_engine *e) {
         for (int l = e->D; l < e->L; l++)
             e->grad_home[mt_unit_block(l)] = e->grad_ring_base + (size_t)((e->L - 1 - l) % e->grad_ring) * lay->max_block_numel;
     }
-    if (mt_engine_ends_chunked(e)) { /* the chunks home never cover the layout's padding after the matrices */
+    if (mt_engine_ends_chunked(e) && !e->o.forward_only) { /* the chunks home never cover the layout's padding */
         const mt_tensor *ends[2] = {mt_layout_tensor(lay, 0, MT_T_WTE), mt_layout_tensor(lay, e->U - 1, MT_T_LM_HEAD)};
         for (int i = 0; i < (e->cfg->tie_embeddings ? 1 : 2); i++) { /* tied, the head unit goes home whole */
             int u = i ? e->U - 1 : 0;

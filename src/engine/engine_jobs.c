@@ -163,7 +163,6 @@ static void run_head(const mt_compute_job *j) {
     const mt_op_iface *op = e->op;
     int D = e->cfg->hidden_size, V = e->cfg->vocab_size;
     mt_unit_weights w = mt_bind_weights(e->lay, e->U - 1, e->head_w, e->be->ops->weight_dtype);
-    mt_unit_grads g = mt_bind_grads(e->lay, e->U - 1, e->head_grad);
     const void *norm_w = w.t[MT_T_FINAL_NORM], *lm_w = lm_weight(e);
     if (j->mode == MT_RUN_LOGITS) {
         op->rmsnorm(e->be, e->compute, e->ws.h1, e->ws.rstd1, row_of(e, ckpt_at(e, e->L, 0), j->last_row),
@@ -173,6 +172,8 @@ static void run_head(const mt_compute_job *j) {
     }
     if (e->moe_layers) aux_loss(j);
     int train = j->mode != MT_RUN_EVAL, chunked = train && mt_engine_ends_chunked(e), tied = e->cfg->tie_embeddings;
+    /* Only a backward has gradients (a forward-only engine has no buffers for them). */
+    mt_unit_grads g = train ? mt_bind_grads(e->lay, e->U - 1, e->head_grad) : (mt_unit_grads){0};
     /* What the pieces add into: the loss; in training the head unit's gradient (chunked untied: the
      * final norm's part), and tied unchunked the embedding's, whose second round is the embedding's
      * backward. */

@@ -433,8 +433,15 @@ static mt_status finish_pass(mt_engine *e, pass_result *r) {
     return MT_OK;
 }
 
+/* A forward-only engine has no gradient buffers to run a backward into. */
+static mt_status backward_possible(const mt_engine *e) {
+    return e->o.forward_only ? mt_fail(MT_ERR_INVALID, "the engine was made forward-only (sampling): it cannot train")
+                             : MT_OK;
+}
+
 mt_status mt_engine_step(mt_engine *e, const int32_t *inputs, const int32_t *targets, const int32_t *positions,
                          float lr, mt_step_result *res) {
+    MT_TRY(backward_possible(e));
     double t0 = mt_now();
     int overlapped = e->o.max_grad_norm <= 0;
     pass_result r;
@@ -479,6 +486,7 @@ const float *mt_engine_host_grads(const mt_engine *e) { return e->grads_full; }
 
 mt_status mt_engine_grads(mt_engine *e, const int32_t *inputs, const int32_t *targets, const int32_t *positions,
                           double *loss) {
+    MT_TRY(backward_possible(e));
     if (!e->grads_full)
         return mt_fail(MT_ERR_INVALID, "the engine keeps only some gradients on the host (a ring without clipping, "
                        "or only the host-updated units'): set keep_grads");

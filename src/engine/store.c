@@ -116,6 +116,18 @@ mt_status mt_store_create_touched(mt_store *s, const mt_layout *layout, mt_backe
     return MT_OK;
 }
 
+mt_status mt_store_create_weights(mt_store *s, const mt_layout *layout, mt_backend *be) {
+    memset(s, 0, sizeof *s);
+    s->layout = layout;
+    s->be = be;
+    s->weight_dtype = be->ops->weight_dtype;
+    s->weights = mt_host_alloc(be, (size_t)layout->total_numel * mt_dtype_size(s->weight_dtype), "working weights");
+    if (s->weights) return MT_OK;
+    mt_status rc = mt_fail_context(MT_ERR_NOMEM, "working weights for %lld parameters", (long long)layout->total_numel);
+    mt_store_free(s);
+    return rc;
+}
+
 void mt_store_free(mt_store *s) {
     if (s->be && s->weights) mt_host_free(s->be, s->weights);
     if (s->layout) mt_pages_free(s->master, (size_t)s->layout->total_numel * 4);

@@ -43,6 +43,10 @@ mt_status mt_store_create_with_moments(mt_store *store, const mt_layout *layout,
  * (The working weights are touched before they are pinned, backend/pinned_pieces.h.) */
 mt_status mt_store_create_touched(mt_store *store, const mt_layout *layout, mt_backend *be,
                                   mt_moments_format moments, const mt_cpu_team *team);
+/* A store of working weights alone (no fp32 master, no moments: master is NULL), for what only
+ * runs the model forward (sampling, with a forward-only engine): written by the caller, e.g. from
+ * a checkpoint's masters (train/run_state.h, mt_run_load_weights). */
+mt_status mt_store_create_weights(mt_store *store, const mt_layout *layout, mt_backend *be);
 void mt_store_free(mt_store *store);
 
 /* Master weights initialized as transformers does for Llama: matrices ~ N(0, 0.02), norm weights

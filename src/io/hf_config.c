@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "util/json_kind.h"
+#include "util/log.h"
 
 /* One supported architecture and transformers' defaults for what its config.json may omit. */
 typedef struct {
@@ -218,6 +219,65 @@ static mt_status check_layer_types(const field_src *s) {
     return MT_OK;
 }
 
+/* Every top-level field of a config.json megatrain knows. What it reads: */
+static const char *const read_fields[] = {
+    "architectures", "model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings", "rms_norm_eps", "rope_theta",
+    "rope_scaling", "rope_parameters", "tie_word_embeddings", "attention_bias", "bos_token_id", "eos_token_id",
+    "hidden_act", "mlp_bias", "quantization_config", "layer_types", "sliding_window", "use_sliding_window", NULL};
+/* What changes nothing megatrain computes: the file's provenance and inference settings, the
+ * initialization of a model transformers builds (megatrain's random weights are its own), the
+ * layers a sliding window would have spared (none is used), HF's slicing of the MLP in
+ * pretraining_tp parts (the same products). */
+static const char *const metadata_fields[] = {
+    "_name_or_path", "torch_dtype", "dtype", "transformers_version", "use_cache", "initializer_range",
+    "pad_token_id", "pretraining_tp", "max_window_layers", "_from_model_config",
+    "output_attentions", "output_hidden_states", "return_dict", "is_decoder", "id2label", "label2id",
+    "tokenizer_class", "torchscript", "use_return_dict", NULL};
+/* What changes the math where it is not the neutral value, which megatrain's math is: dropout
+ * (megatrain trains without any). Any other value is refused, not ignored. */
+static const struct {
+    const char *name;
+    double neutral;
+} neutral_fields[] = {{"attention_dropout", 0}, {"hidden_dropout", 0}, {"dropout", 0}, {"resid_pdrop", 0},
+                      {"embd_pdrop", 0}, {"attn_pdrop", 0}, {"hidden_dropout_prob", 0},
+                      {"attention_probs_dropout_prob", 0}, {"embedding_dropout", 0}, {"residual_dropout", 0},
+                      {NULL, 0}};
+
+static int listed(const char *const *names, const char *key) {
+    for (; *names; names++)
+        if (!strcmp(*names, key)) return 1;
+    return 0;
+}
+
+/* Nothing in the file is passed over in silence: a field that would change the math is refused,
+ * one megatrain does not know is named in a warning. */
+static mt_status check_fields(const field_src *s) {
+    const char *key;
+    const json_t *v;
+    char unknown[512] = "";
+    size_t at = 0;
+    int count = 0;
+    json_object_foreach((json_t *)s->obj, key, v) {
+        int neutral_known = 0;
+        for (int i = 0; neutral_fields[i].name; i++) {
+            if (strcmp(key, neutral_fields[i].name)) continue;
+            neutral_known = 1;
+            if (json_is_null(v) || (json_is_number(v) && json_number_value(v) == neutral_fields[i].neutral)) continue;
+            if (!json_is_number(v)) return wrong_type(s, key, "a number", v);
+            return mt_fail(MT_ERR_INVALID, "%s: field '%s' = %g is not supported (megatrain trains without dropout: "
+                           "%g only)", s->source, key, json_number_value(v), neutral_fields[i].neutral);
+        }
+        if (neutral_known || listed(read_fields, key) || listed(metadata_fields, key)) continue;
+        if (count++ < 8 && at < sizeof unknown)
+            at += (size_t)snprintf(unknown + at, sizeof unknown - at, "%s%s", count > 1 ? ", " : "", key);
+    }
+    if (count)
+        mt_log_warn("%s: field%s megatrain does not know, taken as if absent: %s%s", s->source, count > 1 ? "s" : "",
+                    unknown, count > 8 ? ", ..." : "");
+    return MT_OK;
+}
+
 static mt_status check_unsupported(const field_src *s) {
     const char *act = "silu";
     int mlp_bias = 0;
@@ -295,6 +355,7 @@ static mt_status parse_moe(const field_src *s, const arch_info *a, mt_config *cf
 static mt_status parse_root(const field_src *s, mt_config *cfg) {
     const arch_info *a = NULL;
     MT_TRY(parse_arch(s, &a));
+    MT_TRY(check_fields(s));
     MT_TRY(check_unsupported(s));
     memset(cfg, 0, sizeof *cfg);
     cfg->arch = a->arch;

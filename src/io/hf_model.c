@@ -13,6 +13,7 @@
 
 #include "io/hf_config.h"
 #include "util/log.h"
+#include "util/stop_signal.h"
 
 /* Hugging Face stores vectors (norms, biases) as 1-D tensors, matrices as [rows, cols], and
  * transformers 5 the experts' stacked matrices as [experts, rows / experts, cols]. */
@@ -171,6 +172,20 @@ static mt_status convert_all(const plan *p, const mt_layout *lay, float *masters
     return MT_OK;
 }
 
+/* The first tensor of `masters` holding NaN or Inf, with how many it holds; NULL when none does. */
+static const mt_tensor *non_finite(const mt_layout *lay, const float *masters, int64_t *count) {
+    for (int i = 0; i < lay->num_tensors; i++) {
+        const mt_tensor *t = &lay->tensors[i];
+        const float *p = masters + master_offset(lay, t);
+        int64_t n = (int64_t)t->rows * t->cols, bad = 0;
+#pragma omp parallel for reduction(+ : bad) if (n >= (1 << 20))
+        for (int64_t j = 0; j < n; j++) bad += !isfinite(p[j]);
+        *count = bad;
+        if (bad) return t;
+    }
+    return NULL;
+}
+
 mt_status mt_hf_load_weights(const char *dir, const mt_layout *lay, float *masters, mt_hf_progress_fn progress,
                              void *user) {
     mt_safetensors *set;
@@ -181,6 +196,13 @@ mt_status mt_hf_load_weights(const char *dir, const mt_layout *lay, float *maste
     if (st == MT_OK) st = convert_all(&p, lay, masters, progress, user);
     free(p.pieces);
     free(p.by_parts);
+    int64_t bad;
+    const mt_tensor *t = st == MT_OK ? non_finite(lay, masters, &bad) : NULL;
+    if (t) { /* a tensor the file holds under its own name, or one assembled from several (experts) */
+        const mt_st_tensor *s = mt_safetensors_find(set, t->name);
+        st = mt_fail(MT_ERR_NUMERIC, "%s: tensor '%s' holds %lld non-finite values (NaN or Inf): the model cannot be "
+                     "trained from", s ? s->file : dir, t->name, (long long)bad);
+    }
     mt_safetensors_close(set);
     return st;
 }
@@ -188,16 +210,11 @@ mt_status mt_hf_load_weights(const char *dir, const mt_layout *lay, float *maste
 /* ---- export ---- */
 
 static mt_status check_finite(const mt_layout *lay, const float *masters, const char *out_dir) {
-    for (int i = 0; i < lay->num_tensors; i++) {
-        const mt_tensor *t = &lay->tensors[i];
-        const float *p = masters + master_offset(lay, t);
-        int64_t n = (int64_t)t->rows * t->cols, bad = 0;
-#pragma omp parallel for reduction(+ : bad) if (n >= (1 << 20))
-        for (int64_t j = 0; j < n; j++) bad += !isfinite(p[j]);
-        if (bad)
-            return mt_fail(MT_ERR_NUMERIC, "%s: not exported: tensor '%s' holds %lld non-finite values", out_dir,
-                           t->name, (long long)bad);
-    }
+    int64_t bad;
+    const mt_tensor *t = non_finite(lay, masters, &bad);
+    if (t)
+        return mt_fail(MT_ERR_NUMERIC, "%s: not exported: tensor '%s' holds %lld non-finite values", out_dir,
+                       t->name, (long long)bad);
     return MT_OK;
 }
 
@@ -301,14 +318,14 @@ mt_status mt_hf_export(const mt_layout *lay, const float *masters, const char *o
     char tmp[4096 + 16];
     snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", target);
     if (!mkdtemp(tmp)) return mt_fail(MT_ERR_IO, "%s: cannot create a temporary directory: %s", tmp, strerror(errno));
+    int temp = mt_stop_temp_add(tmp); /* a second signal, which ends the process at once, removes it too */
     mt_status st = write_model(lay, masters, tmp, opt);
     if (st == MT_OK) st = sync_dir(tmp);
     if (st == MT_OK && rename(tmp, target) != 0)
         st = mt_fail(MT_ERR_IO, "%s: cannot move the export into place: %s", target, strerror(errno));
-    if (st != MT_OK) {
-        remove_tmp_dir(tmp);
-        return st;
-    }
+    if (st != MT_OK) remove_tmp_dir(tmp);
+    mt_stop_temp_forget(temp);
+    MT_TRY(st);
     char *parent = dirname(tmp); /* tmp is no longer needed; dirname may write into it */
     MT_TRY(sync_dir(parent));
     int tensors = 0;

@@ -89,6 +89,18 @@ size_t mt_tokens_loss_count(const mt_tokens *tokens) {
     return n;
 }
 
+int mt_tokens_any_loss(const mt_tokens *tokens, size_t start, size_t n) {
+    if (tokens->format != MT_TOKENS_MASKED) return n > 0;
+    uint8_t mask[MASK_PIECE];
+    for (size_t at = 0; at < n; at += MASK_PIECE) {
+        size_t k = n - at < MASK_PIECE ? n - at : MASK_PIECE;
+        mt_tokens_copy_mask(tokens, start + at, k, mask);
+        for (size_t i = 0; i < k; i++)
+            if (mask[i]) return 1;
+    }
+    return 0;
+}
+
 /* ---- the writer ---- */
 
 struct mt_masked_writer {

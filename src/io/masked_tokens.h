@@ -56,6 +56,9 @@ mt_status mt_masked_shard_parse(const char *path, const void *head, size_t head_
  * source with no mask. */
 void mt_tokens_mask_targets(const mt_tokens *tokens, size_t start, size_t n, int32_t *targets);
 
+/* 1 when one of tokens [start, start + n) carries loss (any, for a source with no mask); reads the
+ * mask only up to the first that does. A read error leaves its error for mt_tokens_status. */
+int mt_tokens_any_loss(const mt_tokens *tokens, size_t start, size_t n);
 /* Counts the tokens whose mask is 1 (all of them for a source with no mask). */
 size_t mt_tokens_loss_count(const mt_tokens *tokens);
 

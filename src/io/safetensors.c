@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "util/bf16.h"
+#include "util/fs.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "safetensors data is little-endian and is read in place: big-endian hosts are not supported");
@@ -57,12 +58,16 @@ static mt_status map_file(mt_safetensors *set, const char *path) {
     mapped_file *grown = realloc(set->files, (size_t)(set->num_files + 1) * sizeof *grown);
     if (!grown) return mt_fail(MT_ERR_NOMEM, "%s: cannot allocate the file table", path);
     set->files = grown;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return mt_fail(MT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         close(fd);
         return mt_fail(MT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return mt_fail(MT_ERR_INVALID, "%s: is %s, not a safetensors file", path, mt_file_kind(sb.st_mode));
     }
     size_t size = (size_t)sb.st_size;
     if (size < 8) {

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include "util/bf16.h"
+#include "util/clock.h"
+#include "util/stop_signal.h"
 
 static int64_t numel_of(const mt_st_source *t) {
     int64_t n = 1;
@@ -66,7 +68,10 @@ static mt_status write_contents(FILE *f, const char *path, const mt_st_source *t
     if (st == MT_OK) st = write_bytes(f, path, header, len);
     if (st == MT_OK) st = write_bytes(f, path, "        ", (size_t)(padded - len));
     free(header);
-    for (int i = 0; i < count && st == MT_OK; i++) st = write_tensor_data(f, path, &ts[i], dtype);
+    for (int i = 0; i < count && st == MT_OK; i++) {
+        mt_test_pause("MT_TEST_WRITE_PAUSE_MS");
+        st = mt_stop_requested() ? mt_stop_status("exporting") : write_tensor_data(f, path, &ts[i], dtype);
+    }
     return st;
 }
 

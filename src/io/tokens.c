@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/fs.h"
+
 #define LLMC_MAGIC 20240520
 #define LLMC_HEADER_INTS 256
 #define LLMC_HEADER_BYTES (LLMC_HEADER_INTS * 4)
@@ -51,16 +53,6 @@ static bool has_suffix(const char *s, const char *suffix) {
     return n >= m && !strcmp(s + n - m, suffix);
 }
 
-/* "a FIFO", "a directory": what a file that is not a regular one is. */
-static const char *file_kind(mode_t mode) {
-    if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
-    if (S_ISDIR(mode)) return "a directory";
-    if (S_ISCHR(mode)) return "a character device";
-    if (S_ISBLK(mode)) return "a block device";
-    if (S_ISSOCK(mode)) return "a socket";
-    return "not a regular file";
-}
-
 /* Opens the file without blocking (a FIFO without a writer would block open(2) for ever) and
  * refuses anything but a non-empty regular file. */
 static mt_status open_file(const char *path, mt_token_reader *r) {
@@ -74,7 +66,7 @@ static mt_status open_file(const char *path, mt_token_reader *r) {
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return mt_fail(MT_ERR_INVALID, "%s: the token file is %s; give a regular file", path, file_kind(st.st_mode));
+        return mt_fail(MT_ERR_INVALID, "%s: the token file is %s; give a regular file", path, mt_file_kind(st.st_mode));
     }
     if (st.st_size == 0) {
         close(fd);

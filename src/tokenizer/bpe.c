@@ -11,6 +11,7 @@
 #include "tokenizer/byte_level.h"
 #include "tokenizer/internal.h"
 #include "tokenizer/utf8.h"
+#include "util/log.h"
 
 #define EMPTY_KEY UINT64_MAX
 /* unk_token is set but the vocabulary lacks it: an error only when a word needs it, as in
@@ -203,6 +204,7 @@ mt_status mt_bpe_parse(mt_tokenizer *tok, const json_t *model) {
     const json_t *dropout = json_object_get(model, "dropout");
     if (dropout && !json_is_null(dropout) && (!json_is_number(dropout) || json_number_value(dropout) != 0))
         return mt_fail(MT_ERR_INVALID, "%s: BPE dropout is not supported (it makes encoding random)", what);
+    b->path = tok->path;
     MT_TRY(optional_string(model, "unk_token", what, &b->unk_token, NULL));
     MT_TRY(optional_string(model, "continuing_subword_prefix", what, &b->prefix, &b->prefix_len));
     MT_TRY(optional_string(model, "end_of_word_suffix", what, &b->suffix, &b->suffix_len));
@@ -222,6 +224,9 @@ mt_status mt_bpe_parse(mt_tokenizer *tok, const json_t *model) {
         b->fallback_id[c] = mt_strmap_get(&b->vocab, name, 6);
     }
     if (b->byte_level) MT_TRY(index_bytes(b, what));
+    if (b->unk_token && mt_strmap_get(&b->vocab, b->unk_token, strlen(b->unk_token)) < 0)
+        mt_log_warn("%s: unk_token \"%s\" is not in the vocabulary: text holding a character the vocabulary lacks "
+                    "will fail to encode", what, b->unk_token);
     b->meta_split = can_split_at_meta(b);
     if (!(b->cache = mt_cache_new())) return mt_fail(MT_ERR_NOMEM, "%s: cannot allocate the word cache", what);
     return MT_OK;
@@ -283,8 +288,10 @@ static mt_status unknown(const mt_bpe *b, mt_bpe_scratch *sc, word *w, const cha
     }
     if (!b->unk_token) return MT_OK;
     int32_t unk = mt_strmap_get(&b->vocab, b->unk_token, strlen(b->unk_token));
-    if (unk < 0)
-        return mt_fail(MT_ERR_INVALID, "BPE: unk_token \"%s\" is not in the vocabulary", b->unk_token);
+    if (unk < 0) /* the tokenizer is at fault, which a message about the text would hide */
+        return mt_fail(MT_ERR_INVALID, "the tokenizer %s: its model's unk_token \"%s\" is not in its vocabulary, and "
+                       "this text holds a character the vocabulary lacks (\"%.*s\"): fix the tokenizer", b->path,
+                       b->unk_token, (int)(n < 16 ? n : 16), s);
     if (w->unk >= 0 && b->fuse_unk) {
         w->unk_len += len;
         return MT_OK;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "tokenizer/chat_data.h"
+#include "tokenizer/utf8.h"
 
 enum { BATCH_LINES = 1024 };
 
@@ -53,7 +54,7 @@ static mt_status read_batch(FILE *f, const char *path, size_t *line, example *b,
     ssize_t len;
     *n = 0;
     while (*n < BATCH_LINES && (len = getline(&buf, &cap, f)) != -1) {
-        ++*line;
+        if (++*line == 1 && mt_utf8_bom(buf, (size_t)len)) memmove(buf, buf + 3, (size_t)(len -= 3) + 1);
         if (blank(buf, (size_t)len)) continue;
         b[*n] = (example){.text = buf, .len = (size_t)len, .line = *line};
         ++*n;
@@ -108,10 +109,10 @@ mt_status mt_jsonl_is_chat(const char *path, int *chat) {
     *chat = 0;
     mt_status st = MT_OK;
     while ((len = getline(&buf, &cap, f)) != -1) {
-        line++;
-        if (blank(buf, (size_t)len)) continue;
+        size_t bom = ++line == 1 ? mt_utf8_bom(buf, (size_t)len) : 0;
+        if (blank(buf + bom, (size_t)len - bom)) continue;
         json_error_t err;
-        json_t *j = json_loadb(buf, (size_t)len, JSON_ALLOW_NUL, &err);
+        json_t *j = json_loadb(buf + bom, (size_t)len - bom, JSON_ALLOW_NUL, &err);
         if (!j) st = mt_fail(MT_ERR_INVALID, "%s:%zu: not JSON: %s (column %d)", path, line, err.text, err.column);
         *chat = j && mt_jsonl_kind_of(j) != MT_JSONL_OTHER;
         json_decref(j);

@@ -4,7 +4,13 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
+#include <stdio.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include "util/fs.h"
+#include "util/log.h"
 
 static int ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), m = strlen(suffix);
@@ -29,27 +35,52 @@ static int by_path(const void *a, const void *b) {
     return strcmp(((const mt_input_file *)a)->path, ((const mt_input_file *)b)->path);
 }
 
-static mt_status walk(mt_input_list *l, const char *dir) {
+static int wanted(const char *path) {
+    return ends_with(path, ".txt") || ends_with(path, ".text") || ends_with(path, ".md") || ends_with(path, ".jsonl");
+}
+
+/* What a directory's walk passed over, said once it is done. */
+typedef struct {
+    size_t count;
+    char example[256];
+} passed;
+
+static void pass_over(passed *p, const char *path) {
+    if (!p->count++) snprintf(p->example, sizeof p->example, "%s", path);
+}
+
+static mt_status walk(mt_input_list *l, const char *dir, passed *p) {
     DIR *d = opendir(dir);
     if (!d) return mt_fail(MT_ERR_IO, "%s: cannot read the directory: %s", dir, strerror(errno));
     mt_status st = MT_OK;
     struct dirent *e;
     while (!st && (e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
         char *path;
         if (asprintf(&path, "%s/%s", dir, e->d_name) < 0) {
             st = mt_fail(MT_ERR_NOMEM, "inputs: cannot copy a path");
             break;
         }
         struct stat ls, s;
-        if (lstat(path, &ls) != 0 || stat(path, &s) != 0) {
-            /* A dangling link is passed over; anything else we cannot stat is an error. */
-            if (!(lstat(path, &ls) == 0 && S_ISLNK(ls.st_mode)))
-                st = mt_fail(MT_ERR_IO, "%s: %s", path, strerror(errno));
+        if (e->d_name[0] == '.') {
+            pass_over(p, path); /* hidden */
+        } else if (lstat(path, &ls) != 0) {
+            st = mt_fail(MT_ERR_IO, "%s: %s", path, strerror(errno));
+        } else if (stat(path, &s) != 0) {
+            /* A link to nothing: a file the user meant to give that is not there. */
+            char target[PATH_MAX] = "?";
+            ssize_t n = readlink(path, target, sizeof target - 1);
+            if (n >= 0) target[n] = '\0';
+            st = mt_fail(MT_ERR_IO, "%s: a link to %s, which %s", path, target,
+                         errno == ENOENT ? "does not exist" : strerror(errno));
         } else if (S_ISDIR(s.st_mode)) {
-            if (!S_ISLNK(ls.st_mode)) st = walk(l, path);
-        } else if (S_ISREG(s.st_mode) && (ends_with(path, ".txt") || ends_with(path, ".text") ||
-                                          ends_with(path, ".md") || ends_with(path, ".jsonl"))) {
+            if (S_ISLNK(ls.st_mode)) pass_over(p, path); /* a link to a directory: never followed (loops) */
+            else st = walk(l, path, p);
+        } else if (!wanted(path)) {
+            pass_over(p, path);
+        } else if (!S_ISREG(s.st_mode)) {
+            st = mt_fail(MT_ERR_INVALID, "%s: an input must be a regular file, not %s", path, mt_file_kind(s.st_mode));
+        } else {
             st = add(l, path);
         }
         free(path);
@@ -67,10 +98,18 @@ mt_status mt_input_files_collect(const char *const *paths, size_t n, mt_input_li
             st = mt_fail(MT_ERR_IO, "%s: %s", paths[i], strerror(errno));
         } else if (S_ISDIR(s.st_mode)) {
             size_t first = out->n;
-            st = walk(out, paths[i]);
+            passed p = {0};
+            st = walk(out, paths[i], &p);
             if (!st && out->n > first) qsort(out->v + first, out->n - first, sizeof *out->v, by_path);
             else if (!st)
                 st = mt_fail(MT_ERR_INVALID, "%s: no .txt, .text, .md or .jsonl files in the directory", paths[i]);
+            if (!st && p.count)
+                mt_log_info("%s: %zu entr%s passed over: hidden, links to directories, or not .txt, .text, .md or "
+                            ".jsonl (%s%s)", paths[i], p.count, p.count == 1 ? "y" : "ies", p.example,
+                            p.count > 1 ? ", ..." : "");
+        } else if (!S_ISREG(s.st_mode)) {
+            st = mt_fail(MT_ERR_INVALID, "%s: an input must be a regular file or a directory, not %s", paths[i],
+                         mt_file_kind(s.st_mode));
         } else {
             st = add(out, paths[i]);
         }

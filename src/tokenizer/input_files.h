@@ -16,10 +16,12 @@ typedef struct {
     size_t n, cap;
 } mt_input_list;
 
-/* Each path in turn: a file is taken whatever its name (JSONL when it ends in .jsonl); a directory
- * gives, recursively and sorted by path, its .txt, .text, .md and .jsonl files (hidden entries and
- * symbolic links to directories are passed over). Fails naming a path that does not exist, and
- * when nothing is found. */
+/* Each path in turn: a regular file is taken whatever its name (JSONL when it ends in .jsonl); a
+ * directory gives, recursively and sorted by path, its .txt, .text, .md and .jsonl files; what it
+ * passes over (hidden entries, links to directories, other names) is counted in a log line. Fails
+ * naming a path that does not exist, an input that is not a regular file or a directory (a FIFO
+ * is refused without being opened, which would wait for a writer), a link to nothing in a
+ * directory (a file the user meant to give), and when nothing is found. */
 mt_status mt_input_files_collect(const char *const *paths, size_t n, mt_input_list *out);
 void mt_input_files_free(mt_input_list *l);
 

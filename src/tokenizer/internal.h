@@ -113,6 +113,7 @@ typedef struct {
     mt_merge_slot *merges;
     size_t merges_mask, n_merges;
     char *unk_token;            /* NULL when unset */
+    const char *path;           /* the tokenizer.json, for messages (the tokenizer's own string) */
     int fuse_unk, byte_fallback, ignore_merges;
     char *prefix, *suffix;      /* continuing_subword_prefix, end_of_word_suffix (NULL: unset) */
     size_t prefix_len, suffix_len;

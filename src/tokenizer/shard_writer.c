@@ -8,7 +8,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "util/fs.h"
 
 #define LLMC_MAGIC 20240520
 #define HEADER_BYTES 1024
@@ -33,23 +32,7 @@ mt_status mt_shard_writer_open(mt_shard_writer *w, const char *prefix, int width
     if (!(w->prefix = strdup(prefix)) || !(w->buf = malloc(BUF_BYTES)))
         return mt_fail(MT_ERR_NOMEM, "shards: cannot allocate a write buffer");
     w->buf_cap = BUF_BYTES;
-    const char *slash = strrchr(prefix, '/');
-    if (slash && slash != prefix) {
-        char *dir = strndup(prefix, (size_t)(slash - prefix));
-        if (!dir) return mt_fail(MT_ERR_NOMEM, "shards: cannot copy a path");
-        mt_status st = mt_mkdir_p(dir);
-        free(dir);
-        MT_TRY(st);
-    }
-    char *first = mt_shard_name(prefix, 0, 0);
-    if (!first) return mt_fail(MT_ERR_NOMEM, "shards: cannot copy a path");
-    struct stat st;
-    int exists = stat(first, &st) == 0;
-    mt_status status = exists ? mt_fail(MT_ERR_INVALID, "%s already exists: remove the old shards or choose another "
-                                                       "output prefix", first)
-                              : MT_OK;
-    free(first);
-    return status;
+    return mt_shard_prefix_claim(prefix, &w->place);
 }
 
 static mt_status flush(mt_shard_writer *w) {
@@ -139,6 +122,7 @@ mt_status mt_shard_writer_finish(mt_shard_writer *w) {
         }
     }
     w->shards = 0; /* nothing left for abort */
+    mt_shard_prefix_release(&w->place, 0);
     free(w->buf);
     free(w->prefix);
     w->buf = NULL;
@@ -155,6 +139,7 @@ void mt_shard_writer_abort(mt_shard_writer *w) {
         free(name);
     }
     w->shards = 0;
+    if (w->prefix) mt_shard_prefix_release(&w->place, 1);
     free(w->buf);
     free(w->prefix);
     w->buf = NULL;

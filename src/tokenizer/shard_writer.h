@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tokenizer/shard_prefix.h"
 #include "util/status.h"
 
 typedef struct {
@@ -22,10 +23,11 @@ typedef struct {
     uint64_t tokens;        /* ids written in all */
     unsigned char *buf;     /* ids converted to `width`, before they are written */
     size_t buf_len, buf_cap;
+    mt_shard_prefix place; /* the prefix taken (tokenizer/shard_prefix.h) */
 } mt_shard_writer;
 
-/* Prepares to write PREFIX_*.bin; creates the prefix's directory; refuses when PREFIX_000000.bin
- * already exists (a previous run's shards would mix with this one's). */
+/* Prepares to write PREFIX_*.bin: takes the prefix (tokenizer/shard_prefix.h: refuses existing
+ * shards of it, creates its directory). */
 mt_status mt_shard_writer_open(mt_shard_writer *w, const char *prefix, int width, int64_t shard_tokens);
 /* Appends n ids (each must fit `width`; the caller checked the vocabulary). */
 mt_status mt_shard_writer_write(mt_shard_writer *w, const int32_t *ids, size_t n);

@@ -14,10 +14,12 @@
 #include "io/masked_tokens.h"
 #include "tokenizer/chat_file.h"
 #include "tokenizer/input_files.h"
+#include "tokenizer/shard_prefix.h"
 #include "tokenizer/shard_writer.h"
 #include "util/clock.h"
 #include "util/fs.h"
 #include "util/log.h"
+#include "util/stop_signal.h"
 
 mt_status mt_tokenize_inputs_are_chat(const char *const *inputs, size_t n, int *chat) {
     mt_input_list files = {0};
@@ -56,25 +58,16 @@ typedef struct {
     mt_masked_writer *open;  /* the shard being written, or NULL */
     size_t shards;           /* started, the open one included */
     uint64_t tokens;
+    mt_shard_prefix place;   /* the prefix taken (tokenizer/shard_prefix.h) */
+    int claimed;
 } series;
 
 static mt_status series_start(series *s, const char *prefix, int width, int64_t shard_tokens) {
-    *s = (series){.prefix = prefix, .width = width, .shard_tokens = shard_tokens};
+    *s = (series){.prefix = prefix, .width = width, .shard_tokens = shard_tokens, .place = {.temps = -1}};
     if (shard_tokens <= 0) return mt_fail(MT_ERR_INVALID, "shards: %lld tokens a shard", (long long)shard_tokens);
-    const char *slash = strrchr(prefix, '/');
-    if (slash && slash != prefix) {
-        char dir[PATH_MAX];
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - prefix), prefix);
-        MT_TRY(mt_mkdir_p(dir));
-    }
-    char *first = mt_shard_name(prefix, 0, 0);
-    if (!first) return mt_fail(MT_ERR_NOMEM, "shards: cannot copy a path");
-    struct stat st;
-    mt_status status = stat(first, &st) == 0 ? mt_fail(MT_ERR_INVALID, "%s already exists: remove the old shards or "
-                                                       "choose another output prefix", first)
-                                             : MT_OK;
-    free(first);
-    return status;
+    MT_TRY(mt_shard_prefix_claim(prefix, &s->place));
+    s->claimed = 1;
+    return MT_OK;
 }
 
 /* Completes the open shard under its temporary name. */
@@ -125,6 +118,8 @@ static mt_status series_finish(series *s) {
         free(to);
         MT_TRY(st);
     }
+    mt_shard_prefix_release(&s->place, 0);
+    s->claimed = 0;
     return MT_OK;
 }
 
@@ -138,6 +133,8 @@ static void series_abort(series *s) {
             if (name) unlink(name);
             free(name);
         }
+    if (s->claimed) mt_shard_prefix_release(&s->place, 1);
+    s->claimed = 0;
 }
 
 /* ---- the command ---- */
@@ -156,6 +153,8 @@ static int set_threads(int n) {
 }
 
 static mt_status to_shards(const int32_t *ids, const uint8_t *mask, size_t n, void *user) {
+    if (mt_stop_requested()) return mt_stop_status("tokenizing chat data");
+    mt_test_pause("MT_TEST_WRITE_PAUSE_MS");
     return series_add(user, ids, mask, n);
 }
 

@@ -19,8 +19,11 @@
 #include "tokenizer/input_files.h"
 #include "tokenizer/shard_writer.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 #include "util/clock.h"
+#include "util/fs.h"
 #include "util/log.h"
+#include "util/stop_signal.h"
 
 #define BATCH_BYTES (1u << 20) /* text a batch of JSONL lines holds, about */
 #define BATCH_DOCS 4096
@@ -205,6 +208,7 @@ static mt_status write_oldest(reader *r, int wait, int *wrote) {
         return MT_OK;
     }
     if (b->status) return mt_fail(b->status, "%s", b->error);
+    mt_test_pause("MT_TEST_WRITE_PAUSE_MS");
     MT_TRY(mt_shard_writer_write(r->w, b->ids.ids, b->ids.n));
     for (size_t i = 0; i < b->n_docs; i++) r->s->documents += b->docs[i].start == 0;
     r->s->parts += b->n_docs;
@@ -244,6 +248,7 @@ static void queue(reader *r) {
 
 static mt_status add_doc(reader *r, const mt_input_file *file, mapping *map, const char *text, size_t len,
                          size_t line, size_t start, size_t end) {
+    if (mt_stop_requested()) return mt_stop_status("tokenizing");
     if (!r->filling) MT_TRY(next_batch(r, file, map, &r->filling));
     batch *b = r->filling;
     if (b->n_docs == b->cap_docs) {
@@ -260,14 +265,16 @@ static mt_status add_doc(reader *r, const mt_input_file *file, mapping *map, con
 }
 
 static mt_status map_input(const char *path, mapping **out) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY); /* a FIFO must not block */
     if (fd < 0) return mt_fail(MT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     mt_status status = MT_OK;
     mapping *m = calloc(1, sizeof *m);
     if (!m) status = mt_fail(MT_ERR_NOMEM, "%s: cannot allocate", path);
     else if (fstat(fd, &st) != 0) status = mt_fail(MT_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-    else if (!S_ISREG(st.st_mode)) status = mt_fail(MT_ERR_INVALID, "%s: not a regular file", path);
+    else if (!S_ISREG(st.st_mode))
+        status = mt_fail(MT_ERR_INVALID, "%s: an input must be a regular file or a directory, not %s", path,
+                         mt_file_kind(st.st_mode));
     if (!status && st.st_size > 0) {
         m->len = (size_t)st.st_size;
         m->addr = mmap(NULL, m->len, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -307,7 +314,7 @@ static mt_status read_file(reader *r, const mt_input_file *file) {
         } while (!st && start < m->len);
     } else {
         size_t line = 0;
-        for (size_t pos = 0; pos < m->len && !st;) {
+        for (size_t pos = mt_utf8_bom(text, m->len); pos < m->len && !st;) {
             const char *nl = memchr(text + pos, '\n', m->len - pos);
             size_t end = nl ? (size_t)(nl - text) : m->len;
             line++;
@@ -357,7 +364,10 @@ static mt_status run(job *j, const mt_input_list *files, mt_shard_writer *w, mt_
     mt_status st = MT_OK;
     for (size_t i = 0; i < files->n && !st; i++) st = read_file(&r, &files->v[i]);
     int wrote = 1;
-    while (!st && j->next_write < j->next_fill) st = write_oldest(&r, 1, &wrote);
+    while (!st && j->next_write < j->next_fill) {
+        st = write_oldest(&r, 1, &wrote);
+        if (!st && mt_stop_requested()) st = mt_stop_status("tokenizing");
+    }
     size_t shards = w->shards;
     if (!st) st = mt_shard_writer_finish(w);
     s->shards = st ? 0 : shards;

@@ -4,6 +4,7 @@
  * experts counts its router and the top_k experts a token goes to, and a shared expert) plus
  * 6 x L x seq x Q for causal attention (forward 2 x seq x Q per layer, half of 4 x seq x Q for the
  * causal mask; backward twice the forward). */
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include "util/host_memory.h"
 #include "util/rng.h"
 #include "util/clock.h"
+#include "util/stop_signal.h"
 
 static double model_flops_per_token(const mt_config *c, int seq) {
     double linear = (double)mt_config_blocks_active_params(c) + (double)c->vocab_size * c->hidden_size;
@@ -70,8 +72,11 @@ typedef struct {
     double segments_per_window; /* their mean count a window (1: plain windows) */
 } bench_summary;
 
-static void print_summary(FILE *out, const mt_train_options *o, const mt_backend *be, const mt_config *cfg,
-                          const bench_summary *s, double peak_gpu, double host, const char *json) {
+/* The summary line, and with `json_file` (opened by mt_bench before anything ran) the summary as a
+ * JSON line appended there; MT_ERR_IO naming `json` when it cannot be written. */
+static mt_status print_summary(FILE *out, const mt_train_options *o, const mt_backend *be, const mt_config *cfg,
+                               const bench_summary *s, double peak_gpu, double host, const char *json,
+                               FILE *json_file) {
     const mt_engine_options *eo = &s->plan->eo;
     double tokens = (double)s->gpus * s->plan->tokens;
     char where[768], grads[96];
@@ -94,7 +99,7 @@ static void print_summary(FILE *out, const mt_train_options *o, const mt_backend
         fprintf(out, "packed examples of about %d tokens, %.1f a window, attention masked between them (TFLOP/s "
                 "counts causal attention over whole windows, as for plain steps)\n", s->packed_mean,
                 s->segments_per_window);
-    if (!json) return;
+    if (!json_file) return MT_OK;
     json_t *j = json_pack("{s:i, s:f, s:f, s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:b, s:f, s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:i, s:i, s:f, s:i, s:i}",
                           "gpus", s->gpus, "pcie_h2d_gb_per_gpu", s->h2d_bytes / 1e9, "pcie_d2h_gb_per_gpu",
                           s->d2h_bytes / 1e9, "system", "megatrain", "backend", be->ops->name, "model", o->preset ? o->preset : "model",
@@ -119,13 +124,11 @@ static void print_summary(FILE *out, const mt_train_options *o, const mt_backend
         json_decref(j);
         j = NULL;
     }
-    FILE *f = fopen(json, "a");
-    if (j && f) {
-        json_dumpf(j, f, JSON_COMPACT);
-        fputc('\n', f);
-    }
-    if (f) fclose(f);
+    int bad = !j || json_dumpf(j, json_file, JSON_COMPACT) != 0 || fputc('\n', json_file) == EOF ||
+              fflush(json_file) != 0;
     json_decref(j);
+    return bad ? mt_fail(MT_ERR_IO, "--json %s: cannot write the summary: %s", json, j ? strerror(errno) : "out of memory")
+               : MT_OK;
 }
 
 /* Packed examples in every window: lengths uniform in [mean/2, 3*mean/2], the last one of a window
@@ -153,8 +156,15 @@ mt_status mt_bench(const mt_train_options *given, int warmup, int packed_mean, F
     if (o->steps < 1) return mt_fail(MT_ERR_INVALID, "--steps %lld: bench needs at least one timed step", (long long)o->steps);
     mt_config cfg;
     MT_TRY(mt_train_model_config(o, &cfg));
+    /* Opened before the steps run, so that a path it cannot write is refused before, not lost after. */
+    FILE *json_file = json ? fopen(json, "a") : NULL;
+    if (json && !json_file) return mt_fail(MT_ERR_IO, "--json %s: cannot open it to append to: %s", json, strerror(errno));
     mt_layout lay;
-    MT_TRY(mt_layout_init(&lay, &cfg));
+    mt_status laid = mt_layout_init(&lay, &cfg);
+    if (laid != MT_OK) {
+        if (json_file) fclose(json_file);
+        return laid;
+    }
     mt_devices dev = {0};
     mt_store store = {0};
     size_t n = (size_t)o->gpus * o->micro_batches * o->batch * o->seq_len;
@@ -191,6 +201,10 @@ mt_status mt_bench(const mt_train_options *given, int warmup, int packed_mean, F
         }
         if (positions) segments += (double)pack_windows(&rng, packed_mean, o->seq_len, n / o->seq_len, positions, targets);
         mt_step_result r;
+        if (mt_stop_requested()) {
+            rc = mt_stop_status("benchmarking");
+            break;
+        }
         rc = mt_devices_step(&dev, inputs, targets, positions, 1e-4f, &r);
         if (rc != MT_OK) break;
         if ((double)mt_dev_in_use(be) > driver_peak) driver_peak = (double)mt_dev_in_use(be);
@@ -232,8 +246,10 @@ mt_status mt_bench(const mt_train_options *given, int warmup, int packed_mean, F
         sum.opt_block_s = opt_block / (double)o->steps;
         sum.packed_mean = packed_mean;
         sum.segments_per_window = packed_mean ? segments / (double)(warmup + o->steps) / (double)(n / o->seq_len) : 1;
-        print_summary(out, o, be, &cfg, &sum, (double)peak, host_peak_bytes(), json);
+        rc = print_summary(out, o, be, &cfg, &sum, (double)peak, host_peak_bytes(), json, json_file);
     }
+    if (json_file && fclose(json_file) != 0 && rc == MT_OK)
+        rc = mt_fail(MT_ERR_IO, "--json %s: cannot write the summary: %s", json, strerror(errno));
     mt_devices_stop(&dev);
     if (store.layout) mt_store_free(&store);
     mt_devices_close(&dev);

@@ -6,8 +6,15 @@
 
 #include "engine/store.h"
 #include "util/host_memory.h"
+#include "util/size.h"
 
-static double gb(int64_t bytes) { return (double)bytes / 1e9; }
+/* One of a few rotating buffers: a message holds several sizes. */
+static const char *size_text(int64_t bytes) {
+    static _Thread_local char buf[4][32];
+    static _Thread_local int next;
+    char *b = buf[next++ % 4];
+    return mt_size_text(bytes, b, sizeof buf[0]);
+}
 
 int64_t mt_host_available(void) { return mt_host_memory_available().bytes; }
 
@@ -25,8 +32,10 @@ mt_memory_fit mt_memory_fit_of(const mt_layout *layout, mt_backend *be, const mt
     mt_memory_fit fit = {.host_available = host.bytes, .device_available = -1};
     snprintf(fit.host_source, sizeof fit.host_source, "%s", host.source);
     add_class(&fit, "working weights", s.weights);
-    add_class(&fit, "fp32 master", s.master);
-    add_class(&fit, "Adam moments", s.moments);
+    if (!eo->forward_only) { /* a forward-only engine's store holds the working weights alone */
+        add_class(&fit, "fp32 master", s.master);
+        add_class(&fit, "Adam moments", s.moments);
+    }
     add_class(&fit, "gradients on the host", d.host_grads);
     add_class(&fit, "staging", d.host_staging);
     add_class(&fit, "activation checkpoints", d.host_checkpoints);
@@ -53,8 +62,8 @@ static void classes_text(const mt_memory_class *classes, int count, char *buf, s
     size_t at = 0;
     buf[0] = '\0';
     for (int i = 0; i < count && at < cap; i++)
-        at += (size_t)snprintf(buf + at, cap - at, "%s%s %.2f GB", i ? " + " : "", classes[i].name,
-                               gb(classes[i].bytes));
+        at += (size_t)snprintf(buf + at, cap - at, "%s%s %s", i ? " + " : "", classes[i].name,
+                               size_text(classes[i].bytes));
 }
 
 mt_status mt_memory_check_host(const char *what, const mt_memory_class *classes, int count) {
@@ -64,17 +73,18 @@ mt_status mt_memory_check_host(const char *what, const mt_memory_class *classes,
     if (host.bytes < 0 || needed <= host.bytes) return MT_OK;
     char parts[640];
     classes_text(classes, count, parts, sizeof parts);
-    return mt_fail(MT_ERR_NOMEM, "%s needs %.2f GB of host memory (%s), %.2f GB available (%s): choose a smaller "
+    return mt_fail(MT_ERR_NOMEM, "%s needs %s of host memory (%s), %s available (%s): choose a smaller "
                    "model or a machine with more memory (where the machine's memory grows as it is used, "
-                   "--host-mem says how much it will give)", what, gb(needed), parts, gb(host.bytes), host.source);
+                   "--host-mem says how much it will give)", what, size_text(needed), parts, size_text(host.bytes),
+                   host.source);
 }
 
 mt_status mt_memory_check_fit(const mt_memory_fit *f, const char *what) {
     MT_TRY(mt_memory_check_host(what, f->host, f->host_classes));
     if (f->device_available >= 0 && f->device_needed > f->device_available)
-        return mt_fail(MT_ERR_NOMEM, "%s needs %.2f GB of device memory, %.2f GB free; lower --batch, "
+        return mt_fail(MT_ERR_NOMEM, "%s needs %s of device memory, %s free; lower --batch, "
                        "--seq, --micro-batches, --slots or --device-blocks, or give --gpu-mem", what,
-                       gb(f->device_needed), gb(f->device_available));
+                       size_text(f->device_needed), size_text(f->device_available));
     return MT_OK;
 }
 
@@ -91,9 +101,9 @@ mt_status mt_memory_check(const mt_layout *layout, mt_backend *be, const mt_engi
 
 static void print_one(FILE *out, const char *label, const char *what, int64_t needed, int64_t available,
                       const char *source) {
-    fprintf(out, "%-9s %s needs %.2f GB", label, what, gb(needed));
+    fprintf(out, "%-9s %s needs %s", label, what, size_text(needed));
     if (available < 0) fprintf(out, ", available unknown\n");
-    else fprintf(out, ", %.2f GB available%s%s%s: %s\n", gb(available), source[0] ? " (" : "", source,
+    else fprintf(out, ", %s available%s%s%s: %s\n", size_text(available), source[0] ? " (" : "", source,
                  source[0] ? ")" : "", needed <= available ? "fits" : "does NOT fit");
 }
 

@@ -123,6 +123,7 @@ const mt_option mt_options[] = {
     SETTING("eps", MT_OPT_F32, eps, MT_OPT_MAY_CHANGE, 0, 1, 1, 0, 1e-8),
     SETTING("clip", MT_OPT_F32, max_grad_norm, MT_OPT_MAY_CHANGE, 0, INFINITY, 0, 0, 1.0),
     SETTING("max-skips", MT_OPT_INT, max_skips, MT_OPT_MAY_CHANGE, 0, 1 << 30, 0, 0, 10),
+    SETTING("diverge-after", MT_OPT_INT, diverge_after, MT_OPT_MAY_CHANGE, 0, 1 << 30, 0, 0, 20),
     NAME_SETTING("moments", moments, MT_OPT_FIXED, moment_formats, NULL, "fp32"),
     SETTING("ckpt-every", MT_OPT_I64, ckpt_every, MT_OPT_MAY_CHANGE, 0, STEPS_MAX, 0, 0, 200),
     SETTING("eval-every", MT_OPT_I64, eval_every, MT_OPT_MAY_CHANGE, 0, STEPS_MAX, 0, 0, 100),
@@ -148,6 +149,8 @@ const mt_option mt_options[] = {
     SETTING("rate-adamw", MT_OPT_F64, rate_adamw, MT_OPT_PROCESS, 0, 1e4, 1, 0, 0),
     NAME_SETTING("out", out_dir, MT_OPT_PROCESS, NULL, NULL, "runs/demo"),
     SETTING("resume", MT_OPT_FLAG, resume, MT_OPT_PROCESS, 0, 1, 0, 0, 0),
+    SETTING("resume-diverged", MT_OPT_FLAG, resume_diverged, MT_OPT_PROCESS, 0, 1, 0, 0, 0),
+    SETTING("accept-changed-data", MT_OPT_FLAG, accept_changed_data, MT_OPT_PROCESS, 0, 1, 0, 0, 0),
     SETTING("continue-on-save-error", MT_OPT_FLAG, continue_on_save_error, MT_OPT_PROCESS, 0, 1, 0, 0, 0),
     SETTING("sync-save", MT_OPT_FLAG, sync_save, MT_OPT_PROCESS, 0, 1, 0, 0, 0),
     SETTING("save-staging", MT_OPT_SIZE, save_staging, MT_OPT_PROCESS, 0, (double)MT_SIZE_MAX, 0, 0, -1),
@@ -206,14 +209,18 @@ void mt_option_set_default(const mt_option *opt, mt_train_options *o) {
     else set_int(opt, o, (int64_t)opt->default_number);
 }
 
+void mt_option_set_unset(const mt_option *opt, mt_train_options *o) {
+    if (opt->type == MT_OPT_NAME) *FIELD(const char *, opt, o) = NULL;
+    else if (is_number(opt)) set_number(opt, o, MT_UNSET_NUMBER);
+    else set_int(opt, o, MT_UNSET);
+}
+
 mt_train_options mt_train_defaults(void) {
     mt_train_options o;
     memset(&o, 0, sizeof o);
     for (const mt_option *opt = mt_options; opt->name; opt++) {
         if (opt->policy == MT_OPT_PROCESS) mt_option_set_default(opt, &o);
-        else if (opt->type == MT_OPT_NAME) *FIELD(const char *, opt, &o) = NULL;
-        else if (is_number(opt)) set_number(opt, &o, MT_UNSET_NUMBER);
-        else set_int(opt, &o, MT_UNSET);
+        else mt_option_set_unset(opt, &o);
     }
     return o;
 }

@@ -44,6 +44,8 @@ int mt_option_is_unset(const mt_option *opt, const mt_train_options *o);
 /* Sets the option to its default; for a run setting whose default depends on others (the
  * warmup), the caller sets it after. */
 void mt_option_set_default(const mt_option *opt, mt_train_options *o);
+/* Sets a run setting unset (MT_UNSET, MT_UNSET_NUMBER or NULL). */
+void mt_option_set_unset(const mt_option *opt, mt_train_options *o);
 /* Checks the option's value against its domain, naming "--<name>" and the domain. */
 mt_status mt_option_check(const mt_option *opt, const mt_train_options *o);
 /* The option's value as text ("0.003", "cosine", "16"), for messages. */

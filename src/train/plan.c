@@ -1,17 +1,22 @@
 /* mt_plan: the run's memory plan (plan/placement.h) before anything is allocated: where every
  * class of bytes lives, the bytes by class, whether they fit, and the floor of one step's time
  * from the performance model in docs/memory.md. */
+#include <jansson.h>
 #include <stdio.h>
 
 #include "engine/block.h"
 #include "engine/engine.h"
 #include "engine/store.h"
+#include "io/checkpoint.h"
 #include "megatrain.h"
 #include "plan/placement.h"
 #include "train/backend_select.h"
 #include "train/machine_rates.h"
 #include "train/memory_check.h"
+#include "train/option_table.h"
 #include "train/options.h"
+#include "train/run_state.h"
+#include "train/settings.h"
 #include "util/host_memory.h"
 
 /* Reduced-precision moments are reported as what they are: an option, not the default. */
@@ -40,6 +45,8 @@ static void print_tiles(mt_backend *be, const mt_config *c, const mt_engine_opti
             gb((int64_t)ws.tile), gb((int64_t)ws.piece));
 }
 
+static mt_status plan(const mt_train_options *o, const mt_config *c, FILE *out);
+
 /* The pieces the sequence is worked through in, and where the activation checkpoints live. */
 static void print_chunks(const mt_config *c, const mt_engine_options *eo, int64_t host_ckpt, FILE *out) {
     int piece = mt_block_piece_rows(eo->batch, eo->seq, eo->chunk);
@@ -54,13 +61,49 @@ static void print_chunks(const mt_config *c, const mt_engine_options *eo, int64_
             "the head's on the device\n", eo->ckpt_on_host, c->num_layers, gb(host_ckpt));
 }
 
+/* With --resume, the plan of the run in --out as a resume would run it: its newest good
+ * checkpoint's model and settings, the options given applied over them (train refuses the ones a
+ * resume may not change). Without a checkpoint there, a fresh run's. `saved` holds the settings
+ * the names in `o` point into. */
+static mt_status resolve(const mt_train_options *given, mt_train_options *o, mt_config *cfg, json_t **saved,
+                         FILE *out) {
+    char checkpoint[4096];
+    mt_ckpt_entry *entries;
+    int count = 0;
+    *saved = NULL;
+    if (given->resume) {
+        MT_TRY(mt_checkpoint_list(given->out_dir, &entries, &count));
+        mt_checkpoint_list_free(entries, count);
+    }
+    if (!count) {
+        if (given->resume) fprintf(out, "run       %s holds no checkpoint: the plan of a fresh run\n", given->out_dir);
+        MT_TRY(mt_train_options_fresh(given, o));
+        return mt_train_model_config(o, cfg);
+    }
+    int64_t step;
+    MT_TRY(mt_run_latest(given->out_dir, checkpoint, sizeof checkpoint));
+    MT_TRY(mt_run_read_info(checkpoint, &step, saved));
+    MT_TRY(mt_train_options_check(given));
+    MT_TRY(mt_settings_resolve(given, *saved, checkpoint, o));
+    MT_TRY(mt_train_options_check(o));
+    MT_TRY(mt_run_load_config(checkpoint, cfg));
+    fprintf(out, "run       %s at step %lld: its model and settings\n", checkpoint, (long long)step);
+    return MT_OK;
+}
+
 mt_status mt_plan(const mt_train_options *given, FILE *out) {
     mt_train_options resolved;
-    MT_TRY(mt_train_options_fresh(given, &resolved));
-    const mt_train_options *o = &resolved;
-    mt_host_memory_give(o->host_mem);
     mt_config cfg;
-    MT_TRY(mt_train_model_config(o, &cfg));
+    json_t *saved;
+    mt_status st = resolve(given, &resolved, &cfg, &saved, out);
+    if (st == MT_OK) st = plan(&resolved, &cfg, out);
+    json_decref(saved);
+    return st;
+}
+
+static mt_status plan(const mt_train_options *o, const mt_config *c, FILE *out) {
+    mt_host_memory_give(o->host_mem);
+    mt_config cfg = *c;
     if (o->seq_len > cfg.max_position) /* as train refuses it */
         return mt_fail(MT_ERR_INVALID, "--seq %d is past the model's max_position_embeddings (%d%s)", o->seq_len,
                        cfg.max_position, cfg.rope_scaling_factor != 0 ? ", its rope scaling applied" : "");

@@ -8,6 +8,7 @@
 
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
+#include "util/bf16.h"
 #include "util/log.h"
 
 #define RUN_FORMAT "megatrain-run"
@@ -108,25 +109,43 @@ static const char *not_good(const json_t *meta, char *why, size_t cap) {
     return why;
 }
 
-/* The checkpoint can be resumed from: its metadata is a run's, it is good, its blobs verify. */
-static mt_status usable(const char *checkpoint) {
-    json_t *meta;
-    char why[160];
-    MT_TRY(read_meta(checkpoint, &meta));
-    const char *bad = not_good(meta, why, sizeof why);
-    mt_status st = bad ? mt_fail(MT_ERR_NUMERIC, "%s", bad) : MT_OK;
-    json_decref(meta);
-    MT_TRY(st);
-    return mt_checkpoint_verify(checkpoint);
+/* The step the sealed manifest holds must be the one its directory's name says: the name orders
+ * the checkpoints, and a copy or rename (ckpt-000030 holding step 10) would otherwise pass for the
+ * newest. */
+static mt_status step_as_named(const char *checkpoint, const json_t *meta, int64_t named) {
+    const json_t *step = json_object_get(meta, "step");
+    if (!json_is_integer(step)) return mt_fail(MT_ERR_INVALID, "its metadata has no step");
+    if (json_integer_value(step) != named)
+        return mt_fail(MT_ERR_INVALID, "it holds step %lld, not the step %lld its name says (a copy or a rename?)",
+                       (long long)json_integer_value(step), (long long)named);
+    return MT_OK;
 }
 
-mt_status mt_run_latest(const char *run_dir, char *path, size_t cap) {
+/* The checkpoint of a run directory's listing can be resumed from: its metadata is a run's, of
+ * the step its name says, it is good (unless `diverged_too`: then finite is enough), its blobs
+ * verify. */
+static mt_status usable(const mt_ckpt_entry *entry, int diverged_too) {
+    json_t *meta;
+    char why[160];
+    MT_TRY(read_meta(entry->path, &meta));
+    mt_status st = step_as_named(entry->path, meta, entry->step);
+    const char *bad = st == MT_OK ? not_good(meta, why, sizeof why) : NULL;
+    if (bad && diverged_too && !json_is_false(json_object_get(meta, "finite"))) bad = NULL;
+    if (bad) st = mt_fail(MT_ERR_NUMERIC, "%s", bad);
+    json_decref(meta);
+    MT_TRY(st);
+    return mt_checkpoint_verify(entry->path);
+}
+
+mt_status mt_run_latest(const char *run_dir, char *path, size_t cap) { return mt_run_latest_of(run_dir, 0, path, cap); }
+
+mt_status mt_run_latest_of(const char *run_dir, int diverged_too, char *path, size_t cap) {
     mt_ckpt_entry *entries;
     int count;
     MT_TRY(mt_checkpoint_list(run_dir, &entries, &count));
     int found = 0;
     for (int i = 0; i < count && !found; i++) {
-        if (usable(entries[i].path) != MT_OK) {
+        if (usable(&entries[i], diverged_too) != MT_OK) {
             mt_log_warn("skipping checkpoint %s: %s", entries[i].path, mt_error());
             continue;
         }
@@ -147,6 +166,10 @@ mt_status mt_run_mark_diverged(const char *run_dir, int64_t from_step, int64_t f
     for (int i = 0; st == MT_OK && i < count && entries[i].step >= from_step; i++) {
         json_t *meta;
         st = read_meta(entries[i].path, &meta);
+        if (st == MT_OK && step_as_named(entries[i].path, meta, entries[i].step) != MT_OK) {
+            json_decref(meta); /* a misnamed copy is never resumed from: not this run's to mark */
+            continue;
+        }
         if (st != MT_OK) { /* a damaged checkpoint is not resumed from anyway */
             mt_log_warn("%s", mt_error());
             st = MT_OK;
@@ -259,4 +282,26 @@ mt_status mt_run_load(const char *checkpoint, mt_store *s, mt_run_progress *p) {
         MT_TRY(mt_checkpoint_read(checkpoint, blobs[i].name, (void *)blobs[i].data, blobs[i].items * blobs[i].item_bytes));
     mt_store_sync_weights(s);
     return MT_OK;
+}
+
+/* A piece of the masters into the working weights, in their type. */
+static mt_status weights_piece(void *ctx, size_t offset, const void *data, size_t n) {
+    const mt_store *s = ctx;
+    const float *x = data;
+    size_t first = offset / 4, count = n / 4;
+    if (s->weight_dtype == MT_DTYPE_F32) {
+        memcpy((float *)s->weights + first, x, count * 4);
+        return MT_OK;
+    }
+    uint16_t *w = (uint16_t *)s->weights + first;
+#pragma omp parallel for schedule(static) if (count >= (1 << 16))
+    for (size_t i = 0; i < count; i++) w[i] = mt_f32_to_bf16(x[i]);
+    return MT_OK;
+}
+
+mt_status mt_run_load_weights(const char *checkpoint, mt_store *s, int64_t *step) {
+    json_t *settings;
+    MT_TRY(mt_run_read_info(checkpoint, step, &settings));
+    json_decref(settings);
+    return mt_checkpoint_read_pieces(checkpoint, "master", (size_t)s->layout->total_numel * 4, weights_piece, s);
 }

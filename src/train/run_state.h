@@ -68,10 +68,14 @@ mt_status mt_run_rotate(const char *run_dir, const mt_run_save_options *options,
  * so that no run resumes from it; *marked counts them. */
 mt_status mt_run_mark_diverged(const char *run_dir, int64_t from_step, int64_t first, int64_t last, int *marked);
 
-/* The newest good checkpoint under run_dir whose manifest and blob checksums verify; older ones
- * are tried when the newest is not good or damaged (each refusal is logged). MT_ERR_INVALID when
- * there is none. */
+/* The newest good checkpoint under run_dir whose manifest and blob checksums verify and whose
+ * manifest holds the step its name says (the names order the checkpoints: a copy named
+ * ckpt-000030 of step 10 is passed over); older ones are tried when the newest is not good, is
+ * misnamed or damaged (each refusal is logged). MT_ERR_INVALID when there is none. */
 mt_status mt_run_latest(const char *run_dir, char *path, size_t cap);
+/* The same; with `diverged_too`, a checkpoint that a divergence stop marked is taken as well when
+ * its values are finite (train's --resume-diverged: a stop the user judges wrong). */
+mt_status mt_run_latest_of(const char *run_dir, int diverged_too, char *path, size_t cap);
 /* `path` is a checkpoint directory, or a run directory whose newest good checkpoint is meant. */
 mt_status mt_run_resolve(const char *path, char *checkpoint, size_t cap);
 
@@ -82,6 +86,10 @@ mt_status mt_run_load_config(const char *checkpoint, mt_config *cfg);
 mt_status mt_run_load_tokenizer(const char *checkpoint, char *path, size_t cap);
 /* The format of the checkpoint's Adam moments (fp32 for checkpoints that do not say). */
 mt_status mt_run_load_moments_format(const char *checkpoint, mt_moments_format *format);
+/* Fills the working weights of a store of weights alone (engine/store.h, mt_store_create_weights)
+ * from the checkpoint's fp32 masters, converted a piece at a time (no fp32 copy of the model is
+ * held), and reads its step; the moments are not read. What sampling needs. */
+mt_status mt_run_load_weights(const char *checkpoint, mt_store *store, int64_t *step);
 /* Fills the store's masters and moments (and working weights) and the progress; refuses a
  * checkpoint whose moments format is not the store's. */
 mt_status mt_run_load(const char *checkpoint, mt_store *store, mt_run_progress *progress);

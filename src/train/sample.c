@@ -13,6 +13,7 @@
 #include "train/sample.h"
 #include "train/sample_text.h"
 #include "util/rng.h"
+#include "util/stop_signal.h"
 
 enum { MAX_CONTEXT = 1024 };
 
@@ -63,7 +64,7 @@ mt_status mt_sample(const mt_sample_options *o, FILE *out) {
     mt_status prompt_rc = mt_sample_text_prompt(&text, o->prompt, &prompt, &prompt_len);
     if (prompt_rc != MT_OK) {
         mt_sample_text_close(&text);
-        return mt_fail_context(prompt_rc, "%s", checkpoint);
+        return mt_fail_context(prompt_rc, "--prompt"); /* the prompt is at fault, not the checkpoint */
     }
 
     mt_layout layout = {0};
@@ -75,23 +76,28 @@ mt_status mt_sample(const mt_sample_options *o, FILE *out) {
     mt_status rc = tokens && logits ? MT_OK : mt_fail(MT_ERR_NOMEM, "cannot allocate the sampling buffers");
     if (rc == MT_OK) rc = mt_layout_init(&layout, &cfg);
     if (rc == MT_OK) rc = mt_backend_open(o->backend, 0, &be);
-    mt_moments_format moments;
+    /* The model runs forward only: the working weights and a forward-only engine are all that is
+     * checked against the machine and allocated (no fp32 master, moments or gradients). */
     mt_engine_options eo = mt_engine_defaults();
     eo.batch = 1;
     eo.seq = context;
-    eo.max_grad_norm = 0; /* nothing trains: the engine keeps only a small gradient ring */
-    if (rc == MT_OK) rc = mt_run_load_moments_format(checkpoint, &moments);
-    if (rc == MT_OK) rc = mt_memory_check_fit_of(&layout, be, &eo, moments, "sampling");
-    if (rc == MT_OK) rc = mt_store_create_with_moments(&store, &layout, be, moments);
-    mt_run_progress progress;
-    if (rc == MT_OK) rc = mt_run_load(checkpoint, &store, &progress);
-    if (rc == MT_OK) rc = mt_engine_create(&engine, be, &store, &eo, progress.adam_step);
+    eo.max_grad_norm = 0;
+    eo.forward_only = 1;
+    int64_t step = 0;
+    if (rc == MT_OK) rc = mt_memory_check_fit_of(&layout, be, &eo, MT_MOMENTS_F32, "sampling");
+    if (rc == MT_OK) rc = mt_store_create_weights(&store, &layout, be);
+    if (rc == MT_OK) rc = mt_run_load_weights(checkpoint, &store, &step);
+    if (rc == MT_OK) rc = mt_engine_create(&engine, be, &store, &eo, step);
     if (rc == MT_OK) {
         int len = prompt_len;
         memcpy(tokens, prompt, (size_t)prompt_len * sizeof *tokens);
         fputs(o->prompt, out);
         mt_rng rng = {o->seed};
         for (int i = 0; i < o->tokens && rc == MT_OK; i++) {
+            if (mt_stop_requested()) {
+                rc = mt_stop_status("sampling");
+                break;
+            }
             int start = len > context ? len - context : 0;
             rc = mt_engine_next_logits(engine, tokens + start, len - start, logits);
             if (rc != MT_OK) break;

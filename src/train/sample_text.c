@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "train/run_inputs.h"
 #include "train/run_state.h"
 
 mt_status mt_sample_text_open(const char *checkpoint, const mt_config *cfg, mt_sample_text *t) {
@@ -10,6 +11,12 @@ mt_status mt_sample_text_open(const char *checkpoint, const mt_config *cfg, mt_s
     char path[4096];
     MT_TRY(mt_run_load_tokenizer(checkpoint, path, sizeof path));
     if (!path[0]) return MT_OK;
+    int64_t step;
+    json_t *settings;
+    MT_TRY(mt_run_read_info(checkpoint, &step, &settings));
+    mt_status same = mt_run_inputs_check_tokenizer(settings, path, checkpoint);
+    json_decref(settings);
+    MT_TRY(same);
     MT_TRY(mt_tokenizer_load(path, &t->tok));
     uint32_t vocab = mt_tokenizer_vocab_size(t->tok);
     if (vocab > (uint32_t)cfg->vocab_size) {

@@ -87,14 +87,15 @@ static mt_status reconcile(const mt_option *opt, const mt_train_options *given, 
 mt_status mt_settings_resolve(const mt_train_options *given, const json_t *saved, const char *checkpoint,
                               mt_train_options *out) {
     *out = *given;
-    int model_given = given->preset || given->config_path || given->init_from || mt_train_model_changed(given);
     for (const mt_option *opt = mt_options; opt->name; opt++) {
         if (opt->policy == MT_OPT_PROCESS) continue;
         const json_t *v = saved ? json_object_get(saved, opt->name) : NULL;
         int stored = v && !json_is_null(v);
         if (opt->policy == MT_OPT_MODEL) {
-            /* The checkpoint's model stands unless the options name one (compared by train.c). */
-            if (!model_given && stored) MT_TRY(value_from_json(opt, v, checkpoint, out));
+            /* A resumed run's model is the checkpoint's, as stored: a model the options name is
+             * compared with it (train.c) and refused unless it is the same, never stored over it. */
+            if (saved && stored) MT_TRY(value_from_json(opt, v, checkpoint, out));
+            else if (saved) mt_option_set_unset(opt, out);
             continue;
         }
         if (!mt_option_is_unset(opt, given) && !stored) {

@@ -1,12 +1,15 @@
 /* Watching a run's steps for numerical trouble, and knowing which checkpoint is good.
  *
  * A step is healthy when it was not skipped (a non-finite gradient) and its loss is sound: finite,
- * not far worse than guessing (over CHANCE_FACTOR x ln V, V the vocabulary, the loss of a uniform
- * guess) and not a spike (over 3x the running mean of the losses before it, once there are 20 of
- * them; a spike is also warned about). The run stops, the model not coming back by itself, after
- * more than max_skips steps in a row skipped or with a non-finite loss, or more than
- * MT_STEP_WATCH_DIVERGED_STEPS in a row whose loss was not sound (a learning rate far too high
- * can keep the loss finite and huge).
+ * not a spike (over 3x the running mean of the losses before it, once there are 20 of them; a
+ * spike is also warned about), and either no worse than guessing allows (at most CHANCE_FACTOR x
+ * ln V, V the vocabulary, the loss of a uniform guess) or falling: the mean of the last
+ * MT_STEP_WATCH_TREND losses (of all of them, at least two, before there are that many) is the
+ * lowest such mean yet. A fine-tune that starts far worse than guessing (a model meeting data unlike its own) and
+ * learns is thus sound, while a loss that stays high, or climbs, is not. The run stops, the model
+ * not coming back by itself, after more than max_skips steps in a row skipped or with a
+ * non-finite loss, or more than bad_loss_steps in a row whose loss was not sound (a learning rate
+ * far too high can keep the loss finite and huge); bad_loss_steps 0 turns that rule off.
  *
  * Step k's loss measures the weights after step k - 1, so the checkpoint of step s is known good
  * once step s + 1 was healthy and its values were saved finite; the watch keeps the newest such
@@ -21,8 +24,13 @@
 
 #include "util/status.h"
 
+#define MT_STEP_WATCH_CHANCE_FACTOR 2.0
+#define MT_STEP_WATCH_DIVERGED_STEPS 20 /* bad_loss_steps' default (train's --diverge-after) */
+#define MT_STEP_WATCH_TREND 10
+
 typedef struct {
     int max_skips;          /* steps in a row skipped or with a non-finite loss allowed */
+    int bad_loss_steps;     /* steps in a row with an unsound loss allowed; 0: any number */
     double worst_loss;      /* CHANCE_FACTOR x ln V: a loss above it is far worse than guessing */
     int troubled_in_a_row;  /* steps in a row skipped or with a non-finite loss */
     int bad_losses_in_a_row; /* steps in a row whose loss was not sound */
@@ -32,6 +40,8 @@ typedef struct {
     int64_t last_healthy;   /* the newest healthy step (the starting step before any) */
     int64_t losses;         /* finite losses seen */
     double mean;            /* their running mean */
+    double recent[MT_STEP_WATCH_TREND]; /* the last finite losses, a ring */
+    double lowest_trend;    /* the lowest mean of the last MT_STEP_WATCH_TREND losses yet */
     int64_t spikes;         /* loss spikes warned about */
     /* Checkpoints: the newest known good (-1: none), and the latest saved, awaiting its verdict. */
     int64_t good_checkpoint;
@@ -40,12 +50,10 @@ typedef struct {
     int pending_healthy;    /* -1 unknown, 0 or 1 (step pending + 1's health) */
 } mt_step_watch;
 
-#define MT_STEP_WATCH_CHANCE_FACTOR 2.0
-#define MT_STEP_WATCH_DIVERGED_STEPS 20
-
 /* A run starting after step `start` (0, or the step resumed from, whose checkpoint is the good
  * one then: pass it as good_checkpoint, else -1), over a vocabulary of vocab_size tokens. */
-void mt_step_watch_init(mt_step_watch *w, int max_skips, int vocab_size, int64_t start, int64_t good_checkpoint);
+void mt_step_watch_init(mt_step_watch *w, int max_skips, int bad_loss_steps, int vocab_size, int64_t start,
+                        int64_t good_checkpoint);
 
 /* After step `step` (1-based): MT_ERR_NUMERIC once the run must stop (the message names the
  * steps and why). */

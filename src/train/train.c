@@ -13,56 +13,77 @@
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
 #include "io/hf_model.h"
+#include "io/masked_tokens.h"
 #include "io/plot.h"
 #include "train/option_table.h"
 #include "train/options.h"
+#include "train/run_dir.h"
 #include "train/run_file.h"
+#include "train/run_inputs.h"
 #include "train/settings.h"
-#include "train/stop_signal.h"
 #include "train/train_data.h"
 #include "train/train_run.h"
 #include "util/clock.h"
 #include "util/fs.h"
 #include "util/host_memory.h"
 #include "util/log.h"
+#include "util/stop_signal.h"
 
 /* ---- where the run starts from ---- */
 
 /* --resume: the newest good checkpoint. A run directory with no checkpoint at all starts from
  * scratch, so that one command line both starts a run and continues it after a crash; one whose
  * checkpoints are all damaged or bad is refused rather than silently started over. */
-static mt_status find_resume_point(mt_train_run *r, const char *out_dir) {
+static mt_status find_resume_point(mt_train_run *r, const mt_train_options *given) {
+    const char *out_dir = given->out_dir;
     mt_ckpt_entry *entries;
     int count;
     MT_TRY(mt_checkpoint_list(out_dir, &entries, &count));
     mt_checkpoint_list_free(entries, count);
-    if (count > 0) return mt_run_latest(out_dir, r->resume_from, sizeof r->resume_from);
+    if (count > 0) return mt_run_latest_of(out_dir, given->resume_diverged, r->resume_from, sizeof r->resume_from);
     mt_log_info("%s holds no checkpoint yet: --resume starts the run from scratch", out_dir);
-    return MT_OK;
+    return mt_run_dir_check_fresh(&r->dir);
 }
 
-/* A fresh run never trains over another run's checkpoints. */
-static mt_status refuse_existing_run(const char *out_dir) {
+/* A fresh run never trains over another run's checkpoints, nor into a directory of other files. */
+static mt_status refuse_existing_run(mt_train_run *r, const char *out_dir) {
     mt_ckpt_entry *entries;
     int count;
     MT_TRY(mt_checkpoint_list(out_dir, &entries, &count));
     int64_t newest = count > 0 ? entries[0].step : 0;
     mt_checkpoint_list_free(entries, count);
-    if (count == 0) return MT_OK;
-    return mt_fail(MT_ERR_INVALID, "%s already holds a run (newest checkpoint: step %lld): pass --resume to "
-                   "continue it, or choose another --out", out_dir, (long long)newest);
+    if (count > 0)
+        return mt_fail(MT_ERR_INVALID, "%s already holds a run (newest checkpoint: step %lld): pass --resume to "
+                       "continue it, or choose another --out", out_dir, (long long)newest);
+    return mt_run_dir_check_fresh(&r->dir);
 }
 
-/* The run directory exists, is writable and is this run's alone; what a crash left is tidied (by
- * the process that writes it: rank 0 of a world of processes). */
-static mt_status take_run_dir(mt_train_run *r, const char *out_dir) {
-    if (mt_mkdir_p(out_dir) != MT_OK)
-        return mt_fail_context(MT_ERR_IO, "%s: cannot create the run directory", out_dir);
-    if (access(out_dir, W_OK) != 0)
-        return mt_fail(MT_ERR_IO, "%s: the run directory is not writable: %s", out_dir, strerror(errno));
-    if (!mt_devices_writes(&r->dev)) return MT_OK;
-    MT_TRY(mt_run_lock_acquire(out_dir, &r->lock));
-    return mt_checkpoint_tidy(out_dir);
+/* A path option made absolute (into buf) where it is set: a run stores its inputs' absolute paths,
+ * so that a resume from another working directory reads the same files. */
+static mt_status absolute(const char **path, char *buf, size_t cap) {
+    if (!*path || (*path)[0] == '/') return MT_OK;
+    MT_TRY(mt_path_absolute(*path, buf, cap));
+    *path = buf;
+    return MT_OK;
+}
+
+/* The same for --val-data's comma-separated files. */
+static mt_status absolute_list(const char **list, char *buf, size_t cap) {
+    if (!*list) return MT_OK;
+    size_t at = 0;
+    buf[0] = '\0';
+    for (const char *p = *list; *p;) {
+        size_t n = strcspn(p, ",");
+        char one[4096], abs[4096];
+        snprintf(one, sizeof one, "%.*s", (int)(n < sizeof one - 1 ? n : sizeof one - 1), p);
+        MT_TRY(mt_path_absolute(one, abs, sizeof abs));
+        int w = snprintf(buf + at, cap - at, "%s%s", at ? "," : "", abs);
+        if (w < 0 || (size_t)w >= cap - at) return mt_fail(MT_ERR_INVALID, "--val-data %s: the paths are too long", *list);
+        at += (size_t)w;
+        p += n + (p[n] == ',');
+    }
+    *list = buf;
+    return MT_OK;
 }
 
 /* The options with every run setting resolved: the checkpoint's settings on resume (changes
@@ -76,7 +97,14 @@ static mt_status resolve_settings(mt_train_run *r, const mt_train_options *given
         MT_TRY(mt_train_tokenizer_resolve(&named, r->tokenizer, sizeof r->tokenizer));
         named.tokenizer = r->tokenizer;
     }
+    MT_TRY(absolute(&named.data_path, r->data_path, sizeof r->data_path));
+    MT_TRY(absolute(&named.init_from, r->init_from, sizeof r->init_from));
+    MT_TRY(absolute(&named.config_path, r->config_path, sizeof r->config_path));
+    MT_TRY(absolute_list(&named.val_data, r->val_data, sizeof r->val_data));
     MT_TRY(mt_settings_resolve(&named, r->saved_settings, r->resume_from, &r->o));
+    /* The default data, or a relative path a checkpoint stored before paths were made absolute. */
+    MT_TRY(absolute(&r->o.data_path, r->data_path, sizeof r->data_path));
+    if (r->o.val_data != r->val_data) MT_TRY(absolute_list(&r->o.val_data, r->val_data, sizeof r->val_data));
     /* None named or stored: the --init-from directory's, when it has one. A run that stored
      * none (bytes) keeps none. */
     if (!r->o.tokenizer && !(r->saved_settings && json_object_get(r->saved_settings, "tokenizer"))) {
@@ -89,6 +117,20 @@ static mt_status resolve_settings(mt_train_run *r, const mt_train_options *given
                        "continue the run", (long long)r->o.steps, r->resume_from, (long long)step, (long long)step);
     r->settings = mt_settings_to_json(&r->o);
     return r->settings ? MT_OK : mt_fail(MT_ERR_NOMEM, "cannot build the run's settings");
+}
+
+/* What identifies each input is kept in the run's settings; a resumed run's inputs must be the
+ * ones its checkpoint kept (train/run_inputs.h). Before the data is tokenized or read. */
+static mt_status identify_inputs(mt_train_run *r, const mt_train_options *given) {
+    json_t *inputs;
+    MT_TRY(mt_run_inputs_identify(&r->o, &inputs));
+    mt_status st = r->resume_from[0] ? mt_run_inputs_check(r->saved_settings, inputs, given, r->resume_from,
+                                                           &r->data_changed)
+                                     : MT_OK;
+    if (st == MT_OK && json_object_set_new(r->settings, "inputs", inputs) != 0)
+        return mt_fail(MT_ERR_NOMEM, "cannot build the run's settings");
+    if (st != MT_OK) json_decref(inputs);
+    return st;
 }
 
 /* 1 when both configs describe the same model. */
@@ -156,22 +198,48 @@ static mt_status init_weights(mt_train_run *r) {
     return MT_OK;
 }
 
-/* The token file, opened and checked before the model's memory is allocated. */
-static mt_status open_tokens(mt_train_run *r) {
-    const char *path = r->o.data_path;
-    if (!strcmp(path, mt_option_find("data")->default_name) && access(path, R_OK) != 0)
+/* A run must have something to learn: a masked shard whose every training target is masked would
+ * skip every step and end "saved" with nothing trained. Targets are the tokens after each window's
+ * first, so the training split's are tokens 1 to train_tokens - 1. */
+static mt_status check_targets(mt_train_run *r) {
+    const mt_dataset *d = &r->data;
+    const char *tokens = r->o.data_path;
+    int train = mt_tokens_any_loss(&r->tokens, 1, d->train_tokens - 1);
+    int val = d->val_tokens > 1 && mt_tokens_any_loss(&r->tokens, d->train_tokens + 1, d->val_tokens - 1);
+    MT_TRY(mt_tokens_status(&r->tokens));
+    if (!train)
+        return mt_fail(MT_ERR_INVALID, "%s: no token of its training split (tokens 1 to %zu) carries loss: every "
+                       "target is masked, so there is nothing to train on (chat data whose answers are all empty, or "
+                       "that has no assistant turn?)", tokens, d->train_tokens - 1);
+    if (d->val_tokens > 0 && !val && r->o.eval_every > 0)
+        mt_log_warn("%s: no token of its validation split carries loss: there will be no validation loss",
+                    tokens);
+    return MT_OK;
+}
+
+/* The token file, opened and checked (ids, splits, targets) before the model's memory is
+ * allocated. */
+static mt_status open_tokens(mt_train_run *r, const mt_train_options *given) {
+    const char *path = r->o.data_path, *demo = mt_option_find("data")->default_name;
+    char demo_path[4096];
+    MT_TRY(mt_path_absolute(demo, demo_path, sizeof demo_path));
+    if (!strcmp(path, demo_path) && access(path, R_OK) != 0)
         return mt_fail(MT_ERR_IO, "%s: the demo corpus is missing; make it with "
                        "'scripts/make-demo-corpus.sh %s' (needs the bible-kjv packages) or pass --data",
-                       path, path);
+                       demo, demo);
+    MT_TRY(identify_inputs(r, given));
     char tokens[8192];
     MT_TRY(mt_train_data_resolve(&r->o, (uint32_t)r->cfg.vocab_size, tokens, sizeof tokens));
     MT_TRY(mt_tokens_open(tokens, &r->tokens));
     MT_TRY(mt_tokens_validate(&r->tokens, (uint32_t)r->cfg.vocab_size, tokens));
     /* The windows' layout, now that the data says what it is, is a run setting: stored resolved. */
     MT_TRY(mt_train_data_layout(&r->o, &r->tokens, path, &r->eot));
+    json_t *inputs = json_incref(json_object_get(r->settings, "inputs")); /* identify_inputs' */
     json_decref(r->settings);
     r->settings = mt_settings_to_json(&r->o);
-    return r->settings ? MT_OK : mt_fail(MT_ERR_NOMEM, "cannot build the run's settings");
+    if (r->settings && (!inputs || json_object_set_new(r->settings, "inputs", inputs) == 0)) return MT_OK;
+    if (!r->settings) json_decref(inputs);
+    return mt_fail(MT_ERR_NOMEM, "cannot build the run's settings");
 }
 
 /* The packing's numbers: one line, and a warning for the examples it cut. */
@@ -208,7 +276,20 @@ static mt_status open_dataset(mt_train_run *r) {
                         r->eot);
         }
     }
-    return MT_OK;
+    return check_targets(r);
+}
+
+/* The sampler where the resumed checkpoint left it; on other data (a changed file taken with
+ * --accept-changed-data) a place the new data does not have starts a new epoch. */
+static mt_status restore_sampler(mt_train_run *r) {
+    if (!r->resume_from[0]) return MT_OK;
+    mt_sampler_state *s = &r->progress.sampler;
+    mt_status rc = mt_dataset_set_state(&r->data, s);
+    if (rc == MT_OK || !r->data_changed) return rc;
+    mt_log_info("the run's place in its data is not in the changed data (%s): a new epoch starts", mt_error());
+    s->cursor = 0;
+    s->epoch++;
+    return mt_dataset_set_state(&r->data, s);
 }
 
 /* The --val-data files, each tokenized as --data is (cached in the run directory) and read whole
@@ -278,9 +359,9 @@ static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
     MT_TRY(mt_train_options_check(given));
     mt_host_memory_give(given->host_mem);
     MT_TRY(mt_devices_world(&r->dev));
-    MT_TRY(take_run_dir(r, given->out_dir));
-    if (given->resume) MT_TRY(find_resume_point(r, given->out_dir));
-    else MT_TRY(refuse_existing_run(given->out_dir));
+    MT_TRY(mt_run_dir_take(&r->dir, given->out_dir, mt_devices_writes(&r->dev)));
+    if (given->resume) MT_TRY(find_resume_point(r, given));
+    else MT_TRY(refuse_existing_run(r, given->out_dir));
     MT_TRY(resolve_settings(r, given));
     MT_TRY(resolve_model(r, given));
     MT_TRY(mt_layout_init(&r->layout, &r->cfg));
@@ -288,13 +369,13 @@ static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
     const mt_train_options *o = &r->o;
     MT_TRY(mt_devices_open(&r->dev, o));
     MT_TRY(plan_memory(r));
-    MT_TRY(open_tokens(r));
+    MT_TRY(open_tokens(r, given));
     MT_TRY(open_dataset(r));
     /* The data resolved --packing: an engine that takes positions needs a little more memory. */
     if (r->placement.eo.packed != mt_train_segmented(o)) MT_TRY(plan_memory(r));
     MT_TRY(mt_engine_store_create(&r->store, &r->layout, r->dev.be, r->moments, &r->placement.eo));
     MT_TRY(init_weights(r));
-    if (r->resume_from[0]) MT_TRY(mt_dataset_set_state(&r->data, &r->progress.sampler));
+    MT_TRY(restore_sampler(r));
     MT_TRY(open_val_files(r));
     MT_TRY(open_engine(r));
     if (mt_devices_writes(&r->dev)) {
@@ -303,7 +384,7 @@ static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
         snprintf(run_file, sizeof run_file, "%s/run.yaml", o->out_dir);
         MT_TRY(mt_run_file_write(run_file, o));
     }
-    mt_step_watch_init(&r->watch, o->max_skips, r->cfg.vocab_size, r->progress.step,
+    mt_step_watch_init(&r->watch, o->max_skips, o->diverge_after, r->cfg.vocab_size, r->progress.step,
                        r->resume_from[0] ? r->progress.step : -1);
     const char *nan_step = getenv("MT_TEST_NAN_STEP");
     r->nan_step = nan_step ? strtoll(nan_step, NULL, 10) : 0;
@@ -353,7 +434,7 @@ static void close_run(mt_train_run *r) {
     if (r->layout.units) mt_layout_free(&r->layout);
     json_decref(r->settings);
     json_decref(r->saved_settings);
-    mt_run_lock_release(&r->lock); /* last: the run directory is no longer written */
+    mt_run_dir_release(&r->dir); /* last: the run directory is no longer written */
 }
 
 /* ---- the loop's parts ---- */
@@ -390,8 +471,11 @@ static mt_status validate(mt_train_run *r, const mt_dataset *data, const mt_toke
     return MT_OK;
 }
 
+/* Redraws loss.svg; a failure is a warning, never the run's error (the message is kept). */
 static void draw_curve(const mt_train_run *r) {
     if (!r->metrics) return; /* a rank of a world that does not write the run directory */
+    mt_error_kept kept;
+    mt_error_keep(&kept);
     char metrics[4096], svg[4096];
     snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", r->o.out_dir);
     snprintf(svg, sizeof svg, "%s/loss.svg", r->o.out_dir);
@@ -413,6 +497,7 @@ static void draw_curve(const mt_train_run *r) {
     mt_curve_free(&train);
     mt_curve_free(&val);
     for (int i = 0; i < r->n_val; i++) mt_curve_free(&files[i]);
+    mt_error_restore(&kept);
 }
 
 /* JSON has no NaN or Inf (jansson refuses them): a non-finite number is logged as null. */
@@ -452,6 +537,19 @@ static mt_status log_val(mt_train_run *r, const char *key, double loss) {
     return rc;
 }
 
+/* Steps whose windows have no target that carries loss train nothing; a run of them longer than
+ * --max-skips means the data has too few such targets to train on. The steps taken are saved,
+ * as for any stop by the data. */
+static mt_status stop_for_empty_windows(mt_train_run *r) {
+    r->data_failed = 1;
+    size_t trained = mt_tokens_loss_count(&r->tokens);
+    MT_TRY(mt_tokens_status(&r->tokens));
+    return mt_fail(MT_ERR_INVALID, "steps %lld to %lld drew windows in which every target is masked (more than "
+                   "--max-skips %d in a row): %s has too few tokens that carry loss (%zu of %zu) for windows of "
+                   "--seq %d", (long long)(r->progress.step - r->empty_in_a_row + 1), (long long)r->progress.step,
+                   r->o.max_skips, r->o.data_path, trained, r->tokens.count, r->o.seq_len);
+}
+
 static mt_status loop(mt_train_run *r, mt_progress *pg) {
     const mt_train_options *o = &r->o;
     int sequences = mt_devices_ranks(&r->dev, o) * o->micro_batches * o->batch;
@@ -475,6 +573,8 @@ static mt_status loop(mt_train_run *r, mt_progress *pg) {
             MT_TRY(mt_devices_step(&r->dev, r->inputs, r->targets, r->positions, lr, &s));
         }
         r->progress.step++;
+        r->empty_in_a_row = no_targets ? r->empty_in_a_row + 1 : 0;
+        if (r->empty_in_a_row > o->max_skips) return stop_for_empty_windows(r);
         if (no_targets)
             mt_progress_note(pg, "step %lld skipped: every target of its windows is masked (no loss)",
                              (long long)r->progress.step);
@@ -541,10 +641,11 @@ static mt_status finish_run(mt_train_run *r, mt_status rc) {
 }
 
 mt_status mt_train(const mt_train_options *given) {
-    mt_train_run r = {.lock = {.fd = -1}, .eot = -1};
+    mt_train_run r = {.dir = {.lock = {.fd = -1}}, .eot = -1};
     mt_stop_signals signals;
     mt_stop_signals_install(&signals);
     mt_status rc = open_run(&r, given);
+    if (rc != MT_OK && !r.metrics) mt_run_dir_undo(&r.dir); /* refused: the directory as it was found */
     if (rc == MT_OK) {
         mt_progress pg;
         mt_progress_start(&pg, r.o.progress, r.progress.step, r.o.steps);
@@ -554,7 +655,10 @@ mt_status mt_train(const mt_train_options *given) {
         rc = finish_run(&r, rc);
         draw_curve(&r);
     }
+    mt_error_kept kept; /* closing must not report itself in place of the run's error */
+    mt_error_keep(&kept);
     close_run(&r);
+    mt_error_restore(&kept);
     mt_stop_signals_restore(&signals);
     return rc;
 }

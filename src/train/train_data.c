@@ -15,6 +15,7 @@
 #include "tokenizer/shard_writer.h"
 #include "tokenizer/tokenize_chat.h"
 #include "tokenizer/tokenize_files.h"
+#include "tokenizer/utf8.h"
 #include "train/run_state.h"
 #include "util/fs.h"
 #include "util/log.h"
@@ -147,12 +148,47 @@ static mt_status tokenize(const char *data, const char *tokenizer, uint32_t voca
     return MT_OK;
 }
 
+/* JSONL by name, or by a first non-blank byte that opens a JSON object. */
+static int looks_like_jsonl(const char *path) {
+    if (has_suffix(path, ".jsonl") || has_suffix(path, ".json")) return 1;
+    FILE *f = fopen(path, "rb");
+    int c = EOF;
+    if (f) {
+        unsigned char bom[3];
+        if (fread(bom, 1, 3, f) != 3 || mt_utf8_bom((const char *)bom, 3) == 0) rewind(f);
+        for (int n = 0; n < 4096 && (c = fgetc(f)) != EOF && c && strchr(" \t\r\n", c); n++) continue;
+        fclose(f);
+    }
+    return c == '{';
+}
+
+/* Text without a tokenizer is read as bytes: token ids 0 to 255, which only a model of a 256-token
+ * vocabulary (the demo's) reads as its own. Another model would train on ids that mean nothing
+ * to it, and JSONL would be trained as its JSON syntax: both are refused. */
+static mt_status check_bytes(const char *data, uint32_t vocab) {
+    if (looks_like_jsonl(data))
+        return mt_fail(MT_ERR_INVALID, "--data %s is JSONL, and the run has no tokenizer: its bytes, JSON syntax and "
+                       "all, would be the tokens; give --tokenizer (or --init-from a model directory with a "
+                       "tokenizer.json) to tokenize its documents or conversations", data);
+    if (vocab > 256)
+        return mt_fail(MT_ERR_INVALID, "--data %s is text, and the run has no tokenizer: read as bytes, its tokens "
+                       "would be ids 0 to 255, which only a model of a 256-token vocabulary reads (this one has %u); "
+                       "give --tokenizer (or --init-from a model directory with a tokenizer.json), or tokenize it "
+                       "with 'megatrain tokenize'", data, vocab);
+    return MT_OK;
+}
+
 static mt_status data_tokens(const char *data, const char *tokenizer, uint32_t vocab, const char *out_dir,
                                char *tokens, size_t cap) {
     struct stat st;
     if (stat(data, &st) == 0 && S_ISDIR(st.st_mode))
         return mt_fail(MT_ERR_INVALID, "--data %s is a directory: tokenize it with 'megatrain tokenize' and train on "
                        "the shards", data);
+    if (stat(data, &st) != 0 || !S_ISREG(st.st_mode)) { /* the reader refuses it, naming what it is */
+        snprintf(tokens, cap, "%s", data);
+        return MT_OK;
+    }
+    if (!tokenizer[0] && !is_token_file(data)) MT_TRY(check_bytes(data, vocab));
     if (!tokenizer[0] || is_token_file(data)) {
         snprintf(tokens, cap, "%s", data);
         return MT_OK;

@@ -11,7 +11,7 @@
 #include "optim/schedule.h"
 #include "plan/placement.h"
 #include "train/progress.h"
-#include "train/run_lock.h"
+#include "train/run_dir.h"
 #include "train/run_state.h"
 #include "train/saver.h"
 #include "train/step_watch.h"
@@ -23,7 +23,7 @@ typedef struct {
     mt_train_options o;         /* the options, every run setting resolved */
     json_t *saved_settings;     /* the resumed checkpoint's settings (names in o may point into it) */
     json_t *settings;           /* this run's, stored in each of its checkpoints */
-    mt_run_lock lock;
+    mt_run_dir dir;             /* the run directory, locked */
     mt_config cfg;
     mt_layout layout;
     mt_devices dev;             /* the backend and engine (or with --gpus, the ranks') */
@@ -47,8 +47,13 @@ typedef struct {
     int32_t eot;                /* --doc-mask's end-of-text id, or -1 */
     char resume_from[4096];
     char tokenizer[4096];       /* the run's tokenizer, resolved ("" for bytes): train/train_data.h */
+    char data_path[4096], init_from[4096], config_path[4096]; /* those options, absolute */
+    char val_data[MT_MAX_VAL_FILES * 1024];
+    int data_changed;           /* resumed on other data than the checkpoint's (train/run_inputs.h) */
     mt_step_watch watch;
-    int data_failed;            /* the loop stopped on a read of the token file (changed, cut short) */
+    int data_failed;            /* the loop stopped for its data: a read of the token file failed
+                                 * (changed, cut short), or too many windows had no target */
+    int empty_in_a_row;         /* steps in a row whose windows had no target that carries loss */
     int64_t nan_step;           /* test hook: MT_TEST_NAN_STEP, 0 when unset */
     int64_t fault_step;         /* test hook: MT_TEST_DEVICE_FAULT_STEP, 0 when unset */
     int64_t rank_fail_step;     /* test hook: MT_TEST_RANK_FAIL_STEP, the last rank dies; 0 when unset */

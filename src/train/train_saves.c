@@ -119,5 +119,7 @@ mt_status mt_train_stop_diverged(mt_train_run *r) {
                  "then on marked so, never resumed from", (long long)from, marked, marked == 1 ? "" : "s");
     }
     resume_advice(r, advice, sizeof advice);
-    return mt_fail(MT_ERR_NUMERIC, "%s%s; %s, after lowering --lr (or fixing the data)", why, marked_text, advice);
+    return mt_fail(MT_ERR_NUMERIC, "%s%s; %s, after lowering --lr (or fixing the data); a stop judged wrong: "
+                   "--resume --resume-diverged takes the newest finite checkpoint, marked or not, and "
+                   "--diverge-after 0 turns the loss rule off", why, marked_text, advice);
 }

@@ -42,3 +42,12 @@ const char *mt_size_format(int64_t bytes, char *buf, size_t cap) {
     else snprintf(buf, cap, "%lld %s", (long long)(bytes >> (10 * (unit + 1))), names[unit]);
     return buf;
 }
+
+const char *mt_size_text(int64_t bytes, char *buf, size_t cap) {
+    double b = (double)bytes;
+    if (bytes >= 1000000000) snprintf(buf, cap, "%.2f GB", b / 1e9);
+    else if (bytes >= 1000000) snprintf(buf, cap, "%.1f MB", b / 1e6);
+    else if (bytes >= 1000) snprintf(buf, cap, "%.0f kB", b / 1e3);
+    else snprintf(buf, cap, "%lld bytes", (long long)bytes);
+    return buf;
+}

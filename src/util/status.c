@@ -29,6 +29,12 @@ mt_status mt_fail_context(mt_status status, const char *fmt, ...) {
     return status;
 }
 
+_Static_assert(sizeof(((mt_error_kept *)0)->text) == sizeof error_message, "a kept message holds the whole message");
+
+void mt_error_keep(mt_error_kept *kept) { memcpy(kept->text, error_message, sizeof kept->text); }
+
+void mt_error_restore(const mt_error_kept *kept) { memcpy(error_message, kept->text, sizeof error_message); }
+
 const char *mt_error(void) { return error_message[0] ? error_message : "no error recorded"; }
 
 const char *mt_status_name(mt_status status) {

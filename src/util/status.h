@@ -17,6 +17,15 @@ mt_status mt_fail(mt_status status, const char *fmt, ...) __attribute__((format(
 /* Prefixes the thread's current error message: "context: old message". Returns `status`. */
 mt_status mt_fail_context(mt_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The thread's message, kept across work whose own failures must not replace it: what a command
+ * does after an error (redrawing a picture, closing files) would otherwise report itself in place
+ * of the error. */
+typedef struct {
+    char text[1024];
+} mt_error_kept;
+void mt_error_keep(mt_error_kept *kept);
+void mt_error_restore(const mt_error_kept *kept);
+
 /* Propagate a failed status unchanged. */
 #define MT_TRY(expr)                          \
     do {                                      \
