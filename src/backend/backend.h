@@ -190,7 +190,8 @@ typedef struct {
     void (*clip_scale)(mt_backend *be, mt_stream *s, float *scale, const float *norms, int count,
                        float max_norm);
     /* AdamW on n elements of fp32 master, m, v and grad in device memory, writing the working
-     * weights w (the backend's weight type): optim/adamw.h's arithmetic, bit for bit. `scale`:
+     * weights w (the backend's weight type; bf16: the masters' high halves, util/split_f32.h):
+     * optim/adamw.h's arithmetic, bit for bit. `scale`:
      * NULL, or a device float (clip_scale's) that replaces p->grad_scale; a non-finite one
      * leaves everything unchanged (a skipped step). */
     void (*adamw)(mt_backend *be, mt_stream *s, const struct mt_adamw_params *p, int decay,

@@ -134,6 +134,8 @@ static void walk(const shape *s, walker *w) {
     HOST(host_logits, host_staging, V * 4, "logits");
     HOST(host_inv_freq, host_staging, rope * 4, "RoPE frequencies");
     for (int i = 0; i < 2; i++) HOST(input_rows[i], host_staging, V, "the input-token row masks");
+    if (on_device)
+        HOST(master_staging, host_staging, MT_ENGINE_MASTER_STAGING, "the staging of the device-updated units' masters");
 
     /* Where gradients land on the host: every unit's (keep_grads, or exact clipping with every unit
      * on the host: it needs every gradient until the norm is known; tests read them), the

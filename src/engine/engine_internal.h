@@ -16,13 +16,29 @@
  * being read, one on its way out or in. */
 #define CKPT_STAGES 3
 
+/* The device-updated units' masters go up and come home through a host buffer of this many bytes:
+ * the store keeps them split (store.h), the device in fp32. */
+#define MT_ENGINE_MASTER_STAGING ((size_t)64 << 20)
+
+/* How the optimizer thread takes a step (engine_optimizer.c):
+ *   OVERLAPPED   no clipping: each unit's whole update as soon as its gradients are home, during
+ *                the backward;
+ *   SPECULATIVE  exact clipping with fp32 moments: each unit's moments as its gradients come home,
+ *                with the gradient as it is, during the backward; once the global norm is known
+ *                (norm_known), the masters, in the order the next forward needs them: from those
+ *                moments when the step is not clipped (bitwise the plain update), after correcting
+ *                them with the kept gradient when it is, undoing them when the step is skipped;
+ *   DEFERRED     exact clipping with bf16 or 8-bit moments (each part would round them): every
+ *                unit's update once the pass is done and the norm known. */
+typedef enum { MT_OPT_OVERLAPPED, MT_OPT_SPECULATIVE, MT_OPT_DEFERRED } mt_opt_mode;
+
 /* What the optimizer thread is asked to do for one step. */
 typedef struct {
     int64_t generation; /* the step's index: its updates raise the flags to generation + 1 */
     float lr;           /* also the device's, for the units it updates (ends_on_device) */
-    int overlapped;     /* update each unit as its gradients arrive (no clipping) */
-    float grad_scale;   /* clip coefficient (deferred mode) */
-    int skip;           /* non-finite gradient: leave everything unchanged */
+    mt_opt_mode mode;
+    float grad_scale;   /* deferred: the clip coefficient */
+    int skip;           /* deferred: non-finite gradient: leave everything unchanged */
 } mt_opt_job;
 
 struct mt_engine {
@@ -70,6 +86,7 @@ struct mt_engine {
     float *grad_ring_base;     /* ring mode: [grad_ring][max block] */
     int grad_ring;             /* ring mode: blocks' gradients rotate through this many buffers */
     float *host_norms, *host_loss, *host_logits, *host_inv_freq;
+    float *master_staging;     /* the device-updated units' masters pass through it (engine_device_state.c) */
 
     /* Events and flags (protocol.h): ev[id][i] and fl[id][i], i below n_ev[id] and n_fl[id]. */
     mt_event **ev[MT_EV_COUNT];
@@ -96,6 +113,8 @@ struct mt_engine {
     mt_opt_job job;
     int job_pending, opt_stop;
     int64_t adam_step;         /* updates applied; guarded by opt_lock */
+    float norm_scale;          /* speculative: the step's clip coefficient, and whether it is */
+    int norm_skip;             /* skipped; written before norm_known rises, read after */
     double opt_seconds;        /* time spent updating in the last step; guarded by opt_lock */
     double opt_seconds_per_block; /* its mean per block; guarded by opt_lock */
     double job_block_seconds;  /* the running job's time on blocks so far; optimizer thread only */
@@ -121,6 +140,7 @@ struct mt_engine {
     mt_flag pass_done;         /* a follower's: raised to g + 1 once step g's slices are home */
     int64_t step_targets;      /* the step's targets over every rank; 0: this pass's own */
     int group_failed;          /* set (atomically) when the group aborts: another rank failed */
+    int released;              /* a failed pass released the optimizer's flags: every later step fails */
 
     /* cleanup lists */
     void **allocs, **host_allocs;
@@ -309,6 +329,13 @@ mt_status mt_engine_create_rank(mt_engine **out, mt_backend *be, mt_store *store
 mt_status mt_engine_optimizer_start(mt_engine *e);
 void mt_engine_optimizer_stop(mt_engine *e);
 void mt_engine_optimizer_post(mt_engine *e, const mt_opt_job *job);
+/* Speculative: tells the optimizer step g's clip coefficient (or that it is skipped), raising
+ * norm_known. */
+void mt_engine_optimizer_norm(mt_engine *e, float scale, int skip);
+/* A pass that failed after it posted a job the optimizer works on during the backward: releases
+ * every flag the optimizer may wait on (their values no longer mean anything) so that it ends
+ * the job, a skipped one; the engine refuses every later step. */
+void mt_engine_optimizer_release(mt_engine *e);
 /* The optimizer calls this before it updates unit u: runs the update guard, if any. */
 void mt_engine_guard_unit(mt_engine *e, int u);
 

@@ -84,5 +84,6 @@ int mt_engine_instances(const mt_engine *e, mt_per per) {
 unsigned mt_engine_modes(const mt_engine *e) {
     return (e->o.max_grad_norm > 0 ? MT_MODE_CLIPPED : MT_MODE_OVERLAPPED) | (e->grad_ring ? MT_MODE_RING : 0) |
            (e->o.ends_on_device ? MT_MODE_ENDS_DEVICE : 0) | (e->o.ckpt_on_host > 0 ? MT_MODE_CKPT_HOST : 0) |
-           (mt_engine_any_on_device(e) ? MT_MODE_DEVICE_STATE : 0) | (mt_engine_embed_grad_late(e) ? MT_MODE_EMBED_LATE : 0);
+           (mt_engine_any_on_device(e) ? MT_MODE_DEVICE_STATE : 0) | (mt_engine_embed_grad_late(e) ? MT_MODE_EMBED_LATE : 0) |
+           (e->o.max_grad_norm > 0 && e->store->moments.format == MT_MOMENTS_F32 ? MT_MODE_SPECULATIVE : 0);
 }

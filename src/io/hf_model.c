@@ -93,31 +93,58 @@ static int64_t padded_numel(int64_t n) { return (n + MT_TENSOR_ALIGN - 1) / MT_T
 /* Where tensor t starts in the master array. */
 static int64_t master_offset(const mt_layout *lay, const mt_tensor *t) { return lay->units[t->unit].offset + t->offset; }
 
-static mt_status convert_all(const mt_safetensors *set, const mt_layout *lay, float *masters, int64_t total,
-                             mt_hf_progress_fn progress, void *user) {
+/* Tensors convert this many elements at a time, through a buffer of their own. */
+enum { CONVERT_PIECE = 1 << 22 };
+
+static mt_status convert_all(const mt_safetensors *set, const mt_layout *lay, mt_hf_sink_fn sink, void *sink_user,
+                             int64_t total, mt_hf_progress_fn progress, void *user) {
+    float *buf = mt_malloc(CONVERT_PIECE * sizeof *buf, "the weights' conversion buffer");
+    if (!buf) return MT_ERR_NOMEM;
     int64_t done = 0;
-    for (int i = 0; i < lay->num_tensors; i++) {
+    mt_status st = MT_OK;
+    for (int i = 0; st == MT_OK && i < lay->num_tensors; i++) {
         const mt_tensor *t = &lay->tensors[i];
         const mt_st_tensor *s = mt_safetensors_find(set, t->name);
-        float *dst = masters + master_offset(lay, t);
-        MT_TRY(mt_st_tensor_to_f32(s, dst));
-        memset(dst + s->numel, 0, (size_t)(padded_numel(s->numel) - s->numel) * sizeof *dst);
+        int64_t at = master_offset(lay, t), elem = s->numel ? (int64_t)s->nbytes / s->numel : 0;
+        for (int64_t first = 0; st == MT_OK && first < s->numel; first += CONVERT_PIECE) {
+            mt_st_tensor piece = *s; /* a view of the elements from `first` on */
+            piece.numel = s->numel - first < CONVERT_PIECE ? s->numel - first : CONVERT_PIECE;
+            piece.nbytes = (size_t)(piece.numel * elem);
+            piece.data = (const uint8_t *)s->data + first * elem;
+            st = mt_st_tensor_to_f32(&piece, buf);
+            if (st == MT_OK) sink(sink_user, at + first, buf, piece.numel);
+        }
+        int64_t padding = padded_numel(s->numel) - s->numel;
+        if (st == MT_OK && padding > 0) {
+            memset(buf, 0, (size_t)padding * sizeof *buf);
+            sink(sink_user, at + s->numel, buf, padding);
+        }
         done += (int64_t)s->nbytes;
-        if (progress) progress(done, total, user);
+        if (st == MT_OK && progress) progress(done, total, user);
     }
-    return MT_OK;
+    free(buf);
+    return st;
 }
 
-mt_status mt_hf_load_weights(const char *dir, const mt_layout *lay, float *masters, mt_hf_progress_fn progress,
-                             void *user) {
+mt_status mt_hf_load_weights_into(const char *dir, const mt_layout *lay, mt_hf_sink_fn sink, void *sink_user,
+                                  mt_hf_progress_fn progress, void *user) {
     mt_safetensors *set;
     MT_TRY(mt_safetensors_open_dir(dir, &set));
     int64_t total;
     mt_status st = check_needed(set, dir, lay, &total);
     if (st == MT_OK) st = check_extras(set, lay);
-    if (st == MT_OK) st = convert_all(set, lay, masters, total, progress, user);
+    if (st == MT_OK) st = convert_all(set, lay, sink, sink_user, total, progress, user);
     mt_safetensors_close(set);
     return st;
+}
+
+static void into_array(void *masters, int64_t at, const float *values, int64_t n) {
+    memcpy((float *)masters + at, values, (size_t)n * sizeof *values);
+}
+
+mt_status mt_hf_load_weights(const char *dir, const mt_layout *lay, float *masters, mt_hf_progress_fn progress,
+                             void *user) {
+    return mt_hf_load_weights_into(dir, lay, into_array, masters, progress, user);
 }
 
 /* ---- export ---- */

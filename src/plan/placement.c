@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "engine/budget.h"
+#include "optim/adamw.h"
 
 /* Without --gpu-mem the plan leaves this much of the device's free memory to the libraries' own
  * allocations (cuBLAS, cuDNN workspaces) and to fragmentation: a twentieth, at least 2 GiB. */
@@ -25,15 +26,21 @@ mt_rates mt_placement_rates(void) {
 
 typedef enum { HOME_DEVICE, HOME_HOST_STORE, HOME_HOST_ENGINE } home;
 
+/* When a class goes by its other name: the weights when the masters are not split (fp32 weights:
+ * they are the masters), the host gradients without clipping (a ring that none waits in). */
+typedef enum { NAMED_ALWAYS, NAMED_UNSPLIT, NAMED_UNCLIPPED } other_name;
+
 typedef struct {
     const char *name;
     home where;
     size_t offset; /* into mt_engine_bytes (device, host engine) or mt_store_bytes (host store) */
+    other_name when;
+    const char *other;
 } byte_class;
 
-#define DEV(name, field) {name, HOME_DEVICE, offsetof(mt_engine_bytes, field)}
-#define STORE(name, field) {name, HOME_HOST_STORE, offsetof(mt_store_bytes, field)}
-#define HOST(name, field) {name, HOME_HOST_ENGINE, offsetof(mt_engine_bytes, field)}
+#define DEV(name, field) {name, HOME_DEVICE, offsetof(mt_engine_bytes, field), NAMED_ALWAYS, NULL}
+#define STORE(name, field, when, other) {name, HOME_HOST_STORE, offsetof(mt_store_bytes, field), when, other}
+#define HOST(name, field, when, other) {name, HOME_HOST_ENGINE, offsetof(mt_engine_bytes, field), when, other}
 static const byte_class classes[] = {
     DEV("weight slots", weight_slots),
     DEV("embedding and head weights", embed_head),
@@ -42,12 +49,12 @@ static const byte_class classes[] = {
     DEV("gradients (slots, and those waiting on the device)", grads),
     DEV("activation checkpoints", checkpoints),
     DEV("workspace", workspace),
-    STORE("working weights", weights),
-    STORE("fp32 master", master),
-    STORE("Adam moments", moments),
-    HOST("gradients on the host", host_grads),
-    HOST("staging", host_staging),
-    HOST("activation checkpoints", host_checkpoints),
+    STORE("fp32 master: high halves (the bf16 weights)", weights, NAMED_UNSPLIT, "fp32 master (the weights)"),
+    STORE("fp32 master: low halves", low, NAMED_ALWAYS, NULL),
+    STORE("Adam moments", moments, NAMED_ALWAYS, NULL),
+    HOST("gradients kept for the clip", host_grads, NAMED_UNCLIPPED, "gradient ring"),
+    HOST("staging", host_staging, NAMED_ALWAYS, NULL),
+    HOST("activation checkpoints", host_checkpoints, NAMED_ALWAYS, NULL),
 };
 #undef DEV
 #undef STORE
@@ -56,6 +63,12 @@ static const byte_class classes[] = {
 static int64_t class_bytes(const mt_placement *p, const byte_class *c) {
     const char *base = c->where == HOME_HOST_STORE ? (const char *)&p->store : (const char *)&p->dev;
     return *(const int64_t *)(base + c->offset);
+}
+
+static const char *class_name(const mt_placement *p, const byte_class *c) {
+    int other = (c->when == NAMED_UNSPLIT && p->store.low == 0) ||
+                (c->when == NAMED_UNCLIPPED && p->eo.max_grad_norm <= 0 && !p->eo.keep_grads);
+    return other ? c->other : c->name;
 }
 
 static double gb(int64_t bytes) { return (double)bytes / 1e9; }
@@ -73,17 +86,42 @@ static double step_flops(const mt_config *c, double tokens, int seq) {
     return tokens * (8.0 * block + 6.0 * head + attention);
 }
 
-/* Host optimizer bytes a parameter: read gradient, master, m, v; write master, m, v and the working
- * weights. */
-static double opt_bytes_per_param(const mt_layout *lay, const mt_store_bytes *s, double wsize) {
-    return (double)(s->master + s->moments) * 2 / (double)lay->total_numel + 4.0 + wsize;
+/* How the host optimizer takes a step with these options (engine_internal.h's modes). */
+typedef enum { OPT_OVERLAPPED, OPT_SPECULATIVE, OPT_DEFERRED } opt_mode;
+
+static opt_mode opt_mode_of(const mt_engine_options *o, mt_moments_format moments) {
+    if (o->max_grad_norm <= 0) return OPT_OVERLAPPED;
+    return moments == MT_MOMENTS_F32 ? OPT_SPECULATIVE : OPT_DEFERRED;
 }
+
+/* Host memory traffic of the host optimizer a parameter and step (optim/adamw.h's parts), in all
+ * and once the norm is known (what the next forward waits for), for a step that is not clipped:
+ * without clipping the whole update as gradients come home (28 bytes with fp32 moments); with
+ * it the moments then (20) and the masters after the norm (16); with bf16 or 8-bit moments the
+ * whole update after the norm. */
+static void opt_bytes(const mt_layout *lay, const mt_store_bytes *s, opt_mode mode, double *total, double *after_norm) {
+    double moment = (double)s->moments / 2 / (double)lay->total_numel;
+    double full = mt_adamw_part_bytes(MT_ADAMW_FULL, moment);
+    switch (mode) {
+    case OPT_OVERLAPPED: *total = full, *after_norm = 0; break;
+    case OPT_SPECULATIVE:
+        *after_norm = mt_adamw_part_bytes(MT_ADAMW_WEIGHTS, moment);
+        *total = mt_adamw_part_bytes(MT_ADAMW_MOMENTS, moment) + *after_norm;
+        break;
+    case OPT_DEFERRED: *total = *after_norm = full; break;
+    }
+}
+
+/* The share of a step's GEMM FLOPs in the backward: the recompute (2 a parameter and token) and
+ * the backward (4) of the 8. With clipping, the host's work after the norm comes after it. */
+#define BACKWARD_SHARE 0.75
 
 static void floor_terms(mt_placement *p, mt_backend *be, const mt_layout *lay) {
     const mt_config *c = &lay->cfg;
     const mt_engine_options *o = &p->eo;
     double wsize = (double)mt_dtype_size(be->ops->weight_dtype), block = (double)lay->max_block_numel;
     int streamed = c->num_layers - o->device_blocks, slots = o->slots < streamed ? o->slots : streamed;
+    p->params = (double)lay->total_numel;
     p->tokens = (double)o->micro_batches * o->batch * o->seq;
     p->flops = step_flops(c, p->tokens, o->seq);
     p->gemm_s = p->flops / p->rates.gemm_flop_per_s;
@@ -94,8 +132,13 @@ static void floor_terms(mt_placement *p, mt_backend *be, const mt_layout *lay) {
     p->pcie_out = 4.0 * p->host_params + (double)p->dev.host_checkpoints;
     double in_s = p->pcie_in / p->rates.pcie_bytes_per_s, out_s = p->pcie_out / p->rates.pcie_d2h_bytes_per_s;
     p->pcie_s = in_s > out_s ? in_s : out_s;
-    p->opt_bytes_per_param = opt_bytes_per_param(lay, &p->store, wsize);
+    opt_bytes(lay, &p->store, opt_mode_of(o, p->moments), &p->opt_bytes_per_param, &p->after_norm_bytes_per_param);
     p->opt_s = p->opt_bytes_per_param * p->host_params / p->rates.host_bytes_per_s;
+    p->after_norm_s = p->after_norm_bytes_per_param * p->host_params / p->rates.host_bytes_per_s;
+    p->floor_s = p->gemm_s > p->pcie_s ? p->gemm_s : p->pcie_s;
+    if (p->opt_s > p->floor_s) p->floor_s = p->opt_s;
+    if (p->after_norm_s > 0 && BACKWARD_SHARE * p->gemm_s + p->after_norm_s > p->floor_s)
+        p->floor_s = BACKWARD_SHARE * p->gemm_s + p->after_norm_s;
 }
 
 /* ---- spending the device budget ---- */
@@ -105,8 +148,9 @@ static void floor_terms(mt_placement *p, mt_backend *be, const mt_layout *lay) {
 static double seconds_saved(const mt_placement_request *rq, const mt_layout *lay, mt_backend *be, double params,
                             int loads) {
     mt_store_bytes s = mt_store_size(lay, be->ops->weight_dtype, rq->moments);
-    double wsize = (double)mt_dtype_size(be->ops->weight_dtype);
-    double host = params * opt_bytes_per_param(lay, &s, wsize) / rq->rates.host_bytes_per_s;
+    double wsize = (double)mt_dtype_size(be->ops->weight_dtype), total, after_norm;
+    opt_bytes(lay, &s, opt_mode_of(&rq->eo, rq->moments), &total, &after_norm);
+    double host = params * total / rq->rates.host_bytes_per_s;
     return host + params * (4.0 + wsize * loads) / rq->rates.pcie_bytes_per_s;
 }
 
@@ -145,7 +189,7 @@ static void choose_grad_ring(mt_backend *be, const mt_config *cfg, const mt_layo
     if (eo->max_grad_norm > 0 || eo->keep_grads || rq->host_available < 0) return;
     mt_store_bytes s = mt_store_size(lay, be->ops->weight_dtype, rq->moments);
     mt_engine_bytes d = mt_engine_size(be, cfg, eo);
-    int64_t needed = s.weights + s.master + s.moments + d.host_grads + d.host_staging + d.host_checkpoints +
+    int64_t needed = s.weights + s.low + s.moments + d.host_grads + d.host_staging + d.host_checkpoints +
                      (rq->device_memory ? 0 : d.total);
     int64_t spare = rq->host_available - needed, block = lay->max_block_numel * 4;
     if (spare <= 0 || block <= 0) return;
@@ -241,7 +285,7 @@ static void print_classes(const mt_placement *p, FILE *out, const char *label, i
         if ((c->where != HOME_DEVICE) != host) continue;
         int64_t b = class_bytes(p, c);
         if (!b) continue;
-        fprintf(out, "%s%s %.2f GB", first ? " " : " + ", c->name, gb(b));
+        fprintf(out, "%s%s %.2f GB", first ? " " : " + ", class_name(p, c), gb(b));
         total += b;
         first = 0;
     }
@@ -267,7 +311,11 @@ void mt_placement_print(const mt_placement *p, FILE *out) {
             p->rates.pcie_bytes_per_s / 1e9, p->pcie_out / 1e9, p->rates.pcie_d2h_bytes_per_s / 1e9, p->pcie_s);
     fprintf(out, "          host optimizer %.0f bytes/parameter x %.3f B parameters over %.0f GB/s host memory = "
             "%.3f s (the device updates the other %.3f B)\n", p->opt_bytes_per_param, p->host_params / 1e9,
-            p->rates.host_bytes_per_s / 1e9, p->opt_s,
-            (double)(p->store.master / 4) / 1e9 - p->host_params / 1e9);
+            p->rates.host_bytes_per_s / 1e9, p->opt_s, (p->params - p->host_params) / 1e9);
+    if (p->after_norm_s > 0)
+        fprintf(out, "          with clipping, %.0f of them once the norm is known, after the backward's GEMMs: %.3f s + "
+                "%.3f s = %.3f s\n", p->after_norm_bytes_per_param, BACKWARD_SHARE * p->gemm_s, p->after_norm_s,
+                BACKWARD_SHARE * p->gemm_s + p->after_norm_s);
+    fprintf(out, "          = %.3f s a step at best, %.0f tokens/s\n", p->floor_s, p->tokens / p->floor_s);
     if (p->rates.source) fprintf(out, "          (rates: %s)\n", p->rates.source);
 }

@@ -55,8 +55,11 @@ typedef struct {
     mt_engine_bytes dev;       /* the engine's bytes by class */
     mt_store_bytes store;      /* the host store's */
     int layers, units, units_on_device;
-    /* The floor of one step's time: GEMM FLOPs, PCIe bytes each way, the host optimizer's bytes. */
-    double tokens, flops, gemm_s, pcie_in, pcie_out, pcie_s, host_params, opt_bytes_per_param, opt_s;
+    /* The floor of one step's time: GEMM FLOPs, PCIe bytes each way, the host optimizer's bytes in
+     * all and (with clipping) those after the norm, which follow the backward's GEMMs; floor_s is
+     * the largest term. */
+    double params, tokens, flops, gemm_s, pcie_in, pcie_out, pcie_s, host_params;
+    double opt_bytes_per_param, opt_s, after_norm_bytes_per_param, after_norm_s, floor_s;
     mt_rates rates;
 } mt_placement;
 

@@ -366,7 +366,9 @@ static void op_adamw(mt_backend *b, mt_stream *s, const mt_adamw_params *p, int 
         if (!isfinite(*scale)) return;
         q.grad_scale = *scale;
     }
-    mt_adamw_update_parallel(&q, decay, master, m, v, grad, w, MT_DTYPE_F32, n, ((cpu_backend *)b)->threads);
+    mt_adamw_update_parallel(MT_ADAMW_FULL, &q, decay, (mt_master){.f32 = master}, m, v, grad, n,
+                             ((cpu_backend *)b)->threads);
+    memcpy(w, master, n * sizeof *master); /* the working weights: fp32, the masters themselves */
 }
 
 /* ---- collectives: the ranks are threads of this process (host_comm.h) or processes (world.h) ---- */

@@ -1,19 +1,13 @@
 /* AdamW for the tensors whose optimizer state the device keeps, and the clip coefficient it
  * reads. Bit for bit the host's update (optim/adamw.h): each step is one explicitly rounded fp32
- * operation in the host's order (the _rn intrinsics keep nvcc from fusing a multiply-add), and
- * bf16 rounding is util/bf16.h's, NaN and denormals included. */
+ * operation in the host's order (the _rn intrinsics keep nvcc from fusing a multiply-add), and the
+ * bf16 weights are the masters' high halves as the host store keeps them (util/split_f32.h), so a
+ * master streams as the same bf16 whoever updates it. */
 #include "backend/cuda/bf16_vec.cuh"
 #include "optim/clip.h"
+#include "util/split_f32.h"
 
 enum { THREADS = 256 };
-
-/* util/bf16.h's mt_f32_to_bf16 */
-__device__ static inline uint16_t f32_to_bf16_bits(float f) {
-    uint32_t u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
 
 __global__ void clip_scale_kernel(float *scale, const float *norms, int count, float max_norm) {
     *scale = mt_clip_scale(mt_global_norm(norms, count), max_norm);
@@ -37,7 +31,7 @@ __global__ void adamw_kernel(mt_adamw_coef c, const float *scale, float *master,
         master[i] = wi;
         m[i] = mi;
         v[i] = vi;
-        w[i] = f32_to_bf16_bits(wi);
+        w[i] = mt_split_hi_bits(__float_as_uint(wi));
     }
 }
 
