@@ -109,8 +109,10 @@ mt_status mt_store_create_touched(mt_store *s, const mt_layout *layout, mt_backe
     s->weight_dtype = be->ops->weight_dtype;
     size_t n = (size_t)layout->total_numel;
     int split = split_weights(s->weight_dtype);
-    s->weights = mt_host_alloc(be, n * mt_dtype_size(s->weight_dtype), split ? "the masters' high halves (the bf16 "
-                               "weights)" : "fp32 master weights");
+    /* The halves the device copies: pinned (mt_host_alloc); fp32 weights are the cpu backend's, which
+     * reads them where they are: pages, first touched below as the masters they are. */
+    s->weights = split ? mt_host_alloc(be, n * 2, "the masters' high halves (the bf16 weights)")
+                       : mt_pages_alloc(n * 4, "fp32 master weights");
     if (s->weights && split) s->low = mt_pages_alloc(n * 2, "the masters' low halves");
     if (!s->weights || (split && !s->low) || mt_moments_create(&s->moments, moments, n) != MT_OK) {
         mt_status rc = mt_fail_context(MT_ERR_NOMEM, "host parameter store for %zu parameters", n);
@@ -122,7 +124,9 @@ mt_status mt_store_create_touched(mt_store *s, const mt_layout *layout, mt_backe
 }
 
 void mt_store_free(mt_store *s) {
-    if (s->be && s->weights) mt_host_free(s->be, s->weights);
+    int split = split_weights(s->weight_dtype);
+    if (split && s->be && s->weights) mt_host_free(s->be, s->weights);
+    if (!split && s->layout) mt_pages_free(s->weights, (size_t)s->layout->total_numel * 4);
     if (s->layout) mt_pages_free(s->low, (size_t)s->layout->total_numel * 2);
     mt_moments_free(&s->moments);
     memset(s, 0, sizeof *s);

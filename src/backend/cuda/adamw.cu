@@ -42,13 +42,16 @@ __global__ void adamw_kernel(mt_adamw_coef c, const float *scale, float *master,
             continue;
         }
         float b = __fmul_rn(c.one_minus_beta1, g0), bv = __fmul_rn(__fmul_rn(c.one_minus_beta2, g0), g0);
-        if (!isfinite(bv)) continue; /* MOMENTS keeps them, UNDO too; CORRECT never sees one (the norm is finite) */
-        float m1 = __fadd_rn(__fmul_rn(c.beta1, m[i]), b), v1 = __fadd_rn(__fmul_rn(c.beta2, v[i]), bv);
+        int ok = isfinite(bv); /* MOMENTS keeps the moments where the gradient's term is not finite */
+        float m1 = ok ? __fadd_rn(__fmul_rn(c.beta1, m[i]), b) : m[i];
+        float v1 = ok ? __fadd_rn(__fmul_rn(c.beta2, v[i]), bv) : v[i];
         float av = __fsub_rn(v1, bv);
         av = av > 0 ? av : 0;
-        if (!isfinite(clip)) { /* UNDO */
-            m[i] = __fdiv_rn(__fsub_rn(m1, b), c.beta1);
-            v[i] = __fdiv_rn(av, c.beta2);
+        if (!isfinite(clip)) { /* UNDO, where MOMENTS changed them */
+            if (ok) {
+                m[i] = __fdiv_rn(__fsub_rn(m1, b), c.beta1);
+                v[i] = __fdiv_rn(av, c.beta2);
+            }
             continue;
         }
         float g = __fmul_rn(g0, clip);
