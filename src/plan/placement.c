@@ -1,5 +1,6 @@
 #include "plan/placement.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -112,6 +113,13 @@ static void opt_bytes(const mt_layout *lay, const mt_store_bytes *s, opt_mode mo
     }
 }
 
+/* The share of the GEMM rate a whole step of the engine reaches: its FLOPs' time at the GEMM rate
+ * over the measured step, where the GEMMs bound it (--clip 0): Llama-3-8B, 8 x 4096 tokens on the
+ * H200 (2.862 s of 3.614 s, bench/results/2026-11-22-h200-8b.md) and Qwen2.5-14B, 4 x 4096 on an H100
+ * (2.678 s of 3.434 s, issue 25): 0.79 and 0.78. The rest is the norms, attention's softmax, the
+ * loss, and the pipeline's ends, which the GEMMs do not hide. */
+#define STEP_COMPUTE_SHARE 0.785
+
 /* The share of a step's GEMM FLOPs in the backward: the recompute (2 a parameter and token) and
  * the backward (4) of the 8. With clipping, the host's work after the norm comes after it. */
 #define BACKWARD_SHARE 0.75
@@ -124,7 +132,7 @@ static void floor_terms(mt_placement *p, mt_backend *be, const mt_layout *lay) {
     p->params = (double)lay->total_numel;
     p->tokens = (double)o->micro_batches * o->batch * o->seq;
     p->flops = step_flops(c, p->tokens, o->seq);
-    p->gemm_s = p->flops / p->rates.gemm_flop_per_s;
+    p->gemm_s = p->flops / (p->rates.gemm_flop_per_s * STEP_COMPUTE_SHARE);
     p->host_params = (double)(lay->total_numel - mt_engine_device_numel(lay, o));
     /* In: the host-updated units' weights, and the streamed blocks the backward reloads; out:
      * their gradients. Host-kept checkpoints go out in the forward and come back in the backward. */
@@ -156,6 +164,7 @@ static double seconds_saved(const mt_placement_request *rq, const mt_layout *lay
 
 /* Moves units onto the device while they fit `limit`, best saving per byte first: the embedding
  * and head (one move), and blocks one at a time. */
+#define ENDS_PREFERENCE 0.9
 static void spend_on_device_units(mt_backend *be, const mt_config *cfg, const mt_layout *lay,
                                   const mt_placement_request *rq, mt_engine_options *eo, int64_t limit) {
     int ends = rq->ends == MT_PLACE_AUTO, blocks = rq->device_blocks == MT_PLACE_AUTO;
@@ -174,26 +183,40 @@ static void spend_on_device_units(mt_backend *be, const mt_config *cfg, const mt
         if (!ends_fits && !block_fits) return;
         double ends_rate = ends_saving / (double)(ends_bytes - now > 1 ? ends_bytes - now : 1);
         double block_rate = block_saving / (double)(block_bytes - now > 1 ? block_bytes - now : 1);
-        if (ends_fits && (!block_fits || ends_rate >= block_rate)) *eo = with_ends;
+        /* The ends also free their gradients' host buffers (without clipping; with it a block frees as
+         * much a parameter): within the model's precision, they go first. */
+        if (ends_fits && (!block_fits || ends_rate >= ENDS_PREFERENCE * block_rate)) *eo = with_ends;
         else *eo = with_block;
     }
 }
 
 /* Without clipping, block gradients come home through a ring of host buffers, and the backward
- * runs at most the ring's length ahead of the optimizer. Where the optimizer is the slower (up to
- * a few billion parameters), a short ring holds the backward back to the optimizer's pace, and
- * the optimizer's backlog can no longer drain behind the next forward. So the ring grows to
- * every streamed block where the host can spare it: at most half of what the run leaves. */
+ * runs at most the ring's length ahead of the optimizer. MT_ENGINE_GRAD_RING blocks are the slack a
+ * backward and an optimizer of the same pace need. Where the optimizer is the slower (its block
+ * takes longer than a block's backward: small models, slow hosts), it falls behind by streamed x
+ * (1 - backward / optimizer) blocks over a backward; the ring grows by that (as far as the host can
+ * spare it: half of what the run leaves), so that the backward is not held to the optimizer's pace
+ * and the backlog drains behind the next forward. No more: every block of it is 4 bytes a parameter
+ * of a block, host memory the run no longer has. */
 static void choose_grad_ring(mt_backend *be, const mt_config *cfg, const mt_layout *lay,
                              const mt_placement_request *rq, mt_engine_options *eo) {
-    if (eo->max_grad_norm > 0 || eo->keep_grads || rq->host_available < 0) return;
+    if (eo->max_grad_norm > 0 || eo->keep_grads) return;
     mt_store_bytes s = mt_store_size(lay, be->ops->weight_dtype, rq->moments);
-    mt_engine_bytes d = mt_engine_size(be, cfg, eo);
-    int64_t needed = s.weights + s.low + s.moments + d.host_grads + d.host_staging + d.host_checkpoints +
-                     (rq->device_memory ? 0 : d.total);
-    int64_t spare = rq->host_available - needed, block = lay->max_block_numel * 4;
-    if (spare <= 0 || block <= 0) return;
-    int64_t ring = MT_ENGINE_GRAD_RING + spare / 2 / block, streamed = cfg->num_layers - eo->device_blocks;
+    int64_t streamed = cfg->num_layers - eo->device_blocks, block = lay->max_block_numel * 4;
+    double tokens = (double)eo->micro_batches * eo->batch * eo->seq;
+    double backward = BACKWARD_SHARE * step_flops(cfg, tokens, eo->seq) / (rq->rates.gemm_flop_per_s * STEP_COMPUTE_SHARE) /
+                      cfg->num_layers;
+    double moment = (double)s.moments / 2 / (double)lay->total_numel;
+    double optimizer = mt_adamw_part_bytes(MT_ADAMW_FULL, moment) * (double)lay->max_block_numel / rq->rates.host_bytes_per_s;
+    int64_t behind = optimizer > backward ? (int64_t)ceil((double)streamed * (1 - backward / optimizer)) : 0;
+    if (behind > 0 && rq->host_available >= 0) {
+        mt_engine_bytes d = mt_engine_size(be, cfg, eo);
+        int64_t needed = s.weights + s.low + s.moments + d.host_grads + d.host_staging + d.host_checkpoints +
+                         (rq->device_memory ? 0 : d.total);
+        int64_t spare = rq->host_available - needed, room = spare > 0 && block > 0 ? spare / 2 / block : 0;
+        if (behind > room) behind = room;
+    }
+    int64_t ring = MT_ENGINE_GRAD_RING + behind;
     eo->grad_ring = (int)(ring < streamed ? ring : streamed);
 }
 
@@ -276,6 +299,13 @@ void mt_placement_describe(const mt_placement *p, char *buf, size_t cap) {
              o->micro_batches, o->batch, o->seq, o->lm_chunk, o->ckpt_on_host, p->layers);
 }
 
+int64_t mt_placement_host_bytes(const mt_placement *p) {
+    int64_t total = 0;
+    for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++)
+        if (classes[i].where != HOME_DEVICE) total += class_bytes(p, &classes[i]);
+    return total;
+}
+
 static void print_classes(const mt_placement *p, FILE *out, const char *label, int host) {
     int64_t total = 0;
     fprintf(out, "%-9s", label);
@@ -289,7 +319,8 @@ static void print_classes(const mt_placement *p, FILE *out, const char *label, i
         total += b;
         first = 0;
     }
-    fprintf(out, " = %.2f GB\n", gb(total));
+    if (host) fprintf(out, " = %.2f GB, %.2f bytes a parameter\n", gb(total), (double)total / p->params);
+    else fprintf(out, " = %.2f GB\n", gb(total));
 }
 
 void mt_placement_print(const mt_placement *p, FILE *out) {
@@ -305,8 +336,8 @@ void mt_placement_print(const mt_placement *p, FILE *out) {
                 gib(p->device_limit));
     print_classes(p, out, "device", 0);
     print_classes(p, out, "host", 1);
-    fprintf(out, "floor     GEMM %.3g FLOP / %.0f TFLOP/s = %.3f s\n", p->flops, p->rates.gemm_flop_per_s / 1e12,
-            p->gemm_s);
+    fprintf(out, "floor     GEMM %.3g FLOP / %.0f TFLOP/s x %.3g (what a step of the engine reaches of it) = %.3f s\n",
+            p->flops, p->rates.gemm_flop_per_s / 1e12, STEP_COMPUTE_SHARE, p->gemm_s);
     fprintf(out, "          PCIe in %.2f GB at %.1f GB/s, out %.2f GB at %.1f GB/s = %.3f s\n", p->pcie_in / 1e9,
             p->rates.pcie_bytes_per_s / 1e9, p->pcie_out / 1e9, p->rates.pcie_d2h_bytes_per_s / 1e9, p->pcie_s);
     fprintf(out, "          host optimizer %.0f bytes/parameter x %.3f B parameters over %.0f GB/s host memory = "

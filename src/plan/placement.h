@@ -77,6 +77,8 @@ void mt_placement_describe(const mt_placement *p, char *buf, size_t cap);
 /* The plan as `megatrain plan` prints it: placement, budget, device and host bytes by class, the
  * floor's terms. */
 void mt_placement_print(const mt_placement *p, FILE *out);
+/* The host bytes of the plan: the store and the engine's host classes. */
+int64_t mt_placement_host_bytes(const mt_placement *p);
 /* Where the waiting gradients live: "device" (every unit on the device), "host fp32" or
  * "device N units, host fp32 M units"; for tables. */
 void mt_placement_grads_where(const mt_placement *p, char *buf, size_t cap);

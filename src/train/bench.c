@@ -79,13 +79,16 @@ static void print_summary(FILE *out, const mt_train_options *o, const mt_backend
             "block chunk %d tokens, checkpoints of %d of %d blocks on the host, device idle %.1f%% of the step (%.1f%% in the forward, "
             "%.1f%% in the backward, the rest at the step's ends; stalled on copies %.1f%%), issuing thread waited on the optimizer %.1f%% (that wait overlaps queued GPU work), "
             "optimizer %.3f s a step (%.4f s a block, %.0f%% of the step); PCIe per GPU per step %.2f GB in, %.2f GB "
-            "out; plan: %s\n", o->preset ? o->preset : "model", s->gpus,
+            "out; plan's floor %.3f s, its host %.1f GiB (%.2f bytes a parameter; measured %.2f); plan: %s\n", o->preset ? o->preset : "model", s->gpus,
             mt_backend_has_own_memory(be) ? "GPU" : "cpu rank", s->gpus > 1 ? "s" : "", tokens, s->step_s,
             s->tokens_per_s, s->tflops, peak_gpu / 1073741824.0, s->driver_peak_bytes / 1073741824.0,
             host / 1073741824.0, mt_block_piece_rows(eo->batch, eo->seq, eo->chunk), eo->ckpt_on_host, cfg->num_layers,
             100 * s->idle_share,
             100 * s->idle_forward_share, 100 * s->idle_backward_share, 100 * s->stall_share, 100 * s->opt_wait_share, s->opt_s, s->opt_block_s,
-            s->step_s > 0 ? 100 * s->opt_s / s->step_s : 0, s->h2d_bytes / 1e9, s->d2h_bytes / 1e9, where);
+            s->step_s > 0 ? 100 * s->opt_s / s->step_s : 0, s->h2d_bytes / 1e9, s->d2h_bytes / 1e9, s->plan->floor_s,
+            (double)mt_placement_host_bytes(s->plan) / 1073741824.0,
+            (double)mt_placement_host_bytes(s->plan) / (double)mt_config_total_params(cfg),
+            host / (double)mt_config_total_params(cfg), where);
     if (!json) return;
     json_t *j = json_pack("{s:i, s:f, s:f, s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:b, s:f, s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:i, s:i, s:f, s:i}",
                           "gpus", s->gpus, "pcie_h2d_gb_per_gpu", s->h2d_bytes / 1e9, "pcie_d2h_gb_per_gpu",
@@ -105,6 +108,13 @@ static void print_summary(FILE *out, const mt_train_options *o, const mt_backend
                           "units", s->plan->units, "grads_wait", grads, "placement", where,
                           "slots", mt_placement_slots(s->plan), "lm_chunk", eo->lm_chunk, "driver_peak_gpu_gib",
                           s->driver_peak_bytes / 1073741824.0, "chunk", mt_block_piece_rows(eo->batch, eo->seq, eo->chunk));
+    /* Beside what was measured, what the plan said: its floor and its host bytes. */
+    double plan_host = (double)mt_placement_host_bytes(s->plan), params = (double)mt_config_total_params(cfg);
+    json_t *planned = json_pack("{s:f, s:f, s:f, s:f}", "plan_floor_s", s->plan->floor_s, "plan_host_gib",
+                                plan_host / 1073741824.0, "plan_host_bytes_per_param", plan_host / params,
+                                "host_bytes_per_param", host / params);
+    if (j && planned) json_object_update(j, planned);
+    json_decref(planned);
     FILE *f = fopen(json, "a");
     if (j && f) {
         json_dumpf(j, f, JSON_COMPACT);
