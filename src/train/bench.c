@@ -64,6 +64,8 @@ typedef struct {
      * allocates all it uses at its creation and the libraries theirs in the first step. */
     double driver_peak_bytes;
     int gpus;                  /* ranks */
+    int clipped, skipped;      /* timed steps whose norm was over --clip (their update corrected), or not finite */
+    double grad_norm;          /* the last timed step's gradient norm */
     double h2d_bytes, d2h_bytes; /* PCIe bytes per GPU per step, each way */
 } bench_summary;
 
@@ -110,9 +112,10 @@ static void print_summary(FILE *out, const mt_train_options *o, const mt_backend
                           s->driver_peak_bytes / 1073741824.0, "chunk", mt_block_piece_rows(eo->batch, eo->seq, eo->chunk));
     /* Beside what was measured, what the plan said: its floor and its host bytes. */
     double plan_host = (double)mt_placement_host_bytes(s->plan), params = (double)mt_config_total_params(cfg);
-    json_t *planned = json_pack("{s:f, s:f, s:f, s:f}", "plan_floor_s", s->plan->floor_s, "plan_host_gib",
+    json_t *planned = json_pack("{s:f, s:f, s:f, s:f, s:i, s:i, s:f}", "plan_floor_s", s->plan->floor_s, "plan_host_gib",
                                 plan_host / 1073741824.0, "plan_host_bytes_per_param", plan_host / params,
-                                "host_bytes_per_param", host / params);
+                                "host_bytes_per_param", host / params, "clipped_steps", s->clipped, "skipped_steps",
+                                s->skipped, "grad_norm", s->grad_norm);
     if (j && planned) json_object_update(j, planned);
     json_decref(planned);
     FILE *f = fopen(json, "a");
@@ -161,7 +164,8 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
     if (rc == MT_OK) fprintf(out, "set-up: engine ready at %.1f s\n", mt_now() - t0);
     mt_rng rng = {(uint64_t)o->seed};
     double stall = 0, opt_wait = 0, opt = 0, opt_block = 0, computing = 0, idle_forward = 0, idle_backward = 0;
-    double total = 0, driver_peak = 0;
+    double total = 0, driver_peak = 0, grad_norm = 0;
+    int clipped = 0, skipped = 0;
     for (int64_t s = 0; rc == MT_OK && s < warmup + o->steps; s++) {
         for (size_t i = 0; i < n; i++) {
             inputs[i] = (int32_t)(mt_rng_next(&rng) % (uint64_t)cfg.vocab_size);
@@ -181,6 +185,9 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
         fflush(out);
         if (s < warmup) continue;
         times[s - warmup] = r.seconds;
+        clipped += o->max_grad_norm > 0 && r.grad_norm > o->max_grad_norm;
+        skipped += r.skipped;
+        grad_norm = r.grad_norm;
         stall += r.stall_seconds;
         computing += r.compute_seconds;
         idle_forward += r.idle_forward_seconds;
@@ -196,6 +203,7 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
         qsort(times, (size_t)o->steps, sizeof *times, compare_doubles);
         if ((double)mt_dev_in_use(be) > driver_peak) driver_peak = (double)mt_dev_in_use(be);
         bench_summary sum = {.step_s = times[o->steps / 2], .plan = &plan, .gpus = o->gpus > 1 ? o->gpus : 1,
+                             .clipped = clipped, .skipped = skipped, .grad_norm = grad_norm,
                              .driver_peak_bytes = driver_peak};
         pcie_bytes(&lay, &plan.eo, sum.gpus, be->ops->weight_dtype, &sum.h2d_bytes, &sum.d2h_bytes);
         sum.tokens_per_s = (double)n / sum.step_s;
