@@ -17,7 +17,7 @@ OPENBLAS_OMP := /usr/lib/x86_64-linux-gnu/openblas-openmp
 ifneq ($(wildcard $(OPENBLAS_OMP)/libopenblas.so),)
 LDLIBS   += -L$(OPENBLAS_OMP) -Wl,-rpath,$(OPENBLAS_OMP)
 endif
-LDLIBS   += -lopenblas -ljansson -lxxhash -lpcre2-8 -lutf8proc -lm -lpthread
+LDLIBS   += -lopenblas -ljansson -lxxhash -lpcre2-8 -lutf8proc -lyaml -lm -lpthread
 # The sanitizer builds are CPU-only whatever CUDA says.
 SAN_LDLIBS := $(LDLIBS)
 # Machine code for every GPU generation the CUDA backend runs on (compute capability 8.0 and up:
@@ -48,6 +48,10 @@ CUDA_HOST_C := $(sort $(wildcard src/backend/cuda/*.c))
 CUDA_TEST_C := $(sort $(wildcard tests/cuda/*.c))
 LIB_OBJ_CU := $(CUDA_CU:%.cu=$(BUILD)/%.o) $(CUDA_HOST_C:%.c=$(BUILD)/%.o)
 endif
+
+# The chat templates megatrain knows, built into chat_known.o (.incbin).
+CHAT_TEMPLATES := $(wildcard src/tokenizer/templates/*.jinja)
+$(foreach b,$(BUILD) $(BUILD)/asan $(BUILD)/tsan,$(b)/src/tokenizer/chat_known.o): $(CHAT_TEMPLATES)
 
 define objs
 $(patsubst %.c,$(1)/%.o,$(2))
@@ -88,7 +92,7 @@ $(BUILD)/tsan/tokenize-tsan: $(call objs,$(BUILD)/tsan,$(LIB_C) tests/tsan/token
 	$(CC) $(filter-out -fopenmp,$(SAN_CFLAGS)) -fsanitize=thread $^ -o $@ $(SAN_LDLIBS)
 
 # The GPU tests (Criterion suite cuda): a separate binary, built only with CUDA=1.
-$(BUILD)/cuda_tests: $(call objs,$(BUILD),$(LIB_C) $(CUDA_TEST_C) tests/tiny_model.c tests/ops_table.c tests/ops_runner.c tests/ops_check.c) $(LIB_OBJ_CU)
+$(BUILD)/cuda_tests: $(call objs,$(BUILD),$(LIB_C) $(CUDA_TEST_C) tests/tiny_model.c tests/ops_table.c tests/ops_moe.c tests/ops_runner.c tests/ops_check.c) $(LIB_OBJ_CU)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) -lcriterion
 cuda-tests: $(BUILD)/cuda_tests
 
@@ -134,9 +138,9 @@ FUZZ_LIB_C   := src/util/status.c src/util/log.c src/model/config.c src/io/check
                 tests/fuzz/tmp_file.c $(wildcard src/tokenizer/*.c) src/util/fs.c src/util/json_kind.c
 FUZZ_HARNESS := $(sort $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c))))
 
-$(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_C)
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_C) $(CHAT_TEMPLATES)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_FLAGS) $^ -o $@ -ljansson -lxxhash -lpcre2-8 -lutf8proc -lm -lpthread
+	$(FUZZ_CC) $(FUZZ_FLAGS) $(filter %.c,$^) -o $@ -ljansson -lxxhash -lpcre2-8 -lutf8proc -lm -lpthread
 
 fuzz: $(FUZZ_HARNESS:%=$(BUILD)/fuzz/%)
 	set -e; for h in $(FUZZ_HARNESS); do \

@@ -57,6 +57,8 @@ typedef struct {
     const char *tokenizer;   /* a tokenizer.json or model directory; NULL: the --init-from directory's
                               * tokenizer.json if it has one, else on resume the run's, else none */
     double val_fraction;     /* held out for validation, in [0, 1) (default 0.05) */
+    const char *val_data;    /* validation files of their own, comma-separated, each read as --data
+                              * is and evaluated with the held-out part (NULL: none) */
     int sequential;          /* 1: windows in order, 0: at random (default) */
     int64_t seed;            /* initialization and sampling, >= 0 (default 1337) */
 

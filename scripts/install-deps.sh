@@ -9,10 +9,12 @@ packages=(
   libxxhash-dev            # checkpoint checksums
   libpcre2-dev             # the tokenizer's pre-tokenizer regexes (Unicode classes, JIT)
   libutf8proc-dev          # the tokenizer's NFC/NFKC normalizers and character classes
+  libyaml-dev              # run files (megatrain train run.yaml)
   xz-utils                 # the tokenizer test data is stored xz-compressed
   libcriterion-dev         # the test framework
   python3-torch            # the independent reference the tests check gradients against
   python3-numpy
+  python3-jinja2           # the chat tests render the real templates with Jinja as transformers does
   bible-kjv bible-kjv-text # the demo corpus
   clang libclang-rt-14-dev # libFuzzer, for make fuzz
 )

@@ -485,6 +485,29 @@ const ops_case ops_cases[] = {
      .flag = CLIP_EXPECT, .expect = (float)(1.0 / (5.0 + 1e-6))},
     {"clip_scale, a norm at the limit is left alone", &CLIP_SCALE, 26, .n = 3, .scale = 5.0f, .values = NORM_5,
      .flag = CLIP_EXPECT, .expect = 1.0f},
+    /* Mixture of experts (ops_moe.c; skipped on a backend without the moe group). The router's
+     * shapes: Qwen1.5-MoE's 60 experts top 4, Qwen3-MoE's 128 top 8 renormalised, Mixtral's 8 top 2,
+     * OLMoE's 64 top 8. flag: 1 renormalise, 2 with the auxiliary loss's gradient, 4 no statistics. */
+    {"moe route, 60 experts top 4, statistics", &OPS_MOE_ROUTE, 61, .n = 37, .experts = 60, .top_k = 4},
+    {"moe route, 128 experts top 8, renormalised, aux", &OPS_MOE_ROUTE, 62, .n = 29, .experts = 128, .top_k = 8,
+     .flag = 1 | 2},
+    {"moe route, 8 experts top 2, renormalised, no statistics", &OPS_MOE_ROUTE, 63, .n = 13, .experts = 8,
+     .top_k = 2, .flag = 1 | 4},
+    {"moe route, 64 experts top 8, aux", &OPS_MOE_ROUTE, 64, .n = 31, .experts = 64, .top_k = 8, .flag = 2},
+    {"moe permute, one segment", &OPS_MOE_PERMUTE, 65, .n = 37, .experts = 16, .top_k = 4, .seg = 37},
+    {"moe permute, segments, the last a part", &OPS_MOE_PERMUTE, 66, .n = 50, .experts = 9, .top_k = 3, .seg = 16},
+    {"moe gather and gather_dx accumulating", &OPS_MOE_GATHER, 67, .n = 23, .experts = 12, .top_k = 3, .d = 40,
+     .seg = 23, .flag = 1},
+    {"moe gather and gather_dx, odd width", &OPS_MOE_GATHER, 68, .n = 17, .experts = 7, .top_k = 2, .d = 37, .seg = 17},
+    {"moe grouped GEMMs, empty experts", &OPS_MOE_GROUPED, 69, .n = 29, .experts = 10, .top_k = 3, .in = 72, .out = 44,
+     .seg = 29},
+    {"moe grouped GEMMs by segment", &OPS_MOE_GROUPED, 70, .n = 40, .experts = 6, .top_k = 2, .in = 48, .out = 30,
+     .seg = 16},
+    {"moe swiglu of fused rows and its backward", &OPS_MOE_SWIGLU, 71, .n = 37, .d = 67},
+    {"moe combine and combine_dx", &OPS_MOE_COMBINE, 72, .n = 21, .experts = 10, .top_k = 4, .d = 40, .seg = 21},
+    {"moe shared expert's gate, in place", &OPS_MOE_GATE_ADD, 73, .n = 19, .d = 72},
+    {"moe load-balancing loss over 3 layers", &OPS_MOE_AUX, 74, .n = 41, .experts = 16, .top_k = 4, .layers = 3,
+     .scale = 0.5f},
 };
 const size_t ops_case_count = COUNT(ops_cases);
 
@@ -510,3 +533,23 @@ const ops_case ops_timing_cases[] = {
     {"adamw, a block", &ADAMW, 114, .count = (size_t)3 * D3B * F3B, .scale = 1.0f, .flag = ADAMW_DECAY | ADAMW_SCALED},
 };
 const size_t ops_timing_case_count = COUNT(ops_timing_cases);
+
+/* OLMoE-1B-7B: hidden 2048, 64 experts of 1024, top 8; Qwen3-30B-A3B: hidden 2048, 128 experts of
+ * 768, top 8; one sequence of 4096 tokens (32768 expert rows). */
+enum { DMOE = 2048, NMOE = 4096 };
+const ops_case ops_moe_timing_cases[] = {
+    {"moe route, OLMoE", &OPS_MOE_ROUTE, 201, .n = NMOE, .experts = 64, .top_k = 8, .flag = 2},
+    {"moe permute, OLMoE", &OPS_MOE_PERMUTE, 202, .n = NMOE, .experts = 64, .top_k = 8, .seg = NMOE},
+    {"moe gather, OLMoE", &OPS_MOE_GATHER, 203, .n = NMOE, .experts = 64, .top_k = 8, .d = DMOE, .seg = NMOE},
+    {"moe gate_up GEMMs, OLMoE", &OPS_MOE_GROUPED, 204, .n = NMOE, .experts = 64, .top_k = 8, .in = DMOE,
+     .out = 2 * 1024, .seg = NMOE},
+    {"moe down GEMMs, OLMoE", &OPS_MOE_GROUPED, 205, .n = NMOE, .experts = 64, .top_k = 8, .in = 1024, .out = DMOE,
+     .seg = NMOE},
+    {"moe gate_up GEMMs, Qwen3-30B-A3B", &OPS_MOE_GROUPED, 206, .n = NMOE, .experts = 128, .top_k = 8, .in = DMOE,
+     .out = 2 * 768, .seg = NMOE},
+    {"moe down GEMMs, Qwen3-30B-A3B", &OPS_MOE_GROUPED, 207, .n = NMOE, .experts = 128, .top_k = 8, .in = 768,
+     .out = DMOE, .seg = NMOE},
+    {"moe swiglu, OLMoE", &OPS_MOE_SWIGLU, 208, .n = NMOE * 8, .d = 1024},
+    {"moe combine, OLMoE", &OPS_MOE_COMBINE, 209, .n = NMOE, .experts = 64, .top_k = 8, .d = DMOE, .seg = NMOE},
+};
+const size_t ops_moe_timing_case_count = COUNT(ops_moe_timing_cases);

@@ -21,7 +21,8 @@
 /* A tensor's type on the device: the backend's activation or weight type, fp32, or int32 ids. */
 typedef enum { OPS_ACT, OPS_W, OPS_F32, OPS_I32 } ops_type;
 /* Inputs are filled and must not change; outputs start zeroed and are compared; in/outs are filled
- * and compared; scratch is a workspace of ops_kind.workspace bytes, neither filled nor compared. */
+ * and compared; scratch is a workspace of ops_kind.workspace bytes, neither filled nor compared.
+ * int32 tensors are filled by the kind's prepare (zeros else) and compared exactly. */
 typedef enum { OPS_IN, OPS_OUT, OPS_INOUT, OPS_SCRATCH } ops_role;
 
 typedef struct {
@@ -61,6 +62,8 @@ typedef struct {
     void (*check)(const ops_case *c, const ops_host *got);
     /* Floating-point operations of one call, for the timing mode (0: report bytes per second). */
     double (*flops)(const ops_case *c);
+    /* The op is one of backend.h's optional moe group: a backend without it skips the case. */
+    int needs_moe;
 } ops_kind;
 
 struct ops_case {
@@ -74,6 +77,7 @@ struct ops_case {
     float scale;                      /* LM head scale, AdamW's scale, clip's max norm */
     const float *values;              /* prepare's values (clip_scale's sums) */
     float expect;                     /* clip_scale: the coefficient the values must give (check) */
+    int experts, top_k, seg, layers;  /* mixture of experts: E, k, the segment rows, the aux loss's layers */
 };
 
 extern const ops_case ops_cases[];
@@ -81,12 +85,23 @@ extern const size_t ops_case_count;
 /* The same ops at Llama-3.2-3B's sizes (4096 tokens), for the timing mode. */
 extern const ops_case ops_timing_cases[];
 extern const size_t ops_timing_case_count;
+/* The mixture-of-experts ops at OLMoE-1B-7B's and Qwen3-30B-A3B's sizes (4096 tokens), for the
+ * timing mode of a backend that has them (ops_case_runs_on). */
+extern const ops_case ops_moe_timing_cases[];
+extern const size_t ops_moe_timing_case_count;
+
+/* The mixture-of-experts kinds (ops_moe.c). */
+extern const ops_kind OPS_MOE_ROUTE, OPS_MOE_PERMUTE, OPS_MOE_GATHER, OPS_MOE_GROUPED, OPS_MOE_SWIGLU,
+    OPS_MOE_COMBINE, OPS_MOE_GATE_ADD, OPS_MOE_AUX;
 
 /* 0..count-1 in Criterion's shared memory: the parameters of a ParameterizedTest over a table
  * (a test process may map the binary elsewhere, so the parameters cannot be the cases' pointers). */
 size_t *ops_case_indices(size_t count);
 
-/* Runs case c on `be` and asserts (Criterion) every output, guard and input, naming the case. */
+/* Whether `be` has the ops case c calls (the moe group is optional). */
+int ops_case_runs_on(mt_backend *be, const ops_case *c);
+/* Runs case c on `be` and asserts (Criterion) every output, guard and input, naming the case; skips
+ * it (cr_skip_test) on a backend without its ops. */
 void ops_run_case(mt_backend *be, const ops_case *c);
 /* The timing mode: runs case c `reps` times after a warm-up, asserts the last call's outputs are
  * finite and the guards intact, and returns the mean seconds per call (event_elapsed). */

@@ -198,19 +198,21 @@ static void read_log_tail(const mt_ref_fixture *fx, char tail[LOG_TAIL + 1]) {
     if (n == 0) strcpy(tail, "(nothing)");
 }
 
-mt_status mt_ref_run_jobs(const mt_ref_job *jobs, int count) {
-    if (count < 1) return mt_fail(MT_ERR_INVALID, "mt_ref_run_jobs: no jobs");
+mt_status mt_ref_run_jobs(const mt_ref_job *jobs, int count) { return mt_ref_run_script(MT_REF_SCRIPT, jobs, count); }
+
+mt_status mt_ref_run_script(const char *script, const mt_ref_job *jobs, int count) {
+    if (count < 1) return mt_fail(MT_ERR_INVALID, "mt_ref_run_script: no jobs");
     if (access(MT_REF_PYTHON, X_OK) != 0)
         return mt_fail(MT_ERR_INVALID, "%s not found: the reference model needs Python with "
                        "PyTorch (Debian: apt-get install python3-torch)", MT_REF_PYTHON);
-    if (access(MT_REF_SCRIPT, R_OK) != 0)
+    if (access(script, R_OK) != 0)
         return mt_fail(MT_ERR_INVALID, "%s not found: run the tests from the repository root",
-                       MT_REF_SCRIPT);
+                       script);
 
     char **argv = mt_calloc((size_t)2 * count + 3, sizeof *argv, "the reference's arguments");
     if (!argv) return MT_ERR_NOMEM;
     argv[0] = MT_REF_PYTHON;
-    argv[1] = MT_REF_SCRIPT;
+    argv[1] = (char *)script;
     for (int i = 0; i < count; i++) {
         argv[2 + 2 * i] = (char *)jobs[i].mode;
         argv[3 + 2 * i] = (char *)jobs[i].fixture->dir;
@@ -228,13 +230,13 @@ mt_status mt_ref_run_jobs(const mt_ref_job *jobs, int count) {
     posix_spawn_file_actions_destroy(&actions);
     free(argv);
     if (err != 0)
-        return mt_fail(MT_ERR_IO, "cannot start %s %s: %s", MT_REF_PYTHON, MT_REF_SCRIPT,
+        return mt_fail(MT_ERR_IO, "cannot start %s %s: %s", MT_REF_PYTHON, script,
                        strerror(err));
 
     int wstatus;
     while (waitpid(pid, &wstatus, 0) < 0) {
         if (errno != EINTR)
-            return mt_fail(MT_ERR_IO, "waiting for %s: %s", MT_REF_SCRIPT, strerror(errno));
+            return mt_fail(MT_ERR_IO, "waiting for %s: %s", script, strerror(errno));
     }
     if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) return MT_OK;
     char how[64], tail[LOG_TAIL + 1];
@@ -243,7 +245,7 @@ mt_status mt_ref_run_jobs(const mt_ref_job *jobs, int count) {
     else
         snprintf(how, sizeof how, "was killed by signal %d", WTERMSIG(wstatus));
     read_log_tail(jobs[0].fixture, tail);
-    return mt_fail(MT_ERR_INVALID, "%s %s %s%s %s; its output ends: %s", MT_REF_SCRIPT,
+    return mt_fail(MT_ERR_INVALID, "%s %s %s%s %s; its output ends: %s", script,
                    jobs[0].mode, jobs[0].fixture->dir, count > 1 ? " ..." : "", how, tail);
 }
 

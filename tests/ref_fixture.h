@@ -63,6 +63,8 @@ mt_status mt_ref_fixture_write_probes(const mt_ref_fixture *fx, const mt_layout 
 
 /* Runs the jobs in one Python process. On failure the message holds the script's output. */
 mt_status mt_ref_run_jobs(const mt_ref_job *jobs, int count);
+/* The same with another script of tests/reference (its arguments: MODE DIR pairs). */
+mt_status mt_ref_run_script(const char *script, const mt_ref_job *jobs, int count);
 
 /* Results of grads mode: the mean loss and float64 gradients in layout positions (padding 0). */
 mt_status mt_ref_read_grads(const mt_ref_fixture *fx, const mt_layout *layout, double *loss,

@@ -38,6 +38,13 @@ Test(backend, init_refuses_a_table_without_a_required_entry) {
     broken.op.clip_scale = NULL;
     cr_assert_eq(mt_backend_init(&probe, &broken), MT_OK, "%s", mt_error());
     cr_expect_not(mt_backend_has_device_optimizer(&probe));
+    broken = table;
+    broken.moe.aux_loss = NULL; /* some of the optional moe group */
+    cr_assert_eq(mt_backend_init(&probe, &broken), MT_ERR_INVALID);
+    cr_expect(strstr(mt_error(), "moe entries"), "%s", mt_error());
+    memset(&broken.moe, 0, sizeof broken.moe);
+    cr_assert_eq(mt_backend_init(&probe, &broken), MT_OK, "%s", mt_error());
+    cr_expect_not(mt_backend_has_moe(&probe));
     mt_backend_destroy(be);
 }
 

@@ -199,7 +199,7 @@ static void expect_bad_line(const char *bad, const char *problem) {
 Test(chat_cli, tokenize_refuses_a_bad_line_and_leaves_no_shard) {
     expect_bad_line("{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}", "not JSON");
     expect_bad_line("{\"messages\": [{\"role\": \"user\"}]}", "message 1: no \"content\"");
-    expect_bad_line("{\"prompt\": \"q\", \"answer\": \"a\"}", "neither \"messages\" nor \"prompt\" and \"completion\"");
+    expect_bad_line("{\"prompt\": \"q\", \"answer\": \"a\"}", "in none of the chat layouts");
     expect_bad_line("{\"prompt\": \"\xff\", \"completion\": \"a\"}", "not JSON");
 }
 

@@ -1,15 +1,19 @@
 /* Chat templates rendered in C (tokenizer/chat_template.h) against the text each real template
  * renders, derived by hand (tests/data/chat/cases.json: the trainable parts between ⟦ and ⟧;
- * tests/data/chat/README.md says where each template comes from), the recognition of each
- * family's variants, the templates we refuse, and the chat JSONL lines we refuse. */
+ * tests/data/chat/README.md says where each template comes from) and checked with Jinja2 as
+ * transformers renders them, in every line layout (OpenAI messages with tools, prompt/completion,
+ * alpaca, ShareGPT); the recognition of the known templates by their Jinja tokens, the templates
+ * we refuse naming the first difference, and the chat JSONL lines we refuse. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "chat_test_files.h"
 #include "tokenizer/chat_data.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/jinja_lex.h"
 
 
 /* The template of tests/data/chat/<name>/tokenizer_config.json. */
@@ -33,7 +37,7 @@ static mt_status render_line(const mt_chat_template *t, const char *line, char *
     mt_chat_example e;
     MT_TRY(mt_chat_example_parse(line, strlen(line), "case", 1, &e));
     mt_chat_rendered r;
-    mt_status st = mt_chat_render(t, e.m, e.n, &r);
+    mt_status st = mt_chat_render(t, e.m, e.n, e.tools, &r);
     if (st == MT_OK) *text = marked(&r);
     mt_chat_rendered_free(&r);
     mt_chat_example_free(&e);
@@ -41,15 +45,17 @@ static mt_status render_line(const mt_chat_template *t, const char *line, char *
 }
 
 Test(chat_template, renders_each_case_as_its_template_does) {
-    json_t *cases = chat_test_json(CHAT_DATA "/cases.json");
+    /* integers stay integers: a tool's "default": 3 is written 3 by tojson, 3.0 is 3.0 */
+    json_t *cases = json_load_file(CHAT_DATA "/cases.json", 0, NULL);
+    cr_assert_not_null(cases);
     size_t i;
     json_t *c;
-    cr_assert_gt(json_array_size(cases), 30);
+    cr_assert_gt(json_array_size(cases), 50);
     json_array_foreach(cases, i, c) {
         const char *name = json_string_value(json_object_get(c, "template"));
         json_t *conv = json_object_get(c, "conversation");
         json_t *line = json_is_array(conv) ? json_pack("{s:O}", "messages", conv) : json_incref(conv);
-        char *text = json_dumps(line, JSON_COMPACT);
+        char *text = json_dumps(line, JSON_COMPACT | JSON_REAL_PRECISION(17));
         mt_chat_template t;
         chat_test_template(name, &t);
         char *got = NULL;
@@ -62,6 +68,83 @@ Test(chat_template, renders_each_case_as_its_template_does) {
         mt_chat_template_free(&t);
     }
     json_decref(cases);
+}
+
+/* The expected texts of cases.json are what Jinja2 renders from the real templates, each layout
+ * turned into messages independently of megatrain (tests/data/chat/check_cases_jinja.py). */
+Test(chat_template, expected_texts_are_what_jinja_renders, .timeout = 120) {
+    int rc = system("/usr/bin/python3 " CHAT_DATA "/check_cases_jinja.py " CHAT_DATA " > /dev/null");
+    cr_assert_neq(WEXITSTATUS(rc), 2, "/usr/bin/python3 cannot import jinja2: install python3-jinja2 (Debian; "
+                                      "scripts/install-deps.sh)");
+    cr_assert_eq(rc, 0, "cases.json differs from Jinja2's rendering: run %s/check_cases_jinja.py %s", CHAT_DATA, CHAT_DATA);
+}
+
+/* megatrain's Jinja lexer gives the tokens Jinja2's own lexer gives, whitespace control included,
+ * for every known template and for variants that change its whitespace control and line ends
+ * (tests/data/chat/check_lex_jinja.py compares the dumps written here). */
+static void dump_tokens(const char *dir, const char *name, const char *text) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.jinja", dir, name);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+    mt_jinja_tokens t;
+    cr_assert_eq(mt_jinja_lex(text, name, &t), MT_OK, "%s", mt_error());
+    snprintf(path, sizeof path, "%s/%s.tokens", dir, name);
+    f = fopen(path, "wb");
+    for (size_t i = 0; i < t.n; i++) {
+        fprintf(f, "%d ", (int)t.t[i].kind);
+        for (size_t k = 0; k < t.t[i].len; k++) fprintf(f, "%02x", (unsigned char)t.t[i].value[k]);
+        fputc('\n', f);
+    }
+    fclose(f);
+    mt_jinja_tokens_free(&t);
+}
+
+static char *replace_all(const char *text, const char *from, const char *to) {
+    size_t n = 0, fl = strlen(from), tl = strlen(to);
+    for (const char *p = strstr(text, from); p; p = strstr(p + fl, from)) n++;
+    char *out = malloc(strlen(text) + n * tl + 1), *o = out;
+    for (const char *p = text, *q; ; p = q + fl) {
+        q = strstr(p, from);
+        size_t k = q ? (size_t)(q - p) : strlen(p);
+        memcpy(o, p, k), o += k;
+        if (!q) break;
+        memcpy(o, to, tl), o += tl;
+    }
+    *o = '\0';
+    return out;
+}
+
+Test(chat_template, lexes_templates_as_jinja_does, .timeout = 120) {
+    char dir[] = "/tmp/mt-jinja-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    static const char *const names[] = {"llama2", "llama3", "llama3-gen", "llama3.1", "llama3.2", "mistral-v0.1",
+                                        "mistral-v0.2", "mistral-v0.3", "qwen2", "qwen2.5", "qwen3", "qwen3-thinking-2507"};
+    static const char *const changes[][2] = {{"", ""}, {"{%-", "{%"}, {"-%}", "%}"}, {"{{-", "{{"}, {"\n", "\r\n"},
+                                             {" %}", " +%}"}, {"{%", "{%+"}, {"}}", "}}\n  "}};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char path[256];
+        snprintf(path, sizeof path, CHAT_DATA "/%s/tokenizer_config.json", names[i]);
+        json_t *cfg = chat_test_json(path);
+        const char *text = json_string_value(json_object_get(cfg, "chat_template"));
+        for (size_t c = 0; c < sizeof changes / sizeof *changes; c++) {
+            char *variant = c ? replace_all(text, changes[c][0], changes[c][1]) : strdup(text);
+            char name[64];
+            snprintf(name, sizeof name, "%s-%zu", names[i], c);
+            dump_tokens(dir, name, variant);
+            free(variant);
+        }
+        json_decref(cfg);
+    }
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 " CHAT_DATA "/check_lex_jinja.py %s", dir);
+    int rc = system(cmd);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+    cr_assert_neq(WEXITSTATUS(rc), 2, "/usr/bin/python3 cannot import jinja2: install python3-jinja2 (Debian)");
+    cr_assert_eq(rc, 0, "the lexer differs from Jinja2's (the lines above say where)");
 }
 
 /* ---- what each template is recognised as ---- */
@@ -85,11 +168,19 @@ Test(chat_template, recognises_the_variants) {
     chat_test_template("llama2", &t);
     cr_expect(t.family == MT_CHAT_INST && t.inst == MT_INST_LLAMA2);
     chat_test_template("mistral-v0.1", &t);
-    cr_expect(t.inst == MT_INST_NO_SYSTEM && !t.eos_space);
+    cr_expect(t.inst == MT_INST_NO_SYSTEM);
     chat_test_template("mistral-v0.2", &t);
     cr_expect(t.inst == MT_INST_SYSTEM_FIRST);
     chat_test_template("mistral-v0.3", &t);
-    cr_expect(t.inst == MT_INST_SYSTEM_IF_LAST);
+    cr_expect(t.inst == MT_INST_SYSTEM_IF_LAST && t.tools == MT_TOOLS_NONE);
+    chat_test_template("llama3.1", &t);
+    cr_expect(t.tools == MT_TOOLS_LLAMA31);
+    cr_expect_str_eq(t.name, "Llama 3.1");
+    chat_test_template("qwen2.5", &t);
+    cr_expect(t.tools == MT_TOOLS_QWEN25);
+    mt_chat_template_free(&t);
+    chat_test_template("qwen3-thinking-2507", &t);
+    cr_expect(t.think && t.think_in_prompt && t.tools == MT_TOOLS_QWEN3 && !t.null_content_raises);
 }
 
 /* A template text with one substring replaced (it must occur). */
@@ -116,25 +207,27 @@ static void render_variant(const char *text, const char *bos, const char *eos, c
     mt_chat_template_free(&t);
 }
 
-/* Mistral v0.3 as later published: the system prompt before the last user message, even when an
- * answer follows it; a user message equal to the last one gets it too (the template compares
- * messages by value). */
-Test(chat_template, mistral_v03_system_before_the_last_user_message) {
-    char *text = variant_of("mistral-v0.3", "loop.last and system_message", "(message == user_messages[-1]) and system_message");
-    render_variant(text, "<s>", "</s>",
-                   "{\"messages\": [{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \"q\"}, "
-                   "{\"role\": \"assistant\", \"content\": \"a\"}, {\"role\": \"user\", \"content\": \"q\"}, "
-                   "{\"role\": \"assistant\", \"content\": \" b \"}]}",
-                   "<s>[INST] S\n\nq[/INST]⟦ a</s>⟧[INST] S\n\nq[/INST]⟦ b</s>⟧");
+/* A copy of a known template with changes that do not change what it renders is the same
+ * template: whitespace inside tags, quotes, escapes, comments, and a default system prompt or
+ * dates of its own (the holes), which the rendering then uses. */
+Test(chat_template, accepts_copies_that_render_the_same) {
+    char *text = variant_of("qwen2", "{% for message in messages %}", "{#- a comment -#}{%for   message in messages%}");
+    char *qwen2 = variant_of("qwen2", "You are a helpful assistant.", "You are a pirate.");
+    render_variant(text, NULL, "<|im_end|>", "{\"prompt\": \"q\", \"completion\": \"a\"}",
+                   "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nq<|im_end|>\n"
+                   "<|im_start|>assistant\n⟦a<|im_end|>⟧\n");
+    render_variant(qwen2, NULL, "<|im_end|>", "{\"prompt\": \"q\", \"completion\": \"a\"}",
+                   "<|im_start|>system\nYou are a pirate.<|im_end|>\n<|im_start|>user\nq<|im_end|>\n"
+                   "<|im_start|>assistant\n⟦a<|im_end|>⟧\n");
     free(text);
-}
-
-/* Qwen3 thinking-2507: "<think>\n" is in the generation prompt, so it carries no loss. */
-Test(chat_template, qwen3_think_in_the_generation_prompt_is_context) {
-    char *text = variant_of("qwen3", "{{- '<|im_start|>assistant\\n' }}", "{{- '<|im_start|>assistant\\n<think>\\n' }}");
-    render_variant(text, NULL, "<|im_end|>", "{\"prompt\": \"q\", \"completion\": \"<think>r</think>a\"}",
-                   "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n<think>\n⟦r\n</think>\n\na<|im_end|>⟧\n");
-    free(text);
+    free(qwen2);
+    char *dated = variant_of("llama3.1", "\"26 Jul 2024\"", "'1 Jan 2025'");
+    mt_chat_template t;
+    cr_assert_eq(mt_chat_template_parse(dated, "<|begin_of_text|>", "<|eot_id|>", "variant", &t), MT_OK, "%s", mt_error());
+    cr_expect_str_eq(t.today_date, "1 Jan 2025");
+    cr_expect_str_eq(t.knowledge_date, "December 2023");
+    mt_chat_template_free(&t);
+    free(dated);
 }
 
 /* Python's str.strip() removes Unicode whitespace (U+3000, U+00A0, U+2028), not other characters. */
@@ -161,20 +254,47 @@ static void expect_refused(const char *text, const char *needle) {
 
 Test(chat_template, refuses_templates_it_does_not_render) {
     expect_refused(NULL, "no chat_template");
-    /* Gemma's turns: none of our families. */
+    /* Gemma's turns: no template we know; the message names the closest and where it differs */
     expect_refused("{{ bos_token }}{% for message in messages %}{{ '<start_of_turn>' + message['role'] + '\\n' + "
                    "message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}",
-                   "none of the markers");
+                   "is not one megatrain renders: it differs from the ");
     /* A ChatML template that trims contents: rendering it as Qwen's would be wrong. */
     expect_refused("{% for m in messages %}{{'<|im_start|>' + m['role'] + '\\n' + m['content'] | trim + '<|im_end|>\\n'}}"
                    "{% endfor %}",
-                   "trims");
+                   "line 1, column 8, where it has `m` and Qwen2 has `message`");
     /* Llama 3 markers without Meta's trim. */
-    expect_refused("{% for m in messages %}{{ '<|start_header_id|>' + m['role'] + '<|end_header_id|>\\n\\n' + m['content'] "
-                   "+ '<|eot_id|>' }}{% endfor %}",
-                   "trim");
-    /* An [INST] template of no variant we know. */
-    expect_refused("{% for m in messages %}{{ '[INST]' + m['content'] + '[/INST]' }}{% endfor %}", "variant");
+    expect_refused("{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+                   "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] + "
+                   "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
+                   "{{ content }}{% endfor %}",
+                   "where it has `+` and Llama 3 (first release) has `|`");
+    /* a known template cut short, or with more after it */
+    expect_refused("{% set loop_messages = messages %}", "it ends at line 1, column 35 where the Llama 3");
+    char *longer = variant_of("qwen2", "assistant\n' }}{% endif %}", "assistant\n' }}{% endif %}{{ 'x' }}");
+    expect_refused(longer, "after the end of the Qwen2 template");
+    free(longer);
+}
+
+/* Issue 28, class 3: ChatML-like templates that differ from Qwen's were rendered as standard
+ * ChatML (wrong ids, no notice). Each is refused now, naming the line and what differs. */
+Test(chat_template, refuses_chatml_lookalikes_naming_the_difference) {
+    /* no newline after <|im_end|> */
+    char *text = variant_of("qwen2", "'<|im_end|>' + '\n'}}", "'<|im_end|>'}}");
+    expect_refused(text, "differs from the Qwen2 template at line 4, column 38, where it has `}}` and Qwen2 has `+`");
+    free(text);
+    /* the user role written "human" */
+    text = variant_of("qwen2", "'<|im_start|>' + message['role'] + '", "'<|im_start|>' + ('human' if message['role'] == "
+                      "'user' else message['role']) + '");
+    expect_refused(text, "where it has `(` and Qwen2 has `message`");
+    free(text);
+    /* a leading <|endoftext|> */
+    text = variant_of("qwen2", "{% for message in messages %}", "<|endoftext|>{% for message in messages %}");
+    expect_refused(text, "line 1, column 1, where it has `<|endoftext|>` and Qwen2 has `{%`");
+    free(text);
+    /* role | upper */
+    text = variant_of("qwen2", "'<|im_start|>' + message['role'] + '", "'<|im_start|>' + message['role'] | upper + '");
+    expect_refused(text, "where it has `|` and Qwen2 has `+`");
+    free(text);
 }
 
 static void expect_render_error(const char *name, const char *line, const char *needle) {
@@ -199,6 +319,28 @@ Test(chat_template, refuses_what_the_template_raises_on) {
                         "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": "
                         "\"a\"}, {\"role\": \"system\", \"content\": \"s\"}]}",
                         "only as the first message");
+    /* tools, tool calls and tool results where a template has no place for them: transformers
+     * would drop them (issue 28, class 3) */
+    const char *calls = "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", "
+                        "\"content\": null, \"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\": {}}}]}]}";
+    expect_render_error("qwen2", calls, "message 2 has tool_calls, which the Qwen2 template would drop");
+    expect_render_error("llama3-gen", "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], \"tools\": []}",
+                        "the Llama 3 template has no tool section");
+    expect_render_error("mistral-v0.3", "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": "
+                        "\"tool\", \"content\": \"r\"}]}", "message 2 is a tool result");
+    /* what the tool templates themselves raise on */
+    expect_render_error("qwen3", calls, "message 2: content is null, which the Qwen3 template cannot render");
+    expect_render_error("llama3.1",
+                        "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", "
+                        "\"content\": \"\", \"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\": {}}}, "
+                        "{\"function\": {\"name\": \"g\", \"arguments\": {}}}]}]}",
+                        "exactly one tool call a turn");
+    expect_render_error("llama3.1",
+                        "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", "
+                        "\"content\": \"\", \"tool_calls\": [{\"name\": \"f\", \"arguments\": {}}]}]}",
+                        "a tool call without \"function\"");
+    expect_render_error("llama3.1", "{\"messages\": [{\"role\": \"system\", \"content\": \"s\"}], \"tools\": []}",
+                        "puts the tools in the first user message, and there is none");
 }
 
 static void expect_bad_line(const char *line, const char *needle) {
@@ -211,13 +353,41 @@ static void expect_bad_line(const char *line, const char *needle) {
 Test(chat_template, refuses_bad_jsonl_lines_naming_file_and_line) {
     expect_bad_line("{\"messages\": [", "not JSON");
     expect_bad_line("[1, 2]", "not a JSON object");
-    expect_bad_line("{\"text\": \"plain\"}", "neither \"messages\" nor \"prompt\"");
-    expect_bad_line("{\"prompt\": \"q\"}", "neither");
+    expect_bad_line("{\"text\": \"plain\"}", "in none of the chat layouts");
+    expect_bad_line("{\"prompt\": \"q\"}", "in none of the chat layouts");
     expect_bad_line("{\"prompt\": \"q\", \"completion\": 3}", "\"completion\" is not a string");
     expect_bad_line("{\"messages\": []}", "empty");
     expect_bad_line("{\"messages\": {\"role\": \"user\"}}", "not a list");
-    expect_bad_line("{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}", "role \"tool\"");
+    expect_bad_line("{\"messages\": [{\"role\": \"function\", \"content\": \"x\"}]}", "role \"function\"");
     expect_bad_line("{\"messages\": [{\"role\": \"user\"}]}", "message 1: no \"content\"");
     expect_bad_line("{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, \"a\"]}", "message 2 is not an object");
     expect_bad_line("{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\"}]}]}", "not a string");
+    /* tools and tool calls */
+    expect_bad_line("{\"messages\": [{\"role\": \"user\", \"content\": \"q\", \"tool_calls\": []}]}",
+                    "message 1: tool_calls on a user message");
+    expect_bad_line("{\"messages\": [{\"role\": \"assistant\", \"content\": null}]}", "message 1: \"content\" is not a string");
+    expect_bad_line("{\"messages\": [{\"role\": \"assistant\", \"content\": \"\", \"tool_calls\": {}}]}",
+                    "\"tool_calls\" is not a list");
+    expect_bad_line("{\"messages\": [{\"role\": \"assistant\", \"content\": \"\", \"tool_calls\": [{\"function\": "
+                    "{\"arguments\": {}}}]}]}", "message 1: tool call 1: the function's \"name\" is missing");
+    expect_bad_line("{\"messages\": [{\"role\": \"assistant\", \"content\": \"\", \"tool_calls\": [{\"function\": "
+                    "{\"name\": \"f\", \"arguments\": 3}}]}]}", "\"arguments\" is an integer");
+    expect_bad_line("{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], \"tools\": {}}", "\"tools\" is not a list");
+    expect_bad_line("{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], \"tools\": [1]}", "tool 1 of \"tools\" is not an object");
+    /* alpaca */
+    expect_bad_line("{\"instruction\": \"q\", \"output\": 1}", "\"output\" is not a string");
+    expect_bad_line("{\"instruction\": \"q\", \"input\": [], \"output\": \"a\"}", "\"input\" is not a string");
+    expect_bad_line("{\"instruction\": \"q\", \"output\": \"a\", \"history\": [[\"q0\", \"a0\"]]}",
+                    "\"history\" (earlier turns) is not read");
+    /* ShareGPT */
+    expect_bad_line("{\"conversations\": []}", "\"conversations\" is empty");
+    expect_bad_line("{\"conversations\": [{\"from\": \"bot\", \"value\": \"x\"}]}",
+                    "conversations[0]: \"from\" is \"bot\", not human, gpt");
+    expect_bad_line("{\"conversations\": [{\"from\": \"human\"}]}", "conversations[0]: no \"value\"");
+    expect_bad_line("{\"conversations\": [{\"from\": \"function_call\", \"value\": \"{oops\"}]}",
+                    "conversations[0]: the function_call's value is not JSON text");
+    expect_bad_line("{\"conversations\": [{\"from\": \"function_call\", \"value\": \"{\\\"name\\\": 1}\"}]}",
+                    "conversations[0]: call 1: the function's \"name\" is missing or not a string");
+    expect_bad_line("{\"conversations\": [{\"from\": \"human\", \"value\": \"q\"}], \"tools\": \"[\"}",
+                    "\"tools\" is not JSON text");
 }

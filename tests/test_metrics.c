@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "io/metrics.h"
 #include "io/plot.h"
 
@@ -183,4 +185,98 @@ Test(metrics, plot_replaces_atomically) {
     snprintf(path, sizeof path, "%s/missing/loss.svg", run);
     cr_assert_eq(mt_plot_svg(path, &labels, &s, 1), MT_ERR_IO);
     cr_assert_not_null(strstr(mt_error(), path));
+}
+
+/* ---- TensorBoard event files, read back by tests/reference/read_tfevents.py (its own CRC32C
+ * and protobuf decoding, not the writer's code) ---- */
+
+/* The event files in the run directory, sorted, space-separated. */
+static void event_files(char *out, size_t cap) {
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "ls %s/events.out.tfevents.* | sort", run);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    out[0] = '\0';
+    char line[512];
+    while (fgets(line, sizeof line, p)) {
+        line[strcspn(line, "\n")] = '\0';
+        strncat(out, line, cap - strlen(out) - 2);
+        strcat(out, " ");
+    }
+    pclose(p);
+}
+
+/* Runs the reader over the files; its output, one JSON event per line. */
+static json_t *read_events(const char *files, int expect_ok) {
+    char cmd[2048], out[256];
+    snprintf(out, sizeof out, "%s/events.json", run);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 tests/reference/read_tfevents.py %s > %s 2> %s.err", files, out, out);
+    int rc = system(cmd);
+    if (!expect_ok) {
+        cr_assert_neq(rc, 0, "the reader accepted a damaged file");
+        return NULL;
+    }
+    cr_assert_eq(rc, 0, "the reader refused the file (see %s.err)", out);
+    json_t *events = json_array();
+    FILE *f = fopen(out, "r");
+    char line[4096];
+    while (fgets(line, sizeof line, f)) json_array_append_new(events, json_loads(line, 0, NULL));
+    fclose(f);
+    return events;
+}
+
+Test(metrics, tensorboard_events_read_back_independently) {
+    mt_metrics *m;
+    cr_assert_eq(mt_metrics_open(run, 0, &m), MT_OK, "%s", mt_error());
+    json_t *e = json_pack("{s:i, s:f, s:f, s:f, s:b, s:f}", "step", 1, "loss", 5.5, "lr", 3e-4, "grad_norm", 1.25,
+                          "skipped", 0, "tokens_per_s", 12345.0);
+    cr_assert_eq(mt_metrics_log(m, e), MT_OK);
+    json_decref(e);
+    log_step(m, 2, 5.0);
+    e = json_pack("{s:i, s:f}", "step", 2, "val_loss", 5.25);
+    cr_assert_eq(mt_metrics_log(m, e), MT_OK);
+    json_decref(e);
+    e = json_pack("{s:s}", "note", "no step: not a scalar event");
+    cr_assert_eq(mt_metrics_log(m, e), MT_OK);
+    json_decref(e);
+    mt_metrics_close(m);
+    /* a resumed run adds a file of its own */
+    cr_assert_eq(mt_metrics_open(run, 2, &m), MT_OK, "%s", mt_error());
+    log_step(m, 3, 4.5);
+    mt_metrics_close(m);
+
+    char files[1024];
+    event_files(files, sizeof files);
+    json_t *ev = read_events(files, 1);
+    cr_assert_eq(json_array_size(ev), 6, "%zu events", json_array_size(ev));
+    /* each file opens with its version */
+    cr_expect_str_eq(json_string_value(json_object_get(json_array_get(ev, 0), "file_version")), "brain.Event:2");
+    cr_expect_str_eq(json_string_value(json_object_get(json_array_get(ev, 4), "file_version")), "brain.Event:2");
+    json_t *first = json_object_get(json_array_get(ev, 1), "scalars");
+    cr_expect_eq(json_integer_value(json_object_get(json_array_get(ev, 1), "step")), 1);
+    cr_expect_eq(json_object_size(first), 4, "loss, lr, grad_norm, tokens_per_s (not the flag)");
+    cr_expect_float_eq(json_real_value(json_object_get(first, "loss")), 5.5, 1e-6);
+    cr_expect_float_eq(json_real_value(json_object_get(first, "lr")), (float)3e-4, 1e-9);
+    cr_expect_float_eq(json_real_value(json_object_get(first, "grad_norm")), 1.25, 1e-6);
+    cr_expect_float_eq(json_real_value(json_object_get(first, "tokens_per_s")), 12345.0, 1e-3);
+    json_t *val = json_array_get(ev, 3);
+    cr_expect_eq(json_integer_value(json_object_get(val, "step")), 2);
+    cr_expect_float_eq(json_real_value(json_object_get(json_object_get(val, "scalars"), "val_loss")), 5.25, 1e-6);
+    cr_expect_eq(json_integer_value(json_object_get(json_array_get(ev, 5), "step")), 3);
+    double wall = json_real_value(json_object_get(json_array_get(ev, 1), "wall_time"));
+    cr_expect(wall > 1.6e9 && wall < 4e9, "wall_time %f is not a time", wall);
+    json_decref(ev);
+
+    /* the reader does check: one flipped byte in the data fails its CRC */
+    char *last = strrchr(files, ' ');
+    *last = '\0';
+    last = strrchr(files, ' ') ? strrchr(files, ' ') + 1 : files;
+    FILE *f = fopen(last, "r+b");
+    cr_assert_not_null(f);
+    fseek(f, 20, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, 20, SEEK_SET);
+    fputc(c ^ 0x40, f);
+    fclose(f);
+    read_events(last, 0);
 }

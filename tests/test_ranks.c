@@ -239,6 +239,25 @@ Test(ranks, a_rank_that_fails_ends_every_ranks_step) {
     expect_failure_ends_the_group(0);
 }
 
+/* A follower rank's gradients land in its leader's host buffers, with clipping and without: its walk
+ * holds no host gradients of its own (without clipping it once allocated a whole ring it never used,
+ * 26 GiB at 8B, which the memory check did not count: 14B on 2 GPUs was killed for host memory). */
+Test(ranks, a_follower_rank_allocates_no_host_gradients) {
+    mt_config cfg = mt_tiny_config_gqa();
+    mt_backend *be;
+    cr_assert_eq(mt_backend_cpu_create(&be, 1), MT_OK, "%s", mt_error());
+    shape shapes[] = {{.clip = 1.0f}, {.clip = 0.0f}, {.clip = 0.0f, .ends_on_device = 1}, {.clip = 0.0f, .grad_ring = 1}};
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        mt_engine_options o = options(1, shapes[i]);
+        mt_engine_bytes leader = mt_engine_size(be, &cfg, &o), follower = mt_engine_follower_size(be, &cfg, &o);
+        cr_expect_gt(leader.host_grads, 0, "case %zu: the leader keeps the gradients", i);
+        cr_expect_eq(follower.host_grads, 0, "case %zu: a follower holds %lld bytes of host gradients", i,
+                     (long long)follower.host_grads);
+        cr_expect_eq(follower.host_staging, leader.host_staging, "case %zu", i);
+    }
+    mt_backend_destroy(be);
+}
+
 Test(ranks, refuses_a_group_of_no_ranks) {
     mt_ranks *g;
     cr_expect_neq(mt_ranks_create(&g, 0, open_cpu, NULL), MT_OK);

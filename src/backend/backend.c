@@ -37,6 +37,16 @@ mt_status mt_backend_init(mt_backend *be, const mt_backend_ops *ops) {
     if (!ops->op.clip_scale != !ops->op.adamw)
         return mt_fail(MT_ERR_INVALID, "the %s backend has one of op.clip_scale and op.adamw: give both or "
                        "neither", ops->name);
+    /* The moe group: every entry or none (a table of function pointers, counted as such). */
+    int moe = 0, moe_entries = (int)(sizeof ops->moe / sizeof ops->moe.route);
+    for (int i = 0; i < moe_entries; i++) {
+        void (*entry)(void);
+        memcpy(&entry, (const char *)&ops->moe + (size_t)i * sizeof entry, sizeof entry);
+        moe += entry != NULL;
+    }
+    if (moe != 0 && moe != moe_entries)
+        return mt_fail(MT_ERR_INVALID, "the %s backend has %d of the %d moe entries: give all or none", ops->name, moe,
+                       moe_entries);
     const mt_coll_iface *c = &ops->coll;
     int coll = !!c->comm_init + !!c->comm_init_world + !!c->all_reduce + !!c->reduce_scatter + !!c->comm_abort +
                !!c->comm_free;

@@ -202,6 +202,103 @@ typedef struct {
                   size_t n);
 } mt_op_iface;
 
+/* Mixture-of-experts ops, OPTIONAL: all or none (mt_backend_has_moe; a MoE model is refused on a
+ * backend without them). A MoE feed-forward over n tokens of width d sends each token to k of E
+ * experts, each a SwiGLU MLP of width F whose weights are stacked expert by expert
+ * (gate_up[E][2F, d]: gate's F rows then up's, as transformers 5 fuses them; down[E][d, F]):
+ *
+ *   logits[n, E]  = h . router^T                         (op.matmul)
+ *   route         -> experts[n, k], weights[n, k]        (softmax, top-k, renormalisation)
+ *   permute       -> order, slot_row, offsets            (the n*k slots sorted by expert)
+ *   gather        xs[n*k, d]  = h[the token of each sorted row]
+ *   grouped_matmul gu[n*k, 2F] = xs . gate_up[e]^T        (each expert's rows, its own matrix)
+ *   swiglu        a[n*k, F]   = silu(gu[:, :F]) * gu[:, F:]
+ *   grouped_matmul ys[n*k, d] = a . down[e]^T
+ *   combine       y[n, d]     = sum over j of weights[t, j] * ys[the row of slot (t, j)]
+ *
+ * and each backward. Slot t*k + j is token t's j-th choice (k distinct experts a token). Rows are
+ * sorted by expert so that each expert's rows are contiguous and the expert GEMMs are one grouped
+ * GEMM over experts with variable row counts; those counts and offsets are device int32 that
+ * permute computes and the grouped GEMMs read on the device (the host knows only their total,
+ * n*k), so a layer needs no host sync. Types as above: act, w, fp32 ("float"), int32.
+ *
+ * Segments. The tokens come in segments of `seg` rows (the engine's sequences, or a part of one),
+ * S = ceil(n / seg) of them. offsets[E*S + 1] counts rows by (expert, segment), expert-major:
+ * expert e's rows are [offsets[e*S], offsets[(e+1)*S]), of which segment s's are
+ * [offsets[e*S + s], offsets[e*S + s + 1]); offsets[0] = 0 and offsets[E*S] = n*k. Weight gradients
+ * add segment by segment (s = 0, 1, ... for each expert), so that one call over S segments gives the
+ * bits of S calls over one segment each, the engine's promise that micro-batching never changes the
+ * bits (gemm_by_sequence). grouped_matmul and grouped_matmul_dx may take an expert's rows of all
+ * segments as one GEMM, except on a backend that sets gemm_by_sequence, which takes them segment by
+ * segment. */
+typedef struct {
+    /* Routing: p = softmax(logits[t, :]) in fp32 for each of the n tokens; experts[t, :] the k
+     * largest of p in decreasing order (of equal ones the lower expert index first); weights[t, j] =
+     * p[experts[t, j]], divided by the k's sum when `renorm` (Qwen3-MoE's norm_topk_prob; Mixtral's
+     * softmax over the k chosen logits is the same numbers). For the load-balancing loss and the load
+     * report, each NULL to skip: counts[E] (int32) += the tokens that chose each expert; prob_sum[E]
+     * (float) += p summed over the n tokens. */
+    void (*route)(mt_backend *be, mt_stream *s, float *weights, int32_t *experts, int32_t *counts,
+                  float *prob_sum, const void *logits, int n, int E, int k, int renorm);
+    /* Its backward: dlogits[n, E] (act, overwritten) = d/dlogits of sum over (t, j) of
+     * dweights[t, j] * weights[t, j], plus (aux_grad[E] non-NULL, device float) sum over t and e of
+     * aux_grad[e] * p[t, e]: the load-balancing loss's part (aux_loss's grad). Recomputes p from
+     * logits; experts are route's. */
+    void (*route_dx)(mt_backend *be, mt_stream *s, void *dlogits, const float *dweights, const void *logits,
+                     const int32_t *experts, const float *aux_grad, int n, int E, int k, int renorm);
+    /* Sorts the n*k slots by expert, then segment (rows of tokens [s*seg, (s+1)*seg)), then token:
+     * order[r] (int32 [n*k]) is the slot of sorted row r, slot_row[slot] its inverse, offsets[E*S + 1]
+     * as above. */
+    void (*permute)(mt_backend *be, mt_stream *s, int32_t *order, int32_t *slot_row, int32_t *offsets,
+                    const int32_t *experts, int n, int E, int k, int seg);
+    /* xs[r, :] = x[order[r] / k, :] for the n*k sorted rows (act, width d). */
+    void (*gather)(mt_backend *be, mt_stream *s, void *xs, const void *x, const int32_t *order, int n, int k,
+                   int d);
+    /* Its backward: dx[t, :] = (accumulate: +=) the sum over j = 0..k-1, in that order, of
+     * dxs[slot_row[t*k + j], :]. */
+    void (*gather_dx)(mt_backend *be, mt_stream *s, void *dx, const void *dxs, const int32_t *slot_row, int n,
+                      int k, int d, int accumulate);
+    /* The expert GEMMs over rows = n*k sorted rows: y[r, :out] = x[r, :in] . w[e]^T for the rows r of
+     * expert e, w[E][out, in] (w); dx[r, :in] = dy[r, :out] . w[e] (overwritten); dw[e] (float
+     * [E][out, in]) += dy[rows of e]^T . x[rows of e], segment by segment. An expert with no rows adds
+     * nothing. offsets as permute gives them, E*S + 1 of them in device memory. */
+    void (*grouped_matmul)(mt_backend *be, mt_stream *s, void *y, const void *x, const void *w,
+                           const int32_t *offsets, int rows, int E, int S, int in, int out);
+    void (*grouped_matmul_dx)(mt_backend *be, mt_stream *s, void *dx, const void *dy, const void *w,
+                              const int32_t *offsets, int rows, int E, int S, int in, int out);
+    void (*grouped_matmul_dw)(mt_backend *be, mt_stream *s, float *dw, const void *dy, const void *x,
+                              const int32_t *offsets, int rows, int E, int S, int in, int out);
+    /* The experts' SwiGLU over fused rows: a[r, i] = silu(gu[r, i]) * gu[r, F + i] for rows r, i < F;
+     * backward: dgu[r, i] = da[r, i] * u * dsilu(g), dgu[r, F + i] = da[r, i] * silu(g) (overwritten). */
+    void (*swiglu)(mt_backend *be, mt_stream *s, void *a, const void *gu, int rows, int F);
+    void (*swiglu_dx)(mt_backend *be, mt_stream *s, void *dgu, const void *da, const void *gu, int rows, int F);
+    /* y[t, :] = the sum over j = 0..k-1, in that order and in fp32, of weights[t, j] *
+     * ys[slot_row[t*k + j], :] (act out, overwritten). */
+    void (*combine)(mt_backend *be, mt_stream *s, void *y, const void *ys, const float *weights,
+                    const int32_t *slot_row, int n, int k, int d);
+    /* Its backward: dys[slot_row[t*k + j], :] = weights[t, j] * dy[t, :] (act, every row written);
+     * dweights[t, j] (float, overwritten) = dy[t, :] . ys[slot_row[t*k + j], :]. */
+    void (*combine_dx)(mt_backend *be, mt_stream *s, void *dys, float *dweights, const void *dy, const void *ys,
+                       const float *weights, const int32_t *slot_row, int n, int k, int d);
+    /* A shared expert's sigmoid gate (Qwen2-MoE): y[t, :] = a[t, :] + sigmoid(g[t]) * x[t, :] (y may
+     * alias a; g [n] act, the gate's logit); backward: dx[t, :] = sigmoid(g[t]) * dy[t, :] and dg[t] =
+     * sigmoid'(g[t]) * (dy[t, :] . x[t, :]) (both act, overwritten). */
+    void (*gate_add)(mt_backend *be, mt_stream *s, void *y, const void *a, const void *x, const void *g, int n,
+                     int d);
+    void (*gate_add_dx)(mt_backend *be, mt_stream *s, void *dx, void *dg, const void *dy, const void *x,
+                        const void *g, int n, int d);
+    /* The load-balancing loss of one forward over `layers` MoE layers of n tokens each, transformers'
+     * load_balancing_loss_func over the layers' router logits together: with T = layers * n rows,
+     * c[e] = the sum over layers of counts[l][e] (int32 [layers][E], route's) and P[e] = prob_sum[e] /
+     * T (prob_sum [E], route's over every layer),
+     *     loss = E * sum over e of (c[e] / T) * P[e];
+     * *loss_sum (device float) += loss_scale * loss, and grad[e] (float [E], overwritten) = grad_scale *
+     * E * c[e] / T^2, the loss's gradient with respect to any row's p[e], which route_dx takes as
+     * aux_grad (the counts do not depend on the logits). */
+    void (*aux_loss)(mt_backend *be, mt_stream *s, float *loss_sum, float *grad, const int32_t *counts,
+                     const float *prob_sum, int layers, int n, int E, float loss_scale, float grad_scale);
+} mt_moe_iface;
+
 /* Collectives among the ranks of a data-parallel group (engine/ranks.h), OPTIONAL: all or none
  * (mt_backend_has_collectives). A backend instance belongs to at most one group; the group's
  * communicator lives in each member's state. */
@@ -257,6 +354,7 @@ typedef struct mt_backend_ops {
     mt_memory_iface mem;
     mt_stream_iface stream;
     mt_op_iface op;
+    mt_moe_iface moe;
     mt_coll_iface coll;
 } mt_backend_ops;
 
@@ -309,6 +407,9 @@ mt_status mt_backend_check(mt_backend *be);
 static inline int mt_backend_has_device_optimizer(const mt_backend *be) {
     return be->ops->op.clip_scale && be->ops->op.adamw;
 }
+
+/* Whether the backend has the optional mixture-of-experts ops (the moe group). */
+static inline int mt_backend_has_moe(const mt_backend *be) { return be->ops->moe.route != NULL; }
 
 /* Whether the backend has the optional collectives (the coll group). */
 static inline int mt_backend_has_collectives(const mt_backend *be) { return be->ops->coll.all_reduce != NULL; }

@@ -11,7 +11,10 @@
 #include "model/config.h"
 
 static const char train_help[] =
-    "usage: megatrain %s [options]\n"
+    "usage: megatrain %s [RUN.yaml] [options]\n"
+    "\n"
+    "RUN.yaml, a run file, sets options by their long names (steps: 1000); a flag given here wins.\n"
+    "A run writes the settings it resolved into RUN/run.yaml, a run file that runs it again.\n"
     "\n"
     "Every option but the engine's and --out, --resume and the save options is a setting of the\n"
     "run, stored in its checkpoints: --resume takes the stored value of each one not given, applies\n"
@@ -36,6 +39,8 @@ static const char train_help[] =
     "  --tokenizer PATH       a tokenizer.json or model directory (default: the --init-from directory's\n"
     "                         when it has a tokenizer.json; on --resume, the run's, which cannot change)\n"
     "  --val-fraction F       held out for validation (default 0.05)\n"
+    "  --val-data FILE,...    validation files of their own (read as --data is), each evaluated every\n"
+    "                         --eval-every steps: its loss in metrics.jsonl, loss.svg and TensorBoard\n"
     "  --sequential           take windows in order instead of at random\n"
     "  --seed N               initialization and sampling seed (default 1337)\n"
     "step:\n"
@@ -152,33 +157,55 @@ static struct option *train_long_options(void) {
     return opts;
 }
 
-int mt_cli_parse_train(int argc, char **argv, const char *command, mt_train_options *o) {
+/* Sets the flags of argv in *o; 1 for --help, -1 (printed) for a bad one. */
+static int parse_flags(int argc, char **argv, const struct option *opts, mt_train_options *o) {
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'h') return 1;
+        if (c < 256) return -1; /* getopt printed what was wrong */
+        if (mt_train_option_set(o, opts[c - 256].name, optarg) != MT_OK) {
+            fprintf(stderr, "megatrain: error: %s\n", mt_error());
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int mt_cli_parse_train(int argc, char **argv, const char *command, mt_train_options *o,
+                       mt_run_file_strings *strings) {
     *o = mt_train_defaults();
     o->progress = isatty(STDERR_FILENO);
+    *strings = (mt_run_file_strings){0};
     struct option *opts = train_long_options();
     if (!opts) {
         fprintf(stderr, "megatrain: error: out of memory\n");
         return -1;
     }
-    optind = 1;
-    int c, bad = 0, help = 0;
-    while (!bad && !help && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c == 'h') help = 1;
-        else if (c < 256) bad = 1; /* getopt printed what was wrong */
-        else if (mt_train_option_set(o, opts[c - 256].name, optarg) != MT_OK) {
-            fprintf(stderr, "megatrain: error: %s\n", mt_error());
-            bad = 1;
-        }
-    }
-    free(opts);
-    if (help) {
+    int bad = 0, flags = parse_flags(argc, argv, opts, o);
+    if (flags == 1) {
+        free(opts);
         printf(train_help, command, mt_config_preset_names());
         return 1;
     }
-    if (!bad && optind < argc) {
-        fprintf(stderr, "megatrain: error: unexpected argument '%s'\n", argv[optind]);
+    bad = flags < 0;
+    if (!bad && optind + 1 < argc) {
+        fprintf(stderr, "megatrain: error: unexpected argument '%s' (one run file at most)\n", argv[optind + 1]);
         bad = 1;
     }
+    if (!bad && optind < argc) {
+        /* A run file: its values first, then the flags again over them. */
+        const char *file = argv[optind];
+        *o = mt_train_defaults();
+        o->progress = isatty(STDERR_FILENO);
+        if (mt_run_file_read(file, o, strings) != MT_OK) {
+            fprintf(stderr, "megatrain: error: %s\n", mt_error());
+            bad = 1;
+        } else {
+            bad = parse_flags(argc, argv, opts, o) != 0;
+        }
+    }
+    free(opts);
     if (!bad && (!!o->preset + !!o->config_path + !!o->init_from) > 1) {
         fprintf(stderr, "megatrain: error: give at most one of --preset, --config and --init-from\n");
         bad = 1;

@@ -38,17 +38,20 @@ int mt_cli_bench(int argc, char **argv) {
         return 2;
     }
     mt_train_options o;
-    int parsed = mt_cli_parse_train(count, rest, "bench", &o);
+    mt_run_file_strings strings;
+    int parsed = mt_cli_parse_train(count, rest, "bench", &o, &strings);
     free(rest);
     if (parsed) {
+        mt_run_file_free(&strings);
         if (parsed > 0) printf("bench also takes:\n  --warmup-steps N   untimed steps first (default 2)\n"
                                "  --json FILE        append the summary as a JSON line\n"
                                "(--steps is the number of timed steps, at least 1; default 5 here)\n");
         return parsed > 0 ? 0 : 2;
     }
     if (o.steps == MT_UNSET) o.steps = 5;
+    mt_status rc = o.steps < 1 ? MT_ERR_INVALID : mt_bench(&o, warmup, stdout, json);
+    mt_run_file_free(&strings);
     if (o.steps < 1) return mt_cli_usage_error("bench", "--steps %lld: bench needs at least one timed step",
                                                (long long)o.steps);
-    mt_status rc = mt_bench(&o, warmup, stdout, json);
     return rc == MT_OK ? 0 : mt_cli_fail(rc);
 }

@@ -24,29 +24,38 @@ mt_unit_weights mt_bind_weights(const mt_layout *layout, int u, const void *base
 mt_unit_grads mt_bind_grads(const mt_layout *layout, int u, float *base);
 
 /* Activation buffers for one micro-batch of n = batch * seq rows, in the backend's act type
- * unless marked float. Shapes: D hidden, Q = heads*head_dim, KV = kv_heads*head_dim, F.
+ * unless marked float. Shapes: D hidden, Q = heads*head_dim, KV = kv_heads*head_dim, F the widest
+ * dense SwiGLU MLP (mt_config_dense_mlp_width).
  *
  * What attention reads or writes spans the micro-batch (O(n) by nature); every op that works
- * token by token (the norms, the projections, the MLP) runs over pieces of at most C rows
+ * token by token (the norms, the projections, the feed-forward) runs over pieces of at most C rows
  * (mt_block_piece_rows), so its buffers are a piece's: the workspace of a long sequence grows
- * with Q and D per token, not with F. */
+ * with Q and D per token, not with F. Each part kind walks its own buffers (engine/block_parts.h);
+ * a model carries those of the kinds its blocks use. */
 typedef struct {
-    void *h1;        /* [C, D]  attention-norm output of one piece */
-    void *q, *k, *v; /* [n, Q], [n, KV], [n, KV] after RoPE */
-    void *att;       /* [n, Q]  attention output */
-    void *x2;        /* [n, D]  residual after attention */
-    void *h2;        /* [C, D]  MLP-norm output of one piece */
-    void *g, *u, *a; /* [C, F]  gate, up, silu(gate) * up */
+    /* Every block's. */
+    void *h1;        /* [C, D]  the mixer's pre-norm output of one piece (the head's final norm too) */
+    void *x2;        /* [n, D]  residual after the mixer */
+    void *h2;        /* [C, D]  the feed-forward's pre-norm output of one piece */
     void *tmp;       /* [C, max(D, F)] scratch: a projection's output, and the backward's da/dh */
-    void *dq, *dk, *dv, *datt; /* backward: [n, Q], [n, KV], [n, KV], [n, Q] */
-    void *dg, *du;   /* backward: [C, F] */
     float *rstd1, *rstd2; /* [n] */
-    float *lse;      /* [batch, heads, seq] */
-    /* With q/k norms (cfg->qk_norm) only, else NULL: the projections before their per-head norm
-     * and its statistics. */
-    void *q_raw, *k_raw;    /* [n, Q], [n, KV] */
-    float *rstd_q, *rstd_k; /* [n * heads], [n * kv_heads] */
-    void *attn_ws;   /* backend's attention workspace (forward and backward) */
+    /* The attention mixer's (engine/mixer_attention.c). */
+    struct {
+        void *q, *k, *v;  /* [n, Q], [n, KV], [n, KV] after RoPE */
+        void *att;        /* [n, Q]  attention output */
+        void *dq, *dk, *dv, *datt; /* backward: [n, Q], [n, KV], [n, KV], [n, Q] */
+        float *lse;       /* [batch, heads, seq] */
+        /* With q/k norms (cfg->qk_norm) only, else NULL: the projections before their norm and its
+         * statistics. */
+        void *q_raw, *k_raw;    /* [n, Q], [n, KV] */
+        float *rstd_q, *rstd_k; /* [n * heads], [n * kv_heads] */
+        void *ws;         /* backend's attention workspace (forward and backward) */
+    } attn;
+    /* The dense SwiGLU MLP's (engine/ffn_dense.c). */
+    struct {
+        void *g, *u, *a;  /* [C, F]  gate, up, silu(gate) * up */
+        void *dg, *du;    /* backward: [C, F] */
+    } mlp;
 } mt_block_ws;
 
 typedef struct {
@@ -57,6 +66,7 @@ typedef struct {
     int chunk;              /* tokens per piece (mt_block_piece_rows); <= 0: the whole micro-batch */
     const float *inv_freq;  /* device copy of the RoPE frequencies */
     mt_block_ws *ws;
+    int layer;              /* the block's index: its kinds (model/block_kinds.h) */
 } mt_block_ctx;
 
 /* Rows of the largest piece the token-wise ops take at once for `chunk` tokens a piece: whole

@@ -103,6 +103,9 @@ typedef struct {
     int64_t host_grads, host_staging, host_checkpoints;
 } mt_engine_bytes;
 mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_engine_options *opt);
+/* What a follower rank of a group (ranks.h) allocates: no host gradients, its slices landing in its
+ * leader's. */
+mt_engine_bytes mt_engine_follower_size(mt_backend *be, const mt_config *cfg, const mt_engine_options *opt);
 
 /* Parameters whose fp32 state the device keeps for these options: the ends' (ends_on_device) and
  * the device_blocks blocks' (each at the largest block's size). */

@@ -141,9 +141,9 @@ static void walk(const shape *s, walker *w) {
      * on the host: it needs every gradient until the norm is known; tests read them), the
      * host-updated units' (clipping with some unit on the device), or the streamed blocks' in a
      * ring by backward order and the embedding and head each in their own buffer (none when the
-     * device updates them). A follower rank has none: its slices land in its leader's (it keeps
-     * them all: ranks need clipping). */
-    if (s->keep_all && s->follower) {
+     * device updates them). A follower rank has none: its slices land in its leader's, with
+     * clipping or without. */
+    if (s->follower) {
         /* the leader's */
     } else if (s->keep_all && s->full) {
         HOST(grads_full, host_grads, (size_t)lay->total_numel * 4, "the gradients of every unit");
@@ -162,17 +162,26 @@ static void walk(const shape *s, walker *w) {
 #undef HOST
 #undef BUFFER
 
-mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_engine_options *o) {
+static mt_engine_bytes size_of(mt_backend *be, const mt_config *cfg, const mt_engine_options *o, int follower) {
     mt_layout lay;
     walker w = {0};
     if (mt_layout_init(&lay, cfg) != MT_OK) return w.bytes;
     shape s = shape_of(be, cfg, &lay, o);
+    s.follower = follower;
     walk(&s, &w);
     mt_layout_free(&lay);
     mt_engine_bytes *b = &w.bytes;
     b->total = b->weight_slots + b->embed_head + b->resident_weights + b->device_state + b->grads + b->checkpoints +
                b->workspace;
     return *b;
+}
+
+mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_engine_options *o) {
+    return size_of(be, cfg, o, 0);
+}
+
+mt_engine_bytes mt_engine_follower_size(mt_backend *be, const mt_config *cfg, const mt_engine_options *o) {
+    return size_of(be, cfg, o, 1);
 }
 
 /* Points what the walk's buffers hold: the targets after the inputs, the workspace's parts, each

@@ -218,7 +218,7 @@ static void run_job(void *arg) {
     mt_engine *e = j->e;
     const mt_op_iface *op = e->op;
     int D = e->cfg->hidden_size, n = j->batch * j->seq;
-    mt_block_ctx ctx = {e->be, e->compute, e->cfg, j->batch, j->seq, e->o.chunk, e->dev_inv_freq, &e->ws};
+    mt_block_ctx ctx = {e->be, e->compute, e->cfg, j->batch, j->seq, e->o.chunk, e->dev_inv_freq, &e->ws, j->block};
     switch (j->kind) {
     case MT_JOB_EMBED_FWD: {
         mt_unit_weights w = mt_bind_weights(e->lay, 0, e->embed_w, e->be->ops->weight_dtype);

@@ -40,6 +40,14 @@ mt_status mt_dataset_init(mt_dataset *ds, const mt_tokens *tokens, double val_fr
     return MT_OK;
 }
 
+mt_status mt_dataset_init_val_only(mt_dataset *ds, const mt_tokens *tokens, int seq_len) {
+    if (tokens->count < (size_t)seq_len + 1)
+        return mt_fail(MT_ERR_INVALID, "%zu tokens, shorter than one window of seq_len + 1 = %d tokens", tokens->count,
+                       seq_len + 1);
+    *ds = (mt_dataset){.tokens = tokens, .train_tokens = 0, .val_tokens = tokens->count, .seq_len = seq_len};
+    return MT_OK;
+}
+
 mt_status mt_dataset_set_state(mt_dataset *ds, const mt_sampler_state *state) {
     if (state->cursor >= ds->train_tokens)
         return mt_fail(MT_ERR_INVALID,

@@ -42,6 +42,10 @@ typedef struct {
 mt_status mt_dataset_init(mt_dataset *ds, const mt_tokens *tokens, double val_fraction,
                           int seq_len, mt_sample_order order, uint64_t seed);
 
+/* All of `tokens` as validation windows (a validation file of its own); fails when it is shorter
+ * than one window. */
+mt_status mt_dataset_init_val_only(mt_dataset *ds, const mt_tokens *tokens, int seq_len);
+
 /* Restores a saved state; fails when it cannot belong to this dataset (cursor past the split). */
 mt_status mt_dataset_set_state(mt_dataset *ds, const mt_sampler_state *state);
 

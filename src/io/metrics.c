@@ -6,9 +6,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "io/tb_events.h"
+
 struct mt_metrics {
     FILE *file;
     char path[PATH_MAX];
+    mt_tb_events *tb; /* the same numbers for TensorBoard */
 };
 
 /* A line to keep: an event of a step up to `through_step`, or one without a step. A torn line
@@ -93,8 +96,28 @@ mt_status mt_metrics_open(const char *run_dir, int64_t through_step, mt_metrics 
         fseek(m->file, 0, SEEK_END); /* C requires a seek between reading and writing */
         if (last != '\n') fputc('\n', m->file);
     }
+    st = mt_tb_open(run_dir, &m->tb);
+    if (st != MT_OK) {
+        mt_metrics_close(m);
+        return st;
+    }
     *metrics = m;
     return MT_OK;
+}
+
+/* An event of a step as TensorBoard scalars: each number of it but the step, under its name. */
+static mt_status log_scalars(mt_metrics *metrics, const json_t *event) {
+    const json_t *step = json_object_get(event, "step");
+    if (!json_is_integer(step) || !metrics->tb) return MT_OK;
+    enum { MAX = 64 };
+    const char *tags[MAX];
+    double values[MAX];
+    size_t n = 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)event, key, v)
+        if (n < MAX && json_is_number(v) && strcmp(key, "step")) tags[n] = key, values[n++] = json_number_value(v);
+    return n ? mt_tb_scalars(metrics->tb, json_integer_value(step), tags, values, n) : MT_OK;
 }
 
 mt_status mt_metrics_log(mt_metrics *metrics, const json_t *event) {
@@ -104,12 +127,13 @@ mt_status mt_metrics_log(mt_metrics *metrics, const json_t *event) {
              fflush(metrics->file) == 0;
     free(line);
     if (!ok) return mt_fail(MT_ERR_IO, "%s: write failed: %s", metrics->path, strerror(errno));
-    return MT_OK;
+    return log_scalars(metrics, event);
 }
 
 void mt_metrics_close(mt_metrics *metrics) {
     if (!metrics) return;
     fclose(metrics->file);
+    mt_tb_close(metrics->tb);
     free(metrics);
 }
 
@@ -134,6 +158,26 @@ static mt_status curve_add(mt_curve *c, size_t *cap, double step, double value) 
     c->step[c->n] = step;
     c->value[c->n++] = value;
     return MT_OK;
+}
+
+mt_status mt_metrics_load_curve(const char *path, const char *key, mt_curve *curve) {
+    *curve = (mt_curve){0};
+    FILE *f = fopen(path, "r");
+    if (!f) return mt_fail(MT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 0, line_cap = 0;
+    char *line = NULL;
+    mt_status st = MT_OK;
+    while (st == MT_OK && getline(&line, &line_cap, f) >= 0) {
+        json_t *event = json_loads(line, 0, NULL);
+        json_t *step = json_object_get(event, "step"), *value = json_object_get(event, key);
+        if (json_is_number(step) && json_is_number(value))
+            st = curve_add(curve, &cap, json_number_value(step), json_number_value(value));
+        json_decref(event); /* NULL for a torn line: skipped */
+    }
+    free(line);
+    fclose(f);
+    if (st != MT_OK) mt_curve_free(curve);
+    return st;
 }
 
 mt_status mt_metrics_load_curves(const char *path, mt_curve *train, mt_curve *val) {

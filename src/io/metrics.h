@@ -1,7 +1,8 @@
 /* The run's metrics log: <run>/metrics.jsonl, one JSON object per line, appended and flushed as
  * each event happens (so a crash loses at most the line being written). Events are whatever the
  * caller builds; training steps carry "step", "loss" and, when measured, "val_loss", plus lr,
- * grad_norm, tokens_per_s, elapsed_s and so on. */
+ * grad_norm, tokens_per_s, elapsed_s and so on. Each number of an event with a step also goes to
+ * the run's TensorBoard event file (io/tb_events.h), under its name. */
 #ifndef MT_IO_METRICS_H
 #define MT_IO_METRICS_H
 
@@ -33,6 +34,8 @@ typedef struct {
  * (a run resumed from an older checkpoint) replaces the abandoned tail; a torn last line from a
  * crash is skipped. Free the curves with mt_curve_free. */
 mt_status mt_metrics_load_curves(const char *path, mt_curve *train, mt_curve *val);
+/* Reads the curve of one key (a --val-data file's "val_loss/FILE") the same way. */
+mt_status mt_metrics_load_curve(const char *path, const char *key, mt_curve *curve);
 void mt_curve_free(mt_curve *curve);
 
 #endif

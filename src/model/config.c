@@ -1,5 +1,7 @@
 #include "model/config.h"
 
+#include "model/block_kinds.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -162,22 +164,40 @@ mt_status mt_config_validate(const mt_config *c) {
     return MT_OK;
 }
 
-int64_t mt_config_block_params(const mt_config *c) {
-    int64_t d = c->hidden_size, f = c->intermediate_size;
-    int64_t q = (int64_t)c->num_heads * c->head_dim, kv = (int64_t)c->num_kv_heads * c->head_dim;
-    int64_t n = 2 * d                 /* two RMSNorm weights */
-                + q * d + 2 * kv * d  /* q, k, v */
-                + d * q               /* o */
-                + 3 * d * f;          /* gate, up, down */
-    if (c->attention_bias) n += q + 2 * kv;
-    if (c->qk_norm) n += 2 * c->head_dim;
+int64_t mt_config_block_params(const mt_config *c, int l) {
+    mt_block_kinds k = mt_block_kinds_of(c, l);
+    return mt_mixer_kind_of(k.mixer)->params(c) + mt_ffn_kind_of(k.ffn)->params(c);
+}
+
+int64_t mt_config_blocks_params(const mt_config *c) {
+    int64_t n = 0;
+    for (int l = 0; l < c->num_layers; l++) n += mt_config_block_params(c, l);
     return n;
 }
 
+int64_t mt_config_blocks_active_params(const mt_config *c) {
+    int64_t n = 0;
+    for (int l = 0; l < c->num_layers; l++) {
+        mt_block_kinds k = mt_block_kinds_of(c, l);
+        n += mt_mixer_kind_of(k.mixer)->active_params(c) + mt_ffn_kind_of(k.ffn)->active_params(c);
+    }
+    return n;
+}
+
+double mt_config_blocks_extra_flops(const mt_config *c, int seq) {
+    double f = 0;
+    for (int l = 0; l < c->num_layers; l++) {
+        mt_block_kinds k = mt_block_kinds_of(c, l);
+        f += mt_mixer_kind_of(k.mixer)->extra_flops(c, seq) + mt_ffn_kind_of(k.ffn)->extra_flops(c, seq);
+    }
+    return f;
+}
+
+int mt_config_dense_mlp_width(const mt_config *c) { return c->intermediate_size; }
+
 int64_t mt_config_total_params(const mt_config *c) {
     int64_t embed = (int64_t)c->vocab_size * c->hidden_size;
-    return embed + (c->tie_embeddings ? 0 : embed) + c->hidden_size +
-           (int64_t)c->num_layers * mt_config_block_params(c);
+    return embed + (c->tie_embeddings ? 0 : embed) + c->hidden_size + mt_config_blocks_params(c);
 }
 
 void mt_config_rope_inv_freq(const mt_config *c, float *inv_freq) {

@@ -51,9 +51,18 @@ const char *mt_config_preset_names(void);
  * names the field. */
 mt_status mt_config_validate(const mt_config *cfg);
 
-/* Parameter counts (of a validated config: they cannot overflow). */
-int64_t mt_config_block_params(const mt_config *cfg);
+/* Parameter counts (of a validated config: they cannot overflow): block l's, every block's, those
+ * of every block that one token's forward multiplies with (a mixture of experts uses top_k of its
+ * experts), and the whole model's. */
+int64_t mt_config_block_params(const mt_config *cfg, int l);
+int64_t mt_config_blocks_params(const mt_config *cfg);
+int64_t mt_config_blocks_active_params(const mt_config *cfg);
 int64_t mt_config_total_params(const mt_config *cfg);
+/* The widest dense SwiGLU MLP among the blocks' feed-forwards (what the block workspace sizes for). */
+int mt_config_dense_mlp_width(const mt_config *cfg);
+/* Forward FLOPs a token in every block besides the linear layers (attention's), at seq tokens a
+ * sequence. */
+double mt_config_blocks_extra_flops(const mt_config *cfg, int seq);
 
 /* The RoPE inverse frequencies, head_dim/2 of them, llama3 scaling applied when configured. */
 void mt_config_rope_inv_freq(const mt_config *cfg, float *inv_freq);

@@ -5,8 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A block's tensors at most: MT_T_ATTN_NORM .. MT_T_WD. */
-enum { BLOCK_TENSORS_MAX = MT_T_WD - MT_T_ATTN_NORM + 1 };
+#include "model/block_kinds.h"
+
+/* A unit holds at most one tensor of each kind. */
+enum { BLOCK_TENSORS_MAX = MT_T_COUNT };
 
 /* Element counts in checked 64-bit arithmetic: a sum or product past INT64_MAX sets *overflow
  * (mt_config_validate's limits keep every real model far below it). */
@@ -54,8 +56,7 @@ mt_status mt_layout_init(mt_layout *lay, const mt_config *cfg) {
     MT_TRY(mt_config_validate(cfg));
     memset(lay, 0, sizeof *lay);
     lay->cfg = *cfg;
-    int D = cfg->hidden_size, F = cfg->intermediate_size, V = cfg->vocab_size; /* validated: small */
-    int Q = cfg->num_heads * cfg->head_dim, KV = cfg->num_kv_heads * cfg->head_dim;
+    int D = cfg->hidden_size, V = cfg->vocab_size; /* validated: small */
     lay->num_units = cfg->num_layers + 2;
     lay->units = mt_calloc((size_t)lay->num_units, sizeof *lay->units, "the model layout");
     lay->tensors = mt_calloc((size_t)cfg->num_layers * BLOCK_TENSORS_MAX + 4, sizeof *lay->tensors, "the model layout");
@@ -68,30 +69,10 @@ mt_status mt_layout_init(mt_layout *lay, const mt_config *cfg) {
     add_tensor(lay, u, MT_T_WTE, -1, V, D, 1, "model.embed_tokens.weight");
     offset = checked_add(offset, u->numel, &lay->overflow);
     for (int l = 0; l < cfg->num_layers; l++) {
-        char name[64];
         u = begin_unit(lay, 1 + l, MT_UNIT_BLOCK, l, offset);
-#define T(kind, rows, cols, decay, fmt)                            \
-    snprintf(name, sizeof name, "model.layers.%d." fmt, l);       \
-    add_tensor(lay, u, kind, l, rows, cols, decay, name)
-        T(MT_T_ATTN_NORM, D, 1, 0, "input_layernorm.weight");
-        T(MT_T_WQ, Q, D, 1, "self_attn.q_proj.weight");
-        T(MT_T_WK, KV, D, 1, "self_attn.k_proj.weight");
-        T(MT_T_WV, KV, D, 1, "self_attn.v_proj.weight");
-        if (cfg->attention_bias) {
-            T(MT_T_BQ, Q, 1, 0, "self_attn.q_proj.bias");
-            T(MT_T_BK, KV, 1, 0, "self_attn.k_proj.bias");
-            T(MT_T_BV, KV, 1, 0, "self_attn.v_proj.bias");
-        }
-        if (cfg->qk_norm) {
-            T(MT_T_Q_NORM, cfg->head_dim, 1, 0, "self_attn.q_norm.weight");
-            T(MT_T_K_NORM, cfg->head_dim, 1, 0, "self_attn.k_norm.weight");
-        }
-        T(MT_T_WO, D, Q, 1, "self_attn.o_proj.weight");
-        T(MT_T_MLP_NORM, D, 1, 0, "post_attention_layernorm.weight");
-        T(MT_T_WG, F, D, 1, "mlp.gate_proj.weight");
-        T(MT_T_WU, F, D, 1, "mlp.up_proj.weight");
-        T(MT_T_WD, D, F, 1, "mlp.down_proj.weight");
-#undef T
+        mt_block_kinds kinds = mt_block_kinds_of(cfg, l);
+        mt_mixer_kind_of(kinds.mixer)->declare(lay, u, cfg, l);
+        mt_ffn_kind_of(kinds.ffn)->declare(lay, u, cfg, l);
         if (u->numel > lay->max_block_numel) lay->max_block_numel = u->numel;
         offset = checked_add(offset, u->numel, &lay->overflow);
     }
@@ -107,6 +88,13 @@ mt_status mt_layout_init(mt_layout *lay, const mt_config *cfg) {
                        "arithmetic");
     }
     return MT_OK;
+}
+
+void mt_layout_add_block_tensor(mt_layout *lay, mt_unit *u, mt_tensor_kind kind, int l, int rows, int cols,
+                                int decay, const char *suffix) {
+    char name[sizeof lay->tensors[0].name];
+    snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);
+    add_tensor(lay, u, kind, l, rows, cols, decay, name);
 }
 
 void mt_layout_free(mt_layout *lay) {

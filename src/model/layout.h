@@ -75,6 +75,11 @@ const mt_tensor *mt_layout_tensor(const mt_layout *layout, int u, mt_tensor_kind
 /* Finds a tensor by its Hugging Face name; NULL when absent. */
 const mt_tensor *mt_layout_find(const mt_layout *layout, const char *name, int *unit);
 
+/* For the block kinds' declarations (model/block_kinds.h): appends to unit u, which is block l's,
+ * a tensor named "model.layers.<l>.<suffix>" of rows x cols (cols 1: a vector). */
+void mt_layout_add_block_tensor(mt_layout *layout, mt_unit *u, mt_tensor_kind kind, int l, int rows, int cols,
+                                int decay, const char *suffix);
+
 /* Unit indices. */
 static inline int mt_unit_embed(void) { return 0; }
 static inline int mt_unit_block(int l) { return 1 + l; }

@@ -77,13 +77,14 @@ static double gib(int64_t bytes) { return (double)bytes / 1073741824.0; }
 
 /* ---- the step's time floor ---- */
 
-/* FLOPs of one step: linear layers 2 (forward) + 2 (recompute) + 4 (backward) per parameter and
- * token; the LM head 6 (no recompute); causal attention 2 T Q per token and layer forward, four
- * times that with its recompute and backward. */
+/* FLOPs of one step: linear layers 2 (forward) + 2 (recompute) + 4 (backward) per active parameter
+ * (a mixture of experts: those of the top_k experts a token goes to) and token; the LM head 6 (no
+ * recompute); causal attention 2 T Q per token and layer forward, twice that with its recompute and
+ * backward as counted here. */
 static double step_flops(const mt_config *c, double tokens, int seq) {
-    double block = (double)mt_config_block_params(c) * c->num_layers;
+    double block = (double)mt_config_blocks_active_params(c);
     double head = (double)c->vocab_size * c->hidden_size;
-    double attention = 8.0 * seq * (double)c->num_heads * c->head_dim * c->num_layers * 0.5;
+    double attention = 2.0 * mt_config_blocks_extra_flops(c, seq);
     return tokens * (8.0 * block + 6.0 * head + attention);
 }
 

@@ -1,12 +1,17 @@
 #include "tokenizer/chat_data.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "util/json_kind.h"
 
 mt_jsonl_kind mt_jsonl_kind_of(const json_t *line) {
     if (!json_is_object(line)) return MT_JSONL_OTHER;
     if (json_object_get(line, "messages")) return MT_JSONL_CHAT;
+    if (json_object_get(line, "conversations")) return MT_JSONL_SHAREGPT;
     if (json_object_get(line, "prompt") && json_object_get(line, "completion")) return MT_JSONL_INSTRUCTION;
+    if (json_object_get(line, "instruction") && json_object_get(line, "output")) return MT_JSONL_ALPACA;
     return MT_JSONL_OTHER;
 }
 
@@ -14,11 +19,64 @@ mt_jsonl_kind mt_jsonl_kind_of(const json_t *line) {
 static mt_status string_field(const json_t *obj, const char *key, const char *where, const char **text, size_t *len) {
     const json_t *v = json_object_get(obj, key);
     if (!v) return mt_fail(MT_ERR_INVALID, "%s: no \"%s\" field", where, key);
-    if (!json_is_string(v)) return mt_fail(MT_ERR_INVALID, "%s: \"%s\" is not a string", where, key);
+    if (!json_is_string(v)) return mt_fail(MT_ERR_INVALID, "%s: \"%s\" is not a string but %s", where, key, mt_json_kind(v));
     *text = json_string_value(v);
     *len = json_string_length(v);
     return MT_OK;
 }
+
+/* Keeps a value made while reading for as long as the example. */
+static mt_status keep(mt_chat_example *e, json_t *v, const char *where) {
+    if (!v || json_array_append_new(e->owned, v))
+        return mt_fail(MT_ERR_NOMEM, "%s: cannot hold the example", where);
+    return MT_OK;
+}
+
+static mt_status alloc_messages(mt_chat_example *e, size_t n, const char *where) {
+    e->m = calloc(n ? n : 1, sizeof *e->m);
+    if (!e->m) return mt_fail(MT_ERR_NOMEM, "%s: cannot hold %zu messages", where, n);
+    return MT_OK;
+}
+
+/* ---- tools and tool calls ---- */
+
+static mt_status check_tools(const json_t *tools, const char *where) {
+    if (!json_is_array(tools))
+        return mt_fail(MT_ERR_INVALID, "%s: \"tools\" is not a list of tool definitions but %s", where, mt_json_kind(tools));
+    for (size_t i = 0; i < json_array_size(tools); i++)
+        if (!json_is_object(json_array_get(tools, i)))
+            return mt_fail(MT_ERR_INVALID, "%s: tool %zu of \"tools\" is not an object but %s", where, i + 1,
+                           mt_json_kind(json_array_get(tools, i)));
+    return MT_OK;
+}
+
+/* A call is {"function": {"name": string, "arguments": ...}} (OpenAI, with "id" and "type" as
+ * they come) or {"name": string, "arguments": ...}; arguments an object or its JSON text. */
+static mt_status check_call(const json_t *call, const char *at) {
+    if (!json_is_object(call)) return mt_fail(MT_ERR_INVALID, "%s is not an object but %s", at, mt_json_kind(call));
+    const json_t *fn = json_object_get(call, "function");
+    if (fn && !json_is_object(fn))
+        return mt_fail(MT_ERR_INVALID, "%s: \"function\" is not an object but %s", at, mt_json_kind(fn));
+    if (!fn) fn = call;
+    const json_t *name = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
+    if (!json_is_string(name)) return mt_fail(MT_ERR_INVALID, "%s: the function's \"name\" is missing or not a string", at);
+    if (!json_is_object(args) && !json_is_string(args))
+        return mt_fail(MT_ERR_INVALID, "%s: the function's \"arguments\" is %s, not an object (or its JSON text)", at,
+                       args ? mt_json_kind(args) : "missing");
+    return MT_OK;
+}
+
+static mt_status check_calls(const json_t *calls, const char *at) {
+    if (!json_is_array(calls)) return mt_fail(MT_ERR_INVALID, "%s: \"tool_calls\" is not a list but %s", at, mt_json_kind(calls));
+    for (size_t k = 0; k < json_array_size(calls); k++) {
+        char call_at[1200];
+        snprintf(call_at, sizeof call_at, "%s: tool call %zu", at, k + 1);
+        MT_TRY(check_call(json_array_get(calls, k), call_at));
+    }
+    return MT_OK;
+}
+
+/* ---- OpenAI messages ---- */
 
 static mt_status parse_role(const json_t *msg, const char *where, mt_chat_role *role) {
     const char *name;
@@ -27,7 +85,35 @@ static mt_status parse_role(const json_t *msg, const char *where, mt_chat_role *
     if (!strcmp(name, "system")) *role = MT_ROLE_SYSTEM;
     else if (!strcmp(name, "user")) *role = MT_ROLE_USER;
     else if (!strcmp(name, "assistant")) *role = MT_ROLE_ASSISTANT;
-    else return mt_fail(MT_ERR_INVALID, "%s: role \"%s\" is not system, user or assistant", where, name);
+    else if (!strcmp(name, "tool")) *role = MT_ROLE_TOOL;
+    else return mt_fail(MT_ERR_INVALID, "%s: role \"%s\" is not system, user, assistant or tool", where, name);
+    return MT_OK;
+}
+
+static mt_status parse_message(const json_t *msg, const char *at, mt_chat_message *m) {
+    if (!json_is_object(msg)) return mt_fail(MT_ERR_INVALID, "%s is not an object", at);
+    MT_TRY(parse_role(msg, at, &m->role));
+    const json_t *calls = json_object_get(msg, "tool_calls");
+    if (calls && !json_is_null(calls)) {
+        if (m->role != MT_ROLE_ASSISTANT)
+            return mt_fail(MT_ERR_INVALID, "%s: tool_calls on a %s message (only an assistant calls tools)", at,
+                           m->role == MT_ROLE_TOOL ? "tool" : m->role == MT_ROLE_USER ? "user" : "system");
+        MT_TRY(check_calls(calls, at));
+        m->tool_calls = calls;
+    }
+    const json_t *content = json_object_get(msg, "content");
+    if (json_is_null(content) && m->tool_calls) {
+        m->content = NULL; /* OpenAI's content of a turn that only calls tools */
+    } else {
+        MT_TRY(string_field(msg, "content", at, &m->content, &m->len));
+    }
+    const json_t *reasoning = json_object_get(msg, "reasoning_content");
+    if (reasoning && !json_is_null(reasoning)) {
+        if (m->role != MT_ROLE_ASSISTANT || !json_is_string(reasoning))
+            return mt_fail(MT_ERR_INVALID, "%s: reasoning_content must be a string on an assistant message", at);
+        m->reasoning = json_string_value(reasoning);
+        m->reasoning_len = json_string_length(reasoning);
+    }
     return MT_OK;
 }
 
@@ -36,30 +122,24 @@ static mt_status parse_messages(mt_chat_example *e, const char *where) {
     if (!json_is_array(list)) return mt_fail(MT_ERR_INVALID, "%s: \"messages\" is not a list", where);
     e->n = json_array_size(list);
     if (e->n == 0) return mt_fail(MT_ERR_INVALID, "%s: \"messages\" is empty", where);
-    e->m = calloc(e->n, sizeof *e->m);
-    if (!e->m) return mt_fail(MT_ERR_NOMEM, "%s: cannot hold %zu messages", where, e->n);
+    MT_TRY(alloc_messages(e, e->n, where));
     for (size_t i = 0; i < e->n; i++) {
         char at[1100];
         snprintf(at, sizeof at, "%s: message %zu", where, i + 1);
-        const json_t *msg = json_array_get(list, i);
-        if (!json_is_object(msg)) return mt_fail(MT_ERR_INVALID, "%s is not an object", at);
-        mt_chat_message *m = &e->m[i];
-        MT_TRY(parse_role(msg, at, &m->role));
-        MT_TRY(string_field(msg, "content", at, &m->content, &m->len));
-        const json_t *reasoning = json_object_get(msg, "reasoning_content");
-        if (reasoning && !json_is_null(reasoning)) {
-            if (m->role != MT_ROLE_ASSISTANT || !json_is_string(reasoning))
-                return mt_fail(MT_ERR_INVALID, "%s: reasoning_content must be a string on an assistant message", at);
-            m->reasoning = json_string_value(reasoning);
-            m->reasoning_len = json_string_length(reasoning);
-        }
+        MT_TRY(parse_message(json_array_get(list, i), at, &e->m[i]));
+    }
+    const json_t *tools = json_object_get(e->json, "tools");
+    if (tools && !json_is_null(tools)) {
+        MT_TRY(check_tools(tools, where));
+        e->tools = tools;
     }
     return MT_OK;
 }
 
+/* ---- prompt/completion and alpaca ---- */
+
 static mt_status parse_instruction(mt_chat_example *e, const char *where) {
-    e->m = calloc(2, sizeof *e->m);
-    if (!e->m) return mt_fail(MT_ERR_NOMEM, "%s: cannot hold an example", where);
+    MT_TRY(alloc_messages(e, 2, where));
     e->n = 2;
     e->m[0].role = MT_ROLE_USER;
     e->m[1].role = MT_ROLE_ASSISTANT;
@@ -67,17 +147,137 @@ static mt_status parse_instruction(mt_chat_example *e, const char *where) {
     return string_field(e->json, "completion", where, &e->m[1].content, &e->m[1].len);
 }
 
+static mt_status parse_alpaca(mt_chat_example *e, const char *where) {
+    const char *instruction, *input = "", *output, *system = NULL;
+    size_t ilen, inlen = 0, olen, slen = 0;
+    MT_TRY(string_field(e->json, "instruction", where, &instruction, &ilen));
+    MT_TRY(string_field(e->json, "output", where, &output, &olen));
+    const json_t *in = json_object_get(e->json, "input"), *sys = json_object_get(e->json, "system");
+    const json_t *history = json_object_get(e->json, "history");
+    if (history && !json_is_null(history) && !(json_is_array(history) && json_array_size(history) == 0))
+        return mt_fail(MT_ERR_INVALID, "%s: \"history\" (earlier turns) is not read in the alpaca layout; write "
+                       "the example as \"messages\" to keep them", where);
+    if (in && !json_is_null(in)) MT_TRY(string_field(e->json, "input", where, &input, &inlen));
+    if (sys && !json_is_null(sys)) MT_TRY(string_field(e->json, "system", where, &system, &slen));
+    MT_TRY(alloc_messages(e, 3, where));
+    if (system) e->m[e->n++] = (mt_chat_message){.role = MT_ROLE_SYSTEM, .content = system, .len = slen};
+    const char *user = instruction;
+    size_t ulen = ilen;
+    if (inlen) {
+        /* LLaMA-Factory's joining: the instruction, a newline, the input */
+        char *joined = malloc(ilen + 1 + inlen + 1);
+        if (!joined) return mt_fail(MT_ERR_NOMEM, "%s: cannot hold the example", where);
+        memcpy(joined, instruction, ilen);
+        joined[ilen] = '\n';
+        memcpy(joined + ilen + 1, input, inlen);
+        json_t *kept = json_stringn_nocheck(joined, ilen + 1 + inlen);
+        free(joined);
+        MT_TRY(keep(e, kept, where));
+        user = json_string_value(kept);
+        ulen = json_string_length(kept);
+    }
+    e->m[e->n++] = (mt_chat_message){.role = MT_ROLE_USER, .content = user, .len = ulen};
+    e->m[e->n++] = (mt_chat_message){.role = MT_ROLE_ASSISTANT, .content = output, .len = olen};
+    return MT_OK;
+}
+
+/* ---- ShareGPT ---- */
+
+/* A field that is JSON or the JSON text of it (ShareGPT's tools and function calls). */
+static mt_status json_or_text(mt_chat_example *e, const json_t *v, const char *at, const char *what, const json_t **out) {
+    if (!json_is_string(v)) {
+        *out = v;
+        return MT_OK;
+    }
+    json_error_t err;
+    json_t *parsed = json_loadb(json_string_value(v), json_string_length(v), JSON_DECODE_ANY, &err);
+    if (!parsed) return mt_fail(MT_ERR_INVALID, "%s: %s is not JSON text: %s (column %d)", at, what, err.text, err.column);
+    MT_TRY(keep(e, parsed, at));
+    *out = parsed;
+    return MT_OK;
+}
+
+/* function_call's value as the tool_calls of an assistant message: [{"type": "function",
+ * "function": call}, ...]. */
+static mt_status sharegpt_calls(mt_chat_example *e, const json_t *value, const char *at, mt_chat_message *m) {
+    const json_t *calls;
+    MT_TRY(json_or_text(e, value, at, "the function_call's value", &calls));
+    json_t *list = json_array();
+    MT_TRY(keep(e, list, at));
+    size_t n = json_is_array(calls) ? json_array_size(calls) : 1;
+    for (size_t k = 0; k < n; k++) {
+        const json_t *call = json_is_array(calls) ? json_array_get(calls, k) : calls;
+        char call_at[1200];
+        snprintf(call_at, sizeof call_at, "%s: call %zu", at, k + 1);
+        MT_TRY(check_call(call, call_at));
+        if (json_array_append_new(list, json_pack("{s:s, s:O}", "type", "function", "function", call)))
+            return mt_fail(MT_ERR_NOMEM, "%s: cannot hold the example", at);
+    }
+    if (n == 0) return mt_fail(MT_ERR_INVALID, "%s: the function_call holds no call", at);
+    *m = (mt_chat_message){.role = MT_ROLE_ASSISTANT, .content = "", .len = 0, .tool_calls = list};
+    return MT_OK;
+}
+
+static mt_status sharegpt_turn(mt_chat_example *e, const json_t *turn, const char *at, mt_chat_message *m) {
+    if (!json_is_object(turn)) return mt_fail(MT_ERR_INVALID, "%s is not an object", at);
+    const char *from, *value;
+    size_t len, vlen;
+    MT_TRY(string_field(turn, "from", at, &from, &len));
+    const json_t *v = json_object_get(turn, "value");
+    if (!strcmp(from, "function_call") && v) return sharegpt_calls(e, v, at, m);
+    MT_TRY(string_field(turn, "value", at, &value, &vlen));
+    mt_chat_role role;
+    if (!strcmp(from, "human") || !strcmp(from, "user")) role = MT_ROLE_USER;
+    else if (!strcmp(from, "gpt") || !strcmp(from, "assistant")) role = MT_ROLE_ASSISTANT;
+    else if (!strcmp(from, "system")) role = MT_ROLE_SYSTEM;
+    else if (!strcmp(from, "observation") || !strcmp(from, "tool")) role = MT_ROLE_TOOL;
+    else
+        return mt_fail(MT_ERR_INVALID, "%s: \"from\" is \"%s\", not human, gpt, system, function_call or observation",
+                       at, from);
+    *m = (mt_chat_message){.role = role, .content = value, .len = vlen};
+    return MT_OK;
+}
+
+static mt_status parse_sharegpt(mt_chat_example *e, const char *where) {
+    const json_t *list = json_object_get(e->json, "conversations"), *sys = json_object_get(e->json, "system");
+    if (!json_is_array(list)) return mt_fail(MT_ERR_INVALID, "%s: \"conversations\" is not a list", where);
+    if (json_array_size(list) == 0) return mt_fail(MT_ERR_INVALID, "%s: \"conversations\" is empty", where);
+    MT_TRY(alloc_messages(e, json_array_size(list) + 1, where));
+    if (sys && !json_is_null(sys)) {
+        mt_chat_message *m = &e->m[e->n++];
+        m->role = MT_ROLE_SYSTEM;
+        MT_TRY(string_field(e->json, "system", where, &m->content, &m->len));
+    }
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        char at[1100];
+        snprintf(at, sizeof at, "%s: conversations[%zu]", where, i);
+        MT_TRY(sharegpt_turn(e, json_array_get(list, i), at, &e->m[e->n++]));
+    }
+    const json_t *tools = json_object_get(e->json, "tools");
+    if (tools && !json_is_null(tools) && !(json_is_string(tools) && json_string_length(tools) == 0)) {
+        MT_TRY(json_or_text(e, tools, where, "\"tools\"", &e->tools));
+        MT_TRY(check_tools(e->tools, where));
+    }
+    return MT_OK;
+}
+
 static mt_status parse(const char *text, size_t len, const char *where, mt_chat_example *e) {
     json_error_t err;
     e->json = json_loadb(text, len, JSON_ALLOW_NUL, &err);
     if (!e->json) return mt_fail(MT_ERR_INVALID, "%s: not JSON: %s (column %d)", where, err.text, err.column);
+    e->owned = json_array();
+    if (!e->owned) return mt_fail(MT_ERR_NOMEM, "%s: cannot hold the example", where);
     switch (mt_jsonl_kind_of(e->json)) {
     case MT_JSONL_CHAT: return parse_messages(e, where);
     case MT_JSONL_INSTRUCTION: return parse_instruction(e, where);
+    case MT_JSONL_ALPACA: return parse_alpaca(e, where);
+    case MT_JSONL_SHAREGPT: return parse_sharegpt(e, where);
     default:
         return mt_fail(MT_ERR_INVALID, "%s: %s", where,
-                       json_is_object(e->json) ? "neither \"messages\" nor \"prompt\" and \"completion\""
-                                               : "not a JSON object");
+                       json_is_object(e->json)
+                           ? "in none of the chat layouts: \"messages\" (OpenAI), \"prompt\" and \"completion\", "
+                             "\"instruction\" and \"output\" (alpaca) or \"conversations\" (ShareGPT)"
+                           : "not a JSON object");
     }
 }
 
@@ -92,6 +292,7 @@ mt_status mt_chat_example_parse(const char *text, size_t len, const char *file, 
 
 void mt_chat_example_free(mt_chat_example *e) {
     free(e->m);
+    json_decref(e->owned);
     json_decref(e->json);
     *e = (mt_chat_example){0};
 }

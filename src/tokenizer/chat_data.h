@@ -1,9 +1,17 @@
-/* Chat and instruction data: one JSONL line is one example,
- *   {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}
- * (an assistant message may carry "reasoning_content", which Qwen3's template shows), or
- *   {"prompt": "...", "completion": "..."}
- * which is the conversation [user: prompt, assistant: completion]. Plain text JSONL ({"text": ...})
- * is the other kind of line a JSONL file may hold. */
+/* Chat and instruction data: one JSONL line is one example, in one of the layouts people have
+ * (the layout is read from each line's fields):
+ *   OpenAI messages  {"messages": [{"role": "system"|"user"|"assistant"|"tool", "content": "..."}, ...],
+ *                     "tools": [...]}: an assistant message may carry "tool_calls" (a list of
+ *                     {"function": {"name", "arguments"}}; its content may then be null) and
+ *                     "reasoning_content" (Qwen3's templates show it)
+ *   prompt/completion {"prompt": "...", "completion": "..."}: [user: prompt, assistant: completion]
+ *   alpaca           {"instruction", "input" (optional), "output", "system" (optional)}: the user
+ *                     message is the instruction, and the input after a newline where there is one
+ *   ShareGPT         {"conversations": [{"from": "human"|"gpt"|"system"|"function_call"|"observation",
+ *                     "value": "..."}, ...], "system": "..." (optional), "tools": "[...]" (optional,
+ *                     a list or its JSON text)}: function_call's value is the JSON text of a call
+ *                     {"name", "arguments"} (or a list of them), observation a tool result
+ * Plain text JSONL ({"text": ...}) is the other kind of line a JSONL file may hold. */
 #ifndef MT_TOKENIZER_CHAT_DATA_H
 #define MT_TOKENIZER_CHAT_DATA_H
 
@@ -11,21 +19,28 @@
 
 #include "tokenizer/chat_template.h"
 
-typedef enum { MT_JSONL_OTHER, MT_JSONL_CHAT, MT_JSONL_INSTRUCTION } mt_jsonl_kind;
+typedef enum {
+    MT_JSONL_OTHER,
+    MT_JSONL_CHAT,        /* "messages" */
+    MT_JSONL_INSTRUCTION, /* "prompt" and "completion" */
+    MT_JSONL_ALPACA,      /* "instruction" and "output" */
+    MT_JSONL_SHAREGPT     /* "conversations" */
+} mt_jsonl_kind;
 
-/* Which kind of example a parsed line is, from its fields: "messages" (chat), "prompt" and
- * "completion" (instruction), anything else (OTHER). */
+/* Which layout a parsed line is in, from its fields (OTHER: none of them). */
 mt_jsonl_kind mt_jsonl_kind_of(const json_t *line);
 
 typedef struct {
-    mt_chat_message *m;   /* point into `json`'s strings */
+    mt_chat_message *m;   /* point into `json`'s strings and `owned`'s */
     size_t n;
+    const json_t *tools;  /* the tool definitions (a list), or NULL */
     json_t *json;
+    json_t *owned;        /* values made while reading (ShareGPT's calls and tools, alpaca's user message) */
 } mt_chat_example;
 
-/* Reads a chat or instruction example from `len` bytes of one JSONL line. A line that is not JSON,
- * is not an object, or lacks the fields (or has fields of the wrong type, an unknown role, an
- * empty messages list) fails naming `file`:`line` and the problem. */
+/* Reads an example from `len` bytes of one JSONL line. A line that is not JSON, is not an object,
+ * is in none of the layouts, or has fields of the wrong type, an unknown role, an empty
+ * conversation or a malformed tool call, fails naming `file`:`line` and the problem. */
 mt_status mt_chat_example_parse(const char *text, size_t len, const char *file, size_t line, mt_chat_example *out);
 void mt_chat_example_free(mt_chat_example *e);
 

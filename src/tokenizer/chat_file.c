@@ -28,7 +28,7 @@ static mt_status encode_example(const mt_tokenizer *tok, const mt_chat_template 
     mt_chat_example e;
     MT_TRY(mt_chat_example_parse(x->text, x->len, path, x->line, &e));
     mt_chat_rendered r;
-    mt_status st = mt_chat_render(t, e.m, e.n, &r);
+    mt_status st = mt_chat_render(t, e.m, e.n, e.tools, &r);
     if (st == MT_OK) st = mt_chat_encode(tok, &r, &x->ids, &x->mask);
     if (st != MT_OK) st = mt_fail_context(st, "%s:%zu", path, x->line);
     mt_chat_rendered_free(&r);

@@ -2,143 +2,13 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
-/* ---- reading the template's text ---- */
-
-static int has(const char *text, const char *s) { return strstr(text, s) != NULL; }
-
-/* A newline inside a Jinja string literal: written "\n" (two characters), or a real newline when
- * the JSON string held "\n". Returns the characters it takes at p, 0 when p is not one. */
-static size_t newline_at(const char *p) {
-    if (p[0] == '\\' && p[1] == 'n') return 2;
-    return p[0] == '\n';
-}
-
-/* Where `before` + a literal newline + `after` occurs in text, or NULL. */
-static const char *find_with_newline(const char *text, const char *before, const char *after) {
-    for (const char *p = strstr(text, before); p; p = strstr(p + 1, before)) {
-        size_t nl = newline_at(p + strlen(before));
-        if (nl && !strncmp(p + strlen(before) + nl, after, strlen(after))) return p;
-    }
-    return NULL;
-}
-
-/* The value of a Jinja string literal's characters from p up to (not including) `end`: the
- * escapes \n \t \r \\ \' \" are decoded, any other backslash is kept. Returns NULL when out of
- * memory. */
-static char *unescape(const char *p, const char *end) {
-    char *out = malloc((size_t)(end - p) + 1), *o = out;
-    if (!out) return NULL;
-    while (p < end) {
-        if (*p == '\\' && p + 1 < end && strchr("nrt\\'\"", p[1])) {
-            *o++ = p[1] == 'n' ? '\n' : p[1] == 'r' ? '\r' : p[1] == 't' ? '\t' : p[1];
-            p += 2;
-        } else {
-            *o++ = *p++;
-        }
-    }
-    *o = '\0';
-    return out;
-}
-
-/* Copies the literal text that follows `marker` in the template up to a newline (either form) or
- * a closing quote into out[cap]; fails when there is none or it does not fit. */
-static int text_after(const char *text, const char *marker, char *out, size_t cap) {
-    const char *p = strstr(text, marker);
-    if (!p) return -1;
-    p += strlen(marker);
-    size_t n = 0;
-    while (p[n] && !newline_at(p + n) && p[n] != '"' && p[n] != '\'') n++;
-    if (n == 0 || n >= cap) return -1;
-    memcpy(out, p, n);
-    out[n] = '\0';
-    return 0;
-}
+#include "tokenizer/chat_known.h"
+#include "tokenizer/py_json.h"
 
 /* ---- recognising a template ---- */
-
-static mt_status refuse(const char *source, const char *family, const char *what) {
-    return mt_fail(MT_ERR_INVALID,
-                   "%s: chat_template is a %s template, but %s; megatrain renders the templates of Llama 3, "
-                   "Qwen2/Qwen2.5/Qwen3 (ChatML), Llama 2 and Mistral Instruct (docs/data-formats.md), without Jinja",
-                   source, family, what);
-}
-
-static mt_status parse_llama3(const char *text, const char *source, mt_chat_template *t) {
-    if (!has(text, "| trim") && !has(text, "|trim"))
-        return refuse(source, "Llama 3", "it does not trim message contents as Meta's templates do");
-    t->trailing_header = !has(text, "add_generation_prompt");
-    t->date_header = has(text, "Cutting Knowledge Date: ");
-    if (!t->date_header) return MT_OK;
-    if (text_after(text, "Cutting Knowledge Date: ", t->knowledge_date, sizeof t->knowledge_date) ||
-        !has(text, "Today Date: "))
-        return refuse(source, "Llama 3.1+", "its \"Cutting Knowledge Date\" header is not the one we know");
-    /* The fallback date (Llama 3.2 uses it where strftime_now is not defined). */
-    const char *set = NULL;
-    for (const char *p = strstr(text, "set date_string = "); p; p = strstr(p + 1, "set date_string = ")) set = p;
-    if (!set) return refuse(source, "Llama 3.1+", "it sets no fixed date_string");
-    set += strlen("set date_string = ");
-    if (*set != '"' && *set != '\'') return refuse(source, "Llama 3.1+", "its date_string is not a string literal");
-    const char *end = strchr(set + 1, *set);
-    if (!end || end - set - 1 <= 0 || (size_t)(end - set - 1) >= sizeof t->today_date)
-        return refuse(source, "Llama 3.1+", "its date_string literal is unreadable");
-    memcpy(t->today_date, set + 1, (size_t)(end - set - 1));
-    t->today_date[end - set - 1] = '\0';
-    return MT_OK;
-}
-
-/* ChatML's default system prompt: a literal '<|im_start|>system\n<text><|im_end|>...' whose text is
- * not empty (the literal that opens a given system message ends right after "system\n"). */
-static mt_status default_system_prompt(const char *text, mt_chat_template *t) {
-    static const char marker[] = "<|im_start|>system";
-    for (const char *p = strstr(text, marker); p; p = strstr(p + 1, marker)) {
-        const char *q = p + sizeof marker - 1;
-        size_t nl = newline_at(q);
-        if (!nl || q[nl] == '\'' || q[nl] == '"') continue;
-        const char *start = q + nl, *end = strstr(start, "<|im_end|>");
-        const char *quote = strpbrk(start, "'\"");
-        if (!end || (quote && quote < end)) continue; /* the text leaves the literal: not a default */
-        t->default_system = unescape(start, end);
-        return t->default_system ? MT_OK : mt_fail(MT_ERR_NOMEM, "cannot hold a default system prompt");
-    }
-    return MT_OK;
-}
-
-static mt_status parse_chatml(const char *text, const char *source, mt_chat_template *t) {
-    if (has(text, "| trim") || has(text, "|trim") || has(text, ".strip()"))
-        return refuse(source, "ChatML", "it trims message contents, which Qwen's templates do not");
-    t->think = has(text, "</think>") && has(text, "reasoning_content");
-    t->think_in_prompt = t->think && find_with_newline(text, "<|im_start|>assistant", "<think>") != NULL;
-    return default_system_prompt(text, t);
-}
-
-static mt_status parse_inst(const char *text, const char *source, mt_chat_template *t) {
-    if (has(text, "<<SYS>>")) {
-        if (!has(text, "bos_token + '[INST] '") || !has(text, "content.strip()"))
-            return refuse(source, "Llama 2", "its [INST] and <<SYS>> markup is not Llama 2 chat's");
-        t->inst = MT_INST_LLAMA2;
-    } else if (has(text, "' [INST] ' + system_message")) {
-        t->inst = MT_INST_SYSTEM_FIRST;
-    } else if (has(text, "\"[INST] \" + system_message")) {
-        if (has(text, "user_messages[-1]") && !has(text, "loop.last and system_message"))
-            t->inst = MT_INST_SYSTEM_LAST;
-        else if (has(text, "loop.last and system_message"))
-            t->inst = MT_INST_SYSTEM_IF_LAST;
-        else
-            return refuse(source, "Mistral [INST]", "it places the system message where we do not know");
-        if (!has(text, "message[\"content\"]|trim + eos_token"))
-            return refuse(source, "Mistral v0.3", "its assistant turn is not \" \" + content|trim + eos");
-    } else if (!has(text, "system_message") && has(text, "'[INST] ' + message['content'] + ' [/INST]'")) {
-        t->inst = MT_INST_NO_SYSTEM;
-        t->eos_space = has(text, "message['content'] + eos_token + ' '");
-        if (!t->eos_space && !has(text, "message['content'] + eos_token"))
-            return refuse(source, "Mistral [INST]", "its assistant turn is not content + eos");
-    } else {
-        return refuse(source, "[INST]", "its variant is not one of Llama 2 chat or Mistral Instruct v0.1-v0.3");
-    }
-    return MT_OK;
-}
 
 mt_status mt_chat_template_parse(const char *text, const char *bos, const char *eos, const char *source,
                                  mt_chat_template *t) {
@@ -148,24 +18,19 @@ mt_status mt_chat_template_parse(const char *text, const char *bos, const char *
         return mt_fail(MT_ERR_INVALID, "%s: bos_token or eos_token is longer than %zu bytes", source, sizeof t->bos - 1);
     snprintf(t->bos, sizeof t->bos, "%s", bos ? bos : "");
     snprintf(t->eos, sizeof t->eos, "%s", eos ? eos : "");
-    mt_status st;
-    if (has(text, "<|start_header_id|>") && has(text, "<|end_header_id|>") && has(text, "<|eot_id|>")) {
-        t->family = MT_CHAT_LLAMA3;
-        st = parse_llama3(text, source, t);
-    } else if (has(text, "<|im_start|>") && has(text, "<|im_end|>")) {
-        t->family = MT_CHAT_CHATML;
-        st = parse_chatml(text, source, t);
-    } else if (has(text, "[INST]") && has(text, "[/INST]")) {
-        t->family = MT_CHAT_INST;
-        st = parse_inst(text, source, t);
-        if (st == MT_OK && !eos) st = refuse(source, "[INST]", "the tokenizer has no eos_token to end answers with");
-    } else {
-        return mt_fail(MT_ERR_INVALID,
-                       "%s: chat_template is not one megatrain renders: it has none of the markers of the Llama 3 "
-                       "(<|start_header_id|>, <|eot_id|>), ChatML (<|im_start|>, <|im_end|>) or [INST] families "
-                       "(docs/data-formats.md)",
-                       source);
+    mt_chat_holes *holes = calloc(1, sizeof *holes);
+    if (!holes) return mt_fail(MT_ERR_NOMEM, "cannot hold a chat template");
+    mt_status st = mt_chat_known_match(text, source, t, holes);
+    if (st == MT_OK && t->family == MT_CHAT_INST && !eos)
+        st = mt_fail(MT_ERR_INVALID, "%s: chat_template is %s's, but the tokenizer has no eos_token to end answers with",
+                     source, t->name);
+    if (st == MT_OK && holes->has_default_system && !(t->default_system = strdup(holes->default_system)))
+        st = mt_fail(MT_ERR_NOMEM, "cannot hold a default system prompt");
+    if (st == MT_OK) {
+        memcpy(t->knowledge_date, holes->knowledge_date, sizeof t->knowledge_date);
+        memcpy(t->today_date, holes->today_date, sizeof t->today_date);
     }
+    free(holes);
     if (st != MT_OK) mt_chat_template_free(t);
     return st;
 }
@@ -173,10 +38,6 @@ mt_status mt_chat_template_parse(const char *text, const char *bos, const char *
 void mt_chat_template_free(mt_chat_template *t) {
     free(t->default_system);
     t->default_system = NULL;
-}
-
-const char *mt_chat_family_name(const mt_chat_template *t) {
-    return t->family == MT_CHAT_LLAMA3 ? "Llama 3" : t->family == MT_CHAT_CHATML ? "ChatML" : "[INST]";
 }
 
 /* ---- text helpers with Python's semantics ---- */
@@ -258,7 +119,8 @@ static mt_status emit(mt_chat_rendered *r, const char *text, size_t len, int tra
 #define SPAN(r, s, trainable) emit(r, (s).p, (s).n, trainable, 0)
 
 static const char *role_name(mt_chat_role role) {
-    return role == MT_ROLE_SYSTEM ? "system" : role == MT_ROLE_USER ? "user" : "assistant";
+    return role == MT_ROLE_SYSTEM ? "system" : role == MT_ROLE_USER ? "user" : role == MT_ROLE_ASSISTANT ? "assistant"
+                                                                                                        : "tool";
 }
 
 /* Keeps a string the segments point into until mt_chat_rendered_free. */
@@ -273,6 +135,55 @@ static mt_status own(mt_chat_rendered *r, char *s) {
     return MT_OK;
 }
 
+/* A JSON value as the template's tojson filter writes it (indent < 0: none). */
+static mt_status tojson(mt_chat_rendered *r, const json_t *v, int indent, int trainable) {
+    char *text;
+    size_t len;
+    MT_TRY(mt_py_json_dumps(v, indent, &text, &len));
+    MT_TRY(own(r, text));
+    return emit(r, text, len, trainable, 0);
+}
+
+/* Message i's content, which this place of the template needs as a string. */
+static mt_status text_of(const mt_chat_template *t, const mt_chat_message *m, size_t i, span *out) {
+    if (!m[i].content)
+        return mt_fail(MT_ERR_INVALID, "message %zu: content is null, which the %s template cannot render here "
+                       "(it needs a string)", i + 1, t->name);
+    *out = whole(&m[i]);
+    return MT_OK;
+}
+
+/* The tools and tool messages a template without a tool section would drop, refused. */
+static mt_status check_tools(const mt_chat_template *t, const mt_chat_message *m, size_t n, const json_t *tools) {
+    if (t->tools != MT_TOOLS_NONE) return MT_OK;
+    if (tools)
+        return mt_fail(MT_ERR_INVALID, "\"tools\": the %s template has no tool section that megatrain renders, so "
+                       "the tools would be dropped", t->name);
+    for (size_t i = 0; i < n; i++) {
+        if (m[i].role == MT_ROLE_TOOL)
+            return mt_fail(MT_ERR_INVALID, "message %zu is a tool result, which the %s template has no place for",
+                           i + 1, t->name);
+        if (m[i].tool_calls)
+            return mt_fail(MT_ERR_INVALID, "message %zu has tool_calls, which the %s template would drop", i + 1,
+                           t->name);
+    }
+    return MT_OK;
+}
+
+/* A tool call's name and arguments: those of its "function" where it has one (chat_data checked
+ * the shapes), else its own; Llama 3.1's template reads only the function. */
+static mt_status call_parts(const mt_chat_template *t, const json_t *call, size_t i, span *name, const json_t **args) {
+    const json_t *fn = json_object_get(call, "function");
+    if (!fn && t->tools == MT_TOOLS_LLAMA31)
+        return mt_fail(MT_ERR_INVALID, "message %zu: a tool call without \"function\", which the %s template reads",
+                       i + 1, t->name);
+    if (!fn) fn = call;
+    const json_t *nm = json_object_get(fn, "name");
+    *name = (span){json_string_value(nm), json_string_length(nm)};
+    *args = json_object_get(fn, "arguments");
+    return MT_OK;
+}
+
 /* Llama 3: <|start_header_id|>role<|end_header_id|>\n\n content|trim <|eot_id|>. */
 static mt_status header(mt_chat_rendered *r, const char *role) {
     MT_TRY(SPECIAL(r, "<|start_header_id|>", 0));
@@ -281,28 +192,91 @@ static mt_status header(mt_chat_rendered *r, const char *role) {
     return TEXT(r, "\n\n", 0);
 }
 
-static mt_status render_llama3(const mt_chat_template *t, const mt_chat_message *m, size_t n, mt_chat_rendered *r) {
+static const char LLAMA31_TOOLS[] =
+    "Given the following functions, please respond with a JSON for a function call with its proper arguments that "
+    "best answers the given prompt.\n\nRespond in the format {\"name\": function name, \"parameters\": dictionary of "
+    "argument name and its value}.Do not use variables.\n\n";
+
+/* Llama 3.1+ with tools: they go into the first message after the system message, as the template
+ * does by default (tools_in_user_message). */
+static mt_status llama31_tools(const mt_chat_template *t, const mt_chat_message *m, size_t n, const json_t *tools,
+                               size_t *first, mt_chat_rendered *r) {
+    if (*first == n)
+        return mt_fail(MT_ERR_INVALID, "the %s template puts the tools in the first user message, and there is none",
+                       t->name);
+    span content = {0};
+    MT_TRY(text_of(t, m, *first, &content));
+    MT_TRY(header(r, "user"));
+    MT_TRY(TEXT(r, LLAMA31_TOOLS, 0));
+    for (size_t k = 0; k < json_array_size(tools); k++) {
+        MT_TRY(tojson(r, json_array_get(tools, k), 4, 0));
+        MT_TRY(TEXT(r, "\n\n", 0));
+    }
+    MT_TRY(SPAN(r, trim(content), 0));
+    ++*first;
+    return SPECIAL(r, "<|eot_id|>", 0);
+}
+
+/* A Llama 3.1 tool call: {"name": "...", "parameters": arguments|tojson}, one a turn. */
+static mt_status llama31_call(const mt_chat_template *t, const mt_chat_message *m, size_t i, mt_chat_rendered *r) {
+    if (!json_is_array(m[i].tool_calls) || json_array_size(m[i].tool_calls) != 1)
+        return mt_fail(MT_ERR_INVALID, "message %zu: the %s template takes exactly one tool call a turn (\"This model "
+                       "only supports single tool-calls at once!\")", i + 1, t->name);
+    span name;
+    const json_t *args;
+    MT_TRY(call_parts(t, json_array_get(m[i].tool_calls, 0), i, &name, &args));
+    MT_TRY(header(r, "assistant"));
+    MT_TRY(TEXT(r, "{\"name\": \"", 1));
+    MT_TRY(SPAN(r, name, 1));
+    MT_TRY(TEXT(r, "\", \"parameters\": ", 1));
+    MT_TRY(tojson(r, args, -1, 1));
+    MT_TRY(TEXT(r, "}", 1));
+    return SPECIAL(r, "<|eot_id|>", 1);
+}
+
+static mt_status render_llama3(const mt_chat_template *t, const mt_chat_message *m, size_t n, const json_t *tools,
+                               mt_chat_rendered *r) {
     MT_TRY(SPECIAL(r, t->bos, 0));
     size_t first = 0;
     if (t->date_header) {
         /* Llama 3.1+: the system header always comes first, with the conversation's system
          * message (trimmed) after the dates. */
         MT_TRY(header(r, "system"));
+        if (tools) MT_TRY(TEXT(r, "Environment: ipython\n", 0));
         MT_TRY(TEXT(r, "Cutting Knowledge Date: ", 0));
         MT_TRY(TEXT(r, t->knowledge_date, 0));
         MT_TRY(TEXT(r, "\nToday Date: ", 0));
         MT_TRY(TEXT(r, t->today_date, 0));
         MT_TRY(TEXT(r, "\n\n", 0));
         if (m[0].role == MT_ROLE_SYSTEM) {
-            MT_TRY(SPAN(r, trim(whole(&m[0])), 0));
+            span system = {0};
+            MT_TRY(text_of(t, m, 0, &system));
+            MT_TRY(SPAN(r, trim(system), 0));
             first = 1;
         }
         MT_TRY(SPECIAL(r, "<|eot_id|>", 0));
+        if (tools) MT_TRY(llama31_tools(t, m, n, tools, &first, r));
     }
     for (size_t i = first; i < n; i++) {
+        if (m[i].role == MT_ROLE_TOOL) {
+            /* the template writes a tool result through tojson: a string in quotes */
+            MT_TRY(header(r, "ipython"));
+            json_t *content = json_stringn_nocheck(m[i].content, m[i].len);
+            mt_status st = content ? tojson(r, content, -1, 0) : mt_fail(MT_ERR_NOMEM, "cannot hold a tool result");
+            json_decref(content);
+            MT_TRY(st);
+            MT_TRY(SPECIAL(r, "<|eot_id|>", 0));
+            continue;
+        }
+        if (m[i].tool_calls) {
+            MT_TRY(llama31_call(t, m, i, r));
+            continue;
+        }
         int answer = m[i].role == MT_ROLE_ASSISTANT;
+        span content = {0};
+        MT_TRY(text_of(t, m, i, &content));
         MT_TRY(header(r, role_name(m[i].role)));
-        MT_TRY(SPAN(r, trim(whole(&m[i])), answer));
+        MT_TRY(SPAN(r, trim(content), answer));
         MT_TRY(SPECIAL(r, "<|eot_id|>", answer));
     }
     return t->trailing_header ? header(r, "assistant") : MT_OK;
@@ -331,9 +305,10 @@ static size_t last_query(const mt_chat_message *m, size_t n) {
 
 /* An assistant turn under Qwen3's rules: the reasoning comes from reasoning_content or from a
  * <think>...</think> block in the content; turns after the last user message show it in a <think>
- * block (the last turn always, with an empty one where there is none), earlier turns drop it. */
+ * block (the last turn always, with an empty one where there is none), earlier turns drop it.
+ * *shown is the content written after it (tool calls follow it). */
 static mt_status qwen3_answer(const mt_chat_template *t, const mt_chat_message *m, size_t i, size_t n, size_t query,
-                              mt_chat_rendered *r) {
+                              mt_chat_rendered *r, span *shown) {
     span content = whole(&m[i]), reasoning = {"", 0};
     if (m[i].reasoning) {
         reasoning = (span){m[i].reasoning, m[i].reasoning_len};
@@ -355,29 +330,133 @@ static mt_status qwen3_answer(const mt_chat_template *t, const mt_chat_message *
         MT_TRY(TEXT(r, "\n</think>\n\n", 1));
         content = strip(content, 1, 0, 1);
     }
+    *shown = content;
     return SPAN(r, content, 1);
 }
 
-static mt_status render_chatml(const mt_chat_template *t, const mt_chat_message *m, size_t n, mt_chat_rendered *r) {
-    size_t first = 0;
+static const char QWEN_TOOLS_HEAD[] =
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function "
+    "signatures within <tools></tools> XML tags:\n<tools>";
+static const char QWEN_TOOLS_TAIL[] =
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+    "<args-json-object>}\n</tool_call>";
+
+/* Qwen's system turn with the tools: the system message (Qwen2.5: or the default one), then the
+ * tools one a line. */
+static mt_status qwen_tools(const mt_chat_template *t, const mt_chat_message *m, const json_t *tools, size_t *first,
+                            mt_chat_rendered *r) {
+    MT_TRY(SPECIAL(r, "<|im_start|>", 0));
+    MT_TRY(TEXT(r, "system\n", 0));
     if (m[0].role == MT_ROLE_SYSTEM) {
-        MT_TRY(chatml_turn(r, "system", whole(&m[0])));
+        span system = {0};
+        MT_TRY(text_of(t, m, 0, &system));
+        MT_TRY(SPAN(r, system, 0));
+        *first = 1;
+    } else if (t->default_system) {
+        MT_TRY(TEXT(r, t->default_system, 0));
+    }
+    if (*first || t->tools == MT_TOOLS_QWEN25) MT_TRY(TEXT(r, "\n\n", 0));
+    MT_TRY(TEXT(r, QWEN_TOOLS_HEAD, 0));
+    for (size_t k = 0; k < json_array_size(tools); k++) {
+        MT_TRY(TEXT(r, "\n", 0));
+        MT_TRY(tojson(r, json_array_get(tools, k), -1, 0));
+    }
+    MT_TRY(TEXT(r, QWEN_TOOLS_TAIL, 0));
+    MT_TRY(SPECIAL(r, "<|im_end|>", 0));
+    return TEXT(r, "\n", 0);
+}
+
+/* An assistant turn's tool calls in <tool_call> tags, each on a line of its own after what came
+ * before (`after_text`: the turn shows text before them). */
+static mt_status qwen_calls(const mt_chat_template *t, const mt_chat_message *m, size_t i, int after_text,
+                            mt_chat_rendered *r) {
+    for (size_t k = 0; k < json_array_size(m[i].tool_calls); k++) {
+        span name;
+        const json_t *args;
+        MT_TRY(call_parts(t, json_array_get(m[i].tool_calls, k), i, &name, &args));
+        if (k > 0 || after_text) MT_TRY(TEXT(r, "\n", 1));
+        MT_TRY(TEXT(r, "<tool_call>\n{\"name\": \"", 1));
+        MT_TRY(SPAN(r, name, 1));
+        MT_TRY(TEXT(r, "\", \"arguments\": ", 1));
+        if (t->tools == MT_TOOLS_QWEN3 && json_is_string(args))
+            MT_TRY(emit(r, json_string_value(args), json_string_length(args), 1, 0));
+        else
+            MT_TRY(tojson(r, args, -1, 1));
+        MT_TRY(TEXT(r, "}\n</tool_call>", 1));
+    }
+    return MT_OK;
+}
+
+/* Tool results: consecutive ones share a user turn, each in <tool_response> tags. */
+static mt_status qwen_tool_result(const mt_chat_message *m, size_t i, size_t n, mt_chat_rendered *r) {
+    if (i == 0 || m[i - 1].role != MT_ROLE_TOOL) {
+        MT_TRY(SPECIAL(r, "<|im_start|>", 0));
+        MT_TRY(TEXT(r, "user", 0));
+    }
+    MT_TRY(TEXT(r, "\n<tool_response>\n", 0));
+    MT_TRY(SPAN(r, whole(&m[i]), 0));
+    MT_TRY(TEXT(r, "\n</tool_response>", 0));
+    if (i + 1 < n && m[i + 1].role == MT_ROLE_TOOL) return MT_OK;
+    MT_TRY(SPECIAL(r, "<|im_end|>", 0));
+    return TEXT(r, "\n", 0);
+}
+
+static int has_calls(const mt_chat_message *m) {
+    return json_is_array(m->tool_calls) && json_array_size(m->tool_calls) > 0;
+}
+
+static mt_status chatml_answer(const mt_chat_template *t, const mt_chat_message *m, size_t i, size_t n, size_t query,
+                               mt_chat_rendered *r) {
+    if (t->think) {
+        span shown = {0};
+        if (!m[i].content && t->null_content_raises) return text_of(t, m, i, &shown);
+        MT_TRY(SPECIAL(r, "<|im_start|>", 0));
+        MT_TRY(TEXT(r, "assistant\n", 0));
+        MT_TRY(qwen3_answer(t, m, i, n, query, r, &shown));
+        if (has_calls(&m[i])) MT_TRY(qwen_calls(t, m, i, shown.n > 0, r));
+    } else if (has_calls(&m[i])) {
+        /* Qwen2.5: "<|im_start|>assistant" then "\n" + content where there is some, then the
+         * calls; the first "\n" is the generation prompt's */
+        MT_TRY(SPECIAL(r, "<|im_start|>", 0));
+        MT_TRY(TEXT(r, "assistant\n", 0));
+        MT_TRY(SPAN(r, whole(&m[i]), 1));
+        MT_TRY(qwen_calls(t, m, i, m[i].len > 0, r));
+    } else {
+        span content = {0};
+        MT_TRY(text_of(t, m, i, &content));
+        MT_TRY(SPECIAL(r, "<|im_start|>", 0));
+        MT_TRY(TEXT(r, "assistant\n", 0));
+        MT_TRY(SPAN(r, content, 1));
+    }
+    MT_TRY(SPECIAL(r, "<|im_end|>", 1));
+    return TEXT(r, "\n", 0);
+}
+
+static mt_status render_chatml(const mt_chat_template *t, const mt_chat_message *m, size_t n, const json_t *tools,
+                               mt_chat_rendered *r) {
+    size_t first = 0;
+    if (json_array_size(tools) > 0) {
+        MT_TRY(qwen_tools(t, m, tools, &first, r));
+    } else if (m[0].role == MT_ROLE_SYSTEM) {
+        span system = {0};
+        MT_TRY(text_of(t, m, 0, &system));
+        MT_TRY(chatml_turn(r, "system", system));
         first = 1;
     } else if (t->default_system) {
         MT_TRY(chatml_turn(r, "system", (span){t->default_system, strlen(t->default_system)}));
     }
     size_t query = last_query(m, n);
     for (size_t i = first; i < n; i++) {
-        if (m[i].role != MT_ROLE_ASSISTANT) {
-            MT_TRY(chatml_turn(r, role_name(m[i].role), whole(&m[i])));
-            continue;
+        if (m[i].role == MT_ROLE_ASSISTANT) {
+            MT_TRY(chatml_answer(t, m, i, n, query, r));
+        } else if (m[i].role == MT_ROLE_TOOL) {
+            MT_TRY(qwen_tool_result(m, i, n, r));
+        } else {
+            span content = {0};
+            MT_TRY(text_of(t, m, i, &content));
+            MT_TRY(chatml_turn(r, role_name(m[i].role), content));
         }
-        MT_TRY(SPECIAL(r, "<|im_start|>", 0));
-        MT_TRY(TEXT(r, "assistant\n", 0));
-        if (t->think) MT_TRY(qwen3_answer(t, m, i, n, query, r));
-        else MT_TRY(SPAN(r, whole(&m[i]), 1));
-        MT_TRY(SPECIAL(r, "<|im_end|>", 1));
-        MT_TRY(TEXT(r, "\n", 0));
     }
     return MT_OK;
 }
@@ -438,26 +517,18 @@ static mt_status render_mistral(const mt_chat_template *t, const mt_chat_message
     if (system && t->inst == MT_INST_NO_SYSTEM)
         return mt_fail(MT_ERR_INVALID, "the chat template has no system role (only user and assistant)");
     MT_TRY(check_alternation(m, n, system != NULL));
-    int v03 = t->inst == MT_INST_SYSTEM_LAST || t->inst == MT_INST_SYSTEM_IF_LAST;
-    const mt_chat_message *last_user = NULL;
-    for (size_t k = 0; k < n; k++)
-        if (m[k].role == MT_ROLE_USER) last_user = &m[k];
+    int v03 = t->inst == MT_INST_SYSTEM_IF_LAST;
     MT_TRY(SPECIAL(r, t->bos, 0));
     for (size_t k = 0; k < n; k++) {
         if (m[k].role == MT_ROLE_ASSISTANT) {
             if (t->inst != MT_INST_NO_SYSTEM) MT_TRY(TEXT(r, " ", 1));
             MT_TRY(SPAN(r, v03 ? trim(whole(&m[k])) : whole(&m[k]), 1));
             MT_TRY(SPECIAL(r, t->eos, 1));
-            if (t->eos_space) MT_TRY(TEXT(r, " ", 0));
             continue;
         }
-        /* Where the system message goes: before the first user message (v0.2), before the last
-         * one (v0.3: a user message equal to the last, as the template compares them), or before
-         * a user message that ends the conversation (v0.3 as first released). */
-        int with_system = system && (t->inst == MT_INST_SYSTEM_FIRST ? k == 0
-                                     : t->inst == MT_INST_SYSTEM_LAST
-                                         ? m[k].len == last_user->len && !memcmp(m[k].content, last_user->content, m[k].len)
-                                         : k == n - 1);
+        /* Where the system message goes: before the first user message (v0.2), or before a user
+         * message that ends the conversation (v0.3). */
+        int with_system = system && (t->inst == MT_INST_SYSTEM_FIRST ? k == 0 : k == n - 1);
         if (t->inst == MT_INST_SYSTEM_FIRST) MT_TRY(TEXT(r, " ", 0));
         MT_TRY(SPECIAL(r, "[INST]", 0));
         MT_TRY(TEXT(r, " ", 0));
@@ -484,12 +555,15 @@ static mt_status render_inst(const mt_chat_template *t, const mt_chat_message *m
     return t->inst == MT_INST_LLAMA2 ? render_llama2(t, m, n, r, system) : render_mistral(t, m, n, r, system);
 }
 
-mt_status mt_chat_render(const mt_chat_template *t, const mt_chat_message *m, size_t n, mt_chat_rendered *out) {
+mt_status mt_chat_render(const mt_chat_template *t, const mt_chat_message *m, size_t n, const json_t *tools,
+                         mt_chat_rendered *out) {
     *out = (mt_chat_rendered){0};
     if (n == 0) return mt_fail(MT_ERR_INVALID, "a conversation with no message");
-    mt_status st = t->family == MT_CHAT_LLAMA3   ? render_llama3(t, m, n, out)
-                   : t->family == MT_CHAT_CHATML ? render_chatml(t, m, n, out)
-                                                 : render_inst(t, m, n, out);
+    mt_status st = check_tools(t, m, n, tools);
+    if (st == MT_OK)
+        st = t->family == MT_CHAT_LLAMA3   ? render_llama3(t, m, n, tools, out)
+             : t->family == MT_CHAT_CHATML ? render_chatml(t, m, n, tools, out)
+                                           : render_inst(t, m, n, out);
     if (st != MT_OK) mt_chat_rendered_free(out);
     return st;
 }

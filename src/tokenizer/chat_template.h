@@ -1,24 +1,26 @@
-/* Chat templates without Jinja: the template families of the models megatrain trains, recognised
- * from tokenizer_config.json's chat_template text by their markers and rendered in C, exactly as
- * transformers' apply_chat_template renders them (add_generation_prompt false, no tools).
+/* Chat templates without Jinja: the templates of the models megatrain trains, recognised by their
+ * exact text (tokenizer/chat_known.h: anything else is refused, naming the first difference) and
+ * rendered in C exactly as transformers' apply_chat_template(messages, tools=tools) renders them
+ * (add_generation_prompt false). Three families:
  *
  *   Llama 3    <|start_header_id|>role<|end_header_id|>\n\n content|trim <|eot_id|>; with the
  *              Llama 3.1+ system header "Cutting Knowledge Date: ...\nToday Date: ...\n\n", whose
  *              date is the template's own fallback date_string (Llama 3.2's strftime_now date
- *              would make the data depend on the day it was tokenized)
- *   ChatML     <|im_start|>role\n content <|im_end|>\n (Qwen2, Qwen2.5, Qwen3, ...), with the
- *              template's default system prompt where it has one, and Qwen3's <think> rules
- *   [INST]     Llama 2 chat (<<SYS>>), Mistral Instruct v0.1/v0.2 (no system role, or the system
- *              prompt before the first user message) and v0.3 ("[INST] "... "[/INST]", the system
- *              prompt before the last user message)
- * A template that is none of these, or a variant whose markers we do not know, is refused.
+ *              would make the data depend on the day it was tokenized), and its tool section
+ *   ChatML     <|im_start|>role\n content <|im_end|>\n (Qwen2, Qwen2.5, Qwen3), with the template's
+ *              default system prompt where it has one, Qwen3's <think> rules, Qwen2.5's and
+ *              Qwen3's tool sections
+ *   [INST]     Llama 2 chat (<<SYS>>), Mistral Instruct v0.1 (no system role), v0.2 (the system
+ *              prompt before the first user message) and v0.3 (the system prompt only before a
+ *              user message that ends the conversation)
  *
  * Rendering gives segments of text, each either context (no loss) or trainable: what the model
  * generates for an assistant turn after the template's generation prompt, through the turn's end
- * token (<|eot_id|>, <|im_end|>, eos). */
+ * token (<|eot_id|>, <|im_end|>, eos), tool calls included. */
 #ifndef MT_TOKENIZER_CHAT_TEMPLATE_H
 #define MT_TOKENIZER_CHAT_TEMPLATE_H
 
+#include <jansson.h>
 #include <stddef.h>
 
 #include "util/status.h"
@@ -30,14 +32,24 @@ typedef enum {
     MT_INST_LLAMA2,        /* bos + "[INST] " <<SYS>> ... " [/INST]", " answer " + eos */
     MT_INST_NO_SYSTEM,     /* Mistral v0.1/v0.2 as released: "[INST] q [/INST]" + "answer" + eos */
     MT_INST_SYSTEM_FIRST,  /* Mistral v0.2 (2024): " [INST] " sys "\n\n" q " [/INST]", " answer" + eos */
-    MT_INST_SYSTEM_LAST,   /* Mistral v0.3: "[INST] " q "[/INST]", " answer|trim" + eos; system before the
-                            * last user message */
-    MT_INST_SYSTEM_IF_LAST /* Mistral v0.3 as first released: the system prompt only where the last message
-                            * of the conversation is a user message (never in training data) */
+    MT_INST_SYSTEM_IF_LAST /* Mistral v0.3: "[INST] " q "[/INST]", " answer|trim" + eos; the system prompt
+                            * only where the last message of the conversation is a user message */
 } mt_inst_variant;
 
+/* The template's tool section: how `tools`, assistant tool_calls and tool messages render. */
+typedef enum {
+    MT_TOOLS_NONE,    /* none we render: a conversation with tools is refused */
+    MT_TOOLS_LLAMA31, /* tools in the first user message (tojson, indent 4), one call a turn as
+                       * {"name": ..., "parameters": ...}, results under the ipython role */
+    MT_TOOLS_QWEN25,  /* tools in the system message, calls in <tool_call> tags (arguments tojson),
+                       * results in <tool_response> tags of a user turn */
+    MT_TOOLS_QWEN3    /* Qwen2.5's, with a string's arguments written as they are */
+} mt_chat_tools;
+
 typedef struct {
+    const char *name;                /* the known template's name, for messages ("Qwen2.5") */
     mt_chat_family family;
+    mt_chat_tools tools;
     char bos[64], eos[64];           /* tokenizer_config.json's bos_token and eos_token ("" if none) */
     /* Llama 3 */
     int date_header;                 /* the system header with the dates (Llama 3.1+) */
@@ -47,28 +59,29 @@ typedef struct {
     char *default_system;            /* the system prompt used when the conversation has none, or NULL */
     int think;                       /* Qwen3's reasoning rules */
     int think_in_prompt;             /* the generation prompt ends with "<think>\n" (Qwen3 thinking-2507) */
+    int null_content_raises;         /* an assistant content of null fails (Qwen3's first template) */
     /* [INST] */
     mt_inst_variant inst;
-    int eos_space;                   /* a space follows each answer's eos (Mistral v0.1) */
 } mt_chat_template;
 
 /* Recognises `text` (a chat_template) and fills *t; `source` names the file for messages. bos and eos
- * are the tokenizer's token strings (NULL where it has none). Refuses a template it does not render,
- * naming `source` and what it looked for. mt_chat_template_free releases it. */
+ * are the tokenizer's token strings (NULL where it has none). Refuses a template it does not render
+ * exactly, naming `source`, the known template it comes closest to and the first difference.
+ * mt_chat_template_free releases it. */
 mt_status mt_chat_template_parse(const char *text, const char *bos, const char *eos, const char *source,
                                  mt_chat_template *t);
 void mt_chat_template_free(mt_chat_template *t);
-/* The family's name, for messages: "Llama 3", "ChatML", "[INST]". */
-const char *mt_chat_family_name(const mt_chat_template *t);
 
-typedef enum { MT_ROLE_SYSTEM, MT_ROLE_USER, MT_ROLE_ASSISTANT } mt_chat_role;
+typedef enum { MT_ROLE_SYSTEM, MT_ROLE_USER, MT_ROLE_ASSISTANT, MT_ROLE_TOOL } mt_chat_role;
 
 typedef struct {
     mt_chat_role role;
-    const char *content;
+    const char *content;    /* NULL for a null content (an assistant message with tool calls) */
     size_t len;
     const char *reasoning;  /* an assistant message's reasoning_content, or NULL (Qwen3 templates use it) */
     size_t reasoning_len;
+    const json_t *tool_calls; /* an assistant message's "tool_calls" as given (a list of calls, each
+                               * {"function": {"name", "arguments"}} or {"name", "arguments"}), or NULL */
 } mt_chat_message;
 
 /* A piece of the rendered text. `special` marks the template's own special-token strings (bos, eos,
@@ -86,11 +99,14 @@ typedef struct {
     size_t n_owned;
 } mt_chat_rendered;
 
-/* Renders `n` messages (n >= 1). The segments point into the messages, the template and strings of
+/* Renders `n` messages (n >= 1) with `tools` (a JSON list of tool definitions, or NULL for none, as
+ * apply_chat_template's tools=). The segments point into the messages, the template and strings of
  * their own (freed by mt_chat_rendered_free), so the messages must outlive them. Fails where the
- * template itself raises (roles that do not alternate, a system message it has no place for), with
- * the reason. */
-mt_status mt_chat_render(const mt_chat_template *t, const mt_chat_message *m, size_t n, mt_chat_rendered *out);
+ * template itself raises (roles that do not alternate, a system message it has no place for, two
+ * tool calls in one Llama 3.1 turn), and where the template has no place for tools or tool calls
+ * (transformers would drop them), with the reason. */
+mt_status mt_chat_render(const mt_chat_template *t, const mt_chat_message *m, size_t n, const json_t *tools,
+                         mt_chat_rendered *out);
 void mt_chat_rendered_free(mt_chat_rendered *r);
 
 #endif

@@ -1,8 +1,9 @@
 /* mt_bench: timed training steps on synthetic tokens. TFLOP/s counts model FLOPs per token, the
- * way the PyTorch peers in bench/ count them: 6 x (block parameters + the LM head's V x D) for
- * the linear layers (forward 2, backward 4; recomputation not counted) plus 6 x L x seq x Q for
- * causal attention (forward 2 x seq x Q per layer, half of 4 x seq x Q for the causal mask;
- * backward twice the forward). */
+ * way the PyTorch peers in bench/ count them: 6 x (the blocks' active parameters + the LM head's
+ * V x D) for the linear layers (forward 2, backward 4; recomputation not counted; a mixture of
+ * experts counts its router and the top_k experts a token goes to, and a shared expert) plus
+ * 6 x L x seq x Q for causal attention (forward 2 x seq x Q per layer, half of 4 x seq x Q for the
+ * causal mask; backward twice the forward). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,8 +19,8 @@
 #include "util/clock.h"
 
 static double model_flops_per_token(const mt_config *c, int seq) {
-    double linear = (double)mt_config_block_params(c) * c->num_layers + (double)c->vocab_size * c->hidden_size;
-    double attention = 6.0 * c->num_layers * seq * (double)c->num_heads * c->head_dim;
+    double linear = (double)mt_config_blocks_active_params(c) + (double)c->vocab_size * c->hidden_size;
+    double attention = 3.0 * mt_config_blocks_extra_flops(c, seq);
     return 6.0 * linear + attention;
 }
 

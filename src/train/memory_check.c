@@ -43,8 +43,8 @@ mt_memory_fit mt_memory_fit_of(const mt_layout *layout, mt_backend *be, const mt
 mt_memory_fit mt_memory_fit_ranks(const mt_layout *layout, mt_backend *be, const mt_engine_options *eo,
                                   mt_moments_format moments, int ranks) {
     mt_memory_fit fit = mt_memory_fit_of(layout, be, eo, moments);
-    mt_engine_bytes d = mt_engine_size(be, &layout->cfg, eo);
-    int64_t each = d.host_staging + d.host_checkpoints + (mt_backend_has_own_memory(be) ? 0 : d.total);
+    mt_engine_bytes d = mt_engine_follower_size(be, &layout->cfg, eo);
+    int64_t each = d.host_grads + d.host_staging + d.host_checkpoints + (mt_backend_has_own_memory(be) ? 0 : d.total);
     add_class(&fit, "the other ranks' buffers", (int64_t)(ranks - 1) * each);
     return fit;
 }

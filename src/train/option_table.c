@@ -48,6 +48,23 @@ static mt_status check_tokenizer(const char *option, const char *value) {
 }
 
 /* auto, all or a count; the model's number of blocks is checked once it is known (options.c). */
+/* --val-data: comma-separated files, each readable. */
+static mt_status check_val_data(const char *option, const char *value) {
+    for (const char *p = value; *p;) {
+        size_t n = strcspn(p, ",");
+        char path[4096];
+        if (n == 0 || n >= sizeof path)
+            return mt_fail(MT_ERR_INVALID, "--%s '%s': expected FILE[,FILE...]", option, value);
+        memcpy(path, p, n);
+        path[n] = '\0';
+        struct stat st;
+        if (stat(path, &st) != 0) return mt_fail(MT_ERR_INVALID, "--%s %s: %s", option, path, strerror(errno));
+        if (!S_ISREG(st.st_mode)) return mt_fail(MT_ERR_INVALID, "--%s %s: not a regular file", option, path);
+        p += n + (p[n] == ',');
+    }
+    return MT_OK;
+}
+
 static mt_status check_device_blocks(const char *option, const char *value) {
     char *end;
     long n = strtol(value, &end, 10);
@@ -82,6 +99,7 @@ const mt_option mt_options[] = {
     /* Stored as the resolved absolute path (train.c); fixed, since it changes the data's ids. */
     NAME_SETTING("tokenizer", tokenizer, MT_OPT_FIXED, NULL, check_tokenizer, NULL),
     SETTING("val-fraction", MT_OPT_F64, val_fraction, MT_OPT_FIXED, 0, 1, 0, 1, 0.05),
+    NAME_SETTING("val-data", val_data, MT_OPT_MAY_CHANGE, NULL, check_val_data, NULL),
     SETTING("sequential", MT_OPT_FLAG, sequential, MT_OPT_FIXED, 0, 1, 0, 0, 0),
     SETTING("seed", MT_OPT_I64, seed, MT_OPT_FIXED, 0, SEED_MAX, 0, 0, 1337),
     SETTING("seq", MT_OPT_INT, seq_len, MT_OPT_FIXED, 1, SHAPE_MAX, 0, 0, 256),
@@ -202,7 +220,14 @@ const char *mt_option_format(const mt_option *opt, const mt_train_options *o, ch
             snprintf(buf, cap, "%.*g", digits, (double)f);
             if ((float)strtod(buf, NULL) == f) break;
         }
-    } else if (is_number(opt)) snprintf(buf, cap, "%.17g", get_number(opt, o));
+    } else if (is_number(opt)) {
+        /* likewise for doubles: 0.05, not 0.050000000000000003 */
+        double x = get_number(opt, o);
+        for (int digits = 15; digits <= 17; digits++) {
+            snprintf(buf, cap, "%.*g", digits, x);
+            if (strtod(buf, NULL) == x) break;
+        }
+    }
     else if (opt->type == MT_OPT_SIZE) mt_size_format(get_int(opt, o), buf, cap);
     else snprintf(buf, cap, "%" PRId64, get_int(opt, o));
     return buf;

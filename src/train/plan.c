@@ -53,9 +53,17 @@ mt_status mt_plan(const mt_train_options *given, FILE *out) {
     mt_machine_rates rates;
     if (rc == MT_OK) rc = mt_train_placement(o, be, &cfg, &p, &rates);
     if (rc == MT_OK) {
-        double params = (double)mt_config_total_params(&cfg), block = (double)mt_config_block_params(&cfg);
-        fprintf(out, "model     %.3f B parameters: %d blocks of %.1f M, vocabulary %d x %d%s\n", params / 1e9,
-                cfg.num_layers, block / 1e6, cfg.vocab_size, cfg.hidden_size, cfg.tie_embeddings ? " (tied)" : "");
+        double params = (double)mt_config_total_params(&cfg), least = 0, most = 0;
+        for (int l = 0; l < cfg.num_layers; l++) {
+            double block = (double)mt_config_block_params(&cfg, l);
+            if (l == 0 || block < least) least = block;
+            if (block > most) most = block;
+        }
+        char blocks[64];
+        if (least == most) snprintf(blocks, sizeof blocks, "%.1f M", most / 1e6);
+        else snprintf(blocks, sizeof blocks, "%.1f to %.1f M", least / 1e6, most / 1e6);
+        fprintf(out, "model     %.3f B parameters: %d blocks of %s, vocabulary %d x %d%s\n", params / 1e9,
+                cfg.num_layers, blocks, cfg.vocab_size, cfg.hidden_size, cfg.tie_embeddings ? " (tied)" : "");
         fprintf(out, "step      %d micro-batches x %d sequences x %d tokens = %.0f tokens, %s backend\n",
                 p.eo.micro_batches, p.eo.batch, p.eo.seq, p.tokens, be->ops->name);
         fputs(moments_note[p.moments], out);

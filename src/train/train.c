@@ -16,6 +16,7 @@
 #include "io/plot.h"
 #include "train/option_table.h"
 #include "train/options.h"
+#include "train/run_file.h"
 #include "train/settings.h"
 #include "train/stop_signal.h"
 #include "train/train_data.h"
@@ -176,6 +177,30 @@ static mt_status open_dataset(mt_train_run *r) {
     return MT_OK;
 }
 
+/* The --val-data files, each tokenized as --data is (cached in the run directory) and read whole
+ * as validation windows; an error names the file. */
+static mt_status open_val_files(mt_train_run *r) {
+    for (const char *p = r->o.val_data; p && *p;) {
+        size_t n = strcspn(p, ",");
+        if (r->n_val == MT_MAX_VAL_FILES)
+            return mt_fail(MT_ERR_INVALID, "--val-data: more than %d files", MT_MAX_VAL_FILES);
+        char *name = r->val[r->n_val].name, tokens[8192];
+        snprintf(name, sizeof r->val[0].name, "%.*s", (int)n, p);
+        p += n + (p[n] == ',');
+        mt_train_options as_data = r->o;
+        as_data.data_path = name;
+        mt_status st = mt_train_data_resolve(&as_data, (uint32_t)r->cfg.vocab_size, tokens, sizeof tokens);
+        if (st == MT_OK) st = mt_tokens_open(tokens, &r->val[r->n_val].tokens);
+        if (st != MT_OK) return mt_fail_context(st, "--val-data %s", name);
+        r->n_val++;
+        st = mt_tokens_validate(&r->val[r->n_val - 1].tokens, (uint32_t)r->cfg.vocab_size, tokens);
+        if (st == MT_OK) st = mt_dataset_init_val_only(&r->val[r->n_val - 1].data, &r->val[r->n_val - 1].tokens,
+                                                       r->o.seq_len);
+        if (st != MT_OK) return mt_fail_context(st, "--val-data %s", name);
+    }
+    return MT_OK;
+}
+
 static mt_status open_engine(mt_train_run *r) {
     MT_TRY(mt_devices_start(&r->dev, &r->store, &r->placement.eo, r->progress.adam_step));
     if (r->o.sync_save || !mt_devices_writes(&r->dev)) return MT_OK;
@@ -221,8 +246,14 @@ static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
     MT_TRY(mt_engine_store_create(&r->store, &r->layout, r->dev.be, r->moments, &r->placement.eo));
     MT_TRY(init_weights(r));
     MT_TRY(open_dataset(r));
+    MT_TRY(open_val_files(r));
     MT_TRY(open_engine(r));
-    if (mt_devices_writes(&r->dev)) MT_TRY(mt_metrics_open(o->out_dir, r->progress.step, &r->metrics));
+    if (mt_devices_writes(&r->dev)) {
+        MT_TRY(mt_metrics_open(o->out_dir, r->progress.step, &r->metrics));
+        char run_file[4200];
+        snprintf(run_file, sizeof run_file, "%s/run.yaml", o->out_dir);
+        MT_TRY(mt_run_file_write(run_file, o));
+    }
     mt_step_watch_init(&r->watch, o->max_skips, r->cfg.vocab_size, r->progress.step,
                        r->resume_from[0] ? r->progress.step : -1);
     const char *nan_step = getenv("MT_TEST_NAN_STEP");
@@ -262,6 +293,7 @@ static void close_run(mt_train_run *r) {
     if (r->store.layout) mt_store_free(&r->store);
     mt_devices_close(&r->dev);
     mt_tokens_close(&r->tokens);
+    for (int i = 0; i < r->n_val; i++) mt_tokens_close(&r->val[i].tokens);
     if (r->layout.units) mt_layout_free(&r->layout);
     json_decref(r->settings);
     json_decref(r->saved_settings);
@@ -279,19 +311,19 @@ static int64_t loss_targets(const mt_train_run *r) {
 }
 
 /* The mean loss over every target that carries loss in the first eval_batches validation
- * batches (each batch's mean weighted by its targets); NaN when none does. */
-static mt_status validate(mt_train_run *r, double *loss) {
+ * batches of `data` (each batch's mean weighted by its targets); NaN when none does. */
+static mt_status validate(mt_train_run *r, const mt_dataset *data, const mt_tokens *tokens, double *loss) {
     int sequences = mt_devices_ranks(&r->dev, &r->o) * r->o.micro_batches * r->o.batch;
-    int64_t batches = mt_dataset_val_batches(&r->data, sequences);
+    int64_t batches = mt_dataset_val_batches(data, sequences);
     if (batches > r->o.eval_batches) batches = r->o.eval_batches;
     *loss = NAN;
     double sum = 0;
     int64_t counted = 0;
     for (int64_t i = 0; i < batches; i++) {
         double l;
-        mt_dataset_val_batch(&r->data, i, sequences, r->inputs, r->targets);
-        r->data_failed = mt_tokens_status(&r->tokens) != MT_OK;
-        if (r->data_failed) return mt_tokens_status(&r->tokens);
+        mt_dataset_val_batch(data, i, sequences, r->inputs, r->targets);
+        r->data_failed = mt_tokens_status(tokens) != MT_OK;
+        if (r->data_failed) return mt_tokens_status(tokens);
         int64_t targets = loss_targets(r);
         if (targets == 0) continue;
         MT_TRY(mt_devices_eval(&r->dev, r->inputs, r->targets, &l));
@@ -307,16 +339,24 @@ static void draw_curve(const mt_train_run *r) {
     char metrics[4096], svg[4096];
     snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", r->o.out_dir);
     snprintf(svg, sizeof svg, "%s/loss.svg", r->o.out_dir);
-    mt_curve train = {0}, val = {0};
+    mt_curve train = {0}, val = {0}, files[MT_MAX_VAL_FILES] = {{0}};
     if (mt_metrics_load_curves(metrics, &train, &val) == MT_OK) {
-        mt_plot_series series[] = {{"train", train.step, train.value, train.n, 0},
-                                   {"validation", val.step, val.value, val.n, 1}};
+        mt_plot_series series[2 + MT_MAX_VAL_FILES] = {{"train", train.step, train.value, train.n, 0}};
+        int n = 1;
+        if (val.n) series[n++] = (mt_plot_series){"validation", val.step, val.value, val.n, 1};
+        for (int i = 0; i < r->n_val; i++) {
+            char key[1100];
+            snprintf(key, sizeof key, "val_loss/%s", r->val[i].name);
+            if (mt_metrics_load_curve(metrics, key, &files[i]) == MT_OK && files[i].n)
+                series[n++] = (mt_plot_series){r->val[i].name, files[i].step, files[i].value, files[i].n, 1};
+        }
         mt_plot_labels labels = {"megatrain: loss", "step", "cross-entropy (nats per token)"};
-        if (mt_plot_svg(svg, &labels, series, val.n ? 2 : 1) != MT_OK)
+        if (mt_plot_svg(svg, &labels, series, n) != MT_OK)
             mt_log_warn("loss picture not updated: %s", mt_error());
     }
     mt_curve_free(&train);
     mt_curve_free(&val);
+    for (int i = 0; i < r->n_val; i++) mt_curve_free(&files[i]);
 }
 
 /* JSON has no NaN or Inf (jansson refuses them): a non-finite number is logged as null. */
@@ -336,8 +376,9 @@ static mt_status log_step(mt_train_run *r, const mt_step_result *s, float lr, do
     return rc;
 }
 
-static mt_status log_val(mt_train_run *r, double loss) {
-    json_t *ev = json_pack("{s:I, s:f}", "step", (json_int_t)r->progress.step, "val_loss", loss);
+/* A validation loss: the held-out part's ("val_loss") or a --val-data file's ("val_loss/FILE"). */
+static mt_status log_val(mt_train_run *r, const char *key, double loss) {
+    json_t *ev = json_pack("{s:I, s:f}", "step", (json_int_t)r->progress.step, key, loss);
     if (!ev) return mt_fail(MT_ERR_NOMEM, "cannot build a metrics line");
     mt_status rc = r->metrics ? mt_metrics_log(r->metrics, ev) : MT_OK;
     json_decref(ev);
@@ -380,10 +421,19 @@ static mt_status loop(mt_train_run *r, mt_progress *pg) {
         int last = r->progress.step == o->steps;
         if (o->eval_every > 0 && (r->progress.step % o->eval_every == 0 || last)) {
             double val;
-            MT_TRY(validate(r, &val));
+            MT_TRY(validate(r, &r->data, &r->tokens, &val));
             if (!isnan(val)) {
-                MT_TRY(log_val(r, val));
+                MT_TRY(log_val(r, "val_loss", val));
                 mt_progress_note(pg, "step %lld: validation loss %.4f", (long long)r->progress.step, val);
+            }
+            for (int i = 0; i < r->n_val; i++) {
+                char key[1100];
+                snprintf(key, sizeof key, "val_loss/%s", r->val[i].name);
+                MT_TRY(validate(r, &r->val[i].data, &r->val[i].tokens, &val));
+                if (isnan(val)) continue; /* every target masked */
+                MT_TRY(log_val(r, key, val));
+                mt_progress_note(pg, "step %lld: validation loss %.4f on %s", (long long)r->progress.step, val,
+                                 r->val[i].name);
             }
             draw_curve(r);
         }

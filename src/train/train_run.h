@@ -17,6 +17,8 @@
 #include "train/step_watch.h"
 #include "train/train_devices.h"
 
+enum { MT_MAX_VAL_FILES = 16 };
+
 typedef struct {
     mt_train_options o;         /* the options, every run setting resolved */
     json_t *saved_settings;     /* the resumed checkpoint's settings (names in o may point into it) */
@@ -31,6 +33,12 @@ typedef struct {
     mt_moments_format moments;
     mt_tokens tokens;
     mt_dataset data;
+    int n_val;                  /* --val-data files */
+    struct {
+        char name[1024];        /* as given */
+        mt_tokens tokens;
+        mt_dataset data;
+    } val[MT_MAX_VAL_FILES];
     mt_metrics *metrics;
     mt_lr_schedule schedule;
     mt_run_progress progress;

@@ -1,12 +1,11 @@
 /* Data parallelism on two GPUs through NCCL (engine/ranks.h; needs a machine with 2 GPUs, the
  * tests skip on one): two ranks of one micro-batch each against one GPU running both micro-batches,
- * from the same bf16 weights, over four steps, with clipping and without: the losses within 1e-3
- * relative and each tensor's change of its masters within 2% relative (||d2 - d1|| / ||d1||). Only
- * the order of the gradient's sum (and the GPU's atomics) differs; a gradient left unreduced, or a
- * slice sent home from the wrong place, is off by O(1). NCCL's reduce-scatter alone (equal parts and
- * a tail): each rank's slice is the sum, bitwise (two addends). Then a rank that dies before its
- * pass: the other, inside an NCCL all-reduce that will never complete, is released by the abort
- * within seconds. */
+ * from the same weights: one step of AdamW made linear in the gradient gives each tensor's gradient,
+ * which must agree to the order of its sums (the clipped and the overlapped optimizer, the ends and a
+ * block on the device, tied ends, q/k norms, vocabulary chunks); four steps of real AdamW give the
+ * same losses. NCCL's reduce-scatter alone (equal parts and a tail): each rank's slice is the sum,
+ * bitwise (two addends). Then a rank that dies before its pass: the other, inside an NCCL all-reduce
+ * that will never complete, is released by the abort within seconds. */
 #include <criterion/criterion.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -34,13 +33,28 @@ typedef struct {
     mt_store store;
 } group;
 
-static void group_open(group *t, const mt_config *cfg, int n, int M, float clip) {
+/* How a comparison runs. `linear`: AdamW made linear in the gradient (beta1 = beta2 = 0, eps = 1, no
+ * decay: the update is lr g / (|g| + 1)), so that a change of the masters is the gradient. Real AdamW's
+ * first update is lr sign(g) for every nonzero element: an element whose gradient is a near-cancelling
+ * sum moves a whole lr, in the direction the order of the sum picks, and the masters then measure
+ * that amplification, not the gradients (measured on two H200s: after 4 real steps, the embedding's
+ * change differs by 2.5% between 1 and 2 GPUs and by 2.8% between two 1-GPU runs that differ only
+ * in the order of their micro-batches). */
+typedef struct {
+    float clip;
+    int linear, ends_on_device, device_blocks;
+} shape;
+
+static void group_open(group *t, const mt_config *cfg, int n, int M, shape sh) {
     mt_engine_options o = mt_engine_defaults();
-    o.max_grad_norm = clip;
+    o.max_grad_norm = sh.clip;
     o.seq = SEQ;
     o.batch = BATCH;
     o.micro_batches = M;
     o.lm_chunk = 24;
+    o.ends_on_device = sh.ends_on_device;
+    o.device_blocks = sh.device_blocks;
+    if (sh.linear) o.beta1 = 0, o.beta2 = 0, o.eps = 1, o.weight_decay = 0;
     cr_assert_eq(mt_ranks_create(&t->g, n, open_gpu, NULL), MT_OK, "%s", mt_error());
     cr_assert_eq(mt_layout_init(&t->layout, cfg), MT_OK, "%s", mt_error());
     cr_assert_eq(mt_store_create(&t->store, &t->layout, mt_ranks_backend(t->g, 0)), MT_OK, "%s", mt_error());
@@ -55,20 +69,26 @@ static void group_close(group *t) {
     mt_layout_free(&t->layout);
 }
 
-/* STEPS steps on the same windows, split across n ranks of M micro-batches; the losses, and the
- * masters before and after. */
-static float *train(const mt_config *cfg, int n, int M, float clip, double *losses, float **before) {
+/* `steps` steps at `lr` on the same windows, split across n ranks of M micro-batches (`swap`: one
+ * rank's two micro-batches in the other order); the losses, and the masters before and after. */
+static float *train(const mt_config *cfg, int n, int M, shape sh, int swap, int steps, float lr, double *losses,
+                    float **before) {
     group t;
-    group_open(&t, cfg, n, M, clip);
+    group_open(&t, cfg, n, M, sh);
     size_t count = (size_t)t.layout.total_numel;
     *before = malloc(count * sizeof **before);
     mt_store_read_masters(&t.store, 0, count, *before);
     int all = n * M * BATCH;
     int32_t tokens[all * (SEQ + 1)], inputs[all * SEQ], targets[all * SEQ];
-    for (int s = 0; s < STEPS; s++) {
+    for (int s = 0; s < steps; s++) {
         mt_tiny_windows(40 + s, all, SEQ, cfg->vocab_size, tokens, inputs, targets);
+        for (int i = 0, half = BATCH * SEQ; swap && i < half; i++) {
+            int32_t a = inputs[i], b = targets[i];
+            inputs[i] = inputs[half + i], targets[i] = targets[half + i];
+            inputs[half + i] = a, targets[half + i] = b;
+        }
         mt_step_result r;
-        cr_assert_eq(mt_ranks_step(t.g, inputs, targets, 3e-3f, &r), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_ranks_step(t.g, inputs, targets, lr, &r), MT_OK, "%s", mt_error());
         losses[s] = r.loss;
     }
     mt_engine_finish(mt_ranks_leader(t.g));
@@ -78,58 +98,113 @@ static float *train(const mt_config *cfg, int n, int M, float clip, double *loss
     return after;
 }
 
-/* `clip` 0: the leader's optimizer overlaps the backward, taking each unit once both GPUs' slices
- * of it are home. */
-static void expect_two_gpus_match_one(float clip) {
-    mt_config cfg = mt_tiny_wider(mt_tiny_config_gqa());
-    double one_loss[STEPS], two_loss[STEPS];
-    float *one_before, *two_before;
-    float *one = train(&cfg, 1, 2, clip, one_loss, &one_before);
-    float *two = train(&cfg, 2, 1, clip, two_loss, &two_before);
-    mt_layout lay;
-    cr_assert_eq(mt_layout_init(&lay, &cfg), MT_OK);
-    cr_assert_eq(memcmp(one_before, two_before, (size_t)lay.total_numel * 4), 0, "not the same start");
-    for (int s = 0; s < STEPS; s++) {
-        cr_log_info("step %d: loss 1 GPU %.6f, 2 GPUs %.6f", s, one_loss[s], two_loss[s]);
-        cr_expect_lt(fabs(one_loss[s] - two_loss[s]), 1e-3 * one_loss[s], "step %d: loss %.6f on 1 GPU, %.6f on 2",
-                     s, one_loss[s], two_loss[s]);
+/* ||(b - b0) - (a - a0)|| / ||a - a0|| over one tensor's masters: how much run b's change differs
+ * from run a's. */
+static double change_gap(const mt_layout *lay, const mt_tensor *t, const float *a, const float *a0, const float *b,
+                         const float *b0) {
+    int64_t at = lay->units[t->unit].offset + t->offset, n = (int64_t)t->rows * t->cols;
+    double num = 0, den = 0;
+    for (int64_t j = at; j < at + n; j++) {
+        double d1 = (double)a[j] - a0[j], d2 = (double)b[j] - b0[j];
+        num += (d2 - d1) * (d2 - d1);
+        den += d1 * d1;
     }
-    double worst = 0;
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* One step of linear AdamW on 2 GPUs of one micro-batch each against 1 GPU running both: each
+ * tensor's change of its masters (its gradient) within `bound`, relative; beside it, the floor, the
+ * same gap between two 1-GPU runs that differ only in the order of their micro-batches. The
+ * gradients differ only in the order of their sums (and the GPU's atomics); a gradient left
+ * unreduced or summed twice, a slice sent home from the wrong place or a wrong norm is off by O(1). */
+static void expect_two_gpus_give_one_gpus_gradients(const char *what, const mt_config *cfg, shape sh, double bound) {
+    sh.linear = 1;
+    const float lr = 10.0f; /* changes far above the masters' fp32 spacing */
+    double one_loss[1], two_loss[1], swap_loss[1];
+    float *one_before, *two_before, *swap_before;
+    float *one = train(cfg, 1, 2, sh, 0, 1, lr, one_loss, &one_before);
+    float *swapped = train(cfg, 1, 2, sh, 1, 1, lr, swap_loss, &swap_before);
+    float *two = train(cfg, 2, 1, sh, 0, 1, lr, two_loss, &two_before);
+    mt_layout lay;
+    cr_assert_eq(mt_layout_init(&lay, cfg), MT_OK);
+    cr_assert_eq(memcmp(one_before, two_before, (size_t)lay.total_numel * 4), 0, "not the same start");
+    double worst = 0, worst_floor = 0;
     const char *worst_name = "";
     for (int i = 0; i < lay.num_tensors; i++) {
         const mt_tensor *t = &lay.tensors[i];
-        int64_t at = lay.units[t->unit].offset + t->offset, n = (int64_t)t->rows * t->cols;
-        double num = 0, den = 0;
-        for (int64_t j = at; j < at + n; j++) {
-            double d1 = (double)one[j] - one_before[j], d2 = (double)two[j] - two_before[j];
-            num += (d2 - d1) * (d2 - d1);
-            den += d1 * d1;
-        }
-        double err = den > 0 ? sqrt(num / den) : sqrt(num);
-        if (err > worst) worst = err, worst_name = t->name;
+        if (t->kind == MT_T_BK) continue; /* its exact gradient is zero: a shift of every key, which the softmax ignores */
+        double gap = change_gap(&lay, t, one, one_before, two, two_before);
+        double floor = change_gap(&lay, t, one, one_before, swapped, swap_before);
+        if (gap > worst) worst = gap, worst_name = t->name, worst_floor = floor;
+        cr_expect_lt(gap, bound, "%s: %s's gradient is %.3g relative off on 2 GPUs (the order of 1 GPU's micro-batches: %.3g)",
+                     what, t->name, gap, floor);
     }
-    cr_log_info("worst change of masters: %s at %.3g relative", worst_name, worst);
-    cr_expect_lt(worst, 2e-2, "the masters of %s changed by %.3g relative more on 2 GPUs than on 1", worst_name,
-                 worst);
-    free(one), free(two), free(one_before), free(two_before);
+    cr_log_info("%s: worst gradient gap %.3g (%s; order of the micro-batches on 1 GPU: %.3g); loss %.7f / %.7f", what,
+                worst, worst_name, worst_floor, one_loss[0], two_loss[0]);
+    cr_expect_lt(fabs(one_loss[0] - two_loss[0]), 1e-6 * one_loss[0], "%s: loss %.9f on 1 GPU, %.9f on 2", what,
+                 one_loss[0], two_loss[0]);
+    free(one), free(two), free(swapped), free(one_before), free(two_before), free(swap_before);
     mt_layout_free(&lay);
 }
 
+/* Four steps of real AdamW: the losses agree within 2e-4 relative (the masters differ by AdamW's
+ * amplification of rounding, above). Measured on two H200s: 2 GPUs against 1 up to 2.4e-5; two 1-GPU
+ * runs whose micro-batches come in the other order, up to 4.3e-5. */
+static void expect_two_gpus_train_as_one(shape sh) {
+    mt_config cfg = mt_tiny_wider(mt_tiny_config_gqa());
+    double one_loss[STEPS], two_loss[STEPS];
+    float *one_before, *two_before;
+    float *one = train(&cfg, 1, 2, sh, 0, STEPS, 3e-3f, one_loss, &one_before);
+    float *two = train(&cfg, 2, 1, sh, 0, STEPS, 3e-3f, two_loss, &two_before);
+    for (int s = 0; s < STEPS; s++) {
+        cr_log_info("step %d: loss 1 GPU %.6f, 2 GPUs %.6f", s, one_loss[s], two_loss[s]);
+        cr_expect_lt(fabs(one_loss[s] - two_loss[s]), 2e-4 * one_loss[s], "step %d: loss %.6f on 1 GPU, %.6f on 2",
+                     s, one_loss[s], two_loss[s]);
+    }
+    free(one), free(two), free(one_before), free(two_before);
+}
+
+/* Measured on two H200s: the worst tensor 3.5e-6 on 2 GPUs (RMSNorm weights, whose gradients the GPU
+ * sums with atomics), the same 3.5e-6 between the two 1-GPU orders. A fault is O(1). */
+#define GRADIENT_BOUND 1e-5
+
 Test(cuda, two_gpus_match_one_gpu_running_both_micro_batches) {
     need_two_gpus();
-    expect_two_gpus_match_one(1.0f);
+    mt_config cfg = mt_tiny_wider(mt_tiny_config_gqa());
+    expect_two_gpus_give_one_gpus_gradients("clip 1", &cfg, (shape){.clip = 1.0f}, GRADIENT_BOUND);
+    expect_two_gpus_give_one_gpus_gradients("ends and a block on the device", &cfg,
+                                            (shape){.clip = 1.0f, .ends_on_device = 1, .device_blocks = 1},
+                                            GRADIENT_BOUND);
+    mt_config tied = mt_tiny_wider(mt_tiny_config_tied_bias());
+    expect_two_gpus_give_one_gpus_gradients("tied, biases", &tied, (shape){.clip = 1.0f}, GRADIENT_BOUND);
+    mt_config qwen3 = mt_tiny_wider(mt_tiny_config_qwen3(0));
+    expect_two_gpus_give_one_gpus_gradients("qk norms", &qwen3, (shape){.clip = 1.0f, .device_blocks = 1},
+                                            GRADIENT_BOUND);
+    mt_config wide = mt_tiny_wider(mt_tiny_config_gqa());
+    wide.vocab_size = MT_ENGINE_HEAD_VOCAB_CHUNK + 500;
+    expect_two_gpus_give_one_gpus_gradients("vocabulary chunks", &wide, (shape){.clip = 1.0f}, GRADIENT_BOUND);
+    expect_two_gpus_train_as_one((shape){.clip = 1.0f});
 }
 
 Test(cuda, two_gpus_match_one_gpu_running_both_micro_batches_without_clipping) {
     need_two_gpus();
-    expect_two_gpus_match_one(0.0f);
+    mt_config cfg = mt_tiny_wider(mt_tiny_config_gqa());
+    expect_two_gpus_give_one_gpus_gradients("clip 0", &cfg, (shape){.clip = 0.0f}, GRADIENT_BOUND);
+    mt_config tied = mt_tiny_wider(mt_tiny_config_tied_bias());
+    expect_two_gpus_give_one_gpus_gradients("clip 0, tied", &tied, (shape){.clip = 0.0f, .ends_on_device = 1},
+                                            GRADIENT_BOUND);
+    mt_config wide = mt_tiny_wider(mt_tiny_config_tied_bias());
+    wide.vocab_size = MT_ENGINE_HEAD_VOCAB_CHUNK + 500;
+    expect_two_gpus_give_one_gpus_gradients("clip 0, tied vocabulary chunks", &wide, (shape){.clip = 0.0f},
+                                            GRADIENT_BOUND);
+    expect_two_gpus_train_as_one((shape){.clip = 0.0f});
 }
 
 Test(cuda, a_gpu_rank_that_dies_releases_the_other_from_nccl) {
     need_two_gpus();
     mt_config cfg = mt_tiny_wider(mt_tiny_config_gqa());
     group t;
-    group_open(&t, &cfg, 2, 1, 1.0f);
+    group_open(&t, &cfg, 2, 1, (shape){.clip = 1.0f});
     int all = 2 * BATCH;
     int32_t tokens[all * (SEQ + 1)], inputs[all * SEQ], targets[all * SEQ];
     mt_tiny_windows(3, all, SEQ, cfg.vocab_size, tokens, inputs, targets);

@@ -1,20 +1,24 @@
 #!/usr/bin/env python3
 """Compares megatrain's chat data (ids and loss masks) with transformers' apply_chat_template.
 
-For each chat template of tests/data/chat (Llama 3, 3.1, 3.2; Qwen2, Qwen2.5, Qwen3 ChatML; Llama 2
-and Mistral v0.1-v0.3 [INST]) with its model family's real tokenizer from tests/data/tokenizers
-(Llama 3's, Qwen3's, the Llama 2/Mistral sentencepiece BPE), the conversations of
-tests/data/chat/cases.json and a few more go through `megatrain tokenize --chat yes` into a masked
-shard, and through transformers:
+For each chat template of tests/data/chat (Llama 3, 3.1, 3.2; Qwen2, Qwen2.5, Qwen3, Qwen3
+thinking-2507 ChatML; Llama 2 and Mistral v0.1-v0.3 [INST]) with its model family's real tokenizer
+from tests/data/tokenizers (Llama 3's, Qwen3's, the Llama 2/Mistral sentencepiece BPE), the
+conversations of tests/data/chat/cases.json (every line layout: OpenAI messages with tools,
+tool_calls and tool results, prompt/completion, alpaca, ShareGPT with function_call/observation)
+and a few more go through `megatrain tokenize --chat yes` into a masked shard, and through
+transformers:
 
-  ids   tokenizer.apply_chat_template(messages, tokenize=True) (add_generation_prompt False,
+  ids   tokenizer.apply_chat_template(messages, tools=tools, tokenize=True) (add_generation_prompt False,
         date_string "26 Jul 2024": the fallback date megatrain renders for Llama 3.2, whose
         template would otherwise put today's date in), conversation after conversation;
   mask  a token carries loss when its characters (offset mapping) overlap an answer: in the
         rendered text, the k-th assistant message's answer runs from the end of the k-th
         assistant opening (what the model is prompted with: "<|start_header_id|>assistant
-        <|end_header_id|>\n\n", "<|im_start|>assistant\n", or for [INST] templates the end of
-        "[/INST]") through the next end-of-turn token (<|eot_id|>, <|im_end|>, eos).
+        <|end_header_id|>\n\n", "<|im_start|>assistant\n" and for Qwen3 thinking-2507 the
+        "<think>\n" after it, or for [INST] templates the end of "[/INST]") through the next
+        end-of-turn token (<|eot_id|>, <|im_end|>, eos); tool calls are assistant messages, tool
+        results are not.
 
 Prints one PASS/FAIL line per template and exits 1 when any differs.
 
@@ -40,7 +44,7 @@ DATE = "26 Jul 2024"
 # Template directory -> the tokenizer of its model family.
 TEMPLATES = {
     "llama3": "llama3", "llama3-gen": "llama3", "llama3.1": "llama3", "llama3.2": "llama3",
-    "qwen2": "qwen3", "qwen2.5": "qwen3", "qwen3": "qwen3",
+    "qwen2": "qwen3", "qwen2.5": "qwen3", "qwen3": "qwen3", "qwen3-thinking-2507": "qwen3",
     "llama2": "mistral", "mistral-v0.1": "mistral", "mistral-v0.2": "mistral", "mistral-v0.3": "mistral",
 }
 
@@ -62,10 +66,33 @@ def conversations(template):
     return convs + EXTRA
 
 
-def as_messages(conv):
-    if isinstance(conv, dict):
-        return [{"role": "user", "content": conv["prompt"]}, {"role": "assistant", "content": conv["completion"]}]
-    return conv
+def as_messages(line):
+    """(messages, tools) of one JSONL line in any layout, as docs/data-formats.md says megatrain reads it."""
+    if isinstance(line, list):
+        return line, None
+    if "messages" in line:
+        return line["messages"], line.get("tools")
+    if "prompt" in line:
+        return [{"role": "user", "content": line["prompt"]}, {"role": "assistant", "content": line["completion"]}], None
+    if "instruction" in line:
+        user = line["instruction"] + ("\n" + line["input"] if line.get("input") else "")
+        system = [{"role": "system", "content": line["system"]}] if line.get("system") is not None else []
+        return system + [{"role": "user", "content": user}, {"role": "assistant", "content": line["output"]}], None
+    roles = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system",
+             "observation": "tool", "tool": "tool"}
+    msgs = [{"role": "system", "content": line["system"]}] if line.get("system") is not None else []
+    for turn in line["conversations"]:
+        if turn["from"] == "function_call":
+            calls = json.loads(turn["value"]) if isinstance(turn["value"], str) else turn["value"]
+            calls = calls if isinstance(calls, list) else [calls]
+            msgs.append({"role": "assistant", "content": "",
+                         "tool_calls": [{"type": "function", "function": c} for c in calls]})
+        else:
+            msgs.append({"role": roles[turn["from"]], "content": turn["value"]})
+    tools = line.get("tools")
+    if isinstance(tools, str):
+        tools = json.loads(tools) if tools else None
+    return msgs, tools
 
 
 def model_dir(template, tmp):
@@ -104,27 +131,31 @@ def ours(binary, directory, convs, tmp, name):
     return read_masked_shard(prefix + "_000000.bin")
 
 
-def render(tok, messages, generation=False):
-    return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation, date_string=DATE)
+def render(tok, messages, tools, generation=False):
+    return tok.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=generation,
+                                   date_string=DATE)
 
 
-def answer_spans(messages, text, opening, end_token):
+def answer_spans(messages, text, opening, end_token, think_in_prompt):
     """Character spans of the answers in `text` (the whole conversation rendered)."""
     spans, cursor = [], 0
     for _ in (m for m in messages if m["role"] == "assistant"):
         start = text.index(opening, cursor) + len(opening)
+        if think_in_prompt and text.startswith("<think>\n", start):
+            start += len("<think>\n")
         end = text.index(end_token, start) + len(end_token)
         spans.append((start, end))
         cursor = end
     return spans
 
 
-def theirs(tok, convs, opening, end_token):
+def theirs(tok, convs, opening, end_token, think_in_prompt):
     ids, mask = [], []
     for conv in convs:
-        messages = as_messages(conv)
-        text = render(tok, messages)
-        want = tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=False, date_string=DATE)
+        messages, tools = as_messages(conv)
+        text = render(tok, messages, tools)
+        want = tok.apply_chat_template(messages, tools=tools, tokenize=True, add_generation_prompt=False,
+                                       date_string=DATE)
         if not isinstance(want, list):  # transformers 5 returns a BatchEncoding (not a dict subclass)
             want = want["input_ids"]
         want = list(want)
@@ -133,7 +164,7 @@ def theirs(tok, convs, opening, end_token):
             raise AssertionError("apply_chat_template's ids are not its rendered text's: "
                                  f"{len(want)} vs {len(enc['input_ids'])} ids, first difference at "
                                  f"{next((k for k, (a, b) in enumerate(zip(want, enc['input_ids'])) if a != b), min(len(want), len(enc['input_ids'])))}")
-        spans = answer_spans(messages, text, opening, end_token)
+        spans = answer_spans(messages, text, opening, end_token, think_in_prompt)
         ids += want
         mask += [int(any(s < b and e > a for a, b in spans)) for s, e in enc["offset_mapping"]]
     return ids, mask
@@ -165,8 +196,13 @@ def main():
                 opening, end_token = {"llama3": ("<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>"),
                                       "chatml": ("<|im_start|>assistant\n", "<|im_end|>"),
                                       "inst": ("[/INST]", tok.eos_token)}[family]
-                convs = [c for c in conversations(name) if not (name == "mistral-v0.1" and as_messages(c)[0]["role"] == "system")]
-                line = compare(name, ours(args.bin, directory, convs, tmp, name), theirs(tok, convs, opening, end_token), convs)
+                convs = [c for c in conversations(name)
+                         if not (name == "mistral-v0.1" and as_messages(c)[0][0]["role"] == "system")]
+                tools = sum(1 for c in convs if as_messages(c)[1] is not None or
+                            any(m.get("tool_calls") or m["role"] == "tool" for m in as_messages(c)[0]))
+                got = ours(args.bin, directory, convs, tmp, name)
+                want = theirs(tok, convs, opening, end_token, name == "qwen3-thinking-2507")
+                line = compare(name, got, want, convs) + (f" ({tools} with tools or tool calls)" if tools else "")
             except subprocess.CalledProcessError as e:
                 line = f"FAIL {name}: megatrain tokenize exited {e.returncode}: {e.stderr.strip()}"
             except Exception as e:  # a reference that cannot be computed is a failure too

@@ -17,5 +17,6 @@ apt-get download \
     libjansson-dev libjansson4 \
     libxxhash-dev libxxhash0 \
     libpcre2-dev libutf8proc-dev libutf8proc2 \
+    libyaml-dev libyaml-0-2 \
     libopenblas-dev libopenblas-pthread-dev libopenblas0 libopenblas0-pthread libgfortran5
 ls -1 "$PWD"

@@ -50,6 +50,7 @@ step hf python3 tests/device/check_transformers.py /tmp/mt-transformers-check
 step roundtrip python3 tests/device/hf_roundtrip.py --bin $build/megatrain
 step tokenizer python3 tests/device/check_tokenizer.py --bin $build/megatrain
 step chat python3 tests/device/check_chat.py --bin $build/megatrain
+step tensorboard python3 tests/device/check_tensorboard.py --bin $build/megatrain
 step reliab python3 tests/device/reliability.py --bin $build/megatrain
 step cpu env MT_TOKENIZER_DATA=$build/tokenizers MT_BIN=$build/megatrain $build/run-tests --jobs 4
 

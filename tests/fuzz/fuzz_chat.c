@@ -38,7 +38,7 @@ static void render_and_encode(const mt_chat_template *t, const char *line, size_
     mt_chat_example e;
     if (mt_chat_example_parse(line, len, "fuzz.jsonl", 1, &e) != MT_OK) return;
     mt_chat_rendered r;
-    if (mt_chat_render(t, e.m, e.n, &r) == MT_OK) {
+    if (mt_chat_render(t, e.m, e.n, e.tools, &r) == MT_OK) {
         mt_ids ids = {0};
         mt_mask mask = {0};
         if (mt_chat_encode(tok, &r, &ids, &mask) == MT_OK) {

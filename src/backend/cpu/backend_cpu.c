@@ -381,6 +381,67 @@ static void op_adamw(mt_backend *b, mt_stream *s, const mt_adamw_params *p, int 
     memcpy(w, master, n * sizeof *master); /* the working weights: fp32, the masters themselves */
 }
 
+/* ---- mixture of experts ---- */
+
+static void moe_route(mt_backend *b, mt_stream *s, float *weights, int32_t *experts, int32_t *counts, float *prob_sum,
+                      const void *logits, int n, int E, int k, int renorm) {
+    mt_cpu_moe_route(weights, experts, counts, prob_sum, logits, n, E, k, renorm);
+}
+static void moe_route_dx(mt_backend *b, mt_stream *s, void *dlogits, const float *dweights, const void *logits,
+                         const int32_t *experts, const float *aux_grad, int n, int E, int k, int renorm) {
+    mt_cpu_moe_route_dx(dlogits, dweights, logits, experts, aux_grad, n, E, k, renorm);
+}
+static void moe_permute(mt_backend *b, mt_stream *s, int32_t *order, int32_t *slot_row, int32_t *offsets,
+                        const int32_t *experts, int n, int E, int k, int seg) {
+    mt_cpu_moe_permute(order, slot_row, offsets, experts, n, E, k, seg);
+}
+static void moe_gather(mt_backend *b, mt_stream *s, void *xs, const void *x, const int32_t *order, int n, int k,
+                       int d) {
+    mt_cpu_moe_gather(xs, x, order, n, k, d);
+}
+static void moe_gather_dx(mt_backend *b, mt_stream *s, void *dx, const void *dxs, const int32_t *slot_row, int n,
+                          int k, int d, int accumulate) {
+    mt_cpu_moe_gather_dx(dx, dxs, slot_row, n, k, d, accumulate);
+}
+static void moe_matmul(mt_backend *b, mt_stream *s, void *y, const void *x, const void *w, const int32_t *offsets,
+                       int rows, int E, int S, int in, int out) {
+    mt_cpu_moe_matmul(y, x, w, offsets, rows, E, S, in, out);
+}
+static void moe_matmul_dx(mt_backend *b, mt_stream *s, void *dx, const void *dy, const void *w,
+                          const int32_t *offsets, int rows, int E, int S, int in, int out) {
+    mt_cpu_moe_matmul_dx(dx, dy, w, offsets, rows, E, S, in, out);
+}
+static void moe_matmul_dw(mt_backend *b, mt_stream *s, float *dw, const void *dy, const void *x,
+                          const int32_t *offsets, int rows, int E, int S, int in, int out) {
+    mt_cpu_moe_matmul_dw(dw, dy, x, offsets, rows, E, S, in, out);
+}
+static void moe_swiglu(mt_backend *b, mt_stream *s, void *a, const void *gu, int rows, int F) {
+    mt_cpu_moe_swiglu(a, gu, rows, F);
+}
+static void moe_swiglu_dx(mt_backend *b, mt_stream *s, void *dgu, const void *da, const void *gu, int rows, int F) {
+    mt_cpu_moe_swiglu_dx(dgu, da, gu, rows, F);
+}
+static void moe_combine(mt_backend *b, mt_stream *s, void *y, const void *ys, const float *weights,
+                        const int32_t *slot_row, int n, int k, int d) {
+    mt_cpu_moe_combine(y, ys, weights, slot_row, n, k, d);
+}
+static void moe_combine_dx(mt_backend *b, mt_stream *s, void *dys, float *dweights, const void *dy, const void *ys,
+                           const float *weights, const int32_t *slot_row, int n, int k, int d) {
+    mt_cpu_moe_combine_dx(dys, dweights, dy, ys, weights, slot_row, n, k, d);
+}
+static void moe_gate_add(mt_backend *b, mt_stream *s, void *y, const void *a, const void *x, const void *g, int n,
+                         int d) {
+    mt_cpu_moe_gate_add(y, a, x, g, n, d);
+}
+static void moe_gate_add_dx(mt_backend *b, mt_stream *s, void *dx, void *dg, const void *dy, const void *x,
+                            const void *g, int n, int d) {
+    mt_cpu_moe_gate_add_dx(dx, dg, dy, x, g, n, d);
+}
+static void moe_aux_loss(mt_backend *b, mt_stream *s, float *loss_sum, float *grad, const int32_t *counts,
+                         const float *prob_sum, int layers, int n, int E, float loss_scale, float grad_scale) {
+    mt_cpu_moe_aux_loss(loss_sum, grad, counts, prob_sum, layers, n, E, loss_scale, grad_scale);
+}
+
 /* ---- collectives: the ranks are threads of this process (host_comm.h) or processes (world.h) ---- */
 
 static mt_status coll_comm_init(mt_backend **ranks, int n) {
@@ -495,6 +556,11 @@ static const mt_backend_ops cpu_ops = {
            .embedding_dw = op_embedding_dw, .lmhead_loss = op_lmhead_loss, .lmhead_dw = op_lmhead_dw,
            .lmhead_workspace = op_lmhead_workspace, .logits = op_logits, .sumsq = op_sumsq,
            .clip_scale = op_clip_scale, .adamw = op_adamw},
+    .moe = {.route = moe_route, .route_dx = moe_route_dx, .permute = moe_permute, .gather = moe_gather,
+            .gather_dx = moe_gather_dx, .grouped_matmul = moe_matmul, .grouped_matmul_dx = moe_matmul_dx,
+            .grouped_matmul_dw = moe_matmul_dw, .swiglu = moe_swiglu, .swiglu_dx = moe_swiglu_dx,
+            .combine = moe_combine, .combine_dx = moe_combine_dx, .gate_add = moe_gate_add,
+            .gate_add_dx = moe_gate_add_dx, .aux_loss = moe_aux_loss},
     .coll = {.comm_init = coll_comm_init, .comm_init_world = coll_comm_init_world, .all_reduce = coll_all_reduce,
              .reduce_scatter = coll_reduce_scatter, .acc_open = coll_acc_open, .acc_close = coll_acc_close,
              .acc_ordered = coll_acc_ordered,

@@ -50,4 +50,32 @@ void mt_cpu_logits(float *logits, const float *x, const float *w, int d, int voc
 
 void mt_cpu_sumsq(float *out, const float *x, size_t count);
 
+/* Mixture of experts (backend.h's moe group). Every sum runs in a fixed order: prob_sum and counts
+ * over tokens in token order, combine and gather_dx over a token's choices in choice order, the
+ * grouped GEMMs one (expert, segment) at a time, so results are the same bits for any thread count
+ * and grouped_matmul_dw is split-invariant by segment. */
+void mt_cpu_moe_route(float *weights, int32_t *experts, int32_t *counts, float *prob_sum, const float *logits, int n,
+                      int E, int k, int renorm);
+void mt_cpu_moe_route_dx(float *dlogits, const float *dweights, const float *logits, const int32_t *experts,
+                         const float *aux_grad, int n, int E, int k, int renorm);
+void mt_cpu_moe_permute(int32_t *order, int32_t *slot_row, int32_t *offsets, const int32_t *experts, int n, int E,
+                        int k, int seg);
+void mt_cpu_moe_gather(float *xs, const float *x, const int32_t *order, int n, int k, int d);
+void mt_cpu_moe_gather_dx(float *dx, const float *dxs, const int32_t *slot_row, int n, int k, int d, int accumulate);
+void mt_cpu_moe_matmul(float *y, const float *x, const float *w, const int32_t *offsets, int rows, int E, int S,
+                       int in, int out);
+void mt_cpu_moe_matmul_dx(float *dx, const float *dy, const float *w, const int32_t *offsets, int rows, int E, int S,
+                          int in, int out);
+void mt_cpu_moe_matmul_dw(float *dw, const float *dy, const float *x, const int32_t *offsets, int rows, int E, int S,
+                          int in, int out);
+void mt_cpu_moe_swiglu(float *a, const float *gu, int rows, int F);
+void mt_cpu_moe_swiglu_dx(float *dgu, const float *da, const float *gu, int rows, int F);
+void mt_cpu_moe_combine(float *y, const float *ys, const float *weights, const int32_t *slot_row, int n, int k, int d);
+void mt_cpu_moe_combine_dx(float *dys, float *dweights, const float *dy, const float *ys, const float *weights,
+                           const int32_t *slot_row, int n, int k, int d);
+void mt_cpu_moe_gate_add(float *y, const float *a, const float *x, const float *g, int n, int d);
+void mt_cpu_moe_gate_add_dx(float *dx, float *dg, const float *dy, const float *x, const float *g, int n, int d);
+void mt_cpu_moe_aux_loss(float *loss_sum, float *grad, const int32_t *counts, const float *prob_sum, int layers, int n,
+                         int E, float loss_scale, float grad_scale);
+
 #endif

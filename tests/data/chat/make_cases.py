@@ -85,5 +85,118 @@ case("mistral-v0.3", SYS_CONV, "<s>[INST] Hi there[/INST]⟦ Hello! How can I he
 case("mistral-v0.3", ENDS_WITH_USER, "<s>[INST] Hi there[/INST]⟦ Hello! How can I help?</s>⟧"
      "[INST] You are terse.\n\nWhat is 2+2?[/INST]")
 case("mistral-v0.3", WS_CONV, "<s>[INST]   Tell me a joke  [/INST]⟦ Why did the chicken cross the road?</s>⟧")
+
+# Qwen3 thinking-2507: "<think>\n" is in the generation prompt, so it is context.
+case("qwen3-thinking-2507", PC, im("user", "Translate to French: cat") +
+     "<|im_start|>assistant\n<think>\n⟦\n</think>\n\nchat<|im_end|>⟧\n")
+case("qwen3-thinking-2507", {"prompt": "q", "completion": "<think>r</think>a"},
+     im("user", "q") + "<|im_start|>assistant\n<think>\n⟦r\n</think>\n\na<|im_end|>⟧\n")
+
+# ---- the other layouts: alpaca and ShareGPT ----
+ALPACA = {"instruction": "Translate to French", "input": "cat", "output": "chat", "system": "You are terse."}
+ALPACA_NO_INPUT = {"instruction": "Say hi", "input": "", "output": "hi"}
+case("llama3.1", ALPACA, "<|begin_of_text|>" + L3H("system") + DATE + "You are terse.<|eot_id|>" + L3H("user") +
+     "Translate to French\ncat<|eot_id|>" + L3H("assistant") + "⟦chat<|eot_id|>⟧")
+case("qwen2.5", ALPACA_NO_INPUT, im("system", "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.") +
+     im("user", "Say hi") + im_a("hi"))
+SHAREGPT = {"conversations": [{"from": "human", "value": "Hi there"}, {"from": "gpt", "value": "Hello! How can I help?"},
+                              {"from": "human", "value": "What is 2+2?"}, {"from": "gpt", "value": "4"}],
+            "system": "You are terse."}
+case("qwen2.5", SHAREGPT, chatml_sys + im_a("4"))
+case("mistral-v0.2", {"conversations": SHAREGPT["conversations"]},
+     "<s> [INST] Hi there [/INST]⟦ Hello! How can I help?</s>⟧ [INST] What is 2+2? [/INST]⟦ 4</s>⟧")
+
+# ---- tools: OpenAI messages with tools, tool_calls and tool results; ShareGPT's function_call ----
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Get the weather in a city",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "e.g. Paris"},
+                                                           "unit": {"type": "string", "enum": ["c", "f"], "default": "c"}},
+                          "required": ["city"]}}}
+# tojson's corners: floats as Python writes them, non-ASCII kept, quotes, backslashes and control characters escaped
+ODD = {"type": "function", "function": {"name": "odd", "description": "café \"quoted\" back\\slash \u0001 tab\t",
+       "parameters": {"type": "object", "properties": {"x": {"type": "number", "default": 1e-05},
+                                                       "y": {"type": "number", "default": 1500.0},
+                                                       "z": {"type": "number", "default": 0.1},
+                                                       "w": {"type": "integer", "default": 3},
+                                                       "e": {"type": "object", "properties": {}}, "l": []}}}}
+CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+CALL_STR = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}
+RESULT = "{\"temp\": 21.5}"
+def tool_conv(call=CALL, content="", system=None):
+    conv = [{"role": "user", "content": "What is the weather in Paris?"},
+            {"role": "assistant", "content": content, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_1", "content": RESULT},
+            {"role": "assistant", "content": "It is 21.5 degrees."}]
+    return ([{"role": "system", "content": system}] if system else []) + conv
+def with_tools(conv, tools=(WEATHER,)):
+    return {"messages": conv, "tools": list(tools)}
+
+L31_TOOLS = ("Given the following functions, please respond with a JSON for a function call with its proper arguments that "
+             "best answers the given prompt.\n\nRespond in the format {\"name\": function name, \"parameters\": dictionary "
+             "of argument name and its value}.Do not use variables.\n\n")
+def l31_tools(tools, system="", first="What is the weather in Paris?"):
+    return ("<|begin_of_text|>" + L3H("system") + "Environment: ipython\n" + DATE + system + "<|eot_id|>" + L3H("user") +
+            L31_TOOLS + "".join(json.dumps(t, indent=4, ensure_ascii=False) + "\n\n" for t in tools) + first + "<|eot_id|>")
+l31_rest = (L3H("assistant") + "⟦{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}<|eot_id|>⟧" +
+            L3H("ipython") + json.dumps(RESULT) + "<|eot_id|>" + L3H("assistant") + "⟦It is 21.5 degrees.<|eot_id|>⟧")
+for t in ("llama3.1", "llama3.2"):
+    case(t, with_tools(tool_conv()), l31_tools([WEATHER]) + l31_rest)
+case("llama3.1", with_tools(tool_conv(content=None, system="You are terse."), (WEATHER, ODD)),
+     l31_tools([WEATHER, ODD], "You are terse.") + l31_rest)
+# arguments given as JSON text: the template's tojson writes a string
+case("llama3.1", with_tools(tool_conv(CALL_STR)), l31_tools([WEATHER]) + L3H("assistant") +
+     "⟦{\"name\": \"get_weather\", \"parameters\": " + json.dumps(CALL_STR["function"]["arguments"]) + "}<|eot_id|>⟧" +
+     L3H("ipython") + json.dumps(RESULT) + "<|eot_id|>" + L3H("assistant") + "⟦It is 21.5 degrees.<|eot_id|>⟧")
+# tool calls without tools: no tool section, the calls as they are
+case("llama3.1", tool_conv(), "<|begin_of_text|>" + L3H("system") + DATE + "<|eot_id|>" + L3H("user") +
+     "What is the weather in Paris?<|eot_id|>" + l31_rest)
+
+QWEN_TAIL = ("\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+             "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+             "<args-json-object>}\n</tool_call><|im_end|>\n")
+QWEN_HEAD = ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "
+             "function signatures within <tools></tools> XML tags:\n<tools>")
+def qwen_tools(system, tools):
+    return ("<|im_start|>system\n" + system + QWEN_HEAD + "".join("\n" + json.dumps(t, ensure_ascii=False) for t in tools) +
+            QWEN_TAIL)
+def qcall(args): return "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": " + args + "}\n</tool_call>"
+ARGS = "{\"city\": \"Paris\"}"
+q_result = "<|im_start|>user\n<tool_response>\n" + RESULT + "\n</tool_response><|im_end|>\n"
+Q25_SYS = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.\n\n"
+case("qwen2.5", with_tools(tool_conv()), qwen_tools(Q25_SYS, [WEATHER]) + im("user", "What is the weather in Paris?") +
+     "<|im_start|>assistant\n⟦" + qcall(ARGS) + "<|im_end|>⟧\n" + q_result + im_a("It is 21.5 degrees."))
+case("qwen2.5", with_tools(tool_conv(CALL_STR, content=None, system="You are terse."), (WEATHER, ODD)),
+     qwen_tools("You are terse.\n\n", [WEATHER, ODD]) + im("user", "What is the weather in Paris?") +
+     "<|im_start|>assistant\n⟦" + qcall(json.dumps(ARGS)) + "<|im_end|>⟧\n" + q_result + im_a("It is 21.5 degrees."))
+# two calls in one turn after some text, their two results in one user turn; calls without tools
+TWO = [{"role": "user", "content": "Weather in Paris and Rome?"},
+       {"role": "assistant", "content": "Let me check.", "tool_calls": [CALL, {"function": {"name": "get_weather", "arguments": {"city": "Rome"}}}]},
+       {"role": "tool", "content": "sunny"}, {"role": "tool", "content": "rain"},
+       {"role": "assistant", "content": "Paris is sunny, Rome rainy."}]
+two_results = "<|im_start|>user\n<tool_response>\nsunny\n</tool_response>\n<tool_response>\nrain\n</tool_response><|im_end|>\n"
+case("qwen2.5", TWO, im("system", Q25_SYS.strip()) + im("user", "Weather in Paris and Rome?") +
+     "<|im_start|>assistant\n⟦Let me check.\n" + qcall(ARGS) + "\n" + qcall("{\"city\": \"Rome\"}") + "<|im_end|>⟧\n" +
+     two_results + im_a("Paris is sunny, Rome rainy."))
+for t in ("qwen3", "qwen3-thinking-2507"):
+    think_prompt = t == "qwen3-thinking-2507"
+    last = ("<|im_start|>assistant\n<think>\n⟦\n</think>\n\nIt is 21.5 degrees.<|im_end|>⟧\n" if think_prompt
+            else im_a("<think>\n\n</think>\n\nIt is 21.5 degrees."))
+    case(t, with_tools(tool_conv()), qwen_tools("", [WEATHER]) + im("user", "What is the weather in Paris?") +
+         "<|im_start|>assistant\n⟦" + qcall(ARGS) + "<|im_end|>⟧\n" + q_result + last)
+case("qwen3", with_tools(tool_conv(CALL_STR, system="You are terse."), (WEATHER, ODD)),
+     qwen_tools("You are terse.\n\n", [WEATHER, ODD]) + im("user", "What is the weather in Paris?") +
+     "<|im_start|>assistant\n⟦" + qcall(ARGS) + "<|im_end|>⟧\n" + q_result +
+     im_a("<think>\n\n</think>\n\nIt is 21.5 degrees."))
+case("qwen3", TWO, im("user", "Weather in Paris and Rome?") +
+     "<|im_start|>assistant\n⟦Let me check.\n" + qcall(ARGS) + "\n" + qcall("{\"city\": \"Rome\"}") + "<|im_end|>⟧\n" +
+     two_results + im_a("<think>\n\n</think>\n\nParis is sunny, Rome rainy."))
+# ShareGPT with function_call and observation, tools as JSON text
+SHAREGPT_TOOLS = {"conversations": [{"from": "human", "value": "What is the weather in Paris?"},
+                                    {"from": "function_call", "value": json.dumps(CALL["function"])},
+                                    {"from": "observation", "value": RESULT},
+                                    {"from": "gpt", "value": "It is 21.5 degrees."}],
+                  "tools": json.dumps([WEATHER])}
+case("qwen2.5", SHAREGPT_TOOLS, qwen_tools(Q25_SYS, [WEATHER]) + im("user", "What is the weather in Paris?") +
+     "<|im_start|>assistant\n⟦" + qcall(ARGS) + "<|im_end|>⟧\n" + q_result + im_a("It is 21.5 degrees."))
+case("llama3.1", SHAREGPT_TOOLS, l31_tools([WEATHER]) + l31_rest)
 json.dump(cases, open(sys.argv[1], "w"), indent=1, ensure_ascii=False)
 print(len(cases), "cases")

@@ -1,0 +1,102 @@
+/* The engine side of the block's part kinds (model/block_kinds.h): what each kind runs, and the
+ * helpers they share (pieces of rows, GEMMs issued piece by piece and sequence by sequence, the
+ * workspace walk). block.c composes a block from its mixer and its feed-forward; each kind lives
+ * in engine/<kind>.c. */
+#ifndef MT_ENGINE_BLOCK_PARTS_H
+#define MT_ENGINE_BLOCK_PARTS_H
+
+#include "engine/block.h"
+#include "model/block_kinds.h"
+
+/* The workspace walk: buffers taken one after another in a fixed order, each on a 256-byte
+ * boundary; with no base it only sums their sizes (llm.c's one table that sizes and carves). */
+typedef struct {
+    char *base; /* NULL: sizing */
+    size_t off;
+} mt_ws_walk;
+
+static inline void *mt_ws_take(mt_ws_walk *w, size_t bytes) {
+    void *p = w->base ? w->base + w->off : NULL;
+    w->off += (bytes + 255) / 256 * 256;
+    return p;
+}
+
+/* What a walk knows of the run: n = batch * seq rows, C of them a piece at most, act's size. */
+typedef struct {
+    mt_backend *be;
+    const mt_config *c;
+    int batch, seq;
+    size_t n, C, act;
+} mt_ws_shape;
+
+/* Rows [row, row + rows) of the micro-batch: one piece (mt_block_piece_rows). */
+typedef struct {
+    int row, rows;
+} mt_piece;
+
+mt_piece mt_piece_at(const mt_block_ctx *c, int row);
+#define MT_FOR_EACH_PIECE(c, p) \
+    for (mt_piece p = mt_piece_at(c, 0); p.row < (c)->batch * (c)->seq; p = mt_piece_at(c, p.row + p.rows))
+/* The whole micro-batch as one piece per sequence: for the ops on attention's O(n) buffers. */
+static inline mt_piece mt_piece_whole(const mt_block_ctx *c) { return (mt_piece){0, c->batch * c->seq}; }
+
+static inline size_t mt_act_size(const mt_block_ctx *c) { return mt_dtype_size(c->be->ops->act_dtype); }
+static inline const void *mt_rows_at(const void *base, int row, int width, size_t act) {
+    return (const char *)base + (size_t)row * width * act;
+}
+static inline void *mt_rows_at_mut(void *base, int row, int width, size_t act) {
+    return (char *)base + (size_t)row * width * act;
+}
+
+/* The rows one call of a piece's GEMM takes: a sequence (or the piece's part of one) where the
+ * backend asks (backend.h: gemm_by_sequence) or where a weight gradient accumulates, else the
+ * whole piece. */
+int mt_rows_per_call(const mt_block_ctx *c, mt_piece p, int by_sequence);
+
+/* y[p] = x[p] . w^T (+ bias); x and y point at the piece's first row. */
+void mt_matmul_piece(const mt_block_ctx *c, mt_piece p, void *y, const void *x, const void *w, const void *bias,
+                     int in, int out);
+void mt_matmul_dx_piece(const mt_block_ctx *c, mt_piece p, void *dx, const void *dy, const void *w, int in, int out,
+                        int accumulate);
+/* dw += dy^T x one sequence (or one piece of a sequence) at a time (see block.h). */
+void mt_matmul_dw_piece(const mt_block_ctx *c, mt_piece p, float *dw, float *dbias, const void *dy, const void *x,
+                        int in, int out);
+/* The norm's backward over `per_token` rows of width d a token (1 for the hidden-size norms, the heads
+ * for per-head q/k norms), a sequence at a time; dx is added to (the residual's gradient) or, with
+ * accumulate 0, written. Pointers at the piece's first token; rstd too. */
+void mt_rmsnorm_dx_piece(const mt_block_ctx *c, mt_piece p, void *dx, float *dw, const void *dy, const void *x,
+                         const void *w, const float *rstd, int per_token, int d, int accumulate);
+
+/* A mixer's engine side: the block's first part, x -> x2 = x + mixer(norm(x)). */
+typedef struct {
+    /* Takes its buffers (ws NULL when sizing). */
+    void (*walk)(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s);
+    /* x2 and everything its backward needs, from x (the micro-batch's rows). */
+    void (*forward)(const mt_block_ctx *c, const mt_unit_weights *w, const void *x);
+    /* After forward: dxy holds dL/dx2 and becomes dL/dx; its weight gradients accumulate into g. */
+    void (*backward)(const mt_block_ctx *c, const mt_unit_weights *w, const mt_unit_grads *g, const void *x,
+                     void *dxy);
+} mt_mixer_ops;
+
+/* A feed-forward's engine side: the block's second part, y = x2 + ffn(norm(x2)), piece by piece. */
+typedef struct {
+    void (*walk)(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s);
+    /* y's rows of piece p (y at the micro-batch's first row), from x2's. */
+    void (*forward)(const mt_block_ctx *c, const mt_unit_weights *w, mt_piece p, void *y);
+    /* dxy's rows of piece p hold dL/dy and become dL/dx2; weight gradients accumulate into g. */
+    void (*backward)(const mt_block_ctx *c, const mt_unit_weights *w, const mt_unit_grads *g, mt_piece p, void *dxy);
+} mt_ffn_ops;
+
+extern const mt_mixer_ops mt_mixer_attention_ops;
+extern const mt_ffn_ops mt_ffn_dense_ops;
+
+/* The dense SwiGLU MLP over piece p's rows of h2 (the dense feed-forward's, and a shared expert's):
+ * out[p] (the piece's rows, width D) = down(silu(gate(h2)) * up(h2)) with the weights given. */
+void mt_swiglu_mlp_forward(const mt_block_ctx *c, mt_piece p, void *out, const void *wg, const void *wu,
+                           const void *wd, int F);
+/* Its backward: from dout (the piece's rows), adds the weight gradients and writes (accumulate 0) or
+ * adds dL/dh2 into dh2 ([C, D]). Leaves g, u, a of the piece in the workspace. */
+void mt_swiglu_mlp_backward(const mt_block_ctx *c, mt_piece p, void *dh2, int accumulate, const void *dout,
+                            const void *wg, const void *wu, const void *wd, float *dwg, float *dwu, float *dwd, int F);
+
+#endif

@@ -1,0 +1,154 @@
+#include "tokenizer/py_json.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+    int failed;
+} buf;
+
+static void put(buf *b, const char *s, size_t len) {
+    if (b->failed) return;
+    if (b->n + len + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + len + 1) cap *= 2;
+        char *grown = realloc(b->p, cap);
+        if (!grown) {
+            b->failed = 1;
+            return;
+        }
+        b->p = grown;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, len);
+    b->n += len;
+    b->p[b->n] = '\0';
+}
+
+static void puts_(buf *b, const char *s) { put(b, s, strlen(s)); }
+
+static void string(buf *b, const char *s, size_t len) {
+    put(b, "\"", 1);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char esc[8];
+        const char *e = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\n' ? "\\n" : c == '\r' ? "\\r"
+                      : c == '\t' ? "\\t" : c == '\b' ? "\\b" : c == '\f' ? "\\f" : NULL;
+        if (!e && c < 0x20) snprintf(esc, sizeof esc, "\\u%04x", c), e = esc;
+        if (e) puts_(b, e);
+        else put(b, s + i, 1);
+    }
+    put(b, "\"", 1);
+}
+
+/* Python's repr of a float: the shortest digits that read back as x, written fixed between 1e-4
+ * and 1e16 (always with a fraction) and with an exponent of at least two digits otherwise. */
+static void real(buf *b, double x) {
+    if (isnan(x) || isinf(x)) {
+        puts_(b, isnan(x) ? "NaN" : x > 0 ? "Infinity" : "-Infinity");
+        return;
+    }
+    char sci[40];
+    for (int p = 1; p <= 17; p++) {
+        snprintf(sci, sizeof sci, "%.*e", p - 1, x);
+        if (strtod(sci, NULL) == x) break;
+    }
+    char digits[24], out[64];
+    size_t nd = 0, k = 0;
+    const char *s = sci;
+    if (*s == '-') out[k++] = '-', s++;
+    for (; *s && *s != 'e'; s++)
+        if (*s != '.') digits[nd++] = *s;
+    int exp = atoi(s + 1);
+    while (nd > 1 && digits[nd - 1] == '0') nd--;
+    if (exp >= -4 && exp < 16) {
+        if (exp < 0) {
+            k += (size_t)sprintf(out + k, "0.");
+            for (int z = 0; z < -exp - 1; z++) out[k++] = '0';
+            memcpy(out + k, digits, nd), k += nd;
+        } else {
+            for (int d = 0; d <= exp; d++) out[k++] = (size_t)d < nd ? digits[d] : '0';
+            out[k++] = '.';
+            if ((size_t)exp + 1 < nd) memcpy(out + k, digits + exp + 1, nd - (size_t)exp - 1), k += nd - (size_t)exp - 1;
+            else out[k++] = '0';
+        }
+    } else {
+        out[k++] = digits[0];
+        if (nd > 1) out[k++] = '.', memcpy(out + k, digits + 1, nd - 1), k += nd - 1;
+        k += (size_t)sprintf(out + k, "e%c%02d", exp < 0 ? '-' : '+', abs(exp));
+    }
+    put(b, out, k);
+}
+
+static void newline(buf *b, int indent, int depth) {
+    if (indent < 0) return;
+    put(b, "\n", 1);
+    for (int i = 0; i < indent * depth; i++) put(b, " ", 1);
+}
+
+static void value(buf *b, const json_t *v, int indent, int depth) {
+    char num[32];
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        if (json_object_size(v) == 0) {
+            puts_(b, "{}");
+            return;
+        }
+        put(b, "{", 1);
+        const char *key;
+        json_t *item;
+        int first = 1;
+        json_object_foreach((json_t *)v, key, item) {
+            if (!first) puts_(b, indent < 0 ? ", " : ",");
+            first = 0;
+            newline(b, indent, depth + 1);
+            string(b, key, strlen(key));
+            puts_(b, ": ");
+            value(b, item, indent, depth + 1);
+        }
+        newline(b, indent, depth);
+        put(b, "}", 1);
+        return;
+    }
+    case JSON_ARRAY: {
+        if (json_array_size(v) == 0) {
+            puts_(b, "[]");
+            return;
+        }
+        put(b, "[", 1);
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            if (i) puts_(b, indent < 0 ? ", " : ",");
+            newline(b, indent, depth + 1);
+            value(b, json_array_get(v, i), indent, depth + 1);
+        }
+        newline(b, indent, depth);
+        put(b, "]", 1);
+        return;
+    }
+    case JSON_STRING: string(b, json_string_value(v), json_string_length(v)); return;
+    case JSON_INTEGER:
+        snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        puts_(b, num);
+        return;
+    case JSON_REAL: real(b, json_real_value(v)); return;
+    case JSON_TRUE: puts_(b, "true"); return;
+    case JSON_FALSE: puts_(b, "false"); return;
+    case JSON_NULL: puts_(b, "null"); return;
+    }
+}
+
+mt_status mt_py_json_dumps(const json_t *v, int indent, char **out, size_t *len) {
+    buf b = {0};
+    value(&b, v, indent, 0);
+    if (b.failed || !b.p) {
+        free(b.p);
+        return mt_fail(MT_ERR_NOMEM, "cannot hold a JSON text");
+    }
+    *out = b.p;
+    *len = b.n;
+    return MT_OK;
+}

@@ -1,0 +1,16 @@
+/* JSON text as Python's json.dumps writes it, which transformers' chat templates use for their
+ * `tojson` filter (json.dumps(x, ensure_ascii=False, indent=indent)): ", " and ": " between items
+ * (",", ": " with an indent), keys in the order they came, non-ASCII kept, floats as Python's
+ * repr (1500.0, 1e-05, 1e+16). */
+#ifndef MT_TOKENIZER_PY_JSON_H
+#define MT_TOKENIZER_PY_JSON_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "util/status.h"
+
+/* Writes v into a new NUL-terminated string *out (free it), *len bytes; indent < 0 for none. */
+mt_status mt_py_json_dumps(const json_t *v, int indent, char **out, size_t *len);
+
+#endif

@@ -1,0 +1,26 @@
+/* Run files: `megatrain train run.yaml` reads a YAML mapping whose keys are the long option names
+ * of `megatrain train` (steps: 1000, lr: 3e-4, data: chat.jsonl, resume: true, ...), each value
+ * checked as on the command line, where a flag wins over the file. A run writes the settings it
+ * resolved into <run>/run.yaml, a run file that reproduces the run (give another --out). Parsed
+ * and written with libyaml. */
+#ifndef MT_TRAIN_RUN_FILE_H
+#define MT_TRAIN_RUN_FILE_H
+
+#include "megatrain.h"
+
+/* The strings a run file's values set (names point into them); free with mt_run_file_free. */
+typedef struct {
+    char **v;
+    size_t n;
+} mt_run_file_strings;
+
+/* Sets the options of the run file at `path` in *o. Fails naming path:line and the key for an
+ * unknown or repeated key, a value that is not a single scalar, or one the option refuses. */
+mt_status mt_run_file_read(const char *path, mt_train_options *o, mt_run_file_strings *strings);
+void mt_run_file_free(mt_run_file_strings *strings);
+
+/* Writes the run settings of resolved options, and --out, as a run file at `path` (through a
+ * temporary file renamed into place). */
+mt_status mt_run_file_write(const char *path, const mt_train_options *o);
+
+#endif
