@@ -103,7 +103,8 @@ static void assert_states_equal(const state *got, const state *want, const char 
         cr_assert(!memcmp(got->w.hi, want->w.hi, 2 * n) && !memcmp(got->w.lo, want->w.lo, 2 * n), "%s: halves", impl);
 }
 
-static const char *const part_names[] = {"full", "moments", "weights", "correct", "undo"};
+static const char *const part_names[] = {"full", "moments", "weights", "correct", "undo", "correct masters",
+                                         "correct moments"};
 
 /* Three steps of one part of `impl` with `threads` against three of the reference, one state
  * each. */
@@ -134,7 +135,7 @@ Test(adamw, simd_bitwise_equal_to_reference) {
             cr_log_warn("adamw: this CPU lacks %s; not tested", mt_adamw_impl_name(simd_impls[k]));
             continue;
         }
-        for (mt_adamw_part part = MT_ADAMW_FULL; part <= MT_ADAMW_UNDO; part++)
+        for (mt_adamw_part part = MT_ADAMW_FULL; part <= MT_ADAMW_CORRECT_MOMENTS; part++)
             for (size_t l = 0; l < sizeof lengths / sizeof lengths[0]; l++)
                 for (size_t offset = 0; offset < 4; offset += 3)
                     for (int split = 0; split <= 1; split++) check_impl(simd_impls[k], part, 1, lengths[l], offset, split, 1);
@@ -246,6 +247,27 @@ Test(adamw, moments_then_weights_is_the_whole_update) {
                 state_free(&whole);
                 state_free(&parts);
             }
+    }
+}
+
+/* CORRECT in two passes, the masters first (what the next forward waits for) and the moments
+ * later: CORRECT's bits. */
+Test(adamw, correct_in_two_passes_is_correct) {
+    for (size_t k = 0; k < sizeof simd_impls / sizeof simd_impls[0] + 1; k++) {
+        mt_adamw_impl impl = k ? simd_impls[k - 1] : MT_ADAMW_REF;
+        if (!mt_adamw_impl_supported(impl)) continue;
+        for (int split = 0; split <= 1; split++) {
+            size_t n = 1031;
+            state one = state_new(n, 1, split, 17), two = state_new(n, 1, split, 17);
+            mt_adamw_params p = params;
+            p.step = 4;
+            mt_adamw_update_with(impl, MT_ADAMW_CORRECT, &p, 1, one.w, one.m, one.v, one.grad, n, 1);
+            mt_adamw_update_with(impl, MT_ADAMW_CORRECT_MASTERS, &p, 1, two.w, two.m, two.v, two.grad, n, 1);
+            mt_adamw_update_with(impl, MT_ADAMW_CORRECT_MOMENTS, &p, 1, two.w, two.m, two.v, two.grad, n, 1);
+            assert_states_equal(&two, &one, mt_adamw_impl_name(impl));
+            state_free(&one);
+            state_free(&two);
+        }
     }
 }
 

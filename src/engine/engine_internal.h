@@ -336,6 +336,9 @@ void mt_engine_optimizer_norm(mt_engine *e, float scale, int skip);
  * every flag the optimizer may wait on (their values no longer mean anything) so that it ends
  * the job, a skipped one; the engine refuses every later step. */
 void mt_engine_optimizer_release(mt_engine *e);
+/* Speculative: the issuing thread waits until the optimizer is through with unit u's previous
+ * gradients before this pass's land where they lie (a no-op in the other modes). */
+double mt_engine_await_grads_taken(mt_engine *e, int u);
 /* The optimizer calls this before it updates unit u: runs the update guard, if any. */
 void mt_engine_guard_unit(mt_engine *e, int u);
 

@@ -230,7 +230,11 @@ static void run_overlapped(mt_engine *e, const mt_opt_job *job) {
  *   not clipped   WEIGHTS from those moments: the plain update's bits. A unit whose moments were
  *                 not taken yet (the norm came first) takes the plain update (FULL) at once.
  *   clipped       CORRECT: the kept gradient's term taken back out of the moments and the clipped
- *                 one put in, within fp32 rounding of the plain update (optim/adamw.h).
+ *                 one put in, within fp32 rounding of the plain update (optim/adamw.h); in two
+ *                 passes: the masters first (CORRECT_MASTERS: 20 bytes a parameter, what the next
+ *                 forward waits for), then, once every unit's are out, the moments
+ *                 (CORRECT_MOMENTS), each unit's before its next gradients come home over the ones
+ *                 they read (grads_taken).
  *   skipped       UNDO: the moments back to within fp32 rounding of before; the masters untouched.
  * In the last two every unit takes MOMENTS first, whether or not the norm came before it, so that
  * the bits never depend on timing. */
@@ -262,17 +266,32 @@ static void run_speculative(mt_engine *e, const mt_opt_job *job) {
     step.grad_scale = skip ? 1.0f : e->norm_scale;
     int64_t adam_step = count_update(e, skip);
     for (int u = 0; u < e->U; u++) {
-        if (!mt_engine_unit_on_device(e, u)) {
+        int host = !mt_engine_unit_on_device(e, u);
+        if (host) {
             double t0 = mt_now();
             if (!taken[u]) {
                 unit_home(e, job, u, 0, 1);
                 if (skip || clipped) update_unit(e, job, 1, MT_ADAMW_MOMENTS, u);
             }
-            mt_adamw_part part = skip ? MT_ADAMW_UNDO : clipped ? MT_ADAMW_CORRECT : taken[u] ? MT_ADAMW_WEIGHTS : MT_ADAMW_FULL;
+            mt_adamw_part part = skip      ? MT_ADAMW_UNDO
+                                 : clipped ? MT_ADAMW_CORRECT_MASTERS
+                                 : taken[u] ? MT_ADAMW_WEIGHTS
+                                            : MT_ADAMW_FULL;
             update_unit(e, &step, adam_step, part, u);
             e->job_update_seconds += mt_now() - t0;
         }
         mt_engine_raise(e, MT_FL_UPDATED, u, job->generation);
+        if (!host || !clipped) mt_engine_raise(e, MT_FL_GRADS_TAKEN, u, job->generation);
+    }
+    /* Clipped: the corrected moments, after every master is out, in the order the next backward's
+     * gradients come home, each unit's before its next gradients land on the ones these read. */
+    for (int k = 0; clipped && k < n; k++) {
+        int u = arrival[k];
+        if (mt_engine_unit_on_device(e, u)) continue;
+        double t0 = mt_now();
+        update_unit(e, &step, adam_step, MT_ADAMW_CORRECT_MOMENTS, u);
+        e->job_update_seconds += mt_now() - t0;
+        mt_engine_raise(e, MT_FL_GRADS_TAKEN, u, job->generation);
     }
 }
 
@@ -420,8 +439,15 @@ void mt_engine_optimizer_release(mt_engine *e) {
         for (int i = 0; i < e->n_fl[id]; i++) mt_flag_set(&e->fl[id][i], INT64_MAX / 2);
 }
 
+static int speculative(const mt_engine *e) { return (mt_engine_modes(e) & MT_MODE_SPECULATIVE) != 0; }
+
+double mt_engine_await_grads_taken(mt_engine *e, int u) {
+    return speculative(e) ? mt_engine_await(e, MT_FL_GRADS_TAKEN, u, e->generation, MT_GEN_G) : 0;
+}
+
 int64_t mt_engine_finish(mt_engine *e) {
     for (int u = 0; u < e->U; u++) mt_engine_await(e, MT_FL_UPDATED, u, e->generation, MT_GEN_G);
+    for (int u = 0; u < e->U; u++) mt_engine_await_grads_taken(e, u); /* the moments are final */
     mt_engine_device_home(e);
     mt_engine *opt = e->leader ? e->leader : e;
     pthread_mutex_lock(&opt->opt_lock);

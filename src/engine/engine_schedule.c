@@ -198,6 +198,7 @@ static void free_head_weights(mt_engine *e) {
 static mt_status head(mt_engine *e, pass *p) {
     compute_wait(e, MT_EV_HEAD_LOADED, 0);
     if (p->train) {
+        if (p->ends_home) p->r->waited += mt_engine_await_grads_taken(e, e->U - 1);
         mt_engine_wait(e, e->compute, MT_EV_GRADS_HOME, e->U - 1);
         mt_zero_async(e->be, e->head_grad, mt_engine_head_grad_numel(e) * 4, e->compute);
     }
@@ -241,7 +242,10 @@ static mt_status resident_backward(mt_engine *e, pass *p, int l) {
     MT_TRY(mt_engine_launch(e, j));
     mt_engine_ckpt_read(e, l);
     mt_engine_ckpt_fetch(e, l - 1);
-    if (p->resident_home) send_home(e, u, grads, MT_EV_UNIT_READY, 0, p->early != NULL);
+    if (p->resident_home) {
+        p->r->waited += mt_engine_await_grads_taken(e, u);
+        send_home(e, u, grads, MT_EV_UNIT_READY, 0, p->early != NULL);
+    }
     return MT_OK;
 }
 
@@ -268,6 +272,7 @@ static mt_status block_backward(mt_engine *e, pass *p, int l) {
     if (e->grad_ring && l + e->grad_ring < L)
         p->r->waited += mt_engine_await(e, MT_FL_UPDATED, mt_unit_block(l + e->grad_ring), e->generation,
                                         MT_GEN_NEXT);
+    p->r->waited += mt_engine_await_grads_taken(e, mt_unit_block(l));
     send_home(e, mt_unit_block(l), e->grad_slot[gs], MT_EV_GRAD_READY, gs, p->early != NULL);
     if (l - K >= e->D) load_unit(e, mt_unit_block(l - K), e->slot[k], MT_EV_SLOT_FREE, MT_EV_SLOT_LOADED, k);
     return MT_OK;
@@ -287,6 +292,7 @@ static mt_status backward(mt_engine *e, pass *p) {
      * with the early copy there (which then also landed, so the chunk buffer may change). */
     if (embed_early(e, p) && mt_engine_ends_chunked(e))
         p->r->waited += mt_engine_await(e, MT_FL_EMBED_EARLY_DONE, 0, e->generation, MT_GEN_NEXT);
+    if (p->ends_home) p->r->waited += mt_engine_await_grads_taken(e, 0); /* chunked, the job copies it home */
     MT_TRY(mt_engine_launch(e, job_of(p, MT_JOB_EMBED_BWD)));
     if (mt_engine_embed_grad_late(e)) free_head_weights(e);
     return MT_OK;

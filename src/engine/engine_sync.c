@@ -50,9 +50,10 @@ void mt_engine_raise(mt_engine *e, mt_fl id, int i, int64_t g) {
     mt_flag_set(&e->fl[id][i], g + 1);
 }
 
-/* The flag a wait reads: a follower rank waits on its leader's optimizer (ranks.c). */
+/* The flag a wait reads: a follower rank waits on its leader's optimizer (ranks.c), whose host
+ * gradients its slices land in. */
 static mt_flag *flag_of(mt_engine *e, mt_fl id, int i) {
-    return id == MT_FL_UPDATED && e->leader ? &e->leader->fl[id][i] : &e->fl[id][i];
+    return (id == MT_FL_UPDATED || id == MT_FL_GRADS_TAKEN) && e->leader ? &e->leader->fl[id][i] : &e->fl[id][i];
 }
 
 static int64_t target(int64_t g, int gen) { return gen == MT_GEN_NEXT ? g + 1 : g; }

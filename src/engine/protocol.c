@@ -44,6 +44,7 @@ const mt_sync_point mt_flags[MT_FL_COUNT] = {
     [MT_FL_EMBED_EARLY_ISSUED] = {"embed_early_issued", MT_PER_ENGINE},
     [MT_FL_EMBED_EARLY_DONE] = {"embed_early_done", MT_PER_ENGINE},
     [MT_FL_NORM_KNOWN] = {"norm_known", MT_PER_ENGINE},
+    [MT_FL_GRADS_TAKEN] = {"grads_taken", MT_PER_UNIT},
 };
 
 #define EV(name) 0, MT_EV_##name
@@ -141,6 +142,10 @@ const mt_protocol_row mt_protocol[] = {
     {FL(NORM_KNOWN),        ISSUER,           OPTIMIZER,      MT_GEN_NEXT, SPECULATIVE, 0,
      "steps, once the pass is done", "step g's global norm is known (its clip coefficient, or that the step is "
      "skipped): the optimizer updates the masters"},
+    {FL(GRADS_TAKEN),       OPTIMIZER,        ISSUER,         MT_GEN_G,    SPECULATIVE, 0,
+     "training passes, before a unit's gradients go home; mt_engine_finish", "the optimizer is through with unit "
+     "u's step g - 1 gradients (a clipped step's moments are corrected from them after its masters): step g's may "
+     "land where they lie"},
     {FL(EMBED_EARLY_ISSUED), ISSUER,          OPTIMIZER,      MT_GEN_NEXT, OVERLAPPED,  ENDS_DEVICE | EMBED_LATE,
      "steps", "the early copy of the embedding's gradient is issued: the optimizer may wait on embed_early_home"},
     {FL(EMBED_EARLY_DONE),  OPTIMIZER,        ISSUER,         MT_GEN_NEXT, OVERLAPPED,  ENDS_DEVICE | EMBED_LATE,

@@ -54,6 +54,7 @@ typedef enum {
     MT_FL_EMBED_EARLY_ISSUED,
     MT_FL_EMBED_EARLY_DONE,
     MT_FL_NORM_KNOWN,
+    MT_FL_GRADS_TAKEN,
     MT_FL_COUNT
 } mt_fl;
 

@@ -45,8 +45,8 @@ struct mt_ranks {
 
 /* Ends the group for every rank: the collectives give up, every flag a rank may wait on is
  * released (the flags' values no longer mean anything: every later call fails): pass_done, the
- * leader's updated, every rank's grads_issued (the leader's optimizer waits on them during the
- * backward) and the leader's norm_known. */
+ * leader's updated and grads_taken, every rank's grads_issued (the leader's optimizer waits on them
+ * during the backward) and the leader's norm_known. */
 static void abort_group(mt_ranks *g) {
     for (int r = 0; r < g->n; r++)
         if (g->be[r] && g->joined) g->be[r]->ops->coll.comm_abort(g->be[r]);
@@ -58,6 +58,7 @@ static void abort_group(mt_ranks *g) {
         for (int u = 0; u < e->n_fl[MT_FL_GRADS_ISSUED]; u++) mt_flag_set(&e->fl[MT_FL_GRADS_ISSUED][u], INT64_MAX / 2);
         if (r == 0) {
             for (int u = 0; u < e->U; u++) mt_flag_set(&e->fl[MT_FL_UPDATED][u], INT64_MAX / 2);
+            for (int u = 0; u < e->U; u++) mt_flag_set(&e->fl[MT_FL_GRADS_TAKEN][u], INT64_MAX / 2);
             mt_engine_optimizer_release(e); /* its optimizer may wait for a norm that never comes */
         }
     }

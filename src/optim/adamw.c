@@ -62,15 +62,15 @@ void mt_adamw_kernel_ref(const mt_adamw_coef *c, mt_adamw_part part, mt_master w
         case MT_ADAMW_WEIGHTS:
             store_master(w, i, stepped(c, load_master(w, i) * c->decay_mul, m[i], v[i]));
             break;
-        case MT_ADAMW_CORRECT: {
+        case MT_ADAMW_CORRECT:
+        case MT_ADAMW_CORRECT_MASTERS:
+        case MT_ADAMW_CORRECT_MOMENTS: {
             float g0 = grad[i], g = g0 * c->grad_scale;
             float am = m[i] - c->one_minus_beta1 * g0, av = v[i] - c->one_minus_beta2 * g0 * g0;
             float mi = am + c->one_minus_beta1 * g;
             float vi = (av > 0 ? av : 0) + c->one_minus_beta2 * g * g;
-            float wi = load_master(w, i) * c->decay_mul;
-            m[i] = mi;
-            v[i] = vi;
-            store_master(w, i, stepped(c, wi, mi, vi));
+            if (part != MT_ADAMW_CORRECT_MASTERS) m[i] = mi, v[i] = vi;
+            if (part != MT_ADAMW_CORRECT_MOMENTS) store_master(w, i, stepped(c, load_master(w, i) * c->decay_mul, mi, vi));
             break;
         }
         case MT_ADAMW_UNDO: {
@@ -165,10 +165,12 @@ double mt_adamw_part_bytes(mt_adamw_part part, double moment_bytes) {
     double master = 4, grad = 4, moments = 2 * moment_bytes;
     switch (part) {
     case MT_ADAMW_FULL:
-    case MT_ADAMW_CORRECT: return grad + 2 * master + 2 * moments; /* read all; write masters, moments */
+    case MT_ADAMW_CORRECT: return grad + 2 * master + 2 * moments;    /* read all; write masters, moments */
     case MT_ADAMW_MOMENTS:
-    case MT_ADAMW_UNDO: return grad + 2 * moments;                  /* read gradient, moments; write moments */
-    case MT_ADAMW_WEIGHTS: return 2 * master + moments;             /* read masters, moments; write masters */
+    case MT_ADAMW_UNDO:
+    case MT_ADAMW_CORRECT_MOMENTS: return grad + 2 * moments;           /* read gradient, moments; write moments */
+    case MT_ADAMW_WEIGHTS: return 2 * master + moments;               /* read masters, moments; write masters */
+    case MT_ADAMW_CORRECT_MASTERS: return grad + 2 * master + moments; /* read all; write masters */
     }
     return 0;
 }

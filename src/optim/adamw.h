@@ -47,8 +47,19 @@ typedef struct mt_adamw_params {
  *            (1 - beta2) g0^2) of FULL's; relative to the moment itself that grows as 1/c (1/c^2)
  *            for a clip coefficient c where the gradient term dominates. v never goes negative.
  *   UNDO     after MOMENTS with grad_scale 1, for a skipped step: m = (m - B) / beta1 and
- *            v = max(v - Bv, 0) / beta2 where MOMENTS changed them; the masters untouched. */
-typedef enum { MT_ADAMW_FULL, MT_ADAMW_MOMENTS, MT_ADAMW_WEIGHTS, MT_ADAMW_CORRECT, MT_ADAMW_UNDO } mt_adamw_part;
+ *            v = max(v - Bv, 0) / beta2 where MOMENTS changed them; the masters untouched.
+ *   CORRECT_MASTERS, CORRECT_MOMENTS   CORRECT in two passes: the first writes only the masters
+ *            (what the next forward waits for), the second only the moments, each computing the
+ *            corrected moments alike: together CORRECT's bits. */
+typedef enum {
+    MT_ADAMW_FULL,
+    MT_ADAMW_MOMENTS,
+    MT_ADAMW_WEIGHTS,
+    MT_ADAMW_CORRECT,
+    MT_ADAMW_UNDO,
+    MT_ADAMW_CORRECT_MASTERS,
+    MT_ADAMW_CORRECT_MOMENTS,
+} mt_adamw_part;
 
 /* Updates n elements in place (masters w, m, v). `decay` applies weight decay to this tensor.
  * Pointers need only their type's natural alignment. */

@@ -75,17 +75,21 @@ static INLINE MT_AVX2 void part8(const coef8 *k, mt_adamw_part part, mt_master w
         store_master8(w, i, stepped8(k, wi, _mm256_loadu_ps(m + i), _mm256_loadu_ps(v + i)));
         break;
     }
-    case MT_ADAMW_CORRECT: {
+    case MT_ADAMW_CORRECT:
+    case MT_ADAMW_CORRECT_MASTERS:
+    case MT_ADAMW_CORRECT_MOMENTS: {
         __m256 g0 = _mm256_loadu_ps(grad + i), g = _mm256_mul_ps(g0, k->grad_scale);
         __m256 am = _mm256_sub_ps(_mm256_loadu_ps(m + i), _mm256_mul_ps(k->one_minus_beta1, g0));
         __m256 av = _mm256_sub_ps(_mm256_loadu_ps(v + i), _mm256_mul_ps(_mm256_mul_ps(k->one_minus_beta2, g0), g0));
         __m256 mi = _mm256_add_ps(am, _mm256_mul_ps(k->one_minus_beta1, g));
         __m256 vi = _mm256_add_ps(_mm256_max_ps(av, _mm256_setzero_ps()),
                                   _mm256_mul_ps(_mm256_mul_ps(k->one_minus_beta2, g), g));
-        __m256 wi = _mm256_mul_ps(load_master8(w, i), k->decay_mul);
-        _mm256_storeu_ps(m + i, mi);
-        _mm256_storeu_ps(v + i, vi);
-        store_master8(w, i, stepped8(k, wi, mi, vi));
+        if (part != MT_ADAMW_CORRECT_MASTERS) {
+            _mm256_storeu_ps(m + i, mi);
+            _mm256_storeu_ps(v + i, vi);
+        }
+        if (part != MT_ADAMW_CORRECT_MOMENTS)
+            store_master8(w, i, stepped8(k, _mm256_mul_ps(load_master8(w, i), k->decay_mul), mi, vi));
         break;
     }
     case MT_ADAMW_UNDO: {
@@ -142,6 +146,8 @@ MT_AVX2 void mt_adamw_kernel_avx2(const mt_adamw_coef *c, mt_adamw_part part, mt
     case MT_ADAMW_WEIGHTS: RUN(MT_ADAMW_WEIGHTS); break;
     case MT_ADAMW_CORRECT: RUN(MT_ADAMW_CORRECT); break;
     case MT_ADAMW_UNDO: RUN(MT_ADAMW_UNDO); break;
+    case MT_ADAMW_CORRECT_MASTERS: RUN(MT_ADAMW_CORRECT_MASTERS); break;
+    case MT_ADAMW_CORRECT_MOMENTS: RUN(MT_ADAMW_CORRECT_MOMENTS); break;
     }
     if (i < n) part_partial(&k, part, mt_master_at(w, i), m + i, v + i, grad + i, n - i);
 }

@@ -75,7 +75,9 @@ static INLINE MT_AVX512 void part16(const coef16 *k, mt_adamw_part part, mt_mast
                        stepped16(k, wi, _mm512_maskz_loadu_ps(mask, m + i), _mm512_maskz_loadu_ps(mask, v + i)));
         break;
     }
-    case MT_ADAMW_CORRECT: {
+    case MT_ADAMW_CORRECT:
+    case MT_ADAMW_CORRECT_MASTERS:
+    case MT_ADAMW_CORRECT_MOMENTS: {
         __m512 g0 = _mm512_maskz_loadu_ps(mask, grad + i), g = _mm512_mul_ps(g0, k->grad_scale);
         __m512 am = _mm512_sub_ps(_mm512_maskz_loadu_ps(mask, m + i), _mm512_mul_ps(k->one_minus_beta1, g0));
         __m512 av = _mm512_sub_ps(_mm512_maskz_loadu_ps(mask, v + i),
@@ -83,10 +85,12 @@ static INLINE MT_AVX512 void part16(const coef16 *k, mt_adamw_part part, mt_mast
         __m512 mi = _mm512_add_ps(am, _mm512_mul_ps(k->one_minus_beta1, g));
         __m512 vi = _mm512_add_ps(_mm512_max_ps(av, _mm512_setzero_ps()),
                                   _mm512_mul_ps(_mm512_mul_ps(k->one_minus_beta2, g), g));
-        __m512 wi = _mm512_mul_ps(load_master16(w, i, mask, count), k->decay_mul);
-        _mm512_mask_storeu_ps(m + i, mask, mi);
-        _mm512_mask_storeu_ps(v + i, mask, vi);
-        store_master16(w, i, mask, stepped16(k, wi, mi, vi));
+        if (part != MT_ADAMW_CORRECT_MASTERS) {
+            _mm512_mask_storeu_ps(m + i, mask, mi);
+            _mm512_mask_storeu_ps(v + i, mask, vi);
+        }
+        if (part != MT_ADAMW_CORRECT_MOMENTS)
+            store_master16(w, i, mask, stepped16(k, _mm512_mul_ps(load_master16(w, i, mask, count), k->decay_mul), mi, vi));
         break;
     }
     case MT_ADAMW_UNDO: {
@@ -126,6 +130,8 @@ MT_AVX512 void mt_adamw_kernel_avx512(const mt_adamw_coef *c, mt_adamw_part part
     case MT_ADAMW_WEIGHTS: RUN(MT_ADAMW_WEIGHTS); break;
     case MT_ADAMW_CORRECT: RUN(MT_ADAMW_CORRECT); break;
     case MT_ADAMW_UNDO: RUN(MT_ADAMW_UNDO); break;
+    case MT_ADAMW_CORRECT_MASTERS: RUN(MT_ADAMW_CORRECT_MASTERS); break;
+    case MT_ADAMW_CORRECT_MOMENTS: RUN(MT_ADAMW_CORRECT_MOMENTS); break;
     }
 }
 

@@ -346,8 +346,10 @@ void mt_placement_print(const mt_placement *p, FILE *out) {
             p->rates.host_bytes_per_s / 1e9, p->opt_s, (p->params - p->host_params) / 1e9);
     if (p->after_norm_s > 0)
         fprintf(out, "          with clipping, %.0f of them once the norm is known, after the backward's GEMMs: %.3f s + "
-                "%.3f s = %.3f s\n", p->after_norm_bytes_per_param, BACKWARD_SHARE * p->gemm_s, p->after_norm_s,
-                BACKWARD_SHARE * p->gemm_s + p->after_norm_s);
+                "%.3f s = %.3f s (a step that clips: %.0f, and %.0f more once its masters are out)\n",
+                p->after_norm_bytes_per_param, BACKWARD_SHARE * p->gemm_s, p->after_norm_s,
+                BACKWARD_SHARE * p->gemm_s + p->after_norm_s, mt_adamw_part_bytes(MT_ADAMW_CORRECT_MASTERS, 4),
+                mt_adamw_part_bytes(MT_ADAMW_CORRECT_MOMENTS, 4));
     fprintf(out, "          = %.3f s a step at best, %.0f tokens/s\n", p->floor_s, p->tokens / p->floor_s);
     if (p->rates.source) fprintf(out, "          (rates: %s)\n", p->rates.source);
 }
