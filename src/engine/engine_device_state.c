@@ -1,9 +1,9 @@
 /* The units whose optimizer state the device keeps and updates: the embedding and the head
  * (ends_on_device) and the first device_blocks blocks.
  *
- * Up to a few billion parameters the host optimizer is the slowest part of a step: it moves about
- * 30 bytes a parameter through host memory, and with exact clipping it can only start once the
- * backward is done. The device does the same update in milliseconds, and these units' gradients
+ * Up to a few billion parameters the host optimizer is the slowest part of a step: it moves 28 to
+ * 36 bytes a parameter through host memory, and with exact clipping its masters can only move once
+ * the backward is done. The device does the same update in milliseconds, and these units' gradients
  * (4 bytes a parameter) never cross PCIe: they wait for the clipping norm where they were made.
  * The price is device memory: 12 bytes a parameter for the fp32 masters and moments, and for a
  * block also its resident weights and its waiting gradients (the ends have buffers of their own

@@ -7,7 +7,8 @@
  * The planner fits the run's shape into --gpu-mem the way engine/budget.c does, then spends what
  * that budget (or, without one, the device's free memory less a margin) leaves where it saves the
  * most step time per byte: each unit whose state the device keeps and updates takes its host
- * AdamW (about 30 bytes of host memory traffic a parameter) and its PCIe traffic off the step. */
+ * AdamW (28 to 36 bytes of host memory traffic a parameter: optim/adamw.h's parts) and its PCIe
+ * traffic off the step. */
 #ifndef MT_PLAN_PLACEMENT_H
 #define MT_PLAN_PLACEMENT_H
 
