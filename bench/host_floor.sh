@@ -24,8 +24,8 @@
 # how many timed steps clipped (clipped_steps). Writes to $OUT (or /tmp/megatrain-host-floor):
 # host_floor.jsonl, bench.md, bench.json, plans.txt, runs.log, build.log. Environment: ROWS, STEPS
 # (timed steps, 3), WARMUP (1), BUDGET_S (580), HOST_MEM ("none": the machine's report; or e.g.
-# 240GiB where the VM's memory grows as it is touched), PREBUILT (1: take a carried
-# build-bench/megatrain as it is).
+# 240GiB where the VM's memory grows as it is touched), PREBUILT (1: take a carried or earlier
+# $BUILD_DIR/megatrain as it is), BUILD_DIR (build-bench; build-device to take tests/device/run.sh's).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 . tests/device/env.sh
@@ -40,7 +40,7 @@ host_mem=${HOST_MEM:-none}
 host_opt=()
 [ "$host_mem" = none ] || host_opt=(--host-mem "$host_mem")
 seq=4096
-build="build-bench"
+build=${BUILD_DIR:-build-bench}
 . bench/bench_lib.sh
 bench_start host_floor.jsonl
 echo "NUMA nodes: $(cat /sys/devices/system/node/online 2>/dev/null); balloon pages: $(awk '/^nr_balloon_pages/ { print $2 }' /proc/vmstat)"
