@@ -1,6 +1,7 @@
 #include "train/machine_rates.h"
 
 #include <ctype.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -128,7 +129,33 @@ static size_t probe_params(int64_t llc) {
     return (size_t)(want < least ? least : want > most ? most : want);
 }
 
+/* The last measurement, for the same threads: a process measures once (a probe takes about a
+ * second on a large host: touching its arrays, then the passes). */
+static struct {
+    pthread_mutex_t lock;
+    int threads;
+    double seconds, params_per_s;
+    size_t params;
+} measured = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static mt_status measure(int threads, double seconds, double *params_per_s, size_t *params);
+
 mt_status mt_host_adamw_rate(int threads, double seconds, double *params_per_s, size_t *params) {
+    pthread_mutex_lock(&measured.lock);
+    mt_status rc = MT_OK;
+    if (measured.threads != threads || measured.seconds < seconds) {
+        rc = measure(threads, seconds, &measured.params_per_s, &measured.params);
+        if (rc == MT_OK) measured.threads = threads, measured.seconds = seconds;
+    }
+    if (rc == MT_OK) {
+        *params_per_s = measured.params_per_s;
+        if (params) *params = measured.params;
+    }
+    pthread_mutex_unlock(&measured.lock);
+    return rc;
+}
+
+static mt_status measure(int threads, double seconds, double *params_per_s, size_t *params) {
     size_t n = probe_params(mt_llc_bytes(cpu_sysfs_dir()));
     float *state = mt_pages_alloc(3 * n * sizeof(float), "the host AdamW measurement");
     uint16_t *halves = state ? mt_pages_alloc(2 * n * sizeof(uint16_t), "the host AdamW measurement") : NULL;
@@ -156,7 +183,7 @@ mt_status mt_host_adamw_rate(int threads, double seconds, double *params_per_s, 
     mt_pages_free(state, 3 * n * sizeof(float));
     mt_pages_free(halves, 2 * n * sizeof(uint16_t));
     *params_per_s = (double)n * passes / elapsed;
-    if (params) *params = n;
+    *params = n;
     return MT_OK;
 }
 

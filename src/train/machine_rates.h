@@ -53,7 +53,8 @@ double mt_gpu_bf16_peak(const char *name, const char **model);
 
 /* Parameters a second the host AdamW updates on `threads` threads over arrays four times the
  * last-level cache (mt_llc_bytes; within 128 MB and 2 GiB), as it does on the store: timed for
- * `seconds` and three passes at least. *params (may be NULL): how many it updated a pass. */
+ * `seconds` and three passes at least. *params (may be NULL): how many it updated a pass. Measured
+ * once a process for the same threads (and no longer a time asked). */
 mt_status mt_host_adamw_rate(int threads, double seconds, double *params_per_s, size_t *params);
 /* The bytes of last-level cache of the machine whose CPUs' sysfs directory is cpu_dir
  * (/sys/devices/system/cpu): the size of the highest cache level of cpu0 times the caches of that
