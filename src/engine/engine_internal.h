@@ -114,7 +114,7 @@ struct mt_engine {
     int job_pending, opt_stop;
     int64_t adam_step;         /* updates applied; guarded by opt_lock */
     float norm_scale;          /* speculative: the step's clip coefficient, and whether it is */
-    int norm_skip;             /* skipped; written before norm_known rises, read after */
+    int norm_skip;             /* skipped; guarded by opt_lock, written before norm_known rises */
     double opt_seconds;        /* time spent updating in the last step; guarded by opt_lock */
     double opt_seconds_per_block; /* its mean per block; guarded by opt_lock */
     double job_block_seconds;  /* the running job's time on blocks so far; optimizer thread only */

@@ -238,6 +238,14 @@ static void run_overlapped(mt_engine *e, const mt_opt_job *job) {
  *   skipped       UNDO: the moments back to within fp32 rounding of before; the masters untouched.
  * In the last two every unit takes MOMENTS first, whether or not the norm came before it, so that
  * the bits never depend on timing. */
+/* The step's norm as the issuing thread told it: its clip coefficient and whether it is skipped. */
+static void read_norm(mt_engine *e, float *scale, int *skip) {
+    pthread_mutex_lock(&e->opt_lock);
+    *scale = e->norm_scale;
+    *skip = e->norm_skip;
+    pthread_mutex_unlock(&e->opt_lock);
+}
+
 static void run_speculative(mt_engine *e, const mt_opt_job *job) {
     int arrival[e->U], n = 0;
     uint8_t taken[e->U];
@@ -245,13 +253,15 @@ static void run_speculative(mt_engine *e, const mt_opt_job *job) {
     arrival[n++] = e->U - 1;
     for (int l = e->L - 1; l >= 0; l--) arrival[n++] = mt_unit_block(l);
     arrival[n++] = 0;
-    int norm_known = 0, plain = 0;
+    int norm_known = 0, plain = 0, skip = 0;
+    float scale = 1.0f;
     for (int k = 0; k < n && !plain; k++) {
         int u = arrival[k];
         if (mt_engine_unit_on_device(e, u)) continue;
         if (!norm_known && mt_engine_reached(e, MT_FL_NORM_KNOWN, 0, job->generation, MT_GEN_NEXT)) {
             norm_known = 1;
-            plain = !e->norm_skip && e->norm_scale == 1.0f;
+            read_norm(e, &scale, &skip);
+            plain = !skip && scale == 1.0f;
             if (plain) break;
         }
         unit_home(e, job, u, 0, 1);
@@ -260,10 +270,13 @@ static void run_speculative(mt_engine *e, const mt_opt_job *job) {
         e->job_update_seconds += mt_now() - t0;
         taken[u] = 1;
     }
-    if (!norm_known) mt_engine_await(e, MT_FL_NORM_KNOWN, 0, job->generation, MT_GEN_NEXT);
-    int skip = e->norm_skip, clipped = !skip && e->norm_scale != 1.0f;
+    if (!norm_known) {
+        mt_engine_await(e, MT_FL_NORM_KNOWN, 0, job->generation, MT_GEN_NEXT);
+        read_norm(e, &scale, &skip);
+    }
+    int clipped = !skip && scale != 1.0f;
     mt_opt_job step = *job;
-    step.grad_scale = skip ? 1.0f : e->norm_scale;
+    step.grad_scale = skip ? 1.0f : scale;
     int64_t adam_step = count_update(e, skip);
     for (int u = 0; u < e->U; u++) {
         int host = !mt_engine_unit_on_device(e, u);
@@ -426,15 +439,19 @@ void mt_engine_optimizer_post(mt_engine *e, const mt_opt_job *job) {
 }
 
 void mt_engine_optimizer_norm(mt_engine *e, float scale, int skip) {
+    pthread_mutex_lock(&e->opt_lock);
     e->norm_scale = scale;
     e->norm_skip = skip;
+    pthread_mutex_unlock(&e->opt_lock);
     mt_engine_raise(e, MT_FL_NORM_KNOWN, 0, e->generation);
 }
 
 void mt_engine_optimizer_release(mt_engine *e) {
     e->released = 1;
+    pthread_mutex_lock(&e->opt_lock);
     e->norm_scale = 1.0f;
     e->norm_skip = 1;
+    pthread_mutex_unlock(&e->opt_lock);
     for (int id = MT_FL_GRADS_ISSUED; id < MT_FL_COUNT; id++)
         for (int i = 0; i < e->n_fl[id]; i++) mt_flag_set(&e->fl[id][i], INT64_MAX / 2);
 }
