@@ -132,8 +132,8 @@ Test(adamw, simd_bitwise_equal_to_reference) {
     static const size_t lengths[] = {1, 7, 8, 9, 15, 16, 17, 31, 33, 1000, 4099};
     for (size_t k = 0; k < sizeof simd_impls / sizeof simd_impls[0]; k++) {
         if (!mt_adamw_impl_supported(simd_impls[k])) {
-            cr_log_warn("adamw: this CPU lacks %s; not tested", mt_adamw_impl_name(simd_impls[k]));
-            continue;
+            cr_log_info("adamw: this CPU lacks %s; not tested", mt_adamw_impl_name(simd_impls[k]));
+            continue; /* a warning would make Criterion exit 1: make test would fail on such a CPU */
         }
         for (mt_adamw_part part = MT_ADAMW_FULL; part <= MT_ADAMW_CORRECT_MOMENTS; part++)
             for (size_t l = 0; l < sizeof lengths / sizeof lengths[0]; l++)
