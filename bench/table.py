@@ -72,7 +72,10 @@ def row(run, megatrain_speed):
     if not measured(run):
         return [run["system"], run["model"], "-", step_shape(run)] + ["-"] * (len(COLUMNS) - 5) + [notes(run)]
     reference = megatrain_speed.get((run["model"], run["tokens_per_step"]))
-    return [run["system"], run["model"], f"{run['params'] / 1e9:.2f} B", step_shape(run),
+    params = f"{run['params'] / 1e9:.2f} B"
+    if run.get("active_params"):  # a mixture of experts: the parameters a token's forward uses
+        params += f" ({run['active_params'] / 1e9:.2f} B active)"
+    return [run["system"], run["model"], params, step_shape(run),
             f"{run['tokens_per_step']:.0f}", f"{run.get('clip', '?')}", placement(run),
             f"{run['step_s']:.3f}", f"{run['tokens_per_s']:.0f}",
             f"{run['tokens_per_s'] / reference:.2f}x" if reference else "-",
@@ -88,7 +91,8 @@ def markdown(runs, machine, date):
     lines = [f"# megatrain and its PyTorch peers, {date}", "", f"Machine: {machine}.", "",
              "Same model shapes, random weights and random tokens; the median of "
              "the timed steps after warm-up. TFLOP/s counts model FLOPs per token "
-             "(6 x (block params x L + vocab x hidden) + 6 x L x seq x heads x head_dim), "
+             "(6 x (block params x L + vocab x hidden) + 6 x L x seq x heads x head_dim; a mixture of "
+             "experts counts its active parameters: the router and the top_k experts a token goes to), "
              "recomputation not counted.", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(row(r, megatrain_speed)) + " |" for r in runs]

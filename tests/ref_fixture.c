@@ -92,7 +92,7 @@ void mt_ref_fixture_remove(mt_ref_fixture *fx) {
 
 /* ---- writing ---- */
 
-static mt_status write_config(const mt_ref_fixture *fx, const mt_config *c, int batch, int seq,
+static mt_status write_config(const mt_ref_fixture *fx, const mt_config *c, int batch, int seq, int micro_batches,
                               const mt_ref_train_settings *train) {
     char path[512];
     FILE *f;
@@ -109,6 +109,17 @@ static mt_status write_config(const mt_ref_fixture *fx, const mt_config *c, int 
             c->tie_embeddings, c->attention_bias, c->qk_norm, (double)c->rope_scaling_factor,
             (double)c->rope_low_freq_factor, (double)c->rope_high_freq_factor,
             c->rope_original_max_position, seq, batch, train ? train->steps : 1);
+    /* A mixture of experts: the routing, and the blocks mlp_only_layers keeps dense ("-": none). */
+    fprintf(f, "num_experts=%d\nexperts_per_token=%d\nmoe_intermediate_size=%d\nnorm_topk_prob=%d\n"
+               "shared_expert_intermediate_size=%d\ndecoder_sparse_step=%d\noutput_router_logits=%d\n"
+               "router_aux_loss_coef=%.9g\nmicro_batches=%d\nmlp_only_layers=",
+            c->num_experts, c->experts_per_token, c->moe_intermediate_size, c->norm_topk_prob,
+            c->shared_expert_intermediate_size, c->decoder_sparse_step, c->output_router_logits,
+            (double)c->router_aux_loss_coef, micro_batches);
+    int listed = 0;
+    for (int l = 0; l < c->num_layers; l++)
+        if ((c->mlp_only_layers[l / 64] >> (l % 64)) & 1) fprintf(f, "%s%d", listed++ ? "," : "", l);
+    fprintf(f, "%s\n", listed ? "" : "-");
     if (train)
         fprintf(f, "lr=%.9g\nbeta1=%.9g\nbeta2=%.9g\neps=%.9g\nweight_decay=%.9g\n"
                    "max_grad_norm=%.9g\n",
@@ -150,7 +161,13 @@ static mt_status write_binary(const mt_ref_fixture *fx, const char *name, const 
 mt_status mt_ref_fixture_write(const mt_ref_fixture *fx, const mt_layout *layout,
                                const float *master, const int32_t *tokens, int batch, int seq,
                                const mt_ref_train_settings *train) {
-    MT_TRY(write_config(fx, &layout->cfg, batch, seq, train));
+    return mt_ref_fixture_write_split(fx, layout, master, tokens, batch, seq, 1, train);
+}
+
+mt_status mt_ref_fixture_write_split(const mt_ref_fixture *fx, const mt_layout *layout, const float *master,
+                                     const int32_t *tokens, int batch, int seq, int micro_batches,
+                                     const mt_ref_train_settings *train) {
+    MT_TRY(write_config(fx, &layout->cfg, batch, seq, micro_batches, train));
     MT_TRY(write_tensors(fx, layout, master));
     size_t steps = train ? (size_t)train->steps : 1;
     return write_binary(fx, "tokens.bin", tokens,

@@ -54,6 +54,11 @@ void mt_ref_fixture_remove(mt_ref_fixture *fx);
 mt_status mt_ref_fixture_write(const mt_ref_fixture *fx, const mt_layout *layout,
                                const float *master, const int32_t *tokens, int batch, int seq,
                                const mt_ref_train_settings *train);
+/* The same for a step of `micro_batches` micro-batches (batch / micro_batches sequences each): the
+ * load-balancing loss of a mixture of experts is the mean of each micro-batch's forward's. */
+mt_status mt_ref_fixture_write_split(const mt_ref_fixture *fx, const mt_layout *layout, const float *master,
+                                     const int32_t *tokens, int batch, int seq, int micro_batches,
+                                     const mt_ref_train_settings *train);
 /* Masks the targets: mask uint8 [steps][batch][seq], 0 where a target carries no loss (the
  * reference then ignores it, as cross_entropy's ignore_index does). */
 mt_status mt_ref_fixture_write_mask(const mt_ref_fixture *fx, const uint8_t *mask, int steps, int batch, int seq);

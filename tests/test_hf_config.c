@@ -154,8 +154,8 @@ Test(hfconfig, qk_norm_goes_with_qwen3_only) {
 }
 
 Test(hfconfig, refuses_what_qwen3_models_may_carry_that_it_does_not_do) {
-    /* Mixture-of-experts Qwen3 is another architecture. */
-    expect_refusal(qwen3, "architectures", "[\"Qwen3MoeForCausalLM\"]", "'Qwen3MoeForCausalLM' is not supported");
+    /* Qwen3-Next is another architecture; a model_type that is not the architecture's is refused. */
+    expect_refusal(qwen3, "architectures", "[\"Qwen3NextForCausalLM\"]", "'Qwen3NextForCausalLM' is not supported");
     expect_refusal(qwen3, "model_type", "\"qwen3_moe\"", "'model_type'");
     /* Its attention_bias puts biases on q/k/v and o_proj. */
     expect_refusal(qwen3, "attention_bias", "true", "'attention_bias'");

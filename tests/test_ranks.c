@@ -163,6 +163,10 @@ Test(ranks, several_ranks_give_the_bits_of_one_rank_running_all_micro_batches) {
     expect_one_ranks_bits("clip 0, vocabulary chunks", &wide_vocab, 2, 1, (shape){.clip = 0.0f});
     /* a ring of one block buffer: each block's backward waits for the update of the one before */
     expect_one_ranks_bits("clip 0, a ring of 1", &cfg, 3, 1, (shape){.clip = 0.0f, .grad_ring = 1});
+    /* a mixture of experts with its load-balancing loss: each micro-batch's, the mean over every
+     * rank's (the loss's accumulator takes turns too) */
+    mt_config moe = mt_tiny_config_moe(MT_ARCH_QWEN2_MOE, 1);
+    expect_one_ranks_bits("mixture of experts", &moe, 2, 2, (shape){.clip = 0.05f});
 }
 
 /* Ranks that sum (the path NCCL takes: each host-updated unit's gradient reduce-scattered, each rank
@@ -207,6 +211,8 @@ Test(ranks, summing_ranks_reduce_scatter_and_match_one_rank_up_to_the_order_of_t
     expect_close_to_one_rank("vocabulary chunks", &wide_vocab, 3, 1, (shape){.clip = 0.05f});
     expect_close_to_one_rank("clip 0", &cfg, 2, 1, (shape){.clip = 0.0f});
     expect_close_to_one_rank("clip 0, tied", &tied, 2, 1, (shape){.clip = 0.0f});
+    mt_config moe = mt_tiny_config_moe(MT_ARCH_QWEN3_MOE, 1);
+    expect_close_to_one_rank("mixture of experts", &moe, 2, 1, (shape){.clip = 0.05f});
     mt_config tied_wide = mt_tiny_config_tied_bias();
     tied_wide.vocab_size = MT_ENGINE_HEAD_VOCAB_CHUNK + 500;
     expect_close_to_one_rank("tied vocabulary chunks", &tied_wide, 3, 1, (shape){.clip = 0.05f});

@@ -43,6 +43,40 @@ mt_config mt_tiny_config_qwen3(int tied) {
     return c;
 }
 
+mt_config mt_tiny_config_moe(mt_arch arch, int aux) {
+    mt_config c = base();
+    c.arch = arch;
+    c.decoder_sparse_step = 1;
+    c.output_router_logits = aux;
+    c.router_aux_loss_coef = 0.1f;
+    switch (arch) {
+    case MT_ARCH_QWEN3_MOE:
+        c.qk_norm = MT_QK_NORM_HEAD;
+        c.head_dim = 16;
+        c.num_experts = 8, c.experts_per_token = 3, c.moe_intermediate_size = 12, c.norm_topk_prob = 1;
+        c.mlp_only_layers[0] = 1u << 1; /* block 1 dense between sparse 0 and 2 */
+        break;
+    case MT_ARCH_QWEN2_MOE:
+        c.attention_bias = 1;
+        c.num_experts = 6, c.experts_per_token = 2, c.moe_intermediate_size = 10;
+        c.shared_expert_intermediate_size = 24;
+        c.decoder_sparse_step = 2; /* block 1 sparse, 0 and 2 dense */
+        break;
+    case MT_ARCH_MIXTRAL:
+        c.num_layers = 2;
+        c.num_experts = 4, c.experts_per_token = 2, c.moe_intermediate_size = 20, c.norm_topk_prob = 1;
+        c.intermediate_size = 20;
+        break;
+    default: /* OLMoE */
+        c.num_layers = 2;
+        c.qk_norm = MT_QK_NORM_FULL;
+        c.num_experts = 8, c.experts_per_token = 3, c.moe_intermediate_size = 12;
+        c.intermediate_size = 12;
+        break;
+    }
+    return c;
+}
+
 mt_config mt_tiny_wider(mt_config c) {
     c.hidden_size = 128;
     c.num_heads = 4;

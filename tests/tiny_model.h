@@ -18,6 +18,13 @@ mt_config mt_tiny_config_gqa(void);
 mt_config mt_tiny_config_tied_bias(void);
 mt_config mt_tiny_config_mha(void);
 mt_config mt_tiny_config_qwen3(int tied);
+/* Tiny mixtures of experts, one of each family (arch: MT_ARCH_QWEN3_MOE, MT_ARCH_QWEN2_MOE,
+ * MT_ARCH_MIXTRAL, MT_ARCH_OLMOE), each with what makes its family: Qwen3-MoE per-head q/k norms,
+ * 8 experts top 3 renormalised, a dense block among sparse ones (mlp_only_layers); Qwen2-MoE q/k/v
+ * biases, 6 experts top 2 and a shared expert, every second block sparse (decoder_sparse_step);
+ * Mixtral 4 experts top 2; OLMoE q/k norms over the projections, 8 experts top 3 not renormalised.
+ * `aux`: output_router_logits on, with a coefficient large enough to matter (0.1). */
+mt_config mt_tiny_config_moe(mt_arch arch, int aux);
 /* A shape made wide enough for the GPU's kernels and libraries (hidden 128, 4 heads of 32, MLP
  * 344, vocabulary 300): the CUDA tests' models. */
 mt_config mt_tiny_wider(mt_config c);

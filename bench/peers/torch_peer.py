@@ -1,4 +1,4 @@
-"""megatrain's PyTorch peers: the same Llama shapes and tokens per optimizer step, timed the way
+"""megatrain's PyTorch peers: the same model shapes and tokens per optimizer step, timed the way
 `megatrain bench` times itself (src/train/bench.c), appended as one JSON line in its format.
 
   --mode resident        the whole model on the GPU: fp32 parameters, bf16 autocast, fused AdamW
@@ -11,7 +11,9 @@
 Several ranks: `python3 -m torch.distributed.run --standalone --nproc-per-node N torch_peer.py ...`;
 --batch and --micro-batches are per rank, tokens per step count every rank's, rank 0 writes the line.
 
-Both: transformers' LlamaForCausalLM with random weights (no download), SDPA attention,
+Both: transformers' LlamaForCausalLM (Qwen2, Mistral; and for the mixtures of experts
+OlmoeForCausalLM and Qwen3MoeForCausalLM, transformers' own MoE modules, --layers cutting the
+depth) with random weights (no download), SDPA attention,
 activation checkpointing, gradient accumulation over --micro-batches, the global gradient norm
 clipped at --clip (1.0, megatrain's default; 0 for none), random tokens. A run that fails (out of memory, say)
 appends {"system", "model", "error"} instead and exits 1."""
@@ -60,19 +62,38 @@ PRESETS = {
                               num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=131072,
                               tie_word_embeddings=False, rope_theta=100000000.0, rms_norm_eps=1e-5,
                               max_position_embeddings=32768),
+    # Mixtures of experts, the hub's shapes (src/model/config.c's presets).
+    "olmoe-1b-7b": dict(arch="olmoe", hidden_size=2048, intermediate_size=1024, num_hidden_layers=16,
+                        num_attention_heads=16, num_key_value_heads=16, head_dim=128, vocab_size=50304,
+                        tie_word_embeddings=False, rope_theta=10000.0, rms_norm_eps=1e-5,
+                        max_position_embeddings=4096, num_experts=64, num_experts_per_tok=8,
+                        norm_topk_prob=False),
+    "qwen3-30b-a3b": dict(arch="qwen3_moe", hidden_size=2048, intermediate_size=6144, num_hidden_layers=48,
+                          num_attention_heads=32, num_key_value_heads=4, head_dim=128, vocab_size=151936,
+                          tie_word_embeddings=False, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                          max_position_embeddings=40960, num_experts=128, num_experts_per_tok=8,
+                          moe_intermediate_size=768, norm_topk_prob=True),
 }
 
 ADAMW = dict(lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
 GIB = 1 << 30
 
 
-def block_params(p):
-    """mt_config_block_params: two RMSNorm weights, q k v o, gate up down."""
+def block_params(p, active=False):
+    """mt_config_block_params: two RMSNorm weights, q k v o (q/k/v biases for Qwen2; q/k norms over
+    each head for Qwen3-MoE, over the projections for OLMoE), then gate up down, or for a mixture of
+    experts the router and every expert's gate up down (active: the router and the experts a token
+    goes to, mt_config_blocks_active_params)."""
     d, f = p["hidden_size"], p["intermediate_size"]
     q = p["num_attention_heads"] * p["head_dim"]
     kv = p["num_key_value_heads"] * p["head_dim"]
-    biases = q + 2 * kv if p.get("arch") == "qwen2" else 0
-    return 2 * d + q * d + 2 * kv * d + d * q + 3 * d * f + biases
+    arch = p.get("arch")
+    extra = {"qwen2": q + 2 * kv, "qwen3_moe": 2 * p["head_dim"], "olmoe": q + kv}.get(arch, 0)
+    attention = 2 * d + q * d + 2 * kv * d + d * q + extra
+    if "num_experts" not in p:
+        return attention + 3 * d * f
+    experts = p["num_experts_per_tok"] if active else p["num_experts"]
+    return attention + p["num_experts"] * d + 3 * experts * p.get("moe_intermediate_size", f) * d
 
 
 def total_params(p):
@@ -82,19 +103,32 @@ def total_params(p):
 
 
 def model_flops_per_token(p, seq):
-    """src/train/bench.c's count: 6 x (block params x L + vocab x hidden) for the linear layers
-    (recomputation not counted) + 6 x L x seq x heads x head_dim for causal attention."""
+    """src/train/bench.c's count: 6 x (the blocks' active parameters + vocab x hidden) for the linear
+    layers (recomputation not counted; a mixture of experts counts its router and the experts a
+    token goes to) + 6 x L x seq x heads x head_dim for causal attention."""
     layers = p["num_hidden_layers"]
-    linear = block_params(p) * layers + p["vocab_size"] * p["hidden_size"]
+    linear = block_params(p, active=True) * layers + p["vocab_size"] * p["hidden_size"]
     attention = 6 * layers * seq * p["num_attention_heads"] * p["head_dim"]
     return 6 * linear + attention
 
 
-def build_model(preset, device):
-    from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
-
+def preset_shape(preset, layers):
+    """The preset, its depth cut to `layers` (0: as it is)."""
     shape = dict(PRESETS[preset])
-    kind = {"llama": LlamaConfig, "qwen2": Qwen2Config, "mistral": MistralConfig}[shape.pop("arch", "llama")]
+    if layers:
+        shape["num_hidden_layers"] = layers
+    return shape
+
+
+def build_model(shape, device):
+    from transformers import (AutoModelForCausalLM, LlamaConfig, MistralConfig, OlmoeConfig, Qwen2Config,
+                              Qwen3MoeConfig)
+
+    shape = dict(shape)
+    kind = {"llama": LlamaConfig, "qwen2": Qwen2Config, "mistral": MistralConfig, "olmoe": OlmoeConfig,
+            "qwen3_moe": Qwen3MoeConfig}[shape.pop("arch", "llama")]
+    if kind is OlmoeConfig:
+        shape.pop("head_dim")  # hidden / heads, which OlmoeConfig derives
     config = kind(**shape, use_cache=False)
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
@@ -114,8 +148,8 @@ def make_adamw(params):
         return torch.optim.AdamW(params, foreach=True, **ADAMW), f"AdamW foreach ({device})"
 
 
-def resident(preset):
-    model = build_model(preset, "cuda")
+def resident(shape):
+    model = build_model(shape, "cuda")
     return model, functools.partial(torch.autocast, "cuda", dtype=torch.bfloat16)
 
 
@@ -123,7 +157,7 @@ def rank_and_world():
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
-def fsdp2_offload(preset):
+def fsdp2_offload(shape):
     import torch.distributed as dist
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
@@ -133,7 +167,7 @@ def fsdp2_offload(preset):
     # gloo for what runs on the host (the gradient norm over CPU shards), NCCL for the GPU.
     dist.init_process_group(backend="cpu:gloo,cuda:nccl", init_method="env://", rank=rank, world_size=world)
     # CPU offload wants the parameters materialized on the host before sharding.
-    model = build_model(preset, "cpu")
+    model = build_model(shape, "cpu")
     policy = dict(offload_policy=CPUOffloadPolicy(),
                   mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32))
     for layer in model.model.layers:
@@ -157,13 +191,13 @@ def train_step(model, optimizer, autocast, a, vocab):
 
 
 def run(a):
-    p = PRESETS[a.preset]
+    p = preset_shape(a.preset, a.layers)
     rank, world = rank_and_world()
     if world > 1 and a.mode != "fsdp2-offload":
         raise RuntimeError(f"--mode {a.mode} runs on one GPU; several ranks are for fsdp2-offload")
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     torch.manual_seed(a.seed)
-    model, autocast = resident(a.preset) if a.mode == "resident" else fsdp2_offload(a.preset)
+    model, autocast = resident(p) if a.mode == "resident" else fsdp2_offload(p)
     torch.manual_seed(a.seed + rank)  # the same weights on every rank, each its own tokens
     built = sum(t.numel() for t in model.parameters())
     if built != total_params(p):
@@ -188,7 +222,8 @@ def run(a):
             "tflops": tokens / step_s * model_flops_per_token(p, a.seq) / 1e12,
             "peak_gpu_gib": torch.cuda.max_memory_allocated() / GIB,
             "host_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB,
-            "optimizer": optimizer_name, "clip": a.clip, "gpus": world}
+            "optimizer": optimizer_name, "clip": a.clip, "gpus": world,
+            "experts_implementation": getattr(model.config, "_experts_implementation", None)}
 
 
 def main():
@@ -202,11 +237,13 @@ def main():
     ap.add_argument("--warmup-steps", type=int, default=2)
     ap.add_argument("--clip", type=float, default=1.0, help="global gradient-norm clipping, 0 for none")
     ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--layers", type=int, default=0, help="cut the preset to this many blocks (0: all)")
     ap.add_argument("--json", required=True, help="append the result here as one JSON line")
     a = ap.parse_args()
 
-    p = PRESETS[a.preset]
-    record = {"system": SYSTEMS[a.mode], "model": a.preset, "seq": a.seq, "batch": a.batch,
+    p = preset_shape(a.preset, a.layers)
+    model_name = f"{a.preset} ({a.layers} layers)" if a.layers else a.preset
+    record = {"system": SYSTEMS[a.mode], "model": model_name, "seq": a.seq, "batch": a.batch,
               "micro_batches": a.micro_batches}
     try:
         result = run(a)
@@ -215,7 +252,9 @@ def main():
         message = str(e).strip().splitlines()
         record["error"] = f"{type(e).__name__}: {message[0] if message else ''}"[:300]
     else:
-        record.update(params=total_params(p), tokens_per_step=result["gpus"] * a.batch * a.micro_batches * a.seq,
+        record.update(params=total_params(p), active_params=block_params(p, active=True) * p["num_hidden_layers"]
+                      + p["vocab_size"] * p["hidden_size"] * (1 if p["tie_word_embeddings"] else 2) + p["hidden_size"],
+                      tokens_per_step=result["gpus"] * a.batch * a.micro_batches * a.seq,
                       **result, torch=torch.__version__)
     finally:
         if torch.distributed.is_available() and torch.distributed.is_initialized():

@@ -33,7 +33,8 @@ int mt_block_piece_rows(int batch, int seq, int chunk) {
 /* ---- the kinds' engine sides ---- */
 
 static const mt_mixer_ops *const mixer_ops[MT_MIXER_KINDS] = {[MT_MIXER_ATTENTION] = &mt_mixer_attention_ops};
-static const mt_ffn_ops *const ffn_ops[MT_FFN_KINDS] = {[MT_FFN_DENSE] = &mt_ffn_dense_ops};
+static const mt_ffn_ops *const ffn_ops[MT_FFN_KINDS] = {[MT_FFN_DENSE] = &mt_ffn_dense_ops,
+                                                         [MT_FFN_MOE] = &mt_ffn_moe_ops};
 
 /* ---- the workspace ---- */
 
@@ -60,8 +61,9 @@ static size_t layout_ws(mt_block_ws *ws, char *base, mt_backend *be, const mt_co
     }
     for (int k = 0; k < MT_MIXER_KINDS; k++)
         if (mixers[k]) mixer_ops[k]->walk(&w, ws, &s);
+    if (F > 0) mt_swiglu_mlp_walk(&w, ws, &s);
     for (int k = 0; k < MT_FFN_KINDS; k++)
-        if (ffns[k]) ffn_ops[k]->walk(&w, ws, &s);
+        if (ffns[k] && ffn_ops[k]->walk) ffn_ops[k]->walk(&w, ws, &s);
     return w.off;
 }
 

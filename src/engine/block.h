@@ -51,11 +51,27 @@ typedef struct {
         float *rstd_q, *rstd_k; /* [n * heads], [n * kv_heads] */
         void *ws;         /* backend's attention workspace (forward and backward) */
     } attn;
-    /* The dense SwiGLU MLP's (engine/ffn_dense.c). */
+    /* The dense SwiGLU MLP's (engine/ffn_dense.c; a shared expert's too). */
     struct {
         void *g, *u, *a;  /* [C, F]  gate, up, silu(gate) * up */
         void *dg, *du;    /* backward: [C, F] */
     } mlp;
+    /* The mixture of experts' (engine/ffn_moe.c): a piece's C tokens, k choices each, E experts of
+     * width F, S segments at most. */
+    struct {
+        void *logits, *dlogits;     /* [C, E] the router's */
+        float *weights, *dweights;  /* [C, k] fp32 routing weights and their gradient */
+        int32_t *experts;           /* [C, k] */
+        int32_t *order, *slot_row;  /* [C k] the permutation and its inverse */
+        int32_t *offsets;           /* [E S + 1] each (expert, segment)'s rows */
+        void *xs;                   /* [C k, D] the sorted rows' inputs */
+        void *gu;                   /* [C k, 2F] their gate and up */
+        void *a;                    /* [C k, F] silu(gate) * up; the backward's da */
+        void *ys;                   /* [C k, D] the experts' outputs; the backward's dxs */
+        void *dys, *dgu;            /* backward: [C k, D], [C k, 2F] */
+        void *shared, *dshared;     /* [C, D] the shared expert's output and its gradient */
+        void *gate, *dgate;         /* [C] the shared expert's gate logit and its gradient */
+    } moe;
 } mt_block_ws;
 
 typedef struct {
@@ -67,6 +83,14 @@ typedef struct {
     const float *inv_freq;  /* device copy of the RoPE frequencies */
     mt_block_ws *ws;
     int layer;              /* the block's index: its kinds (model/block_kinds.h) */
+    /* A mixture-of-experts block's routing statistics, added to by its forward (NULL: none, as in a
+     * backward's recomputed forward): moe_counts[E] the layer's tokens per expert in this
+     * micro-batch, moe_prob_sum[E] the router probabilities summed over every MoE layer's tokens of
+     * it. moe_aux_grad[E] (NULL: none): the load-balancing loss's gradient with respect to each
+     * router probability, which its backward takes through the router. Device memory. */
+    int32_t *moe_counts;
+    float *moe_prob_sum;
+    const float *moe_aux_grad;
 } mt_block_ctx;
 
 /* Rows of the largest piece the token-wise ops take at once for `chunk` tokens a piece: whole

@@ -80,7 +80,7 @@ typedef struct {
 
 /* A feed-forward's engine side: the block's second part, y = x2 + ffn(norm(x2)), piece by piece. */
 typedef struct {
-    void (*walk)(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s);
+    void (*walk)(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s); /* NULL: buffers of its own none */
     /* y's rows of piece p (y at the micro-batch's first row), from x2's. */
     void (*forward)(const mt_block_ctx *c, const mt_unit_weights *w, mt_piece p, void *y);
     /* dxy's rows of piece p hold dL/dy and become dL/dx2; weight gradients accumulate into g. */
@@ -89,14 +89,21 @@ typedef struct {
 
 extern const mt_mixer_ops mt_mixer_attention_ops;
 extern const mt_ffn_ops mt_ffn_dense_ops;
+extern const mt_ffn_ops mt_ffn_moe_ops;
 
+/* The SwiGLU MLP's buffers: every model with one (mt_config_dense_mlp_width > 0) has them. */
+void mt_swiglu_mlp_walk(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s);
 /* The dense SwiGLU MLP over piece p's rows of h2 (the dense feed-forward's, and a shared expert's):
  * out[p] (the piece's rows, width D) = down(silu(gate(h2)) * up(h2)) with the weights given. */
 void mt_swiglu_mlp_forward(const mt_block_ctx *c, mt_piece p, void *out, const void *wg, const void *wu,
                            const void *wd, int F);
 /* Its backward: from dout (the piece's rows), adds the weight gradients and writes (accumulate 0) or
- * adds dL/dh2 into dh2 ([C, D]). Leaves g, u, a of the piece in the workspace. */
+ * adds dL/dh2 into dh2 ([C, D]). `recompute`: its forward's g, u, a first (0: the caller's forward of
+ * this piece left them). */
 void mt_swiglu_mlp_backward(const mt_block_ctx *c, mt_piece p, void *dh2, int accumulate, const void *dout,
-                            const void *wg, const void *wu, const void *wd, float *dwg, float *dwu, float *dwd, int F);
+                            const void *wg, const void *wu, const void *wd, float *dwg, float *dwu, float *dwd, int F,
+                            int recompute);
+/* h2 of piece p: the feed-forward's pre-norm of x2 (statistics into rstd2). */
+void mt_ffn_norm_piece(const mt_block_ctx *c, const mt_unit_weights *w, mt_piece p);
 
 #endif

@@ -70,6 +70,9 @@ static mt_status create(mt_engine **out, mt_backend *be, mt_store *store, const 
                        o->head_vocab_chunk);
     if (o->chunk < 0) return mt_fail(MT_ERR_INVALID, "the block chunk must be 0 (none) or positive, got %d", o->chunk);
     MT_TRY(check_ranks(be, group));
+    if (c->num_experts > 0 && !mt_backend_has_moe(be))
+        return mt_fail(MT_ERR_INVALID, "the %s backend has no mixture-of-experts ops (backend.h's moe group): it "
+                       "cannot run this %d-expert model", be->ops->name, c->num_experts);
     if (o->device_blocks < 0 || o->device_blocks > c->num_layers)
         return mt_fail(MT_ERR_INVALID, "blocks updated on the device: %d is outside 0..%d (the blocks)",
                        o->device_blocks, c->num_layers);
@@ -93,6 +96,7 @@ static mt_status create(mt_engine **out, mt_backend *be, mt_store *store, const 
     e->U = e->lay->num_units;
     e->D = o->device_blocks;
     e->K = o->slots < e->L - e->D ? o->slots : e->L - e->D; /* the streamed blocks' slots */
+    e->moe_layers = mt_config_moe_layers(c);
     e->adam_step = adam_step;
     e->dev_step = adam_step;
     e->trace = trace;

@@ -95,6 +95,14 @@ typedef struct {
      * one's still runs behind the next forward): its time spent updating (not waiting for
      * gradients), and its mean time per block. */
     double opt_seconds, opt_seconds_per_block;
+    /* A mixture of experts (moe set): the router's load-balancing loss (transformers'
+     * load_balancing_loss_func over the layers, the mean over the micro-batches; unweighted: it joins
+     * the objective times router_aux_loss_coef where the config's output_router_logits says so), and
+     * the experts' load: the largest and smallest share of a layer's routed tokens (its tokens x
+     * experts_per_token) one expert got, over every MoE layer and expert (1 / num_experts when
+     * balanced; 0 for an expert no token chose). */
+    int moe;
+    double aux_loss, expert_load_max, expert_load_min;
 } mt_step_result;
 
 /* Device bytes the engine allocates for these options, by class (total), and the host buffers
@@ -112,9 +120,12 @@ mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_en
  * leader's. */
 mt_engine_bytes mt_engine_follower_size(mt_backend *be, const mt_config *cfg, const mt_engine_options *opt);
 
-/* Parameters whose fp32 state the device keeps for these options: the ends' (ends_on_device) and
- * the device_blocks blocks' (each at the largest block's size). */
+/* Elements of the fp32 state the device keeps for these options: the ends' (ends_on_device) and
+ * the device_blocks blocks' (each at the largest block's size: the state arrays' stride). */
 int64_t mt_engine_device_numel(const mt_layout *lay, const mt_engine_options *opt);
+/* The parameters of those units, each block at its own size (blocks differ where some are dense
+ * and some mixtures of experts): the rest, total_numel less these, is the host's to update. */
+int64_t mt_engine_device_params(const mt_layout *lay, const mt_engine_options *opt);
 
 #define MT_OPT_CORES_AUTO "auto"
 

@@ -30,7 +30,7 @@ static shape shape_of(mt_backend *be, const mt_config *cfg, const mt_layout *lay
     shape s = {.be = be, .cfg = cfg, .lay = lay, .o = o, .K = o->slots < streamed ? o->slots : streamed,
                .D = o->device_blocks, .P = o->ckpt_on_host > 0 ? o->ckpt_on_host : 0,
                .keep_all = o->max_grad_norm > 0 || o->keep_grads,
-               .host_numel = lay->total_numel - mt_engine_device_numel(lay, o)};
+               .host_numel = lay->total_numel - mt_engine_device_params(lay, o)};
     s.full = o->keep_grads || s.host_numel == lay->total_numel;
     s.ring = s.keep_all ? 0 : mt_engine_grad_ring(cfg, o);
     return s;
@@ -127,6 +127,13 @@ static void walk(const shape *s, walker *w) {
     DEVICE(dev_norms, workspace, (size_t)U * 4, "gradient norms");
     DEVICE(dev_loss, workspace, 4, "the loss");
     if (head_chunked) DEVICE(dev_lse, workspace, M * n * 4, "the rows' log-sum-exp");
+    size_t moe = (size_t)mt_config_moe_layers(c), E = (size_t)c->num_experts;
+    if (moe) {
+        DEVICE(moe_counts, workspace, M * moe * E * 4, "the experts' token counts");
+        DEVICE(moe_prob_sum, workspace, M * E * 4, "the router probabilities' sums");
+        DEVICE(moe_aux_grad, workspace, M * E * 4, "the load-balancing loss's gradient");
+        DEVICE(dev_aux_loss, workspace, 4, "the load-balancing loss");
+    }
 
     HOST(host_tokens, host_staging, 2 * M * n * sizeof(int32_t), "token staging");
     HOST(host_norms, host_staging, (size_t)U * 4, "gradient norms");
@@ -136,6 +143,10 @@ static void walk(const shape *s, walker *w) {
     for (int i = 0; i < 2; i++) HOST(input_rows[i], host_staging, V, "the input-token row masks");
     if (on_device)
         HOST(master_staging, host_staging, MT_ENGINE_MASTER_STAGING, "the staging of the device-updated units' masters");
+    if (moe) {
+        HOST(host_moe_counts, host_staging, M * moe * E * 4, "the experts' token counts");
+        HOST(host_aux_loss, host_staging, 4, "the load-balancing loss");
+    }
 
     /* Where gradients land on the host: every unit's (keep_grads, or exact clipping with every unit
      * on the host: it needs every gradient until the norm is known; tests read them), the

@@ -19,6 +19,12 @@ int64_t mt_engine_device_numel(const mt_layout *lay, const mt_engine_options *o)
     return (o->ends_on_device ? ends : 0) + (int64_t)o->device_blocks * lay->max_block_numel;
 }
 
+int64_t mt_engine_device_params(const mt_layout *lay, const mt_engine_options *o) {
+    int64_t n = o->ends_on_device ? lay->units[0].numel + lay->units[lay->num_units - 1].numel : 0;
+    for (int l = 0; l < o->device_blocks; l++) n += lay->units[mt_unit_block(l)].numel;
+    return n;
+}
+
 /* Element offset of unit u's state in the device's state arrays: the embedding, the head, then
  * blocks 0..D-1, each block at a stride of the largest block. */
 static size_t state_offset(const mt_engine *e, int u) {

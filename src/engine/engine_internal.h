@@ -76,6 +76,14 @@ struct mt_engine {
     int64_t dev_home_generation; /* the store holds the device's state as of this many steps */
     float *dev_inv_freq, *dev_norms, *dev_loss, *dev_logits;
     float *dev_lse;            /* [M][n]: each row's log-sum-exp of its logits (head chunked) */
+    /* Mixture of experts (moe_layers > 0): each micro-batch's routing statistics, added to by the
+     * blocks' forwards; the load-balancing loss (the head's job makes it, and its gradient per router
+     * probability, which the blocks' backwards take) and its sum over the micro-batches. */
+    int moe_layers;            /* blocks whose feed-forward is a mixture of experts */
+    int32_t *moe_counts;       /* [M][moe_layers][E]: each MoE layer's tokens per expert */
+    float *moe_prob_sum;       /* [M][E]: router probabilities summed over every MoE layer's tokens */
+    float *moe_aux_grad;       /* [M][E] */
+    float *dev_aux_loss;
 
     /* host staging (pinned on cuda) */
     int32_t *host_tokens;      /* [2][M][n]: inputs then targets */
@@ -87,6 +95,8 @@ struct mt_engine {
     int grad_ring;             /* ring mode: blocks' gradients rotate through this many buffers */
     float *host_norms, *host_loss, *host_logits, *host_inv_freq;
     float *master_staging;     /* the device-updated units' masters pass through it (engine_device_state.c) */
+    int32_t *host_moe_counts;  /* [M][moe_layers][E] */
+    float *host_aux_loss;
 
     /* Events and flags (protocol.h): ev[id][i] and fl[id][i], i below n_ev[id] and n_fl[id]. */
     mt_event **ev[MT_EV_COUNT];
@@ -199,6 +209,15 @@ static inline void mt_engine_reduce(const mt_engine *e, float *x, size_t count) 
  * once its job is done adding, before any of the job's reductions. Its tag: the loss 0, unit u 1 + u. */
 enum { MT_ACC_LOSS = 0 };
 static inline int mt_acc_unit(int u) { return 1 + u; }
+/* The load-balancing loss's: after every unit's. */
+static inline int mt_acc_aux(const mt_engine *e) { return 1 + e->U; }
+
+/* Block l's index among the mixture-of-experts blocks (its rows of moe_counts). */
+static inline int mt_engine_moe_index(const mt_engine *e, int l) {
+    int i = 0;
+    for (int b = 0; b < l; b++) i += mt_config_layer_is_moe(e->cfg, b);
+    return i;
+}
 static inline void mt_engine_acc_open(const mt_engine *e, int tag, float *buf, size_t count, int fresh) {
     if (e->ordered) e->be->ops->coll.acc_open(e->be, e->compute, tag, buf, count, fresh);
 }

@@ -132,6 +132,24 @@ static void head_dw_by_vocab(const mt_compute_job *j) {
     }
 }
 
+/* The load-balancing loss of each micro-batch's forward over every MoE layer (transformers'
+ * load_balancing_loss_func per forward), their mean over the step's micro-batches, and over a
+ * group's ranks, as the cross-entropy's mean is over every rank's targets; and each micro-batch's
+ * gradient per router probability, weighted by router_aux_loss_coef, which the blocks' backwards
+ * take where the config's output_router_logits puts the loss in the objective. */
+static void aux_loss(const mt_compute_job *j) {
+    mt_engine *e = j->e;
+    size_t E = (size_t)e->cfg->num_experts;
+    float mean = 1.0f / (float)(j->micro_batches * (e->reduce ? e->group_size : 1));
+    mt_engine_acc_open(e, mt_acc_aux(e), e->dev_aux_loss, 1, 1);
+    for (int m = 0; m < j->micro_batches; m++)
+        e->be->ops->moe.aux_loss(e->be, e->compute, e->dev_aux_loss, e->moe_aux_grad + m * E,
+                                 e->moe_counts + (size_t)m * e->moe_layers * E, e->moe_prob_sum + m * E, e->moe_layers,
+                                 j->batch * j->seq, (int)E, mean, mean * e->cfg->router_aux_loss_coef);
+    mt_engine_acc_close(e, mt_acc_aux(e), e->dev_aux_loss, 1);
+    mt_engine_reduce(e, e->dev_aux_loss, 1);
+}
+
 /* The final norm, the LM head and the loss, and in training their backward: the gradient flowing
  * into the last block (dy), and the head's weight gradients, a piece of a sequence at a time so
  * that they accumulate in sequence order. */
@@ -148,6 +166,7 @@ static void run_head(const mt_compute_job *j) {
         op->logits(e->be, e->compute, e->dev_logits, e->ws.h1, lm_w, D, V);
         return;
     }
+    if (e->moe_layers) aux_loss(j);
     int train = j->mode != MT_RUN_EVAL, chunked = train && mt_engine_ends_chunked(e), tied = e->cfg->tie_embeddings;
     /* What the pieces add into: the loss; in training the head unit's gradient (chunked untied: the
      * final norm's part), and tied unchunked the embedding's, whose second round is the embedding's
@@ -218,7 +237,10 @@ static void run_job(void *arg) {
     mt_engine *e = j->e;
     const mt_op_iface *op = e->op;
     int D = e->cfg->hidden_size, n = j->batch * j->seq;
-    mt_block_ctx ctx = {e->be, e->compute, e->cfg, j->batch, j->seq, e->o.chunk, e->dev_inv_freq, &e->ws, j->block};
+    mt_block_ctx ctx = {e->be, e->compute, e->cfg, j->batch, j->seq, e->o.chunk, e->dev_inv_freq, &e->ws, j->block,
+                        NULL, NULL, NULL};
+    int moe = j->kind == MT_JOB_BLOCK_FWD || j->kind == MT_JOB_BLOCK_BWD ? mt_config_layer_is_moe(e->cfg, j->block) : 0;
+    size_t E = (size_t)e->cfg->num_experts, moe_at = moe ? (size_t)mt_engine_moe_index(e, j->block) : 0;
     switch (j->kind) {
     case MT_JOB_EMBED_FWD: {
         mt_unit_weights w = mt_bind_weights(e->lay, 0, e->embed_w, e->be->ops->weight_dtype);
@@ -229,8 +251,13 @@ static void run_job(void *arg) {
     case MT_JOB_BLOCK_FWD: {
         int u = mt_unit_block(j->block);
         mt_unit_weights w = mt_bind_weights(e->lay, u, mt_engine_block_weights(e, j->block), e->be->ops->weight_dtype);
-        for (int m = 0; m < j->micro_batches; m++)
+        for (int m = 0; m < j->micro_batches; m++) {
+            if (moe) {
+                ctx.moe_counts = e->moe_counts + ((size_t)m * e->moe_layers + moe_at) * E;
+                ctx.moe_prob_sum = e->moe_prob_sum + (size_t)m * E;
+            }
             mt_block_forward(&ctx, &w, micro(e, j->x_in, m), micro(e, j->x_out, m));
+        }
         break;
     }
     case MT_JOB_HEAD: run_head(j); break;
@@ -240,8 +267,10 @@ static void run_job(void *arg) {
         mt_unit_weights w = mt_bind_weights(e->lay, u, mt_engine_block_weights(e, j->block), e->be->ops->weight_dtype);
         mt_unit_grads g = mt_bind_grads(e->lay, u, grads);
         mt_engine_acc_open(e, mt_acc_unit(u), grads, (size_t)mt_engine_numel(e, u), 1);
-        for (int m = 0; m < j->micro_batches; m++)
+        for (int m = 0; m < j->micro_batches; m++) {
+            if (moe && e->cfg->output_router_logits) ctx.moe_aux_grad = e->moe_aux_grad + (size_t)m * E;
             mt_block_backward(&ctx, &w, &g, micro(e, j->x_in, m), dy_at(e, m));
+        }
         mt_engine_acc_close(e, mt_acc_unit(u), grads, (size_t)mt_engine_numel(e, u));
         reduce_grad(e, u, grads, (size_t)mt_engine_numel(e, u));
         break;

@@ -3,7 +3,9 @@
  * expert uses too. */
 #include "engine/block_parts.h"
 
-static void walk(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s) {
+/* The SwiGLU MLP's buffers (g, u, a, dg, du: [C, F]), which a shared expert takes too: block.c
+ * walks them for every model with a dense MLP of some width (mt_config_dense_mlp_width). */
+void mt_swiglu_mlp_walk(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s) {
     size_t CF = s->C * (size_t)mt_config_dense_mlp_width(s->c) * s->act;
     ws->mlp.g = mt_ws_take(w, CF);
     ws->mlp.u = mt_ws_take(w, CF);
@@ -30,10 +32,11 @@ void mt_swiglu_mlp_forward(const mt_block_ctx *c, mt_piece p, void *out, const v
 /* out = down(a), a = silu(g) * u, g = gate(h2), u = up(h2). da takes a's buffer once down's weight
  * gradient has read a. */
 void mt_swiglu_mlp_backward(const mt_block_ctx *c, mt_piece p, void *dh2, int accumulate, const void *dout,
-                            const void *wg, const void *wu, const void *wd, float *dwg, float *dwu, float *dwd, int F) {
+                            const void *wg, const void *wu, const void *wd, float *dwg, float *dwu, float *dwd, int F,
+                            int recompute) {
     mt_block_ws *ws = c->ws;
     int D = c->cfg->hidden_size;
-    mlp_input_side(c, p, wg, wu, F);
+    if (recompute) mlp_input_side(c, p, wg, wu, F);
     mt_matmul_dw_piece(c, p, dwd, NULL, dout, ws->mlp.a, F, D);
     mt_matmul_dx_piece(c, p, ws->mlp.a, dout, wd, F, D, 0); /* da */
     c->be->ops->op.swiglu_dx(c->be, c->stream, ws->mlp.dg, ws->mlp.du, ws->mlp.a, ws->mlp.g, ws->mlp.u,
@@ -44,8 +47,7 @@ void mt_swiglu_mlp_backward(const mt_block_ctx *c, mt_piece p, void *dh2, int ac
     mt_matmul_dx_piece(c, p, dh2, ws->mlp.du, wu, D, F, 1);
 }
 
-/* h2 of piece p: the feed-forward's pre-norm of x2 (statistics into rstd2). */
-static void mlp_norm_piece(const mt_block_ctx *c, const mt_unit_weights *w, mt_piece p) {
+void mt_ffn_norm_piece(const mt_block_ctx *c, const mt_unit_weights *w, mt_piece p) {
     int D = c->cfg->hidden_size;
     c->be->ops->op.rmsnorm(c->be, c->stream, c->ws->h2, c->ws->rstd2 + p.row,
                            mt_rows_at(c->ws->x2, p.row, D, mt_act_size(c)), w->t[MT_T_MLP_NORM], p.rows, D,
@@ -55,7 +57,7 @@ static void mlp_norm_piece(const mt_block_ctx *c, const mt_unit_weights *w, mt_p
 static void forward(const mt_block_ctx *c, const mt_unit_weights *w, mt_piece p, void *y) {
     size_t act = mt_act_size(c);
     int D = c->cfg->hidden_size;
-    mlp_norm_piece(c, w, p);
+    mt_ffn_norm_piece(c, w, p);
     mt_swiglu_mlp_forward(c, p, c->ws->tmp, w->t[MT_T_WG], w->t[MT_T_WU], w->t[MT_T_WD], c->cfg->intermediate_size);
     c->be->ops->op.add(c->be, c->stream, mt_rows_at_mut(y, p.row, D, act), mt_rows_at(c->ws->x2, p.row, D, act),
                        c->ws->tmp, (size_t)p.rows * D);
@@ -67,11 +69,12 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
     size_t act = mt_act_size(c);
     int D = c->cfg->hidden_size;
     void *dy = mt_rows_at_mut(dxy, p.row, D, act);
-    mlp_norm_piece(c, w, p);
+    mt_ffn_norm_piece(c, w, p);
     mt_swiglu_mlp_backward(c, p, ws->tmp, 0, dy, w->t[MT_T_WG], w->t[MT_T_WU], w->t[MT_T_WD], g->t[MT_T_WG],
-                           g->t[MT_T_WU], g->t[MT_T_WD], c->cfg->intermediate_size);
+                           g->t[MT_T_WU], g->t[MT_T_WD], c->cfg->intermediate_size, 1);
     mt_rmsnorm_dx_piece(c, p, dy, g->t[MT_T_MLP_NORM], ws->tmp, mt_rows_at(ws->x2, p.row, D, act),
                         w->t[MT_T_MLP_NORM], ws->rstd2 + p.row, 1, D, 1);
 }
 
-const mt_ffn_ops mt_ffn_dense_ops = {.walk = walk, .forward = forward, .backward = backward};
+/* Its buffers are the SwiGLU MLP's (mt_swiglu_mlp_walk). */
+const mt_ffn_ops mt_ffn_dense_ops = {.forward = forward, .backward = backward};

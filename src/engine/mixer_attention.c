@@ -1,8 +1,15 @@
 /* The attention mixer, engine side (model/mixer_attention.c declares its tensors): x2 = x +
- * o(attention(rope(q(h1)), rope(k(h1)), v(h1))), h1 = norm(x), with q/k/v biases and per-head q/k
- * norms where the config has them. Everything attention's backward needs spans the micro-batch;
- * the norm and projections run a piece at a time. */
+ * o(attention(rope(q(h1)), rope(k(h1)), v(h1))), h1 = norm(x), with q/k/v biases and q/k norms
+ * (over each head, or over the whole projection) where the config has them. Everything attention's
+ * backward needs spans the micro-batch; the norm and projections run a piece at a time. */
 #include "engine/block_parts.h"
+
+/* The q/k norm's rows: a token's q is `heads` rows of head_dim (per-head norms) or one row of
+ * heads x head_dim (OLMoE's over the projection); k likewise with kv_heads. */
+static int norm_rows(const mt_config *c, int heads) { return c->qk_norm == MT_QK_NORM_FULL ? 1 : heads; }
+static int norm_width(const mt_config *c, int heads) {
+    return c->qk_norm == MT_QK_NORM_FULL ? heads * c->head_dim : c->head_dim;
+}
 
 static void walk(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s) {
     const mt_config *c = s->c;
@@ -22,8 +29,8 @@ static void walk(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s) {
     if (c->qk_norm) {
         ws->attn.q_raw = mt_ws_take(w, n * Q * act);
         ws->attn.k_raw = mt_ws_take(w, n * KV * act);
-        ws->attn.rstd_q = mt_ws_take(w, n * c->num_heads * 4);
-        ws->attn.rstd_k = mt_ws_take(w, n * c->num_kv_heads * 4);
+        ws->attn.rstd_q = mt_ws_take(w, n * norm_rows(c, c->num_heads) * 4);
+        ws->attn.rstd_k = mt_ws_take(w, n * norm_rows(c, c->num_kv_heads) * 4);
     }
 }
 
@@ -55,11 +62,12 @@ static void forward(const mt_block_ctx *c, const mt_unit_weights *w, const void 
         mt_matmul_piece(c, p, mt_rows_at_mut(k, p.row, KV, act), ws->h1, w->t[MT_T_WK], w->t[MT_T_BK], D, KV);
         mt_matmul_piece(c, p, mt_rows_at_mut(ws->attn.v, p.row, KV, act), ws->h1, w->t[MT_T_WV], w->t[MT_T_BV], D, KV);
     }
-    if (cfg->qk_norm) { /* each head's head_dim values normalized on their own: rows of head_dim */
-        op->rmsnorm(be, s, ws->attn.q, ws->attn.rstd_q, ws->attn.q_raw, w->t[MT_T_Q_NORM], n * cfg->num_heads,
-                    cfg->head_dim, cfg->rms_norm_eps);
-        op->rmsnorm(be, s, ws->attn.k, ws->attn.rstd_k, ws->attn.k_raw, w->t[MT_T_K_NORM], n * cfg->num_kv_heads,
-                    cfg->head_dim, cfg->rms_norm_eps);
+    if (cfg->qk_norm) { /* per head: each head's head_dim values normalized on their own, rows of head_dim */
+        int H = cfg->num_heads, KVH = cfg->num_kv_heads;
+        op->rmsnorm(be, s, ws->attn.q, ws->attn.rstd_q, ws->attn.q_raw, w->t[MT_T_Q_NORM], n * norm_rows(cfg, H),
+                    norm_width(cfg, H), cfg->rms_norm_eps);
+        op->rmsnorm(be, s, ws->attn.k, ws->attn.rstd_k, ws->attn.k_raw, w->t[MT_T_K_NORM], n * norm_rows(cfg, KVH),
+                    norm_width(cfg, KVH), cfg->rms_norm_eps);
     }
     op->rope(be, s, ws->attn.q, c->inv_freq, n, c->seq, cfg->num_heads, cfg->head_dim, 0);
     op->rope(be, s, ws->attn.k, c->inv_freq, n, c->seq, cfg->num_kv_heads, cfg->head_dim, 0);
@@ -115,12 +123,13 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
      * into q and k, which nothing reads after attention_dx. */
     void *dq = ws->attn.dq, *dk = ws->attn.dk;
     if (cfg->qk_norm) {
+        int H = cfg->num_heads, KVH = cfg->num_kv_heads;
         dq = ws->attn.q;
         dk = ws->attn.k;
         mt_rmsnorm_dx_piece(c, mt_piece_whole(c), dq, g->t[MT_T_Q_NORM], ws->attn.dq, ws->attn.q_raw,
-                            w->t[MT_T_Q_NORM], ws->attn.rstd_q, cfg->num_heads, cfg->head_dim, 0);
+                            w->t[MT_T_Q_NORM], ws->attn.rstd_q, norm_rows(cfg, H), norm_width(cfg, H), 0);
         mt_rmsnorm_dx_piece(c, mt_piece_whole(c), dk, g->t[MT_T_K_NORM], ws->attn.dk, ws->attn.k_raw,
-                            w->t[MT_T_K_NORM], ws->attn.rstd_k, cfg->num_kv_heads, cfg->head_dim, 0);
+                            w->t[MT_T_K_NORM], ws->attn.rstd_k, norm_rows(cfg, KVH), norm_width(cfg, KVH), 0);
     }
     MT_FOR_EACH_PIECE(c, p) qkv_backward_piece(c, w, g, p, x, dxy, dq, dk);
 }

@@ -17,13 +17,22 @@ typedef struct {
     const char *model_type;
     int default_max_position;
     int default_head_dim; /* 0: hidden_size / num_attention_heads */
+    float default_eps, default_theta;
+    /* A mixture of experts' defaults (its Config class's): experts, of them a token's, their width
+     * (0: intermediate_size, Mixtral's and OLMoE's), the shared expert's, the aux loss coefficient. */
+    int default_experts, default_top_k, default_moe_width, default_shared;
+    float default_aux_coef;
 } arch_info;
 
 static const arch_info archs[] = {
-    {MT_ARCH_LLAMA, "LlamaForCausalLM", "llama", 2048, 0},
-    {MT_ARCH_MISTRAL, "MistralForCausalLM", "mistral", 131072, 0},
-    {MT_ARCH_QWEN2, "Qwen2ForCausalLM", "qwen2", 32768, 0},
-    {MT_ARCH_QWEN3, "Qwen3ForCausalLM", "qwen3", 32768, 128},
+    {MT_ARCH_LLAMA, "LlamaForCausalLM", "llama", 2048, 0, 1e-6f, 10000.0f, 0, 0, 0, 0, 0},
+    {MT_ARCH_MISTRAL, "MistralForCausalLM", "mistral", 131072, 0, 1e-6f, 10000.0f, 0, 0, 0, 0, 0},
+    {MT_ARCH_QWEN2, "Qwen2ForCausalLM", "qwen2", 32768, 0, 1e-6f, 10000.0f, 0, 0, 0, 0, 0},
+    {MT_ARCH_QWEN3, "Qwen3ForCausalLM", "qwen3", 32768, 128, 1e-6f, 10000.0f, 0, 0, 0, 0, 0},
+    {MT_ARCH_QWEN3_MOE, "Qwen3MoeForCausalLM", "qwen3_moe", 32768, 0, 1e-6f, 10000.0f, 128, 8, 768, 0, 0.001f},
+    {MT_ARCH_QWEN2_MOE, "Qwen2MoeForCausalLM", "qwen2_moe", 32768, 0, 1e-6f, 10000.0f, 60, 4, 1408, 5632, 0.001f},
+    {MT_ARCH_MIXTRAL, "MixtralForCausalLM", "mixtral", 131072, 0, 1e-5f, 1000000.0f, 8, 2, 0, 0, 0.001f},
+    {MT_ARCH_OLMOE, "OlmoeForCausalLM", "olmoe", 4096, 0, 1e-5f, 10000.0f, 64, 8, 0, 0, 0.01f},
 };
 #define NUM_ARCHS (sizeof archs / sizeof archs[0])
 
@@ -125,7 +134,8 @@ static mt_status parse_arch(const field_src *s, const arch_info **out) {
     if (!*out)
         return mt_fail(MT_ERR_INVALID,
                        "%s: field '%s' = '%s' is not supported (LlamaForCausalLM, MistralForCausalLM, "
-                       "Qwen2ForCausalLM, Qwen3ForCausalLM)",
+                       "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, "
+                       "MixtralForCausalLM, OlmoeForCausalLM)",
                        s->source, architecture ? "architectures" : "model_type",
                        architecture ? architecture : model_type);
     if (model_type && strcmp(model_type, (*out)->model_type))
@@ -172,8 +182,10 @@ static mt_status parse_rope(const field_src *top, const char *key, const char *s
 static mt_status check_sliding_window(const field_src *s, const mt_config *cfg) {
     int window = DEFAULT_SLIDING_WINDOW;
     const char *key = "sliding_window";
-    if (cfg->arch == MT_ARCH_LLAMA) return MT_OK;
-    if (cfg->arch == MT_ARCH_QWEN2 || cfg->arch == MT_ARCH_QWEN3) {
+    if (cfg->arch == MT_ARCH_LLAMA || cfg->arch == MT_ARCH_OLMOE) return MT_OK;
+    if (cfg->arch == MT_ARCH_MIXTRAL) window = 0; /* MixtralConfig's default: none */
+    if (cfg->arch == MT_ARCH_QWEN2 || cfg->arch == MT_ARCH_QWEN3 || cfg->arch == MT_ARCH_QWEN2_MOE ||
+        cfg->arch == MT_ARCH_QWEN3_MOE) {
         int use = 0;
         MT_TRY(get_bool(s, "use_sliding_window", &use));
         if (!use) return MT_OK;
@@ -220,6 +232,66 @@ static mt_status check_unsupported(const field_src *s) {
     return check_layer_types(s);
 }
 
+/* mlp_only_layers: the blocks that keep a dense MLP, each named once within the model. */
+static mt_status parse_mlp_only(const field_src *s, mt_config *cfg) {
+    const json_t *list = field(s, "mlp_only_layers"), *item;
+    if (!list) return MT_OK;
+    if (!json_is_array(list)) return wrong_type(s, "mlp_only_layers", "a list of integers", list);
+    size_t i;
+    json_array_foreach(list, i, item) {
+        if (!json_is_integer(item)) return wrong_type(s, "mlp_only_layers", "a list of integers", list);
+        json_int_t l = json_integer_value(item);
+        if (l < 0 || l >= cfg->num_layers)
+            return mt_fail(MT_ERR_INVALID, "%s: field 'mlp_only_layers' names layer %lld of a model of %d "
+                           "(num_hidden_layers)", s->source, (long long)l, cfg->num_layers);
+        cfg->mlp_only_layers[l / 64] |= (uint64_t)1 << (l % 64);
+    }
+    return MT_OK;
+}
+
+/* The experts: transformers' field names (num_experts, or num_local_experts as Mixtral and transformers
+ * 5's Qwen3MoeConfig write it) and defaults; what would change the routing is refused by name. */
+static mt_status parse_moe(const field_src *s, const arch_info *a, mt_config *cfg) {
+    cfg->num_experts = a->default_experts;
+    cfg->experts_per_token = a->default_top_k;
+    cfg->moe_intermediate_size = a->default_moe_width;
+    cfg->shared_expert_intermediate_size = a->default_shared;
+    cfg->router_aux_loss_coef = a->default_aux_coef;
+    cfg->decoder_sparse_step = 1;
+    int experts = -1, local = -1;
+    MT_TRY(get_int(s, "num_experts", 0, &experts));
+    MT_TRY(get_int(s, "num_local_experts", 0, &local));
+    if (experts >= 0 && local >= 0 && experts != local)
+        return mt_fail(MT_ERR_INVALID, "%s: fields 'num_experts' (%d) and 'num_local_experts' (%d) disagree",
+                       s->source, experts, local);
+    if (experts >= 0 || local >= 0) cfg->num_experts = experts >= 0 ? experts : local;
+    MT_TRY(get_int(s, "num_experts_per_tok", 0, &cfg->experts_per_token));
+    MT_TRY(get_bool(s, "output_router_logits", &cfg->output_router_logits));
+    MT_TRY(get_float(s, "router_aux_loss_coef", 0, &cfg->router_aux_loss_coef));
+    if (a->arch == MT_ARCH_QWEN3_MOE || a->arch == MT_ARCH_QWEN2_MOE) {
+        MT_TRY(get_int(s, "moe_intermediate_size", 0, &cfg->moe_intermediate_size));
+        MT_TRY(get_int(s, "decoder_sparse_step", 0, &cfg->decoder_sparse_step));
+        MT_TRY(parse_mlp_only(s, cfg));
+    } else { /* Mixtral's and OLMoE's experts are intermediate_size wide, every block sparse */
+        cfg->moe_intermediate_size = cfg->intermediate_size;
+    }
+    if (a->arch == MT_ARCH_QWEN2_MOE)
+        MT_TRY(get_int(s, "shared_expert_intermediate_size", 0, &cfg->shared_expert_intermediate_size));
+    if (a->arch == MT_ARCH_MIXTRAL) {
+        float jitter = 0;
+        MT_TRY(get_float(s, "router_jitter_noise", 0, &jitter));
+        if (jitter != 0)
+            return mt_fail(MT_ERR_INVALID, "%s: field 'router_jitter_noise' = %g is not supported (0 only)", s->source,
+                           (double)jitter);
+        cfg->norm_topk_prob = 1; /* a softmax over the chosen experts' logits */
+    } else {
+        MT_TRY(get_bool(s, "norm_topk_prob", &cfg->norm_topk_prob));
+    }
+    if (a->arch == MT_ARCH_OLMOE && field(s, "clip_qkv"))
+        return mt_fail(MT_ERR_INVALID, "%s: field 'clip_qkv' is not supported (null only)", s->source);
+    return MT_OK;
+}
+
 static mt_status parse_root(const field_src *s, mt_config *cfg) {
     const arch_info *a = NULL;
     MT_TRY(parse_arch(s, &a));
@@ -227,8 +299,8 @@ static mt_status parse_root(const field_src *s, mt_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     cfg->arch = a->arch;
     cfg->max_position = a->default_max_position;
-    cfg->rms_norm_eps = 1e-6f;
-    cfg->rope_theta = 10000.0f;
+    cfg->rms_norm_eps = a->default_eps;
+    cfg->rope_theta = a->default_theta;
     cfg->bos_token_id = cfg->eos_token_id = -1;
     cfg->num_kv_heads = cfg->head_dim = 0; /* 0: derived below */
     MT_TRY(get_int(s, "hidden_size", 1, &cfg->hidden_size));
@@ -246,14 +318,21 @@ static mt_status parse_root(const field_src *s, mt_config *cfg) {
      * head of q and k instead; its attention_bias would add biases to o_proj too. */
     if (a->arch == MT_ARCH_QWEN2) cfg->attention_bias = 1;
     if (a->arch == MT_ARCH_LLAMA) MT_TRY(get_bool(s, "attention_bias", &cfg->attention_bias));
-    if (a->arch == MT_ARCH_QWEN3) {
+    if (a->arch == MT_ARCH_QWEN3 || a->arch == MT_ARCH_QWEN3_MOE || a->arch == MT_ARCH_OLMOE) {
         int bias = 0;
         MT_TRY(get_bool(s, "attention_bias", &bias));
         if (bias)
-            return mt_fail(MT_ERR_INVALID, "%s: field 'attention_bias' = true is not supported for Qwen3 (it adds "
-                           "q/k/v and o_proj biases)", s->source);
-        cfg->qk_norm = 1;
+            return mt_fail(MT_ERR_INVALID, "%s: field 'attention_bias' = true is not supported for %s (it adds "
+                           "q/k/v and o_proj biases)", s->source, a->architecture);
+        cfg->qk_norm = a->arch == MT_ARCH_OLMOE ? MT_QK_NORM_FULL : MT_QK_NORM_HEAD;
     }
+    if (a->arch == MT_ARCH_QWEN2_MOE) { /* Qwen2MoeConfig's qkv_bias (transformers 5; always on before) */
+        cfg->attention_bias = 1;
+        MT_TRY(get_bool(s, "qkv_bias", &cfg->attention_bias));
+    }
+    if (cfg->arch != MT_ARCH_LLAMA && cfg->arch != MT_ARCH_MISTRAL && cfg->arch != MT_ARCH_QWEN2 &&
+        cfg->arch != MT_ARCH_QWEN3)
+        MT_TRY(parse_moe(s, a, cfg));
     MT_TRY(get_token_id(s, "bos_token_id", &cfg->bos_token_id));
     MT_TRY(get_token_id(s, "eos_token_id", &cfg->eos_token_id));
     MT_TRY(parse_rope(s, "rope_scaling", "rope_scaling.", cfg));
@@ -311,6 +390,29 @@ static const arch_info *arch_of(mt_arch arch) {
     return NULL;
 }
 
+/* The experts, under each family's field names (Mixtral's num_local_experts and intermediate_size). */
+static void moe_json(json_t *o, const mt_config *c) {
+    int mixtral = c->arch == MT_ARCH_MIXTRAL, qwen = c->arch == MT_ARCH_QWEN3_MOE || c->arch == MT_ARCH_QWEN2_MOE;
+    json_object_set_new(o, mixtral ? "num_local_experts" : "num_experts", json_integer(c->num_experts));
+    json_object_set_new(o, "num_experts_per_tok", json_integer(c->experts_per_token));
+    json_object_set_new(o, "output_router_logits", json_boolean(c->output_router_logits));
+    json_object_set_new(o, "router_aux_loss_coef", json_float(c->router_aux_loss_coef));
+    if (mixtral) json_object_set_new(o, "router_jitter_noise", json_real(0.0));
+    else json_object_set_new(o, "norm_topk_prob", json_boolean(c->norm_topk_prob));
+    if (c->arch == MT_ARCH_OLMOE) json_object_set_new(o, "clip_qkv", json_null());
+    if (c->arch == MT_ARCH_QWEN2_MOE) {
+        json_object_set_new(o, "shared_expert_intermediate_size", json_integer(c->shared_expert_intermediate_size));
+        json_object_set_new(o, "qkv_bias", json_boolean(c->attention_bias));
+    }
+    if (!qwen) return; /* Mixtral's and OLMoE's experts are intermediate_size wide, every block sparse */
+    json_object_set_new(o, "moe_intermediate_size", json_integer(c->moe_intermediate_size));
+    json_object_set_new(o, "decoder_sparse_step", json_integer(c->decoder_sparse_step));
+    json_t *only = json_array();
+    for (int l = 0; l < c->num_layers; l++)
+        if ((c->mlp_only_layers[l / 64] >> (l % 64)) & 1) json_array_append_new(only, json_integer(l));
+    json_object_set_new(o, "mlp_only_layers", only);
+}
+
 static json_t *config_json(const mt_config *c, const arch_info *a, const char *torch_dtype) {
     json_t *o = json_object();
     json_object_set_new(o, "architectures", json_pack("[s]", a->architecture));
@@ -332,9 +434,13 @@ static json_t *config_json(const mt_config *c, const arch_info *a, const char *t
         json_object_set_new(o, "attention_bias", json_boolean(c->attention_bias));
         json_object_set_new(o, "mlp_bias", json_false());
     }
-    if (c->arch == MT_ARCH_MISTRAL) json_object_set_new(o, "sliding_window", json_null());
-    if (c->arch == MT_ARCH_QWEN2 || c->arch == MT_ARCH_QWEN3) json_object_set_new(o, "use_sliding_window", json_false());
-    if (c->arch == MT_ARCH_QWEN3) json_object_set_new(o, "attention_bias", json_false());
+    if (c->arch == MT_ARCH_MISTRAL || c->arch == MT_ARCH_MIXTRAL) json_object_set_new(o, "sliding_window", json_null());
+    if (c->arch == MT_ARCH_QWEN2 || c->arch == MT_ARCH_QWEN3 || c->arch == MT_ARCH_QWEN2_MOE ||
+        c->arch == MT_ARCH_QWEN3_MOE)
+        json_object_set_new(o, "use_sliding_window", json_false());
+    if (c->arch == MT_ARCH_QWEN3 || c->arch == MT_ARCH_QWEN3_MOE || c->arch == MT_ARCH_OLMOE)
+        json_object_set_new(o, "attention_bias", json_false());
+    if (c->num_experts > 0) moe_json(o, c);
     json_object_set_new(o, "bos_token_id", json_token_id(c->bos_token_id));
     json_object_set_new(o, "eos_token_id", json_token_id(c->eos_token_id));
     json_t *rs = json_null();

@@ -1,10 +1,13 @@
 /* Hugging Face config.json <-> mt_config.
  *
- * Reads LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM configs,
- * filling fields a file leaves out with transformers' defaults, and refuses (naming the field)
- * anything that would change the math the model code implements: another architecture (Qwen3-MoE
- * included) or activation, MLP biases, an active sliding window or a layer that is not full
- * attention, a rope_scaling other than llama3, quantization, Qwen3's attention_bias. */
+ * Reads LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM configs and the
+ * mixtures of experts Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, MixtralForCausalLM and
+ * OlmoeForCausalLM, filling fields a file leaves out with transformers' defaults (each Config
+ * class's), and refuses (naming the field) anything that would change the math the model code
+ * implements: another architecture or activation, MLP biases, an active sliding window or a layer
+ * that is not full attention, a rope_scaling other than llama3, quantization, an attention_bias
+ * that adds an o_proj bias (Qwen3, Qwen3-MoE, OLMoE), Mixtral's router_jitter_noise, OLMoE's
+ * clip_qkv, an mlp_only_layers entry outside the model. */
 #ifndef MT_IO_HF_CONFIG_H
 #define MT_IO_HF_CONFIG_H
 

@@ -14,25 +14,28 @@
 #include "io/hf_config.h"
 #include "util/log.h"
 
-/* Hugging Face stores vectors (norms, biases) as 1-D tensors, matrices as [rows, cols]. */
-static int hf_shape(const mt_tensor *t, int64_t shape[2]) {
+/* Hugging Face stores vectors (norms, biases) as 1-D tensors, matrices as [rows, cols], and
+ * transformers 5 the experts' stacked matrices as [experts, rows / experts, cols]. */
+static int hf_shape(const mt_tensor *t, int64_t shape[3]) {
+    if (t->experts) {
+        shape[0] = t->experts;
+        shape[1] = t->rows / t->experts;
+        shape[2] = t->cols;
+        return 3;
+    }
     shape[0] = t->rows;
     shape[1] = t->cols;
     return t->cols == 1 ? 1 : 2;
 }
 
-static int same_shape(const mt_st_tensor *s, const mt_tensor *t) {
-    int64_t shape[2];
-    int ndim = hf_shape(t, shape);
+static int shape_is(const mt_st_tensor *s, int ndim, const int64_t *shape) {
     if (s->ndim != ndim) return 0;
     for (int i = 0; i < ndim; i++)
         if (s->shape[i] != shape[i]) return 0;
     return 1;
 }
 
-static mt_status shape_mismatch(const mt_st_tensor *s, const mt_tensor *t) {
-    int64_t shape[2];
-    int ndim = hf_shape(t, shape);
+static mt_status shape_mismatch(const mt_st_tensor *s, int ndim, const int64_t *shape) {
     char expected[64], found[160];
     mt_st_shape_str(ndim, shape, expected, sizeof expected);
     mt_st_shape_str(s->ndim, s->shape, found, sizeof found);
@@ -45,19 +48,70 @@ mt_status mt_hf_load_config(const char *dir, mt_config *cfg) {
     return mt_hf_config_read(path, cfg);
 }
 
-/* Every tensor the layout needs is present, shaped as the layout says and convertible. */
-static mt_status check_needed(const mt_safetensors *set, const char *dir, const mt_layout *lay, int64_t *total) {
-    *total = 0;
-    for (int i = 0; i < lay->num_tensors; i++) {
-        const mt_tensor *t = &lay->tensors[i];
-        const mt_st_tensor *s = mt_safetensors_find(set, t->name);
-        if (!s) return mt_fail(MT_ERR_INVALID, "%s: tensor '%s' is missing (the config needs it)", dir, t->name);
-        if (!same_shape(s, t)) return shape_mismatch(s, t);
-        if (s->dtype != MT_ST_BF16 && s->dtype != MT_ST_F16 && s->dtype != MT_ST_F32)
-            return mt_fail(MT_ERR_INVALID, "%s: tensor '%s' has dtype %s; only BF16, F16 and F32 load", s->file,
-                           s->name, mt_st_dtype_name(s->dtype));
-        *total += (int64_t)s->nbytes;
+/* One piece of a layout tensor as a checkpoint holds it: the tensor whole, or one of its hub parts
+ * (layout.h: an expert's gate, up or down; Mixtral's router under its older name), rows [row0, row0 +
+ * rows) of it. */
+typedef struct {
+    const mt_st_tensor *src;
+    int tensor;
+    int64_t row0;
+} source;
+
+/* The pieces of every tensor the layout needs: each whole by its name, or else by its hub parts
+ * (all of them), each present, shaped as the layout says and convertible. */
+typedef struct {
+    source *pieces;
+    int count;
+    uint8_t *by_parts; /* [num_tensors]: the tensor comes in its hub parts */
+    int64_t bytes;
+} plan;
+
+static mt_status take(plan *p, const mt_st_tensor *s, int tensor, int64_t row0) {
+    if (s->dtype != MT_ST_BF16 && s->dtype != MT_ST_F16 && s->dtype != MT_ST_F32)
+        return mt_fail(MT_ERR_INVALID, "%s: tensor '%s' has dtype %s; only BF16, F16 and F32 load", s->file, s->name,
+                       mt_st_dtype_name(s->dtype));
+    p->pieces[p->count++] = (source){s, tensor, row0};
+    p->bytes += (int64_t)s->nbytes;
+    return MT_OK;
+}
+
+static mt_status plan_tensor(plan *p, const mt_safetensors *set, const char *dir, const mt_layout *lay, int i) {
+    const mt_tensor *t = &lay->tensors[i];
+    int64_t shape[3];
+    int ndim = hf_shape(t, shape);
+    const mt_st_tensor *whole = mt_safetensors_find(set, t->name);
+    if (whole) {
+        if (!shape_is(whole, ndim, shape)) return shape_mismatch(whole, ndim, shape);
+        return take(p, whole, i, 0);
     }
+    int parts = mt_tensor_hub_parts(t);
+    for (int part = 0; part < parts; part++) {
+        char name[sizeof t->name];
+        int64_t row0, part_shape[2] = {0, t->cols};
+        int rows;
+        mt_tensor_hub_part(lay, t, part, name, sizeof name, &row0, &rows);
+        const mt_st_tensor *s = mt_safetensors_find(set, name);
+        if (!s && (part > 0 || parts > 1 || strcmp(name, t->name)))
+            return mt_fail(MT_ERR_INVALID, "%s: tensor '%s' is missing (the config needs it), and so is '%s', which "
+                           "holds %s", dir, t->name, name, parts > 1 ? "part of it one expert at a time" :
+                           "it under its older name");
+        if (!s) return mt_fail(MT_ERR_INVALID, "%s: tensor '%s' is missing (the config needs it)", dir, t->name);
+        part_shape[0] = rows;
+        int part_ndim = t->cols == 1 && !t->experts ? 1 : 2;
+        if (!shape_is(s, part_ndim, part_shape)) return shape_mismatch(s, part_ndim, part_shape);
+        MT_TRY(take(p, s, i, row0));
+    }
+    p->by_parts[i] = 1;
+    return MT_OK;
+}
+
+static mt_status plan_all(plan *p, const mt_safetensors *set, const char *dir, const mt_layout *lay) {
+    int most = 0;
+    for (int i = 0; i < lay->num_tensors; i++) most += mt_tensor_hub_parts(&lay->tensors[i]);
+    p->pieces = mt_calloc((size_t)most, sizeof *p->pieces, "the checkpoint's tensor list");
+    p->by_parts = mt_calloc((size_t)lay->num_tensors, 1, "the checkpoint's tensor list");
+    if (!p->pieces || !p->by_parts) return MT_ERR_NOMEM;
+    for (int i = 0; i < lay->num_tensors; i++) MT_TRY(plan_tensor(p, set, dir, lay, i));
     return MT_OK;
 }
 
@@ -67,18 +121,26 @@ static int ends_with(const char *s, const char *suffix) {
 }
 
 /* A tensor the layout does not have is refused unless it is known to be harmless: older
- * checkpoints saved RoPE's inverse frequencies, and tied models may carry lm_head.weight. */
-static mt_status check_extras(const mt_safetensors *set, const mt_layout *lay) {
+ * checkpoints saved RoPE's inverse frequencies, and tied models may carry lm_head.weight. A
+ * tensor held twice (whole and in its parts) is refused too. */
+static mt_status check_extras(const mt_safetensors *set, const mt_layout *lay, const plan *p) {
     for (int i = 0; i < mt_safetensors_count(set); i++) {
         const mt_st_tensor *s = mt_safetensors_at(set, i);
-        if (mt_layout_find(lay, s->name, NULL)) continue;
+        int part;
+        const mt_tensor *t = mt_layout_find_hub(lay, s->name, &part);
+        if (t && (part < 0) == !p->by_parts[t - lay->tensors]) continue;
+        if (t)
+            return mt_fail(MT_ERR_INVALID, "%s: holds both '%s' and '%s' (%s): the model's tensor twice", s->file,
+                           t->name, s->name, part < 0 ? "its parts" : "a part of it");
         if (ends_with(s->name, ".rotary_emb.inv_freq")) {
             mt_log_debug("%s: ignoring '%s' (recomputed from rope_theta)", s->file, s->name);
             continue;
         }
         if (lay->cfg.tie_embeddings && !strcmp(s->name, "lm_head.weight")) {
             const mt_tensor *wte = mt_layout_tensor(lay, mt_unit_embed(), MT_T_WTE);
-            if (!same_shape(s, wte)) return shape_mismatch(s, wte);
+            int64_t shape[3];
+            int ndim = hf_shape(wte, shape);
+            if (!shape_is(s, ndim, shape)) return shape_mismatch(s, ndim, shape);
             mt_log_info("%s: ignoring '%s': tie_word_embeddings reuses the embedding", s->file, s->name);
             continue;
         }
@@ -96,31 +158,32 @@ static int64_t master_offset(const mt_layout *lay, const mt_tensor *t) { return 
 /* Tensors convert this many elements at a time, through a buffer of their own. */
 enum { CONVERT_PIECE = 1 << 22 };
 
-static mt_status convert_all(const mt_safetensors *set, const mt_layout *lay, mt_hf_sink_fn sink, void *sink_user,
-                             int64_t total, mt_hf_progress_fn progress, void *user) {
+static mt_status convert_all(const plan *p, const mt_layout *lay, mt_hf_sink_fn sink, void *sink_user,
+                             mt_hf_progress_fn progress, void *user) {
     float *buf = mt_malloc(CONVERT_PIECE * sizeof *buf, "the weights' conversion buffer");
     if (!buf) return MT_ERR_NOMEM;
     int64_t done = 0;
     mt_status st = MT_OK;
-    for (int i = 0; st == MT_OK && i < lay->num_tensors; i++) {
-        const mt_tensor *t = &lay->tensors[i];
-        const mt_st_tensor *s = mt_safetensors_find(set, t->name);
-        int64_t at = master_offset(lay, t), elem = s->numel ? (int64_t)s->nbytes / s->numel : 0;
+    for (int i = 0; st == MT_OK && i < p->count; i++) {
+        const source *piece = &p->pieces[i];
+        const mt_tensor *t = &lay->tensors[piece->tensor];
+        const mt_st_tensor *s = piece->src;
+        int64_t at = master_offset(lay, t) + piece->row0 * t->cols, elem = s->numel ? (int64_t)s->nbytes / s->numel : 0;
         for (int64_t first = 0; st == MT_OK && first < s->numel; first += CONVERT_PIECE) {
-            mt_st_tensor piece = *s; /* a view of the elements from `first` on */
-            piece.numel = s->numel - first < CONVERT_PIECE ? s->numel - first : CONVERT_PIECE;
-            piece.nbytes = (size_t)(piece.numel * elem);
-            piece.data = (const uint8_t *)s->data + first * elem;
-            st = mt_st_tensor_to_f32(&piece, buf);
-            if (st == MT_OK) sink(sink_user, at + first, buf, piece.numel);
+            mt_st_tensor view = *s; /* the elements from `first` on */
+            view.numel = s->numel - first < CONVERT_PIECE ? s->numel - first : CONVERT_PIECE;
+            view.nbytes = (size_t)(view.numel * elem);
+            view.data = (const uint8_t *)s->data + first * elem;
+            st = mt_st_tensor_to_f32(&view, buf);
+            if (st == MT_OK) sink(sink_user, at + first, buf, view.numel);
         }
-        int64_t padding = padded_numel(s->numel) - s->numel;
+        int64_t numel = (int64_t)t->rows * t->cols, padding = padded_numel(numel) - numel;
         if (st == MT_OK && padding > 0) {
             memset(buf, 0, (size_t)padding * sizeof *buf);
-            sink(sink_user, at + s->numel, buf, padding);
+            sink(sink_user, master_offset(lay, t) + numel, buf, padding);
         }
         done += (int64_t)s->nbytes;
-        if (st == MT_OK && progress) progress(done, total, user);
+        if (st == MT_OK && progress) progress(done, p->bytes, user);
     }
     free(buf);
     return st;
@@ -130,10 +193,12 @@ mt_status mt_hf_load_weights_into(const char *dir, const mt_layout *lay, mt_hf_s
                                   mt_hf_progress_fn progress, void *user) {
     mt_safetensors *set;
     MT_TRY(mt_safetensors_open_dir(dir, &set));
-    int64_t total;
-    mt_status st = check_needed(set, dir, lay, &total);
-    if (st == MT_OK) st = check_extras(set, lay);
-    if (st == MT_OK) st = convert_all(set, lay, sink, sink_user, total, progress, user);
+    plan p = {0};
+    mt_status st = plan_all(&p, set, dir, lay);
+    if (st == MT_OK) st = check_extras(set, lay, &p);
+    if (st == MT_OK) st = convert_all(&p, lay, sink, sink_user, progress, user);
+    free(p.pieces);
+    free(p.by_parts);
     mt_safetensors_close(set);
     return st;
 }
@@ -202,26 +267,49 @@ static mt_status sync_dir(const char *path) {
     return MT_OK;
 }
 
-static mt_st_source *export_sources(const mt_layout *lay, const float *masters) {
-    mt_st_source *src = mt_calloc((size_t)lay->num_tensors, sizeof *src, "the export's tensor list");
-    if (!src) return NULL;
+/* Every tensor under the names checkpoints on the hub hold it (mt_tensor_hub_part): the experts one
+ * at a time, which transformers 4 loads as they are and transformers 5 through its conversion
+ * mapping (the fused layout it keeps in memory), as do the other tools that read these families. */
+static mt_st_source *export_sources(const mt_layout *lay, const float *masters, int *count, char **names) {
+    int n = 0;
+    for (int i = 0; i < lay->num_tensors; i++) n += mt_tensor_hub_parts(&lay->tensors[i]);
+    mt_st_source *src = mt_calloc((size_t)n, sizeof *src, "the export's tensor list");
+    *names = mt_calloc((size_t)n, sizeof lay->tensors[0].name, "the export's tensor names");
+    if (!src || !*names) {
+        free(src);
+        free(*names);
+        return NULL;
+    }
+    int at = 0;
     for (int i = 0; i < lay->num_tensors; i++) {
         const mt_tensor *t = &lay->tensors[i];
-        src[i].name = t->name;
-        src[i].ndim = hf_shape(t, src[i].shape);
-        src[i].data = masters + master_offset(lay, t);
+        for (int part = 0; part < mt_tensor_hub_parts(t); part++, at++) {
+            char *name = *names + (size_t)at * sizeof t->name;
+            int64_t row0;
+            int rows;
+            mt_tensor_hub_part(lay, t, part, name, sizeof t->name, &row0, &rows);
+            src[at].name = name;
+            src[at].ndim = t->cols == 1 && !t->experts ? 1 : 2;
+            src[at].shape[0] = rows;
+            src[at].shape[1] = t->cols;
+            src[at].data = masters + master_offset(lay, t) + row0 * t->cols;
+        }
     }
+    *count = n;
     return src;
 }
 
 static mt_status write_model(const mt_layout *lay, const float *masters, const char *dir,
                              const mt_hf_export_options *opt) {
-    mt_st_source *src = export_sources(lay, masters);
+    int count;
+    char *names;
+    mt_st_source *src = export_sources(lay, masters, &count, &names);
     if (!src) return MT_ERR_NOMEM;
     const char *torch_dtype = opt->dtype == MT_ST_BF16 ? "bfloat16" : "float32";
     mt_status st = mt_hf_config_write(&lay->cfg, torch_dtype, dir);
-    if (st == MT_OK) st = mt_safetensors_write_dir(dir, src, lay->num_tensors, opt->dtype, opt->max_shard_bytes);
+    if (st == MT_OK) st = mt_safetensors_write_dir(dir, src, count, opt->dtype, opt->max_shard_bytes);
     free(src);
+    free(names);
     return st;
 }
 
@@ -250,6 +338,8 @@ mt_status mt_hf_export(const mt_layout *lay, const float *masters, const char *o
     }
     char *parent = dirname(tmp); /* tmp is no longer needed; dirname may write into it */
     MT_TRY(sync_dir(parent));
-    mt_log_info("exported %d tensors (%s) to %s", lay->num_tensors, mt_st_dtype_name(opt->dtype), target);
+    int tensors = 0;
+    for (int i = 0; i < lay->num_tensors; i++) tensors += mt_tensor_hub_parts(&lay->tensors[i]);
+    mt_log_info("exported %d tensors (%s) to %s", tensors, mt_st_dtype_name(opt->dtype), target);
     return MT_OK;
 }

@@ -2,10 +2,10 @@
 #include "model/block_kinds.h"
 
 static const mt_part_kind *const mixers[MT_MIXER_KINDS] = {[MT_MIXER_ATTENTION] = &mt_mixer_attention};
-static const mt_part_kind *const ffns[MT_FFN_KINDS] = {[MT_FFN_DENSE] = &mt_ffn_dense};
+static const mt_part_kind *const ffns[MT_FFN_KINDS] = {[MT_FFN_DENSE] = &mt_ffn_dense, [MT_FFN_MOE] = &mt_ffn_moe};
 
 mt_block_kinds mt_block_kinds_of(const mt_config *c, int l) {
-    return (mt_block_kinds){MT_MIXER_ATTENTION, MT_FFN_DENSE};
+    return (mt_block_kinds){MT_MIXER_ATTENTION, mt_config_layer_is_moe(c, l) ? MT_FFN_MOE : MT_FFN_DENSE};
 }
 
 const mt_part_kind *mt_mixer_kind_of(mt_mixer_kind k) { return mixers[k]; }

@@ -16,7 +16,7 @@
 #include "model/layout.h"
 
 typedef enum { MT_MIXER_ATTENTION, MT_MIXER_KINDS } mt_mixer_kind;
-typedef enum { MT_FFN_DENSE, MT_FFN_KINDS } mt_ffn_kind;
+typedef enum { MT_FFN_DENSE, MT_FFN_MOE, MT_FFN_KINDS } mt_ffn_kind;
 
 /* One kind's model side. */
 typedef struct {
@@ -45,5 +45,6 @@ const mt_part_kind *mt_ffn_kind_of(mt_ffn_kind k);
 /* The kinds' model sides (src/model/<kind>.c). */
 extern const mt_part_kind mt_mixer_attention;
 extern const mt_part_kind mt_ffn_dense;
+extern const mt_part_kind mt_ffn_moe;
 
 #endif

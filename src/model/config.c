@@ -3,6 +3,7 @@
 #include "model/block_kinds.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,7 +24,7 @@ typedef struct {
     {.arch = MT_ARCH_QWEN3, .hidden_size = D, .intermediate_size = F, .num_layers = L,        \
      .num_heads = H, .num_kv_heads = 8, .head_dim = 128, .vocab_size = 151936,                \
      .max_position = 40960, .rms_norm_eps = 1e-6f, .rope_theta = 1000000.0f,                  \
-     .tie_embeddings = TIE, .qk_norm = 1, .bos_token_id = 151643, .eos_token_id = 151645}
+     .tie_embeddings = TIE, .qk_norm = MT_QK_NORM_HEAD, .bos_token_id = 151643, .eos_token_id = 151645}
 
 static const preset presets[] = {
     /* The README's demo: bytes as tokens, trains in minutes on two CPU cores. */
@@ -91,6 +92,39 @@ static const preset presets[] = {
     {"qwen3-1.7b", QWEN3(2048, 6144, 28, 16, 1)},
     {"qwen3-4b", QWEN3(2560, 9728, 36, 32, 1)},
     {"qwen3-8b", QWEN3(4096, 12288, 36, 32, 0)},
+    /* Mixtures of experts, as their config.json on the hub gives them. Qwen/Qwen3-30B-A3B: 128 experts
+     * of 768, top 8 renormalised, every block sparse. */
+    {"qwen3-30b-a3b", {.arch = MT_ARCH_QWEN3_MOE, .hidden_size = 2048, .intermediate_size = 6144,
+                       .num_layers = 48, .num_heads = 32, .num_kv_heads = 4, .head_dim = 128,
+                       .vocab_size = 151936, .max_position = 40960, .rms_norm_eps = 1e-6f,
+                       .rope_theta = 1000000.0f, .qk_norm = MT_QK_NORM_HEAD, .bos_token_id = 151643,
+                       .eos_token_id = 151645, .num_experts = 128, .experts_per_token = 8,
+                       .moe_intermediate_size = 768, .norm_topk_prob = 1, .decoder_sparse_step = 1,
+                       .router_aux_loss_coef = 0.001f}},
+    /* Qwen/Qwen1.5-MoE-A2.7B (Qwen2MoeForCausalLM): 60 experts of 1408, top 4, and a shared expert
+     * of 5632 behind a sigmoid gate; q/k/v biases. */
+    {"qwen1.5-moe-a2.7b", {.arch = MT_ARCH_QWEN2_MOE, .hidden_size = 2048, .intermediate_size = 5632,
+                           .num_layers = 24, .num_heads = 16, .num_kv_heads = 16, .head_dim = 128,
+                           .vocab_size = 151936, .max_position = 8192, .rms_norm_eps = 1e-6f,
+                           .rope_theta = 1000000.0f, .attention_bias = 1, .bos_token_id = 151643,
+                           .eos_token_id = 151643, .num_experts = 60, .experts_per_token = 4,
+                           .moe_intermediate_size = 1408, .shared_expert_intermediate_size = 5632,
+                           .decoder_sparse_step = 1, .router_aux_loss_coef = 0.001f}},
+    /* mistralai/Mixtral-8x7B-v0.1: 8 experts of 14336, top 2 (a softmax over the two). */
+    {"mixtral-8x7b", {.arch = MT_ARCH_MIXTRAL, .hidden_size = 4096, .intermediate_size = 14336,
+                      .num_layers = 32, .num_heads = 32, .num_kv_heads = 8, .head_dim = 128,
+                      .vocab_size = 32000, .max_position = 32768, .rms_norm_eps = 1e-5f,
+                      .rope_theta = 1000000.0f, .bos_token_id = 1, .eos_token_id = 2, .num_experts = 8,
+                      .experts_per_token = 2, .moe_intermediate_size = 14336, .norm_topk_prob = 1,
+                      .decoder_sparse_step = 1, .router_aux_loss_coef = 0.02f}},
+    /* allenai/OLMoE-1B-7B-0924: 64 experts of 1024, top 8 not renormalised; q/k RMSNorm over the
+     * whole projections. */
+    {"olmoe-1b-7b", {.arch = MT_ARCH_OLMOE, .hidden_size = 2048, .intermediate_size = 1024,
+                     .num_layers = 16, .num_heads = 16, .num_kv_heads = 16, .head_dim = 128,
+                     .vocab_size = 50304, .max_position = 4096, .rms_norm_eps = 1e-5f,
+                     .rope_theta = 10000.0f, .qk_norm = MT_QK_NORM_FULL, .bos_token_id = -1,
+                     .eos_token_id = 50279, .num_experts = 64, .experts_per_token = 8,
+                     .moe_intermediate_size = 1024, .decoder_sparse_step = 1, .router_aux_loss_coef = 0.01f}},
 };
 
 mt_status mt_config_preset(const char *name, mt_config *cfg) {
@@ -126,6 +160,58 @@ static mt_status in_range(const char *name, int value, int lo, int hi) {
     return mt_fail(MT_ERR_INVALID, "%s must be from %d to %d, got %d", name, lo, hi, value);
 }
 
+int mt_arch_is_moe(mt_arch arch) {
+    return arch == MT_ARCH_QWEN3_MOE || arch == MT_ARCH_QWEN2_MOE || arch == MT_ARCH_MIXTRAL || arch == MT_ARCH_OLMOE;
+}
+
+static int mlp_only(const mt_config *c, int l) { return (int)(c->mlp_only_layers[l / 64] >> (l % 64)) & 1; }
+
+int mt_config_layer_is_moe(const mt_config *c, int l) {
+    return c->num_experts > 0 && c->decoder_sparse_step > 0 && (l + 1) % c->decoder_sparse_step == 0 &&
+           !mlp_only(c, l);
+}
+
+int mt_config_moe_layers(const mt_config *c) {
+    int n = 0;
+    for (int l = 0; l < c->num_layers; l++) n += mt_config_layer_is_moe(c, l);
+    return n;
+}
+
+/* The mixture-of-experts fields: present exactly for the MoE architectures, within what the ops take
+ * (the experts' stacked matrices' rows fit an int). */
+static mt_status validate_moe(const mt_config *c) {
+    if (!mt_arch_is_moe(c->arch)) {
+        REQUIRE(c->num_experts == 0 && c->shared_expert_intermediate_size == 0,
+                "experts are part of the mixture-of-experts architectures only");
+        return MT_OK;
+    }
+    MT_TRY(in_range("num_experts", c->num_experts, 1, MT_CONFIG_MAX_EXPERTS));
+    int most = c->num_experts < MT_CONFIG_MAX_TOP_K ? c->num_experts : MT_CONFIG_MAX_TOP_K;
+    MT_TRY(in_range("num_experts_per_tok", c->experts_per_token, 1, most));
+    MT_TRY(in_range("moe_intermediate_size", c->moe_intermediate_size, 1, MT_CONFIG_MAX_INTERMEDIATE));
+    REQUIRE((int64_t)c->num_experts * 2 * c->moe_intermediate_size <= INT32_MAX,
+            "num_experts x 2 x moe_intermediate_size (%lld) must stay below 2^31",
+            (long long)c->num_experts * 2 * c->moe_intermediate_size);
+    MT_TRY(in_range("decoder_sparse_step", c->decoder_sparse_step, 1, c->num_layers));
+    for (int l = c->num_layers; l < MT_CONFIG_MAX_LAYERS; l++)
+        REQUIRE(!mlp_only(c, l), "mlp_only_layers names layer %d of a model of %d", l, c->num_layers);
+    REQUIRE(mt_config_moe_layers(c) > 0, "decoder_sparse_step and mlp_only_layers leave no layer sparse");
+    if (c->arch == MT_ARCH_QWEN2_MOE)
+        MT_TRY(in_range("shared_expert_intermediate_size", c->shared_expert_intermediate_size, 1,
+                        MT_CONFIG_MAX_INTERMEDIATE));
+    else
+        REQUIRE(c->shared_expert_intermediate_size == 0, "a shared expert is part of Qwen2-MoE only");
+    REQUIRE(c->arch != MT_ARCH_MIXTRAL || c->norm_topk_prob, "Mixtral's routing weights are always renormalised");
+    REQUIRE((c->arch != MT_ARCH_MIXTRAL && c->arch != MT_ARCH_OLMOE) || c->moe_intermediate_size == c->intermediate_size,
+            "Mixtral's and OLMoE's experts are intermediate_size wide (%d), not %d", c->intermediate_size,
+            c->moe_intermediate_size);
+    REQUIRE(c->router_aux_loss_coef >= 0 && isfinite(c->router_aux_loss_coef),
+            "router_aux_loss_coef must be a finite number >= 0, got %g", (double)c->router_aux_loss_coef);
+    REQUIRE(c->arch != MT_ARCH_OLMOE || c->num_heads * c->head_dim == c->hidden_size,
+            "OLMoE's head_dim is hidden_size / num_attention_heads");
+    return MT_OK;
+}
+
 mt_status mt_config_validate(const mt_config *c) {
     MT_TRY(in_range("hidden_size", c->hidden_size, 1, MT_CONFIG_MAX_HIDDEN));
     MT_TRY(in_range("intermediate_size", c->intermediate_size, 1, MT_CONFIG_MAX_INTERMEDIATE));
@@ -143,11 +229,17 @@ mt_status mt_config_validate(const mt_config *c) {
     REQUIRE(c->rope_theta > 0 && isfinite(c->rope_theta), "rope_theta must be positive, got %g",
             (double)c->rope_theta);
     /* config.json carries no flag for the q/k norms: its architecture implies them. */
-    REQUIRE((c->qk_norm != 0) == (c->arch == MT_ARCH_QWEN3), "q/k RMSNorm %s",
-            c->qk_norm ? "is part of Qwen3 only" : "is part of every Qwen3 model");
-    /* Qwen3's attention_bias puts a bias on o_proj as well, which the block does not have. */
-    REQUIRE(!(c->arch == MT_ARCH_QWEN3 && c->attention_bias),
-            "attention_bias is not supported for Qwen3 (it adds an o_proj bias)");
+    int head_norm = c->arch == MT_ARCH_QWEN3 || c->arch == MT_ARCH_QWEN3_MOE;
+    int want_qk = head_norm ? MT_QK_NORM_HEAD : c->arch == MT_ARCH_OLMOE ? MT_QK_NORM_FULL : MT_QK_NORM_NONE;
+    REQUIRE(c->qk_norm == want_qk, "q/k RMSNorm %s",
+            want_qk == MT_QK_NORM_HEAD   ? "over each head is part of every Qwen3 and Qwen3-MoE model"
+            : want_qk == MT_QK_NORM_FULL ? "over the whole projections is part of every OLMoE model"
+                                         : "is part of OLMoE, Qwen3-MoE and Qwen3 only");
+    /* Qwen3's, Qwen3-MoE's and OLMoE's attention_bias puts a bias on o_proj as well, which the block
+     * does not have; Mixtral has none. */
+    REQUIRE(!(c->attention_bias && (head_norm || c->arch == MT_ARCH_OLMOE || c->arch == MT_ARCH_MIXTRAL)),
+            "attention_bias is not supported for this architecture (it adds an o_proj bias)");
+    MT_TRY(validate_moe(c));
     if (c->rope_scaling_factor != 0) {
         REQUIRE(c->rope_scaling_factor >= 1 && isfinite(c->rope_scaling_factor),
                 "rope_scaling.factor must be >= 1, got %g", (double)c->rope_scaling_factor);
@@ -193,7 +285,12 @@ double mt_config_blocks_extra_flops(const mt_config *c, int seq) {
     return f;
 }
 
-int mt_config_dense_mlp_width(const mt_config *c) { return c->intermediate_size; }
+int mt_config_dense_mlp_width(const mt_config *c) {
+    int F = c->shared_expert_intermediate_size;
+    for (int l = 0; l < c->num_layers; l++)
+        if (!mt_config_layer_is_moe(c, l) && c->intermediate_size > F) return c->intermediate_size;
+    return F;
+}
 
 int64_t mt_config_total_params(const mt_config *c) {
     int64_t embed = (int64_t)c->vocab_size * c->hidden_size;

@@ -6,7 +6,29 @@
 
 #include "util/status.h"
 
-typedef enum { MT_ARCH_LLAMA, MT_ARCH_MISTRAL, MT_ARCH_QWEN2, MT_ARCH_QWEN3 } mt_arch;
+typedef enum {
+    MT_ARCH_LLAMA, MT_ARCH_MISTRAL, MT_ARCH_QWEN2, MT_ARCH_QWEN3,
+    /* mixtures of experts */
+    MT_ARCH_QWEN3_MOE, MT_ARCH_QWEN2_MOE, MT_ARCH_MIXTRAL, MT_ARCH_OLMOE,
+} mt_arch;
+
+/* RMSNorm of q and k before RoPE: none, over each head's head_dim values (Qwen3, Qwen3-MoE), or
+ * over the whole projection (OLMoE: q's heads x head_dim, k's kv_heads x head_dim values). */
+typedef enum { MT_QK_NORM_NONE, MT_QK_NORM_HEAD, MT_QK_NORM_FULL } mt_qk_norm;
+
+/* The largest shapes this code takes: every size the layout, the store and the engine compute
+ * from them stays far inside 64-bit (and their per-call counts inside 32-bit) arithmetic. */
+#define MT_CONFIG_MAX_HIDDEN (1 << 16)
+#define MT_CONFIG_MAX_INTERMEDIATE (1 << 20)
+#define MT_CONFIG_MAX_LAYERS 4096
+#define MT_CONFIG_MAX_HEADS 4096
+#define MT_CONFIG_MAX_VOCAB (1 << 24)
+#define MT_CONFIG_MAX_POSITION (1 << 24)
+#define MT_CONFIG_MAX_PARAMS ((int64_t)1 << 40)
+
+/* The largest number of experts and of experts a token goes to that this code takes. */
+#define MT_CONFIG_MAX_EXPERTS 1024
+#define MT_CONFIG_MAX_TOP_K 64
 
 typedef struct {
     mt_arch arch;
@@ -22,13 +44,26 @@ typedef struct {
     float rope_theta;
     int tie_embeddings;      /* LM head shares the embedding matrix */
     int attention_bias;      /* q/k/v projections carry a bias (Qwen2) */
-    int qk_norm;             /* RMSNorm over each head of q and k, before RoPE (Qwen3) */
+    int qk_norm;             /* mt_qk_norm: RMSNorm of q and k before RoPE (Qwen3, OLMoE) */
     /* rope_scaling of type "llama3"; factor == 0 means none. */
     float rope_scaling_factor;
     float rope_low_freq_factor;
     float rope_high_freq_factor;
     int rope_original_max_position;
     int bos_token_id, eos_token_id;  /* -1 when absent */
+    /* Mixture of experts (num_experts > 0): a sparse block's feed-forward routes each token to
+     * experts_per_token of num_experts SwiGLU experts of moe_intermediate_size (model/ffn_moe.c).
+     * Block l is sparse when (l + 1) % decoder_sparse_step == 0 and l is not in mlp_only_layers;
+     * the others keep a dense MLP of intermediate_size. */
+    int num_experts, experts_per_token, moe_intermediate_size;
+    int norm_topk_prob;      /* the chosen experts' weights divided by their sum (Qwen3-MoE, Mixtral) */
+    int shared_expert_intermediate_size; /* Qwen2-MoE's shared expert and its sigmoid gate; 0: none */
+    int decoder_sparse_step;
+    uint64_t mlp_only_layers[MT_CONFIG_MAX_LAYERS / 64]; /* bit l: block l stays dense */
+    /* The router's load-balancing loss takes part in training, weighted by router_aux_loss_coef
+     * (config.json's output_router_logits, as transformers adds it to the loss). */
+    int output_router_logits;
+    float router_aux_loss_coef;
 } mt_config;
 
 /* Fills `cfg` with a built-in shape (mt_config_preset_names lists them). Fails naming the preset
@@ -37,15 +72,6 @@ mt_status mt_config_preset(const char *name, mt_config *cfg);
 /* Comma-separated preset names, for help text. */
 const char *mt_config_preset_names(void);
 
-/* The largest shapes this code takes: every size the layout, the store and the engine compute
- * from them stays far inside 64-bit (and their per-call counts inside 32-bit) arithmetic. */
-#define MT_CONFIG_MAX_HIDDEN (1 << 16)
-#define MT_CONFIG_MAX_INTERMEDIATE (1 << 20)
-#define MT_CONFIG_MAX_LAYERS 4096
-#define MT_CONFIG_MAX_HEADS 4096
-#define MT_CONFIG_MAX_VOCAB (1 << 24)
-#define MT_CONFIG_MAX_POSITION (1 << 24)
-#define MT_CONFIG_MAX_PARAMS ((int64_t)1 << 40)
 
 /* Checks the shape against what the model code supports, limits above included; the message
  * names the field. */
@@ -58,8 +84,14 @@ int64_t mt_config_block_params(const mt_config *cfg, int l);
 int64_t mt_config_blocks_params(const mt_config *cfg);
 int64_t mt_config_blocks_active_params(const mt_config *cfg);
 int64_t mt_config_total_params(const mt_config *cfg);
-/* The widest dense SwiGLU MLP among the blocks' feed-forwards (what the block workspace sizes for). */
+/* The widest dense SwiGLU MLP among the blocks' feed-forwards, a shared expert's included (what the
+ * block workspace sizes for); 0 when there is none. */
 int mt_config_dense_mlp_width(const mt_config *cfg);
+/* Whether block l's feed-forward is a mixture of experts, and how many blocks' are. */
+int mt_config_layer_is_moe(const mt_config *cfg, int l);
+int mt_config_moe_layers(const mt_config *cfg);
+/* Whether the architecture is one of the mixtures of experts (its config needs num_experts). */
+int mt_arch_is_moe(mt_arch arch);
 /* Forward FLOPs a token in every block besides the linear layers (attention's), at seq tokens a
  * sequence. */
 double mt_config_blocks_extra_flops(const mt_config *cfg, int seq);

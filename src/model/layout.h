@@ -2,8 +2,11 @@
  * each a contiguous run of tensors so that one copy moves a whole unit.
  *
  *   unit 0         embedding       wte [V, D]
- *   units 1..L     blocks          attn_norm, wq, wk, wv, (bq, bk, bv), (q_norm, k_norm), wo,
- *                                  mlp_norm, wg, wu, wd
+ *   units 1..L     blocks          the mixer's and the feed-forward's tensors, as their kinds
+ *                                  declare them (model/block_kinds.h): attn_norm, wq, wk, wv,
+ *                                  (bq, bk, bv), (q_norm, k_norm), wo; mlp_norm, then wg, wu, wd
+ *                                  (dense) or the router, the experts' stacked gate_up and down
+ *                                  and (Qwen2-MoE) a shared expert with its gate
  *   unit L+1       head            final_norm [D], lm_head [V, D] (absent when tied: the head
  *                                  then reads unit 0's wte)
  *
@@ -23,6 +26,10 @@ typedef enum {
     MT_T_WTE,
     MT_T_ATTN_NORM, MT_T_WQ, MT_T_WK, MT_T_WV, MT_T_BQ, MT_T_BK, MT_T_BV, MT_T_Q_NORM, MT_T_K_NORM, MT_T_WO,
     MT_T_MLP_NORM, MT_T_WG, MT_T_WU, MT_T_WD,
+    /* mixture of experts: the router [E, D]; every expert's [gate; up] [E x 2F, D] and down [E x D, F]
+     * stacked expert by expert; a shared expert's gate, up, down and its sigmoid gate [1, D] */
+    MT_T_ROUTER, MT_T_EXPERTS_GATE_UP, MT_T_EXPERTS_DOWN,
+    MT_T_SHARED_GATE, MT_T_SHARED_UP, MT_T_SHARED_DOWN, MT_T_SHARED_EXPERT_GATE,
     MT_T_FINAL_NORM, MT_T_LM_HEAD,
     MT_T_COUNT
 } mt_tensor_kind;
@@ -42,6 +49,8 @@ typedef struct {
     int rows, cols;       /* cols == 1 for vectors; shape [rows, cols] row-major */
     int64_t offset;       /* elements from the start of its unit */
     int decay;            /* AdamW weight decay applies (matrices, not norms or biases) */
+    int experts;          /* > 0: the tensor is this many experts' matrices stacked, [experts, rows /
+                           * experts, cols] to Hugging Face (transformers 5's fused layout) */
     char name[64];        /* Hugging Face name, e.g. model.layers.3.self_attn.q_proj.weight */
 } mt_tensor;
 
@@ -76,9 +85,22 @@ const mt_tensor *mt_layout_tensor(const mt_layout *layout, int u, mt_tensor_kind
 const mt_tensor *mt_layout_find(const mt_layout *layout, const char *name, int *unit);
 
 /* For the block kinds' declarations (model/block_kinds.h): appends to unit u, which is block l's,
- * a tensor named "model.layers.<l>.<suffix>" of rows x cols (cols 1: a vector). */
+ * a tensor named "model.layers.<l>.<suffix>" of rows x cols (cols 1: a vector), `experts` matrices
+ * stacked (0: one). */
 void mt_layout_add_block_tensor(mt_layout *layout, mt_unit *u, mt_tensor_kind kind, int l, int rows, int cols,
-                                int decay, const char *suffix);
+                                int decay, int experts, const char *suffix);
+
+/* How checkpoints on the hub hold tensor t when not as t->name: the experts' stacked matrices one
+ * expert (and gate and up each) at a time, under the family's names (Mixtral's from before
+ * transformers 5: block_sparse_moe.experts.N.w1); Mixtral's router as block_sparse_moe.gate.
+ * mt_tensor_hub_parts gives how many parts t has there (1: t whole, perhaps under another name);
+ * mt_tensor_hub_part part i's name and its rows [row0, row0 + rows) of t. export writes these names
+ * (every hub checkpoint and every transformers reads them); the reader takes them or t->name. */
+int mt_tensor_hub_parts(const mt_tensor *t);
+void mt_tensor_hub_part(const mt_layout *layout, const mt_tensor *t, int part, char *name, size_t cap, int64_t *row0,
+                        int *rows);
+/* The tensor and part a hub name is, or NULL. */
+const mt_tensor *mt_layout_find_hub(const mt_layout *layout, const char *name, int *part);
 
 /* Unit indices. */
 static inline int mt_unit_embed(void) { return 0; }

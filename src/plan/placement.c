@@ -134,13 +134,14 @@ static void floor_terms(mt_placement *p, mt_backend *be, const mt_layout *lay) {
     p->tokens = (double)o->micro_batches * o->batch * o->seq;
     p->flops = step_flops(c, p->tokens, o->seq);
     p->gemm_s = p->flops / (p->rates.gemm_flop_per_s * STEP_COMPUTE_SHARE);
-    p->host_params = (double)(lay->total_numel - mt_engine_device_numel(lay, o));
+    p->host_params = (double)(lay->total_numel - mt_engine_device_params(lay, o));
     /* In: the host-updated units' weights, and the streamed blocks the backward reloads; out:
      * their gradients. Host-kept checkpoints go out in the forward and come back in the backward. */
     p->pcie_in = wsize * (p->host_params + block * (streamed - slots)) + (double)p->dev.host_checkpoints;
     p->pcie_out = 4.0 * p->host_params + (double)p->dev.host_checkpoints;
     double in_s = p->pcie_in / p->rates.pcie_bytes_per_s, out_s = p->pcie_out / p->rates.pcie_d2h_bytes_per_s;
     p->pcie_s = in_s > out_s ? in_s : out_s;
+    p->pcie_cover_tokens = p->gemm_s > 0 ? p->tokens * p->pcie_s / p->gemm_s : 0;
     opt_bytes(lay, &p->store, opt_mode_of(o, p->moments), &p->opt_bytes_per_param, &p->after_norm_bytes_per_param);
     p->opt_s = p->opt_bytes_per_param * p->host_params / p->rates.host_bytes_per_s;
     p->after_norm_s = p->after_norm_bytes_per_param * p->host_params / p->rates.host_bytes_per_s;
@@ -341,6 +342,9 @@ void mt_placement_print(const mt_placement *p, FILE *out) {
             p->flops, p->rates.gemm_flop_per_s / 1e12, STEP_COMPUTE_SHARE, p->gemm_s);
     fprintf(out, "          PCIe in %.2f GB at %.1f GB/s, out %.2f GB at %.1f GB/s = %.3f s\n", p->pcie_in / 1e9,
             p->rates.pcie_bytes_per_s / 1e9, p->pcie_out / 1e9, p->rates.pcie_d2h_bytes_per_s / 1e9, p->pcie_s);
+    fprintf(out, "          the GEMMs cover the PCIe copies from %.0f tokens a step (this one: %.0f, %s)\n",
+            p->pcie_cover_tokens, p->tokens,
+            p->tokens >= p->pcie_cover_tokens ? "the compute sets the pace" : "the copies set the pace");
     fprintf(out, "          host optimizer %.0f bytes/parameter x %.3f B parameters over %.0f GB/s host memory = "
             "%.3f s (the device updates the other %.3f B)\n", p->opt_bytes_per_param, p->host_params / 1e9,
             p->rates.host_bytes_per_s / 1e9, p->opt_s, (p->params - p->host_params) / 1e9);

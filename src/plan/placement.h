@@ -61,6 +61,10 @@ typedef struct {
      * the largest term. */
     double params, tokens, flops, gemm_s, pcie_in, pcie_out, pcie_s, host_params;
     double opt_bytes_per_param, opt_s, after_norm_bytes_per_param, after_norm_s, floor_s;
+    /* The tokens a step needs for its GEMMs to take as long as its PCIe copies (the FLOPs grow with
+     * the tokens, the copies do not): below it the copies set the step's pace, as for a mixture of
+     * experts, whose experts are most of the bytes and little of a token's FLOPs. */
+    double pcie_cover_tokens;
     mt_rates rates;
 } mt_placement;
 

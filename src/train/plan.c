@@ -64,6 +64,14 @@ mt_status mt_plan(const mt_train_options *given, FILE *out) {
         else snprintf(blocks, sizeof blocks, "%.1f to %.1f M", least / 1e6, most / 1e6);
         fprintf(out, "model     %.3f B parameters: %d blocks of %s, vocabulary %d x %d%s\n", params / 1e9,
                 cfg.num_layers, blocks, cfg.vocab_size, cfg.hidden_size, cfg.tie_embeddings ? " (tied)" : "");
+        if (cfg.num_experts > 0) {
+            double ends = params - (double)mt_config_blocks_params(&cfg);
+            fprintf(out, "experts   %d of %d blocks a mixture of %d experts of %d, %d a token%s; %.3f B parameters active "
+                    "a token (the FLOPs count these)\n", mt_config_moe_layers(&cfg), cfg.num_layers, cfg.num_experts,
+                    cfg.moe_intermediate_size, cfg.experts_per_token,
+                    cfg.shared_expert_intermediate_size ? " and a shared expert" : "",
+                    (ends + (double)mt_config_blocks_active_params(&cfg)) / 1e9);
+        }
         fprintf(out, "step      %d micro-batches x %d sequences x %d tokens = %.0f tokens, %s backend\n",
                 p.eo.micro_batches, p.eo.batch, p.eo.seq, p.tokens, be->ops->name);
         fputs(moments_note[p.moments], out);

@@ -371,6 +371,11 @@ static mt_status log_step(mt_train_run *r, const mt_step_result *s, float lr, do
                            s->wait_opt_seconds, "stall_seconds", s->stall_seconds, "compute_seconds",
                            s->compute_seconds);
     if (!ev) return mt_fail(MT_ERR_NOMEM, "cannot build a metrics line");
+    if (s->moe) { /* the router's load-balancing loss apart from the cross-entropy, and the experts' load */
+        json_object_set_new(ev, "aux_loss", number_or_null(s->aux_loss));
+        json_object_set_new(ev, "expert_load_max", number_or_null(s->expert_load_max));
+        json_object_set_new(ev, "expert_load_min", number_or_null(s->expert_load_min));
+    }
     mt_status rc = r->metrics ? mt_metrics_log(r->metrics, ev) : MT_OK;
     json_decref(ev);
     return rc;

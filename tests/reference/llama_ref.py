@@ -1,12 +1,17 @@
 #!/usr/bin/python3
 """An independent PyTorch reference for megatrain's Llama-family model (Llama, Mistral, Qwen2, and
-Qwen3 with qk_norm=1: an RMSNorm over each head of q and k before RoPE).
+Qwen3 with qk_norm=1: an RMSNorm over each head of q and k before RoPE; qk_norm=2: OLMoE's RMSNorm over
+the whole q and k projections), and its mixtures of experts (num_experts > 0: Qwen3-MoE, Qwen2-MoE
+with its shared expert, Mixtral, OLMoE), with the router's load-balancing loss when
+output_router_logits is 1.
 
 Usage: llama_ref.py MODE DIR [MODE DIR ...]
 Each pair runs one fixture directory (several pairs share one start of Python and torch).
 
 A fixture directory, written by tests/ref_fixture.c, holds:
-  config.txt   key=value lines: the model shape, and for training the optimizer settings
+  config.txt   key=value lines: the model shape, and for training the optimizer settings;
+               mlp_only_layers is a comma-separated list of layers, or "-" for none; micro_batches
+               splits each step's batch for the load-balancing loss (the mean of each part's)
   tensors.txt  one line per tensor, in order: Hugging Face name, rows, cols (cols 1: a vector)
   weights.bin  float32 little-endian, the tensors concatenated in that order
   tokens.bin   int32 [steps][batch][seq_len + 1]; inputs are [:, :-1], targets [:, 1:]
@@ -40,10 +45,14 @@ except ImportError:
 
 INT_KEYS = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
             "head_dim", "vocab_size", "tie_embeddings", "attention_bias", "qk_norm",
-            "rope_original_max_position", "steps", "seq_len", "batch")
+            "rope_original_max_position", "steps", "seq_len", "batch", "num_experts",
+            "experts_per_token", "moe_intermediate_size", "norm_topk_prob",
+            "shared_expert_intermediate_size", "decoder_sparse_step", "output_router_logits",
+            "micro_batches")
 FLOAT_KEYS = ("rms_norm_eps", "rope_theta", "rope_scaling_factor", "rope_low_freq_factor",
               "rope_high_freq_factor", "lr", "beta1", "beta2", "eps", "weight_decay",
-              "max_grad_norm")
+              "max_grad_norm", "router_aux_loss_coef")
+LIST_KEYS = ("mlp_only_layers",)
 TRAIN_KEYS = ("lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm")
 
 
@@ -68,16 +77,26 @@ def read_config(path):
                 cfg[key] = int(value)
             elif key in FLOAT_KEYS:
                 cfg[key] = float(value)
+            elif key in LIST_KEYS:
+                cfg[key] = [] if value == "-" else [int(v) for v in value.split(",")]
             else:
                 raise FixtureError(f"{path}:{lineno}: unknown key '{key}'")
-    for key in INT_KEYS + FLOAT_KEYS:
+    for key in INT_KEYS + FLOAT_KEYS + LIST_KEYS:
         if key not in cfg and key not in TRAIN_KEYS:
             raise FixtureError(f"{path}: missing key '{key}'")
     return cfg
 
 
+def sparse(cfg, layer):
+    """Qwen2MoeDecoderLayer's rule: a mixture of experts unless the layer is in mlp_only_layers or
+    off the decoder_sparse_step."""
+    return (cfg["num_experts"] > 0 and layer not in cfg["mlp_only_layers"]
+            and (layer + 1) % cfg["decoder_sparse_step"] == 0)
+
+
 def expected_shapes(cfg):
-    """Hugging Face name -> (rows, cols) for every tensor the config implies."""
+    """Hugging Face name -> (rows, cols) for every tensor the config implies (the experts' matrices
+    stacked as transformers 5 fuses them, [E x 2F, D] and [E x D, F])."""
     d, f, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     q = cfg["num_heads"] * cfg["head_dim"]
     kv = cfg["num_kv_heads"] * cfg["head_dim"]
@@ -93,17 +112,31 @@ def expected_shapes(cfg):
             p + "self_attn.v_proj.weight": (kv, d),
             p + "self_attn.o_proj.weight": (d, q),
             p + "post_attention_layernorm.weight": (d, 1),
-            p + "mlp.gate_proj.weight": (f, d),
-            p + "mlp.up_proj.weight": (f, d),
-            p + "mlp.down_proj.weight": (d, f),
         })
+        if sparse(cfg, layer):
+            e, fm, sh = cfg["num_experts"], cfg["moe_intermediate_size"], cfg["shared_expert_intermediate_size"]
+            shapes.update({p + "mlp.gate.weight": (e, d),
+                           p + "mlp.experts.gate_up_proj": (e * 2 * fm, d),
+                           p + "mlp.experts.down_proj": (e * d, fm)})
+            if sh:
+                shapes.update({p + "mlp.shared_expert.gate_proj.weight": (sh, d),
+                               p + "mlp.shared_expert.up_proj.weight": (sh, d),
+                               p + "mlp.shared_expert.down_proj.weight": (d, sh),
+                               p + "mlp.shared_expert_gate.weight": (1, d)})
+        else:
+            shapes.update({p + "mlp.gate_proj.weight": (f, d),
+                           p + "mlp.up_proj.weight": (f, d),
+                           p + "mlp.down_proj.weight": (d, f)})
         if cfg["attention_bias"]:
             shapes.update({p + "self_attn.q_proj.bias": (q, 1),
                            p + "self_attn.k_proj.bias": (kv, 1),
                            p + "self_attn.v_proj.bias": (kv, 1)})
-        if cfg["qk_norm"]:
+        if cfg["qk_norm"] == 1:
             shapes.update({p + "self_attn.q_norm.weight": (cfg["head_dim"], 1),
                            p + "self_attn.k_norm.weight": (cfg["head_dim"], 1)})
+        elif cfg["qk_norm"] == 2:
+            shapes.update({p + "self_attn.q_norm.weight": (q, 1),
+                           p + "self_attn.k_norm.weight": (kv, 1)})
     return shapes
 
 
@@ -213,10 +246,15 @@ class Llama:
         h, kvh, hd = cfg["num_heads"], cfg["num_kv_heads"], cfg["head_dim"]
         bias = bool(cfg["attention_bias"])
         # [b, s, heads*hd] -> [b, s, heads, hd]
-        q = self.linear(x, prefix + "q_proj", bias).view(b, s, h, hd)
-        k = self.linear(x, prefix + "k_proj", bias).view(b, s, kvh, hd)
+        q = self.linear(x, prefix + "q_proj", bias)
+        k = self.linear(x, prefix + "k_proj", bias)
+        if cfg["qk_norm"] == 2:
+            # OLMoE: one RMSNorm over the whole projection, before the heads are split.
+            q = self.rms_norm(q, self.p[prefix + "q_norm.weight"])
+            k = self.rms_norm(k, self.p[prefix + "k_norm.weight"])
+        q, k = q.view(b, s, h, hd), k.view(b, s, kvh, hd)
         v = self.linear(x, prefix + "v_proj", bias).view(b, s, kvh, hd)
-        if cfg["qk_norm"]:
+        if cfg["qk_norm"] == 1:
             # Qwen3: each head's hd values normalized on their own, one weight shared by the heads.
             q = self.rms_norm(q, self.p[prefix + "q_norm.weight"])
             k = self.rms_norm(k, self.p[prefix + "k_norm.weight"])
@@ -239,8 +277,53 @@ class Llama:
         up = self.linear(x, prefix + "up_proj")
         return self.linear(F.silu(gate) * up, prefix + "down_proj")
 
+    def moe(self, x, prefix):
+        """The sparse block of transformers' Qwen3Moe/Qwen2Moe/Mixtral/Olmoe SparseMoeBlock: the
+        router's softmax, its top k (renormalised with norm_topk_prob), each expert's SwiGLU over its
+        tokens weighted and added back, and Qwen2-MoE's shared expert behind a sigmoid gate. The
+        router logits are kept for the load-balancing loss."""
+        cfg, p = self.cfg, self.p
+        b, s, d = x.shape
+        e, k, fm = cfg["num_experts"], cfg["experts_per_token"], cfg["moe_intermediate_size"]
+        h = x.reshape(-1, d)
+        logits = F.linear(h, p[prefix + "gate.weight"])
+        self.router_logits.append(logits)
+        weights, chosen = torch.topk(torch.softmax(logits, dim=-1), k, dim=-1)
+        if cfg["norm_topk_prob"]:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        gate_up = p[prefix + "experts.gate_up_proj"].view(e, 2 * fm, d)
+        down = p[prefix + "experts.down_proj"].view(e, d, fm)
+        out = torch.zeros_like(h)
+        for expert in range(e):
+            token, slot = torch.where(chosen == expert)
+            if token.numel() == 0:
+                continue
+            gate, up = F.linear(h[token], gate_up[expert]).chunk(2, dim=-1)
+            y = F.linear(F.silu(gate) * up, down[expert]) * weights[token, slot, None]
+            out = out.index_add(0, token, y)
+        if cfg["shared_expert_intermediate_size"]:
+            shared = self.mlp(h, prefix + "shared_expert.")
+            out = out + torch.sigmoid(F.linear(h, p[prefix + "shared_expert_gate.weight"])) * shared
+        return out.view(b, s, d)
+
+    def load_balancing_loss(self, micro_batches):
+        """transformers' load_balancing_loss_func over every sparse layer's router logits of one
+        forward, without an attention mask; a step of several micro-batches is the mean of each
+        one's (each a forward of its own)."""
+        e, k = self.cfg["num_experts"], self.cfg["experts_per_token"]
+        total = 0
+        for part in range(micro_batches):
+            logits = torch.cat([l.view(micro_batches, -1, e)[part] for l in self.router_logits], dim=0)
+            probs = torch.softmax(logits, dim=-1)
+            _, chosen = torch.topk(probs, k, dim=-1)
+            tokens_per_expert = F.one_hot(chosen, e).to(probs.dtype).mean(dim=0)
+            total = total + (tokens_per_expert * probs.mean(dim=0)[None, :]).sum() * e
+        return total / micro_batches
+
     def loss(self, tokens, targets):
-        """Mean cross-entropy over the targets that are not IGNORE; inputs are tokens[:, :-1]."""
+        """Mean cross-entropy over the targets that are not IGNORE; inputs are tokens[:, :-1]; with
+        output_router_logits, plus router_aux_loss_coef times the load-balancing loss."""
+        self.router_logits = []
         cfg, p = self.cfg, self.p
         inputs = tokens[:, :-1]
         seq = inputs.shape[1]
@@ -254,12 +337,14 @@ class Llama:
             n = self.rms_norm(x, p[prefix + "input_layernorm.weight"])
             x = x + self.attention(n, prefix + "self_attn.", cos, sin)
             n = self.rms_norm(x, p[prefix + "post_attention_layernorm.weight"])
-            x = x + self.mlp(n, prefix + "mlp.")
+            x = x + (self.moe(n, prefix + "mlp.") if sparse(cfg, layer) else self.mlp(n, prefix + "mlp."))
         x = self.rms_norm(x, p["model.norm.weight"])
         head = wte if cfg["tie_embeddings"] else p["lm_head.weight"]
         logits = x @ head.t()
-        return F.cross_entropy(logits.reshape(-1, cfg["vocab_size"]), targets.reshape(-1),
-                               ignore_index=IGNORE)
+        ce = F.cross_entropy(logits.reshape(-1, cfg["vocab_size"]), targets.reshape(-1), ignore_index=IGNORE)
+        if cfg["num_experts"] and cfg["output_router_logits"]:
+            ce = ce + cfg["router_aux_loss_coef"] * self.load_balancing_loss(cfg["micro_batches"])
+        return ce
 
 
 def write_binary(path, values, numpy_dtype):
@@ -317,7 +402,7 @@ def run_train(directory, cfg, tensors):
     tokens = load_tokens(directory, cfg)
     targets = load_targets(directory, cfg, tokens)
     model = Llama(cfg, params, torch.float32)
-    decay = [t for t in params.values() if t.dim() == 2]
+    decay = [t for t in params.values() if t.dim() == 2]  # the experts' stacked matrices too
     no_decay = [t for t in params.values() if t.dim() != 2]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg["weight_decay"]},

@@ -4,7 +4,9 @@
  * off), runs evaluation and sampling passes between steps, and checks that every schedule ends
  * with bitwise-identical weights; and it writes checkpoints in the background while the optimizer
  * goes on (train/saver.h, the writer slowed down so that the updates meet it), each of which
- * must hold its step's masters and moments. TSan (halt_on_error=1) ends it non-zero on any race. */
+ * must hold its step's masters and moments; then a mixture of experts (its routing statistics and
+ * load-balancing loss, made on the compute worker, copied home by d2h) under a few schedules. TSan
+ * (halt_on_error=1) ends it non-zero on any race. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,19 @@ static const mt_config config = {.arch = MT_ARCH_LLAMA, .hidden_size = 32, .inte
                                  .num_layers = 6, .num_heads = 4, .num_kv_heads = 2, .head_dim = 8,
                                  .vocab_size = 53, .max_position = 64, .rms_norm_eps = 1e-5f,
                                  .rope_theta = 10000.0f, .bos_token_id = -1, .eos_token_id = -1};
+
+/* A Qwen2-MoE: q/k/v biases, 6 experts top 2 and a shared expert in every second block, the
+ * load-balancing loss in the objective. */
+static const mt_config moe_config = {.arch = MT_ARCH_QWEN2_MOE, .hidden_size = 32, .intermediate_size = 40,
+                                     .num_layers = 6, .num_heads = 4, .num_kv_heads = 2, .head_dim = 8,
+                                     .vocab_size = 53, .max_position = 64, .rms_norm_eps = 1e-5f,
+                                     .rope_theta = 10000.0f, .attention_bias = 1, .bos_token_id = -1,
+                                     .eos_token_id = -1, .num_experts = 6, .experts_per_token = 2,
+                                     .moe_intermediate_size = 12, .shared_expert_intermediate_size = 16,
+                                     .decoder_sparse_step = 2, .output_router_logits = 1,
+                                     .router_aux_loss_coef = 0.1f};
+/* The model train() trains. */
+static const mt_config *model = &config;
 
 static int failures, passes;
 
@@ -84,7 +99,7 @@ static float *train(int slots, int threads, int micro_batches, int ends_on_devic
     o.ckpt_on_host = ckpt_on_host;
     o.device_blocks = device_blocks;
     if (head_vocab_chunk) o.head_vocab_chunk = head_vocab_chunk;
-    if (mt_layout_init(&lay, &config) || mt_backend_cpu_create(&be, 1) || mt_store_create(&store, &lay, be)) {
+    if (mt_layout_init(&lay, model) || mt_backend_cpu_create(&be, 1) || mt_store_create(&store, &lay, be)) {
         fprintf(stderr, "setup: %s\n", mt_error());
         exit(1);
     }
@@ -111,8 +126,8 @@ static float *train(int slots, int threads, int micro_batches, int ends_on_devic
             check(mt_saver_start(saver, plan->dir, &progress, &keep_all) == MT_OK, "start a background save");
         }
         for (int i = 0; i < SEQUENCES * SEQ; i++) {
-            inputs[i] = (int32_t)(mt_rng_next(&rng) % (uint64_t)config.vocab_size);
-            targets[i] = (int32_t)(mt_rng_next(&rng) % (uint64_t)config.vocab_size);
+            inputs[i] = (int32_t)(mt_rng_next(&rng) % (uint64_t)model->vocab_size);
+            targets[i] = (int32_t)(mt_rng_next(&rng) % (uint64_t)model->vocab_size);
         }
         mt_step_result r;
         double loss;
@@ -181,6 +196,25 @@ int main(void) {
         }
         check(diff <= 1e-12 * norm, "the ends in vocabulary chunks: the same weights up to rounding");
         free(chunked);
+        free(want);
+    }
+    mt_layout_free(&lay);
+    /* The mixture of experts: schedules (slots, threads, blocks and the ends on the "device",
+     * checkpoints on the host) change no bit; the micro-batches stay 2 (the aux loss is each one's). */
+    model = &moe_config;
+    mt_layout_init(&lay, model);
+    bytes = (size_t)lay.total_numel * sizeof(float);
+    for (int c = 0; c < 2; c++) {
+        float *want = train(2, 1, 2, 0, 0, 0, clips[c], 0, NULL);
+        const int moe_variants[][6] = {{3, 2, 2, 0, 0, 0}, {2, 2, 2, 1, 2, 3}};
+        for (size_t v = 0; v < sizeof moe_variants / sizeof moe_variants[0]; v++) {
+            const int *x = moe_variants[v];
+            float *got = train(x[0], x[1], x[2], x[3], x[4], x[5], clips[c], 0, NULL);
+            char what[160];
+            snprintf(what, sizeof what, "mixture of experts, variant %zu, clip %g: same weights", v, (double)clips[c]);
+            check(memcmp(got, want, bytes) == 0, what);
+            free(got);
+        }
         free(want);
     }
     mt_layout_free(&lay);

@@ -1,0 +1,36 @@
+/* The mixture-of-experts feed-forward, model side: the pre-norm, the router (transformers'
+ * mlp.gate), every expert's SwiGLU stacked as transformers 5 fuses them (mlp.experts.gate_up_proj
+ * [E, 2F, D], gate's F rows then up's; mlp.experts.down_proj [E, D, F]), and Qwen2-MoE's shared
+ * expert with its sigmoid gate. engine/ffn_moe.c runs it. */
+#include "model/block_kinds.h"
+
+static void declare(mt_layout *lay, mt_unit *u, const mt_config *c, int l) {
+    int D = c->hidden_size, E = c->num_experts, F = c->moe_intermediate_size, S = c->shared_expert_intermediate_size;
+    mt_layout_add_block_tensor(lay, u, MT_T_MLP_NORM, l, D, 1, 0, 0, "post_attention_layernorm.weight");
+    mt_layout_add_block_tensor(lay, u, MT_T_ROUTER, l, E, D, 1, 0, "mlp.gate.weight");
+    mt_layout_add_block_tensor(lay, u, MT_T_EXPERTS_GATE_UP, l, E * 2 * F, D, 1, E, "mlp.experts.gate_up_proj");
+    mt_layout_add_block_tensor(lay, u, MT_T_EXPERTS_DOWN, l, E * D, F, 1, E, "mlp.experts.down_proj");
+    if (S) {
+        mt_layout_add_block_tensor(lay, u, MT_T_SHARED_GATE, l, S, D, 1, 0, "mlp.shared_expert.gate_proj.weight");
+        mt_layout_add_block_tensor(lay, u, MT_T_SHARED_UP, l, S, D, 1, 0, "mlp.shared_expert.up_proj.weight");
+        mt_layout_add_block_tensor(lay, u, MT_T_SHARED_DOWN, l, D, S, 1, 0, "mlp.shared_expert.down_proj.weight");
+        mt_layout_add_block_tensor(lay, u, MT_T_SHARED_EXPERT_GATE, l, 1, D, 1, 0, "mlp.shared_expert_gate.weight");
+    }
+}
+
+/* The norm, the router, and `experts` experts; the shared expert and its gate. */
+static int64_t count(const mt_config *c, int experts) {
+    int64_t d = c->hidden_size, s = c->shared_expert_intermediate_size;
+    return d + (int64_t)c->num_experts * d + 3 * (int64_t)experts * c->moe_intermediate_size * d +
+           (s ? 3 * s * d + d : 0);
+}
+
+static int64_t params(const mt_config *c) { return count(c, c->num_experts); }
+
+/* A token's forward multiplies with the router and its top_k experts (and the shared expert). */
+static int64_t active_params(const mt_config *c) { return count(c, c->experts_per_token); }
+
+static double extra_flops(const mt_config *c, int seq) { return 0; }
+
+const mt_part_kind mt_ffn_moe = {.name = "mixture of experts", .declare = declare, .params = params,
+                                 .active_params = active_params, .extra_flops = extra_flops};

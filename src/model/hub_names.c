@@ -1,0 +1,70 @@
+/* How checkpoints on the hub name what the layout holds under transformers 5's names (layout.h):
+ * the experts one at a time, and Mixtral's names from before transformers 5 renamed them. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/layout.h"
+
+int mt_tensor_hub_parts(const mt_tensor *t) {
+    if (t->kind == MT_T_EXPERTS_GATE_UP) return 2 * t->experts;
+    if (t->kind == MT_T_EXPERTS_DOWN) return t->experts;
+    return 1;
+}
+
+/* Mixtral: block_sparse_moe.experts.N.w1 (gate), w3 (up), w2 (down), block_sparse_moe.gate (the
+ * router); the others: mlp.experts.N.gate_proj, up_proj, down_proj. */
+void mt_tensor_hub_part(const mt_layout *lay, const mt_tensor *t, int part, char *name, size_t cap, int64_t *row0,
+                        int *rows) {
+    int mixtral = lay->cfg.arch == MT_ARCH_MIXTRAL, l = t->block;
+    const char *moe = mixtral ? "block_sparse_moe" : "mlp";
+    if (t->kind == MT_T_EXPERTS_GATE_UP) {
+        int e = part / 2, up = part % 2, F = t->rows / t->experts / 2;
+        snprintf(name, cap, "model.layers.%d.%s.experts.%d.%s.weight", l, moe, e,
+                 mixtral ? (up ? "w3" : "w1") : (up ? "up_proj" : "gate_proj"));
+        *row0 = (int64_t)e * 2 * F + (int64_t)up * F;
+        *rows = F;
+    } else if (t->kind == MT_T_EXPERTS_DOWN) {
+        int D = t->rows / t->experts;
+        snprintf(name, cap, "model.layers.%d.%s.experts.%d.%s.weight", l, moe, part, mixtral ? "w2" : "down_proj");
+        *row0 = (int64_t)part * D;
+        *rows = D;
+    } else {
+        if (mixtral && t->kind == MT_T_ROUTER) snprintf(name, cap, "model.layers.%d.block_sparse_moe.gate.weight", l);
+        else snprintf(name, cap, "%s", t->name);
+        *row0 = 0;
+        *rows = t->rows;
+    }
+}
+
+const mt_tensor *mt_layout_find_hub(const mt_layout *lay, const char *name, int *part) {
+    *part = -1;
+    const mt_tensor *t = mt_layout_find(lay, name, NULL);
+    if (t) return t;
+    int l, at;
+    if (sscanf(name, "model.layers.%d.%n", &l, &at) != 1 || l < 0 || l >= lay->cfg.num_layers) return NULL;
+    /* An expert's part names its expert: only its own parts can match. */
+    const char *experts = strstr(name + at, ".experts.");
+    long e = experts ? strtol(experts + 9, NULL, 10) : 0;
+    const mt_unit *u = &lay->units[mt_unit_block(l)];
+    for (int i = 0; i < u->num_tensors; i++) {
+        const mt_tensor *c = &lay->tensors[u->first_tensor + i];
+        int parts = mt_tensor_hub_parts(c), first = 0, last = parts;
+        if (c->experts) {
+            if (!experts || e < 0 || e >= c->experts) continue;
+            first = (int)e * (parts / c->experts);
+            last = first + parts / c->experts;
+        }
+        for (int p = first; p < last; p++) {
+            char candidate[sizeof c->name];
+            int64_t row0;
+            int rows;
+            mt_tensor_hub_part(lay, c, p, candidate, sizeof candidate, &row0, &rows);
+            if (!strcmp(candidate, name)) {
+                *part = p;
+                return c;
+            }
+        }
+    }
+    return NULL;
+}
