@@ -60,6 +60,14 @@ typedef struct {
     const char *val_data;    /* validation files of their own, comma-separated, each read as --data
                               * is and evaluated with the held-out part (NULL: none) */
     int sequential;          /* 1: windows in order, 0: at random (default) */
+    const char *packing;     /* chat data: "on" packs whole examples into windows, attention masked
+                              * at their boundaries (the default where the data records them);
+                              * "off": windows of the token stream, across examples. NULL: by the
+                              * data, and stored so resolved */
+    int doc_mask;            /* text and token files: documents end after each end-of-text token,
+                              * attention masked and positions restarted there */
+    const char *long_examples; /* packed examples longer than seq_len: "truncate" (default: their
+                              * first seq_len tokens, counted in a warning) or "refuse" */
     int64_t seed;            /* initialization and sampling, >= 0 (default 1337) */
 
     /* Shape of a step: micro_batches x batch sequences of seq_len tokens. */
@@ -169,9 +177,11 @@ mt_status mt_sample(const mt_sample_options *options, FILE *out);
 mt_status mt_plan(const mt_train_options *options, FILE *out);
 
 /* Times training steps on synthetic tokens with the model, shape and engine options of a
- * training run (weights random, nothing written), after `warmup` untimed steps. Prints a line
- * per step and a summary, and appends the summary as one JSON object to `json` when non-NULL. */
-mt_status mt_bench(const mt_train_options *options, int warmup, FILE *out, const char *json);
+ * training run (weights random, nothing written), after `warmup` untimed steps. packed_mean > 0:
+ * every window holds packed examples of lengths drawn uniformly around that mean (half to one and
+ * a half times it), attention masked between them, as chat data trains; 0: plain windows. Prints a
+ * line per step and a summary, and appends the summary as one JSON object to `json` when non-NULL. */
+mt_status mt_bench(const mt_train_options *options, int warmup, int packed_mean, FILE *out, const char *json);
 
 /* Writes a checkpoint (or a run's newest) as a Hugging Face model directory. */
 mt_status mt_export(const char *checkpoint, const char *out_dir, int bf16, int64_t max_shard_bytes);

@@ -125,32 +125,50 @@ static void rmsnorm_reference(const ops_case *c, ops_host *h, const ops_host *go
 }
 static const ops_kind RMSNORM = {.declare = rmsnorm_declare, .call = rmsnorm_call, .reference = rmsnorm_reference};
 
-/* ---- rope in place, forward or (flag) inverse ---- */
-
-enum { RP_X, RP_INV };
+/* ---- segments (packed examples) for rope and attention ---- */
 
 static int rope_rows(const ops_case *c) { return c->dims.batch * c->dims.seq; }
+
+/* A case's segments as positions [rows] and starts [count + 1]: either may be NULL. */
+static void fill_segments(const ops_case *c, int32_t *pos, int32_t *starts) {
+    int row = 0;
+    for (int k = 0; k < c->segment_count; k++) {
+        if (starts) starts[k] = row;
+        for (int i = 0; i < c->segments[k]; i++, row++)
+            if (pos) pos[row] = i;
+    }
+    if (starts) starts[c->segment_count] = row;
+    cr_assert_eq(row, rope_rows(c), "%s: the segments hold %d rows, not batch x seq", c->name, row);
+}
+
+/* ---- rope in place, forward or (flag) inverse; at the segments' positions where it has any ---- */
+
+enum { RP_X, RP_INV, RP_POS };
 
 static int rope_declare(const ops_case *c, ops_tensor *t) {
     t[RP_X] = T("x", ACT, INOUT, (size_t)rope_rows(c) * c->dims.heads * c->dims.head_dim, -1, 1, BF16_TOL);
     t[RP_INV] = T("inv_freq", F32, IN, c->dims.head_dim / 2, 0, 0, 0);
-    return 2;
+    t[RP_POS] = T("positions", I32, IN, c->segments ? rope_rows(c) : 0, 0, 0, 0);
+    return 3;
 }
 static void rope_prepare(const ops_case *c, ops_host *h) {
     for (int i = 0; i < c->dims.head_dim / 2; i++) h->x[RP_INV][i] = powf(10000.0f, -2.0f * i / c->dims.head_dim);
+    if (c->segments) fill_segments(c, h->ids[RP_POS], NULL);
 }
 static void rope_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
-    be->ops->op.rope(be, s, d[RP_X], d[RP_INV], rope_rows(c), c->dims.seq, c->dims.heads, c->dims.head_dim, c->flag);
+    be->ops->op.rope(be, s, d[RP_X], d[RP_INV], rope_rows(c), c->dims.seq, d[RP_POS], c->dims.heads,
+                     c->dims.head_dim, c->flag);
 }
 static void rope_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
-    mt_cpu_rope(h->x[RP_X], h->x[RP_INV], rope_rows(c), c->dims.seq, c->dims.heads, c->dims.head_dim, c->flag);
+    mt_cpu_rope(h->x[RP_X], h->x[RP_INV], rope_rows(c), c->dims.seq, h->ids[RP_POS], c->dims.heads, c->dims.head_dim,
+                c->flag);
 }
 static const ops_kind ROPE = {.declare = rope_declare, .prepare = rope_prepare, .call = rope_call,
                               .reference = rope_reference};
 
 /* ---- attention and its backward, from the backend's own out and lse ---- */
 
-enum { AT_Q, AT_K, AT_V, AT_DOUT, AT_OUT, AT_LSE, AT_DQ, AT_DK, AT_DV, AT_WS };
+enum { AT_Q, AT_K, AT_V, AT_DOUT, AT_OUT, AT_LSE, AT_DQ, AT_DK, AT_DV, AT_WS, AT_POS, AT_STARTS };
 
 static int attention_declare(const ops_case *c, ops_tensor *t) {
     mt_attn_dims d = c->dims;
@@ -165,21 +183,36 @@ static int attention_declare(const ops_case *c, ops_tensor *t) {
     t[AT_DK] = T("dk", ACT, OUT, kv, 0, 0, BF16_TOL);
     t[AT_DV] = T("dv", ACT, OUT, kv, 0, 0, BF16_TOL);
     t[AT_WS] = T("workspace", I32, SCRATCH, 0, 0, 0, 0);
-    return 10;
+    t[AT_POS] = T("positions", I32, IN, c->segments ? rows : 0, 0, 0, 0);
+    t[AT_STARTS] = T("starts", I32, IN, c->segments ? c->segment_count + 1 : 0, 0, 0, 0);
+    return 12;
 }
 static size_t attention_workspace(mt_backend *be, const ops_case *c) {
-    return be->ops->op.attention_workspace(be, c->dims);
+    return be->ops->op.attention_workspace(be, c->dims, c->segments != NULL);
+}
+static void attention_prepare(const ops_case *c, ops_host *h) {
+    if (c->segments) fill_segments(c, h->ids[AT_POS], h->ids[AT_STARTS]);
+}
+/* The case's segments at pos and starts (device or host), or NULL without any. */
+static const mt_segments *case_segments(const ops_case *c, mt_segments *seg, const void *pos, const void *starts) {
+    if (!c->segments) return NULL;
+    *seg = (mt_segments){pos, starts, c->segment_count};
+    return seg;
 }
 static void attention_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
-    be->ops->op.attention(be, s, d[AT_OUT], d[AT_LSE], d[AT_Q], d[AT_K], d[AT_V], c->dims, d[AT_WS]);
+    mt_segments store;
+    const mt_segments *seg = case_segments(c, &store, d[AT_POS], d[AT_STARTS]);
+    be->ops->op.attention(be, s, d[AT_OUT], d[AT_LSE], d[AT_Q], d[AT_K], d[AT_V], c->dims, seg, d[AT_WS]);
     be->ops->op.attention_dx(be, s, d[AT_DQ], d[AT_DK], d[AT_DV], d[AT_DOUT], d[AT_OUT], d[AT_LSE], d[AT_Q], d[AT_K],
-                             d[AT_V], c->dims, d[AT_WS]);
+                             d[AT_V], c->dims, seg, d[AT_WS]);
 }
 static void attention_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
-    mt_cpu_attention(h->x[AT_OUT], h->x[AT_LSE], h->x[AT_Q], h->x[AT_K], h->x[AT_V], c->dims);
+    mt_segments store;
+    const mt_segments *seg = case_segments(c, &store, h->ids[AT_POS], h->ids[AT_STARTS]);
+    mt_cpu_attention(h->x[AT_OUT], h->x[AT_LSE], h->x[AT_Q], h->x[AT_K], h->x[AT_V], c->dims, seg);
     void *ws = malloc(mt_cpu_attention_workspace(c->dims) + 1);
     mt_cpu_attention_dx(h->x[AT_DQ], h->x[AT_DK], h->x[AT_DV], h->x[AT_DOUT], got->x[AT_OUT], got->x[AT_LSE],
-                        h->x[AT_Q], h->x[AT_K], h->x[AT_V], c->dims, ws);
+                        h->x[AT_Q], h->x[AT_K], h->x[AT_V], c->dims, seg, ws);
     free(ws);
 }
 /* Causal: the forward is half of two 2 * seq^2 * head_dim GEMMs per head; the backward 2.5 times it. */
@@ -187,7 +220,8 @@ static double attention_flops(const ops_case *c) {
     return 3.5 * 2.0 * c->dims.batch * (double)c->dims.seq * c->dims.seq * c->dims.heads * c->dims.head_dim;
 }
 static const ops_kind ATTENTION = {.declare = attention_declare, .workspace = attention_workspace,
-                                   .call = attention_call, .reference = attention_reference,
+                                   .prepare = attention_prepare, .call = attention_call,
+                                   .reference = attention_reference,
                                    .flops = attention_flops};
 
 /* ---- swiglu and its backward ---- */
@@ -433,6 +467,12 @@ static const ops_kind CLIP_SCALE = {.declare = clip_declare, .prepare = clip_pre
 /* ---- the cases ---- */
 
 static const float NORM_5[] = {9, 16, 0};
+/* Packed examples: segments of one token, segments across a 64-row tile, a sequence that is one. */
+static const int SEGMENTS_2x37[] = {5, 20, 12, 1, 36};
+static const int SEGMENTS_3x9[] = {1, 1, 7, 9, 3, 3, 3};
+static const int SEGMENTS_1x150[] = {63, 2, 70, 1, 14};
+static const int SEGMENTS_2x77[] = {77, 30, 34, 13};
+#define SEGMENTS(s) .segments = s, .segment_count = (int)COUNT(s)
 static const float NORM_INF[] = {9, 16, INFINITY, 1, 2, 3, 4};
 static const float NORM_NAN[] = {9, 16, NAN};
 
@@ -456,6 +496,10 @@ const ops_case ops_cases[] = {
     {"rmsnorm, rows past the band grid", &RMSNORM, 27, .n = 4096 * 64 + 77, .d = 8},
     {"rope", &ROPE, 6, .dims = {.batch = 2, .seq = 7, .heads = 3, .head_dim = 64}},
     {"rope inverse", &ROPE, 36, .dims = {.batch = 2, .seq = 7, .heads = 3, .head_dim = 64}, .flag = 1},
+    {"rope at packed examples' positions", &ROPE, 42, .dims = {.batch = 2, .seq = 37, .heads = 3, .head_dim = 64},
+     SEGMENTS(SEGMENTS_2x37)},
+    {"rope inverse at packed examples' positions", &ROPE, 43,
+     .dims = {.batch = 2, .seq = 37, .heads = 3, .head_dim = 64}, .flag = 1, SEGMENTS(SEGMENTS_2x37)},
     {"swiglu and its backward, a tail of 3", &SWIGLU, 7, .count = 1003}, /* 125 vectors of 8 and 3 */
     {"add in place (y aliases a)", &ADD, 8, .count = 517},
     {"add from the second element (unaligned)", &ADD, 38, .count = 517, .flag = 1},
@@ -472,6 +516,17 @@ const ops_case ops_cases[] = {
      .dims = {.batch = 1, .seq = 150, .heads = 3, .kv_heads = 1, .head_dim = 128}},
     {"attention, head_dim 40, no GQA", &ATTENTION, 15,
      .dims = {.batch = 3, .seq = 9, .heads = 2, .kv_heads = 2, .head_dim = 40}},
+    {"attention of packed examples, GQA, odd lengths", &ATTENTION, 44,
+     .dims = {.batch = 2, .seq = 37, .heads = 6, .kv_heads = 2, .head_dim = 64}, SEGMENTS(SEGMENTS_2x37)},
+    /* head_dim 40 runs on cuda's kernels, 64 on cuDNN's ragged layout (attention_cudnn.c) */
+    {"attention of packed examples, one-token segments", &ATTENTION, 45,
+     .dims = {.batch = 3, .seq = 9, .heads = 2, .kv_heads = 2, .head_dim = 40}, SEGMENTS(SEGMENTS_3x9)},
+    {"attention of packed examples, one-token segments, head_dim 64", &ATTENTION, 48,
+     .dims = {.batch = 3, .seq = 9, .heads = 2, .kv_heads = 2, .head_dim = 64}, SEGMENTS(SEGMENTS_3x9)},
+    {"attention of packed examples across tiles, head_dim 128", &ATTENTION, 46,
+     .dims = {.batch = 1, .seq = 150, .heads = 3, .kv_heads = 1, .head_dim = 128}, SEGMENTS(SEGMENTS_1x150)},
+    {"attention of packed examples, a whole sequence and three", &ATTENTION, 47,
+     .dims = {.batch = 2, .seq = 77, .heads = 6, .kv_heads = 2, .head_dim = 64}, SEGMENTS(SEGMENTS_2x77)},
     {"adamw, a device scale, decay, special values", &ADAMW, 21, .count = 100003, .scale = 0.37f,
      .flag = ADAMW_DECAY | ADAMW_SCALED | ADAMW_SPECIAL},
     {"adamw, no scale (the params'), no decay", &ADAMW, 51, .count = 1000},

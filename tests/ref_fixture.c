@@ -178,6 +178,11 @@ mt_status mt_ref_fixture_write_mask(const mt_ref_fixture *fx, const uint8_t *mas
     return write_binary(fx, "mask.bin", mask, (size_t)steps * (size_t)batch * (size_t)seq);
 }
 
+mt_status mt_ref_fixture_write_positions(const mt_ref_fixture *fx, const int32_t *positions, int steps, int batch,
+                                         int seq) {
+    return write_binary(fx, "positions.bin", positions, (size_t)steps * (size_t)batch * (size_t)seq * sizeof(int32_t));
+}
+
 mt_status mt_ref_fixture_write_probes(const mt_ref_fixture *fx, const mt_layout *layout,
                                       const mt_ref_probe *probes, int count) {
     char path[512];
@@ -334,8 +339,9 @@ mt_status mt_ref_read_train(const mt_ref_fixture *fx, const mt_layout *layout, i
 
 /* ---- one-call helpers ---- */
 
-mt_status mt_ref_run_grads_masked(const mt_layout *layout, const float *master, const int32_t *tokens,
-                                  const uint8_t *mask, int batch, int seq, double *loss, float *grads) {
+mt_status mt_ref_run_grads_packed(const mt_layout *layout, const float *master, const int32_t *tokens,
+                                  const uint8_t *mask, const int32_t *positions, int batch, int seq, double *loss,
+                                  float *grads) {
     mt_ref_fixture fx;
     MT_TRY(mt_ref_fixture_create(&fx));
     double *grads64 = mt_malloc((size_t)layout->total_numel * sizeof *grads64,
@@ -343,6 +349,7 @@ mt_status mt_ref_run_grads_masked(const mt_layout *layout, const float *master, 
     mt_status st = grads64 ? MT_OK : MT_ERR_NOMEM;
     if (st == MT_OK) st = mt_ref_fixture_write(&fx, layout, master, tokens, batch, seq, NULL);
     if (st == MT_OK && mask) st = mt_ref_fixture_write_mask(&fx, mask, 1, batch, seq);
+    if (st == MT_OK && positions) st = mt_ref_fixture_write_positions(&fx, positions, 1, batch, seq);
     if (st == MT_OK) st = mt_ref_run_jobs(&(mt_ref_job){"grads", &fx}, 1);
     if (st == MT_OK) st = mt_ref_read_grads(&fx, layout, loss, grads64);
     for (int64_t i = 0; st == MT_OK && i < layout->total_numel; i++) grads[i] = (float)grads64[i];
@@ -351,18 +358,24 @@ mt_status mt_ref_run_grads_masked(const mt_layout *layout, const float *master, 
     return st;
 }
 
+mt_status mt_ref_run_grads_masked(const mt_layout *layout, const float *master, const int32_t *tokens,
+                                  const uint8_t *mask, int batch, int seq, double *loss, float *grads) {
+    return mt_ref_run_grads_packed(layout, master, tokens, mask, NULL, batch, seq, loss, grads);
+}
+
 mt_status mt_ref_run_grads(const mt_layout *layout, const float *master, const int32_t *tokens,
                            int batch, int seq, double *loss, float *grads) {
     return mt_ref_run_grads_masked(layout, master, tokens, NULL, batch, seq, loss, grads);
 }
 
-mt_status mt_ref_run_train_masked(const mt_layout *layout, const float *master, const int32_t *tokens,
-                                  const uint8_t *mask, int batch, int seq, const mt_ref_train_settings *train,
-                                  float *losses, float *master_after) {
+mt_status mt_ref_run_train_packed(const mt_layout *layout, const float *master, const int32_t *tokens,
+                                  const uint8_t *mask, const int32_t *positions, int batch, int seq,
+                                  const mt_ref_train_settings *train, float *losses, float *master_after) {
     mt_ref_fixture fx;
     MT_TRY(mt_ref_fixture_create(&fx));
     mt_status st = mt_ref_fixture_write(&fx, layout, master, tokens, batch, seq, train);
     if (st == MT_OK && mask) st = mt_ref_fixture_write_mask(&fx, mask, train->steps, batch, seq);
+    if (st == MT_OK && positions) st = mt_ref_fixture_write_positions(&fx, positions, train->steps, batch, seq);
     if (st == MT_OK) st = mt_ref_run_jobs(&(mt_ref_job){"train", &fx}, 1);
     if (st == MT_OK) {
         memcpy(master_after, master, (size_t)layout->total_numel * sizeof *master);
@@ -370,6 +383,12 @@ mt_status mt_ref_run_train_masked(const mt_layout *layout, const float *master, 
     }
     mt_ref_fixture_remove(&fx);
     return st;
+}
+
+mt_status mt_ref_run_train_masked(const mt_layout *layout, const float *master, const int32_t *tokens,
+                                  const uint8_t *mask, int batch, int seq, const mt_ref_train_settings *train,
+                                  float *losses, float *master_after) {
+    return mt_ref_run_train_packed(layout, master, tokens, mask, NULL, batch, seq, train, losses, master_after);
 }
 
 mt_status mt_ref_run_train(const mt_layout *layout, const float *master, const int32_t *tokens,

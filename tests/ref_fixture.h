@@ -62,6 +62,10 @@ mt_status mt_ref_fixture_write_split(const mt_ref_fixture *fx, const mt_layout *
 /* Masks the targets: mask uint8 [steps][batch][seq], 0 where a target carries no loss (the
  * reference then ignores it, as cross_entropy's ignore_index does). */
 mt_status mt_ref_fixture_write_mask(const mt_ref_fixture *fx, const uint8_t *mask, int steps, int batch, int seq);
+/* Packed examples: positions int32 [steps][batch][seq], each input token's position in its
+ * segment (0 starts one; the reference then attends within segments, RoPE at these positions). */
+mt_status mt_ref_fixture_write_positions(const mt_ref_fixture *fx, const int32_t *positions, int steps, int batch,
+                                         int seq);
 /* Asks the grads mode for the loss at each probe as well. */
 mt_status mt_ref_fixture_write_probes(const mt_ref_fixture *fx, const mt_layout *layout,
                                       const mt_ref_probe *probes, int count);
@@ -92,6 +96,13 @@ mt_status mt_ref_run_grads_masked(const mt_layout *layout, const float *master, 
 mt_status mt_ref_run_train_masked(const mt_layout *layout, const float *master, const int32_t *tokens,
                                   const uint8_t *mask, int batch, int seq, const mt_ref_train_settings *train,
                                   float *losses, float *master_after);
+/* And with positions (packed examples; NULL: none). */
+mt_status mt_ref_run_grads_packed(const mt_layout *layout, const float *master, const int32_t *tokens,
+                                  const uint8_t *mask, const int32_t *positions, int batch, int seq, double *loss,
+                                  float *grads);
+mt_status mt_ref_run_train_packed(const mt_layout *layout, const float *master, const int32_t *tokens,
+                                  const uint8_t *mask, const int32_t *positions, int batch, int seq,
+                                  const mt_ref_train_settings *train, float *losses, float *master_after);
 
 /* Where layout->tensors[i] starts in a flat array of layout->total_numel floats. */
 int64_t mt_ref_tensor_position(const mt_layout *layout, int i);

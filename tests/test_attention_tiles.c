@@ -52,7 +52,7 @@ static void fill_inputs(attention_data *d) {
 Test(ops, attention_tiles_match_reference) {
     static double want_out[BATCH * SEQ * Q_WIDTH], want_lse[BATCH * HEADS * SEQ];
     fill_inputs(&data);
-    mt_cpu_attention(data.out, data.lse, data.q, data.k, data.v, TWO_SEQS);
+    mt_cpu_attention(data.out, data.lse, data.q, data.k, data.v, TWO_SEQS, NULL);
     ops_ref_attention(want_out, want_lse, data.q, data.k, data.v, TWO_SEQS);
     ops_assert_close("out", data.out, want_out, COUNT(want_out), FWD_ATOL, FWD_RTOL);
     ops_assert_close("lse", data.lse, want_lse, COUNT(want_lse), FWD_ATOL, FWD_RTOL);
@@ -60,16 +60,16 @@ Test(ops, attention_tiles_match_reference) {
 
 static double one_seq_loss(void *ctx) {
     attention_data *d = ctx;
-    mt_cpu_attention(d->out, d->lse, d->q, d->k, d->v, ONE_SEQ);
+    mt_cpu_attention(d->out, d->lse, d->q, d->k, d->v, ONE_SEQ, NULL);
     return ops_probe(d->out, d->dout, (size_t)SEQ * Q_WIDTH);
 }
 
 Test(ops, attention_tiles_gradients_at_tile_edges) {
     cr_assert(mt_cpu_attention_workspace(ONE_SEQ) <= sizeof data.workspace);
     fill_inputs(&data);
-    mt_cpu_attention(data.out, data.lse, data.q, data.k, data.v, ONE_SEQ);
+    mt_cpu_attention(data.out, data.lse, data.q, data.k, data.v, ONE_SEQ, NULL);
     mt_cpu_attention_dx(data.dq, data.dk, data.dv, data.dout, data.out, data.lse, data.q, data.k, data.v,
-                        ONE_SEQ, data.workspace);
+                        ONE_SEQ, NULL, data.workspace);
     for (size_t e = 0; e < COUNT(EDGES); e++) {
         size_t q_at = (size_t)EDGES[e] * Q_WIDTH, kv_at = (size_t)EDGES[e] * KV_WIDTH;
         ops_check_grad("dq", data.q + q_at, data.dq + q_at, Q_WIDTH, FD_STEP, one_seq_loss, &data, FD_ATOL,
@@ -83,9 +83,9 @@ Test(ops, attention_tiles_gradients_at_tile_edges) {
 
 static void forward_backward(attention_data *d, size_t seq0, mt_attn_dims dims) {
     size_t q_at = seq0 * SEQ * Q_WIDTH, kv_at = seq0 * SEQ * KV_WIDTH, row_at = seq0 * HEADS * SEQ;
-    mt_cpu_attention(d->out + q_at, d->lse + row_at, d->q + q_at, d->k + kv_at, d->v + kv_at, dims);
+    mt_cpu_attention(d->out + q_at, d->lse + row_at, d->q + q_at, d->k + kv_at, d->v + kv_at, dims, NULL);
     mt_cpu_attention_dx(d->dq + q_at, d->dk + kv_at, d->dv + kv_at, d->dout + q_at, d->out + q_at,
-                        d->lse + row_at, d->q + q_at, d->k + kv_at, d->v + kv_at, dims, d->workspace);
+                        d->lse + row_at, d->q + q_at, d->k + kv_at, d->v + kv_at, dims, NULL, d->workspace);
 }
 
 Test(ops, attention_same_bits_for_any_batch) {

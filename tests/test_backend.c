@@ -78,7 +78,7 @@ static float *train(mt_backend *be, double *busy) {
     for (int s = 0; s < STEPS; s++) {
         mt_tiny_windows(40 + s, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
         mt_step_result r;
-        cr_assert_eq(mt_engine_step(t.engine, inputs, targets, 1e-2f, &r), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(t.engine, inputs, targets, NULL, 1e-2f, &r), MT_OK, "%s", mt_error());
         *busy += r.compute_seconds;
     }
     mt_engine_finish(t.engine);

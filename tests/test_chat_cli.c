@@ -124,7 +124,7 @@ static size_t count_files(const char *pattern) {
 
 typedef struct {
     int32_t *ids;
-    uint8_t *mask;
+    uint8_t *mask, *starts; /* starts: 1 on each conversation's first token */
     size_t n, cap;
 } collected;
 
@@ -134,15 +134,19 @@ static mt_status collect(const int32_t *ids, const uint8_t *mask, size_t n, void
         c->cap = 2 * (c->n + n);
         c->ids = realloc(c->ids, c->cap * sizeof *c->ids);
         c->mask = realloc(c->mask, c->cap);
+        c->starts = realloc(c->starts, c->cap);
     }
     memcpy(c->ids + c->n, ids, n * sizeof *ids);
     memcpy(c->mask + c->n, mask, n);
+    memset(c->starts + c->n, 0, n);
+    c->starts[c->n] = 1;
     c->n += n;
     return MT_OK;
 }
 
-/* The shards hold, in order, what the library makes of the file, in shards of exactly
- * --shard-size tokens but the last, with the loss mask. */
+/* The shards hold, in order, what the library makes of the file, with the loss mask and where
+ * each conversation starts: whole conversations, as many as fit in --shard-size tokens (the
+ * next one would not), the last shard the rest. */
 Test(chat_cli, tokenize_writes_masked_shards) {
     mt_cli_result r;
     mt_cli_run(&r, TIMEOUT_S, "tokenize", "--tokenizer", in_dir("tok"), in_dir("chat.jsonl"), "--out", in_dir("out/chat"),
@@ -161,26 +165,35 @@ Test(chat_cli, tokenize_writes_masked_shards) {
     cr_assert_gt(stats.trained_tokens, 60);
 
     size_t shards = count_files(in_dir("out/chat_*.bin")), at = 0;
-    cr_assert_eq(shards, (want.n + 499) / 500, "%zu shards for %zu tokens", shards, want.n);
+    cr_assert_geq(shards, (want.n + 499) / 500, "%zu shards for %zu tokens", shards, want.n);
     for (size_t s = 0; s < shards; s++) {
         char name[64];
         snprintf(name, sizeof name, "out/chat_%06zu.bin", s);
         mt_tokens tokens;
         cr_assert_eq(mt_tokens_open(in_dir(name), &tokens), MT_OK, "%s", mt_error());
         cr_assert_eq(tokens.format, MT_TOKENS_MASKED);
-        cr_assert_eq(tokens.count, s + 1 < shards ? 500 : want.n - at, "shard %zu holds %zu tokens", s, tokens.count);
+        cr_assert_leq(tokens.count, 500, "shard %zu holds %zu tokens", s, tokens.count);
+        size_t next = at + tokens.count, more = next + 1;
+        while (more < want.n && !want.starts[more]) more++; /* the end of the next conversation */
+        if (s + 1 < shards) cr_assert_gt(more - at, 500, "shard %zu ends before a conversation that fits", s);
+        else cr_assert_eq(next, want.n, "the last shard does not end the data");
+        const uint64_t *starts;
+        size_t examples = mt_tokens_examples(&tokens, &starts), e = 0;
         for (size_t i = 0; i < tokens.count; i++, at++) {
+            if (want.starts[at]) cr_assert(e < examples && starts[e++] == i, "conversation at token %zu", at);
             cr_assert_eq(mt_tokens_get(&tokens, i), (uint32_t)want.ids[at], "token %zu", at);
             uint8_t mask;
             mt_tokens_copy_mask(&tokens, i, 1, &mask);
             cr_assert_eq(mask, want.mask[at], "mask of token %zu", at);
         }
+        cr_assert_eq(e, examples, "shard %zu records %zu conversations, %zu start there", s, examples, e);
         cr_assert_eq(mt_tokens_status(&tokens), MT_OK, "%s", mt_error());
         mt_tokens_close(&tokens);
     }
     cr_assert_eq(at, want.n);
     free(want.ids);
     free(want.mask);
+    free(want.starts);
     mt_chat_template_free(&t);
     mt_tokenizer_free(tok);
 }
@@ -330,5 +343,78 @@ Test(chat_cli, train_refuses_a_bad_tokenizer_or_data) {
     mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("config.json"), "--tokenizer", in_dir("tok"), "--data",
                in_dir("tok"), SMALL_STEP, "--steps", "1", "--out", in_dir("run3"), NULL);
     assert_failed(&r, "tok", "is a directory");
+    mt_cli_result_free(&r);
+}
+
+/* ---- packed examples ---- */
+
+#define PACKED_RUN(out)                                                                                                \
+    "train", "--config", in_dir("config.json"), "--tokenizer", in_dir("tok"), "--data", in_dir("chat.jsonl"), "--seq", \
+        "128", "--batch", "2", "--micro-batches", "2", "--backend", "cpu", "--eval-every", "8", "--steps", "16",       \
+        "--ckpt-every", "8", "--out", in_dir(out)
+
+/* Chat data trains packed by default: the log says so, each step's metrics carry its padding, and
+ * the run stores --packing on, which a resumed run may not change. Resumed from its step-8
+ * checkpoint (its 57 windows an epoch are done by step 15), it ends with the bits of the run
+ * straight through. */
+Test(chat_cli, packed_chat_trains_and_resumes_bitwise) {
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, PACKED_RUN("straight"), NULL);
+    assert_succeeded(&r);
+    cr_expect(strstr(r.err, "examples packed whole into") && strstr(r.err, "attention masked between them"),
+              "stderr:\n%s", r.err);
+    mt_cli_result_free(&r);
+    FILE *f = fopen(in_dir("straight/metrics.jsonl"), "r");
+    cr_assert_not_null(f);
+    char line[4096];
+    int steps = 0;
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, "\"loss\"")) {
+            steps++;
+            cr_expect(strstr(line, "\"padding\":"), "a step's metrics lack its padding: %s", line);
+        }
+    fclose(f);
+    cr_expect_eq(steps, 16);
+
+    mt_cli_run(&r, TIMEOUT_S, PACKED_RUN("resumed"), NULL);
+    assert_succeeded(&r);
+    mt_cli_result_free(&r);
+    hf_test_rmtree(in_dir("resumed/ckpt-000016"));
+    mt_cli_run(&r, TIMEOUT_S, PACKED_RUN("resumed"), "--resume", NULL);
+    assert_succeeded(&r);
+    cr_assert(strstr(r.err, "ckpt-000008"), "did not resume from step 8:\n%s", r.err);
+    mt_cli_result_free(&r);
+    const char *differs = mt_test_state_differs(in_dir("straight"), in_dir("resumed"), 16);
+    cr_assert_null(differs, "%s differs between the straight and the resumed run", differs);
+    cr_assert(!mt_test_files_equal(mt_test_blob(in_dir("straight"), 8, "master"),
+                                   mt_test_blob(in_dir("straight"), 16, "master")),
+              "the weights did not change from step 8 to 16: the comparison proves nothing");
+
+    mt_cli_run(&r, TIMEOUT_S, PACKED_RUN("resumed"), "--steps", "17", "--resume", "--packing", "off", NULL);
+    assert_failed(&r, "--packing off", "--packing on, which a resumed run cannot change");
+    mt_cli_result_free(&r);
+}
+
+/* --packing on is for chat data, --doc-mask for text with a tokenizer: each refused elsewhere,
+ * naming the option and the data; --doc-mask on tokenized text trains with its documents masked. */
+Test(chat_cli, packing_and_doc_mask_refused_where_they_do_not_apply) {
+    mt_cli_result r;
+    mt_test_write_corpus(in_dir("corpus.txt"));
+    mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("config.json"), "--tokenizer", in_dir("tok"), "--data",
+               in_dir("corpus.txt"), SMALL_STEP, "--steps", "1", "--packing", "on", "--out", in_dir("a"), NULL);
+    assert_failed(&r, "--packing on", "corpus.txt is not chat data");
+    mt_cli_result_free(&r);
+    mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("config.json"), "--tokenizer", in_dir("tok"), "--data",
+               in_dir("chat.jsonl"), SMALL_STEP, "--steps", "1", "--doc-mask", "--out", in_dir("b"), NULL);
+    assert_failed(&r, "--doc-mask", "chat.jsonl is chat data");
+    mt_cli_result_free(&r);
+    mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--data", in_dir("corpus.txt"), SMALL_STEP, "--steps", "1",
+               "--doc-mask", "--out", in_dir("c"), NULL);
+    assert_failed(&r, "--doc-mask", "raw bytes (no tokenizer) have no end-of-text token");
+    mt_cli_result_free(&r);
+    mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("config.json"), "--tokenizer", in_dir("tok"), "--data",
+               in_dir("corpus.txt"), SMALL_STEP, "--steps", "2", "--doc-mask", "--out", in_dir("d"), NULL);
+    assert_succeeded(&r);
+    cr_expect(strstr(r.err, "documents masked"), "stderr:\n%s", r.err);
     mt_cli_result_free(&r);
 }

@@ -44,7 +44,7 @@ static result grads_of(const mt_config *cfg, int batch, int chunk, int ckpt_on_h
     int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
     mt_tiny_windows(42, SEQUENCES, SEQ, cfg->vocab_size, tokens, inputs, targets);
     result r = {.n = (size_t)t.layout.total_numel};
-    cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, &r.loss), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, NULL, &r.loss), MT_OK, "%s", mt_error());
     r.grads = malloc(r.n * sizeof *r.grads);
     memcpy(r.grads, mt_engine_host_grads(t.engine), r.n * sizeof *r.grads);
     mt_tiny_model_close(&t);
@@ -132,10 +132,10 @@ Test(chunking, workspace_is_a_chunks_beyond_attention) {
     size_t growth[2];
     const mt_config *cfgs[2] = {&narrow, &wide};
     for (int i = 0; i < 2; i++)
-        growth[i] = mt_block_ws_bytes(be, cfgs[i], 1, 8192, 256) - mt_block_ws_bytes(be, cfgs[i], 1, 4096, 256);
+        growth[i] = mt_block_ws_bytes(be, cfgs[i], 1, 8192, 256, 0) - mt_block_ws_bytes(be, cfgs[i], 1, 4096, 256, 0);
     cr_expect_eq(growth[0], growth[1], "4096 more tokens took %zu bytes at F = %d, %zu at F = %d", growth[0],
                  narrow.intermediate_size, growth[1], wide.intermediate_size);
-    cr_expect_lt(mt_block_ws_bytes(be, &wide, 1, 8192, 256), mt_block_ws_bytes(be, &wide, 1, 8192, 0));
+    cr_expect_lt(mt_block_ws_bytes(be, &wide, 1, 8192, 256, 0), mt_block_ws_bytes(be, &wide, 1, 8192, 0, 0));
     mt_backend_destroy(be);
 }
 
@@ -157,7 +157,7 @@ static float *masters_after_training(const mt_config *cfg, int head_chunk, doubl
     for (int s = 0; s < 3; s++) {
         mt_tiny_windows(70 + s, SEQUENCES, SEQ, cfg->vocab_size, tokens, inputs, targets);
         mt_step_result r;
-        cr_assert_eq(mt_engine_step(t.engine, inputs, targets, 3e-3f, &r), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(t.engine, inputs, targets, NULL, 3e-3f, &r), MT_OK, "%s", mt_error());
         if (s == 0) *first_loss = r.loss;
     }
     mt_engine_finish(t.engine);

@@ -41,7 +41,7 @@ static float *train(const mt_config *cfg, schedule sc, float clip, int poisoned)
         mt_tiny_windows(100 + s, SEQUENCES, SEQ, cfg->vocab_size, tokens, inputs, targets);
         if (s == poisoned) mt_engine_poison_next_step(t.engine);
         mt_step_result r;
-        cr_assert_eq(mt_engine_step(t.engine, inputs, targets, 3e-3f, &r), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(t.engine, inputs, targets, NULL, 3e-3f, &r), MT_OK, "%s", mt_error());
         cr_assert_eq(r.skipped, s == poisoned && clip > 0, "step %d", s);
     }
     cr_assert_eq(mt_engine_finish(t.engine), STEPS - (poisoned && clip > 0));
@@ -119,7 +119,7 @@ Test(engine, training_moves_weights_and_lowers_loss) {
     double first = 0, last = 0;
     for (int s = 0; s < 30; s++) {
         mt_step_result r;
-        cr_assert_eq(mt_engine_step(t.engine, inputs, targets, 1e-2f, &r), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(t.engine, inputs, targets, NULL, 1e-2f, &r), MT_OK, "%s", mt_error());
         if (s == 0) first = r.loss;
         last = r.loss;
     }
@@ -139,7 +139,7 @@ Test(engine, refuses_token_past_vocabulary) {
     mt_tiny_windows(5, 1, SEQ, cfg.vocab_size, tokens, inputs, targets);
     inputs[3] = cfg.vocab_size;
     mt_step_result r;
-    cr_assert_eq(mt_engine_step(t.engine, inputs, targets, 1e-3f, &r), MT_ERR_INVALID);
+    cr_assert_eq(mt_engine_step(t.engine, inputs, targets, NULL, 1e-3f, &r), MT_ERR_INVALID);
     cr_expect(strstr(mt_error(), "outside the vocabulary") != NULL, "%s", mt_error());
     mt_tiny_model_close(&t);
 }

@@ -46,8 +46,8 @@ static void write_shard(const char *path, int width, const uint32_t *ids, const 
     mt_masked_writer *w;
     cr_assert_eq(mt_masked_writer_open(&w, path, width), MT_OK, "%s", mt_error());
     /* Two calls, so that appending is exercised. */
-    cr_assert_eq(mt_masked_writer_add(w, ids, mask, n / 2), MT_OK, "%s", mt_error());
-    cr_assert_eq(mt_masked_writer_add(w, ids + n / 2, mask + n / 2, n - n / 2), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_masked_writer_add(w, ids, mask, n / 2, 1), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_masked_writer_add(w, ids + n / 2, mask + n / 2, n - n / 2, 0), MT_OK, "%s", mt_error());
     cr_assert_eq(mt_masked_writer_count(w), n);
     cr_assert_eq(mt_masked_writer_finish(w), MT_OK, "%s", mt_error());
 }
@@ -119,7 +119,7 @@ Test(masked_tokens, dataset_targets_follow_the_mask) {
     int32_t in[SEQ], tg[SEQ];
     for (int window = 0; window < 6; window++) { /* past the end of the split: it wraps */
         size_t first = ds.state.cursor;
-        mt_dataset_train_batch(&ds, 1, in, tg);
+        mt_dataset_train_batch(&ds, 1, in, tg, NULL);
         for (int k = 0; k < SEQ; k++) {
             cr_assert_eq(in[k], (int32_t)stream[first + k]);
             int32_t want = m[first + k + 1] ? (int32_t)stream[first + k + 1] : -1;
@@ -127,7 +127,7 @@ Test(masked_tokens, dataset_targets_follow_the_mask) {
         }
     }
     /* Validation windows are masked the same way. */
-    mt_dataset_val_batch(&ds, 0, 1, in, tg);
+    mt_dataset_val_batch(&ds, 0, 1, in, tg, NULL);
     for (int k = 0; k < SEQ; k++) {
         size_t pos = ds.train_tokens + (size_t)k + 1;
         cr_assert_eq(tg[k], m[pos] ? (int32_t)stream[pos] : -1, "validation target %d", k);
@@ -249,12 +249,53 @@ Test(masked_tokens, refuses_a_mask_byte_other_than_0_or_1) {
     expect_refused(buf, n, "mask byte of token 2 is 2");
 }
 
+/* Encoding 2 (what the writer writes): bit 1 marks an example's first token, which the file's first
+ * token must be; bytes above 3 are refused. */
+Test(masked_tokens, refuses_a_first_token_that_starts_no_example) {
+    unsigned char buf[1036];
+    size_t n = valid_bytes(buf);
+    set_word(buf, 6, 2);
+    expect_refused(buf, n, "the first token does not start an example");
+}
+
+Test(masked_tokens, refuses_a_mask_byte_above_3_with_example_starts) {
+    unsigned char buf[1036];
+    size_t n = valid_bytes(buf);
+    set_word(buf, 6, 2);
+    buf[1032] = 2;
+    buf[1034] = 4;
+    expect_refused(buf, n, "mask byte of token 2 is 4");
+}
+
+/* The writer marks where each example starts; the reader finds them, and reads the loss bits
+ * alone as the mask. */
+Test(masked_tokens, examples_recorded_and_read_back) {
+    const char *path = path_of("ex.bin");
+    mt_masked_writer *w;
+    cr_assert_eq(mt_masked_writer_open(&w, path, 4), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_masked_writer_add(w, ids, mask, 3, 1), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_masked_writer_add(w, ids + 3, mask + 3, 2, 0), MT_OK, "%s", mt_error()); /* continues */
+    cr_assert_eq(mt_masked_writer_add(w, ids + 5, mask + 5, 4, 1), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_masked_writer_add(w, ids + 9, mask + 9, 1, 1), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_masked_writer_finish(w), MT_OK, "%s", mt_error());
+    mt_tokens t;
+    cr_assert_eq(mt_tokens_open(path, &t), MT_OK, "%s", mt_error());
+    const uint64_t *starts;
+    cr_assert_eq(mt_tokens_examples(&t, &starts), 3);
+    cr_assert(starts[0] == 0 && starts[1] == 5 && starts[2] == 9, "starts %llu %llu %llu",
+              (unsigned long long)starts[0], (unsigned long long)starts[1], (unsigned long long)starts[2]);
+    uint8_t got[10];
+    mt_tokens_copy_mask(&t, 0, 10, got);
+    for (int i = 0; i < 10; i++) cr_assert_eq(got[i], mask[i], "mask %d", i);
+    mt_tokens_close(&t);
+}
+
 /* ---- the writer's refusals leave nothing behind ---- */
 
 Test(masked_tokens, writer_refuses_an_id_past_16_bits_and_leaves_nothing) {
     mt_masked_writer *w;
     cr_assert_eq(mt_masked_writer_open(&w, path_of("x.bin"), 2), MT_OK, "%s", mt_error());
-    cr_assert_eq(mt_masked_writer_add(w, ids, mask, 3), MT_ERR_INVALID);
+    cr_assert_eq(mt_masked_writer_add(w, ids, mask, 3, 1), MT_ERR_INVALID);
     cr_expect(strstr(mt_error(), "70000") != NULL, "%s", mt_error());
     mt_masked_writer_abort(w);
     cr_assert_eq(files_in_dir(), 0, "a partial shard was left behind");

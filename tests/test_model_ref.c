@@ -34,22 +34,30 @@ static void apply_mask(const uint8_t *mask, int count, int32_t *targets) {
         if (mask && !mask[i]) targets[i] = -1;
 }
 
-/* mask: NULL, or one byte per target (0: no loss). */
-static void check_grads(const mt_config *cfg, int micro_batches, const uint8_t *mask) {
+/* Packed examples (io/dataset.h): sequence 0 holds segments of 3 and 5 tokens, sequence 1 of 1, 2
+ * and 5; a segment's last token predicts nothing (its mask is 0), the rest do. */
+static const int32_t packed_positions[SEQUENCES * SEQ] = {0, 1, 2, 0, 1, 2, 3, 4, 0, 0, 1, 0, 1, 2, 3, 4};
+static const uint8_t packed_mask[SEQUENCES * SEQ] = {1, 1, 0, 1, 1, 1, 1, 0, 0, 1, 0, 1, 1, 1, 1, 0};
+
+/* mask: NULL, or one byte per target (0: no loss); positions: NULL, or packed examples' (the
+ * engine attends within them and the reference with its own block-diagonal mask). */
+static void check_packed_grads(const mt_config *cfg, int micro_batches, const uint8_t *mask,
+                               const int32_t *positions) {
     mt_engine_options o = options(micro_batches);
+    o.packed = positions != NULL;
     mt_tiny_model t;
     mt_tiny_model_open(&t, cfg, &o, 11);
     int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
     mt_tiny_windows(12, SEQUENCES, SEQ, cfg->vocab_size, tokens, inputs, targets);
     apply_mask(mask, SEQUENCES * SEQ, targets);
     double loss;
-    cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, &loss), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, positions, &loss), MT_OK, "%s", mt_error());
 
     size_t n = (size_t)t.layout.total_numel;
     float *want = calloc(n, sizeof *want);
     double want_loss;
-    cr_assert_eq(mt_ref_run_grads_masked(&t.layout, mt_store_f32(&t.store), tokens, mask, SEQUENCES, SEQ, &want_loss, want),
-                 MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_ref_run_grads_packed(&t.layout, mt_store_f32(&t.store), tokens, mask, positions, SEQUENCES, SEQ,
+                                         &want_loss, want), MT_OK, "%s", mt_error());
     /* fp32 against float64: the loss agrees to ~1e-6 relative. */
     cr_expect_lt(fabs(loss - want_loss), 1e-5 * fabs(want_loss), "loss %.9f, reference %.9f", loss, want_loss);
     mt_ref_diff d;
@@ -60,6 +68,10 @@ static void check_grads(const mt_config *cfg, int micro_batches, const uint8_t *
                  d.worst_rel, d.worst_max_abs);
     free(want);
     mt_tiny_model_close(&t);
+}
+
+static void check_grads(const mt_config *cfg, int micro_batches, const uint8_t *mask) {
+    check_packed_grads(cfg, micro_batches, mask, NULL);
 }
 
 Test(model, grads_match_reference_gqa_untied) {
@@ -110,7 +122,7 @@ Test(model, a_wrong_mask_gives_other_grads) {
     for (int i = 0; i < SEQUENCES * SEQ; i++) wrong[i] = !uneven_mask[i];
     apply_mask(wrong, SEQUENCES * SEQ, targets);
     double loss, want_loss;
-    cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, &loss), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, NULL, &loss), MT_OK, "%s", mt_error());
     size_t n = (size_t)t.layout.total_numel;
     float *want = calloc(n, sizeof *want);
     cr_assert_eq(mt_ref_run_grads_masked(&t.layout, mt_store_f32(&t.store), tokens, uneven_mask, SEQUENCES, SEQ, &want_loss,
@@ -133,12 +145,12 @@ Test(model, a_step_with_every_target_masked_is_zero_not_nan) {
     mt_tiny_windows(12, SEQUENCES, SEQ, c.vocab_size, tokens, inputs, targets);
     for (int i = 0; i < SEQUENCES * SEQ; i++) targets[i] = -1;
     double loss;
-    cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, &loss), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, NULL, &loss), MT_OK, "%s", mt_error());
     cr_expect_eq(loss, 0.0, "loss %g with no target", loss);
     const float *g = mt_engine_host_grads(t.engine);
     for (int64_t i = 0; i < t.layout.total_numel; i++)
         cr_assert_eq(g[i], 0.0f, "gradient element %lld is %g with no target", (long long)i, (double)g[i]);
-    cr_expect_eq(mt_engine_eval(t.engine, inputs, targets, &loss), MT_OK, "%s", mt_error());
+    cr_expect_eq(mt_engine_eval(t.engine, inputs, targets, NULL, &loss), MT_OK, "%s", mt_error());
     cr_expect_eq(loss, 0.0, "eval loss %g with no target", loss);
     mt_tiny_model_close(&t);
 }
@@ -154,12 +166,55 @@ Test(model, grads_match_reference_qwen3_tied_two_micro_batches) {
     check_grads(&c, 2, NULL);
 }
 
+/* Packed examples against the reference's block-diagonal attention and positions, whole and in
+ * two micro-batches, with q/k norms, and with GQA. */
+Test(model, packed_grads_match_reference_gqa) {
+    mt_config c = mt_tiny_config_gqa();
+    check_packed_grads(&c, 1, packed_mask, packed_positions);
+}
+
+Test(model, packed_grads_match_reference_two_micro_batches_qwen3) {
+    mt_config c = mt_tiny_config_qwen3(1);
+    check_packed_grads(&c, 2, packed_mask, packed_positions);
+}
+
+Test(model, packed_grads_match_reference_mha_llama3_rope) {
+    mt_config c = mt_tiny_config_mha();
+    check_packed_grads(&c, 1, packed_mask, packed_positions);
+}
+
+/* The segments matter: the engine without them (one sequence each) is not the packed reference. */
+Test(model, unpacked_windows_are_not_the_packed_reference) {
+    mt_config c = mt_tiny_config_gqa();
+    mt_engine_options o = options(1);
+    mt_tiny_model t;
+    mt_tiny_model_open(&t, &c, &o, 11);
+    int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
+    mt_tiny_windows(12, SEQUENCES, SEQ, c.vocab_size, tokens, inputs, targets);
+    apply_mask(packed_mask, SEQUENCES * SEQ, targets);
+    double loss, want_loss;
+    cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, NULL, &loss), MT_OK, "%s", mt_error());
+    size_t n = (size_t)t.layout.total_numel;
+    float *want = calloc(n, sizeof *want);
+    cr_assert_eq(mt_ref_run_grads_packed(&t.layout, mt_store_f32(&t.store), tokens, packed_mask, packed_positions, SEQUENCES,
+                                         SEQ, &want_loss, want), MT_OK, "%s", mt_error());
+    mt_ref_diff d;
+    mt_ref_compare(&t.layout, mt_engine_host_grads(t.engine), want, &d);
+    cr_expect_gt(d.worst_rel, 0.01, "windows without segments matched the packed reference (%g relative)",
+                 d.worst_rel);
+    cr_expect_gt(fabs(loss - want_loss), 1e-4, "windows without segments gave the packed loss %.6f", want_loss);
+    free(want);
+    mt_tiny_model_close(&t);
+}
+
 /* A few AdamW steps against torch.optim.AdamW: with exact clipping (the optimizer runs after the
- * backward) and without (it runs during the backward, gradients in the host ring: 7 blocks). */
-static void check_training(mt_config cfg, float clip, const uint8_t *mask) {
+ * backward) and without (it runs during the backward, gradients in the host ring: 7 blocks).
+ * positions: NULL, or every step's packed examples. */
+static void check_packed_training(mt_config cfg, float clip, const uint8_t *mask, const int32_t *positions) {
     enum { STEPS = 4 };
     cfg.num_layers = 7;
     mt_engine_options o = options(1);
+    o.packed = positions != NULL;
     o.max_grad_norm = clip;
     o.weight_decay = 0.1f;
     mt_tiny_model t;
@@ -175,15 +230,16 @@ static void check_training(mt_config cfg, float clip, const uint8_t *mask) {
     float lr = 1e-2f, losses[STEPS], want_losses[STEPS];
     for (int s = 0; s < STEPS; s++) {
         mt_step_result r;
+        const int32_t *step_positions = positions ? positions + s * SEQUENCES * SEQ : NULL;
         cr_assert_eq(mt_engine_step(t.engine, inputs + s * SEQUENCES * SEQ, targets + s * SEQUENCES * SEQ,
-                                    lr, &r), MT_OK, "%s", mt_error());
+                                    step_positions, lr, &r), MT_OK, "%s", mt_error());
         losses[s] = (float)r.loss;
     }
     mt_engine_finish(t.engine);
     mt_ref_train_settings ts = {.steps = STEPS, .lr = lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps,
                                 .weight_decay = o.weight_decay, .max_grad_norm = o.max_grad_norm};
-    cr_assert_eq(mt_ref_run_train_masked(&t.layout, before, tokens, mask, SEQUENCES, SEQ, &ts, want_losses, want),
-                 MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_ref_run_train_packed(&t.layout, before, tokens, mask, positions, SEQUENCES, SEQ, &ts, want_losses,
+                                         want), MT_OK, "%s", mt_error());
     for (int s = 0; s < STEPS; s++)
         cr_expect_lt(fabsf(losses[s] - want_losses[s]), 1e-4f * fabsf(want_losses[s]),
                      "step %d: loss %.7f, reference %.7f", s, (double)losses[s], (double)want_losses[s]);
@@ -204,6 +260,10 @@ static void check_training(mt_config cfg, float clip, const uint8_t *mask) {
     mt_tiny_model_close(&t);
 }
 
+static void check_training(mt_config cfg, float clip, const uint8_t *mask) {
+    check_packed_training(cfg, clip, mask, NULL);
+}
+
 Test(model, training_steps_match_reference_adamw_clipped) { check_training(mt_tiny_config_tied_bias(), 1.0f, NULL); }
 
 Test(model, training_steps_match_reference_adamw_overlapped) { check_training(mt_tiny_config_tied_bias(), 0.0f, NULL); }
@@ -221,3 +281,15 @@ static void check_masked_training(float clip) {
 Test(model, masked_training_steps_match_reference_clipped) { check_masked_training(1.0f); }
 
 Test(model, masked_training_steps_match_reference_overlapped) { check_masked_training(0.0f); }
+
+/* Packed examples through a few steps: every step the same layout of segments. */
+Test(model, packed_training_steps_match_reference) {
+    enum { STEPS = 4 };
+    int32_t positions[STEPS * SEQUENCES * SEQ];
+    uint8_t mask[STEPS * SEQUENCES * SEQ];
+    for (int s = 0; s < STEPS; s++) {
+        memcpy(positions + s * SEQUENCES * SEQ, packed_positions, sizeof packed_positions);
+        memcpy(mask + s * SEQUENCES * SEQ, packed_mask, sizeof packed_mask);
+    }
+    check_packed_training(mt_tiny_config_tied_bias(), 1.0f, mask, positions);
+}

@@ -31,7 +31,7 @@ static void check_grads(mt_config cfg, int micro_batches) {
     int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
     mt_tiny_windows(22, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
     double loss;
-    cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, &loss), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, NULL, &loss), MT_OK, "%s", mt_error());
 
     mt_ref_fixture fx;
     cr_assert_eq(mt_ref_fixture_create(&fx), MT_OK, "%s", mt_error());
@@ -85,7 +85,7 @@ static void check_training(mt_config cfg, int micro_batches) {
     float lr = 1e-2f, objective[STEPS], want_losses[STEPS];
     for (int s = 0; s < STEPS; s++) {
         mt_step_result r;
-        cr_assert_eq(mt_engine_step(t.engine, inputs + s * SEQUENCES * SEQ, targets + s * SEQUENCES * SEQ, lr, &r),
+        cr_assert_eq(mt_engine_step(t.engine, inputs + s * SEQUENCES * SEQ, targets + s * SEQUENCES * SEQ, NULL, lr, &r),
                      MT_OK, "%s", mt_error());
         cr_assert(r.moe && r.aux_loss > 0, "step %d: no load-balancing loss reported", s);
         objective[s] = (float)(r.loss + cfg.router_aux_loss_coef * r.aux_loss);
@@ -141,7 +141,7 @@ Test(moe, collapsed_routing_shows_in_the_load) {
     int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
     mt_tiny_windows(42, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
     mt_step_result r;
-    cr_assert_eq(mt_engine_step(t.engine, inputs, targets, 1e-3f, &r), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_step(t.engine, inputs, targets, NULL, 1e-3f, &r), MT_OK, "%s", mt_error());
     cr_expect(r.moe);
     cr_expect_float_eq(r.expert_load_max, 1.0 / 3, 1e-12, "largest share %g", r.expert_load_max);
     cr_expect_eq(r.expert_load_min, 0.0, "smallest share %g", r.expert_load_min);
@@ -158,7 +158,7 @@ Test(moe, random_routing_load_is_around_uniform) {
     int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
     mt_tiny_windows(44, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
     mt_step_result r;
-    cr_assert_eq(mt_engine_step(t.engine, inputs, targets, 1e-3f, &r), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_step(t.engine, inputs, targets, NULL, 1e-3f, &r), MT_OK, "%s", mt_error());
     double uniform = 1.0 / cfg.num_experts;
     cr_expect(r.expert_load_max > uniform && r.expert_load_max < 1.0 / cfg.experts_per_token, "largest share %g",
               r.expert_load_max);
@@ -166,7 +166,7 @@ Test(moe, random_routing_load_is_around_uniform) {
     mt_tiny_model_close(&t);
     mt_config dense = mt_tiny_config_gqa();
     mt_tiny_model_open(&t, &dense, &o, 43);
-    cr_assert_eq(mt_engine_step(t.engine, inputs, targets, 1e-3f, &r), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_step(t.engine, inputs, targets, NULL, 1e-3f, &r), MT_OK, "%s", mt_error());
     cr_expect_not(r.moe);
     mt_tiny_model_close(&t);
 }
@@ -185,7 +185,7 @@ static float *train_three_steps(const mt_config *cfg, int device_blocks, float c
     mt_tiny_windows(52, 3 * SEQUENCES, SEQ, cfg->vocab_size, tokens, inputs, targets);
     for (int s = 0; s < 3; s++) {
         mt_step_result r;
-        cr_assert_eq(mt_engine_step(t.engine, inputs + s * SEQUENCES * SEQ, targets + s * SEQUENCES * SEQ, 1e-2f, &r),
+        cr_assert_eq(mt_engine_step(t.engine, inputs + s * SEQUENCES * SEQ, targets + s * SEQUENCES * SEQ, NULL, 1e-2f, &r),
                      MT_OK, "%s", mt_error());
     }
     mt_engine_finish(t.engine);

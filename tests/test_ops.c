@@ -210,7 +210,7 @@ Test(ops, rope_matches_reference) {
     rope_inv_freq(inv_freq);
     memcpy(y, x, sizeof x);
 
-    mt_cpu_rope(y, inv_freq, RP_N, RP_SEQ, RP_HEADS, RP_HD, 0);
+    mt_cpu_rope(y, inv_freq, RP_N, RP_SEQ, NULL, RP_HEADS, RP_HD, 0);
     ops_ref_rope(want, x, inv_freq, RP_N, RP_SEQ, RP_HEADS, RP_HD);
     ops_assert_close("rope(x)", y, want, COUNT(y), FWD_ATOL, FWD_RTOL);
 }
@@ -222,8 +222,8 @@ Test(ops, rope_inverse_undoes_rope) {
     rope_inv_freq(inv_freq);
     memcpy(y, x, sizeof x);
 
-    mt_cpu_rope(y, inv_freq, RP_N, RP_SEQ, RP_HEADS, RP_HD, 0);
-    mt_cpu_rope(y, inv_freq, RP_N, RP_SEQ, RP_HEADS, RP_HD, 1);
+    mt_cpu_rope(y, inv_freq, RP_N, RP_SEQ, NULL, RP_HEADS, RP_HD, 0);
+    mt_cpu_rope(y, inv_freq, RP_N, RP_SEQ, NULL, RP_HEADS, RP_HD, 1);
     ops_assert_close_f("inverse(rope(x))", y, x, COUNT(x), 1e-6, 0);
 }
 
@@ -235,7 +235,7 @@ typedef struct {
 static double rope_loss(void *ctx) {
     rope_case *c = ctx;
     memcpy(c->y, c->x, RP_N * RP_HEADS * RP_HD * sizeof *c->y);
-    mt_cpu_rope(c->y, c->inv_freq, RP_N, RP_SEQ, RP_HEADS, RP_HD, 0);
+    mt_cpu_rope(c->y, c->inv_freq, RP_N, RP_SEQ, NULL, RP_HEADS, RP_HD, 0);
     return ops_probe(c->y, c->probe, RP_N * RP_HEADS * RP_HD);
 }
 
@@ -247,7 +247,7 @@ Test(ops, rope_gradient_is_its_inverse) {
     ops_fill(probe, COUNT(probe), 43, -1, 1);
     rope_inv_freq(inv_freq);
     memcpy(dx, probe, sizeof probe);
-    mt_cpu_rope(dx, inv_freq, RP_N, RP_SEQ, RP_HEADS, RP_HD, 1);
+    mt_cpu_rope(dx, inv_freq, RP_N, RP_SEQ, NULL, RP_HEADS, RP_HD, 1);
 
     rope_case c = {x, inv_freq, probe, y};
     ops_check_grad("dx", x, dx, COUNT(x), FD_STEP, rope_loss, &c, FD_ATOL, FD_RTOL);
@@ -278,7 +278,7 @@ Test(ops, attention_matches_reference) {
         ops_fill(k, kv_count(d), 60 + ci, -2, 2);
         ops_fill(v, kv_count(d), 70 + ci, -1, 1);
 
-        mt_cpu_attention(out, lse, q, k, v, d);
+        mt_cpu_attention(out, lse, q, k, v, d, NULL);
         ops_ref_attention(want_out, want_lse, q, k, v, d);
         ops_assert_close("out", out, want_out, q_count(d), FWD_ATOL, FWD_RTOL);
         ops_assert_close("lse", lse, want_lse, (size_t)d.batch * d.heads * d.seq, FWD_ATOL, FWD_RTOL);
@@ -292,7 +292,7 @@ typedef struct {
 
 static double attention_loss(void *ctx) {
     attention_case *c = ctx;
-    mt_cpu_attention(c->out, c->lse, c->q, c->k, c->v, AT_GQA);
+    mt_cpu_attention(c->out, c->lse, c->q, c->k, c->v, AT_GQA, NULL);
     return ops_probe(c->out, c->probe, q_count(AT_GQA));
 }
 
@@ -312,8 +312,8 @@ Test(ops, attention_gradients) {
     ops_fill(dk, COUNT(dk), 85, -9, 9);
     ops_fill(dv, COUNT(dv), 86, -9, 9);
 
-    mt_cpu_attention(out, lse, q, k, v, AT_GQA);
-    mt_cpu_attention_dx(dq, dk, dv, probe, out, lse, q, k, v, AT_GQA, workspace);
+    mt_cpu_attention(out, lse, q, k, v, AT_GQA, NULL);
+    mt_cpu_attention_dx(dq, dk, dv, probe, out, lse, q, k, v, AT_GQA, NULL, workspace);
 
     attention_case c = {q, k, v, probe, out, lse};
     ops_check_grad("dq", q, dq, COUNT(q), FD_STEP, attention_loss, &c, FD_ATOL, FD_RTOL);
@@ -559,10 +559,10 @@ Test(ops, kernels_are_deterministic) {
     ops_fill(k, COUNT(k), 141, -2, 2);
     ops_fill(v, COUNT(v), 142, -1, 1);
     ops_fill(dout, COUNT(dout), 143, -1, 1);
-    mt_cpu_attention(out, lse, q, k, v, AT_GQA);
+    mt_cpu_attention(out, lse, q, k, v, AT_GQA, NULL);
     for (int run = 0; run < 2; run++) {
         float *dq = grads[run], *dk = dq + COUNT(q), *dv = dk + COUNT(k);
-        mt_cpu_attention_dx(dq, dk, dv, dout, out, lse, q, k, v, AT_GQA, workspace);
+        mt_cpu_attention_dx(dq, dk, dv, dout, out, lse, q, k, v, AT_GQA, NULL, workspace);
     }
     cr_assert(memcmp(grads[0], grads[1], sizeof grads[0]) == 0, "attention_dx differs between runs");
 

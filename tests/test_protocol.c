@@ -105,12 +105,12 @@ static void trace_run(mt_engine_options o, const mt_config *cfg, mt_moments_form
     for (int s = 0; s < 2; s++) {
         mt_tiny_windows(60 + s, SEQUENCES, SEQ, cfg->vocab_size, tokens, inputs, targets);
         mt_step_result r;
-        cr_assert_eq(mt_engine_step(m.engine, inputs, targets, 1e-3f, &r), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(m.engine, inputs, targets, NULL, 1e-3f, &r), MT_OK, "%s", mt_error());
     }
     double loss;
     if (mt_engine_host_grads(m.engine))
-        cr_assert_eq(mt_engine_grads(m.engine, inputs, targets, &loss), MT_OK, "%s", mt_error());
-    cr_assert_eq(mt_engine_eval(m.engine, inputs, targets, &loss), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_grads(m.engine, inputs, targets, NULL, &loss), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_eval(m.engine, inputs, targets, NULL, &loss), MT_OK, "%s", mt_error());
     float logits[64];
     cr_assert(cfg->vocab_size <= 64);
     cr_assert_eq(mt_engine_next_logits(m.engine, inputs, 5, logits), MT_OK, "%s", mt_error());

@@ -78,7 +78,7 @@ static float *train(const mt_config *cfg, int n, int M, shape sh, double loss[ST
     for (int s = 1; s <= STEPS; s++) {
         mt_tiny_windows(100 + s, all, SEQ, cfg->vocab_size, tokens, inputs, targets);
         mt_step_result res;
-        cr_assert_eq(mt_ranks_step(t.g, inputs, targets, 3e-3f, &res), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_ranks_step(t.g, inputs, targets, NULL, 3e-3f, &res), MT_OK, "%s", mt_error());
         cr_assert_eq(res.skipped, 0);
         loss[s - 1] = res.loss;
         norm[s - 1] = res.grad_norm;
@@ -227,15 +227,15 @@ static void expect_failure_ends_the_group(int failing) {
     int32_t tokens[all * (SEQ + 1)], inputs[all * SEQ], targets[all * SEQ];
     mt_tiny_windows(5, all, SEQ, cfg.vocab_size, tokens, inputs, targets);
     mt_step_result res;
-    cr_assert_eq(mt_ranks_step(t.g, inputs, targets, 3e-3f, &res), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_ranks_step(t.g, inputs, targets, NULL, 3e-3f, &res), MT_OK, "%s", mt_error());
     mt_ranks_fail_next_step(t.g, failing);
     double t0 = mt_now();
-    cr_assert_neq(mt_ranks_step(t.g, inputs, targets, 3e-3f, &res), MT_OK);
+    cr_assert_neq(mt_ranks_step(t.g, inputs, targets, NULL, 3e-3f, &res), MT_OK);
     char expected[64];
     snprintf(expected, sizeof expected, "rank %d of 2: injected failure", failing);
     cr_expect(strstr(mt_error(), expected), "the error names the rank that failed: %s", mt_error());
     cr_expect_lt(mt_now() - t0, 30.0, "the other rank was not released at once");
-    cr_expect_neq(mt_ranks_step(t.g, inputs, targets, 3e-3f, &res), MT_OK, "an aborted group took another step");
+    cr_expect_neq(mt_ranks_step(t.g, inputs, targets, NULL, 3e-3f, &res), MT_OK, "an aborted group took another step");
     cr_expect(strstr(mt_error(), "aborted"), "%s", mt_error());
     group_close(&t);
 }

@@ -78,7 +78,7 @@ Test(store_split, a_checkpoint_from_before_the_split_resumes_to_the_same_bits) {
     int32_t inputs[FIXTURE_TOKENS], targets[FIXTURE_TOKENS];
     fixture_tokens(3, inputs, targets);
     mt_step_result r;
-    cr_assert_eq(mt_engine_step(e, inputs, targets, FIXTURE_LR, &r), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_step(e, inputs, targets, NULL, FIXTURE_LR, &r), MT_OK, "%s", mt_error());
     progress.adam_step = mt_engine_finish(e);
     progress.step = 3;
     char dir[PATH_MAX], path[PATH_MAX];

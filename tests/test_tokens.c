@@ -197,19 +197,19 @@ Test(tokens, dataset_split_and_sequential_windows) {
     cr_assert_eq(ds.val_tokens, 100);
     cr_assert_eq(ds.train_tokens, 900);
     int32_t in[2 * 16], tg[2 * 16];
-    mt_dataset_train_batch(&ds, 2, in, tg);
+    mt_dataset_train_batch(&ds, 2, in, tg, NULL);
     for (int i = 0; i < 32; i++) {
         cr_assert_eq(in[i], i % 251, "windows follow each other");
         cr_assert_eq(tg[i], (i + 1) % 251, "targets are inputs shifted by one");
     }
     /* 900 training tokens hold 56 windows of 16 (+1): the pass completes with the 56th and the
      * 57th wraps to the start. */
-    for (int i = 2; i < 55; i++) mt_dataset_train_batch(&ds, 1, in, tg);
+    for (int i = 2; i < 55; i++) mt_dataset_train_batch(&ds, 1, in, tg, NULL);
     cr_assert_eq(ds.state.epoch, 0);
-    mt_dataset_train_batch(&ds, 1, in, tg);
+    mt_dataset_train_batch(&ds, 1, in, tg, NULL);
     cr_assert_eq(in[0], (55 * 16) % 251);
     cr_assert_eq(ds.state.epoch, 1);
-    mt_dataset_train_batch(&ds, 1, in, tg);
+    mt_dataset_train_batch(&ds, 1, in, tg, NULL);
     cr_assert_eq(in[0], 0);
     mt_tokens_close(&t);
 }
@@ -221,7 +221,7 @@ Test(tokens, dataset_random_resumes_exactly) {
     cr_assert_eq(mt_dataset_init(&a, &t, 0.05, 32, MT_SAMPLE_RANDOM, 1234), MT_OK);
     cr_assert_eq(mt_dataset_init(&b, &t, 0.05, 32, MT_SAMPLE_RANDOM, 999), MT_OK);
     int32_t in[4 * 32], tg[4 * 32], in2[4 * 32], tg2[4 * 32];
-    for (int i = 0; i < 10; i++) mt_dataset_train_batch(&a, 4, in, tg);
+    for (int i = 0; i < 10; i++) mt_dataset_train_batch(&a, 4, in, tg, NULL);
     /* Save through JSON as a checkpoint would, restore into a dataset seeded differently. */
     json_t *saved = mt_sampler_state_to_json(&a.state);
     mt_sampler_state restored;
@@ -230,8 +230,8 @@ Test(tokens, dataset_random_resumes_exactly) {
     cr_assert_eq(mt_dataset_set_state(&b, &restored), MT_OK);
     int differs = 0;
     for (int step = 0; step < 20; step++) {
-        mt_dataset_train_batch(&a, 4, in, tg);
-        mt_dataset_train_batch(&b, 4, in2, tg2);
+        mt_dataset_train_batch(&a, 4, in, tg, NULL);
+        mt_dataset_train_batch(&b, 4, in2, tg2, NULL);
         cr_assert_arr_eq(in, in2, sizeof in);
         cr_assert_arr_eq(tg, tg2, sizeof tg);
         for (int w = 0; w < 4; w++) {
@@ -254,11 +254,11 @@ Test(tokens, dataset_validation_batches_are_fixed_and_held_out) {
     /* 200 held-out tokens: (200 - 1) / 8 = 24 windows, 6 batches of 4. */
     cr_assert_eq(mt_dataset_val_batches(&ds, 4), 6);
     int32_t in[32], tg[32];
-    mt_dataset_val_batch(&ds, 5, 4, in, tg);
+    mt_dataset_val_batch(&ds, 5, 4, in, tg, NULL);
     cr_assert_eq(in[0], (1800 + 20 * 8) % 251);
     cr_assert_eq(tg[31], (1800 + 24 * 8) % 251, "the last target is the split's last token");
     mt_sampler_state before = ds.state;
-    mt_dataset_val_batch(&ds, 0, 4, in, tg);
+    mt_dataset_val_batch(&ds, 0, 4, in, tg, NULL);
     cr_assert_eq(in[0], 1800 % 251);
     cr_assert_eq(ds.state.rng.state, before.rng.state, "validation does not move the training sampler");
     mt_tokens_close(&t);

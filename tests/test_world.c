@@ -67,7 +67,7 @@ static mt_status replica(const mt_world *w, int steps, const char *out) {
     for (int s = 1; rc == MT_OK && s <= steps; s++) {
         mt_tiny_windows(100 + s, all, SEQ, cfg.vocab_size, tokens, inputs, targets);
         mt_step_result r;
-        rc = mt_replica_step(e, w->rank, w->size, inputs, targets, 3e-3f, &r);
+        rc = mt_replica_step(e, w->rank, w->size, inputs, targets, NULL, 3e-3f, &r);
     }
     if (rc == MT_OK) mt_engine_finish(e);
     if (rc == MT_OK && out) {
@@ -121,7 +121,7 @@ static float *threads_state(size_t *n) {
     for (int s = 1; s <= STEPS; s++) {
         mt_tiny_windows(100 + s, all, SEQ, cfg.vocab_size, tokens, inputs, targets);
         mt_step_result r;
-        cr_assert_eq(mt_ranks_step(g, inputs, targets, 3e-3f, &r), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_ranks_step(g, inputs, targets, NULL, 3e-3f, &r), MT_OK, "%s", mt_error());
     }
     mt_engine_finish(mt_ranks_leader(g));
     *n = (size_t)lay.total_numel;

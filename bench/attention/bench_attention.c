@@ -4,7 +4,13 @@
  * PyTorch's SDPA on the same inputs. One line per length, key=value fields.
  *
  *   bench_attention [--seqs 32768,65536,...] [--heads 24] [--kv-heads 8] [--head-dim 128]
- *                   [--iters K] [--sample DIR]
+ *                   [--iters K] [--sample DIR] [--packed MEAN,MEAN,...]
+ *
+ * --packed: after each length's plain run, the same tokens as packed examples (segments, backend.h)
+ * of lengths drawn uniformly in [MEAN/2, 3*MEAN/2] (the last cut to fit), one run a mean, whose
+ * line says packed=MEAN and segments=COUNT; with --sample, DIR/attention-SEQ-packed-MEAN.bin holds
+ * the whole of out and dq (bf16) and DIR/attention-SEQ-packed-MEAN.lengths the segments' lengths
+ * (int32), for the check against PyTorch run on each example alone.
  *
  * Inputs are a fixed function of the element index (bench_attention_input, which the Python side
  * computes alike), rounded to bf16. Times are the mean of K runs after one warm-up. FLOPs: forward
@@ -25,12 +31,13 @@
 
 typedef struct {
     int seqs[MAX_SEQS], n_seqs, heads, kv_heads, head_dim, iters;
+    int packed[MAX_SEQS], n_packed;
     const char *sample_dir;
 } options;
 
 static void usage_and_exit(void) {
     fprintf(stderr, "usage: bench_attention [--seqs 32768,65536,...] [--heads H] [--kv-heads KV] [--head-dim D] "
-                    "[--iters K] [--sample DIR]\n");
+                    "[--iters K] [--sample DIR] [--packed MEAN,...]\n");
     exit(2);
 }
 
@@ -57,6 +64,13 @@ static options parse_options(int argc, char **argv) {
         else if (!strcmp(flag, "--head-dim")) o.head_dim = positive(value);
         else if (!strcmp(flag, "--iters")) o.iters = positive(value);
         else if (!strcmp(flag, "--sample")) o.sample_dir = value;
+        else if (!strcmp(flag, "--packed")) {
+            char *list = strdup(value);
+            o.n_packed = 0;
+            for (char *t = strtok(list, ","); t && o.n_packed < MAX_SEQS; t = strtok(NULL, ","))
+                o.packed[o.n_packed++] = positive(t);
+            free(list);
+        }
         else usage_and_exit();
     }
     if (o.heads % o.kv_heads) usage_and_exit();
@@ -112,44 +126,141 @@ static int write_sample(const options *o, mt_backend *be, mt_stream *s, int seq,
     return ok ? 0 : -1;
 }
 
-/* One length: allocate, run warm-up + iters, print the line. Returns 0, or -1 on an error. */
+/* Segments of lengths uniform in [mean/2, 3*mean/2] over seq rows (the last cut to fit), from a
+ * fixed generator: host positions and starts [*count + 1]. */
+static void packed_layout(int seq, int mean, int32_t *pos, int32_t *starts, int *count) {
+    uint64_t x = 0x2545F4914F6CDD1Dull * (uint64_t)mean;
+    int lo = mean / 2 > 1 ? mean / 2 : 1;
+    *count = 0;
+    for (int at = 0; at < seq;) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int len = lo + (int)(x % (uint64_t)(mean + 1));
+        if (len > seq - at) len = seq - at;
+        starts[(*count)++] = at;
+        for (int i = 0; i < len; i++) pos[at + i] = i;
+        at += len;
+    }
+    starts[*count] = seq;
+}
+
+static int write_file(const char *path, const void *data, size_t bytes) {
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(data, 1, bytes, f) == bytes;
+    if (f) ok = !fclose(f) && ok;
+    if (!ok) fprintf(stderr, "bench_attention: cannot write %s: %s\n", path, strerror(errno));
+    return ok ? 0 : -1;
+}
+
+/* The packed run's results for the check: all of out and dq, and the segments' lengths. */
+static int write_packed_sample(const options *o, mt_backend *be, mt_stream *s, int seq, int mean, const void *out,
+                               const void *dq, const int32_t *starts, int count) {
+    size_t bytes = (size_t)seq * o->heads * o->head_dim * 2;
+    char *buf = malloc(2 * bytes), path[4096];
+    int32_t *lengths = malloc((size_t)count * sizeof *lengths);
+    int rc = -1;
+    if (buf && lengths) {
+        mt_copy_async(be, buf, out, bytes, s);
+        mt_copy_async(be, buf + bytes, dq, bytes, s);
+        finish(be, s);
+        for (int k = 0; k < count; k++) lengths[k] = starts[k + 1] - starts[k];
+        snprintf(path, sizeof path, "%s/attention-%d-packed-%d.bin", o->sample_dir, seq, mean);
+        rc = write_file(path, buf, 2 * bytes);
+        snprintf(path, sizeof path, "%s/attention-%d-packed-%d.lengths", o->sample_dir, seq, mean);
+        if (rc == 0) rc = write_file(path, lengths, (size_t)count * sizeof *lengths);
+    }
+    free(buf);
+    free(lengths);
+    return rc;
+}
+
+typedef struct {
+    void *q, *k, *v, *dout, *out, *dq, *dk, *dv, *ws;
+    float *lse;
+} tensors;
+
+/* Mean seconds of forward and backward over iters runs after one warm-up. */
+static void time_runs(const options *o, mt_backend *be, mt_stream *s, mt_attn_dims d, const mt_segments *seg,
+                      const tensors *t, double *fwd, double *bwd) {
+    mt_event *t0 = mt_event_create(be), *t1 = mt_event_create(be), *t2 = mt_event_create(be);
+    *fwd = *bwd = 0;
+    for (int it = 0; it <= o->iters; it++) {
+        mt_event_record(be, t0, s);
+        be->ops->op.attention(be, s, t->out, t->lse, t->q, t->k, t->v, d, seg, t->ws);
+        mt_event_record(be, t1, s);
+        be->ops->op.attention_dx(be, s, t->dq, t->dk, t->dv, t->dout, t->out, t->lse, t->q, t->k, t->v, d, seg, t->ws);
+        mt_event_record(be, t2, s);
+        mt_event_sync(be, t2);
+        if (it > 0) *fwd += mt_event_elapsed(be, t0, t1) / o->iters, *bwd += mt_event_elapsed(be, t1, t2) / o->iters;
+    }
+    mt_event_destroy(be, t0), mt_event_destroy(be, t1), mt_event_destroy(be, t2);
+}
+
+/* The packed runs of one length: the same tensors, the segments of each mean. */
+static int run_packed(const options *o, mt_backend *be, mt_stream *s, mt_attn_dims d, const tensors *t) {
+    int seq = d.seq, failed = 0;
+    int32_t *pos = malloc((size_t)seq * 4), *starts = malloc(((size_t)seq + 1) * 4);
+    int32_t *dev = mt_dev_alloc(be, ((size_t)2 * seq + 1) * 4, "the segments");
+    for (int m = 0; m < o->n_packed && pos && starts && dev; m++) {
+        int count, mean = o->packed[m];
+        packed_layout(seq, mean, pos, starts, &count);
+        mt_copy_async(be, dev, pos, (size_t)seq * 4, s);
+        mt_copy_async(be, dev + seq, starts, ((size_t)count + 1) * 4, s);
+        finish(be, s);
+        mt_segments seg = {dev, dev + seq, count};
+        double fwd, bwd;
+        time_runs(o, be, s, d, &seg, t, &fwd, &bwd);
+        double work = 0; /* the causal halves of the segments' score matrices */
+        for (int k = 0; k < count; k++) work += (double)(starts[k + 1] - starts[k]) * (starts[k + 1] - starts[k]);
+        double flops = 2.0 * work * o->heads * o->head_dim;
+        if (mt_backend_check(be) == MT_OK &&
+            (!o->sample_dir || write_packed_sample(o, be, s, seq, mean, t->out, t->dq, starts, count) == 0)) {
+            printf("system=megatrain-packed seq=%d packed=%d segments=%d heads=%d kv_heads=%d head_dim=%d fwd_ms=%.2f "
+                   "bwd_ms=%.2f fwd_tflops=%.1f bwd_tflops=%.1f\n", seq, mean, count, o->heads, o->kv_heads,
+                   o->head_dim, fwd * 1e3, bwd * 1e3, flops / fwd * 1e-12, 2.5 * flops / bwd * 1e-12);
+        } else {
+            printf("system=megatrain-packed seq=%d packed=%d error=\"%s\"\n", seq, mean, mt_error());
+            failed = 1;
+        }
+        fflush(stdout);
+    }
+    mt_dev_free(be, dev);
+    free(pos);
+    free(starts);
+    return failed ? -1 : 0;
+}
+
+/* One length: allocate, run warm-up + iters, print the line (and the packed runs' lines).
+ * Returns 0, or -1 on an error. */
 static int run_length(const options *o, mt_backend *be, mt_stream *s, int seq) {
     mt_attn_dims d = {.batch = 1, .seq = seq, .heads = o->heads, .kv_heads = o->kv_heads, .head_dim = o->head_dim};
     size_t qc = (size_t)seq * o->heads * o->head_dim, kc = (size_t)seq * o->kv_heads * o->head_dim;
     uint16_t *host = malloc(qc * 2);
-    size_t ws_bytes = be->ops->op.attention_workspace(be, d);
-    void *q = host ? device_input(be, s, 0, qc, host) : NULL, *k = q ? device_input(be, s, 1, kc, host) : NULL;
-    void *v = k ? device_input(be, s, 2, kc, host) : NULL, *dout = v ? device_input(be, s, 3, qc, host) : NULL;
-    void *out = mt_dev_alloc(be, qc * 2, "out"), *dq = mt_dev_alloc(be, qc * 2, "dq");
-    void *dk = mt_dev_alloc(be, kc * 2, "dk"), *dv = mt_dev_alloc(be, kc * 2, "dv");
-    float *lse = mt_dev_alloc(be, (size_t)o->heads * seq * 4, "lse");
-    void *ws = mt_dev_alloc(be, ws_bytes ? ws_bytes : 1, "the attention workspace");
+    size_t ws_bytes = be->ops->op.attention_workspace(be, d, o->n_packed > 0);
+    tensors t = {0};
+    t.q = host ? device_input(be, s, 0, qc, host) : NULL, t.k = t.q ? device_input(be, s, 1, kc, host) : NULL;
+    t.v = t.k ? device_input(be, s, 2, kc, host) : NULL, t.dout = t.v ? device_input(be, s, 3, qc, host) : NULL;
+    t.out = mt_dev_alloc(be, qc * 2, "out"), t.dq = mt_dev_alloc(be, qc * 2, "dq");
+    t.dk = mt_dev_alloc(be, kc * 2, "dk"), t.dv = mt_dev_alloc(be, kc * 2, "dv");
+    t.lse = mt_dev_alloc(be, (size_t)o->heads * seq * 4, "lse");
+    t.ws = mt_dev_alloc(be, ws_bytes ? ws_bytes : 1, "the attention workspace");
     int rc = -1;
-    if (dout && out && dq && dk && dv && lse && ws) {
-        mt_event *t0 = mt_event_create(be), *t1 = mt_event_create(be), *t2 = mt_event_create(be);
-        double fwd = 0, bwd = 0;
-        for (int it = 0; it <= o->iters; it++) {
-            mt_event_record(be, t0, s);
-            be->ops->op.attention(be, s, out, lse, q, k, v, d, ws);
-            mt_event_record(be, t1, s);
-            be->ops->op.attention_dx(be, s, dq, dk, dv, dout, out, lse, q, k, v, d, ws);
-            mt_event_record(be, t2, s);
-            mt_event_sync(be, t2);
-            if (it > 0) fwd += mt_event_elapsed(be, t0, t1) / o->iters, bwd += mt_event_elapsed(be, t1, t2) / o->iters;
-        }
-        mt_event_destroy(be, t0), mt_event_destroy(be, t1), mt_event_destroy(be, t2);
+    if (t.dout && t.out && t.dq && t.dk && t.dv && t.lse && t.ws) {
+        double fwd, bwd;
+        time_runs(o, be, s, d, NULL, &t, &fwd, &bwd);
         double flops = 2.0 * seq * (double)seq * o->heads * o->head_dim;
-        if (mt_backend_check(be) == MT_OK && (!o->sample_dir || write_sample(o, be, s, seq, out, dq, lse) == 0)) {
+        if (mt_backend_check(be) == MT_OK && (!o->sample_dir || write_sample(o, be, s, seq, t.out, t.dq, t.lse) == 0)) {
             printf("system=megatrain seq=%d heads=%d kv_heads=%d head_dim=%d fwd_ms=%.2f bwd_ms=%.2f fwd_tflops=%.1f "
                    "bwd_tflops=%.1f workspace_gib=%.2f peak_gib=%.2f\n", seq, o->heads, o->kv_heads, o->head_dim,
                    fwd * 1e3, bwd * 1e3, flops / fwd * 1e-12, 2.5 * flops / bwd * 1e-12, ws_bytes / 1073741824.0,
                    mt_dev_peak(be) / 1073741824.0);
+            fflush(stdout);
             rc = 0;
         }
     }
     if (rc) printf("system=megatrain seq=%d error=\"%s\"\n", seq, mt_error());
+    else rc = run_packed(o, be, s, d, &t);
     fflush(stdout);
-    void *bufs[] = {q, k, v, dout, out, dq, dk, dv, lse, ws};
+    void *bufs[] = {t.q, t.k, t.v, t.dout, t.out, t.dq, t.dk, t.dv, t.lse, t.ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mt_dev_free(be, bufs[i]);
     free(host);
     return rc;

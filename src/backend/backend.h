@@ -58,6 +58,17 @@ typedef struct {
     int batch, seq, heads, kv_heads, head_dim;
 } mt_attn_dims;
 
+/* The segments of a micro-batch (packed examples; documents under --doc-mask): runs of
+ * consecutive rows that attend only among themselves, causally, and whose positions (RoPE)
+ * restart at 0 on each run's first row. A segment never crosses from one sequence of the
+ * micro-batch into the next: each sequence's first row starts one. Where an op takes a NULL
+ * mt_segments, each sequence is one segment (plain causal attention, positions r % seq). */
+typedef struct {
+    const int32_t *pos;    /* device [n]: each row's position in its segment */
+    const int32_t *starts; /* device [count + 1]: each segment's first row, ascending, then n */
+    int count;             /* segments (a host number: the ops size their launches by it) */
+} mt_segments;
+
 /* Memory. dev_* is device memory; host_* is host memory the device copies from and to at full
  * speed (pinned on cuda). Allocators return NULL and set the error on failure. */
 typedef struct {
@@ -123,21 +134,27 @@ typedef struct {
                        int accumulate);
 
     /* In-place rotary embedding of x[n, heads, head_dim], Hugging Face's rotate_half pairing
-     * (i, i + head_dim/2); the position of row r is r % seq. inv_freq[head_dim/2] lives in device
-     * memory. inverse = 1 applies the transpose (the backward). */
+     * (i, i + head_dim/2); the position of row r is pos[r] (device int32), or r % seq when pos is
+     * NULL. inv_freq[head_dim/2] lives in device memory. inverse = 1 applies the transpose (the
+     * backward). */
     void (*rope)(mt_backend *be, mt_stream *s, void *x, const float *inv_freq, int n, int seq,
-                 int heads, int head_dim, int inverse);
+                 const int32_t *pos, int heads, int head_dim, int inverse);
 
-    /* Causal grouped-query attention. out[n, heads*head_dim]; lse[batch, heads, seq] saved.
-     * workspace: attention_workspace(dims) bytes of device memory, the same buffer the backward
-     * takes (the two never run at once on it). */
+    /* Causal grouped-query attention within each segment (seg; NULL: within each sequence).
+     * out[n, heads*head_dim]; lse saved: [batch, heads, seq] without segments, [n, heads] with
+     * them (the ragged layout). Each segment's rows get what attention over that segment alone
+     * gives. workspace: attention_workspace(dims, seg != NULL) bytes of device memory, the same
+     * buffer the backward takes (the two never run at once on it). */
     void (*attention)(mt_backend *be, mt_stream *s, void *out, float *lse, const void *q,
-                      const void *k, const void *v, mt_attn_dims dims, void *workspace);
-    /* dq, dk, dv overwritten. workspace: attention_workspace(dims) bytes of device memory. */
+                      const void *k, const void *v, mt_attn_dims dims, const mt_segments *seg,
+                      void *workspace);
+    /* dq, dk, dv overwritten; seg and workspace as the forward's. */
     void (*attention_dx)(mt_backend *be, mt_stream *s, void *dq, void *dk, void *dv,
                          const void *dout, const void *out, const float *lse, const void *q,
-                         const void *k, const void *v, mt_attn_dims dims, void *workspace);
-    size_t (*attention_workspace)(mt_backend *be, mt_attn_dims dims);
+                         const void *k, const void *v, mt_attn_dims dims, const mt_segments *seg,
+                         void *workspace);
+    /* Bytes of workspace for dims, for calls without segments and, when `segmented`, with them. */
+    size_t (*attention_workspace)(mt_backend *be, mt_attn_dims dims, int segmented);
 
     /* a = silu(g) * u over count elements; backward overwrites dg and du */
     void (*swiglu)(mt_backend *be, mt_stream *s, void *a, const void *g, const void *u, size_t count);

@@ -22,7 +22,7 @@ static void model_mem_info(mt_backend *be, size_t *free_bytes, size_t *peak_byte
     if (peak_bytes) *peak_bytes = 0;
 }
 
-static size_t model_attention_workspace(mt_backend *be, mt_attn_dims dims) {
+static size_t model_attention_workspace(mt_backend *be, mt_attn_dims dims, int segmented) {
     return mt_cuda_attention_workspace_bytes(dims.batch, dims.heads, dims.seq);
 }
 

@@ -40,8 +40,8 @@ static const mt_ffn_ops *const ffn_ops[MT_FFN_KINDS] = {[MT_FFN_DENSE] = &mt_ffn
 
 /* Every block's buffers, then those of each kind some block of the model uses, in one fixed order. */
 static size_t layout_ws(mt_block_ws *ws, char *base, mt_backend *be, const mt_config *c, int batch, int seq,
-                        int chunk) {
-    mt_ws_shape s = {be, c, batch, seq, (size_t)batch * seq, 0, mt_dtype_size(be->ops->act_dtype)};
+                        int chunk, int segmented) {
+    mt_ws_shape s = {be, c, batch, seq, (size_t)batch * seq, 0, mt_dtype_size(be->ops->act_dtype), segmented};
     /* Any job's pieces (a sample's shorter sequence too) are at most chunk rows, and at most n. */
     s.C = chunk > 0 && (size_t)chunk < s.n ? (size_t)chunk : s.n;
     size_t D = c->hidden_size, F = mt_config_dense_mlp_width(c);
@@ -67,14 +67,14 @@ static size_t layout_ws(mt_block_ws *ws, char *base, mt_backend *be, const mt_co
     return w.off;
 }
 
-size_t mt_block_ws_bytes(mt_backend *be, const mt_config *c, int batch, int seq, int chunk) {
-    return layout_ws(NULL, NULL, be, c, batch, seq, chunk);
+size_t mt_block_ws_bytes(mt_backend *be, const mt_config *c, int batch, int seq, int chunk, int segmented) {
+    return layout_ws(NULL, NULL, be, c, batch, seq, chunk, segmented);
 }
 
 void mt_block_ws_carve(mt_block_ws *ws, void *base, mt_backend *be, const mt_config *c, int batch, int seq,
-                       int chunk) {
+                       int chunk, int segmented) {
     memset(ws, 0, sizeof *ws);
-    layout_ws(ws, base, be, c, batch, seq, chunk);
+    layout_ws(ws, base, be, c, batch, seq, chunk, segmented);
 }
 
 /* ---- pieces and the GEMMs issued over them ---- */

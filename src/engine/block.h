@@ -44,7 +44,7 @@ typedef struct {
         void *q, *k, *v;  /* [n, Q], [n, KV], [n, KV] after RoPE */
         void *att;        /* [n, Q]  attention output */
         void *dq, *dk, *dv, *datt; /* backward: [n, Q], [n, KV], [n, KV], [n, Q] */
-        float *lse;       /* [batch, heads, seq] */
+        float *lse;       /* [batch, heads, seq], or with segments [n, heads] */
         /* With q/k norms (cfg->qk_norm) only, else NULL: the projections before their norm and its
          * statistics. */
         void *q_raw, *k_raw;    /* [n, Q], [n, KV] */
@@ -83,6 +83,7 @@ typedef struct {
     const float *inv_freq;  /* device copy of the RoPE frequencies */
     mt_block_ws *ws;
     int layer;              /* the block's index: its kinds (model/block_kinds.h) */
+    const mt_segments *seg; /* this micro-batch's segments (packed examples), or NULL (backend.h) */
     /* A mixture-of-experts block's routing statistics, added to by its forward (NULL: none, as in a
      * backward's recomputed forward): moe_counts[E] the layer's tokens per expert in this
      * micro-batch, moe_prob_sum[E] the router probabilities summed over every MoE layer's tokens of
@@ -100,11 +101,12 @@ typedef struct {
  * depend on how sequences are grouped into micro-batches. chunk <= 0: the whole micro-batch. */
 int mt_block_piece_rows(int batch, int seq, int chunk);
 
-/* Bytes of device memory mt_block_ws takes for a micro-batch of batch x seq in pieces of chunk. */
-size_t mt_block_ws_bytes(mt_backend *be, const mt_config *cfg, int batch, int seq, int chunk);
+/* Bytes of device memory mt_block_ws takes for a micro-batch of batch x seq in pieces of chunk;
+ * `segmented`: its attention may take segments too. */
+size_t mt_block_ws_bytes(mt_backend *be, const mt_config *cfg, int batch, int seq, int chunk, int segmented);
 /* Carves the workspace out of one device buffer of mt_block_ws_bytes bytes. */
 void mt_block_ws_carve(mt_block_ws *ws, void *base, mt_backend *be, const mt_config *cfg, int batch, int seq,
-                       int chunk);
+                       int chunk, int segmented);
 
 /* y[n, D] = block(x[n, D]). */
 void mt_block_forward(const mt_block_ctx *c, const mt_unit_weights *w, const void *x, void *y);

@@ -21,12 +21,14 @@ static inline void *mt_ws_take(mt_ws_walk *w, size_t bytes) {
     return p;
 }
 
-/* What a walk knows of the run: n = batch * seq rows, C of them a piece at most, act's size. */
+/* What a walk knows of the run: n = batch * seq rows, C of them a piece at most, act's size;
+ * whether attention may take segments (packed examples). */
 typedef struct {
     mt_backend *be;
     const mt_config *c;
     int batch, seq;
     size_t n, C, act;
+    int segmented;
 } mt_ws_shape;
 
 /* Rows [row, row + rows) of the micro-batch: one piece (mt_block_piece_rows). */

@@ -54,6 +54,8 @@ typedef struct {
                           * least the vocabulary: all of it at once */
     int chunk;           /* tokens a block's token-wise ops (norms, projections, MLP) take at once
                           * (engine/block.h: mt_block_piece_rows); 0: the whole micro-batch */
+    int packed;          /* passes may carry positions (packed examples, --doc-mask): the engine
+                          * stages them with the tokens and sizes attention for segments */
     float max_grad_norm; /* 0: no clipping */
     float beta1, beta2, eps, weight_decay;
     int keep_grads;      /* keep every unit's gradient on the host (mt_engine_host_grads) even
@@ -169,6 +171,10 @@ void mt_engine_destroy(mt_engine *e);
 
 /* Token arguments are inputs[M][batch][seq] and targets[M][batch][seq] (the inputs shifted by
  * one); a negative target takes no part in the loss. Ids at or past vocab_size are refused.
+ * positions[M][batch][seq], or NULL: each token's position in its segment (backend.h's
+ * mt_segments: packed examples that do not see each other), 0 where a segment starts and on each
+ * sequence's first token, else the position before it plus one; an engine made with `packed` only
+ * takes them, and refuses positions that break these rules. NULL: every sequence is one segment.
  * The loss, and the gradient it is differentiated from, is the mean over the targets >= 0 of the
  * whole call (all M micro-batches): PyTorch's cross_entropy(reduction="mean", ignore_index=-1)
  * over the flattened [M * batch * seq] targets. With no target >= 0 the loss is 0 and the
@@ -176,13 +182,15 @@ void mt_engine_destroy(mt_engine *e);
  *
  * One optimizer step. Returns once the backward is done; the optimizer may still be updating
  * (mt_engine_finish waits). */
-mt_status mt_engine_step(mt_engine *e, const int32_t *inputs, const int32_t *targets, float lr,
-                         mt_step_result *result);
+mt_status mt_engine_step(mt_engine *e, const int32_t *inputs, const int32_t *targets, const int32_t *positions,
+                         float lr, mt_step_result *result);
 /* Forward and backward only: fp32 gradients of the mean loss land in mt_engine_host_grads(), in
  * layout positions; no update. Needs keep_grads, or clipping with every unit's state on the host. */
-mt_status mt_engine_grads(mt_engine *e, const int32_t *inputs, const int32_t *targets, double *loss);
+mt_status mt_engine_grads(mt_engine *e, const int32_t *inputs, const int32_t *targets, const int32_t *positions,
+                          double *loss);
 /* Mean loss, no gradients. */
-mt_status mt_engine_eval(mt_engine *e, const int32_t *inputs, const int32_t *targets, double *loss);
+mt_status mt_engine_eval(mt_engine *e, const int32_t *inputs, const int32_t *targets, const int32_t *positions,
+                         double *loss);
 /* Logits of the last position of one sequence tokens[len] (len <= seq), into host logits[V]. */
 mt_status mt_engine_next_logits(mt_engine *e, const int32_t *tokens, int len, float *logits);
 /* Test hook (train's MT_TEST_NAN_STEP): the next mt_engine_step sees a NaN global gradient norm,

@@ -117,11 +117,13 @@ static void walk(const shape *s, walker *w) {
     }
 
     /* The blocks' and LM head's scratch, the gradient flowing back, and the small things. */
-    DEVICE(ws_base, workspace, mt_block_ws_bytes(s->be, c, o->batch, o->seq, o->chunk), "the block workspace");
+    DEVICE(ws_base, workspace, mt_block_ws_bytes(s->be, c, o->batch, o->seq, o->chunk, o->packed),
+           "the block workspace");
     DEVICE(lm_ws, workspace, s->be->ops->op.lmhead_workspace(s->be, o->lm_chunk, c->vocab_size),
            "the LM head workspace");
     DEVICE(dy, workspace, ckpt, "activation gradients");                         /* [M][n, D] */
     DEVICE(dev_inputs, workspace, 2 * M * n * sizeof(int32_t), "token ids");     /* inputs, targets */
+    if (o->packed) DEVICE(dev_pos, workspace, M * (2 * n + 1) * sizeof(int32_t), "token positions and segments");
     DEVICE(dev_logits, workspace, V * 4, "logits");
     DEVICE(dev_inv_freq, workspace, rope * 4, "RoPE frequencies");
     DEVICE(dev_norms, workspace, (size_t)U * 4, "gradient norms");
@@ -136,6 +138,10 @@ static void walk(const shape *s, walker *w) {
     }
 
     HOST(host_tokens, host_staging, 2 * M * n * sizeof(int32_t), "token staging");
+    if (o->packed) {
+        HOST(host_segments, host_staging, M * (2 * n + 1) * sizeof(int32_t), "position staging");
+        HOST(seg_count, host_staging, M * sizeof(int), "segment counts");
+    }
     HOST(host_norms, host_staging, (size_t)U * 4, "gradient norms");
     HOST(host_loss, host_staging, 4, "the loss");
     HOST(host_logits, host_staging, V * 4, "logits");
@@ -200,7 +206,8 @@ mt_engine_bytes mt_engine_follower_size(mt_backend *be, const mt_config *cfg, co
 static void point_into_buffers(mt_engine *e) {
     const mt_layout *lay = e->lay;
     e->dev_targets = e->dev_inputs + (size_t)e->o.micro_batches * mt_engine_rows(e);
-    mt_block_ws_carve(&e->ws, e->ws_base, e->be, e->cfg, e->o.batch, e->o.seq, e->o.chunk);
+    if (e->dev_pos) e->dev_starts = e->dev_pos + (size_t)e->o.micro_batches * mt_engine_rows(e);
+    mt_block_ws_carve(&e->ws, e->ws_base, e->be, e->cfg, e->o.batch, e->o.seq, e->o.chunk, e->o.packed);
     for (int i = 0; i < 2; i++) memset(e->input_rows[i], 0, (size_t)e->cfg->vocab_size);
     if (e->leader) {
         for (int u = 0; u < e->U; u++) e->grad_home[u] = e->leader->grad_home[u];

@@ -66,6 +66,7 @@ struct mt_engine {
     void *ws_base, *lm_ws;
     mt_block_ws ws;
     int32_t *dev_inputs, *dev_targets; /* [M][n] each */
+    int32_t *dev_pos, *dev_starts;     /* packed: [M][n] positions, [M][n + 1] segment starts */
     /* The units the device updates (engine_device_state.c): their fp32 state, the embedding's,
      * the head's (ends_on_device), then blocks 0..D-1 (mt_engine_state_offset); the resident
      * blocks' weights [D][max block] and gradients [D][max block]; the clip coefficient. */
@@ -87,6 +88,8 @@ struct mt_engine {
 
     /* host staging (pinned on cuda) */
     int32_t *host_tokens;      /* [2][M][n]: inputs then targets */
+    int32_t *host_segments;    /* packed: [M][n] positions then [M][n + 1] segment starts */
+    int *seg_count;            /* packed: [M] the pass's segments a micro-batch; the jobs read it */
     float *grads_full;         /* every unit's gradient in layout positions, or NULL (ring mode; or
                                 * clipping with some unit on the device: grads_host) */
     float *grads_host;         /* that case: the host-updated units' gradients, one after another */
@@ -176,6 +179,7 @@ typedef struct {
     mt_run_mode mode;
     int block, grad_slot;
     int batch, seq, micro_batches, last_row;
+    int segmented;        /* the pass's micro-batches have segments (positions were given) */
     float scale;
     void *x_in, *x_out;   /* activation checkpoints read and written: [M][n, D] */
     mt_adamw_params adam; /* MT_JOB_DEVICE_UPDATE */

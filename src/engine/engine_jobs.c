@@ -20,6 +20,11 @@ static void *row_of(const mt_engine *e, void *base, size_t row) {
 }
 static int32_t *inputs_at(const mt_engine *e, int m) { return e->dev_inputs + (size_t)m * mt_engine_rows(e); }
 static int32_t *targets_at(const mt_engine *e, int m) { return e->dev_targets + (size_t)m * mt_engine_rows(e); }
+/* Micro-batch m's segments, for a pass that has them. */
+static mt_segments segments_at(const mt_engine *e, int m) {
+    size_t n = mt_engine_rows(e);
+    return (mt_segments){e->dev_pos + (size_t)m * n, e->dev_starts + (size_t)m * (n + 1), e->seg_count[m]};
+}
 
 
 /* The LM head's weight and its gradient: its own, or the embedding's when tied. */
@@ -238,7 +243,7 @@ static void run_job(void *arg) {
     const mt_op_iface *op = e->op;
     int D = e->cfg->hidden_size, n = j->batch * j->seq;
     mt_block_ctx ctx = {e->be, e->compute, e->cfg, j->batch, j->seq, e->o.chunk, e->dev_inv_freq, &e->ws, j->block,
-                        NULL, NULL, NULL};
+                        NULL, NULL, NULL, NULL};
     int moe = j->kind == MT_JOB_BLOCK_FWD || j->kind == MT_JOB_BLOCK_BWD ? mt_config_layer_is_moe(e->cfg, j->block) : 0;
     size_t E = (size_t)e->cfg->num_experts, moe_at = moe ? (size_t)mt_engine_moe_index(e, j->block) : 0;
     switch (j->kind) {
@@ -252,6 +257,8 @@ static void run_job(void *arg) {
         int u = mt_unit_block(j->block);
         mt_unit_weights w = mt_bind_weights(e->lay, u, mt_engine_block_weights(e, j->block), e->be->ops->weight_dtype);
         for (int m = 0; m < j->micro_batches; m++) {
+            mt_segments seg = j->segmented ? segments_at(e, m) : (mt_segments){0};
+            ctx.seg = j->segmented ? &seg : NULL;
             if (moe) {
                 ctx.moe_counts = e->moe_counts + ((size_t)m * e->moe_layers + moe_at) * E;
                 ctx.moe_prob_sum = e->moe_prob_sum + (size_t)m * E;
@@ -268,6 +275,8 @@ static void run_job(void *arg) {
         mt_unit_grads g = mt_bind_grads(e->lay, u, grads);
         mt_engine_acc_open(e, mt_acc_unit(u), grads, (size_t)mt_engine_numel(e, u), 1);
         for (int m = 0; m < j->micro_batches; m++) {
+            mt_segments seg = j->segmented ? segments_at(e, m) : (mt_segments){0};
+            ctx.seg = j->segmented ? &seg : NULL;
             if (moe && e->cfg->output_router_logits) ctx.moe_aux_grad = e->moe_aux_grad + (size_t)m * E;
             mt_block_backward(&ctx, &w, &g, micro(e, j->x_in, m), dy_at(e, m));
         }

@@ -57,10 +57,37 @@ static void send_home(mt_engine *e, int u, const float *grads, mt_ev ready_id, i
     if (publish) mt_engine_raise(e, MT_FL_GRADS_ISSUED, u, e->generation);
 }
 
-/* Validates and stages inputs and targets [M][batch * seq] and sends them; counts the targets
- * that take part in the loss (negative ones are ignored). */
-static mt_status stage_tokens(mt_engine *e, const int32_t *inputs, const int32_t *targets, int batch,
-                              int seq, int M, int64_t *counted) {
+/* Validates and stages positions [M][batch * seq] (engine.h's rules) and each micro-batch's
+ * segment starts and count, for the ops (backend.h's mt_segments); their copy goes with the
+ * tokens'. */
+static mt_status stage_positions(mt_engine *e, const int32_t *positions, int batch, int seq, int M) {
+    if (!e->o.packed)
+        return mt_fail(MT_ERR_INVALID, "positions given to an engine made without packed windows (engine options)");
+    size_t n_max = mt_engine_rows(e), n = (size_t)batch * seq;
+    int32_t *pos = e->host_segments, *starts = e->host_segments + (size_t)e->o.micro_batches * n_max;
+    for (int m = 0; m < M; m++) {
+        const int32_t *p = positions + m * n;
+        int32_t *first = starts + m * (n_max + 1);
+        int count = 0;
+        for (size_t i = 0; i < n; i++) {
+            int starts_sequence = i % (size_t)seq == 0;
+            if (p[i] != 0 && (starts_sequence || p[i] != p[i - 1] + 1))
+                return mt_fail(MT_ERR_INVALID, "position %d at micro-batch %d, sequence %zu, token %zu: a position "
+                               "is 0 (a segment starts) or the one before it plus one, and 0 on a sequence's first "
+                               "token", p[i], m, i / seq, i % seq);
+            if (p[i] == 0) first[count++] = (int32_t)i;
+            pos[m * n_max + i] = p[i];
+        }
+        first[count] = (int32_t)n;
+        e->seg_count[m] = count;
+    }
+    return MT_OK;
+}
+
+/* Validates and stages inputs and targets [M][batch * seq] (and positions, when given) and sends
+ * them; counts the targets that take part in the loss (negative ones are ignored). */
+static mt_status stage_tokens(mt_engine *e, const int32_t *inputs, const int32_t *targets, const int32_t *positions,
+                              int batch, int seq, int M, int64_t *counted) {
     size_t n_max = mt_engine_rows(e), n = (size_t)batch * seq;
     int32_t *in = e->host_tokens, *tg = e->host_tokens + (size_t)e->o.micro_batches * n_max;
     int V = e->cfg->vocab_size;
@@ -80,6 +107,11 @@ static mt_status stage_tokens(mt_engine *e, const int32_t *inputs, const int32_t
     memset(rows, 0, (size_t)V);
     for (int m = 0; m < M; m++)
         for (size_t i = 0; i < n; i++) rows[inputs[m * n + i]] = 1;
+    if (positions) {
+        MT_TRY(stage_positions(e, positions, batch, seq, M));
+        mt_copy_async(e->be, e->dev_pos, e->host_segments,
+                      (size_t)e->o.micro_batches * (2 * n_max + 1) * sizeof(int32_t), e->h2d);
+    }
     mt_copy_async(e->be, e->dev_inputs, e->host_tokens, 2 * (size_t)e->o.micro_batches * n_max * sizeof(int32_t), e->h2d);
     mt_engine_record(e, MT_EV_TOKENS_READY, 0, e->h2d);
     return MT_OK;
@@ -122,19 +154,19 @@ static mt_compute_job job_of(const pass *p, mt_job_kind kind) {
 
 /* Stages the tokens and zeroes the accumulators: the loss, the norms and, for training, the
  * embedding's gradient (once its previous copy home is done). */
-static mt_status begin_pass(mt_engine *e, pass *p, const int32_t *inputs, const int32_t *targets, int batch,
-                            int seq, int M, int last_row) {
+static mt_status begin_pass(mt_engine *e, pass *p, const int32_t *inputs, const int32_t *targets,
+                            const int32_t *positions, int batch, int seq, int M, int last_row) {
     e->num_stalls = 0;
     e->num_jobs = 0;
     e->first_backward_job = e->max_jobs;
     p->r->waited = 0;
-    MT_TRY(stage_tokens(e, inputs, targets, batch, seq, M, &p->r->targets));
+    MT_TRY(stage_tokens(e, inputs, targets, positions, batch, seq, M, &p->r->targets));
     if (e->step_targets) { /* one rank of several: the mean is over every rank's targets */
         p->r->targets = e->step_targets;
         e->step_targets = 0;
     }
     p->base = (mt_compute_job){.mode = p->mode, .batch = batch, .seq = seq, .micro_batches = M,
-                               .last_row = last_row,
+                               .last_row = last_row, .segmented = positions != NULL,
                                .scale = p->r->targets ? 1.0f / (float)p->r->targets : 0.0f};
     mt_zero_async(e->be, e->dev_loss, 4, e->compute);
     mt_zero_async(e->be, e->dev_norms, (size_t)e->U * 4, e->compute);
@@ -350,14 +382,15 @@ static void end_pass(mt_engine *e, pass *p) {
 
 /* `step`: the optimizer job of a training pass (MT_RUN_TRAIN), else NULL. */
 static mt_status run_pass(mt_engine *e, mt_run_mode mode, const int32_t *inputs, const int32_t *targets,
-                          int batch, int seq, int M, int last_row, const mt_opt_job *step, pass_result *r) {
+                          const int32_t *positions, int batch, int seq, int M, int last_row, const mt_opt_job *step,
+                          pass_result *r) {
     pass p = {.mode = mode, .train = mode == MT_RUN_TRAIN || mode == MT_RUN_GRADS, .step = step,
               .early = step && step->mode != MT_OPT_DEFERRED ? step : NULL,
               .overlap = step && step->mode == MT_OPT_OVERLAPPED ? step : NULL,
               .device_update = step && mt_engine_any_on_device(e),
               .ends_home = !(step && e->o.ends_on_device) || e->o.keep_grads,
               .resident_home = !step || e->o.keep_grads, .r = r};
-    MT_TRY(begin_pass(e, &p, inputs, targets, batch, seq, M, last_row));
+    MT_TRY(begin_pass(e, &p, inputs, targets, positions, batch, seq, M, last_row));
     MT_TRY(forward(e, &p));
     MT_TRY(head(e, &p));
     if (p.train) {
@@ -416,14 +449,15 @@ static mt_opt_mode opt_mode(const mt_engine *e) {
     return e->store->moments.format == MT_MOMENTS_F32 ? MT_OPT_SPECULATIVE : MT_OPT_DEFERRED;
 }
 
-mt_status mt_engine_step(mt_engine *e, const int32_t *inputs, const int32_t *targets, float lr,
-                         mt_step_result *res) {
+mt_status mt_engine_step(mt_engine *e, const int32_t *inputs, const int32_t *targets, const int32_t *positions,
+                         float lr, mt_step_result *res) {
     if (e->released)
         return mt_fail(MT_ERR_DEVICE, "the engine failed in an earlier step; it takes no more steps");
     double t0 = mt_now();
     pass_result r;
     mt_opt_job job = {.generation = e->generation, .lr = lr, .mode = opt_mode(e), .grad_scale = 1.0f};
-    mt_status rc = run_pass(e, MT_RUN_TRAIN, inputs, targets, e->o.batch, e->o.seq, e->o.micro_batches, 0, &job, &r);
+    mt_status rc = run_pass(e, MT_RUN_TRAIN, inputs, targets, positions, e->o.batch, e->o.seq, e->o.micro_batches, 0,
+                            &job, &r);
     if (rc != MT_OK) {
         /* An optimizer already at work on this step would wait for gradients that never come. */
         if (job.mode != MT_OPT_DEFERRED && !e->leader) mt_engine_optimizer_release(e);
@@ -468,20 +502,24 @@ void mt_engine_fault_next_step(mt_engine *e) { e->fault_next = 1; }
 
 const float *mt_engine_host_grads(const mt_engine *e) { return e->grads_full; }
 
-mt_status mt_engine_grads(mt_engine *e, const int32_t *inputs, const int32_t *targets, double *loss) {
+mt_status mt_engine_grads(mt_engine *e, const int32_t *inputs, const int32_t *targets, const int32_t *positions,
+                          double *loss) {
     if (!e->grads_full)
         return mt_fail(MT_ERR_INVALID, "the engine keeps only some gradients on the host (a ring without clipping, "
                        "or only the host-updated units'): set keep_grads");
     pass_result r;
-    MT_TRY(run_pass(e, MT_RUN_GRADS, inputs, targets, e->o.batch, e->o.seq, e->o.micro_batches, 0, NULL, &r));
+    MT_TRY(run_pass(e, MT_RUN_GRADS, inputs, targets, positions, e->o.batch, e->o.seq, e->o.micro_batches, 0, NULL,
+                    &r));
     MT_TRY(finish_pass(e, &r));
     *loss = r.loss;
     return MT_OK;
 }
 
-mt_status mt_engine_eval(mt_engine *e, const int32_t *inputs, const int32_t *targets, double *loss) {
+mt_status mt_engine_eval(mt_engine *e, const int32_t *inputs, const int32_t *targets, const int32_t *positions,
+                         double *loss) {
     pass_result r;
-    MT_TRY(run_pass(e, MT_RUN_EVAL, inputs, targets, e->o.batch, e->o.seq, e->o.micro_batches, 0, NULL, &r));
+    MT_TRY(run_pass(e, MT_RUN_EVAL, inputs, targets, positions, e->o.batch, e->o.seq, e->o.micro_batches, 0, NULL,
+                    &r));
     MT_TRY(finish_pass(e, &r));
     *loss = r.loss;
     return MT_OK;
@@ -496,7 +534,7 @@ mt_status mt_engine_next_logits(mt_engine *e, const int32_t *tokens, int len, fl
     if (!ignored) return mt_fail(MT_ERR_NOMEM, "cannot allocate the sampling context");
     for (int i = 0; i < len; i++) ignored[i] = -1;
     pass_result r;
-    mt_status rc = run_pass(e, MT_RUN_LOGITS, tokens, ignored, 1, len, 1, len - 1, NULL, &r);
+    mt_status rc = run_pass(e, MT_RUN_LOGITS, tokens, ignored, NULL, 1, len, 1, len - 1, NULL, &r);
     free(ignored);
     MT_TRY(rc);
     MT_TRY(finish_pass(e, &r));

@@ -25,7 +25,7 @@ static void walk(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s) {
     ws->attn.dv = mt_ws_take(w, n * KV * act);
     ws->attn.datt = mt_ws_take(w, n * Q * act);
     ws->attn.lse = mt_ws_take(w, (size_t)s->batch * c->num_heads * s->seq * 4);
-    ws->attn.ws = mt_ws_take(w, s->be->ops->op.attention_workspace(s->be, dims));
+    ws->attn.ws = mt_ws_take(w, s->be->ops->op.attention_workspace(s->be, dims, s->segmented));
     if (c->qk_norm) {
         ws->attn.q_raw = mt_ws_take(w, n * Q * act);
         ws->attn.k_raw = mt_ws_take(w, n * KV * act);
@@ -69,9 +69,10 @@ static void forward(const mt_block_ctx *c, const mt_unit_weights *w, const void 
         op->rmsnorm(be, s, ws->attn.k, ws->attn.rstd_k, ws->attn.k_raw, w->t[MT_T_K_NORM], n * norm_rows(cfg, KVH),
                     norm_width(cfg, KVH), cfg->rms_norm_eps);
     }
-    op->rope(be, s, ws->attn.q, c->inv_freq, n, c->seq, cfg->num_heads, cfg->head_dim, 0);
-    op->rope(be, s, ws->attn.k, c->inv_freq, n, c->seq, cfg->num_kv_heads, cfg->head_dim, 0);
-    op->attention(be, s, ws->attn.att, ws->attn.lse, ws->attn.q, ws->attn.k, ws->attn.v, dims, ws->attn.ws);
+    const int32_t *pos = c->seg ? c->seg->pos : NULL; /* packed examples: positions restart */
+    op->rope(be, s, ws->attn.q, c->inv_freq, n, c->seq, pos, cfg->num_heads, cfg->head_dim, 0);
+    op->rope(be, s, ws->attn.k, c->inv_freq, n, c->seq, pos, cfg->num_kv_heads, cfg->head_dim, 0);
+    op->attention(be, s, ws->attn.att, ws->attn.lse, ws->attn.q, ws->attn.k, ws->attn.v, dims, c->seg, ws->attn.ws);
     MT_FOR_EACH_PIECE(c, p) {
         mt_matmul_piece(c, p, ws->tmp, mt_rows_at(ws->attn.att, p.row, Q, act), w->t[MT_T_WO], NULL, Q, D);
         op->add(be, s, mt_rows_at_mut(ws->x2, p.row, D, act), mt_rows_at(x, p.row, D, act), ws->tmp,
@@ -116,9 +117,10 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
     mt_matmul_dw_piece(c, mt_piece_whole(c), g->t[MT_T_WO], NULL, dxy, ws->attn.att, Q, D);
     mt_matmul_dx_piece(c, mt_piece_whole(c), ws->attn.datt, dxy, w->t[MT_T_WO], Q, D, 0);
     op->attention_dx(be, s, ws->attn.dq, ws->attn.dk, ws->attn.dv, ws->attn.datt, ws->attn.att, ws->attn.lse,
-                     ws->attn.q, ws->attn.k, ws->attn.v, dims, ws->attn.ws);
-    op->rope(be, s, ws->attn.dq, c->inv_freq, n, c->seq, cfg->num_heads, cfg->head_dim, 1);
-    op->rope(be, s, ws->attn.dk, c->inv_freq, n, c->seq, cfg->num_kv_heads, cfg->head_dim, 1);
+                     ws->attn.q, ws->attn.k, ws->attn.v, dims, c->seg, ws->attn.ws);
+    const int32_t *pos = c->seg ? c->seg->pos : NULL;
+    op->rope(be, s, ws->attn.dq, c->inv_freq, n, c->seq, pos, cfg->num_heads, cfg->head_dim, 1);
+    op->rope(be, s, ws->attn.dk, c->inv_freq, n, c->seq, pos, cfg->num_kv_heads, cfg->head_dim, 1);
     /* The gradients at the q/k projections' outputs: through the head norms when there are any,
      * into q and k, which nothing reads after attention_dx. */
     void *dq = ws->attn.dq, *dk = ws->attn.dk;

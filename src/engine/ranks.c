@@ -294,7 +294,7 @@ mt_engine *mt_ranks_leader(const mt_ranks *g) { return g->engine[0]; }
 /* ---- steps ---- */
 
 typedef struct {
-    const int32_t *inputs, *targets;
+    const int32_t *inputs, *targets, *positions; /* positions may be NULL */
     float lr;
     int train;
     mt_step_result *results; /* [n], training */
@@ -315,8 +315,9 @@ static mt_status pass_task(mt_ranks *g, int r, void *p) {
     pthread_mutex_unlock(&g->lock);
     if (fail) return mt_fail(MT_ERR_DEVICE, "injected failure before the step's pass (test hook)");
     size_t at = rank_offset(g, r);
-    if (a->train) return mt_engine_step(g->engine[r], a->inputs + at, a->targets + at, a->lr, &a->results[r]);
-    return mt_engine_eval(g->engine[r], a->inputs + at, a->targets + at, &a->losses[r]);
+    const int32_t *positions = a->positions ? a->positions + at : NULL;
+    if (a->train) return mt_engine_step(g->engine[r], a->inputs + at, a->targets + at, positions, a->lr, &a->results[r]);
+    return mt_engine_eval(g->engine[r], a->inputs + at, a->targets + at, positions, &a->losses[r]);
 }
 
 /* The targets that count in a step of n ranks' blocks of M x batch x seq. */
@@ -333,10 +334,12 @@ static void share_targets(mt_ranks *g, const int32_t *targets) {
     for (int r = 0; r < g->n; r++) g->engine[r]->step_targets = total;
 }
 
-mt_status mt_ranks_step(mt_ranks *g, const int32_t *inputs, const int32_t *targets, float lr, mt_step_result *res) {
+mt_status mt_ranks_step(mt_ranks *g, const int32_t *inputs, const int32_t *targets, const int32_t *positions, float lr,
+                        mt_step_result *res) {
     mt_step_result results[g->n];
     share_targets(g, targets);
-    pass_arg a = {.inputs = inputs, .targets = targets, .lr = lr, .train = 1, .results = results};
+    pass_arg a = {.inputs = inputs, .targets = targets, .positions = positions, .lr = lr, .train = 1,
+                  .results = results};
     MT_TRY(run_all(g, pass_task, &a));
     *res = results[0]; /* the loss and norm (every rank's), the skip and the optimizer's times (the leader's) */
     for (int r = 1; r < g->n; r++)
@@ -344,10 +347,11 @@ mt_status mt_ranks_step(mt_ranks *g, const int32_t *inputs, const int32_t *targe
     return MT_OK;
 }
 
-mt_status mt_ranks_eval(mt_ranks *g, const int32_t *inputs, const int32_t *targets, double *loss) {
+mt_status mt_ranks_eval(mt_ranks *g, const int32_t *inputs, const int32_t *targets, const int32_t *positions,
+                        double *loss) {
     double losses[g->n];
     share_targets(g, targets);
-    pass_arg a = {.inputs = inputs, .targets = targets, .losses = losses};
+    pass_arg a = {.inputs = inputs, .targets = targets, .positions = positions, .losses = losses};
     MT_TRY(run_all(g, pass_task, &a));
     *loss = losses[0]; /* every rank's */
     return MT_OK;
@@ -377,14 +381,14 @@ static size_t replica_offset(mt_engine *e, int rank, const int32_t *targets, int
     return (size_t)rank * e->o.micro_batches * e->o.batch * e->o.seq;
 }
 
-mt_status mt_replica_step(mt_engine *e, int rank, int world, const int32_t *inputs, const int32_t *targets, float lr,
-                          mt_step_result *res) {
+mt_status mt_replica_step(mt_engine *e, int rank, int world, const int32_t *inputs, const int32_t *targets,
+                          const int32_t *positions, float lr, mt_step_result *res) {
     size_t at = replica_offset(e, rank, targets, world);
-    return mt_engine_step(e, inputs + at, targets + at, lr, res);
+    return mt_engine_step(e, inputs + at, targets + at, positions ? positions + at : NULL, lr, res);
 }
 
 mt_status mt_replica_eval(mt_engine *e, int rank, int world, const int32_t *inputs, const int32_t *targets,
-                          double *loss) {
+                          const int32_t *positions, double *loss) {
     size_t at = replica_offset(e, rank, targets, world);
-    return mt_engine_eval(e, inputs + at, targets + at, loss);
+    return mt_engine_eval(e, inputs + at, targets + at, positions ? positions + at : NULL, loss);
 }

@@ -36,12 +36,13 @@ mt_status mt_ranks_start(mt_ranks *g, mt_store *store, const mt_engine_options *
 /* Rank 0's engine: the one that owns the optimizer (mt_engine_finish, the update guard). */
 mt_engine *mt_ranks_leader(const mt_ranks *g);
 
-/* One optimizer step over inputs[n][M][batch][seq] (and targets alike): rank r takes the r-th
- * block of M micro-batches. The loss is the mean over every rank's targets. */
-mt_status mt_ranks_step(mt_ranks *g, const int32_t *inputs, const int32_t *targets, float lr,
-                        mt_step_result *result);
+/* One optimizer step over inputs[n][M][batch][seq] (and targets, and positions or NULL, alike):
+ * rank r takes the r-th block of M micro-batches. The loss is the mean over every rank's targets. */
+mt_status mt_ranks_step(mt_ranks *g, const int32_t *inputs, const int32_t *targets, const int32_t *positions,
+                        float lr, mt_step_result *result);
 /* The mean loss over the same layout, no gradients. */
-mt_status mt_ranks_eval(mt_ranks *g, const int32_t *inputs, const int32_t *targets, double *loss);
+mt_status mt_ranks_eval(mt_ranks *g, const int32_t *inputs, const int32_t *targets, const int32_t *positions,
+                        double *loss);
 
 /* Test hooks: the next step's gradient norm reads NaN on every rank (mt_engine_poison_next_step);
  * rank `rank`'s next step fails before its pass, as a rank that dies would (the others then wait
@@ -57,9 +58,9 @@ mt_status mt_engine_create_replica(mt_engine **out, mt_backend *be, mt_store *st
                                    int64_t adam_step, int world);
 /* A step (an evaluation) over the world's micro-batches inputs[world][M][batch][seq], every process
  * giving the same arrays: rank `rank` takes its block, the mean is over every rank's targets. */
-mt_status mt_replica_step(mt_engine *e, int rank, int world, const int32_t *inputs, const int32_t *targets, float lr,
-                          mt_step_result *res);
+mt_status mt_replica_step(mt_engine *e, int rank, int world, const int32_t *inputs, const int32_t *targets,
+                          const int32_t *positions, float lr, mt_step_result *res);
 mt_status mt_replica_eval(mt_engine *e, int rank, int world, const int32_t *inputs, const int32_t *targets,
-                          double *loss);
+                          const int32_t *positions, double *loss);
 
 #endif

@@ -36,19 +36,160 @@ mt_status mt_dataset_init(mt_dataset *ds, const mt_tokens *tokens, double val_fr
                        "seq_len + 1 = %zu tokens",
                        train_tokens, window);
     *ds = (mt_dataset){.tokens = tokens, .train_tokens = train_tokens, .val_tokens = val_tokens,
-                       .seq_len = seq_len, .order = order, .state = {.rng = {seed}}};
+                       .seq_len = seq_len, .order = order, .state = {.rng = {seed}}, .eot = -1};
     return MT_OK;
 }
 
-mt_status mt_dataset_init_val_only(mt_dataset *ds, const mt_tokens *tokens, int seq_len) {
-    if (tokens->count < (size_t)seq_len + 1)
+void mt_dataset_doc_mask(mt_dataset *ds, int32_t eot) { ds->eot = eot; }
+
+/* ---- packed examples ---- */
+
+/* Whether any of tokens [start + 1, start + n) carries loss (a target of the first n). */
+static int carries_loss(const mt_tokens *tokens, uint64_t start, size_t n) {
+    uint8_t mask[4096];
+    for (size_t at = 1; at < n; at += sizeof mask) {
+        size_t k = n - at < sizeof mask ? n - at : sizeof mask;
+        mt_tokens_copy_mask(tokens, start + at, k, mask);
+        for (size_t i = 0; i < k; i++)
+            if (mask[i]) return 1;
+    }
+    return 0;
+}
+
+/* The examples and their lengths; refuses or counts those longer than seq_len (and of them those
+ * whose first seq_len tokens hold no target with loss). */
+static mt_status take_examples(mt_dataset *ds, const uint64_t *starts, size_t n, mt_long_examples long_examples,
+                               const char *name) {
+    size_t seq = (size_t)ds->seq_len, first_long = n;
+    mt_pack_report *rep = &ds->report;
+    ds->examples = mt_malloc(n * sizeof *ds->examples, "the examples' table");
+    if (!ds->examples) return MT_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t end = i + 1 < n ? starts[i + 1] : ds->tokens->count, len = end - starts[i];
+        if (len > seq && rep->truncated++ == 0) first_long = i;
+        if (len > seq && long_examples == MT_LONG_TRUNCATE && !carries_loss(ds->tokens, starts[i], seq))
+            rep->truncated_no_loss++;
+        if (len > rep->longest) rep->longest = len;
+        ds->examples[i] = (mt_example){.start = starts[i], .len = (uint32_t)(len < seq ? len : seq)};
+    }
+    if (long_examples == MT_LONG_REFUSE && rep->truncated)
+        return mt_fail(MT_ERR_INVALID, "%s: %zu examples are longer than --seq %d (the first, example %zu, has %llu "
+                       "tokens; the longest %llu): raise --seq, or let --long-examples truncate take their first %d "
+                       "tokens", name, rep->truncated, ds->seq_len, first_long,
+                       (unsigned long long)(first_long + 1 < n ? starts[first_long + 1] : ds->tokens->count) -
+                           (unsigned long long)starts[first_long],
+                       (unsigned long long)rep->longest, ds->seq_len);
+    return MT_OK;
+}
+
+/* The validation examples packed once, in file order. */
+static mt_status pack_validation(mt_dataset *ds) {
+    mt_packer *p;
+    MT_TRY(mt_packer_create(&p, ds->examples + ds->train_examples, ds->val_examples, ds->seq_len, 0));
+    uint64_t windows = 0, padding = 0;
+    mt_status st = mt_packer_count(p, 0, &windows, &padding);
+    ds->val_items = st == MT_OK ? mt_malloc(ds->val_examples * sizeof *ds->val_items, "the validation windows") : NULL;
+    ds->val_first = st == MT_OK ? mt_malloc((windows + 1) * sizeof *ds->val_first, "the validation windows") : NULL;
+    if (st == MT_OK && (!ds->val_items || !ds->val_first)) st = MT_ERR_NOMEM;
+    size_t at = 0;
+    for (uint64_t w = 0; st == MT_OK && w < windows; w++) {
+        const uint32_t *items;
+        size_t count;
+        st = mt_packer_next(p, &items, &count);
+        ds->val_first[w] = (uint32_t)at;
+        for (size_t k = 0; st == MT_OK && k < count; k++) ds->val_items[at++] = items[k];
+    }
+    if (st == MT_OK) {
+        ds->val_first[windows] = (uint32_t)at;
+        ds->val_windows = (size_t)windows;
+        ds->report.val_windows = (size_t)windows;
+        ds->report.val_padding = padding;
+    }
+    mt_packer_free(p);
+    return st;
+}
+
+static mt_status init_packed(mt_dataset *ds, const uint64_t *starts, size_t n, mt_long_examples long_examples,
+                             const char *name) {
+    MT_TRY(take_examples(ds, starts, n, long_examples, name));
+    /* An example belongs to the split it starts in. */
+    while (ds->train_examples < n && ds->examples[ds->train_examples].start < ds->train_tokens) ds->train_examples++;
+    ds->val_examples = n - ds->train_examples;
+    if (ds->val_tokens > 0 && ds->val_examples == 0)
+        return mt_fail(MT_ERR_INVALID, "%s: the validation split (its last %zu tokens) holds no example's start: "
+                       "raise --val-fraction, or pass --val-fraction 0", name, ds->val_tokens);
+    if (ds->train_examples == 0)
+        return mt_fail(MT_ERR_INVALID, "%s: the training split holds no example's start (%zu examples, all in the "
+                       "validation split): lower --val-fraction", name, n);
+    ds->report.examples = ds->train_examples;
+    ds->report.val_examples = ds->val_examples;
+    MT_TRY(mt_packer_create(&ds->packer, ds->examples, ds->train_examples, ds->seq_len,
+                            ds->order == MT_SAMPLE_RANDOM));
+    uint64_t windows, padding;
+    MT_TRY(mt_packer_count(ds->packer, ds->state.rng.state, &windows, &padding));
+    ds->report.windows = (size_t)windows;
+    ds->report.padding = padding;
+    ds->report.tokens = windows * (uint64_t)ds->seq_len - padding;
+    if (ds->val_examples) MT_TRY(pack_validation(ds));
+    return mt_packer_seek(ds->packer, ds->state.rng.state, 0, 0);
+}
+
+mt_status mt_dataset_init_packed(mt_dataset *ds, const mt_tokens *tokens, double val_fraction, int seq_len,
+                                 mt_sample_order order, uint64_t seed, mt_long_examples long_examples,
+                                 const char *name) {
+    const uint64_t *starts;
+    size_t n = mt_tokens_examples(tokens, &starts);
+    if (n == 0)
+        return mt_fail(MT_ERR_INVALID, "%s: the data does not record where its examples start (a masked shard "
+                       "written by an earlier megatrain, or not chat data): tokenize it again to pack whole "
+                       "examples, or pass --packing off to train on windows of its stream", name);
+    if (seq_len < 1) return mt_fail(MT_ERR_INVALID, "dataset: seq_len %d must be positive", seq_len);
+    if (!(val_fraction >= 0.0 && val_fraction < 1.0))
+        return mt_fail(MT_ERR_INVALID, "dataset: validation fraction %g must be in [0, 1)", val_fraction);
+    size_t val_tokens = (size_t)((double)tokens->count * val_fraction);
+    *ds = (mt_dataset){.tokens = tokens, .train_tokens = tokens->count - val_tokens, .val_tokens = val_tokens,
+                       .seq_len = seq_len, .order = order, .state = {.rng = {seed}}, .eot = -1};
+    mt_status st = init_packed(ds, starts, n, long_examples, name);
+    if (st != MT_OK) mt_dataset_free(ds);
+    return st;
+}
+
+void mt_dataset_free(mt_dataset *ds) {
+    mt_packer_free(ds->packer);
+    free(ds->examples);
+    free(ds->val_items);
+    free(ds->val_first);
+    ds->packer = NULL;
+    ds->examples = NULL;
+    ds->val_items = ds->val_first = NULL;
+}
+
+mt_status mt_dataset_init_val_only(mt_dataset *ds, const mt_tokens *tokens, int seq_len, int packed,
+                                   mt_long_examples long_examples, const char *name) {
+    if (!packed && tokens->count < (size_t)seq_len + 1)
         return mt_fail(MT_ERR_INVALID, "%zu tokens, shorter than one window of seq_len + 1 = %d tokens", tokens->count,
                        seq_len + 1);
-    *ds = (mt_dataset){.tokens = tokens, .train_tokens = 0, .val_tokens = tokens->count, .seq_len = seq_len};
-    return MT_OK;
+    *ds = (mt_dataset){.tokens = tokens, .train_tokens = 0, .val_tokens = tokens->count, .seq_len = seq_len,
+                       .eot = -1};
+    if (!packed) return MT_OK;
+    const uint64_t *starts;
+    size_t n = mt_tokens_examples(tokens, &starts);
+    if (n == 0) return mt_fail(MT_ERR_INVALID, "%s: the data does not record where its examples start", name);
+    mt_status st = take_examples(ds, starts, n, long_examples, name);
+    if (st == MT_OK) {
+        ds->val_examples = ds->report.val_examples = n;
+        st = pack_validation(ds);
+    }
+    if (st != MT_OK) mt_dataset_free(ds);
+    return st;
 }
 
 mt_status mt_dataset_set_state(mt_dataset *ds, const mt_sampler_state *state) {
+    if (ds->packer) {
+        MT_TRY(mt_packer_seek(ds->packer, state->rng.state, state->cursor, state->epoch));
+        ds->state = *state;
+        return MT_OK;
+    }
     if (state->cursor >= ds->train_tokens)
         return mt_fail(MT_ERR_INVALID,
                        "dataset: saved cursor %" PRIu64 " is past the training split of %zu tokens "
@@ -82,33 +223,86 @@ static size_t next_window_start(mt_dataset *ds) {
 }
 
 /* Window starting at token `start`: inputs get tokens start.., targets start+1..; a target whose
- * token carries no loss (a masked shard's mask 0) is -1, which the loss ignores. */
-static void copy_window(const mt_dataset *ds, size_t start, int32_t *inputs, int32_t *targets) {
-    mt_tokens_copy(ds->tokens, start, (size_t)ds->seq_len, inputs);
-    mt_tokens_copy(ds->tokens, start + 1, (size_t)ds->seq_len, targets);
-    mt_tokens_mask_targets(ds->tokens, start + 1, (size_t)ds->seq_len, targets);
+ * token carries no loss (a masked shard's mask 0) is -1, which the loss ignores. With documents
+ * masked, a segment ends after each end-of-text token, which then predicts nothing. */
+static void copy_window(const mt_dataset *ds, size_t start, int32_t *inputs, int32_t *targets, int32_t *positions) {
+    size_t seq = (size_t)ds->seq_len;
+    mt_tokens_copy(ds->tokens, start, seq, inputs);
+    mt_tokens_copy(ds->tokens, start + 1, seq, targets);
+    mt_tokens_mask_targets(ds->tokens, start + 1, seq, targets);
+    if (ds->eot >= 0)
+        for (size_t k = 0; k < seq; k++)
+            if (inputs[k] == ds->eot) targets[k] = -1;
+    if (!positions) return;
+    for (size_t k = 0; k < seq; k++)
+        positions[k] = k == 0 || (ds->eot >= 0 && inputs[k - 1] == ds->eot) ? 0 : positions[k - 1] + 1;
 }
 
-void mt_dataset_train_batch(mt_dataset *ds, int batch, int32_t *inputs, int32_t *targets) {
+/* A packed window: examples items[0..count) of ex one after another, each a segment whose last
+ * token predicts nothing, then padding (a segment of id 0 with no targets). Returns the padding. */
+static size_t fill_packed(const mt_dataset *ds, const mt_example *ex, const uint32_t *items, size_t count,
+                          int32_t *inputs, int32_t *targets, int32_t *positions) {
+    size_t at = 0, seq = (size_t)ds->seq_len;
+    for (size_t k = 0; k < count; k++) {
+        const mt_example *e = &ex[items[k]];
+        size_t len = e->len;
+        mt_tokens_copy(ds->tokens, e->start, len, inputs + at);
+        mt_tokens_copy(ds->tokens, e->start + 1, len - 1, targets + at);
+        mt_tokens_mask_targets(ds->tokens, e->start + 1, len - 1, targets + at);
+        targets[at + len - 1] = -1;
+        for (size_t i = 0; i < len; i++) positions[at + i] = (int32_t)i;
+        at += len;
+    }
+    for (size_t i = 0; at + i < seq; i++) {
+        inputs[at + i] = 0;
+        targets[at + i] = -1;
+        positions[at + i] = (int32_t)i;
+    }
+    return seq - at;
+}
+
+size_t mt_dataset_train_batch(mt_dataset *ds, int batch, int32_t *inputs, int32_t *targets, int32_t *positions) {
+    size_t padding = 0;
     for (int b = 0; b < batch; b++) {
         size_t off = (size_t)b * (size_t)ds->seq_len;
-        copy_window(ds, next_window_start(ds), inputs + off, targets + off);
+        if (!ds->packer) {
+            copy_window(ds, next_window_start(ds), inputs + off, targets + off, positions ? positions + off : NULL);
+            continue;
+        }
+        const uint32_t *items;
+        size_t count;
+        mt_packer_next(ds->packer, &items, &count);
+        padding += fill_packed(ds, ds->examples, items, count, inputs + off, targets + off, positions + off);
     }
+    if (ds->packer) {
+        uint64_t rng;
+        mt_packer_state(ds->packer, &rng, &ds->state.cursor, &ds->state.epoch);
+        ds->state.rng.state = rng;
+    }
+    return padding;
 }
 
 int64_t mt_dataset_val_batches(const mt_dataset *ds, int batch) {
+    if (ds->examples) return (int64_t)(ds->val_windows / (size_t)batch);
     if (ds->val_tokens == 0) return 0;
     size_t windows = (ds->val_tokens - 1) / (size_t)ds->seq_len;
     return (int64_t)(windows / (size_t)batch);
 }
 
 void mt_dataset_val_batch(const mt_dataset *ds, int64_t index, int batch, int32_t *inputs,
-                          int32_t *targets) {
+                          int32_t *targets, int32_t *positions) {
     for (int b = 0; b < batch; b++) {
         size_t window = (size_t)index * (size_t)batch + (size_t)b;
         size_t off = (size_t)b * (size_t)ds->seq_len;
-        copy_window(ds, ds->train_tokens + window * (size_t)ds->seq_len, inputs + off,
-                    targets + off);
+        if (ds->examples) {
+            const uint32_t *items = ds->val_items + ds->val_first[window];
+            size_t count = ds->val_first[window + 1] - ds->val_first[window];
+            fill_packed(ds, ds->examples + ds->train_examples, items, count, inputs + off, targets + off,
+                        positions + off);
+            continue;
+        }
+        copy_window(ds, ds->train_tokens + window * (size_t)ds->seq_len, inputs + off, targets + off,
+                    positions ? positions + off : NULL);
     }
 }
 

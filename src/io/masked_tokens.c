@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 enum { H_MAGIC, H_VERSION, H_HEADER_BYTES, H_WIDTH, H_COUNT_LO, H_COUNT_HI, H_MASK_ENCODING, H_RESERVED };
-#define MASK_ONE_BYTE 1
 
 bool mt_masked_shard_magic(const void *bytes, size_t size) {
     int32_t magic;
@@ -30,9 +29,9 @@ static mt_status check_fields(const char *path, const int32_t *h) {
                        MT_MASKED_HEADER_BYTES);
     if (h[H_WIDTH] != 2 && h[H_WIDTH] != 4)
         return mt_fail(MT_ERR_INVALID, "%s: masked shard id width %d bytes (2 or 4)", path, h[H_WIDTH]);
-    if (h[H_MASK_ENCODING] != MASK_ONE_BYTE)
-        return mt_fail(MT_ERR_INVALID, "%s: unknown masked shard mask encoding %d (1 = a byte a token)", path,
-                       h[H_MASK_ENCODING]);
+    if (h[H_MASK_ENCODING] != MT_MASKED_ENCODING_LOSS && h[H_MASK_ENCODING] != MT_MASKED_ENCODING_STARTS)
+        return mt_fail(MT_ERR_INVALID, "%s: unknown masked shard mask encoding %d (1: a loss byte a token; 2: loss "
+                       "and example-start bits)", path, h[H_MASK_ENCODING]);
     for (int i = H_RESERVED; i < MT_MASKED_HEADER_BYTES / 4; i++)
         if (h[i] != 0)
             return mt_fail(MT_ERR_INVALID, "%s: masked shard header word %d is %d; reserved words must be 0",
@@ -58,7 +57,8 @@ mt_status mt_masked_shard_parse(const char *path, const void *head, size_t head_
                        "%s: file is %zu bytes but its header promises %llu tokens (%zu-byte ids and a mask "
                        "byte each after a %d-byte header)",
                        path, size, (unsigned long long)count, width, MT_MASKED_HEADER_BYTES);
-    *layout = (mt_masked_layout){.count = count, .width = (int)width, .data_offset = MT_MASKED_HEADER_BYTES,
+    *layout = (mt_masked_layout){.count = count, .width = (int)width, .encoding = h[H_MASK_ENCODING],
+                                 .data_offset = MT_MASKED_HEADER_BYTES,
                                  .mask_offset = MT_MASKED_HEADER_BYTES + count * width};
     return MT_OK;
 }
@@ -129,7 +129,8 @@ mt_status mt_masked_writer_open(mt_masked_writer **out, const char *path, int wi
     return MT_OK;
 }
 
-mt_status mt_masked_writer_add(mt_masked_writer *w, const uint32_t *ids, const uint8_t *mask, size_t n) {
+mt_status mt_masked_writer_add(mt_masked_writer *w, const uint32_t *ids, const uint8_t *mask, size_t n, int example) {
+    if (n == 0) return MT_OK;
     if (w->count + n > w->cap) {
         size_t cap = w->cap ? w->cap : 4096;
         while (cap < w->count + n) cap *= 2;
@@ -150,12 +151,13 @@ mt_status mt_masked_writer_add(mt_masked_writer *w, const uint32_t *ids, const u
             uint16_t u16 = (uint16_t)id;
             memcpy(block + i * (size_t)w->width, w->width == 2 ? (const void *)&u16 : (const void *)&id,
                    (size_t)w->width);
-            w->mask[w->count + done + i] = mask[done + i] != 0;
+            w->mask[w->count + done + i] = mask[done + i] != 0 ? MT_MASKED_LOSS : 0;
         }
         if (fwrite(block, (size_t)w->width, k, w->f) != k)
             return mt_fail(MT_ERR_IO, "%s: cannot write: %s", w->tmp, strerror(errno));
         done += k;
     }
+    if (example || w->count == 0) w->mask[w->count] |= MT_MASKED_STARTS;
     w->count += n;
     return MT_OK;
 }
@@ -171,7 +173,7 @@ static mt_status finish_file(mt_masked_writer *w) {
     h[H_WIDTH] = w->width;
     h[H_COUNT_LO] = (int32_t)(uint32_t)(w->count & 0xffffffffu);
     h[H_COUNT_HI] = (int32_t)(uint32_t)((uint64_t)w->count >> 32);
-    h[H_MASK_ENCODING] = MASK_ONE_BYTE;
+    h[H_MASK_ENCODING] = MT_MASKED_ENCODING_STARTS;
     if (fwrite(w->mask, 1, w->count, w->f) != w->count || fseek(w->f, 0, SEEK_SET) != 0 ||
         fwrite(h, sizeof h, 1, w->f) != 1 || fflush(w->f) != 0 || fsync(fileno(w->f)) != 0)
         return mt_fail(MT_ERR_IO, "%s: cannot write: %s", w->tmp, strerror(errno));

@@ -1,16 +1,20 @@
 /* Masked token shards: token ids with a loss mask, for chat and instruction data where only the
- * answers should carry loss (docs/data-formats.md).
+ * answers should carry loss (docs/data-formats.md), and where each example begins.
  *
  * Layout, all little-endian:
  *   int32 header[256] (1024 bytes)
  *     [0] magic 0x534D544D (the bytes "MTMS")   [1] version 1   [2] header bytes, 1024
  *     [3] id width in bytes: 2 (uint16) or 4 (uint32)
  *     [4] token count, low 32 bits              [5] token count, high 32 bits
- *     [6] mask encoding: 1 = one byte per token, each 0 or 1
+ *     [6] mask encoding: one byte per token, either
+ *           1: the byte is 0 or 1, the loss bit alone (earlier writers: no example boundaries)
+ *           2: bit 0 the loss bit, bit 1 set on the first token of each example (and so on the
+ *              file's first token): what this writer writes
  *     [7..255] 0 (reserved)
  *   count ids of `width` bytes
- *   count mask bytes: mask[i] = 1 when token i is a target that carries loss (predicted from
- *   token i - 1), 0 when it is context only (a prompt, a system message, a template's markup).
+ *   count mask bytes. The loss bit of token i is 1 when token i is a target that carries loss
+ *   (predicted from token i - 1), 0 when it is context only (a prompt, a system message, a
+ *   template's markup).
  * The file is exactly 1024 + count * (width + 1) bytes; a reader checks every header field, the
  * size and every mask byte before it trusts the file. */
 #ifndef MT_IO_MASKED_TOKENS_H
@@ -26,6 +30,10 @@
 #define MT_MASKED_MAGIC 0x534D544D
 #define MT_MASKED_VERSION 1
 #define MT_MASKED_HEADER_BYTES 1024
+#define MT_MASKED_LOSS 1       /* a mask byte's loss bit */
+#define MT_MASKED_STARTS 2     /* a mask byte's example-start bit (encoding 2) */
+#define MT_MASKED_ENCODING_LOSS 1
+#define MT_MASKED_ENCODING_STARTS 2
 
 /* Whether the first bytes of a file are a masked shard's magic. */
 bool mt_masked_shard_magic(const void *bytes, size_t size);
@@ -34,6 +42,7 @@ bool mt_masked_shard_magic(const void *bytes, size_t size);
 typedef struct {
     size_t count;
     int width;
+    int encoding; /* MT_MASKED_ENCODING_* */
     size_t data_offset, mask_offset;
 } mt_masked_layout;
 
@@ -58,9 +67,10 @@ typedef struct mt_masked_writer mt_masked_writer;
 
 /* width: 2 or 4 bytes an id. */
 mt_status mt_masked_writer_open(mt_masked_writer **w, const char *path, int width);
-/* Appends n ids and their mask bytes (any nonzero byte is stored as 1). An id that does not fit
- * the width is refused. */
-mt_status mt_masked_writer_add(mt_masked_writer *w, const uint32_t *ids, const uint8_t *mask, size_t n);
+/* Appends n ids and their loss flags (any nonzero byte is a 1). `example`: the ids begin an
+ * example (its first token is marked); 0: they continue the one before (a file's first token is
+ * marked whatever it is). An id that does not fit the width is refused. */
+mt_status mt_masked_writer_add(mt_masked_writer *w, const uint32_t *ids, const uint8_t *mask, size_t n, int example);
 size_t mt_masked_writer_count(const mt_masked_writer *w);
 /* Completes the file and frees the writer, which is freed on failure too. An empty shard is
  * refused (a reader would refuse it). */

@@ -25,6 +25,9 @@ struct mt_token_reader {
     char *path;
     size_t data_offset;       /* the first id's byte */
     size_t mask_offset;       /* masked shards: the first mask byte */
+    int mask_encoding;        /* masked shards: MT_MASKED_ENCODING_* */
+    uint64_t *example_starts; /* masked shards that record examples: each one's first token */
+    size_t examples;
     off_t size;
     struct timespec mtime;
     mt_status error;          /* the first failed read; later reads fail the same way */
@@ -305,6 +308,7 @@ static mt_status read_format(const char *path, const file_head *h, mt_tokens *t,
         t->width = m.width;
         t->format = MT_TOKENS_MASKED;
         t->reader->mask_offset = m.mask_offset;
+        t->reader->mask_encoding = m.encoding;
         *data_offset = m.data_offset;
         return MT_OK;
     }
@@ -317,17 +321,43 @@ static mt_status read_format(const char *path, const file_head *h, mt_tokens *t,
     return MT_OK;
 }
 
-/* A masked shard's mask bytes are each 0 or 1: all read once, a piece at a time, when opened. */
-static mt_status check_mask(const mt_tokens *t, const char *path) {
+/* Notes that an example starts at token i. */
+static mt_status add_example(mt_token_reader *r, size_t *cap, size_t i, const char *path) {
+    if (r->examples == *cap) {
+        size_t grown = *cap ? *cap * 2 : 1024;
+        uint64_t *p = realloc(r->example_starts, grown * sizeof *p);
+        if (!p) return mt_fail(MT_ERR_NOMEM, "%s: cannot hold the starts of %zu examples", path, grown);
+        r->example_starts = p;
+        *cap = grown;
+    }
+    r->example_starts[r->examples++] = i;
+    return MT_OK;
+}
+
+/* A masked shard's mask bytes, all read once, a piece at a time, when opened: each 0 or 1 (encoding
+ * 1), or loss and example-start bits with the first token starting an example (encoding 2), whose
+ * starts are noted. */
+static mt_status read_mask(const mt_tokens *t, const char *path) {
+    mt_token_reader *r = t->reader;
+    int starts = r->mask_encoding == MT_MASKED_ENCODING_STARTS;
+    unsigned most = starts ? MT_MASKED_LOSS | MT_MASKED_STARTS : MT_MASKED_LOSS;
     uint8_t *piece = malloc(READ_PIECE);
     if (!piece) return mt_fail(MT_ERR_NOMEM, "%s: cannot allocate a read buffer", path);
+    size_t cap = 0;
     mt_status st = MT_OK;
     for (size_t at = 0; st == MT_OK && at < t->count; at += READ_PIECE) {
         size_t n = t->count - at < READ_PIECE ? t->count - at : READ_PIECE;
-        st = read_at(t->reader, t->reader->mask_offset + at, piece, n);
-        for (size_t k = 0; st == MT_OK && k < n; k++)
-            if (piece[k] > 1)
-                st = mt_fail(MT_ERR_INVALID, "%s: mask byte of token %zu is %u (0 or 1)", path, at + k, piece[k]);
+        st = read_at(r, r->mask_offset + at, piece, n);
+        for (size_t k = 0; st == MT_OK && k < n; k++) {
+            if (piece[k] > most)
+                st = mt_fail(MT_ERR_INVALID, "%s: mask byte of token %zu is %u (%s)", path, at + k, piece[k],
+                             starts ? "0 to 3: a loss bit and an example-start bit" : "0 or 1");
+            else if (starts && at + k == 0 && !(piece[k] & MT_MASKED_STARTS))
+                st = mt_fail(MT_ERR_INVALID, "%s: the first token does not start an example (mask byte %u)", path,
+                             piece[k]);
+            else if (starts && piece[k] & MT_MASKED_STARTS)
+                st = add_example(r, &cap, at + k, path);
+        }
     }
     free(piece);
     return st;
@@ -352,7 +382,7 @@ mt_status mt_tokens_open(const char *path, mt_tokens *tokens) {
     h.b = head;
     if (st == MT_OK) st = read_format(path, &h, tokens, &r->data_offset);
     free(head);
-    if (st == MT_OK && tokens->format == MT_TOKENS_MASKED) st = check_mask(tokens, path);
+    if (st == MT_OK && tokens->format == MT_TOKENS_MASKED) st = read_mask(tokens, path);
     if (st != MT_OK) mt_tokens_close(tokens);
     return st;
 }
@@ -362,6 +392,7 @@ void mt_tokens_close(mt_tokens *tokens) {
     if (r) {
         if (r->fd >= 0) close(r->fd);
         free(r->path);
+        free(r->example_starts);
         free(r);
     }
     *tokens = (mt_tokens){0};
@@ -399,6 +430,13 @@ void mt_tokens_copy_mask(const mt_tokens *tokens, size_t start, size_t n, uint8_
         return;
     }
     if (read_at(tokens->reader, tokens->reader->mask_offset + start, dst, n) != MT_OK) memset(dst, 0, n);
+    if (tokens->reader->mask_encoding == MT_MASKED_ENCODING_STARTS)
+        for (size_t k = 0; k < n; k++) dst[k] &= MT_MASKED_LOSS;
+}
+
+size_t mt_tokens_examples(const mt_tokens *tokens, const uint64_t **starts) {
+    *starts = tokens->reader ? tokens->reader->example_starts : NULL;
+    return tokens->reader ? tokens->reader->examples : 0;
 }
 
 mt_status mt_tokens_status(const mt_tokens *tokens) {

@@ -46,6 +46,10 @@ uint32_t mt_tokens_get(const mt_tokens *tokens, size_t i);
 /* dst[k] = loss mask of token start + k: 0 or 1 for a masked shard, 1 for any other source. A
  * failed read fills dst with 0 and leaves its error for mt_tokens_status, as mt_tokens_copy. */
 void mt_tokens_copy_mask(const mt_tokens *tokens, size_t start, size_t n, uint8_t *dst);
+/* The examples of a masked shard that records where each begins (mask encoding 2, which megatrain
+ * writes): *starts points at their first tokens, ascending from 0, and their count is returned.
+ * 0 (and NULL) for any other source. Valid while the file is open. */
+size_t mt_tokens_examples(const mt_tokens *tokens, const uint64_t **starts);
 /* MT_OK, or the first read error (again in mt_error()). */
 mt_status mt_tokens_status(const mt_tokens *tokens);
 

@@ -84,7 +84,14 @@ static mt_status series_close(series *s) {
     return w ? mt_masked_writer_finish(w) : MT_OK;
 }
 
+/* Adds one example. It goes whole into one shard: one that does not fit what the open shard has
+ * left starts the next shard; only one longer than a whole shard is cut, its pieces after the first
+ * beginning their shards (where they count as examples of their own). */
 static mt_status series_add(series *s, const int32_t *ids, const uint8_t *mask, size_t n) {
+    if (s->open && mt_masked_writer_count(s->open) > 0 &&
+        n > (size_t)s->shard_tokens - mt_masked_writer_count(s->open))
+        MT_TRY(series_close(s));
+    int example = 1;
     while (n > 0) {
         if (!s->open) {
             char *name = mt_shard_name(s->prefix, s->shards, 1);
@@ -96,7 +103,8 @@ static mt_status series_add(series *s, const int32_t *ids, const uint8_t *mask, 
         }
         size_t room = (size_t)s->shard_tokens - mt_masked_writer_count(s->open), k = n < room ? n : room;
         /* Ids are >= 0: the same bits as uint32. */
-        MT_TRY(mt_masked_writer_add(s->open, (const uint32_t *)ids, mask, k));
+        MT_TRY(mt_masked_writer_add(s->open, (const uint32_t *)ids, mask, k, example));
+        example = 0;
         s->tokens += k;
         ids += k;
         mask += k;

@@ -68,6 +68,8 @@ typedef struct {
     int clipped, skipped;      /* timed steps whose norm was over --clip (their update corrected), or not finite */
     double grad_norm;          /* the last timed step's gradient norm */
     double h2d_bytes, d2h_bytes; /* PCIe bytes per GPU per step, each way */
+    int packed_mean;           /* packed examples' mean length (bench --packed), or 0 */
+    double segments_per_window; /* their mean count a window (1: plain windows) */
 } bench_summary;
 
 static void print_summary(FILE *out, const mt_train_options *o, const mt_backend *be, const mt_config *cfg,
@@ -92,6 +94,10 @@ static void print_summary(FILE *out, const mt_train_options *o, const mt_backend
             (double)mt_placement_host_bytes(s->plan) / 1073741824.0,
             (double)mt_placement_host_bytes(s->plan) / (double)mt_config_total_params(cfg),
             host / (double)mt_config_total_params(cfg), where);
+    if (s->packed_mean)
+        fprintf(out, "packed examples of about %d tokens, %.1f a window, attention masked between them (TFLOP/s "
+                "counts causal attention over whole windows, as for plain steps)\n", s->packed_mean,
+                s->segments_per_window);
     if (!json) return;
     json_t *j = json_pack("{s:i, s:f, s:f, s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:b, s:f, s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:i, s:i, s:f, s:i}",
                           "gpus", s->gpus, "pcie_h2d_gb_per_gpu", s->h2d_bytes / 1e9, "pcie_d2h_gb_per_gpu",
@@ -119,6 +125,11 @@ static void print_summary(FILE *out, const mt_train_options *o, const mt_backend
                                 s->skipped, "grad_norm", s->grad_norm);
     if (j && planned) json_object_update(j, planned);
     json_decref(planned);
+    if (j && (json_object_set_new(j, "packed_mean", json_integer(s->packed_mean)) != 0 ||
+              json_object_set_new(j, "segments_per_window", json_real(s->segments_per_window)) != 0)) {
+        json_decref(j);
+        j = NULL;
+    }
     FILE *f = fopen(json, "a");
     if (j && f) {
         json_dumpf(j, f, JSON_COMPACT);
@@ -128,9 +139,26 @@ static void print_summary(FILE *out, const mt_train_options *o, const mt_backend
     json_decref(j);
 }
 
-mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const char *json) {
+/* Packed examples in every window: lengths uniform in [mean/2, 3*mean/2], the last one of a window
+ * cut to fit; a segment's last token predicts nothing. Returns the segments. */
+static size_t pack_windows(mt_rng *rng, int mean, int seq, size_t windows, int32_t *positions, int32_t *targets) {
+    size_t segments = 0;
+    int lo = mean / 2 > 1 ? mean / 2 : 1, span = mean + 1;
+    for (size_t w = 0; w < windows; w++)
+        for (int at = 0; at < seq; segments++) {
+            int len = lo + (int)(mt_rng_next(rng) % (uint64_t)span);
+            if (len > seq - at) len = seq - at;
+            for (int i = 0; i < len; i++) positions[w * seq + at + i] = i;
+            at += len;
+            targets[w * seq + at - 1] = -1;
+        }
+    return segments;
+}
+
+mt_status mt_bench(const mt_train_options *given, int warmup, int packed_mean, FILE *out, const char *json) {
     mt_train_options resolved;
     MT_TRY(mt_train_options_fresh(given, &resolved));
+    if (packed_mean > 0) resolved.packing = "on"; /* the engine takes positions */
     const mt_train_options *o = &resolved;
     mt_host_memory_give(o->host_mem);
     if (o->steps < 1) return mt_fail(MT_ERR_INVALID, "--steps %lld: bench needs at least one timed step", (long long)o->steps);
@@ -142,8 +170,9 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
     mt_store store = {0};
     size_t n = (size_t)o->gpus * o->micro_batches * o->batch * o->seq_len;
     int32_t *inputs = mt_malloc(n * sizeof *inputs, "bench tokens"), *targets = mt_malloc(n * sizeof *targets, "bench tokens");
+    int32_t *positions = packed_mean > 0 ? mt_malloc(n * sizeof *positions, "bench positions") : NULL;
     double *times = mt_calloc((size_t)o->steps, sizeof *times, "bench timings");
-    mt_status rc = inputs && targets && times ? MT_OK : MT_ERR_NOMEM;
+    mt_status rc = inputs && targets && times && (positions || !packed_mean) ? MT_OK : MT_ERR_NOMEM;
     mt_placement plan;
     double t0 = mt_now();
     if (rc == MT_OK) rc = mt_devices_open(&dev, o);
@@ -165,15 +194,16 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
     if (rc == MT_OK) fprintf(out, "set-up: engine ready at %.1f s\n", mt_now() - t0);
     mt_rng rng = {(uint64_t)o->seed};
     double stall = 0, opt_wait = 0, opt = 0, opt_block = 0, computing = 0, idle_forward = 0, idle_backward = 0;
-    double total = 0, driver_peak = 0, grad_norm = 0;
+    double total = 0, driver_peak = 0, segments = 0, grad_norm = 0;
     int clipped = 0, skipped = 0;
     for (int64_t s = 0; rc == MT_OK && s < warmup + o->steps; s++) {
         for (size_t i = 0; i < n; i++) {
             inputs[i] = (int32_t)(mt_rng_next(&rng) % (uint64_t)cfg.vocab_size);
             targets[i] = (int32_t)(mt_rng_next(&rng) % (uint64_t)cfg.vocab_size);
         }
+        if (positions) segments += (double)pack_windows(&rng, packed_mean, o->seq_len, n / o->seq_len, positions, targets);
         mt_step_result r;
-        rc = mt_devices_step(&dev, inputs, targets, 1e-4f, &r);
+        rc = mt_devices_step(&dev, inputs, targets, positions, 1e-4f, &r);
         if (rc != MT_OK) break;
         if ((double)mt_dev_in_use(be) > driver_peak) driver_peak = (double)mt_dev_in_use(be);
         double ends = r.seconds - r.compute_seconds - r.idle_forward_seconds - r.idle_backward_seconds;
@@ -216,6 +246,8 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
         sum.opt_wait_share = total > 0 ? opt_wait / total : 0;
         sum.opt_s = opt / (double)o->steps;
         sum.opt_block_s = opt_block / (double)o->steps;
+        sum.packed_mean = packed_mean;
+        sum.segments_per_window = packed_mean ? segments / (double)(warmup + o->steps) / (double)(n / o->seq_len) : 1;
         print_summary(out, o, be, &cfg, &sum, (double)peak, host_peak_bytes(), json);
     }
     mt_devices_stop(&dev);
@@ -224,6 +256,7 @@ mt_status mt_bench(const mt_train_options *given, int warmup, FILE *out, const c
     mt_layout_free(&lay);
     free(inputs);
     free(targets);
+    free(positions);
     free(times);
     return rc;
 }

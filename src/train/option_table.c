@@ -27,6 +27,8 @@ static const char *const schedules[] = {"cosine", "constant", NULL};
 static const char *const moment_formats[] = {"fp32", "bf16", "8bit", NULL};
 static const char *const backends[] = {"auto", "cpu", "cuda", NULL};
 static const char *const ends_modes[] = {"auto", "on", "off", NULL};
+static const char *const on_off[] = {"on", "off", NULL};
+static const char *const long_modes[] = {"truncate", "refuse", NULL};
 
 static mt_status check_preset(const char *option, const char *value) {
     mt_config cfg;
@@ -101,6 +103,10 @@ const mt_option mt_options[] = {
     SETTING("val-fraction", MT_OPT_F64, val_fraction, MT_OPT_FIXED, 0, 1, 0, 1, 0.05),
     NAME_SETTING("val-data", val_data, MT_OPT_MAY_CHANGE, NULL, check_val_data, NULL),
     SETTING("sequential", MT_OPT_FLAG, sequential, MT_OPT_FIXED, 0, 1, 0, 0, 0),
+    /* Unset: resolved from the data when it is opened (train_data.h), and stored so. */
+    NAME_SETTING("packing", packing, MT_OPT_FIXED, on_off, NULL, NULL),
+    SETTING("doc-mask", MT_OPT_FLAG, doc_mask, MT_OPT_FIXED, 0, 1, 0, 0, 0),
+    NAME_SETTING("long-examples", long_examples, MT_OPT_MAY_CHANGE, long_modes, NULL, "truncate"),
     SETTING("seed", MT_OPT_I64, seed, MT_OPT_FIXED, 0, SEED_MAX, 0, 0, 1337),
     SETTING("seq", MT_OPT_INT, seq_len, MT_OPT_FIXED, 1, SHAPE_MAX, 0, 0, 256),
     SETTING("batch", MT_OPT_INT, batch, MT_OPT_FIXED, 1, SHAPE_MAX, 0, 0, 8),

@@ -91,6 +91,7 @@ mt_status mt_train_placement(const mt_train_options *o, mt_backend *be, const mt
     eo->opt_cores = default_opt_cores(o, be);
     eo->lm_chunk = o->lm_chunk;
     eo->chunk = o->chunk;
+    eo->packed = mt_train_segmented(o);
     eo->max_grad_norm = o->max_grad_norm;
     eo->beta1 = o->beta1;
     eo->beta2 = o->beta2;

@@ -2,10 +2,18 @@
 #ifndef MT_TRAIN_OPTIONS_H
 #define MT_TRAIN_OPTIONS_H
 
+#include <string.h>
+
 #include "engine/engine.h"
 #include "megatrain.h"
 #include "plan/placement.h"
 #include "train/machine_rates.h"
+
+/* Whether a run's windows have segments (packed examples, masked documents): its engine takes
+ * positions. */
+static inline int mt_train_segmented(const mt_train_options *o) {
+    return o->doc_mask || (o->packing && !strcmp(o->packing, "on"));
+}
 
 /* The options of a command that starts nothing from a checkpoint (plan, bench): checked, and
  * every run setting at its default where unset. */

@@ -167,18 +167,55 @@ static mt_status open_tokens(mt_train_run *r) {
     char tokens[8192];
     MT_TRY(mt_train_data_resolve(&r->o, (uint32_t)r->cfg.vocab_size, tokens, sizeof tokens));
     MT_TRY(mt_tokens_open(tokens, &r->tokens));
-    return mt_tokens_validate(&r->tokens, (uint32_t)r->cfg.vocab_size, tokens);
+    MT_TRY(mt_tokens_validate(&r->tokens, (uint32_t)r->cfg.vocab_size, tokens));
+    /* The windows' layout, now that the data says what it is, is a run setting: stored resolved. */
+    MT_TRY(mt_train_data_layout(&r->o, &r->tokens, path, &r->eot));
+    json_decref(r->settings);
+    r->settings = mt_settings_to_json(&r->o);
+    return r->settings ? MT_OK : mt_fail(MT_ERR_NOMEM, "cannot build the run's settings");
 }
 
+/* The packing's numbers: one line, and a warning for the examples it cut. */
+static void report_packing(const mt_train_run *r) {
+    const mt_pack_report *p = &r->data.report;
+    int seq = r->o.seq_len;
+    mt_log_info("%s: %zu examples packed whole into %zu windows of %d tokens an epoch, attention masked between "
+                "them: %.1f%% of the windows' tokens are padding", r->o.data_path, p->examples, p->windows, seq,
+                p->windows ? 100.0 * (double)p->padding / ((double)p->windows * seq) : 0.0);
+    if (p->val_windows)
+        mt_log_info("validation: %zu examples in %zu windows (%.1f%% padding)", p->val_examples, p->val_windows,
+                    100.0 * (double)p->val_padding / ((double)p->val_windows * seq));
+    if (p->truncated)
+        mt_log_warn("%zu examples are longer than --seq %d (the longest has %llu tokens): each trains on its first %d "
+                    "tokens, %zu of them on none that carries loss (--long-examples refuse stops instead)",
+                    p->truncated, seq, (unsigned long long)p->longest, seq, p->truncated_no_loss);
+}
+
+/* The windows, before the model's memory is allocated (their refusals come first); a resumed run's
+ * sampler state is restored once its checkpoint is read. */
 static mt_status open_dataset(mt_train_run *r) {
-    MT_TRY(mt_dataset_init(&r->data, &r->tokens, r->o.val_fraction, r->o.seq_len,
-                           r->o.sequential ? MT_SAMPLE_SEQUENTIAL : MT_SAMPLE_RANDOM, (uint64_t)r->o.seed));
-    if (r->resume_from[0]) MT_TRY(mt_dataset_set_state(&r->data, &r->progress.sampler));
+    const mt_train_options *o = &r->o;
+    mt_sample_order order = o->sequential ? MT_SAMPLE_SEQUENTIAL : MT_SAMPLE_RANDOM;
+    if (!strcmp(o->packing, "on")) {
+        mt_long_examples long_examples = !strcmp(o->long_examples, "refuse") ? MT_LONG_REFUSE : MT_LONG_TRUNCATE;
+        MT_TRY(mt_dataset_init_packed(&r->data, &r->tokens, o->val_fraction, o->seq_len, order, (uint64_t)o->seed,
+                                      long_examples, o->data_path));
+        report_packing(r);
+    } else {
+        MT_TRY(mt_dataset_init(&r->data, &r->tokens, o->val_fraction, o->seq_len, order, (uint64_t)o->seed));
+        if (r->eot >= 0) {
+            mt_dataset_doc_mask(&r->data, r->eot);
+            mt_log_info("documents masked: attention and positions restart after each end-of-text token (id %d)",
+                        r->eot);
+        }
+    }
     return MT_OK;
 }
 
 /* The --val-data files, each tokenized as --data is (cached in the run directory) and read whole
- * as validation windows; an error names the file. */
+ * as validation windows in the run's layout: packed examples where the run packs and the file
+ * records them, else windows of its stream, documents masked with --doc-mask; an error names the
+ * file. */
 static mt_status open_val_files(mt_train_run *r) {
     for (const char *p = r->o.val_data; p && *p;) {
         size_t n = strcspn(p, ",");
@@ -194,9 +231,14 @@ static mt_status open_val_files(mt_train_run *r) {
         if (st != MT_OK) return mt_fail_context(st, "--val-data %s", name);
         r->n_val++;
         st = mt_tokens_validate(&r->val[r->n_val - 1].tokens, (uint32_t)r->cfg.vocab_size, tokens);
-        if (st == MT_OK) st = mt_dataset_init_val_only(&r->val[r->n_val - 1].data, &r->val[r->n_val - 1].tokens,
-                                                       r->o.seq_len);
+        mt_dataset *data = &r->val[r->n_val - 1].data;
+        const mt_tokens *val = &r->val[r->n_val - 1].tokens;
+        const uint64_t *starts;
+        int packed = !strcmp(r->o.packing, "on") && mt_tokens_examples(val, &starts) > 0;
+        mt_long_examples long_examples = !strcmp(r->o.long_examples, "refuse") ? MT_LONG_REFUSE : MT_LONG_TRUNCATE;
+        if (st == MT_OK) st = mt_dataset_init_val_only(data, val, r->o.seq_len, packed, long_examples, name);
         if (st != MT_OK) return mt_fail_context(st, "--val-data %s", name);
+        if (r->eot >= 0) mt_dataset_doc_mask(data, r->eot);
     }
     return MT_OK;
 }
@@ -227,6 +269,12 @@ static mt_status plan_steps(mt_train_run *r) {
     return mt_moments_format_parse(o->moments, &r->moments);
 }
 
+/* The run's memory plan for its options, refused before anything is allocated where it cannot fit. */
+static mt_status plan_memory(mt_train_run *r) {
+    MT_TRY(mt_train_placement(&r->o, r->dev.be, &r->cfg, &r->placement, NULL));
+    return mt_devices_check_memory(&r->dev, &r->layout, &r->placement.eo, r->moments);
+}
+
 static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
     MT_TRY(mt_train_options_check(given));
     mt_host_memory_give(given->host_mem);
@@ -240,12 +288,14 @@ static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
     MT_TRY(plan_steps(r));
     const mt_train_options *o = &r->o;
     MT_TRY(mt_devices_open(&r->dev, o));
-    MT_TRY(mt_train_placement(o, r->dev.be, &r->cfg, &r->placement, NULL));
-    MT_TRY(mt_devices_check_memory(&r->dev, &r->layout, &r->placement.eo, r->moments));
+    MT_TRY(plan_memory(r));
     MT_TRY(open_tokens(r));
+    MT_TRY(open_dataset(r));
+    /* The data resolved --packing: an engine that takes positions needs a little more memory. */
+    if (r->placement.eo.packed != mt_train_segmented(o)) MT_TRY(plan_memory(r));
     MT_TRY(mt_engine_store_create(&r->store, &r->layout, r->dev.be, r->moments, &r->placement.eo));
     MT_TRY(init_weights(r));
-    MT_TRY(open_dataset(r));
+    if (r->resume_from[0]) MT_TRY(mt_dataset_set_state(&r->data, &r->progress.sampler));
     MT_TRY(open_val_files(r));
     MT_TRY(open_engine(r));
     if (mt_devices_writes(&r->dev)) {
@@ -266,6 +316,8 @@ static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
     r->inputs = mt_malloc(n * sizeof *r->inputs, "a step's inputs");
     r->targets = mt_malloc(n * sizeof *r->targets, "a step's targets");
     if (!r->inputs || !r->targets) return MT_ERR_NOMEM;
+    if (mt_dataset_segmented(&r->data) && !(r->positions = mt_malloc(n * sizeof *r->positions, "a step's positions")))
+        return MT_ERR_NOMEM;
     const mt_engine_options *eo = &r->placement.eo;
     mt_log_info("%s backend, %.1fM parameters, %d x %d x %d tokens a step%s, run directory %s",
                 r->dev.be->ops->name, (double)mt_config_total_params(&r->cfg) / 1e6, eo->micro_batches, eo->batch,
@@ -287,13 +339,18 @@ static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
 static void close_run(mt_train_run *r) {
     free(r->inputs);
     free(r->targets);
+    free(r->positions);
+    mt_dataset_free(&r->data);
     if (r->metrics) mt_metrics_close(r->metrics);
     mt_devices_stop(&r->dev);
     mt_saver_destroy(r->saver); /* after the engine: its optimizer calls the saver's guard */
     if (r->store.layout) mt_store_free(&r->store);
     mt_devices_close(&r->dev);
     mt_tokens_close(&r->tokens);
-    for (int i = 0; i < r->n_val; i++) mt_tokens_close(&r->val[i].tokens);
+    for (int i = 0; i < r->n_val; i++) {
+        mt_dataset_free(&r->val[i].data);
+        mt_tokens_close(&r->val[i].tokens);
+    }
     if (r->layout.units) mt_layout_free(&r->layout);
     json_decref(r->settings);
     json_decref(r->saved_settings);
@@ -321,12 +378,12 @@ static mt_status validate(mt_train_run *r, const mt_dataset *data, const mt_toke
     int64_t counted = 0;
     for (int64_t i = 0; i < batches; i++) {
         double l;
-        mt_dataset_val_batch(data, i, sequences, r->inputs, r->targets);
+        mt_dataset_val_batch(data, i, sequences, r->inputs, r->targets, r->positions);
         r->data_failed = mt_tokens_status(tokens) != MT_OK;
         if (r->data_failed) return mt_tokens_status(tokens);
         int64_t targets = loss_targets(r);
         if (targets == 0) continue;
-        MT_TRY(mt_devices_eval(&r->dev, r->inputs, r->targets, &l));
+        MT_TRY(mt_devices_eval(&r->dev, r->inputs, r->targets, r->positions, &l));
         sum += l * (double)targets;
         counted += targets;
     }
@@ -362,7 +419,9 @@ static void draw_curve(const mt_train_run *r) {
 /* JSON has no NaN or Inf (jansson refuses them): a non-finite number is logged as null. */
 static json_t *number_or_null(double x) { return isfinite(x) ? json_real(x) : json_null(); }
 
-static mt_status log_step(mt_train_run *r, const mt_step_result *s, float lr, double tok_s, double elapsed) {
+/* padding: the share of the step's window tokens that are padding (packed examples), or NaN. */
+static mt_status log_step(mt_train_run *r, const mt_step_result *s, float lr, double tok_s, double elapsed,
+                          double padding) {
     json_t *ev = json_pack("{s:I, s:o, s:f, s:o, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "step",
                            (json_int_t)r->progress.step, "loss", number_or_null(s->loss), "lr", (double)lr,
                            "grad_norm", number_or_null(s->grad_norm), "skipped", s->skipped, "step_seconds",
@@ -370,6 +429,10 @@ static mt_status log_step(mt_train_run *r, const mt_step_result *s, float lr, do
                            "opt_seconds_per_block", s->opt_seconds_per_block, "wait_opt_seconds",
                            s->wait_opt_seconds, "stall_seconds", s->stall_seconds, "compute_seconds",
                            s->compute_seconds);
+    if (ev && !isnan(padding) && json_object_set_new(ev, "padding", json_real(padding)) != 0) {
+        json_decref(ev);
+        ev = NULL;
+    }
     if (!ev) return mt_fail(MT_ERR_NOMEM, "cannot build a metrics line");
     if (s->moe) { /* the router's load-balancing loss apart from the cross-entropy, and the experts' load */
         json_object_set_new(ev, "aux_loss", number_or_null(s->aux_loss));
@@ -396,7 +459,7 @@ static mt_status loop(mt_train_run *r, mt_progress *pg) {
     double tokens_per_step = (double)sequences * o->seq_len;
     while (r->progress.step < o->steps && !mt_stop_requested()) {
         float lr = mt_lr_at(&r->schedule, r->progress.step + 1);
-        mt_dataset_train_batch(&r->data, sequences, r->inputs, r->targets);
+        size_t padding = mt_dataset_train_batch(&r->data, sequences, r->inputs, r->targets, r->positions);
         r->data_failed = mt_tokens_status(&r->tokens) != MT_OK;
         if (r->data_failed) return mt_tokens_status(&r->tokens);
         /* A step whose every target is masked has no loss to take the mean of: it is skipped
@@ -410,7 +473,7 @@ static mt_status loop(mt_train_run *r, mt_progress *pg) {
             if (r->progress.step + 1 == r->fault_step) mt_engine_fault_next_step(r->dev.engine);
             /* Test hook MT_TEST_RANK_FAIL_STEP=N: with --gpus, the last rank dies before step N's pass. */
             if (r->progress.step + 1 == r->rank_fail_step) mt_ranks_fail_next_step(r->dev.ranks, r->o.gpus - 1);
-            MT_TRY(mt_devices_step(&r->dev, r->inputs, r->targets, lr, &s));
+            MT_TRY(mt_devices_step(&r->dev, r->inputs, r->targets, r->positions, lr, &s));
         }
         r->progress.step++;
         if (no_targets)
@@ -419,7 +482,8 @@ static mt_status loop(mt_train_run *r, mt_progress *pg) {
         else if (s.skipped)
             mt_progress_note(pg, "step %lld skipped: gradient norm %g", (long long)r->progress.step, s.grad_norm);
         mt_progress_step(pg, r->progress.step, s.loss, tokens_per_step, lr);
-        MT_TRY(log_step(r, &s, lr, mt_progress_tokens_per_second(pg), mt_now() - pg->started));
+        MT_TRY(log_step(r, &s, lr, mt_progress_tokens_per_second(pg), mt_now() - pg->started,
+                        r->data.packer ? (double)padding / tokens_per_step : NAN));
         if (!no_targets) MT_TRY(mt_step_watch_after(&r->watch, r->progress.step, s.loss, s.skipped));
         /* A background save is reported (and its failure acted on) as soon as it is through. */
         if (r->saver && mt_saver_landed(r->saver)) MT_TRY(mt_train_collect_save(r, pg));
@@ -478,7 +542,7 @@ static mt_status finish_run(mt_train_run *r, mt_status rc) {
 }
 
 mt_status mt_train(const mt_train_options *given) {
-    mt_train_run r = {.lock = {.fd = -1}};
+    mt_train_run r = {.lock = {.fd = -1}, .eot = -1};
     mt_stop_signals signals;
     mt_stop_signals_install(&signals);
     mt_status rc = open_run(&r, given);

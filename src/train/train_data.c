@@ -19,7 +19,9 @@
 #include "util/fs.h"
 #include "util/log.h"
 
-#define CACHE_VERSION 1 /* bump when the tokenized form of the same input changes */
+/* Bump when the tokenized form of the same input changes. Left at 1 when masked shards began to
+ * record example starts: a run resumed on its older cache keeps its windows (no packing). */
+#define CACHE_VERSION 1
 
 static int exists(const char *path) {
     struct stat st;
@@ -177,4 +179,40 @@ static mt_status data_tokens(const char *data, const char *tokenizer, uint32_t v
 
 mt_status mt_train_data_resolve(const mt_train_options *o, uint32_t vocab, char *tokens, size_t cap) {
     return data_tokens(o->data_path, o->tokenizer ? o->tokenizer : "", vocab, o->out_dir, tokens, cap);
+}
+
+/* The tokenizer's end-of-text token, which its documents end with under --doc-mask. */
+static mt_status doc_end(const mt_train_options *o, const mt_tokens *tokens, const char *name, int32_t *eot) {
+    if (tokens->format == MT_TOKENS_MASKED)
+        return mt_fail(MT_ERR_INVALID, "--doc-mask: %s is chat data (a masked shard): its examples are packed whole "
+                       "with attention masked between them (--packing); --doc-mask is for text", name);
+    if (!o->tokenizer)
+        return mt_fail(MT_ERR_INVALID, "--doc-mask: %s: %s", name, tokens->format == MT_TOKENS_TEXT ?
+                       "raw bytes (no tokenizer) have no end-of-text token to tell where documents end; give "
+                       "--tokenizer" : "documents end at the tokenizer's end-of-text token: give the --tokenizer "
+                       "that wrote these tokens");
+    mt_tokenizer *tok;
+    MT_TRY(mt_tokenizer_load(o->tokenizer, &tok));
+    *eot = mt_tokenizer_eot(tok);
+    mt_tokenizer_free(tok);
+    if (*eot < 0)
+        return mt_fail(MT_ERR_INVALID, "--doc-mask: the tokenizer %s has no end-of-text token to end documents at",
+                       o->tokenizer);
+    return MT_OK;
+}
+
+mt_status mt_train_data_layout(mt_train_options *o, const mt_tokens *tokens, const char *name, int32_t *eot) {
+    const uint64_t *starts;
+    int masked = tokens->format == MT_TOKENS_MASKED, examples = mt_tokens_examples(tokens, &starts) > 0;
+    *eot = -1;
+    if (o->packing && !strcmp(o->packing, "on") && !masked)
+        return mt_fail(MT_ERR_INVALID, "--packing on: %s is not chat data (a masked shard); for text, --doc-mask masks "
+                       "attention between documents", name);
+    if (o->doc_mask) MT_TRY(doc_end(o, tokens, name, eot));
+    if (o->packing) return MT_OK;
+    o->packing = masked && examples ? "on" : "off";
+    if (masked && !examples)
+        mt_log_warn("%s does not record where its examples start (a masked shard tokenized by an earlier megatrain): "
+                    "its windows run across examples; tokenize it again to pack whole examples", name);
+    return MT_OK;
 }

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "io/tokens.h"
 #include "megatrain.h"
 
 /* The tokenizer that options name, as an absolute path (to its tokenizer.json or model directory)
@@ -27,5 +28,12 @@ mt_status mt_train_tokenizer_resolve(const mt_train_options *o, char *out, size_
  * directory, made now when missing. `vocab` is the model's vocabulary, which the tokenizer's must
  * fit. */
 mt_status mt_train_data_resolve(const mt_train_options *o, uint32_t vocab, char *tokens, size_t cap);
+
+/* The windows' layout for the open token file `tokens` (named `name`), io/dataset.h's:
+ * o->packing resolved where unset, "on" for a masked shard that records its examples, else "off"
+ * (a masked shard that does not: with a warning); --packing on for data that is not chat data, and
+ * --doc-mask for chat data or without a tokenizer (raw bytes have no end-of-text token), are
+ * refused. *eot: the end-of-text id after which --doc-mask ends documents (o->tokenizer's), or -1. */
+mt_status mt_train_data_layout(mt_train_options *o, const mt_tokens *tokens, const char *name, int32_t *eot);
 
 #endif

@@ -159,23 +159,24 @@ mt_status mt_devices_start(mt_devices *d, mt_store *store, const mt_engine_optio
     return MT_OK;
 }
 
-mt_status mt_devices_step(mt_devices *d, const int32_t *inputs, const int32_t *targets, float lr,
-                          mt_step_result *s) {
+mt_status mt_devices_step(mt_devices *d, const int32_t *inputs, const int32_t *targets, const int32_t *positions,
+                          float lr, mt_step_result *s) {
     if (d->world.size > 1) {
         watchdog_set(d->watchdog, 1);
-        return watched(d, mt_replica_step(d->engine, d->world.rank, d->world.size, inputs, targets, lr, s));
+        return watched(d, mt_replica_step(d->engine, d->world.rank, d->world.size, inputs, targets, positions, lr, s));
     }
-    if (!d->ranks) return mt_engine_step(d->engine, inputs, targets, lr, s);
-    return mt_ranks_step(d->ranks, inputs, targets, lr, s);
+    if (!d->ranks) return mt_engine_step(d->engine, inputs, targets, positions, lr, s);
+    return mt_ranks_step(d->ranks, inputs, targets, positions, lr, s);
 }
 
-mt_status mt_devices_eval(mt_devices *d, const int32_t *inputs, const int32_t *targets, double *loss) {
+mt_status mt_devices_eval(mt_devices *d, const int32_t *inputs, const int32_t *targets, const int32_t *positions,
+                          double *loss) {
     if (d->world.size > 1) {
         watchdog_set(d->watchdog, 1);
-        return watched(d, mt_replica_eval(d->engine, d->world.rank, d->world.size, inputs, targets, loss));
+        return watched(d, mt_replica_eval(d->engine, d->world.rank, d->world.size, inputs, targets, positions, loss));
     }
-    if (!d->ranks) return mt_engine_eval(d->engine, inputs, targets, loss);
-    return mt_ranks_eval(d->ranks, inputs, targets, loss);
+    if (!d->ranks) return mt_engine_eval(d->engine, inputs, targets, positions, loss);
+    return mt_ranks_eval(d->ranks, inputs, targets, positions, loss);
 }
 
 void mt_devices_poison_next_step(mt_devices *d) {

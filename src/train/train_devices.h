@@ -35,10 +35,12 @@ mt_status mt_devices_check_memory(const mt_devices *d, const mt_layout *layout, 
                                   mt_moments_format moments);
 /* d->engine on the store: the engine, or the ranks' engines and their leader's. */
 mt_status mt_devices_start(mt_devices *d, mt_store *store, const mt_engine_options *eo, int64_t adam_step);
-/* A step or an evaluation over every rank's micro-batches ([ranks][M][batch][seq]). */
-mt_status mt_devices_step(mt_devices *d, const int32_t *inputs, const int32_t *targets, float lr,
-                          mt_step_result *s);
-mt_status mt_devices_eval(mt_devices *d, const int32_t *inputs, const int32_t *targets, double *loss);
+/* A step or an evaluation over every rank's micro-batches ([ranks][M][batch][seq]); positions
+ * alike, or NULL (engine.h). */
+mt_status mt_devices_step(mt_devices *d, const int32_t *inputs, const int32_t *targets, const int32_t *positions,
+                          float lr, mt_step_result *s);
+mt_status mt_devices_eval(mt_devices *d, const int32_t *inputs, const int32_t *targets, const int32_t *positions,
+                          double *loss);
 /* Test hook MT_TEST_NAN_STEP: the next step's gradient norm reads NaN (on every rank). */
 void mt_devices_poison_next_step(mt_devices *d);
 /* The engines end (before the store); then the backends. */

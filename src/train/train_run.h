@@ -43,6 +43,8 @@ typedef struct {
     mt_lr_schedule schedule;
     mt_run_progress progress;
     int32_t *inputs, *targets;  /* [M * batch * seq] */
+    int32_t *positions;         /* the same, for windows with segments (packed, --doc-mask); else NULL */
+    int32_t eot;                /* --doc-mask's end-of-text id, or -1 */
     char resume_from[4096];
     char tokenizer[4096];       /* the run's tokenizer, resolved ("" for bytes): train/train_data.h */
     mt_step_watch watch;

@@ -1,6 +1,7 @@
 /* Both attention paths of the CUDA backend -- cuDNN's fused SDPA (attention_cudnn.c) and the
  * CUDA-core flash kernels (attention.cu) -- called directly, each against the CPU reference on
- * the same bf16-rounded inputs; then both timed at the benchmark shape.
+ * the same bf16-rounded inputs, plain and with segments (packed examples: cuDNN's ragged layout,
+ * the kernels' segment masks); then both timed at the benchmark shape.
  *
  * Tolerances (relative error ||out - ref|| / ||ref||): 1e-2 for bf16 outputs (8 mantissa bits,
  * a rounding of up to 2^-9 per element, plus cuDNN's bf16 probabilities in P.V and, for GQA, dK
@@ -38,36 +39,80 @@ static size_t q_count(mt_attn_dims d) { return (size_t)d.batch * d.seq * d.heads
 static size_t kv_count(mt_attn_dims d) { return (size_t)d.batch * d.seq * d.kv_heads * d.head_dim; }
 static size_t lse_count(mt_attn_dims d) { return (size_t)d.batch * d.heads * d.seq; }
 
-static size_t workspace_bytes(mt_cudnn_attention *ca, mt_attn_dims d, path p) {
+static int32_t *host_ids(size_t count) {
+    int32_t *p = calloc(count ? count : 1, sizeof *p);
+    cr_assert(p);
+    return p;
+}
+
+static int32_t *gpu_put_ids(gpu *g, const int32_t *host, size_t count) {
+    int32_t *dev = gpu_alloc(g, count * sizeof *dev);
+    mt_copy_async(g->be, dev, host, count * sizeof *dev, g->s);
+    gpu_sync(g);
+    return dev;
+}
+
+/* The workspace a path needs for dims, and with segments (seg non-NULL) for seg->count of them:
+ * cuDNN's ragged plans only where they fit what was sized for the dims. */
+static size_t workspace_bytes(mt_cudnn_attention *ca, mt_attn_dims d, path p, const mt_segments *seg) {
     size_t bytes = mt_cuda_attention_workspace(d);
-    if (p == PATH_CUDNN) cr_assert(mt_cudnn_attention_supports(ca, d, &bytes), "cuDNN refused the dims");
+    if (p != PATH_CUDNN) return bytes;
+    if (seg) {
+        size_t sized = mt_cudnn_attention_ragged_workspace(ca, d, bytes);
+        cr_assert(mt_cudnn_attention_supports(ca, d, seg->count, &bytes), "cuDNN refused %d segments", seg->count);
+        cr_assert_leq(bytes, sized);
+        return sized;
+    }
+    cr_assert(mt_cudnn_attention_supports(ca, d, 0, &bytes), "cuDNN refused the dims");
     return bytes;
 }
 
-static void run_forward(gpu *g, mt_cudnn_attention *ca, path p, const buffers *b, mt_attn_dims d) {
+static void run_forward(gpu *g, mt_cudnn_attention *ca, path p, const buffers *b, mt_attn_dims d,
+                        const mt_segments *seg) {
     cudaStream_t s = (cudaStream_t)g->s;
     mt_status status = p == PATH_CUDNN
-                           ? mt_cudnn_attention_forward(ca, s, b->out, b->lse, b->q, b->k, b->v, d, b->ws)
-                           : mt_cuda_attention(s, b->out, b->lse, b->q, b->k, b->v, d);
+                           ? mt_cudnn_attention_forward(ca, s, b->out, b->lse, b->q, b->k, b->v, d, seg, b->ws)
+                           : mt_cuda_attention(s, b->out, b->lse, b->q, b->k, b->v, d, seg ? seg->pos : NULL);
     cr_assert_eq(status, MT_OK, "%s forward: %s", path_name(p), mt_error());
 }
 
-static void run_backward(gpu *g, mt_cudnn_attention *ca, path p, const buffers *b, mt_attn_dims d) {
+static void run_backward(gpu *g, mt_cudnn_attention *ca, path p, const buffers *b, mt_attn_dims d,
+                         const mt_segments *seg) {
     cudaStream_t s = (cudaStream_t)g->s;
     mt_status status =
         p == PATH_CUDNN
             ? mt_cudnn_attention_backward(ca, s, b->dq, b->dk, b->dv, b->dout, b->out, b->lse, b->q,
-                                          b->k, b->v, d, b->ws)
+                                          b->k, b->v, d, seg, b->ws)
             : mt_cuda_attention_dx(s, b->dq, b->dk, b->dv, b->dout, b->out, b->lse, b->q, b->k, b->v,
-                                   d, b->ws);
+                                   d, seg ? seg->pos : NULL, b->ws);
     cr_assert_eq(status, MT_OK, "%s backward: %s", path_name(p), mt_error());
 }
 
-static void check_path(path p, mt_attn_dims d, unsigned seed) {
+/* A micro-batch's segments of the given lengths: host positions and starts in *host, their device
+ * copies in *dev. */
+static void make_segments(gpu *g, mt_attn_dims d, const int *lengths, int count, mt_segments *host,
+                          mt_segments *dev) {
+    size_t rows = (size_t)d.batch * d.seq;
+    int32_t *pos = host_ids(rows), *starts = host_ids((size_t)count + 1);
+    size_t row = 0;
+    for (int k = 0; k < count; k++) {
+        starts[k] = (int32_t)row;
+        for (int i = 0; i < lengths[k]; i++) pos[row++] = i;
+    }
+    starts[count] = (int32_t)row;
+    cr_assert_eq(row, rows, "the segments hold %zu rows, not %zu", row, rows);
+    *host = (mt_segments){pos, starts, count};
+    *dev = (mt_segments){gpu_put_ids(g, pos, rows), gpu_put_ids(g, starts, (size_t)count + 1), count};
+}
+
+static void check_path(path p, mt_attn_dims d, unsigned seed, const int *lengths, int count) {
     gpu g;
     gpu_open(&g);
     mt_cudnn_attention *ca;
     cr_assert_eq(mt_cudnn_attention_create(&ca), MT_OK);
+    mt_segments host_seg, dev_seg;
+    if (lengths) make_segments(&g, d, lengths, count, &host_seg, &dev_seg);
+    const mt_segments *hseg = lengths ? &host_seg : NULL, *dseg = lengths ? &dev_seg : NULL;
     size_t qc = q_count(d), kc = kv_count(d), lc = lse_count(d);
     float *q = host(qc), *k = host(kc), *v = host(kc), *dout = host(qc);
     fill_random(q, qc, 1.5f, &seed), fill_random(k, kc, 1.5f, &seed);
@@ -76,10 +121,10 @@ static void check_path(path p, mt_attn_dims d, unsigned seed) {
         .q = gpu_put_bf16(&g, q, qc), .k = gpu_put_bf16(&g, k, kc), .v = gpu_put_bf16(&g, v, kc),
         .dout = gpu_put_bf16(&g, dout, qc), .out = gpu_alloc(&g, qc * 2), .lse = gpu_alloc(&g, lc * 4),
         .dq = gpu_alloc(&g, qc * 2), .dk = gpu_alloc(&g, kc * 2), .dv = gpu_alloc(&g, kc * 2),
-        .ws = gpu_alloc(&g, workspace_bytes(ca, d, p)),
+        .ws = gpu_alloc(&g, workspace_bytes(ca, d, p, dseg)),
     };
-    run_forward(&g, ca, p, &b, d);
-    run_backward(&g, ca, p, &b, d);
+    run_forward(&g, ca, p, &b, d, dseg);
+    run_backward(&g, ca, p, &b, d, dseg);
 
     float *out = host(qc), *lse = host(lc), *ref_out = host(qc), *ref_lse = host(lc);
     float *dq = host(qc), *dk = host(kc), *dv = host(kc);
@@ -88,16 +133,16 @@ static void check_path(path p, mt_attn_dims d, unsigned seed) {
     gpu_get_f32(&g, lse, b.lse, lc);
     gpu_get_bf16(&g, dq, b.dq, qc), gpu_get_bf16(&g, dk, b.dk, kc), gpu_get_bf16(&g, dv, b.dv, kc);
 
-    mt_cpu_attention(ref_out, ref_lse, q, k, v, d);
+    mt_cpu_attention(ref_out, ref_lse, q, k, v, d, hseg);
     /* the reference backward starts from this path's own out and lse */
     void *cpu_ws = malloc(mt_cpu_attention_workspace(d) + 1);
-    mt_cpu_attention_dx(ref_dq, ref_dk, ref_dv, dout, out, lse, q, k, v, d, cpu_ws);
+    mt_cpu_attention_dx(ref_dq, ref_dk, ref_dv, dout, out, lse, q, k, v, d, hseg, cpu_ws);
     free(cpu_ws);
     double errors[5] = {ops_rel_err(out, ref_out, qc), ops_rel_err(lse, ref_lse, lc), ops_rel_err(dq, ref_dq, qc),
                         ops_rel_err(dk, ref_dk, kc), ops_rel_err(dv, ref_dv, kc)};
-    cr_log_info("%s b%d s%d h%d/%d d%d: rel err out %.2e lse %.2e dq %.2e dk %.2e dv %.2e",
-                path_name(p), d.batch, d.seq, d.heads, d.kv_heads, d.head_dim, errors[0], errors[1],
-                errors[2], errors[3], errors[4]);
+    cr_log_info("%s b%d s%d h%d/%d d%d, %d segments: rel err out %.2e lse %.2e dq %.2e dk %.2e dv %.2e",
+                path_name(p), d.batch, d.seq, d.heads, d.kv_heads, d.head_dim, lengths ? count : d.batch, errors[0],
+                errors[1], errors[2], errors[3], errors[4]);
     cr_assert_lt(errors[0], BF16_TOL, "%s out", path_name(p));
     cr_assert_lt(errors[1], LSE_TOL, "%s lse", path_name(p));
     cr_assert_lt(errors[2], BF16_TOL, "%s dq", path_name(p));
@@ -108,11 +153,39 @@ static void check_path(path p, mt_attn_dims d, unsigned seed) {
     gpu_close(&g);
     free(q), free(k), free(v), free(dout), free(out), free(lse), free(ref_out), free(ref_lse);
     free(dq), free(dk), free(dv), free(ref_dq), free(ref_dk), free(ref_dv);
+    if (lengths) free((void *)host_seg.pos), free((void *)host_seg.starts);
 }
 
 static void check_both(mt_attn_dims d, unsigned seed) {
-    check_path(PATH_CUDNN, d, seed);
-    check_path(PATH_KERNELS, d, seed);
+    check_path(PATH_CUDNN, d, seed, NULL, 0);
+    check_path(PATH_KERNELS, d, seed, NULL, 0);
+}
+
+#define COUNT(a) (int)(sizeof(a) / sizeof((a)[0]))
+static void check_both_packed(mt_attn_dims d, unsigned seed, const int *lengths, int count) {
+    check_path(PATH_CUDNN, d, seed, lengths, count);
+    check_path(PATH_KERNELS, d, seed, lengths, count);
+}
+
+/* Packed examples: one-token segments, segments across the kernels' 64-row tiles and cuDNN's, a
+ * sequence that is one segment, GQA and MHA, head_dim 64 and 128. */
+static const int ODD_2x37[] = {5, 20, 12, 1, 36};
+static const int TILES_2x256[] = {63, 2, 70, 1, 120, 256};
+static const int MANY_1x512[] = {100, 3, 64, 64, 1, 200, 17, 63};
+
+Test(cuda, attention_paths_packed_gqa_odd_seq_head_dim_64) {
+    check_both_packed((mt_attn_dims){.batch = 2, .seq = 37, .heads = 6, .kv_heads = 2, .head_dim = 64}, 31, ODD_2x37,
+                      COUNT(ODD_2x37));
+}
+
+Test(cuda, attention_paths_packed_mha_head_dim_128) {
+    check_both_packed((mt_attn_dims){.batch = 2, .seq = 256, .heads = 4, .kv_heads = 4, .head_dim = 128}, 32,
+                      TILES_2x256, COUNT(TILES_2x256));
+}
+
+Test(cuda, attention_paths_packed_gqa_seq_512_head_dim_128) {
+    check_both_packed((mt_attn_dims){.batch = 1, .seq = 512, .heads = 8, .kv_heads = 2, .head_dim = 128}, 33,
+                      MANY_1x512, COUNT(MANY_1x512));
 }
 
 Test(cuda, attention_paths_gqa_odd_seq_head_dim_64) {
@@ -140,9 +213,9 @@ static void time_path(gpu *g, mt_cudnn_attention *ca, path p, const buffers *b, 
     *fwd = *bwd = 0.0;
     for (int rep = 0; rep <= reps; rep++) {
         mt_event_record(g->be, t0, g->s);
-        run_forward(g, ca, p, b, d);
+        run_forward(g, ca, p, b, d, NULL);
         mt_event_record(g->be, t1, g->s);
-        run_backward(g, ca, p, b, d);
+        run_backward(g, ca, p, b, d, NULL);
         mt_event_record(g->be, t2, g->s);
         gpu_sync(g);
         if (rep > 0) {
@@ -169,7 +242,7 @@ Test(cuda, attention_paths_benchmark_speed) {
     unsigned seed = 25;
     float *q = host(qc), *k = host(kc), *v = host(kc);
     fill_random(q, qc, 1.0f, &seed), fill_random(k, kc, 1.0f, &seed), fill_random(v, kc, 1.0f, &seed);
-    size_t ws = workspace_bytes(ca, d, PATH_CUDNN), kernel_ws = workspace_bytes(ca, d, PATH_KERNELS);
+    size_t ws = workspace_bytes(ca, d, PATH_CUDNN, NULL), kernel_ws = workspace_bytes(ca, d, PATH_KERNELS, NULL);
     buffers b = {
         .q = gpu_put_bf16(&g, q, qc), .k = gpu_put_bf16(&g, k, kc), .v = gpu_put_bf16(&g, v, kc),
         .dout = gpu_put_bf16(&g, q, qc), /* any values do for timing */

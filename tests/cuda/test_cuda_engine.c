@@ -111,8 +111,11 @@ static void dump_for_transformers(const char *name, mt_tiny_model *t, const int3
     write_file(dir, "case.json", text, (size_t)len);
 }
 
-static void compare_backends(const char *name, const mt_config *cfg) {
+/* positions: NULL, or packed examples' (engine.h): both engines attend within segments; the
+ * transformers dump is left out (it has no segments). */
+static void compare_backends_at(const char *name, const mt_config *cfg, const int32_t *positions) {
     mt_engine_options o = options();
+    o.packed = positions != NULL;
     mt_tiny_model cpu, gpu;
     mt_backend *be;
     cr_assert_eq(mt_backend_cuda_create(&be, 0), MT_OK, "%s", mt_error());
@@ -122,9 +125,11 @@ static void compare_backends(const char *name, const mt_config *cfg) {
     round_masters(&gpu);
     int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
     mt_tiny_windows(6, SEQUENCES, SEQ, cfg->vocab_size, tokens, inputs, targets);
+    for (int i = 0; positions && i < SEQUENCES * SEQ; i++) /* a segment's last token predicts nothing */
+        if (i % SEQ == SEQ - 1 || positions[i + 1] == 0) targets[i] = -1;
     double loss_cpu, loss_gpu;
-    cr_assert_eq(mt_engine_grads(cpu.engine, inputs, targets, &loss_cpu), MT_OK, "%s", mt_error());
-    cr_assert_eq(mt_engine_grads(gpu.engine, inputs, targets, &loss_gpu), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_grads(cpu.engine, inputs, targets, positions, &loss_cpu), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_grads(gpu.engine, inputs, targets, positions, &loss_gpu), MT_OK, "%s", mt_error());
     cr_expect_lt(fabs(loss_gpu - loss_cpu), 1e-2 * loss_cpu, "%s: loss cuda %.6f, cpu %.6f", name, loss_gpu, loss_cpu);
     const char *worst_name;
     double worst = worst_rel_err(&cpu.layout, mt_engine_host_grads(gpu.engine),
@@ -132,9 +137,36 @@ static void compare_backends(const char *name, const mt_config *cfg) {
     cr_log_info("%s: loss cuda %.6f cpu %.6f; worst gradient %s at %.3g relative", name, loss_gpu, loss_cpu,
                 worst_name, worst);
     cr_expect_lt(worst, 5e-2, "%s: gradient of %s off by %.3g relative", name, worst_name, worst);
-    dump_for_transformers(name, &gpu, tokens, loss_gpu);
+    if (!positions) dump_for_transformers(name, &gpu, tokens, loss_gpu);
     mt_tiny_model_close(&gpu);
     mt_tiny_model_close(&cpu);
+}
+
+static void compare_backends(const char *name, const mt_config *cfg) { compare_backends_at(name, cfg, NULL); }
+
+static mt_config wider_qwen3(int tied);
+
+/* Packed examples, segments of 10 and 22; 1 and 31; 32; 5, 5, 5 and 17 tokens. */
+static void packed_positions(int32_t *positions) {
+    static const int lengths[] = {10, 22, 1, 31, 32, 5, 5, 5, 17};
+    int row = 0;
+    for (size_t k = 0; k < sizeof lengths / sizeof lengths[0]; k++)
+        for (int i = 0; i < lengths[k]; i++) positions[row++] = i;
+    cr_assert_eq(row, SEQUENCES * SEQ);
+}
+
+Test(cuda, engine_matches_cpu_packed_llama_gqa) {
+    mt_config c = mt_tiny_wider(mt_tiny_config_gqa());
+    int32_t positions[SEQUENCES * SEQ];
+    packed_positions(positions);
+    compare_backends_at("packed_llama_gqa", &c, positions);
+}
+
+Test(cuda, engine_matches_cpu_packed_qwen3) {
+    mt_config c = wider_qwen3(1);
+    int32_t positions[SEQUENCES * SEQ];
+    packed_positions(positions);
+    compare_backends_at("packed_qwen3", &c, positions);
 }
 
 Test(cuda, engine_matches_cpu_llama_gqa_untied) {
@@ -185,8 +217,8 @@ Test(cuda, training_tracks_cpu_backend) {
     mt_tiny_windows(9, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
     for (int s = 0; s < 8; s++) {
         mt_step_result rc, rg;
-        cr_assert_eq(mt_engine_step(cpu.engine, inputs, targets, 3e-3f, &rc), MT_OK, "%s", mt_error());
-        cr_assert_eq(mt_engine_step(gpu.engine, inputs, targets, 3e-3f, &rg), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(cpu.engine, inputs, targets, NULL, 3e-3f, &rc), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(gpu.engine, inputs, targets, NULL, 3e-3f, &rg), MT_OK, "%s", mt_error());
         cr_log_info("step %d: loss cuda %.5f cpu %.5f", s, rg.loss, rc.loss);
         cr_expect_lt(fabs(rg.loss - rc.loss), 2e-2 * rc.loss, "step %d: loss cuda %.5f, cpu %.5f", s, rg.loss, rc.loss);
     }
@@ -225,7 +257,7 @@ static void device_update_is_host_adamw(const mt_config *cfg, float clip, int en
     for (int s = 1; s <= 4; s++) {
         mt_tiny_windows(70 + s, SEQUENCES, SEQ, cfg->vocab_size, tokens, inputs, targets);
         mt_step_result r;
-        cr_assert_eq(mt_engine_step(t.engine, inputs, targets, 3e-3f, &r), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(t.engine, inputs, targets, NULL, 3e-3f, &r), MT_OK, "%s", mt_error());
         mt_engine_finish(t.engine); /* the step's gradients are home once its update is */
         const float *grads = mt_engine_host_grads(t.engine);
         mt_adamw_params p = {.lr = 3e-3f, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps,
@@ -319,8 +351,8 @@ Test(cuda, device_blocks_train_like_the_host) {
     for (int s = 0; s < 4; s++) {
         mt_tiny_windows(40 + s, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
         mt_step_result rd, rh;
-        cr_assert_eq(mt_engine_step(dev.engine, inputs, targets, 3e-3f, &rd), MT_OK, "%s", mt_error());
-        cr_assert_eq(mt_engine_step(host.engine, inputs, targets, 3e-3f, &rh), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(dev.engine, inputs, targets, NULL, 3e-3f, &rd), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(host.engine, inputs, targets, NULL, 3e-3f, &rh), MT_OK, "%s", mt_error());
         cr_log_info("step %d: loss %.7f with blocks on the device, %.7f on the host", s, rd.loss, rh.loss);
         cr_expect_lt(fabs(rh.loss - rd.loss), 1e-4 * rh.loss, "step %d: loss %.7f against %.7f", s, rd.loss, rh.loss);
     }
@@ -347,8 +379,8 @@ Test(cuda, checkpoints_on_host_change_nothing) {
     int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
     mt_tiny_windows(15, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
     double loss_dev, loss_host;
-    cr_assert_eq(mt_engine_grads(dev.engine, inputs, targets, &loss_dev), MT_OK, "%s", mt_error());
-    cr_assert_eq(mt_engine_grads(host.engine, inputs, targets, &loss_host), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_grads(dev.engine, inputs, targets, NULL, &loss_dev), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_grads(host.engine, inputs, targets, NULL, &loss_host), MT_OK, "%s", mt_error());
     cr_expect_lt(fabs(loss_host - loss_dev), 1e-6 * loss_dev, "loss %.9f with checkpoints on the host, %.9f without",
                  loss_host, loss_dev);
     const char *worst_name;
@@ -360,8 +392,8 @@ Test(cuda, checkpoints_on_host_change_nothing) {
     for (int s = 0; s < 3; s++) {
         mt_tiny_windows(16 + s, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
         mt_step_result rd, rh;
-        cr_assert_eq(mt_engine_step(dev.engine, inputs, targets, 3e-3f, &rd), MT_OK, "%s", mt_error());
-        cr_assert_eq(mt_engine_step(host.engine, inputs, targets, 3e-3f, &rh), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(dev.engine, inputs, targets, NULL, 3e-3f, &rd), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(host.engine, inputs, targets, NULL, 3e-3f, &rh), MT_OK, "%s", mt_error());
         cr_expect_lt(fabs(rh.loss - rd.loss), 1e-4 * rd.loss, "step %d: loss %.7f against %.7f", s, rh.loss, rd.loss);
     }
     mt_tiny_model_close(&host);
@@ -394,8 +426,8 @@ static void expect_chunking_changes_nothing(mt_config cfg, int piece) {
     int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
     mt_tiny_windows(22, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
     double loss_whole, loss_pieces;
-    cr_assert_eq(mt_engine_grads(whole.engine, inputs, targets, &loss_whole), MT_OK, "%s", mt_error());
-    cr_assert_eq(mt_engine_grads(pieces.engine, inputs, targets, &loss_pieces), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_grads(whole.engine, inputs, targets, NULL, &loss_whole), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_grads(pieces.engine, inputs, targets, NULL, &loss_pieces), MT_OK, "%s", mt_error());
     cr_expect_lt(fabs(loss_pieces - loss_whole), 1e-3 * loss_whole, "loss %.7f chunked, %.7f whole", loss_pieces,
                  loss_whole);
     const char *worst_name;
@@ -407,8 +439,8 @@ static void expect_chunking_changes_nothing(mt_config cfg, int piece) {
     for (int s = 0; s < 3; s++) {
         mt_tiny_windows(23 + s, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
         mt_step_result rw, rp;
-        cr_assert_eq(mt_engine_step(whole.engine, inputs, targets, 3e-3f, &rw), MT_OK, "%s", mt_error());
-        cr_assert_eq(mt_engine_step(pieces.engine, inputs, targets, 3e-3f, &rp), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(whole.engine, inputs, targets, NULL, 3e-3f, &rw), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(pieces.engine, inputs, targets, NULL, 3e-3f, &rp), MT_OK, "%s", mt_error());
         cr_expect_lt(fabs(rp.loss - rw.loss), 1e-3 * rw.loss, "step %d: loss %.7f chunked, %.7f whole", s, rp.loss,
                      rw.loss);
     }
@@ -437,10 +469,10 @@ Test(cuda, the_gpu_reads_the_masters_high_halves) {
     for (int s = 1; s <= 2; s++) {
         mt_tiny_windows(90 + s, SEQUENCES, SEQ, c.vocab_size, tokens, inputs, targets);
         mt_step_result r;
-        cr_assert_eq(mt_engine_step(t.engine, inputs, targets, 3e-3f, &r), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(t.engine, inputs, targets, NULL, 3e-3f, &r), MT_OK, "%s", mt_error());
     }
     double loss;
-    cr_assert_eq(mt_engine_eval(t.engine, inputs, targets, &loss), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_eval(t.engine, inputs, targets, NULL, &loss), MT_OK, "%s", mt_error());
     mt_engine *e = t.engine;
     mt_stream *s = mt_stream_create(be);
     mt_event *done = mt_event_create(be);

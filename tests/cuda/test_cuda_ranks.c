@@ -88,7 +88,7 @@ static float *train(const mt_config *cfg, int n, int M, shape sh, int swap, int 
             inputs[half + i] = a, targets[half + i] = b;
         }
         mt_step_result r;
-        cr_assert_eq(mt_ranks_step(t.g, inputs, targets, lr, &r), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_ranks_step(t.g, inputs, targets, NULL, lr, &r), MT_OK, "%s", mt_error());
         losses[s] = r.loss;
     }
     mt_engine_finish(mt_ranks_leader(t.g));
@@ -209,10 +209,10 @@ Test(cuda, a_gpu_rank_that_dies_releases_the_other_from_nccl) {
     int32_t tokens[all * (SEQ + 1)], inputs[all * SEQ], targets[all * SEQ];
     mt_tiny_windows(3, all, SEQ, cfg.vocab_size, tokens, inputs, targets);
     mt_step_result r;
-    cr_assert_eq(mt_ranks_step(t.g, inputs, targets, 3e-3f, &r), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_ranks_step(t.g, inputs, targets, NULL, 3e-3f, &r), MT_OK, "%s", mt_error());
     mt_ranks_fail_next_step(t.g, 1);
     double t0 = mt_now();
-    cr_assert_neq(mt_ranks_step(t.g, inputs, targets, 3e-3f, &r), MT_OK);
+    cr_assert_neq(mt_ranks_step(t.g, inputs, targets, NULL, 3e-3f, &r), MT_OK);
     cr_log_info("released after %.2f s: %s", mt_now() - t0, mt_error());
     cr_expect(strstr(mt_error(), "rank 1 of 2"), "%s", mt_error());
     cr_expect_lt(mt_now() - t0, 60.0, "rank 0 was not released from its all-reduce at once");

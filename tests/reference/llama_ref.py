@@ -18,6 +18,9 @@ A fixture directory, written by tests/ref_fixture.c, holds:
   probes.bin   optional (grads mode): records of int64 tensor index, int64 element, float64 delta
   mask.bin     optional: uint8 [steps][batch][seq_len], 0 where a target carries no loss; the
                loss is then PyTorch's ignore_index mean over the targets that do
+  positions.bin optional: int32 [steps][batch][seq_len], each input token's position in its
+               segment (packed examples): 0 starts a segment, which then attends only within
+               itself, causally, with RoPE at these positions
 
 Modes:
   grads  float64, one forward and backward on step 0's tokens. Writes ref_loss.txt (the mean
@@ -203,6 +206,15 @@ def load_targets(directory, cfg, tokens):
     return targets
 
 
+def load_positions(directory, cfg):
+    """Positions [steps][batch][seq] from positions.bin, or None."""
+    path = os.path.join(directory, "positions.bin")
+    if not os.path.exists(path):
+        return None
+    shape = (cfg.get("steps", 1), cfg["batch"], cfg["seq_len"])
+    return read_binary(path, "<i4", math.prod(shape)).view(shape).long()
+
+
 def rope_inv_freq(cfg):
     """Inverse frequencies in float64, with llama3 scaling as transformers'
     _compute_llama3_parameters applies it."""
@@ -240,7 +252,7 @@ class Llama:
     def linear(self, x, name, bias=False):
         return F.linear(x, self.p[name + ".weight"], self.p[name + ".bias"] if bias else None)
 
-    def attention(self, x, prefix, cos, sin):
+    def attention(self, x, prefix, cos, sin, blocked):
         cfg = self.cfg
         b, s, _ = x.shape
         h, kvh, hd = cfg["num_heads"], cfg["num_kv_heads"], cfg["head_dim"]
@@ -266,8 +278,7 @@ class Llama:
         k = k.repeat_interleave(h // kvh, dim=1)
         v = v.repeat_interleave(h // kvh, dim=1)
         scores = q @ k.transpose(-1, -2) / math.sqrt(hd)
-        future = torch.triu(torch.ones(s, s, dtype=torch.bool), diagonal=1)
-        scores = scores.masked_fill(future, float("-inf"))
+        scores = scores.masked_fill(blocked, float("-inf"))
         out = torch.softmax(scores, dim=-1) @ v
         out = out.transpose(1, 2).reshape(b, s, h * hd)
         return self.linear(out, prefix + "o_proj")
@@ -320,22 +331,29 @@ class Llama:
             total = total + (tokens_per_expert * probs.mean(dim=0)[None, :]).sum() * e
         return total / micro_batches
 
-    def loss(self, tokens, targets):
+    def loss(self, tokens, targets, positions=None):
         """Mean cross-entropy over the targets that are not IGNORE; inputs are tokens[:, :-1]; with
-        output_router_logits, plus router_aux_loss_coef times the load-balancing loss."""
+        output_router_logits, plus router_aux_loss_coef times the load-balancing loss.
+        positions [batch, seq] (None: 0..seq-1): a query sees the keys at or before it whose
+        segment (a run that starts where the position is 0) is its own."""
         self.router_logits = []
         cfg, p = self.cfg, self.p
         inputs = tokens[:, :-1]
-        seq = inputs.shape[1]
-        angles = torch.arange(seq, dtype=torch.float64)[:, None] * rope_inv_freq(cfg)[None, :]
-        angles = torch.cat((angles, angles), dim=-1)
+        b, seq = inputs.shape
+        if positions is None:
+            positions = torch.arange(seq).expand(b, seq)
+        angles = positions.to(torch.float64)[..., None] * rope_inv_freq(cfg)
+        angles = torch.cat((angles, angles), dim=-1)[:, None]  # [b, 1, seq, hd]: every head alike
         cos, sin = angles.cos().to(self.dtype), angles.sin().to(self.dtype)
+        segment = torch.cumsum(positions == 0, dim=-1)
+        future = torch.triu(torch.ones(seq, seq, dtype=torch.bool), diagonal=1)
+        blocked = (future | (segment[:, :, None] != segment[:, None, :]))[:, None]
         wte = p["model.embed_tokens.weight"]
         x = wte[inputs]
         for layer in range(cfg["num_layers"]):
             prefix = f"model.layers.{layer}."
             n = self.rms_norm(x, p[prefix + "input_layernorm.weight"])
-            x = x + self.attention(n, prefix + "self_attn.", cos, sin)
+            x = x + self.attention(n, prefix + "self_attn.", cos, sin, blocked)
             n = self.rms_norm(x, p[prefix + "post_attention_layernorm.weight"])
             x = x + (self.moe(n, prefix + "mlp.") if sparse(cfg, layer) else self.mlp(n, prefix + "mlp."))
         x = self.rms_norm(x, p["model.norm.weight"])
@@ -372,8 +390,10 @@ def run_grads(directory, cfg, tensors):
     tokens = load_tokens(directory, cfg)
     targets = load_targets(directory, cfg, tokens)[0]
     tokens = tokens[0]
+    positions = load_positions(directory, cfg)
+    positions = None if positions is None else positions[0]
     model = Llama(cfg, params, torch.float64)
-    loss = model.loss(tokens, targets)
+    loss = model.loss(tokens, targets, positions)
     loss.backward()
     with open(os.path.join(directory, "ref_loss.txt"), "w") as f:
         f.write(f"{loss.item():.17g}\n")
@@ -388,7 +408,7 @@ def run_grads(directory, cfg, tensors):
                 flat = params[tensors[tensor][0]].view(-1)
                 saved = flat[element].item()
                 flat[element] = saved + delta
-                losses.append(model.loss(tokens, targets).item())
+                losses.append(model.loss(tokens, targets, positions).item())
                 flat[element] = saved
         write_binary(os.path.join(directory, "ref_probe_losses.bin"),
                      torch.tensor(losses, dtype=torch.float64), "<f8")
@@ -401,6 +421,7 @@ def run_train(directory, cfg, tensors):
     params = load_params(directory, tensors, torch.float32)
     tokens = load_tokens(directory, cfg)
     targets = load_targets(directory, cfg, tokens)
+    positions = load_positions(directory, cfg)
     model = Llama(cfg, params, torch.float32)
     decay = [t for t in params.values() if t.dim() == 2]  # the experts' stacked matrices too
     no_decay = [t for t in params.values() if t.dim() != 2]
@@ -411,7 +432,7 @@ def run_train(directory, cfg, tensors):
     losses = []
     for step in range(cfg["steps"]):
         optimizer.zero_grad()
-        loss = model.loss(tokens[step], targets[step])
+        loss = model.loss(tokens[step], targets[step], None if positions is None else positions[step])
         loss.backward()
         if cfg["max_grad_norm"] > 0:
             torch.nn.utils.clip_grad_norm_(list(params.values()), cfg["max_grad_norm"])

@@ -80,9 +80,10 @@ static void check_save(mt_saver *saver, const save_plan *plan, snapshot *snap, s
 }
 
 /* Trains and returns the master weights (malloc'd), or NULL after reporting a failure; with a save
- * plan, checkpoints are written while it trains. */
+ * plan, checkpoints are written while it trains. packed: the windows hold packed examples (the
+ * positions staged by the issuing thread, read by the compute worker). */
 static float *train(int slots, int threads, int micro_batches, int ends_on_device, int ckpt_on_host,
-                    int device_blocks, float clip, int head_vocab_chunk, const save_plan *plan) {
+                    int device_blocks, float clip, int head_vocab_chunk, int packed, const save_plan *plan) {
     mt_layout lay;
     mt_backend *be;
     mt_store store;
@@ -99,6 +100,7 @@ static float *train(int slots, int threads, int micro_batches, int ends_on_devic
     o.ckpt_on_host = ckpt_on_host;
     o.device_blocks = device_blocks;
     if (head_vocab_chunk) o.head_vocab_chunk = head_vocab_chunk;
+    o.packed = packed;
     if (mt_layout_init(&lay, model) || mt_backend_cpu_create(&be, 1) || mt_store_create(&store, &lay, be)) {
         fprintf(stderr, "setup: %s\n", mt_error());
         exit(1);
@@ -115,7 +117,7 @@ static float *train(int slots, int threads, int micro_batches, int ends_on_devic
         mt_saver_slow_down(saver, 0.002);
         mt_engine_set_update_guard(engine, mt_saver_guard, saver);
     }
-    int32_t inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
+    int32_t inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ], positions[SEQUENCES * SEQ];
     mt_rng rng = {11};
     for (int s = 0; s < STEPS; s++) {
         if (saver && s > 0) {
@@ -128,12 +130,15 @@ static float *train(int slots, int threads, int micro_batches, int ends_on_devic
         for (int i = 0; i < SEQUENCES * SEQ; i++) {
             inputs[i] = (int32_t)(mt_rng_next(&rng) % (uint64_t)model->vocab_size);
             targets[i] = (int32_t)(mt_rng_next(&rng) % (uint64_t)model->vocab_size);
+            /* segments of a few tokens, another layout each step */
+            positions[i] = i % SEQ == 0 || mt_rng_next(&rng) % 4 == 0 ? 0 : positions[i - 1] + 1;
         }
         mt_step_result r;
         double loss;
         float logits[53];
-        check(mt_engine_step(engine, inputs, targets, 3e-3f, &r) == MT_OK, "step");
-        check(mt_engine_eval(engine, inputs, targets, &loss) == MT_OK, "eval");
+        const int32_t *pos = packed ? positions : NULL;
+        check(mt_engine_step(engine, inputs, targets, pos, 3e-3f, &r) == MT_OK, "step");
+        check(mt_engine_eval(engine, inputs, targets, pos, &loss) == MT_OK, "eval");
         check(mt_engine_next_logits(engine, inputs, SEQ, logits) == MT_OK, "logits");
     }
     check(mt_engine_finish(engine) == STEPS, "all updates applied");
@@ -159,10 +164,10 @@ int main(void) {
     const int variants[][6] = {{3, 2, 1, 0, 0, 0}, {2, 2, 4, 0, 0, 0}, {4, 1, 2, 0, 0, 0}, {3, 2, 2, 1, 0, 0},
                                {2, 2, 2, 0, 5, 0}, {2, 2, 2, 1, 2, 3}};
     for (int c = 0; c < 2; c++) {
-        float *want = train(2, 1, 1, 0, 0, 0, clips[c], 0, NULL);
+        float *want = train(2, 1, 1, 0, 0, 0, clips[c], 0, 0, NULL);
         for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
             const int *x = variants[v];
-            float *got = train(x[0], x[1], x[2], x[3], x[4], x[5], clips[c], 0, NULL);
+            float *got = train(x[0], x[1], x[2], x[3], x[4], x[5], clips[c], 0, 0, NULL);
             char what[192];
             snprintf(what, sizeof what, "slots %d, threads %d, micro-batches %d, ends on device %d, checkpoints on "
                      "the host %d, blocks on device %d, clip %g: same weights", x[0], x[1], x[2], x[3], x[4], x[5],
@@ -177,7 +182,7 @@ int main(void) {
             char dir[] = "/tmp/mt-tsan-save-XXXXXX", cleanup[64];
             if (!mkdtemp(dir)) exit(1);
             save_plan plan = {dir, budgets[b]};
-            float *got = train(2, 2, 1, b == 2, 0, b == 2 ? 2 : 0, clips[c], 0, &plan);
+            float *got = train(2, 2, 1, b == 2, 0, b == 2 ? 2 : 0, clips[c], 0, 0, &plan);
             char what[128];
             snprintf(what, sizeof what, "background saves (staging %lld, ends on device %d), clip %g: same weights",
                      (long long)budgets[b], b == 2, (double)clips[c]);
@@ -188,7 +193,14 @@ int main(void) {
         }
         /* The ends' gradients in vocabulary chunks, written home by the compute worker and read by
          * the optimizer: the same training up to the order of fp32 sums (tests/test_chunking.c). */
-        float *chunked = train(2, 2, 2, 0, 3, 0, clips[c], 16, NULL);
+        float *chunked = train(2, 2, 2, 0, 3, 0, clips[c], 16, 0, NULL);
+        /* Packed examples: micro-batching and the engine's threads leave the bits as they are. */
+        float *packed_one = train(2, 1, 1, 0, 0, 0, clips[c], 0, 1, NULL);
+        float *packed_two = train(3, 2, 2, 0, 2, 0, clips[c], 0, 1, NULL);
+        check(memcmp(packed_one, packed_two, bytes) == 0, "packed examples in 1 and 2 micro-batches: same weights");
+        check(memcmp(packed_one, want, bytes) != 0, "packed examples train otherwise than plain windows");
+        free(packed_one);
+        free(packed_two);
         double diff = 0, norm = 0;
         for (int64_t i = 0; i < lay.total_numel; i++) {
             diff += ((double)chunked[i] - want[i]) * ((double)chunked[i] - want[i]);
@@ -205,11 +217,11 @@ int main(void) {
     mt_layout_init(&lay, model);
     bytes = (size_t)lay.total_numel * sizeof(float);
     for (int c = 0; c < 2; c++) {
-        float *want = train(2, 1, 2, 0, 0, 0, clips[c], 0, NULL);
+        float *want = train(2, 1, 2, 0, 0, 0, clips[c], 0, 0, NULL);
         const int moe_variants[][6] = {{3, 2, 2, 0, 0, 0}, {2, 2, 2, 1, 2, 3}};
         for (size_t v = 0; v < sizeof moe_variants / sizeof moe_variants[0]; v++) {
             const int *x = moe_variants[v];
-            float *got = train(x[0], x[1], x[2], x[3], x[4], x[5], clips[c], 0, NULL);
+            float *got = train(x[0], x[1], x[2], x[3], x[4], x[5], clips[c], 0, 0, NULL);
             char what[160];
             snprintf(what, sizeof what, "mixture of experts, variant %zu, clip %g: same weights", v, (double)clips[c]);
             check(memcmp(got, want, bytes) == 0, what);

@@ -58,9 +58,9 @@ static float *train(int n, int M, int fail, float clip) {
         if (fail && s == STEPS - 1) mt_ranks_fail_next_step(g, 1);
         mt_step_result res;
         double loss;
-        mt_status rc = mt_ranks_step(g, inputs, targets, 3e-3f, &res);
+        mt_status rc = mt_ranks_step(g, inputs, targets, NULL, 3e-3f, &res);
         check((rc == MT_OK) == !(fail && s == STEPS - 1), fail ? "the failing step fails" : "step");
-        if (rc == MT_OK) check(mt_ranks_eval(g, inputs, targets, &loss) == MT_OK, "eval");
+        if (rc == MT_OK) check(mt_ranks_eval(g, inputs, targets, NULL, &loss) == MT_OK, "eval");
     }
     if (!fail) check(mt_engine_finish(mt_ranks_leader(g)) == STEPS, "all updates applied");
     size_t count = (size_t)lay.total_numel;

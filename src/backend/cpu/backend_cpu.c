@@ -300,19 +300,21 @@ static void op_rmsnorm_dx(mt_backend *b, mt_stream *s, void *dx, float *dw, cons
     mt_cpu_rmsnorm_dx(dx, dw, dy, x, w, rstd, n, d, accumulate);
 }
 static void op_rope(mt_backend *b, mt_stream *s, void *x, const float *inv_freq, int n, int seq,
-                    int heads, int head_dim, int inverse) {
-    mt_cpu_rope(x, inv_freq, n, seq, heads, head_dim, inverse);
+                    const int32_t *pos, int heads, int head_dim, int inverse) {
+    mt_cpu_rope(x, inv_freq, n, seq, pos, heads, head_dim, inverse);
 }
 static void op_attention(mt_backend *b, mt_stream *s, void *out, float *lse, const void *q,
-                         const void *k, const void *v, mt_attn_dims dims, void *workspace) {
-    mt_cpu_attention(out, lse, q, k, v, dims);
+                         const void *k, const void *v, mt_attn_dims dims, const mt_segments *seg,
+                         void *workspace) {
+    mt_cpu_attention(out, lse, q, k, v, dims, seg);
 }
 static void op_attention_dx(mt_backend *b, mt_stream *s, void *dq, void *dk, void *dv,
                             const void *dout, const void *out, const float *lse, const void *q,
-                            const void *k, const void *v, mt_attn_dims dims, void *workspace) {
-    mt_cpu_attention_dx(dq, dk, dv, dout, out, lse, q, k, v, dims, workspace);
+                            const void *k, const void *v, mt_attn_dims dims, const mt_segments *seg,
+                            void *workspace) {
+    mt_cpu_attention_dx(dq, dk, dv, dout, out, lse, q, k, v, dims, seg, workspace);
 }
-static size_t op_attention_workspace(mt_backend *b, mt_attn_dims dims) {
+static size_t op_attention_workspace(mt_backend *b, mt_attn_dims dims, int segmented) {
     return mt_cpu_attention_workspace(dims);
 }
 static void op_swiglu(mt_backend *b, mt_stream *s, void *a, const void *g, const void *u, size_t count) {

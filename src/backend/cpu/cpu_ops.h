@@ -24,12 +24,15 @@ void mt_cpu_rmsnorm(float *y, float *rstd, const float *x, const float *w, int n
 void mt_cpu_rmsnorm_dx(float *dx, float *dw, const float *dy, const float *x, const float *w,
                        const float *rstd, int n, int d, int accumulate);
 
-void mt_cpu_rope(float *x, const float *inv_freq, int n, int seq, int heads, int head_dim, int inverse);
+void mt_cpu_rope(float *x, const float *inv_freq, int n, int seq, const int32_t *pos, int heads, int head_dim,
+                 int inverse);
 
-void mt_cpu_attention(float *out, float *lse, const float *q, const float *k, const float *v, mt_attn_dims dims);
+/* seg: NULL, or host pointers (the cpu backend's device memory is host memory). */
+void mt_cpu_attention(float *out, float *lse, const float *q, const float *k, const float *v, mt_attn_dims dims,
+                      const mt_segments *seg);
 void mt_cpu_attention_dx(float *dq, float *dk, float *dv, const float *dout, const float *out,
                          const float *lse, const float *q, const float *k, const float *v,
-                         mt_attn_dims dims, void *workspace);
+                         mt_attn_dims dims, const mt_segments *seg, void *workspace);
 size_t mt_cpu_attention_workspace(mt_attn_dims dims);
 
 void mt_cpu_swiglu(float *a, const float *g, const float *u, size_t count);

@@ -1,11 +1,13 @@
-/* Causal grouped-query attention, flash style: no [seq x seq] matrix ever exists.
+/* Causal grouped-query attention, flash style: no [seq x seq] matrix ever exists. With segments
+ * (backend.h: packed examples), a query sees the keys of its own segment up to itself: the lowest
+ * key row i may see is i - pos[i], and the tiles no row of a block sees are skipped.
  *
  * Each block owns a tile of 64 rows (queries in the forward and dq kernels, keys in the dk/dv
  * kernel) and streams the other side through shared memory 64 rows at a time. Its 8 warps own 8
  * rows each. Scores use one lane per streamed row (a full dot product from shared memory, 16-byte
  * loads); the weighted sums use one lane per pair of output elements, reading the probabilities
  * of its warp from shared memory. All math is fp32; the softmax works in base 2 and lse is
- * returned in natural log, per [batch, head, seq] as backend.h says.
+ * returned in natural log, per [batch, head, seq] as backend.h says ([n, heads] with segments).
  *
  * Head dims: multiples of 8 up to 256. Scale 1/sqrt(head_dim); query head h reads kv head
  * h / (heads / kv_heads). The backward recomputes p = exp(s - lse) and needs
@@ -22,12 +24,14 @@ enum { TILE = 64, WARPS = 8, ROWS = TILE / WARPS, THREADS = WARPS * 32, MAX_HEAD
  * 4 words so that the 8 lanes of a 16-byte access phase hit different banks. */
 struct geometry {
     int seq, heads, kv_heads, head_dim;
+    const int32_t *pos;      /* segments: each row's position in its segment; NULL: none */
     int words, vecs, padded; /* head_dim/2, head_dim/8, words + 4 */
     size_t q_stride, kv_stride; /* elements between consecutive rows of q and of k/v */
 };
 
-static geometry geometry_of(mt_attn_dims dims) {
+static geometry geometry_of(mt_attn_dims dims, const int32_t *pos) {
     geometry g;
+    g.pos = pos;
     g.seq = dims.seq;
     g.heads = dims.heads;
     g.kv_heads = dims.kv_heads;
@@ -38,6 +42,16 @@ static geometry geometry_of(mt_attn_dims dims) {
     g.q_stride = (size_t)dims.heads * dims.head_dim;
     g.kv_stride = (size_t)dims.kv_heads * dims.head_dim;
     return g;
+}
+
+/* The first key row i of sequence b may see: its segment's first row (0 without segments). */
+__device__ __forceinline__ int first_key(const geometry &g, int b, int i) {
+    return g.pos && i < g.seq ? i - g.pos[(size_t)b * g.seq + i] : 0;
+}
+
+/* Where lse of (sequence b, head h, row i) lies: [batch, heads, seq], or [n, heads] with segments. */
+__device__ __forceinline__ size_t lse_index(const geometry &g, int b, int h, int i) {
+    return g.pos ? ((size_t)b * g.seq + i) * g.heads + h : ((size_t)b * g.heads + h) * g.seq + i;
 }
 
 /* Rows row0.. of one head into shared memory (stride in words); rows past `valid` are zero. */
@@ -140,15 +154,17 @@ __global__ void __launch_bounds__(THREADS) attention_forward(bf16 *out, float *l
     load_tile(qs, g.words, qb, g.q_stride, q0, g.seq - q0, g.vecs);
     float m[ROWS], l[ROWS];
     float2 acc[ROWS][NW];
+    int lo[ROWS];
 #pragma unroll
     for (int r = 0; r < ROWS; r++) {
         m[r] = -INFINITY;
         l[r] = 0.0f;
+        lo[r] = first_key(g, b, q0 + warp * ROWS + r);
 #pragma unroll
         for (int i = 0; i < NW; i++) acc[r][i] = make_float2(0.0f, 0.0f);
     }
     const int key_end = min(g.seq, q0 + TILE);
-    for (int k0 = 0; k0 < key_end; k0 += TILE) {
+    for (int k0 = first_key(g, b, q0) / TILE * TILE; k0 < key_end; k0 += TILE) {
         __syncthreads(); /* the previous tile is consumed */
         load_tile(ks, g.padded, kb, g.kv_stride, k0, g.seq - k0, g.vecs);
         load_tile(vs, g.words, vb, g.kv_stride, k0, g.seq - k0, g.vecs);
@@ -161,7 +177,7 @@ __global__ void __launch_bounds__(THREADS) attention_forward(bf16 *out, float *l
 #pragma unroll
             for (int c = 0; c < 2; c++) {
                 int j = k0 + lane + 32 * c;
-                s[r][c] = j <= i && j < g.seq ? s[r][c] * scale_log2 : -INFINITY;
+                s[r][c] = j <= i && j >= lo[r] && j < g.seq ? s[r][c] * scale_log2 : -INFINITY;
             }
             float m_new = fmaxf(m[r], warp_max(fmaxf(s[r][0], s[r][1])));
             float base = m_new == -INFINITY ? 0.0f : m_new; /* no visible key yet: keep zeros */
@@ -186,7 +202,7 @@ __global__ void __launch_bounds__(THREADS) attention_forward(bf16 *out, float *l
         if (i >= g.seq) continue;
         store_row<NW>(out + ((size_t)b * g.seq + i) * g.q_stride + (size_t)h * g.head_dim, acc[r],
                       1.0f / l[r], g.words);
-        if (lane == 0) lse[((size_t)b * g.heads + h) * g.seq + i] = (m[r] + log2f(l[r])) * LN2;
+        if (lane == 0) lse[lse_index(g, b, h, i)] = (m[r] + log2f(l[r])) * LN2;
     }
 }
 
@@ -229,7 +245,6 @@ __global__ void __launch_bounds__(THREADS) attention_dq(bf16 *dq, const bf16 *do
     const size_t q_at = (size_t)b * g.seq * g.q_stride + (size_t)h * g.head_dim;
     const size_t kv_at = (size_t)b * g.seq * g.kv_stride + (size_t)kvh * g.head_dim;
     const float scale = rsqrtf((float)g.head_dim), scale_log2 = scale * LOG2E;
-    const float *lse_bh = lse + ((size_t)b * g.heads + h) * g.seq;
     const float *delta_bh = delta + ((size_t)b * g.heads + h) * g.seq;
     float *my_ds = ps + warp * ROWS * TILE;
 
@@ -237,16 +252,18 @@ __global__ void __launch_bounds__(THREADS) attention_dq(bf16 *dq, const bf16 *do
     load_tile(dos, g.words, dout + q_at, g.q_stride, q0, g.seq - q0, g.vecs);
     float lse2[ROWS], dl[ROWS];
     float2 acc[ROWS][NW];
+    int lo[ROWS];
 #pragma unroll
     for (int r = 0; r < ROWS; r++) {
         int i = min(q0 + warp * ROWS + r, g.seq - 1);
-        lse2[r] = lse_bh[i] * LOG2E;
+        lse2[r] = lse[lse_index(g, b, h, i)] * LOG2E;
         dl[r] = delta_bh[i];
+        lo[r] = first_key(g, b, q0 + warp * ROWS + r);
 #pragma unroll
         for (int i2 = 0; i2 < NW; i2++) acc[r][i2] = make_float2(0.0f, 0.0f);
     }
     const int key_end = min(g.seq, q0 + TILE);
-    for (int k0 = 0; k0 < key_end; k0 += TILE) {
+    for (int k0 = first_key(g, b, q0) / TILE * TILE; k0 < key_end; k0 += TILE) {
         __syncthreads();
         load_tile(ks, g.padded, k + kv_at, g.kv_stride, k0, g.seq - k0, g.vecs);
         load_tile(vs, g.padded, v + kv_at, g.kv_stride, k0, g.seq - k0, g.vecs);
@@ -260,7 +277,8 @@ __global__ void __launch_bounds__(THREADS) attention_dq(bf16 *dq, const bf16 *do
 #pragma unroll
             for (int c = 0; c < 2; c++) {
                 int j = k0 + lane + 32 * c;
-                float p = j <= i && j < g.seq && i < g.seq ? exp2f(s[r][c] * scale_log2 - lse2[r]) : 0.0f;
+                float p = j <= i && j >= lo[r] && j < g.seq && i < g.seq ? exp2f(s[r][c] * scale_log2 - lse2[r])
+                                                                         : 0.0f;
                 my_ds[r * TILE + lane + 32 * c] = p * (dp[r][c] - dl[r]);
             }
         }
@@ -290,6 +308,7 @@ __global__ void __launch_bounds__(THREADS) attention_dkv(bf16 *dk, bf16 *dv, con
     float *dss = ps + WARPS * ROWS * TILE;             /* [WARPS][ROWS][TILE] */
     float *lse2s = dss + WARPS * ROWS * TILE;          /* [TILE] */
     float *deltas = lse2s + TILE;                      /* [TILE] */
+    int *los = reinterpret_cast<int *>(deltas + TILE); /* [TILE]: each query row's first key */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int k0 = blockIdx.x * TILE; /* the longest tiles (first keys) start first */
     const int kvh = blockIdx.y, b = blockIdx.z, group = g.heads / g.kv_heads;
@@ -308,14 +327,18 @@ __global__ void __launch_bounds__(THREADS) attention_dkv(bf16 *dk, bf16 *dv, con
     for (int h = kvh * group; h < (kvh + 1) * group; h++) {
         const size_t q_at = (size_t)b * g.seq * g.q_stride + (size_t)h * g.head_dim;
         const size_t stat_at = ((size_t)b * g.heads + h) * g.seq;
-        for (int q0 = k0; q0 < g.seq; q0 += TILE) {
+        const int key_last = min(g.seq, k0 + TILE) - 1;
+        /* Segments start in row order: once a query tile's first row starts after this tile's last
+         * key, no later query sees any of its keys. */
+        for (int q0 = k0; q0 < g.seq && first_key(g, b, q0) <= key_last; q0 += TILE) {
             __syncthreads();
             load_tile(qs, g.padded, q + q_at, g.q_stride, q0, g.seq - q0, g.vecs);
             load_tile(dos, g.padded, dout + q_at, g.q_stride, q0, g.seq - q0, g.vecs);
             if (threadIdx.x < TILE) {
                 int i = q0 + threadIdx.x;
-                lse2s[threadIdx.x] = i < g.seq ? lse[stat_at + i] * LOG2E : 0.0f;
+                lse2s[threadIdx.x] = i < g.seq ? lse[lse_index(g, b, h, i)] * LOG2E : 0.0f;
                 deltas[threadIdx.x] = i < g.seq ? delta[stat_at + i] : 0.0f;
+                los[threadIdx.x] = first_key(g, b, i);
             }
             __syncthreads();
             float s[ROWS][2], dp[ROWS][2];
@@ -327,7 +350,7 @@ __global__ void __launch_bounds__(THREADS) attention_dkv(bf16 *dk, bf16 *dv, con
 #pragma unroll
                 for (int c = 0; c < 2; c++) {
                     int t = lane + 32 * c, i = q0 + t;
-                    float p = i >= j && i < g.seq ? exp2f(s[r][c] * scale_log2 - lse2s[t]) : 0.0f;
+                    float p = i >= j && j >= los[t] && i < g.seq ? exp2f(s[r][c] * scale_log2 - lse2s[t]) : 0.0f;
                     my_p[r * TILE + t] = p;
                     my_ds[r * TILE + t] = p * (dp[r][c] - deltas[t]);
                 }
@@ -398,7 +421,7 @@ static mt_status backward(cudaStream_t s, void *dq, void *dk, void *dv, const vo
     MT_TRY(launch_status("attention dq"));
 
     size_t dkv_smem = (size_t)TILE * (2 * g.words + 2 * g.padded) * 4 +
-                      (size_t)2 * WARPS * ROWS * TILE * 4 + 2 * TILE * 4;
+                      (size_t)2 * WARPS * ROWS * TILE * 4 + 3 * TILE * 4;
     MT_TRY(allow_smem(attention_dkv<NW>, dkv_smem));
     dim3 dkv_grid((g.seq + TILE - 1) / TILE, g.kv_heads, batch);
     attention_dkv<NW><<<dkv_grid, THREADS, dkv_smem, s>>>((bf16 *)dk, (bf16 *)dv, (const bf16 *)dout,
@@ -408,10 +431,10 @@ static mt_status backward(cudaStream_t s, void *dq, void *dk, void *dv, const vo
 }
 
 extern "C" mt_status mt_cuda_attention(cudaStream_t s, void *out, float *lse, const void *q,
-                                       const void *k, const void *v, mt_attn_dims dims) {
+                                       const void *k, const void *v, mt_attn_dims dims, const int32_t *pos) {
     MT_TRY(check_dims(dims));
     if (dims.batch == 0 || dims.seq == 0) return MT_OK;
-    geometry g = geometry_of(dims);
+    geometry g = geometry_of(dims, pos);
     switch (words_per_lane(dims.head_dim)) {
     case 1: return forward<1>(s, out, lse, q, k, v, g, dims.batch);
     case 2: return forward<2>(s, out, lse, q, k, v, g, dims.batch);
@@ -427,10 +450,10 @@ extern "C" size_t mt_cuda_attention_workspace(mt_attn_dims dims) {
 extern "C" mt_status mt_cuda_attention_dx(cudaStream_t s, void *dq, void *dk, void *dv,
                                           const void *dout, const void *out, const float *lse,
                                           const void *q, const void *k, const void *v,
-                                          mt_attn_dims dims, void *workspace) {
+                                          mt_attn_dims dims, const int32_t *pos, void *workspace) {
     MT_TRY(check_dims(dims));
     if (dims.batch == 0 || dims.seq == 0) return MT_OK;
-    geometry g = geometry_of(dims);
+    geometry g = geometry_of(dims, pos);
     float *delta = (float *)workspace;
     switch (words_per_lane(dims.head_dim)) {
     case 1: return backward<1>(s, dq, dk, dv, dout, out, lse, q, k, v, g, dims.batch, delta);

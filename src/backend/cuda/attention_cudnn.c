@@ -8,7 +8,15 @@
  * Backward: the frontend's graph: P = exp(S - Stats), dV = P^T dO, dP = dO V^T,
  *           dS = P * (dP - rowsum(dO * O)), dQ = scale * dS K, dK = scale * dS^T Q; for GQA
  *           dK and dV are summed over the group by a reduction. dQ accumulates in fp32 in a
- *           zeroed part of the workspace (cuDNN's F16x16 layout) before its final cast. */
+ *           zeroed part of the workspace (cuDNN's F16x16 layout) before its final cast.
+ * Ragged (segments), as cudnn-frontend's composite SDPA lays out its THD graphs: every tensor in
+ * memory carries its int64 per-entry element offsets (q, o, dout, dq: row * heads * head_dim; k,
+ * v, dk, dv: row * kv_heads * head_dim; lse and the softmax sum: row * heads); the scores are
+ * masked to each entry's length (seq_len_q, seq_len_kv) before the causal mask, and every matmul
+ * over the sequence takes those lengths as its M, N or K; the backward's row sums, dQ's fp32
+ * accumulator and, for GQA, dK's and dV's per-query-head terms live in the workspace, sized by the
+ * micro-batch's rows. A small kernel (ragged.cu) writes the lengths and offsets from the segments'
+ * starts at the workspace's end before each graph runs: no host sync. */
 #include "backend/cuda/attention_cudnn.h"
 
 #include <float.h>
@@ -18,34 +26,49 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cudnn_graph.h"
 #include "util/log.h"
 
 enum {
     UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_DO, UID_DQ, UID_DK, UID_DV,
     UID_SCALE, UID_MASKED, UID_ONE, UID_DQ_ACCUM,
+    UID_SEQ_Q, UID_SEQ_KV, UID_OFF_Q, UID_OFF_KV, UID_OFF_STATS, UID_SOFTMAX_SUM, UID_DK_FULL, UID_DV_FULL,
     FIRST_VIRTUAL_UID = 100,
 };
 
-enum { MAX_CACHED_DIMS = 16, WORKSPACE_ALIGN = 256 };
+enum { MAX_CACHED = 32, MAX_LIMITS = 16, WORKSPACE_ALIGN = 256, MIN_BUCKET = 8 };
 
 /* Either plan may ask for workspace: cuDNN's flash forward engine does (a forward held to none gets
  * a general fused engine at half the speed). Both use the one buffer, never at once. */
 static const int64_t MAX_WORKSPACE = (int64_t)1 << 34;
 
+/* One entry of the cache: dims, and for the ragged layout the entries (a power of two of segments;
+ * 0: the plain layout). Its workspace: the plans' own, then (ragged backward) the fp32 dQ
+ * accumulator, the softmax sums and GQA's per-query-head dK and dV, then (ragged) the lengths and
+ * offsets. */
 typedef struct {
     mt_attn_dims dims;
+    int entries;
     int usable; /* both plans built */
     mt_cudnn_graph forward, backward;
-    size_t accum_offset, workspace_bytes; /* dQ's fp32 accumulator sits at accum_offset */
+    size_t accum_offset, sum_offset, dk_full_offset, dv_full_offset, ragged_offset, workspace_bytes;
 } plans;
+
+/* The workspace a dims' segmented calls were given (mt_cudnn_attention_ragged_workspace). */
+typedef struct {
+    mt_attn_dims dims;
+    size_t bytes;
+} limit;
 
 struct mt_cudnn_attention {
     pthread_mutex_t lock; /* guards everything below and the handle's stream */
     cudnnHandle_t handle;
     int disabled; /* cudnnCreate failed: every dims falls back */
-    plans cache[MAX_CACHED_DIMS];
+    plans cache[MAX_CACHED];
     int cached;
+    limit limits[MAX_LIMITS];
+    int limit_count;
     /* by-value scalars bound at execution */
     float one, masked;
 };
@@ -73,30 +96,59 @@ void mt_cudnn_attention_destroy(mt_cudnn_attention *ca) {
 
 /* ---- shapes ---- */
 
+/* What a graph is built for: the dims, its batch entries (dims.batch, or the ragged layout's), and
+ * in the ragged layout the lengths and offsets tensors. */
+typedef struct {
+    mt_attn_dims d;
+    int64_t b;
+    int ragged;
+    mt_cudnn_tensor seq_q, seq_kv, off_q, off_kv, off_stats;
+} shape;
+
 /* [b, h, s, d] over the [n, h, d] rows; transposed: [b, h, d, s]. */
-static void bshd(mt_attn_dims d, int heads, int transposed, int64_t dim[4], int64_t stride[4]) {
-    int64_t b = d.batch, s = d.seq, hd = d.head_dim, row = (int64_t)heads * hd;
+static void bshd(const shape *sh, int heads, int transposed, int64_t dim[4], int64_t stride[4]) {
+    int64_t b = sh->b, s = sh->d.seq, hd = sh->d.head_dim, row = (int64_t)heads * hd;
     dim[0] = b, dim[1] = heads, stride[0] = s * row, stride[1] = hd;
     dim[2] = transposed ? hd : s, stride[2] = transposed ? 1 : row;
     dim[3] = transposed ? s : hd, stride[3] = transposed ? row : 1;
 }
 
-static mt_status io_tensor(mt_cudnn_graph *g, mt_cudnn_tensor *t, int64_t uid, mt_attn_dims d,
-                           int heads, int transposed) {
+/* An input or output in memory; ragged, at the offsets of q's rows or of k's. */
+static mt_status io_tensor(mt_cudnn_graph *g, mt_cudnn_tensor *t, int64_t uid, const shape *sh, int heads,
+                           int transposed) {
     int64_t dim[4], stride[4];
-    bshd(d, heads, transposed, dim, stride);
-    return mt_cudnn_tensor_make(g, t, uid, CUDNN_DATA_BFLOAT16, dim, stride, MT_CUDNN_IN_MEMORY, 0);
+    bshd(sh, heads, transposed, dim, stride);
+    if (!sh->ragged) return mt_cudnn_tensor_make(g, t, uid, CUDNN_DATA_BFLOAT16, dim, stride, MT_CUDNN_IN_MEMORY, 0);
+    int kv = uid == UID_K || uid == UID_V || uid == UID_DK || uid == UID_DV;
+    const mt_cudnn_tensor *off = kv ? &sh->off_kv : &sh->off_q;
+    return mt_cudnn_tensor_ragged(g, t, uid, CUDNN_DATA_BFLOAT16, dim, stride, off);
 }
 
-static mt_status stats_tensor(mt_cudnn_graph *g, mt_cudnn_tensor *t, mt_attn_dims d) {
-    const int64_t dim[4] = {d.batch, d.heads, d.seq, 1};
-    const int64_t stride[4] = {(int64_t)d.heads * d.seq, d.seq, 1, 1};
-    return mt_cudnn_tensor_make(g, t, UID_STATS, CUDNN_DATA_FLOAT, dim, stride, MT_CUDNN_IN_MEMORY, 0);
+/* fp32 [b, heads, s, 1] per query row: [batch, heads, seq], or ragged [n, heads]. */
+static mt_status row_stats_tensor(mt_cudnn_graph *g, mt_cudnn_tensor *t, int64_t uid, const shape *sh) {
+    int64_t h = sh->d.heads, s = sh->d.seq;
+    const int64_t dim[4] = {sh->b, h, s, 1};
+    if (sh->ragged) {
+        const int64_t stride[4] = {h * s, 1, h, 1};
+        return mt_cudnn_tensor_ragged(g, t, uid, CUDNN_DATA_FLOAT, dim, stride, &sh->off_stats);
+    }
+    const int64_t stride[4] = {h * s, s, 1, 1};
+    return mt_cudnn_tensor_make(g, t, uid, CUDNN_DATA_FLOAT, dim, stride, MT_CUDNN_IN_MEMORY, 0);
 }
 
 static mt_status scalar(mt_cudnn_graph *g, mt_cudnn_tensor *t, int64_t uid) {
     static const int64_t one[4] = {1, 1, 1, 1};
     return mt_cudnn_tensor_make(g, t, uid, CUDNN_DATA_FLOAT, one, one, MT_CUDNN_BY_VALUE, 0);
+}
+
+/* The ragged layout's per-entry tensors: int32 lengths [b, 1, 1, 1] and int64 offsets [b + 1]. */
+static mt_status ragged_tensors(mt_cudnn_graph *g, shape *sh) {
+    const int64_t lens[4] = {sh->b, 1, 1, 1}, offs[4] = {sh->b + 1, 1, 1, 1}, unit[4] = {1, 1, 1, 1};
+    MT_TRY(mt_cudnn_tensor_make(g, &sh->seq_q, UID_SEQ_Q, CUDNN_DATA_INT32, lens, unit, MT_CUDNN_IN_MEMORY, 0));
+    MT_TRY(mt_cudnn_tensor_make(g, &sh->seq_kv, UID_SEQ_KV, CUDNN_DATA_INT32, lens, unit, MT_CUDNN_IN_MEMORY, 0));
+    MT_TRY(mt_cudnn_tensor_make(g, &sh->off_q, UID_OFF_Q, CUDNN_DATA_INT64, offs, unit, MT_CUDNN_IN_MEMORY, 0));
+    MT_TRY(mt_cudnn_tensor_make(g, &sh->off_kv, UID_OFF_KV, CUDNN_DATA_INT64, offs, unit, MT_CUDNN_IN_MEMORY, 0));
+    return mt_cudnn_tensor_make(g, &sh->off_stats, UID_OFF_STATS, CUDNN_DATA_INT64, offs, unit, MT_CUDNN_IN_MEMORY, 0);
 }
 
 /* y (fp32, x's shape) = mode(x, b) */
@@ -111,6 +163,13 @@ static mt_status unary(mt_cudnn_graph *g, cudnnPointwiseMode_t mode, const mt_cu
     return binary(g, mode, x, NULL, y);
 }
 
+/* y (boolean, x's shape) = mode(x, b) */
+static mt_status compare(mt_cudnn_graph *g, cudnnPointwiseMode_t mode, const mt_cudnn_tensor *x,
+                         const mt_cudnn_tensor *b, const int64_t dim[4], mt_cudnn_tensor *y) {
+    MT_TRY(mt_cudnn_virtual(g, y, CUDNN_DATA_BOOLEAN, dim));
+    return mt_cudnn_pointwise(g, mode, CUDNN_DATA_BOOLEAN, x, b, NULL, y);
+}
+
 /* y [.., rows, 1] (fp32) = x reduced over its last dim */
 static mt_status row_reduce(mt_cudnn_graph *g, cudnnReduceTensorOp_t op, const mt_cudnn_tensor *x,
                             mt_cudnn_tensor *y) {
@@ -119,38 +178,65 @@ static mt_status row_reduce(mt_cudnn_graph *g, cudnnReduceTensorOp_t op, const m
     return mt_cudnn_reduction(g, op, x, y);
 }
 
-/* The scaled scores with the causal mask: entries above the diagonal become `masked`. */
+/* out = masked where keep is false, else x */
+static mt_status select_kept(mt_cudnn_graph *g, const mt_cudnn_tensor *x, const mt_cudnn_tensor *masked,
+                             const mt_cudnn_tensor *keep, mt_cudnn_tensor *out) {
+    MT_TRY(mt_cudnn_virtual(g, out, CUDNN_DATA_FLOAT, x->dim));
+    return mt_cudnn_pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, x, masked, keep, out);
+}
+
+/* The scaled scores with the masks: ragged, entries past an entry's length (the padding mask,
+ * rows and columns); then entries above the diagonal (causal). Masked ones become `masked`. */
 static mt_status masked_scores(mt_cudnn_graph *g, const mt_cudnn_tensor *q, const mt_cudnn_tensor *kt,
-                               const mt_cudnn_tensor *scale, mt_attn_dims d, mt_cudnn_tensor *out) {
-    const int64_t dim[4] = {d.batch, d.heads, d.seq, d.seq};
+                               const mt_cudnn_tensor *scale, const shape *sh, mt_cudnn_tensor *out) {
+    const int64_t dim[4] = {sh->b, sh->d.heads, sh->d.seq, sh->d.seq};
     mt_cudnn_tensor s, scaled, row, col, keep, masked;
+    MT_TRY(scalar(g, &masked, UID_MASKED));
     MT_TRY(mt_cudnn_virtual(g, &s, CUDNN_DATA_FLOAT, dim));
-    MT_TRY(mt_cudnn_matmul(g, q, kt, &s));
+    if (sh->ragged) MT_TRY(mt_cudnn_matmul_sized(g, q, kt, &s, &sh->seq_q, &sh->seq_kv, NULL));
+    else MT_TRY(mt_cudnn_matmul(g, q, kt, &s));
     MT_TRY(binary(g, CUDNN_POINTWISE_MUL, &s, scale, &scaled));
+    if (sh->ragged) {
+        mt_cudnn_tensor prow, pcol, in_row, in_col, inside, padded;
+        MT_TRY(mt_cudnn_virtual(g, &prow, CUDNN_DATA_INT32, dim));
+        MT_TRY(mt_cudnn_gen_index(g, &scaled, 2, &prow));
+        MT_TRY(mt_cudnn_virtual(g, &pcol, CUDNN_DATA_INT32, dim));
+        MT_TRY(mt_cudnn_gen_index(g, &scaled, 3, &pcol));
+        MT_TRY(compare(g, CUDNN_POINTWISE_CMP_LT, &prow, &sh->seq_q, dim, &in_row));
+        MT_TRY(compare(g, CUDNN_POINTWISE_CMP_LT, &pcol, &sh->seq_kv, dim, &in_col));
+        MT_TRY(compare(g, CUDNN_POINTWISE_LOGICAL_AND, &in_row, &in_col, dim, &inside));
+        MT_TRY(select_kept(g, &scaled, &masked, &inside, &padded));
+        scaled = padded;
+    }
     MT_TRY(mt_cudnn_virtual(g, &row, CUDNN_DATA_INT32, dim));
     MT_TRY(mt_cudnn_gen_index(g, &scaled, 2, &row));
     MT_TRY(mt_cudnn_virtual(g, &col, CUDNN_DATA_INT32, dim));
     MT_TRY(mt_cudnn_gen_index(g, &scaled, 3, &col));
-    MT_TRY(mt_cudnn_virtual(g, &keep, CUDNN_DATA_BOOLEAN, dim));
-    MT_TRY(mt_cudnn_pointwise(g, CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, &row, &col, NULL, &keep));
-    MT_TRY(scalar(g, &masked, UID_MASKED));
-    MT_TRY(mt_cudnn_virtual(g, out, CUDNN_DATA_FLOAT, dim));
-    return mt_cudnn_pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, &scaled, &masked,
-                              &keep, out);
+    MT_TRY(compare(g, CUDNN_POINTWISE_CMP_GE, &row, &col, dim, &keep));
+    return select_kept(g, &scaled, &masked, &keep, out);
+}
+
+/* c = a . b, over each ragged entry's lengths (m, k as given) */
+static mt_status seq_matmul(mt_cudnn_graph *g, const shape *sh, const mt_cudnn_tensor *a, const mt_cudnn_tensor *b,
+                            const mt_cudnn_tensor *c, const mt_cudnn_tensor *m, const mt_cudnn_tensor *k) {
+    if (!sh->ragged) return mt_cudnn_matmul(g, a, b, c);
+    return mt_cudnn_matmul_sized(g, a, b, c, m, NULL, k);
 }
 
 /* ---- the graphs ---- */
 
-static mt_status build_forward(mt_cudnn_graph *g, mt_attn_dims d) {
+static mt_status build_forward(mt_cudnn_graph *g, shape *sh) {
     mt_cudnn_tensor q, kt, v, o, stats, scale, s, max, shifted, e, sum, log_sum, p;
-    MT_TRY(io_tensor(g, &q, UID_Q, d, d.heads, 0));
-    MT_TRY(io_tensor(g, &kt, UID_K, d, d.kv_heads, 1));
-    MT_TRY(io_tensor(g, &v, UID_V, d, d.kv_heads, 0));
-    MT_TRY(io_tensor(g, &o, UID_O, d, d.heads, 0));
-    MT_TRY(stats_tensor(g, &stats, d));
+    const mt_attn_dims d = sh->d;
+    if (sh->ragged) MT_TRY(ragged_tensors(g, sh));
+    MT_TRY(io_tensor(g, &q, UID_Q, sh, d.heads, 0));
+    MT_TRY(io_tensor(g, &kt, UID_K, sh, d.kv_heads, 1));
+    MT_TRY(io_tensor(g, &v, UID_V, sh, d.kv_heads, 0));
+    MT_TRY(io_tensor(g, &o, UID_O, sh, d.heads, 0));
+    MT_TRY(row_stats_tensor(g, &stats, UID_STATS, sh));
     MT_TRY(scalar(g, &scale, UID_SCALE));
 
-    MT_TRY(masked_scores(g, &q, &kt, &scale, d, &s));
+    MT_TRY(masked_scores(g, &q, &kt, &scale, sh, &s));
     MT_TRY(row_reduce(g, CUDNN_REDUCE_TENSOR_MAX, &s, &max));
     MT_TRY(binary(g, CUDNN_POINTWISE_SUB, &s, &max, &shifted));
     MT_TRY(unary(g, CUDNN_POINTWISE_EXP, &shifted, &e));
@@ -159,74 +245,96 @@ static mt_status build_forward(mt_cudnn_graph *g, mt_attn_dims d) {
     MT_TRY(mt_cudnn_pointwise(g, CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, &max, &log_sum, NULL, &stats));
     MT_TRY(mt_cudnn_virtual(g, &p, CUDNN_DATA_BFLOAT16, e.dim)); /* P V runs on bf16 P */
     MT_TRY(mt_cudnn_pointwise(g, CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, &e, &sum, NULL, &p));
-    return mt_cudnn_matmul(g, &p, &v, &o);
+    return seq_matmul(g, sh, &p, &v, &o, &sh->seq_q, &sh->seq_kv);
 }
 
-/* dst = a^T b for a [b, h, s, s] fp32 score-shaped tensor: written to `out` directly for MHA,
- * summed over each kv head's group for GQA. */
-static mt_status transposed_product(mt_cudnn_graph *g, const mt_cudnn_tensor *a,
-                                    const mt_cudnn_tensor *b, const mt_cudnn_tensor *out,
-                                    mt_attn_dims d) {
+/* dst = a^T b for a [b, h, s, s] fp32 score-shaped tensor (over each ragged entry's lengths):
+ * written to `out` directly for MHA, summed over each kv head's group for GQA, through `full`'s uid
+ * (ragged: the per-query-head terms in memory, at out's offsets scaled by the group, as
+ * cudnn-frontend lays them out; else virtual). */
+static mt_status transposed_product(mt_cudnn_graph *g, const mt_cudnn_tensor *a, const mt_cudnn_tensor *b,
+                                    const mt_cudnn_tensor *out, int64_t full_uid, const shape *sh) {
+    const mt_attn_dims d = sh->d;
     int64_t s = d.seq, h = d.heads;
-    const int64_t dim[4] = {d.batch, h, s, s}, stride[4] = {h * s * s, s * s, 1, s};
+    const int64_t dim[4] = {sh->b, h, s, s}, stride[4] = {h * s * s, s * s, 1, s};
     mt_cudnn_tensor at, full;
     MT_TRY(mt_cudnn_reshape(g, a, &at, CUDNN_DATA_BFLOAT16, dim, stride));
-    if (d.heads == d.kv_heads) return mt_cudnn_matmul(g, &at, b, out);
-    const int64_t full_dim[4] = {d.batch, h, s, d.head_dim};
-    MT_TRY(mt_cudnn_virtual(g, &full, CUDNN_DATA_BFLOAT16, full_dim));
-    MT_TRY(mt_cudnn_matmul(g, &at, b, &full));
+    if (d.heads == d.kv_heads) return seq_matmul(g, sh, &at, b, out, &sh->seq_kv, &sh->seq_q);
+    const int64_t full_dim[4] = {sh->b, h, s, d.head_dim};
+    if (sh->ragged) {
+        int64_t same_dim[4], full_stride[4]; /* BSHD over the query heads */
+        bshd(sh, d.heads, 0, same_dim, full_stride);
+        MT_TRY(mt_cudnn_tensor_ragged(g, &full, full_uid, CUDNN_DATA_BFLOAT16, full_dim, full_stride, &sh->off_kv));
+    } else {
+        MT_TRY(mt_cudnn_virtual(g, &full, CUDNN_DATA_BFLOAT16, full_dim));
+    }
+    MT_TRY(seq_matmul(g, sh, &at, b, &full, &sh->seq_kv, &sh->seq_q));
     return mt_cudnn_reduction(g, CUDNN_REDUCE_TENSOR_ADD, &full, out);
 }
 
-static mt_status build_backward(mt_cudnn_graph *g, mt_attn_dims d) {
+static mt_status build_backward(mt_cudnn_graph *g, shape *sh) {
     mt_cudnn_tensor q, kt, vt, o, dout, stats, scale, one, dq, dk, dv, accum;
-    MT_TRY(io_tensor(g, &q, UID_Q, d, d.heads, 0));
-    MT_TRY(io_tensor(g, &kt, UID_K, d, d.kv_heads, 1));
-    MT_TRY(io_tensor(g, &vt, UID_V, d, d.kv_heads, 1));
-    MT_TRY(io_tensor(g, &o, UID_O, d, d.heads, 0));
-    MT_TRY(io_tensor(g, &dout, UID_DO, d, d.heads, 0));
-    MT_TRY(io_tensor(g, &dq, UID_DQ, d, d.heads, 0));
-    MT_TRY(io_tensor(g, &dk, UID_DK, d, d.kv_heads, 0));
-    MT_TRY(io_tensor(g, &dv, UID_DV, d, d.kv_heads, 0));
-    MT_TRY(stats_tensor(g, &stats, d));
+    const mt_attn_dims d = sh->d;
+    if (sh->ragged) MT_TRY(ragged_tensors(g, sh));
+    MT_TRY(io_tensor(g, &q, UID_Q, sh, d.heads, 0));
+    MT_TRY(io_tensor(g, &kt, UID_K, sh, d.kv_heads, 1));
+    MT_TRY(io_tensor(g, &vt, UID_V, sh, d.kv_heads, 1));
+    MT_TRY(io_tensor(g, &o, UID_O, sh, d.heads, 0));
+    MT_TRY(io_tensor(g, &dout, UID_DO, sh, d.heads, 0));
+    MT_TRY(io_tensor(g, &dq, UID_DQ, sh, d.heads, 0));
+    MT_TRY(io_tensor(g, &dk, UID_DK, sh, d.kv_heads, 0));
+    MT_TRY(io_tensor(g, &dv, UID_DV, sh, d.kv_heads, 0));
+    MT_TRY(row_stats_tensor(g, &stats, UID_STATS, sh));
     MT_TRY(scalar(g, &scale, UID_SCALE));
     MT_TRY(scalar(g, &one, UID_ONE));
-    const int64_t accum_dim[4] = {d.batch, d.heads, d.seq, d.head_dim};
-    const int64_t accum_stride[4] = {(int64_t)d.heads * d.seq * d.head_dim,
-                                     (int64_t)d.seq * d.head_dim, d.head_dim, 1};
-    MT_TRY(mt_cudnn_tensor_make(g, &accum, UID_DQ_ACCUM, CUDNN_DATA_FLOAT, accum_dim, accum_stride,
-                                MT_CUDNN_IN_MEMORY, 1));
+    if (sh->ragged) {
+        int64_t accum_dim[4], accum_stride[4];
+        bshd(sh, d.heads, 0, accum_dim, accum_stride);
+        MT_TRY(mt_cudnn_tensor_ragged(g, &accum, UID_DQ_ACCUM, CUDNN_DATA_FLOAT, accum_dim, accum_stride, &sh->off_q));
+    } else {
+        const int64_t accum_dim[4] = {d.batch, d.heads, d.seq, d.head_dim};
+        const int64_t accum_stride[4] = {(int64_t)d.heads * d.seq * d.head_dim, (int64_t)d.seq * d.head_dim,
+                                         d.head_dim, 1};
+        MT_TRY(mt_cudnn_tensor_make(g, &accum, UID_DQ_ACCUM, CUDNN_DATA_FLOAT, accum_dim, accum_stride,
+                                    MT_CUDNN_IN_MEMORY, 1));
+    }
 
-    /* delta = rowsum(dO * O) */
+    /* delta = rowsum(dO * O): ragged, in memory with lse's offsets (cudnn-frontend's softmax sum) */
     mt_cudnn_tensor prod, rowsum, delta;
     MT_TRY(binary(g, CUDNN_POINTWISE_MUL, &dout, &o, &prod));
     MT_TRY(row_reduce(g, CUDNN_REDUCE_TENSOR_ADD, &prod, &rowsum));
-    MT_TRY(binary(g, CUDNN_POINTWISE_MUL, &rowsum, &one, &delta));
+    if (sh->ragged) {
+        MT_TRY(row_stats_tensor(g, &delta, UID_SOFTMAX_SUM, sh));
+        MT_TRY(mt_cudnn_pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, &rowsum, &one, NULL, &delta));
+    } else {
+        MT_TRY(binary(g, CUDNN_POINTWISE_MUL, &rowsum, &one, &delta));
+    }
 
     /* P = exp(S - Stats); dV = P^T dO */
     mt_cudnn_tensor s, shifted, p;
-    MT_TRY(masked_scores(g, &q, &kt, &scale, d, &s));
+    MT_TRY(masked_scores(g, &q, &kt, &scale, sh, &s));
     MT_TRY(binary(g, CUDNN_POINTWISE_SUB, &s, &stats, &shifted));
     MT_TRY(unary(g, CUDNN_POINTWISE_EXP, &shifted, &p));
-    MT_TRY(transposed_product(g, &p, &dout, &dv, d));
+    MT_TRY(transposed_product(g, &p, &dout, &dv, UID_DV_FULL, sh));
 
     /* dS = scale * P * (dO V^T - delta); dK = dS^T Q */
-    const int64_t score_dim[4] = {d.batch, d.heads, d.seq, d.seq};
+    const int64_t score_dim[4] = {sh->b, d.heads, d.seq, d.seq};
     mt_cudnn_tensor dp, dp_kept, centred, ds_unscaled, ds;
     MT_TRY(mt_cudnn_virtual(g, &dp, CUDNN_DATA_FLOAT, score_dim));
-    MT_TRY(mt_cudnn_matmul(g, &dout, &vt, &dp));
+    if (sh->ragged) MT_TRY(mt_cudnn_matmul_sized(g, &dout, &vt, &dp, &sh->seq_q, &sh->seq_kv, NULL));
+    else MT_TRY(mt_cudnn_matmul(g, &dout, &vt, &dp));
     MT_TRY(binary(g, CUDNN_POINTWISE_MUL, &dp, &one, &dp_kept));
     MT_TRY(binary(g, CUDNN_POINTWISE_SUB, &dp_kept, &delta, &centred));
     MT_TRY(binary(g, CUDNN_POINTWISE_MUL, &centred, &p, &ds_unscaled));
     MT_TRY(binary(g, CUDNN_POINTWISE_MUL, &ds_unscaled, &scale, &ds));
-    MT_TRY(transposed_product(g, &ds, &q, &dk, d));
+    MT_TRY(transposed_product(g, &ds, &q, &dk, UID_DK_FULL, sh));
 
     /* dQ = dS K, through the fp32 accumulator */
     int64_t k_dim[4], k_stride[4];
     mt_cudnn_tensor k;
-    bshd(d, d.kv_heads, 0, k_dim, k_stride);
-    MT_TRY(mt_cudnn_reshape(g, &kt, &k, CUDNN_DATA_FLOAT, k_dim, k_stride));
-    MT_TRY(mt_cudnn_matmul(g, &ds, &k, &accum));
+    bshd(sh, d.kv_heads, 0, k_dim, k_stride);
+    MT_TRY(mt_cudnn_reshape_ragged(g, &kt, &k, CUDNN_DATA_FLOAT, k_dim, k_stride, sh->ragged ? &sh->off_kv : NULL));
+    MT_TRY(seq_matmul(g, sh, &ds, &k, &accum, &sh->seq_q, &sh->seq_kv));
     return mt_cudnn_pointwise(g, CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, &accum, NULL, NULL, &dq);
 }
 
@@ -239,17 +347,45 @@ static int same_dims(mt_attn_dims a, mt_attn_dims b) {
 
 static size_t align_up(size_t bytes) { return (bytes + WORKSPACE_ALIGN - 1) / WORKSPACE_ALIGN * WORKSPACE_ALIGN; }
 
+/* The ragged layout's entries for `segments` segments: a power of two, at least MIN_BUCKET. */
+static int entries_for(int segments) {
+    int e = MIN_BUCKET;
+    while (e < segments) e *= 2;
+    return e;
+}
+
+/* The lengths (int32) and the three offsets arrays (int64) of `entries` entries. */
+static size_t ragged_bytes(int entries) { return align_up((size_t)entries * 4) + 3 * align_up((size_t)(entries + 1) * 8); }
+
 static mt_status build_plans(mt_cudnn_attention *ca, plans *p) {
+    mt_attn_dims d = p->dims;
+    shape sh = {.d = d, .b = p->entries ? p->entries : d.batch, .ragged = p->entries > 0};
     mt_cudnn_graph_init(&p->forward, ca->handle, FIRST_VIRTUAL_UID);
     mt_cudnn_graph_init(&p->backward, ca->handle, FIRST_VIRTUAL_UID);
-    MT_TRY(build_forward(&p->forward, p->dims));
+    MT_TRY(build_forward(&p->forward, &sh));
     MT_TRY(mt_cudnn_graph_plan(&p->forward, MAX_WORKSPACE));
-    MT_TRY(build_backward(&p->backward, p->dims));
+    MT_TRY(build_backward(&p->backward, &sh));
     MT_TRY(mt_cudnn_graph_plan(&p->backward, MAX_WORKSPACE));
-    mt_attn_dims d = p->dims;
-    p->accum_offset = align_up((size_t)p->backward.workspace_bytes);
-    p->workspace_bytes = p->accum_offset + (size_t)d.batch * d.heads * d.seq * d.head_dim * sizeof(float);
-    if ((size_t)p->forward.workspace_bytes > p->workspace_bytes) p->workspace_bytes = (size_t)p->forward.workspace_bytes;
+    size_t rows = (size_t)d.batch * d.seq, q_elems = rows * d.heads * d.head_dim;
+    size_t at = align_up((size_t)p->backward.workspace_bytes);
+    p->accum_offset = at;
+    at += align_up(q_elems * sizeof(float));
+    if (sh.ragged) {
+        p->sum_offset = at;
+        at += align_up(rows * d.heads * sizeof(float));
+        if (d.heads != d.kv_heads) { /* sized as cudnn-frontend sizes them: fp32 elements */
+            p->dk_full_offset = at;
+            at += align_up(q_elems * sizeof(float));
+            p->dv_full_offset = at;
+            at += align_up(q_elems * sizeof(float));
+        }
+    }
+    size_t forward_bytes = align_up((size_t)p->forward.workspace_bytes);
+    p->workspace_bytes = at > forward_bytes ? at : forward_bytes;
+    if (sh.ragged) {
+        p->ragged_offset = p->workspace_bytes;
+        p->workspace_bytes += ragged_bytes(p->entries);
+    }
     return MT_OK;
 }
 
@@ -258,12 +394,13 @@ static mt_status make_handle(mt_cudnn_attention *ca) {
     return MT_OK;
 }
 
-/* The cached entry for dims, building it on first sight; NULL when cuDNN cannot run them.
- * Called with the lock held. */
-static plans *plans_for(mt_cudnn_attention *ca, mt_attn_dims dims) {
+/* The cached entry for dims (and `entries` ragged entries; 0: plain), building it on first sight;
+ * NULL when cuDNN cannot run them. Called with the lock held. */
+static plans *plans_for(mt_cudnn_attention *ca, mt_attn_dims dims, int entries) {
     for (int i = 0; i < ca->cached; i++)
-        if (same_dims(ca->cache[i].dims, dims)) return ca->cache[i].usable ? &ca->cache[i] : NULL;
-    if (ca->disabled || ca->cached == MAX_CACHED_DIMS || dims.batch == 0 || dims.seq == 0) return NULL;
+        if (same_dims(ca->cache[i].dims, dims) && ca->cache[i].entries == entries)
+            return ca->cache[i].usable ? &ca->cache[i] : NULL;
+    if (ca->disabled || ca->cached == MAX_CACHED || dims.batch == 0 || dims.seq == 0) return NULL;
     if (!ca->handle && make_handle(ca) != MT_OK) {
         mt_log_warn("cuDNN attention disabled, the CUDA-core kernels run instead: %s", mt_error());
         ca->disabled = 1;
@@ -272,70 +409,182 @@ static plans *plans_for(mt_cudnn_attention *ca, mt_attn_dims dims) {
     plans *p = &ca->cache[ca->cached++];
     memset(p, 0, sizeof *p);
     p->dims = dims;
+    p->entries = entries;
     if (build_plans(ca, p) != MT_OK) {
-        mt_log_info("attention (batch %d, seq %d, heads %d/%d, head_dim %d): cuDNN refused (%s); "
-                    "the CUDA-core kernels run it",
-                    dims.batch, dims.seq, dims.heads, dims.kv_heads, dims.head_dim, mt_error());
+        mt_log_info("attention (batch %d, seq %d, heads %d/%d, head_dim %d%s): cuDNN refused (%s); the CUDA-core "
+                    "kernels run it", dims.batch, dims.seq, dims.heads, dims.kv_heads, dims.head_dim,
+                    entries ? ", packed segments" : "", mt_error());
         mt_cudnn_graph_destroy(&p->forward);
         mt_cudnn_graph_destroy(&p->backward);
         return NULL;
     }
+    mt_log_debug("attention (batch %d, seq %d, heads %d/%d, head_dim %d): cuDNN's plans for %d ragged entries "
+                 "(0: the plain layout), engines %lld (forward) and %lld (backward), %zu bytes of workspace",
+                 dims.batch, dims.seq, dims.heads, dims.kv_heads, dims.head_dim, entries,
+                 (long long)p->forward.engine, (long long)p->backward.engine, p->workspace_bytes);
     p->usable = 1;
     return p;
 }
 
-int mt_cudnn_attention_supports(mt_cudnn_attention *ca, mt_attn_dims dims, size_t *workspace_bytes) {
+/* The workspace segmented calls of dims were given; 0 when none was sized. Lock held. */
+static limit *limit_of(mt_cudnn_attention *ca, mt_attn_dims dims) {
+    for (int i = 0; i < ca->limit_count; i++)
+        if (same_dims(ca->limits[i].dims, dims)) return &ca->limits[i];
+    if (ca->limit_count == MAX_LIMITS) return NULL;
+    ca->limits[ca->limit_count] = (limit){dims, 0};
+    return &ca->limits[ca->limit_count++];
+}
+
+/* Head dims whose segments cuDNN runs: 64 and 128, where its ragged plans match the reference in
+ * every layout the device tests try. At head_dim 40 cuDNN 9.19's ragged backward returned a wrong
+ * dQ on an H100 (the forward, dK and dV right; issue 27), and cuDNN runs head dims other than 64,
+ * 128 and 256 on separate kernels; test_cuda_attention_layouts.c runs cuDNN at each head dim to show
+ * which it gets right. Segments at other head dims run on the CUDA-core kernels. */
+static int ragged_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
+
+int mt_cudnn_attention_plan_workspace(mt_cudnn_attention *ca, mt_attn_dims dims, int segments,
+                                      size_t *workspace_bytes) {
     pthread_mutex_lock(&ca->lock);
-    plans *p = plans_for(ca, dims);
+    plans *p = plans_for(ca, dims, segments ? entries_for(segments) : 0);
     if (p && workspace_bytes) *workspace_bytes = p->workspace_bytes;
     pthread_mutex_unlock(&ca->lock);
     return p != NULL;
 }
 
+int mt_cudnn_attention_supports(mt_cudnn_attention *ca, mt_attn_dims dims, int segments, size_t *workspace_bytes) {
+    if (segments && !ragged_head_dim(dims.head_dim)) return 0;
+    pthread_mutex_lock(&ca->lock);
+    plans *p = plans_for(ca, dims, segments ? entries_for(segments) : 0);
+    if (p && segments) {
+        limit *l = limit_of(ca, dims);
+        if (!l || p->workspace_bytes > l->bytes) p = NULL;
+    }
+    if (p && workspace_bytes) *workspace_bytes = p->workspace_bytes;
+    pthread_mutex_unlock(&ca->lock);
+    return p != NULL;
+}
+
+size_t mt_cudnn_attention_ragged_workspace(mt_cudnn_attention *ca, mt_attn_dims dims, size_t bytes) {
+    if (!ragged_head_dim(dims.head_dim)) return bytes; /* the kernels run every segmented call */
+    /* Sized for segments of 64 tokens on average, at least MIN_BUCKET; more are rare (and, where
+     * their plan needs more workspace, run on the kernels). */
+    int typical = dims.batch * dims.seq / 64;
+    pthread_mutex_lock(&ca->lock);
+    plans *p = plans_for(ca, dims, entries_for(typical > MIN_BUCKET ? typical : MIN_BUCKET));
+    if (p && p->workspace_bytes > bytes) bytes = p->workspace_bytes;
+    limit *l = limit_of(ca, dims);
+    if (l && bytes > l->bytes) l->bytes = bytes;
+    pthread_mutex_unlock(&ca->lock);
+    return bytes;
+}
+
 /* ---- execution ---- */
 
-static mt_status forward_locked(mt_cudnn_attention *ca, cudaStream_t s, void *out, float *lse,
-                                const void *q, const void *k, const void *v, mt_attn_dims dims, void *workspace) {
-    plans *p = plans_for(ca, dims);
+/* The ragged layout's lengths and offsets, at the workspace's end, from the segments' starts. */
+typedef struct {
+    void *lens, *off_q, *off_kv, *off_stats;
+} ragged_arrays;
+
+static mt_status write_ragged(const plans *p, cudaStream_t s, const mt_segments *seg, void *workspace,
+                              ragged_arrays *r) {
+    char *at = (char *)workspace + p->ragged_offset;
+    size_t offs = align_up((size_t)(p->entries + 1) * 8);
+    r->lens = at;
+    r->off_q = at + align_up((size_t)p->entries * 4);
+    r->off_kv = (char *)r->off_q + offs;
+    r->off_stats = (char *)r->off_kv + offs;
+    mt_attn_dims d = p->dims;
+    return mt_cuda_ragged_offsets(s, seg->starts, seg->count, p->entries, (int64_t)d.heads * d.head_dim,
+                                  (int64_t)d.kv_heads * d.head_dim, d.heads, r->lens, r->off_q, r->off_kv,
+                                  r->off_stats);
+}
+
+/* The uids and pointers of a graph's variant pack. */
+typedef struct {
+    int64_t uids[24];
+    void *pointers[24];
+    int count;
+} pack;
+
+static void bind(pack *k, int64_t uid, const void *pointer) {
+    k->uids[k->count] = uid;
+    k->pointers[k->count++] = (void *)pointer;
+}
+
+static void bind_ragged(pack *k, const ragged_arrays *r) {
+    bind(k, UID_SEQ_Q, r->lens);
+    bind(k, UID_SEQ_KV, r->lens);
+    bind(k, UID_OFF_Q, r->off_q);
+    bind(k, UID_OFF_KV, r->off_kv);
+    bind(k, UID_OFF_STATS, r->off_stats);
+}
+
+static plans *plans_of_call(mt_cudnn_attention *ca, mt_attn_dims dims, const mt_segments *seg) {
+    return plans_for(ca, dims, seg ? entries_for(seg->count) : 0);
+}
+
+static mt_status forward_locked(mt_cudnn_attention *ca, cudaStream_t s, void *out, float *lse, const void *q,
+                                const void *k, const void *v, mt_attn_dims dims, const mt_segments *seg,
+                                void *workspace) {
+    plans *p = plans_of_call(ca, dims, seg);
     if (!p) return mt_fail(MT_ERR_INVALID, "cuDNN attention: no plan for these dims");
     float scale = 1.0f / sqrtf((float)dims.head_dim);
-    const int64_t uids[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_MASKED};
-    void *const pointers[] = {(void *)q, (void *)k, (void *)v, out, lse, &scale, &ca->masked};
+    pack vp = {.count = 0};
+    bind(&vp, UID_Q, q), bind(&vp, UID_K, k), bind(&vp, UID_V, v), bind(&vp, UID_O, out);
+    bind(&vp, UID_STATS, lse), bind(&vp, UID_SCALE, &scale), bind(&vp, UID_MASKED, &ca->masked);
+    if (seg) {
+        ragged_arrays r;
+        MT_TRY(write_ragged(p, s, seg, workspace, &r));
+        bind_ragged(&vp, &r);
+    }
     MT_CUDNN_CHECK(cudnnSetStream(ca->handle, s));
-    return mt_cudnn_graph_execute(&p->forward, 7, uids, pointers, workspace);
+    return mt_cudnn_graph_execute(&p->forward, vp.count, vp.uids, vp.pointers, workspace);
 }
 
 mt_status mt_cudnn_attention_forward(mt_cudnn_attention *ca, cudaStream_t s, void *out, float *lse,
                                      const void *q, const void *k, const void *v, mt_attn_dims dims,
-                                     void *workspace) {
+                                     const mt_segments *seg, void *workspace) {
     pthread_mutex_lock(&ca->lock);
-    mt_status status = forward_locked(ca, s, out, lse, q, k, v, dims, workspace);
+    mt_status status = forward_locked(ca, s, out, lse, q, k, v, dims, seg, workspace);
     pthread_mutex_unlock(&ca->lock);
     return status;
 }
 
 static mt_status backward_locked(mt_cudnn_attention *ca, cudaStream_t s, void *dq, void *dk, void *dv,
                                  const void *dout, const void *out, const float *lse, const void *q,
-                                 const void *k, const void *v, mt_attn_dims dims, void *workspace) {
-    plans *p = plans_for(ca, dims);
+                                 const void *k, const void *v, mt_attn_dims dims, const mt_segments *seg,
+                                 void *workspace) {
+    plans *p = plans_of_call(ca, dims, seg);
     if (!p) return mt_fail(MT_ERR_INVALID, "cuDNN attention: no plan for these dims");
     float scale = 1.0f / sqrtf((float)dims.head_dim);
-    char *accum = (char *)workspace + p->accum_offset;
-    MT_CUDA_CHECK(cudaMemsetAsync(accum, 0, p->workspace_bytes - p->accum_offset, s));
-    const int64_t uids[] = {UID_Q, UID_K, UID_V, UID_O, UID_DO, UID_STATS, UID_DQ, UID_DK, UID_DV,
-                            UID_DQ_ACCUM, UID_SCALE, UID_MASKED, UID_ONE};
-    void *const pointers[] = {(void *)q, (void *)k, (void *)v, (void *)out, (void *)dout,
-                              (void *)lse, dq, dk, dv, accum, &scale, &ca->masked, &ca->one};
+    char *ws = workspace, *accum = ws + p->accum_offset;
+    size_t accum_bytes = (size_t)dims.batch * dims.seq * dims.heads * dims.head_dim * sizeof(float);
+    MT_CUDA_CHECK(cudaMemsetAsync(accum, 0, accum_bytes, s));
+    pack vp = {.count = 0};
+    bind(&vp, UID_Q, q), bind(&vp, UID_K, k), bind(&vp, UID_V, v), bind(&vp, UID_O, out);
+    bind(&vp, UID_DO, dout), bind(&vp, UID_STATS, lse), bind(&vp, UID_DQ, dq), bind(&vp, UID_DK, dk);
+    bind(&vp, UID_DV, dv), bind(&vp, UID_DQ_ACCUM, accum), bind(&vp, UID_SCALE, &scale);
+    bind(&vp, UID_MASKED, &ca->masked), bind(&vp, UID_ONE, &ca->one);
+    if (seg) {
+        ragged_arrays r;
+        MT_TRY(write_ragged(p, s, seg, workspace, &r));
+        bind_ragged(&vp, &r);
+        bind(&vp, UID_SOFTMAX_SUM, ws + p->sum_offset);
+        if (dims.heads != dims.kv_heads) {
+            bind(&vp, UID_DK_FULL, ws + p->dk_full_offset);
+            bind(&vp, UID_DV_FULL, ws + p->dv_full_offset);
+        }
+    }
     MT_CUDNN_CHECK(cudnnSetStream(ca->handle, s));
-    return mt_cudnn_graph_execute(&p->backward, 13, uids, pointers, workspace);
+    return mt_cudnn_graph_execute(&p->backward, vp.count, vp.uids, vp.pointers, workspace);
 }
 
 mt_status mt_cudnn_attention_backward(mt_cudnn_attention *ca, cudaStream_t s, void *dq, void *dk,
                                       void *dv, const void *dout, const void *out, const float *lse,
                                       const void *q, const void *k, const void *v,
-                                      mt_attn_dims dims, void *workspace) {
+                                      mt_attn_dims dims, const mt_segments *seg, void *workspace) {
     pthread_mutex_lock(&ca->lock);
-    mt_status status = backward_locked(ca, s, dq, dk, dv, dout, out, lse, q, k, v, dims, workspace);
+    mt_status status = backward_locked(ca, s, dq, dk, dv, dout, out, lse, q, k, v, dims, seg, workspace);
     pthread_mutex_unlock(&ca->lock);
     return status;
 }

@@ -279,24 +279,27 @@ static void cuda_rmsnorm_dx(mt_backend *be, mt_stream *s, void *dx, float *dw, c
 }
 
 static void cuda_rope(mt_backend *be, mt_stream *s, void *x, const float *inv_freq, int n, int seq,
-                      int heads, int head_dim, int inverse) {
-    keep_error(be, mt_cuda_rope(mt_cuda_stream(s), x, inv_freq, n, seq, heads, head_dim, inverse));
+                      const int32_t *pos, int heads, int head_dim, int inverse) {
+    keep_error(be, mt_cuda_rope(mt_cuda_stream(s), x, inv_freq, n, seq, pos, heads, head_dim, inverse));
 }
 
 static void cuda_attention(mt_backend *be, mt_stream *s, void *out, float *lse, const void *q,
-                           const void *k, const void *v, mt_attn_dims dims, void *workspace) {
-    keep_error(be, mt_cuda_attention_dispatch(cuda_of(be), mt_cuda_stream(s), out, lse, q, k, v, dims, workspace));
+                           const void *k, const void *v, mt_attn_dims dims, const mt_segments *seg,
+                           void *workspace) {
+    keep_error(be, mt_cuda_attention_dispatch(cuda_of(be), mt_cuda_stream(s), out, lse, q, k, v, dims, seg,
+                                              workspace));
 }
 
 static void cuda_attention_dx(mt_backend *be, mt_stream *s, void *dq, void *dk, void *dv,
                               const void *dout, const void *out, const float *lse, const void *q,
-                              const void *k, const void *v, mt_attn_dims dims, void *workspace) {
+                              const void *k, const void *v, mt_attn_dims dims, const mt_segments *seg,
+                              void *workspace) {
     keep_error(be, mt_cuda_attention_dx_dispatch(cuda_of(be), mt_cuda_stream(s), dq, dk, dv, dout,
-                                                  out, lse, q, k, v, dims, workspace));
+                                                  out, lse, q, k, v, dims, seg, workspace));
 }
 
-static size_t cuda_attention_workspace(mt_backend *be, mt_attn_dims dims) {
-    return mt_cuda_attention_dispatch_workspace(cuda_of(be), dims);
+static size_t cuda_attention_workspace(mt_backend *be, mt_attn_dims dims, int segmented) {
+    return mt_cuda_attention_dispatch_workspace(cuda_of(be), dims, segmented);
 }
 
 static void cuda_swiglu(mt_backend *be, mt_stream *s, void *a, const void *g, const void *u, size_t count) {

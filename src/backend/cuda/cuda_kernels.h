@@ -36,8 +36,8 @@ mt_status mt_cuda_rmsnorm(cudaStream_t s, void *y, float *rstd, const void *x, c
                           int n, int d, float eps);
 mt_status mt_cuda_rmsnorm_dx(cudaStream_t s, void *dx, float *dw, const void *dy, const void *x,
                              const void *w, const float *rstd, int n, int d, int accumulate);
-mt_status mt_cuda_rope(cudaStream_t s, void *x, const float *inv_freq, int n, int seq, int heads,
-                       int head_dim, int inverse);
+mt_status mt_cuda_rope(cudaStream_t s, void *x, const float *inv_freq, int n, int seq, const int32_t *pos,
+                       int heads, int head_dim, int inverse);
 mt_status mt_cuda_swiglu(cudaStream_t s, void *a, const void *g, const void *u, size_t count);
 mt_status mt_cuda_swiglu_dx(cudaStream_t s, void *dg, void *du, const void *da, const void *g,
                             const void *u, size_t count);
@@ -53,12 +53,19 @@ mt_status mt_cuda_clip_scale(cudaStream_t s, float *scale, const float *norms, i
 mt_status mt_cuda_adamw(cudaStream_t s, const mt_adamw_coef *c, const float *scale, float *master, float *m,
                         float *v, const float *grad, void *w, size_t n);
 
+/* pos: the segments' positions (backend.h's mt_segments), or NULL. */
 mt_status mt_cuda_attention(cudaStream_t s, void *out, float *lse, const void *q, const void *k,
-                            const void *v, mt_attn_dims dims);
+                            const void *v, mt_attn_dims dims, const int32_t *pos);
 mt_status mt_cuda_attention_dx(cudaStream_t s, void *dq, void *dk, void *dv, const void *dout,
                                const void *out, const float *lse, const void *q, const void *k,
-                               const void *v, mt_attn_dims dims, void *workspace);
+                               const void *v, mt_attn_dims dims, const int32_t *pos, void *workspace);
 size_t mt_cuda_attention_workspace(mt_attn_dims dims);
+/* cuDNN's ragged layout of a micro-batch's segments (starts[count + 1], device) as `entries`
+ * entries: int32 lens[entries] (0 past the segments) and int64 offsets[entries + 1] of each entry's
+ * first element in tensors of q_row, kv_row and stats_row elements a row. */
+mt_status mt_cuda_ragged_offsets(cudaStream_t s, const int32_t *starts, int count, int entries, int64_t q_row,
+                                 int64_t kv_row, int64_t stats_row, void *lens, void *off_q, void *off_kv,
+                                 void *off_stats);
 
 mt_status mt_cuda_lmhead_loss(mt_cuda_backend *cb, cudaStream_t s, float *loss_sum, float *lse, void *dx,
                               float *dw, const void *x, const void *w, const int32_t *targets,

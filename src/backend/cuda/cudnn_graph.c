@@ -54,9 +54,9 @@ static mt_status add_op(mt_cudnn_graph *g, cudnnBackendDescriptor_t op) {
     return MT_OK;
 }
 
-mt_status mt_cudnn_tensor_make(mt_cudnn_graph *g, mt_cudnn_tensor *t, int64_t uid,
-                               cudnnDataType_t type, const int64_t dim[4], const int64_t stride[4],
-                               mt_cudnn_storage storage, int reordered) {
+static mt_status make_tensor(mt_cudnn_graph *g, mt_cudnn_tensor *t, int64_t uid, cudnnDataType_t type,
+                             const int64_t dim[4], const int64_t stride[4], mt_cudnn_storage storage, int reordered,
+                             const mt_cudnn_tensor *ragged) {
     bool is_virtual = storage == MT_CUDNN_VIRTUAL, by_value = storage == MT_CUDNN_BY_VALUE;
     MT_TRY(create(g, CUDNN_BACKEND_TENSOR_DESCRIPTOR, &t->desc));
     memcpy(t->dim, dim, sizeof t->dim);
@@ -71,7 +71,19 @@ mt_status mt_cudnn_tensor_make(mt_cudnn_graph *g, mt_cudnn_tensor *t, int64_t ui
         cudnnBackendTensorReordering_t mode = CUDNN_TENSOR_REORDERING_F16x16;
         MT_TRY(set(t->desc, CUDNN_ATTR_TENSOR_REORDERING_MODE, CUDNN_TYPE_TENSOR_REORDERING_MODE, 1, &mode));
     }
+    if (ragged) MT_TRY(set_desc(t->desc, CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC, ragged));
     return finalize(t->desc);
+}
+
+mt_status mt_cudnn_tensor_make(mt_cudnn_graph *g, mt_cudnn_tensor *t, int64_t uid,
+                               cudnnDataType_t type, const int64_t dim[4], const int64_t stride[4],
+                               mt_cudnn_storage storage, int reordered) {
+    return make_tensor(g, t, uid, type, dim, stride, storage, reordered, NULL);
+}
+
+mt_status mt_cudnn_tensor_ragged(mt_cudnn_graph *g, mt_cudnn_tensor *t, int64_t uid, cudnnDataType_t type,
+                                 const int64_t dim[4], const int64_t stride[4], const mt_cudnn_tensor *offsets) {
+    return make_tensor(g, t, uid, type, dim, stride, MT_CUDNN_IN_MEMORY, 0, offsets);
 }
 
 static void packed_strides(const int64_t dim[4], int64_t stride[4]) {
@@ -88,7 +100,13 @@ mt_status mt_cudnn_virtual(mt_cudnn_graph *g, mt_cudnn_tensor *t, cudnnDataType_
 
 mt_status mt_cudnn_reshape(mt_cudnn_graph *g, const mt_cudnn_tensor *x, mt_cudnn_tensor *y,
                            cudnnDataType_t type, const int64_t dim[4], const int64_t stride[4]) {
-    MT_TRY(mt_cudnn_tensor_make(g, y, g->next_virtual_uid++, type, dim, stride, MT_CUDNN_VIRTUAL, 0));
+    return mt_cudnn_reshape_ragged(g, x, y, type, dim, stride, NULL);
+}
+
+mt_status mt_cudnn_reshape_ragged(mt_cudnn_graph *g, const mt_cudnn_tensor *x, mt_cudnn_tensor *y,
+                                  cudnnDataType_t type, const int64_t dim[4], const int64_t stride[4],
+                                  const mt_cudnn_tensor *offsets) {
+    MT_TRY(make_tensor(g, y, g->next_virtual_uid++, type, dim, stride, MT_CUDNN_VIRTUAL, 0, offsets));
     cudnnBackendDescriptor_t op;
     MT_TRY(create(g, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, &op));
     MT_TRY(set_desc(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x));
@@ -135,6 +153,12 @@ mt_status mt_cudnn_gen_index(mt_cudnn_graph *g, const mt_cudnn_tensor *x, int64_
 
 mt_status mt_cudnn_matmul(mt_cudnn_graph *g, const mt_cudnn_tensor *a, const mt_cudnn_tensor *b,
                           const mt_cudnn_tensor *c) {
+    return mt_cudnn_matmul_sized(g, a, b, c, NULL, NULL, NULL);
+}
+
+mt_status mt_cudnn_matmul_sized(mt_cudnn_graph *g, const mt_cudnn_tensor *a, const mt_cudnn_tensor *b,
+                                const mt_cudnn_tensor *c, const mt_cudnn_tensor *m, const mt_cudnn_tensor *n,
+                                const mt_cudnn_tensor *k) {
     cudnnBackendDescriptor_t mm, op;
     cudnnDataType_t compute = CUDNN_DATA_FLOAT;
     MT_TRY(create(g, CUDNN_BACKEND_MATMUL_DESCRIPTOR, &mm));
@@ -145,6 +169,9 @@ mt_status mt_cudnn_matmul(mt_cudnn_graph *g, const mt_cudnn_tensor *a, const mt_
     MT_TRY(set_desc(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, b));
     MT_TRY(set_desc(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, c));
     MT_TRY(set(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm));
+    if (m) MT_TRY(set_desc(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC, m));
+    if (n) MT_TRY(set_desc(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC, n));
+    if (k) MT_TRY(set_desc(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC, k));
     return add_op(g, op);
 }
 
@@ -163,6 +190,20 @@ mt_status mt_cudnn_reduction(mt_cudnn_graph *g, cudnnReduceTensorOp_t reduce, co
     return add_op(g, op);
 }
 
+/* The global index of the engine a config runs, or -1 when cuDNN does not say. */
+static int64_t engine_of(cudnnBackendDescriptor_t config) {
+    cudnnBackendDescriptor_t engine;
+    int64_t got = 0, index = -1;
+    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine) != CUDNN_STATUS_SUCCESS) return -1;
+    if (cudnnBackendGetAttribute(config, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got,
+                                 &engine) != CUDNN_STATUS_SUCCESS ||
+        cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &got, &index) !=
+            CUDNN_STATUS_SUCCESS)
+        index = -1;
+    cudnnBackendDestroyDescriptor(engine);
+    return index;
+}
+
 /* A plan for one engine config, or MT_ERR_INVALID when it does not build or needs too much. */
 static mt_status try_config(mt_cudnn_graph *g, cudnnBackendDescriptor_t config, int64_t max_workspace) {
     cudnnBackendDescriptor_t plan;
@@ -178,6 +219,7 @@ static mt_status try_config(mt_cudnn_graph *g, cudnnBackendDescriptor_t config, 
                        (long long)bytes, (long long)max_workspace);
     g->plan = plan;
     g->workspace_bytes = bytes;
+    g->engine = engine_of(config);
     return MT_OK;
 }
 

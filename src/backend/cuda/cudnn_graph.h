@@ -40,6 +40,7 @@ typedef struct {
     int64_t next_virtual_uid;
     cudnnBackendDescriptor_t plan; /* set by mt_cudnn_graph_plan */
     int64_t workspace_bytes;
+    int64_t engine; /* the plan's engine (cuDNN's global index; -1 when it does not say), for logs */
 } mt_cudnn_graph;
 
 /* Virtual tensors get uids from first_virtual_uid up, above every uid the caller names. */
@@ -50,12 +51,21 @@ void mt_cudnn_graph_destroy(mt_cudnn_graph *g);
 mt_status mt_cudnn_tensor_make(mt_cudnn_graph *g, mt_cudnn_tensor *t, int64_t uid,
                                cudnnDataType_t type, const int64_t dim[4], const int64_t stride[4],
                                mt_cudnn_storage storage, int reordered);
+/* A tensor in memory whose batch entries start at the element offsets that `offsets` (an int64
+ * [b + 1, 1, 1, 1] tensor in memory) holds: the ragged (packed) layout. */
+mt_status mt_cudnn_tensor_ragged(mt_cudnn_graph *g, mt_cudnn_tensor *t, int64_t uid, cudnnDataType_t type,
+                                 const int64_t dim[4], const int64_t stride[4], const mt_cudnn_tensor *offsets);
 /* An intermediate of the given shape, packed. */
 mt_status mt_cudnn_virtual(mt_cudnn_graph *g, mt_cudnn_tensor *t, cudnnDataType_t type,
                            const int64_t dim[4]);
 /* A virtual view of x with other dims and strides (a transpose), through a reshape operation. */
 mt_status mt_cudnn_reshape(mt_cudnn_graph *g, const mt_cudnn_tensor *x, mt_cudnn_tensor *y,
                            cudnnDataType_t type, const int64_t dim[4], const int64_t stride[4]);
+
+/* The same view of a ragged tensor, keeping its offsets. */
+mt_status mt_cudnn_reshape_ragged(mt_cudnn_graph *g, const mt_cudnn_tensor *x, mt_cudnn_tensor *y,
+                                  cudnnDataType_t type, const int64_t dim[4], const int64_t stride[4],
+                                  const mt_cudnn_tensor *offsets);
 
 /* y = mode(x[, b[, t]]) computed in `compute`; b and t may be NULL. */
 mt_status mt_cudnn_pointwise(mt_cudnn_graph *g, cudnnPointwiseMode_t mode, cudnnDataType_t compute,
@@ -67,6 +77,11 @@ mt_status mt_cudnn_gen_index(mt_cudnn_graph *g, const mt_cudnn_tensor *x, int64_
 /* c = a . b over the last two dims, fp32 accumulation (batch dims broadcast). */
 mt_status mt_cudnn_matmul(mt_cudnn_graph *g, const mt_cudnn_tensor *a, const mt_cudnn_tensor *b,
                           const mt_cudnn_tensor *c);
+/* The same whose M, N and K dims are per batch entry (int32 [b, 1, 1, 1] tensors: sequence lengths
+ * of the padded and ragged layouts); each may be NULL. */
+mt_status mt_cudnn_matmul_sized(mt_cudnn_graph *g, const mt_cudnn_tensor *a, const mt_cudnn_tensor *b,
+                                const mt_cudnn_tensor *c, const mt_cudnn_tensor *m, const mt_cudnn_tensor *n,
+                                const mt_cudnn_tensor *k);
 /* y = x reduced with op over the dims where y is smaller. */
 mt_status mt_cudnn_reduction(mt_cudnn_graph *g, cudnnReduceTensorOp_t op, const mt_cudnn_tensor *x,
                              const mt_cudnn_tensor *y);

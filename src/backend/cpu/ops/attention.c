@@ -1,5 +1,8 @@
 /* Causal grouped-query attention, scale 1/sqrt(head_dim). Query head h reads kv head
- * h / (heads / kv_heads); query position i sees keys 0..i of its own sequence.
+ * h / (heads / kv_heads); query position i sees keys 0..i of its own sequence, or with segments
+ * (backend.h: packed examples) the keys of its own segment up to itself: each segment is then
+ * computed exactly as a sequence of its own, the same calls on the same rows, so a packed window
+ * gives the bits of its examples run alone.
  *
  * Tiling: one (sequence, head) is cut into TILE x TILE blocks of (queries, keys). Causality
  * leaves only the blocks on and below the diagonal, about half of them, and masks the upper
@@ -19,19 +22,49 @@
 
 enum { TILE = 64 };
 
-/* One (sequence, head) as the tasks see it: row strides in floats between positions. */
+/* One (segment, head) as the tasks see it: its length, row strides in floats between positions
+ * (lse_stride: 1 in the [batch, heads, seq] layout, heads in the [n, heads] one of segments). */
 typedef struct {
     int seq, head_dim;
-    size_t q_stride, kv_stride;
+    size_t q_stride, kv_stride, lse_stride;
     float scale;
 } geometry;
 
-static geometry geometry_of(mt_attn_dims dims) {
+static geometry geometry_of(mt_attn_dims dims, const mt_segments *seg) {
     return (geometry){.seq = dims.seq,
                       .head_dim = dims.head_dim,
                       .q_stride = (size_t)dims.heads * dims.head_dim,
                       .kv_stride = (size_t)dims.kv_heads * dims.head_dim,
+                      .lse_stride = seg ? (size_t)dims.heads : 1,
                       .scale = 1.0f / sqrtf((float)dims.head_dim)};
+}
+
+/* The segments of sequence b: rows [*first, ...) of the sequence start segments first..last-1 of
+ * seg (each sequence's first row starts one); without segments, the sequence alone. */
+static void segments_of(const mt_segments *seg, int b, int seq, int *first, int *last) {
+    if (!seg) {
+        *first = 0, *last = 1;
+        return;
+    }
+    int lo = 0, hi = seg->count, row = b * seq;
+    while (lo < hi) { /* the first segment starting at or after the sequence's first row */
+        int mid = (lo + hi) / 2;
+        if (seg->starts[mid] < row) lo = mid + 1;
+        else hi = mid;
+    }
+    *first = lo;
+    for (*last = lo; *last < seg->count && seg->starts[*last] < row + seq; (*last)++) {}
+}
+
+/* Segment k of sequence b: its first row within the sequence and its length. */
+static void segment_rows(const mt_segments *seg, int k, int b, int seq, int *r0, int *len) {
+    *r0 = seg ? seg->starts[k] - b * seq : 0;
+    *len = seg ? seg->starts[k + 1] - seg->starts[k] : seq;
+}
+
+/* Where (sequence b, head h)'s lse starts in either layout. */
+static size_t lse_at(mt_attn_dims d, const mt_segments *seg, int b, int h) {
+    return seg ? (size_t)b * d.seq * d.heads + h : ((size_t)b * d.heads + h) * d.seq;
 }
 
 static int tile_len(int start, int seq) { return seq - start < TILE ? seq - start : TILE; }
@@ -99,21 +132,30 @@ static void attend_head(float *out, float *lse, const float *q, const float *k, 
         for (int r = 0; r < rows; r++) {
             float *orow = o + r * g->q_stride;
             for (int j = 0; j < g->head_dim; j++) orow[j] /= sum[r];
-            lse[i0 + r] = max[r] + logf(sum[r]);
+            lse[(size_t)(i0 + r) * g->lse_stride] = max[r] + logf(sum[r]);
         }
     }
 }
 
-void mt_cpu_attention(float *out, float *lse, const float *q, const float *k, const float *v, mt_attn_dims dims) {
-    const geometry g = geometry_of(dims);
+void mt_cpu_attention(float *out, float *lse, const float *q, const float *k, const float *v, mt_attn_dims dims,
+                      const mt_segments *seg) {
+    const geometry whole = geometry_of(dims, seg);
     const int heads = dims.heads, group = heads / dims.kv_heads;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < dims.batch; b++) {
         for (int h = 0; h < heads; h++) {
-            size_t q_at = (size_t)b * g.seq * g.q_stride + (size_t)h * g.head_dim;
-            size_t kv_at = (size_t)b * g.seq * g.kv_stride + (size_t)(h / group) * g.head_dim;
-            float *lse_bh = lse + ((size_t)b * heads + h) * g.seq;
-            attend_head(out + q_at, lse_bh, q + q_at, k + kv_at, v + kv_at, &g);
+            int first, last;
+            segments_of(seg, b, dims.seq, &first, &last);
+            for (int s = first; s < last; s++) {
+                geometry g = whole;
+                int r0;
+                segment_rows(seg, s, b, dims.seq, &r0, &g.seq);
+                size_t row = (size_t)b * dims.seq + (size_t)r0;
+                size_t q_at = row * g.q_stride + (size_t)h * g.head_dim;
+                size_t kv_at = row * g.kv_stride + (size_t)(h / group) * g.head_dim;
+                float *lse_bh = lse + lse_at(dims, seg, b, h) + (size_t)r0 * g.lse_stride;
+                attend_head(out + q_at, lse_bh, q + q_at, k + kv_at, v + kv_at, &g);
+            }
         }
     }
 }
@@ -142,14 +184,16 @@ static void row_dots(float *delta, const float *dout, const float *out, const ge
 }
 
 /* Turns a block's scores s into p = exp(s - lse) and its dp = dout v^T into
- * ds = p * (dp - delta), row by row; keys a row may not see get p = ds = 0. */
-static void softmax_backward(float *s, float *dp, const float *lse, const float *delta, int rows, int cols,
-                             int diagonal) {
+ * ds = p * (dp - delta), row by row; keys a row may not see get p = ds = 0. Row r's lse is
+ * lse[r * lse_stride]. */
+static void softmax_backward(float *s, float *dp, const float *lse, size_t lse_stride, const float *delta, int rows,
+                             int cols, int diagonal) {
     for (int r = 0; r < rows; r++) {
         float *pr = s + r * TILE, *dsr = dp + r * TILE;
         int visible = visible_keys(r, cols, diagonal);
+        float lse_r = lse[(size_t)r * lse_stride];
         for (int c = 0; c < visible; c++) {
-            pr[c] = expf(pr[c] - lse[r]);
+            pr[c] = expf(pr[c] - lse_r);
             dsr[c] = pr[c] * (dsr[c] - delta[r]);
         }
         memset(pr + visible, 0, (size_t)(cols - visible) * sizeof *pr);
@@ -173,7 +217,8 @@ static void head_backward(const head_grads *t, const geometry *g) {
             const float *kj = t->k + j0 * kvs, *vj = t->v + j0 * kvs;
             block_scores(p, qi, kj, rows, cols, g);
             gemm(CblasNoTrans, CblasTrans, rows, cols, hd, 1.0f, doi, qs, vj, kvs, 0.0f, ds, TILE);
-            softmax_backward(p, ds, t->lse + i0, t->delta + i0, rows, cols, j0 == i0);
+            softmax_backward(p, ds, t->lse + (size_t)i0 * g->lse_stride, g->lse_stride, t->delta + i0, rows, cols,
+                             j0 == i0);
             float *dqi = t->dq + i0 * qs, *dkj = t->dk + j0 * kvs, *dvj = t->dv + j0 * kvs;
             gemm(CblasTrans, CblasNoTrans, cols, hd, rows, 1.0f, p, TILE, doi, qs, 1.0f, dvj, kvs);
             gemm(CblasNoTrans, CblasNoTrans, rows, hd, cols, g->scale, ds, TILE, kj, kvs, 1.0f, dqi, qs);
@@ -187,27 +232,38 @@ static void zero_rows(float *x, size_t stride, int rows, int len) {
 }
 
 /* Each task owns one (sequence, kv head): its dk and dv and the dq rows of its group's query
- * heads. It walks those query heads in order, so the sums into dk and dv have a fixed order. */
+ * heads. It walks its segments, and in each the query heads in order, so the sums into dk and dv
+ * have a fixed order. */
 void mt_cpu_attention_dx(float *dq, float *dk, float *dv, const float *dout, const float *out,
                          const float *lse, const float *q, const float *k, const float *v,
-                         mt_attn_dims dims, void *workspace) {
-    const geometry g = geometry_of(dims);
+                         mt_attn_dims dims, const mt_segments *seg, void *workspace) {
+    const geometry whole = geometry_of(dims, seg);
     const int heads = dims.heads, group = heads / dims.kv_heads;
     float *delta = workspace;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < dims.batch; b++) {
         for (int kvh = 0; kvh < dims.kv_heads; kvh++) {
-            size_t kv_at = (size_t)b * g.seq * g.kv_stride + (size_t)kvh * g.head_dim;
-            size_t q_group_at = (size_t)b * g.seq * g.q_stride + (size_t)kvh * group * g.head_dim;
-            zero_rows(dk + kv_at, g.kv_stride, g.seq, g.head_dim);
-            zero_rows(dv + kv_at, g.kv_stride, g.seq, g.head_dim);
-            zero_rows(dq + q_group_at, g.q_stride, g.seq, group * g.head_dim);
-            for (int h = kvh * group; h < (kvh + 1) * group; h++) {
-                size_t q_at = (size_t)b * g.seq * g.q_stride + (size_t)h * g.head_dim;
-                size_t row_at = ((size_t)b * heads + h) * g.seq;
-                head_grads t = {dq + q_at, dk + kv_at, dv + kv_at, delta + row_at, dout + q_at, out + q_at,
-                                lse + row_at, q + q_at, k + kv_at, v + kv_at};
-                head_backward(&t, &g);
+            size_t kv_seq = (size_t)b * dims.seq * whole.kv_stride + (size_t)kvh * whole.head_dim;
+            size_t q_seq = (size_t)b * dims.seq * whole.q_stride + (size_t)kvh * group * whole.head_dim;
+            zero_rows(dk + kv_seq, whole.kv_stride, dims.seq, whole.head_dim);
+            zero_rows(dv + kv_seq, whole.kv_stride, dims.seq, whole.head_dim);
+            zero_rows(dq + q_seq, whole.q_stride, dims.seq, group * whole.head_dim);
+            int first, last;
+            segments_of(seg, b, dims.seq, &first, &last);
+            for (int s = first; s < last; s++) {
+                geometry g = whole;
+                int r0;
+                segment_rows(seg, s, b, dims.seq, &r0, &g.seq);
+                size_t row = (size_t)b * dims.seq + (size_t)r0;
+                size_t kv_at = row * g.kv_stride + (size_t)kvh * g.head_dim;
+                for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+                    size_t q_at = row * g.q_stride + (size_t)h * g.head_dim;
+                    size_t delta_at = ((size_t)b * heads + h) * dims.seq + (size_t)r0;
+                    const float *lse_at_row = lse + lse_at(dims, seg, b, h) + (size_t)r0 * g.lse_stride;
+                    head_grads t = {dq + q_at, dk + kv_at, dv + kv_at, delta + delta_at, dout + q_at, out + q_at,
+                                    lse_at_row, q + q_at, k + kv_at, v + kv_at};
+                    head_backward(&t, &g);
+                }
             }
         }
     }

@@ -1,19 +1,21 @@
 /* Rotary position embedding, Hugging Face's rotate_half form: element i of a head pairs with
- * element i + head_dim/2, both turned by the angle position * inv_freq[i]. */
+ * element i + head_dim/2, both turned by the angle position * inv_freq[i]. A row's position is
+ * pos[r], or r % seq without pos. */
 #include <math.h>
 
 #include "backend/cpu/cpu_ops.h"
 
-void mt_cpu_rope(float *x, const float *inv_freq, int n, int seq, int heads, int head_dim, int inverse) {
+void mt_cpu_rope(float *x, const float *inv_freq, int n, int seq, const int32_t *pos, int heads, int head_dim,
+                 int inverse) {
     int half = head_dim / 2;
     /* The inverse (transpose) of a rotation is the rotation by the opposite angle. */
     float sign = inverse ? -1.0f : 1.0f;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < n; r++) {
-        float pos = (float)(r % seq);
+        float p = (float)(pos ? pos[r] : r % seq);
         float *row = x + (size_t)r * heads * head_dim;
         for (int i = 0; i < half; i++) {
-            float angle = pos * inv_freq[i];
+            float angle = p * inv_freq[i];
             float c = cosf(angle), s = sign * sinf(angle);
             for (int h = 0; h < heads; h++) {
                 float *xh = row + (size_t)h * head_dim;
