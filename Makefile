@@ -101,6 +101,13 @@ bench-attention: $(BUILD)/bench/attention/bench_attention
 $(BUILD)/bench/attention/bench_attention: $(call objs,$(BUILD),$(LIB_C) bench/attention/bench_attention.c) $(LIB_OBJ_CU)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
+# The mixture-of-experts grouped GEMMs, each way the CUDA backend can run them (bench/moe_gemm/run.sh
+# adds PyTorch's torch._grouped_mm); its inputs made and results compared on the GPU (bench_device.cu).
+bench-moe-gemm: $(BUILD)/bench/moe_gemm/bench_moe_gemm
+$(BUILD)/bench/moe_gemm/bench_moe_gemm: $(call objs,$(BUILD),$(LIB_C) bench/moe_gemm/bench_moe_gemm.c) \
+		$(BUILD)/bench/moe_gemm/bench_device.o $(LIB_OBJ_CU)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
 # CPU AdamW against the host's memory bandwidth (bench/adamw/run.sh adds PyTorch's fused AdamW).
 bench-adamw: $(BUILD)/bench/adamw/bench_adamw
 $(BUILD)/bench/adamw/bench_adamw: $(call objs,$(BUILD),$(LIB_C) bench/adamw/bench_adamw.c) $(LIB_OBJ_CU)
@@ -177,5 +184,5 @@ demo: $(BUILD)/megatrain data/kjv.txt
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all test demo clean cuda-tests bench-adamw bench-attention fuzz fuzz-long tokenizer-data
+.PHONY: all test demo clean cuda-tests bench-adamw bench-attention bench-moe-gemm fuzz fuzz-long tokenizer-data
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

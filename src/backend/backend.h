@@ -236,8 +236,9 @@ typedef struct {
  * and each backward. Slot t*k + j is token t's j-th choice (k distinct experts a token). Rows are
  * sorted by expert so that each expert's rows are contiguous and the expert GEMMs are one grouped
  * GEMM over experts with variable row counts; those counts and offsets are device int32 that
- * permute computes and the grouped GEMMs read on the device (the host knows only their total,
- * n*k), so a layer needs no host sync. Types as above: act, w, fp32 ("float"), int32.
+ * permute computes and the grouped GEMMs read (the caller knows only their total, n*k), so a layer
+ * need not wait for the host, though a backend's grouped GEMMs may copy them home (CUDA's cuBLASLt
+ * loop does). Types as above: act, w, fp32 ("float"), int32.
  *
  * Segments. The tokens come in segments of `seg` rows (the engine's sequences, or a part of one),
  * S = ceil(n / seg) of them. offsets[E*S + 1] counts rows by (expert, segment), expert-major:

@@ -2,6 +2,7 @@
  * and the ops table (kernels in the .cu files beside this, GEMMs in gemm.c). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/alloc_fault.h"
 #include "backend/pinned_pieces.h"
@@ -358,12 +359,113 @@ static void cuda_adamw(mt_backend *be, mt_stream *s, const mt_adamw_params *p, i
     keep_error(be, mt_cuda_adamw(mt_cuda_stream(s), &c, scale, master, m, v, grad, w, n));
 }
 
+/* ---- mixture of experts ---- */
+
+/* The pool keeps what it has handed out (release threshold: all), so that after the first layer
+ * its allocations cost no driver call. */
+static mt_status scratch_pool_create(mt_cuda_backend *cb) {
+    struct cudaMemPoolProps props = {.allocType = cudaMemAllocationTypePinned,
+                              .location = {.type = cudaMemLocationTypeDevice, .id = cb->device}};
+    MT_CUDA_CHECK(cudaMemPoolCreate(&cb->scratch_pool, &props));
+    uint64_t keep = UINT64_MAX;
+    MT_CUDA_CHECK(cudaMemPoolSetAttribute(cb->scratch_pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    return MT_OK;
+}
+
+mt_status mt_cuda_scratch_alloc(mt_cuda_backend *cb, cudaStream_t s, size_t bytes, void **out) {
+    pthread_mutex_lock(&cb->lock);
+    mt_status status = cb->scratch_pool ? MT_OK : scratch_pool_create(cb);
+    pthread_mutex_unlock(&cb->lock);
+    MT_TRY(status);
+    MT_CUDA_CHECK(cudaMallocFromPoolAsync(out, bytes ? bytes : 1, cb->scratch_pool, s));
+    return MT_OK;
+}
+
+void mt_cuda_scratch_free(mt_cuda_backend *cb, cudaStream_t s, void *p) {
+    cudaError_t err = cudaFreeAsync(p, s);
+    if (err != cudaSuccess) mt_cuda_note(cb, mt_fail(MT_ERR_DEVICE, "cudaFreeAsync: %s", cudaGetErrorString(err)));
+}
+
+static void moe_route(mt_backend *be, mt_stream *s, float *weights, int32_t *experts, int32_t *counts, float *prob_sum,
+                      const void *logits, int n, int E, int k, int renorm) {
+    keep_error(be, mt_cuda_moe_route(cuda_of(be), mt_cuda_stream(s), weights, experts, counts, prob_sum, logits, n, E,
+                                     k, renorm));
+}
+static void moe_route_dx(mt_backend *be, mt_stream *s, void *dlogits, const float *dweights, const void *logits,
+                         const int32_t *experts, const float *aux_grad, int n, int E, int k, int renorm) {
+    keep_error(be, mt_cuda_moe_route_dx(mt_cuda_stream(s), dlogits, dweights, logits, experts, aux_grad, n, E, k,
+                                        renorm));
+}
+static void moe_permute(mt_backend *be, mt_stream *s, int32_t *order, int32_t *slot_row, int32_t *offsets,
+                        const int32_t *experts, int n, int E, int k, int seg) {
+    keep_error(be, mt_cuda_moe_permute(cuda_of(be), mt_cuda_stream(s), order, slot_row, offsets, experts, n, E, k,
+                                       seg));
+}
+static void moe_gather(mt_backend *be, mt_stream *s, void *xs, const void *x, const int32_t *order, int n, int k,
+                       int d) {
+    keep_error(be, mt_cuda_moe_gather(mt_cuda_stream(s), xs, x, order, n, k, d));
+}
+static void moe_gather_dx(mt_backend *be, mt_stream *s, void *dx, const void *dxs, const int32_t *slot_row, int n,
+                          int k, int d, int accumulate) {
+    keep_error(be, mt_cuda_moe_gather_dx(mt_cuda_stream(s), dx, dxs, slot_row, n, k, d, accumulate));
+}
+static void moe_matmul(mt_backend *be, mt_stream *s, void *y, const void *x, const void *w, const int32_t *offsets,
+                       int rows, int E, int S, int in, int out) {
+    mt_cuda_backend *cb = cuda_of(be);
+    cudaStream_t st = mt_cuda_stream(s);
+    keep_error(be, cb->moe_gemm_kernel ? mt_cuda_moe_gemm(st, y, x, w, offsets, rows, E, S, in, out)
+                                       : mt_cuda_moe_gemm_cublaslt(cb, st, y, x, w, offsets, rows, E, S, in, out));
+}
+static void moe_matmul_dx(mt_backend *be, mt_stream *s, void *dx, const void *dy, const void *w,
+                          const int32_t *offsets, int rows, int E, int S, int in, int out) {
+    mt_cuda_backend *cb = cuda_of(be);
+    cudaStream_t st = mt_cuda_stream(s);
+    keep_error(be, cb->moe_gemm_kernel ? mt_cuda_moe_gemm_dx(st, dx, dy, w, offsets, rows, E, S, in, out)
+                                       : mt_cuda_moe_gemm_dx_cublaslt(cb, st, dx, dy, w, offsets, rows, E, S, in, out));
+}
+static void moe_matmul_dw(mt_backend *be, mt_stream *s, float *dw, const void *dy, const void *x,
+                          const int32_t *offsets, int rows, int E, int S, int in, int out) {
+    mt_cuda_backend *cb = cuda_of(be);
+    cudaStream_t st = mt_cuda_stream(s);
+    keep_error(be, cb->moe_gemm_kernel ? mt_cuda_moe_gemm_dw(st, dw, dy, x, offsets, rows, E, S, in, out)
+                                       : mt_cuda_moe_gemm_dw_cublaslt(cb, st, dw, dy, x, offsets, rows, E, S, in, out));
+}
+static void moe_swiglu(mt_backend *be, mt_stream *s, void *a, const void *gu, int rows, int F) {
+    keep_error(be, mt_cuda_moe_swiglu(mt_cuda_stream(s), a, gu, rows, F));
+}
+static void moe_swiglu_dx(mt_backend *be, mt_stream *s, void *dgu, const void *da, const void *gu, int rows, int F) {
+    keep_error(be, mt_cuda_moe_swiglu_dx(mt_cuda_stream(s), dgu, da, gu, rows, F));
+}
+static void moe_combine(mt_backend *be, mt_stream *s, void *y, const void *ys, const float *weights,
+                        const int32_t *slot_row, int n, int k, int d) {
+    keep_error(be, mt_cuda_moe_combine(mt_cuda_stream(s), y, ys, weights, slot_row, n, k, d));
+}
+static void moe_combine_dx(mt_backend *be, mt_stream *s, void *dys, float *dweights, const void *dy, const void *ys,
+                           const float *weights, const int32_t *slot_row, int n, int k, int d) {
+    keep_error(be, mt_cuda_moe_combine_dx(mt_cuda_stream(s), dys, dweights, dy, ys, weights, slot_row, n, k, d));
+}
+static void moe_gate_add(mt_backend *be, mt_stream *s, void *y, const void *a, const void *x, const void *g, int n,
+                         int d) {
+    keep_error(be, mt_cuda_moe_gate_add(mt_cuda_stream(s), y, a, x, g, n, d));
+}
+static void moe_gate_add_dx(mt_backend *be, mt_stream *s, void *dx, void *dg, const void *dy, const void *x,
+                            const void *g, int n, int d) {
+    keep_error(be, mt_cuda_moe_gate_add_dx(mt_cuda_stream(s), dx, dg, dy, x, g, n, d));
+}
+static void moe_aux_loss(mt_backend *be, mt_stream *s, float *loss_sum, float *grad, const int32_t *counts,
+                         const float *prob_sum, int layers, int n, int E, float loss_scale, float grad_scale) {
+    keep_error(be, mt_cuda_moe_aux_loss(mt_cuda_stream(s), loss_sum, grad, counts, prob_sum, layers, n, E, loss_scale,
+                                        grad_scale));
+}
+
 /* ---- lifecycle ---- */
 
 static void cuda_destroy(mt_backend *be) {
     mt_cuda_backend *cb = cuda_of(be);
     if (!cb) return;
     mt_cudnn_attention_destroy(cb->cudnn);
+    mt_cuda_moe_lt_destroy(cb->moe_lt);
+    if (cb->scratch_pool) cudaMemPoolDestroy(cb->scratch_pool);
     if (cb->lt_workspace) cudaFree(cb->lt_workspace);
     if (cb->lt) cublasLtDestroy(cb->lt);
     pthread_mutex_destroy(&cb->lock);
@@ -398,13 +500,45 @@ static const mt_backend_ops cuda_ops = {
            .embedding_dw = cuda_embedding_dw, .lmhead_loss = cuda_lmhead_loss, .lmhead_dw = cuda_lmhead_dw,
            .lmhead_workspace = cuda_lmhead_workspace, .logits = mt_cuda_op_logits, .sumsq = cuda_sumsq,
            .clip_scale = cuda_clip_scale, .adamw = cuda_adamw},
+    .moe = {.route = moe_route, .route_dx = moe_route_dx, .permute = moe_permute, .gather = moe_gather,
+            .gather_dx = moe_gather_dx, .grouped_matmul = moe_matmul, .grouped_matmul_dx = moe_matmul_dx,
+            .grouped_matmul_dw = moe_matmul_dw, .swiglu = moe_swiglu, .swiglu_dx = moe_swiglu_dx,
+            .combine = moe_combine, .combine_dx = moe_combine_dx, .gate_add = moe_gate_add,
+            .gate_add_dx = moe_gate_add_dx, .aux_loss = moe_aux_loss},
     .coll = {.comm_init = mt_cuda_comm_init, .comm_init_world = mt_cuda_comm_init_world, .all_reduce = mt_cuda_all_reduce,
              .reduce_scatter = mt_cuda_reduce_scatter, .comm_abort = mt_cuda_comm_abort,
              .comm_free = mt_cuda_comm_free},
 };
 
+/* The expert GEMMs' way (docs/backends.md): MT_MOE_GEMM "cublaslt" (the default: a cuBLASLt GEMM an
+ * expert after the offsets come home, fanned out over MT_MOE_STREAMS streams, default 4) or "kernel"
+ * (moe_gemm.cu's, no host sync). */
+enum { MOE_STREAMS_DEFAULT = 4 };
+
+static mt_status read_moe_gemm(mt_cuda_backend *cb, int *streams) {
+    const char *v = getenv("MT_MOE_GEMM");
+    if (v && *v && strcmp(v, "cublaslt")) {
+        if (strcmp(v, "kernel"))
+            return mt_fail(MT_ERR_INVALID, "MT_MOE_GEMM=%s: expected cublaslt (the default) or kernel", v);
+        cb->moe_gemm_kernel = 1;
+    }
+    *streams = MOE_STREAMS_DEFAULT;
+    v = getenv("MT_MOE_STREAMS");
+    if (v && *v) {
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (*end || n < 1 || n > MT_MOE_LT_MAX_STREAMS)
+            return mt_fail(MT_ERR_INVALID, "MT_MOE_STREAMS=%s: expected 1 to %d (default %d)", v, MT_MOE_LT_MAX_STREAMS,
+                           MOE_STREAMS_DEFAULT);
+        *streams = (int)n;
+    }
+    return MT_OK;
+}
+
 /* A GPU the kernels cannot run on is refused before anything is allocated on it. */
 static mt_status init_device(mt_cuda_backend *cb, int device) {
+    int moe_streams;
+    MT_TRY(read_moe_gemm(cb, &moe_streams));
     int count = 0;
     MT_CUDA_CHECK(cudaGetDeviceCount(&count));
     if (device < 0 || device >= count)
@@ -417,6 +551,7 @@ static mt_status init_device(mt_cuda_backend *cb, int device) {
     MT_CUBLAS_CHECK(cublasLtCreate(&cb->lt));
     cb->lt_workspace_bytes = LT_WORKSPACE_BYTES;
     MT_CUDA_CHECK(cudaMalloc(&cb->lt_workspace, cb->lt_workspace_bytes));
+    if (!cb->moe_gemm_kernel) MT_TRY(mt_cuda_moe_lt_create(&cb->moe_lt, moe_streams));
     MT_TRY(mt_cudnn_attention_create(&cb->cudnn));
     char text[512];
     mt_log_info("cuda device %d: %s", device, mt_device_info_text(&cb->info, text, sizeof text));

@@ -16,6 +16,8 @@ typedef struct {
     size_t bytes;
 } mt_cuda_allocation;
 
+typedef struct mt_cuda_moe_lt mt_cuda_moe_lt; /* moe_gemm_cublaslt.c */
+
 struct mt_cuda_backend {
     mt_backend base;
     cublasLtHandle_t lt;
@@ -32,6 +34,9 @@ struct mt_cuda_backend {
     char sticky_message[1024];
     int device;       /* the CUDA device */
     void *comm;       /* a data-parallel group's ncclComm_t (coll_nccl.c), or NULL */
+    cudaMemPool_t scratch_pool; /* mt_cuda_scratch_alloc's, made at its first use (under lock) */
+    int moe_gemm_kernel;        /* MT_MOE_GEMM=kernel: the grouped GEMMs as moe_gemm.cu's kernels */
+    mt_cuda_moe_lt *moe_lt;     /* else the cuBLASLt loop's streams, workspaces and algorithms */
 };
 
 static inline cudaStream_t mt_cuda_stream(mt_stream *s) { return (cudaStream_t)s; }
@@ -55,6 +60,28 @@ void mt_cuda_note(mt_cuda_backend *cb, mt_status status);
 mt_status mt_cuda_probe_device(int device, mt_device_info *info);
 /* Times pinned copies of 64 MiB each way into info's PCIe rates. */
 mt_status mt_cuda_measure_pcie(mt_device_info *info);
+
+/* One cuBLASLt GEMM in parts (gemm.c), for callers that choose the algorithm once and reuse it
+ * (moe_gemm_cublaslt.c): the descriptors of g, in place (nothing allocated); cuBLASLt's best
+ * algorithm for them within workspace_bytes, with the pointers' alignments (bytes of A, B and D;
+ * NULL: cuBLASLt's default, 256) when given; the GEMM with that algorithm. */
+typedef struct {
+    cublasLtMatmulDescOpaque_t op;
+    cublasLtMatrixLayoutOpaque_t a, b, d;
+} mt_cuda_gemm_plan;
+mt_status mt_cuda_gemm_describe(const mt_cuda_gemm_desc *g, mt_cuda_gemm_plan *p);
+mt_status mt_cuda_gemm_heuristic(mt_cuda_backend *cb, const mt_cuda_gemm_desc *g, mt_cuda_gemm_plan *p,
+                                 size_t workspace_bytes, const uint32_t *align, cublasLtMatmulAlgo_t *algo);
+cublasStatus_t mt_cuda_gemm_run(mt_cuda_backend *cb, cudaStream_t s, const mt_cuda_gemm_desc *g,
+                                mt_cuda_gemm_plan *p, const cublasLtMatmulAlgo_t *algo, void *workspace,
+                                size_t workspace_bytes);
+
+/* The cuBLASLt loop's state (moe_gemm_cublaslt.c): `streams` streams (1 to MT_MOE_LT_MAX_STREAMS) the
+ * experts' GEMMs fan out over, a cuBLASLt workspace each, the offsets' pinned home, the algorithm
+ * cache. */
+enum { MT_MOE_LT_MAX_STREAMS = 8 };
+mt_status mt_cuda_moe_lt_create(mt_cuda_moe_lt **out, int streams);
+void mt_cuda_moe_lt_destroy(mt_cuda_moe_lt *lt);
 
 /* The GEMM ops of backend.h (gemm.c). */
 void mt_cuda_op_matmul(mt_backend *be, mt_stream *s, void *y, const void *x, const void *w,

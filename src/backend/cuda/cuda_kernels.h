@@ -75,6 +75,53 @@ mt_status mt_cuda_lmhead_dw(mt_cuda_backend *cb, cudaStream_t s, float *dw, cons
                             const int32_t *targets, const float *lse, int n, int d, int v0, int rows, float scale,
                             int chunk, void *workspace);
 
+/* Stream-ordered device scratch for the mixture-of-experts kernels (their small per-call buffers:
+ * per-tile counts, per-block partial sums), from the backend's memory pool: cudaMallocAsync and
+ * cudaFreeAsync on s, so the buffer lives exactly as long as the work between them on s. */
+mt_status mt_cuda_scratch_alloc(mt_cuda_backend *cb, cudaStream_t s, size_t bytes, void **out);
+void mt_cuda_scratch_free(mt_cuda_backend *cb, cudaStream_t s, void *p);
+
+/* Mixture of experts (backend.h's moe group): routing (moe_route.cu), the permutation, gather and
+ * combine (moe_permute.cu), the experts' SwiGLU and a shared expert's gate (moe_experts.cu), the
+ * grouped GEMMs (moe_gemm.cu). */
+mt_status mt_cuda_moe_route(mt_cuda_backend *cb, cudaStream_t s, float *weights, int32_t *experts, int32_t *counts,
+                            float *prob_sum, const void *logits, int n, int E, int k, int renorm);
+mt_status mt_cuda_moe_route_dx(cudaStream_t s, void *dlogits, const float *dweights, const void *logits,
+                               const int32_t *experts, const float *aux_grad, int n, int E, int k, int renorm);
+mt_status mt_cuda_moe_aux_loss(cudaStream_t s, float *loss_sum, float *grad, const int32_t *counts,
+                               const float *prob_sum, int layers, int n, int E, float loss_scale, float grad_scale);
+mt_status mt_cuda_moe_permute(mt_cuda_backend *cb, cudaStream_t s, int32_t *order, int32_t *slot_row,
+                              int32_t *offsets, const int32_t *experts, int n, int E, int k, int seg);
+mt_status mt_cuda_moe_gather(cudaStream_t s, void *xs, const void *x, const int32_t *order, int n, int k, int d);
+mt_status mt_cuda_moe_gather_dx(cudaStream_t s, void *dx, const void *dxs, const int32_t *slot_row, int n, int k,
+                                int d, int accumulate);
+mt_status mt_cuda_moe_combine(cudaStream_t s, void *y, const void *ys, const float *weights, const int32_t *slot_row,
+                              int n, int k, int d);
+mt_status mt_cuda_moe_combine_dx(cudaStream_t s, void *dys, float *dweights, const void *dy, const void *ys,
+                                 const float *weights, const int32_t *slot_row, int n, int k, int d);
+mt_status mt_cuda_moe_swiglu(cudaStream_t s, void *a, const void *gu, int rows, int F);
+mt_status mt_cuda_moe_swiglu_dx(cudaStream_t s, void *dgu, const void *da, const void *gu, int rows, int F);
+mt_status mt_cuda_moe_gate_add(cudaStream_t s, void *y, const void *a, const void *x, const void *g, int n, int d);
+mt_status mt_cuda_moe_gate_add_dx(cudaStream_t s, void *dx, void *dg, const void *dy, const void *x, const void *g,
+                                  int n, int d);
+/* The grouped GEMMs as one kernel each, reading the offsets on the device (no host sync):
+ * MT_MOE_GEMM=kernel (moe_gemm.cu). */
+mt_status mt_cuda_moe_gemm(cudaStream_t s, void *y, const void *x, const void *w, const int32_t *offsets, int rows,
+                           int E, int S, int in, int out);
+mt_status mt_cuda_moe_gemm_dx(cudaStream_t s, void *dx, const void *dy, const void *w, const int32_t *offsets,
+                              int rows, int E, int S, int in, int out);
+mt_status mt_cuda_moe_gemm_dw(cudaStream_t s, float *dw, const void *dy, const void *x, const int32_t *offsets,
+                              int rows, int E, int S, int in, int out);
+/* The same through cuBLASLt, the default: a GEMM per expert (per expert and segment for dw) after
+ * copying the offsets home and waiting for them, fanned out over the backend's streams
+ * (moe_gemm_cublaslt.c). */
+mt_status mt_cuda_moe_gemm_cublaslt(mt_cuda_backend *cb, cudaStream_t s, void *y, const void *x, const void *w,
+                                    const int32_t *offsets, int rows, int E, int S, int in, int out);
+mt_status mt_cuda_moe_gemm_dx_cublaslt(mt_cuda_backend *cb, cudaStream_t s, void *dx, const void *dy, const void *w,
+                                       const int32_t *offsets, int rows, int E, int S, int in, int out);
+mt_status mt_cuda_moe_gemm_dw_cublaslt(mt_cuda_backend *cb, cudaStream_t s, float *dw, const void *dy, const void *x,
+                                       const int32_t *offsets, int rows, int E, int S, int in, int out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,71 +5,72 @@
  * "w^T'" the transpose of w's column-major view, and so on for each op below. */
 #include "backend/cuda/cuda_backend.h"
 
-static mt_status layout(cublasLtMatrixLayout_t *l, cudaDataType_t type, int rows, int cols, int ld) {
-    MT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(l, type, (uint64_t)rows, (uint64_t)cols, ld));
+static mt_status layout(cublasLtMatrixLayoutOpaque_t *l, cudaDataType_t type, int rows, int cols, int ld) {
+    MT_CUBLAS_CHECK(cublasLtMatrixLayoutInit(l, type, (uint64_t)rows, (uint64_t)cols, ld));
     return MT_OK;
 }
 
-/* Everything created for one call, destroyed together whatever happens. */
-typedef struct {
-    cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t a, b, d;
-    cublasLtMatmulPreference_t pref;
-} gemm_plan;
-
-static void plan_destroy(gemm_plan *p) {
-    if (p->pref) cublasLtMatmulPreferenceDestroy(p->pref);
-    if (p->d) cublasLtMatrixLayoutDestroy(p->d);
-    if (p->b) cublasLtMatrixLayoutDestroy(p->b);
-    if (p->a) cublasLtMatrixLayoutDestroy(p->a);
-    if (p->op) cublasLtMatmulDescDestroy(p->op);
-}
-
-static mt_status plan_and_run(mt_cuda_backend *cb, cudaStream_t s, const mt_cuda_gemm_desc *g,
-                              gemm_plan *p) {
+mt_status mt_cuda_gemm_describe(const mt_cuda_gemm_desc *g, mt_cuda_gemm_plan *p) {
     cublasOperation_t ta = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t tb = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cudaDataType_t d_type = g->d_is_f32 ? CUDA_R_32F : CUDA_R_16BF;
-
-    MT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    MT_CUBLAS_CHECK(cublasLtMatmulDescInit(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(&p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(&p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     if (g->bias) {
         cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-        MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE,
-                                                       &epilogue, sizeof epilogue));
-        MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                       &g->bias, sizeof g->bias));
+        MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(&p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                                       sizeof epilogue));
+        MT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(&p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias,
+                                                       sizeof g->bias));
     }
     /* Stored shapes: op(A) is m x k, op(B) is k x n. */
     MT_TRY(layout(&p->a, CUDA_R_16BF, g->trans_a ? g->k : g->m, g->trans_a ? g->m : g->k, g->lda));
     MT_TRY(layout(&p->b, CUDA_R_16BF, g->trans_b ? g->n : g->k, g->trans_b ? g->k : g->n, g->ldb));
-    MT_TRY(layout(&p->d, d_type, g->m, g->n, g->ldd));
+    MT_TRY(layout(&p->d, g->d_is_f32 ? CUDA_R_32F : CUDA_R_16BF, g->m, g->n, g->ldd));
+    return MT_OK;
+}
 
-    MT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&p->pref));
-    MT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        p->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &cb->lt_workspace_bytes,
-        sizeof cb->lt_workspace_bytes));
+mt_status mt_cuda_gemm_heuristic(mt_cuda_backend *cb, const mt_cuda_gemm_desc *g, mt_cuda_gemm_plan *p,
+                                 size_t workspace_bytes, const uint32_t *align, cublasLtMatmulAlgo_t *algo) {
+    cublasLtMatmulPreferenceOpaque_t pref;
+    MT_CUBLAS_CHECK(cublasLtMatmulPreferenceInit(&pref));
+    MT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                         &workspace_bytes, sizeof workspace_bytes));
+    if (align) {
+        const cublasLtMatmulPreferenceAttributes_t which[3] = {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                               CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                               CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+        for (int i = 0; i < 3; i++)
+            MT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(&pref, which[i], &align[i], sizeof align[i]));
+        MT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                             &align[2], sizeof align[2]));
+    }
     cublasLtMatmulHeuristicResult_t heuristic;
     int found = 0;
-    MT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(cb->lt, p->op, p->a, p->b, p->d, p->d, p->pref,
-                                                   1, &heuristic, &found));
+    MT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(cb->lt, &p->op, &p->a, &p->b, &p->d, &p->d, &pref, 1, &heuristic,
+                                                   &found));
     if (found == 0)
         return mt_fail(MT_ERR_DEVICE, "cuBLASLt has no algorithm for a %dx%dx%d GEMM", g->m, g->n, g->k);
-
-    const float alpha = 1.0f;
-    MT_CUBLAS_CHECK(cublasLtMatmul(cb->lt, p->op, &alpha, g->a, p->a, g->b, p->b, &g->beta, g->d,
-                                   p->d, g->d, p->d, &heuristic.algo, cb->lt_workspace,
-                                   cb->lt_workspace_bytes, s));
+    *algo = heuristic.algo;
     return MT_OK;
+}
+
+cublasStatus_t mt_cuda_gemm_run(mt_cuda_backend *cb, cudaStream_t s, const mt_cuda_gemm_desc *g,
+                                mt_cuda_gemm_plan *p, const cublasLtMatmulAlgo_t *algo, void *workspace,
+                                size_t workspace_bytes) {
+    const float alpha = 1.0f;
+    return cublasLtMatmul(cb->lt, &p->op, &alpha, g->a, &p->a, g->b, &p->b, &g->beta, g->d, &p->d, g->d, &p->d, algo,
+                          workspace, workspace_bytes, s);
 }
 
 mt_status mt_cuda_gemm(mt_cuda_backend *cb, cudaStream_t s, const mt_cuda_gemm_desc *g) {
     if (g->m == 0 || g->n == 0) return MT_OK;
-    gemm_plan p = {0};
-    mt_status status = plan_and_run(cb, s, g, &p);
-    plan_destroy(&p);
-    return status;
+    mt_cuda_gemm_plan p;
+    cublasLtMatmulAlgo_t algo;
+    MT_TRY(mt_cuda_gemm_describe(g, &p));
+    MT_TRY(mt_cuda_gemm_heuristic(cb, g, &p, cb->lt_workspace_bytes, NULL, &algo));
+    MT_CUBLAS_CHECK(mt_cuda_gemm_run(cb, s, g, &p, &algo, cb->lt_workspace, cb->lt_workspace_bytes));
+    return MT_OK;
 }
 
 void mt_cuda_op_matmul(mt_backend *be, mt_stream *s, void *y, const void *x, const void *w,

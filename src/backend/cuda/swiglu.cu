@@ -1,17 +1,7 @@
 /* SwiGLU: a = silu(g) * u, and its backward, in fp32 on bf16 data, 8 elements per thread when
  * the buffers are 16-byte aligned. */
 #include "backend/cuda/bf16_vec.cuh"
-
-__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
-
-__device__ __forceinline__ float swiglu_one(float g, float u) { return g * sigmoid(g) * u; }
-
-/* d silu(g)/dg = sig * (1 + g * (1 - sig)) */
-__device__ __forceinline__ void swiglu_grad_one(float da, float g, float u, float *dg, float *du) {
-    float sig = sigmoid(g);
-    *dg = da * u * sig * (1.0f + g * (1.0f - sig));
-    *du = da * g * sig;
-}
+#include "backend/cuda/swiglu_math.cuh"
 
 __global__ void swiglu_vec8(uint4 *a, const uint4 *g, const uint4 *u, size_t vectors) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < vectors;
