@@ -84,7 +84,7 @@ static float *train(mt_backend *be, double *busy) {
     mt_engine_finish(t.engine);
     size_t bytes = (size_t)t.layout.total_numel * sizeof(float);
     float *masters = malloc(bytes);
-    memcpy(masters, t.store.master, bytes);
+    memcpy(masters, mt_store_f32(&t.store), bytes);
     mt_tiny_model_close(&t);
     return masters;
 }

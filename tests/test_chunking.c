@@ -179,7 +179,7 @@ static float *masters_after_training(const mt_config *cfg, int head_chunk, doubl
     mt_engine_finish(t.engine);
     size_t n = (size_t)t.layout.total_numel;
     float *master = malloc(n * sizeof *master);
-    memcpy(master, t.store.master, n * sizeof *master);
+    memcpy(master, mt_store_f32(&t.store), n * sizeof *master);
     mt_tiny_model_close(&t);
     return master;
 }

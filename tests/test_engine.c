@@ -47,7 +47,7 @@ static float *train(const mt_config *cfg, schedule sc, float clip, int poisoned)
     cr_assert_eq(mt_engine_finish(t.engine), STEPS - (poisoned && clip > 0));
     size_t n = (size_t)t.layout.total_numel;
     float *state = malloc(3 * n * sizeof *state);
-    memcpy(state, t.store.master, n * sizeof *state);
+    memcpy(state, mt_store_f32(&t.store), n * sizeof *state);
     memcpy(state + n, t.store.moments.m, n * sizeof *state);
     memcpy(state + 2 * n, t.store.moments.v, n * sizeof *state);
     mt_tiny_model_close(&t);

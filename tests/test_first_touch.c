@@ -65,11 +65,11 @@ static void check_touched(const mt_cpu_team *team) {
     mt_store s;
     cr_assert_eq(mt_store_create_touched(&s, &lay, be, MT_MOMENTS_F32, team), MT_OK, "%s", mt_error());
     size_t n = (size_t)lay.total_numel;
-    cr_assert_eq(pages_missing(s.master, n * 4), 0, "fp32 masters not faulted in");
+    cr_assert_eq(pages_missing(mt_store_f32(&s), n * 4), 0, "fp32 masters not faulted in");
     cr_assert_eq(pages_missing(s.moments.m, n * 4), 0, "first moments not faulted in");
     cr_assert_eq(pages_missing(s.moments.v, n * 4), 0, "second moments not faulted in");
     for (size_t i = 0; i < n; i++)
-        cr_assert(s.master[i] == 0 && ((float *)s.moments.m)[i] == 0 && ((float *)s.moments.v)[i] == 0, "element %zu", i);
+        cr_assert(mt_store_f32(&s)[i] == 0 && ((float *)s.moments.m)[i] == 0 && ((float *)s.moments.v)[i] == 0, "element %zu", i);
     sched_getaffinity(0, sizeof after, &after);
     cr_assert(CPU_EQUAL(&before, &after), "the creating thread was left pinned");
     mt_store_free(&s);

@@ -201,8 +201,38 @@ Test(machine_rates, pcie_line_coding) {
 
 Test(machine_rates, host_adamw_rate_is_measured) {
     double rate = 0;
-    cr_assert_eq(mt_host_adamw_rate(1, 0.01, &rate), MT_OK, "%s", mt_error());
+    size_t params = 0;
+    cr_assert_eq(mt_host_adamw_rate(1, 0.01, &rate, &params), MT_OK, "%s", mt_error());
     cr_assert(isfinite(rate) && rate > 0, "%g parameters/s", rate);
+    /* Its arrays (16 bytes a parameter) are four times the last-level cache, within 128 MB and 2 GiB. */
+    int64_t llc = mt_llc_bytes("/sys/devices/system/cpu"), want = 4 * llc / 16;
+    if (want < (8 << 20)) want = 8 << 20;
+    if (want > (128 << 20)) want = 128 << 20;
+    cr_assert_eq((int64_t)params, want, "%zu parameters for %lld bytes of cache", params, (long long)llc);
+}
+
+/* The last-level cache from a CPU sysfs tree: the highest level of cpu0's caches, times the
+ * groups of CPUs that share one (an L3 per 8 of 16 CPUs here: two). */
+Test(pcie_sysfs, last_level_cache_from_sysfs) {
+    char cpu[PATH_MAX], dir[PATH_MAX + 64], cmd[3 * PATH_MAX];
+    hf_test_path(cpu, root, "cpu");
+    static const struct { int index, level; const char *size, *shared; } caches[] = {
+        {0, 1, "48K\n", "0,8\n"}, {2, 2, "2048K\n", "0,8\n"}, {3, 3, "32768K\n", "0-7\n"}};
+    for (int i = 0; i < 3; i++) {
+        snprintf(dir, sizeof dir, "%s/cpu0/cache/index%d", cpu, caches[i].index);
+        snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+        cr_assert_eq(system(cmd), 0);
+        char level[8];
+        snprintf(level, sizeof level, "%d\n", caches[i].level);
+        write_file(dir, "level", level);
+        write_file(dir, "size", caches[i].size);
+        write_file(dir, "shared_cpu_list", caches[i].shared);
+    }
+    write_file(cpu, "online", "0-15\n");
+    cr_assert_eq(mt_llc_bytes(cpu), (int64_t)2 * 32 << 20);
+    write_file(cpu, "online", "0-7\n");
+    cr_assert_eq(mt_llc_bytes(cpu), (int64_t)32 << 20);
+    cr_assert_eq(mt_llc_bytes(root), 0, "no CPU tree: nothing known");
 }
 
 /* ---- plan names each rate's source ---- */
@@ -218,10 +248,10 @@ Test(pcie_sysfs, plan_prints_the_rates_and_where_they_came_from) {
     cr_assert_eq(r.exit_code, 0, "stderr:\n%s", r.err);
     expect_line(r.out, "rates     GEMM 165 TFLOP/s (given: --rate-gemm)");
     expect_line(r.out, "PCIe 25.0 GB/s to the device, 25.0 GB/s from it (given: --rate-pcie)");
-    expect_line(r.out, "host AdamW 1.50 G parameters/s = 45 GB/s of memory traffic (given: --rate-adamw)");
+    expect_line(r.out, "host AdamW 1.50 G parameters/s = 42 GB/s of memory traffic (given: --rate-adamw)");
     expect_line(r.out, "FLOP / 165 TFLOP/s");
     expect_line(r.out, "at 25.0 GB/s, out");
-    expect_line(r.out, "over 45 GB/s host memory");
+    expect_line(r.out, "over 42 GB/s host memory");
     mt_cli_result_free(&r);
 
     /* Nothing given, no GPU in the run: the PCIe link of the (fake) machine's NVIDIA GPU, the
@@ -233,7 +263,8 @@ Test(pcie_sysfs, plan_prints_the_rates_and_where_they_came_from) {
     expect_line(r.out, "rates     GEMM 700 TFLOP/s (assumed: the H200's; no GPU in this run: give --rate-gemm)");
     expect_line(r.out, "PCIe 25.2 GB/s to the device, 25.2 GB/s from it (looked up: PCIe 4.0 x16 at 0000:01:00.0 "
                 "(sysfs), 80% of its 31.5 GB/s)");
-    expect_line(r.out, "(measured: 50 ms of the host AdamW on 1 thread)");
+    expect_line(r.out, "(measured: the host AdamW on 1 thread over ");
+    expect_line(r.out, "past the ");
     mt_cli_result_free(&r);
 }
 
@@ -253,7 +284,10 @@ Test(machine_rates, plan_for_a_gpu_elsewhere) {
     expect_line(r.out, "budget    10.00 GiB: 2 weight slots");
     expect_line(r.out, "device needs");
     expect_line(r.out, "10.74 GB available");
-    expect_line(r.out, "optimizer 30 bytes/parameter"); /* bf16 weights: the cpu backend's are fp32 (32) */
+    /* Clipping (the default): the moments during the backward (20), the masters after the norm (16). */
+    expect_line(r.out, "optimizer 36 bytes/parameter");
+    expect_line(r.out, "with clipping, 16 of them once the norm is known");
+    expect_line(r.out, "fp32 master: high halves (the bf16 weights)");
     expect_line(r.err, "planning for a CUDA GPU of --gpu-mem");
     mt_cli_result_free(&r);
     mt_cli_run(&r, TIMEOUT_S, "plan", "--preset", "llama-3.2-1b", "--backend", "cuda", NULL);

@@ -58,7 +58,7 @@ static void check_grads_at(const mt_config *cfg, int micro_batches, const uint8_
     size_t n = (size_t)t.layout.total_numel;
     float *want = calloc(n, sizeof *want);
     double want_loss;
-    cr_assert_eq(mt_ref_run_grads_packed(&t.layout, t.store.master, tokens, mask, positions, SEQUENCES, SEQ,
+    cr_assert_eq(mt_ref_run_grads_packed(&t.layout, mt_store_f32(&t.store), tokens, mask, positions, SEQUENCES, SEQ,
                                          &want_loss, want), MT_OK, "%s", mt_error());
     /* fp32 against float64: the loss agrees to ~1e-6 relative. */
     cr_expect_lt(fabs(loss - want_loss), 1e-5 * fabs(want_loss), "loss %.9f, reference %.9f", loss, want_loss);
@@ -127,7 +127,7 @@ Test(model, a_wrong_mask_gives_other_grads) {
     cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, NULL, &loss), MT_OK, "%s", mt_error());
     size_t n = (size_t)t.layout.total_numel;
     float *want = calloc(n, sizeof *want);
-    cr_assert_eq(mt_ref_run_grads_masked(&t.layout, t.store.master, tokens, uneven_mask, SEQUENCES, SEQ, &want_loss,
+    cr_assert_eq(mt_ref_run_grads_masked(&t.layout, mt_store_f32(&t.store), tokens, uneven_mask, SEQUENCES, SEQ, &want_loss,
                                          want), MT_OK, "%s", mt_error());
     mt_ref_diff d;
     mt_ref_compare(&t.layout, mt_engine_host_grads(t.engine), want, &d);
@@ -216,7 +216,7 @@ Test(model, unpacked_windows_are_not_the_packed_reference) {
     cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, NULL, &loss), MT_OK, "%s", mt_error());
     size_t n = (size_t)t.layout.total_numel;
     float *want = calloc(n, sizeof *want);
-    cr_assert_eq(mt_ref_run_grads_packed(&t.layout, t.store.master, tokens, packed_mask, packed_positions, SEQUENCES,
+    cr_assert_eq(mt_ref_run_grads_packed(&t.layout, mt_store_f32(&t.store), tokens, packed_mask, packed_positions, SEQUENCES,
                                          SEQ, &want_loss, want), MT_OK, "%s", mt_error());
     mt_ref_diff d;
     mt_ref_compare(&t.layout, mt_engine_host_grads(t.engine), want, &d);
@@ -241,8 +241,8 @@ static void check_packed_training(mt_config cfg, float clip, const uint8_t *mask
     mt_tiny_model_open(&t, &cfg, &o, 21);
     size_t n = (size_t)t.layout.total_numel;
     float *before = malloc(n * sizeof *before), *want = malloc(n * sizeof *want);
-    memcpy(before, t.store.master, n * sizeof *before);
-    memcpy(want, t.store.master, n * sizeof *want);
+    memcpy(before, mt_store_f32(&t.store), n * sizeof *before);
+    memcpy(want, mt_store_f32(&t.store), n * sizeof *want);
 
     int32_t tokens[STEPS * SEQUENCES * (SEQ + 1)], inputs[STEPS * SEQUENCES * SEQ], targets[STEPS * SEQUENCES * SEQ];
     mt_tiny_windows(22, STEPS * SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
@@ -267,7 +267,7 @@ static void check_packed_training(mt_config cfg, float clip, const uint8_t *mask
      * sides are fp32, so updates agree to ~1e-5; a wrong bias correction, decay or clip is >10%. */
     float *delta = malloc(n * sizeof *delta), *want_delta = malloc(n * sizeof *want_delta);
     for (size_t i = 0; i < n; i++) {
-        delta[i] = t.store.master[i] - before[i];
+        delta[i] = mt_store_f32(&t.store)[i] - before[i];
         want_delta[i] = want[i] - before[i];
     }
     mt_ref_diff d;

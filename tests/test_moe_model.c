@@ -35,7 +35,7 @@ static void check_grads(mt_config cfg, int micro_batches) {
 
     mt_ref_fixture fx;
     cr_assert_eq(mt_ref_fixture_create(&fx), MT_OK, "%s", mt_error());
-    cr_assert_eq(mt_ref_fixture_write_split(&fx, &t.layout, t.store.master, tokens, SEQUENCES, SEQ, micro_batches, NULL),
+    cr_assert_eq(mt_ref_fixture_write_split(&fx, &t.layout, mt_store_f32(&t.store), tokens, SEQUENCES, SEQ, micro_batches, NULL),
                  MT_OK, "%s", mt_error());
     cr_assert_eq(mt_ref_run_jobs(&(mt_ref_job){"grads", &fx}, 1), MT_OK, "%s", mt_error());
     size_t n = (size_t)t.layout.total_numel;
@@ -78,8 +78,8 @@ static void check_training(mt_config cfg, int micro_batches) {
     mt_tiny_model_open(&t, &cfg, &o, 31);
     size_t n = (size_t)t.layout.total_numel;
     float *before = malloc(n * sizeof *before), *want = malloc(n * sizeof *want);
-    memcpy(before, t.store.master, n * sizeof *before);
-    memcpy(want, t.store.master, n * sizeof *want);
+    memcpy(before, mt_store_f32(&t.store), n * sizeof *before);
+    memcpy(want, mt_store_f32(&t.store), n * sizeof *want);
     int32_t tokens[STEPS * SEQUENCES * (SEQ + 1)], inputs[STEPS * SEQUENCES * SEQ], targets[STEPS * SEQUENCES * SEQ];
     mt_tiny_windows(32, STEPS * SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
     float lr = 1e-2f, objective[STEPS], want_losses[STEPS];
@@ -106,7 +106,7 @@ static void check_training(mt_config cfg, int micro_batches) {
                      (double)want_losses[s]);
     float *delta = malloc(n * sizeof *delta), *want_delta = malloc(n * sizeof *want_delta);
     for (size_t i = 0; i < n; i++) {
-        delta[i] = t.store.master[i] - before[i];
+        delta[i] = mt_store_f32(&t.store)[i] - before[i];
         want_delta[i] = want[i] - before[i];
     }
     mt_ref_diff d;
@@ -135,10 +135,9 @@ Test(moe, collapsed_routing_shows_in_the_load) {
     mt_tiny_model_open(&t, &cfg, &o, 41);
     for (int l = 0; l < cfg.num_layers; l++) {
         const mt_tensor *router = mt_layout_tensor(&t.layout, mt_unit_block(l), MT_T_ROUTER);
-        memset(t.store.master + t.layout.units[router->unit].offset + router->offset, 0,
+        memset(mt_store_f32(&t.store) + t.layout.units[router->unit].offset + router->offset, 0,
                (size_t)router->rows * router->cols * sizeof(float));
-    }
-    mt_store_sync_weights(&t.store);
+    } /* (the cpu backend's weights are the fp32 masters themselves) */
     int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
     mt_tiny_windows(42, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
     mt_step_result r;
@@ -191,7 +190,7 @@ static float *train_three_steps(const mt_config *cfg, int device_blocks, float c
     }
     mt_engine_finish(t.engine);
     float *master = malloc((size_t)t.layout.total_numel * sizeof *master);
-    memcpy(master, t.store.master, (size_t)t.layout.total_numel * sizeof *master);
+    memcpy(master, mt_store_f32(&t.store), (size_t)t.layout.total_numel * sizeof *master);
     mt_tiny_model_close(&t);
     return master;
 }

@@ -5,6 +5,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -73,7 +74,7 @@ Test(moments, v_round_trip_relative_and_never_zero) {
 
 typedef struct {
     float master[TOTAL], grad[TOTAL], m[TOTAL], v[TOTAL];
-    uint16_t out[TOTAL];
+    uint16_t hi[TOTAL], lo[TOTAL]; /* the masters split, as a bf16 store keeps them */
     mt_moments mom;
 } state;
 
@@ -99,6 +100,7 @@ static void moments_to_f32(const mt_moments *mom, float *m, float *v) {
  * values the format holds, so that both updates start from the same state. */
 static void make_state(state *s, mt_moments_format format) {
     fill(s->master, TOTAL, 0.02f, 0, 3);
+    mt_master_write((mt_master){.hi = s->hi, .lo = s->lo}, TOTAL, s->master);
     fill(s->grad, TOTAL, 1e-2f, 0, 4);
     fill(s->m, TOTAL, 1e-3f, 0, 5);
     fill(s->v, TOTAL, 1e-5f, 1, 6);
@@ -126,22 +128,35 @@ static float block_absmax(const float *x, size_t i) {
     return a;
 }
 
-/* One update of [AT, AT + N) in `format` and in fp32 from the same state: the masters and bf16
- * weights are the same bits (the fp32 kernel sees the same inputs); the moments come back as the
+/* One update of [AT, AT + N) in `format` and in fp32 from the same state: the masters, fp32 and
+ * split, are the same bits (the fp32 kernel sees the same inputs); the moments come back as the
  * fp32 ones rounded: bf16 exactly (round to nearest even of the same values), 8-bit within the
  * round-trip bounds above, taken on the block's new absmax. 2 threads: the result must not
  * depend on them. */
 static void check_update(mt_moments_format format) {
-    static state s, want;
+    static state s, want, split;
     make_state(&s, format);
-    want = s;
-    mt_adamw_update_moments(&params, 1, s.master + AT, &s.mom, AT, s.grad + AT, s.out + AT, MT_DTYPE_BF16, N, 2);
-    mt_adamw_update(&params, 1, want.master + AT, want.m + AT, want.v + AT, want.grad + AT, want.out + AT,
-                    MT_DTYPE_BF16, N);
-    float m[TOTAL], v[TOTAL];
+    want = split = s;
+    split.mom.m = malloc(TOTAL * 4), split.mom.v = malloc(TOTAL * 4); /* its own moments, the same values */
+    memcpy(split.mom.m, s.mom.m, TOTAL * mt_moments_value_size(format));
+    memcpy(split.mom.v, s.mom.v, TOTAL * mt_moments_value_size(format));
+    if (format == MT_MOMENTS_8BIT) {
+        split.mom.m_scale = malloc(mt_moments_blocks(TOTAL) * 4), split.mom.v_scale = malloc(mt_moments_blocks(TOTAL) * 4);
+        memcpy(split.mom.m_scale, s.mom.m_scale, mt_moments_blocks(TOTAL) * 4);
+        memcpy(split.mom.v_scale, s.mom.v_scale, mt_moments_blocks(TOTAL) * 4);
+    }
+    mt_adamw_update_moments(MT_ADAMW_FULL, &params, 1, (mt_master){.f32 = s.master + AT}, &s.mom, AT, s.grad + AT, N, 2);
+    mt_adamw_update_moments(MT_ADAMW_FULL, &params, 1, (mt_master){.hi = split.hi + AT, .lo = split.lo + AT}, &split.mom,
+                            AT, split.grad + AT, N, 2);
+    mt_adamw_update(MT_ADAMW_FULL, &params, 1, (mt_master){.f32 = want.master + AT}, want.m + AT, want.v + AT,
+                    want.grad + AT, N);
+    float m[TOTAL], v[TOTAL], joined[TOTAL];
     moments_to_f32(&s.mom, m, v);
     cr_assert_arr_eq(s.master, want.master, sizeof s.master, "masters differ from the fp32 update");
-    cr_assert_arr_eq(s.out, want.out, sizeof s.out, "bf16 weights differ from the fp32 update");
+    mt_master_read((mt_master){.hi = split.hi, .lo = split.lo}, TOTAL, joined);
+    cr_assert_arr_eq(joined, want.master, sizeof joined, "split masters differ from the fp32 update");
+    cr_assert_arr_eq(split.mom.m, s.mom.m, TOTAL * mt_moments_value_size(format), "moments differ with split masters");
+    free(split.mom.m), free(split.mom.v), free(split.mom.m_scale), free(split.mom.v_scale);
     for (size_t i = 0; i < TOTAL; i++) {
         if (format == MT_MOMENTS_BF16) {
             cr_assert_eq(((uint16_t *)s.mom.m)[i], mt_f32_to_bf16(want.m[i]), "m[%zu]", i);
@@ -168,10 +183,10 @@ Test(moments, masked_rows_update_only_their_rows) {
         static state s, want, before;
         make_state(&s, f);
         want = before = s;
-        mt_adamw_update_rows(&params, 0, s.master + AT, &s.mom, AT, s.grad + AT, s.out + AT, MT_DTYPE_BF16,
+        mt_adamw_update_rows(MT_ADAMW_FULL, &params, 0, (mt_master){.f32 = s.master + AT}, &s.mom, AT, s.grad + AT,
                              ROWS, COLS, mask, 1, 2);
-        mt_adamw_update(&params, 0, want.master + AT, want.m + AT, want.v + AT, want.grad + AT, want.out + AT,
-                        MT_DTYPE_BF16, ROWS * COLS);
+        mt_adamw_update(MT_ADAMW_FULL, &params, 0, (mt_master){.f32 = want.master + AT}, want.m + AT, want.v + AT,
+                        want.grad + AT, ROWS * COLS);
         for (size_t i = AT; i < AT + ROWS * COLS; i++) {
             int picked = mask[(i - AT) / COLS];
             float expected = picked ? want.master[i] : before.master[i];

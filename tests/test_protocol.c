@@ -88,10 +88,16 @@ static int check_trace(const mt_protocol_row *rows, int n, const mt_protocol_tra
 
 /* One run: two steps, the gradients where the engine keeps them, an evaluation, a sample's logits,
  * mt_engine_finish; every use traced from the engine's creation to its end. */
-static void trace_run(mt_engine_options o, const mt_config *cfg, mt_protocol_trace *t, unsigned *modes) {
+static void trace_run(mt_engine_options o, const mt_config *cfg, mt_moments_format moments, mt_protocol_trace *t,
+                      unsigned *modes) {
     mt_tiny_model m;
     mt_tiny_model_open(&m, cfg, &o, 9);
     mt_engine_destroy(m.engine);
+    if (moments != MT_MOMENTS_F32) { /* clipping takes the deferred update then */
+        mt_store_free(&m.store);
+        cr_assert_eq(mt_store_create_with_moments(&m.store, &m.layout, m.be, moments), MT_OK, "%s", mt_error());
+        mt_store_init_random(&m.store, 9);
+    }
     mt_protocol_trace_init(t);
     cr_assert_eq(mt_engine_create_traced(&m.engine, m.be, &m.store, &o, 0, t), MT_OK, "%s", mt_error());
     *modes = mt_engine_modes(m.engine);
@@ -118,26 +124,30 @@ typedef struct {
     int keep_grads, ends_on_device, ckpt_on_host, tied, slots, micro_batches;
     int device_blocks;
     int head_vocab_chunk; /* 0: the default (no chunks at this vocabulary) */
+    mt_moments_format moments;
 } run_mode;
 
 /* Every mode the table names, alone and together. */
 static const run_mode RUNS[] = {
-    {"clipped", 1.0f, 0, 0, 0, 0, 2, 1, 0, 0},
-    {"overlapped, gradient ring", 0.0f, 0, 0, 0, 0, 2, 1, 0, 0},
-    {"overlapped, every gradient kept", 0.0f, 1, 0, 0, 1, 3, 2, 0, 0},
-    {"clipped, ends on the device", 1.0f, 0, 1, 0, 0, 2, 1, 0, 0},
-    {"overlapped ring, ends on the device", 0.0f, 0, 1, 0, 1, 2, 2, 0, 0},
-    {"clipped, checkpoints on the host", 1.0f, 0, 0, -1, 0, 2, 2, 0, 0},
-    {"overlapped ring, some checkpoints on the host, ends on the device", 0.0f, 0, 1, 2, 1, 3, 1, 0, 0},
+    {"clipped", 1.0f, 0, 0, 0, 0, 2, 1, 0, 0, MT_MOMENTS_F32},
+    {"overlapped, gradient ring", 0.0f, 0, 0, 0, 0, 2, 1, 0, 0, MT_MOMENTS_F32},
+    {"overlapped, every gradient kept", 0.0f, 1, 0, 0, 1, 3, 2, 0, 0, MT_MOMENTS_F32},
+    {"clipped, ends on the device", 1.0f, 0, 1, 0, 0, 2, 1, 0, 0, MT_MOMENTS_F32},
+    {"overlapped ring, ends on the device", 0.0f, 0, 1, 0, 1, 2, 2, 0, 0, MT_MOMENTS_F32},
+    {"clipped, checkpoints on the host", 1.0f, 0, 0, -1, 0, 2, 2, 0, 0, MT_MOMENTS_F32},
+    {"overlapped ring, some checkpoints on the host, ends on the device", 0.0f, 0, 1, 2, 1, 3, 1, 0, 0, MT_MOMENTS_F32},
     /* The ends' gradients in vocabulary chunks, copied home by compute: the same table. */
-    {"clipped, ends in vocabulary chunks", 1.0f, 0, 0, 0, 0, 2, 2, 0, 16},
-    {"overlapped ring, ends in vocabulary chunks, checkpoints on the host", 0.0f, 0, 0, -1, 0, 2, 1, 0, 16},
-    {"clipped, two blocks on the device", 1.0f, 0, 0, 0, 0, 2, 1, 2, 0},
-    {"overlapped ring, a block and the ends on the device, checkpoints on the host", 0.0f, 0, 1, -1, 1, 2, 2, 1, 0},
-    {"clipped, every gradient kept, blocks on the device", 1.0f, 1, 0, 1, 0, 3, 1, 4, 0},
+    {"clipped, ends in vocabulary chunks", 1.0f, 0, 0, 0, 0, 2, 2, 0, 16, MT_MOMENTS_F32},
+    {"overlapped ring, ends in vocabulary chunks, checkpoints on the host", 0.0f, 0, 0, -1, 0, 2, 1, 0, 16, MT_MOMENTS_F32},
+    {"clipped, two blocks on the device", 1.0f, 0, 0, 0, 0, 2, 1, 2, 0, MT_MOMENTS_F32},
+    {"overlapped ring, a block and the ends on the device, checkpoints on the host", 0.0f, 0, 1, -1, 1, 2, 2, 1, 0, MT_MOMENTS_F32},
+    {"clipped, every gradient kept, blocks on the device", 1.0f, 1, 0, 1, 0, 3, 1, 4, 0, MT_MOMENTS_F32},
     /* Tied in vocabulary chunks: the embedding's gradient whole only after its backward. */
-    {"overlapped ring, tied in vocabulary chunks", 0.0f, 0, 0, 0, 1, 2, 1, 0, 16},
-    {"clipped, tied in vocabulary chunks, checkpoints on the host", 1.0f, 0, 0, -1, 1, 2, 2, 0, 16},
+    {"overlapped ring, tied in vocabulary chunks", 0.0f, 0, 0, 0, 1, 2, 1, 0, 16, MT_MOMENTS_F32},
+    {"clipped, tied in vocabulary chunks, checkpoints on the host", 1.0f, 0, 0, -1, 1, 2, 2, 0, 16, MT_MOMENTS_F32},
+    /* bf16 moments: clipping waits for the norm to update anything (deferred). */
+    {"clipped, bf16 moments", 1.0f, 0, 0, 0, 0, 2, 1, 0, 0, MT_MOMENTS_BF16},
+    {"clipped, bf16 moments, ends in vocabulary chunks", 1.0f, 0, 0, 0, 1, 2, 2, 0, 16, MT_MOMENTS_BF16},
 };
 
 static void trace_mode(const run_mode *m, mt_protocol_trace *t, unsigned *modes) {
@@ -155,7 +165,7 @@ static void trace_mode(const run_mode *m, mt_protocol_trace *t, unsigned *modes)
     o.device_blocks = m->device_blocks;
     o.ckpt_on_host = m->ckpt_on_host < 0 ? cfg.num_layers : m->ckpt_on_host;
     if (m->head_vocab_chunk) o.head_vocab_chunk = m->head_vocab_chunk;
-    trace_run(o, &cfg, t, modes);
+    trace_run(o, &cfg, m->moments, t, modes);
 }
 
 Test(protocol, the_table_is_what_the_engine_does) {
@@ -171,7 +181,7 @@ Test(protocol, the_table_is_what_the_engine_does) {
         mt_protocol_trace_free(&t);
     }
     unsigned every = MT_MODE_CLIPPED | MT_MODE_OVERLAPPED | MT_MODE_RING | MT_MODE_ENDS_DEVICE | MT_MODE_CKPT_HOST |
-                     MT_MODE_DEVICE_STATE | MT_MODE_EMBED_LATE;
+                     MT_MODE_DEVICE_STATE | MT_MODE_EMBED_LATE | MT_MODE_SPECULATIVE;
     cr_expect_eq(all_modes, every, "the runs cover every mode the table names");
     for (int r = 0; r < mt_protocol_rows; r++) { /* no row is dead */
         int applies = 0;

@@ -87,7 +87,7 @@ static float *train(const mt_config *cfg, int n, int M, shape sh, double loss[ST
     cr_assert_eq(mt_engine_finish(mt_ranks_leader(t.g)), STEPS);
     size_t count = (size_t)t.layout.total_numel;
     float *state = malloc(3 * count * sizeof *state);
-    memcpy(state, t.store.master, count * sizeof *state);
+    memcpy(state, mt_store_f32(&t.store), count * sizeof *state);
     memcpy(state + count, t.store.moments.m, count * sizeof *state);
     memcpy(state + 2 * count, t.store.moments.v, count * sizeof *state);
     group_close(&t);
@@ -125,7 +125,7 @@ static void expect_one_ranks_bits(const char *what, const mt_config *cfg, int n,
     mt_engine_options o = options(1, sh);
     mt_tiny_model_open(&init, cfg, &o, 7);
     size_t moved = 0;
-    for (size_t i = 0; i < count; i++) moved += one[i] != init.store.master[i];
+    for (size_t i = 0; i < count; i++) moved += one[i] != mt_store_f32(&init.store)[i];
     mt_tiny_model_close(&init);
     cr_expect_gt(moved, count / 2, "%s: training moved %zu of %zu masters", what, moved, count);
     free(one);

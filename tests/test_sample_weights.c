@@ -33,7 +33,7 @@ Test(sample_weights, weights_alone_give_the_full_models_logits) {
     mt_store weights;
     int64_t step = -1;
     cr_assert_eq(mt_store_create_weights(&weights, &full.layout, full.be), MT_OK, "%s", mt_error());
-    cr_assert_null(weights.master, "a store of weights alone holds fp32 masters");
+    cr_assert_null(weights.low, "a store of weights alone holds the masters' low halves");
     cr_assert_null(weights.moments.m, "a store of weights alone holds moments");
     cr_assert_eq(mt_run_load_weights(ckpt, &weights, &step), MT_OK, "%s", mt_error());
     cr_assert_eq(step, 3);

@@ -197,7 +197,7 @@ static float *masters_after_training(const mt_config *cfg, int tile, double *fir
     mt_engine_finish(t.engine);
     size_t n = (size_t)t.layout.total_numel;
     float *master = malloc(n * sizeof *master);
-    memcpy(master, t.store.master, n * sizeof *master);
+    mt_store_read_masters(&t.store, 0, n, master);
     mt_tiny_model_close(&t);
     return master;
 }

@@ -74,7 +74,7 @@ static mt_status replica(const mt_world *w, int steps, const char *out) {
     if (rc == MT_OK && out) {
         FILE *f = fopen(out, "wb");
         size_t n = (size_t)lay.total_numel;
-        if (!f || fwrite(store.master, 4, n, f) != n || fwrite(store.moments.m, 4, n, f) != n ||
+        if (!f || fwrite(mt_store_f32(&store), 4, n, f) != n || fwrite(store.moments.m, 4, n, f) != n ||
             fwrite(store.moments.v, 4, n, f) != n)
             rc = mt_fail(MT_ERR_IO, "%s: cannot write the state", out);
         if (f) fclose(f);
@@ -127,7 +127,7 @@ static float *threads_state(size_t *n) {
     mt_engine_finish(mt_ranks_leader(g));
     *n = (size_t)lay.total_numel;
     float *state = malloc(3 * *n * 4);
-    memcpy(state, store.master, *n * 4);
+    memcpy(state, mt_store_f32(&store), *n * 4);
     memcpy(state + *n, store.moments.m, *n * 4);
     memcpy(state + 2 * *n, store.moments.v, *n * 4);
     mt_ranks_stop(g);

@@ -23,7 +23,7 @@ args=(--params "$params" --threads "$threads" --iters "$iters")
 "$python" bench/adamw/torch_adamw.py "${args[@]}" >>"$raw"
 
 # One row per measurement; "x torch" divides an AdamW row's G params/s by torch's at the same
-# thread count. Bytes per parameter: ours 30 (bf16 weights written too), torch 28.
+# thread count. Bytes per parameter: ours 28 (split masters: the bf16 weights are their high halves), torch 28.
 awk '
     /^#/ { print; next }
     {

@@ -10,16 +10,21 @@
  * events; a CPU optimizer thread updates each unit once its gradients are home.
  *
  * Clipping meets the overlap like this:
- *   max_grad_norm > 0: exact clipping. The global norm is known when the backward ends; the
- *     optimizer then updates units in forward order while the next step's forward already runs,
- *     each unit's copy waiting only for that unit's update. A step whose norm is NaN/Inf is
- *     skipped (weights and moments unchanged).
+ *   max_grad_norm > 0: exact clipping. The global norm is known when the backward ends. While the
+ *     backward runs the optimizer takes each unit's Adam moments from its gradients as they come
+ *     home (speculatively: as if the step were not clipped) and keeps the gradients; once the norm
+ *     is known it updates the masters in forward order while the next step's forward already
+ *     runs, each unit's copy waiting only for that unit's update: from those moments when the step
+ *     is not clipped (the plain update's bits), after correcting them from the kept gradients when
+ *     it is (within fp32 rounding of the plain update). A step whose norm is NaN/Inf is skipped
+ *     (the masters unchanged, the moments' speculative term undone). With bf16 or 8-bit moments the
+ *     whole update waits for the norm (engine_internal.h's modes).
  *   max_grad_norm == 0: no clipping; each unit is updated as soon as its gradients are home,
  *     overlapping the rest of the backward.
- * Exact clipping keeps every host-updated unit's fp32 gradient on the host until the norm is known
- * (4 bytes per parameter; the device-updated units' wait on the device); without clipping the blocks' gradients land in a ring of GRAD_RING unit-sized
- * buffers, each reused once the optimizer is done with it, which is what lets an 8B model's
- * state fit a 128 GiB host. */
+ * Exact clipping keeps every host-updated unit's fp32 gradient on the host until the step's update
+ * is through with it (4 bytes per parameter; the device-updated units' wait on the device); without
+ * clipping the blocks' gradients land in a ring of a few unit-sized buffers, each reused once the
+ * optimizer is done with it. */
 #ifndef MT_ENGINE_ENGINE_H
 #define MT_ENGINE_ENGINE_H
 

@@ -150,6 +150,8 @@ static void walk(const shape *s, walker *w) {
     HOST(host_logits, host_staging, V * 4, "logits");
     HOST(host_inv_freq, host_staging, rope * 4, "RoPE frequencies");
     for (int i = 0; i < 2; i++) HOST(input_rows[i], host_staging, V, "the input-token row masks");
+    if (on_device)
+        HOST(master_staging, host_staging, MT_ENGINE_MASTER_STAGING, "the staging of the device-updated units' masters");
     if (moe) {
         HOST(host_moe_counts, host_staging, M * moe * E * 4, "the experts' token counts");
         HOST(host_aux_loss, host_staging, 4, "the load-balancing loss");

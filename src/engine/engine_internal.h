@@ -16,13 +16,29 @@
  * being read, one on its way out or in. */
 #define CKPT_STAGES 3
 
+/* The device-updated units' masters go up and come home through a host buffer of this many bytes:
+ * the store keeps them split (store.h), the device in fp32. */
+#define MT_ENGINE_MASTER_STAGING ((size_t)64 << 20)
+
+/* How the optimizer thread takes a step (engine_optimizer.c):
+ *   OVERLAPPED   no clipping: each unit's whole update as soon as its gradients are home, during
+ *                the backward;
+ *   SPECULATIVE  exact clipping with fp32 moments: each unit's moments as its gradients come home,
+ *                with the gradient as it is, during the backward; once the global norm is known
+ *                (norm_known), the masters, in the order the next forward needs them: from those
+ *                moments when the step is not clipped (bitwise the plain update), after correcting
+ *                them with the kept gradient when it is, undoing them when the step is skipped;
+ *   DEFERRED     exact clipping with bf16 or 8-bit moments (each part would round them): every
+ *                unit's update once the pass is done and the norm known. */
+typedef enum { MT_OPT_OVERLAPPED, MT_OPT_SPECULATIVE, MT_OPT_DEFERRED } mt_opt_mode;
+
 /* What the optimizer thread is asked to do for one step. */
 typedef struct {
     int64_t generation; /* the step's index: its updates raise the flags to generation + 1 */
     float lr;           /* also the device's, for the units it updates (ends_on_device) */
-    int overlapped;     /* update each unit as its gradients arrive (no clipping) */
-    float grad_scale;   /* clip coefficient (deferred mode) */
-    int skip;           /* non-finite gradient: leave everything unchanged */
+    mt_opt_mode mode;
+    float grad_scale;   /* deferred: the clip coefficient */
+    int skip;           /* deferred: non-finite gradient: leave everything unchanged */
 } mt_opt_job;
 
 struct mt_engine {
@@ -81,6 +97,7 @@ struct mt_engine {
     float *grad_ring_base;     /* ring mode: [grad_ring][max block] */
     int grad_ring;             /* ring mode: blocks' gradients rotate through this many buffers */
     float *host_norms, *host_loss, *host_logits, *host_inv_freq;
+    float *master_staging;     /* the device-updated units' masters pass through it (engine_device_state.c) */
     int32_t *host_moe_counts;  /* [M][moe_layers][E] */
     float *host_aux_loss;
 
@@ -108,7 +125,11 @@ struct mt_engine {
     pthread_cond_t opt_cond;
     mt_opt_job job;
     int job_pending, opt_stop;
+    int opt_busy;              /* a job is running; guarded by opt_lock */
+    int opt_halted;            /* (atomic) mt_engine_optimizer_halt: no more work, ever */
     int64_t adam_step;         /* updates applied; guarded by opt_lock */
+    float norm_scale;          /* speculative: the step's clip coefficient, and whether it is */
+    int norm_skip;             /* skipped; guarded by opt_lock, written before norm_known rises */
     double opt_seconds;        /* time spent updating in the last step; guarded by opt_lock */
     double opt_seconds_per_block; /* its mean per block; guarded by opt_lock */
     double job_block_seconds;  /* the running job's time on blocks so far; optimizer thread only */
@@ -332,6 +353,22 @@ mt_status mt_engine_create_rank(mt_engine **out, mt_backend *be, mt_store *store
 mt_status mt_engine_optimizer_start(mt_engine *e);
 void mt_engine_optimizer_stop(mt_engine *e);
 void mt_engine_optimizer_post(mt_engine *e, const mt_opt_job *job);
+/* Speculative: tells the optimizer step g's clip coefficient (or that it is skipped), raising
+ * norm_known. */
+void mt_engine_optimizer_norm(mt_engine *e, float scale, int skip);
+/* The optimizer of `opt` (a lone engine, or a group's leader) stops for good: a pass failed after
+ * it posted a job the optimizer works on during the backward (the gradients it waits for never
+ * come), or a rank of the group failed. In order: the halt is set; every flag the optimizer may
+ * wait on is raised past any step, on every rank, so that it wakes, sees the halt and does no more
+ * work (it never reads a gradient buffer a copy may still be filling); once it is idle, every flag
+ * an issuing thread may wait on is raised, so that none waits forever (the flags' values no longer
+ * mean anything). The engines refuse every later step. */
+void mt_engine_optimizer_halt(mt_engine *opt);
+/* Whether the optimizer of `opt` was halted. */
+int mt_engine_optimizer_halted(const mt_engine *opt);
+/* Speculative: the issuing thread waits until the optimizer is through with unit u's previous
+ * gradients before this pass's land where they lie (a no-op in the other modes). */
+double mt_engine_await_grads_taken(mt_engine *e, int u);
 /* The optimizer calls this before it updates unit u: runs the update guard, if any. */
 void mt_engine_guard_unit(mt_engine *e, int u);
 

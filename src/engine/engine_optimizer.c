@@ -1,6 +1,6 @@
 /* The CPU optimizer thread: AdamW on each unit once its gradients are home, writing the unit's
- * next working weights straight into the store that the h2d stream copies from, then raising
- * the unit's flag so that the next copy of it may start. */
+ * masters, whose high halves (or fp32 values) are what the h2d stream copies, then raising the
+ * unit's flag so that the next copy of it may start. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,15 +22,14 @@ static mt_adamw_params adamw_params(const mt_engine *e, const mt_opt_job *job, i
     return mt_engine_adamw_params(e, job->lr, adam_step, job->grad_scale);
 }
 
-/* Piece `piece` of `pieces` of unit u: element ranges cut on moment-block boundaries, so that no
- * 8-bit block is requantized by two pieces (updating piece by piece gives the same bits as the
- * whole unit at once). */
-static void update_unit_piece(mt_engine *e, const mt_opt_job *job, int64_t adam_step, int u, int piece,
-                              int pieces) {
+/* Part `part` of the update (optim/adamw.h) of piece `piece` of `pieces` of unit u: element ranges
+ * cut on moment-block boundaries, so that no 8-bit block is requantized by two pieces (updating
+ * piece by piece gives the same bits as the whole unit at once). */
+static void update_unit_piece(mt_engine *e, const mt_opt_job *job, int64_t adam_step, mt_adamw_part part, int u,
+                              int piece, int pieces) {
     mt_engine_guard_unit(e, u);
     mt_store *s = e->store;
     const mt_unit *unit = &e->lay->units[u];
-    size_t wsize = mt_dtype_size(s->weight_dtype);
     mt_adamw_params p = adamw_params(e, job, adam_step);
     int64_t end = unit->offset + unit->numel, block = MT_MOMENTS_BLOCK;
     int64_t lo = (unit->offset + unit->numel * piece / pieces + block - 1) / block * block;
@@ -44,15 +43,14 @@ static void update_unit_piece(mt_engine *e, const mt_opt_job *job, int64_t adam_
         if (from < lo) from = lo;
         if (to > hi) to = hi;
         if (from >= to) continue;
-        mt_adamw_update_moments(&p, t->decay, s->master + from, &s->moments, (size_t)from,
-                                e->grad_home[u] + (from - unit->offset), (char *)s->weights + from * (int64_t)wsize,
-                                s->weight_dtype, (size_t)(to - from), e->o.opt_threads);
+        mt_adamw_update_moments(part, &p, t->decay, mt_store_masters(s, from), &s->moments, (size_t)from,
+                                e->grad_home[u] + (from - unit->offset), (size_t)(to - from), e->o.opt_threads);
     }
     if (unit->kind == MT_UNIT_BLOCK) e->job_block_seconds += mt_now() - t0;
 }
 
-static void update_unit(mt_engine *e, const mt_opt_job *job, int64_t adam_step, int u) {
-    update_unit_piece(e, job, adam_step, u, 0, 1);
+static void update_unit(mt_engine *e, const mt_opt_job *job, int64_t adam_step, mt_adamw_part part, int u) {
+    update_unit_piece(e, job, adam_step, part, u, 0, 1);
 }
 
 /* The embedding rows whose mask entry equals `which` (AdamW is elementwise, so updating the rows
@@ -62,20 +60,29 @@ static void update_embedding_rows(mt_engine *e, const mt_opt_job *job, int64_t a
     mt_engine_guard_unit(e, 0);
     mt_store *s = e->store;
     const mt_tensor *t = mt_layout_tensor(e->lay, 0, MT_T_WTE);
-    size_t wsize = mt_dtype_size(s->weight_dtype);
     mt_adamw_params p = adamw_params(e, job, adam_step);
     int64_t at = e->lay->units[0].offset + t->offset;
-    mt_adamw_update_rows(&p, t->decay, s->master + at, &s->moments, (size_t)at, e->grad_home[0] + t->offset,
-                         (char *)s->weights + at * (int64_t)wsize, s->weight_dtype, (size_t)t->rows,
-                         (size_t)t->cols, mask, which, e->o.opt_threads);
+    mt_adamw_update_rows(MT_ADAMW_FULL, &p, t->decay, mt_store_masters(s, at), &s->moments, (size_t)at,
+                         e->grad_home[0] + t->offset, (size_t)t->rows, (size_t)t->cols, mask, which, e->o.opt_threads);
+}
+
+/* Counts an update (a skipped step counts none) and returns the step number its bias correction
+ * takes. Done before the job's first flag rises, so whoever has seen every flag also sees it. */
+static int64_t count_update(mt_engine *e, int skip) {
+    pthread_mutex_lock(&e->opt_lock);
+    int64_t adam_step = e->adam_step + 1;
+    if (!skip) e->adam_step = adam_step;
+    pthread_mutex_unlock(&e->opt_lock);
+    return adam_step;
 }
 
 /* Deferred (exact clipping): every gradient is home; update in the order the next forward needs
  * the units. */
-static void run_deferred(mt_engine *e, const mt_opt_job *job, int64_t adam_step) {
+static void run_deferred(mt_engine *e, const mt_opt_job *job) {
+    int64_t adam_step = count_update(e, job->skip);
     for (int u = 0; u < e->U; u++) {
         double t0 = mt_now();
-        if (!job->skip && !mt_engine_unit_on_device(e, u)) update_unit(e, job, adam_step, u);
+        if (!job->skip && !mt_engine_unit_on_device(e, u)) update_unit(e, job, adam_step, MT_ADAMW_FULL, u);
         e->job_update_seconds += mt_now() - t0;
         mt_engine_raise(e, MT_FL_UPDATED, u, job->generation);
     }
@@ -131,14 +138,12 @@ static int list_work(const mt_engine *e, opt_work *work, int *arrival) {
     return n;
 }
 
-/* Whether w's gradients are home, every rank's slice of them (the leader of ranks: each rank copies
- * its own); `wait`: wait until they are. The embedding's other rows come from its early copy where
- * there is one (mt_engine_embed_early_copy), else with the whole. */
-static int work_home(mt_engine *e, const mt_opt_job *job, const opt_work *w, int wait) {
-    int early = w->kind == WORK_EMBED_OTHER_ROWS && mt_engine_embed_early_copy(e);
+/* Whether unit u's gradients (`early`: the embedding's early copy) are home, every rank's slice
+ * of them (the leader of ranks: each rank copies its own); `wait`: wait until they are. */
+static int unit_home(mt_engine *e, const mt_opt_job *job, int u, int early, int wait) {
     mt_fl issued = early ? MT_FL_EMBED_EARLY_ISSUED : MT_FL_GRADS_ISSUED;
     mt_ev home = early ? MT_EV_EMBED_EARLY_HOME : MT_EV_GRADS_HOME;
-    int i = early ? 0 : w->unit;
+    int i = early ? 0 : u;
     for (int r = 0; r < e->ranks; r++) {
         mt_engine *rank = e->peers ? e->peers[r] : e;
         if (!wait) {
@@ -152,13 +157,20 @@ static int work_home(mt_engine *e, const mt_opt_job *job, const opt_work *w, int
     return 1;
 }
 
+/* Whether w's gradients are home. The embedding's other rows come from its early copy where there
+ * is one (mt_engine_embed_early_copy), else with the whole. */
+static int work_home(mt_engine *e, const mt_opt_job *job, const opt_work *w, int wait) {
+    int early = w->kind == WORK_EMBED_OTHER_ROWS && mt_engine_embed_early_copy(e);
+    return unit_home(e, job, w->unit, early, wait);
+}
+
 static void work_run(mt_engine *e, const mt_opt_job *job, int64_t adam_step, const opt_work *w) {
     const uint8_t *mask = e->input_rows[job->generation % 2];
     switch (w->kind) {
     case WORK_EMBED_INPUT_ROWS: update_embedding_rows(e, job, adam_step, mask, 1); break;
     case WORK_EMBED_OTHER_ROWS: update_embedding_rows(e, job, adam_step, mask, 0); break;
-    case WORK_BLOCK: update_unit(e, job, adam_step, w->unit); break;
-    case WORK_HEAD_PIECE: update_unit_piece(e, job, adam_step, w->unit, w->piece, w->pieces); break;
+    case WORK_BLOCK: update_unit(e, job, adam_step, MT_ADAMW_FULL, w->unit); break;
+    case WORK_HEAD_PIECE: update_unit_piece(e, job, adam_step, MT_ADAMW_FULL, w->unit, w->piece, w->pieces); break;
     }
 }
 
@@ -190,7 +202,8 @@ static int pick_home(mt_engine *e, const mt_opt_job *job, const opt_work *work, 
     return -1;
 }
 
-static void run_overlapped(mt_engine *e, const mt_opt_job *job, int64_t adam_step) {
+static void run_overlapped(mt_engine *e, const mt_opt_job *job) {
+    int64_t adam_step = count_update(e, 0);
     int max = 2 + e->L + head_pieces(e), arrival[max];
     opt_work work[max];
     int n = list_work(e, work, arrival), left = n;
@@ -202,6 +215,7 @@ static void run_overlapped(mt_engine *e, const mt_opt_job *job, int64_t adam_ste
         int pick = pick_home(e, job, work, n);
         for (int a = 0; pick < 0; a++) /* nothing is home: wait for the next to arrive */
             if (!work[arrival[a]].done) work_home(e, job, &work[pick = arrival[a]], 1);
+        if (mt_engine_optimizer_halted(e)) return; /* the flags it read no longer mean anything */
         double t0 = mt_now();
         work_run(e, job, adam_step, &work[pick]);
         e->job_update_seconds += mt_now() - t0;
@@ -210,19 +224,106 @@ static void run_overlapped(mt_engine *e, const mt_opt_job *job, int64_t adam_ste
     }
 }
 
-static void run_job(mt_engine *e, const mt_opt_job *job) {
-    /* Counted before any flag rises, so whoever has seen every flag also sees the count. */
+/* Speculative (exact clipping, fp32 moments): while the backward runs, each host-updated unit's
+ * moments as its gradients come home (MOMENTS, with the gradient as it is), in the order they
+ * arrive: the head, blocks L-1..D, the embedding. The gradients stay where they landed. Once the
+ * norm is known, the masters, in the order the next forward needs them:
+ *   not clipped   WEIGHTS from those moments: the plain update's bits. A unit whose moments were
+ *                 not taken yet (the norm came first) takes the plain update (FULL) at once.
+ *   clipped       CORRECT: the kept gradient's term taken back out of the moments and the clipped
+ *                 one put in, within fp32 rounding of the plain update (optim/adamw.h); in two
+ *                 passes: the masters first (CORRECT_MASTERS: 20 bytes a parameter, what the next
+ *                 forward waits for), then, once every unit's are out, the moments
+ *                 (CORRECT_MOMENTS), each unit's before its next gradients come home over the ones
+ *                 they read (grads_taken).
+ *   skipped       UNDO: the moments back to within fp32 rounding of before; the masters untouched.
+ * In the last two every unit takes MOMENTS first, whether or not the norm came before it, so that
+ * the bits never depend on timing. */
+/* The step's norm as the issuing thread told it: its clip coefficient and whether it is skipped. */
+static void read_norm(mt_engine *e, float *scale, int *skip) {
     pthread_mutex_lock(&e->opt_lock);
-    int64_t adam_step = e->adam_step + 1;
-    if (!job->skip) e->adam_step = adam_step;
+    *scale = e->norm_scale;
+    *skip = e->norm_skip;
     pthread_mutex_unlock(&e->opt_lock);
+}
+
+static void run_speculative(mt_engine *e, const mt_opt_job *job) {
+    int arrival[e->U], n = 0;
+    uint8_t taken[e->U];
+    memset(taken, 0, sizeof taken);
+    arrival[n++] = e->U - 1;
+    for (int l = e->L - 1; l >= 0; l--) arrival[n++] = mt_unit_block(l);
+    arrival[n++] = 0;
+    int norm_known = 0, plain = 0, skip = 0;
+    float scale = 1.0f;
+    for (int k = 0; k < n && !plain; k++) {
+        int u = arrival[k];
+        if (mt_engine_unit_on_device(e, u)) continue;
+        if (!norm_known && mt_engine_reached(e, MT_FL_NORM_KNOWN, 0, job->generation, MT_GEN_NEXT)) {
+            norm_known = 1;
+            read_norm(e, &scale, &skip);
+            plain = !skip && scale == 1.0f;
+            if (plain) break;
+        }
+        unit_home(e, job, u, 0, 1);
+        if (mt_engine_optimizer_halted(e)) return;
+        double t0 = mt_now();
+        update_unit(e, job, 1, MT_ADAMW_MOMENTS, u); /* the moments' part reads no step count */
+        e->job_update_seconds += mt_now() - t0;
+        taken[u] = 1;
+    }
+    if (!norm_known) {
+        mt_engine_await(e, MT_FL_NORM_KNOWN, 0, job->generation, MT_GEN_NEXT);
+        read_norm(e, &scale, &skip);
+    }
+    if (mt_engine_optimizer_halted(e)) return;
+    int clipped = !skip && scale != 1.0f;
+    mt_opt_job step = *job;
+    step.grad_scale = skip ? 1.0f : scale;
+    int64_t adam_step = count_update(e, skip);
+    for (int u = 0; u < e->U; u++) {
+        int host = !mt_engine_unit_on_device(e, u);
+        if (host) {
+            double t0 = mt_now();
+            if (!taken[u]) {
+                unit_home(e, job, u, 0, 1);
+                if (mt_engine_optimizer_halted(e)) return;
+                if (skip || clipped) update_unit(e, job, 1, MT_ADAMW_MOMENTS, u);
+            }
+            mt_adamw_part part = skip      ? MT_ADAMW_UNDO
+                                 : clipped ? MT_ADAMW_CORRECT_MASTERS
+                                 : taken[u] ? MT_ADAMW_WEIGHTS
+                                            : MT_ADAMW_FULL;
+            update_unit(e, &step, adam_step, part, u);
+            e->job_update_seconds += mt_now() - t0;
+        }
+        mt_engine_raise(e, MT_FL_UPDATED, u, job->generation);
+        if (!host || !clipped) mt_engine_raise(e, MT_FL_GRADS_TAKEN, u, job->generation);
+    }
+    /* Clipped: the corrected moments, after every master is out, in the order the next backward's
+     * gradients come home, each unit's before its next gradients land on the ones these read. */
+    for (int k = 0; clipped && k < n; k++) {
+        int u = arrival[k];
+        if (mt_engine_unit_on_device(e, u)) continue;
+        double t0 = mt_now();
+        update_unit(e, &step, adam_step, MT_ADAMW_CORRECT_MOMENTS, u);
+        e->job_update_seconds += mt_now() - t0;
+        mt_engine_raise(e, MT_FL_GRADS_TAKEN, u, job->generation);
+    }
+}
+
+static void run_job(mt_engine *e, const mt_opt_job *job) {
     e->job_block_seconds = 0;
     e->job_update_seconds = 0;
-    if (job->overlapped) run_overlapped(e, job, adam_step);
-    else run_deferred(e, job, adam_step);
+    if (mt_engine_optimizer_halted(e)) return;
+    switch (job->mode) {
+    case MT_OPT_OVERLAPPED: run_overlapped(e, job); break;
+    case MT_OPT_SPECULATIVE: run_speculative(e, job); break;
+    case MT_OPT_DEFERRED: run_deferred(e, job); break;
+    }
     pthread_mutex_lock(&e->opt_lock);
     e->opt_seconds = e->job_update_seconds;
-    e->opt_seconds_per_block = job->skip || e->D == e->L ? 0 : e->job_block_seconds / (e->L - e->D);
+    e->opt_seconds_per_block = e->D == e->L ? 0 : e->job_block_seconds / (e->L - e->D);
     pthread_mutex_unlock(&e->opt_lock);
 }
 
@@ -256,9 +357,14 @@ static void *optimizer_main(void *arg) {
         }
         mt_opt_job job = e->job;
         e->job_pending = 0;
+        e->opt_busy = 1;
         pthread_cond_broadcast(&e->opt_cond);
         pthread_mutex_unlock(&e->opt_lock);
         run_job(e, &job);
+        pthread_mutex_lock(&e->opt_lock);
+        e->opt_busy = 0;
+        pthread_cond_broadcast(&e->opt_cond);
+        pthread_mutex_unlock(&e->opt_lock);
     }
 }
 
@@ -342,8 +448,49 @@ void mt_engine_optimizer_post(mt_engine *e, const mt_opt_job *job) {
     pthread_mutex_unlock(&e->opt_lock);
 }
 
+void mt_engine_optimizer_norm(mt_engine *e, float scale, int skip) {
+    pthread_mutex_lock(&e->opt_lock);
+    e->norm_scale = scale;
+    e->norm_skip = skip;
+    pthread_mutex_unlock(&e->opt_lock);
+    mt_engine_raise(e, MT_FL_NORM_KNOWN, 0, e->generation);
+}
+
+int mt_engine_optimizer_halted(const mt_engine *opt) { return __atomic_load_n(&opt->opt_halted, __ATOMIC_ACQUIRE); }
+
+static void raise_for_good(mt_engine *e, mt_fl id) {
+    for (int i = 0; i < e->n_fl[id]; i++) mt_flag_set(&e->fl[id][i], INT64_MAX / 2);
+}
+
+void mt_engine_optimizer_halt(mt_engine *opt) {
+    __atomic_store_n(&opt->opt_halted, 1, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&opt->opt_lock);
+    opt->norm_scale = 1.0f;
+    opt->norm_skip = 1;
+    pthread_mutex_unlock(&opt->opt_lock);
+    int n = opt->peers ? opt->ranks : 1;
+    static const mt_fl optimizer_waits[] = {MT_FL_GRADS_ISSUED, MT_FL_EMBED_EARLY_ISSUED, MT_FL_NORM_KNOWN};
+    static const mt_fl issuer_waits[] = {MT_FL_UPDATED, MT_FL_EMBED_EARLY_DONE, MT_FL_GRADS_TAKEN};
+    for (int r = 0; r < n; r++)
+        for (size_t k = 0; k < sizeof optimizer_waits / sizeof *optimizer_waits; k++)
+            raise_for_good(opt->peers ? opt->peers[r] : opt, optimizer_waits[k]);
+    pthread_mutex_lock(&opt->opt_lock);
+    while (opt->opt_busy || opt->job_pending) pthread_cond_wait(&opt->opt_cond, &opt->opt_lock);
+    pthread_mutex_unlock(&opt->opt_lock);
+    for (int r = 0; r < n; r++)
+        for (size_t k = 0; k < sizeof issuer_waits / sizeof *issuer_waits; k++)
+            raise_for_good(opt->peers ? opt->peers[r] : opt, issuer_waits[k]);
+}
+
+static int speculative(const mt_engine *e) { return (mt_engine_modes(e) & MT_MODE_SPECULATIVE) != 0; }
+
+double mt_engine_await_grads_taken(mt_engine *e, int u) {
+    return speculative(e) ? mt_engine_await(e, MT_FL_GRADS_TAKEN, u, e->generation, MT_GEN_G) : 0;
+}
+
 int64_t mt_engine_finish(mt_engine *e) {
     for (int u = 0; u < e->U; u++) mt_engine_await(e, MT_FL_UPDATED, u, e->generation, MT_GEN_G);
+    for (int u = 0; u < e->U; u++) mt_engine_await_grads_taken(e, u); /* the moments are final */
     mt_engine_device_home(e);
     mt_engine *opt = e->leader ? e->leader : e;
     pthread_mutex_lock(&opt->opt_lock);

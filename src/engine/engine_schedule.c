@@ -133,7 +133,9 @@ typedef struct {
     mt_run_mode mode;
     int train;                 /* a backward runs (MT_RUN_TRAIN, MT_RUN_GRADS) */
     const mt_opt_job *step;    /* MT_RUN_TRAIN: the step's optimizer job */
-    const mt_opt_job *overlap; /* the same when the optimizer runs during the backward (no clipping) */
+    const mt_opt_job *early;   /* the same when the optimizer works during the backward (posted as it
+                                * starts; the copies home tell it when each unit's gradients are issued) */
+    const mt_opt_job *overlap; /* the same when that work is the whole update (no clipping) */
     int device_update;         /* the device updates the units whose state it keeps at the end of the
                                 * pass */
     int ends_home;             /* the embedding's and head's gradients go home: unless the device
@@ -235,6 +237,7 @@ static void free_head_weights(mt_engine *e) {
 static mt_status head(mt_engine *e, pass *p) {
     compute_wait(e, MT_EV_HEAD_LOADED, 0);
     if (p->train) {
+        if (p->ends_home) p->r->waited += mt_engine_await_grads_taken(e, e->U - 1);
         mt_engine_wait(e, e->compute, MT_EV_GRADS_HOME, e->U - 1);
         mt_zero_async(e->be, e->head_grad, mt_engine_head_grad_numel(e) * 4, e->compute);
     }
@@ -278,7 +281,10 @@ static mt_status resident_backward(mt_engine *e, pass *p, int l) {
     MT_TRY(mt_engine_launch(e, j));
     mt_engine_ckpt_read(e, l);
     mt_engine_ckpt_fetch(e, l - 1);
-    if (p->resident_home) send_home(e, u, grads, MT_EV_UNIT_READY, 0, p->overlap != NULL);
+    if (p->resident_home) {
+        p->r->waited += mt_engine_await_grads_taken(e, u);
+        send_home(e, u, grads, MT_EV_UNIT_READY, 0, p->early != NULL);
+    }
     return MT_OK;
 }
 
@@ -305,17 +311,18 @@ static mt_status block_backward(mt_engine *e, pass *p, int l) {
     if (e->grad_ring && l + e->grad_ring < L)
         p->r->waited += mt_engine_await(e, MT_FL_UPDATED, mt_unit_block(l + e->grad_ring), e->generation,
                                         MT_GEN_NEXT);
-    send_home(e, mt_unit_block(l), e->grad_slot[gs], MT_EV_GRAD_READY, gs, p->overlap != NULL);
+    p->r->waited += mt_engine_await_grads_taken(e, mt_unit_block(l));
+    send_home(e, mt_unit_block(l), e->grad_slot[gs], MT_EV_GRAD_READY, gs, p->early != NULL);
     if (l - K >= e->D) load_unit(e, mt_unit_block(l - K), e->slot[k], MT_EV_SLOT_FREE, MT_EV_SLOT_LOADED, k);
     return MT_OK;
 }
 
-/* Backward: the head's gradients go home (without clipping the optimizer starts now), blocks
- * L-1..0, then the embedding. */
+/* Backward: the head's gradients go home (the optimizer starts now, unless its job waits for the
+ * norm: deferred), blocks L-1..0, then the embedding. */
 static mt_status backward(mt_engine *e, pass *p) {
-    if (p->overlap && !e->leader) mt_engine_optimizer_post(e, p->overlap); /* a follower has no optimizer */
+    if (p->early && !e->leader) mt_engine_optimizer_post(e, p->early); /* a follower has no optimizer */
     if (p->ends_home)
-        send_home(e, e->U - 1, mt_engine_ends_chunked(e) ? NULL : e->head_grad, MT_EV_UNIT_READY, 0, p->overlap != NULL);
+        send_home(e, e->U - 1, mt_engine_ends_chunked(e) ? NULL : e->head_grad, MT_EV_UNIT_READY, 0, p->early != NULL);
     if (embed_early(e, p)) send_embedding_early(e);
     e->first_backward_job = e->num_jobs;
     mt_engine_ckpt_fetch(e, e->L - 1);
@@ -324,6 +331,7 @@ static mt_status backward(mt_engine *e, pass *p) {
      * with the early copy there (which then also landed, so the chunk buffer may change). */
     if (embed_early(e, p) && mt_engine_ends_chunked(e))
         p->r->waited += mt_engine_await(e, MT_FL_EMBED_EARLY_DONE, 0, e->generation, MT_GEN_NEXT);
+    if (p->ends_home) p->r->waited += mt_engine_await_grads_taken(e, 0); /* chunked, the job copies it home */
     MT_TRY(mt_engine_launch(e, job_of(p, MT_JOB_EMBED_BWD)));
     if (mt_engine_embed_grad_late(e)) free_head_weights(e);
     return MT_OK;
@@ -341,11 +349,11 @@ static mt_status ends(mt_engine *e, pass *p) {
     int chunked = mt_engine_ends_chunked(e);
     if (embed_early(e, p) && !chunked)
         p->r->waited += mt_engine_await(e, MT_FL_EMBED_EARLY_DONE, 0, e->generation, MT_GEN_NEXT);
-    if (p->ends_home) send_home(e, 0, chunked ? NULL : e->embed_grad, MT_EV_UNIT_READY, 0, p->overlap != NULL);
+    if (p->ends_home) send_home(e, 0, chunked ? NULL : e->embed_grad, MT_EV_UNIT_READY, 0, p->early != NULL);
     if (p->device_update) {
         mt_compute_job j = job_of(p, MT_JOB_DEVICE_UPDATE);
         j.adam = mt_engine_adamw_params(e, p->step->lr, e->dev_step + 1, 1.0f);
-        j.clip = !p->step->overlapped;
+        j.clip = p->step->mode != MT_OPT_OVERLAPPED;
         MT_TRY(mt_engine_launch(e, j));
         mt_engine_record(e, MT_EV_DEVICE_UPDATED, 0, e->compute);
         mt_engine_wait(e, e->d2h, MT_EV_DEVICE_UPDATED, 0);
@@ -377,7 +385,9 @@ static mt_status run_pass(mt_engine *e, mt_run_mode mode, const int32_t *inputs,
                           const int32_t *positions, int batch, int seq, int M, int last_row, const mt_opt_job *step,
                           pass_result *r) {
     pass p = {.mode = mode, .train = mode == MT_RUN_TRAIN || mode == MT_RUN_GRADS, .step = step,
-              .overlap = step && step->overlapped ? step : NULL, .device_update = step && mt_engine_any_on_device(e),
+              .early = step && step->mode != MT_OPT_DEFERRED ? step : NULL,
+              .overlap = step && step->mode == MT_OPT_OVERLAPPED ? step : NULL,
+              .device_update = step && mt_engine_any_on_device(e),
               .ends_home = !(step && e->o.ends_on_device) || e->o.keep_grads,
               .resident_home = !step || e->o.keep_grads, .r = r};
     MT_TRY(begin_pass(e, &p, inputs, targets, positions, batch, seq, M, last_row));
@@ -439,27 +449,42 @@ static mt_status backward_possible(const mt_engine *e) {
                              : MT_OK;
 }
 
+/* How the optimizer takes this engine's steps (engine_internal.h). */
+static mt_opt_mode opt_mode(const mt_engine *e) {
+    if (e->o.max_grad_norm <= 0) return MT_OPT_OVERLAPPED;
+    return e->store->moments.format == MT_MOMENTS_F32 ? MT_OPT_SPECULATIVE : MT_OPT_DEFERRED;
+}
+
 mt_status mt_engine_step(mt_engine *e, const int32_t *inputs, const int32_t *targets, const int32_t *positions,
                          float lr, mt_step_result *res) {
     MT_TRY(backward_possible(e));
+    if (mt_engine_optimizer_halted(e->leader ? e->leader : e))
+        return mt_fail(MT_ERR_DEVICE, "the engine failed in an earlier step; it takes no more steps");
     double t0 = mt_now();
-    int overlapped = e->o.max_grad_norm <= 0;
     pass_result r;
-    mt_opt_job job = {.generation = e->generation, .lr = lr, .overlapped = overlapped, .grad_scale = 1.0f};
-    MT_TRY(run_pass(e, MT_RUN_TRAIN, inputs, targets, positions, e->o.batch, e->o.seq, e->o.micro_batches, 0, &job,
-                    &r));
-    mt_status rc = finish_pass(e, &r);
+    mt_opt_job job = {.generation = e->generation, .lr = lr, .mode = opt_mode(e), .grad_scale = 1.0f};
+    mt_status rc = run_pass(e, MT_RUN_TRAIN, inputs, targets, positions, e->o.batch, e->o.seq, e->o.micro_batches, 0,
+                            &job, &r);
+    if (rc != MT_OK) {
+        /* An optimizer already at work on this step would wait for gradients that never come. */
+        if (job.mode != MT_OPT_DEFERRED && !e->leader) mt_engine_optimizer_halt(e);
+        return rc;
+    }
+    rc = finish_pass(e, &r);
     if (e->fault_next) {
         rc = mt_fail(MT_ERR_DEVICE, "injected device fault at the end of a step (test hook)");
         e->fault_next = 0;
     }
     e->poison_next = 0;
-    if (!overlapped) {
+    if (job.mode != MT_OPT_OVERLAPPED) {
         float scale = mt_clip_scale(r.grad_norm, e->o.max_grad_norm);
         if (e->ranks > 1) rc = mt_engine_ranks_settle(e, rc);
         job.skip = rc != MT_OK || !isfinite(scale);
         if (!job.skip) job.grad_scale = scale;
-        if (!e->leader) mt_engine_optimizer_post(e, &job);
+        if (!e->leader) {
+            if (job.mode == MT_OPT_DEFERRED) mt_engine_optimizer_post(e, &job);
+            else mt_engine_optimizer_norm(e, job.grad_scale, job.skip);
+        }
     }
     if (!job.skip) e->dev_step++; /* the device's update of the units it keeps, if it makes one */
     e->generation++;

@@ -50,9 +50,10 @@ void mt_engine_raise(mt_engine *e, mt_fl id, int i, int64_t g) {
     mt_flag_set(&e->fl[id][i], g + 1);
 }
 
-/* The flag a wait reads: a follower rank waits on its leader's optimizer (ranks.c). */
+/* The flag a wait reads: a follower rank waits on its leader's optimizer (ranks.c), whose host
+ * gradients its slices land in. */
 static mt_flag *flag_of(mt_engine *e, mt_fl id, int i) {
-    return id == MT_FL_UPDATED && e->leader ? &e->leader->fl[id][i] : &e->fl[id][i];
+    return (id == MT_FL_UPDATED || id == MT_FL_GRADS_TAKEN) && e->leader ? &e->leader->fl[id][i] : &e->fl[id][i];
 }
 
 static int64_t target(int64_t g, int gen) { return gen == MT_GEN_NEXT ? g + 1 : g; }
@@ -84,5 +85,6 @@ int mt_engine_instances(const mt_engine *e, mt_per per) {
 unsigned mt_engine_modes(const mt_engine *e) {
     return (e->o.max_grad_norm > 0 ? MT_MODE_CLIPPED : MT_MODE_OVERLAPPED) | (e->grad_ring ? MT_MODE_RING : 0) |
            (e->o.ends_on_device ? MT_MODE_ENDS_DEVICE : 0) | (e->o.ckpt_on_host > 0 ? MT_MODE_CKPT_HOST : 0) |
-           (mt_engine_any_on_device(e) ? MT_MODE_DEVICE_STATE : 0) | (mt_engine_embed_grad_late(e) ? MT_MODE_EMBED_LATE : 0);
+           (mt_engine_any_on_device(e) ? MT_MODE_DEVICE_STATE : 0) | (mt_engine_embed_grad_late(e) ? MT_MODE_EMBED_LATE : 0) |
+           (e->o.max_grad_norm > 0 && e->store->moments.format == MT_MOMENTS_F32 ? MT_MODE_SPECULATIVE : 0);
 }

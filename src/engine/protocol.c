@@ -7,7 +7,9 @@
  * (slot_loaded, ...); each unit's gradients go home on d2h (grad_ready, then grads_home[u]) and
  * the optimizer thread updates the unit once they are there, raising updated[u] to g + 1.
  * Without clipping the optimizer starts during the backward (grads_issued tells it a copy is
- * issued); with clipping it starts once the pass is done and the global norm is known. */
+ * issued); with clipping it takes each unit's moments then (speculative), and its masters once
+ * the issuing thread tells it the global norm (norm_known); with clipping and bf16 or 8-bit
+ * moments it starts once the pass is done and the norm is known. */
 #include "engine/protocol.h"
 
 #include <stdlib.h>
@@ -41,6 +43,8 @@ const mt_sync_point mt_flags[MT_FL_COUNT] = {
     [MT_FL_GRADS_ISSUED] = {"grads_issued", MT_PER_UNIT},
     [MT_FL_EMBED_EARLY_ISSUED] = {"embed_early_issued", MT_PER_ENGINE},
     [MT_FL_EMBED_EARLY_DONE] = {"embed_early_done", MT_PER_ENGINE},
+    [MT_FL_NORM_KNOWN] = {"norm_known", MT_PER_ENGINE},
+    [MT_FL_GRADS_TAKEN] = {"grads_taken", MT_PER_UNIT},
 };
 
 #define EV(name) 0, MT_EV_##name
@@ -57,6 +61,7 @@ const mt_sync_point mt_flags[MT_FL_COUNT] = {
 #define CKPT_HOST MT_MODE_CKPT_HOST
 #define DEVICE_STATE MT_MODE_DEVICE_STATE
 #define EMBED_LATE MT_MODE_EMBED_LATE
+#define SPECULATIVE MT_MODE_SPECULATIVE
 
 const mt_protocol_row mt_protocol[] = {
     /* sync point           recorded by       waited by       for          needs        unless */
@@ -95,6 +100,9 @@ const mt_protocol_row mt_protocol[] = {
     {EV(GRADS_HOME),        D2H,              OPTIMIZER,      0,           OVERLAPPED,  0,
      "steps", "unit u's gradients are on the host; the optimizer updates u (clipped: it needs none, it starts "
      "after the pass)"},
+    {EV(GRADS_HOME),        D2H,              OPTIMIZER,      0,           SPECULATIVE, 0,
+     "steps", "unit u's gradients are on the host; the optimizer takes u's moments, and keeps the gradients for "
+     "the masters' update once the norm is known"},
     {EV(EMBED_EARLY_HOME),  D2H,              OPTIMIZER,      0,           OVERLAPPED,  ENDS_DEVICE | EMBED_LATE,
      "steps, right after the head", "the embedding's gradient so far is home: its rows no input token touches "
      "are final, and the optimizer updates them during the backward"},
@@ -129,6 +137,15 @@ const mt_protocol_row mt_protocol[] = {
      "gradients"},
     {FL(GRADS_ISSUED),      ISSUER,           OPTIMIZER,      MT_GEN_NEXT, OVERLAPPED,  0,
      "steps", "the copy home of unit u's step g gradients is issued: the optimizer may wait on grads_home[u]"},
+    {FL(GRADS_ISSUED),      ISSUER,           OPTIMIZER,      MT_GEN_NEXT, SPECULATIVE, 0,
+     "steps", "the copy home of unit u's step g gradients is issued: the optimizer may wait on grads_home[u]"},
+    {FL(NORM_KNOWN),        ISSUER,           OPTIMIZER,      MT_GEN_NEXT, SPECULATIVE, 0,
+     "steps, once the pass is done", "step g's global norm is known (its clip coefficient, or that the step is "
+     "skipped): the optimizer updates the masters"},
+    {FL(GRADS_TAKEN),       OPTIMIZER,        ISSUER,         MT_GEN_G,    SPECULATIVE, 0,
+     "training passes, before a unit's gradients go home; mt_engine_finish", "the optimizer is through with unit "
+     "u's step g - 1 gradients (a clipped step's moments are corrected from them after its masters): step g's may "
+     "land where they lie"},
     {FL(EMBED_EARLY_ISSUED), ISSUER,          OPTIMIZER,      MT_GEN_NEXT, OVERLAPPED,  ENDS_DEVICE | EMBED_LATE,
      "steps", "the early copy of the embedding's gradient is issued: the optimizer may wait on embed_early_home"},
     {FL(EMBED_EARLY_DONE),  OPTIMIZER,        ISSUER,         MT_GEN_NEXT, OVERLAPPED,  ENDS_DEVICE | EMBED_LATE,

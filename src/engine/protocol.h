@@ -53,6 +53,8 @@ typedef enum {
     MT_FL_GRADS_ISSUED,
     MT_FL_EMBED_EARLY_ISSUED,
     MT_FL_EMBED_EARLY_DONE,
+    MT_FL_NORM_KNOWN,
+    MT_FL_GRADS_TAKEN,
     MT_FL_COUNT
 } mt_fl;
 
@@ -96,6 +98,8 @@ enum {
     MT_MODE_DEVICE_STATE = 1 << 5, /* the device updates some unit: the ends, device_blocks or both */
     MT_MODE_EMBED_LATE = 1 << 6,  /* tied, in vocabulary chunks: the embedding's gradient is made whole in
                                    * its backward, with no early copy */
+    MT_MODE_SPECULATIVE = 1 << 7, /* clipped with fp32 moments: the optimizer takes each unit's moments as
+                                   * its gradients come home, the masters once the norm is known */
 };
 
 /* The generations a flag is waited for, relative to the waiter's g. */

@@ -43,10 +43,10 @@ struct mt_ranks {
 
 /* ---- the abort ---- */
 
-/* Ends the group for every rank: the collectives give up, every flag a rank may wait on is
- * released (the flags' values no longer mean anything: every later call fails): pass_done, the
- * leader's updated, every rank's grads_issued (the leader's optimizer waits on them without
- * clipping). */
+/* Ends the group for every rank: the collectives give up, each rank's settle is released from
+ * waiting on the others (pass_done), and the leader's optimizer halts (mt_engine_optimizer_halt:
+ * it stops before it reads another gradient, then every flag a rank may wait on is released). The
+ * flags' values no longer mean anything: every later call fails. */
 static void abort_group(mt_ranks *g) {
     for (int r = 0; r < g->n; r++)
         if (g->be[r] && g->joined) g->be[r]->ops->coll.comm_abort(g->be[r]);
@@ -55,10 +55,8 @@ static void abort_group(mt_ranks *g) {
         if (!e) continue;
         __atomic_store_n(&e->group_failed, 1, __ATOMIC_RELEASE);
         mt_flag_set(&e->pass_done, INT64_MAX / 2);
-        for (int u = 0; u < e->n_fl[MT_FL_GRADS_ISSUED]; u++) mt_flag_set(&e->fl[MT_FL_GRADS_ISSUED][u], INT64_MAX / 2);
-        if (r == 0)
-            for (int u = 0; u < e->U; u++) mt_flag_set(&e->fl[MT_FL_UPDATED][u], INT64_MAX / 2);
     }
+    if (g->engine[0]) mt_engine_optimizer_halt(g->engine[0]);
 }
 
 mt_status mt_engine_ranks_settle(mt_engine *e, mt_status rc) {

@@ -8,7 +8,6 @@
 #endif
 
 #include "optim/adamw.h"
-#include "util/bf16.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/memory.h"
@@ -16,10 +15,12 @@
 
 enum { PAGE = 4096 };
 
+static int split_weights(mt_dtype weight_dtype) { return weight_dtype == MT_DTYPE_BF16; }
+
 mt_store_bytes mt_store_size(const mt_layout *layout, mt_dtype weight_dtype, mt_moments_format moments) {
     int64_t n = layout->total_numel;
     return (mt_store_bytes){.weights = n * (int64_t)mt_dtype_size(weight_dtype),
-                            .master = n * 4,
+                            .low = split_weights(weight_dtype) ? n * 2 : 0,
                             .moments = mt_moments_bytes(moments, (size_t)n)};
 }
 
@@ -51,7 +52,8 @@ static void touch_pages(void *base, size_t size, size_t begin, size_t count) {
 static void touch_share(mt_store *s, size_t at, size_t n, int t, int nt) {
     size_t begin, count, msize = mt_moments_value_size(s->moments.format);
     mt_adamw_share(n, t, nt, &begin, &count);
-    touch_pages(s->master + at, 4, begin, count);
+    if (s->low) touch_pages(s->low + at, 2, begin, count);
+    else touch_pages((float *)s->weights + at, 4, begin, count);
     touch_pages((char *)s->moments.m + at * msize, msize, begin, count);
     touch_pages((char *)s->moments.v + at * msize, msize, begin, count);
 }
@@ -88,14 +90,15 @@ static void touch_first(mt_store *s, const mt_cpu_team *team) {
     pthread_t thread;
     if (pthread_create(&thread, NULL, first_touch_main, &job) == 0) pthread_join(thread, NULL);
     else first_touch_main(&job); /* the caller's threads then: still the split, only unpinned */
-    int64_t bytes = s->layout->total_numel * 4 + mt_moments_bytes(s->moments.format, (size_t)s->layout->total_numel);
+    int64_t n = s->layout->total_numel;
+    int64_t bytes = n * (s->low ? 2 : 4) + mt_moments_bytes(s->moments.format, (size_t)n);
     int nodes = mt_numa_node_count("/sys/devices/system/node/online");
     /* Worth a line where it takes time or where placement matters. */
     mt_log(bytes >= 1000000000 || nodes > 1 ? MT_LOG_INFO : MT_LOG_DEBUG,
-           "host store: %.2f GB of fp32 masters and moments first touched in %.2f s by %d thread%s%s in the "
-           "optimizer's split; %d NUMA node%s", (double)bytes / 1e9, mt_now() - t0, job.threads,
-           job.threads == 1 ? "" : "s", team && team->cores ? " pinned to the optimizer's cores" : "", nodes,
-           nodes == 1 ? "" : "s");
+           "host store: %.2f GB of %s and moments first touched in %.2f s by %d thread%s%s in the optimizer's "
+           "split; %d NUMA node%s", (double)bytes / 1e9, s->low ? "the masters' low halves" : "fp32 masters",
+           mt_now() - t0, job.threads, job.threads == 1 ? "" : "s",
+           team && team->cores ? " pinned to the optimizer's cores" : "", nodes, nodes == 1 ? "" : "s");
 }
 
 mt_status mt_store_create_touched(mt_store *s, const mt_layout *layout, mt_backend *be, mt_moments_format moments,
@@ -105,9 +108,13 @@ mt_status mt_store_create_touched(mt_store *s, const mt_layout *layout, mt_backe
     s->be = be;
     s->weight_dtype = be->ops->weight_dtype;
     size_t n = (size_t)layout->total_numel;
-    s->weights = mt_host_alloc(be, n * mt_dtype_size(s->weight_dtype), "working weights");
-    s->master = s->weights ? mt_pages_alloc(n * 4, "fp32 master weights") : NULL;
-    if (!s->master || mt_moments_create(&s->moments, moments, n) != MT_OK) {
+    int split = split_weights(s->weight_dtype);
+    /* The halves the device copies: pinned (mt_host_alloc); fp32 weights are the cpu backend's, which
+     * reads them where they are: pages, first touched below as the masters they are. */
+    s->weights = split ? mt_host_alloc(be, n * 2, "the masters' high halves (the bf16 weights)")
+                       : mt_pages_alloc(n * 4, "fp32 master weights");
+    if (s->weights && split) s->low = mt_pages_alloc(n * 2, "the masters' low halves");
+    if (!s->weights || (split && !s->low) || mt_moments_create(&s->moments, moments, n) != MT_OK) {
         mt_status rc = mt_fail_context(MT_ERR_NOMEM, "host parameter store for %zu parameters", n);
         mt_store_free(s);
         return rc;
@@ -121,7 +128,10 @@ mt_status mt_store_create_weights(mt_store *s, const mt_layout *layout, mt_backe
     s->layout = layout;
     s->be = be;
     s->weight_dtype = be->ops->weight_dtype;
-    s->weights = mt_host_alloc(be, (size_t)layout->total_numel * mt_dtype_size(s->weight_dtype), "working weights");
+    size_t n = (size_t)layout->total_numel;
+    /* As mt_store_create_touched allocates them, which mt_store_free undoes. */
+    s->weights = split_weights(s->weight_dtype) ? mt_host_alloc(be, n * 2, "working weights (bf16)")
+                                                : mt_pages_alloc(n * 4, "working weights (fp32)");
     if (s->weights) return MT_OK;
     mt_status rc = mt_fail_context(MT_ERR_NOMEM, "working weights for %lld parameters", (long long)layout->total_numel);
     mt_store_free(s);
@@ -129,8 +139,10 @@ mt_status mt_store_create_weights(mt_store *s, const mt_layout *layout, mt_backe
 }
 
 void mt_store_free(mt_store *s) {
-    if (s->be && s->weights) mt_host_free(s->be, s->weights);
-    if (s->layout) mt_pages_free(s->master, (size_t)s->layout->total_numel * 4);
+    int split = split_weights(s->weight_dtype);
+    if (split && s->be && s->weights) mt_host_free(s->be, s->weights);
+    if (!split && s->layout) mt_pages_free(s->weights, (size_t)s->layout->total_numel * 4);
+    if (s->layout) mt_pages_free(s->low, (size_t)s->layout->total_numel * 2);
     mt_moments_free(&s->moments);
     memset(s, 0, sizeof *s);
 }
@@ -139,40 +151,51 @@ void *mt_store_unit_weights(const mt_store *s, int u) {
     return (char *)s->weights + s->layout->units[u].offset * (int64_t)mt_dtype_size(s->weight_dtype);
 }
 
+mt_master mt_store_masters(const mt_store *s, int64_t at) {
+    if (!s->low) return (mt_master){.f32 = (float *)s->weights + at};
+    return (mt_master){.hi = (uint16_t *)s->weights + at, .lo = s->low + at};
+}
+
+void mt_store_read_masters(const mt_store *s, int64_t at, size_t n, float *dst) {
+    mt_master_read(mt_store_masters(s, at), n, dst);
+}
+
+void mt_store_write_masters(mt_store *s, int64_t at, size_t n, const float *src) {
+    mt_master_write(mt_store_masters(s, at), n, src);
+}
+
 /* Each run of RNG_CHUNK elements of a tensor has its own generator, seeded from (seed, tensor,
  * chunk), so that the weights are the same whatever the number of threads. */
 enum { RNG_CHUNK = 1 << 16 };
 
-void mt_store_init_random(mt_store *s, uint64_t seed) {
-    const mt_layout *lay = s->layout;
-    mt_zero_parallel(s->master, (size_t)lay->total_numel * 4);
-    for (int i = 0; i < lay->num_tensors; i++) {
-        const mt_tensor *t = &lay->tensors[i];
-        float *p = s->master + lay->units[t->unit].offset + t->offset;
-        int64_t count = (int64_t)t->rows * t->cols;
-        int is_norm = mt_tensor_is_norm(t->kind);
-        int is_bias = t->kind == MT_T_BQ || t->kind == MT_T_BK || t->kind == MT_T_BV;
-        if (is_norm || is_bias) {
-            for (int64_t j = 0; j < count; j++) p[j] = is_norm ? 1.0f : 0.0f;
-            continue;
-        }
-#pragma omp parallel for schedule(static)
-        for (int64_t c = 0; c < (count + RNG_CHUNK - 1) / RNG_CHUNK; c++) {
-            mt_rng rng = {seed ^ ((uint64_t)i << 40) ^ (uint64_t)c * 0x9e3779b97f4a7c15ull};
-            int64_t end = (c + 1) * RNG_CHUNK < count ? (c + 1) * RNG_CHUNK : count;
-            for (int64_t j = c * RNG_CHUNK; j < end; j++) p[j] = (float)(0.02 * mt_rng_normal(&rng));
-        }
+/* Chunk c of tensor i (at master element `at`, count elements in all), through a buffer on the
+ * stack. */
+static void init_chunk(mt_store *s, int i, int64_t at, int64_t count, int64_t c, uint64_t seed) {
+    enum { PIECE = 4096 };
+    float buf[PIECE];
+    const mt_tensor *t = &s->layout->tensors[i];
+    int is_norm = mt_tensor_is_norm(t->kind);
+    int is_bias = t->kind == MT_T_BQ || t->kind == MT_T_BK || t->kind == MT_T_BV;
+    mt_rng rng = {seed ^ ((uint64_t)i << 40) ^ (uint64_t)c * 0x9e3779b97f4a7c15ull};
+    int64_t end = (c + 1) * RNG_CHUNK < count ? (c + 1) * RNG_CHUNK : count;
+    for (int64_t j = c * RNG_CHUNK; j < end; j += PIECE) {
+        int64_t k, piece = end - j < PIECE ? end - j : PIECE;
+        for (k = 0; k < piece; k++)
+            buf[k] = is_norm ? 1.0f : is_bias ? 0.0f : (float)(0.02 * mt_rng_normal(&rng));
+        mt_master_write_with(MT_ADAMW_BEST, mt_store_masters(s, at + j), (size_t)piece, buf);
     }
-    mt_store_sync_weights(s);
 }
 
-void mt_store_sync_weights(mt_store *s) {
-    size_t n = (size_t)s->layout->total_numel;
-    if (s->weight_dtype == MT_DTYPE_F32) {
-        memcpy(s->weights, s->master, n * 4);
-        return;
-    }
-    uint16_t *w = s->weights;
+void mt_store_init_random(mt_store *s, uint64_t seed) {
+    const mt_layout *lay = s->layout;
+    size_t n = (size_t)lay->total_numel;
+    /* The layout's padding between tensors stays zero. */
+    mt_zero_parallel(s->weights, n * mt_dtype_size(s->weight_dtype));
+    if (s->low) mt_zero_parallel(s->low, n * 2);
+    for (int i = 0; i < lay->num_tensors; i++) {
+        const mt_tensor *t = &lay->tensors[i];
+        int64_t at = lay->units[t->unit].offset + t->offset, count = (int64_t)t->rows * t->cols;
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) w[i] = mt_f32_to_bf16(s->master[i]);
+        for (int64_t c = 0; c < (count + RNG_CHUNK - 1) / RNG_CHUNK; c++) init_chunk(s, i, at, count, c, seed);
+    }
 }

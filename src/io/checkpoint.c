@@ -545,9 +545,8 @@ mt_status mt_checkpoint_read(const char *dir, const char *name, void *dst, size_
     return MT_OK;
 }
 
-mt_status mt_checkpoint_read_pieces(const char *dir, const char *name, size_t bytes, mt_ckpt_piece_fn piece,
-                                    void *ctx) {
-    enum { PIECE = 1 << 22 };
+mt_status mt_checkpoint_read_pieces(const char *dir, const char *name, size_t bytes, void *buf, size_t piece,
+                                    mt_ckpt_sink sink, void *user) {
     char path[PATH_MAX];
     if (!valid_blob_name(name)) return mt_fail(MT_ERR_INVALID, "%s: bad blob name '%s'", dir, name);
     MT_TRY(blob_path(path, dir, name));
@@ -558,20 +557,18 @@ mt_status mt_checkpoint_read_pieces(const char *dir, const char *name, size_t by
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return mt_fail(MT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     XXH64_state_t *state = XXH64_createState();
-    char *buf = malloc(PIECE);
-    mt_status st = state && buf ? MT_OK : mt_fail(MT_ERR_NOMEM, "%s: cannot allocate a read buffer", path);
-    if (st == MT_OK) st = check_blob_file(fd, path, bytes);
+    mt_status st = state ? check_blob_file(fd, path, bytes) : mt_fail(MT_ERR_NOMEM, "%s: cannot hash", path);
     if (st == MT_OK) XXH64_reset(state, 0);
-    for (size_t at = 0; st == MT_OK && at < bytes; at += PIECE) {
-        size_t n = bytes - at < PIECE ? bytes - at : PIECE;
+    for (size_t at = 0; st == MT_OK && at < bytes;) {
+        size_t n = bytes - at < piece ? bytes - at : piece;
         st = read_all(fd, buf, n, path);
         if (st == MT_OK) XXH64_update(state, buf, n);
-        if (st == MT_OK) st = piece(ctx, at, buf, n);
+        if (st == MT_OK) st = sink(user, at, buf, n);
+        at += n;
     }
     if (st == MT_OK && XXH64_digest(state) != listed_hash)
         st = mt_fail(MT_ERR_INVALID, "%s: checksum mismatch: the file is corrupt", path);
     XXH64_freeState(state);
-    free(buf);
     close(fd);
     return st;
 }

@@ -65,13 +65,13 @@ void mt_checkpoint_abandon(mt_ckpt_writer *writer);
  * checksum and names the file on any mismatch. */
 mt_status mt_checkpoint_read(const char *dir, const char *name, void *dst, size_t bytes);
 
-/* Reads blob `name` (exactly `bytes` long) a piece at a time, handing each to `piece` (its offset
- * in the payload, a multiple of 4 MiB, and its bytes), with the checks of mt_checkpoint_read; the
- * checksum is known only at the end, so what was handed over is trusted only once this returns
- * MT_OK. For a reader that converts as it goes and never holds the whole blob. */
-typedef mt_status (*mt_ckpt_piece_fn)(void *ctx, size_t offset, const void *data, size_t n);
-mt_status mt_checkpoint_read_pieces(const char *dir, const char *name, size_t bytes, mt_ckpt_piece_fn piece,
-                                    void *ctx);
+/* The same in pieces, for a reader that keeps the values in a form of its own: reads at most
+ * `piece` bytes at a time into buf and hands each to sink(user, offset, buf, n) as it comes. The
+ * checksum is known only at the end: on a mismatch the sink has seen the corrupt bytes and the
+ * call fails, naming the file. A sink's failure ends the read with it. */
+typedef mt_status (*mt_ckpt_sink)(void *user, size_t offset, const void *data, size_t bytes);
+mt_status mt_checkpoint_read_pieces(const char *dir, const char *name, size_t bytes, void *buf, size_t piece,
+                                    mt_ckpt_sink sink, void *user);
 
 /* Checks every blob the manifest lists (header, size, checksum) without loading it: each file is
  * read through once in pieces. */

@@ -156,21 +156,76 @@ static int64_t padded_numel(int64_t n) { return (n + MT_TENSOR_ALIGN - 1) / MT_T
 /* Where tensor t starts in the master array. */
 static int64_t master_offset(const mt_layout *lay, const mt_tensor *t) { return lay->units[t->unit].offset + t->offset; }
 
-static mt_status convert_all(const plan *p, const mt_layout *lay, float *masters, mt_hf_progress_fn progress,
-                             void *user) {
+/* A model with NaN or Inf among its weights cannot be trained from: refused, naming the file and the
+ * tensor (one it holds under its own name, or a part of one assembled from several: experts). */
+static mt_status refuse_non_finite(const mt_st_tensor *s, const float *x, int64_t n) {
+    int64_t bad = 0;
+#pragma omp parallel for reduction(+ : bad) if (n >= (1 << 20))
+    for (int64_t j = 0; j < n; j++) bad += !isfinite(x[j]);
+    if (!bad) return MT_OK;
+    return mt_fail(MT_ERR_NUMERIC, "%s: tensor '%s' holds non-finite values (NaN or Inf; %lld in its first piece that "
+                   "does): the model cannot be trained from", s->file, s->name, (long long)bad);
+}
+
+/* Tensors convert this many elements at a time, through a buffer of their own. */
+enum { CONVERT_PIECE = 1 << 22 };
+
+static mt_status convert_all(const plan *p, const mt_layout *lay, mt_hf_sink_fn sink, void *sink_user,
+                             mt_hf_progress_fn progress, void *user) {
+    float *buf = mt_malloc(CONVERT_PIECE * sizeof *buf, "the weights' conversion buffer");
+    if (!buf) return MT_ERR_NOMEM;
     int64_t done = 0;
-    for (int i = 0; i < p->count; i++) {
+    mt_status st = MT_OK;
+    for (int i = 0; st == MT_OK && i < p->count; i++) {
         const source *piece = &p->pieces[i];
         const mt_tensor *t = &lay->tensors[piece->tensor];
-        float *dst = masters + master_offset(lay, t);
-        MT_TRY(mt_st_tensor_to_f32(piece->src, dst + piece->row0 * t->cols));
-        int64_t numel = (int64_t)t->rows * t->cols;
-        memset(dst + numel, 0, (size_t)(padded_numel(numel) - numel) * sizeof *dst);
-        done += (int64_t)piece->src->nbytes;
-        if (progress) progress(done, p->bytes, user);
+        const mt_st_tensor *s = piece->src;
+        int64_t at = master_offset(lay, t) + piece->row0 * t->cols, elem = s->numel ? (int64_t)s->nbytes / s->numel : 0;
+        for (int64_t first = 0; st == MT_OK && first < s->numel; first += CONVERT_PIECE) {
+            mt_st_tensor view = *s; /* the elements from `first` on */
+            view.numel = s->numel - first < CONVERT_PIECE ? s->numel - first : CONVERT_PIECE;
+            view.nbytes = (size_t)(view.numel * elem);
+            view.data = (const uint8_t *)s->data + first * elem;
+            st = mt_st_tensor_to_f32(&view, buf);
+            if (st == MT_OK) st = refuse_non_finite(s, buf, view.numel);
+            if (st == MT_OK) sink(sink_user, at + first, buf, view.numel);
+        }
+        int64_t numel = (int64_t)t->rows * t->cols, padding = padded_numel(numel) - numel;
+        if (st == MT_OK && padding > 0) {
+            memset(buf, 0, (size_t)padding * sizeof *buf);
+            sink(sink_user, master_offset(lay, t) + numel, buf, padding);
+        }
+        done += (int64_t)s->nbytes;
+        if (st == MT_OK && progress) progress(done, p->bytes, user);
     }
-    return MT_OK;
+    free(buf);
+    return st;
 }
+
+mt_status mt_hf_load_weights_into(const char *dir, const mt_layout *lay, mt_hf_sink_fn sink, void *sink_user,
+                                  mt_hf_progress_fn progress, void *user) {
+    mt_safetensors *set;
+    MT_TRY(mt_safetensors_open_dir(dir, &set));
+    plan p = {0};
+    mt_status st = plan_all(&p, set, dir, lay);
+    if (st == MT_OK) st = check_extras(set, lay, &p);
+    if (st == MT_OK) st = convert_all(&p, lay, sink, sink_user, progress, user);
+    free(p.pieces);
+    free(p.by_parts);
+    mt_safetensors_close(set);
+    return st;
+}
+
+static void into_array(void *masters, int64_t at, const float *values, int64_t n) {
+    memcpy((float *)masters + at, values, (size_t)n * sizeof *values);
+}
+
+mt_status mt_hf_load_weights(const char *dir, const mt_layout *lay, float *masters, mt_hf_progress_fn progress,
+                             void *user) {
+    return mt_hf_load_weights_into(dir, lay, into_array, masters, progress, user);
+}
+
+/* ---- export ---- */
 
 /* The first tensor of `masters` holding NaN or Inf, with how many it holds; NULL when none does. */
 static const mt_tensor *non_finite(const mt_layout *lay, const float *masters, int64_t *count) {
@@ -185,29 +240,6 @@ static const mt_tensor *non_finite(const mt_layout *lay, const float *masters, i
     }
     return NULL;
 }
-
-mt_status mt_hf_load_weights(const char *dir, const mt_layout *lay, float *masters, mt_hf_progress_fn progress,
-                             void *user) {
-    mt_safetensors *set;
-    MT_TRY(mt_safetensors_open_dir(dir, &set));
-    plan p = {0};
-    mt_status st = plan_all(&p, set, dir, lay);
-    if (st == MT_OK) st = check_extras(set, lay, &p);
-    if (st == MT_OK) st = convert_all(&p, lay, masters, progress, user);
-    free(p.pieces);
-    free(p.by_parts);
-    int64_t bad;
-    const mt_tensor *t = st == MT_OK ? non_finite(lay, masters, &bad) : NULL;
-    if (t) { /* a tensor the file holds under its own name, or one assembled from several (experts) */
-        const mt_st_tensor *s = mt_safetensors_find(set, t->name);
-        st = mt_fail(MT_ERR_NUMERIC, "%s: tensor '%s' holds %lld non-finite values (NaN or Inf): the model cannot be "
-                     "trained from", s ? s->file : dir, t->name, (long long)bad);
-    }
-    mt_safetensors_close(set);
-    return st;
-}
-
-/* ---- export ---- */
 
 static mt_status check_finite(const mt_layout *lay, const float *masters, const char *out_dir) {
     int64_t bad;

@@ -22,6 +22,12 @@ mt_status mt_hf_load_config(const char *dir, mt_config *cfg);
  * model. Alignment padding is zeroed. `progress` may be NULL. */
 mt_status mt_hf_load_weights(const char *dir, const mt_layout *layout, float *masters,
                              mt_hf_progress_fn progress, void *user);
+/* The same into masters kept in a form of their own (engine/store.h's split masters): each tensor
+ * is converted to fp32 a piece at a time and handed to sink(sink_user, at, values, n), n masters
+ * from layout element `at`; the padding after each tensor comes as zeros. */
+typedef void (*mt_hf_sink_fn)(void *sink_user, int64_t at, const float *values, int64_t n);
+mt_status mt_hf_load_weights_into(const char *dir, const mt_layout *layout, mt_hf_sink_fn sink, void *sink_user,
+                                  mt_hf_progress_fn progress, void *user);
 
 typedef struct {
     mt_st_dtype dtype;       /* MT_ST_BF16 or MT_ST_F32 */

@@ -75,6 +75,19 @@ static const preset presets[] = {
                            .vocab_size = 131072, .max_position = 32768, .rms_norm_eps = 1e-5f,
                            .rope_theta = 100000000.0f, .tie_embeddings = 0, .bos_token_id = 1,
                            .eos_token_id = 2}},
+    /* Meta-Llama-3-70B: 64 query heads of 128, 8 key/value heads, Llama 3's vocabulary. */
+    {"llama-3-70b", {.arch = MT_ARCH_LLAMA, .hidden_size = 8192, .intermediate_size = 28672,
+                     .num_layers = 80, .num_heads = 64, .num_kv_heads = 8, .head_dim = 128,
+                     .vocab_size = 128256, .max_position = 8192, .rms_norm_eps = 1e-5f,
+                     .rope_theta = 500000.0f, .tie_embeddings = 0, .bos_token_id = 128000,
+                     .eos_token_id = 128001}},
+    /* Mistral-Large-Instruct-2407 (Mistral Large 2, 123 B): 88 blocks of a 12288 width, 96 query heads
+     * of 128 and 8 key/value heads, the 32768-token vocabulary, 131072 positions. */
+    {"mistral-large-2", {.arch = MT_ARCH_MISTRAL, .hidden_size = 12288, .intermediate_size = 28672,
+                         .num_layers = 88, .num_heads = 96, .num_kv_heads = 8, .head_dim = 128,
+                         .vocab_size = 32768, .max_position = 131072, .rms_norm_eps = 1e-5f,
+                         .rope_theta = 1000000.0f, .tie_embeddings = 0, .bos_token_id = 1,
+                         .eos_token_id = 2}},
     {"qwen3-0.6b", QWEN3(1024, 3072, 28, 16, 1)},
     {"qwen3-1.7b", QWEN3(2048, 6144, 28, 16, 1)},
     {"qwen3-4b", QWEN3(2560, 9728, 36, 32, 1)},

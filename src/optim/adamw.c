@@ -11,41 +11,84 @@
 #endif
 
 #include "optim/adamw_kernels.h"
-#include "util/bf16.h"
+#include "util/split_f32.h"
 
-/* Outputs of tensors this large (elements) bypass the cache: they would only evict the
- * optimizer's own inputs, and the device copy reads them from memory anyway. */
-#define MT_ADAMW_STREAM_MIN ((size_t)1 << 18)
-
-/* Threads split a tensor in chunks of this many elements: 256 bytes of fp32, so no two threads
- * share a cache line of any array (given aligned arrays). */
+/* Threads split a tensor in chunks of this many elements: 256 bytes of fp32 (128 of each split
+ * half), so no two threads share a cache line of any array (given aligned arrays). */
 #define MT_ADAMW_CHUNK 64
 
 /* Fewer elements than this per thread and waking a thread costs more than it saves (norm
  * weights and biases run on one). */
 #define MT_ADAMW_MIN_PER_THREAD ((size_t)1 << 14)
 
-void mt_adamw_kernel_ref(const mt_adamw_coef *c, float *master, float *m, float *v,
-                         const float *grad, void *out, mt_dtype out_dtype, size_t n) {
+static inline float load_master(mt_master w, size_t i) {
+    return w.f32 ? w.f32[i] : mt_split_join(w.hi[i], w.lo[i]);
+}
+
+static inline void store_master(mt_master w, size_t i, float x) {
+    if (w.f32) w.f32[i] = x;
+    else mt_split_f32(x, &w.hi[i], &w.lo[i]);
+}
+
+/* The masters' step from moments mi, vi: after the decay, w + (-step) m / (sqrt(v) / c2 + eps). */
+static inline float stepped(const mt_adamw_coef *c, float w, float mi, float vi) {
+    float denom = sqrtf(vi) / c->sqrt_bias_correction2 + c->eps;
+    return w + c->neg_step_size * mi / denom;
+}
+
+void mt_adamw_kernel_ref(const mt_adamw_coef *c, mt_adamw_part part, mt_master w, float *m, float *v,
+                         const float *grad, size_t n) {
     for (size_t i = 0; i < n; i++) {
-        float g = grad[i] * c->grad_scale;
-        float w = master[i] * c->decay_mul;
-        float mi = c->beta1 * m[i] + c->one_minus_beta1 * g;
-        float vi = c->beta2 * v[i] + c->one_minus_beta2 * g * g;
-        float denom = sqrtf(vi) / c->sqrt_bias_correction2 + c->eps;
-        w = w + c->neg_step_size * mi / denom;
-        master[i] = w;
-        m[i] = mi;
-        v[i] = vi;
-        if (out_dtype == MT_DTYPE_BF16)
-            ((uint16_t *)out)[i] = mt_f32_to_bf16(w);
-        else
-            ((float *)out)[i] = w;
+        switch (part) {
+        case MT_ADAMW_FULL: {
+            float g = grad[i] * c->grad_scale;
+            float wi = load_master(w, i) * c->decay_mul;
+            float mi = c->beta1 * m[i] + c->one_minus_beta1 * g;
+            float vi = c->beta2 * v[i] + c->one_minus_beta2 * g * g;
+            m[i] = mi;
+            v[i] = vi;
+            store_master(w, i, stepped(c, wi, mi, vi));
+            break;
+        }
+        case MT_ADAMW_MOMENTS: {
+            float g = grad[i] * c->grad_scale;
+            float b = c->one_minus_beta1 * g, bv = c->one_minus_beta2 * g * g;
+            if (isfinite(bv)) {
+                m[i] = c->beta1 * m[i] + b;
+                v[i] = c->beta2 * v[i] + bv;
+            }
+            break;
+        }
+        case MT_ADAMW_WEIGHTS:
+            store_master(w, i, stepped(c, load_master(w, i) * c->decay_mul, m[i], v[i]));
+            break;
+        case MT_ADAMW_CORRECT:
+        case MT_ADAMW_CORRECT_MASTERS:
+        case MT_ADAMW_CORRECT_MOMENTS: {
+            float g0 = grad[i], g = g0 * c->grad_scale;
+            float am = m[i] - c->one_minus_beta1 * g0, av = v[i] - c->one_minus_beta2 * g0 * g0;
+            float mi = am + c->one_minus_beta1 * g;
+            float vi = (av > 0 ? av : 0) + c->one_minus_beta2 * g * g;
+            if (part != MT_ADAMW_CORRECT_MASTERS) m[i] = mi, v[i] = vi;
+            if (part != MT_ADAMW_CORRECT_MOMENTS) store_master(w, i, stepped(c, load_master(w, i) * c->decay_mul, mi, vi));
+            break;
+        }
+        case MT_ADAMW_UNDO: {
+            float g0 = grad[i];
+            float b = c->one_minus_beta1 * g0, bv = c->one_minus_beta2 * g0 * g0;
+            if (isfinite(bv)) {
+                float av = v[i] - bv;
+                m[i] = (m[i] - b) / c->beta1;
+                v[i] = (av > 0 ? av : 0) / c->beta2;
+            }
+            break;
+        }
+        }
     }
 }
 
 /* Scalars in double, as torch forms them in Python, each rounded to float once. */
-mt_adamw_coef mt_adamw_coef_of(const mt_adamw_params *p, int decay, size_t n) {
+mt_adamw_coef mt_adamw_coef_of(const mt_adamw_params *p, int decay) {
     double lr = p->lr, beta1 = p->beta1, beta2 = p->beta2, step = (double)p->step;
     return (mt_adamw_coef){
         .grad_scale = p->grad_scale,
@@ -57,42 +100,11 @@ mt_adamw_coef mt_adamw_coef_of(const mt_adamw_params *p, int decay, size_t n) {
         .sqrt_bias_correction2 = (float)sqrt(1.0 - pow(beta2, step)),
         .eps = p->eps,
         .neg_step_size = (float)(-lr / (1.0 - pow(beta1, step))),
-        .stream_out = n >= MT_ADAMW_STREAM_MIN,
     };
 }
 
-int mt_adamw_impl_supported(mt_adamw_impl impl) {
-    switch (impl) {
-    case MT_ADAMW_REF:
-    case MT_ADAMW_BEST: return 1;
-#if MT_ADAMW_HAVE_X86
-    case MT_ADAMW_AVX2: return __builtin_cpu_supports("avx2");
-    case MT_ADAMW_AVX512: return __builtin_cpu_supports("avx512f");
-#else
-    default: return 0;
-#endif
-    }
-    return 0;
-}
-
-const char *mt_adamw_impl_name(mt_adamw_impl impl) {
-    switch (impl) {
-    case MT_ADAMW_REF: return "ref";
-    case MT_ADAMW_AVX2: return "avx2";
-    case MT_ADAMW_AVX512: return "avx512";
-    case MT_ADAMW_BEST: return "best";
-    }
-    return "unknown";
-}
-
 mt_adamw_kernel mt_adamw_kernel_of(mt_adamw_impl impl) {
-    if (!mt_adamw_impl_supported(impl)) impl = MT_ADAMW_BEST;
-    if (impl == MT_ADAMW_BEST) {
-        impl = mt_adamw_impl_supported(MT_ADAMW_AVX512) ? MT_ADAMW_AVX512
-               : mt_adamw_impl_supported(MT_ADAMW_AVX2) ? MT_ADAMW_AVX2
-                                                        : MT_ADAMW_REF;
-    }
-    switch (impl) {
+    switch (mt_adamw_impl_resolve(impl)) {
 #if MT_ADAMW_HAVE_X86
     case MT_ADAMW_AVX2: return mt_adamw_kernel_avx2;
     case MT_ADAMW_AVX512: return mt_adamw_kernel_avx512;
@@ -115,43 +127,50 @@ int mt_adamw_threads(size_t n, int threads) {
     return threads > 1 ? threads : 1;
 }
 
-static void adamw_run_share(mt_adamw_kernel kernel, const mt_adamw_coef *c, float *master,
-                            float *m, float *v, const float *grad, void *out, mt_dtype out_dtype,
-                            size_t n, int t, int nt) {
+static void adamw_run_share(mt_adamw_kernel kernel, const mt_adamw_coef *c, mt_adamw_part part, mt_master w,
+                            float *m, float *v, const float *grad, size_t n, int t, int nt) {
     size_t begin, count;
     mt_adamw_share(n, t, nt, &begin, &count);
     if (!count) return;
-    kernel(c, master + begin, m + begin, v + begin, grad + begin,
-           (char *)out + begin * mt_dtype_size(out_dtype), out_dtype, count);
+    kernel(c, part, mt_master_at(w, begin), m + begin, v + begin, grad + begin, count);
 }
 
-void mt_adamw_update_with(mt_adamw_impl impl, const mt_adamw_params *p, int decay, float *master,
-                          float *m, float *v, const float *grad, void *weights_out,
-                          mt_dtype weights_dtype, size_t n, int threads) {
+void mt_adamw_update_with(mt_adamw_impl impl, mt_adamw_part part, const mt_adamw_params *p, int decay, mt_master w,
+                          float *m, float *v, const float *grad, size_t n, int threads) {
     mt_adamw_kernel kernel = mt_adamw_kernel_of(impl);
-    mt_adamw_coef c = mt_adamw_coef_of(p, decay, n);
+    mt_adamw_coef c = mt_adamw_coef_of(p, decay);
 #ifdef _OPENMP
     threads = mt_adamw_threads(n, threads);
     if (threads > 1) {
 #pragma omp parallel num_threads(threads)
-        adamw_run_share(kernel, &c, master, m, v, grad, weights_out, weights_dtype, n,
-                        omp_get_thread_num(), omp_get_num_threads());
+        adamw_run_share(kernel, &c, part, w, m, v, grad, n, omp_get_thread_num(), omp_get_num_threads());
         return;
     }
 #endif
     (void)threads;
-    adamw_run_share(kernel, &c, master, m, v, grad, weights_out, weights_dtype, n, 0, 1);
+    adamw_run_share(kernel, &c, part, w, m, v, grad, n, 0, 1);
 }
 
-void mt_adamw_update_parallel(const mt_adamw_params *p, int decay, float *master, float *m,
-                              float *v, const float *grad, void *weights_out,
-                              mt_dtype weights_dtype, size_t n, int threads) {
-    mt_adamw_update_with(MT_ADAMW_BEST, p, decay, master, m, v, grad, weights_out, weights_dtype,
-                         n, threads);
+void mt_adamw_update_parallel(mt_adamw_part part, const mt_adamw_params *p, int decay, mt_master w, float *m,
+                              float *v, const float *grad, size_t n, int threads) {
+    mt_adamw_update_with(MT_ADAMW_BEST, part, p, decay, w, m, v, grad, n, threads);
 }
 
-void mt_adamw_update(const mt_adamw_params *p, int decay, float *master, float *m, float *v,
-                     const float *grad, void *weights_out, mt_dtype weights_dtype, size_t n) {
-    mt_adamw_update_with(MT_ADAMW_BEST, p, decay, master, m, v, grad, weights_out, weights_dtype,
-                         n, 1);
+void mt_adamw_update(mt_adamw_part part, const mt_adamw_params *p, int decay, mt_master w, float *m, float *v,
+                     const float *grad, size_t n) {
+    mt_adamw_update_with(MT_ADAMW_BEST, part, p, decay, w, m, v, grad, n, 1);
+}
+
+double mt_adamw_part_bytes(mt_adamw_part part, double moment_bytes) {
+    double master = 4, grad = 4, moments = 2 * moment_bytes;
+    switch (part) {
+    case MT_ADAMW_FULL:
+    case MT_ADAMW_CORRECT: return grad + 2 * master + 2 * moments;    /* read all; write masters, moments */
+    case MT_ADAMW_MOMENTS:
+    case MT_ADAMW_UNDO:
+    case MT_ADAMW_CORRECT_MOMENTS: return grad + 2 * moments;           /* read gradient, moments; write moments */
+    case MT_ADAMW_WEIGHTS: return 2 * master + moments;               /* read masters, moments; write masters */
+    case MT_ADAMW_CORRECT_MASTERS: return grad + 2 * master + moments; /* read all; write masters */
+    }
+    return 0;
 }

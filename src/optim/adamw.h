@@ -1,5 +1,6 @@
-/* CPU AdamW: the update of one tensor's fp32 master weights and Adam moments, writing the
- * weights the device reads next (fp32, or bf16 rounded to nearest even).
+/* CPU AdamW: the update of one tensor's fp32 master weights and Adam moments. The masters are the
+ * store's (optim/master.h): one fp32 array, or split into the bf16 high halves the device reads
+ * and the low halves; either way the update writes the weights the device reads next.
  *
  * The math is torch.optim.AdamW's, in its operation order:
  *   g = grad * grad_scale
@@ -9,16 +10,21 @@
  *   master -= (lr / (1 - beta1^step)) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
  * i.e. master -= lr * mhat / (sqrt(vhat) + eps). The scalar factors are formed in double (as
  * Python does) and rounded to float once; every per-element operation is a separately rounded
- * fp32 mul, add, div or sqrt, so all implementations below give bitwise equal results. bf16
- * weights are rounded as util/bf16.h's mt_f32_to_bf16 does (nearest even, NaN kept quiet,
- * denormals kept: unlike AVX512_BF16's VCVTNEPS2BF16, which flushes them to zero). */
+ * fp32 mul, add, div or sqrt, so all implementations below give bitwise equal results.
+ *
+ * With exact clipping the engine makes the update in parts (engine_optimizer.c): the moments as
+ * each unit's gradient comes home during the backward, with the gradient as it is (MOMENTS), then,
+ * once the global norm is known, the masters from those moments when the step is not clipped
+ * (WEIGHTS: the two give FULL's bits), or, when it is, CORRECT: the speculative gradient term is
+ * taken back out of each moment and the clipped one put in (within fp32 rounding of FULL, below),
+ * or for a skipped step UNDO (the moments back to within fp32 rounding of before). */
 #ifndef MT_OPTIM_ADAMW_H
 #define MT_OPTIM_ADAMW_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "util/dtype.h"
+#include "optim/master.h"
 #include "optim/moments.h"
 
 typedef struct mt_adamw_params {
@@ -28,41 +34,61 @@ typedef struct mt_adamw_params {
                        * loss scale */
 } mt_adamw_params;
 
-/* The implementations, slowest first. MT_ADAMW_BEST picks the fastest this CPU supports. */
-typedef enum { MT_ADAMW_REF, MT_ADAMW_AVX2, MT_ADAMW_AVX512, MT_ADAMW_BEST } mt_adamw_impl;
+/* Which part of the update a call makes, per element (B = (1 - beta1) g0 and Bv = (1 - beta2) g0 g0
+ * with g0 = grad, the gradient as it came home):
+ *   FULL     the whole update above.
+ *   MOMENTS  m and v only, with g = grad * grad_scale; an element whose (1 - beta2) g g is not
+ *            finite keeps both (its step's norm is not finite either: the step is skipped).
+ *   WEIGHTS  the masters only, from m and v as they stand: MOMENTS then WEIGHTS is FULL, bit for bit.
+ *   CORRECT  after MOMENTS with grad_scale 1: beta1 m and beta2 v are recovered as m - B and
+ *            max(v - Bv, 0), the clipped gradient's terms (grad * grad_scale) added, and the masters
+ *            updated. The recovery is exact up to the rounding of MOMENTS' sum, so each moment is
+ *            within a few units in the last place of |beta1 m| + (1 - beta1)|g0| (and of beta2 v +
+ *            (1 - beta2) g0^2) of FULL's; relative to the moment itself that grows as 1/c (1/c^2)
+ *            for a clip coefficient c where the gradient term dominates. v never goes negative.
+ *   UNDO     after MOMENTS with grad_scale 1, for a skipped step: m = (m - B) / beta1 and
+ *            v = max(v - Bv, 0) / beta2 where MOMENTS changed them; the masters untouched.
+ *   CORRECT_MASTERS, CORRECT_MOMENTS   CORRECT in two passes: the first writes only the masters
+ *            (what the next forward waits for), the second only the moments, each computing the
+ *            corrected moments alike: together CORRECT's bits. */
+typedef enum {
+    MT_ADAMW_FULL,
+    MT_ADAMW_MOMENTS,
+    MT_ADAMW_WEIGHTS,
+    MT_ADAMW_CORRECT,
+    MT_ADAMW_UNDO,
+    MT_ADAMW_CORRECT_MASTERS,
+    MT_ADAMW_CORRECT_MOMENTS,
+} mt_adamw_part;
 
-/* Updates n elements in place (master, m, v) and writes weights_out (n elements of
- * weights_dtype: MT_DTYPE_F32 or MT_DTYPE_BF16). `decay` applies weight decay to this tensor.
+/* Updates n elements in place (masters w, m, v). `decay` applies weight decay to this tensor.
  * Pointers need only their type's natural alignment. */
-void mt_adamw_update(const mt_adamw_params *p, int decay, float *master, float *m, float *v,
-                     const float *grad, void *weights_out, mt_dtype weights_dtype, size_t n);
+void mt_adamw_update(mt_adamw_part part, const mt_adamw_params *p, int decay, mt_master w, float *m, float *v,
+                     const float *grad, size_t n);
 
 /* The same update with the range split across `threads` OpenMP threads (a static split into
  * cache-line-aligned chunks; the result does not depend on `threads`). */
-void mt_adamw_update_parallel(const mt_adamw_params *p, int decay, float *master, float *m,
-                              float *v, const float *grad, void *weights_out,
-                              mt_dtype weights_dtype, size_t n, int threads);
+void mt_adamw_update_parallel(mt_adamw_part part, const mt_adamw_params *p, int decay, mt_master w, float *m,
+                              float *v, const float *grad, size_t n, int threads);
 
 /* The same as mt_adamw_update_parallel with a chosen implementation, for tests and benchmarks.
  * An implementation the CPU lacks (see mt_adamw_impl_supported) falls back to MT_ADAMW_BEST. */
-void mt_adamw_update_with(mt_adamw_impl impl, const mt_adamw_params *p, int decay, float *master,
-                          float *m, float *v, const float *grad, void *weights_out,
-                          mt_dtype weights_dtype, size_t n, int threads);
+void mt_adamw_update_with(mt_adamw_impl impl, mt_adamw_part part, const mt_adamw_params *p, int decay, mt_master w,
+                          float *m, float *v, const float *grad, size_t n, int threads);
 
 /* The update with moments in any format (optim/moments.h): elements [at, at + n) of `mom`;
- * master, grad and weights_out point at element `at`. fp32 moments take
- * mt_adamw_update_parallel's path, bit for bit; bf16 and 8-bit ones are dequantized, updated by
- * the fp32 kernel and stored back rounded to nearest. An 8-bit block that the range covers in
- * part is requantized whole, so calls that run at once must not share a block. */
-void mt_adamw_update_moments(const mt_adamw_params *p, int decay, float *master, mt_moments *mom, size_t at,
-                             const float *grad, void *weights_out, mt_dtype weights_dtype, size_t n,
-                             int threads);
+ * w and grad point at element `at`. fp32 moments take mt_adamw_update_parallel's path, bit for
+ * bit, and every part; bf16 and 8-bit ones take FULL alone: they are dequantized, updated by the
+ * fp32 kernel and stored back rounded to nearest. An 8-bit block that the range covers in part
+ * is requantized whole, so calls that run at once must not share a block. */
+void mt_adamw_update_moments(mt_adamw_part part, const mt_adamw_params *p, int decay, mt_master w, mt_moments *mom,
+                             size_t at, const float *grad, size_t n, int threads);
 
 /* The same on the rows r of a rows x cols matrix at element `at` of `mom` with
  * mask[r] == which (the others untouched), split across `threads`. */
-void mt_adamw_update_rows(const mt_adamw_params *p, int decay, float *master, mt_moments *mom, size_t at,
-                          const float *grad, void *weights_out, mt_dtype weights_dtype, size_t rows,
-                          size_t cols, const uint8_t *mask, uint8_t which, int threads);
+void mt_adamw_update_rows(mt_adamw_part part, const mt_adamw_params *p, int decay, mt_master w, mt_moments *mom,
+                          size_t at, const float *grad, size_t rows, size_t cols, const uint8_t *mask, uint8_t which,
+                          int threads);
 
 /* The split of the parallel update, for whoever must follow it (the store's first touch): the
  * threads an update of n elements runs on when given `threads` (fewer for small tensors), and
@@ -70,7 +96,8 @@ void mt_adamw_update_rows(const mt_adamw_params *p, int decay, float *master, mt
 int mt_adamw_threads(size_t n, int threads);
 void mt_adamw_share(size_t n, int t, int nt, size_t *begin, size_t *count);
 
-int mt_adamw_impl_supported(mt_adamw_impl impl);
-const char *mt_adamw_impl_name(mt_adamw_impl impl);
+/* Bytes of host memory a part reads and writes per element, with fp32 masters (split or not) and
+ * moments of `moments` bytes a value: what the planner weighs the host optimizer with. */
+double mt_adamw_part_bytes(mt_adamw_part part, double moment_bytes);
 
 #endif

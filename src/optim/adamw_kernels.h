@@ -6,7 +6,6 @@
 
 #include <stddef.h>
 
-#include "util/dtype.h"
 #include "optim/adamw.h"
 
 /* The SIMD kernels are x86-64 only; elsewhere the reference runs alone. */
@@ -24,24 +23,23 @@ typedef struct {
     float sqrt_bias_correction2; /* sqrt(1 - beta2^step) */
     float eps;
     float neg_step_size;         /* -lr / (1 - beta1^step) */
-    int stream_out;              /* write weights_out with non-temporal stores */
 } mt_adamw_coef;
 
-typedef void (*mt_adamw_kernel)(const mt_adamw_coef *c, float *master, float *m, float *v,
-                                const float *grad, void *out, mt_dtype out_dtype, size_t n);
+typedef void (*mt_adamw_kernel)(const mt_adamw_coef *c, mt_adamw_part part, mt_master w, float *m, float *v,
+                                const float *grad, size_t n);
 
-/* The constants of one update of a tensor of n elements (n decides streaming stores). */
-mt_adamw_coef mt_adamw_coef_of(const mt_adamw_params *p, int decay, size_t n);
+/* The constants of one update of a tensor. */
+mt_adamw_coef mt_adamw_coef_of(const mt_adamw_params *p, int decay);
 /* The kernel of an implementation; one the CPU lacks gives MT_ADAMW_BEST's. */
 mt_adamw_kernel mt_adamw_kernel_of(mt_adamw_impl impl);
 
-void mt_adamw_kernel_ref(const mt_adamw_coef *c, float *master, float *m, float *v,
-                         const float *grad, void *out, mt_dtype out_dtype, size_t n);
+void mt_adamw_kernel_ref(const mt_adamw_coef *c, mt_adamw_part part, mt_master w, float *m, float *v,
+                         const float *grad, size_t n);
 #if MT_ADAMW_HAVE_X86
-void mt_adamw_kernel_avx2(const mt_adamw_coef *c, float *master, float *m, float *v,
-                          const float *grad, void *out, mt_dtype out_dtype, size_t n);
-void mt_adamw_kernel_avx512(const mt_adamw_coef *c, float *master, float *m, float *v,
-                            const float *grad, void *out, mt_dtype out_dtype, size_t n);
+void mt_adamw_kernel_avx2(const mt_adamw_coef *c, mt_adamw_part part, mt_master w, float *m, float *v,
+                          const float *grad, size_t n);
+void mt_adamw_kernel_avx512(const mt_adamw_coef *c, mt_adamw_part part, mt_master w, float *m, float *v,
+                            const float *grad, size_t n);
 #endif
 
 #endif

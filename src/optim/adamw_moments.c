@@ -19,10 +19,9 @@
 typedef struct {
     mt_adamw_kernel kernel;
     mt_adamw_coef coef;
-    float *master;
+    mt_adamw_part part;
+    mt_master w;
     const float *grad;
-    char *out;
-    mt_dtype out_dtype;
     mt_moments *mom;
     size_t at, n, cols;
     const uint8_t *mask;
@@ -56,15 +55,14 @@ static void store(mt_moments *mom, size_t b, size_t lo, size_t hi, const float *
 /* Block b's part [lo, hi) of the span (global element indices). */
 static void update_block(const span *s, size_t b, size_t lo, size_t hi) {
     float m[MT_MOMENTS_BLOCK], v[MT_MOMENTS_BLOCK];
-    size_t start = b * MT_MOMENTS_BLOCK, out_size = mt_dtype_size(s->out_dtype);
+    size_t start = b * MT_MOMENTS_BLOCK;
     int touched = 0;
     load(s->mom, b, lo, hi, m, v);
     for (size_t a = lo; a < hi;) {
         size_t row = (a - s->at) / s->cols, row_end = s->at + (row + 1) * s->cols;
         size_t e = row_end < hi ? row_end : hi, k = a - s->at;
         if (!s->mask || s->mask[row] == s->which) {
-            s->kernel(&s->coef, s->master + k, m + (a - start), v + (a - start), s->grad + k,
-                      s->out + k * out_size, s->out_dtype, e - a);
+            s->kernel(&s->coef, s->part, mt_master_at(s->w, k), m + (a - start), v + (a - start), s->grad + k, e - a);
             touched = 1;
         }
         a = e;
@@ -98,37 +96,31 @@ static void run(const span *s, int threads) {
     run_share(s, 0, 1);
 }
 
-void mt_adamw_update_moments(const mt_adamw_params *p, int decay, float *master, mt_moments *mom, size_t at,
-                             const float *grad, void *weights_out, mt_dtype weights_dtype, size_t n,
-                             int threads) {
+void mt_adamw_update_moments(mt_adamw_part part, const mt_adamw_params *p, int decay, mt_master w, mt_moments *mom,
+                             size_t at, const float *grad, size_t n, int threads) {
     if (mom->format == MT_MOMENTS_F32) {
-        mt_adamw_update_parallel(p, decay, master, (float *)mom->m + at, (float *)mom->v + at, grad, weights_out,
-                                 weights_dtype, n, threads);
+        mt_adamw_update_parallel(part, p, decay, w, (float *)mom->m + at, (float *)mom->v + at, grad, n, threads);
         return;
     }
-    span s = {.kernel = mt_adamw_kernel_of(MT_ADAMW_BEST), .coef = mt_adamw_coef_of(p, decay, n),
-              .master = master, .grad = grad, .out = weights_out, .out_dtype = weights_dtype, .mom = mom,
-              .at = at, .n = n, .cols = n ? n : 1};
+    span s = {.kernel = mt_adamw_kernel_of(MT_ADAMW_BEST), .coef = mt_adamw_coef_of(p, decay), .part = part, .w = w,
+              .grad = grad, .mom = mom, .at = at, .n = n, .cols = n ? n : 1};
     run(&s, threads);
 }
 
-void mt_adamw_update_rows(const mt_adamw_params *p, int decay, float *master, mt_moments *mom, size_t at,
-                          const float *grad, void *weights_out, mt_dtype weights_dtype, size_t rows,
-                          size_t cols, const uint8_t *mask, uint8_t which, int threads) {
+void mt_adamw_update_rows(mt_adamw_part part, const mt_adamw_params *p, int decay, mt_master w, mt_moments *mom,
+                          size_t at, const float *grad, size_t rows, size_t cols, const uint8_t *mask, uint8_t which,
+                          int threads) {
     if (mom->format == MT_MOMENTS_F32) {
         float *m = (float *)mom->m + at, *v = (float *)mom->v + at;
-        size_t out_size = mt_dtype_size(weights_dtype);
 #pragma omp parallel for schedule(static) num_threads(threads)
         for (size_t row = 0; row < rows; row++) {
             if (mask[row] != which) continue;
             size_t o = row * cols;
-            mt_adamw_update(p, decay, master + o, m + o, v + o, grad + o, (char *)weights_out + o * out_size,
-                            weights_dtype, cols);
+            mt_adamw_update(part, p, decay, mt_master_at(w, o), m + o, v + o, grad + o, cols);
         }
         return;
     }
-    span s = {.kernel = mt_adamw_kernel_of(MT_ADAMW_BEST), .coef = mt_adamw_coef_of(p, decay, rows * cols),
-              .master = master, .grad = grad, .out = weights_out, .out_dtype = weights_dtype, .mom = mom,
-              .at = at, .n = rows * cols, .cols = cols, .mask = mask, .which = which};
+    span s = {.kernel = mt_adamw_kernel_of(MT_ADAMW_BEST), .coef = mt_adamw_coef_of(p, decay), .part = part, .w = w,
+              .grad = grad, .mom = mom, .at = at, .n = rows * cols, .cols = cols, .mask = mask, .which = which};
     run(&s, threads);
 }

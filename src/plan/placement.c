@@ -1,10 +1,12 @@
 #include "plan/placement.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <string.h>
 
 #include "engine/block.h"
 #include "engine/budget.h"
+#include "optim/adamw.h"
 
 /* Without --gpu-mem the plan leaves this much of the device's free memory to the libraries' own
  * allocations (cuBLAS, cuDNN workspaces) and to fragmentation: a twentieth, at least 2 GiB. */
@@ -26,15 +28,21 @@ mt_rates mt_placement_rates(void) {
 
 typedef enum { HOME_DEVICE, HOME_HOST_STORE, HOME_HOST_ENGINE } home;
 
+/* When a class goes by its other name: the weights when the masters are not split (fp32 weights:
+ * they are the masters), the host gradients without clipping (a ring that none waits in). */
+typedef enum { NAMED_ALWAYS, NAMED_UNSPLIT, NAMED_UNCLIPPED } other_name;
+
 typedef struct {
     const char *name;
     home where;
     size_t offset; /* into mt_engine_bytes (device, host engine) or mt_store_bytes (host store) */
+    other_name when;
+    const char *other;
 } byte_class;
 
-#define DEV(name, field) {name, HOME_DEVICE, offsetof(mt_engine_bytes, field)}
-#define STORE(name, field) {name, HOME_HOST_STORE, offsetof(mt_store_bytes, field)}
-#define HOST(name, field) {name, HOME_HOST_ENGINE, offsetof(mt_engine_bytes, field)}
+#define DEV(name, field) {name, HOME_DEVICE, offsetof(mt_engine_bytes, field), NAMED_ALWAYS, NULL}
+#define STORE(name, field, when, other) {name, HOME_HOST_STORE, offsetof(mt_store_bytes, field), when, other}
+#define HOST(name, field, when, other) {name, HOME_HOST_ENGINE, offsetof(mt_engine_bytes, field), when, other}
 static const byte_class classes[] = {
     DEV("weight slots", weight_slots),
     DEV("embedding and head weights", embed_head),
@@ -43,12 +51,12 @@ static const byte_class classes[] = {
     DEV("gradients (slots, and those waiting on the device)", grads),
     DEV("activation checkpoints", checkpoints),
     DEV("workspace", workspace),
-    STORE("working weights", weights),
-    STORE("fp32 master", master),
-    STORE("Adam moments", moments),
-    HOST("gradients on the host", host_grads),
-    HOST("staging", host_staging),
-    HOST("activation checkpoints", host_checkpoints),
+    STORE("fp32 master: high halves (the bf16 weights)", weights, NAMED_UNSPLIT, "fp32 master (the weights)"),
+    STORE("fp32 master: low halves", low, NAMED_ALWAYS, NULL),
+    STORE("Adam moments", moments, NAMED_ALWAYS, NULL),
+    HOST("gradients kept for the clip", host_grads, NAMED_UNCLIPPED, "gradient ring"),
+    HOST("staging", host_staging, NAMED_ALWAYS, NULL),
+    HOST("activation checkpoints", host_checkpoints, NAMED_ALWAYS, NULL),
 };
 #undef DEV
 #undef STORE
@@ -57,6 +65,12 @@ static const byte_class classes[] = {
 static int64_t class_bytes(const mt_placement *p, const byte_class *c) {
     const char *base = c->where == HOME_HOST_STORE ? (const char *)&p->store : (const char *)&p->dev;
     return *(const int64_t *)(base + c->offset);
+}
+
+static const char *class_name(const mt_placement *p, const byte_class *c) {
+    int other = (c->when == NAMED_UNSPLIT && p->store.low == 0) ||
+                (c->when == NAMED_UNCLIPPED && p->eo.max_grad_norm <= 0 && !p->eo.keep_grads);
+    return other ? c->other : c->name;
 }
 
 static double gb(int64_t bytes) { return (double)bytes / 1e9; }
@@ -75,20 +89,52 @@ static double step_flops(const mt_config *c, double tokens, int seq) {
     return tokens * (8.0 * block + 6.0 * head + attention);
 }
 
-/* Host optimizer bytes a parameter: read gradient, master, m, v; write master, m, v and the working
- * weights. */
-static double opt_bytes_per_param(const mt_layout *lay, const mt_store_bytes *s, double wsize) {
-    return (double)(s->master + s->moments) * 2 / (double)lay->total_numel + 4.0 + wsize;
+/* How the host optimizer takes a step with these options (engine_internal.h's modes). */
+typedef enum { OPT_OVERLAPPED, OPT_SPECULATIVE, OPT_DEFERRED } opt_mode;
+
+static opt_mode opt_mode_of(const mt_engine_options *o, mt_moments_format moments) {
+    if (o->max_grad_norm <= 0) return OPT_OVERLAPPED;
+    return moments == MT_MOMENTS_F32 ? OPT_SPECULATIVE : OPT_DEFERRED;
 }
+
+/* Host memory traffic of the host optimizer a parameter and step (optim/adamw.h's parts), in all
+ * and once the norm is known (what the next forward waits for), for a step that is not clipped:
+ * without clipping the whole update as gradients come home (28 bytes with fp32 moments); with
+ * it the moments then (20) and the masters after the norm (16); with bf16 or 8-bit moments the
+ * whole update after the norm. */
+static void opt_bytes(const mt_layout *lay, const mt_store_bytes *s, opt_mode mode, double *total, double *after_norm) {
+    double moment = (double)s->moments / 2 / (double)lay->total_numel;
+    double full = mt_adamw_part_bytes(MT_ADAMW_FULL, moment);
+    switch (mode) {
+    case OPT_OVERLAPPED: *total = full, *after_norm = 0; break;
+    case OPT_SPECULATIVE:
+        *after_norm = mt_adamw_part_bytes(MT_ADAMW_WEIGHTS, moment);
+        *total = mt_adamw_part_bytes(MT_ADAMW_MOMENTS, moment) + *after_norm;
+        break;
+    case OPT_DEFERRED: *total = *after_norm = full; break;
+    }
+}
+
+/* The share of the GEMM rate a whole step of the engine reaches: its FLOPs' time at the GEMM rate
+ * over the measured step, where the GEMMs bound it (--clip 0): Llama-3-8B, 8 x 4096 tokens on the
+ * H200 (2.862 s of 3.614 s, bench/results/2026-11-22-h200-8b.md) and Qwen2.5-14B, 4 x 4096 on an H100
+ * (2.678 s of 3.434 s, issue 25): 0.79 and 0.78. The rest is the norms, attention's softmax, the
+ * loss, and the pipeline's ends, which the GEMMs do not hide. */
+#define STEP_COMPUTE_SHARE 0.785
+
+/* The share of a step's GEMM FLOPs in the backward: the recompute (2 a parameter and token) and
+ * the backward (4) of the 8. With clipping, the host's work after the norm comes after it. */
+#define BACKWARD_SHARE 0.75
 
 static void floor_terms(mt_placement *p, mt_backend *be, const mt_layout *lay) {
     const mt_config *c = &lay->cfg;
     const mt_engine_options *o = &p->eo;
     double wsize = (double)mt_dtype_size(be->ops->weight_dtype), block = (double)lay->max_block_numel;
     int streamed = c->num_layers - o->device_blocks, slots = o->slots < streamed ? o->slots : streamed;
+    p->params = (double)lay->total_numel;
     p->tokens = (double)o->micro_batches * o->batch * o->seq;
     p->flops = step_flops(c, p->tokens, o->seq);
-    p->gemm_s = p->flops / p->rates.gemm_flop_per_s;
+    p->gemm_s = p->flops / (p->rates.gemm_flop_per_s * STEP_COMPUTE_SHARE);
     p->host_params = (double)(lay->total_numel - mt_engine_device_params(lay, o));
     /* In: the host-updated units' weights, and the streamed blocks the backward reloads; out:
      * their gradients. Host-kept checkpoints go out in the forward and come back in the backward. */
@@ -97,8 +143,13 @@ static void floor_terms(mt_placement *p, mt_backend *be, const mt_layout *lay) {
     double in_s = p->pcie_in / p->rates.pcie_bytes_per_s, out_s = p->pcie_out / p->rates.pcie_d2h_bytes_per_s;
     p->pcie_s = in_s > out_s ? in_s : out_s;
     p->pcie_cover_tokens = p->gemm_s > 0 ? p->tokens * p->pcie_s / p->gemm_s : 0;
-    p->opt_bytes_per_param = opt_bytes_per_param(lay, &p->store, wsize);
+    opt_bytes(lay, &p->store, opt_mode_of(o, p->moments), &p->opt_bytes_per_param, &p->after_norm_bytes_per_param);
     p->opt_s = p->opt_bytes_per_param * p->host_params / p->rates.host_bytes_per_s;
+    p->after_norm_s = p->after_norm_bytes_per_param * p->host_params / p->rates.host_bytes_per_s;
+    p->floor_s = p->gemm_s > p->pcie_s ? p->gemm_s : p->pcie_s;
+    if (p->opt_s > p->floor_s) p->floor_s = p->opt_s;
+    if (p->after_norm_s > 0 && BACKWARD_SHARE * p->gemm_s + p->after_norm_s > p->floor_s)
+        p->floor_s = BACKWARD_SHARE * p->gemm_s + p->after_norm_s;
 }
 
 /* ---- spending the device budget ---- */
@@ -108,13 +159,15 @@ static void floor_terms(mt_placement *p, mt_backend *be, const mt_layout *lay) {
 static double seconds_saved(const mt_placement_request *rq, const mt_layout *lay, mt_backend *be, double params,
                             int loads) {
     mt_store_bytes s = mt_store_size(lay, be->ops->weight_dtype, rq->moments);
-    double wsize = (double)mt_dtype_size(be->ops->weight_dtype);
-    double host = params * opt_bytes_per_param(lay, &s, wsize) / rq->rates.host_bytes_per_s;
+    double wsize = (double)mt_dtype_size(be->ops->weight_dtype), total, after_norm;
+    opt_bytes(lay, &s, opt_mode_of(&rq->eo, rq->moments), &total, &after_norm);
+    double host = params * total / rq->rates.host_bytes_per_s;
     return host + params * (4.0 + wsize * loads) / rq->rates.pcie_bytes_per_s;
 }
 
 /* Moves units onto the device while they fit `limit`, best saving per byte first: the embedding
  * and head (one move), and blocks one at a time. */
+#define ENDS_PREFERENCE 0.9
 static void spend_on_device_units(mt_backend *be, const mt_config *cfg, const mt_layout *lay,
                                   const mt_placement_request *rq, mt_engine_options *eo, int64_t limit) {
     int ends = rq->ends == MT_PLACE_AUTO, blocks = rq->device_blocks == MT_PLACE_AUTO;
@@ -133,26 +186,40 @@ static void spend_on_device_units(mt_backend *be, const mt_config *cfg, const mt
         if (!ends_fits && !block_fits) return;
         double ends_rate = ends_saving / (double)(ends_bytes - now > 1 ? ends_bytes - now : 1);
         double block_rate = block_saving / (double)(block_bytes - now > 1 ? block_bytes - now : 1);
-        if (ends_fits && (!block_fits || ends_rate >= block_rate)) *eo = with_ends;
+        /* The ends also free their gradients' host buffers (without clipping; with it a block frees as
+         * much a parameter): within the model's precision, they go first. */
+        if (ends_fits && (!block_fits || ends_rate >= ENDS_PREFERENCE * block_rate)) *eo = with_ends;
         else *eo = with_block;
     }
 }
 
 /* Without clipping, block gradients come home through a ring of host buffers, and the backward
- * runs at most the ring's length ahead of the optimizer. Where the optimizer is the slower (up to
- * a few billion parameters), a short ring holds the backward back to the optimizer's pace, and
- * the optimizer's backlog can no longer drain behind the next forward. So the ring grows to
- * every streamed block where the host can spare it: at most half of what the run leaves. */
+ * runs at most the ring's length ahead of the optimizer. MT_ENGINE_GRAD_RING blocks are the slack a
+ * backward and an optimizer of the same pace need. Where the optimizer is the slower (its block
+ * takes longer than a block's backward: small models, slow hosts), it falls behind by streamed x
+ * (1 - backward / optimizer) blocks over a backward; the ring grows by that (as far as the host can
+ * spare it: half of what the run leaves), so that the backward is not held to the optimizer's pace
+ * and the backlog drains behind the next forward. No more: every block of it is 4 bytes a parameter
+ * of a block, host memory the run no longer has. */
 static void choose_grad_ring(mt_backend *be, const mt_config *cfg, const mt_layout *lay,
                              const mt_placement_request *rq, mt_engine_options *eo) {
-    if (eo->max_grad_norm > 0 || eo->keep_grads || rq->host_available < 0) return;
+    if (eo->max_grad_norm > 0 || eo->keep_grads) return;
     mt_store_bytes s = mt_store_size(lay, be->ops->weight_dtype, rq->moments);
-    mt_engine_bytes d = mt_engine_size(be, cfg, eo);
-    int64_t needed = s.weights + s.master + s.moments + d.host_grads + d.host_staging + d.host_checkpoints +
-                     (rq->device_memory ? 0 : d.total);
-    int64_t spare = rq->host_available - needed, block = lay->max_block_numel * 4;
-    if (spare <= 0 || block <= 0) return;
-    int64_t ring = MT_ENGINE_GRAD_RING + spare / 2 / block, streamed = cfg->num_layers - eo->device_blocks;
+    int64_t streamed = cfg->num_layers - eo->device_blocks, block = lay->max_block_numel * 4;
+    double tokens = (double)eo->micro_batches * eo->batch * eo->seq;
+    double backward = BACKWARD_SHARE * step_flops(cfg, tokens, eo->seq) / (rq->rates.gemm_flop_per_s * STEP_COMPUTE_SHARE) /
+                      cfg->num_layers;
+    double moment = (double)s.moments / 2 / (double)lay->total_numel;
+    double optimizer = mt_adamw_part_bytes(MT_ADAMW_FULL, moment) * (double)lay->max_block_numel / rq->rates.host_bytes_per_s;
+    int64_t behind = optimizer > backward ? (int64_t)ceil((double)streamed * (1 - backward / optimizer)) : 0;
+    if (behind > 0 && rq->host_available >= 0) {
+        mt_engine_bytes d = mt_engine_size(be, cfg, eo);
+        int64_t needed = s.weights + s.low + s.moments + d.host_grads + d.host_staging + d.host_checkpoints +
+                         (rq->device_memory ? 0 : d.total);
+        int64_t spare = rq->host_available - needed, room = spare > 0 && block > 0 ? spare / 2 / block : 0;
+        if (behind > room) behind = room;
+    }
+    int64_t ring = MT_ENGINE_GRAD_RING + behind;
     eo->grad_ring = (int)(ring < streamed ? ring : streamed);
 }
 
@@ -236,6 +303,13 @@ void mt_placement_describe(const mt_placement *p, char *buf, size_t cap) {
              o->ckpt_on_host, p->layers);
 }
 
+int64_t mt_placement_host_bytes(const mt_placement *p) {
+    int64_t total = 0;
+    for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++)
+        if (classes[i].where != HOME_DEVICE) total += class_bytes(p, &classes[i]);
+    return total;
+}
+
 static void print_classes(const mt_placement *p, FILE *out, const char *label, int host) {
     int64_t total = 0;
     fprintf(out, "%-9s", label);
@@ -245,11 +319,12 @@ static void print_classes(const mt_placement *p, FILE *out, const char *label, i
         if ((c->where != HOME_DEVICE) != host) continue;
         int64_t b = class_bytes(p, c);
         if (!b) continue;
-        fprintf(out, "%s%s %.2f GB", first ? " " : " + ", c->name, gb(b));
+        fprintf(out, "%s%s %.2f GB", first ? " " : " + ", class_name(p, c), gb(b));
         total += b;
         first = 0;
     }
-    fprintf(out, " = %.2f GB\n", gb(total));
+    if (host) fprintf(out, " = %.2f GB, %.2f bytes a parameter\n", gb(total), (double)total / p->params);
+    else fprintf(out, " = %.2f GB\n", gb(total));
 }
 
 void mt_placement_print(const mt_placement *p, FILE *out) {
@@ -266,8 +341,8 @@ void mt_placement_print(const mt_placement *p, FILE *out) {
                 gib(p->device_limit));
     print_classes(p, out, "device", 0);
     print_classes(p, out, "host", 1);
-    fprintf(out, "floor     GEMM %.3g FLOP / %.0f TFLOP/s = %.3f s\n", p->flops, p->rates.gemm_flop_per_s / 1e12,
-            p->gemm_s);
+    fprintf(out, "floor     GEMM %.3g FLOP / %.0f TFLOP/s x %.3g (what a step of the engine reaches of it) = %.3f s\n",
+            p->flops, p->rates.gemm_flop_per_s / 1e12, STEP_COMPUTE_SHARE, p->gemm_s);
     fprintf(out, "          PCIe in %.2f GB at %.1f GB/s, out %.2f GB at %.1f GB/s = %.3f s\n", p->pcie_in / 1e9,
             p->rates.pcie_bytes_per_s / 1e9, p->pcie_out / 1e9, p->rates.pcie_d2h_bytes_per_s / 1e9, p->pcie_s);
     fprintf(out, "          the GEMMs cover the PCIe copies from %.0f tokens a step (this one: %.0f, %s)\n",
@@ -275,7 +350,13 @@ void mt_placement_print(const mt_placement *p, FILE *out) {
             p->tokens >= p->pcie_cover_tokens ? "the compute sets the pace" : "the copies set the pace");
     fprintf(out, "          host optimizer %.0f bytes/parameter x %.3f B parameters over %.0f GB/s host memory = "
             "%.3f s (the device updates the other %.3f B)\n", p->opt_bytes_per_param, p->host_params / 1e9,
-            p->rates.host_bytes_per_s / 1e9, p->opt_s,
-            (double)(p->store.master / 4) / 1e9 - p->host_params / 1e9);
+            p->rates.host_bytes_per_s / 1e9, p->opt_s, (p->params - p->host_params) / 1e9);
+    if (p->after_norm_s > 0)
+        fprintf(out, "          with clipping, %.0f of them once the norm is known, after the backward's GEMMs: %.3f s + "
+                "%.3f s = %.3f s (a step that clips: %.0f, and %.0f more once its masters are out)\n",
+                p->after_norm_bytes_per_param, BACKWARD_SHARE * p->gemm_s, p->after_norm_s,
+                BACKWARD_SHARE * p->gemm_s + p->after_norm_s, mt_adamw_part_bytes(MT_ADAMW_CORRECT_MASTERS, 4),
+                mt_adamw_part_bytes(MT_ADAMW_CORRECT_MOMENTS, 4));
+    fprintf(out, "          = %.3f s a step at best, %.0f tokens/s\n", p->floor_s, p->tokens / p->floor_s);
     if (p->rates.source) fprintf(out, "          (rates: %s)\n", p->rates.source);
 }

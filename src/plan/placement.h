@@ -7,7 +7,8 @@
  * The planner fits the run's shape into --gpu-mem the way engine/budget.c does, then spends what
  * that budget (or, without one, the device's free memory less a margin) leaves where it saves the
  * most step time per byte: each unit whose state the device keeps and updates takes its host
- * AdamW (about 30 bytes of host memory traffic a parameter) and its PCIe traffic off the step. */
+ * AdamW (28 to 36 bytes of host memory traffic a parameter: optim/adamw.h's parts) and its PCIe
+ * traffic off the step. */
 #ifndef MT_PLAN_PLACEMENT_H
 #define MT_PLAN_PLACEMENT_H
 
@@ -55,8 +56,11 @@ typedef struct {
     mt_engine_bytes dev;       /* the engine's bytes by class */
     mt_store_bytes store;      /* the host store's */
     int layers, units, units_on_device;
-    /* The floor of one step's time: GEMM FLOPs, PCIe bytes each way, the host optimizer's bytes. */
-    double tokens, flops, gemm_s, pcie_in, pcie_out, pcie_s, host_params, opt_bytes_per_param, opt_s;
+    /* The floor of one step's time: GEMM FLOPs, PCIe bytes each way, the host optimizer's bytes in
+     * all and (with clipping) those after the norm, which follow the backward's GEMMs; floor_s is
+     * the largest term. */
+    double params, tokens, flops, gemm_s, pcie_in, pcie_out, pcie_s, host_params;
+    double opt_bytes_per_param, opt_s, after_norm_bytes_per_param, after_norm_s, floor_s;
     /* The tokens a step needs for its GEMMs to take as long as its PCIe copies (the FLOPs grow with
      * the tokens, the copies do not): below it the copies set the step's pace, as for a mixture of
      * experts, whose experts are most of the bytes and little of a token's FLOPs. */
@@ -78,6 +82,8 @@ void mt_placement_describe(const mt_placement *p, char *buf, size_t cap);
 /* The plan as `megatrain plan` prints it: placement, budget, device and host bytes by class, the
  * floor's terms. */
 void mt_placement_print(const mt_placement *p, FILE *out);
+/* The host bytes of the plan: the store and the engine's host classes. */
+int64_t mt_placement_host_bytes(const mt_placement *p);
 /* Where the waiting gradients live: "device" (every unit on the device), "host fp32" or
  * "device N units, host fp32 M units"; for tables. */
 void mt_placement_grads_where(const mt_placement *p, char *buf, size_t cap);

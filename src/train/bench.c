@@ -67,6 +67,8 @@ typedef struct {
      * allocates all it uses at its creation and the libraries theirs in the first step. */
     double driver_peak_bytes;
     int gpus;                  /* ranks */
+    int clipped, skipped;      /* timed steps whose norm was over --clip (their update corrected), or not finite */
+    double grad_norm;          /* the last timed step's gradient norm */
     double h2d_bytes, d2h_bytes; /* PCIe bytes per GPU per step, each way */
     int packed_mean;           /* packed examples' mean length (bench --packed), or 0 */
     double segments_per_window; /* their mean count a window (1: plain windows) */
@@ -87,14 +89,17 @@ static mt_status print_summary(FILE *out, const mt_train_options *o, const mt_ba
             "block chunk %d tokens, attention tile %d queries, checkpoints of %d of %d blocks on the host, device idle %.1f%% of the step (%.1f%% in the forward, "
             "%.1f%% in the backward, the rest at the step's ends; stalled on copies %.1f%%), issuing thread waited on the optimizer %.1f%% (that wait overlaps queued GPU work), "
             "optimizer %.3f s a step (%.4f s a block, %.0f%% of the step); PCIe per GPU per step %.2f GB in, %.2f GB "
-            "out; plan: %s\n", o->preset ? o->preset : "model", s->gpus,
+            "out; plan's floor %.3f s, its host %.1f GiB (%.2f bytes a parameter; measured %.2f); plan: %s\n", o->preset ? o->preset : "model", s->gpus,
             mt_backend_has_own_memory(be) ? "GPU" : "cpu rank", s->gpus > 1 ? "s" : "", tokens, s->step_s,
             s->tokens_per_s, s->tflops, peak_gpu / 1073741824.0, s->driver_peak_bytes / 1073741824.0,
             host / 1073741824.0, mt_block_piece_rows(eo->batch, eo->seq, eo->chunk),
             mt_block_tile_rows(eo->batch, eo->seq, eo->attn_tile), eo->ckpt_on_host, cfg->num_layers,
             100 * s->idle_share,
             100 * s->idle_forward_share, 100 * s->idle_backward_share, 100 * s->stall_share, 100 * s->opt_wait_share, s->opt_s, s->opt_block_s,
-            s->step_s > 0 ? 100 * s->opt_s / s->step_s : 0, s->h2d_bytes / 1e9, s->d2h_bytes / 1e9, where);
+            s->step_s > 0 ? 100 * s->opt_s / s->step_s : 0, s->h2d_bytes / 1e9, s->d2h_bytes / 1e9, s->plan->floor_s,
+            (double)mt_placement_host_bytes(s->plan) / 1073741824.0,
+            (double)mt_placement_host_bytes(s->plan) / (double)mt_config_total_params(cfg),
+            host / (double)mt_config_total_params(cfg), where);
     if (s->packed_mean)
         fprintf(out, "packed examples of about %d tokens, %.1f a window, attention masked between them (TFLOP/s "
                 "counts causal attention over whole windows, as for plain steps)\n", s->packed_mean,
@@ -119,6 +124,14 @@ static mt_status print_summary(FILE *out, const mt_train_options *o, const mt_ba
                           "slots", mt_placement_slots(s->plan), "lm_chunk", eo->lm_chunk, "driver_peak_gpu_gib",
                           s->driver_peak_bytes / 1073741824.0, "chunk", mt_block_piece_rows(eo->batch, eo->seq, eo->chunk),
                           "attn_tile", mt_block_tile_rows(eo->batch, eo->seq, eo->attn_tile));
+    /* Beside what was measured, what the plan said: its floor and its host bytes. */
+    double plan_host = (double)mt_placement_host_bytes(s->plan), params = (double)mt_config_total_params(cfg);
+    json_t *planned = json_pack("{s:f, s:f, s:f, s:f, s:i, s:i, s:f}", "plan_floor_s", s->plan->floor_s, "plan_host_gib",
+                                plan_host / 1073741824.0, "plan_host_bytes_per_param", plan_host / params,
+                                "host_bytes_per_param", host / params, "clipped_steps", s->clipped, "skipped_steps",
+                                s->skipped, "grad_norm", s->grad_norm);
+    if (j && planned) json_object_update(j, planned);
+    json_decref(planned);
     if (j && (json_object_set_new(j, "packed_mean", json_integer(s->packed_mean)) != 0 ||
               json_object_set_new(j, "segments_per_window", json_real(s->segments_per_window)) != 0)) {
         json_decref(j);
@@ -193,7 +206,8 @@ mt_status mt_bench(const mt_train_options *given, int warmup, int packed_mean, F
     if (rc == MT_OK) fprintf(out, "set-up: engine ready at %.1f s\n", mt_now() - t0);
     mt_rng rng = {(uint64_t)o->seed};
     double stall = 0, opt_wait = 0, opt = 0, opt_block = 0, computing = 0, idle_forward = 0, idle_backward = 0;
-    double total = 0, driver_peak = 0, segments = 0;
+    double total = 0, driver_peak = 0, segments = 0, grad_norm = 0;
+    int clipped = 0, skipped = 0;
     for (int64_t s = 0; rc == MT_OK && s < warmup + o->steps; s++) {
         for (size_t i = 0; i < n; i++) {
             inputs[i] = (int32_t)(mt_rng_next(&rng) % (uint64_t)cfg.vocab_size);
@@ -218,6 +232,9 @@ mt_status mt_bench(const mt_train_options *given, int warmup, int packed_mean, F
         fflush(out);
         if (s < warmup) continue;
         times[s - warmup] = r.seconds;
+        clipped += o->max_grad_norm > 0 && r.grad_norm > o->max_grad_norm;
+        skipped += r.skipped;
+        grad_norm = r.grad_norm;
         stall += r.stall_seconds;
         computing += r.compute_seconds;
         idle_forward += r.idle_forward_seconds;
@@ -233,6 +250,7 @@ mt_status mt_bench(const mt_train_options *given, int warmup, int packed_mean, F
         qsort(times, (size_t)o->steps, sizeof *times, compare_doubles);
         if ((double)mt_dev_in_use(be) > driver_peak) driver_peak = (double)mt_dev_in_use(be);
         bench_summary sum = {.step_s = times[o->steps / 2], .plan = &plan, .gpus = o->gpus > 1 ? o->gpus : 1,
+                             .clipped = clipped, .skipped = skipped, .grad_norm = grad_norm,
                              .driver_peak_bytes = driver_peak};
         pcie_bytes(&lay, &plan.eo, sum.gpus, be->ops->weight_dtype, &sum.h2d_bytes, &sum.d2h_bytes);
         sum.tokens_per_s = (double)n / sum.step_s;

@@ -1,12 +1,15 @@
 #include "train/machine_rates.h"
 
 #include <ctype.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/device_info.h"
 #include "optim/adamw.h"
 #include "util/clock.h"
+#include "util/cpu_list.h"
+#include "util/memory.h"
 #include "util/pcie_link.h"
 
 /* The lent H200 machine's rates (docs/memory.md), assumed where nothing better is known: PCIe and
@@ -63,35 +66,124 @@ double mt_gpu_bf16_peak(const char *name, const char **model) {
 
 /* ---- the host AdamW ---- */
 
-/* 8 M parameters: 144 MB of state, past the last-level cache of most hosts. */
-enum { ADAMW_PROBE_PARAMS = 8 << 20 };
+/* A sysfs size such as "32768K" in bytes; 0 when unreadable. */
+static int64_t read_size(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char text[64] = "";
+    int64_t bytes = 0;
+    if (fgets(text, sizeof text, f)) {
+        char *end;
+        long long value = strtoll(text, &end, 10);
+        int64_t unit = *end == 'K' ? 1024 : *end == 'M' ? 1 << 20 : *end == 'G' ? (int64_t)1 << 30 : 1;
+        bytes = value > 0 ? (int64_t)value * unit : 0;
+    }
+    fclose(f);
+    return bytes;
+}
 
-mt_status mt_host_adamw_rate(int threads, double seconds, double *params_per_s) {
-    size_t n = ADAMW_PROBE_PARAMS;
-    float *state = mt_malloc(4 * n * sizeof(float), "the host AdamW measurement");
-    uint16_t *weights = mt_malloc(n * sizeof(uint16_t), "the host AdamW measurement");
-    if (!state || !weights) {
-        free(state);
-        free(weights);
+static int read_int(const char *path) {
+    FILE *f = fopen(path, "r");
+    int value = 0;
+    if (f) {
+        if (fscanf(f, "%d", &value) != 1) value = 0;
+        fclose(f);
+    }
+    return value;
+}
+
+int64_t mt_llc_bytes(const char *cpu_dir) {
+    char path[4096];
+    int best_level = 0;
+    int64_t size = 0;
+    int sharing = 1;
+    for (int i = 0; i < 16; i++) {
+        snprintf(path, sizeof path, "%s/cpu0/cache/index%d/level", cpu_dir, i);
+        int level = read_int(path);
+        if (level <= best_level) continue;
+        snprintf(path, sizeof path, "%s/cpu0/cache/index%d/size", cpu_dir, i);
+        int64_t bytes = read_size(path);
+        if (!bytes) continue;
+        snprintf(path, sizeof path, "%s/cpu0/cache/index%d/shared_cpu_list", cpu_dir, i);
+        best_level = level, size = bytes, sharing = mt_list_file_count(path);
+    }
+    snprintf(path, sizeof path, "%s/online", cpu_dir);
+    int online = mt_list_file_count(path);
+    if (sharing < 1) sharing = 1;
+    if (online < sharing) online = sharing;
+    return size * ((online + sharing - 1) / sharing); /* one such cache per group of sharing CPUs */
+}
+
+/* The sysfs directory of the CPUs (tests point MT_TEST_SYSFS_CPU at a tree of their own). */
+static const char *cpu_sysfs_dir(void) {
+    const char *dir = getenv("MT_TEST_SYSFS_CPU");
+    return dir && dir[0] ? dir : "/sys/devices/system/cpu";
+}
+
+/* The probe's arrays (gradient, split masters, moments: 16 bytes a parameter) four times the
+ * last-level cache, so that each pass streams from memory as the optimizer does on the store:
+ * 8 M parameters (128 MB) at least, 128 M (2 GiB) at most. */
+enum { PROBE_ARRAY_BYTES = 16 };
+static size_t probe_params(int64_t llc) {
+    int64_t want = 4 * llc / PROBE_ARRAY_BYTES, least = (int64_t)8 << 20, most = (int64_t)128 << 20;
+    return (size_t)(want < least ? least : want > most ? most : want);
+}
+
+/* The last measurement, for the same threads: a process measures once (a probe takes about a
+ * second on a large host: touching its arrays, then the passes). */
+static struct {
+    pthread_mutex_t lock;
+    int threads;
+    double seconds, params_per_s;
+    size_t params;
+} measured = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static mt_status measure(int threads, double seconds, double *params_per_s, size_t *params);
+
+mt_status mt_host_adamw_rate(int threads, double seconds, double *params_per_s, size_t *params) {
+    pthread_mutex_lock(&measured.lock);
+    mt_status rc = MT_OK;
+    if (measured.threads != threads || measured.seconds < seconds) {
+        rc = measure(threads, seconds, &measured.params_per_s, &measured.params);
+        if (rc == MT_OK) measured.threads = threads, measured.seconds = seconds;
+    }
+    if (rc == MT_OK) {
+        *params_per_s = measured.params_per_s;
+        if (params) *params = measured.params;
+    }
+    pthread_mutex_unlock(&measured.lock);
+    return rc;
+}
+
+static mt_status measure(int threads, double seconds, double *params_per_s, size_t *params) {
+    size_t n = probe_params(mt_llc_bytes(cpu_sysfs_dir()));
+    float *state = mt_pages_alloc(3 * n * sizeof(float), "the host AdamW measurement");
+    uint16_t *halves = state ? mt_pages_alloc(2 * n * sizeof(uint16_t), "the host AdamW measurement") : NULL;
+    if (!halves) {
+        mt_pages_free(state, 3 * n * sizeof(float));
         return MT_ERR_NOMEM;
     }
-    memset(state, 0, 4 * n * sizeof(float));
-    float *master = state, *m = state + n, *v = state + 2 * n, *grad = state + 3 * n;
+    float *m = state, *v = state + n, *grad = state + 2 * n;
+    mt_master w = {.hi = halves, .lo = halves + n};
+    /* Touched by the threads that will update them, as the store's first touch does. */
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (size_t i = 0; i < n; i++) m[i] = v[i] = grad[i] = 0, w.hi[i] = w.lo[i] = 0;
     mt_adamw_params p = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
                          .step = 1, .grad_scale = 1.0f};
-    /* One untimed pass (the pages' first touch), then passes until `seconds` have gone by. */
-    mt_adamw_update_parallel(&p, 1, master, m, v, grad, weights, MT_DTYPE_BF16, n, threads);
+    /* One untimed pass, then passes until `seconds` and three passes have gone by. */
+    mt_adamw_update_parallel(MT_ADAMW_FULL, &p, 1, w, m, v, grad, n, threads);
     double start = mt_now(), elapsed = 0;
     int passes = 0;
     do {
         p.step++;
-        mt_adamw_update_parallel(&p, 1, master, m, v, grad, weights, MT_DTYPE_BF16, n, threads);
+        mt_adamw_update_parallel(MT_ADAMW_FULL, &p, 1, w, m, v, grad, n, threads);
         passes++;
         elapsed = mt_now() - start;
-    } while (elapsed < seconds);
-    free(state);
-    free(weights);
+    } while (elapsed < seconds || passes < 3);
+    mt_pages_free(state, 3 * n * sizeof(float));
+    mt_pages_free(halves, 2 * n * sizeof(uint16_t));
     *params_per_s = (double)n * passes / elapsed;
+    *params = n;
     return MT_OK;
 }
 
@@ -148,9 +240,12 @@ static mt_status adamw_rate(const mt_train_options *o, const mt_engine_options *
         r->adamw_params_per_s = o->rate_adamw * 1e9;
         snprintf(r->adamw_source, sizeof r->adamw_source, "given: --rate-adamw");
     } else {
-        MT_TRY(mt_host_adamw_rate(r->adamw_threads, 0.05, &r->adamw_params_per_s));
-        snprintf(r->adamw_source, sizeof r->adamw_source, "measured: 50 ms of the host AdamW on %d thread%s",
-                 r->adamw_threads, r->adamw_threads == 1 ? "" : "s");
+        size_t params;
+        MT_TRY(mt_host_adamw_rate(r->adamw_threads, 0.05, &r->adamw_params_per_s, &params));
+        int64_t llc = mt_llc_bytes(cpu_sysfs_dir());
+        snprintf(r->adamw_source, sizeof r->adamw_source, "measured: the host AdamW on %d thread%s over %.0f MB, "
+                 "past the %.0f MB of last-level cache", r->adamw_threads, r->adamw_threads == 1 ? "" : "s",
+                 (double)params * PROBE_ARRAY_BYTES / 1e6, (double)llc / 1e6);
     }
     r->host_bytes_per_s = r->adamw_params_per_s * MT_ADAMW_BYTES_PER_PARAM;
     return MT_OK;

@@ -31,12 +31,15 @@ mt_memory_fit mt_memory_fit_of(const mt_layout *layout, mt_backend *be, const mt
     mt_host_memory host = mt_host_memory_available();
     mt_memory_fit fit = {.host_available = host.bytes, .device_available = -1};
     snprintf(fit.host_source, sizeof fit.host_source, "%s", host.source);
-    add_class(&fit, "working weights", s.weights);
-    if (!eo->forward_only) { /* a forward-only engine's store holds the working weights alone */
-        add_class(&fit, "fp32 master", s.master);
+    if (eo->forward_only) { /* a forward-only engine's store holds the working weights alone */
+        add_class(&fit, "working weights", s.weights);
+    } else {
+        add_class(&fit, s.low ? "fp32 master: high halves (the bf16 weights)" : "fp32 master (the weights)", s.weights);
+        add_class(&fit, "fp32 master: low halves", s.low);
         add_class(&fit, "Adam moments", s.moments);
     }
-    add_class(&fit, "gradients on the host", d.host_grads);
+    add_class(&fit, eo->max_grad_norm > 0 || eo->keep_grads ? "gradients kept for the clip" : "gradient ring",
+              d.host_grads);
     add_class(&fit, "staging", d.host_staging);
     add_class(&fit, "activation checkpoints", d.host_checkpoints);
     if (mt_backend_has_own_memory(be)) {
@@ -57,7 +60,7 @@ mt_memory_fit mt_memory_fit_ranks(const mt_layout *layout, mt_backend *be, const
     return fit;
 }
 
-/* "working weights 16.06 GB + fp32 master 32.12 GB + ..." */
+/* "fp32 master: high halves (the bf16 weights) 16.06 GB + ..." */
 static void classes_text(const mt_memory_class *classes, int count, char *buf, size_t cap) {
     size_t at = 0;
     buf[0] = '\0';

@@ -8,8 +8,8 @@
 
 #include "io/checkpoint.h"
 #include "io/hf_config.h"
-#include "util/bf16.h"
 #include "util/log.h"
+#include "util/split_f32.h"
 
 #define RUN_FORMAT "megatrain-run"
 #define RUN_VERSION 2
@@ -21,17 +21,28 @@ static int moment_blobs(const mt_store *s, mt_run_blob *blobs) {
     size_t value = mt_moments_value_size(mom->format), blocks = mt_moments_blocks(mom->n);
     mt_run_value kind = mom->format == MT_MOMENTS_F32 ? MT_RUN_F32 : mom->format == MT_MOMENTS_BF16 ? MT_RUN_BF16
                                                                                                  : MT_RUN_CODES;
-    blobs[0] = (mt_run_blob){"adam_m", mom->m, value, 1, mom->n, kind};
-    blobs[1] = (mt_run_blob){"adam_v", mom->v, value, 1, mom->n, kind};
+    blobs[0] = (mt_run_blob){"adam_m", mom->m, {0}, value, 1, mom->n, kind};
+    blobs[1] = (mt_run_blob){"adam_v", mom->v, {0}, value, 1, mom->n, kind};
     if (mom->format != MT_MOMENTS_8BIT) return 2;
-    blobs[2] = (mt_run_blob){"adam_m_scale", mom->m_scale, sizeof(float), MT_MOMENTS_BLOCK, blocks, MT_RUN_F32};
-    blobs[3] = (mt_run_blob){"adam_v_scale", mom->v_scale, sizeof(float), MT_MOMENTS_BLOCK, blocks, MT_RUN_F32};
+    blobs[2] = (mt_run_blob){"adam_m_scale", mom->m_scale, {0}, sizeof(float), MT_MOMENTS_BLOCK, blocks, MT_RUN_F32};
+    blobs[3] = (mt_run_blob){"adam_v_scale", mom->v_scale, {0}, sizeof(float), MT_MOMENTS_BLOCK, blocks, MT_RUN_F32};
     return 4;
 }
 
+/* The masters are always fp32 in a checkpoint, however the store keeps them. */
 int mt_run_blobs(const mt_store *s, mt_run_blob blobs[MT_RUN_MAX_BLOBS]) {
-    blobs[0] = (mt_run_blob){"master", s->master, sizeof(float), 1, (size_t)s->layout->total_numel, MT_RUN_F32};
+    mt_master w = mt_store_masters(s, 0);
+    blobs[0] = (mt_run_blob){"master", w.f32, w, sizeof(float), 1, (size_t)s->layout->total_numel, MT_RUN_F32};
     return 1 + moment_blobs(s, blobs + 1);
+}
+
+const void *mt_run_blob_at(const mt_run_blob *b, size_t first) {
+    return b->data ? (const char *)b->data + first * b->item_bytes : NULL;
+}
+
+void mt_run_blob_read(const mt_run_blob *b, size_t first, size_t count, void *dst) {
+    if (b->data) memcpy(dst, mt_run_blob_at(b, first), count * b->item_bytes);
+    else mt_master_read(mt_master_at(b->split, first), count, dst);
 }
 
 /* An IEEE value is finite unless its exponent bits are all ones; the loops below test the bits
@@ -66,21 +77,49 @@ mt_status mt_run_rotate(const char *run_dir, const mt_run_save_options *o, int64
     return o->keep > 0 ? mt_checkpoint_keep(run_dir, o->keep, o->good_step, step) : MT_OK;
 }
 
+/* Split masters go through a buffer of this many items at a time, as they are written and read. */
+enum { BOUNCE_ITEMS = 1 << 22 };
+
+/* Appends blob b (index i) to the writer, through `bounce` where it is not in memory as saved;
+ * clears *finite on a value that is not. */
+static mt_status append_blob(mt_ckpt_writer *w, int i, const mt_run_blob *b, float *bounce, int *finite) {
+    if (b->data) {
+        *finite &= mt_run_items_finite(b, b->data, b->items);
+        return mt_checkpoint_append(w, i, b->data, b->items * b->item_bytes);
+    }
+    for (size_t at = 0; at < b->items; at += BOUNCE_ITEMS) {
+        size_t count = b->items - at < BOUNCE_ITEMS ? b->items - at : BOUNCE_ITEMS;
+        mt_run_blob_read(b, at, count, bounce);
+        *finite &= mt_run_items_finite(b, bounce, count);
+        MT_TRY(mt_checkpoint_append(w, i, bounce, count * b->item_bytes));
+    }
+    return MT_OK;
+}
+
 mt_status mt_run_save(const char *run_dir, const mt_store *s, const mt_run_progress *p,
                       const mt_run_save_options *o, int *finite) {
     char path[4096];
     MT_TRY(mt_checkpoint_path(path, sizeof path, run_dir, p->step));
     mt_run_blob state[MT_RUN_MAX_BLOBS];
-    mt_ckpt_blob blobs[MT_RUN_MAX_BLOBS];
+    mt_ckpt_blob_size sizes[MT_RUN_MAX_BLOBS];
     int count = mt_run_blobs(s, state), all_finite = 1;
-    for (int i = 0; i < count; i++) {
-        blobs[i] = (mt_ckpt_blob){state[i].name, state[i].data, state[i].items * state[i].item_bytes};
-        all_finite &= mt_run_items_finite(&state[i], state[i].data, state[i].items);
-    }
+    for (int i = 0; i < count; i++) sizes[i] = (mt_ckpt_blob_size){state[i].name, state[i].items * state[i].item_bytes};
     json_t *meta = mt_run_meta(s, p, o->settings);
-    if (!meta) return mt_fail(MT_ERR_NOMEM, "%s: cannot build the checkpoint metadata", path);
-    mt_status rc = mt_run_meta_set_finite(meta, all_finite);
-    if (rc == MT_OK) rc = mt_checkpoint_write(path, blobs, count, meta);
+    float *bounce = meta ? mt_malloc(BOUNCE_ITEMS * sizeof *bounce, "the checkpoint's staging of the masters") : NULL;
+    if (!bounce) {
+        json_decref(meta);
+        return mt_fail(MT_ERR_NOMEM, "%s: cannot build the checkpoint metadata or its staging", path);
+    }
+    mt_ckpt_writer *w;
+    mt_status rc = mt_checkpoint_begin(&w, path, sizes, count);
+    for (int i = 0; rc == MT_OK && i < count; i++) rc = append_blob(w, i, &state[i], bounce, &all_finite);
+    /* (a failed append has removed the write and freed the writer) */
+    if (rc == MT_OK) {
+        rc = mt_run_meta_set_finite(meta, all_finite);
+        if (rc == MT_OK) rc = mt_checkpoint_finish(w, meta);
+        else mt_checkpoint_abandon(w);
+    }
+    free(bounce);
     json_decref(meta);
     MT_TRY(rc);
     if (finite) *finite = all_finite;
@@ -256,6 +295,22 @@ mt_status mt_run_load_moments_format(const char *checkpoint, mt_moments_format *
     return rc;
 }
 
+/* A piece of the fp32 masters read from a checkpoint, split into the store's halves. */
+static mt_status split_piece(void *user, size_t offset, const void *data, size_t bytes) {
+    const mt_run_blob *b = user;
+    mt_master_write(mt_master_at(b->split, offset / sizeof(float)), bytes / sizeof(float), data);
+    return MT_OK;
+}
+
+static mt_status read_split(const char *checkpoint, const mt_run_blob *b, size_t bytes) {
+    float *bounce = mt_malloc(BOUNCE_ITEMS * sizeof *bounce, "the staging of the masters read from a checkpoint");
+    if (!bounce) return MT_ERR_NOMEM;
+    mt_status rc = mt_checkpoint_read_pieces(checkpoint, b->name, bytes, bounce, BOUNCE_ITEMS * sizeof *bounce,
+                                             split_piece, (void *)b);
+    free(bounce);
+    return rc;
+}
+
 mt_status mt_run_load(const char *checkpoint, mt_store *s, mt_run_progress *p) {
     json_t *meta;
     MT_TRY(read_meta(checkpoint, &meta));
@@ -277,14 +332,18 @@ mt_status mt_run_load(const char *checkpoint, mt_store *s, mt_run_progress *p) {
     MT_TRY(rc);
     mt_run_blob blobs[MT_RUN_MAX_BLOBS];
     int count = mt_run_blobs(s, blobs);
-    /* The blobs point into the store's own (writable) masters and moments. */
-    for (int i = 0; i < count; i++)
-        MT_TRY(mt_checkpoint_read(checkpoint, blobs[i].name, (void *)blobs[i].data, blobs[i].items * blobs[i].item_bytes));
-    mt_store_sync_weights(s);
+    /* The blobs point into the store's own (writable) masters and moments; split masters are read
+     * in pieces and split as they come. */
+    for (int i = 0; i < count; i++) {
+        size_t bytes = blobs[i].items * blobs[i].item_bytes;
+        if (blobs[i].data) MT_TRY(mt_checkpoint_read(checkpoint, blobs[i].name, (void *)blobs[i].data, bytes));
+        else MT_TRY(read_split(checkpoint, &blobs[i], bytes));
+    }
     return MT_OK;
 }
 
-/* A piece of the masters into the working weights, in their type. */
+/* A piece of the masters into the working weights, in their type: bf16 weights are the masters'
+ * high halves, what training streams (util/split_f32.h). */
 static mt_status weights_piece(void *ctx, size_t offset, const void *data, size_t n) {
     const mt_store *s = ctx;
     const float *x = data;
@@ -295,7 +354,7 @@ static mt_status weights_piece(void *ctx, size_t offset, const void *data, size_
     }
     uint16_t *w = (uint16_t *)s->weights + first;
 #pragma omp parallel for schedule(static) if (count >= (1 << 16))
-    for (size_t i = 0; i < count; i++) w[i] = mt_f32_to_bf16(x[i]);
+    for (size_t i = 0; i < count; i++) w[i] = mt_split_hi_bits(mt_f32_bits(x[i]));
     return MT_OK;
 }
 
@@ -303,5 +362,10 @@ mt_status mt_run_load_weights(const char *checkpoint, mt_store *s, int64_t *step
     json_t *settings;
     MT_TRY(mt_run_read_info(checkpoint, step, &settings));
     json_decref(settings);
-    return mt_checkpoint_read_pieces(checkpoint, "master", (size_t)s->layout->total_numel * 4, weights_piece, s);
+    float *bounce = mt_malloc(BOUNCE_ITEMS * sizeof *bounce, "the staging of the masters read from a checkpoint");
+    if (!bounce) return MT_ERR_NOMEM;
+    mt_status rc = mt_checkpoint_read_pieces(checkpoint, "master", (size_t)s->layout->total_numel * 4, bounce,
+                                             BOUNCE_ITEMS * sizeof *bounce, weights_piece, s);
+    free(bounce);
+    return rc;
 }

@@ -31,7 +31,9 @@ typedef enum { MT_RUN_F32, MT_RUN_BF16, MT_RUN_CODES /* 8-bit codes: always fini
 
 typedef struct {
     const char *name;
-    const void *data;
+    const void *data;  /* the items as the checkpoint holds them; NULL: the store's split masters */
+    mt_master split;   /* data NULL: the masters, joined into fp32 items as they are written and
+                        * split as they are read (engine/store.h) */
     size_t item_bytes, granule, items;
     mt_run_value value;
 } mt_run_blob;
@@ -40,6 +42,10 @@ typedef struct {
 
 /* The blobs of a store's state (master, the moments and their scales); returns the count. */
 int mt_run_blobs(const mt_store *store, mt_run_blob blobs[MT_RUN_MAX_BLOBS]);
+/* Items [first, first + count) of blob b as the checkpoint holds them: where they lie in memory,
+ * or NULL for the split masters, which mt_run_blob_read copies out (joined) into dst. */
+const void *mt_run_blob_at(const mt_run_blob *b, size_t first);
+void mt_run_blob_read(const mt_run_blob *b, size_t first, size_t count, void *dst);
 /* 1 when the `items` items of blob b's kind at `data` are all finite. */
 int mt_run_items_finite(const mt_run_blob *b, const void *data, size_t items);
 

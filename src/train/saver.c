@@ -26,6 +26,7 @@ struct mt_saver {
     size_t *first_item;          /* [(U + 1) * num_blobs]: where unit u's slice of blob b begins */
     size_t *unit_bytes;          /* [U]: all of unit u's slices */
     int *cover_first, *cover_last; /* [U]: the units an update of unit u writes into */
+    char *bounce;                /* SAVER_BOUNCE bytes: the store's split masters pass through it */
     uint8_t *not_staged;         /* [U]: mt_saver_skip_staging's units */
 
     pthread_mutex_t lock;
@@ -51,14 +52,26 @@ struct mt_saver {
     double write_seconds;
 };
 
+/* The split masters go to disk through a buffer of this many bytes. */
+#define SAVER_BOUNCE ((size_t)16 << 20)
+
 static size_t slice_first(const mt_saver *s, int u, int b) { return s->first_item[(size_t)u * s->num_blobs + b]; }
 
 static size_t slice_bytes(const mt_saver *s, int u, int b) {
     return (slice_first(s, u + 1, b) - slice_first(s, u, b)) * s->blobs[b].item_bytes;
 }
 
+/* Unit u's slice of blob b as the checkpoint holds it, in memory, or NULL where it is not (the
+ * store's split masters: copy_slice joins them). */
 static const char *slice_live(const mt_saver *s, int u, int b) {
-    return (const char *)s->blobs[b].data + slice_first(s, u, b) * s->blobs[b].item_bytes;
+    return mt_run_blob_at(&s->blobs[b], slice_first(s, u, b));
+}
+
+/* Unit u's slice of blob b into dst, as the checkpoint holds it. */
+static void copy_slice(const mt_saver *s, int u, int b, char *dst) {
+    const char *live = slice_live(s, u, b);
+    if (live) mt_copy_parallel(dst, live, slice_bytes(s, u, b));
+    else mt_run_blob_read(&s->blobs[b], slice_first(s, u, b), slice_first(s, u + 1, b) - slice_first(s, u, b), dst);
 }
 
 /* The unit holding element i. */
@@ -105,10 +118,11 @@ mt_status mt_saver_create(mt_saver **out, const mt_store *store, int64_t staging
     s->state = mt_calloc((size_t)s->U, sizeof *s->state, "the checkpoint saver");
     s->copy = mt_calloc((size_t)s->U, sizeof *s->copy, "the checkpoint saver");
     s->not_staged = mt_calloc((size_t)s->U, 1, "the checkpoint saver");
+    s->bounce = mt_malloc(SAVER_BOUNCE, "the checkpoint saver's staging of the masters");
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->changed, NULL);
     if (!s->first_item || !s->unit_bytes || !s->cover_first || !s->cover_last || !s->state || !s->copy ||
-        !s->not_staged) {
+        !s->not_staged || !s->bounce) {
         mt_saver_destroy(s);
         return MT_ERR_NOMEM;
     }
@@ -129,7 +143,7 @@ static int stage_unit(mt_saver *s, int x) {
     pthread_mutex_unlock(&s->lock);
     size_t at = 0;
     for (int b = 0; b < s->num_blobs; b++) {
-        mt_copy_parallel(copy + at, slice_live(s, x, b), slice_bytes(s, x, b));
+        copy_slice(s, x, b, copy + at);
         at += slice_bytes(s, x, b);
     }
     pthread_mutex_lock(&s->lock);
@@ -163,6 +177,26 @@ void mt_saver_guard(void *ctx, int unit) {
 
 /* ---- the writer's side ---- */
 
+/* Appends `bytes` of blob b that are in memory as saved. */
+static mt_status append(mt_saver *s, mt_ckpt_writer *w, int b, const char *data, size_t bytes) {
+    s->finite &= mt_run_items_finite(&s->blobs[b], data, bytes / s->blobs[b].item_bytes);
+    return mt_checkpoint_append(w, b, data, bytes);
+}
+
+/* Appends unit u's slice of blob b from the store, through the bounce buffer (SAVER_BOUNCE bytes)
+ * where the store does not keep it as saved. */
+static mt_status append_live(mt_saver *s, mt_ckpt_writer *w, int u, int b) {
+    const char *live = slice_live(s, u, b);
+    if (live) return append(s, w, b, live, slice_bytes(s, u, b));
+    size_t item = s->blobs[b].item_bytes, per = SAVER_BOUNCE / item;
+    for (size_t first = slice_first(s, u, b), end = slice_first(s, u + 1, b); first < end; first += per) {
+        size_t count = end - first < per ? end - first : per;
+        mt_run_blob_read(&s->blobs[b], first, count, s->bounce);
+        MT_TRY(append(s, w, b, s->bounce, count * item));
+    }
+    return MT_OK;
+}
+
 /* Appends unit u's slices (from its copy, or from the store) unless the save failed already, then
  * marks it done, freeing its copy. */
 static mt_status write_unit(mt_saver *s, mt_ckpt_writer *w, int u, mt_status st) {
@@ -178,9 +212,7 @@ static mt_status write_unit(mt_saver *s, mt_ckpt_writer *w, int u, mt_status st)
     size_t at = 0;
     for (int b = 0; st == MT_OK && b < s->num_blobs; b++) {
         size_t bytes = slice_bytes(s, u, b);
-        const char *data = copy ? copy + at : slice_live(s, u, b);
-        s->finite &= mt_run_items_finite(&s->blobs[b], data, bytes / s->blobs[b].item_bytes);
-        st = mt_checkpoint_append(w, b, data, bytes);
+        st = copy ? append(s, w, b, copy + at, bytes) : append_live(s, w, u, b);
         at += bytes;
     }
     pthread_mutex_lock(&s->lock);
@@ -322,5 +354,6 @@ void mt_saver_destroy(mt_saver *s) {
     free(s->state);
     free(s->copy);
     free(s->not_staged);
+    free(s->bounce);
     free(s);
 }

@@ -183,17 +183,18 @@ static void print_loading(int64_t done, int64_t total, void *user) {
         mt_log_info("loaded %s: %.2f GB", r->o.init_from, (double)total / 1e9);
 }
 
+static void into_store(void *store, int64_t at, const float *values, int64_t n) {
+    mt_store_write_masters(store, at, (size_t)n, values);
+}
+
 static mt_status init_weights(mt_train_run *r) {
     if (r->resume_from[0]) {
         MT_TRY(mt_run_load(r->resume_from, &r->store, &r->progress));
         mt_log_info("resumed from %s at step %lld", r->resume_from, (long long)r->progress.step);
         return MT_OK;
     }
-    if (r->o.init_from) {
-        MT_TRY(mt_hf_load_weights(r->o.init_from, &r->layout, r->store.master, print_loading, r));
-        mt_store_sync_weights(&r->store);
-        return MT_OK;
-    }
+    if (r->o.init_from)
+        return mt_hf_load_weights_into(r->o.init_from, &r->layout, into_store, &r->store, print_loading, r);
     mt_store_init_random(&r->store, (uint64_t)r->o.seed);
     return MT_OK;
 }

@@ -80,8 +80,13 @@ mt_status mt_cpu_list_all_but_first(int **cores, int *count) {
 }
 
 int mt_numa_node_count(const char *path) {
+    int nodes = mt_list_file_count(path);
+    return nodes > 0 ? nodes : 1;
+}
+
+int mt_list_file_count(const char *path) {
     FILE *f = fopen(path, "r");
-    if (!f) return 1;
+    if (!f) return 0;
     char text[4096];
     int nodes = 0;
     if (fgets(text, sizeof text, f)) {
@@ -94,7 +99,7 @@ int mt_numa_node_count(const char *path) {
         }
     }
     fclose(f);
-    return nodes > 0 ? nodes : 1;
+    return nodes;
 }
 
 mt_status mt_cpu_pin_self(int core) {

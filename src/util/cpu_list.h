@@ -29,6 +29,9 @@ typedef struct {
 /* The NUMA nodes of the list file at `path` (/sys/devices/system/node/online: "0", "0-1",
  * "0,2-3"); 1 when it is absent or unreadable (a machine without NUMA). */
 int mt_numa_node_count(const char *path);
+/* The entries of a list file of that form (a CPU cache's shared_cpu_list, the online CPUs); 0 when
+ * it is absent or unreadable. */
+int mt_list_file_count(const char *path);
 
 /* Pins the calling thread to one core. */
 mt_status mt_cpu_pin_self(int core);

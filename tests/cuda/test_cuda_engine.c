@@ -16,10 +16,12 @@
 #include <sys/stat.h>
 
 #include "../tiny_model.h"
+#include "engine/engine_internal.h"
 #include "io/hf_model.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
 #include "util/bf16.h"
+#include "util/split_f32.h"
 
 enum { SEQ = 32, SEQUENCES = 4 };
 
@@ -32,11 +34,22 @@ static mt_engine_options options(void) {
     return o;
 }
 
+/* The masters as fp32 (malloc'd). */
+static float *masters_of(const mt_tiny_model *t) {
+    size_t n = (size_t)t->layout.total_numel;
+    float *x = malloc(n * sizeof *x);
+    cr_assert_not_null(x);
+    mt_store_read_masters(&t->store, 0, n, x);
+    return x;
+}
+
 /* Both models hold the same bf16-representable masters. */
 static void round_masters(mt_tiny_model *t) {
-    for (int64_t i = 0; i < t->layout.total_numel; i++)
-        t->store.master[i] = mt_bf16_to_f32(mt_f32_to_bf16(t->store.master[i]));
-    mt_store_sync_weights(&t->store);
+    size_t n = (size_t)t->layout.total_numel;
+    float *x = masters_of(t);
+    for (size_t i = 0; i < n; i++) x[i] = mt_bf16_to_f32(mt_f32_to_bf16(x[i]));
+    mt_store_write_masters(&t->store, 0, n, x);
+    free(x);
 }
 
 static double tensor_rel_err(const mt_layout *lay, int i, const float *got, const float *want) {
@@ -86,7 +99,9 @@ static void dump_for_transformers(const char *name, mt_tiny_model *t, const int3
     cr_assert(mkdir(dir, 0777) == 0, "cannot create %s", dir);
     mt_hf_export_options fp32 = {.dtype = MT_ST_F32};
     snprintf(sub, sizeof sub, "%s/model", dir);
-    cr_assert_eq(mt_hf_export(&t->layout, t->store.master, sub, &fp32), MT_OK, "%s", mt_error());
+    float *masters = masters_of(t);
+    cr_assert_eq(mt_hf_export(&t->layout, masters, sub, &fp32), MT_OK, "%s", mt_error());
+    free(masters);
     snprintf(sub, sizeof sub, "%s/grads", dir);
     cr_assert_eq(mt_hf_export(&t->layout, mt_engine_host_grads(t->engine), sub, &fp32), MT_OK, "%s", mt_error());
     write_file(dir, "tokens.bin", tokens, sizeof(int32_t) * SEQUENCES * (SEQ + 1));
@@ -239,9 +254,11 @@ Test(cuda, training_tracks_cpu_backend) {
 /* Units updated on the GPU (ends_on_device: the embedding and head; device_blocks: the first
  * blocks): after each step, the host's AdamW (optim/adamw.h) applied to a shadow copy of their
  * state with the gradients that step brought home (keep_grads) and the clip coefficient of its
- * norm; the device's masters, moments and bf16 weights must equal the shadow's bit for bit: the
- * clip coefficient, step count, tensor offsets, state offsets and decay flags of the device path,
- * each independently of the engine's other path. */
+ * norm, as the host optimizer applies it under clipping (backend.h: the moments with the gradient
+ * as it is, then the masters, corrected where the step clips); the device's masters, moments and
+ * bf16 weights (the masters' high halves) must equal the shadow's bit for bit: the clip
+ * coefficient, step count, tensor offsets, state offsets and decay flags of the device path, each
+ * independently of the engine's other path. */
 static void device_update_is_host_adamw(const mt_config *cfg, float clip, int ends, int blocks) {
     mt_engine_options o = options();
     o.max_grad_norm = clip;
@@ -254,8 +271,7 @@ static void device_update_is_host_adamw(const mt_config *cfg, float clip, int en
     mt_tiny_model_open_on(&t, be, cfg, &o, 12);
     const mt_layout *lay = &t.layout;
     size_t n = (size_t)lay->total_numel;
-    float *master = malloc(n * 4), *m = calloc(n, 4), *v = calloc(n, 4), *w = malloc(n * 4);
-    memcpy(master, t.store.master, n * 4);
+    float *master = masters_of(&t), *m = calloc(n, 4), *v = calloc(n, 4);
     int units[64], count = 0;
     for (int u = 0; u < lay->num_units && count < 64; u++) {
         int end = u == 0 || u == lay->num_units - 1;
@@ -279,27 +295,36 @@ static void device_update_is_host_adamw(const mt_config *cfg, float clip, int en
             for (int k = 0; k < u->num_tensors; k++) {
                 const mt_tensor *tensor = &lay->tensors[u->first_tensor + k];
                 size_t at = (size_t)(u->offset + tensor->offset);
-                mt_adamw_update(&p, tensor->decay, master + at, m + at, v + at, grads + at, w + at, MT_DTYPE_F32,
-                                (size_t)tensor->rows * tensor->cols);
+                size_t numel = (size_t)tensor->rows * tensor->cols;
+                mt_master w = {.f32 = master + at};
+                if (clip <= 0 || p.grad_scale == 1.0f) {
+                    mt_adamw_update(MT_ADAMW_FULL, &p, tensor->decay, w, m + at, v + at, grads + at, numel);
+                } else {
+                    mt_adamw_params q = p;
+                    q.grad_scale = 1.0f;
+                    mt_adamw_update(MT_ADAMW_MOMENTS, &q, tensor->decay, w, m + at, v + at, grads + at, numel);
+                    mt_adamw_update(MT_ADAMW_CORRECT, &p, tensor->decay, w, m + at, v + at, grads + at, numel);
+                }
             }
         }
     }
     const float *moments[2] = {t.store.moments.m, t.store.moments.v}, *shadow[2] = {m, v};
+    float *stored = masters_of(&t);
     for (int i = 0; i < count; i++) {
         const mt_unit *u = &lay->units[units[i]];
         const uint16_t *weights = mt_store_unit_weights(&t.store, units[i]);
         for (int64_t j = u->offset; j < u->offset + u->numel; j++) {
-            cr_assert(!memcmp(&t.store.master[j], &master[j], 4), "clip %g: unit %d master %lld: device %.9g, host %.9g",
-                      (double)clip, units[i], (long long)j, (double)t.store.master[j], (double)master[j]);
+            cr_assert(!memcmp(&stored[j], &master[j], 4), "clip %g: unit %d master %lld: device %.9g, host %.9g",
+                      (double)clip, units[i], (long long)j, (double)stored[j], (double)master[j]);
             for (int k = 0; k < 2; k++)
                 cr_assert(!memcmp(&moments[k][j], &shadow[k][j], 4), "clip %g: unit %d %s %lld: device %.9g, host %.9g",
                           (double)clip, units[i], k ? "v" : "m", (long long)j, (double)moments[k][j],
                           (double)shadow[k][j]);
-            cr_assert_eq(weights[j - u->offset], mt_f32_to_bf16(master[j]), "clip %g: unit %d bf16 weight %lld",
-                         (double)clip, units[i], (long long)j);
+            cr_assert_eq(weights[j - u->offset], mt_split_hi_bits(mt_f32_bits(master[j])),
+                         "clip %g: unit %d bf16 weight %lld", (double)clip, units[i], (long long)j);
         }
     }
-    free(master), free(m), free(v), free(w);
+    free(master), free(m), free(v), free(stored);
     mt_tiny_model_close(&t);
 }
 
@@ -453,4 +478,49 @@ Test(cuda, chunking_changes_nothing) { expect_chunking_changes_nothing(mt_tiny_w
 /* Tied: the one matrix's gradient chunks made in the embedding's backward, the head's part first. */
 Test(cuda, chunking_changes_nothing_tied) {
     expect_chunking_changes_nothing(mt_tiny_wider(mt_tiny_config_tied_bias()), 8);
+}
+
+/* The weights the GPU computes with are the store's masters' high halves, bit for bit: after an
+ * evaluation (whose forward loads every streamed block), the last streamed blocks are still in
+ * their weight slots; each must be its unit's high halves after the steps' updates. */
+Test(cuda, the_gpu_reads_the_masters_high_halves) {
+    mt_config c = mt_tiny_wider(mt_tiny_config_gqa());
+    mt_engine_options o = options();
+    mt_tiny_model t;
+    mt_backend *be;
+    cr_assert_eq(mt_backend_cuda_create(&be, 0), MT_OK, "%s", mt_error());
+    mt_tiny_model_open_on(&t, be, &c, &o, 31);
+    int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
+    for (int s = 1; s <= 2; s++) {
+        mt_tiny_windows(90 + s, SEQUENCES, SEQ, c.vocab_size, tokens, inputs, targets);
+        mt_step_result r;
+        cr_assert_eq(mt_engine_step(t.engine, inputs, targets, NULL, 3e-3f, &r), MT_OK, "%s", mt_error());
+    }
+    double loss;
+    cr_assert_eq(mt_engine_eval(t.engine, inputs, targets, NULL, &loss), MT_OK, "%s", mt_error());
+    mt_engine *e = t.engine;
+    mt_stream *s = mt_stream_create(be);
+    mt_event *done = mt_event_create(be);
+    int checked = 0;
+    for (int l = e->L - e->K; l < e->L; l++) {
+        int u = mt_unit_block(l);
+        size_t bytes = (size_t)t.layout.units[u].numel * 2;
+        uint16_t *slot = malloc(bytes);
+        mt_copy_async(be, slot, mt_engine_block_weights(e, l), bytes, s);
+        mt_event_record(be, done, s);
+        mt_event_sync(be, done);
+        cr_assert(!memcmp(slot, mt_store_unit_weights(&t.store, u), bytes), "block %d: the slot is not the high halves", l);
+        /* and those are the masters rounded as util/split_f32.h says */
+        float *masters = masters_of(&t);
+        for (int64_t j = 0; j < t.layout.units[u].numel; j++)
+            cr_assert_eq(slot[j], mt_split_hi_bits(mt_f32_bits(masters[t.layout.units[u].offset + j])), "block %d, %lld", l,
+                         (long long)j);
+        free(masters);
+        free(slot);
+        checked++;
+    }
+    cr_assert_gt(checked, 0);
+    mt_event_destroy(be, done);
+    mt_stream_destroy(be, s);
+    mt_tiny_model_close(&t);
 }

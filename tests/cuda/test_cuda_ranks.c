@@ -77,7 +77,7 @@ static float *train(const mt_config *cfg, int n, int M, shape sh, int swap, int 
     group_open(&t, cfg, n, M, sh);
     size_t count = (size_t)t.layout.total_numel;
     *before = malloc(count * sizeof **before);
-    memcpy(*before, t.store.master, count * sizeof **before);
+    mt_store_read_masters(&t.store, 0, count, *before);
     int all = n * M * BATCH;
     int32_t tokens[all * (SEQ + 1)], inputs[all * SEQ], targets[all * SEQ];
     for (int s = 0; s < steps; s++) {
@@ -93,7 +93,7 @@ static float *train(const mt_config *cfg, int n, int M, shape sh, int swap, int 
     }
     mt_engine_finish(mt_ranks_leader(t.g));
     float *after = malloc(count * sizeof *after);
-    memcpy(after, t.store.master, count * sizeof *after);
+    mt_store_read_masters(&t.store, 0, count, after);
     group_close(&t);
     return after;
 }

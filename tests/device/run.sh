@@ -22,6 +22,9 @@ step build make CUDA=1 BUILD=$build -j"$(nproc)" $build/cuda_tests $build/run-te
 step fatbin scripts/check-fatbin.sh $build/megatrain
 rm -rf /tmp/mt-transformers-check
 step cuda env MT_TRANSFORMERS_DIR=/tmp/mt-transformers-check $build/cuda_tests --jobs 1 --verbose
+# The host optimizer's kernels and the split masters on this host's CPU (AVX-512 where the CI's
+# machine has only AVX2): a part of the cpu step below, for a call that runs only these.
+step optim $build/run-tests --jobs 4 --filter '@(adamw|split|moments|speculative)/*'
 
 # compute-sanitizer (the CUDA toolkit's) over a subset, to keep the run within minutes: memcheck
 # (out-of-bounds and misaligned accesses, errors of the CUDA API, leaks) on the op table, both

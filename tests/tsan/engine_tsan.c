@@ -59,7 +59,7 @@ static void take_snapshot(const mt_store *store, snapshot *snap) {
     size_t bytes = (size_t)store->layout->total_numel * sizeof(float);
     snap->master = malloc(bytes);
     snap->m = malloc(bytes);
-    memcpy(snap->master, store->master, bytes);
+    memcpy(snap->master, mt_store_f32(store), bytes);
     memcpy(snap->m, store->moments.m, bytes);
 }
 
@@ -145,7 +145,7 @@ static float *train(int slots, int threads, int micro_batches, int ends_on_devic
     if (saver) check_save(saver, plan, &snap, (size_t)lay.total_numel * sizeof(float));
     size_t n = (size_t)lay.total_numel;
     float *master = malloc(n * sizeof *master);
-    memcpy(master, store.master, n * sizeof *master);
+    memcpy(master, mt_store_f32(&store), n * sizeof *master);
     mt_engine_destroy(engine);
     mt_saver_destroy(saver);
     mt_store_free(&store);

@@ -65,7 +65,7 @@ static float *train(int n, int M, int fail, float clip) {
     if (!fail) check(mt_engine_finish(mt_ranks_leader(g)) == STEPS, "all updates applied");
     size_t count = (size_t)lay.total_numel;
     float *master = malloc(count * sizeof *master);
-    memcpy(master, store.master, count * sizeof *master);
+    memcpy(master, mt_store_f32(&store), count * sizeof *master);
     mt_ranks_stop(g);
     mt_store_free(&store);
     mt_ranks_destroy(g);

@@ -1,43 +1,67 @@
 /* AdamW for the tensors whose optimizer state the device keeps, and the clip coefficient it
  * reads. Bit for bit the host's update (optim/adamw.h): each step is one explicitly rounded fp32
- * operation in the host's order (the _rn intrinsics keep nvcc from fusing a multiply-add), and
- * bf16 rounding is util/bf16.h's, NaN and denormals included. */
+ * operation in the host's order (the _rn intrinsics keep nvcc from fusing a multiply-add), and the
+ * bf16 weights are the masters' high halves as the host store keeps them (util/split_f32.h), so a
+ * master streams as the same bf16 whoever updates it. */
 #include "backend/cuda/bf16_vec.cuh"
 #include "optim/clip.h"
+#include "util/split_f32.h"
 
 enum { THREADS = 256 };
-
-/* util/bf16.h's mt_f32_to_bf16 */
-__device__ static inline uint16_t f32_to_bf16_bits(float f) {
-    uint32_t u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
 
 __global__ void clip_scale_kernel(float *scale, const float *norms, int count, float max_norm) {
     *scale = mt_clip_scale(mt_global_norm(norms, count), max_norm);
 }
 
+__device__ static inline float stepped(const mt_adamw_coef &c, float w, float mi, float vi) {
+    float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), c.sqrt_bias_correction2), c.eps);
+    return __fadd_rn(w, __fdiv_rn(__fmul_rn(c.neg_step_size, mi), denom));
+}
+
+/* Without a clip coefficient (scale NULL) the whole update with c.grad_scale; with one, the host's
+ * arithmetic under clipping (backend.h): the whole update with scale 1 when it is 1 (MOMENTS then
+ * WEIGHTS), else MOMENTS with the gradient as it is, kept in registers, then CORRECT, or UNDO for
+ * a coefficient that is not finite (the masters and the weights unchanged). */
 __global__ void adamw_kernel(mt_adamw_coef c, const float *scale, float *master, float *m, float *v,
                              const float *grad, uint16_t *w, size_t n) {
-    float grad_scale = c.grad_scale;
-    if (scale) {
-        grad_scale = *scale;
-        if (!isfinite(grad_scale)) return;
-    }
+    float clip = scale ? *scale : c.grad_scale;
+    int whole = !scale || clip == 1.0f;
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += stride) {
-        float g = __fmul_rn(grad[i], grad_scale);
-        float wi = __fmul_rn(master[i], c.decay_mul);
-        float mi = __fadd_rn(__fmul_rn(c.beta1, m[i]), __fmul_rn(c.one_minus_beta1, g));
-        float vi = __fadd_rn(__fmul_rn(c.beta2, v[i]), __fmul_rn(__fmul_rn(c.one_minus_beta2, g), g));
-        float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), c.sqrt_bias_correction2), c.eps);
-        wi = __fadd_rn(wi, __fdiv_rn(__fmul_rn(c.neg_step_size, mi), denom));
+        float g0 = grad[i];
+        if (whole) {
+            float g = __fmul_rn(g0, clip);
+            float wi = __fmul_rn(master[i], c.decay_mul);
+            float mi = __fadd_rn(__fmul_rn(c.beta1, m[i]), __fmul_rn(c.one_minus_beta1, g));
+            float vi = __fadd_rn(__fmul_rn(c.beta2, v[i]), __fmul_rn(__fmul_rn(c.one_minus_beta2, g), g));
+            wi = stepped(c, wi, mi, vi);
+            master[i] = wi;
+            m[i] = mi;
+            v[i] = vi;
+            w[i] = mt_split_hi_bits(__float_as_uint(wi));
+            continue;
+        }
+        float b = __fmul_rn(c.one_minus_beta1, g0), bv = __fmul_rn(__fmul_rn(c.one_minus_beta2, g0), g0);
+        int ok = isfinite(bv); /* MOMENTS keeps the moments where the gradient's term is not finite */
+        float m1 = ok ? __fadd_rn(__fmul_rn(c.beta1, m[i]), b) : m[i];
+        float v1 = ok ? __fadd_rn(__fmul_rn(c.beta2, v[i]), bv) : v[i];
+        float av = __fsub_rn(v1, bv);
+        av = av > 0 ? av : 0;
+        if (!isfinite(clip)) { /* UNDO, where MOMENTS changed them */
+            if (ok) {
+                m[i] = __fdiv_rn(__fsub_rn(m1, b), c.beta1);
+                v[i] = __fdiv_rn(av, c.beta2);
+            }
+            continue;
+        }
+        float g = __fmul_rn(g0, clip);
+        float mi = __fadd_rn(__fsub_rn(m1, b), __fmul_rn(c.one_minus_beta1, g));
+        float vi = __fadd_rn(av, __fmul_rn(__fmul_rn(c.one_minus_beta2, g), g));
+        float wi = stepped(c, __fmul_rn(master[i], c.decay_mul), mi, vi);
         master[i] = wi;
         m[i] = mi;
         v[i] = vi;
-        w[i] = f32_to_bf16_bits(wi);
+        w[i] = mt_split_hi_bits(__float_as_uint(wi));
     }
 }
 

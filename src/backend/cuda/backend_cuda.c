@@ -364,7 +364,7 @@ static void cuda_clip_scale(mt_backend *be, mt_stream *s, float *scale, const fl
 
 static void cuda_adamw(mt_backend *be, mt_stream *s, const mt_adamw_params *p, int decay, const float *scale,
                        float *master, float *m, float *v, const float *grad, void *w, size_t n) {
-    mt_adamw_coef c = mt_adamw_coef_of(p, decay, n);
+    mt_adamw_coef c = mt_adamw_coef_of(p, decay);
     keep_error(be, mt_cuda_adamw(mt_cuda_stream(s), &c, scale, master, m, v, grad, w, n));
 }
 

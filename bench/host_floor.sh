@@ -1,0 +1,102 @@
+#!/bin/bash
+# The host floor of full precision (issue 25): host bytes a parameter, exact clipping that overlaps
+# the backward, and plan's floor beside each measured step. From the repository root:
+#
+#   on nvidia-h100-x2 (one of its GPUs; 256 GiB host, 32 cores), two calls:
+#     ROWS="plans 14b" bash bench/host_floor.sh        carry [".debs"]; builds build-bench (~3 min)
+#     ROWS="8b" PREBUILT=1 bash bench/host_floor.sh    carry [".debs", "build-bench"]
+#   on a 128 GiB machine of one GPU (nvidia-h200 or nvidia-h100-x1):
+#     ROWS="8b-128" bash bench/host_floor.sh           carry [".debs"] (or PREBUILT=1 with build-bench)
+#
+# Groups (ROWS):
+#   plans   `megatrain plan` of the rows below on this machine (its GPU, rates and host memory),
+#           and of the 123B preset (mistral-large-2) with --host-mem 1.5TB --gpu-mem 139GiB,
+#           --clip 0 and the default: host bytes a parameter, the floor, fit
+#   14b     bench Qwen2.5-14B, 1 x 4 x 4096 tokens: --clip 0; exact clipping on steps that do not
+#           clip (--clip 1e9: every step takes the speculative moments and then the masters from
+#           them, bitwise the plain update); exact clipping on steps that all clip (--clip 1e-3:
+#           every step corrects the moments; the bars: >= 0.95x and >= 0.85x of --clip 0)
+#   8b      bench Llama-3-8B, 8 x 1 x 4096 tokens, --gpu-mem 24GiB: --clip 0 and the default
+#           (--clip 1); the bar: the default >= 0.9x of --clip 0
+#   8b-128  the same two on a 128 GiB host, the default first (it must fit and run there)
+# Each bench row carries, beside the measured step and host GiB (the process's peak), plan's floor
+# and host bytes a parameter (plan_floor_s, plan_host_bytes_per_param, host_bytes_per_param) and
+# how many timed steps clipped (clipped_steps). Writes to $OUT (or /tmp/megatrain-host-floor):
+# host_floor.jsonl, bench.md, bench.json, plans.txt, runs.log, build.log. Environment: ROWS, STEPS
+# (timed steps, 3), WARMUP (1), BUDGET_S (580), HOST_MEM ("none": the machine's report; or e.g.
+# 240GiB where the VM's memory grows as it is touched), PREBUILT (1: take a carried or earlier
+# $BUILD_DIR/megatrain as it is), BUILD_DIR (build-bench; build-device to take tests/device/run.sh's).
+set -u
+cd "$(dirname "$0")/.." || exit 1
+. tests/device/env.sh
+export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
+
+out=${OUT:-/tmp/megatrain-host-floor}
+rows=${ROWS:-plans 14b}
+steps=${STEPS:-3}
+warmup=${WARMUP:-1}
+deadline=${BUDGET_S:-580}
+host_mem=${HOST_MEM:-none}
+host_opt=()
+[ "$host_mem" = none ] || host_opt=(--host-mem "$host_mem")
+seq=4096
+build=${BUILD_DIR:-build-bench}
+. bench/bench_lib.sh
+bench_start host_floor.jsonl
+echo "NUMA nodes: $(cat /sys/devices/system/node/online 2>/dev/null); balloon pages: $(awk '/^nr_balloon_pages/ { print $2 }' /proc/vmstat)"
+build_megatrain
+
+plan() { "$build/megatrain" plan --backend cuda --seq 4096 "$@" 2>&1; }
+common() { echo --seq "$seq" --steps "$steps" --warmup-steps "$warmup" --json "$jsonl"; }
+# bench_8b CLIP: Llama-3-8B, 8 x 1 x 4096, --gpu-mem 24GiB
+bench_8b() {
+    bench megatrain llama-3-8b 8 1 280 "$build/megatrain" bench --backend cuda $(common) --preset llama-3-8b \
+        --gpu-mem 24GiB --clip "$1" "${host_opt[@]}"
+}
+
+for group in $rows; do
+    case $group in
+    plans)
+        for args in "--preset qwen2.5-14b --batch 4" "--preset llama-3-8b --batch 1 --micro-batches 8 --gpu-mem 24GiB"; do
+            for clip in 0 1; do
+                # shellcheck disable=SC2086
+                printf '== plan %s --clip %s, host memory as this machine says\n%s\n' "$args" "$clip" \
+                    "$(plan $args --clip $clip "${host_opt[@]}")" | tee -a "$out/plans.txt"
+            done
+        done
+        for clip in 0 1; do
+            printf '== plan mistral-large-2 (123 B) --clip %s --host-mem 1.5TB --gpu-mem 139GiB\n%s\n' "$clip" \
+                "$(plan --preset mistral-large-2 --batch 4 --clip $clip --host-mem 1.5TB --gpu-mem 139GiB)" |
+                tee -a "$out/plans.txt"
+        done
+        ;;
+    14b)
+        for clip in 0 1e9 1e-3; do
+            bench megatrain qwen2.5-14b 1 4 200 "$build/megatrain" bench --backend cuda $(common) --preset qwen2.5-14b \
+                --clip "$clip" "${host_opt[@]}"
+        done
+        ;;
+    8b) bench_8b 0; bench_8b 1 ;;
+    8b-128) bench_8b 1; bench_8b 0 ;;
+    *) echo "ROWS: unknown group '$group' (plans, 14b, 8b, 8b-128)"; exit 2 ;;
+    esac
+done
+
+[ -s "$jsonl" ] || exit 0
+python3 bench/table.py "$jsonl" --machine "$machine" --md "$out/bench.md" --json "$out/bench.json" >/dev/null
+echo
+cat "$out/bench.md"
+python3 - "$jsonl" <<'PY'
+import json, sys
+runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+for model in sorted({r["model"] for r in runs}):
+    rows = [r for r in runs if r["model"] == model and "tokens_per_s" in r]
+    base = next((r["tokens_per_s"] for r in rows if r.get("clip") == 0), None)
+    for r in rows:
+        vs = f", {r['tokens_per_s'] / base:.2f}x --clip 0" if base else ""
+        floor = r.get("plan_floor_s", 0)
+        print(f"  {model} clip {r.get('clip')}: {r['tokens_per_s']:.0f} tokens/s{vs}, step {r['step_s']:.3f} s, "
+              f"plan's floor {floor:.3f} s ({r['step_s'] / floor if floor else 0:.2f}x), host {r['host_gib']:.1f} GiB = "
+              f"{r.get('host_bytes_per_param', 0):.2f} bytes a parameter (plan {r.get('plan_host_bytes_per_param', 0):.2f}), "
+              f"{r.get('clipped_steps', '?')} of the timed steps clipped, last norm {r.get('grad_norm', 0):.3g}")
+PY

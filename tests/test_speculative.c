@@ -1,0 +1,146 @@
+/* Exact clipping that overlaps the backward (engine_optimizer.c, speculative): the engine's step
+ * against the plain computation, made here from the same gradient and the step's own norm: the
+ * whole update (optim/adamw.h's FULL) with the clip coefficient, tensor by tensor. Bit for bit when
+ * the step is not clipped; within the rounding that the correction's recovery of beta m and
+ * beta v takes (the bounds of tests/test_adamw.c's correct test) when it is; a skipped step leaves
+ * the masters bit for bit and the moments within the rounding of their undoing. The units on the
+ * device take the same arithmetic (backend.h's adamw), so the bounds hold for them too. */
+#include <criterion/criterion.h>
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "optim/adamw.h"
+#include "optim/clip.h"
+#include "tiny_model.h"
+
+enum { SEQ = 12, SEQUENCES = 4 };
+
+typedef struct {
+    size_t n;
+    float *master, *m, *v;
+} snapshot;
+
+static snapshot take(const mt_tiny_model *t) {
+    snapshot s = {.n = (size_t)t->layout.total_numel};
+    s.master = malloc(s.n * 4), s.m = malloc(s.n * 4), s.v = malloc(s.n * 4);
+    cr_assert(s.master && s.m && s.v);
+    mt_store_read_masters(&t->store, 0, s.n, s.master);
+    memcpy(s.m, t->store.moments.m, s.n * 4);
+    memcpy(s.v, t->store.moments.v, s.n * 4);
+    return s;
+}
+
+static void drop(snapshot *s) { free(s->master), free(s->m), free(s->v); }
+
+/* The plain update of `before` with gradient g and clip coefficient c (the second step), tensor by
+ * tensor. */
+static snapshot plain_update(const mt_layout *lay, const snapshot *before, const float *g, float c, float lr,
+                             const mt_engine_options *o) {
+    snapshot s = {.n = before->n, .master = malloc(before->n * 4), .m = malloc(before->n * 4), .v = malloc(before->n * 4)};
+    memcpy(s.master, before->master, s.n * 4), memcpy(s.m, before->m, s.n * 4), memcpy(s.v, before->v, s.n * 4);
+    mt_adamw_params p = {.lr = lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
+                         .weight_decay = o->weight_decay, .step = 2, .grad_scale = c};
+    for (int i = 0; i < lay->num_tensors; i++) {
+        const mt_tensor *t = &lay->tensors[i];
+        size_t at = (size_t)(lay->units[t->unit].offset + t->offset), n = (size_t)t->rows * t->cols;
+        mt_adamw_update(MT_ADAMW_FULL, &p, t->decay, (mt_master){.f32 = s.master + at}, s.m + at, s.v + at, g + at, n);
+    }
+    return s;
+}
+
+typedef struct {
+    float clip;
+    int ends_on_device, device_blocks;
+    int poison; /* the step's norm reads NaN: skipped */
+} spec_case;
+
+/* The second step of a tiny model (the first gives the moments values: from zero the correction's
+ * recovery is exact), against the plain computation. */
+static void check_step(const spec_case *sc) {
+    mt_config cfg = mt_tiny_config_gqa();
+    mt_engine_options o = mt_engine_defaults();
+    o.seq = SEQ;
+    o.batch = SEQUENCES;
+    o.lm_chunk = 5;
+    o.max_grad_norm = sc->clip;
+    o.keep_grads = 1; /* the gradient the step takes, for the plain computation */
+    o.ends_on_device = sc->ends_on_device;
+    o.device_blocks = sc->device_blocks;
+    mt_tiny_model t;
+    mt_tiny_model_open(&t, &cfg, &o, 21);
+    int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
+    mt_step_result r;
+    float lr = 3e-3f;
+    mt_tiny_windows(76, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
+    cr_assert_eq(mt_engine_step(t.engine, inputs, targets, NULL, lr, &r), MT_OK, "%s", mt_error());
+    mt_engine_finish(t.engine);
+    mt_tiny_windows(77, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
+    snapshot before = take(&t);
+    double loss;
+    cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, NULL, &loss), MT_OK, "%s", mt_error());
+    size_t n = before.n;
+    float *g = malloc(n * 4);
+    memcpy(g, mt_engine_host_grads(t.engine), n * 4);
+    if (sc->poison) mt_engine_poison_next_step(t.engine);
+    cr_assert_eq(mt_engine_step(t.engine, inputs, targets, NULL, lr, &r), MT_OK, "%s", mt_error());
+    mt_engine_finish(t.engine);
+    snapshot got = take(&t);
+    float c = mt_clip_scale(r.grad_norm, sc->clip);
+    cr_assert_eq(!memcmp(g, mt_engine_host_grads(t.engine), n * 4), 1, "the step's gradient is not the pass's");
+    char what[160];
+    snprintf(what, sizeof what, "clip %g (coefficient %g), ends on the device %d, blocks on the device %d%s",
+             (double)sc->clip, (double)c, sc->ends_on_device, sc->device_blocks, sc->poison ? ", skipped" : "");
+    if (sc->poison) {
+        cr_assert(r.skipped, "%s: not skipped", what);
+        cr_assert(!memcmp(got.master, before.master, n * 4), "%s: a skipped step moved a master", what);
+        for (size_t i = 0; i < n; i++) {
+            double m1 = o.beta1 * before.m[i] + (1 - o.beta1) * g[i], v1 = o.beta2 * before.v[i] + (1 - o.beta2) * g[i] * g[i];
+            cr_assert_leq(fabs((double)got.m[i] - before.m[i]), 2 * FLT_EPSILON * (fabs(before.m[i]) + fabs(m1)) / o.beta1,
+                          "%s: m[%zu]", what, i);
+            cr_assert_leq(fabs((double)got.v[i] - before.v[i]), 2 * FLT_EPSILON * (before.v[i] + v1) / o.beta2,
+                          "%s: v[%zu]", what, i);
+        }
+    } else {
+        snapshot want = plain_update(&t.layout, &before, g, c, lr, &o);
+        if (c == 1.0f) {
+            cr_assert(!memcmp(got.master, want.master, n * 4) && !memcmp(got.m, want.m, n * 4) &&
+                      !memcmp(got.v, want.v, n * 4), "%s: not the plain update's bits", what);
+        } else {
+            double b1 = o.beta1, b2 = o.beta2, eps = FLT_EPSILON, c2 = sqrt(1 - b2 * b2);
+            for (size_t i = 0; i < n; i++) {
+                double sm = b1 * fabs(before.m[i]) + (1 - b1) * fabs(g[i]) + fabs(want.m[i]);
+                double sv = b2 * before.v[i] + (1 - b2) * (double)g[i] * g[i] + want.v[i];
+                double denom = sqrt(want.v[i]) / c2 + o.eps;
+                double dsqrt = want.v[i] > 0 ? fmin(eps * sv / sqrt(want.v[i]), sqrt(2 * eps * sv)) : sqrt(2 * eps * sv);
+                double dstep = lr / (1 - b1 * b1) * (2 * eps * sm / denom + fabs(want.m[i]) * dsqrt / c2 / (denom * denom));
+                cr_assert_leq(fabs((double)got.m[i] - want.m[i]), 2 * eps * sm, "%s: m[%zu]", what, i);
+                cr_assert_leq(fabs((double)got.v[i] - want.v[i]), 2 * eps * sv, "%s: v[%zu]", what, i);
+                cr_assert_leq(fabs((double)got.master[i] - want.master[i]), dstep + eps * fabs(want.master[i]),
+                              "%s: master[%zu] %.9g, plain %.9g", what, i, (double)got.master[i], (double)want.master[i]);
+            }
+            cr_assert(memcmp(got.m, want.m, n * 4), "%s: the correction left no trace? (the test would not see one)", what);
+        }
+        drop(&want);
+    }
+    free(g);
+    drop(&before);
+    drop(&got);
+    mt_tiny_model_close(&t);
+}
+
+Test(speculative, an_unclipped_step_is_the_plain_update_bit_for_bit) {
+    const spec_case cases[] = {{1e3f, 0, 0, 0}, {1e3f, 1, 1, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_step(&cases[i]);
+}
+
+Test(speculative, a_clipped_step_is_within_rounding_of_the_plain_update) {
+    const spec_case cases[] = {{0.5f, 0, 0, 0}, {1e-2f, 0, 0, 0}, {1e-2f, 1, 2, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_step(&cases[i]);
+}
+
+Test(speculative, a_skipped_step_keeps_the_masters_and_undoes_the_moments) {
+    const spec_case cases[] = {{1.0f, 0, 0, 1}, {1.0f, 1, 1, 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_step(&cases[i]);
+}
