@@ -32,12 +32,13 @@ typedef struct {
     size_t n;
 } result;
 
-/* positions: NULL, or packed examples' over the SEQUENCES x SEQ rows (engine.h). */
-static result grads_at(const mt_config *cfg, int batch, int tile, int chunk, int ckpt_on_host,
+/* SEQUENCES sequences of seq <= SEQ tokens; positions: NULL, or packed examples' over their rows
+ * (engine.h). */
+static result grads_at(const mt_config *cfg, int seq, int batch, int tile, int chunk, int ckpt_on_host,
                        const int32_t *positions) {
     mt_engine_options o = mt_engine_defaults();
     o.packed = positions != NULL;
-    o.seq = SEQ;
+    o.seq = seq;
     o.batch = batch;
     o.micro_batches = SEQUENCES / batch;
     o.attn_tile = tile;
@@ -47,10 +48,10 @@ static result grads_at(const mt_config *cfg, int batch, int tile, int chunk, int
     mt_tiny_model t;
     mt_tiny_model_open(&t, cfg, &o, 13);
     int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
-    mt_tiny_windows(43, SEQUENCES, SEQ, cfg->vocab_size, tokens, inputs, targets);
+    mt_tiny_windows(43, SEQUENCES, seq, cfg->vocab_size, tokens, inputs, targets);
     result r = {.n = (size_t)t.layout.total_numel};
-    for (int i = 0; positions && i < SEQUENCES * SEQ; i++) /* a segment's last token predicts nothing */
-        if (i % SEQ == SEQ - 1 || positions[i + 1] == 0) targets[i] = -1;
+    for (int i = 0; positions && i < SEQUENCES * seq; i++) /* a segment's last token predicts nothing */
+        if (i % seq == seq - 1 || positions[i + 1] == 0) targets[i] = -1;
     cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, positions, &r.loss), MT_OK, "%s", mt_error());
     r.grads = malloc(r.n * sizeof *r.grads);
     memcpy(r.grads, mt_engine_host_grads(t.engine), r.n * sizeof *r.grads);
@@ -59,7 +60,7 @@ static result grads_at(const mt_config *cfg, int batch, int tile, int chunk, int
 }
 
 static result grads_of(const mt_config *cfg, int batch, int tile, int chunk, int ckpt_on_host) {
-    return grads_at(cfg, batch, tile, chunk, ckpt_on_host, NULL);
+    return grads_at(cfg, SEQ, batch, tile, chunk, ckpt_on_host, NULL);
 }
 
 static double relative_error(const result *got, const result *want) {
@@ -140,6 +141,42 @@ Test(tiles, tiles_do_not_change_the_gradients_qwen2_moe) {
     expect_tiles_invisible(&cfg);
 }
 
+/* Odd sizes: sequences of 37 tokens (a prime: no tile but 1 and 37 divides them), one and two a
+ * micro-batch. Tiles of whole sequences (37: one a tile; 42: one, the rows past it unused; 74: the
+ * micro-batch of two in one tile) give the untiled bits; windows of 10 (7 + 3 x 10), 36 (1 + 36), 2
+ * (1 + 18 x 2) and 1 (37 windows), pieces of 5 cut inside some of them, the untiled gradients up
+ * to the rounding above. */
+Test(tiles, tiles_at_odd_sizes) {
+    enum { ODD = 37 };
+    mt_config cfg = mt_tiny_config_gqa();
+    cfg.max_position = ODD;
+    for (int batch = 1; batch <= 2; batch++) {
+        result untiled = grads_at(&cfg, ODD, batch, 0, ODD, 0, NULL);
+        const int whole[] = {ODD, ODD + 5, 2 * ODD};
+        for (size_t i = 0; i < sizeof whole / sizeof whole[0]; i++) {
+            result got = grads_at(&cfg, ODD, batch, whole[i], ODD, 0, NULL);
+            cr_expect(got.loss == untiled.loss, "tile %d, batch %d: loss %.17g, untiled %.17g", whole[i], batch,
+                      got.loss, untiled.loss);
+            cr_expect(!memcmp(got.grads, untiled.grads, untiled.n * sizeof *untiled.grads),
+                      "tile %d, batch %d: the gradients are not bitwise the untiled ones", whole[i], batch);
+            free(got.grads);
+        }
+        free(untiled.grads);
+        result want = grads_at(&cfg, ODD, batch, 0, 0, 0, NULL);
+        const int tile[] = {10, 36, 2, 1}, chunk[] = {5, 0, 5, 0};
+        for (size_t i = 0; i < sizeof tile / sizeof tile[0]; i++) {
+            result got = grads_at(&cfg, ODD, batch, tile[i], chunk[i], (int)i % 2, NULL);
+            cr_expect(fabs(got.loss - want.loss) <= 1e-6 * fabs(want.loss), "tile %d, batch %d: loss %.9g, untiled "
+                      "%.9g", tile[i], batch, got.loss, want.loss);
+            double err = relative_error(&got, &want);
+            cr_expect(err <= 1e-5, "tile %d, chunk %d, batch %d: the gradients' relative error is %g", tile[i],
+                      chunk[i], batch, err);
+            free(got.grads);
+        }
+        free(want.grads);
+    }
+}
+
 /* Packed examples (segments: attention within each, positions restarting): windows whose edges fall
  * inside segments and segments inside windows give the untiled packed gradients up to the rounding
  * above; a micro-batch of sequences the tile holds is one tile (block.h), the untiled bits. */
@@ -152,12 +189,12 @@ Test(tiles, windows_of_packed_examples) {
     cr_assert_eq(row, SEQUENCES * SEQ);
     mt_config cfg = mt_tiny_config_qwen3(0);
     cfg.max_position = SEQ;
-    result want = grads_at(&cfg, 2, 0, 0, 0, positions);
-    result whole = grads_at(&cfg, 2, SEQ, 0, 0, positions);
+    result want = grads_at(&cfg, SEQ, 2, 0, 0, 0, positions);
+    result whole = grads_at(&cfg, SEQ, 2, SEQ, 0, 0, positions);
     cr_expect(!memcmp(whole.grads, want.grads, want.n * sizeof *want.grads), "tiles of whole sequences changed the bits");
     const int tile[] = {24, 7};
     for (size_t i = 0; i < sizeof tile / sizeof tile[0]; i++) {
-        result got = grads_at(&cfg, 2, tile[i], 10, 0, positions);
+        result got = grads_at(&cfg, SEQ, 2, tile[i], 10, 0, positions);
         cr_expect(fabs(got.loss - want.loss) <= 1e-6 * fabs(want.loss), "tile %d: loss %.9g, untiled %.9g", tile[i],
                   got.loss, want.loss);
         double err = relative_error(&got, &want);
