@@ -539,14 +539,21 @@ Test(cli, plan_prints_chunks_and_checkpoint_split) {
 /* Llama-3.1-8B at 512k and 1M tokens (issue 29), planned for a GPU that is not here (the CUDA
  * backend's model: attention's workspace its kernels' or cuDNN's dQ accumulator, the larger): the
  * attention windows and the block workspace by what it grows with; on one H100 of the lent
- * 2-GPU machine (78 GiB, 251 GiB of host) 512k fits; at 1M on 80 GiB beside 256 GiB the device
- * fits and the host does not (the checkpoints); on 24 GiB beside 128 GiB 512k is refused with the
- * bytes of each class, at the smallest settings. */
-static void plan_8b(mt_cli_result *r, const char *seq, const char *gpu, const char *host, const char *tile) {
+ * 2-GPU machine (78 GiB, 251 GiB of host) and on 80 GiB beside 256 GiB 512k fits; at 1M there the
+ * device fits and the host does not (the checkpoints, named as the largest class, with what would
+ * shrink the host's part); 768k fits there without the clip's gradients and with bf16 moments; on
+ * 24 GiB beside 128 GiB 512k and 1M are refused with the bytes of each class, at the smallest
+ * settings. */
+static void plan_8b_with(mt_cli_result *r, const char *seq, const char *gpu, const char *host, const char *tile,
+                         const char *clip, const char *moments) {
     mt_cli_run(r, TIMEOUT_S, "plan", "--preset", "llama-3.1-8b", "--backend", "cuda", "--batch", "1", "--seq", seq,
                "--max-positions", seq, "--gpu-mem", gpu, "--host-mem", host, "--attn-tile", tile, "--rate-gemm",
-               "700", "--rate-pcie", "51", "--rate-adamw", "3.7", NULL);
+               "700", "--rate-pcie", "51", "--rate-adamw", "3.7", "--clip", clip, "--moments", moments, NULL);
     assert_succeeded(r);
+}
+
+static void plan_8b(mt_cli_result *r, const char *seq, const char *gpu, const char *host, const char *tile) {
+    plan_8b_with(r, seq, gpu, host, tile, "1.0", "fp32");
 }
 
 static const char *fit_line(const char *out, const char *what) {
@@ -561,25 +568,42 @@ static int line_fits(const char *line) {
     return len >= 6 && !strncmp(line + len - 6, ": fits", 6);
 }
 
+static void expect_fits(const mt_cli_result *r, int host, int device, const char *what) {
+    cr_expect_eq(line_fits(fit_line(r->out, "host needs")), host, "%s: the host %s:\n%s", what,
+                 host ? "does not fit" : "fits", r->out);
+    cr_expect_eq(line_fits(fit_line(r->out, "device needs")), device, "%s: the device %s:\n%s", what,
+                 device ? "does not fit" : "fits", r->out);
+}
+
 Test(cli, plan_8b_long_contexts_say_what_fits) {
     mt_cli_result r;
     plan_8b(&r, "524288", "78GiB", "251GiB", "65536");
     cr_expect(strstr(r.out, "attention windows of 65536 queries, 8 a sequence"), "%s", r.out);
     cr_expect(strstr(r.out, "a micro-batch's (k, v, their gradients and their fp32 sums over the windows"), "%s", r.out);
     cr_expect(strstr(r.out, "attention tile 65536 queries"), "the placement line has no tile:\n%s", r.out);
-    cr_expect(line_fits(fit_line(r.out, "host needs")), "512k on the H100 does not fit its host:\n%s", r.out);
-    cr_expect(line_fits(fit_line(r.out, "device needs")), "512k does not fit the H100:\n%s", r.out);
+    expect_fits(&r, 1, 1, "512k on the H100");
+    cr_expect(!strstr(r.out, "short"), "%s", r.out);
+    mt_cli_result_free(&r);
+    plan_8b(&r, "524288", "80GiB", "256GiB", "65536");
+    expect_fits(&r, 1, 1, "512k on 80 GiB beside 256 GiB");
     mt_cli_result_free(&r);
     plan_8b(&r, "1048576", "80GiB", "256GiB", "65536");
     cr_expect(strstr(r.out, "16 a sequence"), "%s", r.out);
-    cr_expect(line_fits(fit_line(r.out, "device needs")), "1M does not fit 80 GiB:\n%s", r.out);
-    cr_expect(!line_fits(fit_line(r.out, "host needs")), "1M's checkpoints fit 256 GiB of host:\n%s", r.out);
+    expect_fits(&r, 0, 1, "1M on 80 GiB beside 256 GiB");
+    cr_expect(strstr(r.out, "its largest class activation checkpoints") && strstr(r.out, "less host: --clip 0"),
+              "%s", r.out);
     mt_cli_result_free(&r);
-    plan_8b(&r, "524288", "24GiB", "128GiB", "65536");
-    cr_expect(strstr(r.out, "plan      does NOT fit: the device budget of 24.00 GiB"), "%s", r.out);
-    cr_expect(strstr(r.out, "an attention tile of 8192 queries, a block chunk of 1024 tokens"), "%s", r.out);
-    cr_expect(strstr(r.out, "activation checkpoints") && strstr(r.out, "workspace"), "%s", r.out);
+    plan_8b_with(&r, "786432", "80GiB", "256GiB", "65536", "0", "bf16");
+    expect_fits(&r, 1, 1, "768k on 80 GiB beside 256 GiB, --clip 0 --moments bf16");
     mt_cli_result_free(&r);
+    const char *on_24[] = {"524288", "1048576"};
+    for (size_t i = 0; i < sizeof on_24 / sizeof on_24[0]; i++) {
+        plan_8b(&r, on_24[i], "24GiB", "128GiB", "65536");
+        cr_expect(strstr(r.out, "plan      does NOT fit: the device budget of 24.00 GiB"), "%s", r.out);
+        cr_expect(strstr(r.out, "an attention tile of 8192 queries, a block chunk of 1024 tokens"), "%s", r.out);
+        cr_expect(strstr(r.out, "activation checkpoints") && strstr(r.out, "workspace"), "%s", r.out);
+        mt_cli_result_free(&r);
+    }
     /* untiled, the same 512k leaves the H100 far less for checkpoints: the queries' side is whole */
     plan_8b(&r, "524288", "78GiB", "251GiB", "0");
     cr_expect(strstr(r.out, "attention 524288 tokens at a time (1 whole sequences, 1 tiles per micro-batch)"), "%s",

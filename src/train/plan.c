@@ -47,6 +47,27 @@ static void print_tiles(mt_backend *be, const mt_config *c, const mt_engine_opti
 
 static mt_status plan(const mt_train_options *o, const mt_config *c, FILE *out);
 
+/* Where the host does not fit: its largest class, and the options that shrink the host's part. */
+static void print_host_short(const mt_memory_fit *f, const mt_engine_options *eo, mt_moments_format moments,
+                             FILE *out) {
+    if (f->host_available < 0 || f->host_needed <= f->host_available || f->host_classes == 0) return;
+    const mt_memory_class *most = &f->host[0];
+    for (int i = 1; i < f->host_classes; i++)
+        if (f->host[i].bytes > most->bytes) most = &f->host[i];
+    char less[320] = "";
+    size_t at = 0;
+    if (eo->max_grad_norm > 0)
+        at += (size_t)snprintf(less + at, sizeof less - at, "--clip 0 (a ring of gradients, none kept for the "
+                               "clip), ");
+    if (moments == MT_MOMENTS_F32 && at < sizeof less)
+        at += (size_t)snprintf(less + at, sizeof less - at, "--moments bf16 (half the moments), ");
+    if (at < sizeof less)
+        snprintf(less + at, sizeof less - at, "a shorter --seq or a smaller --batch (the host's checkpoints and "
+                 "buffers grow with the tokens)");
+    fprintf(out, "          the host is %.2f GB short, its largest class %s (%.2f GB); less host: %s\n",
+            gb(f->host_needed - f->host_available), most->name, gb(most->bytes), less);
+}
+
 /* The pieces the sequence is worked through in, and where the activation checkpoints live. */
 static void print_chunks(const mt_config *c, const mt_engine_options *eo, int64_t host_ckpt, FILE *out) {
     int piece = mt_block_piece_rows(eo->batch, eo->seq, eo->chunk);
@@ -142,6 +163,7 @@ static mt_status plan(const mt_train_options *o, const mt_config *c, FILE *out) 
         print_tiles(be, &cfg, &p.eo, out);
         mt_memory_fit fit = mt_memory_fit_of(&lay, be, &p.eo, p.moments);
         mt_memory_fit_print(&fit, out);
+        print_host_short(&fit, &p.eo, p.moments, out);
         mt_machine_rates_print(&rates, out);
     } else if (be && rc == MT_ERR_NOMEM) {
         /* A plan that does not fit is still an answer: say why, and succeed. */
