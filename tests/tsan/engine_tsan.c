@@ -5,8 +5,9 @@
  * with bitwise-identical weights; and it writes checkpoints in the background while the optimizer
  * goes on (train/saver.h, the writer slowed down so that the updates meet it), each of which
  * must hold its step's masters and moments; then a mixture of experts (its routing statistics and
- * load-balancing loss, made on the compute worker, copied home by d2h) under a few schedules. TSan
- * (halt_on_error=1) ends it non-zero on any race. */
+ * load-balancing loss, made on the compute worker, copied home by d2h) under a few schedules; and
+ * attention in windows of queries (--attn-tile: the dk/dv sums the compute worker keeps over a
+ * sequence's windows, checkpoints on the host). TSan (halt_on_error=1) ends it non-zero on any race. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,8 +34,9 @@ static const mt_config moe_config = {.arch = MT_ARCH_QWEN2_MOE, .hidden_size = 3
                                      .moe_intermediate_size = 12, .shared_expert_intermediate_size = 16,
                                      .decoder_sparse_step = 2, .output_router_logits = 1,
                                      .router_aux_loss_coef = 0.1f};
-/* The model train() trains. */
+/* The model train() trains, and its attention tile (0: the engine's default, whole sequences here). */
 static const mt_config *model = &config;
+static int attn_tile;
 
 static int failures, passes;
 
@@ -101,6 +103,7 @@ static float *train(int slots, int threads, int micro_batches, int ends_on_devic
     o.device_blocks = device_blocks;
     if (head_vocab_chunk) o.head_vocab_chunk = head_vocab_chunk;
     o.packed = packed;
+    if (attn_tile) o.attn_tile = attn_tile;
     if (mt_layout_init(&lay, model) || mt_backend_cpu_create(&be, 1) || mt_store_create(&store, &lay, be)) {
         fprintf(stderr, "setup: %s\n", mt_error());
         exit(1);
@@ -208,6 +211,21 @@ int main(void) {
         }
         check(diff <= 1e-12 * norm, "the ends in vocabulary chunks: the same weights up to rounding");
         free(chunked);
+        /* Windows of 3 queries (8 = 2 + 3 + 3): the schedules change no bit of them, and they train
+         * as the whole sequences do up to the order of fp32 sums (tests/test_tiles.c). */
+        attn_tile = 3;
+        float *windows_one = train(2, 1, 1, 0, 0, 0, clips[c], 0, 0, NULL);
+        float *windows_two = train(3, 2, 2, 0, 4, 0, clips[c], 0, 0, NULL);
+        attn_tile = 0;
+        check(memcmp(windows_one, windows_two, bytes) == 0, "attention windows under two schedules: same weights");
+        diff = norm = 0;
+        for (int64_t i = 0; i < lay.total_numel; i++) {
+            diff += ((double)windows_one[i] - want[i]) * ((double)windows_one[i] - want[i]);
+            norm += (double)want[i] * want[i];
+        }
+        check(diff <= 1e-12 * norm, "attention windows: the whole sequences' weights up to rounding");
+        free(windows_one);
+        free(windows_two);
         free(want);
     }
     mt_layout_free(&lay);
