@@ -611,6 +611,26 @@ Test(cli, plan_8b_long_contexts_say_what_fits) {
     mt_cli_result_free(&r);
 }
 
+/* A million tokens a step of the tiny model on the cpu backend, where the engine's buffers (its
+ * checkpoints and the attention's k/v side, in windows) are host memory: against a 1 GiB host the
+ * bench is refused at once naming them (the step itself would take hours), and plan says the
+ * host is short with them its largest class. */
+Test(cli, long_context_refused_before_it_allocates) {
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "bench", "--preset", "tiny", "--backend", "cpu", "--steps", "1", "--batch", "1",
+               "--seq", "1048576", "--max-positions", "1048576", "--host-mem", "1GiB", NULL);
+    cr_assert(!r.timed_out, "the bench ran instead of being refused:\n%s", r.err);
+    cr_expect_eq(r.exit_code, 1, "exit %d:\n%s", r.exit_code, r.err);
+    cr_expect(strstr(r.err, "of host memory") && strstr(r.err, "engine buffers"), "%s", r.err);
+    mt_cli_result_free(&r);
+    mt_cli_run(&r, TIMEOUT_S, "plan", "--preset", "tiny", "--backend", "cpu", "--batch", "1", "--seq", "1048576",
+               "--max-positions", "1048576", "--host-mem", "1GiB", NULL);
+    assert_succeeded(&r);
+    cr_expect(strstr(r.out, "attention windows of 65536 queries, 16 a sequence"), "%s", r.out);
+    cr_expect(strstr(r.out, "its largest class engine buffers"), "%s", r.out);
+    mt_cli_result_free(&r);
+}
+
 /* A budget that splits the batch: plan prints the split that runs and train logs that one (not the
  * --batch given), with the placement. */
 Test(cli, plan_and_train_report_the_split_that_runs) {

@@ -36,9 +36,9 @@ mt_memory_fit mt_memory_fit_of(const mt_layout *layout, mt_backend *be, const mt
     } else {
         add_class(&fit, s.low ? "fp32 master: high halves (the bf16 weights)" : "fp32 master (the weights)", s.weights);
         add_class(&fit, "fp32 master: low halves", s.low);
-        add_class(&fit, "Adam moments", s.moments);
+        add_class(&fit, MT_MEMORY_MOMENTS, s.moments);
     }
-    add_class(&fit, eo->max_grad_norm > 0 || eo->keep_grads ? "gradients kept for the clip" : "gradient ring",
+    add_class(&fit, eo->max_grad_norm > 0 || eo->keep_grads ? MT_MEMORY_KEPT_GRADS : "gradient ring",
               d.host_grads);
     add_class(&fit, "staging", d.host_staging);
     add_class(&fit, "activation checkpoints", d.host_checkpoints);

@@ -23,6 +23,9 @@ typedef struct {
 } mt_memory_class;
 
 #define MT_MEMORY_MAX_CLASSES 8
+/* The names of the classes plan's advice looks up. */
+#define MT_MEMORY_KEPT_GRADS "gradients kept for the clip"
+#define MT_MEMORY_MOMENTS "Adam moments"
 
 typedef struct {
     /* The host store and the engine's host staging; plus the engine's device buffers when the

@@ -3,6 +3,7 @@
  * from the performance model in docs/memory.md. */
 #include <jansson.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "engine/block.h"
 #include "engine/engine.h"
@@ -47,20 +48,27 @@ static void print_tiles(mt_backend *be, const mt_config *c, const mt_engine_opti
 
 static mt_status plan(const mt_train_options *o, const mt_config *c, FILE *out);
 
-/* Where the host does not fit: its largest class, and the options that shrink the host's part. */
-static void print_host_short(const mt_memory_fit *f, const mt_engine_options *eo, mt_moments_format moments,
-                             FILE *out) {
+static int64_t class_bytes(const mt_memory_fit *f, const char *name) {
+    for (int i = 0; i < f->host_classes; i++)
+        if (!strcmp(f->host[i].name, name)) return f->host[i].bytes;
+    return 0;
+}
+
+/* Where the host does not fit: by how much, its largest class, and what the options that shrink the
+ * host's part would save (--clip 0 keeps a ring of gradients instead: at most the kept ones). */
+static void print_host_short(const mt_memory_fit *f, mt_moments_format format, FILE *out) {
     if (f->host_available < 0 || f->host_needed <= f->host_available || f->host_classes == 0) return;
     const mt_memory_class *most = &f->host[0];
     for (int i = 1; i < f->host_classes; i++)
         if (f->host[i].bytes > most->bytes) most = &f->host[i];
+    int64_t kept = class_bytes(f, MT_MEMORY_KEPT_GRADS);
+    int64_t moments = format == MT_MOMENTS_F32 ? class_bytes(f, MT_MEMORY_MOMENTS) / 2 : 0;
     char less[320] = "";
     size_t at = 0;
-    if (eo->max_grad_norm > 0)
-        at += (size_t)snprintf(less + at, sizeof less - at, "--clip 0 (a ring of gradients, none kept for the "
-                               "clip), ");
-    if (moments == MT_MOMENTS_F32 && at < sizeof less)
-        at += (size_t)snprintf(less + at, sizeof less - at, "--moments bf16 (half the moments), ");
+    if (kept >= 10000000) /* 10 MB: worth naming */
+        at += (size_t)snprintf(less + at, sizeof less - at, "--clip 0 (up to %.2f GB), ", gb(kept));
+    if (moments >= 10000000 && at < sizeof less)
+        at += (size_t)snprintf(less + at, sizeof less - at, "--moments bf16 (%.2f GB), ", gb(moments));
     if (at < sizeof less)
         snprintf(less + at, sizeof less - at, "a shorter --seq or a smaller --batch (the host's checkpoints and "
                  "buffers grow with the tokens)");
@@ -163,7 +171,7 @@ static mt_status plan(const mt_train_options *o, const mt_config *c, FILE *out) 
         print_tiles(be, &cfg, &p.eo, out);
         mt_memory_fit fit = mt_memory_fit_of(&lay, be, &p.eo, p.moments);
         mt_memory_fit_print(&fit, out);
-        print_host_short(&fit, &p.eo, p.moments, out);
+        print_host_short(&fit, p.moments, out);
         mt_machine_rates_print(&rates, out);
     } else if (be && rc == MT_ERR_NOMEM) {
         /* A plan that does not fit is still an answer: say why, and succeed. */
