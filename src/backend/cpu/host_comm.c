@@ -26,7 +26,7 @@ struct mt_host_comm {
     unsigned long generation;
     int aborted;
     double timeout_s;
-    float **bufs;            /* [n] the buffers of the all_reduce under way */
+    float **bufs;            /* [n] the buffers of the all_reduce (broadcast) under way */
     size_t *counts;          /* [n] their lengths */
     acc_turns *acc;          /* [num_acc], by tag */
     int num_acc;
@@ -166,6 +166,30 @@ mt_status mt_host_comm_all_reduce(mt_host_comm *c, int rank, float *buf, size_t 
 
 mt_status mt_host_comm_reduce_scatter(mt_host_comm *c, int rank, float *buf, size_t count, int ordered) {
     return reduce(c, rank, buf, count, ordered, 0);
+}
+
+/* Meets every rank's buffer; every rank but the root copies the root's; then waits until all have. */
+mt_status mt_host_comm_broadcast(mt_host_comm *c, int rank, void *buf, size_t bytes, int root) {
+    pthread_mutex_lock(&c->lock);
+    c->bufs[rank] = buf;
+    c->counts[rank] = bytes;
+    mt_status rc = barrier(c, rank);
+    for (int r = 0; rc == MT_OK && r < c->n; r++)
+        if (c->counts[r] != bytes)
+            rc = mt_fail(MT_ERR_INVALID, "broadcast of %zu bytes on rank %d but %zu on rank %d", bytes, rank,
+                         c->counts[r], r);
+    if (rc == MT_OK && (root < 0 || root >= c->n))
+        rc = mt_fail(MT_ERR_INVALID, "a broadcast from rank %d in a group of %d", root, c->n);
+    pthread_mutex_unlock(&c->lock);
+    if (rc != MT_OK) {
+        mt_host_comm_abort(c);
+        return rc;
+    }
+    if (rank != root) memcpy(buf, c->bufs[root], bytes);
+    pthread_mutex_lock(&c->lock);
+    rc = barrier(c, rank);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
 }
 
 /* ---- ordered accumulation ---- */
