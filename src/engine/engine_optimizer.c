@@ -36,6 +36,10 @@ static void update_unit_piece(mt_engine *e, const mt_opt_job *job, int64_t adam_
     int64_t hi = piece + 1 == pieces ? end : (unit->offset + unit->numel * (piece + 1) / pieces + block - 1) / block * block;
     if (piece == 0) lo = unit->offset;
     if (hi > end) hi = end;
+    int64_t own_lo, own_hi; /* a sharded replica's slice (fp32 or bf16 moments: no block is cut) */
+    mt_engine_owned(e, u, &own_lo, &own_hi);
+    if (lo < own_lo) lo = own_lo;
+    if (hi > own_hi) hi = own_hi;
     double t0 = mt_now();
     for (int i = 0; i < unit->num_tensors; i++) {
         const mt_tensor *t = &e->lay->tensors[unit->first_tensor + i];
@@ -167,8 +171,15 @@ static int work_home(mt_engine *e, const mt_opt_job *job, const opt_work *w, int
 static void work_run(mt_engine *e, const mt_opt_job *job, int64_t adam_step, const opt_work *w) {
     const uint8_t *mask = e->input_rows[job->generation % 2];
     switch (w->kind) {
-    case WORK_EMBED_INPUT_ROWS: update_embedding_rows(e, job, adam_step, mask, 1); break;
-    case WORK_EMBED_OTHER_ROWS: update_embedding_rows(e, job, adam_step, mask, 0); break;
+    /* A sharded replica's slice of the embedding cuts rows: it takes its slice whole (with no early
+     * copy both parts come home together). */
+    case WORK_EMBED_INPUT_ROWS:
+        if (e->shard) update_unit(e, job, adam_step, MT_ADAMW_FULL, 0);
+        else update_embedding_rows(e, job, adam_step, mask, 1);
+        break;
+    case WORK_EMBED_OTHER_ROWS:
+        if (!e->shard) update_embedding_rows(e, job, adam_step, mask, 0);
+        break;
     case WORK_BLOCK: update_unit(e, job, adam_step, MT_ADAMW_FULL, w->unit); break;
     case WORK_HEAD_PIECE: update_unit_piece(e, job, adam_step, MT_ADAMW_FULL, w->unit, w->piece, w->pieces); break;
     }

@@ -207,9 +207,17 @@ void mt_star_abort(mt_star *s) {
         if (s->fd[r] >= 0) shutdown(s->fd[r], SHUT_RDWR);
 }
 
-mt_status mt_star_broadcast(mt_star *s, void *buf, size_t bytes) {
-    if (s->w.rank != 0) return io_all(s, s->fd[0], buf, bytes, 0, 0);
-    for (int r = 1; r < s->w.size; r++) MT_TRY(io_all(s, s->fd[r], buf, bytes, 1, r));
+mt_status mt_star_broadcast(mt_star *s, void *buf, size_t bytes) { return mt_star_broadcast_from(s, buf, bytes, 0); }
+
+/* Through rank 0: the root sends it there, rank 0 to every other peer. */
+mt_status mt_star_broadcast_from(mt_star *s, void *buf, size_t bytes, int root) {
+    int rank = s->w.rank;
+    if (root < 0 || root >= s->w.size)
+        return mt_fail(MT_ERR_INVALID, "a broadcast from rank %d in a world of %d", root, s->w.size);
+    if (rank != 0) return io_all(s, s->fd[0], buf, bytes, rank == root, 0);
+    if (root != 0) MT_TRY(io_all(s, s->fd[root], buf, bytes, 0, root));
+    for (int r = 1; r < s->w.size; r++)
+        if (r != root) MT_TRY(io_all(s, s->fd[r], buf, bytes, 1, r));
     return MT_OK;
 }
 
