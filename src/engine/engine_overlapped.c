@@ -18,8 +18,9 @@
  *     its buffer; the head's tensors before its matrix (the final norm) come home apart. The
  *     embedding's rows no input token touches have a zero gradient (alone; tied, the head's part
  *     makes every row's, and in a group the mask is this rank's inputs only: there every row comes
- *     from the chunks): they are updated from a row of zeros, a vocabulary chunk at a time, where
- *     nothing else is home during the backward and first after it.
+ *     from the chunks): they are updated from a row of zeros, a vocabulary chunk at a time, once
+ *     this step's load of the embedding is done, where nothing else is home during the backward
+ *     and first after it.
  * Each work is bitwise that part of the whole unit's update (AdamW is elementwise). */
 #include <string.h>
 
@@ -91,9 +92,9 @@ static void list_whole(const mt_engine *e, work_list *w) {
 }
 
 /* Through the chunk buffers: the embedding's other rows (split) and its chunks, blocks 0..L-1, the
- * head's rest and its matrix's chunks (untied); arriving the other rows (home from the start), the
- * head's rest, its chunks, blocks L-1..0, the embedding's chunks: the order the issuing thread
- * sends them in (engine_schedule.c). */
+ * head's rest and its matrix's chunks (untied); arriving the head's rest, the other rows (with it),
+ * the head's chunks, blocks L-1..0, the embedding's chunks: the order the issuing thread sends them
+ * in (engine_schedule.c). */
 static void list_chunked(const mt_engine *e, work_list *w) {
     int n = 0, a = 0, chunks = mt_engine_vocab_chunks(e), step = e->o.head_vocab_chunk, head = !e->cfg->tie_embeddings;
     int embed_k = head ? chunks : 0; /* the step's first embedding chunk */
@@ -107,9 +108,10 @@ static void list_chunked(const mt_engine *e, work_list *w) {
     w->work[n++] = (opt_work){.kind = WORK_HEAD_REST, .unit = e->U - 1};
     for (int c = 0; head && c < chunks; c++)
         w->work[n++] = (opt_work){.kind = WORK_CHUNK, .unit = e->U - 1, .chunk = c, .v0 = c * step};
+    w->arrival[a++] = rest;
     for (int i = 0; i < w->embed_works; i++)
         if (w->work[i].kind == WORK_EMBED_OTHER_ROWS) w->arrival[a++] = i;
-    for (int i = rest; i < n; i++) w->arrival[a++] = i;
+    for (int i = rest + 1; i < n; i++) w->arrival[a++] = i;
     for (int l = e->L - 1; l >= 0; l--) w->arrival[a++] = w->first_block + l;
     for (int i = 0; i < w->embed_works; i++)
         if (w->work[i].kind == WORK_CHUNK) w->arrival[a++] = i;
@@ -117,11 +119,14 @@ static void list_chunked(const mt_engine *e, work_list *w) {
 }
 
 /* Whether w's gradients are home; `wait`: wait until they are. The embedding's other rows come
- * from its early copy where there is one, else with the whole; through the chunk buffers they are
- * zeros, home from the start. */
+ * from its early copy where there is one, else with the whole; through the chunk buffers their
+ * gradient is zeros, but their update must not begin before this step's load of the embedding is
+ * done reading its weights: the head's gradients (the head's job ran after the embedding's forward,
+ * which waited for that load) say it is. */
 static int work_home(mt_engine *e, const mt_opt_job *job, const opt_work *w, int wait) {
     if (w->kind == WORK_CHUNK) return mt_engine_grads_home(e, job, MT_FL_CHUNK_ISSUED, MT_EV_CHUNK_HOME, w->chunk, wait);
-    if (w->kind == WORK_EMBED_OTHER_ROWS && e->chunk_buffers) return 1;
+    if (w->kind == WORK_EMBED_OTHER_ROWS && e->chunk_buffers)
+        return mt_engine_grads_home(e, job, MT_FL_GRADS_ISSUED, MT_EV_GRADS_HOME, e->U - 1, wait);
     if (w->kind == WORK_EMBED_OTHER_ROWS && mt_engine_embed_early_copy(e))
         return mt_engine_grads_home(e, job, MT_FL_EMBED_EARLY_ISSUED, MT_EV_EMBED_EARLY_HOME, 0, wait);
     return mt_engine_grads_home(e, job, MT_FL_GRADS_ISSUED, MT_EV_GRADS_HOME, w->unit, wait);
@@ -209,7 +214,8 @@ static int pick_whole(mt_engine *e, const mt_opt_job *job, const work_list *w) {
     return -1;
 }
 
-/* The first of the embedding's other rows not yet updated (through the chunk buffers), or -1. */
+/* The first of the embedding's other rows not yet updated (through the chunk buffers), or -1. They
+ * are home together. */
 static int other_rows(const work_list *w) {
     for (int i = 0; i < w->embed_works; i++)
         if (!w->work[i].done && w->work[i].kind == WORK_EMBED_OTHER_ROWS) return i;
@@ -225,10 +231,11 @@ static int pick_chunked(mt_engine *e, const mt_opt_job *job, const work_list *w)
         if ((x->kind == WORK_CHUNK || x->kind == WORK_HEAD_REST) && !x->done && work_home(e, job, x, 0))
             return w->arrival[a];
     }
-    int running = backward_running(e, job);
-    if (!running && other_rows(w) >= 0) return other_rows(w);
+    int running = backward_running(e, job), other = other_rows(w);
+    if (other >= 0 && !work_home(e, job, &w->work[other], 0)) other = -1;
+    if (!running && other >= 0) return other;
     int block = block_home(e, job, w, running);
-    return block >= 0 ? block : other_rows(w);
+    return block >= 0 ? block : other;
 }
 
 void mt_engine_run_overlapped(mt_engine *e, const mt_opt_job *job) {
