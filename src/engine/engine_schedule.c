@@ -12,11 +12,14 @@
 /* ---- copies ---- */
 
 /* h2d: waits until compute is done with dst (event free_id), copies unit u's working weights
- * there, records loaded_id; `where`: dst as gather_due indexes it. */
+ * there (a sharded replica: its own slice, the one its store holds current; the job that reads
+ * them brings the rest from their owners), records loaded_id; `where`: dst as gather_due indexes it. */
 static void load_unit(mt_engine *e, int u, void *dst, mt_ev free_id, mt_ev loaded_id, int i, int where) {
-    size_t bytes = (size_t)mt_engine_numel(e, u) * mt_dtype_size(e->be->ops->weight_dtype);
+    size_t wsize = mt_dtype_size(e->be->ops->weight_dtype), lo = 0, hi = (size_t)mt_engine_numel(e, u);
+    if (e->shard) mt_engine_slice(e, u, &lo, &hi);
     mt_engine_wait(e, e->h2d, free_id, i);
-    mt_copy_async(e->be, dst, mt_store_unit_weights(e->store, u), bytes, e->h2d);
+    mt_copy_async(e->be, (char *)dst + lo * wsize, (const char *)mt_store_unit_weights(e->store, u) + lo * wsize,
+                  (hi - lo) * wsize, e->h2d);
     mt_engine_record(e, loaded_id, i, e->h2d);
     mt_engine_loaded(e, u, dst, where);
 }
