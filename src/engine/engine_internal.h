@@ -199,10 +199,10 @@ typedef struct {
     int clip;
 } mt_compute_job;
 
-/* engine_share.c: a sharded replica's weights and state. The weights a load brings are this rank's
- * slice's (what its optimizer wrote) and stale elsewhere: mt_engine_loaded notes the load, and the
- * job that first reads them takes it (mt_engine_take_gather) and makes them whole first, every
- * rank's slice broadcast from its owner (mt_engine_gather_weights, inside the job). */
+/* engine_share.c: a sharded replica's weights and state. A load brings this rank's slice of the
+ * weights alone (what its optimizer wrote): mt_engine_loaded notes the load, and the job that first
+ * reads them takes the note (mt_engine_take_gather) and makes them whole first, every rank's slice
+ * broadcast from its owner (mt_engine_gather_weights, inside the job). */
 void mt_engine_loaded(mt_engine *e, int u, void *dst, int where);
 void mt_engine_take_gather(mt_engine *e, mt_compute_job *j, int where);
 void mt_engine_gather_weights(mt_engine *e, const mt_gather_due *g);
