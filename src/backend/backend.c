@@ -48,10 +48,10 @@ mt_status mt_backend_init(mt_backend *be, const mt_backend_ops *ops) {
         return mt_fail(MT_ERR_INVALID, "the %s backend has %d of the %d moe entries: give all or none", ops->name, moe,
                        moe_entries);
     const mt_coll_iface *c = &ops->coll;
-    int coll = !!c->comm_init + !!c->comm_init_world + !!c->all_reduce + !!c->reduce_scatter + !!c->comm_abort +
-               !!c->comm_free;
-    if (coll != 0 && coll != 6)
-        return mt_fail(MT_ERR_INVALID, "the %s backend has some of the coll entries: give all six or none", ops->name);
+    int coll = !!c->comm_init + !!c->comm_init_world + !!c->all_reduce + !!c->reduce_scatter + !!c->broadcast +
+               !!c->comm_abort + !!c->comm_free;
+    if (coll != 0 && coll != 7)
+        return mt_fail(MT_ERR_INVALID, "the %s backend has some of the coll entries: give all seven or none", ops->name);
     int acc = !!c->acc_open + !!c->acc_close + !!c->acc_ordered;
     if ((acc != 0 && acc != 3) || (acc && !coll))
         return mt_fail(MT_ERR_INVALID, "the %s backend has some of acc_open, acc_close and acc_ordered, or them "

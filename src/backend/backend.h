@@ -338,6 +338,9 @@ typedef struct {
     /* As all_reduce, but afterwards only this rank's slice of buf (mt_coll_slice) holds the sum;
      * the rest of buf is left undefined. */
     void (*reduce_scatter)(mt_backend *be, mt_stream *s, float *buf, size_t count);
+    /* buf[bytes] (device memory, any type) on every rank = rank root's, in place, issued on s; as
+     * all_reduce, every rank issues the same calls in the same order. */
+    void (*broadcast)(mt_backend *be, mt_stream *s, void *buf, size_t bytes, int root);
     /* OPTIONAL, all three or none: ordered accumulation, for a backend whose ranks can hand each other
      * an accumulator cheaply (the cpu's threads). The ranks take turns adding into an accumulator,
      * rank 0 first, each starting from what the rank before it left, so that the last rank's buffer

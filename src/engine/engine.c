@@ -109,6 +109,9 @@ static mt_status create(mt_engine **out, mt_backend *be, mt_store *store, const 
     e->group_rank = rank;
     e->group_size = group;
     e->ordered = e->reduce && mt_backend_accumulates_in_turns(be);
+    /* Processes split the host-updated units unless 8-bit moments' blocks would straddle slices. */
+    e->shard = e->reduce && ranks == 1 && !e->ordered && !o->forward_only &&
+               store->moments.format != MT_MOMENTS_8BIT;
     e->leader = leader;
     mt_flag_init(&e->pass_done, 0);
     e->max_stalls = 4 * e->L + 4;
@@ -116,7 +119,8 @@ static mt_status create(mt_engine **out, mt_backend *be, mt_store *store, const 
     e->max_jobs = 2 * e->L + 5 + 2 * vocab_chunks; /* the head's and the embedding's chunks: a job each */
     e->grad_home = calloc((size_t)e->U, sizeof *e->grad_home);
     e->slot = calloc(e->K ? (size_t)e->K : 1, sizeof *e->slot);
-    if (!e->grad_home || !e->slot) {
+    e->gather_due = calloc((size_t)e->K + 2, sizeof *e->gather_due);
+    if (!e->grad_home || !e->slot || !e->gather_due) {
         mt_engine_destroy(e);
         return mt_fail(MT_ERR_NOMEM, "cannot allocate the engine's tables");
     }
@@ -164,6 +168,7 @@ void mt_engine_destroy(mt_engine *e) {
     for (int i = 0; i < e->num_host_allocs; i++) mt_host_free(e->be, e->host_allocs[i]);
     free(e->grad_home);
     free(e->slot);
+    free(e->gather_due);
     free(e->allocs);
     free(e->host_allocs);
     free(e);

@@ -225,6 +225,12 @@ const float *mt_engine_host_grads(const mt_engine *e);
  * ends_on_device, the device's copy of the embedding and head comes home: masters, moments and
  * working weights); returns the number of updates so far. Call it before reading the store. */
 int64_t mt_engine_finish(mt_engine *e);
+/* A replica of processes that split the host-updated units (engine/ranks.h) keeps its store current
+ * in its own slices only: this brings every rank's slices of the state (working weights, low
+ * halves, moments) into every rank's store, through the devices. A collective: every replica calls
+ * it at the same point, between steps; it finishes first (mt_engine_finish). Any other engine:
+ * nothing. */
+mt_status mt_engine_share_state(mt_engine *e);
 /* 1 when the host optimizer updates unit u while steps run; 0 for the units the device updates
  * (ends_on_device, device_blocks), whose host copy changes only in mt_engine_finish. */
 int mt_engine_updates_on_host(const mt_engine *e, int u);

@@ -41,6 +41,12 @@ typedef struct {
     int skip;           /* deferred: non-finite gradient: leave everything unchanged */
 } mt_opt_job;
 
+/* A load's destination whose other ranks' slices are still to come (engine_share.c); dst NULL: none. */
+typedef struct {
+    int unit;
+    void *dst;
+} mt_gather_due;
+
 struct mt_engine {
     mt_backend *be;
     const mt_op_iface *op;     /* be->ops->op: the layer ops */
@@ -55,6 +61,8 @@ struct mt_engine {
 
     /* device buffers */
     void **slot;               /* [K] block weights */
+    mt_gather_due *gather_due; /* [K + 2] a sharded replica's loads not yet made whole (engine_share.c):
+                                * slot k's at k, the head's at K, the embedding's at K + 1 */
     float *grad_slot[2];       /* block gradients, alternating */
     void *embed_w, *head_w;    /* unit 0 and unit U-1 weights */
     float *embed_grad, *head_grad;
@@ -157,6 +165,9 @@ struct mt_engine {
     int ordered;               /* the group takes turns with every accumulator (backend.h: the cpu's
                                 * threads): its sums have one rank's bits; otherwise it sums, and each
                                 * rank reduce-scatters what only its slice needs (engine_jobs.c) */
+    int shard;                 /* a replica whose group splits the host-updated units (engine_share.c):
+                                * each process takes home and updates only its slice of each, and the
+                                * other slices come from their owners over the devices */
     mt_engine *leader;         /* a follower's leader; NULL on the leader and on a lone engine */
     mt_engine **peers;         /* the leader's: every rank's engine, [ranks] */
     mt_flag pass_done;         /* a follower's: raised to g + 1 once step g's slices are home */
@@ -194,9 +205,25 @@ typedef struct {
     int segmented;        /* the pass's micro-batches have segments (positions were given) */
     float scale;
     void *x_in, *x_out;   /* activation checkpoints read and written: [M][n, D] */
+    mt_gather_due gather; /* weights the job reads, to be made whole first (engine_share.c) */
     mt_adamw_params adam; /* MT_JOB_DEVICE_UPDATE */
     int clip;
 } mt_compute_job;
+
+/* engine_share.c: a sharded replica's weights and state. A load brings this rank's slice of the
+ * weights alone (what its optimizer wrote): mt_engine_loaded notes the load, and the job that first
+ * reads them takes the note (mt_engine_take_gather) and makes them whole first, every rank's slice
+ * broadcast from its owner (mt_engine_gather_weights, inside the job). */
+void mt_engine_loaded(mt_engine *e, int u, void *dst, int where);
+void mt_engine_take_gather(mt_engine *e, mt_compute_job *j, int where);
+void mt_engine_gather_weights(mt_engine *e, const mt_gather_due *g);
+/* Where a load lands, as gather_due indexes it. */
+static inline int mt_engine_where_slot(int k) { return k; }
+static inline int mt_engine_where_head(const mt_engine *e) { return e->K; }
+static inline int mt_engine_where_embed(const mt_engine *e) { return e->K + 1; }
+/* Elements [*lo, *hi) of unit u's layout range (absolute element indices) this engine's optimizer
+ * updates: all of them, or a sharded replica's slice. */
+void mt_engine_owned(const mt_engine *e, int u, int64_t *lo, int64_t *hi);
 
 /* engine_jobs.c: issues a copy of the job on the compute stream (mt_launch: on cpu it runs later,
  * on the stream's worker, and frees itself), between two timing events: their spans add up to the
@@ -207,9 +234,33 @@ mt_status mt_engine_launch(mt_engine *e, mt_compute_job job);
 static inline size_t mt_engine_rows(const mt_engine *e) { return (size_t)e->o.batch * e->o.seq; }
 static inline int64_t mt_engine_numel(const mt_engine *e, int u) { return e->lay->units[u].numel; }
 
-/* This rank's slice [*lo, *hi) of unit u's elements: what it sends home (reduce_scatter's slice). */
+/* Whose slices a unit's gradient is cut into on its way home: the threads' of one store (rank of
+ * ranks), or a sharded replica's group (each process its own slice, which it alone updates). */
+static inline int mt_engine_home_rank(const mt_engine *e) { return e->shard ? e->group_rank : e->rank; }
+static inline int mt_engine_home_ranks(const mt_engine *e) { return e->shard ? e->group_size : e->ranks; }
+
+/* Rank r's slice [*lo, *hi) of unit u's elements: what it sends home (reduce_scatter's slice). */
+static inline void mt_engine_slice_of(const mt_engine *e, int u, int r, size_t *lo, size_t *hi) {
+    mt_coll_slice((size_t)mt_engine_numel(e, u), r, mt_engine_home_ranks(e), lo, hi);
+}
 static inline void mt_engine_slice(const mt_engine *e, int u, size_t *lo, size_t *hi) {
-    mt_coll_slice((size_t)mt_engine_numel(e, u), e->rank, e->ranks, lo, hi);
+    mt_engine_slice_of(e, u, mt_engine_home_rank(e), lo, hi);
+}
+
+/* What this rank sends home of a piece of unit u's gradient (elements [at, at + count) of the unit,
+ * reduced as one buffer), relative to the piece: the threads each send the piece's own slice; a
+ * sharded replica sends what of the piece lies in its slice of the unit (the slice it updates). */
+static inline void mt_engine_piece_part(const mt_engine *e, int u, size_t at, size_t count, size_t *lo, size_t *hi) {
+    if (!e->shard) {
+        mt_coll_slice(count, e->rank, e->ranks, lo, hi);
+        return;
+    }
+    size_t ulo, uhi;
+    mt_engine_slice(e, u, &ulo, &uhi);
+    size_t a = ulo > at ? ulo : at, b = uhi < at + count ? uhi : at + count;
+    if (b < a) a = b = at; /* none of the piece is this rank's */
+    *lo = a - at;
+    *hi = b - at;
 }
 
 /* Sums what a compute job made (a gradient, the loss) across the group, inside the job, on the
@@ -290,11 +341,13 @@ static inline size_t mt_engine_embed_grad_numel_for(const mt_layout *lay, const 
     return (size_t)o->head_vocab_chunk * lay->cfg.hidden_size;
 }
 static inline size_t mt_engine_embed_grad_numel(const mt_engine *e) { return mt_engine_embed_grad_numel_for(e->lay, &e->o); }
-/* Copies count elements, reduced as one buffer, from src (device) to dst (host): this rank's slice
- * of them (reduce_scatter's), from inside a compute job (mt_copy_in_launch). */
-static inline void mt_engine_copy_home_in_launch(mt_engine *e, float *dst, const float *src, size_t count) {
+/* Copies count elements (elements [at, at + count) of unit u), reduced as one buffer, from src
+ * (device) to dst (host): this rank's part of them (mt_engine_piece_part) at its place in dst, from
+ * inside a compute job (mt_copy_in_launch). */
+static inline void mt_engine_copy_home_in_launch(mt_engine *e, int u, size_t at, float *dst, const float *src,
+                                                 size_t count) {
     size_t lo, hi;
-    mt_coll_slice(count, e->rank, e->ranks, &lo, &hi);
+    mt_engine_piece_part(e, u, at, count, &lo, &hi);
     if (lo < hi) mt_copy_in_launch(e->be, dst + lo, src + lo, (hi - lo) * 4, e->compute);
 }
 
@@ -402,7 +455,8 @@ double mt_engine_await_grads_taken(mt_engine *e, int u);
 void mt_engine_guard_unit(mt_engine *e, int u);
 
 /* engine_optimizer.c, the optimizer's pieces of work (on its thread). Part `part` of unit u's
- * update over its elements [lo, hi) (the unit's own indices), their gradients from `grad` on. */
+ * update over its elements [lo, hi) (the unit's own indices; a sharded replica's slice of them),
+ * their gradients from `grad` on (element lo's). */
 void mt_engine_update_range(mt_engine *e, const mt_opt_job *job, int64_t adam_step, mt_adamw_part part, int u,
                             int64_t lo, int64_t hi, const float *grad);
 /* Piece `piece` of `pieces` of unit u, from its host gradient, cut on moment-block boundaries. */

@@ -39,18 +39,23 @@ static float *lm_grad(const mt_engine *e) {
     return g.t[u ? MT_T_LM_HEAD : MT_T_WTE];
 }
 
-/* Sums gradient x[count] of unit u across the group, inside the job that made it, and adds the sum
- * of squares of this rank's part to the unit's norm. A group that sums (NCCL; not the cpu's turns)
- * reduce-scatters what each rank needs only its slice of (a host-updated unit: the slice goes home)
- * and all-reduces what every rank needs whole (a unit the device updates; a replica's, whose store is
- * its own); each rank takes its slice's sum of squares, and MT_JOB_NORMS sums them across the ranks.
- * Alone or in turns: the whole buffer's, with one rank's bits. */
-static void reduce_grad(mt_engine *e, int u, float *x, size_t count) {
+/* Sums gradient x[count] (elements [at, at + count) of unit u) across the group, inside the job that
+ * made it, and adds the sum of squares of this rank's part to the unit's norm. A group that sums
+ * (NCCL; not the cpu's turns) reduce-scatters what each rank needs only its slice of (a host-updated
+ * unit: the slice goes home; a sharded replica's whole unit) and all-reduces what every rank needs
+ * whole (a unit the device updates; an unsharded replica's, whose store is its own; a sharded
+ * replica's vocabulary chunk, of which it keeps what lies in its slice of the unit); each rank takes
+ * its part's sum of squares, and MT_JOB_NORMS sums them across the ranks. Alone or in turns: the
+ * whole buffer's, with one rank's bits. */
+static void reduce_grad(mt_engine *e, int u, float *x, size_t at, size_t count) {
     size_t lo = 0, hi = count;
     if (e->reduce && !e->ordered) {
-        mt_coll_slice(count, e->group_rank, e->group_size, &lo, &hi);
-        if (e->ranks == 1 || mt_engine_unit_on_device(e, u)) e->be->ops->coll.all_reduce(e->be, e->compute, x, count);
-        else e->be->ops->coll.reduce_scatter(e->be, e->compute, x, count);
+        int whole = at == 0 && count == (size_t)mt_engine_numel(e, u);
+        int scatter = !mt_engine_unit_on_device(e, u) && (e->shard ? whole : e->ranks > 1);
+        if (e->shard) mt_engine_piece_part(e, u, at, count, &lo, &hi);
+        else mt_coll_slice(count, e->group_rank, e->group_size, &lo, &hi);
+        if (scatter) e->be->ops->coll.reduce_scatter(e->be, e->compute, x, count);
+        else e->be->ops->coll.all_reduce(e->be, e->compute, x, count);
     } else {
         mt_engine_reduce(e, x, count);
     }
@@ -106,11 +111,11 @@ static void head_dw_chunk(const mt_compute_job *j, float *dw, int v0, int rows) 
 }
 
 /* A gradient chunk of unit u is done: summed across the ranks, its sum of squares added to the
- * unit's norm (reduce_grad), and this rank's slice of it copied home to `home`, on the compute
- * stream before the next chunk takes the buffer. */
-static void chunk_done(mt_engine *e, int u, float *home, float *chunk, size_t count) {
-    reduce_grad(e, u, chunk, count);
-    mt_engine_copy_home_in_launch(e, home, chunk, count);
+ * unit's norm (reduce_grad), and this rank's part of it (elements [at, at + count) of the unit)
+ * copied home to `home`, on the compute stream before the next chunk takes the buffer. */
+static void chunk_done(mt_engine *e, int u, size_t at, float *home, float *chunk, size_t count) {
+    reduce_grad(e, u, chunk, at, count);
+    mt_engine_copy_home_in_launch(e, u, at, home, chunk, count);
 }
 
 /* The rows of vocabulary chunk j->v0 (the ends chunked). */
@@ -130,7 +135,7 @@ static void head_chunk(const mt_compute_job *j) {
     mt_engine_acc_open(e, mt_acc_unit(U - 1), dw, count, 1);
     head_dw_chunk(j, dw, j->v0, rows);
     mt_engine_acc_close(e, mt_acc_unit(U - 1), dw, count);
-    chunk_done(e, U - 1, j->home, dw, count);
+    chunk_done(e, U - 1, mt_engine_head_rest_numel_for(e->lay) + (size_t)j->v0 * e->cfg->hidden_size, j->home, dw, count);
 }
 
 /* The load-balancing loss of each micro-batch's forward over every MoE layer (transformers'
@@ -195,10 +200,10 @@ static void run_head(const mt_compute_job *j) {
     mt_engine_reduce(e, e->dev_loss, 1); /* every rank's loss is the group's */
     if (j->mode == MT_RUN_EVAL) return;
     if (chunked) { /* the unit's tensors before the head matrix (the final norm's) go home; its chunks follow */
-        chunk_done(e, e->U - 1, e->grad_home[e->U - 1], e->head_grad, mt_engine_head_rest_numel_for(e->lay));
+        chunk_done(e, e->U - 1, 0, e->grad_home[e->U - 1], e->head_grad, mt_engine_head_rest_numel_for(e->lay));
         return;
     }
-    reduce_grad(e, e->U - 1, e->head_grad, (size_t)mt_engine_numel(e, e->U - 1));
+    reduce_grad(e, e->U - 1, e->head_grad, 0, (size_t)mt_engine_numel(e, e->U - 1));
 }
 
 /* The embedding's gradient: the rows the step's input tokens touch, gathered from the gradient
@@ -225,8 +230,8 @@ static void embed_backward(const mt_compute_job *j) {
                                 v0, rows);
         }
     mt_engine_acc_close(e, mt_acc_unit(0), e->embed_grad, acc);
-    if (chunked) chunk_done(e, 0, j->home, dw, (size_t)rows * D); /* the WTE matrix starts the unit */
-    else reduce_grad(e, 0, e->embed_grad, (size_t)mt_engine_numel(e, 0));
+    if (chunked) chunk_done(e, 0, (size_t)v0 * D, j->home, dw, (size_t)rows * D); /* the WTE matrix starts the unit */
+    else reduce_grad(e, 0, e->embed_grad, 0, (size_t)mt_engine_numel(e, 0));
 }
 
 static void run_job(void *arg) {
@@ -238,6 +243,7 @@ static void run_job(void *arg) {
                         NULL, NULL, NULL, NULL};
     int moe = j->kind == MT_JOB_BLOCK_FWD || j->kind == MT_JOB_BLOCK_BWD ? mt_config_layer_is_moe(e->cfg, j->block) : 0;
     size_t E = (size_t)e->cfg->num_experts, moe_at = moe ? (size_t)mt_engine_moe_index(e, j->block) : 0;
+    if (j->gather.dst) mt_engine_gather_weights(e, &j->gather);
     switch (j->kind) {
     case MT_JOB_EMBED_FWD: {
         mt_unit_weights w = mt_bind_weights(e->lay, 0, e->embed_w, e->be->ops->weight_dtype);
@@ -274,7 +280,7 @@ static void run_job(void *arg) {
             mt_block_backward(&ctx, &w, &g, micro(e, j->x_in, m), dy_at(e, m));
         }
         mt_engine_acc_close(e, mt_acc_unit(u), grads, (size_t)mt_engine_numel(e, u));
-        reduce_grad(e, u, grads, (size_t)mt_engine_numel(e, u));
+        reduce_grad(e, u, grads, 0, (size_t)mt_engine_numel(e, u));
         break;
     }
     case MT_JOB_EMBED_BWD: embed_backward(j); break;

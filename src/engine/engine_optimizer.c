@@ -23,19 +23,25 @@ static mt_adamw_params adamw_params(const mt_engine *e, const mt_opt_job *job, i
 }
 
 /* Part `part` of unit u's update (optim/adamw.h) over its elements [lo, hi) (the unit's own
- * indices), their gradients from `grad` on (element lo's): each tensor's share of the range. */
+ * indices), their gradients from `grad` on (element lo's): each tensor's share of the range, and of
+ * a sharded replica's slice of the unit. */
 void mt_engine_update_range(mt_engine *e, const mt_opt_job *job, int64_t adam_step, mt_adamw_part part, int u,
                             int64_t lo, int64_t hi, const float *grad) {
     mt_engine_guard_unit(e, u);
     mt_store *s = e->store;
     const mt_unit *unit = &e->lay->units[u];
     mt_adamw_params p = adamw_params(e, job, adam_step);
+    int64_t own_lo, own_hi; /* a sharded replica's slice (fp32 or bf16 moments: no block is cut) */
+    mt_engine_owned(e, u, &own_lo, &own_hi);
+    own_lo -= unit->offset, own_hi -= unit->offset;
     double t0 = mt_now();
     for (int i = 0; i < unit->num_tensors; i++) {
         const mt_tensor *t = &e->lay->tensors[unit->first_tensor + i];
         int64_t from = t->offset, to = from + (int64_t)t->rows * t->cols;
         if (from < lo) from = lo;
+        if (from < own_lo) from = own_lo;
         if (to > hi) to = hi;
+        if (to > own_hi) to = own_hi;
         if (from >= to) continue;
         int64_t at = unit->offset + from;
         mt_adamw_update_moments(part, &p, t->decay, mt_store_masters(s, at), &s->moments, (size_t)at,

@@ -157,14 +157,18 @@ static void work_run(mt_engine *e, const mt_opt_job *job, int64_t adam_step, con
     const mt_tensor *wte = mt_layout_tensor(e->lay, 0, MT_T_WTE);
     int V = e->cfg->vocab_size, D = e->cfg->hidden_size;
     switch (w->kind) {
+    /* A sharded replica's slice of the embedding cuts rows: it takes its slice whole (with no early
+     * copy both parts come home together). */
     case WORK_EMBED_INPUT_ROWS:
-        mt_engine_update_embedding_rows(e, job, adam_step, 0, V, e->grad_home[0] + wte->offset, (size_t)D, mask, 1);
+        if (e->shard) mt_engine_update_piece(e, job, adam_step, MT_ADAMW_FULL, 0, 0, 1);
+        else mt_engine_update_embedding_rows(e, job, adam_step, 0, V, e->grad_home[0] + wte->offset, (size_t)D, mask, 1);
         break;
     case WORK_EMBED_OTHER_ROWS:
         if (e->chunk_buffers)
             mt_engine_update_embedding_rows(e, job, adam_step, w->v0, chunk_rows(e, w->v0), e->zero_row, 0,
                                             mask + w->v0, 0);
-        else mt_engine_update_embedding_rows(e, job, adam_step, 0, V, e->grad_home[0] + wte->offset, (size_t)D, mask, 0);
+        else if (!e->shard)
+            mt_engine_update_embedding_rows(e, job, adam_step, 0, V, e->grad_home[0] + wte->offset, (size_t)D, mask, 0);
         break;
     case WORK_BLOCK: mt_engine_update_piece(e, job, adam_step, MT_ADAMW_FULL, w->unit, 0, 1); break;
     case WORK_HEAD_PIECE: mt_engine_update_piece(e, job, adam_step, MT_ADAMW_FULL, w->unit, w->piece, w->pieces); break;

@@ -12,12 +12,20 @@
 /* ---- copies ---- */
 
 /* h2d: waits until compute is done with dst (event free_id), copies unit u's working weights
- * there, records loaded_id. */
-static void load_unit(mt_engine *e, int u, void *dst, mt_ev free_id, mt_ev loaded_id, int i) {
-    size_t bytes = (size_t)mt_engine_numel(e, u) * mt_dtype_size(e->be->ops->weight_dtype);
+ * there (a sharded replica: its own slice, the one its store holds current; the job that reads
+ * them brings the rest from their owners), records loaded_id; `where`: dst as gather_due indexes it. */
+static void load_unit(mt_engine *e, int u, void *dst, mt_ev free_id, mt_ev loaded_id, int i, int where) {
+    size_t wsize = mt_dtype_size(e->be->ops->weight_dtype), lo = 0, hi = (size_t)mt_engine_numel(e, u);
+    if (e->shard) mt_engine_slice(e, u, &lo, &hi);
     mt_engine_wait(e, e->h2d, free_id, i);
-    mt_copy_async(e->be, dst, mt_store_unit_weights(e->store, u), bytes, e->h2d);
+    mt_copy_async(e->be, (char *)dst + lo * wsize, (const char *)mt_store_unit_weights(e->store, u) + lo * wsize,
+                  (hi - lo) * wsize, e->h2d);
     mt_engine_record(e, loaded_id, i, e->h2d);
+    mt_engine_loaded(e, u, dst, where);
+}
+
+static void load_slot(mt_engine *e, int l, int k) {
+    load_unit(e, mt_unit_block(l), e->slot[k], MT_EV_SLOT_FREE, MT_EV_SLOT_LOADED, k, mt_engine_where_slot(k));
 }
 
 /* The compute stream waits for event (id, i), bracketed by two timing events so that the step can
@@ -36,8 +44,9 @@ static double load_forward(mt_engine *e, int index) {
     int streamed = e->L - e->D;
     int u = index < streamed ? mt_unit_block(e->D + index) : e->U - 1;
     double waited = mt_engine_await(e, MT_FL_UPDATED, u, e->generation, MT_GEN_G);
-    if (index < streamed) load_unit(e, u, e->slot[index % e->K], MT_EV_SLOT_FREE, MT_EV_SLOT_LOADED, index % e->K);
-    else if (!mt_engine_unit_on_device(e, u)) load_unit(e, u, e->head_w, MT_EV_HEAD_FREE, MT_EV_HEAD_LOADED, 0);
+    if (index < streamed) load_slot(e, e->D + index, index % e->K);
+    else if (!mt_engine_unit_on_device(e, u))
+        load_unit(e, u, e->head_w, MT_EV_HEAD_FREE, MT_EV_HEAD_LOADED, 0, mt_engine_where_head(e));
     return waited;
 }
 
@@ -193,6 +202,7 @@ static mt_status block_forward(mt_engine *e, pass *p, int l) {
     j.block = l;
     j.x_in = mt_engine_ckpt(e, l);
     j.x_out = mt_engine_ckpt(e, l + 1);
+    if (!resident) mt_engine_take_gather(e, &j, mt_engine_where_slot(mt_engine_slot_of(e, l)));
     MT_TRY(mt_engine_launch(e, j));
     if (!resident) mt_engine_record(e, MT_EV_SLOT_FREE, mt_engine_slot_of(e, l), e->compute);
     mt_engine_ckpt_written(e, l + 1, p->train);
@@ -206,11 +216,12 @@ static mt_status block_forward(mt_engine *e, pass *p, int l) {
 static mt_status forward(mt_engine *e, pass *p) {
     int embed_moves = !mt_engine_unit_on_device(e, 0);
     p->r->waited += mt_engine_await(e, MT_FL_UPDATED, 0, e->generation, MT_GEN_G);
-    if (embed_moves) load_unit(e, 0, e->embed_w, MT_EV_EMBED_FREE, MT_EV_EMBED_LOADED, 0);
+    if (embed_moves) load_unit(e, 0, e->embed_w, MT_EV_EMBED_FREE, MT_EV_EMBED_LOADED, 0, mt_engine_where_embed(e));
     mt_engine_wait(e, e->compute, MT_EV_TOKENS_READY, 0);
     compute_wait(e, MT_EV_EMBED_LOADED, 0);
     mt_engine_ckpt_before_write(e, 0);
     mt_compute_job j = job_of(p, MT_JOB_EMBED_FWD);
+    mt_engine_take_gather(e, &j, mt_engine_where_embed(e));
     j.x_out = mt_engine_ckpt(e, 0);
     MT_TRY(mt_engine_launch(e, j));
     mt_engine_ckpt_written(e, 0, p->train);
@@ -242,7 +253,9 @@ static mt_status head(mt_engine *e, pass *p) {
         mt_engine_wait(e, e->compute, MT_EV_GRADS_HOME, e->U - 1);
         mt_zero_async(e->be, e->head_grad, mt_engine_head_grad_numel(e) * 4, e->compute);
     }
-    MT_TRY(mt_engine_launch(e, job_of(p, MT_JOB_HEAD)));
+    mt_compute_job j = job_of(p, MT_JOB_HEAD);
+    mt_engine_take_gather(e, &j, mt_engine_where_head(e));
+    MT_TRY(mt_engine_launch(e, j));
     if (!(p->train && mt_engine_ends_chunked(e))) free_head_weights(e);
     return MT_OK;
 }
@@ -328,6 +341,7 @@ static mt_status block_backward(mt_engine *e, pass *p, int l) {
     j.block = l;
     j.grad_slot = gs;
     j.x_in = mt_engine_ckpt(e, l);
+    mt_engine_take_gather(e, &j, mt_engine_where_slot(k));
     MT_TRY(mt_engine_launch(e, j));
     mt_engine_record(e, MT_EV_SLOT_FREE, k, e->compute);
     mt_engine_ckpt_read(e, l);
@@ -338,7 +352,7 @@ static mt_status block_backward(mt_engine *e, pass *p, int l) {
                                         MT_GEN_NEXT);
     p->r->waited += mt_engine_await_grads_taken(e, mt_unit_block(l));
     send_home(e, mt_unit_block(l), e->grad_slot[gs], MT_EV_GRAD_READY, gs, p->early != NULL);
-    if (l - K >= e->D) load_unit(e, mt_unit_block(l - K), e->slot[k], MT_EV_SLOT_FREE, MT_EV_SLOT_LOADED, k);
+    if (l - K >= e->D) load_slot(e, l - K, k);
     return MT_OK;
 }
 

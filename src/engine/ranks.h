@@ -51,9 +51,11 @@ void mt_ranks_poison_next_step(mt_ranks *g);
 void mt_ranks_fail_next_step(mt_ranks *g, int rank);
 
 /* Ranks that are processes (one host or several; util/world.h), each with its own store and
- * optimizer: a replica's backend is joined to the others' (coll.comm_init_world) and every gradient
- * and loss is summed across the processes on the devices, so that every process applies the same
- * update to the same state. */
+ * optimizer: a replica's backend is joined to the others' (coll.comm_init_world), every gradient and
+ * loss is summed across the processes on the devices, and the processes split the host-updated units
+ * as the threads of one store do: each takes home and updates its slice of each, and receives the
+ * other slices of the weights from their owners as they load (engine_share.c). Before its store is
+ * read whole (a checkpoint), every process calls mt_engine_share_state. */
 mt_status mt_engine_create_replica(mt_engine **out, mt_backend *be, mt_store *store, const mt_engine_options *o,
                                    int64_t adam_step, int world);
 /* A step (an evaluation) over the world's micro-batches inputs[world][M][batch][seq], every process

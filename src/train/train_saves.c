@@ -12,6 +12,13 @@ static mt_run_save_options save_options(const mt_train_run *r) {
                                  .good_step = r->watch.good_checkpoint};
 }
 
+/* Every rank: the step's updates applied, and a replica's slices shared into every store (a
+ * collective: the ranks that do not write take part). */
+static mt_status settle_state(mt_train_run *r) {
+    mt_engine_finish(r->dev.engine);
+    return mt_engine_share_state(r->dev.engine);
+}
+
 /* The state to save is the step's: every update applied, the sampler where it stands. */
 static void capture_progress(mt_train_run *r) {
     r->progress.adam_step = mt_engine_finish(r->dev.engine);
@@ -55,6 +62,7 @@ mt_status mt_train_collect_save(mt_train_run *r, mt_progress *pg) {
 }
 
 mt_status mt_train_save_periodic(mt_train_run *r, mt_progress *pg) {
+    MT_TRY(settle_state(r));
     if (!mt_devices_writes(&r->dev)) return MT_OK; /* rank 0 of the world saves */
     capture_progress(r);
     mt_run_save_options so = save_options(r);
@@ -91,6 +99,7 @@ static void resume_advice(const mt_train_run *r, char *buf, size_t cap) {
 }
 
 mt_status mt_train_save_final(mt_train_run *r) {
+    MT_TRY(settle_state(r));
     if (!mt_devices_writes(&r->dev)) return MT_OK; /* rank 0 of the world saves */
     capture_progress(r);
     double t0 = mt_now();

@@ -44,7 +44,7 @@ static mt_status env_int(const char *name, int required, int fallback, int lo, i
 
 mt_status mt_world_from_env(mt_world *w, int *present) {
     memset(w, 0, sizeof *w);
-    w->size = 1;
+    w->size = w->local_size = 1;
     const char *t = getenv("MT_WORLD_TIMEOUT_S");
     w->timeout_s = t && atof(t) > 0 ? atof(t) : 300;
     *present = getenv("WORLD_SIZE") != NULL;
@@ -52,6 +52,9 @@ mt_status mt_world_from_env(mt_world *w, int *present) {
     MT_TRY(env_int("WORLD_SIZE", 1, 1, 1, 1 << 16, &w->size));
     MT_TRY(env_int("RANK", 1, 0, 0, w->size - 1, &w->rank));
     MT_TRY(env_int("LOCAL_RANK", 0, w->rank, 0, w->size - 1, &w->local_rank));
+    MT_TRY(env_int("LOCAL_WORLD_SIZE", 0, 1, 1, w->size, &w->local_size));
+    if (w->local_rank >= w->local_size && getenv("LOCAL_WORLD_SIZE"))
+        return mt_fail(MT_ERR_INVALID, "LOCAL_RANK=%d is not below LOCAL_WORLD_SIZE=%d", w->local_rank, w->local_size);
     MT_TRY(env_int("MASTER_PORT", w->size > 1, 29500, 1, 65535, &w->port));
     const char *addr = getenv("MASTER_ADDR");
     if (w->size > 1 && (!addr || !*addr))
@@ -207,9 +210,17 @@ void mt_star_abort(mt_star *s) {
         if (s->fd[r] >= 0) shutdown(s->fd[r], SHUT_RDWR);
 }
 
-mt_status mt_star_broadcast(mt_star *s, void *buf, size_t bytes) {
-    if (s->w.rank != 0) return io_all(s, s->fd[0], buf, bytes, 0, 0);
-    for (int r = 1; r < s->w.size; r++) MT_TRY(io_all(s, s->fd[r], buf, bytes, 1, r));
+mt_status mt_star_broadcast(mt_star *s, void *buf, size_t bytes) { return mt_star_broadcast_from(s, buf, bytes, 0); }
+
+/* Through rank 0: the root sends it there, rank 0 to every other peer. */
+mt_status mt_star_broadcast_from(mt_star *s, void *buf, size_t bytes, int root) {
+    int rank = s->w.rank;
+    if (root < 0 || root >= s->w.size)
+        return mt_fail(MT_ERR_INVALID, "a broadcast from rank %d in a world of %d", root, s->w.size);
+    if (rank != 0) return io_all(s, s->fd[0], buf, bytes, rank == root, 0);
+    if (root != 0) MT_TRY(io_all(s, s->fd[root], buf, bytes, 0, root));
+    for (int r = 1; r < s->w.size; r++)
+        if (r != root) MT_TRY(io_all(s, s->fd[r], buf, bytes, 1, r));
     return MT_OK;
 }
 

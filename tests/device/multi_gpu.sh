@@ -60,6 +60,20 @@ procs() {
     RANK=0 LOCAL_RANK=0 $build/megatrain "${args[@]}" --out $dir/procs || { echo "FAIL: rank 0"; return 1; }
     wait $pid || { echo "FAIL: rank 1:"; tail -5 $dir/rank1.log; return 1; }
     echo "ok: two processes trained 20 steps; rank 1's log ends: $(tail -1 $dir/rank1.log)"
+    # The processes split the units (each updates its slice, the others' come over NCCL as blocks
+    # load, the whole state before each checkpoint): the same run as two GPUs of one process, step
+    # for step. A slice left stale shows as a loss apart by far more than the order of the sums.
+    unset WORLD_SIZE
+    $build/megatrain "${args[@]}" --gpus 2 --out $dir/threads >$dir/threads.log 2>&1 || { echo "FAIL: --gpus 2"; return 1; }
+    python3 - $dir/procs/metrics.jsonl $dir/threads/metrics.jsonl <<'PY' || return 1
+import json, sys
+def losses(p): return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if r.get("loss") is not None}
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+worst = max(abs(a[s] - b[s]) / abs(b[s]) for s in b)
+print(f"two processes vs --gpus 2: {len(b)} steps, largest relative loss difference {worst:.2e}")
+sys.exit(1 if worst > 1e-2 or set(a) != set(b) else 0)
+PY
+    export WORLD_SIZE=2
     # Rank 1 killed 20 s in: rank 0's watchdog (MT_RANK_TIMEOUT_S=30) aborts NCCL and says so.
     RANK=1 LOCAL_RANK=1 $build/megatrain "${args[@]}" --steps 100000 --out $dir/procs2 >$dir/rank1.log 2>&1 &
     pid=$!

@@ -529,6 +529,13 @@ static void coll_reduce_scatter(mt_backend *b, mt_stream *s, float *buf, size_t 
                              : coll_none());
 }
 
+static void coll_broadcast(mt_backend *b, mt_stream *s, void *buf, size_t bytes, int root) {
+    cpu_backend *be = (cpu_backend *)b;
+    coll_note(be, be->comm   ? mt_host_comm_broadcast(be->comm, be->rank, buf, bytes, root)
+                  : be->star ? mt_star_broadcast_from(be->star, buf, bytes, root)
+                             : coll_none());
+}
+
 /* Turns are the threads' (between processes the ranks sum their own accumulators). */
 static void coll_acc_open(mt_backend *b, mt_stream *s, int tag, float *buf, size_t count, int fresh) {
     cpu_backend *be = (cpu_backend *)b;
@@ -592,7 +599,7 @@ static const mt_backend_ops cpu_ops = {
             .combine = moe_combine, .combine_dx = moe_combine_dx, .gate_add = moe_gate_add,
             .gate_add_dx = moe_gate_add_dx, .aux_loss = moe_aux_loss},
     .coll = {.comm_init = coll_comm_init, .comm_init_world = coll_comm_init_world, .all_reduce = coll_all_reduce,
-             .reduce_scatter = coll_reduce_scatter, .acc_open = coll_acc_open, .acc_close = coll_acc_close,
+             .reduce_scatter = coll_reduce_scatter, .broadcast = coll_broadcast, .acc_open = coll_acc_open, .acc_close = coll_acc_close,
              .acc_ordered = coll_acc_ordered,
              .comm_abort = coll_comm_abort, .comm_free = coll_comm_free},
 };

@@ -26,7 +26,7 @@ struct mt_host_comm {
     unsigned long generation;
     int aborted;
     double timeout_s;
-    float **bufs;            /* [n] the buffers of the all_reduce under way */
+    void **bufs;             /* [n] the buffers of the all_reduce (broadcast) under way */
     size_t *counts;          /* [n] their lengths */
     acc_turns *acc;          /* [num_acc], by tag */
     int num_acc;
@@ -122,28 +122,39 @@ static mt_status barrier(mt_host_comm *c, int rank) {
 
 /* ---- sums ---- */
 
-/* Meets every rank's buffer, then rank `rank` writes elements [lo, hi) of the sum: into every
- * buffer (all) or its own (not all); then waits until every rank has written its part. */
-static mt_status reduce(mt_host_comm *c, int rank, float *buf, size_t count, int ordered, int all) {
+/* Meets every rank's buffer of `count` units (what: the collective, for the error): every rank's
+ * count must be the same. A failure aborts the group. */
+static mt_status meet(mt_host_comm *c, int rank, void *buf, size_t count, const char *what) {
     pthread_mutex_lock(&c->lock);
     c->bufs[rank] = buf;
     c->counts[rank] = count;
     mt_status rc = barrier(c, rank);
     for (int r = 0; rc == MT_OK && r < c->n; r++)
         if (c->counts[r] != count)
-            rc = mt_fail(MT_ERR_INVALID, "all-reduce of %zu floats on rank %d but %zu on rank %d", count, rank,
-                         c->counts[r], r);
+            rc = mt_fail(MT_ERR_INVALID, "%s of %zu on rank %d but %zu on rank %d", what, count, rank, c->counts[r], r);
     pthread_mutex_unlock(&c->lock);
-    if (rc != MT_OK) {
-        mt_host_comm_abort(c);
-        return rc;
-    }
+    if (rc != MT_OK) mt_host_comm_abort(c);
+    return rc;
+}
+
+/* Waits until every rank is done with the buffers met. */
+static mt_status part(mt_host_comm *c, int rank) {
+    pthread_mutex_lock(&c->lock);
+    mt_status rc = barrier(c, rank);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+/* Meets every rank's buffer, then rank `rank` writes elements [lo, hi) of the sum: into every
+ * buffer (all) or its own (not all); then waits until every rank has written its part. */
+static mt_status reduce(mt_host_comm *c, int rank, float *buf, size_t count, int ordered, int all) {
+    MT_TRY(meet(c, rank, buf, count, "an all-reduce (floats)"));
     /* Elements [lo, hi) of the buffers written are this rank's alone between the two barriers. */
     int n = c->n;
     size_t lo, hi;
     if (all) lo = count * (size_t)rank / (size_t)n, hi = count * (size_t)(rank + 1) / (size_t)n;
     else mt_coll_slice(count, rank, n, &lo, &hi);
-    float *const *bufs = c->bufs;
+    float *const *bufs = (float *const *)c->bufs;
     int first = all ? 0 : rank, last = all ? n - 1 : rank;
 #pragma omp parallel for schedule(static)
     for (size_t i = lo; i < hi; i++) {
@@ -154,10 +165,7 @@ static mt_status reduce(mt_host_comm *c, int rank, float *buf, size_t count, int
         }
         for (int r = first; r <= last; r++) bufs[r][i] = sum;
     }
-    pthread_mutex_lock(&c->lock);
-    rc = barrier(c, rank);
-    pthread_mutex_unlock(&c->lock);
-    return rc;
+    return part(c, rank);
 }
 
 mt_status mt_host_comm_all_reduce(mt_host_comm *c, int rank, float *buf, size_t count, int ordered) {
@@ -166,6 +174,17 @@ mt_status mt_host_comm_all_reduce(mt_host_comm *c, int rank, float *buf, size_t 
 
 mt_status mt_host_comm_reduce_scatter(mt_host_comm *c, int rank, float *buf, size_t count, int ordered) {
     return reduce(c, rank, buf, count, ordered, 0);
+}
+
+/* Meets every rank's buffer; every rank but the root copies the root's; then waits until all have. */
+mt_status mt_host_comm_broadcast(mt_host_comm *c, int rank, void *buf, size_t bytes, int root) {
+    if (root < 0 || root >= c->n) {
+        mt_host_comm_abort(c);
+        return mt_fail(MT_ERR_INVALID, "a broadcast from rank %d in a group of %d", root, c->n);
+    }
+    MT_TRY(meet(c, rank, buf, bytes, "a broadcast (bytes)"));
+    if (rank != root) memcpy(buf, c->bufs[root], bytes);
+    return part(c, rank);
 }
 
 /* ---- ordered accumulation ---- */

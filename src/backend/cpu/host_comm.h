@@ -29,6 +29,8 @@ void mt_host_comm_release(mt_host_comm *c);
 mt_status mt_host_comm_all_reduce(mt_host_comm *c, int rank, float *buf, size_t count, int ordered);
 /* As all_reduce, but only this rank's slice (backend.h's mt_coll_slice) of buf is written. */
 mt_status mt_host_comm_reduce_scatter(mt_host_comm *c, int rank, float *buf, size_t count, int ordered);
+/* buf[bytes] on every rank = rank root's. */
+mt_status mt_host_comm_broadcast(mt_host_comm *c, int rank, void *buf, size_t bytes, int root);
 /* Rank `rank`'s turn with accumulator `tag` begins: it waits for the rank before it (rank 0 for the
  * last rank's previous turn) and takes its values into buf, unless `fresh` and rank 0. */
 mt_status mt_host_comm_acc_open(mt_host_comm *c, int rank, int tag, float *buf, size_t count, int fresh);

@@ -506,7 +506,7 @@ static const mt_backend_ops cuda_ops = {
             .combine = moe_combine, .combine_dx = moe_combine_dx, .gate_add = moe_gate_add,
             .gate_add_dx = moe_gate_add_dx, .aux_loss = moe_aux_loss},
     .coll = {.comm_init = mt_cuda_comm_init, .comm_init_world = mt_cuda_comm_init_world, .all_reduce = mt_cuda_all_reduce,
-             .reduce_scatter = mt_cuda_reduce_scatter, .comm_abort = mt_cuda_comm_abort,
+             .reduce_scatter = mt_cuda_reduce_scatter, .broadcast = mt_cuda_broadcast, .comm_abort = mt_cuda_comm_abort,
              .comm_free = mt_cuda_comm_free},
 };
 

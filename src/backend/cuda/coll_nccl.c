@@ -1,8 +1,8 @@
 /* The cuda backend's collectives (backend.h's coll group) through NCCL: one communicator per GPU
  * of this process, all made at once by ncclCommInitAll, each then used by its rank's thread alone.
- * The all-reduce and the reduce-scatter run in place on the stream they are issued on (the compute
- * stream: the engine issues them inside the compute job that made the gradient), so no host thread
- * waits for them. An abort
+ * The all-reduce, the reduce-scatter and the broadcast run in place on the stream they are issued on
+ * (the compute stream: the engine issues them inside its compute jobs), so no host thread waits for
+ * them. An abort
  * (another rank failed, or a rank hung past the ranks' watchdog: engine/ranks.c) ends the
  * communicator with ncclCommAbort, which stops its kernels: a stream waiting on a peer that will
  * never come is released, and every later all-reduce fails at once. */
@@ -93,6 +93,18 @@ void mt_cuda_all_reduce(mt_backend *be, mt_stream *s, float *buf, size_t count) 
 
 void mt_cuda_reduce_scatter(mt_backend *be, mt_stream *s, float *buf, size_t count) {
     issue(be, s, reduce_scatter, buf, count, "the reduce-scatter of a gradient");
+}
+
+void mt_cuda_broadcast(mt_backend *be, mt_stream *s, void *buf, size_t bytes, int root) {
+    mt_cuda_backend *cb = (mt_cuda_backend *)be;
+    pthread_mutex_lock(&cb->lock);
+    ncclResult_t res = cb->comm ? ncclBroadcast(buf, buf, bytes, ncclUint8, root, (ncclComm_t)cb->comm,
+                                                mt_cuda_stream(s))
+                                : ncclInvalidUsage;
+    pthread_mutex_unlock(&cb->lock);
+    if (res != ncclSuccess)
+        mt_cuda_note(cb, cb->comm ? MT_NCCL_FAIL(res, "the broadcast of a rank's slice")
+                                  : mt_fail(MT_ERR_DEVICE, "NCCL: the group was aborted (another rank failed)"));
 }
 
 void mt_cuda_comm_abort(mt_backend *be) {

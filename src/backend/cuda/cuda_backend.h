@@ -46,6 +46,7 @@ mt_status mt_cuda_comm_init(mt_backend **ranks, int n);
 mt_status mt_cuda_comm_init_world(mt_backend *be, const struct mt_world *w);
 void mt_cuda_all_reduce(mt_backend *be, mt_stream *s, float *buf, size_t count);
 void mt_cuda_reduce_scatter(mt_backend *be, mt_stream *s, float *buf, size_t count);
+void mt_cuda_broadcast(mt_backend *be, mt_stream *s, void *buf, size_t bytes, int root);
 void mt_cuda_comm_abort(mt_backend *be);
 void mt_cuda_comm_free(mt_backend *be);
 
