@@ -17,7 +17,8 @@
 #   qwen2.5-14b    4 x 1 x 4096, the GPU's whole memory    (no peer: FSDP2 offload dies there)
 # FSDP2 re-streams every layer for every micro-batch: its runs hold the same tokens in fewer, larger
 # micro-batches. Writes to $OUT (or /tmp/megatrain-multi-gpu): multi_gpu.jsonl, multi_gpu.md,
-# runs.log, build.log; prints the table last. Environment: SHAPES, SYSTEMS ("megatrain fsdp2"),
+# runs.log, build.log; prints the table last. Environment: SHAPES, SYSTEMS ("megatrain fsdp2"; "procs":
+# megatrain as one process a GPU under torchrun, beside --gpus N's threads),
 # CLIPS ("1 0": megatrain's), GPUS (1 2, and 4 where 4 are visible), STEPS (2), WARMUP (1),
 # PEER_STEPS (1) and PEER_WARMUP (1) for FSDP2, BUDGET_S (570), PREBUILT (bench/bench_lib.sh).
 set -u
@@ -70,6 +71,18 @@ for model in $shapes; do
                 done
             done
             ;;
+        procs) # one process a GPU, as torchrun starts them (several hosts run so): the same bench
+            build_megatrain
+            for n in $gpus; do
+                [ "$n" -gt 1 ] && [ "$n" -le "$visible" ] || continue
+                for clip in $clips; do
+                    bench "megatrain-processes x$n" "$model" "$micro" "$batch" "$limit" python3 -m torch.distributed.run \
+                        --standalone --nproc-per-node "$n" --no-python "$build/megatrain" bench --backend cuda \
+                        --preset "$model" --seq "$seq" --steps "$steps" --warmup-steps "$warmup" --clip "$clip" \
+                        --json "$jsonl" "${extra[@]}"
+                done
+            done
+            ;;
         fsdp2)
             [ -n "$peer_micro" ] || continue
             for n in $gpus; do
@@ -80,7 +93,7 @@ for model in $shapes; do
                     --warmup-steps "$peer_warmup" --clip 1 --json "$jsonl"
             done
             ;;
-        *) echo "unknown system '$system' in SYSTEMS (megatrain, fsdp2)" >&2; exit 2 ;;
+        *) echo "unknown system '$system' in SYSTEMS (megatrain, procs, fsdp2)" >&2; exit 2 ;;
         esac
     done
 done

@@ -29,6 +29,11 @@ def measured(run):
     return "error" not in run and "skipped" not in run
 
 
+def base_family(run):
+    """Processes (torchrun) compare with megatrain's one GPU: one process of one GPU is that run."""
+    return "megatrain" if family(run) == "megatrain-processes" else family(run)
+
+
 def rows(runs):
     base = {(family(r), r["model"], r.get("clip")): r["tokens_per_s"] for r in runs if measured(r) and gpus(r) == 1}
     peer = {(r["model"], gpus(r)): r["tokens_per_s"] for r in runs
@@ -43,12 +48,12 @@ def rows(runs):
             row["notes"] = r.get("error") or r.get("skipped")
             out.append(row)
             continue
-        one = base.get((family(r), r["model"], r.get("clip")))
+        one = base.get((base_family(r), r["model"], r.get("clip")))
         fsdp = peer.get((r["model"], n))
         row.update({
             "tokens/step": int(r["tokens_per_step"]), "step s": round(r["step_s"], 3),
             "tokens/s": round(r["tokens_per_s"]), "vs 1 GPU": round(r["tokens_per_s"] / one, 2) if one else None,
-            "vs FSDP2": round(r["tokens_per_s"] / fsdp, 2) if fsdp and family(r) == "megatrain" else None,
+            "vs FSDP2": round(r["tokens_per_s"] / fsdp, 2) if fsdp and base_family(r) == "megatrain" else None,
             "TFLOP/s": round(r["tflops"]) if r.get("tflops") else None,
             "peak GPU GiB": round(r.get("driver_peak_gpu_gib") or r["peak_gpu_gib"], 1),
             "host GiB": round(r["host_gib"], 1),

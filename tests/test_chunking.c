@@ -210,3 +210,65 @@ Test(chunking, head_by_vocabulary_chunks_trains_as_whole) { expect_vocabulary_ch
 Test(chunking, tied_by_vocabulary_chunks_trains_as_whole) {
     expect_vocabulary_chunks_train_as_whole(mt_tiny_config_tied_bias());
 }
+
+/* Without clipping the ends' gradients come home through a few chunk buffers, each chunk's rows
+ * updated as it lands (the embedding's untouched rows from a row of zeros), instead of whole in a
+ * host buffer each (keep_grads keeps that way): the same arithmetic on every element, so the same
+ * bits, masters and both moments, whatever the number of buffers, the ring and the threads. */
+static float *state_after_training(const mt_config *cfg, int keep_grads, int grad_ring, int threads) {
+    mt_engine_options o = mt_engine_defaults();
+    o.seq = SEQ;
+    o.batch = 2;
+    o.micro_batches = 2;
+    o.head_vocab_chunk = 10;
+    o.max_grad_norm = 0;
+    o.keep_grads = keep_grads;
+    o.grad_ring = grad_ring;
+    o.opt_threads = threads;
+    mt_tiny_model t;
+    mt_tiny_model_open(&t, cfg, &o, 5);
+    cr_assert_eq(mt_engine_chunk_buffers_for(cfg, &o), keep_grads ? 0 : MT_ENGINE_CHUNK_BUFFERS);
+    int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
+    for (int s = 0; s < 3; s++) {
+        mt_tiny_windows(90 + s, SEQUENCES, SEQ, cfg->vocab_size, tokens, inputs, targets);
+        mt_step_result r;
+        cr_assert_eq(mt_engine_step(t.engine, inputs, targets, NULL, 3e-3f, &r), MT_OK, "%s", mt_error());
+    }
+    mt_engine_finish(t.engine);
+    size_t n = (size_t)t.layout.total_numel;
+    float *state = malloc(3 * n * sizeof *state);
+    memcpy(state, mt_store_f32(&t.store), n * sizeof *state);
+    memcpy(state + n, t.store.moments.m, n * sizeof *state);
+    memcpy(state + 2 * n, t.store.moments.v, n * sizeof *state);
+    mt_tiny_model_close(&t);
+    return state;
+}
+
+static void expect_chunk_buffers_bitwise(mt_config cfg) {
+    cfg.max_position = SEQ;
+    cfg.num_layers = 4;
+    mt_layout lay;
+    cr_assert_eq(mt_layout_init(&lay, &cfg), MT_OK);
+    size_t n = (size_t)lay.total_numel;
+    float *want = state_after_training(&cfg, 1, 0, 1);
+    const int rings[] = {1, 2, 3}, threads[] = {1, 2, 1};
+    for (int i = 0; i < 3; i++) {
+        float *got = state_after_training(&cfg, 0, rings[i], threads[i]);
+        size_t first = 0;
+        while (first < 3 * n && !memcmp(&got[first], &want[first], sizeof *got)) first++;
+        int u = 0;
+        while (u + 1 < lay.num_units && (size_t)lay.units[u + 1].offset <= first % n) u++;
+        cr_expect_eq(first, 3 * n, "ring %d, %d threads: %s[%zu] (unit %d) differs from the whole ends' update",
+                     rings[i], threads[i], first < n ? "master" : first < 2 * n ? "m" : "v", first % n, u);
+        free(got);
+    }
+    free(want);
+    mt_layout_free(&lay);
+}
+
+Test(chunking, chunk_buffers_give_the_bits_of_whole_ends) { expect_chunk_buffers_bitwise(mt_tiny_config_gqa()); }
+
+/* Tied: each chunk is the head's part and the embedding's, every row of it. */
+Test(chunking, chunk_buffers_give_the_bits_of_whole_ends_tied) {
+    expect_chunk_buffers_bitwise(mt_tiny_config_tied_bias());
+}

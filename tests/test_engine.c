@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "tiny_model.h"
+#include "train/backend_select.h"
 
 enum { SEQ = 8, SEQUENCES = 4, STEPS = 3 };
 
@@ -145,7 +146,9 @@ Test(engine, refuses_token_past_vocabulary) {
 }
 
 /* What --gpu-mem budgets (mt_engine_size) is what the engine allocates, to the byte: on the cpu
- * backend every "device" allocation is the engine's. */
+ * backend every "device" allocation is the engine's; and what the plan and the memory check count
+ * of the host (its host classes) is what the engine allocates there (the cpu store takes none of
+ * the backend's host memory). */
 Test(engine, device_bytes_are_what_the_budget_counts) {
     mt_config cfg = mt_tiny_config_tied_bias();
     cfg.num_layers = 5;
@@ -154,21 +157,55 @@ Test(engine, device_bytes_are_what_the_budget_counts) {
     o.batch = 2;
     o.lm_chunk = 5;
     /* plain; more slots and micro-batches; checkpoints on the host; the ends on the device; blocks
-     * on the device, clipped and not; every block and the ends there */
-    for (int variant = 0; variant < 7; variant++) {
+     * on the device, clipped and not; every block and the ends there; without clipping the ends in
+     * vocabulary chunks through the chunk buffers, tied and not, and kept whole (keep_grads) */
+    for (int variant = 0; variant < 10; variant++) {
         mt_engine_options v = o;
+        mt_config c = cfg;
         if (variant == 1) v.slots = 3, v.micro_batches = 2, v.max_grad_norm = 0;
         if (variant == 2) v.ckpt_on_host = 3;
         if (variant == 3) v.ends_on_device = 1;
         if (variant == 4) v.device_blocks = 2;
         if (variant == 5) v.device_blocks = 3, v.max_grad_norm = 0, v.slots = 3;
-        if (variant == 6) v.device_blocks = cfg.num_layers, v.ends_on_device = 1;
+        if (variant == 6) v.device_blocks = c.num_layers, v.ends_on_device = 1;
+        if (variant >= 7) v.max_grad_norm = 0, v.head_vocab_chunk = 16, v.grad_ring = 3;
+        if (variant == 8) c = mt_tiny_config_gqa(), c.num_layers = 5;
+        if (variant == 9) v.keep_grads = 1;
+        cr_assert_eq(mt_engine_chunk_buffers_for(&c, &v), variant == 7 || variant == 8 ? MT_ENGINE_CHUNK_BUFFERS : 0);
         mt_tiny_model t;
-        mt_tiny_model_open(&t, &cfg, &v, 1);
-        size_t peak = mt_dev_peak(t.be);
-        mt_engine_bytes want = mt_engine_size(t.be, &cfg, &v);
+        mt_tiny_model_open(&t, &c, &v, 1);
+        size_t peak = mt_dev_peak(t.be), host_peak = mt_host_peak(t.be);
+        mt_engine_bytes want = mt_engine_size(t.be, &c, &v);
         cr_expect_eq((int64_t)peak, want.total, "variant %d: the engine allocated %zu device bytes, the budget counts %lld",
                      variant, peak, (long long)want.total);
+        int64_t host = want.host_grads + want.host_staging + want.host_checkpoints;
+        cr_expect_eq((int64_t)host_peak, host, "variant %d: the engine allocated %zu host bytes, the plan counts %lld",
+                     variant, host_peak, (long long)host);
         mt_tiny_model_close(&t);
     }
+}
+
+/* Without clipping the ends' gradients in vocabulary chunks take a few chunk buffers on the host
+ * (and the head's final norm, and a row of zeros), not a whole fp32 gradient of each end
+ * (Llama-3-8B: 4.2 GB of host less). */
+Test(engine, chunk_buffers_hold_no_whole_end) {
+    mt_config cfg = mt_tiny_config_gqa();
+    mt_layout lay;
+    cr_assert_eq(mt_layout_init(&lay, &cfg), MT_OK);
+    mt_backend *be = NULL;
+    cr_assert_eq(mt_backend_open("cpu", 1, &be), MT_OK, "%s", mt_error());
+    mt_engine_options o = mt_engine_defaults();
+    o.seq = SEQ;
+    o.max_grad_norm = 0;
+    o.head_vocab_chunk = 8;
+    mt_engine_options whole = o;
+    whole.head_vocab_chunk = 0;
+    int64_t chunked = mt_engine_size(be, &cfg, &o).host_grads, unchunked = mt_engine_size(be, &cfg, &whole).host_grads;
+    int64_t D = cfg.hidden_size, ends = 4 * (lay.units[0].numel + lay.units[lay.num_units - 1].numel);
+    int64_t rest = mt_layout_tensor(&lay, lay.num_units - 1, MT_T_LM_HEAD)->offset;
+    int64_t buffers = 4 * (MT_ENGINE_CHUNK_BUFFERS * o.head_vocab_chunk * D + rest + D);
+    cr_expect_eq(chunked, unchunked - ends + buffers, "chunked %lld host bytes of gradients, whole %lld, the ends %lld",
+                 (long long)chunked, (long long)unchunked, (long long)ends);
+    mt_backend_destroy(be);
+    mt_layout_free(&lay);
 }

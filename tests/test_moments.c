@@ -184,7 +184,7 @@ Test(moments, masked_rows_update_only_their_rows) {
         make_state(&s, f);
         want = before = s;
         mt_adamw_update_rows(MT_ADAMW_FULL, &params, 0, (mt_master){.f32 = s.master + AT}, &s.mom, AT, s.grad + AT,
-                             ROWS, COLS, mask, 1, 2);
+                             COLS, ROWS, COLS, mask, 1, 2);
         mt_adamw_update(MT_ADAMW_FULL, &params, 0, (mt_master){.f32 = want.master + AT}, want.m + AT, want.v + AT,
                         want.grad + AT, ROWS * COLS);
         for (size_t i = AT; i < AT + ROWS * COLS; i++) {
@@ -193,6 +193,37 @@ Test(moments, masked_rows_update_only_their_rows) {
             cr_assert_eq(s.master[i], expected, "%s: element %zu (row picked: %d)", mt_moments_format_name(f), i, picked);
         }
         mt_moments_free(&s.mom);
+    }
+}
+
+/* One row of zeros that every row takes (grad_stride 0, as the engine updates the embedding's rows
+ * no input token touched) is a zero gradient of the matrix's shape, bit for bit, in every format. */
+Test(moments, a_shared_zero_row_is_a_zero_gradient) {
+    enum { ROWS = 10, COLS = 100 };
+    uint8_t mask[ROWS] = {1, 0, 0, 1, 1, 0, 1, 0, 0, 1};
+    static const float zero_row[COLS];
+    for (mt_moments_format f = MT_MOMENTS_F32; f <= MT_MOMENTS_8BIT; f++) {
+        static state shared, whole;
+        make_state(&shared, f);
+        make_state(&whole, f);
+        memset(whole.grad + AT, 0, ROWS * COLS * sizeof *whole.grad);
+        mt_adamw_update_rows(MT_ADAMW_FULL, &params, 1, (mt_master){.f32 = shared.master + AT}, &shared.mom, AT,
+                             zero_row, 0, ROWS, COLS, mask, 0, 2);
+        mt_adamw_update_rows(MT_ADAMW_FULL, &params, 1, (mt_master){.f32 = whole.master + AT}, &whole.mom, AT,
+                             whole.grad + AT, COLS, ROWS, COLS, mask, 0, 2);
+        cr_assert_arr_eq(shared.master, whole.master, sizeof shared.master, "%s: masters", mt_moments_format_name(f));
+        size_t bytes = TOTAL * mt_moments_value_size(f);
+        cr_assert_arr_eq(shared.mom.m, whole.mom.m, bytes, "%s: m", mt_moments_format_name(f));
+        cr_assert_arr_eq(shared.mom.v, whole.mom.v, bytes, "%s: v", mt_moments_format_name(f));
+        if (f == MT_MOMENTS_8BIT)
+            cr_assert_arr_eq(shared.mom.m_scale, whole.mom.m_scale, mt_moments_blocks(TOTAL) * 4, "8bit: scales");
+        static state untouched;
+        make_state(&untouched, f);
+        cr_assert_neq(shared.master[AT + COLS], untouched.master[AT + COLS], "%s: row 1 did not move",
+                      mt_moments_format_name(f));
+        mt_moments_free(&untouched.mom);
+        mt_moments_free(&shared.mom);
+        mt_moments_free(&whole.mom);
     }
 }
 

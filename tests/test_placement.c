@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "plan/placement.h"
 #include "tiny_model.h"
+#include "train/backend_select.h"
 
 static mt_backend *cpu(void) {
     mt_backend *be;
@@ -186,4 +187,50 @@ Test(placement, eight_b_clipped_keeps_few_gradients_on_the_host) {
     cr_expect_lt(p.dev.host_grads, (int64_t)16e9, "%.1f GB of gradients wait on the host", p.dev.host_grads / 1e9);
     cr_expect_leq(p.dev.total, p.device_limit);
     mt_backend_destroy(be);
+}
+
+/* The host's bytes a parameter (host total / parameters, as `plan` prints them) at issue 25's
+ * shapes, planned for a CUDA GPU (bf16 weights: the masters split): 12 (the fp32 masters and both
+ * moments) and, without clipping, a ring of two blocks and the ends' chunk buffers: at most 12.3;
+ * with exact clipping the host-updated units' gradients: at most 16.3. Llama-3-8B at --gpu-mem
+ * 24GiB (the ends' state on the host) on the lent H200's rates, the default within a 128 GiB host;
+ * Qwen2.5-14B on an H100's free memory, the host AdamW at what the 14B step's own optimizer moved on
+ * nvidia-h100-x2's host (175 GB/s, issue 25): there the optimizer keeps pace with the backward and
+ * the ring stays at two blocks (slower, the planner grows it: the last check). */
+static double host_bytes_a_parameter(const char *preset, int batch, int micro_batches, int64_t gpu_mem, int64_t free,
+                                     float clip, double host_bytes_per_s, mt_placement *p) {
+    mt_backend *be = NULL;
+    cr_assert_eq(mt_backend_open_for_plan("cuda", 1, gpu_mem ? gpu_mem : free, &be), MT_OK, "%s", mt_error());
+    mt_config c;
+    cr_assert_eq(mt_config_preset(preset, &c), MT_OK);
+    mt_placement_request rq = request(gpu_mem, free);
+    rq.eo.batch = batch;
+    rq.eo.micro_batches = micro_batches;
+    rq.eo.seq = 4096;
+    rq.eo.lm_chunk = 512;
+    rq.eo.max_grad_norm = clip;
+    rq.host_available = (int64_t)256 << 30;
+    if (host_bytes_per_s > 0) rq.rates.host_bytes_per_s = host_bytes_per_s;
+    cr_assert_eq(mt_placement_resolve(be, &c, &rq, p), MT_OK, "%s", mt_error());
+    mt_backend_destroy(be);
+    return (double)mt_placement_host_bytes(p) / p->params;
+}
+
+Test(placement, host_bytes_a_parameter_at_the_issue_shapes) {
+    mt_placement p;
+    int64_t gib = (int64_t)1 << 30;
+    double b = host_bytes_a_parameter("llama-3-8b", 1, 8, 24 * gib, -1, 0.0f, 0, &p);
+    cr_expect_leq(b, 12.3, "Llama-3-8B, --gpu-mem 24GiB, --clip 0: %.3f bytes a parameter", b);
+    cr_expect_eq(p.eo.grad_ring, MT_ENGINE_GRAD_RING, "a ring of %d blocks", p.eo.grad_ring);
+    b = host_bytes_a_parameter("llama-3-8b", 1, 8, 24 * gib, -1, 1.0f, 0, &p);
+    cr_expect_leq(b, 16.3, "Llama-3-8B, --gpu-mem 24GiB, default: %.3f bytes a parameter", b);
+    cr_expect_leq(mt_placement_host_bytes(&p), 128 * gib, "the 8B default needs %.1f GB", mt_placement_host_bytes(&p) / 1e9);
+    int64_t h100 = (int64_t)(79.1 * (double)gib);
+    b = host_bytes_a_parameter("qwen2.5-14b", 4, 1, 0, h100, 0.0f, 175e9, &p);
+    cr_expect_leq(b, 12.3, "Qwen2.5-14B on an H100, --clip 0: %.3f bytes a parameter", b);
+    b = host_bytes_a_parameter("qwen2.5-14b", 4, 1, 0, h100, 1.0f, 175e9, &p);
+    cr_expect_leq(b, 16.3, "Qwen2.5-14B on an H100, default: %.3f bytes a parameter", b);
+    /* a host AdamW slower than the backward: the ring takes the optimizer's backlog */
+    host_bytes_a_parameter("qwen2.5-14b", 4, 1, 0, h100, 0.0f, 80e9, &p);
+    cr_expect_gt(p.eo.grad_ring, MT_ENGINE_GRAD_RING, "a ring of %d blocks for a slow host", p.eo.grad_ring);
 }

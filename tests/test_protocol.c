@@ -181,7 +181,7 @@ Test(protocol, the_table_is_what_the_engine_does) {
         mt_protocol_trace_free(&t);
     }
     unsigned every = MT_MODE_CLIPPED | MT_MODE_OVERLAPPED | MT_MODE_RING | MT_MODE_ENDS_DEVICE | MT_MODE_CKPT_HOST |
-                     MT_MODE_DEVICE_STATE | MT_MODE_EMBED_LATE | MT_MODE_SPECULATIVE;
+                     MT_MODE_DEVICE_STATE | MT_MODE_EMBED_LATE | MT_MODE_SPECULATIVE | MT_MODE_CHUNK_BUFFERS;
     cr_expect_eq(all_modes, every, "the runs cover every mode the table names");
     for (int r = 0; r < mt_protocol_rows; r++) { /* no row is dead */
         int applies = 0;

@@ -157,3 +157,44 @@ Test(ranks_cli, two_processes_under_torchruns_variables_train_as_two_ranks) {
     const char *differs = mt_test_state_differs(run, threads, 6);
     cr_expect_null(differs, "%s of two processes differs from --gpus 2's", differs);
 }
+
+/* bench under torchrun's variables: the two processes run the steps together (each its block of
+ * the step's sequences) and rank 0 alone appends the summary, which counts both. */
+Test(ranks_cli, two_processes_bench_together_and_rank_0_reports) {
+    int port = 20000 + (int)((getpid() + 7919) % 20000);
+    char json[PATH_MAX + 16];
+    snprintf(json, sizeof json, "%s/bench.jsonl", dir);
+#define BENCH "bench", "--preset", "tiny", "--seq", "16", "--batch", "2", "--backend", "cpu", "--steps", "2", \
+              "--json", json
+    pid_t child = fork();
+    cr_assert(child >= 0);
+    if (child == 0) {
+        set_world(1, port);
+        freopen("/dev/null", "w", stderr);
+        freopen("/dev/null", "w", stdout);
+        execl(getenv("MT_BIN"), "megatrain", BENCH, (char *)NULL);
+        _exit(127);
+    }
+    set_world(0, port);
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, BENCH, NULL);
+#undef BENCH
+    unsetenv("WORLD_SIZE"), unsetenv("RANK"), unsetenv("LOCAL_RANK"), unsetenv("MASTER_ADDR"), unsetenv("MASTER_PORT");
+    int status;
+    waitpid(child, &status, 0);
+    cr_assert_eq(r.exit_code, 0, "rank 0 failed:\n%s", r.err);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "rank 1 failed (status %d)", status);
+    mt_cli_result_free(&r);
+    FILE *f = fopen(json, "r");
+    cr_assert(f, "%s: no summary", json);
+    char line[16384];
+    int lines = 0, two = 0;
+    while (fgets(line, sizeof line, f)) {
+        lines++;
+        two = strstr(line, "\"gpus\":2,") && strstr(line, "\"system\":\"megatrain-processes\"") &&
+              strstr(line, "\"tokens_per_step\":64.0");
+    }
+    fclose(f);
+    cr_expect_eq(lines, 1, "%d summaries in %s: rank 0 alone writes one", lines, json);
+    cr_expect(two, "the summary does not count both processes (gpus 2, 2 x 2 x 16 tokens a step):\n%s", line);
+}

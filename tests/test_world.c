@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "engine/ranks.h"
+#include "train/memory_check.h"
 #include "tiny_model.h"
 #include "util/clock.h"
 #include "util/world.h"
@@ -33,7 +34,7 @@ static int free_port(void) {
 }
 
 static mt_world world(int rank, int port, double timeout_s) {
-    mt_world w = {.rank = rank, .size = 2, .local_rank = rank, .port = port, .timeout_s = timeout_s};
+    mt_world w = {.rank = rank, .size = 2, .local_rank = rank, .local_size = 2, .port = port, .timeout_s = timeout_s};
     snprintf(w.addr, sizeof w.addr, "127.0.0.1");
     return w;
 }
@@ -54,6 +55,9 @@ static const variant TIED_CHUNKED = {"overlapped, tied, ends in vocabulary chunk
 static const variant CHUNKED_BF16 = {"clipped, untied ends in vocabulary chunks, bf16 moments", 0, 0.05f, 16,
                                      MT_MOMENTS_BF16, 0, 0};
 static const variant ON_DEVICE = {"overlapped, the ends and a block on the device", 0, 0.0f, 0, MT_MOMENTS_F32, 1, 1};
+/* each process's part of each chunk through its chunk buffers, its slice of the head's and the
+ * embedding's rows updated from them */
+static const variant UNTIED_CHUNKED = {"overlapped, untied ends in vocabulary chunks", 0, 0.0f, 16, MT_MOMENTS_F32, 0, 0};
 
 static mt_config config_of(const variant *v) { return v->tied ? mt_tiny_config_tied_bias() : mt_tiny_config_gqa(); }
 
@@ -269,6 +273,9 @@ Test(world, two_processes_give_the_bits_of_two_threads) { expect_threads_bits(&C
 Test(world, two_processes_give_the_bits_of_two_threads_tied_in_vocabulary_chunks) { expect_threads_bits(&TIED_CHUNKED); }
 Test(world, two_processes_give_the_bits_of_two_threads_chunked_with_bf16_moments) { expect_threads_bits(&CHUNKED_BF16); }
 Test(world, two_processes_give_the_bits_of_two_threads_with_units_on_the_device) { expect_threads_bits(&ON_DEVICE); }
+Test(world, two_processes_give_the_bits_of_two_threads_untied_in_vocabulary_chunks) {
+    expect_threads_bits(&UNTIED_CHUNKED);
+}
 
 Test(world, a_rank_that_never_comes_or_dies_ends_the_wait_with_its_name) {
     mt_world w = world(0, free_port(), 1);
@@ -311,5 +318,35 @@ Test(world, reads_and_checks_torchruns_variables) {
     unsetenv("MASTER_ADDR");
     cr_expect_neq(mt_world_from_env(&w, &present), MT_OK);
     cr_expect(strstr(mt_error(), "MASTER_ADDR"), "%s", mt_error());
+    setenv("MASTER_ADDR", "10.0.0.1", 1);
+    cr_expect_eq(w.local_size, 1, "LOCAL_WORLD_SIZE unset: one process on this host");
+    setenv("LOCAL_WORLD_SIZE", "2", 1);
+    cr_assert_eq(mt_world_from_env(&w, &present), MT_OK, "%s", mt_error());
+    cr_expect_eq(w.local_size, 2);
+    setenv("LOCAL_WORLD_SIZE", "5", 1);
+    cr_expect_neq(mt_world_from_env(&w, &present), MT_OK, "more processes on a host than in the world");
+    cr_expect(strstr(mt_error(), "LOCAL_WORLD_SIZE='5'"), "%s", mt_error());
+    setenv("LOCAL_WORLD_SIZE", "1", 1);
+    setenv("LOCAL_RANK", "1", 1);
+    cr_expect_neq(mt_world_from_env(&w, &present), MT_OK);
+    cr_expect(strstr(mt_error(), "LOCAL_RANK=1 is not below LOCAL_WORLD_SIZE=1"), "%s", mt_error());
     unsetenv("WORLD_SIZE"), unsetenv("RANK"), unsetenv("LOCAL_RANK"), unsetenv("MASTER_PORT");
+    unsetenv("LOCAL_WORLD_SIZE"), unsetenv("MASTER_ADDR");
+}
+
+/* Each process of a host keeps a store of its own: the memory check counts the host's others. */
+Test(world, the_memory_check_counts_the_hosts_other_processes) {
+    mt_config cfg = mt_tiny_config_gqa();
+    mt_engine_options o = options(&CLIPPED);
+    mt_backend *be;
+    mt_layout lay;
+    cr_assert_eq(mt_backend_cpu_create(&be, 1), MT_OK);
+    cr_assert_eq(mt_layout_init(&lay, &cfg), MT_OK);
+    mt_memory_fit one = mt_memory_fit_of(&lay, be, &o, MT_MOMENTS_F32), three = one;
+    mt_memory_fit_processes(&three, 3);
+    cr_expect_eq(three.host_needed, 3 * one.host_needed);
+    cr_expect_eq(three.host_classes, one.host_classes + 1);
+    cr_expect_str_eq(three.host[three.host_classes - 1].name, "this host's 2 other processes");
+    mt_layout_free(&lay);
+    mt_backend_destroy(be);
 }

@@ -76,6 +76,10 @@ void mt_dev_free(mt_backend *be, void *ptr) { be->ops->mem.dev_free(be, ptr); }
 void *mt_host_alloc(mt_backend *be, size_t bytes, const char *what) { return be->ops->mem.host_alloc(be, bytes, what); }
 void mt_host_free(mt_backend *be, void *ptr) { be->ops->mem.host_free(be, ptr); }
 
+size_t mt_host_peak(mt_backend *be) {
+    return be->ops->mem.host_peak ? be->ops->mem.host_peak(be) : SIZE_MAX;
+}
+
 size_t mt_dev_peak(mt_backend *be) {
     size_t peak = 0;
     be->ops->mem.dev_mem_info(be, NULL, &peak);

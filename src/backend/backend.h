@@ -96,6 +96,9 @@ typedef struct {
     /* OPTIONAL: bytes of the device in use by the driver's count (total less free: the context,
      * the libraries' workspaces and any other process included). NULL: no such figure. */
     size_t (*dev_in_use)(mt_backend *be);
+    /* OPTIONAL: the most host memory ever in use through host_alloc (the tests hold the engine's
+     * host buffers to what the plan counts). NULL: no such figure. */
+    size_t (*host_peak)(mt_backend *be);
 } mt_memory_iface;
 
 /* Streams, events and copies (the ordering rules are in the header comment). */
@@ -422,6 +425,9 @@ void *mt_host_alloc(mt_backend *be, size_t bytes, const char *what);
 void mt_host_free(mt_backend *be, void *ptr);
 /* The most device memory ever in use through mt_dev_alloc. */
 size_t mt_dev_peak(mt_backend *be);
+/* The most host memory ever in use through mt_host_alloc; SIZE_MAX where the backend does not count
+ * it. */
+size_t mt_host_peak(mt_backend *be);
 /* Device memory free now; only a backend with memory of its own has a figure (SIZE_MAX else). */
 size_t mt_dev_available(mt_backend *be);
 /* Device memory in use by the driver's count (dev_in_use), or where the backend has no such

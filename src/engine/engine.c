@@ -118,7 +118,8 @@ static mt_status create(mt_engine **out, mt_backend *be, mt_store *store, const 
     e->leader = leader;
     mt_flag_init(&e->pass_done, 0);
     e->max_stalls = 4 * e->L + 4;
-    e->max_jobs = 2 * e->L + 5;
+    int vocab_chunks = mt_engine_ends_chunked_for(c, o) ? (c->vocab_size + o->head_vocab_chunk - 1) / o->head_vocab_chunk : 0;
+    e->max_jobs = 2 * e->L + 5 + 2 * vocab_chunks; /* the head's and the embedding's chunks: a job each */
     e->grad_home = calloc((size_t)e->U, sizeof *e->grad_home);
     e->slot = calloc(e->K ? (size_t)e->K : 1, sizeof *e->slot);
     e->gather_due = calloc((size_t)e->K + 2, sizeof *e->gather_due);

@@ -164,14 +164,27 @@ mt_status mt_engine_store_create(mt_store *store, const mt_layout *layout, mt_ba
  * 2 GiB for Llama 3's whole 128256-row head. */
 #define MT_ENGINE_HEAD_VOCAB_CHUNK 8192
 
-/* The default gradient ring: enough for the optimizer to trail the backward by a few blocks. */
-#define MT_ENGINE_GRAD_RING 4
+/* The default gradient ring: two block buffers, the fewest that keep the copies home and the
+ * optimizer apart (one block's gradient lands while the optimizer updates the one before it), as
+ * the device's two gradient slots keep the backward and the copies home apart. The planner grows
+ * it where the optimizer is slower than the backward (plan/placement.c). */
+#define MT_ENGINE_GRAD_RING 2
+
+/* Without clipping (and without keep_grads), the ends' gradients in vocabulary chunks come home
+ * through this many host buffers of one chunk each instead of a host gradient of each end: the
+ * optimizer updates each chunk's rows as it lands and frees its buffer for the chunk after next
+ * (docs/memory.md). Two keep the device's next chunk and the optimizer's update apart. */
+#define MT_ENGINE_CHUNK_BUFFERS 2
 
 /* The block gradient buffers on the host without clipping: o->grad_ring or the default, at most
  * the number of streamed blocks (not device_blocks). */
 int mt_engine_grad_ring(const mt_config *cfg, const mt_engine_options *o);
 /* Whether the ends' gradients exist on the device a vocabulary chunk at a time (head_vocab_chunk). */
 int mt_engine_ends_chunked_for(const mt_config *c, const mt_engine_options *o);
+/* The host buffers the ends' gradient chunks come home through: MT_ENGINE_CHUNK_BUFFERS where the
+ * ends are chunked and nothing keeps their whole gradient on the host (no clipping, no keep_grads,
+ * a training engine), else 0 (each end's gradient lands whole in a host buffer of its own). */
+int mt_engine_chunk_buffers_for(const mt_config *c, const mt_engine_options *o);
 
 /* Options with the defaults a user gets from the CLI. */
 mt_engine_options mt_engine_defaults(void);

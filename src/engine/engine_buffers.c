@@ -22,6 +22,7 @@ typedef struct {
     int full;     /* that in layout positions, every unit's (keep_grads, or every unit on the host) */
     int64_t host_numel; /* the host-updated units' parameters */
     int ring;     /* the ring's block buffers */
+    int chunk_buffers; /* the host buffers the ends' gradient chunks come home through */
     int follower; /* a follower rank: its gradients land in its leader's host buffers */
 } shape;
 
@@ -33,11 +34,17 @@ static shape shape_of(mt_backend *be, const mt_config *cfg, const mt_layout *lay
                .host_numel = lay->total_numel - mt_engine_device_params(lay, o)};
     s.full = o->keep_grads || s.host_numel == lay->total_numel;
     s.ring = s.keep_all || o->forward_only ? 0 : mt_engine_grad_ring(cfg, o);
+    s.chunk_buffers = mt_engine_chunk_buffers_for(cfg, o);
     return s;
 }
 
 int mt_engine_ends_chunked_for(const mt_config *c, const mt_engine_options *o) {
     return !o->ends_on_device && o->head_vocab_chunk > 0 && o->head_vocab_chunk < c->vocab_size;
+}
+
+int mt_engine_chunk_buffers_for(const mt_config *c, const mt_engine_options *o) {
+    int whole = o->max_grad_norm > 0 || o->keep_grads || o->forward_only;
+    return !whole && mt_engine_ends_chunked_for(c, o) ? MT_ENGINE_CHUNK_BUFFERS : 0;
 }
 
 int mt_engine_grad_ring(const mt_config *c, const mt_engine_options *o) {
@@ -161,8 +168,9 @@ static void walk(const shape *s, walker *w) {
      * on the host: it needs every gradient until the norm is known; tests read them), the
      * host-updated units' (clipping with some unit on the device), or the streamed blocks' in a
      * ring by backward order and the embedding and head each in their own buffer (none when the
-     * device updates them). A follower rank has none: its slices land in its leader's, with
-     * clipping or without. */
+     * device updates them; in vocabulary chunks, the chunk buffers, the head's tensors before its
+     * matrix, and a row of zeros for the embedding's rows no input token touched). A follower rank
+     * has none: its slices land in its leader's, with clipping or without. */
     if (!train || s->follower) {
         /* none; or the leader's */
     } else if (s->keep_all && s->full) {
@@ -170,7 +178,13 @@ static void walk(const shape *s, walker *w) {
     } else if (s->keep_all) {
         HOST(grads_host, host_grads, (size_t)s->host_numel * 4, "the gradients of the host-updated units");
     } else {
-        if (!o->ends_on_device) {
+        if (s->chunk_buffers) {
+            for (int i = 0; i < s->chunk_buffers; i++)
+                HOST(chunk_buf[i], host_grads, (size_t)o->head_vocab_chunk * D * 4, "a chunk buffer of the ends' gradients");
+            HOST(grad_home[U - 1], host_grads, mt_engine_head_rest_numel_for(lay) * 4,
+                 "the head's gradients before its matrix");
+            if (!c->tie_embeddings) HOST(zero_row, host_grads, D * 4, "the gradient of the embedding's untouched rows");
+        } else if (!o->ends_on_device) {
             HOST(grad_home[0], host_grads, embed * 4, "the embedding's gradients");
             HOST(grad_home[U - 1], host_grads, head * 4, "the head's gradients");
         }
@@ -217,6 +231,7 @@ static void point_into_buffers(mt_engine *e) {
         /* no gradient goes home */
     } else if (e->leader) {
         for (int u = 0; u < e->U; u++) e->grad_home[u] = e->leader->grad_home[u];
+        for (int i = 0; i < e->chunk_buffers; i++) e->chunk_buf[i] = e->leader->chunk_buf[i];
     } else if (e->grads_full) {
         for (int u = 0; u < e->U; u++) e->grad_home[u] = e->grads_full + lay->units[u].offset;
     } else if (e->grads_host) {
@@ -227,7 +242,9 @@ static void point_into_buffers(mt_engine *e) {
         for (int l = e->D; l < e->L; l++)
             e->grad_home[mt_unit_block(l)] = e->grad_ring_base + (size_t)((e->L - 1 - l) % e->grad_ring) * lay->max_block_numel;
     }
-    if (mt_engine_ends_chunked(e) && !e->o.forward_only) { /* the chunks home never cover the layout's padding */
+    if (e->zero_row) memset(e->zero_row, 0, (size_t)e->cfg->hidden_size * 4);
+    /* the chunks home never cover the layout's padding (none of it is home with chunk buffers) */
+    if (mt_engine_ends_chunked(e) && !e->o.forward_only && !e->chunk_buffers) {
         const mt_tensor *ends[2] = {mt_layout_tensor(lay, 0, MT_T_WTE), mt_layout_tensor(lay, e->U - 1, MT_T_LM_HEAD)};
         for (int i = 0; i < (e->cfg->tie_embeddings ? 1 : 2); i++) { /* tied, the head unit goes home whole */
             int u = i ? e->U - 1 : 0;
@@ -242,6 +259,7 @@ static void point_into_buffers(mt_engine *e) {
 mt_status mt_engine_allocate(mt_engine *e) {
     shape s = shape_of(e->be, e->cfg, e->lay, &e->o);
     e->grad_ring = s.ring;
+    e->chunk_buffers = s.chunk_buffers;
     s.follower = e->leader != NULL;
     walker count = {0};
     walk(&s, &count);

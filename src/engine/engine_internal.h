@@ -104,6 +104,13 @@ struct mt_engine {
     float **grad_home;         /* [U]: where unit u's gradient lands on the host */
     float *grad_ring_base;     /* ring mode: [grad_ring][max block] */
     int grad_ring;             /* ring mode: blocks' gradients rotate through this many buffers */
+    /* The ends' gradient chunks home (mt_engine_chunk_buffers_for; engine_schedule.c): chunk k of
+     * the step (the head's vocabulary chunks, then the embedding's) lands in chunk_buf[k mod
+     * chunk_buffers], [head_vocab_chunk][hidden] each, and the head's tensors before its matrix in
+     * grad_home[U - 1]; the embedding's rows no input token touched take zero_row ([hidden] zeros). */
+    int chunk_buffers;
+    float *chunk_buf[MT_ENGINE_CHUNK_BUFFERS];
+    float *zero_row;
     float *host_norms, *host_loss, *host_logits, *host_inv_freq;
     float *master_staging;     /* the device-updated units' masters pass through it (engine_device_state.c) */
     int32_t *host_moe_counts;  /* [M][moe_layers][E] */
@@ -178,6 +185,7 @@ typedef enum {
     MT_JOB_EMBED_FWD,
     MT_JOB_BLOCK_FWD,
     MT_JOB_HEAD,    /* the final norm, the LM head and its loss; in training its backward too */
+    MT_JOB_HEAD_CHUNK, /* the ends chunked: one vocabulary chunk of the head's weight gradient */
     MT_JOB_BLOCK_BWD,
     MT_JOB_EMBED_BWD,
     MT_JOB_DEVICE_UPDATE, /* the device's AdamW of the units whose state it keeps */
@@ -190,6 +198,9 @@ typedef struct {
     mt_job_kind kind;
     mt_run_mode mode;
     int block, grad_slot;
+    int v0;               /* the ends chunked: the first vocabulary row of the job's chunk (MT_JOB_HEAD_CHUNK,
+                           * MT_JOB_EMBED_BWD) */
+    float *home;          /* where on the host that chunk lands (this rank's slice of it at its place) */
     int batch, seq, micro_batches, last_row;
     int segmented;        /* the pass's micro-batches have segments (positions were given) */
     float scale;
@@ -199,10 +210,10 @@ typedef struct {
     int clip;
 } mt_compute_job;
 
-/* engine_share.c: a sharded replica's weights and state. The weights a load brings are this rank's
- * slice's (what its optimizer wrote) and stale elsewhere: mt_engine_loaded notes the load, and the
- * job that first reads them takes it (mt_engine_take_gather) and makes them whole first, every
- * rank's slice broadcast from its owner (mt_engine_gather_weights, inside the job). */
+/* engine_share.c: a sharded replica's weights and state. A load brings this rank's slice of the
+ * weights alone (what its optimizer wrote): mt_engine_loaded notes the load, and the job that first
+ * reads them takes the note (mt_engine_take_gather) and makes them whole first, every rank's slice
+ * broadcast from its owner (mt_engine_gather_weights, inside the job). */
 void mt_engine_loaded(mt_engine *e, int u, void *dst, int where);
 void mt_engine_take_gather(mt_engine *e, mt_compute_job *j, int where);
 void mt_engine_gather_weights(mt_engine *e, const mt_gather_due *g);
@@ -305,19 +316,39 @@ static inline size_t mt_engine_head_grad_numel_for(const mt_layout *lay, const m
     return (size_t)head->offset + (size_t)o->head_vocab_chunk * c->hidden_size;
 }
 static inline size_t mt_engine_head_grad_numel(const mt_engine *e) { return mt_engine_head_grad_numel_for(e->lay, &e->o); }
+/* The head unit's elements before its matrix (the final norm's gradient and the layout's padding;
+ * tied, where it has no matrix, all of them): what goes home from the head's job when the matrix's
+ * gradient goes home in vocabulary chunks. */
+static inline size_t mt_engine_head_rest_numel_for(const mt_layout *lay) {
+    if (lay->cfg.tie_embeddings) return (size_t)lay->units[lay->num_units - 1].numel;
+    return (size_t)mt_layout_tensor(lay, lay->num_units - 1, MT_T_LM_HEAD)->offset;
+}
+/* The vocabulary chunks of each end's gradient (the ends chunked). */
+static inline int mt_engine_vocab_chunks(const mt_engine *e) {
+    return (e->cfg->vocab_size + e->o.head_vocab_chunk - 1) / e->o.head_vocab_chunk;
+}
+/* The step's chunks that come home through the chunk buffers: the head matrix's (untied), then the
+ * embedding's; 0 without chunk buffers. Chunk k's buffer: */
+static inline int mt_engine_buffered_chunks(const mt_engine *e) {
+    return e->chunk_buffers ? mt_engine_vocab_chunks(e) * (e->cfg->tie_embeddings ? 1 : 2) : 0;
+}
+static inline float *mt_engine_chunk_buffer(const mt_engine *e, int k) {
+    return e->chunk_buf[k % e->chunk_buffers];
+}
 /* Elements of embed_grad. */
 static inline size_t mt_engine_embed_grad_numel_for(const mt_layout *lay, const mt_engine_options *o) {
     if (!mt_engine_ends_chunked_for(&lay->cfg, o)) return (size_t)lay->units[0].numel;
     return (size_t)o->head_vocab_chunk * lay->cfg.hidden_size;
 }
 static inline size_t mt_engine_embed_grad_numel(const mt_engine *e) { return mt_engine_embed_grad_numel_for(e->lay, &e->o); }
-/* Copies count elements, reduced as one buffer, from src (device) to unit u's host gradient at
- * element `at`: this rank's part of them (mt_engine_piece_part), from inside a compute job
- * (mt_copy_in_launch). */
-static inline void mt_engine_copy_home_in_launch(mt_engine *e, int u, size_t at, const float *src, size_t count) {
+/* Copies count elements (elements [at, at + count) of unit u), reduced as one buffer, from src
+ * (device) to dst (host): this rank's part of them (mt_engine_piece_part) at its place in dst, from
+ * inside a compute job (mt_copy_in_launch). */
+static inline void mt_engine_copy_home_in_launch(mt_engine *e, int u, size_t at, float *dst, const float *src,
+                                                 size_t count) {
     size_t lo, hi;
     mt_engine_piece_part(e, u, at, count, &lo, &hi);
-    if (lo < hi) mt_copy_in_launch(e->be, e->grad_home[u] + at + lo, src + lo, (hi - lo) * 4, e->compute);
+    if (lo < hi) mt_copy_in_launch(e->be, dst + lo, src + lo, (hi - lo) * 4, e->compute);
 }
 
 /* Unit u's optimizer state lives on the device (ends_on_device: the embedding and the head;
@@ -422,5 +453,28 @@ int mt_engine_optimizer_halted(const mt_engine *opt);
 double mt_engine_await_grads_taken(mt_engine *e, int u);
 /* The optimizer calls this before it updates unit u: runs the update guard, if any. */
 void mt_engine_guard_unit(mt_engine *e, int u);
+
+/* engine_optimizer.c, the optimizer's pieces of work (on its thread). Part `part` of unit u's
+ * update over its elements [lo, hi) (the unit's own indices; a sharded replica's slice of them),
+ * their gradients from `grad` on (element lo's). */
+void mt_engine_update_range(mt_engine *e, const mt_opt_job *job, int64_t adam_step, mt_adamw_part part, int u,
+                            int64_t lo, int64_t hi, const float *grad);
+/* Piece `piece` of `pieces` of unit u, from its host gradient, cut on moment-block boundaries. */
+void mt_engine_update_piece(mt_engine *e, const mt_opt_job *job, int64_t adam_step, mt_adamw_part part, int u,
+                            int piece, int pieces);
+/* The whole update of the embedding's rows [v0, v0 + rows) whose mask entry (mask[0]: row v0's)
+ * equals `which`, row r's gradient at grad + (r - v0) * grad_stride (0: one row for all). AdamW is
+ * elementwise: with fp32 moments, updating the rows in parts gives the bits of one pass. */
+void mt_engine_update_embedding_rows(mt_engine *e, const mt_opt_job *job, int64_t adam_step, int v0, int rows,
+                                     const float *grad, size_t grad_stride, const uint8_t *mask, uint8_t which);
+/* Counts an update (a skipped step counts none) and returns the step number its bias correction
+ * takes. Done before the job's first flag rises, so whoever has seen every flag also sees it. */
+int64_t mt_engine_count_update(mt_engine *e, int skip);
+/* Whether gradients whose copy home `issued` (a flag, index i) says is issued and `home` (an event,
+ * index i) says landed are home, every rank's slice of them (the leader of ranks: each rank copies
+ * its own); `wait`: wait until they are. */
+int mt_engine_grads_home(mt_engine *e, const mt_opt_job *job, mt_fl issued, mt_ev home, int i, int wait);
+/* engine_overlapped.c: a step's update without clipping, during the backward. */
+void mt_engine_run_overlapped(mt_engine *e, const mt_opt_job *job);
 
 #endif

@@ -111,35 +111,31 @@ static void head_dw_chunk(const mt_compute_job *j, float *dw, int v0, int rows) 
 }
 
 /* A gradient chunk of unit u is done: summed across the ranks, its sum of squares added to the
- * unit's norm (reduce_grad), and this rank's slice of it copied home to element `at` of the unit, on
- * the compute stream before the next chunk takes the buffer. */
-static void chunk_done(mt_engine *e, int u, size_t at, float *chunk, size_t count) {
+ * unit's norm (reduce_grad), and this rank's part of it (elements [at, at + count) of the unit)
+ * copied home to `home`, on the compute stream before the next chunk takes the buffer. */
+static void chunk_done(mt_engine *e, int u, size_t at, float *home, float *chunk, size_t count) {
     reduce_grad(e, u, chunk, at, count);
-    mt_engine_copy_home_in_launch(e, u, at, chunk, count);
+    mt_engine_copy_home_in_launch(e, u, at, home, chunk, count);
 }
 
-/* The head unit's gradient with the ends chunked (mt_engine_ends_chunked): the final norm's goes
- * home first, then (untied) the head matrix's a vocabulary chunk at a time. Tied, the matrix is the
- * embedding's: its chunks are made in the embedding's backward. */
-static void head_dw_by_vocab(const mt_compute_job *j) {
+/* The rows of vocabulary chunk j->v0 (the ends chunked). */
+static int chunk_rows(const mt_compute_job *j) {
+    int V = j->e->cfg->vocab_size, chunk = j->e->o.head_vocab_chunk;
+    return V - j->v0 < chunk ? V - j->v0 : chunk;
+}
+
+/* The head matrix's gradient for vocabulary chunk j->v0 (MT_JOB_HEAD_CHUNK: untied, the ends
+ * chunked; tied, the matrix is the embedding's, its chunks made in the embedding's backward). */
+static void head_chunk(const mt_compute_job *j) {
     mt_engine *e = j->e;
-    int D = e->cfg->hidden_size, V = e->cfg->vocab_size, chunk = e->o.head_vocab_chunk, U = e->U;
-    if (e->cfg->tie_embeddings) {
-        chunk_done(e, U - 1, 0, e->head_grad, (size_t)mt_engine_numel(e, U - 1));
-        return;
-    }
+    int U = e->U, rows = chunk_rows(j);
+    size_t count = (size_t)rows * e->cfg->hidden_size;
     float *dw = mt_bind_grads(e->lay, U - 1, e->head_grad).t[MT_T_LM_HEAD];
-    /* the unit's tensors before the head matrix: the final norm's gradient (and the padding of the layout) */
-    size_t before = (size_t)(dw - e->head_grad);
-    chunk_done(e, U - 1, 0, e->head_grad, before);
-    for (int v0 = 0; v0 < V; v0 += chunk) {
-        int rows = V - v0 < chunk ? V - v0 : chunk;
-        mt_zero_in_launch(e->be, dw, (size_t)rows * D * 4, e->compute);
-        mt_engine_acc_open(e, mt_acc_unit(U - 1), dw, (size_t)rows * D, 1);
-        head_dw_chunk(j, dw, v0, rows);
-        mt_engine_acc_close(e, mt_acc_unit(U - 1), dw, (size_t)rows * D);
-        chunk_done(e, U - 1, before + (size_t)v0 * D, dw, (size_t)rows * D);
-    }
+    mt_zero_in_launch(e->be, dw, count * 4, e->compute);
+    mt_engine_acc_open(e, mt_acc_unit(U - 1), dw, count, 1);
+    head_dw_chunk(j, dw, j->v0, rows);
+    mt_engine_acc_close(e, mt_acc_unit(U - 1), dw, count);
+    chunk_done(e, U - 1, mt_engine_head_rest_numel_for(e->lay) + (size_t)j->v0 * e->cfg->hidden_size, j->home, dw, count);
 }
 
 /* The load-balancing loss of each micro-batch's forward over every MoE layer (transformers'
@@ -203,44 +199,39 @@ static void run_head(const mt_compute_job *j) {
     if (embed_acc) mt_engine_acc_close(e, mt_acc_unit(0), e->embed_grad, (size_t)mt_engine_numel(e, 0));
     mt_engine_reduce(e, e->dev_loss, 1); /* every rank's loss is the group's */
     if (j->mode == MT_RUN_EVAL) return;
-    if (chunked) {
-        head_dw_by_vocab(j);
+    if (chunked) { /* the unit's tensors before the head matrix (the final norm's) go home; its chunks follow */
+        chunk_done(e, e->U - 1, 0, e->grad_home[e->U - 1], e->head_grad, mt_engine_head_rest_numel_for(e->lay));
         return;
     }
     reduce_grad(e, e->U - 1, e->head_grad, 0, (size_t)mt_engine_numel(e, e->U - 1));
 }
 
 /* The embedding's gradient: the rows the step's input tokens touch, gathered from the gradient
- * flowing back. Whole, or (mt_engine_ends_chunked) a vocabulary chunk at a time, each with its
- * norm and its copy home on the compute stream before the next chunk takes the buffer; tied, each
- * chunk starts with the head's part (as the whole gradient does, from the head's job). */
+ * flowing back. Whole, or (mt_engine_ends_chunked) vocabulary chunk j->v0, with its norm and its
+ * copy home on the compute stream before the next chunk's job takes the buffer; tied, each chunk
+ * starts with the head's part (as the whole gradient does, from the head's job). */
 static void embed_backward(const mt_compute_job *j) {
     mt_engine *e = j->e;
-    int D = e->cfg->hidden_size, V = e->cfg->vocab_size;
-    int chunked = mt_engine_ends_chunked(e), chunk = chunked ? e->o.head_vocab_chunk : V;
-    for (int v0 = 0; v0 < V; v0 += chunk) {
-        int rows = V - v0 < chunk ? V - v0 : chunk;
-        float *dw = mt_bind_grads(e->lay, 0, e->embed_grad).t[MT_T_WTE];
-        size_t acc = chunked ? (size_t)rows * D : (size_t)mt_engine_numel(e, 0);
-        if (chunked) mt_zero_in_launch(e->be, e->embed_grad, (size_t)rows * D * 4, e->compute);
-        if (mt_engine_embed_grad_late(e)) { /* the head's round of the chunk, then the embedding's */
-            mt_engine_acc_open(e, mt_acc_unit(0), e->embed_grad, acc, 1);
-            head_dw_chunk(j, dw, v0, rows);
-            mt_engine_acc_close(e, mt_acc_unit(0), e->embed_grad, acc);
-        }
-        mt_engine_acc_open(e, mt_acc_unit(0), e->embed_grad, acc, !e->cfg->tie_embeddings);
-        for (int m = 0; m < j->micro_batches; m++)
-            for (int b = 0; b < j->batch; b++) {
-                size_t row = (size_t)b * j->seq;
-                e->op->embedding_dw(e->be, e->compute, dw, inputs_at(e, m) + row, row_of(e, dy_at(e, m), row), j->seq,
-                                    D, v0, rows);
-            }
+    int D = e->cfg->hidden_size, chunked = mt_engine_ends_chunked(e);
+    int v0 = chunked ? j->v0 : 0, rows = chunked ? chunk_rows(j) : e->cfg->vocab_size;
+    float *dw = mt_bind_grads(e->lay, 0, e->embed_grad).t[MT_T_WTE];
+    size_t acc = chunked ? (size_t)rows * D : (size_t)mt_engine_numel(e, 0);
+    if (chunked) mt_zero_in_launch(e->be, e->embed_grad, (size_t)rows * D * 4, e->compute);
+    if (mt_engine_embed_grad_late(e)) { /* the head's round of the chunk, then the embedding's */
+        mt_engine_acc_open(e, mt_acc_unit(0), e->embed_grad, acc, 1);
+        head_dw_chunk(j, dw, v0, rows);
         mt_engine_acc_close(e, mt_acc_unit(0), e->embed_grad, acc);
-        if (!chunked) break;
-        chunk_done(e, 0, (size_t)v0 * D, dw, (size_t)rows * D); /* the WTE matrix starts the unit */
     }
-    if (chunked) return;
-    reduce_grad(e, 0, e->embed_grad, 0, (size_t)mt_engine_numel(e, 0));
+    mt_engine_acc_open(e, mt_acc_unit(0), e->embed_grad, acc, !e->cfg->tie_embeddings);
+    for (int m = 0; m < j->micro_batches; m++)
+        for (int b = 0; b < j->batch; b++) {
+            size_t row = (size_t)b * j->seq;
+            e->op->embedding_dw(e->be, e->compute, dw, inputs_at(e, m) + row, row_of(e, dy_at(e, m), row), j->seq, D,
+                                v0, rows);
+        }
+    mt_engine_acc_close(e, mt_acc_unit(0), e->embed_grad, acc);
+    if (chunked) chunk_done(e, 0, (size_t)v0 * D, j->home, dw, (size_t)rows * D); /* the WTE matrix starts the unit */
+    else reduce_grad(e, 0, e->embed_grad, 0, (size_t)mt_engine_numel(e, 0));
 }
 
 static void run_job(void *arg) {
@@ -275,6 +266,7 @@ static void run_job(void *arg) {
         break;
     }
     case MT_JOB_HEAD: run_head(j); break;
+    case MT_JOB_HEAD_CHUNK: head_chunk(j); break;
     case MT_JOB_BLOCK_BWD: {
         int u = mt_unit_block(j->block);
         float *grads = mt_engine_block_grads(e, j->block, j->grad_slot);

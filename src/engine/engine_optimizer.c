@@ -22,57 +22,65 @@ static mt_adamw_params adamw_params(const mt_engine *e, const mt_opt_job *job, i
     return mt_engine_adamw_params(e, job->lr, adam_step, job->grad_scale);
 }
 
-/* Part `part` of the update (optim/adamw.h) of piece `piece` of `pieces` of unit u: element ranges
- * cut on moment-block boundaries, so that no 8-bit block is requantized by two pieces (updating
- * piece by piece gives the same bits as the whole unit at once). */
-static void update_unit_piece(mt_engine *e, const mt_opt_job *job, int64_t adam_step, mt_adamw_part part, int u,
-                              int piece, int pieces) {
+/* Part `part` of unit u's update (optim/adamw.h) over its elements [lo, hi) (the unit's own
+ * indices), their gradients from `grad` on (element lo's): each tensor's share of the range, and of
+ * a sharded replica's slice of the unit. */
+void mt_engine_update_range(mt_engine *e, const mt_opt_job *job, int64_t adam_step, mt_adamw_part part, int u,
+                            int64_t lo, int64_t hi, const float *grad) {
     mt_engine_guard_unit(e, u);
     mt_store *s = e->store;
     const mt_unit *unit = &e->lay->units[u];
     mt_adamw_params p = adamw_params(e, job, adam_step);
+    int64_t own_lo, own_hi; /* a sharded replica's slice (fp32 or bf16 moments: no block is cut) */
+    mt_engine_owned(e, u, &own_lo, &own_hi);
+    own_lo -= unit->offset, own_hi -= unit->offset;
+    double t0 = mt_now();
+    for (int i = 0; i < unit->num_tensors; i++) {
+        const mt_tensor *t = &e->lay->tensors[unit->first_tensor + i];
+        int64_t from = t->offset, to = from + (int64_t)t->rows * t->cols;
+        if (from < lo) from = lo;
+        if (from < own_lo) from = own_lo;
+        if (to > hi) to = hi;
+        if (to > own_hi) to = own_hi;
+        if (from >= to) continue;
+        int64_t at = unit->offset + from;
+        mt_adamw_update_moments(part, &p, t->decay, mt_store_masters(s, at), &s->moments, (size_t)at,
+                                grad + (from - lo), (size_t)(to - from), e->o.opt_threads);
+    }
+    if (unit->kind == MT_UNIT_BLOCK) e->job_block_seconds += mt_now() - t0;
+}
+
+/* Piece `piece` of `pieces` of unit u from its host gradient: element ranges cut on moment-block
+ * boundaries, so that no 8-bit block is requantized by two pieces (updating piece by piece gives
+ * the same bits as the whole unit at once). */
+void mt_engine_update_piece(mt_engine *e, const mt_opt_job *job, int64_t adam_step, mt_adamw_part part, int u,
+                            int piece, int pieces) {
+    const mt_unit *unit = &e->lay->units[u];
     int64_t end = unit->offset + unit->numel, block = MT_MOMENTS_BLOCK;
     int64_t lo = (unit->offset + unit->numel * piece / pieces + block - 1) / block * block;
     int64_t hi = piece + 1 == pieces ? end : (unit->offset + unit->numel * (piece + 1) / pieces + block - 1) / block * block;
     if (piece == 0) lo = unit->offset;
     if (hi > end) hi = end;
-    int64_t own_lo, own_hi; /* a sharded replica's slice (fp32 or bf16 moments: no block is cut) */
-    mt_engine_owned(e, u, &own_lo, &own_hi);
-    if (lo < own_lo) lo = own_lo;
-    if (hi > own_hi) hi = own_hi;
-    double t0 = mt_now();
-    for (int i = 0; i < unit->num_tensors; i++) {
-        const mt_tensor *t = &e->lay->tensors[unit->first_tensor + i];
-        int64_t from = unit->offset + t->offset, to = from + (int64_t)t->rows * t->cols;
-        if (from < lo) from = lo;
-        if (to > hi) to = hi;
-        if (from >= to) continue;
-        mt_adamw_update_moments(part, &p, t->decay, mt_store_masters(s, from), &s->moments, (size_t)from,
-                                e->grad_home[u] + (from - unit->offset), (size_t)(to - from), e->o.opt_threads);
-    }
-    if (unit->kind == MT_UNIT_BLOCK) e->job_block_seconds += mt_now() - t0;
+    lo -= unit->offset, hi -= unit->offset;
+    mt_engine_update_range(e, job, adam_step, part, u, lo, hi, e->grad_home[u] + lo);
 }
 
 static void update_unit(mt_engine *e, const mt_opt_job *job, int64_t adam_step, mt_adamw_part part, int u) {
-    update_unit_piece(e, job, adam_step, part, u, 0, 1);
+    mt_engine_update_piece(e, job, adam_step, part, u, 0, 1);
 }
 
-/* The embedding rows whose mask entry equals `which` (AdamW is elementwise, so updating the rows
- * in two parts gives the same bits as one pass with fp32 moments). */
-static void update_embedding_rows(mt_engine *e, const mt_opt_job *job, int64_t adam_step, const uint8_t *mask,
-                                  uint8_t which) {
+void mt_engine_update_embedding_rows(mt_engine *e, const mt_opt_job *job, int64_t adam_step, int v0, int rows,
+                                     const float *grad, size_t grad_stride, const uint8_t *mask, uint8_t which) {
     mt_engine_guard_unit(e, 0);
     mt_store *s = e->store;
     const mt_tensor *t = mt_layout_tensor(e->lay, 0, MT_T_WTE);
     mt_adamw_params p = adamw_params(e, job, adam_step);
-    int64_t at = e->lay->units[0].offset + t->offset;
-    mt_adamw_update_rows(MT_ADAMW_FULL, &p, t->decay, mt_store_masters(s, at), &s->moments, (size_t)at,
-                         e->grad_home[0] + t->offset, (size_t)t->rows, (size_t)t->cols, mask, which, e->o.opt_threads);
+    int64_t at = e->lay->units[0].offset + t->offset + (int64_t)v0 * t->cols;
+    mt_adamw_update_rows(MT_ADAMW_FULL, &p, t->decay, mt_store_masters(s, at), &s->moments, (size_t)at, grad,
+                         grad_stride, (size_t)rows, (size_t)t->cols, mask, which, e->o.opt_threads);
 }
 
-/* Counts an update (a skipped step counts none) and returns the step number its bias correction
- * takes. Done before the job's first flag rises, so whoever has seen every flag also sees it. */
-static int64_t count_update(mt_engine *e, int skip) {
+int64_t mt_engine_count_update(mt_engine *e, int skip) {
     pthread_mutex_lock(&e->opt_lock);
     int64_t adam_step = e->adam_step + 1;
     if (!skip) e->adam_step = adam_step;
@@ -80,74 +88,7 @@ static int64_t count_update(mt_engine *e, int skip) {
     return adam_step;
 }
 
-/* Deferred (exact clipping): every gradient is home; update in the order the next forward needs
- * the units. */
-static void run_deferred(mt_engine *e, const mt_opt_job *job) {
-    int64_t adam_step = count_update(e, job->skip);
-    for (int u = 0; u < e->U; u++) {
-        double t0 = mt_now();
-        if (!job->skip && !mt_engine_unit_on_device(e, u)) update_unit(e, job, adam_step, MT_ADAMW_FULL, u);
-        e->job_update_seconds += mt_now() - t0;
-        mt_engine_raise(e, MT_FL_UPDATED, u, job->generation);
-    }
-}
-
-/* Overlapped (no clipping): gradients arrive in backward order (the head, the embedding's early
- * copy, blocks L-1..0, the embedding's input rows), but the next forward needs them the other way
- * round. While the backward runs, blocks go oldest first: the issuing thread reuses a block's
- * gradient buffer only once its update is done. Once it is over, the backlog drains in the order
- * the next forward needs it, while that forward already runs. The head is needed last of all:
- * its pieces fill the moments when nothing else is home. Whole, its update (the largest) would
- * hold up the blocks arriving behind it.
- *
- * A unit of that work is one update with the gradients one copy brings home: */
-typedef enum {
-    WORK_EMBED_INPUT_ROWS, /* the embedding's rows some input token touches: after its backward */
-    WORK_EMBED_OTHER_ROWS, /* its other rows, final already in the early copy made after the head */
-    WORK_BLOCK,            /* one block */
-    WORK_HEAD_PIECE,       /* a piece of the head, cut on moment-block boundaries */
-} opt_work_kind;
-
-typedef struct {
-    opt_work_kind kind;
-    int unit;          /* the unit it updates */
-    int piece, pieces; /* WORK_HEAD_PIECE: which of how many */
-    int done;
-} opt_work;
-
-static int head_pieces(const mt_engine *e) {
-    int64_t piece = e->lay->max_block_numel / 4 > 0 ? e->lay->max_block_numel / 4 : 1;
-    int64_t pieces = (e->lay->units[e->U - 1].numel + piece - 1) / piece;
-    return pieces < 1 ? 1 : (int)pieces;
-}
-
-/* The step's work in the order the next forward needs it: the embedding's input rows, its other
- * rows, blocks 0..L-1, the head's pieces; and the order its gradients arrive in (`arrival`: the
- * head's pieces, all at once, first; the embedding's other rows next from the early copy, or
- * without one (mt_engine_embed_early_copy) last, before its input rows). Returns the number of works. */
-static int list_work(const mt_engine *e, opt_work *work, int *arrival) {
-    int n = 0, pieces = head_pieces(e);
-    work[n++] = (opt_work){.kind = WORK_EMBED_INPUT_ROWS, .unit = 0};
-    work[n++] = (opt_work){.kind = WORK_EMBED_OTHER_ROWS, .unit = 0};
-    for (int l = 0; l < e->L; l++) work[n++] = (opt_work){.kind = WORK_BLOCK, .unit = mt_unit_block(l)};
-    for (int p = 0; p < pieces; p++)
-        work[n++] = (opt_work){.kind = WORK_HEAD_PIECE, .unit = e->U - 1, .piece = p, .pieces = pieces};
-    int a = 0, first_block = 2, first_piece = first_block + e->L;
-    int late = !mt_engine_embed_early_copy(e); /* the other rows come with the input rows */
-    for (int p = 0; p < pieces; p++) arrival[a++] = first_piece + p;
-    if (!late) arrival[a++] = 1;
-    for (int l = e->L - 1; l >= 0; l--) arrival[a++] = first_block + l;
-    if (late) arrival[a++] = 1;
-    arrival[a++] = 0;
-    return n;
-}
-
-/* Whether unit u's gradients (`early`: the embedding's early copy) are home, every rank's slice
- * of them (the leader of ranks: each rank copies its own); `wait`: wait until they are. */
-static int unit_home(mt_engine *e, const mt_opt_job *job, int u, int early, int wait) {
-    mt_fl issued = early ? MT_FL_EMBED_EARLY_ISSUED : MT_FL_GRADS_ISSUED;
-    mt_ev home = early ? MT_EV_EMBED_EARLY_HOME : MT_EV_GRADS_HOME;
-    int i = early ? 0 : u;
+int mt_engine_grads_home(mt_engine *e, const mt_opt_job *job, mt_fl issued, mt_ev home, int i, int wait) {
     for (int r = 0; r < e->ranks; r++) {
         mt_engine *rank = e->peers ? e->peers[r] : e;
         if (!wait) {
@@ -161,77 +102,20 @@ static int unit_home(mt_engine *e, const mt_opt_job *job, int u, int early, int 
     return 1;
 }
 
-/* Whether w's gradients are home. The embedding's other rows come from its early copy where there
- * is one (mt_engine_embed_early_copy), else with the whole. */
-static int work_home(mt_engine *e, const mt_opt_job *job, const opt_work *w, int wait) {
-    int early = w->kind == WORK_EMBED_OTHER_ROWS && mt_engine_embed_early_copy(e);
-    return unit_home(e, job, w->unit, early, wait);
+/* Whether unit u's gradients are home, every rank's slice of them; `wait`: wait until they are. */
+static int unit_home(mt_engine *e, const mt_opt_job *job, int u, int wait) {
+    return mt_engine_grads_home(e, job, MT_FL_GRADS_ISSUED, MT_EV_GRADS_HOME, u, wait);
 }
 
-static void work_run(mt_engine *e, const mt_opt_job *job, int64_t adam_step, const opt_work *w) {
-    const uint8_t *mask = e->input_rows[job->generation % 2];
-    switch (w->kind) {
-    /* A sharded replica's slice of the embedding cuts rows: it takes its slice whole (with no early
-     * copy both parts come home together). */
-    case WORK_EMBED_INPUT_ROWS:
-        if (e->shard) update_unit(e, job, adam_step, MT_ADAMW_FULL, 0);
-        else update_embedding_rows(e, job, adam_step, mask, 1);
-        break;
-    case WORK_EMBED_OTHER_ROWS:
-        if (!e->shard) update_embedding_rows(e, job, adam_step, mask, 0);
-        break;
-    case WORK_BLOCK: update_unit(e, job, adam_step, MT_ADAMW_FULL, w->unit); break;
-    case WORK_HEAD_PIECE: update_unit_piece(e, job, adam_step, MT_ADAMW_FULL, w->unit, w->piece, w->pieces); break;
-    }
-}
-
-/* Tells the issuing thread what w's update made possible: the early copy's buffer may take the
- * full gradient; a unit (the embedding with its input rows, which come last; the head with its
- * last piece) may go to the device again. */
-static void work_finished(mt_engine *e, const mt_opt_job *job, const opt_work *w) {
-    if (w->kind == WORK_EMBED_OTHER_ROWS) {
-        if (mt_engine_embed_early_copy(e)) mt_engine_raise(e, MT_FL_EMBED_EARLY_DONE, 0, job->generation);
-    } else if (w->kind != WORK_HEAD_PIECE || w->piece == w->pieces - 1)
-        mt_engine_raise(e, MT_FL_UPDATED, w->unit, job->generation);
-}
-
-/* The work to do next among that whose gradients are home, or -1 when none is. */
-static int pick_home(mt_engine *e, const mt_opt_job *job, const opt_work *work, int n) {
-    /* The embedding's other rows before its input rows, whose update (the last) lets it go to the
-     * device again: with an early copy the input rows' gradient comes home only after the other rows'
-     * update; without one both come with the whole gradient. */
-    for (int i = 1; i >= 0; i--)
-        if (!work[i].done && work_home(e, job, &work[i], 0)) return i;
-    /* The backward runs until the gradients of the first block the host updates are issued. */
-    int backward_running = !mt_engine_reached(e, MT_FL_GRADS_ISSUED, mt_unit_block(e->D), job->generation, MT_GEN_NEXT);
-    for (int l = 0; l < e->L; l++) {
-        int i = 2 + (backward_running ? e->L - 1 - l : l);
-        if (!work[i].done && work_home(e, job, &work[i], 0)) return i;
-    }
-    for (int i = 2 + e->L; i < n; i++)
-        if (!work[i].done) return work_home(e, job, &work[i], 0) ? i : -1;
-    return -1;
-}
-
-static void run_overlapped(mt_engine *e, const mt_opt_job *job) {
-    int64_t adam_step = count_update(e, 0);
-    int max = 2 + e->L + head_pieces(e), arrival[max];
-    opt_work work[max];
-    int n = list_work(e, work, arrival), left = n;
-    for (int i = 0; i < n; i++) /* the device's work: the ends with ends_on_device, the resident blocks */
-        if (mt_engine_unit_on_device(e, work[i].unit)) work[i].done = 1, left--;
-    for (int u = 0; u < e->U; u++)
-        if (mt_engine_unit_on_device(e, u)) mt_engine_raise(e, MT_FL_UPDATED, u, job->generation);
-    for (; left > 0; left--) {
-        int pick = pick_home(e, job, work, n);
-        for (int a = 0; pick < 0; a++) /* nothing is home: wait for the next to arrive */
-            if (!work[arrival[a]].done) work_home(e, job, &work[pick = arrival[a]], 1);
-        if (mt_engine_optimizer_halted(e)) return; /* the flags it read no longer mean anything */
+/* Deferred (exact clipping): every gradient is home; update in the order the next forward needs
+ * the units. */
+static void run_deferred(mt_engine *e, const mt_opt_job *job) {
+    int64_t adam_step = mt_engine_count_update(e, job->skip);
+    for (int u = 0; u < e->U; u++) {
         double t0 = mt_now();
-        work_run(e, job, adam_step, &work[pick]);
+        if (!job->skip && !mt_engine_unit_on_device(e, u)) update_unit(e, job, adam_step, MT_ADAMW_FULL, u);
         e->job_update_seconds += mt_now() - t0;
-        work[pick].done = 1;
-        work_finished(e, job, &work[pick]);
+        mt_engine_raise(e, MT_FL_UPDATED, u, job->generation);
     }
 }
 
@@ -276,7 +160,7 @@ static void run_speculative(mt_engine *e, const mt_opt_job *job) {
             plain = !skip && scale == 1.0f;
             if (plain) break;
         }
-        unit_home(e, job, u, 0, 1);
+        unit_home(e, job, u, 1);
         if (mt_engine_optimizer_halted(e)) return;
         double t0 = mt_now();
         update_unit(e, job, 1, MT_ADAMW_MOMENTS, u); /* the moments' part reads no step count */
@@ -291,13 +175,13 @@ static void run_speculative(mt_engine *e, const mt_opt_job *job) {
     int clipped = !skip && scale != 1.0f;
     mt_opt_job step = *job;
     step.grad_scale = skip ? 1.0f : scale;
-    int64_t adam_step = count_update(e, skip);
+    int64_t adam_step = mt_engine_count_update(e, skip);
     for (int u = 0; u < e->U; u++) {
         int host = !mt_engine_unit_on_device(e, u);
         if (host) {
             double t0 = mt_now();
             if (!taken[u]) {
-                unit_home(e, job, u, 0, 1);
+                unit_home(e, job, u, 1);
                 if (mt_engine_optimizer_halted(e)) return;
                 if (skip || clipped) update_unit(e, job, 1, MT_ADAMW_MOMENTS, u);
             }
@@ -328,7 +212,7 @@ static void run_job(mt_engine *e, const mt_opt_job *job) {
     e->job_update_seconds = 0;
     if (mt_engine_optimizer_halted(e)) return;
     switch (job->mode) {
-    case MT_OPT_OVERLAPPED: run_overlapped(e, job); break;
+    case MT_OPT_OVERLAPPED: mt_engine_run_overlapped(e, job); break;
     case MT_OPT_SPECULATIVE: run_speculative(e, job); break;
     case MT_OPT_DEFERRED: run_deferred(e, job); break;
     }
@@ -480,8 +364,9 @@ void mt_engine_optimizer_halt(mt_engine *opt) {
     opt->norm_skip = 1;
     pthread_mutex_unlock(&opt->opt_lock);
     int n = opt->peers ? opt->ranks : 1;
-    static const mt_fl optimizer_waits[] = {MT_FL_GRADS_ISSUED, MT_FL_EMBED_EARLY_ISSUED, MT_FL_NORM_KNOWN};
-    static const mt_fl issuer_waits[] = {MT_FL_UPDATED, MT_FL_EMBED_EARLY_DONE, MT_FL_GRADS_TAKEN};
+    static const mt_fl optimizer_waits[] = {MT_FL_GRADS_ISSUED, MT_FL_EMBED_EARLY_ISSUED, MT_FL_NORM_KNOWN,
+                                           MT_FL_CHUNK_ISSUED};
+    static const mt_fl issuer_waits[] = {MT_FL_UPDATED, MT_FL_EMBED_EARLY_DONE, MT_FL_GRADS_TAKEN, MT_FL_CHUNK_DONE};
     for (int r = 0; r < n; r++)
         for (size_t k = 0; k < sizeof optimizer_waits / sizeof *optimizer_waits; k++)
             raise_for_good(opt->peers ? opt->peers[r] : opt, optimizer_waits[k]);

@@ -12,11 +12,14 @@
 /* ---- copies ---- */
 
 /* h2d: waits until compute is done with dst (event free_id), copies unit u's working weights
- * there, records loaded_id; `where`: dst as gather_due indexes it. */
+ * there (a sharded replica: its own slice, the one its store holds current; the job that reads
+ * them brings the rest from their owners), records loaded_id; `where`: dst as gather_due indexes it. */
 static void load_unit(mt_engine *e, int u, void *dst, mt_ev free_id, mt_ev loaded_id, int i, int where) {
-    size_t bytes = (size_t)mt_engine_numel(e, u) * mt_dtype_size(e->be->ops->weight_dtype);
+    size_t wsize = mt_dtype_size(e->be->ops->weight_dtype), lo = 0, hi = (size_t)mt_engine_numel(e, u);
+    if (e->shard) mt_engine_slice(e, u, &lo, &hi);
     mt_engine_wait(e, e->h2d, free_id, i);
-    mt_copy_async(e->be, dst, mt_store_unit_weights(e->store, u), bytes, e->h2d);
+    mt_copy_async(e->be, (char *)dst + lo * wsize, (const char *)mt_store_unit_weights(e->store, u) + lo * wsize,
+                  (hi - lo) * wsize, e->h2d);
     mt_engine_record(e, loaded_id, i, e->h2d);
     mt_engine_loaded(e, u, dst, where);
 }
@@ -241,7 +244,8 @@ static void free_head_weights(mt_engine *e) {
 }
 
 /* The head: the loss, and for training its backward, fused; then the weights it read are free
- * (tied and chunked, after the embedding's backward, which makes the head's weight gradient). */
+ * (chunked, after the head matrix's chunks, or tied after the embedding's backward, which makes the
+ * head's weight gradient). */
 static mt_status head(mt_engine *e, pass *p) {
     compute_wait(e, MT_EV_HEAD_LOADED, 0);
     if (p->train) {
@@ -252,7 +256,31 @@ static mt_status head(mt_engine *e, pass *p) {
     mt_compute_job j = job_of(p, MT_JOB_HEAD);
     mt_engine_take_gather(e, &j, mt_engine_where_head(e));
     MT_TRY(mt_engine_launch(e, j));
-    if (!(p->train && mt_engine_embed_grad_late(e))) free_head_weights(e);
+    if (!(p->train && mt_engine_ends_chunked(e))) free_head_weights(e);
+    return MT_OK;
+}
+
+/* The ends chunked: a compute job for each vocabulary chunk of the head matrix's gradient
+ * (MT_JOB_HEAD_CHUNK) or the embedding's (MT_JOB_EMBED_BWD), each copying its chunk home as it
+ * ends: to its place in the unit's host gradient, or through the chunk buffers, the step's chunk k
+ * (`first` for the first of these) into buffer k mod B once the optimizer is done with chunk k - B
+ * (the first B take buffers the previous step's chunks left before its forward could load the
+ * ends), then telling the optimizer it is on its way (chunk_issued) and when it landed
+ * (chunk_home). */
+static mt_status vocab_chunks(mt_engine *e, pass *p, mt_job_kind kind, int first) {
+    int u = kind == MT_JOB_HEAD_CHUNK ? e->U - 1 : 0, B = e->chunk_buffers, D = e->cfg->hidden_size;
+    size_t matrix = u ? mt_engine_head_rest_numel_for(e->lay) : 0; /* where the unit's matrix starts */
+    for (int v0 = 0, k = first; v0 < e->cfg->vocab_size; v0 += e->o.head_vocab_chunk, k++) {
+        mt_compute_job j = job_of(p, kind);
+        j.v0 = v0;
+        if (B && k >= B) p->r->waited += mt_engine_await(e, MT_FL_CHUNK_DONE, k - B, e->generation, MT_GEN_NEXT);
+        j.home = B ? mt_engine_chunk_buffer(e, k) : e->grad_home[u] + matrix + (size_t)v0 * D;
+        MT_TRY(mt_engine_launch(e, j));
+        if (B) {
+            mt_engine_record(e, MT_EV_CHUNK_HOME, k, e->compute);
+            mt_engine_raise(e, MT_FL_CHUNK_ISSUED, k, e->generation);
+        }
+    }
     return MT_OK;
 }
 
@@ -260,7 +288,7 @@ static mt_status head(mt_engine *e, pass *p) {
  * (the head's part when tied, zeros otherwise) goes home, whose rows that no input token touches are
  * final already (where there is one: mt_engine_embed_early_copy). */
 static int embed_early(const mt_engine *e, const pass *p) {
-    return p->overlap && !e->o.ends_on_device && mt_engine_embed_early_copy(e);
+    return p->overlap && !e->o.ends_on_device && !e->chunk_buffers && mt_engine_embed_early_copy(e);
 }
 
 static void send_embedding_early(mt_engine *e) {
@@ -329,11 +357,16 @@ static mt_status block_backward(mt_engine *e, pass *p, int l) {
 }
 
 /* Backward: the head's gradients go home (the optimizer starts now, unless its job waits for the
- * norm: deferred), blocks L-1..0, then the embedding. */
+ * norm: deferred), the head matrix's in vocabulary chunks where the ends are chunked (before the
+ * head's marker, which then says all of it is home; through the chunk buffers after it, in the
+ * order they come home), blocks L-1..0, then the embedding. */
 static mt_status backward(mt_engine *e, pass *p) {
     if (p->early && !e->leader) mt_engine_optimizer_post(e, p->early); /* a follower has no optimizer */
-    if (p->ends_home)
-        send_home(e, e->U - 1, mt_engine_ends_chunked(e) ? NULL : e->head_grad, MT_EV_UNIT_READY, 0, p->early != NULL);
+    int chunked = mt_engine_ends_chunked(e), head_chunks = chunked && !e->cfg->tie_embeddings;
+    if (head_chunks && !e->chunk_buffers) MT_TRY(vocab_chunks(e, p, MT_JOB_HEAD_CHUNK, 0));
+    if (p->ends_home) send_home(e, e->U - 1, chunked ? NULL : e->head_grad, MT_EV_UNIT_READY, 0, p->early != NULL);
+    if (head_chunks && e->chunk_buffers) MT_TRY(vocab_chunks(e, p, MT_JOB_HEAD_CHUNK, 0));
+    if (head_chunks) free_head_weights(e);
     if (embed_early(e, p)) send_embedding_early(e);
     e->first_backward_job = e->num_jobs;
     mt_engine_ckpt_fetch(e, e->L - 1);
@@ -342,8 +375,9 @@ static mt_status backward(mt_engine *e, pass *p) {
      * with the early copy there (which then also landed, so the chunk buffer may change). */
     if (embed_early(e, p) && mt_engine_ends_chunked(e))
         p->r->waited += mt_engine_await(e, MT_FL_EMBED_EARLY_DONE, 0, e->generation, MT_GEN_NEXT);
-    if (p->ends_home) p->r->waited += mt_engine_await_grads_taken(e, 0); /* chunked, the job copies it home */
-    MT_TRY(mt_engine_launch(e, job_of(p, MT_JOB_EMBED_BWD)));
+    if (p->ends_home) p->r->waited += mt_engine_await_grads_taken(e, 0); /* chunked, the jobs copy it home */
+    if (chunked) MT_TRY(vocab_chunks(e, p, MT_JOB_EMBED_BWD, head_chunks ? mt_engine_vocab_chunks(e) : 0));
+    else MT_TRY(mt_engine_launch(e, job_of(p, MT_JOB_EMBED_BWD)));
     if (mt_engine_embed_grad_late(e)) free_head_weights(e);
     return MT_OK;
 }
@@ -360,6 +394,7 @@ static mt_status ends(mt_engine *e, pass *p) {
     int chunked = mt_engine_ends_chunked(e);
     if (embed_early(e, p) && !chunked)
         p->r->waited += mt_engine_await(e, MT_FL_EMBED_EARLY_DONE, 0, e->generation, MT_GEN_NEXT);
+    /* (chunked, a marker behind its jobs, which the norms' copy home follows too) */
     if (p->ends_home) send_home(e, 0, chunked ? NULL : e->embed_grad, MT_EV_UNIT_READY, 0, p->early != NULL);
     if (p->device_update) {
         mt_compute_job j = job_of(p, MT_JOB_DEVICE_UPDATE);

@@ -2,9 +2,9 @@
  * own, split every host-updated unit as the threads of one store do: each reduce-scatters a unit's
  * gradient, takes home its slice alone and updates that slice alone. Its store is then current in
  * its own slices only. The rest comes from the owners over the devices:
- *   - the weights, at every use: a load copies the unit from the store as it is, and the job that
- *     first reads it has every rank broadcast its slice into it first (on the compute stream, where
- *     every rank issues its collectives in the same order);
+ *   - the weights, at every use: a load copies the rank's own slice from the store, and the job
+ *     that first reads it has every rank broadcast its slice into it first (on the compute stream,
+ *     where every rank issues its collectives in the same order);
  *   - the whole state (working weights, low halves, moments), for a checkpoint: mt_engine_share_state
  *     passes every rank's slices through a device buffer into every store. */
 #include <stdint.h>

@@ -53,7 +53,8 @@ void mt_engine_raise(mt_engine *e, mt_fl id, int i, int64_t g) {
 /* The flag a wait reads: a follower rank waits on its leader's optimizer (ranks.c), whose host
  * gradients its slices land in. */
 static mt_flag *flag_of(mt_engine *e, mt_fl id, int i) {
-    return (id == MT_FL_UPDATED || id == MT_FL_GRADS_TAKEN) && e->leader ? &e->leader->fl[id][i] : &e->fl[id][i];
+    int optimizers = id == MT_FL_UPDATED || id == MT_FL_GRADS_TAKEN || id == MT_FL_CHUNK_DONE;
+    return optimizers && e->leader ? &e->leader->fl[id][i] : &e->fl[id][i];
 }
 
 static int64_t target(int64_t g, int gen) { return gen == MT_GEN_NEXT ? g + 1 : g; }
@@ -78,6 +79,7 @@ int mt_engine_instances(const mt_engine *e, mt_per per) {
     case MT_PER_DEVICE: return mt_engine_any_on_device(e) ? 1 : 0;
     case MT_PER_STALL: return e->max_stalls;
     case MT_PER_JOB: return e->max_jobs;
+    case MT_PER_CHUNK: return mt_engine_buffered_chunks(e);
     }
     return 0;
 }
@@ -86,5 +88,6 @@ unsigned mt_engine_modes(const mt_engine *e) {
     return (e->o.max_grad_norm > 0 ? MT_MODE_CLIPPED : MT_MODE_OVERLAPPED) | (e->grad_ring ? MT_MODE_RING : 0) |
            (e->o.ends_on_device ? MT_MODE_ENDS_DEVICE : 0) | (e->o.ckpt_on_host > 0 ? MT_MODE_CKPT_HOST : 0) |
            (mt_engine_any_on_device(e) ? MT_MODE_DEVICE_STATE : 0) | (mt_engine_embed_grad_late(e) ? MT_MODE_EMBED_LATE : 0) |
-           (e->o.max_grad_norm > 0 && e->store->moments.format == MT_MOMENTS_F32 ? MT_MODE_SPECULATIVE : 0);
+           (e->o.max_grad_norm > 0 && e->store->moments.format == MT_MOMENTS_F32 ? MT_MODE_SPECULATIVE : 0) |
+           (e->chunk_buffers ? MT_MODE_CHUNK_BUFFERS : 0);
 }

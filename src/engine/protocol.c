@@ -31,6 +31,7 @@ const mt_sync_point mt_events[MT_EV_COUNT] = {
     [MT_EV_STAGE_FILLED] = {"stage_filled", MT_PER_STAGE},
     [MT_EV_STAGE_DRAINED] = {"stage_drained", MT_PER_STAGE},
     [MT_EV_STAGE_RELEASED] = {"stage_released", MT_PER_STAGE},
+    [MT_EV_CHUNK_HOME] = {"chunk_home", MT_PER_CHUNK},
     [MT_EV_DONE] = {"done", MT_PER_ENGINE},
     [MT_EV_STALL_BEGIN] = {"stall_begin", MT_PER_STALL},
     [MT_EV_STALL_END] = {"stall_end", MT_PER_STALL},
@@ -45,6 +46,8 @@ const mt_sync_point mt_flags[MT_FL_COUNT] = {
     [MT_FL_EMBED_EARLY_DONE] = {"embed_early_done", MT_PER_ENGINE},
     [MT_FL_NORM_KNOWN] = {"norm_known", MT_PER_ENGINE},
     [MT_FL_GRADS_TAKEN] = {"grads_taken", MT_PER_UNIT},
+    [MT_FL_CHUNK_ISSUED] = {"chunk_issued", MT_PER_CHUNK},
+    [MT_FL_CHUNK_DONE] = {"chunk_done", MT_PER_CHUNK},
 };
 
 #define EV(name) 0, MT_EV_##name
@@ -62,6 +65,7 @@ const mt_sync_point mt_flags[MT_FL_COUNT] = {
 #define DEVICE_STATE MT_MODE_DEVICE_STATE
 #define EMBED_LATE MT_MODE_EMBED_LATE
 #define SPECULATIVE MT_MODE_SPECULATIVE
+#define CHUNK_BUFFERS MT_MODE_CHUNK_BUFFERS
 
 const mt_protocol_row mt_protocol[] = {
     /* sync point           recorded by       waited by       for          needs        unless */
@@ -103,7 +107,7 @@ const mt_protocol_row mt_protocol[] = {
     {EV(GRADS_HOME),        D2H,              OPTIMIZER,      0,           SPECULATIVE, 0,
      "steps", "unit u's gradients are on the host; the optimizer takes u's moments, and keeps the gradients for "
      "the masters' update once the norm is known"},
-    {EV(EMBED_EARLY_HOME),  D2H,              OPTIMIZER,      0,           OVERLAPPED,  ENDS_DEVICE | EMBED_LATE,
+    {EV(EMBED_EARLY_HOME),  D2H,              OPTIMIZER,      0,           OVERLAPPED,  ENDS_DEVICE | EMBED_LATE | CHUNK_BUFFERS,
      "steps, right after the head", "the embedding's gradient so far is home: its rows no input token touches "
      "are final, and the optimizer updates them during the backward"},
     {EV(DEVICE_UPDATED),    COMPUTE,          D2H,            0,           DEVICE_STATE, 0,
@@ -118,6 +122,9 @@ const mt_protocol_row mt_protocol[] = {
      "forward", "stage s's copy out is done; a later write into it (forward on compute, fetch on h2d) may start"},
     {EV(STAGE_RELEASED),    COMPUTE,          COMPUTE | H2D,  0,           CKPT_HOST,   0,
      "every pass, after the last job that reads stage s", "stage s may be written again"},
+    {EV(CHUNK_HOME),        COMPUTE,          OPTIMIZER,      0,           CHUNK_BUFFERS, 0,
+     "steps, after each job of a vocabulary chunk of the head's or the embedding's gradient",
+     "the step's chunk k is in its chunk buffer (the job copied it there); the optimizer updates its rows"},
     {EV(DONE),              D2H,              ISSUER,         0,           0,           0,
      "the end of every pass; mt_engine_finish", "everything the pass (or the ends' homecoming) issued is done; "
      "the issuing thread reads the loss and norms"},
@@ -146,11 +153,16 @@ const mt_protocol_row mt_protocol[] = {
      "training passes, before a unit's gradients go home; mt_engine_finish", "the optimizer is through with unit "
      "u's step g - 1 gradients (a clipped step's moments are corrected from them after its masters): step g's may "
      "land where they lie"},
-    {FL(EMBED_EARLY_ISSUED), ISSUER,          OPTIMIZER,      MT_GEN_NEXT, OVERLAPPED,  ENDS_DEVICE | EMBED_LATE,
+    {FL(EMBED_EARLY_ISSUED), ISSUER,          OPTIMIZER,      MT_GEN_NEXT, OVERLAPPED,  ENDS_DEVICE | EMBED_LATE | CHUNK_BUFFERS,
      "steps", "the early copy of the embedding's gradient is issued: the optimizer may wait on embed_early_home"},
-    {FL(EMBED_EARLY_DONE),  OPTIMIZER,        ISSUER,         MT_GEN_NEXT, OVERLAPPED,  ENDS_DEVICE | EMBED_LATE,
+    {FL(EMBED_EARLY_DONE),  OPTIMIZER,        ISSUER,         MT_GEN_NEXT, OVERLAPPED,  ENDS_DEVICE | EMBED_LATE | CHUNK_BUFFERS,
      "steps, before the embedding's full gradient goes home", "the optimizer is done with the early copy: the "
      "full one may land where it lies"},
+    {FL(CHUNK_ISSUED),      ISSUER,           OPTIMIZER,      MT_GEN_NEXT, CHUNK_BUFFERS, 0,
+     "steps", "the job of the step's chunk k is issued: the optimizer may wait on chunk_home[k]"},
+    {FL(CHUNK_DONE),        OPTIMIZER,        ISSUER,         MT_GEN_NEXT, CHUNK_BUFFERS, 0,
+     "steps, before the job of chunk k + B (B chunk buffers)", "the optimizer is done with step g's chunk k: "
+     "its buffer may take chunk k + B"},
 };
 
 const int mt_protocol_rows = sizeof mt_protocol / sizeof mt_protocol[0];

@@ -39,6 +39,7 @@ typedef enum {
     MT_EV_STAGE_FILLED,
     MT_EV_STAGE_DRAINED,
     MT_EV_STAGE_RELEASED,
+    MT_EV_CHUNK_HOME,
     MT_EV_DONE,
     MT_EV_STALL_BEGIN,
     MT_EV_STALL_END,
@@ -55,6 +56,8 @@ typedef enum {
     MT_FL_EMBED_EARLY_DONE,
     MT_FL_NORM_KNOWN,
     MT_FL_GRADS_TAKEN,
+    MT_FL_CHUNK_ISSUED,
+    MT_FL_CHUNK_DONE,
     MT_FL_COUNT
 } mt_fl;
 
@@ -68,6 +71,7 @@ typedef enum {
     MT_PER_DEVICE,    /* one when the device updates some unit (ends_on_device, device_blocks) */
     MT_PER_STALL,     /* the compute stream's timed waits of one pass */
     MT_PER_JOB,       /* the compute jobs of one pass */
+    MT_PER_CHUNK,     /* the chunks of the ends' gradients a step brings home through the chunk buffers */
 } mt_per;
 
 typedef struct {
@@ -100,6 +104,9 @@ enum {
                                    * its backward, with no early copy */
     MT_MODE_SPECULATIVE = 1 << 7, /* clipped with fp32 moments: the optimizer takes each unit's moments as
                                    * its gradients come home, the masters once the norm is known */
+    MT_MODE_CHUNK_BUFFERS = 1 << 8, /* overlapped, the ends in vocabulary chunks, nothing keeping their whole
+                                     * gradients: the chunks come home through a few host buffers, each
+                                     * updated as it lands */
 };
 
 /* The generations a flag is waited for, relative to the waiter's g. */

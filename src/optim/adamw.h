@@ -85,10 +85,12 @@ void mt_adamw_update_moments(mt_adamw_part part, const mt_adamw_params *p, int d
                              size_t at, const float *grad, size_t n, int threads);
 
 /* The same on the rows r of a rows x cols matrix at element `at` of `mom` with
- * mask[r] == which (the others untouched), split across `threads`. */
+ * mask[r] == which (the others untouched), split across `threads`. Row r's gradient is
+ * grad + r * grad_stride: grad_stride cols for a gradient of the matrix's shape, 0 for one row that
+ * every row takes (a row of zeros: the embedding's rows no input token touched). */
 void mt_adamw_update_rows(mt_adamw_part part, const mt_adamw_params *p, int decay, mt_master w, mt_moments *mom,
-                          size_t at, const float *grad, size_t rows, size_t cols, const uint8_t *mask, uint8_t which,
-                          int threads);
+                          size_t at, const float *grad, size_t grad_stride, size_t rows, size_t cols,
+                          const uint8_t *mask, uint8_t which, int threads);
 
 /* The split of the parallel update, for whoever must follow it (the store's first touch): the
  * threads an update of n elements runs on when given `threads` (fewer for small tensors), and

@@ -22,6 +22,7 @@ typedef struct {
     mt_adamw_part part;
     mt_master w;
     const float *grad;
+    size_t grad_stride; /* elements from one row's gradient to the next's (0: one row for all) */
     mt_moments *mom;
     size_t at, n, cols;
     const uint8_t *mask;
@@ -60,9 +61,9 @@ static void update_block(const span *s, size_t b, size_t lo, size_t hi) {
     load(s->mom, b, lo, hi, m, v);
     for (size_t a = lo; a < hi;) {
         size_t row = (a - s->at) / s->cols, row_end = s->at + (row + 1) * s->cols;
-        size_t e = row_end < hi ? row_end : hi, k = a - s->at;
+        size_t e = row_end < hi ? row_end : hi, k = a - s->at, g = row * s->grad_stride + (k - row * s->cols);
         if (!s->mask || s->mask[row] == s->which) {
-            s->kernel(&s->coef, s->part, mt_master_at(s->w, k), m + (a - start), v + (a - start), s->grad + k, e - a);
+            s->kernel(&s->coef, s->part, mt_master_at(s->w, k), m + (a - start), v + (a - start), s->grad + g, e - a);
             touched = 1;
         }
         a = e;
@@ -103,24 +104,25 @@ void mt_adamw_update_moments(mt_adamw_part part, const mt_adamw_params *p, int d
         return;
     }
     span s = {.kernel = mt_adamw_kernel_of(MT_ADAMW_BEST), .coef = mt_adamw_coef_of(p, decay), .part = part, .w = w,
-              .grad = grad, .mom = mom, .at = at, .n = n, .cols = n ? n : 1};
+              .grad = grad, .grad_stride = n, .mom = mom, .at = at, .n = n, .cols = n ? n : 1};
     run(&s, threads);
 }
 
 void mt_adamw_update_rows(mt_adamw_part part, const mt_adamw_params *p, int decay, mt_master w, mt_moments *mom,
-                          size_t at, const float *grad, size_t rows, size_t cols, const uint8_t *mask, uint8_t which,
-                          int threads) {
+                          size_t at, const float *grad, size_t grad_stride, size_t rows, size_t cols,
+                          const uint8_t *mask, uint8_t which, int threads) {
     if (mom->format == MT_MOMENTS_F32) {
         float *m = (float *)mom->m + at, *v = (float *)mom->v + at;
 #pragma omp parallel for schedule(static) num_threads(threads)
         for (size_t row = 0; row < rows; row++) {
             if (mask[row] != which) continue;
             size_t o = row * cols;
-            mt_adamw_update(part, p, decay, mt_master_at(w, o), m + o, v + o, grad + o, cols);
+            mt_adamw_update(part, p, decay, mt_master_at(w, o), m + o, v + o, grad + row * grad_stride, cols);
         }
         return;
     }
     span s = {.kernel = mt_adamw_kernel_of(MT_ADAMW_BEST), .coef = mt_adamw_coef_of(p, decay), .part = part, .w = w,
-              .grad = grad, .mom = mom, .at = at, .n = rows * cols, .cols = cols, .mask = mask, .which = which};
+              .grad = grad, .grad_stride = grad_stride, .mom = mom, .at = at, .n = rows * cols, .cols = cols,
+              .mask = mask, .which = which};
     run(&s, threads);
 }

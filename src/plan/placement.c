@@ -186,16 +186,18 @@ static void spend_on_device_units(mt_backend *be, const mt_config *cfg, const mt
         if (!ends_fits && !block_fits) return;
         double ends_rate = ends_saving / (double)(ends_bytes - now > 1 ? ends_bytes - now : 1);
         double block_rate = block_saving / (double)(block_bytes - now > 1 ? block_bytes - now : 1);
-        /* The ends also free their gradients' host buffers (without clipping; with it a block frees as
-         * much a parameter): within the model's precision, they go first. */
+        /* The ends also spare their gradients' trips home a vocabulary chunk at a time (the head's
+         * chunks recomputed, each end's chunks waiting for the host optimizer's buffers without
+         * clipping): within the model's precision, they go first. */
         if (ends_fits && (!block_fits || ends_rate >= ENDS_PREFERENCE * block_rate)) *eo = with_ends;
         else *eo = with_block;
     }
 }
 
 /* Without clipping, block gradients come home through a ring of host buffers, and the backward
- * runs at most the ring's length ahead of the optimizer. MT_ENGINE_GRAD_RING blocks are the slack a
- * backward and an optimizer of the same pace need. Where the optimizer is the slower (its block
+ * runs at most the ring's length ahead of the optimizer. MT_ENGINE_GRAD_RING blocks (two: one
+ * landing while the optimizer updates the other) are the slack a backward and a faster optimizer
+ * need. Where the optimizer is the slower (its block
  * takes longer than a block's backward: small models, slow hosts), it falls behind by streamed x
  * (1 - backward / optimizer) blocks over a backward; the ring grows by that (as far as the host can
  * spare it: half of what the run leaves), so that the backward is not held to the optimizer's pace

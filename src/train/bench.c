@@ -40,14 +40,14 @@ static double host_peak_bytes(void) {
 /* Bytes each GPU moves over its PCIe link in a step, by the schedule (engine.h): every streamed
  * block's weights come in for the forward and, but for the K still in their slots, again for the
  * backward (the resident device_blocks never move); the embedding and head once each unless the
- * device keeps them; its 1/ranks slice of every gradient the host optimizer updates goes home in
- * fp32. */
-static void pcie_bytes(const mt_layout *lay, const mt_engine_options *eo, int ranks, mt_dtype weight, double *h2d,
-                       double *d2h) {
+ * device keeps them (processes that split the units: each its 1/loads_split slice); its 1/ranks
+ * slice of every gradient the host optimizer updates goes home in fp32. */
+static void pcie_bytes(const mt_layout *lay, const mt_engine_options *eo, int ranks, int loads_split, mt_dtype weight,
+                       double *h2d, double *d2h) {
     int S = lay->cfg.num_layers - eo->device_blocks, K = eo->slots < S ? eo->slots : S, U = lay->num_units;
     double wsize = (double)mt_dtype_size(weight), ends = (double)(lay->units[0].numel + lay->units[U - 1].numel);
     double block = (double)lay->max_block_numel;
-    *h2d = wsize * (block * (2.0 * S - K) + (eo->ends_on_device ? 0 : ends));
+    *h2d = wsize * (block * (2.0 * S - K) + (eo->ends_on_device ? 0 : ends)) / loads_split;
     *d2h = 4.0 * (block * S + (eo->ends_on_device ? 0 : ends)) / ranks;
 }
 
@@ -66,7 +66,8 @@ typedef struct {
      * libraries' workspaces included), sampled after every step and at the end: the engine
      * allocates all it uses at its creation and the libraries theirs in the first step. */
     double driver_peak_bytes;
-    int gpus;                  /* ranks */
+    int gpus;                  /* ranks: --gpus, or the world's processes */
+    int processes;             /* the world's processes (torchrun); 0 or 1: one */
     int clipped, skipped;      /* timed steps whose norm was over --clip (their update corrected), or not finite */
     double grad_norm;          /* the last timed step's gradient norm */
     double h2d_bytes, d2h_bytes; /* PCIe bytes per GPU per step, each way */
@@ -107,7 +108,7 @@ static mt_status print_summary(FILE *out, const mt_train_options *o, const mt_ba
     if (!json_file) return MT_OK;
     json_t *j = json_pack("{s:i, s:f, s:f, s:s, s:s, s:s, s:I, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:b, s:f, s:i, s:i, s:i, s:i, s:i, s:s, s:s, s:i, s:i, s:f, s:i, s:i}",
                           "gpus", s->gpus, "pcie_h2d_gb_per_gpu", s->h2d_bytes / 1e9, "pcie_d2h_gb_per_gpu",
-                          s->d2h_bytes / 1e9, "system", "megatrain", "backend", be->ops->name, "model", o->preset ? o->preset : "model",
+                          s->d2h_bytes / 1e9, "system", s->processes > 1 ? "megatrain-processes" : "megatrain", "backend", be->ops->name, "model", o->preset ? o->preset : "model",
                           "params", (json_int_t)mt_config_total_params(cfg), "seq", eo->seq, "batch", eo->batch,
                           "micro_batches", eo->micro_batches, "tokens_per_step", tokens, "step_s", s->step_s,
                           "tokens_per_s", s->tokens_per_s, "tflops", s->tflops, "peak_gpu_gib",
@@ -180,11 +181,15 @@ mt_status mt_bench(const mt_train_options *given, int warmup, int packed_mean, F
     }
     mt_devices dev = {0};
     mt_store store = {0};
-    size_t n = (size_t)o->gpus * o->micro_batches * o->batch * o->seq_len;
+    /* Under torchrun's variables every process of the world runs this with the same steps; rank 0
+     * alone appends the summary. */
+    mt_status rc = mt_devices_world(&dev);
+    int ranks = rc == MT_OK ? mt_devices_ranks(&dev, o) : 1;
+    size_t n = (size_t)ranks * o->micro_batches * o->batch * o->seq_len;
     int32_t *inputs = mt_malloc(n * sizeof *inputs, "bench tokens"), *targets = mt_malloc(n * sizeof *targets, "bench tokens");
     int32_t *positions = packed_mean > 0 ? mt_malloc(n * sizeof *positions, "bench positions") : NULL;
     double *times = mt_calloc((size_t)o->steps, sizeof *times, "bench timings");
-    mt_status rc = inputs && targets && times && (positions || !packed_mean) ? MT_OK : MT_ERR_NOMEM;
+    if (rc == MT_OK && !(inputs && targets && times && (positions || !packed_mean))) rc = MT_ERR_NOMEM;
     mt_placement plan;
     double t0 = mt_now();
     if (rc == MT_OK) rc = mt_devices_open(&dev, o);
@@ -249,10 +254,13 @@ mt_status mt_bench(const mt_train_options *given, int warmup, int packed_mean, F
         size_t peak = mt_dev_peak(be);
         qsort(times, (size_t)o->steps, sizeof *times, compare_doubles);
         if ((double)mt_dev_in_use(be) > driver_peak) driver_peak = (double)mt_dev_in_use(be);
-        bench_summary sum = {.step_s = times[o->steps / 2], .plan = &plan, .gpus = o->gpus > 1 ? o->gpus : 1,
+        bench_summary sum = {.step_s = times[o->steps / 2], .plan = &plan, .gpus = ranks, .processes = dev.world.size,
                              .clipped = clipped, .skipped = skipped, .grad_norm = grad_norm,
                              .driver_peak_bytes = driver_peak};
-        pcie_bytes(&lay, &plan.eo, sum.gpus, be->ops->weight_dtype, &sum.h2d_bytes, &sum.d2h_bytes);
+        /* Processes split the units unless the moments are 8-bit; each then loads its slice alone. */
+        int split = dev.world.size > 1 && moments != MT_MOMENTS_8BIT ? dev.world.size : 1;
+        pcie_bytes(&lay, &plan.eo, dev.world.size > 1 ? split : sum.gpus, split, be->ops->weight_dtype, &sum.h2d_bytes,
+                   &sum.d2h_bytes);
         sum.tokens_per_s = (double)n / sum.step_s;
         sum.tflops = sum.tokens_per_s * model_flops_per_token(&cfg, o->seq_len) / 1e12;
         sum.stall_share = total > 0 ? stall / total : 0;
@@ -264,7 +272,8 @@ mt_status mt_bench(const mt_train_options *given, int warmup, int packed_mean, F
         sum.opt_block_s = opt_block / (double)o->steps;
         sum.packed_mean = packed_mean;
         sum.segments_per_window = packed_mean ? segments / (double)(warmup + o->steps) / (double)(n / o->seq_len) : 1;
-        rc = print_summary(out, o, be, &cfg, &sum, (double)peak, host_peak_bytes(), json, json_file);
+        rc = print_summary(out, o, be, &cfg, &sum, (double)peak, host_peak_bytes(), json,
+                           mt_devices_writes(&dev) ? json_file : NULL);
     }
     if (json_file && fclose(json_file) != 0 && rc == MT_OK)
         rc = mt_fail(MT_ERR_IO, "--json %s: cannot write the summary: %s", json, strerror(errno));

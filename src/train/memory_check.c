@@ -60,6 +60,12 @@ mt_memory_fit mt_memory_fit_ranks(const mt_layout *layout, mt_backend *be, const
     return fit;
 }
 
+void mt_memory_fit_processes(mt_memory_fit *fit, int processes_here) {
+    static _Thread_local char name[64];
+    snprintf(name, sizeof name, "this host's %d other processes", processes_here - 1);
+    add_class(fit, name, (int64_t)(processes_here - 1) * fit->host_needed);
+}
+
 /* "fp32 master: high halves (the bf16 weights) 16.06 GB + ..." */
 static void classes_text(const mt_memory_class *classes, int count, char *buf, size_t cap) {
     size_t at = 0;

@@ -22,7 +22,7 @@ typedef struct {
     int64_t bytes;
 } mt_memory_class;
 
-#define MT_MEMORY_MAX_CLASSES 8
+#define MT_MEMORY_MAX_CLASSES 10
 /* The names of the classes plan's advice looks up. */
 #define MT_MEMORY_KEPT_GRADS "gradients kept for the clip"
 #define MT_MEMORY_MOMENTS "Adam moments"
@@ -53,6 +53,10 @@ mt_status mt_memory_check_fit(const mt_memory_fit *fit, const char *what);
  * checkpoints (and on the cpu backend its engine buffers); the store and the gradients once. */
 mt_memory_fit mt_memory_fit_ranks(const mt_layout *layout, mt_backend *be, const mt_engine_options *eo,
                                   mt_moments_format moments, int ranks);
+
+/* Adds what the other processes of a world on this host (torchrun's LOCAL_WORLD_SIZE) take: each a
+ * store and buffers of its own, as large as this one's. */
+void mt_memory_fit_processes(mt_memory_fit *fit, int processes_here);
 
 /* mt_memory_fit_of, then mt_memory_check_fit for "the run" (or `what`). */
 mt_status mt_memory_check(const mt_layout *layout, mt_backend *be, const mt_engine_options *eo,

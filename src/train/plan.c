@@ -83,9 +83,14 @@ static void print_chunks(const mt_config *c, const mt_engine_options *eo, int64_
     if (mt_engine_ends_chunked_for(c, eo))
         snprintf(head, sizeof head, "%d vocabulary rows at a time (%d chunks)", eo->head_vocab_chunk,
                  (c->vocab_size + eo->head_vocab_chunk - 1) / eo->head_vocab_chunk);
+    int buffers = mt_engine_chunk_buffers_for(c, eo);
+    char home[128] = "";
+    if (buffers)
+        snprintf(home, sizeof home, ", home through %d host buffers of a chunk, each chunk's rows updated as it lands",
+                 buffers);
     fprintf(out, "chunks    blocks' norms, projections and MLP %d tokens at a time (%d per micro-batch); LM head "
-            "%d rows of logits at a time; its gradient on the device %s\n", piece,
-            (eo->batch * eo->seq + piece - 1) / piece, eo->lm_chunk, head);
+            "%d rows of logits at a time; its gradient on the device %s%s\n", piece,
+            (eo->batch * eo->seq + piece - 1) / piece, eo->lm_chunk, head, home);
     fprintf(out, "ckpts     the inputs of %d of %d blocks (the first) in pinned host memory (%.2f GB), the rest and "
             "the head's on the device\n", eo->ckpt_on_host, c->num_layers, gb(host_ckpt));
 }

@@ -148,6 +148,7 @@ mt_status mt_devices_open(mt_devices *d, const mt_train_options *o) {
 mt_status mt_devices_check_memory(const mt_devices *d, const mt_layout *layout, const mt_engine_options *eo,
                                   mt_moments_format moments) {
     mt_memory_fit fit = mt_memory_fit_ranks(layout, d->be, eo, moments, d->ranks ? mt_ranks_count(d->ranks) : 1);
+    if (d->world.size > 1) mt_memory_fit_processes(&fit, d->world.local_size);
     return mt_memory_check_fit(&fit, "the run");
 }
 

@@ -44,7 +44,7 @@ static mt_status env_int(const char *name, int required, int fallback, int lo, i
 
 mt_status mt_world_from_env(mt_world *w, int *present) {
     memset(w, 0, sizeof *w);
-    w->size = 1;
+    w->size = w->local_size = 1;
     const char *t = getenv("MT_WORLD_TIMEOUT_S");
     w->timeout_s = t && atof(t) > 0 ? atof(t) : 300;
     *present = getenv("WORLD_SIZE") != NULL;
@@ -52,6 +52,9 @@ mt_status mt_world_from_env(mt_world *w, int *present) {
     MT_TRY(env_int("WORLD_SIZE", 1, 1, 1, 1 << 16, &w->size));
     MT_TRY(env_int("RANK", 1, 0, 0, w->size - 1, &w->rank));
     MT_TRY(env_int("LOCAL_RANK", 0, w->rank, 0, w->size - 1, &w->local_rank));
+    MT_TRY(env_int("LOCAL_WORLD_SIZE", 0, 1, 1, w->size, &w->local_size));
+    if (w->local_rank >= w->local_size && getenv("LOCAL_WORLD_SIZE"))
+        return mt_fail(MT_ERR_INVALID, "LOCAL_RANK=%d is not below LOCAL_WORLD_SIZE=%d", w->local_rank, w->local_size);
     MT_TRY(env_int("MASTER_PORT", w->size > 1, 29500, 1, 65535, &w->port));
     const char *addr = getenv("MASTER_ADDR");
     if (w->size > 1 && (!addr || !*addr))

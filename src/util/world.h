@@ -1,5 +1,5 @@
 /* Ranks that are processes (one or several hosts), named as torchrun names them: RANK, WORLD_SIZE,
- * LOCAL_RANK, MASTER_ADDR, MASTER_PORT. They meet through a star of TCP connections to rank 0 at
+ * LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT. They meet through a star of TCP connections to rank 0 at
  * MASTER_ADDR:MASTER_PORT (rank 0 listens, the others connect, retrying), every wait bounded by
  * the world's timeout (MT_WORLD_TIMEOUT_S, 300 s): a rank that never comes or dies ends its peers'
  * waits with an error naming it. Over the star: a broadcast from rank 0 (NCCL's unique id) and a
@@ -14,6 +14,7 @@
 
 typedef struct mt_world {
     int rank, size, local_rank;
+    int local_size; /* the processes on this host (LOCAL_WORLD_SIZE; 1 where it is unset) */
     char addr[256];
     int port;
     double timeout_s;

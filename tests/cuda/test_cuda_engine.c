@@ -480,6 +480,59 @@ Test(cuda, chunking_changes_nothing_tied) {
     expect_chunking_changes_nothing(mt_tiny_wider(mt_tiny_config_tied_bias()), 8);
 }
 
+/* Without clipping, the ends' gradients in vocabulary chunks through the two host chunk buffers
+ * (the issuing thread waiting for the optimizer between the chunks' jobs, each chunk's copy home
+ * issued from inside its job) against the same chunks kept whole on the host (keep_grads), on the
+ * same GPU: the same arithmetic, up to the run-to-run order of the embedding gradient's atomics, so
+ * the losses of four steps within 1e-5 relative and the masters within 1e-4 (a chunk updated from
+ * the wrong buffer, or before it landed, is off by O(1)). 300 rows in chunks of 64: 5 a step each
+ * end, past the two buffers. */
+static void expect_chunk_buffers_train_like_whole_ends(mt_config cfg) {
+    cfg.num_layers = 4;
+    mt_engine_options whole = options(), buffered = options();
+    whole.max_grad_norm = buffered.max_grad_norm = 0;
+    whole.head_vocab_chunk = buffered.head_vocab_chunk = 64;
+    whole.keep_grads = 1;
+    cr_assert_eq(mt_engine_chunk_buffers_for(&cfg, &buffered), MT_ENGINE_CHUNK_BUFFERS);
+    mt_tiny_model a, b;
+    mt_backend *be_a, *be_b;
+    cr_assert_eq(mt_backend_cuda_create(&be_a, 0), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_backend_cuda_create(&be_b, 0), MT_OK, "%s", mt_error());
+    mt_tiny_model_open_on(&a, be_a, &cfg, &whole, 31);
+    mt_tiny_model_open_on(&b, be_b, &cfg, &buffered, 31);
+    int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
+    for (int s = 0; s < 4; s++) {
+        mt_tiny_windows(50 + s, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
+        mt_step_result ra, rb;
+        cr_assert_eq(mt_engine_step(a.engine, inputs, targets, NULL, 3e-3f, &ra), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(b.engine, inputs, targets, NULL, 3e-3f, &rb), MT_OK, "%s", mt_error());
+        cr_expect_lt(fabs(rb.loss - ra.loss), 1e-5 * ra.loss, "step %d: loss %.7f through the chunk buffers, %.7f "
+                     "whole", s, rb.loss, ra.loss);
+    }
+    mt_engine_finish(a.engine);
+    mt_engine_finish(b.engine);
+    float *want = masters_of(&a), *got = masters_of(&b);
+    double diff = 0, norm = 0;
+    for (int64_t i = 0; i < a.layout.total_numel; i++) {
+        diff += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
+        norm += (double)want[i] * want[i];
+    }
+    cr_log_info("chunk buffers: the masters' relative difference %.3g", sqrt(diff / norm));
+    cr_expect_lt(sqrt(diff / norm), 1e-4, "the masters' relative difference is %g", sqrt(diff / norm));
+    free(want);
+    free(got);
+    mt_tiny_model_close(&b);
+    mt_tiny_model_close(&a);
+}
+
+Test(cuda, chunk_buffers_train_like_whole_ends) {
+    expect_chunk_buffers_train_like_whole_ends(mt_tiny_wider(mt_tiny_config_gqa()));
+}
+
+Test(cuda, chunk_buffers_train_like_whole_ends_tied) {
+    expect_chunk_buffers_train_like_whole_ends(mt_tiny_wider(mt_tiny_config_tied_bias()));
+}
+
 /* The weights the GPU computes with are the store's masters' high halves, bit for bit: after an
  * evaluation (whose forward loads every streamed block), the last streamed blocks are still in
  * their weight slots; each must be its unit's high halves after the steps' updates. */

@@ -29,6 +29,7 @@ typedef struct {
     int threads;
     pthread_mutex_t mem_lock;
     size_t in_use, peak;
+    size_t host_in_use, host_peak; /* host_alloc's, counted the same way */
     /* A data-parallel group's member: its communicator and rank, and the first collective that
      * failed (kept for check), under mem_lock. */
     mt_host_comm *comm;        /* ranks that are threads of this process */
@@ -158,14 +159,41 @@ static void cpu_dev_free(mt_backend *b, void *ptr) {
 }
 
 static void *cpu_host_alloc(mt_backend *b, size_t bytes, const char *what) {
+    cpu_backend *be = (cpu_backend *)b;
     int hooked = mt_alloc_fault_hit(MT_ALLOC_PINNED);
-    void *p = hooked ? NULL : aligned_alloc(HEADER, (bytes + HEADER - 1) / HEADER * HEADER + HEADER);
-    if (!p) mt_fail(MT_ERR_NOMEM, "cannot allocate %zu bytes of host memory for %s%s", bytes, what,
-                    mt_alloc_fault_note(hooked));
-    return p;
+    char *p = hooked ? NULL : aligned_alloc(HEADER, HEADER + (bytes + HEADER - 1) / HEADER * HEADER + HEADER);
+    if (!p) {
+        mt_fail(MT_ERR_NOMEM, "cannot allocate %zu bytes of host memory for %s%s", bytes, what,
+                mt_alloc_fault_note(hooked));
+        return NULL;
+    }
+    memcpy(p, &bytes, sizeof bytes);
+    pthread_mutex_lock(&be->mem_lock);
+    be->host_in_use += bytes;
+    if (be->host_in_use > be->host_peak) be->host_peak = be->host_in_use;
+    pthread_mutex_unlock(&be->mem_lock);
+    return p + HEADER;
 }
 
-static void cpu_host_free(mt_backend *b, void *ptr) { free(ptr); }
+static void cpu_host_free(mt_backend *b, void *ptr) {
+    cpu_backend *be = (cpu_backend *)b;
+    if (!ptr) return;
+    char *p = (char *)ptr - HEADER;
+    size_t bytes;
+    memcpy(&bytes, p, sizeof bytes);
+    pthread_mutex_lock(&be->mem_lock);
+    be->host_in_use -= bytes;
+    pthread_mutex_unlock(&be->mem_lock);
+    free(p);
+}
+
+static size_t cpu_host_peak(mt_backend *b) {
+    cpu_backend *be = (cpu_backend *)b;
+    pthread_mutex_lock(&be->mem_lock);
+    size_t peak = be->host_peak;
+    pthread_mutex_unlock(&be->mem_lock);
+    return peak;
+}
 
 static void cpu_dev_mem_info(mt_backend *b, size_t *free_bytes, size_t *peak_bytes) {
     cpu_backend *be = (cpu_backend *)b;
@@ -560,7 +588,7 @@ static const mt_backend_ops cpu_ops = {
     .gemm_by_sequence = 1,
     .destroy = cpu_destroy,
     .mem = {.dev_alloc = cpu_dev_alloc, .dev_free = cpu_dev_free, .host_alloc = cpu_host_alloc,
-            .host_free = cpu_host_free, .dev_mem_info = cpu_dev_mem_info},
+            .host_free = cpu_host_free, .dev_mem_info = cpu_dev_mem_info, .host_peak = cpu_host_peak},
     .stream = {.stream_create = cpu_stream_create, .stream_destroy = cpu_stream_destroy,
                .event_create = cpu_event_create, .event_destroy = cpu_event_destroy,
                .event_record = cpu_event_record, .stream_wait = cpu_stream_wait, .event_sync = cpu_event_sync,
