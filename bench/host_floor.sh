@@ -18,6 +18,8 @@
 #           every step corrects the moments; the bars: >= 0.95x and >= 0.85x of --clip 0)
 #   8b      bench Llama-3-8B, 8 x 1 x 4096 tokens, --gpu-mem 24GiB: --clip 0 and the default
 #           (--clip 1); the bar: the default >= 0.9x of --clip 0
+#   ring    the 8b --clip 0 row with --grad-ring 4 (the ring before the planner's default became 2),
+#           to run in the same call as 8b
 #   8b-128  the same two on a 128 GiB host, the default first (it must fit and run there)
 # Each bench row carries, beside the measured step and host GiB (the process's peak), plan's floor
 # and host bytes a parameter (plan_floor_s, plan_host_bytes_per_param, host_bytes_per_param) and
@@ -48,10 +50,12 @@ build_megatrain
 
 plan() { "$build/megatrain" plan --backend cuda --seq 4096 "$@" 2>&1; }
 common() { echo --seq "$seq" --steps "$steps" --warmup-steps "$warmup" --json "$jsonl"; }
-# bench_8b CLIP: Llama-3-8B, 8 x 1 x 4096, --gpu-mem 24GiB
+# bench_8b CLIP [OPTION...]: Llama-3-8B, 8 x 1 x 4096, --gpu-mem 24GiB
 bench_8b() {
+    local clip=$1
+    shift
     bench megatrain llama-3-8b 8 1 280 "$build/megatrain" bench --backend cuda $(common) --preset llama-3-8b \
-        --gpu-mem 24GiB --clip "$1" "${host_opt[@]}"
+        --gpu-mem 24GiB --clip "$clip" "${host_opt[@]}" "$@"
 }
 
 for group in $rows; do
@@ -78,7 +82,8 @@ for group in $rows; do
         ;;
     8b) bench_8b 0; bench_8b 1 ;;
     8b-128) bench_8b 1; bench_8b 0 ;;
-    *) echo "ROWS: unknown group '$group' (plans, 14b, 8b, 8b-128)"; exit 2 ;;
+    ring) bench_8b 0 --grad-ring 4 ;; # beside 8b's --clip 0 row: the ring of 2 the planner now takes
+    *) echo "ROWS: unknown group '$group' (plans, 14b, 8b, 8b-128, ring)"; exit 2 ;;
     esac
 done
 

@@ -95,6 +95,7 @@ typedef struct {
     const char *backend;     /* "auto", "cpu" or "cuda" */
     int threads;             /* cpu backend compute threads; 0: all cores */
     int slots;               /* block weight slots on the device (>= 2) */
+    int grad_ring;           /* without clipping: host buffers of block gradients; 0: the planner's */
     int opt_threads;         /* optimizer threads; 0: all cores but one, or one per opt_cores core */
     const char *opt_cores;   /* cores such as "2-15" or "4,5,6", one optimizer thread pinned to
                               * each; "none": unpinned; NULL: with a GPU, each pinned to a core

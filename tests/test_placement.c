@@ -234,3 +234,29 @@ Test(placement, host_bytes_a_parameter_at_the_issue_shapes) {
     host_bytes_a_parameter("qwen2.5-14b", 4, 1, 0, h100, 0.0f, 80e9, &p);
     cr_expect_gt(p.eo.grad_ring, MT_ENGINE_GRAD_RING, "a ring of %d blocks for a slow host", p.eo.grad_ring);
 }
+
+/* --grad-ring N is the ring, at most the blocks that stream; the planner grows none of its own then. */
+Test(placement, a_given_gradient_ring_is_the_ring) {
+    mt_backend *be = cpu();
+    mt_config c = eight_blocks();
+    mt_placement p;
+    mt_placement_request rq = request(0, 0);
+    rq.device_optimizer = 0;
+    rq.eo.max_grad_norm = 0;
+    rq.rates.host_bytes_per_s = 1; /* a host so slow that the planner's own ring would be every block */
+    cr_assert_eq(mt_placement_resolve(be, &c, &rq, &p), MT_OK, "%s", mt_error());
+    cr_expect_eq(p.eo.grad_ring, c.num_layers, "the planner's ring for a slow host: %d", p.eo.grad_ring);
+    int64_t ring_of_8 = p.dev.host_grads;
+    rq.eo.grad_ring = 3;
+    cr_assert_eq(mt_placement_resolve(be, &c, &rq, &p), MT_OK, "%s", mt_error());
+    cr_expect_eq(p.eo.grad_ring, 3);
+    mt_layout lay;
+    cr_assert_eq(mt_layout_init(&lay, &c), MT_OK);
+    cr_expect_eq(ring_of_8 - p.dev.host_grads, 5 * lay.max_block_numel * 4, "a ring of 3 holds %lld bytes of "
+                 "host gradients, of 8 %lld: not 5 fp32 blocks less", (long long)p.dev.host_grads, (long long)ring_of_8);
+    mt_layout_free(&lay);
+    rq.eo.grad_ring = 100;
+    cr_assert_eq(mt_placement_resolve(be, &c, &rq, &p), MT_OK, "%s", mt_error());
+    cr_expect_eq(p.eo.grad_ring, c.num_layers, "more than the blocks: %d", p.eo.grad_ring);
+    mt_backend_destroy(be);
+}

@@ -227,7 +227,8 @@ void mt_engine_poison_next_step(mt_engine *e);
 void mt_engine_fault_next_step(mt_engine *e);
 /* The host gradients of the last pass, laid out like the masters; NULL when the engine keeps a
  * ring instead (no clipping, no keep_grads), or, with clipping, only the host-updated units'
- * (some unit's state on the device, no keep_grads). With ends_on_device or device_blocks, a
+ * (some unit's state on the device, no keep_grads). A replica of processes that split the units
+ * (mt_engine_share_state) holds its own slice of each there, the rest undefined. With ends_on_device or device_blocks, a
  * training step brings those units' gradients home only with keep_grads. */
 const float *mt_engine_host_grads(const mt_engine *e);
 /* Waits until every pending update has been applied and the host store holds all of them (with

@@ -202,12 +202,16 @@ static void spend_on_device_units(mt_backend *be, const mt_config *cfg, const mt
  * (1 - backward / optimizer) blocks over a backward; the ring grows by that (as far as the host can
  * spare it: half of what the run leaves), so that the backward is not held to the optimizer's pace
  * and the backlog drains behind the next forward. No more: every block of it is 4 bytes a parameter
- * of a block, host memory the run no longer has. */
+ * of a block, host memory the run no longer has. --grad-ring N sets it instead. */
 static void choose_grad_ring(mt_backend *be, const mt_config *cfg, const mt_layout *lay,
                              const mt_placement_request *rq, mt_engine_options *eo) {
     if (eo->max_grad_norm > 0 || eo->keep_grads) return;
-    mt_store_bytes s = mt_store_size(lay, be->ops->weight_dtype, rq->moments);
     int64_t streamed = cfg->num_layers - eo->device_blocks, block = lay->max_block_numel * 4;
+    if (eo->grad_ring > 0) { /* --grad-ring: the user's, at most the blocks that stream */
+        if (eo->grad_ring > streamed) eo->grad_ring = (int)streamed;
+        return;
+    }
+    mt_store_bytes s = mt_store_size(lay, be->ops->weight_dtype, rq->moments);
     double tokens = (double)eo->micro_batches * eo->batch * eo->seq;
     double backward = BACKWARD_SHARE * step_flops(cfg, tokens, eo->seq) / (rq->rates.gemm_flop_per_s * STEP_COMPUTE_SHARE) /
                       cfg->num_layers;
