@@ -129,62 +129,54 @@ static void enqueue(mt_stream *s, task proto) {
 
 #define HEADER 64
 
-static void *cpu_dev_alloc(mt_backend *b, size_t bytes, const char *what) {
-    cpu_backend *be = (cpu_backend *)b;
-    int hooked = mt_alloc_fault_hit(MT_ALLOC_DEVICE);
-    char *p = hooked ? NULL : aligned_alloc(HEADER, HEADER + (bytes + HEADER - 1) / HEADER * HEADER);
+/* bytes (and `tail` spare bytes past them) counted in *in_use and its *peak; `kind` names the memory
+ * in the failure. */
+static void *counted_alloc(cpu_backend *be, size_t bytes, size_t tail, const char *what, mt_alloc_kind fault,
+                           const char *kind, size_t *in_use, size_t *peak) {
+    int hooked = mt_alloc_fault_hit(fault);
+    char *p = hooked ? NULL : aligned_alloc(HEADER, HEADER + (bytes + HEADER - 1) / HEADER * HEADER + tail);
     if (!p) {
-        mt_fail(MT_ERR_NOMEM, "cannot allocate %zu bytes of (cpu) device memory for %s%s", bytes, what,
+        mt_fail(MT_ERR_NOMEM, "cannot allocate %zu bytes of %s for %s%s", bytes, kind, what,
                 mt_alloc_fault_note(hooked));
         return NULL;
     }
     memcpy(p, &bytes, sizeof bytes);
     pthread_mutex_lock(&be->mem_lock);
-    be->in_use += bytes;
-    if (be->in_use > be->peak) be->peak = be->in_use;
+    *in_use += bytes;
+    if (*in_use > *peak) *peak = *in_use;
     pthread_mutex_unlock(&be->mem_lock);
     return p + HEADER;
+}
+
+static void counted_free(cpu_backend *be, void *ptr, size_t *in_use) {
+    if (!ptr) return;
+    char *p = (char *)ptr - HEADER;
+    size_t bytes;
+    memcpy(&bytes, p, sizeof bytes);
+    pthread_mutex_lock(&be->mem_lock);
+    *in_use -= bytes;
+    pthread_mutex_unlock(&be->mem_lock);
+    free(p);
+}
+
+static void *cpu_dev_alloc(mt_backend *b, size_t bytes, const char *what) {
+    cpu_backend *be = (cpu_backend *)b;
+    return counted_alloc(be, bytes, 0, what, MT_ALLOC_DEVICE, "(cpu) device memory", &be->in_use, &be->peak);
 }
 
 static void cpu_dev_free(mt_backend *b, void *ptr) {
     cpu_backend *be = (cpu_backend *)b;
-    if (!ptr) return;
-    char *p = (char *)ptr - HEADER;
-    size_t bytes;
-    memcpy(&bytes, p, sizeof bytes);
-    pthread_mutex_lock(&be->mem_lock);
-    be->in_use -= bytes;
-    pthread_mutex_unlock(&be->mem_lock);
-    free(p);
+    counted_free(be, ptr, &be->in_use);
 }
 
 static void *cpu_host_alloc(mt_backend *b, size_t bytes, const char *what) {
     cpu_backend *be = (cpu_backend *)b;
-    int hooked = mt_alloc_fault_hit(MT_ALLOC_PINNED);
-    char *p = hooked ? NULL : aligned_alloc(HEADER, HEADER + (bytes + HEADER - 1) / HEADER * HEADER + HEADER);
-    if (!p) {
-        mt_fail(MT_ERR_NOMEM, "cannot allocate %zu bytes of host memory for %s%s", bytes, what,
-                mt_alloc_fault_note(hooked));
-        return NULL;
-    }
-    memcpy(p, &bytes, sizeof bytes);
-    pthread_mutex_lock(&be->mem_lock);
-    be->host_in_use += bytes;
-    if (be->host_in_use > be->host_peak) be->host_peak = be->host_in_use;
-    pthread_mutex_unlock(&be->mem_lock);
-    return p + HEADER;
+    return counted_alloc(be, bytes, HEADER, what, MT_ALLOC_PINNED, "host memory", &be->host_in_use, &be->host_peak);
 }
 
 static void cpu_host_free(mt_backend *b, void *ptr) {
     cpu_backend *be = (cpu_backend *)b;
-    if (!ptr) return;
-    char *p = (char *)ptr - HEADER;
-    size_t bytes;
-    memcpy(&bytes, p, sizeof bytes);
-    pthread_mutex_lock(&be->mem_lock);
-    be->host_in_use -= bytes;
-    pthread_mutex_unlock(&be->mem_lock);
-    free(p);
+    counted_free(be, ptr, &be->host_in_use);
 }
 
 static size_t cpu_host_peak(mt_backend *b) {
