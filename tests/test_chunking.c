@@ -23,11 +23,7 @@
 
 enum { SEQ = 64, SEQUENCES = 4 };
 
-typedef struct {
-    double loss;
-    float *grads; /* total_numel */
-    size_t n;
-} result;
+typedef mt_tiny_grads result;
 
 static result grads_of(const mt_config *cfg, int batch, int chunk, int ckpt_on_host, int lm_chunk, int head_chunk) {
     mt_engine_options o = mt_engine_defaults();
@@ -39,27 +35,7 @@ static result grads_of(const mt_config *cfg, int batch, int chunk, int ckpt_on_h
     o.lm_chunk = lm_chunk;
     o.head_vocab_chunk = head_chunk;
     o.max_grad_norm = 1.0f;
-    mt_tiny_model t;
-    mt_tiny_model_open(&t, cfg, &o, 11);
-    int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
-    mt_tiny_windows(42, SEQUENCES, SEQ, cfg->vocab_size, tokens, inputs, targets);
-    result r = {.n = (size_t)t.layout.total_numel};
-    cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, NULL, &r.loss), MT_OK, "%s", mt_error());
-    r.grads = malloc(r.n * sizeof *r.grads);
-    memcpy(r.grads, mt_engine_host_grads(t.engine), r.n * sizeof *r.grads);
-    mt_tiny_model_close(&t);
-    return r;
-}
-
-/* ||got - want|| / ||want|| over every gradient. */
-static double relative_error(const result *got, const result *want) {
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < want->n; i++) {
-        double d = (double)got->grads[i] - want->grads[i];
-        diff += d * d;
-        norm += (double)want->grads[i] * want->grads[i];
-    }
-    return sqrt(diff / norm);
+    return mt_tiny_grads_of(cfg, &o, 11, 42, NULL);
 }
 
 static void expect_chunking_invisible(const mt_config *cfg) {
@@ -85,7 +61,7 @@ static void expect_chunking_invisible(const mt_config *cfg) {
         result got = grads_of(cfg, 2, part[i], 1, 7, head[i]);
         cr_expect(fabs(got.loss - want.loss) <= 1e-6 * fabs(want.loss), "chunk %d: loss %.9g, unchunked %.9g",
                   part[i], got.loss, want.loss);
-        double err = relative_error(&got, &want);
+        double err = mt_tiny_grads_error(&got, &want);
         cr_expect(err <= 1e-5, "chunk %d, head chunk %d: the gradients' relative error is %g", part[i], head[i], err);
         free(got.grads);
     }

@@ -26,11 +26,7 @@
 
 enum { SEQ = 64, SEQUENCES = 4 };
 
-typedef struct {
-    double loss;
-    float *grads; /* total_numel */
-    size_t n;
-} result;
+typedef mt_tiny_grads result;
 
 /* SEQUENCES sequences of seq <= SEQ tokens; positions: NULL, or packed examples' over their rows
  * (engine.h). */
@@ -45,32 +41,11 @@ static result grads_at(const mt_config *cfg, int seq, int batch, int tile, int c
     o.chunk = chunk;
     o.ckpt_on_host = ckpt_on_host;
     o.max_grad_norm = 1.0f;
-    mt_tiny_model t;
-    mt_tiny_model_open(&t, cfg, &o, 13);
-    int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
-    mt_tiny_windows(43, SEQUENCES, seq, cfg->vocab_size, tokens, inputs, targets);
-    result r = {.n = (size_t)t.layout.total_numel};
-    for (int i = 0; positions && i < SEQUENCES * seq; i++) /* a segment's last token predicts nothing */
-        if (i % seq == seq - 1 || positions[i + 1] == 0) targets[i] = -1;
-    cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, positions, &r.loss), MT_OK, "%s", mt_error());
-    r.grads = malloc(r.n * sizeof *r.grads);
-    memcpy(r.grads, mt_engine_host_grads(t.engine), r.n * sizeof *r.grads);
-    mt_tiny_model_close(&t);
-    return r;
+    return mt_tiny_grads_of(cfg, &o, 13, 43, positions);
 }
 
 static result grads_of(const mt_config *cfg, int batch, int tile, int chunk, int ckpt_on_host) {
     return grads_at(cfg, SEQ, batch, tile, chunk, ckpt_on_host, NULL);
-}
-
-static double relative_error(const result *got, const result *want) {
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < want->n; i++) {
-        double d = (double)got->grads[i] - want->grads[i];
-        diff += d * d;
-        norm += (double)want->grads[i] * want->grads[i];
-    }
-    return sqrt(diff / norm);
 }
 
 static void expect_tiles_invisible(const mt_config *cfg) {
@@ -99,7 +74,7 @@ static void expect_tiles_invisible(const mt_config *cfg) {
         result got = grads_of(cfg, 2, tile[i], chunk[i], i % 2);
         cr_expect(fabs(got.loss - want.loss) <= 1e-6 * fabs(want.loss), "tile %d: loss %.9g, untiled %.9g",
                   tile[i], got.loss, want.loss);
-        double err = relative_error(&got, &want);
+        double err = mt_tiny_grads_error(&got, &want);
         cr_expect(err <= 1e-5, "tile %d, chunk %d: the gradients' relative error is %g", tile[i], chunk[i], err);
         free(got.grads);
     }
@@ -168,7 +143,7 @@ Test(tiles, tiles_at_odd_sizes) {
             result got = grads_at(&cfg, ODD, batch, tile[i], chunk[i], (int)i % 2, NULL);
             cr_expect(fabs(got.loss - want.loss) <= 1e-6 * fabs(want.loss), "tile %d, batch %d: loss %.9g, untiled "
                       "%.9g", tile[i], batch, got.loss, want.loss);
-            double err = relative_error(&got, &want);
+            double err = mt_tiny_grads_error(&got, &want);
             cr_expect(err <= 1e-5, "tile %d, chunk %d, batch %d: the gradients' relative error is %g", tile[i],
                       chunk[i], batch, err);
             free(got.grads);
@@ -197,7 +172,7 @@ Test(tiles, windows_of_packed_examples) {
         result got = grads_at(&cfg, SEQ, 2, tile[i], 10, 0, positions);
         cr_expect(fabs(got.loss - want.loss) <= 1e-6 * fabs(want.loss), "tile %d: loss %.9g, untiled %.9g", tile[i],
                   got.loss, want.loss);
-        double err = relative_error(&got, &want);
+        double err = mt_tiny_grads_error(&got, &want);
         cr_expect(err <= 1e-5, "tile %d: the packed gradients' relative error is %g", tile[i], err);
         free(got.grads);
     }

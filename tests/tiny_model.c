@@ -1,7 +1,9 @@
 #include "tiny_model.h"
 
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "util/rng.h"
 
@@ -120,6 +122,37 @@ void mt_tiny_model_close(mt_tiny_model *t) {
     mt_store_free(&t->store);
     mt_backend_destroy(t->be);
     mt_layout_free(&t->layout);
+}
+
+mt_tiny_grads mt_tiny_grads_of(const mt_config *cfg, const mt_engine_options *o, uint64_t seed, uint64_t windows,
+                               const int32_t *positions) {
+    mt_tiny_model t;
+    mt_tiny_model_open(&t, cfg, o, seed);
+    int count = o->micro_batches * o->batch, seq = o->seq;
+    int32_t *tokens = malloc((size_t)count * (seq + 1) * sizeof *tokens);
+    int32_t *inputs = malloc((size_t)count * seq * sizeof *inputs), *targets = malloc((size_t)count * seq * sizeof *targets);
+    cr_assert(tokens && inputs && targets);
+    mt_tiny_windows(windows, count, seq, cfg->vocab_size, tokens, inputs, targets);
+    for (int i = 0; positions && i < count * seq; i++)
+        if (i % seq == seq - 1 || positions[i + 1] == 0) targets[i] = -1;
+    mt_tiny_grads r = {.n = (size_t)t.layout.total_numel};
+    cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, positions, &r.loss), MT_OK, "%s", mt_error());
+    r.grads = malloc(r.n * sizeof *r.grads);
+    cr_assert(r.grads);
+    memcpy(r.grads, mt_engine_host_grads(t.engine), r.n * sizeof *r.grads);
+    mt_tiny_model_close(&t);
+    free(tokens), free(inputs), free(targets);
+    return r;
+}
+
+double mt_tiny_grads_error(const mt_tiny_grads *got, const mt_tiny_grads *want) {
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < want->n; i++) {
+        double d = (double)got->grads[i] - want->grads[i];
+        diff += d * d;
+        norm += (double)want->grads[i] * want->grads[i];
+    }
+    return sqrt(diff / norm);
 }
 
 void mt_tiny_windows(uint64_t seed, int count, int seq, int vocab, int32_t *tokens, int32_t *inputs,

@@ -41,4 +41,18 @@ void mt_tiny_model_close(mt_tiny_model *t);
 void mt_tiny_windows(uint64_t seed, int count, int seq, int vocab, int32_t *tokens, int32_t *inputs,
                      int32_t *targets);
 
+/* The loss and the host gradients (total_numel, malloc'd) of one mt_engine_grads on a cpu model of
+ * weights from `seed`, over o->micro_batches x o->batch windows of o->seq tokens from
+ * mt_tiny_windows(windows); positions: NULL, or packed examples' over those rows (a segment's last
+ * token then predicts nothing). o must keep every gradient on the host (clipping, or keep_grads). */
+typedef struct {
+    double loss;
+    float *grads;
+    size_t n;
+} mt_tiny_grads;
+mt_tiny_grads mt_tiny_grads_of(const mt_config *cfg, const mt_engine_options *o, uint64_t seed, uint64_t windows,
+                               const int32_t *positions);
+/* ||got - want|| / ||want|| over every gradient. */
+double mt_tiny_grads_error(const mt_tiny_grads *got, const mt_tiny_grads *want);
+
 #endif
