@@ -32,7 +32,7 @@ static int gen_of(double gt_per_s) {
 /* The first line of dir/file, or NULL (left in line[cap]). */
 static const char *read_line(const char *dir, const char *file, char *line, size_t cap) {
     char path[PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
+    if (snprintf(path, sizeof path, "%s/%s", dir, file) >= (int)sizeof path) return NULL;
     FILE *f = fopen(path, "r");
     if (!f) return NULL;
     const char *got = fgets(line, (int)cap, f);
@@ -81,8 +81,9 @@ static mt_status first_nvidia_gpu(const char *devices_dir, char *address, size_t
     char dir[PATH_MAX];
     while ((e = readdir(d))) {
         if (e->d_name[0] == '.' || strlen(e->d_name) >= cap) continue;
-        snprintf(dir, sizeof dir, "%s/%s", devices_dir, e->d_name);
-        if (is_nvidia_gpu(dir) && (!address[0] || strcmp(e->d_name, address) < 0)) snprintf(address, cap, "%s", e->d_name);
+        if (snprintf(dir, sizeof dir, "%s/%s", devices_dir, e->d_name) >= (int)sizeof dir) continue; /* no such path */
+        if (is_nvidia_gpu(dir) && (!address[0] || strcmp(e->d_name, address) < 0))
+            memcpy(address, e->d_name, strlen(e->d_name) + 1); /* shorter than cap: checked above */
     }
     closedir(d);
     return address[0] ? MT_OK : mt_fail(MT_ERR_IO, "no NVIDIA GPU among the PCI devices of %s", devices_dir);
@@ -99,7 +100,8 @@ mt_status mt_pcie_link_read(const char *devices_dir, const char *address, mt_pci
         MT_TRY(first_nvidia_gpu(devices_dir, link->address, sizeof link->address));
     }
     char dir[PATH_MAX], real[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s/%s", devices_dir, link->address);
+    if (snprintf(dir, sizeof dir, "%s/%s", devices_dir, link->address) >= (int)sizeof dir)
+        return mt_fail(MT_ERR_INVALID, "%s/%s: the path is too long", devices_dir, link->address);
     double gt, port_gt;
     int width, port_width;
     link_caps(dir, &gt, &width);
