@@ -246,7 +246,7 @@ mt_status mt_engine_share_state(mt_engine *e);
 int mt_engine_updates_on_host(const mt_engine *e, int u);
 /* `before_update(ctx, u)` runs before anything of unit u in the store is written (masters,
  * moments, working weights): on the optimizer thread, or, for the units the device updates, on
- * the thread that calls mt_engine_finish; NULL removes it. A checkpoint written while training goes
+ * the thread that calls mt_engine_finish (a sharded replica's other slices: mt_engine_share_state's); NULL removes it. A checkpoint written while training goes
  * on (train/saver.h) uses it to take unit u's state before the next step changes it. Set it
  * while no step is in flight (after mt_engine_finish). */
 void mt_engine_set_update_guard(mt_engine *e, void (*before_update)(void *ctx, int unit), void *ctx);
