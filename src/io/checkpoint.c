@@ -526,17 +526,25 @@ static mt_status hash_payload(int fd, const char *path, size_t bytes, uint64_t *
     return st;
 }
 
-mt_status mt_checkpoint_read(const char *dir, const char *name, void *dst, size_t bytes) {
-    char path[PATH_MAX];
+/* Blob `name` of checkpoint dir opened for reading (*fd), once the manifest lists it at `bytes`
+ * bytes; its path into path[PATH_MAX] and its listed hash into *hash. */
+static mt_status open_listed(const char *dir, const char *name, size_t bytes, char *path, int *fd, uint64_t *hash) {
     if (!valid_blob_name(name)) return mt_fail(MT_ERR_INVALID, "%s: bad blob name '%s'", dir, name);
     MT_TRY(blob_path(path, dir, name));
-    uint64_t listed_bytes = 0, listed_hash = 0;
-    MT_TRY(find_blob(dir, name, &listed_bytes, &listed_hash));
+    uint64_t listed_bytes = 0;
+    MT_TRY(find_blob(dir, name, &listed_bytes, hash));
     if (listed_bytes != bytes)
-        return mt_fail(MT_ERR_INVALID, "%s: the manifest lists %" PRIu64 " bytes, expected %zu",
-                       path, listed_bytes, bytes);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return mt_fail(MT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        return mt_fail(MT_ERR_INVALID, "%s: the manifest lists %" PRIu64 " bytes, expected %zu", path, listed_bytes, bytes);
+    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (*fd < 0) return mt_fail(MT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    return MT_OK;
+}
+
+mt_status mt_checkpoint_read(const char *dir, const char *name, void *dst, size_t bytes) {
+    char path[PATH_MAX];
+    int fd;
+    uint64_t listed_hash = 0;
+    MT_TRY(open_listed(dir, name, bytes, path, &fd, &listed_hash));
     mt_status st = read_blob_file(fd, path, dst, bytes);
     close(fd);
     MT_TRY(st);
@@ -548,14 +556,9 @@ mt_status mt_checkpoint_read(const char *dir, const char *name, void *dst, size_
 mt_status mt_checkpoint_read_pieces(const char *dir, const char *name, size_t bytes, void *buf, size_t piece,
                                     mt_ckpt_sink sink, void *user) {
     char path[PATH_MAX];
-    if (!valid_blob_name(name)) return mt_fail(MT_ERR_INVALID, "%s: bad blob name '%s'", dir, name);
-    MT_TRY(blob_path(path, dir, name));
-    uint64_t listed_bytes = 0, listed_hash = 0;
-    MT_TRY(find_blob(dir, name, &listed_bytes, &listed_hash));
-    if (listed_bytes != bytes)
-        return mt_fail(MT_ERR_INVALID, "%s: the manifest lists %" PRIu64 " bytes, expected %zu", path, listed_bytes, bytes);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return mt_fail(MT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    uint64_t listed_hash = 0;
+    MT_TRY(open_listed(dir, name, bytes, path, &fd, &listed_hash));
     XXH64_state_t *state = XXH64_createState();
     mt_status st = state ? check_blob_file(fd, path, bytes) : mt_fail(MT_ERR_NOMEM, "%s: cannot hash", path);
     if (st == MT_OK) XXH64_reset(state, 0);

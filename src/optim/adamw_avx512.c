@@ -124,15 +124,7 @@ MT_AVX512 void mt_adamw_kernel_avx512(const mt_adamw_coef *c, mt_adamw_part part
         _mm512_set1_ps(c->neg_step_size),
     };
     size_t i = 0;
-    switch (part) {
-    case MT_ADAMW_FULL: RUN(MT_ADAMW_FULL); break;
-    case MT_ADAMW_MOMENTS: RUN(MT_ADAMW_MOMENTS); break;
-    case MT_ADAMW_WEIGHTS: RUN(MT_ADAMW_WEIGHTS); break;
-    case MT_ADAMW_CORRECT: RUN(MT_ADAMW_CORRECT); break;
-    case MT_ADAMW_UNDO: RUN(MT_ADAMW_UNDO); break;
-    case MT_ADAMW_CORRECT_MASTERS: RUN(MT_ADAMW_CORRECT_MASTERS); break;
-    case MT_ADAMW_CORRECT_MOMENTS: RUN(MT_ADAMW_CORRECT_MOMENTS); break;
-    }
+    MT_ADAMW_EACH_PART(part, RUN)
 }
 
 #endif

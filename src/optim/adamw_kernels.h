@@ -28,6 +28,19 @@ typedef struct {
 typedef void (*mt_adamw_kernel)(const mt_adamw_coef *c, mt_adamw_part part, mt_master w, float *m, float *v,
                                 const float *grad, size_t n);
 
+/* Runs RUN(PART) with `part` as a constant, so that a SIMD kernel's inner loop is compiled once for
+ * each part (the part's branches folded away). */
+#define MT_ADAMW_EACH_PART(part, RUN)                                             \
+    switch (part) {                                                               \
+    case MT_ADAMW_FULL: RUN(MT_ADAMW_FULL); break;                                \
+    case MT_ADAMW_MOMENTS: RUN(MT_ADAMW_MOMENTS); break;                          \
+    case MT_ADAMW_WEIGHTS: RUN(MT_ADAMW_WEIGHTS); break;                          \
+    case MT_ADAMW_CORRECT: RUN(MT_ADAMW_CORRECT); break;                          \
+    case MT_ADAMW_UNDO: RUN(MT_ADAMW_UNDO); break;                                \
+    case MT_ADAMW_CORRECT_MASTERS: RUN(MT_ADAMW_CORRECT_MASTERS); break;          \
+    case MT_ADAMW_CORRECT_MOMENTS: RUN(MT_ADAMW_CORRECT_MOMENTS); break;          \
+    }
+
 /* The constants of one update of a tensor. */
 mt_adamw_coef mt_adamw_coef_of(const mt_adamw_params *p, int decay);
 /* The kernel of an implementation; one the CPU lacks gives MT_ADAMW_BEST's. */
