@@ -71,3 +71,9 @@ const char *mt_test_state_differs(const char *run_a, const char *run_b, int step
 }
 
 int mt_test_exists(const char *path) { return access(path, F_OK) == 0; }
+
+const char *mt_test_in(const char *dir, const char *name) {
+    static char paths[16][PATH_MAX];
+    static int next;
+    return hf_test_path(paths[next++ % 16], dir, name);
+}

@@ -23,6 +23,9 @@ const char *mt_test_blob(const char *run, int step, const char *name);
  * the checkpoints of `step` in two runs, or NULL when they are byte for byte the same. */
 const char *mt_test_state_differs(const char *run_a, const char *run_b, int step);
 
+/* "<dir>/<name>" in one of 16 rotating static buffers: a call holds several paths at once. */
+const char *mt_test_in(const char *dir, const char *name);
+
 /* 1 when `path` exists. */
 int mt_test_exists(const char *path);
 

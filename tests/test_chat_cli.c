@@ -28,11 +28,7 @@
 
 static char dir[PATH_MAX];
 
-static const char *in_dir(const char *name) {
-    static char paths[8][PATH_MAX];
-    static int next;
-    return hf_test_path(paths[next++ % 8], dir, name);
-}
+static const char *in_dir(const char *name) { return mt_test_in(dir, name); }
 
 static void copy_file(const char *from, const char *to) {
     size_t n;

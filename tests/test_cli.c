@@ -38,12 +38,7 @@ TestSuite(cli, .init = make_fixtures, .fini = remove_fixtures);
 /* ---- helpers ---- */
 
 /* A path inside the test's temp dir (one of a few rotating static buffers). */
-static const char *in_dir(const char *name) {
-    static char paths[8][PATH_MAX];
-    static int next;
-    char *p = paths[next++ % 8];
-    return hf_test_path(p, dir, name);
-}
+static const char *in_dir(const char *name) { return mt_test_in(dir, name); }
 
 static int exists(const char *path) {
     struct stat st;

@@ -33,11 +33,7 @@ static void remove_fixtures(void) { hf_test_rmtree(dir); }
 
 TestSuite(interrupts, .init = make_fixtures, .fini = remove_fixtures);
 
-static const char *in_dir(const char *name) {
-    static char paths[8][PATH_MAX];
-    static int next;
-    return hf_test_path(paths[next++ % 8], dir, name);
-}
+static const char *in_dir(const char *name) { return mt_test_in(dir, name); }
 
 static size_t count_matching(const char *pattern) {
     glob_t g;

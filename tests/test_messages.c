@@ -25,11 +25,7 @@ static void remove_fixtures(void) { hf_test_rmtree(dir); }
 
 TestSuite(messages, .init = make_fixtures, .fini = remove_fixtures);
 
-static const char *in_dir(const char *name) {
-    static char paths[8][PATH_MAX];
-    static int next;
-    return hf_test_path(paths[next++ % 8], dir, name);
-}
+static const char *in_dir(const char *name) { return mt_test_in(dir, name); }
 
 /* Failed with `code`, the message's error line holding each of the NULL-ended needles. */
 static void expect_error(const mt_cli_result *r, int code, ...) {

@@ -32,13 +32,7 @@ static void remove_fixtures(void) { hf_test_rmtree(dir); }
 
 TestSuite(moe_cli, .init = make_fixtures, .fini = remove_fixtures);
 
-static const char *in_dir(const char *name) {
-    static char paths[4][PATH_MAX + 64];
-    static int next;
-    char *p = paths[next++ % 4];
-    snprintf(p, sizeof paths[0], "%s/%s", dir, name);
-    return p;
-}
+static const char *in_dir(const char *name) { return mt_test_in(dir, name); }
 
 /* The family's tiny model over bytes (the corpus's tokens), its config.json in dir/<name>/. */
 static const char *write_config(mt_arch arch, int aux, const char *name) {

@@ -27,11 +27,7 @@ static void remove_fixtures(void) { hf_test_rmtree(dir); }
 
 TestSuite(inputs, .init = make_fixtures, .fini = remove_fixtures);
 
-static const char *in_dir(const char *name) {
-    static char paths[8][PATH_MAX];
-    static int next;
-    return hf_test_path(paths[next++ % 8], dir, name);
-}
+static const char *in_dir(const char *name) { return mt_test_in(dir, name); }
 
 static void run_ok(const mt_cli_result *r) {
     cr_assert(!r->timed_out && r->signal == 0, "died or hung:\n%s", r->err);

@@ -17,18 +17,25 @@ static void remove_dir(void) { hf_test_rmtree(dir); }
 
 TestSuite(sample_weights, .init = make_dir, .fini = remove_dir);
 
+/* A tiny model (one sequence of 16 tokens a step) and its checkpoint of step `step` in dir, whose
+ * directory goes into ckpt[PATH_MAX + 16]. */
+static void save_tiny(mt_tiny_model *full, const mt_config *cfg, mt_engine_options *eo, int64_t step, char *ckpt) {
+    *eo = mt_engine_defaults();
+    eo->batch = 1;
+    eo->seq = 16;
+    mt_tiny_model_open(full, cfg, eo, 7);
+    mt_run_progress progress = {.step = step, .adam_step = step};
+    mt_run_save_options so = {.keep = 0, .good_step = -1};
+    cr_assert_eq(mt_run_save(dir, &full->store, &progress, &so, NULL), MT_OK, "%s", mt_error());
+    snprintf(ckpt, PATH_MAX + 16, "%s/ckpt-%06lld", dir, (long long)step);
+}
+
 Test(sample_weights, weights_alone_give_the_full_models_logits) {
-    mt_engine_options eo = mt_engine_defaults();
-    eo.batch = 1;
-    eo.seq = 16;
+    mt_engine_options eo;
     mt_tiny_model full;
     mt_config cfg = mt_tiny_config_gqa();
-    mt_tiny_model_open(&full, &cfg, &eo, 7);
-    mt_run_progress progress = {.step = 3, .adam_step = 3};
-    mt_run_save_options so = {.keep = 0, .good_step = -1};
-    cr_assert_eq(mt_run_save(dir, &full.store, &progress, &so, NULL), MT_OK, "%s", mt_error());
     char ckpt[PATH_MAX + 16];
-    snprintf(ckpt, sizeof ckpt, "%s/ckpt-000003", dir);
+    save_tiny(&full, &cfg, &eo, 3, ckpt);
 
     mt_store weights;
     int64_t step = -1;
@@ -66,17 +73,11 @@ Test(sample_weights, weights_alone_give_the_full_models_logits) {
 
 /* A checkpoint whose masters are corrupt is refused, though its pieces were handed over. */
 Test(sample_weights, a_corrupt_master_is_refused) {
-    mt_engine_options eo = mt_engine_defaults();
-    eo.batch = 1;
-    eo.seq = 16;
+    mt_engine_options eo;
     mt_tiny_model full;
     mt_config cfg = mt_tiny_config_gqa();
-    mt_tiny_model_open(&full, &cfg, &eo, 7);
-    mt_run_progress progress = {.step = 1, .adam_step = 1};
-    mt_run_save_options so = {.keep = 0, .good_step = -1};
-    cr_assert_eq(mt_run_save(dir, &full.store, &progress, &so, NULL), MT_OK, "%s", mt_error());
     char blob[PATH_MAX + 32], ckpt[PATH_MAX + 16];
-    snprintf(ckpt, sizeof ckpt, "%s/ckpt-000001", dir);
+    save_tiny(&full, &cfg, &eo, 1, ckpt);
     snprintf(blob, sizeof blob, "%s/master.bin", ckpt);
     FILE *f = fopen(blob, "r+b");
     fseek(f, 100, SEEK_SET);

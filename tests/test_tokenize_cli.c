@@ -12,6 +12,7 @@
 
 #include "cli_run.h"
 #include "hf_test_files.h"
+#include "run_fixture.h"
 #include "io/tokens.h"
 #include "tokenizer_files.h"
 
@@ -29,11 +30,7 @@ static void make_dirs(void) {
 static void remove_dirs(void) { hf_test_rmtree(dir); }
 TestSuite(tokenize_cli, .init = make_dirs, .fini = remove_dirs);
 
-static const char *in_dir(const char *name) {
-    static char paths[8][PATH_MAX];
-    static int next;
-    return hf_test_path(paths[next++ % 8], dir, name);
-}
+static const char *in_dir(const char *name) { return mt_test_in(dir, name); }
 
 static const char *out_prefix(const char *name) {
     static char paths[4][PATH_MAX];

@@ -21,11 +21,7 @@
 
 static char dir[PATH_MAX];
 
-static const char *in_dir(const char *name) {
-    static char paths[8][PATH_MAX];
-    static int next;
-    return hf_test_path(paths[next++ % 8], dir, name);
-}
+static const char *in_dir(const char *name) { return mt_test_in(dir, name); }
 
 /* A model directory holding reference tokenizer `name`'s tokenizer.json and tokenizer_config.json. */
 static void copy_tokenizer(const char *name, const char *to_dir) {

@@ -27,11 +27,7 @@ static void remove_fixtures(void) { hf_test_rmtree(dir); }
 
 TestSuite(trains, .init = make_fixtures, .fini = remove_fixtures);
 
-static const char *in_dir(const char *name) {
-    static char paths[4][PATH_MAX];
-    static int next;
-    return hf_test_path(paths[next++ % 4], dir, name);
-}
+static const char *in_dir(const char *name) { return mt_test_in(dir, name); }
 
 /* A masked shard of `count` byte ids, one example, whose mask is 1 only at the positions in [from, to);
  * the tests train on windows of its stream (--packing off). */
