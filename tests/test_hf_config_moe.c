@@ -3,6 +3,7 @@
  * blocks among sparse ones, every refusal names its field, and the round trip through config.json
  * (which the run checkpoints keep too) changes nothing. */
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
 #include <jansson.h>
 #include <limits.h>
 #include <string.h>
@@ -94,6 +95,20 @@ Test(hfconfig_moe, the_hubs_configs_give_the_presets) {
     expect_preset(qwen15_moe, "qwen1.5-moe-a2.7b");
     expect_preset(mixtral, "mixtral-8x7b");
     expect_preset(olmoe, "olmoe-1b-7b");
+}
+
+/* Every field of the hub's files is read or known to change nothing: none is named as unknown. */
+Test(hfconfig_moe, the_hubs_configs_name_no_field_as_unknown, .init = cr_redirect_stderr) {
+    const char *files[] = {qwen3_30b, qwen15_moe, mixtral, olmoe};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        mt_config c;
+        cr_assert_eq(parse(files[i], &c), MT_OK, "%s", mt_error());
+    }
+    fflush(stderr);
+    char said[4096] = "";
+    size_t n = fread(said, 1, sizeof said - 1, cr_get_redirected_stderr());
+    said[n] = 0;
+    cr_expect_null(strstr(said, "does not know"), "%s", said);
 }
 
 /* transformers 5's Qwen3MoeConfig writes num_local_experts for num_experts (its attribute_map). */

@@ -224,7 +224,10 @@ static const char *const read_fields[] = {
     "architectures", "model_type", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
     "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings", "rms_norm_eps", "rope_theta",
     "rope_scaling", "rope_parameters", "tie_word_embeddings", "attention_bias", "bos_token_id", "eos_token_id",
-    "hidden_act", "mlp_bias", "quantization_config", "layer_types", "sliding_window", "use_sliding_window", NULL};
+    "hidden_act", "mlp_bias", "quantization_config", "layer_types", "sliding_window", "use_sliding_window",
+    "qkv_bias", "clip_qkv", "num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size",
+    "shared_expert_intermediate_size", "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers",
+    "output_router_logits", "router_aux_loss_coef", "router_jitter_noise", NULL};
 /* What changes nothing megatrain computes: the file's provenance and inference settings, the
  * initialization of a model transformers builds (megatrain's random weights are its own), the
  * layers a sliding window would have spared (none is used), HF's slicing of the MLP in

@@ -114,10 +114,11 @@ def read_masked_shard(path):
         data = f.read()
     header = struct.unpack("<256i", data[:1024])
     assert header[0] == 0x534D544D, f"{path}: not a masked shard"
-    width, count = header[3], header[4] | header[5] << 32
+    width, count, encoding = header[3], header[4] | header[5] << 32, header[6]
+    assert encoding == 2, f"{path}: mask encoding {encoding}, not 2 (a loss bit and an example-start bit)"
     ids = list(struct.unpack(f"<{count}{'H' if width == 2 else 'I'}", data[1024:1024 + count * width]))
-    mask = list(data[1024 + count * width:])
-    return ids, mask
+    marks = data[1024 + count * width:]
+    return ids, [b & 1 for b in marks], [k for k, b in enumerate(marks) if b & 2]
 
 
 def ours(binary, directory, convs, tmp, name):
@@ -150,8 +151,9 @@ def answer_spans(messages, text, opening, end_token, think_in_prompt):
 
 
 def theirs(tok, convs, opening, end_token, think_in_prompt):
-    ids, mask = [], []
+    ids, mask, starts = [], [], []
     for conv in convs:
+        starts.append(len(ids))
         messages, tools = as_messages(conv)
         text = render(tok, messages, tools)
         want = tok.apply_chat_template(messages, tools=tools, tokenize=True, add_generation_prompt=False,
@@ -167,11 +169,14 @@ def theirs(tok, convs, opening, end_token, think_in_prompt):
         spans = answer_spans(messages, text, opening, end_token, think_in_prompt)
         ids += want
         mask += [int(any(s < b and e > a for a, b in spans)) for s, e in enc["offset_mapping"]]
-    return ids, mask
+    return ids, mask, starts
 
 
 def compare(name, got, want, convs):
-    (gi, gm), (wi, wm) = got, want
+    (gi, gm, gs), (wi, wm, ws) = got, want
+    if gs != ws:
+        return (f"FAIL {name}: examples start at tokens {gs[:8]} in megatrain, at each conversation's first token "
+                f"{ws[:8]} in transformers")
     for k in range(max(len(gi), len(wi))):
         a = (gi[k], gm[k]) if k < len(gi) else None
         b = (wi[k], wm[k]) if k < len(wi) else None

@@ -209,8 +209,8 @@ def check_unchanged(binary, family, work, data, tokens):
     megatrain(binary, "export", sorted(glob.glob(os.path.join(run, "ckpt-*")))[-1], out, "--dtype", "fp32")
     model, info = load(out)
     check(not info["missing_keys"] and not info["unexpected_keys"],
-          f"{family}: the export loads with no missing or unexpected tensor ({info['missing_keys'][:3]}, "
-          f"{info['unexpected_keys'][:3]})")
+          f"{family}: the export loads with no missing or unexpected tensor ({sorted(info['missing_keys'])[:3]}, "
+          f"{sorted(info['unexpected_keys'])[:3]})")
     original, _ = load(init)
     batch = batch_of(tokens, 0)[:, :-1]
     check(torch.equal(logits_of(original, batch), logits_of(model, batch)),

@@ -536,11 +536,17 @@ def case_nan(case, mt):
     with open(os.path.join(run, "metrics.jsonl")) as f:
         flags = "".join("1" if json.loads(line)["skipped"] else "0" for line in f if '"skipped"' in line)
     case.check(flags == "0010", "metrics.jsonl flags step 3 (only) as skipped", f"flags by step: {flags}")
+    # The masters are untouched bit for bit. The moments were updated speculatively as the gradients
+    # came (the exact clipping that overlaps the backward) and undone once the norm was known:
+    # back to within fp32 rounding of the moment terms (optim/adamw.h's UNDO), not bitwise.
     for blob in ("master", "adam_m", "adam_v"):
         s2, s3, s4 = (blob_floats(run, s, blob) for s in (2, 3, 4))
-        case.check(torch.equal(s2, s3) and not torch.equal(s3, s4),
-                   f"{blob}: the skipped step 3 changed nothing, step 4 updated",
-                   f"step 3 equal to step 2: {torch.equal(s2, s3)}, step 4 equal to step 3: {torch.equal(s3, s4)}")
+        drift = (s3 - s2).abs().max().item()
+        scale = max(s2.abs().max().item(), s4.abs().max().item())
+        kept = torch.equal(s2, s3) if blob == "master" else drift <= 2.0 ** -21 * scale
+        case.check(kept and not torch.equal(s3, s4), f"{blob}: the skipped step 3 changed nothing, step 4 updated",
+                   f"step 3 against step 2: max |diff| {drift:.3g} of max |value| {scale:.3g}, "
+                   f"step 4 equal to step 3: {torch.equal(s3, s4)}")
 
 
 def case_token(case, mt):

@@ -4,7 +4,9 @@
 # with CUDA=1, runs the CUDA tests, the CUDA kernels' tests again under compute-sanitizer, and
 # the CPU tests, and prints a summary. Logs go to $OUT (the device tool's output folder) when it
 # is set. Exits non-zero when anything failed. MT_STEPS="build chat ..." runs only the steps named
-# (a shorter call when only some parts changed); by default every step runs.
+# (a shorter call when only some parts changed); by default every step runs. NV_ARCHS (e.g.
+# -gencode=arch=compute_90a,code=sm_90a) builds for the GPU at hand alone (then skip the fatbin
+# step); MT_CUDA_FILTER narrows the cuda step to the tests it matches (Criterion's --filter).
 set -u
 cd "$(dirname "$0")/../.."
 logs=${OUT:-/tmp/megatrain-device}
@@ -16,12 +18,13 @@ mkdir -p "$logs"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 . tests/device/steps.sh
 
-step build make CUDA=1 BUILD=$build -j"$(nproc)" $build/cuda_tests $build/run-tests $build/megatrain tokenizer-data
+step build make CUDA=1 BUILD=$build ${NV_ARCHS:+NV_ARCHS="$NV_ARCHS"} -j"$(nproc)" $build/cuda_tests $build/run-tests $build/megatrain tokenizer-data
 # Machine code for every supported GPU generation (and, where cuobjdump is installed, the same
 # listing from it as from scripts/fatbin_list.py).
 step fatbin scripts/check-fatbin.sh $build/megatrain
 rm -rf /tmp/mt-transformers-check
-step cuda env MT_TRANSFORMERS_DIR=/tmp/mt-transformers-check $build/cuda_tests --jobs 1 --verbose
+step cuda env MT_TRANSFORMERS_DIR=/tmp/mt-transformers-check $build/cuda_tests --jobs 1 --verbose \
+    ${MT_CUDA_FILTER:+--filter "$MT_CUDA_FILTER"}
 # The host optimizer's kernels and the split masters on this host's CPU (AVX-512 where the CI's
 # machine has only AVX2): a part of the cpu step below, for a call that runs only these.
 step optim $build/run-tests --jobs 4 --filter '@(adamw|split|moments|speculative)/*'

@@ -47,11 +47,12 @@ __global__ void adamw_kernel(mt_adamw_coef c, const float *scale, float *master,
         float v1 = ok ? __fadd_rn(__fmul_rn(c.beta2, v[i]), bv) : v[i];
         float av = __fsub_rn(v1, bv);
         av = av > 0 ? av : 0;
-        if (!isfinite(clip)) { /* UNDO, where MOMENTS changed them */
+        if (!isfinite(clip)) { /* UNDO, where MOMENTS changed them; the weights stay the masters' */
             if (ok) {
                 m[i] = __fdiv_rn(__fsub_rn(m1, b), c.beta1);
                 v[i] = __fdiv_rn(av, c.beta2);
             }
+            w[i] = mt_split_hi_bits(__float_as_uint(master[i]));
             continue;
         }
         float g = __fmul_rn(g0, clip);
