@@ -40,6 +40,7 @@ Test(cuda, pinned_pieces_round_trip_through_the_device) {
     size_t at = MT_PIN_PIECE_BYTES - 64;
     memset((char *)host + at, 0xab, 128);
     mt_copy_async(g.be, dev, (char *)host + at, 128, g.s);
+    gpu_sync(&g); /* the copy reads the host memory when it runs, not when it is issued */
     memset((char *)host + at, 0, 128);
     mt_copy_async(g.be, (char *)host + at, dev, 128, g.s);
     gpu_sync(&g);

@@ -465,15 +465,16 @@ def case_oom(case, mt):
         case.check(seconds < 20, f"refused up front, in {seconds:.1f} s", "too slow")
         case.check(not complete_checkpoints(big), "no checkpoint written", str(complete_checkpoints(big)))
 
-        # A resumed run keeps its batch and sequence length (a change is refused), so the batch that
-        # cannot fit is a fresh run's, beside the tiny run.
+        # A wide batch under the same pressure is no refusal: the planner cuts the micro-batch into
+        # chunks and attention into windows from what the GPU has, so it trains in the 1.5 GiB left.
+        # (A resumed run keeps its batch and sequence length, so it is a fresh run beside the tiny one.)
         before = fingerprint(run)
         wide = run_dir(mt, "oom-wide")
         code, err = mt.run(mt.tiny(wide, "--steps", 6, "--ckpt-every", 2, "--batch", 4096, "--seq", 256))
-        case.check(code is not None and code > 0, "tiny with --batch 4096 --seq 256 exits non-zero", ended(code))
-        message = found("device memory", err)
-        case.check(message, f"the message names device memory: {message or '-'}", last_lines(err))
-        case.check(not complete_checkpoints(wide), "no checkpoint written", str(complete_checkpoints(wide)))
+        case.check(code == 0, "tiny with --batch 4096 --seq 256 trains in what is left", f"{ended(code)}: "
+                   f"{last_lines(err)}")
+        case.check(verify_checkpoint(ckpt_path(wide, 6)) is None, "its last checkpoint verifies",
+                   verify_checkpoint(ckpt_path(wide, 6)))
         case.check(fingerprint(run) == before, "the tiny run's directory is unchanged", "it changed")
     finally:
         del hog
