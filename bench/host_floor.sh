@@ -20,8 +20,6 @@
 #           (--clip 1); the bar: the default >= 0.9x of --clip 0
 #   ring    the 8b --clip 0 row with --grad-ring 4 (the ring before the planner's default became 2),
 #           to run in the same call as 8b
-#   speculate  the 8b default row with --speculate 1, 0.5 and 0.25 (the default 0.75: engine.h), to
-#           run in the same call as 8b or 8b-128
 #   8b-128  the same two on a 128 GiB host, the default first (it must fit and run there)
 # Each bench row carries, beside the measured step and host GiB (the process's peak), plan's floor
 # and host bytes a parameter (plan_floor_s, plan_host_bytes_per_param, host_bytes_per_param) and
@@ -85,8 +83,7 @@ for group in $rows; do
     8b) bench_8b 0; bench_8b 1 ;;
     8b-128) bench_8b 1; bench_8b 0 ;;
     ring) bench_8b 0 --grad-ring 4 ;; # beside 8b's --clip 0 row: the ring of 2 the planner now takes
-    speculate) for x in 1 0.5 0.25; do bench_8b 1 --speculate $x; done ;; # beside 8b's default (0.75)
-    *) echo "ROWS: unknown group '$group' (plans, 14b, 8b, 8b-128, ring, speculate)"; exit 2 ;;
+    *) echo "ROWS: unknown group '$group' (plans, 14b, 8b, 8b-128, ring)"; exit 2 ;;
     esac
 done
 
@@ -103,8 +100,7 @@ for model in sorted({r["model"] for r in runs}):
     for r in rows:
         vs = f", {r['tokens_per_s'] / base:.2f}x --clip 0" if base else ""
         floor = r.get("plan_floor_s", 0)
-        print(f"  {model} clip {r.get('clip')} speculate {r.get('speculate', '?')}: {r['tokens_per_s']:.0f} tokens/s{vs}, "
-              f"step {r['step_s']:.3f} s, "
+        print(f"  {model} clip {r.get('clip')}: {r['tokens_per_s']:.0f} tokens/s{vs}, step {r['step_s']:.3f} s, "
               f"plan's floor {floor:.3f} s ({r['step_s'] / floor if floor else 0:.2f}x), host {r['host_gib']:.1f} GiB = "
               f"{r.get('host_bytes_per_param', 0):.2f} bytes a parameter (plan {r.get('plan_host_bytes_per_param', 0):.2f}), "
               f"{r.get('clipped_steps', '?')} of the timed steps clipped, last norm {r.get('grad_norm', 0):.3g}")

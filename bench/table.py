@@ -65,8 +65,6 @@ def measured_notes(run):
             ends += f": the input checkpoints of {run['ckpt_on_host']} of {run['layers']} blocks in pinned host memory"
         if "driver_peak_gpu_gib" in run:
             ends += f"; driver-counted peak GPU memory {run['driver_peak_gpu_gib']:.1f} GiB"
-        if run.get("clip") and "speculate" in run and run["speculate"] != 0.75:
-            ends += f"; --speculate {run['speculate']:g}"
         if run.get("attn_tile") and run["attn_tile"] < run["seq"]:
             ends += f"; attention in windows of {run['attn_tile']} queries"
         return (f"{idle}, stalled on copies {100 * run['copy_wait_share']:.1f}%; "

@@ -12,7 +12,6 @@ mt_engine_options mt_engine_defaults(void) {
     return (mt_engine_options){.batch = 4, .seq = 256, .micro_batches = 1, .slots = 2,
                                .opt_threads = 0, .lm_chunk = 512, .chunk = MT_ENGINE_CHUNK, .attn_tile = MT_ENGINE_ATTN_TILE,
                                .head_vocab_chunk = MT_ENGINE_HEAD_VOCAB_CHUNK, .max_grad_norm = 1.0f,
-                               .speculate = MT_ENGINE_SPECULATE,
                                .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
 }
 

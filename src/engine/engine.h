@@ -63,10 +63,6 @@ typedef struct {
     float beta1, beta2, eps, weight_decay;
     int keep_grads;      /* keep every unit's gradient on the host (mt_engine_host_grads) even
                           * without clipping; otherwise unclipped training keeps a ring */
-    float speculate;     /* with exact clipping (fp32 moments): the share of the host-updated
-                          * units, those whose gradients come home first, whose moments the
-                          * optimizer takes during the backward (the rest are updated whole once
-                          * the norm is known); 0 to 1, MT_ENGINE_SPECULATE by default */
     int grad_ring;       /* that ring's block gradient buffers: the backward runs at most this
                           * many blocks ahead of the optimizer (0: MT_ENGINE_GRAD_RING; at most
                           * the number of blocks) */
@@ -173,13 +169,6 @@ mt_status mt_engine_store_create(mt_store *store, const mt_layout *layout, mt_ba
  * the device's two gradient slots keep the backward and the copies home apart. The planner grows
  * it where the optimizer is slower than the backward (plan/placement.c). */
 #define MT_ENGINE_GRAD_RING 2
-
-/* The default share of speculated units under exact clipping. All of them would spread the most
- * work over the backward, but a clipped step then costs the host 60 bytes a parameter (the moments
- * during the backward, 20; the masters once the norm is known, 20; the moments corrected, 20)
- * against the whole update's 28 once the norm is known: the units whose gradients come home last
- * (the first blocks, the next forward's first) are updated whole, without moments to correct. */
-#define MT_ENGINE_SPECULATE 0.75f
 
 /* Without clipping (and without keep_grads), the ends' gradients in vocabulary chunks come home
  * through this many host buffers of one chunk each instead of a host gradient of each end: the

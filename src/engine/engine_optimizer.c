@@ -1,7 +1,6 @@
 /* The CPU optimizer thread: AdamW on each unit once its gradients are home, writing the unit's
  * masters, whose high halves (or fp32 values) are what the h2d stream copies, then raising the
  * unit's flag so that the next copy of it may start. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,25 +119,21 @@ static void run_deferred(mt_engine *e, const mt_opt_job *job) {
     }
 }
 
-/* Speculative (exact clipping, fp32 moments): while the backward runs, the moments of the
- * speculated host-updated units (engine.h's speculate: the first of them in the order their
- * gradients come home: the head, blocks L-1..D, the embedding) as their gradients come home
- * (MOMENTS, with the gradient as it is). The gradients stay where they landed. Once the norm is
- * known, the masters, in the order the next forward needs them:
- *   not clipped   a speculated unit: WEIGHTS from those moments, the plain update's bits (one
- *                 whose moments were not taken yet, the norm come first, takes FULL at once);
- *                 any other: the plain update (FULL).
- *   clipped       a speculated unit: CORRECT, the kept gradient's term taken back out of the
- *                 moments and the clipped one put in, within fp32 rounding of the plain update
- *                 (optim/adamw.h), in two passes: the masters first (CORRECT_MASTERS: 20 bytes a
- *                 parameter, what the next forward waits for), then, once every unit's are out,
- *                 the moments (CORRECT_MOMENTS), each unit's before its next gradients come home
- *                 over the ones they read (grads_taken); any other: FULL with the clipped
- *                 gradient (28 bytes, the plain update's bits).
- *   skipped       a speculated unit: UNDO, the moments back to within fp32 rounding of before;
- *                 the masters untouched. Any other: untouched.
- * In the last two every speculated unit takes MOMENTS first, whether or not the norm came before
- * it, and which units are speculated is the options', so that the bits never depend on timing. */
+/* Speculative (exact clipping, fp32 moments): while the backward runs, each host-updated unit's
+ * moments as its gradients come home (MOMENTS, with the gradient as it is), in the order they
+ * arrive: the head, blocks L-1..D, the embedding. The gradients stay where they landed. Once the
+ * norm is known, the masters, in the order the next forward needs them:
+ *   not clipped   WEIGHTS from those moments: the plain update's bits. A unit whose moments were
+ *                 not taken yet (the norm came first) takes the plain update (FULL) at once.
+ *   clipped       CORRECT: the kept gradient's term taken back out of the moments and the clipped
+ *                 one put in, within fp32 rounding of the plain update (optim/adamw.h); in two
+ *                 passes: the masters first (CORRECT_MASTERS: 20 bytes a parameter, what the next
+ *                 forward waits for), then, once every unit's are out, the moments
+ *                 (CORRECT_MOMENTS), each unit's before its next gradients come home over the ones
+ *                 they read (grads_taken).
+ *   skipped       UNDO: the moments back to within fp32 rounding of before; the masters untouched.
+ * In the last two every unit takes MOMENTS first, whether or not the norm came before it, so that
+ * the bits never depend on timing. */
 /* The step's norm as the issuing thread told it: its clip coefficient and whether it is skipped. */
 static void read_norm(mt_engine *e, float *scale, int *skip) {
     pthread_mutex_lock(&e->opt_lock);
@@ -147,31 +142,18 @@ static void read_norm(mt_engine *e, float *scale, int *skip) {
     pthread_mutex_unlock(&e->opt_lock);
 }
 
-/* spec[u]: whether unit u is speculated, the first speculate x (host-updated units) of `arrival`. */
-static void choose_speculated(const mt_engine *e, const int *arrival, int n, uint8_t *spec) {
-    int host = 0;
-    for (int k = 0; k < n; k++) host += !mt_engine_unit_on_device(e, arrival[k]);
-    int left = (int)lroundf(e->o.speculate * (float)host);
-    for (int k = 0; k < n; k++) {
-        int u = arrival[k];
-        spec[u] = left > 0 && !mt_engine_unit_on_device(e, u);
-        left -= spec[u];
-    }
-}
-
 static void run_speculative(mt_engine *e, const mt_opt_job *job) {
     int arrival[e->U], n = 0;
-    uint8_t taken[e->U], spec[e->U];
+    uint8_t taken[e->U];
     memset(taken, 0, sizeof taken);
     arrival[n++] = e->U - 1;
     for (int l = e->L - 1; l >= 0; l--) arrival[n++] = mt_unit_block(l);
     arrival[n++] = 0;
-    choose_speculated(e, arrival, n, spec);
     int norm_known = 0, plain = 0, skip = 0;
     float scale = 1.0f;
     for (int k = 0; k < n && !plain; k++) {
         int u = arrival[k];
-        if (!spec[u]) continue;
+        if (mt_engine_unit_on_device(e, u)) continue;
         if (!norm_known && mt_engine_reached(e, MT_FL_NORM_KNOWN, 0, job->generation, MT_GEN_NEXT)) {
             norm_known = 1;
             read_norm(e, &scale, &skip);
@@ -201,27 +183,23 @@ static void run_speculative(mt_engine *e, const mt_opt_job *job) {
             if (!taken[u]) {
                 unit_home(e, job, u, 1);
                 if (mt_engine_optimizer_halted(e)) return;
-                if (spec[u] && (skip || clipped)) update_unit(e, job, 1, MT_ADAMW_MOMENTS, u);
+                if (skip || clipped) update_unit(e, job, 1, MT_ADAMW_MOMENTS, u);
             }
-            if (spec[u] || !skip) {
-                mt_adamw_part part = !spec[u]  ? MT_ADAMW_FULL
-                                     : skip    ? MT_ADAMW_UNDO
-                                     : clipped ? MT_ADAMW_CORRECT_MASTERS
-                                     : taken[u] ? MT_ADAMW_WEIGHTS
-                                                : MT_ADAMW_FULL;
-                update_unit(e, &step, adam_step, part, u);
-            }
+            mt_adamw_part part = skip      ? MT_ADAMW_UNDO
+                                 : clipped ? MT_ADAMW_CORRECT_MASTERS
+                                 : taken[u] ? MT_ADAMW_WEIGHTS
+                                            : MT_ADAMW_FULL;
+            update_unit(e, &step, adam_step, part, u);
             e->job_update_seconds += mt_now() - t0;
         }
         mt_engine_raise(e, MT_FL_UPDATED, u, job->generation);
-        if (!host || !clipped || !spec[u]) mt_engine_raise(e, MT_FL_GRADS_TAKEN, u, job->generation);
+        if (!host || !clipped) mt_engine_raise(e, MT_FL_GRADS_TAKEN, u, job->generation);
     }
-    /* Clipped: the speculated units' corrected moments, after every master is out, in the order the
-     * next backward's gradients come home, each unit's before its next gradients land on the ones
-     * these read. */
+    /* Clipped: the corrected moments, after every master is out, in the order the next backward's
+     * gradients come home, each unit's before its next gradients land on the ones these read. */
     for (int k = 0; clipped && k < n; k++) {
         int u = arrival[k];
-        if (!spec[u]) continue;
+        if (mt_engine_unit_on_device(e, u)) continue;
         double t0 = mt_now();
         update_unit(e, &step, adam_step, MT_ADAMW_CORRECT_MOMENTS, u);
         e->job_update_seconds += mt_now() - t0;

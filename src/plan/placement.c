@@ -100,18 +100,16 @@ static opt_mode opt_mode_of(const mt_engine_options *o, mt_moments_format moment
 /* Host memory traffic of the host optimizer a parameter and step (optim/adamw.h's parts), in all
  * and once the norm is known (what the next forward waits for), for a step that is not clipped:
  * without clipping the whole update as gradients come home (28 bytes with fp32 moments); with
- * it, for the speculated share of the units (engine.h), the moments then (20) and the masters
- * after the norm (16), for the rest the whole update after the norm; with bf16 or 8-bit moments
- * the whole update after the norm. */
-static void opt_bytes(const mt_layout *lay, const mt_store_bytes *s, const mt_engine_options *o, opt_mode mode,
-                      double *total, double *after_norm) {
+ * it the moments then (20) and the masters after the norm (16); with bf16 or 8-bit moments the
+ * whole update after the norm. */
+static void opt_bytes(const mt_layout *lay, const mt_store_bytes *s, opt_mode mode, double *total, double *after_norm) {
     double moment = (double)s->moments / 2 / (double)lay->total_numel;
-    double full = mt_adamw_part_bytes(MT_ADAMW_FULL, moment), x = o->speculate;
+    double full = mt_adamw_part_bytes(MT_ADAMW_FULL, moment);
     switch (mode) {
     case OPT_OVERLAPPED: *total = full, *after_norm = 0; break;
     case OPT_SPECULATIVE:
-        *after_norm = x * mt_adamw_part_bytes(MT_ADAMW_WEIGHTS, moment) + (1 - x) * full;
-        *total = x * mt_adamw_part_bytes(MT_ADAMW_MOMENTS, moment) + *after_norm;
+        *after_norm = mt_adamw_part_bytes(MT_ADAMW_WEIGHTS, moment);
+        *total = mt_adamw_part_bytes(MT_ADAMW_MOMENTS, moment) + *after_norm;
         break;
     case OPT_DEFERRED: *total = *after_norm = full; break;
     }
@@ -145,8 +143,7 @@ static void floor_terms(mt_placement *p, mt_backend *be, const mt_layout *lay) {
     double in_s = p->pcie_in / p->rates.pcie_bytes_per_s, out_s = p->pcie_out / p->rates.pcie_d2h_bytes_per_s;
     p->pcie_s = in_s > out_s ? in_s : out_s;
     p->pcie_cover_tokens = p->gemm_s > 0 ? p->tokens * p->pcie_s / p->gemm_s : 0;
-    opt_bytes(lay, &p->store, o, opt_mode_of(o, p->moments), &p->opt_bytes_per_param,
-              &p->after_norm_bytes_per_param);
+    opt_bytes(lay, &p->store, opt_mode_of(o, p->moments), &p->opt_bytes_per_param, &p->after_norm_bytes_per_param);
     p->opt_s = p->opt_bytes_per_param * p->host_params / p->rates.host_bytes_per_s;
     p->after_norm_s = p->after_norm_bytes_per_param * p->host_params / p->rates.host_bytes_per_s;
     p->floor_s = p->gemm_s > p->pcie_s ? p->gemm_s : p->pcie_s;
@@ -163,7 +160,7 @@ static double seconds_saved(const mt_placement_request *rq, const mt_layout *lay
                             int loads) {
     mt_store_bytes s = mt_store_size(lay, be->ops->weight_dtype, rq->moments);
     double wsize = (double)mt_dtype_size(be->ops->weight_dtype), total, after_norm;
-    opt_bytes(lay, &s, &rq->eo, opt_mode_of(&rq->eo, rq->moments), &total, &after_norm);
+    opt_bytes(lay, &s, opt_mode_of(&rq->eo, rq->moments), &total, &after_norm);
     double host = params * total / rq->rates.host_bytes_per_s;
     return host + params * (4.0 + wsize * loads) / rq->rates.pcie_bytes_per_s;
 }
@@ -362,13 +359,10 @@ void mt_placement_print(const mt_placement *p, FILE *out) {
             p->rates.host_bytes_per_s / 1e9, p->opt_s, (p->params - p->host_params) / 1e9);
     if (p->after_norm_s > 0)
         fprintf(out, "          with clipping, %.0f of them once the norm is known, after the backward's GEMMs: %.3f s + "
-                "%.3f s = %.3f s (a step that clips: %.0f, and %.0f more once its masters are out; %.0f%% of the "
-                "units speculated, --speculate)\n",
+                "%.3f s = %.3f s (a step that clips: %.0f, and %.0f more once its masters are out)\n",
                 p->after_norm_bytes_per_param, BACKWARD_SHARE * p->gemm_s, p->after_norm_s,
-                BACKWARD_SHARE * p->gemm_s + p->after_norm_s,
-                p->eo.speculate * mt_adamw_part_bytes(MT_ADAMW_CORRECT_MASTERS, 4) +
-                    (1 - p->eo.speculate) * mt_adamw_part_bytes(MT_ADAMW_FULL, 4),
-                p->eo.speculate * mt_adamw_part_bytes(MT_ADAMW_CORRECT_MOMENTS, 4), 100.0 * p->eo.speculate);
+                BACKWARD_SHARE * p->gemm_s + p->after_norm_s, mt_adamw_part_bytes(MT_ADAMW_CORRECT_MASTERS, 4),
+                mt_adamw_part_bytes(MT_ADAMW_CORRECT_MOMENTS, 4));
     fprintf(out, "          = %.3f s a step at best, %.0f tokens/s\n", p->floor_s, p->tokens / p->floor_s);
     if (p->rates.source) fprintf(out, "          (rates: %s)\n", p->rates.source);
 }

@@ -127,12 +127,10 @@ static mt_status print_summary(FILE *out, const mt_train_options *o, const mt_ba
                           "attn_tile", mt_block_tile_rows(eo->batch, eo->seq, eo->attn_tile));
     /* Beside what was measured, what the plan said: its floor and its host bytes. */
     double plan_host = (double)mt_placement_host_bytes(s->plan), params = (double)mt_config_total_params(cfg);
-    json_t *planned = json_pack("{s:f, s:f, s:f, s:f, s:i, s:i, s:f, s:i, s:f}", "plan_floor_s", s->plan->floor_s,
-                                "plan_host_gib",
+    json_t *planned = json_pack("{s:f, s:f, s:f, s:f, s:i, s:i, s:f, s:i}", "plan_floor_s", s->plan->floor_s, "plan_host_gib",
                                 plan_host / 1073741824.0, "plan_host_bytes_per_param", plan_host / params,
                                 "host_bytes_per_param", host / params, "clipped_steps", s->clipped, "skipped_steps",
-                                s->skipped, "grad_norm", s->grad_norm, "grad_ring", eo->grad_ring, "speculate",
-                                (double)eo->speculate);
+                                s->skipped, "grad_norm", s->grad_norm, "grad_ring", eo->grad_ring);
     if (j && planned) json_object_update(j, planned);
     json_decref(planned);
     if (j && (json_object_set_new(j, "packed_mean", json_integer(s->packed_mean)) != 0 ||
