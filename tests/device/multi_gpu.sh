@@ -7,7 +7,8 @@
 # Builds with CUDA=1, runs the two-GPU CUDA tests (2 GPUs against 1 within bf16 tolerance; NCCL's
 # reduce-scatter with a tail; a rank that dies releases the other from NCCL), then the command line:
 # a tiny run on 2 GPUs, a failing rank, a resume on 1 GPU, and the refusal of more GPUs than there
-# are. Logs go to $OUT when set.
+# are. Logs go to $OUT when set. NV_ARCHS (e.g. -gencode=arch=compute_90a,code=sm_90a) builds for the
+# GPU at hand alone.
 set -u
 cd "$(dirname "$0")/../.."
 logs=${OUT:-/tmp/megatrain-multi-gpu-tests}
@@ -19,7 +20,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 nvidia-smi -L
 . tests/device/steps.sh
 
-step build make CUDA=1 BUILD=$build -j"$(nproc)" $build/cuda_tests $build/megatrain
+step build make CUDA=1 BUILD=$build ${NV_ARCHS:+NV_ARCHS="$NV_ARCHS"} -j"$(nproc)" $build/cuda_tests $build/megatrain
 step cuda2 $build/cuda_tests --jobs 1 --verbose --filter 'cuda/@(two_gpus_*|a_gpu_rank_*|nccl_reduce_scatter_*)'
 
 # cli: a run on 2 GPUs that one rank's death stops at step 5 (the checkpoint of step 4 stays good),
