@@ -36,7 +36,18 @@ static void start_v(mt_cli_process *p, const char *first, va_list ap) {
     posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
     posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
-    int rc = posix_spawn(&p->pid, bin, &actions, NULL, argv, environ);
+    /* The command starts with the stop signals' default actions, whatever this process inherited
+     * (a suite started in the background or under nohup ignores SIGINT or SIGHUP, and megatrain,
+     * as a shell does, keeps a signal ignored that it was started ignoring). */
+    posix_spawnattr_t attr;
+    sigset_t stops;
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGINT), sigaddset(&stops, SIGTERM), sigaddset(&stops, SIGHUP);
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setsigdefault(&attr, &stops);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
+    int rc = posix_spawn(&p->pid, bin, &actions, &attr, argv, environ);
+    posix_spawnattr_destroy(&attr);
     posix_spawn_file_actions_destroy(&actions);
     close(out[1]);
     close(err[1]);
