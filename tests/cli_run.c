@@ -19,6 +19,18 @@
 
 extern char **environ;
 
+/* The stop signals' default actions for the commands the tests start, whatever this program
+ * inherited: a suite started in the background or under nohup ignores SIGINT or SIGHUP, which
+ * an exec keeps, and megatrain, as a shell does, leaves a signal ignored that it was started
+ * ignoring. A test that ignores one itself (before starting a command) still passes that on. */
+__attribute__((constructor)) static void stop_signals_default(void) {
+    const int stops[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof stops / sizeof stops[0]; i++) {
+        struct sigaction was;
+        if (sigaction(stops[i], NULL, &was) == 0 && was.sa_handler == SIG_IGN) signal(stops[i], SIG_DFL);
+    }
+}
+
 static void start_v(mt_cli_process *p, const char *first, va_list ap) {
     const char *bin = getenv("MT_BIN");
     cr_assert(bin && *bin, "MT_BIN is not set: run the tests as 'MT_BIN=build/megatrain build/run-tests' "
@@ -36,18 +48,7 @@ static void start_v(mt_cli_process *p, const char *first, va_list ap) {
     posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
     posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
-    /* The command starts with the stop signals' default actions, whatever this process inherited
-     * (a suite started in the background or under nohup ignores SIGINT or SIGHUP, and megatrain,
-     * as a shell does, keeps a signal ignored that it was started ignoring). */
-    posix_spawnattr_t attr;
-    sigset_t stops;
-    sigemptyset(&stops);
-    sigaddset(&stops, SIGINT), sigaddset(&stops, SIGTERM), sigaddset(&stops, SIGHUP);
-    posix_spawnattr_init(&attr);
-    posix_spawnattr_setsigdefault(&attr, &stops);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
-    int rc = posix_spawn(&p->pid, bin, &actions, &attr, argv, environ);
-    posix_spawnattr_destroy(&attr);
+    int rc = posix_spawn(&p->pid, bin, &actions, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&actions);
     close(out[1]);
     close(err[1]);
