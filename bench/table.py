@@ -65,6 +65,9 @@ def measured_notes(run):
             ends += f": the input checkpoints of {run['ckpt_on_host']} of {run['layers']} blocks in pinned host memory"
         if "driver_peak_gpu_gib" in run:
             ends += f"; driver-counted peak GPU memory {run['driver_peak_gpu_gib']:.1f} GiB"
+        if run.get("opt_after_norm_s"):
+            ends += (f"; the last master out {run['opt_after_norm_s']:.3f} s after the norm "
+                     f"({run.get('opt_backlog_units', 0):.1f} units' moments still to take then)")
         if run.get("attn_tile") and run["attn_tile"] < run["seq"]:
             ends += f"; attention in windows of {run['attn_tile']} queries"
         return (f"{idle}, stalled on copies {100 * run['copy_wait_share']:.1f}%; "

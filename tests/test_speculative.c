@@ -144,3 +144,34 @@ Test(speculative, a_skipped_step_keeps_the_masters_and_undoes_the_moments) {
     const spec_case cases[] = {{1.0f, 0, 0, 1}, {1.0f, 1, 1, 1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_step(&cases[i]);
 }
+
+/* The step's report of the optimizer's work after the norm (what the next forward waits for):
+ * with clipping, the time to its last master out and the units whose moments were still to take
+ * then, at most the host-updated units; without clipping, none. */
+Test(speculative, a_step_reports_the_optimizers_work_after_the_norm) {
+    for (int clip = 0; clip < 2; clip++) {
+        mt_config cfg = mt_tiny_config_gqa();
+        mt_engine_options o = mt_engine_defaults();
+        o.seq = SEQ;
+        o.batch = SEQUENCES;
+        o.max_grad_norm = clip ? 1e-2f : 0.0f;
+        mt_tiny_model t;
+        mt_tiny_model_open(&t, &cfg, &o, 23);
+        int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
+        mt_step_result r;
+        for (int step = 0; step < 2; step++) { /* the second step's report holds the first's update */
+            mt_tiny_windows(80 + step, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
+            cr_assert_eq(mt_engine_step(t.engine, inputs, targets, NULL, 1e-3f, &r), MT_OK, "%s", mt_error());
+        }
+        mt_engine_finish(t.engine);
+        if (clip) {
+            cr_expect_gt(r.opt_after_norm_seconds, 0.0, "clipped: no time after the norm reported");
+            cr_expect(r.opt_backlog_units >= 0 && r.opt_backlog_units <= t.layout.num_units, "backlog %d of %d units",
+                      r.opt_backlog_units, t.layout.num_units);
+        } else {
+            cr_expect(r.opt_after_norm_seconds == 0.0 && r.opt_backlog_units == 0,
+                      "no clipping, yet %g s after the norm, %d units", r.opt_after_norm_seconds, r.opt_backlog_units);
+        }
+        mt_tiny_model_close(&t);
+    }
+}

@@ -104,6 +104,11 @@ typedef struct {
      * one's still runs behind the next forward): its time spent updating (not waiting for
      * gradients), and its mean time per block. */
     double opt_seconds, opt_seconds_per_block;
+    /* With exact clipping, that update's time from the optimizer learning the norm to its last
+     * master out (what the next forward waits for), and how many host-updated units' moments it
+     * still had to take when the norm came (the backlog of the backward's speculative work). */
+    double opt_after_norm_seconds;
+    int opt_backlog_units;
     /* A mixture of experts (moe set): the router's load-balancing loss (transformers'
      * load_balancing_loss_func over the layers, the mean over the micro-batches; unweighted: it joins
      * the objective times router_aux_loss_coef where the config's output_router_logits says so), and

@@ -147,8 +147,15 @@ struct mt_engine {
     int norm_skip;             /* skipped; guarded by opt_lock, written before norm_known rises */
     double opt_seconds;        /* time spent updating in the last step; guarded by opt_lock */
     double opt_seconds_per_block; /* its mean per block; guarded by opt_lock */
+    double opt_after_norm_seconds; /* exact clipping, the last job: from learning the norm to its
+                                    * last master out; guarded by opt_lock */
+    int opt_backlog_units;     /* its host-updated units whose moments were still to take then;
+                                * likewise */
     double job_block_seconds;  /* the running job's time on blocks so far; optimizer thread only */
     double job_update_seconds; /* the running job's time updating (not waiting) so far; likewise */
+    double job_norm_time;      /* the running job's: when it learned the norm; likewise */
+    double job_after_norm_seconds; /* the running job's opt_after_norm_seconds and */
+    int job_backlog_units;     /* opt_backlog_units; likewise */
     int *opt_cores, num_opt_cores; /* the optimizer team's cores (pinned), or none */
     void (*guard)(void *ctx, int unit); /* mt_engine_set_update_guard's; set under opt_lock */
     void *guard_ctx;

@@ -110,6 +110,7 @@ static int unit_home(mt_engine *e, const mt_opt_job *job, int u, int wait) {
 /* Deferred (exact clipping): every gradient is home; update in the order the next forward needs
  * the units. */
 static void run_deferred(mt_engine *e, const mt_opt_job *job) {
+    e->job_norm_time = mt_now(); /* the job is posted once the norm is known */
     int64_t adam_step = mt_engine_count_update(e, job->skip);
     for (int u = 0; u < e->U; u++) {
         double t0 = mt_now();
@@ -117,6 +118,7 @@ static void run_deferred(mt_engine *e, const mt_opt_job *job) {
         e->job_update_seconds += mt_now() - t0;
         mt_engine_raise(e, MT_FL_UPDATED, u, job->generation);
     }
+    e->job_after_norm_seconds = mt_now() - e->job_norm_time;
 }
 
 /* Speculative (exact clipping, fp32 moments): while the backward runs, each host-updated unit's
@@ -142,6 +144,14 @@ static void read_norm(mt_engine *e, float *scale, int *skip) {
     pthread_mutex_unlock(&e->opt_lock);
 }
 
+/* For the step's report: when the norm became known here, and how many of the host-updated units
+ * among `left` (those not yet reached) still had their moments to take. */
+static void norm_noticed(mt_engine *e, const int *left, int n, const uint8_t *taken) {
+    e->job_norm_time = mt_now();
+    e->job_backlog_units = 0;
+    for (int k = 0; k < n; k++) e->job_backlog_units += !taken[left[k]] && !mt_engine_unit_on_device(e, left[k]);
+}
+
 static void run_speculative(mt_engine *e, const mt_opt_job *job) {
     int arrival[e->U], n = 0;
     uint8_t taken[e->U];
@@ -156,6 +166,7 @@ static void run_speculative(mt_engine *e, const mt_opt_job *job) {
         if (mt_engine_unit_on_device(e, u)) continue;
         if (!norm_known && mt_engine_reached(e, MT_FL_NORM_KNOWN, 0, job->generation, MT_GEN_NEXT)) {
             norm_known = 1;
+            norm_noticed(e, arrival + k, n - k, taken);
             read_norm(e, &scale, &skip);
             plain = !skip && scale == 1.0f;
             if (plain) break;
@@ -169,6 +180,7 @@ static void run_speculative(mt_engine *e, const mt_opt_job *job) {
     }
     if (!norm_known) {
         mt_engine_await(e, MT_FL_NORM_KNOWN, 0, job->generation, MT_GEN_NEXT);
+        norm_noticed(e, arrival, n, taken);
         read_norm(e, &scale, &skip);
     }
     if (mt_engine_optimizer_halted(e)) return;
@@ -195,6 +207,7 @@ static void run_speculative(mt_engine *e, const mt_opt_job *job) {
         mt_engine_raise(e, MT_FL_UPDATED, u, job->generation);
         if (!host || !clipped) mt_engine_raise(e, MT_FL_GRADS_TAKEN, u, job->generation);
     }
+    e->job_after_norm_seconds = mt_now() - e->job_norm_time;
     /* Clipped: the corrected moments, after every master is out, in the order the next backward's
      * gradients come home, each unit's before its next gradients land on the ones these read. */
     for (int k = 0; clipped && k < n; k++) {
@@ -210,6 +223,8 @@ static void run_speculative(mt_engine *e, const mt_opt_job *job) {
 static void run_job(mt_engine *e, const mt_opt_job *job) {
     e->job_block_seconds = 0;
     e->job_update_seconds = 0;
+    e->job_after_norm_seconds = 0;
+    e->job_backlog_units = 0;
     if (mt_engine_optimizer_halted(e)) return;
     switch (job->mode) {
     case MT_OPT_OVERLAPPED: mt_engine_run_overlapped(e, job); break;
@@ -219,6 +234,8 @@ static void run_job(mt_engine *e, const mt_opt_job *job) {
     pthread_mutex_lock(&e->opt_lock);
     e->opt_seconds = e->job_update_seconds;
     e->opt_seconds_per_block = e->D == e->L ? 0 : e->job_block_seconds / (e->L - e->D);
+    e->opt_after_norm_seconds = e->job_after_norm_seconds;
+    e->opt_backlog_units = e->job_backlog_units;
     pthread_mutex_unlock(&e->opt_lock);
 }
 

@@ -545,6 +545,8 @@ mt_status mt_engine_step(mt_engine *e, const int32_t *inputs, const int32_t *tar
     pthread_mutex_lock(&opt->opt_lock);
     res->opt_seconds = opt->opt_seconds;
     res->opt_seconds_per_block = opt->opt_seconds_per_block;
+    res->opt_after_norm_seconds = opt->opt_after_norm_seconds;
+    res->opt_backlog_units = opt->opt_backlog_units;
     pthread_mutex_unlock(&opt->opt_lock);
     return MT_OK;
 }

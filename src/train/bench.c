@@ -61,6 +61,8 @@ typedef struct {
     double idle_share;         /* the device's idle time over the step time (1 - computing) */
     double idle_forward_share, idle_backward_share; /* its parts between jobs of the two passes */
     double opt_s, opt_block_s; /* the optimizer's mean time a step, and a block */
+    double after_norm_s, backlog; /* exact clipping: its mean time from the norm to the last master
+                                   * out, and the units' moments it still had to take then */
     const mt_placement *plan;  /* where everything lived: the run's memory plan */
     /* The device memory in use by the driver's count (cudaMemGetInfo: the CUDA context and the
      * libraries' workspaces included), sampled after every step and at the end: the engine
@@ -131,6 +133,12 @@ static mt_status print_summary(FILE *out, const mt_train_options *o, const mt_ba
                                 plan_host / 1073741824.0, "plan_host_bytes_per_param", plan_host / params,
                                 "host_bytes_per_param", host / params, "clipped_steps", s->clipped, "skipped_steps",
                                 s->skipped, "grad_norm", s->grad_norm, "grad_ring", eo->grad_ring);
+    if (planned && o->max_grad_norm > 0 &&
+        (json_object_set_new(planned, "opt_after_norm_s", json_real(s->after_norm_s)) != 0 ||
+         json_object_set_new(planned, "opt_backlog_units", json_real(s->backlog)) != 0)) {
+        json_decref(planned);
+        planned = NULL;
+    }
     if (j && planned) json_object_update(j, planned);
     json_decref(planned);
     if (j && (json_object_set_new(j, "packed_mean", json_integer(s->packed_mean)) != 0 ||
@@ -211,6 +219,7 @@ mt_status mt_bench(const mt_train_options *given, int warmup, int packed_mean, F
     if (rc == MT_OK) fprintf(out, "set-up: engine ready at %.1f s\n", mt_now() - t0);
     mt_rng rng = {(uint64_t)o->seed};
     double stall = 0, opt_wait = 0, opt = 0, opt_block = 0, computing = 0, idle_forward = 0, idle_backward = 0;
+    double after_norm = 0, backlog = 0;
     double total = 0, driver_peak = 0, segments = 0, grad_norm = 0;
     int clipped = 0, skipped = 0;
     for (int64_t s = 0; rc == MT_OK && s < warmup + o->steps; s++) {
@@ -230,10 +239,14 @@ mt_status mt_bench(const mt_train_options *given, int warmup, int packed_mean, F
         double ends = r.seconds - r.compute_seconds - r.idle_forward_seconds - r.idle_backward_seconds;
         fprintf(out, "%s step %lld: %.3f s, %.0f tokens/s, loss %.4f, device computing %.3f s, idle %.3f s in the "
                 "forward, %.3f s in the backward, %.3f s at the step's ends, compute waited %.3f s on copies, issue "
-                "waited %.3f s on the optimizer, optimizer %.3f s (%.4f s a block)\n",
+                "waited %.3f s on the optimizer, optimizer %.3f s (%.4f s a block)",
                 s < warmup ? "warmup" : "timed", (long long)s, r.seconds, (double)n / r.seconds, r.loss,
                 r.compute_seconds, r.idle_forward_seconds, r.idle_backward_seconds, ends, r.stall_seconds,
                 r.wait_opt_seconds, r.opt_seconds, r.opt_seconds_per_block);
+        if (r.opt_after_norm_seconds > 0)
+            fprintf(out, ", its last master out %.3f s after the norm (%d units' moments still to take then)",
+                    r.opt_after_norm_seconds, r.opt_backlog_units);
+        fputc('\n', out);
         fflush(out);
         if (s < warmup) continue;
         times[s - warmup] = r.seconds;
@@ -247,6 +260,8 @@ mt_status mt_bench(const mt_train_options *given, int warmup, int packed_mean, F
         opt_wait += r.wait_opt_seconds;
         opt += r.opt_seconds;
         opt_block += r.opt_seconds_per_block;
+        after_norm += r.opt_after_norm_seconds;
+        backlog += r.opt_backlog_units;
         total += r.seconds;
     }
     if (rc == MT_OK) {
@@ -270,6 +285,8 @@ mt_status mt_bench(const mt_train_options *given, int warmup, int packed_mean, F
         sum.opt_wait_share = total > 0 ? opt_wait / total : 0;
         sum.opt_s = opt / (double)o->steps;
         sum.opt_block_s = opt_block / (double)o->steps;
+        sum.after_norm_s = after_norm / (double)o->steps;
+        sum.backlog = backlog / (double)o->steps;
         sum.packed_mean = packed_mean;
         sum.segments_per_window = packed_mean ? segments / (double)(warmup + o->steps) / (double)(n / o->seq_len) : 1;
         rc = print_summary(out, o, be, &cfg, &sum, (double)peak, host_peak_bytes(), json,
