@@ -19,6 +19,7 @@
 
 #include "engine/block.h"
 #include "train/backend_select.h"
+#include "ops_check.h"
 #include "tiny_model.h"
 
 enum { SEQ = 64, SEQUENCES = 4 };
@@ -45,10 +46,9 @@ static void expect_chunking_invisible(const mt_config *cfg) {
     for (size_t i = 0; i < sizeof whole / sizeof whole[0]; i++) {
         for (int batch = 2; batch <= 4; batch += 2) {
             result got = grads_of(cfg, batch, whole[i], cfg->num_layers, 7, 0);
-            cr_expect(got.loss == want.loss, "chunk %d, batch %d: loss %.17g, unchunked %.17g", whole[i], batch,
-                      got.loss, want.loss);
-            cr_expect(!memcmp(got.grads, want.grads, want.n * sizeof *want.grads),
-                      "chunk %d, batch %d: the gradients are not bitwise the unchunked ones", whole[i], batch);
+            char what[64];
+            snprintf(what, sizeof what, "chunk %d, batch %d, against unchunked", whole[i], batch);
+            mt_tiny_expect_same_bits(&got, &want, what);
             free(got.grads);
         }
     }
@@ -59,10 +59,9 @@ static void expect_chunking_invisible(const mt_config *cfg) {
     const int head[] = {0, 37, 0, 37, 255};
     for (size_t i = 0; i < sizeof part / sizeof part[0]; i++) {
         result got = grads_of(cfg, 2, part[i], 1, 7, head[i]);
-        cr_expect(fabs(got.loss - want.loss) <= 1e-6 * fabs(want.loss), "chunk %d: loss %.9g, unchunked %.9g",
-                  part[i], got.loss, want.loss);
-        double err = mt_tiny_grads_error(&got, &want);
-        cr_expect(err <= 1e-5, "chunk %d, head chunk %d: the gradients' relative error is %g", part[i], head[i], err);
+        char what[64];
+        snprintf(what, sizeof what, "chunk %d, head chunk %d, against unchunked", part[i], head[i]);
+        mt_tiny_expect_close(&got, &want, what);
         free(got.grads);
     }
     free(want.grads);
@@ -143,21 +142,7 @@ static float *masters_after_training(const mt_config *cfg, int head_chunk, doubl
     o.chunk = 24;
     o.head_vocab_chunk = head_chunk;
     o.max_grad_norm = 0;
-    mt_tiny_model t;
-    mt_tiny_model_open(&t, cfg, &o, 5);
-    int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
-    for (int s = 0; s < 3; s++) {
-        mt_tiny_windows(70 + s, SEQUENCES, SEQ, cfg->vocab_size, tokens, inputs, targets);
-        mt_step_result r;
-        cr_assert_eq(mt_engine_step(t.engine, inputs, targets, NULL, 3e-3f, &r), MT_OK, "%s", mt_error());
-        if (s == 0) *first_loss = r.loss;
-    }
-    mt_engine_finish(t.engine);
-    size_t n = (size_t)t.layout.total_numel;
-    float *master = malloc(n * sizeof *master);
-    memcpy(master, mt_store_f32(&t.store), n * sizeof *master);
-    mt_tiny_model_close(&t);
-    return master;
+    return mt_tiny_masters_after_steps(cfg, &o, 5, 70, first_loss);
 }
 
 static void expect_vocabulary_chunks_train_as_whole(mt_config cfg) {
@@ -168,12 +153,8 @@ static void expect_vocabulary_chunks_train_as_whole(mt_config cfg) {
     float *want = masters_after_training(&cfg, 0, &loss_whole);
     float *got = masters_after_training(&cfg, 10, &loss_chunked);
     cr_expect(loss_whole == loss_chunked, "the first step's loss %.17g, whole head %.17g", loss_chunked, loss_whole);
-    double diff = 0, norm = 0;
-    for (int64_t i = 0; i < lay.total_numel; i++) {
-        diff += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
-        norm += (double)want[i] * want[i];
-    }
-    cr_expect(sqrt(diff / norm) <= 1e-6, "the masters' relative difference is %g", sqrt(diff / norm));
+    double diff = ops_rel_err(got, want, (size_t)lay.total_numel);
+    cr_expect(diff <= 1e-6, "the masters' relative difference is %g", diff);
     free(want);
     free(got);
     mt_layout_free(&lay);

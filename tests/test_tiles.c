@@ -19,9 +19,9 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "engine/block.h"
+#include "ops_check.h"
 #include "tiny_model.h"
 
 enum { SEQ = 64, SEQUENCES = 4 };
@@ -57,10 +57,9 @@ static void expect_tiles_invisible(const mt_config *cfg) {
         result untiled = grads_of(cfg, batch, 0, SEQ, 0);
         for (size_t i = 0; i < sizeof whole / sizeof whole[0]; i++) {
             result got = grads_of(cfg, batch, whole[i], SEQ, 0);
-            cr_expect(got.loss == untiled.loss, "tile %d, batch %d: loss %.17g, untiled %.17g", whole[i], batch,
-                      got.loss, untiled.loss);
-            cr_expect(!memcmp(got.grads, untiled.grads, untiled.n * sizeof *untiled.grads),
-                      "tile %d, batch %d: the gradients are not bitwise the untiled ones", whole[i], batch);
+            char what[64];
+            snprintf(what, sizeof what, "tile %d, batch %d, against untiled", whole[i], batch);
+            mt_tiny_expect_same_bits(&got, &untiled, what);
             free(got.grads);
         }
         free(untiled.grads);
@@ -72,10 +71,9 @@ static void expect_tiles_invisible(const mt_config *cfg) {
     const int chunk[] = {0, 0, 10, 0, 10};
     for (size_t i = 0; i < sizeof tile / sizeof tile[0]; i++) {
         result got = grads_of(cfg, 2, tile[i], chunk[i], i % 2);
-        cr_expect(fabs(got.loss - want.loss) <= 1e-6 * fabs(want.loss), "tile %d: loss %.9g, untiled %.9g",
-                  tile[i], got.loss, want.loss);
-        double err = mt_tiny_grads_error(&got, &want);
-        cr_expect(err <= 1e-5, "tile %d, chunk %d: the gradients' relative error is %g", tile[i], chunk[i], err);
+        char what[64];
+        snprintf(what, sizeof what, "tile %d, chunk %d, against untiled", tile[i], chunk[i]);
+        mt_tiny_expect_close(&got, &want, what);
         free(got.grads);
     }
     free(want.grads);
@@ -130,10 +128,9 @@ Test(tiles, tiles_at_odd_sizes) {
         const int whole[] = {ODD, ODD + 5, 2 * ODD};
         for (size_t i = 0; i < sizeof whole / sizeof whole[0]; i++) {
             result got = grads_at(&cfg, ODD, batch, whole[i], ODD, 0, NULL);
-            cr_expect(got.loss == untiled.loss, "tile %d, batch %d: loss %.17g, untiled %.17g", whole[i], batch,
-                      got.loss, untiled.loss);
-            cr_expect(!memcmp(got.grads, untiled.grads, untiled.n * sizeof *untiled.grads),
-                      "tile %d, batch %d: the gradients are not bitwise the untiled ones", whole[i], batch);
+            char what[64];
+            snprintf(what, sizeof what, "tile %d, batch %d, against untiled", whole[i], batch);
+            mt_tiny_expect_same_bits(&got, &untiled, what);
             free(got.grads);
         }
         free(untiled.grads);
@@ -141,11 +138,9 @@ Test(tiles, tiles_at_odd_sizes) {
         const int tile[] = {10, 36, 2, 1}, chunk[] = {5, 0, 5, 0};
         for (size_t i = 0; i < sizeof tile / sizeof tile[0]; i++) {
             result got = grads_at(&cfg, ODD, batch, tile[i], chunk[i], (int)i % 2, NULL);
-            cr_expect(fabs(got.loss - want.loss) <= 1e-6 * fabs(want.loss), "tile %d, batch %d: loss %.9g, untiled "
-                      "%.9g", tile[i], batch, got.loss, want.loss);
-            double err = mt_tiny_grads_error(&got, &want);
-            cr_expect(err <= 1e-5, "tile %d, chunk %d, batch %d: the gradients' relative error is %g", tile[i],
-                      chunk[i], batch, err);
+            char what[64];
+            snprintf(what, sizeof what, "tile %d, chunk %d, batch %d, against untiled", tile[i], chunk[i], batch);
+            mt_tiny_expect_close(&got, &want, what);
             free(got.grads);
         }
         free(want.grads);
@@ -166,14 +161,13 @@ Test(tiles, windows_of_packed_examples) {
     cfg.max_position = SEQ;
     result want = grads_at(&cfg, SEQ, 2, 0, 0, 0, positions);
     result whole = grads_at(&cfg, SEQ, 2, SEQ, 0, 0, positions);
-    cr_expect(!memcmp(whole.grads, want.grads, want.n * sizeof *want.grads), "tiles of whole sequences changed the bits");
+    mt_tiny_expect_same_bits(&whole, &want, "packed, tiles of whole sequences, against untiled");
     const int tile[] = {24, 7};
     for (size_t i = 0; i < sizeof tile / sizeof tile[0]; i++) {
         result got = grads_at(&cfg, SEQ, 2, tile[i], 10, 0, positions);
-        cr_expect(fabs(got.loss - want.loss) <= 1e-6 * fabs(want.loss), "tile %d: loss %.9g, untiled %.9g", tile[i],
-                  got.loss, want.loss);
-        double err = mt_tiny_grads_error(&got, &want);
-        cr_expect(err <= 1e-5, "tile %d: the packed gradients' relative error is %g", tile[i], err);
+        char what[64];
+        snprintf(what, sizeof what, "packed, tile %d, against untiled", tile[i]);
+        mt_tiny_expect_close(&got, &want, what);
         free(got.grads);
     }
     free(whole.grads);
@@ -197,21 +191,7 @@ static float *masters_after_training(const mt_config *cfg, int tile, double *fir
     o.micro_batches = 2;
     o.attn_tile = tile;
     o.max_grad_norm = 0;
-    mt_tiny_model t;
-    mt_tiny_model_open(&t, cfg, &o, 5);
-    int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
-    for (int s = 0; s < 3; s++) {
-        mt_tiny_windows(80 + s, SEQUENCES, SEQ, cfg->vocab_size, tokens, inputs, targets);
-        mt_step_result r;
-        cr_assert_eq(mt_engine_step(t.engine, inputs, targets, NULL, 3e-3f, &r), MT_OK, "%s", mt_error());
-        if (s == 0) *first_loss = r.loss;
-    }
-    mt_engine_finish(t.engine);
-    size_t n = (size_t)t.layout.total_numel;
-    float *master = malloc(n * sizeof *master);
-    mt_store_read_masters(&t.store, 0, n, master);
-    mt_tiny_model_close(&t);
-    return master;
+    return mt_tiny_masters_after_steps(cfg, &o, 5, 80, first_loss);
 }
 
 Test(tiles, windows_train_as_whole) {
@@ -224,12 +204,8 @@ Test(tiles, windows_train_as_whole) {
     float *got = masters_after_training(&cfg, 24, &loss_windows);
     cr_expect(fabs(loss_windows - loss_whole) <= 1e-6 * fabs(loss_whole), "the first step's loss %.9g, untiled %.9g",
               loss_windows, loss_whole);
-    double diff = 0, norm = 0;
-    for (int64_t i = 0; i < lay.total_numel; i++) {
-        diff += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
-        norm += (double)want[i] * want[i];
-    }
-    cr_expect(sqrt(diff / norm) <= 1e-6, "the masters' relative difference is %g", sqrt(diff / norm));
+    double diff = ops_rel_err(got, want, (size_t)lay.total_numel);
+    cr_expect(diff <= 1e-6, "the masters' relative difference is %g", diff);
     free(want);
     free(got);
     mt_layout_free(&lay);

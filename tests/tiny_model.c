@@ -155,6 +155,43 @@ double mt_tiny_grads_error(const mt_tiny_grads *got, const mt_tiny_grads *want) 
     return sqrt(diff / norm);
 }
 
+float *mt_tiny_masters_after_steps(const mt_config *cfg, const mt_engine_options *o, uint64_t seed, uint64_t windows,
+                                   double *first_loss) {
+    mt_tiny_model t;
+    mt_tiny_model_open(&t, cfg, o, seed);
+    size_t rows = (size_t)o->micro_batches * o->batch;
+    int32_t *tokens = malloc(rows * (o->seq + 1) * sizeof *tokens), *inputs = malloc(rows * o->seq * sizeof *inputs);
+    int32_t *targets = malloc(rows * o->seq * sizeof *targets);
+    cr_assert(tokens && inputs && targets);
+    for (int s = 0; s < 3; s++) {
+        mt_tiny_windows(windows + s, (int)rows, o->seq, cfg->vocab_size, tokens, inputs, targets);
+        mt_step_result r;
+        cr_assert_eq(mt_engine_step(t.engine, inputs, targets, NULL, 3e-3f, &r), MT_OK, "%s", mt_error());
+        if (s == 0) *first_loss = r.loss;
+    }
+    mt_engine_finish(t.engine);
+    size_t n = (size_t)t.layout.total_numel;
+    float *master = malloc(n * sizeof *master);
+    cr_assert(master);
+    mt_store_read_masters(&t.store, 0, n, master);
+    mt_tiny_model_close(&t);
+    free(tokens), free(inputs), free(targets);
+    return master;
+}
+
+void mt_tiny_expect_same_bits(const mt_tiny_grads *got, const mt_tiny_grads *want, const char *what) {
+    cr_expect(got->loss == want->loss, "%s: loss %.17g, against %.17g", what, got->loss, want->loss);
+    cr_expect(!memcmp(got->grads, want->grads, want->n * sizeof *want->grads), "%s: the gradients are not bitwise",
+              what);
+}
+
+void mt_tiny_expect_close(const mt_tiny_grads *got, const mt_tiny_grads *want, const char *what) {
+    cr_expect(fabs(got->loss - want->loss) <= 1e-6 * fabs(want->loss), "%s: loss %.9g, against %.9g", what, got->loss,
+              want->loss);
+    double err = mt_tiny_grads_error(got, want);
+    cr_expect(err <= 1e-5, "%s: the gradients' relative error is %g", what, err);
+}
+
 void mt_tiny_windows(uint64_t seed, int count, int seq, int vocab, int32_t *tokens, int32_t *inputs,
                      int32_t *targets) {
     mt_rng rng = {seed};

@@ -54,5 +54,15 @@ mt_tiny_grads mt_tiny_grads_of(const mt_config *cfg, const mt_engine_options *o,
                                const int32_t *positions);
 /* ||got - want|| / ||want|| over every gradient. */
 double mt_tiny_grads_error(const mt_tiny_grads *got, const mt_tiny_grads *want);
+/* The fp32 masters after three steps of o (at lr 3e-3) over o->micro_batches x o->batch windows
+ * of o->seq tokens from mt_tiny_windows(windows + step), from weights of `seed`, and the first
+ * step's loss; the caller frees them. */
+float *mt_tiny_masters_after_steps(const mt_config *cfg, const mt_engine_options *o, uint64_t seed, uint64_t windows,
+                                   double *first_loss);
+/* Expects got to be want bit for bit (loss and gradients); `what` names the run in a failure. */
+void mt_tiny_expect_same_bits(const mt_tiny_grads *got, const mt_tiny_grads *want, const char *what);
+/* Expects got within fp32 rounding of want: the loss within 1e-6 of it, relatively, and the
+ * gradients within a relative error of 1e-5 (mt_tiny_grads_error). */
+void mt_tiny_expect_close(const mt_tiny_grads *got, const mt_tiny_grads *want, const char *what);
 
 #endif
