@@ -22,6 +22,21 @@ static int shard_name(const char *name, const char *base, const char **rest) {
     return 1;
 }
 
+/* The directories claim made, from the outermost (p->made) to p->dir, each registered before the one
+ * inside it: the stop handler removes the newest first, so each goes once what is in it has. */
+static void register_made(mt_shard_prefix *p) {
+    size_t at = strlen(p->made);
+    if (!at) return;
+    while (p->n_dir_temps < MT_SHARD_DIR_TEMPS) {
+        char level[PATH_MAX];
+        snprintf(level, sizeof level, "%.*s", (int)at, p->dir);
+        p->dir_temps[p->n_dir_temps++] = mt_stop_temp_add(level);
+        if (!p->dir[at]) break;
+        const char *next = strchr(p->dir + at + 1, '/');
+        at = next ? (size_t)(next - p->dir) : strlen(p->dir);
+    }
+}
+
 mt_status mt_shard_prefix_claim(const char *prefix, mt_shard_prefix *p) {
     *p = (mt_shard_prefix){.temps = -1};
     const char *slash = strrchr(prefix, '/'), *base = slash ? slash + 1 : prefix;
@@ -48,6 +63,7 @@ mt_status mt_shard_prefix_claim(const char *prefix, mt_shard_prefix *p) {
         return mt_fail(MT_ERR_INVALID, "%s/%s already exists: an earlier tokenize's shards would mix with these; "
                        "remove all of %s_*.bin or choose another output prefix", p->dir, found, prefix);
     }
+    register_made(p);
     char name[NAME_MAX + 2];
     snprintf(name, sizeof name, "%s_", base);
     p->temps = mt_stop_temp_add_matching(p->dir, name, ".bin.tmp");
@@ -57,5 +73,7 @@ mt_status mt_shard_prefix_claim(const char *prefix, mt_shard_prefix *p) {
 void mt_shard_prefix_release(mt_shard_prefix *p, int failed) {
     mt_stop_temp_forget(p->temps);
     p->temps = -1;
+    for (int i = p->n_dir_temps - 1; i >= 0; i--) mt_stop_temp_forget(p->dir_temps[i]);
+    p->n_dir_temps = 0;
     if (failed) mt_rmdir_made(p->dir, p->made);
 }
