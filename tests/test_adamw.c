@@ -104,7 +104,7 @@ static void assert_states_equal(const state *got, const state *want, const char 
 }
 
 static const char *const part_names[] = {"full", "moments", "weights", "correct", "undo", "correct masters",
-                                         "correct moments"};
+                                         "correct moments", "ahead", "ahead correct masters", "ahead undo"};
 
 /* Three steps of one part of `impl` with `threads` against three of the reference, one state
  * each. */
@@ -135,7 +135,7 @@ Test(adamw, simd_bitwise_equal_to_reference) {
             cr_log_info("adamw: this CPU lacks %s; not tested", mt_adamw_impl_name(simd_impls[k]));
             continue; /* a warning would make Criterion exit 1: make test would fail on such a CPU */
         }
-        for (mt_adamw_part part = MT_ADAMW_FULL; part <= MT_ADAMW_CORRECT_MOMENTS; part++)
+        for (mt_adamw_part part = MT_ADAMW_FULL; part <= MT_ADAMW_AHEAD_UNDO; part++)
             for (size_t l = 0; l < sizeof lengths / sizeof lengths[0]; l++)
                 for (size_t offset = 0; offset < 4; offset += 3)
                     for (int split = 0; split <= 1; split++) check_impl(simd_impls[k], part, 1, lengths[l], offset, split, 1);
@@ -285,6 +285,35 @@ Test(adamw, moments_keep_where_the_gradient_is_not_finite) {
             int kept = i == 3 || i == 9 || i == 17;
             cr_assert_eq(m[i] == 0.5f && v[i] == 0.25f, kept, "%s: element %d", mt_adamw_impl_name(impl), i);
         }
+        for (int i = 0; i < 19; i++) m[i] = 0.5f, v[i] = 0.25f; /* AHEAD keeps the master there too */
+        mt_adamw_update_with(impl, MT_ADAMW_AHEAD, &params, 1, (mt_master){.f32 = master}, m, v, grad, 19, 1);
+        for (int i = 0; i < 19; i++) {
+            int kept = i == 3 || i == 9 || i == 17;
+            cr_assert_eq(m[i] == 0.5f && v[i] == 0.25f && master[i] == 1, kept, "%s: ahead, element %d",
+                         mt_adamw_impl_name(impl), i);
+        }
+    }
+}
+
+/* AHEAD with finite gradients is FULL, bit for bit (a step that turns out not clipped is the plain
+ * update). */
+Test(adamw, ahead_is_the_whole_update) {
+    for (size_t k = 0; k < sizeof simd_impls / sizeof simd_impls[0] + 1; k++) {
+        mt_adamw_impl impl = k ? simd_impls[k - 1] : MT_ADAMW_REF;
+        if (!mt_adamw_impl_supported(impl)) continue;
+        for (int split = 0; split <= 1; split++) {
+            size_t n = 1031;
+            state whole = state_new(n, 1, split, 27), ahead = state_new(n, 1, split, 27);
+            for (int64_t step = 1; step <= 3; step++) {
+                mt_adamw_params p = params;
+                p.step = step, p.grad_scale = 1.0f;
+                mt_adamw_update_with(impl, MT_ADAMW_FULL, &p, 1, whole.w, whole.m, whole.v, whole.grad, n, 1);
+                mt_adamw_update_with(impl, MT_ADAMW_AHEAD, &p, 1, ahead.w, ahead.m, ahead.v, ahead.grad, n, 1);
+            }
+            assert_states_equal(&ahead, &whole, mt_adamw_impl_name(impl));
+            state_free(&whole);
+            state_free(&ahead);
+        }
     }
 }
 
@@ -295,18 +324,20 @@ Test(adamw, moments_keep_where_the_gradient_is_not_finite) {
  * formed it, S_m = beta1 |m| + (1 - beta1) |g| + |m_full| (S_v likewise): bound 2 FLT_EPSILON S,
  * i.e. 4 units of half an ulp, the sum's, the subtraction's and the two final roundings. The
  * masters then move by the step's change that those moments' errors make, bounded in double from
- * the same S, plus a rounding of the master. Measured worst over scales 0.9 to 1e-3, as a share of
- * these bounds: printed by the test. */
+ * the same S, plus a rounding of the master. The same after AHEAD (the whole update ahead of the
+ * norm): AHEAD_CORRECT_MASTERS then CORRECT_MOMENTS, whose moments are CORRECT's bits and whose
+ * masters add the recovery of the decayed master. Measured worst over scales 0.9 to 1e-3, as a
+ * share of these bounds: printed by the test. */
 Test(adamw, correct_is_within_rounding_of_the_clipped_update) {
     static const float scales[] = {0.9f, 0.5f, 0.1f, 0.01f, 1e-3f};
-    double worst[3] = {0};
+    double worst[4] = {0};
     for (size_t k = 0; k < sizeof simd_impls / sizeof simd_impls[0] + 1; k++) {
         mt_adamw_impl impl = k ? simd_impls[k - 1] : MT_ADAMW_REF;
         if (!mt_adamw_impl_supported(impl)) continue;
         for (int split = 0; split <= 1; split++)
             for (size_t sc = 0; sc < sizeof scales / sizeof scales[0]; sc++) {
                 size_t n = 4099;
-                state full = state_new(n, 0, split, 11), spec = state_new(n, 0, split, 11);
+                state full = state_new(n, 0, split, 11), spec = state_new(n, 0, split, 11), ahead = state_new(n, 0, split, 11);
                 float *m0 = malloc(n * 4), *v0 = malloc(n * 4);
                 memcpy(m0, full.m, n * 4), memcpy(v0, full.v, n * 4);
                 mt_adamw_params p = params;
@@ -315,9 +346,16 @@ Test(adamw, correct_is_within_rounding_of_the_clipped_update) {
                 mt_adamw_update_with(impl, MT_ADAMW_FULL, &p, 1, full.w, full.m, full.v, full.grad, n, 1);
                 mt_adamw_params q = p;
                 q.grad_scale = 1.0f;
+                float *w0 = masters_of(&spec);
                 mt_adamw_update_with(impl, MT_ADAMW_MOMENTS, &q, 1, spec.w, spec.m, spec.v, spec.grad, n, 1);
                 mt_adamw_update_with(impl, MT_ADAMW_CORRECT, &p, 1, spec.w, spec.m, spec.v, spec.grad, n, 1);
-                float *wf = masters_of(&full), *ws = masters_of(&spec);
+                mt_adamw_update_with(impl, MT_ADAMW_AHEAD, &q, 1, ahead.w, ahead.m, ahead.v, ahead.grad, n, 1);
+                float *wa = masters_of(&ahead);
+                mt_adamw_update_with(impl, MT_ADAMW_AHEAD_CORRECT_MASTERS, &p, 1, ahead.w, ahead.m, ahead.v, ahead.grad, n, 1);
+                mt_adamw_update_with(impl, MT_ADAMW_CORRECT_MOMENTS, &p, 1, ahead.w, ahead.m, ahead.v, ahead.grad, n, 1);
+                float *wf = masters_of(&full), *ws = masters_of(&spec), *wc = masters_of(&ahead);
+                cr_assert(!memcmp(ahead.m, spec.m, n * 4) && !memcmp(ahead.v, spec.v, n * 4),
+                          "%s c %g: the moments after AHEAD are not CORRECT's", mt_adamw_impl_name(impl), (double)scales[sc]);
                 double b1 = p.beta1, b2 = p.beta2, eps = FLT_EPSILON;
                 double step = p.lr / (1 - pow(b1, 3)), c2 = sqrt(1 - pow(b2, 3));
                 for (size_t i = 0; i < n; i++) {
@@ -337,16 +375,24 @@ Test(adamw, correct_is_within_rounding_of_the_clipped_update) {
                     cr_assert_leq(dw, w_bound, "%s c %g: master[%zu] %.9g, plain %.9g", mt_adamw_impl_name(impl),
                                   (double)scales[sc], i, (double)ws[i], (double)wf[i]);
                     cr_assert_geq(spec.v[i], 0.0f);
+                    /* after AHEAD, the decayed master is recovered from AHEAD's within two roundings:
+                     * half an ulp of AHEAD's master and of the recovered one */
+                    double da = fabs((double)wc[i] - wf[i]), a_bound = w_bound + eps * (fabs(wa[i]) + fabs(w0[i]));
+                    cr_assert_leq(da, a_bound, "%s c %g: ahead, master[%zu] %.9g, plain %.9g", mt_adamw_impl_name(impl),
+                                  (double)scales[sc], i, (double)wc[i], (double)wf[i]);
                     worst[0] = fmax(worst[0], dm / (2 * eps * sm));
                     worst[1] = fmax(worst[1], dv / (2 * eps * sv));
                     worst[2] = fmax(worst[2], dw / w_bound);
+                    worst[3] = fmax(worst[3], da / a_bound);
                 }
-                free(wf), free(ws), free(m0), free(v0);
+                free(wf), free(ws), free(wa), free(wc), free(w0), free(m0), free(v0);
                 state_free(&full);
                 state_free(&spec);
+                state_free(&ahead);
             }
     }
-    cr_log_info("correct: worst share of the bound: m %.3f, v %.3f, master %.3f", worst[0], worst[1], worst[2]);
+    cr_log_info("correct: worst share of the bound: m %.3f, v %.3f, master %.3f, after AHEAD %.3f", worst[0], worst[1],
+                worst[2], worst[3]);
 }
 
 /* A skipped step after MOMENTS: UNDO brings each moment back to within the rounding of the sum
@@ -377,6 +423,43 @@ Test(adamw, undo_is_within_rounding_of_before) {
         }
         free(m0), free(v0), free(w0), free(m1), free(v1), free(w1);
         state_free(&s);
+    }
+}
+
+/* A skipped step after AHEAD: AHEAD_UNDO brings the moments back as UNDO does and each master to
+ * within the roundings of AHEAD's sum, of its subtraction and of the division by the decay:
+ * 2 FLT_EPSILON (|w| + |w'|). */
+Test(adamw, ahead_undo_is_within_rounding_of_before) {
+    for (size_t k = 0; k < sizeof simd_impls / sizeof simd_impls[0] + 1; k++) {
+        mt_adamw_impl impl = k ? simd_impls[k - 1] : MT_ADAMW_REF;
+        if (!mt_adamw_impl_supported(impl)) continue;
+        for (int split = 0; split <= 1; split++) {
+            size_t n = 4099;
+            state s = state_new(n, 0, split, 31);
+            float *m0 = malloc(n * 4), *v0 = malloc(n * 4), *w0 = masters_of(&s), *m1 = malloc(n * 4), *v1 = malloc(n * 4);
+            memcpy(m0, s.m, n * 4), memcpy(v0, s.v, n * 4);
+            mt_adamw_params p = params;
+            p.grad_scale = 1.0f;
+            mt_adamw_update_with(impl, MT_ADAMW_AHEAD, &p, 1, s.w, s.m, s.v, s.grad, n, 1);
+            memcpy(m1, s.m, n * 4), memcpy(v1, s.v, n * 4);
+            float *w1 = masters_of(&s);
+            mt_adamw_update_with(impl, MT_ADAMW_AHEAD_UNDO, &p, 1, s.w, s.m, s.v, s.grad, n, 1);
+            float *w2 = masters_of(&s);
+            int moved = 0;
+            for (size_t i = 0; i < n; i++) {
+                double bw = 2 * FLT_EPSILON * (fabs(w0[i]) + fabs(w1[i]));
+                double bm = 2 * FLT_EPSILON * (fabs(m0[i]) + fabs(m1[i])) / params.beta1;
+                double bv = 2 * FLT_EPSILON * (v0[i] + v1[i]) / params.beta2;
+                moved |= w1[i] != w0[i];
+                cr_assert_leq(fabs((double)w2[i] - w0[i]), bw, "%s: master[%zu] %.9g, before %.9g", mt_adamw_impl_name(impl),
+                              i, (double)w2[i], (double)w0[i]);
+                cr_assert_leq(fabs((double)s.m[i] - m0[i]), bm, "%s: m[%zu]", mt_adamw_impl_name(impl), i);
+                cr_assert_leq(fabs((double)s.v[i] - v0[i]), bv, "%s: v[%zu]", mt_adamw_impl_name(impl), i);
+            }
+            cr_assert(moved, "%s: AHEAD moved no master (the test would not see an undo)", mt_adamw_impl_name(impl));
+            free(m0), free(v0), free(w0), free(m1), free(v1), free(w1), free(w2);
+            state_free(&s);
+        }
     }
 }
 

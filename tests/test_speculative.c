@@ -7,13 +7,17 @@
  * device take the same arithmetic (backend.h's adamw), so the bounds hold for them too. */
 #include <criterion/criterion.h>
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "hf_test_files.h"
+#include "io/checkpoint.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
 #include "tiny_model.h"
+#include "train/run_state.h"
 
 enum { SEQ = 12, SEQUENCES = 4 };
 
@@ -34,10 +38,10 @@ static snapshot take(const mt_tiny_model *t) {
 
 static void drop(snapshot *s) { free(s->master), free(s->m), free(s->v); }
 
-/* The plain update of `before` with gradient g and clip coefficient c (the second step), tensor by
- * tensor. */
-static snapshot plain_update(const mt_layout *lay, const snapshot *before, const float *g, float c, float lr,
-                             const mt_engine_options *o) {
+/* Part `part` of the update of `before` with gradient g and clip coefficient c (the second step),
+ * tensor by tensor: FULL is the plain update. */
+static snapshot update_of(const mt_layout *lay, const snapshot *before, const float *g, float c, float lr,
+                          const mt_engine_options *o, mt_adamw_part part) {
     snapshot s = {.n = before->n, .master = malloc(before->n * 4), .m = malloc(before->n * 4), .v = malloc(before->n * 4)};
     memcpy(s.master, before->master, s.n * 4), memcpy(s.m, before->m, s.n * 4), memcpy(s.v, before->v, s.n * 4);
     mt_adamw_params p = {.lr = lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
@@ -45,7 +49,7 @@ static snapshot plain_update(const mt_layout *lay, const snapshot *before, const
     for (int i = 0; i < lay->num_tensors; i++) {
         const mt_tensor *t = &lay->tensors[i];
         size_t at = (size_t)(lay->units[t->unit].offset + t->offset), n = (size_t)t->rows * t->cols;
-        mt_adamw_update(MT_ADAMW_FULL, &p, t->decay, (mt_master){.f32 = s.master + at}, s.m + at, s.v + at, g + at, n);
+        mt_adamw_update(part, &p, t->decay, (mt_master){.f32 = s.master + at}, s.m + at, s.v + at, g + at, n);
     }
     return s;
 }
@@ -54,6 +58,7 @@ typedef struct {
     float clip;
     int ends_on_device, device_blocks;
     int poison; /* the step's norm reads NaN: skipped */
+    int ahead;  /* the whole update taken ahead of the norm (MT_UPDATE_AHEAD_ALWAYS) */
 } spec_case;
 
 /* The second step of a tiny model (the first gives the moments values: from zero the correction's
@@ -68,6 +73,7 @@ static void check_step(const spec_case *sc) {
     o.keep_grads = 1; /* the gradient the step takes, for the plain computation */
     o.ends_on_device = sc->ends_on_device;
     o.device_blocks = sc->device_blocks;
+    o.update_ahead = sc->ahead ? MT_UPDATE_AHEAD_ALWAYS : MT_UPDATE_AHEAD_NEVER;
     mt_tiny_model t;
     mt_tiny_model_open(&t, &cfg, &o, 21);
     int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
@@ -90,11 +96,18 @@ static void check_step(const spec_case *sc) {
     float c = mt_clip_scale(r.grad_norm, sc->clip);
     cr_assert_eq(!memcmp(g, mt_engine_host_grads(t.engine), n * 4), 1, "the step's gradient is not the pass's");
     char what[160];
-    snprintf(what, sizeof what, "clip %g (coefficient %g), ends on the device %d, blocks on the device %d%s",
-             (double)sc->clip, (double)c, sc->ends_on_device, sc->device_blocks, sc->poison ? ", skipped" : "");
+    snprintf(what, sizeof what, "clip %g (coefficient %g), ends on the device %d, blocks on the device %d%s%s",
+             (double)sc->clip, (double)c, sc->ends_on_device, sc->device_blocks, sc->poison ? ", skipped" : "",
+             sc->ahead ? ", ahead" : "");
+    /* the masters AHEAD made, which the correction takes its step back out of */
+    snapshot ahead = update_of(&t.layout, &before, g, 1.0f, lr, &o, MT_ADAMW_AHEAD);
     if (sc->poison) {
         cr_assert(r.skipped, "%s: not skipped", what);
-        cr_assert(!memcmp(got.master, before.master, n * 4), "%s: a skipped step moved a master", what);
+        if (!sc->ahead)
+            cr_assert(!memcmp(got.master, before.master, n * 4), "%s: a skipped step moved a master", what);
+        for (size_t i = 0; sc->ahead && i < n; i++) /* AHEAD_UNDO's roundings (tests/test_adamw.c) */
+            cr_assert_leq(fabs((double)got.master[i] - before.master[i]),
+                          2 * FLT_EPSILON * (fabs(before.master[i]) + fabs(ahead.master[i])), "%s: master[%zu]", what, i);
         for (size_t i = 0; i < n; i++) {
             double m1 = o.beta1 * before.m[i] + (1 - o.beta1) * g[i], v1 = o.beta2 * before.v[i] + (1 - o.beta2) * g[i] * g[i];
             cr_assert_leq(fabs((double)got.m[i] - before.m[i]), 2 * FLT_EPSILON * (fabs(before.m[i]) + fabs(m1)) / o.beta1,
@@ -103,7 +116,7 @@ static void check_step(const spec_case *sc) {
                           "%s: v[%zu]", what, i);
         }
     } else {
-        snapshot want = plain_update(&t.layout, &before, g, c, lr, &o);
+        snapshot want = update_of(&t.layout, &before, g, c, lr, &o, MT_ADAMW_FULL);
         if (c == 1.0f) {
             cr_assert(!memcmp(got.master, want.master, n * 4) && !memcmp(got.m, want.m, n * 4) &&
                       !memcmp(got.v, want.v, n * 4), "%s: not the plain update's bits", what);
@@ -117,7 +130,8 @@ static void check_step(const spec_case *sc) {
                 double dstep = lr / (1 - b1 * b1) * (2 * eps * sm / denom + fabs(want.m[i]) * dsqrt / c2 / (denom * denom));
                 cr_assert_leq(fabs((double)got.m[i] - want.m[i]), 2 * eps * sm, "%s: m[%zu]", what, i);
                 cr_assert_leq(fabs((double)got.v[i] - want.v[i]), 2 * eps * sv, "%s: v[%zu]", what, i);
-                cr_assert_leq(fabs((double)got.master[i] - want.master[i]), dstep + eps * fabs(want.master[i]),
+                double recovery = sc->ahead ? eps * (fabs(ahead.master[i]) + fabs(before.master[i])) : 0;
+                cr_assert_leq(fabs((double)got.master[i] - want.master[i]), dstep + eps * fabs(want.master[i]) + recovery,
                               "%s: master[%zu] %.9g, plain %.9g", what, i, (double)got.master[i], (double)want.master[i]);
             }
             cr_assert(memcmp(got.m, want.m, n * 4), "%s: the correction left no trace? (the test would not see one)", what);
@@ -125,24 +139,51 @@ static void check_step(const spec_case *sc) {
         drop(&want);
     }
     free(g);
+    drop(&ahead);
     drop(&before);
     drop(&got);
     mt_tiny_model_close(&t);
 }
 
 Test(speculative, an_unclipped_step_is_the_plain_update_bit_for_bit) {
-    const spec_case cases[] = {{1e3f, 0, 0, 0}, {1e3f, 1, 1, 0}};
+    const spec_case cases[] = {{1e3f, 0, 0, 0, 0}, {1e3f, 1, 1, 0, 0}, {1e3f, 0, 0, 0, 1}, {1e3f, 1, 1, 0, 1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_step(&cases[i]);
 }
 
 Test(speculative, a_clipped_step_is_within_rounding_of_the_plain_update) {
-    const spec_case cases[] = {{0.5f, 0, 0, 0}, {1e-2f, 0, 0, 0}, {1e-2f, 1, 2, 0}};
+    const spec_case cases[] = {{0.5f, 0, 0, 0, 0}, {1e-2f, 0, 0, 0, 0}, {1e-2f, 1, 2, 0, 0},
+                               {0.5f, 0, 0, 0, 1}, {1e-2f, 0, 0, 0, 1}, {1e-2f, 1, 2, 0, 1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_step(&cases[i]);
 }
 
+/* Taken ahead, the masters come back to within their rounding instead of bit for bit. */
 Test(speculative, a_skipped_step_keeps_the_masters_and_undoes_the_moments) {
-    const spec_case cases[] = {{1.0f, 0, 0, 1}, {1.0f, 1, 1, 1}};
+    const spec_case cases[] = {{1.0f, 0, 0, 1, 0}, {1.0f, 1, 1, 1, 0}, {1.0f, 0, 0, 1, 1}, {1.0f, 1, 1, 1, 1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_step(&cases[i]);
+}
+
+/* AUTO takes the update ahead after a step applied unclipped only, and says so for the checkpoint;
+ * a resumed engine given that takes the next step's update as the one it replaces would have. */
+Test(speculative, auto_takes_the_update_ahead_after_an_unclipped_step) {
+    mt_config cfg = mt_tiny_config_gqa();
+    int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
+    mt_step_result r;
+    for (int clips = 0; clips < 2; clips++) {
+        mt_engine_options o = mt_engine_defaults();
+        o.seq = SEQ;
+        o.batch = SEQUENCES;
+        o.max_grad_norm = clips ? 1e-3f : 1e3f;
+        mt_tiny_model t;
+        mt_tiny_model_open(&t, &cfg, &o, 29);
+        cr_assert_not(mt_engine_update_ahead(t.engine), "a fresh engine knows no step before");
+        mt_tiny_windows(90, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
+        cr_assert_eq(mt_engine_step(t.engine, inputs, targets, NULL, 1e-3f, &r), MT_OK, "%s", mt_error());
+        mt_engine_finish(t.engine);
+        cr_assert_eq(mt_engine_update_ahead(t.engine), !clips, "clipped %d: ahead %d", clips, mt_engine_update_ahead(t.engine));
+        mt_engine_set_update_ahead(t.engine, clips);
+        cr_assert_eq(mt_engine_update_ahead(t.engine), clips);
+        mt_tiny_model_close(&t);
+    }
 }
 
 /* The step's report of the optimizer's work after the norm (what the next forward waits for):
@@ -174,4 +215,86 @@ Test(speculative, a_step_reports_the_optimizers_work_after_the_norm) {
         }
         mt_tiny_model_close(&t);
     }
+}
+
+static void restore(mt_tiny_model *t, const snapshot *s) {
+    mt_store_write_masters(&t->store, 0, s->n, s->master);
+    memcpy(t->store.moments.m, s->m, s->n * 4);
+    memcpy(t->store.moments.v, s->v, s->n * 4);
+}
+
+/* One clipped step from `from` (after two steps) on a new engine given `ahead` as a resumed run's
+ * checkpoint gives it (-1: forced with ALWAYS instead). */
+static snapshot clipped_step_from(mt_tiny_model *t, const snapshot *from, int ahead) {
+    restore(t, from);
+    mt_engine_options o = mt_engine_defaults();
+    o.seq = SEQ;
+    o.batch = SEQUENCES;
+    o.max_grad_norm = 1e-3f; /* a resumed run may change --clip */
+    o.update_ahead = ahead < 0 ? MT_UPDATE_AHEAD_ALWAYS : MT_UPDATE_AHEAD_AUTO;
+    mt_engine *e;
+    cr_assert_eq(mt_engine_create(&e, t->be, &t->store, &o, 2), MT_OK, "%s", mt_error());
+    if (ahead >= 0) mt_engine_set_update_ahead(e, ahead);
+    int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
+    mt_tiny_windows(93, SEQUENCES, SEQ, t->cfg.vocab_size, tokens, inputs, targets);
+    mt_step_result r;
+    cr_assert_eq(mt_engine_step(e, inputs, targets, NULL, 1e-3f, &r), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_finish(e), 3);
+    cr_assert(r.grad_norm > 1e-3, "the step does not clip");
+    mt_engine_destroy(e);
+    return take(t);
+}
+
+/* A run resumed after an unclipped step takes its next update as the run would have, ahead; told
+ * otherwise it would not (the two differ within rounding where the step clips). */
+Test(speculative, a_resumed_engine_given_the_state_takes_the_same_update) {
+    mt_config cfg = mt_tiny_config_gqa();
+    mt_engine_options o = mt_engine_defaults();
+    o.seq = SEQ;
+    o.batch = SEQUENCES;
+    o.max_grad_norm = 1e3f;
+    mt_tiny_model t;
+    mt_tiny_model_open(&t, &cfg, &o, 31);
+    int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
+    mt_step_result r;
+    for (int step = 0; step < 2; step++) {
+        mt_tiny_windows(91 + step, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
+        cr_assert_eq(mt_engine_step(t.engine, inputs, targets, NULL, 1e-3f, &r), MT_OK, "%s", mt_error());
+    }
+    mt_engine_finish(t.engine);
+    cr_assert(mt_engine_update_ahead(t.engine), "two unclipped steps, and the next is not taken ahead");
+    snapshot two = take(&t);
+    mt_engine_destroy(t.engine);
+    t.engine = NULL;
+    snapshot given = clipped_step_from(&t, &two, 1), forced = clipped_step_from(&t, &two, -1),
+             fresh = clipped_step_from(&t, &two, 0);
+    cr_assert(!memcmp(given.master, forced.master, two.n * 4) && !memcmp(given.m, forced.m, two.n * 4) &&
+              !memcmp(given.v, forced.v, two.n * 4), "the state given back did not take the update ahead");
+    cr_assert(memcmp(given.master, fresh.master, two.n * 4), "ahead or not, the same masters: the test would not see "
+              "a resumed run that lost the state");
+    drop(&two), drop(&given), drop(&forced), drop(&fresh);
+    mt_tiny_model_close(&t);
+}
+
+/* The checkpoint keeps it (one written before it was kept loads as no: tests/test_store_split.c). */
+Test(speculative, the_checkpoint_keeps_the_state) {
+    mt_config cfg = mt_tiny_config_gqa();
+    mt_engine_options o = mt_engine_defaults();
+    o.seq = SEQ;
+    o.batch = SEQUENCES;
+    mt_tiny_model t;
+    mt_tiny_model_open(&t, &cfg, &o, 33);
+    char dir[PATH_MAX], path[PATH_MAX];
+    hf_test_mkdtemp(dir);
+    for (int ahead = 0; ahead < 2; ahead++) {
+        mt_run_progress saved = {.step = 1 + ahead, .adam_step = 1 + ahead, .update_ahead = ahead}, loaded;
+        mt_run_save_options so = {.good_step = -1};
+        cr_assert_eq(mt_run_save(dir, &t.store, &saved, &so, NULL), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_checkpoint_path(path, sizeof path, dir, saved.step), MT_OK);
+        memset(&loaded, 0xff, sizeof loaded);
+        cr_assert_eq(mt_run_load(path, &t.store, &loaded), MT_OK, "%s", mt_error());
+        cr_assert_eq(loaded.update_ahead, ahead);
+    }
+    hf_test_rmtree(dir);
+    mt_tiny_model_close(&t);
 }

@@ -17,8 +17,10 @@
  *     runs, each unit's copy waiting only for that unit's update: from those moments when the step
  *     is not clipped (the plain update's bits), after correcting them from the kept gradients when
  *     it is (within fp32 rounding of the plain update). A step whose norm is NaN/Inf is skipped
- *     (the masters unchanged, the moments' speculative term undone). With bf16 or 8-bit moments the
- *     whole update waits for the norm (engine_internal.h's modes).
+ *     (the masters unchanged, the moments' speculative term undone). After a step applied
+ *     unclipped the optimizer takes each unit's whole update as it comes home instead, as if this
+ *     step were not clipped either (mt_update_ahead). With bf16 or 8-bit moments the whole update
+ *     waits for the norm (engine_internal.h's modes).
  *   max_grad_norm == 0: no clipping; each unit is updated as soon as its gradients are home,
  *     overlapping the rest of the backward.
  * Exact clipping keeps every host-updated unit's fp32 gradient on the host until the step's update
@@ -36,6 +38,14 @@
 #include "util/cpu_list.h"
 
 typedef struct mt_engine mt_engine;
+
+/* With exact clipping the optimizer takes each unit's moments as its gradients come home and
+ * the masters once the norm is known, or, AHEAD, the whole update then (the plain update's bits if
+ * the step is not clipped; where it is, that update's step is taken back out of the masters, within
+ * fp32 rounding, and a skipped step's masters come back to within fp32 rounding of before). AUTO
+ * takes it ahead after a step that was applied unclipped: the forward of the next step then waits
+ * for no master when the run no longer clips. */
+typedef enum { MT_UPDATE_AHEAD_AUTO, MT_UPDATE_AHEAD_NEVER, MT_UPDATE_AHEAD_ALWAYS } mt_update_ahead;
 
 typedef struct {
     int batch;           /* sequences per micro-batch */
@@ -60,6 +70,8 @@ typedef struct {
     int packed;          /* passes may carry positions (packed examples, --doc-mask): the engine
                           * stages them with the tokens and sizes attention for segments */
     float max_grad_norm; /* 0: no clipping */
+    int update_ahead;    /* exact clipping with fp32 moments: when the optimizer takes each unit's
+                          * whole update ahead of the norm (mt_update_ahead) */
     float beta1, beta2, eps, weight_decay;
     int keep_grads;      /* keep every unit's gradient on the host (mt_engine_host_grads) even
                           * without clipping; otherwise unclipped training keeps a ring */
@@ -240,6 +252,11 @@ const float *mt_engine_host_grads(const mt_engine *e);
  * ends_on_device, the device's copy of the embedding and head comes home: masters, moments and
  * working weights); returns the number of updates so far. Call it before reading the store. */
 int64_t mt_engine_finish(mt_engine *e);
+/* With AUTO, whether the next step takes its update ahead of the norm (after mt_engine_finish):
+ * the run's checkpoints keep it, so that a resumed run takes the steps' updates as the run would
+ * have, bit for bit; mt_engine_set_update_ahead gives it back after mt_engine_create. */
+int mt_engine_update_ahead(mt_engine *e);
+void mt_engine_set_update_ahead(mt_engine *e, int ahead);
 /* A replica of processes that split the host-updated units (engine/ranks.h) keeps its store current
  * in its own slices only: this brings every rank's slices of the state (working weights, low
  * halves, moments) into every rank's store, through the devices. A collective: every replica calls

@@ -145,6 +145,8 @@ struct mt_engine {
     int64_t adam_step;         /* updates applied; guarded by opt_lock */
     float norm_scale;          /* speculative: the step's clip coefficient, and whether it is */
     int norm_skip;             /* skipped; guarded by opt_lock, written before norm_known rises */
+    int update_ahead;          /* speculative: the next job takes each unit's whole update ahead of
+                                * the norm (the last step was applied unclipped); guarded by opt_lock */
     double opt_seconds;        /* time spent updating in the last step; guarded by opt_lock */
     double opt_seconds_per_block; /* its mean per block; guarded by opt_lock */
     double opt_after_norm_seconds; /* exact clipping, the last job: from learning the norm to its

@@ -134,8 +134,13 @@ static void run_deferred(mt_engine *e, const mt_opt_job *job) {
  *                 (CORRECT_MOMENTS), each unit's before its next gradients come home over the ones
  *                 they read (grads_taken).
  *   skipped       UNDO: the moments back to within fp32 rounding of before; the masters untouched.
- * In the last two every unit takes MOMENTS first, whether or not the norm came before it, so that
- * the bits never depend on timing. */
+ * Ahead (e->update_ahead: the step before was applied unclipped), each unit takes its whole update
+ * as it comes home instead (AHEAD, as if this step were not clipped either), so that a step that is
+ * not clipped has every master out when the norm comes; a clipped one takes AHEAD_CORRECT_MASTERS
+ * (AHEAD's step out of the masters, the corrected one in) then CORRECT_MOMENTS, a skipped one
+ * AHEAD_UNDO.
+ * In the last two every unit takes MOMENTS (or AHEAD) first, whether or not the norm came before
+ * it, so that the bits never depend on timing. */
 /* The step's norm as the issuing thread told it: its clip coefficient and whether it is skipped. */
 static void read_norm(mt_engine *e, float *scale, int *skip) {
     pthread_mutex_lock(&e->opt_lock);
@@ -152,6 +157,30 @@ static void norm_noticed(mt_engine *e, const int *left, int n, const uint8_t *ta
     for (int k = 0; k < n; k++) e->job_backlog_units += !taken[left[k]] && !mt_engine_unit_on_device(e, left[k]);
 }
 
+/* Whether this job takes the update ahead of the norm; and the next one's, from this one's outcome. */
+static int ahead_now(mt_engine *e) {
+    if (e->o.update_ahead != MT_UPDATE_AHEAD_AUTO) return e->o.update_ahead == MT_UPDATE_AHEAD_ALWAYS;
+    pthread_mutex_lock(&e->opt_lock);
+    int ahead = e->update_ahead;
+    pthread_mutex_unlock(&e->opt_lock);
+    return ahead;
+}
+
+static void ahead_next(mt_engine *e, int applied_unclipped) {
+    pthread_mutex_lock(&e->opt_lock);
+    e->update_ahead = applied_unclipped;
+    pthread_mutex_unlock(&e->opt_lock);
+}
+
+/* The part a host-updated unit takes once the norm is known (-1: none), its speculative part
+ * done (`taken`). */
+static int part_after_norm(int ahead, int skip, int clipped, int taken) {
+    if (skip) return ahead ? MT_ADAMW_AHEAD_UNDO : MT_ADAMW_UNDO;
+    if (clipped) return ahead ? MT_ADAMW_AHEAD_CORRECT_MASTERS : MT_ADAMW_CORRECT_MASTERS;
+    if (!taken) return MT_ADAMW_FULL;
+    return ahead ? -1 : MT_ADAMW_WEIGHTS;
+}
+
 static void run_speculative(mt_engine *e, const mt_opt_job *job) {
     int arrival[e->U], n = 0;
     uint8_t taken[e->U];
@@ -159,6 +188,10 @@ static void run_speculative(mt_engine *e, const mt_opt_job *job) {
     arrival[n++] = e->U - 1;
     for (int l = e->L - 1; l >= 0; l--) arrival[n++] = mt_unit_block(l);
     arrival[n++] = 0;
+    int ahead = ahead_now(e);
+    /* AHEAD's bias corrections are those of this step's update, should it not be skipped */
+    int64_t early_step = ahead ? mt_engine_count_update(e, 1) : 1; /* the moments' part reads no step count */
+    mt_adamw_part early = ahead ? MT_ADAMW_AHEAD : MT_ADAMW_MOMENTS;
     int norm_known = 0, plain = 0, skip = 0;
     float scale = 1.0f;
     for (int k = 0; k < n && !plain; k++) {
@@ -174,7 +207,7 @@ static void run_speculative(mt_engine *e, const mt_opt_job *job) {
         unit_home(e, job, u, 1);
         if (mt_engine_optimizer_halted(e)) return;
         double t0 = mt_now();
-        update_unit(e, job, 1, MT_ADAMW_MOMENTS, u); /* the moments' part reads no step count */
+        update_unit(e, job, early_step, early, u);
         e->job_update_seconds += mt_now() - t0;
         taken[u] = 1;
     }
@@ -195,19 +228,17 @@ static void run_speculative(mt_engine *e, const mt_opt_job *job) {
             if (!taken[u]) {
                 unit_home(e, job, u, 1);
                 if (mt_engine_optimizer_halted(e)) return;
-                if (skip || clipped) update_unit(e, job, 1, MT_ADAMW_MOMENTS, u);
+                if (skip || clipped) update_unit(e, job, early_step, early, u);
             }
-            mt_adamw_part part = skip      ? MT_ADAMW_UNDO
-                                 : clipped ? MT_ADAMW_CORRECT_MASTERS
-                                 : taken[u] ? MT_ADAMW_WEIGHTS
-                                            : MT_ADAMW_FULL;
-            update_unit(e, &step, adam_step, part, u);
+            int part = part_after_norm(ahead, skip, clipped, taken[u]);
+            if (part >= 0) update_unit(e, &step, adam_step, (mt_adamw_part)part, u);
             e->job_update_seconds += mt_now() - t0;
         }
         mt_engine_raise(e, MT_FL_UPDATED, u, job->generation);
         if (!host || !clipped) mt_engine_raise(e, MT_FL_GRADS_TAKEN, u, job->generation);
     }
     e->job_after_norm_seconds = mt_now() - e->job_norm_time;
+    ahead_next(e, !skip && !clipped);
     /* Clipped: the corrected moments, after every master is out, in the order the next backward's
      * gradients come home, each unit's before its next gradients land on the ones these read. */
     for (int k = 0; clipped && k < n; k++) {
@@ -400,6 +431,16 @@ static int speculative(const mt_engine *e) { return (mt_engine_modes(e) & MT_MOD
 double mt_engine_await_grads_taken(mt_engine *e, int u) {
     return speculative(e) ? mt_engine_await(e, MT_FL_GRADS_TAKEN, u, e->generation, MT_GEN_G) : 0;
 }
+
+int mt_engine_update_ahead(mt_engine *e) {
+    mt_engine *opt = e->leader ? e->leader : e;
+    pthread_mutex_lock(&opt->opt_lock);
+    int ahead = opt->update_ahead;
+    pthread_mutex_unlock(&opt->opt_lock);
+    return ahead;
+}
+
+void mt_engine_set_update_ahead(mt_engine *e, int ahead) { ahead_next(e->leader ? e->leader : e, ahead != 0); }
 
 int64_t mt_engine_finish(mt_engine *e) {
     for (int u = 0; u < e->U; u++) mt_engine_await(e, MT_FL_UPDATED, u, e->generation, MT_GEN_G);

@@ -30,11 +30,14 @@ static inline void store_master(mt_master w, size_t i, float x) {
     else mt_split_f32(x, &w.hi[i], &w.lo[i]);
 }
 
-/* The masters' step from moments mi, vi: after the decay, w + (-step) m / (sqrt(v) / c2 + eps). */
-static inline float stepped(const mt_adamw_coef *c, float w, float mi, float vi) {
+/* The masters' step from moments mi, vi: (-step) m / (sqrt(v) / c2 + eps), added to the decayed
+ * master. */
+static inline float step_of(const mt_adamw_coef *c, float mi, float vi) {
     float denom = sqrtf(vi) / c->sqrt_bias_correction2 + c->eps;
-    return w + c->neg_step_size * mi / denom;
+    return c->neg_step_size * mi / denom;
 }
+
+static inline float stepped(const mt_adamw_coef *c, float w, float mi, float vi) { return w + step_of(c, mi, vi); }
 
 void mt_adamw_kernel_ref(const mt_adamw_coef *c, mt_adamw_part part, mt_master w, float *m, float *v,
                          const float *grad, size_t n) {
@@ -73,14 +76,38 @@ void mt_adamw_kernel_ref(const mt_adamw_coef *c, mt_adamw_part part, mt_master w
             if (part != MT_ADAMW_CORRECT_MOMENTS) store_master(w, i, stepped(c, load_master(w, i) * c->decay_mul, mi, vi));
             break;
         }
-        case MT_ADAMW_UNDO: {
+        case MT_ADAMW_UNDO:
+        case MT_ADAMW_AHEAD_UNDO: {
             float g0 = grad[i];
             float b = c->one_minus_beta1 * g0, bv = c->one_minus_beta2 * g0 * g0;
             if (isfinite(bv)) {
                 float av = v[i] - bv;
+                if (part == MT_ADAMW_AHEAD_UNDO) store_master(w, i, (load_master(w, i) - step_of(c, m[i], v[i])) / c->decay_mul);
                 m[i] = (m[i] - b) / c->beta1;
                 v[i] = (av > 0 ? av : 0) / c->beta2;
             }
+            break;
+        }
+        case MT_ADAMW_AHEAD: {
+            float g = grad[i] * c->grad_scale;
+            float b = c->one_minus_beta1 * g, bv = c->one_minus_beta2 * g * g;
+            if (isfinite(bv)) {
+                float wi = load_master(w, i) * c->decay_mul;
+                float mi = c->beta1 * m[i] + b;
+                float vi = c->beta2 * v[i] + bv;
+                m[i] = mi;
+                v[i] = vi;
+                store_master(w, i, stepped(c, wi, mi, vi));
+            }
+            break;
+        }
+        case MT_ADAMW_AHEAD_CORRECT_MASTERS: {
+            float g0 = grad[i], g = g0 * c->grad_scale;
+            float decayed = load_master(w, i) - step_of(c, m[i], v[i]);
+            float am = m[i] - c->one_minus_beta1 * g0, av = v[i] - c->one_minus_beta2 * g0 * g0;
+            float mi = am + c->one_minus_beta1 * g;
+            float vi = (av > 0 ? av : 0) + c->one_minus_beta2 * g * g;
+            store_master(w, i, stepped(c, decayed, mi, vi));
             break;
         }
         }
@@ -165,12 +192,15 @@ double mt_adamw_part_bytes(mt_adamw_part part, double moment_bytes) {
     double master = 4, grad = 4, moments = 2 * moment_bytes;
     switch (part) {
     case MT_ADAMW_FULL:
+    case MT_ADAMW_AHEAD:
+    case MT_ADAMW_AHEAD_UNDO:
     case MT_ADAMW_CORRECT: return grad + 2 * master + 2 * moments;    /* read all; write masters, moments */
     case MT_ADAMW_MOMENTS:
     case MT_ADAMW_UNDO:
     case MT_ADAMW_CORRECT_MOMENTS: return grad + 2 * moments;           /* read gradient, moments; write moments */
     case MT_ADAMW_WEIGHTS: return 2 * master + moments;               /* read masters, moments; write masters */
-    case MT_ADAMW_CORRECT_MASTERS: return grad + 2 * master + moments; /* read all; write masters */
+    case MT_ADAMW_CORRECT_MASTERS:
+    case MT_ADAMW_AHEAD_CORRECT_MASTERS: return grad + 2 * master + moments; /* read all; write masters */
     }
     return 0;
 }

@@ -17,7 +17,10 @@
  * once the global norm is known, the masters from those moments when the step is not clipped
  * (WEIGHTS: the two give FULL's bits), or, when it is, CORRECT: the speculative gradient term is
  * taken back out of each moment and the clipped one put in (within fp32 rounding of FULL, below),
- * or for a skipped step UNDO (the moments back to within fp32 rounding of before). */
+ * or for a skipped step UNDO (the moments back to within fp32 rounding of before). When the step
+ * before was not clipped, the engine takes the whole update ahead of the norm instead (AHEAD: the
+ * plain update's bits if this step is not clipped either), and where it is, takes AHEAD's step back
+ * out of the masters (within fp32 rounding) in AHEAD_CORRECT_MASTERS or AHEAD_UNDO. */
 #ifndef MT_OPTIM_ADAMW_H
 #define MT_OPTIM_ADAMW_H
 
@@ -50,7 +53,14 @@ typedef struct mt_adamw_params {
  *            v = max(v - Bv, 0) / beta2 where MOMENTS changed them; the masters untouched.
  *   CORRECT_MASTERS, CORRECT_MOMENTS   CORRECT in two passes: the first writes only the masters
  *            (what the next forward waits for), the second only the moments, each computing the
- *            corrected moments alike: together CORRECT's bits. */
+ *            corrected moments alike: together CORRECT's bits.
+ *   AHEAD    FULL where (1 - beta2) g g is finite, the element untouched elsewhere (as MOMENTS):
+ *            the whole update before the norm is known, with grad_scale 1.
+ *   AHEAD_CORRECT_MASTERS   after AHEAD, for a clipped step: AHEAD's step taken back out of the
+ *            master (the decayed master recovered within its rounding) and CORRECT_MASTERS' step
+ *            taken from the corrected moments; the moments then take CORRECT_MOMENTS.
+ *   AHEAD_UNDO   after AHEAD, for a skipped step: the master back to within fp32 rounding of before
+ *            (AHEAD's step taken out, the decay divided out) and the moments as UNDO. */
 typedef enum {
     MT_ADAMW_FULL,
     MT_ADAMW_MOMENTS,
@@ -59,6 +69,9 @@ typedef enum {
     MT_ADAMW_UNDO,
     MT_ADAMW_CORRECT_MASTERS,
     MT_ADAMW_CORRECT_MOMENTS,
+    MT_ADAMW_AHEAD,
+    MT_ADAMW_AHEAD_CORRECT_MASTERS,
+    MT_ADAMW_AHEAD_UNDO,
 } mt_adamw_part;
 
 /* Updates n elements in place (masters w, m, v). `decay` applies weight decay to this tensor.

@@ -34,9 +34,13 @@ static INLINE MT_AVX2 void store_master8(mt_master w, size_t i, __m256 x) {
     mt_split_store8(w.lo + i, _mm256_and_si256(u, _mm256_set1_epi32(0xffff)));
 }
 
-static INLINE MT_AVX2 __m256 stepped8(const coef8 *k, __m256 w, __m256 mi, __m256 vi) {
+static INLINE MT_AVX2 __m256 step8(const coef8 *k, __m256 mi, __m256 vi) {
     __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), k->sqrt_bias_correction2), k->eps);
-    return _mm256_add_ps(w, _mm256_div_ps(_mm256_mul_ps(k->neg_step_size, mi), denom));
+    return _mm256_div_ps(_mm256_mul_ps(k->neg_step_size, mi), denom);
+}
+
+static INLINE MT_AVX2 __m256 stepped8(const coef8 *k, __m256 w, __m256 mi, __m256 vi) {
+    return _mm256_add_ps(w, step8(k, mi, vi));
 }
 
 /* All ones in the lanes of x that are finite. */
@@ -92,14 +96,44 @@ static INLINE MT_AVX2 void part8(const coef8 *k, mt_adamw_part part, mt_master w
             store_master8(w, i, stepped8(k, _mm256_mul_ps(load_master8(w, i), k->decay_mul), mi, vi));
         break;
     }
-    case MT_ADAMW_UNDO: {
+    case MT_ADAMW_UNDO:
+    case MT_ADAMW_AHEAD_UNDO: {
         __m256 g0 = _mm256_loadu_ps(grad + i);
         __m256 b = _mm256_mul_ps(k->one_minus_beta1, g0), bv = _mm256_mul_ps(_mm256_mul_ps(k->one_minus_beta2, g0), g0);
         __m256 ok = finite8(bv), m0 = _mm256_loadu_ps(m + i), v0 = _mm256_loadu_ps(v + i);
+        if (part == MT_ADAMW_AHEAD_UNDO) {
+            __m256 w0 = load_master8(w, i);
+            __m256 back = _mm256_div_ps(_mm256_sub_ps(w0, step8(k, m0, v0)), k->decay_mul);
+            store_master8(w, i, _mm256_blendv_ps(w0, back, ok));
+        }
         __m256 mi = _mm256_div_ps(_mm256_sub_ps(m0, b), k->beta1);
         __m256 vi = _mm256_div_ps(_mm256_max_ps(_mm256_sub_ps(v0, bv), _mm256_setzero_ps()), k->beta2);
         _mm256_storeu_ps(m + i, _mm256_blendv_ps(m0, mi, ok));
         _mm256_storeu_ps(v + i, _mm256_blendv_ps(v0, vi, ok));
+        break;
+    }
+    case MT_ADAMW_AHEAD: {
+        __m256 g = _mm256_mul_ps(_mm256_loadu_ps(grad + i), k->grad_scale);
+        __m256 b = _mm256_mul_ps(k->one_minus_beta1, g), bv = _mm256_mul_ps(_mm256_mul_ps(k->one_minus_beta2, g), g);
+        __m256 ok = finite8(bv), m0 = _mm256_loadu_ps(m + i), v0 = _mm256_loadu_ps(v + i), w0 = load_master8(w, i);
+        __m256 mi = _mm256_add_ps(_mm256_mul_ps(k->beta1, m0), b);
+        __m256 vi = _mm256_add_ps(_mm256_mul_ps(k->beta2, v0), bv);
+        __m256 wi = stepped8(k, _mm256_mul_ps(w0, k->decay_mul), mi, vi);
+        _mm256_storeu_ps(m + i, _mm256_blendv_ps(m0, mi, ok));
+        _mm256_storeu_ps(v + i, _mm256_blendv_ps(v0, vi, ok));
+        store_master8(w, i, _mm256_blendv_ps(w0, wi, ok));
+        break;
+    }
+    case MT_ADAMW_AHEAD_CORRECT_MASTERS: {
+        __m256 g0 = _mm256_loadu_ps(grad + i), g = _mm256_mul_ps(g0, k->grad_scale);
+        __m256 m0 = _mm256_loadu_ps(m + i), v0 = _mm256_loadu_ps(v + i);
+        __m256 decayed = _mm256_sub_ps(load_master8(w, i), step8(k, m0, v0));
+        __m256 am = _mm256_sub_ps(m0, _mm256_mul_ps(k->one_minus_beta1, g0));
+        __m256 av = _mm256_sub_ps(v0, _mm256_mul_ps(_mm256_mul_ps(k->one_minus_beta2, g0), g0));
+        __m256 mi = _mm256_add_ps(am, _mm256_mul_ps(k->one_minus_beta1, g));
+        __m256 vi = _mm256_add_ps(_mm256_max_ps(av, _mm256_setzero_ps()),
+                                  _mm256_mul_ps(_mm256_mul_ps(k->one_minus_beta2, g), g));
+        store_master8(w, i, stepped8(k, decayed, mi, vi));
         break;
     }
     }

@@ -32,9 +32,13 @@ static INLINE MT_AVX512 void store_master16(mt_master w, size_t i, __mmask16 mas
     mt_split_store16(w.lo + i, mask, _mm512_and_si512(u, _mm512_set1_epi32(0xffff)));
 }
 
-static INLINE MT_AVX512 __m512 stepped16(const coef16 *k, __m512 w, __m512 mi, __m512 vi) {
+static INLINE MT_AVX512 __m512 step16(const coef16 *k, __m512 mi, __m512 vi) {
     __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), k->sqrt_bias_correction2), k->eps);
-    return _mm512_add_ps(w, _mm512_div_ps(_mm512_mul_ps(k->neg_step_size, mi), denom));
+    return _mm512_div_ps(_mm512_mul_ps(k->neg_step_size, mi), denom);
+}
+
+static INLINE MT_AVX512 __m512 stepped16(const coef16 *k, __m512 w, __m512 mi, __m512 vi) {
+    return _mm512_add_ps(w, step16(k, mi, vi));
 }
 
 /* The lanes of x that are finite. */
@@ -93,15 +97,43 @@ static INLINE MT_AVX512 void part16(const coef16 *k, mt_adamw_part part, mt_mast
             store_master16(w, i, mask, stepped16(k, _mm512_mul_ps(load_master16(w, i, mask, count), k->decay_mul), mi, vi));
         break;
     }
-    case MT_ADAMW_UNDO: {
+    case MT_ADAMW_UNDO:
+    case MT_ADAMW_AHEAD_UNDO: {
         __m512 g0 = _mm512_maskz_loadu_ps(mask, grad + i);
         __m512 b = _mm512_mul_ps(k->one_minus_beta1, g0), bv = _mm512_mul_ps(_mm512_mul_ps(k->one_minus_beta2, g0), g0);
         __mmask16 ok = finite16(bv) & mask;
-        __m512 mi = _mm512_div_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, m + i), b), k->beta1);
-        __m512 vi = _mm512_div_ps(_mm512_max_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, v + i), bv), _mm512_setzero_ps()),
-                                  k->beta2);
+        __m512 m0 = _mm512_maskz_loadu_ps(mask, m + i), v0 = _mm512_maskz_loadu_ps(mask, v + i);
+        if (part == MT_ADAMW_AHEAD_UNDO)
+            store_master16(w, i, ok,
+                           _mm512_div_ps(_mm512_sub_ps(load_master16(w, i, mask, count), step16(k, m0, v0)), k->decay_mul));
+        __m512 mi = _mm512_div_ps(_mm512_sub_ps(m0, b), k->beta1);
+        __m512 vi = _mm512_div_ps(_mm512_max_ps(_mm512_sub_ps(v0, bv), _mm512_setzero_ps()), k->beta2);
         _mm512_mask_storeu_ps(m + i, ok, mi);
         _mm512_mask_storeu_ps(v + i, ok, vi);
+        break;
+    }
+    case MT_ADAMW_AHEAD: {
+        __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, grad + i), k->grad_scale);
+        __m512 b = _mm512_mul_ps(k->one_minus_beta1, g), bv = _mm512_mul_ps(_mm512_mul_ps(k->one_minus_beta2, g), g);
+        __mmask16 ok = finite16(bv) & mask;
+        __m512 mi = _mm512_add_ps(_mm512_mul_ps(k->beta1, _mm512_maskz_loadu_ps(mask, m + i)), b);
+        __m512 vi = _mm512_add_ps(_mm512_mul_ps(k->beta2, _mm512_maskz_loadu_ps(mask, v + i)), bv);
+        __m512 wi = _mm512_mul_ps(load_master16(w, i, mask, count), k->decay_mul);
+        _mm512_mask_storeu_ps(m + i, ok, mi);
+        _mm512_mask_storeu_ps(v + i, ok, vi);
+        store_master16(w, i, ok, stepped16(k, wi, mi, vi));
+        break;
+    }
+    case MT_ADAMW_AHEAD_CORRECT_MASTERS: {
+        __m512 g0 = _mm512_maskz_loadu_ps(mask, grad + i), g = _mm512_mul_ps(g0, k->grad_scale);
+        __m512 m0 = _mm512_maskz_loadu_ps(mask, m + i), v0 = _mm512_maskz_loadu_ps(mask, v + i);
+        __m512 decayed = _mm512_sub_ps(load_master16(w, i, mask, count), step16(k, m0, v0));
+        __m512 am = _mm512_sub_ps(m0, _mm512_mul_ps(k->one_minus_beta1, g0));
+        __m512 av = _mm512_sub_ps(v0, _mm512_mul_ps(_mm512_mul_ps(k->one_minus_beta2, g0), g0));
+        __m512 mi = _mm512_add_ps(am, _mm512_mul_ps(k->one_minus_beta1, g));
+        __m512 vi = _mm512_add_ps(_mm512_max_ps(av, _mm512_setzero_ps()),
+                                  _mm512_mul_ps(_mm512_mul_ps(k->one_minus_beta2, g), g));
+        store_master16(w, i, mask, stepped16(k, decayed, mi, vi));
         break;
     }
     }

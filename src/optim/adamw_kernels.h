@@ -39,6 +39,9 @@ typedef void (*mt_adamw_kernel)(const mt_adamw_coef *c, mt_adamw_part part, mt_m
     case MT_ADAMW_UNDO: RUN(MT_ADAMW_UNDO); break;                                \
     case MT_ADAMW_CORRECT_MASTERS: RUN(MT_ADAMW_CORRECT_MASTERS); break;          \
     case MT_ADAMW_CORRECT_MOMENTS: RUN(MT_ADAMW_CORRECT_MOMENTS); break;          \
+    case MT_ADAMW_AHEAD: RUN(MT_ADAMW_AHEAD); break;                              \
+    case MT_ADAMW_AHEAD_CORRECT_MASTERS: RUN(MT_ADAMW_AHEAD_CORRECT_MASTERS); break; \
+    case MT_ADAMW_AHEAD_UNDO: RUN(MT_ADAMW_AHEAD_UNDO); break;                    \
     }
 
 /* The constants of one update of a tensor. */

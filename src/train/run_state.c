@@ -60,8 +60,9 @@ int mt_run_items_finite(const mt_run_blob *b, const void *data, size_t items) {
 }
 
 json_t *mt_run_meta(const mt_store *s, const mt_run_progress *p, const json_t *settings) {
-    return json_pack("{s:s, s:i, s:I, s:I, s:s, s:o, s:o, s:O?}", "format", RUN_FORMAT, "version", RUN_VERSION,
+    return json_pack("{s:s, s:i, s:I, s:I, s:b, s:s, s:o, s:o, s:O?}", "format", RUN_FORMAT, "version", RUN_VERSION,
                      "step", (json_int_t)p->step, "adam_step", (json_int_t)p->adam_step,
+                     "update_ahead", p->update_ahead != 0,
                      "moments", mt_moments_format_name(s->moments.format),
                      "sampler", mt_sampler_state_to_json(&p->sampler),
                      "config", mt_hf_config_to_json(&s->layout->cfg, "float32"), "settings", settings);
@@ -321,12 +322,16 @@ mt_status mt_run_load(const char *checkpoint, mt_store *s, mt_run_progress *p) {
         rc = mt_fail(MT_ERR_INVALID, "%s holds %s Adam moments but this run asks for --moments %s: resume "
                      "with --moments %s", checkpoint, mt_moments_format_name(saved),
                      mt_moments_format_name(wanted), mt_moments_format_name(saved));
+    json_t *ahead = json_object_get(meta, "update_ahead");
     if (rc == MT_OK && (!json_is_integer(step) || !json_is_integer(adam)))
         rc = mt_fail(MT_ERR_INVALID, "%s: metadata lacks an integer step or adam_step", checkpoint);
+    if (rc == MT_OK && ahead && !json_is_boolean(ahead))
+        rc = mt_fail(MT_ERR_INVALID, "%s: metadata's update_ahead is not true or false", checkpoint);
     if (rc == MT_OK) rc = mt_sampler_state_from_json(json_object_get(meta, "sampler"), &p->sampler);
     if (rc == MT_OK) {
         p->step = json_integer_value(step);
         p->adam_step = json_integer_value(adam);
+        p->update_ahead = json_is_true(ahead);
     }
     json_decref(meta);
     MT_TRY(rc);

@@ -21,6 +21,8 @@
 typedef struct {
     int64_t step;        /* optimizer steps taken (skipped ones included) */
     int64_t adam_step;   /* updates applied: AdamW's bias-correction count */
+    int update_ahead;    /* the next step takes its update ahead of the norm (mt_engine_update_ahead);
+                          * a checkpoint without it (written before it was kept) says no */
     mt_sampler_state sampler;
 } mt_run_progress;
 

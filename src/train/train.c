@@ -326,6 +326,7 @@ static mt_status open_val_files(mt_train_run *r) {
 
 static mt_status open_engine(mt_train_run *r) {
     MT_TRY(mt_devices_start(&r->dev, &r->store, &r->placement.eo, r->progress.adam_step));
+    mt_engine_set_update_ahead(r->dev.engine, r->progress.update_ahead);
     if (r->o.sync_save || !mt_devices_writes(&r->dev)) return MT_OK;
     MT_TRY(mt_saver_create(&r->saver, &r->store, r->o.save_staging));
     mt_engine_set_update_guard(r->dev.engine, mt_saver_guard, r->saver);

@@ -22,6 +22,7 @@ static mt_status settle_state(mt_train_run *r) {
 /* The state to save is the step's: every update applied, the sampler where it stands. */
 static void capture_progress(mt_train_run *r) {
     r->progress.adam_step = mt_engine_finish(r->dev.engine);
+    r->progress.update_ahead = mt_engine_update_ahead(r->dev.engine);
     r->progress.sampler = r->data.state;
     mt_step_watch_saving(&r->watch, r->progress.step);
 }
