@@ -54,6 +54,22 @@ static snapshot update_of(const mt_layout *lay, const snapshot *before, const fl
     return s;
 }
 
+/* The tests' engine: SEQUENCES windows of SEQ tokens a step, clipping at `clip`. */
+static mt_engine_options options(float clip) {
+    mt_engine_options o = mt_engine_defaults();
+    o.seq = SEQ;
+    o.batch = SEQUENCES;
+    o.max_grad_norm = clip;
+    return o;
+}
+
+/* One step of e on the windows of `windows` at lr. */
+static void step_on(mt_engine *e, const mt_config *cfg, uint64_t windows, float lr, mt_step_result *r) {
+    int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
+    mt_tiny_windows(windows, SEQUENCES, SEQ, cfg->vocab_size, tokens, inputs, targets);
+    cr_assert_eq(mt_engine_step(e, inputs, targets, NULL, lr, r), MT_OK, "%s", mt_error());
+}
+
 typedef struct {
     float clip;
     int ends_on_device, device_blocks;
@@ -65,11 +81,8 @@ typedef struct {
  * recovery is exact), against the plain computation. */
 static void check_step(const spec_case *sc) {
     mt_config cfg = mt_tiny_config_gqa();
-    mt_engine_options o = mt_engine_defaults();
-    o.seq = SEQ;
-    o.batch = SEQUENCES;
+    mt_engine_options o = options(sc->clip);
     o.lm_chunk = 5;
-    o.max_grad_norm = sc->clip;
     o.keep_grads = 1; /* the gradient the step takes, for the plain computation */
     o.ends_on_device = sc->ends_on_device;
     o.device_blocks = sc->device_blocks;
@@ -79,8 +92,7 @@ static void check_step(const spec_case *sc) {
     int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
     mt_step_result r;
     float lr = 3e-3f;
-    mt_tiny_windows(76, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
-    cr_assert_eq(mt_engine_step(t.engine, inputs, targets, NULL, lr, &r), MT_OK, "%s", mt_error());
+    step_on(t.engine, &cfg, 76, lr, &r);
     mt_engine_finish(t.engine);
     mt_tiny_windows(77, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
     snapshot before = take(&t);
@@ -166,18 +178,13 @@ Test(speculative, a_skipped_step_keeps_the_masters_and_undoes_the_moments) {
  * a resumed engine given that takes the next step's update as the one it replaces would have. */
 Test(speculative, auto_takes_the_update_ahead_after_an_unclipped_step) {
     mt_config cfg = mt_tiny_config_gqa();
-    int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
     mt_step_result r;
     for (int clips = 0; clips < 2; clips++) {
-        mt_engine_options o = mt_engine_defaults();
-        o.seq = SEQ;
-        o.batch = SEQUENCES;
-        o.max_grad_norm = clips ? 1e-3f : 1e3f;
+        mt_engine_options o = options(clips ? 1e-3f : 1e3f);
         mt_tiny_model t;
         mt_tiny_model_open(&t, &cfg, &o, 29);
         cr_assert_not(mt_engine_update_ahead(t.engine), "a fresh engine knows no step before");
-        mt_tiny_windows(90, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
-        cr_assert_eq(mt_engine_step(t.engine, inputs, targets, NULL, 1e-3f, &r), MT_OK, "%s", mt_error());
+        step_on(t.engine, &cfg, 90, 1e-3f, &r);
         mt_engine_finish(t.engine);
         cr_assert_eq(mt_engine_update_ahead(t.engine), !clips, "clipped %d: ahead %d", clips, mt_engine_update_ahead(t.engine));
         mt_engine_set_update_ahead(t.engine, clips);
@@ -192,18 +199,12 @@ Test(speculative, auto_takes_the_update_ahead_after_an_unclipped_step) {
 Test(speculative, a_step_reports_the_optimizers_work_after_the_norm) {
     for (int clip = 0; clip < 2; clip++) {
         mt_config cfg = mt_tiny_config_gqa();
-        mt_engine_options o = mt_engine_defaults();
-        o.seq = SEQ;
-        o.batch = SEQUENCES;
-        o.max_grad_norm = clip ? 1e-2f : 0.0f;
+        mt_engine_options o = options(clip ? 1e-2f : 0.0f);
         mt_tiny_model t;
         mt_tiny_model_open(&t, &cfg, &o, 23);
-        int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
         mt_step_result r;
-        for (int step = 0; step < 2; step++) { /* the second step's report holds the first's update */
-            mt_tiny_windows(80 + step, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
-            cr_assert_eq(mt_engine_step(t.engine, inputs, targets, NULL, 1e-3f, &r), MT_OK, "%s", mt_error());
-        }
+        for (int step = 0; step < 2; step++) /* the second step's report holds the first's update */
+            step_on(t.engine, &cfg, 80 + step, 1e-3f, &r);
         mt_engine_finish(t.engine);
         if (clip) {
             cr_expect_gt(r.opt_after_norm_seconds, 0.0, "clipped: no time after the norm reported");
@@ -227,18 +228,13 @@ static void restore(mt_tiny_model *t, const snapshot *s) {
  * checkpoint gives it (-1: forced with ALWAYS instead). */
 static snapshot clipped_step_from(mt_tiny_model *t, const snapshot *from, int ahead) {
     restore(t, from);
-    mt_engine_options o = mt_engine_defaults();
-    o.seq = SEQ;
-    o.batch = SEQUENCES;
-    o.max_grad_norm = 1e-3f; /* a resumed run may change --clip */
+    mt_engine_options o = options(1e-3f); /* a resumed run may change --clip */
     o.update_ahead = ahead < 0 ? MT_UPDATE_AHEAD_ALWAYS : MT_UPDATE_AHEAD_AUTO;
     mt_engine *e;
     cr_assert_eq(mt_engine_create(&e, t->be, &t->store, &o, 2), MT_OK, "%s", mt_error());
     if (ahead >= 0) mt_engine_set_update_ahead(e, ahead);
-    int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
-    mt_tiny_windows(93, SEQUENCES, SEQ, t->cfg.vocab_size, tokens, inputs, targets);
     mt_step_result r;
-    cr_assert_eq(mt_engine_step(e, inputs, targets, NULL, 1e-3f, &r), MT_OK, "%s", mt_error());
+    step_on(e, &t->cfg, 93, 1e-3f, &r);
     cr_assert_eq(mt_engine_finish(e), 3);
     cr_assert(r.grad_norm > 1e-3, "the step does not clip");
     mt_engine_destroy(e);
@@ -249,18 +245,11 @@ static snapshot clipped_step_from(mt_tiny_model *t, const snapshot *from, int ah
  * otherwise it would not (the two differ within rounding where the step clips). */
 Test(speculative, a_resumed_engine_given_the_state_takes_the_same_update) {
     mt_config cfg = mt_tiny_config_gqa();
-    mt_engine_options o = mt_engine_defaults();
-    o.seq = SEQ;
-    o.batch = SEQUENCES;
-    o.max_grad_norm = 1e3f;
+    mt_engine_options o = options(1e3f);
     mt_tiny_model t;
     mt_tiny_model_open(&t, &cfg, &o, 31);
-    int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
     mt_step_result r;
-    for (int step = 0; step < 2; step++) {
-        mt_tiny_windows(91 + step, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
-        cr_assert_eq(mt_engine_step(t.engine, inputs, targets, NULL, 1e-3f, &r), MT_OK, "%s", mt_error());
-    }
+    for (int step = 0; step < 2; step++) step_on(t.engine, &cfg, 91 + step, 1e-3f, &r);
     mt_engine_finish(t.engine);
     cr_assert(mt_engine_update_ahead(t.engine), "two unclipped steps, and the next is not taken ahead");
     snapshot two = take(&t);
@@ -279,9 +268,7 @@ Test(speculative, a_resumed_engine_given_the_state_takes_the_same_update) {
 /* The checkpoint keeps it (one written before it was kept loads as no: tests/test_store_split.c). */
 Test(speculative, the_checkpoint_keeps_the_state) {
     mt_config cfg = mt_tiny_config_gqa();
-    mt_engine_options o = mt_engine_defaults();
-    o.seq = SEQ;
-    o.batch = SEQUENCES;
+    mt_engine_options o = options(1.0f);
     mt_tiny_model t;
     mt_tiny_model_open(&t, &cfg, &o, 33);
     char dir[PATH_MAX], path[PATH_MAX];

@@ -160,10 +160,7 @@ static void norm_noticed(mt_engine *e, const int *left, int n, const uint8_t *ta
 /* Whether this job takes the update ahead of the norm; and the next one's, from this one's outcome. */
 static int ahead_now(mt_engine *e) {
     if (e->o.update_ahead != MT_UPDATE_AHEAD_AUTO) return e->o.update_ahead == MT_UPDATE_AHEAD_ALWAYS;
-    pthread_mutex_lock(&e->opt_lock);
-    int ahead = e->update_ahead;
-    pthread_mutex_unlock(&e->opt_lock);
-    return ahead;
+    return mt_engine_update_ahead(e);
 }
 
 static void ahead_next(mt_engine *e, int applied_unclipped) {
