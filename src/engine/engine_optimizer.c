@@ -1,6 +1,7 @@
 /* The CPU optimizer thread: AdamW on each unit once its gradients are home, writing the unit's
  * masters, whose high halves (or fp32 values) are what the h2d stream copies, then raising the
  * unit's flag so that the next copy of it may start. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -267,6 +268,13 @@ static void run_job(mt_engine *e, const mt_opt_job *job) {
     pthread_mutex_unlock(&e->opt_lock);
 }
 
+/* The calling thread's name as top -H and /proc show it (at most 15 characters). */
+static void name_self(const char *format, int t) {
+    char name[16];
+    snprintf(name, sizeof name, format, t);
+    pthread_setname_np(pthread_self(), name);
+}
+
 /* Each thread of the optimizer's OpenMP team to its core, once: the team's threads persist
  * across the parallel regions that follow (libgomp keeps them in the thread's pool). */
 static void pin_team(mt_engine *e) {
@@ -275,6 +283,7 @@ static void pin_team(mt_engine *e) {
     {
         int t = omp_get_thread_num();
         if (mt_cpu_pin_self(e->opt_cores[t]) != MT_OK) mt_log_warn("optimizer thread %d unpinned: %s", t, mt_error());
+        if (t) name_self("mt-opt-%d", t);
     }
 #else
     if (mt_cpu_pin_self(e->opt_cores[0]) != MT_OK) mt_log_warn("optimizer thread unpinned: %s", mt_error());
@@ -283,6 +292,7 @@ static void pin_team(mt_engine *e) {
 
 static void *optimizer_main(void *arg) {
     mt_engine *e = arg;
+    name_self("mt-optimizer", 0);
     mt_engine_on_optimizer_thread();
 #ifdef _OPENMP
     if (e->o.opt_threads > 0) omp_set_num_threads(e->o.opt_threads);

@@ -6,11 +6,9 @@
 #include "optim/adamw.h"
 
 #include <math.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "optim/adamw_kernels.h"
+#include "optim/shares.h"
 #include "util/split_f32.h"
 
 /* Threads split a tensor in chunks of this many elements: 256 bytes of fp32 (128 of each split
@@ -20,6 +18,8 @@
 /* Fewer elements than this per thread and waking a thread costs more than it saves (norm
  * weights and biases run on one). */
 #define MT_ADAMW_MIN_PER_THREAD ((size_t)1 << 14)
+/* What a thread takes at a time (optim/shares.h): 0.9 MB of traffic with fp32 moments. */
+#define MT_ADAMW_PIECE ((size_t)1 << 15)
 
 static inline float load_master(mt_master w, size_t i) {
     return w.f32 ? w.f32[i] : mt_split_join(w.hi[i], w.lo[i]);
@@ -140,12 +140,9 @@ mt_adamw_kernel mt_adamw_kernel_of(mt_adamw_impl impl) {
     }
 }
 
-/* Thread `t` of `nt` takes one contiguous run of whole chunks. */
+/* Thread `t` of `nt`'s share: one contiguous run of whole chunks. */
 void mt_adamw_share(size_t n, int t, int nt, size_t *begin, size_t *count) {
-    size_t chunks = (n + MT_ADAMW_CHUNK - 1) / MT_ADAMW_CHUNK;
-    size_t per_thread = (chunks + (size_t)nt - 1) / (size_t)nt * MT_ADAMW_CHUNK;
-    *begin = (size_t)t * per_thread;
-    *count = *begin >= n ? 0 : n - *begin < per_thread ? n - *begin : per_thread;
+    mt_share_of(n, MT_ADAMW_CHUNK, t, nt, begin, count);
 }
 
 int mt_adamw_threads(size_t n, int threads) {
@@ -154,28 +151,25 @@ int mt_adamw_threads(size_t n, int threads) {
     return threads > 1 ? threads : 1;
 }
 
-static void adamw_run_share(mt_adamw_kernel kernel, const mt_adamw_coef *c, mt_adamw_part part, mt_master w,
-                            float *m, float *v, const float *grad, size_t n, int t, int nt) {
-    size_t begin, count;
-    mt_adamw_share(n, t, nt, &begin, &count);
-    if (!count) return;
-    kernel(c, part, mt_master_at(w, begin), m + begin, v + begin, grad + begin, count);
+typedef struct {
+    mt_adamw_kernel kernel;
+    mt_adamw_coef coef;
+    mt_adamw_part part;
+    mt_master w;
+    float *m, *v;
+    const float *grad;
+} update;
+
+static void update_piece(void *ctx, size_t begin, size_t end) {
+    const update *u = ctx;
+    u->kernel(&u->coef, u->part, mt_master_at(u->w, begin), u->m + begin, u->v + begin, u->grad + begin, end - begin);
 }
 
 void mt_adamw_update_with(mt_adamw_impl impl, mt_adamw_part part, const mt_adamw_params *p, int decay, mt_master w,
                           float *m, float *v, const float *grad, size_t n, int threads) {
-    mt_adamw_kernel kernel = mt_adamw_kernel_of(impl);
-    mt_adamw_coef c = mt_adamw_coef_of(p, decay);
-#ifdef _OPENMP
-    threads = mt_adamw_threads(n, threads);
-    if (threads > 1) {
-#pragma omp parallel num_threads(threads)
-        adamw_run_share(kernel, &c, part, w, m, v, grad, n, omp_get_thread_num(), omp_get_num_threads());
-        return;
-    }
-#endif
-    (void)threads;
-    adamw_run_share(kernel, &c, part, w, m, v, grad, n, 0, 1);
+    update u = {.kernel = mt_adamw_kernel_of(impl), .coef = mt_adamw_coef_of(p, decay), .part = part, .w = w, .m = m,
+                .v = v, .grad = grad};
+    mt_shares_run(n, MT_ADAMW_CHUNK, MT_ADAMW_PIECE, mt_adamw_threads(n, threads), update_piece, &u);
 }
 
 void mt_adamw_update_parallel(mt_adamw_part part, const mt_adamw_params *p, int decay, mt_master w, float *m,

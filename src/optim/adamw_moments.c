@@ -3,16 +3,16 @@
  * and stored back. Threads own whole blocks of the flat array, so an 8-bit block that a range
  * covers only in part is requantized by one thread alone. */
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "optim/adamw.h"
 #include "optim/adamw_kernels.h"
+#include "optim/shares.h"
 #include "util/bf16.h"
 
 /* As for fp32 (adamw.c): fewer elements a thread and waking it costs more than it saves. */
 #define MIN_PER_THREAD ((size_t)1 << 14)
+/* What a thread takes at a time (optim/shares.h): 32768 values. */
+#define PIECE_BLOCKS ((size_t)(1 << 15) / MT_MOMENTS_BLOCK)
 
 /* One update: the arrays point at element `at` of the moments; `mask` (NULL: every element)
  * picks the rows r of `cols` elements with mask[r] == which. */
@@ -71,30 +71,24 @@ static void update_block(const span *s, size_t b, size_t lo, size_t hi) {
     if (touched) store(s->mom, b, lo, hi, m, v);
 }
 
-/* Thread t of nt takes a contiguous run of whole blocks. */
-static void run_share(const span *s, int t, int nt) {
-    size_t first = s->at / MT_MOMENTS_BLOCK, blocks = (s->at + s->n - 1) / MT_MOMENTS_BLOCK + 1 - first;
-    size_t per_thread = (blocks + (size_t)nt - 1) / (size_t)nt;
-    for (size_t b = first + (size_t)t * per_thread; b < first + blocks && b < first + (size_t)(t + 1) * per_thread; b++) {
+/* The span's blocks [b0, b1) counted from its first. */
+static void run_blocks(void *ctx, size_t b0, size_t b1) {
+    const span *s = ctx;
+    size_t first = s->at / MT_MOMENTS_BLOCK;
+    for (size_t b = first + b0; b < first + b1; b++) {
         size_t lo = b * MT_MOMENTS_BLOCK > s->at ? b * MT_MOMENTS_BLOCK : s->at;
         size_t hi = (b + 1) * MT_MOMENTS_BLOCK < s->at + s->n ? (b + 1) * MT_MOMENTS_BLOCK : s->at + s->n;
         update_block(s, b, lo, hi);
     }
 }
 
+/* Whole blocks a thread: an 8-bit block that a range covers in part is requantized by one thread. */
 static void run(const span *s, int threads) {
     if (s->n == 0) return;
-#ifdef _OPENMP
+    size_t first = s->at / MT_MOMENTS_BLOCK, blocks = (s->at + s->n - 1) / MT_MOMENTS_BLOCK + 1 - first;
     size_t useful_threads = s->n / MIN_PER_THREAD + 1;
     if ((size_t)threads > useful_threads) threads = (int)useful_threads;
-    if (threads > 1) {
-#pragma omp parallel num_threads(threads)
-        run_share(s, omp_get_thread_num(), omp_get_num_threads());
-        return;
-    }
-#endif
-    (void)threads;
-    run_share(s, 0, 1);
+    mt_shares_run(blocks, 1, PIECE_BLOCKS, threads, run_blocks, (void *)s);
 }
 
 void mt_adamw_update_moments(mt_adamw_part part, const mt_adamw_params *p, int decay, mt_master w, mt_moments *mom,

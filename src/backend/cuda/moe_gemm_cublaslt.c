@@ -42,6 +42,8 @@ struct mt_cuda_moe_lt {
     int streams;
     cudaStream_t lane[MT_MOE_LT_MAX_STREAMS];
     cudaEvent_t fork, join[MT_MOE_LT_MAX_STREAMS];
+    cudaEvent_t offsets_copied; /* blocking: the issuing thread sleeps while it waits, leaving its core
+                                 * to the host optimizer's team (a stream sync would spin on it) */
     void *workspace;      /* streams * LANE_WORKSPACE bytes of device memory */
     pthread_mutex_t lock; /* a call at a time: guards the streams, workspaces and what follows */
     int32_t *offsets;     /* the offsets' home, pinned, offsets_count of them */
@@ -51,6 +53,7 @@ struct mt_cuda_moe_lt {
 
 static mt_status lt_init(mt_cuda_moe_lt *lt) {
     MT_CUDA_CHECK(cudaEventCreateWithFlags(&lt->fork, cudaEventDisableTiming));
+    MT_CUDA_CHECK(cudaEventCreateWithFlags(&lt->offsets_copied, cudaEventDisableTiming | cudaEventBlockingSync));
     for (int i = 0; i < lt->streams; i++) {
         MT_CUDA_CHECK(cudaStreamCreateWithFlags(&lt->lane[i], cudaStreamNonBlocking));
         MT_CUDA_CHECK(cudaEventCreateWithFlags(&lt->join[i], cudaEventDisableTiming));
@@ -82,6 +85,7 @@ void mt_cuda_moe_lt_destroy(mt_cuda_moe_lt *lt) {
         if (lt->join[i]) cudaEventDestroy(lt->join[i]);
     }
     if (lt->fork) cudaEventDestroy(lt->fork);
+    if (lt->offsets_copied) cudaEventDestroy(lt->offsets_copied);
     if (lt->workspace) cudaFree(lt->workspace);
     if (lt->offsets) cudaFreeHost(lt->offsets);
     pthread_mutex_destroy(&lt->lock);
@@ -231,7 +235,8 @@ static mt_status offsets_home(mt_cuda_moe_lt *lt, cudaStream_t s, const moe_gemm
         lt->offsets_count = count;
     }
     MT_CUDA_CHECK(cudaMemcpyAsync(lt->offsets, offsets, count * sizeof *lt->offsets, cudaMemcpyDeviceToHost, s));
-    MT_CUDA_CHECK(cudaStreamSynchronize(s));
+    MT_CUDA_CHECK(cudaEventRecord(lt->offsets_copied, s));
+    MT_CUDA_CHECK(cudaEventSynchronize(lt->offsets_copied));
     const int32_t *off = lt->offsets;
     for (size_t i = 0; i < count; i++) {
         int32_t prev = i ? off[i - 1] : 0;
