@@ -45,8 +45,8 @@ mt_status mt_store_create_with_moments(mt_store *store, const mt_layout *layout,
                                        mt_moments_format moments);
 /* The same, the masters' low halves (fp32 weights: the masters) and the moments first touched
  * (faulted in, zero) by `team` in the host AdamW's split: for each tensor, thread t of the team
- * touches the elements thread t of the optimizer will update (optim/adamw.h, mt_adamw_share),
- * pinned to the core it will run on. The kernel puts a page on the NUMA node of the thread that
+ * touches the elements thread t of the optimizer starts on (optim/adamw.h, mt_adamw_share; it
+ * takes others' only once its own are done, optim/shares.h), pinned to the core it will run on. The kernel puts a page on the NUMA node of the thread that
  * touches it first, so each optimizer thread's share lies on its own node. NULL: the OpenMP
  * threads, unpinned, in the same split. (Pinned weights are touched before they are pinned,
  * backend/pinned_pieces.h.) */
