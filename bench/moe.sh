@@ -23,7 +23,13 @@
 # them: per token, 6 x (the blocks' active parameters, i.e. attention, the router and the top_k
 # experts a token goes to, + the LM head's vocab x hidden) + 6 x L x seq x heads x head_dim for
 # causal attention; recomputation not counted.
-# Environment: SHAPES (olmoe qwen3), STEPS (timed steps, 4), WARMUP (1), BUDGET_S (560), LAYERS.
+# Environment: SHAPES (olmoe qwen3), STEPS (timed steps, 4), WARMUP (1), BUDGET_S (560), LAYERS,
+# SIZES (the micro-batches of 4 x 4096 tokens a step: "1 4"), SYSTEMS (all; megatrain; peers: the
+# PyTorch rows alone), PEER_LIMIT_S (200: the offloaded peer's seconds a run, its set-up included).
+# The offloaded peer's 16 x 4096 run needs a call of its own (SIZES=4 SYSTEMS=peers PEER_LIMIT_S=500),
+# and its host memory bounds the Qwen3 cut that both can train: the peer holds about 16 bytes a
+# parameter against megatrain's 14, so on a 256 GiB host megatrain's own cut (the default, ~28
+# blocks) is too deep for it; LAYERS=13 (8.7 B parameters) leaves both room.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 . tests/device/env.sh
@@ -36,6 +42,9 @@ steps=${STEPS:-4}
 warmup=${WARMUP:-1}
 seq=4096
 deadline=${BUDGET_S:-560}
+sizes=${SIZES:-1 4}
+systems=${SYSTEMS:-all}
+peer_limit=${PEER_LIMIT_S:-200}
 build="build-bench"
 . bench/bench_lib.sh
 bench_start moe.jsonl
@@ -91,14 +100,17 @@ bench_shape() {
         label="$name ($layers layers)"
     fi
     local micro lines
-    for micro in 1 4; do # x 4 sequences of 4096
-        bench megatrain "$label" "$micro" 4 200 "${megatrain[@]}" "${model[@]}" --clip 1
-        bench megatrain "$label" "$micro" 4 200 "${megatrain[@]}" "${model[@]}" --clip 0
-        relabel "$label"
+    for micro in $sizes; do # x 4 sequences of 4096
+        if [ "$systems" != peers ]; then
+            bench megatrain "$label" "$micro" 4 200 "${megatrain[@]}" "${model[@]}" --clip 1
+            bench megatrain "$label" "$micro" 4 200 "${megatrain[@]}" "${model[@]}" --clip 0
+            relabel "$label"
+        fi
+        [ "$systems" = megatrain ] && continue
         lines=$(wc -l <"$jsonl")
         bench pytorch-resident "$label" "$micro" 4 150 "${peer[@]}" --mode resident "${peer_model[@]}" --clip 1
         if tail -n +"$((lines + 1))" "$jsonl" | grep -q '"error"'; then
-            bench pytorch-fsdp2-offload "$label" "$micro" 4 200 "${peer[@]}" --mode fsdp2-offload \
+            bench pytorch-fsdp2-offload "$label" "$micro" 4 "$peer_limit" "${peer[@]}" --mode fsdp2-offload \
                 "${peer_model[@]}" --clip 1
         else
             record pytorch-fsdp2-offload "$label" "$micro" 4 skipped "the resident peer fit on the GPU"
