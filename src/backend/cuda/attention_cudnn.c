@@ -543,9 +543,11 @@ static plans *plans_for(mt_cudnn_attention *ca, mt_attn_dims dims, int entries) 
         return NULL;
     }
     mt_log_debug("attention (batch %d, %d queries x %d keys, heads %d/%d, head_dim %d): cuDNN's plans for %d "
-                 "ragged entries (0: the plain layout), engines %lld (forward) and %lld (backward), %zu bytes of "
-                 "workspace", dims.batch, sq, skv, dims.heads, dims.kv_heads, dims.head_dim, entries,
-                 (long long)p->forward.engine, (long long)p->backward.engine, p->workspace_bytes);
+                 "ragged entries (0: the plain layout), engines %lld (forward) and %lld (backward%s), %lld (its own "
+                 "keys' backward; -1: not a window), %zu bytes of workspace", dims.batch, sq, skv, dims.heads,
+                 dims.kv_heads, dims.head_dim, entries, (long long)p->forward.engine, (long long)p->backward.engine,
+                 bottom_right(dims) ? ": the keys before the window" : "", (long long)p->square.engine,
+                 p->workspace_bytes);
     p->usable = 1;
     return p;
 }
