@@ -11,7 +11,9 @@
  * (the dispatch gives those to the CUDA-core kernels). A window's backward runs as two graphs, so
  * that neither computes a masked score: its queries against the keys before it (no mask) and
  * against its own keys (the plain causal square); given the window's softmax statistics and its
- * whole output the backward is separable over keys, and both add dQ into one fp32 accumulator.
+ * whole output the backward is separable over keys. The window's dQ is the sum of the two
+ * graphs' bf16 dQ: the accumulator is the engine's own (cleared by each graph, in a layout of its
+ * tiles; neither one accumulator for both nor a sum of two accumulators gave dQ on an H100).
  * (One graph under the shifted mask ran every score of its last square on an H100: 0.80x PyTorch's
  * backward at two windows, bench/results/2026-11-26-h100x1-attention-8b-heads.md.)
  * Forward:  S = scale * Q K^T, causal mask (row >= col kept), softmax with
@@ -60,15 +62,16 @@ static const int64_t MAX_WORKSPACE = (int64_t)1 << 34;
 
 /* One entry of the cache: dims, and for the ragged layout the entries (a power of two of segments;
  * 0: the plain layout). Its workspace: the plans' own, then (ragged backward) the fp32 dQ
- * accumulator, the softmax sums and GQA's per-query-head dK and dV, then (ragged) the lengths and
- * offsets. */
+ * accumulator (a window: then the bf16 dQ of its own keys' graph), the softmax sums and GQA's per-query-head dK and dV,
+ * then (ragged) the lengths and offsets. */
 typedef struct {
     mt_attn_dims dims;
     int entries;
     int usable; /* both plans built */
     mt_cudnn_graph forward, backward;
     mt_cudnn_graph square; /* a window's: its backward against its own keys (backward: the keys before) */
-    size_t accum_offset, sum_offset, dk_full_offset, dv_full_offset, ragged_offset, workspace_bytes;
+    size_t accum_offset, own_dq_offset, sum_offset, dk_full_offset, dv_full_offset, ragged_offset,
+        workspace_bytes;
     uint64_t used; /* when last looked up (the cache's clock), for eviction */
 } plans;
 
@@ -445,6 +448,10 @@ static mt_status build_plans(mt_cudnn_attention *ca, plans *p, int64_t forward_l
     size_t at = align_up((size_t)backward_bytes);
     p->accum_offset = at;
     at += align_up(q_elems * sizeof(float));
+    if (window) {
+        p->own_dq_offset = at;
+        at += align_up(q_elems * 2); /* bf16 */
+    }
     if (sh.ragged) {
         p->sum_offset = at;
         at += align_up(rows * d.heads * sizeof(float));
@@ -694,14 +701,14 @@ static backward_io own_keys(backward_io io, mt_attn_dims dims) {
 }
 
 static mt_status run_backward(mt_cudnn_attention *ca, const plans *p, mt_cudnn_graph *g, const backward_io *io,
-                              mask_kind mask, const mt_segments *seg, cudaStream_t s, void *workspace) {
+                              float *accum, mask_kind mask, const mt_segments *seg, cudaStream_t s, void *workspace) {
     mt_attn_dims dims = p->dims;
     float scale = 1.0f / sqrtf((float)dims.head_dim);
     char *ws = workspace;
     pack vp = {.count = 0};
     bind(&vp, UID_Q, io->q), bind(&vp, UID_K, io->k), bind(&vp, UID_V, io->v), bind(&vp, UID_O, io->out);
     bind(&vp, UID_DO, io->dout), bind(&vp, UID_STATS, io->lse), bind(&vp, UID_DQ, io->dq), bind(&vp, UID_DK, io->dk);
-    bind(&vp, UID_DV, io->dv), bind(&vp, UID_DQ_ACCUM, ws + p->accum_offset), bind(&vp, UID_SCALE, &scale);
+    bind(&vp, UID_DV, io->dv), bind(&vp, UID_DQ_ACCUM, accum), bind(&vp, UID_SCALE, &scale);
     bind(&vp, UID_ONE, &ca->one);
     if (mask != MASK_NONE) bind(&vp, UID_MASKED, &ca->masked);
     int32_t window_q = mt_attn_q_rows(dims), window_kv = mt_attn_kv_rows(dims); /* by value: read by the call */
@@ -724,14 +731,17 @@ static mt_status backward_locked(mt_cudnn_attention *ca, cudaStream_t s, const b
     plans *p = plans_of_call(ca, dims, seg);
     if (!p) return mt_fail(MT_ERR_INVALID, "cuDNN attention: no plan for these dims");
     size_t accum_bytes = (size_t)dims.batch * mt_attn_q_rows(dims) * dims.heads * dims.head_dim * sizeof(float);
-    MT_CUDA_CHECK(cudaMemsetAsync((char *)workspace + p->accum_offset, 0, accum_bytes, s));
+    float *accum = (float *)((char *)workspace + p->accum_offset);
+    MT_CUDA_CHECK(cudaMemsetAsync(accum, 0, accum_bytes, s));
     MT_CUDNN_CHECK(cudnnSetStream(ca->handle, s));
-    if (!bottom_right(dims)) return run_backward(ca, p, &p->backward, io, MASK_CAUSAL, seg, s, workspace);
-    /* a window: the keys before it, then its own; the second's dQ adds to the first's in the
-     * accumulator and its cast is the window's dQ */
-    MT_TRY(run_backward(ca, p, &p->backward, io, MASK_NONE, NULL, s, workspace));
+    if (!bottom_right(dims)) return run_backward(ca, p, &p->backward, io, accum, MASK_CAUSAL, seg, s, workspace);
+    /* a window: the keys before it, then its own (dQ beside), then dQ as the two's sum */
+    MT_TRY(run_backward(ca, p, &p->backward, io, accum, MASK_NONE, NULL, s, workspace));
     backward_io own = own_keys(*io, dims);
-    return run_backward(ca, p, &p->square, &own, MASK_CAUSAL, NULL, s, workspace);
+    own.dq = (char *)workspace + p->own_dq_offset;
+    MT_CUDA_CHECK(cudaMemsetAsync(accum, 0, accum_bytes, s));
+    MT_TRY(run_backward(ca, p, &p->square, &own, accum, MASK_CAUSAL, NULL, s, workspace));
+    return mt_cuda_add(s, io->dq, io->dq, own.dq, accum_bytes / sizeof(float));
 }
 
 mt_status mt_cudnn_attention_backward(mt_cudnn_attention *ca, cudaStream_t s, void *dq, void *dk,
