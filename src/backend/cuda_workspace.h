@@ -18,10 +18,13 @@ static inline size_t mt_cuda_attention_workspace_bytes(int batch, int heads, int
     return (size_t)batch * heads * q_rows * sizeof(float);
 }
 
-/* cuDNN's attention backward: dQ's fp32 accumulator [batch, heads, q rows, head_dim] (its plans'
- * own workspace beside it is known only once they are built, on a GPU). */
-static inline size_t mt_cudnn_attention_accum_bytes(int batch, int heads, int q_rows, int head_dim) {
-    return (size_t)batch * heads * q_rows * head_dim * sizeof(float);
+/* cuDNN's attention backward: dQ's fp32 accumulator [batch, heads, q rows, head_dim], and for a
+ * window of queries after the first (q rows != kv rows: a graph for the keys before it, one for its
+ * own) the bf16 dQ of its own keys' graph; its plans' own workspace beside these is known only once
+ * they are built, on a GPU. */
+static inline size_t mt_cudnn_attention_accum_bytes(int batch, int heads, int q_rows, int kv_rows, int head_dim) {
+    size_t elements = (size_t)batch * heads * q_rows * head_dim;
+    return elements * sizeof(float) + (q_rows != kv_rows ? elements * 2 : 0);
 }
 
 #endif

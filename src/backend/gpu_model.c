@@ -1,7 +1,7 @@
 /* A CUDA GPU with `memory` bytes that is not here: the CUDA backend's types, kind, workspace sizes
  * and device optimizer, and nothing that runs. `megatrain plan --backend cuda --gpu-mem 16GiB` on
  * a machine without a GPU sizes the run with it, so that a plan for a user's card can be made
- * anywhere. Attention's workspace is the larger of its own kernels' and cuDNN's dQ accumulator
+ * anywhere. Attention's workspace is the larger of its own kernels' and cuDNN's dQ accumulators
  * (which the backend needs where cuDNN runs the dims); what cuDNN's plans ask beside it is known
  * only on a GPU. */
 #include "backend/gpu_model.h"
@@ -25,7 +25,8 @@ static void model_mem_info(mt_backend *be, size_t *free_bytes, size_t *peak_byte
 
 static size_t model_attention_workspace(mt_backend *be, mt_attn_dims dims, int segmented) {
     size_t kernels = mt_cuda_attention_workspace_bytes(dims.batch, dims.heads, mt_attn_q_rows(dims));
-    size_t cudnn = mt_cudnn_attention_accum_bytes(dims.batch, dims.heads, mt_attn_q_rows(dims), dims.head_dim);
+    size_t cudnn = mt_cudnn_attention_accum_bytes(dims.batch, dims.heads, mt_attn_q_rows(dims), mt_attn_kv_rows(dims),
+                                                  dims.head_dim);
     return kernels > cudnn ? kernels : cudnn;
 }
 

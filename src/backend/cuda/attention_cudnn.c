@@ -8,7 +8,14 @@
  * bottom right, as cudnn-frontend's causal_mask_bottom_right emits it for cuDNN below 9.21: row +
  * s_kv - s_q >= col, the row index shifted by two int32 scalars. Each window is a plan of its own;
  * the windows of a sequence build within the workspace of its last. Windows take no segments here
- * (the dispatch gives those to the CUDA-core kernels).
+ * (the dispatch gives those to the CUDA-core kernels). A window's backward runs as two graphs, so
+ * that neither computes a masked score: its queries against the keys before it (no mask) and
+ * against its own keys (the plain causal square); given the window's softmax statistics and its
+ * whole output the backward is separable over keys. The window's dQ is the sum of the two
+ * graphs' bf16 dQ: the accumulator is the engine's own (cleared by each graph, in a layout of its
+ * tiles; neither one accumulator for both nor a sum of two accumulators gave dQ on an H100).
+ * (One graph under the shifted mask ran every score of its last square on an H100: 0.80x PyTorch's
+ * backward at two windows, bench/results/2026-11-26-h100x1-attention-8b-heads.md.)
  * Forward:  S = scale * Q K^T, causal mask (row >= col kept), softmax with
  *           Stats = max + log(sum exp) (natural log: backend.h's lse), O = P V.
  * Backward: the frontend's graph: P = exp(S - Stats), dV = P^T dO, dP = dO V^T,
@@ -55,14 +62,16 @@ static const int64_t MAX_WORKSPACE = (int64_t)1 << 34;
 
 /* One entry of the cache: dims, and for the ragged layout the entries (a power of two of segments;
  * 0: the plain layout). Its workspace: the plans' own, then (ragged backward) the fp32 dQ
- * accumulator, the softmax sums and GQA's per-query-head dK and dV, then (ragged) the lengths and
- * offsets. */
+ * accumulator (a window: then the bf16 dQ of its own keys' graph), the softmax sums and GQA's per-query-head dK and dV,
+ * then (ragged) the lengths and offsets. */
 typedef struct {
     mt_attn_dims dims;
     int entries;
     int usable; /* both plans built */
     mt_cudnn_graph forward, backward;
-    size_t accum_offset, sum_offset, dk_full_offset, dv_full_offset, ragged_offset, workspace_bytes;
+    mt_cudnn_graph square; /* a window's: its backward against its own keys (backward: the keys before) */
+    size_t accum_offset, own_dq_offset, sum_offset, dk_full_offset, dv_full_offset, ragged_offset,
+        workspace_bytes;
     uint64_t used; /* when last looked up (the cache's clock), for eviction */
 } plans;
 
@@ -100,6 +109,7 @@ void mt_cudnn_attention_destroy(mt_cudnn_attention *ca) {
     for (int i = 0; i < ca->cached; i++) {
         mt_cudnn_graph_destroy(&ca->cache[i].forward);
         mt_cudnn_graph_destroy(&ca->cache[i].backward);
+        mt_cudnn_graph_destroy(&ca->cache[i].square);
     }
     if (ca->handle) cudnnDestroy(ca->handle);
     pthread_mutex_destroy(&ca->lock);
@@ -111,10 +121,17 @@ void mt_cudnn_attention_destroy(mt_cudnn_attention *ca) {
 /* What a graph is built for: the dims, its batch entries (dims.batch, or the ragged layout's), the
  * query rows and key rows of an entry (a window's s_q and s_kv; seq both without one), and in the
  * ragged layout the lengths and offsets tensors. */
+typedef enum {
+    MASK_CAUSAL,       /* row >= col */
+    MASK_BOTTOM_RIGHT, /* a window's: row + s_kv - s_q >= col */
+    MASK_NONE,         /* a window's queries against the keys before it */
+} mask_kind;
+
 typedef struct {
     mt_attn_dims d;
     int64_t b, sq, skv;
     int ragged;
+    mask_kind mask;
     mt_cudnn_tensor seq_q, seq_kv, off_q, off_kv, off_stats;
 } shape;
 
@@ -228,10 +245,11 @@ static mt_status masked_scores(mt_cudnn_graph *g, const mt_cudnn_tensor *q, cons
                                const mt_cudnn_tensor *scale, const shape *sh, mt_cudnn_tensor *out) {
     const int64_t dim[4] = {sh->b, sh->d.heads, sh->sq, sh->skv};
     mt_cudnn_tensor s, scaled, row, col, keep, masked, shifted;
-    MT_TRY(scalar(g, &masked, UID_MASKED));
     MT_TRY(mt_cudnn_virtual(g, &s, CUDNN_DATA_FLOAT, dim));
     if (sh->ragged) MT_TRY(mt_cudnn_matmul_sized(g, q, kt, &s, &sh->seq_q, &sh->seq_kv, NULL));
     else MT_TRY(mt_cudnn_matmul(g, q, kt, &s));
+    if (sh->mask == MASK_NONE) return binary(g, CUDNN_POINTWISE_MUL, &s, scale, out);
+    MT_TRY(scalar(g, &masked, UID_MASKED));
     MT_TRY(binary(g, CUDNN_POINTWISE_MUL, &s, scale, &scaled));
     if (sh->ragged) {
         mt_cudnn_tensor prow, pcol, in_row, in_col, inside, padded;
@@ -250,7 +268,7 @@ static mt_status masked_scores(mt_cudnn_graph *g, const mt_cudnn_tensor *q, cons
     MT_TRY(mt_cudnn_virtual(g, &col, CUDNN_DATA_INT32, dim));
     MT_TRY(mt_cudnn_gen_index(g, &scaled, 3, &col));
     const mt_cudnn_tensor *kept_row = &row;
-    if (bottom_right(sh->d)) {
+    if (sh->mask == MASK_BOTTOM_RIGHT) {
         MT_TRY(shift_to_bottom_right(g, &row, dim, &shifted));
         kept_row = &shifted;
     }
@@ -402,18 +420,38 @@ static size_t ragged_bytes(int entries) { return align_up((size_t)entries * 4) +
  * it in the workspace). */
 static mt_status build_plans(mt_cudnn_attention *ca, plans *p, int64_t forward_limit, int64_t backward_limit) {
     mt_attn_dims d = p->dims;
+    int window = bottom_right(d);
     shape sh = {.d = d, .b = p->entries ? p->entries : d.batch, .sq = mt_attn_q_rows(d), .skv = mt_attn_kv_rows(d),
-                .ragged = p->entries > 0};
+                .ragged = p->entries > 0, .mask = window ? MASK_BOTTOM_RIGHT : MASK_CAUSAL};
     mt_cudnn_graph_init(&p->forward, ca->handle, FIRST_VIRTUAL_UID);
     mt_cudnn_graph_init(&p->backward, ca->handle, FIRST_VIRTUAL_UID);
+    mt_cudnn_graph_init(&p->square, ca->handle, FIRST_VIRTUAL_UID);
     MT_TRY(build_forward(&p->forward, &sh));
     MT_TRY(mt_cudnn_graph_plan(&p->forward, forward_limit));
-    MT_TRY(build_backward(&p->backward, &sh));
-    MT_TRY(mt_cudnn_graph_plan(&p->backward, backward_limit));
+    int64_t backward_bytes;
+    if (window) {
+        shape before = sh, own = sh;
+        before.skv = d.q0, before.mask = MASK_NONE;
+        own.skv = d.q_len, own.mask = MASK_CAUSAL;
+        MT_TRY(build_backward(&p->backward, &before));
+        MT_TRY(mt_cudnn_graph_plan(&p->backward, backward_limit));
+        MT_TRY(build_backward(&p->square, &own));
+        MT_TRY(mt_cudnn_graph_plan(&p->square, backward_limit));
+        backward_bytes = p->backward.workspace_bytes > p->square.workspace_bytes ? p->backward.workspace_bytes
+                                                                                 : p->square.workspace_bytes;
+    } else {
+        MT_TRY(build_backward(&p->backward, &sh));
+        MT_TRY(mt_cudnn_graph_plan(&p->backward, backward_limit));
+        backward_bytes = p->backward.workspace_bytes;
+    }
     size_t rows = (size_t)d.batch * mt_attn_q_rows(d), q_elems = rows * d.heads * d.head_dim;
-    size_t at = align_up((size_t)p->backward.workspace_bytes);
+    size_t at = align_up((size_t)backward_bytes);
     p->accum_offset = at;
     at += align_up(q_elems * sizeof(float));
+    if (window) {
+        p->own_dq_offset = at;
+        at += align_up(q_elems * 2); /* bf16 */
+    }
     if (sh.ragged) {
         p->sum_offset = at;
         at += align_up(rows * d.heads * sizeof(float));
@@ -448,6 +486,7 @@ static plans *free_entry(mt_cudnn_attention *ca) {
     cudaDeviceSynchronize();
     mt_cudnn_graph_destroy(&oldest->forward);
     mt_cudnn_graph_destroy(&oldest->backward);
+    mt_cudnn_graph_destroy(&oldest->square);
     return oldest;
 }
 
@@ -507,12 +546,15 @@ static plans *plans_for(mt_cudnn_attention *ca, mt_attn_dims dims, int entries) 
                     entries ? ", packed segments" : "", mt_error());
         mt_cudnn_graph_destroy(&p->forward);
         mt_cudnn_graph_destroy(&p->backward);
+        mt_cudnn_graph_destroy(&p->square);
         return NULL;
     }
     mt_log_debug("attention (batch %d, %d queries x %d keys, heads %d/%d, head_dim %d): cuDNN's plans for %d "
-                 "ragged entries (0: the plain layout), engines %lld (forward) and %lld (backward), %zu bytes of "
-                 "workspace", dims.batch, sq, skv, dims.heads, dims.kv_heads, dims.head_dim, entries,
-                 (long long)p->forward.engine, (long long)p->backward.engine, p->workspace_bytes);
+                 "ragged entries (0: the plain layout), engines %lld (forward) and %lld (backward%s), %lld (its own "
+                 "keys' backward; -1: not a window), %zu bytes of workspace", dims.batch, sq, skv, dims.heads,
+                 dims.kv_heads, dims.head_dim, entries, (long long)p->forward.engine, (long long)p->backward.engine,
+                 bottom_right(dims) ? ": the keys before the window" : "", (long long)p->square.engine,
+                 p->workspace_bytes);
     p->usable = 1;
     return p;
 }
@@ -643,23 +685,34 @@ mt_status mt_cudnn_attention_forward(mt_cudnn_attention *ca, cudaStream_t s, voi
     return status;
 }
 
-static mt_status backward_locked(mt_cudnn_attention *ca, cudaStream_t s, void *dq, void *dk, void *dv,
-                                 const void *dout, const void *out, const float *lse, const void *q,
-                                 const void *k, const void *v, mt_attn_dims dims, const mt_segments *seg,
-                                 void *workspace) {
-    plans *p = plans_of_call(ca, dims, seg);
-    if (!p) return mt_fail(MT_ERR_INVALID, "cuDNN attention: no plan for these dims");
+/* What a backward graph reads and writes, and where. */
+typedef struct {
+    void *dq, *dk, *dv;
+    const void *dout, *out, *q, *k, *v;
+    const float *lse;
+} backward_io;
+
+/* A window's backward against its own keys: the causal square of its q_len keys from row q0. */
+static backward_io own_keys(backward_io io, mt_attn_dims dims) {
+    size_t skip = (size_t)dims.q0 * dims.kv_heads * dims.head_dim * 2; /* bf16 rows */
+    io.k = (const char *)io.k + skip, io.v = (const char *)io.v + skip;
+    io.dk = (char *)io.dk + skip, io.dv = (char *)io.dv + skip;
+    return io;
+}
+
+static mt_status run_backward(mt_cudnn_attention *ca, const plans *p, mt_cudnn_graph *g, const backward_io *io,
+                              float *accum, mask_kind mask, const mt_segments *seg, cudaStream_t s, void *workspace) {
+    mt_attn_dims dims = p->dims;
     float scale = 1.0f / sqrtf((float)dims.head_dim);
-    char *ws = workspace, *accum = ws + p->accum_offset;
-    size_t accum_bytes = (size_t)dims.batch * mt_attn_q_rows(dims) * dims.heads * dims.head_dim * sizeof(float);
-    MT_CUDA_CHECK(cudaMemsetAsync(accum, 0, accum_bytes, s));
+    char *ws = workspace;
     pack vp = {.count = 0};
-    bind(&vp, UID_Q, q), bind(&vp, UID_K, k), bind(&vp, UID_V, v), bind(&vp, UID_O, out);
-    bind(&vp, UID_DO, dout), bind(&vp, UID_STATS, lse), bind(&vp, UID_DQ, dq), bind(&vp, UID_DK, dk);
-    bind(&vp, UID_DV, dv), bind(&vp, UID_DQ_ACCUM, accum), bind(&vp, UID_SCALE, &scale);
-    bind(&vp, UID_MASKED, &ca->masked), bind(&vp, UID_ONE, &ca->one);
-    int32_t window_q = mt_attn_q_rows(dims), window_kv = mt_attn_kv_rows(dims);
-    if (bottom_right(dims)) bind(&vp, UID_WINDOW_Q, &window_q), bind(&vp, UID_WINDOW_KV, &window_kv);
+    bind(&vp, UID_Q, io->q), bind(&vp, UID_K, io->k), bind(&vp, UID_V, io->v), bind(&vp, UID_O, io->out);
+    bind(&vp, UID_DO, io->dout), bind(&vp, UID_STATS, io->lse), bind(&vp, UID_DQ, io->dq), bind(&vp, UID_DK, io->dk);
+    bind(&vp, UID_DV, io->dv), bind(&vp, UID_DQ_ACCUM, accum), bind(&vp, UID_SCALE, &scale);
+    bind(&vp, UID_ONE, &ca->one);
+    if (mask != MASK_NONE) bind(&vp, UID_MASKED, &ca->masked);
+    int32_t window_q = mt_attn_q_rows(dims), window_kv = mt_attn_kv_rows(dims); /* by value: read by the call */
+    if (mask == MASK_BOTTOM_RIGHT) bind(&vp, UID_WINDOW_Q, &window_q), bind(&vp, UID_WINDOW_KV, &window_kv);
     if (seg) {
         ragged_arrays r;
         MT_TRY(write_ragged(p, s, seg, workspace, &r));
@@ -670,16 +723,34 @@ static mt_status backward_locked(mt_cudnn_attention *ca, cudaStream_t s, void *d
             bind(&vp, UID_DV_FULL, ws + p->dv_full_offset);
         }
     }
+    return mt_cudnn_graph_execute(g, vp.count, vp.uids, vp.pointers, workspace);
+}
+
+static mt_status backward_locked(mt_cudnn_attention *ca, cudaStream_t s, const backward_io *io, mt_attn_dims dims,
+                                 const mt_segments *seg, void *workspace) {
+    plans *p = plans_of_call(ca, dims, seg);
+    if (!p) return mt_fail(MT_ERR_INVALID, "cuDNN attention: no plan for these dims");
+    size_t accum_bytes = (size_t)dims.batch * mt_attn_q_rows(dims) * dims.heads * dims.head_dim * sizeof(float);
+    float *accum = (float *)((char *)workspace + p->accum_offset);
+    MT_CUDA_CHECK(cudaMemsetAsync(accum, 0, accum_bytes, s));
     MT_CUDNN_CHECK(cudnnSetStream(ca->handle, s));
-    return mt_cudnn_graph_execute(&p->backward, vp.count, vp.uids, vp.pointers, workspace);
+    if (!bottom_right(dims)) return run_backward(ca, p, &p->backward, io, accum, MASK_CAUSAL, seg, s, workspace);
+    /* a window: the keys before it, then its own (dQ beside), then dQ as the two's sum */
+    MT_TRY(run_backward(ca, p, &p->backward, io, accum, MASK_NONE, NULL, s, workspace));
+    backward_io own = own_keys(*io, dims);
+    own.dq = (char *)workspace + p->own_dq_offset;
+    MT_CUDA_CHECK(cudaMemsetAsync(accum, 0, accum_bytes, s));
+    MT_TRY(run_backward(ca, p, &p->square, &own, accum, MASK_CAUSAL, NULL, s, workspace));
+    return mt_cuda_add(s, io->dq, io->dq, own.dq, accum_bytes / sizeof(float));
 }
 
 mt_status mt_cudnn_attention_backward(mt_cudnn_attention *ca, cudaStream_t s, void *dq, void *dk,
                                       void *dv, const void *dout, const void *out, const float *lse,
                                       const void *q, const void *k, const void *v,
                                       mt_attn_dims dims, const mt_segments *seg, void *workspace) {
+    backward_io io = {.dq = dq, .dk = dk, .dv = dv, .dout = dout, .out = out, .q = q, .k = k, .v = v, .lse = lse};
     pthread_mutex_lock(&ca->lock);
-    mt_status status = backward_locked(ca, s, dq, dk, dv, dout, out, lse, q, k, v, dims, seg, workspace);
+    mt_status status = backward_locked(ca, s, &io, dims, seg, workspace);
     pthread_mutex_unlock(&ca->lock);
     return status;
 }
