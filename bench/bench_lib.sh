@@ -42,7 +42,8 @@ record() { # record SYSTEM MODEL MICRO BATCH KEY TEXT: a run with no numbers ("e
 }
 
 # bench SYSTEM MODEL MICRO BATCH LIMIT_S COMMAND...: one run of MICRO micro-batches of BATCH
-# sequences, its output in runs.log, cut at LIMIT_S.
+# sequences, its output in runs.log, cut at LIMIT_S (in BENCH_LIMIT_S for the run: the PyTorch peer
+# stops early with the timed steps it has).
 bench() {
     local system=$1 model=$2 micro=$3 batch=$4 limit=$5
     shift 5
@@ -56,7 +57,7 @@ bench() {
     lines=$(wc -l <"$jsonl")
     start=$SECONDS
     echo "==== $system $model, $micro x $batch (limit $limit s): $*" >>"$log"
-    timeout -k 10 "$limit" "$@" --micro-batches "$micro" --batch "$batch" >>"$log" 2>&1
+    BENCH_LIMIT_S=$limit timeout -k 10 "$limit" "$@" --micro-batches "$micro" --batch "$batch" >>"$log" 2>&1
     rc=$?
     echo "==== $system $model, $micro x $batch: exit $rc after $((SECONDS - start)) s" | tee -a "$log"
     # megatrain and the peers append their own line, an error line too; a run that was killed

@@ -16,7 +16,9 @@ OlmoeForCausalLM and Qwen3MoeForCausalLM, transformers' own MoE modules, --layer
 depth) with random weights (no download), SDPA attention,
 activation checkpointing, gradient accumulation over --micro-batches, the global gradient norm
 clipped at --clip (1.0, megatrain's default; 0 for none), random tokens. A run that fails (out of memory, say)
-appends {"system", "model", "error"} instead and exits 1."""
+appends {"system", "model", "error"} instead and exits 1. A run whose next step would not end inside --time-limit
+(bench/bench_lib.sh passes each run's limit in BENCH_LIMIT_S) stops after the timed steps it has, at least one,
+and its line says how many."""
 import argparse
 import contextlib
 import functools
@@ -28,6 +30,8 @@ import time
 import traceback
 
 import torch
+
+STARTED = time.monotonic()
 
 SYSTEMS = {"resident": "pytorch-resident", "fsdp2-offload": "pytorch-fsdp2-offload"}
 
@@ -190,6 +194,17 @@ def train_step(model, optimizer, autocast, a, vocab):
     return loss.item() * a.micro_batches
 
 
+def out_of_time(limit, last_step_s, world):
+    """Whether another step like the last would end past the limit (from the process's start); with
+    several ranks, any rank's lateness stops them all."""
+    late = bool(limit) and time.monotonic() - STARTED + 1.2 * last_step_s + 20 > limit
+    if world > 1:
+        flag = torch.tensor([float(late)], device="cuda")
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        late = flag.item() > 0
+    return late
+
+
 def run(a):
     p = preset_shape(a.preset, a.layers)
     rank, world = rank_and_world()
@@ -205,7 +220,7 @@ def run(a):
                            f"megatrain's preset has {total_params(p)}")
     optimizer, optimizer_name = make_adamw(list(model.parameters()))
     tokens = world * a.batch * a.micro_batches * a.seq
-    times = []
+    times, note = [], None
     for s in range(a.warmup_steps + a.steps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -217,8 +232,14 @@ def run(a):
               f"loss {loss:.4f}", flush=True)
         if not warm:
             times.append(t)
+        left = a.warmup_steps + a.steps - 1 - s
+        if left and times and out_of_time(a.time_limit, t, world):
+            note = (f"cut by its {a.time_limit:.0f} s limit after {len(times)} of {a.steps} timed steps "
+                    f"({', '.join(f'{x:.1f}' for x in times)} s): their median")
+            print(note, flush=True)
+            break
     step_s = sorted(times)[len(times) // 2]  # the median as bench.c takes it
-    return {"step_s": step_s, "tokens_per_s": tokens / step_s,
+    return {**({"note": note} if note else {}), "timed_steps": len(times), "step_s": step_s, "tokens_per_s": tokens / step_s,
             "tflops": tokens / step_s * model_flops_per_token(p, a.seq) / 1e12,
             "peak_gpu_gib": torch.cuda.max_memory_allocated() / GIB,
             "host_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB,
@@ -239,6 +260,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--layers", type=int, default=0, help="cut the preset to this many blocks (0: all)")
     ap.add_argument("--json", required=True, help="append the result here as one JSON line")
+    ap.add_argument("--time-limit", type=float, default=float(os.environ.get("BENCH_LIMIT_S", 0)),
+                    help="seconds from the start: stop after the timed steps that end inside it (0: none)")
     a = ap.parse_args()
 
     p = preset_shape(a.preset, a.layers)
