@@ -75,6 +75,11 @@ def measured_notes(run):
     return f"{run.get('optimizer', '')}, torch {run.get('torch', '?')}"
 
 
+def gib(value):
+    """A memory figure, or "-" for a run whose steps were read from its log (no memory figures)."""
+    return "-" if value is None else f"{value:.1f}"
+
+
 def step_shape(run):
     if "micro_batches" not in run:
         return "-"
@@ -92,7 +97,7 @@ def row(run, megatrain_speed):
             f"{run['tokens_per_step']:.0f}", f"{run.get('clip', '?')}", placement(run),
             f"{run['step_s']:.3f}", f"{run['tokens_per_s']:.0f}",
             f"{run['tokens_per_s'] / reference:.2f}x" if reference else "-",
-            f"{run['tflops']:.1f}", f"{run['peak_gpu_gib']:.1f}", f"{run['host_gib']:.1f}", notes(run)]
+            f"{run['tflops']:.1f}", gib(run.get("peak_gpu_gib")), gib(run.get("host_gib")), notes(run)]
 
 
 def markdown(runs, machine, date, plans=()):
