@@ -9,8 +9,6 @@
 #include "optim/shares.h"
 #include "util/bf16.h"
 
-/* As for fp32 (adamw.c): fewer elements a thread and waking it costs more than it saves. */
-#define MIN_PER_THREAD ((size_t)1 << 14)
 /* What a thread takes at a time (optim/shares.h): 32768 values. */
 #define PIECE_BLOCKS ((size_t)(1 << 15) / MT_MOMENTS_BLOCK)
 
@@ -86,9 +84,7 @@ static void run_blocks(void *ctx, size_t b0, size_t b1) {
 static void run(const span *s, int threads) {
     if (s->n == 0) return;
     size_t first = s->at / MT_MOMENTS_BLOCK, blocks = (s->at + s->n - 1) / MT_MOMENTS_BLOCK + 1 - first;
-    size_t useful_threads = s->n / MIN_PER_THREAD + 1;
-    if ((size_t)threads > useful_threads) threads = (int)useful_threads;
-    mt_shares_run(blocks, 1, PIECE_BLOCKS, threads, run_blocks, (void *)s);
+    mt_shares_run(blocks, 1, PIECE_BLOCKS, mt_adamw_threads(s->n, threads), run_blocks, (void *)s);
 }
 
 void mt_adamw_update_moments(mt_adamw_part part, const mt_adamw_params *p, int decay, mt_master w, mt_moments *mom,
