@@ -53,4 +53,3 @@ extern "C" mt_status mt_cuda_round_f32(cudaStream_t s, void *y, const float *x, 
     round_f32_kernel<<<grid_for(count, 256), 256, 0, s>>>((bf16 *)y, x, count);
     return launch_status("round_f32");
 }
-

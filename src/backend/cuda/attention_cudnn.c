@@ -61,9 +61,9 @@ enum { MAX_CACHED = 160, MAX_LIMITS = 16, WORKSPACE_ALIGN = 256, MIN_BUCKET = 8 
 static const int64_t MAX_WORKSPACE = (int64_t)1 << 34;
 
 /* One entry of the cache: dims, and for the ragged layout the entries (a power of two of segments;
- * 0: the plain layout). Its workspace: the plans' own, then (ragged backward) the fp32 dQ
- * accumulator (a window: then the bf16 dQ of its own keys' graph), the softmax sums and GQA's per-query-head dK and dV,
- * then (ragged) the lengths and offsets. */
+ * 0: the plain layout). Its workspace: the plans' own, then the fp32 dQ accumulator, then (a window)
+ * the bf16 dQ of its own keys' graph or (ragged) the softmax sums and GQA's per-query-head dK and
+ * dV, then (ragged) the lengths and offsets. */
 typedef struct {
     mt_attn_dims dims;
     int entries;
@@ -739,7 +739,7 @@ static mt_status backward_locked(mt_cudnn_attention *ca, cudaStream_t s, const b
     MT_TRY(run_backward(ca, p, &p->backward, io, accum, MASK_NONE, NULL, s, workspace));
     backward_io own = own_keys(*io, dims);
     own.dq = (char *)workspace + p->own_dq_offset;
-    MT_CUDA_CHECK(cudaMemsetAsync(accum, 0, accum_bytes, s));
+    MT_CUDA_CHECK(cudaMemsetAsync(accum, 0, accum_bytes, s)); /* zeroed before each graph, as cuDNN asks */
     MT_TRY(run_backward(ca, p, &p->square, &own, accum, MASK_CAUSAL, NULL, s, workspace));
     return mt_cuda_add(s, io->dq, io->dq, own.dq, accum_bytes / sizeof(float));
 }
