@@ -239,7 +239,8 @@ def run(a):
             print(note, flush=True)
             break
     step_s = sorted(times)[len(times) // 2]  # the median as bench.c takes it
-    return {**({"note": note} if note else {}), "timed_steps": len(times), "step_s": step_s, "tokens_per_s": tokens / step_s,
+    return {**({"note": note} if note else {}), "timed_steps": len(times),
+            "step_s": step_s, "tokens_per_s": tokens / step_s,
             "tflops": tokens / step_s * model_flops_per_token(p, a.seq) / 1e12,
             "peak_gpu_gib": torch.cuda.max_memory_allocated() / GIB,
             "host_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB,
