@@ -68,6 +68,8 @@ def measured_notes(run):
         if run.get("opt_after_norm_s"):
             ends += (f"; the last master out {run['opt_after_norm_s']:.3f} s after the norm "
                      f"({run.get('opt_backlog_units', 0):.1f} units' moments still to take then)")
+        if run.get("clip") == 0 and run.get("grad_ring"):
+            ends += f"; a gradient ring of {run['grad_ring']} blocks"
         if run.get("attn_tile") and run["attn_tile"] < run["seq"]:
             ends += f"; attention in windows of {run['attn_tile']} queries"
         return (f"{idle}, stalled on copies {100 * run['copy_wait_share']:.1f}%; "

@@ -230,9 +230,51 @@ Test(placement, host_bytes_a_parameter_at_the_issue_shapes) {
     cr_expect_leq(b, 12.3, "Qwen2.5-14B on an H100, --clip 0: %.3f bytes a parameter", b);
     b = host_bytes_a_parameter("qwen2.5-14b", 4, 1, 0, h100, 1.0f, 175e9, &p);
     cr_expect_leq(b, 16.3, "Qwen2.5-14B on an H100, default: %.3f bytes a parameter", b);
-    /* a host AdamW slower than the backward: the ring takes the optimizer's backlog */
-    host_bytes_a_parameter("qwen2.5-14b", 4, 1, 0, h100, 0.0f, 80e9, &p);
+    /* a host AdamW slower than the backward: the ring takes the optimizer's backlog, as far as the
+     * quarter of a byte a parameter it may grow to */
+    b = host_bytes_a_parameter("qwen2.5-14b", 4, 1, 0, h100, 0.0f, 80e9, &p);
     cr_expect_gt(p.eo.grad_ring, MT_ENGINE_GRAD_RING, "a ring of %d blocks for a slow host", p.eo.grad_ring);
+    cr_expect_leq(b, 12.3, "Qwen2.5-14B on an H100, --clip 0, a slow host: %.3f bytes a parameter", b);
+    b = host_bytes_a_parameter("qwen2.5-14b", 4, 1, 0, h100, 0.0f, 10e9, &p);
+    cr_expect_leq(b, 12.3, "Qwen2.5-14B on an H100, --clip 0, a very slow host: %.3f bytes a parameter", b);
+}
+
+/* A ring pays only for the host's backlog that the GPU's work without the host (the backward and
+ * forward of the blocks it updates itself) covers, and takes at most a quarter of a byte a
+ * parameter of host memory (two blocks whatever the model): with no block on the device it stays
+ * at two blocks however slow the host; with a quarter of them on the device it grows for some
+ * host, never past the quarter byte. */
+Test(placement, the_ring_grows_only_over_the_devices_own_blocks) {
+    mt_backend *be = cpu();
+    mt_config c = mt_tiny_config_gqa();
+    c.num_layers = 64;
+    c.vocab_size = 64; /* the blocks nearly all of the parameters: a quarter byte holds 4 of them */
+    mt_layout lay;
+    cr_assert_eq(mt_layout_init(&lay, &c), MT_OK);
+    int64_t most = (int64_t)(0.25 * (double)lay.total_numel) / (lay.max_block_numel * 4);
+    mt_layout_free(&lay);
+    cr_assert_gt(most, MT_ENGINE_GRAD_RING, "the quarter byte a parameter holds %lld blocks", (long long)most);
+    for (int blocks = 0; blocks <= 16; blocks += 16) {
+        mt_placement_request rq = request(0, (int64_t)64 << 30);
+        rq.eo.max_grad_norm = 0;
+        rq.ends = 0;
+        rq.device_blocks = blocks;
+        int largest = 0;
+        for (double rate = 1e3; rate < 1e16; rate *= 1.5) {
+            rq.rates.host_bytes_per_s = rate;
+            mt_placement p;
+            cr_assert_eq(mt_placement_resolve(be, &c, &rq, &p), MT_OK, "%s", mt_error());
+            cr_assert_eq(p.eo.device_blocks, blocks);
+            if (p.eo.grad_ring > largest) largest = p.eo.grad_ring;
+        }
+        if (blocks == 0) cr_expect_eq(largest, MT_ENGINE_GRAD_RING, "no block on the device, a ring of %d", largest);
+        else {
+            cr_expect_gt(largest, MT_ENGINE_GRAD_RING, "%d blocks on the device, a ring of %d at most", blocks, largest);
+            cr_expect_leq(largest, most, "a ring of %d blocks, past the quarter byte a parameter's %lld", largest,
+                          (long long)most);
+        }
+    }
+    mt_backend_destroy(be);
 }
 
 /* --grad-ring N is the ring, at most the blocks that stream; the planner grows none of its own then. */
@@ -243,9 +285,10 @@ Test(placement, a_given_gradient_ring_is_the_ring) {
     mt_placement_request rq = request(0, 0);
     rq.device_optimizer = 0;
     rq.eo.max_grad_norm = 0;
-    rq.rates.host_bytes_per_s = 1; /* a host so slow that the planner's own ring would be every block */
+    rq.rates.host_bytes_per_s = 1; /* a host so slow that the planner would take every ring it may */
+    rq.eo.grad_ring = 8;
     cr_assert_eq(mt_placement_resolve(be, &c, &rq, &p), MT_OK, "%s", mt_error());
-    cr_expect_eq(p.eo.grad_ring, c.num_layers, "the planner's ring for a slow host: %d", p.eo.grad_ring);
+    cr_expect_eq(p.eo.grad_ring, 8);
     int64_t ring_of_8 = p.dev.host_grads;
     rq.eo.grad_ring = 3;
     cr_assert_eq(mt_placement_resolve(be, &c, &rq, &p), MT_OK, "%s", mt_error());

@@ -197,12 +197,20 @@ static void spend_on_device_units(mt_backend *be, const mt_config *cfg, const mt
 /* Without clipping, block gradients come home through a ring of host buffers, and the backward
  * runs at most the ring's length ahead of the optimizer. MT_ENGINE_GRAD_RING blocks (two: one
  * landing while the optimizer updates the other) are the slack a backward and a faster optimizer
- * need. Where the optimizer is the slower (its block
- * takes longer than a block's backward: small models, slow hosts), it falls behind by streamed x
- * (1 - backward / optimizer) blocks over a backward; the ring grows by that (as far as the host can
- * spare it: half of what the run leaves), so that the backward is not held to the optimizer's pace
- * and the backlog drains behind the next forward. No more: every block of it is 4 bytes a parameter
- * of a block, host memory the run no longer has. --grad-ring N sets it instead. */
+ * need. Where the optimizer is the slower (its block takes longer than a block's backward: small
+ * models, slow hosts), it falls behind by streamed x (1 - backward / optimizer) blocks over a
+ * backward, and the ring may grow by that, but it pays only so far:
+ *   - the next forward needs the first streamed block, whose gradient comes home last and which the
+ *     optimizer therefore updates last, so that the optimizer's own time bounds the step whatever
+ *     the ring; a ring only lets the GPU run on to the work that needs no host: the backward and
+ *     forward of the blocks it updates itself. A ring longer than that tail covers buys nothing;
+ *   - each block of it is 4 bytes a parameter of a block, host memory the run no longer has: it
+ *     grows to at most GRAD_RING_BYTES_PER_PARAM of the model's parameters (and half of what the
+ *     host can spare), the host floor staying at the master's and moments' 12 bytes a parameter
+ *     plus a quarter.
+ * --grad-ring N sets it instead. */
+#define GRAD_RING_BYTES_PER_PARAM 0.25
+
 static void choose_grad_ring(mt_backend *be, const mt_config *cfg, const mt_layout *lay,
                              const mt_placement_request *rq, mt_engine_options *eo) {
     if (eo->max_grad_norm > 0 || eo->keep_grads) return;
@@ -213,19 +221,27 @@ static void choose_grad_ring(mt_backend *be, const mt_config *cfg, const mt_layo
     }
     mt_store_bytes s = mt_store_size(lay, be->ops->weight_dtype, rq->moments);
     double tokens = (double)eo->micro_batches * eo->batch * eo->seq;
-    double backward = BACKWARD_SHARE * step_flops(cfg, tokens, eo->seq) / (rq->rates.gemm_flop_per_s * STEP_COMPUTE_SHARE) /
-                      cfg->num_layers;
+    double compute = step_flops(cfg, tokens, eo->seq) / (rq->rates.gemm_flop_per_s * STEP_COMPUTE_SHARE) /
+                     cfg->num_layers; /* a block's forward and backward */
+    double backward = BACKWARD_SHARE * compute;
     double moment = (double)s.moments / 2 / (double)lay->total_numel;
     double optimizer = mt_adamw_part_bytes(MT_ADAMW_FULL, moment) * (double)lay->max_block_numel / rq->rates.host_bytes_per_s;
-    int64_t behind = optimizer > backward ? (int64_t)ceil((double)streamed * (1 - backward / optimizer)) : 0;
-    if (behind > 0 && rq->host_available >= 0) {
+    int64_t grow = 0;
+    if (optimizer > backward) {
+        int64_t behind = (int64_t)ceil((double)streamed * (1 - backward / optimizer));
+        int64_t tail = (int64_t)ceil((double)eo->device_blocks * compute / optimizer) - MT_ENGINE_GRAD_RING;
+        int64_t share = (int64_t)(GRAD_RING_BYTES_PER_PARAM * (double)lay->total_numel) / block - MT_ENGINE_GRAD_RING;
+        grow = behind < tail ? behind : tail;
+        if (share < grow) grow = share;
+    }
+    if (grow > 0 && rq->host_available >= 0) {
         mt_engine_bytes d = mt_engine_size(be, cfg, eo);
         int64_t needed = s.weights + s.low + s.moments + d.host_grads + d.host_staging + d.host_checkpoints +
                          (rq->device_memory ? 0 : d.total);
         int64_t spare = rq->host_available - needed, room = spare > 0 && block > 0 ? spare / 2 / block : 0;
-        if (behind > room) behind = room;
+        if (grow > room) grow = room;
     }
-    int64_t ring = MT_ENGINE_GRAD_RING + behind;
+    int64_t ring = MT_ENGINE_GRAD_RING + (grow > 0 ? grow : 0);
     eo->grad_ring = (int)(ring < streamed ? ring : streamed);
 }
 
