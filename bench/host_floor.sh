@@ -13,9 +13,10 @@
 #           and of the 123B preset (mistral-large-2) with --host-mem 1.5TB --gpu-mem 139GiB,
 #           --clip 0 and the default: host bytes a parameter, the floor, fit
 #   14b     bench Qwen2.5-14B, 1 x 4 x 4096 tokens: --clip 0; exact clipping on steps that do not
-#           clip (--clip 1e9: every step takes the speculative moments and then the masters from
-#           them, bitwise the plain update); exact clipping on steps that all clip (--clip 1e-3:
-#           every step corrects the moments; the bars: >= 0.95x and >= 0.85x of --clip 0)
+#           clip (--clip 1e9: after the warm-up, every step takes its whole update ahead of the
+#           norm, the plain update's bits); exact clipping on steps that all clip (--clip 1e-3:
+#           every step updates the masters, then the moments, once the norm is known; the bars:
+#           >= 0.95x and >= 0.85x of --clip 0)
 #   8b      bench Llama-3-8B, 8 x 1 x 4096 tokens, --gpu-mem 24GiB: --clip 0 and the default
 #           (--clip 1); the bar: the default >= 0.9x of --clip 0
 #   ring    the 8b --clip 0 row with --grad-ring 4 (the ring before the planner's default became 2),

@@ -441,27 +441,18 @@ static void adamw_call(mt_backend *be, mt_stream *s, const ops_case *c, void *co
     be->ops->op.adamw(be, s, &ADAMW_PARAMS, c->flag & ADAMW_DECAY, d[AD_SCALE], d[AD_MASTER], d[AD_M], d[AD_V],
                       d[AD_GRAD], d[AD_W], c->count);
 }
-/* The host optimizer's arithmetic: the whole update, or with a device scale c the speculative
- * parts (backend.h): c == 1 the whole update, else MOMENTS with the gradient as it is, then
- * CORRECT, or UNDO for a c that is not finite (a skipped step: the masters unchanged). The weights:
- * the masters on the reference (cpu) backend, whose weights are fp32; off it (bf16 weights) the
- * masters' high halves as the host store keeps them (util/split_f32.h), which the runner's rounding
- * to bf16 leaves as they are. */
+/* The host optimizer's arithmetic: the whole update with the params' grad_scale, or with a device
+ * scale c the whole update with c, none for a c that is not finite (a skipped step: masters and
+ * moments unchanged; backend.h). The weights: the masters on the reference (cpu) backend, whose
+ * weights are fp32; off it (bf16 weights) the masters' high halves as the host store keeps them
+ * (util/split_f32.h), which the runner's rounding to bf16 leaves as they are. */
 static void adamw_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
     mt_adamw_params p = ADAMW_PARAMS;
     float *master = h->x[AD_MASTER];
-    mt_master w = {.f32 = master};
-    int decay = c->flag & ADAMW_DECAY;
-    if (!(c->flag & ADAMW_SCALED) || c->scale == 1.0f) {
-        if (c->flag & ADAMW_SCALED) p.grad_scale = 1.0f;
-        mt_adamw_update(MT_ADAMW_FULL, &p, decay, w, h->x[AD_M], h->x[AD_V], h->x[AD_GRAD], c->count);
-    } else {
-        p.grad_scale = 1.0f;
-        mt_adamw_update(MT_ADAMW_MOMENTS, &p, decay, w, h->x[AD_M], h->x[AD_V], h->x[AD_GRAD], c->count);
-        p.grad_scale = c->scale;
-        mt_adamw_update(isfinite(c->scale) ? MT_ADAMW_CORRECT : MT_ADAMW_UNDO, &p, decay, w, h->x[AD_M], h->x[AD_V],
+    if (c->flag & ADAMW_SCALED) p.grad_scale = c->scale;
+    if (isfinite(p.grad_scale))
+        mt_adamw_update(MT_ADAMW_FULL, &p, c->flag & ADAMW_DECAY, (mt_master){.f32 = master}, h->x[AD_M], h->x[AD_V],
                         h->x[AD_GRAD], c->count);
-    }
     for (size_t k = 0; k < c->count; k++)
         h->x[AD_W][k] = exact ? mt_f32_of_bits((uint32_t)mt_split_hi_bits(mt_f32_bits(master[k])) << 16) : master[k];
 }

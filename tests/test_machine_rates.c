@@ -284,9 +284,9 @@ Test(machine_rates, plan_for_a_gpu_elsewhere) {
     expect_line(r.out, "budget    10.00 GiB: 2 weight slots");
     expect_line(r.out, "device needs");
     expect_line(r.out, "10.74 GB available");
-    /* Clipping (the default): the moments during the backward (20), the masters after the norm (16). */
-    expect_line(r.out, "optimizer 36 bytes/parameter");
-    expect_line(r.out, "with clipping, 16 of them once the norm is known");
+    /* Clipping (the default), a step that clips: the masters after the norm (20), then the moments (20). */
+    expect_line(r.out, "optimizer 40 bytes/parameter");
+    expect_line(r.out, "with clipping, 20 of them once the norm is known");
     expect_line(r.out, "fp32 master: high halves (the bf16 weights)");
     expect_line(r.err, "planning for a CUDA GPU of --gpu-mem");
     mt_cli_result_free(&r);

@@ -74,8 +74,10 @@ Test(numerics, nan_step_is_skipped_and_changes_nothing) {
         cr_assert_not(mt_test_files_equal(mt_test_blob(run, 1, blobs[i]), mt_test_blob(run, 2, blobs[i])), "step 2 left %s unchanged", blobs[i]);
         if (i == 0)
             cr_assert(mt_test_files_equal(mt_test_blob(run, 2, blobs[i]), mt_test_blob(run, 3, blobs[i])), "the skipped step 3 changed %s", blobs[i]);
-        else /* tests/test_speculative.c bounds each element from its gradient; here, which the files do not
-              * hold, the blob's largest value: measured 1.8 (m) and 6.5 (v) FLT_EPSILON of it */
+        else /* bit for bit where the update waited for the norm; taken ahead after an unclipped step,
+              * undone within rounding: tests/test_speculative.c bounds each element from its gradient;
+              * here, which the files do not hold, the blob's largest value: measured 1.8 (m) and 6.5
+              * (v) FLT_EPSILON of it */
             cr_assert_leq(undo_error(run, blobs[i]), 32 * FLT_EPSILON, "the skipped step 3 moved %s", blobs[i]);
         cr_assert_not(mt_test_files_equal(mt_test_blob(run, 3, blobs[i]), mt_test_blob(run, 4, blobs[i])), "step 4 left %s unchanged", blobs[i]);
     }

@@ -239,11 +239,10 @@ typedef struct {
     /* AdamW on n elements of fp32 master, m, v and grad in device memory, writing the working
      * weights w (the backend's weight type; bf16: the masters' high halves, util/split_f32.h):
      * optim/adamw.h's arithmetic, bit for bit. `scale`: NULL (no clipping: the whole update with
-     * p->grad_scale), or a device float, clip_scale's coefficient c, and then the host
-     * optimizer's arithmetic under clipping (engine_optimizer.c): the moments with the gradient as
-     * it is (MOMENTS), then for c == 1 the masters from them (the whole update's bits), for another
-     * c the correction (CORRECT), for a c that is not finite (a skipped step) UNDO, the masters
-     * unchanged. So a unit's bits do not depend on whether the host or the device updates it. */
+     * p->grad_scale), or a device float, clip_scale's coefficient c: the whole update with c, or,
+     * for a c that is not finite (a skipped step), none (the weights the masters' as they are).
+     * The host updates a unit alike unless it took the update ahead of the norm
+     * (engine_optimizer.c). */
     void (*adamw)(mt_backend *be, mt_stream *s, const struct mt_adamw_params *p, int decay,
                   const float *scale, float *master, float *m, float *v, const float *grad, void *w,
                   size_t n);

@@ -10,17 +10,16 @@
  * events; a CPU optimizer thread updates each unit once its gradients are home.
  *
  * Clipping meets the overlap like this:
- *   max_grad_norm > 0: exact clipping. The global norm is known when the backward ends. While the
- *     backward runs the optimizer takes each unit's Adam moments from its gradients as they come
- *     home (speculatively: as if the step were not clipped) and keeps the gradients; once the norm
- *     is known it updates the masters in forward order while the next step's forward already
- *     runs, each unit's copy waiting only for that unit's update: from those moments when the step
- *     is not clipped (the plain update's bits), after correcting them from the kept gradients when
- *     it is (within fp32 rounding of the plain update). A step whose norm is NaN/Inf is skipped
- *     (the masters unchanged, the moments' speculative term undone). After a step applied
- *     unclipped the optimizer takes each unit's whole update as it comes home instead, as if this
- *     step were not clipped either (mt_update_ahead). With bf16 or 8-bit moments the whole update
- *     waits for the norm (engine_internal.h's modes).
+ *   max_grad_norm > 0: exact clipping. The global norm is known when the backward ends; the
+ *     gradients are kept on the host until it is. Then the optimizer updates the masters in
+ *     forward order while the next step's forward already runs, each unit's copy waiting only for
+ *     that unit's update, and then the moments: the plain update's bits, clipped or not. A step
+ *     whose norm is NaN/Inf is skipped (masters and moments unchanged). After a step applied
+ *     unclipped the optimizer takes each unit's whole update as its gradients come home instead,
+ *     as if this step were not clipped either (mt_update_ahead), so that a run past its clipping
+ *     phase waits for no master; where the step does clip, that update's step is taken back out
+ *     (within fp32 rounding of the plain update). With bf16 or 8-bit moments the whole update
+ *     waits for the norm in one pass (engine_internal.h's modes).
  *   max_grad_norm == 0: no clipping; each unit is updated as soon as its gradients are home,
  *     overlapping the rest of the backward.
  * Exact clipping keeps every host-updated unit's fp32 gradient on the host until the step's update
@@ -117,8 +116,9 @@ typedef struct {
      * gradients), and its mean time per block. */
     double opt_seconds, opt_seconds_per_block;
     /* With exact clipping, that update's time from the optimizer learning the norm to its last
-     * master out (what the next forward waits for), and how many host-updated units' moments it
-     * still had to take when the norm came (the backlog of the backward's speculative work). */
+     * master out (what the next forward waits for), and how many host-updated units' updates
+     * ahead of the norm it still had to take when the norm came (the backlog of the backward's
+     * work; none when the update waits for the norm). */
     double opt_after_norm_seconds;
     int opt_backlog_units;
     /* A mixture of experts (moe set): the router's load-balancing loss (transformers'

@@ -122,26 +122,27 @@ static void run_deferred(mt_engine *e, const mt_opt_job *job) {
     e->job_after_norm_seconds = mt_now() - e->job_norm_time;
 }
 
-/* Speculative (exact clipping, fp32 moments): while the backward runs, each host-updated unit's
- * moments as its gradients come home (MOMENTS, with the gradient as it is), in the order they
- * arrive: the head, blocks L-1..D, the embedding. The gradients stay where they landed. Once the
- * norm is known, the masters, in the order the next forward needs them:
- *   not clipped   WEIGHTS from those moments: the plain update's bits. A unit whose moments were
- *                 not taken yet (the norm came first) takes the plain update (FULL) at once.
- *   clipped       CORRECT: the kept gradient's term taken back out of the moments and the clipped
- *                 one put in, within fp32 rounding of the plain update (optim/adamw.h); in two
- *                 passes: the masters first (CORRECT_MASTERS: 20 bytes a parameter, what the next
- *                 forward waits for), then, once every unit's are out, the moments
- *                 (CORRECT_MOMENTS), each unit's before its next gradients come home over the ones
- *                 they read (grads_taken).
- *   skipped       UNDO: the moments back to within fp32 rounding of before; the masters untouched.
- * Ahead (e->update_ahead: the step before was applied unclipped), each unit takes its whole update
- * as it comes home instead (AHEAD, as if this step were not clipped either), so that a step that is
- * not clipped has every master out when the norm comes; a clipped one takes AHEAD_CORRECT_MASTERS
- * (AHEAD's step out of the masters, the corrected one in) then CORRECT_MOMENTS, a skipped one
- * AHEAD_UNDO.
- * In the last two every unit takes MOMENTS (or AHEAD) first, whether or not the norm came before
- * it, so that the bits never depend on timing. */
+/* Exact clipping with fp32 moments. The whole update waits for the norm, unless the step before
+ * was applied unclipped (e->update_ahead):
+ *   after the norm    the masters first, in the order the next forward needs the units (MASTERS:
+ *                     20 bytes a parameter, what the next forward waits for), then, once every
+ *                     unit's are out, the moments (MOMENTS), in the order the next backward's
+ *                     gradients come home, each unit's before its next gradients land on the ones
+ *                     these read (grads_taken): FULL's bits, clipped or not, in 40 bytes a
+ *                     parameter. A skipped step leaves masters and moments as they were.
+ *   ahead             each unit's whole update as its gradients come home during the backward, in
+ *                     the order they arrive: the head, blocks L-1..D, the embedding (AHEAD, as if
+ *                     this step were not clipped either), so that a step that is not clipped has
+ *                     every master out when the norm comes; a clipped one takes
+ *                     AHEAD_CORRECT_MASTERS (AHEAD's step out of the masters, within fp32
+ *                     rounding, the clipped one in) then CORRECT_MOMENTS, a skipped one AHEAD_UNDO;
+ *                     a unit whose gradients came home after the norm takes the plain update
+ *                     (FULL) if the step is not clipped, else AHEAD first, so that the bits never
+ *                     depend on timing.
+ * Speculating the moments alone during the backward would spare the masters' pass after an
+ * unclipped norm a little, but a clipped step would then take them back out and in again: 60 bytes
+ * a parameter, more host traffic than some steps' GPU work; a run that clips keeps clipping, and
+ * one that stopped takes its update ahead from the next step on. */
 /* The step's norm as the issuing thread told it: its clip coefficient and whether it is skipped. */
 static void read_norm(mt_engine *e, float *scale, int *skip) {
     pthread_mutex_lock(&e->opt_lock);
@@ -151,7 +152,7 @@ static void read_norm(mt_engine *e, float *scale, int *skip) {
 }
 
 /* For the step's report: when the norm became known here, and how many of the host-updated units
- * among `left` (those not yet reached) still had their moments to take. */
+ * among `left` (those not yet reached) still had their gradients' work to take. */
 static void norm_noticed(mt_engine *e, const int *left, int n, const uint8_t *taken) {
     e->job_norm_time = mt_now();
     e->job_backlog_units = 0;
@@ -170,13 +171,41 @@ static void ahead_next(mt_engine *e, int applied_unclipped) {
     pthread_mutex_unlock(&e->opt_lock);
 }
 
-/* The part a host-updated unit takes once the norm is known (-1: none), its speculative part
- * done (`taken`). */
-static int part_after_norm(int ahead, int skip, int clipped, int taken) {
-    if (skip) return ahead ? MT_ADAMW_AHEAD_UNDO : MT_ADAMW_UNDO;
-    if (clipped) return ahead ? MT_ADAMW_AHEAD_CORRECT_MASTERS : MT_ADAMW_CORRECT_MASTERS;
-    if (!taken) return MT_ADAMW_FULL;
-    return ahead ? -1 : MT_ADAMW_WEIGHTS;
+/* The parts a host-updated unit takes once the norm is known: its masters' (-1: none) and then its
+ * moments' (-1: none), AHEAD taken or not (`taken`). */
+static int masters_part(int ahead, int skip, int clipped, int taken) {
+    if (skip) return ahead ? MT_ADAMW_AHEAD_UNDO : -1;
+    if (!ahead) return MT_ADAMW_MASTERS;
+    if (clipped) return MT_ADAMW_AHEAD_CORRECT_MASTERS;
+    return taken ? -1 : MT_ADAMW_FULL;
+}
+
+static int moments_part(int ahead, int skip, int clipped) {
+    if (skip) return -1;
+    if (!ahead) return MT_ADAMW_MOMENTS;
+    return clipped ? MT_ADAMW_CORRECT_MOMENTS : -1;
+}
+
+/* Ahead: each host-updated unit's AHEAD as its gradients come home, until every unit is taken or
+ * the norm came and the step is plain (not clipped, not skipped): the rest take FULL then. */
+static void take_ahead(mt_engine *e, const mt_opt_job *job, int64_t early_step, const int *arrival, int n,
+                       uint8_t *taken, int *norm_known, float *scale, int *skip) {
+    for (int k = 0; k < n; k++) {
+        int u = arrival[k];
+        if (mt_engine_unit_on_device(e, u)) continue;
+        if (!*norm_known && mt_engine_reached(e, MT_FL_NORM_KNOWN, 0, job->generation, MT_GEN_NEXT)) {
+            *norm_known = 1;
+            norm_noticed(e, arrival + k, n - k, taken);
+            read_norm(e, scale, skip);
+            if (!*skip && *scale == 1.0f) return;
+        }
+        unit_home(e, job, u, 1);
+        if (mt_engine_optimizer_halted(e)) return;
+        double t0 = mt_now();
+        update_unit(e, job, early_step, MT_ADAMW_AHEAD, u);
+        e->job_update_seconds += mt_now() - t0;
+        taken[u] = 1;
+    }
 }
 
 static void run_speculative(mt_engine *e, const mt_opt_job *job) {
@@ -188,34 +217,18 @@ static void run_speculative(mt_engine *e, const mt_opt_job *job) {
     arrival[n++] = 0;
     int ahead = ahead_now(e);
     /* AHEAD's bias corrections are those of this step's update, should it not be skipped */
-    int64_t early_step = ahead ? mt_engine_count_update(e, 1) : 1; /* the moments' part reads no step count */
-    mt_adamw_part early = ahead ? MT_ADAMW_AHEAD : MT_ADAMW_MOMENTS;
-    int norm_known = 0, plain = 0, skip = 0;
+    int64_t early_step = ahead ? mt_engine_count_update(e, 1) : 1;
+    int norm_known = 0, skip = 0;
     float scale = 1.0f;
-    for (int k = 0; k < n && !plain; k++) {
-        int u = arrival[k];
-        if (mt_engine_unit_on_device(e, u)) continue;
-        if (!norm_known && mt_engine_reached(e, MT_FL_NORM_KNOWN, 0, job->generation, MT_GEN_NEXT)) {
-            norm_known = 1;
-            norm_noticed(e, arrival + k, n - k, taken);
-            read_norm(e, &scale, &skip);
-            plain = !skip && scale == 1.0f;
-            if (plain) break;
-        }
-        unit_home(e, job, u, 1);
-        if (mt_engine_optimizer_halted(e)) return;
-        double t0 = mt_now();
-        update_unit(e, job, early_step, early, u);
-        e->job_update_seconds += mt_now() - t0;
-        taken[u] = 1;
-    }
+    if (ahead) take_ahead(e, job, early_step, arrival, n, taken, &norm_known, &scale, &skip);
+    if (mt_engine_optimizer_halted(e)) return;
     if (!norm_known) {
         mt_engine_await(e, MT_FL_NORM_KNOWN, 0, job->generation, MT_GEN_NEXT);
-        norm_noticed(e, arrival, n, taken);
+        norm_noticed(e, arrival, ahead ? n : 0, taken); /* not ahead, the backward left no work */
         read_norm(e, &scale, &skip);
     }
     if (mt_engine_optimizer_halted(e)) return;
-    int clipped = !skip && scale != 1.0f;
+    int clipped = !skip && scale != 1.0f, later = moments_part(ahead, skip, clipped);
     mt_opt_job step = *job;
     step.grad_scale = skip ? 1.0f : scale;
     int64_t adam_step = mt_engine_count_update(e, skip);
@@ -226,24 +239,24 @@ static void run_speculative(mt_engine *e, const mt_opt_job *job) {
             if (!taken[u]) {
                 unit_home(e, job, u, 1);
                 if (mt_engine_optimizer_halted(e)) return;
-                if (skip || clipped) update_unit(e, job, early_step, early, u);
+                if (ahead && (skip || clipped)) update_unit(e, job, early_step, MT_ADAMW_AHEAD, u);
             }
-            int part = part_after_norm(ahead, skip, clipped, taken[u]);
+            int part = masters_part(ahead, skip, clipped, taken[u]);
             if (part >= 0) update_unit(e, &step, adam_step, (mt_adamw_part)part, u);
             e->job_update_seconds += mt_now() - t0;
         }
         mt_engine_raise(e, MT_FL_UPDATED, u, job->generation);
-        if (!host || !clipped) mt_engine_raise(e, MT_FL_GRADS_TAKEN, u, job->generation);
+        if (!host || later < 0) mt_engine_raise(e, MT_FL_GRADS_TAKEN, u, job->generation);
     }
     e->job_after_norm_seconds = mt_now() - e->job_norm_time;
     ahead_next(e, !skip && !clipped);
-    /* Clipped: the corrected moments, after every master is out, in the order the next backward's
-     * gradients come home, each unit's before its next gradients land on the ones these read. */
-    for (int k = 0; clipped && k < n; k++) {
+    /* The moments, after every master is out, in the order the next backward's gradients come
+     * home, each unit's before its next gradients land on the ones these read. */
+    for (int k = 0; later >= 0 && k < n; k++) {
         int u = arrival[k];
         if (mt_engine_unit_on_device(e, u)) continue;
         double t0 = mt_now();
-        update_unit(e, &step, adam_step, MT_ADAMW_CORRECT_MOMENTS, u);
+        update_unit(e, &step, adam_step, (mt_adamw_part)later, u);
         e->job_update_seconds += mt_now() - t0;
         mt_engine_raise(e, MT_FL_GRADS_TAKEN, u, job->generation);
     }

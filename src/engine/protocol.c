@@ -7,8 +7,9 @@
  * (slot_loaded, ...); each unit's gradients go home on d2h (grad_ready, then grads_home[u]) and
  * the optimizer thread updates the unit once they are there, raising updated[u] to g + 1.
  * Without clipping the optimizer starts during the backward (grads_issued tells it a copy is
- * issued); with clipping it takes each unit's moments then (speculative), and its masters once
- * the issuing thread tells it the global norm (norm_known); with clipping and bf16 or 8-bit
+ * issued); with clipping and fp32 moments (speculative) it takes each unit's whole update then
+ * if the step before was applied unclipped, and waits for the issuing thread to tell it the global
+ * norm (norm_known) for the masters otherwise or the correction; with clipping and bf16 or 8-bit
  * moments it starts once the pass is done and the norm is known. */
 #include "engine/protocol.h"
 

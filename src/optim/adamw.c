@@ -43,13 +43,13 @@ void mt_adamw_kernel_ref(const mt_adamw_coef *c, mt_adamw_part part, mt_master w
                          const float *grad, size_t n) {
     for (size_t i = 0; i < n; i++) {
         switch (part) {
-        case MT_ADAMW_FULL: {
+        case MT_ADAMW_FULL:
+        case MT_ADAMW_MASTERS: {
             float g = grad[i] * c->grad_scale;
             float wi = load_master(w, i) * c->decay_mul;
             float mi = c->beta1 * m[i] + c->one_minus_beta1 * g;
             float vi = c->beta2 * v[i] + c->one_minus_beta2 * g * g;
-            m[i] = mi;
-            v[i] = vi;
+            if (part == MT_ADAMW_FULL) m[i] = mi, v[i] = vi;
             store_master(w, i, stepped(c, wi, mi, vi));
             break;
         }
@@ -62,27 +62,12 @@ void mt_adamw_kernel_ref(const mt_adamw_coef *c, mt_adamw_part part, mt_master w
             }
             break;
         }
-        case MT_ADAMW_WEIGHTS:
-            store_master(w, i, stepped(c, load_master(w, i) * c->decay_mul, m[i], v[i]));
-            break;
-        case MT_ADAMW_CORRECT:
-        case MT_ADAMW_CORRECT_MASTERS:
-        case MT_ADAMW_CORRECT_MOMENTS: {
-            float g0 = grad[i], g = g0 * c->grad_scale;
-            float am = m[i] - c->one_minus_beta1 * g0, av = v[i] - c->one_minus_beta2 * g0 * g0;
-            float mi = am + c->one_minus_beta1 * g;
-            float vi = (av > 0 ? av : 0) + c->one_minus_beta2 * g * g;
-            if (part != MT_ADAMW_CORRECT_MASTERS) m[i] = mi, v[i] = vi;
-            if (part != MT_ADAMW_CORRECT_MOMENTS) store_master(w, i, stepped(c, load_master(w, i) * c->decay_mul, mi, vi));
-            break;
-        }
-        case MT_ADAMW_UNDO:
         case MT_ADAMW_AHEAD_UNDO: {
             float g0 = grad[i];
             float b = c->one_minus_beta1 * g0, bv = c->one_minus_beta2 * g0 * g0;
             if (isfinite(bv)) {
                 float av = v[i] - bv;
-                if (part == MT_ADAMW_AHEAD_UNDO) store_master(w, i, (load_master(w, i) - step_of(c, m[i], v[i])) / c->decay_mul);
+                store_master(w, i, (load_master(w, i) - step_of(c, m[i], v[i])) / c->decay_mul);
                 m[i] = (m[i] - b) / c->beta1;
                 v[i] = (av > 0 ? av : 0) / c->beta2;
             }
@@ -101,12 +86,17 @@ void mt_adamw_kernel_ref(const mt_adamw_coef *c, mt_adamw_part part, mt_master w
             }
             break;
         }
-        case MT_ADAMW_AHEAD_CORRECT_MASTERS: {
+        case MT_ADAMW_AHEAD_CORRECT_MASTERS:
+        case MT_ADAMW_CORRECT_MOMENTS: {
             float g0 = grad[i], g = g0 * c->grad_scale;
-            float decayed = load_master(w, i) - step_of(c, m[i], v[i]);
             float am = m[i] - c->one_minus_beta1 * g0, av = v[i] - c->one_minus_beta2 * g0 * g0;
             float mi = am + c->one_minus_beta1 * g;
             float vi = (av > 0 ? av : 0) + c->one_minus_beta2 * g * g;
+            if (part == MT_ADAMW_CORRECT_MOMENTS) {
+                m[i] = mi, v[i] = vi;
+                break;
+            }
+            float decayed = load_master(w, i) - step_of(c, m[i], v[i]);
             store_master(w, i, stepped(c, decayed, mi, vi));
             break;
         }
@@ -187,13 +177,10 @@ double mt_adamw_part_bytes(mt_adamw_part part, double moment_bytes) {
     switch (part) {
     case MT_ADAMW_FULL:
     case MT_ADAMW_AHEAD:
-    case MT_ADAMW_AHEAD_UNDO:
-    case MT_ADAMW_CORRECT: return grad + 2 * master + 2 * moments;    /* read all; write masters, moments */
+    case MT_ADAMW_AHEAD_UNDO: return grad + 2 * master + 2 * moments;        /* read all; write masters, moments */
     case MT_ADAMW_MOMENTS:
-    case MT_ADAMW_UNDO:
-    case MT_ADAMW_CORRECT_MOMENTS: return grad + 2 * moments;           /* read gradient, moments; write moments */
-    case MT_ADAMW_WEIGHTS: return 2 * master + moments;               /* read masters, moments; write masters */
-    case MT_ADAMW_CORRECT_MASTERS:
+    case MT_ADAMW_CORRECT_MOMENTS: return grad + 2 * moments;                 /* read gradient, moments; write moments */
+    case MT_ADAMW_MASTERS:
     case MT_ADAMW_AHEAD_CORRECT_MASTERS: return grad + 2 * master + moments; /* read all; write masters */
     }
     return 0;

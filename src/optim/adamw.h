@@ -12,15 +12,13 @@
  * Python does) and rounded to float once; every per-element operation is a separately rounded
  * fp32 mul, add, div or sqrt, so all implementations below give bitwise equal results.
  *
- * With exact clipping the engine makes the update in parts (engine_optimizer.c): the moments as
- * each unit's gradient comes home during the backward, with the gradient as it is (MOMENTS), then,
- * once the global norm is known, the masters from those moments when the step is not clipped
- * (WEIGHTS: the two give FULL's bits), or, when it is, CORRECT: the speculative gradient term is
- * taken back out of each moment and the clipped one put in (within fp32 rounding of FULL, below),
- * or for a skipped step UNDO (the moments back to within fp32 rounding of before). When the step
- * before was not clipped, the engine takes the whole update ahead of the norm instead (AHEAD: the
- * plain update's bits if this step is not clipped either), and where it is, takes AHEAD's step back
- * out of the masters (within fp32 rounding) in AHEAD_CORRECT_MASTERS or AHEAD_UNDO. */
+ * With exact clipping the engine makes the update in parts (engine_optimizer.c). Once the global
+ * norm is known: MASTERS, the masters alone (what the next forward waits for), then MOMENTS, each
+ * with the step's clip coefficient: FULL's bits, in two passes. When the step before was applied
+ * unclipped, the engine takes the whole update ahead of the norm instead (AHEAD: the plain
+ * update's bits if this step is not clipped either), and where it is, takes AHEAD's step back out
+ * of the masters (within fp32 rounding) in AHEAD_CORRECT_MASTERS then CORRECT_MOMENTS, or for a
+ * skipped step AHEAD_UNDO. */
 #ifndef MT_OPTIM_ADAMW_H
 #define MT_OPTIM_ADAMW_H
 
@@ -40,37 +38,33 @@ typedef struct mt_adamw_params {
 /* Which part of the update a call makes, per element (B = (1 - beta1) g0 and Bv = (1 - beta2) g0 g0
  * with g0 = grad, the gradient as it came home):
  *   FULL     the whole update above.
+ *   MASTERS  the masters alone: the moments formed as FULL forms them and not stored. MASTERS then
+ *            MOMENTS, with the same grad_scale, is FULL, bit for bit, where the step's norm is
+ *            finite.
  *   MOMENTS  m and v only, with g = grad * grad_scale; an element whose (1 - beta2) g g is not
- *            finite keeps both (its step's norm is not finite either: the step is skipped).
- *   WEIGHTS  the masters only, from m and v as they stand: MOMENTS then WEIGHTS is FULL, bit for bit.
- *   CORRECT  after MOMENTS with grad_scale 1: beta1 m and beta2 v are recovered as m - B and
- *            max(v - Bv, 0), the clipped gradient's terms (grad * grad_scale) added, and the masters
- *            updated. The recovery is exact up to the rounding of MOMENTS' sum, so each moment is
- *            within a few units in the last place of |beta1 m| + (1 - beta1)|g0| (and of beta2 v +
- *            (1 - beta2) g0^2) of FULL's; relative to the moment itself that grows as 1/c (1/c^2)
- *            for a clip coefficient c where the gradient term dominates. v never goes negative.
- *   UNDO     after MOMENTS with grad_scale 1, for a skipped step: m = (m - B) / beta1 and
- *            v = max(v - Bv, 0) / beta2 where MOMENTS changed them; the masters untouched.
- *   CORRECT_MASTERS, CORRECT_MOMENTS   CORRECT in two passes: the first writes only the masters
- *            (what the next forward waits for), the second only the moments, each computing the
- *            corrected moments alike: together CORRECT's bits.
+ *            finite keeps both.
  *   AHEAD    FULL where (1 - beta2) g g is finite, the element untouched elsewhere (as MOMENTS):
  *            the whole update before the norm is known, with grad_scale 1.
  *   AHEAD_CORRECT_MASTERS   after AHEAD, for a clipped step: AHEAD's step taken back out of the
- *            master (the decayed master recovered within its rounding) and CORRECT_MASTERS' step
- *            taken from the corrected moments; the moments then take CORRECT_MOMENTS.
+ *            master (the decayed master recovered within its rounding), beta1 m and beta2 v
+ *            recovered as m - B and max(v - Bv, 0), the clipped gradient's terms (grad * grad_scale)
+ *            added, and the masters stepped from those moments; the moments then take
+ *            CORRECT_MOMENTS. The recovery is exact up to the rounding of AHEAD's sums, so each
+ *            moment is within a few units in the last place of |beta1 m| + (1 - beta1)|g0| (and of
+ *            beta2 v + (1 - beta2) g0^2) of FULL's; relative to the moment itself that grows as 1/c
+ *            (1/c^2) for a clip coefficient c where the gradient term dominates. v never goes
+ *            negative.
+ *   CORRECT_MOMENTS   the moments AHEAD_CORRECT_MASTERS computes, stored; the masters untouched.
  *   AHEAD_UNDO   after AHEAD, for a skipped step: the master back to within fp32 rounding of before
- *            (AHEAD's step taken out, the decay divided out) and the moments as UNDO. */
+ *            (AHEAD's step taken out, the decay divided out), m = (m - B) / beta1 and
+ *            v = max(v - Bv, 0) / beta2 where AHEAD changed them. */
 typedef enum {
     MT_ADAMW_FULL,
+    MT_ADAMW_MASTERS,
     MT_ADAMW_MOMENTS,
-    MT_ADAMW_WEIGHTS,
-    MT_ADAMW_CORRECT,
-    MT_ADAMW_UNDO,
-    MT_ADAMW_CORRECT_MASTERS,
-    MT_ADAMW_CORRECT_MOMENTS,
     MT_ADAMW_AHEAD,
     MT_ADAMW_AHEAD_CORRECT_MASTERS,
+    MT_ADAMW_CORRECT_MOMENTS,
     MT_ADAMW_AHEAD_UNDO,
 } mt_adamw_part;
 

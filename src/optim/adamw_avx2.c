@@ -53,14 +53,17 @@ static INLINE MT_AVX2 __m256 finite8(__m256 x) {
 static INLINE MT_AVX2 void part8(const coef8 *k, mt_adamw_part part, mt_master w, float *m, float *v,
                                   const float *grad, size_t i) {
     switch (part) {
-    case MT_ADAMW_FULL: {
+    case MT_ADAMW_FULL:
+    case MT_ADAMW_MASTERS: {
         __m256 g = _mm256_mul_ps(_mm256_loadu_ps(grad + i), k->grad_scale);
         __m256 wi = _mm256_mul_ps(load_master8(w, i), k->decay_mul);
         __m256 mi = _mm256_add_ps(_mm256_mul_ps(k->beta1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(k->one_minus_beta1, g));
         __m256 vi = _mm256_add_ps(_mm256_mul_ps(k->beta2, _mm256_loadu_ps(v + i)),
                                   _mm256_mul_ps(_mm256_mul_ps(k->one_minus_beta2, g), g));
-        _mm256_storeu_ps(m + i, mi);
-        _mm256_storeu_ps(v + i, vi);
+        if (part == MT_ADAMW_FULL) {
+            _mm256_storeu_ps(m + i, mi);
+            _mm256_storeu_ps(v + i, vi);
+        }
         store_master8(w, i, stepped8(k, wi, mi, vi));
         break;
     }
@@ -74,38 +77,13 @@ static INLINE MT_AVX2 void part8(const coef8 *k, mt_adamw_part part, mt_master w
         _mm256_storeu_ps(v + i, _mm256_blendv_ps(v0, vi, ok));
         break;
     }
-    case MT_ADAMW_WEIGHTS: {
-        __m256 wi = _mm256_mul_ps(load_master8(w, i), k->decay_mul);
-        store_master8(w, i, stepped8(k, wi, _mm256_loadu_ps(m + i), _mm256_loadu_ps(v + i)));
-        break;
-    }
-    case MT_ADAMW_CORRECT:
-    case MT_ADAMW_CORRECT_MASTERS:
-    case MT_ADAMW_CORRECT_MOMENTS: {
-        __m256 g0 = _mm256_loadu_ps(grad + i), g = _mm256_mul_ps(g0, k->grad_scale);
-        __m256 am = _mm256_sub_ps(_mm256_loadu_ps(m + i), _mm256_mul_ps(k->one_minus_beta1, g0));
-        __m256 av = _mm256_sub_ps(_mm256_loadu_ps(v + i), _mm256_mul_ps(_mm256_mul_ps(k->one_minus_beta2, g0), g0));
-        __m256 mi = _mm256_add_ps(am, _mm256_mul_ps(k->one_minus_beta1, g));
-        __m256 vi = _mm256_add_ps(_mm256_max_ps(av, _mm256_setzero_ps()),
-                                  _mm256_mul_ps(_mm256_mul_ps(k->one_minus_beta2, g), g));
-        if (part != MT_ADAMW_CORRECT_MASTERS) {
-            _mm256_storeu_ps(m + i, mi);
-            _mm256_storeu_ps(v + i, vi);
-        }
-        if (part != MT_ADAMW_CORRECT_MOMENTS)
-            store_master8(w, i, stepped8(k, _mm256_mul_ps(load_master8(w, i), k->decay_mul), mi, vi));
-        break;
-    }
-    case MT_ADAMW_UNDO:
     case MT_ADAMW_AHEAD_UNDO: {
         __m256 g0 = _mm256_loadu_ps(grad + i);
         __m256 b = _mm256_mul_ps(k->one_minus_beta1, g0), bv = _mm256_mul_ps(_mm256_mul_ps(k->one_minus_beta2, g0), g0);
         __m256 ok = finite8(bv), m0 = _mm256_loadu_ps(m + i), v0 = _mm256_loadu_ps(v + i);
-        if (part == MT_ADAMW_AHEAD_UNDO) {
-            __m256 w0 = load_master8(w, i);
-            __m256 back = _mm256_div_ps(_mm256_sub_ps(w0, step8(k, m0, v0)), k->decay_mul);
-            store_master8(w, i, _mm256_blendv_ps(w0, back, ok));
-        }
+        __m256 w0 = load_master8(w, i);
+        __m256 back = _mm256_div_ps(_mm256_sub_ps(w0, step8(k, m0, v0)), k->decay_mul);
+        store_master8(w, i, _mm256_blendv_ps(w0, back, ok));
         __m256 mi = _mm256_div_ps(_mm256_sub_ps(m0, b), k->beta1);
         __m256 vi = _mm256_div_ps(_mm256_max_ps(_mm256_sub_ps(v0, bv), _mm256_setzero_ps()), k->beta2);
         _mm256_storeu_ps(m + i, _mm256_blendv_ps(m0, mi, ok));
@@ -124,15 +102,21 @@ static INLINE MT_AVX2 void part8(const coef8 *k, mt_adamw_part part, mt_master w
         store_master8(w, i, _mm256_blendv_ps(w0, wi, ok));
         break;
     }
-    case MT_ADAMW_AHEAD_CORRECT_MASTERS: {
+    case MT_ADAMW_AHEAD_CORRECT_MASTERS:
+    case MT_ADAMW_CORRECT_MOMENTS: {
         __m256 g0 = _mm256_loadu_ps(grad + i), g = _mm256_mul_ps(g0, k->grad_scale);
         __m256 m0 = _mm256_loadu_ps(m + i), v0 = _mm256_loadu_ps(v + i);
-        __m256 decayed = _mm256_sub_ps(load_master8(w, i), step8(k, m0, v0));
         __m256 am = _mm256_sub_ps(m0, _mm256_mul_ps(k->one_minus_beta1, g0));
         __m256 av = _mm256_sub_ps(v0, _mm256_mul_ps(_mm256_mul_ps(k->one_minus_beta2, g0), g0));
         __m256 mi = _mm256_add_ps(am, _mm256_mul_ps(k->one_minus_beta1, g));
         __m256 vi = _mm256_add_ps(_mm256_max_ps(av, _mm256_setzero_ps()),
                                   _mm256_mul_ps(_mm256_mul_ps(k->one_minus_beta2, g), g));
+        if (part == MT_ADAMW_CORRECT_MOMENTS) {
+            _mm256_storeu_ps(m + i, mi);
+            _mm256_storeu_ps(v + i, vi);
+            break;
+        }
+        __m256 decayed = _mm256_sub_ps(load_master8(w, i), step8(k, m0, v0));
         store_master8(w, i, stepped8(k, decayed, mi, vi));
         break;
     }

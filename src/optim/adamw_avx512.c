@@ -51,15 +51,18 @@ static INLINE MT_AVX512 __mmask16 finite16(__m512 x) {
 static INLINE MT_AVX512 void part16(const coef16 *k, mt_adamw_part part, mt_master w, float *m, float *v,
                                      const float *grad, size_t i, __mmask16 mask, size_t count) {
     switch (part) {
-    case MT_ADAMW_FULL: {
+    case MT_ADAMW_FULL:
+    case MT_ADAMW_MASTERS: {
         __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, grad + i), k->grad_scale);
         __m512 wi = _mm512_mul_ps(load_master16(w, i, mask, count), k->decay_mul);
         __m512 mi = _mm512_add_ps(_mm512_mul_ps(k->beta1, _mm512_maskz_loadu_ps(mask, m + i)),
                                   _mm512_mul_ps(k->one_minus_beta1, g));
         __m512 vi = _mm512_add_ps(_mm512_mul_ps(k->beta2, _mm512_maskz_loadu_ps(mask, v + i)),
                                   _mm512_mul_ps(_mm512_mul_ps(k->one_minus_beta2, g), g));
-        _mm512_mask_storeu_ps(m + i, mask, mi);
-        _mm512_mask_storeu_ps(v + i, mask, vi);
+        if (part == MT_ADAMW_FULL) {
+            _mm512_mask_storeu_ps(m + i, mask, mi);
+            _mm512_mask_storeu_ps(v + i, mask, vi);
+        }
         store_master16(w, i, mask, stepped16(k, wi, mi, vi));
         break;
     }
@@ -73,39 +76,13 @@ static INLINE MT_AVX512 void part16(const coef16 *k, mt_adamw_part part, mt_mast
         _mm512_mask_storeu_ps(v + i, ok, vi);
         break;
     }
-    case MT_ADAMW_WEIGHTS: {
-        __m512 wi = _mm512_mul_ps(load_master16(w, i, mask, count), k->decay_mul);
-        store_master16(w, i, mask,
-                       stepped16(k, wi, _mm512_maskz_loadu_ps(mask, m + i), _mm512_maskz_loadu_ps(mask, v + i)));
-        break;
-    }
-    case MT_ADAMW_CORRECT:
-    case MT_ADAMW_CORRECT_MASTERS:
-    case MT_ADAMW_CORRECT_MOMENTS: {
-        __m512 g0 = _mm512_maskz_loadu_ps(mask, grad + i), g = _mm512_mul_ps(g0, k->grad_scale);
-        __m512 am = _mm512_sub_ps(_mm512_maskz_loadu_ps(mask, m + i), _mm512_mul_ps(k->one_minus_beta1, g0));
-        __m512 av = _mm512_sub_ps(_mm512_maskz_loadu_ps(mask, v + i),
-                                  _mm512_mul_ps(_mm512_mul_ps(k->one_minus_beta2, g0), g0));
-        __m512 mi = _mm512_add_ps(am, _mm512_mul_ps(k->one_minus_beta1, g));
-        __m512 vi = _mm512_add_ps(_mm512_max_ps(av, _mm512_setzero_ps()),
-                                  _mm512_mul_ps(_mm512_mul_ps(k->one_minus_beta2, g), g));
-        if (part != MT_ADAMW_CORRECT_MASTERS) {
-            _mm512_mask_storeu_ps(m + i, mask, mi);
-            _mm512_mask_storeu_ps(v + i, mask, vi);
-        }
-        if (part != MT_ADAMW_CORRECT_MOMENTS)
-            store_master16(w, i, mask, stepped16(k, _mm512_mul_ps(load_master16(w, i, mask, count), k->decay_mul), mi, vi));
-        break;
-    }
-    case MT_ADAMW_UNDO:
     case MT_ADAMW_AHEAD_UNDO: {
         __m512 g0 = _mm512_maskz_loadu_ps(mask, grad + i);
         __m512 b = _mm512_mul_ps(k->one_minus_beta1, g0), bv = _mm512_mul_ps(_mm512_mul_ps(k->one_minus_beta2, g0), g0);
         __mmask16 ok = finite16(bv) & mask;
         __m512 m0 = _mm512_maskz_loadu_ps(mask, m + i), v0 = _mm512_maskz_loadu_ps(mask, v + i);
-        if (part == MT_ADAMW_AHEAD_UNDO)
-            store_master16(w, i, ok,
-                           _mm512_div_ps(_mm512_sub_ps(load_master16(w, i, mask, count), step16(k, m0, v0)), k->decay_mul));
+        store_master16(w, i, ok,
+                       _mm512_div_ps(_mm512_sub_ps(load_master16(w, i, mask, count), step16(k, m0, v0)), k->decay_mul));
         __m512 mi = _mm512_div_ps(_mm512_sub_ps(m0, b), k->beta1);
         __m512 vi = _mm512_div_ps(_mm512_max_ps(_mm512_sub_ps(v0, bv), _mm512_setzero_ps()), k->beta2);
         _mm512_mask_storeu_ps(m + i, ok, mi);
@@ -124,15 +101,21 @@ static INLINE MT_AVX512 void part16(const coef16 *k, mt_adamw_part part, mt_mast
         store_master16(w, i, ok, stepped16(k, wi, mi, vi));
         break;
     }
-    case MT_ADAMW_AHEAD_CORRECT_MASTERS: {
+    case MT_ADAMW_AHEAD_CORRECT_MASTERS:
+    case MT_ADAMW_CORRECT_MOMENTS: {
         __m512 g0 = _mm512_maskz_loadu_ps(mask, grad + i), g = _mm512_mul_ps(g0, k->grad_scale);
         __m512 m0 = _mm512_maskz_loadu_ps(mask, m + i), v0 = _mm512_maskz_loadu_ps(mask, v + i);
-        __m512 decayed = _mm512_sub_ps(load_master16(w, i, mask, count), step16(k, m0, v0));
         __m512 am = _mm512_sub_ps(m0, _mm512_mul_ps(k->one_minus_beta1, g0));
         __m512 av = _mm512_sub_ps(v0, _mm512_mul_ps(_mm512_mul_ps(k->one_minus_beta2, g0), g0));
         __m512 mi = _mm512_add_ps(am, _mm512_mul_ps(k->one_minus_beta1, g));
         __m512 vi = _mm512_add_ps(_mm512_max_ps(av, _mm512_setzero_ps()),
                                   _mm512_mul_ps(_mm512_mul_ps(k->one_minus_beta2, g), g));
+        if (part == MT_ADAMW_CORRECT_MOMENTS) {
+            _mm512_mask_storeu_ps(m + i, mask, mi);
+            _mm512_mask_storeu_ps(v + i, mask, vi);
+            break;
+        }
+        __m512 decayed = _mm512_sub_ps(load_master16(w, i, mask, count), step16(k, m0, v0));
         store_master16(w, i, mask, stepped16(k, decayed, mi, vi));
         break;
     }

@@ -33,14 +33,11 @@ typedef void (*mt_adamw_kernel)(const mt_adamw_coef *c, mt_adamw_part part, mt_m
 #define MT_ADAMW_EACH_PART(part, RUN)                                             \
     switch (part) {                                                               \
     case MT_ADAMW_FULL: RUN(MT_ADAMW_FULL); break;                                \
+    case MT_ADAMW_MASTERS: RUN(MT_ADAMW_MASTERS); break;                          \
     case MT_ADAMW_MOMENTS: RUN(MT_ADAMW_MOMENTS); break;                          \
-    case MT_ADAMW_WEIGHTS: RUN(MT_ADAMW_WEIGHTS); break;                          \
-    case MT_ADAMW_CORRECT: RUN(MT_ADAMW_CORRECT); break;                          \
-    case MT_ADAMW_UNDO: RUN(MT_ADAMW_UNDO); break;                                \
-    case MT_ADAMW_CORRECT_MASTERS: RUN(MT_ADAMW_CORRECT_MASTERS); break;          \
-    case MT_ADAMW_CORRECT_MOMENTS: RUN(MT_ADAMW_CORRECT_MOMENTS); break;          \
     case MT_ADAMW_AHEAD: RUN(MT_ADAMW_AHEAD); break;                              \
     case MT_ADAMW_AHEAD_CORRECT_MASTERS: RUN(MT_ADAMW_AHEAD_CORRECT_MASTERS); break; \
+    case MT_ADAMW_CORRECT_MOMENTS: RUN(MT_ADAMW_CORRECT_MOMENTS); break;          \
     case MT_ADAMW_AHEAD_UNDO: RUN(MT_ADAMW_AHEAD_UNDO); break;                    \
     }
 

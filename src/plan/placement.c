@@ -98,18 +98,19 @@ static opt_mode opt_mode_of(const mt_engine_options *o, mt_moments_format moment
 }
 
 /* Host memory traffic of the host optimizer a parameter and step (optim/adamw.h's parts), in all
- * and once the norm is known (what the next forward waits for), for a step that is not clipped:
- * without clipping the whole update as gradients come home (28 bytes with fp32 moments); with
- * it the moments then (20) and the masters after the norm (16); with bf16 or 8-bit moments the
- * whole update after the norm. */
+ * and once the norm is known (what the next forward waits for): without clipping the whole update
+ * as gradients come home (28 bytes with fp32 moments); with exact clipping, for a step that clips,
+ * the masters after the norm (20) and then the moments (20) (a step that does not, after one that
+ * did not, takes the whole update as gradients come home, as without clipping); with bf16 or
+ * 8-bit moments the whole update after the norm. */
 static void opt_bytes(const mt_layout *lay, const mt_store_bytes *s, opt_mode mode, double *total, double *after_norm) {
     double moment = (double)s->moments / 2 / (double)lay->total_numel;
     double full = mt_adamw_part_bytes(MT_ADAMW_FULL, moment);
     switch (mode) {
     case OPT_OVERLAPPED: *total = full, *after_norm = 0; break;
     case OPT_SPECULATIVE:
-        *after_norm = mt_adamw_part_bytes(MT_ADAMW_WEIGHTS, moment);
-        *total = mt_adamw_part_bytes(MT_ADAMW_MOMENTS, moment) + *after_norm;
+        *after_norm = mt_adamw_part_bytes(MT_ADAMW_MASTERS, moment);
+        *total = *after_norm + mt_adamw_part_bytes(MT_ADAMW_MOMENTS, moment);
         break;
     case OPT_DEFERRED: *total = *after_norm = full; break;
     }
@@ -375,10 +376,10 @@ void mt_placement_print(const mt_placement *p, FILE *out) {
             p->rates.host_bytes_per_s / 1e9, p->opt_s, (p->params - p->host_params) / 1e9);
     if (p->after_norm_s > 0)
         fprintf(out, "          with clipping, %.0f of them once the norm is known, after the backward's GEMMs: %.3f s + "
-                "%.3f s = %.3f s (a step that clips: %.0f, and %.0f more once its masters are out)\n",
+                "%.3f s = %.3f s (a step that clips; one that does not, after one that did not, takes %.0f as the "
+                "gradients come home)\n",
                 p->after_norm_bytes_per_param, BACKWARD_SHARE * p->gemm_s, p->after_norm_s,
-                BACKWARD_SHARE * p->gemm_s + p->after_norm_s, mt_adamw_part_bytes(MT_ADAMW_CORRECT_MASTERS, 4),
-                mt_adamw_part_bytes(MT_ADAMW_CORRECT_MOMENTS, 4));
+                BACKWARD_SHARE * p->gemm_s + p->after_norm_s, mt_adamw_part_bytes(MT_ADAMW_FULL, 4));
     fprintf(out, "          = %.3f s a step at best, %.0f tokens/s\n", p->floor_s, p->tokens / p->floor_s);
     if (p->rates.source) fprintf(out, "          (rates: %s)\n", p->rates.source);
 }

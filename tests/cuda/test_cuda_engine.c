@@ -254,8 +254,8 @@ Test(cuda, training_tracks_cpu_backend) {
 /* Units updated on the GPU (ends_on_device: the embedding and head; device_blocks: the first
  * blocks): after each step, the host's AdamW (optim/adamw.h) applied to a shadow copy of their
  * state with the gradients that step brought home (keep_grads) and the clip coefficient of its
- * norm, as the host optimizer applies it under clipping (backend.h: the moments with the gradient
- * as it is, then the masters, corrected where the step clips); the device's masters, moments and
+ * norm, as the host optimizer applies it once the norm is known (backend.h: the plain update with
+ * the clip coefficient); the device's masters, moments and
  * bf16 weights (the masters' high halves) must equal the shadow's bit for bit: the clip
  * coefficient, step count, tensor offsets, state offsets and decay flags of the device path, each
  * independently of the engine's other path. */
@@ -297,14 +297,7 @@ static void device_update_is_host_adamw(const mt_config *cfg, float clip, int en
                 size_t at = (size_t)(u->offset + tensor->offset);
                 size_t numel = (size_t)tensor->rows * tensor->cols;
                 mt_master w = {.f32 = master + at};
-                if (clip <= 0 || p.grad_scale == 1.0f) {
-                    mt_adamw_update(MT_ADAMW_FULL, &p, tensor->decay, w, m + at, v + at, grads + at, numel);
-                } else {
-                    mt_adamw_params q = p;
-                    q.grad_scale = 1.0f;
-                    mt_adamw_update(MT_ADAMW_MOMENTS, &q, tensor->decay, w, m + at, v + at, grads + at, numel);
-                    mt_adamw_update(MT_ADAMW_CORRECT, &p, tensor->decay, w, m + at, v + at, grads + at, numel);
-                }
+                mt_adamw_update(MT_ADAMW_FULL, &p, tensor->decay, w, m + at, v + at, grads + at, numel);
             }
         }
     }

@@ -537,9 +537,9 @@ def case_nan(case, mt):
     with open(os.path.join(run, "metrics.jsonl")) as f:
         flags = "".join("1" if json.loads(line)["skipped"] else "0" for line in f if '"skipped"' in line)
     case.check(flags == "0010", "metrics.jsonl flags step 3 (only) as skipped", f"flags by step: {flags}")
-    # The masters are untouched bit for bit. The moments were updated speculatively as the gradients
-    # came (the exact clipping that overlaps the backward) and undone once the norm was known:
-    # back to within fp32 rounding of the moment terms (optim/adamw.h's UNDO), not bitwise.
+    # The masters are untouched bit for bit. The moments are too where the update waited for the
+    # norm; after an unclipped step it was taken ahead as the gradients came and undone once the
+    # norm was known: back to within fp32 rounding of the moment terms (optim/adamw.h's AHEAD_UNDO).
     for blob in ("master", "adam_m", "adam_v"):
         s2, s3, s4 = (blob_floats(run, s, blob) for s in (2, 3, 4))
         drift = (s3 - s2).abs().max().item()

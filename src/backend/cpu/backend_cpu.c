@@ -389,25 +389,15 @@ static void op_clip_scale(mt_backend *b, mt_stream *s, float *scale, const float
     *scale = mt_clip_scale(mt_global_norm(norms, count), max_norm);
 }
 /* The host optimizer's own update: the reference the cuda kernel is held to. With a clip
- * coefficient it is the host's speculative arithmetic (backend.h), so that a unit's bits do not
- * depend on who updates it. */
+ * coefficient (backend.h) the whole update with it, or none for a coefficient that is not finite
+ * (a skipped step), as the host takes a step that was not taken ahead. */
 static void op_adamw(mt_backend *b, mt_stream *s, const mt_adamw_params *p, int decay, const float *scale,
                      float *master, float *m, float *v, const float *grad, void *w, size_t n) {
     int threads = ((cpu_backend *)b)->threads;
-    mt_master masters = {.f32 = master};
     mt_adamw_params q = *p;
-    if (!scale) {
-        mt_adamw_update_parallel(MT_ADAMW_FULL, &q, decay, masters, m, v, grad, n, threads);
-    } else if (*scale == 1.0f) { /* MOMENTS then WEIGHTS: the whole update's bits */
-        q.grad_scale = 1.0f;
-        mt_adamw_update_parallel(MT_ADAMW_FULL, &q, decay, masters, m, v, grad, n, threads);
-    } else {
-        q.grad_scale = 1.0f;
-        mt_adamw_update_parallel(MT_ADAMW_MOMENTS, &q, decay, masters, m, v, grad, n, threads);
-        q.grad_scale = *scale;
-        mt_adamw_update_parallel(isfinite(*scale) ? MT_ADAMW_CORRECT : MT_ADAMW_UNDO, &q, decay, masters, m, v, grad, n,
-                                 threads);
-    }
+    if (scale) q.grad_scale = *scale;
+    if (isfinite(q.grad_scale))
+        mt_adamw_update_parallel(MT_ADAMW_FULL, &q, decay, (mt_master){.f32 = master}, m, v, grad, n, threads);
     memcpy(w, master, n * sizeof *master); /* the working weights: fp32, the masters themselves */
 }
 

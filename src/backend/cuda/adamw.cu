@@ -18,47 +18,23 @@ __device__ static inline float stepped(const mt_adamw_coef &c, float w, float mi
     return __fadd_rn(w, __fdiv_rn(__fmul_rn(c.neg_step_size, mi), denom));
 }
 
-/* Without a clip coefficient (scale NULL) the whole update with c.grad_scale; with one, the host's
- * arithmetic under clipping (backend.h): the whole update with scale 1 when it is 1 (MOMENTS then
- * WEIGHTS), else MOMENTS with the gradient as it is, kept in registers, then CORRECT, or UNDO for
- * a coefficient that is not finite (the masters and the weights unchanged). */
+/* The whole update with c.grad_scale, or with the clip coefficient *scale when there is one; for a
+ * coefficient that is not finite (a skipped step) none: masters and moments as they are, the
+ * weights the masters' high halves (backend.h). */
 __global__ void adamw_kernel(mt_adamw_coef c, const float *scale, float *master, float *m, float *v,
                              const float *grad, uint16_t *w, size_t n) {
     float clip = scale ? *scale : c.grad_scale;
-    int whole = !scale || clip == 1.0f;
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += stride) {
-        float g0 = grad[i];
-        if (whole) {
-            float g = __fmul_rn(g0, clip);
-            float wi = __fmul_rn(master[i], c.decay_mul);
-            float mi = __fadd_rn(__fmul_rn(c.beta1, m[i]), __fmul_rn(c.one_minus_beta1, g));
-            float vi = __fadd_rn(__fmul_rn(c.beta2, v[i]), __fmul_rn(__fmul_rn(c.one_minus_beta2, g), g));
-            wi = stepped(c, wi, mi, vi);
-            master[i] = wi;
-            m[i] = mi;
-            v[i] = vi;
-            w[i] = mt_split_hi_bits(__float_as_uint(wi));
-            continue;
-        }
-        float b = __fmul_rn(c.one_minus_beta1, g0), bv = __fmul_rn(__fmul_rn(c.one_minus_beta2, g0), g0);
-        int ok = isfinite(bv); /* MOMENTS keeps the moments where the gradient's term is not finite */
-        float m1 = ok ? __fadd_rn(__fmul_rn(c.beta1, m[i]), b) : m[i];
-        float v1 = ok ? __fadd_rn(__fmul_rn(c.beta2, v[i]), bv) : v[i];
-        float av = __fsub_rn(v1, bv);
-        av = av > 0 ? av : 0;
-        if (!isfinite(clip)) { /* UNDO, where MOMENTS changed them; the weights stay the masters' */
-            if (ok) {
-                m[i] = __fdiv_rn(__fsub_rn(m1, b), c.beta1);
-                v[i] = __fdiv_rn(av, c.beta2);
-            }
+        if (!isfinite(clip)) {
             w[i] = mt_split_hi_bits(__float_as_uint(master[i]));
             continue;
         }
-        float g = __fmul_rn(g0, clip);
-        float mi = __fadd_rn(__fsub_rn(m1, b), __fmul_rn(c.one_minus_beta1, g));
-        float vi = __fadd_rn(av, __fmul_rn(__fmul_rn(c.one_minus_beta2, g), g));
-        float wi = stepped(c, __fmul_rn(master[i], c.decay_mul), mi, vi);
+        float g = __fmul_rn(grad[i], clip);
+        float wi = __fmul_rn(master[i], c.decay_mul);
+        float mi = __fadd_rn(__fmul_rn(c.beta1, m[i]), __fmul_rn(c.one_minus_beta1, g));
+        float vi = __fadd_rn(__fmul_rn(c.beta2, v[i]), __fmul_rn(__fmul_rn(c.one_minus_beta2, g), g));
+        wi = stepped(c, wi, mi, vi);
         master[i] = wi;
         m[i] = mi;
         v[i] = vi;
