@@ -80,12 +80,15 @@ static double gib(int64_t bytes) { return (double)bytes / 1073741824.0; }
 
 /* FLOPs of one step: linear layers 2 (forward) + 2 (recompute) + 4 (backward) per active parameter
  * (a mixture of experts: those of the top_k experts a token goes to) and token; the LM head 6 (no
- * recompute); causal attention 2 T Q per token and layer forward, twice that with its recompute and
- * backward as counted here. */
+ * recompute); causal attention 2 T Q per token and layer for each of its products over the keys
+ * before the token (the blocks' extra FLOPs: scores and values, forward), taken in the forward, its
+ * recompute, and 5 of them in the backward (the scores again, dV, dP, dQ, dK, as cuDNN's and
+ * FlashAttention's backward make them): 4.5 times the forward's. Past ~100k tokens attention is
+ * most of a step. */
 static double step_flops(const mt_config *c, double tokens, int seq) {
     double block = (double)mt_config_blocks_active_params(c);
     double head = (double)c->vocab_size * c->hidden_size;
-    double attention = 2.0 * mt_config_blocks_extra_flops(c, seq);
+    double attention = 4.5 * mt_config_blocks_extra_flops(c, seq);
     return tokens * (8.0 * block + 6.0 * head + attention);
 }
 
@@ -118,10 +121,10 @@ static void opt_bytes(const mt_layout *lay, const mt_store_bytes *s, opt_mode mo
 
 /* The share of the GEMM rate a whole step of the engine reaches: its FLOPs' time at the GEMM rate
  * over the measured step, where the GEMMs bound it (--clip 0): Llama-3-8B, 8 x 4096 tokens on the
- * H200 (2.862 s of 3.614 s, bench/results/2026-11-22-h200-8b.md) and Qwen2.5-14B, 4 x 4096 on an H100
- * (2.678 s of 3.434 s, issue 25): 0.79 and 0.78. The rest is the norms, attention's softmax, the
+ * H200 (2.988 s of 3.614 s, bench/results/2026-11-22-h200-8b.md) and Qwen2.5-14B, 4 x 4096 on an H100
+ * (2.795 s of 3.434 s, issue 25): 0.83 and 0.81. The rest is the norms, attention's softmax, the
  * loss, and the pipeline's ends, which the GEMMs do not hide. */
-#define STEP_COMPUTE_SHARE 0.785
+#define STEP_COMPUTE_SHARE 0.82
 
 /* The share of a step's GEMM FLOPs in the backward: the recompute (2 a parameter and token) and
  * the backward (4) of the 8. With clipping, the host's work after the norm comes after it. */
