@@ -67,7 +67,7 @@ def measured_notes(run):
             ends += f"; driver-counted peak GPU memory {run['driver_peak_gpu_gib']:.1f} GiB"
         if run.get("opt_after_norm_s"):
             ends += (f"; the last master out {run['opt_after_norm_s']:.3f} s after the norm "
-                     f"({run.get('opt_backlog_units', 0):.1f} units' moments still to take then)")
+                     f"({run.get('opt_backlog_units', 0):.1f} units' updates ahead of the norm still to take then)")
         if run.get("clip") == 0 and run.get("grad_ring"):
             ends += f"; a gradient ring of {run['grad_ring']} blocks"
         if run.get("attn_tile") and run["attn_tile"] < run["seq"]:

@@ -62,7 +62,7 @@ typedef struct {
     double idle_forward_share, idle_backward_share; /* its parts between jobs of the two passes */
     double opt_s, opt_block_s; /* the optimizer's mean time a step, and a block */
     double after_norm_s, backlog; /* exact clipping: its mean time from the norm to the last master
-                                   * out, and the units' moments it still had to take then */
+                                   * out, and the units' updates ahead of it still to take then */
     const mt_placement *plan;  /* where everything lived: the run's memory plan */
     /* The device memory in use by the driver's count (cudaMemGetInfo: the CUDA context and the
      * libraries' workspaces included), sampled after every step and at the end: the engine
@@ -244,8 +244,8 @@ mt_status mt_bench(const mt_train_options *given, int warmup, int packed_mean, F
                 r.compute_seconds, r.idle_forward_seconds, r.idle_backward_seconds, ends, r.stall_seconds,
                 r.wait_opt_seconds, r.opt_seconds, r.opt_seconds_per_block);
         if (r.opt_after_norm_seconds > 0)
-            fprintf(out, ", its last master out %.3f s after the norm (%d units' moments still to take then)",
-                    r.opt_after_norm_seconds, r.opt_backlog_units);
+            fprintf(out, ", its last master out %.3f s after the norm (%d units' updates ahead of the norm still "
+                    "to take then)", r.opt_after_norm_seconds, r.opt_backlog_units);
         fputc('\n', out);
         fflush(out);
         if (s < warmup) continue;
