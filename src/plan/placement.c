@@ -200,10 +200,12 @@ static void spend_on_device_units(mt_backend *be, const mt_config *cfg, const mt
 
 /* Without clipping, block gradients come home through a ring of host buffers, and the backward
  * runs at most the ring's length ahead of the optimizer. MT_ENGINE_GRAD_RING blocks (two: one
- * landing while the optimizer updates the other) are the slack a backward and a faster optimizer
- * need. Where the optimizer is the slower (its block takes longer than a block's backward: small
- * models, slow hosts), it falls behind by streamed x (1 - backward / optimizer) blocks over a
- * backward, and the ring may grow by that, but it pays only so far:
+ * landing while the optimizer updates the other) are the slack a backward and a much faster
+ * optimizer need. Where the optimizer is busy most of a block's backward (RING_BUSY of it, by the
+ * rates: large models beside the GPU's own blocks, small models, slow hosts), its jitter and its
+ * falling behind hold the backward up: Qwen2.5-14B on an H100 of the x2, the probe's optimizer at
+ * 0.83 of a block's backward, ran 16% slower with 2 blocks than with 6. Then the ring grows, as
+ * far as it pays and to at most a quarter of a byte a parameter:
  *   - the next forward needs the first streamed block, whose gradient comes home last and which the
  *     optimizer therefore updates last, so that the optimizer's own time bounds the step whatever
  *     the ring; a ring only lets the GPU run on to the work that needs no host: the backward and
@@ -213,6 +215,7 @@ static void spend_on_device_units(mt_backend *be, const mt_config *cfg, const mt
  *     host can spare), the host floor staying at the master's and moments' 12 bytes a parameter
  *     plus a quarter.
  * --grad-ring N sets it instead. */
+#define RING_BUSY 0.8
 #define GRAD_RING_BYTES_PER_PARAM 0.25
 
 static void choose_grad_ring(mt_backend *be, const mt_config *cfg, const mt_layout *lay,
@@ -227,16 +230,13 @@ static void choose_grad_ring(mt_backend *be, const mt_config *cfg, const mt_layo
     double tokens = (double)eo->micro_batches * eo->batch * eo->seq;
     double compute = step_flops(cfg, tokens, eo->seq) / (rq->rates.gemm_flop_per_s * STEP_COMPUTE_SHARE) /
                      cfg->num_layers; /* a block's forward and backward */
-    double backward = BACKWARD_SHARE * compute;
     double moment = (double)s.moments / 2 / (double)lay->total_numel;
     double optimizer = mt_adamw_part_bytes(MT_ADAMW_FULL, moment) * (double)lay->max_block_numel / rq->rates.host_bytes_per_s;
     int64_t grow = 0;
-    if (optimizer > backward) {
-        int64_t behind = (int64_t)ceil((double)streamed * (1 - backward / optimizer));
+    if (optimizer > RING_BUSY * BACKWARD_SHARE * compute) {
         int64_t tail = (int64_t)ceil((double)eo->device_blocks * compute / optimizer) - MT_ENGINE_GRAD_RING;
         int64_t share = (int64_t)(GRAD_RING_BYTES_PER_PARAM * (double)lay->total_numel) / block - MT_ENGINE_GRAD_RING;
-        grow = behind < tail ? behind : tail;
-        if (share < grow) grow = share;
+        grow = tail < share ? tail : share;
     }
     if (grow > 0 && rq->host_available >= 0) {
         mt_engine_bytes d = mt_engine_size(be, cfg, eo);
