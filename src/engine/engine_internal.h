@@ -23,11 +23,11 @@
 /* How the optimizer thread takes a step (engine_optimizer.c):
  *   OVERLAPPED   no clipping: each unit's whole update as soon as its gradients are home, during
  *                the backward;
- *   SPECULATIVE  exact clipping with fp32 moments: each unit's moments as its gradients come home,
- *                with the gradient as it is, during the backward; once the global norm is known
- *                (norm_known), the masters, in the order the next forward needs them: from those
- *                moments when the step is not clipped (bitwise the plain update), after correcting
- *                them with the kept gradient when it is, undoing them when the step is skipped;
+ *   SPECULATIVE  exact clipping with fp32 moments: once the global norm is known (norm_known), the
+ *                masters in the order the next forward needs them, then the moments (bitwise the
+ *                plain update); after a step applied unclipped, each unit's whole update as its
+ *                gradients come home during the backward instead, as if this step were not
+ *                clipped either, taken back out within fp32 rounding where it is;
  *   DEFERRED     exact clipping with bf16 or 8-bit moments (each part would round them): every
  *                unit's update once the pass is done and the norm known. */
 typedef enum { MT_OPT_OVERLAPPED, MT_OPT_SPECULATIVE, MT_OPT_DEFERRED } mt_opt_mode;

@@ -102,8 +102,9 @@ enum {
     MT_MODE_DEVICE_STATE = 1 << 5, /* the device updates some unit: the ends, device_blocks or both */
     MT_MODE_EMBED_LATE = 1 << 6,  /* tied, in vocabulary chunks: the embedding's gradient is made whole in
                                    * its backward, with no early copy */
-    MT_MODE_SPECULATIVE = 1 << 7, /* clipped with fp32 moments: the optimizer takes each unit's moments as
-                                   * its gradients come home, the masters once the norm is known */
+    MT_MODE_SPECULATIVE = 1 << 7, /* clipped with fp32 moments: the optimizer's job starts with the
+                                   * backward (the update ahead of the norm after an unclipped step),
+                                   * the masters then the moments once the norm is known */
     MT_MODE_CHUNK_BUFFERS = 1 << 8, /* overlapped, the ends in vocabulary chunks, nothing keeping their whole
                                      * gradients: the chunks come home through a few host buffers, each
                                      * updated as it lands */
