@@ -184,7 +184,7 @@ mt_status mt_engine_store_create(mt_store *store, const mt_layout *layout, mt_ba
 /* The default gradient ring: two block buffers, the fewest that keep the copies home and the
  * optimizer apart (one block's gradient lands while the optimizer updates the one before it), as
  * the device's two gradient slots keep the backward and the copies home apart. The planner grows
- * it where the optimizer is slower than the backward (plan/placement.c). */
+ * it where the optimizer is busy most of a block's backward (plan/placement.c). */
 #define MT_ENGINE_GRAD_RING 2
 
 /* Without clipping (and without keep_grads), the ends' gradients in vocabulary chunks come home
