@@ -3,12 +3,16 @@
  * large parameter array, beside STREAM-style loops that measure what the host's memory gives in
  * the same run. One line per measurement, key=value fields, for bench/adamw/run.sh to tabulate.
  *
- *   bench_adamw [--params N] [--threads 1,2,4,8,16] [--impl ref,avx2,avx512] [--iters K]
+ *   bench_adamw [--params N] [--threads 1,2,4,8,16] [--impl ref,avx2,avx512]
+ *               [--parts full,masters,moments] [--iters K]
  *
  * Each time is the best of K timed runs after one untimed warm-up run (STREAM's convention).
- * Bytes counted: AdamW 28 per parameter (reads both halves of the masters, m, v, grad; writes the
- * halves, m, v); copy 8, triad 12 and in-place axpy 12 per element, not counting the extra read
- * a cached store of copy and triad makes (STREAM's convention too). */
+ * Bytes counted: each part's own (mt_adamw_part_bytes: the whole update 28 per parameter, reading
+ * both halves of the masters, m, v, grad and writing the halves, m, v; the masters' part after the
+ * norm 20, the moments' 20); copy 8, triad 12 and in-place axpy 12 per element, not counting the
+ * extra read a cached store of copy and triad makes (STREAM's convention too). A part's G params/s
+ * beside its GB/s says whether the host's memory or its arithmetic sets the pace: parts of
+ * different bytes at one element rate are bound by the arithmetic. */
 #include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,13 +22,13 @@
 
 #include "optim/adamw.h"
 
-#define ADAMW_BYTES_PER_PARAM 28.0
-
 typedef struct {
     size_t params;
     int threads[32], n_threads;
     mt_adamw_impl impls[3];
     int n_impls;
+    mt_adamw_part parts[3];
+    int n_parts;
     int iters;
 } options;
 
@@ -45,7 +49,7 @@ static void *alloc_or_die(size_t bytes, const char *what) {
 
 static void usage_and_exit(void) {
     fprintf(stderr, "usage: bench_adamw [--params N] [--threads 1,2,4,...] "
-                    "[--impl ref,avx2,avx512] [--iters K]\n");
+                    "[--impl ref,avx2,avx512] [--parts full,masters,moments] [--iters K]\n");
     exit(2);
 }
 
@@ -56,10 +60,29 @@ static int parse_impl(const char *name, mt_adamw_impl *impl) {
     return 0;
 }
 
+/* The parts the engine runs most: the whole update (no clipping, or ahead of the norm), and a
+ * clipped step's two passes after the norm. */
+static const struct {
+    mt_adamw_part part;
+    const char *name;
+} part_names[] = {{MT_ADAMW_FULL, "full"}, {MT_ADAMW_MASTERS, "masters"}, {MT_ADAMW_MOMENTS, "moments"}};
+
+static int parse_part(const char *name, mt_adamw_part *part) {
+    for (size_t k = 0; k < sizeof part_names / sizeof *part_names; k++)
+        if (strcmp(name, part_names[k].name) == 0) return *part = part_names[k].part, 1;
+    return 0;
+}
+
+static const char *part_name(mt_adamw_part part) {
+    for (size_t k = 0; k < sizeof part_names / sizeof *part_names; k++)
+        if (part_names[k].part == part) return part_names[k].name;
+    return "?";
+}
+
 static options parse_options(int argc, char **argv) {
     options o = {.params = (size_t)256 << 20, .threads = {1, 2, 4, 8, 16}, .n_threads = 5,
                  .impls = {MT_ADAMW_REF, MT_ADAMW_AVX2, MT_ADAMW_AVX512}, .n_impls = 3,
-                 .iters = 5};
+                 .parts = {MT_ADAMW_FULL}, .n_parts = 1, .iters = 5};
     for (int i = 1; i + 1 < argc; i += 2) {
         char *value = argv[i + 1], *tok, *save = NULL;
         if (strcmp(argv[i], "--params") == 0) {
@@ -76,11 +99,15 @@ static options parse_options(int argc, char **argv) {
             for (tok = strtok_r(value, ",", &save); tok && o.n_impls < 3;
                  tok = strtok_r(NULL, ",", &save))
                 if (!parse_impl(tok, &o.impls[o.n_impls++])) usage_and_exit();
+        } else if (strcmp(argv[i], "--parts") == 0) {
+            o.n_parts = 0;
+            for (tok = strtok_r(value, ",", &save); tok && o.n_parts < 3; tok = strtok_r(NULL, ",", &save))
+                if (!parse_part(tok, &o.parts[o.n_parts++])) usage_and_exit();
         } else {
             usage_and_exit();
         }
     }
-    if (argc % 2 == 0 || o.params == 0 || o.iters < 1 || o.n_threads == 0) usage_and_exit();
+    if (argc % 2 == 0 || o.params == 0 || o.iters < 1 || o.n_threads == 0 || o.n_parts == 0) usage_and_exit();
     return o;
 }
 
@@ -121,14 +148,14 @@ static double time_memory_loop(memory_loop loop, float *a, const float *b, const
     return best;
 }
 
-static double time_adamw(mt_adamw_impl impl, mt_master w, float *m, float *v, const float *grad, size_t n,
+static double time_adamw(mt_adamw_impl impl, mt_adamw_part part, mt_master w, float *m, float *v, const float *grad, size_t n,
                          int threads, int iters) {
     mt_adamw_params p = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                          .weight_decay = 0.1f, .step = 1, .grad_scale = 1.0f};
     double best = 1e30;
     for (int it = 0; it <= iters; it++, p.step++) {
         double t0 = now_seconds();
-        mt_adamw_update_with(impl, MT_ADAMW_FULL, &p, 1, w, m, v, grad, n, threads);
+        mt_adamw_update_with(impl, part, &p, 1, w, m, v, grad, n, threads);
         double t = now_seconds() - t0;
         if (it > 0 && t < best) best = t;
     }
@@ -166,11 +193,14 @@ int main(int argc, char **argv) {
         }
         for (int k = 0; k < o.n_impls; k++) {
             if (!mt_adamw_impl_supported(o.impls[k])) continue;
-            double s = time_adamw(o.impls[k], w, m, v, grad, n, threads, o.iters);
-            printf("kind=adamw impl=%s threads=%d seconds=%.6f gparams_per_s=%.3f "
-                   "gb_per_s=%.2f\n",
-                   mt_adamw_impl_name(o.impls[k]), threads, s, (double)n / s / 1e9,
-                   ADAMW_BYTES_PER_PARAM * (double)n / s / 1e9);
+            for (int q = 0; q < o.n_parts; q++) {
+                double s = time_adamw(o.impls[k], o.parts[q], w, m, v, grad, n, threads, o.iters);
+                double bytes = mt_adamw_part_bytes(o.parts[q], sizeof(float));
+                printf("kind=adamw impl=%s part=%s threads=%d seconds=%.6f gparams_per_s=%.3f "
+                       "gb_per_s=%.2f\n",
+                       mt_adamw_impl_name(o.impls[k]), part_name(o.parts[q]), threads, s, (double)n / s / 1e9,
+                       bytes * (double)n / s / 1e9);
+            }
         }
         fflush(stdout);
     }
