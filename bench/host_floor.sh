@@ -21,8 +21,8 @@
 #           (--clip 1); the bar: the default >= 0.9x of --clip 0
 #   ring    the 8b --clip 0 row with --grad-ring 4 (the ring before the planner's default became 2),
 #           to run in the same call as 8b
-#   ring14b the 14b --clip 0 row with --grad-ring 6 (about the ring the planner grew on the x2 before
-#           its growth was held to a quarter byte a parameter), to run in the same call as 14b
+#   ring14b the 14b --clip 0 row with --grad-ring 4, one block past the planner's ring on the x2's
+#           H100 (3: the quarter byte a parameter), to run in the same call as 14b
 #   8b-128  the same two on a 128 GiB host, the default first (it must fit and run there)
 # Each bench row carries, beside the measured step and host GiB (the process's peak), plan's floor
 # and host bytes a parameter (plan_floor_s, plan_host_bytes_per_param, host_bytes_per_param) and
@@ -88,7 +88,7 @@ for group in $rows; do
     ring) bench_8b 0 --grad-ring 4 ;; # beside 8b's --clip 0 row: the ring of 2 the planner now takes
     ring14b)
         bench megatrain qwen2.5-14b 1 4 200 "$build/megatrain" bench --backend cuda $(common) --preset qwen2.5-14b \
-            --clip 0 --grad-ring 6 "${host_opt[@]}"
+            --clip 0 --grad-ring 4 "${host_opt[@]}"
         ;;
     *) echo "ROWS: unknown group '$group' (plans, 14b, 8b, 8b-128, ring, ring14b)"; exit 2 ;;
     esac

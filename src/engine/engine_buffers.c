@@ -183,13 +183,17 @@ static void walk(const shape *s, walker *w) {
                 HOST(chunk_buf[i], host_grads, (size_t)o->head_vocab_chunk * D * 4, "a chunk buffer of the ends' gradients");
             HOST(grad_home[U - 1], host_grads, mt_engine_head_rest_numel_for(lay) * 4,
                  "the head's gradients before its matrix");
-            if (!c->tie_embeddings) HOST(zero_row, host_grads, D * 4, "the gradient of the embedding's untouched rows");
         } else if (!o->ends_on_device) {
             HOST(grad_home[0], host_grads, embed * 4, "the embedding's gradients");
             HOST(grad_home[U - 1], host_grads, head * 4, "the head's gradients");
         }
         if (s->ring > 0) HOST(grad_ring_base, host_grads, (size_t)s->ring * block * 4, "the block gradient ring");
     }
+    /* The embedding's rows no input token touched, untied, take a zero gradient: through the chunk
+     * buffers, and with exact clipping before the norm (engine_optimizer.c). */
+    int zero_rows = s->chunk_buffers || (o->max_grad_norm > 0 && !o->ends_on_device);
+    if (train && !s->follower && zero_rows && !c->tie_embeddings)
+        HOST(zero_row, host_grads, D * 4, "the gradient of the embedding's untouched rows");
 }
 
 #undef DEVICE

@@ -471,11 +471,12 @@ void mt_engine_update_range(mt_engine *e, const mt_opt_job *job, int64_t adam_st
 /* Piece `piece` of `pieces` of unit u, from its host gradient, cut on moment-block boundaries. */
 void mt_engine_update_piece(mt_engine *e, const mt_opt_job *job, int64_t adam_step, mt_adamw_part part, int u,
                             int piece, int pieces);
-/* The whole update of the embedding's rows [v0, v0 + rows) whose mask entry (mask[0]: row v0's)
- * equals `which`, row r's gradient at grad + (r - v0) * grad_stride (0: one row for all). AdamW is
- * elementwise: with fp32 moments, updating the rows in parts gives the bits of one pass. */
-void mt_engine_update_embedding_rows(mt_engine *e, const mt_opt_job *job, int64_t adam_step, int v0, int rows,
-                                     const float *grad, size_t grad_stride, const uint8_t *mask, uint8_t which);
+/* Part `part` of the update of the embedding's rows [v0, v0 + rows) whose mask entry (mask[0]: row
+ * v0's) equals `which`, row r's gradient at grad + (r - v0) * grad_stride (0: one row for all).
+ * AdamW is elementwise: with fp32 moments, updating the rows in parts gives the bits of one pass. */
+void mt_engine_update_embedding_rows(mt_engine *e, const mt_opt_job *job, int64_t adam_step, mt_adamw_part part,
+                                     int v0, int rows, const float *grad, size_t grad_stride, const uint8_t *mask,
+                                     uint8_t which);
 /* Counts an update (a skipped step counts none) and returns the step number its bias correction
  * takes. Done before the job's first flag rises, so whoever has seen every flag also sees it. */
 int64_t mt_engine_count_update(mt_engine *e, int skip);
