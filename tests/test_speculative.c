@@ -142,8 +142,8 @@ static void check_step(const spec_case *sc) {
         for (size_t i = (size_t)cfg.vocab_size * D; i < n; i++) undone[i] = 1;
     if (!sc->ahead || (!sc->poison && c == 1.0f)) {
         size_t i = 0;
-        while (i < n && (undone[i] || (!memcmp(&got.master[i], &want.master[i], 4) && !memcmp(&got.m[i], &want.m[i], 4) &&
-                                       !memcmp(&got.v[i], &want.v[i], 4))))
+        while (i < n && (undone[i] || (!memcmp(&got.master[i], &want.master[i], 4) &&
+                                       !memcmp(&got.m[i], &want.m[i], 4) && !memcmp(&got.v[i], &want.v[i], 4))))
             i++;
         cr_assert_eq(i, n, "%s: not the plain update's bits at %zu", what, i);
     }

@@ -143,7 +143,8 @@ static void run_chunk(mt_engine *e, const mt_opt_job *job, int64_t adam_step, co
     int64_t D = e->cfg->hidden_size, rows = chunk_rows(e, w->v0);
     const uint8_t *mask = e->input_rows[job->generation % 2];
     if (w->unit == 0 && embed_split(e)) {
-        mt_engine_update_embedding_rows(e, job, adam_step, MT_ADAMW_FULL, w->v0, (int)rows, grad, (size_t)D, mask + w->v0, 1);
+        mt_engine_update_embedding_rows(e, job, adam_step, MT_ADAMW_FULL, w->v0, (int)rows, grad, (size_t)D,
+                                        mask + w->v0, 1);
         return;
     }
     int64_t matrix = w->unit ? (int64_t)mt_engine_head_rest_numel_for(e->lay)
@@ -161,14 +162,16 @@ static void work_run(mt_engine *e, const mt_opt_job *job, int64_t adam_step, con
      * copy both parts come home together). */
     case WORK_EMBED_INPUT_ROWS:
         if (e->shard) mt_engine_update_piece(e, job, adam_step, MT_ADAMW_FULL, 0, 0, 1);
-        else mt_engine_update_embedding_rows(e, job, adam_step, MT_ADAMW_FULL, 0, V, e->grad_home[0] + wte->offset, (size_t)D, mask, 1);
+        else mt_engine_update_embedding_rows(e, job, adam_step, MT_ADAMW_FULL, 0, V, e->grad_home[0] + wte->offset,
+                                             (size_t)D, mask, 1);
         break;
     case WORK_EMBED_OTHER_ROWS:
         if (e->chunk_buffers)
-            mt_engine_update_embedding_rows(e, job, adam_step, MT_ADAMW_FULL, w->v0, chunk_rows(e, w->v0), e->zero_row, 0,
-                                            mask + w->v0, 0);
+            mt_engine_update_embedding_rows(e, job, adam_step, MT_ADAMW_FULL, w->v0, chunk_rows(e, w->v0),
+                                            e->zero_row, 0, mask + w->v0, 0);
         else if (!e->shard)
-            mt_engine_update_embedding_rows(e, job, adam_step, MT_ADAMW_FULL, 0, V, e->grad_home[0] + wte->offset, (size_t)D, mask, 0);
+            mt_engine_update_embedding_rows(e, job, adam_step, MT_ADAMW_FULL, 0, V, e->grad_home[0] + wte->offset,
+                                            (size_t)D, mask, 0);
         break;
     case WORK_BLOCK: mt_engine_update_piece(e, job, adam_step, MT_ADAMW_FULL, w->unit, 0, 1); break;
     case WORK_HEAD_PIECE: mt_engine_update_piece(e, job, adam_step, MT_ADAMW_FULL, w->unit, w->piece, w->pieces); break;
