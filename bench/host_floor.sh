@@ -28,7 +28,8 @@
 # and host bytes a parameter (plan_floor_s, plan_host_bytes_per_param, host_bytes_per_param) and
 # how many timed steps clipped (clipped_steps). Writes to $OUT (or /tmp/megatrain-host-floor):
 # host_floor.jsonl, bench.md, bench.json, plans.txt, runs.log, build.log. Environment: ROWS, STEPS
-# (timed steps, 3), WARMUP (1), BUDGET_S (580), HOST_MEM ("none": the machine's report; or e.g.
+# (timed steps, 3), WARMUP (3: exact clipping's first step takes its update after the norm, and the
+# next two switch to taking it ahead; one warm-up step times the switch), BUDGET_S (580), HOST_MEM ("none": the machine's report; or e.g.
 # 240GiB where the VM's memory grows as it is touched), PREBUILT (1: take a carried or earlier
 # $BUILD_DIR/megatrain as it is), BUILD_DIR (build-bench; build-device to take tests/device/run.sh's).
 set -u
@@ -39,7 +40,7 @@ export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 out=${OUT:-/tmp/megatrain-host-floor}
 rows=${ROWS:-plans 14b}
 steps=${STEPS:-3}
-warmup=${WARMUP:-1}
+warmup=${WARMUP:-3}
 deadline=${BUDGET_S:-580}
 host_mem=${HOST_MEM:-none}
 host_opt=()
