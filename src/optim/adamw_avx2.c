@@ -142,16 +142,10 @@ static MT_AVX2 void part_partial(const coef8 *k, mt_adamw_part part, mt_master w
     memcpy(v, lv, bytes);
 }
 
-/* The loop of one part, so that part8's switch folds away: two vectors (a line of fp32) a
- * prefetch. */
+/* The loop of one part, so that part8's switch folds away. */
 #define RUN(PART)                                                                       \
     do {                                                                                \
-        for (; i + 16 <= n; i += 16) {                                                  \
-            mt_adamw_prefetch(w, m, v, grad, i);                                        \
-            part8(&k, PART, w, m, v, grad, i);                                          \
-            part8(&k, PART, w, m, v, grad, i + 8);                                      \
-        }                                                                               \
-        if (i + 8 <= n) part8(&k, PART, w, m, v, grad, i), i += 8;                      \
+        for (; i + 8 <= n; i += 8) part8(&k, PART, w, m, v, grad, i);                   \
     } while (0)
 
 MT_AVX2 void mt_adamw_kernel_avx2(const mt_adamw_coef *c, mt_adamw_part part, mt_master w, float *m, float *v,

@@ -125,10 +125,7 @@ static INLINE MT_AVX512 void part16(const coef16 *k, mt_adamw_part part, mt_mast
 /* The loop of one part, so that part16's switch folds away; the tail masked. */
 #define RUN(PART)                                                                                  \
     do {                                                                                           \
-        for (; i + 16 <= n; i += 16) {                                                             \
-            mt_adamw_prefetch(w, m, v, grad, i);                                                   \
-            part16(&k, PART, w, m, v, grad, i, 0xffff, 16);                                        \
-        }                                                                                          \
+        for (; i + 16 <= n; i += 16) part16(&k, PART, w, m, v, grad, i, 0xffff, 16);               \
         if (i < n) part16(&k, PART, w, m, v, grad, i, (__mmask16)((1u << (n - i)) - 1u), n - i);    \
     } while (0)
 

@@ -49,34 +49,6 @@ mt_adamw_kernel mt_adamw_kernel_of(mt_adamw_impl impl);
 void mt_adamw_kernel_ref(const mt_adamw_coef *c, mt_adamw_part part, mt_master w, float *m, float *v,
                          const float *grad, size_t n);
 #if MT_ADAMW_HAVE_X86
-#include <stdint.h>
-#include <xmmintrin.h>
-
-/* The SIMD kernels ask for their arrays' lines this many elements ahead of element i, 16 elements
- * (a line of fp32) at a time: with five to seven streams a thread, the hardware's prefetchers alone
- * left a third of the host's memory bandwidth unused on the H100 machines' hosts (past the cache,
- * the masters' part at 119 GB/s without, 146 with; the whole update 131 and 162: bench/results/
- * 2026-11-26-h100x1-adamw-prefetch.md). A prefetch never faults: past an array's end it is a
- * wasted hint (the address formed as an integer, so no pointer leaves its array). */
-#define MT_ADAMW_PREFETCH_AHEAD 1024
-
-static inline void mt_adamw_prefetch_one(const void *p, size_t bytes) {
-    _mm_prefetch((const char *)((uintptr_t)p + bytes), _MM_HINT_T0);
-}
-
-static inline void mt_adamw_prefetch(mt_master w, const float *m, const float *v, const float *grad, size_t i) {
-    const size_t f32 = MT_ADAMW_PREFETCH_AHEAD * 4, half = MT_ADAMW_PREFETCH_AHEAD * 2;
-    mt_adamw_prefetch_one(grad + i, f32);
-    mt_adamw_prefetch_one(m + i, f32);
-    mt_adamw_prefetch_one(v + i, f32);
-    if (w.f32) {
-        mt_adamw_prefetch_one(w.f32 + i, f32);
-    } else {
-        mt_adamw_prefetch_one(w.hi + i, half);
-        mt_adamw_prefetch_one(w.lo + i, half);
-    }
-}
-
 void mt_adamw_kernel_avx2(const mt_adamw_coef *c, mt_adamw_part part, mt_master w, float *m, float *v,
                           const float *grad, size_t n);
 void mt_adamw_kernel_avx512(const mt_adamw_coef *c, mt_adamw_part part, mt_master w, float *m, float *v,
