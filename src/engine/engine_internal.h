@@ -477,6 +477,11 @@ void mt_engine_update_piece(mt_engine *e, const mt_opt_job *job, int64_t adam_st
 void mt_engine_update_embedding_rows(mt_engine *e, const mt_opt_job *job, int64_t adam_step, mt_adamw_part part,
                                      int v0, int rows, const float *grad, size_t grad_stride, const uint8_t *mask,
                                      uint8_t which);
+/* The same over the whole vocabulary, the rows whose mask entry for the job's step (input_rows) is
+ * `which` (1: the rows its input tokens touch), each row's gradient its own in grad_home[0] or,
+ * `zeros`, a row of zeros (zero_row). */
+void mt_engine_update_masked_rows(mt_engine *e, const mt_opt_job *job, int64_t adam_step, mt_adamw_part part,
+                                  uint8_t which, int zeros);
 /* Counts an update (a skipped step counts none) and returns the step number its bias correction
  * takes. Done before the job's first flag rises, so whoever has seen every flag also sees it. */
 int64_t mt_engine_count_update(mt_engine *e, int skip);

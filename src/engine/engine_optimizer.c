@@ -82,6 +82,13 @@ void mt_engine_update_embedding_rows(mt_engine *e, const mt_opt_job *job, int64_
                          grad_stride, (size_t)rows, (size_t)t->cols, mask, which, e->o.opt_threads);
 }
 
+void mt_engine_update_masked_rows(mt_engine *e, const mt_opt_job *job, int64_t adam_step, mt_adamw_part part,
+                                  uint8_t which, int zeros) {
+    const float *grad = zeros ? e->zero_row : e->grad_home[0] + mt_layout_tensor(e->lay, 0, MT_T_WTE)->offset;
+    mt_engine_update_embedding_rows(e, job, adam_step, part, 0, e->cfg->vocab_size, grad,
+                                    zeros ? 0 : (size_t)e->cfg->hidden_size, e->input_rows[job->generation % 2], which);
+}
+
 int64_t mt_engine_count_update(mt_engine *e, int skip) {
     pthread_mutex_lock(&e->opt_lock);
     int64_t adam_step = e->adam_step + 1;
@@ -200,18 +207,11 @@ static int rows_apart(const mt_engine *e) {
     return e->zero_row && !e->reduce && !e->cfg->tie_embeddings && !mt_engine_unit_on_device(e, 0);
 }
 
-static void embedding_rows(mt_engine *e, const mt_opt_job *job, int64_t adam_step, mt_adamw_part part, int input) {
-    const uint8_t *mask = e->input_rows[job->generation % 2];
-    const float *grad = input ? e->grad_home[0] + mt_layout_tensor(e->lay, 0, MT_T_WTE)->offset : e->zero_row;
-    mt_engine_update_embedding_rows(e, job, adam_step, part, 0, e->cfg->vocab_size, grad,
-                                    input ? (size_t)e->cfg->hidden_size : 0, mask, (uint8_t)input);
-}
-
 /* Part `part` of host-updated unit u's update: the embedding's input rows alone where its other
  * rows go apart. */
 static void update_host_unit(mt_engine *e, const mt_opt_job *job, int64_t adam_step, mt_adamw_part part, int u,
                              int apart) {
-    if (u == 0 && apart) embedding_rows(e, job, adam_step, part, 1);
+    if (u == 0 && apart) mt_engine_update_masked_rows(e, job, adam_step, part, 1, 0);
     else update_unit(e, job, adam_step, part, u);
 }
 
@@ -221,7 +221,7 @@ static void take_other_rows(mt_engine *e, const mt_opt_job *job, int64_t early_s
     unit_home(e, job, e->U - 1, 1);
     if (mt_engine_optimizer_halted(e)) return;
     double t0 = mt_now();
-    embedding_rows(e, job, early_step, MT_ADAMW_FULL, 0);
+    mt_engine_update_masked_rows(e, job, early_step, MT_ADAMW_FULL, 0, 1);
     e->job_update_seconds += mt_now() - t0;
 }
 
@@ -284,7 +284,7 @@ static void run_speculative(mt_engine *e, const mt_opt_job *job) {
             }
             int part = masters_part(ahead, skip, clipped, taken[u]);
             if (part >= 0) update_host_unit(e, &step, adam_step, (mt_adamw_part)part, u, apart);
-            if (u == 0 && apart && skip) embedding_rows(e, job, early_step, MT_ADAMW_AHEAD_UNDO, 0);
+            if (u == 0 && apart && skip) mt_engine_update_masked_rows(e, job, early_step, MT_ADAMW_AHEAD_UNDO, 0, 1);
             e->job_update_seconds += mt_now() - t0;
         }
         mt_engine_raise(e, MT_FL_UPDATED, u, job->generation);
