@@ -112,6 +112,10 @@ $(BUILD)/bench/moe_gemm/bench_moe_gemm: $(call objs,$(BUILD),$(LIB_C) bench/moe_
 bench-adamw: $(BUILD)/bench/adamw/bench_adamw
 $(BUILD)/bench/adamw/bench_adamw: $(call objs,$(BUILD),$(LIB_C) bench/adamw/bench_adamw.c) $(LIB_OBJ_CU)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+# The masters' pass beside the device's copies of what it writes (CUDA=1 builds only).
+bench-after-norm: $(BUILD)/bench/adamw/bench_after_norm
+$(BUILD)/bench/adamw/bench_after_norm: $(call objs,$(BUILD),$(LIB_C) bench/adamw/bench_after_norm.c) $(LIB_OBJ_CU)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 # The real tokenizer files the tokenizer tests compare against, kept xz-compressed in the
 # repository (tests/data/tokenizers/<name>/tokenizer.json.xz), unpacked here beside their
@@ -188,5 +192,5 @@ demo: $(BUILD)/megatrain data/kjv.txt
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all test demo clean cuda-tests bench-adamw bench-attention bench-moe-gemm fuzz fuzz-long tokenizer-data
+.PHONY: all test demo clean cuda-tests bench-adamw bench-after-norm bench-attention bench-moe-gemm fuzz fuzz-long tokenizer-data
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

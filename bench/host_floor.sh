@@ -24,11 +24,14 @@
 #   ring14b the 14b --clip 0 row with --grad-ring 4, one block past the planner's ring on the x2's
 #           H100 (3: the quarter byte a parameter), to run in the same call as 14b
 #   8b-128  the same two on a 128 GiB host, the default first (it must fit and run there)
+#   allcores the 8b default with --opt-threads set to every core (the issuing thread's among them)
+#   ends14b the 14b row that clips every step with --ends-on-device off (the planner's blocks in
+#           the ends' room; the embedding's untouched rows then go before the norm)
 # Each bench row carries, beside the measured step and host GiB (the process's peak), plan's floor
 # and host bytes a parameter (plan_floor_s, plan_host_bytes_per_param, host_bytes_per_param) and
 # how many timed steps clipped (clipped_steps). Writes to $OUT (or /tmp/megatrain-host-floor):
 # host_floor.jsonl, bench.md, bench.json, plans.txt, runs.log, build.log. Environment: ROWS, STEPS
-# (timed steps, 3), WARMUP (3: exact clipping's first step takes its update after the norm, and the
+# (timed steps, 3), CLIPS14 (the 14b group's --clip values, "0 1e9 1e-3"), WARMUP (3: exact clipping's first step takes its update after the norm, and the
 # next two switch to taking it ahead; one warm-up step times the switch), BUDGET_S (580), HOST_MEM ("none": the machine's report; or e.g.
 # 240GiB where the VM's memory grows as it is touched), PREBUILT (1: take a carried or earlier
 # $BUILD_DIR/megatrain as it is), BUILD_DIR (build-bench; build-device to take tests/device/run.sh's).
@@ -79,7 +82,7 @@ for group in $rows; do
         done
         ;;
     14b)
-        for clip in 0 1e9 1e-3; do
+        for clip in ${CLIPS14:-0 1e9 1e-3}; do
             bench megatrain qwen2.5-14b 1 4 200 "$build/megatrain" bench --backend cuda $(common) --preset qwen2.5-14b \
                 --clip "$clip" "${host_opt[@]}"
         done
@@ -91,7 +94,12 @@ for group in $rows; do
         bench megatrain qwen2.5-14b 1 4 200 "$build/megatrain" bench --backend cuda $(common) --preset qwen2.5-14b \
             --clip 0 --grad-ring 4 "${host_opt[@]}"
         ;;
-    *) echo "ROWS: unknown group '$group' (plans, 14b, 8b, 8b-128, ring, ring14b)"; exit 2 ;;
+    allcores) bench_8b 1 --opt-threads "$(nproc)" ;; # the default, the optimizer's team on every core
+    ends14b)
+        bench megatrain qwen2.5-14b 1 4 200 "$build/megatrain" bench --backend cuda $(common) --preset qwen2.5-14b \
+            --clip 1e-3 --ends-on-device off "${host_opt[@]}"
+        ;;
+    *) echo "ROWS: unknown group '$group' (plans, 14b, 8b, 8b-128, ring, ring14b, allcores, ends14b)"; exit 2 ;;
     esac
 done
 

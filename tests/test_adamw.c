@@ -254,48 +254,6 @@ Test(adamw, masters_then_moments_is_the_whole_update) {
     }
 }
 
-/* HIGHS writes the high halves of MASTERS' masters, bit for bit, and nothing else: every kernel,
- * lengths around the vector widths, both forms of the masters, clipped or not, threads or not. */
-Test(adamw, highs_are_the_masters_high_halves) {
-    static const float scales[] = {1.0f, 0.37f, 1e-3f};
-    static const size_t lengths[] = {1, 7, 8, 15, 16, 17, 1031};
-    for (size_t k = 0; k < sizeof simd_impls / sizeof simd_impls[0] + 1; k++) {
-        mt_adamw_impl impl = k ? simd_impls[k - 1] : MT_ADAMW_REF;
-        if (!mt_adamw_impl_supported(impl)) continue;
-        for (int split = 0; split <= 1; split++)
-            for (size_t sc = 0; sc < sizeof scales / sizeof scales[0]; sc++)
-                for (size_t l = 0; l < sizeof lengths / sizeof lengths[0]; l++) {
-                    size_t n = lengths[l];
-                    state s = state_new(n, 1, split, 11 + l), ref = state_new(n, 1, split, 11 + l);
-                    mt_adamw_params p = params;
-                    p.step = 2, p.grad_scale = scales[sc];
-                    float *before = masters_of(&s), *m0 = malloc(n * 4), *v0 = malloc(n * 4);
-                    uint16_t *highs = malloc(n * 2 + 2);
-                    memcpy(m0, s.m, n * 4), memcpy(v0, s.v, n * 4);
-                    highs[n] = 0xabcd; /* nothing past the range */
-                    mt_adamw_highs_with(impl, &p, 1, s.w, s.m, s.v, s.grad, highs, n, 1 + (int)(l % 3));
-                    mt_adamw_update_with(impl, MT_ADAMW_MASTERS, &p, 1, ref.w, ref.m, ref.v, ref.grad, n, 1);
-                    float *after = masters_of(&s), *want = masters_of(&ref);
-                    cr_assert(!memcmp(before, after, n * 4), "%s: HIGHS wrote the masters", mt_adamw_impl_name(impl));
-                    cr_assert(!memcmp(m0, s.m, n * 4) && !memcmp(v0, s.v, n * 4), "%s: HIGHS wrote the moments",
-                              mt_adamw_impl_name(impl));
-                    cr_assert_eq(highs[n], 0xabcd, "%s: HIGHS wrote past its %zu elements", mt_adamw_impl_name(impl), n);
-                    int moved = 0;
-                    for (size_t i = 0; i < n; i++) {
-                        uint16_t hi = mt_split_hi_bits(mt_f32_bits(want[i]));
-                        cr_assert_eq(highs[i], hi, "%s, split %d, scale %g, n %zu, element %zu: 0x%04x, want 0x%04x",
-                                     mt_adamw_impl_name(impl), split, scales[sc], n, i, highs[i], hi);
-                        moved += hi != mt_split_hi_bits(mt_f32_bits(before[i]));
-                    }
-                    cr_assert(n < 1000 || moved, "%s: no high half moved: the check saw no update",
-                              mt_adamw_impl_name(impl));
-                    free(before), free(after), free(want), free(m0), free(v0), free(highs);
-                    state_free(&s);
-                    state_free(&ref);
-                }
-    }
-}
-
 /* A moment term's elements where (1 - beta2) g^2 is not finite keep their moments: the step's
  * norm is not finite either, so it is skipped. */
 Test(adamw, moments_keep_where_the_gradient_is_not_finite) {

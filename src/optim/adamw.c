@@ -40,19 +40,17 @@ static inline float step_of(const mt_adamw_coef *c, float mi, float vi) {
 static inline float stepped(const mt_adamw_coef *c, float w, float mi, float vi) { return w + step_of(c, mi, vi); }
 
 void mt_adamw_kernel_ref(const mt_adamw_coef *c, mt_adamw_part part, mt_master w, float *m, float *v,
-                         const float *grad, uint16_t *highs, size_t n) {
+                         const float *grad, size_t n) {
     for (size_t i = 0; i < n; i++) {
         switch (part) {
         case MT_ADAMW_FULL:
-        case MT_ADAMW_MASTERS:
-        case MT_ADAMW_HIGHS: {
+        case MT_ADAMW_MASTERS: {
             float g = grad[i] * c->grad_scale;
             float wi = load_master(w, i) * c->decay_mul;
             float mi = c->beta1 * m[i] + c->one_minus_beta1 * g;
             float vi = c->beta2 * v[i] + c->one_minus_beta2 * g * g;
             if (part == MT_ADAMW_FULL) m[i] = mi, v[i] = vi;
-            if (part == MT_ADAMW_HIGHS) highs[i] = mt_split_hi_bits(mt_f32_bits(stepped(c, wi, mi, vi)));
-            else store_master(w, i, stepped(c, wi, mi, vi));
+            store_master(w, i, stepped(c, wi, mi, vi));
             break;
         }
         case MT_ADAMW_MOMENTS: {
@@ -150,37 +148,18 @@ typedef struct {
     mt_master w;
     float *m, *v;
     const float *grad;
-    uint16_t *highs;
 } update;
 
 static void update_piece(void *ctx, size_t begin, size_t end) {
     const update *u = ctx;
-    u->kernel(&u->coef, u->part, mt_master_at(u->w, begin), u->m + begin, u->v + begin, u->grad + begin,
-              u->highs ? u->highs + begin : NULL, end - begin);
-}
-
-static void run_update(const update *u, size_t n, int threads) {
-    mt_shares_run(n, MT_ADAMW_CHUNK, MT_ADAMW_PIECE, mt_adamw_threads(n, threads), update_piece, (void *)u);
+    u->kernel(&u->coef, u->part, mt_master_at(u->w, begin), u->m + begin, u->v + begin, u->grad + begin, end - begin);
 }
 
 void mt_adamw_update_with(mt_adamw_impl impl, mt_adamw_part part, const mt_adamw_params *p, int decay, mt_master w,
                           float *m, float *v, const float *grad, size_t n, int threads) {
     update u = {.kernel = mt_adamw_kernel_of(impl), .coef = mt_adamw_coef_of(p, decay), .part = part, .w = w, .m = m,
                 .v = v, .grad = grad};
-    run_update(&u, n, threads);
-}
-
-/* HIGHS reads m and v and writes neither: the kernels' one signature takes them writable. */
-void mt_adamw_highs_with(mt_adamw_impl impl, const mt_adamw_params *p, int decay, mt_master w, const float *m,
-                         const float *v, const float *grad, uint16_t *highs, size_t n, int threads) {
-    update u = {.kernel = mt_adamw_kernel_of(impl), .coef = mt_adamw_coef_of(p, decay), .part = MT_ADAMW_HIGHS,
-                .w = w, .m = (float *)m, .v = (float *)v, .grad = grad, .highs = highs};
-    run_update(&u, n, threads);
-}
-
-void mt_adamw_highs(const mt_adamw_params *p, int decay, mt_master w, const float *m, const float *v,
-                    const float *grad, uint16_t *highs, size_t n, int threads) {
-    mt_adamw_highs_with(MT_ADAMW_BEST, p, decay, w, m, v, grad, highs, n, threads);
+    mt_shares_run(n, MT_ADAMW_CHUNK, MT_ADAMW_PIECE, mt_adamw_threads(n, threads), update_piece, &u);
 }
 
 void mt_adamw_update_parallel(mt_adamw_part part, const mt_adamw_params *p, int decay, mt_master w, float *m,
@@ -203,7 +182,6 @@ double mt_adamw_part_bytes(mt_adamw_part part, double moment_bytes) {
     case MT_ADAMW_CORRECT_MOMENTS: return grad + 2 * moments;                 /* read gradient, moments; write moments */
     case MT_ADAMW_MASTERS:
     case MT_ADAMW_AHEAD_CORRECT_MASTERS: return grad + 2 * master + moments; /* read all; write masters */
-    case MT_ADAMW_HIGHS: return grad + master + moments + master / 2;        /* read all; write high halves */
     }
     return 0;
 }

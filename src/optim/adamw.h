@@ -41,11 +41,6 @@ typedef struct mt_adamw_params {
  *   MASTERS  the masters alone: the moments formed as FULL forms them and not stored. MASTERS then
  *            MOMENTS, with the same grad_scale, is FULL, bit for bit, where the step's norm is
  *            finite.
- *   HIGHS    the masters as MASTERS forms them, their high halves (util/split_f32.h: the bf16
- *            weights the device reads) written to an array of their own and nothing else stored:
- *            what a clipped step's next forward copies while the store's masters and moments wait
- *            for FULL (the same masters, so the same high halves). 16 bytes a parameter read, 2
- *            written, against MASTERS' 16 and 4 and the store's own copy read again.
  *   MOMENTS  m and v only, with g = grad * grad_scale; an element whose (1 - beta2) g g is not
  *            finite keeps both.
  *   AHEAD    FULL where (1 - beta2) g g is finite, the element untouched elsewhere (as MOMENTS):
@@ -71,11 +66,9 @@ typedef enum {
     MT_ADAMW_AHEAD_CORRECT_MASTERS,
     MT_ADAMW_CORRECT_MOMENTS,
     MT_ADAMW_AHEAD_UNDO,
-    MT_ADAMW_HIGHS, /* last: the parts before it update in place (mt_adamw_update_with) */
 } mt_adamw_part;
 
-/* Updates n elements in place (masters w, m, v): every part but HIGHS, which writes an array of its
- * own (mt_adamw_highs). `decay` applies weight decay to this tensor.
+/* Updates n elements in place (masters w, m, v). `decay` applies weight decay to this tensor.
  * Pointers need only their type's natural alignment. */
 void mt_adamw_update(mt_adamw_part part, const mt_adamw_params *p, int decay, mt_master w, float *m, float *v,
                      const float *grad, size_t n);
@@ -89,13 +82,6 @@ void mt_adamw_update_parallel(mt_adamw_part part, const mt_adamw_params *p, int 
  * An implementation the CPU lacks (see mt_adamw_impl_supported) falls back to MT_ADAMW_BEST. */
 void mt_adamw_update_with(mt_adamw_impl impl, mt_adamw_part part, const mt_adamw_params *p, int decay, mt_master w,
                           float *m, float *v, const float *grad, size_t n, int threads);
-
-/* HIGHS on n elements: the new masters' high halves into highs[0, n) (w, m, v and grad read, not
- * written), split across `threads`; _with a chosen implementation (tests, benchmarks). */
-void mt_adamw_highs(const mt_adamw_params *p, int decay, mt_master w, const float *m, const float *v,
-                    const float *grad, uint16_t *highs, size_t n, int threads);
-void mt_adamw_highs_with(mt_adamw_impl impl, const mt_adamw_params *p, int decay, mt_master w, const float *m,
-                         const float *v, const float *grad, uint16_t *highs, size_t n, int threads);
 
 /* The update with moments in any format (optim/moments.h): elements [at, at + n) of `mom`;
  * w and grad point at element `at`. fp32 moments take mt_adamw_update_parallel's path, bit for

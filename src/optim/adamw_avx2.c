@@ -51,11 +51,10 @@ static INLINE MT_AVX2 __m256 finite8(__m256 x) {
 
 /* One part of the update on the 8 elements at i. */
 static INLINE MT_AVX2 void part8(const coef8 *k, mt_adamw_part part, mt_master w, float *m, float *v,
-                                  const float *grad, uint16_t *highs, size_t i) {
+                                  const float *grad, size_t i) {
     switch (part) {
     case MT_ADAMW_FULL:
-    case MT_ADAMW_MASTERS:
-    case MT_ADAMW_HIGHS: {
+    case MT_ADAMW_MASTERS: {
         __m256 g = _mm256_mul_ps(_mm256_loadu_ps(grad + i), k->grad_scale);
         __m256 wi = _mm256_mul_ps(load_master8(w, i), k->decay_mul);
         __m256 mi = _mm256_add_ps(_mm256_mul_ps(k->beta1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(k->one_minus_beta1, g));
@@ -65,8 +64,7 @@ static INLINE MT_AVX2 void part8(const coef8 *k, mt_adamw_part part, mt_master w
             _mm256_storeu_ps(m + i, mi);
             _mm256_storeu_ps(v + i, vi);
         }
-        if (part == MT_ADAMW_HIGHS) mt_split_store8(highs + i, mt_split_hi8(_mm256_castps_si256(stepped8(k, wi, mi, vi))));
-        else store_master8(w, i, stepped8(k, wi, mi, vi));
+        store_master8(w, i, stepped8(k, wi, mi, vi));
         break;
     }
     case MT_ADAMW_MOMENTS: {
@@ -127,9 +125,9 @@ static INLINE MT_AVX2 void part8(const coef8 *k, mt_adamw_part part, mt_master w
 
 /* Fewer than 8 elements, through local buffers. */
 static MT_AVX2 void part_partial(const coef8 *k, mt_adamw_part part, mt_master w, float *m, float *v,
-                                 const float *grad, uint16_t *highs, size_t count) {
+                                 const float *grad, size_t count) {
     float lw[8] = {0}, lm[8] = {0}, lv[8] = {0}, lg[8] = {0};
-    uint16_t lhi[8] = {0}, llo[8] = {0}, lhighs[8] = {0};
+    uint16_t lhi[8] = {0}, llo[8] = {0};
     mt_master local = w.f32 ? (mt_master){.f32 = lw} : (mt_master){.hi = lhi, .lo = llo};
     size_t bytes = count * sizeof(float);
     if (w.f32) memcpy(lw, w.f32, bytes);
@@ -137,8 +135,7 @@ static MT_AVX2 void part_partial(const coef8 *k, mt_adamw_part part, mt_master w
     memcpy(lm, m, bytes);
     memcpy(lv, v, bytes);
     memcpy(lg, grad, bytes);
-    part8(k, part, local, lm, lv, lg, lhighs, 0);
-    if (highs) memcpy(highs, lhighs, count * 2);
+    part8(k, part, local, lm, lv, lg, 0);
     if (w.f32) memcpy(w.f32, lw, bytes);
     else memcpy(w.hi, lhi, count * 2), memcpy(w.lo, llo, count * 2);
     memcpy(m, lm, bytes);
@@ -148,11 +145,11 @@ static MT_AVX2 void part_partial(const coef8 *k, mt_adamw_part part, mt_master w
 /* The loop of one part, so that part8's switch folds away. */
 #define RUN(PART)                                                                       \
     do {                                                                                \
-        for (; i + 8 <= n; i += 8) part8(&k, PART, w, m, v, grad, highs, i);            \
+        for (; i + 8 <= n; i += 8) part8(&k, PART, w, m, v, grad, i);                   \
     } while (0)
 
 MT_AVX2 void mt_adamw_kernel_avx2(const mt_adamw_coef *c, mt_adamw_part part, mt_master w, float *m, float *v,
-                                  const float *grad, uint16_t *highs, size_t n) {
+                                  const float *grad, size_t n) {
     coef8 k = {
         _mm256_set1_ps(c->grad_scale),      _mm256_set1_ps(c->decay_mul),
         _mm256_set1_ps(c->beta1),           _mm256_set1_ps(c->one_minus_beta1),
@@ -162,7 +159,7 @@ MT_AVX2 void mt_adamw_kernel_avx2(const mt_adamw_coef *c, mt_adamw_part part, mt
     };
     size_t i = 0;
     MT_ADAMW_EACH_PART(part, RUN)
-    if (i < n) part_partial(&k, part, mt_master_at(w, i), m + i, v + i, grad + i, highs ? highs + i : NULL, n - i);
+    if (i < n) part_partial(&k, part, mt_master_at(w, i), m + i, v + i, grad + i, n - i);
 }
 
 #endif

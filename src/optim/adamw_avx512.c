@@ -49,11 +49,10 @@ static INLINE MT_AVX512 __mmask16 finite16(__m512 x) {
 
 /* One part of the update on the `count` (mask) elements at i. */
 static INLINE MT_AVX512 void part16(const coef16 *k, mt_adamw_part part, mt_master w, float *m, float *v,
-                                     const float *grad, uint16_t *highs, size_t i, __mmask16 mask, size_t count) {
+                                     const float *grad, size_t i, __mmask16 mask, size_t count) {
     switch (part) {
     case MT_ADAMW_FULL:
-    case MT_ADAMW_MASTERS:
-    case MT_ADAMW_HIGHS: {
+    case MT_ADAMW_MASTERS: {
         __m512 g = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, grad + i), k->grad_scale);
         __m512 wi = _mm512_mul_ps(load_master16(w, i, mask, count), k->decay_mul);
         __m512 mi = _mm512_add_ps(_mm512_mul_ps(k->beta1, _mm512_maskz_loadu_ps(mask, m + i)),
@@ -64,9 +63,7 @@ static INLINE MT_AVX512 void part16(const coef16 *k, mt_adamw_part part, mt_mast
             _mm512_mask_storeu_ps(m + i, mask, mi);
             _mm512_mask_storeu_ps(v + i, mask, vi);
         }
-        if (part == MT_ADAMW_HIGHS)
-            mt_split_store16(highs + i, mask, mt_split_hi16(_mm512_castps_si512(stepped16(k, wi, mi, vi))));
-        else store_master16(w, i, mask, stepped16(k, wi, mi, vi));
+        store_master16(w, i, mask, stepped16(k, wi, mi, vi));
         break;
     }
     case MT_ADAMW_MOMENTS: {
@@ -128,12 +125,12 @@ static INLINE MT_AVX512 void part16(const coef16 *k, mt_adamw_part part, mt_mast
 /* The loop of one part, so that part16's switch folds away; the tail masked. */
 #define RUN(PART)                                                                                  \
     do {                                                                                           \
-        for (; i + 16 <= n; i += 16) part16(&k, PART, w, m, v, grad, highs, i, 0xffff, 16);        \
-        if (i < n) part16(&k, PART, w, m, v, grad, highs, i, (__mmask16)((1u << (n - i)) - 1u), n - i); \
+        for (; i + 16 <= n; i += 16) part16(&k, PART, w, m, v, grad, i, 0xffff, 16);               \
+        if (i < n) part16(&k, PART, w, m, v, grad, i, (__mmask16)((1u << (n - i)) - 1u), n - i);    \
     } while (0)
 
 MT_AVX512 void mt_adamw_kernel_avx512(const mt_adamw_coef *c, mt_adamw_part part, mt_master w, float *m, float *v,
-                                      const float *grad, uint16_t *highs, size_t n) {
+                                      const float *grad, size_t n) {
     coef16 k = {
         _mm512_set1_ps(c->grad_scale),      _mm512_set1_ps(c->decay_mul),
         _mm512_set1_ps(c->beta1),           _mm512_set1_ps(c->one_minus_beta1),

@@ -5,7 +5,6 @@
 #define MT_OPTIM_ADAMW_KERNELS_H
 
 #include <stddef.h>
-#include <stdint.h>
 
 #include "optim/adamw.h"
 
@@ -26,9 +25,8 @@ typedef struct {
     float neg_step_size;         /* -lr / (1 - beta1^step) */
 } mt_adamw_coef;
 
-/* `highs`: where HIGHS writes (NULL for the other parts). */
 typedef void (*mt_adamw_kernel)(const mt_adamw_coef *c, mt_adamw_part part, mt_master w, float *m, float *v,
-                                const float *grad, uint16_t *highs, size_t n);
+                                const float *grad, size_t n);
 
 /* Runs RUN(PART) with `part` as a constant, so that a SIMD kernel's inner loop is compiled once for
  * each part (the part's branches folded away). */
@@ -36,7 +34,6 @@ typedef void (*mt_adamw_kernel)(const mt_adamw_coef *c, mt_adamw_part part, mt_m
     switch (part) {                                                               \
     case MT_ADAMW_FULL: RUN(MT_ADAMW_FULL); break;                                \
     case MT_ADAMW_MASTERS: RUN(MT_ADAMW_MASTERS); break;                          \
-    case MT_ADAMW_HIGHS: RUN(MT_ADAMW_HIGHS); break;                              \
     case MT_ADAMW_MOMENTS: RUN(MT_ADAMW_MOMENTS); break;                          \
     case MT_ADAMW_AHEAD: RUN(MT_ADAMW_AHEAD); break;                              \
     case MT_ADAMW_AHEAD_CORRECT_MASTERS: RUN(MT_ADAMW_AHEAD_CORRECT_MASTERS); break; \
@@ -50,12 +47,12 @@ mt_adamw_coef mt_adamw_coef_of(const mt_adamw_params *p, int decay);
 mt_adamw_kernel mt_adamw_kernel_of(mt_adamw_impl impl);
 
 void mt_adamw_kernel_ref(const mt_adamw_coef *c, mt_adamw_part part, mt_master w, float *m, float *v,
-                         const float *grad, uint16_t *highs, size_t n);
+                         const float *grad, size_t n);
 #if MT_ADAMW_HAVE_X86
 void mt_adamw_kernel_avx2(const mt_adamw_coef *c, mt_adamw_part part, mt_master w, float *m, float *v,
-                          const float *grad, uint16_t *highs, size_t n);
+                          const float *grad, size_t n);
 void mt_adamw_kernel_avx512(const mt_adamw_coef *c, mt_adamw_part part, mt_master w, float *m, float *v,
-                            const float *grad, uint16_t *highs, size_t n);
+                            const float *grad, size_t n);
 #endif
 
 #endif

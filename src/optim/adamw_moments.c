@@ -61,8 +61,7 @@ static void update_block(const span *s, size_t b, size_t lo, size_t hi) {
         size_t row = (a - s->at) / s->cols, row_end = s->at + (row + 1) * s->cols;
         size_t e = row_end < hi ? row_end : hi, k = a - s->at, g = row * s->grad_stride + (k - row * s->cols);
         if (!s->mask || s->mask[row] == s->which) {
-            s->kernel(&s->coef, s->part, mt_master_at(s->w, k), m + (a - start), v + (a - start), s->grad + g, NULL,
-                      e - a);
+            s->kernel(&s->coef, s->part, mt_master_at(s->w, k), m + (a - start), v + (a - start), s->grad + g, e - a);
             touched = 1;
         }
         a = e;
