@@ -31,9 +31,10 @@
 # and host bytes a parameter (plan_floor_s, plan_host_bytes_per_param, host_bytes_per_param) and
 # how many timed steps clipped (clipped_steps). Writes to $OUT (or /tmp/megatrain-host-floor):
 # host_floor.jsonl, bench.md, bench.json, plans.txt, runs.log, build.log. Environment: ROWS, STEPS
-# (timed steps, 3), CLIPS14 (the 14b group's --clip values, "0 1e9 1e-3"), WARMUP (3: exact clipping's first step takes its update after the norm, and the
-# next two switch to taking it ahead; one warm-up step times the switch), BUDGET_S (580), HOST_MEM ("none": the machine's report; or e.g.
-# 240GiB where the VM's memory grows as it is touched), PREBUILT (1: take a carried or earlier
+# (timed steps, 3), CLIPS14 (the 14b group's --clip values, "0 1e9 1e-3"), WARMUP (3: exact
+# clipping's first step takes its update after the norm, and the next two switch to taking it
+# ahead; one warm-up step times the switch), BUDGET_S (580), HOST_MEM ("none": the machine's
+# report; or e.g. 240GiB where the VM's memory grows as it is touched), PREBUILT (1: take a carried or earlier
 # $BUILD_DIR/megatrain as it is), BUILD_DIR (build-bench; build-device to take tests/device/run.sh's).
 set -u
 cd "$(dirname "$0")/.." || exit 1
