@@ -18,9 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "optim/adamw.h"
+#include "util/clock.h"
 
 typedef struct {
     size_t params;
@@ -31,12 +31,6 @@ typedef struct {
     int n_parts;
     int iters;
 } options;
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void *alloc_or_die(size_t bytes, const char *what) {
     void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
@@ -131,7 +125,7 @@ static double time_memory_loop(memory_loop loop, float *a, const float *b, const
                                size_t n, int threads, int iters) {
     double best = 1e30;
     for (int it = 0; it <= iters; it++) {
-        double t0 = now_seconds();
+        double t0 = mt_now();
         if (loop == LOOP_COPY) {
 #pragma omp parallel for num_threads(threads) schedule(static)
             for (size_t i = 0; i < n; i++) a[i] = b[i];
@@ -142,21 +136,21 @@ static double time_memory_loop(memory_loop loop, float *a, const float *b, const
 #pragma omp parallel for num_threads(threads) schedule(static)
             for (size_t i = 0; i < n; i++) a[i] = a[i] + 1e-6f * b[i];
         }
-        double t = now_seconds() - t0;
+        double t = mt_now() - t0;
         if (it > 0 && t < best) best = t; /* run 0 is the warm-up */
     }
     return best;
 }
 
-static double time_adamw(mt_adamw_impl impl, mt_adamw_part part, mt_master w, float *m, float *v, const float *grad, size_t n,
-                         int threads, int iters) {
+static double time_adamw(mt_adamw_impl impl, mt_adamw_part part, mt_master w, float *m, float *v, const float *grad,
+                         size_t n, int threads, int iters) {
     mt_adamw_params p = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                          .weight_decay = 0.1f, .step = 1, .grad_scale = 1.0f};
     double best = 1e30;
     for (int it = 0; it <= iters; it++, p.step++) {
-        double t0 = now_seconds();
+        double t0 = mt_now();
         mt_adamw_update_with(impl, part, &p, 1, w, m, v, grad, n, threads);
-        double t = now_seconds() - t0;
+        double t = mt_now() - t0;
         if (it > 0 && t < best) best = t;
     }
     return best;

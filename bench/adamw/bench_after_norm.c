@@ -17,20 +17,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backend/backend.h"
 #include "optim/adamw.h"
+#include "util/clock.h"
 #include "util/status.h"
 
 typedef enum { MODE_MASTERS, MODE_COLD, MODE_BEHIND, MODE_COUNT } mode;
 static const char *const mode_names[] = {"masters", "cold", "behind"};
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void *host_or_die(mt_backend *be, size_t bytes, const char *what) {
     void *p = mt_host_alloc(be, bytes, what);
@@ -86,7 +80,7 @@ int main(int argc, char **argv) {
     printf("# bench_after_norm params=%zu piece=%zu threads=%d iters=%d\n", n, piece, threads, iters);
     for (int it = 0; it <= iters; it++) {
         for (int md = 0; md < MODE_COUNT; md++, p.step++) {
-            double t0 = now_seconds();
+            double t0 = mt_now();
             for (size_t at = 0; at < n; at += piece) {
                 size_t count = n - at < piece ? n - at : piece;
                 mt_master w = {.hi = halves + at, .lo = halves + n + at};
@@ -94,10 +88,10 @@ int main(int argc, char **argv) {
                 if (md != MODE_MASTERS)
                     mt_copy_async(be, dst, md == MODE_BEHIND ? halves + at : other + at, count * sizeof(uint16_t), s);
             }
-            double pass = now_seconds() - t0;
+            double pass = mt_now() - t0;
             mt_event_record(be, done, s);
             mt_event_sync(be, done);
-            double total = now_seconds() - t0;
+            double total = mt_now() - t0;
             double bytes = mt_adamw_part_bytes(MT_ADAMW_MASTERS, sizeof(float));
             if (it > 0)
                 printf("mode=%s round=%d pass_s=%.4f total_s=%.4f gparams_per_s=%.3f pass_gb_per_s=%.1f\n",
