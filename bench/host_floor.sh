@@ -27,11 +27,13 @@
 #   allcores the 8b default with --opt-threads set to every core (the issuing thread's among them)
 #   ends14b the 14b row that clips every step with --ends-on-device off (the planner's blocks in
 #           the ends' room; the embedding's untouched rows then go before the norm)
+#   blocks14b the 14b row that clips every step with --device-blocks N for each N of BLOCKS14
+#           ("1 4"): with the planner's own count in 14b, what each block the device keeps buys
 # Each bench row carries, beside the measured step and host GiB (the process's peak), plan's floor
 # and host bytes a parameter (plan_floor_s, plan_host_bytes_per_param, host_bytes_per_param) and
 # how many timed steps clipped (clipped_steps). Writes to $OUT (or /tmp/megatrain-host-floor):
 # host_floor.jsonl, bench.md, bench.json, plans.txt, runs.log, build.log. Environment: ROWS, STEPS
-# (timed steps, 3), CLIPS14 (the 14b group's --clip values, "0 1e9 1e-3"), WARMUP (3: exact
+# (timed steps, 3), CLIPS14 (the 14b group's --clip values, "0 1e9 1e-3"), BLOCKS14, WARMUP (3: exact
 # clipping's first step takes its update after the norm, and the next two switch to taking it
 # ahead; one warm-up step times the switch), BUDGET_S (580), HOST_MEM ("none": the machine's
 # report; or e.g. 240GiB where the VM's memory grows as it is touched), PREBUILT (1: take a carried or earlier
@@ -100,7 +102,13 @@ for group in $rows; do
         bench megatrain qwen2.5-14b 1 4 200 "$build/megatrain" bench --backend cuda $(common) --preset qwen2.5-14b \
             --clip 1e-3 --ends-on-device off "${host_opt[@]}"
         ;;
-    *) echo "ROWS: unknown group '$group' (plans, 14b, 8b, 8b-128, ring, ring14b, allcores, ends14b)"; exit 2 ;;
+    blocks14b)
+        for blocks in ${BLOCKS14:-1 4}; do
+            bench megatrain qwen2.5-14b 1 4 200 "$build/megatrain" bench --backend cuda $(common) --preset qwen2.5-14b \
+                --clip 1e-3 --device-blocks "$blocks" "${host_opt[@]}"
+        done
+        ;;
+    *) echo "ROWS: unknown group '$group' (plans, 14b, 8b, 8b-128, ring, ring14b, allcores, ends14b, blocks14b)"; exit 2 ;;
     esac
 done
 

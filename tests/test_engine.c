@@ -21,11 +21,9 @@ typedef struct {
     int device_blocks;  /* -1: every block */
 } schedule;
 
-/* Trains STEPS steps of SEQUENCES sequences each, step `poisoned` (0: none) with a NaN gradient
- * norm, and returns a copy of the masters and both moments (3 x total_numel floats). */
-static float *train(const mt_config *cfg, schedule sc, float clip, int poisoned) {
+static mt_engine_options options_of(const mt_config *cfg, schedule sc, int seq, float clip) {
     mt_engine_options o = mt_engine_defaults();
-    o.seq = SEQ;
+    o.seq = seq;
     o.micro_batches = sc.micro_batches;
     o.batch = SEQUENCES / sc.micro_batches;
     o.slots = sc.slots;
@@ -35,17 +33,28 @@ static float *train(const mt_config *cfg, schedule sc, float clip, int poisoned)
     o.ckpt_on_host = sc.ckpt_on_host < 0 ? cfg->num_layers : sc.ckpt_on_host;
     o.ends_on_device = sc.ends_on_device;
     o.device_blocks = sc.device_blocks < 0 ? cfg->num_layers : sc.device_blocks;
+    return o;
+}
+
+/* Trains STEPS steps of SEQUENCES sequences of `seq` tokens each, step `poisoned` (0: none) with a
+ * NaN gradient norm, and returns a copy of the masters and both moments (3 x total_numel floats). */
+static float *train_seq(const mt_config *cfg, schedule sc, int seq, float clip, int poisoned) {
+    mt_engine_options o = options_of(cfg, sc, seq, clip);
     mt_tiny_model t;
     mt_tiny_model_open(&t, cfg, &o, 7);
-    int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
+    int32_t *tokens = malloc(sizeof *tokens * SEQUENCES * (seq + 1)), *inputs = malloc(sizeof *inputs * SEQUENCES * seq),
+            *targets = malloc(sizeof *targets * SEQUENCES * seq);
     for (int s = 1; s <= STEPS; s++) {
-        mt_tiny_windows(100 + s, SEQUENCES, SEQ, cfg->vocab_size, tokens, inputs, targets);
+        mt_tiny_windows(100 + s, SEQUENCES, seq, cfg->vocab_size, tokens, inputs, targets);
         if (s == poisoned) mt_engine_poison_next_step(t.engine);
         mt_step_result r;
         cr_assert_eq(mt_engine_step(t.engine, inputs, targets, NULL, 3e-3f, &r), MT_OK, "%s", mt_error());
         cr_assert_eq(r.skipped, s == poisoned && clip > 0, "step %d", s);
     }
     cr_assert_eq(mt_engine_finish(t.engine), STEPS - (poisoned && clip > 0));
+    free(tokens);
+    free(inputs);
+    free(targets);
     size_t n = (size_t)t.layout.total_numel;
     float *state = malloc(3 * n * sizeof *state);
     memcpy(state, mt_store_f32(&t.store), n * sizeof *state);
@@ -53,6 +62,10 @@ static float *train(const mt_config *cfg, schedule sc, float clip, int poisoned)
     memcpy(state + 2 * n, t.store.moments.v, n * sizeof *state);
     mt_tiny_model_close(&t);
     return state;
+}
+
+static float *train(const mt_config *cfg, schedule sc, float clip, int poisoned) {
+    return train_seq(cfg, sc, SEQ, clip, poisoned);
 }
 
 static void expect_same_bits(const mt_config *cfg, float clip, int poisoned) {
@@ -111,6 +124,51 @@ Test(engine, schedule_does_not_change_a_skipped_step) {
     expect_same_bits(&cfg, 1.0f, 2);
 }
 
+/* The first resident blocks' gradients lie in the device checkpoints' memory (engine_buffers.c)
+ * where the checkpoints are large enough to hold them: here LONG-token sequences over 5 blocks. The
+ * same bits as the host's training, with clipping and without, with micro-batches, the ends on the
+ * device and a checkpoint on the host, and through a skipped step (tied, as
+ * schedule_does_not_change_a_skipped_step says why, and every step clipped: a step the host took
+ * ahead of the norm, skipped, comes back out within rounding, where the device's is never taken);
+ * and the budget counts their bytes out. */
+Test(engine, resident_gradients_in_the_checkpoints_train_like_the_host) {
+    enum { LONG = 64 };
+    mt_backend *be = NULL;
+    cr_assert_eq(mt_backend_open("cpu", 1, &be), MT_OK, "%s", mt_error());
+    const schedule host = {2, 1, 1, 0, 0, 0};
+    const schedule variants[] = {{2, 1, 1, 0, 0, 3}, {2, 2, 2, 0, 1, 3}, {3, 1, 1, 1, 0, 2}, {2, 1, 1, 0, 0, -1}};
+    const float clips[] = {0.5f, 0.0f, 1e-3f}; /* the last: every step clips, none taken ahead */
+    for (int c = 0; c < 3; c++) {
+        int poisoned = c == 2 ? 2 : 0;
+        mt_config cfg = poisoned ? mt_tiny_config_tied_bias() : mt_tiny_config_gqa();
+        cfg.num_layers = 5;
+        mt_layout lay;
+        cr_assert_eq(mt_layout_init(&lay, &cfg), MT_OK);
+        size_t n = (size_t)lay.total_numel;
+        float *want = train_seq(&cfg, host, LONG, clips[c], poisoned);
+        for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
+            const schedule *v = &variants[i];
+            mt_engine_options o = options_of(&cfg, *v, LONG, clips[c]), short_seq = options_of(&cfg, *v, SEQ, clips[c]);
+            mt_engine_bytes b = mt_engine_size(be, &cfg, &o), z = mt_engine_size(be, &cfg, &short_seq);
+            cr_assert_gt(b.grads_in_checkpoints, 0, "variant %zu: no gradient in the checkpoints' memory", i);
+            cr_expect_eq(z.grads_in_checkpoints, 0, "variant %zu: the short checkpoints hold a gradient", i);
+            cr_expect_eq(z.grads - b.grads, (int64_t)b.grads_in_checkpoints * lay.max_block_numel * 4,
+                         "variant %zu: the gradients in the checkpoints are counted there", i);
+            float *got = train_seq(&cfg, *v, LONG, clips[c], poisoned);
+            size_t first = 0;
+            while (first < 3 * n && !memcmp(&got[first], &want[first], sizeof *got)) first++;
+            cr_expect_eq(first, 3 * n, "variant %zu (%d blocks on the device, %d of their gradients in the "
+                         "checkpoints) changed %s[%zu] (clip %g, poisoned step %d)", i, o.device_blocks,
+                         b.grads_in_checkpoints, first < n ? "master" : first < 2 * n ? "m" : "v", first % n,
+                         (double)clips[c], poisoned);
+            free(got);
+        }
+        free(want);
+        mt_layout_free(&lay);
+    }
+    mt_backend_destroy(be);
+}
+
 Test(engine, training_moves_weights_and_lowers_loss) {
     mt_engine_options o = mt_engine_defaults();
     o.seq = SEQ;
@@ -162,7 +220,7 @@ Test(engine, device_bytes_are_what_the_budget_counts) {
     /* plain; more slots and micro-batches; checkpoints on the host; the ends on the device; blocks
      * on the device, clipped and not; every block and the ends there; without clipping the ends in
      * vocabulary chunks through the chunk buffers, tied and not, and kept whole (keep_grads) */
-    for (int variant = 0; variant < 10; variant++) {
+    for (int variant = 0; variant < 11; variant++) {
         mt_engine_options v = o;
         mt_config c = cfg;
         if (variant == 1) v.slots = 3, v.micro_batches = 2, v.max_grad_norm = 0;
@@ -171,14 +229,17 @@ Test(engine, device_bytes_are_what_the_budget_counts) {
         if (variant == 4) v.device_blocks = 2;
         if (variant == 5) v.device_blocks = 3, v.max_grad_norm = 0, v.slots = 3;
         if (variant == 6) v.device_blocks = c.num_layers, v.ends_on_device = 1;
-        if (variant >= 7) v.max_grad_norm = 0, v.head_vocab_chunk = 16, v.grad_ring = 3;
+        if (variant >= 7 && variant <= 9) v.max_grad_norm = 0, v.head_vocab_chunk = 16, v.grad_ring = 3;
         if (variant == 8) c = mt_tiny_config_gqa(), c.num_layers = 5;
         if (variant == 9) v.keep_grads = 1;
+        if (variant == 10) v.seq = 64, v.device_blocks = 3; /* two blocks' gradients in the checkpoints */
         cr_assert_eq(mt_engine_chunk_buffers_for(&c, &v), variant == 7 || variant == 8 ? MT_ENGINE_CHUNK_BUFFERS : 0);
         mt_tiny_model t;
         mt_tiny_model_open(&t, &c, &v, 1);
         size_t peak = mt_dev_peak(t.be), host_peak = mt_host_peak(t.be);
         mt_engine_bytes want = mt_engine_size(t.be, &c, &v);
+        cr_expect_eq(want.grads_in_checkpoints > 0, variant == 10, "variant %d: %d resident blocks' gradients in the "
+                     "checkpoints", variant, want.grads_in_checkpoints);
         cr_expect_eq((int64_t)peak, want.total, "variant %d: the engine allocated %zu device bytes, the budget counts %lld",
                      variant, peak, (long long)want.total);
         int64_t host = want.host_grads + want.host_staging + want.host_checkpoints;

@@ -136,10 +136,13 @@ typedef struct {
  * norms, loss and logits, and the activation checkpoints kept on the host. device_state: the
  * fp32 masters and moments of the units the device updates; resident_weights: the weights of
  * the device_blocks; grads: the gradient slots and the gradients of the ends and of the
- * device_blocks (those wait on the device for the norm). */
+ * device_blocks (those wait on the device for the norm), but for the first grads_in_checkpoints
+ * blocks', which lie in the device checkpoints' memory (the backward has read those checkpoints
+ * for the last time when it writes them). */
 typedef struct {
     int64_t weight_slots, embed_head, resident_weights, device_state, grads, checkpoints, workspace, total;
     int64_t host_grads, host_staging, host_checkpoints;
+    int grads_in_checkpoints;
 } mt_engine_bytes;
 mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_engine_options *opt);
 /* What a follower rank of a group (ranks.h) allocates: no host gradients, its slices landing in its

@@ -24,7 +24,31 @@ typedef struct {
     int ring;     /* the ring's block buffers */
     int chunk_buffers; /* the host buffers the ends' gradient chunks come home through */
     int follower; /* a follower rank: its gradients land in its leader's host buffers */
+    size_t ckpt;  /* one checkpoint's bytes, [M][n, D] */
+    int J;        /* resident blocks whose gradients lie in the checkpoints' memory */
+    size_t grads_top, grad_stride; /* where theirs end in it, and the bytes apart */
 } shape;
+
+/* The first resident blocks' gradients live in the device checkpoints' memory. Block j's gradient
+ * is written by its own backward and read by the device's update (or its copy home) at the pass's
+ * end, all of it after the last read of every checkpoint past j (the backward runs from the last
+ * block down, the head's first) and before the next pass's forward writes them again (the same
+ * stream, and a wait for the copy home). So it may lie over the checkpoints of blocks j + 1 and
+ * on: block 0's at the top of their buffer, block 1's below it, and so on while the next one
+ * stays clear of the checkpoint of its own block. How many fit. */
+static int grads_in_checkpoints(shape *s) {
+    size_t region = (size_t)(s->cfg->num_layers + 1 - s->P) * s->ckpt;
+    s->grad_stride = ((size_t)s->lay->max_block_numel * 4 + 255) / 256 * 256;
+    s->grads_top = region / 256 * 256;
+    if (s->o->forward_only) return 0;
+    int j = 0;
+    for (; j < s->D; j++) {
+        size_t below = (size_t)(j + 1) * s->grad_stride;
+        size_t first_kept = (size_t)(j + 1 > s->P ? j + 1 - s->P : 0) * s->ckpt; /* ckpt[j + 1]'s offset */
+        if (below > s->grads_top || s->grads_top - below < first_kept) break;
+    }
+    return j;
+}
 
 static shape shape_of(mt_backend *be, const mt_config *cfg, const mt_layout *lay, const mt_engine_options *o) {
     int streamed = cfg->num_layers - o->device_blocks;
@@ -35,6 +59,8 @@ static shape shape_of(mt_backend *be, const mt_config *cfg, const mt_layout *lay
     s.full = o->keep_grads || s.host_numel == lay->total_numel;
     s.ring = s.keep_all || o->forward_only ? 0 : mt_engine_grad_ring(cfg, o);
     s.chunk_buffers = mt_engine_chunk_buffers_for(cfg, o);
+    s.ckpt = (size_t)o->micro_batches * o->batch * o->seq * cfg->hidden_size * mt_dtype_size(be->ops->act_dtype);
+    s.J = grads_in_checkpoints(&s);
     return s;
 }
 
@@ -89,10 +115,10 @@ static void walk(const shape *s, walker *w) {
     const mt_layout *lay = s->lay;
     const mt_engine_options *o = s->o;
     int U = lay->num_units;
-    size_t wsize = mt_dtype_size(s->be->ops->weight_dtype), act = mt_dtype_size(s->be->ops->act_dtype);
+    size_t wsize = mt_dtype_size(s->be->ops->weight_dtype);
     size_t n = (size_t)o->batch * o->seq, M = (size_t)o->micro_batches, D = (size_t)c->hidden_size;
     size_t V = (size_t)c->vocab_size, block = (size_t)lay->max_block_numel, rope = (size_t)c->head_dim / 2;
-    size_t embed = (size_t)lay->units[0].numel, head = (size_t)lay->units[U - 1].numel, ckpt = M * n * D * act;
+    size_t embed = (size_t)lay->units[0].numel, head = (size_t)lay->units[U - 1].numel, ckpt = s->ckpt;
 
     for (int k = 0; k < s->K; k++) DEVICE(slot[k], weight_slots, block * wsize, "a block weight slot");
     DEVICE(embed_w, embed_head, embed * wsize, "the embedding weights");
@@ -107,7 +133,8 @@ static void walk(const shape *s, walker *w) {
     int train = !o->forward_only; /* the buffers only a backward uses */
     if (s->D > 0) { /* [D][max block] each */
         DEVICE(resident_w, resident_weights, (size_t)s->D * block * wsize, "the resident blocks' weights");
-        DEVICE(resident_grad, grads, (size_t)s->D * block * 4, "the resident blocks' gradients");
+        if (s->D > s->J) /* the first J lie in the checkpoints' memory */
+            DEVICE(resident_grad, grads, (size_t)(s->D - s->J) * block * 4, "the resident blocks' gradients");
     }
     if (s->K > 0 && train) /* the streamed blocks' */
         for (int g = 0; g < 2; g++) DEVICE(grad_slot[g], grads, block * 4, "a block gradient slot");
@@ -209,6 +236,7 @@ static mt_engine_bytes size_of(mt_backend *be, const mt_config *cfg, const mt_en
     walk(&s, &w);
     mt_layout_free(&lay);
     mt_engine_bytes *b = &w.bytes;
+    b->grads_in_checkpoints = s.J;
     b->total = b->weight_slots + b->embed_head + b->resident_weights + b->device_state + b->grads + b->checkpoints +
                b->workspace;
     return *b;
@@ -264,6 +292,9 @@ mt_status mt_engine_allocate(mt_engine *e) {
     shape s = shape_of(e->be, e->cfg, e->lay, &e->o);
     e->grad_ring = s.ring;
     e->chunk_buffers = s.chunk_buffers;
+    e->grads_in_ckpts = s.J;
+    e->ckpt_grads_top = s.grads_top;
+    e->grad_stride = s.grad_stride;
     s.follower = e->leader != NULL;
     walker count = {0};
     walk(&s, &count);

@@ -80,7 +80,11 @@ struct mt_engine {
      * blocks' weights [D][max block] and gradients [D][max block]; the clip coefficient. */
     float *dev_master, *dev_m, *dev_v, *dev_clip_scale;
     void *resident_w;
-    float *resident_grad;
+    float *resident_grad;      /* [D - J][max block]: blocks J..D-1's; blocks 0..J-1's lie in the
+                                * checkpoints' memory, block j's ending (j * grad_stride) bytes
+                                * below ckpt_grads_top (engine_buffers.c) */
+    int grads_in_ckpts;        /* J */
+    size_t ckpt_grads_top, grad_stride;
     int64_t dev_step;          /* updates the device applied to them; issuing thread only */
     int64_t dev_home_generation; /* the store holds the device's state as of this many steps */
     float *dev_inv_freq, *dev_norms, *dev_loss, *dev_logits;
@@ -377,7 +381,9 @@ static inline void *mt_engine_block_weights(const mt_engine *e, int l) {
     return (char *)e->resident_w + (size_t)l * e->lay->max_block_numel * mt_dtype_size(e->be->ops->weight_dtype);
 }
 static inline float *mt_engine_block_grads(const mt_engine *e, int l, int gs) {
-    return l >= e->D ? e->grad_slot[gs] : e->resident_grad + (size_t)l * e->lay->max_block_numel;
+    if (l >= e->D) return e->grad_slot[gs];
+    if (l < e->grads_in_ckpts) return (float *)((char *)e->ckpt + e->ckpt_grads_top - (size_t)(l + 1) * e->grad_stride);
+    return e->resident_grad + (size_t)(l - e->grads_in_ckpts) * e->lay->max_block_numel;
 }
 
 /* engine_ckpt.c: activation checkpoints. The device buffer of ckpt[l] ([M][n, D]) as of now;

@@ -319,11 +319,15 @@ void mt_placement_describe(const mt_placement *p, char *buf, size_t cap) {
     char grads[96];
     mt_placement_grads_where(p, grads, sizeof grads);
     int streamed = p->layers - o->device_blocks;
+    char in_ckpts[64] = "";
+    if (p->dev.grads_in_checkpoints > 0)
+        snprintf(in_ckpts, sizeof in_ckpts, "; the first %d's gradients in the checkpoints' memory",
+                 p->dev.grads_in_checkpoints);
     snprintf(buf, cap, "optimizer state: the embedding and head on the %s, %d of %d blocks on the device "
-             "(device AdamW) and %d on the host (host AdamW); gradients waiting for the norm: %s%s; %d weight "
+             "(device AdamW%s) and %d on the host (host AdamW); gradients waiting for the norm: %s%s; %d weight "
              "slots; %d micro-batches x %d sequences x %d tokens; LM-head chunk %d rows; attention tile %d queries; "
              "the input checkpoints of %d of %d blocks in pinned host memory",
-             o->ends_on_device ? "device" : "host", o->device_blocks, p->layers, streamed, grads,
+             o->ends_on_device ? "device" : "host", o->device_blocks, p->layers, in_ckpts, streamed, grads,
              o->max_grad_norm > 0 ? "" : " (no clipping: none wait)", mt_placement_slots(p),
              o->micro_batches, o->batch, o->seq, o->lm_chunk, mt_block_tile_rows(o->batch, o->seq, o->attn_tile),
              o->ckpt_on_host, p->layers);

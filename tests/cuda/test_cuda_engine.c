@@ -350,32 +350,51 @@ Test(cuda, every_block_on_the_device_is_host_adamw_clipped) {
     device_update_is_host_adamw(&c, 1.0f, 1, c.num_layers);
 }
 
-/* Blocks kept on the GPU against the same run with every unit on the host: the same losses over
- * four steps up to the GPU's run-to-run atomics (the update math is the same; the bf16 weights the
- * next step reads come from the same masters). */
-Test(cuda, device_blocks_train_like_the_host) {
+/* Blocks kept on the GPU against the same run with every unit on the host, sequences of `seq`
+ * tokens: the same losses over four steps up to the GPU's run-to-run atomics (the update math is
+ * the same; the bf16 weights the next step reads come from the same masters). Returns how many of
+ * the resident blocks' gradients lay in the checkpoints' memory. */
+static int device_blocks_against_the_host(int seq) {
     mt_config cfg = mt_tiny_wider(mt_tiny_config_gqa());
     cfg.num_layers = 5;
     mt_engine_options on_host = options(), on_device = options();
+    on_host.seq = on_device.seq = seq;
     on_device.device_blocks = 3;
     on_device.ends_on_device = 1;
     mt_tiny_model dev, host;
     mt_backend *be_dev, *be_host;
     cr_assert_eq(mt_backend_cuda_create(&be_dev, 0), MT_OK, "%s", mt_error());
     cr_assert_eq(mt_backend_cuda_create(&be_host, 0), MT_OK, "%s", mt_error());
+    int in_ckpts = mt_engine_size(be_dev, &cfg, &on_device).grads_in_checkpoints;
     mt_tiny_model_open_on(&dev, be_dev, &cfg, &on_device, 21);
     mt_tiny_model_open_on(&host, be_host, &cfg, &on_host, 21);
-    int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
+    size_t rows = (size_t)SEQUENCES * seq;
+    int32_t *tokens = malloc((rows + SEQUENCES) * sizeof *tokens), *inputs = malloc(rows * sizeof *inputs),
+            *targets = malloc(rows * sizeof *targets);
     for (int s = 0; s < 4; s++) {
-        mt_tiny_windows(40 + s, SEQUENCES, SEQ, cfg.vocab_size, tokens, inputs, targets);
+        mt_tiny_windows(40 + s, SEQUENCES, seq, cfg.vocab_size, tokens, inputs, targets);
         mt_step_result rd, rh;
         cr_assert_eq(mt_engine_step(dev.engine, inputs, targets, NULL, 3e-3f, &rd), MT_OK, "%s", mt_error());
         cr_assert_eq(mt_engine_step(host.engine, inputs, targets, NULL, 3e-3f, &rh), MT_OK, "%s", mt_error());
-        cr_log_info("step %d: loss %.7f with blocks on the device, %.7f on the host", s, rd.loss, rh.loss);
-        cr_expect_lt(fabs(rh.loss - rd.loss), 1e-4 * rh.loss, "step %d: loss %.7f against %.7f", s, rd.loss, rh.loss);
+        cr_log_info("seq %d, step %d: loss %.7f with blocks on the device (%d gradients in the checkpoints), "
+                    "%.7f on the host", seq, s, rd.loss, in_ckpts, rh.loss);
+        cr_expect_lt(fabs(rh.loss - rd.loss), 1e-4 * rh.loss, "seq %d, step %d: loss %.7f against %.7f", seq, s,
+                     rd.loss, rh.loss);
     }
+    free(tokens);
+    free(inputs);
+    free(targets);
     mt_tiny_model_close(&host);
     mt_tiny_model_close(&dev);
+    return in_ckpts;
+}
+
+Test(cuda, device_blocks_train_like_the_host) { device_blocks_against_the_host(SEQ); }
+
+/* Long enough sequences that the checkpoints' memory holds the first resident blocks' gradients
+ * (engine_buffers.c): the backward writes each over checkpoints it has read for the last time. */
+Test(cuda, device_blocks_train_like_the_host_with_gradients_in_the_checkpoints) {
+    cr_expect_gt(device_blocks_against_the_host(1024), 0, "no gradient lay in the checkpoints' memory");
 }
 
 /* Activation checkpoints in pinned host memory (ckpt_on_host, what a tight --gpu-mem chooses)
