@@ -357,6 +357,7 @@ Test(cuda, every_block_on_the_device_is_host_adamw_clipped) {
 static int device_blocks_against_the_host(int seq) {
     mt_config cfg = mt_tiny_wider(mt_tiny_config_gqa());
     cfg.num_layers = 5;
+    if (cfg.max_position < seq) cfg.max_position = seq;
     mt_engine_options on_host = options(), on_device = options();
     on_host.seq = on_device.seq = seq;
     on_device.device_blocks = 3;
