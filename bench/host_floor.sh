@@ -29,6 +29,8 @@
 #           the ends' room; the embedding's untouched rows then go before the norm)
 #   blocks14b the 14b row that clips every step with --device-blocks N for each N of BLOCKS14
 #           ("1 4"): with the planner's own count in 14b, what each block the device keeps buys
+#   pieces14b the 14b rows (CLIPS14) with 4096-token pieces and 8192-query attention tiles: the
+#           workspace the planner then spends on another block's state (the x2's H100: 9 not 8)
 # Each bench row carries, beside the measured step and host GiB (the process's peak), plan's floor
 # and host bytes a parameter (plan_floor_s, plan_host_bytes_per_param, host_bytes_per_param) and
 # how many timed steps clipped (clipped_steps). Writes to $OUT (or /tmp/megatrain-host-floor):
@@ -108,7 +110,13 @@ for group in $rows; do
                 --clip 1e-3 --device-blocks "$blocks" "${host_opt[@]}"
         done
         ;;
-    *) echo "ROWS: unknown group '$group' (plans, 14b, 8b, 8b-128, ring, ring14b, allcores, ends14b, blocks14b)"; exit 2 ;;
+    pieces14b)
+        for clip in ${CLIPS14:-0 1e9 1e-3}; do
+            bench megatrain qwen2.5-14b 1 4 200 "$build/megatrain" bench --backend cuda $(common) --preset qwen2.5-14b \
+                --clip "$clip" --chunk 4096 --attn-tile 8192 "${host_opt[@]}"
+        done
+        ;;
+    *) echo "ROWS: unknown group '$group' (plans, 14b, 8b, 8b-128, ring, ring14b, allcores, ends14b, blocks14b, pieces14b)"; exit 2 ;;
     esac
 done
 
