@@ -35,7 +35,8 @@
 # and host bytes a parameter (plan_floor_s, plan_host_bytes_per_param, host_bytes_per_param) and
 # how many timed steps clipped (clipped_steps). Writes to $OUT (or /tmp/megatrain-host-floor):
 # host_floor.jsonl, bench.md, bench.json, plans.txt, runs.log, build.log. Environment: ROWS, STEPS
-# (timed steps, 3), CLIPS14 (the 14b group's --clip values, "0 1e9 1e-3"), BLOCKS14, WARMUP (3: exact
+# (timed steps, 3), CLIPS14 (the 14b group's --clip values, "0 1e9 1e-3"), ARGS14 (more options for
+# the 14b group's rows, e.g. --gpu-mem 75GiB: an H100's budget on an H200), BLOCKS14, WARMUP (3: exact
 # clipping's first step takes its update after the norm, and the next two switch to taking it
 # ahead; one warm-up step times the switch), BUDGET_S (580), HOST_MEM ("none": the machine's
 # report; or e.g. 240GiB where the VM's memory grows as it is touched), PREBUILT (1: take a carried or earlier
@@ -88,8 +89,9 @@ for group in $rows; do
         ;;
     14b)
         for clip in ${CLIPS14:-0 1e9 1e-3}; do
+            # shellcheck disable=SC2086
             bench megatrain qwen2.5-14b 1 4 200 "$build/megatrain" bench --backend cuda $(common) --preset qwen2.5-14b \
-                --clip "$clip" "${host_opt[@]}"
+                --clip "$clip" ${ARGS14:-} "${host_opt[@]}"
         done
         ;;
     8b) bench_8b 0; bench_8b 1 ;;

@@ -138,11 +138,13 @@ typedef struct {
  * the device_blocks; grads: the gradient slots and the gradients of the ends and of the
  * device_blocks (those wait on the device for the norm), but for the first grads_in_checkpoints
  * blocks', which lie in the device checkpoints' memory (the backward has read those checkpoints
- * for the last time when it writes them). */
+ * for the last time when it writes them), and the next grads_in_slots blocks', which lie in the
+ * streamed blocks' gradient slots (free from the last streamed block's copy home to the next
+ * backward). */
 typedef struct {
     int64_t weight_slots, embed_head, resident_weights, device_state, grads, checkpoints, workspace, total;
     int64_t host_grads, host_staging, host_checkpoints;
-    int grads_in_checkpoints;
+    int grads_in_checkpoints, grads_in_slots;
 } mt_engine_bytes;
 mt_engine_bytes mt_engine_size(mt_backend *be, const mt_config *cfg, const mt_engine_options *opt);
 /* What a follower rank of a group (ranks.h) allocates: no host gradients, its slices landing in its

@@ -27,6 +27,7 @@ typedef struct {
     size_t ckpt;  /* one checkpoint's bytes, [M][n, D] */
     int J;        /* resident blocks whose gradients lie in the checkpoints' memory */
     size_t grads_top, grad_stride; /* where theirs end in it, and the bytes apart */
+    int S;        /* the next ones, whose gradients lie in the streamed blocks' gradient slots */
 } shape;
 
 /* The first resident blocks' gradients live in the device checkpoints' memory. Block j's gradient
@@ -61,6 +62,10 @@ static shape shape_of(mt_backend *be, const mt_config *cfg, const mt_layout *lay
     s.chunk_buffers = mt_engine_chunk_buffers_for(cfg, o);
     s.ckpt = (size_t)o->micro_batches * o->batch * o->seq * cfg->hidden_size * mt_dtype_size(be->ops->act_dtype);
     s.J = grads_in_checkpoints(&s);
+    /* The two gradient slots are free once the last streamed block's gradient is home, and until
+     * the next backward: the next two resident blocks' gradients take them (engine_internal.h). */
+    int free_slots = s.K > 0 && !o->forward_only ? 2 : 0;
+    s.S = s.D - s.J < free_slots ? s.D - s.J : free_slots;
     return s;
 }
 
@@ -133,8 +138,8 @@ static void walk(const shape *s, walker *w) {
     int train = !o->forward_only; /* the buffers only a backward uses */
     if (s->D > 0) { /* [D][max block] each */
         DEVICE(resident_w, resident_weights, (size_t)s->D * block * wsize, "the resident blocks' weights");
-        if (s->D > s->J) /* the first J lie in the checkpoints' memory */
-            DEVICE(resident_grad, grads, (size_t)(s->D - s->J) * block * 4, "the resident blocks' gradients");
+        if (s->D > s->J + s->S) /* the first J lie in the checkpoints' memory, the next S in the gradient slots */
+            DEVICE(resident_grad, grads, (size_t)(s->D - s->J - s->S) * block * 4, "the resident blocks' gradients");
     }
     if (s->K > 0 && train) /* the streamed blocks' */
         for (int g = 0; g < 2; g++) DEVICE(grad_slot[g], grads, block * 4, "a block gradient slot");
@@ -237,6 +242,7 @@ static mt_engine_bytes size_of(mt_backend *be, const mt_config *cfg, const mt_en
     mt_layout_free(&lay);
     mt_engine_bytes *b = &w.bytes;
     b->grads_in_checkpoints = s.J;
+    b->grads_in_slots = s.S;
     b->total = b->weight_slots + b->embed_head + b->resident_weights + b->device_state + b->grads + b->checkpoints +
                b->workspace;
     return *b;
@@ -293,6 +299,7 @@ mt_status mt_engine_allocate(mt_engine *e) {
     e->grad_ring = s.ring;
     e->chunk_buffers = s.chunk_buffers;
     e->grads_in_ckpts = s.J;
+    e->grads_in_slots = s.S;
     e->ckpt_grads_top = s.grads_top;
     e->grad_stride = s.grad_stride;
     s.follower = e->leader != NULL;

@@ -80,11 +80,13 @@ struct mt_engine {
      * blocks' weights [D][max block] and gradients [D][max block]; the clip coefficient. */
     float *dev_master, *dev_m, *dev_v, *dev_clip_scale;
     void *resident_w;
-    float *resident_grad;      /* [D - J][max block]: blocks J..D-1's; blocks 0..J-1's lie in the
-                                * checkpoints' memory, block j's ending (j * grad_stride) bytes
-                                * below ckpt_grads_top (engine_buffers.c) */
+    float *resident_grad;      /* [D - J - S][max block]: blocks J+S..D-1's; blocks 0..J-1's lie in
+                                * the checkpoints' memory, block j's ending (j * grad_stride) bytes
+                                * below ckpt_grads_top, and blocks J..J+S-1's in the gradient slots
+                                * (engine_buffers.c, mt_engine_block_grads) */
     int grads_in_ckpts;        /* J */
     size_t ckpt_grads_top, grad_stride;
+    int grads_in_slots;        /* S */
     int64_t dev_step;          /* updates the device applied to them; issuing thread only */
     int64_t dev_home_generation; /* the store holds the device's state as of this many steps */
     float *dev_inv_freq, *dev_norms, *dev_loss, *dev_logits;
@@ -380,10 +382,20 @@ static inline void *mt_engine_block_weights(const mt_engine *e, int l) {
     if (l >= e->D) return e->slot[mt_engine_slot_of(e, l)];
     return (char *)e->resident_w + (size_t)l * e->lay->max_block_numel * mt_dtype_size(e->be->ops->weight_dtype);
 }
+/* The gradient slot resident block l's gradient lies in, or -1. The streamed blocks' backward
+ * alternates the two slots, block l taking (L - 1 - l) mod 2; the resident blocks J..J+S-1, whose
+ * backward follows, go on alternating, so that each waits for its slot's copy home no sooner than
+ * a streamed block would. */
+static inline int mt_engine_resident_grad_slot(const mt_engine *e, int l) {
+    int J = e->grads_in_ckpts;
+    return l >= J && l < J + e->grads_in_slots ? (e->L - 1 - l) % 2 : -1;
+}
 static inline float *mt_engine_block_grads(const mt_engine *e, int l, int gs) {
     if (l >= e->D) return e->grad_slot[gs];
     if (l < e->grads_in_ckpts) return (float *)((char *)e->ckpt + e->ckpt_grads_top - (size_t)(l + 1) * e->grad_stride);
-    return e->resident_grad + (size_t)(l - e->grads_in_ckpts) * e->lay->max_block_numel;
+    int slot = mt_engine_resident_grad_slot(e, l);
+    if (slot >= 0) return e->grad_slot[slot];
+    return e->resident_grad + (size_t)(l - e->grads_in_ckpts - e->grads_in_slots) * e->lay->max_block_numel;
 }
 
 /* engine_ckpt.c: activation checkpoints. The device buffer of ckpt[l] ([M][n, D]) as of now;

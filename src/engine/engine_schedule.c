@@ -310,9 +310,10 @@ static void send_embedding_early(mt_engine *e) {
 /* A resident block's backward: its gradients stay in its own buffer for the device's update (they
  * go home only when the pass keeps every gradient on the host). */
 static mt_status resident_backward(mt_engine *e, pass *p, int l) {
-    int u = mt_unit_block(l), stage = mt_engine_ckpt_fetched(e, l);
+    int u = mt_unit_block(l), stage = mt_engine_ckpt_fetched(e, l), gs = mt_engine_resident_grad_slot(e, l);
     float *grads = mt_engine_block_grads(e, l, 0);
     if (stage >= 0) compute_wait(e, MT_EV_STAGE_FILLED, stage);
+    if (gs >= 0) compute_wait(e, MT_EV_GRAD_FREE, gs); /* the streamed block's gradient there is home */
     mt_engine_wait(e, e->compute, MT_EV_GRADS_HOME, u); /* a previous copy home is done */
     mt_zero_async(e->be, grads, (size_t)mt_engine_numel(e, u) * 4, e->compute);
     mt_compute_job j = job_of(p, MT_JOB_BLOCK_BWD);
@@ -321,9 +322,9 @@ static mt_status resident_backward(mt_engine *e, pass *p, int l) {
     MT_TRY(mt_engine_launch(e, j));
     mt_engine_ckpt_read(e, l);
     mt_engine_ckpt_fetch(e, l - 1);
-    if (p->resident_home) {
+    if (p->resident_home) { /* from a gradient slot, its copy frees the slot as a streamed block's does */
         p->r->waited += mt_engine_await_grads_taken(e, u);
-        send_home(e, u, grads, MT_EV_UNIT_READY, 0, p->early != NULL);
+        send_home(e, u, grads, gs >= 0 ? MT_EV_GRAD_READY : MT_EV_UNIT_READY, gs >= 0 ? gs : 0, p->early != NULL);
     }
     return MT_OK;
 }
