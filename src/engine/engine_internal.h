@@ -77,7 +77,7 @@ struct mt_engine {
     int32_t *dev_pos, *dev_starts;     /* packed: [M][n] positions, [M][n + 1] segment starts */
     /* The units the device updates (engine_device_state.c): their fp32 state, the embedding's,
      * the head's (ends_on_device), then blocks 0..D-1 (mt_engine_state_offset); the resident
-     * blocks' weights [D][max block] and gradients [D][max block]; the clip coefficient. */
+     * blocks' weights [D][max block] and gradients (below); the clip coefficient. */
     float *dev_master, *dev_m, *dev_v, *dev_clip_scale;
     void *resident_w;
     float *resident_grad;      /* [D - J - S][max block]: blocks J+S..D-1's; blocks 0..J-1's lie in

@@ -94,7 +94,8 @@ const mt_protocol_row mt_protocol[] = {
      "training passes, after each block's backward", "block l's gradients are complete in gradient slot s; "
      "d2h copies them home"},
     {EV(GRAD_FREE),         D2H,              COMPUTE,        0,           0,           0,
-     "training passes", "gradient slot s went home; the backward of block l - 2 may zero and reuse it"},
+     "training passes", "gradient slot s went home; the backward of block l - 2 may zero and reuse it (a "
+     "resident block's too, whose gradient then waits there for the device's update)"},
     {EV(UNIT_READY),        COMPUTE,          D2H,            0,           0,           0,
      "training passes (the head's, the embedding's gradients, the embedding's early copy); "
      "evaluation and sampling (the loss, the logits)", "compute wrote what d2h copies next"},

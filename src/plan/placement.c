@@ -321,9 +321,8 @@ void mt_placement_describe(const mt_placement *p, char *buf, size_t cap) {
     int streamed = p->layers - o->device_blocks;
     char in_ckpts[128] = "";
     int J = p->dev.grads_in_checkpoints, S = p->dev.grads_in_slots;
-    if (J > 0 || S > 0)
-        snprintf(in_ckpts, sizeof in_ckpts, "; the first %d's gradients in the checkpoints' memory, the next %d's in "
-                 "the gradient slots", J, S);
+    if (J > 0 || S > 0) /* their gradients in memory that other buffers use at other times */
+        snprintf(in_ckpts, sizeof in_ckpts, "; gradients: %d in the checkpoints' memory, %d in the gradient slots", J, S);
     snprintf(buf, cap, "optimizer state: the embedding and head on the %s, %d of %d blocks on the device "
              "(device AdamW%s) and %d on the host (host AdamW); gradients waiting for the norm: %s%s; %d weight "
              "slots; %d micro-batches x %d sequences x %d tokens; LM-head chunk %d rows; attention tile %d queries; "
