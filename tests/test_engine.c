@@ -171,6 +171,53 @@ Test(engine, resident_gradients_in_the_checkpoints_train_like_the_host) {
     mt_backend_destroy(be);
 }
 
+/* Gradients home from resident blocks whose gradients lie in the checkpoints' memory and the
+ * gradient slots (keep_grads, and mt_engine_grads's passes), the next pass's forward and an
+ * evaluation writing the checkpoints behind them: every host gradient and the state after the
+ * steps are the host's bits. */
+Test(engine, resident_gradients_in_the_checkpoints_come_home_whole) {
+    enum { LONG = 64, ROUNDS = 3 };
+    mt_config cfg = mt_tiny_config_gqa();
+    cfg.num_layers = 5;
+    mt_tiny_model run[2];
+    for (int r = 0; r < 2; r++) {
+        mt_engine_options o = options_of(&cfg, (schedule){2, 1, 1, 0, 0, r ? 4 : 0}, LONG, 0.5f);
+        o.keep_grads = 1;
+        mt_tiny_model_open(&run[r], &cfg, &o, 9);
+        if (r) {
+            mt_engine_bytes b = mt_engine_size(run[r].be, &cfg, &o);
+            cr_assert(b.grads_in_checkpoints > 0 && b.grads_in_slots > 0, "%d in the checkpoints, %d in the slots",
+                      b.grads_in_checkpoints, b.grads_in_slots);
+        }
+    }
+    size_t n = (size_t)run[0].layout.total_numel, rows = (size_t)SEQUENCES * LONG;
+    int32_t *tokens = malloc((rows + SEQUENCES) * sizeof *tokens), *inputs = malloc(rows * sizeof *inputs),
+            *targets = malloc(rows * sizeof *targets);
+    for (int k = 0; k < ROUNDS; k++) {
+        mt_tiny_windows(60 + k, SEQUENCES, LONG, cfg.vocab_size, tokens, inputs, targets);
+        for (int what = 0; what < 2; what++) { /* a gradients-only pass, then a step */
+            for (int r = 0; r < 2; r++) {
+                double loss;
+                mt_step_result res;
+                mt_status rc = what ? mt_engine_step(run[r].engine, inputs, targets, NULL, 3e-3f, &res)
+                                    : mt_engine_grads(run[r].engine, inputs, targets, NULL, &loss);
+                cr_assert_eq(rc, MT_OK, "%s", mt_error());
+                if (what) cr_assert_eq(mt_engine_finish(run[r].engine), k + 1);
+                cr_assert_eq(mt_engine_eval(run[r].engine, inputs, targets, NULL, &loss), MT_OK, "%s", mt_error());
+            }
+            const float *want = mt_engine_host_grads(run[0].engine), *got = mt_engine_host_grads(run[1].engine);
+            size_t first = 0;
+            while (first < n && !memcmp(&got[first], &want[first], sizeof *got)) first++;
+            cr_expect_eq(first, n, "round %d, %s: gradient %zu differs", k, what ? "step" : "gradients pass", first);
+        }
+    }
+    cr_expect_eq(memcmp(mt_store_f32(&run[0].store), mt_store_f32(&run[1].store), n * sizeof(float)), 0);
+    free(tokens);
+    free(inputs);
+    free(targets);
+    for (int r = 0; r < 2; r++) mt_tiny_model_close(&run[r]);
+}
+
 Test(engine, training_moves_weights_and_lowers_loss) {
     mt_engine_options o = mt_engine_defaults();
     o.seq = SEQ;

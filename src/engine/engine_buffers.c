@@ -33,10 +33,11 @@ typedef struct {
 /* The first resident blocks' gradients live in the device checkpoints' memory. Block j's gradient
  * is written by its own backward and read by the device's update (or its copy home) at the pass's
  * end, all of it after the last read of every checkpoint past j (the backward runs from the last
- * block down, the head's first) and before the next pass's forward writes them again (the same
- * stream, and a wait for the copy home). So it may lie over the checkpoints of blocks j + 1 and
- * on: block 0's at the top of their buffer, block 1's below it, and so on while the next one
- * stays clear of the checkpoint of its own block. How many fit. */
+ * block down, the head's first) and before the next pass's forward writes them again (the update
+ * runs on the same stream; the pass ends waiting for every copy home, finish_pass). So it may lie
+ * over the checkpoints of blocks j + 1 and on: block 0's at the top of their buffer, block 1's
+ * below it, and so on while the next one stays clear of the checkpoint of its own block. How many
+ * fit. */
 static int grads_in_checkpoints(shape *s) {
     size_t region = (size_t)(s->cfg->num_layers + 1 - s->P) * s->ckpt;
     s->grad_stride = ((size_t)s->lay->max_block_numel * 4 + 255) / 256 * 256;

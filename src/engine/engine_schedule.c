@@ -219,8 +219,6 @@ static mt_status forward(mt_engine *e, pass *p) {
     if (embed_moves) load_unit(e, 0, e->embed_w, MT_EV_EMBED_FREE, MT_EV_EMBED_LOADED, 0, mt_engine_where_embed(e));
     mt_engine_wait(e, e->compute, MT_EV_TOKENS_READY, 0);
     compute_wait(e, MT_EV_EMBED_LOADED, 0);
-    /* the first resident blocks' gradients lie where the checkpoints go: any copy home is done */
-    for (int l = 0; l < e->grads_in_ckpts; l++) mt_engine_wait(e, e->compute, MT_EV_GRADS_HOME, mt_unit_block(l));
     mt_engine_ckpt_before_write(e, 0);
     mt_compute_job j = job_of(p, MT_JOB_EMBED_FWD);
     mt_engine_take_gather(e, &j, mt_engine_where_embed(e));

@@ -101,8 +101,8 @@ const mt_protocol_row mt_protocol[] = {
      "evaluation and sampling (the loss, the logits)", "compute wrote what d2h copies next"},
     {EV(GRADS_HOME),        D2H,              COMPUTE,        0,           0,           0,
      "training passes", "unit u's gradients are on the host; compute waits before it zeroes the embedding's, "
-     "the head's or a resident block's gradient buffer for the next pass, and before the next pass's forward "
-     "writes the checkpoints over the first resident blocks' (a wait on a record that never came is none)"},
+     "the head's or a resident block's gradient buffer for the next pass (a wait on a record that never came "
+     "is none)"},
     {EV(GRADS_HOME),        D2H,              OPTIMIZER,      0,           OVERLAPPED,  0,
      "steps", "unit u's gradients are on the host; the optimizer updates u (clipped: it needs none, it starts "
      "after the pass)"},

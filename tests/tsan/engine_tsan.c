@@ -7,7 +7,9 @@
  * must hold its step's masters and moments; then a mixture of experts (its routing statistics and
  * load-balancing loss, made on the compute worker, copied home by d2h) under a few schedules; and
  * attention in windows of queries (--attn-tile: the dk/dv sums the compute worker keeps over a
- * sequence's windows, checkpoints on the host). TSan (halt_on_error=1) ends it non-zero on any race. */
+ * sequence's windows, checkpoints on the host); and the resident blocks' gradients in the
+ * checkpoints' memory and the gradient slots, copied home each pass. TSan (halt_on_error=1) ends it
+ * non-zero on any race. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,6 +159,67 @@ static float *train(int slots, int threads, int micro_batches, int ends_on_devic
     return master;
 }
 
+/* Resident blocks whose gradients lie in the checkpoints' memory and the gradient slots, each pass
+ * bringing every gradient home (keep_grads): a gradients-only pass, an evaluation and a step in
+ * turn, the forwards writing the checkpoints behind the copies home of the gradients there. The
+ * host gradients and the weights are those of the same run with every block on the host. */
+static void resident_gradients_home(void) {
+    enum { LONG = 64, ROUNDS = 2 };
+    mt_layout lay;
+    mt_backend *be[2];
+    mt_store store[2];
+    mt_engine *engine[2];
+    mt_layout_init(&lay, &config);
+    for (int r = 0; r < 2; r++) {
+        mt_engine_options o = mt_engine_defaults();
+        o.seq = LONG;
+        o.batch = SEQUENCES;
+        o.opt_threads = 2;
+        o.lm_chunk = 5;
+        o.keep_grads = 1;
+        o.device_blocks = r ? 4 : 0;
+        if (mt_backend_cpu_create(&be[r], 1) || mt_store_create(&store[r], &lay, be[r])) exit(1);
+        mt_store_init_random(&store[r], 5);
+        if (mt_engine_create(&engine[r], be[r], &store[r], &o, 0)) {
+            fprintf(stderr, "engine: %s\n", mt_error());
+            exit(1);
+        }
+        if (r) {
+            mt_engine_bytes b = mt_engine_size(be[r], &config, &o);
+            check(b.grads_in_checkpoints > 0 && b.grads_in_slots > 0, "resident gradients in the checkpoints and slots");
+        }
+    }
+    size_t n = (size_t)lay.total_numel, bytes = n * sizeof(float);
+    static int32_t inputs[SEQUENCES * LONG], targets[SEQUENCES * LONG];
+    mt_rng rng = {13};
+    for (int k = 0; k < ROUNDS; k++) {
+        for (int i = 0; i < SEQUENCES * LONG; i++) {
+            inputs[i] = (int32_t)(mt_rng_next(&rng) % (uint64_t)config.vocab_size);
+            targets[i] = (int32_t)(mt_rng_next(&rng) % (uint64_t)config.vocab_size);
+        }
+        for (int what = 0; what < 2; what++) {
+            for (int r = 0; r < 2; r++) {
+                double loss;
+                mt_step_result res;
+                check((what ? mt_engine_step(engine[r], inputs, targets, NULL, 3e-3f, &res)
+                            : mt_engine_grads(engine[r], inputs, targets, NULL, &loss)) == MT_OK, "pass");
+                if (what) mt_engine_finish(engine[r]);
+                check(mt_engine_eval(engine[r], inputs, targets, NULL, &loss) == MT_OK, "eval");
+            }
+            check(memcmp(mt_engine_host_grads(engine[0]), mt_engine_host_grads(engine[1]), bytes) == 0,
+                  "resident gradients in the checkpoints: the host's gradients");
+        }
+    }
+    check(memcmp(mt_store_f32(&store[0]), mt_store_f32(&store[1]), bytes) == 0,
+          "resident gradients in the checkpoints: the host's weights");
+    for (int r = 0; r < 2; r++) {
+        mt_engine_destroy(engine[r]);
+        mt_store_free(&store[r]);
+        mt_backend_destroy(be[r]);
+    }
+    mt_layout_free(&lay);
+}
+
 int main(void) {
     mt_layout lay;
     mt_layout_init(&lay, &config);
@@ -248,6 +311,7 @@ int main(void) {
         free(want);
     }
     mt_layout_free(&lay);
+    resident_gradients_home();
     printf("engine under tsan: %d passed, %d failed\n", passes, failures);
     return failures != 0;
 }
