@@ -93,7 +93,7 @@ static const char train_help[] =
     "                         does (default auto: on where they fit --gpu-mem or the GPU's free memory)\n"
     "  --device-blocks N      blocks whose fp32 masters and moments the GPU keeps and updates itself,\n"
     "                         their weights resident and their gradients waiting there for the norm\n"
-    "                         (18 bytes a parameter): a count (the first blocks), all, or auto\n"
+    "                         (at most 18 bytes a parameter): a count (the first blocks), all, or auto\n"
     "                         (default: as many as fit --gpu-mem or the GPU's free memory)\n"
     "  --lm-chunk N           rows of logits the LM head holds at once (default 512)\n"
     "  --chunk N              tokens a block's norms, projections and MLP take at once (default 8192;\n"
