@@ -39,7 +39,8 @@ typedef struct {
      * the checkpoint's value; one given with another value is either applied with a log line
      * saying so (data, steps, the learning-rate schedule, the optimizer's hyperparameters, the
      * checkpoint and evaluation periods) or refused naming both values (the model, the sequence
-     * layout: seq_len, batch, micro_batches, val_fraction, sequential, seed, moments, tokenizer). ---- */
+     * layout: seq_len, batch, micro_batches, val_fraction, sequential, seed, moments, tokenizer,
+     * chat_template, loss_on). ---- */
 
     /* The model: one of a preset name, a config.json, or a Hugging Face model directory to
      * fine-tune. None of them: the "demo" preset (on resume, the checkpoint's model). */
@@ -60,6 +61,11 @@ typedef struct {
     const char *val_data;    /* validation files of their own, comma-separated, each read as --data
                               * is and evaluated with the held-out part (NULL: none) */
     int sequential;          /* 1: windows in order, 0: at random (default) */
+    const char *chat_template; /* chat data: a template file (a chat_template.jinja) rendered in place of
+                              * the tokenizer's, for a base model or another known template (NULL: the
+                              * tokenizer's own); stored as an absolute path */
+    const char *loss_on;     /* chat data: "assistant" (every answer: default), "last-turn" (the last
+                              * answer of each conversation) or "all" (every token) carry loss */
     const char *packing;     /* chat data: "on" packs whole examples into windows, attention masked
                               * at their boundaries (the default where the data records them);
                               * "off": windows of the token stream, across examples. NULL: by the

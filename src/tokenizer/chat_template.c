@@ -13,7 +13,9 @@
 mt_status mt_chat_template_parse(const char *text, const char *bos, const char *eos, const char *source,
                                  mt_chat_template *t) {
     *t = (mt_chat_template){0};
-    if (!text) return mt_fail(MT_ERR_INVALID, "%s: no chat_template: chat data needs the model's chat template", source);
+    if (!text)
+        return mt_fail(MT_ERR_INVALID, "%s: no chat_template (nor chat_template.jinja beside it): chat data needs a chat "
+                       "template; give one with --chat-template FILE", source);
     if ((bos && strlen(bos) >= sizeof t->bos) || (eos && strlen(eos) >= sizeof t->eos))
         return mt_fail(MT_ERR_INVALID, "%s: bos_token or eos_token is longer than %zu bytes", source, sizeof t->bos - 1);
     snprintf(t->bos, sizeof t->bos, "%s", bos ? bos : "");
@@ -573,4 +575,17 @@ void mt_chat_rendered_free(mt_chat_rendered *r) {
     free(r->owned);
     free(r->seg);
     *r = (mt_chat_rendered){0};
+}
+
+const char *const mt_chat_loss_names[] = {"assistant", "last-turn", "all", NULL};
+
+void mt_chat_rendered_set_loss(mt_chat_rendered *r, mt_chat_loss loss) {
+    if (loss == MT_LOSS_ALL) {
+        for (size_t i = 0; i < r->n; i++) r->seg[i].trainable = 1;
+    } else if (loss == MT_LOSS_LAST_TURN) {
+        size_t last = r->n;
+        while (last > 0 && !r->seg[last - 1].trainable) last--;
+        while (last > 0 && r->seg[last - 1].trainable) last--;
+        for (size_t i = 0; i < last; i++) r->seg[i].trainable = 0;
+    }
 }

@@ -109,4 +109,17 @@ mt_status mt_chat_render(const mt_chat_template *t, const mt_chat_message *m, si
                          mt_chat_rendered *out);
 void mt_chat_rendered_free(mt_chat_rendered *r);
 
+/* Which tokens of a conversation carry loss: the answers (every assistant turn: the default), the
+ * last assistant turn only (the earlier answers are context), or every token, the prompts and the
+ * template's markup too (LLaMA-Factory's train_on_prompt). */
+typedef enum { MT_LOSS_ASSISTANT, MT_LOSS_LAST_TURN, MT_LOSS_ALL } mt_chat_loss;
+
+/* The names --loss-on takes, indexed by mt_chat_loss, NULL-terminated. */
+extern const char *const mt_chat_loss_names[];
+
+/* Sets the segments' trainable flags for `loss`: as rendered (assistant), only the last run of
+ * trainable segments (last-turn: an assistant turn is one run, its markup before it context), or
+ * every segment (all). */
+void mt_chat_rendered_set_loss(mt_chat_rendered *r, mt_chat_loss loss);
+
 #endif

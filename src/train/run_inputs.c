@@ -33,6 +33,7 @@ static int add(char (*paths)[PATH_MAX], int n, const char *path) {
     return n + 1;
 }
 
+/* --data, --chat-template: the file itself. */
 static int data_files(const char *path, char (*paths)[PATH_MAX]) { return is_file(path) ? add(paths, 0, path) : 0; }
 
 /* --val-data: a comma-separated list of files. */
@@ -48,14 +49,18 @@ static int listed_files(const char *list, char (*paths)[PATH_MAX]) {
     return n;
 }
 
-/* tokenizer.json (the path itself, or in the directory) and tokenizer_config.json beside it. */
+/* tokenizer.json (the path itself, or in the directory), and tokenizer_config.json and
+ * chat_template.jinja beside it. */
 static int tokenizer_files(const char *path, char (*paths)[PATH_MAX]) {
-    char json[PATH_MAX + 32], config[PATH_MAX + 32];
+    char json[PATH_MAX + 32], config[PATH_MAX + 32], jinja[PATH_MAX + 32];
     snprintf(json, sizeof json, is_dir(path) ? "%s/tokenizer.json" : "%s", path);
     const char *slash = strrchr(json, '/');
-    snprintf(config, sizeof config, "%.*stokenizer_config.json", slash ? (int)(slash - json + 1) : 0, json);
+    int dir = slash ? (int)(slash - json + 1) : 0;
+    snprintf(config, sizeof config, "%.*stokenizer_config.json", dir, json);
+    snprintf(jinja, sizeof jinja, "%.*schat_template.jinja", dir, json);
     int n = add(paths, 0, json);
-    return is_file(config) ? add(paths, n, config) : n;
+    if (is_file(config)) n = add(paths, n, config);
+    return is_file(jinja) ? add(paths, n, jinja) : n;
 }
 
 /* config.json, the safetensors index and the safetensors files, in name order. */
@@ -87,6 +92,7 @@ static const input_kind kinds[] = {
     {"data", offsetof(mt_train_options, data_path), data_files, 1},
     {"val-data", offsetof(mt_train_options, val_data), listed_files, 1},
     {"tokenizer", offsetof(mt_train_options, tokenizer), tokenizer_files, 0},
+    {"chat-template", offsetof(mt_train_options, chat_template), data_files, 0},
     {"init-from", offsetof(mt_train_options, init_from), model_files, 0},
 };
 enum { KINDS = sizeof kinds / sizeof kinds[0] };
