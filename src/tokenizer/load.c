@@ -202,7 +202,7 @@ static mt_status config_template(mt_tokenizer *tok, const json_t *cfg, const cha
 mt_status mt_chat_template_read(const char *path, char **text) {
     *text = NULL;
     FILE *f = fopen(path, "rb");
-    if (!f) return mt_fail(MT_ERR_IO, "%s: %s", path, strerror(errno));
+    if (!f) return mt_fail(MT_ERR_INVALID, "%s: %s", path, strerror(errno)); /* a file the user named */
     char *buf = NULL;
     size_t len = 0;
     ssize_t got = getdelim(&buf, &len, '\0', f);
