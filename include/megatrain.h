@@ -175,6 +175,7 @@ int mt_train_stop_signal(void);
 typedef struct {
     const char *run;         /* a run directory (its newest checkpoint) or one checkpoint */
     const char *prompt;
+    const char *chat;        /* a user message answered as a chat (the run's chat template), or NULL */
     int tokens;              /* how many to generate, 0 to MT_SAMPLE_TOKENS_MAX */
     float temperature;       /* finite, >= 0; 0: greedy */
     int top_k;               /* >= 0; 0: the whole vocabulary */
@@ -188,7 +189,8 @@ mt_sample_options mt_sample_defaults(void);
 /* Sets sample option `name` ("tokens" for --tokens) from its text; refused (MT_ERR_INVALID, the
  * message names --name, the text and what it accepts) when it is malformed or out of range. */
 mt_status mt_sample_option_set(mt_sample_options *options, const char *name, const char *value);
-/* Writes the prompt and its continuation to `out`. Text is bytes (the demo's tokenizer). */
+/* Writes the prompt and its continuation to `out` (for chat, the answer alone, generated until the
+ * end of the assistant's turn). Text is bytes without a tokenizer (the demo's). */
 mt_status mt_sample(const mt_sample_options *options, FILE *out);
 
 /* Prints the host and device bytes a run with these options needs, by class, and the time

@@ -42,6 +42,10 @@ void mt_chat_template_free(mt_chat_template *t) {
     t->default_system = NULL;
 }
 
+const char *mt_chat_turn_end(const mt_chat_template *t) {
+    return t->family == MT_CHAT_LLAMA3 ? "<|eot_id|>" : t->family == MT_CHAT_CHATML ? "<|im_end|>" : t->eos;
+}
+
 /* ---- text helpers with Python's semantics ---- */
 
 typedef struct {
@@ -568,6 +572,24 @@ mt_status mt_chat_render(const mt_chat_template *t, const mt_chat_message *m, si
                                            : render_inst(t, m, n, out);
     if (st != MT_OK) mt_chat_rendered_free(out);
     return st;
+}
+
+mt_status mt_chat_render_prompt(const mt_chat_template *t, const mt_chat_message *m, size_t n, mt_chat_rendered *out) {
+    /* The conversation with an empty answer, cut where the answer starts: the templates render the
+     * generation prompt as the markup that opens an assistant turn. */
+    *out = (mt_chat_rendered){0};
+    mt_chat_message *with_answer = calloc(n + 1, sizeof *with_answer);
+    if (!with_answer) return mt_fail(MT_ERR_NOMEM, "cannot hold a conversation");
+    memcpy(with_answer, m, n * sizeof *m);
+    with_answer[n] = (mt_chat_message){.role = MT_ROLE_ASSISTANT, .content = "", .len = 0};
+    mt_status st = mt_chat_render(t, with_answer, n + 1, NULL, out);
+    free(with_answer);
+    MT_TRY(st);
+    mt_chat_rendered_set_loss(out, MT_LOSS_LAST_TURN);
+    size_t answer = 0;
+    while (answer < out->n && !out->seg[answer].trainable) answer++;
+    out->n = answer;
+    return MT_OK;
 }
 
 void mt_chat_rendered_free(mt_chat_rendered *r) {

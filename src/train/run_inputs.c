@@ -254,17 +254,28 @@ mt_status mt_run_inputs_check(const json_t *saved, json_t *now, const mt_train_o
     return MT_OK;
 }
 
-mt_status mt_run_inputs_check_tokenizer(const json_t *settings, const char *path, const char *checkpoint) {
-    const json_t *stored = json_object_get(json_object_get(settings, "inputs"), "tokenizer");
+/* Input `kind` at `path` against the identity the settings keep; `harm` says what a change would do. */
+static mt_status check_unchanged(const json_t *settings, const char *kind, const char *path, const char *checkpoint,
+                                 const char *harm) {
+    const json_t *stored = json_object_get(json_object_get(settings, "inputs"), kind);
     if (!stored || !path[0]) return MT_OK;
     json_t *now;
     char why[1024];
-    MT_TRY(identify(kind_named("tokenizer"), path, &now));
+    MT_TRY(identify(kind_named(kind), path, &now));
     int differs = !same_path(stored, now) || input_differs(stored, now, why, sizeof why);
     if (!same_path(stored, now)) snprintf(why, sizeof why, "the run stored %s", json_string_value(json_object_get(stored, "path")));
     json_decref(now);
     if (differs)
-        return mt_fail(MT_ERR_INVALID, "%s: the run's tokenizer %s changed since the run stored it: %s; its ids "
-                       "would decode as other text: restore it", checkpoint, path, why);
+        return mt_fail(MT_ERR_INVALID, "%s: the run's %s %s changed since the run stored it: %s; %s: restore it",
+                       checkpoint, kind, path, why, harm);
     return MT_OK;
+}
+
+mt_status mt_run_inputs_check_tokenizer(const json_t *settings, const char *path, const char *checkpoint) {
+    return check_unchanged(settings, "tokenizer", path, checkpoint, "its ids would decode as other text");
+}
+
+mt_status mt_run_inputs_check_template(const json_t *settings, const char *path, const char *checkpoint) {
+    return check_unchanged(settings, "chat-template", path, checkpoint,
+                           "the model would be given conversations in another form than it learned");
 }
