@@ -244,6 +244,11 @@ Test(chat_options, loss_on_chooses_the_tokens_that_carry_loss) {
                "--loss-on", "prompt", NULL);
     assert_refused(&r, "--loss-on 'prompt'", "assistant, last-turn or all");
     mt_cli_result_free(&r);
+    mt_test_write_corpus(in_dir("corpus.txt"));
+    mt_cli_run(&r, TIMEOUT_S, "tokenize", "--tokenizer", in_dir("tok"), in_dir("corpus.txt"), "--out", in_dir("out/text"),
+               "--loss-on", "all", NULL);
+    assert_refused(&r, "corpus.txt", "apply to chat data");
+    mt_cli_result_free(&r);
 }
 
 static char *run_yaml(const char *run) {

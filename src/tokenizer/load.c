@@ -209,10 +209,14 @@ mt_status mt_chat_template_read(const char *path, char **text) {
     int bad = ferror(f), more = got >= 0 && fgetc(f) != EOF;
     fclose(f);
     size_t n = got > 0 ? (size_t)got : 0, at;
+    if (n == 0) { /* an empty file: getdelim's buffer, if any, holds nothing read */
+        free(buf);
+        buf = NULL;
+    }
     mt_status st = MT_OK;
     if (bad) st = mt_fail(MT_ERR_IO, "%s: read failed", path);
     else if (more || (n && buf[n - 1] == '\0')) st = mt_fail(MT_ERR_INVALID, "%s: a chat template holds a NUL byte", path);
-    else if (mt_utf8_check(buf ? buf : "", n, &at)) st = mt_fail(MT_ERR_INVALID, "%s: invalid UTF-8 at byte %zu", path, at);
+    else if (n && mt_utf8_check(buf, n, &at)) st = mt_fail(MT_ERR_INVALID, "%s: invalid UTF-8 at byte %zu", path, at);
     else if (!buf && !(buf = strdup(""))) st = mt_fail(MT_ERR_NOMEM, "%s: cannot hold the chat template", path);
     if (st != MT_OK) free(buf);
     else *text = buf;
