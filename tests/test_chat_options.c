@@ -294,6 +294,19 @@ Test(chat_options, train_stores_the_template_and_loss_and_a_resume_keeps_them) {
                SMALL_STEP, NULL);
     assert_refused(&r, "--loss-on all", "cannot change");
     mt_cli_result_free(&r);
+    /* The template file is an input of the run: changed, it is refused, as a changed tokenizer is. */
+    char *qwen2 = template_of(QWEN2_CONFIG), *changed = malloc(strlen(qwen2) + 16);
+    sprintf(changed, "{# mine #}%s", qwen2);
+    hf_test_write_text(in_dir("qwen2.jinja"), changed);
+    mt_cli_run(&r, TIMEOUT_S, "train", "--out", in_dir("run"), "--resume", "--steps", "3", SMALL_STEP, NULL);
+    assert_refused(&r, "qwen2.jinja", "changed since");
+    mt_cli_result_free(&r);
+    mt_cli_run(&r, TIMEOUT_S, "export", in_dir("run"), in_dir("model"), NULL);
+    assert_refused(&r, "qwen2.jinja", "changed since");
+    mt_cli_result_free(&r);
+    hf_test_write_text(in_dir("qwen2.jinja"), qwen2);
+    free(qwen2);
+    free(changed);
 
     /* Text data has no turns to choose from. */
     mt_test_write_corpus(in_dir("corpus.txt"));

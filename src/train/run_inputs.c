@@ -242,11 +242,16 @@ mt_status mt_run_inputs_check(const json_t *saved, json_t *now, const mt_train_o
         }
         if (changed && !strcmp(name, "data")) *data_changed = 1;
     }
-    const json_t *tok = json_object_get(stored, "tokenizer"), *tok_now = json_object_get(now, "tokenizer");
-    if (tok && tok_now && same_path(tok, tok_now) && input_differs(tok, tok_now, why, sizeof why))
-        return mt_fail(MT_ERR_INVALID, "the run's tokenizer %s changed since %s stored it: %s; a run's tokenizer "
-                       "cannot change (the model learned its ids): restore it, or start a new run",
-                       json_string_value(json_object_get(tok, "path")), checkpoint, why);
+    /* The tokenizer and the chat template file made the data's ids and masks: they cannot change. */
+    static const char *const fixed[] = {"tokenizer", "chat-template"};
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++) {
+        const json_t *was = json_object_get(stored, fixed[i]), *is = json_object_get(now, fixed[i]);
+        if (was && is && same_path(was, is) && input_differs(was, is, why, sizeof why))
+            return mt_fail(MT_ERR_INVALID, "the run's %s %s changed since %s stored it: %s; a run's %s cannot change "
+                           "(the model learned %s): restore it, or start a new run", fixed[i],
+                           json_string_value(json_object_get(was, "path")), checkpoint, why, fixed[i],
+                           i == 0 ? "its ids" : "the conversations as it renders them");
+    }
     /* The model directory the run was initialized from is the one it stored, whatever it holds now. */
     const json_t *init = json_object_get(stored, "init-from");
     if (init && json_object_set(now, "init-from", (json_t *)init) != 0)
