@@ -136,6 +136,7 @@ test: data/kjv.txt tokenizer-data $(BUILD)/megatrain $(BUILD)/run-tests $(BUILD)
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 OPENBLAS_NUM_THREADS=1 $(BUILD)/tsan/engine-tsan
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 OPENBLAS_NUM_THREADS=1 $(BUILD)/tsan/ranks-tsan
 	TSAN_OPTIONS=halt_on_error=1 MT_LOG_LEVEL=warn $(BUILD)/tsan/tokenize-tsan
+	tests/quickstart.sh
 
 # libFuzzer harnesses (tests/fuzz/fuzz_*.c) over the parsers of files users bring: each is built
 # with clang over the library sources it needs and runs FUZZ_SECONDS over its seed corpus

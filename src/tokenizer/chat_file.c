@@ -25,11 +25,13 @@ static int blank(const char *s, size_t n) {
     return 1;
 }
 
-static mt_status encode_example(const mt_tokenizer *tok, const mt_chat_template *t, const char *path, example *x) {
+static mt_status encode_example(const mt_tokenizer *tok, const mt_chat_template *t, mt_chat_loss loss,
+                                const char *path, example *x) {
     mt_chat_example e;
     MT_TRY(mt_chat_example_parse(x->text, x->len, path, x->line, &e));
     mt_chat_rendered r;
     mt_status st = mt_chat_render(t, e.m, e.n, e.tools, &r);
+    if (st == MT_OK) mt_chat_rendered_set_loss(&r, loss);
     if (st == MT_OK) st = mt_chat_encode(tok, &r, &x->ids, &x->mask);
     if (st != MT_OK) st = mt_fail_context(st, "%s:%zu", path, x->line);
     mt_chat_rendered_free(&r);
@@ -79,8 +81,8 @@ static mt_status deliver(example *b, size_t n, mt_chat_sink sink, void *user, mt
     return MT_OK;
 }
 
-mt_status mt_chat_file_encode(const mt_tokenizer *tok, const mt_chat_template *t, const char *path,
-                              mt_chat_sink sink, void *user, mt_chat_file_stats *stats) {
+mt_status mt_chat_file_encode(const mt_tokenizer *tok, const mt_chat_template *t, mt_chat_loss loss,
+                              const char *path, mt_chat_sink sink, void *user, mt_chat_file_stats *stats) {
     FILE *f = fopen(path, "rb");
     if (!f) return mt_fail(MT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     example *batch = calloc(BATCH_LINES, sizeof *batch);
@@ -89,7 +91,7 @@ mt_status mt_chat_file_encode(const mt_tokenizer *tok, const mt_chat_template *t
     while (st == MT_OK && (st = read_batch(f, path, &line, batch, &n)) == MT_OK && n > 0) {
 #pragma omp parallel for schedule(dynamic, 4)
         for (size_t i = 0; i < n; i++) {
-            batch[i].st = encode_example(tok, t, path, &batch[i]);
+            batch[i].st = encode_example(tok, t, loss, path, &batch[i]);
             if (batch[i].st != MT_OK) batch[i].err = strdup(mt_error());
         }
         st = deliver(batch, n, sink, user, stats);

@@ -17,10 +17,11 @@ typedef struct {
     uint64_t examples, tokens, trained_tokens, bytes;
 } mt_chat_file_stats;
 
-/* Encodes every line of `path`, adding to *stats. Fails at the first line that is not a chat or
- * instruction example or that its template refuses, naming path:line. */
-mt_status mt_chat_file_encode(const mt_tokenizer *tok, const mt_chat_template *t, const char *path,
-                              mt_chat_sink sink, void *user, mt_chat_file_stats *stats);
+/* Encodes every line of `path` with the loss on the tokens `loss` says, adding to *stats. Fails at
+ * the first line that is not a chat or instruction example or that its template refuses, naming
+ * path:line. */
+mt_status mt_chat_file_encode(const mt_tokenizer *tok, const mt_chat_template *t, mt_chat_loss loss,
+                              const char *path, mt_chat_sink sink, void *user, mt_chat_file_stats *stats);
 
 /* Whether the first non-blank line of a JSONL file is a chat or instruction example ("messages",
  * or "prompt" and "completion"). Fails naming the file when it cannot be read, or its first line

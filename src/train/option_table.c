@@ -11,6 +11,7 @@
 
 #include "engine/engine.h"
 #include "model/config.h"
+#include "tokenizer/chat_template.h"
 #include "util/cpu_list.h"
 #include "util/size.h"
 
@@ -46,6 +47,14 @@ static mt_status check_tokenizer(const char *option, const char *value) {
     snprintf(json, sizeof json, "%s/tokenizer.json", value);
     if (S_ISDIR(st.st_mode) ? stat(json, &st) != 0 || !S_ISREG(st.st_mode) : !S_ISREG(st.st_mode))
         return mt_fail(MT_ERR_INVALID, "--%s %s: give a tokenizer.json or a directory holding one", option, value);
+    return MT_OK;
+}
+
+/* A regular file. */
+static mt_status check_file(const char *option, const char *value) {
+    struct stat st;
+    if (stat(value, &st) != 0) return mt_fail(MT_ERR_INVALID, "--%s %s: %s", option, value, strerror(errno));
+    if (!S_ISREG(st.st_mode)) return mt_fail(MT_ERR_INVALID, "--%s %s: not a regular file", option, value);
     return MT_OK;
 }
 
@@ -100,6 +109,9 @@ const mt_option mt_options[] = {
     NAME_SETTING("data", data_path, MT_OPT_MAY_CHANGE, NULL, NULL, "data/kjv.txt"),
     /* Stored as the resolved absolute path (train.c); fixed, since it changes the data's ids. */
     NAME_SETTING("tokenizer", tokenizer, MT_OPT_FIXED, NULL, check_tokenizer, NULL),
+    /* Stored as an absolute path (train.c); fixed, as the tokenizer: they make the data's ids and masks. */
+    NAME_SETTING("chat-template", chat_template, MT_OPT_FIXED, NULL, check_file, NULL),
+    NAME_SETTING("loss-on", loss_on, MT_OPT_FIXED, mt_chat_loss_names, NULL, "assistant"),
     SETTING("val-fraction", MT_OPT_F64, val_fraction, MT_OPT_FIXED, 0, 1, 0, 1, 0.05),
     NAME_SETTING("val-data", val_data, MT_OPT_MAY_CHANGE, NULL, check_val_data, NULL),
     SETTING("sequential", MT_OPT_FLAG, sequential, MT_OPT_FIXED, 0, 1, 0, 0, 0),

@@ -46,5 +46,7 @@ mt_status mt_run_inputs_check(const json_t *saved, json_t *now, const mt_train_o
 /* The run's tokenizer `path` against the identity its checkpoint's settings keep: refused when it
  * changed (sample decodes with it). Nothing to check for a checkpoint without identities. */
 mt_status mt_run_inputs_check_tokenizer(const json_t *settings, const char *path, const char *checkpoint);
+/* The same for the run's --chat-template file (export and sample --chat render with it). */
+mt_status mt_run_inputs_check_template(const json_t *settings, const char *path, const char *checkpoint);
 
 #endif

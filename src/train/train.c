@@ -100,6 +100,7 @@ static mt_status resolve_settings(mt_train_run *r, const mt_train_options *given
     MT_TRY(absolute(&named.data_path, r->data_path, sizeof r->data_path));
     MT_TRY(absolute(&named.init_from, r->init_from, sizeof r->init_from));
     MT_TRY(absolute(&named.config_path, r->config_path, sizeof r->config_path));
+    MT_TRY(absolute(&named.chat_template, r->chat_template, sizeof r->chat_template));
     MT_TRY(absolute_list(&named.val_data, r->val_data, sizeof r->val_data));
     MT_TRY(mt_settings_resolve(&named, r->saved_settings, r->resume_from, &r->o));
     /* The default data, or a relative path a checkpoint stored before paths were made absolute. */

@@ -3,10 +3,12 @@
  * with one (--tokenizer, the --init-from model directory's tokenizer.json, or on --resume the
  * run's), it is tokenized as `megatrain tokenize` would: plain text is one document, JSONL
  * (.jsonl) is a document a line in its "text" field, or chat and instruction examples rendered
- * with the model's chat template into a masked shard (loss on the answers only).
+ * with the model's chat template (or --chat-template's) into a masked shard, the loss where
+ * --loss-on says (the answers by default).
  *
  * Tokenized data is cached in the run directory, data/<name>-<key>_000000.bin, where the key
- * hashes the input's size and modification time and the tokenizer's files: the same input with
+ * hashes the input's size and modification time, the tokenizer's files, and --chat-template's file
+ * and --loss-on where they are not the defaults: the same input with
  * the same tokenizer is tokenized once (a resumed run reads the cache), a changed one again
  * (replacing the stale cache). */
 #ifndef MT_TRAIN_TRAIN_DATA_H
