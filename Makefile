@@ -1,9 +1,11 @@
 # megatrain: one Makefile.
-#   make            build/megatrain (with the CUDA backend when nvcc and a GPU are there; CUDA=1 or
+#   make            build/megatrain (the goal `all`) (with the CUDA backend when nvcc and a GPU are there; CUDA=1 or
 #                   CUDA=0 decides instead)
 #   make test       every test (Criterion), then all of them again built with ASan+UBSan (the command
 #                   they drive too), then the engine's, the ranks' and the tokenizer's concurrency programs under TSan
 #   make demo       train the demo model on the demo corpus and sample from it
+# The first rule below is a template object's: `make` alone builds `all` all the same.
+.DEFAULT_GOAL := all
 CC       ?= cc
 CUDA_HOME ?= /usr/local/cuda
 NVCC     ?= $(CUDA_HOME)/bin/nvcc
