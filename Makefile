@@ -1,5 +1,5 @@
 # megatrain: one Makefile.
-#   make            build/megatrain (the goal `all`) (with the CUDA backend when nvcc and a GPU are there; CUDA=1 or
+#   make            build/megatrain (with the CUDA backend when nvcc and a GPU are there; CUDA=1 or
 #                   CUDA=0 decides instead)
 #   make test       every test (Criterion), then all of them again built with ASan+UBSan (the command
 #                   they drive too), then the engine's, the ranks' and the tokenizer's concurrency programs under TSan
