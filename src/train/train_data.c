@@ -17,6 +17,7 @@
 #include "tokenizer/tokenize_files.h"
 #include "tokenizer/utf8.h"
 #include "train/run_state.h"
+#include "util/foreign_format.h"
 #include "util/fs.h"
 #include "util/log.h"
 
@@ -125,7 +126,7 @@ static mt_status check_vocab(const char *tokenizer, uint32_t vocab) {
 static mt_status tokenize(const char *data, const char *tokenizer, uint32_t vocab, const char *prefix) {
     int chat = 0;
     MT_TRY(check_vocab(tokenizer, vocab));
-    if (has_suffix(data, ".jsonl")) MT_TRY(mt_jsonl_is_chat(data, &chat));
+    if (has_suffix(data, ".jsonl") || has_suffix(data, ".json")) MT_TRY(mt_jsonl_is_chat(data, &chat));
     const char *inputs[1] = {data};
     mt_tokenize_options o = {.tokenizer = tokenizer, .inputs = inputs, .n_inputs = 1, .out_prefix = prefix,
                              .shard_tokens = chat ? INT64_MAX : INT32_MAX, .bos = -1};
@@ -148,7 +149,8 @@ static mt_status tokenize(const char *data, const char *tokenizer, uint32_t voca
     return MT_OK;
 }
 
-/* JSONL by name, or by a first non-blank byte that opens a JSON object. */
+/* JSON records (JSONL, or a .json array) by name, or by a first non-blank byte that opens a JSON
+ * object. */
 static int looks_like_jsonl(const char *path) {
     if (has_suffix(path, ".jsonl") || has_suffix(path, ".json")) return 1;
     FILE *f = fopen(path, "rb");
@@ -167,7 +169,7 @@ static int looks_like_jsonl(const char *path) {
  * to it, and JSONL would be trained as its JSON syntax: both are refused. */
 static mt_status check_bytes(const char *data, uint32_t vocab) {
     if (looks_like_jsonl(data))
-        return mt_fail(MT_ERR_INVALID, "--data %s is JSONL, and the run has no tokenizer: its bytes, JSON syntax and "
+        return mt_fail(MT_ERR_INVALID, "--data %s is JSON, and the run has no tokenizer: its bytes, JSON syntax and "
                        "all, would be the tokens; give --tokenizer (or --init-from a model directory with a "
                        "tokenizer.json) to tokenize its documents or conversations", data);
     if (vocab > 256)
@@ -188,6 +190,7 @@ static mt_status data_tokens(const char *data, const char *tokenizer, uint32_t v
         snprintf(tokens, cap, "%s", data);
         return MT_OK;
     }
+    if (!is_token_file(data)) MT_TRY(mt_refuse_foreign_format(data));
     if (!tokenizer[0] && !is_token_file(data)) MT_TRY(check_bytes(data, vocab));
     if (!tokenizer[0] || is_token_file(data)) {
         snprintf(tokens, cap, "%s", data);
