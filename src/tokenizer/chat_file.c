@@ -189,8 +189,8 @@ static mt_status not_records(FILE *f, long start, const char *path) {
     if (!whole) return mt_fail(MT_ERR_INVALID, "%s", why);
     const char *kind = mt_json_kind(whole);
     json_decref(whole);
-    return mt_fail(MT_ERR_INVALID, "%s: the file is one JSON value (%s), not records: megatrain reads JSONL (one record a line) or a "
-                   "JSON array of records", path, kind);
+    return mt_fail(MT_ERR_INVALID, "%s: the file is one JSON value (%s), not records: megatrain reads JSONL (one "
+                   "record a line) or a JSON array of records", path, kind);
 }
 
 mt_status mt_jsonl_is_chat(const char *path, int *chat) {
