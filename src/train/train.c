@@ -101,6 +101,8 @@ static mt_status resolve_settings(mt_train_run *r, const mt_train_options *given
     MT_TRY(absolute(&named.init_from, r->init_from, sizeof r->init_from));
     MT_TRY(absolute(&named.config_path, r->config_path, sizeof r->config_path));
     MT_TRY(absolute_list(&named.val_data, r->val_data, sizeof r->val_data));
+    /* Validation files of its own: a new run holds none of its training data out unless asked. */
+    if (named.val_data && isnan(named.val_fraction) && !r->resume_from[0]) named.val_fraction = 0;
     MT_TRY(mt_settings_resolve(&named, r->saved_settings, r->resume_from, &r->o));
     /* The default data, or a relative path a checkpoint stored before paths were made absolute. */
     MT_TRY(absolute(&r->o.data_path, r->data_path, sizeof r->data_path));
@@ -293,6 +295,47 @@ static mt_status restore_sampler(mt_train_run *r) {
     return mt_dataset_set_state(&r->data, s);
 }
 
+/* The validation windows of `data` an evaluation covers: those of its first eval_batches batches
+ * (the last of them may be partial). */
+static size_t val_windows(const mt_train_run *r, const mt_dataset *data) {
+    size_t sequences = (size_t)mt_devices_ranks(&r->dev, &r->o) * r->o.micro_batches * r->o.batch;
+    size_t windows = mt_dataset_val_windows(data), most = sequences * (size_t)r->o.eval_batches;
+    return windows < most ? windows : most;
+}
+
+/* Which validation each evaluation runs, or why there is none. */
+static void report_validation(const mt_train_run *r) {
+    const mt_train_options *o = &r->o;
+    if (o->eval_every == 0) return;
+    size_t held = mt_dataset_val_windows(&r->data);
+    if (held)
+        mt_log_info("validation every %lld steps: %zu of the %zu windows held out of the training data "
+                    "(--val-fraction %g, --eval-batches %lld)", (long long)o->eval_every, val_windows(r, &r->data),
+                    held, o->val_fraction, (long long)o->eval_batches);
+    for (int i = 0; i < r->n_val; i++)
+        mt_log_info("validation every %lld steps: %zu of the %zu windows of %s (%s)", (long long)o->eval_every,
+                    val_windows(r, &r->val[i].data), mt_dataset_val_windows(&r->val[i].data), r->val[i].name,
+                    r->val[i].key);
+    if (!held && r->n_val)
+        mt_log_info("none of the training data is held out for validation (--val-data is given: --val-fraction "
+                    "holds a part out too)");
+    if (!held && !r->n_val)
+        mt_log_warn("no validation: --val-fraction 0 holds none of the training data out and no --val-data is "
+                    "given");
+}
+
+/* A --val-data file's metric names it by its base name ("val_loss/chat_val.jsonl"); two files of
+ * one base name would share it, so they are refused. */
+static mt_status name_val_metric(mt_train_run *r, int i) {
+    const char *slash = strrchr(r->val[i].name, '/');
+    snprintf(r->val[i].key, sizeof r->val[i].key, "val_loss/%s", slash ? slash + 1 : r->val[i].name);
+    for (int k = 0; k < i; k++)
+        if (!strcmp(r->val[k].key, r->val[i].key))
+            return mt_fail(MT_ERR_INVALID, "--val-data: %s and %s have one base name, which names their validation "
+                           "loss (%s): give files of different names", r->val[k].name, r->val[i].name, r->val[i].key);
+    return MT_OK;
+}
+
 /* The --val-data files, each tokenized as --data is (cached in the run directory) and read whole
  * as validation windows in the run's layout: packed examples where the run packs and the file
  * records them, else windows of its stream, documents masked with --doc-mask; an error names the
@@ -305,6 +348,7 @@ static mt_status open_val_files(mt_train_run *r) {
         char *name = r->val[r->n_val].name, tokens[8192];
         snprintf(name, sizeof r->val[0].name, "%.*s", (int)n, p);
         p += n + (p[n] == ',');
+        MT_TRY(name_val_metric(r, r->n_val));
         mt_train_options as_data = r->o;
         as_data.data_path = name;
         mt_status st = mt_train_data_resolve(&as_data, (uint32_t)r->cfg.vocab_size, tokens, sizeof tokens);
@@ -379,6 +423,7 @@ static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
     MT_TRY(init_weights(r));
     MT_TRY(restore_sampler(r));
     MT_TRY(open_val_files(r));
+    report_validation(r);
     MT_TRY(open_engine(r));
     if (mt_devices_writes(&r->dev)) {
         MT_TRY(mt_metrics_open(o->out_dir, r->progress.step, &r->metrics));
@@ -487,9 +532,7 @@ static void draw_curve(const mt_train_run *r) {
         int n = 1;
         if (val.n) series[n++] = (mt_plot_series){"validation", val.step, val.value, val.n, 1};
         for (int i = 0; i < r->n_val; i++) {
-            char key[1100];
-            snprintf(key, sizeof key, "val_loss/%s", r->val[i].name);
-            if (mt_metrics_load_curve(metrics, key, &files[i]) == MT_OK && files[i].n)
+            if (mt_metrics_load_curve(metrics, r->val[i].key, &files[i]) == MT_OK && files[i].n)
                 series[n++] = (mt_plot_series){r->val[i].name, files[i].step, files[i].value, files[i].n, 1};
         }
         mt_plot_labels labels = {"megatrain: loss", "step", "cross-entropy (nats per token)"};
@@ -530,7 +573,7 @@ static mt_status log_step(mt_train_run *r, const mt_step_result *s, float lr, do
     return rc;
 }
 
-/* A validation loss: the held-out part's ("val_loss") or a --val-data file's ("val_loss/FILE"). */
+/* A validation loss: the held-out part's ("val_loss") or a --val-data file's ("val_loss/BASENAME"). */
 static mt_status log_val(mt_train_run *r, const char *key, double loss) {
     json_t *ev = json_pack("{s:I, s:f}", "step", (json_int_t)r->progress.step, key, loss);
     if (!ev) return mt_fail(MT_ERR_NOMEM, "cannot build a metrics line");
@@ -594,16 +637,15 @@ static mt_status loop(mt_train_run *r, mt_progress *pg) {
             MT_TRY(validate(r, &r->data, &r->tokens, &val));
             if (!isnan(val)) {
                 MT_TRY(log_val(r, "val_loss", val));
-                mt_progress_note(pg, "step %lld: validation loss %.4f", (long long)r->progress.step, val);
+                mt_progress_note(pg, "step %lld: validation loss %.4f over %zu windows", (long long)r->progress.step,
+                                 val, val_windows(r, &r->data));
             }
             for (int i = 0; i < r->n_val; i++) {
-                char key[1100];
-                snprintf(key, sizeof key, "val_loss/%s", r->val[i].name);
                 MT_TRY(validate(r, &r->val[i].data, &r->val[i].tokens, &val));
                 if (isnan(val)) continue; /* every target masked */
-                MT_TRY(log_val(r, key, val));
-                mt_progress_note(pg, "step %lld: validation loss %.4f on %s", (long long)r->progress.step, val,
-                                 r->val[i].name);
+                MT_TRY(log_val(r, r->val[i].key, val));
+                mt_progress_note(pg, "step %lld: validation loss %.4f over %zu windows of %s",
+                                 (long long)r->progress.step, val, val_windows(r, &r->val[i].data), r->val[i].name);
             }
             draw_curve(r);
         }

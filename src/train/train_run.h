@@ -36,6 +36,7 @@ typedef struct {
     int n_val;                  /* --val-data files */
     struct {
         char name[1024];        /* as given */
+        char key[1100];         /* its metric: "val_loss/" and its base name */
         mt_tokens tokens;
         mt_dataset data;
     } val[MT_MAX_VAL_FILES];
