@@ -104,6 +104,7 @@ static mt_status resolve_settings(mt_train_run *r, const mt_train_options *given
     /* Validation files of its own: a new run holds none of its training data out unless asked. */
     if (named.val_data && isnan(named.val_fraction) && !r->resume_from[0]) named.val_fraction = 0;
     MT_TRY(mt_settings_resolve(&named, r->saved_settings, r->resume_from, &r->o));
+    if (!r->resume_from[0]) mt_settings_log_defaults(&named, &r->o);
     /* The default data, or a relative path a checkpoint stored before paths were made absolute. */
     MT_TRY(absolute(&r->o.data_path, r->data_path, sizeof r->data_path));
     if (r->o.val_data != r->val_data) MT_TRY(absolute_list(&r->o.val_data, r->val_data, sizeof r->val_data));
