@@ -184,6 +184,21 @@ mt_status mt_dataset_init_val_only(mt_dataset *ds, const mt_tokens *tokens, int 
     return st;
 }
 
+double mt_dataset_epoch_windows(const mt_dataset *ds) {
+    size_t seq = (size_t)ds->seq_len;
+    if (ds->packer) return (double)ds->report.windows;
+    if (ds->order == MT_SAMPLE_SEQUENTIAL) return (double)((ds->train_tokens - seq - 1) / seq + 1);
+    return (double)ds->train_tokens / (double)seq;
+}
+
+double mt_dataset_epochs_done(const mt_dataset *ds) {
+    const mt_sampler_state *s = &ds->state;
+    double windows = mt_dataset_epoch_windows(ds);
+    /* cursor: packed, the windows drawn in the epoch; stream, their tokens */
+    double drawn = ds->packer ? (double)s->cursor : (double)s->cursor / (double)ds->seq_len;
+    return (double)s->epoch + (windows > 0 ? drawn / windows : 0);
+}
+
 mt_status mt_dataset_set_state(mt_dataset *ds, const mt_sampler_state *state) {
     if (ds->packer) {
         MT_TRY(mt_packer_seek(ds->packer, state->rng.state, state->cursor, state->epoch));

@@ -101,6 +101,12 @@ mt_status mt_dataset_init_val_only(mt_dataset *ds, const mt_tokens *tokens, int 
 /* Whether the windows have segments (documents masked, or packed): their positions matter. */
 static inline int mt_dataset_segmented(const mt_dataset *ds) { return ds->eot >= 0 || ds->examples != NULL; }
 
+/* The training windows an epoch draws (stream windows at random: the split's tokens over seq_len,
+ * a fraction; in order: the windows that fit; packed: those of the first epoch's packing), and the
+ * epochs the sampler has drawn, a fraction within the current one. */
+double mt_dataset_epoch_windows(const mt_dataset *ds);
+double mt_dataset_epochs_done(const mt_dataset *ds);
+
 /* Restores a saved state; fails when it cannot belong to this dataset (cursor past the split or,
  * packed, past the epoch's windows). */
 mt_status mt_dataset_set_state(mt_dataset *ds, const mt_sampler_state *state);

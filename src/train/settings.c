@@ -134,8 +134,11 @@ mt_status mt_settings_resolve(const mt_train_options *given, const json_t *saved
         if (mt_option_is_unset(opt, given)) MT_TRY(value_from_json(opt, v, checkpoint, out));
         else MT_TRY(reconcile(opt, given, &from_checkpoint, checkpoint));
     }
-    if (!saved && out->init_from && out->warmup_steps == MT_UNSET) out->warmup_steps = out->steps / 10;
     return MT_OK;
+}
+
+void mt_settings_finetune_warmup(mt_train_options *o) {
+    if (o->init_from && o->warmup_steps == MT_UNSET) o->warmup_steps = o->steps / 10;
 }
 
 void mt_settings_log_defaults(const mt_train_options *given, const mt_train_options *resolved) {
@@ -145,9 +148,11 @@ void mt_settings_log_defaults(const mt_train_options *given, const mt_train_opti
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         const mt_option *opt = mt_option_find(names[i]);
         if (!mt_option_is_unset(opt, given)) continue;
-        if (opt->offset == offsetof(mt_train_options, warmup_steps) && resolved->warmup_steps == MT_UNSET)
-            snprintf(value, sizeof value, "%lld", (long long)mt_settings_warmup(resolved));
-        else mt_option_format(opt, resolved, value, sizeof value);
+        if (opt->offset != offsetof(mt_train_options, warmup_steps)) mt_option_format(opt, resolved, value, sizeof value);
+        else if (!isnan(resolved->epochs)) /* the steps follow from the data */
+            snprintf(value, sizeof value, "(a tenth of the steps%s)", resolved->init_from ? "" : ", at most 100");
+        else snprintf(value, sizeof value, "%lld", (long long)(resolved->init_from ? resolved->steps / 10
+                                                                                     : mt_settings_warmup(resolved)));
         int n = snprintf(list + at, sizeof list - at, "%s--%s %s", at ? ", " : "", opt->name, value);
         if (n > 0 && (size_t)n < sizeof list - at) at += (size_t)n;
     }

@@ -28,8 +28,13 @@ mt_status mt_settings_resolve(const mt_train_options *given, const json_t *saved
 
 /* Defaults differ by the model's origin: with --init-from (fine-tuning a pretrained model) the
  * learning rate is 1e-5, weight decay 0, beta2 0.999, the cosine ends at 0 (min-lr-ratio 0) and a
- * fresh run's warmup is set to a tenth of its steps; without it pretraining's stay (option_table.c).
+ * fresh run's warmup is set to a tenth of its steps (mt_settings_finetune_warmup); without it
+ * pretraining's stay (option_table.c).
  * A run stores what it resolved, so a resumed run keeps them. */
+
+/* Fine-tuning's warmup, a tenth of the steps, set on a fresh --init-from run's options whose
+ * warmup is unset once its steps are known (--epochs: once the data is open). */
+void mt_settings_finetune_warmup(mt_train_options *o);
 
 /* One log line naming the optimizer's settings a fresh run took by default (not `given`), which
  * defaults they are (fine-tuning's or pretraining's) and that an option changes them. */

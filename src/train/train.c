@@ -115,7 +115,11 @@ static mt_status resolve_settings(mt_train_run *r, const mt_train_options *given
         if (r->tokenizer[0]) r->o.tokenizer = r->tokenizer;
     }
     MT_TRY(mt_train_options_check(&r->o));
-    if (r->o.steps < step)
+    if (given->steps != MT_UNSET && !isnan(given->epochs))
+        return mt_fail(MT_ERR_INVALID, "--steps %lld and --epochs %g: give one of them", (long long)given->steps,
+                       given->epochs);
+    if (given->steps != MT_UNSET) r->o.epochs = MT_UNSET_NUMBER; /* a resumed --epochs run given --steps */
+    if (isnan(r->o.epochs) && r->o.steps < step)
         return mt_fail(MT_ERR_INVALID, "--steps %lld: %s is at step %lld already; give --steps %lld or more to "
                        "continue the run", (long long)r->o.steps, r->resume_from, (long long)step, (long long)step);
     r->settings = mt_settings_to_json(&r->o);
@@ -221,6 +225,16 @@ static mt_status check_targets(mt_train_run *r) {
     return MT_OK;
 }
 
+/* The run's settings made again from its options, the identities of its inputs kept. */
+static mt_status refresh_settings(mt_train_run *r) {
+    json_t *inputs = json_incref(json_object_get(r->settings, "inputs")); /* identify_inputs' */
+    json_decref(r->settings);
+    r->settings = mt_settings_to_json(&r->o);
+    if (r->settings && (!inputs || json_object_set_new(r->settings, "inputs", inputs) == 0)) return MT_OK;
+    if (!r->settings) json_decref(inputs);
+    return mt_fail(MT_ERR_NOMEM, "cannot build the run's settings");
+}
+
 /* The token file, opened and checked (ids, splits, targets) before the model's memory is
  * allocated. */
 static mt_status open_tokens(mt_train_run *r, const mt_train_options *given) {
@@ -238,12 +252,7 @@ static mt_status open_tokens(mt_train_run *r, const mt_train_options *given) {
     MT_TRY(mt_tokens_validate(&r->tokens, (uint32_t)r->cfg.vocab_size, tokens));
     /* The windows' layout, now that the data says what it is, is a run setting: stored resolved. */
     MT_TRY(mt_train_data_layout(&r->o, &r->tokens, path, &r->eot));
-    json_t *inputs = json_incref(json_object_get(r->settings, "inputs")); /* identify_inputs' */
-    json_decref(r->settings);
-    r->settings = mt_settings_to_json(&r->o);
-    if (r->settings && (!inputs || json_object_set_new(r->settings, "inputs", inputs) == 0)) return MT_OK;
-    if (!r->settings) json_decref(inputs);
-    return mt_fail(MT_ERR_NOMEM, "cannot build the run's settings");
+    return refresh_settings(r);
 }
 
 /* The packing's numbers: one line, and a warning for the examples it cut. */
@@ -337,6 +346,28 @@ static mt_status name_val_metric(mt_train_run *r, int i) {
     return MT_OK;
 }
 
+/* The run's steps, now that its data and its place in it are known: --epochs' (that many passes
+ * over the training windows, rounded up to whole steps), and a fresh fine-tuning run's warmup set
+ * from them; the schedule follows. */
+static mt_status settle_steps(mt_train_run *r) {
+    mt_train_options *o = &r->o;
+    if (!isnan(o->epochs)) {
+        double per_epoch = mt_dataset_epoch_windows(&r->data);
+        int sequences = mt_devices_ranks(&r->dev, o) * o->micro_batches * o->batch;
+        o->steps = (int64_t)ceil(o->epochs * per_epoch / sequences - 1e-9);
+        mt_log_info("--epochs %g: %.6g training windows an epoch, %d a step: %lld steps", o->epochs, per_epoch,
+                    sequences, (long long)o->steps);
+        if (o->steps < r->progress.step)
+            return mt_fail(MT_ERR_INVALID, "--epochs %g: %lld steps, but %s is at step %lld already", o->epochs,
+                           (long long)o->steps, r->resume_from, (long long)r->progress.step);
+    }
+    if (!r->resume_from[0]) mt_settings_finetune_warmup(o);
+    r->schedule.total_steps = o->steps;
+    r->schedule.warmup_steps = mt_settings_warmup(o);
+    MT_TRY(mt_lr_schedule_validate(&r->schedule));
+    return refresh_settings(r);
+}
+
 /* The --val-data files, each tokenized as --data is (cached in the run directory) and read whole
  * as validation windows in the run's layout: packed examples where the run packs and the file
  * records them, else windows of its stream, documents masked with --doc-mask; an error names the
@@ -423,6 +454,7 @@ static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
     MT_TRY(mt_engine_store_create(&r->store, &r->layout, r->dev.be, r->moments, &r->placement.eo));
     MT_TRY(init_weights(r));
     MT_TRY(restore_sampler(r));
+    MT_TRY(settle_steps(r));
     MT_TRY(open_val_files(r));
     report_validation(r);
     MT_TRY(open_engine(r));
@@ -559,6 +591,10 @@ static mt_status log_step(mt_train_run *r, const mt_step_result *s, float lr, do
                            "opt_seconds_per_block", s->opt_seconds_per_block, "wait_opt_seconds",
                            s->wait_opt_seconds, "stall_seconds", s->stall_seconds, "compute_seconds",
                            s->compute_seconds);
+    if (ev && json_object_set_new(ev, "epoch", json_real(mt_dataset_epochs_done(&r->data))) != 0) {
+        json_decref(ev);
+        ev = NULL;
+    }
     if (ev && !isnan(padding) && json_object_set_new(ev, "padding", json_real(padding)) != 0) {
         json_decref(ev);
         ev = NULL;
@@ -626,7 +662,7 @@ static mt_status loop(mt_train_run *r, mt_progress *pg) {
                              (long long)r->progress.step);
         else if (s.skipped)
             mt_progress_note(pg, "step %lld skipped: gradient norm %g", (long long)r->progress.step, s.grad_norm);
-        mt_progress_step(pg, r->progress.step, s.loss, tokens_per_step, lr);
+        mt_progress_step(pg, r->progress.step, mt_dataset_epochs_done(&r->data), s.loss, tokens_per_step, lr);
         MT_TRY(log_step(r, &s, lr, mt_progress_tokens_per_second(pg), mt_now() - pg->started,
                         r->data.packer ? (double)padding / tokens_per_step : NAN));
         if (!no_targets) MT_TRY(mt_step_watch_after(&r->watch, r->progress.step, s.loss, s.skipped));
