@@ -182,13 +182,22 @@ static struct option *train_long_options(void) {
     return opts;
 }
 
-/* Sets the flags of argv in *o; 1 for --help, -1 (printed) for a bad one. */
+/* Sets the flags of argv in *o; 1 for --help, -1 (printed) for a bad one. A run trains on one
+ * --data: a second is refused rather than taken in place of the first. */
 static int parse_flags(int argc, char **argv, const struct option *opts, mt_train_options *o) {
     optind = 1;
     int c;
+    const char *data = NULL;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'h') return 1;
         if (c < 256) return -1; /* getopt printed what was wrong */
+        if (!strcmp(opts[c - 256].name, "data") && data) {
+            fprintf(stderr, "megatrain: error: --data is given twice (%s, %s): a run trains on one data file; "
+                    "tokenize them into one with 'megatrain tokenize %s %s --out PREFIX' and train on its shard\n",
+                    data, optarg, data, optarg);
+            return -1;
+        }
+        if (!strcmp(opts[c - 256].name, "data")) data = optarg;
         if (mt_train_option_set(o, opts[c - 256].name, optarg) != MT_OK) {
             fprintf(stderr, "megatrain: error: %s\n", mt_error());
             return -1;
