@@ -319,6 +319,75 @@ Test(chat_cli, alpaca_history_is_the_earlier_turns) {
     mt_cli_result_free(&r);
 }
 
+/* Example e of a masked shard: its ids and loss flags, as one string (4 bytes an id, then a byte a
+ * flag), *len its bytes. */
+static unsigned char *example_bytes(const mt_tokens *t, size_t e, size_t *len) {
+    const uint64_t *starts;
+    size_t n = mt_tokens_examples(t, &starts), end = e + 1 < n ? starts[e + 1] : t->count, k = end - starts[e];
+    unsigned char *b = malloc(5 * k);
+    int32_t *ids = malloc(k * sizeof *ids);
+    mt_tokens_copy(t, starts[e], k, ids);
+    memcpy(b, ids, 4 * k);
+    mt_tokens_copy_mask(t, starts[e], k, b + 4 * k);
+    free(ids);
+    *len = 5 * k;
+    return b;
+}
+
+static int holds_example(const mt_tokens *t, const unsigned char *want, size_t len) {
+    const uint64_t *starts;
+    for (size_t e = 0; e < mt_tokens_examples(t, &starts); e++) {
+        size_t n;
+        unsigned char *b = example_bytes(t, e, &n);
+        int same = n == len && !memcmp(b, want, len);
+        free(b);
+        if (same) return 1;
+    }
+    return 0;
+}
+
+static void open_one(const char *pattern, mt_tokens *t) {
+    glob_t g;
+    cr_assert_eq(glob(pattern, 0, NULL, &g), 0, "no %s", pattern);
+    cr_assert_eq(mt_tokens_open(g.gl_pathv[0], t), MT_OK, "%s", mt_error());
+    globfree(&g);
+}
+
+/* Chat datasets mixed (train/data_mix.h): the mix holds whole examples of each, their ids and loss
+ * masks as tokenized alone, in the shares asked within an example. */
+Test(chat_cli, chat_datasets_mix_as_whole_examples) {
+    write_records(in_dir("records.jsonl"), in_dir("records.json"));
+    char a[PATH_MAX + 8], b[PATH_MAX + 8];
+    snprintf(a, sizeof a, "%s:0.6", in_dir("chat.jsonl"));
+    snprintf(b, sizeof b, "%s:0.4", in_dir("records.json"));
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("config.json"), "--tokenizer", in_dir("tok"), "--data", a,
+               "--data", b, SMALL_STEP, "--val-fraction", "0", "--steps", "1", "--out", in_dir("run"), NULL);
+    assert_succeeded(&r);
+    cr_expect(strstr(r.err, "mixed 2 datasets"), "%s", r.err);
+    mt_cli_result_free(&r);
+    mt_tokens mix, chat, records;
+    open_one(in_dir("run/data/mix-*_000000.bin"), &mix);
+    open_one(in_dir("run/data/chat.jsonl-*_000000.bin"), &chat);
+    open_one(in_dir("run/data/records.json-*_000000.bin"), &records);
+    const uint64_t *starts;
+    size_t examples = mt_tokens_examples(&mix, &starts), from_records = 0;
+    cr_assert_gt(examples, 60);
+    for (size_t e = 0; e < examples; e++) {
+        size_t len;
+        unsigned char *x = example_bytes(&mix, e, &len);
+        int in_records = holds_example(&records, x, len);
+        cr_expect(in_records || holds_example(&chat, x, len), "example %zu of the mix is in neither dataset", e);
+        from_records += (size_t)in_records * len / 5;
+        free(x);
+    }
+    double share = (double)from_records / (double)mix.count;
+    cr_expect(share > 0.38 && share < 0.42, "records.json holds %.3f of the mix's tokens, asked 0.4", share);
+    mt_tokens_close(&mix);
+    mt_tokens_close(&chat);
+    mt_tokens_close(&records);
+}
+
 /* Files megatrain does not read are refused as what they are, naming the formats it reads. */
 static void expect_refused(const char *name, const char *content, size_t len, const char *problem) {
     FILE *f = fopen(in_dir(name), "wb");

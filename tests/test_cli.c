@@ -134,18 +134,6 @@ Test(cli, missing_data_file) {
     mt_cli_result_free(&r);
 }
 
-/* Two --data: refused naming both, never the last one taken in silence. */
-Test(cli, data_given_twice_is_refused) {
-    mt_cli_result r;
-    const char *run = in_dir("run");
-    mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--data", in_dir("a.txt"), "--data", in_dir("b.txt"),
-               SMALL_STEP, "--steps", "2", "--out", run, NULL);
-    cr_assert_eq(r.exit_code, 2, "%s", r.err);
-    cr_expect(strstr(r.err, "--data is given twice") && strstr(r.err, "a.txt") && strstr(r.err, "b.txt"), "%s", r.err);
-    cr_expect(!mt_test_exists(run), "a refused run made its directory");
-    mt_cli_result_free(&r);
-}
-
 Test(cli, missing_config_file) {
     mt_cli_result r;
     const char *run = in_dir("run");

@@ -192,23 +192,35 @@ static struct option *train_long_options(void) {
     return opts;
 }
 
-/* Sets the flags of argv in *o; 1 for --help, -1 (printed) for a bad one. A run trains on one
- * --data: a second is refused rather than taken in place of the first. */
-static int parse_flags(int argc, char **argv, const struct option *opts, mt_train_options *o) {
+/* "FIRST,NEXT" kept in `strings` (freed with them): one more --data of a mix. */
+static const char *join_data(mt_run_file_strings *strings, const char *first, const char *next) {
+    char **grown = realloc(strings->v, (strings->n + 1) * sizeof *grown);
+    if (grown) strings->v = grown;
+    char *joined = NULL;
+    if (!grown || asprintf(&joined, "%s,%s", first, next) < 0) return NULL;
+    return strings->v[strings->n++] = joined;
+}
+
+/* Sets the flags of argv in *o; 1 for --help, -1 (printed) for a bad one. --data given more than
+ * once is a mix of datasets (train/data_mix.h): the first here replaces a run file's, the others
+ * join it. */
+static int parse_flags(int argc, char **argv, const struct option *opts, mt_train_options *o,
+                       mt_run_file_strings *strings) {
     optind = 1;
     int c;
     const char *data = NULL;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'h') return 1;
         if (c < 256) return -1; /* getopt printed what was wrong */
-        if (!strcmp(opts[c - 256].name, "data") && data) {
-            fprintf(stderr, "megatrain: error: --data is given twice (%s, %s): a run trains on one data file; "
-                    "tokenize them into one with 'megatrain tokenize %s %s --out PREFIX' and train on its shard\n",
-                    data, optarg, data, optarg);
-            return -1;
+        const char *value = optarg;
+        if (!strcmp(opts[c - 256].name, "data")) {
+            if (data && !(value = join_data(strings, data, optarg))) {
+                fprintf(stderr, "megatrain: error: out of memory\n");
+                return -1;
+            }
+            data = value;
         }
-        if (!strcmp(opts[c - 256].name, "data")) data = optarg;
-        if (mt_train_option_set(o, opts[c - 256].name, optarg) != MT_OK) {
+        if (mt_train_option_set(o, opts[c - 256].name, value) != MT_OK) {
             fprintf(stderr, "megatrain: error: %s\n", mt_error());
             return -1;
         }
@@ -226,7 +238,7 @@ int mt_cli_parse_train(int argc, char **argv, const char *command, mt_train_opti
         fprintf(stderr, "megatrain: error: out of memory\n");
         return -1;
     }
-    int bad = 0, flags = parse_flags(argc, argv, opts, o);
+    int bad = 0, flags = parse_flags(argc, argv, opts, o, strings);
     if (flags == 1) {
         free(opts);
         printf(train_help, command, mt_config_preset_names());
@@ -246,7 +258,7 @@ int mt_cli_parse_train(int argc, char **argv, const char *command, mt_train_opti
             fprintf(stderr, "megatrain: error: %s\n", mt_error());
             bad = 1;
         } else {
-            bad = parse_flags(argc, argv, opts, o) != 0;
+            bad = parse_flags(argc, argv, opts, o, strings) != 0;
         }
     }
     free(opts);

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "io/file_identity.h"
+#include "train/data_mix.h"
 #include "util/fs.h"
 #include "util/log.h"
 
@@ -33,7 +34,15 @@ static int add(char (*paths)[PATH_MAX], int n, const char *path) {
     return n + 1;
 }
 
-static int data_files(const char *path, char (*paths)[PATH_MAX]) { return is_file(path) ? add(paths, 0, path) : 0; }
+/* --data: a file, or the datasets of a mix (train/data_mix.h). */
+static int data_files(const char *list, char (*paths)[PATH_MAX]) {
+    mt_data_source data[MT_MAX_DATA];
+    int n = 0, files = 0;
+    if (mt_data_list_parse(list, data, &n) != MT_OK) return 0; /* refused where the data is read */
+    for (int k = 0; k < n; k++)
+        if (is_file(data[k].path)) files = add(paths, files, data[k].path);
+    return files;
+}
 
 /* --val-data: a comma-separated list of files. */
 static int listed_files(const char *list, char (*paths)[PATH_MAX]) {

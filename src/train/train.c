@@ -67,8 +67,9 @@ static mt_status absolute(const char **path, char *buf, size_t cap) {
     return MT_OK;
 }
 
-/* The same for --val-data's comma-separated files. */
-static mt_status absolute_list(const char **list, char *buf, size_t cap) {
+/* The same for a comma-separated list of files (--val-data; --data's datasets, whose :WEIGHT stays
+ * on its path), `option` named in its refusal. */
+static mt_status absolute_list(const char *option, const char **list, char *buf, size_t cap) {
     if (!*list) return MT_OK;
     size_t at = 0;
     buf[0] = '\0';
@@ -78,7 +79,7 @@ static mt_status absolute_list(const char **list, char *buf, size_t cap) {
         snprintf(one, sizeof one, "%.*s", (int)(n < sizeof one - 1 ? n : sizeof one - 1), p);
         MT_TRY(mt_path_absolute(one, abs, sizeof abs));
         int w = snprintf(buf + at, cap - at, "%s%s", at ? "," : "", abs);
-        if (w < 0 || (size_t)w >= cap - at) return mt_fail(MT_ERR_INVALID, "--val-data %s: the paths are too long", *list);
+        if (w < 0 || (size_t)w >= cap - at) return mt_fail(MT_ERR_INVALID, "--%s %s: the paths are too long", option, *list);
         at += (size_t)w;
         p += n + (p[n] == ',');
     }
@@ -97,17 +98,19 @@ static mt_status resolve_settings(mt_train_run *r, const mt_train_options *given
         MT_TRY(mt_train_tokenizer_resolve(&named, r->tokenizer, sizeof r->tokenizer));
         named.tokenizer = r->tokenizer;
     }
-    MT_TRY(absolute(&named.data_path, r->data_path, sizeof r->data_path));
+    MT_TRY(absolute_list("data", &named.data_path, r->data_path, sizeof r->data_path));
     MT_TRY(absolute(&named.init_from, r->init_from, sizeof r->init_from));
     MT_TRY(absolute(&named.config_path, r->config_path, sizeof r->config_path));
-    MT_TRY(absolute_list(&named.val_data, r->val_data, sizeof r->val_data));
+    MT_TRY(absolute_list("val-data", &named.val_data, r->val_data, sizeof r->val_data));
     /* Validation files of its own: a new run holds none of its training data out unless asked. */
     if (named.val_data && isnan(named.val_fraction) && !r->resume_from[0]) named.val_fraction = 0;
     MT_TRY(mt_settings_resolve(&named, r->saved_settings, r->resume_from, &r->o));
     if (!r->resume_from[0]) mt_settings_log_defaults(&named, &r->o);
     /* The default data, or a relative path a checkpoint stored before paths were made absolute. */
-    MT_TRY(absolute(&r->o.data_path, r->data_path, sizeof r->data_path));
-    if (r->o.val_data != r->val_data) MT_TRY(absolute_list(&r->o.val_data, r->val_data, sizeof r->val_data));
+    if (r->o.data_path != r->data_path)
+        MT_TRY(absolute_list("data", &r->o.data_path, r->data_path, sizeof r->data_path));
+    if (r->o.val_data != r->val_data)
+        MT_TRY(absolute_list("val-data", &r->o.val_data, r->val_data, sizeof r->val_data));
     /* None named or stored: the --init-from directory's, when it has one. A run that stored
      * none (bytes) keeps none. */
     if (!r->o.tokenizer && !(r->saved_settings && json_object_get(r->saved_settings, "tokenizer"))) {

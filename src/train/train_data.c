@@ -16,6 +16,7 @@
 #include "tokenizer/tokenize_chat.h"
 #include "tokenizer/tokenize_files.h"
 #include "tokenizer/utf8.h"
+#include "train/data_mix.h"
 #include "train/run_state.h"
 #include "util/foreign_format.h"
 #include "util/fs.h"
@@ -99,8 +100,7 @@ static mt_status cache_key(const char *data, const char *tokenizer, uint64_t *ke
     return rc;
 }
 
-/* Removes this input's caches of other keys (a changed input or tokenizer). */
-static void remove_stale(const char *cache_dir, const char *name) {
+void mt_train_cache_remove_stale(const char *cache_dir, const char *name) {
     char pattern[PATH_MAX * 2];
     snprintf(pattern, sizeof pattern, "%s/%s-????????????????_[0-9]*.bin", cache_dir, name);
     glob_t g;
@@ -212,11 +212,12 @@ static mt_status data_tokens(const char *data, const char *tokenizer, uint32_t v
         return MT_OK;
     }
     MT_TRY(mt_mkdir_p(cache_dir));
-    remove_stale(cache_dir, name);
+    mt_train_cache_remove_stale(cache_dir, name);
     return tokenize(data, tokenizer, vocab, prefix);
 }
 
 mt_status mt_train_data_resolve(const mt_train_options *o, uint32_t vocab, char *tokens, size_t cap) {
+    if (strchr(o->data_path, ',')) return mt_data_mix_resolve(o, vocab, tokens, cap);
     return data_tokens(o->data_path, o->tokenizer ? o->tokenizer : "", vocab, o->out_dir, tokens, cap);
 }
 

@@ -10,6 +10,7 @@
 #include "io/metrics.h"
 #include "optim/schedule.h"
 #include "plan/placement.h"
+#include "train/data_mix.h"
 #include "train/progress.h"
 #include "train/run_dir.h"
 #include "train/run_state.h"
@@ -48,7 +49,8 @@ typedef struct {
     int32_t eot;                /* --doc-mask's end-of-text id, or -1 */
     char resume_from[4096];
     char tokenizer[4096];       /* the run's tokenizer, resolved ("" for bytes): train/train_data.h */
-    char data_path[4096], init_from[4096], config_path[4096]; /* those options, absolute */
+    char data_path[MT_MAX_DATA * 1024];                   /* --data's datasets, absolute */
+    char init_from[4096], config_path[4096];              /* those options, absolute */
     char val_data[MT_MAX_VAL_FILES * 1024];
     int data_changed;           /* resumed on other data than the checkpoint's (train/run_inputs.h) */
     mt_step_watch watch;
