@@ -217,8 +217,9 @@ static void report(const mt_train_options *o, const source *s, int n, const char
     for (int k = 0; k < n; k++) total += s[k].written;
     for (int k = 0; k < n && at < sizeof line; k++) {
         const char *base = strrchr(s[k].given->path, '/') ? strrchr(s[k].given->path, '/') + 1 : s[k].given->path;
+        double written = (double)s[k].written;
         int w = snprintf(line + at, sizeof line - at, "%s%s %.1f%% of the tokens (%.2f passes)", k ? ", " : "", base,
-                         100.0 * (double)s[k].written / (double)total, (double)s[k].written / (double)s[k].tokens.count);
+                         100.0 * written / (double)total, written / (double)s[k].tokens.count);
         at += w > 0 ? (size_t)w : 0;
     }
     mt_log_info("mixed %d datasets into %s, %llu tokens: %s", n, path, (unsigned long long)total, line);

@@ -32,8 +32,8 @@ void mt_progress_step(mt_progress *p, int64_t step, double epoch, double loss, d
     char eta[32];
     format_duration(eta, sizeof eta, per_step * (double)(p->total_steps - step));
     fprintf(stderr, "%sstep %lld/%lld  epoch %.2f  loss %.4f  lr %.2e  %.0f tok/s  ETA %s%s",
-            p->live ? "\r\033[K" : "", (long long)step, (long long)p->total_steps, epoch, loss, (double)lr, p->tokens / elapsed, eta,
-            p->live ? "" : "\n");
+            p->live ? "\r\033[K" : "", (long long)step, (long long)p->total_steps, epoch, loss, (double)lr,
+            p->tokens / elapsed, eta, p->live ? "" : "\n");
     fflush(stderr);
 }
 

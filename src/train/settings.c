@@ -148,7 +148,8 @@ void mt_settings_log_defaults(const mt_train_options *given, const mt_train_opti
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         const mt_option *opt = mt_option_find(names[i]);
         if (!mt_option_is_unset(opt, given)) continue;
-        if (opt->offset != offsetof(mt_train_options, warmup_steps)) mt_option_format(opt, resolved, value, sizeof value);
+        if (opt->offset != offsetof(mt_train_options, warmup_steps))
+            mt_option_format(opt, resolved, value, sizeof value);
         else if (!isnan(resolved->epochs)) /* the steps follow from the data */
             snprintf(value, sizeof value, "(a tenth of the steps%s)", resolved->init_from ? "" : ", at most 100");
         else snprintf(value, sizeof value, "%lld", (long long)(resolved->init_from ? resolved->steps / 10

@@ -79,7 +79,8 @@ static mt_status absolute_list(const char *option, const char **list, char *buf,
         snprintf(one, sizeof one, "%.*s", (int)(n < sizeof one - 1 ? n : sizeof one - 1), p);
         MT_TRY(mt_path_absolute(one, abs, sizeof abs));
         int w = snprintf(buf + at, cap - at, "%s%s", at ? "," : "", abs);
-        if (w < 0 || (size_t)w >= cap - at) return mt_fail(MT_ERR_INVALID, "--%s %s: the paths are too long", option, *list);
+        if (w < 0 || (size_t)w >= cap - at)
+            return mt_fail(MT_ERR_INVALID, "--%s %s: the paths are too long", option, *list);
         at += (size_t)w;
         p += n + (p[n] == ',');
     }
