@@ -120,10 +120,14 @@ static mt_status load_array(FILE *f, const char *path, json_t **array) {
     return MT_OK;
 }
 
-/* Reads up to BATCH_LINES records of the array from *next on into b. */
+/* Reads up to BATCH_LINES records of the array from *next on into b; a record's bytes are its
+ * compact JSON's (for the summary). */
 static void take_records(json_t *array, size_t *next, example *b, size_t *n) {
-    for (*n = 0; *n < BATCH_LINES && *next < json_array_size(array); ++*n, ++*next)
-        b[*n] = (example){.record = json_incref(json_array_get(array, *next)), .line = *next + 1};
+    for (*n = 0; *n < BATCH_LINES && *next < json_array_size(array); ++*n, ++*next) {
+        json_t *record = json_array_get(array, *next);
+        b[*n] = (example){.record = json_incref(record), .line = *next + 1,
+                          .len = json_dumpb(record, NULL, 0, JSON_COMPACT)};
+    }
 }
 
 static void encode_batch(const mt_tokenizer *tok, const mt_chat_template *t, const char *path, example *b, size_t n) {
