@@ -107,6 +107,14 @@ static int first_byte(FILE *f) {
     return c;
 }
 
+/* Whether the file, past a byte order mark, holds a JSON array of records: one that opens with
+ * `[` and is not named as JSONL (whose lines are records, each refused when it is an array). */
+static int holds_array(FILE *f, const char *path) {
+    size_t n = strlen(path);
+    int first = first_byte(f);
+    return first == '[' && !(n >= 6 && !strcmp(path + n - 6, ".jsonl"));
+}
+
 /* A JSON array of records (LLaMA-Factory's .json files), read whole. */
 static mt_status load_array(FILE *f, const char *path, json_t **array) {
     json_error_t err;
@@ -143,7 +151,7 @@ mt_status mt_chat_file_encode(const mt_tokenizer *tok, const mt_chat_template *t
     FILE *f = fopen(path, "rb");
     if (!f) return mt_fail(MT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     json_t *array = NULL;
-    mt_status st = first_byte(f) == '[' ? load_array(f, path, &array) : MT_OK;
+    mt_status st = holds_array(f, path) ? load_array(f, path, &array) : MT_OK;
     example *batch = st == MT_OK ? calloc(BATCH_LINES, sizeof *batch) : NULL;
     if (st == MT_OK && !batch) st = mt_fail(MT_ERR_NOMEM, "%s: cannot hold a batch of lines", path);
     size_t line = 0, n = 0;
@@ -201,9 +209,9 @@ mt_status mt_jsonl_is_chat(const char *path, int *chat) {
     FILE *f = fopen(path, "rb");
     if (!f) return mt_fail(MT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     *chat = 0;
-    int first = first_byte(f);
+    int array = holds_array(f, path);
     long start = ftell(f);
-    if (first == '[') {
+    if (array) {
         mt_status st = array_is_chat(f, path, chat);
         fclose(f);
         return st;
