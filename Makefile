@@ -152,7 +152,7 @@ MODEL_KINDS_C := src/model/layout.c src/model/block_kinds.c src/model/mixer_atte
 FUZZ_LIB_C   := src/util/status.c src/util/log.c src/model/config.c $(MODEL_KINDS_C) src/io/checkpoint.c \
                 src/io/hf_config.c src/io/safetensors.c src/io/tokens.c src/io/masked_tokens.c \
                 tests/fuzz/tmp_file.c $(wildcard src/tokenizer/*.c) src/util/fs.c src/util/json_kind.c \
-                src/util/stop_signal.c
+                src/util/stop_signal.c src/util/foreign_format.c
 FUZZ_HARNESS := $(sort $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c))))
 
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_C) $(CHAT_TEMPLATES)
