@@ -4,6 +4,8 @@
 #   make test       every test (Criterion), then all of them again built with ASan+UBSan (the command
 #                   they drive too), then the engine's, the ranks' and the tokenizer's concurrency programs under TSan
 #   make demo       train the demo model on the demo corpus and sample from it
+# The first rule below is a template object's: `make` alone builds `all` all the same.
+.DEFAULT_GOAL := all
 CC       ?= cc
 CUDA_HOME ?= /usr/local/cuda
 NVCC     ?= $(CUDA_HOME)/bin/nvcc
@@ -151,7 +153,7 @@ MODEL_KINDS_C := src/model/layout.c src/model/block_kinds.c src/model/mixer_atte
 FUZZ_LIB_C   := src/util/status.c src/util/log.c src/model/config.c $(MODEL_KINDS_C) src/io/checkpoint.c \
                 src/io/hf_config.c src/io/safetensors.c src/io/tokens.c src/io/masked_tokens.c \
                 tests/fuzz/tmp_file.c $(wildcard src/tokenizer/*.c) src/util/fs.c src/util/json_kind.c \
-                src/util/stop_signal.c
+                src/util/stop_signal.c src/util/foreign_format.c
 FUZZ_HARNESS := $(sort $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c))))
 
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_C) $(CHAT_TEMPLATES)
