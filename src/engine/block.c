@@ -180,9 +180,11 @@ void mt_rmsnorm_dx_piece(const mt_block_ctx *c, mt_piece p, void *dx, float *dw,
 /* ---- the block ---- */
 
 void mt_block_forward(const mt_block_ctx *c, const mt_unit_weights *w, const void *x, void *y) {
-    mt_block_kinds k = mt_block_kinds_of(c->cfg, c->layer);
+    mt_layer_spec spec = mt_layer_spec_of(c->cfg, c->layer);
+    mt_block_kinds k = {spec.mixer, spec.ffn};
     mt_block_ctx at = *c;
     at.at = (mt_tile){0, 0};
+    at.spec = &spec;
     mixer_ops[k.mixer]->prepare(&at, w, x);
     tiling t = tiling_of(c);
     for (int i = 0, count = tile_count(c, t); i < count; i++) {
@@ -194,9 +196,11 @@ void mt_block_forward(const mt_block_ctx *c, const mt_unit_weights *w, const voi
 
 void mt_block_backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_unit_grads *g,
                        const void *x, void *dxy) {
-    mt_block_kinds k = mt_block_kinds_of(c->cfg, c->layer);
+    mt_layer_spec spec = mt_layer_spec_of(c->cfg, c->layer);
+    mt_block_kinds k = {spec.mixer, spec.ffn};
     mt_block_ctx at = *c;
     at.at = (mt_tile){0, 0};
+    at.spec = &spec;
     mixer_ops[k.mixer]->prepare(&at, w, x); /* recomputed from the block's input checkpoint, */
     tiling t = tiling_of(c);
     for (int i = 0, count = tile_count(c, t); i < count; i++) {

@@ -9,6 +9,7 @@
 #define MT_ENGINE_BLOCK_H
 
 #include "backend/backend.h"
+#include "model/layer_spec.h"
 #include "model/layout.h"
 
 /* Pointers to one unit's tensors of one class (weights: the backend's weight type; grads: fp32).
@@ -95,7 +96,7 @@ typedef struct {
     int chunk;              /* tokens per piece (mt_block_piece_rows); <= 0: the whole micro-batch */
     const float *inv_freq;  /* device copy of the RoPE frequencies */
     mt_block_ws *ws;
-    int layer;              /* the block's index: its kinds (model/block_kinds.h) */
+    int layer;              /* the block's index: its spec (model/layer_spec.h) */
     const mt_segments *seg; /* this micro-batch's segments (packed examples), or NULL (backend.h) */
     /* A mixture-of-experts block's routing statistics, added to by its forward (NULL: none, as in a
      * backward's recomputed forward): moe_counts[E] the layer's tokens per expert in this
@@ -107,6 +108,7 @@ typedef struct {
     const float *moe_aux_grad;
     int tile;               /* queries a tile takes (mt_block_tile_rows); <= 0: the whole micro-batch */
     mt_tile at;             /* the tile being worked on (set by block.c; rows 0 between tiles) */
+    const mt_layer_spec *spec; /* the block's spec, what its kinds read (set by block.c) */
 } mt_block_ctx;
 
 /* Rows of the largest piece the token-wise ops take at once for `chunk` tokens a piece: whole

@@ -7,6 +7,7 @@
 
 #include "engine/block.h"
 #include "model/block_kinds.h"
+#include "model/families.h"
 
 /* The workspace walk: buffers taken one after another in a fixed order, each on a 256-byte
  * boundary; with no base it only sums their sizes (llm.c's one table that sizes and carves). Each

@@ -5,6 +5,8 @@
  * classes are mt_engine_bytes's; docs/memory.md says what each holds and how budget.c fits them. */
 #include "engine/engine_internal.h"
 
+#include "model/families.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -291,7 +293,8 @@ static void point_into_buffers(mt_engine *e) {
             memset(e->grad_home[u] + end, 0, ((size_t)mt_engine_numel(e, u) - end) * 4);
         }
     }
-    mt_config_rope_inv_freq(e->cfg, e->host_inv_freq);
+    mt_model_spec model = mt_model_spec_of(e->cfg);
+    mt_rope_inv_freq(&model.rope[0], e->cfg->head_dim, e->host_inv_freq);
     mt_copy_async(e->be, e->dev_inv_freq, e->host_inv_freq, (size_t)e->cfg->head_dim / 2 * 4, e->h2d);
 }
 

@@ -50,7 +50,7 @@ void mt_swiglu_mlp_backward(const mt_block_ctx *c, mt_piece p, void *dh2, int ac
 void mt_ffn_norm_piece(const mt_block_ctx *c, const mt_unit_weights *w, mt_piece p) {
     int D = c->cfg->hidden_size;
     c->be->ops->op.rmsnorm(c->be, c->stream, c->ws->h2, c->ws->rstd2 + p.row, mt_x2_row(c, p.row),
-                           w->t[MT_T_MLP_NORM], p.rows, D, c->cfg->rms_norm_eps);
+                           w->t[MT_T_MLP_NORM], p.rows, D, c->spec->norm_eps);
 }
 
 static void forward(const mt_block_ctx *c, const mt_unit_weights *w, mt_piece p, void *y) {

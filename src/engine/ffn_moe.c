@@ -20,6 +20,10 @@ static int segments(const mt_block_ctx *c, mt_piece p) {
     return (p.rows + seg - 1) / seg;
 }
 
+/* The block's variants, as its spec has them. */
+static int renorm(const mt_block_ctx *c) { return (c->spec->ffn_spec.flags & MT_FFN_RENORM) != 0; }
+static int shared(const mt_block_ctx *c) { return (c->spec->ffn_spec.flags & MT_FFN_SHARED_EXPERT) != 0; }
+
 static void walk(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s) {
     const mt_config *c = s->c;
     size_t C = s->C, act = s->act, E = (size_t)c->num_experts, k = (size_t)c->experts_per_token;
@@ -58,7 +62,7 @@ static void experts_forward(const mt_block_ctx *c, const mt_unit_weights *w, mt_
     mt_ffn_norm_piece(c, w, p);
     mt_matmul_piece(c, p, ws->moe.logits, ws->h2, w->t[MT_T_ROUTER], NULL, D, E);
     moe->route(c->be, c->stream, ws->moe.weights, ws->moe.experts, stats ? c->moe_counts : NULL,
-               stats ? c->moe_prob_sum : NULL, ws->moe.logits, p.rows, E, k, cfg->norm_topk_prob);
+               stats ? c->moe_prob_sum : NULL, ws->moe.logits, p.rows, E, k, renorm(c));
     moe->permute(c->be, c->stream, ws->moe.order, ws->moe.slot_row, ws->moe.offsets, ws->moe.experts, p.rows, E, k,
                  segment_rows(c, p));
     moe->gather(c->be, c->stream, ws->moe.xs, ws->h2, ws->moe.order, p.rows, k, D);
@@ -85,7 +89,7 @@ static void forward(const mt_block_ctx *c, const mt_unit_weights *w, mt_piece p,
     c->be->ops->moe.combine(c->be, c->stream, ws->tmp, ws->moe.ys, ws->moe.weights, ws->moe.slot_row, p.rows,
                             c->cfg->experts_per_token, D);
     c->be->ops->op.add(c->be, c->stream, yp, mt_x2_row(c, p.row), ws->tmp, (size_t)p.rows * D);
-    if (c->cfg->shared_expert_intermediate_size) {
+    if (shared(c)) {
         shared_forward(c, w, p);
         c->be->ops->moe.gate_add(c->be, c->stream, yp, yp, ws->moe.shared, ws->moe.gate, p.rows, D);
     }
@@ -130,10 +134,10 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
                            E, S, D, 2 * F); /* dxs */
     moe->gather_dx(c->be, c->stream, ws->tmp, ws->moe.ys, ws->moe.slot_row, p.rows, k, D, 0);
     moe->route_dx(c->be, c->stream, ws->moe.dlogits, ws->moe.dweights, ws->moe.logits, ws->moe.experts,
-                  c->moe_aux_grad, p.rows, E, k, cfg->norm_topk_prob);
+                  c->moe_aux_grad, p.rows, E, k, renorm(c));
     mt_matmul_dw_piece(c, p, g->t[MT_T_ROUTER], NULL, ws->moe.dlogits, ws->h2, D, E);
     mt_matmul_dx_piece(c, p, ws->tmp, ws->moe.dlogits, w->t[MT_T_ROUTER], D, E, 1);
-    if (cfg->shared_expert_intermediate_size) shared_backward(c, w, g, p, dy);
+    if (shared(c)) shared_backward(c, w, g, p, dy);
     mt_rmsnorm_dx_piece(c, p, dy, g->t[MT_T_MLP_NORM], ws->tmp, mt_x2_row(c, p.row), w->t[MT_T_MLP_NORM],
                         ws->rstd2 + p.row, 1, D, 1);
 }

@@ -66,16 +66,17 @@ typedef struct {
     float router_aux_loss_coef;
 } mt_config;
 
-/* Fills `cfg` with a built-in shape (mt_config_preset_names lists them). Fails naming the preset
- * when it is unknown. */
+/* Fills `cfg` with a built-in shape, one of the families' presets (model/families.c;
+ * mt_config_preset_names lists them). Fails naming the preset when it is unknown. */
 mt_status mt_config_preset(const char *name, mt_config *cfg);
 /* Comma-separated preset names, for help text. */
 const char *mt_config_preset_names(void);
 
-
 /* Checks the shape against what the model code supports, limits above included; the message
  * names the field. */
 mt_status mt_config_validate(const mt_config *cfg);
+/* `value` of config field `name` in [lo, hi], else a message naming it. */
+mt_status mt_config_in_range(const char *name, int value, int lo, int hi);
 
 /* Parameter counts (of a validated config: they cannot overflow): block l's, every block's, those
  * of every block that one token's forward multiplies with (a mixture of experts uses top_k of its
@@ -87,16 +88,14 @@ int64_t mt_config_total_params(const mt_config *cfg);
 /* The widest dense SwiGLU MLP among the blocks' feed-forwards, a shared expert's included (what the
  * block workspace sizes for); 0 when there is none. */
 int mt_config_dense_mlp_width(const mt_config *cfg);
-/* Whether block l's feed-forward is a mixture of experts, and how many blocks' are. */
+/* Whether block l's feed-forward is a mixture of experts (its family's plan says:
+ * model/families.h), and how many blocks' are. */
 int mt_config_layer_is_moe(const mt_config *cfg, int l);
 int mt_config_moe_layers(const mt_config *cfg);
-/* Whether the architecture is one of the mixtures of experts (its config needs num_experts). */
+/* Whether the architecture's family is a mixture of experts (its config needs num_experts). */
 int mt_arch_is_moe(mt_arch arch);
 /* Forward FLOPs a token in every block besides the linear layers (attention's), at seq tokens a
  * sequence. */
 double mt_config_blocks_extra_flops(const mt_config *cfg, int seq);
-
-/* The RoPE inverse frequencies, head_dim/2 of them, llama3 scaling applied when configured. */
-void mt_config_rope_inv_freq(const mt_config *cfg, float *inv_freq);
 
 #endif

@@ -2,7 +2,7 @@
  * engine/ffn_dense.c runs it. */
 #include "model/block_kinds.h"
 
-static void declare(mt_layout *lay, mt_unit *u, const mt_config *c, int l) {
+static void declare(mt_layout *lay, mt_unit *u, const mt_config *c, const mt_layer_spec *s, int l) {
     int D = c->hidden_size, F = c->intermediate_size;
     mt_layout_add_block_tensor(lay, u, MT_T_MLP_NORM, l, D, 1, 0, 0, "post_attention_layernorm.weight");
     mt_layout_add_block_tensor(lay, u, MT_T_WG, l, F, D, 1, 0, "mlp.gate_proj.weight");
@@ -10,11 +10,11 @@ static void declare(mt_layout *lay, mt_unit *u, const mt_config *c, int l) {
     mt_layout_add_block_tensor(lay, u, MT_T_WD, l, D, F, 1, 0, "mlp.down_proj.weight");
 }
 
-static int64_t params(const mt_config *c) {
+static int64_t params(const mt_config *c, const mt_layer_spec *s) {
     return c->hidden_size + 3 * (int64_t)c->hidden_size * c->intermediate_size; /* the norm; gate, up, down */
 }
 
-static double extra_flops(const mt_config *c, int seq) { return 0; }
+static double extra_flops(const mt_config *c, const mt_layer_spec *s, int seq) { return 0; }
 
 const mt_part_kind mt_ffn_dense = {.name = "dense MLP", .declare = declare, .params = params,
                                    .active_params = params, .extra_flops = extra_flops};

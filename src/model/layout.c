@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "model/block_kinds.h"
+#include "model/families.h"
 
 /* A unit holds at most one tensor of each kind. */
 enum { BLOCK_TENSORS_MAX = MT_T_COUNT };
@@ -71,9 +72,9 @@ mt_status mt_layout_init(mt_layout *lay, const mt_config *cfg) {
     offset = checked_add(offset, u->numel, &lay->overflow);
     for (int l = 0; l < cfg->num_layers; l++) {
         u = begin_unit(lay, 1 + l, MT_UNIT_BLOCK, l, offset);
-        mt_block_kinds kinds = mt_block_kinds_of(cfg, l);
-        mt_mixer_kind_of(kinds.mixer)->declare(lay, u, cfg, l);
-        mt_ffn_kind_of(kinds.ffn)->declare(lay, u, cfg, l);
+        mt_layer_spec s = mt_layer_spec_of(cfg, l);
+        mt_mixer_kind_of(s.mixer)->declare(lay, u, cfg, &s, l);
+        mt_ffn_kind_of(s.ffn)->declare(lay, u, cfg, &s, l);
         if (u->numel > lay->max_block_numel) lay->max_block_numel = u->numel;
         offset = checked_add(offset, u->numel, &lay->overflow);
     }

@@ -1,42 +1,42 @@
 /* The attention mixer, model side: the pre-norm, q/k/v and o projections, with its variants: q/k/v
- * biases (Qwen2, Qwen2-MoE), RMSNorm of q and k over each head (Qwen3, Qwen3-MoE) or over the whole
- * projection (OLMoE). engine/mixer_attention.c runs it. */
+ * biases, RMSNorm of q and k over each head or over the whole projection, as its spec's flags say.
+ * engine/mixer_attention.c runs it. */
 #include "model/block_kinds.h"
 
-static void declare(mt_layout *lay, mt_unit *u, const mt_config *c, int l) {
+static void declare(mt_layout *lay, mt_unit *u, const mt_config *c, const mt_layer_spec *s, int l) {
     int D = c->hidden_size, Q = c->num_heads * c->head_dim, KV = c->num_kv_heads * c->head_dim;
     mt_layout_add_block_tensor(lay, u, MT_T_ATTN_NORM, l, D, 1, 0, 0, "input_layernorm.weight");
     mt_layout_add_block_tensor(lay, u, MT_T_WQ, l, Q, D, 1, 0, "self_attn.q_proj.weight");
     mt_layout_add_block_tensor(lay, u, MT_T_WK, l, KV, D, 1, 0, "self_attn.k_proj.weight");
     mt_layout_add_block_tensor(lay, u, MT_T_WV, l, KV, D, 1, 0, "self_attn.v_proj.weight");
-    if (c->attention_bias) {
+    if (s->attn.flags & MT_ATTN_BIAS_QKV) {
         mt_layout_add_block_tensor(lay, u, MT_T_BQ, l, Q, 1, 0, 0, "self_attn.q_proj.bias");
         mt_layout_add_block_tensor(lay, u, MT_T_BK, l, KV, 1, 0, 0, "self_attn.k_proj.bias");
         mt_layout_add_block_tensor(lay, u, MT_T_BV, l, KV, 1, 0, 0, "self_attn.v_proj.bias");
     }
-    if (c->qk_norm) {
-        int full = c->qk_norm == MT_QK_NORM_FULL;
+    if (s->attn.flags & (MT_ATTN_QK_NORM_HEAD | MT_ATTN_QK_NORM_FULL)) {
+        int full = (s->attn.flags & MT_ATTN_QK_NORM_FULL) != 0;
         mt_layout_add_block_tensor(lay, u, MT_T_Q_NORM, l, full ? Q : c->head_dim, 1, 0, 0, "self_attn.q_norm.weight");
         mt_layout_add_block_tensor(lay, u, MT_T_K_NORM, l, full ? KV : c->head_dim, 1, 0, 0, "self_attn.k_norm.weight");
     }
     mt_layout_add_block_tensor(lay, u, MT_T_WO, l, D, Q, 1, 0, "self_attn.o_proj.weight");
 }
 
-static int64_t params(const mt_config *c) {
+static int64_t params(const mt_config *c, const mt_layer_spec *s) {
     int64_t d = c->hidden_size, q = (int64_t)c->num_heads * c->head_dim, kv = (int64_t)c->num_kv_heads * c->head_dim;
     int64_t n = d + q * d + 2 * kv * d + d * q; /* the norm; q, k, v; o */
-    if (c->attention_bias) n += q + 2 * kv;
-    if (c->qk_norm == MT_QK_NORM_HEAD) n += 2 * c->head_dim;
-    if (c->qk_norm == MT_QK_NORM_FULL) n += q + kv;
+    if (s->attn.flags & MT_ATTN_BIAS_QKV) n += q + 2 * kv;
+    if (s->attn.flags & MT_ATTN_QK_NORM_HEAD) n += 2 * c->head_dim;
+    if (s->attn.flags & MT_ATTN_QK_NORM_FULL) n += q + kv;
     return n;
 }
 
 /* Every parameter takes part for every token; the norms' and biases' few FLOPs are counted with the
  * rest, as the PyTorch peers count them. */
-static int64_t active_params(const mt_config *c) { return params(c); }
+static int64_t active_params(const mt_config *c, const mt_layer_spec *s) { return params(c, s); }
 
 /* Scores q.k^T and their product with v: 2 x seq x Q each a token, halved for the causal mask. */
-static double extra_flops(const mt_config *c, int seq) {
+static double extra_flops(const mt_config *c, const mt_layer_spec *s, int seq) {
     return 2.0 * seq * (double)c->num_heads * c->head_dim;
 }
 
