@@ -11,6 +11,7 @@
 
 #include "model/config.h"
 #include "model/layer_spec.h"
+#include "model/tensor_roles.h"
 #include "util/json_fields.h"
 
 typedef struct {
@@ -18,13 +19,15 @@ typedef struct {
     mt_config cfg;
 } mt_preset;
 
-/* How a family's checkpoints on the hub name the experts' matrices one at a time
- * ("model.layers.<l>.<prefix>.experts.<e>.<gate|up|down>.weight") and its router (NULL: the
- * router's own name). */
+/* A family's Hugging Face names where they are not the tensor roles' (model/tensor_roles.def):
+ * a block tensor's suffix by role (NULL: the role's), and how its checkpoints on the hub name the
+ * experts' matrices one at a time ("model.layers.<l>.<prefix>.experts.<e>.<gate|up|down>.weight")
+ * and the router (NULL: under its own name). */
 typedef struct {
+    const char *suffix[MT_T_COUNT];
     const char *prefix, *gate, *up, *down;
     const char *router; /* "model.layers.<l>." + this */
-} mt_hub_names;
+} mt_family_names;
 
 typedef struct mt_family {
     mt_arch arch;
@@ -48,7 +51,7 @@ typedef struct mt_family {
     /* Block l's spec (every field set) and the model's. */
     void (*plan)(const mt_config *c, int l, mt_layer_spec *s);
     void (*plan_model)(const mt_config *c, mt_model_spec *m);
-    const mt_hub_names *names; /* NULL: transformers' mlp.experts.<e>.gate_proj, ... */
+    const mt_family_names *names; /* NULL: the roles' and transformers' mlp.experts.<e>.gate_proj, ... */
 } mt_family;
 
 /* Every family, NULL-terminated (families.c). */

@@ -4,10 +4,10 @@
 
 static void declare(mt_layout *lay, mt_unit *u, const mt_config *c, const mt_layer_spec *s, int l) {
     int D = c->hidden_size, F = c->intermediate_size;
-    mt_layout_add_block_tensor(lay, u, MT_T_MLP_NORM, l, D, 1, 0, 0, "post_attention_layernorm.weight");
-    mt_layout_add_block_tensor(lay, u, MT_T_WG, l, F, D, 1, 0, "mlp.gate_proj.weight");
-    mt_layout_add_block_tensor(lay, u, MT_T_WU, l, F, D, 1, 0, "mlp.up_proj.weight");
-    mt_layout_add_block_tensor(lay, u, MT_T_WD, l, D, F, 1, 0, "mlp.down_proj.weight");
+    mt_layout_add_block_tensor(lay, u, MT_T_MLP_NORM, l, D, 1, 0);
+    mt_layout_add_block_tensor(lay, u, MT_T_WG, l, F, D, 0);
+    mt_layout_add_block_tensor(lay, u, MT_T_WU, l, F, D, 0);
+    mt_layout_add_block_tensor(lay, u, MT_T_WD, l, D, F, 0);
 }
 
 static int64_t params(const mt_config *c, const mt_layer_spec *s) {

@@ -7,15 +7,15 @@
 static void declare(mt_layout *lay, mt_unit *u, const mt_config *c, const mt_layer_spec *s, int l) {
     int D = c->hidden_size, E = c->num_experts, F = c->moe_intermediate_size;
     int S = s->ffn_spec.flags & MT_FFN_SHARED_EXPERT ? c->shared_expert_intermediate_size : 0;
-    mt_layout_add_block_tensor(lay, u, MT_T_MLP_NORM, l, D, 1, 0, 0, "post_attention_layernorm.weight");
-    mt_layout_add_block_tensor(lay, u, MT_T_ROUTER, l, E, D, 1, 0, "mlp.gate.weight");
-    mt_layout_add_block_tensor(lay, u, MT_T_EXPERTS_GATE_UP, l, E * 2 * F, D, 1, E, "mlp.experts.gate_up_proj");
-    mt_layout_add_block_tensor(lay, u, MT_T_EXPERTS_DOWN, l, E * D, F, 1, E, "mlp.experts.down_proj");
+    mt_layout_add_block_tensor(lay, u, MT_T_MLP_NORM, l, D, 1, 0);
+    mt_layout_add_block_tensor(lay, u, MT_T_ROUTER, l, E, D, 0);
+    mt_layout_add_block_tensor(lay, u, MT_T_EXPERTS_GATE_UP, l, E * 2 * F, D, E);
+    mt_layout_add_block_tensor(lay, u, MT_T_EXPERTS_DOWN, l, E * D, F, E);
     if (S) {
-        mt_layout_add_block_tensor(lay, u, MT_T_SHARED_GATE, l, S, D, 1, 0, "mlp.shared_expert.gate_proj.weight");
-        mt_layout_add_block_tensor(lay, u, MT_T_SHARED_UP, l, S, D, 1, 0, "mlp.shared_expert.up_proj.weight");
-        mt_layout_add_block_tensor(lay, u, MT_T_SHARED_DOWN, l, D, S, 1, 0, "mlp.shared_expert.down_proj.weight");
-        mt_layout_add_block_tensor(lay, u, MT_T_SHARED_EXPERT_GATE, l, 1, D, 1, 0, "mlp.shared_expert_gate.weight");
+        mt_layout_add_block_tensor(lay, u, MT_T_SHARED_GATE, l, S, D, 0);
+        mt_layout_add_block_tensor(lay, u, MT_T_SHARED_UP, l, S, D, 0);
+        mt_layout_add_block_tensor(lay, u, MT_T_SHARED_DOWN, l, D, S, 0);
+        mt_layout_add_block_tensor(lay, u, MT_T_SHARED_EXPERT_GATE, l, 1, D, 0);
     }
 }
 

@@ -15,12 +15,13 @@ int mt_tensor_hub_parts(const mt_tensor *t) {
 }
 
 /* transformers' own: mlp.experts.N.gate_proj, up_proj, down_proj, the router under its name. */
-static const mt_hub_names transformers_names = {"mlp", "gate_proj", "up_proj", "down_proj", NULL};
+static const mt_family_names transformers_names = {
+    .prefix = "mlp", .gate = "gate_proj", .up = "up_proj", .down = "down_proj"};
 
 void mt_tensor_hub_part(const mt_layout *lay, const mt_tensor *t, int part, char *name, size_t cap, int64_t *row0,
                         int *rows) {
-    const mt_hub_names *n = mt_family_of(lay->cfg.arch)->names;
-    if (!n) n = &transformers_names;
+    const mt_family_names *n = mt_family_of(lay->cfg.arch)->names;
+    if (!n || !n->prefix) n = &transformers_names;
     int l = t->block;
     if (t->kind == MT_T_EXPERTS_GATE_UP) {
         int e = part / 2, up = part % 2, F = t->rows / t->experts / 2;

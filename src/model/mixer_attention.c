@@ -5,21 +5,21 @@
 
 static void declare(mt_layout *lay, mt_unit *u, const mt_config *c, const mt_layer_spec *s, int l) {
     int D = c->hidden_size, Q = c->num_heads * c->head_dim, KV = c->num_kv_heads * c->head_dim;
-    mt_layout_add_block_tensor(lay, u, MT_T_ATTN_NORM, l, D, 1, 0, 0, "input_layernorm.weight");
-    mt_layout_add_block_tensor(lay, u, MT_T_WQ, l, Q, D, 1, 0, "self_attn.q_proj.weight");
-    mt_layout_add_block_tensor(lay, u, MT_T_WK, l, KV, D, 1, 0, "self_attn.k_proj.weight");
-    mt_layout_add_block_tensor(lay, u, MT_T_WV, l, KV, D, 1, 0, "self_attn.v_proj.weight");
+    mt_layout_add_block_tensor(lay, u, MT_T_ATTN_NORM, l, D, 1, 0);
+    mt_layout_add_block_tensor(lay, u, MT_T_WQ, l, Q, D, 0);
+    mt_layout_add_block_tensor(lay, u, MT_T_WK, l, KV, D, 0);
+    mt_layout_add_block_tensor(lay, u, MT_T_WV, l, KV, D, 0);
     if (s->attn.flags & MT_ATTN_BIAS_QKV) {
-        mt_layout_add_block_tensor(lay, u, MT_T_BQ, l, Q, 1, 0, 0, "self_attn.q_proj.bias");
-        mt_layout_add_block_tensor(lay, u, MT_T_BK, l, KV, 1, 0, 0, "self_attn.k_proj.bias");
-        mt_layout_add_block_tensor(lay, u, MT_T_BV, l, KV, 1, 0, 0, "self_attn.v_proj.bias");
+        mt_layout_add_block_tensor(lay, u, MT_T_BQ, l, Q, 1, 0);
+        mt_layout_add_block_tensor(lay, u, MT_T_BK, l, KV, 1, 0);
+        mt_layout_add_block_tensor(lay, u, MT_T_BV, l, KV, 1, 0);
     }
     if (s->attn.flags & (MT_ATTN_QK_NORM_HEAD | MT_ATTN_QK_NORM_FULL)) {
         int full = (s->attn.flags & MT_ATTN_QK_NORM_FULL) != 0;
-        mt_layout_add_block_tensor(lay, u, MT_T_Q_NORM, l, full ? Q : c->head_dim, 1, 0, 0, "self_attn.q_norm.weight");
-        mt_layout_add_block_tensor(lay, u, MT_T_K_NORM, l, full ? KV : c->head_dim, 1, 0, 0, "self_attn.k_norm.weight");
+        mt_layout_add_block_tensor(lay, u, MT_T_Q_NORM, l, full ? Q : c->head_dim, 1, 0);
+        mt_layout_add_block_tensor(lay, u, MT_T_K_NORM, l, full ? KV : c->head_dim, 1, 0);
     }
-    mt_layout_add_block_tensor(lay, u, MT_T_WO, l, D, Q, 1, 0, "self_attn.o_proj.weight");
+    mt_layout_add_block_tensor(lay, u, MT_T_WO, l, D, Q, 0);
 }
 
 static int64_t params(const mt_config *c, const mt_layer_spec *s) {

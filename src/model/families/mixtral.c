@@ -45,7 +45,8 @@ static mt_status validate(const mt_config *c) {
 }
 
 /* block_sparse_moe.experts.N.w1 (gate), w3 (up), w2 (down), block_sparse_moe.gate (the router). */
-static const mt_hub_names names = {"block_sparse_moe", "w1", "w3", "w2", "block_sparse_moe.gate.weight"};
+static const mt_family_names names = {
+    .prefix = "block_sparse_moe", .gate = "w1", .up = "w3", .down = "w2", .router = "block_sparse_moe.gate.weight"};
 
 const mt_family mt_family_mixtral = {
     .arch = MT_ARCH_MIXTRAL, .architecture = "MixtralForCausalLM", .model_type = "mixtral",
