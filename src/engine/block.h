@@ -43,7 +43,7 @@ typedef struct {
     void *h2;        /* [C, D]  the feed-forward's pre-norm output of one piece */
     void *tmp;       /* [C, max(D, F)] scratch: a projection's output, and the backward's da/dh */
     float *rstd1, *rstd2; /* [n] */
-    /* The attention mixer's (engine/mixer_attention.c). */
+    /* The attention mixer's (engine/kinds/attention_run.c). */
     struct {
         void *q, *att;    /* [T, Q]  the tile's queries after RoPE, its attention output */
         void *k, *v;      /* [n, KV] after RoPE */
@@ -60,12 +60,12 @@ typedef struct {
         float *rstd_q, *rstd_k; /* [T * heads], [n * kv_heads] */
         void *ws;         /* backend's attention workspace (forward and backward) */
     } attn;
-    /* The dense SwiGLU MLP's (engine/ffn_dense.c; a shared expert's too). */
+    /* The dense SwiGLU MLP's (engine/kinds/ffn_dense_run.c; a shared expert's too). */
     struct {
         void *g, *u, *a;  /* [C, F]  gate, up, silu(gate) * up */
         void *dg, *du;    /* backward: [C, F] */
     } mlp;
-    /* The mixture of experts' (engine/ffn_moe.c): a piece's C tokens, k choices each, E experts of
+    /* The mixture of experts' (engine/kinds/ffn_moe_run.c): a piece's C tokens, k choices each, E experts of
      * width F, S segments at most. */
     struct {
         void *logits, *dlogits;     /* [C, E] the router's */

@@ -1,7 +1,7 @@
 /* The engine side of the block's part kinds (model/block_kinds.h): what each kind runs, and the
  * helpers they share (pieces of rows, GEMMs issued piece by piece and sequence by sequence, the
  * workspace walk). block.c composes a block from its mixer and its feed-forward; each kind lives
- * in engine/<kind>.c. */
+ * in engine/kinds/<kind>_run.c. */
 #ifndef MT_ENGINE_BLOCK_PARTS_H
 #define MT_ENGINE_BLOCK_PARTS_H
 

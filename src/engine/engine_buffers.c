@@ -280,7 +280,7 @@ static void point_into_buffers(mt_engine *e) {
         for (int u = 0; u < e->U; u++)
             if (!mt_engine_unit_on_device(e, u)) e->grad_home[u] = at, at += lay->units[u].numel;
     } else {
-        for (int l = e->D; l < e->L; l++)
+        for (int l = e->device_blocks; l < e->L; l++)
             e->grad_home[mt_unit_block(l)] = e->grad_ring_base + (size_t)((e->L - 1 - l) % e->grad_ring) * lay->max_block_numel;
     }
     if (e->zero_row) memset(e->zero_row, 0, (size_t)e->cfg->hidden_size * 4);

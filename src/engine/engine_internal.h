@@ -55,7 +55,7 @@ struct mt_engine {
     const mt_config *cfg;
     mt_engine_options o;
     int L, U, K;
-    int D;                     /* device_blocks: blocks 0..D-1 are resident, D..L-1 stream */
+    int device_blocks;         /* blocks 0..device_blocks-1 are resident (D in comments), the rest stream */
 
     mt_stream *h2d, *compute, *d2h;
 
@@ -370,16 +370,16 @@ static inline void mt_engine_copy_home_in_launch(mt_engine *e, int u, size_t at,
  * device_blocks: blocks 0..D-1). */
 static inline int mt_engine_unit_on_device(const mt_engine *e, int u) {
     if (u == 0 || u == e->U - 1) return e->o.ends_on_device;
-    return u - mt_unit_block(0) < e->D;
+    return u - mt_unit_block(0) < e->device_blocks;
 }
-static inline int mt_engine_any_on_device(const mt_engine *e) { return e->o.ends_on_device || e->D > 0; }
+static inline int mt_engine_any_on_device(const mt_engine *e) { return e->o.ends_on_device || e->device_blocks > 0; }
 
 /* Block l's weights on the device: its resident buffer (l < D) or its weight slot: the streamed
  * blocks D..L-1 take the K slots in turn, block l slot (l - D) mod K. Its gradient buffer: its
  * resident one, or gradient slot gs. */
-static inline int mt_engine_slot_of(const mt_engine *e, int l) { return (l - e->D) % e->K; }
+static inline int mt_engine_slot_of(const mt_engine *e, int l) { return (l - e->device_blocks) % e->K; }
 static inline void *mt_engine_block_weights(const mt_engine *e, int l) {
-    if (l >= e->D) return e->slot[mt_engine_slot_of(e, l)];
+    if (l >= e->device_blocks) return e->slot[mt_engine_slot_of(e, l)];
     return (char *)e->resident_w + (size_t)l * e->lay->max_block_numel * mt_dtype_size(e->be->ops->weight_dtype);
 }
 /* The gradient slot resident block l's gradient lies in, or -1. The streamed blocks' backward
@@ -391,7 +391,7 @@ static inline int mt_engine_resident_grad_slot(const mt_engine *e, int l) {
     return l >= J && l < J + e->grads_in_slots ? (e->L - 1 - l) % 2 : -1;
 }
 static inline float *mt_engine_block_grads(const mt_engine *e, int l, int gs) {
-    if (l >= e->D) return e->grad_slot[gs];
+    if (l >= e->device_blocks) return e->grad_slot[gs];
     if (l < e->grads_in_ckpts) return (float *)((char *)e->ckpt + e->ckpt_grads_top - (size_t)(l + 1) * e->grad_stride);
     int slot = mt_engine_resident_grad_slot(e, l);
     if (slot >= 0) return e->grad_slot[slot];

@@ -41,10 +41,10 @@ static void compute_wait(mt_engine *e, mt_ev id, int i) {
  * L - D); the resident blocks 0..D-1 never move. Each first waits until the optimizer has written
  * that unit's weights for this step. Returns the seconds waited. */
 static double load_forward(mt_engine *e, int index) {
-    int streamed = e->L - e->D;
-    int u = index < streamed ? mt_unit_block(e->D + index) : e->U - 1;
+    int streamed = e->L - e->device_blocks;
+    int u = index < streamed ? mt_unit_block(e->device_blocks + index) : e->U - 1;
     double waited = mt_engine_await(e, MT_FL_UPDATED, u, e->generation, MT_GEN_G);
-    if (index < streamed) load_slot(e, e->D + index, index % e->K);
+    if (index < streamed) load_slot(e, e->device_blocks + index, index % e->K);
     else if (!mt_engine_unit_on_device(e, u))
         load_unit(e, u, e->head_w, MT_EV_HEAD_FREE, MT_EV_HEAD_LOADED, 0, mt_engine_where_head(e));
     return waited;
@@ -195,7 +195,7 @@ static mt_status begin_pass(mt_engine *e, pass *p, const int32_t *inputs, const 
 /* Block l's forward: a resident block's weights are there; a streamed one's once they are in its
  * slot, which then may take the streamed block K further (or the head). */
 static mt_status block_forward(mt_engine *e, pass *p, int l) {
-    int K = e->K, resident = l < e->D, index = l - e->D;
+    int K = e->K, resident = l < e->device_blocks, index = l - e->device_blocks;
     if (!resident) compute_wait(e, MT_EV_SLOT_LOADED, mt_engine_slot_of(e, l));
     mt_engine_ckpt_before_write(e, l + 1);
     mt_compute_job j = job_of(p, MT_JOB_BLOCK_FWD);
@@ -207,7 +207,7 @@ static mt_status block_forward(mt_engine *e, pass *p, int l) {
     if (!resident) mt_engine_record(e, MT_EV_SLOT_FREE, mt_engine_slot_of(e, l), e->compute);
     mt_engine_ckpt_written(e, l + 1, p->train);
     mt_engine_ckpt_read(e, l);
-    if (!resident && index + K <= e->L - e->D) p->r->waited += load_forward(e, index + K);
+    if (!resident && index + K <= e->L - e->device_blocks) p->r->waited += load_forward(e, index + K);
     return MT_OK;
 }
 
@@ -229,7 +229,7 @@ static mt_status forward(mt_engine *e, pass *p) {
     /* The first K streamed blocks' loads (each waiting for the host optimizer's update of its
      * block) are issued once the resident blocks' jobs are queued, which compute runs meanwhile. */
     for (int l = 0; l < e->L; l++) {
-        if (l == e->D)
+        if (l == e->device_blocks)
             for (int i = 0; i < e->K; i++) p->r->waited += load_forward(e, i);
         MT_TRY(block_forward(e, p, l));
     }
@@ -332,7 +332,7 @@ static mt_status resident_backward(mt_engine *e, pass *p, int l) {
  * reloaded for the others), and a streamed block's gradients go home from one of two gradient
  * slots. */
 static mt_status block_backward(mt_engine *e, pass *p, int l) {
-    if (l < e->D) return resident_backward(e, p, l);
+    if (l < e->device_blocks) return resident_backward(e, p, l);
     int L = e->L, K = e->K, k = mt_engine_slot_of(e, l), gs = (L - 1 - l) % 2, stage = mt_engine_ckpt_fetched(e, l);
     if (stage >= 0) compute_wait(e, MT_EV_STAGE_FILLED, stage);
     compute_wait(e, MT_EV_SLOT_LOADED, k);
@@ -353,7 +353,7 @@ static mt_status block_backward(mt_engine *e, pass *p, int l) {
                                         MT_GEN_NEXT);
     p->r->waited += mt_engine_await_grads_taken(e, mt_unit_block(l));
     send_home(e, mt_unit_block(l), e->grad_slot[gs], MT_EV_GRAD_READY, gs, p->early != NULL);
-    if (l - K >= e->D) load_slot(e, l - K, k);
+    if (l - K >= e->device_blocks) load_slot(e, l - K, k);
     return MT_OK;
 }
 

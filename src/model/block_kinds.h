@@ -4,9 +4,9 @@
  * family.
  *
  * A kind is declared in two files, one on each side of the line between the model (which io/ and
- * plan/ read) and the engine (which runs it): src/model/<kind>.c gives what the model is, its
+ * plan/ read) and the engine (which runs it): src/model/kinds/<kind>.c gives what the model is, its
  * tensors with their Hugging Face names and shapes, its parameters and those one token uses (the
- * FLOPs); src/engine/<kind>.c gives what runs, its forward and backward op sequences and its
+ * FLOPs); src/engine/kinds/<kind>_run.c gives what runs, its forward and backward op sequences and its
  * workspace walk. docs/architecture.md has the table of kinds. */
 #ifndef MT_MODEL_BLOCK_KINDS_H
 #define MT_MODEL_BLOCK_KINDS_H
@@ -41,7 +41,7 @@ mt_block_kinds mt_block_kinds_of(const mt_config *c, int l);
 const mt_part_kind *mt_mixer_kind_of(mt_mixer_kind k);
 const mt_part_kind *mt_ffn_kind_of(mt_ffn_kind k);
 
-/* The kinds' model sides (src/model/<kind>.c). */
+/* The kinds' model sides (src/model/kinds/<kind>.c). */
 extern const mt_part_kind mt_mixer_attention;
 extern const mt_part_kind mt_ffn_dense;
 extern const mt_part_kind mt_ffn_moe;

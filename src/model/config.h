@@ -52,7 +52,7 @@ typedef struct {
     int rope_original_max_position;
     int bos_token_id, eos_token_id;  /* -1 when absent */
     /* Mixture of experts (num_experts > 0): a sparse block's feed-forward routes each token to
-     * experts_per_token of num_experts SwiGLU experts of moe_intermediate_size (model/ffn_moe.c).
+     * experts_per_token of num_experts SwiGLU experts of moe_intermediate_size (model/kinds/ffn_moe.c).
      * Block l is sparse when (l + 1) % decoder_sparse_step == 0 and l is not in mlp_only_layers;
      * the others keep a dense MLP of intermediate_size. */
     int num_experts, experts_per_token, moe_intermediate_size;

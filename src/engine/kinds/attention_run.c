@@ -1,4 +1,4 @@
-/* The attention mixer, engine side (model/mixer_attention.c declares its tensors): x2 = x +
+/* The attention mixer, engine side (model/kinds/attention.c declares its tensors): x2 = x +
  * o(attention(rope(q(h1)), rope(k(h1)), v(h1))), h1 = norm(x), with q/k/v biases and q/k norms
  * (over each head, or over the whole projection) where the block's spec has them.
  *

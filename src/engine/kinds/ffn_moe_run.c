@@ -1,4 +1,4 @@
-/* The mixture-of-experts feed-forward, engine side (model/ffn_moe.c declares its tensors), a piece
+/* The mixture-of-experts feed-forward, engine side (model/kinds/ffn_moe.c declares its tensors), a piece
  * at a time:
  *
  *   h2 = norm(x2);  logits = h2 . router^T;  route: each token's k experts and weights;

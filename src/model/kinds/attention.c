@@ -1,6 +1,6 @@
 /* The attention mixer, model side: the pre-norm, q/k/v and o projections, with its variants: q/k/v
  * biases, RMSNorm of q and k over each head or over the whole projection, as its spec's flags say.
- * engine/mixer_attention.c runs it. */
+ * engine/kinds/attention_run.c runs it. */
 #include "model/block_kinds.h"
 
 static void declare(mt_layout *lay, mt_unit *u, const mt_config *c, const mt_layer_spec *s, int l) {

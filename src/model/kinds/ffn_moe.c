@@ -1,7 +1,7 @@
 /* The mixture-of-experts feed-forward, model side: the pre-norm, the router (transformers'
  * mlp.gate), every expert's SwiGLU stacked as transformers 5 fuses them (mlp.experts.gate_up_proj
  * [E, 2F, D], gate's F rows then up's; mlp.experts.down_proj [E, D, F]), and Qwen2-MoE's shared
- * expert with its sigmoid gate. engine/ffn_moe.c runs it. */
+ * expert with its sigmoid gate. engine/kinds/ffn_moe_run.c runs it. */
 #include "model/block_kinds.h"
 
 static void declare(mt_layout *lay, mt_unit *u, const mt_config *c, const mt_layer_spec *s, int l) {

@@ -1,5 +1,5 @@
 /* The dense feed-forward, model side: the pre-norm and a SwiGLU MLP of intermediate_size.
- * engine/ffn_dense.c runs it. */
+ * engine/kinds/ffn_dense_run.c runs it. */
 #include "model/block_kinds.h"
 
 static void declare(mt_layout *lay, mt_unit *u, const mt_config *c, const mt_layer_spec *s, int l) {

@@ -1,4 +1,4 @@
-/* The dense feed-forward, engine side (model/ffn_dense.c declares its tensors): y = x2 +
+/* The dense feed-forward, engine side (model/kinds/ffn_dense.c declares its tensors): y = x2 +
  * down(silu(gate(h2)) * up(h2)), h2 = norm(x2), a piece at a time; and the SwiGLU MLP a shared
  * expert uses too. */
 #include "engine/block_parts.h"
