@@ -71,6 +71,40 @@ static const mt_mixer_ops *const mixer_ops[MT_MIXER_KINDS] = {[MT_MIXER_ATTENTIO
 static const mt_ffn_ops *const ffn_ops[MT_FFN_KINDS] = {[MT_FFN_DENSE] = &mt_ffn_dense_ops,
                                                          [MT_FFN_MOE] = &mt_ffn_moe_ops};
 
+/* ---- the kinds' constants ---- */
+
+/* Kind k's constants' offset in the whole (each mixer kind some block uses, in order, on a 256-byte
+ * boundary), and the end of them. */
+static size_t constants_offset(const mt_config *c, int kind) {
+    int used[MT_MIXER_KINDS] = {0};
+    for (int l = 0; l < c->num_layers; l++) used[mt_layer_spec_of(c, l).mixer] = 1;
+    size_t at = 0;
+    for (int k = 0; k < kind; k++)
+        if (used[k] && mixer_ops[k]->constants_bytes) at = (at + mixer_ops[k]->constants_bytes(c) + 255) / 256 * 256;
+    return at;
+}
+
+size_t mt_block_constants_bytes(const mt_config *c) {
+    size_t at = 0;
+    for (int k = 0; k < MT_MIXER_KINDS; k++)
+        if (mixer_ops[k]->constants_bytes) at = constants_offset(c, k) + mixer_ops[k]->constants_bytes(c);
+    return at;
+}
+
+void mt_block_constants_fill(const mt_config *c, void *host) {
+    for (int k = 0; k < MT_MIXER_KINDS; k++)
+        if (mixer_ops[k]->constants) mixer_ops[k]->constants(c, (char *)host + constants_offset(c, k));
+}
+
+/* The block's context as its kinds see it: its spec, its mixer's constants. */
+static mt_block_ctx kind_ctx(const mt_block_ctx *c, const mt_layer_spec *spec) {
+    mt_block_ctx at = *c;
+    at.at = (mt_tile){0, 0};
+    at.spec = spec;
+    at.constants = (const char *)c->constants + constants_offset(c->cfg, spec->mixer);
+    return at;
+}
+
 /* ---- the workspace ---- */
 
 /* Every block's buffers, then those of each kind some block of the model uses, in one fixed order. */
@@ -182,9 +216,7 @@ void mt_rmsnorm_dx_piece(const mt_block_ctx *c, mt_piece p, void *dx, float *dw,
 void mt_block_forward(const mt_block_ctx *c, const mt_unit_weights *w, const void *x, void *y) {
     mt_layer_spec spec = mt_layer_spec_of(c->cfg, c->layer);
     mt_block_kinds k = {spec.mixer, spec.ffn};
-    mt_block_ctx at = *c;
-    at.at = (mt_tile){0, 0};
-    at.spec = &spec;
+    mt_block_ctx at = kind_ctx(c, &spec);
     mixer_ops[k.mixer]->prepare(&at, w, x);
     tiling t = tiling_of(c);
     for (int i = 0, count = tile_count(c, t); i < count; i++) {
@@ -198,9 +230,7 @@ void mt_block_backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt
                        const void *x, void *dxy) {
     mt_layer_spec spec = mt_layer_spec_of(c->cfg, c->layer);
     mt_block_kinds k = {spec.mixer, spec.ffn};
-    mt_block_ctx at = *c;
-    at.at = (mt_tile){0, 0};
-    at.spec = &spec;
+    mt_block_ctx at = kind_ctx(c, &spec);
     mixer_ops[k.mixer]->prepare(&at, w, x); /* recomputed from the block's input checkpoint, */
     tiling t = tiling_of(c);
     for (int i = 0, count = tile_count(c, t); i < count; i++) {

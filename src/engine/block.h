@@ -94,7 +94,7 @@ typedef struct {
     const mt_config *cfg;
     int batch, seq;         /* this micro-batch: n = batch * seq rows */
     int chunk;              /* tokens per piece (mt_block_piece_rows); <= 0: the whole micro-batch */
-    const float *inv_freq;  /* device copy of the RoPE frequencies */
+    const void *constants;  /* device copy of the kinds' constants (mt_block_constants_fill) */
     mt_block_ws *ws;
     int layer;              /* the block's index: its spec (model/layer_spec.h) */
     const mt_segments *seg; /* this micro-batch's segments (packed examples), or NULL (backend.h) */
@@ -142,6 +142,12 @@ mt_block_ws_bytes_by mt_block_ws_split(mt_backend *be, const mt_config *cfg, int
 /* Carves the workspace out of one device buffer of mt_block_ws_bytes bytes. */
 void mt_block_ws_carve(mt_block_ws *ws, void *base, mt_backend *be, const mt_config *cfg, int batch, int seq,
                        int chunk, int tile, int segmented);
+
+/* The constants every block's kinds read (attention's RoPE tables): their bytes, and their values
+ * into `host` (that many bytes), which the engine copies to the device once and gives each
+ * block's context as `constants`. */
+size_t mt_block_constants_bytes(const mt_config *cfg);
+void mt_block_constants_fill(const mt_config *cfg, void *host);
 
 /* y[n, D] = block(x[n, D]), tile by tile. */
 void mt_block_forward(const mt_block_ctx *c, const mt_unit_weights *w, const void *x, void *y);

@@ -102,6 +102,11 @@ typedef struct {
      * gradients accumulate into g. */
     void (*backward)(const mt_block_ctx *c, const mt_unit_weights *w, const mt_unit_grads *g, const void *x,
                      void *dxy);
+    /* Optional (NULL: none): what the kind reads in every block and no block changes (attention's
+     * RoPE tables), made once on the host and kept on the device (mt_block_constants_fill):
+     * its bytes, and their values; c->constants points at them. */
+    size_t (*constants_bytes)(const mt_config *cfg);
+    void (*constants)(const mt_config *cfg, void *host);
 } mt_mixer_ops;
 
 /* A feed-forward's engine side: the block's second part, y = x2 + ffn(norm(x2)), piece by piece of

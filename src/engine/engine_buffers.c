@@ -5,8 +5,6 @@
  * classes are mt_engine_bytes's; docs/memory.md says what each holds and how budget.c fits them. */
 #include "engine/engine_internal.h"
 
-#include "model/families.h"
-
 #include <stdlib.h>
 #include <string.h>
 
@@ -125,7 +123,7 @@ static void walk(const shape *s, walker *w) {
     int U = lay->num_units;
     size_t wsize = mt_dtype_size(s->be->ops->weight_dtype);
     size_t n = (size_t)o->batch * o->seq, M = (size_t)o->micro_batches, D = (size_t)c->hidden_size;
-    size_t V = (size_t)c->vocab_size, block = (size_t)lay->max_block_numel, rope = (size_t)c->head_dim / 2;
+    size_t V = (size_t)c->vocab_size, block = (size_t)lay->max_block_numel, constants = mt_block_constants_bytes(c);
     size_t embed = (size_t)lay->units[0].numel, head = (size_t)lay->units[U - 1].numel, ckpt = s->ckpt;
 
     for (int k = 0; k < s->K; k++) DEVICE(slot[k], weight_slots, block * wsize, "a block weight slot");
@@ -170,7 +168,7 @@ static void walk(const shape *s, walker *w) {
     DEVICE(dev_inputs, workspace, 2 * M * n * sizeof(int32_t), "token ids");     /* inputs, targets */
     if (o->packed) DEVICE(dev_pos, workspace, M * (2 * n + 1) * sizeof(int32_t), "token positions and segments");
     DEVICE(dev_logits, workspace, V * 4, "logits");
-    DEVICE(dev_inv_freq, workspace, rope * 4, "RoPE frequencies");
+    DEVICE(dev_constants, workspace, constants, "the block kinds' constants");
     DEVICE(dev_norms, workspace, (size_t)U * 4, "gradient norms");
     DEVICE(dev_loss, workspace, 4, "the loss");
     if (head_chunked) DEVICE(dev_lse, workspace, M * n * 4, "the rows' log-sum-exp");
@@ -190,7 +188,7 @@ static void walk(const shape *s, walker *w) {
     HOST(host_norms, host_staging, (size_t)U * 4, "gradient norms");
     HOST(host_loss, host_staging, 4, "the loss");
     HOST(host_logits, host_staging, V * 4, "logits");
-    HOST(host_inv_freq, host_staging, rope * 4, "RoPE frequencies");
+    HOST(host_constants, host_staging, constants, "the block kinds' constants");
     for (int i = 0; i < 2; i++) HOST(input_rows[i], host_staging, V, "the input-token row masks");
     if (on_device)
         HOST(master_staging, host_staging, MT_ENGINE_MASTER_STAGING, "the staging of the device-updated units' masters");
@@ -293,9 +291,8 @@ static void point_into_buffers(mt_engine *e) {
             memset(e->grad_home[u] + end, 0, ((size_t)mt_engine_numel(e, u) - end) * 4);
         }
     }
-    mt_model_spec model = mt_model_spec_of(e->cfg);
-    mt_rope_inv_freq(&model.rope[0], e->cfg->head_dim, e->host_inv_freq);
-    mt_copy_async(e->be, e->dev_inv_freq, e->host_inv_freq, (size_t)e->cfg->head_dim / 2 * 4, e->h2d);
+    mt_block_constants_fill(e->cfg, e->host_constants);
+    mt_copy_async(e->be, e->dev_constants, e->host_constants, mt_block_constants_bytes(e->cfg), e->h2d);
 }
 
 mt_status mt_engine_allocate(mt_engine *e) {

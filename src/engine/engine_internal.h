@@ -89,7 +89,8 @@ struct mt_engine {
     int grads_in_slots;        /* S */
     int64_t dev_step;          /* updates the device applied to them; issuing thread only */
     int64_t dev_home_generation; /* the store holds the device's state as of this many steps */
-    float *dev_inv_freq, *dev_norms, *dev_loss, *dev_logits;
+    float *dev_norms, *dev_loss, *dev_logits;
+    void *dev_constants;       /* the block kinds' constants (mt_block_constants_fill) */
     float *dev_lse;            /* [M][n]: each row's log-sum-exp of its logits (head chunked) */
     /* Mixture of experts (moe_layers > 0): each micro-batch's routing statistics, added to by the
      * blocks' forwards; the load-balancing loss (the head's job makes it, and its gradient per router
@@ -117,7 +118,8 @@ struct mt_engine {
     int chunk_buffers;
     float *chunk_buf[MT_ENGINE_CHUNK_BUFFERS];
     float *zero_row;
-    float *host_norms, *host_loss, *host_logits, *host_inv_freq;
+    float *host_norms, *host_loss, *host_logits;
+    void *host_constants;
     float *master_staging;     /* the device-updated units' masters pass through it (engine_device_state.c) */
     int32_t *host_moe_counts;  /* [M][moe_layers][E] */
     float *host_aux_loss;

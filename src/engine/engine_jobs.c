@@ -239,7 +239,7 @@ static void run_job(void *arg) {
     mt_engine *e = j->e;
     const mt_op_iface *op = e->op;
     int D = e->cfg->hidden_size, n = j->batch * j->seq;
-    mt_block_ctx ctx = {e->be, e->compute, e->cfg, j->batch, j->seq, e->o.chunk, e->dev_inv_freq, &e->ws, j->block,
+    mt_block_ctx ctx = {e->be, e->compute, e->cfg, j->batch, j->seq, e->o.chunk, e->dev_constants, &e->ws, j->block,
                         NULL, NULL, NULL, NULL, e->o.attn_tile, {0, 0}, NULL};
     int moe = j->kind == MT_JOB_BLOCK_FWD || j->kind == MT_JOB_BLOCK_BWD ? mt_config_layer_is_moe(e->cfg, j->block) : 0;
     size_t E = (size_t)e->cfg->num_experts, moe_at = moe ? (size_t)mt_engine_moe_index(e, j->block) : 0;

@@ -67,6 +67,19 @@ static mt_segments tile_segments(const mt_block_ctx *c, mt_tile t) {
     return seg;
 }
 
+/* The RoPE tables, one a table of the model spec (its head_dim / 2 inverse frequencies each), and
+ * the one the block's spec names. */
+static size_t constants_bytes(const mt_config *c) {
+    return (size_t)mt_model_spec_of(c).num_ropes * (size_t)(c->head_dim / 2) * sizeof(float);
+}
+static void constants(const mt_config *c, void *host) {
+    mt_model_spec m = mt_model_spec_of(c);
+    for (int r = 0; r < m.num_ropes; r++) mt_rope_inv_freq(&m.rope[r], c->head_dim, (float *)host + r * (c->head_dim / 2));
+}
+static const float *rope_table(const mt_block_ctx *c) {
+    return (const float *)c->constants + (size_t)c->spec->attn.rope * (c->cfg->head_dim / 2);
+}
+
 /* The positions of rows from `row` on (RoPE), with segments; NULL: (pos0 + r) % seq. */
 static const int32_t *positions(const mt_block_ctx *c, int row) { return c->seg ? c->seg->pos + row : NULL; }
 
@@ -139,7 +152,7 @@ static void prepare(const mt_block_ctx *c, const mt_unit_weights *w, const void 
         c->be->ops->op.rmsnorm(c->be, c->stream, ws->attn.k, ws->attn.rstd_k, ws->attn.k_raw, w->t[MT_T_K_NORM],
                                n * norm_rows(c, cfg->num_kv_heads), norm_width(c, cfg->num_kv_heads),
                                c->spec->norm_eps);
-    c->be->ops->op.rope(c->be, c->stream, ws->attn.k, c->inv_freq, n, c->seq, 0, positions(c, 0), cfg->num_kv_heads,
+    c->be->ops->op.rope(c->be, c->stream, ws->attn.k, rope_table(c), n, c->seq, 0, positions(c, 0), cfg->num_kv_heads,
                         cfg->head_dim, 0);
 }
 
@@ -162,7 +175,7 @@ static void forward(const mt_block_ctx *c, const mt_unit_weights *w, const void 
     if (qk_norm(c->spec))
         op->rmsnorm(be, s, ws->attn.q, ws->attn.rstd_q, ws->attn.q_raw, w->t[MT_T_Q_NORM],
                     t.rows * norm_rows(c, cfg->num_heads), norm_width(c, cfg->num_heads), c->spec->norm_eps);
-    op->rope(be, s, ws->attn.q, c->inv_freq, t.rows, c->seq, t.row % c->seq, positions(c, t.row), cfg->num_heads,
+    op->rope(be, s, ws->attn.q, rope_table(c), t.rows, c->seq, t.row % c->seq, positions(c, t.row), cfg->num_heads,
              cfg->head_dim, 0);
     mt_segments seg = c->seg ? tile_segments(c, t) : (mt_segments){0};
     op->attention(be, s, ws->attn.att, ws->attn.lse, ws->attn.q, mt_rows_at(ws->attn.k, kv0, KV, act),
@@ -239,9 +252,9 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
                      tile_dims(cfg, c->batch, c->seq, t), c->seg ? &seg : NULL, ws->attn.ws);
     if (t.rows < c->seq) sum_window_shares(c, t);
     void *dk_rows = mt_rows_at_mut(ws->attn.dk, t.row, KV, act);
-    op->rope(be, s, ws->attn.dq, c->inv_freq, t.rows, c->seq, pos0, positions(c, t.row), cfg->num_heads,
+    op->rope(be, s, ws->attn.dq, rope_table(c), t.rows, c->seq, pos0, positions(c, t.row), cfg->num_heads,
              cfg->head_dim, 1);
-    op->rope(be, s, dk_rows, c->inv_freq, t.rows, c->seq, pos0, positions(c, t.row), cfg->num_kv_heads, cfg->head_dim,
+    op->rope(be, s, dk_rows, rope_table(c), t.rows, c->seq, pos0, positions(c, t.row), cfg->num_kv_heads, cfg->head_dim,
              1);
     /* The gradients at the q/k projections' outputs: through the head norms when there are any,
      * into q and the tile's rows of k, which nothing reads any more (the windows the backward takes
@@ -262,4 +275,5 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
     MT_FOR_EACH_PIECE(c, p) qkv_backward_piece(c, w, g, p, x, dxy, dq, dk);
 }
 
-const mt_mixer_ops mt_mixer_attention_ops = {.walk = walk, .prepare = prepare, .forward = forward, .backward = backward};
+const mt_mixer_ops mt_mixer_attention_ops = {.walk = walk, .prepare = prepare, .forward = forward, .backward = backward,
+                                             .constants_bytes = constants_bytes, .constants = constants};
