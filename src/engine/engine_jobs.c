@@ -3,6 +3,7 @@
  * (engine_schedule.c) decides when each runs. */
 #include <stdlib.h>
 
+#include "engine/ends.h"
 #include "engine/engine_internal.h"
 
 static size_t act_size(const mt_engine *e) { return mt_dtype_size(e->be->ops->act_dtype); }
@@ -85,28 +86,29 @@ static int next_head_piece(const mt_engine *e, const mt_compute_job *j, head_pie
 
 static size_t head_row(const mt_compute_job *j, head_piece p) { return (size_t)p.b * j->seq + p.row; }
 
+/* The ends' maths on the compute stream (engine/ends.h). */
+static mt_ends ends(const mt_engine *e) { return mt_ends_of(e->be, e->compute, e->cfg); }
+
 /* h1 = the final norm of piece p's rows. */
-static void final_norm(const mt_compute_job *j, head_piece p, const void *norm_w) {
+static void final_norm(const mt_compute_job *j, const mt_ends *k, head_piece p, const void *norm_w) {
     mt_engine *e = j->e;
-    void *x = row_of(e, ckpt_at(e, e->L, p.m), head_row(j, p));
-    e->op->rmsnorm(e->be, e->compute, e->ws.h1, e->ws.rstd1, x, norm_w, p.rows, e->cfg->hidden_size,
-                   e->cfg->rms_norm_eps);
+    mt_head_norm(k, e->ws.h1, e->ws.rstd1, row_of(e, ckpt_at(e, e->L, p.m), head_row(j, p)), norm_w, p.rows);
 }
 
 /* Adds the head's weight gradient for vocabulary rows [v0, v0 + rows) into dw ([rows, D]), from
  * every row of the step: the final norm again, the chunk's logits from the rows' log-sum-exp. */
 static void head_dw_chunk(const mt_compute_job *j, float *dw, int v0, int rows) {
     mt_engine *e = j->e;
+    mt_ends k = ends(e);
     int D = e->cfg->hidden_size;
     const void *norm_w = mt_bind_weights(e->lay, e->U - 1, e->head_w, e->be->ops->weight_dtype).t[MT_T_FINAL_NORM];
     const char *lm_w = lm_weight(e);
     size_t wsize = mt_dtype_size(e->be->ops->weight_dtype);
     FOR_EACH_HEAD_PIECE(e, j, p) {
         size_t row = head_row(j, p);
-        final_norm(j, p, norm_w);
-        e->op->lmhead_dw(e->be, e->compute, dw, e->ws.h1, lm_w + (size_t)v0 * D * wsize, targets_at(e, p.m) + row,
-                         e->dev_lse + p.m * mt_engine_rows(e) + row, p.rows, D, v0, rows, j->scale, e->o.lm_chunk,
-                         e->lm_ws);
+        final_norm(j, &k, p, norm_w);
+        mt_head_dw(&k, dw, e->ws.h1, lm_w + (size_t)v0 * D * wsize, targets_at(e, p.m) + row,
+                   e->dev_lse + p.m * mt_engine_rows(e) + row, p.rows, v0, rows, j->scale, e->o.lm_chunk, e->lm_ws);
     }
 }
 
@@ -161,14 +163,12 @@ static void aux_loss(const mt_compute_job *j) {
  * that they accumulate in sequence order. */
 static void run_head(const mt_compute_job *j) {
     mt_engine *e = j->e;
-    const mt_op_iface *op = e->op;
-    int D = e->cfg->hidden_size, V = e->cfg->vocab_size;
+    mt_ends k = ends(e);
     mt_unit_weights w = mt_bind_weights(e->lay, e->U - 1, e->head_w, e->be->ops->weight_dtype);
     const void *norm_w = w.t[MT_T_FINAL_NORM], *lm_w = lm_weight(e);
     if (j->mode == MT_RUN_LOGITS) {
-        op->rmsnorm(e->be, e->compute, e->ws.h1, e->ws.rstd1, row_of(e, ckpt_at(e, e->L, 0), j->last_row),
-                    norm_w, 1, D, e->cfg->rms_norm_eps);
-        op->logits(e->be, e->compute, e->dev_logits, e->ws.h1, lm_w, D, V);
+        mt_head_norm(&k, e->ws.h1, e->ws.rstd1, row_of(e, ckpt_at(e, e->L, 0), j->last_row), norm_w, 1);
+        mt_head_logits(&k, e->dev_logits, e->ws.h1, lm_w);
         return;
     }
     if (e->moe_layers) aux_loss(j);
@@ -185,14 +185,13 @@ static void run_head(const mt_compute_job *j) {
     if (embed_acc) mt_engine_acc_open(e, mt_acc_unit(0), e->embed_grad, (size_t)mt_engine_numel(e, 0), 1);
     FOR_EACH_HEAD_PIECE(e, j, p) {
         size_t row = head_row(j, p);
-        final_norm(j, p, norm_w);
+        final_norm(j, &k, p, norm_w);
         float *lse = chunked ? e->dev_lse + p.m * mt_engine_rows(e) + row : NULL;
-        op->lmhead_loss(e->be, e->compute, e->dev_loss, lse, train ? e->ws.tmp : NULL,
-                        train && !chunked ? lm_grad(e) : NULL, e->ws.h1, lm_w, targets_at(e, p.m) + row, p.rows, D,
-                        V, j->scale, e->o.lm_chunk, e->lm_ws);
+        mt_head_loss(&k, e->dev_loss, lse, train ? e->ws.tmp : NULL, train && !chunked ? lm_grad(e) : NULL, e->ws.h1,
+                     lm_w, targets_at(e, p.m) + row, p.rows, j->scale, e->o.lm_chunk, e->lm_ws);
         if (train)
-            op->rmsnorm_dx(e->be, e->compute, row_of(e, dy_at(e, p.m), row), g.t[MT_T_FINAL_NORM], e->ws.tmp,
-                           row_of(e, ckpt_at(e, e->L, p.m), row), norm_w, e->ws.rstd1, p.rows, D, 0);
+            mt_head_norm_backward(&k, row_of(e, dy_at(e, p.m), row), g.t[MT_T_FINAL_NORM], e->ws.tmp,
+                                  row_of(e, ckpt_at(e, e->L, p.m), row), norm_w, e->ws.rstd1, p.rows);
     }
     mt_engine_acc_close(e, MT_ACC_LOSS, e->dev_loss, 1);
     if (train) mt_engine_acc_close(e, mt_acc_unit(e->U - 1), e->head_grad, head_acc);
@@ -222,12 +221,12 @@ static void embed_backward(const mt_compute_job *j) {
         head_dw_chunk(j, dw, v0, rows);
         mt_engine_acc_close(e, mt_acc_unit(0), e->embed_grad, acc);
     }
+    mt_ends k = ends(e);
     mt_engine_acc_open(e, mt_acc_unit(0), e->embed_grad, acc, !e->cfg->tie_embeddings);
     for (int m = 0; m < j->micro_batches; m++)
         for (int b = 0; b < j->batch; b++) {
             size_t row = (size_t)b * j->seq;
-            e->op->embedding_dw(e->be, e->compute, dw, inputs_at(e, m) + row, row_of(e, dy_at(e, m), row), j->seq, D,
-                                v0, rows);
+            mt_embed_backward(&k, dw, inputs_at(e, m) + row, row_of(e, dy_at(e, m), row), j->seq, v0, rows);
         }
     mt_engine_acc_close(e, mt_acc_unit(0), e->embed_grad, acc);
     if (chunked) chunk_done(e, 0, (size_t)v0 * D, j->home, dw, (size_t)rows * D); /* the WTE matrix starts the unit */
@@ -237,8 +236,7 @@ static void embed_backward(const mt_compute_job *j) {
 static void run_job(void *arg) {
     mt_compute_job *j = arg;
     mt_engine *e = j->e;
-    const mt_op_iface *op = e->op;
-    int D = e->cfg->hidden_size, n = j->batch * j->seq;
+    int n = j->batch * j->seq;
     mt_block_ctx ctx = {e->be, e->compute, e->cfg, j->batch, j->seq, e->o.chunk, e->dev_constants, &e->ws, j->block,
                         NULL, NULL, NULL, NULL, e->o.attn_tile, {0, 0}, NULL};
     int moe = j->kind == MT_JOB_BLOCK_FWD || j->kind == MT_JOB_BLOCK_BWD ? mt_config_layer_is_moe(e->cfg, j->block) : 0;
@@ -247,8 +245,9 @@ static void run_job(void *arg) {
     switch (j->kind) {
     case MT_JOB_EMBED_FWD: {
         mt_unit_weights w = mt_bind_weights(e->lay, 0, e->embed_w, e->be->ops->weight_dtype);
+        mt_ends k = ends(e);
         for (int m = 0; m < j->micro_batches; m++)
-            op->embedding(e->be, e->compute, micro(e, j->x_out, m), inputs_at(e, m), w.t[MT_T_WTE], n, D);
+            mt_embed_forward(&k, micro(e, j->x_out, m), inputs_at(e, m), w.t[MT_T_WTE], n);
         break;
     }
     case MT_JOB_BLOCK_FWD: {

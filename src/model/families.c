@@ -70,6 +70,7 @@ void mt_family_plan_common(const mt_config *c, int l, mt_layer_spec *s) {
 }
 
 void mt_family_plan_model_common(const mt_config *c, mt_model_spec *m) {
+    m->norm_eps = c->rms_norm_eps;
     m->embed_scale = 1.0f;
     m->num_ropes = 1;
     m->rope[0] = (mt_rope_spec){.type = c->rope_scaling_factor != 0 ? MT_ROPE_LLAMA3 : MT_ROPE_DEFAULT,

@@ -8,6 +8,7 @@
     } while (0)
 
 mt_status mt_model_spec_check(const mt_model_spec *m) {
+    REFUSE_IF(m->norm_unit_offset, "a (1 + w) final norm is not supported yet");
     REFUSE_IF(m->embed_scale != 1.0f, "an embedding scale (%g) is not supported yet", (double)m->embed_scale);
     REFUSE_IF(m->logit_softcap != 0, "a final logit soft-cap (%g) is not supported yet", (double)m->logit_softcap);
     REFUSE_IF(m->num_ropes != 1, "%d RoPE tables are not supported yet (1 only)", m->num_ropes);

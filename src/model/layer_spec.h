@@ -66,6 +66,8 @@ typedef struct {
 
 /* What is the whole model's: the ends and the RoPE tables the layers index. */
 typedef struct {
+    float norm_eps;       /* the final norm's */
+    int norm_unit_offset; /* the final norm scales by (1 + w) */
     float embed_scale;   /* the embedding's rows are multiplied by it (1: none) */
     float logit_softcap; /* the head's logits become cap * tanh(logit / cap); 0: none */
     int num_ropes;
