@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "model/families.h"
+#include "model/rope_config.h"
 #include "util/json_fields.h"
 #include "util/json_kind.h"
 #include "util/log.h"
@@ -29,55 +30,6 @@ static mt_status parse_family(const mt_json_src *s, const mt_family **out) {
     if (model_type && strcmp(model_type, (*out)->model_type))
         return mt_fail(MT_ERR_INVALID, "%s: field 'model_type' ('%s') disagrees with architectures[0] ('%s')",
                        s->source, model_type, architecture);
-    return MT_OK;
-}
-
-/* RoPE settings: transformers 4 writes rope_theta and rope_scaling at the top level; transformers 5
- * writes rope_parameters, which holds rope_theta as well. Either is read; a theta given both ways
- * must agree. */
-static mt_status parse_rope(const mt_json_src *top, const char *key, const char *scope, mt_config *cfg) {
-    const json_t *rs = mt_json_field(top, key);
-    if (!rs) return MT_OK;
-    if (!json_is_object(rs)) return mt_json_wrong_type(top, key, "an object or null", rs);
-    mt_json_src s = {top->source, rs, scope};
-    if (!strcmp(key, "rope_parameters")) {
-        float theta = cfg->rope_theta, partial = 1.0f;
-        MT_TRY(mt_json_get_float(&s, "rope_theta", 0, &theta));
-        if (mt_json_field(top, "rope_theta") && theta != cfg->rope_theta)
-            return mt_fail(MT_ERR_INVALID, "%s: fields 'rope_theta' (%g) and 'rope_parameters.rope_theta' (%g) "
-                           "disagree", top->source, (double)cfg->rope_theta, (double)theta);
-        cfg->rope_theta = theta;
-        MT_TRY(mt_json_get_float(&s, "partial_rotary_factor", 0, &partial));
-        if (partial != 1.0f)
-            return mt_fail(MT_ERR_INVALID, "%s: field 'rope_parameters.partial_rotary_factor' = %g is not "
-                           "supported (1 only)", top->source, (double)partial);
-    }
-    const char *type = NULL;
-    MT_TRY(mt_json_get_string(&s, "rope_type", &type));
-    if (!type) MT_TRY(mt_json_get_string(&s, "type", &type));
-    if (!type) return mt_json_missing(&s, "rope_type");
-    if (!strcmp(type, "default")) return MT_OK;
-    if (strcmp(type, "llama3"))
-        return mt_fail(MT_ERR_INVALID, "%s: field '%srope_type' = '%s' is not supported (llama3 only)",
-                       top->source, scope, type);
-    MT_TRY(mt_json_get_float(&s, "factor", 1, &cfg->rope_scaling_factor));
-    MT_TRY(mt_json_get_float(&s, "low_freq_factor", 1, &cfg->rope_low_freq_factor));
-    MT_TRY(mt_json_get_float(&s, "high_freq_factor", 1, &cfg->rope_high_freq_factor));
-    return mt_json_get_int(&s, "original_max_position_embeddings", 1, &cfg->rope_original_max_position);
-}
-
-/* transformers 5 lists each layer's attention kind; anything but full attention is refused. */
-static mt_status check_layer_types(const mt_json_src *s) {
-    const json_t *types = mt_json_field(s, "layer_types"), *kind;
-    if (!types) return MT_OK;
-    if (!json_is_array(types)) return mt_json_wrong_type(s, "layer_types", "a list of strings", types);
-    size_t i;
-    json_array_foreach(types, i, kind) {
-        if (!json_is_string(kind)) return mt_json_wrong_type(s, "layer_types", "a list of strings", types);
-        if (strcmp(json_string_value(kind), "full_attention"))
-            return mt_fail(MT_ERR_INVALID, "%s: field 'layer_types' gives layer %zu '%s', which is not supported "
-                           "(full_attention only)", s->source, i, json_string_value(kind));
-    }
     return MT_OK;
 }
 
@@ -149,25 +101,26 @@ static mt_status check_fields(const mt_json_src *s) {
     return MT_OK;
 }
 
-static mt_status check_unsupported(const mt_json_src *s) {
-    const char *act = "silu";
+static mt_status check_unsupported(const mt_json_src *s, const mt_family *f) {
+    const char *act = f->hidden_act;
     int mlp_bias = 0;
     MT_TRY(mt_json_get_string(s, "hidden_act", &act));
-    if (strcmp(act, "silu"))
-        return mt_fail(MT_ERR_INVALID, "%s: field 'hidden_act' = '%s' is not supported (silu only)", s->source, act);
+    if (strcmp(act, f->hidden_act))
+        return mt_fail(MT_ERR_INVALID, "%s: field 'hidden_act' = '%s' is not supported (%s only)", s->source, act,
+                       f->hidden_act);
     MT_TRY(mt_json_get_bool(s, "mlp_bias", &mlp_bias));
     if (mlp_bias) return mt_fail(MT_ERR_INVALID, "%s: field 'mlp_bias' = true is not supported", s->source);
     if (mt_json_field(s, "quantization_config"))
         return mt_fail(MT_ERR_INVALID, "%s: field 'quantization_config': quantized checkpoints are not supported",
                        s->source);
-    return check_layer_types(s);
+    return MT_OK;
 }
 
 static mt_status parse_root(const mt_json_src *s, mt_config *cfg) {
     const mt_family *f = NULL;
     MT_TRY(parse_family(s, &f));
     MT_TRY(check_fields(s));
-    MT_TRY(check_unsupported(s));
+    MT_TRY(check_unsupported(s, f));
     memset(cfg, 0, sizeof *cfg);
     cfg->arch = f->arch;
     cfg->max_position = f->default_max_position;
@@ -189,8 +142,7 @@ static mt_status parse_root(const mt_json_src *s, mt_config *cfg) {
     MT_TRY(f->read(s, cfg));
     MT_TRY(mt_json_get_token_id(s, "bos_token_id", &cfg->bos_token_id));
     MT_TRY(mt_json_get_token_id(s, "eos_token_id", &cfg->eos_token_id));
-    MT_TRY(parse_rope(s, "rope_scaling", "rope_scaling.", cfg));
-    MT_TRY(parse_rope(s, "rope_parameters", "rope_parameters.", cfg));
+    MT_TRY(mt_rope_config_read(s, cfg));
     if (cfg->num_kv_heads == 0) cfg->num_kv_heads = cfg->num_heads;
     if (cfg->head_dim == 0) cfg->head_dim = f->default_head_dim;
     if (cfg->head_dim == 0 && cfg->num_heads > 0) cfg->head_dim = cfg->hidden_size / cfg->num_heads;
@@ -240,20 +192,11 @@ static json_t *config_json(const mt_config *c, const mt_family *f, const char *t
     json_object_set_new(o, "rms_norm_eps", mt_json_float(c->rms_norm_eps));
     json_object_set_new(o, "rope_theta", mt_json_float(c->rope_theta));
     json_object_set_new(o, "tie_word_embeddings", json_boolean(c->tie_embeddings));
-    json_object_set_new(o, "hidden_act", json_string("silu"));
+    json_object_set_new(o, "hidden_act", json_string(f->hidden_act));
     f->write(c, o);
     json_object_set_new(o, "bos_token_id", mt_json_token_id(c->bos_token_id));
     json_object_set_new(o, "eos_token_id", mt_json_token_id(c->eos_token_id));
-    json_t *rs = json_null();
-    if (c->rope_scaling_factor != 0) {
-        rs = json_object();
-        json_object_set_new(rs, "rope_type", json_string("llama3"));
-        json_object_set_new(rs, "factor", mt_json_float(c->rope_scaling_factor));
-        json_object_set_new(rs, "low_freq_factor", mt_json_float(c->rope_low_freq_factor));
-        json_object_set_new(rs, "high_freq_factor", mt_json_float(c->rope_high_freq_factor));
-        json_object_set_new(rs, "original_max_position_embeddings", json_integer(c->rope_original_max_position));
-    }
-    json_object_set_new(o, "rope_scaling", rs);
+    mt_rope_config_write(c, o);
     return o;
 }
 

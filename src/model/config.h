@@ -1,4 +1,5 @@
-/* The model's shape: a Llama-family decoder as config.json describes it. */
+/* The model's shape: a decoder as config.json describes it. Which family it is (arch) decides how
+ * its fields are read, checked and planned layer by layer (model/families.h). */
 #ifndef MT_MODEL_CONFIG_H
 #define MT_MODEL_CONFIG_H
 
@@ -6,6 +7,7 @@
 
 #include "util/status.h"
 
+/* The families, a row each of model/families.c's registry. */
 typedef enum {
     MT_ARCH_LLAMA, MT_ARCH_MISTRAL, MT_ARCH_QWEN2, MT_ARCH_QWEN3,
     /* mixtures of experts */

@@ -104,6 +104,22 @@ mt_status mt_family_read_window(const mt_json_src *s, const mt_config *c, int de
     return MT_OK;
 }
 
+/* transformers 5 lists each layer's attention kind; anything but full attention is refused. */
+mt_status mt_family_read_full_attention(const mt_json_src *s) {
+    const json_t *types = mt_json_field(s, "layer_types"), *kind;
+    if (!types) return MT_OK;
+    if (!json_is_array(types)) return mt_json_wrong_type(s, "layer_types", "a list of strings", types);
+    size_t i;
+    json_array_foreach(types, i, kind) {
+        if (!json_is_string(kind)) return mt_json_wrong_type(s, "layer_types", "a list of strings", types);
+        if (strcmp(json_string_value(kind), "full_attention"))
+            return mt_fail(MT_ERR_INVALID, "%s: field 'layer_types' gives layer %zu '%s', which is not supported "
+                           "(full_attention only)", s->source, i, json_string_value(kind));
+    }
+    return MT_OK;
+}
+
+
 mt_status mt_family_refuse_attention_bias(const mt_json_src *s, const char *architecture) {
     int bias = 0;
     MT_TRY(mt_json_get_bool(s, "attention_bias", &bias));

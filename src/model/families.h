@@ -38,6 +38,7 @@ typedef struct mt_family {
     int default_head_dim; /* 0: hidden_size / num_attention_heads */
     float default_eps, default_theta;
     int moe; /* a mixture of experts: its config needs num_experts */
+    const char *hidden_act; /* the MLP's activation, as config.json's hidden_act names it */
     const mt_preset *presets;
     int num_presets;
     /* The config.json fields its read takes beyond those every family has (NULL-terminated). */
@@ -76,6 +77,8 @@ void mt_family_plan_model_common(const mt_config *c, mt_model_spec *m);
 /* What the families' readers and writers share. A sliding window shorter than the context changes
  * attention: refused rather than ignored (`gated`: only where use_sliding_window is true). */
 mt_status mt_family_read_window(const mt_json_src *s, const mt_config *c, int default_window, int gated);
+/* transformers 5's layer_types: anything but full attention refused. */
+mt_status mt_family_read_full_attention(const mt_json_src *s);
 /* attention_bias = true refused: it would add q/k/v and o_proj biases. */
 mt_status mt_family_refuse_attention_bias(const mt_json_src *s, const char *architecture);
 /* A mixture of experts' Config class defaults: experts, those of a token, their width (0: they are

@@ -19,7 +19,9 @@ static size_t q_width(const mt_config *c) { return (size_t)c->num_heads * c->hea
 static size_t kv_width(const mt_config *c) { return (size_t)c->num_kv_heads * c->head_dim; }
 
 /* Whether the block's q and k go through RMSNorms, and whether over the whole projection. */
-static int qk_norm(const mt_layer_spec *s) { return (s->attn.flags & (MT_ATTN_QK_NORM_HEAD | MT_ATTN_QK_NORM_FULL)) != 0; }
+static int qk_norm(const mt_layer_spec *s) {
+    return (s->attn.flags & (MT_ATTN_QK_NORM_HEAD | MT_ATTN_QK_NORM_FULL)) != 0;
+}
 static int qk_norm_full(const mt_layer_spec *s) { return (s->attn.flags & MT_ATTN_QK_NORM_FULL) != 0; }
 
 /* The q/k norm's rows: a token's q is `heads` rows of head_dim (per-head norms) or one row of
@@ -74,7 +76,8 @@ static size_t constants_bytes(const mt_config *c) {
 }
 static void constants(const mt_config *c, void *host) {
     mt_model_spec m = mt_model_spec_of(c);
-    for (int r = 0; r < m.num_ropes; r++) mt_rope_inv_freq(&m.rope[r], c->head_dim, (float *)host + r * (c->head_dim / 2));
+    for (int r = 0; r < m.num_ropes; r++)
+        mt_rope_inv_freq(&m.rope[r], c->head_dim, (float *)host + (size_t)r * (c->head_dim / 2));
 }
 static const float *rope_table(const mt_block_ctx *c) {
     return (const float *)c->constants + (size_t)c->spec->attn.rope * (c->cfg->head_dim / 2);

@@ -50,7 +50,10 @@ static const mt_preset presets[] = {
 
 static const char *const fields[] = {"attention_bias", NULL};
 
-static mt_status read(const mt_json_src *s, mt_config *c) { return mt_json_get_bool(s, "attention_bias", &c->attention_bias); }
+static mt_status read(const mt_json_src *s, mt_config *c) {
+    MT_TRY(mt_family_read_full_attention(s));
+    return mt_json_get_bool(s, "attention_bias", &c->attention_bias);
+}
 
 static void write(const mt_config *c, json_t *o) {
     json_object_set_new(o, "attention_bias", json_boolean(c->attention_bias));
@@ -61,6 +64,7 @@ static mt_status validate(const mt_config *c) { return mt_family_require_qk_norm
 
 const mt_family mt_family_llama = {
     .arch = MT_ARCH_LLAMA, .architecture = "LlamaForCausalLM", .model_type = "llama",
+    .hidden_act = "silu",
     .default_max_position = 2048, .default_eps = 1e-6f, .default_theta = 10000.0f,
     .presets = presets, .num_presets = sizeof presets / sizeof presets[0], .fields = fields,
     .read = read, .write = write, .validate = validate,

@@ -24,7 +24,10 @@ static const mt_preset presets[] = {
 
 static const char *const fields[] = {"sliding_window", NULL};
 
-static mt_status read(const mt_json_src *s, mt_config *c) { return mt_family_read_window(s, c, DEFAULT_SLIDING_WINDOW, 0); }
+static mt_status read(const mt_json_src *s, mt_config *c) {
+    MT_TRY(mt_family_read_full_attention(s));
+    return mt_family_read_window(s, c, DEFAULT_SLIDING_WINDOW, 0);
+}
 
 static void write(const mt_config *c, json_t *o) { json_object_set_new(o, "sliding_window", json_null()); }
 
@@ -32,6 +35,7 @@ static mt_status validate(const mt_config *c) { return mt_family_require_qk_norm
 
 const mt_family mt_family_mistral = {
     .arch = MT_ARCH_MISTRAL, .architecture = "MistralForCausalLM", .model_type = "mistral",
+    .hidden_act = "silu",
     .default_max_position = 131072, .default_eps = 1e-6f, .default_theta = 10000.0f,
     .presets = presets, .num_presets = sizeof presets / sizeof presets[0], .fields = fields,
     .read = read, .write = write, .validate = validate,

@@ -20,6 +20,7 @@ static const char *const fields[] = {
 static const mt_experts_defaults experts = {.experts = 8, .top_k = 2, .aux_coef = 0.001f};
 
 static mt_status read(const mt_json_src *s, mt_config *c) {
+    MT_TRY(mt_family_read_full_attention(s));
     MT_TRY(mt_family_read_experts(s, c, &experts));
     float jitter = 0;
     MT_TRY(mt_json_get_float(s, "router_jitter_noise", 0, &jitter));
@@ -50,6 +51,7 @@ static const mt_family_names names = {
 
 const mt_family mt_family_mixtral = {
     .arch = MT_ARCH_MIXTRAL, .architecture = "MixtralForCausalLM", .model_type = "mixtral",
+    .hidden_act = "silu",
     .default_max_position = 131072, .default_eps = 1e-5f, .default_theta = 1000000.0f, .moe = 1,
     .presets = presets, .num_presets = sizeof presets / sizeof presets[0], .fields = fields,
     .read = read, .write = write, .validate = validate,

@@ -20,6 +20,7 @@ static const char *const fields[] = {
 static const mt_experts_defaults experts = {.experts = 64, .top_k = 8, .aux_coef = 0.01f};
 
 static mt_status read(const mt_json_src *s, mt_config *c) {
+    MT_TRY(mt_family_read_full_attention(s));
     MT_TRY(mt_family_refuse_attention_bias(s, "OlmoeForCausalLM"));
     c->qk_norm = MT_QK_NORM_FULL;
     MT_TRY(mt_family_read_experts(s, c, &experts));
@@ -48,6 +49,7 @@ static mt_status validate(const mt_config *c) {
 
 const mt_family mt_family_olmoe = {
     .arch = MT_ARCH_OLMOE, .architecture = "OlmoeForCausalLM", .model_type = "olmoe",
+    .hidden_act = "silu",
     .default_max_position = 4096, .default_eps = 1e-5f, .default_theta = 10000.0f, .moe = 1,
     .presets = presets, .num_presets = sizeof presets / sizeof presets[0], .fields = fields,
     .read = read, .write = write, .validate = validate,

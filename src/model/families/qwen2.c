@@ -20,6 +20,7 @@ static const mt_preset presets[] = {
 static const char *const fields[] = {"sliding_window", "use_sliding_window", NULL};
 
 static mt_status read(const mt_json_src *s, mt_config *c) {
+    MT_TRY(mt_family_read_full_attention(s));
     c->attention_bias = 1;
     return mt_family_read_window(s, c, DEFAULT_SLIDING_WINDOW, 1);
 }
@@ -30,6 +31,7 @@ static mt_status validate(const mt_config *c) { return mt_family_require_qk_norm
 
 const mt_family mt_family_qwen2 = {
     .arch = MT_ARCH_QWEN2, .architecture = "Qwen2ForCausalLM", .model_type = "qwen2",
+    .hidden_act = "silu",
     .default_max_position = 32768, .default_eps = 1e-6f, .default_theta = 10000.0f,
     .presets = presets, .num_presets = sizeof presets / sizeof presets[0], .fields = fields,
     .read = read, .write = write, .validate = validate,

@@ -26,6 +26,7 @@ static const mt_experts_defaults experts = {
     .experts = 60, .top_k = 4, .width = 1408, .shared = 5632, .aux_coef = 0.001f};
 
 static mt_status read(const mt_json_src *s, mt_config *c) {
+    MT_TRY(mt_family_read_full_attention(s));
     c->attention_bias = 1; /* Qwen2MoeConfig's qkv_bias (transformers 5; always on before) */
     MT_TRY(mt_json_get_bool(s, "qkv_bias", &c->attention_bias));
     MT_TRY(mt_family_read_experts(s, c, &experts));
@@ -51,6 +52,7 @@ static mt_status validate(const mt_config *c) {
 
 const mt_family mt_family_qwen2_moe = {
     .arch = MT_ARCH_QWEN2_MOE, .architecture = "Qwen2MoeForCausalLM", .model_type = "qwen2_moe",
+    .hidden_act = "silu",
     .default_max_position = 32768, .default_eps = 1e-6f, .default_theta = 10000.0f, .moe = 1,
     .presets = presets, .num_presets = sizeof presets / sizeof presets[0], .fields = fields,
     .read = read, .write = write, .validate = validate,

@@ -22,6 +22,7 @@ static const mt_preset presets[] = {
 static const char *const fields[] = {"attention_bias", "sliding_window", "use_sliding_window", NULL};
 
 static mt_status read(const mt_json_src *s, mt_config *c) {
+    MT_TRY(mt_family_read_full_attention(s));
     MT_TRY(mt_family_refuse_attention_bias(s, "Qwen3ForCausalLM"));
     c->qk_norm = MT_QK_NORM_HEAD;
     return mt_family_read_window(s, c, DEFAULT_SLIDING_WINDOW, 1);
@@ -41,6 +42,7 @@ static mt_status validate(const mt_config *c) {
 
 const mt_family mt_family_qwen3 = {
     .arch = MT_ARCH_QWEN3, .architecture = "Qwen3ForCausalLM", .model_type = "qwen3",
+    .hidden_act = "silu",
     .default_max_position = 32768, .default_head_dim = 128, .default_eps = 1e-6f, .default_theta = 10000.0f,
     .presets = presets, .num_presets = sizeof presets / sizeof presets[0], .fields = fields,
     .read = read, .write = write, .validate = validate,

@@ -23,6 +23,7 @@ static const char *const fields[] = {
 static const mt_experts_defaults experts = {.experts = 128, .top_k = 8, .width = 768, .aux_coef = 0.001f};
 
 static mt_status read(const mt_json_src *s, mt_config *c) {
+    MT_TRY(mt_family_read_full_attention(s));
     MT_TRY(mt_family_refuse_attention_bias(s, "Qwen3MoeForCausalLM"));
     c->qk_norm = MT_QK_NORM_HEAD;
     MT_TRY(mt_family_read_experts(s, c, &experts));
@@ -46,6 +47,7 @@ static mt_status validate(const mt_config *c) {
 
 const mt_family mt_family_qwen3_moe = {
     .arch = MT_ARCH_QWEN3_MOE, .architecture = "Qwen3MoeForCausalLM", .model_type = "qwen3_moe",
+    .hidden_act = "silu",
     .default_max_position = 32768, .default_eps = 1e-6f, .default_theta = 10000.0f, .moe = 1,
     .presets = presets, .num_presets = sizeof presets / sizeof presets[0], .fields = fields,
     .read = read, .write = write, .validate = validate,

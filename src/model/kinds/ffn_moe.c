@@ -21,7 +21,8 @@ static void declare(mt_layout *lay, mt_unit *u, const mt_config *c, const mt_lay
 
 /* The norm, the router, and `experts` experts; the shared expert and its gate. */
 static int64_t count(const mt_config *c, const mt_layer_spec *spec, int experts) {
-    int64_t d = c->hidden_size, s = spec->ffn_spec.flags & MT_FFN_SHARED_EXPERT ? c->shared_expert_intermediate_size : 0;
+    int64_t d = c->hidden_size;
+    int64_t s = spec->ffn_spec.flags & MT_FFN_SHARED_EXPERT ? c->shared_expert_intermediate_size : 0;
     return d + (int64_t)c->num_experts * d + 3 * (int64_t)experts * c->moe_intermediate_size * d +
            (s ? 3 * s * d + d : 0);
 }
