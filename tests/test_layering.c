@@ -25,7 +25,8 @@ static int check_file(const char *path, const struct stat *st, int type, struct 
     const char *dir = path + strlen("src/"), *slash = strchr(dir, '/');
     if (!slash) return 0;
     int own = rank(dir, (size_t)(slash - dir));
-    cr_assert_geq(own, 0, "%s: src/%.*s is not in docs/architecture.md's list of layers", path, (int)(slash - dir), dir);
+    cr_assert_geq(own, 0, "%s: src/%.*s is not in docs/architecture.md's list of layers", path, (int)(slash - dir),
+                  dir);
     FILE *f = fopen(path, "r");
     cr_assert_not_null(f, "%s", path);
     char line[1024];
