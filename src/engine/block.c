@@ -96,13 +96,44 @@ void mt_block_constants_fill(const mt_config *c, void *host) {
         if (mixer_ops[k]->constants) mixer_ops[k]->constants(c, (char *)host + constants_offset(c, k));
 }
 
-/* The block's context as its kinds see it: its spec, its mixer's constants. */
+/* The block's context as its kinds see it: its spec, its mixer's constants, its feed-forward's
+ * pass state. */
 static mt_block_ctx kind_ctx(const mt_block_ctx *c, const mt_layer_spec *spec) {
     mt_block_ctx at = *c;
     at.at = (mt_tile){0, 0};
     at.spec = spec;
     at.constants = (const char *)c->constants + constants_offset(c->cfg, spec->mixer);
+    at.pass = c->pass && c->pass[spec->ffn].dev ? &c->pass[spec->ffn] : NULL;
     return at;
+}
+
+/* ---- the feed-forward kinds' pass state ---- */
+
+size_t mt_block_pass_bytes(const mt_config *c, mt_ffn_kind k, int micro_batches, int on_host) {
+    if (!ffn_ops[k]->pass_bytes) return 0;
+    for (int l = 0; l < c->num_layers; l++)
+        if (mt_layer_spec_of(c, l).ffn == k) return ffn_ops[k]->pass_bytes(c, micro_batches, on_host);
+    return 0;
+}
+
+void mt_block_pass_begin(const mt_pass_state *states, mt_stream *s) {
+    for (int k = 0; k < MT_FFN_KINDS; k++)
+        if (states[k].dev) ffn_ops[k]->pass_begin(&states[k], s);
+}
+
+void mt_block_pass_loss(const mt_pass_state *states, mt_stream *s, int m, int rows, float mean) {
+    for (int k = 0; k < MT_FFN_KINDS; k++)
+        if (states[k].dev) ffn_ops[k]->pass_loss(&states[k], s, m, rows, mean);
+}
+
+void mt_block_pass_home(const mt_pass_state *states, mt_stream *s) {
+    for (int k = 0; k < MT_FFN_KINDS; k++)
+        if (states[k].dev) ffn_ops[k]->pass_home(&states[k], s);
+}
+
+void mt_block_pass_report(const mt_pass_state *states, mt_pass_report *r) {
+    for (int k = 0; k < MT_FFN_KINDS; k++)
+        if (states[k].dev) ffn_ops[k]->pass_report(&states[k], r);
 }
 
 /* ---- the workspace ---- */

@@ -83,6 +83,23 @@ typedef struct {
     } moe;
 } mt_block_ws;
 
+/* A feed-forward kind's state over a pass (block_parts.h's pass entries), in buffers the engine
+ * allocates and hands every job: the kind's own device and host bytes (pass_bytes), and the pass's auxiliary loss,
+ * a device float the head's job adds the kinds' losses into. */
+typedef struct {
+    mt_backend *be;
+    const mt_config *cfg;
+    int micro_batches;
+    void *dev, *host;
+    float *aux_loss;
+} mt_pass_state;
+
+/* What a pass reports of a kind's state: the largest and smallest share of a layer's routed tokens
+ * one expert got. */
+typedef struct {
+    double load_max, load_min;
+} mt_pass_report;
+
 /* Rows [row, row + rows) of the micro-batch: one tile (mt_block_tile_rows). rows 0: all of them. */
 typedef struct {
     int row, rows;
@@ -98,14 +115,11 @@ typedef struct {
     mt_block_ws *ws;
     int layer;              /* the block's index: its spec (model/layer_spec.h) */
     const mt_segments *seg; /* this micro-batch's segments (packed examples), or NULL (backend.h) */
-    /* A mixture-of-experts block's routing statistics, added to by its forward (NULL: none, as in a
-     * backward's recomputed forward): moe_counts[E] the layer's tokens per expert in this
-     * micro-batch, moe_prob_sum[E] the router probabilities summed over every MoE layer's tokens of
-     * it. moe_aux_grad[E] (NULL: none): the load-balancing loss's gradient with respect to each
-     * router probability, which its backward takes through the router. Device memory. */
-    int32_t *moe_counts;
-    float *moe_prob_sum;
-    const float *moe_aux_grad;
+    /* The pass's states, one a feed-forward kind (NULL: none; block.c gives the kinds their own),
+     * and the micro-batch's index in them: a mixture of experts' forward adds its routing
+     * statistics there, its backward takes the load-balancing loss's gradient from there. */
+    const mt_pass_state *pass;
+    int micro;
     int tile;               /* queries a tile takes (mt_block_tile_rows); <= 0: the whole micro-batch */
     mt_tile at;             /* the tile being worked on (set by block.c; rows 0 between tiles) */
     const mt_layer_spec *spec; /* the block's spec, what its kinds read (set by block.c) */
@@ -148,6 +162,15 @@ void mt_block_ws_carve(mt_block_ws *ws, void *base, mt_backend *be, const mt_con
  * block's context as `constants`. */
 size_t mt_block_constants_bytes(const mt_config *cfg);
 void mt_block_constants_fill(const mt_config *cfg, void *host);
+
+/* The feed-forward kinds' state over a pass (block_parts.h's pass entries), states[MT_FFN_KINDS]
+ * one a kind, `dev` NULL where the kind keeps none in this model: the bytes kind k keeps (0: none:
+ * no block of the kind, or no state), and each entry over the kinds that keep some. */
+size_t mt_block_pass_bytes(const mt_config *cfg, mt_ffn_kind k, int micro_batches, int on_host);
+void mt_block_pass_begin(const mt_pass_state *states, mt_stream *s);
+void mt_block_pass_loss(const mt_pass_state *states, mt_stream *s, int m, int rows, float mean);
+void mt_block_pass_home(const mt_pass_state *states, mt_stream *s);
+void mt_block_pass_report(const mt_pass_state *states, mt_pass_report *r);
 
 /* y[n, D] = block(x[n, D]), tile by tile. */
 void mt_block_forward(const mt_block_ctx *c, const mt_unit_weights *w, const void *x, void *y);

@@ -117,6 +117,16 @@ typedef struct {
     void (*forward)(const mt_block_ctx *c, const mt_unit_weights *w, mt_piece p, void *y);
     /* dxy's rows of piece p hold dL/dy and become dL/dx2; weight gradients accumulate into g. */
     void (*backward)(const mt_block_ctx *c, const mt_unit_weights *w, const mt_unit_grads *g, mt_piece p, void *dxy);
+    /* Optional (pass_bytes NULL: none): what the kind keeps over a pass (a mixture of experts'
+     * routing statistics). Its bytes on the device and on the host for `micro_batches`; zeroed on
+     * stream s when a pass begins; micro-batch m's auxiliary loss (of `rows` tokens, weighted by
+     * `mean`) added into p->aux_loss and its gradient made, by the head's job; copied home on s as
+     * the pass ends; read there once the pass is done. */
+    size_t (*pass_bytes)(const mt_config *cfg, int micro_batches, int on_host);
+    void (*pass_begin)(const mt_pass_state *p, mt_stream *s);
+    void (*pass_loss)(const mt_pass_state *p, mt_stream *s, int m, int rows, float mean);
+    void (*pass_home)(const mt_pass_state *p, mt_stream *s);
+    void (*pass_report)(const mt_pass_state *p, mt_pass_report *r);
 } mt_ffn_ops;
 
 extern const mt_mixer_ops mt_mixer_attention_ops;

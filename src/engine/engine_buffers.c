@@ -172,13 +172,13 @@ static void walk(const shape *s, walker *w) {
     DEVICE(dev_norms, workspace, (size_t)U * 4, "gradient norms");
     DEVICE(dev_loss, workspace, 4, "the loss");
     if (head_chunked) DEVICE(dev_lse, workspace, M * n * 4, "the rows' log-sum-exp");
-    size_t moe = (size_t)mt_config_moe_layers(c), E = (size_t)c->num_experts;
-    if (moe) {
-        DEVICE(moe_counts, workspace, M * moe * E * 4, "the experts' token counts");
-        DEVICE(moe_prob_sum, workspace, M * E * 4, "the router probabilities' sums");
-        DEVICE(moe_aux_grad, workspace, M * E * 4, "the load-balancing loss's gradient");
-        DEVICE(dev_aux_loss, workspace, 4, "the load-balancing loss");
+    int pass_state = 0;
+    for (int k = 0; k < MT_FFN_KINDS; k++) {
+        size_t bytes = mt_block_pass_bytes(c, (mt_ffn_kind)k, o->micro_batches, 0);
+        if (bytes) DEVICE(pass[k].dev, workspace, bytes, "a feed-forward kind's pass state (routing statistics)");
+        pass_state |= bytes > 0;
     }
+    if (pass_state) DEVICE(dev_aux_loss, workspace, 4, "the auxiliary (load-balancing) loss");
 
     HOST(host_tokens, host_staging, 2 * M * n * sizeof(int32_t), "token staging");
     if (o->packed) {
@@ -192,10 +192,11 @@ static void walk(const shape *s, walker *w) {
     for (int i = 0; i < 2; i++) HOST(input_rows[i], host_staging, V, "the input-token row masks");
     if (on_device)
         HOST(master_staging, host_staging, MT_ENGINE_MASTER_STAGING, "the staging of the device-updated units' masters");
-    if (moe) {
-        HOST(host_moe_counts, host_staging, M * moe * E * 4, "the experts' token counts");
-        HOST(host_aux_loss, host_staging, 4, "the load-balancing loss");
+    for (int k = 0; k < MT_FFN_KINDS; k++) {
+        size_t bytes = mt_block_pass_bytes(c, (mt_ffn_kind)k, o->micro_batches, 1);
+        if (bytes) HOST(pass[k].host, host_staging, bytes, "a feed-forward kind's pass state (routing statistics)");
     }
+    if (pass_state) HOST(host_aux_loss, host_staging, 4, "the auxiliary (load-balancing) loss");
 
     /* Where gradients land on the host: every unit's (keep_grads, or exact clipping with every unit
      * on the host: it needs every gradient until the norm is known; tests read them), the
@@ -313,5 +314,12 @@ mt_status mt_engine_allocate(mt_engine *e) {
     walk(&s, &w);
     if (e->failed) return mt_fail_context(MT_ERR_NOMEM, "engine buffers");
     point_into_buffers(e);
+    for (int k = 0; k < MT_FFN_KINDS; k++) {
+        e->pass[k].be = e->be;
+        e->pass[k].cfg = e->cfg;
+        e->pass[k].micro_batches = e->o.micro_batches;
+        e->pass[k].aux_loss = e->dev_aux_loss;
+    }
+    e->any_pass_state = e->dev_aux_loss != NULL;
     return MT_OK;
 }

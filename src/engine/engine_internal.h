@@ -92,13 +92,11 @@ struct mt_engine {
     float *dev_norms, *dev_loss, *dev_logits;
     void *dev_constants;       /* the block kinds' constants (mt_block_constants_fill) */
     float *dev_lse;            /* [M][n]: each row's log-sum-exp of its logits (head chunked) */
-    /* Mixture of experts (moe_layers > 0): each micro-batch's routing statistics, added to by the
-     * blocks' forwards; the load-balancing loss (the head's job makes it, and its gradient per router
-     * probability, which the blocks' backwards take) and its sum over the micro-batches. */
-    int moe_layers;            /* blocks whose feed-forward is a mixture of experts */
-    int32_t *moe_counts;       /* [M][moe_layers][E]: each MoE layer's tokens per expert */
-    float *moe_prob_sum;       /* [M][E]: router probabilities summed over every MoE layer's tokens */
-    float *moe_aux_grad;       /* [M][E] */
+    /* The feed-forward kinds' state over a pass (block.h: a mixture of experts' routing statistics
+     * and load-balancing loss gradient), any_pass_state when some kind keeps one; the auxiliary
+     * loss the head's job adds the kinds' losses into, summed over the micro-batches. */
+    mt_pass_state pass[MT_FFN_KINDS];
+    int any_pass_state;
     float *dev_aux_loss;
 
     /* host staging (pinned on cuda) */
@@ -121,7 +119,6 @@ struct mt_engine {
     float *host_norms, *host_loss, *host_logits;
     void *host_constants;
     float *master_staging;     /* the device-updated units' masters pass through it (engine_device_state.c) */
-    int32_t *host_moe_counts;  /* [M][moe_layers][E] */
     float *host_aux_loss;
 
     /* Events and flags (protocol.h): ev[id][i] and fl[id][i], i below n_ev[id] and n_fl[id]. */
@@ -293,15 +290,10 @@ static inline void mt_engine_reduce(const mt_engine *e, float *x, size_t count) 
  * once its job is done adding, before any of the job's reductions. Its tag: the loss 0, unit u 1 + u. */
 enum { MT_ACC_LOSS = 0 };
 static inline int mt_acc_unit(int u) { return 1 + u; }
-/* The load-balancing loss's: after every unit's. */
+/* The auxiliary loss's (the kinds' pass losses: a mixture of experts' load balancing): after every
+ * unit's. */
 static inline int mt_acc_aux(const mt_engine *e) { return 1 + e->U; }
 
-/* Block l's index among the mixture-of-experts blocks (its rows of moe_counts). */
-static inline int mt_engine_moe_index(const mt_engine *e, int l) {
-    int i = 0;
-    for (int b = 0; b < l; b++) i += mt_config_layer_is_moe(e->cfg, b);
-    return i;
-}
 static inline void mt_engine_acc_open(const mt_engine *e, int tag, float *buf, size_t count, int fresh) {
     if (e->ordered) e->be->ops->coll.acc_open(e->be, e->compute, tag, buf, count, fresh);
 }

@@ -140,20 +140,15 @@ static void head_chunk(const mt_compute_job *j) {
     chunk_done(e, U - 1, mt_engine_head_rest_numel_for(e->lay) + (size_t)j->v0 * e->cfg->hidden_size, j->home, dw, count);
 }
 
-/* The load-balancing loss of each micro-batch's forward over every MoE layer (transformers'
- * load_balancing_loss_func per forward), their mean over the step's micro-batches, and over a
- * group's ranks, as the cross-entropy's mean is over every rank's targets; and each micro-batch's
- * gradient per router probability, weighted by router_aux_loss_coef, which the blocks' backwards
- * take where the config's output_router_logits puts the loss in the objective. */
+/* The kinds' auxiliary loss (a mixture of experts' load balancing: block_parts.h's pass_loss) of
+ * each micro-batch's forward, their mean over the step's micro-batches, and over a group's ranks,
+ * as the cross-entropy's mean is over every rank's targets; and each micro-batch's gradient, which
+ * the blocks' backwards take. */
 static void aux_loss(const mt_compute_job *j) {
     mt_engine *e = j->e;
-    size_t E = (size_t)e->cfg->num_experts;
     float mean = 1.0f / (float)(j->micro_batches * (e->reduce ? e->group_size : 1));
     mt_engine_acc_open(e, mt_acc_aux(e), e->dev_aux_loss, 1, 1);
-    for (int m = 0; m < j->micro_batches; m++)
-        e->be->ops->moe.aux_loss(e->be, e->compute, e->dev_aux_loss, e->moe_aux_grad + m * E,
-                                 e->moe_counts + (size_t)m * e->moe_layers * E, e->moe_prob_sum + m * E, e->moe_layers,
-                                 j->batch * j->seq, (int)E, mean, mean * e->cfg->router_aux_loss_coef);
+    for (int m = 0; m < j->micro_batches; m++) mt_block_pass_loss(e->pass, e->compute, m, j->batch * j->seq, mean);
     mt_engine_acc_close(e, mt_acc_aux(e), e->dev_aux_loss, 1);
     mt_engine_reduce(e, e->dev_aux_loss, 1);
 }
@@ -171,7 +166,7 @@ static void run_head(const mt_compute_job *j) {
         mt_head_logits(&k, e->dev_logits, e->ws.h1, lm_w);
         return;
     }
-    if (e->moe_layers) aux_loss(j);
+    if (e->any_pass_state) aux_loss(j);
     int train = j->mode != MT_RUN_EVAL, chunked = train && mt_engine_ends_chunked(e), tied = e->cfg->tie_embeddings;
     /* Only a backward has gradients (a forward-only engine has no buffers for them). */
     mt_unit_grads g = train ? mt_bind_grads(e->lay, e->U - 1, e->head_grad) : (mt_unit_grads){0};
@@ -238,9 +233,7 @@ static void run_job(void *arg) {
     mt_engine *e = j->e;
     int n = j->batch * j->seq;
     mt_block_ctx ctx = {e->be, e->compute, e->cfg, j->batch, j->seq, e->o.chunk, e->dev_constants, &e->ws, j->block,
-                        NULL, NULL, NULL, NULL, e->o.attn_tile, {0, 0}, NULL};
-    int moe = j->kind == MT_JOB_BLOCK_FWD || j->kind == MT_JOB_BLOCK_BWD ? mt_config_layer_is_moe(e->cfg, j->block) : 0;
-    size_t E = (size_t)e->cfg->num_experts, moe_at = moe ? (size_t)mt_engine_moe_index(e, j->block) : 0;
+                        NULL, e->pass, 0, e->o.attn_tile, {0, 0}, NULL};
     if (j->gather.dst) mt_engine_gather_weights(e, &j->gather);
     switch (j->kind) {
     case MT_JOB_EMBED_FWD: {
@@ -256,10 +249,7 @@ static void run_job(void *arg) {
         for (int m = 0; m < j->micro_batches; m++) {
             mt_segments seg = j->segmented ? segments_at(e, m) : (mt_segments){0};
             ctx.seg = j->segmented ? &seg : NULL;
-            if (moe) {
-                ctx.moe_counts = e->moe_counts + ((size_t)m * e->moe_layers + moe_at) * E;
-                ctx.moe_prob_sum = e->moe_prob_sum + (size_t)m * E;
-            }
+            ctx.micro = m;
             mt_block_forward(&ctx, &w, micro(e, j->x_in, m), micro(e, j->x_out, m));
         }
         break;
@@ -275,7 +265,7 @@ static void run_job(void *arg) {
         for (int m = 0; m < j->micro_batches; m++) {
             mt_segments seg = j->segmented ? segments_at(e, m) : (mt_segments){0};
             ctx.seg = j->segmented ? &seg : NULL;
-            if (moe && e->cfg->output_router_logits) ctx.moe_aux_grad = e->moe_aux_grad + (size_t)m * E;
+            ctx.micro = m;
             mt_block_backward(&ctx, &w, &g, micro(e, j->x_in, m), dy_at(e, m));
         }
         mt_engine_acc_close(e, mt_acc_unit(u), grads, (size_t)mt_engine_numel(e, u));

@@ -179,10 +179,8 @@ static mt_status begin_pass(mt_engine *e, pass *p, const int32_t *inputs, const 
                                .scale = p->r->targets ? 1.0f / (float)p->r->targets : 0.0f};
     mt_zero_async(e->be, e->dev_loss, 4, e->compute);
     mt_zero_async(e->be, e->dev_norms, (size_t)e->U * 4, e->compute);
-    if (e->moe_layers) { /* the blocks' forwards add their routing statistics, the head the aux loss */
-        size_t M = (size_t)e->o.micro_batches, E = (size_t)e->cfg->num_experts;
-        mt_zero_async(e->be, e->moe_counts, M * (size_t)e->moe_layers * E * 4, e->compute);
-        mt_zero_async(e->be, e->moe_prob_sum, M * E * 4, e->compute);
+    if (e->any_pass_state) { /* the blocks' forwards add their routing statistics, the head the aux loss */
+        mt_block_pass_begin(e->pass, e->compute);
         mt_zero_async(e->be, e->dev_aux_loss, 4, e->compute);
     }
     if (p->train) {
@@ -419,9 +417,8 @@ static void end_pass(mt_engine *e, pass *p) {
             mt_copy_async(e->be, e->host_logits, e->dev_logits, (size_t)e->cfg->vocab_size * 4, e->d2h);
     }
     mt_copy_async(e->be, e->host_loss, e->dev_loss, 4, e->d2h);
-    if (e->moe_layers) {
-        size_t counts = (size_t)e->o.micro_batches * (size_t)e->moe_layers * (size_t)e->cfg->num_experts;
-        mt_copy_async(e->be, e->host_moe_counts, e->moe_counts, counts * 4, e->d2h);
+    if (e->any_pass_state) {
+        mt_block_pass_home(e->pass, e->d2h);
         mt_copy_async(e->be, e->host_aux_loss, e->dev_aux_loss, 4, e->d2h);
     }
     mt_engine_record(e, MT_EV_DONE, 0, e->d2h);
@@ -448,26 +445,14 @@ static mt_status run_pass(mt_engine *e, mt_run_mode mode, const int32_t *inputs,
     return MT_OK;
 }
 
-/* The load-balancing loss, and the largest and smallest share of a layer's routed tokens an expert
- * got over the pass's micro-batches (this rank's tokens). */
-static void moe_results(const mt_engine *e, pass_result *r) {
-    int M = e->o.micro_batches, E = e->cfg->num_experts, layers = e->moe_layers;
+/* The auxiliary (load-balancing) loss, and what the kinds report of their pass state: the largest
+ * and smallest share of a layer's routed tokens an expert got (this rank's tokens). */
+static void pass_state_results(const mt_engine *e, pass_result *r) {
+    mt_pass_report report = {.load_max = 0, .load_min = 1};
+    mt_block_pass_report(e->pass, &report);
     r->aux_loss = *e->host_aux_loss;
-    r->load_max = 0;
-    r->load_min = 1;
-    for (int l = 0; l < layers; l++) {
-        double routed = 0, most = 0, least = -1;
-        for (int x = 0; x < E; x++) {
-            double n = 0;
-            for (int m = 0; m < M; m++) n += e->host_moe_counts[((size_t)m * layers + l) * E + x];
-            routed += n;
-            if (n > most) most = n;
-            if (least < 0 || n < least) least = n;
-        }
-        if (routed <= 0) continue;
-        if (most / routed > r->load_max) r->load_max = most / routed;
-        if (least / routed < r->load_min) r->load_min = least / routed;
-    }
+    r->load_max = report.load_max;
+    r->load_min = report.load_min;
 }
 
 /* Waits for the pass to finish and reads its loss and gradient norm. */
@@ -475,7 +460,7 @@ static mt_status finish_pass(mt_engine *e, pass_result *r) {
     mt_engine_sync(e, MT_EV_DONE, 0);
     MT_TRY(mt_backend_check(e->be));
     r->loss = r->targets > 0 ? *e->host_loss / (double)r->targets : 0;
-    if (e->moe_layers) moe_results(e, r);
+    if (e->any_pass_state) pass_state_results(e, r);
     r->grad_norm = mt_global_norm(e->host_norms, e->U);
     r->stalled = 0;
     for (int i = 0; i < e->num_stalls; i++) r->stalled += mt_engine_elapsed(e, MT_EV_STALL_BEGIN, i, MT_EV_STALL_END, i);
@@ -540,7 +525,7 @@ mt_status mt_engine_step(mt_engine *e, const int32_t *inputs, const int32_t *tar
                             .seconds = mt_now() - t0, .wait_opt_seconds = r.waited,
                             .stall_seconds = r.stalled, .compute_seconds = r.busy,
                             .idle_forward_seconds = r.idle_forward, .idle_backward_seconds = r.idle_backward,
-                            .moe = e->moe_layers > 0, .aux_loss = r.aux_loss, .expert_load_max = r.load_max,
+                            .moe = e->any_pass_state, .aux_loss = r.aux_loss, .expert_load_max = r.load_max,
                             .expert_load_min = r.load_min};
     mt_engine *opt = e->leader ? e->leader : e;
     pthread_mutex_lock(&opt->opt_lock);
