@@ -90,7 +90,7 @@ static void final_norm(const mt_compute_job *j, head_piece p, const void *norm_w
     mt_engine *e = j->e;
     void *x = row_of(e, ckpt_at(e, e->L, p.m), head_row(j, p));
     e->op->rmsnorm(e->be, e->compute, e->ws.h1, e->ws.rstd1, x, norm_w, p.rows, e->cfg->hidden_size,
-                   e->cfg->rms_norm_eps);
+                   (mt_rmsnorm_params){.eps = e->cfg->rms_norm_eps});
 }
 
 /* Adds the head's weight gradient for vocabulary rows [v0, v0 + rows) into dw ([rows, D]), from
@@ -105,8 +105,8 @@ static void head_dw_chunk(const mt_compute_job *j, float *dw, int v0, int rows) 
         size_t row = head_row(j, p);
         final_norm(j, p, norm_w);
         e->op->lmhead_dw(e->be, e->compute, dw, e->ws.h1, lm_w + (size_t)v0 * D * wsize, targets_at(e, p.m) + row,
-                         e->dev_lse + p.m * mt_engine_rows(e) + row, p.rows, D, v0, rows, j->scale, e->o.lm_chunk,
-                         e->lm_ws);
+                         e->dev_lse + p.m * mt_engine_rows(e) + row, p.rows, D, v0, rows, j->scale, 0.0f,
+                         e->o.lm_chunk, e->lm_ws);
     }
 }
 
@@ -167,8 +167,8 @@ static void run_head(const mt_compute_job *j) {
     const void *norm_w = w.t[MT_T_FINAL_NORM], *lm_w = lm_weight(e);
     if (j->mode == MT_RUN_LOGITS) {
         op->rmsnorm(e->be, e->compute, e->ws.h1, e->ws.rstd1, row_of(e, ckpt_at(e, e->L, 0), j->last_row),
-                    norm_w, 1, D, e->cfg->rms_norm_eps);
-        op->logits(e->be, e->compute, e->dev_logits, e->ws.h1, lm_w, D, V);
+                    norm_w, 1, D, (mt_rmsnorm_params){.eps = e->cfg->rms_norm_eps});
+        op->logits(e->be, e->compute, e->dev_logits, e->ws.h1, lm_w, D, V, 0.0f);
         return;
     }
     if (e->moe_layers) aux_loss(j);
@@ -189,10 +189,11 @@ static void run_head(const mt_compute_job *j) {
         float *lse = chunked ? e->dev_lse + p.m * mt_engine_rows(e) + row : NULL;
         op->lmhead_loss(e->be, e->compute, e->dev_loss, lse, train ? e->ws.tmp : NULL,
                         train && !chunked ? lm_grad(e) : NULL, e->ws.h1, lm_w, targets_at(e, p.m) + row, p.rows, D,
-                        V, j->scale, e->o.lm_chunk, e->lm_ws);
+                        V, j->scale, 0.0f, e->o.lm_chunk, e->lm_ws);
         if (train)
             op->rmsnorm_dx(e->be, e->compute, row_of(e, dy_at(e, p.m), row), g.t[MT_T_FINAL_NORM], e->ws.tmp,
-                           row_of(e, ckpt_at(e, e->L, p.m), row), norm_w, e->ws.rstd1, p.rows, D, 0);
+                           row_of(e, ckpt_at(e, e->L, p.m), row), norm_w, e->ws.rstd1, p.rows, D,
+                           (mt_rmsnorm_params){.eps = e->cfg->rms_norm_eps}, 0);
     }
     mt_engine_acc_close(e, MT_ACC_LOSS, e->dev_loss, 1);
     if (train) mt_engine_acc_close(e, mt_acc_unit(e->U - 1), e->head_grad, head_acc);
@@ -227,7 +228,7 @@ static void embed_backward(const mt_compute_job *j) {
         for (int b = 0; b < j->batch; b++) {
             size_t row = (size_t)b * j->seq;
             e->op->embedding_dw(e->be, e->compute, dw, inputs_at(e, m) + row, row_of(e, dy_at(e, m), row), j->seq, D,
-                                v0, rows);
+                                v0, rows, 1.0f);
         }
     mt_engine_acc_close(e, mt_acc_unit(0), e->embed_grad, acc);
     if (chunked) chunk_done(e, 0, (size_t)v0 * D, j->home, dw, (size_t)rows * D); /* the WTE matrix starts the unit */
@@ -248,7 +249,7 @@ static void run_job(void *arg) {
     case MT_JOB_EMBED_FWD: {
         mt_unit_weights w = mt_bind_weights(e->lay, 0, e->embed_w, e->be->ops->weight_dtype);
         for (int m = 0; m < j->micro_batches; m++)
-            op->embedding(e->be, e->compute, micro(e, j->x_out, m), inputs_at(e, m), w.t[MT_T_WTE], n, D);
+            op->embedding(e->be, e->compute, micro(e, j->x_out, m), inputs_at(e, m), w.t[MT_T_WTE], n, D, 1.0f);
         break;
     }
     case MT_JOB_BLOCK_FWD: {

@@ -1,8 +1,9 @@
-/* Mixture of experts: the experts' GEMMs over each expert's sorted rows, their fused SwiGLU, and a
+/* Mixture of experts: the experts' GEMMs over each expert's sorted rows, their fused GLU, and a
  * shared expert's sigmoid gate (backend.h's moe group). */
 #include <math.h>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/ops/glu_math.h"
 
 /* Every GEMM runs one (expert, segment) at a time, as BLAS's bits depend on the row count. */
 void mt_cpu_moe_matmul(float *y, const float *x, const float *w, const int32_t *offsets, int rows, int E, int S,
@@ -38,31 +39,22 @@ void mt_cpu_moe_matmul_dw(float *dw, const float *dy, const float *x, const int3
         }
 }
 
-/* The dense swiglu's arithmetic (swiglu.c) on each row's halves. */
-void mt_cpu_moe_swiglu(float *a, const float *gu, int rows, int F) {
+/* The dense GLU's arithmetic (glu_math.h) on each row's halves. */
+void mt_cpu_moe_swiglu(float *a, const float *gu, int rows, int F, mt_glu_params p) {
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
         const float *g = gu + (size_t)r * 2 * F, *u = g + F;
         float *out = a + (size_t)r * F;
-        for (int i = 0; i < F; i++) {
-            float sig = 1.0f / (1.0f + expf(-g[i]));
-            out[i] = g[i] * sig * u[i];
-        }
+        for (int i = 0; i < F; i++) out[i] = glu_one(p, g[i], u[i]);
     }
 }
 
-void mt_cpu_moe_swiglu_dx(float *dgu, const float *da, const float *gu, int rows, int F) {
+void mt_cpu_moe_swiglu_dx(float *dgu, const float *da, const float *gu, int rows, int F, mt_glu_params p) {
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
         const float *g = gu + (size_t)r * 2 * F, *u = g + F, *d = da + (size_t)r * F;
         float *dg = dgu + (size_t)r * 2 * F, *du = dg + F;
-        for (int i = 0; i < F; i++) {
-            float sig = 1.0f / (1.0f + expf(-g[i]));
-            float silu = g[i] * sig;
-            float dsilu = sig * (1.0f + g[i] * (1.0f - sig));
-            dg[i] = d[i] * u[i] * dsilu;
-            du[i] = d[i] * silu;
-        }
+        for (int i = 0; i < F; i++) glu_grad_one(p, d[i], g[i], u[i], &dg[i], &du[i]);
     }
 }
 
