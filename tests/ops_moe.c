@@ -210,24 +210,25 @@ static double grouped_flops(const ops_case *c) { return 6.0 * (double)slots(c) *
 const ops_kind OPS_MOE_GROUPED = {.declare = grouped_declare, .prepare = grouped_prepare, .call = grouped_call,
                                   .reference = grouped_reference, .flops = grouped_flops, .needs_moe = 1};
 
-/* ---- the experts' fused SwiGLU and its backward ---- */
+/* ---- the experts' fused GLU (the flag's: ops_glu) and its backward ---- */
 
 enum { SG_GU, SG_DA, SG_A, SG_DGU };
 
 static int swiglu_declare(const ops_case *c, ops_tensor *t) {
-    t[SG_GU] = T("gu", ACT, IN, (size_t)c->n * 2 * c->d, -3, 3, 0);
+    float r = ops_glu_range(c);
+    t[SG_GU] = T("gu", ACT, IN, (size_t)c->n * 2 * c->d, -r, r, 0);
     t[SG_DA] = T("da", ACT, IN, (size_t)c->n * c->d, -1, 1, 0);
     t[SG_A] = T("a", ACT, OUT, (size_t)c->n * c->d, 0, 0, BF16_TOL);
     t[SG_DGU] = T("dgu", ACT, OUT, (size_t)c->n * 2 * c->d, 0, 0, BF16_TOL);
     return 4;
 }
 static void swiglu_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
-    be->ops->moe.swiglu(be, s, d[SG_A], d[SG_GU], c->n, c->d);
-    be->ops->moe.swiglu_dx(be, s, d[SG_DGU], d[SG_DA], d[SG_GU], c->n, c->d);
+    be->ops->moe.swiglu(be, s, d[SG_A], d[SG_GU], c->n, c->d, ops_glu(c));
+    be->ops->moe.swiglu_dx(be, s, d[SG_DGU], d[SG_DA], d[SG_GU], c->n, c->d, ops_glu(c));
 }
 static void swiglu_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
-    mt_cpu_moe_swiglu(h->x[SG_A], h->x[SG_GU], c->n, c->d);
-    mt_cpu_moe_swiglu_dx(h->x[SG_DGU], h->x[SG_DA], h->x[SG_GU], c->n, c->d);
+    mt_cpu_moe_swiglu(h->x[SG_A], h->x[SG_GU], c->n, c->d, ops_glu(c));
+    mt_cpu_moe_swiglu_dx(h->x[SG_DGU], h->x[SG_DA], h->x[SG_GU], c->n, c->d, ops_glu(c));
 }
 const ops_kind OPS_MOE_SWIGLU = {.declare = swiglu_declare, .call = swiglu_call, .reference = swiglu_reference,
                                  .needs_moe = 1};

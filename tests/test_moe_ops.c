@@ -205,8 +205,8 @@ static void swiglu_case(const char *title, int rows, int F) {
     ref_case *c = new_case(title, "swiglu", params);
     float *gu = input(c, "gu", (size_t)rows * 2 * F, -4, 4), *da = input(c, "da", (size_t)rows * F, -1, 1);
     float *a = malloc((size_t)rows * F * 4), *dgu = malloc((size_t)rows * 2 * F * 4);
-    mt_cpu_moe_swiglu(a, gu, rows, F);
-    mt_cpu_moe_swiglu_dx(dgu, da, gu, rows, F);
+    mt_cpu_moe_swiglu(a, gu, rows, F, MT_GLU_SWIGLU);
+    mt_cpu_moe_swiglu_dx(dgu, da, gu, rows, F, MT_GLU_SWIGLU);
     expect_f(c, "a", a, (size_t)rows * F);
     expect_f(c, "dgu", dgu, (size_t)rows * 2 * F);
     free(gu);
