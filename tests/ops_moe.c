@@ -156,9 +156,10 @@ static void gather_reference(const ops_case *c, ops_host *h, const ops_host *got
 const ops_kind OPS_MOE_GATHER = {.declare = gather_declare, .prepare = gather_prepare, .call = gather_call,
                                  .reference = gather_reference, .needs_moe = 1};
 
-/* ---- the grouped GEMMs: forward, dx and dw over one layer's sorted rows ---- */
+/* ---- the grouped GEMMs: forward, dx and dw over one layer's sorted rows; flag: with the experts'
+ * biases and their gradient ---- */
 
-enum { GM_X, GM_W, GM_DY, GM_OFFSETS, GM_Y, GM_DX, GM_DW };
+enum { GM_X, GM_W, GM_DY, GM_OFFSETS, GM_Y, GM_DX, GM_DW, GM_BIAS, GM_DBIAS };
 
 static int grouped_declare(const ops_case *c, ops_tensor *t) {
     size_t rows = slots(c), E = (size_t)c->experts;
@@ -169,7 +170,9 @@ static int grouped_declare(const ops_case *c, ops_tensor *t) {
     t[GM_Y] = T("y", ACT, OUT, rows * c->out, 0, 0, BF16_TOL);
     t[GM_DX] = T("dx", ACT, OUT, rows * c->in, 0, 0, BF16_TOL);
     t[GM_DW] = T("dw", F32, INOUT, E * c->out * c->in, -1, 1, SUM_TOL);
-    return 7;
+    t[GM_BIAS] = T("bias", W, IN, c->flag ? E * c->out : 0, -0.5f, 0.5f, 0);
+    t[GM_DBIAS] = T("dbias", F32, INOUT, c->flag ? E * c->out : 0, -1, 1, SUM_TOL);
+    return 9;
 }
 static void grouped_prepare(const ops_case *c, ops_host *h) {
     int32_t *order = malloc(slots(c) * sizeof *order), *slot_row = malloc(slots(c) * sizeof *slot_row);
@@ -179,21 +182,28 @@ static void grouped_prepare(const ops_case *c, ops_host *h) {
 }
 static void grouped_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
     int rows = (int)slots(c), S = segments(c);
-    be->ops->moe.grouped_matmul(be, s, d[GM_Y], d[GM_X], d[GM_W], d[GM_OFFSETS], rows, c->experts, S, c->in, c->out);
+    be->ops->moe.grouped_matmul(be, s, d[GM_Y], d[GM_X], d[GM_W], d[GM_BIAS], d[GM_OFFSETS], rows, c->experts, S,
+                                c->in, c->out);
     be->ops->moe.grouped_matmul_dx(be, s, d[GM_DX], d[GM_DY], d[GM_W], d[GM_OFFSETS], rows, c->experts, S, c->in,
                                    c->out);
-    be->ops->moe.grouped_matmul_dw(be, s, d[GM_DW], d[GM_DY], d[GM_X], d[GM_OFFSETS], rows, c->experts, S, c->in,
-                                   c->out);
+    be->ops->moe.grouped_matmul_dw(be, s, d[GM_DW], d[GM_DBIAS], d[GM_DY], d[GM_X], d[GM_OFFSETS], rows, c->experts,
+                                   S, c->in, c->out);
 }
-/* exact: dw summed in float64, as over many rows a float running sum strays further than SUM_TOL. */
+/* exact: dw summed in float64, as over many rows a float running sum strays further than SUM_TOL (dbias
+ * sums in row order as a backend's may: a scratch dw takes the kernel's). */
 static void grouped_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
     int rows = (int)slots(c), S = segments(c), E = c->experts, in = c->in, out = c->out;
     const int32_t *off = h->ids[GM_OFFSETS];
-    mt_cpu_moe_matmul(h->x[GM_Y], h->x[GM_X], h->x[GM_W], off, rows, E, S, in, out);
+    mt_cpu_moe_matmul(h->x[GM_Y], h->x[GM_X], h->x[GM_W], h->x[GM_BIAS], off, rows, E, S, in, out);
     mt_cpu_moe_matmul_dx(h->x[GM_DX], h->x[GM_DY], h->x[GM_W], off, rows, E, S, in, out);
     if (!exact) {
-        mt_cpu_moe_matmul_dw(h->x[GM_DW], h->x[GM_DY], h->x[GM_X], off, rows, E, S, in, out);
+        mt_cpu_moe_matmul_dw(h->x[GM_DW], h->x[GM_DBIAS], h->x[GM_DY], h->x[GM_X], off, rows, E, S, in, out);
         return;
+    }
+    if (h->x[GM_DBIAS]) {
+        float *scratch = calloc((size_t)E * out * in, sizeof *scratch);
+        mt_cpu_moe_matmul_dw(scratch, h->x[GM_DBIAS], h->x[GM_DY], h->x[GM_X], off, rows, E, S, in, out);
+        free(scratch);
     }
     for (int e = 0; e < E; e++)
         for (int o = 0; o < out; o++)

@@ -251,9 +251,9 @@ float ops_glu_range(const ops_case *c) { return c->flag == MT_GLU_SILU_CLAMPED ?
 enum { SW_G, SW_U, SW_DA, SW_A, SW_DG, SW_DU };
 
 static int swiglu_declare(const ops_case *c, ops_tensor *t) {
-    float r = ops_glu_range(c);
+    float r = ops_glu_range(c), ru = c->flag == MT_GLU_SILU_CLAMPED ? r : 1; /* up clamps too */
     t[SW_G] = T("g", ACT, IN, c->count, -r, r, 0);
-    t[SW_U] = T("u", ACT, IN, c->count, c->flag == MT_GLU_SILU_CLAMPED ? -r : -1, c->flag == MT_GLU_SILU_CLAMPED ? r : 1, 0);
+    t[SW_U] = T("u", ACT, IN, c->count, -ru, ru, 0);
     t[SW_DA] = T("da", ACT, IN, c->count, -1, 1, 0);
     t[SW_A] = T("a", ACT, OUT, c->count, 0, 0, BF16_TOL);
     t[SW_DG] = T("dg", ACT, OUT, c->count, 0, 0, BF16_TOL);
@@ -684,6 +684,8 @@ const ops_case ops_cases[] = {
      .seg = 29},
     {"moe grouped GEMMs by segment", &OPS_MOE_GROUPED, 70, .n = 40, .experts = 6, .top_k = 2, .in = 48, .out = 30,
      .seg = 16},
+    {"moe grouped GEMMs with biases, by segment, empty experts", &OPS_MOE_GROUPED, 87, .n = 40, .experts = 10,
+     .top_k = 2, .in = 48, .out = 300, .seg = 16, .flag = 1},
     {"moe swiglu of fused rows and its backward", &OPS_MOE_SWIGLU, 71, .n = 37, .d = 67},
     {"moe geglu (gelu tanh) of fused rows and its backward", &OPS_MOE_SWIGLU, 85, .n = 37, .d = 67,
      .flag = MT_GLU_GELU_TANH},

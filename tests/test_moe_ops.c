@@ -118,9 +118,9 @@ static void grouped_case(const char *title, int n, int E, int k, int seg, int in
     float *x = ref_ops_input(c, "x", (size_t)rows * in, -1, 1), *w = ref_ops_input(c, "w", (size_t)E * out * in, -0.3f, 0.3f);
     float *dy = ref_ops_input(c, "dy", (size_t)rows * out, -1, 1), *dw = ref_ops_input(c, "dw", (size_t)E * out * in, -1, 1);
     float *y = malloc((size_t)rows * out * 4), *dx = malloc((size_t)rows * in * 4);
-    mt_cpu_moe_matmul(y, x, w, offsets, rows, E, S, in, out);
+    mt_cpu_moe_matmul(y, x, w, NULL, offsets, rows, E, S, in, out);
     mt_cpu_moe_matmul_dx(dx, dy, w, offsets, rows, E, S, in, out);
-    mt_cpu_moe_matmul_dw(dw, dy, x, offsets, rows, E, S, in, out);
+    mt_cpu_moe_matmul_dw(dw, NULL, dy, x, offsets, rows, E, S, in, out);
     ref_ops_expect_f(c, "y", y, (size_t)rows * out);
     ref_ops_expect_f(c, "dx", dx, (size_t)rows * in);
     ref_ops_expect_f(c, "dw", dw, (size_t)E * out * in);

@@ -2,8 +2,9 @@
  * (tests/reference/op_variants_ref.py, float64 with autograd for every backward, from
  * transformers' definitions): the GLUs (Gemma's GELU-tanh, gpt-oss's clamped SiLU with its clamps
  * binding) dense and on the experts' fused rows, RMSNorm with the unit offset (1 + w), the
- * embedding times a scale, and the LM head's loss, gradients, vocabulary-slice gradient and
- * sampling logits with the final soft-cap. One Python start runs every case. */
+ * embedding times a scale, the experts' GEMMs with biases (gpt-oss), and the LM head's loss,
+ * gradients, vocabulary-slice gradient and sampling logits with the final soft-cap. One Python
+ * start runs every case. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,7 +57,8 @@ static void moe_glu_case(const char *title, mt_glu act, int rows, int F) {
     glu_params_text(params, sizeof params, sizes, act);
     ref_ops_case *c = ref_ops_new_case(&set, title, "moe_glu", params);
     float r = glu_range(act);
-    float *gu = ref_ops_input(c, "gu", (size_t)rows * 2 * F, -r, r), *da = ref_ops_input(c, "da", (size_t)rows * F, -1, 1);
+    float *gu = ref_ops_input(c, "gu", (size_t)rows * 2 * F, -r, r);
+    float *da = ref_ops_input(c, "da", (size_t)rows * F, -1, 1);
     float *a = malloc((size_t)rows * F * 4), *dgu = malloc((size_t)rows * 2 * F * 4);
     mt_cpu_moe_swiglu(a, gu, rows, F, glu_params(act));
     mt_cpu_moe_swiglu_dx(dgu, da, gu, rows, F, glu_params(act));
@@ -106,6 +108,37 @@ static void embedding_case(const char *title, int n, int d, int vocab, float sca
     free(dx);
 }
 
+/* The experts' GEMMs with their biases (gpt-oss), one segment, the experts' rows of random sizes and the
+ * last expert's none; dw and dbias from zero. */
+static void grouped_case(const char *title, int E, int in, int out) {
+    char params[128];
+    int32_t offsets[16] = {0};
+    cr_assert_lt(E, 16);
+    for (int e = 0; e < E; e++)
+        offsets[e + 1] = offsets[e] + (e == E - 1 ? 0 : 1 + (int)((ref_ops_seed(title) >> (4 * e)) % 9));
+    int rows = offsets[E];
+    snprintf(params, sizeof params, "rows=%d\nE=%d\nin=%d\nout=%d\n", rows, E, in, out);
+    ref_ops_case *c = ref_ops_new_case(&set, title, "grouped", params);
+    ref_ops_write(c, "offsets", offsets, E + 1, 1);
+    float *x = ref_ops_input(c, "x", (size_t)rows * in, -1, 1);
+    float *w = ref_ops_input(c, "w", (size_t)E * out * in, -0.3f, 0.3f);
+    float *bias = ref_ops_input(c, "bias", (size_t)E * out, -1, 1);
+    float *dy = ref_ops_input(c, "dy", (size_t)rows * out, -1, 1);
+    float *y = malloc((size_t)rows * out * 4), *dx = malloc((size_t)rows * in * 4);
+    float *dw = calloc((size_t)E * out * in, 4), *dbias = calloc((size_t)E * out, 4);
+    mt_cpu_moe_matmul(y, x, w, bias, offsets, rows, E, 1, in, out);
+    mt_cpu_moe_matmul_dx(dx, dy, w, offsets, rows, E, 1, in, out);
+    mt_cpu_moe_matmul_dw(dw, dbias, dy, x, offsets, rows, E, 1, in, out);
+    ref_ops_expect_f(c, "y", y, (size_t)rows * out);
+    ref_ops_expect_f(c, "dx", dx, (size_t)rows * in);
+    ref_ops_expect_f(c, "dw", dw, (size_t)E * out * in);
+    ref_ops_expect_f(c, "dbias", dbias, (size_t)E * out);
+    free(x);
+    free(w);
+    free(bias);
+    free(dy);
+}
+
 /* lmhead_loss in chunks of 16 (every fifth target ignored), lmhead_dw of vocabulary rows [v0, v0 +
  * rows) from its log-sum-exp, and logits of row 0: each with the soft-cap. */
 static void lmhead_case(const char *title, int n, int d, int vocab, float scale, float softcap, int v0, int rows) {
@@ -120,7 +153,8 @@ static void lmhead_case(const char *title, int n, int d, int vocab, float scale,
     /* raw logits up to about 3: a cap of 2 binds */
     float *x = ref_ops_input(c, "x", (size_t)n * d, -1, 1), *w = ref_ops_input(c, "w", (size_t)vocab * d, -0.3f, 0.3f);
     float *loss = calloc(1, 4), *lse = malloc((size_t)n * 4), *dx = malloc((size_t)n * d * 4);
-    float *dw = calloc((size_t)vocab * d, 4), *dw_slice = calloc((size_t)rows * d, 4), *logits = malloc((size_t)vocab * 4);
+    float *dw = calloc((size_t)vocab * d, 4), *dw_slice = calloc((size_t)rows * d, 4);
+    float *logits = malloc((size_t)vocab * 4);
     void *ws = malloc(mt_cpu_lmhead_workspace(CHUNK, vocab));
     mt_cpu_lmhead_loss(loss, lse, dx, dw, x, w, targets, n, d, vocab, scale, softcap, CHUNK, ws);
     mt_cpu_lmhead_dw(dw_slice, x, w + (size_t)v0 * d, targets, lse, n, d, v0, rows, scale, softcap, CHUNK, ws);
@@ -150,6 +184,7 @@ Test(op_variants, reference_kernels_match_pytorch) {
     rmsnorm_case("rmsnorm, unit offset, head_dim rows", 45, 64, (mt_rmsnorm_params){.eps = 1e-6f, .unit_offset = 1});
     /* Gemma's sqrt(40) as bf16 gives it */
     embedding_case("embedding scaled by 6.3125", 19, 40, 11, 6.3125f);
+    grouped_case("expert GEMMs with biases", 6, 40, 36);
     lmhead_case("lm head, no cap", 37, 64, 301, 1.0f / 30.0f, 0.0f, 100, 77);
     lmhead_case("lm head soft-capped at 2", 37, 64, 301, 1.0f / 30.0f, 2.0f, 100, 77);
     lmhead_case("lm head soft-capped at 30 (Gemma 2's)", 37, 64, 301, 1.0f, 30.0f, 0, 301);

@@ -337,15 +337,17 @@ typedef struct {
      * dxs[slot_row[t*k + j], :]. */
     void (*gather_dx)(mt_backend *be, mt_stream *s, void *dx, const void *dxs, const int32_t *slot_row, int n,
                       int k, int d, int accumulate);
-    /* The expert GEMMs over rows = n*k sorted rows: y[r, :out] = x[r, :in] . w[e]^T for the rows r of
-     * expert e, w[E][out, in] (w); dx[r, :in] = dy[r, :out] . w[e] (overwritten); dw[e] (float
-     * [E][out, in]) += dy[rows of e]^T . x[rows of e], segment by segment. An expert with no rows adds
-     * nothing. offsets as permute gives them, E*S + 1 of them in device memory. */
-    void (*grouped_matmul)(mt_backend *be, mt_stream *s, void *y, const void *x, const void *w,
+    /* The expert GEMMs over rows = n*k sorted rows: y[r, :out] = x[r, :in] . w[e]^T (+ bias[e] when
+     * bias != NULL: w [E][out], gpt-oss's expert biases, added to the act-typed product) for the rows
+     * r of expert e, w[E][out, in] (w); dx[r, :in] = dy[r, :out] . w[e] (overwritten); dw[e] (float
+     * [E][out, in]) += dy[rows of e]^T . x[rows of e], and dbias[e] (float [E][out], when non-NULL)
+     * += the sum of those rows of dy, segment by segment. An expert with no rows adds nothing.
+     * offsets as permute gives them, E*S + 1 of them in device memory. */
+    void (*grouped_matmul)(mt_backend *be, mt_stream *s, void *y, const void *x, const void *w, const void *bias,
                            const int32_t *offsets, int rows, int E, int S, int in, int out);
     void (*grouped_matmul_dx)(mt_backend *be, mt_stream *s, void *dx, const void *dy, const void *w,
                               const int32_t *offsets, int rows, int E, int S, int in, int out);
-    void (*grouped_matmul_dw)(mt_backend *be, mt_stream *s, float *dw, const void *dy, const void *x,
+    void (*grouped_matmul_dw)(mt_backend *be, mt_stream *s, float *dw, float *dbias, const void *dy, const void *x,
                               const int32_t *offsets, int rows, int E, int S, int in, int out);
     /* The experts' GLU over fused rows (p as op.swiglu's): a[r, i] = act(g) * u with g = gu[r, i], u =
      * gu[r, F + i] for rows r, i < F; backward: dgu[r, i] = da[r, i] * da/dg, dgu[r, F + i] = da[r, i] *

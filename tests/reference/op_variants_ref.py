@@ -14,11 +14,14 @@ Ops and their files:
              -> a, dgu
   rmsnorm    x.f32 [n, d], w.f32 [d], dy.f32 [n, d]; eps, unit_offset -> y, rstd, dx, dw
   embedding  wte.f32 [vocab, d], tokens.i32 [n], dx.f32 [n, d]; scale -> x, dwte
+  grouped    x.f32 [rows, in], w.f32 [E, out, in], bias.f32 [E, out], dy.f32 [rows, out],
+             offsets.i32 [E + 1] -> y (each expert's rows times its matrix plus its bias), dx, dw,
+             dbias
   lmhead     x.f32 [n, d], w.f32 [vocab, d], targets.i32 [n] (< 0: ignored); scale, softcap, v0,
              rows -> loss (the summed cross-entropy), lse (0 on ignored rows), dx, dw (scale times
              the loss's gradients), dw_slice (dw's rows [v0, v0 + rows)), logits (row 0's)
 
-Written from transformers' definitions (GptOssExperts, Gemma3RMSNorm, Gemma3TextScaledWordEmbedding,
+Written from transformers' definitions (GptOssExperts (its biases too), Gemma3RMSNorm, Gemma3TextScaledWordEmbedding,
 Gemma2ForCausalLM's final_logit_softcapping, ACT2FN["gelu_pytorch_tanh"]), not from megatrain's C,
 so that the two can disagree when either is wrong.
 """
@@ -115,6 +118,21 @@ def embedding(d, c):
     save(d, "dwte", wte.grad)
 
 
+def grouped(d, c):
+    """GptOssExperts' projections of an expert's rows: rows @ weight^T + bias."""
+    rows, E, fin, fout = c["rows"], c["E"], c["in"], c["out"]
+    x = load(d, "x", (rows, fin)).requires_grad_(True)
+    w = load(d, "w", (E, fout, fin)).requires_grad_(True)
+    bias = load(d, "bias", (E, fout)).requires_grad_(True)
+    offsets = load(d, "offsets", (E + 1,), "i32")
+    y = torch.cat([x[offsets[e]:offsets[e + 1]] @ w[e].t() + bias[e] for e in range(E)])
+    (y * load(d, "dy", (rows, fout))).sum().backward()
+    save(d, "y", y)
+    save(d, "dx", x.grad)
+    save(d, "dw", w.grad)
+    save(d, "dbias", bias.grad)
+
+
 def soft_cap(logits, cap):
     """Gemma 2's final_logit_softcapping (0: none)."""
     if cap > 0:
@@ -141,7 +159,8 @@ def lmhead(d, c):
     save(d, "logits", logits[0])
 
 
-OPS = {"glu": glu, "moe_glu": moe_glu, "rmsnorm": rmsnorm, "embedding": embedding, "lmhead": lmhead}
+OPS = {"glu": glu, "moe_glu": moe_glu, "rmsnorm": rmsnorm, "embedding": embedding, "grouped": grouped,
+       "lmhead": lmhead}
 
 
 def main(argv):

@@ -424,17 +424,17 @@ static void moe_gather_dx(mt_backend *b, mt_stream *s, void *dx, const void *dxs
                           int k, int d, int accumulate) {
     mt_cpu_moe_gather_dx(dx, dxs, slot_row, n, k, d, accumulate);
 }
-static void moe_matmul(mt_backend *b, mt_stream *s, void *y, const void *x, const void *w, const int32_t *offsets,
-                       int rows, int E, int S, int in, int out) {
-    mt_cpu_moe_matmul(y, x, w, offsets, rows, E, S, in, out);
+static void moe_matmul(mt_backend *b, mt_stream *s, void *y, const void *x, const void *w, const void *bias,
+                       const int32_t *offsets, int rows, int E, int S, int in, int out) {
+    mt_cpu_moe_matmul(y, x, w, bias, offsets, rows, E, S, in, out);
 }
 static void moe_matmul_dx(mt_backend *b, mt_stream *s, void *dx, const void *dy, const void *w,
                           const int32_t *offsets, int rows, int E, int S, int in, int out) {
     mt_cpu_moe_matmul_dx(dx, dy, w, offsets, rows, E, S, in, out);
 }
-static void moe_matmul_dw(mt_backend *b, mt_stream *s, float *dw, const void *dy, const void *x,
+static void moe_matmul_dw(mt_backend *b, mt_stream *s, float *dw, float *dbias, const void *dy, const void *x,
                           const int32_t *offsets, int rows, int E, int S, int in, int out) {
-    mt_cpu_moe_matmul_dw(dw, dy, x, offsets, rows, E, S, in, out);
+    mt_cpu_moe_matmul_dw(dw, dbias, dy, x, offsets, rows, E, S, in, out);
 }
 static void moe_swiglu(mt_backend *b, mt_stream *s, void *a, const void *gu, int rows, int F, mt_glu_params p) {
     mt_cpu_moe_swiglu(a, gu, rows, F, p);

@@ -68,12 +68,12 @@ void mt_cpu_moe_permute(int32_t *order, int32_t *slot_row, int32_t *offsets, con
                         int k, int seg);
 void mt_cpu_moe_gather(float *xs, const float *x, const int32_t *order, int n, int k, int d);
 void mt_cpu_moe_gather_dx(float *dx, const float *dxs, const int32_t *slot_row, int n, int k, int d, int accumulate);
-void mt_cpu_moe_matmul(float *y, const float *x, const float *w, const int32_t *offsets, int rows, int E, int S,
-                       int in, int out);
+void mt_cpu_moe_matmul(float *y, const float *x, const float *w, const float *bias, const int32_t *offsets, int rows,
+                       int E, int S, int in, int out);
 void mt_cpu_moe_matmul_dx(float *dx, const float *dy, const float *w, const int32_t *offsets, int rows, int E, int S,
                           int in, int out);
-void mt_cpu_moe_matmul_dw(float *dw, const float *dy, const float *x, const int32_t *offsets, int rows, int E, int S,
-                          int in, int out);
+void mt_cpu_moe_matmul_dw(float *dw, float *dbias, const float *dy, const float *x, const int32_t *offsets, int rows,
+                          int E, int S, int in, int out);
 void mt_cpu_moe_swiglu(float *a, const float *gu, int rows, int F, mt_glu_params p);
 void mt_cpu_moe_swiglu_dx(float *dgu, const float *da, const float *gu, int rows, int F, mt_glu_params p);
 void mt_cpu_moe_combine(float *y, const float *ys, const float *weights, const int32_t *slot_row, int n, int k, int d);

@@ -419,12 +419,14 @@ static void moe_gather_dx(mt_backend *be, mt_stream *s, void *dx, const void *dx
                           int k, int d, int accumulate) {
     keep_error(be, mt_cuda_moe_gather_dx(mt_cuda_stream(s), dx, dxs, slot_row, n, k, d, accumulate));
 }
-static void moe_matmul(mt_backend *be, mt_stream *s, void *y, const void *x, const void *w, const int32_t *offsets,
-                       int rows, int E, int S, int in, int out) {
+static void moe_matmul(mt_backend *be, mt_stream *s, void *y, const void *x, const void *w, const void *bias,
+                       const int32_t *offsets, int rows, int E, int S, int in, int out) {
     mt_cuda_backend *cb = cuda_of(be);
     cudaStream_t st = mt_cuda_stream(s);
-    keep_error(be, cb->moe_gemm_kernel ? mt_cuda_moe_gemm(st, y, x, w, offsets, rows, E, S, in, out)
-                                       : mt_cuda_moe_gemm_cublaslt(cb, st, y, x, w, offsets, rows, E, S, in, out));
+    mt_status status = cb->moe_gemm_kernel ? mt_cuda_moe_gemm(st, y, x, w, offsets, rows, E, S, in, out)
+                                           : mt_cuda_moe_gemm_cublaslt(cb, st, y, x, w, offsets, rows, E, S, in, out);
+    if (status == MT_OK && bias) status = mt_cuda_moe_bias(st, y, bias, offsets, rows, E, S, out);
+    keep_error(be, status);
 }
 static void moe_matmul_dx(mt_backend *be, mt_stream *s, void *dx, const void *dy, const void *w,
                           const int32_t *offsets, int rows, int E, int S, int in, int out) {
@@ -433,12 +435,15 @@ static void moe_matmul_dx(mt_backend *be, mt_stream *s, void *dx, const void *dy
     keep_error(be, cb->moe_gemm_kernel ? mt_cuda_moe_gemm_dx(st, dx, dy, w, offsets, rows, E, S, in, out)
                                        : mt_cuda_moe_gemm_dx_cublaslt(cb, st, dx, dy, w, offsets, rows, E, S, in, out));
 }
-static void moe_matmul_dw(mt_backend *be, mt_stream *s, float *dw, const void *dy, const void *x,
+static void moe_matmul_dw(mt_backend *be, mt_stream *s, float *dw, float *dbias, const void *dy, const void *x,
                           const int32_t *offsets, int rows, int E, int S, int in, int out) {
     mt_cuda_backend *cb = cuda_of(be);
     cudaStream_t st = mt_cuda_stream(s);
-    keep_error(be, cb->moe_gemm_kernel ? mt_cuda_moe_gemm_dw(st, dw, dy, x, offsets, rows, E, S, in, out)
-                                       : mt_cuda_moe_gemm_dw_cublaslt(cb, st, dw, dy, x, offsets, rows, E, S, in, out));
+    mt_status status = cb->moe_gemm_kernel
+                           ? mt_cuda_moe_gemm_dw(st, dw, dy, x, offsets, rows, E, S, in, out)
+                           : mt_cuda_moe_gemm_dw_cublaslt(cb, st, dw, dy, x, offsets, rows, E, S, in, out);
+    if (status == MT_OK && dbias) status = mt_cuda_moe_bias_grad(st, dbias, dy, offsets, E, S, out);
+    keep_error(be, status);
 }
 static void moe_swiglu(mt_backend *be, mt_stream *s, void *a, const void *gu, int rows, int F, mt_glu_params p) {
     keep_error(be, mt_cuda_moe_swiglu(mt_cuda_stream(s), a, gu, rows, F, p));

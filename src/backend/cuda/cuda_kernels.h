@@ -110,6 +110,12 @@ mt_status mt_cuda_moe_swiglu_dx(cudaStream_t s, void *dgu, const void *da, const
 mt_status mt_cuda_moe_gate_add(cudaStream_t s, void *y, const void *a, const void *x, const void *g, int n, int d);
 mt_status mt_cuda_moe_gate_add_dx(cudaStream_t s, void *dx, void *dg, const void *dy, const void *x, const void *g,
                                   int n, int d);
+/* The experts' biases on the grouped GEMMs' rows (moe_bias.cu): y[r] += bias[e] (bias bf16 [E, out]) for
+ * the rows of each expert e, and dbias[e] (float [E, out]) += the sum of those rows of dy. */
+mt_status mt_cuda_moe_bias(cudaStream_t s, void *y, const void *bias, const int32_t *offsets, int rows, int E, int S,
+                           int out);
+mt_status mt_cuda_moe_bias_grad(cudaStream_t s, float *dbias, const void *dy, const int32_t *offsets, int E, int S,
+                                int out);
 /* The grouped GEMMs as one kernel each, reading the offsets on the device (no host sync):
  * MT_MOE_GEMM=kernel (moe_gemm.cu). */
 mt_status mt_cuda_moe_gemm(cudaStream_t s, void *y, const void *x, const void *w, const int32_t *offsets, int rows,

@@ -127,7 +127,8 @@ extern "C" mt_status mt_cuda_lmhead_dw(mt_cuda_backend *cb, cudaStream_t s, floa
 }
 
 __global__ void soft_cap_kernel(float *x, int count, float softcap) {
-    for (int i = blockIdx.x * THREADS + threadIdx.x; i < count; i += gridDim.x * THREADS) x[i] = soft_cap(x[i], softcap);
+    for (int i = blockIdx.x * THREADS + threadIdx.x; i < count; i += gridDim.x * THREADS)
+        x[i] = soft_cap(x[i], softcap);
 }
 
 extern "C" mt_status mt_cuda_soft_cap(cudaStream_t s, float *x, int count, float softcap) {

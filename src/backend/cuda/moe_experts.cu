@@ -102,9 +102,11 @@ unsigned token_grid(int n) { return (unsigned)(n < 65535 * 16 ? n : 65535 * 16);
 extern "C" mt_status mt_cuda_moe_swiglu(cudaStream_t s, void *a, const void *gu, int rows, int F, mt_glu_params p) {
     if (rows == 0 || F == 0) return MT_OK;
     if (F % 8 == 0 && aligned16(a, gu))
-        swiglu_fused<8><<<elementwise_grid((long long)rows * F / 8), THREADS, 0, s>>>((bf16 *)a, (const bf16 *)gu, rows, F, p);
+        swiglu_fused<8><<<elementwise_grid((long long)rows * F / 8), THREADS, 0, s>>>((bf16 *)a, (const bf16 *)gu, rows,
+                                                                                     F, p);
     else
-        swiglu_fused<1><<<elementwise_grid((long long)rows * F), THREADS, 0, s>>>((bf16 *)a, (const bf16 *)gu, rows, F, p);
+        swiglu_fused<1><<<elementwise_grid((long long)rows * F), THREADS, 0, s>>>((bf16 *)a, (const bf16 *)gu, rows, F,
+                                                                                 p);
     return launch_status("moe swiglu");
 }
 

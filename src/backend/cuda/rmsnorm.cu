@@ -1,7 +1,8 @@
-/* RMSNorm and its backward, fp32 math; the gain w or (unit_offset, Gemma's) 1 + w, formed in fp32. Wide rows (the hidden size) take a block each; narrow
- * rows (up to WARP_ROW_MAX_D: the per-head q/k norms, a head_dim wide, tokens x heads of them) a
- * warp each, WARPS rows to a block, so that no block idles on a short row. 8-element vectors
- * when the width and the buffers allow (VEC = 8), single elements otherwise (VEC = 1). */
+/* RMSNorm and its backward, fp32 math; the gain w or (unit_offset, Gemma's) 1 + w, formed in
+ * fp32. Wide rows (the hidden size) take a block each; narrow rows (up to WARP_ROW_MAX_D: the
+ * per-head q/k norms, a head_dim wide, tokens x heads of them) a warp each, WARPS rows to a block,
+ * so that no block idles on a short row. 8-element vectors when the width and the buffers allow
+ * (VEC = 8), single elements otherwise (VEC = 1). */
 #include "backend/cuda/bf16_vec.cuh"
 
 enum { THREADS = 256, WARPS = THREADS / 32, WARP_ROW_MAX_D = 1024, DW_ROWS = 64, MAX_BANDS = 4096 };

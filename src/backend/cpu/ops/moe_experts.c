@@ -1,4 +1,4 @@
-/* Mixture of experts: the experts' GEMMs over each expert's sorted rows, their fused GLU, and a
+/* Mixture of experts: the experts' GEMMs (with their biases) over each expert's sorted rows, their fused GLU, and a
  * shared expert's sigmoid gate (backend.h's moe group). */
 #include <math.h>
 
@@ -6,14 +6,14 @@
 #include "backend/cpu/ops/glu_math.h"
 
 /* Every GEMM runs one (expert, segment) at a time, as BLAS's bits depend on the row count. */
-void mt_cpu_moe_matmul(float *y, const float *x, const float *w, const int32_t *offsets, int rows, int E, int S,
-                       int in, int out) {
+void mt_cpu_moe_matmul(float *y, const float *x, const float *w, const float *bias, const int32_t *offsets, int rows,
+                       int E, int S, int in, int out) {
     for (int e = 0; e < E; e++)
         for (int s = 0; s < S; s++) {
             int r0 = offsets[e * S + s], r1 = offsets[e * S + s + 1];
             if (r1 > r0)
-                mt_cpu_matmul(y + (size_t)r0 * out, x + (size_t)r0 * in, w + (size_t)e * out * in, NULL, r1 - r0, in,
-                              out);
+                mt_cpu_matmul(y + (size_t)r0 * out, x + (size_t)r0 * in, w + (size_t)e * out * in,
+                              bias ? bias + (size_t)e * out : NULL, r1 - r0, in, out);
         }
 }
 
@@ -28,14 +28,14 @@ void mt_cpu_moe_matmul_dx(float *dx, const float *dy, const float *w, const int3
         }
 }
 
-void mt_cpu_moe_matmul_dw(float *dw, const float *dy, const float *x, const int32_t *offsets, int rows, int E, int S,
-                          int in, int out) {
+void mt_cpu_moe_matmul_dw(float *dw, float *dbias, const float *dy, const float *x, const int32_t *offsets, int rows,
+                          int E, int S, int in, int out) {
     for (int e = 0; e < E; e++)
         for (int s = 0; s < S; s++) {
             int r0 = offsets[e * S + s], r1 = offsets[e * S + s + 1];
             if (r1 > r0)
-                mt_cpu_matmul_dw(dw + (size_t)e * out * in, NULL, dy + (size_t)r0 * out, x + (size_t)r0 * in, r1 - r0,
-                                 in, out);
+                mt_cpu_matmul_dw(dw + (size_t)e * out * in, dbias ? dbias + (size_t)e * out : NULL,
+                                 dy + (size_t)r0 * out, x + (size_t)r0 * in, r1 - r0, in, out);
         }
 }
 
