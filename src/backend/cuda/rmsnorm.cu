@@ -29,9 +29,10 @@ __device__ __forceinline__ size_t row_index() {
 template <int VEC>
 __device__ __forceinline__ void load_gain(const bf16 *w, float out[VEC], int unit_offset) {
     load<VEC>(w, out);
-    if (unit_offset)
+    if (unit_offset) {
 #pragma unroll
         for (int i = 0; i < VEC; i++) out[i] += 1.0f;
+    }
 }
 
 template <int ROW>
