@@ -5,6 +5,7 @@
 #ifndef MT_MODEL_LAYER_SPEC_H
 #define MT_MODEL_LAYER_SPEC_H
 
+#include "util/glu.h"
 #include "util/status.h"
 
 typedef enum { MT_MIXER_ATTENTION, MT_MIXER_KINDS } mt_mixer_kind;
@@ -38,8 +39,6 @@ typedef struct {
     unsigned flags;      /* MT_ATTN_* */
 } mt_attn_spec;
 
-/* The gated linear unit of an MLP (and of each expert). */
-typedef enum { MT_GLU_SILU, MT_GLU_GELU_TANH, MT_GLU_SILU_CLAMPED } mt_glu;
 enum {
     MT_FFN_POST_NORM = 1u << 0,     /* an RMSNorm of the feed-forward's output before the residual */
     MT_FFN_EXPERT_BIAS = 1u << 1,   /* the experts' projections carry biases */
