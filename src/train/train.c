@@ -31,9 +31,10 @@
 
 /* ---- where the run starts from ---- */
 
-/* --resume: the newest good checkpoint. A run directory with no checkpoint at all starts from
- * scratch, so that one command line both starts a run and continues it after a crash; one whose
- * checkpoints are all damaged or bad is refused rather than silently started over. */
+/* --resume: the newest good checkpoint. A new or empty run directory starts the run from scratch,
+ * so that one command line both starts a run and continues it after a crash; one that holds a
+ * run's files but no checkpoint (a mistyped --out, checkpoints deleted), or whose checkpoints are
+ * all damaged or bad, is refused rather than silently started over. */
 static mt_status find_resume_point(mt_train_run *r, const mt_train_options *given) {
     const char *out_dir = given->out_dir;
     mt_ckpt_entry *entries;
@@ -41,8 +42,11 @@ static mt_status find_resume_point(mt_train_run *r, const mt_train_options *give
     MT_TRY(mt_checkpoint_list(out_dir, &entries, &count));
     mt_checkpoint_list_free(entries, count);
     if (count > 0) return mt_run_latest_of(out_dir, given->resume_diverged, r->resume_from, sizeof r->resume_from);
+    if (!mt_run_dir_is_empty(&r->dir))
+        return mt_fail(MT_ERR_INVALID, "--resume: %s holds no checkpoint to resume, but files of a run: give the --out "
+                       "of the run to continue, or leave out --resume to start the run afresh there", out_dir);
     mt_log_info("%s holds no checkpoint yet: --resume starts the run from scratch", out_dir);
-    return mt_run_dir_check_fresh(&r->dir);
+    return MT_OK;
 }
 
 /* A fresh run never trains over another run's checkpoints, nor into a directory of other files. */
@@ -199,22 +203,33 @@ static mt_status init_weights(mt_train_run *r) {
     return MT_OK;
 }
 
-/* A run must have something to learn: a masked shard whose every training target is masked would
- * skip every step and end "saved" with nothing trained. Targets are the tokens after each window's
- * first, so the training split's are tokens 1 to train_tokens - 1. */
+/* A run must have something to learn: data whose every window (packed: every example within
+ * --seq) holds no target that carries loss would skip every step and end "saved" with nothing
+ * trained, so it is refused up front; some such windows are counted in a warning. */
 static mt_status check_targets(mt_train_run *r) {
     const mt_dataset *d = &r->data;
-    const char *tokens = r->o.data_path;
-    int train = mt_tokens_any_loss(&r->tokens, 1, d->train_tokens - 1);
+    const char *name = r->o.data_path, *what = d->examples ? "examples" : "windows";
+    int seq = r->o.seq_len;
+    uint64_t empty, total;
+    mt_dataset_count_without_loss(d, &empty, &total);
     int val = d->val_tokens > 1 && mt_tokens_any_loss(&r->tokens, d->train_tokens + 1, d->val_tokens - 1);
     MT_TRY(mt_tokens_status(&r->tokens));
-    if (!train)
-        return mt_fail(MT_ERR_INVALID, "%s: no token of its training split (tokens 1 to %zu) carries loss: every "
-                       "target is masked, so there is nothing to train on (chat data whose answers are all empty, or "
-                       "that has no assistant turn?)", tokens, d->train_tokens - 1);
+    if (empty == total)
+        return mt_fail(MT_ERR_INVALID, "%s: none of the training split's %llu %s carries loss within --seq %d: every "
+                       "target is masked, so there is nothing to train on (%s); %s", name,
+                       (unsigned long long)total, what, seq,
+                       d->examples ? "one-token examples, examples without an answer, or answers that start past "
+                       "their first --seq tokens" : "chat data whose answers are all empty, or that has no "
+                       "assistant turn",
+                       d->examples ? "raise --seq, or give examples whose answers fall within it" :
+                       "give data with answers to learn");
+    if (empty > 0)
+        mt_log_warn("%s: %llu of the training split's %llu %s carry no loss within --seq %d (%s): a step drawing "
+                    "only such %s is skipped; raise --seq or drop them", name, (unsigned long long)empty,
+                    (unsigned long long)total, what, seq, d->examples ? "their first --seq tokens hold no answer "
+                    "token" : "no target in them carries loss", what);
     if (d->val_tokens > 0 && !val && r->o.eval_every > 0)
-        mt_log_warn("%s: no token of its validation split carries loss: there will be no validation loss",
-                    tokens);
+        mt_log_warn("%s: no token of its validation split carries loss: there will be no validation loss", name);
     return MT_OK;
 }
 
@@ -618,7 +633,7 @@ static mt_status loop(mt_train_run *r, mt_progress *pg) {
 /* A run stopped by its data (the file changed or was cut short): the steps taken are sound, so
  * they are saved before the error is returned. */
 static mt_status save_before_data_error(mt_train_run *r) {
-    char why[1024];
+    char why[MT_ERROR_MAX];
     snprintf(why, sizeof why, "%s", mt_error());
     if (mt_train_save_final(r) != MT_OK) {
         mt_log_error("%s", mt_error());
