@@ -13,8 +13,12 @@
 static const char train_help[] =
     "usage: megatrain %s [RUN.yaml] [options]\n"
     "\n"
-    "RUN.yaml, a run file, sets options by their long names (steps: 1000); a flag given here wins.\n"
-    "A run writes the settings it resolved into RUN/run.yaml, a run file that runs it again.\n"
+    "RUN.yaml, a run file, sets options by their long names (steps: 1000, sequential: true). An\n"
+    "option given here wins over the file's key, a flag's too (--sequential=false), and a model\n"
+    "given here (--preset, --config, --init-from) replaces the file's. Relative paths in the file\n"
+    "are taken relative to the file's own directory. A run writes the settings it resolved into\n"
+    "OUT/run.yaml, paths absolute: 'megatrain train OUT/run.yaml --resume' continues the run from\n"
+    "any working directory.\n"
     "\n"
     "Every option but the engine's and --out, --resume and the save options is a setting of the\n"
     "run, stored in its checkpoints: --resume takes the stored value of each one not given, applies\n"
@@ -125,7 +129,9 @@ static const char train_help[] =
     "                         locked while a run uses it\n"
     "  --resume               continue from the newest good checkpoint in --out (finite values, not\n"
     "                         part of a divergence), with the run's stored settings; refused when an\n"
-    "                         input changed since (the data, the tokenizer, the --init-from model)\n"
+    "                         input changed since (the data, the tokenizer, the --init-from model);\n"
+    "                         in a new or empty --out it starts the run, and refused (exit 2) where\n"
+    "                         --out holds files of a run but no checkpoint\n"
     "  --resume-diverged      with --resume: take the newest checkpoint whose values are finite even\n"
     "                         when a divergence stop marked it (a stop judged wrong)\n"
     "  --accept-changed-data  with --resume: train on a data file whose contents, size or modification\n"
@@ -175,7 +181,7 @@ static struct option *train_long_options(void) {
     if (!opts) return NULL;
     for (int i = 0; i < count; i++) {
         opts[i].name = mt_train_option_name(i, &takes_value);
-        opts[i].has_arg = takes_value ? required_argument : no_argument;
+        opts[i].has_arg = takes_value ? required_argument : optional_argument; /* --sequential=false */
         opts[i].val = 256 + i;
     }
     opts[count] = (struct option){"help", no_argument, 0, 'h'};
@@ -219,14 +225,17 @@ int mt_cli_parse_train(int argc, char **argv, const char *command, mt_train_opti
         bad = 1;
     }
     if (!bad && optind < argc) {
-        /* A run file: its values first, then the flags again over them. */
+        /* A run file: its values first, then the command line's over them; a model the command
+         * line names replaces the file's (one source of the three). */
         const char *file = argv[optind];
+        int model_given = o->preset || o->config_path || o->init_from;
         *o = mt_train_defaults();
         o->progress = isatty(STDERR_FILENO);
         if (mt_run_file_read(file, o, strings) != MT_OK) {
             fprintf(stderr, "megatrain: error: %s\n", mt_error());
             bad = 1;
         } else {
+            if (model_given) o->preset = o->config_path = o->init_from = NULL;
             bad = parse_flags(argc, argv, opts, o) != 0;
         }
     }
