@@ -130,7 +130,16 @@ Test(cli, missing_data_file) {
     mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--data", in_dir("absent.txt"), SMALL_STEP, "--steps",
                "2", "--out", run, NULL);
     assert_refused(&r, run, "absent.txt", "No such file or directory");
-    cr_assert_eq(r.exit_code, 1, "a file that cannot be opened is an I/O error (exit 1), got %d", r.exit_code);
+    cr_assert_eq(r.exit_code, 2, "a missing --data file is a bad input (exit 2), got %d", r.exit_code);
+    mt_cli_result_free(&r);
+    /* a path of 3000 bytes: the message keeps its reason after it */
+    char deep[PATH_MAX], *at = deep + snprintf(deep, sizeof deep, "%s", dir);
+    for (int i = 0; i < 20; i++) at += snprintf(at, (size_t)(deep + sizeof deep - at), "/%0150d", i);
+    snprintf(at, (size_t)(deep + sizeof deep - at), "/absent.txt");
+    mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--data", deep, SMALL_STEP, "--steps", "2", "--out", run,
+               NULL);
+    assert_refused(&r, run, deep, "No such file or directory");
+    cr_assert_eq(r.exit_code, 2, "%s", r.err);
     mt_cli_result_free(&r);
 }
 

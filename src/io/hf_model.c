@@ -163,7 +163,7 @@ static mt_status refuse_non_finite(const mt_st_tensor *s, const float *x, int64_
 #pragma omp parallel for reduction(+ : bad) if (n >= (1 << 20))
     for (int64_t j = 0; j < n; j++) bad += !isfinite(x[j]);
     if (!bad) return MT_OK;
-    return mt_fail(MT_ERR_NUMERIC, "%s: tensor '%s' holds non-finite values (NaN or Inf; %lld in its first piece that "
+    return mt_fail(MT_ERR_INVALID, "%s: tensor '%s' holds non-finite values (NaN or Inf; %lld in its first piece that "
                    "does): the model cannot be trained from", s->file, s->name, (long long)bad);
 }
 

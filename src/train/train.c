@@ -239,8 +239,9 @@ static mt_status open_tokens(mt_train_run *r, const mt_train_options *given) {
     const char *path = r->o.data_path, *demo = mt_option_find("data")->default_name;
     char demo_path[4096];
     MT_TRY(mt_path_absolute(demo, demo_path, sizeof demo_path));
-    if (!strcmp(path, demo_path) && access(path, R_OK) != 0)
-        return mt_fail(MT_ERR_IO, "%s: the demo corpus is missing; make it with "
+    /* The demo corpus by default only: data the user named is named as theirs. */
+    if (!given->data_path && !strcmp(path, demo_path) && access(path, R_OK) != 0)
+        return mt_fail(MT_ERR_INVALID, "%s: the demo corpus is missing; make it with "
                        "'scripts/make-demo-corpus.sh %s' (needs the bible-kjv packages) or pass --data",
                        demo, demo);
     MT_TRY(identify_inputs(r, given));
