@@ -208,7 +208,17 @@ static void expect_bad_line(const char *bad, const char *problem) {
 Test(chat_cli, tokenize_refuses_a_bad_line_and_leaves_no_shard) {
     expect_bad_line("{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}", "not JSON");
     expect_bad_line("{\"messages\": [{\"role\": \"user\"}]}", "message 1: no \"content\"");
-    expect_bad_line("{\"prompt\": \"q\", \"answer\": \"a\"}", "in none of the chat layouts");
+    expect_bad_line("{\"prompt\": \"q\", \"answer\": \"a\"}", "has \"prompt\" but no \"completion\" field: the "
+                    "prompt/completion layout needs both");
+    expect_bad_line("{\"answer\": \"a\"}", "in none of the chat layouts");
+    /* a line in two layouts: neither is dropped silently */
+    expect_bad_line("{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": "
+                    "\"a\"}], \"conversations\": [{\"from\": \"human\", \"value\": \"q\"}]}",
+                    "holds the fields of two chat layouts, \"messages\" (OpenAI messages) and \"conversations\"");
+    /* a tool call's arguments: an object, or the JSON text of one */
+    expect_bad_line("{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": "
+                    "null, \"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\": \"{not json\"}}]}]}",
+                    "tool call 1: the function's \"arguments\" is a string that is not the JSON text of an object");
     expect_bad_line("{\"prompt\": \"\xff\", \"completion\": \"a\"}", "not JSON");
 }
 
@@ -237,6 +247,22 @@ Test(chat_cli, tokenize_refuses_chat_mixed_with_text) {
     assert_failed(&r, "notes.txt", "chat data must be JSONL");
     cr_expect_eq(count_files(in_dir("out/*")), 0);
     mt_cli_result_free(&r);
+}
+
+/* A file whose first line is in no whole layout is read as text JSONL; a line in half of a chat
+ * layout is named so, not blamed for a missing "text". */
+Test(chat_cli, tokenize_names_the_layout_a_line_half_holds) {
+    const char *cases[][2] = {{"{\"instruction\": \"q\"}\n", "has \"instruction\" but no \"output\" field: the alpaca layout"},
+                              {"{\"completion\": \"a\"}\n", "has \"completion\" but no \"prompt\" field"},
+                              {"{\"body\": \"a\"}\n", "no \"text\" field, nor the fields of a chat layout"}};
+    for (int i = 0; i < 3; i++) {
+        hf_test_write_text(in_dir("half.jsonl"), cases[i][0]);
+        mt_cli_result r;
+        mt_cli_run(&r, TIMEOUT_S, "tokenize", "--tokenizer", in_dir("tok"), in_dir("half.jsonl"), "--out",
+                   in_dir("out/half"), NULL);
+        assert_failed(&r, "half.jsonl:1", cases[i][1]);
+        mt_cli_result_free(&r);
+    }
 }
 
 /* ---- train --data ---- */
