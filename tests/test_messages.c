@@ -227,3 +227,23 @@ Test(messages, paths_not_utf8_are_refused_naming_the_option_leaving_nothing) {
         cr_assert(!mt_test_exists(run) && !mt_test_exists(bad_out), "a refused run left its directory");
     }
 }
+
+/* Numbers a plan shows: a rate outside physical range is refused (not a time of 300 digits), and
+ * a budget below a hundredth of a GiB is shown in its own unit, not as 0.00 GiB. */
+Test(messages, plan_refuses_unphysical_rates_and_shows_small_budgets_in_bytes) {
+    const char *rates[] = {"--rate-gemm", "--rate-pcie", "--rate-adamw"};
+    for (int i = 0; i < 3; i++) {
+        mt_cli_result r;
+        mt_cli_run(&r, TIMEOUT_S, "plan", "--preset", "tiny", "--backend", "cpu", rates[i], "1e-300", NULL);
+        char says[64];
+        snprintf(says, sizeof says, "%s '1e-300': must be a number in [0.001, ", rates[i]);
+        expect_error(&r, 2, says, NULL);
+        mt_cli_result_free(&r);
+    }
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "plan", "--preset", "tiny", "--backend", "cpu", "--gpu-mem", "1000", NULL);
+    cr_assert(!r.timed_out && r.signal == 0, "%s", r.err);
+    cr_assert(strstr(r.out, "the device budget of 1000 bytes (--gpu-mem)") && !strstr(r.out, "0.00 GiB (--gpu-mem)"),
+              "%s", r.out);
+    mt_cli_result_free(&r);
+}

@@ -324,6 +324,12 @@ static mt_status parse_moe(const field_src *s, const arch_info *a, mt_config *cf
     int experts = -1, local = -1;
     MT_TRY(get_int(s, "num_experts", 0, &experts));
     MT_TRY(get_int(s, "num_local_experts", 0, &local));
+    /* -1 above means not given: a negative count given is refused by name, never defaulted. */
+    const char *negative = field(s, "num_experts") && experts < 0 ? "num_experts" :
+                           field(s, "num_local_experts") && local < 0 ? "num_local_experts" : NULL;
+    if (negative)
+        return mt_fail(MT_ERR_INVALID, "%s: field '%s%s' = %d: a count of experts cannot be negative", s->source,
+                       s->scope, negative, experts < 0 && field(s, "num_experts") ? experts : local);
     if (experts >= 0 && local >= 0 && experts != local)
         return mt_fail(MT_ERR_INVALID, "%s: fields 'num_experts' (%d) and 'num_local_experts' (%d) disagree",
                        s->source, experts, local);

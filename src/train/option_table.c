@@ -146,10 +146,11 @@ const mt_option mt_options[] = {
     SETTING("gpus", MT_OPT_INT, gpus, MT_OPT_PROCESS, 1, 1 << 10, 0, 0, 1),
     SETTING("gpu-mem", MT_OPT_SIZE, gpu_mem, MT_OPT_PROCESS, 1, (double)MT_SIZE_MAX, 0, 0, 0),
     SETTING("host-mem", MT_OPT_SIZE, host_mem, MT_OPT_PROCESS, 1, (double)MT_SIZE_MAX, 0, 0, 0),
-    /* Rates a plan states its floor against: far beyond any machine's above, 0 (measure) below. */
-    SETTING("rate-gemm", MT_OPT_F64, rate_gemm, MT_OPT_PROCESS, 0, 1e5, 1, 0, 0),
-    SETTING("rate-pcie", MT_OPT_F64, rate_pcie, MT_OPT_PROCESS, 0, 1e4, 1, 0, 0),
-    SETTING("rate-adamw", MT_OPT_F64, rate_adamw, MT_OPT_PROCESS, 0, 1e4, 1, 0, 0),
+    /* Rates a plan states its floor against, within physical range: far beyond any machine's
+     * above, a thousandth (1 GFLOP/s, 1 MB/s, a million parameters/s) below; 0 measures. */
+    SETTING("rate-gemm", MT_OPT_F64, rate_gemm, MT_OPT_PROCESS, 1e-3, 1e5, 0, 0, 0),
+    SETTING("rate-pcie", MT_OPT_F64, rate_pcie, MT_OPT_PROCESS, 1e-3, 1e4, 0, 0, 0),
+    SETTING("rate-adamw", MT_OPT_F64, rate_adamw, MT_OPT_PROCESS, 1e-3, 1e4, 0, 0, 0),
     NAME_SETTING("out", out_dir, MT_OPT_PROCESS, NULL, NULL, "runs/demo"),
     SETTING("resume", MT_OPT_FLAG, resume, MT_OPT_PROCESS, 0, 1, 0, 0, 0),
     SETTING("resume-diverged", MT_OPT_FLAG, resume_diverged, MT_OPT_PROCESS, 0, 1, 0, 0, 0),

@@ -138,12 +138,34 @@ static mt_status identify_inputs(mt_train_run *r, const mt_train_options *given)
 }
 
 /* 1 when both configs describe the same model. */
-static int same_model(const mt_config *a, const mt_config *b) {
-    json_t *x = mt_hf_config_to_json(a, "float32"), *y = mt_hf_config_to_json(b, "float32");
-    int same = x && y && json_equal(x, y);
+/* The config.json fields in which the model asked for differs from the run's, "num_experts_per_tok
+ * 4 (the run's: 2), ..." into buf[cap] (some of them, when many); 0 when they are the same model. */
+static int model_differences(const mt_config *asked, const mt_config *run, char *buf, size_t cap) {
+    json_t *x = mt_hf_config_to_json(asked, "float32"), *y = mt_hf_config_to_json(run, "float32");
+    int n = !x || !y;
+    size_t at = 0;
+    buf[0] = '\0';
+    const char *key;
+    json_t *v;
+    json_t *keys = json_object();
+    if (x) json_object_update(keys, x);
+    if (y) json_object_update(keys, y);
+    json_object_foreach(keys, key, v) {
+        const json_t *a = x ? json_object_get(x, key) : NULL, *b = y ? json_object_get(y, key) : NULL;
+        if (a && b && json_equal(a, b)) continue;
+        char *ta = a ? json_dumps(a, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+        char *tb = b ? json_dumps(b, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+        if (n < 6 && at < cap)
+            at += (size_t)snprintf(buf + at, cap - at, "%s%s %s (the run's: %s)", n ? ", " : "", key, ta ? ta : "none",
+                                   tb ? tb : "none");
+        n++;
+        free(ta);
+        free(tb);
+    }
+    json_decref(keys);
     json_decref(x);
     json_decref(y);
-    return same;
+    return n;
 }
 
 /* The model: the checkpoint's on resume, where a model given as well must be the same one. */
@@ -154,10 +176,12 @@ static mt_status resolve_model(mt_train_run *r, const mt_train_options *given) {
     if (given->preset || given->config_path || given->init_from) MT_TRY(mt_train_model_config(given, &asked));
     else if (mt_train_model_changed(given)) mt_train_model_change(given, &asked); /* on the run's own model */
     else return MT_OK;
-    if (same_model(&asked, &r->cfg)) return MT_OK;
+    char differences[2048];
+    if (!model_differences(&asked, &r->cfg, differences, sizeof differences)) return MT_OK;
     mt_config context_only = r->cfg;
     context_only.max_position = asked.max_position, context_only.rope_theta = asked.rope_theta;
-    if (same_model(&asked, &context_only))
+    char ignored[64];
+    if (!model_differences(&asked, &context_only, ignored, sizeof ignored))
         return mt_fail(MT_ERR_INVALID, "%s is a run with max_position_embeddings %d and rope_theta %g, which a "
                        "resumed run cannot change (asked: %d, %g); to train on at a longer context, export it "
                        "and start a new run with --init-from", r->resume_from, r->cfg.max_position,
@@ -168,10 +192,10 @@ static mt_status resolve_model(mt_train_run *r, const mt_train_options *given) {
     mt_settings_model_source(given, wanted, sizeof wanted);
     if (st == MT_OK) mt_settings_model_source(&stored, had, sizeof had);
     else snprintf(had, sizeof had, "its own");
-    return mt_fail(MT_ERR_INVALID, "%s: %s is a run of another model (%s: %d layers, hidden size %d, vocabulary %d), "
-                   "which a resumed run cannot change; leave the model options out to keep it, or start a new "
-                   "run in another --out", wanted, r->resume_from, had, r->cfg.num_layers, r->cfg.hidden_size,
-                   r->cfg.vocab_size);
+    return mt_fail(MT_ERR_INVALID, "%s: %s is a run of another model (%s: %d layers, hidden size %d, vocabulary %d; "
+                   "asked: %s), which a resumed run cannot change; leave the model options out to keep it, or start "
+                   "a new run in another --out", wanted, r->resume_from, had, r->cfg.num_layers, r->cfg.hidden_size,
+                   r->cfg.vocab_size, differences);
 }
 
 /* ---- opening a run ---- */
