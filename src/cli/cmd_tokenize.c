@@ -30,10 +30,14 @@ static const char tokenize_help[] =
     "                       tokenizer's add_bos_token or post-processor says)\n"
     "  --allow-special      match special-token strings (<|im_start|>, </s>, ...) inside documents;\n"
     "                       by default they are encoded as the text they are\n"
-    "  --chat MODE          auto, yes or no: chat and instruction JSONL (lines with \"messages\", or\n"
-    "                       \"prompt\" and \"completion\") rendered with the model's chat template into\n"
-    "                       masked shards whose loss is on the answers only (default auto: when the\n"
-    "                       first line of every JSONL input is such an example)\n"
+    "  --chat MODE          auto, yes or no: chat and instruction JSONL, a line in one of four layouts:\n"
+    "                       {\"messages\": [{\"role\", \"content\"}, ...]} (OpenAI, with \"tools\" and\n"
+    "                       \"tool_calls\"), {\"prompt\", \"completion\"}, {\"instruction\", \"input\",\n"
+    "                       \"output\"} (alpaca) or {\"conversations\": [{\"from\", \"value\"}, ...]}\n"
+    "                       (ShareGPT), rendered with the model's chat template into masked shards whose\n"
+    "                       loss is on the answers only (default auto: when the first line of every\n"
+    "                       JSONL input is such an example); a line in two layouts, or half of one, is\n"
+    "                       refused naming its fields\n"
     "  --help\n";
 
 /* A token count: digits with an optional K, M or G (thousands, millions, billions). */
