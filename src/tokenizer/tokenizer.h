@@ -101,6 +101,9 @@ int mt_tokenizer_adds_bos(const mt_tokenizer *tok);
 int32_t mt_tokenizer_eot(const mt_tokenizer *tok);
 /* tokenizer_config.json's chat_template string (the default one when it lists several), or NULL. */
 const char *mt_tokenizer_chat_template(const mt_tokenizer *tok);
+/* When chat_template is a list of named templates none of which is "default": their names
+ * ("\"tool_use\", \"rag\""); else NULL. */
+const char *mt_tokenizer_chat_template_names(const mt_tokenizer *tok);
 /* The path tokenizer.json was read from, for messages. */
 const char *mt_tokenizer_path(const mt_tokenizer *tok);
 
