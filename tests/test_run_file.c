@@ -181,14 +181,15 @@ Test(run_file, the_command_line_wins_for_every_key) {
 /* Relative paths in a run file are the file's directory's, whatever the working directory; the
  * run.yaml a run writes holds absolute paths, so that it continues the same run from anywhere. */
 Test(run_file, relative_paths_are_the_files_and_a_run_resumes_from_another_directory) {
-    char conf[PATH_MAX + 16], file[PATH_MAX + 32], bin[PATH_MAX], written[PATH_MAX + 32], text[512];
+    char conf[PATH_MAX + 16], file[PATH_MAX + 32], bin[PATH_MAX], written[PATH_MAX + 32], text[600];
     cr_assert_not_null(realpath(getenv("MT_BIN"), bin), "MT_BIN");
     setenv("MT_BIN", bin, 1);
     snprintf(conf, sizeof conf, "%s/conf", dir);
     cr_assert_eq(mkdir(conf, 0700), 0);
     snprintf(file, sizeof file, "%s/r.yaml", conf);
-    snprintf(text, sizeof text, "preset: tiny\ndata: ../corpus.txt\nout: ../relrun\nseq: 16\nbatch: 2\nsteps: 2\n"
-             "eval-every: 0\nbackend: cpu\nthreads: 1\n");
+    snprintf(text, sizeof text, "preset: tiny\ndata: ../corpus.txt\nval-data: ~/corpus.txt,../corpus.txt\nout: ../relrun\n"
+             "seq: 16\nbatch: 2\nsteps: 2\neval-every: 0\nbackend: cpu\nthreads: 1\n");
+    setenv("HOME", dir, 1); /* ~/ is the home directory */
     write_file(file, text);
     cr_assert_eq(chdir(dir), 0); /* not the file's directory */
     mt_cli_result r;
@@ -199,7 +200,9 @@ Test(run_file, relative_paths_are_the_files_and_a_run_resumes_from_another_direc
     char *w = slurp(written), out_line[PATH_MAX + 16], data_line[PATH_MAX + 32];
     snprintf(out_line, sizeof out_line, "\nout: %s/relrun\n", dir);
     snprintf(data_line, sizeof data_line, "\ndata: %s/corpus.txt\n", dir);
-    cr_expect(strstr(w, out_line) && strstr(w, data_line), "not absolute:\n%s", w);
+    char val_line[2 * PATH_MAX + 48];
+    snprintf(val_line, sizeof val_line, "\nval-data: %s/corpus.txt,%s/corpus.txt\n", dir, dir);
+    cr_expect(strstr(w, out_line) && strstr(w, data_line) && strstr(w, val_line), "not absolute:\n%s", w);
     free(w);
     cr_assert_eq(chdir("/"), 0);
     mt_cli_run(&r, 120, "train", written, "--resume", "--steps", "4", NULL);

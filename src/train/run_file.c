@@ -46,18 +46,21 @@ static int is_path_key(const char *name) {
 }
 
 /* `value` with each of its comma-separated (--val-data) paths that is relative put under `dir`,
- * into a kept string. */
+ * and a leading "~/" under $HOME as a shell would, into a kept string. */
 static mt_status under_dir(mt_run_file_strings *s, const char *dir, const char *key, const char *value,
                            char **out) {
     int list = !strcmp(key, "val-data");
-    size_t cap = strlen(value) + strlen(dir) + 2, at = 0;
-    for (const char *p = value; list && *p; p++) cap += *p == ',' ? strlen(dir) + 1 : 0;
+    const char *home = getenv("HOME");
+    size_t room = strlen(dir) + (home ? strlen(home) : 0) + 2, cap = strlen(value) + room, at = 0;
+    for (const char *p = value; list && *p; p++) cap += *p == ',' ? room : 0;
     char *joined = malloc(cap);
     if (!joined) return mt_fail(MT_ERR_NOMEM, "cannot hold a run file's values");
     for (const char *p = value;;) {
         size_t n = list ? strcspn(p, ",") : strlen(p);
-        int relative = n > 0 && p[0] != '/';
-        at += (size_t)snprintf(joined + at, cap - at, "%s%s%.*s", relative ? dir : "", relative ? "/" : "", (int)n, p);
+        int in_home = home && n >= 2 && !strncmp(p, "~/", 2), relative = !in_home && n > 0 && p[0] != '/';
+        const char *base = in_home ? home : relative ? dir : "";
+        if (in_home) p++, n--; /* "~/x": "/x" after $HOME */
+        at += (size_t)snprintf(joined + at, cap - at, "%s%s%.*s", base, relative ? "/" : "", (int)n, p);
         if (!p[n]) break;
         joined[at++] = ',';
         p += n + 1;

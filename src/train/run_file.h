@@ -4,7 +4,7 @@
  * line wins over the file's key of the same option (a flag's too: --resume=false), and a model
  * source on the command line (--preset, --config, --init-from) replaces the file's. A relative
  * path in the file (data, val-data, tokenizer, config, init-from, out) is taken relative to the
- * file's own directory. A run writes the settings it resolved into <run>/run.yaml, a run file
+ * file's own directory ("~/" is $HOME's). A run writes the settings it resolved into <run>/run.yaml, a run file
  * that reproduces the run (give another --out), with absolute paths, `out` included. Parsed and
  * written with libyaml. */
 #ifndef MT_TRAIN_RUN_FILE_H
