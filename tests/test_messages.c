@@ -247,3 +247,16 @@ Test(messages, plan_refuses_unphysical_rates_and_shows_small_budgets_in_bytes) {
               "%s", r.out);
     mt_cli_result_free(&r);
 }
+
+/* --data given, missing: named as the user's file, exit 2, never as the missing demo corpus. */
+Test(messages, a_missing_data_file_the_user_named_is_theirs) {
+    char bin[PATH_MAX];
+    cr_assert_not_null(realpath(getenv("MT_BIN"), bin), "MT_BIN");
+    setenv("MT_BIN", bin, 1);
+    cr_assert_eq(chdir(dir), 0); /* no data/kjv.txt here */
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "train", MT_TINY_STEP, "--steps", "1", "--data", "data/kjv.txt", "--out", run, NULL);
+    expect_error(&r, 2, "--data ", "data/kjv.txt: No such file or directory", NULL);
+    cr_assert_null(strstr(r.err, "demo corpus"), "%s", r.err);
+    mt_cli_result_free(&r);
+}
