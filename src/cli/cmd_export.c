@@ -12,8 +12,10 @@ static const char export_help[] =
     "\n"
     "Writes a checkpoint (a run's newest good one, or the one named) as a Hugging Face model\n"
     "directory: config.json, generation_config.json and safetensors weights that transformers\n"
-    "loads. OUT_DIR must not exist (or be empty); nothing is left there on failure. A checkpoint\n"
-    "whose weights are not all finite is refused, naming the tensor.\n"
+    "loads. OUT_DIR must not exist (or be empty); nothing is left there on failure. It is written\n"
+    "into OUT_DIR.tmp-XXXXXX and renamed into place; the ones a killed export to the same OUT_DIR\n"
+    "left are removed first, and the log says so. A checkpoint whose weights are not all finite is\n"
+    "refused, naming the tensor.\n"
     "  --dtype bf16|fp32   weight type in the files (default bf16)\n"
     "  --shard-size SIZE   split the weights into shards of at most SIZE, e.g. 5GB (default: one file)\n"
     "  --help\n";
