@@ -161,11 +161,12 @@ typedef struct {
 mt_train_options mt_train_defaults(void);
 
 /* Sets the option of command-line name `name` ("lr" for --lr) from its text ("3e-4", "24GiB",
- * "cosine"; NULL for a flag such as "resume"). Refused (MT_ERR_INVALID, the message names --name,
+ * "cosine"; for a flag such as "resume", NULL to turn it on or true/false, yes/no, on/off). Refused (MT_ERR_INVALID, the message names --name,
  * the text and what the option accepts) when the text is not of the option's type or lies outside
  * its domain; the options are left as they were then. */
 mt_status mt_train_option_set(mt_train_options *options, const char *name, const char *value);
-/* The name of option i (0, 1, ...; NULL past the last) and whether it takes a value. */
+/* The name of option i (0, 1, ...; NULL past the last) and whether it takes a value (a flag's
+ * true or false is optional). */
 const char *mt_train_option_name(int i, int *takes_value);
 
 /* Trains as the options say. SIGINT, SIGTERM and SIGHUP stop it cleanly: the step finishes, a

@@ -23,6 +23,8 @@
 
 #define TIMEOUT_S 60.0
 #define SMALL_STEP "--seq", "32", "--batch", "2", "--backend", "cpu", "--eval-every", "0"
+/* Chat examples whole: the answers of tests' conversations start past their 32nd token. */
+#define CHAT_STEP "--seq", "96", "--batch", "2", "--backend", "cpu", "--eval-every", "0"
 #define TOKENIZER_JSON "tests/data/tokenizers/gpt2-bytelevel/tokenizer.json"
 #define QWEN2_CONFIG "tests/data/chat/qwen2/tokenizer_config.json"
 
@@ -208,7 +210,17 @@ static void expect_bad_line(const char *bad, const char *problem) {
 Test(chat_cli, tokenize_refuses_a_bad_line_and_leaves_no_shard) {
     expect_bad_line("{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}", "not JSON");
     expect_bad_line("{\"messages\": [{\"role\": \"user\"}]}", "message 1: no \"content\"");
-    expect_bad_line("{\"prompt\": \"q\", \"answer\": \"a\"}", "in none of the chat layouts");
+    expect_bad_line("{\"prompt\": \"q\", \"answer\": \"a\"}", "has \"prompt\" but no \"completion\" field: the "
+                    "prompt/completion layout needs both");
+    expect_bad_line("{\"answer\": \"a\"}", "in none of the chat layouts");
+    /* a line in two layouts: neither is dropped silently */
+    expect_bad_line("{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": "
+                    "\"a\"}], \"conversations\": [{\"from\": \"human\", \"value\": \"q\"}]}",
+                    "holds the fields of two chat layouts, \"messages\" (OpenAI messages) and \"conversations\"");
+    /* a tool call's arguments: an object, or the JSON text of one */
+    expect_bad_line("{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": "
+                    "null, \"tool_calls\": [{\"function\": {\"name\": \"f\", \"arguments\": \"{not json\"}}]}]}",
+                    "tool call 1: the function's \"arguments\" is a string that is not the JSON text of an object");
     expect_bad_line("{\"prompt\": \"\xff\", \"completion\": \"a\"}", "not JSON");
 }
 
@@ -221,6 +233,30 @@ Test(chat_cli, tokenize_refuses_a_template_it_does_not_render) {
     assert_failed(&r, "gemma/tokenizer_config.json", "not one megatrain renders");
     cr_expect_eq(count_files(in_dir("out/*")), 0);
     mt_cli_result_free(&r);
+}
+
+/* chat_template as a list of named templates: "default" is the one used; a list without it, or
+ * with an entry that is not {name, template}, is refused saying so (not "no chat_template"). */
+Test(chat_cli, tokenize_names_what_a_chat_template_list_lacks) {
+    const char *lists[][2] = {{"[{\"name\": \"tool_use\", \"template\": \"x\"}, {\"name\": \"rag\", \"template\": \"y\"}]",
+                               "chat_template is a list of named templates (\"tool_use\", \"rag\"), none named \"default\""},
+                              {"[{\"name\": \"default\"}]", "chat_template[0] is an object without a string \"name\" and "
+                                                          "\"template\""}};
+    for (int i = 0; i < 2; i++) {
+        write_tokenizer(in_dir("listed"), NULL);
+        char config[PATH_MAX];
+        hf_test_path(config, in_dir("listed"), "tokenizer_config.json");
+        json_t *cfg = json_load_file(config, 0, NULL), *list = json_loads(lists[i][0], 0, NULL);
+        cr_assert(cfg && list);
+        json_object_set_new(cfg, "chat_template", list);
+        cr_assert_eq(json_dump_file(cfg, config, 0), 0);
+        json_decref(cfg);
+        mt_cli_result r;
+        mt_cli_run(&r, TIMEOUT_S, "tokenize", "--tokenizer", in_dir("listed"), in_dir("chat.jsonl"), "--out",
+                   in_dir("out/listed"), NULL);
+        assert_failed(&r, "tokenizer_config.json", lists[i][1]);
+        mt_cli_result_free(&r);
+    }
 }
 
 Test(chat_cli, tokenize_refuses_chat_mixed_with_text) {
@@ -293,7 +329,7 @@ Test(chat_cli, json_array_reads_as_its_jsonl_records) {
     /* train --data takes the .json as chat data too */
     mt_cli_result r;
     mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("config.json"), "--tokenizer", in_dir("tok"), "--data",
-               in_dir("records.json"), SMALL_STEP, "--val-fraction", "0", "--steps", "1", "--out", in_dir("run"), NULL);
+               in_dir("records.json"), CHAT_STEP, "--val-fraction", "0", "--steps", "1", "--out", in_dir("run"), NULL);
     assert_succeeded(&r);
     cr_expect(strstr(r.err, "loss on the answers only") && strstr(r.err, "4 conversations"), "stderr:\n%s", r.err);
     mt_cli_result_free(&r);
@@ -362,7 +398,7 @@ Test(chat_cli, chat_datasets_mix_as_whole_examples) {
     snprintf(b, sizeof b, "%s:0.4", in_dir("records.json"));
     mt_cli_result r;
     mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("config.json"), "--tokenizer", in_dir("tok"), "--data", a,
-               "--data", b, SMALL_STEP, "--val-fraction", "0", "--steps", "1", "--out", in_dir("run"), NULL);
+               "--data", b, CHAT_STEP, "--val-fraction", "0", "--steps", "1", "--out", in_dir("run"), NULL);
     assert_succeeded(&r);
     cr_expect(strstr(r.err, "mixed 2 datasets"), "%s", r.err);
     mt_cli_result_free(&r);
@@ -418,6 +454,22 @@ Test(chat_cli, formats_it_cannot_read_are_refused) {
     expect_refused("text.json", text, sizeof text - 1, "text documents are read from JSONL");
 }
 
+/* A file whose first line is in no whole layout is read as text JSONL; a line in half of a chat
+ * layout is named so, not blamed for a missing "text". */
+Test(chat_cli, tokenize_names_the_layout_a_line_half_holds) {
+    const char *cases[][2] = {{"{\"instruction\": \"q\"}\n", "has \"instruction\" but no \"output\" field: the alpaca layout"},
+                              {"{\"completion\": \"a\"}\n", "has \"completion\" but no \"prompt\" field"},
+                              {"{\"body\": \"a\"}\n", "no \"text\" field, nor the fields of a chat layout"}};
+    for (int i = 0; i < 3; i++) {
+        hf_test_write_text(in_dir("half.jsonl"), cases[i][0]);
+        mt_cli_result r;
+        mt_cli_run(&r, TIMEOUT_S, "tokenize", "--tokenizer", in_dir("tok"), in_dir("half.jsonl"), "--out",
+                   in_dir("out/half"), NULL);
+        assert_failed(&r, "half.jsonl:1", cases[i][1]);
+        mt_cli_result_free(&r);
+    }
+}
+
 /* ---- train --data ---- */
 
 
@@ -426,7 +478,7 @@ Test(chat_cli, formats_it_cannot_read_are_refused) {
 Test(chat_cli, train_on_chat_jsonl_caches_its_tokens) {
     mt_cli_result r;
     mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("config.json"), "--tokenizer", in_dir("tok"), "--data",
-               in_dir("chat.jsonl"), SMALL_STEP, "--steps", "2", "--out", in_dir("run"), NULL);
+               in_dir("chat.jsonl"), CHAT_STEP, "--steps", "2", "--out", in_dir("run"), NULL);
     assert_succeeded(&r);
     cr_expect(strstr(r.err, "tokenizing") && strstr(r.err, "loss on the answers only"), "stderr:\n%s", r.err);
     mt_cli_result_free(&r);
@@ -443,7 +495,7 @@ Test(chat_cli, train_on_chat_jsonl_caches_its_tokens) {
     globfree(&g);
 
     /* Resumed: the tokenizer comes from the checkpoint, the tokens from the cache. */
-    mt_cli_run(&r, TIMEOUT_S, "train", "--data", in_dir("chat.jsonl"), SMALL_STEP, "--steps", "3", "--out", in_dir("run"),
+    mt_cli_run(&r, TIMEOUT_S, "train", "--data", in_dir("chat.jsonl"), CHAT_STEP, "--steps", "3", "--out", in_dir("run"),
                "--resume", NULL);
     assert_succeeded(&r);
     cr_expect(strstr(r.err, "cached") && !strstr(r.err, "tokenizing"), "stderr:\n%s", r.err);
@@ -452,11 +504,11 @@ Test(chat_cli, train_on_chat_jsonl_caches_its_tokens) {
     /* A changed input is refused on resume (the run's place in it no longer holds), and taken when
      * the user says so: then it is tokenized again. */
     write_chat(in_dir("chat.jsonl"), 80, 0, NULL);
-    mt_cli_run(&r, TIMEOUT_S, "train", "--data", in_dir("chat.jsonl"), SMALL_STEP, "--steps", "4", "--out", in_dir("run"),
+    mt_cli_run(&r, TIMEOUT_S, "train", "--data", in_dir("chat.jsonl"), CHAT_STEP, "--steps", "4", "--out", in_dir("run"),
                "--resume", NULL);
     assert_failed(&r, "chat.jsonl", "changed since");
     mt_cli_result_free(&r);
-    mt_cli_run(&r, TIMEOUT_S, "train", "--data", in_dir("chat.jsonl"), SMALL_STEP, "--steps", "4", "--out", in_dir("run"),
+    mt_cli_run(&r, TIMEOUT_S, "train", "--data", in_dir("chat.jsonl"), CHAT_STEP, "--steps", "4", "--out", in_dir("run"),
                "--resume", "--accept-changed-data", NULL);
     assert_succeeded(&r);
     cr_expect(strstr(r.err, "tokenizing") && strstr(r.err, "stale"), "stderr:\n%s", r.err);
@@ -518,11 +570,11 @@ Test(chat_cli, train_refuses_a_bad_tokenizer_or_data) {
     write_config(in_dir("small.json"), 256);
     mt_cli_result r;
     mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("small.json"), "--tokenizer", in_dir("tok"), "--data",
-               in_dir("chat.jsonl"), SMALL_STEP, "--steps", "1", "--out", in_dir("run"), NULL);
+               in_dir("chat.jsonl"), CHAT_STEP, "--steps", "1", "--out", in_dir("run"), NULL);
     assert_failed(&r, "tok", "has 2324 tokens but the model's vocab_size is 256");
     mt_cli_result_free(&r);
     mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("config.json"), "--tokenizer", in_dir("absent"), "--data",
-               in_dir("chat.jsonl"), SMALL_STEP, "--steps", "1", "--out", in_dir("run2"), NULL);
+               in_dir("chat.jsonl"), CHAT_STEP, "--steps", "1", "--out", in_dir("run2"), NULL);
     assert_failed(&r, "absent", "No such file");
     mt_cli_result_free(&r);
     mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("config.json"), "--tokenizer", in_dir("tok"), "--data",
@@ -590,7 +642,7 @@ Test(chat_cli, packing_and_doc_mask_refused_where_they_do_not_apply) {
     assert_failed(&r, "--packing on", "corpus.txt is not chat data");
     mt_cli_result_free(&r);
     mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("config.json"), "--tokenizer", in_dir("tok"), "--data",
-               in_dir("chat.jsonl"), SMALL_STEP, "--steps", "1", "--doc-mask", "--out", in_dir("b"), NULL);
+               in_dir("chat.jsonl"), CHAT_STEP, "--steps", "1", "--doc-mask", "--out", in_dir("b"), NULL);
     assert_failed(&r, "--doc-mask", "chat.jsonl is chat data");
     mt_cli_result_free(&r);
     mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--data", in_dir("corpus.txt"), SMALL_STEP, "--steps", "1",

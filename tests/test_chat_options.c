@@ -267,7 +267,7 @@ static void write_config(const char *path) {
     json_decref(c);
 }
 
-#define SMALL_STEP "--seq", "64", "--batch", "2", "--backend", "cpu", "--eval-every", "0"
+#define SMALL_STEP "--seq", "128", "--batch", "2", "--backend", "cpu", "--eval-every", "0"
 
 Test(chat_options, train_stores_the_template_and_loss_and_a_resume_keeps_them) {
     write_config(in_dir("config.json"));

@@ -355,7 +355,9 @@ Test(chat_template, refuses_bad_jsonl_lines_naming_file_and_line) {
     expect_bad_line("{\"messages\": [", "not JSON");
     expect_bad_line("[1, 2]", "not a JSON object");
     expect_bad_line("{\"text\": \"plain\"}", "in none of the chat layouts");
-    expect_bad_line("{\"prompt\": \"q\"}", "in none of the chat layouts");
+    expect_bad_line("{\"prompt\": \"q\"}", "has \"prompt\" but no \"completion\" field: the prompt/completion layout");
+    expect_bad_line("{\"prompt\": \"q\", \"completion\": \"a\", \"conversations\": []}",
+                    "two chat layouts, \"conversations\" (ShareGPT) and \"prompt\" (prompt/completion)");
     expect_bad_line("{\"prompt\": \"q\", \"completion\": 3}", "\"completion\" is not a string");
     expect_bad_line("{\"messages\": []}", "empty");
     expect_bad_line("{\"messages\": {\"role\": \"user\"}}", "not a list");

@@ -130,7 +130,16 @@ Test(cli, missing_data_file) {
     mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--data", in_dir("absent.txt"), SMALL_STEP, "--steps",
                "2", "--out", run, NULL);
     assert_refused(&r, run, "absent.txt", "No such file or directory");
-    cr_assert_eq(r.exit_code, 1, "a file that cannot be opened is an I/O error (exit 1), got %d", r.exit_code);
+    cr_assert_eq(r.exit_code, 2, "a missing --data file is a bad input (exit 2), got %d", r.exit_code);
+    mt_cli_result_free(&r);
+    /* a path of 3000 bytes: the message keeps its reason after it */
+    char deep[PATH_MAX], *at = deep + snprintf(deep, sizeof deep, "%s", dir);
+    for (int i = 0; i < 20; i++) at += snprintf(at, (size_t)(deep + sizeof deep - at), "/%0150d", i);
+    snprintf(at, (size_t)(deep + sizeof deep - at), "/absent.txt");
+    mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--data", deep, SMALL_STEP, "--steps", "2", "--out", run,
+               NULL);
+    assert_refused(&r, run, deep, "No such file or directory");
+    cr_assert_eq(r.exit_code, 2, "%s", r.err);
     mt_cli_result_free(&r);
 }
 
@@ -485,6 +494,27 @@ Test(cli, export_writes_a_hugging_face_directory) {
     mt_cli_result_free(&r);
 }
 
+/* A killed export's temporary directory beside the target is removed by the next export to it,
+ * which says so; one that another export holds is not. */
+Test(cli, export_removes_a_killed_exports_temporary_directory) {
+    const char *run = in_dir("run"), *out = in_dir("exported"), *stale = in_dir("exported.tmp-AbC123");
+    train_tiny(run, "2");
+    cr_assert_eq(mkdir(stale, 0700), 0);
+    char part[PATH_MAX + 32];
+    snprintf(part, sizeof part, "%s/model.safetensors", stale);
+    FILE *f = fopen(part, "w");
+    cr_assert_not_null(f);
+    fputs("half", f);
+    fclose(f);
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "export", run, out, NULL);
+    assert_succeeded(&r);
+    cr_expect(strstr(r.err, "exported.tmp-AbC123, the temporary directory of an export") != NULL, "%s", r.err);
+    cr_assert(!exists(stale), "%s is left", stale);
+    cr_assert(exists(in_dir("exported/config.json")));
+    mt_cli_result_free(&r);
+}
+
 /* A Hugging Face Qwen3 (q/k norms, head_dim 6 where hidden / heads is 4) through a run: imported
  * into a checkpoint (whose manifest keeps the config) and exported from it unchanged. */
 Test(cli, qwen3_imports_and_exports_through_a_run) {
@@ -666,6 +696,19 @@ Test(cli, help_for_every_command) {
         mt_cli_run(&r, TIMEOUT_S, commands[i], "--help", NULL);
         assert_succeeded(&r);
         cr_assert_not_null(strstr(r.out, "usage: megatrain"), "%s --help printed:\n%s", commands[i], r.out);
+        mt_cli_result_free(&r);
+    }
+    /* the commands that read chat data name its four layouts, and train its run-file rule */
+    static const char *const readers[] = {"train", "tokenize"};
+    for (int i = 0; i < 2; i++) {
+        mt_cli_run(&r, TIMEOUT_S, readers[i], "--help", NULL);
+        assert_succeeded(&r);
+        cr_expect(strstr(r.out, "\"messages\"") && strstr(r.out, "\"prompt\", \"completion\"") &&
+                      strstr(r.out, "(alpaca)") && strstr(r.out, "(ShareGPT)"),
+                  "%s --help does not name the chat layouts:\n%s", readers[i], r.out);
+        if (i == 0)
+            cr_expect(strstr(r.out, "option given here wins over the file's key") &&
+                          strstr(r.out, "relative to the file's own directory"), "%s", r.out);
         mt_cli_result_free(&r);
     }
 }

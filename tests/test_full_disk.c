@@ -4,10 +4,13 @@
  * one valid, and then stop the run -- or, with --continue-on-save-error, let it train on. */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "cli_run.h"
 #include "hf_test_files.h"
@@ -117,4 +120,15 @@ Test(disk, continue_on_save_error_trains_on) {
     expect_first_checkpoint_intact(&f);
     mt_cli_result_free(&r);
     teardown(&f);
+}
+
+/* ulimit -f below a checkpoint's blob (tests/file_size_limit.sh): EFBIG, handled as a full disk,
+ * never a death by SIGXFSZ. A script, since the limit is the shell's. */
+Test(disk, a_file_size_limit_fails_the_save_as_a_full_disk) {
+    const char *bin = getenv("MT_BIN");
+    cr_assert_not_null(bin, "MT_BIN is not set");
+    char cmd[PATH_MAX + 64];
+    snprintf(cmd, sizeof cmd, "bash tests/file_size_limit.sh '%s' >&2", bin);
+    int status = system(cmd);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "tests/file_size_limit.sh failed (see above)");
 }

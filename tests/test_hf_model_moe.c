@@ -5,8 +5,10 @@
  * the same masters; a missing expert, a tensor held both ways, or a wrong shape is refused naming
  * it. */
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -196,6 +198,44 @@ Test(hfmodel_moe, refuses_a_missing_expert_a_tensor_held_twice_and_a_wrong_shape
     hf_test_rmtree(dir);
     free(other_masters);
     mt_layout_free(&other);
+    free(masters);
+    free(back);
+    mt_layout_free(&lay);
+}
+
+/* NaN in one expert's weights (a part of a tensor assembled from several): refused as bad input
+ * (MT_ERR_INVALID, exit 2), naming the expert's own tensor. */
+Test(hfmodel_moe, a_nan_expert_is_refused_as_bad_input_naming_it) {
+    mt_layout lay;
+    open_layout(MT_ARCH_QWEN3_MOE, &lay);
+    float *masters = random_masters(&lay, 11), *back = calloc((size_t)lay.total_numel, sizeof *back);
+    char dir[PATH_MAX], out[PATH_MAX], file[PATH_MAX + 32];
+    hf_test_mkdtemp(dir);
+    hf_test_path(out, dir, "model");
+    mt_hf_export_options opt = {.dtype = MT_ST_F32};
+    cr_assert_eq(mt_hf_export(&lay, masters, out, &opt), MT_OK, "%s", mt_error());
+    /* the expert's data offsets from the safetensors header, then a NaN written over its first value */
+    snprintf(file, sizeof file, "%s/model.safetensors", out);
+    FILE *f = fopen(file, "r+b");
+    cr_assert_not_null(f);
+    uint64_t header_len;
+    cr_assert_eq(fread(&header_len, 8, 1, f), 1);
+    char *header = calloc(1, header_len + 1);
+    cr_assert_eq(fread(header, 1, header_len, f), header_len);
+    json_t *h = json_loads(header, 0, NULL);
+    const char *name = "model.layers.2.mlp.experts.1.up_proj.weight";
+    json_t *entry = json_object_get(h, name);
+    cr_assert_not_null(entry, "no %s in the export", name);
+    long at = 8 + (long)header_len + (long)json_integer_value(json_array_get(json_object_get(entry, "data_offsets"), 0));
+    float nan = NAN;
+    fseek(f, at, SEEK_SET);
+    cr_assert_eq(fwrite(&nan, sizeof nan, 1, f), 1);
+    fclose(f);
+    json_decref(h);
+    free(header);
+    cr_assert_eq(mt_hf_load_weights(out, &lay, back, NULL, NULL), MT_ERR_INVALID);
+    cr_expect(strstr(mt_error(), name) && strstr(mt_error(), "non-finite"), "%s", mt_error());
+    hf_test_rmtree(dir);
     free(masters);
     free(back);
     mt_layout_free(&lay);

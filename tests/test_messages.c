@@ -138,7 +138,7 @@ Test(messages, nan_weights_of_an_imported_model_are_refused_naming_the_tensor) {
     mt_cli_result r;
     mt_cli_run(&r, TIMEOUT_S, "train", "--init-from", model, "--data", qwen3_ids(), "--seq", "16", "--batch", "2",
                "--backend", "cpu", "--steps", "1", "--out", run, NULL);
-    expect_error(&r, 1, "model.safetensors", "tensor '", "non-finite", NULL);
+    expect_error(&r, 2, "model.safetensors", "tensor '", "non-finite", NULL);
     mt_cli_result_free(&r);
 }
 
@@ -203,5 +203,60 @@ Test(messages, a_small_models_memory_refusal_shows_its_sizes) {
     mt_cli_run(&r, TIMEOUT_S, "train", MT_TINY_STEP, "--steps", "1", "--data", corpus, "--out", run, NULL);
     expect_error(&r, 1, "MB of host memory", "1.0 MB available", NULL);
     cr_assert_null(strstr(r.err, "0.00 GB"), "%s", r.err);
+    mt_cli_result_free(&r);
+}
+
+/* A path that is not UTF-8 (which JSON, and so the run's settings, cannot hold) is refused naming
+ * its option, exit 2, before anything is written. */
+Test(messages, paths_not_utf8_are_refused_naming_the_option_leaving_nothing) {
+    char bad_data[PATH_MAX + 16], bad_out[PATH_MAX + 16];
+    snprintf(bad_data, sizeof bad_data, "%s/\xff\xfe.txt", dir);
+    snprintf(bad_out, sizeof bad_out, "%s/\xffrun", dir);
+    char cmd[3 * PATH_MAX];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", corpus, bad_data);
+    cr_assert_eq(system(cmd), 0);
+    const char *cases[][3] = {{"--data", bad_data, run}, {"--val-data", bad_data, run}, {"--data", corpus, bad_out}};
+    for (int i = 0; i < 3; i++) {
+        mt_cli_result r;
+        mt_cli_run(&r, TIMEOUT_S, "train", MT_TINY_STEP, "--steps", "1", "--data", corpus, cases[i][0], cases[i][1],
+                   "--out", cases[i][2], NULL);
+        char option[32];
+        snprintf(option, sizeof option, "%s: the value is not UTF-8", i == 2 ? "--out" : cases[i][0]);
+        expect_error(&r, 2, option, NULL);
+        mt_cli_result_free(&r);
+        cr_assert(!mt_test_exists(run) && !mt_test_exists(bad_out), "a refused run left its directory");
+    }
+}
+
+/* Numbers a plan shows: a rate outside physical range is refused (not a time of 300 digits), and
+ * a budget below a hundredth of a GiB is shown in its own unit, not as 0.00 GiB. */
+Test(messages, plan_refuses_unphysical_rates_and_shows_small_budgets_in_bytes) {
+    const char *rates[] = {"--rate-gemm", "--rate-pcie", "--rate-adamw"};
+    for (int i = 0; i < 3; i++) {
+        mt_cli_result r;
+        mt_cli_run(&r, TIMEOUT_S, "plan", "--preset", "tiny", "--backend", "cpu", rates[i], "1e-300", NULL);
+        char says[64];
+        snprintf(says, sizeof says, "%s '1e-300': must be a number in [0.001, ", rates[i]);
+        expect_error(&r, 2, says, NULL);
+        mt_cli_result_free(&r);
+    }
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "plan", "--preset", "tiny", "--backend", "cpu", "--gpu-mem", "1000", NULL);
+    cr_assert(!r.timed_out && r.signal == 0, "%s", r.err);
+    cr_assert(strstr(r.out, "the device budget of 1000 bytes (--gpu-mem)") && !strstr(r.out, "0.00 GiB (--gpu-mem)"),
+              "%s", r.out);
+    mt_cli_result_free(&r);
+}
+
+/* --data given, missing: named as the user's file, exit 2, never as the missing demo corpus. */
+Test(messages, a_missing_data_file_the_user_named_is_theirs) {
+    char bin[PATH_MAX];
+    cr_assert_not_null(realpath(getenv("MT_BIN"), bin), "MT_BIN");
+    setenv("MT_BIN", bin, 1);
+    cr_assert_eq(chdir(dir), 0); /* no data/kjv.txt here */
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "train", MT_TINY_STEP, "--steps", "1", "--data", "data/kjv.txt", "--out", run, NULL);
+    expect_error(&r, 2, "--data ", "data/kjv.txt: No such file or directory", NULL);
+    cr_assert_null(strstr(r.err, "demo corpus"), "%s", r.err);
     mt_cli_result_free(&r);
 }

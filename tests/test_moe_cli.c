@@ -187,3 +187,40 @@ Test(moe_cli, qwen_moe_tokenizers_and_chat_templates) {
 Test(moe_cli, mixtral_tokenizer_and_instruct_template) {
     tokenizes_and_trains("mixtral-chat", "mistral", "mistral-v0.2", MT_ARCH_MIXTRAL, 32000, 1);
 }
+
+/* A config that changes the routing is refused by the field at fault: a negative num_experts (not
+ * defaulted, then blamed on tensor shapes), and on resume a changed num_experts_per_tok. */
+Test(moe_cli, routing_fields_are_named_when_refused) {
+    mt_config c = mt_tiny_config_moe(MT_ARCH_QWEN3_MOE, 0);
+    c.vocab_size = 256;
+    const char *where = in_dir("negative");
+    cr_assert_eq(mkdir(where, 0755), 0);
+    cr_assert_eq(mt_hf_config_write(&c, "float32", where), MT_OK, "%s", mt_error());
+    char config[PATH_MAX + 96], cmd[3 * PATH_MAX];
+    snprintf(config, sizeof config, "%s/config.json", where);
+    snprintf(cmd, sizeof cmd, "sed -i 's/\"num_experts\": *[0-9]*/\"num_experts\": -4/' %s", config);
+    cr_assert_eq(system(cmd), 0);
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "train", "--config", config, "--data", corpus, STEP_ARGS, "--steps", "1", "--out",
+               in_dir("neg-run"), NULL);
+    cr_assert_eq(r.exit_code, 2, "%s", r.err);
+    cr_assert(strstr(r.err, "field 'num_experts' = -4: a count of experts cannot be negative"), "%s", r.err);
+    mt_cli_result_free(&r);
+
+    const char *two = write_config(MT_ARCH_QWEN3_MOE, 0, "topk");
+    char run_dir[PATH_MAX + 32];
+    snprintf(run_dir, sizeof run_dir, "%s/topk-run", dir);
+    train(two, run_dir, 0);
+    c = mt_tiny_config_moe(MT_ARCH_QWEN3_MOE, 0);
+    c.vocab_size = 256;
+    c.experts_per_token = c.experts_per_token == 1 ? 2 : 1;
+    const char *other = in_dir("topk-other");
+    cr_assert_eq(mkdir(other, 0755), 0);
+    cr_assert_eq(mt_hf_config_write(&c, "float32", other), MT_OK, "%s", mt_error());
+    snprintf(config, sizeof config, "%s/config.json", other);
+    mt_cli_run(&r, TIMEOUT_S, "train", "--config", config, "--data", corpus, STEP_ARGS, "--steps", "8", "--out",
+               run_dir, "--resume", NULL);
+    cr_assert_eq(r.exit_code, 2, "%s", r.err);
+    cr_assert(strstr(r.err, "is a run of another model") && strstr(r.err, "num_experts_per_tok"), "%s", r.err);
+    mt_cli_result_free(&r);
+}

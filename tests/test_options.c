@@ -94,14 +94,15 @@ Test(options, sizes_refused_instead_of_meaning_no_budget) {
 
 /* The planner's rates for another machine: positive and finite, and below any machine's. */
 Test(options, planner_rates) {
-    expect_refused("plan", "--rate-gemm", "0", "a number in (0, 100000]");
-    expect_refused("plan", "--rate-gemm", "-700", "(0, 100000]");
-    expect_refused("plan", "--rate-gemm", "1e6", "(0, 100000]");
-    expect_refused("plan", "--rate-pcie", "nan", "a number in (0, 10000]");
-    expect_refused("plan", "--rate-pcie", "inf", "(0, 10000]");
-    expect_refused("plan", "--rate-pcie", "25GB", "(0, 10000]");
-    expect_refused("plan", "--rate-adamw", "0", "a number in (0, 10000]");
-    expect_refused("train", "--rate-adamw", "", "(0, 10000]");
+    expect_refused("plan", "--rate-gemm", "0", "a number in [0.001, 100000]");
+    expect_refused("plan", "--rate-gemm", "1e-300", "a number in [0.001, 100000]"); /* not a time of 300 digits */
+    expect_refused("plan", "--rate-gemm", "-700", "[0.001, 100000]");
+    expect_refused("plan", "--rate-gemm", "1e6", "[0.001, 100000]");
+    expect_refused("plan", "--rate-pcie", "nan", "a number in [0.001, 10000]");
+    expect_refused("plan", "--rate-pcie", "inf", "[0.001, 10000]");
+    expect_refused("plan", "--rate-pcie", "25GB", "[0.001, 10000]");
+    expect_refused("plan", "--rate-adamw", "0", "a number in [0.001, 10000]");
+    expect_refused("train", "--rate-adamw", "", "[0.001, 10000]");
     mt_train_options o = mt_train_defaults();
     cr_assert_eq(o.rate_gemm, 0, "unset: measured or looked up");
     cr_assert_eq(mt_train_option_set(&o, "rate-gemm", "165.2"), MT_OK, "%s", mt_error());
@@ -111,7 +112,7 @@ Test(options, planner_rates) {
     o.rate_adamw = -1; /* a library caller's bad value */
     o.out_dir = run;
     cr_assert_eq(mt_plan(&o, stdout), MT_ERR_INVALID);
-    cr_assert_not_null(strstr(mt_error(), "--rate-adamw -1: must be a number in (0, 10000]"), "%s", mt_error());
+    cr_assert_not_null(strstr(mt_error(), "--rate-adamw -1: must be a number in [0.001, 10000]"), "%s", mt_error());
 }
 
 /* The same domains hold for a library caller that fills the struct itself. */

@@ -1,10 +1,12 @@
-/* --resume as crash recovery needs: the same command line starts a run in an empty directory,
- * and a checkpoint whose payload is corrupt (manifest intact, a blob's checksum wrong) is passed
+/* --resume as crash recovery needs: the same command line starts a run in an empty directory
+ * (and is refused in one that holds a run's files but no checkpoint: a mistyped --out), and a
+ * checkpoint whose payload is corrupt (manifest intact, a blob's checksum wrong) is passed
  * over for the next older good one instead of failing the run. */
 #include <criterion/criterion.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli_run.h"
 #include "hf_test_files.h"
@@ -45,6 +47,23 @@ Test(resume, starts_from_scratch_in_an_empty_run_dir) {
     cr_assert_eq(r.exit_code, 0, "--resume with no checkpoint must start the run:\n%s", r.err);
     cr_assert(strstr(r.err, "from scratch"), "no notice that the run starts afresh:\n%s", r.err);
     cr_assert(mt_test_exists(mt_test_blob(run, 2, "master")));
+    mt_cli_result_free(&r);
+}
+
+Test(resume, is_refused_where_a_run_left_files_but_no_checkpoint) {
+    char metrics[PATH_MAX + 32];
+    cr_assert_eq(mkdir(run, 0700), 0);
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", run);
+    FILE *f = fopen(metrics, "w");
+    cr_assert_not_null(f);
+    fputs("{\"step\": 1, \"loss\": 5.5}\n", f);
+    fclose(f);
+    mt_cli_result r;
+    train("2", &r);
+    cr_assert(!r.timed_out && r.signal == 0, "%s", r.err);
+    cr_assert_eq(r.exit_code, 2, "--resume over a run without checkpoints must be refused:\n%s", r.err);
+    cr_assert(strstr(r.err, "holds no checkpoint to resume") && strstr(r.err, run), "%s", r.err);
+    cr_assert(!mt_test_exists(mt_test_blob(run, 2, "master")), "it trained");
     mt_cli_result_free(&r);
 }
 

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli_run.h"
 #include "hf_test_files.h"
@@ -115,19 +117,97 @@ static void expect_refused(const char *text, const char *needle) {
 }
 
 Test(run_file, bad_files_are_refused_naming_file_line_and_key) {
-    expect_refused("steps: 3\nstpes: 4\n", "bad.yaml:2: unknown key 'stpes'");
+    expect_refused("steps: 3\nstpes: 4\n", "bad.yaml: unknown key 'stpes' (line 2; did you mean 'steps'?)");
     expect_refused("steps: 3\nlr: 1e-3\nsteps: 4\n", "bad.yaml:3: key 'steps' is given twice");
     expect_refused("steps:\n  - 3\n  - 4\n", "bad.yaml:2: steps: the value is a list");
     expect_refused("seq: 16\nsteps: -3\n", "bad.yaml:2: --steps");
     expect_refused("lr: fast\n", "bad.yaml:1: --lr 'fast'");
     expect_refused("schedule: wavy\n", "bad.yaml:1: --schedule 'wavy'");
-    expect_refused("sequential: maybe\n", "bad.yaml:1: sequential: 'maybe' is not true or false");
+    expect_refused("sequential: maybe\n", "bad.yaml:1: --sequential 'maybe': expected true or false");
     expect_refused("steps: [3\n", "bad.yaml:2: not YAML");
     expect_refused("- steps\n- 3\n", "bad.yaml:1: the run file is a list");
     mt_cli_result r;
     mt_cli_run(&r, 60, "train", "/nonexistent/run.yaml", NULL);
     cr_expect_eq(r.exit_code, 2);
     cr_expect(strstr(r.err, "/nonexistent/run.yaml: cannot open the run file"), "%s", r.err);
+    mt_cli_result_free(&r);
+}
+
+/* Every unknown key at once, each with the nearest known key; a second document; a FIFO or a
+ * device, which would block or never end, refused as --data refuses them. */
+Test(run_file, unknown_keys_second_documents_and_special_files_are_refused) {
+    expect_refused("stepz: 3\nlr: 1e-3\nwarmpu: 2\nzzzzzzzzzz: 1\n",
+                   "unknown keys 'stepz' (line 1; did you mean 'steps'?), 'warmpu' (line 3; did you mean 'warmup'?), "
+                   "'zzzzzzzzzz' (line 4)");
+    expect_refused("steps: 3\n---\nlr: 1e-3\n", "bad.yaml:3: a second YAML document");
+    char fifo[PATH_MAX + 32];
+    snprintf(fifo, sizeof fifo, "%s/fifo.yaml", dir);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    const char *special[][2] = {{fifo, "is a FIFO, not a regular file"}, {"/dev/zero", "is a device"}, {dir, "is a directory"}};
+    for (int i = 0; i < 3; i++) {
+        mt_cli_result r;
+        mt_cli_run(&r, 20, "train", special[i][0], "--out", run, NULL);
+        cr_assert(!r.timed_out && r.signal == 0, "%s: died or hung:\n%s", special[i][0], r.err);
+        cr_expect_eq(r.exit_code, 2, "%s: exit %d:\n%s", special[i][0], r.exit_code, r.err);
+        cr_expect(strstr(r.err, special[i][1]), "%s:\n%s", special[i][0], r.err);
+        mt_cli_result_free(&r);
+    }
+}
+
+/* One rule for a key in the file and its option on the command line: the command line wins, a
+ * flag's false and a model source of another kind too; on/off keys take YAML booleans. */
+Test(run_file, the_command_line_wins_for_every_key) {
+    char file[PATH_MAX + 32], config[PATH_MAX + 32], written[PATH_MAX + 32], text[PATH_MAX + 256];
+    snprintf(file, sizeof file, "%s/mine.yaml", dir);
+    snprintf(config, sizeof config, "%s/config.json", dir);
+    write_file(config, "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 32, \"intermediate_size\": 64, "
+                       "\"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"num_key_value_heads\": 1, "
+                       "\"vocab_size\": 256, \"max_position_embeddings\": 64}");
+    snprintf(text, sizeof text, "preset: tiny\ndata: %s\nseq: 16\nbatch: 2\nsteps: 1\nsequential: true\npacking: false\n"
+             "eval-every: 0\nbackend: cpu\nthreads: 1\n", corpus);
+    write_file(file, text);
+    mt_cli_result r;
+    mt_cli_run(&r, 120, "train", file, "--config", config, "--sequential=false", "--out", run, NULL);
+    ran(&r);
+    mt_cli_result_free(&r);
+    snprintf(written, sizeof written, "%s/run.yaml", run);
+    char *w = slurp(written);
+    cr_expect(strstr(w, "\nconfig: ") && !strstr(w, "\npreset: "), "the command line's model, not the file's:\n%s", w);
+    cr_expect(strstr(w, "\nsequential: false\n"), "the command line's false:\n%s", w);
+    cr_expect(strstr(w, "\npacking: off\n"), "packing: false is off:\n%s", w);
+    free(w);
+}
+
+/* Relative paths in a run file are the file's directory's, whatever the working directory; the
+ * run.yaml a run writes holds absolute paths, so that it continues the same run from anywhere. */
+Test(run_file, relative_paths_are_the_files_and_a_run_resumes_from_another_directory) {
+    char conf[PATH_MAX + 16], file[PATH_MAX + 32], bin[PATH_MAX], written[PATH_MAX + 32], text[600];
+    cr_assert_not_null(realpath(getenv("MT_BIN"), bin), "MT_BIN");
+    setenv("MT_BIN", bin, 1);
+    snprintf(conf, sizeof conf, "%s/conf", dir);
+    cr_assert_eq(mkdir(conf, 0700), 0);
+    snprintf(file, sizeof file, "%s/r.yaml", conf);
+    snprintf(text, sizeof text, "preset: tiny\ndata: ../corpus.txt\nval-data: ~/corpus.txt,../corpus.txt\nout: ../relrun\n"
+             "seq: 16\nbatch: 2\nsteps: 2\neval-every: 0\nbackend: cpu\nthreads: 1\n");
+    setenv("HOME", dir, 1); /* ~/ is the home directory */
+    write_file(file, text);
+    cr_assert_eq(chdir(dir), 0); /* not the file's directory */
+    mt_cli_result r;
+    mt_cli_run(&r, 120, "train", "conf/r.yaml", NULL);
+    ran(&r);
+    mt_cli_result_free(&r);
+    snprintf(written, sizeof written, "%s/relrun/run.yaml", dir);
+    char *w = slurp(written), out_line[PATH_MAX + 16], data_line[PATH_MAX + 32];
+    snprintf(out_line, sizeof out_line, "\nout: %s/relrun\n", dir);
+    snprintf(data_line, sizeof data_line, "\ndata: %s/corpus.txt\n", dir);
+    char val_line[2 * PATH_MAX + 48];
+    snprintf(val_line, sizeof val_line, "\nval-data: %s/corpus.txt,%s/corpus.txt\n", dir, dir);
+    cr_expect(strstr(w, out_line) && strstr(w, data_line) && strstr(w, val_line), "not absolute:\n%s", w);
+    free(w);
+    cr_assert_eq(chdir("/"), 0);
+    mt_cli_run(&r, 120, "train", written, "--resume", "--steps", "4", NULL);
+    ran(&r);
+    cr_expect(strstr(r.err, "resumed from") && strstr(r.err, "at step 2"), "did not continue the run:\n%s", r.err);
     mt_cli_result_free(&r);
 }
 

@@ -42,6 +42,11 @@ static void write_masked(const char *path, size_t count, size_t from, size_t to)
     cr_assert_eq(mt_masked_writer_finish(w), MT_OK, "%s", mt_error());
 }
 
+static void ran(const mt_cli_result *r) {
+    cr_assert(!r->timed_out && r->signal == 0, "died or hung:\n%s", r->err);
+    cr_assert_eq(r->exit_code, 0, "exit %d:\n%s", r->exit_code, r->err);
+}
+
 static void expect_failed(const mt_cli_result *r, const char *says) {
     cr_assert(!r->timed_out && r->signal == 0, "died or hung:\n%s", r->err);
     cr_assert_neq(r->exit_code, 0, "exit 0:\n%s", r->err);
@@ -71,6 +76,67 @@ Test(trains, data_with_too_few_targets_stops_and_saves) {
     expect_failed(&r, "in which every target is masked (more than --max-skips 3 in a row)");
     cr_assert_not_null(strstr(r.err, "1 of 4000"), "%s", r.err);
     cr_assert_not_null(strstr(r.err, "are saved"), "%s", r.err);
+    mt_cli_result_free(&r);
+}
+
+/* A masked shard of `count` examples of 8 byte ids each, recorded as examples (packed by default):
+ * example i carries loss on its token 1 when i % every == 0, else only on its token 6. */
+static void write_examples(const char *path, size_t count, size_t every) {
+    mt_masked_writer *w;
+    cr_assert_eq(mt_masked_writer_open(&w, path, 2), MT_OK, "%s", mt_error());
+    for (size_t i = 0; i < count; i++)
+        for (size_t k = 0; k < 8; k++) {
+            uint32_t id = (uint32_t)('a' + (i + k) % 26);
+            uint8_t mask = every && i % every == 0 ? k == 1 : k == 6;
+            cr_assert_eq(mt_masked_writer_add(w, &id, &mask, 1, k == 0), MT_OK, "%s", mt_error());
+        }
+    cr_assert_eq(mt_masked_writer_finish(w), MT_OK, "%s", mt_error());
+}
+
+static void expect_refused(const mt_cli_result *r, const char *says) {
+    expect_failed(r, says);
+    cr_assert_eq(r->exit_code, 2, "exit %d:\n%s", r->exit_code, r->err);
+    cr_assert_null(strstr(r->err, "skipped"), "it trained:\n%s", r->err);
+}
+
+/* Examples whose answers start past --seq, and --seq 1 on chat data (a window of one target, which
+ * a packed example's last token never has), train nothing: refused up front, saying how many. */
+Test(trains, examples_without_loss_within_seq_are_refused_before_training) {
+    const char *data = in_dir("late.bin");
+    write_examples(data, 300, 0);
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--seq", "4", "--batch", "2", "--backend", "cpu",
+               "--steps", "5", "--val-fraction", "0", "--data", data, "--out", run, NULL);
+    expect_refused(&r, "none of the training split's 300 examples carries loss within --seq 4");
+    cr_assert_not_null(strstr(r.err, "raise --seq"), "%s", r.err);
+    mt_cli_result_free(&r);
+    cr_assert(!mt_test_exists(mt_test_blob(run, 5, "master")), "a checkpoint was written");
+    write_examples(data, 300, 1); /* every example's answer at its token 1 */
+    mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--seq", "1", "--batch", "2", "--backend", "cpu",
+               "--steps", "5", "--val-fraction", "0", "--data", data, "--out", run, NULL);
+    expect_refused(&r, "none of the training split's 300 examples carries loss within --seq 1");
+    mt_cli_result_free(&r);
+}
+
+/* Some examples (packed) or windows (stream) without loss: the run goes on, and says how many. */
+Test(trains, some_examples_or_windows_without_loss_are_counted) {
+    const char *data = in_dir("half.bin");
+    write_examples(data, 200, 2);
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "train", "--preset", "tiny", "--seq", "4", "--batch", "2", "--backend", "cpu",
+               "--steps", "2", "--val-fraction", "0", "--eval-every", "0", "--data", data, "--out", run, NULL);
+    ran(&r);
+    cr_assert_not_null(strstr(r.err, "100 of the training split's 200 examples carry no loss within --seq 4"), "%s",
+                       r.err);
+    mt_cli_result_free(&r);
+    /* stream windows: loss on tokens [0, 2000) of 4000; the 3984 window starts from 1999 on see none */
+    const char *stream = in_dir("stream.bin");
+    write_masked(stream, 4000, 0, 2000);
+    mt_cli_run(&r, TIMEOUT_S, "train", MT_TINY_STEP, "--steps", "2", "--val-fraction", "0", "--packing", "off",
+               "--data", stream, "--out", in_dir("run2"), NULL);
+    ran(&r);
+    cr_assert_not_null(strstr(r.err, "1985 of the training split's 3984 windows carry no loss within --seq 16"),
+                       "%s", r.err);
     mt_cli_result_free(&r);
 }
 

@@ -13,9 +13,13 @@
 static const char train_help[] =
     "usage: megatrain %s [RUN.yaml] [options]\n"
     "\n"
-    "RUN.yaml, a run file, sets options by their long names (steps: 1000; data and val-data may be\n"
-    "lists); a flag given here wins.\n"
-    "A run writes the settings it resolved into RUN/run.yaml, a run file that runs it again.\n"
+    "RUN.yaml, a run file, sets options by their long names (steps: 1000, sequential: true; data\n"
+    "and val-data may be lists). An\n"
+    "option given here wins over the file's key, a flag's too (--sequential=false), and a model\n"
+    "given here (--preset, --config, --init-from) replaces the file's. Relative paths in the file\n"
+    "are taken relative to the file's own directory (~/: the home directory). A run writes the\n"
+    "settings it resolved into OUT/run.yaml, paths absolute: 'megatrain train OUT/run.yaml\n"
+    "--resume' continues the run from any working directory.\n"
     "\n"
     "Every option but the engine's and --out, --resume and the save options is a setting of the\n"
     "run, stored in its checkpoints: --resume takes the stored value of each one not given, applies\n"
@@ -33,15 +37,17 @@ static const char train_help[] =
     "                         long-context recipes do; any rope scaling of the config still applies)\n"
     "data:\n"
     "  --data FILE            tokens (llm.c .bin shard, masked shard, .npy of uint16/uint32), or text:\n"
-    "                         a text file, JSONL of {\"text\"} documents, or chat data (loss on the\n"
-    "                         answers only): JSONL or a .json array (LLaMA-Factory's) of OpenAI\n"
-    "                         messages, prompt/completion, alpaca or ShareGPT records, tokenized with\n"
-    "                         the run's tokenizer into a cache in --out/data; without one, plain text\n"
-    "                         is read as bytes, for a model of a 256-token vocabulary only; Parquet,\n"
-    "                         Arrow and compressed files are refused (default: data/kjv.txt, the\n"
-    "                         demo corpus). Given more than once (FILE:WEIGHT, a run file's list):\n"
-    "                         the datasets mixed into one in the shares of their weights (without\n"
-    "                         weights, their sizes), the smaller repeated until each is used up\n"
+    "                         a text file, JSONL of {\"text\"} documents, or chat data: JSONL or a\n"
+    "                         .json array (LLaMA-Factory's) of records in one of the layouts\n"
+    "                         {\"messages\"} (OpenAI), {\"prompt\", \"completion\"}, {\"instruction\",\n"
+    "                         \"output\"} (alpaca) or {\"conversations\"} (ShareGPT): loss on the answers\n"
+    "                         only (an example without one within --seq is refused, counted),\n"
+    "                         tokenized with the run's tokenizer into a cache in --out/data; without\n"
+    "                         one, plain text is read as bytes, for a model of a 256-token vocabulary\n"
+    "                         only; Parquet, Arrow and compressed files are refused (default:\n"
+    "                         data/kjv.txt, the demo corpus). Given more than once (FILE:WEIGHT, a run\n"
+    "                         file's list): the datasets mixed into one in the shares of their weights\n"
+    "                         (without weights, their sizes), the smaller repeated until each is used up\n"
     "  --tokenizer PATH       a tokenizer.json or model directory (default: the --init-from directory's\n"
     "                         when it has a tokenizer.json; on --resume, the run's, which cannot change)\n"
     "  --chat-template FILE   chat data: render with this template (a chat_template.jinja) instead of the\n"
@@ -135,17 +141,19 @@ static const char train_help[] =
     "                         another machine, or a VM whose memory grows as it is used (default:\n"
     "                         the machine's report; 1 byte to 1 PiB)\n"
     "  --rate-gemm TFLOPS     plan: the GPU's bf16 GEMM rate, e.g. for another machine (default: looked\n"
-    "                         up for this GPU; a number in (0, 100000])\n"
+    "                         up for this GPU; a number in [0.001, 100000])\n"
     "  --rate-pcie GBPS       plan: PCIe GB/s each way (default: measured on this GPU, else its link in\n"
-    "                         sysfs; a number in (0, 10000])\n"
+    "                         sysfs; a number in [0.001, 10000])\n"
     "  --rate-adamw GPARAMS   plan: host AdamW G parameters/s (default: measured here in 50 ms on the\n"
-    "                         optimizer's threads; a number in (0, 10000])\n"
+    "                         optimizer's threads; a number in [0.001, 10000])\n"
     "run:\n"
     "  --out DIR              run directory: checkpoints, metrics.jsonl, loss.svg (default runs/demo);\n"
     "                         locked while a run uses it\n"
     "  --resume               continue from the newest good checkpoint in --out (finite values, not\n"
     "                         part of a divergence), with the run's stored settings; refused when an\n"
-    "                         input changed since (the data, the tokenizer, the --init-from model)\n"
+    "                         input changed since (the data, the tokenizer, the --init-from model);\n"
+    "                         in a new or empty --out it starts the run, and refused (exit 2) where\n"
+    "                         --out holds files of a run but no checkpoint\n"
     "  --resume-diverged      with --resume: take the newest checkpoint whose values are finite even\n"
     "                         when a divergence stop marked it (a stop judged wrong)\n"
     "  --accept-changed-data  with --resume: train on a data file whose contents, size or modification\n"
@@ -195,7 +203,7 @@ static struct option *train_long_options(void) {
     if (!opts) return NULL;
     for (int i = 0; i < count; i++) {
         opts[i].name = mt_train_option_name(i, &takes_value);
-        opts[i].has_arg = takes_value ? required_argument : no_argument;
+        opts[i].has_arg = takes_value ? required_argument : optional_argument; /* --sequential=false */
         opts[i].val = 256 + i;
     }
     opts[count] = (struct option){"help", no_argument, 0, 'h'};
@@ -260,14 +268,17 @@ int mt_cli_parse_train(int argc, char **argv, const char *command, mt_train_opti
         bad = 1;
     }
     if (!bad && optind < argc) {
-        /* A run file: its values first, then the flags again over them. */
+        /* A run file: its values first, then the command line's over them; a model the command
+         * line names replaces the file's (one source of the three). */
         const char *file = argv[optind];
+        int model_given = o->preset || o->config_path || o->init_from;
         *o = mt_train_defaults();
         o->progress = isatty(STDERR_FILENO);
         if (mt_run_file_read(file, o, strings) != MT_OK) {
             fprintf(stderr, "megatrain: error: %s\n", mt_error());
             bad = 1;
         } else {
+            if (model_given) o->preset = o->config_path = o->init_from = NULL;
             bad = parse_flags(argc, argv, opts, o, strings) != 0;
         }
     }

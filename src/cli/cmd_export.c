@@ -18,8 +18,9 @@ static const char export_help[] =
     "chat_template.jinja; generation_config.json's eos_token_id then holds the tokenizer's eos and\n"
     "the template's end of turn. The directory is 0755, its files 0644 (less the umask): `train\n"
     "--init-from OUT_DIR` and `tokenize --tokenizer OUT_DIR` read it back. OUT_DIR must not exist\n"
-    "(or be empty); nothing is left there on failure. A checkpoint whose weights are not all\n"
-    "finite is refused, naming the tensor.\n"
+    "(or be empty); nothing is left there on failure. It is written into OUT_DIR.tmp-XXXXXX and\n"
+    "renamed into place; the ones a killed export to the same OUT_DIR left are removed first, and\n"
+    "the log says so. A checkpoint whose weights are not all finite is refused, naming the tensor.\n"
     "  --dtype bf16|fp32   weight type in the files (default bf16)\n"
     "  --shard-size SIZE   split the weights into shards of at most SIZE, e.g. 5GB (default: one file)\n"
     "  --help\n";

@@ -1,4 +1,5 @@
 /* megatrain <command>: the usage line and the dispatch to each command. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -25,6 +26,9 @@ int main(int argc, char **argv) {
         fputs(usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    /* A file-size limit (ulimit -f) fails the write past it with EFBIG, reported and handled as a
+     * full disk is, instead of killing the process with SIGXFSZ mid-checkpoint. */
+    signal(SIGXFSZ, SIG_IGN);
     const char *command = argv[1];
     if (!strcmp(command, "train")) return mt_cli_train(argc - 1, argv + 1);
     if (!strcmp(command, "sample")) return mt_cli_sample(argc - 1, argv + 1);

@@ -1,6 +1,7 @@
 #include "engine/budget.h"
 
 #include "engine/block.h"
+#include "util/size.h"
 
 static double gib(int64_t bytes) { return (double)bytes / 1073741824.0; }
 
@@ -41,14 +42,16 @@ mt_status mt_engine_fit_budget(mt_backend *be, const mt_config *cfg, mt_engine_o
         b = mt_engine_size(be, cfg, o);
     }
     if (b.total <= budget) return MT_OK;
+    char budget_text[32], total_text[32];
     return mt_fail(MT_ERR_NOMEM,
-                   "the device budget of %.2f GiB (--gpu-mem) is too small: the engine needs %.2f GiB even with "
+                   "the device budget of %s (--gpu-mem) is too small: the engine needs %s even with "
                    "2 weight slots, %d sequence(s) per micro-batch, an LM-head chunk of %d rows, an attention tile "
                    "of %d queries, a block chunk of %d tokens and every checkpoint it can move to the host there "
                    "(weight slots %.2f, embedding and head weights %.2f, resident blocks' weights %.2f, "
                    "device-updated units' fp32 master and moments %.2f, gradients %.2f, activation checkpoints "
                    "%.2f, workspace %.2f GiB); lower --micro-batches, --seq or --device-blocks, or raise --gpu-mem",
-                   gib(budget), gib(b.total), o->batch, o->lm_chunk, mt_block_tile_rows(o->batch, o->seq, o->attn_tile),
+                   mt_size_gib_text(budget, budget_text, sizeof budget_text),
+                   mt_size_gib_text(b.total, total_text, sizeof total_text), o->batch, o->lm_chunk, mt_block_tile_rows(o->batch, o->seq, o->attn_tile),
                    o->chunk, gib(b.weight_slots),
                    gib(b.embed_head), gib(b.resident_weights), gib(b.device_state), gib(b.grads),
                    gib(b.checkpoints), gib(b.workspace));

@@ -342,6 +342,39 @@ void mt_dataset_val_batch(const mt_dataset *ds, int64_t index, int batch, int32_
     }
 }
 
+/* Stream windows: of the window starts the sampler may draw, those whose seq_len targets all
+ * carry no loss (masked by the shard, or predicted by an end-of-text token). */
+static uint64_t stream_windows_without_loss(const mt_dataset *ds) {
+    size_t seq = (size_t)ds->seq_len, last = 0; /* the newest target with loss; 0: none yet */
+    if (ds->tokens->format != MT_TOKENS_MASKED && ds->eot < 0) return 0;
+    uint8_t mask[4096];
+    int32_t ids[4097];
+    uint64_t empty = 0;
+    for (size_t at = 1; at < ds->train_tokens; at += sizeof mask) {
+        size_t k = ds->train_tokens - at < sizeof mask ? ds->train_tokens - at : sizeof mask;
+        mt_tokens_copy_mask(ds->tokens, at, k, mask);
+        if (ds->eot >= 0) mt_tokens_copy(ds->tokens, at - 1, k, ids);
+        for (size_t i = 0; i < k; i++) {
+            size_t t = at + i;
+            if (mask[i] && !(ds->eot >= 0 && ids[i] == ds->eot)) last = t;
+            if (t >= seq && last < t - seq + 1) empty++; /* the window starting at t - seq */
+        }
+    }
+    return empty;
+}
+
+void mt_dataset_count_without_loss(const mt_dataset *ds, uint64_t *empty, uint64_t *total) {
+    if (!ds->examples) {
+        *total = ds->train_tokens - (size_t)ds->seq_len;
+        *empty = stream_windows_without_loss(ds);
+        return;
+    }
+    *total = ds->train_examples;
+    *empty = 0;
+    for (size_t i = 0; i < ds->train_examples; i++)
+        *empty += !carries_loss(ds->tokens, ds->examples[i].start, ds->examples[i].len);
+}
+
 json_t *mt_sampler_state_to_json(const mt_sampler_state *state) {
     char rng[17];
     snprintf(rng, sizeof rng, "%016" PRIx64, state->rng.state);

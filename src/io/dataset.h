@@ -116,6 +116,13 @@ mt_status mt_dataset_set_state(mt_dataset *ds, const mt_sampler_state *state);
  * training windows and advances the sampler. Returns the padding tokens among them. */
 size_t mt_dataset_train_batch(mt_dataset *ds, int batch, int32_t *inputs, int32_t *targets, int32_t *positions);
 
+/* What the training split offers that carries no loss, out of *total: packed, its examples whose
+ * first seq_len tokens hold no target with loss (a one-token example, or a prompt longer than the
+ * window); stream windows, the window starts whose targets all carry none. Reads the data: check
+ * mt_tokens_status after. */
+void mt_dataset_count_without_loss(const mt_dataset *ds, uint64_t *empty, uint64_t *total);
+
+
 /* Validation windows are fixed: stream, non-overlapping windows in order, the last one short where
  * the split ends inside it (its targets end there, padding after); packed, the validation examples
  * packed in file order. Batch `index` (< mt_dataset_val_batches) holds windows index*batch ..

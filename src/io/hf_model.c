@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -163,7 +164,7 @@ static mt_status refuse_non_finite(const mt_st_tensor *s, const float *x, int64_
 #pragma omp parallel for reduction(+ : bad) if (n >= (1 << 20))
     for (int64_t j = 0; j < n; j++) bad += !isfinite(x[j]);
     if (!bad) return MT_OK;
-    return mt_fail(MT_ERR_NUMERIC, "%s: tensor '%s' holds non-finite values (NaN or Inf; %lld in its first piece that "
+    return mt_fail(MT_ERR_INVALID, "%s: tensor '%s' holds non-finite values (NaN or Inf; %lld in its first piece that "
                    "does): the model cannot be trained from", s->file, s->name, (long long)bad);
 }
 
@@ -280,6 +281,35 @@ static void remove_tmp_dir(const char *path) {
     rmdir(path);
 }
 
+/* The temporary directories of earlier exports to `target` (target.tmp-XXXXXX) that no export
+ * holds any more (a killed one's): removed, and said so. A running export holds its own locked
+ * (flock on the directory), so it is never taken for a stale one. */
+static void remove_stale_tmp_dirs(const char *target) {
+    char parent_buf[4096], base_buf[4096], prefix[4096 + 8];
+    snprintf(parent_buf, sizeof parent_buf, "%s", target);
+    snprintf(base_buf, sizeof base_buf, "%s", target);
+    const char *parent = dirname(parent_buf), *base = basename(base_buf);
+    int n = snprintf(prefix, sizeof prefix, "%s.tmp-", base);
+    DIR *d = opendir(parent);
+    if (!d || n < 0 || (size_t)n >= sizeof prefix) {
+        if (d) closedir(d);
+        return;
+    }
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, prefix, (size_t)n) || strlen(e->d_name) != (size_t)n + 6) continue;
+        char path[8192];
+        snprintf(path, sizeof path, "%s/%s", parent, e->d_name);
+        int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0) continue;
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+            mt_log_info("removing %s, the temporary directory of an export to %s that did not finish", path, target);
+            remove_tmp_dir(path);
+        }
+        close(fd);
+    }
+    closedir(d);
+}
+
 static mt_status sync_dir(const char *path) {
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return mt_fail(MT_ERR_IO, "%s: cannot open to sync: %s", path, strerror(errno));
@@ -386,9 +416,13 @@ mt_status mt_hf_export(const mt_layout *lay, const float *masters, const char *o
     if (!target[0]) return mt_fail(MT_ERR_INVALID, "export: the output directory is empty");
     MT_TRY(check_finite(lay, masters, target));
     MT_TRY(check_destination(target));
+    remove_stale_tmp_dirs(target);
     char tmp[4096 + 16];
     snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", target);
     if (!mkdtemp(tmp)) return mt_fail(MT_ERR_IO, "%s: cannot create a temporary directory: %s", tmp, strerror(errno));
+    /* held while this export writes it: another export's clean-up passes it over */
+    int held = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (held >= 0) flock(held, LOCK_EX);
     int temp = mt_stop_temp_add(tmp); /* a second signal, which ends the process at once, removes it too */
     mt_status st = write_model(lay, masters, tmp, opt);
     /* mkdtemp made it 0700: the model is for others to read too */
@@ -397,6 +431,7 @@ mt_status mt_hf_export(const mt_layout *lay, const float *masters, const char *o
     if (st == MT_OK && rename(tmp, target) != 0)
         st = mt_fail(MT_ERR_IO, "%s: cannot move the export into place: %s", target, strerror(errno));
     if (st != MT_OK) remove_tmp_dir(tmp);
+    if (held >= 0) close(held);
     mt_stop_temp_forget(temp);
     MT_TRY(st);
     char *parent = dirname(tmp); /* tmp is no longer needed; dirname may write into it */

@@ -156,6 +156,13 @@ mt_status mt_family_read_experts(const mt_json_src *s, mt_config *c, const mt_ex
     int experts = -1, local = -1;
     MT_TRY(mt_json_get_int(s, "num_experts", 0, &experts));
     MT_TRY(mt_json_get_int(s, "num_local_experts", 0, &local));
+    /* -1 above means not given: a negative count given is refused by name, never defaulted. */
+    const char *negative = mt_json_field(s, "num_experts") && experts < 0         ? "num_experts"
+                           : mt_json_field(s, "num_local_experts") && local < 0 ? "num_local_experts"
+                                                                                 : NULL;
+    if (negative)
+        return mt_fail(MT_ERR_INVALID, "%s: field '%s%s' = %d: a count of experts cannot be negative", s->source,
+                       s->scope, negative, experts < 0 && mt_json_field(s, "num_experts") ? experts : local);
     if (experts >= 0 && local >= 0 && experts != local)
         return mt_fail(MT_ERR_INVALID, "%s: fields 'num_experts' (%d) and 'num_local_experts' (%d) disagree",
                        s->source, experts, local);

@@ -7,6 +7,7 @@
 #include "engine/block.h"
 #include "engine/budget.h"
 #include "optim/adamw.h"
+#include "util/size.h"
 
 /* Without --gpu-mem the plan leaves this much of the device's free memory to the libraries' own
  * allocations (cuBLAS, cuDNN workspaces) and to fragmentation: a twentieth, at least 2 GiB. */
@@ -361,10 +362,11 @@ void mt_placement_print(const mt_placement *p, FILE *out) {
     char where[768];
     mt_placement_describe(p, where, sizeof where);
     fprintf(out, "placement %s\n", where);
+    char budget[32];
     if (p->budget_given)
-        fprintf(out, "budget    %.2f GiB: %d weight slots, %d x %d sequences, LM-head chunk of %d rows, attention tile of "
+        fprintf(out, "budget    %s: %d weight slots, %d x %d sequences, LM-head chunk of %d rows, attention tile of "
                 "%d queries, the inputs of %d of %d blocks kept in pinned host memory (--gpu-mem)\n",
-                gib(p->device_limit), mt_placement_slots(p), p->eo.micro_batches, p->eo.batch, p->eo.lm_chunk,
+                mt_size_gib_text(p->device_limit, budget, sizeof budget), mt_placement_slots(p), p->eo.micro_batches, p->eo.batch, p->eo.lm_chunk,
                 mt_block_tile_rows(p->eo.batch, p->eo.seq, p->eo.attn_tile), p->eo.ckpt_on_host, p->layers);
     else if (p->device_limit > 0)
         fprintf(out, "budget    none given: the device's free %.2f GiB less a margin = %.2f GiB\n", gib(p->device_free),

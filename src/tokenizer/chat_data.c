@@ -1,5 +1,6 @@
 #include "tokenizer/chat_data.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,45 @@ mt_jsonl_kind mt_jsonl_kind_of(const json_t *line) {
     if (json_object_get(line, "prompt") && json_object_get(line, "completion")) return MT_JSONL_INSTRUCTION;
     if (json_object_get(line, "instruction") && json_object_get(line, "output")) return MT_JSONL_ALPACA;
     return MT_JSONL_OTHER;
+}
+
+/* The layouts by the fields that make them, for the refusals of a line in two or in half of one. */
+static const struct {
+    const char *name, *first, *second;
+} layouts[] = {
+    {"OpenAI messages", "messages", NULL},
+    {"ShareGPT", "conversations", NULL},
+    {"prompt/completion", "prompt", "completion"},
+    {"alpaca", "instruction", "output"},
+};
+enum { N_LAYOUTS = sizeof layouts / sizeof layouts[0] };
+
+const char *mt_jsonl_layout_problem(const json_t *line, char *buf, size_t cap) {
+    int whole[N_LAYOUTS], n_whole = 0;
+    if (!json_is_object(line)) return NULL;
+    for (int i = 0; i < N_LAYOUTS; i++) {
+        int a = json_object_get(line, layouts[i].first) != NULL;
+        int b = !layouts[i].second || json_object_get(line, layouts[i].second);
+        if (a && b) whole[n_whole++] = i;
+    }
+    if (n_whole > 1) {
+        snprintf(buf, cap, "holds the fields of two chat layouts, \"%s\" (%s) and \"%s\" (%s): a line is one "
+                 "example in one layout", layouts[whole[0]].first, layouts[whole[0]].name, layouts[whole[1]].first,
+                 layouts[whole[1]].name);
+        return buf;
+    }
+    if (n_whole == 1) return NULL;
+    for (int i = 0; i < N_LAYOUTS; i++) {
+        if (!layouts[i].second) continue;
+        const char *has = json_object_get(line, layouts[i].first) ? layouts[i].first :
+                          json_object_get(line, layouts[i].second) ? layouts[i].second : NULL;
+        if (!has) continue;
+        snprintf(buf, cap, "has \"%s\" but no \"%s\" field: the %s layout needs both \"%s\" and \"%s\"", has,
+                 has == layouts[i].first ? layouts[i].second : layouts[i].first, layouts[i].name, layouts[i].first,
+                 layouts[i].second);
+        return buf;
+    }
+    return NULL;
 }
 
 /* A string field: its text and length (JSON strings are valid UTF-8 and may hold NUL). */
@@ -63,13 +103,21 @@ static mt_status check_call(const json_t *call, const char *at) {
     if (!json_is_object(args) && !json_is_string(args))
         return mt_fail(MT_ERR_INVALID, "%s: the function's \"arguments\" is %s, not an object (or its JSON text)", at,
                        args ? mt_json_kind(args) : "missing");
+    if (json_is_string(args)) { /* a template renders the object the text holds */
+        json_error_t err;
+        json_t *parsed = json_loadb(json_string_value(args), json_string_length(args), 0, &err);
+        json_decref(parsed);
+        if (!parsed)
+            return mt_fail(MT_ERR_INVALID, "%s: the function's \"arguments\" is a string that is not the JSON text of an "
+                           "object: %s (column %d)", at, err.text, err.column);
+    }
     return MT_OK;
 }
 
 static mt_status check_calls(const json_t *calls, const char *at) {
     if (!json_is_array(calls)) return mt_fail(MT_ERR_INVALID, "%s: \"tool_calls\" is not a list but %s", at, mt_json_kind(calls));
     for (size_t k = 0; k < json_array_size(calls); k++) {
-        char call_at[1200];
+        char call_at[PATH_MAX + 128];
         snprintf(call_at, sizeof call_at, "%s: tool call %zu", at, k + 1);
         MT_TRY(check_call(json_array_get(calls, k), call_at));
     }
@@ -124,7 +172,7 @@ static mt_status parse_messages(mt_chat_example *e, const char *where) {
     if (e->n == 0) return mt_fail(MT_ERR_INVALID, "%s: \"messages\" is empty", where);
     MT_TRY(alloc_messages(e, e->n, where));
     for (size_t i = 0; i < e->n; i++) {
-        char at[1100];
+        char at[PATH_MAX + 96];
         snprintf(at, sizeof at, "%s: message %zu", where, i + 1);
         MT_TRY(parse_message(json_array_get(list, i), at, &e->m[i]));
     }
@@ -224,7 +272,7 @@ static mt_status sharegpt_calls(mt_chat_example *e, const json_t *value, const c
     size_t n = json_is_array(calls) ? json_array_size(calls) : 1;
     for (size_t k = 0; k < n; k++) {
         const json_t *call = json_is_array(calls) ? json_array_get(calls, k) : calls;
-        char call_at[1200];
+        char call_at[PATH_MAX + 128];
         snprintf(call_at, sizeof call_at, "%s: call %zu", at, k + 1);
         MT_TRY(check_call(call, call_at));
         if (json_array_append_new(list, json_pack("{s:s, s:O}", "type", "function", "function", call)))
@@ -266,7 +314,7 @@ static mt_status parse_sharegpt(mt_chat_example *e, const char *where) {
         MT_TRY(string_field(e->json, "system", where, &m->content, &m->len));
     }
     for (size_t i = 0; i < json_array_size(list); i++) {
-        char at[1100];
+        char at[PATH_MAX + 96];
         snprintf(at, sizeof at, "%s: conversations[%zu]", where, i);
         MT_TRY(sharegpt_turn(e, json_array_get(list, i), at, &e->m[e->n++]));
     }
@@ -282,6 +330,8 @@ static mt_status parse(json_t *record, const char *where, mt_chat_example *e) {
     e->json = record;
     e->owned = json_array();
     if (!e->owned) return mt_fail(MT_ERR_NOMEM, "%s: cannot hold the example", where);
+    char problem[512];
+    if (mt_jsonl_layout_problem(e->json, problem, sizeof problem)) return mt_fail(MT_ERR_INVALID, "%s: %s", where, problem);
     switch (mt_jsonl_kind_of(e->json)) {
     case MT_JSONL_CHAT: return parse_messages(e, where);
     case MT_JSONL_INSTRUCTION: return parse_instruction(e, where);
@@ -304,7 +354,7 @@ mt_status mt_chat_example_read(json_t *record, const char *where, mt_chat_exampl
 }
 
 mt_status mt_chat_example_parse(const char *text, size_t len, const char *file, size_t line, mt_chat_example *out) {
-    char where[1024];
+    char where[PATH_MAX + 32];
     snprintf(where, sizeof where, "%s:%zu", file, line);
     json_error_t err;
     json_t *record = json_loadb(text, len, JSON_ALLOW_NUL, &err);

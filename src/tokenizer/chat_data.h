@@ -32,6 +32,11 @@ typedef enum {
 /* Which layout a parsed line is in, from its fields (OTHER: none of them). */
 mt_jsonl_kind mt_jsonl_kind_of(const json_t *line);
 
+/* What is wrong with a line's layout, written into buf[cap] and returned: the fields of two layouts
+ * ("messages" and "conversations"), or half of one ("prompt" without "completion"); NULL when it
+ * is in one layout, or has none of their fields. */
+const char *mt_jsonl_layout_problem(const json_t *line, char *buf, size_t cap);
+
 typedef struct {
     mt_chat_message *m;   /* point into `json`'s strings and `owned`'s */
     size_t n;

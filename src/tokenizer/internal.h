@@ -145,6 +145,7 @@ struct mt_tokenizer {
     int adds_bos;
     char *chat_template;
     char *chat_template_source; /* the file it was read from */
+    char *chat_template_names; /* a list of named templates without "default": their names */
     mt_cut_kind cut;
 };
 

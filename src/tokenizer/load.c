@@ -180,16 +180,25 @@ static mt_status config_template(mt_tokenizer *tok, const json_t *cfg, const cha
     if (json_is_string(v)) {
         MT_TRY(mt_json_string(cfg, "chat_template", 1, what, &t));
     } else if (json_is_array(v)) {
-        size_t i;
+        size_t i, at = 0;
         const json_t *item;
+        char names[512] = "";
         json_array_foreach(v, i, item) {
-            const char *name;
-            if (!json_is_object(item))
-                return mt_fail(MT_ERR_INVALID, "%s: chat_template[%zu] must be an object, found %s", what, i,
-                               mt_json_kind(item));
-            MT_TRY(mt_json_string(item, "name", 1, what, &name));
-            if (!strcmp(name, "default")) MT_TRY(mt_json_string(item, "template", 1, what, &t));
+            const char *name, *text;
+            if (!json_is_object(item) || !json_is_string(json_object_get(item, "name")) ||
+                !json_is_string(json_object_get(item, "template")))
+                return mt_fail(MT_ERR_INVALID, "%s: chat_template[%zu] is %s; a list of chat templates holds "
+                               "{\"name\": string, \"template\": string} objects", what, i,
+                               json_is_object(item) ? "an object without a string \"name\" and \"template\""
+                                                    : mt_json_kind(item));
+            name = json_string_value(json_object_get(item, "name"));
+            text = json_string_value(json_object_get(item, "template"));
+            if (!strcmp(name, "default")) t = text;
+            if (at < sizeof names) at += (size_t)snprintf(names + at, sizeof names - at, "%s\"%s\"", i ? ", " : "", name);
         }
+        /* Without a "default" no template is the one to render chat data with: said when it is needed. */
+        if (!t && !(tok->chat_template_names = strdup(names)))
+            return mt_fail(MT_ERR_NOMEM, "%s: cannot copy chat_template", what);
     } else {
         return mt_fail(MT_ERR_INVALID, "%s: field 'chat_template' must be a string or a list, found %s", what,
                        mt_json_kind(v));
@@ -383,6 +392,7 @@ void mt_tokenizer_free(mt_tokenizer *tok) {
     free(tok->id_special);
     free(tok->chat_template);
     free(tok->chat_template_source);
+    free(tok->chat_template_names);
     free(tok->path);
     free(tok);
 }
@@ -402,4 +412,6 @@ int32_t mt_tokenizer_eot(const mt_tokenizer *tok) { return tok->eot; }
 int mt_tokenizer_adds_bos(const mt_tokenizer *tok) { return tok->adds_bos; }
 const char *mt_tokenizer_chat_template(const mt_tokenizer *tok) { return tok->chat_template; }
 const char *mt_tokenizer_chat_template_source(const mt_tokenizer *tok) { return tok->chat_template_source; }
+
+const char *mt_tokenizer_chat_template_names(const mt_tokenizer *tok) { return tok->chat_template_names; }
 const char *mt_tokenizer_path(const mt_tokenizer *tok) { return tok->path; }

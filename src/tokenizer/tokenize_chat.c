@@ -33,7 +33,8 @@ mt_status mt_tokenize_inputs_are_chat(const char *const *inputs, size_t n, int *
         if (!is_chat && !other) other = files.v[i].path;
     }
     if (st == MT_OK && a_chat && other)
-        st = mt_fail(MT_ERR_INVALID, "%s holds chat data (\"messages\" or \"prompt\"/\"completion\") but %s does not: "
+        st = mt_fail(MT_ERR_INVALID, "%s holds chat data (\"messages\", \"prompt\"/\"completion\", \"instruction\"/\"output\" or "
+                     "\"conversations\") but %s does not: "
                      "tokenize chat and text data separately", a_chat, other);
     *chat = a_chat != NULL;
     mt_input_files_free(&files);
@@ -57,6 +58,10 @@ mt_status mt_tokenizer_chat(const mt_tokenizer *tok, const char *file, mt_chat_t
         snprintf(config, sizeof config, "%.*stokenizer_config.json", slash ? (int)(slash - json + 1) : 0, json);
         source = config;
     }
+    if (mt_tokenizer_chat_template_names(tok))
+        return mt_fail(MT_ERR_INVALID, "%s: chat_template is a list of named templates (%s), none named \"default\": "
+                       "chat data is rendered with the one named \"default\"; name the one to use so", source,
+                       mt_tokenizer_chat_template_names(tok));
     return mt_chat_template_parse(mt_tokenizer_chat_template(tok), bos_text, eos_text, source, t);
 }
 

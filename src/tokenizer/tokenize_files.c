@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "tokenizer/chat_data.h"
 #include "tokenizer/input_files.h"
 #include "tokenizer/shard_writer.h"
 #include "tokenizer/tokenizer.h"
@@ -81,7 +82,13 @@ static mt_status jsonl_text(const job *j, const batch *b, const doc *d, json_t *
     if (!*root) return mt_fail(MT_ERR_INVALID, "%s:%zu: not JSON: %s (column %d)", path, d->line, e.text, e.column);
     if (!json_is_object(*root)) return mt_fail(MT_ERR_INVALID, "%s:%zu: not a JSON object", path, d->line);
     const json_t *v = json_object_get(*root, j->field);
-    if (!v) return mt_fail(MT_ERR_INVALID, "%s:%zu: no \"%s\" field", path, d->line, j->field);
+    char problem[512];
+    if (!v && mt_jsonl_layout_problem(*root, problem, sizeof problem))
+        return mt_fail(MT_ERR_INVALID, "%s:%zu: %s", path, d->line, problem);
+    if (!v)
+        return mt_fail(MT_ERR_INVALID, "%s:%zu: no \"%s\" field, nor the fields of a chat layout (\"messages\", "
+                       "\"conversations\", \"prompt\" and \"completion\", \"instruction\" and \"output\")", path,
+                       d->line, j->field);
     if (!json_is_string(v))
         return mt_fail(MT_ERR_INVALID, "%s:%zu: field \"%s\" is not a string", path, d->line, j->field);
     *text = json_string_value(v);

@@ -110,6 +110,9 @@ const char *mt_tokenizer_chat_template_source(const mt_tokenizer *tok);
  * whole text (malloc'd); refused naming the file when it cannot be read, holds a NUL byte or is
  * not UTF-8. */
 mt_status mt_chat_template_read(const char *path, char **text);
+/* When chat_template is a list of named templates none of which is "default": their names
+ * ("\"tool_use\", \"rag\""); else NULL. */
+const char *mt_tokenizer_chat_template_names(const mt_tokenizer *tok);
 /* The path tokenizer.json was read from, for messages. */
 const char *mt_tokenizer_path(const mt_tokenizer *tok);
 

@@ -7,11 +7,13 @@
 #include <stdlib.h>
 #include <limits.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "engine/engine.h"
 #include "model/config.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 #include "util/cpu_list.h"
 #include "util/size.h"
 
@@ -158,10 +160,11 @@ const mt_option mt_options[] = {
     SETTING("gpus", MT_OPT_INT, gpus, MT_OPT_PROCESS, 1, 1 << 10, 0, 0, 1),
     SETTING("gpu-mem", MT_OPT_SIZE, gpu_mem, MT_OPT_PROCESS, 1, (double)MT_SIZE_MAX, 0, 0, 0),
     SETTING("host-mem", MT_OPT_SIZE, host_mem, MT_OPT_PROCESS, 1, (double)MT_SIZE_MAX, 0, 0, 0),
-    /* Rates a plan states its floor against: far beyond any machine's above, 0 (measure) below. */
-    SETTING("rate-gemm", MT_OPT_F64, rate_gemm, MT_OPT_PROCESS, 0, 1e5, 1, 0, 0),
-    SETTING("rate-pcie", MT_OPT_F64, rate_pcie, MT_OPT_PROCESS, 0, 1e4, 1, 0, 0),
-    SETTING("rate-adamw", MT_OPT_F64, rate_adamw, MT_OPT_PROCESS, 0, 1e4, 1, 0, 0),
+    /* Rates a plan states its floor against, within physical range: far beyond any machine's
+     * above, a thousandth (1 GFLOP/s, 1 MB/s, a million parameters/s) below; 0 measures. */
+    SETTING("rate-gemm", MT_OPT_F64, rate_gemm, MT_OPT_PROCESS, 1e-3, 1e5, 0, 0, 0),
+    SETTING("rate-pcie", MT_OPT_F64, rate_pcie, MT_OPT_PROCESS, 1e-3, 1e4, 0, 0, 0),
+    SETTING("rate-adamw", MT_OPT_F64, rate_adamw, MT_OPT_PROCESS, 1e-3, 1e4, 0, 0, 0),
     NAME_SETTING("out", out_dir, MT_OPT_PROCESS, NULL, NULL, "runs/demo"),
     SETTING("resume", MT_OPT_FLAG, resume, MT_OPT_PROCESS, 0, 1, 0, 0, 0),
     SETTING("resume-diverged", MT_OPT_FLAG, resume_diverged, MT_OPT_PROCESS, 0, 1, 0, 0, 0),
@@ -308,7 +311,13 @@ static const char *choices_text(const char *const *choices, char *buf, size_t ca
 }
 
 static mt_status check_name(const mt_option *opt, const char *value) {
+    size_t bad;
     if (!value[0]) return mt_fail(MT_ERR_INVALID, "--%s: the value is empty", opt->name);
+    /* Names and paths are stored as JSON strings (the checkpoints' settings, metrics.jsonl). */
+    if (mt_utf8_check(value, strlen(value), &bad) != 0)
+        return mt_fail(MT_ERR_INVALID, "--%s: the value is not UTF-8 (byte 0x%02x at offset %zu): give a name or path "
+                       "in UTF-8, renaming the file or directory if need be", opt->name,
+                       (unsigned char)value[bad], bad);
     if (opt->check) return opt->check(opt->name, value);
     if (!opt->choices) return MT_OK;
     for (const char *const *c = opt->choices; *c; c++)
@@ -337,13 +346,28 @@ mt_status mt_option_check(const mt_option *opt, const mt_train_options *o) {
 
 /* ---- parsing ---- */
 
+int mt_option_boolean(const char *text, int *value) {
+    static const char *const yes[] = {"true", "yes", "on", "y"}, *const no[] = {"false", "no", "off", "n"};
+    for (size_t i = 0; i < 4; i++) {
+        if (!strcasecmp(text, yes[i])) return *value = 1, 1;
+        if (!strcasecmp(text, no[i])) return *value = 0, 1;
+    }
+    return 0;
+}
+
 static mt_status parse_value(const mt_option *opt, const char *text, mt_train_options *o) {
     char what[64], shown[96];
     char *end;
     snprintf(shown, sizeof shown, "'%s'", text ? text : "");
     errno = 0;
     switch (opt->type) {
-    case MT_OPT_FLAG: set_int(opt, o, 1); return MT_OK;
+    case MT_OPT_FLAG: {
+        int on = 1;
+        if (text && !mt_option_boolean(text, &on))
+            return mt_fail(MT_ERR_INVALID, "--%s %s: expected true or false", opt->name, shown);
+        set_int(opt, o, on);
+        return MT_OK;
+    }
     case MT_OPT_NAME: *FIELD(const char *, opt, o) = text; return check_name(opt, text);
     case MT_OPT_SIZE: {
         int64_t bytes;
@@ -374,7 +398,6 @@ mt_status mt_train_option_set(mt_train_options *o, const char *name, const char 
     const mt_option *opt = mt_option_find(name);
     if (!opt) return mt_fail(MT_ERR_INVALID, "unknown training option --%s", name);
     if (opt->type != MT_OPT_FLAG && !value) return mt_fail(MT_ERR_INVALID, "--%s needs a value", name);
-    if (opt->type == MT_OPT_FLAG && value) return mt_fail(MT_ERR_INVALID, "--%s takes no value", name);
     mt_train_options changed = *o;
     MT_TRY(parse_value(opt, value, &changed));
     *o = changed;

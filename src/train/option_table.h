@@ -53,6 +53,10 @@ const char *mt_option_format(const mt_option *opt, const mt_train_options *o, ch
 /* 1 when both hold the same value of the option. */
 int mt_option_equal(const mt_option *opt, const mt_train_options *a, const mt_train_options *b);
 
+/* YAML 1.1's booleans (true/false, yes/no, on/off, y/n, any case) into *value; 0 for another
+ * word. A flag takes one as its value (--sequential=false, sequential: false in a run file). */
+int mt_option_boolean(const char *text, int *value);
+
 /* Checks every option that is set against its domain, and the tokens a micro-batch and a step
  * hold; unset run settings pass. */
 mt_status mt_train_options_check(const mt_train_options *o);

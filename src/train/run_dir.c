@@ -64,6 +64,15 @@ mt_status mt_run_dir_check_fresh(const mt_run_dir *d) {
                    d->path, others, count > 3 ? ", ..." : "");
 }
 
+int mt_run_dir_is_empty(const mt_run_dir *d) {
+    DIR *dir = opendir(d->path);
+    int empty = dir != NULL;
+    for (struct dirent *e; empty && (e = readdir(dir));)
+        empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, ".lock");
+    if (dir) closedir(dir);
+    return empty;
+}
+
 /* Removes a directory tree of regular files and directories (the token cache), not following
  * links. */
 static void remove_tree(const char *path) {

@@ -30,6 +30,9 @@ mt_status mt_run_dir_take(mt_run_dir *d, const char *path, int writes);
 /* MT_ERR_INVALID, naming some of what the directory holds, when a fresh run may not start in it. */
 mt_status mt_run_dir_check_fresh(const mt_run_dir *d);
 
+/* 1 when the directory holds nothing but the lock: no run was ever in it. */
+int mt_run_dir_is_empty(const mt_run_dir *d);
+
 /* A run refused before it wrote a checkpoint or a metrics line: what it created goes (logged). */
 void mt_run_dir_undo(mt_run_dir *d);
 

@@ -234,7 +234,7 @@ mt_status mt_run_inputs_check(const json_t *saved, json_t *now, const mt_train_o
                     checkpoint);
         return MT_OK;
     }
-    char why[1024];
+    char why[MT_ERROR_MAX];
     for (int i = 0; i < KINDS; i++) {
         if (!kinds[i].data) continue;
         const char *name = kinds[i].name;
@@ -276,7 +276,7 @@ static mt_status check_unchanged(const json_t *settings, const char *kind, const
     const json_t *stored = json_object_get(json_object_get(settings, "inputs"), kind);
     if (!stored || !path[0]) return MT_OK;
     json_t *now;
-    char why[1024];
+    char why[MT_ERROR_MAX];
     MT_TRY(identify(kind_named(kind), path, &now));
     int differs = !same_path(stored, now) || input_differs(stored, now, why, sizeof why);
     if (!same_path(stored, now)) snprintf(why, sizeof why, "the run stored %s", json_string_value(json_object_get(stored, "path")));

@@ -31,9 +31,10 @@
 
 /* ---- where the run starts from ---- */
 
-/* --resume: the newest good checkpoint. A run directory with no checkpoint at all starts from
- * scratch, so that one command line both starts a run and continues it after a crash; one whose
- * checkpoints are all damaged or bad is refused rather than silently started over. */
+/* --resume: the newest good checkpoint. A new or empty run directory starts the run from scratch,
+ * so that one command line both starts a run and continues it after a crash; one that holds a
+ * run's files but no checkpoint (a mistyped --out, checkpoints deleted), or whose checkpoints are
+ * all damaged or bad, is refused rather than silently started over. */
 static mt_status find_resume_point(mt_train_run *r, const mt_train_options *given) {
     const char *out_dir = given->out_dir;
     mt_ckpt_entry *entries;
@@ -41,8 +42,11 @@ static mt_status find_resume_point(mt_train_run *r, const mt_train_options *give
     MT_TRY(mt_checkpoint_list(out_dir, &entries, &count));
     mt_checkpoint_list_free(entries, count);
     if (count > 0) return mt_run_latest_of(out_dir, given->resume_diverged, r->resume_from, sizeof r->resume_from);
+    if (!mt_run_dir_is_empty(&r->dir))
+        return mt_fail(MT_ERR_INVALID, "--resume: %s holds no checkpoint to resume, but files of a run: give the --out "
+                       "of the run to continue, or leave out --resume to start the run afresh there", out_dir);
     mt_log_info("%s holds no checkpoint yet: --resume starts the run from scratch", out_dir);
-    return mt_run_dir_check_fresh(&r->dir);
+    return MT_OK;
 }
 
 /* A fresh run never trains over another run's checkpoints, nor into a directory of other files. */
@@ -146,12 +150,34 @@ static mt_status identify_inputs(mt_train_run *r, const mt_train_options *given)
 }
 
 /* 1 when both configs describe the same model. */
-static int same_model(const mt_config *a, const mt_config *b) {
-    json_t *x = mt_hf_config_to_json(a, "float32"), *y = mt_hf_config_to_json(b, "float32");
-    int same = x && y && json_equal(x, y);
+/* The config.json fields in which the model asked for differs from the run's, "num_experts_per_tok
+ * 4 (the run's: 2), ..." into buf[cap] (some of them, when many); 0 when they are the same model. */
+static int model_differences(const mt_config *asked, const mt_config *run, char *buf, size_t cap) {
+    json_t *x = mt_hf_config_to_json(asked, "float32"), *y = mt_hf_config_to_json(run, "float32");
+    int n = !x || !y;
+    size_t at = 0;
+    buf[0] = '\0';
+    const char *key;
+    json_t *v;
+    json_t *keys = json_object();
+    if (x) json_object_update(keys, x);
+    if (y) json_object_update(keys, y);
+    json_object_foreach(keys, key, v) {
+        const json_t *a = x ? json_object_get(x, key) : NULL, *b = y ? json_object_get(y, key) : NULL;
+        if (a && b && json_equal(a, b)) continue;
+        char *ta = a ? json_dumps(a, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+        char *tb = b ? json_dumps(b, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+        if (n < 6 && at < cap)
+            at += (size_t)snprintf(buf + at, cap - at, "%s%s %s (the run's: %s)", n ? ", " : "", key, ta ? ta : "none",
+                                   tb ? tb : "none");
+        n++;
+        free(ta);
+        free(tb);
+    }
+    json_decref(keys);
     json_decref(x);
     json_decref(y);
-    return same;
+    return n;
 }
 
 /* The model: the checkpoint's on resume, where a model given as well must be the same one. */
@@ -162,10 +188,12 @@ static mt_status resolve_model(mt_train_run *r, const mt_train_options *given) {
     if (given->preset || given->config_path || given->init_from) MT_TRY(mt_train_model_config(given, &asked));
     else if (mt_train_model_changed(given)) mt_train_model_change(given, &asked); /* on the run's own model */
     else return MT_OK;
-    if (same_model(&asked, &r->cfg)) return MT_OK;
+    char differences[2048];
+    if (!model_differences(&asked, &r->cfg, differences, sizeof differences)) return MT_OK;
     mt_config context_only = r->cfg;
     context_only.max_position = asked.max_position, context_only.rope_theta = asked.rope_theta;
-    if (same_model(&asked, &context_only))
+    char ignored[64];
+    if (!model_differences(&asked, &context_only, ignored, sizeof ignored))
         return mt_fail(MT_ERR_INVALID, "%s is a run with max_position_embeddings %d and rope_theta %g, which a "
                        "resumed run cannot change (asked: %d, %g); to train on at a longer context, export it "
                        "and start a new run with --init-from", r->resume_from, r->cfg.max_position,
@@ -176,10 +204,10 @@ static mt_status resolve_model(mt_train_run *r, const mt_train_options *given) {
     mt_settings_model_source(given, wanted, sizeof wanted);
     if (st == MT_OK) mt_settings_model_source(&stored, had, sizeof had);
     else snprintf(had, sizeof had, "its own");
-    return mt_fail(MT_ERR_INVALID, "%s: %s is a run of another model (%s: %d layers, hidden size %d, vocabulary %d), "
-                   "which a resumed run cannot change; leave the model options out to keep it, or start a new "
-                   "run in another --out", wanted, r->resume_from, had, r->cfg.num_layers, r->cfg.hidden_size,
-                   r->cfg.vocab_size);
+    return mt_fail(MT_ERR_INVALID, "%s: %s is a run of another model (%s: %d layers, hidden size %d, vocabulary %d; "
+                   "asked: %s), which a resumed run cannot change; leave the model options out to keep it, or start "
+                   "a new run in another --out", wanted, r->resume_from, had, r->cfg.num_layers, r->cfg.hidden_size,
+                   r->cfg.vocab_size, differences);
 }
 
 /* ---- opening a run ---- */
@@ -211,22 +239,33 @@ static mt_status init_weights(mt_train_run *r) {
     return MT_OK;
 }
 
-/* A run must have something to learn: a masked shard whose every training target is masked would
- * skip every step and end "saved" with nothing trained. Targets are the tokens after each window's
- * first, so the training split's are tokens 1 to train_tokens - 1. */
+/* A run must have something to learn: data whose every window (packed: every example within
+ * --seq) holds no target that carries loss would skip every step and end "saved" with nothing
+ * trained, so it is refused up front; some such windows are counted in a warning. */
 static mt_status check_targets(mt_train_run *r) {
     const mt_dataset *d = &r->data;
-    const char *tokens = r->o.data_path;
-    int train = mt_tokens_any_loss(&r->tokens, 1, d->train_tokens - 1);
+    const char *name = r->o.data_path, *what = d->examples ? "examples" : "windows";
+    int seq = r->o.seq_len;
+    uint64_t empty, total;
+    mt_dataset_count_without_loss(d, &empty, &total);
     int val = d->val_tokens > 1 && mt_tokens_any_loss(&r->tokens, d->train_tokens + 1, d->val_tokens - 1);
     MT_TRY(mt_tokens_status(&r->tokens));
-    if (!train)
-        return mt_fail(MT_ERR_INVALID, "%s: no token of its training split (tokens 1 to %zu) carries loss: every "
-                       "target is masked, so there is nothing to train on (chat data whose answers are all empty, or "
-                       "that has no assistant turn?)", tokens, d->train_tokens - 1);
+    if (empty == total)
+        return mt_fail(MT_ERR_INVALID, "%s: none of the training split's %llu %s carries loss within --seq %d: every "
+                       "target is masked, so there is nothing to train on (%s); %s", name,
+                       (unsigned long long)total, what, seq,
+                       d->examples ? "one-token examples, examples without an answer, or answers that start past "
+                       "their first --seq tokens" : "chat data whose answers are all empty, or that has no "
+                       "assistant turn",
+                       d->examples ? "raise --seq, or give examples whose answers fall within it" :
+                       "give data with answers to learn");
+    if (empty > 0)
+        mt_log_warn("%s: %llu of the training split's %llu %s carry no loss within --seq %d (%s): a step drawing "
+                    "only such %s is skipped; raise --seq or drop them", name, (unsigned long long)empty,
+                    (unsigned long long)total, what, seq, d->examples ? "their first --seq tokens hold no answer "
+                    "token" : "no target in them carries loss", what);
     if (d->val_tokens > 0 && !val && r->o.eval_every > 0)
-        mt_log_warn("%s: no token of its validation split carries loss: there will be no validation loss",
-                    tokens);
+        mt_log_warn("%s: no token of its validation split carries loss: there will be no validation loss", name);
     return MT_OK;
 }
 
@@ -246,8 +285,9 @@ static mt_status open_tokens(mt_train_run *r, const mt_train_options *given) {
     const char *path = r->o.data_path, *demo = mt_option_find("data")->default_name;
     char demo_path[4096];
     MT_TRY(mt_path_absolute(demo, demo_path, sizeof demo_path));
-    if (!strcmp(path, demo_path) && access(path, R_OK) != 0)
-        return mt_fail(MT_ERR_IO, "%s: the demo corpus is missing; make it with "
+    /* The demo corpus by default only: data the user named is named as theirs. */
+    if (!given->data_path && !strcmp(path, demo_path) && access(path, R_OK) != 0)
+        return mt_fail(MT_ERR_INVALID, "%s: the demo corpus is missing; make it with "
                        "'scripts/make-demo-corpus.sh %s' (needs the bible-kjv packages) or pass --data",
                        demo, demo);
     MT_TRY(identify_inputs(r, given));
@@ -702,7 +742,7 @@ static mt_status loop(mt_train_run *r, mt_progress *pg) {
 /* A run stopped by its data (the file changed or was cut short): the steps taken are sound, so
  * they are saved before the error is returned. */
 static mt_status save_before_data_error(mt_train_run *r) {
-    char why[1024];
+    char why[MT_ERROR_MAX];
     snprintf(why, sizeof why, "%s", mt_error());
     if (mt_train_save_final(r) != MT_OK) {
         mt_log_error("%s", mt_error());

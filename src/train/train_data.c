@@ -222,7 +222,8 @@ static mt_status data_tokens(const char *data, const char *tokenizer, const chat
     if (stat(data, &st) == 0 && S_ISDIR(st.st_mode))
         return mt_fail(MT_ERR_INVALID, "--data %s is a directory: tokenize it with 'megatrain tokenize' and train on "
                        "the shards", data);
-    if (stat(data, &st) != 0 || !S_ISREG(st.st_mode)) { /* the reader refuses it, naming what it is */
+    if (stat(data, &st) != 0) return mt_fail(MT_ERR_INVALID, "--data %s: %s", data, strerror(errno));
+    if (!S_ISREG(st.st_mode)) { /* the reader refuses it, naming what it is */
         snprintf(tokens, cap, "%s", data);
         return MT_OK;
     }

@@ -81,7 +81,7 @@ mt_status mt_train_save_periodic(mt_train_run *r, mt_progress *pg) {
 }
 
 mt_status mt_train_settle_save(mt_train_run *r, mt_progress *pg, mt_status rc) {
-    char why[1024];
+    char why[MT_ERROR_MAX];
     snprintf(why, sizeof why, "%s", mt_error());
     mt_status collected = mt_train_collect_save(r, pg);
     if (rc == MT_OK) return collected;
@@ -111,14 +111,14 @@ mt_status mt_train_save_final(mt_train_run *r) {
     mt_log_info("checkpoint at step %lld saved in %s (%.2f s)", (long long)r->progress.step, r->o.out_dir,
                 mt_now() - t0);
     if (finite) return MT_OK;
-    char advice[4300];
+    char advice[MT_ERROR_MAX];
     resume_advice(r, advice, sizeof advice);
     return mt_fail(MT_ERR_NUMERIC, "the run's state at step %lld holds non-finite values (NaN or Inf): it is not "
                    "a good checkpoint; lower --lr or turn on --clip; %s", (long long)r->progress.step, advice);
 }
 
 mt_status mt_train_stop_diverged(mt_train_run *r) {
-    char why[1024], marked_text[160] = "", advice[4300];
+    char why[MT_ERROR_MAX], marked_text[160] = "", advice[MT_ERROR_MAX];
     snprintf(why, sizeof why, "%s", mt_error());
     int64_t from = mt_step_watch_diverged_from(&r->watch);
     int marked = 0;

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/status.h"
+
 static int threshold(void) {
     static int level = -1;
     if (level < 0) {
@@ -22,7 +24,7 @@ int mt_log_enabled(mt_log_level level) { return (int)level <= threshold(); }
 void mt_log(mt_log_level level, const char *fmt, ...) {
     static const char *names[] = {"error", "warning", "info", "debug"};
     if (!mt_log_enabled(level)) return;
-    char line[2048];
+    char line[MT_ERROR_MAX + 1024]; /* an error message and words around it */
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);

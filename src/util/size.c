@@ -43,6 +43,15 @@ const char *mt_size_format(int64_t bytes, char *buf, size_t cap) {
     return buf;
 }
 
+const char *mt_size_gib_text(int64_t bytes, char *buf, size_t cap) {
+    double b = (double)bytes;
+    if (b >= 0.01 * 1073741824.0) snprintf(buf, cap, "%.2f GiB", b / 1073741824.0);
+    else if (b >= 1048576.0) snprintf(buf, cap, "%.1f MiB", b / 1048576.0);
+    else if (b >= 1024.0) snprintf(buf, cap, "%.1f KiB", b / 1024.0);
+    else snprintf(buf, cap, "%lld byte%s", (long long)bytes, bytes == 1 ? "" : "s");
+    return buf;
+}
+
 const char *mt_size_text(int64_t bytes, char *buf, size_t cap) {
     double b = (double)bytes;
     if (bytes >= 1000000000) snprintf(buf, cap, "%.2f GB", b / 1e9);

@@ -20,6 +20,10 @@ mt_status mt_size_parse(const char *what, const char *text, int64_t min, int64_t
 /* "24 GiB", "512 MiB", "1000 bytes": exact where the size is a whole number of a binary unit. */
 const char *mt_size_format(int64_t bytes, char *buf, size_t cap);
 
+/* A device budget or need for messages: "%.2f GiB", or below a hundredth of a GiB the binary unit
+ * that shows it ("1000 bytes", "12.5 KiB", "3.4 MiB"), never "0.00 GiB". */
+const char *mt_size_gib_text(int64_t bytes, char *buf, size_t cap);
+
 /* A byte count for messages, in the decimal unit that shows it: "142.80 GB", "48.3 MB", "512 kB",
  * "100 bytes" (a small model's needs are not "0.00 GB"). */
 const char *mt_size_text(int64_t bytes, char *buf, size_t cap);

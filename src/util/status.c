@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static _Thread_local char error_message[1024];
+static _Thread_local char error_message[MT_ERROR_MAX];
 
 mt_status mt_fail(mt_status status, const char *fmt, ...) {
     va_list ap;
@@ -16,7 +16,7 @@ mt_status mt_fail(mt_status status, const char *fmt, ...) {
 }
 
 mt_status mt_fail_context(mt_status status, const char *fmt, ...) {
-    char context[512], old[sizeof error_message];
+    char context[MT_ERROR_MAX], old[sizeof error_message];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(context, sizeof context, fmt, ap);

@@ -12,6 +12,10 @@
 
 #include "megatrain.h"
 
+/* The longest message kept, in bytes: room for several paths of PATH_MAX and the reason after
+ * them, which a message must never lose. */
+#define MT_ERROR_MAX 16384
+
 /* Sets the thread's error message (printf-style) and returns `status`. */
 mt_status mt_fail(mt_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prefixes the thread's current error message: "context: old message". Returns `status`. */
@@ -21,7 +25,7 @@ mt_status mt_fail_context(mt_status status, const char *fmt, ...) __attribute__(
  * does after an error (redrawing a picture, closing files) would otherwise report itself in place
  * of the error. */
 typedef struct {
-    char text[1024];
+    char text[MT_ERROR_MAX];
 } mt_error_kept;
 void mt_error_keep(mt_error_kept *kept);
 void mt_error_restore(const mt_error_kept *kept);
