@@ -34,7 +34,7 @@ typedef struct {
     double tol;    /* outputs, off the reference backend: the largest ||out - ref|| / ||ref||; 0: bitwise */
 } ops_tensor;
 
-enum { OPS_MAX_TENSORS = 12 };
+enum { OPS_MAX_TENSORS = 16 };
 
 typedef struct ops_case ops_case;
 
@@ -62,8 +62,8 @@ typedef struct {
     void (*check)(const ops_case *c, const ops_host *got);
     /* Floating-point operations of one call, for the timing mode (0: report bytes per second). */
     double (*flops)(const ops_case *c);
-    /* The op is one of backend.h's optional moe group: a backend without it skips the case. */
-    int needs_moe;
+    /* The op is one of backend.h's optional moe or gdn groups: a backend without it skips the case. */
+    int needs_moe, needs_gdn;
 } ops_kind;
 
 struct ops_case {
@@ -97,11 +97,17 @@ extern const size_t ops_moe_timing_case_count;
 extern const ops_kind OPS_MOE_ROUTE, OPS_MOE_PERMUTE, OPS_MOE_GATHER, OPS_MOE_GROUPED, OPS_MOE_SWIGLU,
     OPS_MOE_COMBINE, OPS_MOE_GATE_ADD, OPS_MOE_AUX;
 
+/* The Gated DeltaNet kinds (ops_gdn.c). */
+extern const ops_kind OPS_GDN_CONV, OPS_GDN_QK_NORM, OPS_GDN_DECAY, OPS_GDN_RULE, OPS_GDN_NORM;
+/* The gated delta rule and its backward at Qwen3.5's sizes, for the timing mode (bench/gdn). */
+extern const ops_case ops_gdn_timing_cases[];
+extern const size_t ops_gdn_timing_case_count;
+
 /* 0..count-1 in Criterion's shared memory: the parameters of a ParameterizedTest over a table
  * (a test process may map the binary elsewhere, so the parameters cannot be the cases' pointers). */
 size_t *ops_case_indices(size_t count);
 
-/* Whether `be` has the ops case c calls (the moe group is optional). */
+/* Whether `be` has the ops case c calls (the moe and gdn groups are optional). */
 int ops_case_runs_on(mt_backend *be, const ops_case *c);
 /* Runs case c on `be` and asserts (Criterion) every output, guard and input, naming the case; skips
  * it (cr_skip_test) on a backend without its ops. */
