@@ -92,7 +92,7 @@ $(BUILD)/tsan/tokenize-tsan: $(call objs,$(BUILD)/tsan,$(LIB_C) tests/tsan/token
 	$(CC) $(filter-out -fopenmp,$(SAN_CFLAGS)) -fsanitize=thread $^ -o $@ $(SAN_LDLIBS)
 
 # The GPU tests (Criterion suite cuda): a separate binary, built only with CUDA=1.
-$(BUILD)/cuda_tests: $(call objs,$(BUILD),$(LIB_C) $(CUDA_TEST_C) tests/tiny_model.c tests/ops_table.c tests/ops_moe.c tests/ops_runner.c tests/ops_check.c) $(LIB_OBJ_CU)
+$(BUILD)/cuda_tests: $(call objs,$(BUILD),$(LIB_C) $(CUDA_TEST_C) tests/tiny_model.c tests/ops_table.c tests/ops_moe.c tests/ops_gdn.c tests/ops_runner.c tests/ops_check.c) $(LIB_OBJ_CU)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) -lcriterion
 cuda-tests: $(BUILD)/cuda_tests
 

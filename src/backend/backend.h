@@ -398,7 +398,9 @@ typedef struct {
      *     S = exp(g_t) S;  S += k_t (beta_t (v_t - S^T k_t))^T;  o_t = S^T q_t
      * (q, k the normalised qn, kn [n, v_heads, d_k]; v act with rows v_ld apart; o act [n, v_heads,
      * d_v]). Backward: dq, dk (act [n, v_heads, d_k]), dv (act, rows v_ld apart), dg, dbeta (float),
-     * all overwritten. workspace: rule_workspace(d) bytes of device memory, for either call. */
+     * all overwritten. workspace: rule_workspace(d) bytes of device memory; rule_dx reads what rule left
+     * there (cuda: each chunk's state and pseudo-values), so a backward follows its forward on the same
+     * workspace, untouched between. */
     void (*rule)(mt_backend *be, mt_stream *s, void *o, const void *q, const void *k, const void *v,
                  const float *g, const float *beta, mt_gdn_dims d, void *workspace);
     void (*rule_dx)(mt_backend *be, mt_stream *s, void *dq, void *dk, void *dv, float *dg, float *dbeta,
