@@ -108,6 +108,11 @@ $(BUILD)/bench/moe_gemm/bench_moe_gemm: $(call objs,$(BUILD),$(LIB_C) bench/moe_
 		$(BUILD)/bench/moe_gemm/bench_device.o $(LIB_OBJ_CU)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
+# The gated delta rule's chunked kernels (bench/gdn/run.sh adds flash-linear-attention's Triton ones).
+bench-gdn: $(BUILD)/bench/gdn/bench_gdn
+$(BUILD)/bench/gdn/bench_gdn: $(call objs,$(BUILD),$(LIB_C) bench/gdn/bench_gdn.c) $(LIB_OBJ_CU)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
 # CPU AdamW against the host's memory bandwidth (bench/adamw/run.sh adds PyTorch's fused AdamW).
 bench-adamw: $(BUILD)/bench/adamw/bench_adamw
 $(BUILD)/bench/adamw/bench_adamw: $(call objs,$(BUILD),$(LIB_C) bench/adamw/bench_adamw.c) $(LIB_OBJ_CU)
@@ -192,5 +197,5 @@ demo: $(BUILD)/megatrain data/kjv.txt
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all test demo clean cuda-tests bench-adamw bench-after-norm bench-attention bench-moe-gemm fuzz fuzz-long tokenizer-data
+.PHONY: all test demo clean cuda-tests bench-adamw bench-after-norm bench-attention bench-gdn bench-moe-gemm fuzz fuzz-long tokenizer-data
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
