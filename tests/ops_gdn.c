@@ -203,15 +203,8 @@ static void rule_reference(const ops_case *c, ops_host *h, const ops_host *got, 
                        h->x[RL_K], h->x[RL_V], h->x[RL_G], h->x[RL_BETA], g, ws);
     free(ws);
 }
-/* The chunked form's forward, per chunk of 64 and head, is about 10 GEMMs of 64 x 128 x 64 at d_k =
- * d_v = 128 (counted as 2 * rows * d_k * d_v * 6 + 2 * rows * 64 * (d_k + d_v) * 2 per head); the
- * backward about twice that. */
-static double rule_flops(const ops_case *c) {
-    double n = (double)heads_rows(c), dk = c->dims.head_dim, dv = c->d;
-    return 3.0 * (12.0 * n * dk * dv + 4.0 * n * 64 * (dk + dv));
-}
 const ops_kind OPS_GDN_RULE = {.declare = rule_declare, .workspace = rule_workspace, .prepare = rule_prepare,
-                               .call = rule_call, .reference = rule_reference, .flops = rule_flops, .needs_gdn = 1};
+                               .call = rule_call, .reference = rule_reference, .needs_gdn = 1};
 
 /* ---- the gated RMSNorm ---- */
 

@@ -99,9 +99,6 @@ extern const ops_kind OPS_MOE_ROUTE, OPS_MOE_PERMUTE, OPS_MOE_GATHER, OPS_MOE_GR
 
 /* The Gated DeltaNet kinds (ops_gdn.c). */
 extern const ops_kind OPS_GDN_CONV, OPS_GDN_QK_NORM, OPS_GDN_DECAY, OPS_GDN_RULE, OPS_GDN_NORM;
-/* The gated delta rule and its backward at Qwen3.5's sizes, for the timing mode (bench/gdn). */
-extern const ops_case ops_gdn_timing_cases[];
-extern const size_t ops_gdn_timing_case_count;
 
 /* 0..count-1 in Criterion's shared memory: the parameters of a ParameterizedTest over a table
  * (a test process may map the binary elsewhere, so the parameters cannot be the cases' pointers). */
