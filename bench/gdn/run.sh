@@ -7,7 +7,8 @@
 #
 # Environment: BATCH, SEQ, HEADS, DK, DV (default 4, 4096, 32, 128, 128: Qwen3.5's linear layers),
 # PACKED (the second layout's example length, default 512; 0: none), ITERS (default 10), BUILD
-# (build-bench), OUT (where the results go), MACHINE (the table's words for the machine).
+# (build-bench), OUT (where the results go), MACHINE (the table's words for the machine), NOTE (a
+# paragraph for the table).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ -d .debs ] && . tests/device/env.sh # on the GPU machine: the carried build dependencies
@@ -23,5 +24,5 @@ PYTHONPATH="${FLA_SRC:?FLA_SRC: the directory holding fla}${PYTHONPATH:+:$PYTHON
     python3 bench/gdn/fla_gdn.py "${args[@]}" --compare "$out" 2>&1 | tee -a "$raw" || true
 rm -f "$out"/gdn-*.bin
 python3 bench/gdn/table.py "$raw" --machine "${MACHINE:-$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)}" \
-    --command "bash bench/gdn/run.sh ${args[*]}" --md "$out/gdn.md" --json "$out/gdn.json"
+    --command "bench_gdn and fla_gdn.py ${args[*]}" --note "${NOTE:-}" --md "$out/gdn.md" --json "$out/gdn.json"
 cat "$out/gdn.md"

@@ -14,7 +14,7 @@ def read(path):
     runs, errors = [], []
     for line in open(path):
         fields = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
-        if "system" in fields and "fwd_ms" in fields:
+        if "system" in fields and ("fwd_ms" in fields or "error" in fields):
             runs.append(fields)
         elif line.strip():
             errors.append(line.rstrip())
@@ -28,29 +28,31 @@ def main():
     p.add_argument("--command", required=True)
     p.add_argument("--md", required=True)
     p.add_argument("--json", required=True)
+    p.add_argument("--note", default="", help="a paragraph under the title: what the run shows")
     a = p.parse_args()
     runs, errors = read(a.raw)
     title = "The gated delta rule, forward and backward: megatrain's CUDA kernels and flash-linear-attention (%s, %s)" % (
         a.machine, datetime.date.today().isoformat())
     by = {(r["system"], r["layout"]): r for r in runs}
-    lines = ["# " + title, "", "Command: `%s`" % a.command, "",
+    lines = ["# " + title, ""] + ([a.note, ""] if a.note else []) + ["Command: `%s`" % a.command, "",
              "| layout | batch x seq | heads | dk, dv | segments | system | fwd ms | bwd ms | fwd+bwd ms | FLA / megatrain | "
              "o, dq, dk, dv, dg, dbeta vs FLA (rel L2) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         ratio, diff = "-", "-"
         m, f = by.get(("megatrain", r["layout"])), by.get(("fla", r["layout"]))
-        if r["system"] == "megatrain" and m and f:
+        if r["system"] == "megatrain" and m and f and "total_ms" in f:
             ratio = "%.2fx" % (float(f["total_ms"]) / float(m["total_ms"]))
         if "rel_o" in r:
             diff = ", ".join(r["rel_" + k] for k in ("o", "dq", "dk", "dv", "dg", "dbeta"))
         lines.append("| %s | %s x %s | %s | %s, %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            r["layout"], r["batch"], r["seq"], r["heads"], r["dk"], r["dv"], r["segments"], r["system"], r["fwd_ms"],
-            r["bwd_ms"], r["total_ms"], ratio, diff))
+            r["layout"], r["batch"], r["seq"], r["heads"], r["dk"], r["dv"], r["segments"], r["system"],
+            r.get("fwd_ms", r.get("error", "-")), r.get("bwd_ms", "-"), r.get("total_ms", "-"), ratio, diff))
     if errors:
         lines += ["", "Other output:", "", "```"] + errors[-20:] + ["```"]
     open(a.md, "w").write("\n".join(lines) + "\n")
-    json.dump({"title": title, "machine": a.machine, "command": a.command, "runs": runs, "other_output": errors},
+    json.dump({"title": title, "note": a.note, "machine": a.machine, "command": a.command, "runs": runs,
+               "other_output": errors},
               open(a.json, "w"), indent=1)
 
 
