@@ -13,12 +13,14 @@ __device__ __forceinline__ int row_pos(const int32_t *pos, int seq, int r) { ret
 /* The pre-activation of row t, channel c; taps before t's segment read zero. */
 __device__ float conv_at(const bf16 *x, const bf16 *w, int C, int t, int pos, int c) {
     float u = 0.0f;
-    for (int j = K - 1 - min(pos, K - 1); j < K; j++) u += ld(w, (size_t)c * K + j) * ld(x, (size_t)(t - (K - 1) + j) * C + c);
+    for (int j = K - 1 - min(pos, K - 1); j < K; j++)
+        u += ld(w, (size_t)c * K + j) * ld(x, (size_t)(t - (K - 1) + j) * C + c);
     return u;
 }
 
 __global__ void conv_rows(bf16 *y, const bf16 *x, const bf16 *w, int C, int n, const int32_t *pos, int seq) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)n * C; i += (size_t)gridDim.x * blockDim.x) {
+    size_t count = (size_t)n * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
         int t = (int)(i / C), c = (int)(i % C);
         float u = conv_at(x, w, C, t, row_pos(pos, seq, t), c);
         y[i] = __float2bfloat16(u * sigmoidf_(u));
@@ -33,7 +35,8 @@ __device__ float conv_du(const bf16 *dy, const bf16 *x, const bf16 *w, int C, in
 /* dx[s, c] = sum over the taps j whose row t = s + 3 - j lies in s's segment of w[c, j] du[t, c]. */
 __global__ void conv_dx_rows(bf16 *dx, const bf16 *dy, const bf16 *x, const bf16 *w, int C, int n,
                              const int32_t *pos, int seq) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)n * C; i += (size_t)gridDim.x * blockDim.x) {
+    size_t count = (size_t)n * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
         int s = (int)(i / C), c = (int)(i % C);
         float sum = 0.0f;
         for (int j = 0; j < K; j++) {
@@ -152,7 +155,8 @@ __device__ __forceinline__ float softplus_grad(float x) { return x > 20.0f ? 1.0
 
 __global__ void decay_rows(float *g, float *beta, const bf16 *a, const bf16 *b, const bf16 *A_log,
                            const bf16 *dt_bias, int n, int H) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)n * H; i += (size_t)gridDim.x * blockDim.x) {
+    size_t count = (size_t)n * H;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
         int h = (int)(i % H);
         g[i] = -expf(ld(A_log, h)) * softplus(ld(a, i) + ld(dt_bias, h));
         beta[i] = sigmoidf_(ld(b, i));

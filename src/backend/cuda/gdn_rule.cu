@@ -406,7 +406,8 @@ __global__ void __launch_bounds__(THREADS) rule_chunk_grads(Args a) {
             float x = 0.0f;
             for (int cc = 0; cc < 4; cc++) {
                 x += inter[r][cc] * sQ[i * dk + n0 + cc] * ch.e[i];
-                if (i < rows) a.dq[((r0 + i) * H + h) * dk + n0 + cc] = __float2bfloat16(acc[r][cc] + ch.e[i] * inter[r][cc]);
+                if (i < rows)
+                    a.dq[((r0 + i) * H + h) * dk + n0 + cc] = __float2bfloat16(acc[r][cc] + ch.e[i] * inter[r][cc]);
             }
             add(dG, i, x);
         }
@@ -465,7 +466,8 @@ __global__ void __launch_bounds__(THREADS) rule_chunk_grads(Args a) {
             float x = 0.0f;
             for (int cc = 0; cc < 4; cc++) {
                 x += acc[r][cc] * sV[i * dv + n0 + cc];
-                if (i < rows) a.dv[(r0 + i) * d.v_ld + (size_t)h * dv + n0 + cc] = __float2bfloat16(ch.beta[i] * acc[r][cc]);
+                if (i < rows)
+                    a.dv[(r0 + i) * d.v_ld + (size_t)h * dv + n0 + cc] = __float2bfloat16(ch.beta[i] * acc[r][cc]);
             }
             add(dbeta, i, x);
         }

@@ -10,7 +10,8 @@ enum { K = MT_GDN_CONV };
 /* The pre-activation of row t, channel c. */
 static float conv_at(const float *x, const float *w, int C, int t, int pos, int c) {
     float u = 0.0f;
-    for (int j = K - 1 - (pos < K - 1 ? pos : K - 1); j < K; j++) u += w[(size_t)c * K + j] * x[(size_t)(t - (K - 1) + j) * C + c];
+    for (int j = K - 1 - (pos < K - 1 ? pos : K - 1); j < K; j++)
+        u += w[(size_t)c * K + j] * x[(size_t)(t - (K - 1) + j) * C + c];
     return u;
 }
 
