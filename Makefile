@@ -94,7 +94,7 @@ $(BUILD)/tsan/tokenize-tsan: $(call objs,$(BUILD)/tsan,$(LIB_C) tests/tsan/token
 	$(CC) $(filter-out -fopenmp,$(SAN_CFLAGS)) -fsanitize=thread $^ -o $@ $(SAN_LDLIBS)
 
 # The GPU tests (Criterion suite cuda): a separate binary, built only with CUDA=1.
-$(BUILD)/cuda_tests: $(call objs,$(BUILD),$(LIB_C) $(CUDA_TEST_C) tests/tiny_model.c tests/ops_table.c tests/ops_moe.c tests/ops_runner.c tests/ops_check.c) $(LIB_OBJ_CU)
+$(BUILD)/cuda_tests: $(call objs,$(BUILD),$(LIB_C) $(CUDA_TEST_C) tests/tiny_model.c tests/ops_table.c tests/ops_moe.c tests/ops_gdn.c tests/ops_runner.c tests/ops_check.c) $(LIB_OBJ_CU)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) -lcriterion
 cuda-tests: $(BUILD)/cuda_tests
 
@@ -108,6 +108,11 @@ $(BUILD)/bench/attention/bench_attention: $(call objs,$(BUILD),$(LIB_C) bench/at
 bench-moe-gemm: $(BUILD)/bench/moe_gemm/bench_moe_gemm
 $(BUILD)/bench/moe_gemm/bench_moe_gemm: $(call objs,$(BUILD),$(LIB_C) bench/moe_gemm/bench_moe_gemm.c) \
 		$(BUILD)/bench/moe_gemm/bench_device.o $(LIB_OBJ_CU)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+# The gated delta rule's chunked kernels (bench/gdn/run.sh adds flash-linear-attention's Triton ones).
+bench-gdn: $(BUILD)/bench/gdn/bench_gdn
+$(BUILD)/bench/gdn/bench_gdn: $(call objs,$(BUILD),$(LIB_C) bench/gdn/bench_gdn.c) $(LIB_OBJ_CU)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 # CPU AdamW against the host's memory bandwidth (bench/adamw/run.sh adds PyTorch's fused AdamW).
@@ -195,5 +200,5 @@ demo: $(BUILD)/megatrain data/kjv.txt
 clean:
 	rm -rf $(BUILD)
 
-.PHONY: all test demo clean cuda-tests bench-adamw bench-after-norm bench-attention bench-moe-gemm fuzz fuzz-long tokenizer-data
+.PHONY: all test demo clean cuda-tests bench-adamw bench-after-norm bench-attention bench-gdn bench-moe-gemm fuzz fuzz-long tokenizer-data
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

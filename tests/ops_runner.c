@@ -194,10 +194,14 @@ size_t *ops_case_indices(size_t count) {
     return indices;
 }
 
-int ops_case_runs_on(mt_backend *be, const ops_case *c) { return !c->kind->needs_moe || mt_backend_has_moe(be); }
+int ops_case_runs_on(mt_backend *be, const ops_case *c) {
+    return (!c->kind->needs_moe || mt_backend_has_moe(be)) && (!c->kind->needs_gdn || mt_backend_has_gdn(be));
+}
+static const char *optional_group(const ops_case *c) { return c->kind->needs_moe ? "moe" : "gdn"; }
 
 void ops_run_case(mt_backend *be, const ops_case *c) {
-    if (!ops_case_runs_on(be, c)) cr_skip_test("%s: the %s backend has no moe ops", c->name, be->ops->name);
+    if (!ops_case_runs_on(be, c))
+        cr_skip_test("%s: the %s backend has no %s ops", c->name, be->ops->name, optional_group(c));
     ops_run r;
     set_up(&r, be, c);
     call_ctx ctx;
@@ -244,7 +248,7 @@ double ops_case_bytes(mt_backend *be, const ops_case *c) {
 }
 
 double ops_time_case(mt_backend *be, const ops_case *c, int reps) {
-    cr_assert(ops_case_runs_on(be, c), "%s: the %s backend has no moe ops", c->name, be->ops->name);
+    cr_assert(ops_case_runs_on(be, c), "%s: the %s backend has no %s ops", c->name, be->ops->name, optional_group(c));
     ops_run r;
     set_up(&r, be, c);
     mt_event *start = mt_event_create(be), *end = mt_event_create(be);

@@ -695,6 +695,27 @@ const ops_case ops_cases[] = {
     {"moe shared expert's gate, in place", &OPS_MOE_GATE_ADD, 73, .n = 19, .d = 72},
     {"moe load-balancing loss over 3 layers", &OPS_MOE_AUX, 74, .n = 41, .experts = 16, .top_k = 4, .layers = 3,
      .scale = 0.5f},
+    /* Gated DeltaNet: dims holds the batch, the sequence, the value heads (heads), the q/k heads
+     * (kv_heads) and d_k (head_dim); d is d_v, or the convolution's channels. Sequences of no
+     * multiple of 64 rows; segments starting and ending inside the CUDA kernels' chunks of 64. */
+    {"gdn conv1d + silu, two sequences", &OPS_GDN_CONV, 81, .dims = {.batch = 2, .seq = 37}, .d = 72},
+    {"gdn conv1d + silu, packed examples, one-row segments", &OPS_GDN_CONV, 82, .dims = {.batch = 2, .seq = 37},
+     .d = 40, SEGMENTS(SEGMENTS_2x37)},
+    {"gdn q/k norm, 2 q/k heads to 6 value heads", &OPS_GDN_QK_NORM, 83,
+     .dims = {.batch = 1, .seq = 29, .heads = 6, .kv_heads = 2, .head_dim = 32}, .d = 16},
+    {"gdn q/k norm, d_k 128", &OPS_GDN_QK_NORM, 84, .dims = {.batch = 1, .seq = 13, .heads = 4, .kv_heads = 4,
+     .head_dim = 128}, .d = 128},
+    {"gdn decay and beta", &OPS_GDN_DECAY, 85, .dims = {.batch = 1, .seq = 41, .heads = 6}},
+    {"gdn delta rule, two sequences of 150", &OPS_GDN_RULE, 86,
+     .dims = {.batch = 2, .seq = 150, .heads = 3, .kv_heads = 3, .head_dim = 32}, .d = 48},
+    {"gdn delta rule, packed examples across chunks", &OPS_GDN_RULE, 87,
+     .dims = {.batch = 1, .seq = 150, .heads = 2, .kv_heads = 1, .head_dim = 64}, .d = 64, SEGMENTS(SEGMENTS_1x150)},
+    {"gdn delta rule, d_k = d_v = 128, packed", &OPS_GDN_RULE, 88,
+     .dims = {.batch = 2, .seq = 77, .heads = 2, .kv_heads = 2, .head_dim = 128}, .d = 128, SEGMENTS(SEGMENTS_2x77)},
+    {"gdn delta rule, one-row segments", &OPS_GDN_RULE, 89,
+     .dims = {.batch = 3, .seq = 9, .heads = 2, .kv_heads = 2, .head_dim = 16}, .d = 32, SEGMENTS(SEGMENTS_3x9)},
+    {"gdn gated rmsnorm, d_v 128", &OPS_GDN_NORM, 90, .dims = {.batch = 1, .seq = 19, .heads = 4}, .d = 128},
+    {"gdn gated rmsnorm, d_v 64", &OPS_GDN_NORM, 91, .dims = {.batch = 2, .seq = 7, .heads = 3}, .d = 64},
 };
 const size_t ops_case_count = COUNT(ops_cases);
 

@@ -34,7 +34,7 @@ typedef struct {
     double tol;    /* outputs, off the reference backend: the largest ||out - ref|| / ||ref||; 0: bitwise */
 } ops_tensor;
 
-enum { OPS_MAX_TENSORS = 12 };
+enum { OPS_MAX_TENSORS = 16 };
 
 typedef struct ops_case ops_case;
 
@@ -62,8 +62,8 @@ typedef struct {
     void (*check)(const ops_case *c, const ops_host *got);
     /* Floating-point operations of one call, for the timing mode (0: report bytes per second). */
     double (*flops)(const ops_case *c);
-    /* The op is one of backend.h's optional moe group: a backend without it skips the case. */
-    int needs_moe;
+    /* The op is one of backend.h's optional moe or gdn groups: a backend without it skips the case. */
+    int needs_moe, needs_gdn;
 } ops_kind;
 
 struct ops_case {
@@ -103,12 +103,14 @@ extern const ops_kind OPS_MOE_ROUTE, OPS_MOE_PERMUTE, OPS_MOE_GATHER, OPS_MOE_GR
  * gpt-oss's limit 7 and alpha 1.702. Its inputs: uniform in (-range, range) for the gate and up. */
 mt_glu_params ops_glu(const ops_case *c);
 float ops_glu_range(const ops_case *c);
+/* The Gated DeltaNet kinds (ops_gdn.c). */
+extern const ops_kind OPS_GDN_CONV, OPS_GDN_QK_NORM, OPS_GDN_DECAY, OPS_GDN_RULE, OPS_GDN_NORM;
 
 /* 0..count-1 in Criterion's shared memory: the parameters of a ParameterizedTest over a table
  * (a test process may map the binary elsewhere, so the parameters cannot be the cases' pointers). */
 size_t *ops_case_indices(size_t count);
 
-/* Whether `be` has the ops case c calls (the moe group is optional). */
+/* Whether `be` has the ops case c calls (the moe and gdn groups are optional). */
 int ops_case_runs_on(mt_backend *be, const ops_case *c);
 /* Runs case c on `be` and asserts (Criterion) every output, guard and input, naming the case; skips
  * it (cr_skip_test) on a backend without its ops. */

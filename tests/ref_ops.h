@@ -14,7 +14,7 @@
 
 #include "ref_fixture.h"
 
-enum { REF_OPS_MAX_CASES = 24, REF_OPS_MAX_OUTPUTS = 10 };
+enum { REF_OPS_MAX_CASES = 24, REF_OPS_MAX_OUTPUTS = 12 };
 
 /* An array the kernels computed, compared with the script's of the same name. */
 typedef struct {

@@ -45,6 +45,14 @@ Test(backend, init_refuses_a_table_without_a_required_entry) {
     memset(&broken.moe, 0, sizeof broken.moe);
     cr_assert_eq(mt_backend_init(&probe, &broken), MT_OK, "%s", mt_error());
     cr_expect_not(mt_backend_has_moe(&probe));
+    cr_expect(mt_backend_has_gdn(&probe));
+    broken = table;
+    broken.gdn.norm_dx = NULL; /* some of the optional gdn group */
+    cr_assert_eq(mt_backend_init(&probe, &broken), MT_ERR_INVALID);
+    cr_expect(strstr(mt_error(), "gdn entries"), "%s", mt_error());
+    memset(&broken.gdn, 0, sizeof broken.gdn);
+    cr_assert_eq(mt_backend_init(&probe, &broken), MT_OK, "%s", mt_error());
+    cr_expect_not(mt_backend_has_gdn(&probe));
     mt_backend_destroy(be);
 }
 

@@ -27,6 +27,21 @@ static const struct {
 };
 #undef REQUIRED
 
+/* Whether an optional group (a table of function pointers, counted as such) has every entry or none;
+ * sets the error naming it when not. */
+static int whole_group(const void *group, size_t bytes, const char *backend, const char *name) {
+    int set = 0, entries = (int)(bytes / sizeof(void (*)(void)));
+    for (int i = 0; i < entries; i++) {
+        void (*entry)(void);
+        memcpy(&entry, (const char *)group + (size_t)i * sizeof entry, sizeof entry);
+        set += entry != NULL;
+    }
+    if (set == 0 || set == entries) return 1;
+    mt_fail(MT_ERR_INVALID, "the %s backend has %d of the %d %s entries: give all or none", backend, set, entries,
+            name);
+    return 0;
+}
+
 mt_status mt_backend_init(mt_backend *be, const mt_backend_ops *ops) {
     for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
         void (*entry)(void);
@@ -38,16 +53,10 @@ mt_status mt_backend_init(mt_backend *be, const mt_backend_ops *ops) {
     if (!ops->op.clip_scale != !ops->op.adamw)
         return mt_fail(MT_ERR_INVALID, "the %s backend has one of op.clip_scale and op.adamw: give both or "
                        "neither", ops->name);
-    /* The moe group: every entry or none (a table of function pointers, counted as such). */
-    int moe = 0, moe_entries = (int)(sizeof ops->moe / sizeof ops->moe.route);
-    for (int i = 0; i < moe_entries; i++) {
-        void (*entry)(void);
-        memcpy(&entry, (const char *)&ops->moe + (size_t)i * sizeof entry, sizeof entry);
-        moe += entry != NULL;
-    }
-    if (moe != 0 && moe != moe_entries)
-        return mt_fail(MT_ERR_INVALID, "the %s backend has %d of the %d moe entries: give all or none", ops->name, moe,
-                       moe_entries);
+    /* The moe and gdn groups: every entry or none. */
+    if (!whole_group(&ops->moe, sizeof ops->moe, ops->name, "moe") ||
+        !whole_group(&ops->gdn, sizeof ops->gdn, ops->name, "gdn"))
+        return MT_ERR_INVALID;
     const mt_coll_iface *c = &ops->coll;
     int coll = !!c->comm_init + !!c->comm_init_world + !!c->all_reduce + !!c->reduce_scatter + !!c->broadcast +
                !!c->comm_abort + !!c->comm_free;

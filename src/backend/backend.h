@@ -375,6 +375,76 @@ typedef struct {
                      const float *prob_sum, int layers, int n, int E, float loss_scale, float grad_scale);
 } mt_moe_iface;
 
+/* Gated DeltaNet (Qwen3-Next, Qwen3.5): the linear-attention mixer's ops over n token rows, each
+ * sequence of `seq` rows one segment, or the segments of seg (packed examples, --doc-mask; seg->row0
+ * 0, seg->pos is what the ops read). The convolution and the recurrent state restart on each
+ * segment's first row: nothing crosses from one example into the next. Heads: q and k have k_heads
+ * heads of d_k, v and the output v_heads of d_v (v_heads a multiple of k_heads; value head j reads
+ * q/k head j / (v_heads / k_heads), transformers' repeat_interleave). q, k (and dq, dk) rows lie
+ * qk_ld elements apart and v (and dv) rows v_ld apart, so that they can be columns of the
+ * convolution's output; every other tensor is contiguous. */
+enum { MT_GDN_CONV = 4 /* the causal convolution's kernel */ };
+typedef struct {
+    int n, seq;
+    int k_heads, v_heads, d_k, d_v;
+    int qk_ld, v_ld;
+    const mt_segments *seg; /* NULL: each sequence of seq rows one segment */
+} mt_gdn_dims;
+
+/* The group, OPTIONAL: all or none (mt_backend_has_gdn). A layer runs
+ *
+ *   conv     y[n, C] = silu(causal depthwise conv1d of x[n, C], kernel MT_GDN_CONV, no bias)
+ *   qk_norm  q, k columns of y -> qn, kn [n, v_heads, d_k]: l2-normalised, q times d_k^-0.5
+ *   decay    g, beta [n, v_heads] from a, b: g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b)
+ *   rule     o[n, v_heads, d_v]: the gated delta rule over qn, kn, the v columns of y, g and beta
+ *   norm     out = rmsnorm(o) * w * silu(z), per head of d_v
+ *
+ * and each backward. Types: act, w (weights), float. */
+typedef struct {
+    /* y[t, c] = silu(sum over j < 4 of w[c, j] * x[t - 3 + j, c]), a tap before its segment's first
+     * row reading zero; x, y act [n, C], w [C, MT_GDN_CONV] (transformers' conv1d.weight [C, 1, 4]).
+     * Backward: dx (act, overwritten), dw (float, +=: rows in row order). */
+    void (*conv)(mt_backend *be, mt_stream *s, void *y, const void *x, const void *w, int C, mt_gdn_dims d);
+    void (*conv_dx)(mt_backend *be, mt_stream *s, void *dx, float *dw, const void *dy, const void *x,
+                    const void *w, int C, mt_gdn_dims d);
+    /* qn[t, j, :] = q[t, h, :] * rsqrt(|q[t, h, :]|^2 + 1e-6) * d_k^-0.5 and kn the same of k without
+     * the scale, h = j / (v_heads / k_heads) (transformers' l2norm). Backward: dq, dk (act,
+     * overwritten; a q/k head's gradient summed over the value heads that read it). */
+    void (*qk_norm)(mt_backend *be, mt_stream *s, void *qn, void *kn, const void *q, const void *k,
+                    mt_gdn_dims d);
+    void (*qk_norm_dx)(mt_backend *be, mt_stream *s, void *dq, void *dk, const void *dqn, const void *dkn,
+                       const void *q, const void *k, mt_gdn_dims d);
+    /* g[t, h] = -exp(A_log[h]) * softplus(a[t, h] + dt_bias[h]) and beta[t, h] = sigmoid(b[t, h])
+     * (g, beta float; a, b act [n, v_heads]; A_log, dt_bias w [v_heads]). Backward: da, db (act,
+     * overwritten); dA_log, ddt_bias (float, +=: rows in row order). */
+    void (*decay)(mt_backend *be, mt_stream *s, float *g, float *beta, const void *a, const void *b,
+                  const void *A_log, const void *dt_bias, mt_gdn_dims d);
+    void (*decay_dx)(mt_backend *be, mt_stream *s, void *da, void *db, float *dA_log, float *ddt_bias,
+                     const float *dg, const float *dbeta, const void *a, const void *b, const void *A_log,
+                     const void *dt_bias, mt_gdn_dims d);
+    /* The gated delta rule, transformers' torch_recurrent_gated_delta_rule: per value head an fp32
+     * state S [d_k, d_v], zero on each segment's first row before that row's update,
+     *     S = exp(g_t) S;  S += k_t (beta_t (v_t - S^T k_t))^T;  o_t = S^T q_t
+     * (q, k the normalised qn, kn [n, v_heads, d_k]; v act with rows v_ld apart; o act [n, v_heads,
+     * d_v]). Backward: dq, dk (act [n, v_heads, d_k]), dv (act, rows v_ld apart), dg, dbeta (float),
+     * all overwritten. workspace: rule_workspace(d) bytes of device memory; rule_dx reads what rule left
+     * there (cuda: each chunk's state and pseudo-values), so a backward follows its forward on the same
+     * workspace, untouched between. */
+    void (*rule)(mt_backend *be, mt_stream *s, void *o, const void *q, const void *k, const void *v,
+                 const float *g, const float *beta, mt_gdn_dims d, void *workspace);
+    void (*rule_dx)(mt_backend *be, mt_stream *s, void *dq, void *dk, void *dv, float *dg, float *dbeta,
+                    const void *dout, const void *q, const void *k, const void *v, const float *g,
+                    const float *beta, mt_gdn_dims d, void *workspace);
+    size_t (*rule_workspace)(mt_backend *be, mt_gdn_dims d);
+    /* Qwen3NextRMSNormGated: y = x * rsqrt(mean(x^2) + eps) * w * silu(z) over each head's d_v
+     * (x, z, y act [n, v_heads, d_v]; w [d_v], a plain weight, not 1 + w). Backward: dx, dz (act,
+     * overwritten), dw (float, +=: rows in row order). */
+    void (*norm)(mt_backend *be, mt_stream *s, void *y, const void *x, const void *z, const void *w, float eps,
+                 mt_gdn_dims d);
+    void (*norm_dx)(mt_backend *be, mt_stream *s, void *dx, void *dz, float *dw, const void *dy, const void *x,
+                    const void *z, const void *w, float eps, mt_gdn_dims d);
+} mt_gdn_iface;
+
 /* Collectives among the ranks of a data-parallel group (engine/ranks.h), OPTIONAL: all or none
  * (mt_backend_has_collectives). A backend instance belongs to at most one group; the group's
  * communicator lives in each member's state. */
@@ -434,6 +504,7 @@ typedef struct mt_backend_ops {
     mt_stream_iface stream;
     mt_op_iface op;
     mt_moe_iface moe;
+    mt_gdn_iface gdn;
     mt_coll_iface coll;
 } mt_backend_ops;
 
@@ -492,6 +563,9 @@ static inline int mt_backend_has_device_optimizer(const mt_backend *be) {
 
 /* Whether the backend has the optional mixture-of-experts ops (the moe group). */
 static inline int mt_backend_has_moe(const mt_backend *be) { return be->ops->moe.route != NULL; }
+
+/* Whether the backend has the optional Gated DeltaNet ops (the gdn group). */
+static inline int mt_backend_has_gdn(const mt_backend *be) { return be->ops->gdn.rule != NULL; }
 
 /* Whether the backend has the optional collectives (the coll group). */
 static inline int mt_backend_has_collectives(const mt_backend *be) { return be->ops->coll.all_reduce != NULL; }

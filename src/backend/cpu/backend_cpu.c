@@ -464,6 +464,50 @@ static void moe_aux_loss(mt_backend *b, mt_stream *s, float *loss_sum, float *gr
     mt_cpu_moe_aux_loss(loss_sum, grad, counts, prob_sum, layers, n, E, loss_scale, grad_scale);
 }
 
+/* ---- Gated DeltaNet ---- */
+
+static void gdn_conv(mt_backend *b, mt_stream *s, void *y, const void *x, const void *w, int C, mt_gdn_dims d) {
+    mt_cpu_gdn_conv(y, x, w, C, d);
+}
+static void gdn_conv_dx(mt_backend *b, mt_stream *s, void *dx, float *dw, const void *dy, const void *x, const void *w,
+                        int C, mt_gdn_dims d) {
+    mt_cpu_gdn_conv_dx(dx, dw, dy, x, w, C, d);
+}
+static void gdn_qk_norm(mt_backend *b, mt_stream *s, void *qn, void *kn, const void *q, const void *k, mt_gdn_dims d) {
+    mt_cpu_gdn_qk_norm(qn, kn, q, k, d);
+}
+static void gdn_qk_norm_dx(mt_backend *b, mt_stream *s, void *dq, void *dk, const void *dqn, const void *dkn,
+                           const void *q, const void *k, mt_gdn_dims d) {
+    mt_cpu_gdn_qk_norm_dx(dq, dk, dqn, dkn, q, k, d);
+}
+static void gdn_decay(mt_backend *b, mt_stream *s, float *g, float *beta, const void *a, const void *bb,
+                      const void *A_log, const void *dt_bias, mt_gdn_dims d) {
+    mt_cpu_gdn_decay(g, beta, a, bb, A_log, dt_bias, d);
+}
+static void gdn_decay_dx(mt_backend *b, mt_stream *s, void *da, void *db, float *dA_log, float *ddt_bias,
+                         const float *dg, const float *dbeta, const void *a, const void *bb, const void *A_log,
+                         const void *dt_bias, mt_gdn_dims d) {
+    mt_cpu_gdn_decay_dx(da, db, dA_log, ddt_bias, dg, dbeta, a, bb, A_log, dt_bias, d);
+}
+static void gdn_rule(mt_backend *b, mt_stream *s, void *o, const void *q, const void *k, const void *v, const float *g,
+                     const float *beta, mt_gdn_dims d, void *workspace) {
+    mt_cpu_gdn_rule(o, q, k, v, g, beta, d, workspace);
+}
+static void gdn_rule_dx(mt_backend *b, mt_stream *s, void *dq, void *dk, void *dv, float *dg, float *dbeta,
+                        const void *dout, const void *q, const void *k, const void *v, const float *g,
+                        const float *beta, mt_gdn_dims d, void *workspace) {
+    mt_cpu_gdn_rule_dx(dq, dk, dv, dg, dbeta, dout, q, k, v, g, beta, d, workspace);
+}
+static size_t gdn_rule_workspace(mt_backend *b, mt_gdn_dims d) { return mt_cpu_gdn_rule_workspace(d); }
+static void gdn_norm(mt_backend *b, mt_stream *s, void *y, const void *x, const void *z, const void *w, float eps,
+                     mt_gdn_dims d) {
+    mt_cpu_gdn_norm(y, x, z, w, eps, d);
+}
+static void gdn_norm_dx(mt_backend *b, mt_stream *s, void *dx, void *dz, float *dw, const void *dy, const void *x,
+                        const void *z, const void *w, float eps, mt_gdn_dims d) {
+    mt_cpu_gdn_norm_dx(dx, dz, dw, dy, x, z, w, eps, d);
+}
+
 /* ---- collectives: the ranks are threads of this process (host_comm.h) or processes (world.h) ---- */
 
 static mt_status coll_comm_init(mt_backend **ranks, int n) {
@@ -591,6 +635,9 @@ static const mt_backend_ops cpu_ops = {
             .grouped_matmul_dw = moe_matmul_dw, .swiglu = moe_swiglu, .swiglu_dx = moe_swiglu_dx,
             .combine = moe_combine, .combine_dx = moe_combine_dx, .gate_add = moe_gate_add,
             .gate_add_dx = moe_gate_add_dx, .aux_loss = moe_aux_loss},
+    .gdn = {.conv = gdn_conv, .conv_dx = gdn_conv_dx, .qk_norm = gdn_qk_norm, .qk_norm_dx = gdn_qk_norm_dx,
+            .decay = gdn_decay, .decay_dx = gdn_decay_dx, .rule = gdn_rule, .rule_dx = gdn_rule_dx,
+            .rule_workspace = gdn_rule_workspace, .norm = gdn_norm, .norm_dx = gdn_norm_dx},
     .coll = {.comm_init = coll_comm_init, .comm_init_world = coll_comm_init_world, .all_reduce = coll_all_reduce,
              .reduce_scatter = coll_reduce_scatter, .broadcast = coll_broadcast, .acc_open = coll_acc_open, .acc_close = coll_acc_close,
              .acc_ordered = coll_acc_ordered,

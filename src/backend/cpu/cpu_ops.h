@@ -84,4 +84,30 @@ void mt_cpu_moe_gate_add_dx(float *dx, float *dg, const float *dy, const float *
 void mt_cpu_moe_aux_loss(float *loss_sum, float *grad, const int32_t *counts, const float *prob_sum, int layers, int n,
                          int E, float loss_scale, float grad_scale);
 
+/* Gated DeltaNet (backend.h's gdn group); seg pointers are host pointers. The rule is the recurrence
+ * itself, token by token with an fp32 state; its backward runs the tokens in reverse, recomputing
+ * the states a chunk of MT_CPU_GDN_CHUNK at a time from checkpoints in the workspace. Weight
+ * gradients add rows in row order; every kernel's result is the same bits for any thread count. */
+enum { MT_CPU_GDN_CHUNK = 64 };
+/* Row r's position in its segment. */
+static inline int mt_gdn_pos(const mt_gdn_dims *d, int r) { return d->seg ? d->seg->pos[r] : r % d->seq; }
+void mt_cpu_gdn_conv(float *y, const float *x, const float *w, int C, mt_gdn_dims d);
+void mt_cpu_gdn_conv_dx(float *dx, float *dw, const float *dy, const float *x, const float *w, int C, mt_gdn_dims d);
+void mt_cpu_gdn_qk_norm(float *qn, float *kn, const float *q, const float *k, mt_gdn_dims d);
+void mt_cpu_gdn_qk_norm_dx(float *dq, float *dk, const float *dqn, const float *dkn, const float *q, const float *k,
+                           mt_gdn_dims d);
+void mt_cpu_gdn_decay(float *g, float *beta, const float *a, const float *b, const float *A_log, const float *dt_bias,
+                      mt_gdn_dims d);
+void mt_cpu_gdn_decay_dx(float *da, float *db, float *dA_log, float *ddt_bias, const float *dg, const float *dbeta,
+                         const float *a, const float *b, const float *A_log, const float *dt_bias, mt_gdn_dims d);
+void mt_cpu_gdn_rule(float *o, const float *q, const float *k, const float *v, const float *g, const float *beta,
+                     mt_gdn_dims d, void *workspace);
+void mt_cpu_gdn_rule_dx(float *dq, float *dk, float *dv, float *dg, float *dbeta, const float *dout, const float *q,
+                        const float *k, const float *v, const float *g, const float *beta, mt_gdn_dims d,
+                        void *workspace);
+size_t mt_cpu_gdn_rule_workspace(mt_gdn_dims d);
+void mt_cpu_gdn_norm(float *y, const float *x, const float *z, const float *w, float eps, mt_gdn_dims d);
+void mt_cpu_gdn_norm_dx(float *dx, float *dz, float *dw, const float *dy, const float *x, const float *z,
+                        const float *w, float eps, mt_gdn_dims d);
+
 #endif

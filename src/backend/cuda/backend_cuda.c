@@ -474,6 +474,52 @@ static void moe_aux_loss(mt_backend *be, mt_stream *s, float *loss_sum, float *g
                                         grad_scale));
 }
 
+/* ---- Gated DeltaNet (gdn_ops.cu, gdn_rule.cu) ---- */
+
+static void gdn_conv(mt_backend *be, mt_stream *s, void *y, const void *x, const void *w, int C, mt_gdn_dims d) {
+    keep_error(be, mt_cuda_gdn_conv(mt_cuda_stream(s), y, x, w, C, d));
+}
+static void gdn_conv_dx(mt_backend *be, mt_stream *s, void *dx, float *dw, const void *dy, const void *x,
+                        const void *w, int C, mt_gdn_dims d) {
+    keep_error(be, mt_cuda_gdn_conv_dx(mt_cuda_stream(s), dx, dw, dy, x, w, C, d));
+}
+static void gdn_qk_norm(mt_backend *be, mt_stream *s, void *qn, void *kn, const void *q, const void *k,
+                        mt_gdn_dims d) {
+    keep_error(be, mt_cuda_gdn_qk_norm(mt_cuda_stream(s), qn, kn, q, k, d));
+}
+static void gdn_qk_norm_dx(mt_backend *be, mt_stream *s, void *dq, void *dk, const void *dqn, const void *dkn,
+                           const void *q, const void *k, mt_gdn_dims d) {
+    keep_error(be, mt_cuda_gdn_qk_norm_dx(mt_cuda_stream(s), dq, dk, dqn, dkn, q, k, d));
+}
+static void gdn_decay(mt_backend *be, mt_stream *s, float *g, float *beta, const void *a, const void *b,
+                      const void *A_log, const void *dt_bias, mt_gdn_dims d) {
+    keep_error(be, mt_cuda_gdn_decay(mt_cuda_stream(s), g, beta, a, b, A_log, dt_bias, d));
+}
+static void gdn_decay_dx(mt_backend *be, mt_stream *s, void *da, void *db, float *dA_log, float *ddt_bias,
+                         const float *dg, const float *dbeta, const void *a, const void *b, const void *A_log,
+                         const void *dt_bias, mt_gdn_dims d) {
+    keep_error(be, mt_cuda_gdn_decay_dx(mt_cuda_stream(s), da, db, dA_log, ddt_bias, dg, dbeta, a, b, A_log, dt_bias,
+                                        d));
+}
+static void gdn_rule(mt_backend *be, mt_stream *s, void *o, const void *q, const void *k, const void *v,
+                     const float *g, const float *beta, mt_gdn_dims d, void *workspace) {
+    keep_error(be, mt_cuda_gdn_rule(mt_cuda_stream(s), o, q, k, v, g, beta, d, workspace));
+}
+static void gdn_rule_dx(mt_backend *be, mt_stream *s, void *dq, void *dk, void *dv, float *dg, float *dbeta,
+                        const void *dout, const void *q, const void *k, const void *v, const float *g,
+                        const float *beta, mt_gdn_dims d, void *workspace) {
+    keep_error(be, mt_cuda_gdn_rule_dx(mt_cuda_stream(s), dq, dk, dv, dg, dbeta, dout, q, k, v, g, beta, d, workspace));
+}
+static size_t gdn_rule_workspace(mt_backend *be, mt_gdn_dims d) { return mt_cuda_gdn_rule_workspace(d); }
+static void gdn_norm(mt_backend *be, mt_stream *s, void *y, const void *x, const void *z, const void *w, float eps,
+                     mt_gdn_dims d) {
+    keep_error(be, mt_cuda_gdn_norm(mt_cuda_stream(s), y, x, z, w, eps, d));
+}
+static void gdn_norm_dx(mt_backend *be, mt_stream *s, void *dx, void *dz, float *dw, const void *dy, const void *x,
+                        const void *z, const void *w, float eps, mt_gdn_dims d) {
+    keep_error(be, mt_cuda_gdn_norm_dx(mt_cuda_stream(s), dx, dz, dw, dy, x, z, w, eps, d));
+}
+
 /* ---- lifecycle ---- */
 
 static void cuda_destroy(mt_backend *be) {
@@ -522,6 +568,9 @@ static const mt_backend_ops cuda_ops = {
             .grouped_matmul_dw = moe_matmul_dw, .swiglu = moe_swiglu, .swiglu_dx = moe_swiglu_dx,
             .combine = moe_combine, .combine_dx = moe_combine_dx, .gate_add = moe_gate_add,
             .gate_add_dx = moe_gate_add_dx, .aux_loss = moe_aux_loss},
+    .gdn = {.conv = gdn_conv, .conv_dx = gdn_conv_dx, .qk_norm = gdn_qk_norm, .qk_norm_dx = gdn_qk_norm_dx,
+            .decay = gdn_decay, .decay_dx = gdn_decay_dx, .rule = gdn_rule, .rule_dx = gdn_rule_dx,
+            .rule_workspace = gdn_rule_workspace, .norm = gdn_norm, .norm_dx = gdn_norm_dx},
     .coll = {.comm_init = mt_cuda_comm_init, .comm_init_world = mt_cuda_comm_init_world, .all_reduce = mt_cuda_all_reduce,
              .reduce_scatter = mt_cuda_reduce_scatter, .broadcast = mt_cuda_broadcast, .comm_abort = mt_cuda_comm_abort,
              .comm_free = mt_cuda_comm_free},

@@ -134,6 +134,33 @@ mt_status mt_cuda_moe_gemm_dx_cublaslt(mt_cuda_backend *cb, cudaStream_t s, void
 mt_status mt_cuda_moe_gemm_dw_cublaslt(mt_cuda_backend *cb, cudaStream_t s, float *dw, const void *dy, const void *x,
                                        const int32_t *offsets, int rows, int E, int S, int in, int out);
 
+/* Gated DeltaNet (backend.h's gdn group): gdn_ops.cu and gdn_rule.cu. d_k and d_v at most
+ * MT_CUDA_GDN_MAX_DIM and multiples of 4 (the rule's kernels hold a chunk's matrices in shared
+ * memory); mt_cuda_gdn_check says so by name. */
+enum { MT_CUDA_GDN_MAX_DIM = 128, MT_CUDA_GDN_CHUNK = 64 };
+mt_status mt_cuda_gdn_check(mt_gdn_dims d);
+mt_status mt_cuda_gdn_conv(cudaStream_t s, void *y, const void *x, const void *w, int C, mt_gdn_dims d);
+mt_status mt_cuda_gdn_conv_dx(cudaStream_t s, void *dx, float *dw, const void *dy, const void *x, const void *w, int C,
+                              mt_gdn_dims d);
+mt_status mt_cuda_gdn_qk_norm(cudaStream_t s, void *qn, void *kn, const void *q, const void *k, mt_gdn_dims d);
+mt_status mt_cuda_gdn_qk_norm_dx(cudaStream_t s, void *dq, void *dk, const void *dqn, const void *dkn, const void *q,
+                                 const void *k, mt_gdn_dims d);
+mt_status mt_cuda_gdn_decay(cudaStream_t s, float *g, float *beta, const void *a, const void *b, const void *A_log,
+                            const void *dt_bias, mt_gdn_dims d);
+mt_status mt_cuda_gdn_decay_dx(cudaStream_t s, void *da, void *db, float *dA_log, float *ddt_bias, const float *dg,
+                               const float *dbeta, const void *a, const void *b, const void *A_log,
+                               const void *dt_bias, mt_gdn_dims d);
+mt_status mt_cuda_gdn_norm(cudaStream_t s, void *y, const void *x, const void *z, const void *w, float eps,
+                           mt_gdn_dims d);
+mt_status mt_cuda_gdn_norm_dx(cudaStream_t s, void *dx, void *dz, float *dw, const void *dy, const void *x,
+                              const void *z, const void *w, float eps, mt_gdn_dims d);
+size_t mt_cuda_gdn_rule_workspace(mt_gdn_dims d);
+mt_status mt_cuda_gdn_rule(cudaStream_t s, void *o, const void *q, const void *k, const void *v, const float *g,
+                           const float *beta, mt_gdn_dims d, void *workspace);
+mt_status mt_cuda_gdn_rule_dx(cudaStream_t s, void *dq, void *dk, void *dv, float *dg, float *dbeta, const void *dout,
+                              const void *q, const void *k, const void *v, const float *g, const float *beta,
+                              mt_gdn_dims d, void *workspace);
+
 #ifdef __cplusplus
 }
 #endif
