@@ -209,17 +209,17 @@ static const mt_segments *case_segments(const ops_case *c, mt_segments *seg, con
 static void attention_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
     mt_segments store;
     const mt_segments *seg = case_segments(c, &store, d[AT_POS], d[AT_STARTS]);
-    be->ops->op.attention(be, s, d[AT_OUT], d[AT_LSE], d[AT_Q], d[AT_K], d[AT_V], c->dims, seg, d[AT_WS]);
+    be->ops->op.attention(be, s, d[AT_OUT], d[AT_LSE], d[AT_Q], d[AT_K], d[AT_V], c->dims, NULL, seg, d[AT_WS]);
     be->ops->op.attention_dx(be, s, d[AT_DQ], d[AT_DK], d[AT_DV], d[AT_DOUT], d[AT_OUT], d[AT_LSE], d[AT_Q], d[AT_K],
-                             d[AT_V], c->dims, seg, d[AT_WS]);
+                             d[AT_V], c->dims, NULL, seg, d[AT_WS]);
 }
 static void attention_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
     mt_segments store;
     const mt_segments *seg = case_segments(c, &store, h->ids[AT_POS], h->ids[AT_STARTS]);
-    mt_cpu_attention(h->x[AT_OUT], h->x[AT_LSE], h->x[AT_Q], h->x[AT_K], h->x[AT_V], c->dims, seg);
+    mt_cpu_attention(h->x[AT_OUT], h->x[AT_LSE], h->x[AT_Q], h->x[AT_K], h->x[AT_V], c->dims, NULL, seg);
     void *ws = malloc(mt_cpu_attention_workspace(c->dims) + 1);
     mt_cpu_attention_dx(h->x[AT_DQ], h->x[AT_DK], h->x[AT_DV], h->x[AT_DOUT], got->x[AT_OUT], got->x[AT_LSE],
-                        h->x[AT_Q], h->x[AT_K], h->x[AT_V], c->dims, seg, ws);
+                        h->x[AT_Q], h->x[AT_K], h->x[AT_V], c->dims, NULL, seg, ws);
     free(ws);
 }
 /* Causal: the forward is two 2 * q rows * head_dim GEMMs per head over the keys each query sees (on

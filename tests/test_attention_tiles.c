@@ -52,7 +52,7 @@ static void fill_inputs(attention_data *d) {
 Test(ops, attention_tiles_match_reference) {
     static double want_out[BATCH * SEQ * Q_WIDTH], want_lse[BATCH * HEADS * SEQ];
     fill_inputs(&data);
-    mt_cpu_attention(data.out, data.lse, data.q, data.k, data.v, TWO_SEQS, NULL);
+    mt_cpu_attention(data.out, data.lse, data.q, data.k, data.v, TWO_SEQS, NULL, NULL);
     ops_ref_attention(want_out, want_lse, data.q, data.k, data.v, TWO_SEQS);
     ops_assert_close("out", data.out, want_out, COUNT(want_out), FWD_ATOL, FWD_RTOL);
     ops_assert_close("lse", data.lse, want_lse, COUNT(want_lse), FWD_ATOL, FWD_RTOL);
@@ -60,16 +60,16 @@ Test(ops, attention_tiles_match_reference) {
 
 static double one_seq_loss(void *ctx) {
     attention_data *d = ctx;
-    mt_cpu_attention(d->out, d->lse, d->q, d->k, d->v, ONE_SEQ, NULL);
+    mt_cpu_attention(d->out, d->lse, d->q, d->k, d->v, ONE_SEQ, NULL, NULL);
     return ops_probe(d->out, d->dout, (size_t)SEQ * Q_WIDTH);
 }
 
 Test(ops, attention_tiles_gradients_at_tile_edges) {
     cr_assert(mt_cpu_attention_workspace(ONE_SEQ) <= sizeof data.workspace);
     fill_inputs(&data);
-    mt_cpu_attention(data.out, data.lse, data.q, data.k, data.v, ONE_SEQ, NULL);
+    mt_cpu_attention(data.out, data.lse, data.q, data.k, data.v, ONE_SEQ, NULL, NULL);
     mt_cpu_attention_dx(data.dq, data.dk, data.dv, data.dout, data.out, data.lse, data.q, data.k, data.v,
-                        ONE_SEQ, NULL, data.workspace);
+                        ONE_SEQ, NULL, NULL, data.workspace);
     for (size_t e = 0; e < COUNT(EDGES); e++) {
         size_t q_at = (size_t)EDGES[e] * Q_WIDTH, kv_at = (size_t)EDGES[e] * KV_WIDTH;
         ops_check_grad("dq", data.q + q_at, data.dq + q_at, Q_WIDTH, FD_STEP, one_seq_loss, &data, FD_ATOL,
@@ -83,9 +83,9 @@ Test(ops, attention_tiles_gradients_at_tile_edges) {
 
 static void forward_backward_within(attention_data *d, size_t seq0, mt_attn_dims dims, const mt_segments *seg) {
     size_t q_at = seq0 * SEQ * Q_WIDTH, kv_at = seq0 * SEQ * KV_WIDTH, row_at = seq0 * HEADS * SEQ;
-    mt_cpu_attention(d->out + q_at, d->lse + row_at, d->q + q_at, d->k + kv_at, d->v + kv_at, dims, seg);
+    mt_cpu_attention(d->out + q_at, d->lse + row_at, d->q + q_at, d->k + kv_at, d->v + kv_at, dims, NULL, seg);
     mt_cpu_attention_dx(d->dq + q_at, d->dk + kv_at, d->dv + kv_at, d->dout + q_at, d->out + q_at,
-                        d->lse + row_at, d->q + q_at, d->k + kv_at, d->v + kv_at, dims, seg, d->workspace);
+                        d->lse + row_at, d->q + q_at, d->k + kv_at, d->v + kv_at, dims, NULL, seg, d->workspace);
 }
 
 static void forward_backward(attention_data *d, size_t seq0, mt_attn_dims dims) {
@@ -180,8 +180,8 @@ static void attend_by_windows(int T, const mt_segments *seg) {
             mt_segments window_seg = seg ? *seg : (mt_segments){0};
             window_seg.row0 = b * SEQ;
             const mt_segments *ws = seg ? &window_seg : NULL;
-            mt_cpu_attention(wb.out, wb.lse, wb.q, k, v, dims, ws);
-            mt_cpu_attention_dx(wb.dq, wb.dk, wb.dv, wb.dout, wb.out, wb.lse, wb.q, k, v, dims, ws, wb.workspace);
+            mt_cpu_attention(wb.out, wb.lse, wb.q, k, v, dims, NULL, ws);
+            mt_cpu_attention_dx(wb.dq, wb.dk, wb.dv, wb.dout, wb.out, wb.lse, wb.q, k, v, dims, NULL, ws, wb.workspace);
             memcpy(windowed.out + row * Q_WIDTH, wb.out, (size_t)len * Q_WIDTH * sizeof(float));
             memcpy(windowed.dq + row * Q_WIDTH, wb.dq, (size_t)len * Q_WIDTH * sizeof(float));
             for (int h = 0; h < HEADS; h++)
@@ -257,13 +257,13 @@ Test(ops, attention_window_same_bits_for_any_batch) {
     }
     mt_attn_dims both = {BATCH, SEQ, HEADS, KV_HEADS, HEAD_DIM, Q0, LEN}, one = both;
     one.batch = 1;
-    mt_cpu_attention(out[0], lse[0], q, data.k, data.v, both, NULL);
-    mt_cpu_attention_dx(dq[0], dk[0], dv[0], dout, out[0], lse[0], q, data.k, data.v, both, NULL, ws);
+    mt_cpu_attention(out[0], lse[0], q, data.k, data.v, both, NULL, NULL);
+    mt_cpu_attention_dx(dq[0], dk[0], dv[0], dout, out[0], lse[0], q, data.k, data.v, both, NULL, NULL, ws);
     for (int b = 0; b < BATCH; b++) {
         size_t qa = (size_t)b * LEN * Q_WIDTH, kva = (size_t)b * SEQ * KV_WIDTH, la = (size_t)b * HEADS * LEN;
-        mt_cpu_attention(out[1] + qa, lse[1] + la, q + qa, data.k + kva, data.v + kva, one, NULL);
+        mt_cpu_attention(out[1] + qa, lse[1] + la, q + qa, data.k + kva, data.v + kva, one, NULL, NULL);
         mt_cpu_attention_dx(dq[1] + qa, dk[1] + kva, dv[1] + kva, dout + qa, out[1] + qa, lse[1] + la, q + qa,
-                            data.k + kva, data.v + kva, one, NULL, ws);
+                            data.k + kva, data.v + kva, one, NULL, NULL, ws);
     }
     cr_assert(!memcmp(out[0], out[1], sizeof out[0]), "a window's out depends on the batch");
     cr_assert(!memcmp(lse[0], lse[1], sizeof lse[0]), "a window's lse depends on the batch");
