@@ -73,8 +73,9 @@ static void run_forward(gpu *g, mt_cudnn_attention *ca, path p, const buffers *b
                         const mt_segments *seg) {
     cudaStream_t s = (cudaStream_t)g->s;
     mt_status status = p == PATH_CUDNN
-                           ? mt_cudnn_attention_forward(ca, s, b->out, b->lse, b->q, b->k, b->v, d, seg, b->ws)
-                           : mt_cuda_attention(s, b->out, b->lse, b->q, b->k, b->v, d, seg ? seg->pos : NULL);
+                           ? mt_cudnn_attention_forward(ca, s, b->out, b->lse, b->q, b->k, b->v, d, mt_attn_scale(NULL, d.head_dim), seg,
+                                                         b->ws)
+                           : mt_cuda_attention(s, b->out, b->lse, b->q, b->k, b->v, d, NULL, seg ? seg->pos : NULL);
     cr_assert_eq(status, MT_OK, "%s forward: %s", path_name(p), mt_error());
 }
 
@@ -84,9 +85,9 @@ static void run_backward(gpu *g, mt_cudnn_attention *ca, path p, const buffers *
     mt_status status =
         p == PATH_CUDNN
             ? mt_cudnn_attention_backward(ca, s, b->dq, b->dk, b->dv, b->dout, b->out, b->lse, b->q,
-                                          b->k, b->v, d, seg, b->ws)
+                                          b->k, b->v, d, mt_attn_scale(NULL, d.head_dim), seg, b->ws)
             : mt_cuda_attention_dx(s, b->dq, b->dk, b->dv, b->dout, b->out, b->lse, b->q, b->k, b->v,
-                                   d, seg ? seg->pos : NULL, b->ws);
+                                   d, NULL, seg ? seg->pos : NULL, b->ws);
     cr_assert_eq(status, MT_OK, "%s backward: %s", path_name(p), mt_error());
 }
 

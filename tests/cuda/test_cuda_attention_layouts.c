@@ -288,15 +288,16 @@ static mt_status device_run(path p, gpu *g, mt_cudnn_attention *ca, const device
     void *const *o = dv->o;
     mt_status status = MT_OK;
     if (p == PATH_CUDNN) {
-        status = mt_cudnn_attention_forward(ca, s, o[T_OUT], o[T_LSE], dv->q, dv->k, dv->v, d, &dv->seg, dv->ws);
+        status = mt_cudnn_attention_forward(ca, s, o[T_OUT], o[T_LSE], dv->q, dv->k, dv->v, d,
+                                            mt_attn_scale(NULL, d.head_dim), &dv->seg, dv->ws);
         if (status == MT_OK)
             status = mt_cudnn_attention_backward(ca, s, o[T_DQ], o[T_DK], o[T_DV], dv->dout, o[T_OUT], o[T_LSE], dv->q,
-                                                 dv->k, dv->v, d, &dv->seg, dv->ws);
+                                                 dv->k, dv->v, d, mt_attn_scale(NULL, d.head_dim), &dv->seg, dv->ws);
     } else if (p == PATH_KERNELS) {
-        status = mt_cuda_attention(s, o[T_OUT], o[T_LSE], dv->q, dv->k, dv->v, d, dv->seg.pos);
+        status = mt_cuda_attention(s, o[T_OUT], o[T_LSE], dv->q, dv->k, dv->v, d, NULL, dv->seg.pos);
         if (status == MT_OK)
             status = mt_cuda_attention_dx(s, o[T_DQ], o[T_DK], o[T_DV], dv->dout, o[T_OUT], o[T_LSE], dv->q, dv->k,
-                                          dv->v, d, dv->seg.pos, dv->ws);
+                                          dv->v, d, NULL, dv->seg.pos, dv->ws);
     } else {
         g->be->ops->op.attention(g->be, g->s, o[T_OUT], o[T_LSE], dv->q, dv->k, dv->v, d, NULL, &dv->seg, dv->ws);
         g->be->ops->op.attention_dx(g->be, g->s, o[T_DQ], o[T_DK], o[T_DV], dv->dout, o[T_OUT], o[T_LSE], dv->q,
