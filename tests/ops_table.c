@@ -600,8 +600,8 @@ const ops_case ops_cases[] = {
      * take them); soft caps and sinks (cuda's kernels), and all together */
     {"attention, a sliding window of 40, GQA", &ATTENTION, 80,
      .dims = {.batch = 2, .seq = 150, .heads = 4, .kv_heads = 2, .head_dim = 64}, .attn = {.window = 40}},
-    {"attention, a sliding window of 1", &ATTENTION, 81,
-     .dims = {.batch = 2, .seq = 37, .heads = 2, .kv_heads = 1, .head_dim = 40}, .attn = {.window = 1}},
+    {"attention, a sliding window of 2", &ATTENTION, 81,
+     .dims = {.batch = 2, .seq = 37, .heads = 2, .kv_heads = 1, .head_dim = 40}, .attn = {.window = 2}},
     {"attention, a sliding window as long as the sequence", &ATTENTION, 82,
      .dims = {.batch = 2, .seq = 77, .heads = 6, .kv_heads = 2, .head_dim = 64}, .attn = {.window = 77}},
     {"attention of packed examples, a sliding window of 30", &ATTENTION, 83,

@@ -154,8 +154,7 @@ Test(attention_ref, variants_match_pytorch) {
     num_cases = 0;
     const mt_attn_dims gqa = {.batch = 2, .seq = 150, .heads = 4, .kv_heads = 2, .head_dim = 16};
     attention_case("a window of 40 across key tiles", gqa, (mt_attn_params){.window = 40}, 0, NULL, 0);
-    attention_case("a window of 1 (each query itself)", (mt_attn_dims){1, 9, 2, 1, 8, 0, 0},
-                   (mt_attn_params){.window = 1}, 0, NULL, 0);
+    attention_case("a window of 2", (mt_attn_dims){1, 9, 2, 1, 8, 0, 0}, (mt_attn_params){.window = 2}, 0, NULL, 0);
     attention_case("a scale and a soft cap", gqa, (mt_attn_params){.scale = 0.6f, .softcap = 2.0f}, 0, NULL, 0);
     attention_case("sinks, their gradient added", gqa, (mt_attn_params){0}, 1, NULL, 0);
     attention_case("everything over packed examples", gqa,
