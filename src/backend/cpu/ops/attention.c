@@ -1,7 +1,6 @@
 /* Causal grouped-query attention with backend.h's variants (mt_attn_params: window, scale, soft
- * cap, sinks). Query head h reads kv head
- * h / (heads / kv_heads); query position i sees keys 0..i of its own sequence (with a window, those
- * after i - window), or with segments
+ * cap, sinks). Query head h reads kv head h / (heads / kv_heads); query position i sees keys 0..i
+ * of its own sequence (with a window, those after i - window), or with segments
  * (backend.h: packed examples) the keys of its own segment up to itself: each segment is then
  * computed exactly as a sequence of its own, the same calls on the same rows, so a packed window
  * gives the bits of its examples run alone. A window of queries (backend.h: positions [q0, q0 +
@@ -12,11 +11,12 @@
  * Tiling: one (sequence, head) is cut into TILE x TILE blocks of (queries, keys), key blocks at
  * multiples of TILE from the sequence's first position and query blocks from the first query.
  * Causality leaves only the blocks a query sees, about half of them (a window: about window / TILE
- * + 1 a query block), and masks within the blocks the diagonal or the window's edge crosses. A block's scores are one sgemm into a TILE x TILE buffer on the stack; its
- * products with V (forward) or with dO, K and Q (backward) are sgemms too, so only the softmax is a
- * row loop. The forward folds key blocks into an online (running-max) softmax; the backward
- * recomputes the probabilities from the saved lse. A sink is one more column of the softmax, folded
- * in last; its gradient is summed after the tasks, head by head, in a fixed order.
+ * + 1 a query block), and masks within the blocks the diagonal or the window's edge crosses. A
+ * block's scores are one sgemm into a TILE x TILE buffer on the stack; its products with V
+ * (forward) or with dO, K and Q (backward) are sgemms too, so only the softmax is a row loop. The
+ * forward folds key blocks into an online (running-max) softmax; the backward recomputes the
+ * probabilities from the saved lse. A sink is one more column of the softmax, folded in last; its
+ * gradient is summed after the tasks, head by head, in a fixed order.
  *
  * OpenMP runs over (sequence, head) tasks and BLAS runs single-threaded inside them (OpenBLAS
  * does so inside an active parallel region). A task's work never depends on the batch, so one
