@@ -39,7 +39,8 @@ typedef struct {
      * the checkpoint's value; one given with another value is either applied with a log line
      * saying so (data, steps, the learning-rate schedule, the optimizer's hyperparameters, the
      * checkpoint and evaluation periods) or refused naming both values (the model, the sequence
-     * layout: seq_len, batch, micro_batches, val_fraction, sequential, seed, moments, tokenizer). ---- */
+     * layout: seq_len, batch, micro_batches, val_fraction, sequential, seed, moments, tokenizer,
+     * chat_template, loss_on). ---- */
 
     /* The model: one of a preset name, a config.json, or a Hugging Face model directory to
      * fine-tune. None of them: the "demo" preset (on resume, the checkpoint's model). */
@@ -60,6 +61,11 @@ typedef struct {
     const char *val_data;    /* validation files of their own, comma-separated, each read as --data
                               * is and evaluated with the held-out part (NULL: none) */
     int sequential;          /* 1: windows in order, 0: at random (default) */
+    const char *chat_template; /* chat data: a template file (a chat_template.jinja) rendered in place of
+                              * the tokenizer's, for a base model or another known template (NULL: the
+                              * tokenizer's own); stored as an absolute path */
+    const char *loss_on;     /* chat data: "assistant" (every answer: default), "last-turn" (the last
+                              * answer of each conversation) or "all" (every token) carry loss */
     const char *packing;     /* chat data: "on" packs whole examples into windows, attention masked
                               * at their boundaries (the default where the data records them);
                               * "off": windows of the token stream, across examples. NULL: by the
@@ -75,6 +81,9 @@ typedef struct {
 
     /* Optimization. */
     int64_t steps;
+    double epochs;           /* passes over the training split instead of --steps: the steps are the
+                              * windows of `epochs` epochs over the windows of a step, rounded up
+                              * (MT_UNSET_NUMBER: --steps decides) */
     float lr, min_lr_ratio;
     int64_t warmup_steps;    /* default: a tenth of steps, at most 100 */
     const char *schedule;    /* "cosine" (default) or "constant" */
@@ -169,6 +178,7 @@ int mt_train_stop_signal(void);
 typedef struct {
     const char *run;         /* a run directory (its newest checkpoint) or one checkpoint */
     const char *prompt;
+    const char *chat;        /* a user message answered as a chat (the run's chat template), or NULL */
     int tokens;              /* how many to generate, 0 to MT_SAMPLE_TOKENS_MAX */
     float temperature;       /* finite, >= 0; 0: greedy */
     int top_k;               /* >= 0; 0: the whole vocabulary */
@@ -182,7 +192,8 @@ mt_sample_options mt_sample_defaults(void);
 /* Sets sample option `name` ("tokens" for --tokens) from its text; refused (MT_ERR_INVALID, the
  * message names --name, the text and what it accepts) when it is malformed or out of range. */
 mt_status mt_sample_option_set(mt_sample_options *options, const char *name, const char *value);
-/* Writes the prompt and its continuation to `out`. Text is bytes (the demo's tokenizer). */
+/* Writes the prompt and its continuation to `out` (for chat, the answer alone, generated until the
+ * end of the assistant's turn). Text is bytes without a tokenizer (the demo's). */
 mt_status mt_sample(const mt_sample_options *options, FILE *out);
 
 /* Prints the host and device bytes a run with these options needs, by class, and the time

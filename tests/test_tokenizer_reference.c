@@ -45,6 +45,9 @@ Test(tokenizer_reference, qwen3) { check_reference("qwen3"); }
 Test(tokenizer_reference, mistral) { check_reference("mistral"); }
 Test(tokenizer_reference, mistral_metaspace) { check_reference("mistral-metaspace"); }
 Test(tokenizer_reference, gpt2_bytelevel) { check_reference("gpt2-bytelevel"); }
+/* Gemma 3: the whole text one piece (spaces made "▁" by the normalizer), SentencePiece BPE with
+ * byte fallback over 262,144 tokens. */
+Test(tokenizer_reference, gemma3) { check_reference("gemma3"); }
 
 static const char *const corpus[] = {"prose.txt",  "code.py",    "code_crlf.c",    "chinese.txt", "japanese.txt",
                                      "arabic.txt", "hindi.txt",  "emoji.txt",      "whitespace.txt", "digits.txt",
@@ -71,6 +74,7 @@ static void check_round_trip(const char *name, char *(*expect)(const char *file,
 
 Test(tokenizer_reference, round_trip_llama3) { check_round_trip("llama3", NULL); }
 Test(tokenizer_reference, round_trip_mistral_metaspace) { check_round_trip("mistral-metaspace", NULL); }
+Test(tokenizer_reference, round_trip_gemma3) { check_round_trip("gemma3", NULL); }
 
 /* Qwen's NFC normalizer composes what the text decomposes: the round trip gives NFC(x). */
 static char *nfc(const char *file, const char *text) { return (char *)utf8proc_NFC((const utf8proc_uint8_t *)text); }

@@ -10,6 +10,10 @@ static const char sample_help[] =
     "\n"
     "Generates text from the newest good checkpoint of a run (or the checkpoint named).\n"
     "  --prompt TEXT       text to continue (default: none)\n"
+    "  --chat TEXT         a user message: rendered with the run's chat template (its --chat-template,\n"
+    "                      else its tokenizer's) and the generation prompt, as transformers'\n"
+    "                      apply_chat_template(add_generation_prompt=True) renders it; the assistant's\n"
+    "                      answer is printed, generated until its turn ends (<|im_end|>, <|eot_id|>, eos)\n"
     "  --tokens N          tokens to generate, 0 to 1048576 (default 200)\n"
     "  --temperature F     sampling temperature, finite and >= 0; 0 for greedy (default 0.8)\n"
     "  --top-k N           sample among the N likeliest tokens, 0 for all (default 40)\n"
@@ -19,7 +23,7 @@ static const char sample_help[] =
 
 int mt_cli_sample(int argc, char **argv) {
     static const struct option opts[] = {
-        {"prompt", required_argument, 0, 1}, {"tokens", required_argument, 0, 1},
+        {"prompt", required_argument, 0, 1}, {"chat", required_argument, 0, 1}, {"tokens", required_argument, 0, 1},
         {"temperature", required_argument, 0, 1}, {"top-k", required_argument, 0, 1},
         {"seed", required_argument, 0, 1}, {"backend", required_argument, 0, 1},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};

@@ -16,10 +16,11 @@ static const char tokenize_help[] =
     "\n"
     "Encodes text with a model's Hugging Face tokenizer into llm.c token shards PREFIX_000000.bin,\n"
     "PREFIX_000001.bin, ... that --data reads. INPUTs are plain-text files (each one document), JSONL\n"
-    "files (.jsonl: one JSON object a line, the document in its --text-field) or directories (their\n"
-    ".txt, .text, .md and .jsonl files, recursively, in path order). Each document is preceded by the\n"
-    "tokenizer's end-of-text token (<|end_of_text|>, <|endoftext|>, </s>) and, when the tokenizer adds\n"
-    "one, its BOS. The shards are the same whatever --threads; on any error none is left behind.\n"
+    "files (.jsonl: one JSON object a line, the document in its --text-field), chat data (.jsonl, or\n"
+    "a .json array of records: --chat) or directories (their .txt, .text, .md and .jsonl files,\n"
+    "recursively, in path order). Each document is preceded by the tokenizer's end-of-text token\n"
+    "(<|end_of_text|>, <|endoftext|>, </s>) and, when the tokenizer adds one, its BOS. The shards are\n"
+    "the same whatever --threads; on any error none is left behind.\n"
     "  --tokenizer PATH     a model directory (tokenizer.json, tokenizer_config.json) or a tokenizer.json\n"
     "  --out PREFIX         shard path prefix; PREFIX_000000.bin must not exist yet\n"
     "  --text-field NAME    JSONL field holding each document (default text)\n"
@@ -30,10 +31,18 @@ static const char tokenize_help[] =
     "                       tokenizer's add_bos_token or post-processor says)\n"
     "  --allow-special      match special-token strings (<|im_start|>, </s>, ...) inside documents;\n"
     "                       by default they are encoded as the text they are\n"
-    "  --chat MODE          auto, yes or no: chat and instruction JSONL (lines with \"messages\", or\n"
-    "                       \"prompt\" and \"completion\") rendered with the model's chat template into\n"
-    "                       masked shards whose loss is on the answers only (default auto: when the\n"
-    "                       first line of every JSONL input is such an example)\n"
+    "  --chat MODE          auto, yes or no: chat and instruction data (JSONL lines, or a .json file's\n"
+    "                       array of records, in the OpenAI messages, prompt/completion, alpaca or\n"
+    "                       ShareGPT layout) rendered with the model's chat template into masked\n"
+    "                       shards whose loss is on the answers only (default auto: when the first\n"
+    "                       record of every JSONL or .json input is such an example)\n"
+    "  --chat-template FILE chat data: render with this template (a chat_template.jinja) instead of the\n"
+    "                       tokenizer's chat_template.jinja or tokenizer_config.json chat_template; for a\n"
+    "                       base model that has none. It must be one of the templates megatrain renders\n"
+    "                       (docs/data-formats.md lists them), whatever the model it comes from\n"
+    "  --loss-on WHAT       chat data: which tokens carry loss: assistant (every answer: default),\n"
+    "                       last-turn (the conversation's last answer only) or all (every token, the\n"
+    "                       prompts too: train_on_prompt)\n"
     "  --help\n";
 
 /* A token count: digits with an optional K, M or G (thousands, millions, billions). */
@@ -82,13 +91,15 @@ static int tri_state(const char *v) {
 }
 
 int mt_cli_tokenize(int argc, char **argv) {
-    enum { OPT_TOKENIZER = 256, OPT_OUT, OPT_FIELD, OPT_SHARD, OPT_DTYPE, OPT_THREADS, OPT_BOS, OPT_SPECIAL, OPT_CHAT };
+    enum { OPT_TOKENIZER = 256, OPT_OUT, OPT_FIELD, OPT_SHARD, OPT_DTYPE, OPT_THREADS, OPT_BOS, OPT_SPECIAL, OPT_CHAT,
+           OPT_TEMPLATE, OPT_LOSS };
     static const struct option opts[] = {
         {"tokenizer", required_argument, 0, OPT_TOKENIZER}, {"out", required_argument, 0, OPT_OUT},
         {"text-field", required_argument, 0, OPT_FIELD},    {"shard-size", required_argument, 0, OPT_SHARD},
         {"dtype", required_argument, 0, OPT_DTYPE},         {"threads", required_argument, 0, OPT_THREADS},
         {"bos", required_argument, 0, OPT_BOS},             {"allow-special", no_argument, 0, OPT_SPECIAL},
-        {"chat", required_argument, 0, OPT_CHAT},
+        {"chat", required_argument, 0, OPT_CHAT},           {"chat-template", required_argument, 0, OPT_TEMPLATE},
+        {"loss-on", required_argument, 0, OPT_LOSS},
         {"help", no_argument, 0, 'h'},                      {0, 0, 0, 0}};
     mt_tokenize_options o = {.bos = -1};
     int c, chat = -1;
@@ -122,6 +133,12 @@ int mt_cli_tokenize(int argc, char **argv) {
             chat = tri_state(optarg);
             if (chat == -2) return mt_cli_usage_error("tokenize", "--chat '%s': expected auto, yes or no", optarg);
             break;
+        case OPT_TEMPLATE: o.chat_template = optarg; break;
+        case OPT_LOSS:
+            for (o.loss = 0; mt_chat_loss_names[o.loss] && strcmp(mt_chat_loss_names[o.loss], optarg);) o.loss++;
+            if (!mt_chat_loss_names[o.loss])
+                return mt_cli_usage_error("tokenize", "--loss-on '%s': expected assistant, last-turn or all", optarg);
+            break;
         case 'h': fputs(tokenize_help, stdout); return 0;
         default: return mt_cli_usage_error("tokenize", "bad option (getopt said why above)");
         }
@@ -136,6 +153,9 @@ int mt_cli_tokenize(int argc, char **argv) {
     mt_stop_signals signals;
     mt_stop_signals_install(&signals);
     mt_status rc = chat < 0 ? mt_tokenize_inputs_are_chat(o.inputs, o.n_inputs, &chat) : MT_OK;
+    if (rc == MT_OK && !chat && (o.chat_template || o.loss))
+        rc = mt_fail(MT_ERR_INVALID, "%s: --chat-template and --loss-on apply to chat data, and the inputs are text "
+                     "(give --chat yes to read them as chat data)", o.inputs[0]);
     int code = rc != MT_OK ? mt_cli_fail(rc) : chat ? tokenize_chat(&o) : tokenize_text(&o);
     mt_stop_signals_restore(&signals);
     return code;

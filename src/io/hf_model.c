@@ -321,6 +321,43 @@ static mt_st_source *export_sources(const mt_layout *lay, const float *masters, 
     return src;
 }
 
+static mt_status write_file(const char *dir, const mt_hf_file *file) {
+    char path[8192];
+    snprintf(path, sizeof path, "%s/%s", dir, file->name);
+    FILE *f = fopen(path, "wb");
+    if (!f) return mt_fail(MT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    int bad = fwrite(file->text, 1, file->len, f) != file->len;
+    bad |= fclose(f) != 0;
+    return bad ? mt_fail(MT_ERR_IO, "%s: cannot write: %s", path, strerror(errno)) : MT_OK;
+}
+
+/* generation_config.json's eos_token_id with the stop ids added: a list of the distinct ids (one
+ * id stays a number, as transformers writes it). */
+static mt_status add_stop_ids(const char *dir, const int32_t *ids, size_t n) {
+    char path[8192];
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    json_error_t err;
+    json_t *g = json_load_file(path, 0, &err), *eos = json_array();
+    if (!g || !eos) {
+        json_decref(g);
+        json_decref(eos);
+        return mt_fail(MT_ERR_IO, "%s: cannot read back: %s", path, err.text);
+    }
+    const json_t *had = json_object_get(g, "eos_token_id");
+    if (json_is_integer(had)) json_array_append(eos, (json_t *)had);
+    else if (json_is_array(had)) json_array_extend(eos, (json_t *)had);
+    for (size_t i = 0; i < n; i++) {
+        int seen = 0;
+        for (size_t k = 0; k < json_array_size(eos); k++) seen |= json_integer_value(json_array_get(eos, k)) == ids[i];
+        if (!seen) json_array_append_new(eos, json_integer(ids[i]));
+    }
+    json_object_set(g, "eos_token_id", json_array_size(eos) == 1 ? json_array_get(eos, 0) : eos);
+    int rc = json_dump_file(g, path, JSON_INDENT(2));
+    json_decref(eos);
+    json_decref(g);
+    return rc == 0 ? MT_OK : mt_fail(MT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+}
+
 static mt_status write_model(const mt_layout *lay, const float *masters, const char *dir,
                              const mt_hf_export_options *opt) {
     int count;
@@ -329,7 +366,9 @@ static mt_status write_model(const mt_layout *lay, const float *masters, const c
     if (!src) return MT_ERR_NOMEM;
     const char *torch_dtype = opt->dtype == MT_ST_BF16 ? "bfloat16" : "float32";
     mt_status st = mt_hf_config_write(&lay->cfg, torch_dtype, dir);
+    if (st == MT_OK && opt->n_stop_ids) st = add_stop_ids(dir, opt->stop_ids, opt->n_stop_ids);
     if (st == MT_OK) st = mt_safetensors_write_dir(dir, src, count, opt->dtype, opt->max_shard_bytes);
+    for (size_t i = 0; st == MT_OK && i < opt->n_files; i++) st = write_file(dir, &opt->files[i]);
     free(src);
     free(names);
     return st;
@@ -352,6 +391,8 @@ mt_status mt_hf_export(const mt_layout *lay, const float *masters, const char *o
     if (!mkdtemp(tmp)) return mt_fail(MT_ERR_IO, "%s: cannot create a temporary directory: %s", tmp, strerror(errno));
     int temp = mt_stop_temp_add(tmp); /* a second signal, which ends the process at once, removes it too */
     mt_status st = write_model(lay, masters, tmp, opt);
+    /* mkdtemp made it 0700: the model is for others to read too */
+    if (st == MT_OK && chmod(tmp, 0755) != 0) st = mt_fail(MT_ERR_IO, "%s: cannot chmod: %s", tmp, strerror(errno));
     if (st == MT_OK) st = sync_dir(tmp);
     if (st == MT_OK && rename(tmp, target) != 0)
         st = mt_fail(MT_ERR_IO, "%s: cannot move the export into place: %s", target, strerror(errno));

@@ -29,15 +29,28 @@ typedef void (*mt_hf_sink_fn)(void *sink_user, int64_t at, const float *values, 
 mt_status mt_hf_load_weights_into(const char *dir, const mt_layout *layout, mt_hf_sink_fn sink, void *sink_user,
                                   mt_hf_progress_fn progress, void *user);
 
+/* A file of an export beside the weights (a tokenizer's). */
+typedef struct {
+    const char *name;        /* in the directory: "tokenizer.json" */
+    const char *text;
+    size_t len;
+} mt_hf_file;
+
 typedef struct {
     mt_st_dtype dtype;       /* MT_ST_BF16 or MT_ST_F32 */
     int64_t max_shard_bytes; /* split into shards above this many bytes; 0: one file */
+    const mt_hf_file *files; /* written beside the weights: n_files of them */
+    size_t n_files;
+    const int32_t *stop_ids; /* ids generation also ends at (a chat template's end of turn), added to
+                              * generation_config.json's eos_token_id: n_stop_ids of them */
+    size_t n_stop_ids;
 } mt_hf_export_options;
 
-/* Writes config.json, generation_config.json and the weights to `out_dir`, atomically: they
- * are written into a temporary sibling directory that is renamed into place, so a failure
- * leaves nothing at `out_dir`. `out_dir` must not exist or be an empty directory. Non-finite
- * masters are refused, naming the tensor. */
+/* Writes config.json, generation_config.json, the weights and options->files to `out_dir`,
+ * atomically: they are written into a temporary sibling directory that is renamed into place, so
+ * a failure leaves nothing at `out_dir`, which is then a directory of mode 0755 (files 0666 less
+ * the umask). `out_dir` must not exist or be an empty directory. Non-finite masters are refused,
+ * naming the tensor. */
 mt_status mt_hf_export(const mt_layout *layout, const float *masters, const char *out_dir,
                        const mt_hf_export_options *options);
 

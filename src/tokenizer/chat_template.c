@@ -13,7 +13,9 @@
 mt_status mt_chat_template_parse(const char *text, const char *bos, const char *eos, const char *source,
                                  mt_chat_template *t) {
     *t = (mt_chat_template){0};
-    if (!text) return mt_fail(MT_ERR_INVALID, "%s: no chat_template: chat data needs the model's chat template", source);
+    if (!text)
+        return mt_fail(MT_ERR_INVALID, "%s: no chat_template (nor chat_template.jinja beside it): chat data needs a chat "
+                       "template; give one with --chat-template FILE", source);
     if ((bos && strlen(bos) >= sizeof t->bos) || (eos && strlen(eos) >= sizeof t->eos))
         return mt_fail(MT_ERR_INVALID, "%s: bos_token or eos_token is longer than %zu bytes", source, sizeof t->bos - 1);
     snprintf(t->bos, sizeof t->bos, "%s", bos ? bos : "");
@@ -38,6 +40,10 @@ mt_status mt_chat_template_parse(const char *text, const char *bos, const char *
 void mt_chat_template_free(mt_chat_template *t) {
     free(t->default_system);
     t->default_system = NULL;
+}
+
+const char *mt_chat_turn_end(const mt_chat_template *t) {
+    return t->family == MT_CHAT_LLAMA3 ? "<|eot_id|>" : t->family == MT_CHAT_CHATML ? "<|im_end|>" : t->eos;
 }
 
 /* ---- text helpers with Python's semantics ---- */
@@ -568,9 +574,40 @@ mt_status mt_chat_render(const mt_chat_template *t, const mt_chat_message *m, si
     return st;
 }
 
+mt_status mt_chat_render_prompt(const mt_chat_template *t, const mt_chat_message *m, size_t n, mt_chat_rendered *out) {
+    /* The conversation with an empty answer, cut where the answer starts: the templates render the
+     * generation prompt as the markup that opens an assistant turn. */
+    *out = (mt_chat_rendered){0};
+    mt_chat_message *with_answer = calloc(n + 1, sizeof *with_answer);
+    if (!with_answer) return mt_fail(MT_ERR_NOMEM, "cannot hold a conversation");
+    memcpy(with_answer, m, n * sizeof *m);
+    with_answer[n] = (mt_chat_message){.role = MT_ROLE_ASSISTANT, .content = "", .len = 0};
+    mt_status st = mt_chat_render(t, with_answer, n + 1, NULL, out);
+    free(with_answer);
+    MT_TRY(st);
+    mt_chat_rendered_set_loss(out, MT_LOSS_LAST_TURN);
+    size_t answer = 0;
+    while (answer < out->n && !out->seg[answer].trainable) answer++;
+    out->n = answer;
+    return MT_OK;
+}
+
 void mt_chat_rendered_free(mt_chat_rendered *r) {
     for (size_t i = 0; i < r->n_owned; i++) free(r->owned[i]);
     free(r->owned);
     free(r->seg);
     *r = (mt_chat_rendered){0};
+}
+
+const char *const mt_chat_loss_names[] = {"assistant", "last-turn", "all", NULL};
+
+void mt_chat_rendered_set_loss(mt_chat_rendered *r, mt_chat_loss loss) {
+    if (loss == MT_LOSS_ALL) {
+        for (size_t i = 0; i < r->n; i++) r->seg[i].trainable = 1;
+    } else if (loss == MT_LOSS_LAST_TURN) {
+        size_t last = r->n;
+        while (last > 0 && !r->seg[last - 1].trainable) last--;
+        while (last > 0 && r->seg[last - 1].trainable) last--;
+        for (size_t i = 0; i < last; i++) r->seg[i].trainable = 0;
+    }
 }

@@ -72,6 +72,10 @@ mt_status mt_chat_template_parse(const char *text, const char *bos, const char *
                                  mt_chat_template *t);
 void mt_chat_template_free(mt_chat_template *t);
 
+/* The token string that ends an assistant turn: <|eot_id|>, <|im_end|>, or eos ("" when the
+ * tokenizer has none). */
+const char *mt_chat_turn_end(const mt_chat_template *t);
+
 typedef enum { MT_ROLE_SYSTEM, MT_ROLE_USER, MT_ROLE_ASSISTANT, MT_ROLE_TOOL } mt_chat_role;
 
 typedef struct {
@@ -108,5 +112,23 @@ typedef struct {
 mt_status mt_chat_render(const mt_chat_template *t, const mt_chat_message *m, size_t n, const json_t *tools,
                          mt_chat_rendered *out);
 void mt_chat_rendered_free(mt_chat_rendered *r);
+
+/* Renders what comes before the model's answer to `n` messages (the last a user's): the text of
+ * transformers' apply_chat_template(messages, add_generation_prompt=True), the generation prompt
+ * last, all of it context. Fails where mt_chat_render does. */
+mt_status mt_chat_render_prompt(const mt_chat_template *t, const mt_chat_message *m, size_t n, mt_chat_rendered *out);
+
+/* Which tokens of a conversation carry loss: the answers (every assistant turn: the default), the
+ * last assistant turn only (the earlier answers are context), or every token, the prompts and the
+ * template's markup too (LLaMA-Factory's train_on_prompt). */
+typedef enum { MT_LOSS_ASSISTANT, MT_LOSS_LAST_TURN, MT_LOSS_ALL } mt_chat_loss;
+
+/* The names --loss-on takes, indexed by mt_chat_loss, NULL-terminated. */
+extern const char *const mt_chat_loss_names[];
+
+/* Sets the segments' trainable flags for `loss`: as rendered (assistant), only the last run of
+ * trainable segments (last-turn: an assistant turn is one run, its markup before it context), or
+ * every segment (all). */
+void mt_chat_rendered_set_loss(mt_chat_rendered *r, mt_chat_loss loss);
 
 #endif

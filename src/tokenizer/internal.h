@@ -144,6 +144,7 @@ struct mt_tokenizer {
     int32_t bos, eos, eot;
     int adds_bos;
     char *chat_template;
+    char *chat_template_source; /* the file it was read from */
     mt_cut_kind cut;
 };
 

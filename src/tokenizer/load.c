@@ -1,6 +1,7 @@
-/* Loading: tokenizer.json's components (each parsed by its own file) and tokenizer_config.json's
- * BOS/EOS, add_bos_token and chat template; the accessors of the public API. */
+/* Loading: tokenizer.json's components (each parsed by its own file), tokenizer_config.json's
+ * BOS/EOS, add_bos_token and chat template, chat_template.jinja; the accessors of the public API. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -193,8 +194,56 @@ static mt_status config_template(mt_tokenizer *tok, const json_t *cfg, const cha
         return mt_fail(MT_ERR_INVALID, "%s: field 'chat_template' must be a string or a list, found %s", what,
                        mt_json_kind(v));
     }
-    if (t && !(tok->chat_template = strdup(t))) return mt_fail(MT_ERR_NOMEM, "%s: cannot copy chat_template", what);
+    if (t && (!(tok->chat_template = strdup(t)) || !(tok->chat_template_source = strdup(what))))
+        return mt_fail(MT_ERR_NOMEM, "%s: cannot copy chat_template", what);
     return MT_OK;
+}
+
+mt_status mt_chat_template_read(const char *path, char **text) {
+    *text = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return mt_fail(MT_ERR_INVALID, "%s: %s", path, strerror(errno)); /* a file the user named */
+    char *buf = NULL;
+    size_t len = 0;
+    ssize_t got = getdelim(&buf, &len, '\0', f);
+    int bad = ferror(f), more = got >= 0 && fgetc(f) != EOF;
+    fclose(f);
+    size_t n = got > 0 ? (size_t)got : 0, at;
+    if (n == 0) { /* an empty file: getdelim's buffer, if any, holds nothing read */
+        free(buf);
+        buf = NULL;
+    }
+    mt_status st = MT_OK;
+    if (bad) st = mt_fail(MT_ERR_IO, "%s: read failed", path);
+    else if (more || (n && buf[n - 1] == '\0')) st = mt_fail(MT_ERR_INVALID, "%s: a chat template holds a NUL byte", path);
+    else if (n && mt_utf8_check(buf, n, &at)) st = mt_fail(MT_ERR_INVALID, "%s: invalid UTF-8 at byte %zu", path, at);
+    else if (!buf && !(buf = strdup(""))) st = mt_fail(MT_ERR_NOMEM, "%s: cannot hold the chat template", path);
+    if (st != MT_OK) free(buf);
+    else *text = buf;
+    return st;
+}
+
+/* chat_template.jinja beside tokenizer.json, where transformers now saves the template: it wins over
+ * tokenizer_config.json's, as transformers' loading does. */
+static mt_status template_file(mt_tokenizer *tok, const char *dir) {
+    char *path = NULL;
+    struct stat st;
+    if (asprintf(&path, "%s/chat_template.jinja", dir) < 0) return mt_fail(MT_ERR_NOMEM, "%s: cannot copy the path", dir);
+    if (stat(path, &st) != 0) {
+        free(path);
+        return MT_OK;
+    }
+    char *text;
+    mt_status status = mt_chat_template_read(path, &text);
+    if (status == MT_OK) {
+        free(tok->chat_template);
+        free(tok->chat_template_source);
+        tok->chat_template = text;
+        tok->chat_template_source = path;
+    } else {
+        free(path);
+    }
+    return status;
 }
 
 static mt_status load_config(mt_tokenizer *tok, const char *path, int *has_add_bos) {
@@ -274,8 +323,10 @@ static mt_status load(mt_tokenizer *tok, const char *path) {
     }
     char *config = NULL;
     if (asprintf(&config, "%s/tokenizer_config.json", dir) < 0) config = NULL;
-    free(dir);
-    if (!config) return mt_fail(MT_ERR_NOMEM, "%s: cannot copy the path", path);
+    if (!config) {
+        free(dir);
+        return mt_fail(MT_ERR_NOMEM, "%s: cannot copy the path", path);
+    }
 
     mt_status status = MT_OK;
     json_error_t jerr;
@@ -289,6 +340,7 @@ static mt_status load(mt_tokenizer *tok, const char *path) {
     int has_add_bos = 0;
     tok->bos = tok->eos = -1;
     if (!status) status = load_config(tok, config, &has_add_bos);
+    if (!status) status = template_file(tok, dir);
     if (!status) {
         int32_t first = -1;
         int templ = template_starts_with_special(tok, json_object_get(root, "post_processor"), &first);
@@ -302,6 +354,7 @@ static mt_status load(mt_tokenizer *tok, const char *path) {
     }
     json_decref(root);
     free(config);
+    free(dir);
     return status;
 }
 
@@ -329,6 +382,7 @@ void mt_tokenizer_free(mt_tokenizer *tok) {
     free(tok->id_len);
     free(tok->id_special);
     free(tok->chat_template);
+    free(tok->chat_template_source);
     free(tok->path);
     free(tok);
 }
@@ -347,4 +401,5 @@ int32_t mt_tokenizer_eos(const mt_tokenizer *tok) { return tok->eos; }
 int32_t mt_tokenizer_eot(const mt_tokenizer *tok) { return tok->eot; }
 int mt_tokenizer_adds_bos(const mt_tokenizer *tok) { return tok->adds_bos; }
 const char *mt_tokenizer_chat_template(const mt_tokenizer *tok) { return tok->chat_template; }
+const char *mt_tokenizer_chat_template_source(const mt_tokenizer *tok) { return tok->chat_template_source; }
 const char *mt_tokenizer_path(const mt_tokenizer *tok) { return tok->path; }

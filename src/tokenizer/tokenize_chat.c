@@ -28,7 +28,7 @@ mt_status mt_tokenize_inputs_are_chat(const char *const *inputs, size_t n, int *
     mt_status st = MT_OK;
     for (size_t i = 0; i < files.n && st == MT_OK; i++) {
         int is_chat = 0;
-        if (files.v[i].jsonl) st = mt_jsonl_is_chat(files.v[i].path, &is_chat);
+        if (files.v[i].records) st = mt_jsonl_is_chat(files.v[i].path, &is_chat);
         if (is_chat && !a_chat) a_chat = files.v[i].path;
         if (!is_chat && !other) other = files.v[i].path;
     }
@@ -40,13 +40,24 @@ mt_status mt_tokenize_inputs_are_chat(const char *const *inputs, size_t n, int *
     return st;
 }
 
-mt_status mt_tokenizer_chat(const mt_tokenizer *tok, mt_chat_template *t) {
-    char config[PATH_MAX];
-    const char *json = mt_tokenizer_path(tok), *slash = strrchr(json, '/');
-    snprintf(config, sizeof config, "%.*stokenizer_config.json", slash ? (int)(slash - json + 1) : 0, json);
+mt_status mt_tokenizer_chat(const mt_tokenizer *tok, const char *file, mt_chat_template *t) {
     int32_t bos = mt_tokenizer_bos(tok), eos = mt_tokenizer_eos(tok);
-    return mt_chat_template_parse(mt_tokenizer_chat_template(tok), bos >= 0 ? mt_tokenizer_token(tok, bos) : NULL,
-                                  eos >= 0 ? mt_tokenizer_token(tok, eos) : NULL, config, t);
+    const char *bos_text = bos >= 0 ? mt_tokenizer_token(tok, bos) : NULL, *eos_text = eos >= 0 ? mt_tokenizer_token(tok, eos) : NULL;
+    if (file) {
+        char *text;
+        MT_TRY(mt_chat_template_read(file, &text));
+        mt_status st = mt_chat_template_parse(text, bos_text, eos_text, file, t);
+        free(text);
+        return st;
+    }
+    const char *source = mt_tokenizer_chat_template_source(tok);
+    char config[PATH_MAX];
+    if (!source) { /* none: the message names where it was looked for */
+        const char *json = mt_tokenizer_path(tok), *slash = strrchr(json, '/');
+        snprintf(config, sizeof config, "%.*stokenizer_config.json", slash ? (int)(slash - json + 1) : 0, json);
+        source = config;
+    }
+    return mt_chat_template_parse(mt_tokenizer_chat_template(tok), bos_text, eos_text, source, t);
 }
 
 /* ---- masked shards in a series, renamed into place together ---- */
@@ -171,10 +182,11 @@ static mt_status encode_files(const mt_tokenize_options *o, const mt_tokenizer *
                               const mt_input_list *files, series *sink, mt_tokenize_summary *s, uint64_t *trained) {
     mt_chat_file_stats stats = {0};
     for (size_t i = 0; i < files->n; i++) {
-        if (!files->v[i].jsonl)
-            return mt_fail(MT_ERR_INVALID, "%s: chat data must be JSONL (a .jsonl file, one conversation a line)",
+        if (!files->v[i].records)
+            return mt_fail(MT_ERR_INVALID, "%s: chat data must be JSONL (a .jsonl file, one conversation a line) "
+                           "or a JSON array of conversations (a .json file)",
                            files->v[i].path);
-        MT_TRY(mt_chat_file_encode(tok, t, files->v[i].path, to_shards, sink, &stats));
+        MT_TRY(mt_chat_file_encode(tok, t, (mt_chat_loss)o->loss, files->v[i].path, to_shards, sink, &stats));
         s->files++;
         mt_log_info("%s: %llu conversations, %llu tokens so far", files->v[i].path, (unsigned long long)stats.examples,
                     (unsigned long long)stats.tokens);
@@ -198,7 +210,7 @@ mt_status mt_tokenize_chat_files(const mt_tokenize_options *o, mt_tokenize_summa
     series sink = {0};
     int threads_before = set_threads(o->threads);
     s->threads = o->threads > 0 ? o->threads : threads_before;
-    mt_status st = mt_tokenizer_chat(tok, &t);
+    mt_status st = mt_tokenizer_chat(tok, o->chat_template, &t);
     if (st == MT_OK) st = chat_width(o, tok, &s->width);
     if (st == MT_OK) st = mt_input_files_collect(o->inputs, o->n_inputs, &files);
     if (st == MT_OK)

@@ -15,13 +15,14 @@
  * Inputs that mix chat and other files are refused, naming one of each. */
 mt_status mt_tokenize_inputs_are_chat(const char *const *inputs, size_t n, int *chat);
 
-/* The tokenizer's chat template (tokenizer_config.json beside its tokenizer.json), recognised; the
- * caller frees it with mt_chat_template_free. */
-mt_status mt_tokenizer_chat(const mt_tokenizer *tok, mt_chat_template *t);
+/* The chat template of file `file` (--chat-template), or when NULL the tokenizer's own
+ * (chat_template.jinja or tokenizer_config.json beside its tokenizer.json), recognised; the caller
+ * frees it with mt_chat_template_free. */
+mt_status mt_tokenizer_chat(const mt_tokenizer *tok, const char *file, mt_chat_template *t);
 
-/* Tokenizes the chat inputs of `o` (its tokenizer, inputs, out_prefix, shard_tokens, width and
- * threads; text_field, allow_special and bos do not apply: templates say). *trained counts the
- * tokens that carry loss. */
+/* Tokenizes the chat inputs of `o` (its tokenizer, chat_template, loss, inputs, out_prefix,
+ * shard_tokens, width and threads; text_field, allow_special and bos do not apply: templates say).
+ * *trained counts the tokens that carry loss. */
 mt_status mt_tokenize_chat_files(const mt_tokenize_options *o, mt_tokenize_summary *s, uint64_t *trained);
 
 #endif

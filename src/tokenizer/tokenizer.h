@@ -9,7 +9,8 @@
  *   decoder        ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip, Sequence of these
  *   added tokens   matched in the text first (longest match, lstrip/rstrip/single_word/
  *                  normalized as `tokenizers` honours them)
- * BOS/EOS and the chat template come from tokenizer_config.json beside tokenizer.json.
+ * BOS/EOS and the chat template come from tokenizer_config.json (and chat_template.jinja) beside
+ * tokenizer.json.
  *
  * A loaded tokenizer is read-only except for an internal word cache guarded by a lock: one
  * mt_tokenizer may be used by several threads at once. */
@@ -35,8 +36,8 @@ mt_status mt_ids_append(mt_ids *a, const int32_t *ids, size_t n);
 void mt_ids_free(mt_ids *a);
 
 /* Loads `path`: a tokenizer.json, or a model directory holding tokenizer.json (and, optionally,
- * tokenizer_config.json for bos_token/eos_token/add_bos_token/chat_template; when `path` is a
- * file, tokenizer_config.json is looked for in the same directory). Fails naming the file and
+ * tokenizer_config.json for bos_token/eos_token/add_bos_token/chat_template and chat_template.jinja;
+ * when `path` is a file, they are looked for in the same directory). Fails naming the file and
  * the field or component at fault (an unsupported model, normalizer, pre-tokenizer or decoder;
  * a malformed vocabulary or merge; a regex PCRE2 rejects). */
 mt_status mt_tokenizer_load(const char *path, mt_tokenizer **out);
@@ -99,8 +100,16 @@ int mt_tokenizer_adds_bos(const mt_tokenizer *tok);
  * <|endoftext|> (GPT-2, Qwen), </s> (Llama 2, Mistral); else tokenizer_config.json's eos_token.
  * -1 when the tokenizer has none of them. */
 int32_t mt_tokenizer_eot(const mt_tokenizer *tok);
-/* tokenizer_config.json's chat_template string (the default one when it lists several), or NULL. */
+/* The chat template: chat_template.jinja beside tokenizer.json where there is one (transformers'
+ * place for it since 4.50, which wins over the other), else tokenizer_config.json's chat_template
+ * string (the default one when it lists several); NULL when neither has one. _source is the file
+ * it came from, for messages. */
 const char *mt_tokenizer_chat_template(const mt_tokenizer *tok);
+const char *mt_tokenizer_chat_template_source(const mt_tokenizer *tok);
+/* Reads a chat template file (chat_template.jinja, --chat-template) as transformers does, the
+ * whole text (malloc'd); refused naming the file when it cannot be read, holds a NUL byte or is
+ * not UTF-8. */
+mt_status mt_chat_template_read(const char *path, char **text);
 /* The path tokenizer.json was read from, for messages. */
 const char *mt_tokenizer_path(const mt_tokenizer *tok);
 

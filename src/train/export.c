@@ -1,9 +1,11 @@
-/* mt_export: a run checkpoint's fp32 masters as a Hugging Face model directory. */
+/* mt_export: a run checkpoint's fp32 masters as a Hugging Face model directory, with the run's
+ * tokenizer files (train/export_tokenizer.h). */
 #include <stdlib.h>
 
 #include "io/checkpoint.h"
 #include "io/hf_model.h"
 #include "megatrain.h"
+#include "train/export_tokenizer.h"
 #include "train/memory_check.h"
 #include "train/run_state.h"
 
@@ -16,14 +18,23 @@ mt_status mt_export(const char *path, const char *out_dir, int bf16, int64_t max
     MT_TRY(mt_layout_init(&layout, &cfg));
     size_t bytes = (size_t)layout.total_numel * sizeof(float);
     mt_memory_class need = {"fp32 master weights", (int64_t)bytes};
-    mt_status rc = mt_memory_check_host("export", &need, 1);
+    mt_export_tokenizer tok;
+    mt_status rc = mt_export_tokenizer_read(checkpoint, &tok);
+    if (rc != MT_OK) {
+        mt_layout_free(&layout);
+        return rc;
+    }
+    rc = mt_memory_check_host("export", &need, 1);
     float *master = rc == MT_OK ? mt_malloc(bytes, "the exported master weights") : NULL;
     if (rc == MT_OK) rc = master ? mt_checkpoint_read(checkpoint, "master", master, bytes) : MT_ERR_NOMEM;
     if (rc == MT_OK) {
-        mt_hf_export_options eo = {.dtype = bf16 ? MT_ST_BF16 : MT_ST_F32, .max_shard_bytes = max_shard_bytes};
+        mt_hf_export_options eo = {.dtype = bf16 ? MT_ST_BF16 : MT_ST_F32, .max_shard_bytes = max_shard_bytes,
+                                   .files = tok.files, .n_files = tok.n_files, .stop_ids = tok.stop_ids,
+                                   .n_stop_ids = tok.n_stop_ids};
         rc = mt_hf_export(&layout, master, out_dir, &eo);
     }
     free(master);
+    mt_export_tokenizer_free(&tok);
     mt_layout_free(&layout);
     return rc;
 }

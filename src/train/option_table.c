@@ -11,6 +11,7 @@
 
 #include "engine/engine.h"
 #include "model/config.h"
+#include "tokenizer/chat_template.h"
 #include "util/cpu_list.h"
 #include "util/size.h"
 
@@ -46,6 +47,14 @@ static mt_status check_tokenizer(const char *option, const char *value) {
     snprintf(json, sizeof json, "%s/tokenizer.json", value);
     if (S_ISDIR(st.st_mode) ? stat(json, &st) != 0 || !S_ISREG(st.st_mode) : !S_ISREG(st.st_mode))
         return mt_fail(MT_ERR_INVALID, "--%s %s: give a tokenizer.json or a directory holding one", option, value);
+    return MT_OK;
+}
+
+/* A regular file. */
+static mt_status check_file(const char *option, const char *value) {
+    struct stat st;
+    if (stat(value, &st) != 0) return mt_fail(MT_ERR_INVALID, "--%s %s: %s", option, value, strerror(errno));
+    if (!S_ISREG(st.st_mode)) return mt_fail(MT_ERR_INVALID, "--%s %s: not a regular file", option, value);
     return MT_OK;
 }
 
@@ -100,6 +109,9 @@ const mt_option mt_options[] = {
     NAME_SETTING("data", data_path, MT_OPT_MAY_CHANGE, NULL, NULL, "data/kjv.txt"),
     /* Stored as the resolved absolute path (train.c); fixed, since it changes the data's ids. */
     NAME_SETTING("tokenizer", tokenizer, MT_OPT_FIXED, NULL, check_tokenizer, NULL),
+    /* Stored as an absolute path (train.c); fixed, as the tokenizer: they make the data's ids and masks. */
+    NAME_SETTING("chat-template", chat_template, MT_OPT_FIXED, NULL, check_file, NULL),
+    NAME_SETTING("loss-on", loss_on, MT_OPT_FIXED, mt_chat_loss_names, NULL, "assistant"),
     SETTING("val-fraction", MT_OPT_F64, val_fraction, MT_OPT_FIXED, 0, 1, 0, 1, 0.05),
     NAME_SETTING("val-data", val_data, MT_OPT_MAY_CHANGE, NULL, check_val_data, NULL),
     SETTING("sequential", MT_OPT_FLAG, sequential, MT_OPT_FIXED, 0, 1, 0, 0, 0),
@@ -112,6 +124,8 @@ const mt_option mt_options[] = {
     SETTING("batch", MT_OPT_INT, batch, MT_OPT_FIXED, 1, SHAPE_MAX, 0, 0, 8),
     SETTING("micro-batches", MT_OPT_INT, micro_batches, MT_OPT_FIXED, 1, SHAPE_MAX, 0, 0, 1),
     SETTING("steps", MT_OPT_I64, steps, MT_OPT_MAY_CHANGE, 0, STEPS_MAX, 0, 0, 600),
+    /* Unset: --steps decides; set, it decides the steps once the data is open (train.c). */
+    SETTING("epochs", MT_OPT_F64, epochs, MT_OPT_MAY_CHANGE, 0, 1e6, 1, 0, MT_UNSET_NUMBER),
     SETTING("lr", MT_OPT_F32, lr, MT_OPT_MAY_CHANGE, 0, INFINITY, 0, 0, 3e-3),
     NAME_SETTING("schedule", schedule, MT_OPT_MAY_CHANGE, schedules, NULL, "cosine"),
     /* Its default, a tenth of the steps (at most 100), follows the steps: settings.h. */

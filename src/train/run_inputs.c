@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "io/file_identity.h"
+#include "train/data_mix.h"
 #include "util/fs.h"
 #include "util/log.h"
 
@@ -33,7 +34,18 @@ static int add(char (*paths)[PATH_MAX], int n, const char *path) {
     return n + 1;
 }
 
-static int data_files(const char *path, char (*paths)[PATH_MAX]) { return is_file(path) ? add(paths, 0, path) : 0; }
+/* --data: a file, or the datasets of a mix (train/data_mix.h). */
+static int data_files(const char *list, char (*paths)[PATH_MAX]) {
+    mt_data_source data[MT_MAX_DATA];
+    int n = 0, files = 0;
+    if (mt_data_list_parse(list, data, &n) != MT_OK) return 0; /* refused where the data is read */
+    for (int k = 0; k < n; k++)
+        if (is_file(data[k].path)) files = add(paths, files, data[k].path);
+    return files;
+}
+
+/* --chat-template: the file itself. */
+static int template_file(const char *path, char (*paths)[PATH_MAX]) { return is_file(path) ? add(paths, 0, path) : 0; }
 
 /* --val-data: a comma-separated list of files. */
 static int listed_files(const char *list, char (*paths)[PATH_MAX]) {
@@ -48,14 +60,18 @@ static int listed_files(const char *list, char (*paths)[PATH_MAX]) {
     return n;
 }
 
-/* tokenizer.json (the path itself, or in the directory) and tokenizer_config.json beside it. */
+/* tokenizer.json (the path itself, or in the directory), and tokenizer_config.json and
+ * chat_template.jinja beside it. */
 static int tokenizer_files(const char *path, char (*paths)[PATH_MAX]) {
-    char json[PATH_MAX + 32], config[PATH_MAX + 32];
+    char json[PATH_MAX + 32], config[PATH_MAX + 32], jinja[PATH_MAX + 32];
     snprintf(json, sizeof json, is_dir(path) ? "%s/tokenizer.json" : "%s", path);
     const char *slash = strrchr(json, '/');
-    snprintf(config, sizeof config, "%.*stokenizer_config.json", slash ? (int)(slash - json + 1) : 0, json);
+    int dir = slash ? (int)(slash - json + 1) : 0;
+    snprintf(config, sizeof config, "%.*stokenizer_config.json", dir, json);
+    snprintf(jinja, sizeof jinja, "%.*schat_template.jinja", dir, json);
     int n = add(paths, 0, json);
-    return is_file(config) ? add(paths, n, config) : n;
+    if (is_file(config)) n = add(paths, n, config);
+    return is_file(jinja) ? add(paths, n, jinja) : n;
 }
 
 /* config.json, the safetensors index and the safetensors files, in name order. */
@@ -87,6 +103,7 @@ static const input_kind kinds[] = {
     {"data", offsetof(mt_train_options, data_path), data_files, 1},
     {"val-data", offsetof(mt_train_options, val_data), listed_files, 1},
     {"tokenizer", offsetof(mt_train_options, tokenizer), tokenizer_files, 0},
+    {"chat-template", offsetof(mt_train_options, chat_template), template_file, 0},
     {"init-from", offsetof(mt_train_options, init_from), model_files, 0},
 };
 enum { KINDS = sizeof kinds / sizeof kinds[0] };
@@ -236,11 +253,16 @@ mt_status mt_run_inputs_check(const json_t *saved, json_t *now, const mt_train_o
         }
         if (changed && !strcmp(name, "data")) *data_changed = 1;
     }
-    const json_t *tok = json_object_get(stored, "tokenizer"), *tok_now = json_object_get(now, "tokenizer");
-    if (tok && tok_now && same_path(tok, tok_now) && input_differs(tok, tok_now, why, sizeof why))
-        return mt_fail(MT_ERR_INVALID, "the run's tokenizer %s changed since %s stored it: %s; a run's tokenizer "
-                       "cannot change (the model learned its ids): restore it, or start a new run",
-                       json_string_value(json_object_get(tok, "path")), checkpoint, why);
+    /* The tokenizer and the chat template file made the data's ids and masks: they cannot change. */
+    static const char *const fixed[] = {"tokenizer", "chat-template"};
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++) {
+        const json_t *was = json_object_get(stored, fixed[i]), *is = json_object_get(now, fixed[i]);
+        if (was && is && same_path(was, is) && input_differs(was, is, why, sizeof why))
+            return mt_fail(MT_ERR_INVALID, "the run's %s %s changed since %s stored it: %s; a run's %s cannot change "
+                           "(the model learned %s): restore it, or start a new run", fixed[i],
+                           json_string_value(json_object_get(was, "path")), checkpoint, why, fixed[i],
+                           i == 0 ? "its ids" : "the conversations as it renders them");
+    }
     /* The model directory the run was initialized from is the one it stored, whatever it holds now. */
     const json_t *init = json_object_get(stored, "init-from");
     if (init && json_object_set(now, "init-from", (json_t *)init) != 0)
@@ -248,17 +270,28 @@ mt_status mt_run_inputs_check(const json_t *saved, json_t *now, const mt_train_o
     return MT_OK;
 }
 
-mt_status mt_run_inputs_check_tokenizer(const json_t *settings, const char *path, const char *checkpoint) {
-    const json_t *stored = json_object_get(json_object_get(settings, "inputs"), "tokenizer");
+/* Input `kind` at `path` against the identity the settings keep; `harm` says what a change would do. */
+static mt_status check_unchanged(const json_t *settings, const char *kind, const char *path, const char *checkpoint,
+                                 const char *harm) {
+    const json_t *stored = json_object_get(json_object_get(settings, "inputs"), kind);
     if (!stored || !path[0]) return MT_OK;
     json_t *now;
     char why[1024];
-    MT_TRY(identify(kind_named("tokenizer"), path, &now));
+    MT_TRY(identify(kind_named(kind), path, &now));
     int differs = !same_path(stored, now) || input_differs(stored, now, why, sizeof why);
     if (!same_path(stored, now)) snprintf(why, sizeof why, "the run stored %s", json_string_value(json_object_get(stored, "path")));
     json_decref(now);
     if (differs)
-        return mt_fail(MT_ERR_INVALID, "%s: the run's tokenizer %s changed since the run stored it: %s; its ids "
-                       "would decode as other text: restore it", checkpoint, path, why);
+        return mt_fail(MT_ERR_INVALID, "%s: the run's %s %s changed since the run stored it: %s; %s: restore it",
+                       checkpoint, kind, path, why, harm);
     return MT_OK;
+}
+
+mt_status mt_run_inputs_check_tokenizer(const json_t *settings, const char *path, const char *checkpoint) {
+    return check_unchanged(settings, "tokenizer", path, checkpoint, "its ids would decode as other text");
+}
+
+mt_status mt_run_inputs_check_template(const json_t *settings, const char *path, const char *checkpoint) {
+    return check_unchanged(settings, "chat-template", path, checkpoint,
+                           "the model would be given conversations in another form than it learned");
 }

@@ -2,7 +2,8 @@
  * every checkpoint as "inputs" so that a resumed run, and sample, can tell whether they are still
  * the ones the run used:
  *
- *   data       --data, the file as the user gave it (a text file before its tokenization)
+ *   data       --data, the file as the user gave it (a text file before its tokenization), or
+ *              the files of a mix of datasets
  *   tokenizer  the run's tokenizer: its tokenizer.json and tokenizer_config.json (the chat
  *              template lives there)
  *   init-from  the model directory the run was initialized from: config.json, the safetensors
@@ -46,5 +47,7 @@ mt_status mt_run_inputs_check(const json_t *saved, json_t *now, const mt_train_o
 /* The run's tokenizer `path` against the identity its checkpoint's settings keep: refused when it
  * changed (sample decodes with it). Nothing to check for a checkpoint without identities. */
 mt_status mt_run_inputs_check_tokenizer(const json_t *settings, const char *path, const char *checkpoint);
+/* The same for the run's --chat-template file (export and sample --chat render with it). */
+mt_status mt_run_inputs_check_template(const json_t *settings, const char *path, const char *checkpoint);
 
 #endif

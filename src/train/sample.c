@@ -61,10 +61,12 @@ mt_status mt_sample(const mt_sample_options *o, FILE *out) {
     MT_TRY(mt_sample_text_open(checkpoint, &cfg, &text));
     int32_t *prompt = NULL;
     int prompt_len = 0;
-    mt_status prompt_rc = mt_sample_text_prompt(&text, o->prompt, &prompt, &prompt_len);
+    mt_status prompt_rc = o->chat ? mt_sample_text_chat(&text, checkpoint, o->chat, &prompt, &prompt_len)
+                                  : mt_sample_text_prompt(&text, o->prompt, &prompt, &prompt_len);
     if (prompt_rc != MT_OK) {
         mt_sample_text_close(&text);
-        return mt_fail_context(prompt_rc, "--prompt"); /* the prompt is at fault, not the checkpoint */
+        /* the prompt is at fault, not the checkpoint */
+        return mt_fail_context(prompt_rc, o->chat ? "--chat" : "--prompt");
     }
 
     mt_layout layout = {0};
@@ -91,7 +93,7 @@ mt_status mt_sample(const mt_sample_options *o, FILE *out) {
     if (rc == MT_OK) {
         int len = prompt_len;
         memcpy(tokens, prompt, (size_t)prompt_len * sizeof *tokens);
-        fputs(o->prompt, out);
+        if (!o->chat) fputs(o->prompt, out);
         mt_rng rng = {o->seed};
         for (int i = 0; i < o->tokens && rc == MT_OK; i++) {
             if (mt_stop_requested()) {

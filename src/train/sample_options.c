@@ -31,6 +31,8 @@ mt_status mt_sample_option_set(mt_sample_options *o, const char *name, const cha
     if (!value) return mt_fail(MT_ERR_INVALID, "--%s needs a value", name);
     if (!strcmp(name, "prompt")) {
         o->prompt = value;
+    } else if (!strcmp(name, "chat")) {
+        o->chat = value;
     } else if (!strcmp(name, "tokens")) {
         MT_TRY(parse_count(name, value, MT_SAMPLE_TOKENS_MAX, &v));
         o->tokens = (int)v;
@@ -63,5 +65,8 @@ mt_status mt_sample_options_check(const mt_sample_options *o) {
         return mt_fail(MT_ERR_INVALID, "--temperature %g: must be a finite number >= 0 (0: greedy)", (double)o->temperature);
     if (o->top_k < 0) return mt_fail(MT_ERR_INVALID, "--top-k %d: must be an integer >= 0", o->top_k);
     if (!o->prompt) return mt_fail(MT_ERR_INVALID, "sample: the prompt is NULL (use \"\" for none)");
+    if (o->chat && o->prompt[0])
+        return mt_fail(MT_ERR_INVALID, "--chat and --prompt: give one (--chat renders its message with the chat template; "
+                       "--prompt is text to continue)");
     return MT_OK;
 }

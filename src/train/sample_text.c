@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tokenizer/chat_encode.h"
+#include "tokenizer/tokenize_chat.h"
 #include "train/run_inputs.h"
 #include "train/run_state.h"
 
@@ -47,6 +49,45 @@ mt_status mt_sample_text_prompt(const mt_sample_text *t, const char *prompt, int
         for (const char *p = prompt; *p && st == MT_OK; p++) st = mt_ids_push(&ids, (unsigned char)*p);
         if (st == MT_OK && ids.n == 0) st = mt_ids_push(&ids, t->cfg->bos_token_id >= 0 ? t->cfg->bos_token_id : '\n');
     }
+    if (st != MT_OK) {
+        mt_ids_free(&ids);
+        return st;
+    }
+    *out = ids.ids;
+    *n = (int)ids.n;
+    return MT_OK;
+}
+
+/* The run's template: its --chat-template file (unchanged since the run stored it), else the
+ * tokenizer's own. */
+static mt_status run_template(const mt_sample_text *t, const char *checkpoint, mt_chat_template *out) {
+    int64_t step;
+    json_t *settings;
+    MT_TRY(mt_run_read_info(checkpoint, &step, &settings));
+    const json_t *file = json_object_get(settings, "chat-template");
+    mt_status st = json_is_string(file) ? mt_run_inputs_check_template(settings, json_string_value(file), checkpoint)
+                                        : MT_OK;
+    if (st == MT_OK) st = mt_tokenizer_chat(t->tok, json_is_string(file) ? json_string_value(file) : NULL, out);
+    json_decref(settings);
+    return st;
+}
+
+mt_status mt_sample_text_chat(const mt_sample_text *t, const char *checkpoint, const char *message, int32_t **out,
+                              int *n) {
+    if (!t->tok)
+        return mt_fail(MT_ERR_INVALID, "%s: the run has no tokenizer, so no chat template: --chat needs a run trained "
+                       "with --tokenizer (or --init-from a model directory with one)", checkpoint);
+    mt_chat_template tpl;
+    MT_TRY(run_template(t, checkpoint, &tpl));
+    mt_chat_message user = {.role = MT_ROLE_USER, .content = message, .len = strlen(message)};
+    mt_chat_rendered r;
+    mt_ids ids = {0};
+    mt_mask mask = {0};
+    mt_status st = mt_chat_render_prompt(&tpl, &user, 1, &r);
+    if (st == MT_OK) st = mt_chat_encode(t->tok, &r, &ids, &mask);
+    mt_chat_rendered_free(&r);
+    mt_mask_free(&mask);
+    mt_chat_template_free(&tpl);
     if (st != MT_OK) {
         mt_ids_free(&ids);
         return st;

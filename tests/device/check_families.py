@@ -1,0 +1,339 @@
+#!/usr/bin/env python3
+"""The families with sliding windows, soft-caps and Gemma's block against transformers, for the GPU
+machine (torch, transformers 5, safetensors; megatrain built with CUDA=1).
+
+For each family a small model at realistic inner shapes (head_dim 256 and grouped-query attention for
+Gemma; a window shorter than the sequence everywhere; Gemma's real vocabulary sizes), random weights
+saved with save_pretrained:
+
+  1. import and export without training (train --steps 0, export --dtype fp32): the export loads in
+     transformers with no missing or unexpected tensor and gives the original's logits bit for bit;
+  2. 8 AdamW steps with clipping (lr 1e-3 constant, betas 0.9/0.95, weight decay 0.1 on matrices,
+     --clip 1) from the same weights on the same batches: megatrain on the GPU (bf16) against
+     transformers in fp32 and in bf16 autocast. megatrain's loss must stay within 3 x the bf16
+     autocast's distance from fp32 (+ 1e-3 x the first loss) at every step, and each tensor's update
+     (its weights after the 8 steps less before) must point where fp32's does: cosine >= 0.99;
+  3. the trained model exported (fp32) loads in transformers, whose loss on the next batch equals
+     megatrain's own on the same weights within 2e-2;
+  4. the CI's own reference (tests/reference/llama_ref.py, which the cpu backend's gradients are
+     checked against) gives transformers' float64 loss on a cut of the same model (2 layers, a
+     smaller vocabulary), within 1e-9 relative: the reference is the definition it claims to be.
+
+    python3 tests/device/check_families.py [--bin build/megatrain] [--only NAME,...] [--keep DIR]
+Exits non-zero on the first failure; writes $OUT/check_families.json when OUT is set.
+"""
+import argparse
+import glob
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy
+import torch
+import torch.nn.functional as F
+import transformers
+from safetensors.torch import load_file
+
+STEPS, SEQ, BATCH, LR, WD, CLIP, COSINE = 8, 512, 2, 1e-3, 0.1, 1.0, 0.99
+GEMMA3_TYPES = ["sliding_attention"] * 5 + ["full_attention"]
+FAMILIES = {
+    # Gemma 3 1B's inner shapes (head_dim 256, 4 heads over 1 key/value head... here 4 over 2), its
+    # vocabulary, five local layers to one global, a window of 128 in a 512-token sequence.
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM",
+               dict(vocab_size=262144, hidden_size=640, intermediate_size=2048, num_hidden_layers=6,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=256, max_position_embeddings=2048,
+                    rms_norm_eps=1e-6, query_pre_attn_scalar=256, sliding_window=128, layer_types=GEMMA3_TYPES,
+                    rope_theta=1000000.0, rope_local_base_freq=10000.0, tie_word_embeddings=True,
+                    hidden_activation="gelu_pytorch_tanh", bos_token_id=2, eos_token_id=1, pad_token_id=0)),
+    # Gemma 2: attention-logit and final-logit soft-caps, local and global layers in turn.
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM",
+               dict(vocab_size=256000, hidden_size=512, intermediate_size=2048, num_hidden_layers=4,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=256, max_position_embeddings=2048,
+                    rms_norm_eps=1e-6, query_pre_attn_scalar=144, sliding_window=128,
+                    layer_types=["sliding_attention", "full_attention"] * 2, attn_logit_softcapping=50.0,
+                    final_logit_softcapping=30.0, rope_theta=10000.0, tie_word_embeddings=True,
+                    hidden_activation="gelu_pytorch_tanh", bos_token_id=2, eos_token_id=1, pad_token_id=0)),
+    # Mistral v0.1's sliding window, and Qwen2's from max_window_layers on.
+    "mistral_window": ("MistralConfig", "MistralForCausalLM",
+                       dict(vocab_size=32000, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+                            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                            sliding_window=100, rope_theta=10000.0, tie_word_embeddings=False)),
+    "qwen2_window": ("Qwen2Config", "Qwen2ForCausalLM",
+                     dict(vocab_size=32000, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                          use_sliding_window=True, sliding_window=100, max_window_layers=2,
+                          rope_theta=10000.0, tie_word_embeddings=False)),
+}
+results = {}
+
+
+def check(cond, message):
+    if not cond:
+        raise SystemExit(f"FAIL: {message}")
+    print(f"ok: {message}", flush=True)
+
+
+def megatrain(binary, *args):
+    cmd = [binary, *map(str, args)]
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def config_of(family):
+    name, _, kwargs = FAMILIES[family]
+    return getattr(transformers, name)(**kwargs)
+
+
+def save_random_model(family, path):
+    """Every matrix N(0, 0.02); norms as each family starts them: 1 for w, 0 for Gemma's (1 + w), then
+    small noise so that the offset matters."""
+    torch.manual_seed(0)
+    model = getattr(transformers, FAMILIES[family][1])(config_of(family)).float()
+    gemma = family.startswith("gemma")
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(torch.randn_like(p) * 0.1 + (0.0 if gemma else 1.0))
+            else:
+                p.normal_(0.0, 0.02)
+    model.save_pretrained(path, safe_serialization=True)
+    return model.config
+
+
+def write_tokens(path, tokens, vocab):
+    """llm.c's .bin layout: 256 int32 header (magic, version 1: uint16 tokens; 2: uint32), then tokens."""
+    wide = vocab > 65536
+    header = [0] * 256
+    header[0], header[1], header[2] = 20240520, 2 if wide else 1, len(tokens)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *header))
+        f.write(struct.pack(f"<{len(tokens)}{'I' if wide else 'H'}", *tokens))
+
+
+def stream(vocab):
+    g = torch.Generator().manual_seed(1)
+    return torch.randint(3, vocab, ((STEPS + 1) * BATCH * SEQ + 1,), generator=g)
+
+
+def batch_of(tokens, step):
+    first = step * BATCH
+    return torch.stack([tokens[(first + b) * SEQ:(first + b) * SEQ + SEQ + 1] for b in range(BATCH)])
+
+
+def hf_train(init, tokens, bf16):
+    model = transformers.AutoModelForCausalLM.from_pretrained(init, torch_dtype=torch.float32,
+                                                              attn_implementation="eager").cuda().train()
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=LR, betas=(0.9, 0.95), eps=1e-8)
+    losses = []
+    for step in range(STEPS):
+        batch = batch_of(tokens, step).cuda()
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            out = model(input_ids=batch[:, :-1])
+        loss = F.cross_entropy(out.logits.float().reshape(-1, out.logits.shape[-1]), batch[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+        opt.step()
+        losses.append(loss.item())
+    return losses, {n: p.detach().float().cpu() for n, p in model.named_parameters()}
+
+
+def metrics(run, key):
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        lines = [json.loads(line) for line in f if line.strip()]
+    by_step = {line["step"]: line[key] for line in lines if key in line and "step" in line}
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def train_args(init, data, steps, run, *extra):
+    return ("train", "--init-from", init, "--data", data, "--steps", steps, "--out", run, "--seq", SEQ, "--batch",
+            BATCH, "--sequential", "--val-fraction", 0, "--eval-every", 0, "--lr", LR, "--warmup", 0, "--schedule",
+            "constant", "--clip", CLIP, "--weight-decay", WD, "--beta1", 0.9, "--beta2", 0.95, "--eps", 1e-8,
+            "--backend", "cuda", "--ckpt-every", STEPS, *extra)
+
+
+def load(path):
+    model, info = transformers.AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32,
+                                                                    attn_implementation="eager",
+                                                                    output_loading_info=True)
+    return model.cuda().eval(), info
+
+
+@torch.no_grad()
+def logits_of(model, batch):
+    return model(input_ids=batch.cuda()).logits.float()
+
+
+def weights_of(directory):
+    out = {}
+    for path in glob.glob(os.path.join(directory, "*.safetensors")):
+        out.update({k: v.float() for k, v in load_file(path).items()})
+    return out
+
+
+def export(binary, run, out):
+    megatrain(binary, "export", sorted(glob.glob(os.path.join(run, "ckpt-*")))[-1], out, "--dtype", "fp32")
+
+
+def check_family(binary, family, work):
+    init = os.path.join(work, f"{family}-init")
+    config = save_random_model(family, init)
+    tokens = stream(config.vocab_size)
+    data = os.path.join(work, f"{family}-tokens.bin")
+    write_tokens(data, tokens.tolist(), config.vocab_size)
+
+    run0, out0 = os.path.join(work, f"{family}-imported"), os.path.join(work, f"{family}-export0")
+    megatrain(binary, *train_args(init, data, 0, run0))
+    export(binary, run0, out0)
+    model, info = load(out0)
+    check(not info["missing_keys"] and not info["unexpected_keys"],
+          f"{family}: the export loads with no missing or unexpected tensor")
+    original, _ = load(init)
+    batch = batch_of(tokens, 0)[:, :-1]
+    check(torch.equal(logits_of(original, batch), logits_of(model, batch)),
+          f"{family}: the export's logits are the original's, bit for bit")
+    del model, original
+
+    run = os.path.join(work, f"{family}-run")
+    megatrain(binary, *train_args(init, data, STEPS, run))
+    ours = metrics(run, "loss")
+    fp32, fp32_weights = hf_train(init, tokens, bf16=False)
+    bf16, _ = hf_train(init, tokens, bf16=True)
+    print(f"{family}: step, megatrain, transformers fp32, bf16 autocast")
+    for s in range(STEPS):
+        print(f"  {s + 1}  {ours[s]:.5f}  {fp32[s]:.5f}  {bf16[s]:.5f}")
+    noise = max(abs(b - f) for b, f in zip(bf16, fp32))
+    diff = max(abs(o - f) for o, f in zip(ours, fp32))
+    bound = 3 * noise + 1e-3 * fp32[0]
+    check(diff <= bound, f"{family}: loss within bf16 noise of fp32 (max |diff| {diff:.2e}, noise {noise:.2e}, "
+          f"bound {bound:.2e})")
+
+    out = os.path.join(work, f"{family}-export-trained")
+    export(binary, run, out)
+    before, after = weights_of(init), weights_of(out)
+    cosines = {}
+    for name, theirs in fp32_weights.items():
+        check(name in after, f"{family}: the export holds {name}")
+        d_ours, d_theirs = (after[name] - before[name]).flatten(), (theirs - before[name]).flatten()
+        cosines[name] = F.cosine_similarity(d_ours, d_theirs, dim=0).item()
+    worst = min(cosines, key=cosines.get)
+    print(f"{family}: update cosines, lowest {worst} {cosines[worst]:.4f}")
+    check(cosines[worst] >= COSINE, f"{family}: every tensor's update cosine >= {COSINE} (lowest {cosines[worst]:.4f})")
+
+    model, info = load(out)
+    check(not info["missing_keys"] and not info["unexpected_keys"], f"{family}: the trained export loads whole")
+    batch = batch_of(tokens, STEPS).cuda()
+    logits = logits_of(model, batch[:, :-1])
+    theirs = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1)).item()
+    megatrain(binary, *train_args(init, data, STEPS + 1, run, "--resume"))
+    mine = metrics(run, "loss")[STEPS]
+    check(abs(mine - theirs) < 2e-2, f"{family}: transformers' loss on the trained export {theirs:.5f} equals "
+          f"megatrain's on the same weights {mine:.5f}")
+    results[family] = dict(megatrain=ours, fp32=fp32, bf16=bf16, noise=noise, diff=diff, bound=bound,
+                           lowest_cosine=cosines[worst], lowest_cosine_tensor=worst, next_loss=[mine, theirs])
+
+
+REF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference", "llama_ref.py")
+
+
+def fixture_config(config, seq, batch):
+    """llama_ref.py's config.txt for a transformers config of these families."""
+    types = getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
+    window = config.sliding_window or 0
+    gemma = config.model_type.startswith("gemma")
+    rope = getattr(config, "rope_parameters", None) or {}
+    full = rope.get("full_attention", rope) if isinstance(rope, dict) else {}
+    local = rope.get("sliding_attention", {}) if isinstance(rope, dict) else {}
+    theta = full.get("rope_theta", getattr(config, "rope_theta", 10000.0))
+    local_theta = local.get("rope_theta", getattr(config, "rope_local_base_freq", 0.0)) if gemma else 0.0
+    lines = dict(hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
+                 num_layers=config.num_hidden_layers, num_heads=config.num_attention_heads,
+                 num_kv_heads=config.num_key_value_heads,
+                 head_dim=getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads,
+                 vocab_size=config.vocab_size, tie_embeddings=int(config.tie_word_embeddings), attention_bias=0,
+                 qk_norm=1 if config.model_type == "gemma3_text" else 0, rope_original_max_position=0,
+                 steps=1, seq_len=seq, batch=batch, num_experts=0, experts_per_token=0, moe_intermediate_size=0,
+                 norm_topk_prob=0, shared_expert_intermediate_size=0, decoder_sparse_step=1,
+                 output_router_logits=0, micro_batches=1, rms_norm_eps=config.rms_norm_eps, rope_theta=theta,
+                 rope_scaling_factor=0, rope_low_freq_factor=0, rope_high_freq_factor=0, router_aux_loss_coef=0,
+                 mlp_only_layers="-",
+                 layer_windows=",".join(str(window if t == "sliding_attention" else 0) for t in types),
+                 layer_ropes=",".join(str(1 if gemma and t == "sliding_attention" else 0) for t in types))
+    if gemma:
+        lines.update(sandwich_norms=1, norm_unit_offset=1, glu_act=1, rope_local_theta=local_theta,
+                     query_pre_attn_scalar=config.query_pre_attn_scalar,
+                     attn_logit_softcap=config.attn_logit_softcapping or 0,
+                     final_logit_softcap=config.final_logit_softcapping or 0,
+                     embed_scale=float(torch.tensor(config.hidden_size ** 0.5, dtype=torch.float64)))
+    return "".join(f"{k}={v}\n" for k, v in lines.items())
+
+
+def check_reference(family, work):
+    """llama_ref.py against transformers in float64 on a 2-layer cut of the family's model."""
+    name, model_class, kwargs = FAMILIES[family]
+    kwargs = dict(kwargs, num_hidden_layers=2, vocab_size=512)
+    if "layer_types" in kwargs:
+        kwargs["layer_types"] = kwargs["layer_types"][-2:]
+    config = getattr(transformers, name)(**kwargs)
+    config._attn_implementation = "eager"
+    torch.manual_seed(2)
+    model = getattr(transformers, model_class)(config).double()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            p.copy_(torch.randn_like(p) * (0.1 if "norm" in n else 0.05))
+    seq, batch = 160, 2
+    tokens = torch.randint(0, config.vocab_size, (batch, seq + 1), generator=torch.Generator().manual_seed(3))
+    out = model(input_ids=tokens[:, :-1])
+    theirs = F.cross_entropy(out.logits.reshape(-1, config.vocab_size), tokens[:, 1:].reshape(-1)).item()
+    d = os.path.join(work, f"{family}-ref")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.txt"), "w") as f:
+        f.write(fixture_config(config, seq, batch))
+    params = [(n, p) for n, p in model.named_parameters() if n != "lm_head.weight" or not config.tie_word_embeddings]
+    with open(os.path.join(d, "tensors.txt"), "w") as f:
+        for n, p in params:
+            f.write(f"{n} {p.shape[0]} {p.shape[1] if p.dim() == 2 else 1}\n")
+    numpy.concatenate([p.detach().float().numpy().reshape(-1) for _, p in params]).astype("<f4").tofile(
+        os.path.join(d, "weights.bin"))
+    tokens.numpy().astype("<i4").tofile(os.path.join(d, "tokens.bin"))
+    # transformers again on the float32-rounded weights the fixture holds
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            p.copy_(p.float().double())
+    out = model(input_ids=tokens[:, :-1])
+    theirs = F.cross_entropy(out.logits.reshape(-1, config.vocab_size), tokens[:, 1:].reshape(-1)).item()
+    subprocess.run(["/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable, REF, "grads", d],
+                   check=True)
+    ours = float(open(os.path.join(d, "ref_loss.txt")).read())
+    check(abs(ours - theirs) <= 1e-9 * abs(theirs), f"{family}: llama_ref.py's loss {ours:.12f} is transformers' "
+          f"float64 loss {theirs:.12f}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bin", default="build/megatrain")
+    parser.add_argument("--only", help="comma-separated families (default: all)")
+    parser.add_argument("--keep", help="work in this directory and keep it")
+    args = parser.parse_args()
+    work = args.keep or tempfile.mkdtemp(prefix="mt-check-families-")
+    os.makedirs(work, exist_ok=True)
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}")
+    try:
+        for family in (args.only.split(",") if args.only else FAMILIES):
+            check_reference(family, work)
+            check_family(args.bin, family, work)
+    finally:
+        if os.environ.get("OUT"):
+            with open(os.path.join(os.environ["OUT"], "check_families.json"), "w") as f:
+                json.dump(results, f, indent=1)
+    print("PASS: check_families")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
