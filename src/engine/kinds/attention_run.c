@@ -24,6 +24,12 @@ static int qk_norm(const mt_layer_spec *s) {
 }
 static int qk_norm_full(const mt_layer_spec *s) { return (s->attn.flags & MT_ATTN_QK_NORM_FULL) != 0; }
 
+/* The backend's attention variants the block's spec asks for (its sinks, a weight with a gradient,
+ * are not plumbed yet: model/layer_spec.c refuses them). */
+static mt_attn_params attn_params(const mt_layer_spec *s) {
+    return (mt_attn_params){.window = s->attn.window, .scale = s->attn.q_scale, .softcap = s->attn.logit_softcap};
+}
+
 /* The q/k norm's rows: a token's q is `heads` rows of head_dim (per-head norms) or one row of
  * heads x head_dim (over the projection); k likewise with kv_heads. */
 static int norm_rows(const mt_block_ctx *c, int heads) { return qk_norm_full(c->spec) ? 1 : heads; }
@@ -181,9 +187,10 @@ static void forward(const mt_block_ctx *c, const mt_unit_weights *w, const void 
     op->rope(be, s, ws->attn.q, rope_table(c), t.rows, c->seq, t.row % c->seq, positions(c, t.row), cfg->num_heads,
              cfg->head_dim, 0);
     mt_segments seg = c->seg ? tile_segments(c, t) : (mt_segments){0};
+    const mt_attn_params params = attn_params(c->spec);
     op->attention(be, s, ws->attn.att, ws->attn.lse, ws->attn.q, mt_rows_at(ws->attn.k, kv0, KV, act),
-                  mt_rows_at(ws->attn.v, kv0, KV, act), tile_dims(cfg, c->batch, c->seq, t), c->seg ? &seg : NULL,
-                  ws->attn.ws);
+                  mt_rows_at(ws->attn.v, kv0, KV, act), tile_dims(cfg, c->batch, c->seq, t), &params,
+                  c->seg ? &seg : NULL, ws->attn.ws);
     MT_FOR_EACH_PIECE(c, p) {
         mt_matmul_piece(c, p, ws->tmp, mt_rows_at(ws->attn.att, p.row - t.row, Q, act), w->t[MT_T_WO], NULL, Q, D);
         op->add(be, s, mt_x2_row(c, p.row), mt_rows_at(x, p.row, D, act), ws->tmp, (size_t)p.rows * D);
@@ -249,10 +256,11 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
     mt_matmul_dw_piece(c, mt_piece_of_tile(c), g->t[MT_T_WO], NULL, dy, ws->attn.att, Q, D);
     mt_matmul_dx_piece(c, mt_piece_of_tile(c), ws->attn.datt, dy, w->t[MT_T_WO], Q, D, 0);
     mt_segments seg = c->seg ? tile_segments(c, t) : (mt_segments){0};
+    const mt_attn_params params = attn_params(c->spec);
     op->attention_dx(be, s, ws->attn.dq, mt_rows_at_mut(ws->attn.dk, kv0, KV, act),
                      mt_rows_at_mut(ws->attn.dv, kv0, KV, act), ws->attn.datt, ws->attn.att, ws->attn.lse, ws->attn.q,
                      mt_rows_at(ws->attn.k, kv0, KV, act), mt_rows_at(ws->attn.v, kv0, KV, act),
-                     tile_dims(cfg, c->batch, c->seq, t), c->seg ? &seg : NULL, ws->attn.ws);
+                     tile_dims(cfg, c->batch, c->seq, t), &params, c->seg ? &seg : NULL, ws->attn.ws);
     if (t.rows < c->seq) sum_window_shares(c, t);
     void *dk_rows = mt_rows_at_mut(ws->attn.dk, t.row, KV, act);
     op->rope(be, s, ws->attn.dq, rope_table(c), t.rows, c->seq, pos0, positions(c, t.row), cfg->num_heads,
