@@ -187,7 +187,13 @@ Test(run_file, relative_paths_are_the_files_and_a_run_resumes_from_another_direc
     snprintf(conf, sizeof conf, "%s/conf", dir);
     cr_assert_eq(mkdir(conf, 0700), 0);
     snprintf(file, sizeof file, "%s/r.yaml", conf);
-    snprintf(text, sizeof text, "preset: tiny\ndata: ../corpus.txt\nval-data: ~/corpus.txt,../corpus.txt\nout: ../relrun\n"
+    char corpus_path[PATH_MAX + 16], held[PATH_MAX + 16];
+    snprintf(corpus_path, sizeof corpus_path, "%s/corpus.txt", dir);
+    snprintf(held, sizeof held, "%s/held.txt", dir); /* validation files need names of their own */
+    char *corpus_text = slurp(corpus_path);
+    write_file(held, corpus_text);
+    free(corpus_text);
+    snprintf(text, sizeof text, "preset: tiny\ndata: ../corpus.txt\nval-data: ~/corpus.txt,../held.txt\nout: ../relrun\n"
              "seq: 16\nbatch: 2\nsteps: 2\neval-every: 0\nbackend: cpu\nthreads: 1\n");
     setenv("HOME", dir, 1); /* ~/ is the home directory */
     write_file(file, text);
@@ -201,7 +207,7 @@ Test(run_file, relative_paths_are_the_files_and_a_run_resumes_from_another_direc
     snprintf(out_line, sizeof out_line, "\nout: %s/relrun\n", dir);
     snprintf(data_line, sizeof data_line, "\ndata: %s/corpus.txt\n", dir);
     char val_line[2 * PATH_MAX + 48];
-    snprintf(val_line, sizeof val_line, "\nval-data: %s/corpus.txt,%s/corpus.txt\n", dir, dir);
+    snprintf(val_line, sizeof val_line, "\nval-data: %s/corpus.txt,%s/held.txt\n", dir, dir);
     cr_expect(strstr(w, out_line) && strstr(w, data_line) && strstr(w, val_line), "not absolute:\n%s", w);
     free(w);
     cr_assert_eq(chdir("/"), 0);
