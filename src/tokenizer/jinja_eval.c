@@ -233,7 +233,7 @@ static mt_status eval_slice(j_ctx *c, const j_node *n, json_t **out) {
     }
     const char *s = is_str ? json_string_value(v) : NULL;
     size_t slen = is_str ? json_string_length(v) : 0, len = is_str ? j_ulen(s, slen) : json_array_size(v);
-    long start, stop, step;
+    long start = 0, stop = 0, step = 1;
     mt_status st = slice_bounds(c, n, len, &start, &stop, &step);
     json_t *r = st == MT_OK ? json_array() : NULL;
     if (st == MT_OK && !r) st = mt_fail(MT_ERR_NOMEM, "cannot hold a slice");
