@@ -258,8 +258,7 @@ mt_status j_method(j_ctx *c, size_t at, const json_t *obj, const char *name, con
 static const char *const FILTERS[] = {
     "abs", "capitalize", "count", "d", "default", "dictsort", "first", "float", "indent", "int", "items", "join",
     "last", "length", "list", "lower", "map", "max", "min", "reject", "rejectattr", "replace", "reverse", "round",
-    "safe", "select", "selectattr", "sort", "string", "sum", "title", "tojson", "trim", "unique", "upper", "wordcount",
-    NULL};
+    "safe", "select", "selectattr", "sort", "string", "sum", "title", "tojson", "trim", "unique", "upper", NULL};
 
 int mt_jinja_filter_known(const char *name) {
     for (const char *const *f = FILTERS; *f; f++)
@@ -564,14 +563,6 @@ mt_status j_filter(j_ctx *c, size_t at, const char *name, json_t *v, const j_arg
         if (frac >= 0.5) f += 1;
         else if (frac <= -0.5) f -= 1;
         return (*out = json_real(f / scale)) ? MT_OK : nomem();
-    }
-    if (!strcmp(name, "wordcount")) {
-        MT_TRY(need_string(c, at, name, v));
-        json_t *words;
-        MT_TRY(split(c, at, v, NULL, NULL, &words));
-        *out = json_integer((json_int_t)json_array_size(words));
-        json_decref(words);
-        return MT_OK;
     }
     /* the string filters */
     MT_TRY(need_string(c, at, name, v));

@@ -3,8 +3,9 @@
 # (_compile_jinja_template: ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, loop
 # controls, {% generation %}, tojson as json.dumps(ensure_ascii=False), raise_exception, and
 # strftime_now on a fixed date as megatrain's), once for each variable set of a JSON list:
-#   render_jinja.py TEMPLATE VARS.json DATE    -> a JSON list, one entry a set: the text, or
-#                                                 {"error": message} where Jinja raised
+#   render_jinja.py TEMPLATE VARS.json DATE [EXTRA]   -> a JSON list, one entry a set: the text,
+#                                                        or {"error": message} where Jinja raised
+# EXTRA: a JSON object of variables added to every set (bos_token, eos_token).
 # Exit 2 without jinja2.
 import json, sys, datetime
 try:
@@ -38,10 +39,11 @@ env.filters["tojson"] = tojson
 env.globals["raise_exception"] = raise_exception
 env.globals["strftime_now"] = lambda fmt: datetime.datetime(day.year, day.month, day.day).strftime(fmt)
 template = env.from_string(open(sys.argv[1], encoding="utf-8").read())
+extra = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
 out = []
 for variables in json.load(open(sys.argv[2], encoding="utf-8")):
     try:
-        out.append(template.render(**variables))
+        out.append(template.render(**{**extra, **variables}))
     except Exception as e:
         out.append({"error": str(e)})
 sys.stdout.write(json.dumps(out, ensure_ascii=False))
