@@ -9,7 +9,7 @@
 
 #include "tokenizer/jinja_value.h"
 
-enum { MAX_DEPTH = 100, MAX_STEPS = 20000000 };
+enum { MAX_DEPTH = 100, MAX_STEPS = 5000000 };
 
 static mt_status eval(j_ctx *c, const j_node *n, json_t **out);
 static mt_status exec(j_ctx *c, const j_node *n);

@@ -437,6 +437,8 @@ static json_t *to_int(const json_t *v, const json_t *dflt) {
     return dflt ? json_incref((json_t *)dflt) : json_integer(0);
 }
 
+static mt_status string_filter(j_ctx *c, size_t at, const char *name, json_t *v, const j_args *a, json_t **out);
+
 static int by_value(const void *x, const void *y) {
     int r = j_compare(*(json_t *const *)x, *(json_t *const *)y);
     return r == -2 ? 0 : r;
@@ -472,7 +474,6 @@ mt_status j_filter(j_ctx *c, size_t at, const char *name, json_t *v, const j_arg
     if (!strcmp(name, "join")) return join(c, at, v, a, out);
     if (!strcmp(name, "map")) return map(c, at, v, a, out);
     if (strstr(name, "select") || strstr(name, "reject")) return select_items(c, at, name, v, a, out);
-    if (!strcmp(name, "indent")) return indent(c, at, v, a, out);
     if (!strcmp(name, "items")) {
         if (!v) return (*out = json_array()) ? MT_OK : nomem();
         if (!json_is_object(v)) return j_fail(c, at, "items of a %s", j_type(v));
@@ -564,8 +565,15 @@ mt_status j_filter(j_ctx *c, size_t at, const char *name, json_t *v, const j_arg
         else if (frac <= -0.5) f -= 1;
         return (*out = json_real(f / scale)) ? MT_OK : nomem();
     }
-    /* the string filters */
-    MT_TRY(need_string(c, at, name, v));
+    /* the string filters, on str(v) as Jinja's (undefined: "") */
+    json_t *text = j_to_string(v);
+    if (!text) return nomem();
+    mt_status st = string_filter(c, at, name, text, a, out);
+    json_decref(text);
+    return st;
+}
+
+static mt_status string_filter(j_ctx *c, size_t at, const char *name, json_t *v, const j_args *a, json_t **out) {
     if (!strcmp(name, "trim")) {
         json_t *chars = arg(a, 0, "chars");
         if (chars && !json_is_null(chars)) MT_TRY(need_string(c, at, "trim", chars));
@@ -584,6 +592,7 @@ mt_status j_filter(j_ctx *c, size_t at, const char *name, json_t *v, const j_arg
         MT_TRY(need_string(c, at, "replace", new));
         return replace(v, old, new, arg(a, 2, "count"), out);
     }
+    if (!strcmp(name, "indent")) return indent(c, at, v, a, out);
     return j_fail(c, at, "no filter named `%s`", name);
 }
 

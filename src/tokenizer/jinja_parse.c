@@ -273,7 +273,7 @@ static mt_status postfix(parser *p, j_node **inout) {
         } else if (accept(p, MT_JT_OP, "[")) {
             MT_TRY(subscript(p, *inout, at, inout));
         } else if (accept(p, MT_JT_OP, "(")) {
-            NEW(n, J_CALL, at);
+            NEW(n, J_CALL, (*inout)->at); /* a call is where its callee is, for messages */
             n->a = *inout;
             *inout = n;
             MT_TRY(arguments(p, n));
@@ -463,8 +463,11 @@ static mt_status body(parser *p, const char *const *ends, j_node **out, const ch
 static mt_status end_tag(parser *p) { return expect(p, MT_JT_END, NULL, "`%}`"); }
 
 static mt_status target_name(parser *p, const char **name) {
+    static const char *const keywords[] = {"in", "if", "else", "not", "and", "or", "is", NULL};
     const mt_jinja_token *k = peek(p);
-    if (!k || k->kind != MT_JT_NAME) return fail_at(p, here(p), "expected a name, found `%s`", shown(p));
+    int keyword = 0;
+    for (const char *const *w = keywords; k && *w; w++) keyword |= !strcmp(k->value, *w);
+    if (!k || k->kind != MT_JT_NAME || keyword) return fail_at(p, here(p), "expected a name, found `%s`", shown(p));
     *name = k->value;
     p->i++;
     return MT_OK;
@@ -630,6 +633,12 @@ static mt_status statement(parser *p, size_t at, j_node **out) {
     return fail_at(p, k->at, "unknown tag `%s`", tag);
 }
 
+/* The tag that closes a block: the last of its `ends` (endif after elif and else). */
+static const char *closing(const char *const *ends) {
+    while (ends[1]) ends++;
+    return *ends;
+}
+
 static mt_status body(parser *p, const char *const *ends, j_node **out, const char **end) {
     NEW(n, J_BODY, here(p));
     *out = n;
@@ -638,7 +647,7 @@ static mt_status body(parser *p, const char *const *ends, j_node **out, const ch
         size_t at = here(p);
         if (!k) {
             if (!ends) return MT_OK;
-            return fail_at(p, at, "the template ends where `{%% %s %%}` was expected", ends[0]);
+            return fail_at(p, at, "the template ends where `{%% %s %%}` was expected", closing(ends));
         }
         j_node *s = NULL;
         if (k->kind == MT_JT_DATA) {
@@ -664,7 +673,7 @@ static mt_status body(parser *p, const char *const *ends, j_node **out, const ch
             if (name && name->kind == MT_JT_NAME &&
                 (!strncmp(name->value, "end", 3) || !strcmp(name->value, "else") || !strcmp(name->value, "elif")))
                 return fail_at(p, name->at, "`{%% %s %%}` where %s%s%s was expected", name->value,
-                               ends ? "`{% " : "no such tag", ends ? ends[0] : "", ends ? " %}`" : "");
+                               ends ? "`{% " : "no such tag", ends ? closing(ends) : "", ends ? " %}`" : "");
             MT_TRY(statement(p, at, &s));
         } else {
             return fail_at(p, at, "unexpected `%s`", shown(p));
