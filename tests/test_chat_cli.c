@@ -228,7 +228,7 @@ Test(chat_cli, tokenize_renders_any_template_and_refuses_a_broken_one) {
     write_tokenizer(in_dir("broken"), "{% for message in messages %}{{ message['content'] }}");
     mt_cli_run(&r, TIMEOUT_S, "tokenize", "--tokenizer", in_dir("broken"), in_dir("chat.jsonl"), "--out",
                in_dir("out/x"), NULL);
-    assert_failed(&r, "broken/tokenizer_config.json: chat template line 1, column 55",
+    assert_failed(&r, "broken/tokenizer_config.json: chat template line 1, column 54",
                   "the template ends where `{% endfor %}` was expected");
     cr_expect_eq(r.exit_code, 2);
     cr_expect_eq(count_files(in_dir("out/x*")), 0);

@@ -216,7 +216,7 @@ Test(chat_options, chat_template_option_renders_for_a_base_model) {
     hf_test_write_text(in_dir("broken.jinja"), "{% for m in messages %}\n{{ m['content'] | shout }}{% endfor %}");
     mt_cli_run(&r, TIMEOUT_S, "tokenize", "--tokenizer", in_dir("base"), in_dir("chat.jsonl"), "--out",
                in_dir("out/broken"), "--chat-template", in_dir("broken.jinja"), NULL);
-    assert_refused(&r, "broken.jinja: chat template line 2, column 18", "no filter named `shout`");
+    assert_refused(&r, "broken.jinja: chat template line 2, column 19", "no filter named `shout`");
     cr_expect(!mt_test_exists(in_dir("out/broken_000000.bin")));
     mt_cli_result_free(&r);
     mt_cli_run(&r, TIMEOUT_S, "tokenize", "--tokenizer", in_dir("base"), in_dir("chat.jsonl"), "--out",

@@ -53,9 +53,10 @@ static mt_status answer_span(const mt_chat_template *t, const json_t *msgs, size
     mt_status st = i > 0 ? render(t, msgs, i, tools, 1, &before) : MT_OK;
     if (st == MT_OK) st = render(t, msgs, i + 1, tools, 0, &through);
     if (st == MT_OK && !(is_prefix(&before, &through) && is_prefix(&through, whole)))
-        st = mt_fail(MT_ERR_INVALID, "%s: the chat template renders message %zu (an assistant's) differently once "
-                     "later messages follow, so which text is the answer cannot be told from its renders; mark the "
-                     "answer with {%% generation %%} ... {%% endgeneration %%} in the template", t->name, i + 1);
+        st = mt_fail(MT_ERR_INVALID, "%s: the chat template's renders are not prefixes of one another at message %zu "
+                     "(an assistant's): the conversation before it with the generation prompt, then through it, then "
+                     "whole, must each begin with the one before for megatrain to tell which text is the answer; mark "
+                     "the answer with {%% generation %%} ... {%% endgeneration %%} in the template", t->name, i + 1);
     if (st == MT_OK) {
         size_t end = through.len;
         while (end > before.len && space(through.text[end - 1])) end--;

@@ -8,8 +8,9 @@
  * generation prompt and the conversation through it (LLaMA-Factory's, axolotl's and TRL's way),
  * less the whitespace that ends it (the newline ChatML writes after <|im_end|>: the model stops at
  * the end-of-turn token and never generates it). A template whose renders are not prefixes of one
- * another (one that renders a message differently once later messages follow) is refused for
- * that conversation, naming the template and the message: it needs {% generation %} tags. */
+ * another (one that renders a message differently once later messages follow, or whose generation
+ * prompt is not how it opens an assistant turn) is refused for that conversation, naming the
+ * template and the message: it needs {% generation %} tags. */
 #ifndef MT_TOKENIZER_CHAT_JINJA_H
 #define MT_TOKENIZER_CHAT_JINJA_H
 
