@@ -3,6 +3,7 @@
  * does not outlive it: templates carry state out of a loop in a namespace()); names resolve
  * through the enclosing scopes, a macro's through the template's own. */
 #include <limits.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -316,27 +317,35 @@ static mt_status arithmetic(j_ctx *c, const j_node *n, const json_t *a, const js
         return j_fail(c, n->at, "unsupported operand types for %s: %s and %s", op, j_type(a), j_type(b));
     int real = json_is_real(a) || json_is_real(b);
     double x = j_number(a), y = j_number(b);
-    long long i = (long long)x, k = (long long)y;
+    long long i = 0, k = 0;
     if (!real) i = json_is_integer(a) ? json_integer_value(a) : json_is_true(a), k = json_is_integer(b) ? json_integer_value(b) : json_is_true(b);
-    if (!strcmp(op, "+")) *out = number_result(real, x + y, i + k);
-    else if (!strcmp(op, "-")) *out = number_result(real, x - y, i - k);
-    else if (!strcmp(op, "*")) *out = number_result(real, x * y, i * k);
-    else if (!strcmp(op, "**")) {
+    long long r = 0;
+    int over = 0; /* Python's ints do not overflow; ours stop there */
+    if (!strcmp(op, "+")) {
+        over = !real && __builtin_add_overflow(i, k, &r);
+        *out = number_result(real, x + y, r);
+    } else if (!strcmp(op, "-")) {
+        over = !real && __builtin_sub_overflow(i, k, &r);
+        *out = number_result(real, x - y, r);
+    } else if (!strcmp(op, "*")) {
+        over = !real && __builtin_mul_overflow(i, k, &r);
+        *out = number_result(real, x * y, r);
+    } else if (!strcmp(op, "**")) {
         if (!real && k >= 0) {
-            long long r = 1;
-            for (long long e = 0; e < k && e < 64; e++) r *= i;
+            if (i == 0 || i == 1 || i == -1) r = k == 0 ? 1 : i == -1 && k % 2 == 0 ? 1 : i;
+            else for (long long e = r = 1; e <= k && !over; e++) over = __builtin_mul_overflow(r, i, &r);
             *out = json_integer(r);
         } else {
-            double r = 1;
-            for (int e = 0; e < (int)(y < 0 ? -y : y) && e < 1024; e++) r *= x;
-            *out = json_real(y < 0 ? 1 / r : r);
+            *out = json_real(pow(x, y));
         }
     } else {
         if (y == 0) return j_fail(c, n->at, "division by zero");
-        if (!strcmp(op, "/")) *out = json_real(x / y);
-        else if (!strcmp(op, "//")) *out = number_result(real, x / y - (x / y < 0 && (long long)(x / y) != x / y), floor_div(i, k));
-        else *out = number_result(real, x - y * (double)floor_div((long long)x, (long long)y), i - k * floor_div(i, k));
+        if (!real && k == -1 && i == LLONG_MIN) over = 1;
+        else if (!strcmp(op, "/")) *out = json_real(x / y);
+        else if (!strcmp(op, "//")) *out = number_result(real, floor(x / y), real ? 0 : floor_div(i, k));
+        else *out = number_result(real, x - y * floor(x / y), real ? 0 : i - k * floor_div(i, k));
     }
+    if (over) return json_decref(*out), *out = NULL, j_fail(c, n->at, "an integer past 64 bits");
     return *out ? MT_OK : mt_fail(MT_ERR_NOMEM, "cannot hold a number");
 }
 
@@ -375,8 +384,9 @@ static mt_status eval_unary(j_ctx *c, const j_node *n, json_t **out) {
     mt_status st = MT_OK;
     if (n->str[0] == 'n') *out = json_boolean(!j_truthy(v));
     else if (!j_is_number(v)) st = j_fail(c, n->at, "unary %s on a %s", n->str, j_type(v));
-    else if (n->str[0] == '+') *out = json_is_real(v) ? json_real(json_real_value(v)) : json_integer((json_int_t)j_number(v));
-    else *out = json_is_real(v) ? json_real(-json_real_value(v)) : json_integer(-(json_int_t)j_number(v));
+    else if (n->str[0] == '+') *out = json_is_real(v) ? json_real(json_real_value(v)) : json_integer(json_is_integer(v) ? json_integer_value(v) : (json_int_t)j_number(v));
+    else if (json_is_integer(v) && json_integer_value(v) == LLONG_MIN) st = j_fail(c, n->at, "an integer past 64 bits");
+    else *out = json_is_real(v) ? json_real(-json_real_value(v)) : json_integer(json_is_integer(v) ? -json_integer_value(v) : -(json_int_t)j_number(v));
     json_decref(v);
     return st;
 }

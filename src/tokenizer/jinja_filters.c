@@ -668,9 +668,10 @@ static mt_status range(j_ctx *c, size_t at, const j_args *a, json_t **out) {
     if (p[2] == 0) return j_fail(c, at, "range with a step of zero");
     json_t *list = json_array();
     if (!list) return nomem();
-    for (long long i = p[0]; p[2] > 0 ? i < p[1] : i > p[1]; i += p[2]) {
+    for (long long i = p[0]; p[2] > 0 ? i < p[1] : i > p[1];) {
         if (json_array_size(list) >= 100000) return json_decref(list), j_fail(c, at, "range of over 100000 numbers");
         if (json_array_append_new(list, json_integer(i))) return json_decref(list), nomem();
+        if (__builtin_add_overflow(i, p[2], &i)) break;
     }
     *out = list;
     return MT_OK;
