@@ -2,8 +2,8 @@
  * renders, derived by hand (tests/data/chat/cases.json: the trainable parts between ⟦ and ⟧;
  * tests/data/chat/README.md says where each template comes from) and checked with Jinja2 as
  * transformers renders them, in every line layout (OpenAI messages with tools, prompt/completion,
- * alpaca, ShareGPT); the recognition of the known templates by their Jinja tokens, the templates
- * we refuse naming the first difference, and the chat JSONL lines we refuse. */
+ * alpaca, ShareGPT); the recognition of the known templates by their Jinja tokens, other templates
+ * rendered by the interpreter, and the chat JSONL lines we refuse. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <stdlib.h>

@@ -8,8 +8,8 @@
  *
  *   Llama 3    <|start_header_id|>role<|end_header_id|>\n\n content|trim <|eot_id|>; with the
  *              Llama 3.1+ system header "Cutting Knowledge Date: ...\nToday Date: ...\n\n", whose
- *              date is the template's own fallback date_string (Llama 3.2's strftime_now date
- *              would make the data depend on the day it was tokenized), and its tool section
+ *              date is the template's own fallback date_string (Llama 3.2's, as its strftime_now
+ *              gives MT_CHAT_TEMPLATE_DATE), and its tool section
  *   ChatML     <|im_start|>role\n content <|im_end|>\n (Qwen2, Qwen2.5, Qwen3), with the template's
  *              default system prompt where it has one, Qwen3's <think> rules, Qwen2.5's and
  *              Qwen3's tool sections
@@ -19,7 +19,8 @@
  *
  * Rendering gives segments of text, each either context (no loss) or trainable: what the model
  * generates for an assistant turn after the template's generation prompt, through the turn's end
- * token (<|eot_id|>, <|im_end|>, eos), tool calls included. */
+ * token (<|eot_id|>, <|im_end|>, eos), tool calls included (for other templates,
+ * tokenizer/chat_jinja.h says how the answers are found). */
 #ifndef MT_TOKENIZER_CHAT_TEMPLATE_H
 #define MT_TOKENIZER_CHAT_TEMPLATE_H
 
