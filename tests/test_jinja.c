@@ -365,4 +365,30 @@ Test(jinja, stops_a_template_that_runs_away, .timeout = MT_TEST_LIMIT(30)) {
     cr_expect(strstr(mt_error(), "the template runs too long"), "%s", mt_error());
     cr_assert_eq(render_text("{% set ns = namespace(a=1) %}{% set ns.self = [ns] %}", "{}", &got), MT_ERR_INVALID);
     cr_expect(strstr(mt_error(), "a namespace set into itself"), "%s", mt_error());
+    /* only a namespace() takes attributes: the conversation's own values are never changed */
+    cr_assert_eq(render_text("{% set m = messages[0] %}{% set m.content = 'x' %}", "{\"messages\": [{}]}", &got),
+                 MT_ERR_INVALID);
+    cr_expect(strstr(mt_error(), "`m.content = ...` on a dict, not a namespace()"), "%s", mt_error());
+}
+
+/* sample --chat's prompt with a template megatrain does not know: the conversation with the
+ * generation prompt, all context; an answer first is an answer from the start of the text. */
+Test(jinja, renders_a_prompt_and_an_answer_first) {
+    const char *tpl = "{% for m in messages %}<{{ m.role }}>{{ m.content }}</s>\n{% endfor %}"
+                      "{% if add_generation_prompt %}<assistant>{% endif %}";
+    mt_chat_template t;
+    cr_assert_eq(mt_chat_template_parse(tpl, NULL, "</s>", "t.jinja", &t), MT_OK, "%s", mt_error());
+    mt_chat_message user = {.role = MT_ROLE_USER, .content = "Hi", .len = 2};
+    mt_chat_rendered r;
+    cr_assert_eq(mt_chat_render_prompt(&t, &user, 1, &r), MT_OK, "%s", mt_error());
+    char *got = marked(&r);
+    cr_expect_str_eq(got, "<user>Hi</s>\n<assistant>");
+    free(got);
+    mt_chat_rendered_free(&r);
+    mt_chat_template_free(&t);
+    got = render_marked(tpl, "{\"messages\": [{\"role\": \"assistant\", \"content\": \"I start.\"}, {\"role\": \"user\", "
+                             "\"content\": \"ok\"}]}");
+    cr_assert_not_null(got, "%s", mt_error());
+    cr_expect_str_eq(got, "⟦<assistant>I start.</s>⟧\n<user>ok</s>\n");
+    free(got);
 }

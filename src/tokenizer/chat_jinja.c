@@ -40,7 +40,7 @@ static mt_status render(const mt_chat_template *t, const json_t *all, size_t n, 
 }
 
 static int is_prefix(const mt_jinja_output *a, const mt_jinja_output *b) {
-    return a->len <= b->len && !memcmp(a->text, b->text, a->len);
+    return a->len == 0 || (a->len <= b->len && !memcmp(a->text, b->text, a->len));
 }
 
 static int space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }

@@ -607,7 +607,10 @@ static mt_status exec_set(j_ctx *c, const j_node *n) {
     mt_status st = MT_OK;
     if (n->neg) {
         json_t *ns = lookup(c->scope, n->names[0]);
-        if (!json_is_object(ns) || macro_of(ns))
+        int is_namespace = 0;
+        for (size_t k = 0; k < json_array_size(c->namespaces) && !is_namespace; k++)
+            is_namespace = json_array_get(c->namespaces, k) == ns;
+        if (!is_namespace)
             st = j_fail(c, n->at, "`%s.%s = ...` on a %s, not a namespace()", n->names[0], n->names[1], j_type(ns));
         else if (v && holds(v, ns))
             st = j_fail(c, n->at, "a namespace set into itself");
@@ -697,11 +700,12 @@ static mt_status exec(j_ctx *c, const j_node *n) {
 
 mt_status mt_jinja_render(const mt_jinja *t, const json_t *vars, const char *today, mt_jinja_output *out) {
     *out = (mt_jinja_output){0};
-    json_t *globals = json_copy((json_t *)vars), *own = json_object();
+    json_t *globals = json_copy((json_t *)vars), *own = json_object(), *namespaces = json_array();
     j_frame g = {globals, NULL}, top = {own, &g};
-    j_ctx c = {.t = t, .out = out, .today = today, .top = &top, .scope = &top};
-    mt_status st = globals && own ? exec(&c, t->root) : mt_fail(MT_ERR_NOMEM, "cannot render a chat template");
+    j_ctx c = {.t = t, .out = out, .today = today, .top = &top, .scope = &top, .namespaces = namespaces};
+    mt_status st = globals && own && namespaces ? exec(&c, t->root) : mt_fail(MT_ERR_NOMEM, "cannot render a chat template");
     if (st == MT_OK) st = j_put(out, "", 0); /* a text even when empty */
+    json_decref(namespaces);
     json_decref(own);
     json_decref(globals);
     if (st != MT_OK) mt_jinja_output_free(out);

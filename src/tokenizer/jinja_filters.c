@@ -720,6 +720,7 @@ mt_status j_global(j_ctx *c, size_t at, const char *name, const j_args *a, int *
         if (json_is_object(init) && json_object_update(d, init)) return json_decref(d), nomem();
         for (size_t i = 0; i < a->n; i++)
             if (a->name && a->name[i] && a->v[i] && json_object_set(d, a->name[i], a->v[i])) return json_decref(d), nomem();
+        if (name[0] == 'n' && json_array_append(c->namespaces, d)) return json_decref(d), nomem();
         *out = d;
         return MT_OK;
     }

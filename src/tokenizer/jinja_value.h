@@ -20,6 +20,7 @@ typedef struct {
     const char *today;     /* strftime_now's date, YYYY-MM-DD */
     j_frame *top;          /* the template's own variables, under which macros run */
     j_frame *scope;        /* the innermost scope: where names resolve and {% set %} binds */
+    json_t *namespaces;    /* the namespace() objects made: the only values `set x.attr =` changes */
     int flow;              /* J_BREAK or J_CONTINUE while one unwinds to its loop; else 0 */
     int depth;             /* macro calls under way */
     size_t steps;          /* nodes evaluated: a template that runs away is stopped */
