@@ -81,6 +81,33 @@ static mt_status push(mt_chat_rendered *r, const char *text, size_t len, int tra
     return MT_OK;
 }
 
+/* The length of a special-token-like marker at s (<|im_end|>, </s>, <start_of_turn>: `<`, then up
+ * to 62 bytes without `<`, `>` or whitespace, then `>`), or 0. */
+static size_t marker(const char *s, size_t n) {
+    if (n < 3 || s[0] != '<') return 0;
+    for (size_t k = 1; k < n && k < 64; k++) {
+        if (s[k] == '>') return k > 1 ? k + 1 : 0;
+        if (s[k] == '<' || space(s[k])) return 0;
+    }
+    return 0;
+}
+
+/* Pushes text, its markers as segments of their own marked special: mt_chat_encode splits the
+ * text at those that are the tokenizer's special tokens, so that it encodes pieces, not the whole. */
+static mt_status push_text(mt_chat_rendered *r, const char *text, size_t len, int trainable) {
+    size_t from = 0;
+    for (size_t i = 0; i < len; i++) {
+        size_t k = marker(text + i, len - i);
+        if (!k) continue;
+        MT_TRY(push(r, text + from, i - from, trainable));
+        MT_TRY(push(r, text + i, k, trainable));
+        r->seg[r->n - 1].special = 1;
+        from = i + k;
+        i += k - 1;
+    }
+    return push(r, text + from, len - from, trainable);
+}
+
 /* Keeps the rendered text, which the segments point into, in out->owned. */
 static mt_status own(mt_chat_rendered *out, mt_jinja_output *text) {
     out->owned = malloc(sizeof *out->owned);
@@ -96,11 +123,11 @@ static mt_status segments(mt_chat_rendered *out, const char *text, size_t len, s
     size_t at = 0;
     for (size_t k = 0; k < n; k++) {
         if (spans[k][0] < at) continue; /* nested or repeated: already covered */
-        MT_TRY(push(out, text + at, spans[k][0] - at, 0));
-        MT_TRY(push(out, text + spans[k][0], spans[k][1] - spans[k][0], 1));
+        MT_TRY(push_text(out, text + at, spans[k][0] - at, 0));
+        MT_TRY(push_text(out, text + spans[k][0], spans[k][1] - spans[k][0], 1));
         at = spans[k][1];
     }
-    return push(out, text + at, len - at, 0);
+    return push_text(out, text + at, len - at, 0);
 }
 
 static mt_status render_conversation(const mt_chat_template *t, const json_t *msgs, const mt_chat_message *m, size_t n,
@@ -143,7 +170,7 @@ mt_status mt_chat_jinja_render_prompt(const mt_chat_template *t, const mt_chat_m
     mt_status st = render(t, msgs, n, NULL, 1, &text);
     json_decref(msgs);
     if (st == MT_OK) st = own(out, &text);
-    if (st == MT_OK) st = push(out, out->owned[0], text.len, 0);
+    if (st == MT_OK) st = push_text(out, out->owned[0], text.len, 0);
     mt_jinja_output_free(&text);
     if (st != MT_OK) mt_chat_rendered_free(out);
     return st;
