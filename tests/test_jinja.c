@@ -15,9 +15,11 @@
 
 #include "chat_test_files.h"
 #include "tokenizer/chat_data.h"
+#include "tokenizer/chat_encode.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/jinja.h"
 #include "test_limits.h"
+#include "tokenizer_files.h"
 
 #define JINJA_DATA "tests/data/jinja"
 #define DATE MT_CHAT_TEMPLATE_DATE
@@ -151,10 +153,20 @@ static int marks_removed_equal(const char *a, const char *b) {
     }
 }
 
+/* The real tokenizer of each template's model, each loaded once. */
+static mt_tokenizer *loaded[3];
+
+static mt_tokenizer *tokenizer_for(const char *tmpl) {
+    int k = !strncmp(tmpl, "llama3", 6) ? 0 : !strncmp(tmpl, "qwen", 4) ? 1 : 2;
+    static const char *const names[] = {"llama3", "qwen3", "mistral"};
+    return loaded[k] ? loaded[k] : (loaded[k] = tok_test_load(names[k]));
+}
+
 /* The interpreter renders every case of cases.json to the known renderer's text; the answers it
  * finds from the renders (the conversation before each answer with the generation prompt, then
  * with the answer, less the whitespace after its end-of-turn token) are the known renderer's
- * wherever the renders are prefixes of one another. Where they are not (Qwen3 drops the reasoning
+ * wherever the renders are prefixes of one another, and so are the ids and masks with the real
+ * tokenizers (today's, issue 43's regression suite). Where they are not (Qwen3 drops the reasoning
  * of answers before the last question; Mistral v0.3 moves the system prompt to the last question;
  * Llama 3's first template ends every text with an assistant header), the conversation is refused
  * naming the message: why those templates keep their C renderer. */
@@ -181,6 +193,19 @@ Test(jinja, finds_the_answers_the_known_renderers_mark, .timeout = MT_TEST_LIMIT
             agreed++;
             free(ma);
             free(mb);
+            /* and so the same ids and masks with the model's real tokenizer */
+            mt_tokenizer *tok = tokenizer_for(name);
+            mt_ids ia = {0}, ib = {0};
+            mt_mask ka = {0}, kb = {0};
+            cr_assert_eq(mt_chat_encode(tok, &a, &ia, &ka), MT_OK, "%s", mt_error());
+            cr_assert_eq(mt_chat_encode(tok, &b, &ib, &kb), MT_OK, "%s", mt_error());
+            cr_assert_eq(ia.n, ib.n, "case %zu (%s)", i, name);
+            cr_expect(!memcmp(ia.ids, ib.ids, ia.n * sizeof *ia.ids) && !memcmp(ka.v, kb.v, ka.n),
+                      "case %zu (%s): other ids or masks", i, name);
+            mt_ids_free(&ia);
+            mt_ids_free(&ib);
+            mt_mask_free(&ka);
+            mt_mask_free(&kb);
         } else if (sa == MT_OK) {
             cr_expect(strstr(mt_error(), "are not prefixes of one another"), "case %zu (%s): %s", i, name,
                       mt_error());
@@ -198,6 +223,7 @@ Test(jinja, finds_the_answers_the_known_renderers_mark, .timeout = MT_TEST_LIMIT
     }
     cr_expect_gt(agreed, 40, "%zu cases agreed, %zu refused", agreed, refused);
     json_decref(cases);
+    for (int k = 0; k < 3; k++) mt_tokenizer_free(loaded[k]);
 }
 
 /* The whole text still matches where the masks cannot be found: rendered with the interpreter
