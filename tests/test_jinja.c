@@ -74,7 +74,7 @@ static const char *const TEMPLATES[] = {
     CHAT_DATA "/llama2/tokenizer_config.json",   CHAT_DATA "/mistral-v0.1/tokenizer_config.json",
     CHAT_DATA "/mistral-v0.2/tokenizer_config.json", CHAT_DATA "/mistral-v0.3/tokenizer_config.json",
     "tests/data/tokenizers/gemma3/tokenizer_config.json", JINJA_DATA "/harmony.jinja", JINJA_DATA "/custom.jinja",
-    JINJA_DATA "/generation.jinja"};
+    JINJA_DATA "/generation.jinja", JINJA_DATA "/tojson.jinja"};
 
 Test(jinja, renders_every_template_as_jinja2_does, .timeout = MT_TEST_LIMIT(120)) {
     json_t *convs = json_load_file(JINJA_DATA "/conversations.json", 0, NULL); /* integers stay integers */

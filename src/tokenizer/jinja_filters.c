@@ -407,16 +407,23 @@ static mt_status indent(j_ctx *c, size_t at, json_t *v, const j_args *a, json_t 
     return from_buf(&b, out);
 }
 
+/* tojson(indent=None, separators=None, sort_keys=False, ensure_ascii=False): transformers' filter. */
 static mt_status tojson(j_ctx *c, size_t at, json_t *v, const j_args *a, json_t **out) {
-    json_t *ind = arg(a, 0, "indent"), *sep = arg(a, 9, "separators"), *sort = arg(a, 9, "sort_keys");
+    json_t *ind = arg(a, 1, "indent"), *sep = arg(a, 2, "separators");
     if (!v) return j_fail(c, at, "tojson of an undefined value");
-    if ((sep && !json_is_null(sep)) || j_truthy(sort) || j_truthy(arg(a, 9, "ensure_ascii")))
-        return j_fail(c, at, "tojson with separators, sort_keys or ensure_ascii is not supported");
     if (ind && !json_is_null(ind) && !json_is_integer(ind)) return j_fail(c, at, "tojson's indent is not an int");
-    int width = ind && json_is_integer(ind) ? (int)json_integer_value(ind) : -1;
+    mt_py_json_options o = {.indent = ind && json_is_integer(ind) ? (int)json_integer_value(ind) : -1,
+                            .sort_keys = j_truthy(arg(a, 3, "sort_keys")), .ensure_ascii = j_truthy(arg(a, 0, "ensure_ascii"))};
+    if (sep && !json_is_null(sep)) {
+        if (!json_is_array(sep) || json_array_size(sep) != 2 || !json_is_string(json_array_get(sep, 0)) ||
+            !json_is_string(json_array_get(sep, 1)))
+            return j_fail(c, at, "tojson's separators are not two strings");
+        o.item_sep = json_string_value(json_array_get(sep, 0));
+        o.key_sep = json_string_value(json_array_get(sep, 1));
+    }
     char *text;
     size_t len;
-    MT_TRY(mt_py_json_dumps(v, width, &text, &len));
+    MT_TRY(mt_py_json_dumps_with(v, &o, &text, &len));
     mt_status st = new_string(text, len, out);
     free(text);
     return st;

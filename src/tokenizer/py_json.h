@@ -13,4 +13,14 @@
 /* Writes v into a new NUL-terminated string *out (free it), *len bytes; indent < 0 for none. */
 mt_status mt_py_json_dumps(const json_t *v, int indent, char **out, size_t *len);
 
+/* json.dumps's other arguments, as transformers' tojson filter passes them: separators (NULL:
+ * Python's defaults for the indent), sort_keys, ensure_ascii (non-ASCII as \uXXXX escapes). */
+typedef struct {
+    int indent;
+    const char *item_sep, *key_sep;
+    int sort_keys, ensure_ascii;
+} mt_py_json_options;
+
+mt_status mt_py_json_dumps_with(const json_t *v, const mt_py_json_options *o, char **out, size_t *len);
+
 #endif
