@@ -4,6 +4,8 @@
 #   make test       every test (Criterion), then all of them again built with ASan+UBSan (the command
 #                   they drive too), then the engine's, the ranks' and the tokenizer's concurrency programs under TSan
 #   make demo       train the demo model on the demo corpus and sample from it
+# The first rule below is a template object's: `make` alone builds `all` all the same.
+.DEFAULT_GOAL := all
 CC       ?= cc
 CUDA_HOME ?= /usr/local/cuda
 NVCC     ?= $(CUDA_HOME)/bin/nvcc
@@ -145,13 +147,13 @@ FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_FLAGS   := -std=c11 -D_GNU_SOURCE -O1 -g -Iinclude -Isrc -Itests/fuzz \
                 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
-# The model's layout and kinds (src/model: each block kind's tensors, parameters and FLOPs), which
-# config.c reads.
-MODEL_KINDS_C := src/model/layout.c src/model/block_kinds.c src/model/mixer_attention.c src/model/ffn_dense.c src/model/ffn_moe.c
-FUZZ_LIB_C   := src/util/status.c src/util/log.c src/model/config.c $(MODEL_KINDS_C) src/io/checkpoint.c \
+# The model (src/model: the families, the layer spec, the layout and each block kind's tensors,
+# parameters and FLOPs), which config.c and io/hf_config.c read.
+MODEL_C      := $(sort $(wildcard src/model/*.c src/model/families/*.c src/model/kinds/*.c))
+FUZZ_LIB_C   := src/util/status.c src/util/log.c $(MODEL_C) src/util/json_fields.c src/io/checkpoint.c \
                 src/io/hf_config.c src/io/safetensors.c src/io/tokens.c src/io/masked_tokens.c \
                 tests/fuzz/tmp_file.c $(wildcard src/tokenizer/*.c) src/util/fs.c src/util/json_kind.c \
-                src/util/stop_signal.c
+                src/util/stop_signal.c src/util/foreign_format.c
 FUZZ_HARNESS := $(sort $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c))))
 
 $(BUILD)/fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_C) $(CHAT_TEMPLATES)

@@ -81,6 +81,9 @@ typedef struct {
 
     /* Optimization. */
     int64_t steps;
+    double epochs;           /* passes over the training split instead of --steps: the steps are the
+                              * windows of `epochs` epochs over the windows of a step, rounded up
+                              * (MT_UNSET_NUMBER: --steps decides) */
     float lr, min_lr_ratio;
     int64_t warmup_steps;    /* default: a tenth of steps, at most 100 */
     const char *schedule;    /* "cosine" (default) or "constant" */

@@ -251,6 +251,185 @@ Test(chat_cli, tokenize_refuses_chat_mixed_with_text) {
     mt_cli_result_free(&r);
 }
 
+/* ---- LLaMA-Factory's .json files: a JSON array of records ---- */
+
+/* One record of each layout: alpaca with a system prompt and earlier turns (history), alpaca with
+ * an input, ShareGPT with a system prompt, OpenAI messages. */
+static const char *const RECORDS[] = {
+    "{\"instruction\": \"And now 3 plus 3?\", \"output\": \"6.\", \"system\": \"Be brief.\", "
+    "\"history\": [[\"What is 1 plus 1?\", \"2.\"], [\"And 2 plus 2?\", \"4.\"]]}",
+    "{\"instruction\": \"Translate to French\", \"input\": \"cat\", \"output\": \"chat\"}",
+    "{\"conversations\": [{\"from\": \"human\", \"value\": \"Hi\"}, {\"from\": \"gpt\", \"value\": \"Hello!\"}], "
+    "\"system\": \"You are terse.\"}",
+    "{\"messages\": [{\"role\": \"user\", \"content\": \"Double 7.\"}, {\"role\": \"assistant\", \"content\": \"14\"}]}",
+};
+#define N_RECORDS (sizeof RECORDS / sizeof *RECORDS)
+
+/* The records as JSONL, and as a JSON array laid out over many lines (after a byte order mark). */
+static void write_records(const char *jsonl, const char *json) {
+    FILE *f = fopen(jsonl, "w");
+    cr_assert_not_null(f);
+    json_t *array = json_array();
+    for (size_t i = 0; i < N_RECORDS; i++) {
+        fprintf(f, "%s\n", RECORDS[i]);
+        json_error_t err;
+        json_t *record = json_loads(RECORDS[i], 0, &err);
+        cr_assert_not_null(record, "%s", err.text);
+        json_array_append_new(array, record);
+    }
+    fclose(f);
+    char *text = json_dumps(array, JSON_INDENT(2));
+    f = fopen(json, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "\xef\xbb\xbf%s\n", text);
+    fclose(f);
+    free(text);
+    json_decref(array);
+}
+
+static void tokenize_to(const char *input, const char *out) {
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "tokenize", "--tokenizer", in_dir("tok"), input, "--out", out, NULL);
+    assert_succeeded(&r);
+    cr_expect(strstr(r.out, "masked shards"), "%s is not read as chat data:\n%s", input, r.out);
+    mt_cli_result_free(&r);
+}
+
+/* The array's records are read as the JSONL's lines: the same ids, masks and example starts. */
+Test(chat_cli, json_array_reads_as_its_jsonl_records) {
+    write_records(in_dir("records.jsonl"), in_dir("records.json"));
+    tokenize_to(in_dir("records.jsonl"), in_dir("out/lines"));
+    tokenize_to(in_dir("records.json"), in_dir("out/array"));
+    cr_expect(mt_test_files_equal(in_dir("out/lines_000000.bin"), in_dir("out/array_000000.bin")),
+              "the .json array tokenizes otherwise than the same records as JSONL");
+    /* train --data takes the .json as chat data too */
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("config.json"), "--tokenizer", in_dir("tok"), "--data",
+               in_dir("records.json"), SMALL_STEP, "--val-fraction", "0", "--steps", "1", "--out", in_dir("run"), NULL);
+    assert_succeeded(&r);
+    cr_expect(strstr(r.err, "loss on the answers only") && strstr(r.err, "4 conversations"), "stderr:\n%s", r.err);
+    mt_cli_result_free(&r);
+}
+
+/* alpaca's history: its [instruction, answer] pairs are the turns between the system prompt and
+ * the instruction, every answer carrying loss, as the same conversation written as messages. */
+Test(chat_cli, alpaca_history_is_the_earlier_turns) {
+    hf_test_write_text(in_dir("history.jsonl"), RECORDS[0]);
+    hf_test_write_text(in_dir("messages.jsonl"),
+                       "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, "
+                       "{\"role\": \"user\", \"content\": \"What is 1 plus 1?\"}, {\"role\": \"assistant\", \"content\": \"2.\"}, "
+                       "{\"role\": \"user\", \"content\": \"And 2 plus 2?\"}, {\"role\": \"assistant\", \"content\": \"4.\"}, "
+                       "{\"role\": \"user\", \"content\": \"And now 3 plus 3?\"}, {\"role\": \"assistant\", \"content\": \"6.\"}]}");
+    tokenize_to(in_dir("history.jsonl"), in_dir("out/history"));
+    tokenize_to(in_dir("messages.jsonl"), in_dir("out/messages"));
+    cr_expect(mt_test_files_equal(in_dir("out/history_000000.bin"), in_dir("out/messages_000000.bin")),
+              "alpaca's history is not read as the earlier turns");
+    hf_test_write_text(in_dir("bad.jsonl"), "{\"instruction\": \"q\", \"output\": \"a\", \"history\": [[\"q\"]]}");
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "tokenize", "--tokenizer", in_dir("tok"), in_dir("bad.jsonl"), "--out", in_dir("bad/x"), NULL);
+    assert_failed(&r, "bad.jsonl:1", "\"history\" item 1 is not a pair of strings");
+    mt_cli_result_free(&r);
+}
+
+/* Example e of a masked shard: its ids and loss flags, as one string (4 bytes an id, then a byte a
+ * flag), *len its bytes. */
+static unsigned char *example_bytes(const mt_tokens *t, size_t e, size_t *len) {
+    const uint64_t *starts;
+    size_t n = mt_tokens_examples(t, &starts), end = e + 1 < n ? starts[e + 1] : t->count, k = end - starts[e];
+    unsigned char *b = malloc(5 * k);
+    int32_t *ids = malloc(k * sizeof *ids);
+    mt_tokens_copy(t, starts[e], k, ids);
+    memcpy(b, ids, 4 * k);
+    mt_tokens_copy_mask(t, starts[e], k, b + 4 * k);
+    free(ids);
+    *len = 5 * k;
+    return b;
+}
+
+static int holds_example(const mt_tokens *t, const unsigned char *want, size_t len) {
+    const uint64_t *starts;
+    for (size_t e = 0; e < mt_tokens_examples(t, &starts); e++) {
+        size_t n;
+        unsigned char *b = example_bytes(t, e, &n);
+        int same = n == len && !memcmp(b, want, len);
+        free(b);
+        if (same) return 1;
+    }
+    return 0;
+}
+
+static void open_one(const char *pattern, mt_tokens *t) {
+    glob_t g;
+    cr_assert_eq(glob(pattern, 0, NULL, &g), 0, "no %s", pattern);
+    cr_assert_eq(mt_tokens_open(g.gl_pathv[0], t), MT_OK, "%s", mt_error());
+    globfree(&g);
+}
+
+/* Chat datasets mixed (train/data_mix.h): the mix holds whole examples of each, their ids and loss
+ * masks as tokenized alone, in the shares asked within an example. */
+Test(chat_cli, chat_datasets_mix_as_whole_examples) {
+    write_records(in_dir("records.jsonl"), in_dir("records.json"));
+    char a[PATH_MAX + 8], b[PATH_MAX + 8];
+    snprintf(a, sizeof a, "%s:0.6", in_dir("chat.jsonl"));
+    snprintf(b, sizeof b, "%s:0.4", in_dir("records.json"));
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("config.json"), "--tokenizer", in_dir("tok"), "--data", a,
+               "--data", b, SMALL_STEP, "--val-fraction", "0", "--steps", "1", "--out", in_dir("run"), NULL);
+    assert_succeeded(&r);
+    cr_expect(strstr(r.err, "mixed 2 datasets"), "%s", r.err);
+    mt_cli_result_free(&r);
+    mt_tokens mix, chat, records;
+    open_one(in_dir("run/data/mix-*_000000.bin"), &mix);
+    open_one(in_dir("run/data/chat.jsonl-*_000000.bin"), &chat);
+    open_one(in_dir("run/data/records.json-*_000000.bin"), &records);
+    const uint64_t *starts;
+    size_t examples = mt_tokens_examples(&mix, &starts), from_records = 0;
+    cr_assert_gt(examples, 60);
+    for (size_t e = 0; e < examples; e++) {
+        size_t len;
+        unsigned char *x = example_bytes(&mix, e, &len);
+        int in_records = holds_example(&records, x, len);
+        cr_expect(in_records || holds_example(&chat, x, len), "example %zu of the mix is in neither dataset", e);
+        from_records += (size_t)in_records * len / 5;
+        free(x);
+    }
+    double share = (double)from_records / (double)mix.count;
+    cr_expect(share > 0.38 && share < 0.42, "records.json holds %.3f of the mix's tokens, asked 0.4", share);
+    mt_tokens_close(&mix);
+    mt_tokens_close(&chat);
+    mt_tokens_close(&records);
+}
+
+/* Files megatrain does not read are refused as what they are, naming the formats it reads. */
+static void expect_refused(const char *name, const char *content, size_t len, const char *problem) {
+    FILE *f = fopen(in_dir(name), "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(content, 1, len, f), len);
+    fclose(f);
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("config.json"), "--tokenizer", in_dir("tok"), "--data",
+               in_dir(name), SMALL_STEP, "--steps", "1", "--out", in_dir("refused"), NULL);
+    assert_failed(&r, in_dir(name), problem);
+    cr_expect_eq(r.exit_code, 2);
+    mt_cli_result_free(&r);
+    mt_cli_run(&r, TIMEOUT_S, "tokenize", "--tokenizer", in_dir("tok"), in_dir(name), "--out", in_dir("refused/x"), NULL);
+    assert_failed(&r, in_dir(name), problem);
+    cr_expect_eq(r.exit_code, 2);
+    mt_cli_result_free(&r);
+}
+
+Test(chat_cli, formats_it_cannot_read_are_refused) {
+    static const char parquet[] = "PAR1\x15\x04\x15\x10\x15\x14L\x15\x02\x15\x00PAR1";
+    expect_refused("train.parquet", parquet, sizeof parquet - 1, "is a Parquet file, which megatrain does not read: "
+                   "it reads token files");
+    static const char arrow[] = "\xff\xff\xff\xff\x78\x00\x00\x00\x10\x00";
+    expect_refused("data-00000-of-00001.arrow", arrow, sizeof arrow - 1, "is an Arrow file");
+    static const char object[] = "{\n  \"data\": [{\"instruction\": \"q\", \"output\": \"a\"}]\n}\n";
+    expect_refused("dict.json", object, sizeof object - 1, "one JSON value (an object), not records");
+    static const char text[] = "[{\"text\": \"plain words\"}]";
+    expect_refused("text.json", text, sizeof text - 1, "text documents are read from JSONL");
+}
+
 /* ---- train --data ---- */
 
 

@@ -384,8 +384,10 @@ Test(chat_template, refuses_bad_jsonl_lines_naming_file_and_line) {
     /* alpaca */
     expect_bad_line("{\"instruction\": \"q\", \"output\": 1}", "\"output\" is not a string");
     expect_bad_line("{\"instruction\": \"q\", \"input\": [], \"output\": \"a\"}", "\"input\" is not a string");
-    expect_bad_line("{\"instruction\": \"q\", \"output\": \"a\", \"history\": [[\"q0\", \"a0\"]]}",
-                    "\"history\" (earlier turns) is not read");
+    expect_bad_line("{\"instruction\": \"q\", \"output\": \"a\", \"history\": [[\"q0\"]]}",
+                    "\"history\" item 1 is not a pair of strings");
+    expect_bad_line("{\"instruction\": \"q\", \"output\": \"a\", \"history\": \"q0\"}",
+                    "\"history\" is not a list of [instruction, answer] pairs");
     /* ShareGPT */
     expect_bad_line("{\"conversations\": []}", "\"conversations\" is empty");
     expect_bad_line("{\"conversations\": [{\"from\": \"bot\", \"value\": \"x\"}]}",

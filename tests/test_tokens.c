@@ -251,12 +251,18 @@ Test(tokens, dataset_validation_batches_are_fixed_and_held_out) {
     open_ramp(&t, 2000);
     mt_dataset ds;
     cr_assert_eq(mt_dataset_init(&ds, &t, 0.1, 8, MT_SAMPLE_RANDOM, 7), MT_OK);
-    /* 200 held-out tokens: (200 - 1) / 8 = 24 windows, 6 batches of 4. */
-    cr_assert_eq(mt_dataset_val_batches(&ds, 4), 6);
+    /* 200 held-out tokens, 199 targets: 24 whole windows and one of 7 targets, in 7 batches of 4 (the
+     * last partial: its other windows are padding). */
+    cr_assert_eq(mt_dataset_val_windows(&ds), 25);
+    cr_assert_eq(mt_dataset_val_batches(&ds, 4), 7);
     int32_t in[32], tg[32];
     mt_dataset_val_batch(&ds, 5, 4, in, tg, NULL);
     cr_assert_eq(in[0], (1800 + 20 * 8) % 251);
-    cr_assert_eq(tg[31], (1800 + 24 * 8) % 251, "the last target is the split's last token");
+    cr_assert_eq(tg[31], (1800 + 24 * 8) % 251, "window 23 ends at target 24 * 8");
+    mt_dataset_val_batch(&ds, 6, 4, in, tg, NULL);
+    cr_assert_eq(in[0], (1800 + 24 * 8) % 251);
+    cr_assert_eq(tg[6], 1999 % 251, "the short window's last target is the split's last token");
+    for (int k = 7; k < 32; k++) cr_assert_eq(tg[k], -1, "target %d past the split is padding", k);
     mt_sampler_state before = ds.state;
     mt_dataset_val_batch(&ds, 0, 4, in, tg, NULL);
     cr_assert_eq(in[0], 1800 % 251);
@@ -268,8 +274,10 @@ Test(tokens, dataset_refuses_splits_too_short) {
     mt_tokens t;
     open_ramp(&t, 100);
     mt_dataset ds;
-    cr_assert_eq(mt_dataset_init(&ds, &t, 0.05, 16, MT_SAMPLE_RANDOM, 1), MT_ERR_INVALID);
+    cr_assert_eq(mt_dataset_init(&ds, &t, 0.01, 16, MT_SAMPLE_RANDOM, 1), MT_ERR_INVALID);
     cr_assert_not_null(strstr(mt_error(), "validation split"), "%s", mt_error());
+    cr_assert_eq(mt_dataset_init(&ds, &t, 0.05, 16, MT_SAMPLE_RANDOM, 1), MT_OK, "5 tokens validate, in a short window");
+    cr_assert_eq(mt_dataset_val_windows(&ds), 1);
     cr_assert_eq(mt_dataset_init(&ds, &t, 0.0, 100, MT_SAMPLE_RANDOM, 1), MT_ERR_INVALID);
     cr_assert_not_null(strstr(mt_error(), "training split"), "%s", mt_error());
     cr_assert_eq(mt_dataset_init(&ds, &t, 0.0, 99, MT_SAMPLE_RANDOM, 1), MT_OK);

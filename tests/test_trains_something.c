@@ -95,7 +95,7 @@ Test(trains, text_without_a_tokenizer_is_refused_for_a_vocabulary_past_bytes) {
     mt_cli_result_free(&r);
 }
 
-Test(trains, jsonl_without_a_tokenizer_is_refused) {
+Test(trains, json_without_a_tokenizer_is_refused) {
     const char *chats = in_dir("chats.jsonl"), *plain = in_dir("chats.txt");
     FILE *f = fopen(chats, "w");
     for (int i = 0; i < 200; i++)
@@ -105,11 +105,15 @@ Test(trains, jsonl_without_a_tokenizer_is_refused) {
     char cmd[3 * PATH_MAX];
     snprintf(cmd, sizeof cmd, "cp %s %s", chats, plain); /* JSONL by its contents, whatever its name */
     cr_assert_eq(system(cmd), 0);
-    const char *files[] = {chats, plain};
-    for (int i = 0; i < 2; i++) {
+    const char *array = in_dir("chats.json"); /* LLaMA-Factory's: an array of records, by its name */
+    f = fopen(array, "w");
+    fputs("[{\"instruction\": \"hi\", \"output\": \"hello\"}]\n", f);
+    fclose(f);
+    const char *files[] = {chats, plain, array};
+    for (int i = 0; i < 3; i++) {
         mt_cli_result r;
         mt_cli_run(&r, TIMEOUT_S, "train", MT_TINY_STEP, "--steps", "1", "--data", files[i], "--out", run, NULL);
-        expect_failed(&r, "is JSONL, and the run has no tokenizer");
+        expect_failed(&r, "is JSON, and the run has no tokenizer");
         mt_cli_result_free(&r);
     }
 }

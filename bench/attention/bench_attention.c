@@ -6,7 +6,7 @@
  *   bench_attention [--seqs 32768,65536,...] [--heads 24] [--kv-heads 8] [--head-dim 128]
  *                   [--iters K] [--sample DIR] [--tile T] [--packed MEAN,MEAN,...]
  *
- * --tile T runs the sequence as the engine does with --attn-tile T (engine/mixer_attention.c): in
+ * --tile T runs the sequence as the engine does with --attn-tile T (engine/kinds/attention_run.c): in
  * windows of T queries cut from its end, each attending to every key before it; the backward from
  * the last window, each window's share of dk and dv summed in fp32 and its own rows rounded back.
  * The times are the whole sequence's (every window, the sums included); 0 or T >= seq: one call.

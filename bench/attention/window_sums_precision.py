@@ -1,4 +1,4 @@
-"""How to sum the windows' shares of dk and dv (engine/mixer_attention.c): in fp32, or in bf16.
+"""How to sum the windows' shares of dk and dv (engine/kinds/attention_run.c): in fp32, or in bf16.
 
 One head of causal attention (head_dim 128, bf16-rounded random inputs) is computed in float64,
 whole and in windows of T queries cut from the end of the sequence as the engine cuts them. Each

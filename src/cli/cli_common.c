@@ -13,7 +13,8 @@
 static const char train_help[] =
     "usage: megatrain %s [RUN.yaml] [options]\n"
     "\n"
-    "RUN.yaml, a run file, sets options by their long names (steps: 1000); a flag given here wins.\n"
+    "RUN.yaml, a run file, sets options by their long names (steps: 1000; data and val-data may be\n"
+    "lists); a flag given here wins.\n"
     "A run writes the settings it resolved into RUN/run.yaml, a run file that runs it again.\n"
     "\n"
     "Every option but the engine's and --out, --resume and the save options is a setting of the\n"
@@ -32,11 +33,15 @@ static const char train_help[] =
     "                         long-context recipes do; any rope scaling of the config still applies)\n"
     "data:\n"
     "  --data FILE            tokens (llm.c .bin shard, masked shard, .npy of uint16/uint32), or text:\n"
-    "                         a text file, JSONL of {\"text\"} documents, or chat JSONL ({\"messages\"} or\n"
-    "                         {\"prompt\", \"completion\"}: loss on the answers only), tokenized with the\n"
-    "                         run's tokenizer into a cache in --out/data; without one, plain text is read\n"
-    "                         as bytes, for a model of a 256-token vocabulary only (default:\n"
-    "                         data/kjv.txt, the demo corpus)\n"
+    "                         a text file, JSONL of {\"text\"} documents, or chat data (loss on the\n"
+    "                         answers only): JSONL or a .json array (LLaMA-Factory's) of OpenAI\n"
+    "                         messages, prompt/completion, alpaca or ShareGPT records, tokenized with\n"
+    "                         the run's tokenizer into a cache in --out/data; without one, plain text\n"
+    "                         is read as bytes, for a model of a 256-token vocabulary only; Parquet,\n"
+    "                         Arrow and compressed files are refused (default: data/kjv.txt, the\n"
+    "                         demo corpus). Given more than once (FILE:WEIGHT, a run file's list):\n"
+    "                         the datasets mixed into one in the shares of their weights (without\n"
+    "                         weights, their sizes), the smaller repeated until each is used up\n"
     "  --tokenizer PATH       a tokenizer.json or model directory (default: the --init-from directory's\n"
     "                         when it has a tokenizer.json; on --resume, the run's, which cannot change)\n"
     "  --chat-template FILE   chat data: render with this template (a chat_template.jinja) instead of the\n"
@@ -46,9 +51,11 @@ static const char train_help[] =
     "  --loss-on WHAT         chat data: the tokens that carry loss: assistant (every answer; default),\n"
     "                         last-turn (each conversation's last answer only) or all (every token, the\n"
     "                         prompts and the template's markup too: train_on_prompt)\n"
-    "  --val-fraction F       held out for validation (default 0.05)\n"
+    "  --val-fraction F       held out of the training data for validation (default 0.05; 0 with\n"
+    "                         --val-data)\n"
     "  --val-data FILE,...    validation files of their own (read as --data is), each evaluated every\n"
-    "                         --eval-every steps: its loss in metrics.jsonl, loss.svg and TensorBoard\n"
+    "                         --eval-every steps, a partial last batch included: its loss, as\n"
+    "                         val_loss/<file's base name>, in metrics.jsonl, loss.svg and TensorBoard\n"
     "  --sequential           take windows in order instead of at random\n"
     "  --packing on|off       chat data: examples packed whole into the windows, attention masked\n"
     "                         between them and positions restarted on each (on, the default where the\n"
@@ -65,12 +72,18 @@ static const char train_help[] =
     "optimization:\n"
     "  --steps N              optimizer steps (default 600; 0 writes the initial checkpoint, e.g. to\n"
     "                         re-export an imported model)\n"
-    "  --lr F                 peak learning rate (default 3e-3)\n"
+    "  --epochs F             passes over the training windows instead of --steps: the steps follow\n"
+    "                         once the data is open (rounded up to whole steps)\n"
+    "The defaults below are pretraining's; with --init-from, fine-tuning's (in brackets), as\n"
+    "LLaMA-Factory and axolotl fine-tune. The first log line names those a run takes.\n"
+    "  --lr F                 peak learning rate (default 3e-3 [1e-5])\n"
     "  --schedule NAME        cosine or constant (default cosine)\n"
-    "  --warmup N             linear warmup steps (default: a tenth of --steps, at most 100)\n"
-    "  --min-lr-ratio F       cosine floor as a fraction of --lr (default 0.1)\n"
-    "  --weight-decay F       AdamW decoupled weight decay on matrices (default 0.1)\n"
-    "  --beta1 F --beta2 F   AdamW moment decay rates, in [0, 1) (defaults 0.9, 0.95)\n"
+    "  --warmup N             linear warmup steps (default: a tenth of the steps, at most 100 [no\n"
+    "                         limit])\n"
+    "  --min-lr-ratio F       cosine floor as a fraction of --lr (default 0.1 [0])\n"
+    "  --weight-decay F       AdamW decoupled weight decay on matrices, never on norms and biases\n"
+    "                         (default 0.1 [0])\n"
+    "  --beta1 F --beta2 F   AdamW moment decay rates, in [0, 1) (defaults 0.9, 0.95 [0.9, 0.999])\n"
     "  --eps F                AdamW epsilon, in (0, 1] (default 1e-8)\n"
     "  --clip F               global gradient-norm clipping, exact; 0 turns it off (default 1.0)\n"
     "  --max-skips N          stop after more than N steps in a row with a NaN/Inf gradient (skipped,\n"
@@ -189,14 +202,35 @@ static struct option *train_long_options(void) {
     return opts;
 }
 
-/* Sets the flags of argv in *o; 1 for --help, -1 (printed) for a bad one. */
-static int parse_flags(int argc, char **argv, const struct option *opts, mt_train_options *o) {
+/* "FIRST,NEXT" kept in `strings` (freed with them): one more --data of a mix. */
+static const char *join_data(mt_run_file_strings *strings, const char *first, const char *next) {
+    char **grown = realloc(strings->v, (strings->n + 1) * sizeof *grown);
+    if (grown) strings->v = grown;
+    char *joined = NULL;
+    if (!grown || asprintf(&joined, "%s,%s", first, next) < 0) return NULL;
+    return strings->v[strings->n++] = joined;
+}
+
+/* Sets the flags of argv in *o; 1 for --help, -1 (printed) for a bad one. --data given more than
+ * once is a mix of datasets (train/data_mix.h): the first here replaces a run file's, the others
+ * join it. */
+static int parse_flags(int argc, char **argv, const struct option *opts, mt_train_options *o,
+                       mt_run_file_strings *strings) {
     optind = 1;
     int c;
+    const char *data = NULL;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'h') return 1;
         if (c < 256) return -1; /* getopt printed what was wrong */
-        if (mt_train_option_set(o, opts[c - 256].name, optarg) != MT_OK) {
+        const char *value = optarg;
+        if (!strcmp(opts[c - 256].name, "data")) {
+            if (data && !(value = join_data(strings, data, optarg))) {
+                fprintf(stderr, "megatrain: error: out of memory\n");
+                return -1;
+            }
+            data = value;
+        }
+        if (mt_train_option_set(o, opts[c - 256].name, value) != MT_OK) {
             fprintf(stderr, "megatrain: error: %s\n", mt_error());
             return -1;
         }
@@ -214,7 +248,7 @@ int mt_cli_parse_train(int argc, char **argv, const char *command, mt_train_opti
         fprintf(stderr, "megatrain: error: out of memory\n");
         return -1;
     }
-    int bad = 0, flags = parse_flags(argc, argv, opts, o);
+    int bad = 0, flags = parse_flags(argc, argv, opts, o, strings);
     if (flags == 1) {
         free(opts);
         printf(train_help, command, mt_config_preset_names());
@@ -234,7 +268,7 @@ int mt_cli_parse_train(int argc, char **argv, const char *command, mt_train_opti
             fprintf(stderr, "megatrain: error: %s\n", mt_error());
             bad = 1;
         } else {
-            bad = parse_flags(argc, argv, opts, o) != 0;
+            bad = parse_flags(argc, argv, opts, o, strings) != 0;
         }
     }
     free(opts);

@@ -71,6 +71,71 @@ static const mt_mixer_ops *const mixer_ops[MT_MIXER_KINDS] = {[MT_MIXER_ATTENTIO
 static const mt_ffn_ops *const ffn_ops[MT_FFN_KINDS] = {[MT_FFN_DENSE] = &mt_ffn_dense_ops,
                                                          [MT_FFN_MOE] = &mt_ffn_moe_ops};
 
+/* ---- the kinds' constants ---- */
+
+/* Kind k's constants' offset in the whole (each mixer kind some block uses, in order, on a 256-byte
+ * boundary), and the end of them. */
+static size_t constants_offset(const mt_config *c, int kind) {
+    int used[MT_MIXER_KINDS] = {0};
+    for (int l = 0; l < c->num_layers; l++) used[mt_layer_spec_of(c, l).mixer] = 1;
+    size_t at = 0;
+    for (int k = 0; k < kind; k++)
+        if (used[k] && mixer_ops[k]->constants_bytes) at = (at + mixer_ops[k]->constants_bytes(c) + 255) / 256 * 256;
+    return at;
+}
+
+size_t mt_block_constants_bytes(const mt_config *c) {
+    size_t at = 0;
+    for (int k = 0; k < MT_MIXER_KINDS; k++)
+        if (mixer_ops[k]->constants_bytes) at = constants_offset(c, k) + mixer_ops[k]->constants_bytes(c);
+    return at;
+}
+
+void mt_block_constants_fill(const mt_config *c, void *host) {
+    for (int k = 0; k < MT_MIXER_KINDS; k++)
+        if (mixer_ops[k]->constants) mixer_ops[k]->constants(c, (char *)host + constants_offset(c, k));
+}
+
+/* The block's context as its kinds see it: its spec, its mixer's constants, its feed-forward's
+ * pass state. */
+static mt_block_ctx kind_ctx(const mt_block_ctx *c, const mt_layer_spec *spec) {
+    mt_block_ctx at = *c;
+    at.at = (mt_tile){0, 0};
+    at.spec = spec;
+    at.constants = (const char *)c->constants + constants_offset(c->cfg, spec->mixer);
+    at.pass = c->pass && c->pass[spec->ffn].dev ? &c->pass[spec->ffn] : NULL;
+    return at;
+}
+
+/* ---- the feed-forward kinds' pass state ---- */
+
+size_t mt_block_pass_bytes(const mt_config *c, mt_ffn_kind k, int micro_batches, int on_host) {
+    if (!ffn_ops[k]->pass_bytes) return 0;
+    for (int l = 0; l < c->num_layers; l++)
+        if (mt_layer_spec_of(c, l).ffn == k) return ffn_ops[k]->pass_bytes(c, micro_batches, on_host);
+    return 0;
+}
+
+void mt_block_pass_begin(const mt_pass_state *states, mt_stream *s) {
+    for (int k = 0; k < MT_FFN_KINDS; k++)
+        if (states[k].dev) ffn_ops[k]->pass_begin(&states[k], s);
+}
+
+void mt_block_pass_loss(const mt_pass_state *states, mt_stream *s, int m, int rows, float mean) {
+    for (int k = 0; k < MT_FFN_KINDS; k++)
+        if (states[k].dev) ffn_ops[k]->pass_loss(&states[k], s, m, rows, mean);
+}
+
+void mt_block_pass_home(const mt_pass_state *states, mt_stream *s) {
+    for (int k = 0; k < MT_FFN_KINDS; k++)
+        if (states[k].dev) ffn_ops[k]->pass_home(&states[k], s);
+}
+
+void mt_block_pass_report(const mt_pass_state *states, mt_pass_report *r) {
+    for (int k = 0; k < MT_FFN_KINDS; k++)
+        if (states[k].dev) ffn_ops[k]->pass_report(&states[k], r);
+}
+
 /* ---- the workspace ---- */
 
 /* Every block's buffers, then those of each kind some block of the model uses, in one fixed order. */
@@ -180,9 +245,9 @@ void mt_rmsnorm_dx_piece(const mt_block_ctx *c, mt_piece p, void *dx, float *dw,
 /* ---- the block ---- */
 
 void mt_block_forward(const mt_block_ctx *c, const mt_unit_weights *w, const void *x, void *y) {
-    mt_block_kinds k = mt_block_kinds_of(c->cfg, c->layer);
-    mt_block_ctx at = *c;
-    at.at = (mt_tile){0, 0};
+    mt_layer_spec spec = mt_layer_spec_of(c->cfg, c->layer);
+    mt_block_kinds k = {spec.mixer, spec.ffn};
+    mt_block_ctx at = kind_ctx(c, &spec);
     mixer_ops[k.mixer]->prepare(&at, w, x);
     tiling t = tiling_of(c);
     for (int i = 0, count = tile_count(c, t); i < count; i++) {
@@ -194,9 +259,9 @@ void mt_block_forward(const mt_block_ctx *c, const mt_unit_weights *w, const voi
 
 void mt_block_backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_unit_grads *g,
                        const void *x, void *dxy) {
-    mt_block_kinds k = mt_block_kinds_of(c->cfg, c->layer);
-    mt_block_ctx at = *c;
-    at.at = (mt_tile){0, 0};
+    mt_layer_spec spec = mt_layer_spec_of(c->cfg, c->layer);
+    mt_block_kinds k = {spec.mixer, spec.ffn};
+    mt_block_ctx at = kind_ctx(c, &spec);
     mixer_ops[k.mixer]->prepare(&at, w, x); /* recomputed from the block's input checkpoint, */
     tiling t = tiling_of(c);
     for (int i = 0, count = tile_count(c, t); i < count; i++) {

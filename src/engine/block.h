@@ -9,6 +9,7 @@
 #define MT_ENGINE_BLOCK_H
 
 #include "backend/backend.h"
+#include "model/layer_spec.h"
 #include "model/layout.h"
 
 /* Pointers to one unit's tensors of one class (weights: the backend's weight type; grads: fp32).
@@ -42,7 +43,7 @@ typedef struct {
     void *h2;        /* [C, D]  the feed-forward's pre-norm output of one piece */
     void *tmp;       /* [C, max(D, F)] scratch: a projection's output, and the backward's da/dh */
     float *rstd1, *rstd2; /* [n] */
-    /* The attention mixer's (engine/mixer_attention.c). */
+    /* The attention mixer's (engine/kinds/attention_run.c). */
     struct {
         void *q, *att;    /* [T, Q]  the tile's queries after RoPE, its attention output */
         void *k, *v;      /* [n, KV] after RoPE */
@@ -59,12 +60,12 @@ typedef struct {
         float *rstd_q, *rstd_k; /* [T * heads], [n * kv_heads] */
         void *ws;         /* backend's attention workspace (forward and backward) */
     } attn;
-    /* The dense SwiGLU MLP's (engine/ffn_dense.c; a shared expert's too). */
+    /* The dense SwiGLU MLP's (engine/kinds/ffn_dense_run.c; a shared expert's too). */
     struct {
         void *g, *u, *a;  /* [C, F]  gate, up, silu(gate) * up */
         void *dg, *du;    /* backward: [C, F] */
     } mlp;
-    /* The mixture of experts' (engine/ffn_moe.c): a piece's C tokens, k choices each, E experts of
+    /* The mixture of experts' (engine/kinds/ffn_moe_run.c): a piece's C tokens, k choices each, E experts of
      * width F, S segments at most. */
     struct {
         void *logits, *dlogits;     /* [C, E] the router's */
@@ -82,6 +83,23 @@ typedef struct {
     } moe;
 } mt_block_ws;
 
+/* A feed-forward kind's state over a pass (block_parts.h's pass entries), in buffers the engine
+ * allocates and hands every job: the kind's own device and host bytes (pass_bytes), and the pass's auxiliary loss,
+ * a device float the head's job adds the kinds' losses into. */
+typedef struct {
+    mt_backend *be;
+    const mt_config *cfg;
+    int micro_batches;
+    void *dev, *host;
+    float *aux_loss;
+} mt_pass_state;
+
+/* What a pass reports of a kind's state: the largest and smallest share of a layer's routed tokens
+ * one expert got. */
+typedef struct {
+    double load_max, load_min;
+} mt_pass_report;
+
 /* Rows [row, row + rows) of the micro-batch: one tile (mt_block_tile_rows). rows 0: all of them. */
 typedef struct {
     int row, rows;
@@ -93,20 +111,18 @@ typedef struct {
     const mt_config *cfg;
     int batch, seq;         /* this micro-batch: n = batch * seq rows */
     int chunk;              /* tokens per piece (mt_block_piece_rows); <= 0: the whole micro-batch */
-    const float *inv_freq;  /* device copy of the RoPE frequencies */
+    const void *constants;  /* device copy of the kinds' constants (mt_block_constants_fill) */
     mt_block_ws *ws;
-    int layer;              /* the block's index: its kinds (model/block_kinds.h) */
+    int layer;              /* the block's index: its spec (model/layer_spec.h) */
     const mt_segments *seg; /* this micro-batch's segments (packed examples), or NULL (backend.h) */
-    /* A mixture-of-experts block's routing statistics, added to by its forward (NULL: none, as in a
-     * backward's recomputed forward): moe_counts[E] the layer's tokens per expert in this
-     * micro-batch, moe_prob_sum[E] the router probabilities summed over every MoE layer's tokens of
-     * it. moe_aux_grad[E] (NULL: none): the load-balancing loss's gradient with respect to each
-     * router probability, which its backward takes through the router. Device memory. */
-    int32_t *moe_counts;
-    float *moe_prob_sum;
-    const float *moe_aux_grad;
+    /* The pass's states, one a feed-forward kind (NULL: none; block.c gives the kinds their own),
+     * and the micro-batch's index in them: a mixture of experts' forward adds its routing
+     * statistics there, its backward takes the load-balancing loss's gradient from there. */
+    const mt_pass_state *pass;
+    int micro;
     int tile;               /* queries a tile takes (mt_block_tile_rows); <= 0: the whole micro-batch */
     mt_tile at;             /* the tile being worked on (set by block.c; rows 0 between tiles) */
+    const mt_layer_spec *spec; /* the block's spec, what its kinds read (set by block.c) */
 } mt_block_ctx;
 
 /* Rows of the largest piece the token-wise ops take at once for `chunk` tokens a piece: whole
@@ -140,6 +156,21 @@ mt_block_ws_bytes_by mt_block_ws_split(mt_backend *be, const mt_config *cfg, int
 /* Carves the workspace out of one device buffer of mt_block_ws_bytes bytes. */
 void mt_block_ws_carve(mt_block_ws *ws, void *base, mt_backend *be, const mt_config *cfg, int batch, int seq,
                        int chunk, int tile, int segmented);
+
+/* The constants every block's kinds read (attention's RoPE tables): their bytes, and their values
+ * into `host` (that many bytes), which the engine copies to the device once and gives each
+ * block's context as `constants`. */
+size_t mt_block_constants_bytes(const mt_config *cfg);
+void mt_block_constants_fill(const mt_config *cfg, void *host);
+
+/* The feed-forward kinds' state over a pass (block_parts.h's pass entries), states[MT_FFN_KINDS]
+ * one a kind, `dev` NULL where the kind keeps none in this model: the bytes kind k keeps (0: none:
+ * no block of the kind, or no state), and each entry over the kinds that keep some. */
+size_t mt_block_pass_bytes(const mt_config *cfg, mt_ffn_kind k, int micro_batches, int on_host);
+void mt_block_pass_begin(const mt_pass_state *states, mt_stream *s);
+void mt_block_pass_loss(const mt_pass_state *states, mt_stream *s, int m, int rows, float mean);
+void mt_block_pass_home(const mt_pass_state *states, mt_stream *s);
+void mt_block_pass_report(const mt_pass_state *states, mt_pass_report *r);
 
 /* y[n, D] = block(x[n, D]), tile by tile. */
 void mt_block_forward(const mt_block_ctx *c, const mt_unit_weights *w, const void *x, void *y);

@@ -1,12 +1,13 @@
 /* The engine side of the block's part kinds (model/block_kinds.h): what each kind runs, and the
  * helpers they share (pieces of rows, GEMMs issued piece by piece and sequence by sequence, the
  * workspace walk). block.c composes a block from its mixer and its feed-forward; each kind lives
- * in engine/<kind>.c. */
+ * in engine/kinds/<kind>_run.c. */
 #ifndef MT_ENGINE_BLOCK_PARTS_H
 #define MT_ENGINE_BLOCK_PARTS_H
 
 #include "engine/block.h"
 #include "model/block_kinds.h"
+#include "model/families.h"
 
 /* The workspace walk: buffers taken one after another in a fixed order, each on a 256-byte
  * boundary; with no base it only sums their sizes (llm.c's one table that sizes and carves). Each
@@ -101,6 +102,11 @@ typedef struct {
      * gradients accumulate into g. */
     void (*backward)(const mt_block_ctx *c, const mt_unit_weights *w, const mt_unit_grads *g, const void *x,
                      void *dxy);
+    /* Optional (NULL: none): what the kind reads in every block and no block changes (attention's
+     * RoPE tables), made once on the host and kept on the device (mt_block_constants_fill):
+     * its bytes, and their values; c->constants points at them. */
+    size_t (*constants_bytes)(const mt_config *cfg);
+    void (*constants)(const mt_config *cfg, void *host);
 } mt_mixer_ops;
 
 /* A feed-forward's engine side: the block's second part, y = x2 + ffn(norm(x2)), piece by piece of
@@ -111,6 +117,16 @@ typedef struct {
     void (*forward)(const mt_block_ctx *c, const mt_unit_weights *w, mt_piece p, void *y);
     /* dxy's rows of piece p hold dL/dy and become dL/dx2; weight gradients accumulate into g. */
     void (*backward)(const mt_block_ctx *c, const mt_unit_weights *w, const mt_unit_grads *g, mt_piece p, void *dxy);
+    /* Optional (pass_bytes NULL: none): what the kind keeps over a pass (a mixture of experts'
+     * routing statistics). Its bytes on the device and on the host for `micro_batches`; zeroed on
+     * stream s when a pass begins; micro-batch m's auxiliary loss (of `rows` tokens, weighted by
+     * `mean`) added into p->aux_loss and its gradient made, by the head's job; copied home on s as
+     * the pass ends; read there once the pass is done. */
+    size_t (*pass_bytes)(const mt_config *cfg, int micro_batches, int on_host);
+    void (*pass_begin)(const mt_pass_state *p, mt_stream *s);
+    void (*pass_loss)(const mt_pass_state *p, mt_stream *s, int m, int rows, float mean);
+    void (*pass_home)(const mt_pass_state *p, mt_stream *s);
+    void (*pass_report)(const mt_pass_state *p, mt_pass_report *r);
 } mt_ffn_ops;
 
 extern const mt_mixer_ops mt_mixer_attention_ops;

@@ -100,9 +100,8 @@ static mt_status create(mt_engine **out, mt_backend *be, mt_store *store, const 
     e->o = *o;
     e->L = c->num_layers;
     e->U = e->lay->num_units;
-    e->D = o->device_blocks;
-    e->K = o->slots < e->L - e->D ? o->slots : e->L - e->D; /* the streamed blocks' slots */
-    e->moe_layers = mt_config_moe_layers(c);
+    e->device_blocks = o->device_blocks;
+    e->K = o->slots < e->L - e->device_blocks ? o->slots : e->L - e->device_blocks; /* the streamed blocks' slots */
     e->adam_step = adam_step;
     e->dev_step = adam_step;
     e->trace = trace;

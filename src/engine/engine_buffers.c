@@ -123,7 +123,7 @@ static void walk(const shape *s, walker *w) {
     int U = lay->num_units;
     size_t wsize = mt_dtype_size(s->be->ops->weight_dtype);
     size_t n = (size_t)o->batch * o->seq, M = (size_t)o->micro_batches, D = (size_t)c->hidden_size;
-    size_t V = (size_t)c->vocab_size, block = (size_t)lay->max_block_numel, rope = (size_t)c->head_dim / 2;
+    size_t V = (size_t)c->vocab_size, block = (size_t)lay->max_block_numel, constants = mt_block_constants_bytes(c);
     size_t embed = (size_t)lay->units[0].numel, head = (size_t)lay->units[U - 1].numel, ckpt = s->ckpt;
 
     for (int k = 0; k < s->K; k++) DEVICE(slot[k], weight_slots, block * wsize, "a block weight slot");
@@ -168,17 +168,17 @@ static void walk(const shape *s, walker *w) {
     DEVICE(dev_inputs, workspace, 2 * M * n * sizeof(int32_t), "token ids");     /* inputs, targets */
     if (o->packed) DEVICE(dev_pos, workspace, M * (2 * n + 1) * sizeof(int32_t), "token positions and segments");
     DEVICE(dev_logits, workspace, V * 4, "logits");
-    DEVICE(dev_inv_freq, workspace, rope * 4, "RoPE frequencies");
+    DEVICE(dev_constants, workspace, constants, "the block kinds' constants");
     DEVICE(dev_norms, workspace, (size_t)U * 4, "gradient norms");
     DEVICE(dev_loss, workspace, 4, "the loss");
     if (head_chunked) DEVICE(dev_lse, workspace, M * n * 4, "the rows' log-sum-exp");
-    size_t moe = (size_t)mt_config_moe_layers(c), E = (size_t)c->num_experts;
-    if (moe) {
-        DEVICE(moe_counts, workspace, M * moe * E * 4, "the experts' token counts");
-        DEVICE(moe_prob_sum, workspace, M * E * 4, "the router probabilities' sums");
-        DEVICE(moe_aux_grad, workspace, M * E * 4, "the load-balancing loss's gradient");
-        DEVICE(dev_aux_loss, workspace, 4, "the load-balancing loss");
+    int pass_state = 0;
+    for (int k = 0; k < MT_FFN_KINDS; k++) {
+        size_t bytes = mt_block_pass_bytes(c, (mt_ffn_kind)k, o->micro_batches, 0);
+        if (bytes) DEVICE(pass[k].dev, workspace, bytes, "a feed-forward kind's pass state (routing statistics)");
+        pass_state |= bytes > 0;
     }
+    if (pass_state) DEVICE(dev_aux_loss, workspace, 4, "the auxiliary (load-balancing) loss");
 
     HOST(host_tokens, host_staging, 2 * M * n * sizeof(int32_t), "token staging");
     if (o->packed) {
@@ -188,14 +188,15 @@ static void walk(const shape *s, walker *w) {
     HOST(host_norms, host_staging, (size_t)U * 4, "gradient norms");
     HOST(host_loss, host_staging, 4, "the loss");
     HOST(host_logits, host_staging, V * 4, "logits");
-    HOST(host_inv_freq, host_staging, rope * 4, "RoPE frequencies");
+    HOST(host_constants, host_staging, constants, "the block kinds' constants");
     for (int i = 0; i < 2; i++) HOST(input_rows[i], host_staging, V, "the input-token row masks");
     if (on_device)
         HOST(master_staging, host_staging, MT_ENGINE_MASTER_STAGING, "the staging of the device-updated units' masters");
-    if (moe) {
-        HOST(host_moe_counts, host_staging, M * moe * E * 4, "the experts' token counts");
-        HOST(host_aux_loss, host_staging, 4, "the load-balancing loss");
+    for (int k = 0; k < MT_FFN_KINDS; k++) {
+        size_t bytes = mt_block_pass_bytes(c, (mt_ffn_kind)k, o->micro_batches, 1);
+        if (bytes) HOST(pass[k].host, host_staging, bytes, "a feed-forward kind's pass state (routing statistics)");
     }
+    if (pass_state) HOST(host_aux_loss, host_staging, 4, "the auxiliary (load-balancing) loss");
 
     /* Where gradients land on the host: every unit's (keep_grads, or exact clipping with every unit
      * on the host: it needs every gradient until the norm is known; tests read them), the
@@ -278,7 +279,7 @@ static void point_into_buffers(mt_engine *e) {
         for (int u = 0; u < e->U; u++)
             if (!mt_engine_unit_on_device(e, u)) e->grad_home[u] = at, at += lay->units[u].numel;
     } else {
-        for (int l = e->D; l < e->L; l++)
+        for (int l = e->device_blocks; l < e->L; l++)
             e->grad_home[mt_unit_block(l)] = e->grad_ring_base + (size_t)((e->L - 1 - l) % e->grad_ring) * lay->max_block_numel;
     }
     if (e->zero_row) memset(e->zero_row, 0, (size_t)e->cfg->hidden_size * 4);
@@ -291,8 +292,8 @@ static void point_into_buffers(mt_engine *e) {
             memset(e->grad_home[u] + end, 0, ((size_t)mt_engine_numel(e, u) - end) * 4);
         }
     }
-    mt_config_rope_inv_freq(e->cfg, e->host_inv_freq);
-    mt_copy_async(e->be, e->dev_inv_freq, e->host_inv_freq, (size_t)e->cfg->head_dim / 2 * 4, e->h2d);
+    mt_block_constants_fill(e->cfg, e->host_constants);
+    mt_copy_async(e->be, e->dev_constants, e->host_constants, mt_block_constants_bytes(e->cfg), e->h2d);
 }
 
 mt_status mt_engine_allocate(mt_engine *e) {
@@ -313,5 +314,12 @@ mt_status mt_engine_allocate(mt_engine *e) {
     walk(&s, &w);
     if (e->failed) return mt_fail_context(MT_ERR_NOMEM, "engine buffers");
     point_into_buffers(e);
+    for (int k = 0; k < MT_FFN_KINDS; k++) {
+        e->pass[k].be = e->be;
+        e->pass[k].cfg = e->cfg;
+        e->pass[k].micro_batches = e->o.micro_batches;
+        e->pass[k].aux_loss = e->dev_aux_loss;
+    }
+    e->any_pass_state = e->dev_aux_loss != NULL;
     return MT_OK;
 }

@@ -55,7 +55,7 @@ struct mt_engine {
     const mt_config *cfg;
     mt_engine_options o;
     int L, U, K;
-    int D;                     /* device_blocks: blocks 0..D-1 are resident, D..L-1 stream */
+    int device_blocks;         /* blocks 0..device_blocks-1 are resident (D in comments), the rest stream */
 
     mt_stream *h2d, *compute, *d2h;
 
@@ -89,15 +89,14 @@ struct mt_engine {
     int grads_in_slots;        /* S */
     int64_t dev_step;          /* updates the device applied to them; issuing thread only */
     int64_t dev_home_generation; /* the store holds the device's state as of this many steps */
-    float *dev_inv_freq, *dev_norms, *dev_loss, *dev_logits;
+    float *dev_norms, *dev_loss, *dev_logits;
+    void *dev_constants;       /* the block kinds' constants (mt_block_constants_fill) */
     float *dev_lse;            /* [M][n]: each row's log-sum-exp of its logits (head chunked) */
-    /* Mixture of experts (moe_layers > 0): each micro-batch's routing statistics, added to by the
-     * blocks' forwards; the load-balancing loss (the head's job makes it, and its gradient per router
-     * probability, which the blocks' backwards take) and its sum over the micro-batches. */
-    int moe_layers;            /* blocks whose feed-forward is a mixture of experts */
-    int32_t *moe_counts;       /* [M][moe_layers][E]: each MoE layer's tokens per expert */
-    float *moe_prob_sum;       /* [M][E]: router probabilities summed over every MoE layer's tokens */
-    float *moe_aux_grad;       /* [M][E] */
+    /* The feed-forward kinds' state over a pass (block.h: a mixture of experts' routing statistics
+     * and load-balancing loss gradient), any_pass_state when some kind keeps one; the auxiliary
+     * loss the head's job adds the kinds' losses into, summed over the micro-batches. */
+    mt_pass_state pass[MT_FFN_KINDS];
+    int any_pass_state;
     float *dev_aux_loss;
 
     /* host staging (pinned on cuda) */
@@ -117,9 +116,9 @@ struct mt_engine {
     int chunk_buffers;
     float *chunk_buf[MT_ENGINE_CHUNK_BUFFERS];
     float *zero_row;
-    float *host_norms, *host_loss, *host_logits, *host_inv_freq;
+    float *host_norms, *host_loss, *host_logits;
+    void *host_constants;
     float *master_staging;     /* the device-updated units' masters pass through it (engine_device_state.c) */
-    int32_t *host_moe_counts;  /* [M][moe_layers][E] */
     float *host_aux_loss;
 
     /* Events and flags (protocol.h): ev[id][i] and fl[id][i], i below n_ev[id] and n_fl[id]. */
@@ -291,15 +290,10 @@ static inline void mt_engine_reduce(const mt_engine *e, float *x, size_t count) 
  * once its job is done adding, before any of the job's reductions. Its tag: the loss 0, unit u 1 + u. */
 enum { MT_ACC_LOSS = 0 };
 static inline int mt_acc_unit(int u) { return 1 + u; }
-/* The load-balancing loss's: after every unit's. */
+/* The auxiliary loss's (the kinds' pass losses: a mixture of experts' load balancing): after every
+ * unit's. */
 static inline int mt_acc_aux(const mt_engine *e) { return 1 + e->U; }
 
-/* Block l's index among the mixture-of-experts blocks (its rows of moe_counts). */
-static inline int mt_engine_moe_index(const mt_engine *e, int l) {
-    int i = 0;
-    for (int b = 0; b < l; b++) i += mt_config_layer_is_moe(e->cfg, b);
-    return i;
-}
 static inline void mt_engine_acc_open(const mt_engine *e, int tag, float *buf, size_t count, int fresh) {
     if (e->ordered) e->be->ops->coll.acc_open(e->be, e->compute, tag, buf, count, fresh);
 }
@@ -370,16 +364,16 @@ static inline void mt_engine_copy_home_in_launch(mt_engine *e, int u, size_t at,
  * device_blocks: blocks 0..D-1). */
 static inline int mt_engine_unit_on_device(const mt_engine *e, int u) {
     if (u == 0 || u == e->U - 1) return e->o.ends_on_device;
-    return u - mt_unit_block(0) < e->D;
+    return u - mt_unit_block(0) < e->device_blocks;
 }
-static inline int mt_engine_any_on_device(const mt_engine *e) { return e->o.ends_on_device || e->D > 0; }
+static inline int mt_engine_any_on_device(const mt_engine *e) { return e->o.ends_on_device || e->device_blocks > 0; }
 
 /* Block l's weights on the device: its resident buffer (l < D) or its weight slot: the streamed
  * blocks D..L-1 take the K slots in turn, block l slot (l - D) mod K. Its gradient buffer: its
  * resident one, or gradient slot gs. */
-static inline int mt_engine_slot_of(const mt_engine *e, int l) { return (l - e->D) % e->K; }
+static inline int mt_engine_slot_of(const mt_engine *e, int l) { return (l - e->device_blocks) % e->K; }
 static inline void *mt_engine_block_weights(const mt_engine *e, int l) {
-    if (l >= e->D) return e->slot[mt_engine_slot_of(e, l)];
+    if (l >= e->device_blocks) return e->slot[mt_engine_slot_of(e, l)];
     return (char *)e->resident_w + (size_t)l * e->lay->max_block_numel * mt_dtype_size(e->be->ops->weight_dtype);
 }
 /* The gradient slot resident block l's gradient lies in, or -1. The streamed blocks' backward
@@ -391,7 +385,7 @@ static inline int mt_engine_resident_grad_slot(const mt_engine *e, int l) {
     return l >= J && l < J + e->grads_in_slots ? (e->L - 1 - l) % 2 : -1;
 }
 static inline float *mt_engine_block_grads(const mt_engine *e, int l, int gs) {
-    if (l >= e->D) return e->grad_slot[gs];
+    if (l >= e->device_blocks) return e->grad_slot[gs];
     if (l < e->grads_in_ckpts) return (float *)((char *)e->ckpt + e->ckpt_grads_top - (size_t)(l + 1) * e->grad_stride);
     int slot = mt_engine_resident_grad_slot(e, l);
     if (slot >= 0) return e->grad_slot[slot];

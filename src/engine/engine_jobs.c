@@ -3,6 +3,7 @@
  * (engine_schedule.c) decides when each runs. */
 #include <stdlib.h>
 
+#include "engine/ends.h"
 #include "engine/engine_internal.h"
 
 static size_t act_size(const mt_engine *e) { return mt_dtype_size(e->be->ops->act_dtype); }
@@ -85,28 +86,29 @@ static int next_head_piece(const mt_engine *e, const mt_compute_job *j, head_pie
 
 static size_t head_row(const mt_compute_job *j, head_piece p) { return (size_t)p.b * j->seq + p.row; }
 
+/* The ends' maths on the compute stream (engine/ends.h). */
+static mt_ends ends(const mt_engine *e) { return mt_ends_of(e->be, e->compute, e->cfg); }
+
 /* h1 = the final norm of piece p's rows. */
-static void final_norm(const mt_compute_job *j, head_piece p, const void *norm_w) {
+static void final_norm(const mt_compute_job *j, const mt_ends *k, head_piece p, const void *norm_w) {
     mt_engine *e = j->e;
-    void *x = row_of(e, ckpt_at(e, e->L, p.m), head_row(j, p));
-    e->op->rmsnorm(e->be, e->compute, e->ws.h1, e->ws.rstd1, x, norm_w, p.rows, e->cfg->hidden_size,
-                   e->cfg->rms_norm_eps);
+    mt_head_norm(k, e->ws.h1, e->ws.rstd1, row_of(e, ckpt_at(e, e->L, p.m), head_row(j, p)), norm_w, p.rows);
 }
 
 /* Adds the head's weight gradient for vocabulary rows [v0, v0 + rows) into dw ([rows, D]), from
  * every row of the step: the final norm again, the chunk's logits from the rows' log-sum-exp. */
 static void head_dw_chunk(const mt_compute_job *j, float *dw, int v0, int rows) {
     mt_engine *e = j->e;
+    mt_ends k = ends(e);
     int D = e->cfg->hidden_size;
     const void *norm_w = mt_bind_weights(e->lay, e->U - 1, e->head_w, e->be->ops->weight_dtype).t[MT_T_FINAL_NORM];
     const char *lm_w = lm_weight(e);
     size_t wsize = mt_dtype_size(e->be->ops->weight_dtype);
     FOR_EACH_HEAD_PIECE(e, j, p) {
         size_t row = head_row(j, p);
-        final_norm(j, p, norm_w);
-        e->op->lmhead_dw(e->be, e->compute, dw, e->ws.h1, lm_w + (size_t)v0 * D * wsize, targets_at(e, p.m) + row,
-                         e->dev_lse + p.m * mt_engine_rows(e) + row, p.rows, D, v0, rows, j->scale, e->o.lm_chunk,
-                         e->lm_ws);
+        final_norm(j, &k, p, norm_w);
+        mt_head_dw(&k, dw, e->ws.h1, lm_w + (size_t)v0 * D * wsize, targets_at(e, p.m) + row,
+                   e->dev_lse + p.m * mt_engine_rows(e) + row, p.rows, v0, rows, j->scale, e->o.lm_chunk, e->lm_ws);
     }
 }
 
@@ -138,20 +140,15 @@ static void head_chunk(const mt_compute_job *j) {
     chunk_done(e, U - 1, mt_engine_head_rest_numel_for(e->lay) + (size_t)j->v0 * e->cfg->hidden_size, j->home, dw, count);
 }
 
-/* The load-balancing loss of each micro-batch's forward over every MoE layer (transformers'
- * load_balancing_loss_func per forward), their mean over the step's micro-batches, and over a
- * group's ranks, as the cross-entropy's mean is over every rank's targets; and each micro-batch's
- * gradient per router probability, weighted by router_aux_loss_coef, which the blocks' backwards
- * take where the config's output_router_logits puts the loss in the objective. */
+/* The kinds' auxiliary loss (a mixture of experts' load balancing: block_parts.h's pass_loss) of
+ * each micro-batch's forward, their mean over the step's micro-batches, and over a group's ranks,
+ * as the cross-entropy's mean is over every rank's targets; and each micro-batch's gradient, which
+ * the blocks' backwards take. */
 static void aux_loss(const mt_compute_job *j) {
     mt_engine *e = j->e;
-    size_t E = (size_t)e->cfg->num_experts;
     float mean = 1.0f / (float)(j->micro_batches * (e->reduce ? e->group_size : 1));
     mt_engine_acc_open(e, mt_acc_aux(e), e->dev_aux_loss, 1, 1);
-    for (int m = 0; m < j->micro_batches; m++)
-        e->be->ops->moe.aux_loss(e->be, e->compute, e->dev_aux_loss, e->moe_aux_grad + m * E,
-                                 e->moe_counts + (size_t)m * e->moe_layers * E, e->moe_prob_sum + m * E, e->moe_layers,
-                                 j->batch * j->seq, (int)E, mean, mean * e->cfg->router_aux_loss_coef);
+    for (int m = 0; m < j->micro_batches; m++) mt_block_pass_loss(e->pass, e->compute, m, j->batch * j->seq, mean);
     mt_engine_acc_close(e, mt_acc_aux(e), e->dev_aux_loss, 1);
     mt_engine_reduce(e, e->dev_aux_loss, 1);
 }
@@ -161,17 +158,15 @@ static void aux_loss(const mt_compute_job *j) {
  * that they accumulate in sequence order. */
 static void run_head(const mt_compute_job *j) {
     mt_engine *e = j->e;
-    const mt_op_iface *op = e->op;
-    int D = e->cfg->hidden_size, V = e->cfg->vocab_size;
+    mt_ends k = ends(e);
     mt_unit_weights w = mt_bind_weights(e->lay, e->U - 1, e->head_w, e->be->ops->weight_dtype);
     const void *norm_w = w.t[MT_T_FINAL_NORM], *lm_w = lm_weight(e);
     if (j->mode == MT_RUN_LOGITS) {
-        op->rmsnorm(e->be, e->compute, e->ws.h1, e->ws.rstd1, row_of(e, ckpt_at(e, e->L, 0), j->last_row),
-                    norm_w, 1, D, e->cfg->rms_norm_eps);
-        op->logits(e->be, e->compute, e->dev_logits, e->ws.h1, lm_w, D, V);
+        mt_head_norm(&k, e->ws.h1, e->ws.rstd1, row_of(e, ckpt_at(e, e->L, 0), j->last_row), norm_w, 1);
+        mt_head_logits(&k, e->dev_logits, e->ws.h1, lm_w);
         return;
     }
-    if (e->moe_layers) aux_loss(j);
+    if (e->any_pass_state) aux_loss(j);
     int train = j->mode != MT_RUN_EVAL, chunked = train && mt_engine_ends_chunked(e), tied = e->cfg->tie_embeddings;
     /* Only a backward has gradients (a forward-only engine has no buffers for them). */
     mt_unit_grads g = train ? mt_bind_grads(e->lay, e->U - 1, e->head_grad) : (mt_unit_grads){0};
@@ -185,14 +180,13 @@ static void run_head(const mt_compute_job *j) {
     if (embed_acc) mt_engine_acc_open(e, mt_acc_unit(0), e->embed_grad, (size_t)mt_engine_numel(e, 0), 1);
     FOR_EACH_HEAD_PIECE(e, j, p) {
         size_t row = head_row(j, p);
-        final_norm(j, p, norm_w);
+        final_norm(j, &k, p, norm_w);
         float *lse = chunked ? e->dev_lse + p.m * mt_engine_rows(e) + row : NULL;
-        op->lmhead_loss(e->be, e->compute, e->dev_loss, lse, train ? e->ws.tmp : NULL,
-                        train && !chunked ? lm_grad(e) : NULL, e->ws.h1, lm_w, targets_at(e, p.m) + row, p.rows, D,
-                        V, j->scale, e->o.lm_chunk, e->lm_ws);
+        mt_head_loss(&k, e->dev_loss, lse, train ? e->ws.tmp : NULL, train && !chunked ? lm_grad(e) : NULL, e->ws.h1,
+                     lm_w, targets_at(e, p.m) + row, p.rows, j->scale, e->o.lm_chunk, e->lm_ws);
         if (train)
-            op->rmsnorm_dx(e->be, e->compute, row_of(e, dy_at(e, p.m), row), g.t[MT_T_FINAL_NORM], e->ws.tmp,
-                           row_of(e, ckpt_at(e, e->L, p.m), row), norm_w, e->ws.rstd1, p.rows, D, 0);
+            mt_head_norm_backward(&k, row_of(e, dy_at(e, p.m), row), g.t[MT_T_FINAL_NORM], e->ws.tmp,
+                                  row_of(e, ckpt_at(e, e->L, p.m), row), norm_w, e->ws.rstd1, p.rows);
     }
     mt_engine_acc_close(e, MT_ACC_LOSS, e->dev_loss, 1);
     if (train) mt_engine_acc_close(e, mt_acc_unit(e->U - 1), e->head_grad, head_acc);
@@ -222,12 +216,12 @@ static void embed_backward(const mt_compute_job *j) {
         head_dw_chunk(j, dw, v0, rows);
         mt_engine_acc_close(e, mt_acc_unit(0), e->embed_grad, acc);
     }
+    mt_ends k = ends(e);
     mt_engine_acc_open(e, mt_acc_unit(0), e->embed_grad, acc, !e->cfg->tie_embeddings);
     for (int m = 0; m < j->micro_batches; m++)
         for (int b = 0; b < j->batch; b++) {
             size_t row = (size_t)b * j->seq;
-            e->op->embedding_dw(e->be, e->compute, dw, inputs_at(e, m) + row, row_of(e, dy_at(e, m), row), j->seq, D,
-                                v0, rows);
+            mt_embed_backward(&k, dw, inputs_at(e, m) + row, row_of(e, dy_at(e, m), row), j->seq, v0, rows);
         }
     mt_engine_acc_close(e, mt_acc_unit(0), e->embed_grad, acc);
     if (chunked) chunk_done(e, 0, (size_t)v0 * D, j->home, dw, (size_t)rows * D); /* the WTE matrix starts the unit */
@@ -237,18 +231,16 @@ static void embed_backward(const mt_compute_job *j) {
 static void run_job(void *arg) {
     mt_compute_job *j = arg;
     mt_engine *e = j->e;
-    const mt_op_iface *op = e->op;
-    int D = e->cfg->hidden_size, n = j->batch * j->seq;
-    mt_block_ctx ctx = {e->be, e->compute, e->cfg, j->batch, j->seq, e->o.chunk, e->dev_inv_freq, &e->ws, j->block,
-                        NULL, NULL, NULL, NULL, e->o.attn_tile, {0, 0}};
-    int moe = j->kind == MT_JOB_BLOCK_FWD || j->kind == MT_JOB_BLOCK_BWD ? mt_config_layer_is_moe(e->cfg, j->block) : 0;
-    size_t E = (size_t)e->cfg->num_experts, moe_at = moe ? (size_t)mt_engine_moe_index(e, j->block) : 0;
+    int n = j->batch * j->seq;
+    mt_block_ctx ctx = {e->be, e->compute, e->cfg, j->batch, j->seq, e->o.chunk, e->dev_constants, &e->ws, j->block,
+                        NULL, e->pass, 0, e->o.attn_tile, {0, 0}, NULL};
     if (j->gather.dst) mt_engine_gather_weights(e, &j->gather);
     switch (j->kind) {
     case MT_JOB_EMBED_FWD: {
         mt_unit_weights w = mt_bind_weights(e->lay, 0, e->embed_w, e->be->ops->weight_dtype);
+        mt_ends k = ends(e);
         for (int m = 0; m < j->micro_batches; m++)
-            op->embedding(e->be, e->compute, micro(e, j->x_out, m), inputs_at(e, m), w.t[MT_T_WTE], n, D);
+            mt_embed_forward(&k, micro(e, j->x_out, m), inputs_at(e, m), w.t[MT_T_WTE], n);
         break;
     }
     case MT_JOB_BLOCK_FWD: {
@@ -257,10 +249,7 @@ static void run_job(void *arg) {
         for (int m = 0; m < j->micro_batches; m++) {
             mt_segments seg = j->segmented ? segments_at(e, m) : (mt_segments){0};
             ctx.seg = j->segmented ? &seg : NULL;
-            if (moe) {
-                ctx.moe_counts = e->moe_counts + ((size_t)m * e->moe_layers + moe_at) * E;
-                ctx.moe_prob_sum = e->moe_prob_sum + (size_t)m * E;
-            }
+            ctx.micro = m;
             mt_block_forward(&ctx, &w, micro(e, j->x_in, m), micro(e, j->x_out, m));
         }
         break;
@@ -276,7 +265,7 @@ static void run_job(void *arg) {
         for (int m = 0; m < j->micro_batches; m++) {
             mt_segments seg = j->segmented ? segments_at(e, m) : (mt_segments){0};
             ctx.seg = j->segmented ? &seg : NULL;
-            if (moe && e->cfg->output_router_logits) ctx.moe_aux_grad = e->moe_aux_grad + (size_t)m * E;
+            ctx.micro = m;
             mt_block_backward(&ctx, &w, &g, micro(e, j->x_in, m), dy_at(e, m));
         }
         mt_engine_acc_close(e, mt_acc_unit(u), grads, (size_t)mt_engine_numel(e, u));

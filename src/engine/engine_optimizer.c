@@ -317,7 +317,7 @@ static void run_job(mt_engine *e, const mt_opt_job *job) {
     }
     pthread_mutex_lock(&e->opt_lock);
     e->opt_seconds = e->job_update_seconds;
-    e->opt_seconds_per_block = e->D == e->L ? 0 : e->job_block_seconds / (e->L - e->D);
+    e->opt_seconds_per_block = e->device_blocks == e->L ? 0 : e->job_block_seconds / (e->L - e->device_blocks);
     e->opt_after_norm_seconds = e->job_after_norm_seconds;
     e->opt_backlog_units = e->job_backlog_units;
     pthread_mutex_unlock(&e->opt_lock);

@@ -200,7 +200,7 @@ static int block_home(mt_engine *e, const mt_opt_job *job, const work_list *w, i
 
 /* The backward runs until the gradients of the first block the host updates are issued. */
 static int backward_running(mt_engine *e, const mt_opt_job *job) {
-    return !mt_engine_reached(e, MT_FL_GRADS_ISSUED, mt_unit_block(e->D), job->generation, MT_GEN_NEXT);
+    return !mt_engine_reached(e, MT_FL_GRADS_ISSUED, mt_unit_block(e->device_blocks), job->generation, MT_GEN_NEXT);
 }
 
 /* The ends whole: the embedding's other rows before its input rows, whose update (the last) lets

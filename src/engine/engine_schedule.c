@@ -41,10 +41,10 @@ static void compute_wait(mt_engine *e, mt_ev id, int i) {
  * L - D); the resident blocks 0..D-1 never move. Each first waits until the optimizer has written
  * that unit's weights for this step. Returns the seconds waited. */
 static double load_forward(mt_engine *e, int index) {
-    int streamed = e->L - e->D;
-    int u = index < streamed ? mt_unit_block(e->D + index) : e->U - 1;
+    int streamed = e->L - e->device_blocks;
+    int u = index < streamed ? mt_unit_block(e->device_blocks + index) : e->U - 1;
     double waited = mt_engine_await(e, MT_FL_UPDATED, u, e->generation, MT_GEN_G);
-    if (index < streamed) load_slot(e, e->D + index, index % e->K);
+    if (index < streamed) load_slot(e, e->device_blocks + index, index % e->K);
     else if (!mt_engine_unit_on_device(e, u))
         load_unit(e, u, e->head_w, MT_EV_HEAD_FREE, MT_EV_HEAD_LOADED, 0, mt_engine_where_head(e));
     return waited;
@@ -179,10 +179,8 @@ static mt_status begin_pass(mt_engine *e, pass *p, const int32_t *inputs, const 
                                .scale = p->r->targets ? 1.0f / (float)p->r->targets : 0.0f};
     mt_zero_async(e->be, e->dev_loss, 4, e->compute);
     mt_zero_async(e->be, e->dev_norms, (size_t)e->U * 4, e->compute);
-    if (e->moe_layers) { /* the blocks' forwards add their routing statistics, the head the aux loss */
-        size_t M = (size_t)e->o.micro_batches, E = (size_t)e->cfg->num_experts;
-        mt_zero_async(e->be, e->moe_counts, M * (size_t)e->moe_layers * E * 4, e->compute);
-        mt_zero_async(e->be, e->moe_prob_sum, M * E * 4, e->compute);
+    if (e->any_pass_state) { /* the blocks' forwards add their routing statistics, the head the aux loss */
+        mt_block_pass_begin(e->pass, e->compute);
         mt_zero_async(e->be, e->dev_aux_loss, 4, e->compute);
     }
     if (p->train) {
@@ -195,7 +193,7 @@ static mt_status begin_pass(mt_engine *e, pass *p, const int32_t *inputs, const 
 /* Block l's forward: a resident block's weights are there; a streamed one's once they are in its
  * slot, which then may take the streamed block K further (or the head). */
 static mt_status block_forward(mt_engine *e, pass *p, int l) {
-    int K = e->K, resident = l < e->D, index = l - e->D;
+    int K = e->K, resident = l < e->device_blocks, index = l - e->device_blocks;
     if (!resident) compute_wait(e, MT_EV_SLOT_LOADED, mt_engine_slot_of(e, l));
     mt_engine_ckpt_before_write(e, l + 1);
     mt_compute_job j = job_of(p, MT_JOB_BLOCK_FWD);
@@ -207,7 +205,7 @@ static mt_status block_forward(mt_engine *e, pass *p, int l) {
     if (!resident) mt_engine_record(e, MT_EV_SLOT_FREE, mt_engine_slot_of(e, l), e->compute);
     mt_engine_ckpt_written(e, l + 1, p->train);
     mt_engine_ckpt_read(e, l);
-    if (!resident && index + K <= e->L - e->D) p->r->waited += load_forward(e, index + K);
+    if (!resident && index + K <= e->L - e->device_blocks) p->r->waited += load_forward(e, index + K);
     return MT_OK;
 }
 
@@ -229,7 +227,7 @@ static mt_status forward(mt_engine *e, pass *p) {
     /* The first K streamed blocks' loads (each waiting for the host optimizer's update of its
      * block) are issued once the resident blocks' jobs are queued, which compute runs meanwhile. */
     for (int l = 0; l < e->L; l++) {
-        if (l == e->D)
+        if (l == e->device_blocks)
             for (int i = 0; i < e->K; i++) p->r->waited += load_forward(e, i);
         MT_TRY(block_forward(e, p, l));
     }
@@ -332,7 +330,7 @@ static mt_status resident_backward(mt_engine *e, pass *p, int l) {
  * reloaded for the others), and a streamed block's gradients go home from one of two gradient
  * slots. */
 static mt_status block_backward(mt_engine *e, pass *p, int l) {
-    if (l < e->D) return resident_backward(e, p, l);
+    if (l < e->device_blocks) return resident_backward(e, p, l);
     int L = e->L, K = e->K, k = mt_engine_slot_of(e, l), gs = (L - 1 - l) % 2, stage = mt_engine_ckpt_fetched(e, l);
     if (stage >= 0) compute_wait(e, MT_EV_STAGE_FILLED, stage);
     compute_wait(e, MT_EV_SLOT_LOADED, k);
@@ -353,7 +351,7 @@ static mt_status block_backward(mt_engine *e, pass *p, int l) {
                                         MT_GEN_NEXT);
     p->r->waited += mt_engine_await_grads_taken(e, mt_unit_block(l));
     send_home(e, mt_unit_block(l), e->grad_slot[gs], MT_EV_GRAD_READY, gs, p->early != NULL);
-    if (l - K >= e->D) load_slot(e, l - K, k);
+    if (l - K >= e->device_blocks) load_slot(e, l - K, k);
     return MT_OK;
 }
 
@@ -419,9 +417,8 @@ static void end_pass(mt_engine *e, pass *p) {
             mt_copy_async(e->be, e->host_logits, e->dev_logits, (size_t)e->cfg->vocab_size * 4, e->d2h);
     }
     mt_copy_async(e->be, e->host_loss, e->dev_loss, 4, e->d2h);
-    if (e->moe_layers) {
-        size_t counts = (size_t)e->o.micro_batches * (size_t)e->moe_layers * (size_t)e->cfg->num_experts;
-        mt_copy_async(e->be, e->host_moe_counts, e->moe_counts, counts * 4, e->d2h);
+    if (e->any_pass_state) {
+        mt_block_pass_home(e->pass, e->d2h);
         mt_copy_async(e->be, e->host_aux_loss, e->dev_aux_loss, 4, e->d2h);
     }
     mt_engine_record(e, MT_EV_DONE, 0, e->d2h);
@@ -448,26 +445,14 @@ static mt_status run_pass(mt_engine *e, mt_run_mode mode, const int32_t *inputs,
     return MT_OK;
 }
 
-/* The load-balancing loss, and the largest and smallest share of a layer's routed tokens an expert
- * got over the pass's micro-batches (this rank's tokens). */
-static void moe_results(const mt_engine *e, pass_result *r) {
-    int M = e->o.micro_batches, E = e->cfg->num_experts, layers = e->moe_layers;
+/* The auxiliary (load-balancing) loss, and what the kinds report of their pass state: the largest
+ * and smallest share of a layer's routed tokens an expert got (this rank's tokens). */
+static void pass_state_results(const mt_engine *e, pass_result *r) {
+    mt_pass_report report = {.load_max = 0, .load_min = 1};
+    mt_block_pass_report(e->pass, &report);
     r->aux_loss = *e->host_aux_loss;
-    r->load_max = 0;
-    r->load_min = 1;
-    for (int l = 0; l < layers; l++) {
-        double routed = 0, most = 0, least = -1;
-        for (int x = 0; x < E; x++) {
-            double n = 0;
-            for (int m = 0; m < M; m++) n += e->host_moe_counts[((size_t)m * layers + l) * E + x];
-            routed += n;
-            if (n > most) most = n;
-            if (least < 0 || n < least) least = n;
-        }
-        if (routed <= 0) continue;
-        if (most / routed > r->load_max) r->load_max = most / routed;
-        if (least / routed < r->load_min) r->load_min = least / routed;
-    }
+    r->load_max = report.load_max;
+    r->load_min = report.load_min;
 }
 
 /* Waits for the pass to finish and reads its loss and gradient norm. */
@@ -475,7 +460,7 @@ static mt_status finish_pass(mt_engine *e, pass_result *r) {
     mt_engine_sync(e, MT_EV_DONE, 0);
     MT_TRY(mt_backend_check(e->be));
     r->loss = r->targets > 0 ? *e->host_loss / (double)r->targets : 0;
-    if (e->moe_layers) moe_results(e, r);
+    if (e->any_pass_state) pass_state_results(e, r);
     r->grad_norm = mt_global_norm(e->host_norms, e->U);
     r->stalled = 0;
     for (int i = 0; i < e->num_stalls; i++) r->stalled += mt_engine_elapsed(e, MT_EV_STALL_BEGIN, i, MT_EV_STALL_END, i);
@@ -540,7 +525,7 @@ mt_status mt_engine_step(mt_engine *e, const int32_t *inputs, const int32_t *tar
                             .seconds = mt_now() - t0, .wait_opt_seconds = r.waited,
                             .stall_seconds = r.stalled, .compute_seconds = r.busy,
                             .idle_forward_seconds = r.idle_forward, .idle_backward_seconds = r.idle_backward,
-                            .moe = e->moe_layers > 0, .aux_loss = r.aux_loss, .expert_load_max = r.load_max,
+                            .moe = e->any_pass_state, .aux_loss = r.aux_loss, .expert_load_max = r.load_max,
                             .expert_load_min = r.load_min};
     mt_engine *opt = e->leader ? e->leader : e;
     pthread_mutex_lock(&opt->opt_lock);

@@ -25,11 +25,11 @@ mt_status mt_dataset_init(mt_dataset *ds, const mt_tokens *tokens, double val_fr
     size_t window = (size_t)seq_len + 1;
     size_t val_tokens = (size_t)((double)tokens->count * val_fraction);
     size_t train_tokens = tokens->count - val_tokens;
-    if (val_fraction > 0.0 && val_tokens < window)
+    if (val_fraction > 0.0 && val_tokens < 2)
         return mt_fail(MT_ERR_INVALID,
-                       "dataset: the validation split (%g of %zu tokens = %zu) is shorter than one "
-                       "window of seq_len + 1 = %zu tokens",
-                       val_fraction, tokens->count, val_tokens, window);
+                       "dataset: the validation split (%g of %zu tokens = %zu) holds no target: raise "
+                       "--val-fraction, or pass --val-fraction 0",
+                       val_fraction, tokens->count, val_tokens);
     if (train_tokens < window)
         return mt_fail(MT_ERR_INVALID,
                        "dataset: the training split (%zu tokens) is shorter than one window of "
@@ -166,9 +166,9 @@ void mt_dataset_free(mt_dataset *ds) {
 
 mt_status mt_dataset_init_val_only(mt_dataset *ds, const mt_tokens *tokens, int seq_len, int packed,
                                    mt_long_examples long_examples, const char *name) {
-    if (!packed && tokens->count < (size_t)seq_len + 1)
-        return mt_fail(MT_ERR_INVALID, "%zu tokens, shorter than one window of seq_len + 1 = %d tokens", tokens->count,
-                       seq_len + 1);
+    if (!packed && tokens->count < 2)
+        return mt_fail(MT_ERR_INVALID, "%zu token%s: no target to validate on", tokens->count,
+                       tokens->count == 1 ? "" : "s");
     *ds = (mt_dataset){.tokens = tokens, .train_tokens = 0, .val_tokens = tokens->count, .seq_len = seq_len,
                        .eot = -1};
     if (!packed) return MT_OK;
@@ -182,6 +182,21 @@ mt_status mt_dataset_init_val_only(mt_dataset *ds, const mt_tokens *tokens, int 
     }
     if (st != MT_OK) mt_dataset_free(ds);
     return st;
+}
+
+double mt_dataset_epoch_windows(const mt_dataset *ds) {
+    size_t seq = (size_t)ds->seq_len;
+    if (ds->packer) return (double)ds->report.windows;
+    if (ds->order == MT_SAMPLE_SEQUENTIAL) return (double)((ds->train_tokens - seq - 1) / seq + 1);
+    return (double)ds->train_tokens / (double)seq;
+}
+
+double mt_dataset_epochs_done(const mt_dataset *ds) {
+    const mt_sampler_state *s = &ds->state;
+    double windows = mt_dataset_epoch_windows(ds);
+    /* cursor: packed, the windows drawn in the epoch; stream, their tokens */
+    double drawn = ds->packer ? (double)s->cursor : (double)s->cursor / (double)ds->seq_len;
+    return (double)s->epoch + (windows > 0 ? drawn / windows : 0);
 }
 
 mt_status mt_dataset_set_state(mt_dataset *ds, const mt_sampler_state *state) {
@@ -222,19 +237,20 @@ static size_t next_window_start(mt_dataset *ds) {
     return start;
 }
 
-/* Window starting at token `start`: inputs get tokens start.., targets start+1..; a target whose
+/* The first n tokens of the window starting at token `start` (a whole one: n = seq_len): inputs
+ * get tokens start.., targets start+1..; a target whose
  * token carries no loss (a masked shard's mask 0) is -1, which the loss ignores. With documents
  * masked, a segment ends after each end-of-text token, which then predicts nothing. */
-static void copy_window(const mt_dataset *ds, size_t start, int32_t *inputs, int32_t *targets, int32_t *positions) {
-    size_t seq = (size_t)ds->seq_len;
-    mt_tokens_copy(ds->tokens, start, seq, inputs);
-    mt_tokens_copy(ds->tokens, start + 1, seq, targets);
-    mt_tokens_mask_targets(ds->tokens, start + 1, seq, targets);
+static void copy_window(const mt_dataset *ds, size_t start, size_t n, int32_t *inputs, int32_t *targets,
+                        int32_t *positions) {
+    mt_tokens_copy(ds->tokens, start, n, inputs);
+    mt_tokens_copy(ds->tokens, start + 1, n, targets);
+    mt_tokens_mask_targets(ds->tokens, start + 1, n, targets);
     if (ds->eot >= 0)
-        for (size_t k = 0; k < seq; k++)
+        for (size_t k = 0; k < n; k++)
             if (inputs[k] == ds->eot) targets[k] = -1;
     if (!positions) return;
-    for (size_t k = 0; k < seq; k++)
+    for (size_t k = 0; k < n; k++)
         positions[k] = k == 0 || (ds->eot >= 0 && inputs[k - 1] == ds->eot) ? 0 : positions[k - 1] + 1;
 }
 
@@ -266,7 +282,8 @@ size_t mt_dataset_train_batch(mt_dataset *ds, int batch, int32_t *inputs, int32_
     for (int b = 0; b < batch; b++) {
         size_t off = (size_t)b * (size_t)ds->seq_len;
         if (!ds->packer) {
-            copy_window(ds, next_window_start(ds), inputs + off, targets + off, positions ? positions + off : NULL);
+            copy_window(ds, next_window_start(ds), (size_t)ds->seq_len, inputs + off, targets + off,
+                        positions ? positions + off : NULL);
             continue;
         }
         const uint32_t *items;
@@ -282,18 +299,35 @@ size_t mt_dataset_train_batch(mt_dataset *ds, int batch, int32_t *inputs, int32_
     return padding;
 }
 
+size_t mt_dataset_val_windows(const mt_dataset *ds) {
+    if (ds->examples) return ds->val_windows;
+    return ds->val_tokens < 2 ? 0 : (ds->val_tokens - 2) / (size_t)ds->seq_len + 1;
+}
+
 int64_t mt_dataset_val_batches(const mt_dataset *ds, int batch) {
-    if (ds->examples) return (int64_t)(ds->val_windows / (size_t)batch);
-    if (ds->val_tokens == 0) return 0;
-    size_t windows = (ds->val_tokens - 1) / (size_t)ds->seq_len;
-    return (int64_t)(windows / (size_t)batch);
+    return (int64_t)((mt_dataset_val_windows(ds) + (size_t)batch - 1) / (size_t)batch);
+}
+
+/* A window that is all padding (past the last validation window): no targets. */
+static void fill_padding(size_t from, size_t seq, int32_t *inputs, int32_t *targets, int32_t *positions) {
+    for (size_t k = from; k < seq; k++) {
+        inputs[k] = 0;
+        targets[k] = -1;
+        if (positions) positions[k] = k == from ? 0 : positions[k - 1] + 1;
+    }
 }
 
 void mt_dataset_val_batch(const mt_dataset *ds, int64_t index, int batch, int32_t *inputs,
                           int32_t *targets, int32_t *positions) {
+    size_t windows = mt_dataset_val_windows(ds), seq = (size_t)ds->seq_len;
     for (int b = 0; b < batch; b++) {
         size_t window = (size_t)index * (size_t)batch + (size_t)b;
-        size_t off = (size_t)b * (size_t)ds->seq_len;
+        size_t off = (size_t)b * seq;
+        int32_t *at_positions = positions ? positions + off : NULL;
+        if (window >= windows) {
+            fill_padding(0, seq, inputs + off, targets + off, at_positions);
+            continue;
+        }
         if (ds->examples) {
             const uint32_t *items = ds->val_items + ds->val_first[window];
             size_t count = ds->val_first[window + 1] - ds->val_first[window];
@@ -301,8 +335,10 @@ void mt_dataset_val_batch(const mt_dataset *ds, int64_t index, int batch, int32_
                         positions + off);
             continue;
         }
-        copy_window(ds, ds->train_tokens + window * (size_t)ds->seq_len, inputs + off, targets + off,
-                    positions ? positions + off : NULL);
+        /* The split's last window may be short: its targets end with the split, padding after. */
+        size_t start = window * seq, n = ds->val_tokens - 1 - start < seq ? ds->val_tokens - 1 - start : seq;
+        copy_window(ds, ds->train_tokens + start, n, inputs + off, targets + off, at_positions);
+        fill_padding(n, seq, inputs + off, targets + off, at_positions);
     }
 }
 

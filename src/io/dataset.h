@@ -77,8 +77,8 @@ typedef struct {
     mt_pack_report report;
 } mt_dataset;
 
-/* Stream windows. Splits `tokens`; fails when either split is too short for one window (a
- * val_fraction of 0 means no validation split). */
+/* Stream windows. Splits `tokens`; fails when the training split is too short for one window or
+ * the validation split holds no target (a val_fraction of 0 means no validation split). */
 mt_status mt_dataset_init(mt_dataset *ds, const mt_tokens *tokens, double val_fraction,
                           int seq_len, mt_sample_order order, uint64_t seed);
 /* Masks the stream windows' documents after end-of-text id `eot`. */
@@ -94,12 +94,18 @@ void mt_dataset_free(mt_dataset *ds);
 /* All of `tokens` as validation windows (a validation file of its own): windows of its stream
  * (mt_dataset_doc_mask may mask them), or with `packed` its examples packed in file order (a
  * masked shard that records them; `long_examples` and `name` as for mt_dataset_init_packed).
- * Fails when it is shorter than one window, or holds no example. */
+ * Fails when it holds no target (fewer than 2 tokens), or no example. */
 mt_status mt_dataset_init_val_only(mt_dataset *ds, const mt_tokens *tokens, int seq_len, int packed,
                                    mt_long_examples long_examples, const char *name);
 
 /* Whether the windows have segments (documents masked, or packed): their positions matter. */
 static inline int mt_dataset_segmented(const mt_dataset *ds) { return ds->eot >= 0 || ds->examples != NULL; }
+
+/* The training windows an epoch draws (stream windows at random: the split's tokens over seq_len,
+ * a fraction; in order: the windows that fit; packed: those of the first epoch's packing), and the
+ * epochs the sampler has drawn, a fraction within the current one. */
+double mt_dataset_epoch_windows(const mt_dataset *ds);
+double mt_dataset_epochs_done(const mt_dataset *ds);
 
 /* Restores a saved state; fails when it cannot belong to this dataset (cursor past the split or,
  * packed, past the epoch's windows). */
@@ -110,9 +116,12 @@ mt_status mt_dataset_set_state(mt_dataset *ds, const mt_sampler_state *state);
  * training windows and advances the sampler. Returns the padding tokens among them. */
 size_t mt_dataset_train_batch(mt_dataset *ds, int batch, int32_t *inputs, int32_t *targets, int32_t *positions);
 
-/* Validation batches are fixed: batch `index` (< mt_dataset_val_batches) holds validation
- * windows index*batch .. index*batch + batch-1 (stream: non-overlapping windows in order;
- * packed: the validation examples packed in file order). */
+/* Validation windows are fixed: stream, non-overlapping windows in order, the last one short where
+ * the split ends inside it (its targets end there, padding after); packed, the validation examples
+ * packed in file order. Batch `index` (< mt_dataset_val_batches) holds windows index*batch ..
+ * index*batch + batch-1; the last batch may be partial, windows past the last all padding (no
+ * targets), so that every validation window counts. */
+size_t mt_dataset_val_windows(const mt_dataset *ds);
 int64_t mt_dataset_val_batches(const mt_dataset *ds, int batch);
 void mt_dataset_val_batch(const mt_dataset *ds, int64_t index, int batch, int32_t *inputs,
                           int32_t *targets, int32_t *positions);

@@ -1,13 +1,15 @@
 /* Hugging Face config.json <-> mt_config.
  *
- * Reads LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM configs and the
- * mixtures of experts Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, MixtralForCausalLM and
- * OlmoeForCausalLM, filling fields a file leaves out with transformers' defaults (each Config
- * class's), and refuses (naming the field) anything that would change the math the model code
- * implements: another architecture or activation, MLP biases, an active sliding window or a layer
- * that is not full attention, a rope_scaling other than llama3, quantization, an attention_bias
- * that adds an o_proj bias (Qwen3, Qwen3-MoE, OLMoE), Mixtral's router_jitter_noise, OLMoE's
- * clip_qkv, an mlp_only_layers entry outside the model. */
+ * Reads the config.json of every family of the registry (model/families.h: LlamaForCausalLM,
+ * MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen2MoeForCausalLM,
+ * MixtralForCausalLM, OlmoeForCausalLM): the fields every family has here, RoPE's in
+ * model/rope_config.c, the family's own in its file, each filling what a file leaves out with
+ * transformers' defaults (the family's Config class's). Refuses (naming the field) anything that
+ * would change the math the model code implements: another architecture or activation, MLP
+ * biases, quantization, dropout, and what each family refuses (an active sliding window, a layer
+ * that is not full attention, a rope_scaling other than llama3, an attention_bias that adds an
+ * o_proj bias, Mixtral's router_jitter_noise, OLMoE's clip_qkv, ...). Names a field it does not
+ * know in a warning. */
 #ifndef MT_IO_HF_CONFIG_H
 #define MT_IO_HF_CONFIG_H
 

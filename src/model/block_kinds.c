@@ -1,11 +1,14 @@
 /* Which kinds a block is made of, and the table of kinds (model/block_kinds.h). */
 #include "model/block_kinds.h"
 
+#include "model/families.h"
+
 static const mt_part_kind *const mixers[MT_MIXER_KINDS] = {[MT_MIXER_ATTENTION] = &mt_mixer_attention};
 static const mt_part_kind *const ffns[MT_FFN_KINDS] = {[MT_FFN_DENSE] = &mt_ffn_dense, [MT_FFN_MOE] = &mt_ffn_moe};
 
 mt_block_kinds mt_block_kinds_of(const mt_config *c, int l) {
-    return (mt_block_kinds){MT_MIXER_ATTENTION, mt_config_layer_is_moe(c, l) ? MT_FFN_MOE : MT_FFN_DENSE};
+    mt_layer_spec s = mt_layer_spec_of(c, l);
+    return (mt_block_kinds){s.mixer, s.ffn};
 }
 
 const mt_part_kind *mt_mixer_kind_of(mt_mixer_kind k) { return mixers[k]; }

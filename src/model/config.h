@@ -1,4 +1,5 @@
-/* The model's shape: a Llama-family decoder as config.json describes it. */
+/* The model's shape: a decoder as config.json describes it. Which family it is (arch) decides how
+ * its fields are read, checked and planned layer by layer (model/families.h). */
 #ifndef MT_MODEL_CONFIG_H
 #define MT_MODEL_CONFIG_H
 
@@ -6,6 +7,7 @@
 
 #include "util/status.h"
 
+/* The families, a row each of model/families.c's registry. */
 typedef enum {
     MT_ARCH_LLAMA, MT_ARCH_MISTRAL, MT_ARCH_QWEN2, MT_ARCH_QWEN3,
     /* mixtures of experts */
@@ -52,7 +54,7 @@ typedef struct {
     int rope_original_max_position;
     int bos_token_id, eos_token_id;  /* -1 when absent */
     /* Mixture of experts (num_experts > 0): a sparse block's feed-forward routes each token to
-     * experts_per_token of num_experts SwiGLU experts of moe_intermediate_size (model/ffn_moe.c).
+     * experts_per_token of num_experts SwiGLU experts of moe_intermediate_size (model/kinds/ffn_moe.c).
      * Block l is sparse when (l + 1) % decoder_sparse_step == 0 and l is not in mlp_only_layers;
      * the others keep a dense MLP of intermediate_size. */
     int num_experts, experts_per_token, moe_intermediate_size;
@@ -66,16 +68,17 @@ typedef struct {
     float router_aux_loss_coef;
 } mt_config;
 
-/* Fills `cfg` with a built-in shape (mt_config_preset_names lists them). Fails naming the preset
- * when it is unknown. */
+/* Fills `cfg` with a built-in shape, one of the families' presets (model/families.c;
+ * mt_config_preset_names lists them). Fails naming the preset when it is unknown. */
 mt_status mt_config_preset(const char *name, mt_config *cfg);
 /* Comma-separated preset names, for help text. */
 const char *mt_config_preset_names(void);
 
-
 /* Checks the shape against what the model code supports, limits above included; the message
  * names the field. */
 mt_status mt_config_validate(const mt_config *cfg);
+/* `value` of config field `name` in [lo, hi], else a message naming it. */
+mt_status mt_config_in_range(const char *name, int value, int lo, int hi);
 
 /* Parameter counts (of a validated config: they cannot overflow): block l's, every block's, those
  * of every block that one token's forward multiplies with (a mixture of experts uses top_k of its
@@ -87,16 +90,14 @@ int64_t mt_config_total_params(const mt_config *cfg);
 /* The widest dense SwiGLU MLP among the blocks' feed-forwards, a shared expert's included (what the
  * block workspace sizes for); 0 when there is none. */
 int mt_config_dense_mlp_width(const mt_config *cfg);
-/* Whether block l's feed-forward is a mixture of experts, and how many blocks' are. */
+/* Whether block l's feed-forward is a mixture of experts (its family's plan says:
+ * model/families.h), and how many blocks' are. */
 int mt_config_layer_is_moe(const mt_config *cfg, int l);
 int mt_config_moe_layers(const mt_config *cfg);
-/* Whether the architecture is one of the mixtures of experts (its config needs num_experts). */
+/* Whether the architecture's family is a mixture of experts (its config needs num_experts). */
 int mt_arch_is_moe(mt_arch arch);
 /* Forward FLOPs a token in every block besides the linear layers (attention's), at seq tokens a
  * sequence. */
 double mt_config_blocks_extra_flops(const mt_config *cfg, int seq);
-
-/* The RoPE inverse frequencies, head_dim/2 of them, llama3 scaling applied when configured. */
-void mt_config_rope_inv_freq(const mt_config *cfg, float *inv_freq);
 
 #endif

@@ -1,9 +1,11 @@
 /* How checkpoints on the hub name what the layout holds under transformers 5's names (layout.h):
- * the experts one at a time, and Mixtral's names from before transformers 5 renamed them. */
+ * the experts one at a time, under the family's names where it has its own (model/families.h:
+ * Mixtral's from before transformers 5 renamed them). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/families.h"
 #include "model/layout.h"
 
 int mt_tensor_hub_parts(const mt_tensor *t) {
@@ -12,25 +14,27 @@ int mt_tensor_hub_parts(const mt_tensor *t) {
     return 1;
 }
 
-/* Mixtral: block_sparse_moe.experts.N.w1 (gate), w3 (up), w2 (down), block_sparse_moe.gate (the
- * router); the others: mlp.experts.N.gate_proj, up_proj, down_proj. */
+/* transformers' own: mlp.experts.N.gate_proj, up_proj, down_proj, the router under its name. */
+static const mt_family_names transformers_names = {
+    .prefix = "mlp", .gate = "gate_proj", .up = "up_proj", .down = "down_proj"};
+
 void mt_tensor_hub_part(const mt_layout *lay, const mt_tensor *t, int part, char *name, size_t cap, int64_t *row0,
                         int *rows) {
-    int mixtral = lay->cfg.arch == MT_ARCH_MIXTRAL, l = t->block;
-    const char *moe = mixtral ? "block_sparse_moe" : "mlp";
+    const mt_family_names *n = mt_family_of(lay->cfg.arch)->names;
+    if (!n || !n->prefix) n = &transformers_names;
+    int l = t->block;
     if (t->kind == MT_T_EXPERTS_GATE_UP) {
         int e = part / 2, up = part % 2, F = t->rows / t->experts / 2;
-        snprintf(name, cap, "model.layers.%d.%s.experts.%d.%s.weight", l, moe, e,
-                 mixtral ? (up ? "w3" : "w1") : (up ? "up_proj" : "gate_proj"));
+        snprintf(name, cap, "model.layers.%d.%s.experts.%d.%s.weight", l, n->prefix, e, up ? n->up : n->gate);
         *row0 = (int64_t)e * 2 * F + (int64_t)up * F;
         *rows = F;
     } else if (t->kind == MT_T_EXPERTS_DOWN) {
         int D = t->rows / t->experts;
-        snprintf(name, cap, "model.layers.%d.%s.experts.%d.%s.weight", l, moe, part, mixtral ? "w2" : "down_proj");
+        snprintf(name, cap, "model.layers.%d.%s.experts.%d.%s.weight", l, n->prefix, part, n->down);
         *row0 = (int64_t)part * D;
         *rows = D;
     } else {
-        if (mixtral && t->kind == MT_T_ROUTER) snprintf(name, cap, "model.layers.%d.block_sparse_moe.gate.weight", l);
+        if (n->router && t->kind == MT_T_ROUTER) snprintf(name, cap, "model.layers.%d.%s", l, n->router);
         else snprintf(name, cap, "%s", t->name);
         *row0 = 0;
         *rows = t->rows;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "model/block_kinds.h"
+#include "model/families.h"
 
 /* A unit holds at most one tensor of each kind. */
 enum { BLOCK_TENSORS_MAX = MT_T_COUNT };
@@ -23,7 +24,7 @@ static int64_t align_up(int64_t n, int *overflow) {
 }
 
 static void add_tensor(mt_layout *lay, mt_unit *unit, mt_tensor_kind kind, int block, int rows,
-                       int cols, int decay, int experts, const char *name) {
+                       int cols, int experts, const char *name) {
     mt_tensor *t = &lay->tensors[lay->num_tensors];
     t->kind = kind;
     t->unit = (int)(unit - lay->units);
@@ -31,7 +32,7 @@ static void add_tensor(mt_layout *lay, mt_unit *unit, mt_tensor_kind kind, int b
     t->rows = rows;
     t->cols = cols;
     t->offset = unit->numel;
-    t->decay = decay;
+    t->decay = mt_tensor_decays(kind);
     t->experts = experts;
     snprintf(t->name, sizeof t->name, "%s", name);
     unit->index[kind] = unit->num_tensors;
@@ -67,19 +68,19 @@ mt_status mt_layout_init(mt_layout *lay, const mt_config *cfg) {
     }
     int64_t offset = 0;
     mt_unit *u = begin_unit(lay, 0, MT_UNIT_EMBED, -1, offset);
-    add_tensor(lay, u, MT_T_WTE, -1, V, D, 1, 0, "model.embed_tokens.weight");
+    add_tensor(lay, u, MT_T_WTE, -1, V, D, 0, mt_tensor_role_name(MT_T_WTE));
     offset = checked_add(offset, u->numel, &lay->overflow);
     for (int l = 0; l < cfg->num_layers; l++) {
         u = begin_unit(lay, 1 + l, MT_UNIT_BLOCK, l, offset);
-        mt_block_kinds kinds = mt_block_kinds_of(cfg, l);
-        mt_mixer_kind_of(kinds.mixer)->declare(lay, u, cfg, l);
-        mt_ffn_kind_of(kinds.ffn)->declare(lay, u, cfg, l);
+        mt_layer_spec s = mt_layer_spec_of(cfg, l);
+        mt_mixer_kind_of(s.mixer)->declare(lay, u, cfg, &s, l);
+        mt_ffn_kind_of(s.ffn)->declare(lay, u, cfg, &s, l);
         if (u->numel > lay->max_block_numel) lay->max_block_numel = u->numel;
         offset = checked_add(offset, u->numel, &lay->overflow);
     }
     u = begin_unit(lay, lay->num_units - 1, MT_UNIT_HEAD, -1, offset);
-    add_tensor(lay, u, MT_T_FINAL_NORM, -1, D, 1, 0, 0, "model.norm.weight");
-    if (!cfg->tie_embeddings) add_tensor(lay, u, MT_T_LM_HEAD, -1, V, D, 1, 0, "lm_head.weight");
+    add_tensor(lay, u, MT_T_FINAL_NORM, -1, D, 1, 0, mt_tensor_role_name(MT_T_FINAL_NORM));
+    if (!cfg->tie_embeddings) add_tensor(lay, u, MT_T_LM_HEAD, -1, V, D, 0, mt_tensor_role_name(MT_T_LM_HEAD));
     offset = checked_add(offset, u->numel, &lay->overflow);
     lay->total_numel = offset;
     /* Bytes of a store class (4 a parameter) and their sums must stay in range too. */
@@ -92,10 +93,12 @@ mt_status mt_layout_init(mt_layout *lay, const mt_config *cfg) {
 }
 
 void mt_layout_add_block_tensor(mt_layout *lay, mt_unit *u, mt_tensor_kind kind, int l, int rows, int cols,
-                                int decay, int experts, const char *suffix) {
+                                int experts) {
+    const mt_family_names *family = mt_family_of(lay->cfg.arch)->names;
+    const char *suffix = family && family->suffix[kind] ? family->suffix[kind] : mt_tensor_role_name(kind);
     char name[sizeof lay->tensors[0].name];
     snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);
-    add_tensor(lay, u, kind, l, rows, cols, decay, experts, name);
+    add_tensor(lay, u, kind, l, rows, cols, experts, name);
 }
 
 void mt_layout_free(mt_layout *lay) {

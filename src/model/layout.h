@@ -19,28 +19,11 @@
 #include <stdint.h>
 
 #include "model/config.h"
+#include "model/tensor_roles.h"
 
 #define MT_TENSOR_ALIGN 64
 
-typedef enum {
-    MT_T_WTE,
-    MT_T_ATTN_NORM, MT_T_WQ, MT_T_WK, MT_T_WV, MT_T_BQ, MT_T_BK, MT_T_BV, MT_T_Q_NORM, MT_T_K_NORM, MT_T_WO,
-    MT_T_MLP_NORM, MT_T_WG, MT_T_WU, MT_T_WD,
-    /* mixture of experts: the router [E, D]; every expert's [gate; up] [E x 2F, D] and down [E x D, F]
-     * stacked expert by expert; a shared expert's gate, up, down and its sigmoid gate [1, D] */
-    MT_T_ROUTER, MT_T_EXPERTS_GATE_UP, MT_T_EXPERTS_DOWN,
-    MT_T_SHARED_GATE, MT_T_SHARED_UP, MT_T_SHARED_DOWN, MT_T_SHARED_EXPERT_GATE,
-    MT_T_FINAL_NORM, MT_T_LM_HEAD,
-    MT_T_COUNT
-} mt_tensor_kind;
-
 typedef enum { MT_UNIT_EMBED, MT_UNIT_BLOCK, MT_UNIT_HEAD } mt_unit_kind;
-
-/* RMSNorm weights: initialized to 1. */
-static inline int mt_tensor_is_norm(mt_tensor_kind kind) {
-    return kind == MT_T_ATTN_NORM || kind == MT_T_Q_NORM || kind == MT_T_K_NORM || kind == MT_T_MLP_NORM ||
-           kind == MT_T_FINAL_NORM;
-}
 
 typedef struct {
     mt_tensor_kind kind;
@@ -85,10 +68,11 @@ const mt_tensor *mt_layout_tensor(const mt_layout *layout, int u, mt_tensor_kind
 const mt_tensor *mt_layout_find(const mt_layout *layout, const char *name, int *unit);
 
 /* For the block kinds' declarations (model/block_kinds.h): appends to unit u, which is block l's,
- * a tensor named "model.layers.<l>.<suffix>" of rows x cols (cols 1: a vector), `experts` matrices
- * stacked (0: one). */
+ * a tensor of role `kind` of rows x cols (cols 1: a vector), `experts` matrices stacked (0: one),
+ * named "model.layers.<l>.<suffix>" with the role's suffix (model/tensor_roles.def) or the
+ * family's for it (model/families.h), decaying as its role does. */
 void mt_layout_add_block_tensor(mt_layout *layout, mt_unit *u, mt_tensor_kind kind, int l, int rows, int cols,
-                                int decay, int experts, const char *suffix);
+                                int experts);
 
 /* How checkpoints on the hub hold tensor t when not as t->name: the experts' stacked matrices one
  * expert (and gate and up each) at a time, under the family's names (Mixtral's from before

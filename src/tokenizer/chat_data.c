@@ -147,6 +147,22 @@ static mt_status parse_instruction(mt_chat_example *e, const char *where) {
     return string_field(e->json, "completion", where, &e->m[1].content, &e->m[1].len);
 }
 
+/* alpaca's "history": earlier turns as [instruction, answer] pairs of strings, oldest first. */
+static mt_status alpaca_history(mt_chat_example *e, const json_t *history, const char *where) {
+    for (size_t i = 0; i < json_array_size(history); i++) {
+        const json_t *pair = json_array_get(history, i);
+        const json_t *user = json_array_get(pair, 0), *answer = json_array_get(pair, 1);
+        if (!json_is_array(pair) || json_array_size(pair) != 2 || !json_is_string(user) || !json_is_string(answer))
+            return mt_fail(MT_ERR_INVALID, "%s: \"history\" item %zu is not a pair of strings [instruction, answer] "
+                           "but %s", where, i + 1, mt_json_kind(pair));
+        e->m[e->n++] = (mt_chat_message){.role = MT_ROLE_USER, .content = json_string_value(user),
+                                         .len = json_string_length(user)};
+        e->m[e->n++] = (mt_chat_message){.role = MT_ROLE_ASSISTANT, .content = json_string_value(answer),
+                                         .len = json_string_length(answer)};
+    }
+    return MT_OK;
+}
+
 static mt_status parse_alpaca(mt_chat_example *e, const char *where) {
     const char *instruction, *input = "", *output, *system = NULL;
     size_t ilen, inlen = 0, olen, slen = 0;
@@ -154,13 +170,14 @@ static mt_status parse_alpaca(mt_chat_example *e, const char *where) {
     MT_TRY(string_field(e->json, "output", where, &output, &olen));
     const json_t *in = json_object_get(e->json, "input"), *sys = json_object_get(e->json, "system");
     const json_t *history = json_object_get(e->json, "history");
-    if (history && !json_is_null(history) && !(json_is_array(history) && json_array_size(history) == 0))
-        return mt_fail(MT_ERR_INVALID, "%s: \"history\" (earlier turns) is not read in the alpaca layout; write "
-                       "the example as \"messages\" to keep them", where);
+    if (history && !json_is_null(history) && !json_is_array(history))
+        return mt_fail(MT_ERR_INVALID, "%s: \"history\" is not a list of [instruction, answer] pairs but %s", where,
+                       mt_json_kind(history));
     if (in && !json_is_null(in)) MT_TRY(string_field(e->json, "input", where, &input, &inlen));
     if (sys && !json_is_null(sys)) MT_TRY(string_field(e->json, "system", where, &system, &slen));
-    MT_TRY(alloc_messages(e, 3, where));
+    MT_TRY(alloc_messages(e, 3 + 2 * json_array_size(history), where));
     if (system) e->m[e->n++] = (mt_chat_message){.role = MT_ROLE_SYSTEM, .content = system, .len = slen};
+    MT_TRY(alpaca_history(e, history, where));
     const char *user = instruction;
     size_t ulen = ilen;
     if (inlen) {
@@ -261,10 +278,8 @@ static mt_status parse_sharegpt(mt_chat_example *e, const char *where) {
     return MT_OK;
 }
 
-static mt_status parse(const char *text, size_t len, const char *where, mt_chat_example *e) {
-    json_error_t err;
-    e->json = json_loadb(text, len, JSON_ALLOW_NUL, &err);
-    if (!e->json) return mt_fail(MT_ERR_INVALID, "%s: not JSON: %s (column %d)", where, err.text, err.column);
+static mt_status parse(json_t *record, const char *where, mt_chat_example *e) {
+    e->json = record;
     e->owned = json_array();
     if (!e->owned) return mt_fail(MT_ERR_NOMEM, "%s: cannot hold the example", where);
     switch (mt_jsonl_kind_of(e->json)) {
@@ -281,13 +296,21 @@ static mt_status parse(const char *text, size_t len, const char *where, mt_chat_
     }
 }
 
-mt_status mt_chat_example_parse(const char *text, size_t len, const char *file, size_t line, mt_chat_example *out) {
+mt_status mt_chat_example_read(json_t *record, const char *where, mt_chat_example *out) {
     *out = (mt_chat_example){0};
-    char where[1024];
-    snprintf(where, sizeof where, "%s:%zu", file, line);
-    mt_status st = parse(text, len, where, out);
+    mt_status st = parse(record, where, out);
     if (st != MT_OK) mt_chat_example_free(out);
     return st;
+}
+
+mt_status mt_chat_example_parse(const char *text, size_t len, const char *file, size_t line, mt_chat_example *out) {
+    char where[1024];
+    snprintf(where, sizeof where, "%s:%zu", file, line);
+    json_error_t err;
+    json_t *record = json_loadb(text, len, JSON_ALLOW_NUL, &err);
+    *out = (mt_chat_example){0};
+    if (!record) return mt_fail(MT_ERR_INVALID, "%s: not JSON: %s (column %d)", where, err.text, err.column);
+    return mt_chat_example_read(record, where, out);
 }
 
 void mt_chat_example_free(mt_chat_example *e) {

@@ -1,12 +1,14 @@
-/* Chat and instruction data: one JSONL line is one example, in one of the layouts people have
- * (the layout is read from each line's fields):
+/* Chat and instruction data: one JSONL line (or one record of a JSON array) is one example, in
+ * one of the layouts people have (the layout is read from each record's fields):
  *   OpenAI messages  {"messages": [{"role": "system"|"user"|"assistant"|"tool", "content": "..."}, ...],
  *                     "tools": [...]}: an assistant message may carry "tool_calls" (a list of
  *                     {"function": {"name", "arguments"}}; its content may then be null) and
  *                     "reasoning_content" (Qwen3's templates show it)
  *   prompt/completion {"prompt": "...", "completion": "..."}: [user: prompt, assistant: completion]
- *   alpaca           {"instruction", "input" (optional), "output", "system" (optional)}: the user
- *                     message is the instruction, and the input after a newline where there is one
+ *   alpaca           {"instruction", "input" (optional), "output", "system" (optional), "history"
+ *                     (optional)}: the user message is the instruction, and the input after a
+ *                     newline where there is one; history's [instruction, answer] pairs are the
+ *                     turns before it, after the system message (LLaMA-Factory's reading)
  *   ShareGPT         {"conversations": [{"from": "human"|"gpt"|"system"|"function_call"|"observation",
  *                     "value": "..."}, ...], "system": "..." (optional), "tools": "[...]" (optional,
  *                     a list or its JSON text)}: function_call's value is the JSON text of a call
@@ -42,6 +44,9 @@ typedef struct {
  * is in none of the layouts, or has fields of the wrong type, an unknown role, an empty
  * conversation or a malformed tool call, fails naming `file`:`line` and the problem. */
 mt_status mt_chat_example_parse(const char *text, size_t len, const char *file, size_t line, mt_chat_example *out);
+/* The same from a record already read (one element of a JSON array of records), which the example
+ * takes over (its reference is the example's, freed with it); `where` names it in errors. */
+mt_status mt_chat_example_read(json_t *record, const char *where, mt_chat_example *out);
 void mt_chat_example_free(mt_chat_example *e);
 
 #endif

@@ -1,5 +1,6 @@
-/* A chat or instruction JSONL file (tokenizer/chat_data.h) as token ids with a loss mask: each
- * line rendered with the model's chat template and encoded (tokenizer/chat_encode.h), lines in
+/* A chat or instruction file (tokenizer/chat_data.h) as token ids with a loss mask: JSONL (one
+ * example a line) or a JSON array of examples (LLaMA-Factory's .json files, read whole), each
+ * example rendered with the model's chat template and encoded (tokenizer/chat_encode.h), lines in
  * batches across all cores, handed on in file order. Conversations follow one another with
  * nothing between them: each begins with its template's own opening (bos, <|im_start|>). Blank
  * lines are skipped. */
@@ -17,15 +18,17 @@ typedef struct {
     uint64_t examples, tokens, trained_tokens, bytes;
 } mt_chat_file_stats;
 
-/* Encodes every line of `path` with the loss on the tokens `loss` says, adding to *stats. Fails at
- * the first line that is not a chat or instruction example or that its template refuses, naming
- * path:line. */
+/* Encodes every example of `path` with the loss on the tokens `loss` says, adding to *stats. Fails
+ * at the first that is not a chat or instruction example or that its template refuses, naming
+ * path:line (JSONL) or "path: record N" (an array). */
 mt_status mt_chat_file_encode(const mt_tokenizer *tok, const mt_chat_template *t, mt_chat_loss loss,
                               const char *path, mt_chat_sink sink, void *user, mt_chat_file_stats *stats);
 
-/* Whether the first non-blank line of a JSONL file is a chat or instruction example ("messages",
- * or "prompt" and "completion"). Fails naming the file when it cannot be read, or its first line
- * is not JSON. */
+/* Whether the first example of a JSONL file (its first non-blank line) or of a JSON array is a
+ * chat or instruction example (tokenizer/chat_data.h's layouts). Fails naming the file when it
+ * cannot be read, when its first line is not JSON (one JSON value over many lines is named as not
+ * records), or when it is an array that is empty or whose first record is not such an example (an
+ * array of text documents is not read). */
 mt_status mt_jsonl_is_chat(const char *path, int *chat);
 
 #endif

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/foreign_format.h"
 #include "util/fs.h"
 #include "util/log.h"
 
@@ -18,6 +19,7 @@ static int ends_with(const char *s, const char *suffix) {
 }
 
 static mt_status add(mt_input_list *l, const char *path) {
+    MT_TRY(mt_refuse_foreign_format(path));
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 64;
         mt_input_file *v = realloc(l->v, cap * sizeof *v);
@@ -27,7 +29,7 @@ static mt_status add(mt_input_list *l, const char *path) {
     }
     char *copy = strdup(path);
     if (!copy) return mt_fail(MT_ERR_NOMEM, "inputs: cannot copy a path");
-    l->v[l->n++] = (mt_input_file){copy, ends_with(path, ".jsonl")};
+    l->v[l->n++] = (mt_input_file){copy, ends_with(path, ".jsonl") || ends_with(path, ".json")};
     return MT_OK;
 }
 

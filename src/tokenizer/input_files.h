@@ -8,7 +8,8 @@
 
 typedef struct {
     char *path;
-    int jsonl; /* one JSON object a line; else plain text, the whole file one document */
+    int records; /* JSON records: JSONL (one a line) or, chat data, a JSON array of them; else plain
+                  * text, the whole file one document */
 } mt_input_file;
 
 typedef struct {
@@ -16,7 +17,7 @@ typedef struct {
     size_t n, cap;
 } mt_input_list;
 
-/* Each path in turn: a regular file is taken whatever its name (JSONL when it ends in .jsonl); a
+/* Each path in turn: a regular file is taken whatever its name (records when it ends in .jsonl or .json); a
  * directory gives, recursively and sorted by path, its .txt, .text, .md and .jsonl files; what it
  * passes over (hidden entries, links to directories, other names) is counted in a log line. Fails
  * naming a path that does not exist, an input that is not a regular file or a directory (a FIFO

@@ -28,7 +28,7 @@ mt_status mt_tokenize_inputs_are_chat(const char *const *inputs, size_t n, int *
     mt_status st = MT_OK;
     for (size_t i = 0; i < files.n && st == MT_OK; i++) {
         int is_chat = 0;
-        if (files.v[i].jsonl) st = mt_jsonl_is_chat(files.v[i].path, &is_chat);
+        if (files.v[i].records) st = mt_jsonl_is_chat(files.v[i].path, &is_chat);
         if (is_chat && !a_chat) a_chat = files.v[i].path;
         if (!is_chat && !other) other = files.v[i].path;
     }
@@ -182,8 +182,9 @@ static mt_status encode_files(const mt_tokenize_options *o, const mt_tokenizer *
                               const mt_input_list *files, series *sink, mt_tokenize_summary *s, uint64_t *trained) {
     mt_chat_file_stats stats = {0};
     for (size_t i = 0; i < files->n; i++) {
-        if (!files->v[i].jsonl)
-            return mt_fail(MT_ERR_INVALID, "%s: chat data must be JSONL (a .jsonl file, one conversation a line)",
+        if (!files->v[i].records)
+            return mt_fail(MT_ERR_INVALID, "%s: chat data must be JSONL (a .jsonl file, one conversation a line) "
+                           "or a JSON array of conversations (a .json file)",
                            files->v[i].path);
         MT_TRY(mt_chat_file_encode(tok, t, (mt_chat_loss)o->loss, files->v[i].path, to_shards, sink, &stats));
         s->files++;

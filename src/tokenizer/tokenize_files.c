@@ -93,13 +93,13 @@ static mt_status encode_doc(const job *j, batch *b, const doc *d) {
     json_t *root = NULL;
     const char *text = d->text;
     size_t len = d->len, start = d->start, end = d->end;
-    mt_status st = b->file->jsonl ? jsonl_text(j, b, d, &root, &text, &len) : MT_OK;
-    if (b->file->jsonl) end = len;
+    mt_status st = b->file->records ? jsonl_text(j, b, d, &root, &text, &len) : MT_OK;
+    if (b->file->records) end = len;
     if (!st && start == 0) st = mt_ids_push(&b->ids, j->eot);
     if (!st && start == 0 && j->bos >= 0) st = mt_ids_push(&b->ids, j->bos);
     if (!st) {
         st = mt_tokenizer_encode_part(j->tok, text, len, start, end, j->o->allow_special, &b->ids, &b->end_ok);
-        if (st && b->file->jsonl) mt_fail_context(st, "%s:%zu: field \"%s\"", b->file->path, d->line, j->field);
+        if (st && b->file->records) mt_fail_context(st, "%s:%zu: field \"%s\"", b->file->path, d->line, j->field);
         else if (st) mt_fail_context(st, "%s", b->file->path);
     }
     json_decref(root);
@@ -260,7 +260,7 @@ static mt_status add_doc(reader *r, const mt_input_file *file, mapping *map, con
     }
     b->docs[b->n_docs++] = (doc){text, len, line, start, end};
     b->bytes += end - start;
-    if (b->bytes >= BATCH_BYTES || b->n_docs >= BATCH_DOCS || !file->jsonl) queue(r);
+    if (b->bytes >= BATCH_BYTES || b->n_docs >= BATCH_DOCS || !file->records) queue(r);
     return MT_OK;
 }
 
@@ -301,7 +301,7 @@ static mt_status read_file(reader *r, const mt_input_file *file) {
     MT_TRY(map_input(file->path, &m));
     mt_status st = MT_OK;
     const char *text = m->addr;
-    if (!file->jsonl) {
+    if (!file->records) {
         /* Parts of about `part` bytes, cut where mt_tokenizer_next_cut allows. */
         const mt_tokenize_options *o = r->j->o;
         size_t part = m->len / (4 * (size_t)r->s->threads);

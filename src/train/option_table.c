@@ -124,6 +124,8 @@ const mt_option mt_options[] = {
     SETTING("batch", MT_OPT_INT, batch, MT_OPT_FIXED, 1, SHAPE_MAX, 0, 0, 8),
     SETTING("micro-batches", MT_OPT_INT, micro_batches, MT_OPT_FIXED, 1, SHAPE_MAX, 0, 0, 1),
     SETTING("steps", MT_OPT_I64, steps, MT_OPT_MAY_CHANGE, 0, STEPS_MAX, 0, 0, 600),
+    /* Unset: --steps decides; set, it decides the steps once the data is open (train.c). */
+    SETTING("epochs", MT_OPT_F64, epochs, MT_OPT_MAY_CHANGE, 0, 1e6, 1, 0, MT_UNSET_NUMBER),
     SETTING("lr", MT_OPT_F32, lr, MT_OPT_MAY_CHANGE, 0, INFINITY, 0, 0, 3e-3),
     NAME_SETTING("schedule", schedule, MT_OPT_MAY_CHANGE, schedules, NULL, "cosine"),
     /* Its default, a tenth of the steps (at most 100), follows the steps: settings.h. */

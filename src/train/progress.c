@@ -21,7 +21,7 @@ static void format_duration(char *out, size_t cap, double seconds) {
     else snprintf(out, cap, "%ldm%02lds", s / 60, s % 60);
 }
 
-void mt_progress_step(mt_progress *p, int64_t step, double loss, double tokens_in_step, float lr) {
+void mt_progress_step(mt_progress *p, int64_t step, double epoch, double loss, double tokens_in_step, float lr) {
     p->tokens += tokens_in_step;
     double now = mt_now(), elapsed = now - p->started;
     /* A terminal is redrawn at most 10 times a second; a log gets a line every 10 seconds. */
@@ -31,9 +31,9 @@ void mt_progress_step(mt_progress *p, int64_t step, double loss, double tokens_i
     double per_step = elapsed / (double)(step - p->first_step);
     char eta[32];
     format_duration(eta, sizeof eta, per_step * (double)(p->total_steps - step));
-    fprintf(stderr, "%sstep %lld/%lld  loss %.4f  lr %.2e  %.0f tok/s  ETA %s%s", p->live ? "\r\033[K" : "",
-            (long long)step, (long long)p->total_steps, loss, (double)lr, p->tokens / elapsed, eta,
-            p->live ? "" : "\n");
+    fprintf(stderr, "%sstep %lld/%lld  epoch %.2f  loss %.4f  lr %.2e  %.0f tok/s  ETA %s%s",
+            p->live ? "\r\033[K" : "", (long long)step, (long long)p->total_steps, epoch, loss, (double)lr,
+            p->tokens / elapsed, eta, p->live ? "" : "\n");
     fflush(stderr);
 }
 

@@ -45,6 +45,31 @@ static int boolean(const char *t, int *value) {
     return 0;
 }
 
+/* A list for an option that takes several files (data: the datasets of a mix; val-data), joined
+ * with commas as the command line gives them. */
+static mt_status set_list(const char *path, yaml_document_t *doc, const yaml_node_t *v, const mt_option *opt,
+                          mt_train_options *o, mt_run_file_strings *strings) {
+    size_t line = v->start_mark.line + 1, len = 0;
+    char joined[16384];
+    for (yaml_node_item_t *i = v->data.sequence.items.start; i < v->data.sequence.items.top; i++) {
+        yaml_node_t *item = yaml_document_get_node(doc, *i);
+        if (item->type != YAML_SCALAR_NODE || is_null(item))
+            return mt_fail(MT_ERR_INVALID, "%s:%zu: %s: an item of the list is %s; each is a file", path,
+                           item->start_mark.line + 1, opt->name,
+                           item->type == YAML_SCALAR_NODE ? "empty" : node_kind(item));
+        int w = snprintf(joined + len, sizeof joined - len, "%s%s", len ? "," : "",
+                         (const char *)item->data.scalar.value);
+        if (w < 0 || (size_t)w >= sizeof joined - len)
+            return mt_fail(MT_ERR_INVALID, "%s:%zu: %s: the list is too long", path, line, opt->name);
+        len += (size_t)w;
+    }
+    if (!len) return mt_fail(MT_ERR_INVALID, "%s:%zu: %s: the list is empty", path, line, opt->name);
+    char *kept = NULL;
+    MT_TRY(keep(strings, joined, len, &kept));
+    mt_status st = mt_train_option_set(o, opt->name, kept);
+    return st == MT_OK ? MT_OK : mt_fail_context(st, "%s:%zu", path, line);
+}
+
 static mt_status set_key(const char *path, yaml_document_t *doc, yaml_node_pair_t *pair, mt_train_options *o,
                          mt_run_file_strings *strings, const char **seen, size_t n_seen) {
     yaml_node_t *k = yaml_document_get_node(doc, pair->key), *v = yaml_document_get_node(doc, pair->value);
@@ -60,6 +85,8 @@ static mt_status set_key(const char *path, yaml_document_t *doc, yaml_node_pair_
     for (size_t i = 0; i < n_seen; i++)
         if (!strcmp(seen[i], opt->name))
             return mt_fail(MT_ERR_INVALID, "%s:%zu: key '%s' is given twice", path, line, name);
+    if (v->type == YAML_SEQUENCE_NODE && (!strcmp(opt->name, "data") || !strcmp(opt->name, "val-data")))
+        return set_list(path, doc, v, opt, o, strings);
     if (v->type != YAML_SCALAR_NODE)
         return mt_fail(MT_ERR_INVALID, "%s:%zu: %s: the value is %s; a single value goes here", path,
                        v->start_mark.line + 1, name, node_kind(v));

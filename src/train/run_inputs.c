@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "io/file_identity.h"
+#include "train/data_mix.h"
 #include "util/fs.h"
 #include "util/log.h"
 
@@ -33,8 +34,18 @@ static int add(char (*paths)[PATH_MAX], int n, const char *path) {
     return n + 1;
 }
 
-/* --data, --chat-template: the file itself. */
-static int data_files(const char *path, char (*paths)[PATH_MAX]) { return is_file(path) ? add(paths, 0, path) : 0; }
+/* --data: a file, or the datasets of a mix (train/data_mix.h). */
+static int data_files(const char *list, char (*paths)[PATH_MAX]) {
+    mt_data_source data[MT_MAX_DATA];
+    int n = 0, files = 0;
+    if (mt_data_list_parse(list, data, &n) != MT_OK) return 0; /* refused where the data is read */
+    for (int k = 0; k < n; k++)
+        if (is_file(data[k].path)) files = add(paths, files, data[k].path);
+    return files;
+}
+
+/* --chat-template: the file itself. */
+static int template_file(const char *path, char (*paths)[PATH_MAX]) { return is_file(path) ? add(paths, 0, path) : 0; }
 
 /* --val-data: a comma-separated list of files. */
 static int listed_files(const char *list, char (*paths)[PATH_MAX]) {
@@ -92,7 +103,7 @@ static const input_kind kinds[] = {
     {"data", offsetof(mt_train_options, data_path), data_files, 1},
     {"val-data", offsetof(mt_train_options, val_data), listed_files, 1},
     {"tokenizer", offsetof(mt_train_options, tokenizer), tokenizer_files, 0},
-    {"chat-template", offsetof(mt_train_options, chat_template), data_files, 0},
+    {"chat-template", offsetof(mt_train_options, chat_template), template_file, 0},
     {"init-from", offsetof(mt_train_options, init_from), model_files, 0},
 };
 enum { KINDS = sizeof kinds / sizeof kinds[0] };

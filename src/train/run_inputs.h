@@ -2,7 +2,8 @@
  * every checkpoint as "inputs" so that a resumed run, and sample, can tell whether they are still
  * the ones the run used:
  *
- *   data       --data, the file as the user gave it (a text file before its tokenization)
+ *   data       --data, the file as the user gave it (a text file before its tokenization), or
+ *              the files of a mix of datasets
  *   tokenizer  the run's tokenizer: its tokenizer.json and tokenizer_config.json (the chat
  *              template lives there)
  *   init-from  the model directory the run was initialized from: config.json, the safetensors

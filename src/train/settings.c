@@ -1,6 +1,7 @@
 #include "train/settings.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +85,23 @@ static mt_status reconcile(const mt_option *opt, const mt_train_options *given, 
     return MT_OK;
 }
 
+/* Fine-tuning's defaults (--init-from a pretrained model) where they differ from pretraining's:
+ * Hugging Face's Trainer's, which LLaMA-Factory and axolotl take (no weight decay, beta2 0.999, a
+ * cosine to 0), with the learning rate of their full fine-tuning examples; the warmup is a tenth of
+ * the steps (LLaMA-Factory's warmup_ratio 0.1), set when the run starts. */
+static const struct {
+    const char *name;
+    float value;
+} finetune_defaults[] = {{"lr", 1e-5f}, {"weight-decay", 0.0f}, {"beta2", 0.999f}, {"min-lr-ratio", 0.0f}};
+
+/* The option's default for a run of the model `o` names: fine-tuning's with --init-from. */
+static void set_default(const mt_option *opt, mt_train_options *o) {
+    mt_option_set_default(opt, o);
+    if (!o->init_from) return;
+    for (size_t i = 0; i < sizeof finetune_defaults / sizeof *finetune_defaults; i++)
+        if (!strcmp(opt->name, finetune_defaults[i].name)) *FIELD(float, opt, o) = finetune_defaults[i].value;
+}
+
 mt_status mt_settings_resolve(const mt_train_options *given, const json_t *saved, const char *checkpoint,
                               mt_train_options *out) {
     *out = *given;
@@ -108,7 +126,7 @@ mt_status mt_settings_resolve(const mt_train_options *given, const json_t *saved
             continue;
         }
         if (!stored) {
-            mt_option_set_default(opt, out);
+            set_default(opt, out); /* the model options come first in the table: out names the model */
             continue;
         }
         mt_train_options from_checkpoint = *given;
@@ -117,6 +135,34 @@ mt_status mt_settings_resolve(const mt_train_options *given, const json_t *saved
         else MT_TRY(reconcile(opt, given, &from_checkpoint, checkpoint));
     }
     return MT_OK;
+}
+
+void mt_settings_finetune_warmup(mt_train_options *o) {
+    if (o->init_from && o->warmup_steps == MT_UNSET) o->warmup_steps = o->steps / 10;
+}
+
+void mt_settings_log_defaults(const mt_train_options *given, const mt_train_options *resolved) {
+    static const char *const names[] = {"lr", "warmup", "schedule", "min-lr-ratio", "weight-decay", "beta1", "beta2"};
+    char list[512] = "", value[128];
+    size_t at = 0;
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        const mt_option *opt = mt_option_find(names[i]);
+        if (!mt_option_is_unset(opt, given)) continue;
+        if (opt->offset != offsetof(mt_train_options, warmup_steps))
+            mt_option_format(opt, resolved, value, sizeof value);
+        else if (!isnan(resolved->epochs)) /* the steps follow from the data */
+            snprintf(value, sizeof value, "(a tenth of the steps%s)", resolved->init_from ? "" : ", at most 100");
+        else snprintf(value, sizeof value, "%lld", (long long)(resolved->init_from ? resolved->steps / 10
+                                                                                     : mt_settings_warmup(resolved)));
+        int n = snprintf(list + at, sizeof list - at, "%s--%s %s", at ? ", " : "", opt->name, value);
+        if (n > 0 && (size_t)n < sizeof list - at) at += (size_t)n;
+    }
+    if (!at) return;
+    if (resolved->init_from)
+        mt_log_info("fine-tuning defaults (--init-from): %s, as LLaMA-Factory and axolotl fine-tune; give an option "
+                    "to change it", list);
+    else
+        mt_log_info("pretraining defaults (no --init-from): %s; give an option to change it", list);
 }
 
 int64_t mt_settings_warmup(const mt_train_options *o) {

@@ -26,6 +26,20 @@ json_t *mt_settings_to_json(const mt_train_options *o);
 mt_status mt_settings_resolve(const mt_train_options *given, const json_t *saved, const char *checkpoint,
                               mt_train_options *out);
 
+/* Defaults differ by the model's origin: with --init-from (fine-tuning a pretrained model) the
+ * learning rate is 1e-5, weight decay 0, beta2 0.999, the cosine ends at 0 (min-lr-ratio 0) and a
+ * fresh run's warmup is set to a tenth of its steps (mt_settings_finetune_warmup); without it
+ * pretraining's stay (option_table.c).
+ * A run stores what it resolved, so a resumed run keeps them. */
+
+/* Fine-tuning's warmup, a tenth of the steps, set on a fresh --init-from run's options whose
+ * warmup is unset once its steps are known (--epochs: once the data is open). */
+void mt_settings_finetune_warmup(mt_train_options *o);
+
+/* One log line naming the optimizer's settings a fresh run took by default (not `given`), which
+ * defaults they are (fine-tuning's or pretraining's) and that an option changes them. */
+void mt_settings_log_defaults(const mt_train_options *given, const mt_train_options *resolved);
+
 /* The warmup of resolved options: theirs, or a tenth of the steps, at most 100. */
 int64_t mt_settings_warmup(const mt_train_options *o);
 

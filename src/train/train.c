@@ -67,8 +67,9 @@ static mt_status absolute(const char **path, char *buf, size_t cap) {
     return MT_OK;
 }
 
-/* The same for --val-data's comma-separated files. */
-static mt_status absolute_list(const char **list, char *buf, size_t cap) {
+/* The same for a comma-separated list of files (--val-data; --data's datasets, whose :WEIGHT stays
+ * on its path), `option` named in its refusal. */
+static mt_status absolute_list(const char *option, const char **list, char *buf, size_t cap) {
     if (!*list) return MT_OK;
     size_t at = 0;
     buf[0] = '\0';
@@ -78,7 +79,8 @@ static mt_status absolute_list(const char **list, char *buf, size_t cap) {
         snprintf(one, sizeof one, "%.*s", (int)(n < sizeof one - 1 ? n : sizeof one - 1), p);
         MT_TRY(mt_path_absolute(one, abs, sizeof abs));
         int w = snprintf(buf + at, cap - at, "%s%s", at ? "," : "", abs);
-        if (w < 0 || (size_t)w >= cap - at) return mt_fail(MT_ERR_INVALID, "--val-data %s: the paths are too long", *list);
+        if (w < 0 || (size_t)w >= cap - at)
+            return mt_fail(MT_ERR_INVALID, "--%s %s: the paths are too long", option, *list);
         at += (size_t)w;
         p += n + (p[n] == ',');
     }
@@ -97,15 +99,20 @@ static mt_status resolve_settings(mt_train_run *r, const mt_train_options *given
         MT_TRY(mt_train_tokenizer_resolve(&named, r->tokenizer, sizeof r->tokenizer));
         named.tokenizer = r->tokenizer;
     }
-    MT_TRY(absolute(&named.data_path, r->data_path, sizeof r->data_path));
+    MT_TRY(absolute_list("data", &named.data_path, r->data_path, sizeof r->data_path));
     MT_TRY(absolute(&named.init_from, r->init_from, sizeof r->init_from));
     MT_TRY(absolute(&named.config_path, r->config_path, sizeof r->config_path));
     MT_TRY(absolute(&named.chat_template, r->chat_template, sizeof r->chat_template));
-    MT_TRY(absolute_list(&named.val_data, r->val_data, sizeof r->val_data));
+    MT_TRY(absolute_list("val-data", &named.val_data, r->val_data, sizeof r->val_data));
+    /* Validation files of its own: a new run holds none of its training data out unless asked. */
+    if (named.val_data && isnan(named.val_fraction) && !r->resume_from[0]) named.val_fraction = 0;
     MT_TRY(mt_settings_resolve(&named, r->saved_settings, r->resume_from, &r->o));
+    if (!r->resume_from[0]) mt_settings_log_defaults(&named, &r->o);
     /* The default data, or a relative path a checkpoint stored before paths were made absolute. */
-    MT_TRY(absolute(&r->o.data_path, r->data_path, sizeof r->data_path));
-    if (r->o.val_data != r->val_data) MT_TRY(absolute_list(&r->o.val_data, r->val_data, sizeof r->val_data));
+    if (r->o.data_path != r->data_path)
+        MT_TRY(absolute_list("data", &r->o.data_path, r->data_path, sizeof r->data_path));
+    if (r->o.val_data != r->val_data)
+        MT_TRY(absolute_list("val-data", &r->o.val_data, r->val_data, sizeof r->val_data));
     /* None named or stored: the --init-from directory's, when it has one. A run that stored
      * none (bytes) keeps none. */
     if (!r->o.tokenizer && !(r->saved_settings && json_object_get(r->saved_settings, "tokenizer"))) {
@@ -113,7 +120,11 @@ static mt_status resolve_settings(mt_train_run *r, const mt_train_options *given
         if (r->tokenizer[0]) r->o.tokenizer = r->tokenizer;
     }
     MT_TRY(mt_train_options_check(&r->o));
-    if (r->o.steps < step)
+    if (given->steps != MT_UNSET && !isnan(given->epochs))
+        return mt_fail(MT_ERR_INVALID, "--steps %lld and --epochs %g: give one of them", (long long)given->steps,
+                       given->epochs);
+    if (given->steps != MT_UNSET) r->o.epochs = MT_UNSET_NUMBER; /* a resumed --epochs run given --steps */
+    if (isnan(r->o.epochs) && r->o.steps < step)
         return mt_fail(MT_ERR_INVALID, "--steps %lld: %s is at step %lld already; give --steps %lld or more to "
                        "continue the run", (long long)r->o.steps, r->resume_from, (long long)step, (long long)step);
     r->settings = mt_settings_to_json(&r->o);
@@ -219,6 +230,16 @@ static mt_status check_targets(mt_train_run *r) {
     return MT_OK;
 }
 
+/* The run's settings made again from its options, the identities of its inputs kept. */
+static mt_status refresh_settings(mt_train_run *r) {
+    json_t *inputs = json_incref(json_object_get(r->settings, "inputs")); /* identify_inputs' */
+    json_decref(r->settings);
+    r->settings = mt_settings_to_json(&r->o);
+    if (r->settings && (!inputs || json_object_set_new(r->settings, "inputs", inputs) == 0)) return MT_OK;
+    if (!r->settings) json_decref(inputs);
+    return mt_fail(MT_ERR_NOMEM, "cannot build the run's settings");
+}
+
 /* The token file, opened and checked (ids, splits, targets) before the model's memory is
  * allocated. */
 static mt_status open_tokens(mt_train_run *r, const mt_train_options *given) {
@@ -236,12 +257,7 @@ static mt_status open_tokens(mt_train_run *r, const mt_train_options *given) {
     MT_TRY(mt_tokens_validate(&r->tokens, (uint32_t)r->cfg.vocab_size, tokens));
     /* The windows' layout, now that the data says what it is, is a run setting: stored resolved. */
     MT_TRY(mt_train_data_layout(&r->o, &r->tokens, path, &r->eot));
-    json_t *inputs = json_incref(json_object_get(r->settings, "inputs")); /* identify_inputs' */
-    json_decref(r->settings);
-    r->settings = mt_settings_to_json(&r->o);
-    if (r->settings && (!inputs || json_object_set_new(r->settings, "inputs", inputs) == 0)) return MT_OK;
-    if (!r->settings) json_decref(inputs);
-    return mt_fail(MT_ERR_NOMEM, "cannot build the run's settings");
+    return refresh_settings(r);
 }
 
 /* The packing's numbers: one line, and a warning for the examples it cut. */
@@ -294,6 +310,69 @@ static mt_status restore_sampler(mt_train_run *r) {
     return mt_dataset_set_state(&r->data, s);
 }
 
+/* The validation windows of `data` an evaluation covers: those of its first eval_batches batches
+ * (the last of them may be partial). */
+static size_t val_windows(const mt_train_run *r, const mt_dataset *data) {
+    size_t sequences = (size_t)mt_devices_ranks(&r->dev, &r->o) * r->o.micro_batches * r->o.batch;
+    size_t windows = mt_dataset_val_windows(data), most = sequences * (size_t)r->o.eval_batches;
+    return windows < most ? windows : most;
+}
+
+/* Which validation each evaluation runs, or why there is none. */
+static void report_validation(const mt_train_run *r) {
+    const mt_train_options *o = &r->o;
+    if (o->eval_every == 0) return;
+    size_t held = mt_dataset_val_windows(&r->data);
+    if (held)
+        mt_log_info("validation every %lld steps: %zu of the %zu windows held out of the training data "
+                    "(--val-fraction %g, --eval-batches %lld)", (long long)o->eval_every, val_windows(r, &r->data),
+                    held, o->val_fraction, (long long)o->eval_batches);
+    for (int i = 0; i < r->n_val; i++)
+        mt_log_info("validation every %lld steps: %zu of the %zu windows of %s (%s)", (long long)o->eval_every,
+                    val_windows(r, &r->val[i].data), mt_dataset_val_windows(&r->val[i].data), r->val[i].name,
+                    r->val[i].key);
+    if (!held && r->n_val)
+        mt_log_info("none of the training data is held out for validation (--val-data is given: --val-fraction "
+                    "holds a part out too)");
+    if (!held && !r->n_val)
+        mt_log_warn("no validation: --val-fraction 0 holds none of the training data out and no --val-data is "
+                    "given");
+}
+
+/* A --val-data file's metric names it by its base name ("val_loss/chat_val.jsonl"); two files of
+ * one base name would share it, so they are refused. */
+static mt_status name_val_metric(mt_train_run *r, int i) {
+    const char *slash = strrchr(r->val[i].name, '/');
+    snprintf(r->val[i].key, sizeof r->val[i].key, "val_loss/%s", slash ? slash + 1 : r->val[i].name);
+    for (int k = 0; k < i; k++)
+        if (!strcmp(r->val[k].key, r->val[i].key))
+            return mt_fail(MT_ERR_INVALID, "--val-data: %s and %s have one base name, which names their validation "
+                           "loss (%s): give files of different names", r->val[k].name, r->val[i].name, r->val[i].key);
+    return MT_OK;
+}
+
+/* The run's steps, now that its data and its place in it are known: --epochs' (that many passes
+ * over the training windows, rounded up to whole steps), and a fresh fine-tuning run's warmup set
+ * from them; the schedule follows. */
+static mt_status settle_steps(mt_train_run *r) {
+    mt_train_options *o = &r->o;
+    if (!isnan(o->epochs)) {
+        double per_epoch = mt_dataset_epoch_windows(&r->data);
+        int sequences = mt_devices_ranks(&r->dev, o) * o->micro_batches * o->batch;
+        o->steps = (int64_t)ceil(o->epochs * per_epoch / sequences - 1e-9);
+        mt_log_info("--epochs %g: %.6g training windows an epoch, %d a step: %lld steps", o->epochs, per_epoch,
+                    sequences, (long long)o->steps);
+        if (o->steps < r->progress.step)
+            return mt_fail(MT_ERR_INVALID, "--epochs %g: %lld steps, but %s is at step %lld already", o->epochs,
+                           (long long)o->steps, r->resume_from, (long long)r->progress.step);
+    }
+    if (!r->resume_from[0]) mt_settings_finetune_warmup(o);
+    r->schedule.total_steps = o->steps;
+    r->schedule.warmup_steps = mt_settings_warmup(o);
+    MT_TRY(mt_lr_schedule_validate(&r->schedule));
+    return refresh_settings(r);
+}
+
 /* The --val-data files, each tokenized as --data is (cached in the run directory) and read whole
  * as validation windows in the run's layout: packed examples where the run packs and the file
  * records them, else windows of its stream, documents masked with --doc-mask; an error names the
@@ -306,6 +385,7 @@ static mt_status open_val_files(mt_train_run *r) {
         char *name = r->val[r->n_val].name, tokens[8192];
         snprintf(name, sizeof r->val[0].name, "%.*s", (int)n, p);
         p += n + (p[n] == ',');
+        MT_TRY(name_val_metric(r, r->n_val));
         mt_train_options as_data = r->o;
         as_data.data_path = name;
         mt_status st = mt_train_data_resolve(&as_data, (uint32_t)r->cfg.vocab_size, tokens, sizeof tokens);
@@ -379,7 +459,9 @@ static mt_status open_run(mt_train_run *r, const mt_train_options *given) {
     MT_TRY(mt_engine_store_create(&r->store, &r->layout, r->dev.be, r->moments, &r->placement.eo));
     MT_TRY(init_weights(r));
     MT_TRY(restore_sampler(r));
+    MT_TRY(settle_steps(r));
     MT_TRY(open_val_files(r));
+    report_validation(r);
     MT_TRY(open_engine(r));
     if (mt_devices_writes(&r->dev)) {
         MT_TRY(mt_metrics_open(o->out_dir, r->progress.step, &r->metrics));
@@ -488,9 +570,7 @@ static void draw_curve(const mt_train_run *r) {
         int n = 1;
         if (val.n) series[n++] = (mt_plot_series){"validation", val.step, val.value, val.n, 1};
         for (int i = 0; i < r->n_val; i++) {
-            char key[1100];
-            snprintf(key, sizeof key, "val_loss/%s", r->val[i].name);
-            if (mt_metrics_load_curve(metrics, key, &files[i]) == MT_OK && files[i].n)
+            if (mt_metrics_load_curve(metrics, r->val[i].key, &files[i]) == MT_OK && files[i].n)
                 series[n++] = (mt_plot_series){r->val[i].name, files[i].step, files[i].value, files[i].n, 1};
         }
         mt_plot_labels labels = {"megatrain: loss", "step", "cross-entropy (nats per token)"};
@@ -516,6 +596,10 @@ static mt_status log_step(mt_train_run *r, const mt_step_result *s, float lr, do
                            "opt_seconds_per_block", s->opt_seconds_per_block, "wait_opt_seconds",
                            s->wait_opt_seconds, "stall_seconds", s->stall_seconds, "compute_seconds",
                            s->compute_seconds);
+    if (ev && json_object_set_new(ev, "epoch", json_real(mt_dataset_epochs_done(&r->data))) != 0) {
+        json_decref(ev);
+        ev = NULL;
+    }
     if (ev && !isnan(padding) && json_object_set_new(ev, "padding", json_real(padding)) != 0) {
         json_decref(ev);
         ev = NULL;
@@ -531,7 +615,7 @@ static mt_status log_step(mt_train_run *r, const mt_step_result *s, float lr, do
     return rc;
 }
 
-/* A validation loss: the held-out part's ("val_loss") or a --val-data file's ("val_loss/FILE"). */
+/* A validation loss: the held-out part's ("val_loss") or a --val-data file's ("val_loss/BASENAME"). */
 static mt_status log_val(mt_train_run *r, const char *key, double loss) {
     json_t *ev = json_pack("{s:I, s:f}", "step", (json_int_t)r->progress.step, key, loss);
     if (!ev) return mt_fail(MT_ERR_NOMEM, "cannot build a metrics line");
@@ -583,7 +667,7 @@ static mt_status loop(mt_train_run *r, mt_progress *pg) {
                              (long long)r->progress.step);
         else if (s.skipped)
             mt_progress_note(pg, "step %lld skipped: gradient norm %g", (long long)r->progress.step, s.grad_norm);
-        mt_progress_step(pg, r->progress.step, s.loss, tokens_per_step, lr);
+        mt_progress_step(pg, r->progress.step, mt_dataset_epochs_done(&r->data), s.loss, tokens_per_step, lr);
         MT_TRY(log_step(r, &s, lr, mt_progress_tokens_per_second(pg), mt_now() - pg->started,
                         r->data.packer ? (double)padding / tokens_per_step : NAN));
         if (!no_targets) MT_TRY(mt_step_watch_after(&r->watch, r->progress.step, s.loss, s.skipped));
@@ -595,16 +679,15 @@ static mt_status loop(mt_train_run *r, mt_progress *pg) {
             MT_TRY(validate(r, &r->data, &r->tokens, &val));
             if (!isnan(val)) {
                 MT_TRY(log_val(r, "val_loss", val));
-                mt_progress_note(pg, "step %lld: validation loss %.4f", (long long)r->progress.step, val);
+                mt_progress_note(pg, "step %lld: validation loss %.4f over %zu windows", (long long)r->progress.step,
+                                 val, val_windows(r, &r->data));
             }
             for (int i = 0; i < r->n_val; i++) {
-                char key[1100];
-                snprintf(key, sizeof key, "val_loss/%s", r->val[i].name);
                 MT_TRY(validate(r, &r->val[i].data, &r->val[i].tokens, &val));
                 if (isnan(val)) continue; /* every target masked */
-                MT_TRY(log_val(r, key, val));
-                mt_progress_note(pg, "step %lld: validation loss %.4f on %s", (long long)r->progress.step, val,
-                                 r->val[i].name);
+                MT_TRY(log_val(r, r->val[i].key, val));
+                mt_progress_note(pg, "step %lld: validation loss %.4f over %zu windows of %s",
+                                 (long long)r->progress.step, val, val_windows(r, &r->val[i].data), r->val[i].name);
             }
             draw_curve(r);
         }

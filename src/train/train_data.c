@@ -16,7 +16,9 @@
 #include "tokenizer/tokenize_chat.h"
 #include "tokenizer/tokenize_files.h"
 #include "tokenizer/utf8.h"
+#include "train/data_mix.h"
 #include "train/run_state.h"
+#include "util/foreign_format.h"
 #include "util/fs.h"
 #include "util/log.h"
 
@@ -117,8 +119,7 @@ static mt_status cache_key(const char *data, const char *tokenizer, const chat_r
     return rc;
 }
 
-/* Removes this input's caches of other keys (a changed input or tokenizer). */
-static void remove_stale(const char *cache_dir, const char *name) {
+void mt_train_cache_remove_stale(const char *cache_dir, const char *name) {
     char pattern[PATH_MAX * 2];
     snprintf(pattern, sizeof pattern, "%s/%s-????????????????_[0-9]*.bin", cache_dir, name);
     glob_t g;
@@ -155,8 +156,8 @@ static mt_status tokenize(const char *data, const char *tokenizer, const chat_re
                                             "on every token"};
     int chat = 0;
     MT_TRY(check_vocab(tokenizer, vocab));
-    if (has_suffix(data, ".jsonl")) MT_TRY(mt_jsonl_is_chat(data, &chat));
-    if (!chat) MT_TRY(not_chat(data, render, "is text, not chat data (JSONL of conversations)"));
+    if (has_suffix(data, ".jsonl") || has_suffix(data, ".json")) MT_TRY(mt_jsonl_is_chat(data, &chat));
+    if (!chat) MT_TRY(not_chat(data, render, "is text, not chat data (JSONL or a .json array of conversations)"));
     const char *inputs[1] = {data};
     mt_tokenize_options o = {.tokenizer = tokenizer, .inputs = inputs, .n_inputs = 1, .out_prefix = prefix,
                              .shard_tokens = chat ? INT64_MAX : INT32_MAX, .bos = -1,
@@ -184,7 +185,8 @@ static mt_status tokenize(const char *data, const char *tokenizer, const chat_re
     return MT_OK;
 }
 
-/* JSONL by name, or by a first non-blank byte that opens a JSON object. */
+/* JSON records (JSONL, or a .json array) by name, or by a first non-blank byte that opens a JSON
+ * object. */
 static int looks_like_jsonl(const char *path) {
     if (has_suffix(path, ".jsonl") || has_suffix(path, ".json")) return 1;
     FILE *f = fopen(path, "rb");
@@ -203,7 +205,7 @@ static int looks_like_jsonl(const char *path) {
  * to it, and JSONL would be trained as its JSON syntax: both are refused. */
 static mt_status check_bytes(const char *data, uint32_t vocab) {
     if (looks_like_jsonl(data))
-        return mt_fail(MT_ERR_INVALID, "--data %s is JSONL, and the run has no tokenizer: its bytes, JSON syntax and "
+        return mt_fail(MT_ERR_INVALID, "--data %s is JSON, and the run has no tokenizer: its bytes, JSON syntax and "
                        "all, would be the tokens; give --tokenizer (or --init-from a model directory with a "
                        "tokenizer.json) to tokenize its documents or conversations", data);
     if (vocab > 256)
@@ -224,6 +226,7 @@ static mt_status data_tokens(const char *data, const char *tokenizer, const chat
         snprintf(tokens, cap, "%s", data);
         return MT_OK;
     }
+    if (!is_token_file(data)) MT_TRY(mt_refuse_foreign_format(data));
     if (!tokenizer[0] && !is_token_file(data)) MT_TRY(check_bytes(data, vocab));
     if (!tokenizer[0] || is_token_file(data)) {
         MT_TRY(not_chat(data, chat, tokenizer[0] ? "is tokenized already: its template and loss were chosen when it "
@@ -247,11 +250,12 @@ static mt_status data_tokens(const char *data, const char *tokenizer, const chat
         return MT_OK;
     }
     MT_TRY(mt_mkdir_p(cache_dir));
-    remove_stale(cache_dir, name);
+    mt_train_cache_remove_stale(cache_dir, name);
     return tokenize(data, tokenizer, chat, vocab, prefix);
 }
 
 mt_status mt_train_data_resolve(const mt_train_options *o, uint32_t vocab, char *tokens, size_t cap) {
+    if (strchr(o->data_path, ',')) return mt_data_mix_resolve(o, vocab, tokens, cap);
     chat_render chat = chat_render_of(o);
     return data_tokens(o->data_path, o->tokenizer ? o->tokenizer : "", &chat, vocab, o->out_dir, tokens, cap);
 }

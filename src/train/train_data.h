@@ -27,9 +27,13 @@ mt_status mt_train_tokenizer_resolve(const mt_train_options *o, char *out, size_
 
 /* The token file to train on for o->data_path into tokens[cap]: the file itself, or its cache
  * tokenized with o->tokenizer (resolved: an absolute path, or NULL for bytes) under the run
- * directory, made now when missing. `vocab` is the model's vocabulary, which the tokenizer's must
- * fit. */
+ * directory, made now when missing; several datasets (a comma-separated list), their mix
+ * (train/data_mix.h). `vocab` is the model's vocabulary, which the tokenizer's must fit. */
 mt_status mt_train_data_resolve(const mt_train_options *o, uint32_t vocab, char *tokens, size_t cap);
+
+/* Removes the caches in cache_dir of input `name` whose key is not the one about to be made (a
+ * changed input or tokenizer): data/<name>-<key>_*.bin. */
+void mt_train_cache_remove_stale(const char *cache_dir, const char *name);
 
 /* The windows' layout for the open token file `tokens` (named `name`), io/dataset.h's:
  * o->packing resolved where unset, "on" for a masked shard that records its examples, else "off"

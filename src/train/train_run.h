@@ -10,6 +10,7 @@
 #include "io/metrics.h"
 #include "optim/schedule.h"
 #include "plan/placement.h"
+#include "train/data_mix.h"
 #include "train/progress.h"
 #include "train/run_dir.h"
 #include "train/run_state.h"
@@ -36,6 +37,7 @@ typedef struct {
     int n_val;                  /* --val-data files */
     struct {
         char name[1024];        /* as given */
+        char key[1100];         /* its metric: "val_loss/" and its base name */
         mt_tokens tokens;
         mt_dataset data;
     } val[MT_MAX_VAL_FILES];
@@ -47,7 +49,8 @@ typedef struct {
     int32_t eot;                /* --doc-mask's end-of-text id, or -1 */
     char resume_from[4096];
     char tokenizer[4096];       /* the run's tokenizer, resolved ("" for bytes): train/train_data.h */
-    char data_path[4096], init_from[4096], config_path[4096], chat_template[4096]; /* those options, absolute */
+    char data_path[MT_MAX_DATA * 1024];                   /* --data's datasets, absolute */
+    char init_from[4096], config_path[4096], chat_template[4096]; /* those options, absolute */
     char val_data[MT_MAX_VAL_FILES * 1024];
     int data_changed;           /* resumed on other data than the checkpoint's (train/run_inputs.h) */
     mt_step_watch watch;

@@ -212,7 +212,7 @@ Test(cuda, attention_paths_mha_seq_256_head_dim_64) {
  * each on one path: the windows against the CPU reference of each window on the same bf16 inputs
  * (its backward from this path's own out and lse; one L2 error over all the windows), at the
  * tolerances above; the windows assembled (out, lse and dq row by row, dk and dv summed over the
- * windows in fp32 and rounded once, as engine/mixer_attention.c does) against the CPU reference of
+ * windows in fp32 and rounded once, as engine/kinds/attention_run.c does) against the CPU reference of
  * the whole sequence and against this path's own untiled attention. Logged beside: dk and dv summed
  * in bf16 instead (a rounding after every window), against the same reference, the measurement the
  * fp32 sums were chosen by. */

@@ -1,6 +1,6 @@
-/* The attention mixer, engine side (model/mixer_attention.c declares its tensors): x2 = x +
+/* The attention mixer, engine side (model/kinds/attention.c declares its tensors): x2 = x +
  * o(attention(rope(q(h1)), rope(k(h1)), v(h1))), h1 = norm(x), with q/k/v biases and q/k norms
- * (over each head, or over the whole projection) where the config has them.
+ * (over each head, or over the whole projection) where the block's spec has them.
  *
  * Keys and values span the micro-batch (every later query of a sequence reads them): prepare makes
  * them over the whole micro-batch. With segments (packed examples) positions restart on each
@@ -18,11 +18,36 @@
 static size_t q_width(const mt_config *c) { return (size_t)c->num_heads * c->head_dim; }
 static size_t kv_width(const mt_config *c) { return (size_t)c->num_kv_heads * c->head_dim; }
 
+/* Whether the block's q and k go through RMSNorms, and whether over the whole projection. */
+static int qk_norm(const mt_layer_spec *s) {
+    return (s->attn.flags & (MT_ATTN_QK_NORM_HEAD | MT_ATTN_QK_NORM_FULL)) != 0;
+}
+static int qk_norm_full(const mt_layer_spec *s) { return (s->attn.flags & MT_ATTN_QK_NORM_FULL) != 0; }
+
 /* The q/k norm's rows: a token's q is `heads` rows of head_dim (per-head norms) or one row of
- * heads x head_dim (OLMoE's over the projection); k likewise with kv_heads. */
-static int norm_rows(const mt_config *c, int heads) { return c->qk_norm == MT_QK_NORM_FULL ? 1 : heads; }
-static int norm_width(const mt_config *c, int heads) {
-    return c->qk_norm == MT_QK_NORM_FULL ? heads * c->head_dim : c->head_dim;
+ * heads x head_dim (over the projection); k likewise with kv_heads. */
+static int norm_rows(const mt_block_ctx *c, int heads) { return qk_norm_full(c->spec) ? 1 : heads; }
+static int norm_width(const mt_block_ctx *c, int heads) {
+    return qk_norm_full(c->spec) ? heads * c->cfg->head_dim : c->cfg->head_dim;
+}
+
+/* Whether any block's q and k go through RMSNorms, and how many rows a token's q (or k, of `heads`
+ * heads) takes at most over the blocks (what the workspace sizes for). */
+static int any_qk_norm(const mt_config *c) {
+    for (int l = 0; l < c->num_layers; l++) {
+        mt_layer_spec s = mt_layer_spec_of(c, l);
+        if (qk_norm(&s)) return 1;
+    }
+    return 0;
+}
+static int most_norm_rows(const mt_config *c, int heads) {
+    int most = 0;
+    for (int l = 0; l < c->num_layers; l++) {
+        mt_layer_spec s = mt_layer_spec_of(c, l);
+        int rows = !qk_norm(&s) ? 0 : qk_norm_full(&s) ? 1 : heads;
+        if (rows > most) most = rows;
+    }
+    return most;
 }
 
 /* The attention dims of tile t: plain over whole sequences (a sequence's first window is plain
@@ -42,6 +67,20 @@ static mt_segments tile_segments(const mt_block_ctx *c, mt_tile t) {
     mt_segments seg = *c->seg;
     seg.row0 = kv_row0(c->seq, t);
     return seg;
+}
+
+/* The RoPE tables, one a table of the model spec (its head_dim / 2 inverse frequencies each), and
+ * the one the block's spec names. */
+static size_t constants_bytes(const mt_config *c) {
+    return (size_t)mt_model_spec_of(c).num_ropes * (size_t)(c->head_dim / 2) * sizeof(float);
+}
+static void constants(const mt_config *c, void *host) {
+    mt_model_spec m = mt_model_spec_of(c);
+    for (int r = 0; r < m.num_ropes; r++)
+        mt_rope_inv_freq(&m.rope[r], c->head_dim, (float *)host + (size_t)r * (c->head_dim / 2));
+}
+static const float *rope_table(const mt_block_ctx *c) {
+    return (const float *)c->constants + (size_t)c->spec->attn.rope * (c->cfg->head_dim / 2);
 }
 
 /* The positions of rows from `row` on (RoPE), with segments; NULL: (pos0 + r) % seq. */
@@ -73,9 +112,10 @@ static void walk(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s) {
     ws->attn.datt = mt_ws_take(w, T * Q * act);
     ws->attn.lse = mt_ws_take(w, T * c->num_heads * 4);
     ws->attn.ws = mt_ws_take(w, attention_workspace(s));
-    if (c->qk_norm) {
+    int norms = any_qk_norm(c);
+    if (norms) {
         ws->attn.q_raw = mt_ws_take(w, T * Q * act);
-        ws->attn.rstd_q = mt_ws_take(w, T * norm_rows(c, c->num_heads) * 4);
+        ws->attn.rstd_q = mt_ws_take(w, T * most_norm_rows(c, c->num_heads) * 4);
     }
     w->cls = MT_WS_MICRO_BATCH;
     ws->attn.k = mt_ws_take(w, n * KV * act);
@@ -86,9 +126,9 @@ static void walk(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s) {
         ws->attn.dk_sum = mt_ws_take(w, n * KV * 4);
         ws->attn.dv_sum = mt_ws_take(w, n * KV * 4);
     }
-    if (c->qk_norm) {
+    if (norms) {
         ws->attn.k_raw = mt_ws_take(w, n * KV * act);
-        ws->attn.rstd_k = mt_ws_take(w, n * norm_rows(c, c->num_kv_heads) * 4);
+        ws->attn.rstd_k = mt_ws_take(w, n * most_norm_rows(c, c->num_kv_heads) * 4);
     }
 }
 
@@ -96,7 +136,7 @@ static void walk(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s) {
 static void attn_norm_piece(const mt_block_ctx *c, const mt_unit_weights *w, mt_piece p, const void *x) {
     int D = c->cfg->hidden_size;
     c->be->ops->op.rmsnorm(c->be, c->stream, c->ws->h1, c->ws->rstd1 + p.row, mt_rows_at(x, p.row, D, mt_act_size(c)),
-                           w->t[MT_T_ATTN_NORM], p.rows, D, c->cfg->rms_norm_eps);
+                           w->t[MT_T_ATTN_NORM], p.rows, D, c->spec->norm_eps);
 }
 
 /* k and v (roped; with q/k norms, k_raw and its statistics too) over the micro-batch. */
@@ -105,17 +145,17 @@ static void prepare(const mt_block_ctx *c, const mt_unit_weights *w, const void 
     mt_block_ws *ws = c->ws;
     size_t act = mt_act_size(c);
     int n = c->batch * c->seq, D = cfg->hidden_size, KV = (int)kv_width(cfg);
-    void *k = cfg->qk_norm ? ws->attn.k_raw : ws->attn.k;
+    void *k = qk_norm(c->spec) ? ws->attn.k_raw : ws->attn.k;
     MT_FOR_EACH_PIECE(c, p) {
         attn_norm_piece(c, w, p, x);
         mt_matmul_piece(c, p, mt_rows_at_mut(k, p.row, KV, act), ws->h1, w->t[MT_T_WK], w->t[MT_T_BK], D, KV);
         mt_matmul_piece(c, p, mt_rows_at_mut(ws->attn.v, p.row, KV, act), ws->h1, w->t[MT_T_WV], w->t[MT_T_BV], D, KV);
     }
-    if (cfg->qk_norm)
+    if (qk_norm(c->spec))
         c->be->ops->op.rmsnorm(c->be, c->stream, ws->attn.k, ws->attn.rstd_k, ws->attn.k_raw, w->t[MT_T_K_NORM],
-                               n * norm_rows(cfg, cfg->num_kv_heads), norm_width(cfg, cfg->num_kv_heads),
-                               cfg->rms_norm_eps);
-    c->be->ops->op.rope(c->be, c->stream, ws->attn.k, c->inv_freq, n, c->seq, 0, positions(c, 0), cfg->num_kv_heads,
+                               n * norm_rows(c, cfg->num_kv_heads), norm_width(c, cfg->num_kv_heads),
+                               c->spec->norm_eps);
+    c->be->ops->op.rope(c->be, c->stream, ws->attn.k, rope_table(c), n, c->seq, 0, positions(c, 0), cfg->num_kv_heads,
                         cfg->head_dim, 0);
 }
 
@@ -129,16 +169,16 @@ static void forward(const mt_block_ctx *c, const mt_unit_weights *w, const void 
     mt_tile t = c->at;
     size_t act = mt_act_size(c);
     int D = cfg->hidden_size, Q = (int)q_width(cfg), KV = (int)kv_width(cfg), kv0 = kv_row0(c->seq, t);
-    void *q = cfg->qk_norm ? ws->attn.q_raw : ws->attn.q;
+    void *q = qk_norm(c->spec) ? ws->attn.q_raw : ws->attn.q;
 
     MT_FOR_EACH_PIECE(c, p) {
         attn_norm_piece(c, w, p, x);
         mt_matmul_piece(c, p, mt_rows_at_mut(q, p.row - t.row, Q, act), ws->h1, w->t[MT_T_WQ], w->t[MT_T_BQ], D, Q);
     }
-    if (cfg->qk_norm)
+    if (qk_norm(c->spec))
         op->rmsnorm(be, s, ws->attn.q, ws->attn.rstd_q, ws->attn.q_raw, w->t[MT_T_Q_NORM],
-                    t.rows * norm_rows(cfg, cfg->num_heads), norm_width(cfg, cfg->num_heads), cfg->rms_norm_eps);
-    op->rope(be, s, ws->attn.q, c->inv_freq, t.rows, c->seq, t.row % c->seq, positions(c, t.row), cfg->num_heads,
+                    t.rows * norm_rows(c, cfg->num_heads), norm_width(c, cfg->num_heads), c->spec->norm_eps);
+    op->rope(be, s, ws->attn.q, rope_table(c), t.rows, c->seq, t.row % c->seq, positions(c, t.row), cfg->num_heads,
              cfg->head_dim, 0);
     mt_segments seg = c->seg ? tile_segments(c, t) : (mt_segments){0};
     op->attention(be, s, ws->attn.att, ws->attn.lse, ws->attn.q, mt_rows_at(ws->attn.k, kv0, KV, act),
@@ -215,27 +255,28 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
                      tile_dims(cfg, c->batch, c->seq, t), c->seg ? &seg : NULL, ws->attn.ws);
     if (t.rows < c->seq) sum_window_shares(c, t);
     void *dk_rows = mt_rows_at_mut(ws->attn.dk, t.row, KV, act);
-    op->rope(be, s, ws->attn.dq, c->inv_freq, t.rows, c->seq, pos0, positions(c, t.row), cfg->num_heads,
+    op->rope(be, s, ws->attn.dq, rope_table(c), t.rows, c->seq, pos0, positions(c, t.row), cfg->num_heads,
              cfg->head_dim, 1);
-    op->rope(be, s, dk_rows, c->inv_freq, t.rows, c->seq, pos0, positions(c, t.row), cfg->num_kv_heads, cfg->head_dim,
+    op->rope(be, s, dk_rows, rope_table(c), t.rows, c->seq, pos0, positions(c, t.row), cfg->num_kv_heads, cfg->head_dim,
              1);
     /* The gradients at the q/k projections' outputs: through the head norms when there are any,
      * into q and the tile's rows of k, which nothing reads any more (the windows the backward takes
      * later attend to earlier keys only). */
     void *dq = ws->attn.dq, *dk = ws->attn.dk;
-    if (cfg->qk_norm) {
+    if (qk_norm(c->spec)) {
         int H = cfg->num_heads, KVH = cfg->num_kv_heads;
         dq = ws->attn.q;
         dk = ws->attn.k;
         mt_piece tile = {0, t.rows}; /* pointers at the tile's first row */
         mt_rmsnorm_dx_piece(c, tile, dq, g->t[MT_T_Q_NORM], ws->attn.dq, ws->attn.q_raw, w->t[MT_T_Q_NORM],
-                            ws->attn.rstd_q, norm_rows(cfg, H), norm_width(cfg, H), 0);
+                            ws->attn.rstd_q, norm_rows(c, H), norm_width(c, H), 0);
         mt_rmsnorm_dx_piece(c, tile, mt_rows_at_mut(dk, t.row, KV, act), g->t[MT_T_K_NORM], dk_rows,
                             mt_rows_at(ws->attn.k_raw, t.row, KV, act), w->t[MT_T_K_NORM],
-                            ws->attn.rstd_k + (size_t)t.row * norm_rows(cfg, KVH), norm_rows(cfg, KVH),
-                            norm_width(cfg, KVH), 0);
+                            ws->attn.rstd_k + (size_t)t.row * norm_rows(c, KVH), norm_rows(c, KVH),
+                            norm_width(c, KVH), 0);
     }
     MT_FOR_EACH_PIECE(c, p) qkv_backward_piece(c, w, g, p, x, dxy, dq, dk);
 }
 
-const mt_mixer_ops mt_mixer_attention_ops = {.walk = walk, .prepare = prepare, .forward = forward, .backward = backward};
+const mt_mixer_ops mt_mixer_attention_ops = {.walk = walk, .prepare = prepare, .forward = forward, .backward = backward,
+                                             .constants_bytes = constants_bytes, .constants = constants};

@@ -1,4 +1,4 @@
-/* The dense feed-forward, engine side (model/ffn_dense.c declares its tensors): y = x2 +
+/* The dense feed-forward, engine side (model/kinds/ffn_dense.c declares its tensors): y = x2 +
  * down(silu(gate(h2)) * up(h2)), h2 = norm(x2), a piece at a time; and the SwiGLU MLP a shared
  * expert uses too. */
 #include "engine/block_parts.h"
@@ -50,7 +50,7 @@ void mt_swiglu_mlp_backward(const mt_block_ctx *c, mt_piece p, void *dh2, int ac
 void mt_ffn_norm_piece(const mt_block_ctx *c, const mt_unit_weights *w, mt_piece p) {
     int D = c->cfg->hidden_size;
     c->be->ops->op.rmsnorm(c->be, c->stream, c->ws->h2, c->ws->rstd2 + p.row, mt_x2_row(c, p.row),
-                           w->t[MT_T_MLP_NORM], p.rows, D, c->cfg->rms_norm_eps);
+                           w->t[MT_T_MLP_NORM], p.rows, D, c->spec->norm_eps);
 }
 
 static void forward(const mt_block_ctx *c, const mt_unit_weights *w, mt_piece p, void *y) {

@@ -1,4 +1,4 @@
-/* The mixture-of-experts feed-forward, engine side (model/ffn_moe.c declares its tensors), a piece
+/* The mixture-of-experts feed-forward, engine side (model/kinds/ffn_moe.c declares its tensors), a piece
  * at a time:
  *
  *   h2 = norm(x2);  logits = h2 . router^T;  route: each token's k experts and weights;
@@ -9,7 +9,13 @@
  * as transformers computes Qwen3MoeSparseMoeBlock, Qwen2MoeSparseMoeBlock, MixtralSparseMoeBlock
  * and OlmoeSparseMoeBlock; every step on the device (backend.h's moe group). The backward recomputes
  * the piece's forward (its routing too) and runs each op's backward; the load-balancing loss's
- * gradient (ctx's moe_aux_grad) enters through the router's softmax. */
+ * gradient enters through the router's softmax.
+ *
+ * Over a pass it keeps (its pass entries, block_parts.h) each micro-batch's routing statistics,
+ * which the forwards add to, and the load-balancing loss's gradient per router probability, which
+ * the head's job makes and the backwards take: counts [M][MoE blocks][E] (each sparse block's
+ * tokens per expert), prob_sum [M][E] (the router probabilities summed over every sparse block's
+ * tokens), aux_grad [M][E], one after another on the device; the counts on the host. */
 #include "engine/block_parts.h"
 
 /* The segments of piece p: the engine's dw unit (block.h: a weight gradient adds one sequence, or one
@@ -19,6 +25,87 @@ static int segments(const mt_block_ctx *c, mt_piece p) {
     int seg = segment_rows(c, p);
     return (p.rows + seg - 1) / seg;
 }
+
+/* ---- the pass's state ---- */
+
+static int sparse_blocks(const mt_config *c) { return mt_config_moe_layers(c); }
+static size_t counts_size(const mt_pass_state *p) {
+    return (size_t)p->micro_batches * (size_t)sparse_blocks(p->cfg) * (size_t)p->cfg->num_experts;
+}
+static int32_t *counts(const mt_pass_state *p) { return p->dev; }
+static float *prob_sum(const mt_pass_state *p) { return (float *)(counts(p) + counts_size(p)); }
+static float *aux_grad(const mt_pass_state *p) {
+    return prob_sum(p) + (size_t)p->micro_batches * (size_t)p->cfg->num_experts;
+}
+
+/* Block l's index among the sparse blocks (its rows of the counts). */
+static int sparse_index(const mt_config *c, int l) {
+    int i = 0;
+    for (int b = 0; b < l; b++) i += mt_config_layer_is_moe(c, b);
+    return i;
+}
+
+static size_t pass_bytes(const mt_config *c, int micro_batches, int on_host) {
+    size_t M = (size_t)micro_batches, E = (size_t)c->num_experts, counts = M * (size_t)sparse_blocks(c) * E * 4;
+    return on_host ? counts : counts + 2 * M * E * 4;
+}
+
+static void pass_begin(const mt_pass_state *p, mt_stream *s) {
+    mt_zero_async(p->be, counts(p), counts_size(p) * 4, s);
+    mt_zero_async(p->be, prob_sum(p), (size_t)p->micro_batches * (size_t)p->cfg->num_experts * 4, s);
+}
+
+/* transformers' load_balancing_loss_func over micro-batch m's forward, every sparse block's; its
+ * gradient per router probability weighted by router_aux_loss_coef. */
+static void pass_loss(const mt_pass_state *p, mt_stream *s, int m, int rows, float mean) {
+    size_t E = (size_t)p->cfg->num_experts;
+    int layers = sparse_blocks(p->cfg);
+    p->be->ops->moe.aux_loss(p->be, s, p->aux_loss, aux_grad(p) + m * E, counts(p) + (size_t)m * layers * E,
+                             prob_sum(p) + m * E, layers, rows, (int)E, mean, mean * p->cfg->router_aux_loss_coef);
+}
+
+static void pass_home(const mt_pass_state *p, mt_stream *s) {
+    mt_copy_async(p->be, p->host, counts(p), counts_size(p) * 4, s);
+}
+
+/* The largest and smallest share of a sparse block's routed tokens an expert got over the pass's
+ * micro-batches (this rank's tokens). */
+static void pass_report(const mt_pass_state *p, mt_pass_report *r) {
+    int M = p->micro_batches, E = p->cfg->num_experts, layers = sparse_blocks(p->cfg);
+    const int32_t *host = p->host;
+    for (int l = 0; l < layers; l++) {
+        double routed = 0, most = 0, least = -1;
+        for (int x = 0; x < E; x++) {
+            double n = 0;
+            for (int m = 0; m < M; m++) n += host[((size_t)m * layers + l) * E + x];
+            routed += n;
+            if (n > most) most = n;
+            if (least < 0 || n < least) least = n;
+        }
+        if (routed <= 0) continue;
+        if (most / routed > r->load_max) r->load_max = most / routed;
+        if (least / routed < r->load_min) r->load_min = least / routed;
+    }
+}
+
+/* The block's statistics of its micro-batch (forward), and the loss's gradient (backward, where the
+ * config puts the loss in the objective); NULL without a pass state. */
+static int32_t *block_counts(const mt_block_ctx *c) {
+    if (!c->pass) return NULL;
+    size_t E = (size_t)c->cfg->num_experts;
+    return counts(c->pass) + ((size_t)c->micro * sparse_blocks(c->cfg) + sparse_index(c->cfg, c->layer)) * E;
+}
+static float *block_prob_sum(const mt_block_ctx *c) {
+    return c->pass ? prob_sum(c->pass) + (size_t)c->micro * c->cfg->num_experts : NULL;
+}
+static const float *block_aux_grad(const mt_block_ctx *c) {
+    if (!c->pass || !c->cfg->output_router_logits) return NULL;
+    return aux_grad(c->pass) + (size_t)c->micro * c->cfg->num_experts;
+}
+
+/* The block's variants, as its spec has them. */
+static int renorm(const mt_block_ctx *c) { return (c->spec->ffn_spec.flags & MT_FFN_RENORM) != 0; }
+static int shared(const mt_block_ctx *c) { return (c->spec->ffn_spec.flags & MT_FFN_SHARED_EXPERT) != 0; }
 
 static void walk(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s) {
     const mt_config *c = s->c;
@@ -57,8 +144,8 @@ static void experts_forward(const mt_block_ctx *c, const mt_unit_weights *w, mt_
     int rows = p.rows * k, S = segments(c, p);
     mt_ffn_norm_piece(c, w, p);
     mt_matmul_piece(c, p, ws->moe.logits, ws->h2, w->t[MT_T_ROUTER], NULL, D, E);
-    moe->route(c->be, c->stream, ws->moe.weights, ws->moe.experts, stats ? c->moe_counts : NULL,
-               stats ? c->moe_prob_sum : NULL, ws->moe.logits, p.rows, E, k, cfg->norm_topk_prob);
+    moe->route(c->be, c->stream, ws->moe.weights, ws->moe.experts, stats ? block_counts(c) : NULL,
+               stats ? block_prob_sum(c) : NULL, ws->moe.logits, p.rows, E, k, renorm(c));
     moe->permute(c->be, c->stream, ws->moe.order, ws->moe.slot_row, ws->moe.offsets, ws->moe.experts, p.rows, E, k,
                  segment_rows(c, p));
     moe->gather(c->be, c->stream, ws->moe.xs, ws->h2, ws->moe.order, p.rows, k, D);
@@ -85,7 +172,7 @@ static void forward(const mt_block_ctx *c, const mt_unit_weights *w, mt_piece p,
     c->be->ops->moe.combine(c->be, c->stream, ws->tmp, ws->moe.ys, ws->moe.weights, ws->moe.slot_row, p.rows,
                             c->cfg->experts_per_token, D);
     c->be->ops->op.add(c->be, c->stream, yp, mt_x2_row(c, p.row), ws->tmp, (size_t)p.rows * D);
-    if (c->cfg->shared_expert_intermediate_size) {
+    if (shared(c)) {
         shared_forward(c, w, p);
         c->be->ops->moe.gate_add(c->be, c->stream, yp, yp, ws->moe.shared, ws->moe.gate, p.rows, D);
     }
@@ -130,12 +217,14 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
                            E, S, D, 2 * F); /* dxs */
     moe->gather_dx(c->be, c->stream, ws->tmp, ws->moe.ys, ws->moe.slot_row, p.rows, k, D, 0);
     moe->route_dx(c->be, c->stream, ws->moe.dlogits, ws->moe.dweights, ws->moe.logits, ws->moe.experts,
-                  c->moe_aux_grad, p.rows, E, k, cfg->norm_topk_prob);
+                  block_aux_grad(c), p.rows, E, k, renorm(c));
     mt_matmul_dw_piece(c, p, g->t[MT_T_ROUTER], NULL, ws->moe.dlogits, ws->h2, D, E);
     mt_matmul_dx_piece(c, p, ws->tmp, ws->moe.dlogits, w->t[MT_T_ROUTER], D, E, 1);
-    if (cfg->shared_expert_intermediate_size) shared_backward(c, w, g, p, dy);
+    if (shared(c)) shared_backward(c, w, g, p, dy);
     mt_rmsnorm_dx_piece(c, p, dy, g->t[MT_T_MLP_NORM], ws->tmp, mt_x2_row(c, p.row), w->t[MT_T_MLP_NORM],
                         ws->rstd2 + p.row, 1, D, 1);
 }
 
-const mt_ffn_ops mt_ffn_moe_ops = {.walk = walk, .forward = forward, .backward = backward};
+const mt_ffn_ops mt_ffn_moe_ops = {.walk = walk, .forward = forward, .backward = backward, .pass_bytes = pass_bytes,
+                                   .pass_begin = pass_begin, .pass_loss = pass_loss, .pass_home = pass_home,
+                                   .pass_report = pass_report};

@@ -1,0 +1,44 @@
+/* The attention mixer, model side: the pre-norm, q/k/v and o projections, with its variants: q/k/v
+ * biases, RMSNorm of q and k over each head or over the whole projection, as its spec's flags say.
+ * engine/kinds/attention_run.c runs it. */
+#include "model/block_kinds.h"
+
+static void declare(mt_layout *lay, mt_unit *u, const mt_config *c, const mt_layer_spec *s, int l) {
+    int D = c->hidden_size, Q = c->num_heads * c->head_dim, KV = c->num_kv_heads * c->head_dim;
+    mt_layout_add_block_tensor(lay, u, MT_T_ATTN_NORM, l, D, 1, 0);
+    mt_layout_add_block_tensor(lay, u, MT_T_WQ, l, Q, D, 0);
+    mt_layout_add_block_tensor(lay, u, MT_T_WK, l, KV, D, 0);
+    mt_layout_add_block_tensor(lay, u, MT_T_WV, l, KV, D, 0);
+    if (s->attn.flags & MT_ATTN_BIAS_QKV) {
+        mt_layout_add_block_tensor(lay, u, MT_T_BQ, l, Q, 1, 0);
+        mt_layout_add_block_tensor(lay, u, MT_T_BK, l, KV, 1, 0);
+        mt_layout_add_block_tensor(lay, u, MT_T_BV, l, KV, 1, 0);
+    }
+    if (s->attn.flags & (MT_ATTN_QK_NORM_HEAD | MT_ATTN_QK_NORM_FULL)) {
+        int full = (s->attn.flags & MT_ATTN_QK_NORM_FULL) != 0;
+        mt_layout_add_block_tensor(lay, u, MT_T_Q_NORM, l, full ? Q : c->head_dim, 1, 0);
+        mt_layout_add_block_tensor(lay, u, MT_T_K_NORM, l, full ? KV : c->head_dim, 1, 0);
+    }
+    mt_layout_add_block_tensor(lay, u, MT_T_WO, l, D, Q, 0);
+}
+
+static int64_t params(const mt_config *c, const mt_layer_spec *s) {
+    int64_t d = c->hidden_size, q = (int64_t)c->num_heads * c->head_dim, kv = (int64_t)c->num_kv_heads * c->head_dim;
+    int64_t n = d + q * d + 2 * kv * d + d * q; /* the norm; q, k, v; o */
+    if (s->attn.flags & MT_ATTN_BIAS_QKV) n += q + 2 * kv;
+    if (s->attn.flags & MT_ATTN_QK_NORM_HEAD) n += 2 * c->head_dim;
+    if (s->attn.flags & MT_ATTN_QK_NORM_FULL) n += q + kv;
+    return n;
+}
+
+/* Every parameter takes part for every token; the norms' and biases' few FLOPs are counted with the
+ * rest, as the PyTorch peers count them. */
+static int64_t active_params(const mt_config *c, const mt_layer_spec *s) { return params(c, s); }
+
+/* Scores q.k^T and their product with v: 2 x seq x Q each a token, halved for the causal mask. */
+static double extra_flops(const mt_config *c, const mt_layer_spec *s, int seq) {
+    return 2.0 * seq * (double)c->num_heads * c->head_dim;
+}
+
+const mt_part_kind mt_mixer_attention = {.name = "attention", .declare = declare, .params = params,
+                                         .active_params = active_params, .extra_flops = extra_flops};

@@ -1,0 +1,56 @@
+/* RoPE's fields of config.json <-> mt_config (model/rope_config.h). */
+#include "model/rope_config.h"
+
+#include <string.h>
+
+/* RoPE settings: transformers 4 writes rope_theta and rope_scaling at the top level; transformers 5
+ * writes rope_parameters, which holds rope_theta as well. Either is read; a theta given both ways
+ * must agree. */
+static mt_status read_one(const mt_json_src *top, const char *key, const char *scope, mt_config *cfg) {
+    const json_t *rs = mt_json_field(top, key);
+    if (!rs) return MT_OK;
+    if (!json_is_object(rs)) return mt_json_wrong_type(top, key, "an object or null", rs);
+    mt_json_src s = {top->source, rs, scope};
+    if (!strcmp(key, "rope_parameters")) {
+        float theta = cfg->rope_theta, partial = 1.0f;
+        MT_TRY(mt_json_get_float(&s, "rope_theta", 0, &theta));
+        if (mt_json_field(top, "rope_theta") && theta != cfg->rope_theta)
+            return mt_fail(MT_ERR_INVALID, "%s: fields 'rope_theta' (%g) and 'rope_parameters.rope_theta' (%g) "
+                           "disagree", top->source, (double)cfg->rope_theta, (double)theta);
+        cfg->rope_theta = theta;
+        MT_TRY(mt_json_get_float(&s, "partial_rotary_factor", 0, &partial));
+        if (partial != 1.0f)
+            return mt_fail(MT_ERR_INVALID, "%s: field 'rope_parameters.partial_rotary_factor' = %g is not "
+                           "supported (1 only)", top->source, (double)partial);
+    }
+    const char *type = NULL;
+    MT_TRY(mt_json_get_string(&s, "rope_type", &type));
+    if (!type) MT_TRY(mt_json_get_string(&s, "type", &type));
+    if (!type) return mt_json_missing(&s, "rope_type");
+    if (!strcmp(type, "default")) return MT_OK;
+    if (strcmp(type, "llama3"))
+        return mt_fail(MT_ERR_INVALID, "%s: field '%srope_type' = '%s' is not supported (llama3 only)",
+                       top->source, scope, type);
+    MT_TRY(mt_json_get_float(&s, "factor", 1, &cfg->rope_scaling_factor));
+    MT_TRY(mt_json_get_float(&s, "low_freq_factor", 1, &cfg->rope_low_freq_factor));
+    MT_TRY(mt_json_get_float(&s, "high_freq_factor", 1, &cfg->rope_high_freq_factor));
+    return mt_json_get_int(&s, "original_max_position_embeddings", 1, &cfg->rope_original_max_position);
+}
+
+mt_status mt_rope_config_read(const mt_json_src *s, mt_config *c) {
+    MT_TRY(read_one(s, "rope_scaling", "rope_scaling.", c));
+    return read_one(s, "rope_parameters", "rope_parameters.", c);
+}
+
+void mt_rope_config_write(const mt_config *c, json_t *o) {
+    json_t *rs = json_null();
+    if (c->rope_scaling_factor != 0) {
+        rs = json_object();
+        json_object_set_new(rs, "rope_type", json_string("llama3"));
+        json_object_set_new(rs, "factor", mt_json_float(c->rope_scaling_factor));
+        json_object_set_new(rs, "low_freq_factor", mt_json_float(c->rope_low_freq_factor));
+        json_object_set_new(rs, "high_freq_factor", mt_json_float(c->rope_high_freq_factor));
+        json_object_set_new(rs, "original_max_position_embeddings", json_integer(c->rope_original_max_position));
+    }
+    json_object_set_new(o, "rope_scaling", rs);
+}
