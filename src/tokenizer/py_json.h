@@ -1,5 +1,6 @@
 /* JSON text as Python's json.dumps writes it, which transformers' chat templates use for their
- * `tojson` filter (json.dumps(x, ensure_ascii=False, indent=indent)): ", " and ": " between items
+ * `tojson` filter (json.dumps(x, ensure_ascii=False, indent=indent), and its other arguments with
+ * mt_py_json_dumps_with): ", " and ": " between items
  * (",", ": " with an indent), keys in the order they came, non-ASCII kept, floats as Python's
  * repr (1500.0, 1e-05, 1e+16). */
 #ifndef MT_TOKENIZER_PY_JSON_H
