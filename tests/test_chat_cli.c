@@ -224,14 +224,26 @@ Test(chat_cli, tokenize_refuses_a_bad_line_and_leaves_no_shard) {
     expect_bad_line("{\"prompt\": \"\xff\", \"completion\": \"a\"}", "not JSON");
 }
 
-Test(chat_cli, tokenize_refuses_a_template_it_does_not_render) {
+/* A template megatrain does not know renders through the interpreter; one that does not compile
+ * is refused at load, naming the file, line and column, exit 2, before any shard is written. */
+Test(chat_cli, tokenize_renders_any_template_and_refuses_a_broken_one) {
     write_tokenizer(in_dir("gemma"), "{{ bos_token }}{% for message in messages %}{{ '<start_of_turn>' + message['role'] "
-                                     "+ '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}");
+                                     "+ '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}"
+                                     "{% if add_generation_prompt %}{{ '<start_of_turn>assistant\\n' }}{% endif %}");
     mt_cli_result r;
-    mt_cli_run(&r, TIMEOUT_S, "tokenize", "--tokenizer", in_dir("gemma"), in_dir("chat.jsonl"), "--out", in_dir("out/x"),
+    mt_cli_run(&r, TIMEOUT_S, "tokenize", "--tokenizer", in_dir("gemma"), in_dir("chat.jsonl"), "--out", in_dir("out/g"),
                NULL);
-    assert_failed(&r, "gemma/tokenizer_config.json", "not one megatrain renders");
-    cr_expect_eq(count_files(in_dir("out/*")), 0);
+    assert_succeeded(&r);
+    mt_cli_result_free(&r);
+    cr_expect_eq(count_files(in_dir("out/g_*.bin")), 1);
+
+    write_tokenizer(in_dir("broken"), "{% for message in messages %}{{ message['content'] }}");
+    mt_cli_run(&r, TIMEOUT_S, "tokenize", "--tokenizer", in_dir("broken"), in_dir("chat.jsonl"), "--out",
+               in_dir("out/x"), NULL);
+    assert_failed(&r, "broken/tokenizer_config.json: chat template line 1, column 54",
+                  "the template ends where `{% endfor %}` was expected");
+    cr_expect_eq(r.exit_code, 2);
+    cr_expect_eq(count_files(in_dir("out/x*")), 0);
     mt_cli_result_free(&r);
 }
 

@@ -197,12 +197,27 @@ Test(chat_options, chat_template_option_renders_for_a_base_model) {
     free(expect_jinja_ids(in_dir("base"), &s, in_dir("qwen2.jinja")));
     free_shard(&s);
 
-    /* A template megatrain does not render, named with the first difference; no shard is left. */
-    hf_test_write_text(in_dir("custom.jinja"), "{% for m in messages %}{{ m['content'] }}\n{% endfor %}");
+    /* A custom template, with a macro and a namespace: rendered by the interpreter as Jinja2 renders
+     * it; the answers (the text each assistant message adds to the render before it with the
+     * generation prompt) carry loss. */
+    hf_test_write_text(in_dir("custom.jinja"),
+                       "{% macro turn(role, text) %}<|im_start|>{{ role|upper }}: {{ text|trim }}<|im_end|>{% endmacro %}"
+                       "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
+                       "{{ turn(m['role'], m['content']) }}\n{% endfor %}{% if add_generation_prompt %}"
+                       "<|im_start|>ASSISTANT: {% endif %}");
+    s = tokenize(in_dir("base"), in_dir("out/custom"), "--chat-template", in_dir("custom.jinja"));
+    free(expect_jinja_ids(in_dir("base"), &s, in_dir("custom.jinja")));
+    size_t trained = 0;
+    for (size_t i = 0; i < s.n; i++) trained += s.mask[i];
+    cr_expect(trained > 0 && trained < s.n, "%zu of %zu tokens carry loss", trained, s.n);
+    free_shard(&s);
+
+    /* A template that does not compile: refused naming the file, line and column; no shard is left. */
+    hf_test_write_text(in_dir("broken.jinja"), "{% for m in messages %}\n{{ m['content'] | shout }}{% endfor %}");
     mt_cli_run(&r, TIMEOUT_S, "tokenize", "--tokenizer", in_dir("base"), in_dir("chat.jsonl"), "--out",
-               in_dir("out/custom"), "--chat-template", in_dir("custom.jinja"), NULL);
-    assert_refused(&r, "custom.jinja", "not one megatrain renders");
-    cr_expect(!mt_test_exists(in_dir("out/custom_000000.bin")));
+               in_dir("out/broken"), "--chat-template", in_dir("broken.jinja"), NULL);
+    assert_refused(&r, "broken.jinja: chat template line 2, column 19", "no filter named `shout`");
+    cr_expect(!mt_test_exists(in_dir("out/broken_000000.bin")));
     mt_cli_result_free(&r);
     mt_cli_run(&r, TIMEOUT_S, "tokenize", "--tokenizer", in_dir("base"), in_dir("chat.jsonl"), "--out",
                in_dir("out/missing"), "--chat-template", in_dir("missing.jinja"), NULL);

@@ -2,8 +2,8 @@
  * renders, derived by hand (tests/data/chat/cases.json: the trainable parts between ⟦ and ⟧;
  * tests/data/chat/README.md says where each template comes from) and checked with Jinja2 as
  * transformers renders them, in every line layout (OpenAI messages with tools, prompt/completion,
- * alpaca, ShareGPT); the recognition of the known templates by their Jinja tokens, the templates
- * we refuse naming the first difference, and the chat JSONL lines we refuse. */
+ * alpaca, ShareGPT); the recognition of the known templates by their Jinja tokens, other templates
+ * rendered by the interpreter, and the chat JSONL lines we refuse. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -253,49 +253,55 @@ static void expect_refused(const char *text, const char *needle) {
     cr_expect(strstr(mt_error(), needle), "'%s' not in: %s", needle, mt_error());
 }
 
-Test(chat_template, refuses_templates_it_does_not_render) {
-    expect_refused(NULL, "no chat_template");
-    /* Gemma's turns: no template we know; the message names the closest and where it differs */
-    expect_refused("{{ bos_token }}{% for message in messages %}{{ '<start_of_turn>' + message['role'] + '\\n' + "
-                   "message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}",
-                   "is not one megatrain renders: it differs from the ");
-    /* A ChatML template that trims contents: rendering it as Qwen's would be wrong. */
-    expect_refused("{% for m in messages %}{{'<|im_start|>' + m['role'] + '\\n' + m['content'] | trim + '<|im_end|>\\n'}}"
-                   "{% endfor %}",
-                   "line 1, column 8, where it has `m` and Qwen2 has `message`");
-    /* Llama 3 markers without Meta's trim. */
-    expect_refused("{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
-                   "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] + "
-                   "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
-                   "{{ content }}{% endfor %}",
-                   "where it has `+` and Llama 3 (first release) has `|`");
-    /* a known template cut short, or with more after it */
-    expect_refused("{% set loop_messages = messages %}", "it ends at line 1, column 35 where the Llama 3");
-    char *longer = variant_of("qwen2", "assistant\n' }}{% endif %}", "assistant\n' }}{% endif %}{{ 'x' }}");
-    expect_refused(longer, "after the end of the Qwen2 template");
-    free(longer);
+Test(chat_template, refuses_no_template) { expect_refused(NULL, "no chat_template"); }
+
+/* A template megatrain does not know is rendered by the Jinja interpreter as written (tests/test_jinja.c
+ * checks it against Jinja2), the answers found from its renders. */
+static void render_other(const char *text, const char *line, const char *want) {
+    mt_chat_template t;
+    cr_assert_eq(mt_chat_template_parse(text, "<bos>", "<eos>", "models/x/tokenizer_config.json", &t), MT_OK, "%s",
+                 mt_error());
+    cr_expect_eq(t.family, MT_CHAT_JINJA);
+    char *got = NULL;
+    cr_assert_eq(render_line(&t, line, &got), MT_OK, "%s", mt_error());
+    cr_expect_str_eq(got, want);
+    free(got);
+    mt_chat_template_free(&t);
 }
 
-/* Issue 28, class 3: ChatML-like templates that differ from Qwen's were rendered as standard
- * ChatML (wrong ids, no notice). Each is refused now, naming the line and what differs. */
-Test(chat_template, refuses_chatml_lookalikes_naming_the_difference) {
-    /* no newline after <|im_end|> */
+static const char TWO_TURNS[] = "{\"messages\": [{\"role\": \"user\", \"content\": \" q \"}, {\"role\": \"assistant\", "
+                                "\"content\": \"a \"}, {\"role\": \"user\", \"content\": \"r\"}, {\"role\": \"assistant\", "
+                                "\"content\": \"b\"}]}";
+
+Test(chat_template, renders_templates_it_does_not_know_through_the_interpreter) {
+    /* Gemma's turns (no generation prompt in this copy: the answer starts after the last user turn) */
+    render_other("{{ bos_token }}{% for message in messages %}{{ '<start_of_turn>' + message['role'] + '\\n' + "
+                 "message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}",
+                 TWO_TURNS, "<bos><start_of_turn>user\nq<end_of_turn>\n⟦<start_of_turn>assistant\na<end_of_turn>⟧\n"
+                            "<start_of_turn>user\nr<end_of_turn>\n⟦<start_of_turn>assistant\nb<end_of_turn>⟧\n");
+    /* a ChatML template that trims contents */
+    render_other("{% for m in messages %}{{'<|im_start|>' + m['role'] + '\\n' + m['content'] | trim + '<|im_end|>\\n'}}"
+                 "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+                 TWO_TURNS, "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n⟦a<|im_end|>⟧\n<|im_start|>user\n"
+                            "r<|im_end|>\n<|im_start|>assistant\n⟦b<|im_end|>⟧\n");
+    /* ChatML without the newline after <|im_end|>, and with the roles upper-cased */
     char *text = variant_of("qwen2", "'<|im_end|>' + '\n'}}", "'<|im_end|>'}}");
-    expect_refused(text, "differs from the Qwen2 template at line 4, column 38, where it has `}}` and Qwen2 has `+`");
+    char *upper = variant_of("qwen2", "'<|im_start|>' + message['role'] + '", "'<|im_start|>' + message['role'] | upper + '");
+    render_other(text, "{\"prompt\": \"q\", \"completion\": \"a\"}",
+                 "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nq<|im_end|>"
+                 "<|im_start|>assistant\n⟦a<|im_end|>⟧");
     free(text);
-    /* the user role written "human" */
-    text = variant_of("qwen2", "'<|im_start|>' + message['role'] + '", "'<|im_start|>' + ('human' if message['role'] == "
-                      "'user' else message['role']) + '");
-    expect_refused(text, "where it has `(` and Qwen2 has `message`");
-    free(text);
-    /* a leading <|endoftext|> */
-    text = variant_of("qwen2", "{% for message in messages %}", "<|endoftext|>{% for message in messages %}");
-    expect_refused(text, "line 1, column 1, where it has `<|endoftext|>` and Qwen2 has `{%`");
-    free(text);
-    /* role | upper */
-    text = variant_of("qwen2", "'<|im_start|>' + message['role'] + '", "'<|im_start|>' + message['role'] | upper + '");
-    expect_refused(text, "where it has `|` and Qwen2 has `+`");
-    free(text);
+    /* ... but upper-cased roles open an assistant turn otherwise than its generation prompt does
+     * ("<|im_start|>assistant"): which text is the answer cannot be told, and the conversation is refused */
+    mt_chat_template t;
+    cr_assert_eq(mt_chat_template_parse(upper, "<bos>", "<eos>", "models/x/tokenizer_config.json", &t), MT_OK);
+    char *got = NULL;
+    cr_expect_eq(render_line(&t, "{\"prompt\": \"q\", \"completion\": \"a\"}", &got), MT_ERR_INVALID);
+    cr_expect(strstr(mt_error(), "models/x/tokenizer_config.json: the chat template's renders are not prefixes of one "
+                                 "another at message 2"), "%s", mt_error());
+    free(got);
+    mt_chat_template_free(&t);
+    free(upper);
 }
 
 static void expect_render_error(const char *name, const char *line, const char *needle) {

@@ -48,9 +48,6 @@ static const known KNOWN[] = {
 };
 enum { N_KNOWN = sizeof KNOWN / sizeof *KNOWN };
 
-size_t mt_chat_known_count(void) { return N_KNOWN; }
-const char *mt_chat_known_name(size_t i) { return i < N_KNOWN ? KNOWN[i].name : NULL; }
-
 /* ---- comparing token streams ---- */
 
 static const char HOLE_OPEN[] = "⟪", HOLE_CLOSE[] = "⟫";
@@ -126,94 +123,27 @@ static size_t common_prefix(const mt_jinja_tokens *u, const mt_jinja_tokens *k, 
     return i;
 }
 
-/* The length of the longest common subsequence of the two streams: how alike they are overall,
- * to name the known template a refused one comes closest to. */
-static size_t alike(const mt_jinja_tokens *u, const mt_jinja_tokens *k) {
-    size_t *row = calloc(k->n + 1, sizeof *row), best = 0;
-    if (!row) return 0;
-    for (size_t i = 0; i < u->n; i++) {
-        size_t diag = 0;
-        for (size_t j = 0; j < k->n; j++) {
-            const char *fill;
-            size_t fill_len, up = row[j + 1];
-            hole h;
-            row[j + 1] = same(&u->t[i], &k->t[j], &fill, &fill_len, &h) ? diag + 1 : up > row[j] ? up : row[j];
-            diag = up;
-        }
-    }
-    best = row[k->n];
-    free(row);
-    return best;
-}
-
-/* A token's source text for a message: newlines written \n, cut to 48 bytes (at a character). */
-static void shown(const mt_jinja_tokens *s, const mt_jinja_token *t, char *out, size_t cap) {
-    const char *p = t->kind == MT_JT_DATA ? t->value : s->src + t->at;
-    size_t n = t->kind == MT_JT_DATA ? t->len : t->src_len, k = 0;
-    for (size_t i = 0; i < n && k + 8 < cap; i++) {
-        if (i >= 48 && ((unsigned char)p[i] & 0xC0) != 0x80) {
-            memcpy(out + k, "...", 3), k += 3;
-            break;
-        }
-        if (p[i] == '\n') out[k++] = '\\', out[k++] = 'n';
-        else out[k++] = p[i];
-    }
-    out[k] = '\0';
-}
-
-static mt_status refuse(const char *source, const mt_jinja_tokens *u, const mt_jinja_tokens *k, const known *near,
-                        size_t at) {
-    char has[160], wants[160];
-    size_t line, col;
-    const char *tail = "; megatrain renders only the templates it knows exactly, as transformers does "
-                       "(docs/data-formats.md lists them)";
-    if (at < u->n) {
-        shown(u, &u->t[at], has, sizeof has);
-        mt_jinja_position(u, u->t[at].at, &line, &col);
-    } else {
-        mt_jinja_position(u, u->src_len, &line, &col);
-    }
-    if (at < k->n) shown(k, &k->t[at], wants, sizeof wants);
-    if (at >= u->n)
-        return mt_fail(MT_ERR_INVALID, "%s: chat_template is not one megatrain renders: it ends at line %zu, column %zu "
-                       "where the %s template goes on with `%s`%s", source, line, col, near->name, wants, tail);
-    if (at >= k->n)
-        return mt_fail(MT_ERR_INVALID, "%s: chat_template is not one megatrain renders: it goes on at line %zu, column "
-                       "%zu with `%s` after the end of the %s template%s", source, line, col, has, near->name, tail);
-    return mt_fail(MT_ERR_INVALID, "%s: chat_template is not one megatrain renders: it differs from the %s template at "
-                   "line %zu, column %zu, where it has `%s` and %s has `%s`%s",
-                   source, near->name, line, col, has, near->name, wants, tail);
-}
-
-mt_status mt_chat_known_match(const char *text, const char *source, mt_chat_template *t, mt_chat_holes *holes) {
-    mt_jinja_tokens u, k[N_KNOWN];
+mt_status mt_chat_known_match(const char *text, const char *source, mt_chat_template *t, mt_chat_holes *holes,
+                              int *found) {
+    mt_jinja_tokens u;
+    *found = 0;
     MT_TRY(mt_jinja_lex(text, source, &u));
-    size_t lexed = 0, matched = N_KNOWN;
     mt_status st = MT_OK;
-    for (; st == MT_OK && lexed < N_KNOWN && matched == N_KNOWN; lexed++) {
-        st = mt_jinja_lex(KNOWN[lexed].text, KNOWN[lexed].name, &k[lexed]);
+    for (size_t i = 0; st == MT_OK && i < N_KNOWN && !*found; i++) {
+        mt_jinja_tokens k;
+        st = mt_jinja_lex(KNOWN[i].text, KNOWN[i].name, &k);
         if (st != MT_OK) break;
         *holes = (mt_chat_holes){0};
-        if (common_prefix(&u, &k[lexed], holes) == u.n && u.n == k[lexed].n) matched = lexed;
-    }
-    if (st == MT_OK && matched < N_KNOWN) {
-        mt_chat_template found = KNOWN[matched].settings;
-        memcpy(found.bos, t->bos, sizeof found.bos);
-        memcpy(found.eos, t->eos, sizeof found.eos);
-        found.name = KNOWN[matched].name;
-        *t = found;
-    } else if (st == MT_OK) {
-        /* the most alike: the largest share of both streams in common */
-        size_t best = 0;
-        double best_alike = -1;
-        for (size_t i = 0; i < N_KNOWN; i++) {
-            double a = 2.0 * (double)alike(&u, &k[i]) / (double)(u.n + k[i].n + 1);
-            if (a > best_alike) best = i, best_alike = a;
+        if (common_prefix(&u, &k, holes) == u.n && u.n == k.n) {
+            mt_chat_template known = KNOWN[i].settings;
+            memcpy(known.bos, t->bos, sizeof known.bos);
+            memcpy(known.eos, t->eos, sizeof known.eos);
+            known.name = KNOWN[i].name;
+            *t = known;
+            *found = 1;
         }
-        mt_chat_holes scratch = {0};
-        st = refuse(source, &u, &k[best], &KNOWN[best], common_prefix(&u, &k[best], &scratch));
+        mt_jinja_tokens_free(&k);
     }
-    for (size_t i = 0; i < lexed; i++) mt_jinja_tokens_free(&k[i]);
     mt_jinja_tokens_free(&u);
     return st;
 }

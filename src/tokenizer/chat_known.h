@@ -1,11 +1,13 @@
-/* The chat templates megatrain renders, known by their exact text (the files of src/tokenizer/templates,
- * built into the binary), and the comparison that recognises one: a model's chat_template is
- * rendered only when its Jinja token stream (tokenizer/jinja_lex.h) equals a known template's,
- * so that it renders the same text for every conversation. A known template's string literal may
- * hold one hole, ⟪name⟫, that matches any text there: the settings a model's copy of a template
- * may change (a default system prompt, the dates of Llama 3.1's system header), which the C
- * renderer takes from the model's template. Anything else is refused, naming the known template
- * it comes closest to and the first place where it differs. */
+/* The chat templates of the models megatrain trains, known by their exact text (the files of
+ * src/tokenizer/templates, built into the binary), and the comparison that recognises one: a
+ * model's chat_template is one of them when its Jinja token stream (tokenizer/jinja_lex.h) equals
+ * the known template's, so that it renders the same text for every conversation. A known
+ * template's string literal may hold one hole, ⟪name⟫, that matches any text there: the settings
+ * a model's copy of a template may change (a default system prompt, the dates of Llama 3.1's
+ * system header), which the C renderer takes from the model's template. A known template is
+ * rendered in C (tokenizer/chat_template.h) because its answers are marked there even where its
+ * renders are not prefixes of one another (Qwen3's reasoning, Mistral v0.3's system prompt); any
+ * other template is rendered by the Jinja interpreter (tokenizer/chat_jinja.h). */
 #ifndef MT_TOKENIZER_CHAT_KNOWN_H
 #define MT_TOKENIZER_CHAT_KNOWN_H
 
@@ -18,13 +20,9 @@ typedef struct {
     char knowledge_date[64], today_date[64];
 } mt_chat_holes;
 
-/* Finds the known template `text` is, filling t->family and its variant settings and *holes; or
- * fails naming `source`, the closest known template, and the line, column and text of the first
- * difference. */
-mt_status mt_chat_known_match(const char *text, const char *source, mt_chat_template *t, mt_chat_holes *holes);
-
-/* The known templates' names, for docs and messages: names[i] for i < count. */
-size_t mt_chat_known_count(void);
-const char *mt_chat_known_name(size_t i);
+/* Finds the known template `text` is, filling t->family and its variant settings and *holes
+ * (*found 1), or sets *found 0. Fails only where `text` does not lex (naming `source`). */
+mt_status mt_chat_known_match(const char *text, const char *source, mt_chat_template *t, mt_chat_holes *holes,
+                              int *found);
 
 #endif

@@ -5,10 +5,20 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "tokenizer/chat_jinja.h"
 #include "tokenizer/chat_known.h"
+#include "tokenizer/jinja.h"
 #include "tokenizer/py_json.h"
 
-/* ---- recognising a template ---- */
+/* ---- reading a template ---- */
+
+/* A template megatrain does not know: compiled by the Jinja interpreter. */
+static mt_status compile(const char *text, const char *source, mt_chat_template *t) {
+    t->family = MT_CHAT_JINJA;
+    if (!(t->source = strdup(source))) return mt_fail(MT_ERR_NOMEM, "cannot hold a chat template");
+    t->name = t->source;
+    return mt_jinja_compile(text, source, &t->jinja);
+}
 
 mt_status mt_chat_template_parse(const char *text, const char *bos, const char *eos, const char *source,
                                  mt_chat_template *t) {
@@ -22,7 +32,10 @@ mt_status mt_chat_template_parse(const char *text, const char *bos, const char *
     snprintf(t->eos, sizeof t->eos, "%s", eos ? eos : "");
     mt_chat_holes *holes = calloc(1, sizeof *holes);
     if (!holes) return mt_fail(MT_ERR_NOMEM, "cannot hold a chat template");
-    mt_status st = mt_chat_known_match(text, source, t, holes);
+    int known = 0;
+    mt_status st = mt_chat_known_match(text, source, t, holes, &known);
+    snprintf(t->today, sizeof t->today, "%s", MT_CHAT_TEMPLATE_DATE);
+    if (st == MT_OK && !known) st = compile(text, source, t);
     if (st == MT_OK && t->family == MT_CHAT_INST && !eos)
         st = mt_fail(MT_ERR_INVALID, "%s: chat_template is %s's, but the tokenizer has no eos_token to end answers with",
                      source, t->name);
@@ -39,7 +52,9 @@ mt_status mt_chat_template_parse(const char *text, const char *bos, const char *
 
 void mt_chat_template_free(mt_chat_template *t) {
     free(t->default_system);
-    t->default_system = NULL;
+    mt_jinja_free(t->jinja);
+    free(t->source);
+    *t = (mt_chat_template){0};
 }
 
 const char *mt_chat_turn_end(const mt_chat_template *t) {
@@ -565,6 +580,7 @@ mt_status mt_chat_render(const mt_chat_template *t, const mt_chat_message *m, si
                          mt_chat_rendered *out) {
     *out = (mt_chat_rendered){0};
     if (n == 0) return mt_fail(MT_ERR_INVALID, "a conversation with no message");
+    if (t->family == MT_CHAT_JINJA) return mt_chat_jinja_render(t, m, n, tools, out);
     mt_status st = check_tools(t, m, n, tools);
     if (st == MT_OK)
         st = t->family == MT_CHAT_LLAMA3   ? render_llama3(t, m, n, tools, out)
@@ -578,6 +594,7 @@ mt_status mt_chat_render_prompt(const mt_chat_template *t, const mt_chat_message
     /* The conversation with an empty answer, cut where the answer starts: the templates render the
      * generation prompt as the markup that opens an assistant turn. */
     *out = (mt_chat_rendered){0};
+    if (t->family == MT_CHAT_JINJA) return mt_chat_jinja_render_prompt(t, m, n, out);
     mt_chat_message *with_answer = calloc(n + 1, sizeof *with_answer);
     if (!with_answer) return mt_fail(MT_ERR_NOMEM, "cannot hold a conversation");
     memcpy(with_answer, m, n * sizeof *m);

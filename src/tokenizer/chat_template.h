@@ -1,12 +1,15 @@
-/* Chat templates without Jinja: the templates of the models megatrain trains, recognised by their
- * exact text (tokenizer/chat_known.h: anything else is refused, naming the first difference) and
- * rendered in C exactly as transformers' apply_chat_template(messages, tools=tools) renders them
- * (add_generation_prompt false). Three families:
+/* Chat templates, rendered as transformers' apply_chat_template(messages, tools=tools) renders
+ * them (add_generation_prompt false). Any template is rendered by megatrain's Jinja interpreter
+ * (tokenizer/chat_jinja.h, tokenizer/jinja.h); the templates of the models megatrain trains,
+ * recognised by their exact text (tokenizer/chat_known.h), are rendered in C to the same text,
+ * with the answers marked by what each template does (the interpreter finds them from the
+ * renders, which these templates do not always allow). strftime_now's date is fixed, 2024-07-26
+ * (MT_CHAT_TEMPLATE_DATE), so that the same data always gives the same tokens. The C families:
  *
  *   Llama 3    <|start_header_id|>role<|end_header_id|>\n\n content|trim <|eot_id|>; with the
  *              Llama 3.1+ system header "Cutting Knowledge Date: ...\nToday Date: ...\n\n", whose
- *              date is the template's own fallback date_string (Llama 3.2's strftime_now date
- *              would make the data depend on the day it was tokenized), and its tool section
+ *              date is the template's own fallback date_string (Llama 3.2's, as its strftime_now
+ *              gives MT_CHAT_TEMPLATE_DATE), and its tool section
  *   ChatML     <|im_start|>role\n content <|im_end|>\n (Qwen2, Qwen2.5, Qwen3), with the template's
  *              default system prompt where it has one, Qwen3's <think> rules, Qwen2.5's and
  *              Qwen3's tool sections
@@ -16,7 +19,8 @@
  *
  * Rendering gives segments of text, each either context (no loss) or trainable: what the model
  * generates for an assistant turn after the template's generation prompt, through the turn's end
- * token (<|eot_id|>, <|im_end|>, eos), tool calls included. */
+ * token (<|eot_id|>, <|im_end|>, eos), tool calls included (for other templates,
+ * tokenizer/chat_jinja.h says how the answers are found). */
 #ifndef MT_TOKENIZER_CHAT_TEMPLATE_H
 #define MT_TOKENIZER_CHAT_TEMPLATE_H
 
@@ -25,7 +29,11 @@
 
 #include "util/status.h"
 
-typedef enum { MT_CHAT_LLAMA3, MT_CHAT_CHATML, MT_CHAT_INST } mt_chat_family;
+typedef enum { MT_CHAT_LLAMA3, MT_CHAT_CHATML, MT_CHAT_INST, MT_CHAT_JINJA } mt_chat_family;
+
+#define MT_CHAT_TEMPLATE_DATE "2024-07-26"
+
+typedef struct mt_jinja mt_jinja;
 
 /* The [INST] family's variants. */
 typedef enum {
@@ -47,8 +55,11 @@ typedef enum {
 } mt_chat_tools;
 
 typedef struct {
-    const char *name;                /* the known template's name, for messages ("Qwen2.5") */
+    const char *name;                /* the known template's name ("Qwen2.5"), or the file of another */
     mt_chat_family family;
+    mt_jinja *jinja;                 /* MT_CHAT_JINJA: the compiled template */
+    char *source;                    /* MT_CHAT_JINJA: the file it came from, which name points to */
+    char today[16];                  /* strftime_now's date: MT_CHAT_TEMPLATE_DATE */
     mt_chat_tools tools;
     char bos[64], eos[64];           /* tokenizer_config.json's bos_token and eos_token ("" if none) */
     /* Llama 3 */
@@ -64,16 +75,16 @@ typedef struct {
     mt_inst_variant inst;
 } mt_chat_template;
 
-/* Recognises `text` (a chat_template) and fills *t; `source` names the file for messages. bos and eos
- * are the tokenizer's token strings (NULL where it has none). Refuses a template it does not render
- * exactly, naming `source`, the known template it comes closest to and the first difference.
- * mt_chat_template_free releases it. */
+/* Reads `text` (a chat_template) into *t: a known template, or any other compiled by the Jinja
+ * interpreter; `source` names the file for messages. bos and eos are the tokenizer's token strings
+ * (NULL where it has none). Refuses a template that does not compile (a syntax error, an unknown
+ * tag, filter or test), naming `source`, the line and the column. mt_chat_template_free releases it. */
 mt_status mt_chat_template_parse(const char *text, const char *bos, const char *eos, const char *source,
                                  mt_chat_template *t);
 void mt_chat_template_free(mt_chat_template *t);
 
 /* The token string that ends an assistant turn: <|eot_id|>, <|im_end|>, or eos ("" when the
- * tokenizer has none). */
+ * tokenizer has none; eos for a template megatrain does not know). */
 const char *mt_chat_turn_end(const mt_chat_template *t);
 
 typedef enum { MT_ROLE_SYSTEM, MT_ROLE_USER, MT_ROLE_ASSISTANT, MT_ROLE_TOOL } mt_chat_role;

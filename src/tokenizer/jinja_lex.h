@@ -1,4 +1,5 @@
-/* A chat template's Jinja source as the token stream Jinja renders from, for comparing templates
+/* A chat template's Jinja source as the token stream Jinja renders from: what the interpreter's
+ * parser reads (tokenizer/jinja.h), and what known templates are compared by
  * (tokenizer/chat_known.h): two templates with equal streams render the same text for every input.
  *
  * Lexed as transformers sets Jinja up (trim_blocks, lstrip_blocks, no trailing newline kept):

@@ -9,6 +9,7 @@ typedef struct {
     char *p;
     size_t n, cap;
     int failed;
+    const mt_py_json_options *o;
 } buf;
 
 static void put(buf *b, const char *s, size_t len) {
@@ -31,6 +32,21 @@ static void put(buf *b, const char *s, size_t len) {
 
 static void puts_(buf *b, const char *s) { put(b, s, strlen(s)); }
 
+/* The code point at s (valid UTF-8) as \uXXXX, a surrogate pair past U+FFFF; returns its length. */
+static size_t ascii_escape(buf *b, const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t k = u[0] < 0xE0 ? 2 : u[0] < 0xF0 ? 3 : 4;
+    if (k > n) k = n;
+    unsigned c = k == 2 ? (unsigned)(u[0] & 0x1F) << 6 | (u[1] & 0x3F)
+               : k == 3 ? (unsigned)(u[0] & 0x0F) << 12 | (unsigned)(u[1] & 0x3F) << 6 | (u[2] & 0x3F)
+                        : (unsigned)(u[0] & 0x07) << 18 | (unsigned)(u[1] & 0x3F) << 12 | (unsigned)(u[2] & 0x3F) << 6 | (u[3] & 0x3F);
+    char esc[16];
+    if (c >= 0x10000) snprintf(esc, sizeof esc, "\\u%04x\\u%04x", 0xD800 + ((c - 0x10000) >> 10), 0xDC00 + ((c - 0x10000) & 0x3FF));
+    else snprintf(esc, sizeof esc, "\\u%04x", c);
+    puts_(b, esc);
+    return k;
+}
+
 static void string(buf *b, const char *s, size_t len) {
     put(b, "\"", 1);
     for (size_t i = 0; i < len; i++) {
@@ -39,6 +55,10 @@ static void string(buf *b, const char *s, size_t len) {
         const char *e = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\n' ? "\\n" : c == '\r' ? "\\r"
                       : c == '\t' ? "\\t" : c == '\b' ? "\\b" : c == '\f' ? "\\f" : NULL;
         if (!e && c < 0x20) snprintf(esc, sizeof esc, "\\u%04x", c), e = esc;
+        if (!e && c >= 0x80 && b->o->ensure_ascii) {
+            i += ascii_escape(b, s + i, len - i) - 1;
+            continue;
+        }
         if (e) puts_(b, e);
         else put(b, s + i, 1);
     }
@@ -90,7 +110,11 @@ static void newline(buf *b, int indent, int depth) {
     for (int i = 0; i < indent * depth; i++) put(b, " ", 1);
 }
 
+static int by_key(const void *x, const void *y) { return strcmp(*(const char *const *)x, *(const char *const *)y); }
+
 static void value(buf *b, const json_t *v, int indent, int depth) {
+    const char *item_sep = b->o->item_sep ? b->o->item_sep : indent < 0 ? ", " : ",";
+    const char *key_sep = b->o->key_sep ? b->o->key_sep : ": ";
     char num[32];
     switch (json_typeof(v)) {
     case JSON_OBJECT: {
@@ -99,17 +123,23 @@ static void value(buf *b, const json_t *v, int indent, int depth) {
             return;
         }
         put(b, "{", 1);
-        const char *key;
+        size_t n = json_object_size(v), k = 0;
+        const char **keys = malloc(n * sizeof *keys), *key;
         json_t *item;
-        int first = 1;
-        json_object_foreach((json_t *)v, key, item) {
-            if (!first) puts_(b, indent < 0 ? ", " : ",");
-            first = 0;
-            newline(b, indent, depth + 1);
-            string(b, key, strlen(key));
-            puts_(b, ": ");
-            value(b, item, indent, depth + 1);
+        if (!keys) {
+            b->failed = 1;
+            return;
         }
+        json_object_foreach((json_t *)v, key, item) keys[k++] = key;
+        if (b->o->sort_keys) qsort(keys, n, sizeof *keys, by_key);
+        for (k = 0; k < n; k++) {
+            if (k) puts_(b, item_sep);
+            newline(b, indent, depth + 1);
+            string(b, keys[k], strlen(keys[k]));
+            puts_(b, key_sep);
+            value(b, json_object_get(v, keys[k]), indent, depth + 1);
+        }
+        free(keys);
         newline(b, indent, depth);
         put(b, "}", 1);
         return;
@@ -121,7 +151,7 @@ static void value(buf *b, const json_t *v, int indent, int depth) {
         }
         put(b, "[", 1);
         for (size_t i = 0; i < json_array_size(v); i++) {
-            if (i) puts_(b, indent < 0 ? ", " : ",");
+            if (i) puts_(b, item_sep);
             newline(b, indent, depth + 1);
             value(b, json_array_get(v, i), indent, depth + 1);
         }
@@ -142,8 +172,13 @@ static void value(buf *b, const json_t *v, int indent, int depth) {
 }
 
 mt_status mt_py_json_dumps(const json_t *v, int indent, char **out, size_t *len) {
-    buf b = {0};
-    value(&b, v, indent, 0);
+    mt_py_json_options o = {.indent = indent};
+    return mt_py_json_dumps_with(v, &o, out, len);
+}
+
+mt_status mt_py_json_dumps_with(const json_t *v, const mt_py_json_options *o, char **out, size_t *len) {
+    buf b = {.o = o};
+    value(&b, v, o->indent, 0);
     if (b.failed || !b.p) {
         free(b.p);
         return mt_fail(MT_ERR_NOMEM, "cannot hold a JSON text");

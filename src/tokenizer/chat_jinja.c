@@ -1,0 +1,177 @@
+#include "tokenizer/chat_jinja.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer/jinja.h"
+
+static const char *const ROLE_NAMES[] = {"system", "user", "assistant", "tool"};
+
+/* The messages as the template sees them: role, content (null where it is), and an assistant's
+ * tool_calls and reasoning_content where it has them. */
+static mt_status messages_json(const mt_chat_message *m, size_t n, json_t **out) {
+    json_t *list = json_array();
+    for (size_t i = 0; list && i < n; i++) {
+        json_t *msg = json_pack("{s:s,s:o}", "role", ROLE_NAMES[m[i].role], "content",
+                                m[i].content ? json_stringn_nocheck(m[i].content, m[i].len) : json_null());
+        if (msg && m[i].reasoning)
+            json_object_set_new(msg, "reasoning_content", json_stringn_nocheck(m[i].reasoning, m[i].reasoning_len));
+        if (msg && m[i].tool_calls) json_object_set(msg, "tool_calls", (json_t *)m[i].tool_calls);
+        if (!msg || json_array_append_new(list, msg)) {
+            json_decref(list);
+            list = NULL;
+        }
+    }
+    *out = list;
+    return list ? MT_OK : mt_fail(MT_ERR_NOMEM, "cannot hold a conversation");
+}
+
+/* Renders the first n messages of `all`. */
+static mt_status render(const mt_chat_template *t, const json_t *all, size_t n, const json_t *tools, int prompt,
+                        mt_jinja_output *out) {
+    json_t *msgs = json_array();
+    for (size_t i = 0; msgs && i < n; i++) json_array_append(msgs, json_array_get(all, i));
+    json_t *vars = msgs ? json_pack("{s:o,s:O,s:s,s:s,s:b}", "messages", msgs, "tools", tools ? tools : json_null(),
+                                    "bos_token", t->bos, "eos_token", t->eos, "add_generation_prompt", prompt)
+                        : NULL;
+    mt_status st = vars ? mt_jinja_render(t->jinja, vars, t->today, out) : mt_fail(MT_ERR_NOMEM, "cannot hold a conversation");
+    json_decref(vars);
+    return st;
+}
+
+static int is_prefix(const mt_jinja_output *a, const mt_jinja_output *b) {
+    return a->len == 0 || (a->len <= b->len && !memcmp(a->text, b->text, a->len));
+}
+
+static int space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+
+/* The answer of assistant message i as a byte range of the whole text: after the conversation
+ * before it with the generation prompt, through it less its closing whitespace. */
+static mt_status answer_span(const mt_chat_template *t, const json_t *msgs, size_t i, const json_t *tools,
+                             const mt_jinja_output *whole, size_t span[2]) {
+    mt_jinja_output before = {0}, through = {0};
+    mt_status st = i > 0 ? render(t, msgs, i, tools, 1, &before) : MT_OK;
+    if (st == MT_OK) st = render(t, msgs, i + 1, tools, 0, &through);
+    if (st == MT_OK && !(is_prefix(&before, &through) && is_prefix(&through, whole)))
+        st = mt_fail(MT_ERR_INVALID, "%s: the chat template's renders are not prefixes of one another at message %zu "
+                     "(an assistant's): the conversation before it with the generation prompt, then through it, then "
+                     "whole, must each begin with the one before for megatrain to tell which text is the answer; mark "
+                     "the answer with {%% generation %%} ... {%% endgeneration %%} in the template", t->name, i + 1);
+    if (st == MT_OK) {
+        size_t end = through.len;
+        while (end > before.len && space(through.text[end - 1])) end--;
+        span[0] = before.len;
+        span[1] = end;
+    }
+    mt_jinja_output_free(&before);
+    mt_jinja_output_free(&through);
+    return st;
+}
+
+static mt_status push(mt_chat_rendered *r, const char *text, size_t len, int trainable) {
+    if (len == 0) return MT_OK;
+    if (r->n == r->cap) {
+        size_t cap = r->cap ? 2 * r->cap : 16;
+        mt_chat_segment *grown = realloc(r->seg, cap * sizeof *grown);
+        if (!grown) return mt_fail(MT_ERR_NOMEM, "cannot hold a rendered conversation");
+        r->seg = grown;
+        r->cap = cap;
+    }
+    r->seg[r->n++] = (mt_chat_segment){text, len, (unsigned char)trainable, 0};
+    return MT_OK;
+}
+
+/* The length of a special-token-like marker at s (<|im_end|>, </s>, <start_of_turn>: `<`, then up
+ * to 62 bytes without `<`, `>` or whitespace, then `>`), or 0. */
+static size_t marker(const char *s, size_t n) {
+    if (n < 3 || s[0] != '<') return 0;
+    for (size_t k = 1; k < n && k < 64; k++) {
+        if (s[k] == '>') return k > 1 ? k + 1 : 0;
+        if (s[k] == '<' || space(s[k])) return 0;
+    }
+    return 0;
+}
+
+/* Pushes text, its markers as segments of their own marked special: mt_chat_encode splits the
+ * text at those that are the tokenizer's special tokens, so that it encodes pieces, not the whole. */
+static mt_status push_text(mt_chat_rendered *r, const char *text, size_t len, int trainable) {
+    size_t from = 0;
+    for (size_t i = 0; i < len; i++) {
+        size_t k = marker(text + i, len - i);
+        if (!k) continue;
+        MT_TRY(push(r, text + from, i - from, trainable));
+        MT_TRY(push(r, text + i, k, trainable));
+        r->seg[r->n - 1].special = 1;
+        from = i + k;
+        i += k - 1;
+    }
+    return push(r, text + from, len - from, trainable);
+}
+
+/* Keeps the rendered text, which the segments point into, in out->owned. */
+static mt_status own(mt_chat_rendered *out, mt_jinja_output *text) {
+    out->owned = malloc(sizeof *out->owned);
+    if (!out->owned) return mt_fail(MT_ERR_NOMEM, "cannot hold a rendered conversation");
+    out->owned[0] = text->text;
+    out->n_owned = 1;
+    text->text = NULL;
+    return MT_OK;
+}
+
+/* Segments of the whole text from sorted, non-overlapping trainable ranges. */
+static mt_status segments(mt_chat_rendered *out, const char *text, size_t len, size_t (*spans)[2], size_t n) {
+    size_t at = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (spans[k][0] < at) continue; /* nested or repeated: already covered */
+        MT_TRY(push_text(out, text + at, spans[k][0] - at, 0));
+        MT_TRY(push_text(out, text + spans[k][0], spans[k][1] - spans[k][0], 1));
+        at = spans[k][1];
+    }
+    return push_text(out, text + at, len - at, 0);
+}
+
+static mt_status render_conversation(const mt_chat_template *t, const json_t *msgs, const mt_chat_message *m, size_t n,
+                                     const json_t *tools, mt_chat_rendered *out) {
+    mt_jinja_output whole = {0};
+    MT_TRY(render(t, msgs, n, tools, 0, &whole));
+    size_t (*spans)[2] = whole.gen, n_spans = whole.n_gen;
+    mt_status st = MT_OK;
+    if (!mt_jinja_has_generation(t->jinja)) {
+        spans = calloc(n ? n : 1, sizeof *spans);
+        n_spans = 0;
+        if (!spans) st = mt_fail(MT_ERR_NOMEM, "cannot hold a conversation");
+        for (size_t i = 0; st == MT_OK && i < n; i++)
+            if (m[i].role == MT_ROLE_ASSISTANT) st = answer_span(t, msgs, i, tools, &whole, spans[n_spans++]);
+    }
+    if (st == MT_OK) st = own(out, &whole);
+    if (st == MT_OK) st = segments(out, out->owned[0], whole.len, spans, n_spans);
+    if (spans != whole.gen) free(spans);
+    mt_jinja_output_free(&whole);
+    return st;
+}
+
+mt_status mt_chat_jinja_render(const mt_chat_template *t, const mt_chat_message *m, size_t n, const json_t *tools,
+                               mt_chat_rendered *out) {
+    *out = (mt_chat_rendered){0};
+    json_t *msgs;
+    MT_TRY(messages_json(m, n, &msgs));
+    mt_status st = render_conversation(t, msgs, m, n, tools, out);
+    json_decref(msgs);
+    if (st != MT_OK) mt_chat_rendered_free(out);
+    return st;
+}
+
+mt_status mt_chat_jinja_render_prompt(const mt_chat_template *t, const mt_chat_message *m, size_t n,
+                                      mt_chat_rendered *out) {
+    *out = (mt_chat_rendered){0};
+    json_t *msgs;
+    MT_TRY(messages_json(m, n, &msgs));
+    mt_jinja_output text = {0};
+    mt_status st = render(t, msgs, n, NULL, 1, &text);
+    json_decref(msgs);
+    if (st == MT_OK) st = own(out, &text);
+    if (st == MT_OK) st = push_text(out, out->owned[0], text.len, 0);
+    mt_jinja_output_free(&text);
+    if (st != MT_OK) mt_chat_rendered_free(out);
+    return st;
+}
