@@ -172,9 +172,11 @@ static const ops_kind ROPE = {.declare = rope_declare, .prepare = rope_prepare, 
                               .reference = rope_reference};
 
 /* ---- attention and its backward, from the backend's own out and lse; a window of queries where
- * dims has one (dk, dv past the window's keys must stay as they were: zero) ---- */
+ * dims has one (dk, dv past the window's keys must stay as they were: zero); the variants of
+ * c->attn, with sinks (and dsinks added to) where flag is ATTN_SINKS ---- */
 
-enum { AT_Q, AT_K, AT_V, AT_DOUT, AT_OUT, AT_LSE, AT_DQ, AT_DK, AT_DV, AT_WS, AT_POS, AT_STARTS };
+enum { AT_Q, AT_K, AT_V, AT_DOUT, AT_OUT, AT_LSE, AT_DQ, AT_DK, AT_DV, AT_WS, AT_POS, AT_STARTS, AT_SINKS, AT_DSINKS };
+enum { ATTN_SINKS = 1 };
 
 static int attention_declare(const ops_case *c, ops_tensor *t) {
     mt_attn_dims d = c->dims;
@@ -192,7 +194,11 @@ static int attention_declare(const ops_case *c, ops_tensor *t) {
     t[AT_WS] = T("workspace", I32, SCRATCH, 0, 0, 0, 0);
     t[AT_POS] = T("positions", I32, IN, c->segments ? rows : 0, 0, 0, 0);
     t[AT_STARTS] = T("starts", I32, IN, c->segments ? c->segment_count + 1 : 0, 0, 0, 0);
-    return 12;
+    int sinks = c->flag == ATTN_SINKS;
+    t[AT_SINKS] = T("sinks", F32, IN, sinks ? d.heads : 0, -1, 3, 0);
+    /* fp32 sums over the rows of the same products in another order, some cancelling */
+    t[AT_DSINKS] = T("dsinks", F32, INOUT, sinks ? d.heads : 0, -1, 1, 1e-4);
+    return 14;
 }
 static size_t attention_workspace(mt_backend *be, const ops_case *c) {
     return be->ops->op.attention_workspace(be, c->dims, c->segments != NULL);
@@ -206,27 +212,38 @@ static const mt_segments *case_segments(const ops_case *c, mt_segments *seg, con
     *seg = (mt_segments){pos, starts, c->segment_count, 0};
     return seg;
 }
+/* The case's params, with its sinks at sinks and dsinks (device or host) where it has them. */
+static mt_attn_params case_params(const ops_case *c, const void *sinks, void *dsinks) {
+    mt_attn_params p = c->attn;
+    p.sinks = c->flag == ATTN_SINKS ? sinks : NULL;
+    p.dsinks = c->flag == ATTN_SINKS ? dsinks : NULL;
+    return p;
+}
 static void attention_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
     mt_segments store;
     const mt_segments *seg = case_segments(c, &store, d[AT_POS], d[AT_STARTS]);
-    be->ops->op.attention(be, s, d[AT_OUT], d[AT_LSE], d[AT_Q], d[AT_K], d[AT_V], c->dims, seg, d[AT_WS]);
+    mt_attn_params p = case_params(c, d[AT_SINKS], d[AT_DSINKS]);
+    be->ops->op.attention(be, s, d[AT_OUT], d[AT_LSE], d[AT_Q], d[AT_K], d[AT_V], c->dims, &p, seg, d[AT_WS]);
     be->ops->op.attention_dx(be, s, d[AT_DQ], d[AT_DK], d[AT_DV], d[AT_DOUT], d[AT_OUT], d[AT_LSE], d[AT_Q], d[AT_K],
-                             d[AT_V], c->dims, seg, d[AT_WS]);
+                             d[AT_V], c->dims, &p, seg, d[AT_WS]);
 }
 static void attention_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
     mt_segments store;
     const mt_segments *seg = case_segments(c, &store, h->ids[AT_POS], h->ids[AT_STARTS]);
-    mt_cpu_attention(h->x[AT_OUT], h->x[AT_LSE], h->x[AT_Q], h->x[AT_K], h->x[AT_V], c->dims, seg);
+    mt_attn_params p = case_params(c, h->x[AT_SINKS], h->x[AT_DSINKS]);
+    mt_cpu_attention(h->x[AT_OUT], h->x[AT_LSE], h->x[AT_Q], h->x[AT_K], h->x[AT_V], c->dims, &p, seg);
     void *ws = malloc(mt_cpu_attention_workspace(c->dims) + 1);
     mt_cpu_attention_dx(h->x[AT_DQ], h->x[AT_DK], h->x[AT_DV], h->x[AT_DOUT], got->x[AT_OUT], got->x[AT_LSE],
-                        h->x[AT_Q], h->x[AT_K], h->x[AT_V], c->dims, seg, ws);
+                        h->x[AT_Q], h->x[AT_K], h->x[AT_V], c->dims, &p, seg, ws);
     free(ws);
 }
 /* Causal: the forward is two 2 * q rows * head_dim GEMMs per head over the keys each query sees (on
- * average q0 + (q rows + 1) / 2; seq / 2 without a window); the backward 2.5 times it. */
+ * average q0 + (q rows + 1) / 2; seq / 2 without a window; at most a sliding window's); the backward
+ * 2.5 times it. */
 static double attention_flops(const ops_case *c) {
     mt_attn_dims d = c->dims;
     double rows = mt_attn_q_rows(d), seen = (d.q_len > 0 ? d.q0 : 0) + rows / 2;
+    if (c->attn.window > 0 && seen > c->attn.window) seen = c->attn.window;
     return 3.5 * 4.0 * d.batch * rows * seen * d.heads * d.head_dim;
 }
 static const ops_kind ATTENTION = {.declare = attention_declare, .workspace = attention_workspace,
@@ -578,6 +595,41 @@ const ops_case ops_cases[] = {
     {"attention of packed examples in a window of 53 from position 60", &ATTENTION, 59,
      .dims = {.batch = 1, .seq = 150, .heads = 3, .kv_heads = 1, .head_dim = 128, .q0 = 60, .q_len = 53},
      SEGMENTS(SEGMENTS_1x150)},
+    /* the variants (mt_attn_params): sliding windows that cut key tiles, alone, over packed
+     * examples and in windows of queries; scales (on cuda, cuDNN's whole and split-window graphs
+     * take them); soft caps and sinks (cuda's kernels), and all together */
+    {"attention, a sliding window of 40, GQA", &ATTENTION, 80,
+     .dims = {.batch = 2, .seq = 150, .heads = 4, .kv_heads = 2, .head_dim = 64}, .attn = {.window = 40}},
+    {"attention, a sliding window of 2", &ATTENTION, 81,
+     .dims = {.batch = 2, .seq = 37, .heads = 2, .kv_heads = 1, .head_dim = 40}, .attn = {.window = 2}},
+    {"attention, a sliding window as long as the sequence", &ATTENTION, 82,
+     .dims = {.batch = 2, .seq = 77, .heads = 6, .kv_heads = 2, .head_dim = 64}, .attn = {.window = 77}},
+    {"attention of packed examples, a sliding window of 30", &ATTENTION, 83,
+     .dims = {.batch = 2, .seq = 77, .heads = 6, .kv_heads = 2, .head_dim = 64}, SEGMENTS(SEGMENTS_2x77),
+     .attn = {.window = 30}},
+    {"attention, a sliding window of 40 in a window of 53 queries from 70", &ATTENTION, 84,
+     .dims = {.batch = 2, .seq = 150, .heads = 4, .kv_heads = 2, .head_dim = 64, .q0 = 70, .q_len = 53},
+     .attn = {.window = 40}},
+    {"attention of packed examples in a window of 53 from 60, a sliding window of 25", &ATTENTION, 85,
+     .dims = {.batch = 1, .seq = 150, .heads = 3, .kv_heads = 1, .head_dim = 128, .q0 = 60, .q_len = 53},
+     SEGMENTS(SEGMENTS_1x150), .attn = {.window = 25}},
+    {"attention, scale 0.2", &ATTENTION, 86,
+     .dims = {.batch = 2, .seq = 77, .heads = 6, .kv_heads = 2, .head_dim = 64}, .attn = {.scale = 0.2f}},
+    {"attention, scale 0.05 in the last window of queries", &ATTENTION, 87,
+     .dims = {.batch = 1, .seq = 200, .heads = 3, .kv_heads = 1, .head_dim = 128, .q0 = 136, .q_len = 64},
+     .attn = {.scale = 0.05f}},
+    {"attention, a soft cap of 2 at scale 0.4", &ATTENTION, 88,
+     .dims = {.batch = 2, .seq = 150, .heads = 4, .kv_heads = 2, .head_dim = 64}, .attn = {.scale = 0.4f, .softcap = 2.0f}},
+    {"attention, sinks, GQA", &ATTENTION, 89,
+     .dims = {.batch = 2, .seq = 150, .heads = 4, .kv_heads = 2, .head_dim = 64}, .flag = ATTN_SINKS},
+    {"attention, sinks, head_dim 40, no GQA", &ATTENTION, 90,
+     .dims = {.batch = 3, .seq = 9, .heads = 2, .kv_heads = 2, .head_dim = 40}, .flag = ATTN_SINKS},
+    {"attention of packed examples, every variant", &ATTENTION, 91,
+     .dims = {.batch = 2, .seq = 77, .heads = 6, .kv_heads = 2, .head_dim = 64}, SEGMENTS(SEGMENTS_2x77),
+     .attn = {.window = 20, .scale = 0.3f, .softcap = 3.0f}, .flag = ATTN_SINKS},
+    {"attention in a window of 53 queries from 70, every variant", &ATTENTION, 92,
+     .dims = {.batch = 2, .seq = 150, .heads = 4, .kv_heads = 2, .head_dim = 128, .q0 = 70, .q_len = 53},
+     .attn = {.window = 100, .scale = 0.1f, .softcap = 1.5f}, .flag = ATTN_SINKS},
     {"adamw, a device scale, decay, special values", &ADAMW, 21, .count = 100003, .scale = 0.37f,
      .flag = ADAMW_DECAY | ADAMW_SCALED | ADAMW_SPECIAL},
     {"adamw, no scale (the params'), no decay", &ADAMW, 51, .count = 1000},
@@ -630,6 +682,7 @@ const ops_case ops_timing_cases[] = {
     {"rmsnorm and backward", &RMSNORM, 105, .n = N3B, .d = D3B},
     {"rope, q", &ROPE, 106, .dims = ATTN_3B},
     {"attention and backward", &ATTENTION, 107, .dims = ATTN_3B},
+    {"attention and backward, a sliding window of 512", &ATTENTION, 115, .dims = ATTN_3B, .attn = {.window = 512}},
     {"swiglu and backward", &SWIGLU, 108, .count = (size_t)N3B * F3B},
     {"add", &ADD, 109, .count = (size_t)N3B * D3B},
     {"embedding and gradient", &EMBEDDING, 110, .n = N3B, .d = D3B, .vocab = V3B},

@@ -34,7 +34,7 @@ typedef struct {
     double tol;    /* outputs, off the reference backend: the largest ||out - ref|| / ||ref||; 0: bitwise */
 } ops_tensor;
 
-enum { OPS_MAX_TENSORS = 12 };
+enum { OPS_MAX_TENSORS = 14 };
 
 typedef struct ops_case ops_case;
 
@@ -73,6 +73,7 @@ struct ops_case {
     int n, in, out, d, vocab, chunk;  /* rows, GEMM sizes, hidden size, vocabulary, LM head chunk */
     size_t count;                     /* elementwise ops */
     mt_attn_dims dims;                /* attention, rope (seq, heads, head_dim) */
+    mt_attn_params attn;              /* attention's variants (its sinks: flag, the pointers unused) */
     const int *segments;              /* attention, rope: NULL, or the lengths of the micro-batch's
                                        * segments in row order (packed examples: backend.h) */
     int segment_count;

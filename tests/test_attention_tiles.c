@@ -1,7 +1,8 @@
 /* The CPU attention at a length that spans several of its 64-position tiles with a partial
  * last one (150 = 64 + 64 + 22): forward against the double reference, backward against
  * finite differences at the positions on tile edges, and the bitwise independence from the
- * batch size that the engine's micro-batching relies on. */
+ * batch size that the engine's micro-batching relies on; windows of queries against the whole,
+ * plain and with the variants (mt_attn_params: sliding windows, scale, soft cap, sinks). */
 #include <criterion/criterion.h>
 #include <string.h>
 
@@ -52,7 +53,7 @@ static void fill_inputs(attention_data *d) {
 Test(ops, attention_tiles_match_reference) {
     static double want_out[BATCH * SEQ * Q_WIDTH], want_lse[BATCH * HEADS * SEQ];
     fill_inputs(&data);
-    mt_cpu_attention(data.out, data.lse, data.q, data.k, data.v, TWO_SEQS, NULL);
+    mt_cpu_attention(data.out, data.lse, data.q, data.k, data.v, TWO_SEQS, NULL, NULL);
     ops_ref_attention(want_out, want_lse, data.q, data.k, data.v, TWO_SEQS);
     ops_assert_close("out", data.out, want_out, COUNT(want_out), FWD_ATOL, FWD_RTOL);
     ops_assert_close("lse", data.lse, want_lse, COUNT(want_lse), FWD_ATOL, FWD_RTOL);
@@ -60,16 +61,16 @@ Test(ops, attention_tiles_match_reference) {
 
 static double one_seq_loss(void *ctx) {
     attention_data *d = ctx;
-    mt_cpu_attention(d->out, d->lse, d->q, d->k, d->v, ONE_SEQ, NULL);
+    mt_cpu_attention(d->out, d->lse, d->q, d->k, d->v, ONE_SEQ, NULL, NULL);
     return ops_probe(d->out, d->dout, (size_t)SEQ * Q_WIDTH);
 }
 
 Test(ops, attention_tiles_gradients_at_tile_edges) {
     cr_assert(mt_cpu_attention_workspace(ONE_SEQ) <= sizeof data.workspace);
     fill_inputs(&data);
-    mt_cpu_attention(data.out, data.lse, data.q, data.k, data.v, ONE_SEQ, NULL);
+    mt_cpu_attention(data.out, data.lse, data.q, data.k, data.v, ONE_SEQ, NULL, NULL);
     mt_cpu_attention_dx(data.dq, data.dk, data.dv, data.dout, data.out, data.lse, data.q, data.k, data.v,
-                        ONE_SEQ, NULL, data.workspace);
+                        ONE_SEQ, NULL, NULL, data.workspace);
     for (size_t e = 0; e < COUNT(EDGES); e++) {
         size_t q_at = (size_t)EDGES[e] * Q_WIDTH, kv_at = (size_t)EDGES[e] * KV_WIDTH;
         ops_check_grad("dq", data.q + q_at, data.dq + q_at, Q_WIDTH, FD_STEP, one_seq_loss, &data, FD_ATOL,
@@ -81,15 +82,16 @@ Test(ops, attention_tiles_gradients_at_tile_edges) {
     }
 }
 
-static void forward_backward_within(attention_data *d, size_t seq0, mt_attn_dims dims, const mt_segments *seg) {
+static void forward_backward_with(attention_data *d, size_t seq0, mt_attn_dims dims, const mt_attn_params *params,
+                                  const mt_segments *seg) {
     size_t q_at = seq0 * SEQ * Q_WIDTH, kv_at = seq0 * SEQ * KV_WIDTH, row_at = seq0 * HEADS * SEQ;
-    mt_cpu_attention(d->out + q_at, d->lse + row_at, d->q + q_at, d->k + kv_at, d->v + kv_at, dims, seg);
+    mt_cpu_attention(d->out + q_at, d->lse + row_at, d->q + q_at, d->k + kv_at, d->v + kv_at, dims, params, seg);
     mt_cpu_attention_dx(d->dq + q_at, d->dk + kv_at, d->dv + kv_at, d->dout + q_at, d->out + q_at,
-                        d->lse + row_at, d->q + q_at, d->k + kv_at, d->v + kv_at, dims, seg, d->workspace);
+                        d->lse + row_at, d->q + q_at, d->k + kv_at, d->v + kv_at, dims, params, seg, d->workspace);
 }
 
 static void forward_backward(attention_data *d, size_t seq0, mt_attn_dims dims) {
-    forward_backward_within(d, seq0, dims, NULL);
+    forward_backward_with(d, seq0, dims, NULL, NULL);
 }
 
 Test(ops, attention_same_bits_for_any_batch) {
@@ -97,6 +99,20 @@ Test(ops, attention_same_bits_for_any_batch) {
     fill_inputs(&split);
     forward_backward(&data, 0, TWO_SEQS);
     for (size_t b = 0; b < BATCH; b++) forward_backward(&split, b, ONE_SEQ);
+    cr_assert(memcmp(data.out, split.out, sizeof data.out) == 0, "out depends on the batch");
+    cr_assert(memcmp(data.lse, split.lse, sizeof data.lse) == 0, "lse depends on the batch");
+    cr_assert(memcmp(data.dq, split.dq, sizeof data.dq) == 0, "dq depends on the batch");
+    cr_assert(memcmp(data.dk, split.dk, sizeof data.dk) == 0, "dk depends on the batch");
+    cr_assert(memcmp(data.dv, split.dv, sizeof data.dv) == 0, "dv depends on the batch");
+}
+
+/* The same with a sliding window shorter than a tile and a soft cap. */
+Test(ops, attention_sliding_window_same_bits_for_any_batch) {
+    const mt_attn_params params = {.window = 40, .softcap = 2.0f};
+    fill_inputs(&data);
+    fill_inputs(&split);
+    forward_backward_with(&data, 0, TWO_SEQS, &params, NULL);
+    for (size_t b = 0; b < BATCH; b++) forward_backward_with(&split, b, ONE_SEQ, &params, NULL);
     cr_assert(memcmp(data.out, split.out, sizeof data.out) == 0, "out depends on the batch");
     cr_assert(memcmp(data.lse, split.lse, sizeof data.lse) == 0, "lse depends on the batch");
     cr_assert(memcmp(data.dq, split.dq, sizeof data.dq) == 0, "dq depends on the batch");
@@ -113,8 +129,10 @@ Test(ops, attention_same_bits_for_any_batch) {
  * same key blocks in the same order as in the whole, only grouped in other query blocks: equal up
  * to how BLAS blocks a GEMM's rows (measured up to 2e-7; 1e-6, where a wrong mask or position is
  * O(1)). dk and dv sum the same products in another order: fp32 rounding, measured up to 2.5e-7
- * (1e-5). A window writes dk and dv only
- * for the keys it sees: the rows past them keep a sentinel. */
+ * (1e-5); so do the sinks' gradients, added to by every window. A window writes dk and dv only
+ * for the keys it sees: the rows past them keep a sentinel. The same holds with every variant of
+ * mt_attn_params: a sliding window starts a row's keys in a key block the window's query blocks
+ * need not start in, which a row must not notice. */
 
 enum { MAX_WINDOW = SEQ };
 #define SENTINEL 777.0f
@@ -132,6 +150,15 @@ typedef struct {
 
 static assembled windowed;
 static window_buffers wb;
+/* The sinks' gradients: the whole's, the windows' sum. */
+static float whole_dsinks[HEADS], windowed_dsinks[HEADS];
+
+/* variant with its dsinks at dsinks (variant NULL: plain attention). */
+static mt_attn_params params_with(const mt_attn_params *variant, float *dsinks) {
+    mt_attn_params p = variant ? *variant : (mt_attn_params){0};
+    p.dsinks = p.sinks ? dsinks : NULL;
+    return p;
+}
 
 static void window_of(int T, int i, int *q0, int *len) {
     int windows = (SEQ + T - 1) / T, first = SEQ - (windows - 1) * T;
@@ -163,9 +190,12 @@ static size_t lse_index(int segmented, int b, int h, int r, int q_rows) {
 }
 
 /* The whole attention of data's two sequences through windows of T queries, into windowed; with
- * seg, within its segments (each window's call from its sequence's first row: row0). */
-static void attend_by_windows(int T, const mt_segments *seg) {
+ * seg, within its segments (each window's call from its sequence's first row: row0); with variant's
+ * variants (NULL: none). */
+static void attend_by_windows(int T, const mt_segments *seg, const mt_attn_params *variant) {
     double dk[BATCH * SEQ * KV_WIDTH] = {0}, dv[BATCH * SEQ * KV_WIDTH] = {0};
+    memset(windowed_dsinks, 0, sizeof windowed_dsinks);
+    const mt_attn_params params = params_with(variant, windowed_dsinks);
     for (int b = 0; b < BATCH; b++) {
         const float *k = data.k + (size_t)b * SEQ * KV_WIDTH, *v = data.v + (size_t)b * SEQ * KV_WIDTH;
         for (int i = 0; i < (SEQ + T - 1) / T; i++) {
@@ -180,8 +210,9 @@ static void attend_by_windows(int T, const mt_segments *seg) {
             mt_segments window_seg = seg ? *seg : (mt_segments){0};
             window_seg.row0 = b * SEQ;
             const mt_segments *ws = seg ? &window_seg : NULL;
-            mt_cpu_attention(wb.out, wb.lse, wb.q, k, v, dims, ws);
-            mt_cpu_attention_dx(wb.dq, wb.dk, wb.dv, wb.dout, wb.out, wb.lse, wb.q, k, v, dims, ws, wb.workspace);
+            mt_cpu_attention(wb.out, wb.lse, wb.q, k, v, dims, &params, ws);
+            mt_cpu_attention_dx(wb.dq, wb.dk, wb.dv, wb.dout, wb.out, wb.lse, wb.q, k, v, dims, &params, ws,
+                                wb.workspace);
             memcpy(windowed.out + row * Q_WIDTH, wb.out, (size_t)len * Q_WIDTH * sizeof(float));
             memcpy(windowed.dq + row * Q_WIDTH, wb.dq, (size_t)len * Q_WIDTH * sizeof(float));
             for (int h = 0; h < HEADS; h++)
@@ -203,10 +234,12 @@ static void attend_by_windows(int T, const mt_segments *seg) {
     for (size_t j = 0; j < COUNT(dk); j++) windowed.dk[j] = (float)dk[j], windowed.dv[j] = (float)dv[j];
 }
 
-static void expect_windows_make_the_whole_within(int T, const mt_segments *seg) {
+static void expect_windows_make_the_whole_with(int T, const mt_segments *seg, const mt_attn_params *variant) {
     fill_inputs(&data);
-    forward_backward_within(&data, 0, TWO_SEQS, seg);
-    attend_by_windows(T, seg);
+    memset(whole_dsinks, 0, sizeof whole_dsinks);
+    const mt_attn_params params = params_with(variant, whole_dsinks);
+    forward_backward_with(&data, 0, TWO_SEQS, &params, seg);
+    attend_by_windows(T, seg, variant);
     char what[64];
     const struct {
         const char *name;
@@ -217,12 +250,19 @@ static void expect_windows_make_the_whole_within(int T, const mt_segments *seg) 
                    {"lse", windowed.lse, data.lse, COUNT(data.lse), 1e-6},
                    {"dq", windowed.dq, data.dq, COUNT(data.dq), 1e-6},
                    {"dk", windowed.dk, data.dk, COUNT(data.dk), 1e-5},
-                   {"dv", windowed.dv, data.dv, COUNT(data.dv), 1e-5}};
+                   {"dv", windowed.dv, data.dv, COUNT(data.dv), 1e-5},
+                   {"dsinks", windowed_dsinks, whole_dsinks, HEADS, 1e-5}};
     for (size_t o = 0; o < COUNT(outputs); o++) {
         double err = ops_rel_err(outputs[o].got, outputs[o].want, outputs[o].count);
-        snprintf(what, sizeof what, "%s by windows of %d%s", outputs[o].name, T, seg ? ", packed" : "");
+        snprintf(what, sizeof what, "%s by windows of %d%s%s", outputs[o].name, T, seg ? ", packed" : "",
+                 variant ? ", variants" : "");
         cr_expect(err <= outputs[o].tol, "%s: relative error %g", what, err);
     }
+    if (params.sinks) cr_expect(whole_dsinks[0] != 0.0f && whole_dsinks[1] != 0.0f, "no sinks' gradient");
+}
+
+static void expect_windows_make_the_whole_within(int T, const mt_segments *seg) {
+    expect_windows_make_the_whole_with(T, seg, NULL);
 }
 
 static void expect_windows_make_the_whole(int T) { expect_windows_make_the_whole_within(T, NULL); }
@@ -243,6 +283,29 @@ Test(ops, attention_windows_of_packed_examples) {
     expect_windows_make_the_whole_within(7, &seg);
 }
 
+static const float SINKS[HEADS] = {0.5f, 2.0f};
+
+/* Sliding windows shorter than a key block, of two keys (not one: a query seeing only itself has
+ * dq = dk = 0 but for rounding), longer than most windows of queries with a scale, a soft cap and
+ * sinks */
+Test(ops, attention_windows_with_sliding_windows) {
+    const mt_attn_params variants[] = {{.window = 40},
+                                       {.window = 2},
+                                       {.window = 100, .scale = 0.5f, .softcap = 3.0f, .sinks = SINKS}};
+    for (size_t i = 0; i < COUNT(variants); i++) {
+        expect_windows_make_the_whole_with(64, NULL, &variants[i]);
+        expect_windows_make_the_whole_with(7, NULL, &variants[i]);
+    }
+}
+
+/* Packed examples with a sliding window shorter than some segments, and sinks */
+Test(ops, attention_windows_of_packed_examples_with_a_sliding_window) {
+    mt_segments seg = packed_segments();
+    const mt_attn_params variant = {.window = 20, .softcap = 2.0f, .sinks = SINKS};
+    expect_windows_make_the_whole_with(64, &seg, &variant);
+    expect_windows_make_the_whole_with(7, &seg, &variant);
+}
+
 /* A window over two sequences at once is the two windows alone, bitwise (the engine's tiles hold
  * one sequence's window, the op takes any batch). */
 Test(ops, attention_window_same_bits_for_any_batch) {
@@ -257,13 +320,13 @@ Test(ops, attention_window_same_bits_for_any_batch) {
     }
     mt_attn_dims both = {BATCH, SEQ, HEADS, KV_HEADS, HEAD_DIM, Q0, LEN}, one = both;
     one.batch = 1;
-    mt_cpu_attention(out[0], lse[0], q, data.k, data.v, both, NULL);
-    mt_cpu_attention_dx(dq[0], dk[0], dv[0], dout, out[0], lse[0], q, data.k, data.v, both, NULL, ws);
+    mt_cpu_attention(out[0], lse[0], q, data.k, data.v, both, NULL, NULL);
+    mt_cpu_attention_dx(dq[0], dk[0], dv[0], dout, out[0], lse[0], q, data.k, data.v, both, NULL, NULL, ws);
     for (int b = 0; b < BATCH; b++) {
         size_t qa = (size_t)b * LEN * Q_WIDTH, kva = (size_t)b * SEQ * KV_WIDTH, la = (size_t)b * HEADS * LEN;
-        mt_cpu_attention(out[1] + qa, lse[1] + la, q + qa, data.k + kva, data.v + kva, one, NULL);
+        mt_cpu_attention(out[1] + qa, lse[1] + la, q + qa, data.k + kva, data.v + kva, one, NULL, NULL);
         mt_cpu_attention_dx(dq[1] + qa, dk[1] + kva, dv[1] + kva, dout + qa, out[1] + qa, lse[1] + la, q + qa,
-                            data.k + kva, data.v + kva, one, NULL, ws);
+                            data.k + kva, data.v + kva, one, NULL, NULL, ws);
     }
     cr_assert(!memcmp(out[0], out[1], sizeof out[0]), "a window's out depends on the batch");
     cr_assert(!memcmp(lse[0], lse[1], sizeof lse[0]), "a window's lse depends on the batch");

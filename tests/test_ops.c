@@ -292,7 +292,7 @@ Test(ops, attention_matches_reference) {
         ops_fill(k, kv_count(d), 60 + ci, -2, 2);
         ops_fill(v, kv_count(d), 70 + ci, -1, 1);
 
-        mt_cpu_attention(out, lse, q, k, v, d, NULL);
+        mt_cpu_attention(out, lse, q, k, v, d, NULL, NULL);
         ops_ref_attention(want_out, want_lse, q, k, v, d);
         ops_assert_close("out", out, want_out, q_count(d), FWD_ATOL, FWD_RTOL);
         ops_assert_close("lse", lse, want_lse, (size_t)d.batch * d.heads * d.seq, FWD_ATOL, FWD_RTOL);
@@ -306,7 +306,7 @@ typedef struct {
 
 static double attention_loss(void *ctx) {
     attention_case *c = ctx;
-    mt_cpu_attention(c->out, c->lse, c->q, c->k, c->v, AT_GQA, NULL);
+    mt_cpu_attention(c->out, c->lse, c->q, c->k, c->v, AT_GQA, NULL, NULL);
     return ops_probe(c->out, c->probe, q_count(AT_GQA));
 }
 
@@ -326,8 +326,8 @@ Test(ops, attention_gradients) {
     ops_fill(dk, COUNT(dk), 85, -9, 9);
     ops_fill(dv, COUNT(dv), 86, -9, 9);
 
-    mt_cpu_attention(out, lse, q, k, v, AT_GQA, NULL);
-    mt_cpu_attention_dx(dq, dk, dv, probe, out, lse, q, k, v, AT_GQA, NULL, workspace);
+    mt_cpu_attention(out, lse, q, k, v, AT_GQA, NULL, NULL);
+    mt_cpu_attention_dx(dq, dk, dv, probe, out, lse, q, k, v, AT_GQA, NULL, NULL, workspace);
 
     attention_case c = {q, k, v, probe, out, lse};
     ops_check_grad("dq", q, dq, COUNT(q), FD_STEP, attention_loss, &c, FD_ATOL, FD_RTOL);
@@ -573,10 +573,10 @@ Test(ops, kernels_are_deterministic) {
     ops_fill(k, COUNT(k), 141, -2, 2);
     ops_fill(v, COUNT(v), 142, -1, 1);
     ops_fill(dout, COUNT(dout), 143, -1, 1);
-    mt_cpu_attention(out, lse, q, k, v, AT_GQA, NULL);
+    mt_cpu_attention(out, lse, q, k, v, AT_GQA, NULL, NULL);
     for (int run = 0; run < 2; run++) {
         float *dq = grads[run], *dk = dq + COUNT(q), *dv = dk + COUNT(k);
-        mt_cpu_attention_dx(dq, dk, dv, dout, out, lse, q, k, v, AT_GQA, NULL, workspace);
+        mt_cpu_attention_dx(dq, dk, dv, dout, out, lse, q, k, v, AT_GQA, NULL, NULL, workspace);
     }
     cr_assert(memcmp(grads[0], grads[1], sizeof grads[0]) == 0, "attention_dx differs between runs");
 

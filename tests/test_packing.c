@@ -90,8 +90,8 @@ Test(packing, attention_of_packed_examples_is_each_example_alone) {
     int32_t pos[2 * 150], starts[COUNT(LENGTHS) + 1];
     segments_of(LENGTHS, count, pos, starts);
     mt_segments seg = {pos, starts, count, 0};
-    mt_cpu_attention(p.out, p.lse, p.q, p.k, p.v, d, &seg);
-    mt_cpu_attention_dx(p.dq, p.dk, p.dv, p.dout, p.out, p.lse, p.q, p.k, p.v, d, &seg, p.ws);
+    mt_cpu_attention(p.out, p.lse, p.q, p.k, p.v, d, NULL, &seg);
+    mt_cpu_attention_dx(p.dq, p.dk, p.dv, p.dout, p.out, p.lse, p.q, p.k, p.v, d, NULL, &seg, p.ws);
 
     for (int s = 0; s < count; s++) {
         size_t r0 = (size_t)starts[s];
@@ -100,8 +100,8 @@ Test(packing, attention_of_packed_examples_is_each_example_alone) {
         attn_buffers a = attn_alloc(one);
         memcpy(a.q, p.q + r0 * hq, a.qn * 4), memcpy(a.k, p.k + r0 * hkv, a.kvn * 4);
         memcpy(a.v, p.v + r0 * hkv, a.kvn * 4), memcpy(a.dout, p.dout + r0 * hq, a.qn * 4);
-        mt_cpu_attention(a.out, a.lse, a.q, a.k, a.v, one, NULL);
-        mt_cpu_attention_dx(a.dq, a.dk, a.dv, a.dout, a.out, a.lse, a.q, a.k, a.v, one, NULL, a.ws);
+        mt_cpu_attention(a.out, a.lse, a.q, a.k, a.v, one, NULL, NULL);
+        mt_cpu_attention_dx(a.dq, a.dk, a.dv, a.dout, a.out, a.lse, a.q, a.k, a.v, one, NULL, NULL, a.ws);
         cr_assert(!memcmp(a.out, p.out + r0 * hq, a.qn * 4), "segment %d: out differs from the example alone", s);
         cr_assert(!memcmp(a.dq, p.dq + r0 * hq, a.qn * 4), "segment %d: dq differs", s);
         cr_assert(!memcmp(a.dk, p.dk + r0 * hkv, a.kvn * 4), "segment %d: dk differs", s);
@@ -123,7 +123,7 @@ Test(packing, attention_of_packed_examples_matches_a_block_diagonal_mask) {
     int32_t pos[2 * 150], starts[COUNT(LENGTHS) + 1];
     segments_of(LENGTHS, count, pos, starts);
     mt_segments seg = {pos, starts, count, 0};
-    mt_cpu_attention(p.out, p.lse, p.q, p.k, p.v, d, &seg);
+    mt_cpu_attention(p.out, p.lse, p.q, p.k, p.v, d, NULL, &seg);
     double *scores = malloc(p.rows * sizeof *scores), worst = 0;
     for (size_t i = 0; i < p.rows; i++)
         for (int h = 0; h < d.heads; h++) {

@@ -215,7 +215,7 @@ static void windows_forward(const options *o, mt_backend *be, mt_stream *s, int 
     for (int i = 0; i < w.count; i++) {
         size_t at = (size_t)window_q0(w, i) * row;
         be->ops->op.attention(be, s, (char *)t->out + at, t->lse + (size_t)o->heads * window_q0(w, i),
-                              (const char *)t->q + at, t->k, t->v, window_dims(o, seq, w, i), NULL, t->ws);
+                              (const char *)t->q + at, t->k, t->v, window_dims(o, seq, w, i), NULL, NULL, t->ws);
     }
 }
 
@@ -228,7 +228,7 @@ static void windows_backward(const options *o, mt_backend *be, mt_stream *s, int
         size_t at = (size_t)q0 * row, keys = (size_t)(q0 + rows) * kv, own = (size_t)q0 * kv;
         be->ops->op.attention_dx(be, s, (char *)t->dq + at, t->dk, t->dv, (const char *)t->dout + at,
                                  (const char *)t->out + at, t->lse + (size_t)o->heads * q0, (const char *)t->q + at,
-                                 t->k, t->v, window_dims(o, seq, w, i), NULL, t->ws);
+                                 t->k, t->v, window_dims(o, seq, w, i), NULL, NULL, t->ws);
         be->ops->op.accumulate_f32(be, s, t->dk_sum, t->dk, keys, i < w.count - 1);
         be->ops->op.accumulate_f32(be, s, t->dv_sum, t->dv, keys, i < w.count - 1);
         be->ops->op.round_f32(be, s, (char *)t->dk + own * 2, t->dk_sum + own, (size_t)rows * kv);
@@ -260,9 +260,9 @@ static void time_runs(const options *o, mt_backend *be, mt_stream *s, mt_attn_di
     *fwd = *bwd = 0;
     for (int it = 0; it <= o->iters; it++) {
         mt_event_record(be, t0, s);
-        be->ops->op.attention(be, s, t->out, t->lse, t->q, t->k, t->v, d, seg, t->ws);
+        be->ops->op.attention(be, s, t->out, t->lse, t->q, t->k, t->v, d, NULL, seg, t->ws);
         mt_event_record(be, t1, s);
-        be->ops->op.attention_dx(be, s, t->dq, t->dk, t->dv, t->dout, t->out, t->lse, t->q, t->k, t->v, d, seg, t->ws);
+        be->ops->op.attention_dx(be, s, t->dq, t->dk, t->dv, t->dout, t->out, t->lse, t->q, t->k, t->v, d, NULL, seg, t->ws);
         mt_event_record(be, t2, s);
         mt_event_sync(be, t2);
         if (it > 0) *fwd += mt_event_elapsed(be, t0, t1) / o->iters, *bwd += mt_event_elapsed(be, t1, t2) / o->iters;

@@ -32,6 +32,7 @@
 #ifndef MT_BACKEND_BACKEND_H
 #define MT_BACKEND_BACKEND_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -65,6 +66,28 @@ typedef struct {
     int batch, seq, heads, kv_heads, head_dim;
     int q0, q_len;
 } mt_attn_dims;
+
+/* The variants of attention (Gemma 2/3, Mistral, Qwen2, gpt-oss), beside its dims; NULL, or a
+ * zeroed struct, is plain causal attention. Scores are s = scale q.k, then capped to
+ * softcap tanh(s / softcap), then masked and softmaxed.
+ *   window:  a query at position p sees the keys at positions (p - window, p] of its own sequence
+ *            (or segment): Hugging Face's sliding_window_overlay; 0: every key up to p.
+ *   scale:   0: 1/sqrt(head_dim).
+ *   softcap: 0: no cap.
+ *   sinks:   device fp32 [heads], or NULL: a learned logit per head, an extra softmax column with
+ *            no value (out and lse count it; gpt-oss). dsinks (the backward's, fp32 [heads]):
+ *            dsinks[h] += d(loss)/d(sinks[h]); NULL with sinks only in a forward. */
+typedef struct {
+    int window;
+    float scale, softcap;
+    const float *sinks;
+    float *dsinks;
+} mt_attn_params;
+
+/* The scale a params gives for head_dim (params may be NULL). */
+static inline float mt_attn_scale(const mt_attn_params *p, int head_dim) {
+    return p && p->scale > 0.0f ? p->scale : 1.0f / sqrtf((float)head_dim);
+}
 
 /* The query rows of one sequence, and the keys they see. */
 static inline int mt_attn_q_rows(mt_attn_dims d) { return d.q_len > 0 ? d.q_len : d.seq; }
@@ -158,7 +181,7 @@ typedef struct {
                  const int32_t *pos, int heads, int head_dim, int inverse);
 
     /* Causal grouped-query attention within each segment (seg; NULL: within each sequence), over a
-     * window of queries where dims has one. out[batch, q rows, heads*head_dim]; lse saved: [batch,
+     * window of queries where dims has one, with params' variants (NULL: none). out[batch, q rows, heads*head_dim]; lse saved: [batch,
      * heads, q rows] without segments, [batch * q rows, heads] with them (the ragged layout). Each
      * segment's rows get what attention over that segment alone gives; a window's queries, what
      * they get in the whole sequence. With segments, seg->row0 is the micro-batch row of the call's
@@ -166,14 +189,14 @@ typedef struct {
      * seg != NULL) bytes of device memory, the same buffer the backward takes (the two never run
      * at once on it). */
     void (*attention)(mt_backend *be, mt_stream *s, void *out, float *lse, const void *q,
-                      const void *k, const void *v, mt_attn_dims dims, const mt_segments *seg,
-                      void *workspace);
+                      const void *k, const void *v, mt_attn_dims dims, const mt_attn_params *params,
+                      const mt_segments *seg, void *workspace);
     /* dq, and the rows of dk, dv the window's keys span (every row without a window), overwritten;
-     * seg and workspace as the forward's. */
+     * params' dsinks added to; params, seg and workspace as the forward's. */
     void (*attention_dx)(mt_backend *be, mt_stream *s, void *dq, void *dk, void *dv,
                          const void *dout, const void *out, const float *lse, const void *q,
-                         const void *k, const void *v, mt_attn_dims dims, const mt_segments *seg,
-                         void *workspace);
+                         const void *k, const void *v, mt_attn_dims dims, const mt_attn_params *params,
+                         const mt_segments *seg, void *workspace);
     /* Bytes of workspace for dims, for calls without segments and, when `segmented`, with them. For
      * a window (q_len > 0) at the end of its sequence (q0 + q_len = seq): enough for every window of
      * that q_len in the sequence too, so that the tiles of one sequence share the workspace sized

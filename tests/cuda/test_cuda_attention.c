@@ -73,8 +73,9 @@ static void run_forward(gpu *g, mt_cudnn_attention *ca, path p, const buffers *b
                         const mt_segments *seg) {
     cudaStream_t s = (cudaStream_t)g->s;
     mt_status status = p == PATH_CUDNN
-                           ? mt_cudnn_attention_forward(ca, s, b->out, b->lse, b->q, b->k, b->v, d, seg, b->ws)
-                           : mt_cuda_attention(s, b->out, b->lse, b->q, b->k, b->v, d, seg ? seg->pos : NULL);
+                           ? mt_cudnn_attention_forward(ca, s, b->out, b->lse, b->q, b->k, b->v, d, mt_attn_scale(NULL, d.head_dim), seg,
+                                                         b->ws)
+                           : mt_cuda_attention(s, b->out, b->lse, b->q, b->k, b->v, d, NULL, seg ? seg->pos : NULL);
     cr_assert_eq(status, MT_OK, "%s forward: %s", path_name(p), mt_error());
 }
 
@@ -84,9 +85,9 @@ static void run_backward(gpu *g, mt_cudnn_attention *ca, path p, const buffers *
     mt_status status =
         p == PATH_CUDNN
             ? mt_cudnn_attention_backward(ca, s, b->dq, b->dk, b->dv, b->dout, b->out, b->lse, b->q,
-                                          b->k, b->v, d, seg, b->ws)
+                                          b->k, b->v, d, mt_attn_scale(NULL, d.head_dim), seg, b->ws)
             : mt_cuda_attention_dx(s, b->dq, b->dk, b->dv, b->dout, b->out, b->lse, b->q, b->k, b->v,
-                                   d, seg ? seg->pos : NULL, b->ws);
+                                   d, NULL, seg ? seg->pos : NULL, b->ws);
     cr_assert_eq(status, MT_OK, "%s backward: %s", path_name(p), mt_error());
 }
 
@@ -135,10 +136,10 @@ static void check_path(path p, mt_attn_dims d, unsigned seed, const int *lengths
     gpu_get_f32(&g, lse, b.lse, lc);
     gpu_get_bf16(&g, dq, b.dq, qc), gpu_get_bf16(&g, dk, b.dk, kc), gpu_get_bf16(&g, dv, b.dv, kc);
 
-    mt_cpu_attention(ref_out, ref_lse, q, k, v, d, hseg);
+    mt_cpu_attention(ref_out, ref_lse, q, k, v, d, NULL, hseg);
     /* the reference backward starts from this path's own out and lse */
     void *cpu_ws = malloc(mt_cpu_attention_workspace(d) + 1);
-    mt_cpu_attention_dx(ref_dq, ref_dk, ref_dv, dout, out, lse, q, k, v, d, hseg, cpu_ws);
+    mt_cpu_attention_dx(ref_dq, ref_dk, ref_dv, dout, out, lse, q, k, v, d, NULL, hseg, cpu_ws);
     free(cpu_ws);
     double errors[5] = {ops_rel_err(out, ref_out, qc), ops_rel_err(lse, ref_lse, lc), ops_rel_err(dq, ref_dq, qc),
                         ops_rel_err(dk, ref_dk, kc), ops_rel_err(dv, ref_dv, kc)};
@@ -293,8 +294,8 @@ static void check_windows(path p, mt_attn_dims d, int T, unsigned seed) {
             memcpy(lse + (size_t)h * d.seq + q0, l + (size_t)h * rows, (size_t)rows * sizeof *l);
         gpu_get_bf16(&g, dk, b.dk, keys), gpu_get_bf16(&g, dv, b.dv, keys);
         /* this window on the CPU, from the same rows and this path's out and lse */
-        mt_cpu_attention(ref_out, ref_lse, q + (size_t)q0 * row, k, v, w, NULL);
-        mt_cpu_attention_dx(ref_dq, ref_dk, ref_dv, dout + (size_t)q0 * row, o, l, q + (size_t)q0 * row, k, v, w,
+        mt_cpu_attention(ref_out, ref_lse, q + (size_t)q0 * row, k, v, w, NULL, NULL);
+        mt_cpu_attention_dx(ref_dq, ref_dk, ref_dv, dout + (size_t)q0 * row, o, l, q + (size_t)q0 * row, k, v, w, NULL,
                             NULL, cpu_ws);
         const float *got[5] = {o, l, gq, dk, dv}, *want[5] = {ref_out, ref_lse, ref_dq, ref_dk, ref_dv};
         size_t counts[5] = {wq, wl, wq, keys, keys};
@@ -318,8 +319,8 @@ static void check_windows(path p, mt_attn_dims d, int T, unsigned seed) {
     cr_assert_lt(err[4], BF16_TOL, "%s: the windows' share of dv", path_name(p));
 
     /* assembled, against the whole sequence on the CPU (its backward from the assembled out and lse) */
-    mt_cpu_attention(ref_out, ref_lse, q, k, v, d, NULL);
-    mt_cpu_attention_dx(ref_dq, ref_dk, ref_dv, dout, out, lse, q, k, v, d, NULL, cpu_ws);
+    mt_cpu_attention(ref_out, ref_lse, q, k, v, d, NULL, NULL);
+    mt_cpu_attention_dx(ref_dq, ref_dk, ref_dv, dout, out, lse, q, k, v, d, NULL, NULL, cpu_ws);
     double whole[5] = {ops_rel_err(out, ref_out, qc), ops_rel_err(lse, ref_lse, lc), ops_rel_err(dq, ref_dq, qc),
                        rel_err_bf16(dk32, ref_dk, kc), rel_err_bf16(dv32, ref_dv, kc)};
     double untiled[5] = {ops_rel_err(out, whole_out, qc), 0, ops_rel_err(dq, whole_dq, qc),

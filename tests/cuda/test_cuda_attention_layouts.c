@@ -131,12 +131,12 @@ static void problem_make(problem *pb, const layout *l, int head_dim, unsigned se
     cr_assert_eq(row, rows, "%s: the segments hold %zu rows, not %zu", l->name, row, rows);
     pb->seg = (mt_segments){pos, starts, l->count, 0};
     pb->ref_out = host(qc), pb->ref_lse = host(counts[T_LSE]);
-    mt_cpu_attention(pb->ref_out, pb->ref_lse, pb->q, pb->k, pb->v, pb->d, &pb->seg);
+    mt_cpu_attention(pb->ref_out, pb->ref_lse, pb->q, pb->k, pb->v, pb->d, NULL, &pb->seg);
     for (int t = 0; t < TENSORS; t++) pb->plain[t] = host(counts[t]);
     void *ws = malloc(mt_cpu_attention_workspace(pb->d) + 1);
-    mt_cpu_attention(pb->plain[T_OUT], pb->plain[T_LSE], pb->q, pb->k, pb->v, pb->d, NULL);
+    mt_cpu_attention(pb->plain[T_OUT], pb->plain[T_LSE], pb->q, pb->k, pb->v, pb->d, NULL, NULL);
     mt_cpu_attention_dx(pb->plain[T_DQ], pb->plain[T_DK], pb->plain[T_DV], pb->dout, pb->plain[T_OUT],
-                        pb->plain[T_LSE], pb->q, pb->k, pb->v, pb->d, NULL, ws);
+                        pb->plain[T_LSE], pb->q, pb->k, pb->v, pb->d, NULL, NULL, ws);
     free(ws);
 }
 
@@ -288,19 +288,20 @@ static mt_status device_run(path p, gpu *g, mt_cudnn_attention *ca, const device
     void *const *o = dv->o;
     mt_status status = MT_OK;
     if (p == PATH_CUDNN) {
-        status = mt_cudnn_attention_forward(ca, s, o[T_OUT], o[T_LSE], dv->q, dv->k, dv->v, d, &dv->seg, dv->ws);
+        status = mt_cudnn_attention_forward(ca, s, o[T_OUT], o[T_LSE], dv->q, dv->k, dv->v, d,
+                                            mt_attn_scale(NULL, d.head_dim), &dv->seg, dv->ws);
         if (status == MT_OK)
             status = mt_cudnn_attention_backward(ca, s, o[T_DQ], o[T_DK], o[T_DV], dv->dout, o[T_OUT], o[T_LSE], dv->q,
-                                                 dv->k, dv->v, d, &dv->seg, dv->ws);
+                                                 dv->k, dv->v, d, mt_attn_scale(NULL, d.head_dim), &dv->seg, dv->ws);
     } else if (p == PATH_KERNELS) {
-        status = mt_cuda_attention(s, o[T_OUT], o[T_LSE], dv->q, dv->k, dv->v, d, dv->seg.pos);
+        status = mt_cuda_attention(s, o[T_OUT], o[T_LSE], dv->q, dv->k, dv->v, d, NULL, dv->seg.pos);
         if (status == MT_OK)
             status = mt_cuda_attention_dx(s, o[T_DQ], o[T_DK], o[T_DV], dv->dout, o[T_OUT], o[T_LSE], dv->q, dv->k,
-                                          dv->v, d, dv->seg.pos, dv->ws);
+                                          dv->v, d, NULL, dv->seg.pos, dv->ws);
     } else {
-        g->be->ops->op.attention(g->be, g->s, o[T_OUT], o[T_LSE], dv->q, dv->k, dv->v, d, &dv->seg, dv->ws);
+        g->be->ops->op.attention(g->be, g->s, o[T_OUT], o[T_LSE], dv->q, dv->k, dv->v, d, NULL, &dv->seg, dv->ws);
         g->be->ops->op.attention_dx(g->be, g->s, o[T_DQ], o[T_DK], o[T_DV], dv->dout, o[T_OUT], o[T_LSE], dv->q,
-                                    dv->k, dv->v, d, &dv->seg, dv->ws);
+                                    dv->k, dv->v, d, NULL, &dv->seg, dv->ws);
     }
     mt_event_record(g->be, g->done, g->s);
     mt_event_sync(g->be, g->done);
@@ -334,7 +335,7 @@ static int device_check(gpu *g, const device *dv, const problem *pb, double wors
     ref[T_DQ] = host(pb->count[T_DQ]), ref[T_DK] = host(pb->count[T_DK]), ref[T_DV] = host(pb->count[T_DV]);
     void *ws = malloc(mt_cpu_attention_workspace(pb->d) + 1);
     /* the reference backward starts from this path's own out and lse */
-    mt_cpu_attention_dx(ref[T_DQ], ref[T_DK], ref[T_DV], pb->dout, got[T_OUT], got[T_LSE], pb->q, pb->k, pb->v, pb->d,
+    mt_cpu_attention_dx(ref[T_DQ], ref[T_DK], ref[T_DV], pb->dout, got[T_OUT], got[T_LSE], pb->q, pb->k, pb->v, pb->d, NULL,
                         &pb->seg, ws);
     free(ws);
     for (int t = 0; t < TENSORS; t++) worst[t] = check_tensor(pb, t, got[t], ref[t], report);

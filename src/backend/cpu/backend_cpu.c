@@ -324,15 +324,15 @@ static void op_rope(mt_backend *b, mt_stream *s, void *x, const float *inv_freq,
     mt_cpu_rope(x, inv_freq, n, seq, pos0, pos, heads, head_dim, inverse);
 }
 static void op_attention(mt_backend *b, mt_stream *s, void *out, float *lse, const void *q,
-                         const void *k, const void *v, mt_attn_dims dims, const mt_segments *seg,
-                         void *workspace) {
-    mt_cpu_attention(out, lse, q, k, v, dims, seg);
+                         const void *k, const void *v, mt_attn_dims dims, const mt_attn_params *params,
+                         const mt_segments *seg, void *workspace) {
+    mt_cpu_attention(out, lse, q, k, v, dims, params, seg);
 }
 static void op_attention_dx(mt_backend *b, mt_stream *s, void *dq, void *dk, void *dv,
                             const void *dout, const void *out, const float *lse, const void *q,
-                            const void *k, const void *v, mt_attn_dims dims, const mt_segments *seg,
-                            void *workspace) {
-    mt_cpu_attention_dx(dq, dk, dv, dout, out, lse, q, k, v, dims, seg, workspace);
+                            const void *k, const void *v, mt_attn_dims dims, const mt_attn_params *params,
+                            const mt_segments *seg, void *workspace) {
+    mt_cpu_attention_dx(dq, dk, dv, dout, out, lse, q, k, v, dims, params, seg, workspace);
 }
 static size_t op_attention_workspace(mt_backend *b, mt_attn_dims dims, int segmented) {
     return mt_cpu_attention_workspace(dims);

@@ -27,12 +27,13 @@ void mt_cpu_rmsnorm_dx(float *dx, float *dw, const float *dy, const float *x, co
 void mt_cpu_rope(float *x, const float *inv_freq, int n, int seq, int pos0, const int32_t *pos, int heads,
                  int head_dim, int inverse);
 
-/* seg: NULL, or host pointers (the cpu backend's device memory is host memory). */
+/* params (its sinks, dsinks) and seg: NULL, or host pointers (the cpu backend's device memory is host
+ * memory). */
 void mt_cpu_attention(float *out, float *lse, const float *q, const float *k, const float *v, mt_attn_dims dims,
-                      const mt_segments *seg);
+                      const mt_attn_params *params, const mt_segments *seg);
 void mt_cpu_attention_dx(float *dq, float *dk, float *dv, const float *dout, const float *out,
                          const float *lse, const float *q, const float *k, const float *v,
-                         mt_attn_dims dims, const mt_segments *seg, void *workspace);
+                         mt_attn_dims dims, const mt_attn_params *params, const mt_segments *seg, void *workspace);
 size_t mt_cpu_attention_workspace(mt_attn_dims dims);
 
 void mt_cpu_swiglu(float *a, const float *g, const float *u, size_t count);

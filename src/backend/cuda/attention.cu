@@ -1,6 +1,12 @@
 /* Causal grouped-query attention, flash style: no [seq x seq] matrix ever exists. With segments
  * (backend.h: packed examples), a query sees the keys of its own segment up to itself: the lowest
- * key row i may see is i - pos[i], and the tiles no row of a block sees are skipped.
+ * key row i may see is i - pos[i]; with a window (mt_attn_params), i - window + 1 if later; the
+ * tiles no row of a block sees are skipped, so a window's cost grows as seq x window.
+ *
+ * The variants of mt_attn_params: the scale; the soft cap, s = cap tanh(s / cap) before the mask,
+ * its derivative 1 - (s / cap)^2 in the backward; a sink, one more column of the softmax with no
+ * value folded into each row's sum at the end of the forward, its gradient -sum p_sink delta a
+ * block a head after delta.
  *
  * Each block owns a tile of 64 rows (queries in the forward and dq kernels, keys in the dk/dv
  * kernel) and streams the other side through shared memory 64 rows at a time. Its 8 warps own 8
@@ -9,7 +15,7 @@
  * of its warp from shared memory. All math is fp32; the softmax works in base 2 and lse is
  * returned in natural log, per [batch, head, seq] as backend.h says ([n, heads] with segments).
  *
- * Head dims: multiples of 8 up to 256. Scale 1/sqrt(head_dim); query head h reads kv head
+ * Head dims: multiples of 8 up to 256. Query head h reads kv head
  * h / (heads / kv_heads). The backward recomputes p = exp(s - lse) and needs
  * delta_i = dout_i . out_i, kept in the workspace.
  *
@@ -32,13 +38,22 @@ struct geometry {
     int seq, heads, kv_heads, head_dim;
     int q0, q_rows, kv_rows; /* the queries' first position and count, the keys they see (a sequence's) */
     const int32_t *pos;      /* segments: each key row's position in its segment; NULL: none */
+    int window;              /* keys a query sees, itself included; 0: every earlier one */
+    float scale, softcap;    /* softcap 0: none */
+    const float *sinks;      /* [heads] or NULL */
+    float *dsinks;           /* [heads], added to; NULL: none wanted */
     int words, vecs, padded; /* head_dim/2, head_dim/8, words + 4 */
     size_t q_stride, kv_stride; /* elements between consecutive rows of q and of k/v */
 };
 
-static geometry geometry_of(mt_attn_dims dims, const int32_t *pos) {
+static geometry geometry_of(mt_attn_dims dims, const mt_attn_params *params, const int32_t *pos) {
     geometry g;
     g.pos = pos;
+    g.window = params ? params->window : 0;
+    g.scale = mt_attn_scale(params, dims.head_dim);
+    g.softcap = params ? params->softcap : 0.0f;
+    g.sinks = params ? params->sinks : NULL;
+    g.dsinks = params ? params->dsinks : NULL;
     g.seq = dims.seq;
     g.q0 = dims.q_len > 0 ? dims.q0 : 0;
     g.q_rows = mt_attn_q_rows(dims);
@@ -55,9 +70,22 @@ static geometry geometry_of(mt_attn_dims dims, const int32_t *pos) {
 }
 
 /* The first key row the query at position i of sequence b may see: its segment's first row (0
- * without segments). */
+ * without segments), or its window's if later. Never decreasing in i. */
 __device__ __forceinline__ int first_key(const geometry &g, int b, int i) {
-    return g.pos && i < g.kv_rows ? i - g.pos[(size_t)b * g.seq + i] : 0;
+    int first = g.pos && i < g.kv_rows ? i - g.pos[(size_t)b * g.seq + i] : 0;
+    return g.window > 0 ? max(first, i - g.window + 1) : first;
+}
+
+/* A raw score (q.k) scaled and, with a soft cap, capped, in base 2 (scale_log2 = scale log2 e);
+ * *slope: the cap's derivative there (1 without one). */
+__device__ __forceinline__ float score_log2(const geometry &g, float dot, float scale_log2, float *slope) {
+    if (g.softcap <= 0.0f) {
+        *slope = 1.0f;
+        return dot * scale_log2;
+    }
+    float t = tanhf(dot * g.scale / g.softcap);
+    *slope = 1.0f - t * t;
+    return g.softcap * t * LOG2E;
 }
 
 /* Where lse of (sequence b, head h, query row i) lies: [batch, heads, q rows], or [batch * q rows,
@@ -160,7 +188,7 @@ __global__ void __launch_bounds__(THREADS) attention_forward(bf16 *out, float *l
     const bf16 *qb = q + (size_t)b * g.q_rows * g.q_stride + (size_t)h * g.head_dim;
     const bf16 *kb = k + (size_t)b * g.seq * g.kv_stride + (size_t)kvh * g.head_dim;
     const bf16 *vb = v + (size_t)b * g.seq * g.kv_stride + (size_t)kvh * g.head_dim;
-    const float scale_log2 = rsqrtf((float)g.head_dim) * LOG2E;
+    const float scale_log2 = g.scale * LOG2E;
     float *my_p = ps + warp * ROWS * TILE;
 
     load_tile(qs, g.words, qb, g.q_stride, qt, g.q_rows - qt, g.vecs);
@@ -189,7 +217,8 @@ __global__ void __launch_bounds__(THREADS) attention_forward(bf16 *out, float *l
 #pragma unroll
             for (int c = 0; c < 2; c++) {
                 int j = k0 + lane + 32 * c;
-                s[r][c] = j <= i && j >= lo[r] && j < g.kv_rows ? s[r][c] * scale_log2 : -INFINITY;
+                float slope;
+                s[r][c] = j <= i && j >= lo[r] && j < g.kv_rows ? score_log2(g, s[r][c], scale_log2, &slope) : -INFINITY;
             }
             float m_new = fmaxf(m[r], warp_max(fmaxf(s[r][0], s[r][1])));
             float base = m_new == -INFINITY ? 0.0f : m_new; /* no visible key yet: keep zeros */
@@ -212,8 +241,15 @@ __global__ void __launch_bounds__(THREADS) attention_forward(bf16 *out, float *l
     for (int r = 0; r < ROWS; r++) {
         const int i = qt + warp * ROWS + r;
         if (i >= g.q_rows) continue;
+        float shrink = 1.0f;
+        if (g.sinks) { /* the sink's column, last */
+            float sink = g.sinks[h] * LOG2E, m_new = fmaxf(m[r], sink);
+            shrink = exp2f(m[r] - m_new);
+            l[r] = l[r] * shrink + exp2f(sink - m_new);
+            m[r] = m_new;
+        }
         store_row<NW>(out + ((size_t)b * g.q_rows + i) * g.q_stride + (size_t)h * g.head_dim, acc[r],
-                      1.0f / l[r], g.words);
+                      shrink / l[r], g.words);
         if (lane == 0) lse[lse_index(g, b, h, i)] = (m[r] + log2f(l[r])) * LN2;
     }
 }
@@ -239,6 +275,20 @@ __global__ void attention_delta(float *delta, const bf16 *dout, const bf16 *out,
     if (lane == 0) delta[((size_t)b * g.heads + h) * g.q_rows + i] = sum;
 }
 
+/* dsinks[h] -= sum over the rows of p_sink delta, p_sink = exp(sink - lse): block h, rows in a fixed
+ * order a thread. */
+__global__ void attention_dsinks(const float *delta, const float *lse, int batch, geometry g) {
+    const int h = blockIdx.x;
+    const float sink = g.sinks[h];
+    float sum = 0.0f;
+    for (int row = threadIdx.x; row < batch * g.q_rows; row += blockDim.x) {
+        int b = row / g.q_rows, i = row % g.q_rows;
+        sum += expf(sink - lse[lse_index(g, b, h, i)]) * delta[((size_t)b * g.heads + h) * g.q_rows + i];
+    }
+    sum = block_sum(sum);
+    if (threadIdx.x == 0) g.dsinks[h] -= sum;
+}
+
 /* dq_i = scale * sum_j ds_ij k_j with ds = p (dout_i . v_j - delta_i): block (query tile, head,
  * sequence), streaming key tiles. */
 template <int NW>
@@ -256,7 +306,7 @@ __global__ void __launch_bounds__(THREADS) attention_dq(bf16 *dq, const bf16 *do
     const int h = blockIdx.y, b = blockIdx.z, kvh = h / (g.heads / g.kv_heads);
     const size_t q_at = (size_t)b * g.q_rows * g.q_stride + (size_t)h * g.head_dim;
     const size_t kv_at = (size_t)b * g.seq * g.kv_stride + (size_t)kvh * g.head_dim;
-    const float scale = rsqrtf((float)g.head_dim), scale_log2 = scale * LOG2E;
+    const float scale_log2 = g.scale * LOG2E;
     const float *delta_bh = delta + ((size_t)b * g.heads + h) * g.q_rows;
     float *my_ds = ps + warp * ROWS * TILE;
 
@@ -289,10 +339,9 @@ __global__ void __launch_bounds__(THREADS) attention_dq(bf16 *dq, const bf16 *do
 #pragma unroll
             for (int c = 0; c < 2; c++) {
                 int j = k0 + lane + 32 * c;
-                float p = j <= i && j >= lo[r] && j < g.kv_rows && il < g.q_rows
-                              ? exp2f(s[r][c] * scale_log2 - lse2[r])
-                              : 0.0f;
-                my_ds[r * TILE + lane + 32 * c] = p * (dp[r][c] - dl[r]);
+                float slope, x = score_log2(g, s[r][c], scale_log2, &slope);
+                float p = j <= i && j >= lo[r] && j < g.kv_rows && il < g.q_rows ? exp2f(x - lse2[r]) : 0.0f;
+                my_ds[r * TILE + lane + 32 * c] = p * (dp[r][c] - dl[r]) * slope;
             }
         }
         __syncwarp();
@@ -301,7 +350,7 @@ __global__ void __launch_bounds__(THREADS) attention_dq(bf16 *dq, const bf16 *do
 #pragma unroll
     for (int r = 0; r < ROWS; r++) {
         const int i = qt + warp * ROWS + r;
-        if (i < g.q_rows) store_row<NW>(dq + q_at + (size_t)i * g.q_stride, acc[r], scale, g.words);
+        if (i < g.q_rows) store_row<NW>(dq + q_at + (size_t)i * g.q_stride, acc[r], g.scale, g.words);
     }
 }
 
@@ -327,7 +376,7 @@ __global__ void __launch_bounds__(THREADS) attention_dkv(bf16 *dk, bf16 *dv, con
     const int k0 = blockIdx.x * TILE; /* the longest tiles (first keys) start first */
     const int kvh = blockIdx.y, b = blockIdx.z, group = g.heads / g.kv_heads;
     const size_t kv_at = (size_t)b * g.seq * g.kv_stride + (size_t)kvh * g.head_dim;
-    const float scale = rsqrtf((float)g.head_dim), scale_log2 = scale * LOG2E;
+    const float scale_log2 = g.scale * LOG2E;
     float *my_p = ps + warp * ROWS * TILE, *my_ds = dss + warp * ROWS * TILE;
 
     load_tile(ks, g.words, k + kv_at, g.kv_stride, k0, g.kv_rows - k0, g.vecs);
@@ -342,8 +391,8 @@ __global__ void __launch_bounds__(THREADS) attention_dkv(bf16 *dk, bf16 *dv, con
         const size_t q_at = (size_t)b * g.q_rows * g.q_stride + (size_t)h * g.head_dim;
         const size_t stat_at = ((size_t)b * g.heads + h) * g.q_rows;
         const int key_last = min(g.kv_rows, k0 + TILE) - 1;
-        /* Segments start in row order: once a query tile's first row starts after this tile's last
-         * key, no later query sees any of its keys. */
+        /* Segments and windows start in row order: once a query tile's first row starts after this
+         * tile's last key, no later query sees any of its keys. */
         for (int qt = max(0, k0 - g.q0); qt < g.q_rows && first_key(g, b, g.q0 + qt) <= key_last; qt += TILE) {
             __syncthreads();
             load_tile(qs, g.padded, q + q_at, g.q_stride, qt, g.q_rows - qt, g.vecs);
@@ -364,10 +413,10 @@ __global__ void __launch_bounds__(THREADS) attention_dkv(bf16 *dk, bf16 *dv, con
 #pragma unroll
                 for (int c = 0; c < 2; c++) {
                     int t = lane + 32 * c, il = qt + t;
-                    float p = g.q0 + il >= j && j >= los[t] && il < g.q_rows ? exp2f(s[r][c] * scale_log2 - lse2s[t])
-                                                                             : 0.0f;
+                    float slope, x = score_log2(g, s[r][c], scale_log2, &slope);
+                    float p = g.q0 + il >= j && j >= los[t] && il < g.q_rows ? exp2f(x - lse2s[t]) : 0.0f;
                     my_p[r * TILE + t] = p;
-                    my_ds[r * TILE + t] = p * (dp[r][c] - deltas[t]);
+                    my_ds[r * TILE + t] = p * (dp[r][c] - deltas[t]) * slope;
                 }
             }
             __syncwarp();
@@ -380,14 +429,17 @@ __global__ void __launch_bounds__(THREADS) attention_dkv(bf16 *dk, bf16 *dv, con
     for (int r = 0; r < ROWS; r++) {
         const int j = k0 + warp * ROWS + r;
         if (j >= g.kv_rows) continue;
-        store_row<NW>(dk + kv_at + (size_t)j * g.kv_stride, acc_k[r], scale, g.words);
+        store_row<NW>(dk + kv_at + (size_t)j * g.kv_stride, acc_k[r], g.scale, g.words);
         store_row<NW>(dv + kv_at + (size_t)j * g.kv_stride, acc_v[r], 1.0f, g.words);
     }
 }
 
 /* ---- launchers ---- */
 
-static mt_status check_dims(mt_attn_dims dims) {
+static mt_status check_dims(mt_attn_dims dims, const mt_attn_params *params) {
+    if (params && (params->window < 0 || params->scale < 0.0f || params->softcap < 0.0f))
+        return mt_fail(MT_ERR_INVALID, "attention: window %d, scale %g or soft cap %g negative", params->window,
+                       (double)params->scale, (double)params->softcap);
     if (dims.head_dim % 8 != 0 || dims.head_dim > MAX_HEAD_DIM || dims.kv_heads <= 0 ||
         dims.heads % dims.kv_heads != 0)
         return mt_fail(MT_ERR_INVALID,
@@ -429,6 +481,10 @@ static mt_status backward(cudaStream_t s, void *dq, void *dk, void *dv, const vo
     attention_delta<<<(unsigned)((warps * 32 + 255) / 256), 256, 0, s>>>(delta, (const bf16 *)dout,
                                                                         (const bf16 *)out, n, g);
     MT_TRY(launch_status("attention delta"));
+    if (g.sinks && g.dsinks) {
+        attention_dsinks<<<g.heads, 256, 0, s>>>(delta, lse, batch, g);
+        MT_TRY(launch_status("attention dsinks"));
+    }
 
     size_t dq_smem = (size_t)TILE * (2 * g.words + 2 * g.padded) * 4 + (size_t)WARPS * ROWS * TILE * 4;
     MT_TRY(allow_smem(attention_dq<NW>, dq_smem));
@@ -449,10 +505,11 @@ static mt_status backward(cudaStream_t s, void *dq, void *dk, void *dv, const vo
 }
 
 extern "C" mt_status mt_cuda_attention(cudaStream_t s, void *out, float *lse, const void *q,
-                                       const void *k, const void *v, mt_attn_dims dims, const int32_t *pos) {
-    MT_TRY(check_dims(dims));
+                                       const void *k, const void *v, mt_attn_dims dims,
+                                       const mt_attn_params *params, const int32_t *pos) {
+    MT_TRY(check_dims(dims, params));
     if (dims.batch == 0 || dims.seq == 0) return MT_OK;
-    geometry g = geometry_of(dims, pos);
+    geometry g = geometry_of(dims, params, pos);
     switch (words_per_lane(dims.head_dim)) {
     case 1: return forward<1>(s, out, lse, q, k, v, g, dims.batch);
     case 2: return forward<2>(s, out, lse, q, k, v, g, dims.batch);
@@ -468,10 +525,11 @@ extern "C" size_t mt_cuda_attention_workspace(mt_attn_dims dims) {
 extern "C" mt_status mt_cuda_attention_dx(cudaStream_t s, void *dq, void *dk, void *dv,
                                           const void *dout, const void *out, const float *lse,
                                           const void *q, const void *k, const void *v,
-                                          mt_attn_dims dims, const int32_t *pos, void *workspace) {
-    MT_TRY(check_dims(dims));
+                                          mt_attn_dims dims, const mt_attn_params *params,
+                                          const int32_t *pos, void *workspace) {
+    MT_TRY(check_dims(dims, params));
     if (dims.batch == 0 || dims.seq == 0) return MT_OK;
-    geometry g = geometry_of(dims, pos);
+    geometry g = geometry_of(dims, params, pos);
     float *delta = (float *)workspace;
     switch (words_per_lane(dims.head_dim)) {
     case 1: return backward<1>(s, dq, dk, dv, dout, out, lse, q, k, v, g, dims.batch, delta);

@@ -657,11 +657,10 @@ static plans *plans_of_call(mt_cudnn_attention *ca, mt_attn_dims dims, const mt_
 }
 
 static mt_status forward_locked(mt_cudnn_attention *ca, cudaStream_t s, void *out, float *lse, const void *q,
-                                const void *k, const void *v, mt_attn_dims dims, const mt_segments *seg,
-                                void *workspace) {
+                                const void *k, const void *v, mt_attn_dims dims, float scale,
+                                const mt_segments *seg, void *workspace) {
     plans *p = plans_of_call(ca, dims, seg);
     if (!p) return mt_fail(MT_ERR_INVALID, "cuDNN attention: no plan for these dims");
-    float scale = 1.0f / sqrtf((float)dims.head_dim);
     pack vp = {.count = 0};
     bind(&vp, UID_Q, q), bind(&vp, UID_K, k), bind(&vp, UID_V, v), bind(&vp, UID_O, out);
     bind(&vp, UID_STATS, lse), bind(&vp, UID_SCALE, &scale), bind(&vp, UID_MASKED, &ca->masked);
@@ -677,10 +676,10 @@ static mt_status forward_locked(mt_cudnn_attention *ca, cudaStream_t s, void *ou
 }
 
 mt_status mt_cudnn_attention_forward(mt_cudnn_attention *ca, cudaStream_t s, void *out, float *lse,
-                                     const void *q, const void *k, const void *v, mt_attn_dims dims,
+                                     const void *q, const void *k, const void *v, mt_attn_dims dims, float scale,
                                      const mt_segments *seg, void *workspace) {
     pthread_mutex_lock(&ca->lock);
-    mt_status status = forward_locked(ca, s, out, lse, q, k, v, dims, seg, workspace);
+    mt_status status = forward_locked(ca, s, out, lse, q, k, v, dims, scale, seg, workspace);
     pthread_mutex_unlock(&ca->lock);
     return status;
 }
@@ -690,6 +689,7 @@ typedef struct {
     void *dq, *dk, *dv;
     const void *dout, *out, *q, *k, *v;
     const float *lse;
+    float scale;
 } backward_io;
 
 /* A window's backward against its own keys: the causal square of its q_len keys from row q0. */
@@ -703,7 +703,7 @@ static backward_io own_keys(backward_io io, mt_attn_dims dims) {
 static mt_status run_backward(mt_cudnn_attention *ca, const plans *p, mt_cudnn_graph *g, const backward_io *io,
                               float *accum, mask_kind mask, const mt_segments *seg, cudaStream_t s, void *workspace) {
     mt_attn_dims dims = p->dims;
-    float scale = 1.0f / sqrtf((float)dims.head_dim);
+    float scale = io->scale; /* by value: read by the call */
     char *ws = workspace;
     pack vp = {.count = 0};
     bind(&vp, UID_Q, io->q), bind(&vp, UID_K, io->k), bind(&vp, UID_V, io->v), bind(&vp, UID_O, io->out);
@@ -747,8 +747,9 @@ static mt_status backward_locked(mt_cudnn_attention *ca, cudaStream_t s, const b
 mt_status mt_cudnn_attention_backward(mt_cudnn_attention *ca, cudaStream_t s, void *dq, void *dk,
                                       void *dv, const void *dout, const void *out, const float *lse,
                                       const void *q, const void *k, const void *v,
-                                      mt_attn_dims dims, const mt_segments *seg, void *workspace) {
-    backward_io io = {.dq = dq, .dk = dk, .dv = dv, .dout = dout, .out = out, .q = q, .k = k, .v = v, .lse = lse};
+                                      mt_attn_dims dims, float scale, const mt_segments *seg, void *workspace) {
+    backward_io io = {.dq = dq, .dk = dk, .dv = dv, .dout = dout, .out = out, .q = q, .k = k, .v = v, .lse = lse,
+                      .scale = scale};
     pthread_mutex_lock(&ca->lock);
     mt_status status = backward_locked(ca, s, &io, dims, seg, workspace);
     pthread_mutex_unlock(&ca->lock);

@@ -43,14 +43,15 @@ int mt_cudnn_attention_plan_workspace(mt_cudnn_attention *ca, mt_attn_dims dims,
 size_t mt_cudnn_attention_ragged_workspace(mt_cudnn_attention *ca, mt_attn_dims dims, size_t bytes);
 
 /* Both fail unless mt_cudnn_attention_plan_workspace(dims, seg ? seg->count : 0) returned 1 (the
- * backend calls them only where mt_cudnn_attention_supports did). */
+ * backend calls them only where mt_cudnn_attention_supports did). scale: the scores' (backend.h's
+ * mt_attn_scale); the graphs take no other variant of mt_attn_params. */
 mt_status mt_cudnn_attention_forward(mt_cudnn_attention *ca, cudaStream_t s, void *out, float *lse,
-                                     const void *q, const void *k, const void *v, mt_attn_dims dims,
+                                     const void *q, const void *k, const void *v, mt_attn_dims dims, float scale,
                                      const mt_segments *seg, void *workspace);
 /* dq, dk, dv overwritten (dk, dv summed over each kv head's query heads). */
 mt_status mt_cudnn_attention_backward(mt_cudnn_attention *ca, cudaStream_t s, void *dq, void *dk,
                                       void *dv, const void *dout, const void *out, const float *lse,
                                       const void *q, const void *k, const void *v,
-                                      mt_attn_dims dims, const mt_segments *seg, void *workspace);
+                                      mt_attn_dims dims, float scale, const mt_segments *seg, void *workspace);
 
 #endif

@@ -2,13 +2,20 @@
  * CUDA-core flash kernels of attention.cu for the rest. With segments, cuDNN's ragged layout where
  * its plan for their count builds and fits the workspace sized for segments, else the kernels; a
  * window of queries with segments runs on the kernels (cuDNN's ragged plans here take whole
- * sequences). The one place that chooses; the forward and the backward of the same call choose
- * alike. */
+ * sequences). Of mt_attn_params' variants the graphs take the scale; a window that hides a key
+ * (shorter than the keys), a soft cap or sinks run on the kernels. The one place that chooses; the
+ * forward and the backward of the same call choose alike. */
 #include "backend/cuda/attention_cudnn.h"
 #include "backend/cuda/cuda_backend.h"
 
-static int by_cudnn(mt_cuda_backend *cb, mt_attn_dims dims, const mt_segments *seg) {
-    if (seg && dims.q_len > 0) return 0;
+/* Whether params asks for more than a scale: plain causal attention over dims' keys otherwise. */
+static int beyond_cudnn(mt_attn_dims dims, const mt_attn_params *params) {
+    return params && ((params->window > 0 && params->window < mt_attn_kv_rows(dims)) || params->softcap > 0.0f ||
+                      params->sinks);
+}
+
+static int by_cudnn(mt_cuda_backend *cb, mt_attn_dims dims, const mt_attn_params *params, const mt_segments *seg) {
+    if ((seg && dims.q_len > 0) || beyond_cudnn(dims, params)) return 0;
     return mt_cudnn_attention_supports(cb->cudnn, dims, seg ? seg->count : 0, NULL);
 }
 
@@ -17,19 +24,22 @@ static const int32_t *positions(const mt_segments *seg) { return seg ? seg->pos 
 
 mt_status mt_cuda_attention_dispatch(mt_cuda_backend *cb, cudaStream_t s, void *out, float *lse,
                                      const void *q, const void *k, const void *v, mt_attn_dims dims,
-                                     const mt_segments *seg, void *workspace) {
-    if (by_cudnn(cb, dims, seg)) return mt_cudnn_attention_forward(cb->cudnn, s, out, lse, q, k, v, dims, seg, workspace);
-    return mt_cuda_attention(s, out, lse, q, k, v, dims, positions(seg));
+                                     const mt_attn_params *params, const mt_segments *seg, void *workspace) {
+    if (by_cudnn(cb, dims, params, seg))
+        return mt_cudnn_attention_forward(cb->cudnn, s, out, lse, q, k, v, dims, mt_attn_scale(params, dims.head_dim),
+                                          seg, workspace);
+    return mt_cuda_attention(s, out, lse, q, k, v, dims, params, positions(seg));
 }
 
 mt_status mt_cuda_attention_dx_dispatch(mt_cuda_backend *cb, cudaStream_t s, void *dq, void *dk,
                                         void *dv, const void *dout, const void *out,
                                         const float *lse, const void *q, const void *k,
-                                        const void *v, mt_attn_dims dims, const mt_segments *seg,
-                                        void *workspace) {
-    if (by_cudnn(cb, dims, seg))
-        return mt_cudnn_attention_backward(cb->cudnn, s, dq, dk, dv, dout, out, lse, q, k, v, dims, seg, workspace);
-    return mt_cuda_attention_dx(s, dq, dk, dv, dout, out, lse, q, k, v, dims, positions(seg), workspace);
+                                        const void *v, mt_attn_dims dims, const mt_attn_params *params,
+                                        const mt_segments *seg, void *workspace) {
+    if (by_cudnn(cb, dims, params, seg))
+        return mt_cudnn_attention_backward(cb->cudnn, s, dq, dk, dv, dout, out, lse, q, k, v, dims,
+                                           mt_attn_scale(params, dims.head_dim), seg, workspace);
+    return mt_cuda_attention_dx(s, dq, dk, dv, dout, out, lse, q, k, v, dims, params, positions(seg), workspace);
 }
 
 /* Enough for either path, so that the choice never depends on the workspace given (with segments:

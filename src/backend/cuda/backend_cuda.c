@@ -285,18 +285,18 @@ static void cuda_rope(mt_backend *be, mt_stream *s, void *x, const float *inv_fr
 }
 
 static void cuda_attention(mt_backend *be, mt_stream *s, void *out, float *lse, const void *q,
-                           const void *k, const void *v, mt_attn_dims dims, const mt_segments *seg,
-                           void *workspace) {
-    keep_error(be, mt_cuda_attention_dispatch(cuda_of(be), mt_cuda_stream(s), out, lse, q, k, v, dims, seg,
+                           const void *k, const void *v, mt_attn_dims dims, const mt_attn_params *params,
+                           const mt_segments *seg, void *workspace) {
+    keep_error(be, mt_cuda_attention_dispatch(cuda_of(be), mt_cuda_stream(s), out, lse, q, k, v, dims, params, seg,
                                               workspace));
 }
 
 static void cuda_attention_dx(mt_backend *be, mt_stream *s, void *dq, void *dk, void *dv,
                               const void *dout, const void *out, const float *lse, const void *q,
-                              const void *k, const void *v, mt_attn_dims dims, const mt_segments *seg,
-                              void *workspace) {
+                              const void *k, const void *v, mt_attn_dims dims, const mt_attn_params *params,
+                              const mt_segments *seg, void *workspace) {
     keep_error(be, mt_cuda_attention_dx_dispatch(cuda_of(be), mt_cuda_stream(s), dq, dk, dv, dout,
-                                                  out, lse, q, k, v, dims, seg, workspace));
+                                                  out, lse, q, k, v, dims, params, seg, workspace));
 }
 
 static size_t cuda_attention_workspace(mt_backend *be, mt_attn_dims dims, int segmented) {

@@ -94,17 +94,17 @@ void mt_cuda_op_matmul_dw(mt_backend *be, mt_stream *s, float *dw, float *dbias,
 void mt_cuda_op_logits(mt_backend *be, mt_stream *s, float *logits, const void *x, const void *w,
                        int d, int vocab);
 
-/* The attention ops of backend.h: cuDNN where it runs the dims (and with segments, their ragged
- * layout within the workspace sized for them), attention.cu's kernels otherwise
- * (attention_dispatch.c). */
+/* The attention ops of backend.h: cuDNN where it runs the dims and the variants (and with
+ * segments, their ragged layout within the workspace sized for them), attention.cu's kernels
+ * otherwise (attention_dispatch.c). */
 mt_status mt_cuda_attention_dispatch(mt_cuda_backend *cb, cudaStream_t s, void *out, float *lse,
                                      const void *q, const void *k, const void *v, mt_attn_dims dims,
-                                     const mt_segments *seg, void *workspace);
+                                     const mt_attn_params *params, const mt_segments *seg, void *workspace);
 mt_status mt_cuda_attention_dx_dispatch(mt_cuda_backend *cb, cudaStream_t s, void *dq, void *dk,
                                         void *dv, const void *dout, const void *out,
                                         const float *lse, const void *q, const void *k,
-                                        const void *v, mt_attn_dims dims, const mt_segments *seg,
-                                        void *workspace);
+                                        const void *v, mt_attn_dims dims, const mt_attn_params *params,
+                                        const mt_segments *seg, void *workspace);
 size_t mt_cuda_attention_dispatch_workspace(mt_cuda_backend *cb, mt_attn_dims dims, int segmented);
 
 #endif

@@ -55,12 +55,14 @@ mt_status mt_cuda_clip_scale(cudaStream_t s, float *scale, const float *norms, i
 mt_status mt_cuda_adamw(cudaStream_t s, const mt_adamw_coef *c, const float *scale, float *master, float *m,
                         float *v, const float *grad, void *w, size_t n);
 
-/* pos: the segments' positions (backend.h's mt_segments), or NULL. */
+/* params: backend.h's variants (device sinks, dsinks), or NULL; pos: the segments' positions
+ * (backend.h's mt_segments), or NULL. */
 mt_status mt_cuda_attention(cudaStream_t s, void *out, float *lse, const void *q, const void *k,
-                            const void *v, mt_attn_dims dims, const int32_t *pos);
+                            const void *v, mt_attn_dims dims, const mt_attn_params *params, const int32_t *pos);
 mt_status mt_cuda_attention_dx(cudaStream_t s, void *dq, void *dk, void *dv, const void *dout,
                                const void *out, const float *lse, const void *q, const void *k,
-                               const void *v, mt_attn_dims dims, const int32_t *pos, void *workspace);
+                               const void *v, mt_attn_dims dims, const mt_attn_params *params,
+                               const int32_t *pos, void *workspace);
 size_t mt_cuda_attention_workspace(mt_attn_dims dims);
 /* cuDNN's ragged layout of a micro-batch's segments (starts[count + 1], device) as `entries`
  * entries: int32 lens[entries] (0 past the segments) and int64 offsets[entries + 1] of each entry's

@@ -182,7 +182,8 @@ static void forward(const mt_block_ctx *c, const mt_unit_weights *w, const void 
              cfg->head_dim, 0);
     mt_segments seg = c->seg ? tile_segments(c, t) : (mt_segments){0};
     op->attention(be, s, ws->attn.att, ws->attn.lse, ws->attn.q, mt_rows_at(ws->attn.k, kv0, KV, act),
-                  mt_rows_at(ws->attn.v, kv0, KV, act), tile_dims(cfg, c->batch, c->seq, t), c->seg ? &seg : NULL,
+                  mt_rows_at(ws->attn.v, kv0, KV, act), tile_dims(cfg, c->batch, c->seq, t), NULL,
+                  c->seg ? &seg : NULL,
                   ws->attn.ws);
     MT_FOR_EACH_PIECE(c, p) {
         mt_matmul_piece(c, p, ws->tmp, mt_rows_at(ws->attn.att, p.row - t.row, Q, act), w->t[MT_T_WO], NULL, Q, D);
@@ -252,7 +253,7 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
     op->attention_dx(be, s, ws->attn.dq, mt_rows_at_mut(ws->attn.dk, kv0, KV, act),
                      mt_rows_at_mut(ws->attn.dv, kv0, KV, act), ws->attn.datt, ws->attn.att, ws->attn.lse, ws->attn.q,
                      mt_rows_at(ws->attn.k, kv0, KV, act), mt_rows_at(ws->attn.v, kv0, KV, act),
-                     tile_dims(cfg, c->batch, c->seq, t), c->seg ? &seg : NULL, ws->attn.ws);
+                     tile_dims(cfg, c->batch, c->seq, t), NULL, c->seg ? &seg : NULL, ws->attn.ws);
     if (t.rows < c->seq) sum_window_shares(c, t);
     void *dk_rows = mt_rows_at_mut(ws->attn.dk, t.row, KV, act);
     op->rope(be, s, ws->attn.dq, rope_table(c), t.rows, c->seq, pos0, positions(c, t.row), cfg->num_heads,

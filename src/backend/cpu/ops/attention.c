@@ -1,5 +1,6 @@
-/* Causal grouped-query attention, scale 1/sqrt(head_dim). Query head h reads kv head
- * h / (heads / kv_heads); query position i sees keys 0..i of its own sequence, or with segments
+/* Causal grouped-query attention with backend.h's variants (mt_attn_params: window, scale, soft
+ * cap, sinks). Query head h reads kv head h / (heads / kv_heads); query position i sees keys 0..i
+ * of its own sequence (with a window, those after i - window), or with segments
  * (backend.h: packed examples) the keys of its own segment up to itself: each segment is then
  * computed exactly as a sequence of its own, the same calls on the same rows, so a packed window
  * gives the bits of its examples run alone. A window of queries (backend.h: positions [q0, q0 +
@@ -9,11 +10,13 @@
  *
  * Tiling: one (sequence, head) is cut into TILE x TILE blocks of (queries, keys), key blocks at
  * multiples of TILE from the sequence's first position and query blocks from the first query.
- * Causality leaves only the blocks a query sees, about half of them, and masks within the blocks
- * the diagonal crosses. A block's scores are one sgemm into a TILE x TILE buffer on the stack; its
- * products with V (forward) or with dO, K and Q (backward) are sgemms too, so only the softmax is a
- * row loop. The forward folds key blocks into an online (running-max) softmax; the backward
- * recomputes the probabilities from the saved lse.
+ * Causality leaves only the blocks a query sees, about half of them (a window: about window / TILE
+ * + 1 a query block), and masks within the blocks the diagonal or the window's edge crosses. A
+ * block's scores are one sgemm into a TILE x TILE buffer on the stack; its products with V
+ * (forward) or with dO, K and Q (backward) are sgemms too, so only the softmax is a row loop. The
+ * forward folds key blocks into an online (running-max) softmax; the backward recomputes the
+ * probabilities from the saved lse. A sink is one more column of the softmax, folded in last; its
+ * gradient is summed after the tasks, head by head, in a fixed order.
  *
  * OpenMP runs over (sequence, head) tasks and BLAS runs single-threaded inside them (OpenBLAS
  * does so inside an active parallel region). A task's work never depends on the batch, so one
@@ -32,17 +35,25 @@ enum { TILE = 64 };
 typedef struct {
     int q0, q_rows, head_dim;
     size_t q_stride, kv_stride, lse_stride;
-    float scale;
+    int window;          /* keys a query sees, itself included; 0: all before it */
+    float scale, softcap; /* softcap 0: none */
 } geometry;
 
-static geometry geometry_of(mt_attn_dims dims, const mt_segments *seg) {
+static geometry geometry_of(mt_attn_dims dims, const mt_attn_params *params, const mt_segments *seg) {
     return (geometry){.q0 = dims.q_len > 0 ? dims.q0 : 0,
                       .q_rows = mt_attn_q_rows(dims),
                       .head_dim = dims.head_dim,
                       .q_stride = (size_t)dims.heads * dims.head_dim,
                       .kv_stride = (size_t)dims.kv_heads * dims.head_dim,
                       .lse_stride = seg ? (size_t)dims.heads : 1,
-                      .scale = 1.0f / sqrtf((float)dims.head_dim)};
+                      .window = params ? params->window : 0,
+                      .scale = mt_attn_scale(params, dims.head_dim),
+                      .softcap = params ? params->softcap : 0.0f};
+}
+
+/* A head's sink logit, or -inf without sinks. */
+static float sink_of(const mt_attn_params *params, int h) {
+    return params && params->sinks ? params->sinks[h] : -INFINITY;
 }
 
 /* The part of one segment a call's sequence b computes: the segment's first key row in the
@@ -89,49 +100,75 @@ static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, fl
     cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
 }
 
-/* s[rows, cols] = scale q k^T for query rows qi and key rows kj. */
+/* s[rows, cols] = scale q k^T for query rows qi and key rows kj, capped where g has a soft cap. */
 static void block_scores(float *s, const float *qi, const float *kj, int rows, int cols, const geometry *g) {
     gemm(CblasNoTrans, CblasTrans, rows, cols, g->head_dim, g->scale, qi, g->q_stride, kj, g->kv_stride,
          0.0f, s, TILE);
+    if (g->softcap > 0.0f)
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < cols; c++) s[r * TILE + c] = g->softcap * tanhf(s[r * TILE + c] / g->softcap);
 }
 
-/* How many of a block's keys (cols of them from key position j0) the query at position i may
- * see: all of them, but those past i (none where the block starts past i: a query block that does
- * not start at a multiple of TILE crosses two key blocks' diagonals). */
-static int visible_keys(int i, int j0, int cols) {
-    int seen = i - j0 + 1;
-    return seen < 0 ? 0 : seen < cols ? seen : cols;
+static int clamp(int x, int lo, int hi) { return x < lo ? lo : x > hi ? hi : x; }
+
+/* The columns [*c0, *c1) of a block's keys (cols of them from key position j0) the query at
+ * position i may see: those up to i (none where the block starts past i: a query block that does
+ * not start at a multiple of TILE crosses two key blocks' diagonals) and, with a window, after
+ * i - window. */
+static void visible_keys(int i, int j0, int cols, int window, int *c0, int *c1) {
+    *c1 = clamp(i - j0 + 1, 0, cols);
+    *c0 = window > 0 ? clamp(i - window + 1 - j0, 0, *c1) : 0;
+}
+
+/* The first key block (a multiple of TILE) a query block from position `first` sees. */
+static int first_key_block(int first, const geometry *g) {
+    int lowest = g->window > 0 ? first - g->window + 1 : 0;
+    return lowest > 0 ? lowest / TILE * TILE : 0;
 }
 
 /* Folds one key block (from key position j0) into the running softmax of the query rows (from
  * position i0): s becomes
  * p = exp(s - new max) (0 for keys a row may not see), and each row's sum and output, kept
- * relative to its old max, are rescaled to the new one. The first block sees max = -inf and
- * rescales by 0. */
+ * relative to its old max, are rescaled to the new one. The first block a row sees keys of meets
+ * max = -inf and rescales by 0; blocks before it (a window's) leave the row as it was. */
 static void softmax_fold(float *s, float *max, float *sum, float *o, int rows, int cols, int i0, int j0,
                          const geometry *g) {
     for (int r = 0; r < rows; r++) {
         float *sr = s + r * TILE, *orow = o + r * g->q_stride;
-        int visible = visible_keys(i0 + r, j0, cols);
+        int c0, c1;
+        visible_keys(i0 + r, j0, cols, g->window, &c0, &c1);
         float new_max = max[r], added = 0.0f;
 #pragma omp simd reduction(max : new_max)
-        for (int c = 0; c < visible; c++) new_max = sr[c] > new_max ? sr[c] : new_max;
+        for (int c = c0; c < c1; c++) new_max = sr[c] > new_max ? sr[c] : new_max;
+        if (new_max == -INFINITY) { /* nothing seen yet */
+            memset(sr, 0, (size_t)cols * sizeof *sr);
+            continue;
+        }
         float shrink = expf(max[r] - new_max);
-        for (int c = 0; c < visible; c++) {
+        for (int c = c0; c < c1; c++) {
             sr[c] = expf(sr[c] - new_max);
             added += sr[c];
         }
-        memset(sr + visible, 0, (size_t)(cols - visible) * sizeof *sr);
+        memset(sr, 0, (size_t)c0 * sizeof *sr);
+        memset(sr + c1, 0, (size_t)(cols - c1) * sizeof *sr);
         sum[r] = sum[r] * shrink + added;
         max[r] = new_max;
         for (int j = 0; j < g->head_dim; j++) orow[j] *= shrink;
     }
 }
 
+/* Folds the sink logit (no value) into a row's softmax as its last column. */
+static void fold_sink(float sink, float *max, float *sum, float *orow, int head_dim) {
+    float new_max = sink > *max ? sink : *max, shrink = expf(*max - new_max);
+    *sum = *sum * shrink + expf(sink - new_max);
+    *max = new_max;
+    for (int j = 0; j < head_dim; j++) orow[j] *= shrink;
+}
+
 /* One (sequence, head): out, q at its first query row's head slice, k and v at its kv head's
- * first position. Query block i0 (from the first query) sees the key blocks up to the position of
- * its last query. */
-static void attend_head(float *out, float *lse, const float *q, const float *k, const float *v,
+ * first position; sink: the head's, or -inf. Query block i0 (from the first query) sees the key
+ * blocks from its first query's window up to the position of its last query. */
+static void attend_head(float *out, float *lse, const float *q, const float *k, const float *v, float sink,
                         const geometry *g) {
     float s[TILE * TILE], max[TILE], sum[TILE];
     for (int i0 = 0; i0 < g->q_rows; i0 += TILE) {
@@ -143,7 +180,7 @@ static void attend_head(float *out, float *lse, const float *q, const float *k, 
             sum[r] = 0.0f;
             memset(o + r * g->q_stride, 0, (size_t)g->head_dim * sizeof *o);
         }
-        for (int j0 = 0; j0 <= last; j0 += TILE) {
+        for (int j0 = first_key_block(first, g); j0 <= last; j0 += TILE) {
             int cols = tile_len(j0, last + 1);
             block_scores(s, qi, k + j0 * g->kv_stride, rows, cols, g);
             softmax_fold(s, max, sum, o, rows, cols, first, j0, g);
@@ -152,6 +189,7 @@ static void attend_head(float *out, float *lse, const float *q, const float *k, 
         }
         for (int r = 0; r < rows; r++) {
             float *orow = o + r * g->q_stride;
+            if (sink > -INFINITY) fold_sink(sink, &max[r], &sum[r], orow, g->head_dim);
             for (int j = 0; j < g->head_dim; j++) orow[j] /= sum[r];
             lse[(size_t)(i0 + r) * g->lse_stride] = max[r] + logf(sum[r]);
         }
@@ -169,8 +207,8 @@ static size_t lse_at(mt_attn_dims d, const mt_segments *seg, int b, int h, int r
 }
 
 void mt_cpu_attention(float *out, float *lse, const float *q, const float *k, const float *v, mt_attn_dims dims,
-                      const mt_segments *seg) {
-    const geometry whole = geometry_of(dims, seg);
+                      const mt_attn_params *params, const mt_segments *seg) {
+    const geometry whole = geometry_of(dims, params, seg);
     const int heads = dims.heads, group = heads / dims.kv_heads;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < dims.batch; b++) {
@@ -182,7 +220,8 @@ void mt_cpu_attention(float *out, float *lse, const float *q, const float *k, co
                 if (!p.g.q_rows) continue;
                 size_t q_at = (q_row0(dims, b) + p.q_row) * whole.q_stride + (size_t)h * whole.head_dim;
                 size_t kv_at = (kv_row0(dims, b) + p.k0) * whole.kv_stride + (size_t)(h / group) * whole.head_dim;
-                attend_head(out + q_at, lse + lse_at(dims, seg, b, h, p.q_row), q + q_at, k + kv_at, v + kv_at, &p.g);
+                attend_head(out + q_at, lse + lse_at(dims, seg, b, h, p.q_row), q + q_at, k + kv_at, v + kv_at,
+                            sink_of(params, h), &p.g);
             }
         }
     }
@@ -212,24 +251,30 @@ static void row_dots(float *delta, const float *dout, const float *out, const ge
 }
 
 /* Turns a block's scores s into p = exp(s - lse) and its dp = dout v^T into
- * ds = p * (dp - delta), row by row; keys a row may not see get p = ds = 0. Query rows from
- * position i0, keys from j0; row r's lse is lse[r * lse_stride]. */
-static void softmax_backward(float *s, float *dp, const float *lse, size_t lse_stride, const float *delta, int rows,
-                             int cols, int i0, int j0) {
+ * ds = p * (dp - delta), row by row, times the cap's derivative 1 - (s / softcap)^2 where g has
+ * one; keys a row may not see get p = ds = 0. Query rows from position i0, keys from j0; row r's
+ * lse is lse[r * lse_stride]. */
+static void softmax_backward(float *s, float *dp, const float *lse, const float *delta, int rows, int cols, int i0,
+                             int j0, const geometry *g) {
     for (int r = 0; r < rows; r++) {
         float *pr = s + r * TILE, *dsr = dp + r * TILE;
-        int visible = visible_keys(i0 + r, j0, cols);
-        float lse_r = lse[(size_t)r * lse_stride];
-        for (int c = 0; c < visible; c++) {
-            pr[c] = expf(pr[c] - lse_r);
+        int c0, c1;
+        visible_keys(i0 + r, j0, cols, g->window, &c0, &c1);
+        float lse_r = lse[(size_t)r * g->lse_stride];
+        for (int c = c0; c < c1; c++) {
+            float capped = pr[c];
+            pr[c] = expf(capped - lse_r);
             dsr[c] = pr[c] * (dsr[c] - delta[r]);
+            if (g->softcap > 0.0f) dsr[c] *= 1.0f - (capped / g->softcap) * (capped / g->softcap);
         }
-        memset(pr + visible, 0, (size_t)(cols - visible) * sizeof *pr);
-        memset(dsr + visible, 0, (size_t)(cols - visible) * sizeof *dsr);
+        memset(pr, 0, (size_t)c0 * sizeof *pr);
+        memset(dsr, 0, (size_t)c0 * sizeof *dsr);
+        memset(pr + c1, 0, (size_t)(cols - c1) * sizeof *pr);
+        memset(dsr + c1, 0, (size_t)(cols - c1) * sizeof *dsr);
     }
 }
 
-/* With p = exp(s - lse) and ds = p * (dout_i . v_j - delta_i), per block:
+/* With p = exp(s - lse) and ds = p * (dout_i . v_j - delta_i) (times the cap's derivative), per block:
  * dv_j += p^T dout_i, dq_i += scale ds k_j, dk_j += scale ds^T q_i. p and ds are block
  * buffers. */
 static void head_backward(const head_grads *t, const geometry *g) {
@@ -240,13 +285,12 @@ static void head_backward(const head_grads *t, const geometry *g) {
     for (int i0 = 0; i0 < g->q_rows; i0 += TILE) {
         int rows = tile_len(i0, g->q_rows), first = g->q0 + i0, last = first + rows - 1;
         const float *qi = t->q + i0 * qs, *doi = t->dout + i0 * qs;
-        for (int j0 = 0; j0 <= last; j0 += TILE) {
+        for (int j0 = first_key_block(first, g); j0 <= last; j0 += TILE) {
             int cols = tile_len(j0, last + 1);
             const float *kj = t->k + j0 * kvs, *vj = t->v + j0 * kvs;
             block_scores(p, qi, kj, rows, cols, g);
             gemm(CblasNoTrans, CblasTrans, rows, cols, hd, 1.0f, doi, qs, vj, kvs, 0.0f, ds, TILE);
-            softmax_backward(p, ds, t->lse + (size_t)i0 * g->lse_stride, g->lse_stride, t->delta + i0, rows, cols, first,
-                             j0);
+            softmax_backward(p, ds, t->lse + (size_t)i0 * g->lse_stride, t->delta + i0, rows, cols, first, j0, g);
             float *dqi = t->dq + i0 * qs, *dkj = t->dk + j0 * kvs, *dvj = t->dv + j0 * kvs;
             gemm(CblasTrans, CblasNoTrans, cols, hd, rows, 1.0f, p, TILE, doi, qs, 1.0f, dvj, kvs);
             gemm(CblasNoTrans, CblasNoTrans, rows, hd, cols, g->scale, ds, TILE, kj, kvs, 1.0f, dqi, qs);
@@ -259,13 +303,28 @@ static void zero_rows(float *x, size_t stride, int rows, int len) {
     for (int r = 0; r < rows; r++) memset(x + r * stride, 0, (size_t)len * sizeof *x);
 }
 
+/* dsinks[h] += -sum over the call's query rows of p_sink delta, p_sink = exp(sink - lse): the sink
+ * column's ds (its dp is 0, having no value). A task a head, rows in order. */
+static void sinks_backward(float *dsinks, const float *sinks, const float *delta, const float *lse,
+                           mt_attn_dims dims, const mt_segments *seg) {
+    const int q_rows = mt_attn_q_rows(dims);
+#pragma omp parallel for schedule(static)
+    for (int h = 0; h < dims.heads; h++) {
+        float sum = 0.0f;
+        for (int b = 0; b < dims.batch; b++)
+            for (int r = 0; r < q_rows; r++)
+                sum += expf(sinks[h] - lse[lse_at(dims, seg, b, h, r)]) * delta[((size_t)b * dims.heads + h) * q_rows + r];
+        dsinks[h] -= sum;
+    }
+}
+
 /* Each task owns one (sequence, kv head): its dk and dv and the dq rows of its group's query
  * heads. It walks its segments, and in each the query heads in order, so the sums into dk and dv
  * have a fixed order. */
 void mt_cpu_attention_dx(float *dq, float *dk, float *dv, const float *dout, const float *out,
                          const float *lse, const float *q, const float *k, const float *v,
-                         mt_attn_dims dims, const mt_segments *seg, void *workspace) {
-    const geometry whole = geometry_of(dims, seg);
+                         mt_attn_dims dims, const mt_attn_params *params, const mt_segments *seg, void *workspace) {
+    const geometry whole = geometry_of(dims, params, seg);
     const int heads = dims.heads, group = heads / dims.kv_heads, kv_rows = mt_attn_kv_rows(dims);
     float *delta = workspace;
 #pragma omp parallel for collapse(2) schedule(static)
@@ -292,4 +351,5 @@ void mt_cpu_attention_dx(float *dq, float *dk, float *dv, const float *dout, con
             }
         }
     }
+    if (params && params->sinks && params->dsinks) sinks_backward(params->dsinks, params->sinks, delta, lse, dims, seg);
 }
