@@ -156,9 +156,10 @@ static void gather_reference(const ops_case *c, ops_host *h, const ops_host *got
 const ops_kind OPS_MOE_GATHER = {.declare = gather_declare, .prepare = gather_prepare, .call = gather_call,
                                  .reference = gather_reference, .needs_moe = 1};
 
-/* ---- the grouped GEMMs: forward, dx and dw over one layer's sorted rows ---- */
+/* ---- the grouped GEMMs: forward, dx and dw over one layer's sorted rows; flag: with the experts'
+ * biases and their gradient ---- */
 
-enum { GM_X, GM_W, GM_DY, GM_OFFSETS, GM_Y, GM_DX, GM_DW };
+enum { GM_X, GM_W, GM_DY, GM_OFFSETS, GM_Y, GM_DX, GM_DW, GM_BIAS, GM_DBIAS };
 
 static int grouped_declare(const ops_case *c, ops_tensor *t) {
     size_t rows = slots(c), E = (size_t)c->experts;
@@ -169,7 +170,9 @@ static int grouped_declare(const ops_case *c, ops_tensor *t) {
     t[GM_Y] = T("y", ACT, OUT, rows * c->out, 0, 0, BF16_TOL);
     t[GM_DX] = T("dx", ACT, OUT, rows * c->in, 0, 0, BF16_TOL);
     t[GM_DW] = T("dw", F32, INOUT, E * c->out * c->in, -1, 1, SUM_TOL);
-    return 7;
+    t[GM_BIAS] = T("bias", W, IN, c->flag ? E * c->out : 0, -0.5f, 0.5f, 0);
+    t[GM_DBIAS] = T("dbias", F32, INOUT, c->flag ? E * c->out : 0, -1, 1, SUM_TOL);
+    return 9;
 }
 static void grouped_prepare(const ops_case *c, ops_host *h) {
     int32_t *order = malloc(slots(c) * sizeof *order), *slot_row = malloc(slots(c) * sizeof *slot_row);
@@ -179,21 +182,28 @@ static void grouped_prepare(const ops_case *c, ops_host *h) {
 }
 static void grouped_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
     int rows = (int)slots(c), S = segments(c);
-    be->ops->moe.grouped_matmul(be, s, d[GM_Y], d[GM_X], d[GM_W], d[GM_OFFSETS], rows, c->experts, S, c->in, c->out);
+    be->ops->moe.grouped_matmul(be, s, d[GM_Y], d[GM_X], d[GM_W], d[GM_BIAS], d[GM_OFFSETS], rows, c->experts, S,
+                                c->in, c->out);
     be->ops->moe.grouped_matmul_dx(be, s, d[GM_DX], d[GM_DY], d[GM_W], d[GM_OFFSETS], rows, c->experts, S, c->in,
                                    c->out);
-    be->ops->moe.grouped_matmul_dw(be, s, d[GM_DW], d[GM_DY], d[GM_X], d[GM_OFFSETS], rows, c->experts, S, c->in,
-                                   c->out);
+    be->ops->moe.grouped_matmul_dw(be, s, d[GM_DW], d[GM_DBIAS], d[GM_DY], d[GM_X], d[GM_OFFSETS], rows, c->experts,
+                                   S, c->in, c->out);
 }
-/* exact: dw summed in float64, as over many rows a float running sum strays further than SUM_TOL. */
+/* exact: dw summed in float64, as over many rows a float running sum strays further than SUM_TOL (dbias
+ * sums in row order as a backend's may: a scratch dw takes the kernel's). */
 static void grouped_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
     int rows = (int)slots(c), S = segments(c), E = c->experts, in = c->in, out = c->out;
     const int32_t *off = h->ids[GM_OFFSETS];
-    mt_cpu_moe_matmul(h->x[GM_Y], h->x[GM_X], h->x[GM_W], off, rows, E, S, in, out);
+    mt_cpu_moe_matmul(h->x[GM_Y], h->x[GM_X], h->x[GM_W], h->x[GM_BIAS], off, rows, E, S, in, out);
     mt_cpu_moe_matmul_dx(h->x[GM_DX], h->x[GM_DY], h->x[GM_W], off, rows, E, S, in, out);
     if (!exact) {
-        mt_cpu_moe_matmul_dw(h->x[GM_DW], h->x[GM_DY], h->x[GM_X], off, rows, E, S, in, out);
+        mt_cpu_moe_matmul_dw(h->x[GM_DW], h->x[GM_DBIAS], h->x[GM_DY], h->x[GM_X], off, rows, E, S, in, out);
         return;
+    }
+    if (h->x[GM_DBIAS]) {
+        float *scratch = calloc((size_t)E * out * in, sizeof *scratch);
+        mt_cpu_moe_matmul_dw(scratch, h->x[GM_DBIAS], h->x[GM_DY], h->x[GM_X], off, rows, E, S, in, out);
+        free(scratch);
     }
     for (int e = 0; e < E; e++)
         for (int o = 0; o < out; o++)
@@ -210,24 +220,25 @@ static double grouped_flops(const ops_case *c) { return 6.0 * (double)slots(c) *
 const ops_kind OPS_MOE_GROUPED = {.declare = grouped_declare, .prepare = grouped_prepare, .call = grouped_call,
                                   .reference = grouped_reference, .flops = grouped_flops, .needs_moe = 1};
 
-/* ---- the experts' fused SwiGLU and its backward ---- */
+/* ---- the experts' fused GLU (the flag's: ops_glu) and its backward ---- */
 
 enum { SG_GU, SG_DA, SG_A, SG_DGU };
 
 static int swiglu_declare(const ops_case *c, ops_tensor *t) {
-    t[SG_GU] = T("gu", ACT, IN, (size_t)c->n * 2 * c->d, -3, 3, 0);
+    float r = ops_glu_range(c);
+    t[SG_GU] = T("gu", ACT, IN, (size_t)c->n * 2 * c->d, -r, r, 0);
     t[SG_DA] = T("da", ACT, IN, (size_t)c->n * c->d, -1, 1, 0);
     t[SG_A] = T("a", ACT, OUT, (size_t)c->n * c->d, 0, 0, BF16_TOL);
     t[SG_DGU] = T("dgu", ACT, OUT, (size_t)c->n * 2 * c->d, 0, 0, BF16_TOL);
     return 4;
 }
 static void swiglu_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
-    be->ops->moe.swiglu(be, s, d[SG_A], d[SG_GU], c->n, c->d);
-    be->ops->moe.swiglu_dx(be, s, d[SG_DGU], d[SG_DA], d[SG_GU], c->n, c->d);
+    be->ops->moe.swiglu(be, s, d[SG_A], d[SG_GU], c->n, c->d, ops_glu(c));
+    be->ops->moe.swiglu_dx(be, s, d[SG_DGU], d[SG_DA], d[SG_GU], c->n, c->d, ops_glu(c));
 }
 static void swiglu_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
-    mt_cpu_moe_swiglu(h->x[SG_A], h->x[SG_GU], c->n, c->d);
-    mt_cpu_moe_swiglu_dx(h->x[SG_DGU], h->x[SG_DA], h->x[SG_GU], c->n, c->d);
+    mt_cpu_moe_swiglu(h->x[SG_A], h->x[SG_GU], c->n, c->d, ops_glu(c));
+    mt_cpu_moe_swiglu_dx(h->x[SG_DGU], h->x[SG_DA], h->x[SG_GU], c->n, c->d, ops_glu(c));
 }
 const ops_kind OPS_MOE_SWIGLU = {.declare = swiglu_declare, .call = swiglu_call, .reference = swiglu_reference,
                                  .needs_moe = 1};

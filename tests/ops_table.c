@@ -87,10 +87,14 @@ static void matmul_dw_reference(const ops_case *c, ops_host *h, const ops_host *
 static const ops_kind MATMUL_DW = {.declare = matmul_dw_declare, .call = matmul_dw_call,
                                    .reference = matmul_dw_reference, .flops = gemm_flops};
 
-/* ---- rmsnorm and its backward (dx accumulates) ---- */
+/* ---- rmsnorm and its backward (dx accumulates); flag: the unit offset (1 + w, Gemma's) ---- */
 
 enum { RN_X, RN_W, RN_DY, RN_Y, RN_RSTD, RN_DX, RN_DW };
 #define RN_EPS 1e-5f
+
+static mt_rmsnorm_params rmsnorm_params(const ops_case *c) {
+    return (mt_rmsnorm_params){.eps = RN_EPS, .unit_offset = c->flag};
+}
 
 static int rmsnorm_declare(const ops_case *c, ops_tensor *t) {
     size_t nd = (size_t)c->n * c->d;
@@ -104,12 +108,13 @@ static int rmsnorm_declare(const ops_case *c, ops_tensor *t) {
     return 7;
 }
 static void rmsnorm_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
-    be->ops->op.rmsnorm(be, s, d[RN_Y], d[RN_RSTD], d[RN_X], d[RN_W], c->n, c->d, RN_EPS);
-    be->ops->op.rmsnorm_dx(be, s, d[RN_DX], d[RN_DW], d[RN_DY], d[RN_X], d[RN_W], d[RN_RSTD], c->n, c->d, 1);
+    be->ops->op.rmsnorm(be, s, d[RN_Y], d[RN_RSTD], d[RN_X], d[RN_W], c->n, c->d, rmsnorm_params(c));
+    be->ops->op.rmsnorm_dx(be, s, d[RN_DX], d[RN_DW], d[RN_DY], d[RN_X], d[RN_W], d[RN_RSTD], c->n, c->d,
+                           rmsnorm_params(c), 1);
 }
 /* exact: dw summed in float64, since over many rows a float running sum strays further than 1e-5. */
 static void rmsnorm_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
-    mt_cpu_rmsnorm(h->x[RN_Y], h->x[RN_RSTD], h->x[RN_X], h->x[RN_W], c->n, c->d, RN_EPS);
+    mt_cpu_rmsnorm(h->x[RN_Y], h->x[RN_RSTD], h->x[RN_X], h->x[RN_W], c->n, c->d, rmsnorm_params(c));
     float *dw = h->x[RN_DW];
     double *sums = exact ? malloc((size_t)c->d * sizeof *sums) : NULL;
     for (int j = 0; sums && j < c->d; j++) {
@@ -119,7 +124,8 @@ static void rmsnorm_reference(const ops_case *c, ops_host *h, const ops_host *go
             sums[j] += (double)h->x[RN_DY][at] * h->x[RN_X][at] * h->x[RN_RSTD][r];
         }
     }
-    mt_cpu_rmsnorm_dx(h->x[RN_DX], dw, h->x[RN_DY], h->x[RN_X], h->x[RN_W], h->x[RN_RSTD], c->n, c->d, 1);
+    mt_cpu_rmsnorm_dx(h->x[RN_DX], dw, h->x[RN_DY], h->x[RN_X], h->x[RN_W], h->x[RN_RSTD], c->n, c->d,
+                      rmsnorm_params(c), 1);
     for (int j = 0; sums && j < c->d; j++) dw[j] = (float)sums[j];
     free(sums);
 }
@@ -251,13 +257,20 @@ static const ops_kind ATTENTION = {.declare = attention_declare, .workspace = at
                                    .reference = attention_reference,
                                    .flops = attention_flops};
 
-/* ---- swiglu and its backward ---- */
+/* ---- swiglu (the GLU of flag: ops_glu) and its backward ---- */
+
+mt_glu_params ops_glu(const ops_case *c) {
+    return (mt_glu_params){.act = (mt_glu)c->flag, .limit = 7.0f, .alpha = 1.702f};
+}
+/* Past gpt-oss's limit of 7 where it clamps, so that the clamps bind. */
+float ops_glu_range(const ops_case *c) { return c->flag == MT_GLU_SILU_CLAMPED ? 10.0f : 3.0f; }
 
 enum { SW_G, SW_U, SW_DA, SW_A, SW_DG, SW_DU };
 
 static int swiglu_declare(const ops_case *c, ops_tensor *t) {
-    t[SW_G] = T("g", ACT, IN, c->count, -3, 3, 0);
-    t[SW_U] = T("u", ACT, IN, c->count, -1, 1, 0);
+    float r = ops_glu_range(c), ru = c->flag == MT_GLU_SILU_CLAMPED ? r : 1; /* up clamps too */
+    t[SW_G] = T("g", ACT, IN, c->count, -r, r, 0);
+    t[SW_U] = T("u", ACT, IN, c->count, -ru, ru, 0);
     t[SW_DA] = T("da", ACT, IN, c->count, -1, 1, 0);
     t[SW_A] = T("a", ACT, OUT, c->count, 0, 0, BF16_TOL);
     t[SW_DG] = T("dg", ACT, OUT, c->count, 0, 0, BF16_TOL);
@@ -265,12 +278,12 @@ static int swiglu_declare(const ops_case *c, ops_tensor *t) {
     return 6;
 }
 static void swiglu_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
-    be->ops->op.swiglu(be, s, d[SW_A], d[SW_G], d[SW_U], c->count);
-    be->ops->op.swiglu_dx(be, s, d[SW_DG], d[SW_DU], d[SW_DA], d[SW_G], d[SW_U], c->count);
+    be->ops->op.swiglu(be, s, d[SW_A], d[SW_G], d[SW_U], c->count, ops_glu(c));
+    be->ops->op.swiglu_dx(be, s, d[SW_DG], d[SW_DU], d[SW_DA], d[SW_G], d[SW_U], c->count, ops_glu(c));
 }
 static void swiglu_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
-    mt_cpu_swiglu(h->x[SW_A], h->x[SW_G], h->x[SW_U], c->count);
-    mt_cpu_swiglu_dx(h->x[SW_DG], h->x[SW_DU], h->x[SW_DA], h->x[SW_G], h->x[SW_U], c->count);
+    mt_cpu_swiglu(h->x[SW_A], h->x[SW_G], h->x[SW_U], c->count, ops_glu(c));
+    mt_cpu_swiglu_dx(h->x[SW_DG], h->x[SW_DU], h->x[SW_DA], h->x[SW_G], h->x[SW_U], c->count, ops_glu(c));
 }
 static const ops_kind SWIGLU = {.declare = swiglu_declare, .call = swiglu_call, .reference = swiglu_reference};
 
@@ -327,7 +340,9 @@ static void round_reference(const ops_case *c, ops_host *h, const ops_host *got,
 }
 static const ops_kind ROUND_F32 = {.declare = round_declare, .call = round_call, .reference = round_reference};
 
-/* ---- embedding and its gradient, every id repeated ---- */
+/* ---- embedding (times c->scale, 0: 1) and its gradient, every id repeated ---- */
+
+static float embedding_scale(const ops_case *c) { return c->scale != 0.0f ? c->scale : 1.0f; }
 
 enum { EM_TOKENS, EM_WTE, EM_DX, EM_DWTE, EM_X };
 
@@ -336,24 +351,26 @@ static int embedding_declare(const ops_case *c, ops_tensor *t) {
     t[EM_WTE] = T("wte", W, IN, (size_t)c->vocab * c->d, -1, 1, 0);
     t[EM_DX] = T("dx", ACT, IN, (size_t)c->n * c->d, -1, 1, 0);
     t[EM_DWTE] = T("dwte", F32, INOUT, (size_t)c->vocab * c->d, -1, 1, 1e-6); /* fp32 sums of the same values */
-    t[EM_X] = T("x", ACT, OUT, (size_t)c->n * c->d, 0, 0, 0);                /* a lookup is an exact copy */
+    /* a lookup is an exact copy; a scaled one a single product, rounded once */
+    t[EM_X] = T("x", ACT, OUT, (size_t)c->n * c->d, 0, 0, c->scale != 0.0f ? BF16_TOL : 0);
     return 5;
 }
 static void embedding_prepare(const ops_case *c, ops_host *h) {
     for (int i = 0; i < c->n; i++) h->ids[EM_TOKENS][i] = (i * 7) % c->vocab;
 }
 static void embedding_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
-    be->ops->op.embedding(be, s, d[EM_X], d[EM_TOKENS], d[EM_WTE], c->n, c->d);
-    be->ops->op.embedding_dw(be, s, d[EM_DWTE], d[EM_TOKENS], d[EM_DX], c->n, c->d, 0, c->vocab);
+    be->ops->op.embedding(be, s, d[EM_X], d[EM_TOKENS], d[EM_WTE], c->n, c->d, embedding_scale(c));
+    be->ops->op.embedding_dw(be, s, d[EM_DWTE], d[EM_TOKENS], d[EM_DX], c->n, c->d, 0, c->vocab, embedding_scale(c));
 }
 static void embedding_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
-    mt_cpu_embedding(h->x[EM_X], h->ids[EM_TOKENS], h->x[EM_WTE], c->n, c->d);
-    mt_cpu_embedding_dw(h->x[EM_DWTE], h->ids[EM_TOKENS], h->x[EM_DX], c->n, c->d, 0, c->vocab);
+    mt_cpu_embedding(h->x[EM_X], h->ids[EM_TOKENS], h->x[EM_WTE], c->n, c->d, embedding_scale(c));
+    mt_cpu_embedding_dw(h->x[EM_DWTE], h->ids[EM_TOKENS], h->x[EM_DX], c->n, c->d, 0, c->vocab, embedding_scale(c));
 }
 static const ops_kind EMBEDDING = {.declare = embedding_declare, .prepare = embedding_prepare,
                                    .call = embedding_call, .reference = embedding_reference};
 
-/* ---- the LM head's loss; flag: the loss only (evaluation: no dx, no dw) ---- */
+/* ---- the LM head's loss, soft-capped where the case has a cap; flag: the loss only (evaluation: no
+ * dx, no dw) ---- */
 
 enum { LM_X, LM_W, LM_TARGETS, LM_LOSS, LM_DX, LM_DW, LM_WS };
 
@@ -378,12 +395,12 @@ static void lmhead_prepare(const ops_case *c, ops_host *h) {
 }
 static void lmhead_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
     be->ops->op.lmhead_loss(be, s, d[LM_LOSS], NULL, d[LM_DX], d[LM_DW], d[LM_X], d[LM_W], d[LM_TARGETS], c->n, c->d,
-                            c->vocab, c->scale, c->chunk, d[LM_WS]);
+                            c->vocab, c->scale, c->softcap, c->chunk, d[LM_WS]);
 }
 static void lmhead_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
     void *ws = malloc(mt_cpu_lmhead_workspace(c->chunk, c->vocab));
     mt_cpu_lmhead_loss(h->x[LM_LOSS], NULL, h->x[LM_DX], h->x[LM_DW], h->x[LM_X], h->x[LM_W], h->ids[LM_TARGETS], c->n,
-                       c->d, c->vocab, c->scale, c->chunk, ws);
+                       c->d, c->vocab, c->scale, c->softcap, c->chunk, ws);
     free(ws);
 }
 static double lmhead_flops(const ops_case *c) { return (c->flag ? 2.0 : 6.0) * c->n * c->d * (double)c->vocab; }
@@ -391,7 +408,48 @@ static const ops_kind LMHEAD_LOSS = {.declare = lmhead_declare, .workspace = lmh
                                      .prepare = lmhead_prepare, .call = lmhead_call,
                                      .reference = lmhead_reference, .flops = lmhead_flops};
 
-/* ---- logits of one row ---- */
+/* ---- the head's weight gradient for a slice of the vocabulary (lmhead_dw), from the log-sum-exp
+ * lmhead_loss gives: vocabulary rows [c->in, c->in + c->out) ---- */
+
+enum { LD_X, LD_W, LD_TARGETS, LD_LOSS, LD_LSE, LD_DW, LD_WS };
+
+static int lmhead_dw_declare(const ops_case *c, ops_tensor *t) {
+    t[LD_X] = T("x", ACT, IN, (size_t)c->n * c->d, -1, 1, 0);
+    t[LD_W] = T("w", W, IN, (size_t)c->vocab * c->d, -0.3f, 0.3f, 0);
+    t[LD_TARGETS] = T("targets", I32, IN, c->n, 0, 0, 0);
+    t[LD_LOSS] = T("loss_sum", F32, INOUT, 1, 0, 0, 1e-4);
+    t[LD_LSE] = T("lse", F32, OUT, c->n, 0, 0, 1e-4); /* fp32 softmax statistics of the same inputs */
+    t[LD_DW] = T("dw", F32, INOUT, (size_t)c->out * c->d, -0.1f, 0.1f, BF16_TOL); /* via bf16 dlogits */
+    t[LD_WS] = T("workspace", I32, SCRATCH, 0, 0, 0, 0);
+    return 7;
+}
+static void lmhead_dw_prepare(const ops_case *c, ops_host *h) {
+    for (int i = 0; i < c->n; i++) h->ids[LD_TARGETS][i] = i % 5 == 3 ? -1 : (i * 31) % c->vocab;
+}
+static void lmhead_dw_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
+    be->ops->op.lmhead_loss(be, s, d[LD_LOSS], d[LD_LSE], NULL, NULL, d[LD_X], d[LD_W], d[LD_TARGETS], c->n, c->d,
+                            c->vocab, c->scale, c->softcap, c->chunk, d[LD_WS]);
+    size_t wsize = mt_dtype_size(be->ops->weight_dtype);
+    be->ops->op.lmhead_dw(be, s, d[LD_DW], d[LD_X], (const char *)d[LD_W] + (size_t)c->in * c->d * wsize,
+                          d[LD_TARGETS], d[LD_LSE], c->n, c->d, c->in, c->out, c->scale, c->softcap, c->chunk,
+                          d[LD_WS]);
+}
+/* The ignored rows' lse is unspecified: both sides' set to 0 before comparing. */
+static void lmhead_dw_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
+    void *ws = malloc(mt_cpu_lmhead_workspace(c->chunk, c->vocab));
+    mt_cpu_lmhead_loss(h->x[LD_LOSS], h->x[LD_LSE], NULL, NULL, h->x[LD_X], h->x[LD_W], h->ids[LD_TARGETS], c->n,
+                       c->d, c->vocab, c->scale, c->softcap, c->chunk, ws);
+    mt_cpu_lmhead_dw(h->x[LD_DW], h->x[LD_X], h->x[LD_W] + (size_t)c->in * c->d, h->ids[LD_TARGETS], h->x[LD_LSE],
+                     c->n, c->d, c->in, c->out, c->scale, c->softcap, c->chunk, ws);
+    for (int i = 0; i < c->n; i++)
+        if (h->ids[LD_TARGETS][i] < 0) h->x[LD_LSE][i] = got->x[LD_LSE][i];
+    free(ws);
+}
+static const ops_kind LMHEAD_DW = {.declare = lmhead_dw_declare, .workspace = lmhead_workspace,
+                                   .prepare = lmhead_dw_prepare, .call = lmhead_dw_call,
+                                   .reference = lmhead_dw_reference};
+
+/* ---- logits of one row, soft-capped where the case has a cap ---- */
 
 enum { LG_X, LG_W, LG_LOGITS };
 
@@ -402,10 +460,10 @@ static int logits_declare(const ops_case *c, ops_tensor *t) {
     return 3;
 }
 static void logits_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
-    be->ops->op.logits(be, s, d[LG_LOGITS], d[LG_X], d[LG_W], c->d, c->vocab);
+    be->ops->op.logits(be, s, d[LG_LOGITS], d[LG_X], d[LG_W], c->d, c->vocab, c->softcap);
 }
 static void logits_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
-    mt_cpu_logits(h->x[LG_LOGITS], h->x[LG_X], h->x[LG_W], c->d, c->vocab);
+    mt_cpu_logits(h->x[LG_LOGITS], h->x[LG_X], h->x[LG_W], c->d, c->vocab, c->softcap);
 }
 static double logits_flops(const ops_case *c) { return 2.0 * c->d * (double)c->vocab; }
 static const ops_kind LOGITS = {.declare = logits_declare, .call = logits_call, .reference = logits_reference,
@@ -540,6 +598,9 @@ const ops_case ops_cases[] = {
     {"rmsnorm, head_dim 64 rows (q/k norms)", &RMSNORM, 16, .n = 8 * 37 + 3, .d = 64},
     {"rmsnorm, head_dim 128 rows", &RMSNORM, 17, .n = 4 * 128 + 5, .d = 128},
     {"rmsnorm, narrow odd width", &RMSNORM, 18, .n = 45, .d = 6},
+    {"rmsnorm with the unit offset (1 + w), vector width", &RMSNORM, 77, .n = 70, .d = 256, .flag = 1},
+    {"rmsnorm with the unit offset, head_dim rows", &RMSNORM, 78, .n = 8 * 37 + 3, .d = 64, .flag = 1},
+    {"rmsnorm with the unit offset, wide odd width", &RMSNORM, 79, .n = 5, .d = 1031, .flag = 1},
     {"rmsnorm, wide rows", &RMSNORM, 19, .n = 9, .d = 4096},
     {"rmsnorm, wide odd width", &RMSNORM, 20, .n = 5, .d = 1031},
     /* more rows than cuda's weight-gradient grid is high (4096 bands of 64 rows): the q/k norms of
@@ -557,15 +618,29 @@ const ops_case ops_cases[] = {
     {"fp32 sum of act values, added", &ACCUMULATE_F32, 54, .count = 1003, .flag = 1},
     {"rounding fp32 to the act type", &ROUND_F32, 55, .count = 1003},
     {"swiglu and its backward, a tail of 3", &SWIGLU, 7, .count = 1003}, /* 125 vectors of 8 and 3 */
+    {"geglu (gelu tanh) and its backward, a tail of 3", &SWIGLU, 75, .count = 1003, .flag = MT_GLU_GELU_TANH},
+    {"gpt-oss's clamped swiglu and its backward, clamps binding", &SWIGLU, 76, .count = 1003,
+     .flag = MT_GLU_SILU_CLAMPED},
     {"add in place (y aliases a)", &ADD, 8, .count = 517},
     {"add from the second element (unaligned)", &ADD, 38, .count = 517, .flag = 1},
     {"embedding and a repeated token's gradient", &EMBEDDING, 9, .n = 19, .d = 40, .vocab = 11},
+    /* Gemma's sqrt(40) in bf16 */
+    {"embedding scaled by 6.3125, and its gradient", &EMBEDDING, 80, .n = 19, .d = 40, .vocab = 11,
+     .scale = 6.3125f},
     {"sumsq adds to out", &SUMSQ, 10, .count = 100003},
     {"lmhead_loss in chunks, ignored targets", &LMHEAD_LOSS, 11, .n = 37, .d = 64, .vocab = 301, .chunk = 16,
      .scale = 1.0f / 30.0f},
     {"lmhead_loss, the loss only", &LMHEAD_LOSS, 41, .n = 37, .d = 64, .vocab = 301, .chunk = 40, .scale = 1.0f,
      .flag = 1},
     {"logits of one row", &LOGITS, 12, .d = 72, .vocab = 301},
+    /* a cap of 2 binds: the raw logits reach about 3 */
+    {"lmhead_loss soft-capped at 2, in chunks, ignored targets", &LMHEAD_LOSS, 81, .n = 37, .d = 64, .vocab = 301,
+     .chunk = 16, .scale = 1.0f / 30.0f, .softcap = 2.0f},
+    {"lmhead_dw of a vocabulary slice", &LMHEAD_DW, 82, .n = 37, .d = 64, .vocab = 301, .chunk = 16, .in = 100,
+     .out = 77, .scale = 1.0f / 30.0f},
+    {"lmhead_dw of a vocabulary slice, soft-capped at 2", &LMHEAD_DW, 83, .n = 37, .d = 64, .vocab = 301, .chunk = 16,
+     .in = 100, .out = 77, .scale = 1.0f / 30.0f, .softcap = 2.0f},
+    {"logits of one row, soft-capped at 2", &LOGITS, 84, .d = 72, .vocab = 301, .softcap = 2.0f},
     {"attention, GQA, odd seq, head_dim 64", &ATTENTION, 13,
      .dims = {.batch = 2, .seq = 77, .heads = 6, .kv_heads = 2, .head_dim = 64}},
     {"attention, head_dim 128, several tiles", &ATTENTION, 14,
@@ -661,7 +736,13 @@ const ops_case ops_cases[] = {
      .seg = 29},
     {"moe grouped GEMMs by segment", &OPS_MOE_GROUPED, 70, .n = 40, .experts = 6, .top_k = 2, .in = 48, .out = 30,
      .seg = 16},
+    {"moe grouped GEMMs with biases, by segment, empty experts", &OPS_MOE_GROUPED, 87, .n = 40, .experts = 10,
+     .top_k = 2, .in = 48, .out = 300, .seg = 16, .flag = 1},
     {"moe swiglu of fused rows and its backward", &OPS_MOE_SWIGLU, 71, .n = 37, .d = 67},
+    {"moe geglu (gelu tanh) of fused rows and its backward", &OPS_MOE_SWIGLU, 85, .n = 37, .d = 67,
+     .flag = MT_GLU_GELU_TANH},
+    {"moe clamped swiglu (gpt-oss) of fused rows and its backward", &OPS_MOE_SWIGLU, 86, .n = 37, .d = 67,
+     .flag = MT_GLU_SILU_CLAMPED},
     {"moe combine and combine_dx", &OPS_MOE_COMBINE, 72, .n = 21, .experts = 10, .top_k = 4, .d = 40, .seg = 21},
     {"moe shared expert's gate, in place", &OPS_MOE_GATE_ADD, 73, .n = 19, .d = 72},
     {"moe load-balancing loss over 3 layers", &OPS_MOE_AUX, 74, .n = 41, .experts = 16, .top_k = 4, .layers = 3,

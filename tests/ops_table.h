@@ -78,7 +78,9 @@ struct ops_case {
                                        * segments in row order (packed examples: backend.h) */
     int segment_count;
     int flag;                         /* the case's variant: accumulate, inverse, bias, decay, ... */
-    float scale;                      /* LM head scale, AdamW's scale, clip's max norm */
+    float scale;                      /* LM head scale, AdamW's scale, clip's max norm, the embedding's
+                                       * scale (0: 1) */
+    float softcap;                    /* the LM head's logit soft-cap (0: none) */
     const float *values;              /* prepare's values (clip_scale's sums) */
     float expect;                     /* clip_scale: the coefficient the values must give (check) */
     int experts, top_k, seg, layers;  /* mixture of experts: E, k, the segment rows, the aux loss's layers */
@@ -97,6 +99,11 @@ extern const size_t ops_moe_timing_case_count;
 /* The mixture-of-experts kinds (ops_moe.c). */
 extern const ops_kind OPS_MOE_ROUTE, OPS_MOE_PERMUTE, OPS_MOE_GATHER, OPS_MOE_GROUPED, OPS_MOE_SWIGLU,
     OPS_MOE_COMBINE, OPS_MOE_GATE_ADD, OPS_MOE_AUX;
+
+/* The GLU of a swiglu case (dense or the experts'): its flag is an mt_glu, SILU_CLAMPED with
+ * gpt-oss's limit 7 and alpha 1.702. Its inputs: uniform in (-range, range) for the gate and up. */
+mt_glu_params ops_glu(const ops_case *c);
+float ops_glu_range(const ops_case *c);
 
 /* 0..count-1 in Criterion's shared memory: the parameters of a ParameterizedTest over a table
  * (a test process may map the binary elsewhere, so the parameters cannot be the cases' pointers). */

@@ -5,14 +5,11 @@
  * gate, and the load-balancing loss over several layers together with its gradient through the
  * router. One Python start runs every case. */
 #include <criterion/criterion.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "backend/cpu/cpu_ops.h"
-#include "ops_check.h"
-#include "ref_fixture.h"
+#include "ref_ops.h"
 
 #define SCRIPT "tests/reference/moe_ops_ref.py"
 /* fp32 kernels against float64: sums of at most a few hundred O(1) terms, each rounded at 6e-8
@@ -20,75 +17,11 @@
  * or missing term is off by O(0.1). */
 #define REL_TOL 1e-5
 
-enum { MAX_CASES = 16, MAX_ARRAYS = 10 };
-
-/* One case: its directory, the op, and the arrays the kernels computed, compared by name. */
-typedef struct {
-    const char *name;
-    size_t count;
-    float *f;   /* a float output, or */
-    int32_t *i; /* an int32 one */
-} output;
-
-typedef struct {
-    const char *title, *op;
-    mt_ref_fixture fx;
-    output out[MAX_ARRAYS];
-    int outputs;
-} ref_case;
-
-static ref_case cases[MAX_CASES];
-static int num_cases;
-
-static uint64_t seed_of(const char *s) {
-    uint64_t h = 1469598103934665603ull;
-    while (*s) h = (h ^ (uint8_t)*s++) * 1099511628211ull;
-    return h;
-}
-
-static ref_case *new_case(const char *title, const char *op, const char *params) {
-    cr_assert_lt(num_cases, MAX_CASES);
-    ref_case *c = &cases[num_cases++];
-    memset(c, 0, sizeof *c);
-    c->title = title;
-    c->op = op;
-    cr_assert_eq(mt_ref_fixture_create(&c->fx), MT_OK, "%s", mt_error());
-    char path[512];
-    snprintf(path, sizeof path, "%s/case.txt", c->fx.dir);
-    FILE *f = fopen(path, "w");
-    cr_assert(f);
-    fputs(params, f);
-    fclose(f);
-    return c;
-}
-
-static void write_array(ref_case *c, const char *name, const void *data, size_t count, int ints) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s.%s", c->fx.dir, name, ints ? "i32" : "f32");
-    FILE *f = fopen(path, "wb");
-    cr_assert(f);
-    cr_assert_eq(fwrite(data, 4, count, f), count);
-    fclose(f);
-}
-
-/* A random float input, written for the script; the caller frees it. */
-static float *input(ref_case *c, const char *name, size_t count, float lo, float hi) {
-    float *x = malloc(count * sizeof *x);
-    ops_fill(x, count, seed_of(c->title) ^ seed_of(name), lo, hi);
-    write_array(c, name, x, count, 0);
-    return x;
-}
-
-static void expect_f(ref_case *c, const char *name, float *got, size_t count) {
-    c->out[c->outputs++] = (output){name, count, got, NULL};
-}
-static void expect_i(ref_case *c, const char *name, int32_t *got, size_t count) {
-    c->out[c->outputs++] = (output){name, count, NULL, got};
-}
+static ref_ops_set set;
 
 /* Each token's k distinct experts, the last two experts left without any. */
 static void random_experts(const char *title, int n, int E, int k, int32_t *experts) {
-    uint64_t state = seed_of(title);
+    uint64_t state = ref_ops_seed(title);
     for (int t = 0; t < n; t++)
         for (int j = 0; j < k; j++) {
             int32_t e, again;
@@ -107,18 +40,18 @@ static void random_experts(const char *title, int n, int E, int k, int32_t *expe
 static void route_case(const char *title, int n, int E, int k, int renorm, int aux) {
     char params[128];
     snprintf(params, sizeof params, "n=%d\nE=%d\nk=%d\nrenorm=%d\n", n, E, k, renorm);
-    ref_case *c = new_case(title, "route", params);
-    float *logits = input(c, "logits", (size_t)n * E, -2, 2), *dweights = input(c, "dweights", (size_t)n * k, -1, 1);
-    float *aux_grad = aux ? input(c, "aux_grad", E, -0.5f, 0.5f) : NULL;
+    ref_ops_case *c = ref_ops_new_case(&set, title, "route", params);
+    float *logits = ref_ops_input(c, "logits", (size_t)n * E, -2, 2), *dweights = ref_ops_input(c, "dweights", (size_t)n * k, -1, 1);
+    float *aux_grad = aux ? ref_ops_input(c, "aux_grad", E, -0.5f, 0.5f) : NULL;
     float *weights = malloc((size_t)n * k * 4), *prob_sum = calloc(E, 4), *dlogits = malloc((size_t)n * E * 4);
     int32_t *experts = malloc((size_t)n * k * 4), *counts = calloc(E, 4);
     mt_cpu_moe_route(weights, experts, counts, prob_sum, logits, n, E, k, renorm);
     mt_cpu_moe_route_dx(dlogits, dweights, logits, experts, aux_grad, n, E, k, renorm);
-    expect_f(c, "weights", weights, (size_t)n * k);
-    expect_i(c, "experts", experts, (size_t)n * k);
-    expect_i(c, "counts", counts, E);
-    expect_f(c, "prob_sum", prob_sum, E);
-    expect_f(c, "dlogits", dlogits, (size_t)n * E);
+    ref_ops_expect_f(c, "weights", weights, (size_t)n * k);
+    ref_ops_expect_i(c, "experts", experts, (size_t)n * k);
+    ref_ops_expect_i(c, "counts", counts, E);
+    ref_ops_expect_f(c, "prob_sum", prob_sum, E);
+    ref_ops_expect_f(c, "dlogits", dlogits, (size_t)n * E);
     free(logits);
     free(dweights);
     free(aux_grad);
@@ -127,21 +60,21 @@ static void route_case(const char *title, int n, int E, int k, int renorm, int a
 static void permute_case(const char *title, int n, int E, int k, int seg) {
     char params[128];
     snprintf(params, sizeof params, "n=%d\nE=%d\nk=%d\nseg=%d\n", n, E, k, seg);
-    ref_case *c = new_case(title, "permute", params);
+    ref_ops_case *c = ref_ops_new_case(&set, title, "permute", params);
     int S = (n + seg - 1) / seg;
     int32_t *experts = malloc((size_t)n * k * 4), *order = malloc((size_t)n * k * 4);
     int32_t *slot_row = malloc((size_t)n * k * 4), *offsets = malloc(((size_t)E * S + 1) * 4);
     random_experts(title, n, E, k, experts);
-    write_array(c, "experts", experts, (size_t)n * k, 1);
+    ref_ops_write(c, "experts", experts, (size_t)n * k, 1);
     mt_cpu_moe_permute(order, slot_row, offsets, experts, n, E, k, seg);
-    expect_i(c, "order", order, (size_t)n * k);
-    expect_i(c, "slot_row", slot_row, (size_t)n * k);
-    expect_i(c, "offsets", offsets, (size_t)E * S + 1);
+    ref_ops_expect_i(c, "order", order, (size_t)n * k);
+    ref_ops_expect_i(c, "slot_row", slot_row, (size_t)n * k);
+    ref_ops_expect_i(c, "offsets", offsets, (size_t)E * S + 1);
     free(experts);
 }
 
 /* A layer's permutation of random experts, written as the script's inputs it names. */
-static void permutation(ref_case *c, int n, int E, int k, int seg, int32_t **order, int32_t **slot_row,
+static void permutation(ref_ops_case *c, int n, int E, int k, int seg, int32_t **order, int32_t **slot_row,
                         int32_t **offsets) {
     int S = (n + seg - 1) / seg;
     int32_t *experts = malloc((size_t)n * k * 4);
@@ -150,24 +83,24 @@ static void permutation(ref_case *c, int n, int E, int k, int seg, int32_t **ord
     *offsets = malloc(((size_t)E * S + 1) * 4);
     random_experts(c->title, n, E, k, experts);
     mt_cpu_moe_permute(*order, *slot_row, *offsets, experts, n, E, k, seg);
-    write_array(c, "order", *order, (size_t)n * k, 1);
-    write_array(c, "slot_row", *slot_row, (size_t)n * k, 1);
-    write_array(c, "offsets", *offsets, (size_t)E * S + 1, 1);
+    ref_ops_write(c, "order", *order, (size_t)n * k, 1);
+    ref_ops_write(c, "slot_row", *slot_row, (size_t)n * k, 1);
+    ref_ops_write(c, "offsets", *offsets, (size_t)E * S + 1, 1);
     free(experts);
 }
 
 static void gather_case(const char *title, int n, int E, int k, int d, int accumulate) {
     char params[128];
     snprintf(params, sizeof params, "n=%d\nk=%d\nd=%d\naccumulate=%d\n", n, k, d, accumulate);
-    ref_case *c = new_case(title, "gather", params);
+    ref_ops_case *c = ref_ops_new_case(&set, title, "gather", params);
     int32_t *order, *slot_row, *offsets;
     permutation(c, n, E, k, n, &order, &slot_row, &offsets);
-    float *x = input(c, "x", (size_t)n * d, -1, 1), *dxs = input(c, "dxs", (size_t)n * k * d, -1, 1);
-    float *dx = input(c, "dx", (size_t)n * d, -1, 1), *xs = malloc((size_t)n * k * d * 4);
+    float *x = ref_ops_input(c, "x", (size_t)n * d, -1, 1), *dxs = ref_ops_input(c, "dxs", (size_t)n * k * d, -1, 1);
+    float *dx = ref_ops_input(c, "dx", (size_t)n * d, -1, 1), *xs = malloc((size_t)n * k * d * 4);
     mt_cpu_moe_gather(xs, x, order, n, k, d);
     mt_cpu_moe_gather_dx(dx, dxs, slot_row, n, k, d, accumulate);
-    expect_f(c, "xs", xs, (size_t)n * k * d);
-    expect_f(c, "dx", dx, (size_t)n * d);
+    ref_ops_expect_f(c, "xs", xs, (size_t)n * k * d);
+    ref_ops_expect_f(c, "dx", dx, (size_t)n * d);
     free(x);
     free(dxs);
     free(order);
@@ -179,18 +112,18 @@ static void grouped_case(const char *title, int n, int E, int k, int seg, int in
     int S = (n + seg - 1) / seg, rows = n * k;
     char params[160];
     snprintf(params, sizeof params, "rows=%d\nE=%d\nS=%d\nin=%d\nout=%d\n", rows, E, S, in, out);
-    ref_case *c = new_case(title, "grouped", params);
+    ref_ops_case *c = ref_ops_new_case(&set, title, "grouped", params);
     int32_t *order, *slot_row, *offsets;
     permutation(c, n, E, k, seg, &order, &slot_row, &offsets);
-    float *x = input(c, "x", (size_t)rows * in, -1, 1), *w = input(c, "w", (size_t)E * out * in, -0.3f, 0.3f);
-    float *dy = input(c, "dy", (size_t)rows * out, -1, 1), *dw = input(c, "dw", (size_t)E * out * in, -1, 1);
+    float *x = ref_ops_input(c, "x", (size_t)rows * in, -1, 1), *w = ref_ops_input(c, "w", (size_t)E * out * in, -0.3f, 0.3f);
+    float *dy = ref_ops_input(c, "dy", (size_t)rows * out, -1, 1), *dw = ref_ops_input(c, "dw", (size_t)E * out * in, -1, 1);
     float *y = malloc((size_t)rows * out * 4), *dx = malloc((size_t)rows * in * 4);
-    mt_cpu_moe_matmul(y, x, w, offsets, rows, E, S, in, out);
+    mt_cpu_moe_matmul(y, x, w, NULL, offsets, rows, E, S, in, out);
     mt_cpu_moe_matmul_dx(dx, dy, w, offsets, rows, E, S, in, out);
-    mt_cpu_moe_matmul_dw(dw, dy, x, offsets, rows, E, S, in, out);
-    expect_f(c, "y", y, (size_t)rows * out);
-    expect_f(c, "dx", dx, (size_t)rows * in);
-    expect_f(c, "dw", dw, (size_t)E * out * in);
+    mt_cpu_moe_matmul_dw(dw, NULL, dy, x, offsets, rows, E, S, in, out);
+    ref_ops_expect_f(c, "y", y, (size_t)rows * out);
+    ref_ops_expect_f(c, "dx", dx, (size_t)rows * in);
+    ref_ops_expect_f(c, "dw", dw, (size_t)E * out * in);
     free(x);
     free(w);
     free(dy);
@@ -202,13 +135,13 @@ static void grouped_case(const char *title, int n, int E, int k, int seg, int in
 static void swiglu_case(const char *title, int rows, int F) {
     char params[64];
     snprintf(params, sizeof params, "rows=%d\nF=%d\n", rows, F);
-    ref_case *c = new_case(title, "swiglu", params);
-    float *gu = input(c, "gu", (size_t)rows * 2 * F, -4, 4), *da = input(c, "da", (size_t)rows * F, -1, 1);
+    ref_ops_case *c = ref_ops_new_case(&set, title, "swiglu", params);
+    float *gu = ref_ops_input(c, "gu", (size_t)rows * 2 * F, -4, 4), *da = ref_ops_input(c, "da", (size_t)rows * F, -1, 1);
     float *a = malloc((size_t)rows * F * 4), *dgu = malloc((size_t)rows * 2 * F * 4);
-    mt_cpu_moe_swiglu(a, gu, rows, F);
-    mt_cpu_moe_swiglu_dx(dgu, da, gu, rows, F);
-    expect_f(c, "a", a, (size_t)rows * F);
-    expect_f(c, "dgu", dgu, (size_t)rows * 2 * F);
+    mt_cpu_moe_swiglu(a, gu, rows, F, MT_GLU_SWIGLU);
+    mt_cpu_moe_swiglu_dx(dgu, da, gu, rows, F, MT_GLU_SWIGLU);
+    ref_ops_expect_f(c, "a", a, (size_t)rows * F);
+    ref_ops_expect_f(c, "dgu", dgu, (size_t)rows * 2 * F);
     free(gu);
     free(da);
 }
@@ -216,17 +149,17 @@ static void swiglu_case(const char *title, int rows, int F) {
 static void combine_case(const char *title, int n, int E, int k, int d) {
     char params[64];
     snprintf(params, sizeof params, "n=%d\nk=%d\nd=%d\n", n, k, d);
-    ref_case *c = new_case(title, "combine", params);
+    ref_ops_case *c = ref_ops_new_case(&set, title, "combine", params);
     int32_t *order, *slot_row, *offsets;
     permutation(c, n, E, k, n, &order, &slot_row, &offsets);
-    float *ys = input(c, "ys", (size_t)n * k * d, -1, 1), *weights = input(c, "weights", (size_t)n * k, 0, 1);
-    float *dy = input(c, "dy", (size_t)n * d, -1, 1);
+    float *ys = ref_ops_input(c, "ys", (size_t)n * k * d, -1, 1), *weights = ref_ops_input(c, "weights", (size_t)n * k, 0, 1);
+    float *dy = ref_ops_input(c, "dy", (size_t)n * d, -1, 1);
     float *y = malloc((size_t)n * d * 4), *dys = malloc((size_t)n * k * d * 4), *dweights = malloc((size_t)n * k * 4);
     mt_cpu_moe_combine(y, ys, weights, slot_row, n, k, d);
     mt_cpu_moe_combine_dx(dys, dweights, dy, ys, weights, slot_row, n, k, d);
-    expect_f(c, "y", y, (size_t)n * d);
-    expect_f(c, "dys", dys, (size_t)n * k * d);
-    expect_f(c, "dweights", dweights, (size_t)n * k);
+    ref_ops_expect_f(c, "y", y, (size_t)n * d);
+    ref_ops_expect_f(c, "dys", dys, (size_t)n * k * d);
+    ref_ops_expect_f(c, "dweights", dweights, (size_t)n * k);
     free(ys);
     free(weights);
     free(dy);
@@ -238,15 +171,15 @@ static void combine_case(const char *title, int n, int E, int k, int d) {
 static void gate_case(const char *title, int n, int d) {
     char params[64];
     snprintf(params, sizeof params, "n=%d\nd=%d\n", n, d);
-    ref_case *c = new_case(title, "gate_add", params);
-    float *a = input(c, "a", (size_t)n * d, -1, 1), *x = input(c, "x", (size_t)n * d, -1, 1);
-    float *g = input(c, "g", n, -4, 4), *dy = input(c, "dy", (size_t)n * d, -1, 1);
+    ref_ops_case *c = ref_ops_new_case(&set, title, "gate_add", params);
+    float *a = ref_ops_input(c, "a", (size_t)n * d, -1, 1), *x = ref_ops_input(c, "x", (size_t)n * d, -1, 1);
+    float *g = ref_ops_input(c, "g", n, -4, 4), *dy = ref_ops_input(c, "dy", (size_t)n * d, -1, 1);
     float *y = malloc((size_t)n * d * 4), *dx = malloc((size_t)n * d * 4), *dg = malloc((size_t)n * 4);
     mt_cpu_moe_gate_add(y, a, x, g, n, d);
     mt_cpu_moe_gate_add_dx(dx, dg, dy, x, g, n, d);
-    expect_f(c, "y", y, (size_t)n * d);
-    expect_f(c, "dx", dx, (size_t)n * d);
-    expect_f(c, "dg", dg, n);
+    ref_ops_expect_f(c, "y", y, (size_t)n * d);
+    ref_ops_expect_f(c, "dx", dx, (size_t)n * d);
+    ref_ops_expect_f(c, "dg", dg, n);
     free(a);
     free(x);
     free(g);
@@ -260,9 +193,9 @@ static void aux_case(const char *title, int layers, int n, int E, int k, float s
     char params[128];
     /* %f: a point, so the script reads a float */
     snprintf(params, sizeof params, "layers=%d\nn=%d\nE=%d\nk=%d\nscale=%.6f\n", layers, n, E, k, (double)scale);
-    ref_case *c = new_case(title, "aux", params);
+    ref_ops_case *c = ref_ops_new_case(&set, title, "aux", params);
     size_t nE = (size_t)n * E;
-    float *logits = input(c, "logits", (size_t)layers * nE, -2, 2), *weights = malloc((size_t)n * k * 4);
+    float *logits = ref_ops_input(c, "logits", (size_t)layers * nE, -2, 2), *weights = malloc((size_t)n * k * 4);
     float *prob_sum = calloc(E, 4), *grad = malloc((size_t)E * 4), *loss = calloc(1, 4);
     float *zeros = calloc((size_t)n * k, 4), *dlogits = malloc((size_t)layers * nE * 4);
     int32_t *counts = calloc((size_t)layers * E, 4), *experts = malloc((size_t)layers * n * k * 4);
@@ -272,8 +205,8 @@ static void aux_case(const char *title, int layers, int n, int E, int k, float s
     mt_cpu_moe_aux_loss(loss, grad, counts, prob_sum, layers, n, E, scale, scale);
     for (int l = 0; l < layers; l++)
         mt_cpu_moe_route_dx(dlogits + l * nE, zeros, logits + l * nE, experts + (size_t)l * n * k, grad, n, E, k, 0);
-    expect_f(c, "loss", loss, 1);
-    expect_f(c, "dlogits", dlogits, (size_t)layers * nE);
+    ref_ops_expect_f(c, "loss", loss, 1);
+    ref_ops_expect_f(c, "dlogits", dlogits, (size_t)layers * nE);
     free(logits);
     free(weights);
     free(prob_sum);
@@ -283,53 +216,7 @@ static void aux_case(const char *title, int layers, int n, int E, int k, float s
     free(experts);
 }
 
-/* ---- comparing ---- */
-
-static double *read_f64(const char *dir, const char *name, size_t count) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s.ref.f64", dir, name);
-    FILE *f = fopen(path, "rb");
-    cr_assert(f, "%s: not written by the script", path);
-    double *x = malloc(count * sizeof *x);
-    size_t got = fread(x, sizeof *x, count, f);
-    cr_assert_eq(got, count, "%s: %zu values, expected %zu", path, got, count);
-    fclose(f);
-    return x;
-}
-
-static void compare(const ref_case *c) {
-    for (int o = 0; o < c->outputs; o++) {
-        const output *out = &c->out[o];
-        char path[512];
-        if (out->i) {
-            snprintf(path, sizeof path, "%s/%s.ref.i32", c->fx.dir, out->name);
-            FILE *f = fopen(path, "rb");
-            cr_assert(f, "%s: not written by the script", path);
-            int32_t *want = malloc(out->count * sizeof *want);
-            cr_assert_eq(fread(want, 4, out->count, f), out->count, "%s: short", path);
-            fclose(f);
-            size_t k = 0;
-            while (k < out->count && want[k] == out->i[k]) k++;
-            cr_expect_eq(k, out->count, "%s: %s[%zu] is %d, PyTorch's %d", c->title, out->name, k,
-                         out->i[k % out->count], want[k % out->count]);
-            free(want);
-        } else {
-            double *want = read_f64(c->fx.dir, out->name, out->count), err2 = 0, norm2 = 0;
-            for (size_t i = 0; i < out->count; i++) {
-                double e = out->f[i] - want[i];
-                err2 += e * e;
-                norm2 += want[i] * want[i];
-            }
-            double rel = norm2 > 0 ? sqrt(err2 / norm2) : sqrt(err2);
-            cr_expect(rel < REL_TOL, "%s: %s is off PyTorch's by %.3g relative (bound %g)", c->title, out->name, rel,
-                      REL_TOL);
-            free(want);
-        }
-    }
-}
-
 Test(moe_ops, reference_kernels_match_pytorch) {
-    num_cases = 0;
     route_case("route, 60 experts top 4, aux", 37, 60, 4, 0, 1);
     route_case("route, 128 experts top 8, renormalised, aux", 29, 128, 8, 1, 1);
     route_case("route, 8 experts top 2, renormalised", 13, 8, 2, 1, 0);
@@ -345,15 +232,5 @@ Test(moe_ops, reference_kernels_match_pytorch) {
     aux_case("load-balancing loss, 3 layers", 3, 41, 16, 4, 0.5f);
     aux_case("load-balancing loss, 2 layers, 64 experts top 8", 2, 33, 64, 8, 1.0f);
 
-    mt_ref_job jobs[MAX_CASES];
-    for (int i = 0; i < num_cases; i++) jobs[i] = (mt_ref_job){cases[i].op, &cases[i].fx};
-    cr_assert_eq(mt_ref_run_script(SCRIPT, jobs, num_cases), MT_OK, "%s", mt_error());
-    for (int i = 0; i < num_cases; i++) {
-        compare(&cases[i]);
-        for (int o = 0; o < cases[i].outputs; o++) {
-            free(cases[i].out[o].f);
-            free(cases[i].out[o].i);
-        }
-        mt_ref_fixture_remove(&cases[i].fx);
-    }
+    ref_ops_run(&set, SCRIPT, REL_TOL);
 }

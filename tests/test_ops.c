@@ -123,6 +123,7 @@ Test(ops, matmul_dbias_sums_rows_in_order) {
 
 enum { RN_N = 7, RN_D = 13 };
 #define RN_EPS 1e-5f
+#define RN_PLAIN ((mt_rmsnorm_params){.eps = RN_EPS})
 
 Test(ops, rmsnorm_matches_reference) {
     float x[RN_N * RN_D], w[RN_D], y[RN_N * RN_D], rstd[RN_N];
@@ -130,7 +131,7 @@ Test(ops, rmsnorm_matches_reference) {
     ops_fill(x, COUNT(x), 20, -2, 2);
     ops_fill(w, COUNT(w), 21, 0.5f, 1.5f);
 
-    mt_cpu_rmsnorm(y, rstd, x, w, RN_N, RN_D, RN_EPS);
+    mt_cpu_rmsnorm(y, rstd, x, w, RN_N, RN_D, RN_PLAIN);
     ops_ref_rmsnorm(want_y, want_rstd, x, w, RN_N, RN_D, RN_EPS);
     ops_assert_close("y", y, want_y, COUNT(y), FWD_ATOL, FWD_RTOL);
     ops_assert_close("rstd", rstd, want_rstd, COUNT(rstd), FWD_ATOL, FWD_RTOL);
@@ -143,7 +144,7 @@ typedef struct {
 
 static double rmsnorm_loss(void *ctx) {
     rmsnorm_case *c = ctx;
-    mt_cpu_rmsnorm(c->y, c->rstd, c->x, c->w, RN_N, RN_D, RN_EPS);
+    mt_cpu_rmsnorm(c->y, c->rstd, c->x, c->w, RN_N, RN_D, RN_PLAIN);
     return ops_probe(c->y, c->probe, RN_N * RN_D);
 }
 
@@ -154,8 +155,8 @@ Test(ops, rmsnorm_gradients) {
     ops_fill(w, COUNT(w), 23, 0.5f, 1.5f);
     ops_fill(probe, COUNT(probe), 24, -1, 1);
 
-    mt_cpu_rmsnorm(y, rstd, x, w, RN_N, RN_D, RN_EPS);
-    mt_cpu_rmsnorm_dx(dx, dw, probe, x, w, rstd, RN_N, RN_D, 0);
+    mt_cpu_rmsnorm(y, rstd, x, w, RN_N, RN_D, RN_PLAIN);
+    mt_cpu_rmsnorm_dx(dx, dw, probe, x, w, rstd, RN_N, RN_D, RN_PLAIN, 0);
 
     rmsnorm_case c = {x, w, probe, y, rstd};
     ops_check_grad("dx", x, dx, COUNT(x), FD_STEP, rmsnorm_loss, &c, FD_ATOL, FD_RTOL);
@@ -170,11 +171,11 @@ Test(ops, rmsnorm_dx_accumulates) {
     ops_fill(w, COUNT(w), 26, 0.5f, 1.5f);
     ops_fill(dy, COUNT(dy), 27, -1, 1);
     ops_fill(dx, COUNT(dx), 28, -1, 1);
-    mt_cpu_rmsnorm(y, rstd, x, w, RN_N, RN_D, RN_EPS);
+    mt_cpu_rmsnorm(y, rstd, x, w, RN_N, RN_D, RN_PLAIN);
 
-    mt_cpu_rmsnorm_dx(fresh, dw, dy, x, w, rstd, RN_N, RN_D, 0);
+    mt_cpu_rmsnorm_dx(fresh, dw, dy, x, w, rstd, RN_N, RN_D, RN_PLAIN, 0);
     for (size_t i = 0; i < COUNT(dx); i++) want[i] = dx[i] + fresh[i];
-    mt_cpu_rmsnorm_dx(dx, dw, dy, x, w, rstd, RN_N, RN_D, 1);
+    mt_cpu_rmsnorm_dx(dx, dw, dy, x, w, rstd, RN_N, RN_D, RN_PLAIN, 1);
     cr_assert(memcmp(dx, want, sizeof dx) == 0, "dx += differs from dx + fresh dx");
 }
 
@@ -186,12 +187,12 @@ Test(ops, rmsnorm_dw_sums_rows_in_order) {
     ops_fill(dy, COUNT(dy), 31, -1000, 1000);
     ops_fill(once, COUNT(once), 32, -1, 1);
     memcpy(split, once, sizeof once);
-    mt_cpu_rmsnorm(y, rstd, x, w, SPLIT_N, SPLIT_D, RN_EPS);
+    mt_cpu_rmsnorm(y, rstd, x, w, SPLIT_N, SPLIT_D, RN_PLAIN);
 
-    mt_cpu_rmsnorm_dx(dx, once, dy, x, w, rstd, SPLIT_N, SPLIT_D, 0);
-    mt_cpu_rmsnorm_dx(dx, split, dy, x, w, rstd, SPLIT_HALF, SPLIT_D, 0);
+    mt_cpu_rmsnorm_dx(dx, once, dy, x, w, rstd, SPLIT_N, SPLIT_D, RN_PLAIN, 0);
+    mt_cpu_rmsnorm_dx(dx, split, dy, x, w, rstd, SPLIT_HALF, SPLIT_D, RN_PLAIN, 0);
     mt_cpu_rmsnorm_dx(dx + SPLIT_HALF * SPLIT_D, split, dy + SPLIT_HALF * SPLIT_D, x + SPLIT_HALF * SPLIT_D,
-                      w, rstd + SPLIT_HALF, SPLIT_N - SPLIT_HALF, SPLIT_D, 0);
+                      w, rstd + SPLIT_HALF, SPLIT_N - SPLIT_HALF, SPLIT_D, RN_PLAIN, 0);
     cr_assert(memcmp(once, split, sizeof once) == 0, "dw differs between one call and two");
 }
 
@@ -344,7 +345,7 @@ Test(ops, swiglu_matches_reference) {
     double want[SW_COUNT];
     ops_fill(g, SW_COUNT, 90, -6, 6);
     ops_fill(u, SW_COUNT, 91, -2, 2);
-    mt_cpu_swiglu(a, g, u, SW_COUNT);
+    mt_cpu_swiglu(a, g, u, SW_COUNT, MT_GLU_SWIGLU);
     ops_ref_swiglu(want, g, u, SW_COUNT);
     ops_assert_close("a", a, want, SW_COUNT, FWD_ATOL, FWD_RTOL);
 }
@@ -356,7 +357,7 @@ typedef struct {
 
 static double swiglu_loss(void *ctx) {
     swiglu_case *c = ctx;
-    mt_cpu_swiglu(c->a, c->g, c->u, SW_COUNT);
+    mt_cpu_swiglu(c->a, c->g, c->u, SW_COUNT, MT_GLU_SWIGLU);
     return ops_probe(c->a, c->probe, SW_COUNT);
 }
 
@@ -365,7 +366,7 @@ Test(ops, swiglu_gradients) {
     ops_fill(g, SW_COUNT, 92, -6, 6);
     ops_fill(u, SW_COUNT, 93, -2, 2);
     ops_fill(probe, SW_COUNT, 94, -1, 1);
-    mt_cpu_swiglu_dx(dg, du, probe, g, u, SW_COUNT);
+    mt_cpu_swiglu_dx(dg, du, probe, g, u, SW_COUNT, MT_GLU_SWIGLU);
 
     swiglu_case c = {g, u, probe, a};
     ops_check_grad("dg", g, dg, SW_COUNT, FD_STEP, swiglu_loss, &c, FD_ATOL, FD_RTOL);
@@ -392,7 +393,7 @@ static const int32_t EM_TOKENS[SPLIT_N] = {3, 0, 3, 4, 1, 3, 0, 4, 3}; /* repeat
 Test(ops, embedding_gathers_rows) {
     float wte[EM_VOCAB * SPLIT_D], x[SPLIT_N * SPLIT_D];
     ops_fill(wte, COUNT(wte), 100, -1, 1);
-    mt_cpu_embedding(x, EM_TOKENS, wte, SPLIT_N, SPLIT_D);
+    mt_cpu_embedding(x, EM_TOKENS, wte, SPLIT_N, SPLIT_D, 1.0f);
     for (int r = 0; r < SPLIT_N; r++)
         cr_assert(memcmp(x + r * SPLIT_D, wte + EM_TOKENS[r] * SPLIT_D, SPLIT_D * sizeof *x) == 0,
                   "row %d is not wte[%d]", r, EM_TOKENS[r]);
@@ -408,7 +409,7 @@ Test(ops, embedding_dw_scatters_rows) {
     for (int r = 0; r < SPLIT_N; r++)
         for (int j = 0; j < SPLIT_D; j++) want[EM_TOKENS[r] * SPLIT_D + j] += dx[r * SPLIT_D + j];
 
-    mt_cpu_embedding_dw(dwte, EM_TOKENS, dx, SPLIT_N, SPLIT_D, 0, EM_VOCAB);
+    mt_cpu_embedding_dw(dwte, EM_TOKENS, dx, SPLIT_N, SPLIT_D, 0, EM_VOCAB, 1.0f);
     ops_assert_close("dwte", dwte, want, COUNT(dwte), FWD_ATOL, FWD_RTOL);
 }
 
@@ -416,8 +417,8 @@ Test(ops, embedding_dw_scatters_rows) {
 Test(ops, embedding_dw_window_takes_its_rows_only) {
     float dx[SPLIT_N * SPLIT_D], whole[EM_VOCAB * SPLIT_D] = {0}, window[2 * SPLIT_D] = {0};
     ops_fill(dx, COUNT(dx), 103, -1, 1);
-    mt_cpu_embedding_dw(whole, EM_TOKENS, dx, SPLIT_N, SPLIT_D, 0, EM_VOCAB);
-    mt_cpu_embedding_dw(window, EM_TOKENS, dx, SPLIT_N, SPLIT_D, 3, 2);
+    mt_cpu_embedding_dw(whole, EM_TOKENS, dx, SPLIT_N, SPLIT_D, 0, EM_VOCAB, 1.0f);
+    mt_cpu_embedding_dw(window, EM_TOKENS, dx, SPLIT_N, SPLIT_D, 3, 2, 1.0f);
     cr_expect(!memcmp(window, whole + 3 * SPLIT_D, sizeof window), "rows 3 and 4 differ from the whole gradient's");
 }
 
@@ -427,10 +428,10 @@ Test(ops, embedding_dw_sums_rows_in_order) {
     ops_fill(once, COUNT(once), 104, -1, 1);
     memcpy(split, once, sizeof once);
 
-    mt_cpu_embedding_dw(once, EM_TOKENS, dx, SPLIT_N, SPLIT_D, 0, EM_VOCAB);
-    mt_cpu_embedding_dw(split, EM_TOKENS, dx, SPLIT_HALF, SPLIT_D, 0, EM_VOCAB);
+    mt_cpu_embedding_dw(once, EM_TOKENS, dx, SPLIT_N, SPLIT_D, 0, EM_VOCAB, 1.0f);
+    mt_cpu_embedding_dw(split, EM_TOKENS, dx, SPLIT_HALF, SPLIT_D, 0, EM_VOCAB, 1.0f);
     mt_cpu_embedding_dw(split, EM_TOKENS + SPLIT_HALF, dx + SPLIT_HALF * SPLIT_D, SPLIT_N - SPLIT_HALF, SPLIT_D, 0,
-                        EM_VOCAB);
+                        EM_VOCAB, 1.0f);
     cr_assert(memcmp(once, split, sizeof once) == 0, "dwte differs between one call and two");
 }
 
@@ -448,7 +449,7 @@ typedef struct {
 static void lmhead(float *loss_sum, float *dx, float *dw, const float *x, const float *w,
                    const int32_t *targets, int chunk, lm_workspace *ws) {
     cr_assert(mt_cpu_lmhead_workspace(chunk, LM_VOCAB) <= sizeof *ws);
-    mt_cpu_lmhead_loss(loss_sum, NULL, dx, dw, x, w, targets, LM_N, LM_D, LM_VOCAB, LM_SCALE, chunk, ws);
+    mt_cpu_lmhead_loss(loss_sum, NULL, dx, dw, x, w, targets, LM_N, LM_D, LM_VOCAB, LM_SCALE, 0.0f, chunk, ws);
 }
 
 Test(ops, lmhead_loss_matches_reference) {
@@ -540,7 +541,7 @@ Test(ops, logits_match_reference) {
     double want[LM_VOCAB];
     ops_fill(x, COUNT(x), 120, -1, 1);
     ops_fill(w, COUNT(w), 121, -1, 1);
-    mt_cpu_logits(logits, x, w, LM_D, LM_VOCAB);
+    mt_cpu_logits(logits, x, w, LM_D, LM_VOCAB, 0.0f);
     ops_ref_matmul(want, x, w, NULL, 1, LM_D, LM_VOCAB);
     ops_assert_close("logits", logits, want, LM_VOCAB, FWD_ATOL, FWD_RTOL);
 }

@@ -36,6 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model/layer_spec.h" /* mt_glu */
 #include "util/dtype.h"
 #include "util/status.h"
 
@@ -106,6 +107,21 @@ typedef struct {
                             * sequence's first row; 0 for a call over the micro-batch) */
 } mt_segments;
 
+/* The GLU ops' variant: limit and alpha are SILU_CLAMPED's (gpt-oss: 7 and 1.702), unused else. */
+typedef struct {
+    mt_glu act;
+    float limit, alpha;
+} mt_glu_params;
+
+#define MT_GLU_SWIGLU ((mt_glu_params){.act = MT_GLU_SILU})
+
+/* RMSNorm's variant: y = x * rstd * w, or with unit_offset x * rstd * (1 + w) (Gemma's norms,
+ * 1 + w formed in fp32); rstd = 1 / sqrt(mean(x^2) + eps). */
+typedef struct {
+    float eps;
+    int unit_offset;
+} mt_rmsnorm_params;
+
 /* Memory. dev_* is device memory; host_* is host memory the device copies from and to at full
  * speed (pinned on cuda). Allocators return NULL and set the error on failure. */
 typedef struct {
@@ -165,13 +181,15 @@ typedef struct {
     void (*matmul_dw)(mt_backend *be, mt_stream *s, float *dw, float *dbias, const void *dy,
                       const void *x, int n, int in, int out);
 
-    /* y = x * rstd * w with rstd[n] = 1/sqrt(mean(x^2) + eps) saved for the backward */
+    /* y = x * rstd * w (p.unit_offset: * (1 + w)) with rstd[n] = 1/sqrt(mean(x^2) + p.eps) saved
+     * for the backward */
     void (*rmsnorm)(mt_backend *be, mt_stream *s, void *y, float *rstd, const void *x,
-                    const void *w, int n, int d, float eps);
-    /* dx = (or += when accumulate) d(y)/dx . dy;  dw += sum over rows of dy * x * rstd */
+                    const void *w, int n, int d, mt_rmsnorm_params p);
+    /* dx = (or += when accumulate) d(y)/dx . dy;  dw += sum over rows of dy * x * rstd (the same
+     * for either form); p as the forward's (its eps unused) */
     void (*rmsnorm_dx)(mt_backend *be, mt_stream *s, void *dx, float *dw, const void *dy,
                        const void *x, const void *w, const float *rstd, int n, int d,
-                       int accumulate);
+                       mt_rmsnorm_params p, int accumulate);
 
     /* In-place rotary embedding of x[n, heads, head_dim], Hugging Face's rotate_half pairing
      * (i, i + head_dim/2); the position of row r is pos[r] (device int32), or (pos0 + r) % seq when
@@ -209,42 +227,48 @@ typedef struct {
     /* y[count] (act) = x (float), rounded to the act type */
     void (*round_f32)(mt_backend *be, mt_stream *s, void *y, const float *x, size_t count);
 
-    /* a = silu(g) * u over count elements; backward overwrites dg and du */
-    void (*swiglu)(mt_backend *be, mt_stream *s, void *a, const void *g, const void *u, size_t count);
+    /* a = act(g) * u over count elements, the GLU of p (mt_glu); backward overwrites dg and du */
+    void (*swiglu)(mt_backend *be, mt_stream *s, void *a, const void *g, const void *u, size_t count,
+                   mt_glu_params p);
     void (*swiglu_dx)(mt_backend *be, mt_stream *s, void *dg, void *du, const void *da,
-                      const void *g, const void *u, size_t count);
+                      const void *g, const void *u, size_t count, mt_glu_params p);
 
     /* y = a + b over count elements (y may alias a or b) */
     void (*add)(mt_backend *be, mt_stream *s, void *y, const void *a, const void *b, size_t count);
 
-    /* x[n,d] = wte[tokens[i], :];  dwte[tokens[i] - v0, :] += dx[i, :] for the tokens in
-     * [v0, v0 + rows) only: dwte holds those vocabulary rows (ids already validated) */
+    /* x[n,d] = scale * wte[tokens[i], :];  dwte[tokens[i] - v0, :] += scale * dx[i, :] for the
+     * tokens in [v0, v0 + rows) only: dwte holds those vocabulary rows (ids already validated).
+     * scale: 1, or Gemma's sqrt(hidden) (rounded to the weights' type by the caller, as
+     * transformers does); the product is rounded to the act type once. */
     void (*embedding)(mt_backend *be, mt_stream *s, void *x, const int32_t *tokens,
-                      const void *wte, int n, int d);
+                      const void *wte, int n, int d, float scale);
     void (*embedding_dw)(mt_backend *be, mt_stream *s, float *dwte, const int32_t *tokens,
-                         const void *dx, int n, int d, int v0, int rows);
+                         const void *dx, int n, int d, int v0, int rows, float scale);
 
-    /* Fused LM head and cross-entropy over logits = x[n,d] . w[vocab,d]^T, never holding more
-     * than chunk rows of logits: *loss_sum (device float) += sum of -log softmax(logits)[target]
+    /* Fused LM head and cross-entropy over logits = x[n,d] . w[vocab,d]^T, soft-capped where
+     * softcap > 0 (Gemma 2's final_logit_softcapping: softcap * tanh(logits / softcap), in fp32;
+     * 0: none), never holding more than chunk rows of logits: *loss_sum (device float) += sum of -log softmax(logits)[target]
      * over rows; dx[n,d] = scale * dloss/dx (overwritten); dw += scale * dloss/dw. A target < 0
      * is ignored (no loss, no gradient). dx and dw may both be NULL: the loss only (evaluation).
      * lse[n] (device float, may be NULL) receives each row's log-sum-exp of its logits (rows
      * with an ignored target: unspecified). workspace: lmhead_workspace(chunk, vocab) bytes. */
     void (*lmhead_loss)(mt_backend *be, mt_stream *s, float *loss_sum, float *lse, void *dx, float *dw,
                         const void *x, const void *w, const int32_t *targets, int n, int d,
-                        int vocab, float scale, int chunk, void *workspace);
+                        int vocab, float scale, float softcap, int chunk, void *workspace);
     /* The head's weight gradient for vocabulary rows [v0, v0 + rows) only, from the rows'
-     * log-sum-exp that lmhead_loss gave: dw[rows, d] += scale * dloss/dw[v0 : v0 + rows], with
+     * log-sum-exp that lmhead_loss gave (with the same softcap): dw[rows, d] += scale *
+     * dloss/dw[v0 : v0 + rows], with
      * w pointing at row v0 of the head. chunk rows of x at a time, in the same workspace
      * (lmhead_workspace(chunk, vocab) bytes, rows <= vocab). So the head's gradient exists a
      * vocabulary chunk at a time (engine_head.c). */
     void (*lmhead_dw)(mt_backend *be, mt_stream *s, float *dw, const void *x, const void *w,
                       const int32_t *targets, const float *lse, int n, int d, int v0, int rows,
-                      float scale, int chunk, void *workspace);
+                      float scale, float softcap, int chunk, void *workspace);
     size_t (*lmhead_workspace)(mt_backend *be, int chunk, int vocab);
-    /* Logits of the last row only, for sampling: logits[vocab] (device float) = x[d] . w^T */
+    /* Logits of the last row only, for sampling: logits[vocab] (device float) = x[d] . w^T,
+     * soft-capped as lmhead_loss's */
     void (*logits)(mt_backend *be, mt_stream *s, float *logits, const void *x, const void *w,
-                   int d, int vocab);
+                   int d, int vocab, float softcap);
 
     /* *out (device float) += sum of squares of x[count] (fp32 gradients), for the global norm */
     void (*sumsq)(mt_backend *be, mt_stream *s, float *out, const float *x, size_t count);
@@ -281,7 +305,7 @@ typedef struct {
  *   permute       -> order, slot_row, offsets            (the n*k slots sorted by expert)
  *   gather        xs[n*k, d]  = h[the token of each sorted row]
  *   grouped_matmul gu[n*k, 2F] = xs . gate_up[e]^T        (each expert's rows, its own matrix)
- *   swiglu        a[n*k, F]   = silu(gu[:, :F]) * gu[:, F:]
+ *   swiglu        a[n*k, F]   = act(gu[:, :F]) * gu[:, F:]  (the GLU of mt_glu_params)
  *   grouped_matmul ys[n*k, d] = a . down[e]^T
  *   combine       y[n, d]     = sum over j of weights[t, j] * ys[the row of slot (t, j)]
  *
@@ -328,20 +352,24 @@ typedef struct {
      * dxs[slot_row[t*k + j], :]. */
     void (*gather_dx)(mt_backend *be, mt_stream *s, void *dx, const void *dxs, const int32_t *slot_row, int n,
                       int k, int d, int accumulate);
-    /* The expert GEMMs over rows = n*k sorted rows: y[r, :out] = x[r, :in] . w[e]^T for the rows r of
-     * expert e, w[E][out, in] (w); dx[r, :in] = dy[r, :out] . w[e] (overwritten); dw[e] (float
-     * [E][out, in]) += dy[rows of e]^T . x[rows of e], segment by segment. An expert with no rows adds
-     * nothing. offsets as permute gives them, E*S + 1 of them in device memory. */
-    void (*grouped_matmul)(mt_backend *be, mt_stream *s, void *y, const void *x, const void *w,
+    /* The expert GEMMs over rows = n*k sorted rows: y[r, :out] = x[r, :in] . w[e]^T (+ bias[e] when
+     * bias != NULL: w [E][out], gpt-oss's expert biases, added to the act-typed product) for the rows
+     * r of expert e, w[E][out, in] (w); dx[r, :in] = dy[r, :out] . w[e] (overwritten); dw[e] (float
+     * [E][out, in]) += dy[rows of e]^T . x[rows of e], and dbias[e] (float [E][out], when non-NULL)
+     * += the sum of those rows of dy, segment by segment. An expert with no rows adds nothing.
+     * offsets as permute gives them, E*S + 1 of them in device memory. */
+    void (*grouped_matmul)(mt_backend *be, mt_stream *s, void *y, const void *x, const void *w, const void *bias,
                            const int32_t *offsets, int rows, int E, int S, int in, int out);
     void (*grouped_matmul_dx)(mt_backend *be, mt_stream *s, void *dx, const void *dy, const void *w,
                               const int32_t *offsets, int rows, int E, int S, int in, int out);
-    void (*grouped_matmul_dw)(mt_backend *be, mt_stream *s, float *dw, const void *dy, const void *x,
+    void (*grouped_matmul_dw)(mt_backend *be, mt_stream *s, float *dw, float *dbias, const void *dy, const void *x,
                               const int32_t *offsets, int rows, int E, int S, int in, int out);
-    /* The experts' SwiGLU over fused rows: a[r, i] = silu(gu[r, i]) * gu[r, F + i] for rows r, i < F;
-     * backward: dgu[r, i] = da[r, i] * u * dsilu(g), dgu[r, F + i] = da[r, i] * silu(g) (overwritten). */
-    void (*swiglu)(mt_backend *be, mt_stream *s, void *a, const void *gu, int rows, int F);
-    void (*swiglu_dx)(mt_backend *be, mt_stream *s, void *dgu, const void *da, const void *gu, int rows, int F);
+    /* The experts' GLU over fused rows (p as op.swiglu's): a[r, i] = act(g) * u with g = gu[r, i], u =
+     * gu[r, F + i] for rows r, i < F; backward: dgu[r, i] = da[r, i] * da/dg, dgu[r, F + i] = da[r, i] *
+     * da/du (overwritten). */
+    void (*swiglu)(mt_backend *be, mt_stream *s, void *a, const void *gu, int rows, int F, mt_glu_params p);
+    void (*swiglu_dx)(mt_backend *be, mt_stream *s, void *dgu, const void *da, const void *gu, int rows, int F,
+                      mt_glu_params p);
     /* y[t, :] = the sum over j = 0..k-1, in that order and in fp32, of weights[t, j] *
      * ys[slot_row[t*k + j], :] (act out, overwritten). */
     void (*combine)(mt_backend *be, mt_stream *s, void *y, const void *ys, const float *weights,

@@ -238,7 +238,8 @@ void mt_rmsnorm_dx_piece(const mt_block_ctx *c, mt_piece p, void *dx, float *dw,
     for (int r = 0; r < p.rows; r += per_call) {
         int row = r * per_token, rows = per_call * per_token;
         c->be->ops->op.rmsnorm_dx(c->be, c->stream, mt_rows_at_mut(dx, row, d, act), dw, mt_rows_at(dy, row, d, act),
-                                  mt_rows_at(x, row, d, act), w, rstd + row, rows, d, accumulate);
+                                  mt_rows_at(x, row, d, act), w, rstd + row, rows, d,
+                                  mt_norm_params(c), accumulate);
     }
 }
 

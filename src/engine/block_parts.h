@@ -74,6 +74,16 @@ static inline void *mt_x2_row(const mt_block_ctx *c, int row) {
  * whole piece. */
 int mt_rows_per_call(const mt_block_ctx *c, mt_piece p, int by_sequence);
 
+/* The block's RMSNorms as its spec has them (eps, (1 + w)). */
+static inline mt_rmsnorm_params mt_norm_params(const mt_block_ctx *c) {
+    return (mt_rmsnorm_params){.eps = c->spec->norm_eps, .unit_offset = c->spec->norm_unit_offset};
+}
+/* The block's gated linear unit (the MLP's and the experts'), as its spec has it. */
+static inline mt_glu_params mt_glu_params_of(const mt_block_ctx *c) {
+    const mt_ffn_spec *f = &c->spec->ffn_spec;
+    return (mt_glu_params){.act = f->act, .limit = f->clamp, .alpha = f->alpha};
+}
+
 /* y[p] = x[p] . w^T (+ bias); x and y point at the piece's first row. */
 void mt_matmul_piece(const mt_block_ctx *c, mt_piece p, void *y, const void *x, const void *w, const void *bias,
                      int in, int out);

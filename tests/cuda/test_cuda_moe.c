@@ -294,13 +294,13 @@ static void check_swiglu(int rows, int F) {
     moe_open(&d, NULL, 0);
     void *d_gu = moe_put_act(&d, gu, rg), *d_da = moe_put_act(&d, da, ra);
     void *d_a = moe_zeros(&d, moe_act_bytes(&d, ra)), *d_dgu = moe_zeros(&d, moe_act_bytes(&d, rg));
-    d.be->ops->moe.swiglu(d.be, d.s, d_a, d_gu, rows, F);
-    d.be->ops->moe.swiglu_dx(d.be, d.s, d_dgu, d_da, d_gu, rows, F);
+    d.be->ops->moe.swiglu(d.be, d.s, d_a, d_gu, rows, F, MT_GLU_SWIGLU);
+    d.be->ops->moe.swiglu_dx(d.be, d.s, d_dgu, d_da, d_gu, rows, F, MT_GLU_SWIGLU);
     moe_sync(&d, the_case);
     moe_get_act(&d, a, d_a, ra);
     moe_get_act(&d, dgu, d_dgu, rg);
-    mt_cpu_moe_swiglu(a_ref, gu, rows, F);
-    mt_cpu_moe_swiglu_dx(dgu_ref, da, gu, rows, F);
+    mt_cpu_moe_swiglu(a_ref, gu, rows, F, MT_GLU_SWIGLU);
+    mt_cpu_moe_swiglu_dx(dgu_ref, da, gu, rows, F, MT_GLU_SWIGLU);
     moe_expect_close("a", the_case, a, a_ref, ra, F, BF16_TOL);
     moe_expect_close("dgu", the_case, dgu, dgu_ref, rg, 2 * F, BF16_TOL);
     moe_close(&d);

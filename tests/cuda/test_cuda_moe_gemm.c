@@ -71,14 +71,14 @@ static void check_gemm(const char *mode, gemm_shape g, uint64_t seed) {
     void *d_dw = moe_put_f32(&d, dw0, wc), *d_off = moe_put_i32(&d, offsets, groups);
     void *d_y = moe_zeros(&d, moe_act_bytes(&d, yc)), *d_dx = moe_zeros(&d, moe_act_bytes(&d, xc));
     const mt_moe_iface *m = &d.be->ops->moe;
-    m->grouped_matmul(d.be, d.s, d_y, d_x, d_w, d_off, rows, g.E, S, g.in, g.out);
+    m->grouped_matmul(d.be, d.s, d_y, d_x, d_w, NULL, d_off, rows, g.E, S, g.in, g.out);
     m->grouped_matmul_dx(d.be, d.s, d_dx, d_dy, d_w, d_off, rows, g.E, S, g.in, g.out);
-    m->grouped_matmul_dw(d.be, d.s, d_dw, d_dy, d_x, d_off, rows, g.E, S, g.in, g.out);
+    m->grouped_matmul_dw(d.be, d.s, d_dw, NULL, d_dy, d_x, d_off, rows, g.E, S, g.in, g.out);
     moe_sync(&d, the_case);
 
     float *got = moe_floats(yc > xc ? yc : xc), *want = moe_floats(yc > xc ? yc : xc);
     moe_get_act(&d, got, d_y, yc);
-    mt_cpu_moe_matmul(want, x, w, offsets, rows, g.E, S, g.in, g.out);
+    mt_cpu_moe_matmul(want, x, w, NULL, offsets, rows, g.E, S, g.in, g.out);
     moe_expect_close("y", the_case, got, want, yc, g.out, BF16_TOL);
     moe_get_act(&d, got, d_dx, xc);
     mt_cpu_moe_matmul_dx(want, dy, w, offsets, rows, g.E, S, g.in, g.out);
@@ -156,8 +156,8 @@ Test(cuda, moe_grouped_dw_adds_segment_by_segment) {
         void *d_x = moe_put_act(&d, x, (size_t)ROWS * IN), *d_dy = moe_put_act(&d, dy, (size_t)ROWS * OUT);
         void *d_off = moe_put_i32(&d, offsets, E * S + 1);
         void *d_once = moe_put_f32(&d, dw0, wc), *d_again = moe_put_f32(&d, dw0, wc), *d_by = moe_put_f32(&d, dw0, wc);
-        d.be->ops->moe.grouped_matmul_dw(d.be, d.s, d_once, d_dy, d_x, d_off, ROWS, E, S, IN, OUT);
-        d.be->ops->moe.grouped_matmul_dw(d.be, d.s, d_again, d_dy, d_x, d_off, ROWS, E, S, IN, OUT);
+        d.be->ops->moe.grouped_matmul_dw(d.be, d.s, d_once, NULL, d_dy, d_x, d_off, ROWS, E, S, IN, OUT);
+        d.be->ops->moe.grouped_matmul_dw(d.be, d.s, d_again, NULL, d_dy, d_x, d_off, ROWS, E, S, IN, OUT);
         for (int s = 0; s < S; s++) {
             float *xs = moe_floats((size_t)ROWS * IN), *dys = moe_floats((size_t)ROWS * OUT);
             int32_t off_s[E + 1];
@@ -170,7 +170,7 @@ Test(cuda, moe_grouped_dw_adds_segment_by_segment) {
             }
             void *d_xs = moe_put_act(&d, xs, (size_t)off_s[E] * IN), *d_dys = moe_put_act(&d, dys, (size_t)off_s[E] * OUT);
             void *d_off_s = moe_put_i32(&d, off_s, E + 1);
-            d.be->ops->moe.grouped_matmul_dw(d.be, d.s, d_by, d_dys, d_xs, d_off_s, off_s[E], E, 1, IN, OUT);
+            d.be->ops->moe.grouped_matmul_dw(d.be, d.s, d_by, NULL, d_dys, d_xs, d_off_s, off_s[E], E, 1, IN, OUT);
             moe_sync(&d, the_case);
         }
         float *once = moe_floats(wc), *again = moe_floats(wc), *by = moe_floats(wc);
@@ -211,9 +211,9 @@ static bits_out run_three(moe_dev *d, bits_case c, const char *the_case) {
     void *d_dw = moe_put_f32(d, dw0, wc), *d_off = moe_put_i32(d, offsets, groups);
     void *d_y = moe_zeros(d, moe_act_bytes(d, yc)), *d_dx = moe_zeros(d, moe_act_bytes(d, xc));
     const mt_moe_iface *m = &d->be->ops->moe;
-    m->grouped_matmul(d->be, d->s, d_y, d_x, d_w, d_off, rows, c.E, S, c.in, c.out);
+    m->grouped_matmul(d->be, d->s, d_y, d_x, d_w, NULL, d_off, rows, c.E, S, c.in, c.out);
     m->grouped_matmul_dx(d->be, d->s, d_dx, d_dy, d_w, d_off, rows, c.E, S, c.in, c.out);
-    m->grouped_matmul_dw(d->be, d->s, d_dw, d_dy, d_x, d_off, rows, c.E, S, c.in, c.out);
+    m->grouped_matmul_dw(d->be, d->s, d_dw, NULL, d_dy, d_x, d_off, rows, c.E, S, c.in, c.out);
     moe_sync(d, the_case);
     bits_out o = {moe_floats(yc), moe_floats(xc), moe_floats(wc)};
     moe_get_act(d, o.y, d_y, yc);
@@ -277,7 +277,7 @@ Test(cuda, moe_grouped_gemm_refuses_offsets_that_do_not_add_up) {
     void *y = moe_zeros(&d, moe_act_bytes(&d, (size_t)ROWS * OUT));
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         void *off = moe_put_i32(&d, bad[i], E + 1);
-        d.be->ops->moe.grouped_matmul(d.be, d.s, y, x, w, off, ROWS, E, 1, IN, OUT);
+        d.be->ops->moe.grouped_matmul(d.be, d.s, y, x, w, NULL, off, ROWS, E, 1, IN, OUT);
         mt_event_record(d.be, d.done, d.s);
         mt_event_sync(d.be, d.done);
         mt_status status = mt_backend_check(d.be);

@@ -311,13 +311,13 @@ static void op_matmul_dw(mt_backend *b, mt_stream *s, float *dw, float *dbias, c
     mt_cpu_matmul_dw(dw, dbias, dy, x, n, in, out);
 }
 static void op_rmsnorm(mt_backend *b, mt_stream *s, void *y, float *rstd, const void *x,
-                       const void *w, int n, int d, float eps) {
-    mt_cpu_rmsnorm(y, rstd, x, w, n, d, eps);
+                       const void *w, int n, int d, mt_rmsnorm_params p) {
+    mt_cpu_rmsnorm(y, rstd, x, w, n, d, p);
 }
 static void op_rmsnorm_dx(mt_backend *b, mt_stream *s, void *dx, float *dw, const void *dy,
                           const void *x, const void *w, const float *rstd, int n, int d,
-                          int accumulate) {
-    mt_cpu_rmsnorm_dx(dx, dw, dy, x, w, rstd, n, d, accumulate);
+                          mt_rmsnorm_params p, int accumulate) {
+    mt_cpu_rmsnorm_dx(dx, dw, dy, x, w, rstd, n, d, p, accumulate);
 }
 static void op_rope(mt_backend *b, mt_stream *s, void *x, const float *inv_freq, int n, int seq, int pos0,
                     const int32_t *pos, int heads, int head_dim, int inverse) {
@@ -345,40 +345,41 @@ static void op_accumulate_f32(mt_backend *b, mt_stream *s, float *acc, const voi
 static void op_round_f32(mt_backend *b, mt_stream *s, void *y, const float *x, size_t count) {
     if (y != x) memcpy(y, x, count * sizeof *x);
 }
-static void op_swiglu(mt_backend *b, mt_stream *s, void *a, const void *g, const void *u, size_t count) {
-    mt_cpu_swiglu(a, g, u, count);
+static void op_swiglu(mt_backend *b, mt_stream *s, void *a, const void *g, const void *u, size_t count,
+                      mt_glu_params p) {
+    mt_cpu_swiglu(a, g, u, count, p);
 }
 static void op_swiglu_dx(mt_backend *b, mt_stream *s, void *dg, void *du, const void *da,
-                         const void *g, const void *u, size_t count) {
-    mt_cpu_swiglu_dx(dg, du, da, g, u, count);
+                         const void *g, const void *u, size_t count, mt_glu_params p) {
+    mt_cpu_swiglu_dx(dg, du, da, g, u, count, p);
 }
 static void op_add(mt_backend *b, mt_stream *s, void *y, const void *a, const void *bb, size_t count) {
     mt_cpu_add(y, a, bb, count);
 }
 static void op_embedding(mt_backend *b, mt_stream *s, void *x, const int32_t *tokens,
-                         const void *wte, int n, int d) {
-    mt_cpu_embedding(x, tokens, wte, n, d);
+                         const void *wte, int n, int d, float scale) {
+    mt_cpu_embedding(x, tokens, wte, n, d, scale);
 }
 static void op_embedding_dw(mt_backend *b, mt_stream *s, float *dwte, const int32_t *tokens,
-                            const void *dx, int n, int d, int v0, int rows) {
-    mt_cpu_embedding_dw(dwte, tokens, dx, n, d, v0, rows);
+                            const void *dx, int n, int d, int v0, int rows, float scale) {
+    mt_cpu_embedding_dw(dwte, tokens, dx, n, d, v0, rows, scale);
 }
 static void op_lmhead_loss(mt_backend *b, mt_stream *s, float *loss_sum, float *lse, void *dx, float *dw,
                            const void *x, const void *w, const int32_t *targets, int n, int d,
-                           int vocab, float scale, int chunk, void *workspace) {
-    mt_cpu_lmhead_loss(loss_sum, lse, dx, dw, x, w, targets, n, d, vocab, scale, chunk, workspace);
+                           int vocab, float scale, float softcap, int chunk, void *workspace) {
+    mt_cpu_lmhead_loss(loss_sum, lse, dx, dw, x, w, targets, n, d, vocab, scale, softcap, chunk, workspace);
 }
 static void op_lmhead_dw(mt_backend *b, mt_stream *s, float *dw, const void *x, const void *w,
                          const int32_t *targets, const float *lse, int n, int d, int v0, int rows, float scale,
-                         int chunk, void *workspace) {
-    mt_cpu_lmhead_dw(dw, x, w, targets, lse, n, d, v0, rows, scale, chunk, workspace);
+                         float softcap, int chunk, void *workspace) {
+    mt_cpu_lmhead_dw(dw, x, w, targets, lse, n, d, v0, rows, scale, softcap, chunk, workspace);
 }
 static size_t op_lmhead_workspace(mt_backend *b, int chunk, int vocab) {
     return mt_cpu_lmhead_workspace(chunk, vocab);
 }
 static void op_logits(mt_backend *b, mt_stream *s, float *logits, const void *x, const void *w,
-                      int d, int vocab) {
-    mt_cpu_logits(logits, x, w, d, vocab);
+                      int d, int vocab, float softcap) {
+    mt_cpu_logits(logits, x, w, d, vocab, softcap);
 }
 static void op_sumsq(mt_backend *b, mt_stream *s, float *out, const float *x, size_t count) {
     mt_cpu_sumsq(out, x, count);
@@ -423,23 +424,24 @@ static void moe_gather_dx(mt_backend *b, mt_stream *s, void *dx, const void *dxs
                           int k, int d, int accumulate) {
     mt_cpu_moe_gather_dx(dx, dxs, slot_row, n, k, d, accumulate);
 }
-static void moe_matmul(mt_backend *b, mt_stream *s, void *y, const void *x, const void *w, const int32_t *offsets,
-                       int rows, int E, int S, int in, int out) {
-    mt_cpu_moe_matmul(y, x, w, offsets, rows, E, S, in, out);
+static void moe_matmul(mt_backend *b, mt_stream *s, void *y, const void *x, const void *w, const void *bias,
+                       const int32_t *offsets, int rows, int E, int S, int in, int out) {
+    mt_cpu_moe_matmul(y, x, w, bias, offsets, rows, E, S, in, out);
 }
 static void moe_matmul_dx(mt_backend *b, mt_stream *s, void *dx, const void *dy, const void *w,
                           const int32_t *offsets, int rows, int E, int S, int in, int out) {
     mt_cpu_moe_matmul_dx(dx, dy, w, offsets, rows, E, S, in, out);
 }
-static void moe_matmul_dw(mt_backend *b, mt_stream *s, float *dw, const void *dy, const void *x,
+static void moe_matmul_dw(mt_backend *b, mt_stream *s, float *dw, float *dbias, const void *dy, const void *x,
                           const int32_t *offsets, int rows, int E, int S, int in, int out) {
-    mt_cpu_moe_matmul_dw(dw, dy, x, offsets, rows, E, S, in, out);
+    mt_cpu_moe_matmul_dw(dw, dbias, dy, x, offsets, rows, E, S, in, out);
 }
-static void moe_swiglu(mt_backend *b, mt_stream *s, void *a, const void *gu, int rows, int F) {
-    mt_cpu_moe_swiglu(a, gu, rows, F);
+static void moe_swiglu(mt_backend *b, mt_stream *s, void *a, const void *gu, int rows, int F, mt_glu_params p) {
+    mt_cpu_moe_swiglu(a, gu, rows, F, p);
 }
-static void moe_swiglu_dx(mt_backend *b, mt_stream *s, void *dgu, const void *da, const void *gu, int rows, int F) {
-    mt_cpu_moe_swiglu_dx(dgu, da, gu, rows, F);
+static void moe_swiglu_dx(mt_backend *b, mt_stream *s, void *dgu, const void *da, const void *gu, int rows, int F,
+                          mt_glu_params p) {
+    mt_cpu_moe_swiglu_dx(dgu, da, gu, rows, F, p);
 }
 static void moe_combine(mt_backend *b, mt_stream *s, void *y, const void *ys, const float *weights,
                         const int32_t *slot_row, int n, int k, int d) {

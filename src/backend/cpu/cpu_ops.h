@@ -20,9 +20,9 @@ void mt_cpu_matmul(float *y, const float *x, const float *w, const float *bias, 
 void mt_cpu_matmul_dx(float *dx, const float *dy, const float *w, int n, int in, int out, int accumulate);
 void mt_cpu_matmul_dw(float *dw, float *dbias, const float *dy, const float *x, int n, int in, int out);
 
-void mt_cpu_rmsnorm(float *y, float *rstd, const float *x, const float *w, int n, int d, float eps);
+void mt_cpu_rmsnorm(float *y, float *rstd, const float *x, const float *w, int n, int d, mt_rmsnorm_params p);
 void mt_cpu_rmsnorm_dx(float *dx, float *dw, const float *dy, const float *x, const float *w,
-                       const float *rstd, int n, int d, int accumulate);
+                       const float *rstd, int n, int d, mt_rmsnorm_params p, int accumulate);
 
 void mt_cpu_rope(float *x, const float *inv_freq, int n, int seq, int pos0, const int32_t *pos, int heads,
                  int head_dim, int inverse);
@@ -36,22 +36,24 @@ void mt_cpu_attention_dx(float *dq, float *dk, float *dv, const float *dout, con
                          mt_attn_dims dims, const mt_attn_params *params, const mt_segments *seg, void *workspace);
 size_t mt_cpu_attention_workspace(mt_attn_dims dims);
 
-void mt_cpu_swiglu(float *a, const float *g, const float *u, size_t count);
-void mt_cpu_swiglu_dx(float *dg, float *du, const float *da, const float *g, const float *u, size_t count);
+void mt_cpu_swiglu(float *a, const float *g, const float *u, size_t count, mt_glu_params p);
+void mt_cpu_swiglu_dx(float *dg, float *du, const float *da, const float *g, const float *u, size_t count,
+                      mt_glu_params p);
 
 void mt_cpu_add(float *y, const float *a, const float *b, size_t count);
 void mt_cpu_accumulate_f32(float *acc, const float *x, size_t count, int accumulate);
 
-void mt_cpu_embedding(float *x, const int32_t *tokens, const float *wte, int n, int d);
-void mt_cpu_embedding_dw(float *dwte, const int32_t *tokens, const float *dx, int n, int d, int v0, int rows);
+void mt_cpu_embedding(float *x, const int32_t *tokens, const float *wte, int n, int d, float scale);
+void mt_cpu_embedding_dw(float *dwte, const int32_t *tokens, const float *dx, int n, int d, int v0, int rows,
+                         float scale);
 
 void mt_cpu_lmhead_loss(float *loss_sum, float *lse, float *dx, float *dw, const float *x, const float *w,
-                        const int32_t *targets, int n, int d, int vocab, float scale, int chunk,
-                        void *workspace);
+                        const int32_t *targets, int n, int d, int vocab, float scale, float softcap,
+                        int chunk, void *workspace);
 void mt_cpu_lmhead_dw(float *dw, const float *x, const float *w, const int32_t *targets, const float *lse, int n,
-                      int d, int v0, int rows, float scale, int chunk, void *workspace);
+                      int d, int v0, int rows, float scale, float softcap, int chunk, void *workspace);
 size_t mt_cpu_lmhead_workspace(int chunk, int vocab);
-void mt_cpu_logits(float *logits, const float *x, const float *w, int d, int vocab);
+void mt_cpu_logits(float *logits, const float *x, const float *w, int d, int vocab, float softcap);
 
 void mt_cpu_sumsq(float *out, const float *x, size_t count);
 
@@ -67,14 +69,14 @@ void mt_cpu_moe_permute(int32_t *order, int32_t *slot_row, int32_t *offsets, con
                         int k, int seg);
 void mt_cpu_moe_gather(float *xs, const float *x, const int32_t *order, int n, int k, int d);
 void mt_cpu_moe_gather_dx(float *dx, const float *dxs, const int32_t *slot_row, int n, int k, int d, int accumulate);
-void mt_cpu_moe_matmul(float *y, const float *x, const float *w, const int32_t *offsets, int rows, int E, int S,
-                       int in, int out);
+void mt_cpu_moe_matmul(float *y, const float *x, const float *w, const float *bias, const int32_t *offsets, int rows,
+                       int E, int S, int in, int out);
 void mt_cpu_moe_matmul_dx(float *dx, const float *dy, const float *w, const int32_t *offsets, int rows, int E, int S,
                           int in, int out);
-void mt_cpu_moe_matmul_dw(float *dw, const float *dy, const float *x, const int32_t *offsets, int rows, int E, int S,
-                          int in, int out);
-void mt_cpu_moe_swiglu(float *a, const float *gu, int rows, int F);
-void mt_cpu_moe_swiglu_dx(float *dgu, const float *da, const float *gu, int rows, int F);
+void mt_cpu_moe_matmul_dw(float *dw, float *dbias, const float *dy, const float *x, const int32_t *offsets, int rows,
+                          int E, int S, int in, int out);
+void mt_cpu_moe_swiglu(float *a, const float *gu, int rows, int F, mt_glu_params p);
+void mt_cpu_moe_swiglu_dx(float *dgu, const float *da, const float *gu, int rows, int F, mt_glu_params p);
 void mt_cpu_moe_combine(float *y, const float *ys, const float *weights, const int32_t *slot_row, int n, int k, int d);
 void mt_cpu_moe_combine_dx(float *dys, float *dweights, const float *dy, const float *ys, const float *weights,
                            const int32_t *slot_row, int n, int k, int d);

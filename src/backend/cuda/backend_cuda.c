@@ -269,14 +269,14 @@ static void cuda_zero(mt_backend *be, void *dst, size_t bytes, mt_stream *s) {
 /* ---- layer ops: thin wrappers over the kernel launchers ---- */
 
 static void cuda_rmsnorm(mt_backend *be, mt_stream *s, void *y, float *rstd, const void *x,
-                         const void *w, int n, int d, float eps) {
-    keep_error(be, mt_cuda_rmsnorm(mt_cuda_stream(s), y, rstd, x, w, n, d, eps));
+                         const void *w, int n, int d, mt_rmsnorm_params p) {
+    keep_error(be, mt_cuda_rmsnorm(mt_cuda_stream(s), y, rstd, x, w, n, d, p));
 }
 
 static void cuda_rmsnorm_dx(mt_backend *be, mt_stream *s, void *dx, float *dw, const void *dy,
                             const void *x, const void *w, const float *rstd, int n, int d,
-                            int accumulate) {
-    keep_error(be, mt_cuda_rmsnorm_dx(mt_cuda_stream(s), dx, dw, dy, x, w, rstd, n, d, accumulate));
+                            mt_rmsnorm_params p, int accumulate) {
+    keep_error(be, mt_cuda_rmsnorm_dx(mt_cuda_stream(s), dx, dw, dy, x, w, rstd, n, d, p, accumulate));
 }
 
 static void cuda_rope(mt_backend *be, mt_stream *s, void *x, const float *inv_freq, int n, int seq, int pos0,
@@ -312,13 +312,14 @@ static void cuda_round_f32(mt_backend *be, mt_stream *s, void *y, const float *x
     keep_error(be, mt_cuda_round_f32(mt_cuda_stream(s), y, x, count));
 }
 
-static void cuda_swiglu(mt_backend *be, mt_stream *s, void *a, const void *g, const void *u, size_t count) {
-    keep_error(be, mt_cuda_swiglu(mt_cuda_stream(s), a, g, u, count));
+static void cuda_swiglu(mt_backend *be, mt_stream *s, void *a, const void *g, const void *u, size_t count,
+                        mt_glu_params p) {
+    keep_error(be, mt_cuda_swiglu(mt_cuda_stream(s), a, g, u, count, p));
 }
 
 static void cuda_swiglu_dx(mt_backend *be, mt_stream *s, void *dg, void *du, const void *da,
-                           const void *g, const void *u, size_t count) {
-    keep_error(be, mt_cuda_swiglu_dx(mt_cuda_stream(s), dg, du, da, g, u, count));
+                           const void *g, const void *u, size_t count, mt_glu_params p) {
+    keep_error(be, mt_cuda_swiglu_dx(mt_cuda_stream(s), dg, du, da, g, u, count, p));
 }
 
 static void cuda_add(mt_backend *be, mt_stream *s, void *y, const void *a, const void *b, size_t count) {
@@ -326,27 +327,27 @@ static void cuda_add(mt_backend *be, mt_stream *s, void *y, const void *a, const
 }
 
 static void cuda_embedding(mt_backend *be, mt_stream *s, void *x, const int32_t *tokens,
-                           const void *wte, int n, int d) {
-    keep_error(be, mt_cuda_embedding(mt_cuda_stream(s), x, tokens, wte, n, d));
+                           const void *wte, int n, int d, float scale) {
+    keep_error(be, mt_cuda_embedding(mt_cuda_stream(s), x, tokens, wte, n, d, scale));
 }
 
 static void cuda_embedding_dw(mt_backend *be, mt_stream *s, float *dwte, const int32_t *tokens,
-                              const void *dx, int n, int d, int v0, int rows) {
-    keep_error(be, mt_cuda_embedding_dw(mt_cuda_stream(s), dwte, tokens, dx, n, d, v0, rows));
+                              const void *dx, int n, int d, int v0, int rows, float scale) {
+    keep_error(be, mt_cuda_embedding_dw(mt_cuda_stream(s), dwte, tokens, dx, n, d, v0, rows, scale));
 }
 
 static void cuda_lmhead_loss(mt_backend *be, mt_stream *s, float *loss_sum, float *lse, void *dx, float *dw,
                              const void *x, const void *w, const int32_t *targets, int n, int d,
-                             int vocab, float scale, int chunk, void *workspace) {
+                             int vocab, float scale, float softcap, int chunk, void *workspace) {
     keep_error(be, mt_cuda_lmhead_loss(cuda_of(be), mt_cuda_stream(s), loss_sum, lse, dx, dw, x, w,
-                                        targets, n, d, vocab, scale, chunk, workspace));
+                                        targets, n, d, vocab, scale, softcap, chunk, workspace));
 }
 
 static void cuda_lmhead_dw(mt_backend *be, mt_stream *s, float *dw, const void *x, const void *w,
                            const int32_t *targets, const float *lse, int n, int d, int v0, int rows, float scale,
-                           int chunk, void *workspace) {
+                           float softcap, int chunk, void *workspace) {
     keep_error(be, mt_cuda_lmhead_dw(cuda_of(be), mt_cuda_stream(s), dw, x, w, targets, lse, n, d, v0, rows, scale,
-                                     chunk, workspace));
+                                     softcap, chunk, workspace));
 }
 
 static size_t cuda_lmhead_workspace(mt_backend *be, int chunk, int vocab) {
@@ -418,12 +419,14 @@ static void moe_gather_dx(mt_backend *be, mt_stream *s, void *dx, const void *dx
                           int k, int d, int accumulate) {
     keep_error(be, mt_cuda_moe_gather_dx(mt_cuda_stream(s), dx, dxs, slot_row, n, k, d, accumulate));
 }
-static void moe_matmul(mt_backend *be, mt_stream *s, void *y, const void *x, const void *w, const int32_t *offsets,
-                       int rows, int E, int S, int in, int out) {
+static void moe_matmul(mt_backend *be, mt_stream *s, void *y, const void *x, const void *w, const void *bias,
+                       const int32_t *offsets, int rows, int E, int S, int in, int out) {
     mt_cuda_backend *cb = cuda_of(be);
     cudaStream_t st = mt_cuda_stream(s);
-    keep_error(be, cb->moe_gemm_kernel ? mt_cuda_moe_gemm(st, y, x, w, offsets, rows, E, S, in, out)
-                                       : mt_cuda_moe_gemm_cublaslt(cb, st, y, x, w, offsets, rows, E, S, in, out));
+    mt_status status = cb->moe_gemm_kernel ? mt_cuda_moe_gemm(st, y, x, w, offsets, rows, E, S, in, out)
+                                           : mt_cuda_moe_gemm_cublaslt(cb, st, y, x, w, offsets, rows, E, S, in, out);
+    if (status == MT_OK && bias) status = mt_cuda_moe_bias(st, y, bias, offsets, rows, E, S, out);
+    keep_error(be, status);
 }
 static void moe_matmul_dx(mt_backend *be, mt_stream *s, void *dx, const void *dy, const void *w,
                           const int32_t *offsets, int rows, int E, int S, int in, int out) {
@@ -432,18 +435,22 @@ static void moe_matmul_dx(mt_backend *be, mt_stream *s, void *dx, const void *dy
     keep_error(be, cb->moe_gemm_kernel ? mt_cuda_moe_gemm_dx(st, dx, dy, w, offsets, rows, E, S, in, out)
                                        : mt_cuda_moe_gemm_dx_cublaslt(cb, st, dx, dy, w, offsets, rows, E, S, in, out));
 }
-static void moe_matmul_dw(mt_backend *be, mt_stream *s, float *dw, const void *dy, const void *x,
+static void moe_matmul_dw(mt_backend *be, mt_stream *s, float *dw, float *dbias, const void *dy, const void *x,
                           const int32_t *offsets, int rows, int E, int S, int in, int out) {
     mt_cuda_backend *cb = cuda_of(be);
     cudaStream_t st = mt_cuda_stream(s);
-    keep_error(be, cb->moe_gemm_kernel ? mt_cuda_moe_gemm_dw(st, dw, dy, x, offsets, rows, E, S, in, out)
-                                       : mt_cuda_moe_gemm_dw_cublaslt(cb, st, dw, dy, x, offsets, rows, E, S, in, out));
+    mt_status status = cb->moe_gemm_kernel
+                           ? mt_cuda_moe_gemm_dw(st, dw, dy, x, offsets, rows, E, S, in, out)
+                           : mt_cuda_moe_gemm_dw_cublaslt(cb, st, dw, dy, x, offsets, rows, E, S, in, out);
+    if (status == MT_OK && dbias) status = mt_cuda_moe_bias_grad(st, dbias, dy, offsets, E, S, out);
+    keep_error(be, status);
 }
-static void moe_swiglu(mt_backend *be, mt_stream *s, void *a, const void *gu, int rows, int F) {
-    keep_error(be, mt_cuda_moe_swiglu(mt_cuda_stream(s), a, gu, rows, F));
+static void moe_swiglu(mt_backend *be, mt_stream *s, void *a, const void *gu, int rows, int F, mt_glu_params p) {
+    keep_error(be, mt_cuda_moe_swiglu(mt_cuda_stream(s), a, gu, rows, F, p));
 }
-static void moe_swiglu_dx(mt_backend *be, mt_stream *s, void *dgu, const void *da, const void *gu, int rows, int F) {
-    keep_error(be, mt_cuda_moe_swiglu_dx(mt_cuda_stream(s), dgu, da, gu, rows, F));
+static void moe_swiglu_dx(mt_backend *be, mt_stream *s, void *dgu, const void *da, const void *gu, int rows, int F,
+                          mt_glu_params p) {
+    keep_error(be, mt_cuda_moe_swiglu_dx(mt_cuda_stream(s), dgu, da, gu, rows, F, p));
 }
 static void moe_combine(mt_backend *be, mt_stream *s, void *y, const void *ys, const float *weights,
                         const int32_t *slot_row, int n, int k, int d) {

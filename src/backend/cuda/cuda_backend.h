@@ -92,7 +92,7 @@ void mt_cuda_op_matmul_dx(mt_backend *be, mt_stream *s, void *dx, const void *dy
 void mt_cuda_op_matmul_dw(mt_backend *be, mt_stream *s, float *dw, float *dbias, const void *dy,
                           const void *x, int n, int in, int out);
 void mt_cuda_op_logits(mt_backend *be, mt_stream *s, float *logits, const void *x, const void *w,
-                       int d, int vocab);
+                       int d, int vocab, float softcap);
 
 /* The attention ops of backend.h: cuDNN where it runs the dims and the variants (and with
  * segments, their ragged layout within the workspace sized for them), attention.cu's kernels

@@ -33,21 +33,22 @@ mt_status mt_cuda_gemm(mt_cuda_backend *cb, cudaStream_t s, const mt_cuda_gemm_d
 
 mt_status mt_cuda_bias_grad(cudaStream_t s, float *dbias, const void *dy, int n, int out);
 mt_status mt_cuda_rmsnorm(cudaStream_t s, void *y, float *rstd, const void *x, const void *w,
-                          int n, int d, float eps);
+                          int n, int d, mt_rmsnorm_params p);
 mt_status mt_cuda_rmsnorm_dx(cudaStream_t s, void *dx, float *dw, const void *dy, const void *x,
-                             const void *w, const float *rstd, int n, int d, int accumulate);
+                             const void *w, const float *rstd, int n, int d, mt_rmsnorm_params p,
+                             int accumulate);
 mt_status mt_cuda_rope(cudaStream_t s, void *x, const float *inv_freq, int n, int seq, int pos0,
                        const int32_t *pos, int heads, int head_dim, int inverse);
-mt_status mt_cuda_swiglu(cudaStream_t s, void *a, const void *g, const void *u, size_t count);
+mt_status mt_cuda_swiglu(cudaStream_t s, void *a, const void *g, const void *u, size_t count, mt_glu_params p);
 mt_status mt_cuda_swiglu_dx(cudaStream_t s, void *dg, void *du, const void *da, const void *g,
-                            const void *u, size_t count);
+                            const void *u, size_t count, mt_glu_params p);
 mt_status mt_cuda_add(cudaStream_t s, void *y, const void *a, const void *b, size_t count);
 mt_status mt_cuda_accumulate_f32(cudaStream_t s, float *acc, const void *x, size_t count, int accumulate);
 mt_status mt_cuda_round_f32(cudaStream_t s, void *y, const float *x, size_t count);
 mt_status mt_cuda_embedding(cudaStream_t s, void *x, const int32_t *tokens, const void *wte, int n,
-                            int d);
+                            int d, float scale);
 mt_status mt_cuda_embedding_dw(cudaStream_t s, float *dwte, const int32_t *tokens, const void *dx,
-                               int n, int d, int v0, int rows);
+                               int n, int d, int v0, int rows, float scale);
 mt_status mt_cuda_sumsq(cudaStream_t s, float *out, const float *x, size_t count);
 mt_status mt_cuda_clip_scale(cudaStream_t s, float *scale, const float *norms, int count, float max_norm);
 /* AdamW with the constants of c (its grad_scale replaced by *scale when scale is non-NULL), bf16
@@ -73,11 +74,13 @@ mt_status mt_cuda_ragged_offsets(cudaStream_t s, const int32_t *starts, int coun
 
 mt_status mt_cuda_lmhead_loss(mt_cuda_backend *cb, cudaStream_t s, float *loss_sum, float *lse, void *dx,
                               float *dw, const void *x, const void *w, const int32_t *targets,
-                              int n, int d, int vocab, float scale, int chunk, void *workspace);
+                              int n, int d, int vocab, float scale, float softcap, int chunk, void *workspace);
 size_t mt_cuda_lmhead_workspace(int chunk, int vocab);
 mt_status mt_cuda_lmhead_dw(mt_cuda_backend *cb, cudaStream_t s, float *dw, const void *x, const void *w,
                             const int32_t *targets, const float *lse, int n, int d, int v0, int rows, float scale,
-                            int chunk, void *workspace);
+                            float softcap, int chunk, void *workspace);
+/* x[count] (device float) = softcap * tanh(x / softcap) in place; softcap 0: nothing. */
+mt_status mt_cuda_soft_cap(cudaStream_t s, float *x, int count, float softcap);
 
 /* Stream-ordered device scratch for the mixture-of-experts kernels (their small per-call buffers:
  * per-tile counts, per-block partial sums), from the backend's memory pool: cudaMallocAsync and
@@ -103,11 +106,18 @@ mt_status mt_cuda_moe_combine(cudaStream_t s, void *y, const void *ys, const flo
                               int n, int k, int d);
 mt_status mt_cuda_moe_combine_dx(cudaStream_t s, void *dys, float *dweights, const void *dy, const void *ys,
                                  const float *weights, const int32_t *slot_row, int n, int k, int d);
-mt_status mt_cuda_moe_swiglu(cudaStream_t s, void *a, const void *gu, int rows, int F);
-mt_status mt_cuda_moe_swiglu_dx(cudaStream_t s, void *dgu, const void *da, const void *gu, int rows, int F);
+mt_status mt_cuda_moe_swiglu(cudaStream_t s, void *a, const void *gu, int rows, int F, mt_glu_params p);
+mt_status mt_cuda_moe_swiglu_dx(cudaStream_t s, void *dgu, const void *da, const void *gu, int rows, int F,
+                                mt_glu_params p);
 mt_status mt_cuda_moe_gate_add(cudaStream_t s, void *y, const void *a, const void *x, const void *g, int n, int d);
 mt_status mt_cuda_moe_gate_add_dx(cudaStream_t s, void *dx, void *dg, const void *dy, const void *x, const void *g,
                                   int n, int d);
+/* The experts' biases on the grouped GEMMs' rows (moe_bias.cu): y[r] += bias[e] (bias bf16 [E, out]) for
+ * the rows of each expert e, and dbias[e] (float [E, out]) += the sum of those rows of dy. */
+mt_status mt_cuda_moe_bias(cudaStream_t s, void *y, const void *bias, const int32_t *offsets, int rows, int E, int S,
+                           int out);
+mt_status mt_cuda_moe_bias_grad(cudaStream_t s, float *dbias, const void *dy, const int32_t *offsets, int E, int S,
+                                int out);
 /* The grouped GEMMs as one kernel each, reading the offsets on the device (no host sync):
  * MT_MOE_GEMM=kernel (moe_gemm.cu). */
 mt_status mt_cuda_moe_gemm(cudaStream_t s, void *y, const void *x, const void *w, const int32_t *offsets, int rows,

@@ -101,9 +101,11 @@ void mt_cuda_op_matmul_dw(mt_backend *be, mt_stream *s, float *dw, float *dbias,
 }
 
 void mt_cuda_op_logits(mt_backend *be, mt_stream *s, float *logits, const void *x, const void *w,
-                       int d, int vocab) {
+                       int d, int vocab, float softcap) {
     /* logits^T[vocab,1] = (w as [d,vocab])^T . x[d,1] */
     mt_cuda_gemm_desc g = {.m = vocab, .n = 1, .k = d, .a = w, .lda = d, .trans_a = 1, .b = x,
                            .ldb = d, .d = logits, .ldd = vocab, .d_is_f32 = 1};
-    mt_cuda_note((mt_cuda_backend *)be, mt_cuda_gemm((mt_cuda_backend *)be, mt_cuda_stream(s), &g));
+    mt_status status = mt_cuda_gemm((mt_cuda_backend *)be, mt_cuda_stream(s), &g);
+    if (status == MT_OK) status = mt_cuda_soft_cap(mt_cuda_stream(s), logits, vocab, softcap);
+    mt_cuda_note((mt_cuda_backend *)be, status);
 }

@@ -1,9 +1,9 @@
-/* Mixture of experts: the experts' SwiGLU over fused [gate | up] rows and its backward, and a shared
+/* Mixture of experts: the experts' GLU over fused [gate | up] rows and its backward, and a shared
  * expert's sigmoid gate (backend.h's moe group; the CPU reference is cpu/ops/moe_experts.c). The
- * dense SwiGLU's arithmetic (swiglu_math.cuh); 8 bf16 at a time where the widths and the buffers
+ * dense GLU's arithmetic (glu_math.cuh); 8 bf16 at a time where the widths and the buffers
  * allow (VEC = 8), one otherwise. */
 #include "backend/cuda/bf16_vec.cuh"
-#include "backend/cuda/swiglu_math.cuh"
+#include "backend/cuda/glu_math.cuh"
 
 namespace {
 
@@ -24,7 +24,7 @@ __device__ __forceinline__ void store(bf16 *p, const float in[VEC]) {
 /* Element (r, i) of rows x F, VEC at a time: vector v is row v / (F / VEC), columns from
  * (v % (F / VEC)) * VEC. */
 template <int VEC>
-__global__ void swiglu_fused(bf16 *a, const bf16 *gu, long long rows, int F) {
+__global__ void swiglu_fused(bf16 *a, const bf16 *gu, long long rows, int F, mt_glu_params p) {
     long long per_row = F / VEC, vectors = rows * per_row;
     for (long long v = blockIdx.x * (long long)THREADS + threadIdx.x; v < vectors; v += (long long)gridDim.x * THREADS) {
         long long r = v / per_row;
@@ -33,13 +33,13 @@ __global__ void swiglu_fused(bf16 *a, const bf16 *gu, long long rows, int F) {
         load<VEC>(gu + r * 2 * F + i, g);
         load<VEC>(gu + r * 2 * F + F + i, u);
 #pragma unroll
-        for (int j = 0; j < VEC; j++) g[j] = swiglu_one(g[j], u[j]);
+        for (int j = 0; j < VEC; j++) g[j] = glu_one(p, g[j], u[j]);
         store<VEC>(a + r * F + i, g);
     }
 }
 
 template <int VEC>
-__global__ void swiglu_fused_dx(bf16 *dgu, const bf16 *da, const bf16 *gu, long long rows, int F) {
+__global__ void swiglu_fused_dx(bf16 *dgu, const bf16 *da, const bf16 *gu, long long rows, int F, mt_glu_params p) {
     long long per_row = F / VEC, vectors = rows * per_row;
     for (long long v = blockIdx.x * (long long)THREADS + threadIdx.x; v < vectors; v += (long long)gridDim.x * THREADS) {
         long long r = v / per_row;
@@ -49,7 +49,7 @@ __global__ void swiglu_fused_dx(bf16 *dgu, const bf16 *da, const bf16 *gu, long 
         load<VEC>(gu + r * 2 * F + i, g);
         load<VEC>(gu + r * 2 * F + F + i, u);
 #pragma unroll
-        for (int j = 0; j < VEC; j++) swiglu_grad_one(d[j], g[j], u[j], &dg[j], &du[j]);
+        for (int j = 0; j < VEC; j++) glu_grad_one(p, d[j], g[j], u[j], &dg[j], &du[j]);
         store<VEC>(dgu + r * 2 * F + i, dg);
         store<VEC>(dgu + r * 2 * F + F + i, du);
     }
@@ -99,23 +99,26 @@ unsigned token_grid(int n) { return (unsigned)(n < 65535 * 16 ? n : 65535 * 16);
 
 } // namespace
 
-extern "C" mt_status mt_cuda_moe_swiglu(cudaStream_t s, void *a, const void *gu, int rows, int F) {
+extern "C" mt_status mt_cuda_moe_swiglu(cudaStream_t s, void *a, const void *gu, int rows, int F, mt_glu_params p) {
     if (rows == 0 || F == 0) return MT_OK;
     if (F % 8 == 0 && aligned16(a, gu))
-        swiglu_fused<8><<<elementwise_grid((long long)rows * F / 8), THREADS, 0, s>>>((bf16 *)a, (const bf16 *)gu, rows, F);
+        swiglu_fused<8><<<elementwise_grid((long long)rows * F / 8), THREADS, 0, s>>>((bf16 *)a, (const bf16 *)gu, rows,
+                                                                                     F, p);
     else
-        swiglu_fused<1><<<elementwise_grid((long long)rows * F), THREADS, 0, s>>>((bf16 *)a, (const bf16 *)gu, rows, F);
+        swiglu_fused<1><<<elementwise_grid((long long)rows * F), THREADS, 0, s>>>((bf16 *)a, (const bf16 *)gu, rows, F,
+                                                                                 p);
     return launch_status("moe swiglu");
 }
 
-extern "C" mt_status mt_cuda_moe_swiglu_dx(cudaStream_t s, void *dgu, const void *da, const void *gu, int rows, int F) {
+extern "C" mt_status mt_cuda_moe_swiglu_dx(cudaStream_t s, void *dgu, const void *da, const void *gu, int rows, int F,
+                                            mt_glu_params p) {
     if (rows == 0 || F == 0) return MT_OK;
     if (F % 8 == 0 && aligned16(dgu, da, gu))
         swiglu_fused_dx<8><<<elementwise_grid((long long)rows * F / 8), THREADS, 0, s>>>(
-            (bf16 *)dgu, (const bf16 *)da, (const bf16 *)gu, rows, F);
+            (bf16 *)dgu, (const bf16 *)da, (const bf16 *)gu, rows, F, p);
     else
         swiglu_fused_dx<1><<<elementwise_grid((long long)rows * F), THREADS, 0, s>>>(
-            (bf16 *)dgu, (const bf16 *)da, (const bf16 *)gu, rows, F);
+            (bf16 *)dgu, (const bf16 *)da, (const bf16 *)gu, rows, F, p);
     return launch_status("moe swiglu_dx");
 }
 

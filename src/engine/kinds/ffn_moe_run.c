@@ -149,11 +149,11 @@ static void experts_forward(const mt_block_ctx *c, const mt_unit_weights *w, mt_
     moe->permute(c->be, c->stream, ws->moe.order, ws->moe.slot_row, ws->moe.offsets, ws->moe.experts, p.rows, E, k,
                  segment_rows(c, p));
     moe->gather(c->be, c->stream, ws->moe.xs, ws->h2, ws->moe.order, p.rows, k, D);
-    moe->grouped_matmul(c->be, c->stream, ws->moe.gu, ws->moe.xs, w->t[MT_T_EXPERTS_GATE_UP], ws->moe.offsets, rows, E,
-                        S, D, 2 * F);
-    moe->swiglu(c->be, c->stream, ws->moe.a, ws->moe.gu, rows, F);
-    moe->grouped_matmul(c->be, c->stream, ws->moe.ys, ws->moe.a, w->t[MT_T_EXPERTS_DOWN], ws->moe.offsets, rows, E, S,
-                        F, D);
+    moe->grouped_matmul(c->be, c->stream, ws->moe.gu, ws->moe.xs, w->t[MT_T_EXPERTS_GATE_UP], NULL, ws->moe.offsets,
+                        rows, E, S, D, 2 * F);
+    moe->swiglu(c->be, c->stream, ws->moe.a, ws->moe.gu, rows, F, mt_glu_params_of(c));
+    moe->grouped_matmul(c->be, c->stream, ws->moe.ys, ws->moe.a, w->t[MT_T_EXPERTS_DOWN], NULL, ws->moe.offsets, rows,
+                        E, S, F, D);
 }
 
 /* The shared expert's output and its gate's logit, from h2 (Qwen2-MoE). */
@@ -206,13 +206,13 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
     experts_forward(c, w, p, 0);
     moe->combine_dx(c->be, c->stream, ws->moe.dys, ws->moe.dweights, dy, ws->moe.ys, ws->moe.weights, ws->moe.slot_row,
                     p.rows, k, D);
-    moe->grouped_matmul_dw(c->be, c->stream, g->t[MT_T_EXPERTS_DOWN], ws->moe.dys, ws->moe.a, ws->moe.offsets, rows, E,
-                           S, F, D);
+    moe->grouped_matmul_dw(c->be, c->stream, g->t[MT_T_EXPERTS_DOWN], NULL, ws->moe.dys, ws->moe.a, ws->moe.offsets,
+                           rows, E, S, F, D);
     moe->grouped_matmul_dx(c->be, c->stream, ws->moe.a, ws->moe.dys, w->t[MT_T_EXPERTS_DOWN], ws->moe.offsets, rows, E,
                            S, F, D); /* da */
-    moe->swiglu_dx(c->be, c->stream, ws->moe.dgu, ws->moe.a, ws->moe.gu, rows, F);
-    moe->grouped_matmul_dw(c->be, c->stream, g->t[MT_T_EXPERTS_GATE_UP], ws->moe.dgu, ws->moe.xs, ws->moe.offsets, rows,
-                           E, S, D, 2 * F);
+    moe->swiglu_dx(c->be, c->stream, ws->moe.dgu, ws->moe.a, ws->moe.gu, rows, F, mt_glu_params_of(c));
+    moe->grouped_matmul_dw(c->be, c->stream, g->t[MT_T_EXPERTS_GATE_UP], NULL, ws->moe.dgu, ws->moe.xs,
+                           ws->moe.offsets, rows, E, S, D, 2 * F);
     moe->grouped_matmul_dx(c->be, c->stream, ws->moe.ys, ws->moe.dgu, w->t[MT_T_EXPERTS_GATE_UP], ws->moe.offsets, rows,
                            E, S, D, 2 * F); /* dxs */
     moe->gather_dx(c->be, c->stream, ws->tmp, ws->moe.ys, ws->moe.slot_row, p.rows, k, D, 0);

@@ -1,18 +1,19 @@
-/* Mixture of experts: the experts' GEMMs over each expert's sorted rows, their fused SwiGLU, and a
+/* Mixture of experts: the experts' GEMMs (with their biases) over each expert's sorted rows, their fused GLU, and a
  * shared expert's sigmoid gate (backend.h's moe group). */
 #include <math.h>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/ops/glu_math.h"
 
 /* Every GEMM runs one (expert, segment) at a time, as BLAS's bits depend on the row count. */
-void mt_cpu_moe_matmul(float *y, const float *x, const float *w, const int32_t *offsets, int rows, int E, int S,
-                       int in, int out) {
+void mt_cpu_moe_matmul(float *y, const float *x, const float *w, const float *bias, const int32_t *offsets, int rows,
+                       int E, int S, int in, int out) {
     for (int e = 0; e < E; e++)
         for (int s = 0; s < S; s++) {
             int r0 = offsets[e * S + s], r1 = offsets[e * S + s + 1];
             if (r1 > r0)
-                mt_cpu_matmul(y + (size_t)r0 * out, x + (size_t)r0 * in, w + (size_t)e * out * in, NULL, r1 - r0, in,
-                              out);
+                mt_cpu_matmul(y + (size_t)r0 * out, x + (size_t)r0 * in, w + (size_t)e * out * in,
+                              bias ? bias + (size_t)e * out : NULL, r1 - r0, in, out);
         }
 }
 
@@ -27,42 +28,33 @@ void mt_cpu_moe_matmul_dx(float *dx, const float *dy, const float *w, const int3
         }
 }
 
-void mt_cpu_moe_matmul_dw(float *dw, const float *dy, const float *x, const int32_t *offsets, int rows, int E, int S,
-                          int in, int out) {
+void mt_cpu_moe_matmul_dw(float *dw, float *dbias, const float *dy, const float *x, const int32_t *offsets, int rows,
+                          int E, int S, int in, int out) {
     for (int e = 0; e < E; e++)
         for (int s = 0; s < S; s++) {
             int r0 = offsets[e * S + s], r1 = offsets[e * S + s + 1];
             if (r1 > r0)
-                mt_cpu_matmul_dw(dw + (size_t)e * out * in, NULL, dy + (size_t)r0 * out, x + (size_t)r0 * in, r1 - r0,
-                                 in, out);
+                mt_cpu_matmul_dw(dw + (size_t)e * out * in, dbias ? dbias + (size_t)e * out : NULL,
+                                 dy + (size_t)r0 * out, x + (size_t)r0 * in, r1 - r0, in, out);
         }
 }
 
-/* The dense swiglu's arithmetic (swiglu.c) on each row's halves. */
-void mt_cpu_moe_swiglu(float *a, const float *gu, int rows, int F) {
+/* The dense GLU's arithmetic (glu_math.h) on each row's halves. */
+void mt_cpu_moe_swiglu(float *a, const float *gu, int rows, int F, mt_glu_params p) {
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
         const float *g = gu + (size_t)r * 2 * F, *u = g + F;
         float *out = a + (size_t)r * F;
-        for (int i = 0; i < F; i++) {
-            float sig = 1.0f / (1.0f + expf(-g[i]));
-            out[i] = g[i] * sig * u[i];
-        }
+        for (int i = 0; i < F; i++) out[i] = glu_one(p, g[i], u[i]);
     }
 }
 
-void mt_cpu_moe_swiglu_dx(float *dgu, const float *da, const float *gu, int rows, int F) {
+void mt_cpu_moe_swiglu_dx(float *dgu, const float *da, const float *gu, int rows, int F, mt_glu_params p) {
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
         const float *g = gu + (size_t)r * 2 * F, *u = g + F, *d = da + (size_t)r * F;
         float *dg = dgu + (size_t)r * 2 * F, *du = dg + F;
-        for (int i = 0; i < F; i++) {
-            float sig = 1.0f / (1.0f + expf(-g[i]));
-            float silu = g[i] * sig;
-            float dsilu = sig * (1.0f + g[i] * (1.0f - sig));
-            dg[i] = d[i] * u[i] * dsilu;
-            du[i] = d[i] * silu;
-        }
+        for (int i = 0; i < F; i++) glu_grad_one(p, d[i], g[i], u[i], &dg[i], &du[i]);
     }
 }
 
