@@ -58,6 +58,17 @@ static mt_status validate_moe(const mt_config *c) {
     return MT_OK;
 }
 
+/* A window of at least one key; local layers only with one, and only the model's. */
+static mt_status validate_window(const mt_config *c) {
+    MT_TRY(mt_config_in_range("sliding_window", c->sliding_window, 0, MT_CONFIG_MAX_POSITION));
+    for (int l = 0; l < MT_CONFIG_MAX_LAYERS; l++)
+        if (mt_config_layer_is_local(c, l)) {
+            REQUIRE(l < c->num_layers, "layer_types makes layer %d local in a model of %d", l, c->num_layers);
+            REQUIRE(c->sliding_window > 0, "layer %d is local (sliding_attention) without a sliding_window", l);
+        }
+    return MT_OK;
+}
+
 /* What each layer and the whole model compute, as the family plans them: refused where no op
  * computes it yet. */
 static mt_status validate_specs(const mt_config *c) {
@@ -89,6 +100,7 @@ mt_status mt_config_validate(const mt_config *c) {
     REQUIRE(c->rope_theta > 0 && isfinite(c->rope_theta), "rope_theta must be positive, got %g",
             (double)c->rope_theta);
     MT_TRY(validate_moe(c));
+    MT_TRY(validate_window(c));
     MT_TRY(family->validate(c));
     if (c->rope_scaling_factor != 0) {
         REQUIRE(c->rope_scaling_factor >= 1 && isfinite(c->rope_scaling_factor),

@@ -66,6 +66,11 @@ typedef struct {
      * (config.json's output_router_logits, as transformers adds it to the loss). */
     int output_router_logits;
     float router_aux_loss_coef;
+    /* Sliding-window attention: a local layer's queries see the last sliding_window keys of their
+     * sequence (0: no layer is local). Which layers are local is the family's reading of its config
+     * (Mistral v0.1: every one; Qwen2: from max_window_layers on; layer_types). */
+    int sliding_window;
+    uint64_t local_layers[MT_CONFIG_MAX_LAYERS / 64]; /* bit l: block l is local */
 } mt_config;
 
 /* Fills `cfg` with a built-in shape, one of the families' presets (model/families.c;
@@ -94,10 +99,15 @@ int mt_config_dense_mlp_width(const mt_config *cfg);
  * model/families.h), and how many blocks' are. */
 int mt_config_layer_is_moe(const mt_config *cfg, int l);
 int mt_config_moe_layers(const mt_config *cfg);
+/* Whether block l's attention is local (a sliding window), and marks it so. */
+static inline int mt_config_layer_is_local(const mt_config *cfg, int l) {
+    return (int)(cfg->local_layers[l / 64] >> (l % 64)) & 1;
+}
+static inline void mt_config_set_local(mt_config *cfg, int l) { cfg->local_layers[l / 64] |= (uint64_t)1 << (l % 64); }
 /* Whether the architecture's family is a mixture of experts (its config needs num_experts). */
 int mt_arch_is_moe(mt_arch arch);
-/* Forward FLOPs a token in every block besides the linear layers (attention's), at seq tokens a
- * sequence. */
+/* Forward FLOPs a token in every block besides the linear layers (attention's, of the keys each
+ * query sees: a local layer's within its window), at seq tokens a sequence. */
 double mt_config_blocks_extra_flops(const mt_config *cfg, int seq);
 
 #endif

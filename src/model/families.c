@@ -67,6 +67,7 @@ void mt_family_plan_common(const mt_config *c, int l, mt_layer_spec *s) {
         s->ffn_spec.flags = (c->shared_expert_intermediate_size ? MT_FFN_SHARED_EXPERT : 0) |
                             (c->norm_topk_prob ? MT_FFN_RENORM : 0);
     s->norm_eps = c->rms_norm_eps;
+    s->attn.window = mt_config_layer_is_local(c, l) ? c->sliding_window : 0;
 }
 
 void mt_family_plan_model_common(const mt_config *c, mt_model_spec *m) {
@@ -102,6 +103,63 @@ mt_status mt_family_read_window(const mt_json_src *s, const mt_config *c, int de
                        "max_position_embeddings %d), which is not supported",
                        s->source, key, window, c->max_position);
     return MT_OK;
+}
+
+mt_status mt_family_read_sliding_window(const mt_json_src *s, mt_config *c, int default_window, const char *gate,
+                                        int default_first_local) {
+    int window = default_window, first_local = 0;
+    if (gate) {
+        int use = 0;
+        MT_TRY(mt_json_get_bool(s, gate, &use));
+        if (!use) return mt_family_read_layer_types(s, c);
+        first_local = default_first_local;
+        MT_TRY(mt_json_get_int(s, "max_window_layers", 0, &first_local));
+        MT_TRY(mt_config_in_range("max_window_layers", first_local, 0, MT_CONFIG_MAX_LAYERS));
+    }
+    if (json_object_get(s->obj, "sliding_window")) { /* present, possibly null */
+        window = 0;
+        MT_TRY(mt_json_get_int(s, "sliding_window", 0, &window));
+    }
+    /* A window the context never reaches changes nothing: kept as none, so that the config writes
+     * back as it did. */
+    if (window > 0 && window < c->max_position) {
+        c->sliding_window = window;
+        for (int l = first_local; l < c->num_layers; l++) mt_config_set_local(c, l);
+    }
+    return mt_family_read_layer_types(s, c);
+}
+
+mt_status mt_family_read_layer_types(const mt_json_src *s, mt_config *c) {
+    const json_t *types = mt_json_field(s, "layer_types"), *kind;
+    if (!types) return MT_OK;
+    if (!json_is_array(types) || json_array_size(types) != (size_t)c->num_layers)
+        return mt_fail(MT_ERR_INVALID, "%s: field 'layer_types' must list num_hidden_layers (%d) strings",
+                       s->source, c->num_layers);
+    memset(c->local_layers, 0, sizeof c->local_layers);
+    size_t i;
+    json_array_foreach(types, i, kind) {
+        const char *k = json_is_string(kind) ? json_string_value(kind) : "";
+        if (!strcmp(k, "sliding_attention")) {
+            if (!c->sliding_window)
+                return mt_fail(MT_ERR_INVALID, "%s: field 'layer_types' makes layer %zu sliding_attention, but "
+                               "sliding_window gives no window shorter than the context", s->source, i);
+            mt_config_set_local(c, (int)i);
+        } else if (strcmp(k, "full_attention")) {
+            return mt_fail(MT_ERR_INVALID, "%s: field 'layer_types' gives layer %zu '%s', which is not supported "
+                           "(full_attention and sliding_attention only)", s->source, i, k);
+        }
+    }
+    return MT_OK;
+}
+
+void mt_family_write_sliding_window(const mt_config *c, json_t *o) {
+    json_object_set_new(o, "sliding_window", c->sliding_window ? json_integer(c->sliding_window) : json_null());
+    if (!c->sliding_window) return;
+    json_t *types = json_array();
+    for (int l = 0; l < c->num_layers; l++)
+        json_array_append_new(types, json_string(mt_config_layer_is_local(c, l) ? "sliding_attention"
+                                                                                 : "full_attention"));
+    json_object_set_new(o, "layer_types", types);
 }
 
 /* transformers 5 lists each layer's attention kind; anything but full attention is refused. */

@@ -77,6 +77,18 @@ void mt_family_plan_model_common(const mt_config *c, mt_model_spec *m);
 /* What the families' readers and writers share. A sliding window shorter than the context changes
  * attention: refused rather than ignored (`gated`: only where use_sliding_window is true). */
 mt_status mt_family_read_window(const mt_json_src *s, const mt_config *c, int default_window, int gated);
+/* A sliding window the family computes: sliding_window (default_window when absent, none when
+ * null or not shorter than the context) makes layers local, all of them or, with a `gate` field
+ * (Qwen2's use_sliding_window, false by default), those from max_window_layers on (transformers'
+ * rule; default_first_local when absent); then transformers 5's layer_types, where present,
+ * decides each layer (mt_family_read_layer_types). */
+mt_status mt_family_read_sliding_window(const mt_json_src *s, mt_config *c, int default_window, const char *gate,
+                                        int default_first_local);
+/* layer_types: a string a layer, full_attention or sliding_attention (local: the config's
+ * sliding_window); anything else refused naming the layer. */
+mt_status mt_family_read_layer_types(const mt_json_src *s, mt_config *c);
+/* sliding_window (null when none) and, with a window, layer_types. */
+void mt_family_write_sliding_window(const mt_config *c, json_t *o);
 /* transformers 5's layer_types: anything but full attention refused. */
 mt_status mt_family_read_full_attention(const mt_json_src *s);
 /* attention_bias = true refused: it would add q/k/v and o_proj biases. */

@@ -6,7 +6,8 @@
  * them over the whole micro-batch. With segments (packed examples) positions restart on each
  * segment's first row and attention stays within each segment (backend.h), the tiles alike. Everything of the queries' side is a tile's (engine/block.h):
  * its q, attention output, their gradients, x2. A tile of whole sequences is plain causal attention
- * over them. A window of one sequence attends, as backend.h's window of queries, to the keys from
+ * over them; a local layer's queries see the last `window` keys of their sequence (or segment), which
+ * the op takes as mt_attn_params with the block's scale and soft-cap. A window of one sequence attends, as backend.h's window of queries, to the keys from
  * the sequence's first position to its own last; its backward gives the keys it saw their share of
  * the gradients, which sum over the sequence's windows in fp32 (dk_sum, dv_sum: bf16 sums of 16
  * windows' shares were measured at twice the error of one rounding of the whole, fp32 ones at 1.4x
@@ -57,6 +58,12 @@ static mt_attn_dims tile_dims(const mt_config *c, int batch, int seq, mt_tile t)
     if (t.rows >= seq) d.batch = t.rows / seq, d.seq = seq;
     else if (t.row % seq > 0) d.seq = seq, d.q0 = t.row % seq, d.q_len = t.rows;
     return d;
+}
+
+/* The block's variant of attention (its window, scale and soft-cap), as its spec has it. */
+static mt_attn_params attn_params(const mt_block_ctx *c) {
+    const mt_attn_spec *a = &c->spec->attn;
+    return (mt_attn_params){.window = a->window, .scale = a->q_scale, .softcap = a->logit_softcap};
 }
 
 /* The first row of the keys tile t attends to: its first sequence's. */
@@ -181,10 +188,10 @@ static void forward(const mt_block_ctx *c, const mt_unit_weights *w, const void 
     op->rope(be, s, ws->attn.q, rope_table(c), t.rows, c->seq, t.row % c->seq, positions(c, t.row), cfg->num_heads,
              cfg->head_dim, 0);
     mt_segments seg = c->seg ? tile_segments(c, t) : (mt_segments){0};
+    mt_attn_params params = attn_params(c);
     op->attention(be, s, ws->attn.att, ws->attn.lse, ws->attn.q, mt_rows_at(ws->attn.k, kv0, KV, act),
-                  mt_rows_at(ws->attn.v, kv0, KV, act), tile_dims(cfg, c->batch, c->seq, t), NULL,
-                  c->seg ? &seg : NULL,
-                  ws->attn.ws);
+                  mt_rows_at(ws->attn.v, kv0, KV, act), tile_dims(cfg, c->batch, c->seq, t), &params,
+                  c->seg ? &seg : NULL, ws->attn.ws);
     MT_FOR_EACH_PIECE(c, p) {
         mt_matmul_piece(c, p, ws->tmp, mt_rows_at(ws->attn.att, p.row - t.row, Q, act), w->t[MT_T_WO], NULL, Q, D);
         op->add(be, s, mt_x2_row(c, p.row), mt_rows_at(x, p.row, D, act), ws->tmp, (size_t)p.rows * D);
@@ -250,10 +257,11 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
     mt_matmul_dw_piece(c, mt_piece_of_tile(c), g->t[MT_T_WO], NULL, dy, ws->attn.att, Q, D);
     mt_matmul_dx_piece(c, mt_piece_of_tile(c), ws->attn.datt, dy, w->t[MT_T_WO], Q, D, 0);
     mt_segments seg = c->seg ? tile_segments(c, t) : (mt_segments){0};
+    mt_attn_params params = attn_params(c);
     op->attention_dx(be, s, ws->attn.dq, mt_rows_at_mut(ws->attn.dk, kv0, KV, act),
                      mt_rows_at_mut(ws->attn.dv, kv0, KV, act), ws->attn.datt, ws->attn.att, ws->attn.lse, ws->attn.q,
                      mt_rows_at(ws->attn.k, kv0, KV, act), mt_rows_at(ws->attn.v, kv0, KV, act),
-                     tile_dims(cfg, c->batch, c->seq, t), NULL, c->seg ? &seg : NULL, ws->attn.ws);
+                     tile_dims(cfg, c->batch, c->seq, t), &params, c->seg ? &seg : NULL, ws->attn.ws);
     if (t.rows < c->seq) sum_window_shares(c, t);
     void *dk_rows = mt_rows_at_mut(ws->attn.dk, t.row, KV, act);
     op->rope(be, s, ws->attn.dq, rope_table(c), t.rows, c->seq, pos0, positions(c, t.row), cfg->num_heads,

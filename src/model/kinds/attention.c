@@ -35,9 +35,13 @@ static int64_t params(const mt_config *c, const mt_layer_spec *s) {
  * rest, as the PyTorch peers count them. */
 static int64_t active_params(const mt_config *c, const mt_layer_spec *s) { return params(c, s); }
 
-/* Scores q.k^T and their product with v: 2 x seq x Q each a token, halved for the causal mask. */
+/* Scores q.k^T and their product with v: 2 x 2 x Q each key a query sees, on average seq / 2 under
+ * the causal mask; a local layer's query sees at most `window` keys, window - window^2 / (2 seq) on
+ * average (the first window's queries see fewer). */
 static double extra_flops(const mt_config *c, const mt_layer_spec *s, int seq) {
-    return 2.0 * seq * (double)c->num_heads * c->head_dim;
+    int w = s->attn.window;
+    double keys = w > 0 && w < seq ? w - (double)w * w / (2.0 * seq) : seq / 2.0;
+    return 4.0 * keys * (double)c->num_heads * c->head_dim;
 }
 
 const mt_part_kind mt_mixer_attention = {.name = "attention", .declare = declare, .params = params,
