@@ -45,6 +45,15 @@ mt_config mt_tiny_config_qwen3(int tied) {
     return c;
 }
 
+mt_config mt_tiny_config_windowed(int window) {
+    mt_config c = base();
+    c.arch = MT_ARCH_MISTRAL;
+    c.sliding_window = window;
+    mt_config_set_local(&c, 0);
+    mt_config_set_local(&c, 2);
+    return c;
+}
+
 mt_config mt_tiny_config_moe(mt_arch arch, int aux) {
     mt_config c = base();
     c.arch = arch;

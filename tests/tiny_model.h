@@ -18,6 +18,9 @@ mt_config mt_tiny_config_gqa(void);
 mt_config mt_tiny_config_tied_bias(void);
 mt_config mt_tiny_config_mha(void);
 mt_config mt_tiny_config_qwen3(int tied);
+/* Mistral with a sliding window of `window` keys on blocks 0 and 2, block 1 full (sequences are
+ * longer than the window). */
+mt_config mt_tiny_config_windowed(int window);
 /* Tiny mixtures of experts, one of each family (arch: MT_ARCH_QWEN3_MOE, MT_ARCH_QWEN2_MOE,
  * MT_ARCH_MIXTRAL, MT_ARCH_OLMOE), each with what makes its family: Qwen3-MoE per-head q/k norms,
  * 8 experts top 3 renormalised, a dense block among sparse ones (mlp_only_layers); Qwen2-MoE q/k/v
