@@ -100,45 +100,75 @@ static void expect_refused(const mt_layer_spec *s, const mt_model_spec *m, const
 }
 
 /* What no op computes yet is refused by name, until the backend has the op. */
+/* What the ops compute since ISSUE 40 (windows, scales, soft-caps, GELU-tanh, (1 + w) norms, an
+ * embedding scale, linear RoPE, a second RoPE table) passes; what none computes yet, and values
+ * out of range, are refused naming the field. */
 Test(families, spec_values_no_op_computes_are_refused_by_name) {
     mt_config c = mt_tiny_config_gqa();
     mt_model_spec m = mt_model_spec_of(&c);
     mt_layer_spec good = mt_layer_spec_of(&c, 0), s;
     cr_assert_eq(mt_layer_spec_check(&good, &m, 0), MT_OK, "%s", mt_error());
     cr_assert_eq(mt_model_spec_check(&m), MT_OK, "%s", mt_error());
-    s = good, s.attn.window = 1024;
+    s = good, s.attn.window = 1024, s.attn.q_scale = 0.0625f, s.attn.logit_softcap = 50;
+    s.ffn_spec.act = MT_GLU_GELU_TANH, s.norm_unit_offset = 1;
+    cr_assert_eq(mt_layer_spec_check(&s, &m, 0), MT_OK, "%s", mt_error());
+    s = good, s.attn.window = -1;
     expect_refused(&s, &m, "attention window");
     s = good, s.attn.rope = 1;
     expect_refused(&s, &m, "RoPE table 1");
-    s = good, s.attn.q_scale = 0.0625f;
+    s = good, s.attn.q_scale = -1;
     expect_refused(&s, &m, "attention scale");
-    s = good, s.attn.logit_softcap = 50;
-    expect_refused(&s, &m, "soft-cap");
+    s = good, s.attn.logit_softcap = -50;
+    expect_refused(&s, &m, "attn_logit_softcapping");
     s = good, s.attn.flags |= MT_ATTN_POST_NORM;
     expect_refused(&s, &m, "post-attention norm");
-    s = good, s.ffn_spec.act = MT_GLU_GELU_TANH;
-    expect_refused(&s, &m, "activation");
+    s = good, s.ffn_spec.act = MT_GLU_SILU_CLAMPED;
+    expect_refused(&s, &m, "clamped SwiGLU");
     s = good, s.ffn_spec.flags |= MT_FFN_POST_NORM;
     expect_refused(&s, &m, "post-feedforward norm");
     s = good, s.ffn_spec.flags |= MT_FFN_SHARED_EXPERT;
     expect_refused(&s, &m, "shared expert");
-    s = good, s.norm_unit_offset = 1;
-    expect_refused(&s, &m, "(1 + w)");
+    mt_model_spec ok = m;
+    ok.norm_unit_offset = 1, ok.embed_scale = 45.25f, ok.logit_softcap = 30, ok.num_ropes = 2;
+    ok.rope[1] = (mt_rope_spec){.type = MT_ROPE_LINEAR, .theta = 10000.0f, .factor = 8};
+    cr_assert_eq(mt_model_spec_check(&ok), MT_OK, "%s", mt_error());
     mt_model_spec bad = m;
-    bad.embed_scale = 45.25f;
+    bad.embed_scale = 0;
     cr_expect_eq(mt_model_spec_check(&bad), MT_ERR_INVALID);
     cr_expect(strstr(mt_error(), "embedding scale"), "%s", mt_error());
-    bad = m, bad.logit_softcap = 30;
+    bad = m, bad.logit_softcap = -30;
     cr_expect_eq(mt_model_spec_check(&bad), MT_ERR_INVALID);
-    cr_expect(strstr(mt_error(), "final logit soft-cap"), "%s", mt_error());
+    cr_expect(strstr(mt_error(), "final_logit_softcapping"), "%s", mt_error());
+    bad = m, bad.rope[0].type = MT_ROPE_YARN;
+    cr_expect_eq(mt_model_spec_check(&bad), MT_ERR_INVALID);
+    cr_expect(strstr(mt_error(), "yarn"), "%s", mt_error());
+    bad = m, bad.num_ropes = 3;
+    cr_expect_eq(mt_model_spec_check(&bad), MT_ERR_INVALID);
+    cr_expect(strstr(mt_error(), "RoPE tables"), "%s", mt_error());
 }
 
-/* mt_rope_inv_freq is transformers' default and llama3 computation. */
+/* A local layer's attention FLOPs are those of the keys it sees: a window of w over seq keys
+ * w - w^2 / (2 seq) on average against seq / 2; a window the sequence does not reach, seq / 2. */
+Test(families, a_window_counts_the_flops_it_does) {
+    mt_config c = mt_tiny_config_windowed(4);
+    mt_config full = mt_tiny_config_gqa();
+    double per_key = 4.0 * c.num_heads * c.head_dim;
+    double want = per_key * (64 / 2.0 + 2 * (4 - 16 / 128.0)); /* block 1 full, 0 and 2 local */
+    cr_expect_float_eq(mt_config_blocks_extra_flops(&c, 64), want, 1e-9 * want);
+    cr_expect_float_eq(mt_config_blocks_extra_flops(&full, 64), per_key * 3 * 32.0, 1e-9 * want);
+    cr_expect_float_eq(mt_config_blocks_extra_flops(&c, 4), mt_config_blocks_extra_flops(&full, 4), 1e-9);
+}
+
+/* mt_rope_inv_freq is transformers' default, linear and llama3 computation. */
 Test(families, rope_tables_follow_their_spec) {
     mt_rope_spec plain = {.type = MT_ROPE_DEFAULT, .theta = 10000.0f};
     float f[4];
     mt_rope_inv_freq(&plain, 8, f);
     for (int i = 0; i < 4; i++) cr_expect_float_eq(f[i], powf(10000.0f, -2.0f * i / 8), 1e-6f, "%d", i);
+    mt_rope_spec linear = {.type = MT_ROPE_LINEAR, .theta = 10000.0f, .factor = 8}; /* Gemma 3's global layers */
+    float lin[4];
+    mt_rope_inv_freq(&linear, 8, lin);
+    for (int i = 0; i < 4; i++) cr_expect_float_eq(lin[i], f[i] / 8, 1e-7f, "%d", i);
     mt_rope_spec llama3 = {.type = MT_ROPE_LLAMA3, .theta = 10000.0f, .factor = 8, .low_freq_factor = 1,
                            .high_freq_factor = 4, .original_max_position = 32};
     float g[4];
