@@ -1,5 +1,6 @@
 /* The attention mixer, model side: the pre-norm, q/k/v and o projections, with its variants: q/k/v
- * biases, RMSNorm of q and k over each head or over the whole projection, as its spec's flags say.
+ * biases, RMSNorm of q and k over each head or over the whole projection, a norm of its output
+ * (Gemma), as its spec's flags say.
  * engine/kinds/attention_run.c runs it. */
 #include "model/block_kinds.h"
 
@@ -20,6 +21,7 @@ static void declare(mt_layout *lay, mt_unit *u, const mt_config *c, const mt_lay
         mt_layout_add_block_tensor(lay, u, MT_T_K_NORM, l, full ? KV : c->head_dim, 1, 0);
     }
     mt_layout_add_block_tensor(lay, u, MT_T_WO, l, D, Q, 0);
+    if (s->attn.flags & MT_ATTN_POST_NORM) mt_layout_add_block_tensor(lay, u, MT_T_ATTN_POST_NORM, l, D, 1, 0);
 }
 
 static int64_t params(const mt_config *c, const mt_layer_spec *s) {
@@ -28,6 +30,7 @@ static int64_t params(const mt_config *c, const mt_layer_spec *s) {
     if (s->attn.flags & MT_ATTN_BIAS_QKV) n += q + 2 * kv;
     if (s->attn.flags & MT_ATTN_QK_NORM_HEAD) n += 2 * c->head_dim;
     if (s->attn.flags & MT_ATTN_QK_NORM_FULL) n += q + kv;
+    if (s->attn.flags & MT_ATTN_POST_NORM) n += d;
     return n;
 }
 
