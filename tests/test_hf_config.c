@@ -267,8 +267,20 @@ Test(hfconfig, refuses_math_it_does_not_implement) {
     expect_refusal(llama32, "hidden_act", "\"gelu\"", "'hidden_act' = 'gelu'");
     expect_refusal(llama32, "mlp_bias", "true", "'mlp_bias'");
     expect_refusal(llama32, "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 4.0}", "'rope_scaling.rope_type' = 'yarn'");
-    expect_refusal(llama32, "rope_scaling", "{\"type\": \"linear\", \"factor\": 2.0}", "'linear'");
+    expect_refusal(llama32, "rope_scaling", "{\"type\": \"dynamic\", \"factor\": 2.0}", "'dynamic'");
     expect_refusal(llama32, "quantization_config", "{\"quant_method\": \"gptq\"}", "'quantization_config'");
+}
+
+/* Linear RoPE scaling (Gemma 3's global layers) is computed since ISSUE 40: the frequencies
+ * divided by the factor; it writes back as it read. */
+Test(hfconfig, reads_linear_rope_scaling) {
+    mt_config c;
+    cr_assert_eq(parse_variant(llama32, "rope_scaling", "{\"type\": \"linear\", \"factor\": 2.0}", &c), MT_OK, "%s",
+                 mt_error());
+    cr_assert(c.rope_scaling_linear && c.rope_scaling_factor == 2.0f);
+    mt_model_spec m = mt_model_spec_of(&c);
+    cr_assert(m.rope[0].type == MT_ROPE_LINEAR && m.rope[0].factor == 2.0f);
+    expect_round_trip(&c);
 }
 
 Test(hfconfig, refuses_missing_required_fields) {

@@ -101,10 +101,15 @@ mt_status mt_config_validate(const mt_config *c) {
             (double)c->rope_theta);
     MT_TRY(validate_moe(c));
     MT_TRY(validate_window(c));
+    REQUIRE(c->rope_local_theta >= 0 && isfinite(c->rope_local_theta), "rope_local_base_freq must be positive");
+    REQUIRE(c->query_pre_attn_scalar >= 0 && isfinite(c->query_pre_attn_scalar),
+            "query_pre_attn_scalar must be positive, got %g", (double)c->query_pre_attn_scalar);
     MT_TRY(family->validate(c));
     if (c->rope_scaling_factor != 0) {
         REQUIRE(c->rope_scaling_factor >= 1 && isfinite(c->rope_scaling_factor),
                 "rope_scaling.factor must be >= 1, got %g", (double)c->rope_scaling_factor);
+    }
+    if (c->rope_scaling_factor != 0 && !c->rope_scaling_linear) { /* llama3's */
         REQUIRE(c->rope_high_freq_factor > c->rope_low_freq_factor && isfinite(c->rope_high_freq_factor) &&
                     isfinite(c->rope_low_freq_factor),
                 "rope_scaling.high_freq_factor must exceed low_freq_factor");

@@ -47,8 +47,10 @@ typedef struct {
     int tie_embeddings;      /* LM head shares the embedding matrix */
     int attention_bias;      /* q/k/v projections carry a bias (Qwen2) */
     int qk_norm;             /* mt_qk_norm: RMSNorm of q and k before RoPE (Qwen3, OLMoE) */
-    /* rope_scaling of type "llama3"; factor == 0 means none. */
+    /* rope_scaling of type "llama3", or with rope_scaling_linear "linear" (the factor only);
+     * factor == 0 means none. */
     float rope_scaling_factor;
+    int rope_scaling_linear;
     float rope_low_freq_factor;
     float rope_high_freq_factor;
     int rope_original_max_position;
@@ -71,6 +73,14 @@ typedef struct {
      * (Mistral v0.1: every one; Qwen2: from max_window_layers on; layer_types). */
     int sliding_window;
     uint64_t local_layers[MT_CONFIG_MAX_LAYERS / 64]; /* bit l: block l is local */
+    /* Local layers' own RoPE base, without rope_scaling (Gemma 3's rope_local_base_freq); 0: they
+     * share rope_theta and its scaling. */
+    float rope_local_theta;
+    /* The scores' scale is 1/sqrt(query_pre_attn_scalar) (Gemma); 0: 1/sqrt(head_dim). */
+    float query_pre_attn_scalar;
+    /* Soft caps, cap * tanh(x / cap), of the attention scores and of the head's logits (Gemma 2);
+     * 0: none. */
+    float attn_logit_softcap, final_logit_softcap;
 } mt_config;
 
 /* Fills `cfg` with a built-in shape, one of the families' presets (model/families.c;
