@@ -12,6 +12,7 @@ typedef enum {
     MT_ARCH_LLAMA, MT_ARCH_MISTRAL, MT_ARCH_QWEN2, MT_ARCH_QWEN3,
     /* mixtures of experts */
     MT_ARCH_QWEN3_MOE, MT_ARCH_QWEN2_MOE, MT_ARCH_MIXTRAL, MT_ARCH_OLMOE,
+    MT_ARCH_GEMMA3, MT_ARCH_GEMMA2,
 } mt_arch;
 
 /* RMSNorm of q and k before RoPE: none, over each head's head_dim values (Qwen3, Qwen3-MoE), or

@@ -1,16 +1,18 @@
 /* The registry of families (model/families.h) and what their files share. */
 #include "model/families.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 extern const mt_family mt_family_llama, mt_family_mistral, mt_family_qwen2, mt_family_qwen3, mt_family_qwen3_moe,
-    mt_family_qwen2_moe, mt_family_mixtral, mt_family_olmoe;
+    mt_family_qwen2_moe, mt_family_mixtral, mt_family_olmoe, mt_family_gemma3, mt_family_gemma2;
 
 /* In this order the architectures are named and the presets listed (mt_config_preset_names). */
 const mt_family *const mt_families[] = {&mt_family_llama,     &mt_family_mistral,   &mt_family_qwen2,
                                         &mt_family_qwen3,     &mt_family_qwen3_moe, &mt_family_qwen2_moe,
-                                        &mt_family_mixtral,   &mt_family_olmoe,     NULL};
+                                        &mt_family_mixtral,   &mt_family_olmoe,     &mt_family_gemma3,
+                                        &mt_family_gemma2,    NULL};
 
 const mt_family *mt_family_find(const char *architecture, const char *model_type) {
     for (const mt_family *const *f = mt_families; *f; f++)
@@ -81,6 +83,72 @@ void mt_family_plan_model_common(const mt_config *c, mt_model_spec *m) {
                                 .low_freq_factor = c->rope_low_freq_factor,
                                 .high_freq_factor = c->rope_high_freq_factor,
                                 .original_max_position = c->rope_original_max_position};
+}
+
+/* ---- Gemma's block (families/gemma3.c, families/gemma2.c) ---- */
+
+const mt_family_names mt_family_gemma_names = {.suffix = {
+    [MT_T_ATTN_POST_NORM] = "post_attention_layernorm.weight",
+    [MT_T_MLP_NORM] = "pre_feedforward_layernorm.weight",
+    [MT_T_FFN_POST_NORM] = "post_feedforward_layernorm.weight",
+}};
+
+void mt_family_plan_gemma(const mt_config *c, int l, mt_layer_spec *s) {
+    mt_family_plan_common(c, l, s);
+    s->attn.flags |= MT_ATTN_POST_NORM;
+    s->attn.q_scale = c->query_pre_attn_scalar > 0 ? 1.0f / sqrtf(c->query_pre_attn_scalar) : 0.0f;
+    s->attn.logit_softcap = c->attn_logit_softcap;
+    s->attn.rope = mt_config_layer_is_local(c, l) && c->rope_local_theta > 0 ? 1 : 0;
+    s->ffn_spec.act = MT_GLU_GELU_TANH;
+    s->ffn_spec.flags |= MT_FFN_POST_NORM;
+    s->norm_unit_offset = 1;
+}
+
+void mt_family_plan_model_gemma(const mt_config *c, mt_model_spec *m) {
+    mt_family_plan_model_common(c, m);
+    m->norm_unit_offset = 1;
+    m->embed_scale = sqrtf((float)c->hidden_size);
+    m->logit_softcap = c->final_logit_softcap;
+    if (c->rope_local_theta > 0)
+        m->rope[m->num_ropes++] = (mt_rope_spec){.type = MT_ROPE_DEFAULT, .theta = c->rope_local_theta};
+}
+
+/* A soft cap: its default when absent, none when null. */
+static mt_status read_softcap(const mt_json_src *s, const char *key, float default_cap, float *cap) {
+    *cap = default_cap;
+    if (!json_object_get(s->obj, key)) return MT_OK;
+    *cap = 0;
+    MT_TRY(mt_json_get_float(s, key, 0, cap));
+    if (!(*cap >= 0) || !isfinite(*cap))
+        return mt_fail(MT_ERR_INVALID, "%s: field '%s' must be positive or null, got %g", s->source, key,
+                       (double)*cap);
+    return MT_OK;
+}
+
+mt_status mt_family_read_gemma(const mt_json_src *s, mt_config *c, const char *act, float default_scalar,
+                               float default_attn_cap, float default_final_cap) {
+    const char *activation = act;
+    MT_TRY(mt_json_get_string(s, "hidden_activation", &activation));
+    if (strcmp(activation, act))
+        return mt_fail(MT_ERR_INVALID, "%s: field 'hidden_activation' = '%s' is not supported (%s only)", s->source,
+                       activation, act);
+    if (!mt_json_field(s, "tie_word_embeddings")) c->tie_embeddings = 1; /* Gemma's configs tie by default */
+    c->query_pre_attn_scalar = default_scalar;
+    MT_TRY(mt_json_get_float(s, "query_pre_attn_scalar", 0, &c->query_pre_attn_scalar));
+    if (!(c->query_pre_attn_scalar > 0) || !isfinite(c->query_pre_attn_scalar))
+        return mt_fail(MT_ERR_INVALID, "%s: field 'query_pre_attn_scalar' must be positive, got %g", s->source,
+                       (double)c->query_pre_attn_scalar);
+    MT_TRY(read_softcap(s, "attn_logit_softcapping", default_attn_cap, &c->attn_logit_softcap));
+    return read_softcap(s, "final_logit_softcapping", default_final_cap, &c->final_logit_softcap);
+}
+
+static json_t *softcap_json(float cap) { return cap > 0 ? mt_json_float(cap) : json_null(); }
+
+void mt_family_write_gemma(const mt_config *c, json_t *o, const char *act) {
+    json_object_set_new(o, "hidden_activation", json_string(act));
+    json_object_set_new(o, "query_pre_attn_scalar", mt_json_float(c->query_pre_attn_scalar));
+    json_object_set_new(o, "attn_logit_softcapping", softcap_json(c->attn_logit_softcap));
+    json_object_set_new(o, "final_logit_softcapping", softcap_json(c->final_logit_softcap));
 }
 
 /* ---- what the families' config.json readers and writers share ---- */
@@ -252,9 +320,9 @@ void mt_family_write_sparse_layers(const mt_config *c, json_t *o) {
 mt_status mt_family_require_qk_norm(const mt_config *c, mt_qk_norm want) {
     if (c->qk_norm == (int)want) return MT_OK;
     return mt_fail(MT_ERR_INVALID, "q/k RMSNorm %s",
-                   want == MT_QK_NORM_HEAD   ? "over each head is part of every Qwen3 and Qwen3-MoE model"
+                   want == MT_QK_NORM_HEAD   ? "over each head is part of every Qwen3, Qwen3-MoE and Gemma 3 model"
                    : want == MT_QK_NORM_FULL ? "over the whole projections is part of every OLMoE model"
-                                             : "is part of OLMoE, Qwen3-MoE and Qwen3 only");
+                                             : "is part of OLMoE, Qwen3-MoE, Qwen3 and Gemma 3 only");
 }
 
 mt_status mt_family_no_o_bias(const mt_config *c) {

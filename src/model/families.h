@@ -107,6 +107,20 @@ void mt_family_write_experts(const mt_config *c, json_t *o, const char *experts_
 /* moe_intermediate_size, decoder_sparse_step and mlp_only_layers (the Qwen mixtures'). */
 void mt_family_write_sparse_layers(const mt_config *c, json_t *o);
 
+/* Gemma's block, Gemma 3's and Gemma 2's (families/gemma3.c, gemma2.c): the plan (the common one,
+ * then the four norms, (1 + w), GeGLU, 1/sqrt(query_pre_attn_scalar), the soft caps, the local
+ * layers' window and RoPE table), the model's (the embedding scaled by sqrt(hidden_size), the
+ * final soft cap, the local RoPE table when rope_local_theta is set), the names of its norms, and
+ * the config fields both read and write: hidden_activation (`act` only), tie_word_embeddings (true
+ * when absent), query_pre_attn_scalar and the soft caps (their defaults when absent, none when
+ * null). */
+extern const mt_family_names mt_family_gemma_names;
+void mt_family_plan_gemma(const mt_config *c, int l, mt_layer_spec *s);
+void mt_family_plan_model_gemma(const mt_config *c, mt_model_spec *m);
+mt_status mt_family_read_gemma(const mt_json_src *s, mt_config *c, const char *act, float default_scalar,
+                               float default_attn_cap, float default_final_cap);
+void mt_family_write_gemma(const mt_config *c, json_t *o, const char *act);
+
 /* What the families' rules share, each failing with a message naming the field. */
 mt_status mt_family_require_qk_norm(const mt_config *c, mt_qk_norm want);
 mt_status mt_family_no_o_bias(const mt_config *c);
