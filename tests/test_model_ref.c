@@ -346,6 +346,39 @@ Test(model, a_window_changes_the_gradients) {
 
 Test(model, windowed_training_steps_match_reference) { check_training(mt_tiny_config_windowed(3), 1.0f, NULL); }
 
+/* Gemma 3 and Gemma 2 against the reference's Gemma block (sandwich norms, (1 + w), GeGLU-tanh,
+ * the query scalar, the scaled embedding, local layers' window and RoPE base, linear scaling on
+ * the global ones; Gemma 2's soft caps): whole, in tiles of 3 with two micro-batches and a mask,
+ * packed in tiles, and AdamW steps (with 7 blocks: the local ones those of the 3-block config). */
+Test(model, gemma3_grads_match_reference) {
+    mt_config c = mt_tiny_config_gemma3();
+    check_grads(&c, 1, NULL);
+}
+
+Test(model, gemma3_grads_match_reference_in_tiles_two_micro_batches) {
+    mt_config c = mt_tiny_config_gemma3();
+    check_grads_at(&c, 2, uneven_mask, NULL, 3);
+}
+
+Test(model, gemma3_packed_grads_match_reference_in_tiles) {
+    mt_config c = mt_tiny_config_gemma3();
+    check_grads_at(&c, 1, packed_mask, packed_positions, 3);
+}
+
+Test(model, gemma2_grads_match_reference) {
+    mt_config c = mt_tiny_config_gemma2();
+    check_grads(&c, 1, NULL);
+}
+
+Test(model, gemma2_packed_grads_match_reference_in_tiles_two_micro_batches) {
+    mt_config c = mt_tiny_config_gemma2();
+    check_grads_at(&c, 2, packed_mask, packed_positions, 3);
+}
+
+Test(model, gemma3_training_steps_match_reference) { check_training(mt_tiny_config_gemma3(), 1.0f, NULL); }
+
+Test(model, gemma2_training_steps_match_reference) { check_training(mt_tiny_config_gemma2(), 1.0f, NULL); }
+
 /* Packed examples through a few steps: every step the same layout of segments. */
 Test(model, packed_training_steps_match_reference) {
     enum { STEPS = 4 };
