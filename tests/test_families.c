@@ -176,3 +176,48 @@ Test(families, rope_tables_follow_their_spec) {
     cr_expect_float_eq(g[0], f[0], 1e-6f);    /* wavelength 2 pi < 32 / 4: unscaled */
     cr_expect_float_eq(g[3], f[3] / 8, 1e-9f); /* wavelength > 32: divided by the factor */
 }
+
+/* Gemma 3's plan, as transformers' Gemma3DecoderLayer computes (gemma-3-4b: five local layers to
+ * one global, the local RoPE base unscaled and rope_theta with linear 8 on the global ones). */
+Test(families, gemma3_plans_transformers_block) {
+    mt_config c;
+    cr_assert_eq(mt_config_preset("gemma-3-4b", &c), MT_OK);
+    cr_assert_eq(mt_config_validate(&c), MT_OK, "%s", mt_error());
+    mt_model_spec m = mt_model_spec_of(&c);
+    cr_expect(m.norm_unit_offset && m.logit_softcap == 0 && m.embed_scale == sqrtf(2560.0f));
+    cr_expect(m.num_ropes == 2 && m.rope[0].type == MT_ROPE_LINEAR && m.rope[0].factor == 8 &&
+              m.rope[0].theta == 1000000.0f && m.rope[1].type == MT_ROPE_DEFAULT && m.rope[1].theta == 10000.0f);
+    for (int l = 0; l < c.num_layers; l++) {
+        mt_layer_spec s = mt_layer_spec_of(&c, l);
+        int global = (l + 1) % 6 == 0;
+        cr_expect_eq(s.attn.window, global ? 0 : 1024, "layer %d", l);
+        cr_expect_eq(s.attn.rope, global ? 0 : 1, "layer %d", l);
+        cr_expect(s.attn.q_scale == 0.0625f && s.attn.logit_softcap == 0 && s.norm_unit_offset, "layer %d", l);
+        cr_expect(s.attn.flags == (MT_ATTN_QK_NORM_HEAD | MT_ATTN_POST_NORM), "layer %d", l);
+        cr_expect(s.ffn == MT_FFN_DENSE && s.ffn_spec.act == MT_GLU_GELU_TANH && s.ffn_spec.flags == MT_FFN_POST_NORM,
+                  "layer %d", l);
+    }
+    cr_assert_eq(mt_config_preset("gemma-3-27b", &c), MT_OK);
+    cr_expect_float_eq(mt_layer_spec_of(&c, 0).attn.q_scale, 1 / sqrtf(168), 1e-9f);
+    /* google/gemma-3-1b-pt: 999,885,952 parameters. */
+    cr_assert_eq(mt_config_preset("gemma-3-1b", &c), MT_OK);
+    cr_expect_eq(mt_config_total_params(&c), 999885952);
+}
+
+/* Gemma 2's: alternating local (first) and global layers of one RoPE table, the soft caps. */
+Test(families, gemma2_plans_transformers_block) {
+    mt_config c;
+    cr_assert_eq(mt_config_preset("gemma-2-27b", &c), MT_OK);
+    cr_assert_eq(mt_config_validate(&c), MT_OK, "%s", mt_error());
+    mt_model_spec m = mt_model_spec_of(&c);
+    cr_expect(m.norm_unit_offset && m.logit_softcap == 30 && m.num_ropes == 1 && m.rope[0].theta == 10000.0f);
+    for (int l = 0; l < c.num_layers; l++) {
+        mt_layer_spec s = mt_layer_spec_of(&c, l);
+        cr_expect_eq(s.attn.window, l % 2 ? 0 : 4096, "layer %d", l);
+        cr_expect(s.attn.rope == 0 && s.attn.logit_softcap == 50 && s.attn.q_scale == 1 / sqrtf(144), "layer %d", l);
+        cr_expect(s.attn.flags == MT_ATTN_POST_NORM && s.ffn_spec.act == MT_GLU_GELU_TANH, "layer %d", l);
+    }
+    /* google/gemma-2-2b: 2,614,341,888 parameters. */
+    cr_assert_eq(mt_config_preset("gemma-2-2b", &c), MT_OK);
+    cr_expect_eq(mt_config_total_params(&c), 2614341888);
+}
