@@ -322,7 +322,7 @@ mt_status mt_family_require_qk_norm(const mt_config *c, mt_qk_norm want) {
     return mt_fail(MT_ERR_INVALID, "q/k RMSNorm %s",
                    want == MT_QK_NORM_HEAD   ? "over each head is part of every Qwen3, Qwen3-MoE and Gemma 3 model"
                    : want == MT_QK_NORM_FULL ? "over the whole projections is part of every OLMoE model"
-                                             : "is part of OLMoE, Qwen3-MoE, Qwen3 and Gemma 3 only");
+                                             : "is part of OLMoE, Qwen3-MoE, Gemma 3 and Qwen3 only");
 }
 
 mt_status mt_family_no_o_bias(const mt_config *c) {

@@ -11,17 +11,17 @@ static mt_status read_one(const mt_json_src *top, const char *key, const char *s
     if (!rs) return MT_OK;
     if (!json_is_object(rs)) return mt_json_wrong_type(top, key, "an object or null", rs);
     mt_json_src s = {top->source, rs, scope};
-    if (!strcmp(key, "rope_parameters")) {
+    if (strcmp(key, "rope_scaling")) { /* rope_parameters, or its full_attention's */
         float theta = cfg->rope_theta, partial = 1.0f;
         MT_TRY(mt_json_get_float(&s, "rope_theta", 0, &theta));
         if (mt_json_field(top, "rope_theta") && theta != cfg->rope_theta)
-            return mt_fail(MT_ERR_INVALID, "%s: fields 'rope_theta' (%g) and 'rope_parameters.rope_theta' (%g) "
-                           "disagree", top->source, (double)cfg->rope_theta, (double)theta);
+            return mt_fail(MT_ERR_INVALID, "%s: fields 'rope_theta' (%g) and '%srope_theta' (%g) disagree",
+                           top->source, (double)cfg->rope_theta, scope, (double)theta);
         cfg->rope_theta = theta;
         MT_TRY(mt_json_get_float(&s, "partial_rotary_factor", 0, &partial));
         if (partial != 1.0f)
-            return mt_fail(MT_ERR_INVALID, "%s: field 'rope_parameters.partial_rotary_factor' = %g is not "
-                           "supported (1 only)", top->source, (double)partial);
+            return mt_fail(MT_ERR_INVALID, "%s: field '%spartial_rotary_factor' = %g is not supported (1 only)",
+                           top->source, scope, (double)partial);
     }
     const char *type = NULL;
     MT_TRY(mt_json_get_string(&s, "rope_type", &type));
