@@ -36,8 +36,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/layer_spec.h" /* mt_glu */
 #include "util/dtype.h"
+#include "util/glu.h"
 #include "util/status.h"
 
 typedef struct mt_backend mt_backend;
@@ -114,6 +114,7 @@ typedef struct {
 } mt_glu_params;
 
 #define MT_GLU_SWIGLU ((mt_glu_params){.act = MT_GLU_SILU})
+
 
 /* RMSNorm's variant: y = x * rstd * w, or with unit_offset x * rstd * (1 + w) (Gemma's norms,
  * 1 + w formed in fp32); rstd = 1 / sqrt(mean(x^2) + eps). */

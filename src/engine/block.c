@@ -249,13 +249,13 @@ void mt_rmsnorm_dx_piece(const mt_block_ctx *c, mt_piece p, void *dx, float *dw,
         int row = r * per_token, rows = per_call * per_token;
         c->be->ops->op.rmsnorm_dx(c->be, c->stream, mt_rows_at_mut(dx, row, d, act), dw, mt_rows_at(dy, row, d, act),
                                   mt_rows_at(x, row, d, act), w, rstd + row, rows, d,
-                                  mt_norm_params(c), accumulate);
+                                  mt_norm_params(c->spec), accumulate);
     }
 }
 
 void mt_post_norm_piece(const mt_block_ctx *c, mt_piece p, int at, void *out, const void *z, const void *w) {
     c->be->ops->op.rmsnorm(c->be, c->stream, out, c->ws->rstd_post + at, z, w, p.rows, c->cfg->hidden_size,
-                           mt_norm_params(c));
+                           mt_norm_params(c->spec));
 }
 
 void mt_post_norm_dx_piece(const mt_block_ctx *c, mt_piece p, int at, float *dw, const void *dy, const void *z,

@@ -74,16 +74,6 @@ static inline void *mt_x2_row(const mt_block_ctx *c, int row) {
  * whole piece. */
 int mt_rows_per_call(const mt_block_ctx *c, mt_piece p, int by_sequence);
 
-/* The block's RMSNorms as its spec has them (eps, (1 + w)). */
-static inline mt_rmsnorm_params mt_norm_params(const mt_block_ctx *c) {
-    return (mt_rmsnorm_params){.eps = c->spec->norm_eps, .unit_offset = c->spec->norm_unit_offset};
-}
-/* The block's gated linear unit (the MLP's and the experts'), as its spec has it. */
-static inline mt_glu_params mt_glu_params_of(const mt_block_ctx *c) {
-    const mt_ffn_spec *f = &c->spec->ffn_spec;
-    return (mt_glu_params){.act = f->act, .limit = f->clamp, .alpha = f->alpha};
-}
-
 /* y[p] = x[p] . w^T (+ bias); x and y point at the piece's first row. */
 void mt_matmul_piece(const mt_block_ctx *c, mt_piece p, void *y, const void *x, const void *w, const void *bias,
                      int in, int out);
@@ -92,6 +82,16 @@ void mt_matmul_dx_piece(const mt_block_ctx *c, mt_piece p, void *dx, const void 
 /* dw += dy^T x one sequence (or one piece of a sequence) at a time (see block.h). */
 void mt_matmul_dw_piece(const mt_block_ctx *c, mt_piece p, float *dw, float *dbias, const void *dy, const void *x,
                         int in, int out);
+/* The GLU of the block's feed-forward (its experts' too). */
+static inline mt_glu_params mt_glu_of(const mt_layer_spec *s) {
+    return (mt_glu_params){.act = s->ffn_spec.act, .limit = s->ffn_spec.clamp, .alpha = s->ffn_spec.alpha};
+}
+
+/* The RMSNorm parameters of a block's norms (its eps and whether they scale by 1 + w). */
+static inline mt_rmsnorm_params mt_norm_params(const mt_layer_spec *s) {
+    return (mt_rmsnorm_params){.eps = s->norm_eps, .unit_offset = s->norm_unit_offset};
+}
+
 /* The norm's backward over `per_token` rows of width d a token (1 for the hidden-size norms, the heads
  * for per-head q/k norms), a sequence at a time; dx is added to (the residual's gradient) or, with
  * accumulate 0, written. Pointers at the piece's first token; rstd too. */

@@ -2,10 +2,6 @@
 
 #include "util/bf16.h"
 
-static mt_rmsnorm_params norm_params(const mt_ends *k) {
-    return (mt_rmsnorm_params){.eps = k->model.norm_eps, .unit_offset = k->model.norm_unit_offset};
-}
-
 /* The embedding's scale rounded to the weights' type, as transformers multiplies by it (Gemma's
  * sqrt(hidden_size): 45.25 in bf16 for 2048, not 45.2548). */
 mt_ends mt_ends_of(mt_backend *be, mt_stream *stream, const mt_config *cfg) {
@@ -15,9 +11,12 @@ mt_ends mt_ends_of(mt_backend *be, mt_stream *stream, const mt_config *cfg) {
     return k;
 }
 
+static mt_rmsnorm_params final_norm(const mt_ends *k) {
+    return (mt_rmsnorm_params){.eps = k->model.norm_eps, .unit_offset = k->model.norm_unit_offset};
+}
+
 void mt_embed_forward(const mt_ends *k, void *x, const int32_t *tokens, const void *wte, int rows) {
-    k->be->ops->op.embedding(k->be, k->stream, x, tokens, wte, rows, k->cfg->hidden_size,
-                              k->model.embed_scale);
+    k->be->ops->op.embedding(k->be, k->stream, x, tokens, wte, rows, k->cfg->hidden_size, k->model.embed_scale);
 }
 
 void mt_embed_backward(const mt_ends *k, float *dw, const int32_t *tokens, const void *dx, int rows, int v0,
@@ -27,13 +26,13 @@ void mt_embed_backward(const mt_ends *k, float *dw, const int32_t *tokens, const
 }
 
 void mt_head_norm(const mt_ends *k, void *h, float *rstd, const void *x, const void *norm_w, int rows) {
-    k->be->ops->op.rmsnorm(k->be, k->stream, h, rstd, x, norm_w, rows, k->cfg->hidden_size, norm_params(k));
+    k->be->ops->op.rmsnorm(k->be, k->stream, h, rstd, x, norm_w, rows, k->cfg->hidden_size, final_norm(k));
 }
 
 void mt_head_norm_backward(const mt_ends *k, void *dx, float *dw, const void *dh, const void *x, const void *norm_w,
                            const float *rstd, int rows) {
-    k->be->ops->op.rmsnorm_dx(k->be, k->stream, dx, dw, dh, x, norm_w, rstd, rows, k->cfg->hidden_size,
-                              norm_params(k), 0);
+    k->be->ops->op.rmsnorm_dx(k->be, k->stream, dx, dw, dh, x, norm_w, rstd, rows, k->cfg->hidden_size, final_norm(k),
+                              0);
 }
 
 void mt_head_loss(const mt_ends *k, float *loss, float *lse, void *dh, float *dw, const void *h, const void *lm_w,

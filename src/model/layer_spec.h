@@ -5,6 +5,7 @@
 #ifndef MT_MODEL_LAYER_SPEC_H
 #define MT_MODEL_LAYER_SPEC_H
 
+#include "util/glu.h"
 #include "util/status.h"
 
 typedef enum { MT_MIXER_ATTENTION, MT_MIXER_KINDS } mt_mixer_kind;
@@ -38,15 +39,6 @@ typedef struct {
     unsigned flags;      /* MT_ATTN_* */
 } mt_attn_spec;
 
-/* The gated linear unit of an MLP (and of each expert): a = act(g) * u over a gate g and an up
- * projection u. */
-typedef enum {
-    MT_GLU_SILU,         /* silu(g) * u (Llama's SwiGLU) */
-    MT_GLU_GELU_TANH,    /* gelu_tanh(g) * u, torch's tanh approximation (Gemma's GeGLU) */
-    MT_GLU_SILU_CLAMPED, /* gpt-oss: g' = min(g, limit), u' = clamp(u, -limit, limit),
-                          * a = (u' + 1) * g' * sigmoid(alpha * g'); the gradient is zero through
-                          * a clamp that binds (g > limit, |u| > limit), as torch's clamp gives */
-} mt_glu;
 enum {
     MT_FFN_POST_NORM = 1u << 0,     /* an RMSNorm of the feed-forward's output before the residual */
     MT_FFN_EXPERT_BIAS = 1u << 1,   /* the experts' projections carry biases */

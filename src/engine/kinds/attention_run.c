@@ -144,7 +144,7 @@ static void walk(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s) {
 static void attn_norm_piece(const mt_block_ctx *c, const mt_unit_weights *w, mt_piece p, const void *x) {
     int D = c->cfg->hidden_size;
     c->be->ops->op.rmsnorm(c->be, c->stream, c->ws->h1, c->ws->rstd1 + p.row, mt_rows_at(x, p.row, D, mt_act_size(c)),
-                           w->t[MT_T_ATTN_NORM], p.rows, D, mt_norm_params(c));
+                           w->t[MT_T_ATTN_NORM], p.rows, D, mt_norm_params(c->spec));
 }
 
 /* k and v (roped; with q/k norms, k_raw and its statistics too) over the micro-batch. */
@@ -162,7 +162,7 @@ static void prepare(const mt_block_ctx *c, const mt_unit_weights *w, const void 
     if (qk_norm(c->spec))
         c->be->ops->op.rmsnorm(c->be, c->stream, ws->attn.k, ws->attn.rstd_k, ws->attn.k_raw, w->t[MT_T_K_NORM],
                                n * norm_rows(c, cfg->num_kv_heads), norm_width(c, cfg->num_kv_heads),
-                               mt_norm_params(c));
+                               mt_norm_params(c->spec));
     c->be->ops->op.rope(c->be, c->stream, ws->attn.k, rope_table(c), n, c->seq, 0, positions(c, 0), cfg->num_kv_heads,
                         cfg->head_dim, 0);
 }
@@ -185,7 +185,7 @@ static void forward(const mt_block_ctx *c, const mt_unit_weights *w, const void 
     }
     if (qk_norm(c->spec))
         op->rmsnorm(be, s, ws->attn.q, ws->attn.rstd_q, ws->attn.q_raw, w->t[MT_T_Q_NORM],
-                    t.rows * norm_rows(c, cfg->num_heads), norm_width(c, cfg->num_heads), mt_norm_params(c));
+                    t.rows * norm_rows(c, cfg->num_heads), norm_width(c, cfg->num_heads), mt_norm_params(c->spec));
     op->rope(be, s, ws->attn.q, rope_table(c), t.rows, c->seq, t.row % c->seq, positions(c, t.row), cfg->num_heads,
              cfg->head_dim, 0);
     mt_segments seg = c->seg ? tile_segments(c, t) : (mt_segments){0};

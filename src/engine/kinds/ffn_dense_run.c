@@ -20,7 +20,7 @@ static void mlp_input_side(const mt_block_ctx *c, mt_piece p, const void *wg, co
     int D = c->cfg->hidden_size;
     mt_matmul_piece(c, p, ws->mlp.g, ws->h2, wg, NULL, D, F);
     mt_matmul_piece(c, p, ws->mlp.u, ws->h2, wu, NULL, D, F);
-    c->be->ops->op.swiglu(c->be, c->stream, ws->mlp.a, ws->mlp.g, ws->mlp.u, (size_t)p.rows * F, mt_glu_params_of(c));
+    c->be->ops->op.swiglu(c->be, c->stream, ws->mlp.a, ws->mlp.g, ws->mlp.u, (size_t)p.rows * F, mt_glu_of(c->spec));
 }
 
 void mt_swiglu_mlp_forward(const mt_block_ctx *c, mt_piece p, void *out, const void *wg, const void *wu,
@@ -40,7 +40,7 @@ void mt_swiglu_mlp_backward(const mt_block_ctx *c, mt_piece p, void *dh2, int ac
     mt_matmul_dw_piece(c, p, dwd, NULL, dout, ws->mlp.a, F, D);
     mt_matmul_dx_piece(c, p, ws->mlp.a, dout, wd, F, D, 0); /* da */
     c->be->ops->op.swiglu_dx(c->be, c->stream, ws->mlp.dg, ws->mlp.du, ws->mlp.a, ws->mlp.g, ws->mlp.u,
-                             (size_t)p.rows * F, mt_glu_params_of(c));
+                             (size_t)p.rows * F, mt_glu_of(c->spec));
     mt_matmul_dw_piece(c, p, dwg, NULL, ws->mlp.dg, ws->h2, D, F);
     mt_matmul_dw_piece(c, p, dwu, NULL, ws->mlp.du, ws->h2, D, F);
     mt_matmul_dx_piece(c, p, dh2, ws->mlp.dg, wg, D, F, accumulate);
@@ -50,7 +50,7 @@ void mt_swiglu_mlp_backward(const mt_block_ctx *c, mt_piece p, void *dh2, int ac
 void mt_ffn_norm_piece(const mt_block_ctx *c, const mt_unit_weights *w, mt_piece p) {
     int D = c->cfg->hidden_size;
     c->be->ops->op.rmsnorm(c->be, c->stream, c->ws->h2, c->ws->rstd2 + p.row, mt_x2_row(c, p.row),
-                           w->t[MT_T_MLP_NORM], p.rows, D, mt_norm_params(c));
+                           w->t[MT_T_MLP_NORM], p.rows, D, mt_norm_params(c->spec));
 }
 
 static int post_norm(const mt_layer_spec *s) { return (s->ffn_spec.flags & MT_FFN_POST_NORM) != 0; }

@@ -151,7 +151,7 @@ static void experts_forward(const mt_block_ctx *c, const mt_unit_weights *w, mt_
     moe->gather(c->be, c->stream, ws->moe.xs, ws->h2, ws->moe.order, p.rows, k, D);
     moe->grouped_matmul(c->be, c->stream, ws->moe.gu, ws->moe.xs, w->t[MT_T_EXPERTS_GATE_UP], NULL, ws->moe.offsets,
                         rows, E, S, D, 2 * F);
-    moe->swiglu(c->be, c->stream, ws->moe.a, ws->moe.gu, rows, F, mt_glu_params_of(c));
+    moe->swiglu(c->be, c->stream, ws->moe.a, ws->moe.gu, rows, F, mt_glu_of(c->spec));
     moe->grouped_matmul(c->be, c->stream, ws->moe.ys, ws->moe.a, w->t[MT_T_EXPERTS_DOWN], NULL, ws->moe.offsets, rows,
                         E, S, F, D);
 }
@@ -210,7 +210,7 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
                            rows, E, S, F, D);
     moe->grouped_matmul_dx(c->be, c->stream, ws->moe.a, ws->moe.dys, w->t[MT_T_EXPERTS_DOWN], ws->moe.offsets, rows, E,
                            S, F, D); /* da */
-    moe->swiglu_dx(c->be, c->stream, ws->moe.dgu, ws->moe.a, ws->moe.gu, rows, F, mt_glu_params_of(c));
+    moe->swiglu_dx(c->be, c->stream, ws->moe.dgu, ws->moe.a, ws->moe.gu, rows, F, mt_glu_of(c->spec));
     moe->grouped_matmul_dw(c->be, c->stream, g->t[MT_T_EXPERTS_GATE_UP], NULL, ws->moe.dgu, ws->moe.xs,
                            ws->moe.offsets, rows, E, S, D, 2 * F);
     moe->grouped_matmul_dx(c->be, c->stream, ws->moe.ys, ws->moe.dgu, w->t[MT_T_EXPERTS_GATE_UP], ws->moe.offsets, rows,
