@@ -24,7 +24,7 @@ static const mt_preset presets[] = {
     {"gemma-2-27b", GEMMA2(4608, 36864, 46, 32, 16, 128, 144.0f)},
 };
 
-static const char *const fields[] = {"attention_bias", "sliding_window", "layer_types", "query_pre_attn_scalar",
+static const char *const fields[] = {"attention_bias", "sliding_window", "query_pre_attn_scalar",
                                      "final_logit_softcapping", "attn_logit_softcapping", "hidden_activation",
                                      "cache_implementation", NULL};
 

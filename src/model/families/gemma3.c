@@ -39,7 +39,7 @@ static const char *const refused[] = {
     "global_head_dim", "attention_k_eq_v", "enable_moe_block", NULL};
 
 static const char *const fields[] = {
-    "attention_bias", "sliding_window", "sliding_window_pattern", "layer_types", "rope_local_base_freq",
+    "attention_bias", "sliding_window", "sliding_window_pattern", "rope_local_base_freq",
     "query_pre_attn_scalar", "final_logit_softcapping", "attn_logit_softcapping", "hidden_activation",
     "cache_implementation", "use_bidirectional_attention", "altup_num_inputs", "altup_active_idx",
     "altup_coef_clip", "altup_correct_scale", "altup_lr_multiplier", "laurel_rank", "hidden_size_per_layer_input",

@@ -22,7 +22,7 @@ static const mt_preset presets[] = {
                          .eos_token_id = 2}},
 };
 
-static const char *const fields[] = {"sliding_window", "layer_types", NULL};
+static const char *const fields[] = {"sliding_window", NULL};
 
 static mt_status read(const mt_json_src *s, mt_config *c) {
     return mt_family_read_sliding_window(s, c, DEFAULT_SLIDING_WINDOW, NULL, 0);

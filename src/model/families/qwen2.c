@@ -20,8 +20,7 @@ static const mt_preset presets[] = {
                      .bos_token_id = -1, .eos_token_id = 151643}},
 };
 
-static const char *const fields[] = {"sliding_window", "use_sliding_window", "max_window_layers", "layer_types",
-                                     NULL};
+static const char *const fields[] = {"sliding_window", "use_sliding_window", "max_window_layers", NULL};
 
 static mt_status read(const mt_json_src *s, mt_config *c) {
     c->attention_bias = 1;
