@@ -1,7 +1,8 @@
 /* config.json -> mt_config for Gemma 3 and Gemma 2: the hub's files give the presets,
  * transformers 5's form (rope_parameters by layer type, layer_types) reads the same, the round
  * trip through config.json changes nothing, and Gemma 3n's and Gemma 4's fields, which change the
- * maths, are refused naming the field (the command exits 2). */
+ * maths, are refused naming the field (the command exits 2); and bench's FLOPs of a windowed model,
+ * counted over the windows and as if whole. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <string.h>
@@ -140,5 +141,38 @@ Test(hfconfig_gemma, a_gemma_3n_field_exits_2_naming_it, .timeout = MT_TEST_LIMI
     cr_expect_eq(r.exit_code, 2, "exit %d:\n%s", r.exit_code, r.err);
     cr_expect(strstr(r.err, "config.json") && strstr(r.err, "'altup_num_inputs'"), "%s", r.err);
     mt_cli_result_free(&r);
+    hf_test_rmtree(dir);
+}
+
+/* bench counts a local layer's attention over the keys it sees, and reports beside it the figure
+ * as if every layer attended to the whole sequence: their ratio is the FLOPs' (a window of 8 in
+ * sequences of 64 on both layers of a Mistral v0.1 shape). */
+Test(hfconfig_gemma, bench_counts_the_windows_flops_both_ways, .timeout = MT_TEST_LIMIT(120)) {
+    static const char *windowed =
+        "{\"architectures\": [\"MistralForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 128,"
+        " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 256,"
+        " \"max_position_embeddings\": 256, \"sliding_window\": 8}";
+    char dir[256], config[512], json[512];
+    hf_test_mkdtemp(dir);
+    hf_test_write_text(hf_test_path(config, dir, "config.json"), windowed);
+    hf_test_path(json, dir, "bench.json");
+    mt_cli_result r;
+    mt_cli_run(&r, MT_TEST_LIMIT(100), "bench", "--config", config, "--backend", "cpu", "--seq", "64", "--batch", "2",
+               "--steps", "2", "--json", json, NULL);
+    cr_assert_eq(r.exit_code, 0, "bench failed:\n%s", r.err);
+    cr_expect(strstr(r.out, "local layers: TFLOP/s counts the keys their windows let a query see"), "%s", r.out);
+    mt_cli_result_free(&r);
+    json_t *j = json_load_file(json, 0, NULL);
+    cr_assert_not_null(j);
+    double counted = json_real_value(json_object_get(j, "tflops")),
+           full = json_real_value(json_object_get(j, "tflops_full_attention"));
+    json_decref(j);
+    mt_config c;
+    cr_assert_eq(parse(windowed, &c), MT_OK, "%s", mt_error());
+    double linear = 6.0 * ((double)mt_config_blocks_active_params(&c) + (double)c.vocab_size * c.hidden_size);
+    double keys = 8 - 64.0 / (2 * 64), per_key = 4.0 * c.num_heads * c.head_dim; /* w - w^2 / (2 seq) */
+    double want = (linear + 3 * 2 * per_key * 32) / (linear + 3 * 2 * per_key * keys);
+    cr_assert_gt(counted, 0);
+    cr_expect_float_eq(full / counted, want, 1e-6 * want, "full %g, counted %g, want a ratio of %g", full, counted, want);
     hf_test_rmtree(dir);
 }
