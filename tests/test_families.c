@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "engine/store.h"
 #include "model/block_kinds.h"
 #include "model/families.h"
 #include "tiny_model.h"
@@ -221,4 +222,35 @@ Test(families, gemma2_plans_transformers_block) {
     /* google/gemma-2-2b: 2,614,341,888 parameters. */
     cr_assert_eq(mt_config_preset("gemma-2-2b", &c), MT_OK);
     cr_expect_eq(mt_config_total_params(&c), 2614341888);
+}
+
+/* A fresh run's norms start at 1 whatever their form: Gemma's (1 + w) weights at 0, the others' w
+ * at 1 (the final norm and the q/k norms included). */
+static void expect_fresh_norms(const mt_config *c, float want) {
+    mt_backend *be;
+    cr_assert_eq(mt_backend_cpu_create(&be, 1), MT_OK, "%s", mt_error());
+    mt_layout lay;
+    mt_store store;
+    cr_assert_eq(mt_layout_init(&lay, c), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_store_create(&store, &lay, be), MT_OK, "%s", mt_error());
+    mt_store_init_random(&store, 7);
+    int norms = 0;
+    for (int i = 0; i < lay.num_tensors; i++) {
+        const mt_tensor *t = &lay.tensors[i];
+        if (!mt_tensor_is_norm(t->kind)) continue;
+        const float *w = mt_store_f32(&store) + lay.units[t->unit].offset + t->offset;
+        for (int64_t k = 0; k < (int64_t)t->rows * t->cols; k++)
+            cr_assert_eq(w[k], want, "%s[%lld] = %g", t->name, (long long)k, (double)w[k]);
+        norms++;
+    }
+    cr_expect_gt(norms, 3 * c->num_layers, "the norms of %d blocks and the final one", c->num_layers);
+    mt_store_free(&store);
+    mt_layout_free(&lay);
+    mt_backend_destroy(be);
+}
+
+Test(families, a_fresh_runs_norms_start_at_one) {
+    mt_config gemma3 = mt_tiny_config_gemma3(), qwen3 = mt_tiny_config_qwen3(0);
+    expect_fresh_norms(&gemma3, 0.0f);
+    expect_fresh_norms(&qwen3, 1.0f);
 }
