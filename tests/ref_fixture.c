@@ -1,5 +1,7 @@
 #include "ref_fixture.h"
 
+#include "model/families.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <math.h>
@@ -92,6 +94,43 @@ void mt_ref_fixture_remove(mt_ref_fixture *fx) {
 
 /* ---- writing ---- */
 
+/* A layer list of the spec's ("layer_windows=4,0"), where any layer's differs from 0. */
+static void write_layer_list(FILE *f, const char *key, const mt_config *c, int (*of)(const mt_layer_spec *)) {
+    int any = 0;
+    for (int l = 0; l < c->num_layers; l++) {
+        mt_layer_spec s = mt_layer_spec_of(c, l);
+        any |= of(&s) != 0;
+    }
+    if (!any) return;
+    fprintf(f, "%s=", key);
+    for (int l = 0; l < c->num_layers; l++) {
+        mt_layer_spec s = mt_layer_spec_of(c, l);
+        fprintf(f, "%s%d", l ? "," : "", of(&s));
+    }
+    fprintf(f, "\n");
+}
+static int window_of(const mt_layer_spec *s) { return s->attn.window; }
+static int rope_of(const mt_layer_spec *s) { return s->attn.rope; }
+
+/* llama_ref.py's optional keys, from the layer and model specs, each where it is not the Llama
+ * block's (layer 0 speaks for what the reference takes model-wide). */
+static void write_spec(FILE *f, const mt_config *c) {
+    mt_model_spec m = mt_model_spec_of(c);
+    mt_layer_spec s = mt_layer_spec_of(c, 0);
+    write_layer_list(f, "layer_windows", c, window_of);
+    write_layer_list(f, "layer_ropes", c, rope_of);
+    if (m.num_ropes > 1) fprintf(f, "rope_local_theta=%.9g\n", (double)m.rope[1].theta);
+    if (m.rope[0].type == MT_ROPE_LINEAR) fprintf(f, "rope_linear_factor=%.9g\n", (double)m.rope[0].factor);
+    if (s.attn.q_scale != 0)
+        fprintf(f, "query_pre_attn_scalar=%.17g\n", 1.0 / ((double)s.attn.q_scale * s.attn.q_scale));
+    if (s.attn.logit_softcap != 0) fprintf(f, "attn_logit_softcap=%.9g\n", (double)s.attn.logit_softcap);
+    if (m.logit_softcap != 0) fprintf(f, "final_logit_softcap=%.9g\n", (double)m.logit_softcap);
+    if (m.embed_scale != 1.0f) fprintf(f, "embed_scale=%.9g\n", (double)m.embed_scale);
+    if (s.norm_unit_offset) fprintf(f, "norm_unit_offset=1\n");
+    if (s.attn.flags & MT_ATTN_POST_NORM) fprintf(f, "sandwich_norms=1\n");
+    if (s.ffn_spec.act == MT_GLU_GELU_TANH) fprintf(f, "glu_act=1\n");
+}
+
 static mt_status write_config(const mt_ref_fixture *fx, const mt_config *c, int batch, int seq, int micro_batches,
                               const mt_ref_train_settings *train) {
     char path[512];
@@ -120,6 +159,7 @@ static mt_status write_config(const mt_ref_fixture *fx, const mt_config *c, int 
     for (int l = 0; l < c->num_layers; l++)
         if ((c->mlp_only_layers[l / 64] >> (l % 64)) & 1) fprintf(f, "%s%d", listed++ ? "," : "", l);
     fprintf(f, "%s\n", listed ? "" : "-");
+    write_spec(f, c);
     if (train)
         fprintf(f, "lr=%.9g\nbeta1=%.9g\nbeta2=%.9g\neps=%.9g\nweight_decay=%.9g\n"
                    "max_grad_norm=%.9g\n",

@@ -7,6 +7,7 @@
 
 #include "hf_test_files.h"
 #include "io/hf_config.h"
+#include "model/families.h"
 
 /* Llama 3.2 1B's config.json, abridged to the fields megatrain reads plus a few it ignores. */
 static const char *llama32 =
@@ -177,20 +178,83 @@ Test(hfconfig, refuses_what_qwen3_models_may_carry_that_it_does_not_do) {
                  mt_error());
 }
 
-Test(hfconfig, refuses_active_sliding_windows) {
-    expect_refusal(mistral, "sliding_window", "4096", "'sliding_window'");
-    /* MistralConfig's default window is 4096: leaving it out turns it on. */
-    expect_refusal(mistral, "sliding_window", NULL, "'sliding_window'");
-    char *qwen2_short_window = with_field(qwen2, "sliding_window", "4096");
-    expect_refusal(qwen2_short_window, "use_sliding_window", "true", "'use_sliding_window'");
-    free(qwen2_short_window);
-    /* Qwen2Config's default window is 4096 too. */
-    char *qwen2_default_window = with_field(qwen2, "sliding_window", NULL);
-    expect_refusal(qwen2_default_window, "use_sliding_window", "true", "window of 4096 tokens");
-    free(qwen2_default_window);
+/* The layers a config makes local, as a string of 'L' (local) and 'F' (full) a layer. */
+static void expect_local(const mt_config *c, int window, const char *layers) {
+    cr_assert_eq(c->sliding_window, window, "sliding_window %d, want %d", c->sliding_window, window);
+    cr_assert_eq((int)strlen(layers), c->num_layers);
+    for (int l = 0; l < c->num_layers; l++) {
+        int local = layers[l] == 'L';
+        cr_assert_eq(mt_config_layer_is_local(c, l), local, "layer %d", l);
+        cr_assert_eq(mt_layer_spec_of(c, l).attn.window, local ? window : 0, "layer %d's spec", l);
+    }
+}
+
+/* The config written back reads as the same config. */
+static void expect_round_trip(const mt_config *c) {
+    json_t *doc = mt_hf_config_to_json(c, "bfloat16");
+    mt_config back;
+    cr_assert_eq(mt_hf_config_from_json(doc, "written", &back), MT_OK, "%s", mt_error());
+    cr_assert(!memcmp(c, &back, sizeof back), "the written config reads back otherwise");
+    json_decref(doc);
+}
+
+/* Sliding windows were refused before megatrain computed them (ISSUE 40): Mistral v0.1's window
+ * slides on every layer, Qwen2's use_sliding_window on the layers from max_window_layers on
+ * (transformers' Qwen2Config rule), and transformers 5's layer_types decides where present. */
+Test(hfconfig, reads_sliding_windows) {
     mt_config c;
+    const char *all32 = "LLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLL";
+    cr_assert_eq(parse_variant(mistral, "sliding_window", "4096", &c), MT_OK, "%s", mt_error());
+    expect_local(&c, 4096, all32);
+    expect_round_trip(&c);
+    /* MistralConfig's default window is 4096: leaving it out turns it on. */
+    cr_assert_eq(parse_variant(mistral, "sliding_window", NULL, &c), MT_OK, "%s", mt_error());
+    expect_local(&c, 4096, all32);
     /* A window as long as the context changes nothing. */
     cr_assert_eq(parse_variant(mistral, "sliding_window", "32768", &c), MT_OK, "%s", mt_error());
+    expect_local(&c, 0, "FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF");
+    expect_round_trip(&c);
+    char *qwen2_short_window = with_field(qwen2, "sliding_window", "4096");
+    cr_assert_eq(parse_variant(qwen2_short_window, "use_sliding_window", "true", &c), MT_OK, "%s", mt_error());
+    expect_local(&c, 4096, "FFFFFFFFFFFFFFFFFFFFFLLL"); /* max_window_layers 21 of 24 */
+    expect_round_trip(&c);
+    free(qwen2_short_window);
+    /* Qwen2Config's default window is 4096 too; without use_sliding_window none slides. */
+    char *qwen2_default_window = with_field(qwen2, "sliding_window", NULL);
+    cr_assert_eq(parse_variant(qwen2_default_window, "use_sliding_window", "true", &c), MT_OK, "%s", mt_error());
+    expect_local(&c, 4096, "FFFFFFFFFFFFFFFFFFFFFLLL");
+    free(qwen2_default_window);
+    cr_assert_eq(parse(qwen2, &c), MT_OK, "%s", mt_error());
+    expect_local(&c, 0, "FFFFFFFFFFFFFFFFFFFFFFFF");
+    /* layer_types decides each layer. */
+    char *mistral_window = with_field(mistral, "sliding_window", "1024");
+    char *two = with_field(mistral_window, "num_hidden_layers", "2");
+    cr_assert_eq(parse_variant(two, "layer_types", "[\"sliding_attention\", \"full_attention\"]", &c), MT_OK, "%s",
+                 mt_error());
+    expect_local(&c, 1024, "LF");
+    expect_round_trip(&c);
+    expect_refusal(two, "layer_types", "[\"sliding_attention\"]", "'layer_types' must list num_hidden_layers (2)");
+    expect_refusal(two, "layer_types", "[\"full_attention\", \"chunked_attention\"]",
+                   "'layer_types' gives layer 1 'chunked_attention'");
+    free(mistral_window);
+    char *no_window = with_field(two, "sliding_window", "null");
+    expect_refusal(no_window, "layer_types", "[\"full_attention\", \"sliding_attention\"]",
+                   "'layer_types' makes layer 1 sliding_attention, but sliding_window gives no window");
+    free(no_window), free(two);
+}
+
+/* A config in memory with a local layer and no window is refused naming the field. */
+Test(hfconfig, a_local_layer_needs_a_window) {
+    mt_config c;
+    cr_assert_eq(mt_config_preset("tiny", &c), MT_OK);
+    mt_config_set_local(&c, 1);
+    cr_assert_eq(mt_config_validate(&c), MT_ERR_INVALID);
+    cr_assert(strstr(mt_error(), "sliding_window"), "%s", mt_error());
+    c.sliding_window = 8;
+    cr_assert_eq(mt_config_validate(&c), MT_OK, "%s", mt_error());
+    c.sliding_window = -1;
+    cr_assert_eq(mt_config_validate(&c), MT_ERR_INVALID);
+    cr_assert(strstr(mt_error(), "sliding_window"), "%s", mt_error());
 }
 
 Test(hfconfig, refuses_other_architectures) {
@@ -203,8 +267,20 @@ Test(hfconfig, refuses_math_it_does_not_implement) {
     expect_refusal(llama32, "hidden_act", "\"gelu\"", "'hidden_act' = 'gelu'");
     expect_refusal(llama32, "mlp_bias", "true", "'mlp_bias'");
     expect_refusal(llama32, "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 4.0}", "'rope_scaling.rope_type' = 'yarn'");
-    expect_refusal(llama32, "rope_scaling", "{\"type\": \"linear\", \"factor\": 2.0}", "'linear'");
+    expect_refusal(llama32, "rope_scaling", "{\"type\": \"dynamic\", \"factor\": 2.0}", "'dynamic'");
     expect_refusal(llama32, "quantization_config", "{\"quant_method\": \"gptq\"}", "'quantization_config'");
+}
+
+/* Linear RoPE scaling (Gemma 3's global layers) is computed since ISSUE 40: the frequencies
+ * divided by the factor; it writes back as it read. */
+Test(hfconfig, reads_linear_rope_scaling) {
+    mt_config c;
+    cr_assert_eq(parse_variant(llama32, "rope_scaling", "{\"type\": \"linear\", \"factor\": 2.0}", &c), MT_OK, "%s",
+                 mt_error());
+    cr_assert(c.rope_scaling_linear && c.rope_scaling_factor == 2.0f);
+    mt_model_spec m = mt_model_spec_of(&c);
+    cr_assert(m.rope[0].type == MT_ROPE_LINEAR && m.rope[0].factor == 2.0f);
+    expect_round_trip(&c);
 }
 
 Test(hfconfig, refuses_missing_required_fields) {

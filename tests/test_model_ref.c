@@ -302,6 +302,83 @@ Test(model, masked_training_steps_match_reference_clipped) { check_masked_traini
 
 Test(model, masked_training_steps_match_reference_overlapped) { check_masked_training(0.0f); }
 
+/* Sliding windows (Mistral v0.1, Qwen2's use_sliding_window): a window of 3 keys on blocks 0 and 2
+ * of sequences of 8 against the reference's window mask; in the engine's windows of queries
+ * (tiles of 3, whose first key rows fall outside the sliding window), with packed examples longer
+ * and shorter than it, and in training steps. */
+Test(model, windowed_grads_match_reference) {
+    mt_config c = mt_tiny_config_windowed(3);
+    check_grads(&c, 1, NULL);
+}
+
+Test(model, windowed_grads_match_reference_in_tiles_two_micro_batches) {
+    mt_config c = mt_tiny_config_windowed(3);
+    check_grads_at(&c, 2, uneven_mask, NULL, 3);
+}
+
+Test(model, windowed_packed_grads_match_reference_in_tiles) {
+    mt_config c = mt_tiny_config_windowed(2);
+    check_grads_at(&c, 1, packed_mask, packed_positions, 3);
+}
+
+/* The window matters: the same weights without it are not the windowed reference. */
+Test(model, a_window_changes_the_gradients) {
+    mt_config c = mt_tiny_config_windowed(3);
+    mt_engine_options o = options(1);
+    mt_tiny_model t;
+    mt_tiny_model_open(&t, &c, &o, 11);
+    c.sliding_window = 0;
+    memset(c.local_layers, 0, sizeof c.local_layers);
+    mt_tiny_model full;
+    mt_tiny_model_open(&full, &c, &o, 11);
+    int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
+    mt_tiny_windows(12, SEQUENCES, SEQ, c.vocab_size, tokens, inputs, targets);
+    double loss, full_loss;
+    cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, NULL, &loss), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_grads(full.engine, inputs, targets, NULL, &full_loss), MT_OK, "%s", mt_error());
+    mt_ref_diff d;
+    mt_ref_compare(&t.layout, mt_engine_host_grads(t.engine), mt_engine_host_grads(full.engine), &d);
+    cr_expect_gt(d.worst_rel, 0.01, "the window left the gradients as they were (%g relative)", d.worst_rel);
+    cr_expect_gt(fabs(loss - full_loss), 1e-5, "the window left the loss at %.6f", loss);
+    mt_tiny_model_close(&t);
+    mt_tiny_model_close(&full);
+}
+
+Test(model, windowed_training_steps_match_reference) { check_training(mt_tiny_config_windowed(3), 1.0f, NULL); }
+
+/* Gemma 3 and Gemma 2 against the reference's Gemma block (sandwich norms, (1 + w), GeGLU-tanh,
+ * the query scalar, the scaled embedding, local layers' window and RoPE base, linear scaling on
+ * the global ones; Gemma 2's soft caps): whole, in tiles of 3 with two micro-batches and a mask,
+ * packed in tiles, and AdamW steps (with 7 blocks: the local ones those of the 3-block config). */
+Test(model, gemma3_grads_match_reference) {
+    mt_config c = mt_tiny_config_gemma3();
+    check_grads(&c, 1, NULL);
+}
+
+Test(model, gemma3_grads_match_reference_in_tiles_two_micro_batches) {
+    mt_config c = mt_tiny_config_gemma3();
+    check_grads_at(&c, 2, uneven_mask, NULL, 3);
+}
+
+Test(model, gemma3_packed_grads_match_reference_in_tiles) {
+    mt_config c = mt_tiny_config_gemma3();
+    check_grads_at(&c, 1, packed_mask, packed_positions, 3);
+}
+
+Test(model, gemma2_grads_match_reference) {
+    mt_config c = mt_tiny_config_gemma2();
+    check_grads(&c, 1, NULL);
+}
+
+Test(model, gemma2_packed_grads_match_reference_in_tiles_two_micro_batches) {
+    mt_config c = mt_tiny_config_gemma2();
+    check_grads_at(&c, 2, packed_mask, packed_positions, 3);
+}
+
+Test(model, gemma3_training_steps_match_reference) { check_training(mt_tiny_config_gemma3(), 1.0f, NULL); }
+
+Test(model, gemma2_training_steps_match_reference) { check_training(mt_tiny_config_gemma2(), 1.0f, NULL); }
+
 /* Packed examples through a few steps: every step the same layout of segments. */
 Test(model, packed_training_steps_match_reference) {
     enum { STEPS = 4 };

@@ -45,6 +45,45 @@ mt_config mt_tiny_config_qwen3(int tied) {
     return c;
 }
 
+mt_config mt_tiny_config_windowed(int window) {
+    mt_config c = base();
+    c.arch = MT_ARCH_MISTRAL;
+    c.sliding_window = window;
+    mt_config_set_local(&c, 0);
+    mt_config_set_local(&c, 2);
+    return c;
+}
+
+mt_config mt_tiny_config_gemma3(void) {
+    mt_config c = base();
+    c.arch = MT_ARCH_GEMMA3;
+    c.qk_norm = MT_QK_NORM_HEAD;
+    c.head_dim = 16;
+    c.tie_embeddings = 1;
+    c.rope_theta = 1000000.0f;
+    c.rope_scaling_factor = 8.0f;
+    c.rope_scaling_linear = 1;
+    c.rope_local_theta = 10000.0f;
+    c.query_pre_attn_scalar = 12.0f;
+    c.sliding_window = 3;
+    mt_config_set_local(&c, 0);
+    mt_config_set_local(&c, 1);
+    return c;
+}
+
+mt_config mt_tiny_config_gemma2(void) {
+    mt_config c = base();
+    c.arch = MT_ARCH_GEMMA2;
+    c.tie_embeddings = 1;
+    c.query_pre_attn_scalar = 12.0f;
+    c.attn_logit_softcap = 2.0f;
+    c.final_logit_softcap = 3.0f;
+    c.sliding_window = 3;
+    mt_config_set_local(&c, 0);
+    mt_config_set_local(&c, 2);
+    return c;
+}
+
 mt_config mt_tiny_config_moe(mt_arch arch, int aux) {
     mt_config c = base();
     c.arch = arch;

@@ -18,6 +18,16 @@ mt_config mt_tiny_config_gqa(void);
 mt_config mt_tiny_config_tied_bias(void);
 mt_config mt_tiny_config_mha(void);
 mt_config mt_tiny_config_qwen3(int tied);
+/* Mistral with a sliding window of `window` keys on blocks 0 and 2, block 1 full (sequences are
+ * longer than the window). */
+mt_config mt_tiny_config_windowed(int window);
+/* Gemma 3: a window of 3 on blocks 0 and 1 (sliding_window_pattern 3) with their own RoPE base,
+ * linear scaling 8 on the global block 2, per-head q/k norms of head_dim 16, a query scalar of 12,
+ * the sandwich norms, (1 + w), GeGLU, the scaled embedding, tied. Gemma 2: a window of 3 on blocks
+ * 0 and 2, no q/k norms, scores soft-capped at 2 and logits at 3 (caps that bind at these
+ * weights' scale). */
+mt_config mt_tiny_config_gemma3(void);
+mt_config mt_tiny_config_gemma2(void);
 /* Tiny mixtures of experts, one of each family (arch: MT_ARCH_QWEN3_MOE, MT_ARCH_QWEN2_MOE,
  * MT_ARCH_MIXTRAL, MT_ARCH_OLMOE), each with what makes its family: Qwen3-MoE per-head q/k norms,
  * 8 experts top 3 renormalised, a dense block among sparse ones (mlp_only_layers); Qwen2-MoE q/k/v

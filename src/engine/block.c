@@ -160,10 +160,20 @@ static mt_block_ws_bytes_by layout_ws(mt_block_ws *ws, char *base, mt_backend *b
     w.cls = MT_WS_MICRO_BATCH;
     ws->rstd1 = mt_ws_take(&w, s.n * 4);
     ws->rstd2 = mt_ws_take(&w, s.n * 4);
-    int mixers[MT_MIXER_KINDS] = {0}, ffns[MT_FFN_KINDS] = {0};
+    int mixers[MT_MIXER_KINDS] = {0}, ffns[MT_FFN_KINDS] = {0}, post = 0;
     for (int l = 0; l < c->num_layers; l++) {
         mt_block_kinds k = mt_block_kinds_of(c, l);
         mixers[k.mixer] = ffns[k.ffn] = 1;
+        mt_layer_spec spec = mt_layer_spec_of(c, l);
+        post |= (spec.attn.flags & MT_ATTN_POST_NORM) || (spec.ffn_spec.flags & MT_FFN_POST_NORM);
+    }
+    if (post) {
+        w.cls = MT_WS_TILE;
+        ws->dpost = mt_ws_take(&w, s.T * D * s.act);
+        ws->rstd_post = mt_ws_take(&w, s.T * 4);
+        w.cls = MT_WS_MICRO_BATCH;
+    } else {
+        ws->dpost = NULL, ws->rstd_post = NULL;
     }
     for (int k = 0; k < MT_MIXER_KINDS; k++)
         if (mixers[k]) mixer_ops[k]->walk(&w, ws, &s);
@@ -241,6 +251,18 @@ void mt_rmsnorm_dx_piece(const mt_block_ctx *c, mt_piece p, void *dx, float *dw,
                                   mt_rows_at(x, row, d, act), w, rstd + row, rows, d,
                                   mt_norm_params(c->spec), accumulate);
     }
+}
+
+void mt_post_norm_piece(const mt_block_ctx *c, mt_piece p, int at, void *out, const void *z, const void *w) {
+    c->be->ops->op.rmsnorm(c->be, c->stream, out, c->ws->rstd_post + at, z, w, p.rows, c->cfg->hidden_size,
+                           mt_norm_params(c->spec));
+}
+
+void mt_post_norm_dx_piece(const mt_block_ctx *c, mt_piece p, int at, float *dw, const void *dy, const void *z,
+                           const void *w) {
+    int D = c->cfg->hidden_size;
+    mt_rmsnorm_dx_piece(c, p, mt_rows_at_mut(c->ws->dpost, at, D, mt_act_size(c)), dw, dy, z, w,
+                        c->ws->rstd_post + at, 1, D, 0);
 }
 
 /* ---- the block ---- */

@@ -43,6 +43,10 @@ typedef struct {
     void *h2;        /* [C, D]  the feed-forward's pre-norm output of one piece */
     void *tmp;       /* [C, max(D, F)] scratch: a projection's output, and the backward's da/dh */
     float *rstd1, *rstd2; /* [n] */
+    /* With a norm of the mixer's or the feed-forward's output (Gemma's), else NULL: its gradient at
+     * the input, a tile's rows, and a piece's statistics. */
+    void *dpost;     /* [T, D] */
+    float *rstd_post; /* [T] */
     /* The attention mixer's (engine/kinds/attention_run.c). */
     struct {
         void *q, *att;    /* [T, Q]  the tile's queries after RoPE, its attention output */

@@ -98,6 +98,14 @@ static inline mt_rmsnorm_params mt_norm_params(const mt_layer_spec *s) {
 void mt_rmsnorm_dx_piece(const mt_block_ctx *c, mt_piece p, void *dx, float *dw, const void *dy, const void *x,
                          const void *w, const float *rstd, int per_token, int d, int accumulate);
 
+/* A part's output z (piece p's rows, the piece buffer `z`) through its post-norm (Gemma's sandwich
+ * norms): out = norm(z) with the statistics into rstd_post (at the piece's offset `at` in the
+ * tile); and its backward: dz (ws->dpost's rows from `at`) = d(norm)/dz . dy, dw += the norm
+ * weight's gradient. */
+void mt_post_norm_piece(const mt_block_ctx *c, mt_piece p, int at, void *out, const void *z, const void *w);
+void mt_post_norm_dx_piece(const mt_block_ctx *c, mt_piece p, int at, float *dw, const void *dy, const void *z,
+                           const void *w);
+
 /* A mixer's engine side: the block's first part, x -> x2 = x + mixer(norm(x)), tile by tile
  * (block.c: mt_block_forward, mt_block_backward). x is the micro-batch's rows. */
 typedef struct {

@@ -7,6 +7,7 @@
 #include <omp.h>
 #endif
 
+#include "model/families.h"
 #include "optim/adamw.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -174,6 +175,8 @@ static void init_chunk(mt_store *s, int i, int64_t at, int64_t count, int64_t c,
     enum { PIECE = 4096 };
     float buf[PIECE];
     const mt_tensor *t = &s->layout->tensors[i];
+    /* A (1 + w) norm starts at 1 as the others do: its weight at 0. */
+    float norm = mt_model_spec_of(&s->layout->cfg).norm_unit_offset ? 0.0f : 1.0f;
     int is_norm = mt_tensor_is_norm(t->kind);
     int is_bias = t->kind == MT_T_BQ || t->kind == MT_T_BK || t->kind == MT_T_BV;
     mt_rng rng = {seed ^ ((uint64_t)i << 40) ^ (uint64_t)c * 0x9e3779b97f4a7c15ull};
@@ -181,7 +184,7 @@ static void init_chunk(mt_store *s, int i, int64_t at, int64_t count, int64_t c,
     for (int64_t j = c * RNG_CHUNK; j < end; j += PIECE) {
         int64_t k, piece = end - j < PIECE ? end - j : PIECE;
         for (k = 0; k < piece; k++)
-            buf[k] = is_norm ? 1.0f : is_bias ? 0.0f : (float)(0.02 * mt_rng_normal(&rng));
+            buf[k] = is_norm ? norm : is_bias ? 0.0f : (float)(0.02 * mt_rng_normal(&rng));
         mt_master_write_with(MT_ADAMW_BEST, mt_store_masters(s, at + j), (size_t)piece, buf);
     }
 }

@@ -42,8 +42,8 @@ static const char *const read_fields[] = {
     "hidden_act", "mlp_bias", "quantization_config", "layer_types", NULL};
 /* What changes nothing megatrain computes: the file's provenance and inference settings, the
  * initialization of a model transformers builds (megatrain's random weights are its own), the
- * layers a sliding window would have spared (none is used), HF's slicing of the MLP in
- * pretraining_tp parts (the same products). */
+ * layers a sliding window would have spared where the family uses none (Qwen2 reads it: its
+ * window's layers), HF's slicing of the MLP in pretraining_tp parts (the same products). */
 static const char *const metadata_fields[] = {
     "_name_or_path", "torch_dtype", "dtype", "transformers_version", "use_cache", "initializer_range",
     "pad_token_id", "pretraining_tp", "max_window_layers", "_from_model_config",

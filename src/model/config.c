@@ -58,6 +58,17 @@ static mt_status validate_moe(const mt_config *c) {
     return MT_OK;
 }
 
+/* A window of at least one key; local layers only with one, and only the model's. */
+static mt_status validate_window(const mt_config *c) {
+    MT_TRY(mt_config_in_range("sliding_window", c->sliding_window, 0, MT_CONFIG_MAX_POSITION));
+    for (int l = 0; l < MT_CONFIG_MAX_LAYERS; l++)
+        if (mt_config_layer_is_local(c, l)) {
+            REQUIRE(l < c->num_layers, "layer_types makes layer %d local in a model of %d", l, c->num_layers);
+            REQUIRE(c->sliding_window > 0, "layer %d is local (sliding_attention) without a sliding_window", l);
+        }
+    return MT_OK;
+}
+
 /* What each layer and the whole model compute, as the family plans them: refused where no op
  * computes it yet. */
 static mt_status validate_specs(const mt_config *c) {
@@ -89,10 +100,16 @@ mt_status mt_config_validate(const mt_config *c) {
     REQUIRE(c->rope_theta > 0 && isfinite(c->rope_theta), "rope_theta must be positive, got %g",
             (double)c->rope_theta);
     MT_TRY(validate_moe(c));
+    MT_TRY(validate_window(c));
+    REQUIRE(c->rope_local_theta >= 0 && isfinite(c->rope_local_theta), "rope_local_base_freq must be positive");
+    REQUIRE(c->query_pre_attn_scalar >= 0 && isfinite(c->query_pre_attn_scalar),
+            "query_pre_attn_scalar must be positive, got %g", (double)c->query_pre_attn_scalar);
     MT_TRY(family->validate(c));
     if (c->rope_scaling_factor != 0) {
         REQUIRE(c->rope_scaling_factor >= 1 && isfinite(c->rope_scaling_factor),
                 "rope_scaling.factor must be >= 1, got %g", (double)c->rope_scaling_factor);
+    }
+    if (c->rope_scaling_factor != 0 && !c->rope_scaling_linear) { /* llama3's */
         REQUIRE(c->rope_high_freq_factor > c->rope_low_freq_factor && isfinite(c->rope_high_freq_factor) &&
                     isfinite(c->rope_low_freq_factor),
                 "rope_scaling.high_freq_factor must exceed low_freq_factor");

@@ -12,6 +12,7 @@ typedef enum {
     MT_ARCH_LLAMA, MT_ARCH_MISTRAL, MT_ARCH_QWEN2, MT_ARCH_QWEN3,
     /* mixtures of experts */
     MT_ARCH_QWEN3_MOE, MT_ARCH_QWEN2_MOE, MT_ARCH_MIXTRAL, MT_ARCH_OLMOE,
+    MT_ARCH_GEMMA3, MT_ARCH_GEMMA2,
 } mt_arch;
 
 /* RMSNorm of q and k before RoPE: none, over each head's head_dim values (Qwen3, Qwen3-MoE), or
@@ -47,8 +48,10 @@ typedef struct {
     int tie_embeddings;      /* LM head shares the embedding matrix */
     int attention_bias;      /* q/k/v projections carry a bias (Qwen2) */
     int qk_norm;             /* mt_qk_norm: RMSNorm of q and k before RoPE (Qwen3, OLMoE) */
-    /* rope_scaling of type "llama3"; factor == 0 means none. */
+    /* rope_scaling of type "llama3", or with rope_scaling_linear "linear" (the factor only);
+     * factor == 0 means none. */
     float rope_scaling_factor;
+    int rope_scaling_linear;
     float rope_low_freq_factor;
     float rope_high_freq_factor;
     int rope_original_max_position;
@@ -66,6 +69,19 @@ typedef struct {
      * (config.json's output_router_logits, as transformers adds it to the loss). */
     int output_router_logits;
     float router_aux_loss_coef;
+    /* Sliding-window attention: a local layer's queries see the last sliding_window keys of their
+     * sequence (0: no layer is local). Which layers are local is the family's reading of its config
+     * (Mistral v0.1: every one; Qwen2: from max_window_layers on; layer_types). */
+    int sliding_window;
+    uint64_t local_layers[MT_CONFIG_MAX_LAYERS / 64]; /* bit l: block l is local */
+    /* Local layers' own RoPE base, without rope_scaling (Gemma 3's rope_local_base_freq); 0: they
+     * share rope_theta and its scaling. */
+    float rope_local_theta;
+    /* The scores' scale is 1/sqrt(query_pre_attn_scalar) (Gemma); 0: 1/sqrt(head_dim). */
+    float query_pre_attn_scalar;
+    /* Soft caps, cap * tanh(x / cap), of the attention scores and of the head's logits (Gemma 2);
+     * 0: none. */
+    float attn_logit_softcap, final_logit_softcap;
 } mt_config;
 
 /* Fills `cfg` with a built-in shape, one of the families' presets (model/families.c;
@@ -94,10 +110,15 @@ int mt_config_dense_mlp_width(const mt_config *cfg);
  * model/families.h), and how many blocks' are. */
 int mt_config_layer_is_moe(const mt_config *cfg, int l);
 int mt_config_moe_layers(const mt_config *cfg);
+/* Whether block l's attention is local (a sliding window), and marks it so. */
+static inline int mt_config_layer_is_local(const mt_config *cfg, int l) {
+    return (int)(cfg->local_layers[l / 64] >> (l % 64)) & 1;
+}
+static inline void mt_config_set_local(mt_config *cfg, int l) { cfg->local_layers[l / 64] |= (uint64_t)1 << (l % 64); }
 /* Whether the architecture's family is a mixture of experts (its config needs num_experts). */
 int mt_arch_is_moe(mt_arch arch);
-/* Forward FLOPs a token in every block besides the linear layers (attention's), at seq tokens a
- * sequence. */
+/* Forward FLOPs a token in every block besides the linear layers (attention's, of the keys each
+ * query sees: a local layer's within its window), at seq tokens a sequence. */
 double mt_config_blocks_extra_flops(const mt_config *cfg, int seq);
 
 #endif

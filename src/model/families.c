@@ -1,16 +1,18 @@
 /* The registry of families (model/families.h) and what their files share. */
 #include "model/families.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 extern const mt_family mt_family_llama, mt_family_mistral, mt_family_qwen2, mt_family_qwen3, mt_family_qwen3_moe,
-    mt_family_qwen2_moe, mt_family_mixtral, mt_family_olmoe;
+    mt_family_qwen2_moe, mt_family_mixtral, mt_family_olmoe, mt_family_gemma3, mt_family_gemma2;
 
 /* In this order the architectures are named and the presets listed (mt_config_preset_names). */
 const mt_family *const mt_families[] = {&mt_family_llama,     &mt_family_mistral,   &mt_family_qwen2,
                                         &mt_family_qwen3,     &mt_family_qwen3_moe, &mt_family_qwen2_moe,
-                                        &mt_family_mixtral,   &mt_family_olmoe,     NULL};
+                                        &mt_family_mixtral,   &mt_family_olmoe,     &mt_family_gemma3,
+                                        &mt_family_gemma2,    NULL};
 
 const mt_family *mt_family_find(const char *architecture, const char *model_type) {
     for (const mt_family *const *f = mt_families; *f; f++)
@@ -67,18 +69,86 @@ void mt_family_plan_common(const mt_config *c, int l, mt_layer_spec *s) {
         s->ffn_spec.flags = (c->shared_expert_intermediate_size ? MT_FFN_SHARED_EXPERT : 0) |
                             (c->norm_topk_prob ? MT_FFN_RENORM : 0);
     s->norm_eps = c->rms_norm_eps;
+    s->attn.window = mt_config_layer_is_local(c, l) ? c->sliding_window : 0;
 }
 
 void mt_family_plan_model_common(const mt_config *c, mt_model_spec *m) {
     m->norm_eps = c->rms_norm_eps;
     m->embed_scale = 1.0f;
     m->num_ropes = 1;
-    m->rope[0] = (mt_rope_spec){.type = c->rope_scaling_factor != 0 ? MT_ROPE_LLAMA3 : MT_ROPE_DEFAULT,
+    mt_rope_type scaled = c->rope_scaling_linear ? MT_ROPE_LINEAR : MT_ROPE_LLAMA3;
+    m->rope[0] = (mt_rope_spec){.type = c->rope_scaling_factor != 0 ? scaled : MT_ROPE_DEFAULT,
                                 .theta = c->rope_theta,
                                 .factor = c->rope_scaling_factor,
                                 .low_freq_factor = c->rope_low_freq_factor,
                                 .high_freq_factor = c->rope_high_freq_factor,
                                 .original_max_position = c->rope_original_max_position};
+}
+
+/* ---- Gemma's block (families/gemma3.c, families/gemma2.c) ---- */
+
+const mt_family_names mt_family_gemma_names = {.suffix = {
+    [MT_T_ATTN_POST_NORM] = "post_attention_layernorm.weight",
+    [MT_T_MLP_NORM] = "pre_feedforward_layernorm.weight",
+    [MT_T_FFN_POST_NORM] = "post_feedforward_layernorm.weight",
+}};
+
+void mt_family_plan_gemma(const mt_config *c, int l, mt_layer_spec *s) {
+    mt_family_plan_common(c, l, s);
+    s->attn.flags |= MT_ATTN_POST_NORM;
+    s->attn.q_scale = c->query_pre_attn_scalar > 0 ? 1.0f / sqrtf(c->query_pre_attn_scalar) : 0.0f;
+    s->attn.logit_softcap = c->attn_logit_softcap;
+    s->attn.rope = mt_config_layer_is_local(c, l) && c->rope_local_theta > 0 ? 1 : 0;
+    s->ffn_spec.act = MT_GLU_GELU_TANH;
+    s->ffn_spec.flags |= MT_FFN_POST_NORM;
+    s->norm_unit_offset = 1;
+}
+
+void mt_family_plan_model_gemma(const mt_config *c, mt_model_spec *m) {
+    mt_family_plan_model_common(c, m);
+    m->norm_unit_offset = 1;
+    m->embed_scale = sqrtf((float)c->hidden_size);
+    m->logit_softcap = c->final_logit_softcap;
+    if (c->rope_local_theta > 0)
+        m->rope[m->num_ropes++] = (mt_rope_spec){.type = MT_ROPE_DEFAULT, .theta = c->rope_local_theta};
+}
+
+/* A soft cap: its default when absent, none when null. */
+static mt_status read_softcap(const mt_json_src *s, const char *key, float default_cap, float *cap) {
+    *cap = default_cap;
+    if (!json_object_get(s->obj, key)) return MT_OK;
+    *cap = 0;
+    MT_TRY(mt_json_get_float(s, key, 0, cap));
+    if (!(*cap >= 0) || !isfinite(*cap))
+        return mt_fail(MT_ERR_INVALID, "%s: field '%s' must be positive or null, got %g", s->source, key,
+                       (double)*cap);
+    return MT_OK;
+}
+
+mt_status mt_family_read_gemma(const mt_json_src *s, mt_config *c, const char *act, float default_scalar,
+                               float default_attn_cap, float default_final_cap) {
+    const char *activation = act;
+    MT_TRY(mt_json_get_string(s, "hidden_activation", &activation));
+    if (strcmp(activation, act))
+        return mt_fail(MT_ERR_INVALID, "%s: field 'hidden_activation' = '%s' is not supported (%s only)", s->source,
+                       activation, act);
+    if (!mt_json_field(s, "tie_word_embeddings")) c->tie_embeddings = 1; /* Gemma's configs tie by default */
+    c->query_pre_attn_scalar = default_scalar;
+    MT_TRY(mt_json_get_float(s, "query_pre_attn_scalar", 0, &c->query_pre_attn_scalar));
+    if (!(c->query_pre_attn_scalar > 0) || !isfinite(c->query_pre_attn_scalar))
+        return mt_fail(MT_ERR_INVALID, "%s: field 'query_pre_attn_scalar' must be positive, got %g", s->source,
+                       (double)c->query_pre_attn_scalar);
+    MT_TRY(read_softcap(s, "attn_logit_softcapping", default_attn_cap, &c->attn_logit_softcap));
+    return read_softcap(s, "final_logit_softcapping", default_final_cap, &c->final_logit_softcap);
+}
+
+static json_t *softcap_json(float cap) { return cap > 0 ? mt_json_float(cap) : json_null(); }
+
+void mt_family_write_gemma(const mt_config *c, json_t *o, const char *act) {
+    json_object_set_new(o, "hidden_activation", json_string(act));
+    json_object_set_new(o, "query_pre_attn_scalar", mt_json_float(c->query_pre_attn_scalar));
+    json_object_set_new(o, "attn_logit_softcapping", softcap_json(c->attn_logit_softcap));
+    json_object_set_new(o, "final_logit_softcapping", softcap_json(c->final_logit_softcap));
 }
 
 /* ---- what the families' config.json readers and writers share ---- */
@@ -102,6 +172,63 @@ mt_status mt_family_read_window(const mt_json_src *s, const mt_config *c, int de
                        "max_position_embeddings %d), which is not supported",
                        s->source, key, window, c->max_position);
     return MT_OK;
+}
+
+mt_status mt_family_read_sliding_window(const mt_json_src *s, mt_config *c, int default_window, const char *gate,
+                                        int default_first_local) {
+    int window = default_window, first_local = 0;
+    if (gate) {
+        int use = 0;
+        MT_TRY(mt_json_get_bool(s, gate, &use));
+        if (!use) return mt_family_read_layer_types(s, c);
+        first_local = default_first_local;
+        MT_TRY(mt_json_get_int(s, "max_window_layers", 0, &first_local));
+        MT_TRY(mt_config_in_range("max_window_layers", first_local, 0, MT_CONFIG_MAX_LAYERS));
+    }
+    if (json_object_get(s->obj, "sliding_window")) { /* present, possibly null */
+        window = 0;
+        MT_TRY(mt_json_get_int(s, "sliding_window", 0, &window));
+    }
+    /* A window the context never reaches changes nothing: kept as none, so that the config writes
+     * back as it did. */
+    if (window > 0 && window < c->max_position) {
+        c->sliding_window = window;
+        for (int l = first_local; l < c->num_layers; l++) mt_config_set_local(c, l);
+    }
+    return mt_family_read_layer_types(s, c);
+}
+
+mt_status mt_family_read_layer_types(const mt_json_src *s, mt_config *c) {
+    const json_t *types = mt_json_field(s, "layer_types"), *kind;
+    if (!types) return MT_OK;
+    if (!json_is_array(types) || json_array_size(types) != (size_t)c->num_layers)
+        return mt_fail(MT_ERR_INVALID, "%s: field 'layer_types' must list num_hidden_layers (%d) strings",
+                       s->source, c->num_layers);
+    memset(c->local_layers, 0, sizeof c->local_layers);
+    size_t i;
+    json_array_foreach(types, i, kind) {
+        const char *k = json_is_string(kind) ? json_string_value(kind) : "";
+        if (!strcmp(k, "sliding_attention")) {
+            if (!c->sliding_window)
+                return mt_fail(MT_ERR_INVALID, "%s: field 'layer_types' makes layer %zu sliding_attention, but "
+                               "sliding_window gives no window shorter than the context", s->source, i);
+            mt_config_set_local(c, (int)i);
+        } else if (strcmp(k, "full_attention")) {
+            return mt_fail(MT_ERR_INVALID, "%s: field 'layer_types' gives layer %zu '%s', which is not supported "
+                           "(full_attention and sliding_attention only)", s->source, i, k);
+        }
+    }
+    return MT_OK;
+}
+
+void mt_family_write_sliding_window(const mt_config *c, json_t *o) {
+    json_object_set_new(o, "sliding_window", c->sliding_window ? json_integer(c->sliding_window) : json_null());
+    if (!c->sliding_window) return;
+    json_t *types = json_array();
+    for (int l = 0; l < c->num_layers; l++)
+        json_array_append_new(types, json_string(mt_config_layer_is_local(c, l) ? "sliding_attention"
+                                                                                 : "full_attention"));
+    json_object_set_new(o, "layer_types", types);
 }
 
 /* transformers 5 lists each layer's attention kind; anything but full attention is refused. */
@@ -200,9 +327,9 @@ void mt_family_write_sparse_layers(const mt_config *c, json_t *o) {
 mt_status mt_family_require_qk_norm(const mt_config *c, mt_qk_norm want) {
     if (c->qk_norm == (int)want) return MT_OK;
     return mt_fail(MT_ERR_INVALID, "q/k RMSNorm %s",
-                   want == MT_QK_NORM_HEAD   ? "over each head is part of every Qwen3 and Qwen3-MoE model"
+                   want == MT_QK_NORM_HEAD   ? "over each head is part of every Qwen3, Qwen3-MoE and Gemma 3 model"
                    : want == MT_QK_NORM_FULL ? "over the whole projections is part of every OLMoE model"
-                                             : "is part of OLMoE, Qwen3-MoE and Qwen3 only");
+                                             : "is part of OLMoE, Qwen3-MoE, Gemma 3 and Qwen3 only");
 }
 
 mt_status mt_family_no_o_bias(const mt_config *c) {

@@ -77,6 +77,18 @@ void mt_family_plan_model_common(const mt_config *c, mt_model_spec *m);
 /* What the families' readers and writers share. A sliding window shorter than the context changes
  * attention: refused rather than ignored (`gated`: only where use_sliding_window is true). */
 mt_status mt_family_read_window(const mt_json_src *s, const mt_config *c, int default_window, int gated);
+/* A sliding window the family computes: sliding_window (default_window when absent, none when
+ * null or not shorter than the context) makes layers local, all of them or, with a `gate` field
+ * (Qwen2's use_sliding_window, false by default), those from max_window_layers on (transformers'
+ * rule; default_first_local when absent); then transformers 5's layer_types, where present,
+ * decides each layer (mt_family_read_layer_types). */
+mt_status mt_family_read_sliding_window(const mt_json_src *s, mt_config *c, int default_window, const char *gate,
+                                        int default_first_local);
+/* layer_types: a string a layer, full_attention or sliding_attention (local: the config's
+ * sliding_window); anything else refused naming the layer. */
+mt_status mt_family_read_layer_types(const mt_json_src *s, mt_config *c);
+/* sliding_window (null when none) and, with a window, layer_types. */
+void mt_family_write_sliding_window(const mt_config *c, json_t *o);
 /* transformers 5's layer_types: anything but full attention refused. */
 mt_status mt_family_read_full_attention(const mt_json_src *s);
 /* attention_bias = true refused: it would add q/k/v and o_proj biases. */
@@ -94,6 +106,20 @@ mt_status mt_family_read_experts(const mt_json_src *s, mt_config *c, const mt_ex
 void mt_family_write_experts(const mt_config *c, json_t *o, const char *experts_key);
 /* moe_intermediate_size, decoder_sparse_step and mlp_only_layers (the Qwen mixtures'). */
 void mt_family_write_sparse_layers(const mt_config *c, json_t *o);
+
+/* Gemma's block, Gemma 3's and Gemma 2's (families/gemma3.c, gemma2.c): the plan (the common one,
+ * then the four norms, (1 + w), GeGLU, 1/sqrt(query_pre_attn_scalar), the soft caps, the local
+ * layers' window and RoPE table), the model's (the embedding scaled by sqrt(hidden_size), the
+ * final soft cap, the local RoPE table when rope_local_theta is set), the names of its norms, and
+ * the config fields both read and write: hidden_activation (`act` only), tie_word_embeddings (true
+ * when absent), query_pre_attn_scalar and the soft caps (their defaults when absent, none when
+ * null). */
+extern const mt_family_names mt_family_gemma_names;
+void mt_family_plan_gemma(const mt_config *c, int l, mt_layer_spec *s);
+void mt_family_plan_model_gemma(const mt_config *c, mt_model_spec *m);
+mt_status mt_family_read_gemma(const mt_json_src *s, mt_config *c, const char *act, float default_scalar,
+                               float default_attn_cap, float default_final_cap);
+void mt_family_write_gemma(const mt_config *c, json_t *o, const char *act);
 
 /* What the families' rules share, each failing with a message naming the field. */
 mt_status mt_family_require_qk_norm(const mt_config *c, mt_qk_norm want);

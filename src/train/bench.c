@@ -3,7 +3,9 @@
  * V x D) for the linear layers (forward 2, backward 4; recomputation not counted; a mixture of
  * experts counts its router and the top_k experts a token goes to, and a shared expert) plus
  * 6 x L x seq x Q for causal attention (forward 2 x seq x Q per layer, half of 4 x seq x Q for the
- * causal mask; backward twice the forward). */
+ * causal mask; backward twice the forward), a local layer's over the keys its window lets a query
+ * see (model/kinds/attention.c); with local layers, the figure counted as if every layer attended
+ * to the whole sequence is reported beside it. */
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -24,6 +26,14 @@ static double model_flops_per_token(const mt_config *c, int seq) {
     double linear = (double)mt_config_blocks_active_params(c) + (double)c->vocab_size * c->hidden_size;
     double attention = 3.0 * mt_config_blocks_extra_flops(c, seq);
     return 6.0 * linear + attention;
+}
+
+/* The same with no layer local: what a step would count if its windows were whole sequences. */
+static double full_attention_flops_per_token(const mt_config *c, int seq) {
+    mt_config full = *c;
+    full.sliding_window = 0;
+    memset(full.local_layers, 0, sizeof full.local_layers);
+    return model_flops_per_token(&full, seq);
 }
 
 /* Peak resident host memory of this process (VmHWM), in bytes. */
@@ -58,6 +68,7 @@ static int compare_doubles(const void *a, const void *b) {
 
 typedef struct {
     double step_s, tokens_per_s, tflops, stall_share, opt_wait_share;
+    double tflops_full; /* counted as if no layer were local */
     double idle_share;         /* the device's idle time over the step time (1 - computing) */
     double idle_forward_share, idle_backward_share; /* its parts between jobs of the two passes */
     double opt_s, opt_block_s; /* the optimizer's mean time a step, and a block */
@@ -103,6 +114,9 @@ static mt_status print_summary(FILE *out, const mt_train_options *o, const mt_ba
             (double)mt_placement_host_bytes(s->plan) / 1073741824.0,
             (double)mt_placement_host_bytes(s->plan) / (double)mt_config_total_params(cfg),
             host / (double)mt_config_total_params(cfg), where);
+    if (s->tflops_full != s->tflops)
+        fprintf(out, "local layers: TFLOP/s counts the keys their windows let a query see (%.1f); counted as if "
+                "every layer attended to the whole sequence, %.1f\n", s->tflops, s->tflops_full);
     if (s->packed_mean)
         fprintf(out, "packed examples of about %d tokens, %.1f a window, attention masked between them (TFLOP/s "
                 "counts causal attention over whole windows, as for plain steps)\n", s->packed_mean,
@@ -142,7 +156,8 @@ static mt_status print_summary(FILE *out, const mt_train_options *o, const mt_ba
     if (j && planned) json_object_update(j, planned);
     json_decref(planned);
     if (j && (json_object_set_new(j, "packed_mean", json_integer(s->packed_mean)) != 0 ||
-              json_object_set_new(j, "segments_per_window", json_real(s->segments_per_window)) != 0)) {
+              json_object_set_new(j, "segments_per_window", json_real(s->segments_per_window)) != 0 ||
+              json_object_set_new(j, "tflops_full_attention", json_real(s->tflops_full)) != 0)) {
         json_decref(j);
         j = NULL;
     }
@@ -278,6 +293,7 @@ mt_status mt_bench(const mt_train_options *given, int warmup, int packed_mean, F
                    &sum.d2h_bytes);
         sum.tokens_per_s = (double)n / sum.step_s;
         sum.tflops = sum.tokens_per_s * model_flops_per_token(&cfg, o->seq_len) / 1e12;
+        sum.tflops_full = sum.tokens_per_s * full_attention_flops_per_token(&cfg, o->seq_len) / 1e12;
         sum.stall_share = total > 0 ? stall / total : 0;
         sum.idle_share = total > 0 ? 1 - computing / total : 0;
         sum.idle_forward_share = total > 0 ? idle_forward / total : 0;

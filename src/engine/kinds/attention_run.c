@@ -6,7 +6,8 @@
  * them over the whole micro-batch. With segments (packed examples) positions restart on each
  * segment's first row and attention stays within each segment (backend.h), the tiles alike. Everything of the queries' side is a tile's (engine/block.h):
  * its q, attention output, their gradients, x2. A tile of whole sequences is plain causal attention
- * over them. A window of one sequence attends, as backend.h's window of queries, to the keys from
+ * over them; a local layer's queries see the last `window` keys of their sequence (or segment), which
+ * the op takes as mt_attn_params with the block's scale and soft-cap. A window of one sequence attends, as backend.h's window of queries, to the keys from
  * the sequence's first position to its own last; its backward gives the keys it saw their share of
  * the gradients, which sum over the sequence's windows in fp32 (dk_sum, dv_sum: bf16 sums of 16
  * windows' shares were measured at twice the error of one rounding of the whole, fp32 ones at 1.4x
@@ -23,6 +24,7 @@ static int qk_norm(const mt_layer_spec *s) {
     return (s->attn.flags & (MT_ATTN_QK_NORM_HEAD | MT_ATTN_QK_NORM_FULL)) != 0;
 }
 static int qk_norm_full(const mt_layer_spec *s) { return (s->attn.flags & MT_ATTN_QK_NORM_FULL) != 0; }
+static int post_norm(const mt_layer_spec *s) { return (s->attn.flags & MT_ATTN_POST_NORM) != 0; }
 
 /* The backend's attention variants the block's spec asks for (its sinks, a weight with a gradient,
  * are not plumbed yet: model/layer_spec.c refuses them). */
@@ -65,6 +67,7 @@ static mt_attn_dims tile_dims(const mt_config *c, int batch, int seq, mt_tile t)
     return d;
 }
 
+/* The block's variant of attention (its window, scale and soft-cap), as its spec has it. */
 /* The first row of the keys tile t attends to: its first sequence's. */
 static int kv_row0(int seq, mt_tile t) { return t.row - t.row % seq; }
 
@@ -193,7 +196,10 @@ static void forward(const mt_block_ctx *c, const mt_unit_weights *w, const void 
                   c->seg ? &seg : NULL, ws->attn.ws);
     MT_FOR_EACH_PIECE(c, p) {
         mt_matmul_piece(c, p, ws->tmp, mt_rows_at(ws->attn.att, p.row - t.row, Q, act), w->t[MT_T_WO], NULL, Q, D);
-        op->add(be, s, mt_x2_row(c, p.row), mt_rows_at(x, p.row, D, act), ws->tmp, (size_t)p.rows * D);
+        const void *out = ws->tmp;
+        if (post_norm(c->spec)) /* into h1, free once q is made */
+            mt_post_norm_piece(c, p, p.row - t.row, ws->h1, ws->tmp, w->t[MT_T_ATTN_POST_NORM]), out = ws->h1;
+        op->add(be, s, mt_x2_row(c, p.row), mt_rows_at(x, p.row, D, act), out, (size_t)p.rows * D);
     }
 }
 
@@ -237,8 +243,8 @@ static void qkv_backward_piece(const mt_block_ctx *c, const mt_unit_weights *w, 
                         mt_rows_at(x, p.row, D, act), w->t[MT_T_ATTN_NORM], ws->rstd1 + p.row, 1, D, 1);
 }
 
-/* x2 = x + o(att), att = attention(rope(q(h1)), rope(k(h1)), v(h1)), h1 = norm(x), over the tile's
- * rows; with q/k norms, q(h1) and k(h1) are the RMSNorm of the projections (each head's, or the
+/* x2 = x + o(att) (with a post-norm: x + norm(o(att))), att = attention(rope(q(h1)), rope(k(h1)),
+ * v(h1)), h1 = norm(x), over the tile's rows; with q/k norms, q(h1) and k(h1) are the RMSNorm of the projections (each head's, or the
  * whole projection's). */
 static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_unit_grads *g, const void *x,
                      void *dxy) {
@@ -253,6 +259,16 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
     int pos0 = t.row % c->seq;
     const void *dy = mt_rows_at(dxy, t.row, D, act);
 
+    if (post_norm(c->spec)) { /* dy becomes the gradient at o's output, o(att) made again */
+        MT_FOR_EACH_PIECE(c, p) {
+            int at = p.row - t.row;
+            mt_matmul_piece(c, p, ws->tmp, mt_rows_at(ws->attn.att, at, Q, act), w->t[MT_T_WO], NULL, Q, D);
+            mt_post_norm_piece(c, p, at, ws->h1, ws->tmp, w->t[MT_T_ATTN_POST_NORM]);
+            mt_post_norm_dx_piece(c, p, at, g->t[MT_T_ATTN_POST_NORM], mt_rows_at(dxy, p.row, D, act), ws->tmp,
+                                  w->t[MT_T_ATTN_POST_NORM]);
+        }
+        dy = ws->dpost;
+    }
     mt_matmul_dw_piece(c, mt_piece_of_tile(c), g->t[MT_T_WO], NULL, dy, ws->attn.att, Q, D);
     mt_matmul_dx_piece(c, mt_piece_of_tile(c), ws->attn.datt, dy, w->t[MT_T_WO], Q, D, 0);
     mt_segments seg = c->seg ? tile_segments(c, t) : (mt_segments){0};

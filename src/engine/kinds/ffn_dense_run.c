@@ -53,12 +53,18 @@ void mt_ffn_norm_piece(const mt_block_ctx *c, const mt_unit_weights *w, mt_piece
                            w->t[MT_T_MLP_NORM], p.rows, D, mt_norm_params(c->spec));
 }
 
+static int post_norm(const mt_layer_spec *s) { return (s->ffn_spec.flags & MT_FFN_POST_NORM) != 0; }
+
+/* y = x2 + mlp(h2), or with a post-norm x2 + norm(mlp(h2)). */
 static void forward(const mt_block_ctx *c, const mt_unit_weights *w, mt_piece p, void *y) {
     size_t act = mt_act_size(c);
     int D = c->cfg->hidden_size;
     mt_ffn_norm_piece(c, w, p);
     mt_swiglu_mlp_forward(c, p, c->ws->tmp, w->t[MT_T_WG], w->t[MT_T_WU], w->t[MT_T_WD], c->cfg->intermediate_size);
-    c->be->ops->op.add(c->be, c->stream, mt_rows_at_mut(y, p.row, D, act), mt_x2_row(c, p.row), c->ws->tmp,
+    const void *out = c->ws->tmp;
+    if (post_norm(c->spec)) /* into h2, free once the MLP has read it */
+        mt_post_norm_piece(c, p, 0, c->ws->h2, c->ws->tmp, w->t[MT_T_FFN_POST_NORM]), out = c->ws->h2;
+    c->be->ops->op.add(c->be, c->stream, mt_rows_at_mut(y, p.row, D, act), mt_x2_row(c, p.row), out,
                        (size_t)p.rows * D);
 }
 
@@ -68,9 +74,17 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
     size_t act = mt_act_size(c);
     int D = c->cfg->hidden_size;
     void *dy = mt_rows_at_mut(dxy, p.row, D, act);
+    const void *dout = dy;
+    int F = c->cfg->intermediate_size, recompute = 1;
     mt_ffn_norm_piece(c, w, p);
-    mt_swiglu_mlp_backward(c, p, ws->tmp, 0, dy, w->t[MT_T_WG], w->t[MT_T_WU], w->t[MT_T_WD], g->t[MT_T_WG],
-                           g->t[MT_T_WU], g->t[MT_T_WD], c->cfg->intermediate_size, 1);
+    if (post_norm(c->spec)) { /* the MLP's output again (h1 is free here), and the gradient at it */
+        mt_swiglu_mlp_forward(c, p, ws->tmp, w->t[MT_T_WG], w->t[MT_T_WU], w->t[MT_T_WD], F);
+        mt_post_norm_piece(c, p, 0, ws->h1, ws->tmp, w->t[MT_T_FFN_POST_NORM]);
+        mt_post_norm_dx_piece(c, p, 0, g->t[MT_T_FFN_POST_NORM], dy, ws->tmp, w->t[MT_T_FFN_POST_NORM]);
+        dout = ws->dpost, recompute = 0;
+    }
+    mt_swiglu_mlp_backward(c, p, ws->tmp, 0, dout, w->t[MT_T_WG], w->t[MT_T_WU], w->t[MT_T_WD], g->t[MT_T_WG],
+                           g->t[MT_T_WU], g->t[MT_T_WD], F, recompute);
     mt_rmsnorm_dx_piece(c, p, dy, g->t[MT_T_MLP_NORM], ws->tmp, mt_x2_row(c, p.row), w->t[MT_T_MLP_NORM],
                         ws->rstd2 + p.row, 1, D, 1);
 }

@@ -1,5 +1,5 @@
-/* Mistral (MistralForCausalLM): Llama's block without biases, a sliding window that must not
- * shorten the context. */
+/* Mistral (MistralForCausalLM): Llama's block without biases; v0.1's sliding window (4096) on
+ * every layer. */
 #include "model/families.h"
 
 /* MistralConfig's sliding_window when the file does not say. */
@@ -25,11 +25,8 @@ static const mt_preset presets[] = {
 static const char *const fields[] = {"sliding_window", NULL};
 
 static mt_status read(const mt_json_src *s, mt_config *c) {
-    MT_TRY(mt_family_read_full_attention(s));
-    return mt_family_read_window(s, c, DEFAULT_SLIDING_WINDOW, 0);
+    return mt_family_read_sliding_window(s, c, DEFAULT_SLIDING_WINDOW, NULL, 0);
 }
-
-static void write(const mt_config *c, json_t *o) { json_object_set_new(o, "sliding_window", json_null()); }
 
 static mt_status validate(const mt_config *c) { return mt_family_require_qk_norm(c, MT_QK_NORM_NONE); }
 
@@ -38,5 +35,5 @@ const mt_family mt_family_mistral = {
     .hidden_act = "silu",
     .default_max_position = 131072, .default_eps = 1e-6f, .default_theta = 10000.0f,
     .presets = presets, .num_presets = sizeof presets / sizeof presets[0], .fields = fields,
-    .read = read, .write = write, .validate = validate,
+    .read = read, .write = mt_family_write_sliding_window, .validate = validate,
     .plan = mt_family_plan_common, .plan_model = mt_family_plan_model_common};

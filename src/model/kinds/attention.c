@@ -1,5 +1,6 @@
 /* The attention mixer, model side: the pre-norm, q/k/v and o projections, with its variants: q/k/v
- * biases, RMSNorm of q and k over each head or over the whole projection, as its spec's flags say.
+ * biases, RMSNorm of q and k over each head or over the whole projection, a norm of its output
+ * (Gemma), as its spec's flags say.
  * engine/kinds/attention_run.c runs it. */
 #include "model/block_kinds.h"
 
@@ -20,6 +21,7 @@ static void declare(mt_layout *lay, mt_unit *u, const mt_config *c, const mt_lay
         mt_layout_add_block_tensor(lay, u, MT_T_K_NORM, l, full ? KV : c->head_dim, 1, 0);
     }
     mt_layout_add_block_tensor(lay, u, MT_T_WO, l, D, Q, 0);
+    if (s->attn.flags & MT_ATTN_POST_NORM) mt_layout_add_block_tensor(lay, u, MT_T_ATTN_POST_NORM, l, D, 1, 0);
 }
 
 static int64_t params(const mt_config *c, const mt_layer_spec *s) {
@@ -28,6 +30,7 @@ static int64_t params(const mt_config *c, const mt_layer_spec *s) {
     if (s->attn.flags & MT_ATTN_BIAS_QKV) n += q + 2 * kv;
     if (s->attn.flags & MT_ATTN_QK_NORM_HEAD) n += 2 * c->head_dim;
     if (s->attn.flags & MT_ATTN_QK_NORM_FULL) n += q + kv;
+    if (s->attn.flags & MT_ATTN_POST_NORM) n += d;
     return n;
 }
 
@@ -35,9 +38,13 @@ static int64_t params(const mt_config *c, const mt_layer_spec *s) {
  * rest, as the PyTorch peers count them. */
 static int64_t active_params(const mt_config *c, const mt_layer_spec *s) { return params(c, s); }
 
-/* Scores q.k^T and their product with v: 2 x seq x Q each a token, halved for the causal mask. */
+/* Scores q.k^T and their product with v: 2 x 2 x Q each key a query sees, on average seq / 2 under
+ * the causal mask; a local layer's query sees at most `window` keys, window - window^2 / (2 seq) on
+ * average (the first window's queries see fewer). */
 static double extra_flops(const mt_config *c, const mt_layer_spec *s, int seq) {
-    return 2.0 * seq * (double)c->num_heads * c->head_dim;
+    int w = s->attn.window;
+    double keys = w > 0 && w < seq ? w - (double)w * w / (2.0 * seq) : seq / 2.0;
+    return 4.0 * keys * (double)c->num_heads * c->head_dim;
 }
 
 const mt_part_kind mt_mixer_attention = {.name = "attention", .declare = declare, .params = params,
