@@ -22,37 +22,13 @@ soft cap (logits / cap, tanh, * cap) before the mask; gpt-oss's sinks as an extr
 whose probability is dropped. Written from those definitions, not from megatrain's C.
 """
 import math
-import os
 import sys
 
 try:
-    import numpy
     import torch
+    from op_cases import load, read_case, run, save
 except ImportError:
     sys.exit("attention_ref.py: PyTorch or NumPy is not installed (Debian: apt-get install python3-torch)")
-
-
-def read_case(d):
-    cfg = {}
-    with open(os.path.join(d, "case.txt")) as f:
-        for line in f:
-            key, _, value = line.strip().partition("=")
-            if key:
-                cfg[key] = float(value) if "." in value else int(value)
-    return cfg
-
-
-def load(d, name, shape, dtype="f32"):
-    path = os.path.join(d, f"{name}.{dtype}")
-    data = numpy.fromfile(path, dtype="<f4" if dtype == "f32" else "<i4")
-    if data.size != numpy.prod(shape):
-        raise SystemExit(f"attention_ref.py: {path}: {data.size} values, expected {list(shape)}")
-    t = torch.from_numpy(data.reshape(shape))
-    return t.double() if dtype == "f32" else t.long()
-
-
-def save(d, name, t):
-    t.detach().double().numpy().astype("<f8").tofile(os.path.join(d, f"{name}.ref.f64"))
 
 
 def allowed(c, positions, b):
@@ -113,13 +89,5 @@ def attention(d, c):
         save(d, "dsinks", load(d, "dsinks", (H,)) + sinks.grad)
 
 
-def main(argv):
-    if not argv or len(argv) % 2 or any(op != "attention" for op in argv[0::2]):
-        sys.exit("usage: attention_ref.py attention DIR [attention DIR ...]")
-    torch.set_num_threads(1)
-    for directory in argv[1::2]:
-        attention(directory, read_case(directory))
-
-
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run(sys.argv[1:], {"attention": attention})

@@ -31,38 +31,11 @@ import os
 import sys
 
 try:
-    import numpy
     import torch
     import torch.nn.functional as F
+    from op_cases import load, read_case, run, save
 except ImportError:
     sys.exit("moe_ops_ref.py: PyTorch or NumPy is not installed (Debian: apt-get install python3-torch)")
-
-
-def read_case(d):
-    cfg = {}
-    with open(os.path.join(d, "case.txt")) as f:
-        for line in f:
-            key, _, value = line.strip().partition("=")
-            if key:
-                cfg[key] = float(value) if "." in value else int(value)
-    return cfg
-
-
-def load(d, name, shape, dtype="f32"):
-    path = os.path.join(d, f"{name}.{dtype}")
-    data = numpy.fromfile(path, dtype="<f4" if dtype == "f32" else "<i4")
-    if data.size != numpy.prod(shape):
-        raise SystemExit(f"moe_ops_ref.py: {path}: {data.size} values, expected {list(shape)}")
-    t = torch.from_numpy(data.reshape(shape))
-    return t.double() if dtype == "f32" else t.long()
-
-
-def save(d, name, t):
-    t = t.detach()
-    if t.dtype in (torch.int64, torch.int32):
-        t.numpy().astype("<i4").tofile(os.path.join(d, f"{name}.ref.i32"))
-    else:
-        t.double().numpy().astype("<f8").tofile(os.path.join(d, f"{name}.ref.f64"))
 
 
 def route(d, c):
@@ -181,16 +154,5 @@ OPS = {"route": route, "permute": permute, "gather": gather, "grouped": grouped,
        "combine": combine, "gate_add": gate_add, "aux": aux}
 
 
-def main(argv):
-    if len(argv) < 2 or len(argv) % 2:
-        sys.exit("usage: moe_ops_ref.py OP DIR [OP DIR ...]")
-    torch.set_num_threads(1)
-    for op, directory in zip(argv[0::2], argv[1::2]):
-        if op not in OPS:
-            sys.exit(f"moe_ops_ref.py: unknown op '{op}'")
-        with torch.no_grad() if op == "permute" else torch.enable_grad():
-            OPS[op](directory, read_case(directory))
-
-
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run(sys.argv[1:], OPS, no_grad=("permute",))

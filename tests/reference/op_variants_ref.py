@@ -25,38 +25,14 @@ Written from transformers' definitions (GptOssExperts (its biases too), Gemma3RM
 Gemma2ForCausalLM's final_logit_softcapping, ACT2FN["gelu_pytorch_tanh"]), not from megatrain's C,
 so that the two can disagree when either is wrong.
 """
-import os
 import sys
 
 try:
-    import numpy
     import torch
     import torch.nn.functional as F
+    from op_cases import load, read_case, run, save
 except ImportError:
     sys.exit("op_variants_ref.py: PyTorch or NumPy is not installed (Debian: apt-get install python3-torch)")
-
-
-def read_case(d):
-    cfg = {}
-    with open(os.path.join(d, "case.txt")) as f:
-        for line in f:
-            key, _, value = line.strip().partition("=")
-            if key:
-                cfg[key] = float(value) if "." in value else int(value)
-    return cfg
-
-
-def load(d, name, shape, dtype="f32"):
-    path = os.path.join(d, f"{name}.{dtype}")
-    data = numpy.fromfile(path, dtype="<f4" if dtype == "f32" else "<i4")
-    if data.size != numpy.prod(shape):
-        raise SystemExit(f"op_variants_ref.py: {path}: {data.size} values, expected {list(shape)}")
-    t = torch.from_numpy(data.reshape(shape))
-    return t.double() if dtype == "f32" else t.long()
-
-
-def save(d, name, t):
-    t.detach().double().numpy().astype("<f8").tofile(os.path.join(d, f"{name}.ref.f64"))
 
 
 def activate(gate, up, c):
@@ -163,15 +139,5 @@ OPS = {"glu": glu, "moe_glu": moe_glu, "rmsnorm": rmsnorm, "embedding": embeddin
        "lmhead": lmhead}
 
 
-def main(argv):
-    if len(argv) < 2 or len(argv) % 2:
-        sys.exit("usage: op_variants_ref.py OP DIR [OP DIR ...]")
-    torch.set_num_threads(1)
-    for op, directory in zip(argv[0::2], argv[1::2]):
-        if op not in OPS:
-            sys.exit(f"op_variants_ref.py: unknown op '{op}'")
-        OPS[op](directory, read_case(directory))
-
-
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run(sys.argv[1:], OPS)
