@@ -212,3 +212,44 @@ Test(moe, blocks_of_different_sizes_on_the_device_train_as_on_the_host) {
     }
     mt_layout_free(&lay);
 }
+
+/* The load-balancing loss counts the real tokens only, as transformers' load_balancing_loss_func
+ * does under an attention mask: packed examples followed by padding (a segment of token 0 with no
+ * targets, io/dataset.h's) give the aux loss and the experts' load of the same examples alone. */
+static mt_step_result packed_step(const mt_config *cfg, int seq, int real, const int32_t *tokens) {
+    mt_engine_options o = options(1);
+    o.seq = seq;
+    o.chunk = 2 * seq;
+    o.packed = 1;
+    mt_tiny_model t;
+    mt_tiny_model_open(&t, cfg, &o, 61);
+    int32_t inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ], positions[SEQUENCES * SEQ];
+    for (int b = 0; b < SEQUENCES; b++)
+        for (int i = 0; i < seq; i++) {
+            int at = b * seq + i, example = i < real;
+            inputs[at] = example ? tokens[b * (real + 1) + i] : 0;
+            targets[at] = example ? tokens[b * (real + 1) + i + 1] : -1;
+            positions[at] = example ? i : i - real;
+        }
+    mt_step_result r;
+    cr_assert_eq(mt_engine_step(t.engine, inputs, targets, positions, 1e-3f, &r), MT_OK, "%s", mt_error());
+    mt_tiny_model_close(&t);
+    return r;
+}
+
+Test(moe, padding_takes_no_part_in_the_load_balancing_loss) {
+    enum { REAL = 5 };
+    mt_config cfg = mt_tiny_config_moe(MT_ARCH_QWEN3_MOE, 1);
+    int32_t tokens[SEQUENCES * (REAL + 1)], inputs[SEQUENCES * REAL], targets[SEQUENCES * REAL];
+    mt_tiny_windows(62, SEQUENCES, REAL, cfg.vocab_size, tokens, inputs, targets);
+    mt_step_result alone = packed_step(&cfg, REAL, REAL, tokens), padded = packed_step(&cfg, SEQ, REAL, tokens);
+    cr_assert(alone.moe && alone.aux_loss > 0);
+    cr_expect(fabs(padded.aux_loss - alone.aux_loss) <= 1e-5 * alone.aux_loss, "aux loss %.9g padded, %.9g alone",
+              padded.aux_loss, alone.aux_loss);
+    cr_expect(fabs(padded.expert_load_max - alone.expert_load_max) < 1e-12 &&
+                  fabs(padded.expert_load_min - alone.expert_load_min) < 1e-12,
+              "expert load %g..%g padded, %g..%g alone", padded.expert_load_min, padded.expert_load_max,
+              alone.expert_load_min, alone.expert_load_max);
+    cr_expect(fabs(padded.loss - alone.loss) <= 1e-5 * alone.loss, "loss %.9g padded, %.9g alone", padded.loss,
+              alone.loss);
+}

@@ -119,6 +119,9 @@ typedef struct {
     mt_block_ws *ws;
     int layer;              /* the block's index: its spec (model/layer_spec.h) */
     const mt_segments *seg; /* this micro-batch's segments (packed examples), or NULL (backend.h) */
+    /* Each sequence's rows before its padding (engine.h), or NULL: every row is a real token. The
+     * load-balancing loss counts only those (transformers' attention mask). */
+    const int *real_rows;
     /* The pass's states, one a feed-forward kind (NULL: none; block.c gives the kinds their own),
      * and the micro-batch's index in them: a mixture of experts' forward adds its routing
      * statistics there, its backward takes the load-balancing loss's gradient from there. */

@@ -223,6 +223,9 @@ void mt_engine_destroy(mt_engine *e);
  * mt_segments: packed examples that do not see each other), 0 where a segment starts and on each
  * sequence's first token, else the position before it plus one; an engine made with `packed` only
  * takes them, and refuses positions that break these rules. NULL: every sequence is one segment.
+ * With positions, a sequence's last segment whose every input is token 0 and every target
+ * negative is padding (io/dataset.h's): computed, but a mixture of experts' load-balancing loss
+ * and load count only the tokens before it, as transformers' do under an attention mask.
  * The loss, and the gradient it is differentiated from, is the mean over the targets >= 0 of the
  * whole call (all M micro-batches): PyTorch's cross_entropy(reduction="mean", ignore_index=-1)
  * over the flattened [M * batch * seq] targets. With no target >= 0 the loss is 0 and the

@@ -184,6 +184,7 @@ static void walk(const shape *s, walker *w) {
     if (o->packed) {
         HOST(host_segments, host_staging, M * (2 * n + 1) * sizeof(int32_t), "position staging");
         HOST(seg_count, host_staging, M * sizeof(int), "segment counts");
+        HOST(real_rows, host_staging, M * (size_t)o->batch * sizeof(int), "each sequence's rows before its padding");
     }
     HOST(host_norms, host_staging, (size_t)U * 4, "gradient norms");
     HOST(host_loss, host_staging, 4, "the loss");

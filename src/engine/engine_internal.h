@@ -103,6 +103,7 @@ struct mt_engine {
     int32_t *host_tokens;      /* [2][M][n]: inputs then targets */
     int32_t *host_segments;    /* packed: [M][n] positions then [M][n + 1] segment starts */
     int *seg_count;            /* packed: [M] the pass's segments a micro-batch; the jobs read it */
+    int *real_rows;            /* packed: [M][batch] each sequence's rows before its padding (engine.h) */
     float *grads_full;         /* every unit's gradient in layout positions, or NULL (ring mode; or
                                 * clipping with some unit on the device: grads_host) */
     float *grads_host;         /* that case: the host-updated units' gradients, one after another */

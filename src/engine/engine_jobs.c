@@ -21,6 +21,18 @@ static void *row_of(const mt_engine *e, void *base, size_t row) {
 }
 static int32_t *inputs_at(const mt_engine *e, int m) { return e->dev_inputs + (size_t)m * mt_engine_rows(e); }
 static int32_t *targets_at(const mt_engine *e, int m) { return e->dev_targets + (size_t)m * mt_engine_rows(e); }
+/* Micro-batch m's sequences' rows before their padding, for a pass that has segments; NULL else. */
+static const int *real_rows_at(const mt_engine *e, const mt_compute_job *j, int m) {
+    return j->segmented ? e->real_rows + (size_t)m * e->o.batch : NULL;
+}
+/* The real tokens (not padding) of micro-batch m. */
+static int real_tokens(const mt_engine *e, const mt_compute_job *j, int m) {
+    const int *real = real_rows_at(e, j, m);
+    if (!real) return j->batch * j->seq;
+    int n = 0;
+    for (int b = 0; b < j->batch; b++) n += real[b];
+    return n;
+}
 /* Micro-batch m's segments, for a pass that has them. */
 static mt_segments segments_at(const mt_engine *e, int m) {
     size_t n = mt_engine_rows(e);
@@ -148,7 +160,10 @@ static void aux_loss(const mt_compute_job *j) {
     mt_engine *e = j->e;
     float mean = 1.0f / (float)(j->micro_batches * (e->reduce ? e->group_size : 1));
     mt_engine_acc_open(e, mt_acc_aux(e), e->dev_aux_loss, 1, 1);
-    for (int m = 0; m < j->micro_batches; m++) mt_block_pass_loss(e->pass, e->compute, m, j->batch * j->seq, mean);
+    for (int m = 0; m < j->micro_batches; m++) {
+        int rows = real_tokens(e, j, m);
+        if (rows > 0) mt_block_pass_loss(e->pass, e->compute, m, rows, mean); /* all padding: no loss */
+    }
     mt_engine_acc_close(e, mt_acc_aux(e), e->dev_aux_loss, 1);
     mt_engine_reduce(e, e->dev_aux_loss, 1);
 }
@@ -233,7 +248,7 @@ static void run_job(void *arg) {
     mt_engine *e = j->e;
     int n = j->batch * j->seq;
     mt_block_ctx ctx = {e->be, e->compute, e->cfg, j->batch, j->seq, e->o.chunk, e->dev_constants, &e->ws, j->block,
-                        NULL, e->pass, 0, e->o.attn_tile, {0, 0}, NULL};
+                        NULL, NULL, e->pass, 0, e->o.attn_tile, {0, 0}, NULL};
     if (j->gather.dst) mt_engine_gather_weights(e, &j->gather);
     switch (j->kind) {
     case MT_JOB_EMBED_FWD: {
@@ -249,6 +264,7 @@ static void run_job(void *arg) {
         for (int m = 0; m < j->micro_batches; m++) {
             mt_segments seg = j->segmented ? segments_at(e, m) : (mt_segments){0};
             ctx.seg = j->segmented ? &seg : NULL;
+            ctx.real_rows = real_rows_at(e, j, m);
             ctx.micro = m;
             mt_block_forward(&ctx, &w, micro(e, j->x_in, m), micro(e, j->x_out, m));
         }
@@ -265,6 +281,7 @@ static void run_job(void *arg) {
         for (int m = 0; m < j->micro_batches; m++) {
             mt_segments seg = j->segmented ? segments_at(e, m) : (mt_segments){0};
             ctx.seg = j->segmented ? &seg : NULL;
+            ctx.real_rows = real_rows_at(e, j, m);
             ctx.micro = m;
             mt_block_backward(&ctx, &w, &g, micro(e, j->x_in, m), dy_at(e, m));
         }

@@ -66,10 +66,21 @@ static void send_home(mt_engine *e, int u, const float *grads, mt_ev ready_id, i
     if (publish) mt_engine_raise(e, MT_FL_GRADS_ISSUED, u, e->generation);
 }
 
-/* Validates and stages positions [M][batch * seq] (engine.h's rules) and each micro-batch's
- * segment starts and count, for the ops (backend.h's mt_segments); their copy goes with the
- * tokens'. */
-static mt_status stage_positions(mt_engine *e, const int32_t *positions, int batch, int seq, int M) {
+/* Sequence p's rows before its padding: its last segment, when every input of it is token 0 and
+ * every target ignored, is padding (engine.h). */
+static int real_rows(const int32_t *pos, const int32_t *inputs, const int32_t *targets, int seq) {
+    int last = seq - 1;
+    while (last > 0 && pos[last] != 0) last--;
+    for (int i = last; i < seq; i++)
+        if (inputs[i] != 0 || targets[i] >= 0) return seq;
+    return last;
+}
+
+/* Validates and stages positions [M][batch * seq] (engine.h's rules), each micro-batch's segment
+ * starts and count, for the ops (backend.h's mt_segments), and each sequence's rows before its
+ * padding; the copy goes with the tokens'. */
+static mt_status stage_positions(mt_engine *e, const int32_t *positions, const int32_t *inputs,
+                                 const int32_t *targets, int batch, int seq, int M) {
     if (!e->o.packed)
         return mt_fail(MT_ERR_INVALID, "positions given to an engine made without packed windows (engine options)");
     size_t n_max = mt_engine_rows(e), n = (size_t)batch * seq;
@@ -89,6 +100,10 @@ static mt_status stage_positions(mt_engine *e, const int32_t *positions, int bat
         }
         first[count] = (int32_t)n;
         e->seg_count[m] = count;
+        for (int b = 0; b < batch; b++) {
+            size_t at = m * n + (size_t)b * seq;
+            e->real_rows[m * e->o.batch + b] = real_rows(positions + at, inputs + at, targets + at, seq);
+        }
     }
     return MT_OK;
 }
@@ -117,7 +132,7 @@ static mt_status stage_tokens(mt_engine *e, const int32_t *inputs, const int32_t
     for (int m = 0; m < M; m++)
         for (size_t i = 0; i < n; i++) rows[inputs[m * n + i]] = 1;
     if (positions) {
-        MT_TRY(stage_positions(e, positions, batch, seq, M));
+        MT_TRY(stage_positions(e, positions, inputs, targets, batch, seq, M));
         mt_copy_async(e->be, e->dev_pos, e->host_segments,
                       (size_t)e->o.micro_batches * (2 * n_max + 1) * sizeof(int32_t), e->h2d);
     }

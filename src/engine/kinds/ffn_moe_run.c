@@ -134,6 +134,58 @@ static void walk(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s) {
     }
 }
 
+/* Rows [row, row + rows) of a piece, all real tokens or all padding (mt_block_ctx.real_rows). */
+typedef struct {
+    int row, rows, real;
+} token_run;
+
+/* The next run of piece p's rows from row `from`: the longest stretch of real rows, or of padding,
+ * across the sequences it spans. Without padding information the piece is one real run. */
+static token_run next_run(const mt_block_ctx *c, mt_piece p, int from) {
+    int end = p.row + p.rows;
+    if (!c->real_rows) return (token_run){from, end - from, 1};
+    token_run r = {from, 0, -1};
+    for (int at = from; at < end;) {
+        int b = at / c->seq, seq_end = (b + 1) * c->seq < end ? (b + 1) * c->seq : end;
+        int real_end = b * c->seq + c->real_rows[b], real = at < real_end;
+        int stop = real ? (real_end < seq_end ? real_end : seq_end) : seq_end;
+        if (r.real >= 0 && real != r.real) break;
+        r.real = real;
+        r.rows += stop - at;
+        at = stop;
+    }
+    return r;
+}
+
+/* The router's softmax, top k and weights of piece p, its statistics (the forward's, `stats`) over
+ * the real tokens only. */
+static void route(const mt_block_ctx *c, mt_piece p, int stats) {
+    const mt_config *cfg = c->cfg;
+    mt_block_ws *ws = c->ws;
+    int E = cfg->num_experts, k = cfg->experts_per_token;
+    for (token_run r = next_run(c, p, p.row); r.rows > 0; r = next_run(c, p, r.row + r.rows)) {
+        int i = r.row - p.row, counted = stats && r.real;
+        c->be->ops->moe.route(c->be, c->stream, ws->moe.weights + (size_t)i * k, ws->moe.experts + (size_t)i * k,
+                              counted ? block_counts(c) : NULL, counted ? block_prob_sum(c) : NULL,
+                              mt_rows_at(ws->moe.logits, i, E, mt_act_size(c)), r.rows, E, k, renorm(c));
+    }
+}
+
+/* Its backward into dlogits, the load-balancing loss's gradient through the real tokens only. */
+static void route_dx(const mt_block_ctx *c, mt_piece p) {
+    const mt_config *cfg = c->cfg;
+    mt_block_ws *ws = c->ws;
+    int E = cfg->num_experts, k = cfg->experts_per_token;
+    size_t act = mt_act_size(c);
+    for (token_run r = next_run(c, p, p.row); r.rows > 0; r = next_run(c, p, r.row + r.rows)) {
+        int i = r.row - p.row;
+        c->be->ops->moe.route_dx(c->be, c->stream, mt_rows_at_mut(ws->moe.dlogits, i, E, act),
+                                 ws->moe.dweights + (size_t)i * k, mt_rows_at(ws->moe.logits, i, E, act),
+                                 ws->moe.experts + (size_t)i * k, r.real ? block_aux_grad(c) : NULL, r.rows, E, k,
+                                 renorm(c));
+    }
+}
+
 /* h2 and the routed experts' forward of piece p, up to their outputs ys (the statistics added only
  * where the context asks: the forward, not the backward's recomputation). */
 static void experts_forward(const mt_block_ctx *c, const mt_unit_weights *w, mt_piece p, int stats) {
@@ -144,8 +196,7 @@ static void experts_forward(const mt_block_ctx *c, const mt_unit_weights *w, mt_
     int rows = p.rows * k, S = segments(c, p);
     mt_ffn_norm_piece(c, w, p);
     mt_matmul_piece(c, p, ws->moe.logits, ws->h2, w->t[MT_T_ROUTER], NULL, D, E);
-    moe->route(c->be, c->stream, ws->moe.weights, ws->moe.experts, stats ? block_counts(c) : NULL,
-               stats ? block_prob_sum(c) : NULL, ws->moe.logits, p.rows, E, k, renorm(c));
+    route(c, p, stats);
     moe->permute(c->be, c->stream, ws->moe.order, ws->moe.slot_row, ws->moe.offsets, ws->moe.experts, p.rows, E, k,
                  segment_rows(c, p));
     moe->gather(c->be, c->stream, ws->moe.xs, ws->h2, ws->moe.order, p.rows, k, D);
@@ -216,8 +267,7 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
     moe->grouped_matmul_dx(c->be, c->stream, ws->moe.ys, ws->moe.dgu, w->t[MT_T_EXPERTS_GATE_UP], ws->moe.offsets, rows,
                            E, S, D, 2 * F); /* dxs */
     moe->gather_dx(c->be, c->stream, ws->tmp, ws->moe.ys, ws->moe.slot_row, p.rows, k, D, 0);
-    moe->route_dx(c->be, c->stream, ws->moe.dlogits, ws->moe.dweights, ws->moe.logits, ws->moe.experts,
-                  block_aux_grad(c), p.rows, E, k, renorm(c));
+    route_dx(c, p);
     mt_matmul_dw_piece(c, p, g->t[MT_T_ROUTER], NULL, ws->moe.dlogits, ws->h2, D, E);
     mt_matmul_dx_piece(c, p, ws->tmp, ws->moe.dlogits, w->t[MT_T_ROUTER], D, E, 1);
     if (shared(c)) shared_backward(c, w, g, p, dy);
