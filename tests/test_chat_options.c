@@ -240,6 +240,11 @@ Test(chat_options, loss_on_chooses_the_tokens_that_carry_loss) {
     cr_assert(answers.n == last.n && answers.n == all.n && !memcmp(answers.ids, last.ids, answers.n * sizeof(int32_t)) &&
               !memcmp(answers.ids, all.ids, answers.n * sizeof(int32_t)), "--loss-on changed the ids");
     for (size_t i = 0; i < all.n; i++) cr_assert_eq(all.mask[i], 1, "--loss-on all: token %zu carries no loss", i);
+    shard prompt = tokenize(in_dir("tok"), in_dir("out/prompt"), "--train-on-prompt", NULL); /* LLaMA-Factory's */
+    cr_assert(prompt.n == all.n && !memcmp(prompt.ids, all.ids, all.n * sizeof *all.ids) &&
+                  !memcmp(prompt.mask, all.mask, all.n * sizeof *all.mask),
+              "--train-on-prompt is not --loss-on all");
+    free_shard(&prompt);
     for (size_t e = 0; e < answers.examples; e++) {
         size_t from = answers.starts[e], to = e + 1 < answers.examples ? answers.starts[e + 1] : answers.n;
         cr_assert_eq(runs(answers.mask, from, to), e < 12 ? 2 : 1, "conversation %zu: one run a answer", e);

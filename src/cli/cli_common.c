@@ -57,6 +57,7 @@ static const char train_help[] =
     "  --loss-on WHAT         chat data: the tokens that carry loss: assistant (every answer; default),\n"
     "                         last-turn (each conversation's last answer only) or all (every token, the\n"
     "                         prompts and the template's markup too: train_on_prompt)\n"
+    "  --train-on-prompt      the same as --loss-on all\n"
     "  --val-fraction F       held out of the training data for validation (default 0.05; 0 with\n"
     "                         --val-data)\n"
     "  --val-data FILE,...    validation files of their own (read as --data is), each evaluated every\n"
@@ -199,7 +200,7 @@ int mt_cli_usage_error(const char *command, const char *fmt, ...) {
 static struct option *train_long_options(void) {
     int count = 0, takes_value;
     while (mt_train_option_name(count, NULL)) count++;
-    struct option *opts = calloc((size_t)count + 2, sizeof *opts);
+    struct option *opts = calloc((size_t)count + 3, sizeof *opts);
     if (!opts) return NULL;
     for (int i = 0; i < count; i++) {
         opts[i].name = mt_train_option_name(i, &takes_value);
@@ -207,6 +208,7 @@ static struct option *train_long_options(void) {
         opts[i].val = 256 + i;
     }
     opts[count] = (struct option){"help", no_argument, 0, 'h'};
+    opts[count + 1] = (struct option){"train-on-prompt", no_argument, 0, 'p'};
     return opts;
 }
 
@@ -229,6 +231,13 @@ static int parse_flags(int argc, char **argv, const struct option *opts, mt_trai
     const char *data = NULL;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'h') return 1;
+        if (c == 'p') { /* LLaMA-Factory's name for --loss-on all */
+            if (mt_train_option_set(o, "loss-on", "all") != MT_OK) {
+                fprintf(stderr, "megatrain: error: %s\n", mt_error());
+                return -1;
+            }
+            continue;
+        }
         if (c < 256) return -1; /* getopt printed what was wrong */
         const char *value = optarg;
         if (!strcmp(opts[c - 256].name, "data")) {

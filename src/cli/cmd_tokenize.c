@@ -47,6 +47,7 @@ static const char tokenize_help[] =
     "  --loss-on WHAT       chat data: which tokens carry loss: assistant (every answer: default),\n"
     "                       last-turn (the conversation's last answer only) or all (every token, the\n"
     "                       prompts too: train_on_prompt)\n"
+    "  --train-on-prompt    the same as --loss-on all\n"
     "  --help\n";
 
 /* A token count: digits with an optional K, M or G (thousands, millions, billions). */
@@ -96,14 +97,14 @@ static int tri_state(const char *v) {
 
 int mt_cli_tokenize(int argc, char **argv) {
     enum { OPT_TOKENIZER = 256, OPT_OUT, OPT_FIELD, OPT_SHARD, OPT_DTYPE, OPT_THREADS, OPT_BOS, OPT_SPECIAL, OPT_CHAT,
-           OPT_TEMPLATE, OPT_LOSS };
+           OPT_TEMPLATE, OPT_LOSS, OPT_PROMPT };
     static const struct option opts[] = {
         {"tokenizer", required_argument, 0, OPT_TOKENIZER}, {"out", required_argument, 0, OPT_OUT},
         {"text-field", required_argument, 0, OPT_FIELD},    {"shard-size", required_argument, 0, OPT_SHARD},
         {"dtype", required_argument, 0, OPT_DTYPE},         {"threads", required_argument, 0, OPT_THREADS},
         {"bos", required_argument, 0, OPT_BOS},             {"allow-special", no_argument, 0, OPT_SPECIAL},
         {"chat", required_argument, 0, OPT_CHAT},           {"chat-template", required_argument, 0, OPT_TEMPLATE},
-        {"loss-on", required_argument, 0, OPT_LOSS},
+        {"loss-on", required_argument, 0, OPT_LOSS},        {"train-on-prompt", no_argument, 0, OPT_PROMPT},
         {"help", no_argument, 0, 'h'},                      {0, 0, 0, 0}};
     mt_tokenize_options o = {.bos = -1};
     int c, chat = -1;
@@ -143,6 +144,7 @@ int mt_cli_tokenize(int argc, char **argv) {
             if (!mt_chat_loss_names[o.loss])
                 return mt_cli_usage_error("tokenize", "--loss-on '%s': expected assistant, last-turn or all", optarg);
             break;
+        case OPT_PROMPT: o.loss = MT_LOSS_ALL; break; /* LLaMA-Factory's name for --loss-on all */
         case 'h': fputs(tokenize_help, stdout); return 0;
         default: return mt_cli_usage_error("tokenize", "bad option (getopt said why above)");
         }
