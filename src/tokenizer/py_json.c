@@ -32,11 +32,19 @@ static void put(buf *b, const char *s, size_t len) {
 
 static void puts_(buf *b, const char *s) { put(b, s, strlen(s)); }
 
-/* The code point at s (valid UTF-8) as \uXXXX, a surrogate pair past U+FFFF; returns its length. */
+/* The code point at s as \uXXXX, a surrogate pair past U+FFFF; returns its length. A byte that
+ * starts no whole UTF-8 sequence within the n left (text that was not checked) is escaped alone. */
 static size_t ascii_escape(buf *b, const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
-    size_t k = u[0] < 0xE0 ? 2 : u[0] < 0xF0 ? 3 : 4;
-    if (k > n) k = n;
+    size_t k = u[0] < 0xC0 || u[0] >= 0xF8 ? 1 : u[0] < 0xE0 ? 2 : u[0] < 0xF0 ? 3 : 4;
+    for (size_t i = 1; i < k; i++)
+        if (i >= n || (u[i] & 0xC0) != 0x80) k = 1;
+    if (k == 1) {
+        char esc[8];
+        snprintf(esc, sizeof esc, "\\u%04x", u[0]);
+        puts_(b, esc);
+        return 1;
+    }
     unsigned c = k == 2 ? (unsigned)(u[0] & 0x1F) << 6 | (u[1] & 0x3F)
                : k == 3 ? (unsigned)(u[0] & 0x0F) << 12 | (unsigned)(u[1] & 0x3F) << 6 | (u[2] & 0x3F)
                         : (unsigned)(u[0] & 0x07) << 18 | (unsigned)(u[1] & 0x3F) << 12 | (unsigned)(u[2] & 0x3F) << 6 | (u[3] & 0x3F);
