@@ -110,11 +110,15 @@ int mt_config_dense_mlp_width(const mt_config *cfg);
  * model/families.h), and how many blocks' are. */
 int mt_config_layer_is_moe(const mt_config *cfg, int l);
 int mt_config_moe_layers(const mt_config *cfg);
-/* Whether block l's attention is local (a sliding window), and marks it so. */
+/* Whether block l's attention is local (a sliding window), and marks it so. A config read with more
+ * layers than MT_CONFIG_MAX_LAYERS is refused by mt_config_validate; until then its layers past the
+ * bound are never local. */
 static inline int mt_config_layer_is_local(const mt_config *cfg, int l) {
-    return (int)(cfg->local_layers[l / 64] >> (l % 64)) & 1;
+    return l >= 0 && l < MT_CONFIG_MAX_LAYERS && (int)(cfg->local_layers[l / 64] >> (l % 64)) & 1;
 }
-static inline void mt_config_set_local(mt_config *cfg, int l) { cfg->local_layers[l / 64] |= (uint64_t)1 << (l % 64); }
+static inline void mt_config_set_local(mt_config *cfg, int l) {
+    if (l >= 0 && l < MT_CONFIG_MAX_LAYERS) cfg->local_layers[l / 64] |= (uint64_t)1 << (l % 64);
+}
 /* Whether the architecture's family is a mixture of experts (its config needs num_experts). */
 int mt_arch_is_moe(mt_arch arch);
 /* Forward FLOPs a token in every block besides the linear layers (attention's, of the keys each
