@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include "config_cases.h"
 #include "hf_test_files.h"
 #include "io/hf_config.h"
 #include "model/families.h"
@@ -20,39 +21,9 @@ static const char *llama32 =
     " \"rope_scaling\": {\"factor\": 32.0, \"high_freq_factor\": 4.0, \"low_freq_factor\": 1.0,"
     " \"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}, \"use_cache\": true}";
 
-static mt_status parse(const char *text, mt_config *cfg) {
-    return mt_hf_config_parse(text, strlen(text), "config.json", cfg);
-}
-
-/* `base` with `key` set to `value` (a JSON literal), or removed when value is NULL; free it. */
-static char *with_field(const char *base, const char *key, const char *value) {
-    json_t *root = json_loads(base, 0, NULL);
-    cr_assert_not_null(root);
-    if (value) json_object_set_new(root, key, json_loads(value, JSON_DECODE_ANY, NULL));
-    else json_object_del(root, key);
-    char *text = json_dumps(root, 0);
-    json_decref(root);
-    return text;
-}
-
-static mt_status parse_variant(const char *base, const char *key, const char *value, mt_config *cfg) {
-    char *text = with_field(base, key, value);
-    mt_status st = parse(text, cfg);
-    free(text);
-    return st;
-}
-
-static void expect_refusal(const char *base, const char *key, const char *value, const char *needle) {
-    mt_config cfg;
-    cr_assert_eq(parse_variant(base, key, value, &cfg), MT_ERR_INVALID, "%s = %s was accepted", key,
-                 value ? value : "(absent)");
-    cr_assert(strstr(mt_error(), "config.json"), "message lacks the file: %s", mt_error());
-    cr_assert(strstr(mt_error(), needle), "message lacks '%s': %s", needle, mt_error());
-}
-
 Test(hfconfig, parses_llama_3_2) {
     mt_config c;
-    cr_assert_eq(parse(llama32, &c), MT_OK, "%s", mt_error());
+    cr_assert_eq(cfg_case_parse(llama32, &c), MT_OK, "%s", mt_error());
     mt_config want;
     cr_assert_eq(mt_config_preset("llama-3.2-1b", &want), MT_OK);
     cr_assert(!memcmp(&c, &want, sizeof c), "parsed config differs from the llama-3.2-1b preset");
@@ -63,7 +34,7 @@ Test(hfconfig, fills_transformers_defaults) {
                           " \"intermediate_size\": 128, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
                           " \"vocab_size\": 100, \"num_key_value_heads\": null}";
     mt_config c;
-    cr_assert_eq(parse(minimal, &c), MT_OK, "%s", mt_error());
+    cr_assert_eq(cfg_case_parse(minimal, &c), MT_OK, "%s", mt_error());
     cr_assert(c.arch == MT_ARCH_LLAMA && c.num_kv_heads == 4 && c.head_dim == 16 && c.max_position == 2048);
     cr_assert(c.rms_norm_eps == 1e-6f && c.rope_theta == 10000.0f && !c.tie_embeddings && !c.attention_bias);
     cr_assert(c.rope_scaling_factor == 0 && c.bos_token_id == -1 && c.eos_token_id == -1);
@@ -79,7 +50,7 @@ static const char *qwen2 =
 
 Test(hfconfig, qwen2_always_has_qkv_bias) {
     mt_config c;
-    cr_assert_eq(parse(qwen2, &c), MT_OK, "%s", mt_error());
+    cr_assert_eq(cfg_case_parse(qwen2, &c), MT_OK, "%s", mt_error());
     cr_assert(c.arch == MT_ARCH_QWEN2 && c.attention_bias && c.head_dim == 64 && c.tie_embeddings);
 }
 
@@ -91,7 +62,7 @@ static const char *mistral =
 
 Test(hfconfig, mistral_without_sliding_window) {
     mt_config c;
-    cr_assert_eq(parse(mistral, &c), MT_OK, "%s", mt_error());
+    cr_assert_eq(cfg_case_parse(mistral, &c), MT_OK, "%s", mt_error());
     cr_assert(c.arch == MT_ARCH_MISTRAL && !c.attention_bias && c.num_kv_heads == 8);
 }
 
@@ -108,16 +79,16 @@ static const char *qwen3 =
 
 Test(hfconfig, parses_qwen3_with_its_own_head_dim) {
     mt_config c, want;
-    cr_assert_eq(parse(qwen3, &c), MT_OK, "%s", mt_error());
+    cr_assert_eq(cfg_case_parse(qwen3, &c), MT_OK, "%s", mt_error());
     cr_assert_eq(mt_config_preset("qwen3-0.6b", &want), MT_OK);
     cr_assert(!memcmp(&c, &want, sizeof c), "parsed config differs from the qwen3-0.6b preset");
     cr_assert(c.qk_norm && !c.attention_bias && c.head_dim * c.num_heads == 2 * c.hidden_size);
     /* Qwen3-8B: wider, deeper, untied. */
-    char *wide = with_field(qwen3, "hidden_size", "4096");
-    char *deep = with_field(wide, "num_hidden_layers", "36");
-    char *heads = with_field(deep, "num_attention_heads", "32");
-    char *mlp = with_field(heads, "intermediate_size", "12288");
-    cr_assert_eq(parse_variant(mlp, "tie_word_embeddings", "false", &c), MT_OK, "%s", mt_error());
+    char *wide = cfg_case_with_field(qwen3, "hidden_size", "4096");
+    char *deep = cfg_case_with_field(wide, "num_hidden_layers", "36");
+    char *heads = cfg_case_with_field(deep, "num_attention_heads", "32");
+    char *mlp = cfg_case_with_field(heads, "intermediate_size", "12288");
+    cr_assert_eq(cfg_case_parse_variant(mlp, "tie_word_embeddings", "false", &c), MT_OK, "%s", mt_error());
     cr_assert_eq(mt_config_preset("qwen3-8b", &want), MT_OK);
     cr_assert(!memcmp(&c, &want, sizeof c), "Qwen3-8B's config differs from the qwen3-8b preset");
     free(wide), free(deep), free(heads), free(mlp);
@@ -129,7 +100,7 @@ Test(hfconfig, fills_qwen3_defaults) {
                           " \"intermediate_size\": 128, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
                           " \"vocab_size\": 100}";
     mt_config c;
-    cr_assert_eq(parse(minimal, &c), MT_OK, "%s", mt_error());
+    cr_assert_eq(cfg_case_parse(minimal, &c), MT_OK, "%s", mt_error());
     cr_assert(c.arch == MT_ARCH_QWEN3 && c.qk_norm && !c.attention_bias && !c.tie_embeddings);
     cr_assert(c.head_dim == 128 && c.num_kv_heads == 4 && c.max_position == 32768, "head_dim %d, max_position %d",
               c.head_dim, c.max_position);
@@ -156,25 +127,25 @@ Test(hfconfig, qk_norm_goes_with_qwen3_only) {
 
 Test(hfconfig, refuses_what_qwen3_models_may_carry_that_it_does_not_do) {
     /* Qwen3-Next is another architecture; a model_type that is not the architecture's is refused. */
-    expect_refusal(qwen3, "architectures", "[\"Qwen3NextForCausalLM\"]", "'Qwen3NextForCausalLM' is not supported");
-    expect_refusal(qwen3, "model_type", "\"qwen3_moe\"", "'model_type'");
+    cfg_case_expect_refusal(qwen3, "architectures", "[\"Qwen3NextForCausalLM\"]", "'Qwen3NextForCausalLM' is not supported");
+    cfg_case_expect_refusal(qwen3, "model_type", "\"qwen3_moe\"", "'model_type'");
     /* Its attention_bias puts biases on q/k/v and o_proj. */
-    expect_refusal(qwen3, "attention_bias", "true", "'attention_bias'");
+    cfg_case_expect_refusal(qwen3, "attention_bias", "true", "'attention_bias'");
     /* Long-context YaRN scaling, as the Qwen3 model cards suggest. */
-    expect_refusal(qwen3, "rope_scaling",
+    cfg_case_expect_refusal(qwen3, "rope_scaling",
                    "{\"rope_type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 32768}",
                    "'rope_scaling.rope_type' = 'yarn'");
     /* A sliding window: Qwen3Config's default of 4096 when the file names none. */
-    char *windowed = with_field(qwen3, "use_sliding_window", "true");
-    expect_refusal(windowed, "sliding_window", NULL, "'use_sliding_window' enables a sliding attention window of 4096");
-    expect_refusal(windowed, "sliding_window", "1024", "window of 1024 tokens");
+    char *windowed = cfg_case_with_field(qwen3, "use_sliding_window", "true");
+    cfg_case_expect_refusal(windowed, "sliding_window", NULL, "'use_sliding_window' enables a sliding attention window of 4096");
+    cfg_case_expect_refusal(windowed, "sliding_window", "1024", "window of 1024 tokens");
     free(windowed);
     /* transformers 5's per-layer kinds. */
-    expect_refusal(qwen3, "layer_types", "[\"full_attention\", \"sliding_attention\"]",
+    cfg_case_expect_refusal(qwen3, "layer_types", "[\"full_attention\", \"sliding_attention\"]",
                    "'layer_types' gives layer 1 'sliding_attention'");
-    expect_refusal(qwen3, "layer_types", "\"full_attention\"", "'layer_types' must be a list of strings");
+    cfg_case_expect_refusal(qwen3, "layer_types", "\"full_attention\"", "'layer_types' must be a list of strings");
     mt_config c;
-    cr_assert_eq(parse_variant(qwen3, "layer_types", "[\"full_attention\", \"full_attention\"]", &c), MT_OK, "%s",
+    cr_assert_eq(cfg_case_parse_variant(qwen3, "layer_types", "[\"full_attention\", \"full_attention\"]", &c), MT_OK, "%s",
                  mt_error());
 }
 
@@ -204,41 +175,41 @@ static void expect_round_trip(const mt_config *c) {
 Test(hfconfig, reads_sliding_windows) {
     mt_config c;
     const char *all32 = "LLLLLLLLLLLLLLLLLLLLLLLLLLLLLLLL";
-    cr_assert_eq(parse_variant(mistral, "sliding_window", "4096", &c), MT_OK, "%s", mt_error());
+    cr_assert_eq(cfg_case_parse_variant(mistral, "sliding_window", "4096", &c), MT_OK, "%s", mt_error());
     expect_local(&c, 4096, all32);
     expect_round_trip(&c);
     /* MistralConfig's default window is 4096: leaving it out turns it on. */
-    cr_assert_eq(parse_variant(mistral, "sliding_window", NULL, &c), MT_OK, "%s", mt_error());
+    cr_assert_eq(cfg_case_parse_variant(mistral, "sliding_window", NULL, &c), MT_OK, "%s", mt_error());
     expect_local(&c, 4096, all32);
     /* A window as long as the context changes nothing. */
-    cr_assert_eq(parse_variant(mistral, "sliding_window", "32768", &c), MT_OK, "%s", mt_error());
+    cr_assert_eq(cfg_case_parse_variant(mistral, "sliding_window", "32768", &c), MT_OK, "%s", mt_error());
     expect_local(&c, 0, "FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF");
     expect_round_trip(&c);
-    char *qwen2_short_window = with_field(qwen2, "sliding_window", "4096");
-    cr_assert_eq(parse_variant(qwen2_short_window, "use_sliding_window", "true", &c), MT_OK, "%s", mt_error());
+    char *qwen2_short_window = cfg_case_with_field(qwen2, "sliding_window", "4096");
+    cr_assert_eq(cfg_case_parse_variant(qwen2_short_window, "use_sliding_window", "true", &c), MT_OK, "%s", mt_error());
     expect_local(&c, 4096, "FFFFFFFFFFFFFFFFFFFFFLLL"); /* max_window_layers 21 of 24 */
     expect_round_trip(&c);
     free(qwen2_short_window);
     /* Qwen2Config's default window is 4096 too; without use_sliding_window none slides. */
-    char *qwen2_default_window = with_field(qwen2, "sliding_window", NULL);
-    cr_assert_eq(parse_variant(qwen2_default_window, "use_sliding_window", "true", &c), MT_OK, "%s", mt_error());
+    char *qwen2_default_window = cfg_case_with_field(qwen2, "sliding_window", NULL);
+    cr_assert_eq(cfg_case_parse_variant(qwen2_default_window, "use_sliding_window", "true", &c), MT_OK, "%s", mt_error());
     expect_local(&c, 4096, "FFFFFFFFFFFFFFFFFFFFFLLL");
     free(qwen2_default_window);
-    cr_assert_eq(parse(qwen2, &c), MT_OK, "%s", mt_error());
+    cr_assert_eq(cfg_case_parse(qwen2, &c), MT_OK, "%s", mt_error());
     expect_local(&c, 0, "FFFFFFFFFFFFFFFFFFFFFFFF");
     /* layer_types decides each layer. */
-    char *mistral_window = with_field(mistral, "sliding_window", "1024");
-    char *two = with_field(mistral_window, "num_hidden_layers", "2");
-    cr_assert_eq(parse_variant(two, "layer_types", "[\"sliding_attention\", \"full_attention\"]", &c), MT_OK, "%s",
+    char *mistral_window = cfg_case_with_field(mistral, "sliding_window", "1024");
+    char *two = cfg_case_with_field(mistral_window, "num_hidden_layers", "2");
+    cr_assert_eq(cfg_case_parse_variant(two, "layer_types", "[\"sliding_attention\", \"full_attention\"]", &c), MT_OK, "%s",
                  mt_error());
     expect_local(&c, 1024, "LF");
     expect_round_trip(&c);
-    expect_refusal(two, "layer_types", "[\"sliding_attention\"]", "'layer_types' must list num_hidden_layers (2)");
-    expect_refusal(two, "layer_types", "[\"full_attention\", \"chunked_attention\"]",
+    cfg_case_expect_refusal(two, "layer_types", "[\"sliding_attention\"]", "'layer_types' must list num_hidden_layers (2)");
+    cfg_case_expect_refusal(two, "layer_types", "[\"full_attention\", \"chunked_attention\"]",
                    "'layer_types' gives layer 1 'chunked_attention'");
     free(mistral_window);
-    char *no_window = with_field(two, "sliding_window", "null");
-    expect_refusal(no_window, "layer_types", "[\"full_attention\", \"sliding_attention\"]",
+    char *no_window = cfg_case_with_field(two, "sliding_window", "null");
+    cfg_case_expect_refusal(no_window, "layer_types", "[\"full_attention\", \"sliding_attention\"]",
                    "'layer_types' makes layer 1 sliding_attention, but sliding_window gives no window");
     free(no_window), free(two);
 }
@@ -258,24 +229,24 @@ Test(hfconfig, a_local_layer_needs_a_window) {
 }
 
 Test(hfconfig, refuses_other_architectures) {
-    expect_refusal(llama32, "architectures", "[\"GPT2LMHeadModel\"]", "'architectures' = 'GPT2LMHeadModel'");
-    expect_refusal(llama32, "model_type", "\"qwen2\"", "'model_type'");
-    expect_refusal(llama32, "architectures", "[]", "'architectures'");
+    cfg_case_expect_refusal(llama32, "architectures", "[\"GPT2LMHeadModel\"]", "'architectures' = 'GPT2LMHeadModel'");
+    cfg_case_expect_refusal(llama32, "model_type", "\"qwen2\"", "'model_type'");
+    cfg_case_expect_refusal(llama32, "architectures", "[]", "'architectures'");
 }
 
 Test(hfconfig, refuses_math_it_does_not_implement) {
-    expect_refusal(llama32, "hidden_act", "\"gelu\"", "'hidden_act' = 'gelu'");
-    expect_refusal(llama32, "mlp_bias", "true", "'mlp_bias'");
-    expect_refusal(llama32, "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 4.0}", "'rope_scaling.rope_type' = 'yarn'");
-    expect_refusal(llama32, "rope_scaling", "{\"type\": \"dynamic\", \"factor\": 2.0}", "'dynamic'");
-    expect_refusal(llama32, "quantization_config", "{\"quant_method\": \"gptq\"}", "'quantization_config'");
+    cfg_case_expect_refusal(llama32, "hidden_act", "\"gelu\"", "'hidden_act' = 'gelu'");
+    cfg_case_expect_refusal(llama32, "mlp_bias", "true", "'mlp_bias'");
+    cfg_case_expect_refusal(llama32, "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 4.0}", "'rope_scaling.rope_type' = 'yarn'");
+    cfg_case_expect_refusal(llama32, "rope_scaling", "{\"type\": \"dynamic\", \"factor\": 2.0}", "'dynamic'");
+    cfg_case_expect_refusal(llama32, "quantization_config", "{\"quant_method\": \"gptq\"}", "'quantization_config'");
 }
 
 /* Linear RoPE scaling (Gemma 3's global layers) is computed since ISSUE 40: the frequencies
  * divided by the factor; it writes back as it read. */
 Test(hfconfig, reads_linear_rope_scaling) {
     mt_config c;
-    cr_assert_eq(parse_variant(llama32, "rope_scaling", "{\"type\": \"linear\", \"factor\": 2.0}", &c), MT_OK, "%s",
+    cr_assert_eq(cfg_case_parse_variant(llama32, "rope_scaling", "{\"type\": \"linear\", \"factor\": 2.0}", &c), MT_OK, "%s",
                  mt_error());
     cr_assert(c.rope_scaling_linear && c.rope_scaling_factor == 2.0f);
     mt_model_spec m = mt_model_spec_of(&c);
@@ -289,34 +260,34 @@ Test(hfconfig, refuses_missing_required_fields) {
     for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
         char needle[64];
         snprintf(needle, sizeof needle, "'%s' is missing", required[i]);
-        expect_refusal(llama32, required[i], NULL, needle);
+        cfg_case_expect_refusal(llama32, required[i], NULL, needle);
     }
-    expect_refusal(llama32, "rope_scaling", "{\"rope_type\": \"llama3\", \"factor\": 8.0}",
+    cfg_case_expect_refusal(llama32, "rope_scaling", "{\"rope_type\": \"llama3\", \"factor\": 8.0}",
                    "'rope_scaling.low_freq_factor' is missing");
 }
 
 Test(hfconfig, refuses_wrong_json_types) {
-    expect_refusal(llama32, "hidden_size", "\"2048\"", "'hidden_size' must be an integer, found a string");
-    expect_refusal(llama32, "num_hidden_layers", "16.0", "'num_hidden_layers' must be an integer");
-    expect_refusal(llama32, "rms_norm_eps", "\"1e-5\"", "'rms_norm_eps' must be a number");
-    expect_refusal(llama32, "tie_word_embeddings", "1", "'tie_word_embeddings' must be true or false");
-    expect_refusal(llama32, "rope_scaling", "[1]", "'rope_scaling' must be an object or null");
-    expect_refusal(llama32, "eos_token_id", "[\"x\"]", "'eos_token_id'");
-    expect_refusal(llama32, "hidden_size", "99999999999", "'hidden_size' = 99999999999 is out of range");
+    cfg_case_expect_refusal(llama32, "hidden_size", "\"2048\"", "'hidden_size' must be an integer, found a string");
+    cfg_case_expect_refusal(llama32, "num_hidden_layers", "16.0", "'num_hidden_layers' must be an integer");
+    cfg_case_expect_refusal(llama32, "rms_norm_eps", "\"1e-5\"", "'rms_norm_eps' must be a number");
+    cfg_case_expect_refusal(llama32, "tie_word_embeddings", "1", "'tie_word_embeddings' must be true or false");
+    cfg_case_expect_refusal(llama32, "rope_scaling", "[1]", "'rope_scaling' must be an object or null");
+    cfg_case_expect_refusal(llama32, "eos_token_id", "[\"x\"]", "'eos_token_id'");
+    cfg_case_expect_refusal(llama32, "hidden_size", "99999999999", "'hidden_size' = 99999999999 is out of range");
 }
 
 Test(hfconfig, refuses_values_the_model_cannot_use) {
-    expect_refusal(llama32, "num_key_value_heads", "5", "num_key_value_heads (5) must divide");
-    expect_refusal(llama32, "hidden_size", "0", "hidden_size must be positive");
+    cfg_case_expect_refusal(llama32, "num_key_value_heads", "5", "num_key_value_heads (5) must divide");
+    cfg_case_expect_refusal(llama32, "hidden_size", "0", "hidden_size must be positive");
 }
 
 Test(hfconfig, refuses_malformed_json) {
     mt_config c;
-    cr_assert_eq(parse("{\"hidden_size\": 1,", &c), MT_ERR_INVALID);
+    cr_assert_eq(cfg_case_parse("{\"hidden_size\": 1,", &c), MT_ERR_INVALID);
     cr_assert(strstr(mt_error(), "config.json") && strstr(mt_error(), "JSON"), "%s", mt_error());
-    cr_assert_eq(parse("{\"hidden_size\": 1, \"hidden_size\": 2}", &c), MT_ERR_INVALID);
+    cr_assert_eq(cfg_case_parse("{\"hidden_size\": 1, \"hidden_size\": 2}", &c), MT_ERR_INVALID);
     cr_assert(strstr(mt_error(), "duplicate"), "%s", mt_error());
-    cr_assert_eq(parse("[1, 2]", &c), MT_ERR_INVALID);
+    cr_assert_eq(cfg_case_parse("[1, 2]", &c), MT_ERR_INVALID);
     cr_assert(strstr(mt_error(), "JSON object"), "%s", mt_error());
 }
 
@@ -360,7 +331,7 @@ Test(hfconfig, reads_transformers_5_rope_parameters) {
     json_object_del(root, "rope_theta");
     char *text = json_dumps(root, 0);
     mt_config c, want;
-    cr_assert_eq(parse(text, &c), MT_OK, "%s", mt_error());
+    cr_assert_eq(cfg_case_parse(text, &c), MT_OK, "%s", mt_error());
     cr_assert_eq(mt_config_preset("llama-3.2-1b", &want), MT_OK);
     cr_expect(!memcmp(&c, &want, sizeof c), "rope_parameters read differently from rope_theta + rope_scaling");
     free(text);
@@ -368,27 +339,27 @@ Test(hfconfig, reads_transformers_5_rope_parameters) {
     /* A theta given both ways must agree; other RoPE forms are refused by name. */
     json_object_set_new(root, "rope_theta", json_real(10000.0));
     text = json_dumps(root, 0);
-    cr_expect_eq(parse(text, &c), MT_ERR_INVALID);
+    cr_expect_eq(cfg_case_parse(text, &c), MT_ERR_INVALID);
     cr_expect(strstr(mt_error(), "rope_parameters.rope_theta"), "%s", mt_error());
     free(text);
     json_object_del(root, "rope_theta");
     json_object_set_new(json_object_get(root, "rope_parameters"), "partial_rotary_factor", json_real(0.5));
     text = json_dumps(root, 0);
-    cr_expect_eq(parse(text, &c), MT_ERR_INVALID);
+    cr_expect_eq(cfg_case_parse(text, &c), MT_ERR_INVALID);
     cr_expect(strstr(mt_error(), "partial_rotary_factor"), "%s", mt_error());
     free(text);
     json_decref(root);
-    expect_refusal(llama32, "rope_parameters", "{\"rope_type\": \"yarn\", \"rope_theta\": 500000.0}",
+    cfg_case_expect_refusal(llama32, "rope_parameters", "{\"rope_type\": \"yarn\", \"rope_theta\": 500000.0}",
                    "rope_parameters.rope_type");
 }
 
 /* Dropout changes the math, which megatrain computes without any: a config asking for it is
  * refused, not trained as if it did not. Zero or null is what megatrain does. */
 Test(hfconfig, refuses_dropout_rather_than_ignoring_it) {
-    expect_refusal(llama32, "attention_dropout", "0.1", "field 'attention_dropout' = 0.1 is not supported");
-    expect_refusal(llama32, "hidden_dropout", "0.05", "'hidden_dropout'");
-    expect_refusal(llama32, "attention_dropout", "\"0.1\"", "must be a number");
+    cfg_case_expect_refusal(llama32, "attention_dropout", "0.1", "field 'attention_dropout' = 0.1 is not supported");
+    cfg_case_expect_refusal(llama32, "hidden_dropout", "0.05", "'hidden_dropout'");
+    cfg_case_expect_refusal(llama32, "attention_dropout", "\"0.1\"", "must be a number");
     mt_config cfg;
-    cr_assert_eq(parse_variant(llama32, "attention_dropout", "0.0", &cfg), MT_OK, "%s", mt_error());
-    cr_assert_eq(parse_variant(llama32, "attention_dropout", "null", &cfg), MT_OK, "%s", mt_error());
+    cr_assert_eq(cfg_case_parse_variant(llama32, "attention_dropout", "0.0", &cfg), MT_OK, "%s", mt_error());
+    cr_assert_eq(cfg_case_parse_variant(llama32, "attention_dropout", "null", &cfg), MT_OK, "%s", mt_error());
 }

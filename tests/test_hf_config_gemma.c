@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include <string.h>
 
+#include "config_cases.h"
 #include "cli_run.h"
 #include "hf_test_files.h"
 #include "io/hf_config.h"
@@ -35,38 +36,9 @@ static const char *gemma2_2b =
     " \"sliding_window\": 4096, \"torch_dtype\": \"float32\", \"transformers_version\": \"4.42.4\","
     " \"use_cache\": true, \"vocab_size\": 256000}";
 
-static mt_status parse(const char *text, mt_config *cfg) {
-    return mt_hf_config_parse(text, strlen(text), "config.json", cfg);
-}
-
-static char *with_field(const char *base, const char *key, const char *value) {
-    json_t *root = json_loads(base, 0, NULL);
-    cr_assert_not_null(root);
-    if (value) json_object_set_new(root, key, json_loads(value, JSON_DECODE_ANY, NULL));
-    else json_object_del(root, key);
-    char *text = json_dumps(root, 0);
-    json_decref(root);
-    return text;
-}
-
-static mt_status parse_variant(const char *base, const char *key, const char *value, mt_config *cfg) {
-    char *text = with_field(base, key, value);
-    mt_status st = parse(text, cfg);
-    free(text);
-    return st;
-}
-
-static void expect_refusal(const char *base, const char *key, const char *value, const char *needle) {
-    mt_config cfg;
-    cr_assert_eq(parse_variant(base, key, value, &cfg), MT_ERR_INVALID, "%s = %s was accepted", key,
-                 value ? value : "(absent)");
-    cr_assert(strstr(mt_error(), "config.json"), "message lacks the file: %s", mt_error());
-    cr_assert(strstr(mt_error(), needle), "message lacks '%s': %s", needle, mt_error());
-}
-
 static void expect_preset(const char *text, const char *preset) {
     mt_config c, want;
-    cr_assert_eq(parse(text, &c), MT_OK, "%s: %s", preset, mt_error());
+    cr_assert_eq(cfg_case_parse(text, &c), MT_OK, "%s: %s", preset, mt_error());
     cr_assert_eq(mt_config_preset(preset, &want), MT_OK);
     cr_expect(!memcmp(&c, &want, sizeof c), "the hub's config.json differs from the %s preset", preset);
     /* and written back, it reads the same */
@@ -99,7 +71,7 @@ Test(hfconfig_gemma, transformers_5s_form_reads_the_same) {
                             "10000.0}}"}};
     char *text = strdup(gemma3_1b);
     for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
-        char *next = with_field(text, edits[i][0], edits[i][1]);
+        char *next = cfg_case_with_field(text, edits[i][0], edits[i][1]);
         free(text);
         text = next;
     }
@@ -110,30 +82,30 @@ Test(hfconfig_gemma, transformers_5s_form_reads_the_same) {
 /* Gemma 3n's AltUp, LAuReL and per-layer inputs, Gemma 4's per-layer embeddings, and other maths
  * Gemma's block does not compute: refused naming the field. */
 Test(hfconfig_gemma, refuses_what_changes_the_maths_by_name) {
-    expect_refusal(gemma3_1b, "altup_num_inputs", "4", "'altup_num_inputs'");
-    expect_refusal(gemma3_1b, "laurel_rank", "64", "'laurel_rank'");
-    expect_refusal(gemma3_1b, "hidden_size_per_layer_input", "256", "'hidden_size_per_layer_input'");
-    expect_refusal(gemma3_1b, "use_bidirectional_attention", "true", "'use_bidirectional_attention'");
-    expect_refusal(gemma3_1b, "hidden_activation", "\"gelu\"", "'hidden_activation' = 'gelu'");
-    expect_refusal(gemma3_1b, "attention_bias", "true", "'attention_bias'");
-    expect_refusal(gemma3_1b, "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 8.0}", "'yarn'");
-    expect_refusal(gemma3_1b, "query_pre_attn_scalar", "0", "'query_pre_attn_scalar'");
-    expect_refusal(gemma2_2b, "attn_logit_softcapping", "-50", "'attn_logit_softcapping'");
-    expect_refusal(gemma2_2b, "layer_types", "[\"sliding_attention\"]", "'layer_types'");
+    cfg_case_expect_refusal(gemma3_1b, "altup_num_inputs", "4", "'altup_num_inputs'");
+    cfg_case_expect_refusal(gemma3_1b, "laurel_rank", "64", "'laurel_rank'");
+    cfg_case_expect_refusal(gemma3_1b, "hidden_size_per_layer_input", "256", "'hidden_size_per_layer_input'");
+    cfg_case_expect_refusal(gemma3_1b, "use_bidirectional_attention", "true", "'use_bidirectional_attention'");
+    cfg_case_expect_refusal(gemma3_1b, "hidden_activation", "\"gelu\"", "'hidden_activation' = 'gelu'");
+    cfg_case_expect_refusal(gemma3_1b, "attention_bias", "true", "'attention_bias'");
+    cfg_case_expect_refusal(gemma3_1b, "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 8.0}", "'yarn'");
+    cfg_case_expect_refusal(gemma3_1b, "query_pre_attn_scalar", "0", "'query_pre_attn_scalar'");
+    cfg_case_expect_refusal(gemma2_2b, "attn_logit_softcapping", "-50", "'attn_logit_softcapping'");
+    cfg_case_expect_refusal(gemma2_2b, "layer_types", "[\"sliding_attention\"]", "'layer_types'");
     /* null and absent fields of the other Gemmas change nothing */
     mt_config c;
-    cr_expect_eq(parse_variant(gemma3_1b, "altup_num_inputs", "null", &c), MT_OK, "%s", mt_error());
+    cr_expect_eq(cfg_case_parse_variant(gemma3_1b, "altup_num_inputs", "null", &c), MT_OK, "%s", mt_error());
     /* Gemma 2's caps: none when null, 50 and 30 when absent */
-    cr_assert_eq(parse_variant(gemma2_2b, "final_logit_softcapping", "null", &c), MT_OK, "%s", mt_error());
+    cr_assert_eq(cfg_case_parse_variant(gemma2_2b, "final_logit_softcapping", "null", &c), MT_OK, "%s", mt_error());
     cr_expect(c.final_logit_softcap == 0 && c.attn_logit_softcap == 50);
-    cr_assert_eq(parse_variant(gemma2_2b, "final_logit_softcapping", NULL, &c), MT_OK, "%s", mt_error());
+    cr_assert_eq(cfg_case_parse_variant(gemma2_2b, "final_logit_softcapping", NULL, &c), MT_OK, "%s", mt_error());
     cr_expect(c.final_logit_softcap == 30);
 }
 
 Test(hfconfig_gemma, a_gemma_3n_field_exits_2_naming_it, .timeout = MT_TEST_LIMIT(60)) {
     char dir[256], path[512];
     hf_test_mkdtemp(dir);
-    char *text = with_field(gemma3_1b, "altup_num_inputs", "4");
+    char *text = cfg_case_with_field(gemma3_1b, "altup_num_inputs", "4");
     hf_test_write_text(hf_test_path(path, dir, "config.json"), text);
     free(text);
     mt_cli_result r;
@@ -168,7 +140,7 @@ Test(hfconfig_gemma, bench_counts_the_windows_flops_both_ways, .timeout = MT_TES
            full = json_real_value(json_object_get(j, "tflops_full_attention"));
     json_decref(j);
     mt_config c;
-    cr_assert_eq(parse(windowed, &c), MT_OK, "%s", mt_error());
+    cr_assert_eq(cfg_case_parse(windowed, &c), MT_OK, "%s", mt_error());
     double linear = 6.0 * ((double)mt_config_blocks_active_params(&c) + (double)c.vocab_size * c.hidden_size);
     double keys = 8 - 64.0 / (2 * 64), per_key = 4.0 * c.num_heads * c.head_dim; /* w - w^2 / (2 seq) */
     double want = (linear + 3 * 2 * per_key * 32) / (linear + 3 * 2 * per_key * keys);

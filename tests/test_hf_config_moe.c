@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include "config_cases.h"
 #include "hf_test_files.h"
 #include "io/hf_config.h"
 #include "model/block_kinds.h"
@@ -54,38 +55,9 @@ static const char *olmoe =
     " \"router_aux_loss_coef\": 0.01, \"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\","
     " \"use_cache\": true, \"vocab_size\": 50304}";
 
-static mt_status parse(const char *text, mt_config *cfg) {
-    return mt_hf_config_parse(text, strlen(text), "config.json", cfg);
-}
-
-static char *with_field(const char *base, const char *key, const char *value) {
-    json_t *root = json_loads(base, 0, NULL);
-    cr_assert_not_null(root);
-    if (value) json_object_set_new(root, key, json_loads(value, JSON_DECODE_ANY, NULL));
-    else json_object_del(root, key);
-    char *text = json_dumps(root, 0);
-    json_decref(root);
-    return text;
-}
-
-static mt_status parse_variant(const char *base, const char *key, const char *value, mt_config *cfg) {
-    char *text = with_field(base, key, value);
-    mt_status st = parse(text, cfg);
-    free(text);
-    return st;
-}
-
-static void expect_refusal(const char *base, const char *key, const char *value, const char *needle) {
-    mt_config cfg;
-    cr_assert_eq(parse_variant(base, key, value, &cfg), MT_ERR_INVALID, "%s = %s was accepted", key,
-                 value ? value : "(absent)");
-    cr_assert(strstr(mt_error(), "config.json"), "message lacks the file: %s", mt_error());
-    cr_assert(strstr(mt_error(), needle), "message lacks '%s': %s", needle, mt_error());
-}
-
 static void expect_preset(const char *text, const char *preset) {
     mt_config c, want;
-    cr_assert_eq(parse(text, &c), MT_OK, "%s: %s", preset, mt_error());
+    cr_assert_eq(cfg_case_parse(text, &c), MT_OK, "%s: %s", preset, mt_error());
     cr_assert_eq(mt_config_preset(preset, &want), MT_OK);
     cr_expect(!memcmp(&c, &want, sizeof c), "the hub's config.json differs from the %s preset", preset);
 }
@@ -102,7 +74,7 @@ Test(hfconfig_moe, the_hubs_configs_name_no_field_as_unknown, .init = cr_redirec
     const char *files[] = {qwen3_30b, qwen15_moe, mixtral, olmoe};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         mt_config c;
-        cr_assert_eq(parse(files[i], &c), MT_OK, "%s", mt_error());
+        cr_assert_eq(cfg_case_parse(files[i], &c), MT_OK, "%s", mt_error());
     }
     fflush(stderr);
     char said[4096] = "";
@@ -122,7 +94,7 @@ Test(hfconfig_moe, reads_transformers_5_num_local_experts) {
     json_object_set_new(root, "num_experts", json_integer(64));
     text = json_dumps(root, 0);
     mt_config c;
-    cr_expect_eq(parse(text, &c), MT_ERR_INVALID);
+    cr_expect_eq(cfg_case_parse(text, &c), MT_ERR_INVALID);
     cr_expect(strstr(mt_error(), "'num_experts' (64) and 'num_local_experts' (128) disagree"), "%s", mt_error());
     free(text);
     json_decref(root);
@@ -137,7 +109,7 @@ Test(hfconfig_moe, fills_each_config_classes_defaults) {
     for (size_t i = 0; i < sizeof omit / sizeof omit[0]; i++) json_object_del(root, omit[i]);
     char *text = json_dumps(root, 0);
     mt_config c;
-    cr_assert_eq(parse(text, &c), MT_OK, "%s", mt_error());
+    cr_assert_eq(cfg_case_parse(text, &c), MT_OK, "%s", mt_error());
     cr_expect(c.num_experts == 60 && c.experts_per_token == 4 && c.moe_intermediate_size == 1408 &&
               c.shared_expert_intermediate_size == 5632 && !c.norm_topk_prob && c.decoder_sparse_step == 1 &&
               c.router_aux_loss_coef == 0.001f && !c.output_router_logits && c.attention_bias,
@@ -149,7 +121,7 @@ Test(hfconfig_moe, fills_each_config_classes_defaults) {
     json_object_del(root, "rope_theta");
     json_object_del(root, "sliding_window");
     text = json_dumps(root, 0);
-    cr_assert_eq(parse(text, &c), MT_OK, "Mixtral has no window unless it names one: %s", mt_error());
+    cr_assert_eq(cfg_case_parse(text, &c), MT_OK, "Mixtral has no window unless it names one: %s", mt_error());
     cr_expect(c.rms_norm_eps == 1e-5f && c.rope_theta == 1e6f && c.norm_topk_prob, "MixtralConfig's defaults");
     free(text);
     json_decref(root);
@@ -157,50 +129,50 @@ Test(hfconfig_moe, fills_each_config_classes_defaults) {
 
 /* decoder_sparse_step and mlp_only_layers, as Qwen2MoeDecoderLayer reads them. */
 Test(hfconfig_moe, dense_blocks_among_sparse_ones) {
-    char *text = with_field(qwen3_30b, "mlp_only_layers", "[0, 47]");
+    char *text = cfg_case_with_field(qwen3_30b, "mlp_only_layers", "[0, 47]");
     mt_config c;
-    cr_assert_eq(parse(text, &c), MT_OK, "%s", mt_error());
+    cr_assert_eq(cfg_case_parse(text, &c), MT_OK, "%s", mt_error());
     free(text);
     cr_expect(!mt_config_layer_is_moe(&c, 0) && mt_config_layer_is_moe(&c, 1) && !mt_config_layer_is_moe(&c, 47));
     cr_expect_eq(mt_block_kinds_of(&c, 0).ffn, MT_FFN_DENSE);
     cr_expect_eq(mt_config_moe_layers(&c), 46);
     cr_expect_eq(mt_config_dense_mlp_width(&c), 6144);
-    text = with_field(qwen15_moe, "decoder_sparse_step", "2");
-    cr_assert_eq(parse(text, &c), MT_OK, "%s", mt_error());
+    text = cfg_case_with_field(qwen15_moe, "decoder_sparse_step", "2");
+    cr_assert_eq(cfg_case_parse(text, &c), MT_OK, "%s", mt_error());
     free(text);
     cr_expect(!mt_config_layer_is_moe(&c, 0) && mt_config_layer_is_moe(&c, 1) && !mt_config_layer_is_moe(&c, 2));
     cr_expect_eq(mt_config_moe_layers(&c), 12);
     /* Every block sparse, a shared expert: its width is the workspace's dense MLP. */
-    cr_assert_eq(parse(qwen15_moe, &c), MT_OK);
+    cr_assert_eq(cfg_case_parse(qwen15_moe, &c), MT_OK);
     cr_expect_eq(mt_config_dense_mlp_width(&c), 5632);
-    cr_assert_eq(parse(qwen3_30b, &c), MT_OK);
+    cr_assert_eq(cfg_case_parse(qwen3_30b, &c), MT_OK);
     cr_expect_eq(mt_config_dense_mlp_width(&c), 0);
 }
 
 Test(hfconfig_moe, refuses_what_it_does_not_implement_naming_the_field) {
-    expect_refusal(mixtral, "router_jitter_noise", "0.1", "'router_jitter_noise' = 0.1");
-    expect_refusal(olmoe, "clip_qkv", "8.0", "'clip_qkv'");
-    expect_refusal(olmoe, "attention_bias", "true", "'attention_bias'");
-    expect_refusal(qwen3_30b, "attention_bias", "true", "'attention_bias'");
-    expect_refusal(qwen3_30b, "mlp_only_layers", "[48]", "'mlp_only_layers' names layer 48 of a model of 48");
-    expect_refusal(qwen3_30b, "mlp_only_layers", "[\"1\"]", "'mlp_only_layers' must be a list of integers");
-    expect_refusal(qwen3_30b, "num_experts_per_tok", "129", "num_experts_per_tok must be from 1 to 64");
-    expect_refusal(qwen3_30b, "num_experts", "0", "num_experts must be positive");
-    expect_refusal(qwen3_30b, "num_experts", "2048", "num_experts must be from 1 to 1024");
-    expect_refusal(qwen3_30b, "decoder_sparse_step", "0", "decoder_sparse_step must be positive");
-    expect_refusal(qwen3_30b, "router_aux_loss_coef", "-1", "router_aux_loss_coef");
-    expect_refusal(qwen15_moe, "shared_expert_intermediate_size", "0", "shared_expert_intermediate_size");
+    cfg_case_expect_refusal(mixtral, "router_jitter_noise", "0.1", "'router_jitter_noise' = 0.1");
+    cfg_case_expect_refusal(olmoe, "clip_qkv", "8.0", "'clip_qkv'");
+    cfg_case_expect_refusal(olmoe, "attention_bias", "true", "'attention_bias'");
+    cfg_case_expect_refusal(qwen3_30b, "attention_bias", "true", "'attention_bias'");
+    cfg_case_expect_refusal(qwen3_30b, "mlp_only_layers", "[48]", "'mlp_only_layers' names layer 48 of a model of 48");
+    cfg_case_expect_refusal(qwen3_30b, "mlp_only_layers", "[\"1\"]", "'mlp_only_layers' must be a list of integers");
+    cfg_case_expect_refusal(qwen3_30b, "num_experts_per_tok", "129", "num_experts_per_tok must be from 1 to 64");
+    cfg_case_expect_refusal(qwen3_30b, "num_experts", "0", "num_experts must be positive");
+    cfg_case_expect_refusal(qwen3_30b, "num_experts", "2048", "num_experts must be from 1 to 1024");
+    cfg_case_expect_refusal(qwen3_30b, "decoder_sparse_step", "0", "decoder_sparse_step must be positive");
+    cfg_case_expect_refusal(qwen3_30b, "router_aux_loss_coef", "-1", "router_aux_loss_coef");
+    cfg_case_expect_refusal(qwen15_moe, "shared_expert_intermediate_size", "0", "shared_expert_intermediate_size");
     /* Qwen1.5-MoE's window (32768) is past its context (8192): on, it changes nothing; shorter, it does. */
     mt_config c;
-    cr_expect_eq(parse_variant(qwen15_moe, "use_sliding_window", "true", &c), MT_OK, "%s", mt_error());
-    char *windowed = with_field(qwen15_moe, "sliding_window", "4096");
-    expect_refusal(windowed, "use_sliding_window", "true", "'use_sliding_window' enables a sliding attention window");
+    cr_expect_eq(cfg_case_parse_variant(qwen15_moe, "use_sliding_window", "true", &c), MT_OK, "%s", mt_error());
+    char *windowed = cfg_case_with_field(qwen15_moe, "sliding_window", "4096");
+    cfg_case_expect_refusal(windowed, "use_sliding_window", "true", "'use_sliding_window' enables a sliding attention window");
     free(windowed);
-    expect_refusal(mixtral, "sliding_window", "4096", "'sliding_window'");
-    expect_refusal(mixtral, "model_type", "\"mistral\"", "'model_type'");
+    cfg_case_expect_refusal(mixtral, "sliding_window", "4096", "'sliding_window'");
+    cfg_case_expect_refusal(mixtral, "model_type", "\"mistral\"", "'model_type'");
     /* Every block dense: not a mixture of experts this code runs. */
-    char *dense = with_field(qwen3_30b, "num_hidden_layers", "2");
-    expect_refusal(dense, "mlp_only_layers", "[0, 1]", "leave no layer sparse");
+    char *dense = cfg_case_with_field(qwen3_30b, "num_hidden_layers", "2");
+    cfg_case_expect_refusal(dense, "mlp_only_layers", "[0, 1]", "leave no layer sparse");
     free(dense);
 }
 
