@@ -164,7 +164,7 @@ mt_status mt_run_inputs_identify(const mt_train_options *o, json_t **inputs) {
         if (!path || !path[0] || (kinds[i].data && !kinds[i].files(path, NULL))) continue;
         json_t *id;
         mt_status st = identify(&kinds[i], path, &id);
-        if (st == MT_OK && kinds[i].files == model_files) st = note_wrapper(path, id);
+        if (st == MT_OK && !strcmp(kinds[i].name, "init-from")) st = note_wrapper(path, id);
         if (st == MT_OK && json_object_set_new(*inputs, kinds[i].name, id) != 0)
             st = mt_fail(MT_ERR_NOMEM, "cannot build the run's inputs");
         if (st != MT_OK) {
