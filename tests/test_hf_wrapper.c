@@ -41,17 +41,10 @@ static const char *gemma3_27b_text =
     " \"query_pre_attn_scalar\": 168, \"rope_scaling\": {\"factor\": 8.0, \"rope_type\": \"linear\"},"
     " \"sliding_window\": 1024}";
 
-static void expect_preset(const char *text, const char *preset) {
-    mt_config c, want;
-    cr_assert_eq(cfg_case_parse(text, &c), MT_OK, "%s: %s", preset, mt_error());
-    cr_assert_eq(mt_config_preset(preset, &want), MT_OK);
-    cr_expect(!memcmp(&c, &want, sizeof c), "the hub's config.json differs from the %s preset", preset);
-}
-
 Test(hf_wrapper, the_hubs_configs_give_the_presets) {
-    expect_preset(gemma3_4b_it, "gemma-3-4b");
+    cfg_case_expect_preset(gemma3_4b_it, "gemma-3-4b");
     char *text = cfg_case_with_field(gemma3_4b_it, "text_config", gemma3_27b_text);
-    expect_preset(text, "gemma-3-27b");
+    cfg_case_expect_preset(text, "gemma-3-27b");
     free(text);
 }
 

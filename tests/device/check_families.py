@@ -187,6 +187,31 @@ def export(binary, run, out):
     megatrain(binary, "export", sorted(glob.glob(os.path.join(run, "ckpt-*")))[-1], out, "--dtype", "fp32")
 
 
+def import_and_export(binary, name, init, data, work, loader):
+    """The model imported without training (train --steps 0) and exported (fp32), loaded by `loader`;
+    it must load with no missing or unexpected tensor."""
+    run0, out0 = os.path.join(work, f"{name}-imported"), os.path.join(work, f"{name}-export0")
+    megatrain(binary, *train_args(init, data, 0, run0))
+    export(binary, run0, out0)
+    model, info = loader(out0)
+    check(not info["missing_keys"] and not info["unexpected_keys"],
+          f"{name}: the export loads with no missing or unexpected tensor")
+    return model
+
+
+def check_next_loss(binary, name, model, tokens, init, data, run):
+    """transformers' loss on the batch after the run's (its trained export, `model`) against megatrain's
+    own on the same weights (the run resumed a step)."""
+    batch = batch_of(tokens, STEPS).cuda()
+    logits = logits_of(model, batch[:, :-1])
+    theirs = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1)).item()
+    megatrain(binary, *train_args(init, data, STEPS + 1, run, "--resume"))
+    mine = metrics(run, "loss")[STEPS]
+    check(abs(mine - theirs) < 2e-2, f"{name}: transformers' loss on the trained export {theirs:.5f} equals "
+          f"megatrain's on the same weights {mine:.5f}")
+    return mine, theirs
+
+
 def check_family(binary, family, work):
     init = os.path.join(work, f"{family}-init")
     config = save_random_model(family, init)
@@ -194,12 +219,7 @@ def check_family(binary, family, work):
     data = os.path.join(work, f"{family}-tokens.bin")
     write_tokens(data, tokens.tolist(), config.vocab_size)
 
-    run0, out0 = os.path.join(work, f"{family}-imported"), os.path.join(work, f"{family}-export0")
-    megatrain(binary, *train_args(init, data, 0, run0))
-    export(binary, run0, out0)
-    model, info = load(out0)
-    check(not info["missing_keys"] and not info["unexpected_keys"],
-          f"{family}: the export loads with no missing or unexpected tensor")
+    model = import_and_export(binary, family, init, data, work, load)
     original, _ = load(init)
     batch = batch_of(tokens, 0)[:, :-1]
     check(torch.equal(logits_of(original, batch), logits_of(model, batch)),
@@ -234,13 +254,7 @@ def check_family(binary, family, work):
 
     model, info = load(out)
     check(not info["missing_keys"] and not info["unexpected_keys"], f"{family}: the trained export loads whole")
-    batch = batch_of(tokens, STEPS).cuda()
-    logits = logits_of(model, batch[:, :-1])
-    theirs = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1)).item()
-    megatrain(binary, *train_args(init, data, STEPS + 1, run, "--resume"))
-    mine = metrics(run, "loss")[STEPS]
-    check(abs(mine - theirs) < 2e-2, f"{family}: transformers' loss on the trained export {theirs:.5f} equals "
-          f"megatrain's on the same weights {mine:.5f}")
+    mine, theirs = check_next_loss(binary, family, model, tokens, init, data, run)
     results[family] = dict(megatrain=ours, fp32=fp32, bf16=bf16, noise=noise, diff=diff, bound=bound,
                            lowest_cosine=cosines[worst], lowest_cosine_tensor=worst, next_loss=[mine, theirs])
 
@@ -301,18 +315,14 @@ def check_wrapper(binary, work, hub_names):
     name = f"{WRAPPER}-{'hub' if hub_names else 'transformers5'}"
     init = os.path.join(work, f"{name}-init")
     save_random_wrapper(init, hub_names)
-    tokens = stream(262144)  # below the image token
+    vocab = FAMILIES["gemma3"][2]["vocab_size"]  # the image token (262144) is not among the text's
+    tokens = stream(vocab)
     data = os.path.join(work, f"{name}-tokens.bin")
-    write_tokens(data, tokens.tolist(), 262208)
+    write_tokens(data, tokens.tolist(), vocab)
     original, _ = load_wrapper(init)
     kept, batch = kept_of(original), batch_of(tokens, 0)[:, :-1]
 
-    run0, out0 = os.path.join(work, f"{name}-imported"), os.path.join(work, f"{name}-export0")
-    megatrain(binary, *train_args(init, data, 0, run0))
-    export(binary, run0, out0)
-    model, info = load_wrapper(out0)
-    check(not info["missing_keys"] and not info["unexpected_keys"],
-          f"{name}: the export loads as Gemma3ForConditionalGeneration with no missing or unexpected tensor")
+    model = import_and_export(binary, name, init, data, work, load_wrapper)
     check(kept_of(model).keys() == kept.keys() and all(torch.equal(p, kept[n]) for n, p in kept_of(model).items()),
           f"{name}: the vision tower and projector are the original's, bit for bit")
     check(torch.equal(logits_of(original, batch), logits_of(model, batch)),
@@ -326,13 +336,7 @@ def check_wrapper(binary, work, hub_names):
     check(not info["missing_keys"] and not info["unexpected_keys"], f"{name}: the trained export loads whole")
     check(kept_of(model).keys() == kept.keys() and all(torch.equal(p, kept[n]) for n, p in kept_of(model).items()),
           f"{name}: the trained export's vision tower and projector are the original's, bit for bit")
-    batch = batch_of(tokens, STEPS).cuda()
-    logits = logits_of(model, batch[:, :-1])
-    theirs = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1)).item()
-    megatrain(binary, *train_args(init, data, STEPS + 1, run, "--resume"))
-    mine = metrics(run, "loss")[STEPS]
-    check(abs(mine - theirs) < 2e-2, f"{name}: transformers' loss on the trained export {theirs:.5f} equals "
-          f"megatrain's on the same weights {mine:.5f}")
+    mine, theirs = check_next_loss(binary, name, model, tokens, init, data, run)
     results[name] = dict(megatrain=metrics(run, "loss"), next_loss=[mine, theirs])
 
 
