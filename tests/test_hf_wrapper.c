@@ -156,6 +156,9 @@ static void write_wrapped(const char *dir, int which, const char *drop, const ch
     cr_assert_eq(mkdir(dir, 0755), 0);
     cr_assert_eq(mt_safetensors_write_dir(dir, src, n, MT_ST_F32, which ? 4096 : 0), MT_OK, "%s", mt_error());
     write_wrapper_config(dir, text_dir, which ? "dtype" : "torch_dtype");
+    char path[PATH_MAX];
+    hf_test_write_text(hf_test_path(path, dir, "preprocessor_config.json"),
+                       "{\"image_processor_type\": \"Gemma3ImageProcessor\", \"size\": {\"height\": 16}}\n");
     mt_safetensors_close(text);
     mt_safetensors_close(kept);
     mt_layout_free(&lay);
@@ -265,6 +268,10 @@ static void trains_and_exports(int which) {
     expect_config_round_trip(model, out);
     expect_kept_as_they_were(model, out, l);
     expect_trained(model, out, run);
+    char a[PATH_MAX], b[PATH_MAX];
+    cr_expect(mt_test_files_equal(hf_test_path(a, model, "preprocessor_config.json"),
+                                  hf_test_path(b, out, "preprocessor_config.json")),
+              "the image processor's config is not the wrapper's");
     /* the directory it writes back from changed: refused, naming it */
     char config[PATH_MAX];
     hf_test_write_text(hf_test_path(config, model, "config.json"), "{}");

@@ -226,12 +226,14 @@ static mt_status convert_all(const plan *p, const mt_layout *lay, mt_hf_sink_fn 
 /* The names the text model's tensors have in `set`: their own (also where dir has no config.json),
  * or where dir/config.json names a wrapper, the first of its layouts that holds the text model's
  * embedding. */
-static mt_status text_names(const char *dir, const mt_safetensors *set, const mt_wrapper_layout **names) {
+static mt_status text_names(const char *dir, const mt_safetensors *set, const mt_wrapper_layout **names,
+                            const mt_wrapper **wrapper) {
     char path[4096], embed[NAME_MAX_BYTES];
     snprintf(path, sizeof path, "%s/config.json", dir);
     const mt_wrapper *w = NULL;
     *names = NULL;
     if (access(path, F_OK) == 0) MT_TRY(mt_hf_config_wrapper(path, &w));
+    *wrapper = w;
     if (!w) return MT_OK;
     for (int i = 0; i < MT_WRAPPER_LAYOUTS && w->layouts[i].text; i++) {
         mt_wrapper_hub_name(&w->layouts[i], "model.embed_tokens.weight", embed, sizeof embed);
@@ -251,7 +253,8 @@ mt_status mt_hf_load_weights_into(const char *dir, const mt_layout *lay, mt_hf_s
     mt_safetensors *set;
     MT_TRY(mt_safetensors_open_dir(dir, &set));
     plan p = {0};
-    mt_status st = text_names(dir, set, &p.names);
+    const mt_wrapper *w;
+    mt_status st = text_names(dir, set, &p.names, &w);
     if (st == MT_OK) st = plan_all(&p, set, dir, lay);
     if (st == MT_OK) st = check_extras(set, lay, &p);
     if (st == MT_OK) st = convert_all(&p, lay, sink, sink_user, progress, user);
@@ -367,13 +370,16 @@ static mt_status sync_dir(const char *path) {
  * it was, its tensors (what it keeps is written back from there) and its names for the text
  * model's. */
 typedef struct {
+    const char *dir;
     json_t *config;
     mt_safetensors *set;
     const mt_wrapper_layout *names;
+    const mt_wrapper *wrapper;
 } wrapped;
 
 static mt_status open_wrapped(const char *dir, wrapped *w) {
     memset(w, 0, sizeof *w);
+    w->dir = dir;
     if (!dir) return MT_OK;
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -381,7 +387,7 @@ static mt_status open_wrapped(const char *dir, wrapped *w) {
     w->config = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
     if (!w->config) return mt_fail(MT_ERR_IO, "%s: %s", path, err.text);
     MT_TRY(mt_safetensors_open_dir(dir, &w->set));
-    MT_TRY(text_names(dir, w->set, &w->names));
+    MT_TRY(text_names(dir, w->set, &w->names, &w->wrapper));
     if (!w->names)
         return mt_fail(MT_ERR_INVALID, "%s: names no model that wraps a text model (%s)", path,
                        mt_wrapper_architectures());
@@ -452,6 +458,26 @@ static mt_status write_file(const char *dir, const mt_hf_file *file) {
     return bad ? mt_fail(MT_ERR_IO, "%s: cannot write: %s", path, strerror(errno)) : MT_OK;
 }
 
+/* The wrapper's files it keeps (mt_wrapper.kept_files), copied as they are where it has them. */
+static mt_status copy_kept_files(const wrapped *w, const char *dir) {
+    for (const char *const *name = w->wrapper ? w->wrapper->kept_files : NULL; name && *name; name++) {
+        char path[8192];
+        snprintf(path, sizeof path, "%s/%s", w->dir, *name);
+        FILE *f = fopen(path, "rb");
+        if (!f && errno == ENOENT) continue;
+        if (!f) return mt_fail(MT_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+        long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+        char *text = size >= 0 && fseek(f, 0, SEEK_SET) == 0 ? malloc((size_t)size + 1) : NULL;
+        int bad = !text || fread(text, 1, (size_t)size, f) != (size_t)size;
+        fclose(f);
+        mt_status st = bad ? mt_fail(MT_ERR_IO, "%s: cannot read", path)
+                           : write_file(dir, &(mt_hf_file){*name, text, (size_t)size});
+        free(text);
+        MT_TRY(st);
+    }
+    return MT_OK;
+}
+
 /* generation_config.json's eos_token_id with the stop ids added: a list of the distinct ids (one
  * id stays a number, as transformers writes it). */
 static mt_status add_stop_ids(const char *dir, const int32_t *ids, size_t n) {
@@ -495,6 +521,7 @@ static mt_status write_model(const mt_layout *lay, const float *masters, const c
     if (st == MT_OK && opt->n_stop_ids) st = add_stop_ids(dir, opt->stop_ids, opt->n_stop_ids);
     if (st == MT_OK) st = mt_safetensors_write_dir(dir, src, count, opt->dtype, opt->max_shard_bytes);
     for (size_t i = 0; st == MT_OK && i < opt->n_files; i++) st = write_file(dir, &opt->files[i]);
+    if (st == MT_OK) st = copy_kept_files(&w, dir);
     free(src);
     free(names);
     close_wrapped(&w);

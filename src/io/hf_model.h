@@ -49,7 +49,7 @@ typedef struct {
     /* NULL, or the directory of a wrapper (model/wrappers.h) the model is the text model of: the
      * export is then that wrapper, its config.json with its text config this model's, the text
      * tensors under its names, what it keeps besides (a vision tower) copied from there byte for
-     * byte, in their own dtype. */
+     * byte, in their own dtype, and the files it keeps (its image processor's configs). */
     const char *wrapped_from;
 } mt_hf_export_options;
 

@@ -28,6 +28,8 @@ typedef struct mt_wrapper {
      * and the nested config may omit. */
     const char *text_defaults;
     mt_wrapper_layout layouts[MT_WRAPPER_LAYOUTS]; /* the hub's, then transformers 5's (text NULL: none) */
+    const char *kept_files[4]; /* files of its directory written back as they are where it has them
+                                * (its image processor's configs), NULL-terminated */
 } mt_wrapper;
 
 /* Every wrapper, NULL-terminated (wrappers.c). */

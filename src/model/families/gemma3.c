@@ -127,4 +127,5 @@ const mt_wrapper mt_wrapper_gemma3 = {
                      "\"num_hidden_layers\": 26, \"num_attention_heads\": 8, \"num_key_value_heads\": 4, "
                      "\"bos_token_id\": 2, \"eos_token_id\": 1}",
     .layouts = {{"language_model.model.", "language_model.lm_head.weight", {"vision_tower.", "multi_modal_projector."}},
-                {"model.language_model.", "lm_head.weight", {"model.vision_tower.", "model.multi_modal_projector."}}}};
+                {"model.language_model.", "lm_head.weight", {"model.vision_tower.", "model.multi_modal_projector."}}},
+    .kept_files = {"preprocessor_config.json", "processor_config.json"}};
