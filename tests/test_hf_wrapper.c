@@ -1,9 +1,10 @@
 /* Wrappers (model/wrappers.h): Gemma3ForConditionalGeneration directories. The hub's config.json
  * reads as its text model's (the presets), with Gemma3TextConfig's defaults where text_config is
  * silent; a directory under either layout of names (the hub's language_model.model.*, vision_tower.*;
- * transformers 5's model.language_model.*, model.vision_tower.*) trains a step and exports as the
+ * transformers 5's model.language_model.*, model.vision_tower.*) trains and exports as the
  * wrapper: its vision tensors byte for byte, the text tensors the trained ones, its config.json
- * with the text config the run's; and what is wrong is refused naming the file and the problem. */
+ * with the text config the run's, its image processor's config; and what is wrong is refused
+ * naming the file and the problem. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <limits.h>
@@ -48,6 +49,8 @@ Test(hf_wrapper, the_hubs_configs_give_the_presets) {
     free(text);
 }
 
+/* Each row of the table names a family of the registry for its text model, and its text defaults
+ * are a JSON object. */
 Test(hf_wrapper, every_wrappers_text_model_is_a_family) {
     for (const mt_wrapper *const *w = mt_wrappers; *w; w++) {
         cr_expect_not_null(mt_family_find((*w)->text_architecture, NULL), "%s", (*w)->architecture);
@@ -73,7 +76,7 @@ Test(hf_wrapper, refuses_what_it_cannot_read) {
                             "(text_config): field 'hidden_size' must be an integer");
 }
 
-/* ---- directories: both layouts of names, trained a step and exported ---- */
+/* ---- directories: both layouts of names, trained and exported ---- */
 
 /* The tiny Gemma 3 of tiny_model.h over bytes (the corpus's tokens). */
 static mt_config tiny_gemma3(void) {
