@@ -319,7 +319,8 @@ def check_wrapper(binary, work, hub_names):
     tokens = stream(vocab)
     data = os.path.join(work, f"{name}-tokens.bin")
     write_tokens(data, tokens.tolist(), vocab)
-    original, _ = load_wrapper(init)
+    original, info = load_wrapper(init)
+    check(not info["missing_keys"] and not info["unexpected_keys"], f"{name}: transformers loads the original whole")
     kept, batch = kept_of(original), batch_of(tokens, 0)[:, :-1]
 
     model = import_and_export(binary, name, init, data, work, load_wrapper)
