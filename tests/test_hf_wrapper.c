@@ -44,6 +44,9 @@ static const char *gemma3_27b_text =
 
 Test(hf_wrapper, the_hubs_configs_give_the_presets) {
     cfg_case_expect_preset(gemma3_4b_it, "gemma-3-4b");
+    char *by_type = cfg_case_with_field(gemma3_4b_it, "architectures", NULL); /* model_type alone names it */
+    cfg_case_expect_preset(by_type, "gemma-3-4b");
+    free(by_type);
     char *text = cfg_case_with_field(gemma3_4b_it, "text_config", gemma3_27b_text);
     cfg_case_expect_preset(text, "gemma-3-27b");
     free(text);
@@ -125,7 +128,7 @@ static void write_wrapper_config(const char *dir, const char *text_dir, const ch
  * tensors; `drop`: a text tensor (its text model's name) left out, or NULL; `extra`: a tensor
  * added under this name, or NULL. */
 static void write_wrapped(const char *dir, int which, const char *drop, const char *extra) {
-    const mt_wrapper_layout *l = &mt_wrapper_find("Gemma3ForConditionalGeneration")->layouts[which];
+    const mt_wrapper_layout *l = &mt_wrapper_find("Gemma3ForConditionalGeneration", NULL)->layouts[which];
     char text_dir[PATH_MAX], vision[PATH_MAX];
     snprintf(text_dir, sizeof text_dir, "%s.text", dir);
     snprintf(vision, sizeof vision, "%s.vision.safetensors", dir);
@@ -267,7 +270,7 @@ static void trains_and_exports(int which) {
     mt_cli_run(&r, 60, "export", run, out, "--dtype", "fp32", NULL);
     ran(&r);
     mt_cli_result_free(&r);
-    const mt_wrapper_layout *l = &mt_wrapper_find("Gemma3ForConditionalGeneration")->layouts[which];
+    const mt_wrapper_layout *l = &mt_wrapper_find("Gemma3ForConditionalGeneration", NULL)->layouts[which];
     expect_config_round_trip(model, out);
     expect_kept_as_they_were(model, out, l);
     expect_trained(model, out, run);

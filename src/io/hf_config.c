@@ -152,10 +152,12 @@ static mt_status parse_root(const mt_json_src *s, mt_config *cfg) {
     return st == MT_OK ? MT_OK : mt_fail_context(st, "%s", s->source);
 }
 
-/* The architecture config.json names (architectures[0]), NULL when it names none. */
-static const char *architecture_of(const json_t *doc) {
-    const json_t *first = json_array_get(json_object_get(doc, "architectures"), 0);
-    return json_is_string(first) ? json_string_value(first) : NULL;
+/* The wrapper a config.json names: by architectures[0], or where it has none by model_type. */
+static const mt_wrapper *wrapper_of(const json_t *doc) {
+    const json_t *first = json_array_get(json_object_get(doc, "architectures"), 0),
+                 *type = json_object_get(doc, "model_type");
+    if (json_is_string(first)) return mt_wrapper_find(json_string_value(first), NULL);
+    return json_is_string(type) ? mt_wrapper_find(NULL, json_string_value(type)) : NULL;
 }
 
 /* A wrapper's config.json (model/wrappers.h): the text model's config nested under its key, read
@@ -187,7 +189,7 @@ static mt_status parse_wrapped(const mt_json_src *s, const mt_wrapper *w, mt_con
 }
 
 static mt_status parse_any(const mt_json_src *s, mt_config *cfg) {
-    const mt_wrapper *w = mt_wrapper_find(architecture_of(s->obj));
+    const mt_wrapper *w = wrapper_of(s->obj);
     return w ? parse_wrapped(s, w, cfg) : parse_root(s, cfg);
 }
 
@@ -275,7 +277,7 @@ mt_status mt_hf_config_wrapper(const char *path, const mt_wrapper **w) {
     json_error_t err;
     json_t *root = json_load_file(path, 0, &err);
     if (!root) return mt_fail(MT_ERR_IO, "%s: %s", path, err.text);
-    *w = mt_wrapper_find(architecture_of(root));
+    *w = wrapper_of(root);
     json_decref(root);
     return MT_OK;
 }
@@ -283,7 +285,7 @@ mt_status mt_hf_config_wrapper(const char *path, const mt_wrapper **w) {
 /* The wrapper's config.json with its text model's config this one (without the architectures the
  * hub's nested configs do not name) and, where it names one, its dtype the weights'. */
 static json_t *wrapped_json(const json_t *wrapper, const mt_config *c, const mt_family *f, const char *torch_dtype) {
-    const mt_wrapper *w = mt_wrapper_find(architecture_of(wrapper));
+    const mt_wrapper *w = wrapper_of(wrapper);
     json_t *doc = w ? json_deep_copy(wrapper) : NULL, *text = doc ? config_json(c, f, torch_dtype) : NULL;
     if (!text) {
         json_decref(doc);
@@ -303,8 +305,8 @@ mt_status mt_hf_config_write_wrapped(const mt_config *cfg, const char *torch_dty
     if (!f) return mt_fail(MT_ERR_INVALID, "%s/config.json: unknown architecture %d", dir, (int)cfg->arch);
     json_t *doc = wrapper ? wrapped_json(wrapper, cfg, f, torch_dtype) : config_json(cfg, f, torch_dtype);
     if (!doc && wrapper)
-        return mt_fail(MT_ERR_INVALID, "%s/config.json: the model it wraps ('%s') is not a wrapper megatrain knows",
-                       dir, architecture_of(wrapper) ? architecture_of(wrapper) : "none named");
+        return mt_fail(MT_ERR_INVALID, "%s/config.json: the config.json it wraps the model in names no wrapper "
+                       "megatrain knows (%s)", dir, mt_wrapper_architectures());
     MT_TRY(dump(doc, dir, "config.json"));
     return dump(generation_config_json(cfg), dir, "generation_config.json");
 }

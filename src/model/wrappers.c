@@ -9,9 +9,10 @@ extern const mt_wrapper mt_wrapper_gemma3;
 
 const mt_wrapper *const mt_wrappers[] = {&mt_wrapper_gemma3, NULL};
 
-const mt_wrapper *mt_wrapper_find(const char *architecture) {
-    for (const mt_wrapper *const *w = mt_wrappers; *w && architecture; w++)
-        if (!strcmp((*w)->architecture, architecture)) return *w;
+const mt_wrapper *mt_wrapper_find(const char *architecture, const char *model_type) {
+    for (const mt_wrapper *const *w = mt_wrappers; *w && (architecture || model_type); w++)
+        if (architecture ? !strcmp((*w)->architecture, architecture) : !strcmp((*w)->model_type, model_type))
+            return *w;
     return NULL;
 }
 

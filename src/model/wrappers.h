@@ -35,8 +35,8 @@ typedef struct mt_wrapper {
 /* Every wrapper, NULL-terminated (wrappers.c). */
 extern const mt_wrapper *const mt_wrappers[];
 
-/* The wrapper of an architecture; NULL if none. */
-const mt_wrapper *mt_wrapper_find(const char *architecture);
+/* The wrapper of an architecture (architectures[0]) or, when NULL, of a model_type; NULL if none. */
+const mt_wrapper *mt_wrapper_find(const char *architecture, const char *model_type);
 
 /* The wrappers' architectures, comma-separated, for messages. */
 const char *mt_wrapper_architectures(void);
