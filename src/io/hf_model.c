@@ -13,8 +13,12 @@
 #include <unistd.h>
 
 #include "io/hf_config.h"
+#include "model/wrappers.h"
 #include "util/log.h"
 #include "util/stop_signal.h"
+
+/* A tensor's name under a wrapper's prefix (the layout's names are at most 64 bytes). */
+enum { NAME_MAX_BYTES = 160 };
 
 /* Hugging Face stores vectors (norms, biases) as 1-D tensors, matrices as [rows, cols], and
  * transformers 5 the experts' stacked matrices as [experts, rows / experts, cols]. */
@@ -66,7 +70,15 @@ typedef struct {
     int count;
     uint8_t *by_parts; /* [num_tensors]: the tensor comes in its hub parts */
     int64_t bytes;
+    const mt_wrapper_layout *names; /* a wrapper's names for the text model's tensors; NULL: their own */
 } plan;
+
+/* The name a checkpoint of these names holds a text model's tensor under. */
+static const char *hub_name(const mt_wrapper_layout *names, const char *text_name, char *buf, size_t cap) {
+    if (!names) return text_name;
+    mt_wrapper_hub_name(names, text_name, buf, cap);
+    return buf;
+}
 
 static mt_status take(plan *p, const mt_st_tensor *s, int tensor, int64_t row0) {
     if (s->dtype != MT_ST_BF16 && s->dtype != MT_ST_F16 && s->dtype != MT_ST_F32)
@@ -81,7 +93,9 @@ static mt_status plan_tensor(plan *p, const mt_safetensors *set, const char *dir
     const mt_tensor *t = &lay->tensors[i];
     int64_t shape[3];
     int ndim = hf_shape(t, shape);
-    const mt_st_tensor *whole = mt_safetensors_find(set, t->name);
+    char whole_name[NAME_MAX_BYTES], part_name[NAME_MAX_BYTES];
+    const char *named = hub_name(p->names, t->name, whole_name, sizeof whole_name);
+    const mt_st_tensor *whole = mt_safetensors_find(set, named);
     if (whole) {
         if (!shape_is(whole, ndim, shape)) return shape_mismatch(whole, ndim, shape);
         return take(p, whole, i, 0);
@@ -92,12 +106,12 @@ static mt_status plan_tensor(plan *p, const mt_safetensors *set, const char *dir
         int64_t row0, part_shape[2] = {0, t->cols};
         int rows;
         mt_tensor_hub_part(lay, t, part, name, sizeof name, &row0, &rows);
-        const mt_st_tensor *s = mt_safetensors_find(set, name);
+        const mt_st_tensor *s = mt_safetensors_find(set, hub_name(p->names, name, part_name, sizeof part_name));
         if (!s && (part > 0 || parts > 1 || strcmp(name, t->name)))
             return mt_fail(MT_ERR_INVALID, "%s: tensor '%s' is missing (the config needs it), and so is '%s', which "
-                           "holds %s", dir, t->name, name, parts > 1 ? "part of it one expert at a time" :
-                           "it under its older name");
-        if (!s) return mt_fail(MT_ERR_INVALID, "%s: tensor '%s' is missing (the config needs it)", dir, t->name);
+                           "holds %s", dir, named, hub_name(p->names, name, part_name, sizeof part_name),
+                           parts > 1 ? "part of it one expert at a time" : "it under its older name");
+        if (!s) return mt_fail(MT_ERR_INVALID, "%s: tensor '%s' is missing (the config needs it)", dir, named);
         part_shape[0] = rows;
         int part_ndim = t->cols == 1 && !t->experts ? 1 : 2;
         if (!shape_is(s, part_ndim, part_shape)) return shape_mismatch(s, part_ndim, part_shape);
@@ -128,8 +142,14 @@ static int ends_with(const char *s, const char *suffix) {
 static mt_status check_extras(const mt_safetensors *set, const mt_layout *lay, const plan *p) {
     for (int i = 0; i < mt_safetensors_count(set); i++) {
         const mt_st_tensor *s = mt_safetensors_at(set, i);
+        char text_name[NAME_MAX_BYTES];
+        if (p->names && mt_wrapper_kept(p->names, s->name)) continue; /* the wrapper's own, kept as it is */
+        if (p->names && !mt_wrapper_text_name(p->names, s->name, text_name, sizeof text_name))
+            return mt_fail(MT_ERR_INVALID, "%s: unexpected tensor '%s': neither the text model's (%s...) nor one "
+                           "the model keeps as it is", s->file, s->name, p->names->text);
+        const char *name = p->names ? text_name : s->name;
         int part;
-        const mt_tensor *t = mt_layout_find_hub(lay, s->name, &part);
+        const mt_tensor *t = mt_layout_find_hub(lay, name, &part);
         if (t && (part < 0) == !p->by_parts[t - lay->tensors]) continue;
         if (t)
             return mt_fail(MT_ERR_INVALID, "%s: holds both '%s' and '%s' (%s): the model's tensor twice", s->file,
@@ -138,7 +158,7 @@ static mt_status check_extras(const mt_safetensors *set, const mt_layout *lay, c
             mt_log_debug("%s: ignoring '%s' (recomputed from rope_theta)", s->file, s->name);
             continue;
         }
-        if (lay->cfg.tie_embeddings && !strcmp(s->name, "lm_head.weight")) {
+        if (lay->cfg.tie_embeddings && !strcmp(name, "lm_head.weight")) {
             const mt_tensor *wte = mt_layout_tensor(lay, mt_unit_embed(), MT_T_WTE);
             int64_t shape[3];
             int ndim = hf_shape(wte, shape);
@@ -203,12 +223,39 @@ static mt_status convert_all(const plan *p, const mt_layout *lay, mt_hf_sink_fn 
     return st;
 }
 
+/* The names the text model's tensors have in `set`: their own (also where dir has no config.json),
+ * or where dir/config.json names a wrapper, the first of its layouts that holds the text model's
+ * embedding. */
+static mt_status text_names(const char *dir, const mt_safetensors *set, const mt_wrapper_layout **names,
+                            const mt_wrapper **wrapper) {
+    char path[4096], embed[NAME_MAX_BYTES];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    const mt_wrapper *w = NULL;
+    *names = NULL;
+    if (access(path, F_OK) == 0) MT_TRY(mt_hf_config_wrapper(path, &w));
+    *wrapper = w;
+    if (!w) return MT_OK;
+    for (int i = 0; i < MT_WRAPPER_LAYOUTS && w->layouts[i].text; i++) {
+        mt_wrapper_hub_name(&w->layouts[i], "model.embed_tokens.weight", embed, sizeof embed);
+        if (mt_safetensors_find(set, embed)) {
+            *names = &w->layouts[i];
+            return MT_OK;
+        }
+    }
+    mt_wrapper_hub_name(&w->layouts[0], "model.embed_tokens.weight", embed, sizeof embed);
+    return mt_fail(MT_ERR_INVALID, "%s: tensor '%s' is missing (the config needs it): it holds no text model of %s "
+                   "under a name megatrain knows (%s...%s%s...)", dir, embed, w->architecture, w->layouts[0].text,
+                   w->layouts[1].text ? ", " : "", w->layouts[1].text ? w->layouts[1].text : "");
+}
+
 mt_status mt_hf_load_weights_into(const char *dir, const mt_layout *lay, mt_hf_sink_fn sink, void *sink_user,
                                   mt_hf_progress_fn progress, void *user) {
     mt_safetensors *set;
     MT_TRY(mt_safetensors_open_dir(dir, &set));
     plan p = {0};
-    mt_status st = plan_all(&p, set, dir, lay);
+    const mt_wrapper *w;
+    mt_status st = text_names(dir, set, &p.names, &w);
+    if (st == MT_OK) st = plan_all(&p, set, dir, lay);
     if (st == MT_OK) st = check_extras(set, lay, &p);
     if (st == MT_OK) st = convert_all(&p, lay, sink, sink_user, progress, user);
     free(p.pieces);
@@ -319,14 +366,56 @@ static mt_status sync_dir(const char *path) {
     return MT_OK;
 }
 
+/* The wrapper an export is written into (mt_hf_export_options.wrapped_from): its config.json as
+ * it was, its tensors (what it keeps is written back from there) and its names for the text
+ * model's. */
+typedef struct {
+    const char *dir;
+    json_t *config;
+    mt_safetensors *set;
+    const mt_wrapper_layout *names;
+    const mt_wrapper *wrapper;
+} wrapped;
+
+static mt_status open_wrapped(const char *dir, wrapped *w) {
+    memset(w, 0, sizeof *w);
+    w->dir = dir;
+    if (!dir) return MT_OK;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_error_t err;
+    w->config = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+    if (!w->config) return mt_fail(MT_ERR_IO, "%s: %s", path, err.text);
+    MT_TRY(mt_safetensors_open_dir(dir, &w->set));
+    MT_TRY(text_names(dir, w->set, &w->names, &w->wrapper));
+    if (!w->names)
+        return mt_fail(MT_ERR_INVALID, "%s: names no model that wraps a text model (%s)", path,
+                       mt_wrapper_architectures());
+    return MT_OK;
+}
+
+static void close_wrapped(wrapped *w) {
+    json_decref(w->config);
+    if (w->set) mt_safetensors_close(w->set);
+}
+
+static int kept_count(const wrapped *w) {
+    int n = 0;
+    for (int i = 0; w->set && i < mt_safetensors_count(w->set); i++)
+        n += mt_wrapper_kept(w->names, mt_safetensors_at(w->set, i)->name);
+    return n;
+}
+
 /* Every tensor under the names checkpoints on the hub hold it (mt_tensor_hub_part): the experts one
  * at a time, which transformers 4 loads as they are and transformers 5 through its conversion
- * mapping (the fused layout it keeps in memory), as do the other tools that read these families. */
-static mt_st_source *export_sources(const mt_layout *lay, const float *masters, int *count, char **names) {
-    int n = 0;
+ * mapping (the fused layout it keeps in memory), as do the other tools that read these families;
+ * in a wrapper, under its names, followed by what it keeps, as it was. */
+static mt_st_source *export_sources(const mt_layout *lay, const float *masters, const wrapped *w, int *count,
+                                    char **names) {
+    int n = 0, kept = kept_count(w);
     for (int i = 0; i < lay->num_tensors; i++) n += mt_tensor_hub_parts(&lay->tensors[i]);
-    mt_st_source *src = mt_calloc((size_t)n, sizeof *src, "the export's tensor list");
-    *names = mt_calloc((size_t)n, sizeof lay->tensors[0].name, "the export's tensor names");
+    mt_st_source *src = mt_calloc((size_t)(n + kept), sizeof *src, "the export's tensor list");
+    *names = mt_calloc((size_t)n, NAME_MAX_BYTES, "the export's tensor names");
     if (!src || !*names) {
         free(src);
         free(*names);
@@ -336,10 +425,12 @@ static mt_st_source *export_sources(const mt_layout *lay, const float *masters, 
     for (int i = 0; i < lay->num_tensors; i++) {
         const mt_tensor *t = &lay->tensors[i];
         for (int part = 0; part < mt_tensor_hub_parts(t); part++, at++) {
-            char *name = *names + (size_t)at * sizeof t->name;
+            char *name = *names + (size_t)at * NAME_MAX_BYTES, text_name[sizeof t->name];
             int64_t row0;
             int rows;
-            mt_tensor_hub_part(lay, t, part, name, sizeof t->name, &row0, &rows);
+            mt_tensor_hub_part(lay, t, part, text_name, sizeof text_name, &row0, &rows);
+            if (w->names) mt_wrapper_hub_name(w->names, text_name, name, NAME_MAX_BYTES);
+            else snprintf(name, NAME_MAX_BYTES, "%s", text_name);
             src[at].name = name;
             src[at].ndim = t->cols == 1 && !t->experts ? 1 : 2;
             src[at].shape[0] = rows;
@@ -347,7 +438,13 @@ static mt_st_source *export_sources(const mt_layout *lay, const float *masters, 
             src[at].data = masters + master_offset(lay, t) + row0 * t->cols;
         }
     }
-    *count = n;
+    for (int i = 0; kept && i < mt_safetensors_count(w->set); i++) {
+        const mt_st_tensor *s = mt_safetensors_at(w->set, i);
+        if (!mt_wrapper_kept(w->names, s->name)) continue;
+        src[at] = (mt_st_source){.name = s->name, .ndim = s->ndim, .kept = s};
+        memcpy(src[at++].shape, s->shape, sizeof s->shape);
+    }
+    *count = n + kept;
     return src;
 }
 
@@ -359,6 +456,26 @@ static mt_status write_file(const char *dir, const mt_hf_file *file) {
     int bad = fwrite(file->text, 1, file->len, f) != file->len;
     bad |= fclose(f) != 0;
     return bad ? mt_fail(MT_ERR_IO, "%s: cannot write: %s", path, strerror(errno)) : MT_OK;
+}
+
+/* The wrapper's files it keeps (mt_wrapper.kept_files), copied as they are where it has them. */
+static mt_status copy_kept_files(const wrapped *w, const char *dir) {
+    for (const char *const *name = w->wrapper ? w->wrapper->kept_files : NULL; name && *name; name++) {
+        char path[8192];
+        snprintf(path, sizeof path, "%s/%s", w->dir, *name);
+        FILE *f = fopen(path, "rb");
+        if (!f && errno == ENOENT) continue;
+        if (!f) return mt_fail(MT_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+        long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+        char *text = size >= 0 && fseek(f, 0, SEEK_SET) == 0 ? malloc((size_t)size + 1) : NULL;
+        int bad = !text || fread(text, 1, (size_t)size, f) != (size_t)size;
+        fclose(f);
+        mt_status st = bad ? mt_fail(MT_ERR_IO, "%s: cannot read", path)
+                           : write_file(dir, &(mt_hf_file){*name, text, (size_t)size});
+        free(text);
+        MT_TRY(st);
+    }
+    return MT_OK;
 }
 
 /* generation_config.json's eos_token_id with the stop ids added: a list of the distinct ids (one
@@ -390,17 +507,24 @@ static mt_status add_stop_ids(const char *dir, const int32_t *ids, size_t n) {
 
 static mt_status write_model(const mt_layout *lay, const float *masters, const char *dir,
                              const mt_hf_export_options *opt) {
+    wrapped w;
+    mt_status st = open_wrapped(opt->wrapped_from, &w);
     int count;
-    char *names;
-    mt_st_source *src = export_sources(lay, masters, &count, &names);
-    if (!src) return MT_ERR_NOMEM;
+    char *names = NULL;
+    mt_st_source *src = st == MT_OK ? export_sources(lay, masters, &w, &count, &names) : NULL;
+    if (!src) {
+        close_wrapped(&w);
+        return st == MT_OK ? MT_ERR_NOMEM : st;
+    }
     const char *torch_dtype = opt->dtype == MT_ST_BF16 ? "bfloat16" : "float32";
-    mt_status st = mt_hf_config_write(&lay->cfg, torch_dtype, dir);
+    st = mt_hf_config_write_wrapped(&lay->cfg, torch_dtype, w.config, dir);
     if (st == MT_OK && opt->n_stop_ids) st = add_stop_ids(dir, opt->stop_ids, opt->n_stop_ids);
     if (st == MT_OK) st = mt_safetensors_write_dir(dir, src, count, opt->dtype, opt->max_shard_bytes);
     for (size_t i = 0; st == MT_OK && i < opt->n_files; i++) st = write_file(dir, &opt->files[i]);
+    if (st == MT_OK) st = copy_kept_files(&w, dir);
     free(src);
     free(names);
+    close_wrapped(&w);
     return st;
 }
 

@@ -19,7 +19,9 @@ mt_status mt_hf_load_config(const char *dir, mt_config *cfg);
  * Everything is validated before anything is converted: a tensor the layout needs that is
  * missing or shaped differently, or a tensor it does not know, fails naming file and tensor.
  * Harmless extras are skipped: rotary_emb.inv_freq buffers, and lm_head.weight of a tied
- * model. Alignment padding is zeroed. `progress` may be NULL. */
+ * model. Alignment padding is zeroed. `progress` may be NULL. Where dir/config.json names a
+ * wrapper (model/wrappers.h), the text model's tensors are read under its names, and what it
+ * keeps besides (its prefixes) is passed over. */
 mt_status mt_hf_load_weights(const char *dir, const mt_layout *layout, float *masters,
                              mt_hf_progress_fn progress, void *user);
 /* The same into masters kept in a form of their own (engine/store.h's split masters): each tensor
@@ -44,6 +46,11 @@ typedef struct {
     const int32_t *stop_ids; /* ids generation also ends at (a chat template's end of turn), added to
                               * generation_config.json's eos_token_id: n_stop_ids of them */
     size_t n_stop_ids;
+    /* NULL, or the directory of a wrapper (model/wrappers.h) the model is the text model of: the
+     * export is then that wrapper, its config.json with its text config this model's, the text
+     * tensors under its names, what it keeps besides (a vision tower) copied from there byte for
+     * byte, in their own dtype, and the files it keeps (its image processor's configs). */
+    const char *wrapped_from;
 } mt_hf_export_options;
 
 /* Writes config.json, generation_config.json, the weights and options->files to `out_dir`,

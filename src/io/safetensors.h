@@ -5,7 +5,8 @@
  *
  * The reader maps the files and validates every header before a byte of data is trusted; tensor
  * data is converted to fp32 straight from the mapping, one tensor at a time, so loading never
- * needs a second copy of the model in memory. The writer converts fp32 to bf16 or fp32. */
+ * needs a second copy of the model in memory. The writer converts fp32 to bf16 or fp32, and
+ * copies a tensor it keeps as it was. */
 #ifndef MT_IO_SAFETENSORS_H
 #define MT_IO_SAFETENSORS_H
 
@@ -60,12 +61,14 @@ const mt_st_tensor *mt_safetensors_find(const mt_safetensors *set, const char *n
 /* Converts a BF16, F16 or F32 tensor to `dst` (numel floats), exactly; other dtypes fail. */
 mt_status mt_st_tensor_to_f32(const mt_st_tensor *t, float *dst);
 
-/* Writing: fp32 sources stored as MT_ST_F32 or MT_ST_BF16 (round to nearest even). */
+/* Writing: fp32 sources stored as MT_ST_F32 or MT_ST_BF16 (round to nearest even), or a tensor
+ * kept as it is: `kept` (a tensor of an open set) written byte for byte in its own dtype. */
 typedef struct {
     const char *name;
     int ndim;
     int64_t shape[MT_ST_MAX_DIMS];
     const float *data;
+    const mt_st_tensor *kept;
 } mt_st_source;
 
 /* Writes one .safetensors file with __metadata__ {"format": "pt"}. */
