@@ -54,6 +54,16 @@ mt_config mt_tiny_config_windowed(int window) {
     return c;
 }
 
+mt_config mt_tiny_config_sinks(void) {
+    mt_config c = base();
+    c.attention_bias = 1;
+    c.attention_sinks = 1;
+    c.sliding_window = 3;
+    mt_config_set_local(&c, 0);
+    mt_config_set_local(&c, 2);
+    return c;
+}
+
 mt_config mt_tiny_config_gemma3(void) {
     mt_config c = base();
     c.arch = MT_ARCH_GEMMA3;
