@@ -55,12 +55,10 @@ mt_config mt_tiny_config_windowed(int window) {
 }
 
 mt_config mt_tiny_config_sinks(void) {
-    mt_config c = base();
+    mt_config c = mt_tiny_config_windowed(3);
+    c.arch = MT_ARCH_LLAMA; /* whose attention_bias is on o_proj too */
     c.attention_bias = 1;
     c.attention_sinks = 1;
-    c.sliding_window = 3;
-    mt_config_set_local(&c, 0);
-    mt_config_set_local(&c, 2);
     return c;
 }
 
