@@ -128,6 +128,8 @@ static void write_spec(FILE *f, const mt_config *c) {
     if (m.embed_scale != 1.0f) fprintf(f, "embed_scale=%.9g\n", (double)m.embed_scale);
     if (s.norm_unit_offset) fprintf(f, "norm_unit_offset=1\n");
     if (s.attn.flags & MT_ATTN_POST_NORM) fprintf(f, "sandwich_norms=1\n");
+    if (s.attn.flags & MT_ATTN_BIAS_O) fprintf(f, "o_bias=1\n");
+    if (s.attn.flags & MT_ATTN_SINKS) fprintf(f, "attn_sinks=1\n");
     if (s.ffn_spec.act == MT_GLU_GELU_TANH) fprintf(f, "glu_act=1\n");
 }
 

@@ -102,7 +102,8 @@ static void expect_refused(const mt_layer_spec *s, const mt_model_spec *m, const
 
 /* What no op computes yet is refused by name, until the backend has the op. */
 /* What the ops compute since ISSUE 40 (windows, scales, soft-caps, GELU-tanh, (1 + w) norms, the
- * sandwich norms, an embedding scale, linear RoPE, a second RoPE table) passes; what none computes yet, and values
+ * sandwich norms, an embedding scale, linear RoPE, a second RoPE table) and since ISSUE 41 (an o_proj
+ * bias, attention sinks) passes; what none computes yet, and values
  * out of range, are refused naming the field. */
 Test(families, spec_values_no_op_computes_are_refused_by_name) {
     mt_config c = mt_tiny_config_gqa();
@@ -111,7 +112,7 @@ Test(families, spec_values_no_op_computes_are_refused_by_name) {
     cr_assert_eq(mt_layer_spec_check(&good, &m, 0), MT_OK, "%s", mt_error());
     cr_assert_eq(mt_model_spec_check(&m), MT_OK, "%s", mt_error());
     s = good, s.attn.window = 1024, s.attn.q_scale = 0.0625f, s.attn.logit_softcap = 50;
-    s.attn.flags |= MT_ATTN_POST_NORM, s.ffn_spec.flags |= MT_FFN_POST_NORM;
+    s.attn.flags |= MT_ATTN_POST_NORM | MT_ATTN_BIAS_O | MT_ATTN_SINKS, s.ffn_spec.flags |= MT_FFN_POST_NORM;
     s.ffn_spec.act = MT_GLU_GELU_TANH, s.norm_unit_offset = 1;
     cr_assert_eq(mt_layer_spec_check(&s, &m, 0), MT_OK, "%s", mt_error());
     s = good, s.attn.window = -1;
@@ -122,8 +123,6 @@ Test(families, spec_values_no_op_computes_are_refused_by_name) {
     expect_refused(&s, &m, "attention scale");
     s = good, s.attn.logit_softcap = -50;
     expect_refused(&s, &m, "attn_logit_softcapping");
-    s = good, s.attn.flags |= MT_ATTN_SINKS;
-    expect_refused(&s, &m, "attention sinks");
     s = good, s.ffn_spec.act = MT_GLU_SILU_CLAMPED;
     expect_refused(&s, &m, "clamped SwiGLU");
     s = good, s.ffn = MT_FFN_MOE, s.ffn_spec.flags |= MT_FFN_POST_NORM;

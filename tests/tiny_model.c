@@ -54,6 +54,14 @@ mt_config mt_tiny_config_windowed(int window) {
     return c;
 }
 
+mt_config mt_tiny_config_sinks(void) {
+    mt_config c = mt_tiny_config_windowed(3);
+    c.arch = MT_ARCH_LLAMA; /* whose attention_bias is on o_proj too */
+    c.attention_bias = 1;
+    c.attention_sinks = 1;
+    return c;
+}
+
 mt_config mt_tiny_config_gemma3(void) {
     mt_config c = base();
     c.arch = MT_ARCH_GEMMA3;

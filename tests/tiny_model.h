@@ -21,6 +21,9 @@ mt_config mt_tiny_config_qwen3(int tied);
 /* Mistral with a sliding window of `window` keys on blocks 0 and 2, block 1 full (sequences are
  * longer than the window). */
 mt_config mt_tiny_config_windowed(int window);
+/* gpt-oss's attention on Llama's block: q/k/v and o_proj biases, a sink logit a head, a window of 3
+ * on blocks 0 and 2 (block 1 full). */
+mt_config mt_tiny_config_sinks(void);
 /* Gemma 3: a window of 3 on blocks 0 and 1 (sliding_window_pattern 3) with their own RoPE base,
  * linear scaling 8 on the global block 2, per-head q/k norms of head_dim 16, a query scalar of 12,
  * the sandwich norms, (1 + w), GeGLU, the scaled embedding, tied. Gemma 2: a window of 3 on blocks

@@ -63,6 +63,8 @@ typedef struct {
         void *q_raw, *k_raw;    /* [T, Q], [n, KV] */
         float *rstd_q, *rstd_k; /* [T * heads], [n * kv_heads] */
         void *ws;         /* backend's attention workspace (forward and backward) */
+        float *sinks;     /* [heads] the block's sink logits in fp32, what the op takes; NULL
+                           * where no block has sinks */
     } attn;
     /* The dense SwiGLU MLP's (engine/kinds/ffn_dense_run.c; a shared expert's too). */
     struct {

@@ -48,6 +48,7 @@ typedef struct {
     int tie_embeddings;      /* LM head shares the embedding matrix */
     int attention_bias;      /* q/k/v projections carry a bias (Qwen2) */
     int qk_norm;             /* mt_qk_norm: RMSNorm of q and k before RoPE (Qwen3, OLMoE) */
+    int attention_sinks;     /* a learned logit a query head: a softmax column with no value (gpt-oss) */
     /* rope_scaling of type "llama3", or with rope_scaling_linear "linear" (the factor only);
      * factor == 0 means none. */
     float rope_scaling_factor;

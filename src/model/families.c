@@ -62,7 +62,8 @@ void mt_family_plan_common(const mt_config *c, int l, mt_layer_spec *s) {
     s->mixer = MT_MIXER_ATTENTION;
     s->attn.flags = (c->attention_bias ? MT_ATTN_BIAS_QKV : 0) |
                     (c->qk_norm == MT_QK_NORM_HEAD ? MT_ATTN_QK_NORM_HEAD : 0) |
-                    (c->qk_norm == MT_QK_NORM_FULL ? MT_ATTN_QK_NORM_FULL : 0);
+                    (c->qk_norm == MT_QK_NORM_FULL ? MT_ATTN_QK_NORM_FULL : 0) |
+                    (c->attention_sinks ? MT_ATTN_SINKS : 0);
     s->ffn = sparse(c, l) ? MT_FFN_MOE : MT_FFN_DENSE;
     s->ffn_spec.act = MT_GLU_SILU;
     if (s->ffn == MT_FFN_MOE)

@@ -69,7 +69,8 @@ mt_layer_spec mt_layer_spec_of(const mt_config *cfg, int l);
 mt_model_spec mt_model_spec_of(const mt_config *cfg);
 
 /* What plans share: the attention and the SwiGLU feed-forward every family so far has, from the
- * config's fields (attention_bias, qk_norm, rms_norm_eps; the experts' where block l is sparse). */
+ * config's fields (attention_bias, qk_norm, attention_sinks, rms_norm_eps; the experts' where block l
+ * is sparse). */
 void mt_family_plan_common(const mt_config *c, int l, mt_layer_spec *s);
 /* One RoPE table from rope_theta and rope_scaling (llama3 when its factor is set). */
 void mt_family_plan_model_common(const mt_config *c, mt_model_spec *m);

@@ -32,8 +32,6 @@ mt_status mt_layer_spec_check(const mt_layer_spec *s, const mt_model_spec *m, in
               l, (double)a->q_scale);
     REFUSE_IF(!(a->logit_softcap >= 0) || !isfinite(a->logit_softcap),
               "layer %d: attn_logit_softcapping must be positive or none, got %g", l, (double)a->logit_softcap);
-    REFUSE_IF(a->flags & (MT_ATTN_BIAS_O | MT_ATTN_SINKS),
-              "layer %d: an o_proj bias or attention sinks are not supported yet", l);
     REFUSE_IF((a->flags & MT_ATTN_QK_NORM_HEAD) && (a->flags & MT_ATTN_QK_NORM_FULL),
               "layer %d: q/k RMSNorm is over each head or over the whole projection, not both", l);
     REFUSE_IF(s->ffn_spec.act == MT_GLU_SILU_CLAMPED, "layer %d: the clamped SwiGLU is not supported yet", l);

@@ -112,7 +112,8 @@ static void dump_for_transformers(const char *name, mt_tiny_model *t, const int3
 }
 
 /* positions: NULL, or packed examples' (engine.h): both engines attend within segments; the
- * transformers dump is left out (it has no segments). gpu_tile: the cuda engine's attention tile (0:
+ * transformers dump is left out (it has no segments), and for sinks on Llama's block (no
+ * transformers class; gpt-oss's own is tests/device/check_families.py's). gpu_tile: the cuda engine's attention tile (0:
  * the default, untiled at this length); the cpu engine runs untiled. */
 static void compare_backends_at(const char *name, const mt_config *cfg, const int32_t *positions, int gpu_tile) {
     mt_engine_options o = options();
@@ -140,7 +141,7 @@ static void compare_backends_at(const char *name, const mt_config *cfg, const in
     cr_log_info("%s: loss cuda %.6f cpu %.6f; worst gradient %s at %.3g relative", name, loss_gpu, loss_cpu,
                 worst_name, worst);
     cr_expect_lt(worst, 5e-2, "%s: gradient of %s off by %.3g relative", name, worst_name, worst);
-    if (!positions) dump_for_transformers(name, &gpu, tokens, loss_gpu);
+    if (!positions && !cfg->attention_sinks) dump_for_transformers(name, &gpu, tokens, loss_gpu);
     mt_tiny_model_close(&gpu);
     mt_tiny_model_close(&cpu);
 }
@@ -186,6 +187,26 @@ Test(cuda, engine_matches_cpu_llama3_rope_mha) {
     mt_config c = mt_tiny_wider(mt_tiny_config_mha());
     c.num_kv_heads = c.num_heads;
     compare_backends("llama3_rope_mha", &c);
+}
+
+/* Llama's attention_bias: q/k/v and o_proj biases (transformers' LlamaAttention's). */
+Test(cuda, engine_matches_cpu_llama_attention_bias) {
+    mt_config c = mt_tiny_wider(mt_tiny_config_gqa());
+    c.attention_bias = 1;
+    compare_backends("llama_attention_bias", &c);
+}
+
+/* gpt-oss's attention: q/k/v and o_proj biases, sinks (their fp32 copy and gradient), sliding
+ * windows of 3 on blocks 0 and 2 (the kernels) and block 1 full; whole, and in windows of 12
+ * queries (each window adding its share of the sinks' gradient). */
+Test(cuda, engine_matches_cpu_sinks) {
+    mt_config c = mt_tiny_wider(mt_tiny_config_sinks());
+    compare_backends("sinks", &c);
+}
+
+Test(cuda, engine_matches_cpu_in_windows_sinks) {
+    mt_config c = mt_tiny_wider(mt_tiny_config_sinks());
+    compare_backends_at("sinks_windows", &c, NULL, 12);
 }
 
 /* Qwen3: per-head q/k norms (rows of head_dim on the GPU), head_dim 64 where hidden / heads is 32. */

@@ -3,7 +3,8 @@
 Qwen3 with qk_norm=1: an RMSNorm over each head of q and k before RoPE; qk_norm=2: OLMoE's RMSNorm over
 the whole q and k projections), and its mixtures of experts (num_experts > 0: Qwen3-MoE, Qwen2-MoE
 with its shared expert, Mixtral, OLMoE), with the router's load-balancing loss when
-output_router_logits is 1.
+output_router_logits is 1; and gpt-oss's attention where the fixture asks (o_bias=1: an o_proj bias;
+attn_sinks=1: a learned sink logit a head, an extra softmax column with no value).
 
 Usage: llama_ref.py MODE DIR [MODE DIR ...]
 Each pair runs one fixture directory (several pairs share one start of Python and torch).
@@ -57,7 +58,7 @@ FLOAT_KEYS = ("rms_norm_eps", "rope_theta", "rope_scaling_factor", "rope_low_fre
               "max_grad_norm", "router_aux_loss_coef")
 LIST_KEYS = ("mlp_only_layers",)
 # Keys a fixture may leave out, and what their absence means (the Llama block).
-OPTIONAL_INT_KEYS = {"sandwich_norms": 0, "norm_unit_offset": 0, "glu_act": 0}
+OPTIONAL_INT_KEYS = {"sandwich_norms": 0, "norm_unit_offset": 0, "glu_act": 0, "o_bias": 0, "attn_sinks": 0}
 OPTIONAL_FLOAT_KEYS = {"query_pre_attn_scalar": 0.0, "attn_logit_softcap": 0.0, "final_logit_softcap": 0.0,
                        "embed_scale": 1.0, "rope_local_theta": 0.0, "rope_linear_factor": 0.0}
 OPTIONAL_LIST_KEYS = {"layer_windows": [], "layer_ropes": []}
@@ -158,6 +159,10 @@ def expected_shapes(cfg):
             shapes.update({p + "self_attn.q_proj.bias": (q, 1),
                            p + "self_attn.k_proj.bias": (kv, 1),
                            p + "self_attn.v_proj.bias": (kv, 1)})
+        if cfg["o_bias"]:
+            shapes[p + "self_attn.o_proj.bias"] = (d, 1)
+        if cfg["attn_sinks"]:
+            shapes[p + "self_attn.sinks"] = (cfg["num_heads"], 1)
         if cfg["qk_norm"] == 1:
             shapes.update({p + "self_attn.q_norm.weight": (cfg["head_dim"], 1),
                            p + "self_attn.k_norm.weight": (cfg["head_dim"], 1)})
@@ -318,9 +323,14 @@ class Llama:
         scalar = cfg["query_pre_attn_scalar"] or hd
         scores = self.softcap(q @ k.transpose(-1, -2) / math.sqrt(scalar), cfg["attn_logit_softcap"])
         scores = scores.masked_fill(blocked, float("-inf"))
-        out = torch.softmax(scores, dim=-1) @ v
-        out = out.transpose(1, 2).reshape(b, s, h * hd)
-        return self.linear(out, prefix + "o_proj")
+        if cfg["attn_sinks"]:
+            # gpt-oss: each head's sink logit, unscaled, one more softmax column whose value is none.
+            sinks = self.p[prefix + "sinks"].view(1, h, 1, 1).expand(b, h, s, 1)
+            probs = torch.softmax(torch.cat((scores, sinks), dim=-1), dim=-1)[..., :-1]
+        else:
+            probs = torch.softmax(scores, dim=-1)
+        out = (probs @ v).transpose(1, 2).reshape(b, s, h * hd)
+        return self.linear(out, prefix + "o_proj", bool(cfg["o_bias"]))
 
     def mlp(self, x, prefix):
         gate = self.linear(x, prefix + "gate_proj")
