@@ -103,6 +103,16 @@ Test(hfconfig_gemma, refuses_what_changes_the_maths_by_name) {
     cr_expect(c.final_logit_softcap == 30);
 }
 
+/* A Gemma config silent on num_key_value_heads has transformers' default for its class, 4, not as
+ * many as the query heads (Llama's). */
+Test(hfconfig_gemma, key_value_heads_default_to_gemmas_four) {
+    mt_config c;
+    cr_assert_eq(cfg_case_parse_variant(gemma2_2b, "num_key_value_heads", NULL, &c), MT_OK, "%s", mt_error());
+    cr_expect_eq(c.num_kv_heads, 4);
+    cr_assert_eq(cfg_case_parse_variant(gemma2_2b, "num_key_value_heads", "8", &c), MT_OK, "%s", mt_error());
+    cr_expect_eq(c.num_kv_heads, 8);
+}
+
 Test(hfconfig_gemma, a_gemma_3n_field_exits_2_naming_it, .timeout = MT_TEST_LIMIT(60)) {
     char dir[256], path[512];
     hf_test_mkdtemp(dir);

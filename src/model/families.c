@@ -134,6 +134,8 @@ mt_status mt_family_read_gemma(const mt_json_src *s, mt_config *c, const char *a
         return mt_fail(MT_ERR_INVALID, "%s: field 'hidden_activation' = '%s' is not supported (%s only)", s->source,
                        activation, act);
     if (!mt_json_field(s, "tie_word_embeddings")) c->tie_embeddings = 1; /* Gemma's configs tie by default */
+    /* Gemma2Config's and Gemma3TextConfig's default, not Llama's "as many as the query heads" */
+    if (!mt_json_field(s, "num_key_value_heads")) c->num_kv_heads = 4;
     c->query_pre_attn_scalar = default_scalar;
     MT_TRY(mt_json_get_float(s, "query_pre_attn_scalar", 0, &c->query_pre_attn_scalar));
     if (!(c->query_pre_attn_scalar > 0) || !isfinite(c->query_pre_attn_scalar))
