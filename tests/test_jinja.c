@@ -1,9 +1,10 @@
 /* The Jinja interpreter (tokenizer/jinja.h) against Jinja2 as transformers sets it up
  * (tests/data/jinja/render_jinja.py), byte for byte: every known template (tests/data/chat), Gemma
- * 3's, a harmony-style template and custom ones with macros, namespaces and generation tags, on
- * the conversations of tests/data/jinja/conversations.json (system or none, tools and tool calls,
- * multi-turn, reasoning, unicode, with and without the generation prompt); the answers it marks
- * against the known templates' renderers; templates refused at load naming the line and column;
+ * 3's, gpt-oss's, a harmony-style template and custom ones with macros, namespaces and generation
+ * tags, on the conversations of tests/data/jinja/conversations.json (system, developer or none,
+ * tools with nested parameter types and tool calls, multi-turn, reasoning_content and thinking,
+ * gpt-oss's reasoning_effort, model_identity and builtin_tools, unicode, with and without the
+ * generation prompt); the answers it marks against the known templates' renderers; templates refused at load naming the line and column;
  * what a template raises refusing the conversation. */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -74,7 +75,7 @@ static const char *const TEMPLATES[] = {
     CHAT_DATA "/llama2/tokenizer_config.json",   CHAT_DATA "/mistral-v0.1/tokenizer_config.json",
     CHAT_DATA "/mistral-v0.2/tokenizer_config.json", CHAT_DATA "/mistral-v0.3/tokenizer_config.json",
     "tests/data/tokenizers/gemma3/tokenizer_config.json", JINJA_DATA "/harmony.jinja", JINJA_DATA "/custom.jinja",
-    JINJA_DATA "/generation.jinja", JINJA_DATA "/tojson.jinja"};
+    JINJA_DATA "/generation.jinja", JINJA_DATA "/tojson.jinja", CHAT_DATA "/gpt-oss/chat_template.jinja"};
 
 Test(jinja, renders_every_template_as_jinja2_does, .timeout = MT_TEST_LIMIT(120)) {
     json_t *convs = json_load_file(JINJA_DATA "/conversations.json", 0, NULL); /* integers stay integers */
