@@ -3,6 +3,7 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "tokenizer/tokenizer.h"
@@ -27,4 +28,18 @@ void chat_test_template(const char *name, mt_chat_template *t) {
     free(file);
     json_decref(cfg);
     cr_assert_eq(st, MT_OK, "%s", mt_error());
+}
+
+char *chat_test_marked(const mt_chat_rendered *r) {
+    size_t cap = 16;
+    for (size_t i = 0; i < r->n; i++) cap += r->seg[i].len + 8;
+    char *out = calloc(1, cap);
+    int open = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        if (r->seg[i].trainable != open) strcat(out, open ? "⟧" : "⟦");
+        open = r->seg[i].trainable;
+        strncat(out, r->seg[i].text, r->seg[i].len);
+    }
+    if (open) strcat(out, "⟧");
+    return out;
 }

@@ -45,21 +45,6 @@ static void gpt_oss(mt_chat_template *t) {
     cr_assert_str_eq(t->name, "gpt-oss");
 }
 
-/* The text with each trainable run between ⟦ and ⟧. */
-static char *marked(const mt_chat_rendered *r) {
-    size_t cap = 16;
-    for (size_t i = 0; i < r->n; i++) cap += r->seg[i].len + 8;
-    char *out = calloc(1, cap);
-    int open = 0;
-    for (size_t i = 0; i < r->n; i++) {
-        if (r->seg[i].trainable != open) strcat(out, open ? "⟧" : "⟦");
-        open = r->seg[i].trainable;
-        strncat(out, r->seg[i].text, r->seg[i].len);
-    }
-    if (open) strcat(out, "⟧");
-    return out;
-}
-
 /* Renders a line with gpt-oss's template, the loss as `loss` and `analysis` say; its marked text,
  * or NULL with the error in mt_error() where it is refused. */
 static char *render(const char *line, mt_chat_loss loss, int analysis) {
@@ -71,7 +56,7 @@ static char *render(const char *line, mt_chat_loss loss, int analysis) {
     char *text = NULL;
     if (mt_chat_render(&t, e.m, e.n, e.tools, &r) == MT_OK) {
         mt_chat_rendered_set_loss(&r, loss, analysis);
-        text = marked(&r);
+        text = chat_test_marked(&r);
         mt_chat_rendered_free(&r);
     }
     mt_chat_example_free(&e);

@@ -139,21 +139,6 @@ static void as_jinja(const char *name, mt_chat_template *t) {
     json_decref(cfg);
 }
 
-/* The text with each trainable run between ⟦ and ⟧. */
-static char *marked(const mt_chat_rendered *r) {
-    size_t cap = 16;
-    for (size_t i = 0; i < r->n; i++) cap += r->seg[i].len + 8;
-    char *out = calloc(1, cap);
-    int open = 0;
-    for (size_t i = 0; i < r->n; i++) {
-        if (r->seg[i].trainable != open) strcat(out, open ? "⟧" : "⟦");
-        open = r->seg[i].trainable;
-        strncat(out, r->seg[i].text, r->seg[i].len);
-    }
-    if (open) strcat(out, "⟧");
-    return out;
-}
-
 static int marks_removed_equal(const char *a, const char *b) {
     for (;;) {
         while (!strncmp(a, "⟦", 3) || !strncmp(a, "⟧", 3)) a += 3;
@@ -201,7 +186,7 @@ Test(jinja, finds_the_answers_the_known_renderers_mark, .timeout = MT_TEST_LIMIT
         mt_chat_rendered a, b;
         mt_status sa = mt_chat_render(&known, e.m, e.n, e.tools, &a), sb = mt_chat_render(&interp, e.m, e.n, e.tools, &b);
         if (sa == MT_OK && sb == MT_OK) {
-            char *ma = marked(&a), *mb = marked(&b);
+            char *ma = chat_test_marked(&a), *mb = chat_test_marked(&b);
             cr_expect_str_eq(mb, ma, "case %zu (%s)", i, name);
             agreed++;
             free(ma);
@@ -295,7 +280,7 @@ static char *render_marked(const char *template, const char *line) {
     mt_chat_rendered r;
     char *got = NULL;
     if (mt_chat_render(&t, e.m, e.n, e.tools, &r) == MT_OK) {
-        got = marked(&r);
+        got = chat_test_marked(&r);
         mt_chat_rendered_free(&r);
     }
     mt_chat_example_free(&e);
@@ -423,7 +408,7 @@ Test(jinja, renders_a_prompt_and_an_answer_first) {
     mt_chat_message user = {.role = MT_ROLE_USER, .content = "Hi", .len = 2};
     mt_chat_rendered r;
     cr_assert_eq(mt_chat_render_prompt(&t, &user, 1, &r), MT_OK, "%s", mt_error());
-    char *got = marked(&r);
+    char *got = chat_test_marked(&r);
     cr_expect_str_eq(got, "<user>Hi</s>\n<assistant>");
     free(got);
     mt_chat_rendered_free(&r);

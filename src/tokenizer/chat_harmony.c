@@ -39,22 +39,28 @@ static int starts(const char *s, size_t n, const char *word) {
     return n >= k && !memcmp(s, word, k);
 }
 
+/* The length of s[0, n) up to its first space or '<' (a header's words end so). */
+static size_t word_len(const char *s, size_t n) {
+    size_t k = 0;
+    while (k < n && s[k] != ' ' && s[k] != '<') k++;
+    return k;
+}
+
 /* The message that starts at text[at]; 0 when the text there is not one. */
 static int read_message(const char *text, size_t len, size_t at, message *out) {
     if (!starts(text + at, len - at, START)) return 0;
     const char *header = text + at + strlen(START);
     const char *msg = find(header, (size_t)(text + len - header), MESSAGE);
     if (!msg || find(header, (size_t)(msg - header), START)) return 0;
-    size_t header_len = (size_t)(msg - header), author_len = strcspn(header, " <");
-    if (author_len > header_len) author_len = header_len;
+    size_t header_len = (size_t)(msg - header), author_len = word_len(header, header_len);
     const char *body = msg + strlen(MESSAGE);
     size_t end_len = 0;
     const char *end = find_end(body, (size_t)(text + len - body), &end_len);
     if (!end || find(body, (size_t)(end - body), START)) return 0;
     const char *channel = find(header, header_len, CHANNEL);
     size_t channel_at = channel ? (size_t)(channel - header) + strlen(CHANNEL) : header_len;
-    out->analysis = channel && starts(header + channel_at, header_len - channel_at, "analysis") &&
-                    strcspn(header + channel_at, " <") == strlen("analysis");
+    out->analysis = channel && word_len(header + channel_at, header_len - channel_at) == strlen("analysis") &&
+                    starts(header + channel_at, header_len - channel_at, "analysis");
     out->who = author_len == strlen(ASSISTANT) && starts(header, header_len, ASSISTANT) ? AUTHOR_ASSISTANT
                : author_len == 4 && starts(header, header_len, "user")                  ? AUTHOR_USER
                : starts(header, author_len, "functions.")                               ? AUTHOR_TOOL
