@@ -48,7 +48,8 @@ static const char tokenize_help[] =
     "                       last-turn (the conversation's last answer only) or all (every token, the\n"
     "                       prompts too: train_on_prompt)\n"
     "  --train-on-prompt    the same as --loss-on all\n"
-    "  --analysis-loss on|off  chat data: whether the answers' analysis channel (gpt-oss's reasoning, the\n"
+    "  --analysis-loss on|off\n"
+    "                       chat data: whether the answers' analysis channel (gpt-oss's reasoning, the\n"
     "                       messages' \"thinking\", where its template shows it) carries loss (default on)\n"
     "  --help\n";
 
@@ -169,8 +170,7 @@ int mt_cli_tokenize(int argc, char **argv) {
     mt_status rc = chat < 0 ? mt_tokenize_inputs_are_chat(o.inputs, o.n_inputs, &chat) : MT_OK;
     if (rc == MT_OK && !chat && (o.chat_template || o.loss || o.no_analysis_loss))
         rc = mt_fail(MT_ERR_INVALID, "%s: --chat-template, --loss-on and --analysis-loss apply to chat data, and the "
-                     "inputs are text "
-                     "(give --chat yes to read them as chat data)", o.inputs[0]);
+                     "inputs are text (give --chat yes to read them as chat data)", o.inputs[0]);
     int code = rc != MT_OK ? mt_cli_fail(rc) : chat ? tokenize_chat(&o) : tokenize_text(&o);
     mt_stop_signals_restore(&signals);
     return code;
