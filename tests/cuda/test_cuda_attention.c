@@ -62,11 +62,11 @@ static size_t workspace_bytes(mt_cudnn_attention *ca, mt_attn_dims d, path p, co
     if (p != PATH_CUDNN) return bytes;
     if (seg) {
         size_t sized = mt_cudnn_attention_ragged_workspace(ca, d, bytes);
-        cr_assert(mt_cudnn_attention_supports(ca, d, seg->count, &bytes), "cuDNN refused %d segments", seg->count);
+        cr_assert(mt_cudnn_attention_supports(ca, d, seg->count, 0, &bytes), "cuDNN refused %d segments", seg->count);
         cr_assert_leq(bytes, sized);
         return sized;
     }
-    cr_assert(mt_cudnn_attention_supports(ca, d, 0, &bytes), "cuDNN refused the dims");
+    cr_assert(mt_cudnn_attention_supports(ca, d, 0, 0, &bytes), "cuDNN refused the dims");
     return bytes;
 }
 
@@ -75,7 +75,7 @@ static void run_forward(gpu *g, mt_cudnn_attention *ca, path p, const buffers *b
     cudaStream_t s = (cudaStream_t)g->s;
     mt_status status = p == PATH_CUDNN
                            ? mt_cudnn_attention_forward(ca, s, b->out, b->lse, b->q, b->k, b->v, d, mt_attn_scale(NULL, d.head_dim), seg,
-                                                         b->ws)
+                                                         0, b->ws)
                            : mt_cuda_attention(s, b->out, b->lse, b->q, b->k, b->v, d, NULL, seg ? seg->pos : NULL);
     cr_assert_eq(status, MT_OK, "%s forward: %s", path_name(p), mt_error());
 }
@@ -86,7 +86,7 @@ static void run_backward(gpu *g, mt_cudnn_attention *ca, path p, const buffers *
     mt_status status =
         p == PATH_CUDNN
             ? mt_cudnn_attention_backward(ca, s, b->dq, b->dk, b->dv, b->dout, b->out, b->lse, b->q,
-                                          b->k, b->v, d, mt_attn_scale(NULL, d.head_dim), seg, b->ws)
+                                          b->k, b->v, d, mt_attn_scale(NULL, d.head_dim), seg, 0, b->ws)
             : mt_cuda_attention_dx(s, b->dq, b->dk, b->dv, b->dout, b->out, b->lse, b->q, b->k, b->v,
                                    d, NULL, seg ? seg->pos : NULL, b->ws);
     cr_assert_eq(status, MT_OK, "%s backward: %s", path_name(p), mt_error());
@@ -226,7 +226,7 @@ static void check_sinks(mt_attn_dims d, int window, unsigned seed) {
     if (!window) {
         mt_cudnn_attention *ca;
         cr_assert_eq(mt_cudnn_attention_create(&ca), MT_OK);
-        cr_assert(mt_cudnn_attention_supports(ca, d, 0, NULL), "cuDNN refused the dims");
+        cr_assert(mt_cudnn_attention_supports(ca, d, 0, 0, NULL), "cuDNN refused the dims");
         mt_cudnn_attention_destroy(ca);
     }
     size_t qc = q_count(d), kc = kv_count(d), lc = lse_count(d);

@@ -364,7 +364,7 @@ def fixture_config(config, seq, batch):
                  norm_topk_prob=0, shared_expert_intermediate_size=0, decoder_sparse_step=1,
                  output_router_logits=0, micro_batches=1, rms_norm_eps=config.rms_norm_eps, rope_theta=theta,
                  rope_scaling_factor=0, rope_low_freq_factor=0, rope_high_freq_factor=0, router_aux_loss_coef=0,
-                 mlp_only_layers="-",
+                 mlp_only_layers="-", rope_fp32=1,
                  layer_windows=",".join(str(window if t == "sliding_attention" else 0) for t in types),
                  layer_ropes=",".join(str(1 if gemma and t == "sliding_attention" else 0) for t in types))
     if gemma:

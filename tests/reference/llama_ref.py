@@ -58,7 +58,10 @@ FLOAT_KEYS = ("rms_norm_eps", "rope_theta", "rope_scaling_factor", "rope_low_fre
               "max_grad_norm", "router_aux_loss_coef")
 LIST_KEYS = ("mlp_only_layers",)
 # Keys a fixture may leave out, and what their absence means (the Llama block).
-OPTIONAL_INT_KEYS = {"sandwich_norms": 0, "norm_unit_offset": 0, "glu_act": 0, "o_bias": 0, "attn_sinks": 0}
+# rope_fp32: the RoPE tables in float32 as transformers computes them whatever the model's dtype
+# (its rotary embeddings' inv_freq, angles, cos and sin), for a comparison with its float64 models.
+OPTIONAL_INT_KEYS = {"sandwich_norms": 0, "norm_unit_offset": 0, "glu_act": 0, "o_bias": 0, "attn_sinks": 0,
+                     "rope_fp32": 0}
 OPTIONAL_FLOAT_KEYS = {"query_pre_attn_scalar": 0.0, "attn_logit_softcap": 0.0, "final_logit_softcap": 0.0,
                        "embed_scale": 1.0, "rope_local_theta": 0.0, "rope_linear_factor": 0.0}
 OPTIONAL_LIST_KEYS = {"layer_windows": [], "layer_ropes": []}
@@ -244,13 +247,13 @@ def load_positions(directory, cfg):
     return read_binary(path, "<i4", math.prod(shape)).view(shape).long()
 
 
-def rope_inv_freq(cfg, table=0):
-    """Inverse frequencies in float64: table 0 with rope_theta and its scaling (llama3's as
+def rope_inv_freq(cfg, table=0, dtype=torch.float64):
+    """Inverse frequencies in dtype: table 0 with rope_theta and its scaling (llama3's as
     transformers' _compute_llama3_parameters applies it, or linear: divided by the factor), table 1
     the local layers' plain one with rope_local_theta."""
     hd = cfg["head_dim"]
     theta = cfg["rope_local_theta"] if table == 1 else cfg["rope_theta"]
-    inv_freq = 1.0 / theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    inv_freq = 1.0 / theta ** (torch.arange(0, hd, 2, dtype=torch.int64).to(dtype) / hd)
     if table == 1:
         return inv_freq
     if cfg["rope_linear_factor"]:
@@ -393,8 +396,9 @@ class Llama:
         if positions is None:
             positions = torch.arange(seq).expand(b, seq)
         tables = []
+        rope_dtype = torch.float32 if cfg["rope_fp32"] else torch.float64
         for table in range(2):
-            angles = positions.to(torch.float64)[..., None] * rope_inv_freq(cfg, table)
+            angles = positions.to(rope_dtype)[..., None] * rope_inv_freq(cfg, table, rope_dtype)
             angles = torch.cat((angles, angles), dim=-1)[:, None]  # [b, 1, seq, hd]: every head alike
             tables.append((angles.cos().to(self.dtype), angles.sin().to(self.dtype)))
         segment = torch.cumsum(positions == 0, dim=-1)
