@@ -413,8 +413,12 @@ def check_reference(family, work):
     subprocess.run(["/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable, REF, "grads", d],
                    check=True)
     ours = float(open(os.path.join(d, "ref_loss.txt")).read())
-    check(abs(ours - theirs) <= 1e-9 * abs(theirs), f"{family}: llama_ref.py's loss {ours:.12f} is transformers' "
-          f"float64 loss {theirs:.12f}")
+    # transformers' Gemma runs its RMSNorms in float32 (x.float()) and holds its embedding scale as a
+    # float32 buffer even in a float64 model: its loss there is exact to float32's ~1e-8 (measured
+    # 1.6e-8 relative on an H100, 2026-12-07), where a wrong definition moves it by 1e-4 or more.
+    tolerance = 1e-6 if family.startswith("gemma") else 1e-9
+    check(abs(ours - theirs) <= tolerance * abs(theirs), f"{family}: llama_ref.py's loss {ours:.12f} is "
+          f"transformers' float64 loss {theirs:.12f} (within {tolerance:g} relative)")
 
 
 def main():
