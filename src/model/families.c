@@ -149,7 +149,10 @@ static json_t *softcap_json(float cap) { return cap > 0 ? mt_json_float(cap) : j
 
 void mt_family_write_gemma(const mt_config *c, json_t *o, const char *act) {
     json_object_set_new(o, "hidden_activation", json_string(act));
-    json_object_set_new(o, "query_pre_attn_scalar", mt_json_float(c->query_pre_attn_scalar));
+    /* an integer where it is one: transformers 5's Gemma configs type it int and refuse 256.0 */
+    float scalar = c->query_pre_attn_scalar;
+    json_object_set_new(o, "query_pre_attn_scalar", scalar == floorf(scalar) && scalar < 1e9f
+                                                        ? json_integer((json_int_t)scalar) : mt_json_float(scalar));
     json_object_set_new(o, "attn_logit_softcapping", softcap_json(c->attn_logit_softcap));
     json_object_set_new(o, "final_logit_softcapping", softcap_json(c->final_logit_softcap));
 }
