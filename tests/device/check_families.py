@@ -366,7 +366,7 @@ def fixture_config(config, seq, batch):
                  rope_scaling_factor=0, rope_low_freq_factor=0, rope_high_freq_factor=0, router_aux_loss_coef=0,
                  mlp_only_layers="-", rope_fp32=1,
                  layer_windows=",".join(str(window if t == "sliding_attention" else 0) for t in types),
-                 layer_ropes=",".join(str(1 if gemma and t == "sliding_attention" else 0) for t in types))
+                 layer_ropes=",".join(str(1 if local_theta and t == "sliding_attention" else 0) for t in types))
     if gemma:
         lines.update(sandwich_norms=1, norm_unit_offset=1, glu_act=1, rope_local_theta=local_theta,
                      query_pre_attn_scalar=config.query_pre_attn_scalar,
