@@ -346,8 +346,10 @@ REF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"
 
 def fixture_config(config, seq, batch):
     """llama_ref.py's config.txt for a transformers config of these families."""
-    types = getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
     window = config.sliding_window or 0
+    # Mistral's config has no layer_types: its sliding_window is every layer's
+    types = getattr(config, "layer_types", None) or \
+        ["sliding_attention" if window else "full_attention"] * config.num_hidden_layers
     gemma = config.model_type.startswith("gemma")
     rope = getattr(config, "rope_parameters", None) or {}
     full = rope.get("full_attention", rope) if isinstance(rope, dict) else {}
