@@ -360,7 +360,8 @@ def fixture_config(config, seq, batch):
                  num_layers=config.num_hidden_layers, num_heads=config.num_attention_heads,
                  num_kv_heads=config.num_key_value_heads,
                  head_dim=getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads,
-                 vocab_size=config.vocab_size, tie_embeddings=int(config.tie_word_embeddings), attention_bias=0,
+                 vocab_size=config.vocab_size, tie_embeddings=int(config.tie_word_embeddings),
+                 attention_bias=int(config.model_type == "qwen2"),  # Qwen2's q, k and v biases
                  qk_norm=1 if config.model_type == "gemma3_text" else 0, rope_original_max_position=0,
                  steps=1, seq_len=seq, batch=batch, num_experts=0, experts_per_token=0, moe_intermediate_size=0,
                  norm_topk_prob=0, shared_expert_intermediate_size=0, decoder_sparse_step=1,
