@@ -230,7 +230,7 @@ def check_family(binary, family, work):
     megatrain(binary, *train_args(init, data, STEPS, run))
     ours = metrics(run, "loss")
     fp32, fp32_weights = hf_train(init, tokens, bf16=False)
-    bf16, _ = hf_train(init, tokens, bf16=True)
+    bf16, bf16_weights = hf_train(init, tokens, bf16=True)
     print(f"{family}: step, megatrain, transformers fp32, bf16 autocast")
     for s in range(STEPS):
         print(f"  {s + 1}  {ours[s]:.5f}  {fp32[s]:.5f}  {bf16[s]:.5f}")
@@ -243,14 +243,21 @@ def check_family(binary, family, work):
     out = os.path.join(work, f"{family}-export-trained")
     export(binary, run, out)
     before, after = weights_of(init), weights_of(out)
-    cosines = {}
+    # Each tensor's update against fp32's: cosine >= COSINE, or at least as close as transformers' own
+    # bf16 autocast comes (a tensor whose gradient is mostly cancellation, such as a key bias under
+    # RoPE, has a bf16 noise floor below COSINE).
+    cosines, floors = {}, {}
     for name, theirs in fp32_weights.items():
         check(name in after, f"{family}: the export holds {name}")
-        d_ours, d_theirs = (after[name] - before[name]).flatten(), (theirs - before[name]).flatten()
-        cosines[name] = F.cosine_similarity(d_ours, d_theirs, dim=0).item()
+        d_theirs = (theirs - before[name]).flatten()
+        cosines[name] = F.cosine_similarity((after[name] - before[name]).flatten(), d_theirs, dim=0).item()
+        floors[name] = F.cosine_similarity((bf16_weights[name] - before[name]).flatten(), d_theirs, dim=0).item()
+    for name in sorted(cosines, key=cosines.get)[:4]:
+        print(f"{family}: update cosine {cosines[name]:.4f} (bf16 autocast's {floors[name]:.4f}) {name}")
+    short = {n: c for n, c in cosines.items() if c < COSINE and c < floors[n]}
     worst = min(cosines, key=cosines.get)
-    print(f"{family}: update cosines, lowest {worst} {cosines[worst]:.4f}")
-    check(cosines[worst] >= COSINE, f"{family}: every tensor's update cosine >= {COSINE} (lowest {cosines[worst]:.4f})")
+    check(not short, f"{family}: every tensor's update cosine >= {COSINE} or >= bf16 autocast's (lowest "
+          f"{cosines[worst]:.4f}, {worst}; short: {sorted(short)})")
 
     model, info = load(out)
     check(not info["missing_keys"] and not info["unexpected_keys"], f"{family}: the trained export loads whole")
