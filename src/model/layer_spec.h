@@ -20,6 +20,8 @@ typedef struct {
     float low_freq_factor, high_freq_factor; /* llama3 */
     int original_max_position;        /* llama3, yarn */
     float beta_fast, beta_slow;       /* yarn */
+    int truncate;                     /* yarn: the correction range rounded out to whole dimensions */
+    float attention_factor;           /* yarn: cos and sin scaled by it; 0: 0.1 ln(factor) + 1 */
 } mt_rope_spec;
 
 /* Attention's variants. */
