@@ -19,30 +19,15 @@ typedef struct {
     mt_config cfg;
 } mt_preset;
 
-/* How a family's checkpoints hold the experts' fused tensors when not as the layout does
- * (model/tensor_roles.def: gate_up [E x 2F, D], each expert's F gate rows then its F up rows;
- * down [E x D, F]; their biases [E x 2F] and [E x D] alike). io/hf_model.c reads and writes by
- * these flags, never by family. */
-enum {
-    /* The fused tensors are on the hub whole, under the layout's names, not one expert at a time. */
-    MT_EXPERTS_HUB_FUSED = 1u << 0,
-    /* Each expert's matrices as x @ W takes them, [E, in, out] (gpt-oss's gate_up [E, D, 2F], down
-     * [E, F, D]): the layout's rows are the hub's columns. */
-    MT_EXPERTS_HUB_TRANSPOSED = 1u << 1,
-    /* gate_up's outputs, its matrix's and its bias's, alternate gate, up, gate, up, ... (gate the
-     * even ones: gpt-oss's gate_up_proj[..., ::2]) where the layout holds F gate rows then F up. */
-    MT_EXPERTS_HUB_INTERLEAVED = 1u << 2,
-};
-
 /* A family's Hugging Face names where they are not the tensor roles' (model/tensor_roles.def):
  * a block tensor's suffix by role (NULL: the role's), and how its checkpoints on the hub name the
  * experts' matrices one at a time ("model.layers.<l>.<prefix>.experts.<e>.<gate|up|down>.weight")
- * and the router (NULL: under its own name), or hold them fused (experts_hub). */
+ * and the router (NULL: under its own name), and the roles it holds in another form (whole, then). */
 typedef struct {
     const char *suffix[MT_T_COUNT];
     const char *prefix, *gate, *up, *down;
     const char *router; /* "model.layers.<l>." + this */
-    unsigned experts_hub; /* MT_EXPERTS_HUB_* */
+    mt_hub_form form[MT_T_COUNT]; /* how the hub holds a role (model/tensor_roles.h); zero: as the layout */
 } mt_family_names;
 
 typedef struct mt_family {

@@ -3,7 +3,7 @@
  * RoPE; every block a mixture of experts of intermediate_size, the router with a bias, top-k by
  * logit then a softmax over the chosen (the same as a softmax renormalised over them), experts with
  * biases computing the clamped SwiGLU (util/glu.h: swiglu_limit, swiglu_alpha). On the hub its
- * experts are fused, x @ W's way round, gate and up interleaved (MT_EXPERTS_HUB_*). */
+ * experts are whole, x @ W's way round, gate and up interleaved, or as MXFP4 pairs (their forms). */
 #include "model/families.h"
 
 #include <math.h>
@@ -118,10 +118,16 @@ static void plan(const mt_config *c, int l, mt_layer_spec *s) {
     s->ffn_spec.flags |= MT_FFN_EXPERT_BIAS | MT_FFN_ROUTER_BIAS;
 }
 
-/* mlp.router.weight and .bias; the experts fused under the roles' names. */
+/* mlp.router.weight and .bias; the experts whole under the roles' names, as GptOssExperts holds
+ * them: gate_up_proj [E, D, 2F] (x @ W's way round, gate the even columns: gate_up[..., ::2]), its
+ * bias [E, 2F] interleaved alike, down_proj [E, F, D]; the hub's MXFP4 pairs gate_up_proj_blocks
+ * [E, 2F, D / 32, 16] and down_proj_blocks [E, D, F / 32, 16] (transformers' convert_moe_packed_tensors
+ * decodes them, then transposes). */
 static const mt_family_names names = {
     .suffix = {[MT_T_ROUTER] = "mlp.router.weight", [MT_T_ROUTER_BIAS] = "mlp.router.bias"},
-    .experts_hub = MT_EXPERTS_HUB_FUSED | MT_EXPERTS_HUB_TRANSPOSED | MT_EXPERTS_HUB_INTERLEAVED};
+    .form = {[MT_T_EXPERTS_GATE_UP] = {.interleaved = 1, .transposed = 1, .mxfp4 = 1},
+             [MT_T_EXPERTS_GATE_UP_BIAS] = {.interleaved = 1},
+             [MT_T_EXPERTS_DOWN] = {.transposed = 1, .mxfp4 = 1}}};
 
 const mt_family mt_family_gpt_oss = {
     .arch = MT_ARCH_GPT_OSS, .architecture = "GptOssForCausalLM", .model_type = "gpt_oss",
