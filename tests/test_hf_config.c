@@ -243,6 +243,9 @@ Test(hfconfig, refuses_math_it_does_not_implement) {
                             "\"original_max_position_embeddings\": 8192, \"mscale\": 1.0}", "'rope_scaling.mscale'");
     cfg_case_expect_refusal(llama32, "rope_scaling", "{\"type\": \"dynamic\", \"factor\": 2.0}", "'dynamic'");
     cfg_case_expect_refusal(llama32, "quantization_config", "{\"quant_method\": \"gptq\"}", "'quantization_config'");
+    cfg_case_expect_refusal(llama32, "quantization_config", "{\"quant_method\": \"mxfp4\"}",
+                            "LlamaForCausalLM checkpoints are not quantized");
+    cfg_case_expect_refusal(llama32, "quantization_config", "\"mxfp4\"", "'quant_method'");
 }
 
 /* Linear RoPE scaling (Gemma 3's global layers) is computed since ISSUE 40: the frequencies

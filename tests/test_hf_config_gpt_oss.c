@@ -111,3 +111,17 @@ Test(hfconfig_gpt_oss, refuses_what_disagrees_or_is_out_of_range_by_name) {
     cr_assert_eq(cfg_case_parse_variant(gpt_oss_20b, "swiglu_alpha", "1.5", &c), MT_OK, "%s", mt_error());
     cr_expect(c.swiglu_alpha == 1.5f && mt_layer_spec_of(&c, 0).ffn_spec.alpha == 1.5f);
 }
+
+/* The hub's quantization_config (MXFP4 experts, decoded as the checkpoint loads) changes nothing of
+ * the config; another method is refused naming it. */
+Test(hfconfig_gpt_oss, takes_mxfp4_quantization_and_refuses_another_method) {
+    mt_config c, want;
+    cr_assert_eq(mt_config_preset("gpt-oss-20b", &want), MT_OK);
+    cr_assert_eq(cfg_case_parse_variant(gpt_oss_20b, "quantization_config", "{\"quant_method\": \"mxfp4\", "
+                 "\"modules_to_not_convert\": [\"model.layers.*.self_attn\", \"model.embed_tokens\"]}", &c),
+                 MT_OK, "%s", mt_error());
+    expect_same(&c, &want, "the hub's config.json with its quantization_config");
+    cfg_case_expect_refusal(gpt_oss_20b, "quantization_config", "{\"quant_method\": \"fp8\"}",
+                            "quant_method 'fp8' is not supported (mxfp4 only");
+    cfg_case_expect_refusal(gpt_oss_20b, "quantization_config", "{\"bits\": 4}", "'quantization_config'");
+}
