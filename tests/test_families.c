@@ -141,9 +141,16 @@ Test(families, spec_values_no_op_computes_are_refused_by_name) {
     bad = m, bad.logit_softcap = -30;
     cr_expect_eq(mt_model_spec_check(&bad), MT_ERR_INVALID);
     cr_expect(strstr(mt_error(), "final_logit_softcapping"), "%s", mt_error());
-    bad = m, bad.rope[0].type = MT_ROPE_YARN;
+    mt_rope_spec yarn = {.type = MT_ROPE_YARN, .theta = 150000.0f, .factor = 32, .beta_fast = 32, .beta_slow = 1,
+                         .original_max_position = 4096};
+    ok = m, ok.rope[0] = yarn;
+    cr_assert_eq(mt_model_spec_check(&ok), MT_OK, "%s", mt_error());
+    bad = ok, bad.rope[0].beta_slow = 0;
     cr_expect_eq(mt_model_spec_check(&bad), MT_ERR_INVALID);
-    cr_expect(strstr(mt_error(), "yarn"), "%s", mt_error());
+    cr_expect(strstr(mt_error(), "yarn beta_fast and beta_slow"), "%s", mt_error());
+    bad = ok, bad.rope[0].original_max_position = 0;
+    cr_expect_eq(mt_model_spec_check(&bad), MT_ERR_INVALID);
+    cr_expect(strstr(mt_error(), "original_max_position_embeddings"), "%s", mt_error());
     bad = m, bad.num_ropes = 3;
     cr_expect_eq(mt_model_spec_check(&bad), MT_ERR_INVALID);
     cr_expect(strstr(mt_error(), "RoPE tables"), "%s", mt_error());
@@ -161,7 +168,8 @@ Test(families, a_window_counts_the_flops_it_does) {
     cr_expect_float_eq(mt_config_blocks_extra_flops(&c, 4), mt_config_blocks_extra_flops(&full, 4), 1e-9);
 }
 
-/* mt_rope_inv_freq is transformers' default, linear and llama3 computation. */
+/* mt_rope_inv_freq is transformers' default, linear and llama3 computation (yarn's:
+ * tests/test_rope_yarn.c). */
 Test(families, rope_tables_follow_their_spec) {
     mt_rope_spec plain = {.type = MT_ROPE_DEFAULT, .theta = 10000.0f};
     float f[4];

@@ -40,6 +40,12 @@ mt_layer_spec mt_layer_spec_of(const mt_config *c, int l) {
     mt_layer_spec s;
     memset(&s, 0, sizeof s);
     mt_family_of(c->arch)->plan(c, l, &s);
+    mt_model_spec m = mt_model_spec_of(c);
+    if (s.attn.rope >= 0 && s.attn.rope < m.num_ropes) {
+        float factor = mt_rope_attention_factor(&m.rope[s.attn.rope]);
+        if (factor != 1.0f)
+            s.attn.q_scale = (s.attn.q_scale > 0 ? s.attn.q_scale : 1.0f / sqrtf((float)c->head_dim)) * factor * factor;
+    }
     return s;
 }
 
