@@ -48,9 +48,12 @@ mt_status mt_layer_spec_check(const mt_layer_spec *s, const mt_model_spec *m, in
               "layer %d: an o_proj bias or attention sinks are not supported yet", l);
     REFUSE_IF((a->flags & MT_ATTN_QK_NORM_HEAD) && (a->flags & MT_ATTN_QK_NORM_FULL),
               "layer %d: q/k RMSNorm is over each head or over the whole projection, not both", l);
-    REFUSE_IF(s->ffn_spec.act == MT_GLU_SILU_CLAMPED, "layer %d: the clamped SwiGLU is not supported yet", l);
-    REFUSE_IF(s->ffn_spec.flags & (MT_FFN_EXPERT_BIAS | MT_FFN_ROUTER_BIAS),
-              "layer %d: expert biases or a router bias are not supported yet", l);
+    REFUSE_IF(s->ffn_spec.act == MT_GLU_SILU_CLAMPED &&
+                  (!(s->ffn_spec.clamp > 0) || !(s->ffn_spec.alpha > 0) || !isfinite(s->ffn_spec.clamp) ||
+                   !isfinite(s->ffn_spec.alpha)),
+              "layer %d: the clamped SwiGLU's swiglu_limit and swiglu_alpha must be positive", l);
+    REFUSE_IF(s->ffn != MT_FFN_MOE && (s->ffn_spec.flags & (MT_FFN_EXPERT_BIAS | MT_FFN_ROUTER_BIAS)),
+              "layer %d: expert biases and a router bias are part of a mixture of experts", l);
     REFUSE_IF(s->ffn == MT_FFN_MOE && (s->ffn_spec.flags & MT_FFN_POST_NORM),
               "layer %d: a post-feedforward norm after a mixture of experts is not supported yet", l);
     REFUSE_IF(s->ffn != MT_FFN_MOE && (s->ffn_spec.flags & (MT_FFN_SHARED_EXPERT | MT_FFN_RENORM)),
