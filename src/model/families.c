@@ -82,7 +82,9 @@ void mt_family_plan_model_common(const mt_config *c, mt_model_spec *m) {
     m->norm_eps = c->rms_norm_eps;
     m->embed_scale = 1.0f;
     m->num_ropes = 1;
-    mt_rope_type scaled = c->rope_scaling_linear ? MT_ROPE_LINEAR : c->rope_scaling_yarn ? MT_ROPE_YARN : MT_ROPE_LLAMA3;
+    mt_rope_type scaled = c->rope_scaling_linear ? MT_ROPE_LINEAR
+                          : c->rope_scaling_yarn ? MT_ROPE_YARN
+                                                 : MT_ROPE_LLAMA3;
     m->rope[0] = (mt_rope_spec){.type = c->rope_scaling_factor != 0 ? scaled : MT_ROPE_DEFAULT,
                                 .theta = c->rope_theta,
                                 .factor = c->rope_scaling_factor,

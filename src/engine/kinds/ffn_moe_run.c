@@ -9,9 +9,9 @@
  *
  * as transformers computes Qwen3MoeSparseMoeBlock, Qwen2MoeSparseMoeBlock, MixtralSparseMoeBlock,
  * OlmoeSparseMoeBlock and GptOssMLP (the biases where the spec has them: a NULL tensor is none; the
- * GLU as the spec names it, gpt-oss's clamped one); every step on the device (backend.h's moe group). The backward recomputes
- * the piece's forward (its routing too) and runs each op's backward; the load-balancing loss's
- * gradient enters through the router's softmax.
+ * GLU as the spec names it, gpt-oss's clamped one); every step on the device (backend.h's moe
+ * group). The backward recomputes the piece's forward (its routing too) and runs each op's
+ * backward; the load-balancing loss's gradient enters through the router's softmax.
  *
  * Over a pass it keeps (its pass entries, block_parts.h) each micro-batch's routing statistics,
  * which the forwards add to, and the load-balancing loss's gradient per router probability, which
