@@ -131,6 +131,15 @@ Test(hfconfig, refuses_what_qwen3_models_may_carry_that_it_does_not_do) {
     cfg_case_expect_refusal(qwen3, "model_type", "\"qwen3_moe\"", "'model_type'");
     /* Its attention_bias puts biases on q/k/v and o_proj. */
     cfg_case_expect_refusal(qwen3, "attention_bias", "true", "'attention_bias'");
+    /* Long-context YaRN, as the Qwen3 model cards suggest: transformers' defaults where absent. */
+    mt_config yarn;
+    cr_assert_eq(cfg_case_parse_variant(qwen3, "rope_scaling",
+                                        "{\"rope_type\": \"yarn\", \"factor\": 4.0, "
+                                        "\"original_max_position_embeddings\": 32768}", &yarn),
+                 MT_OK, "%s", mt_error());
+    cr_expect(yarn.rope_scaling_yarn && yarn.rope_scaling_factor == 4.0f && yarn.rope_original_max_position == 32768 &&
+              yarn.rope_beta_fast == 32.0f && yarn.rope_beta_slow == 1.0f && yarn.rope_truncate &&
+              yarn.rope_attention_factor == 0.0f);
     /* Long-context LongRoPE scaling (Phi-3's). */
     cfg_case_expect_refusal(qwen3, "rope_scaling",
                    "{\"rope_type\": \"longrope\", \"factor\": 4.0, \"original_max_position_embeddings\": 32768}",

@@ -40,6 +40,12 @@ mt_layer_spec mt_layer_spec_of(const mt_config *c, int l) {
     mt_layer_spec s;
     memset(&s, 0, sizeof s);
     mt_family_of(c->arch)->plan(c, l, &s);
+    mt_model_spec m = mt_model_spec_of(c);
+    if (s.attn.rope >= 0 && s.attn.rope < m.num_ropes) {
+        float factor = mt_rope_attention_factor(&m.rope[s.attn.rope]);
+        if (factor != 1.0f)
+            s.attn.q_scale = (s.attn.q_scale > 0 ? s.attn.q_scale : 1.0f / sqrtf((float)c->head_dim)) * factor * factor;
+    }
     return s;
 }
 
@@ -76,7 +82,9 @@ void mt_family_plan_model_common(const mt_config *c, mt_model_spec *m) {
     m->norm_eps = c->rms_norm_eps;
     m->embed_scale = 1.0f;
     m->num_ropes = 1;
-    mt_rope_type scaled = c->rope_scaling_linear ? MT_ROPE_LINEAR : c->rope_scaling_yarn ? MT_ROPE_YARN : MT_ROPE_LLAMA3;
+    mt_rope_type scaled = c->rope_scaling_linear ? MT_ROPE_LINEAR
+                          : c->rope_scaling_yarn ? MT_ROPE_YARN
+                                                 : MT_ROPE_LLAMA3;
     m->rope[0] = (mt_rope_spec){.type = c->rope_scaling_factor != 0 ? scaled : MT_ROPE_DEFAULT,
                                 .theta = c->rope_theta,
                                 .factor = c->rope_scaling_factor,
