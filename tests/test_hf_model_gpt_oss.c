@@ -4,7 +4,7 @@
  * and their BF16 twin, decoded as transformers decodes them, load to the same weights, those that
  * GptOssExperts' forward reads; a corrupt block, scales of the wrong shape or missing, blocks that
  * are not U8, a tensor held both ways and a role held both ways are refused naming the tensor and
- * the file. */
+ * the file, and `train --init-from` exits 2 on them. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <limits.h>
@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "cli_run.h"
 #include "hf_test_files.h"
 #include "io/hf_model.h"
 #include "tiny_model.h"
@@ -184,6 +185,20 @@ Test(hfmodel_gpt_oss, refuses_broken_mxfp4_naming_the_tensor_and_the_file) {
             cr_expect(strstr(mt_error(), cases[c].needles[k]), "%s: '%s' not in: %s", cases[c].dir, cases[c].needles[k],
                       mt_error());
     }
+    /* the command: exit 2, the error line naming them */
+    char data[PATH_MAX], run[PATH_MAX];
+    FILE *f = fopen(hf_test_path(data, dir, "ids.bin"), "wb");
+    int32_t header[256] = {20240520, 1, 256};
+    fwrite(header, sizeof header, 1, f);
+    for (uint16_t i = 0; i < 256; i++) fwrite(&(uint16_t){(uint16_t)(i % lay.cfg.vocab_size)}, 2, 1, f);
+    fclose(f);
+    mt_cli_result r;
+    mt_cli_run(&r, 120, "train", "--init-from", hf_test_path(path, dir, "corrupt"), "--data", data, "--seq", "16",
+               "--batch", "2", "--backend", "cpu", "--steps", "1", "--out", hf_test_path(run, dir, "run"), NULL);
+    cr_expect_eq(r.exit_code, 2, "exit %d:\n%s", r.exit_code, r.err);
+    cr_expect(strstr(r.err, "megatrain: error: ") && strstr(r.err, cases[0].needles[0]) &&
+              strstr(r.err, cases[0].needles[2]), "the error does not name the tensor and the file:\n%s", r.err);
+    mt_cli_result_free(&r);
     free(back), free(masters);
     hf_test_rmtree(dir);
     mt_layout_free(&lay);
