@@ -17,7 +17,7 @@ group short), mixed (layer 1's gate_up plain BF16 beside layer 0's MXFP4), dtype
 down_proj_blocks as I8), both (layer 0's gate_up_proj held plain as well as in MXFP4),
 no_scales (layer 1's down_proj_scales left out).
 
-The safetensors format is written by hand as tests/reference/make_safetensors_fixture.py does.
+The safetensors files are written by tests/reference/make_safetensors_fixture.py's writer.
 
 usage: make_gpt_oss_checkpoint.py EXPORT_DIR OUT_DIR SEED
 Exits 3 when torch is missing."""
@@ -33,9 +33,10 @@ try:
 except ImportError:
     sys.exit(3)
 
+from make_safetensors_fixture import write_safetensors
+
 FP4_VALUES = [+0.0, +0.5, +1.0, +1.5, +2.0, +3.0, +4.0, +6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
 DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "U8": torch.uint8, "I8": torch.int8}
-NAMES = {v: k for k, v in DTYPES.items()}
 
 
 def read_safetensors(path):
@@ -56,24 +57,6 @@ def read_safetensors(path):
             t = t.view(DTYPES[e["dtype"]])
         tensors[name] = t.reshape(e["shape"])
     return tensors
-
-
-def write_safetensors(path, tensors):
-    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
-    for name, t in tensors.items():
-        t = t.contiguous()
-        raw = t.view(torch.int16) if t.dtype == torch.bfloat16 else t
-        data = raw.numpy().tobytes()
-        header[name] = {"dtype": NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
 
 
 def decode(blocks, scales):
@@ -101,7 +84,7 @@ def write_dir(path, config, tensors, quantized):
         cfg["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": ["model.embed_tokens"]}
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
-    write_safetensors(os.path.join(path, "model.safetensors"), tensors)
+    write_safetensors(os.path.join(path, "model.safetensors"), list(tensors.items()))
 
 
 def main(export_dir, out_dir, seed):
