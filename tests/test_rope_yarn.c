@@ -1,4 +1,5 @@
-/* YaRN RoPE against transformers' definition (tests/reference/rope_ref.py, float64): the inverse
+/* YaRN RoPE against transformers' definition (tests/reference/rope_ref.py, llama_ref.py's YaRN, in
+ * float64): the inverse
  * frequencies mt_rope_inv_freq gives (the linear ramp between beta_fast's and beta_slow's
  * dimensions, truncate on and off), the attention factor (0.1 ln(factor) + 1, or the config's),
  * and the scores of q and k turned by the CPU rope op and scaled as the layer's spec says (the
@@ -31,8 +32,8 @@ static void yarn_case(const char *title, mt_config c) {
     int D = c.head_dim;
     char params[512];
     snprintf(params, sizeof params,
-             "theta=%.9e\nhead_dim=%d\nfactor=%.9e\nbeta_fast=%.9e\nbeta_slow=%.9e\noriginal=%d\ntruncate=%d\n"
-             "attention_factor=%.9e\npositions=%d\nheads=%d\n",
+             "rope_theta=%.9e\nhead_dim=%d\nrope_scaling_factor=%.9e\nrope_beta_fast=%.9e\nrope_beta_slow=%.9e\n"
+             "rope_original_max_position=%d\nrope_truncate=%d\nrope_attention_factor=%.9e\npositions=%d\nheads=%d\n",
              (double)r->theta, D, (double)r->factor, (double)r->beta_fast, (double)r->beta_slow,
              r->original_max_position, r->truncate, (double)r->attention_factor, POSITIONS, HEADS);
     ref_ops_case *k = ref_ops_new_case(&set, title, "yarn", params);

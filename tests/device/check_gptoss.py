@@ -28,10 +28,8 @@ the experts' gate_up N(0, 0.4) so that the clamped SwiGLU's clamps (at 7) bind:
 Exits non-zero on the first failure; writes $OUT/check_gptoss.json when OUT is set.
 """
 import argparse
-import glob
 import json
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -40,9 +38,13 @@ import numpy
 import torch
 import torch.nn.functional as F
 import transformers
-from safetensors.torch import load_file
 
-STEPS, SEQ, BATCH, LR, WD, CLIP, COSINE, AUX_COEF = 8, 512, 2, 1e-3, 0.1, 1.0, 0.99, 0.05
+# The families' check's steps, shapes, optimizer and helpers (its train_args, the token stream).
+from check_families import (CLIP, COSINE, LR, STEPS, WD, batch_of, check, export, load, logits_of, megatrain,
+                            metrics, stream, train_args, weights_of, write_tokens)
+from check_moe import load_balancing_loss  # transformers' load_balancing_loss_func, written out
+
+AUX_COEF = 0.05
 LAYERS = 4
 CONFIG = dict(vocab_size=2048, hidden_size=384, intermediate_size=256, num_hidden_layers=LAYERS,
               num_attention_heads=8, num_key_value_heads=2, head_dim=64, max_position_embeddings=4096,
@@ -51,18 +53,6 @@ CONFIG = dict(vocab_size=2048, hidden_size=384, intermediate_size=256, num_hidde
               tie_word_embeddings=False, eos_token_id=2, pad_token_id=0,
               layer_types=["sliding_attention", "full_attention"] * (LAYERS // 2))
 results = {}
-
-
-def check(cond, message):
-    if not cond:
-        raise SystemExit(f"FAIL: {message}")
-    print(f"ok: {message}", flush=True)
-
-
-def megatrain(binary, *args):
-    cmd = [binary, *map(str, args)]
-    print("+", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True)
 
 
 def config_of(**changes):
@@ -88,35 +78,6 @@ def save_random_model(path):
     draw(model)
     model.save_pretrained(path, safe_serialization=True)
     return model.config
-
-
-def write_tokens(path, tokens):
-    """llm.c's .bin layout: 256 int32 header (magic, version 1, count), then uint16 tokens."""
-    header = [0] * 256
-    header[0], header[1], header[2] = 20240520, 1, len(tokens)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<256i", *header))
-        f.write(struct.pack(f"<{len(tokens)}H", *tokens))
-
-
-def stream(vocab):
-    g = torch.Generator().manual_seed(1)
-    return torch.randint(3, vocab, ((STEPS + 1) * BATCH * SEQ + 1,), generator=g)
-
-
-def batch_of(tokens, step):
-    first = step * BATCH
-    return torch.stack([tokens[(first + b) * SEQ:(first + b) * SEQ + SEQ + 1] for b in range(BATCH)])
-
-
-def load_balancing_loss(router_logits, num_experts, top_k):
-    """transformers' load_balancing_loss_func without an attention mask, over the routers' logits
-    (their biases included) of one forward."""
-    logits = torch.cat(router_logits, dim=0)
-    routing_weights = torch.softmax(logits.float(), dim=-1)
-    _, selected = torch.topk(routing_weights, top_k, dim=-1)
-    tokens_per_expert = F.one_hot(selected, num_experts).float().mean(dim=0)
-    return (tokens_per_expert * routing_weights.mean(dim=0).unsqueeze(0)).sum() * num_experts
 
 
 def hf_train(init, tokens, bf16):
@@ -151,43 +112,6 @@ def hf_train(init, tokens, bf16):
     for hook in hooks:
         hook.remove()
     return objective, auxes, {n: p.detach().float().cpu() for n, p in model.named_parameters()}
-
-
-def metrics(run, key):
-    with open(os.path.join(run, "metrics.jsonl")) as f:
-        lines = [json.loads(line) for line in f if line.strip()]
-    by_step = {line["step"]: line[key] for line in lines if key in line and "step" in line}
-    return [by_step[s] for s in sorted(by_step)]
-
-
-def train_args(init, data, steps, run, *extra):
-    return ("train", "--init-from", init, "--data", data, "--steps", steps, "--out", run, "--seq", SEQ, "--batch",
-            BATCH, "--sequential", "--val-fraction", 0, "--eval-every", 0, "--lr", LR, "--warmup", 0, "--schedule",
-            "constant", "--clip", CLIP, "--weight-decay", WD, "--beta1", 0.9, "--beta2", 0.95, "--eps", 1e-8,
-            "--backend", "cuda", "--ckpt-every", STEPS, *extra)
-
-
-def load(path):
-    model, info = transformers.AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32,
-                                                                    attn_implementation="eager",
-                                                                    output_loading_info=True)
-    return model.cuda().eval(), info
-
-
-@torch.no_grad()
-def logits_of(model, batch):
-    return model(input_ids=batch.cuda()).logits.float()
-
-
-def weights_of(directory):
-    out = {}
-    for path in glob.glob(os.path.join(directory, "*.safetensors")):
-        out.update({k: v.float() for k, v in load_file(path).items()})
-    return out
-
-
-def export(binary, run, out):
-    megatrain(binary, "export", sorted(glob.glob(os.path.join(run, "ckpt-*")))[-1], out, "--dtype", "fp32")
 
 
 REF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference", "llama_ref.py")
@@ -346,7 +270,7 @@ def main():
         config = save_random_model(init)
         tokens = stream(config.vocab_size)
         data = os.path.join(work, "tokens.bin")
-        write_tokens(data, tokens.tolist())
+        write_tokens(data, tokens.tolist(), config.vocab_size)
         check_unchanged(args.bin, init, data, tokens, work)
         run, out = check_training(args.bin, init, data, tokens, work)
         check_trained_export(args.bin, init, data, tokens, run, out)
