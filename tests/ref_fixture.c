@@ -130,8 +130,6 @@ static void write_spec(FILE *f, const mt_config *c) {
         fprintf(f, "rope_yarn=1\nrope_beta_fast=%.9g\nrope_beta_slow=%.9g\nrope_truncate=%d\n"
                    "rope_attention_factor=%.9g\n",
                 (double)r->beta_fast, (double)r->beta_slow, r->truncate, (double)r->attention_factor);
-    if (s.attn.flags & MT_ATTN_BIAS_O) fprintf(f, "o_bias=1\n");
-    if (s.attn.flags & MT_ATTN_SINKS) fprintf(f, "attn_sinks=1\n");
     if (s.ffn_spec.flags & MT_FFN_ROUTER_BIAS) fprintf(f, "router_bias=1\n");
     if (s.ffn_spec.flags & MT_FFN_EXPERT_BIAS) fprintf(f, "expert_bias=1\n");
     if (s.ffn_spec.act == MT_GLU_SILU_CLAMPED)

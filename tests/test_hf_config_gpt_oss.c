@@ -2,14 +2,17 @@
  * which the checkpoint reader takes) gives the preset and writes back the same; GptOssConfig's
  * defaults where a field is absent (YaRN, the window on the even layers, the clamped SwiGLU's
  * limit and alpha); transformers 5's rope_parameters reads the same; what disagrees or is out of
- * range is refused naming the field. */
+ * range is refused naming the field; the presets' sizes are the model cards', and plan takes the
+ * 120b at the issue's machine. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <string.h>
 
+#include "cli_run.h"
 #include "config_cases.h"
 #include "io/hf_config.h"
 #include "model/families.h"
+#include "test_limits.h"
 
 #define TYPES4 "\"sliding_attention\", \"full_attention\", \"sliding_attention\", \"full_attention\""
 #define TYPES24 TYPES4 ", " TYPES4 ", " TYPES4 ", " TYPES4 ", " TYPES4 ", " TYPES4
@@ -124,4 +127,30 @@ Test(hfconfig_gpt_oss, takes_mxfp4_quantization_and_refuses_another_method) {
     cfg_case_expect_refusal(gpt_oss_20b, "quantization_config", "{\"quant_method\": \"fp8\"}",
                             "quant_method 'fp8' is not supported (mxfp4 only");
     cfg_case_expect_refusal(gpt_oss_20b, "quantization_config", "{\"bits\": 4}", "'quantization_config'");
+}
+
+/* The model cards' 20.9 B and 116.8 B parameters. */
+Test(hfconfig_gpt_oss, the_presets_are_the_model_cards_sizes) {
+    const struct {
+        const char *name;
+        double billions;
+    } cards[] = {{"gpt-oss-20b", 20.9}, {"gpt-oss-120b", 116.8}};
+    for (int i = 0; i < 2; i++) {
+        mt_config c;
+        cr_assert_eq(mt_config_preset(cards[i].name, &c), MT_OK);
+        double b = (double)mt_config_total_params(&c) / 1e9;
+        cr_expect(b > cards[i].billions - 0.05 && b < cards[i].billions + 0.05, "%s: %.3f B parameters",
+                  cards[i].name, b);
+    }
+}
+
+/* The issue's machine: 1.5 TB of host beside an H200's 139 GiB; bf16 moments bring the host's
+ * share to 12 bytes a parameter, which fits. */
+Test(hfconfig_gpt_oss, plan_takes_the_120b, .timeout = MT_TEST_LIMIT(60)) {
+    mt_cli_result r;
+    mt_cli_run(&r, MT_TEST_LIMIT(30), "plan", "--preset", "gpt-oss-120b", "--host-mem", "1.5TB", "--gpu-mem",
+               "139GiB", "--moments", "bf16", NULL);
+    cr_expect_eq(r.exit_code, 0, "exit %d:\n%s", r.exit_code, r.err);
+    cr_expect(strstr(r.out, "116.8") && strstr(r.out, "128 experts") && strstr(r.out, ": fits"), "%s", r.out);
+    mt_cli_result_free(&r);
 }

@@ -377,13 +377,12 @@ class Llama:
         scores = self.softcap(q @ k.transpose(-1, -2) / math.sqrt(scalar), cfg["attn_logit_softcap"])
         scores = scores.masked_fill(blocked, float("-inf"))
         if cfg["attn_sinks"]:
-            # gpt-oss's eager_attention_forward: each head's sink logit a last column of the softmax,
-            # dropped before the values.
+            # gpt-oss: each head's sink logit, unscaled, one more softmax column whose value is none.
             sinks = self.p[prefix + "sinks"].view(1, h, 1, 1).expand(b, h, s, 1)
-            out = torch.softmax(torch.cat((scores, sinks), dim=-1), dim=-1)[..., :-1] @ v
+            probs = torch.softmax(torch.cat((scores, sinks), dim=-1), dim=-1)[..., :-1]
         else:
-            out = torch.softmax(scores, dim=-1) @ v
-        out = out.transpose(1, 2).reshape(b, s, h * hd)
+            probs = torch.softmax(scores, dim=-1)
+        out = (probs @ v).transpose(1, 2).reshape(b, s, h * hd)
         return self.linear(out, prefix + "o_proj", bool(cfg["o_bias"]))
 
     def mlp(self, x, prefix):
