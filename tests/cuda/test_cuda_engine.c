@@ -240,6 +240,26 @@ Test(cuda, engine_matches_cpu_in_windows_qwen3) {
     compare_backends_at("qwen3_windows", &c, NULL, 12);
 }
 
+/* gpt-oss (tiny_model.h): sinks and every attention bias, q 256 wide over a hidden 128, a window of
+ * 3, YaRN, 6 experts top 3 with the router's and the experts' biases, the clamped SwiGLU with its
+ * clamps binding, the load-balancing loss; whole and in attention windows of 12 queries. */
+static mt_config wider_gpt_oss(void) {
+    mt_config c = mt_tiny_wider(mt_tiny_config_moe(MT_ARCH_GPT_OSS, 1));
+    c.head_dim = 64;
+    c.moe_intermediate_size = c.intermediate_size;
+    return c;
+}
+
+Test(cuda, engine_matches_cpu_gpt_oss) {
+    mt_config c = wider_gpt_oss();
+    compare_backends("gpt_oss", &c);
+}
+
+Test(cuda, engine_matches_cpu_in_windows_gpt_oss) {
+    mt_config c = wider_gpt_oss();
+    compare_backends_at("gpt_oss_windows", &c, NULL, 12);
+}
+
 /* Packed examples in windows of 12: the windows with segments run on the CUDA-core kernels. */
 Test(cuda, engine_matches_cpu_in_windows_packed_llama_gqa) {
     mt_config c = mt_tiny_wider(mt_tiny_config_gqa());
