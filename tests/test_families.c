@@ -102,9 +102,9 @@ static void expect_refused(const mt_layer_spec *s, const mt_model_spec *m, const
 
 /* What no op computes yet is refused by name, until the backend has the op. */
 /* What the ops compute since ISSUE 40 (windows, scales, soft-caps, GELU-tanh, (1 + w) norms, the
- * sandwich norms, an embedding scale, linear RoPE, a second RoPE table) and 41 (YaRN, the experts'
- * clamped SwiGLU and biases, the router's bias) passes; what none computes yet, and values out of
- * range, are refused naming the field. */
+ * sandwich norms, an embedding scale, linear RoPE, a second RoPE table) and since ISSUE 41 (an o_proj
+ * bias, attention sinks) passes; what none computes yet, and values
+ * out of range, are refused naming the field. */
 Test(families, spec_values_no_op_computes_are_refused_by_name) {
     mt_config c = mt_tiny_config_gqa();
     mt_model_spec m = mt_model_spec_of(&c);
@@ -123,8 +123,10 @@ Test(families, spec_values_no_op_computes_are_refused_by_name) {
     expect_refused(&s, &m, "attention scale");
     s = good, s.attn.logit_softcap = -50;
     expect_refused(&s, &m, "attn_logit_softcapping");
-    s = good, s.attn.flags |= MT_ATTN_SINKS;
-    expect_refused(&s, &m, "attention sinks");
+    s = good, s.ffn_spec.act = MT_GLU_SILU_CLAMPED;
+    expect_refused(&s, &m, "clamped SwiGLU");
+    /* gpt-oss's experts (ISSUE 41): the clamped SwiGLU with a positive limit and alpha, their
+     * biases and the router's, in a mixture of experts only */
     s = good, s.ffn = MT_FFN_MOE, s.ffn_spec.act = MT_GLU_SILU_CLAMPED, s.ffn_spec.clamp = 7, s.ffn_spec.alpha = 1.702f;
     s.ffn_spec.flags |= MT_FFN_EXPERT_BIAS | MT_FFN_ROUTER_BIAS | MT_FFN_RENORM;
     cr_assert_eq(mt_layer_spec_check(&s, &m, 0), MT_OK, "%s", mt_error());
