@@ -123,6 +123,10 @@ Test(families, spec_values_no_op_computes_are_refused_by_name) {
     expect_refused(&s, &m, "attention scale");
     s = good, s.attn.logit_softcap = -50;
     expect_refused(&s, &m, "attn_logit_softcapping");
+    s = good, s.ffn_spec.act = MT_GLU_SILU_CLAMPED;
+    expect_refused(&s, &m, "clamped SwiGLU");
+    /* gpt-oss's experts (ISSUE 41): the clamped SwiGLU with a positive limit and alpha, their
+     * biases and the router's, in a mixture of experts only */
     s = good, s.ffn = MT_FFN_MOE, s.ffn_spec.act = MT_GLU_SILU_CLAMPED, s.ffn_spec.clamp = 7, s.ffn_spec.alpha = 1.702f;
     s.ffn_spec.flags |= MT_FFN_EXPERT_BIAS | MT_FFN_ROUTER_BIAS | MT_FFN_RENORM;
     cr_assert_eq(mt_layer_spec_check(&s, &m, 0), MT_OK, "%s", mt_error());

@@ -49,14 +49,14 @@ typedef struct {
     int attention_bias;      /* q/k/v projections carry a bias (Qwen2; gpt-oss: o_proj too) */
     int qk_norm;             /* mt_qk_norm: RMSNorm of q and k before RoPE (Qwen3, OLMoE) */
     int attention_sinks;     /* a learned logit a query head: a softmax column with no value (gpt-oss) */
-    /* rope_scaling of type "llama3", or with rope_scaling_linear "linear" (the factor only), or
-     * with rope_scaling_yarn "yarn"; factor == 0 means none. */
+    /* rope_scaling of type "llama3", or with rope_scaling_linear "linear" (the factor only);
+     * factor == 0 means none. */
     float rope_scaling_factor;
     int rope_scaling_linear;
     float rope_low_freq_factor;
     float rope_high_freq_factor;
     int rope_original_max_position;        /* llama3's and yarn's */
-    int rope_scaling_yarn;
+    int rope_scaling_yarn;                 /* or, with it, "yarn" (factor, original and the three below) */
     float rope_beta_fast, rope_beta_slow;  /* yarn's */
     int rope_truncate;                     /* yarn's: the correction range rounded to whole dimensions */
     float rope_attention_factor;           /* yarn's cos and sin scale; 0: 0.1 ln(factor) + 1 */

@@ -58,6 +58,7 @@ results = {}
 def config_of(**changes):
     config = transformers.GptOssConfig(**dict(CONFIG, **changes))
     config._attn_implementation = "eager"  # the sinks: eager attention is transformers' own
+    config._experts_implementation = "eager"  # the experts' loop: float64 on the CPU too
     return config
 
 
@@ -150,12 +151,15 @@ def megatrain_layout(name, p):
     """The hub's tensor as megatrain's layout holds it: the experts' gate_up [E, D, 2F] (gate the
     even columns) as [E x 2F, D], each expert's F gate rows then its F up rows, and its bias alike;
     down [E, F, D] as [E x D, F]; every other tensor as it is."""
+    d, f = CONFIG["hidden_size"], CONFIG["intermediate_size"]
     if name.endswith("experts.gate_up_proj"):
-        return torch.cat((p[:, :, 0::2], p[:, :, 1::2]), dim=2).transpose(1, 2).reshape(-1, p.shape[1])
+        check(tuple(p.shape[1:]) == (d, 2 * f), f"{name} is [E, {d}, {2 * f}] (found {list(p.shape)})")
+        return torch.cat((p[:, :, 0::2], p[:, :, 1::2]), dim=2).transpose(1, 2).reshape(-1, d)
     if name.endswith("experts.gate_up_proj_bias"):
         return torch.cat((p[:, 0::2], p[:, 1::2]), dim=1).reshape(-1)
     if name.endswith("experts.down_proj"):
-        return p.transpose(1, 2).reshape(-1, p.shape[1])
+        check(tuple(p.shape[1:]) == (f, d), f"{name} is [E, {f}, {d}] (found {list(p.shape)})")
+        return p.transpose(1, 2).reshape(-1, f)
     return p
 
 

@@ -2,11 +2,9 @@
 """An independent PyTorch reference for megatrain's Llama-family model (Llama, Mistral, Qwen2, and
 Qwen3 with qk_norm=1: an RMSNorm over each head of q and k before RoPE; qk_norm=2: OLMoE's RMSNorm over
 the whole q and k projections), and its mixtures of experts (num_experts > 0: Qwen3-MoE, Qwen2-MoE
-with its shared expert, Mixtral, OLMoE, and gpt-oss with router_bias: GptOssTopKRouter's top k of the
-logits then a softmax over them, experts with biases, the clamped SwiGLU (glu_act 2), YaRN RoPE), with
-the router's load-balancing loss when output_router_logits is 1; and gpt-oss's attention where the
-fixture asks (o_bias=1: an o_proj bias; attn_sinks=1: a learned sink logit a head, an extra softmax
-column with no value).
+with its shared expert, Mixtral, OLMoE), with the router's load-balancing loss when
+output_router_logits is 1; and gpt-oss's attention where the fixture asks (o_bias=1: an o_proj bias;
+attn_sinks=1: a learned sink logit a head, an extra softmax column with no value).
 
 Usage: llama_ref.py MODE DIR [MODE DIR ...]
 Each pair runs one fixture directory (several pairs share one start of Python and torch).
@@ -34,6 +32,11 @@ Modes:
          clipping by the global norm when max_grad_norm > 0), step s on step s's tokens. Writes
          ref_losses.txt (each step's loss before its update) and ref_weights_after.bin (float32).
 
+gpt-oss's feed-forward where the fixture asks (router_bias=1: GptOssTopKRouter, mlp.router with a
+bias, the top k of the logits then a softmax over them; expert_bias=1: the experts' gate_up and down
+biases; glu_act=2: the clamped SwiGLU of swiglu_limit and swiglu_alpha) and YaRN RoPE (rope_yarn=1:
+rope_beta_fast, rope_beta_slow, rope_truncate, rope_attention_factor, its factor on cos and sin).
+
 This is deliberately its own code, written from the Hugging Face Llama definition, not a port
 of megatrain's C, so that the two can disagree when either is wrong.
 """
@@ -60,8 +63,8 @@ FLOAT_KEYS = ("rms_norm_eps", "rope_theta", "rope_scaling_factor", "rope_low_fre
               "max_grad_norm", "router_aux_loss_coef")
 LIST_KEYS = ("mlp_only_layers",)
 # Keys a fixture may leave out, and what their absence means (the Llama block).
-OPTIONAL_INT_KEYS = {"sandwich_norms": 0, "norm_unit_offset": 0, "glu_act": 0, "rope_yarn": 0, "rope_truncate": 1,
-                     "o_bias": 0, "attn_sinks": 0, "router_bias": 0, "expert_bias": 0}
+OPTIONAL_INT_KEYS = {"sandwich_norms": 0, "norm_unit_offset": 0, "glu_act": 0, "o_bias": 0, "attn_sinks": 0,
+                     "rope_yarn": 0, "rope_truncate": 1, "router_bias": 0, "expert_bias": 0}
 OPTIONAL_FLOAT_KEYS = {"query_pre_attn_scalar": 0.0, "attn_logit_softcap": 0.0, "final_logit_softcap": 0.0,
                        "embed_scale": 1.0, "rope_local_theta": 0.0, "rope_linear_factor": 0.0,
                        "rope_beta_fast": 32.0, "rope_beta_slow": 1.0, "rope_attention_factor": 0.0,
