@@ -102,6 +102,16 @@ Test(hfconfig_gpt_oss, the_plan_is_gpt_oss_block) {
               m.rope[0].original_max_position == 4096 && m.rope[0].theta == 150000.0f);
 }
 
+/* Every GptOssAttention has sinks: a gpt-oss config without them is no gpt-oss transformers loads. */
+Test(hfconfig_gpt_oss, a_config_without_sinks_is_refused) {
+    mt_config c;
+    cr_assert_eq(mt_config_preset("gpt-oss-20b", &c), MT_OK);
+    cr_assert_eq(mt_config_validate(&c), MT_OK, "%s", mt_error());
+    c.attention_sinks = 0;
+    cr_expect_eq(mt_config_validate(&c), MT_ERR_INVALID);
+    cr_expect(strstr(mt_error(), "sinks"), "%s", mt_error());
+}
+
 Test(hfconfig_gpt_oss, refuses_what_disagrees_or_is_out_of_range_by_name) {
     cfg_case_expect_refusal(gpt_oss_20b, "experts_per_token", "2", "'experts_per_token' (2)");
     cfg_case_expect_refusal(gpt_oss_20b, "swiglu_limit", "-7", "'swiglu_limit'");

@@ -119,6 +119,7 @@ mt_config mt_tiny_config_moe(mt_arch arch, int aux) {
     case MT_ARCH_GPT_OSS:
         c.head_dim = 16; /* q 64 wide over a hidden 32, as gpt-oss's 4096 over 2880 */
         c.attention_bias = 1;
+        c.attention_sinks = 1;
         c.num_experts = 6, c.experts_per_token = 3, c.moe_intermediate_size = 12, c.norm_topk_prob = 1;
         c.intermediate_size = 12;
         c.sliding_window = 3;

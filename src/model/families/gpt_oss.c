@@ -16,14 +16,14 @@
 
 /* openai/gpt-oss-20b and -120b (config.json): L layers of E experts, sliding on the even layers. */
 #define EVEN_LAYERS(L) {0x5555555555555555ull & ((1ull << (L)) - 1)} /* L < 64 */
-#define GPT_OSS(L, E)                                                                                         \
+#define GPT_OSS(L, E)                                                                                           \
     {.arch = MT_ARCH_GPT_OSS, .hidden_size = 2880, .intermediate_size = 2880, .num_layers = L, .num_heads = 64, \
-     .num_kv_heads = 8, .head_dim = 64, .vocab_size = 201088, .max_position = 131072, .rms_norm_eps = 1e-5f,  \
-     .rope_theta = 150000.0f, .rope_scaling_factor = 32.0f, .rope_scaling_yarn = 1,                           \
-     .rope_original_max_position = 4096, .rope_beta_fast = 32.0f, .rope_beta_slow = 1.0f, .rope_truncate = 0, \
-     .attention_bias = 1, .bos_token_id = -1, .eos_token_id = 200002, .num_experts = E,                       \
-     .experts_per_token = 4, .moe_intermediate_size = 2880, .norm_topk_prob = 1, .decoder_sparse_step = 1,   \
-     .router_aux_loss_coef = 0.9f, .sliding_window = 128, .local_layers = EVEN_LAYERS(L),                     \
+     .num_kv_heads = 8, .head_dim = 64, .vocab_size = 201088, .max_position = 131072, .rms_norm_eps = 1e-5f,    \
+     .rope_theta = 150000.0f, .rope_scaling_factor = 32.0f, .rope_scaling_yarn = 1,                             \
+     .rope_original_max_position = 4096, .rope_beta_fast = 32.0f, .rope_beta_slow = 1.0f, .rope_truncate = 0,   \
+     .attention_bias = 1, .attention_sinks = 1, .bos_token_id = -1, .eos_token_id = 200002, .num_experts = E,   \
+     .experts_per_token = 4, .moe_intermediate_size = 2880, .norm_topk_prob = 1, .decoder_sparse_step = 1,      \
+     .router_aux_loss_coef = 0.9f, .sliding_window = 128, .local_layers = EVEN_LAYERS(L),                       \
      .swiglu_limit = DEFAULT_SWIGLU_LIMIT, .swiglu_alpha = DEFAULT_SWIGLU_ALPHA}
 
 static const mt_preset presets[] = {
@@ -79,6 +79,7 @@ static void default_yarn(mt_config *c) {
 static mt_status read(const mt_json_src *s, mt_config *c) {
     if (!mt_json_field(s, "rope_scaling") && !mt_json_field(s, "rope_parameters")) default_yarn(c);
     c->attention_bias = 1;
+    c->attention_sinks = 1; /* GptOssAttention's, whatever config.json says */
     MT_TRY(mt_json_get_bool(s, "attention_bias", &c->attention_bias));
     MT_TRY(mt_family_read_experts(s, c, &experts));
     MT_TRY(agree(s, "experts_per_token", c->experts_per_token, "num_experts_per_tok"));
@@ -98,9 +99,11 @@ static void write(const mt_config *c, json_t *o) {
     mt_family_write_sliding_window(c, o);
 }
 
-/* RoPE other than yarn would write back as none, which GptOssConfig reads as its yarn. */
+/* RoPE other than yarn would write back as none, which GptOssConfig reads as its yarn; every
+ * GptOssAttention has sinks. */
 static mt_status validate(const mt_config *c) {
     MT_TRY(mt_family_require_qk_norm(c, MT_QK_NORM_NONE));
+    if (!c->attention_sinks) return mt_fail(MT_ERR_INVALID, "gpt-oss's attention has sinks (attention_sinks)");
     if (!c->rope_scaling_yarn) return mt_fail(MT_ERR_INVALID, "gpt-oss's RoPE is yarn (rope_scaling.rope_type)");
     MT_TRY(mt_family_no_shared_expert(c));
     if (!c->norm_topk_prob) return mt_fail(MT_ERR_INVALID, "gpt-oss's routing weights are always renormalised");
@@ -111,7 +114,7 @@ static mt_status validate(const mt_config *c) {
 
 static void plan(const mt_config *c, int l, mt_layer_spec *s) {
     mt_family_plan_common(c, l, s);
-    s->attn.flags |= MT_ATTN_SINKS | (c->attention_bias ? MT_ATTN_BIAS_O : 0);
+    s->attn.flags |= c->attention_bias ? MT_ATTN_BIAS_O : 0;
     s->ffn_spec.act = MT_GLU_SILU_CLAMPED;
     s->ffn_spec.clamp = c->swiglu_limit;
     s->ffn_spec.alpha = c->swiglu_alpha;
