@@ -1,6 +1,6 @@
 /* gpt-oss's checkpoints in and out: export writes transformers' BF16 layout (gate_up_proj [E, D,
- * 2F], gate the even columns, its bias interleaved alike, down_proj [E, F, D]) and reads it back to
- * the same bits; the hub's MXFP4 experts (tests/reference/make_gpt_oss_checkpoint.py: random codes)
+ * 2F], gate the even columns, its bias interleaved alike, down_proj [E, F, D]; every layer's sinks
+ * and o_proj bias; config.json without quantization_config) and reads it back to the same bits; the hub's MXFP4 experts (tests/reference/make_gpt_oss_checkpoint.py: random codes)
  * and their BF16 twin, decoded as transformers decodes them, load to the same weights, those that
  * GptOssExperts' forward reads; a corrupt block, scales of the wrong shape or missing, blocks that
  * are not U8, a tensor held both ways and a role held both ways are refused naming the tensor and
@@ -95,6 +95,17 @@ Test(hfmodel_gpt_oss, exports_transformers_layout_and_reads_it_back) {
             cr_expect_eq(hf_gub[e * 2 * F + 2 * i], gub[e * 2 * F + i]);
             cr_expect_eq(hf_gub[e * 2 * F + 2 * i + 1], gub[e * 2 * F + F + i]);
         }
+    int64_t H = lay.cfg.num_heads;
+    for (int l = 0; l < lay.cfg.num_layers; l++) {
+        char name[96];
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.sinks", l);
+        float *hf_sinks = exported(out, name, 1, (int64_t[]){H});
+        const float *sinks = at(&lay, masters, mt_layout_tensor(&lay, mt_unit_block(l), MT_T_SINKS));
+        cr_expect(!memcmp(hf_sinks, sinks, (size_t)H * sizeof *sinks), "%s is not the layer's sinks", name);
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.o_proj.bias", l);
+        free(exported(out, name, 1, (int64_t[]){D}));
+        free(hf_sinks);
+    }
     json_t *cfg = json_load_file(hf_test_path(config, out, "config.json"), 0, NULL);
     cr_assert(cfg);
     cr_expect_null(json_object_get(cfg, "quantization_config"), "a BF16 export is not quantized");
