@@ -112,9 +112,10 @@ static void dump_for_transformers(const char *name, mt_tiny_model *t, const int3
 }
 
 /* positions: NULL, or packed examples' (engine.h): both engines attend within segments; the
- * transformers dump is left out (it has no segments), and for sinks on Llama's block (no
- * transformers class; gpt-oss's own is tests/device/check_families.py's). gpu_tile: the cuda engine's attention tile (0:
- * the default, untiled at this length); the cpu engine runs untiled. */
+ * transformers dump is left out (it has no segments), and where the config has sinks (Llama's block
+ * with them has no transformers class; gpt-oss is checked against its own by
+ * tests/device/check_gptoss.py, its load-balancing loss included). gpu_tile: the cuda engine's
+ * attention tile (0: the default, untiled at this length); the cpu engine runs untiled. */
 static void compare_backends_at(const char *name, const mt_config *cfg, const int32_t *positions, int gpu_tile) {
     mt_engine_options o = options();
     o.packed = positions != NULL;
