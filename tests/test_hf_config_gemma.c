@@ -89,7 +89,7 @@ Test(hfconfig_gemma, refuses_what_changes_the_maths_by_name) {
     cfg_case_expect_refusal(gemma3_1b, "use_bidirectional_attention", "true", "'use_bidirectional_attention'");
     cfg_case_expect_refusal(gemma3_1b, "hidden_activation", "\"gelu\"", "'hidden_activation' = 'gelu'");
     cfg_case_expect_refusal(gemma3_1b, "attention_bias", "true", "'attention_bias'");
-    cfg_case_expect_refusal(gemma3_1b, "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 8.0}", "'yarn'");
+    cfg_case_expect_refusal(gemma3_1b, "rope_scaling", "{\"rope_type\": \"longrope\", \"factor\": 8.0}", "'longrope'");
     cfg_case_expect_refusal(gemma3_1b, "query_pre_attn_scalar", "0", "'query_pre_attn_scalar'");
     cfg_case_expect_refusal(gemma2_2b, "attn_logit_softcapping", "-50", "'attn_logit_softcapping'");
     cfg_case_expect_refusal(gemma2_2b, "layer_types", "[\"sliding_attention\"]", "'layer_types'");

@@ -97,10 +97,10 @@ static void write_vision(const char *path, const mt_wrapper_layout *l) {
     snprintf(names[1], sizeof names[1], "%svision_model.post_layernorm.weight", l->kept[0]);
     snprintf(names[2], sizeof names[2], "%smm_input_projection_weight", l->kept[1]);
     snprintf(names[3], sizeof names[3], "%smm_soft_emb_norm.weight", l->kept[1]);
-    mt_st_source src[4] = {{names[0], 4, {8, 3, 4, 4}, values, NULL},
-                           {names[1], 1, {8}, values, NULL},
-                           {names[2], 2, {8, 32}, values, NULL},
-                           {names[3], 1, {8}, values + 5, NULL}};
+    mt_st_source src[4] = {{.name = names[0], .ndim = 4, .shape = {8, 3, 4, 4}, .data = values},
+                           {.name = names[1], .ndim = 1, .shape = {8}, .data = values},
+                           {.name = names[2], .ndim = 2, .shape = {8, 32}, .data = values},
+                           {.name = names[3], .ndim = 1, .shape = {8}, .data = values + 5}};
     cr_assert_eq(mt_safetensors_write_file(path, src, 4, MT_ST_BF16), MT_OK, "%s", mt_error());
 }
 

@@ -32,10 +32,14 @@ mt_config mt_tiny_config_sinks(void);
 mt_config mt_tiny_config_gemma3(void);
 mt_config mt_tiny_config_gemma2(void);
 /* Tiny mixtures of experts, one of each family (arch: MT_ARCH_QWEN3_MOE, MT_ARCH_QWEN2_MOE,
- * MT_ARCH_MIXTRAL, MT_ARCH_OLMOE), each with what makes its family: Qwen3-MoE per-head q/k norms,
- * 8 experts top 3 renormalised, a dense block among sparse ones (mlp_only_layers); Qwen2-MoE q/k/v
- * biases, 6 experts top 2 and a shared expert, every second block sparse (decoder_sparse_step);
- * Mixtral 4 experts top 2; OLMoE q/k norms over the projections, 8 experts top 3 not renormalised.
+ * MT_ARCH_MIXTRAL, MT_ARCH_OLMOE, MT_ARCH_GPT_OSS), each with what makes its family: Qwen3-MoE
+ * per-head q/k norms, 8 experts top 3 renormalised, a dense block among sparse ones
+ * (mlp_only_layers); Qwen2-MoE q/k/v biases, 6 experts top 2 and a shared expert, every second
+ * block sparse (decoder_sparse_step); Mixtral 4 experts top 2; OLMoE q/k norms over the
+ * projections, 8 experts top 3 not renormalised; gpt-oss sinks and every attention bias, q wider
+ * than the hidden size, a window of 3 on blocks 0 and 2, YaRN (factor 4 over 32 positions), 6
+ * experts top 3 with the router's and the experts' biases, the clamped SwiGLU at a limit of 0.1
+ * (which these activations cross, so that the clamps bind).
  * `aux`: output_router_logits on, with a coefficient large enough to matter (0.1). */
 mt_config mt_tiny_config_moe(mt_arch arch, int aux);
 /* A shape made wide enough for the GPU's kernels and libraries (hidden 128, 4 heads of 32, MLP

@@ -103,6 +103,30 @@ static mt_status check_fields(const mt_json_src *s) {
     return MT_OK;
 }
 
+static int holds_mxfp4(const mt_family *f) {
+    for (int k = 0; f->names && k < MT_T_COUNT; k++)
+        if (f->names->form[k].mxfp4) return 1;
+    return 0;
+}
+
+/* quantization_config: MXFP4 where the family's checkpoints hold roles in it (gpt-oss's experts,
+ * decoded as they load: io/hub_form.h); any other method, or any family else, refused. */
+static mt_status check_quantization(const mt_json_src *s, const mt_family *f) {
+    const json_t *q = mt_json_field(s, "quantization_config");
+    if (!q || json_is_null(q)) return MT_OK;
+    const json_t *method = json_is_object(q) ? json_object_get(q, "quant_method") : NULL;
+    if (!json_is_string(method))
+        return mt_json_wrong_type(s, "quantization_config", "an object with a string 'quant_method'", q);
+    const char *m = json_string_value(method);
+    if (strcmp(m, "mxfp4"))
+        return mt_fail(MT_ERR_INVALID, "%s: field 'quantization_config': quant_method '%s' is not supported (mxfp4 "
+                       "only, for %s)", s->source, m, holds_mxfp4(f) ? f->architecture : "gpt-oss");
+    if (!holds_mxfp4(f))
+        return mt_fail(MT_ERR_INVALID, "%s: field 'quantization_config': %s checkpoints are not quantized (MXFP4 is "
+                       "read for gpt-oss's experts only)", s->source, f->architecture);
+    return MT_OK;
+}
+
 static mt_status check_unsupported(const mt_json_src *s, const mt_family *f) {
     const char *act = f->hidden_act;
     int mlp_bias = 0;
@@ -112,10 +136,7 @@ static mt_status check_unsupported(const mt_json_src *s, const mt_family *f) {
                        f->hidden_act);
     MT_TRY(mt_json_get_bool(s, "mlp_bias", &mlp_bias));
     if (mlp_bias) return mt_fail(MT_ERR_INVALID, "%s: field 'mlp_bias' = true is not supported", s->source);
-    if (mt_json_field(s, "quantization_config"))
-        return mt_fail(MT_ERR_INVALID, "%s: field 'quantization_config': quantized checkpoints are not supported",
-                       s->source);
-    return MT_OK;
+    return check_quantization(s, f);
 }
 
 static mt_status parse_root(const mt_json_src *s, mt_config *cfg) {

@@ -50,15 +50,24 @@ static mt_status write_bytes(FILE *f, const char *path, const void *p, size_t n)
     return MT_OK;
 }
 
+enum { CHUNK = 8192 };
+
 static mt_status write_tensor_data(FILE *f, const char *path, const mt_st_source *t, mt_st_dtype dtype) {
     int64_t n = numel_of(t);
     if (t->kept) return write_bytes(f, path, t->kept->data, t->kept->nbytes);
-    if (dtype == MT_ST_F32) return write_bytes(f, path, t->data, (size_t)n * sizeof(float));
-    uint16_t chunk[8192];
-    for (int64_t i = 0; i < n; i += 8192) {
-        int64_t m = n - i < 8192 ? n - i : 8192;
-        for (int64_t j = 0; j < m; j++) chunk[j] = mt_f32_to_bf16(t->data[i + j]);
-        MT_TRY(write_bytes(f, path, chunk, (size_t)m * sizeof *chunk));
+    if (dtype == MT_ST_F32 && !t->gather) return write_bytes(f, path, t->data, (size_t)n * sizeof(float));
+    float values[CHUNK];
+    uint16_t bf16[CHUNK];
+    for (int64_t i = 0; i < n; i += CHUNK) {
+        int64_t m = n - i < CHUNK ? n - i : CHUNK;
+        if (t->gather) t->gather(t->user, i, m, values);
+        const float *x = t->gather ? values : t->data + i;
+        if (dtype == MT_ST_F32) {
+            MT_TRY(write_bytes(f, path, x, (size_t)m * sizeof *x));
+            continue;
+        }
+        for (int64_t j = 0; j < m; j++) bf16[j] = mt_f32_to_bf16(x[j]);
+        MT_TRY(write_bytes(f, path, bf16, (size_t)m * sizeof *bf16));
     }
     return MT_OK;
 }

@@ -6,13 +6,13 @@
 #include <string.h>
 
 extern const mt_family mt_family_llama, mt_family_mistral, mt_family_qwen2, mt_family_qwen3, mt_family_qwen3_moe,
-    mt_family_qwen2_moe, mt_family_mixtral, mt_family_olmoe, mt_family_gemma3, mt_family_gemma2;
+    mt_family_qwen2_moe, mt_family_mixtral, mt_family_olmoe, mt_family_gemma3, mt_family_gemma2, mt_family_gpt_oss;
 
 /* In this order the architectures are named and the presets listed (mt_config_preset_names). */
 const mt_family *const mt_families[] = {&mt_family_llama,     &mt_family_mistral,   &mt_family_qwen2,
                                         &mt_family_qwen3,     &mt_family_qwen3_moe, &mt_family_qwen2_moe,
                                         &mt_family_mixtral,   &mt_family_olmoe,     &mt_family_gemma3,
-                                        &mt_family_gemma2,    NULL};
+                                        &mt_family_gemma2,    &mt_family_gpt_oss,   NULL};
 
 const mt_family *mt_family_find(const char *architecture, const char *model_type) {
     for (const mt_family *const *f = mt_families; *f; f++)
@@ -40,6 +40,12 @@ mt_layer_spec mt_layer_spec_of(const mt_config *c, int l) {
     mt_layer_spec s;
     memset(&s, 0, sizeof s);
     mt_family_of(c->arch)->plan(c, l, &s);
+    mt_model_spec m = mt_model_spec_of(c);
+    if (s.attn.rope >= 0 && s.attn.rope < m.num_ropes) {
+        float factor = mt_rope_attention_factor(&m.rope[s.attn.rope]);
+        if (factor != 1.0f)
+            s.attn.q_scale = (s.attn.q_scale > 0 ? s.attn.q_scale : 1.0f / sqrtf((float)c->head_dim)) * factor * factor;
+    }
     return s;
 }
 
@@ -77,13 +83,19 @@ void mt_family_plan_model_common(const mt_config *c, mt_model_spec *m) {
     m->norm_eps = c->rms_norm_eps;
     m->embed_scale = 1.0f;
     m->num_ropes = 1;
-    mt_rope_type scaled = c->rope_scaling_linear ? MT_ROPE_LINEAR : MT_ROPE_LLAMA3;
+    mt_rope_type scaled = c->rope_scaling_linear ? MT_ROPE_LINEAR
+                          : c->rope_scaling_yarn ? MT_ROPE_YARN
+                                                 : MT_ROPE_LLAMA3;
     m->rope[0] = (mt_rope_spec){.type = c->rope_scaling_factor != 0 ? scaled : MT_ROPE_DEFAULT,
                                 .theta = c->rope_theta,
                                 .factor = c->rope_scaling_factor,
                                 .low_freq_factor = c->rope_low_freq_factor,
                                 .high_freq_factor = c->rope_high_freq_factor,
-                                .original_max_position = c->rope_original_max_position};
+                                .original_max_position = c->rope_original_max_position,
+                                .beta_fast = c->rope_beta_fast,
+                                .beta_slow = c->rope_beta_slow,
+                                .truncate = c->rope_truncate,
+                                .attention_factor = c->rope_attention_factor};
 }
 
 /* ---- Gemma's block (families/gemma3.c, families/gemma2.c) ---- */

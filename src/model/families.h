@@ -22,11 +22,12 @@ typedef struct {
 /* A family's Hugging Face names where they are not the tensor roles' (model/tensor_roles.def):
  * a block tensor's suffix by role (NULL: the role's), and how its checkpoints on the hub name the
  * experts' matrices one at a time ("model.layers.<l>.<prefix>.experts.<e>.<gate|up|down>.weight")
- * and the router (NULL: under its own name). */
+ * and the router (NULL: under its own name), and the roles it holds in another form (whole, then). */
 typedef struct {
     const char *suffix[MT_T_COUNT];
     const char *prefix, *gate, *up, *down;
     const char *router; /* "model.layers.<l>." + this */
+    mt_hub_form form[MT_T_COUNT]; /* how the hub holds a role (model/tensor_roles.h); zero: as the layout */
 } mt_family_names;
 
 typedef struct mt_family {
