@@ -67,7 +67,8 @@ static mt_tile tile_at(const mt_block_ctx *c, tiling t, int k, int backward) {
 
 /* ---- the kinds' engine sides ---- */
 
-static const mt_mixer_ops *const mixer_ops[MT_MIXER_KINDS] = {[MT_MIXER_ATTENTION] = &mt_mixer_attention_ops};
+static const mt_mixer_ops *const mixer_ops[MT_MIXER_KINDS] = {[MT_MIXER_ATTENTION] = &mt_mixer_attention_ops,
+                                                              [MT_MIXER_GDN] = &mt_mixer_gdn_ops};
 static const mt_ffn_ops *const ffn_ops[MT_FFN_KINDS] = {[MT_FFN_DENSE] = &mt_ffn_dense_ops,
                                                          [MT_FFN_MOE] = &mt_ffn_moe_ops};
 
@@ -251,6 +252,12 @@ void mt_rmsnorm_dx_piece(const mt_block_ctx *c, mt_piece p, void *dx, float *dw,
                                   mt_rows_at(x, row, d, act), w, rstd + row, rows, d,
                                   mt_norm_params(c->spec), accumulate);
     }
+}
+
+void mt_mixer_norm_piece(const mt_block_ctx *c, const mt_unit_weights *w, mt_piece p, const void *x) {
+    int D = c->cfg->hidden_size;
+    c->be->ops->op.rmsnorm(c->be, c->stream, c->ws->h1, c->ws->rstd1 + p.row, mt_rows_at(x, p.row, D, mt_act_size(c)),
+                           w->t[MT_T_ATTN_NORM], p.rows, D, mt_norm_params(c->spec));
 }
 
 void mt_post_norm_piece(const mt_block_ctx *c, mt_piece p, int at, void *out, const void *z, const void *w) {

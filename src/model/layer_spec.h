@@ -8,7 +8,11 @@
 #include "util/glu.h"
 #include "util/status.h"
 
-typedef enum { MT_MIXER_ATTENTION, MT_MIXER_KINDS } mt_mixer_kind;
+/* The mixers: attention, or Gated DeltaNet (Qwen3-Next, Qwen3.5: a linear-attention recurrence
+ * whose sizes are the config's linear_* fields). */
+typedef enum { MT_MIXER_ATTENTION, MT_MIXER_GDN, MT_MIXER_KINDS } mt_mixer_kind;
+/* Gated DeltaNet's causal convolution's kernel (linear_conv_kernel_dim: the one computed). */
+enum { MT_GDN_CONV_KERNEL = 4 };
 typedef enum { MT_FFN_DENSE, MT_FFN_MOE, MT_FFN_KINDS } mt_ffn_kind;
 
 /* A RoPE table: theta and its scaling (transformers' rope_type), with the fields each type reads. */

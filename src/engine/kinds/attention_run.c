@@ -141,13 +141,6 @@ static void walk(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s) {
     }
 }
 
-/* h1 = the attention norm of x's piece p (and its statistics into rstd1). */
-static void attn_norm_piece(const mt_block_ctx *c, const mt_unit_weights *w, mt_piece p, const void *x) {
-    int D = c->cfg->hidden_size;
-    c->be->ops->op.rmsnorm(c->be, c->stream, c->ws->h1, c->ws->rstd1 + p.row, mt_rows_at(x, p.row, D, mt_act_size(c)),
-                           w->t[MT_T_ATTN_NORM], p.rows, D, mt_norm_params(c->spec));
-}
-
 /* k and v (roped; with q/k norms, k_raw and its statistics too) over the micro-batch. */
 static void prepare(const mt_block_ctx *c, const mt_unit_weights *w, const void *x) {
     const mt_config *cfg = c->cfg;
@@ -156,7 +149,7 @@ static void prepare(const mt_block_ctx *c, const mt_unit_weights *w, const void 
     int n = c->batch * c->seq, D = cfg->hidden_size, KV = (int)kv_width(cfg);
     void *k = qk_norm(c->spec) ? ws->attn.k_raw : ws->attn.k;
     MT_FOR_EACH_PIECE(c, p) {
-        attn_norm_piece(c, w, p, x);
+        mt_mixer_norm_piece(c, w, p, x);
         mt_matmul_piece(c, p, mt_rows_at_mut(k, p.row, KV, act), ws->h1, w->t[MT_T_WK], w->t[MT_T_BK], D, KV);
         mt_matmul_piece(c, p, mt_rows_at_mut(ws->attn.v, p.row, KV, act), ws->h1, w->t[MT_T_WV], w->t[MT_T_BV], D, KV);
     }
@@ -181,7 +174,7 @@ static void forward(const mt_block_ctx *c, const mt_unit_weights *w, const void 
     void *q = qk_norm(c->spec) ? ws->attn.q_raw : ws->attn.q;
 
     MT_FOR_EACH_PIECE(c, p) {
-        attn_norm_piece(c, w, p, x);
+        mt_mixer_norm_piece(c, w, p, x);
         mt_matmul_piece(c, p, mt_rows_at_mut(q, p.row - t.row, Q, act), ws->h1, w->t[MT_T_WQ], w->t[MT_T_BQ], D, Q);
     }
     if (qk_norm(c->spec))
@@ -232,7 +225,7 @@ static void qkv_backward_piece(const mt_block_ctx *c, const mt_unit_weights *w, 
     int D = cfg->hidden_size, Q = (int)q_width(cfg), KV = (int)kv_width(cfg);
     const void *dqp = mt_rows_at(dq, p.row - c->at.row, Q, act), *dkp = mt_rows_at(dk, p.row, KV, act);
     const void *dvp = mt_rows_at(ws->attn.dv, p.row, KV, act);
-    attn_norm_piece(c, w, p, x); /* h1 again: the piece buffer held another piece's */
+    mt_mixer_norm_piece(c, w, p, x); /* h1 again: the piece buffer held another piece's */
     mt_matmul_dw_piece(c, p, g->t[MT_T_WQ], g->t[MT_T_BQ], dqp, ws->h1, D, Q);
     mt_matmul_dw_piece(c, p, g->t[MT_T_WK], g->t[MT_T_BK], dkp, ws->h1, D, KV);
     mt_matmul_dw_piece(c, p, g->t[MT_T_WV], g->t[MT_T_BV], dvp, ws->h1, D, KV);

@@ -1,0 +1,173 @@
+/* The Gated DeltaNet mixer, engine side (model/kinds/gdn.c declares its tensors): x2 = x +
+ * out_proj(norm(rule(conv(qkv(h1))), z(h1))), h1 = norm(x), the rule's decay and update weight
+ * from a(h1) and b(h1) (backend.h's gdn group has each op).
+ *
+ * The recurrence runs along each sequence (each segment, with packed examples: the convolution and
+ * the state restart there), so everything up to the gated norm is the micro-batch's: prepare makes
+ * it, in the forward and again before the backward, whatever the tiles. A tile's forward is
+ * out_proj and the residual over its rows; its backward takes the gradient back to the norm's
+ * inputs over its rows, and the tile the backward takes last (the micro-batch's first rows of its
+ * last sequence) takes the recurrence, the convolution and the projections back over the whole
+ * micro-batch, adding dL/dx into every row of dxy, which until then holds dL/dx2. */
+#include "engine/block_parts.h"
+
+_Static_assert((int)MT_GDN_CONV == (int)MT_GDN_CONV_KERNEL, "the model's and the backend's kernel of the convolution");
+
+static int key_width(const mt_config *c) { return c->linear_k_heads * c->linear_k_dim; }
+static int value_width(const mt_config *c) { return c->linear_v_heads * c->linear_v_dim; }
+static int channels(const mt_config *c) { return 2 * key_width(c) + value_width(c); }
+static int qk_width(const mt_config *c) { return c->linear_v_heads * c->linear_k_dim; }
+
+/* The ops' dims over n rows of sequences of seq; the q, k and v columns are the convolution's. */
+static mt_gdn_dims dims(const mt_config *c, int n, int seq, const mt_segments *seg) {
+    return (mt_gdn_dims){.n = n, .seq = seq, .k_heads = c->linear_k_heads, .v_heads = c->linear_v_heads,
+                         .d_k = c->linear_k_dim, .d_v = c->linear_v_dim, .qk_ld = channels(c),
+                         .v_ld = channels(c), .seg = seg};
+}
+
+/* The micro-batch's dims, its segments (if any) from its first row. */
+static mt_gdn_dims micro_batch_dims(const mt_block_ctx *c, mt_segments *seg) {
+    if (c->seg) *seg = *c->seg, seg->row0 = 0;
+    return dims(c->cfg, c->batch * c->seq, c->seq, c->seg ? seg : NULL);
+}
+
+static void walk(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s) {
+    const mt_config *c = s->c;
+    size_t n = s->n, act = s->act, C = channels(c), V = value_width(c), H = c->linear_v_heads, QK = qk_width(c);
+    w->cls = MT_WS_MICRO_BATCH;
+    ws->gdn.mixed = mt_ws_take(w, n * C * act);
+    ws->gdn.conv = mt_ws_take(w, n * C * act);
+    ws->gdn.z = mt_ws_take(w, n * V * act);
+    ws->gdn.a = mt_ws_take(w, n * H * act);
+    ws->gdn.b = mt_ws_take(w, n * H * act);
+    ws->gdn.g = mt_ws_take(w, n * H * 4);
+    ws->gdn.beta = mt_ws_take(w, n * H * 4);
+    ws->gdn.qn = mt_ws_take(w, n * QK * act);
+    ws->gdn.kn = mt_ws_take(w, n * QK * act);
+    ws->gdn.o = mt_ws_take(w, n * V * act);
+    ws->gdn.y = mt_ws_take(w, n * V * act);
+    ws->gdn.dconv = mt_ws_take(w, n * C * act);
+    ws->gdn.dout = mt_ws_take(w, n * V * act);
+    ws->gdn.dz = mt_ws_take(w, n * V * act);
+    ws->gdn.dqn = mt_ws_take(w, n * QK * act);
+    ws->gdn.dkn = mt_ws_take(w, n * QK * act);
+    ws->gdn.dg = mt_ws_take(w, n * H * 4);
+    ws->gdn.dbeta = mt_ws_take(w, n * H * 4);
+    ws->gdn.da = mt_ws_take(w, n * H * act);
+    ws->gdn.db = mt_ws_take(w, n * H * act);
+    ws->gdn.ws = mt_ws_take(w, s->be->ops->gdn.rule_workspace(s->be, dims(c, (int)n, s->seq, NULL)));
+}
+
+static void *col(void *base, int col, size_t act) { return (char *)base + (size_t)col * act; }
+
+/* The projections of h1 over the micro-batch, then the convolution, the q/k norms, the decay, the
+ * rule and the gated norm: y. */
+static void prepare(const mt_block_ctx *c, const mt_unit_weights *w, const void *x) {
+    const mt_gdn_iface *op = &c->be->ops->gdn;
+    const mt_config *cfg = c->cfg;
+    mt_block_ws *ws = c->ws;
+    size_t act = mt_act_size(c);
+    int D = cfg->hidden_size, K = key_width(cfg), V = value_width(cfg), C = channels(cfg), H = cfg->linear_v_heads;
+    MT_FOR_EACH_PIECE(c, p) {
+        mt_mixer_norm_piece(c, w, p, x);
+        mt_matmul_piece(c, p, mt_rows_at_mut(ws->gdn.mixed, p.row, C, act), ws->h1, w->t[MT_T_GDN_QKV], NULL, D, C);
+        mt_matmul_piece(c, p, mt_rows_at_mut(ws->gdn.z, p.row, V, act), ws->h1, w->t[MT_T_GDN_Z], NULL, D, V);
+        mt_matmul_piece(c, p, mt_rows_at_mut(ws->gdn.b, p.row, H, act), ws->h1, w->t[MT_T_GDN_B], NULL, D, H);
+        mt_matmul_piece(c, p, mt_rows_at_mut(ws->gdn.a, p.row, H, act), ws->h1, w->t[MT_T_GDN_A], NULL, D, H);
+    }
+    mt_segments seg;
+    mt_gdn_dims d = micro_batch_dims(c, &seg);
+    op->conv(c->be, c->stream, ws->gdn.conv, ws->gdn.mixed, w->t[MT_T_GDN_CONV], C, d);
+    op->qk_norm(c->be, c->stream, ws->gdn.qn, ws->gdn.kn, ws->gdn.conv, col(ws->gdn.conv, K, act), d);
+    op->decay(c->be, c->stream, ws->gdn.g, ws->gdn.beta, ws->gdn.a, ws->gdn.b, w->t[MT_T_GDN_A_LOG],
+              w->t[MT_T_GDN_DT_BIAS], d);
+    op->rule(c->be, c->stream, ws->gdn.o, ws->gdn.qn, ws->gdn.kn, col(ws->gdn.conv, 2 * K, act), ws->gdn.g,
+             ws->gdn.beta, d, ws->gdn.ws);
+    op->norm(c->be, c->stream, ws->gdn.y, ws->gdn.o, ws->gdn.z, w->t[MT_T_GDN_NORM], c->spec->norm_eps, d);
+}
+
+/* x2 = x + out_proj(y) over the tile's rows. */
+static void forward(const mt_block_ctx *c, const mt_unit_weights *w, const void *x) {
+    size_t act = mt_act_size(c);
+    int D = c->cfg->hidden_size, V = value_width(c->cfg);
+    MT_FOR_EACH_PIECE(c, p) {
+        mt_matmul_piece(c, p, c->ws->tmp, mt_rows_at(c->ws->gdn.y, p.row, V, act), w->t[MT_T_GDN_OUT], NULL, V, D);
+        c->be->ops->op.add(c->be, c->stream, mt_x2_row(c, p.row), mt_rows_at(x, p.row, D, act), c->ws->tmp,
+                           (size_t)p.rows * D);
+    }
+}
+
+/* Piece p's projections back from their gradients (the convolution's input's in conv's place, dz,
+ * db, da) to h1 and through the pre-norm: dxy's rows gain dL/dx. */
+static void projections_backward_piece(const mt_block_ctx *c, const mt_unit_weights *w, const mt_unit_grads *g,
+                                       mt_piece p, const void *x, void *dxy) {
+    mt_block_ws *ws = c->ws;
+    size_t act = mt_act_size(c);
+    int D = c->cfg->hidden_size, V = value_width(c->cfg), C = channels(c->cfg), H = c->cfg->linear_v_heads;
+    const void *dmixed = mt_rows_at(ws->gdn.conv, p.row, C, act), *dz = mt_rows_at(ws->gdn.dz, p.row, V, act);
+    const void *db = mt_rows_at(ws->gdn.db, p.row, H, act), *da = mt_rows_at(ws->gdn.da, p.row, H, act);
+    mt_mixer_norm_piece(c, w, p, x);
+    mt_matmul_dw_piece(c, p, g->t[MT_T_GDN_QKV], NULL, dmixed, ws->h1, D, C);
+    mt_matmul_dw_piece(c, p, g->t[MT_T_GDN_Z], NULL, dz, ws->h1, D, V);
+    mt_matmul_dw_piece(c, p, g->t[MT_T_GDN_B], NULL, db, ws->h1, D, H);
+    mt_matmul_dw_piece(c, p, g->t[MT_T_GDN_A], NULL, da, ws->h1, D, H);
+    mt_matmul_dx_piece(c, p, ws->tmp, dmixed, w->t[MT_T_GDN_QKV], D, C, 0); /* dh1 */
+    mt_matmul_dx_piece(c, p, ws->tmp, dz, w->t[MT_T_GDN_Z], D, V, 1);
+    mt_matmul_dx_piece(c, p, ws->tmp, db, w->t[MT_T_GDN_B], D, H, 1);
+    mt_matmul_dx_piece(c, p, ws->tmp, da, w->t[MT_T_GDN_A], D, H, 1);
+    mt_rmsnorm_dx_piece(c, p, mt_rows_at_mut(dxy, p.row, D, act), g->t[MT_T_ATTN_NORM], ws->tmp,
+                        mt_rows_at(x, p.row, D, act), w->t[MT_T_ATTN_NORM], ws->rstd1 + p.row, 1, D, 1);
+}
+
+/* From dout and dz (every row's) back through the rule, the q/k norms, the decay and the
+ * convolution (its input's gradient into conv, free by then), then the projections piece by
+ * piece. */
+static void micro_batch_backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_unit_grads *g,
+                                 const void *x, void *dxy) {
+    const mt_gdn_iface *op = &c->be->ops->gdn;
+    mt_block_ws *ws = c->ws;
+    size_t act = mt_act_size(c);
+    int K = key_width(c->cfg), C = channels(c->cfg);
+    mt_segments seg;
+    mt_gdn_dims d = micro_batch_dims(c, &seg);
+    op->rule_dx(c->be, c->stream, ws->gdn.dqn, ws->gdn.dkn, col(ws->gdn.dconv, 2 * K, act), ws->gdn.dg,
+                ws->gdn.dbeta, ws->gdn.dout, ws->gdn.qn, ws->gdn.kn, col(ws->gdn.conv, 2 * K, act), ws->gdn.g,
+                ws->gdn.beta, d, ws->gdn.ws);
+    op->qk_norm_dx(c->be, c->stream, ws->gdn.dconv, col(ws->gdn.dconv, K, act), ws->gdn.dqn, ws->gdn.dkn,
+                   ws->gdn.conv, col(ws->gdn.conv, K, act), d);
+    op->decay_dx(c->be, c->stream, ws->gdn.da, ws->gdn.db, g->t[MT_T_GDN_A_LOG], g->t[MT_T_GDN_DT_BIAS], ws->gdn.dg,
+                 ws->gdn.dbeta, ws->gdn.a, ws->gdn.b, w->t[MT_T_GDN_A_LOG], w->t[MT_T_GDN_DT_BIAS], d);
+    op->conv_dx(c->be, c->stream, ws->gdn.conv, g->t[MT_T_GDN_CONV], ws->gdn.dconv, ws->gdn.mixed,
+                w->t[MT_T_GDN_CONV], C, d);
+    mt_block_ctx all = *c;
+    all.at = (mt_tile){0, 0};
+    MT_FOR_EACH_PIECE(&all, p) projections_backward_piece(&all, w, g, p, x, dxy);
+}
+
+/* Whether tile t is the backward's last: the first rows of the micro-batch's last sequence (its
+ * first window, or the last tile of whole sequences). */
+static int last_of_backward(const mt_block_ctx *c, mt_tile t) {
+    int n = c->batch * c->seq;
+    return t.row % c->seq == 0 && t.row + (t.rows > c->seq ? t.rows : c->seq) >= n;
+}
+
+/* out_proj's gradients over the tile's rows (y's rows become dL/dy), the gated norm's (into dout
+ * and dz); after the backward's last tile, the rest over the micro-batch. */
+static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_unit_grads *g, const void *x,
+                     void *dxy) {
+    mt_block_ws *ws = c->ws;
+    mt_tile t = c->at;
+    size_t act = mt_act_size(c);
+    int D = c->cfg->hidden_size, V = value_width(c->cfg);
+    const void *dy = mt_rows_at(dxy, t.row, D, act);
+    void *y = mt_rows_at_mut(ws->gdn.y, t.row, V, act);
+    mt_matmul_dw_piece(c, mt_piece_of_tile(c), g->t[MT_T_GDN_OUT], NULL, dy, y, V, D);
+    mt_matmul_dx_piece(c, mt_piece_of_tile(c), y, dy, w->t[MT_T_GDN_OUT], V, D, 0);
+    c->be->ops->gdn.norm_dx(c->be, c->stream, mt_rows_at_mut(ws->gdn.dout, t.row, V, act),
+                            mt_rows_at_mut(ws->gdn.dz, t.row, V, act), g->t[MT_T_GDN_NORM], y,
+                            mt_rows_at(ws->gdn.o, t.row, V, act), mt_rows_at(ws->gdn.z, t.row, V, act),
+                            w->t[MT_T_GDN_NORM], c->spec->norm_eps, dims(c->cfg, t.rows, t.rows, NULL));
+    if (last_of_backward(c, t)) micro_batch_backward(c, w, g, x, dxy);
+}
+
+const mt_mixer_ops mt_mixer_gdn_ops = {.walk = walk, .prepare = prepare, .forward = forward, .backward = backward};
