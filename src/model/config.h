@@ -13,6 +13,8 @@ typedef enum {
     /* mixtures of experts */
     MT_ARCH_QWEN3_MOE, MT_ARCH_QWEN2_MOE, MT_ARCH_MIXTRAL, MT_ARCH_OLMOE,
     MT_ARCH_GEMMA3, MT_ARCH_GEMMA2,
+    /* hybrids of Gated DeltaNet and gated attention */
+    MT_ARCH_QWEN3_5,
 } mt_arch;
 
 /* RMSNorm of q and k before RoPE: none, over each head's head_dim values (Qwen3, Qwen3-MoE), or
@@ -88,6 +90,8 @@ typedef struct {
      * linear_value_head_dim. */
     uint64_t linear_layers[MT_CONFIG_MAX_LAYERS / 64];
     int linear_k_heads, linear_v_heads, linear_k_dim, linear_v_dim;
+    /* RoPE turns the first partial_rotary_factor of each head's head_dim (0: all of it). */
+    float partial_rotary_factor;
 } mt_config;
 
 /* Fills `cfg` with a built-in shape, one of the families' presets (model/families.c;

@@ -6,13 +6,13 @@
 #include <string.h>
 
 extern const mt_family mt_family_llama, mt_family_mistral, mt_family_qwen2, mt_family_qwen3, mt_family_qwen3_moe,
-    mt_family_qwen2_moe, mt_family_mixtral, mt_family_olmoe, mt_family_gemma3, mt_family_gemma2;
+    mt_family_qwen2_moe, mt_family_mixtral, mt_family_olmoe, mt_family_gemma3, mt_family_gemma2, mt_family_qwen3_5;
 
 /* In this order the architectures are named and the presets listed (mt_config_preset_names). */
 const mt_family *const mt_families[] = {&mt_family_llama,     &mt_family_mistral,   &mt_family_qwen2,
                                         &mt_family_qwen3,     &mt_family_qwen3_moe, &mt_family_qwen2_moe,
                                         &mt_family_mixtral,   &mt_family_olmoe,     &mt_family_gemma3,
-                                        &mt_family_gemma2,    NULL};
+                                        &mt_family_gemma2,    &mt_family_qwen3_5,   NULL};
 
 const mt_family *mt_family_find(const char *architecture, const char *model_type) {
     for (const mt_family *const *f = mt_families; *f; f++)
@@ -82,7 +82,8 @@ void mt_family_plan_model_common(const mt_config *c, mt_model_spec *m) {
                                 .factor = c->rope_scaling_factor,
                                 .low_freq_factor = c->rope_low_freq_factor,
                                 .high_freq_factor = c->rope_high_freq_factor,
-                                .original_max_position = c->rope_original_max_position};
+                                .original_max_position = c->rope_original_max_position,
+                                .partial = c->partial_rotary_factor};
 }
 
 /* ---- Gemma's block (families/gemma3.c, families/gemma2.c) ---- */

@@ -24,6 +24,7 @@ typedef struct {
     float low_freq_factor, high_freq_factor; /* llama3 */
     int original_max_position;        /* llama3, yarn */
     float beta_fast, beta_slow;       /* yarn */
+    float partial;                    /* the share of head_dim turned (partial_rotary_factor); 0: all */
 } mt_rope_spec;
 
 /* Attention's variants. */
@@ -34,6 +35,8 @@ enum {
     MT_ATTN_BIAS_O = 1u << 3,       /* o_proj carries a bias */
     MT_ATTN_SINKS = 1u << 4,        /* a learned sink logit a head */
     MT_ATTN_POST_NORM = 1u << 5,    /* an RMSNorm of the mixer's output before the residual */
+    MT_ATTN_OUT_GATE = 1u << 6,     /* q_proj gives each head's query and a gate; the output times
+                                     * sigmoid(gate) before o_proj (Qwen3-Next, Qwen3.5) */
 };
 typedef struct {
     int window;          /* 0: causal over the whole sequence; else the last `window` keys */

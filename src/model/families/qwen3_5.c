@@ -1,0 +1,116 @@
+/* Qwen3.5 and Qwen3.6, the text model (Qwen3_5ForCausalLM, model_type qwen3_5_text): three of four
+ * layers Gated DeltaNet (layer_types' linear_attention, or every layer but each
+ * full_attention_interval-th), the others attention with an output gate, per-head q/k norms and
+ * RoPE over the first partial_rotary_factor of each head; every RMSNorm (1 + w) but the Gated
+ * DeltaNet's gated one; a SwiGLU MLP. */
+#include "model/families.h"
+
+#include <string.h>
+
+/* Qwen3_5TextConfig's defaults where config.json does not say. */
+#define DEFAULT_INTERVAL 4 /* full_attention_interval */
+#define DEFAULT_PARTIAL_ROTARY 0.25f
+
+static const char *const fields[] = {
+    "attention_bias", "attention_dropout", "full_attention_interval", "linear_conv_kernel_dim",
+    "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads", "linear_num_value_heads",
+    "partial_rotary_factor", NULL};
+
+/* layer_types: linear_attention or full_attention a layer; absent, every full_attention_interval-th
+ * layer full. */
+static mt_status read_layer_types(const mt_json_src *s, mt_config *c) {
+    const json_t *types = mt_json_field(s, "layer_types"), *kind;
+    if (!types) {
+        int interval = DEFAULT_INTERVAL;
+        MT_TRY(mt_json_get_int(s, "full_attention_interval", 0, &interval));
+        MT_TRY(mt_config_in_range("full_attention_interval", interval, 1, MT_CONFIG_MAX_LAYERS));
+        for (int l = 0; l < c->num_layers; l++)
+            if ((l + 1) % interval) mt_config_set_linear(c, l);
+        return MT_OK;
+    }
+    if (!json_is_array(types) || json_array_size(types) != (size_t)c->num_layers)
+        return mt_fail(MT_ERR_INVALID, "%s: field 'layer_types' must list num_hidden_layers (%d) strings", s->source,
+                       c->num_layers);
+    size_t i;
+    json_array_foreach(types, i, kind) {
+        const char *k = json_is_string(kind) ? json_string_value(kind) : "";
+        if (!strcmp(k, "linear_attention")) mt_config_set_linear(c, (int)i);
+        else if (strcmp(k, "full_attention"))
+            return mt_fail(MT_ERR_INVALID, "%s: field 'layer_types' gives layer %zu '%s', which is not supported "
+                           "(linear_attention and full_attention only)", s->source, i, k);
+    }
+    return MT_OK;
+}
+
+static mt_status read_linear(const mt_json_src *s, mt_config *c) {
+    int kernel = MT_GDN_CONV_KERNEL;
+    MT_TRY(mt_json_get_int(s, "linear_conv_kernel_dim", 0, &kernel));
+    if (kernel != MT_GDN_CONV_KERNEL)
+        return mt_fail(MT_ERR_INVALID, "%s: field 'linear_conv_kernel_dim' = %d is not supported (%d only)", s->source,
+                       kernel, MT_GDN_CONV_KERNEL);
+    c->linear_k_heads = 16, c->linear_v_heads = 32, c->linear_k_dim = c->linear_v_dim = 128;
+    MT_TRY(mt_json_get_int(s, "linear_num_key_heads", 0, &c->linear_k_heads));
+    MT_TRY(mt_json_get_int(s, "linear_num_value_heads", 0, &c->linear_v_heads));
+    MT_TRY(mt_json_get_int(s, "linear_key_head_dim", 0, &c->linear_k_dim));
+    MT_TRY(mt_json_get_int(s, "linear_value_head_dim", 0, &c->linear_v_dim));
+    return read_layer_types(s, c);
+}
+
+static mt_status read(const mt_json_src *s, mt_config *c) {
+    MT_TRY(mt_family_refuse_attention_bias(s, "Qwen3_5ForCausalLM"));
+    c->qk_norm = MT_QK_NORM_HEAD;
+    c->partial_rotary_factor = DEFAULT_PARTIAL_ROTARY;
+    /* transformers 4's top-level partial_rotary_factor (transformers 5's is in rope_parameters) */
+    MT_TRY(mt_json_get_float(s, "partial_rotary_factor", 0, &c->partial_rotary_factor));
+    return read_linear(s, c);
+}
+
+static void write(const mt_config *c, json_t *o) {
+    json_object_set_new(o, "attention_bias", json_false());
+    json_object_set_new(o, "linear_conv_kernel_dim", json_integer(MT_GDN_CONV_KERNEL));
+    json_object_set_new(o, "linear_num_key_heads", json_integer(c->linear_k_heads));
+    json_object_set_new(o, "linear_num_value_heads", json_integer(c->linear_v_heads));
+    json_object_set_new(o, "linear_key_head_dim", json_integer(c->linear_k_dim));
+    json_object_set_new(o, "linear_value_head_dim", json_integer(c->linear_v_dim));
+    json_t *types = json_array();
+    for (int l = 0; l < c->num_layers; l++)
+        json_array_append_new(types, json_string(mt_config_layer_is_linear(c, l) ? "linear_attention"
+                                                                                 : "full_attention"));
+    json_object_set_new(o, "layer_types", types);
+}
+
+/* The Gated DeltaNet's heads: value heads a multiple of the q/k heads, each head at most 256 wide
+ * (the backends' bound) and a multiple of 4. */
+static mt_status validate(const mt_config *c) {
+    MT_TRY(mt_family_require_qk_norm(c, MT_QK_NORM_HEAD));
+    MT_TRY(mt_family_no_o_bias(c));
+    MT_TRY(mt_config_in_range("linear_num_key_heads", c->linear_k_heads, 1, MT_CONFIG_MAX_HEADS));
+    MT_TRY(mt_config_in_range("linear_num_value_heads", c->linear_v_heads, 1, MT_CONFIG_MAX_HEADS));
+    if (c->linear_v_heads % c->linear_k_heads)
+        return mt_fail(MT_ERR_INVALID, "linear_num_value_heads (%d) must be a multiple of linear_num_key_heads (%d)",
+                       c->linear_v_heads, c->linear_k_heads);
+    MT_TRY(mt_config_in_range("linear_key_head_dim", c->linear_k_dim, 4, 256));
+    MT_TRY(mt_config_in_range("linear_value_head_dim", c->linear_v_dim, 4, 256));
+    if (c->linear_k_dim % 4 || c->linear_v_dim % 4)
+        return mt_fail(MT_ERR_INVALID, "linear_key_head_dim (%d) and linear_value_head_dim (%d) must be multiples of 4",
+                       c->linear_k_dim, c->linear_v_dim);
+    return MT_OK;
+}
+
+static void plan(const mt_config *c, int l, mt_layer_spec *s) {
+    mt_family_plan_common(c, l, s);
+    s->norm_unit_offset = 1;
+    if (mt_config_layer_is_linear(c, l)) s->mixer = MT_MIXER_GDN, s->attn.flags = 0;
+    else s->attn.flags |= MT_ATTN_OUT_GATE;
+}
+
+static void plan_model(const mt_config *c, mt_model_spec *m) {
+    mt_family_plan_model_common(c, m);
+    m->norm_unit_offset = 1;
+}
+
+const mt_family mt_family_qwen3_5 = {
+    .arch = MT_ARCH_QWEN3_5, .architecture = "Qwen3_5ForCausalLM", .model_type = "qwen3_5_text",
+    .hidden_act = "silu",
+    .default_max_position = 32768, .default_head_dim = 256, .default_eps = 1e-6f, .default_theta = 10000.0f,
+    .fields = fields, .read = read, .write = write, .validate = validate, .plan = plan, .plan_model = plan_model};
