@@ -28,6 +28,9 @@ mt_config mt_tiny_config_windowed(int window);
  * weights' scale). */
 mt_config mt_tiny_config_gemma3(void);
 mt_config mt_tiny_config_gemma2(void);
+/* Qwen3.5 with Gated DeltaNet on every block: 2 q/k heads of 8, 4 value heads of 12 (each q/k head
+ * read by two), (1 + w) norms, untied. */
+mt_config mt_tiny_config_qwen3_5_linear(void);
 /* Tiny mixtures of experts, one of each family (arch: MT_ARCH_QWEN3_MOE, MT_ARCH_QWEN2_MOE,
  * MT_ARCH_MIXTRAL, MT_ARCH_OLMOE), each with what makes its family: Qwen3-MoE per-head q/k norms,
  * 8 experts top 3 renormalised, a dense block among sparse ones (mlp_only_layers); Qwen2-MoE q/k/v

@@ -3,7 +3,7 @@
 Qwen3 with qk_norm=1: an RMSNorm over each head of q and k before RoPE; qk_norm=2: OLMoE's RMSNorm over
 the whole q and k projections), and its mixtures of experts (num_experts > 0: Qwen3-MoE, Qwen2-MoE
 with its shared expert, Mixtral, OLMoE), with the router's load-balancing loss when
-output_router_logits is 1.
+output_router_logits is 1; and Qwen3.5's Gated DeltaNet mixer on the layers layer_mixers marks 1.
 
 Usage: llama_ref.py MODE DIR [MODE DIR ...]
 Each pair runs one fixture directory (several pairs share one start of Python and torch).
@@ -57,10 +57,11 @@ FLOAT_KEYS = ("rms_norm_eps", "rope_theta", "rope_scaling_factor", "rope_low_fre
               "max_grad_norm", "router_aux_loss_coef")
 LIST_KEYS = ("mlp_only_layers",)
 # Keys a fixture may leave out, and what their absence means (the Llama block).
-OPTIONAL_INT_KEYS = {"sandwich_norms": 0, "norm_unit_offset": 0, "glu_act": 0}
+OPTIONAL_INT_KEYS = {"sandwich_norms": 0, "norm_unit_offset": 0, "glu_act": 0,
+                     "linear_k_heads": 0, "linear_v_heads": 0, "linear_k_dim": 0, "linear_v_dim": 0}
 OPTIONAL_FLOAT_KEYS = {"query_pre_attn_scalar": 0.0, "attn_logit_softcap": 0.0, "final_logit_softcap": 0.0,
                        "embed_scale": 1.0, "rope_local_theta": 0.0, "rope_linear_factor": 0.0}
-OPTIONAL_LIST_KEYS = {"layer_windows": [], "layer_ropes": []}
+OPTIONAL_LIST_KEYS = {"layer_windows": [], "layer_ropes": [], "layer_mixers": []}
 TRAIN_KEYS = ("lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm")
 
 
@@ -111,6 +112,22 @@ def rope_of(cfg, layer):
     return cfg["layer_ropes"][layer] if cfg["layer_ropes"] else 0
 
 
+def linear(cfg, layer):
+    """Whether the layer's mixer is Gated DeltaNet (layer_mixers 1) rather than attention."""
+    return bool(cfg["layer_mixers"]) and cfg["layer_mixers"][layer] == 1
+
+
+def gdn_shapes(cfg, p):
+    """Qwen3_5GatedDeltaNet's tensors (the conv1d's [C, 1, 4] as megatrain lists it, [C, 4])."""
+    d = cfg["hidden_size"]
+    key, value, hv = cfg["linear_k_heads"] * cfg["linear_k_dim"], cfg["linear_v_heads"] * cfg["linear_v_dim"], \
+        cfg["linear_v_heads"]
+    return {p + "in_proj_qkv.weight": (2 * key + value, d), p + "in_proj_z.weight": (value, d),
+            p + "in_proj_b.weight": (hv, d), p + "in_proj_a.weight": (hv, d),
+            p + "conv1d.weight": (2 * key + value, 4), p + "A_log": (hv, 1), p + "dt_bias": (hv, 1),
+            p + "norm.weight": (cfg["linear_v_dim"], 1), p + "out_proj.weight": (d, value)}
+
+
 def sparse(cfg, layer):
     """Qwen2MoeDecoderLayer's rule: a mixture of experts unless the layer is in mlp_only_layers or
     off the decoder_sparse_step."""
@@ -134,12 +151,17 @@ def expected_shapes(cfg):
                            p + "post_feedforward_layernorm.weight": (d, 1)})
         shapes.update({
             p + "input_layernorm.weight": (d, 1),
-            p + "self_attn.q_proj.weight": (q, d),
-            p + "self_attn.k_proj.weight": (kv, d),
-            p + "self_attn.v_proj.weight": (kv, d),
-            p + "self_attn.o_proj.weight": (d, q),
             p + "post_attention_layernorm.weight": (d, 1),
         })
+        if linear(cfg, layer):
+            shapes.update(gdn_shapes(cfg, p + "linear_attn."))
+        else:
+            shapes.update({
+                p + "self_attn.q_proj.weight": (q, d),
+                p + "self_attn.k_proj.weight": (kv, d),
+                p + "self_attn.v_proj.weight": (kv, d),
+                p + "self_attn.o_proj.weight": (d, q),
+            })
         if sparse(cfg, layer):
             e, fm, sh = cfg["num_experts"], cfg["moe_intermediate_size"], cfg["shared_expert_intermediate_size"]
             shapes.update({p + "mlp.gate.weight": (e, d),
@@ -154,6 +176,8 @@ def expected_shapes(cfg):
             shapes.update({p + "mlp.gate_proj.weight": (f, d),
                            p + "mlp.up_proj.weight": (f, d),
                            p + "mlp.down_proj.weight": (d, f)})
+        if linear(cfg, layer):
+            continue
         if cfg["attention_bias"]:
             shapes.update({p + "self_attn.q_proj.bias": (q, 1),
                            p + "self_attn.k_proj.bias": (kv, 1),
@@ -269,6 +293,32 @@ def gelu_tanh(x):
     return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x.pow(3))))
 
 
+def l2norm(x, eps=1e-6):
+    """transformers' l2norm (FLA's): x / sqrt(sum x^2 + eps) over the last dimension."""
+    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + eps)
+
+
+def gated_delta_rule(q, k, v, g, beta):
+    """transformers' torch_recurrent_gated_delta_rule over one segment, [heads, tokens, dim], from a
+    zero state: S = exp(g) S; S += k (beta (v - S^T k))^T; o = S^T q."""
+    heads, tokens, dk = k.shape
+    state = torch.zeros(heads, dk, v.shape[-1], dtype=v.dtype)
+    out = []
+    for t in range(tokens):
+        state = state * g[:, t].exp()[:, None, None]
+        kv_mem = (state * k[:, t, :, None]).sum(dim=-2)
+        delta = (v[:, t] - kv_mem) * beta[:, t, None]
+        state = state + k[:, t, :, None] * delta[:, None, :]
+        out.append((state * q[:, t, :, None]).sum(dim=-2))
+    return torch.stack(out, dim=1)
+
+
+def segments_of(positions):
+    """[(start, end)] of one row's segments: each starts where its position is 0."""
+    starts = (positions == 0).nonzero().flatten().tolist()
+    return list(zip(starts, starts[1:] + [positions.numel()]))
+
+
 def rotate_half(x):
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
@@ -321,6 +371,39 @@ class Llama:
         out = torch.softmax(scores, dim=-1) @ v
         out = out.transpose(1, 2).reshape(b, s, h * hd)
         return self.linear(out, prefix + "o_proj")
+
+    def gdn(self, x, prefix, positions):
+        """Qwen3_5GatedDeltaNet: the q/k/v projection through the causal depthwise conv1d and SiLU, q
+        and k l2-normalised (q times dk^-0.5) and repeated to the value heads, the decay
+        g = -exp(A_log) softplus(a + dt_bias) and beta = sigmoid(b), the gated delta rule, the gated
+        RMSNorm with silu(z), out_proj. The convolution and the state start afresh on each segment."""
+        cfg, p = self.cfg, self.p
+        b, s, _ = x.shape
+        hk, hv, dk, dv = cfg["linear_k_heads"], cfg["linear_v_heads"], cfg["linear_k_dim"], cfg["linear_v_dim"]
+        key, value = hk * dk, hv * dv
+        channels = 2 * key + value
+        mixed = self.linear(x, prefix + "in_proj_qkv")
+        z = self.linear(x, prefix + "in_proj_z").view(b, s, hv, dv)
+        beta = self.linear(x, prefix + "in_proj_b").sigmoid()
+        g = -p[prefix + "A_log"].exp() * F.softplus(self.linear(x, prefix + "in_proj_a") + p[prefix + "dt_bias"])
+        kernel = p[prefix + "conv1d.weight"].view(channels, 1, 4)
+        rows = []
+        for i in range(b):
+            for start, end in segments_of(positions[i]):
+                n = end - start
+                y = F.conv1d(mixed[i, start:end].t()[None], kernel, groups=channels, padding=3)[0, :, :n]
+                q, k, v = torch.split(F.silu(y).t(), [key, key, value], dim=-1)
+                q = l2norm(q.reshape(n, hk, dk).repeat_interleave(hv // hk, dim=1)) * dk ** -0.5
+                k = l2norm(k.reshape(n, hk, dk).repeat_interleave(hv // hk, dim=1))
+                v = v.reshape(n, hv, dv)
+                o = gated_delta_rule(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
+                                     g[i, start:end].t(), beta[i, start:end].t())
+                rows.append(o.transpose(0, 1))
+        o = torch.cat(rows).view(b, s, hv, dv)
+        # Qwen3_5RMSNormGated: a plain weight, whatever the other norms' (1 + w)
+        o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + cfg["rms_norm_eps"])
+        o = p[prefix + "norm.weight"] * o * F.silu(z)
+        return self.linear(o.reshape(b, s, value), prefix + "out_proj")
 
     def mlp(self, x, prefix):
         gate = self.linear(x, prefix + "gate_proj")
@@ -402,7 +485,10 @@ class Llama:
                 blocked = blocked | (distance >= window)[:, None]
             cos, sin = tables[rope_of(cfg, layer)]
             n = self.rms_norm(x, p[prefix + "input_layernorm.weight"])
-            y = self.attention(n, prefix + "self_attn.", cos, sin, blocked)
+            if linear(cfg, layer):
+                y = self.gdn(n, prefix + "linear_attn.", positions)
+            else:
+                y = self.attention(n, prefix + "self_attn.", cos, sin, blocked)
             if cfg["sandwich_norms"]:
                 x = x + self.rms_norm(y, p[prefix + "post_attention_layernorm.weight"])
                 n = self.rms_norm(x, p[prefix + "pre_feedforward_layernorm.weight"])
