@@ -168,11 +168,11 @@ static void rope_prepare(const ops_case *c, ops_host *h) {
 }
 static void rope_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
     be->ops->op.rope(be, s, d[RP_X], d[RP_INV], rope_rows(c), c->dims.seq, rope_pos0(c), d[RP_POS], c->dims.heads,
-                     c->dims.head_dim, c->flag);
+                     c->dims.head_dim, c->dims.head_dim, c->flag);
 }
 static void rope_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
     mt_cpu_rope(h->x[RP_X], h->x[RP_INV], rope_rows(c), c->dims.seq, rope_pos0(c), h->ids[RP_POS], c->dims.heads,
-                c->dims.head_dim, c->flag);
+                c->dims.head_dim, c->dims.head_dim, c->flag);
 }
 static const ops_kind ROPE = {.declare = rope_declare, .prepare = rope_prepare, .call = rope_call,
                               .reference = rope_reference};

@@ -27,12 +27,8 @@ mt_status mt_model_spec_check(const mt_model_spec *m) {
 mt_status mt_layer_spec_check(const mt_layer_spec *s, const mt_model_spec *m, int l) {
     const mt_attn_spec *a = &s->attn;
     REFUSE_IF(s->mixer == MT_MIXER_GDN && a->flags, "layer %d: Gated DeltaNet takes no attention variants", l);
-    if (s->mixer == MT_MIXER_ATTENTION) {
-        REFUSE_IF(a->flags & MT_ATTN_OUT_GATE, "layer %d: attention's output gate is not supported yet", l);
-        REFUSE_IF(a->rope >= 0 && a->rope < m->num_ropes && m->rope[a->rope].partial != 0,
-                  "layer %d: RoPE over part of each head (partial_rotary_factor %g) is not supported yet", l,
-                  (double)m->rope[a->rope].partial);
-    }
+    REFUSE_IF(s->mixer == MT_MIXER_ATTENTION && (a->flags & MT_ATTN_OUT_GATE),
+              "layer %d: attention's output gate is not supported yet", l);
     REFUSE_IF(a->window < 0, "layer %d: an attention window of %d keys", l, a->window);
     REFUSE_IF(a->rope < 0 || a->rope >= m->num_ropes, "layer %d: RoPE table %d does not exist", l, a->rope);
     REFUSE_IF(!(a->q_scale >= 0) || !isfinite(a->q_scale), "layer %d: the attention scale must be positive, got %g",
@@ -53,10 +49,14 @@ mt_status mt_layer_spec_check(const mt_layer_spec *s, const mt_model_spec *m, in
     return MT_OK;
 }
 
+int mt_rope_rotary_dim(const mt_rope_spec *r, int head_dim) {
+    return r->partial > 0 ? (int)(head_dim * (double)r->partial) : head_dim;
+}
+
 void mt_rope_inv_freq(const mt_rope_spec *r, int head_dim, float *inv_freq) {
-    int half = head_dim / 2;
+    int dim = mt_rope_rotary_dim(r, head_dim), half = dim / 2;
     for (int i = 0; i < half; i++) {
-        double f = 1.0 / pow((double)r->theta, (2.0 * i) / head_dim);
+        double f = 1.0 / pow((double)r->theta, (2.0 * i) / dim);
         if (r->type == MT_ROPE_LINEAR) f /= r->factor; /* positions divided by the factor */
         if (r->type == MT_ROPE_LLAMA3) {
             /* transformers' _compute_llama3_parameters */

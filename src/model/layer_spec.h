@@ -84,7 +84,9 @@ typedef struct {
 mt_status mt_model_spec_check(const mt_model_spec *m);
 mt_status mt_layer_spec_check(const mt_layer_spec *s, const mt_model_spec *m, int l);
 
-/* The RoPE inverse frequencies of table r, head_dim / 2 of them, its scaling applied. */
+/* The values of each head table r turns: head_dim, or transformers' int(head_dim x partial). */
+int mt_rope_rotary_dim(const mt_rope_spec *r, int head_dim);
+/* The RoPE inverse frequencies of table r, mt_rope_rotary_dim / 2 of them, its scaling applied. */
 void mt_rope_inv_freq(const mt_rope_spec *r, int head_dim, float *inv_freq);
 
 #endif

@@ -20,6 +20,9 @@ static mt_status read_one(const mt_json_src *top, const char *key, const char *s
         cfg->rope_theta = theta;
         if (cfg->partial_rotary_factor > 0) partial = cfg->partial_rotary_factor; /* the family's default */
         MT_TRY(mt_json_get_float(&s, "partial_rotary_factor", 0, &partial));
+        if (partial != 1.0f && !(cfg->partial_rotary_factor > 0)) /* a family whose RoPE turns all of a head */
+            return mt_fail(MT_ERR_INVALID, "%s: field '%spartial_rotary_factor' = %g is not supported (1 only)",
+                           top->source, scope, (double)partial);
         if (!(partial > 0 && partial <= 1))
             return mt_fail(MT_ERR_INVALID, "%s: field '%spartial_rotary_factor' = %g is not in (0, 1]", top->source,
                            scope, (double)partial);

@@ -91,6 +91,11 @@ static void constants(const mt_config *c, void *host) {
 static const float *rope_table(const mt_block_ctx *c) {
     return (const float *)c->constants + (size_t)c->spec->attn.rope * (c->cfg->head_dim / 2);
 }
+/* The values of each head the block's table turns (all, or partial_rotary_factor's). */
+static int rotary_dim(const mt_block_ctx *c) {
+    mt_model_spec m = mt_model_spec_of(c->cfg);
+    return mt_rope_rotary_dim(&m.rope[c->spec->attn.rope], c->cfg->head_dim);
+}
 
 /* The positions of rows from `row` on (RoPE), with segments; NULL: (pos0 + r) % seq. */
 static const int32_t *positions(const mt_block_ctx *c, int row) { return c->seg ? c->seg->pos + row : NULL; }
@@ -158,7 +163,7 @@ static void prepare(const mt_block_ctx *c, const mt_unit_weights *w, const void 
                                n * norm_rows(c, cfg->num_kv_heads), norm_width(c, cfg->num_kv_heads),
                                mt_norm_params(c->spec));
     c->be->ops->op.rope(c->be, c->stream, ws->attn.k, rope_table(c), n, c->seq, 0, positions(c, 0), cfg->num_kv_heads,
-                        cfg->head_dim, 0);
+                        cfg->head_dim, rotary_dim(c), 0);
 }
 
 /* The tile's q (roped), attention output, lse and x2 rows. */
@@ -181,7 +186,7 @@ static void forward(const mt_block_ctx *c, const mt_unit_weights *w, const void 
         op->rmsnorm(be, s, ws->attn.q, ws->attn.rstd_q, ws->attn.q_raw, w->t[MT_T_Q_NORM],
                     t.rows * norm_rows(c, cfg->num_heads), norm_width(c, cfg->num_heads), mt_norm_params(c->spec));
     op->rope(be, s, ws->attn.q, rope_table(c), t.rows, c->seq, t.row % c->seq, positions(c, t.row), cfg->num_heads,
-             cfg->head_dim, 0);
+             cfg->head_dim, rotary_dim(c), 0);
     mt_segments seg = c->seg ? tile_segments(c, t) : (mt_segments){0};
     const mt_attn_params params = attn_params(c->spec);
     op->attention(be, s, ws->attn.att, ws->attn.lse, ws->attn.q, mt_rows_at(ws->attn.k, kv0, KV, act),
@@ -273,9 +278,9 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
     if (t.rows < c->seq) sum_window_shares(c, t);
     void *dk_rows = mt_rows_at_mut(ws->attn.dk, t.row, KV, act);
     op->rope(be, s, ws->attn.dq, rope_table(c), t.rows, c->seq, pos0, positions(c, t.row), cfg->num_heads,
-             cfg->head_dim, 1);
+             cfg->head_dim, rotary_dim(c), 1);
     op->rope(be, s, dk_rows, rope_table(c), t.rows, c->seq, pos0, positions(c, t.row), cfg->num_kv_heads, cfg->head_dim,
-             1);
+             rotary_dim(c), 1);
     /* The gradients at the q/k projections' outputs: through the head norms when there are any,
      * into q and the tile's rows of k, which nothing reads any more (the windows the backward takes
      * later attend to earlier keys only). */

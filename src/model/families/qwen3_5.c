@@ -84,6 +84,10 @@ static void write(const mt_config *c, json_t *o) {
 static mt_status validate(const mt_config *c) {
     MT_TRY(mt_family_require_qk_norm(c, MT_QK_NORM_HEAD));
     MT_TRY(mt_family_no_o_bias(c));
+    int rotary = c->partial_rotary_factor > 0 ? (int)(c->head_dim * (double)c->partial_rotary_factor) : c->head_dim;
+    if (!(c->partial_rotary_factor >= 0 && c->partial_rotary_factor <= 1) || rotary < 2 || rotary % 2)
+        return mt_fail(MT_ERR_INVALID, "partial_rotary_factor %g of head_dim %d turns %d values of a head: not a "
+                       "positive even number", (double)c->partial_rotary_factor, c->head_dim, rotary);
     MT_TRY(mt_config_in_range("linear_num_key_heads", c->linear_k_heads, 1, MT_CONFIG_MAX_HEADS));
     MT_TRY(mt_config_in_range("linear_num_value_heads", c->linear_v_heads, 1, MT_CONFIG_MAX_HEADS));
     if (c->linear_v_heads % c->linear_k_heads)
