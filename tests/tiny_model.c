@@ -95,6 +95,14 @@ mt_config mt_tiny_config_qwen3_5_linear(void) {
     return c;
 }
 
+mt_config mt_tiny_config_qwen3_5(void) {
+    mt_config c = mt_tiny_config_qwen3_5_linear();
+    memset(c.linear_layers, 0, sizeof c.linear_layers);
+    for (int l = 0; l < 64; l++)
+        if ((l + 1) % 3) mt_config_set_linear(&c, l);
+    return c;
+}
+
 mt_config mt_tiny_config_moe(mt_arch arch, int aux) {
     mt_config c = base();
     c.arch = arch;

@@ -62,6 +62,9 @@ typedef struct {
          * statistics. */
         void *q_raw, *k_raw;    /* [T, Q], [n, KV] */
         float *rstd_q, *rstd_k; /* [T * heads], [n * kv_heads] */
+        /* With an output gate (MT_ATTN_OUT_GATE) only, else NULL: q_proj's output, each head's query
+         * and gate, and the gate; in the backward, the gradients at both. */
+        void *qg, *gate;        /* [T, 2Q], [T, Q] */
         void *ws;         /* backend's attention workspace (forward and backward) */
     } attn;
     /* The Gated DeltaNet mixer's (engine/kinds/gdn_run.c), over the micro-batch: C = 2K + V the

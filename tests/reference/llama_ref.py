@@ -58,8 +58,9 @@ FLOAT_KEYS = ("rms_norm_eps", "rope_theta", "rope_scaling_factor", "rope_low_fre
 LIST_KEYS = ("mlp_only_layers",)
 # Keys a fixture may leave out, and what their absence means (the Llama block).
 OPTIONAL_INT_KEYS = {"sandwich_norms": 0, "norm_unit_offset": 0, "glu_act": 0,
-                     "linear_k_heads": 0, "linear_v_heads": 0, "linear_k_dim": 0, "linear_v_dim": 0}
-OPTIONAL_FLOAT_KEYS = {"query_pre_attn_scalar": 0.0, "attn_logit_softcap": 0.0, "final_logit_softcap": 0.0,
+                     "linear_k_heads": 0, "linear_v_heads": 0, "linear_k_dim": 0, "linear_v_dim": 0,
+                     "attn_output_gate": 0}
+OPTIONAL_FLOAT_KEYS = {"partial_rotary_factor": 0.0, "query_pre_attn_scalar": 0.0, "attn_logit_softcap": 0.0, "final_logit_softcap": 0.0,
                        "embed_scale": 1.0, "rope_local_theta": 0.0, "rope_linear_factor": 0.0}
 OPTIONAL_LIST_KEYS = {"layer_windows": [], "layer_ropes": [], "layer_mixers": []}
 TRAIN_KEYS = ("lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm")
@@ -157,7 +158,7 @@ def expected_shapes(cfg):
             shapes.update(gdn_shapes(cfg, p + "linear_attn."))
         else:
             shapes.update({
-                p + "self_attn.q_proj.weight": (q, d),
+                p + "self_attn.q_proj.weight": (q * (2 if cfg["attn_output_gate"] else 1), d),
                 p + "self_attn.k_proj.weight": (kv, d),
                 p + "self_attn.v_proj.weight": (kv, d),
                 p + "self_attn.o_proj.weight": (d, q),
@@ -263,11 +264,17 @@ def load_positions(directory, cfg):
     return read_binary(path, "<i4", math.prod(shape)).view(shape).long()
 
 
+def rotary_dim(cfg):
+    """The values of each head RoPE turns: transformers' int(head_dim * partial_rotary_factor)."""
+    factor = cfg["partial_rotary_factor"]
+    return int(cfg["head_dim"] * factor) if factor else cfg["head_dim"]
+
+
 def rope_inv_freq(cfg, table=0):
     """Inverse frequencies in float64: table 0 with rope_theta and its scaling (llama3's as
     transformers' _compute_llama3_parameters applies it, or linear: divided by the factor), table 1
     the local layers' plain one with rope_local_theta."""
-    hd = cfg["head_dim"]
+    hd = rotary_dim(cfg)
     theta = cfg["rope_local_theta"] if table == 1 else cfg["rope_theta"]
     inv_freq = 1.0 / theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)
     if table == 1:
@@ -347,6 +354,10 @@ class Llama:
         bias = bool(cfg["attention_bias"])
         # [b, s, heads*hd] -> [b, s, heads, hd]
         q = self.linear(x, prefix + "q_proj", bias)
+        if cfg["attn_output_gate"]:
+            # Qwen3NextAttention: each head's query, then its gate
+            q, gate = torch.chunk(q.view(b, s, h, 2 * hd), 2, dim=-1)
+            q, gate = q.reshape(b, s, h * hd), gate.reshape(b, s, h * hd)
         k = self.linear(x, prefix + "k_proj", bias)
         if cfg["qk_norm"] == 2:
             # OLMoE: one RMSNorm over the whole projection, before the heads are split.
@@ -360,8 +371,10 @@ class Llama:
             k = self.rms_norm(k, self.p[prefix + "k_norm.weight"])
         # -> [b, heads, s, hd]
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        # RoPE on the first rotary_dim values of each head, the rest as they are
+        rot = cos.shape[-1]
+        q = torch.cat((q[..., :rot] * cos + rotate_half(q[..., :rot]) * sin, q[..., rot:]), dim=-1)
+        k = torch.cat((k[..., :rot] * cos + rotate_half(k[..., :rot]) * sin, k[..., rot:]), dim=-1)
         # Query head i reads key/value head i // (h / kvh).
         k = k.repeat_interleave(h // kvh, dim=1)
         v = v.repeat_interleave(h // kvh, dim=1)
@@ -370,6 +383,8 @@ class Llama:
         scores = scores.masked_fill(blocked, float("-inf"))
         out = torch.softmax(scores, dim=-1) @ v
         out = out.transpose(1, 2).reshape(b, s, h * hd)
+        if cfg["attn_output_gate"]:
+            out = out * torch.sigmoid(gate)
         return self.linear(out, prefix + "o_proj")
 
     def gdn(self, x, prefix, positions):

@@ -1,6 +1,7 @@
 /* The attention mixer, engine side (model/kinds/attention.c declares its tensors): x2 = x +
- * o(attention(rope(q(h1)), rope(k(h1)), v(h1))), h1 = norm(x), with q/k/v biases and q/k norms
- * (over each head, or over the whole projection) where the block's spec has them.
+ * o(attention(rope(q(h1)), rope(k(h1)), v(h1))), h1 = norm(x), with q/k/v biases, q/k norms (over
+ * each head, or over the whole projection) and an output gate (q_proj's second half of each head:
+ * o's input times its sigmoid) where the block's spec has them.
  *
  * Keys and values span the micro-batch (every later query of a sequence reads them): prepare makes
  * them over the whole micro-batch. With segments (packed examples) positions restart on each
@@ -25,6 +26,14 @@ static int qk_norm(const mt_layer_spec *s) {
 }
 static int qk_norm_full(const mt_layer_spec *s) { return (s->attn.flags & MT_ATTN_QK_NORM_FULL) != 0; }
 static int post_norm(const mt_layer_spec *s) { return (s->attn.flags & MT_ATTN_POST_NORM) != 0; }
+static int out_gate(const mt_layer_spec *s) { return (s->attn.flags & MT_ATTN_OUT_GATE) != 0; }
+
+/* q_proj's outputs a token: the query, and with an output gate each head's gate after its query. */
+static int q_out_width(const mt_block_ctx *c) { return (out_gate(c->spec) ? 2 : 1) * (int)q_width(c->cfg); }
+
+/* What o_proj takes: the attention's output, or with an output gate that times sigmoid(gate), which
+ * the forward leaves in datt (free until the backward's gradient at the attention's output). */
+static const void *o_input(const mt_block_ctx *c) { return out_gate(c->spec) ? c->ws->attn.datt : c->ws->attn.att; }
 
 /* The backend's attention variants the block's spec asks for (its sinks, a weight with a gradient,
  * are not plumbed yet: model/layer_spec.c refuses them). */
@@ -44,7 +53,14 @@ static int norm_width(const mt_block_ctx *c, int heads) {
 static int any_qk_norm(const mt_config *c) {
     for (int l = 0; l < c->num_layers; l++) {
         mt_layer_spec s = mt_layer_spec_of(c, l);
-        if (qk_norm(&s)) return 1;
+        if (s.mixer == MT_MIXER_ATTENTION && qk_norm(&s)) return 1;
+    }
+    return 0;
+}
+static int any_out_gate(const mt_config *c) {
+    for (int l = 0; l < c->num_layers; l++) {
+        mt_layer_spec s = mt_layer_spec_of(c, l);
+        if (s.mixer == MT_MIXER_ATTENTION && out_gate(&s)) return 1;
     }
     return 0;
 }
@@ -131,6 +147,10 @@ static void walk(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s) {
         ws->attn.q_raw = mt_ws_take(w, T * Q * act);
         ws->attn.rstd_q = mt_ws_take(w, T * most_norm_rows(c, c->num_heads) * 4);
     }
+    if (any_out_gate(c)) {
+        ws->attn.qg = mt_ws_take(w, T * 2 * Q * act);
+        ws->attn.gate = mt_ws_take(w, T * Q * act);
+    }
     w->cls = MT_WS_MICRO_BATCH;
     ws->attn.k = mt_ws_take(w, n * KV * act);
     ws->attn.v = mt_ws_take(w, n * KV * act);
@@ -176,12 +196,15 @@ static void forward(const mt_block_ctx *c, const mt_unit_weights *w, const void 
     mt_tile t = c->at;
     size_t act = mt_act_size(c);
     int D = cfg->hidden_size, Q = (int)q_width(cfg), KV = (int)kv_width(cfg), kv0 = kv_row0(c->seq, t);
-    void *q = qk_norm(c->spec) ? ws->attn.q_raw : ws->attn.q;
+    void *q = qk_norm(c->spec) ? ws->attn.q_raw : ws->attn.q, *q_proj = out_gate(c->spec) ? ws->attn.qg : q;
+    int QO = q_out_width(c);
 
     MT_FOR_EACH_PIECE(c, p) {
         mt_mixer_norm_piece(c, w, p, x);
-        mt_matmul_piece(c, p, mt_rows_at_mut(q, p.row - t.row, Q, act), ws->h1, w->t[MT_T_WQ], w->t[MT_T_BQ], D, Q);
+        mt_matmul_piece(c, p, mt_rows_at_mut(q_proj, p.row - t.row, QO, act), ws->h1, w->t[MT_T_WQ], w->t[MT_T_BQ], D,
+                        QO);
     }
+    if (out_gate(c->spec)) op->gate_split(be, s, q, ws->attn.gate, ws->attn.qg, t.rows, cfg->num_heads, cfg->head_dim);
     if (qk_norm(c->spec))
         op->rmsnorm(be, s, ws->attn.q, ws->attn.rstd_q, ws->attn.q_raw, w->t[MT_T_Q_NORM],
                     t.rows * norm_rows(c, cfg->num_heads), norm_width(c, cfg->num_heads), mt_norm_params(c->spec));
@@ -192,8 +215,9 @@ static void forward(const mt_block_ctx *c, const mt_unit_weights *w, const void 
     op->attention(be, s, ws->attn.att, ws->attn.lse, ws->attn.q, mt_rows_at(ws->attn.k, kv0, KV, act),
                   mt_rows_at(ws->attn.v, kv0, KV, act), tile_dims(cfg, c->batch, c->seq, t), &params,
                   c->seg ? &seg : NULL, ws->attn.ws);
+    if (out_gate(c->spec)) op->out_gate(be, s, ws->attn.datt, ws->attn.att, ws->attn.gate, (size_t)t.rows * Q);
     MT_FOR_EACH_PIECE(c, p) {
-        mt_matmul_piece(c, p, ws->tmp, mt_rows_at(ws->attn.att, p.row - t.row, Q, act), w->t[MT_T_WO], NULL, Q, D);
+        mt_matmul_piece(c, p, ws->tmp, mt_rows_at(o_input(c), p.row - t.row, Q, act), w->t[MT_T_WO], NULL, Q, D);
         const void *out = ws->tmp;
         if (post_norm(c->spec)) /* into h1, free once q is made */
             mt_post_norm_piece(c, p, p.row - t.row, ws->h1, ws->tmp, w->t[MT_T_ATTN_POST_NORM]), out = ws->h1;
@@ -227,7 +251,7 @@ static void qkv_backward_piece(const mt_block_ctx *c, const mt_unit_weights *w, 
     const mt_config *cfg = c->cfg;
     mt_block_ws *ws = c->ws;
     size_t act = mt_act_size(c);
-    int D = cfg->hidden_size, Q = (int)q_width(cfg), KV = (int)kv_width(cfg);
+    int D = cfg->hidden_size, Q = q_out_width(c), KV = (int)kv_width(cfg);
     const void *dqp = mt_rows_at(dq, p.row - c->at.row, Q, act), *dkp = mt_rows_at(dk, p.row, KV, act);
     const void *dvp = mt_rows_at(ws->attn.dv, p.row, KV, act);
     mt_mixer_norm_piece(c, w, p, x); /* h1 again: the piece buffer held another piece's */
@@ -260,15 +284,22 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
     if (post_norm(c->spec)) { /* dy becomes the gradient at o's output, o(att) made again */
         MT_FOR_EACH_PIECE(c, p) {
             int at = p.row - t.row;
-            mt_matmul_piece(c, p, ws->tmp, mt_rows_at(ws->attn.att, at, Q, act), w->t[MT_T_WO], NULL, Q, D);
+            mt_matmul_piece(c, p, ws->tmp, mt_rows_at(o_input(c), at, Q, act), w->t[MT_T_WO], NULL, Q, D);
             mt_post_norm_piece(c, p, at, ws->h1, ws->tmp, w->t[MT_T_ATTN_POST_NORM]);
             mt_post_norm_dx_piece(c, p, at, g->t[MT_T_ATTN_POST_NORM], mt_rows_at(dxy, p.row, D, act), ws->tmp,
                                   w->t[MT_T_ATTN_POST_NORM]);
         }
         dy = ws->dpost;
     }
-    mt_matmul_dw_piece(c, mt_piece_of_tile(c), g->t[MT_T_WO], NULL, dy, ws->attn.att, Q, D);
-    mt_matmul_dx_piece(c, mt_piece_of_tile(c), ws->attn.datt, dy, w->t[MT_T_WO], Q, D, 0);
+    mt_matmul_dw_piece(c, mt_piece_of_tile(c), g->t[MT_T_WO], NULL, dy, o_input(c), Q, D);
+    if (out_gate(c->spec)) { /* the gradient at the gated output into dq (free until attention_dx), then the
+                              * gate's into the gate's place and the attention output's into datt */
+        mt_matmul_dx_piece(c, mt_piece_of_tile(c), ws->attn.dq, dy, w->t[MT_T_WO], Q, D, 0);
+        op->out_gate_dx(be, s, ws->attn.datt, ws->attn.gate, ws->attn.dq, ws->attn.att, ws->attn.gate,
+                        (size_t)t.rows * Q);
+    } else {
+        mt_matmul_dx_piece(c, mt_piece_of_tile(c), ws->attn.datt, dy, w->t[MT_T_WO], Q, D, 0);
+    }
     mt_segments seg = c->seg ? tile_segments(c, t) : (mt_segments){0};
     const mt_attn_params params = attn_params(c->spec);
     op->attention_dx(be, s, ws->attn.dq, mt_rows_at_mut(ws->attn.dk, kv0, KV, act),
@@ -296,6 +327,10 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
                             mt_rows_at(ws->attn.k_raw, t.row, KV, act), w->t[MT_T_K_NORM],
                             ws->attn.rstd_k + (size_t)t.row * norm_rows(c, KVH), norm_rows(c, KVH),
                             norm_width(c, KVH), 0);
+    }
+    if (out_gate(c->spec)) { /* q_proj's gradient: each head's query's and gate's */
+        op->gate_join(be, s, ws->attn.qg, dq, ws->attn.gate, t.rows, cfg->num_heads, cfg->head_dim);
+        dq = ws->attn.qg;
     }
     MT_FOR_EACH_PIECE(c, p) qkv_backward_piece(c, w, g, p, x, dxy, dq, dk);
 }
