@@ -90,6 +90,7 @@ mt_config mt_tiny_config_qwen3_5_linear(void) {
     c.qk_norm = MT_QK_NORM_HEAD;
     c.head_dim = 16;
     c.partial_rotary_factor = 0.25f;
+    c.attn_output_gate = 1;
     c.linear_k_heads = 2, c.linear_v_heads = 4, c.linear_k_dim = 8, c.linear_v_dim = 12;
     for (int l = 0; l < 64; l++) mt_config_set_linear(&c, l); /* deeper copies (7 blocks) too */
     return c;

@@ -92,6 +92,8 @@ typedef struct {
     int linear_k_heads, linear_v_heads, linear_k_dim, linear_v_dim;
     /* RoPE turns the first partial_rotary_factor of each head's head_dim (0: all of it). */
     float partial_rotary_factor;
+    /* q_proj gives each head a gate too; attention's output times its sigmoid (attn_output_gate). */
+    int attn_output_gate;
 } mt_config;
 
 /* Fills `cfg` with a built-in shape, one of the families' presets (model/families.c;

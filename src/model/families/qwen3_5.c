@@ -11,10 +11,26 @@
 #define DEFAULT_INTERVAL 4 /* full_attention_interval */
 #define DEFAULT_PARTIAL_ROTARY 0.25f
 
+/* The hub's Qwen3.5 and Qwen3.6 text models (Qwen/Qwen3.5-27B's text_config): the dense one. */
+#define QWEN3_5(D, F, L, H, KV, KH, VH)                                                                          \
+    {.arch = MT_ARCH_QWEN3_5, .hidden_size = D, .intermediate_size = F, .num_layers = L, .num_heads = H,        \
+     .num_kv_heads = KV, .head_dim = 256, .vocab_size = 248320, .max_position = 262144, .rms_norm_eps = 1e-6f, \
+     .rope_theta = 10000000.0f, .partial_rotary_factor = 0.25f, .attn_output_gate = 1,                         \
+     .qk_norm = MT_QK_NORM_HEAD, .bos_token_id = -1, .eos_token_id = 248044,                                    \
+     .linear_layers = EVERY_FOURTH_FULL, .linear_k_heads = KH, .linear_v_heads = VH, .linear_k_dim = 128,       \
+     .linear_v_dim = 128}
+#define EVERY_FOURTH_FULL {0x7777777777777777ull} /* layers (l + 1) % 4 != 0 linear, l < 64 */
+
+static const mt_preset presets[] = {
+    {"qwen3.5-27b", QWEN3_5(5120, 17408, 64, 24, 4, 16, 48)},
+};
+
+/* What Qwen3_5TextConfig reads and changes nothing computed here: the multi-token-prediction layers
+ * (their tensors are not the text model's), the recurrent state's dtype at inference. */
 static const char *const fields[] = {
-    "attention_bias", "attention_dropout", "full_attention_interval", "linear_conv_kernel_dim",
+    "attention_bias", "attention_dropout", "attn_output_gate", "full_attention_interval", "linear_conv_kernel_dim",
     "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads", "linear_num_value_heads",
-    "partial_rotary_factor", NULL};
+    "partial_rotary_factor", "mamba_ssm_dtype", "mtp_num_hidden_layers", "mtp_use_dedicated_embeddings", NULL};
 
 /* layer_types: linear_attention or full_attention a layer; absent, every full_attention_interval-th
  * layer full. */
@@ -62,11 +78,14 @@ static mt_status read(const mt_json_src *s, mt_config *c) {
     c->partial_rotary_factor = DEFAULT_PARTIAL_ROTARY;
     /* transformers 4's top-level partial_rotary_factor (transformers 5's is in rope_parameters) */
     MT_TRY(mt_json_get_float(s, "partial_rotary_factor", 0, &c->partial_rotary_factor));
+    c->attn_output_gate = 1;
+    MT_TRY(mt_json_get_bool(s, "attn_output_gate", &c->attn_output_gate));
     return read_linear(s, c);
 }
 
 static void write(const mt_config *c, json_t *o) {
     json_object_set_new(o, "attention_bias", json_false());
+    json_object_set_new(o, "attn_output_gate", json_boolean(c->attn_output_gate));
     json_object_set_new(o, "linear_conv_kernel_dim", json_integer(MT_GDN_CONV_KERNEL));
     json_object_set_new(o, "linear_num_key_heads", json_integer(c->linear_k_heads));
     json_object_set_new(o, "linear_num_value_heads", json_integer(c->linear_v_heads));
@@ -105,7 +124,7 @@ static void plan(const mt_config *c, int l, mt_layer_spec *s) {
     mt_family_plan_common(c, l, s);
     s->norm_unit_offset = 1;
     if (mt_config_layer_is_linear(c, l)) s->mixer = MT_MIXER_GDN, s->attn.flags = 0;
-    else s->attn.flags |= MT_ATTN_OUT_GATE;
+    else if (c->attn_output_gate) s->attn.flags |= MT_ATTN_OUT_GATE;
 }
 
 static void plan_model(const mt_config *c, mt_model_spec *m) {
@@ -117,4 +136,4 @@ const mt_family mt_family_qwen3_5 = {
     .arch = MT_ARCH_QWEN3_5, .architecture = "Qwen3_5ForCausalLM", .model_type = "qwen3_5_text",
     .hidden_act = "silu",
     .default_max_position = 32768, .default_head_dim = 256, .default_eps = 1e-6f, .default_theta = 10000.0f,
-    .fields = fields, .read = read, .write = write, .validate = validate, .plan = plan, .plan_model = plan_model};
+    .presets = presets, .num_presets = sizeof presets / sizeof presets[0], .fields = fields, .read = read, .write = write, .validate = validate, .plan = plan, .plan_model = plan_model};
