@@ -344,6 +344,7 @@ static mt_st_source *export_sources(const mt_layout *lay, const float *masters, 
             src[at].ndim = t->cols == 1 && !t->experts ? 1 : 2;
             src[at].shape[0] = rows;
             src[at].shape[1] = t->cols;
+            if (mt_tensor_hub_parts(t) == 1) src[at].ndim = hf_shape(t, src[at].shape); /* whole: the hub's shape */
             src[at].data = masters + master_offset(lay, t) + row0 * t->cols;
         }
     }
