@@ -87,16 +87,22 @@ def config_of(family):
     return getattr(transformers, name)(**kwargs)
 
 
+def norm_start(family, name):
+    """Where a norm's weight starts: 0 for the (1 + w) norms (Gemma's; Qwen3.5's but its Gated
+    DeltaNet's gated norm, a plain w), else 1."""
+    zero_centered = family.startswith("gemma") or family.startswith("qwen3_5")
+    return 0.0 if zero_centered and "linear_attn.norm" not in name else 1.0
+
+
 def save_random_model(family, path):
-    """Every matrix N(0, 0.02); norms as each family starts them: 1 for w, 0 for Gemma's (1 + w), then
-    small noise so that the offset matters."""
+    """Every matrix N(0, 0.02); norms as each family starts them (norm_start), then small noise so
+    that the offset matters."""
     torch.manual_seed(0)
     model = getattr(transformers, FAMILIES[family][1])(config_of(family)).float()
-    gemma = family.startswith("gemma")
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name:
-                p.copy_(torch.randn_like(p) * 0.1 + (0.0 if gemma else 1.0))
+                p.copy_(torch.randn_like(p) * 0.1 + norm_start(family, name))
             else:
                 p.normal_(0.0, 0.02)
     model.save_pretrained(path, safe_serialization=True)
@@ -245,7 +251,7 @@ REF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"
 def fixture_config(config, seq, batch):
     """llama_ref.py's config.txt for a transformers config of these families."""
     types = getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
-    window = config.sliding_window or 0
+    window = getattr(config, "sliding_window", None) or 0
     gemma = config.model_type.startswith("gemma")
     rope = getattr(config, "rope_parameters", None) or {}
     full = rope.get("full_attention", rope) if isinstance(rope, dict) else {}

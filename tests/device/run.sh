@@ -54,6 +54,7 @@ step hf python3 tests/device/check_transformers.py /tmp/mt-transformers-check
 step roundtrip python3 tests/device/hf_roundtrip.py --bin $build/megatrain
 step moe python3 tests/device/check_moe.py --bin $build/megatrain
 step families python3 tests/device/check_families.py --bin $build/megatrain
+step qwen35 python3 tests/device/check_qwen35.py --bin $build/megatrain
 step tokenizer python3 tests/device/check_tokenizer.py --bin $build/megatrain
 step chat python3 tests/device/check_chat.py --bin $build/megatrain
 step tensorboard python3 tests/device/check_tensorboard.py --bin $build/megatrain

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Qwen3.5's hybrid of Gated DeltaNet and gated attention against transformers' own
+Qwen3_5ForCausalLM, for the GPU machine (torch, transformers 5 with models/qwen3_5; megatrain built
+with CUDA=1). flash-linear-attention is not on the device: transformers runs its own torch chunked
+gated delta rule (torch_chunk_gated_delta_rule) and causal conv1d, the definition megatrain's ops
+follow.
+
+A small model at realistic inner shapes (hidden 1024, Qwen3.5's vocabulary, head_dim 256 with a
+quarter of it rotated, 16 value heads over 8 q/k heads of 128 in the linear layers, three Gated
+DeltaNet layers to one gated attention layer, twice), random weights saved with save_pretrained, then
+check_families.py's checks:
+
+  1. import and export (fp32) without training: the export loads in transformers with no missing or
+     unexpected tensor (the conv1d as [C, 1, 4], the gated q_proj) and gives the original's logits bit
+     for bit;
+  2. 8 AdamW steps with clipping against transformers in fp32 and in bf16 autocast: the loss within
+     3 x the autocast's distance from fp32, every tensor's update cosine >= 0.99 (A_log, dt_bias,
+     conv1d, the gated norm's weight among them);
+  3. the trained export in transformers gives megatrain's loss on the next batch within 2e-2;
+  4. tests/reference/llama_ref.py (the CI's reference for the cpu backend) gives transformers'
+     loss of the model in float64 on a 4-layer cut within 1e-5 relative: transformers computes the
+     delta rule in fp32 whatever the model's dtype (and its (1 + w) norms from x.float()), so fp32's
+     rounding, not the reference's, sets the bound; a wrong term is off by far more.
+
+    python3 tests/device/check_qwen35.py [--bin build/megatrain] [--keep DIR]
+Exits non-zero on the first failure; writes $OUT/check_qwen35.json when OUT is set.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import check_families as cf  # noqa: E402  (its checks, run on the families added here)
+
+import numpy  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+import transformers  # noqa: E402
+
+TYPES = (["linear_attention"] * 3 + ["full_attention"]) * 2
+cf.FAMILIES["qwen3_5"] = (
+    "Qwen3_5TextConfig", "Qwen3_5ForCausalLM",
+    dict(vocab_size=248320, hidden_size=1024, intermediate_size=2816, num_hidden_layers=8, num_attention_heads=8,
+         num_key_value_heads=2, head_dim=256, max_position_embeddings=4096, rms_norm_eps=1e-6,
+         rope_parameters=dict(rope_type="default", rope_theta=10000000.0, partial_rotary_factor=0.25),
+         linear_conv_kernel_dim=4, linear_key_head_dim=128, linear_value_head_dim=128, linear_num_key_heads=8,
+         linear_num_value_heads=16, layer_types=TYPES, tie_word_embeddings=False, eos_token_id=248044))
+
+
+def fixture_config(config, seq, batch):
+    """check_families' config.txt lines and Qwen3.5's: the mixers, the linear layers' sizes, the
+    output gate, the partial RoPE, (1 + w) norms, per-head q/k norms."""
+    rope = config.rope_parameters
+    lines = cf.fixture_config(config, seq, batch).replace("qk_norm=0\n", "qk_norm=1\n")
+    extra = dict(layer_mixers=",".join("1" if t == "linear_attention" else "0" for t in config.layer_types),
+                 linear_k_heads=config.linear_num_key_heads, linear_v_heads=config.linear_num_value_heads,
+                 linear_k_dim=config.linear_key_head_dim, linear_v_dim=config.linear_value_head_dim,
+                 attn_output_gate=1, partial_rotary_factor=rope.get("partial_rotary_factor", 0.25),
+                 norm_unit_offset=1)
+    return lines + "".join(f"{k}={v}\n" for k, v in extra.items())
+
+
+def check_reference(work):
+    """llama_ref.py against transformers (float64 but its fp32 delta rule) on a 4-layer cut (3 linear,
+    1 full)."""
+    name, model_class, kwargs = cf.FAMILIES["qwen3_5"]
+    kwargs = dict(kwargs, num_hidden_layers=4, vocab_size=512, layer_types=TYPES[:4])
+    config = getattr(transformers, name)(**kwargs)
+    config._attn_implementation = "eager"
+    torch.manual_seed(2)
+    model = getattr(transformers, model_class)(config).double()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            p.copy_(torch.randn_like(p) * (0.1 if "norm" in n else 0.05))
+            if n.endswith("linear_attn.norm.weight"):
+                p.add_(1.0)
+            p.copy_(p.float().double())  # the fixture holds float32
+    seq, batch = 160, 2
+    tokens = torch.randint(0, config.vocab_size, (batch, seq + 1), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        out = model(input_ids=tokens[:, :-1])
+    theirs = F.cross_entropy(out.logits.reshape(-1, config.vocab_size), tokens[:, 1:].reshape(-1)).item()
+    d = os.path.join(work, "qwen3_5-ref")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.txt"), "w") as f:
+        f.write(fixture_config(config, seq, batch))
+    params = list(model.named_parameters())
+    with open(os.path.join(d, "tensors.txt"), "w") as f:
+        for n, p in params:  # the conv1d's [C, 1, 4] as [C, 4]
+            f.write(f"{n} {p.shape[0]} {p[0].numel() if p.dim() >= 2 else 1}\n")
+    numpy.concatenate([p.detach().float().numpy().reshape(-1) for _, p in params]).astype("<f4").tofile(
+        os.path.join(d, "weights.bin"))
+    tokens.numpy().astype("<i4").tofile(os.path.join(d, "tokens.bin"))
+    subprocess.run(["/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable, cf.REF, "grads", d],
+                   check=True)
+    ours = float(open(os.path.join(d, "ref_loss.txt")).read())
+    cf.check(abs(ours - theirs) <= 1e-5 * abs(theirs), f"qwen3_5: llama_ref.py's loss {ours:.12f} is transformers' "
+             f"float64 loss {theirs:.12f}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bin", default="build/megatrain")
+    parser.add_argument("--keep", help="work in this directory and keep it")
+    args = parser.parse_args()
+    work = args.keep or tempfile.mkdtemp(prefix="mt-check-qwen35-")
+    os.makedirs(work, exist_ok=True)
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}, flash-linear-attention "
+          f"{'present' if transformers.utils.is_flash_linear_attention_available() else 'absent'}")
+    try:
+        check_reference(work)
+        cf.check_family(args.bin, "qwen3_5", work)
+    finally:
+        if os.environ.get("OUT"):
+            with open(os.path.join(os.environ["OUT"], "check_qwen35.json"), "w") as f:
+                json.dump(cf.results, f, indent=1)
+    print("PASS: check_qwen35")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
