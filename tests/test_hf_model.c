@@ -166,13 +166,13 @@ static void export_and_reload(const char *preset, const mt_hf_export_options *op
     export_config_and_reload(cfg, opt, base, lay, orig, back);
 }
 
-/* Qwen3.5's hybrid: its layer_types, partial RoPE and Gated DeltaNet sizes through config.json, the
- * conv1d as transformers holds it ([C, 1, 4]), the gated q_proj, bitwise in fp32. */
-Test(hfmodel, qwen3_5_export_import_is_bitwise) {
+/* Qwen3.5's hybrid (and Qwen3.5-MoE's): its layer_types, partial RoPE and Gated DeltaNet sizes
+ * through config.json, the conv1d as transformers holds it ([C, 1, 4]), the gated q_proj, bitwise
+ * in fp32. */
+static void check_qwen3_5_round_trip(mt_config c) {
     mt_layout lay;
     float *orig, *back;
     char dir[PATH_MAX];
-    mt_config c = mt_tiny_config_qwen3_5();
     memset(c.linear_layers, 0, sizeof c.linear_layers); /* the config's own layers only, as it reads back */
     for (int l = 0; l < c.num_layers; l++)
         if ((l + 1) % 3) mt_config_set_linear(&c, l);
@@ -189,6 +189,10 @@ Test(hfmodel, qwen3_5_export_import_is_bitwise) {
     mt_layout_free(&lay);
     hf_test_rmtree(dir);
 }
+
+Test(hfmodel, qwen3_5_export_import_is_bitwise) { check_qwen3_5_round_trip(mt_tiny_config_qwen3_5()); }
+
+Test(hfmodel, qwen3_5_moe_export_import_is_bitwise) { check_qwen3_5_round_trip(mt_tiny_config_qwen3_5_moe()); }
 
 Test(hfmodel, fp32_export_import_is_bitwise_and_sharded) {
     mt_layout lay;

@@ -420,6 +420,21 @@ Test(model, qwen3_5_packed_grads_match_reference_in_tiles) {
 
 Test(model, qwen3_5_training_steps_match_reference) { check_training(mt_tiny_config_qwen3_5(), 1.0f, NULL); }
 
+/* Qwen3.5-MoE: the hybrid with experts and a shared expert on every block. */
+Test(model, qwen3_5_moe_grads_match_reference_in_tiles_two_micro_batches) {
+    mt_config c = mt_tiny_config_qwen3_5_moe();
+    check_grads_at(&c, 2, uneven_mask, NULL, 3);
+}
+
+Test(model, qwen3_5_moe_packed_grads_match_reference_in_tiles) {
+    mt_config c = mt_tiny_config_qwen3_5_moe();
+    check_grads_at(&c, 1, packed_mask, packed_positions, 3);
+}
+
+Test(model, qwen3_5_moe_training_steps_match_reference) {
+    check_training(mt_tiny_config_qwen3_5_moe(), 1.0f, NULL);
+}
+
 /* Packed examples through a few steps: every step the same layout of segments. */
 Test(model, packed_training_steps_match_reference) {
     enum { STEPS = 4 };

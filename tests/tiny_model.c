@@ -104,6 +104,15 @@ mt_config mt_tiny_config_qwen3_5(void) {
     return c;
 }
 
+mt_config mt_tiny_config_qwen3_5_moe(void) {
+    mt_config c = mt_tiny_config_qwen3_5();
+    c.arch = MT_ARCH_QWEN3_5_MOE;
+    c.num_experts = 6, c.experts_per_token = 2, c.moe_intermediate_size = 16, c.norm_topk_prob = 1;
+    c.shared_expert_intermediate_size = c.intermediate_size = 24;
+    c.decoder_sparse_step = 1;
+    return c;
+}
+
 mt_config mt_tiny_config_moe(mt_arch arch, int aux) {
     mt_config c = base();
     c.arch = arch;

@@ -38,6 +38,7 @@ typedef struct mt_family {
     int default_head_dim; /* 0: hidden_size / num_attention_heads */
     float default_eps, default_theta;
     int moe; /* a mixture of experts: its config needs num_experts */
+    int experts_only; /* every block's feed-forward experts: config.json may leave intermediate_size out */
     const char *hidden_act; /* the MLP's activation, as config.json's hidden_act names it */
     const mt_preset *presets;
     int num_presets;

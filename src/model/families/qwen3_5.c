@@ -1,8 +1,9 @@
-/* Qwen3.5 and Qwen3.6, the text model (Qwen3_5ForCausalLM, model_type qwen3_5_text): three of four
- * layers Gated DeltaNet (layer_types' linear_attention, or every layer but each
- * full_attention_interval-th), the others attention with an output gate, per-head q/k norms and
- * RoPE over the first partial_rotary_factor of each head; every RMSNorm (1 + w) but the Gated
- * DeltaNet's gated one; a SwiGLU MLP. */
+/* Qwen3.5 and Qwen3.6, the text model (Qwen3_5ForCausalLM, model_type qwen3_5_text; and
+ * Qwen3_5MoeForCausalLM, qwen3_5_moe_text): three of four layers Gated DeltaNet (layer_types'
+ * linear_attention, or every layer but each full_attention_interval-th), the others attention with
+ * an output gate, per-head q/k norms and RoPE over the first partial_rotary_factor of each head;
+ * every RMSNorm (1 + w) but the Gated DeltaNet's gated one; a SwiGLU MLP, or in the MoE variant
+ * experts on every layer (top k renormalised, always) and a shared expert behind its sigmoid gate. */
 #include "model/families.h"
 
 #include <string.h>
@@ -17,12 +18,29 @@
      .num_kv_heads = KV, .head_dim = 256, .vocab_size = 248320, .max_position = 262144, .rms_norm_eps = 1e-6f, \
      .rope_theta = 10000000.0f, .partial_rotary_factor = 0.25f, .attn_output_gate = 1,                         \
      .qk_norm = MT_QK_NORM_HEAD, .bos_token_id = -1, .eos_token_id = 248044,                                    \
-     .linear_layers = EVERY_FOURTH_FULL, .linear_k_heads = KH, .linear_v_heads = VH, .linear_k_dim = 128,       \
+     .linear_layers = EVERY_FOURTH_FULL(L), .linear_k_heads = KH, .linear_v_heads = VH, .linear_k_dim = 128,       \
      .linear_v_dim = 128}
-#define EVERY_FOURTH_FULL {0x7777777777777777ull} /* layers (l + 1) % 4 != 0 linear, l < 64 */
+/* layers l < L with (l + 1) % 4 != 0 linear, L <= 64 */
+#define EVERY_FOURTH_FULL(L) {0x7777777777777777ull & ((L) >= 64 ? ~0ull : (1ull << ((L) % 64)) - 1)}
 
 static const mt_preset presets[] = {
     {"qwen3.5-27b", QWEN3_5(5120, 17408, 64, 24, 4, 16, 48)},
+};
+
+/* Qwen/Qwen3.5-35B-A3B's text_config: 256 experts of 512, top 8, a shared expert of 512 (its
+ * intermediate_size, which config.json leaves out, is the shared expert's here). */
+#define QWEN3_5_MOE(D, L, H, KV, KH, VH, E, K, F, SHARED)                                                        \
+    {.arch = MT_ARCH_QWEN3_5_MOE, .hidden_size = D, .intermediate_size = SHARED, .num_layers = L, .num_heads = H, \
+     .num_kv_heads = KV, .head_dim = 256, .vocab_size = 248320, .max_position = 262144, .rms_norm_eps = 1e-6f,   \
+     .rope_theta = 10000000.0f, .partial_rotary_factor = 0.25f, .attn_output_gate = 1,                           \
+     .qk_norm = MT_QK_NORM_HEAD, .bos_token_id = -1, .eos_token_id = 248044,                                      \
+     .linear_layers = EVERY_FOURTH_FULL(L), .linear_k_heads = KH, .linear_v_heads = VH, .linear_k_dim = 128,         \
+     .linear_v_dim = 128, .num_experts = E, .experts_per_token = K, .moe_intermediate_size = F,                   \
+     .shared_expert_intermediate_size = SHARED, .norm_topk_prob = 1, .decoder_sparse_step = 1,                    \
+     .router_aux_loss_coef = 0.001f}
+
+static const mt_preset moe_presets[] = {
+    {"qwen3.5-35b-a3b", QWEN3_5_MOE(2048, 40, 16, 2, 16, 32, 256, 8, 512, 512)},
 };
 
 /* What Qwen3_5TextConfig reads and changes nothing computed here: the multi-token-prediction layers
@@ -31,6 +49,16 @@ static const char *const fields[] = {
     "attention_bias", "attention_dropout", "attn_output_gate", "full_attention_interval", "linear_conv_kernel_dim",
     "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads", "linear_num_value_heads",
     "partial_rotary_factor", "mamba_ssm_dtype", "mtp_num_hidden_layers", "mtp_use_dedicated_embeddings", NULL};
+static const char *const moe_fields[] = {
+    "attention_bias", "attention_dropout", "attn_output_gate", "full_attention_interval", "linear_conv_kernel_dim",
+    "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads", "linear_num_value_heads",
+    "partial_rotary_factor", "mamba_ssm_dtype", "mtp_num_hidden_layers", "mtp_use_dedicated_embeddings",
+    "num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size",
+    "output_router_logits", "router_aux_loss_coef", "decoder_sparse_step", "mlp_only_layers", NULL};
+
+/* Qwen3_5MoeTextConfig's defaults. */
+static const mt_experts_defaults experts = {.experts = 256, .top_k = 8, .width = 512, .shared = 512,
+                                            .aux_coef = 0.001f};
 
 /* layer_types: linear_attention or full_attention a layer; absent, every full_attention_interval-th
  * layer full. */
@@ -83,6 +111,17 @@ static mt_status read(const mt_json_src *s, mt_config *c) {
     return read_linear(s, c);
 }
 
+/* Every layer's feed-forward is experts (Qwen3_5MoeDecoderLayer's), renormalised always; a dense
+ * width, which config.json need not give, is the shared expert's. */
+static mt_status read_moe(const mt_json_src *s, mt_config *c) {
+    MT_TRY(read(s, c));
+    MT_TRY(mt_family_read_experts(s, c, &experts));
+    MT_TRY(mt_json_get_int(s, "shared_expert_intermediate_size", 0, &c->shared_expert_intermediate_size));
+    c->norm_topk_prob = 1;
+    if (!c->intermediate_size) c->intermediate_size = c->shared_expert_intermediate_size;
+    return MT_OK;
+}
+
 static void write(const mt_config *c, json_t *o) {
     json_object_set_new(o, "attention_bias", json_false());
     json_object_set_new(o, "attn_output_gate", json_boolean(c->attn_output_gate));
@@ -96,6 +135,13 @@ static void write(const mt_config *c, json_t *o) {
         json_array_append_new(types, json_string(mt_config_layer_is_linear(c, l) ? "linear_attention"
                                                                                  : "full_attention"));
     json_object_set_new(o, "layer_types", types);
+}
+
+static void write_moe(const mt_config *c, json_t *o) {
+    write(c, o);
+    mt_family_write_experts(c, o, "num_experts");
+    json_object_set_new(o, "shared_expert_intermediate_size", json_integer(c->shared_expert_intermediate_size));
+    mt_family_write_sparse_layers(c, o);
 }
 
 /* The Gated DeltaNet's heads: value heads a multiple of the q/k heads, each head at most 256 wide
@@ -120,6 +166,18 @@ static mt_status validate(const mt_config *c) {
     return MT_OK;
 }
 
+/* transformers makes every layer sparse, whatever decoder_sparse_step or mlp_only_layers say. */
+static mt_status validate_moe(const mt_config *c) {
+    MT_TRY(validate(c));
+    MT_TRY(mt_config_in_range("shared_expert_intermediate_size", c->shared_expert_intermediate_size, 1,
+                              MT_CONFIG_MAX_INTERMEDIATE));
+    for (int l = 0; l < c->num_layers; l++)
+        if (!mt_config_layer_is_moe(c, l))
+            return mt_fail(MT_ERR_INVALID, "layer %d has no experts (decoder_sparse_step %d, mlp_only_layers): "
+                           "Qwen3_5MoeForCausalLM has them on every layer", l, c->decoder_sparse_step);
+    return MT_OK;
+}
+
 static void plan(const mt_config *c, int l, mt_layer_spec *s) {
     mt_family_plan_common(c, l, s);
     s->norm_unit_offset = 1;
@@ -137,3 +195,11 @@ const mt_family mt_family_qwen3_5 = {
     .hidden_act = "silu",
     .default_max_position = 32768, .default_head_dim = 256, .default_eps = 1e-6f, .default_theta = 10000.0f,
     .presets = presets, .num_presets = sizeof presets / sizeof presets[0], .fields = fields, .read = read, .write = write, .validate = validate, .plan = plan, .plan_model = plan_model};
+
+const mt_family mt_family_qwen3_5_moe = {
+    .arch = MT_ARCH_QWEN3_5_MOE, .architecture = "Qwen3_5MoeForCausalLM", .model_type = "qwen3_5_moe_text",
+    .hidden_act = "silu",
+    .default_max_position = 32768, .default_head_dim = 256, .default_eps = 1e-6f, .default_theta = 10000.0f,
+    .moe = 1, .experts_only = 1, .presets = moe_presets, .num_presets = sizeof moe_presets / sizeof moe_presets[0],
+    .fields = moe_fields, .read = read_moe, .write = write_moe, .validate = validate_moe, .plan = plan,
+    .plan_model = plan_model};
