@@ -258,7 +258,7 @@ def fixture_config(config, seq, batch):
     local = rope.get("sliding_attention", {}) if isinstance(rope, dict) else {}
     theta = full.get("rope_theta", getattr(config, "rope_theta", 10000.0))
     local_theta = local.get("rope_theta", getattr(config, "rope_local_base_freq", 0.0)) if gemma else 0.0
-    lines = dict(hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
+    lines = dict(hidden_size=config.hidden_size, intermediate_size=getattr(config, "intermediate_size", 0),
                  num_layers=config.num_hidden_layers, num_heads=config.num_attention_heads,
                  num_kv_heads=config.num_key_value_heads,
                  head_dim=getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads,

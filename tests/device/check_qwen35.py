@@ -7,7 +7,8 @@ follow.
 
 A small model at realistic inner shapes (hidden 1024, Qwen3.5's vocabulary, head_dim 256 with a
 quarter of it rotated, 16 value heads over 8 q/k heads of 128 in the linear layers, three Gated
-DeltaNet layers to one gated attention layer, twice), random weights saved with save_pretrained, then
+DeltaNet layers to one gated attention layer, twice), dense (Qwen3_5ForCausalLM) and with experts
+and a shared expert (Qwen3_5MoeForCausalLM), random weights saved with save_pretrained, then
 check_families.py's checks:
 
   1. import and export (fp32) without training: the export loads in transformers with no missing or
@@ -41,13 +42,16 @@ import torch.nn.functional as F  # noqa: E402
 import transformers  # noqa: E402
 
 TYPES = (["linear_attention"] * 3 + ["full_attention"]) * 2
-cf.FAMILIES["qwen3_5"] = (
-    "Qwen3_5TextConfig", "Qwen3_5ForCausalLM",
-    dict(vocab_size=248320, hidden_size=1024, intermediate_size=2816, num_hidden_layers=8, num_attention_heads=8,
-         num_key_value_heads=2, head_dim=256, max_position_embeddings=4096, rms_norm_eps=1e-6,
-         rope_parameters=dict(rope_type="default", rope_theta=10000000.0, partial_rotary_factor=0.25),
-         linear_conv_kernel_dim=4, linear_key_head_dim=128, linear_value_head_dim=128, linear_num_key_heads=8,
-         linear_num_value_heads=16, layer_types=TYPES, tie_word_embeddings=False, eos_token_id=248044))
+HYBRID = dict(vocab_size=248320, hidden_size=1024, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=2,
+              head_dim=256, max_position_embeddings=4096, rms_norm_eps=1e-6,
+              rope_parameters=dict(rope_type="default", rope_theta=10000000.0, partial_rotary_factor=0.25),
+              linear_conv_kernel_dim=4, linear_key_head_dim=128, linear_value_head_dim=128, linear_num_key_heads=8,
+              linear_num_value_heads=16, layer_types=TYPES, tie_word_embeddings=False, eos_token_id=248044)
+cf.FAMILIES["qwen3_5"] = ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM", dict(HYBRID, intermediate_size=2816))
+# Qwen3.5-35B-A3B's experts, fewer of them: 32 of 512, top 8, a shared expert of 512, on every layer.
+cf.FAMILIES["qwen3_5_moe"] = ("Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM",
+                              dict(HYBRID, num_experts=32, num_experts_per_tok=8, moe_intermediate_size=512,
+                                   shared_expert_intermediate_size=512))
 
 
 def fixture_config(config, seq, batch):
@@ -60,13 +64,20 @@ def fixture_config(config, seq, batch):
                  linear_k_dim=config.linear_key_head_dim, linear_v_dim=config.linear_value_head_dim,
                  attn_output_gate=1, partial_rotary_factor=rope.get("partial_rotary_factor", 0.25),
                  norm_unit_offset=1)
-    return lines + "".join(f"{k}={v}\n" for k, v in extra.items())
+    text = lines + "".join(f"{k}={v}\n" for k, v in extra.items())
+    if getattr(config, "num_experts", 0):  # every layer's experts, renormalised, and the shared one
+        moe = dict(num_experts=config.num_experts, experts_per_token=config.num_experts_per_tok,
+                   moe_intermediate_size=config.moe_intermediate_size, norm_topk_prob=1,
+                   shared_expert_intermediate_size=config.shared_expert_intermediate_size)
+        for key, value in moe.items():
+            text = text.replace(f"{key}=0\n", f"{key}={value}\n")
+    return text
 
 
-def check_reference(work):
+def check_reference(family, work):
     """llama_ref.py against transformers (float64 but its fp32 delta rule) on a 4-layer cut (3 linear,
     1 full)."""
-    name, model_class, kwargs = cf.FAMILIES["qwen3_5"]
+    name, model_class, kwargs = cf.FAMILIES[family]
     kwargs = dict(kwargs, num_hidden_layers=4, vocab_size=512, layer_types=TYPES[:4])
     config = getattr(transformers, name)(**kwargs)
     config._attn_implementation = "eager"
@@ -83,21 +94,22 @@ def check_reference(work):
     with torch.no_grad():
         out = model(input_ids=tokens[:, :-1])
     theirs = F.cross_entropy(out.logits.reshape(-1, config.vocab_size), tokens[:, 1:].reshape(-1)).item()
-    d = os.path.join(work, "qwen3_5-ref")
+    d = os.path.join(work, f"{family}-ref")
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "config.txt"), "w") as f:
         f.write(fixture_config(config, seq, batch))
     params = list(model.named_parameters())
     with open(os.path.join(d, "tensors.txt"), "w") as f:
-        for n, p in params:  # the conv1d's [C, 1, 4] as [C, 4]
-            f.write(f"{n} {p.shape[0]} {p[0].numel() if p.dim() >= 2 else 1}\n")
+        for n, p in params:  # 3-D as 2-D: the conv1d's [C, 1, 4] as [C, 4], the experts' [E, R, C] as [E R, C]
+            f.write(f"{n} {p.numel() // p.shape[-1] if p.dim() >= 2 else p.shape[0]} "
+                    f"{p.shape[-1] if p.dim() >= 2 else 1}\n")
     numpy.concatenate([p.detach().float().numpy().reshape(-1) for _, p in params]).astype("<f4").tofile(
         os.path.join(d, "weights.bin"))
     tokens.numpy().astype("<i4").tofile(os.path.join(d, "tokens.bin"))
     subprocess.run(["/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable, cf.REF, "grads", d],
                    check=True)
     ours = float(open(os.path.join(d, "ref_loss.txt")).read())
-    cf.check(abs(ours - theirs) <= 1e-5 * abs(theirs), f"qwen3_5: llama_ref.py's loss {ours:.12f} is transformers' "
+    cf.check(abs(ours - theirs) <= 1e-5 * abs(theirs), f"{family}: llama_ref.py's loss {ours:.12f} is transformers' "
              f"float64 loss {theirs:.12f}")
 
 
@@ -111,8 +123,9 @@ def main():
     print(f"transformers {transformers.__version__}, torch {torch.__version__}, flash-linear-attention "
           f"{'present' if transformers.utils.is_flash_linear_attention_available() else 'absent'}")
     try:
-        check_reference(work)
-        cf.check_family(args.bin, "qwen3_5", work)
+        for family in ("qwen3_5", "qwen3_5_moe"):
+            check_reference(family, work)
+            cf.check_family(args.bin, family, work)
     finally:
         if os.environ.get("OUT"):
             with open(os.path.join(os.environ["OUT"], "check_qwen35.json"), "w") as f:
