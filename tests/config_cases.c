@@ -35,3 +35,15 @@ void cfg_case_expect_refusal(const char *base, const char *key, const char *valu
     cr_assert(strstr(mt_error(), "config.json"), "message lacks the file: %s", mt_error());
     cr_assert(strstr(mt_error(), needle), "message lacks '%s': %s", needle, mt_error());
 }
+
+void cfg_case_expect_preset(const char *text, const char *preset) {
+    mt_config c, want;
+    cr_assert_eq(cfg_case_parse(text, &c), MT_OK, "%s: %s", preset, mt_error());
+    cr_assert_eq(mt_config_preset(preset, &want), MT_OK);
+    cr_expect(!memcmp(&c, &want, sizeof c), "the hub's config.json differs from the %s preset", preset);
+    json_t *doc = mt_hf_config_to_json(&c, "bfloat16");
+    mt_config back;
+    cr_assert_eq(mt_hf_config_from_json(doc, "written", &back), MT_OK, "%s: %s", preset, mt_error());
+    cr_expect(!memcmp(&c, &back, sizeof c), "%s's config.json written back reads otherwise", preset);
+    json_decref(doc);
+}

@@ -36,22 +36,9 @@ static const char *gemma2_2b =
     " \"sliding_window\": 4096, \"torch_dtype\": \"float32\", \"transformers_version\": \"4.42.4\","
     " \"use_cache\": true, \"vocab_size\": 256000}";
 
-static void expect_preset(const char *text, const char *preset) {
-    mt_config c, want;
-    cr_assert_eq(cfg_case_parse(text, &c), MT_OK, "%s: %s", preset, mt_error());
-    cr_assert_eq(mt_config_preset(preset, &want), MT_OK);
-    cr_expect(!memcmp(&c, &want, sizeof c), "the hub's config.json differs from the %s preset", preset);
-    /* and written back, it reads the same */
-    json_t *doc = mt_hf_config_to_json(&c, "bfloat16");
-    mt_config back;
-    cr_assert_eq(mt_hf_config_from_json(doc, "written", &back), MT_OK, "%s: %s", preset, mt_error());
-    cr_expect(!memcmp(&c, &back, sizeof c), "%s's config.json written back reads otherwise", preset);
-    json_decref(doc);
-}
-
 Test(hfconfig_gemma, the_hubs_configs_give_the_presets) {
-    expect_preset(gemma3_1b, "gemma-3-1b");
-    expect_preset(gemma2_2b, "gemma-2-2b");
+    cfg_case_expect_preset(gemma3_1b, "gemma-3-1b");
+    cfg_case_expect_preset(gemma2_2b, "gemma-2-2b");
 }
 
 /* gemma-3-4b's text model as transformers 5 saves it: rope_parameters by layer type and
@@ -75,7 +62,7 @@ Test(hfconfig_gemma, transformers_5s_form_reads_the_same) {
         free(text);
         text = next;
     }
-    expect_preset(text, "gemma-3-4b");
+    cfg_case_expect_preset(text, "gemma-3-4b");
     free(text);
 }
 

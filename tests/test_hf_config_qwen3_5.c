@@ -32,21 +32,9 @@ static const char *moe_35b =
     " \"output_router_logits\": false, \"rms_norm_eps\": 1e-06, " ROPE ", \"router_aux_loss_coef\": 0.001,"
     " \"shared_expert_intermediate_size\": 512, \"tie_word_embeddings\": false, \"vocab_size\": 248320}";
 
-static void expect_preset(const char *text, const char *preset) {
-    mt_config c, want;
-    cr_assert_eq(cfg_case_parse(text, &c), MT_OK, "%s: %s", preset, mt_error());
-    cr_assert_eq(mt_config_preset(preset, &want), MT_OK);
-    cr_expect(!memcmp(&c, &want, sizeof c), "the hub's config.json differs from the %s preset", preset);
-    json_t *doc = mt_hf_config_to_json(&c, "bfloat16");
-    mt_config back;
-    cr_assert_eq(mt_hf_config_from_json(doc, "written", &back), MT_OK, "%s: %s", preset, mt_error());
-    cr_expect(!memcmp(&c, &back, sizeof c), "%s's config.json written back reads otherwise", preset);
-    json_decref(doc);
-}
-
 Test(hfconfig_qwen3_5, the_hubs_configs_give_the_presets) {
-    expect_preset(dense_27b, "qwen3.5-27b");
-    expect_preset(moe_35b, "qwen3.5-35b-a3b");
+    cfg_case_expect_preset(dense_27b, "qwen3.5-27b");
+    cfg_case_expect_preset(moe_35b, "qwen3.5-35b-a3b");
 }
 
 Test(hfconfig_qwen3_5, layer_types_decide_the_mixers) {
