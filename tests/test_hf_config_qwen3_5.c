@@ -3,11 +3,9 @@
  * text alone ignores), the round trip through config.json changes nothing, and what the model
  * code does not compute is refused naming the field. */
 #include <criterion/criterion.h>
-#include <jansson.h>
 #include <string.h>
 
 #include "config_cases.h"
-#include "io/hf_config.h"
 
 /* Qwen/Qwen3.5-27B's and Qwen/Qwen3.5-35B-A3B's text_config as a text model's config.json. */
 #define ROPE "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000000, " \

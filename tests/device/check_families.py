@@ -280,12 +280,13 @@ def fixture_config(config, seq, batch):
     return "".join(f"{k}={v}\n" for k, v in lines.items())
 
 
-def check_reference(family, work):
-    """llama_ref.py against transformers in float64 on a 2-layer cut of the family's model."""
+def check_reference(family, work, layers=2, fixture=fixture_config, tolerance=1e-9):
+    """llama_ref.py against transformers in float64 on a cut of the family's model (its last `layers`
+    layers' kinds), its config.txt by `fixture`, the losses within `tolerance` relative."""
     name, model_class, kwargs = FAMILIES[family]
-    kwargs = dict(kwargs, num_hidden_layers=2, vocab_size=512)
+    kwargs = dict(kwargs, num_hidden_layers=layers, vocab_size=512)
     if "layer_types" in kwargs:
-        kwargs["layer_types"] = kwargs["layer_types"][-2:]
+        kwargs["layer_types"] = kwargs["layer_types"][-layers:]
     config = getattr(transformers, name)(**kwargs)
     config._attn_implementation = "eager"
     torch.manual_seed(2)
@@ -300,11 +301,11 @@ def check_reference(family, work):
     d = os.path.join(work, f"{family}-ref")
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "config.txt"), "w") as f:
-        f.write(fixture_config(config, seq, batch))
+        f.write(fixture(config, seq, batch))
     params = [(n, p) for n, p in model.named_parameters() if n != "lm_head.weight" or not config.tie_word_embeddings]
     with open(os.path.join(d, "tensors.txt"), "w") as f:
-        for n, p in params:
-            f.write(f"{n} {p.shape[0]} {p.shape[1] if p.dim() == 2 else 1}\n")
+        for n, p in params:  # 3-D as 2-D: a conv1d's [C, 1, 4] as [C, 4], experts' [E, R, C] as [E R, C]
+            f.write(f"{n} {p.numel() // p.shape[-1]} {p.shape[-1] if p.dim() >= 2 else 1}\n")
     numpy.concatenate([p.detach().float().numpy().reshape(-1) for _, p in params]).astype("<f4").tofile(
         os.path.join(d, "weights.bin"))
     tokens.numpy().astype("<i4").tofile(os.path.join(d, "tokens.bin"))
@@ -317,8 +318,8 @@ def check_reference(family, work):
     subprocess.run(["/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable, REF, "grads", d],
                    check=True)
     ours = float(open(os.path.join(d, "ref_loss.txt")).read())
-    check(abs(ours - theirs) <= 1e-9 * abs(theirs), f"{family}: llama_ref.py's loss {ours:.12f} is transformers' "
-          f"float64 loss {theirs:.12f}")
+    check(abs(ours - theirs) <= tolerance * abs(theirs), f"{family}: llama_ref.py's loss {ours:.12f} is "
+          f"transformers' float64 loss {theirs:.12f}")
 
 
 def main():
