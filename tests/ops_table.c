@@ -373,6 +373,33 @@ static void out_gate_reference(const ops_case *c, ops_host *h, const ops_host *g
 static const ops_kind OUT_GATE = {.declare = out_gate_declare, .call = out_gate_call,
                                   .reference = out_gate_reference};
 
+/* ---- columns by a map (n rows): gather y [n, out] from x [n, in], or (flag) scatter dy [n, out]
+ * into dx [n, in], its other columns kept; the map (j * 7 + 3) % in, distinct while out <= in, 7
+ * prime to in ---- */
+
+enum { GC_FROM, GC_COLS, GC_TO };
+
+static int cols_declare(const ops_case *c, ops_tensor *t) {
+    t[GC_FROM] = T("from", ACT, IN, (size_t)c->n * (c->flag ? c->out : c->in), -1, 1, 0);
+    t[GC_COLS] = T("cols", I32, IN, c->out, 0, 0, 0);
+    t[GC_TO] = c->flag ? T("dx", ACT, INOUT, (size_t)c->n * c->in, -1, 1, 0) /* copies: bitwise */
+                       : T("y", ACT, OUT, (size_t)c->n * c->out, 0, 0, 0);
+    return 3;
+}
+static void cols_prepare(const ops_case *c, ops_host *h) {
+    for (int j = 0; j < c->out; j++) h->ids[GC_COLS][j] = (j * 7 + 3) % c->in;
+}
+static void cols_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
+    if (c->flag) be->ops->op.scatter_cols(be, s, d[GC_TO], d[GC_FROM], d[GC_COLS], c->n, c->in, c->out);
+    else be->ops->op.gather_cols(be, s, d[GC_TO], d[GC_FROM], d[GC_COLS], c->n, c->in, c->out);
+}
+static void cols_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
+    if (c->flag) mt_cpu_scatter_cols(h->x[GC_TO], h->x[GC_FROM], h->ids[GC_COLS], c->n, c->in, c->out);
+    else mt_cpu_gather_cols(h->x[GC_TO], h->x[GC_FROM], h->ids[GC_COLS], c->n, c->in, c->out);
+}
+static const ops_kind COLS = {.declare = cols_declare, .prepare = cols_prepare, .call = cols_call,
+                              .reference = cols_reference};
+
 /* ---- a sum kept in fp32 (flag: acc += x, else acc = x), and its rounding to the act type ---- */
 
 enum { AC_X, AC_ACC };
@@ -679,6 +706,9 @@ const ops_case ops_cases[] = {
     {"attention's gate split from q_proj", &GATE_SPLIT, 9, .n = 13, .dims = {.heads = 3, .head_dim = 40}},
     {"attention's gate joined into q_proj's gradient", &GATE_JOIN, 10, .n = 13, .dims = {.heads = 3, .head_dim = 40}},
     {"attention's output gate", &OUT_GATE, 11, .count = 1037},
+    {"columns gathered by a map", &COLS, 13, .n = 11, .in = 37, .out = 37},
+    {"some columns gathered by a map", &COLS, 14, .n = 11, .in = 37, .out = 20},
+    {"columns scattered by a map, the others kept", &COLS, 15, .n = 11, .in = 37, .out = 20, .flag = 1},
     {"attention's output gate backward, in the gate's place", &OUT_GATE, 12, .count = 1037, .flag = 1},
     {"rope inverse", &ROPE, 36, .dims = {.batch = 2, .seq = 7, .heads = 3, .head_dim = 64}, .flag = 1},
     {"rope at packed examples' positions", &ROPE, 42, .dims = {.batch = 2, .seq = 37, .heads = 3, .head_dim = 64},

@@ -251,6 +251,14 @@ typedef struct {
     void (*out_gate_dx)(mt_backend *be, mt_stream *s, void *dx, void *dgate, const void *dy, const void *x,
                         const void *gate, size_t count);
 
+    /* Columns of n rows picked by a device map cols[out] (Qwen3-Next's fused projections, grouped by
+     * q/k head, apart): gather y[r, j] = x[r, cols[j]] (x [n, in], y [n, out]); scatter, its
+     * backward, dx[r, cols[j]] = dy[r, j], the other columns of dx as they were. */
+    void (*gather_cols)(mt_backend *be, mt_stream *s, void *y, const void *x, const int32_t *cols, int n, int in,
+                        int out);
+    void (*scatter_cols)(mt_backend *be, mt_stream *s, void *dx, const void *dy, const int32_t *cols, int n, int in,
+                         int out);
+
     /* x[n,d] = scale * wte[tokens[i], :];  dwte[tokens[i] - v0, :] += scale * dx[i, :] for the
      * tokens in [v0, v0 + rows) only: dwte holds those vocabulary rows (ids already validated).
      * scale: 1, or Gemma's sqrt(hidden) (rounded to the weights' type by the caller, as

@@ -371,6 +371,14 @@ static void op_out_gate_dx(mt_backend *b, mt_stream *s, void *dx, void *dgate, c
                            const void *gate, size_t count) {
     mt_cpu_out_gate_dx(dx, dgate, dy, x, gate, count);
 }
+static void op_gather_cols(mt_backend *b, mt_stream *s, void *y, const void *x, const int32_t *cols, int n, int in,
+                           int out) {
+    mt_cpu_gather_cols(y, x, cols, n, in, out);
+}
+static void op_scatter_cols(mt_backend *b, mt_stream *s, void *dx, const void *dy, const int32_t *cols, int n, int in,
+                            int out) {
+    mt_cpu_scatter_cols(dx, dy, cols, n, in, out);
+}
 static void op_embedding(mt_backend *b, mt_stream *s, void *x, const int32_t *tokens,
                          const void *wte, int n, int d, float scale) {
     mt_cpu_embedding(x, tokens, wte, n, d, scale);
@@ -643,7 +651,7 @@ static const mt_backend_ops cpu_ops = {
            .accumulate_f32 = op_accumulate_f32, .round_f32 = op_round_f32,
            .swiglu = op_swiglu, .swiglu_dx = op_swiglu_dx, .add = op_add, .embedding = op_embedding,
            .gate_split = op_gate_split, .gate_join = op_gate_join, .out_gate = op_out_gate,
-           .out_gate_dx = op_out_gate_dx,
+           .out_gate_dx = op_out_gate_dx, .gather_cols = op_gather_cols, .scatter_cols = op_scatter_cols,
            .embedding_dw = op_embedding_dw, .lmhead_loss = op_lmhead_loss, .lmhead_dw = op_lmhead_dw,
            .lmhead_workspace = op_lmhead_workspace, .logits = op_logits, .sumsq = op_sumsq,
            .clip_scale = op_clip_scale, .adamw = op_adamw},

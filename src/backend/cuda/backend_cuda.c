@@ -329,6 +329,15 @@ static void cuda_out_gate_dx(mt_backend *be, mt_stream *s, void *dx, void *dgate
     keep_error(be, mt_cuda_out_gate_dx(mt_cuda_stream(s), dx, dgate, dy, x, gate, count));
 }
 
+static void cuda_gather_cols(mt_backend *be, mt_stream *s, void *y, const void *x, const int32_t *cols, int n, int in,
+                             int out) {
+    keep_error(be, mt_cuda_gather_cols(mt_cuda_stream(s), y, x, cols, n, in, out));
+}
+static void cuda_scatter_cols(mt_backend *be, mt_stream *s, void *dx, const void *dy, const int32_t *cols, int n,
+                              int in, int out) {
+    keep_error(be, mt_cuda_scatter_cols(mt_cuda_stream(s), dx, dy, cols, n, in, out));
+}
+
 static void cuda_swiglu(mt_backend *be, mt_stream *s, void *a, const void *g, const void *u, size_t count,
                         mt_glu_params p) {
     keep_error(be, mt_cuda_swiglu(mt_cuda_stream(s), a, g, u, count, p));
@@ -578,7 +587,7 @@ static const mt_backend_ops cuda_ops = {
            .round_f32 = cuda_round_f32, .swiglu = cuda_swiglu,
            .swiglu_dx = cuda_swiglu_dx, .add = cuda_add, .embedding = cuda_embedding,
            .gate_split = cuda_gate_split, .gate_join = cuda_gate_join, .out_gate = cuda_out_gate,
-           .out_gate_dx = cuda_out_gate_dx,
+           .out_gate_dx = cuda_out_gate_dx, .gather_cols = cuda_gather_cols, .scatter_cols = cuda_scatter_cols,
            .embedding_dw = cuda_embedding_dw, .lmhead_loss = cuda_lmhead_loss, .lmhead_dw = cuda_lmhead_dw,
            .lmhead_workspace = cuda_lmhead_workspace, .logits = mt_cuda_op_logits, .sumsq = cuda_sumsq,
            .clip_scale = cuda_clip_scale, .adamw = cuda_adamw},
