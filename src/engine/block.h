@@ -82,6 +82,9 @@ typedef struct {
         float *dg, *dbeta;    /* backward: [n, Hv] */
         void *da, *db;        /* backward: [n, Hv] */
         void *ws;             /* the rule's workspace (its forward leaves what its backward reads) */
+        /* With fused projections (MT_GDN_FUSED) only, else NULL: their outputs, grouped by q/k head;
+         * in the backward, their gradients. */
+        void *qkvz, *ba;      /* [n, 2K + 2V], [n, 2 Hv] */
     } gdn;
     /* The dense SwiGLU MLP's (engine/kinds/ffn_dense_run.c; a shared expert's too). */
     struct {

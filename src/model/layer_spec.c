@@ -27,6 +27,7 @@ mt_status mt_model_spec_check(const mt_model_spec *m) {
 mt_status mt_layer_spec_check(const mt_layer_spec *s, const mt_model_spec *m, int l) {
     const mt_attn_spec *a = &s->attn;
     REFUSE_IF(s->mixer == MT_MIXER_GDN && a->flags, "layer %d: Gated DeltaNet takes no attention variants", l);
+    REFUSE_IF(s->mixer != MT_MIXER_GDN && s->gdn.flags, "layer %d: Gated DeltaNet's variants on another mixer", l);
     REFUSE_IF(a->window < 0, "layer %d: an attention window of %d keys", l, a->window);
     REFUSE_IF(a->rope < 0 || a->rope >= m->num_ropes, "layer %d: RoPE table %d does not exist", l, a->rope);
     REFUSE_IF(!(a->q_scale >= 0) || !isfinite(a->q_scale), "layer %d: the attention scale must be positive, got %g",

@@ -59,9 +59,18 @@ typedef struct {
     unsigned flags;      /* MT_FFN_* */
 } mt_ffn_spec;
 
+/* Gated DeltaNet's variants. */
+enum {
+    MT_GDN_FUSED = 1u << 0, /* Qwen3-Next's in_proj_qkvz and in_proj_ba, their rows grouped by q/k head */
+};
+typedef struct {
+    unsigned flags; /* MT_GDN_* */
+} mt_gdn_spec;
+
 typedef struct {
     mt_mixer_kind mixer;
     mt_attn_spec attn;
+    mt_gdn_spec gdn;
     mt_ffn_kind ffn;
     mt_ffn_spec ffn_spec;
     float norm_eps;

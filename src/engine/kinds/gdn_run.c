@@ -17,6 +17,47 @@ static int key_width(const mt_config *c) { return c->linear_k_heads * c->linear_
 static int value_width(const mt_config *c) { return c->linear_v_heads * c->linear_v_dim; }
 static int channels(const mt_config *c) { return 2 * key_width(c) + value_width(c); }
 static int qk_width(const mt_config *c) { return c->linear_v_heads * c->linear_k_dim; }
+static int fused(const mt_layer_spec *s) { return (s->gdn.flags & MT_GDN_FUSED) != 0; }
+static int qkvz_width(const mt_config *c) { return channels(c) + value_width(c); }
+
+/* ---- Qwen3-Next's fused projections: where each column of q/k/v, z, b and a lies in them ---- */
+
+static int any_fused(const mt_config *c) {
+    for (int l = 0; l < c->num_layers; l++) {
+        mt_layer_spec s = mt_layer_spec_of(c, l);
+        if (s.mixer == MT_MIXER_GDN && fused(&s)) return 1;
+    }
+    return 0;
+}
+
+/* The maps, int32 one after another: q/k/v's C columns and z's V in in_proj_qkvz's output, b's and
+ * a's Hv in in_proj_ba's. A q/k head's group there holds its q, its k, then its value heads' v and
+ * z (transformers' fix_query_key_value_ordering); in_proj_ba's, its value heads' b then a. */
+static size_t constants_bytes(const mt_config *c) {
+    return any_fused(c) ? (size_t)(qkvz_width(c) + 2 * c->linear_v_heads) * sizeof(int32_t) : 0;
+}
+static void constants(const mt_config *c, void *host) {
+    if (!any_fused(c)) return;
+    int dk = c->linear_k_dim, K = key_width(c), r = c->linear_v_heads / c->linear_k_heads;
+    int rv = r * c->linear_v_dim, group = 2 * dk + 2 * rv, H = c->linear_v_heads;
+    int32_t *map = host;
+    for (int j = 0; j < K; j++) {
+        map[j] = j / dk * group + j % dk;          /* q */
+        map[K + j] = j / dk * group + dk + j % dk; /* k */
+    }
+    for (int j = 0; j < value_width(c); j++) {
+        map[2 * K + j] = j / rv * group + 2 * dk + j % rv;            /* v */
+        map[channels(c) + j] = j / rv * group + 2 * dk + rv + j % rv; /* z */
+    }
+    for (int h = 0; h < H; h++) {
+        map[qkvz_width(c) + h] = h / r * 2 * r + h % r;         /* b */
+        map[qkvz_width(c) + H + h] = h / r * 2 * r + r + h % r; /* a */
+    }
+}
+static const int32_t *qkv_map(const mt_block_ctx *c) { return c->constants; }
+static const int32_t *z_map(const mt_block_ctx *c) { return qkv_map(c) + channels(c->cfg); }
+static const int32_t *b_map(const mt_block_ctx *c) { return qkv_map(c) + qkvz_width(c->cfg); }
+static const int32_t *a_map(const mt_block_ctx *c) { return b_map(c) + c->cfg->linear_v_heads; }
 
 /* The ops' dims over n rows of sequences of seq; the q, k and v columns are the convolution's. */
 static mt_gdn_dims dims(const mt_config *c, int n, int seq, const mt_segments *seg) {
@@ -56,9 +97,35 @@ static void walk(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s) {
     ws->gdn.da = mt_ws_take(w, n * H * act);
     ws->gdn.db = mt_ws_take(w, n * H * act);
     ws->gdn.ws = mt_ws_take(w, s->be->ops->gdn.rule_workspace(s->be, dims(c, (int)n, s->seq, NULL)));
+    if (any_fused(c)) {
+        ws->gdn.qkvz = mt_ws_take(w, n * (size_t)qkvz_width(c) * act);
+        ws->gdn.ba = mt_ws_take(w, n * 2 * H * act);
+    }
 }
 
 static void *col(void *base, int col, size_t act) { return (char *)base + (size_t)col * act; }
+
+/* The fused projections' outputs apart: q/k/v (the convolution's input), z, b and a. */
+static void unfuse(const mt_block_ctx *c) {
+    const mt_op_iface *op = &c->be->ops->op;
+    mt_block_ws *ws = c->ws;
+    int n = c->batch * c->seq, QKVZ = qkvz_width(c->cfg), H = c->cfg->linear_v_heads;
+    op->gather_cols(c->be, c->stream, ws->gdn.mixed, ws->gdn.qkvz, qkv_map(c), n, QKVZ, channels(c->cfg));
+    op->gather_cols(c->be, c->stream, ws->gdn.z, ws->gdn.qkvz, z_map(c), n, QKVZ, value_width(c->cfg));
+    op->gather_cols(c->be, c->stream, ws->gdn.b, ws->gdn.ba, b_map(c), n, 2 * H, H);
+    op->gather_cols(c->be, c->stream, ws->gdn.a, ws->gdn.ba, a_map(c), n, 2 * H, H);
+}
+
+/* Its backward: the gradients of q/k/v (in conv's place), z, b and a into the fused outputs'. */
+static void fuse_dx(const mt_block_ctx *c) {
+    const mt_op_iface *op = &c->be->ops->op;
+    mt_block_ws *ws = c->ws;
+    int n = c->batch * c->seq, QKVZ = qkvz_width(c->cfg), H = c->cfg->linear_v_heads;
+    op->scatter_cols(c->be, c->stream, ws->gdn.qkvz, ws->gdn.conv, qkv_map(c), n, QKVZ, channels(c->cfg));
+    op->scatter_cols(c->be, c->stream, ws->gdn.qkvz, ws->gdn.dz, z_map(c), n, QKVZ, value_width(c->cfg));
+    op->scatter_cols(c->be, c->stream, ws->gdn.ba, ws->gdn.db, b_map(c), n, 2 * H, H);
+    op->scatter_cols(c->be, c->stream, ws->gdn.ba, ws->gdn.da, a_map(c), n, 2 * H, H);
+}
 
 /* The projections of h1 over the micro-batch, then the convolution, the q/k norms, the decay, the
  * rule and the gated norm: y. */
@@ -70,11 +137,20 @@ static void prepare(const mt_block_ctx *c, const mt_unit_weights *w, const void 
     int D = cfg->hidden_size, K = key_width(cfg), V = value_width(cfg), C = channels(cfg), H = cfg->linear_v_heads;
     MT_FOR_EACH_PIECE(c, p) {
         mt_mixer_norm_piece(c, w, p, x);
+        if (fused(c->spec)) {
+            int QKVZ = qkvz_width(cfg);
+            mt_matmul_piece(c, p, mt_rows_at_mut(ws->gdn.qkvz, p.row, QKVZ, act), ws->h1, w->t[MT_T_GDN_QKVZ], NULL, D,
+                            QKVZ);
+            mt_matmul_piece(c, p, mt_rows_at_mut(ws->gdn.ba, p.row, 2 * H, act), ws->h1, w->t[MT_T_GDN_BA], NULL, D,
+                            2 * H);
+            continue;
+        }
         mt_matmul_piece(c, p, mt_rows_at_mut(ws->gdn.mixed, p.row, C, act), ws->h1, w->t[MT_T_GDN_QKV], NULL, D, C);
         mt_matmul_piece(c, p, mt_rows_at_mut(ws->gdn.z, p.row, V, act), ws->h1, w->t[MT_T_GDN_Z], NULL, D, V);
         mt_matmul_piece(c, p, mt_rows_at_mut(ws->gdn.b, p.row, H, act), ws->h1, w->t[MT_T_GDN_B], NULL, D, H);
         mt_matmul_piece(c, p, mt_rows_at_mut(ws->gdn.a, p.row, H, act), ws->h1, w->t[MT_T_GDN_A], NULL, D, H);
     }
+    if (fused(c->spec)) unfuse(c);
     mt_segments seg;
     mt_gdn_dims d = micro_batch_dims(c, &seg);
     op->conv(c->be, c->stream, ws->gdn.conv, ws->gdn.mixed, w->t[MT_T_GDN_CONV], C, d);
@@ -107,6 +183,17 @@ static void projections_backward_piece(const mt_block_ctx *c, const mt_unit_weig
     const void *dmixed = mt_rows_at(ws->gdn.conv, p.row, C, act), *dz = mt_rows_at(ws->gdn.dz, p.row, V, act);
     const void *db = mt_rows_at(ws->gdn.db, p.row, H, act), *da = mt_rows_at(ws->gdn.da, p.row, H, act);
     mt_mixer_norm_piece(c, w, p, x);
+    if (fused(c->spec)) { /* the fused outputs' gradients, grouped as their rows */
+        int QKVZ = qkvz_width(c->cfg);
+        const void *dqkvz = mt_rows_at(ws->gdn.qkvz, p.row, QKVZ, act), *dba = mt_rows_at(ws->gdn.ba, p.row, 2 * H, act);
+        mt_matmul_dw_piece(c, p, g->t[MT_T_GDN_QKVZ], NULL, dqkvz, ws->h1, D, QKVZ);
+        mt_matmul_dw_piece(c, p, g->t[MT_T_GDN_BA], NULL, dba, ws->h1, D, 2 * H);
+        mt_matmul_dx_piece(c, p, ws->tmp, dqkvz, w->t[MT_T_GDN_QKVZ], D, QKVZ, 0); /* dh1 */
+        mt_matmul_dx_piece(c, p, ws->tmp, dba, w->t[MT_T_GDN_BA], D, 2 * H, 1);
+        mt_rmsnorm_dx_piece(c, p, mt_rows_at_mut(dxy, p.row, D, act), g->t[MT_T_ATTN_NORM], ws->tmp,
+                            mt_rows_at(x, p.row, D, act), w->t[MT_T_ATTN_NORM], ws->rstd1 + p.row, 1, D, 1);
+        return;
+    }
     mt_matmul_dw_piece(c, p, g->t[MT_T_GDN_QKV], NULL, dmixed, ws->h1, D, C);
     mt_matmul_dw_piece(c, p, g->t[MT_T_GDN_Z], NULL, dz, ws->h1, D, V);
     mt_matmul_dw_piece(c, p, g->t[MT_T_GDN_B], NULL, db, ws->h1, D, H);
@@ -139,6 +226,7 @@ static void micro_batch_backward(const mt_block_ctx *c, const mt_unit_weights *w
                  ws->gdn.dbeta, ws->gdn.a, ws->gdn.b, w->t[MT_T_GDN_A_LOG], w->t[MT_T_GDN_DT_BIAS], d);
     op->conv_dx(c->be, c->stream, ws->gdn.conv, g->t[MT_T_GDN_CONV], ws->gdn.dconv, ws->gdn.mixed,
                 w->t[MT_T_GDN_CONV], C, d);
+    if (fused(c->spec)) fuse_dx(c);
     mt_block_ctx all = *c;
     all.at = (mt_tile){0, 0};
     MT_FOR_EACH_PIECE(&all, p) projections_backward_piece(&all, w, g, p, x, dxy);
@@ -170,4 +258,5 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
     if (last_of_backward(c, t)) micro_batch_backward(c, w, g, x, dxy);
 }
 
-const mt_mixer_ops mt_mixer_gdn_ops = {.walk = walk, .prepare = prepare, .forward = forward, .backward = backward};
+const mt_mixer_ops mt_mixer_gdn_ops = {.walk = walk, .prepare = prepare, .forward = forward, .backward = backward,
+                                       .constants_bytes = constants_bytes, .constants = constants};
