@@ -121,12 +121,14 @@ static void write_spec(FILE *f, const mt_config *c) {
     write_layer_list(f, "layer_windows", c, window_of);
     write_layer_list(f, "layer_ropes", c, rope_of);
     write_layer_list(f, "layer_mixers", c, mixer_of); /* 1: Gated DeltaNet */
-    int gated = 0;
+    int gated = 0, fused = 0;
     for (int l = 0; l < c->num_layers; l++) {
         mt_layer_spec ls = mt_layer_spec_of(c, l);
         gated |= ls.mixer == MT_MIXER_ATTENTION && (ls.attn.flags & MT_ATTN_OUT_GATE);
+        fused |= ls.mixer == MT_MIXER_GDN && (ls.gdn.flags & MT_GDN_FUSED);
     }
     if (gated) fprintf(f, "attn_output_gate=1\n");
+    if (fused) fprintf(f, "gdn_fused=1\n");
     if (m.rope[0].partial != 0) fprintf(f, "partial_rotary_factor=%.9g\n", (double)m.rope[0].partial);
     if (c->linear_k_heads)
         fprintf(f, "linear_k_heads=%d\nlinear_v_heads=%d\nlinear_k_dim=%d\nlinear_v_dim=%d\n", c->linear_k_heads,

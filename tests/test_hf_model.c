@@ -194,6 +194,8 @@ Test(hfmodel, qwen3_5_export_import_is_bitwise) { check_qwen3_5_round_trip(mt_ti
 
 Test(hfmodel, qwen3_5_moe_export_import_is_bitwise) { check_qwen3_5_round_trip(mt_tiny_config_qwen3_5_moe()); }
 
+Test(hfmodel, qwen3_next_export_import_is_bitwise) { check_qwen3_5_round_trip(mt_tiny_config_qwen3_next()); }
+
 Test(hfmodel, fp32_export_import_is_bitwise_and_sharded) {
     mt_layout lay;
     float *orig, *back;

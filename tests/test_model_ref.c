@@ -431,6 +431,19 @@ Test(model, qwen3_5_moe_packed_grads_match_reference_in_tiles) {
     check_grads_at(&c, 1, packed_mask, packed_positions, 3);
 }
 
+/* Qwen3-Next: the fused projections' grouped rows, dense and sparse blocks. */
+Test(model, qwen3_next_grads_match_reference_in_tiles_two_micro_batches) {
+    mt_config c = mt_tiny_config_qwen3_next();
+    check_grads_at(&c, 2, uneven_mask, NULL, 3);
+}
+
+Test(model, qwen3_next_packed_grads_match_reference_in_tiles) {
+    mt_config c = mt_tiny_config_qwen3_next();
+    check_grads_at(&c, 1, packed_mask, packed_positions, 3);
+}
+
+Test(model, qwen3_next_training_steps_match_reference) { check_training(mt_tiny_config_qwen3_next(), 1.0f, NULL); }
+
 Test(model, qwen3_5_moe_training_steps_match_reference) {
     check_training(mt_tiny_config_qwen3_5_moe(), 1.0f, NULL);
 }

@@ -113,6 +113,14 @@ mt_config mt_tiny_config_qwen3_5_moe(void) {
     return c;
 }
 
+mt_config mt_tiny_config_qwen3_next(void) {
+    mt_config c = mt_tiny_config_qwen3_5_moe();
+    c.arch = MT_ARCH_QWEN3_NEXT;
+    c.intermediate_size = 40;
+    c.decoder_sparse_step = 2;
+    return c;
+}
+
 mt_config mt_tiny_config_moe(mt_arch arch, int aux) {
     mt_config c = base();
     c.arch = arch;

@@ -36,6 +36,9 @@ mt_config mt_tiny_config_qwen3_5(void);
 /* The hybrid with Qwen3.5-MoE's feed-forward on every block: 6 experts of 16, top 2 renormalised, a
  * shared expert of 24 behind its gate. */
 mt_config mt_tiny_config_qwen3_5_moe(void);
+/* Qwen3-Next: that hybrid with the linear layers' projections fused and grouped by q/k head, experts
+ * on every second block (decoder_sparse_step 2), a dense MLP on the others. */
+mt_config mt_tiny_config_qwen3_next(void);
 /* Tiny mixtures of experts, one of each family (arch: MT_ARCH_QWEN3_MOE, MT_ARCH_QWEN2_MOE,
  * MT_ARCH_MIXTRAL, MT_ARCH_OLMOE), each with what makes its family: Qwen3-MoE per-head q/k norms,
  * 8 experts top 3 renormalised, a dense block among sparse ones (mlp_only_layers); Qwen2-MoE q/k/v

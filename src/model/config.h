@@ -14,7 +14,7 @@ typedef enum {
     MT_ARCH_QWEN3_MOE, MT_ARCH_QWEN2_MOE, MT_ARCH_MIXTRAL, MT_ARCH_OLMOE,
     MT_ARCH_GEMMA3, MT_ARCH_GEMMA2,
     /* hybrids of Gated DeltaNet and gated attention */
-    MT_ARCH_QWEN3_5, MT_ARCH_QWEN3_5_MOE,
+    MT_ARCH_QWEN3_5, MT_ARCH_QWEN3_5_MOE, MT_ARCH_QWEN3_NEXT,
 } mt_arch;
 
 /* RMSNorm of q and k before RoPE: none, over each head's head_dim values (Qwen3, Qwen3-MoE), or

@@ -59,7 +59,7 @@ LIST_KEYS = ("mlp_only_layers",)
 # Keys a fixture may leave out, and what their absence means (the Llama block).
 OPTIONAL_INT_KEYS = {"sandwich_norms": 0, "norm_unit_offset": 0, "glu_act": 0,
                      "linear_k_heads": 0, "linear_v_heads": 0, "linear_k_dim": 0, "linear_v_dim": 0,
-                     "attn_output_gate": 0}
+                     "attn_output_gate": 0, "gdn_fused": 0}
 OPTIONAL_FLOAT_KEYS = {"partial_rotary_factor": 0.0, "query_pre_attn_scalar": 0.0, "attn_logit_softcap": 0.0, "final_logit_softcap": 0.0,
                        "embed_scale": 1.0, "rope_local_theta": 0.0, "rope_linear_factor": 0.0}
 OPTIONAL_LIST_KEYS = {"layer_windows": [], "layer_ropes": [], "layer_mixers": []}
@@ -123,9 +123,12 @@ def gdn_shapes(cfg, p):
     d = cfg["hidden_size"]
     key, value, hv = cfg["linear_k_heads"] * cfg["linear_k_dim"], cfg["linear_v_heads"] * cfg["linear_v_dim"], \
         cfg["linear_v_heads"]
-    return {p + "in_proj_qkv.weight": (2 * key + value, d), p + "in_proj_z.weight": (value, d),
-            p + "in_proj_b.weight": (hv, d), p + "in_proj_a.weight": (hv, d),
-            p + "conv1d.weight": (2 * key + value, 4), p + "A_log": (hv, 1), p + "dt_bias": (hv, 1),
+    if cfg["gdn_fused"]:  # Qwen3-Next's
+        projections = {p + "in_proj_qkvz.weight": (2 * key + 2 * value, d), p + "in_proj_ba.weight": (2 * hv, d)}
+    else:
+        projections = {p + "in_proj_qkv.weight": (2 * key + value, d), p + "in_proj_z.weight": (value, d),
+                       p + "in_proj_b.weight": (hv, d), p + "in_proj_a.weight": (hv, d)}
+    return {**projections, p + "conv1d.weight": (2 * key + value, 4), p + "A_log": (hv, 1), p + "dt_bias": (hv, 1),
             p + "norm.weight": (cfg["linear_v_dim"], 1), p + "out_proj.weight": (d, value)}
 
 
@@ -397,10 +400,22 @@ class Llama:
         hk, hv, dk, dv = cfg["linear_k_heads"], cfg["linear_v_heads"], cfg["linear_k_dim"], cfg["linear_v_dim"]
         key, value = hk * dk, hv * dv
         channels = 2 * key + value
-        mixed = self.linear(x, prefix + "in_proj_qkv")
-        z = self.linear(x, prefix + "in_proj_z").view(b, s, hv, dv)
-        beta = self.linear(x, prefix + "in_proj_b").sigmoid()
-        g = -p[prefix + "A_log"].exp() * F.softplus(self.linear(x, prefix + "in_proj_a") + p[prefix + "dt_bias"])
+        if cfg["gdn_fused"]:
+            # Qwen3NextGatedDeltaNet.fix_query_key_value_ordering: each q/k head's group holds its q, its
+            # k, its value heads' v and z; in_proj_ba's, its value heads' b and a
+            r = hv // hk
+            qkvz = self.linear(x, prefix + "in_proj_qkvz").view(b, s, hk, 2 * dk + 2 * r * dv)
+            q, k, v, z = torch.split(qkvz, [dk, dk, r * dv, r * dv], dim=-1)
+            mixed = torch.cat([t.reshape(b, s, -1) for t in (q, k, v)], dim=-1)
+            z = z.reshape(b, s, hv, dv)
+            b_in, a_in = torch.split(self.linear(x, prefix + "in_proj_ba").view(b, s, hk, 2 * r), [r, r], dim=-1)
+            b_in, a_in = b_in.reshape(b, s, hv), a_in.reshape(b, s, hv)
+        else:
+            mixed = self.linear(x, prefix + "in_proj_qkv")
+            z = self.linear(x, prefix + "in_proj_z").view(b, s, hv, dv)
+            b_in, a_in = self.linear(x, prefix + "in_proj_b"), self.linear(x, prefix + "in_proj_a")
+        beta = b_in.sigmoid()
+        g = -p[prefix + "A_log"].exp() * F.softplus(a_in + p[prefix + "dt_bias"])
         kernel = p[prefix + "conv1d.weight"].view(channels, 1, 4)
         rows = []
         for i in range(b):

@@ -100,8 +100,8 @@ static mt_status read_linear(const mt_json_src *s, mt_config *c) {
     return read_layer_types(s, c);
 }
 
-static mt_status read(const mt_json_src *s, mt_config *c) {
-    MT_TRY(mt_family_refuse_attention_bias(s, "Qwen3_5ForCausalLM"));
+mt_status mt_family_read_hybrid(const mt_json_src *s, mt_config *c, const char *architecture) {
+    MT_TRY(mt_family_refuse_attention_bias(s, architecture));
     c->qk_norm = MT_QK_NORM_HEAD;
     c->partial_rotary_factor = DEFAULT_PARTIAL_ROTARY;
     /* transformers 4's top-level partial_rotary_factor (transformers 5's is in rope_parameters) */
@@ -111,10 +111,12 @@ static mt_status read(const mt_json_src *s, mt_config *c) {
     return read_linear(s, c);
 }
 
+static mt_status read(const mt_json_src *s, mt_config *c) { return mt_family_read_hybrid(s, c, "Qwen3_5ForCausalLM"); }
+
 /* Every layer's feed-forward is experts (Qwen3_5MoeDecoderLayer's), renormalised always; a dense
  * width, which config.json need not give, is the shared expert's. */
 static mt_status read_moe(const mt_json_src *s, mt_config *c) {
-    MT_TRY(read(s, c));
+    MT_TRY(mt_family_read_hybrid(s, c, "Qwen3_5MoeForCausalLM"));
     MT_TRY(mt_family_read_experts(s, c, &experts));
     MT_TRY(mt_json_get_int(s, "shared_expert_intermediate_size", 0, &c->shared_expert_intermediate_size));
     c->norm_topk_prob = 1;
@@ -122,7 +124,7 @@ static mt_status read_moe(const mt_json_src *s, mt_config *c) {
     return MT_OK;
 }
 
-static void write(const mt_config *c, json_t *o) {
+void mt_family_write_hybrid(const mt_config *c, json_t *o) {
     json_object_set_new(o, "attention_bias", json_false());
     json_object_set_new(o, "attn_output_gate", json_boolean(c->attn_output_gate));
     json_object_set_new(o, "linear_conv_kernel_dim", json_integer(MT_GDN_CONV_KERNEL));
@@ -138,7 +140,7 @@ static void write(const mt_config *c, json_t *o) {
 }
 
 static void write_moe(const mt_config *c, json_t *o) {
-    write(c, o);
+    mt_family_write_hybrid(c, o);
     mt_family_write_experts(c, o, "num_experts");
     json_object_set_new(o, "shared_expert_intermediate_size", json_integer(c->shared_expert_intermediate_size));
     mt_family_write_sparse_layers(c, o);
@@ -146,7 +148,7 @@ static void write_moe(const mt_config *c, json_t *o) {
 
 /* The Gated DeltaNet's heads: value heads a multiple of the q/k heads, each head at most 256 wide
  * (the backends' bound) and a multiple of 4. */
-static mt_status validate(const mt_config *c) {
+mt_status mt_family_validate_hybrid(const mt_config *c) {
     MT_TRY(mt_family_require_qk_norm(c, MT_QK_NORM_HEAD));
     MT_TRY(mt_family_no_o_bias(c));
     int rotary = c->partial_rotary_factor > 0 ? (int)(c->head_dim * (double)c->partial_rotary_factor) : c->head_dim;
@@ -168,7 +170,7 @@ static mt_status validate(const mt_config *c) {
 
 /* transformers makes every layer sparse, whatever decoder_sparse_step or mlp_only_layers say. */
 static mt_status validate_moe(const mt_config *c) {
-    MT_TRY(validate(c));
+    MT_TRY(mt_family_validate_hybrid(c));
     MT_TRY(mt_config_in_range("shared_expert_intermediate_size", c->shared_expert_intermediate_size, 1,
                               MT_CONFIG_MAX_INTERMEDIATE));
     for (int l = 0; l < c->num_layers; l++)
@@ -178,14 +180,14 @@ static mt_status validate_moe(const mt_config *c) {
     return MT_OK;
 }
 
-static void plan(const mt_config *c, int l, mt_layer_spec *s) {
+void mt_family_plan_hybrid(const mt_config *c, int l, mt_layer_spec *s) {
     mt_family_plan_common(c, l, s);
     s->norm_unit_offset = 1;
     if (mt_config_layer_is_linear(c, l)) s->mixer = MT_MIXER_GDN, s->attn.flags = 0;
     else if (c->attn_output_gate) s->attn.flags |= MT_ATTN_OUT_GATE;
 }
 
-static void plan_model(const mt_config *c, mt_model_spec *m) {
+void mt_family_plan_model_hybrid(const mt_config *c, mt_model_spec *m) {
     mt_family_plan_model_common(c, m);
     m->norm_unit_offset = 1;
 }
@@ -194,12 +196,13 @@ const mt_family mt_family_qwen3_5 = {
     .arch = MT_ARCH_QWEN3_5, .architecture = "Qwen3_5ForCausalLM", .model_type = "qwen3_5_text",
     .hidden_act = "silu",
     .default_max_position = 32768, .default_head_dim = 256, .default_eps = 1e-6f, .default_theta = 10000.0f,
-    .presets = presets, .num_presets = sizeof presets / sizeof presets[0], .fields = fields, .read = read, .write = write, .validate = validate, .plan = plan, .plan_model = plan_model};
+    .presets = presets, .num_presets = sizeof presets / sizeof presets[0], .fields = fields, .read = read, .write = mt_family_write_hybrid, .validate = mt_family_validate_hybrid,
+    .plan = mt_family_plan_hybrid, .plan_model = mt_family_plan_model_hybrid};
 
 const mt_family mt_family_qwen3_5_moe = {
     .arch = MT_ARCH_QWEN3_5_MOE, .architecture = "Qwen3_5MoeForCausalLM", .model_type = "qwen3_5_moe_text",
     .hidden_act = "silu",
     .default_max_position = 32768, .default_head_dim = 256, .default_eps = 1e-6f, .default_theta = 10000.0f,
     .moe = 1, .experts_only = 1, .presets = moe_presets, .num_presets = sizeof moe_presets / sizeof moe_presets[0],
-    .fields = moe_fields, .read = read_moe, .write = write_moe, .validate = validate_moe, .plan = plan,
-    .plan_model = plan_model};
+    .fields = moe_fields, .read = read_moe, .write = write_moe, .validate = validate_moe, .plan = mt_family_plan_hybrid,
+    .plan_model = mt_family_plan_model_hybrid};
