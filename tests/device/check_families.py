@@ -88,9 +88,9 @@ def config_of(family):
 
 
 def norm_start(family, name):
-    """Where a norm's weight starts: 0 for the (1 + w) norms (Gemma's; Qwen3.5's but its Gated
-    DeltaNet's gated norm, a plain w), else 1."""
-    zero_centered = family.startswith("gemma") or family.startswith("qwen3_5")
+    """Where a norm's weight starts: 0 for the (1 + w) norms (Gemma's; Qwen3.5's and Qwen3-Next's but
+    their Gated DeltaNet's gated norm, a plain w), else 1."""
+    zero_centered = family.startswith(("gemma", "qwen3_5", "qwen3_next"))
     return 0.0 if zero_centered and "linear_attn.norm" not in name else 1.0
 
 

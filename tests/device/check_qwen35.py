@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
-"""Qwen3.5's hybrid of Gated DeltaNet and gated attention against transformers' own
-Qwen3_5ForCausalLM, for the GPU machine (torch, transformers 5 with models/qwen3_5; megatrain built
+"""Qwen3.5's and Qwen3-Next's hybrid of Gated DeltaNet and gated attention against transformers' own
+classes, for the GPU machine (torch, transformers 5 with models/qwen3_5; megatrain built
 with CUDA=1). flash-linear-attention is not on the device: transformers runs its own torch chunked
 gated delta rule (torch_chunk_gated_delta_rule) and causal conv1d, the definition megatrain's ops
 follow.
 
 A small model at realistic inner shapes (hidden 1024, Qwen3.5's vocabulary, head_dim 256 with a
 quarter of it rotated, 16 value heads over 8 q/k heads of 128 in the linear layers, three Gated
-DeltaNet layers to one gated attention layer, twice), dense (Qwen3_5ForCausalLM) and with experts
-and a shared expert (Qwen3_5MoeForCausalLM), random weights saved with save_pretrained, then
-check_families.py's checks:
+DeltaNet layers to one gated attention layer, twice), dense (Qwen3_5ForCausalLM), with experts and a
+shared expert (Qwen3_5MoeForCausalLM), and Qwen3NextForCausalLM (the fused in_proj_qkvz and in_proj_ba,
+experts on every second layer), random weights saved with save_pretrained, then check_families.py's
+checks:
 
   1. import and export (fp32) without training: the export loads in transformers with no missing or
      unexpected tensor (the conv1d as [C, 1, 4], the gated q_proj) and gives the original's logits bit
@@ -49,6 +50,11 @@ cf.FAMILIES["qwen3_5"] = ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM", dict(HYBRID
 cf.FAMILIES["qwen3_5_moe"] = ("Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM",
                               dict(HYBRID, num_experts=32, num_experts_per_tok=8, moe_intermediate_size=512,
                                    shared_expert_intermediate_size=512))
+# Qwen3-Next: the fused in_proj_qkvz and in_proj_ba; experts on every second layer, a dense MLP between.
+cf.FAMILIES["qwen3_next"] = ("Qwen3NextConfig", "Qwen3NextForCausalLM",
+                             dict(HYBRID, intermediate_size=2816, num_experts=32, num_experts_per_tok=8,
+                                  moe_intermediate_size=512, shared_expert_intermediate_size=512,
+                                  decoder_sparse_step=2, bos_token_id=151643, eos_token_id=151645))
 
 
 def fixture_config(config, seq, batch):
@@ -60,14 +66,17 @@ def fixture_config(config, seq, batch):
                  linear_k_heads=config.linear_num_key_heads, linear_v_heads=config.linear_num_value_heads,
                  linear_k_dim=config.linear_key_head_dim, linear_v_dim=config.linear_value_head_dim,
                  attn_output_gate=1, partial_rotary_factor=rope.get("partial_rotary_factor", 0.25),
-                 norm_unit_offset=1)
+                 norm_unit_offset=1, gdn_fused=int(config.model_type == "qwen3_next"))
     text = lines + "".join(f"{k}={v}\n" for k, v in extra.items())
     if getattr(config, "num_experts", 0):  # every layer's experts, renormalised, and the shared one
         moe = dict(num_experts=config.num_experts, experts_per_token=config.num_experts_per_tok,
-                   moe_intermediate_size=config.moe_intermediate_size, norm_topk_prob=1,
+                   moe_intermediate_size=config.moe_intermediate_size,
+                   norm_topk_prob=int(getattr(config, "norm_topk_prob", True)),
                    shared_expert_intermediate_size=config.shared_expert_intermediate_size)
         for key, value in moe.items():
             text = text.replace(f"{key}=0\n", f"{key}={value}\n")
+        step = getattr(config, "decoder_sparse_step", 1)
+        text = text.replace("decoder_sparse_step=1\n", f"decoder_sparse_step={step}\n")
     return text
 
 
@@ -81,7 +90,7 @@ def main():
     print(f"transformers {transformers.__version__}, torch {torch.__version__}, flash-linear-attention "
           f"{'present' if transformers.utils.is_flash_linear_attention_available() else 'absent'}")
     try:
-        for family in ("qwen3_5", "qwen3_5_moe"):
+        for family in ("qwen3_5", "qwen3_5_moe", "qwen3_next"):
             # transformers' delta rule runs in fp32 whatever the model's dtype (module docstring)
             cf.check_reference(family, work, layers=4, fixture=fixture_config, tolerance=1e-5)
             cf.check_family(args.bin, family, work)
