@@ -8,7 +8,9 @@
  * out_proj and the residual over its rows; its backward takes the gradient back to the norm's
  * inputs over its rows, and the tile the backward takes last (the micro-batch's first rows of its
  * last sequence) takes the recurrence, the convolution and the projections back over the whole
- * micro-batch, adding dL/dx into every row of dxy, which until then holds dL/dx2. */
+ * micro-batch, adding dL/dx into every row of dxy, which until then holds dL/dx2. Qwen3-Next's fused
+ * projections (MT_GDN_FUSED) run as two GEMMs whose outputs gather_cols takes apart into the same
+ * buffers, by maps the kind keeps as constants; their gradients go back by scatter_cols. */
 #include "engine/block_parts.h"
 
 _Static_assert((int)MT_GDN_CONV == (int)MT_GDN_CONV_KERNEL, "the model's and the backend's kernel of the convolution");
