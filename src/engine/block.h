@@ -78,7 +78,7 @@ typedef struct {
         void *o, *y;          /* [n, V] the recurrence's output, its gated norm; the backward's
                                * gradient at the norm takes y's rows once out_proj's is made */
         void *dconv, *dout, *dz; /* backward: [n, C], [n, V], [n, V] */
-        void *dqn, *dkn;      /* backward: [n, Hv dk] */
+        void *dqn, *dkn;      /* backward: [n, Hv dk], in o's and y's place (free by then) */
         float *dg, *dbeta;    /* backward: [n, Hv] */
         void *da, *db;        /* backward: [n, Hv] */
         void *ws;             /* the rule's workspace (its forward leaves what its backward reads) */

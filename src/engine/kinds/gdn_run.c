@@ -87,13 +87,13 @@ static void walk(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s) {
     ws->gdn.beta = mt_ws_take(w, n * H * 4);
     ws->gdn.qn = mt_ws_take(w, n * QK * act);
     ws->gdn.kn = mt_ws_take(w, n * QK * act);
-    ws->gdn.o = mt_ws_take(w, n * V * act);
-    ws->gdn.y = mt_ws_take(w, n * V * act);
+    /* o and y, which no one reads after the tiles' backward, then hold dqn and dkn */
+    size_t OQ = V > QK ? V : QK;
+    ws->gdn.o = ws->gdn.dqn = mt_ws_take(w, n * OQ * act);
+    ws->gdn.y = ws->gdn.dkn = mt_ws_take(w, n * OQ * act);
     ws->gdn.dconv = mt_ws_take(w, n * C * act);
     ws->gdn.dout = mt_ws_take(w, n * V * act);
     ws->gdn.dz = mt_ws_take(w, n * V * act);
-    ws->gdn.dqn = mt_ws_take(w, n * QK * act);
-    ws->gdn.dkn = mt_ws_take(w, n * QK * act);
     ws->gdn.dg = mt_ws_take(w, n * H * 4);
     ws->gdn.dbeta = mt_ws_take(w, n * H * 4);
     ws->gdn.da = mt_ws_take(w, n * H * act);
