@@ -107,6 +107,31 @@ static void walk(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s) {
 
 static void *col(void *base, int col, size_t act) { return (char *)base + (size_t)col * act; }
 
+/* The block's projections of h1, their weights, the buffers of their outputs over the micro-batch
+ * (backward: of their gradients, q/k/v's in conv's place) and their widths: Qwen3-Next's two fused
+ * ones, or four. */
+typedef struct {
+    mt_tensor_kind weight;
+    void *rows;
+    int width;
+} projection;
+
+static int projections(const mt_block_ctx *c, int backward, projection p[4]) {
+    const mt_config *cfg = c->cfg;
+    mt_block_ws *ws = c->ws;
+    int H = cfg->linear_v_heads;
+    if (fused(c->spec)) {
+        p[0] = (projection){MT_T_GDN_QKVZ, ws->gdn.qkvz, qkvz_width(cfg)};
+        p[1] = (projection){MT_T_GDN_BA, ws->gdn.ba, 2 * H};
+        return 2;
+    }
+    p[0] = (projection){MT_T_GDN_QKV, backward ? ws->gdn.conv : ws->gdn.mixed, channels(cfg)};
+    p[1] = (projection){MT_T_GDN_Z, backward ? ws->gdn.dz : ws->gdn.z, value_width(cfg)};
+    p[2] = (projection){MT_T_GDN_B, backward ? ws->gdn.db : ws->gdn.b, H};
+    p[3] = (projection){MT_T_GDN_A, backward ? ws->gdn.da : ws->gdn.a, H};
+    return 4;
+}
+
 /* The fused projections' outputs apart: q/k/v (the convolution's input), z, b and a. */
 static void unfuse(const mt_block_ctx *c) {
     const mt_op_iface *op = &c->be->ops->op;
@@ -136,21 +161,14 @@ static void prepare(const mt_block_ctx *c, const mt_unit_weights *w, const void 
     const mt_config *cfg = c->cfg;
     mt_block_ws *ws = c->ws;
     size_t act = mt_act_size(c);
-    int D = cfg->hidden_size, K = key_width(cfg), V = value_width(cfg), C = channels(cfg), H = cfg->linear_v_heads;
+    int D = cfg->hidden_size, K = key_width(cfg), C = channels(cfg);
+    projection pr[4];
+    int count = projections(c, 0, pr);
     MT_FOR_EACH_PIECE(c, p) {
         mt_mixer_norm_piece(c, w, p, x);
-        if (fused(c->spec)) {
-            int QKVZ = qkvz_width(cfg);
-            mt_matmul_piece(c, p, mt_rows_at_mut(ws->gdn.qkvz, p.row, QKVZ, act), ws->h1, w->t[MT_T_GDN_QKVZ], NULL, D,
-                            QKVZ);
-            mt_matmul_piece(c, p, mt_rows_at_mut(ws->gdn.ba, p.row, 2 * H, act), ws->h1, w->t[MT_T_GDN_BA], NULL, D,
-                            2 * H);
-            continue;
-        }
-        mt_matmul_piece(c, p, mt_rows_at_mut(ws->gdn.mixed, p.row, C, act), ws->h1, w->t[MT_T_GDN_QKV], NULL, D, C);
-        mt_matmul_piece(c, p, mt_rows_at_mut(ws->gdn.z, p.row, V, act), ws->h1, w->t[MT_T_GDN_Z], NULL, D, V);
-        mt_matmul_piece(c, p, mt_rows_at_mut(ws->gdn.b, p.row, H, act), ws->h1, w->t[MT_T_GDN_B], NULL, D, H);
-        mt_matmul_piece(c, p, mt_rows_at_mut(ws->gdn.a, p.row, H, act), ws->h1, w->t[MT_T_GDN_A], NULL, D, H);
+        for (int i = 0; i < count; i++)
+            mt_matmul_piece(c, p, mt_rows_at_mut(pr[i].rows, p.row, pr[i].width, act), ws->h1, w->t[pr[i].weight],
+                            NULL, D, pr[i].width);
     }
     if (fused(c->spec)) unfuse(c);
     mt_segments seg;
@@ -175,35 +193,22 @@ static void forward(const mt_block_ctx *c, const mt_unit_weights *w, const void 
     }
 }
 
-/* Piece p's projections back from their gradients (the convolution's input's in conv's place, dz,
- * db, da) to h1 and through the pre-norm: dxy's rows gain dL/dx. */
+/* Piece p's projections back from their gradients to h1 and through the pre-norm: dxy's rows gain
+ * dL/dx. */
 static void projections_backward_piece(const mt_block_ctx *c, const mt_unit_weights *w, const mt_unit_grads *g,
                                        mt_piece p, const void *x, void *dxy) {
     mt_block_ws *ws = c->ws;
     size_t act = mt_act_size(c);
-    int D = c->cfg->hidden_size, V = value_width(c->cfg), C = channels(c->cfg), H = c->cfg->linear_v_heads;
-    const void *dmixed = mt_rows_at(ws->gdn.conv, p.row, C, act), *dz = mt_rows_at(ws->gdn.dz, p.row, V, act);
-    const void *db = mt_rows_at(ws->gdn.db, p.row, H, act), *da = mt_rows_at(ws->gdn.da, p.row, H, act);
+    int D = c->cfg->hidden_size;
+    projection pr[4];
+    int count = projections(c, 1, pr);
     mt_mixer_norm_piece(c, w, p, x);
-    if (fused(c->spec)) { /* the fused outputs' gradients, grouped as their rows */
-        int QKVZ = qkvz_width(c->cfg);
-        const void *dqkvz = mt_rows_at(ws->gdn.qkvz, p.row, QKVZ, act), *dba = mt_rows_at(ws->gdn.ba, p.row, 2 * H, act);
-        mt_matmul_dw_piece(c, p, g->t[MT_T_GDN_QKVZ], NULL, dqkvz, ws->h1, D, QKVZ);
-        mt_matmul_dw_piece(c, p, g->t[MT_T_GDN_BA], NULL, dba, ws->h1, D, 2 * H);
-        mt_matmul_dx_piece(c, p, ws->tmp, dqkvz, w->t[MT_T_GDN_QKVZ], D, QKVZ, 0); /* dh1 */
-        mt_matmul_dx_piece(c, p, ws->tmp, dba, w->t[MT_T_GDN_BA], D, 2 * H, 1);
-        mt_rmsnorm_dx_piece(c, p, mt_rows_at_mut(dxy, p.row, D, act), g->t[MT_T_ATTN_NORM], ws->tmp,
-                            mt_rows_at(x, p.row, D, act), w->t[MT_T_ATTN_NORM], ws->rstd1 + p.row, 1, D, 1);
-        return;
-    }
-    mt_matmul_dw_piece(c, p, g->t[MT_T_GDN_QKV], NULL, dmixed, ws->h1, D, C);
-    mt_matmul_dw_piece(c, p, g->t[MT_T_GDN_Z], NULL, dz, ws->h1, D, V);
-    mt_matmul_dw_piece(c, p, g->t[MT_T_GDN_B], NULL, db, ws->h1, D, H);
-    mt_matmul_dw_piece(c, p, g->t[MT_T_GDN_A], NULL, da, ws->h1, D, H);
-    mt_matmul_dx_piece(c, p, ws->tmp, dmixed, w->t[MT_T_GDN_QKV], D, C, 0); /* dh1 */
-    mt_matmul_dx_piece(c, p, ws->tmp, dz, w->t[MT_T_GDN_Z], D, V, 1);
-    mt_matmul_dx_piece(c, p, ws->tmp, db, w->t[MT_T_GDN_B], D, H, 1);
-    mt_matmul_dx_piece(c, p, ws->tmp, da, w->t[MT_T_GDN_A], D, H, 1);
+    for (int i = 0; i < count; i++)
+        mt_matmul_dw_piece(c, p, g->t[pr[i].weight], NULL, mt_rows_at(pr[i].rows, p.row, pr[i].width, act), ws->h1, D,
+                           pr[i].width);
+    for (int i = 0; i < count; i++) /* dh1 */
+        mt_matmul_dx_piece(c, p, ws->tmp, mt_rows_at(pr[i].rows, p.row, pr[i].width, act), w->t[pr[i].weight], D,
+                           pr[i].width, i > 0);
     mt_rmsnorm_dx_piece(c, p, mt_rows_at_mut(dxy, p.row, D, act), g->t[MT_T_ATTN_NORM], ws->tmp,
                         mt_rows_at(x, p.row, D, act), w->t[MT_T_ATTN_NORM], ws->rstd1 + p.row, 1, D, 1);
 }
