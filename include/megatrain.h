@@ -40,7 +40,7 @@ typedef struct {
      * saying so (data, steps, the learning-rate schedule, the optimizer's hyperparameters, the
      * checkpoint and evaluation periods) or refused naming both values (the model, the sequence
      * layout: seq_len, batch, micro_batches, val_fraction, sequential, seed, moments, tokenizer,
-     * chat_template, loss_on). ---- */
+     * chat_template, loss_on, analysis_loss). ---- */
 
     /* The model: one of a preset name, a config.json, or a Hugging Face model directory to
      * fine-tune. None of them: the "demo" preset (on resume, the checkpoint's model). */
@@ -66,6 +66,8 @@ typedef struct {
                               * tokenizer's own); stored as an absolute path */
     const char *loss_on;     /* chat data: "assistant" (every answer: default), "last-turn" (the last
                               * answer of each conversation) or "all" (every token) carry loss */
+    const char *analysis_loss; /* chat data: "on" (default) or "off": whether the answers' analysis
+                              * channel (gpt-oss's reasoning, harmony) carries loss */
     const char *packing;     /* chat data: "on" packs whole examples into windows, attention masked
                               * at their boundaries (the default where the data records them);
                               * "off": windows of the token stream, across examples. NULL: by the

@@ -41,6 +41,7 @@ void cfg_case_expect_preset(const char *text, const char *preset) {
     cr_assert_eq(cfg_case_parse(text, &c), MT_OK, "%s: %s", preset, mt_error());
     cr_assert_eq(mt_config_preset(preset, &want), MT_OK);
     cr_expect(!memcmp(&c, &want, sizeof c), "the hub's config.json differs from the %s preset", preset);
+    /* and written back, it reads the same */
     json_t *doc = mt_hf_config_to_json(&c, "bfloat16");
     mt_config back;
     cr_assert_eq(mt_hf_config_from_json(doc, "written", &back), MT_OK, "%s: %s", preset, mt_error());

@@ -17,4 +17,7 @@ void cfg_case_expect_preset(const char *text, const char *preset);
 /* Asserts that the variant is refused, the message naming config.json and holding `needle`. */
 void cfg_case_expect_refusal(const char *base, const char *key, const char *value, const char *needle);
 
+/* Expects text to parse to the preset's config, field for field, and to read the same written back. */
+void cfg_case_expect_preset(const char *text, const char *preset);
+
 #endif

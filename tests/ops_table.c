@@ -802,6 +802,23 @@ const ops_case ops_cases[] = {
      .dims = {.batch = 2, .seq = 150, .heads = 4, .kv_heads = 2, .head_dim = 64}, .flag = ATTN_SINKS},
     {"attention, sinks, head_dim 40, no GQA", &ATTENTION, 90,
      .dims = {.batch = 3, .seq = 9, .heads = 2, .kv_heads = 2, .head_dim = 40}, .flag = ATTN_SINKS},
+    /* sinks without a cap (on cuda: folded into cuDNN's output and statistics) over a window of
+     * queries and over packed examples (the kernels); with a sliding window over whole sequences
+     * (cuDNN's band mask) */
+    {"attention, sinks in a window of 53 queries from 70", &ATTENTION, 93,
+     .dims = {.batch = 2, .seq = 150, .heads = 4, .kv_heads = 2, .head_dim = 64, .q0 = 70, .q_len = 53},
+     .flag = ATTN_SINKS},
+    {"attention of packed examples, sinks", &ATTENTION, 94,
+     .dims = {.batch = 2, .seq = 77, .heads = 6, .kv_heads = 2, .head_dim = 64}, SEGMENTS(SEGMENTS_2x77),
+     .flag = ATTN_SINKS},
+    {"attention, a sliding window of 40 and sinks, GQA", &ATTENTION, 95,
+     .dims = {.batch = 2, .seq = 150, .heads = 4, .kv_heads = 2, .head_dim = 64}, .attn = {.window = 40},
+     .flag = ATTN_SINKS},
+    /* Gemma 3's heads: head_dim 256, GQA, a sliding window of 128 over whole sequences (on cuda:
+     * cuDNN's band mask), at its scale, 1 / sqrt(query_pre_attn_scalar 168) */
+    {"attention, head_dim 256, a sliding window of 128, scale 1/sqrt(168)", &ATTENTION, 119,
+     .dims = {.batch = 2, .seq = 300, .heads = 4, .kv_heads = 2, .head_dim = 256},
+     .attn = {.window = 128, .scale = 0.0771517f}},
     {"attention of packed examples, every variant", &ATTENTION, 91,
      .dims = {.batch = 2, .seq = 77, .heads = 6, .kv_heads = 2, .head_dim = 64}, SEGMENTS(SEGMENTS_2x77),
      .attn = {.window = 20, .scale = 0.3f, .softcap = 3.0f}, .flag = ATTN_SINKS},
@@ -888,6 +905,13 @@ const ops_case ops_timing_cases[] = {
     {"rope, q", &ROPE, 106, .dims = ATTN_3B},
     {"attention and backward", &ATTENTION, 107, .dims = ATTN_3B},
     {"attention and backward, a sliding window of 512", &ATTENTION, 115, .dims = ATTN_3B, .attn = {.window = 512}},
+    {"attention and backward, sinks", &ATTENTION, 116, .dims = ATTN_3B, .flag = ATTN_SINKS},
+    /* gpt-oss's heads (64 of 64, 8 kv heads) with sinks: its full layers, and its window of 128 */
+    {"attention and backward, gpt-oss's heads, sinks", &ATTENTION, 117,
+     .dims = {.batch = 1, .seq = N3B, .heads = 64, .kv_heads = 8, .head_dim = 64}, .flag = ATTN_SINKS},
+    {"attention and backward, gpt-oss's heads, a window of 128 and sinks", &ATTENTION, 118,
+     .dims = {.batch = 1, .seq = N3B, .heads = 64, .kv_heads = 8, .head_dim = 64}, .attn = {.window = 128},
+     .flag = ATTN_SINKS},
     {"swiglu and backward", &SWIGLU, 108, .count = (size_t)N3B * F3B},
     {"add", &ADD, 109, .count = (size_t)N3B * D3B},
     {"embedding and gradient", &EMBEDDING, 110, .n = N3B, .d = D3B, .vocab = V3B},

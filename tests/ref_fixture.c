@@ -135,13 +135,27 @@ static void write_spec(FILE *f, const mt_config *c) {
                 c->linear_v_heads, c->linear_k_dim, c->linear_v_dim);
     if (m.num_ropes > 1) fprintf(f, "rope_local_theta=%.9g\n", (double)m.rope[1].theta);
     if (m.rope[0].type == MT_ROPE_LINEAR) fprintf(f, "rope_linear_factor=%.9g\n", (double)m.rope[0].factor);
-    if (s.attn.q_scale != 0)
-        fprintf(f, "query_pre_attn_scalar=%.17g\n", 1.0 / ((double)s.attn.q_scale * s.attn.q_scale));
+    /* the scale the family planned: a YaRN table's factor, which mt_layer_spec_of folds in, the
+     * reference puts on cos and sin as transformers does */
+    const mt_rope_spec *r = &m.rope[s.attn.rope];
+    double factor = mt_rope_attention_factor(r), q_scale = s.attn.q_scale / (factor * factor);
+    if (s.attn.q_scale != 0) fprintf(f, "query_pre_attn_scalar=%.17g\n", 1.0 / (q_scale * q_scale));
+    if (r->type == MT_ROPE_YARN)
+        fprintf(f, "rope_yarn=1\nrope_beta_fast=%.9g\nrope_beta_slow=%.9g\nrope_truncate=%d\n"
+                   "rope_attention_factor=%.9g\n",
+                (double)r->beta_fast, (double)r->beta_slow, r->truncate, (double)r->attention_factor);
+    if (s.ffn_spec.flags & MT_FFN_ROUTER_BIAS) fprintf(f, "router_bias=1\n");
+    if (s.ffn_spec.flags & MT_FFN_EXPERT_BIAS) fprintf(f, "expert_bias=1\n");
+    if (s.ffn_spec.act == MT_GLU_SILU_CLAMPED)
+        fprintf(f, "glu_act=2\nswiglu_limit=%.9g\nswiglu_alpha=%.9g\n", (double)s.ffn_spec.clamp,
+                (double)s.ffn_spec.alpha);
     if (s.attn.logit_softcap != 0) fprintf(f, "attn_logit_softcap=%.9g\n", (double)s.attn.logit_softcap);
     if (m.logit_softcap != 0) fprintf(f, "final_logit_softcap=%.9g\n", (double)m.logit_softcap);
     if (m.embed_scale != 1.0f) fprintf(f, "embed_scale=%.9g\n", (double)m.embed_scale);
     if (s.norm_unit_offset) fprintf(f, "norm_unit_offset=1\n");
     if (s.attn.flags & MT_ATTN_POST_NORM) fprintf(f, "sandwich_norms=1\n");
+    if (s.attn.flags & MT_ATTN_BIAS_O) fprintf(f, "o_bias=1\n");
+    if (s.attn.flags & MT_ATTN_SINKS) fprintf(f, "attn_sinks=1\n");
     if (s.ffn_spec.act == MT_GLU_GELU_TANH) fprintf(f, "glu_act=1\n");
 }
 

@@ -307,8 +307,8 @@ Test(ops, attention_windows_of_packed_examples_with_a_sliding_window) {
 }
 
 /* A window over two sequences at once is the two windows alone, bitwise (the engine's tiles hold
- * one sequence's window, the op takes any batch). */
-Test(ops, attention_window_same_bits_for_any_batch) {
+ * one sequence's window, the op takes any batch); with sinks (NULL: none), their gradient too. */
+static void expect_same_bits_for_any_batch(const float *sinks) {
     enum { Q0 = 70, LEN = 53 };
     static float q[BATCH * LEN * Q_WIDTH], dout[BATCH * LEN * Q_WIDTH], out[2][BATCH * LEN * Q_WIDTH];
     static float lse[2][BATCH * HEADS * LEN], dq[2][BATCH * LEN * Q_WIDTH];
@@ -320,17 +320,26 @@ Test(ops, attention_window_same_bits_for_any_batch) {
     }
     mt_attn_dims both = {BATCH, SEQ, HEADS, KV_HEADS, HEAD_DIM, Q0, LEN}, one = both;
     one.batch = 1;
-    mt_cpu_attention(out[0], lse[0], q, data.k, data.v, both, NULL, NULL);
-    mt_cpu_attention_dx(dq[0], dk[0], dv[0], dout, out[0], lse[0], q, data.k, data.v, both, NULL, NULL, ws);
+    float dsinks[2][HEADS] = {{0}};
+    mt_attn_params at_once = {.sinks = sinks, .dsinks = dsinks[0]}, alone = {.sinks = sinks, .dsinks = dsinks[1]};
+    mt_cpu_attention(out[0], lse[0], q, data.k, data.v, both, &at_once, NULL);
+    mt_cpu_attention_dx(dq[0], dk[0], dv[0], dout, out[0], lse[0], q, data.k, data.v, both, &at_once, NULL, ws);
     for (int b = 0; b < BATCH; b++) {
         size_t qa = (size_t)b * LEN * Q_WIDTH, kva = (size_t)b * SEQ * KV_WIDTH, la = (size_t)b * HEADS * LEN;
-        mt_cpu_attention(out[1] + qa, lse[1] + la, q + qa, data.k + kva, data.v + kva, one, NULL, NULL);
+        mt_cpu_attention(out[1] + qa, lse[1] + la, q + qa, data.k + kva, data.v + kva, one, &alone, NULL);
         mt_cpu_attention_dx(dq[1] + qa, dk[1] + kva, dv[1] + kva, dout + qa, out[1] + qa, lse[1] + la, q + qa,
-                            data.k + kva, data.v + kva, one, NULL, NULL, ws);
+                            data.k + kva, data.v + kva, one, &alone, NULL, ws);
     }
     cr_assert(!memcmp(out[0], out[1], sizeof out[0]), "a window's out depends on the batch");
     cr_assert(!memcmp(lse[0], lse[1], sizeof lse[0]), "a window's lse depends on the batch");
     cr_assert(!memcmp(dq[0], dq[1], sizeof dq[0]), "a window's dq depends on the batch");
     cr_assert(!memcmp(dk[0], dk[1], sizeof dk[0]), "a window's dk depends on the batch");
     cr_assert(!memcmp(dv[0], dv[1], sizeof dv[0]), "a window's dv depends on the batch");
+    cr_assert(!memcmp(dsinks[0], dsinks[1], sizeof dsinks[0]), "the sinks' gradient depends on the batch");
+    if (sinks) cr_assert(dsinks[0][0] != 0.0f && dsinks[0][1] != 0.0f, "no sinks' gradient");
+}
+
+Test(ops, attention_window_same_bits_for_any_batch) {
+    expect_same_bits_for_any_batch(NULL);
+    expect_same_bits_for_any_batch(SINKS);
 }

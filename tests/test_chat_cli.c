@@ -159,7 +159,7 @@ Test(chat_cli, tokenize_writes_masked_shards) {
     cr_assert_eq(mt_tokenizer_chat(tok, NULL, &t), MT_OK, "%s", mt_error());
     collected want = {0};
     mt_chat_file_stats stats = {0};
-    cr_assert_eq(mt_chat_file_encode(tok, &t, MT_LOSS_ASSISTANT, in_dir("chat.jsonl"), collect, &want, &stats), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_chat_file_encode(tok, &t, MT_LOSS_ASSISTANT, 1, in_dir("chat.jsonl"), collect, &want, &stats), MT_OK, "%s", mt_error());
     cr_assert_gt(stats.trained_tokens, 60);
 
     size_t shards = count_files(in_dir("out/chat_*.bin")), at = 0;

@@ -2,7 +2,8 @@
  * model directory's chat_template.jinja (which wins over tokenizer_config.json's, as in
  * transformers), --chat-template FILE for a base model, each rendering the text Jinja2 renders from
  * the same file as transformers does (tests/data/chat/render_file_jinja.py, python3-jinja2); and
- * --loss-on assistant|last-turn|all, in tokenize and as a train setting that a resume keeps. The
+ * --loss-on assistant|last-turn|all, in tokenize and as a train setting that a resume keeps, as is
+ * --analysis-loss on|off (gpt-oss's analysis channel, rendered with its template). The
  * tokenizer is the small byte-level BPE of tests/data/tokenizers/gpt2-bytelevel, which decodes
  * its ids back to the exact text. */
 #include <criterion/criterion.h>
@@ -333,5 +334,57 @@ Test(chat_options, train_stores_the_template_and_loss_and_a_resume_keeps_them) {
     mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("config.json"), "--tokenizer", in_dir("tok"), "--data",
                in_dir("corpus.txt"), "--loss-on", "all", SMALL_STEP, "--steps", "1", "--out", in_dir("text"), NULL);
     assert_refused(&r, "--loss-on all", "is text");
+    mt_cli_result_free(&r);
+}
+
+/* The loss of a train run's chat data, as its log says it: "N tokens carry loss". */
+static unsigned long long tokens_with_loss(const char *err) {
+    const char *p = strstr(err, " tokens carry loss");
+    cr_assert_not_null(p, "no count of the tokens that carry loss in:\n%s", err);
+    while (p > err && p[-1] >= '0' && p[-1] <= '9') p--;
+    return strtoull(p, NULL, 10);
+}
+
+/* --analysis-loss, a train setting: off takes gpt-oss's analysis channel (the messages' thinking)
+ * out of the loss, is stored in run.yaml, and a resume refuses another value; text data has no
+ * channel to take out. */
+Test(chat_options, analysis_loss_is_a_train_setting_that_a_resume_keeps) {
+    write_config(in_dir("config.json"));
+    FILE *f = fopen(in_dir("harmony.jsonl"), "w");
+    cr_assert_not_null(f);
+    for (int i = 1; i <= 8; i++)
+        fprintf(f, "{\"messages\": [{\"role\": \"user\", \"content\": \"What is %d plus %d?\"}, {\"role\": \"assistant\", "
+                   "\"content\": \"%d.\", \"thinking\": \"Add %d to itself.\"}]}\n", i, i, 2 * i, i);
+    fclose(f);
+    unsigned long long trained[2];
+    static const char *const runs[2] = {"harmony-on", "harmony-off"};
+    for (int off = 0; off < 2; off++) {
+        mt_cli_result r;
+        mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("config.json"), "--max-positions", "512", "--tokenizer",
+                   in_dir("base"), "--data", in_dir("harmony.jsonl"), "--chat-template",
+                   "tests/data/chat/gpt-oss/chat_template.jinja", "--analysis-loss", off ? "off" : "on", "--seq", "512",
+                   "--batch", "1", "--backend", "cpu", "--eval-every", "0", "--val-fraction", "0", "--steps", "1",
+                   "--out", in_dir(runs[off]), NULL);
+        assert_succeeded(&r);
+        trained[off] = tokens_with_loss(r.err);
+        cr_expect(!off || strstr(r.err, "not on the analysis channel"), "stderr:\n%s", r.err);
+        mt_cli_result_free(&r);
+    }
+    /* Each conversation's "<|channel|>analysis<|message|>Add i to itself.<|end|><|start|>assistant" */
+    cr_expect_lt(trained[1] + 8 * 10, trained[0], "with loss: %llu with the analysis, %llu without", trained[0],
+                 trained[1]);
+    char *yaml = run_yaml(in_dir("harmony-off"));
+    cr_expect(strstr(yaml, "analysis-loss: off"), "run.yaml:\n%s", yaml);
+    free(yaml);
+    mt_cli_result r;
+    mt_cli_run(&r, TIMEOUT_S, "train", "--out", in_dir("harmony-off"), "--resume", "--steps", "2", "--analysis-loss",
+               "on", NULL);
+    assert_refused(&r, "--analysis-loss on", "cannot change");
+    mt_cli_result_free(&r);
+    mt_test_write_corpus(in_dir("corpus.txt"));
+    mt_cli_run(&r, TIMEOUT_S, "train", "--config", in_dir("config.json"), "--tokenizer", in_dir("tok"), "--data",
+               in_dir("corpus.txt"), "--analysis-loss", "off", SMALL_STEP, "--steps", "1", "--out", in_dir("text2"),
+               NULL);
+    assert_refused(&r, "--analysis-loss off", "is text");
     mt_cli_result_free(&r);
 }

@@ -9,37 +9,22 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "chat_test_files.h"
 #include "tokenizer/chat_data.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/jinja_lex.h"
+#include "tokenizer/tokenizer.h"
 #include "test_limits.h"
 
-
-/* The template of tests/data/chat/<name>/tokenizer_config.json. */
-
-/* The rendered text with each trainable run between ⟦ and ⟧. */
-static char *marked(const mt_chat_rendered *r) {
-    size_t cap = 16;
-    for (size_t i = 0; i < r->n; i++) cap += r->seg[i].len + 8;
-    char *out = calloc(1, cap);
-    int open = 0;
-    for (size_t i = 0; i < r->n; i++) {
-        if (r->seg[i].trainable != open) strcat(out, open ? "⟧" : "⟦");
-        open = r->seg[i].trainable;
-        strncat(out, r->seg[i].text, r->seg[i].len);
-    }
-    if (open) strcat(out, "⟧");
-    return out;
-}
 
 static mt_status render_line(const mt_chat_template *t, const char *line, char **text) {
     mt_chat_example e;
     MT_TRY(mt_chat_example_parse(line, strlen(line), "case", 1, &e));
     mt_chat_rendered r;
     mt_status st = mt_chat_render(t, e.m, e.n, e.tools, &r);
-    if (st == MT_OK) *text = marked(&r);
+    if (st == MT_OK) *text = chat_test_marked(&r);
     mt_chat_rendered_free(&r);
     mt_chat_example_free(&e);
     return st;
@@ -121,15 +106,18 @@ static char *replace_all(const char *text, const char *from, const char *to) {
 Test(chat_template, lexes_templates_as_jinja_does, .timeout = MT_TEST_LIMIT(120)) {
     char dir[] = "/tmp/mt-jinja-XXXXXX";
     cr_assert_not_null(mkdtemp(dir));
-    static const char *const names[] = {"llama2", "llama3", "llama3-gen", "llama3.1", "llama3.2", "mistral-v0.1",
-                                        "mistral-v0.2", "mistral-v0.3", "qwen2", "qwen2.5", "qwen3", "qwen3-thinking-2507"};
+    static const char *const names[] = {"llama2",       "llama3",       "llama3-gen", "llama3.1", "llama3.2",
+                                        "mistral-v0.1", "mistral-v0.2", "mistral-v0.3", "qwen2",  "qwen2.5",
+                                        "qwen3",        "qwen3-thinking-2507", "gpt-oss"};
     static const char *const changes[][2] = {{"", ""}, {"{%-", "{%"}, {"-%}", "%}"}, {"{{-", "{{"}, {"\n", "\r\n"},
                                              {" %}", " +%}"}, {"{%", "{%+"}, {"}}", "}}\n  "}};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
-        char path[256];
+        char path[256], *file = NULL;
+        snprintf(path, sizeof path, CHAT_DATA "/%s/chat_template.jinja", names[i]);
+        if (access(path, F_OK) == 0) cr_assert_eq(mt_chat_template_read(path, &file), MT_OK, "%s", mt_error());
         snprintf(path, sizeof path, CHAT_DATA "/%s/tokenizer_config.json", names[i]);
         json_t *cfg = chat_test_json(path);
-        const char *text = json_string_value(json_object_get(cfg, "chat_template"));
+        const char *text = file ? file : json_string_value(json_object_get(cfg, "chat_template"));
         for (size_t c = 0; c < sizeof changes / sizeof *changes; c++) {
             char *variant = c ? replace_all(text, changes[c][0], changes[c][1]) : strdup(text);
             char name[64];
@@ -137,6 +125,7 @@ Test(chat_template, lexes_templates_as_jinja_does, .timeout = MT_TEST_LIMIT(120)
             dump_tokens(dir, name, variant);
             free(variant);
         }
+        free(file);
         json_decref(cfg);
     }
     char cmd[512];

@@ -21,7 +21,7 @@ Test(families, every_family_is_found_by_its_names_and_complete) {
                   "%s lacks an entry", (*f)->architecture);
         cr_assert(strstr(mt_family_architectures(), (*f)->architecture));
     }
-    cr_assert_eq(n, 13);
+    cr_assert_eq(n, 14);
     cr_assert_null(mt_family_find("GPT2LMHeadModel", NULL));
     cr_assert_null(mt_family_find(NULL, "gpt2"));
 }
@@ -102,8 +102,9 @@ static void expect_refused(const mt_layer_spec *s, const mt_model_spec *m, const
 
 /* What no op computes yet is refused by name, until the backend has the op. */
 /* What the ops compute since ISSUE 40 (windows, scales, soft-caps, GELU-tanh, (1 + w) norms, the
- * sandwich norms, an embedding scale, linear RoPE, a second RoPE table) passes; what none computes yet, and values
- * out of range, are refused naming the field. */
+ * sandwich norms, an embedding scale, linear RoPE, a second RoPE table) and since ISSUE 41 (an o_proj
+ * bias, attention sinks, YaRN, the experts' clamped SwiGLU and biases, the router's bias) passes; what
+ * none computes yet, and values out of range, are refused naming the field. */
 Test(families, spec_values_no_op_computes_are_refused_by_name) {
     mt_config c = mt_tiny_config_gqa();
     mt_model_spec m = mt_model_spec_of(&c);
@@ -111,7 +112,7 @@ Test(families, spec_values_no_op_computes_are_refused_by_name) {
     cr_assert_eq(mt_layer_spec_check(&good, &m, 0), MT_OK, "%s", mt_error());
     cr_assert_eq(mt_model_spec_check(&m), MT_OK, "%s", mt_error());
     s = good, s.attn.window = 1024, s.attn.q_scale = 0.0625f, s.attn.logit_softcap = 50;
-    s.attn.flags |= MT_ATTN_POST_NORM, s.ffn_spec.flags |= MT_FFN_POST_NORM;
+    s.attn.flags |= MT_ATTN_POST_NORM | MT_ATTN_BIAS_O | MT_ATTN_SINKS, s.ffn_spec.flags |= MT_FFN_POST_NORM;
     s.ffn_spec.act = MT_GLU_GELU_TANH, s.norm_unit_offset = 1;
     cr_assert_eq(mt_layer_spec_check(&s, &m, 0), MT_OK, "%s", mt_error());
     s = good, s.attn.window = -1;
@@ -122,10 +123,17 @@ Test(families, spec_values_no_op_computes_are_refused_by_name) {
     expect_refused(&s, &m, "attention scale");
     s = good, s.attn.logit_softcap = -50;
     expect_refused(&s, &m, "attn_logit_softcapping");
-    s = good, s.attn.flags |= MT_ATTN_SINKS;
-    expect_refused(&s, &m, "attention sinks");
     s = good, s.ffn_spec.act = MT_GLU_SILU_CLAMPED;
     expect_refused(&s, &m, "clamped SwiGLU");
+    /* gpt-oss's experts (ISSUE 41): the clamped SwiGLU with a positive limit and alpha, their
+     * biases and the router's, in a mixture of experts only */
+    s = good, s.ffn = MT_FFN_MOE, s.ffn_spec.act = MT_GLU_SILU_CLAMPED, s.ffn_spec.clamp = 7, s.ffn_spec.alpha = 1.702f;
+    s.ffn_spec.flags |= MT_FFN_EXPERT_BIAS | MT_FFN_ROUTER_BIAS | MT_FFN_RENORM;
+    cr_assert_eq(mt_layer_spec_check(&s, &m, 0), MT_OK, "%s", mt_error());
+    s.ffn_spec.clamp = 0;
+    expect_refused(&s, &m, "swiglu_limit and swiglu_alpha must be positive");
+    s = good, s.ffn_spec.flags |= MT_FFN_ROUTER_BIAS;
+    expect_refused(&s, &m, "a router bias are part of a mixture of experts");
     s = good, s.ffn = MT_FFN_MOE, s.ffn_spec.flags |= MT_FFN_POST_NORM;
     expect_refused(&s, &m, "post-feedforward norm");
     s = good, s.ffn_spec.flags |= MT_FFN_SHARED_EXPERT;
@@ -141,9 +149,16 @@ Test(families, spec_values_no_op_computes_are_refused_by_name) {
     bad = m, bad.logit_softcap = -30;
     cr_expect_eq(mt_model_spec_check(&bad), MT_ERR_INVALID);
     cr_expect(strstr(mt_error(), "final_logit_softcapping"), "%s", mt_error());
-    bad = m, bad.rope[0].type = MT_ROPE_YARN;
+    mt_rope_spec yarn = {.type = MT_ROPE_YARN, .theta = 150000.0f, .factor = 32, .beta_fast = 32, .beta_slow = 1,
+                         .original_max_position = 4096};
+    ok = m, ok.rope[0] = yarn;
+    cr_assert_eq(mt_model_spec_check(&ok), MT_OK, "%s", mt_error());
+    bad = ok, bad.rope[0].beta_slow = 0;
     cr_expect_eq(mt_model_spec_check(&bad), MT_ERR_INVALID);
-    cr_expect(strstr(mt_error(), "yarn"), "%s", mt_error());
+    cr_expect(strstr(mt_error(), "yarn beta_fast and beta_slow"), "%s", mt_error());
+    bad = ok, bad.rope[0].original_max_position = 0;
+    cr_expect_eq(mt_model_spec_check(&bad), MT_ERR_INVALID);
+    cr_expect(strstr(mt_error(), "original_max_position_embeddings"), "%s", mt_error());
     bad = m, bad.num_ropes = 3;
     cr_expect_eq(mt_model_spec_check(&bad), MT_ERR_INVALID);
     cr_expect(strstr(mt_error(), "RoPE tables"), "%s", mt_error());
@@ -161,7 +176,8 @@ Test(families, a_window_counts_the_flops_it_does) {
     cr_expect_float_eq(mt_config_blocks_extra_flops(&c, 4), mt_config_blocks_extra_flops(&full, 4), 1e-9);
 }
 
-/* mt_rope_inv_freq is transformers' default, linear and llama3 computation. */
+/* mt_rope_inv_freq is transformers' default, linear and llama3 computation (yarn's:
+ * tests/test_rope_yarn.c). */
 Test(families, rope_tables_follow_their_spec) {
     mt_rope_spec plain = {.type = MT_ROPE_DEFAULT, .theta = 10000.0f};
     float f[4];

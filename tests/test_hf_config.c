@@ -134,10 +134,19 @@ Test(hfconfig, refuses_what_qwen3_models_may_carry_that_it_does_not_do) {
     cfg_case_expect_refusal(qwen3, "model_type", "\"qwen3_moe\"", "'model_type'");
     /* Its attention_bias puts biases on q/k/v and o_proj. */
     cfg_case_expect_refusal(qwen3, "attention_bias", "true", "'attention_bias'");
-    /* Long-context YaRN scaling, as the Qwen3 model cards suggest. */
+    /* Long-context YaRN, as the Qwen3 model cards suggest: transformers' defaults where absent. */
+    mt_config yarn;
+    cr_assert_eq(cfg_case_parse_variant(qwen3, "rope_scaling",
+                                        "{\"rope_type\": \"yarn\", \"factor\": 4.0, "
+                                        "\"original_max_position_embeddings\": 32768}", &yarn),
+                 MT_OK, "%s", mt_error());
+    cr_expect(yarn.rope_scaling_yarn && yarn.rope_scaling_factor == 4.0f && yarn.rope_original_max_position == 32768 &&
+              yarn.rope_beta_fast == 32.0f && yarn.rope_beta_slow == 1.0f && yarn.rope_truncate &&
+              yarn.rope_attention_factor == 0.0f);
+    /* Long-context LongRoPE scaling (Phi-3's). */
     cfg_case_expect_refusal(qwen3, "rope_scaling",
-                   "{\"rope_type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 32768}",
-                   "'rope_scaling.rope_type' = 'yarn'");
+                   "{\"rope_type\": \"longrope\", \"factor\": 4.0, \"original_max_position_embeddings\": 32768}",
+                   "'rope_scaling.rope_type' = 'longrope'");
     /* A sliding window: Qwen3Config's default of 4096 when the file names none. */
     char *windowed = cfg_case_with_field(qwen3, "use_sliding_window", "true");
     cfg_case_expect_refusal(windowed, "sliding_window", NULL, "'use_sliding_window' enables a sliding attention window of 4096");
@@ -240,9 +249,15 @@ Test(hfconfig, refuses_other_architectures) {
 Test(hfconfig, refuses_math_it_does_not_implement) {
     cfg_case_expect_refusal(llama32, "hidden_act", "\"gelu\"", "'hidden_act' = 'gelu'");
     cfg_case_expect_refusal(llama32, "mlp_bias", "true", "'mlp_bias'");
-    cfg_case_expect_refusal(llama32, "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 4.0}", "'rope_scaling.rope_type' = 'yarn'");
+    cfg_case_expect_refusal(llama32, "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 4.0}",
+                            "'rope_scaling.original_max_position_embeddings'");
+    cfg_case_expect_refusal(llama32, "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 4.0, "
+                            "\"original_max_position_embeddings\": 8192, \"mscale\": 1.0}", "'rope_scaling.mscale'");
     cfg_case_expect_refusal(llama32, "rope_scaling", "{\"type\": \"dynamic\", \"factor\": 2.0}", "'dynamic'");
     cfg_case_expect_refusal(llama32, "quantization_config", "{\"quant_method\": \"gptq\"}", "'quantization_config'");
+    cfg_case_expect_refusal(llama32, "quantization_config", "{\"quant_method\": \"mxfp4\"}",
+                            "LlamaForCausalLM checkpoints are not quantized");
+    cfg_case_expect_refusal(llama32, "quantization_config", "\"mxfp4\"", "'quant_method'");
 }
 
 /* Linear RoPE scaling (Gemma 3's global layers) is computed since ISSUE 40: the frequencies
@@ -352,7 +367,7 @@ Test(hfconfig, reads_transformers_5_rope_parameters) {
     cr_expect(strstr(mt_error(), "partial_rotary_factor"), "%s", mt_error());
     free(text);
     json_decref(root);
-    cfg_case_expect_refusal(llama32, "rope_parameters", "{\"rope_type\": \"yarn\", \"rope_theta\": 500000.0}",
+    cfg_case_expect_refusal(llama32, "rope_parameters", "{\"rope_type\": \"longrope\", \"rope_theta\": 500000.0}",
                    "rope_parameters.rope_type");
 }
 

@@ -36,9 +36,23 @@ static const char *gemma2_2b =
     " \"sliding_window\": 4096, \"torch_dtype\": \"float32\", \"transformers_version\": \"4.42.4\","
     " \"use_cache\": true, \"vocab_size\": 256000}";
 
+/* google/gemma-2-27b's config.json. */
+static const char *gemma2_27b =
+    "{\"architectures\": [\"Gemma2ForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0,"
+    " \"attn_logit_softcapping\": 50.0, \"bos_token_id\": 2, \"cache_implementation\": \"hybrid\","
+    " \"eos_token_id\": 1, \"final_logit_softcapping\": 30.0, \"head_dim\": 128,"
+    " \"hidden_act\": \"gelu_pytorch_tanh\", \"hidden_activation\": \"gelu_pytorch_tanh\", \"hidden_size\": 4608,"
+    " \"initializer_range\": 0.02, \"intermediate_size\": 36864, \"max_position_embeddings\": 8192,"
+    " \"model_type\": \"gemma2\", \"num_attention_heads\": 32, \"num_hidden_layers\": 46,"
+    " \"num_key_value_heads\": 16, \"pad_token_id\": 0, \"query_pre_attn_scalar\": 144, \"rms_norm_eps\": 1e-06,"
+    " \"rope_theta\": 10000.0, \"sliding_window\": 4096, \"sliding_window_size\": 4096,"
+    " \"torch_dtype\": \"float32\", \"transformers_version\": \"4.42.0.dev0\", \"use_cache\": true,"
+    " \"vocab_size\": 256000}";
+
 Test(hfconfig_gemma, the_hubs_configs_give_the_presets) {
     cfg_case_expect_preset(gemma3_1b, "gemma-3-1b");
     cfg_case_expect_preset(gemma2_2b, "gemma-2-2b");
+    cfg_case_expect_preset(gemma2_27b, "gemma-2-27b");
 }
 
 /* gemma-3-4b's text model as transformers 5 saves it: rope_parameters by layer type and
@@ -75,7 +89,7 @@ Test(hfconfig_gemma, refuses_what_changes_the_maths_by_name) {
     cfg_case_expect_refusal(gemma3_1b, "use_bidirectional_attention", "true", "'use_bidirectional_attention'");
     cfg_case_expect_refusal(gemma3_1b, "hidden_activation", "\"gelu\"", "'hidden_activation' = 'gelu'");
     cfg_case_expect_refusal(gemma3_1b, "attention_bias", "true", "'attention_bias'");
-    cfg_case_expect_refusal(gemma3_1b, "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 8.0}", "'yarn'");
+    cfg_case_expect_refusal(gemma3_1b, "rope_scaling", "{\"rope_type\": \"longrope\", \"factor\": 8.0}", "'longrope'");
     cfg_case_expect_refusal(gemma3_1b, "query_pre_attn_scalar", "0", "'query_pre_attn_scalar'");
     cfg_case_expect_refusal(gemma2_2b, "attn_logit_softcapping", "-50", "'attn_logit_softcapping'");
     cfg_case_expect_refusal(gemma2_2b, "layer_types", "[\"sliding_attention\"]", "'layer_types'");
@@ -87,6 +101,16 @@ Test(hfconfig_gemma, refuses_what_changes_the_maths_by_name) {
     cr_expect(c.final_logit_softcap == 0 && c.attn_logit_softcap == 50);
     cr_assert_eq(cfg_case_parse_variant(gemma2_2b, "final_logit_softcapping", NULL, &c), MT_OK, "%s", mt_error());
     cr_expect(c.final_logit_softcap == 30);
+}
+
+/* A Gemma config silent on num_key_value_heads has transformers' default for its class, 4, not as
+ * many as the query heads (Llama's). */
+Test(hfconfig_gemma, key_value_heads_default_to_gemmas_four) {
+    mt_config c;
+    cr_assert_eq(cfg_case_parse_variant(gemma2_2b, "num_key_value_heads", NULL, &c), MT_OK, "%s", mt_error());
+    cr_expect_eq(c.num_kv_heads, 4);
+    cr_assert_eq(cfg_case_parse_variant(gemma2_2b, "num_key_value_heads", "8", &c), MT_OK, "%s", mt_error());
+    cr_expect_eq(c.num_kv_heads, 8);
 }
 
 Test(hfconfig_gemma, a_gemma_3n_field_exits_2_naming_it, .timeout = MT_TEST_LIMIT(60)) {

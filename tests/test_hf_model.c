@@ -141,11 +141,11 @@ static float bf16_nearest(float x) {
     return (lo_bits >> 16) % 2 == 0 ? lo : hi;
 }
 
-/* Exports a model of config cfg with random masters to base/export and loads it back. */
-static void export_config_and_reload(mt_config cfg, const mt_hf_export_options *opt, const char *base,
+/* Exports a model of cfg with random masters to base/export and loads it back. */
+static void export_and_reload_config(const mt_config *cfg, const mt_hf_export_options *opt, const char *base,
                                      mt_layout *lay, float **orig, float **back) {
     mt_config cfg_back;
-    cr_assert_eq(mt_layout_init(lay, &cfg), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_layout_init(lay, cfg), MT_OK, "%s", mt_error());
     *orig = new_masters(lay, 0.0f);
     fill_random(lay, *orig, 12345);
     char dir[PATH_MAX + 16];
@@ -153,7 +153,7 @@ static void export_config_and_reload(mt_config cfg, const mt_hf_export_options *
     cr_assert_eq(mt_hf_export(lay, *orig, dir, opt), MT_OK, "%s", mt_error());
     cr_assert_eq(hf_test_count_entries(base), 1, "the temporary directory was left behind");
     cr_assert_eq(mt_hf_load_config(dir, &cfg_back), MT_OK, "%s", mt_error());
-    cr_assert(!memcmp(&cfg, &cfg_back, sizeof cfg), "config.json did not round-trip");
+    cr_assert(!memcmp(cfg, &cfg_back, sizeof cfg_back), "config.json did not round-trip");
     *back = new_masters(lay, NAN);
     cr_assert_eq(mt_hf_load_weights(dir, lay, *back, NULL, NULL), MT_OK, "%s", mt_error());
 }
@@ -163,7 +163,7 @@ static void export_and_reload(const char *preset, const mt_hf_export_options *op
                               float **orig, float **back) {
     mt_config cfg;
     cr_assert_eq(mt_config_preset(preset, &cfg), MT_OK);
-    export_config_and_reload(cfg, opt, base, lay, orig, back);
+    export_and_reload_config(&cfg, opt, base, lay, orig, back);
 }
 
 /* Qwen3.5's hybrid (and Qwen3.5-MoE's): its layer_types, partial RoPE and Gated DeltaNet sizes
@@ -178,7 +178,7 @@ static void check_qwen3_5_round_trip(mt_config c) {
         if ((l + 1) % 3) mt_config_set_linear(&c, l);
     mt_hf_export_options opt = {.dtype = MT_ST_F32};
     hf_test_mkdtemp(dir);
-    export_config_and_reload(c, &opt, dir, &lay, &orig, &back);
+    export_and_reload_config(&c, &opt, dir, &lay, &orig, &back);
     cr_assert(!memcmp(orig, back, (size_t)lay.total_numel * sizeof *orig), "fp32 round trip is not bitwise");
     const mt_tensor *conv = mt_layout_find(&lay, "model.layers.0.linear_attn.conv1d.weight", NULL);
     const mt_tensor *q = mt_layout_find(&lay, "model.layers.2.self_attn.q_proj.weight", NULL);
@@ -208,6 +208,28 @@ Test(hfmodel, fp32_export_import_is_bitwise_and_sharded) {
     hf_test_path(path, dir, "export/model.safetensors.index.json");
     cr_assert_eq(access(path, F_OK), 0, "no index for a sharded export");
     cr_assert_gt(hf_test_count_entries(hf_test_path(path, dir, "export")), 4);
+    free(orig);
+    free(back);
+    mt_layout_free(&lay);
+    hf_test_rmtree(dir);
+}
+
+/* Llama's attention_bias: q/k/v and o_proj biases out and back (the load refuses a missing one), as
+ * LlamaAttention has them. */
+Test(hfmodel, llama_attention_bias_round_trips_with_o_proj_bias) {
+    mt_config cfg;
+    cr_assert_eq(mt_config_preset("tiny", &cfg), MT_OK);
+    cfg.attention_bias = 1;
+    mt_layout lay;
+    float *orig, *back;
+    char dir[PATH_MAX];
+    mt_hf_export_options opt = {.dtype = MT_ST_F32};
+    hf_test_mkdtemp(dir);
+    export_and_reload_config(&cfg, &opt, dir, &lay, &orig, &back);
+    cr_assert(!memcmp(orig, back, (size_t)lay.total_numel * sizeof *orig), "fp32 round trip is not bitwise");
+    int o_bias = 0;
+    for (int i = 0; i < lay.num_tensors; i++) o_bias += lay.tensors[i].kind == MT_T_BO;
+    cr_assert_eq(o_bias, cfg.num_layers, "%d o_proj biases for %d layers", o_bias, cfg.num_layers);
     free(orig);
     free(back);
     mt_layout_free(&lay);

@@ -81,7 +81,7 @@ Test(hfmodel_moe, export_writes_experts_one_at_a_time_and_reads_back) {
 /* transformers 5's in-memory names and shapes, as its save_pretrained without the reverse mapping,
  * or another tool, may leave them: each layout tensor whole. */
 static void write_fused(const mt_layout *lay, const float *masters, const char *dir, int drop, int extra_part) {
-    mt_st_source src[64];
+    mt_st_source src[64] = {{0}};
     char extra_name[128];
     int n = 0;
     for (int i = 0; i < lay->num_tensors; i++) {
@@ -101,7 +101,7 @@ static void write_fused(const mt_layout *lay, const float *masters, const char *
             int64_t row0;
             int rows;
             mt_tensor_hub_part(lay, t, 0, extra_name, sizeof extra_name, &row0, &rows);
-            src[n++] = (mt_st_source){extra_name, 2, {rows, t->cols}, s->data};
+            src[n++] = (mt_st_source){.name = extra_name, .ndim = 2, .shape = {rows, t->cols}, .data = s->data};
             extra_part = 0;
         }
     }
@@ -159,12 +159,12 @@ Test(hfmodel_moe, refuses_a_missing_expert_a_tensor_held_twice_and_a_wrong_shape
     cr_assert_eq(mt_hf_export(&lay, masters, path, &opt), MT_OK, "%s", mt_error());
     mt_safetensors *set;
     cr_assert_eq(mt_safetensors_open_dir(path, &set), MT_OK, "%s", mt_error());
-    mt_st_source src[64];
+    mt_st_source src[64] = {{0}};
     int n = 0;
     for (int i = 0; i < mt_safetensors_count(set); i++) {
         const mt_st_tensor *t = mt_safetensors_at(set, i);
         if (!strcmp(t->name, "model.layers.1.block_sparse_moe.experts.2.w3.weight")) continue;
-        src[n] = (mt_st_source){t->name, t->ndim, {t->shape[0], t->shape[1]}, t->data};
+        src[n] = (mt_st_source){.name = t->name, .ndim = t->ndim, .shape = {t->shape[0], t->shape[1]}, .data = t->data};
         n++;
     }
     char cut[PATH_MAX];

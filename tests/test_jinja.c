@@ -1,9 +1,10 @@
 /* The Jinja interpreter (tokenizer/jinja.h) against Jinja2 as transformers sets it up
  * (tests/data/jinja/render_jinja.py), byte for byte: every known template (tests/data/chat), Gemma
- * 3's, a harmony-style template and custom ones with macros, namespaces and generation tags, on
- * the conversations of tests/data/jinja/conversations.json (system or none, tools and tool calls,
- * multi-turn, reasoning, unicode, with and without the generation prompt); the answers it marks
- * against the known templates' renderers; templates refused at load naming the line and column;
+ * 3's, gpt-oss's, a harmony-style template and custom ones with macros, namespaces and generation
+ * tags, on the conversations of tests/data/jinja/conversations.json (system, developer or none,
+ * tools with nested parameter types and tool calls, multi-turn, reasoning_content and thinking,
+ * gpt-oss's reasoning_effort, model_identity and builtin_tools, unicode, with and without the
+ * generation prompt); the answers it marks against the known templates' renderers; templates refused at load naming the line and column;
  * what a template raises refusing the conversation. */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -74,7 +75,7 @@ static const char *const TEMPLATES[] = {
     CHAT_DATA "/llama2/tokenizer_config.json",   CHAT_DATA "/mistral-v0.1/tokenizer_config.json",
     CHAT_DATA "/mistral-v0.2/tokenizer_config.json", CHAT_DATA "/mistral-v0.3/tokenizer_config.json",
     "tests/data/tokenizers/gemma3/tokenizer_config.json", JINJA_DATA "/harmony.jinja", JINJA_DATA "/custom.jinja",
-    JINJA_DATA "/generation.jinja", JINJA_DATA "/tojson.jinja"};
+    JINJA_DATA "/generation.jinja", JINJA_DATA "/tojson.jinja", CHAT_DATA "/gpt-oss/chat_template.jinja"};
 
 Test(jinja, renders_every_template_as_jinja2_does, .timeout = MT_TEST_LIMIT(120)) {
     json_t *convs = json_load_file(JINJA_DATA "/conversations.json", 0, NULL); /* integers stay integers */
@@ -115,32 +116,27 @@ Test(jinja, renders_every_template_as_jinja2_does, .timeout = MT_TEST_LIMIT(120)
     json_decref(convs);
 }
 
-/* A known template read as any other: compiled by the interpreter. */
-static void as_jinja(const char *name, mt_chat_template *t) {
+/* The text of tests/data/chat/<name>'s template: its chat_template.jinja where it has one, else
+ * tokenizer_config.json's; *cfg the latter. */
+static char *known_text(const char *name, json_t **cfg) {
     char path[256];
     snprintf(path, sizeof path, CHAT_DATA "/%s/tokenizer_config.json", name);
-    json_t *cfg = chat_test_json(path);
+    *cfg = chat_test_json(path);
+    snprintf(path, sizeof path, CHAT_DATA "/%s/chat_template.jinja", name);
+    return access(path, F_OK) == 0 ? read_text(path) : strdup(json_string_value(json_object_get(*cfg, "chat_template")));
+}
+
+/* A known template read as any other: compiled by the interpreter, its answers found from its
+ * renders. */
+static void as_jinja(const char *name, mt_chat_template *t) {
+    json_t *cfg;
+    char *text = known_text(name, &cfg);
     *t = (mt_chat_template){.family = MT_CHAT_JINJA, .name = "test", .today = DATE};
     snprintf(t->bos, sizeof t->bos, "%s", json_string_value(json_object_get(cfg, "bos_token")) ?: "");
     snprintf(t->eos, sizeof t->eos, "%s", json_string_value(json_object_get(cfg, "eos_token")) ?: "");
-    cr_assert_eq(mt_jinja_compile(json_string_value(json_object_get(cfg, "chat_template")), path, &t->jinja), MT_OK,
-                 "%s", mt_error());
+    cr_assert_eq(mt_jinja_compile(text, name, &t->jinja), MT_OK, "%s", mt_error());
+    free(text);
     json_decref(cfg);
-}
-
-/* The text with each trainable run between ⟦ and ⟧. */
-static char *marked(const mt_chat_rendered *r) {
-    size_t cap = 16;
-    for (size_t i = 0; i < r->n; i++) cap += r->seg[i].len + 8;
-    char *out = calloc(1, cap);
-    int open = 0;
-    for (size_t i = 0; i < r->n; i++) {
-        if (r->seg[i].trainable != open) strcat(out, open ? "⟧" : "⟦");
-        open = r->seg[i].trainable;
-        strncat(out, r->seg[i].text, r->seg[i].len);
-    }
-    if (open) strcat(out, "⟧");
-    return out;
 }
 
 static int marks_removed_equal(const char *a, const char *b) {
@@ -154,11 +150,11 @@ static int marks_removed_equal(const char *a, const char *b) {
 }
 
 /* The real tokenizer of each template's model, each loaded once. */
-static mt_tokenizer *loaded[3];
+static mt_tokenizer *loaded[4];
 
 static mt_tokenizer *tokenizer_for(const char *tmpl) {
-    int k = !strncmp(tmpl, "llama3", 6) ? 0 : !strncmp(tmpl, "qwen", 4) ? 1 : 2;
-    static const char *const names[] = {"llama3", "qwen3", "mistral"};
+    int k = !strncmp(tmpl, "llama3", 6) ? 0 : !strncmp(tmpl, "qwen", 4) ? 1 : !strcmp(tmpl, "gpt-oss") ? 3 : 2;
+    static const char *const names[] = {"llama3", "qwen3", "mistral", "gpt-oss"};
     return loaded[k] ? loaded[k] : (loaded[k] = tok_test_load(names[k]));
 }
 
@@ -168,8 +164,10 @@ static mt_tokenizer *tokenizer_for(const char *tmpl) {
  * wherever the renders are prefixes of one another, and so are the ids and masks with the real
  * tokenizers (today's, issue 43's regression suite). Where they are not (Qwen3 drops the reasoning
  * of answers before the last question; Mistral v0.3 moves the system prompt to the last question;
- * Llama 3's first template ends every text with an assistant header), the conversation is refused
- * naming the message: why those templates keep their C renderer. */
+ * Llama 3's first template ends every text with an assistant header; gpt-oss ends the last answer
+ * with <|return|>, earlier ones with <|end|>, and shows the reasoning of the last only), the
+ * conversation is refused naming the message: why those templates keep their C renderer (gpt-oss:
+ * its answers found from its harmony messages). */
 Test(jinja, finds_the_answers_the_known_renderers_mark, .timeout = MT_TEST_LIMIT(60)) {
     json_t *cases = json_load_file(CHAT_DATA "/cases.json", 0, NULL); /* integers stay integers */
     cr_assert_not_null(cases);
@@ -188,7 +186,7 @@ Test(jinja, finds_the_answers_the_known_renderers_mark, .timeout = MT_TEST_LIMIT
         mt_chat_rendered a, b;
         mt_status sa = mt_chat_render(&known, e.m, e.n, e.tools, &a), sb = mt_chat_render(&interp, e.m, e.n, e.tools, &b);
         if (sa == MT_OK && sb == MT_OK) {
-            char *ma = marked(&a), *mb = marked(&b);
+            char *ma = chat_test_marked(&a), *mb = chat_test_marked(&b);
             cr_expect_str_eq(mb, ma, "case %zu (%s)", i, name);
             agreed++;
             free(ma);
@@ -210,7 +208,8 @@ Test(jinja, finds_the_answers_the_known_renderers_mark, .timeout = MT_TEST_LIMIT
             cr_expect(strstr(mt_error(), "are not prefixes of one another"), "case %zu (%s): %s", i, name,
                       mt_error());
             cr_expect(!strcmp(name, "qwen3") || !strcmp(name, "qwen3-thinking-2507") || !strcmp(name, "mistral-v0.3") ||
-                      !strcmp(name, "llama3"), "case %zu (%s) refused: %s", i, name, mt_error());
+                      !strcmp(name, "llama3") || !strcmp(name, "gpt-oss"), "case %zu (%s) refused: %s", i, name,
+                      mt_error());
             refused++;
         }
         if (sa == MT_OK) mt_chat_rendered_free(&a);
@@ -223,7 +222,7 @@ Test(jinja, finds_the_answers_the_known_renderers_mark, .timeout = MT_TEST_LIMIT
     }
     cr_expect_gt(agreed, 40, "%zu cases agreed, %zu refused", agreed, refused);
     json_decref(cases);
-    for (int k = 0; k < 3; k++) mt_tokenizer_free(loaded[k]);
+    for (int k = 0; k < 4; k++) mt_tokenizer_free(loaded[k]);
 }
 
 /* The whole text still matches where the masks cannot be found: rendered with the interpreter
@@ -235,19 +234,20 @@ Test(jinja, renders_every_case_as_the_known_renderers_do) {
     json_t *c;
     json_array_foreach(cases, i, c) {
         const char *want = json_string_value(json_object_get(c, "expected"));
-        char path[256];
-        snprintf(path, sizeof path, CHAT_DATA "/%s/tokenizer_config.json", json_string_value(json_object_get(c, "template")));
-        json_t *cfg = chat_test_json(path), *conv = json_object_get(c, "conversation");
+        const char *name = json_string_value(json_object_get(c, "template"));
+        json_t *cfg, *conv = json_object_get(c, "conversation");
+        char *source = known_text(name, &cfg);
         json_t *line = json_is_array(conv) ? json_pack("{s:O}", "messages", conv) : json_incref(conv);
         char *text = json_dumps(line, JSON_COMPACT | JSON_REAL_PRECISION(17));
         mt_chat_example e;
         cr_assert_eq(mt_chat_example_parse(text, strlen(text), "case", i, &e), MT_OK, "%s", mt_error());
         json_t *msgs = json_array();
-        static const char *const roles[] = {"system", "user", "assistant", "tool"};
+        static const char *const roles[] = {"system", "user", "assistant", "tool", "developer"};
         for (size_t k = 0; k < e.n; k++) {
             json_t *m = json_pack("{s:s,s:o}", "role", roles[e.m[k].role], "content",
                                   e.m[k].content ? json_stringn(e.m[k].content, e.m[k].len) : json_null());
             if (e.m[k].reasoning) json_object_set_new(m, "reasoning_content", json_string(e.m[k].reasoning));
+            if (e.m[k].thinking) json_object_set_new(m, "thinking", json_string(e.m[k].thinking));
             if (e.m[k].tool_calls) json_object_set(m, "tool_calls", (json_t *)e.m[k].tool_calls);
             json_array_append_new(msgs, m);
         }
@@ -255,15 +255,16 @@ Test(jinja, renders_every_case_as_the_known_renderers_do) {
                                  "bos_token", json_object_get(cfg, "bos_token") ?: json_string(""), "eos_token",
                                  json_object_get(cfg, "eos_token") ?: json_string(""), "add_generation_prompt", 0);
         mt_jinja *t;
-        cr_assert_eq(mt_jinja_compile(json_string_value(json_object_get(cfg, "chat_template")), path, &t), MT_OK);
+        cr_assert_eq(mt_jinja_compile(source, name, &t), MT_OK);
         mt_jinja_output out;
         cr_assert_eq(mt_jinja_render(t, vars, DATE, &out), MT_OK, "case %zu: %s", i, mt_error());
-        cr_expect(marks_removed_equal(out.text, want), "case %zu (%s):\n%s\n---\n%s", i, path, out.text, want);
+        cr_expect(marks_removed_equal(out.text, want), "case %zu (%s):\n%s\n---\n%s", i, name, out.text, want);
         mt_jinja_output_free(&out);
         mt_jinja_free(t);
         json_decref(vars);
         mt_chat_example_free(&e);
         free(text);
+        free(source);
         json_decref(line);
         json_decref(cfg);
     }
@@ -279,7 +280,7 @@ static char *render_marked(const char *template, const char *line) {
     mt_chat_rendered r;
     char *got = NULL;
     if (mt_chat_render(&t, e.m, e.n, e.tools, &r) == MT_OK) {
-        got = marked(&r);
+        got = chat_test_marked(&r);
         mt_chat_rendered_free(&r);
     }
     mt_chat_example_free(&e);
@@ -407,7 +408,7 @@ Test(jinja, renders_a_prompt_and_an_answer_first) {
     mt_chat_message user = {.role = MT_ROLE_USER, .content = "Hi", .len = 2};
     mt_chat_rendered r;
     cr_assert_eq(mt_chat_render_prompt(&t, &user, 1, &r), MT_OK, "%s", mt_error());
-    char *got = marked(&r);
+    char *got = chat_test_marked(&r);
     cr_expect_str_eq(got, "<user>Hi</s>\n<assistant>");
     free(got);
     mt_chat_rendered_free(&r);

@@ -379,6 +379,27 @@ Test(model, gemma3_training_steps_match_reference) { check_training(mt_tiny_conf
 
 Test(model, gemma2_training_steps_match_reference) { check_training(mt_tiny_config_gemma2(), 1.0f, NULL); }
 
+/* gpt-oss's attention (q/k/v and o_proj biases, a sink logit a head, a window of 3 on blocks 0 and
+ * 2) against the reference's sink column: whole, in tiles of 3 with two micro-batches and a mask
+ * (each window's share of the sinks' gradient added), packed in tiles, and AdamW steps (the sinks
+ * and biases without weight decay). */
+Test(model, sinks_grads_match_reference) {
+    mt_config c = mt_tiny_config_sinks();
+    check_grads(&c, 1, NULL);
+}
+
+Test(model, sinks_grads_match_reference_in_tiles_two_micro_batches) {
+    mt_config c = mt_tiny_config_sinks();
+    check_grads_at(&c, 2, uneven_mask, NULL, 3);
+}
+
+Test(model, sinks_packed_grads_match_reference_in_tiles) {
+    mt_config c = mt_tiny_config_sinks();
+    check_grads_at(&c, 1, packed_mask, packed_positions, 3);
+}
+
+Test(model, sinks_training_steps_match_reference) { check_training(mt_tiny_config_sinks(), 1.0f, NULL); }
+
 /* Qwen3.5's Gated DeltaNet on every block against the reference's recurrence written out: whole,
  * in tiles of 3 (windows of each sequence: the recurrence's backward waits for the last) with two
  * micro-batches and a mask, packed (the convolution and the state restart on each example) in

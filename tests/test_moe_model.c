@@ -1,5 +1,5 @@
 /* The mixtures of experts, whole, against the independent PyTorch reference
- * (tests/reference/llama_ref.py, written from transformers' sparse MoE blocks and
+ * (tests/reference/llama_ref.py, written from transformers' sparse MoE blocks, GptOssMLP and
  * load_balancing_loss_func): loss and every parameter's gradient for a tiny model of each family,
  * with and without the load-balancing loss, in one micro-batch and in two (the loss then the mean
  * of each micro-batch's forward's); a few AdamW steps with clipping and the loss; the experts' load
@@ -65,6 +65,8 @@ Test(moe, qwen3_moe_grads_with_aux_loss_two_micro_batches) { check_grads(mt_tiny
 Test(moe, qwen2_moe_shared_expert_grads_with_aux_loss) { check_grads(mt_tiny_config_moe(MT_ARCH_QWEN2_MOE, 1), 1); }
 Test(moe, mixtral_grads_with_aux_loss) { check_grads(mt_tiny_config_moe(MT_ARCH_MIXTRAL, 1), 1); }
 Test(moe, olmoe_grads_match_reference) { check_grads(mt_tiny_config_moe(MT_ARCH_OLMOE, 0), 2); }
+Test(moe, gpt_oss_grads_match_reference) { check_grads(mt_tiny_config_moe(MT_ARCH_GPT_OSS, 0), 1); }
+Test(moe, gpt_oss_grads_with_aux_loss_two_micro_batches) { check_grads(mt_tiny_config_moe(MT_ARCH_GPT_OSS, 1), 2); }
 
 /* A few AdamW steps with clipping against torch.optim.AdamW: the objective (the cross-entropy plus
  * router_aux_loss_coef times the load-balancing loss, which the step reports apart) and the weights'
@@ -122,6 +124,7 @@ static void check_training(mt_config cfg, int micro_batches) {
 
 Test(moe, qwen3_moe_training_with_aux_loss_matches_reference) { check_training(mt_tiny_config_moe(MT_ARCH_QWEN3_MOE, 1), 2); }
 Test(moe, qwen2_moe_training_with_aux_loss_matches_reference) { check_training(mt_tiny_config_moe(MT_ARCH_QWEN2_MOE, 1), 1); }
+Test(moe, gpt_oss_training_with_aux_loss_matches_reference) { check_training(mt_tiny_config_moe(MT_ARCH_GPT_OSS, 1), 1); }
 
 /* A router of zeros: every probability equal, the top k by the tie rule (the lower index first) the
  * first k experts, whatever the token. Each of them gets every token (a share of 1/k of the routed

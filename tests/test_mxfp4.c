@@ -54,6 +54,27 @@ Test(mxfp4, scales_reach_both_ends_of_fp32) {
     cr_expect_eq(out[33], ldexpf(1.5f, -127));
 }
 
+/* Every code under every scale but E8M0's NaN: the value ldexpf gives, overflow to inf refused. */
+Test(mxfp4, every_code_under_every_scale_is_ldexps) {
+    static const float e2m1[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
+                                   -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+    uint8_t blocks[16], scale;
+    for (int i = 0; i < 16; i++) blocks[i] = (uint8_t)(i | (15 - i) << 4);
+    for (int s = 0; s < 255; s++) {
+        scale = (uint8_t)s;
+        pair p = make_pair(blocks, &scale, 1, 1);
+        float out[32];
+        int overflows = ldexpf(6.0f, s - 127) == INFINITY;
+        cr_assert_eq(mt_mxfp4_decode_rows(&p.blocks, &p.scales, 0, 1, out), overflows ? MT_ERR_INVALID : MT_OK,
+                     "scale %d", s);
+        for (int i = 0; !overflows && i < 16; i++) {
+            float lo = ldexpf(e2m1[i], s - 127), hi = ldexpf(e2m1[15 - i], s - 127);
+            cr_expect(out[2 * i] == lo && signbit(out[2 * i]) == signbit(lo), "scale %d, code %d", s, i);
+            cr_expect(out[2 * i + 1] == hi && signbit(out[2 * i + 1]) == signbit(hi), "scale %d, code %d", s, 15 - i);
+        }
+    }
+}
+
 static void write_bytes(const char *path, const void *data, size_t n) {
     FILE *f = fopen(path, "wb");
     cr_assert_not_null(f, "%s", path);

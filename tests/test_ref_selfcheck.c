@@ -129,10 +129,11 @@ static void check_all_tensors_have_gradient(const tiny_model *m, const double *g
 }
 
 Test(refcheck, grads_match_finite_differences) {
-    /* Untied head, GQA, q/k/v biases and llama3 RoPE scaling: with head_dim 8 and theta 1e4 the
-     * wavelengths are 6.3, 63, 628, 6283; an original context of 16 with factors 1 and 4 puts
-     * the first in the smoothed band and the rest in the scaled one. */
+    /* Untied head, GQA, q/k/v and o_proj biases, attention sinks and llama3 RoPE scaling: with
+     * head_dim 8 and theta 1e4 the wavelengths are 6.3, 63, 628, 6283; an original context of 16
+     * with factors 1 and 4 puts the first in the smoothed band and the rest in the scaled one. */
     mt_config cfg = tiny_config(0, 2, 1);
+    cfg.attention_sinks = 1;
     cfg.rope_scaling_factor = 4.0f;
     cfg.rope_low_freq_factor = 1.0f;
     cfg.rope_high_freq_factor = 4.0f;

@@ -14,8 +14,8 @@
  *   run first to last, checked on purpose) gives errors of 0.2 to 445.
  *
  * With pieces inside the windows, checkpoints on the host, the attention variants (GQA, q/k/v biases
- * and a tied head, Qwen3's per-head q/k norms, OLMoE's over the projection) and mixtures of
- * experts. */
+ * and a tied head, Qwen3's per-head q/k norms, OLMoE's over the projection, gpt-oss's o_proj bias
+ * and sinks) and mixtures of experts. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -95,6 +95,14 @@ Test(tiles, tiles_do_not_change_the_gradients_tied_bias) {
  * over a window's rows once their gradients are final. */
 Test(tiles, tiles_do_not_change_the_gradients_qwen3) {
     mt_config cfg = mt_tiny_config_qwen3(0);
+    cfg.max_position = SEQ;
+    expect_tiles_invisible(&cfg);
+}
+
+/* gpt-oss's attention: the o_proj bias, and the sinks' gradient, which every tile adds its queries'
+ * share to, a sequence at a time (sliding windows of 3 on two blocks of three). */
+Test(tiles, tiles_do_not_change_the_gradients_sinks) {
+    mt_config cfg = mt_tiny_config_sinks();
     cfg.max_position = SEQ;
     expect_tiles_invisible(&cfg);
 }

@@ -48,6 +48,7 @@ Test(tokenizer_reference, gpt2_bytelevel) { check_reference("gpt2-bytelevel"); }
 /* Gemma 3: the whole text one piece (spaces made "▁" by the normalizer), SentencePiece BPE with
  * byte fallback over 262,144 tokens. */
 Test(tokenizer_reference, gemma3) { check_reference("gemma3"); }
+Test(tokenizer_reference, gpt_oss) { check_reference("gpt-oss"); }
 
 static const char *const corpus[] = {"prose.txt",  "code.py",    "code_crlf.c",    "chinese.txt", "japanese.txt",
                                      "arabic.txt", "hindi.txt",  "emoji.txt",      "whitespace.txt", "digits.txt",
@@ -75,6 +76,7 @@ static void check_round_trip(const char *name, char *(*expect)(const char *file,
 Test(tokenizer_reference, round_trip_llama3) { check_round_trip("llama3", NULL); }
 Test(tokenizer_reference, round_trip_mistral_metaspace) { check_round_trip("mistral-metaspace", NULL); }
 Test(tokenizer_reference, round_trip_gemma3) { check_round_trip("gemma3", NULL); }
+Test(tokenizer_reference, round_trip_gpt_oss) { check_round_trip("gpt-oss", NULL); }
 
 /* Qwen's NFC normalizer composes what the text decomposes: the round trip gives NFC(x). */
 static char *nfc(const char *file, const char *text) { return (char *)utf8proc_NFC((const utf8proc_uint8_t *)text); }

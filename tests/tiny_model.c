@@ -54,6 +54,14 @@ mt_config mt_tiny_config_windowed(int window) {
     return c;
 }
 
+mt_config mt_tiny_config_sinks(void) {
+    mt_config c = mt_tiny_config_windowed(3);
+    c.arch = MT_ARCH_LLAMA; /* whose attention_bias is on o_proj too */
+    c.attention_bias = 1;
+    c.attention_sinks = 1;
+    return c;
+}
+
 mt_config mt_tiny_config_gemma3(void) {
     mt_config c = base();
     c.arch = MT_ARCH_GEMMA3;
@@ -144,6 +152,19 @@ mt_config mt_tiny_config_moe(mt_arch arch, int aux) {
         c.num_layers = 2;
         c.num_experts = 4, c.experts_per_token = 2, c.moe_intermediate_size = 20, c.norm_topk_prob = 1;
         c.intermediate_size = 20;
+        break;
+    case MT_ARCH_GPT_OSS:
+        c.head_dim = 16; /* q 64 wide over a hidden 32, as gpt-oss's 4096 over 2880 */
+        c.attention_bias = 1;
+        c.attention_sinks = 1;
+        c.num_experts = 6, c.experts_per_token = 3, c.moe_intermediate_size = 12, c.norm_topk_prob = 1;
+        c.intermediate_size = 12;
+        c.sliding_window = 3;
+        mt_config_set_local(&c, 0);
+        mt_config_set_local(&c, 2);
+        c.rope_scaling_factor = 4.0f, c.rope_scaling_yarn = 1, c.rope_original_max_position = 32;
+        c.rope_beta_fast = 32.0f, c.rope_beta_slow = 1.0f;
+        c.swiglu_limit = 0.1f, c.swiglu_alpha = 1.702f; /* a limit these activations cross */
         break;
     default: /* OLMoE */
         c.num_layers = 2;

@@ -21,6 +21,9 @@ mt_config mt_tiny_config_qwen3(int tied);
 /* Mistral with a sliding window of `window` keys on blocks 0 and 2, block 1 full (sequences are
  * longer than the window). */
 mt_config mt_tiny_config_windowed(int window);
+/* gpt-oss's attention on Llama's block: q/k/v and o_proj biases, a sink logit a head, a window of 3
+ * on blocks 0 and 2 (block 1 full). */
+mt_config mt_tiny_config_sinks(void);
 /* Gemma 3: a window of 3 on blocks 0 and 1 (sliding_window_pattern 3) with their own RoPE base,
  * linear scaling 8 on the global block 2, per-head q/k norms of head_dim 16, a query scalar of 12,
  * the sandwich norms, (1 + w), GeGLU, the scaled embedding, tied. Gemma 2: a window of 3 on blocks
@@ -40,10 +43,14 @@ mt_config mt_tiny_config_qwen3_5_moe(void);
  * on every second block (decoder_sparse_step 2), a dense MLP on the others. */
 mt_config mt_tiny_config_qwen3_next(void);
 /* Tiny mixtures of experts, one of each family (arch: MT_ARCH_QWEN3_MOE, MT_ARCH_QWEN2_MOE,
- * MT_ARCH_MIXTRAL, MT_ARCH_OLMOE), each with what makes its family: Qwen3-MoE per-head q/k norms,
- * 8 experts top 3 renormalised, a dense block among sparse ones (mlp_only_layers); Qwen2-MoE q/k/v
- * biases, 6 experts top 2 and a shared expert, every second block sparse (decoder_sparse_step);
- * Mixtral 4 experts top 2; OLMoE q/k norms over the projections, 8 experts top 3 not renormalised.
+ * MT_ARCH_MIXTRAL, MT_ARCH_OLMOE, MT_ARCH_GPT_OSS), each with what makes its family: Qwen3-MoE
+ * per-head q/k norms, 8 experts top 3 renormalised, a dense block among sparse ones
+ * (mlp_only_layers); Qwen2-MoE q/k/v biases, 6 experts top 2 and a shared expert, every second
+ * block sparse (decoder_sparse_step); Mixtral 4 experts top 2; OLMoE q/k norms over the
+ * projections, 8 experts top 3 not renormalised; gpt-oss sinks and every attention bias, q wider
+ * than the hidden size, a window of 3 on blocks 0 and 2, YaRN (factor 4 over 32 positions), 6
+ * experts top 3 with the router's and the experts' biases, the clamped SwiGLU at a limit of 0.1
+ * (which these activations cross, so that the clamps bind).
  * `aux`: output_router_logits on, with a coefficient large enough to matter (0.1). */
 mt_config mt_tiny_config_moe(mt_arch arch, int aux);
 /* A shape made wide enough for the GPU's kernels and libraries (hidden 128, 4 heads of 32, MLP

@@ -4,13 +4,18 @@
  * PyTorch's SDPA on the same inputs. One line per length, key=value fields.
  *
  *   bench_attention [--seqs 32768,65536,...] [--heads 24] [--kv-heads 8] [--head-dim 128]
- *                   [--iters K] [--sample DIR] [--tile T] [--packed MEAN,MEAN,...]
+ *                   [--iters K] [--sample DIR] [--tile T] [--packed MEAN,MEAN,...] [--window W] [--sinks 1]
  *
  * --tile T runs the sequence as the engine does with --attn-tile T (engine/kinds/attention_run.c): in
  * windows of T queries cut from its end, each attending to every key before it; the backward from
  * the last window, each window's share of dk and dv summed in fp32 and its own rows rounded back.
  * The times are the whole sequence's (every window, the sums included); 0 or T >= seq: one call.
  * The packed runs are one call each.
+ *
+ * --window W: a sliding window of W keys (backend.h's mt_attn_params); --sinks 1: a sink logit a head
+ * and its gradient (gpt-oss: --heads 64 --kv-heads 8 --head-dim 64, its local layers --window 128).
+ * Neither goes with --sample (the check against PyTorch computes plain causal attention); FLOPs
+ * then count the keys each query sees.
  *
  * --packed: after each length's plain run, the same tokens as packed examples (segments, backend.h)
  * of lengths drawn uniformly in [MEAN/2, 3*MEAN/2] (the last cut to fit), one run a mean, whose
@@ -36,14 +41,14 @@
 #define MAX_SEQS 16
 
 typedef struct {
-    int seqs[MAX_SEQS], n_seqs, heads, kv_heads, head_dim, iters, tile;
+    int seqs[MAX_SEQS], n_seqs, heads, kv_heads, head_dim, iters, tile, window, sinks;
     int packed[MAX_SEQS], n_packed;
     const char *sample_dir;
 } options;
 
 static void usage_and_exit(void) {
     fprintf(stderr, "usage: bench_attention [--seqs 32768,65536,...] [--heads H] [--kv-heads KV] [--head-dim D] "
-                    "[--iters K] [--sample DIR] [--tile T] [--packed MEAN,...]\n");
+                    "[--iters K] [--sample DIR] [--tile T] [--packed MEAN,...] [--window W] [--sinks 1]\n");
     exit(2);
 }
 
@@ -71,6 +76,8 @@ static options parse_options(int argc, char **argv) {
         else if (!strcmp(flag, "--iters")) o.iters = positive(value);
         else if (!strcmp(flag, "--sample")) o.sample_dir = value;
         else if (!strcmp(flag, "--tile")) o.tile = !strcmp(value, "0") ? 0 : positive(value);
+        else if (!strcmp(flag, "--window")) o.window = positive(value);
+        else if (!strcmp(flag, "--sinks") && !strcmp(value, "1")) o.sinks = 1;
         else if (!strcmp(flag, "--packed")) {
             char *list = strdup(value);
             o.n_packed = 0;
@@ -80,7 +87,7 @@ static options parse_options(int argc, char **argv) {
         }
         else usage_and_exit();
     }
-    if (o.heads % o.kv_heads) usage_and_exit();
+    if (o.heads % o.kv_heads || (o.sample_dir && (o.window || o.sinks))) usage_and_exit();
     return o;
 }
 
@@ -187,6 +194,7 @@ static int write_packed_sample(const options *o, mt_backend *be, mt_stream *s, i
 typedef struct {
     void *q, *k, *v, *dout, *out, *dq, *dk, *dv, *ws;
     float *lse, *dk_sum, *dv_sum;
+    mt_attn_params params; /* the window, and the sinks and their gradient on the device */
 } tensors;
 
 /* The windows of a sequence (engine/block.c): T queries each from its end, the first the rest. */
@@ -215,7 +223,7 @@ static void windows_forward(const options *o, mt_backend *be, mt_stream *s, int 
     for (int i = 0; i < w.count; i++) {
         size_t at = (size_t)window_q0(w, i) * row;
         be->ops->op.attention(be, s, (char *)t->out + at, t->lse + (size_t)o->heads * window_q0(w, i),
-                              (const char *)t->q + at, t->k, t->v, window_dims(o, seq, w, i), NULL, NULL, t->ws);
+                              (const char *)t->q + at, t->k, t->v, window_dims(o, seq, w, i), &t->params, NULL, t->ws);
     }
 }
 
@@ -228,7 +236,7 @@ static void windows_backward(const options *o, mt_backend *be, mt_stream *s, int
         size_t at = (size_t)q0 * row, keys = (size_t)(q0 + rows) * kv, own = (size_t)q0 * kv;
         be->ops->op.attention_dx(be, s, (char *)t->dq + at, t->dk, t->dv, (const char *)t->dout + at,
                                  (const char *)t->out + at, t->lse + (size_t)o->heads * q0, (const char *)t->q + at,
-                                 t->k, t->v, window_dims(o, seq, w, i), NULL, NULL, t->ws);
+                                 t->k, t->v, window_dims(o, seq, w, i), &t->params, NULL, t->ws);
         be->ops->op.accumulate_f32(be, s, t->dk_sum, t->dk, keys, i < w.count - 1);
         be->ops->op.accumulate_f32(be, s, t->dv_sum, t->dv, keys, i < w.count - 1);
         be->ops->op.round_f32(be, s, (char *)t->dk + own * 2, t->dk_sum + own, (size_t)rows * kv);
@@ -260,9 +268,10 @@ static void time_runs(const options *o, mt_backend *be, mt_stream *s, mt_attn_di
     *fwd = *bwd = 0;
     for (int it = 0; it <= o->iters; it++) {
         mt_event_record(be, t0, s);
-        be->ops->op.attention(be, s, t->out, t->lse, t->q, t->k, t->v, d, NULL, seg, t->ws);
+        be->ops->op.attention(be, s, t->out, t->lse, t->q, t->k, t->v, d, &t->params, seg, t->ws);
         mt_event_record(be, t1, s);
-        be->ops->op.attention_dx(be, s, t->dq, t->dk, t->dv, t->dout, t->out, t->lse, t->q, t->k, t->v, d, NULL, seg, t->ws);
+        be->ops->op.attention_dx(be, s, t->dq, t->dk, t->dv, t->dout, t->out, t->lse, t->q, t->k, t->v, d, &t->params,
+                                 seg, t->ws);
         mt_event_record(be, t2, s);
         mt_event_sync(be, t2);
         if (it > 0) *fwd += mt_event_elapsed(be, t0, t1) / o->iters, *bwd += mt_event_elapsed(be, t1, t2) / o->iters;
@@ -323,21 +332,30 @@ static int run_length(const options *o, mt_backend *be, mt_stream *s, int seq) {
     t.dk = mt_dev_alloc(be, kc * 2, "dk"), t.dv = mt_dev_alloc(be, kc * 2, "dv");
     t.lse = mt_dev_alloc(be, (size_t)o->heads * seq * 4, "lse");
     t.ws = mt_dev_alloc(be, ws_bytes ? ws_bytes : 1, "the attention workspace");
+    t.params.window = o->window;
+    float *sinks = o->sinks ? mt_dev_alloc(be, (size_t)2 * o->heads * 4, "the sinks and their gradient") : NULL;
+    if (sinks) { /* sinks of 0 (their values change no time), their gradient from 0 */
+        mt_zero_async(be, sinks, (size_t)2 * o->heads * 4, s);
+        t.params.sinks = sinks, t.params.dsinks = sinks + o->heads;
+    }
     int sums = w.count == 1 || ((t.dk_sum = mt_dev_alloc(be, kc * 4, "dk's fp32 sum")) &&
                                 (t.dv_sum = mt_dev_alloc(be, kc * 4, "dv's fp32 sum")));
     int rc = -1;
-    if (t.dout && t.out && t.dq && t.dk && t.dv && t.lse && t.ws && sums) {
+    if (t.dout && t.out && t.dq && t.dk && t.dv && t.lse && t.ws && sums && (sinks || !o->sinks)) {
         double fwd, bwd;
         if (w.count == 1) time_runs(o, be, s, d, NULL, &t, &fwd, &bwd);
         else time_windows(o, be, s, seq, w, &t, &fwd, &bwd);
-        double flops = 2.0 * seq * (double)seq * o->heads * o->head_dim;
+        double keys = o->window > 0 && o->window < seq ? (double)seq * o->window - (double)o->window * o->window / 2
+                                                       : (double)seq * seq / 2; /* the scores each query's row has */
+        double flops = 4.0 * keys * o->heads * o->head_dim;
         int last = window_q0(w, w.count - 1);
         if (mt_backend_check(be) == MT_OK &&
             (!o->sample_dir || write_sample(o, be, s, seq, t.out, t.dq, t.lse + (size_t)o->heads * last,
                                             window_rows(w, w.count - 1)) == 0)) {
-            printf("system=megatrain seq=%d heads=%d kv_heads=%d head_dim=%d tile=%d windows=%d fwd_ms=%.2f "
-                   "bwd_ms=%.2f fwd_tflops=%.1f bwd_tflops=%.1f workspace_gib=%.2f peak_gib=%.2f\n", seq, o->heads,
-                   o->kv_heads, o->head_dim, w.T, w.count, fwd * 1e3, bwd * 1e3, flops / fwd * 1e-12,
+            printf("system=megatrain seq=%d heads=%d kv_heads=%d head_dim=%d tile=%d windows=%d window=%d sinks=%d "
+                   "fwd_ms=%.2f bwd_ms=%.2f fwd_tflops=%.1f bwd_tflops=%.1f workspace_gib=%.2f peak_gib=%.2f\n", seq,
+                   o->heads, o->kv_heads, o->head_dim, w.T, w.count, o->window, o->sinks, fwd * 1e3, bwd * 1e3,
+                   flops / fwd * 1e-12,
                    2.5 * flops / bwd * 1e-12, ws_bytes / 1073741824.0, mt_dev_peak(be) / 1073741824.0);
             fflush(stdout);
             rc = 0;
@@ -346,7 +364,7 @@ static int run_length(const options *o, mt_backend *be, mt_stream *s, int seq) {
     if (rc) printf("system=megatrain seq=%d error=\"%s\"\n", seq, mt_error());
     else rc = run_packed(o, be, s, d, &t);
     fflush(stdout);
-    void *bufs[] = {t.q, t.k, t.v, t.dout, t.out, t.dq, t.dk, t.dv, t.lse, t.ws, t.dk_sum, t.dv_sum};
+    void *bufs[] = {t.q, t.k, t.v, t.dout, t.out, t.dq, t.dk, t.dv, t.lse, t.ws, t.dk_sum, t.dv_sum, sinks};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) mt_dev_free(be, bufs[i]);
     free(host);

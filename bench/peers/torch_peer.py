@@ -77,6 +77,15 @@ PRESETS = {
                           tie_word_embeddings=False, rope_theta=1000000.0, rms_norm_eps=1e-6,
                           max_position_embeddings=40960, num_experts=128, num_experts_per_tok=8,
                           moe_intermediate_size=768, norm_topk_prob=True),
+    # Gemma 3 (transformers' Gemma3ForCausalLM): five sliding-window layers (1024 keys) to a global
+    # one, q/k norms, the sandwich norms, GeGLU, tied embeddings. The global layers' linear RoPE
+    # scaling (factor 8) is left at transformers' default: it changes no work.
+    "gemma-3-4b": dict(arch="gemma3", hidden_size=2560, intermediate_size=10240, num_hidden_layers=34,
+                       num_attention_heads=8, num_key_value_heads=4, head_dim=256, vocab_size=262208,
+                       tie_word_embeddings=True, rope_theta=1000000.0, rope_local_base_freq=10000.0,
+                       rms_norm_eps=1e-6, max_position_embeddings=131072, query_pre_attn_scalar=256,
+                       sliding_window=1024, layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * 5
+                       + ["sliding_attention"] * 4),
 }
 
 ADAMW = dict(lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
@@ -92,7 +101,8 @@ def block_params(p, active=False):
     q = p["num_attention_heads"] * p["head_dim"]
     kv = p["num_key_value_heads"] * p["head_dim"]
     arch = p.get("arch")
-    extra = {"qwen2": q + 2 * kv, "qwen3_moe": 2 * p["head_dim"], "olmoe": q + kv}.get(arch, 0)
+    extra = {"qwen2": q + 2 * kv, "qwen3_moe": 2 * p["head_dim"], "olmoe": q + kv,
+             "gemma3": 2 * d + 2 * p["head_dim"]}.get(arch, 0)  # Gemma: two more norms a block
     attention = 2 * d + q * d + 2 * kv * d + d * q + extra
     if "num_experts" not in p:
         return attention + 3 * d * f
@@ -109,11 +119,16 @@ def total_params(p):
 def model_flops_per_token(p, seq):
     """src/train/bench.c's count: 6 x (the blocks' active parameters + vocab x hidden) for the linear
     layers (recomputation not counted; a mixture of experts counts its router and the experts a
-    token goes to) + 6 x L x seq x heads x head_dim for causal attention."""
+    token goes to) + 12 x heads x head_dim x the keys a query sees for attention, a layer: seq / 2
+    under the causal mask, window - window^2 / (2 seq) for a sliding-window layer
+    (src/model/kinds/attention.c)."""
     layers = p["num_hidden_layers"]
     linear = block_params(p, active=True) * layers + p["vocab_size"] * p["hidden_size"]
-    attention = 6 * layers * seq * p["num_attention_heads"] * p["head_dim"]
-    return 6 * linear + attention
+    w = p.get("sliding_window") or 0
+    local = w - w * w / (2 * seq) if 0 < w < seq else seq / 2
+    keys = sum(local if t == "sliding_attention" else seq / 2
+               for t in p.get("layer_types", ["full_attention"] * layers))
+    return 6 * linear + 12 * keys * p["num_attention_heads"] * p["head_dim"]
 
 
 def preset_shape(preset, layers):
@@ -121,16 +136,18 @@ def preset_shape(preset, layers):
     shape = dict(PRESETS[preset])
     if layers:
         shape["num_hidden_layers"] = layers
+        if "layer_types" in shape:
+            shape["layer_types"] = shape["layer_types"][:layers]
     return shape
 
 
 def build_model(shape, device):
-    from transformers import (AutoModelForCausalLM, LlamaConfig, MistralConfig, OlmoeConfig, Qwen2Config,
-                              Qwen3MoeConfig)
+    from transformers import (AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, MistralConfig, OlmoeConfig,
+                              Qwen2Config, Qwen3MoeConfig)
 
     shape = dict(shape)
     kind = {"llama": LlamaConfig, "qwen2": Qwen2Config, "mistral": MistralConfig, "olmoe": OlmoeConfig,
-            "qwen3_moe": Qwen3MoeConfig}[shape.pop("arch", "llama")]
+            "qwen3_moe": Qwen3MoeConfig, "gemma3": Gemma3TextConfig}[shape.pop("arch", "llama")]
     if kind is OlmoeConfig:
         shape.pop("head_dim")  # hidden / heads, which OlmoeConfig derives
     config = kind(**shape, use_cache=False)

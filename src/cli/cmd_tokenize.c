@@ -48,6 +48,9 @@ static const char tokenize_help[] =
     "                       last-turn (the conversation's last answer only) or all (every token, the\n"
     "                       prompts too: train_on_prompt)\n"
     "  --train-on-prompt    the same as --loss-on all\n"
+    "  --analysis-loss on|off\n"
+    "                       chat data: whether the answers' analysis channel (gpt-oss's reasoning, the\n"
+    "                       messages' \"thinking\", where its template shows it) carries loss (default on)\n"
     "  --help\n";
 
 /* A token count: digits with an optional K, M or G (thousands, millions, billions). */
@@ -97,7 +100,7 @@ static int tri_state(const char *v) {
 
 int mt_cli_tokenize(int argc, char **argv) {
     enum { OPT_TOKENIZER = 256, OPT_OUT, OPT_FIELD, OPT_SHARD, OPT_DTYPE, OPT_THREADS, OPT_BOS, OPT_SPECIAL, OPT_CHAT,
-           OPT_TEMPLATE, OPT_LOSS, OPT_PROMPT };
+           OPT_TEMPLATE, OPT_LOSS, OPT_PROMPT, OPT_ANALYSIS };
     static const struct option opts[] = {
         {"tokenizer", required_argument, 0, OPT_TOKENIZER}, {"out", required_argument, 0, OPT_OUT},
         {"text-field", required_argument, 0, OPT_FIELD},    {"shard-size", required_argument, 0, OPT_SHARD},
@@ -105,7 +108,8 @@ int mt_cli_tokenize(int argc, char **argv) {
         {"bos", required_argument, 0, OPT_BOS},             {"allow-special", no_argument, 0, OPT_SPECIAL},
         {"chat", required_argument, 0, OPT_CHAT},           {"chat-template", required_argument, 0, OPT_TEMPLATE},
         {"loss-on", required_argument, 0, OPT_LOSS},        {"train-on-prompt", no_argument, 0, OPT_PROMPT},
-        {"help", no_argument, 0, 'h'},                      {0, 0, 0, 0}};
+        {"analysis-loss", required_argument, 0, OPT_ANALYSIS}, {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
     mt_tokenize_options o = {.bos = -1};
     int c, chat = -1;
     int64_t threads = 0;
@@ -145,6 +149,11 @@ int mt_cli_tokenize(int argc, char **argv) {
                 return mt_cli_usage_error("tokenize", "--loss-on '%s': expected assistant, last-turn or all", optarg);
             break;
         case OPT_PROMPT: o.loss = MT_LOSS_ALL; break; /* LLaMA-Factory's name for --loss-on all */
+        case OPT_ANALYSIS:
+            if (strcmp(optarg, "on") && strcmp(optarg, "off"))
+                return mt_cli_usage_error("tokenize", "--analysis-loss '%s': expected on or off", optarg);
+            o.no_analysis_loss = !strcmp(optarg, "off");
+            break;
         case 'h': fputs(tokenize_help, stdout); return 0;
         default: return mt_cli_usage_error("tokenize", "bad option (getopt said why above)");
         }
@@ -159,9 +168,9 @@ int mt_cli_tokenize(int argc, char **argv) {
     mt_stop_signals signals;
     mt_stop_signals_install(&signals);
     mt_status rc = chat < 0 ? mt_tokenize_inputs_are_chat(o.inputs, o.n_inputs, &chat) : MT_OK;
-    if (rc == MT_OK && !chat && (o.chat_template || o.loss))
-        rc = mt_fail(MT_ERR_INVALID, "%s: --chat-template and --loss-on apply to chat data, and the inputs are text "
-                     "(give --chat yes to read them as chat data)", o.inputs[0]);
+    if (rc == MT_OK && !chat && (o.chat_template || o.loss || o.no_analysis_loss))
+        rc = mt_fail(MT_ERR_INVALID, "%s: --chat-template, --loss-on and --analysis-loss apply to chat data, and the "
+                     "inputs are text (give --chat yes to read them as chat data)", o.inputs[0]);
     int code = rc != MT_OK ? mt_cli_fail(rc) : chat ? tokenize_chat(&o) : tokenize_text(&o);
     mt_stop_signals_restore(&signals);
     return code;

@@ -66,6 +66,8 @@ typedef struct {
          * and gate, and the gate; in the backward, the gradients at both. */
         void *qg, *gate;        /* [T, 2Q], [T, Q] */
         void *ws;         /* backend's attention workspace (forward and backward) */
+        float *sinks;     /* [heads] the block's sink logits in fp32, what the op takes; NULL
+                           * where no block has sinks */
     } attn;
     /* The Gated DeltaNet mixer's (engine/kinds/gdn_run.c), over the micro-batch: C = 2K + V the
      * convolution's channels (q, k, v), V the values', Hv value heads of dk and dv. */

@@ -7,6 +7,7 @@
 
 #include "model/families.h"
 #include "model/rope_config.h"
+#include "model/wrappers.h"
 #include "util/json_fields.h"
 #include "util/json_kind.h"
 #include "util/log.h"
@@ -24,9 +25,10 @@ static mt_status parse_family(const mt_json_src *s, const mt_family **out) {
     if (!architecture && !model_type) return mt_json_missing(s, "architectures");
     *out = mt_family_find(architecture, model_type);
     if (!*out)
-        return mt_fail(MT_ERR_INVALID, "%s: field '%s' = '%s' is not supported (%s)", s->source,
-                       architecture ? "architectures" : "model_type", architecture ? architecture : model_type,
-                       mt_family_architectures());
+        return mt_fail(MT_ERR_INVALID, "%s: field '%s' = '%s' is not supported (%s; the text model of %s)",
+                       s->source, architecture ? "architectures" : "model_type",
+                       architecture ? architecture : model_type, mt_family_architectures(),
+                       mt_wrapper_architectures());
     if (model_type && strcmp(model_type, (*out)->model_type))
         return mt_fail(MT_ERR_INVALID, "%s: field 'model_type' ('%s') disagrees with architectures[0] ('%s')",
                        s->source, model_type, architecture);
@@ -101,6 +103,30 @@ static mt_status check_fields(const mt_json_src *s) {
     return MT_OK;
 }
 
+static int holds_mxfp4(const mt_family *f) {
+    for (int k = 0; f->names && k < MT_T_COUNT; k++)
+        if (f->names->form[k].mxfp4) return 1;
+    return 0;
+}
+
+/* quantization_config: MXFP4 where the family's checkpoints hold roles in it (gpt-oss's experts,
+ * decoded as they load: io/hub_form.h); any other method, or any family else, refused. */
+static mt_status check_quantization(const mt_json_src *s, const mt_family *f) {
+    const json_t *q = mt_json_field(s, "quantization_config");
+    if (!q || json_is_null(q)) return MT_OK;
+    const json_t *method = json_is_object(q) ? json_object_get(q, "quant_method") : NULL;
+    if (!json_is_string(method))
+        return mt_json_wrong_type(s, "quantization_config", "an object with a string 'quant_method'", q);
+    const char *m = json_string_value(method);
+    if (strcmp(m, "mxfp4"))
+        return mt_fail(MT_ERR_INVALID, "%s: field 'quantization_config': quant_method '%s' is not supported (mxfp4 "
+                       "only, for %s)", s->source, m, holds_mxfp4(f) ? f->architecture : "gpt-oss");
+    if (!holds_mxfp4(f))
+        return mt_fail(MT_ERR_INVALID, "%s: field 'quantization_config': %s checkpoints are not quantized (MXFP4 is "
+                       "read for gpt-oss's experts only)", s->source, f->architecture);
+    return MT_OK;
+}
+
 static mt_status check_unsupported(const mt_json_src *s, const mt_family *f) {
     const char *act = f->hidden_act;
     int mlp_bias = 0;
@@ -110,10 +136,7 @@ static mt_status check_unsupported(const mt_json_src *s, const mt_family *f) {
                        f->hidden_act);
     MT_TRY(mt_json_get_bool(s, "mlp_bias", &mlp_bias));
     if (mlp_bias) return mt_fail(MT_ERR_INVALID, "%s: field 'mlp_bias' = true is not supported", s->source);
-    if (mt_json_field(s, "quantization_config"))
-        return mt_fail(MT_ERR_INVALID, "%s: field 'quantization_config': quantized checkpoints are not supported",
-                       s->source);
-    return MT_OK;
+    return check_quantization(s, f);
 }
 
 static mt_status parse_root(const mt_json_src *s, mt_config *cfg) {
@@ -150,6 +173,47 @@ static mt_status parse_root(const mt_json_src *s, mt_config *cfg) {
     return st == MT_OK ? MT_OK : mt_fail_context(st, "%s", s->source);
 }
 
+/* The wrapper a config.json names: by architectures[0], or where it has none by model_type. */
+static const mt_wrapper *wrapper_of(const json_t *doc) {
+    const json_t *first = json_array_get(json_object_get(doc, "architectures"), 0),
+                 *type = json_object_get(doc, "model_type");
+    if (json_is_string(first)) return mt_wrapper_find(json_string_value(first), NULL);
+    return json_is_string(type) ? mt_wrapper_find(NULL, json_string_value(type)) : NULL;
+}
+
+/* A wrapper's config.json (model/wrappers.h): the text model's config nested under its key, read
+ * as its family's with the wrapper's text defaults where it is silent. The rest is the wrapper's
+ * own, which megatrain does not compute: written back as it was (mt_hf_config_write_wrapped). */
+static mt_status parse_wrapped(const mt_json_src *s, const mt_wrapper *w, mt_config *cfg) {
+    const char *model_type = NULL;
+    MT_TRY(mt_json_get_string(s, "model_type", &model_type));
+    if (model_type && strcmp(model_type, w->model_type))
+        return mt_fail(MT_ERR_INVALID, "%s: field 'model_type' ('%s') disagrees with architectures[0] ('%s')",
+                       s->source, model_type, w->architecture);
+    const json_t *text = mt_json_field(s, w->text_key);
+    if (!text)
+        return mt_fail(MT_ERR_INVALID, "%s: required field '%s' is missing (%s holds its text model's config "
+                       "there)", s->source, w->text_key, w->architecture);
+    if (!json_is_object(text)) return mt_json_wrong_type(s, w->text_key, "an object", text);
+    json_t *merged = json_loads(w->text_defaults, 0, NULL);
+    char source[4096];
+    snprintf(source, sizeof source, "%s (%s)", s->source, w->text_key);
+    if (!merged || json_object_update(merged, (json_t *)text) != 0 ||
+        json_object_set_new(merged, "architectures", json_pack("[s]", w->text_architecture)) != 0) {
+        json_decref(merged);
+        return mt_fail(MT_ERR_NOMEM, "%s: cannot read it", source);
+    }
+    mt_json_src t = {source, merged, ""};
+    mt_status st = parse_root(&t, cfg);
+    json_decref(merged);
+    return st;
+}
+
+static mt_status parse_any(const mt_json_src *s, mt_config *cfg) {
+    const mt_wrapper *w = wrapper_of(s->obj);
+    return w ? parse_wrapped(s, w, cfg) : parse_root(s, cfg);
+}
+
 /* Takes ownership of `root`, the document jansson parsed (NULL when it failed, with `err`). */
 static mt_status parse_document(json_t *root, const json_error_t *err, const char *source, mt_config *cfg) {
     if (!root)
@@ -157,7 +221,7 @@ static mt_status parse_document(json_t *root, const json_error_t *err, const cha
                        err->line, err->column);
     mt_json_src s = {source, root, ""};
     mt_status st = json_is_object(root)
-                       ? parse_root(&s, cfg)
+                       ? parse_any(&s, cfg)
                        : mt_fail(MT_ERR_INVALID, "%s: must hold a JSON object, found %s", source, mt_json_kind(root));
     json_decref(root);
     return st;
@@ -227,12 +291,47 @@ mt_status mt_hf_config_from_json(const json_t *doc, const char *source, mt_confi
     if (!json_is_object(doc))
         return mt_fail(MT_ERR_INVALID, "%s: must hold a JSON object, found %s", source, doc ? mt_json_kind(doc) : "nothing");
     mt_json_src s = {source, doc, ""};
-    return parse_root(&s, cfg);
+    return parse_any(&s, cfg);
+}
+
+mt_status mt_hf_config_wrapper(const char *path, const mt_wrapper **w) {
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    if (!root) return mt_fail(MT_ERR_IO, "%s: %s", path, err.text);
+    *w = wrapper_of(root);
+    json_decref(root);
+    return MT_OK;
+}
+
+/* The wrapper's config.json with its text model's config this one (without the architectures the
+ * hub's nested configs do not name) and, where it names one, its dtype the weights'. */
+static json_t *wrapped_json(const json_t *wrapper, const mt_config *c, const mt_family *f, const char *torch_dtype) {
+    const mt_wrapper *w = wrapper_of(wrapper);
+    json_t *doc = w ? json_deep_copy(wrapper) : NULL, *text = doc ? config_json(c, f, torch_dtype) : NULL;
+    if (!text) {
+        json_decref(doc);
+        return NULL;
+    }
+    json_object_del(text, "architectures");
+    json_object_set_new(doc, w->text_key, text);
+    static const char *const dtype_keys[] = {"torch_dtype", "dtype"};
+    for (size_t i = 0; i < sizeof dtype_keys / sizeof *dtype_keys; i++)
+        if (json_object_get(doc, dtype_keys[i])) json_object_set_new(doc, dtype_keys[i], json_string(torch_dtype));
+    return doc;
+}
+
+mt_status mt_hf_config_write_wrapped(const mt_config *cfg, const char *torch_dtype, const json_t *wrapper,
+                                     const char *dir) {
+    const mt_family *f = mt_family_of(cfg->arch);
+    if (!f) return mt_fail(MT_ERR_INVALID, "%s/config.json: unknown architecture %d", dir, (int)cfg->arch);
+    json_t *doc = wrapper ? wrapped_json(wrapper, cfg, f, torch_dtype) : config_json(cfg, f, torch_dtype);
+    if (!doc && wrapper)
+        return mt_fail(MT_ERR_INVALID, "%s/config.json: the config.json it wraps the model in names no wrapper "
+                       "megatrain knows (%s)", dir, mt_wrapper_architectures());
+    MT_TRY(dump(doc, dir, "config.json"));
+    return dump(generation_config_json(cfg), dir, "generation_config.json");
 }
 
 mt_status mt_hf_config_write(const mt_config *cfg, const char *torch_dtype, const char *dir) {
-    const mt_family *f = mt_family_of(cfg->arch);
-    if (!f) return mt_fail(MT_ERR_INVALID, "%s/config.json: unknown architecture %d", dir, (int)cfg->arch);
-    MT_TRY(dump(config_json(cfg, f, torch_dtype), dir, "config.json"));
-    return dump(generation_config_json(cfg), dir, "generation_config.json");
+    return mt_hf_config_write_wrapped(cfg, torch_dtype, NULL, dir);
 }

@@ -15,11 +15,16 @@ typedef void (*mt_hf_progress_fn)(int64_t bytes_done, int64_t bytes_total, void 
 /* Reads dir/config.json. */
 mt_status mt_hf_load_config(const char *dir, mt_config *cfg);
 
-/* Fills `masters` with the weights of the model in `dir`, whose shapes must match `layout`.
- * Everything is validated before anything is converted: a tensor the layout needs that is
- * missing or shaped differently, or a tensor it does not know, fails naming file and tensor.
+/* Fills `masters` with the weights of the model in `dir`, whose shapes must match `layout`: each
+ * tensor under its name, in its hub parts (layout.h), or in the form its family's hub holds its role
+ * (io/hub_form.h: transposed, interleaved, MXFP4 pairs decoded a band of rows at a time), the mapped
+ * file's pages given back as they are converted. Everything is validated before anything is
+ * converted: a tensor the layout needs that is missing or shaped differently, a tensor it does not
+ * know, or an MXFP4 pair that is not one, fails naming file and tensor.
  * Harmless extras are skipped: rotary_emb.inv_freq buffers, and lm_head.weight of a tied
- * model. Alignment padding is zeroed. `progress` may be NULL. */
+ * model. Alignment padding is zeroed. `progress` may be NULL. Where dir/config.json names a
+ * wrapper (model/wrappers.h), the text model's tensors are read under its names, and what it
+ * keeps besides (its prefixes) is passed over. */
 mt_status mt_hf_load_weights(const char *dir, const mt_layout *layout, float *masters,
                              mt_hf_progress_fn progress, void *user);
 /* The same into masters kept in a form of their own (engine/store.h's split masters): each tensor
@@ -44,12 +49,17 @@ typedef struct {
     const int32_t *stop_ids; /* ids generation also ends at (a chat template's end of turn), added to
                               * generation_config.json's eos_token_id: n_stop_ids of them */
     size_t n_stop_ids;
+    /* NULL, or the directory of a wrapper (model/wrappers.h) the model is the text model of: the
+     * export is then that wrapper, its config.json with its text config this model's, the text
+     * tensors under its names, what it keeps besides (a vision tower) copied from there byte for
+     * byte, in their own dtype, and the files it keeps (its image processor's configs). */
+    const char *wrapped_from;
 } mt_hf_export_options;
 
-/* Writes config.json, generation_config.json, the weights and options->files to `out_dir`,
- * atomically: they are written into a temporary sibling directory that is renamed into place, so
- * a failure leaves nothing at `out_dir`, which is then a directory of mode 0755 (files 0666 less
- * the umask). `out_dir` must not exist or be an empty directory. Non-finite masters are refused,
+/* Writes config.json, generation_config.json, the weights (under the hub's names and in its roles'
+ * forms, never MXFP4) and options->files to `out_dir`, atomically: they are written into a
+ * temporary sibling directory that is renamed into place, so a failure leaves nothing at
+ * `out_dir`, which is then a directory of mode 0755 (files 0666 less the umask). `out_dir` must not exist or be an empty directory. Non-finite masters are refused,
  * naming the tensor. */
 mt_status mt_hf_export(const mt_layout *layout, const float *masters, const char *out_dir,
                        const mt_hf_export_options *options);

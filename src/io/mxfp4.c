@@ -37,11 +37,12 @@ mt_status mt_mxfp4_shape(const mt_st_tensor *blocks, const mt_st_tensor *scales,
 static int64_t decode_row(const uint8_t *b, const uint8_t *s, int64_t groups, float *out) {
     for (int64_t g = 0; g < groups; g++, b += BLOCK_BYTES, out += BLOCK_VALUES) {
         if (s[g] == NAN_SCALE) return g;
-        int exponent = (int)s[g] - 127;
+        /* 2^(s - 127) is a float for every s < 255 (2^-127 a subnormal), so the product is ldexpf's */
+        float scale = ldexpf(1.0f, (int)s[g] - 127);
         int finite = 1;
         for (int i = 0; i < BLOCK_BYTES; i++) {
-            out[2 * i] = ldexpf(e2m1[b[i] & 0x0F], exponent);
-            out[2 * i + 1] = ldexpf(e2m1[b[i] >> 4], exponent);
+            out[2 * i] = e2m1[b[i] & 0x0F] * scale;
+            out[2 * i + 1] = e2m1[b[i] >> 4] * scale;
             finite &= isfinite(out[2 * i]) && isfinite(out[2 * i + 1]);
         }
         if (!finite) return g;

@@ -398,34 +398,57 @@ static float f16_to_f32(uint16_t h) {
     return sign ? -magnitude : magnitude;
 }
 
+/* Element i of a BF16, F16 or F32 tensor's bytes. */
+static float element_f32(mt_st_dtype dtype, const uint8_t *src, int64_t i) {
+    uint16_t h;
+    float f;
+    switch (dtype) {
+    case MT_ST_BF16:
+        memcpy(&h, src + 2 * i, sizeof h);
+        return mt_bf16_to_f32(h);
+    case MT_ST_F16:
+        memcpy(&h, src + 2 * i, sizeof h);
+        return f16_to_f32(h);
+    default:
+        memcpy(&f, src + 4 * i, sizeof f);
+        return f;
+    }
+}
+
+static mt_status not_convertible(const mt_st_tensor *t) {
+    return mt_fail(MT_ERR_INVALID, "%s: tensor '%s' has dtype %s; only BF16, F16 and F32 convert to fp32", t->file,
+                   t->name, dtypes[t->dtype].name);
+}
+
+static int convertible(mt_st_dtype dtype) { return dtype == MT_ST_BF16 || dtype == MT_ST_F16 || dtype == MT_ST_F32; }
+
 /* Big tensors convert on all cores; page faults on the mapping dominate otherwise. */
 #define PARALLEL_MIN_NUMEL (1 << 20)
 
 mt_status mt_st_tensor_to_f32(const mt_st_tensor *t, float *dst) {
-    const uint8_t *src = t->data;
-    int64_t n = t->numel;
-    switch (t->dtype) {
-    case MT_ST_F32:
-        memcpy(dst, src, t->nbytes);
+    if (!convertible(t->dtype)) return not_convertible(t);
+    if (t->dtype == MT_ST_F32) {
+        memcpy(dst, t->data, t->nbytes);
         return MT_OK;
-    case MT_ST_BF16:
-#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN_NUMEL)
-        for (int64_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, src + 2 * i, sizeof h);
-            dst[i] = mt_bf16_to_f32(h);
-        }
-        return MT_OK;
-    case MT_ST_F16:
-#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN_NUMEL)
-        for (int64_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, src + 2 * i, sizeof h);
-            dst[i] = f16_to_f32(h);
-        }
-        return MT_OK;
-    default:
-        return mt_fail(MT_ERR_INVALID, "%s: tensor '%s' has dtype %s; only BF16, F16 and F32 convert to fp32",
-                       t->file, t->name, dtypes[t->dtype].name);
     }
+    int64_t n = t->numel;
+#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN_NUMEL)
+    for (int64_t i = 0; i < n; i++) dst[i] = element_f32(t->dtype, t->data, i);
+    return MT_OK;
+}
+
+mt_status mt_st_tensor_gather_f32(const mt_st_tensor *t, int64_t first, int64_t n, int64_t stride, float *dst) {
+    if (!convertible(t->dtype)) return not_convertible(t);
+    if (first < 0 || n < 0 || stride < 1 || (n > 0 && first + (n - 1) * stride >= t->numel))
+        return mt_fail(MT_ERR_INVALID, "%s: tensor '%s': elements %lld + %lld x %lld asked, of %lld", t->file, t->name,
+                       (long long)first, (long long)n, (long long)stride, (long long)t->numel);
+    for (int64_t i = 0; i < n; i++) dst[i] = element_f32(t->dtype, t->data, first + i * stride);
+    return MT_OK;
+}
+
+void mt_st_tensor_release(const mt_st_tensor *t, size_t begin, size_t end) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), at = (uintptr_t)t->data;
+    if (end > t->nbytes) end = t->nbytes;
+    uintptr_t lo = (at + begin + page - 1) / page * page, hi = (at + end) / page * page;
+    if (begin < end && lo < hi) madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }

@@ -5,7 +5,8 @@
  *
  * The reader maps the files and validates every header before a byte of data is trusted; tensor
  * data is converted to fp32 straight from the mapping, one tensor at a time, so loading never
- * needs a second copy of the model in memory. The writer converts fp32 to bf16 or fp32. */
+ * needs a second copy of the model in memory. The writer converts fp32 to bf16 or fp32, and
+ * copies a tensor it keeps as it was. */
 #ifndef MT_IO_SAFETENSORS_H
 #define MT_IO_SAFETENSORS_H
 
@@ -59,13 +60,26 @@ const mt_st_tensor *mt_safetensors_find(const mt_safetensors *set, const char *n
 
 /* Converts a BF16, F16 or F32 tensor to `dst` (numel floats), exactly; other dtypes fail. */
 mt_status mt_st_tensor_to_f32(const mt_st_tensor *t, float *dst);
+/* The same for elements first, first + stride, ... (n of them) into dst[0..n), on the calling thread:
+ * a column of a matrix held transposed. */
+mt_status mt_st_tensor_gather_f32(const mt_st_tensor *t, int64_t first, int64_t n, int64_t stride, float *dst);
+/* Gives back the memory of the mapping's pages wholly inside bytes [begin, end) of t's data once it
+ * is converted (it reads again from the file if touched): loading holds no more of the files than
+ * the piece it converts. */
+void mt_st_tensor_release(const mt_st_tensor *t, size_t begin, size_t end);
 
-/* Writing: fp32 sources stored as MT_ST_F32 or MT_ST_BF16 (round to nearest even). */
+/* Writing: fp32 sources stored as MT_ST_F32 or MT_ST_BF16 (round to nearest even), or a tensor
+ * kept as it is: `kept` (a tensor of an open set) written byte for byte in its own dtype. */
 typedef struct {
     const char *name;
     int ndim;
     int64_t shape[MT_ST_MAX_DIMS];
     const float *data;
+    const mt_st_tensor *kept;
+    /* Or, where the file's order is not data's (a tensor held transposed): gather(user, first, n, dst)
+     * gives elements [first, first + n) in the file's order. */
+    void (*gather)(const void *user, int64_t first, int64_t n, float *dst);
+    const void *user;
 } mt_st_source;
 
 /* Writes one .safetensors file with __metadata__ {"format": "pt"}. */

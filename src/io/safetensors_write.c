@@ -1,4 +1,5 @@
-/* The safetensors writer: fp32 sources stored as F32 or BF16, one file or shards plus index. */
+/* The safetensors writer: fp32 sources stored as F32 or BF16, kept tensors as they were, one file
+ * or shards plus index. */
 #include "io/safetensors.h"
 
 #include <errno.h>
@@ -18,8 +19,11 @@ static int64_t numel_of(const mt_st_source *t) {
     return n;
 }
 
+/* The dtype a source is stored as: its own where it is kept, else the file's. */
+static mt_st_dtype dtype_of(const mt_st_source *t, mt_st_dtype dtype) { return t->kept ? t->kept->dtype : dtype; }
+
 static int64_t bytes_of(const mt_st_source *t, mt_st_dtype dtype) {
-    return numel_of(t) * (int64_t)mt_st_dtype_size(dtype);
+    return t->kept ? (int64_t)t->kept->nbytes : numel_of(t) * (int64_t)mt_st_dtype_size(dtype);
 }
 
 /* The header JSON, compact, with data offsets in the order the tensors are given. */
@@ -31,9 +35,9 @@ static char *header_json(const mt_st_source *ts, int count, mt_st_dtype dtype) {
         json_t *shape = json_array();
         for (int d = 0; d < ts[i].ndim; d++) json_array_append_new(shape, json_integer(ts[i].shape[d]));
         json_int_t end = offset + bytes_of(&ts[i], dtype);
-        json_object_set_new(root, ts[i].name,
-                            json_pack("{s:s, s:o, s:[I, I]}", "dtype", mt_st_dtype_name(dtype), "shape", shape,
-                                      "data_offsets", offset, end));
+        const char *name = mt_st_dtype_name(dtype_of(&ts[i], dtype));
+        json_object_set_new(root, ts[i].name, json_pack("{s:s, s:o, s:[I, I]}", "dtype", name, "shape", shape,
+                                                        "data_offsets", offset, end));
         offset = end;
     }
     char *text = json_dumps(root, JSON_COMPACT);
@@ -46,14 +50,24 @@ static mt_status write_bytes(FILE *f, const char *path, const void *p, size_t n)
     return MT_OK;
 }
 
+enum { CHUNK = 8192 };
+
 static mt_status write_tensor_data(FILE *f, const char *path, const mt_st_source *t, mt_st_dtype dtype) {
     int64_t n = numel_of(t);
-    if (dtype == MT_ST_F32) return write_bytes(f, path, t->data, (size_t)n * sizeof(float));
-    uint16_t chunk[8192];
-    for (int64_t i = 0; i < n; i += 8192) {
-        int64_t m = n - i < 8192 ? n - i : 8192;
-        for (int64_t j = 0; j < m; j++) chunk[j] = mt_f32_to_bf16(t->data[i + j]);
-        MT_TRY(write_bytes(f, path, chunk, (size_t)m * sizeof *chunk));
+    if (t->kept) return write_bytes(f, path, t->kept->data, t->kept->nbytes);
+    if (dtype == MT_ST_F32 && !t->gather) return write_bytes(f, path, t->data, (size_t)n * sizeof(float));
+    float values[CHUNK];
+    uint16_t bf16[CHUNK];
+    for (int64_t i = 0; i < n; i += CHUNK) {
+        int64_t m = n - i < CHUNK ? n - i : CHUNK;
+        if (t->gather) t->gather(t->user, i, m, values);
+        const float *x = t->gather ? values : t->data + i;
+        if (dtype == MT_ST_F32) {
+            MT_TRY(write_bytes(f, path, x, (size_t)m * sizeof *x));
+            continue;
+        }
+        for (int64_t j = 0; j < m; j++) bf16[j] = mt_f32_to_bf16(x[j]);
+        MT_TRY(write_bytes(f, path, bf16, (size_t)m * sizeof *bf16));
     }
     return MT_OK;
 }

@@ -104,12 +104,25 @@ mt_status mt_config_validate(const mt_config *c) {
     REQUIRE(c->rope_local_theta >= 0 && isfinite(c->rope_local_theta), "rope_local_base_freq must be positive");
     REQUIRE(c->query_pre_attn_scalar >= 0 && isfinite(c->query_pre_attn_scalar),
             "query_pre_attn_scalar must be positive, got %g", (double)c->query_pre_attn_scalar);
+    REQUIRE(c->swiglu_limit >= 0 && isfinite(c->swiglu_limit) && c->swiglu_alpha >= 0 && isfinite(c->swiglu_alpha),
+            "swiglu_limit and swiglu_alpha must be positive, got %g and %g", (double)c->swiglu_limit,
+            (double)c->swiglu_alpha);
     MT_TRY(family->validate(c));
     if (c->rope_scaling_factor != 0) {
         REQUIRE(c->rope_scaling_factor >= 1 && isfinite(c->rope_scaling_factor),
                 "rope_scaling.factor must be >= 1, got %g", (double)c->rope_scaling_factor);
     }
-    if (c->rope_scaling_factor != 0 && !c->rope_scaling_linear) { /* llama3's */
+    if (c->rope_scaling_factor != 0 && c->rope_scaling_yarn) {
+        MT_TRY(mt_config_in_range("rope_scaling.original_max_position_embeddings", c->rope_original_max_position, 1,
+                                  MT_CONFIG_MAX_POSITION));
+        REQUIRE(c->rope_beta_fast > 0 && c->rope_beta_slow > 0 && isfinite(c->rope_beta_fast) &&
+                    isfinite(c->rope_beta_slow),
+                "rope_scaling.beta_fast and beta_slow must be positive, got %g and %g", (double)c->rope_beta_fast,
+                (double)c->rope_beta_slow);
+        REQUIRE(c->rope_attention_factor >= 0 && isfinite(c->rope_attention_factor),
+                "rope_scaling.attention_factor must be positive, got %g", (double)c->rope_attention_factor);
+    }
+    if (c->rope_scaling_factor != 0 && !c->rope_scaling_linear && !c->rope_scaling_yarn) { /* llama3's */
         REQUIRE(c->rope_high_freq_factor > c->rope_low_freq_factor && isfinite(c->rope_high_freq_factor) &&
                     isfinite(c->rope_low_freq_factor),
                 "rope_scaling.high_freq_factor must exceed low_freq_factor");

@@ -12,7 +12,7 @@ typedef enum {
     MT_ARCH_LLAMA, MT_ARCH_MISTRAL, MT_ARCH_QWEN2, MT_ARCH_QWEN3,
     /* mixtures of experts */
     MT_ARCH_QWEN3_MOE, MT_ARCH_QWEN2_MOE, MT_ARCH_MIXTRAL, MT_ARCH_OLMOE,
-    MT_ARCH_GEMMA3, MT_ARCH_GEMMA2,
+    MT_ARCH_GEMMA3, MT_ARCH_GEMMA2, MT_ARCH_GPT_OSS,
     /* hybrids of Gated DeltaNet and gated attention */
     MT_ARCH_QWEN3_5, MT_ARCH_QWEN3_5_MOE, MT_ARCH_QWEN3_NEXT,
 } mt_arch;
@@ -48,15 +48,20 @@ typedef struct {
     float rms_norm_eps;
     float rope_theta;
     int tie_embeddings;      /* LM head shares the embedding matrix */
-    int attention_bias;      /* q/k/v projections carry a bias (Qwen2) */
+    int attention_bias;      /* q/k/v projections carry a bias (Qwen2; gpt-oss: o_proj too) */
     int qk_norm;             /* mt_qk_norm: RMSNorm of q and k before RoPE (Qwen3, OLMoE) */
+    int attention_sinks;     /* a learned logit a query head: a softmax column with no value (gpt-oss) */
     /* rope_scaling of type "llama3", or with rope_scaling_linear "linear" (the factor only);
      * factor == 0 means none. */
     float rope_scaling_factor;
     int rope_scaling_linear;
     float rope_low_freq_factor;
     float rope_high_freq_factor;
-    int rope_original_max_position;
+    int rope_original_max_position;        /* llama3's and yarn's */
+    int rope_scaling_yarn;                 /* or, with it, "yarn" (factor, original and the three below) */
+    float rope_beta_fast, rope_beta_slow;  /* yarn's */
+    int rope_truncate;                     /* yarn's: the correction range rounded to whole dimensions */
+    float rope_attention_factor;           /* yarn's cos and sin scale; 0: 0.1 ln(factor) + 1 */
     int bos_token_id, eos_token_id;  /* -1 when absent */
     /* Mixture of experts (num_experts > 0): a sparse block's feed-forward routes each token to
      * experts_per_token of num_experts SwiGLU experts of moe_intermediate_size (model/kinds/ffn_moe.c).
@@ -94,6 +99,8 @@ typedef struct {
     float partial_rotary_factor;
     /* q_proj gives each head a gate too; attention's output times its sigmoid (attn_output_gate). */
     int attn_output_gate;
+    /* The experts' clamped SwiGLU (gpt-oss's swiglu_limit and swiglu_alpha); 0: the plain SwiGLU. */
+    float swiglu_limit, swiglu_alpha;
 } mt_config;
 
 /* Fills `cfg` with a built-in shape, one of the families' presets (model/families.c;

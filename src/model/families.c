@@ -6,15 +6,15 @@
 #include <string.h>
 
 extern const mt_family mt_family_llama, mt_family_mistral, mt_family_qwen2, mt_family_qwen3, mt_family_qwen3_moe,
-    mt_family_qwen2_moe, mt_family_mixtral, mt_family_olmoe, mt_family_gemma3, mt_family_gemma2, mt_family_qwen3_5,
-    mt_family_qwen3_5_moe, mt_family_qwen3_next;
+    mt_family_qwen2_moe, mt_family_mixtral, mt_family_olmoe, mt_family_gemma3, mt_family_gemma2, mt_family_gpt_oss,
+    mt_family_qwen3_5, mt_family_qwen3_5_moe, mt_family_qwen3_next;
 
 /* In this order the architectures are named and the presets listed (mt_config_preset_names). */
 const mt_family *const mt_families[] = {&mt_family_llama,     &mt_family_mistral,   &mt_family_qwen2,
                                         &mt_family_qwen3,     &mt_family_qwen3_moe, &mt_family_qwen2_moe,
                                         &mt_family_mixtral,   &mt_family_olmoe,     &mt_family_gemma3,
-                                        &mt_family_gemma2,    &mt_family_qwen3_5,   &mt_family_qwen3_5_moe,
-                                        &mt_family_qwen3_next, NULL};
+                                        &mt_family_gemma2,    &mt_family_gpt_oss,   &mt_family_qwen3_5,
+                                        &mt_family_qwen3_5_moe, &mt_family_qwen3_next, NULL};
 
 const mt_family *mt_family_find(const char *architecture, const char *model_type) {
     for (const mt_family *const *f = mt_families; *f; f++)
@@ -42,6 +42,12 @@ mt_layer_spec mt_layer_spec_of(const mt_config *c, int l) {
     mt_layer_spec s;
     memset(&s, 0, sizeof s);
     mt_family_of(c->arch)->plan(c, l, &s);
+    mt_model_spec m = mt_model_spec_of(c);
+    if (s.attn.rope >= 0 && s.attn.rope < m.num_ropes) {
+        float factor = mt_rope_attention_factor(&m.rope[s.attn.rope]);
+        if (factor != 1.0f)
+            s.attn.q_scale = (s.attn.q_scale > 0 ? s.attn.q_scale : 1.0f / sqrtf((float)c->head_dim)) * factor * factor;
+    }
     return s;
 }
 
@@ -64,7 +70,8 @@ void mt_family_plan_common(const mt_config *c, int l, mt_layer_spec *s) {
     s->mixer = MT_MIXER_ATTENTION;
     s->attn.flags = (c->attention_bias ? MT_ATTN_BIAS_QKV : 0) |
                     (c->qk_norm == MT_QK_NORM_HEAD ? MT_ATTN_QK_NORM_HEAD : 0) |
-                    (c->qk_norm == MT_QK_NORM_FULL ? MT_ATTN_QK_NORM_FULL : 0);
+                    (c->qk_norm == MT_QK_NORM_FULL ? MT_ATTN_QK_NORM_FULL : 0) |
+                    (c->attention_sinks ? MT_ATTN_SINKS : 0);
     s->ffn = sparse(c, l) ? MT_FFN_MOE : MT_FFN_DENSE;
     s->ffn_spec.act = MT_GLU_SILU;
     if (s->ffn == MT_FFN_MOE)
@@ -78,13 +85,19 @@ void mt_family_plan_model_common(const mt_config *c, mt_model_spec *m) {
     m->norm_eps = c->rms_norm_eps;
     m->embed_scale = 1.0f;
     m->num_ropes = 1;
-    mt_rope_type scaled = c->rope_scaling_linear ? MT_ROPE_LINEAR : MT_ROPE_LLAMA3;
+    mt_rope_type scaled = c->rope_scaling_linear ? MT_ROPE_LINEAR
+                          : c->rope_scaling_yarn ? MT_ROPE_YARN
+                                                 : MT_ROPE_LLAMA3;
     m->rope[0] = (mt_rope_spec){.type = c->rope_scaling_factor != 0 ? scaled : MT_ROPE_DEFAULT,
                                 .theta = c->rope_theta,
                                 .factor = c->rope_scaling_factor,
                                 .low_freq_factor = c->rope_low_freq_factor,
                                 .high_freq_factor = c->rope_high_freq_factor,
                                 .original_max_position = c->rope_original_max_position,
+                                .beta_fast = c->rope_beta_fast,
+                                .beta_slow = c->rope_beta_slow,
+                                .truncate = c->rope_truncate,
+                                .attention_factor = c->rope_attention_factor,
                                 .partial = c->partial_rotary_factor};
 }
 
@@ -136,6 +149,8 @@ mt_status mt_family_read_gemma(const mt_json_src *s, mt_config *c, const char *a
         return mt_fail(MT_ERR_INVALID, "%s: field 'hidden_activation' = '%s' is not supported (%s only)", s->source,
                        activation, act);
     if (!mt_json_field(s, "tie_word_embeddings")) c->tie_embeddings = 1; /* Gemma's configs tie by default */
+    /* Gemma2Config's and Gemma3TextConfig's default, not Llama's "as many as the query heads" */
+    if (!mt_json_field(s, "num_key_value_heads")) c->num_kv_heads = 4;
     c->query_pre_attn_scalar = default_scalar;
     MT_TRY(mt_json_get_float(s, "query_pre_attn_scalar", 0, &c->query_pre_attn_scalar));
     if (!(c->query_pre_attn_scalar > 0) || !isfinite(c->query_pre_attn_scalar))
@@ -149,7 +164,10 @@ static json_t *softcap_json(float cap) { return cap > 0 ? mt_json_float(cap) : j
 
 void mt_family_write_gemma(const mt_config *c, json_t *o, const char *act) {
     json_object_set_new(o, "hidden_activation", json_string(act));
-    json_object_set_new(o, "query_pre_attn_scalar", mt_json_float(c->query_pre_attn_scalar));
+    /* an integer where it is one: transformers 5's Gemma configs type it int and refuse 256.0 */
+    float scalar = c->query_pre_attn_scalar;
+    json_object_set_new(o, "query_pre_attn_scalar", scalar == floorf(scalar) && scalar < 1e9f
+                                                        ? json_integer((json_int_t)scalar) : mt_json_float(scalar));
     json_object_set_new(o, "attn_logit_softcapping", softcap_json(c->attn_logit_softcap));
     json_object_set_new(o, "final_logit_softcapping", softcap_json(c->final_logit_softcap));
 }

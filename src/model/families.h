@@ -22,11 +22,12 @@ typedef struct {
 /* A family's Hugging Face names where they are not the tensor roles' (model/tensor_roles.def):
  * a block tensor's suffix by role (NULL: the role's), and how its checkpoints on the hub name the
  * experts' matrices one at a time ("model.layers.<l>.<prefix>.experts.<e>.<gate|up|down>.weight")
- * and the router (NULL: under its own name). */
+ * and the router (NULL: under its own name), and the roles it holds in another form (whole, then). */
 typedef struct {
     const char *suffix[MT_T_COUNT];
     const char *prefix, *gate, *up, *down;
     const char *router; /* "model.layers.<l>." + this */
+    mt_hub_form form[MT_T_COUNT]; /* how the hub holds a role (model/tensor_roles.h); zero: as the layout */
 } mt_family_names;
 
 typedef struct mt_family {
@@ -70,7 +71,8 @@ mt_layer_spec mt_layer_spec_of(const mt_config *cfg, int l);
 mt_model_spec mt_model_spec_of(const mt_config *cfg);
 
 /* What plans share: the attention and the SwiGLU feed-forward every family so far has, from the
- * config's fields (attention_bias, qk_norm, rms_norm_eps; the experts' where block l is sparse). */
+ * config's fields (attention_bias, qk_norm, attention_sinks, rms_norm_eps; the experts' where block l
+ * is sparse). */
 void mt_family_plan_common(const mt_config *c, int l, mt_layer_spec *s);
 /* One RoPE table from rope_theta and rope_scaling (llama3 when its factor is set). */
 void mt_family_plan_model_common(const mt_config *c, mt_model_spec *m);

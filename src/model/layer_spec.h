@@ -25,6 +25,8 @@ typedef struct {
     int original_max_position;        /* llama3, yarn */
     float beta_fast, beta_slow;       /* yarn */
     float partial;                    /* the share of head_dim turned (partial_rotary_factor); 0: all */
+    int truncate;                     /* yarn: the correction range rounded out to whole dimensions */
+    float attention_factor;           /* yarn: cos and sin scaled by it; 0: 0.1 ln(factor) + 1 */
 } mt_rope_spec;
 
 /* Attention's variants. */
@@ -41,7 +43,8 @@ enum {
 typedef struct {
     int window;          /* 0: causal over the whole sequence; else the last `window` keys */
     int rope;            /* index into mt_model_spec.rope */
-    float q_scale;       /* the scores' scale; 0: 1/sqrt(head_dim) */
+    float q_scale;       /* the scores' scale; 0: 1/sqrt(head_dim) (mt_layer_spec_of: times the
+                          * square of its RoPE table's attention factor where that is not 1) */
     float logit_softcap; /* 0: none; else scores become cap * tanh(score / cap) */
     unsigned flags;      /* MT_ATTN_* */
 } mt_attn_spec;
@@ -97,5 +100,9 @@ mt_status mt_layer_spec_check(const mt_layer_spec *s, const mt_model_spec *m, in
 int mt_rope_rotary_dim(const mt_rope_spec *r, int head_dim);
 /* The RoPE inverse frequencies of table r, mt_rope_rotary_dim / 2 of them, its scaling applied. */
 void mt_rope_inv_freq(const mt_rope_spec *r, int head_dim, float *inv_freq);
+/* The factor table r multiplies cos and sin by (transformers' attention_scaling: YaRN's, 1 for the
+ * others). q and k both turned through it scale their scores by its square, which is how the
+ * attention applies it: mt_layer_spec_of folds it into attn.q_scale, so that no kernel scales. */
+float mt_rope_attention_factor(const mt_rope_spec *r);
 
 #endif

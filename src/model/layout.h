@@ -80,9 +80,12 @@ void mt_layout_add_block_tensor(mt_layout *layout, mt_unit *u, mt_tensor_kind ki
  * mt_tensor_hub_parts gives how many parts t has there (1: t whole, perhaps under another name);
  * mt_tensor_hub_part part i's name and its rows [row0, row0 + rows) of t. export writes these names
  * (every hub checkpoint and every transformers reads them); the reader takes them or t->name. */
-int mt_tensor_hub_parts(const mt_tensor *t);
+int mt_tensor_hub_parts(const mt_layout *layout, const mt_tensor *t);
 void mt_tensor_hub_part(const mt_layout *layout, const mt_tensor *t, int part, char *name, size_t cap, int64_t *row0,
                         int *rows);
+/* How the hub holds t's role (model/tensor_roles.h: interleaved, transposed, MXFP4), as t's family
+ * says; zero: as the layout. */
+mt_hub_form mt_tensor_hub_form(const mt_layout *layout, const mt_tensor *t);
 /* The tensor and part a hub name is, or NULL. */
 const mt_tensor *mt_layout_find_hub(const mt_layout *layout, const char *name, int *part);
 

@@ -3,6 +3,29 @@
 
 #include <string.h>
 
+/* transformers' _compute_yarn_parameters: beta_fast 32 and beta_slow 1 and truncate true when
+ * absent; the attention factor given, or 0.1 ln(factor) + 1 (mscale and mscale_all_dim, DeepSeek's
+ * other form of it, refused). */
+static mt_status read_yarn(const mt_json_src *top, const mt_json_src *s, const char *scope, mt_config *cfg) {
+    static const char *const mscales[] = {"mscale", "mscale_all_dim"};
+    for (int i = 0; i < 2; i++) {
+        const json_t *v = mt_json_field(s, mscales[i]);
+        if (v && !json_is_null(v))
+            return mt_fail(MT_ERR_INVALID, "%s: field '%s%s' is not supported (yarn's attention_factor only)",
+                           top->source, scope, mscales[i]);
+    }
+    cfg->rope_scaling_yarn = 1;
+    cfg->rope_beta_fast = 32.0f;
+    cfg->rope_beta_slow = 1.0f;
+    cfg->rope_truncate = 1;
+    MT_TRY(mt_json_get_float(s, "factor", 1, &cfg->rope_scaling_factor));
+    MT_TRY(mt_json_get_int(s, "original_max_position_embeddings", 1, &cfg->rope_original_max_position));
+    MT_TRY(mt_json_get_float(s, "beta_fast", 0, &cfg->rope_beta_fast));
+    MT_TRY(mt_json_get_float(s, "beta_slow", 0, &cfg->rope_beta_slow));
+    MT_TRY(mt_json_get_bool(s, "truncate", &cfg->rope_truncate));
+    return mt_json_get_float(s, "attention_factor", 0, &cfg->rope_attention_factor);
+}
+
 /* RoPE settings: transformers 4 writes rope_theta and rope_scaling at the top level; transformers 5
  * writes rope_parameters, which holds rope_theta as well. Either is read; a theta given both ways
  * must agree. */
@@ -37,9 +60,10 @@ static mt_status read_one(const mt_json_src *top, const char *key, const char *s
         cfg->rope_scaling_linear = 1;
         return mt_json_get_float(&s, "factor", 1, &cfg->rope_scaling_factor);
     }
+    if (!strcmp(type, "yarn")) return read_yarn(top, &s, scope, cfg);
     if (strcmp(type, "llama3"))
-        return mt_fail(MT_ERR_INVALID, "%s: field '%srope_type' = '%s' is not supported (default, linear and "
-                       "llama3 only)", top->source, scope, type);
+        return mt_fail(MT_ERR_INVALID, "%s: field '%srope_type' = '%s' is not supported (default, linear, llama3 "
+                       "and yarn only)", top->source, scope, type);
     MT_TRY(mt_json_get_float(&s, "factor", 1, &cfg->rope_scaling_factor));
     MT_TRY(mt_json_get_float(&s, "low_freq_factor", 1, &cfg->rope_low_freq_factor));
     MT_TRY(mt_json_get_float(&s, "high_freq_factor", 1, &cfg->rope_high_freq_factor));
@@ -79,6 +103,16 @@ void mt_rope_config_write(const mt_config *c, json_t *o) {
         rs = json_object();
         json_object_set_new(rs, "rope_type", json_string("linear"));
         json_object_set_new(rs, "factor", mt_json_float(c->rope_scaling_factor));
+    } else if (c->rope_scaling_yarn) {
+        rs = json_object();
+        json_object_set_new(rs, "rope_type", json_string("yarn"));
+        json_object_set_new(rs, "factor", mt_json_float(c->rope_scaling_factor));
+        json_object_set_new(rs, "beta_fast", mt_json_float(c->rope_beta_fast));
+        json_object_set_new(rs, "beta_slow", mt_json_float(c->rope_beta_slow));
+        json_object_set_new(rs, "truncate", json_boolean(c->rope_truncate));
+        json_object_set_new(rs, "original_max_position_embeddings", json_integer(c->rope_original_max_position));
+        if (c->rope_attention_factor > 0)
+            json_object_set_new(rs, "attention_factor", mt_json_float(c->rope_attention_factor));
     } else if (c->rope_scaling_factor != 0) {
         rs = json_object();
         json_object_set_new(rs, "rope_type", json_string("llama3"));

@@ -11,6 +11,17 @@ typedef enum {
 
 typedef enum { MT_ROLE_MATRIX, MT_ROLE_NORM, MT_ROLE_GAIN, MT_ROLE_BIAS } mt_role_class;
 
+/* How a family's checkpoints on the hub hold a role's tensor otherwise than the layout does (an
+ * expert's [rows, cols], row-major), a flag a fact (gpt-oss's experts):
+ *   interleaved  the layout's rows are two halves [a; b] (gate; up), held a0, b0, a1, b1, ...
+ *   transposed   each expert's matrix is held [cols, rows] (transformers' [E, H, 2I] for [2I, H])
+ *   mxfp4        it may come as an MXFP4 pair NAME_blocks [E, rows, cols / 32, 16] + NAME_scales
+ *                (io/mxfp4.h): the rows as held (interleaved), never transposed
+ * A tensor of a role with a form is held whole, never an expert at a time. */
+typedef struct {
+    unsigned char interleaved, transposed, mxfp4;
+} mt_hub_form;
+
 static inline mt_role_class mt_tensor_role_class(mt_tensor_kind kind) {
     static const mt_role_class classes[MT_T_COUNT] = {
 #define ROLE(name, hf_name, class) [MT_T_##name] = MT_ROLE_##class,

@@ -134,7 +134,21 @@ static mt_status parse_role(const json_t *msg, const char *where, mt_chat_role *
     else if (!strcmp(name, "user")) *role = MT_ROLE_USER;
     else if (!strcmp(name, "assistant")) *role = MT_ROLE_ASSISTANT;
     else if (!strcmp(name, "tool")) *role = MT_ROLE_TOOL;
-    else return mt_fail(MT_ERR_INVALID, "%s: role \"%s\" is not system, user, assistant or tool", where, name);
+    else if (!strcmp(name, "developer")) *role = MT_ROLE_DEVELOPER;
+    else return mt_fail(MT_ERR_INVALID, "%s: role \"%s\" is not system, developer, user, assistant or tool", where, name);
+    return MT_OK;
+}
+
+/* An assistant message's reasoning under `key` (reasoning_content, which Qwen3's templates read;
+ * thinking, gpt-oss's): a string, or absent (null). */
+static mt_status reasoning_field(const json_t *msg, const char *key, const char *at, const mt_chat_message *m,
+                                 const char **text, size_t *len) {
+    const json_t *v = json_object_get(msg, key);
+    if (!v || json_is_null(v)) return MT_OK;
+    if (m->role != MT_ROLE_ASSISTANT || !json_is_string(v))
+        return mt_fail(MT_ERR_INVALID, "%s: %s must be a string on an assistant message", at, key);
+    *text = json_string_value(v);
+    *len = json_string_length(v);
     return MT_OK;
 }
 
@@ -145,7 +159,10 @@ static mt_status parse_message(const json_t *msg, const char *at, mt_chat_messag
     if (calls && !json_is_null(calls)) {
         if (m->role != MT_ROLE_ASSISTANT)
             return mt_fail(MT_ERR_INVALID, "%s: tool_calls on a %s message (only an assistant calls tools)", at,
-                           m->role == MT_ROLE_TOOL ? "tool" : m->role == MT_ROLE_USER ? "user" : "system");
+                           m->role == MT_ROLE_TOOL        ? "tool"
+                           : m->role == MT_ROLE_USER      ? "user"
+                           : m->role == MT_ROLE_DEVELOPER ? "developer"
+                                                          : "system");
         MT_TRY(check_calls(calls, at));
         m->tool_calls = calls;
     }
@@ -155,14 +172,8 @@ static mt_status parse_message(const json_t *msg, const char *at, mt_chat_messag
     } else {
         MT_TRY(string_field(msg, "content", at, &m->content, &m->len));
     }
-    const json_t *reasoning = json_object_get(msg, "reasoning_content");
-    if (reasoning && !json_is_null(reasoning)) {
-        if (m->role != MT_ROLE_ASSISTANT || !json_is_string(reasoning))
-            return mt_fail(MT_ERR_INVALID, "%s: reasoning_content must be a string on an assistant message", at);
-        m->reasoning = json_string_value(reasoning);
-        m->reasoning_len = json_string_length(reasoning);
-    }
-    return MT_OK;
+    MT_TRY(reasoning_field(msg, "reasoning_content", at, m, &m->reasoning, &m->reasoning_len));
+    return reasoning_field(msg, "thinking", at, m, &m->thinking, &m->thinking_len);
 }
 
 static mt_status parse_messages(mt_chat_example *e, const char *where) {

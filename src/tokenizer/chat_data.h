@@ -1,9 +1,10 @@
 /* Chat and instruction data: one JSONL line (or one record of a JSON array) is one example, in
  * one of the layouts people have (the layout is read from each record's fields):
- *   OpenAI messages  {"messages": [{"role": "system"|"user"|"assistant"|"tool", "content": "..."}, ...],
- *                     "tools": [...]}: an assistant message may carry "tool_calls" (a list of
- *                     {"function": {"name", "arguments"}}; its content may then be null) and
- *                     "reasoning_content" (Qwen3's templates show it)
+ *   OpenAI messages  {"messages": [{"role": "system"|"developer"|"user"|"assistant"|"tool", "content":
+ *                     "..."}, ...], "tools": [...]}: an assistant message may carry "tool_calls" (a
+ *                     list of {"function": {"name", "arguments"}}; its content may then be null),
+ *                     "reasoning_content" (Qwen3's templates show it) and "thinking" (gpt-oss's
+ *                     template shows it in the analysis channel)
  *   prompt/completion {"prompt": "...", "completion": "..."}: [user: prompt, assistant: completion]
  *   alpaca           {"instruction", "input" (optional), "output", "system" (optional), "history"
  *                     (optional)}: the user message is the instruction, and the input after a

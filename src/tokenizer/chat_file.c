@@ -33,7 +33,7 @@ static void locate(const char *path, const example *x, char *where, size_t cap) 
     snprintf(where, cap, x->record ? "%s: record %zu" : "%s:%zu", path, x->line);
 }
 
-static mt_status encode_example(const mt_tokenizer *tok, const mt_chat_template *t, mt_chat_loss loss,
+static mt_status encode_example(const mt_tokenizer *tok, const mt_chat_template *t, mt_chat_loss loss, int analysis,
                                 const char *path, example *x) {
     mt_chat_example e;
     char where[1100];
@@ -47,7 +47,7 @@ static mt_status encode_example(const mt_tokenizer *tok, const mt_chat_template 
     }
     mt_chat_rendered r;
     mt_status st = mt_chat_render(t, e.m, e.n, e.tools, &r);
-    if (st == MT_OK) mt_chat_rendered_set_loss(&r, loss);
+    if (st == MT_OK) mt_chat_rendered_set_loss(&r, loss, analysis);
     if (st == MT_OK) st = mt_chat_encode(tok, &r, &x->ids, &x->mask);
     if (st != MT_OK) st = mt_fail_context(st, "%s", where);
     mt_chat_rendered_free(&r);
@@ -140,16 +140,16 @@ static void take_records(json_t *array, size_t *next, example *b, size_t *n) {
     }
 }
 
-static void encode_batch(const mt_tokenizer *tok, const mt_chat_template *t, mt_chat_loss loss, const char *path,
-                         example *b, size_t n) {
+static void encode_batch(const mt_tokenizer *tok, const mt_chat_template *t, mt_chat_loss loss, int analysis,
+                         const char *path, example *b, size_t n) {
 #pragma omp parallel for schedule(dynamic, 4)
     for (size_t i = 0; i < n; i++) {
-        b[i].st = encode_example(tok, t, loss, path, &b[i]);
+        b[i].st = encode_example(tok, t, loss, analysis, path, &b[i]);
         if (b[i].st != MT_OK) b[i].err = strdup(mt_error());
     }
 }
 
-mt_status mt_chat_file_encode(const mt_tokenizer *tok, const mt_chat_template *t, mt_chat_loss loss,
+mt_status mt_chat_file_encode(const mt_tokenizer *tok, const mt_chat_template *t, mt_chat_loss loss, int analysis,
                               const char *path, mt_chat_sink sink, void *user, mt_chat_file_stats *stats) {
     FILE *f = fopen(path, "rb");
     if (!f) return mt_fail(MT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -162,7 +162,7 @@ mt_status mt_chat_file_encode(const mt_tokenizer *tok, const mt_chat_template *t
         if (array) take_records(array, &line, batch, &n);
         else st = read_batch(f, path, &line, batch, &n);
         if (st != MT_OK || n == 0) break;
-        encode_batch(tok, t, loss, path, batch, n);
+        encode_batch(tok, t, loss, analysis, path, batch, n);
         st = deliver(batch, n, sink, user, stats);
         free_batch(batch, n);
     }

@@ -18,10 +18,11 @@ typedef struct {
     uint64_t examples, tokens, trained_tokens, bytes;
 } mt_chat_file_stats;
 
-/* Encodes every example of `path` with the loss on the tokens `loss` says, adding to *stats. Fails
- * at the first that is not a chat or instruction example or that its template refuses, naming
- * path:line (JSONL) or "path: record N" (an array). */
-mt_status mt_chat_file_encode(const mt_tokenizer *tok, const mt_chat_template *t, mt_chat_loss loss,
+/* Encodes every example of `path` with the loss on the tokens `loss` says (harmony's analysis
+ * channel too where `analysis` is 1: mt_chat_rendered_set_loss), adding to *stats. Fails at the
+ * first that is not a chat or instruction example or that its template refuses, naming path:line
+ * (JSONL) or "path: record N" (an array). */
+mt_status mt_chat_file_encode(const mt_tokenizer *tok, const mt_chat_template *t, mt_chat_loss loss, int analysis,
                               const char *path, mt_chat_sink sink, void *user, mt_chat_file_stats *stats);
 
 /* Whether the first example of a JSONL file (its first non-blank line) or of a JSON array is a

@@ -3,12 +3,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tokenizer/chat_harmony.h"
 #include "tokenizer/jinja.h"
 
-static const char *const ROLE_NAMES[] = {"system", "user", "assistant", "tool"};
+static const char *const ROLE_NAMES[] = {"system", "user", "assistant", "tool", "developer"};
 
 /* The messages as the template sees them: role, content (null where it is), and an assistant's
- * tool_calls and reasoning_content where it has them. */
+ * tool_calls, reasoning_content and thinking where it has them. */
 static mt_status messages_json(const mt_chat_message *m, size_t n, json_t **out) {
     json_t *list = json_array();
     for (size_t i = 0; list && i < n; i++) {
@@ -16,6 +17,8 @@ static mt_status messages_json(const mt_chat_message *m, size_t n, json_t **out)
                                 m[i].content ? json_stringn_nocheck(m[i].content, m[i].len) : json_null());
         if (msg && m[i].reasoning)
             json_object_set_new(msg, "reasoning_content", json_stringn_nocheck(m[i].reasoning, m[i].reasoning_len));
+        if (msg && m[i].thinking)
+            json_object_set_new(msg, "thinking", json_stringn_nocheck(m[i].thinking, m[i].thinking_len));
         if (msg && m[i].tool_calls) json_object_set(msg, "tool_calls", (json_t *)m[i].tool_calls);
         if (!msg || json_array_append_new(list, msg)) {
             json_decref(list);
@@ -48,7 +51,7 @@ static int space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r
 /* The answer of assistant message i as a byte range of the whole text: after the conversation
  * before it with the generation prompt, through it less its closing whitespace. */
 static mt_status answer_span(const mt_chat_template *t, const json_t *msgs, size_t i, const json_t *tools,
-                             const mt_jinja_output *whole, size_t span[2]) {
+                             const mt_jinja_output *whole, mt_chat_answer *span) {
     mt_jinja_output before = {0}, through = {0};
     mt_status st = i > 0 ? render(t, msgs, i, tools, 1, &before) : MT_OK;
     if (st == MT_OK) st = render(t, msgs, i + 1, tools, 0, &through);
@@ -60,15 +63,14 @@ static mt_status answer_span(const mt_chat_template *t, const json_t *msgs, size
     if (st == MT_OK) {
         size_t end = through.len;
         while (end > before.len && space(through.text[end - 1])) end--;
-        span[0] = before.len;
-        span[1] = end;
+        *span = (mt_chat_answer){before.len, end, 0};
     }
     mt_jinja_output_free(&before);
     mt_jinja_output_free(&through);
     return st;
 }
 
-static mt_status push(mt_chat_rendered *r, const char *text, size_t len, int trainable) {
+static mt_status push(mt_chat_rendered *r, const char *text, size_t len, int trainable, int analysis) {
     if (len == 0) return MT_OK;
     if (r->n == r->cap) {
         size_t cap = r->cap ? 2 * r->cap : 16;
@@ -77,7 +79,7 @@ static mt_status push(mt_chat_rendered *r, const char *text, size_t len, int tra
         r->seg = grown;
         r->cap = cap;
     }
-    r->seg[r->n++] = (mt_chat_segment){text, len, (unsigned char)trainable, 0};
+    r->seg[r->n++] = (mt_chat_segment){text, len, (unsigned char)trainable, 0, (unsigned char)analysis};
     return MT_OK;
 }
 
@@ -94,18 +96,18 @@ static size_t marker(const char *s, size_t n) {
 
 /* Pushes text, its markers as segments of their own marked special: mt_chat_encode splits the
  * text at those that are the tokenizer's special tokens, so that it encodes pieces, not the whole. */
-static mt_status push_text(mt_chat_rendered *r, const char *text, size_t len, int trainable) {
+static mt_status push_text(mt_chat_rendered *r, const char *text, size_t len, int trainable, int analysis) {
     size_t from = 0;
     for (size_t i = 0; i < len; i++) {
         size_t k = marker(text + i, len - i);
         if (!k) continue;
-        MT_TRY(push(r, text + from, i - from, trainable));
-        MT_TRY(push(r, text + i, k, trainable));
+        MT_TRY(push(r, text + from, i - from, trainable, analysis));
+        MT_TRY(push(r, text + i, k, trainable, analysis));
         r->seg[r->n - 1].special = 1;
         from = i + k;
         i += k - 1;
     }
-    return push(r, text + from, len - from, trainable);
+    return push(r, text + from, len - from, trainable, analysis);
 }
 
 /* Keeps the rendered text, which the segments point into, in out->owned. */
@@ -119,33 +121,43 @@ static mt_status own(mt_chat_rendered *out, mt_jinja_output *text) {
 }
 
 /* Segments of the whole text from sorted, non-overlapping trainable ranges. */
-static mt_status segments(mt_chat_rendered *out, const char *text, size_t len, size_t (*spans)[2], size_t n) {
+static mt_status segments(mt_chat_rendered *out, const char *text, size_t len, const mt_chat_answer *spans, size_t n) {
     size_t at = 0;
     for (size_t k = 0; k < n; k++) {
-        if (spans[k][0] < at) continue; /* nested or repeated: already covered */
-        MT_TRY(push_text(out, text + at, spans[k][0] - at, 0));
-        MT_TRY(push_text(out, text + spans[k][0], spans[k][1] - spans[k][0], 1));
-        at = spans[k][1];
+        if (spans[k].start < at) continue; /* nested or repeated: already covered */
+        MT_TRY(push_text(out, text + at, spans[k].start - at, 0, 0));
+        MT_TRY(push_text(out, text + spans[k].start, spans[k].end - spans[k].start, 1, spans[k].analysis));
+        at = spans[k].end;
     }
-    return push_text(out, text + at, len - at, 0);
+    return push_text(out, text + at, len - at, 0, 0);
+}
+
+/* The answers by the template's {% generation %} blocks, else by the renders of each assistant
+ * message (harmony's by its messages). */
+static mt_status answers(const mt_chat_template *t, const json_t *msgs, const mt_chat_message *m, size_t n,
+                         const json_t *tools, const mt_jinja_output *whole, mt_chat_answer **spans, size_t *n_spans) {
+    if (t->harmony) return mt_harmony_answers(t->name, whole->text, whole->len, m, n, spans, n_spans);
+    int tagged = mt_jinja_has_generation(t->jinja);
+    *n_spans = 0;
+    *spans = calloc((tagged ? whole->n_gen : n) + 1, sizeof **spans);
+    if (!*spans) return mt_fail(MT_ERR_NOMEM, "cannot hold a conversation");
+    for (size_t k = 0; tagged && k < whole->n_gen; k++)
+        (*spans)[(*n_spans)++] = (mt_chat_answer){whole->gen[k][0], whole->gen[k][1], 0};
+    for (size_t i = 0; !tagged && i < n; i++)
+        if (m[i].role == MT_ROLE_ASSISTANT) MT_TRY(answer_span(t, msgs, i, tools, whole, &(*spans)[(*n_spans)++]));
+    return MT_OK;
 }
 
 static mt_status render_conversation(const mt_chat_template *t, const json_t *msgs, const mt_chat_message *m, size_t n,
                                      const json_t *tools, mt_chat_rendered *out) {
     mt_jinja_output whole = {0};
     MT_TRY(render(t, msgs, n, tools, 0, &whole));
-    size_t (*spans)[2] = whole.gen, n_spans = whole.n_gen;
-    mt_status st = MT_OK;
-    if (!mt_jinja_has_generation(t->jinja)) {
-        spans = calloc(n ? n : 1, sizeof *spans);
-        n_spans = 0;
-        if (!spans) st = mt_fail(MT_ERR_NOMEM, "cannot hold a conversation");
-        for (size_t i = 0; st == MT_OK && i < n; i++)
-            if (m[i].role == MT_ROLE_ASSISTANT) st = answer_span(t, msgs, i, tools, &whole, spans[n_spans++]);
-    }
+    mt_chat_answer *spans = NULL;
+    size_t n_spans = 0;
+    mt_status st = answers(t, msgs, m, n, tools, &whole, &spans, &n_spans);
     if (st == MT_OK) st = own(out, &whole);
     if (st == MT_OK) st = segments(out, out->owned[0], whole.len, spans, n_spans);
-    if (spans != whole.gen) free(spans);
+    free(spans);
     mt_jinja_output_free(&whole);
     return st;
 }
@@ -170,7 +182,7 @@ mt_status mt_chat_jinja_render_prompt(const mt_chat_template *t, const mt_chat_m
     mt_status st = render(t, msgs, n, NULL, 1, &text);
     json_decref(msgs);
     if (st == MT_OK) st = own(out, &text);
-    if (st == MT_OK) st = push_text(out, out->owned[0], text.len, 0);
+    if (st == MT_OK) st = push_text(out, out->owned[0], text.len, 0, 0);
     mt_jinja_output_free(&text);
     if (st != MT_OK) mt_chat_rendered_free(out);
     return st;

@@ -24,6 +24,7 @@ TEMPLATE(mt_tpl_llama2, "llama2.jinja");
 TEMPLATE(mt_tpl_mistral01, "mistral-v0.1.jinja");
 TEMPLATE(mt_tpl_mistral02, "mistral-v0.2.jinja");
 TEMPLATE(mt_tpl_mistral03, "mistral-v0.3.jinja");
+TEMPLATE(mt_tpl_gpt_oss, "gpt-oss.jinja");
 
 typedef struct {
     const char *name;
@@ -45,6 +46,8 @@ static const known KNOWN[] = {
     {"Mistral Instruct v0.1", mt_tpl_mistral01, {.family = MT_CHAT_INST, .inst = MT_INST_NO_SYSTEM}},
     {"Mistral Instruct v0.2", mt_tpl_mistral02, {.family = MT_CHAT_INST, .inst = MT_INST_SYSTEM_FIRST}},
     {"Mistral Instruct v0.3", mt_tpl_mistral03, {.family = MT_CHAT_INST, .inst = MT_INST_SYSTEM_IF_LAST}},
+    /* Rendered by the interpreter; its answers found from its harmony messages. */
+    {"gpt-oss", mt_tpl_gpt_oss, {.family = MT_CHAT_JINJA, .harmony = 1}},
 };
 enum { N_KNOWN = sizeof KNOWN / sizeof *KNOWN };
 

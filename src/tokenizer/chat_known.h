@@ -7,7 +7,8 @@
  * system header), which the C renderer takes from the model's template. A known template is
  * rendered in C (tokenizer/chat_template.h) because its answers are marked there even where its
  * renders are not prefixes of one another (Qwen3's reasoning, Mistral v0.3's system prompt); any
- * other template is rendered by the Jinja interpreter (tokenizer/chat_jinja.h). */
+ * other template is rendered by the Jinja interpreter (tokenizer/chat_jinja.h), gpt-oss's too,
+ * whose answers are found from the harmony messages it writes (tokenizer/chat_harmony.h). */
 #ifndef MT_TOKENIZER_CHAT_KNOWN_H
 #define MT_TOKENIZER_CHAT_KNOWN_H
 

@@ -12,11 +12,12 @@
 
 /* ---- reading a template ---- */
 
-/* A template megatrain does not know: compiled by the Jinja interpreter. */
+/* A template megatrain does not know, or one it knows that the interpreter renders (gpt-oss's):
+ * compiled by the Jinja interpreter. */
 static mt_status compile(const char *text, const char *source, mt_chat_template *t) {
     t->family = MT_CHAT_JINJA;
     if (!(t->source = strdup(source))) return mt_fail(MT_ERR_NOMEM, "cannot hold a chat template");
-    t->name = t->source;
+    if (!t->name) t->name = t->source;
     return mt_jinja_compile(text, source, &t->jinja);
 }
 
@@ -35,7 +36,7 @@ mt_status mt_chat_template_parse(const char *text, const char *bos, const char *
     int known = 0;
     mt_status st = mt_chat_known_match(text, source, t, holes, &known);
     snprintf(t->today, sizeof t->today, "%s", MT_CHAT_TEMPLATE_DATE);
-    if (st == MT_OK && !known) st = compile(text, source, t);
+    if (st == MT_OK && (!known || t->family == MT_CHAT_JINJA)) st = compile(text, source, t);
     if (st == MT_OK && t->family == MT_CHAT_INST && !eos)
         st = mt_fail(MT_ERR_INVALID, "%s: chat_template is %s's, but the tokenizer has no eos_token to end answers with",
                      source, t->name);
@@ -131,7 +132,7 @@ static mt_status emit(mt_chat_rendered *r, const char *text, size_t len, int tra
         r->seg = grown;
         r->cap = cap;
     }
-    r->seg[r->n++] = (mt_chat_segment){text, len, (unsigned char)trainable, (unsigned char)special};
+    r->seg[r->n++] = (mt_chat_segment){text, len, (unsigned char)trainable, (unsigned char)special, 0};
     return MT_OK;
 }
 
@@ -576,12 +577,27 @@ static mt_status render_inst(const mt_chat_template *t, const mt_chat_message *m
     return t->inst == MT_INST_LLAMA2 ? render_llama2(t, m, n, r, system) : render_mistral(t, m, n, r, system);
 }
 
+/* What the templates rendered in C have no place for (transformers would drop it): a developer
+ * message, an answer's thinking (gpt-oss's field). */
+static mt_status check_roles_and_fields(const mt_chat_template *t, const mt_chat_message *m, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (m[i].role == MT_ROLE_DEVELOPER)
+            return mt_fail(MT_ERR_INVALID, "message %zu: a developer message, which the %s template has no place for",
+                           i + 1, t->name);
+        if (m[i].thinking)
+            return mt_fail(MT_ERR_INVALID, "message %zu: thinking, which the %s template does not read%s", i + 1, t->name,
+                           t->think ? " (it reads reasoning_content)" : "");
+    }
+    return MT_OK;
+}
+
 mt_status mt_chat_render(const mt_chat_template *t, const mt_chat_message *m, size_t n, const json_t *tools,
                          mt_chat_rendered *out) {
     *out = (mt_chat_rendered){0};
     if (n == 0) return mt_fail(MT_ERR_INVALID, "a conversation with no message");
     if (t->family == MT_CHAT_JINJA) return mt_chat_jinja_render(t, m, n, tools, out);
-    mt_status st = check_tools(t, m, n, tools);
+    mt_status st = check_roles_and_fields(t, m, n);
+    if (st == MT_OK) st = check_tools(t, m, n, tools);
     if (st == MT_OK)
         st = t->family == MT_CHAT_LLAMA3   ? render_llama3(t, m, n, tools, out)
              : t->family == MT_CHAT_CHATML ? render_chatml(t, m, n, tools, out)
@@ -602,7 +618,7 @@ mt_status mt_chat_render_prompt(const mt_chat_template *t, const mt_chat_message
     mt_status st = mt_chat_render(t, with_answer, n + 1, NULL, out);
     free(with_answer);
     MT_TRY(st);
-    mt_chat_rendered_set_loss(out, MT_LOSS_LAST_TURN);
+    mt_chat_rendered_set_loss(out, MT_LOSS_LAST_TURN, 1);
     size_t answer = 0;
     while (answer < out->n && !out->seg[answer].trainable) answer++;
     out->n = answer;
@@ -618,10 +634,14 @@ void mt_chat_rendered_free(mt_chat_rendered *r) {
 
 const char *const mt_chat_loss_names[] = {"assistant", "last-turn", "all", NULL};
 
-void mt_chat_rendered_set_loss(mt_chat_rendered *r, mt_chat_loss loss) {
+void mt_chat_rendered_set_loss(mt_chat_rendered *r, mt_chat_loss loss, int analysis) {
     if (loss == MT_LOSS_ALL) {
         for (size_t i = 0; i < r->n; i++) r->seg[i].trainable = 1;
-    } else if (loss == MT_LOSS_LAST_TURN) {
+        return;
+    }
+    for (size_t i = 0; !analysis && i < r->n; i++)
+        if (r->seg[i].analysis) r->seg[i].trainable = 0;
+    if (loss == MT_LOSS_LAST_TURN) {
         size_t last = r->n;
         while (last > 0 && !r->seg[last - 1].trainable) last--;
         while (last > 0 && r->seg[last - 1].trainable) last--;

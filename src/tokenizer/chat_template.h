@@ -17,10 +17,13 @@
  *              prompt before the first user message) and v0.3 (the system prompt only before a
  *              user message that ends the conversation)
  *
+ * gpt-oss's template (the harmony format) is known too, but rendered by the interpreter: its answers
+ * are found from the harmony messages of the text (tokenizer/chat_harmony.h).
+ *
  * Rendering gives segments of text, each either context (no loss) or trainable: what the model
  * generates for an assistant turn after the template's generation prompt, through the turn's end
- * token (<|eot_id|>, <|im_end|>, eos), tool calls included (for other templates,
- * tokenizer/chat_jinja.h says how the answers are found). */
+ * token (<|eot_id|>, <|im_end|>, eos; harmony's <|end|>, <|call|>, <|return|>), tool calls included
+ * (for other templates, tokenizer/chat_jinja.h says how the answers are found). */
 #ifndef MT_TOKENIZER_CHAT_TEMPLATE_H
 #define MT_TOKENIZER_CHAT_TEMPLATE_H
 
@@ -58,6 +61,7 @@ typedef struct {
     const char *name;                /* the known template's name ("Qwen2.5"), or the file of another */
     mt_chat_family family;
     mt_jinja *jinja;                 /* MT_CHAT_JINJA: the compiled template */
+    int harmony;                     /* MT_CHAT_JINJA: gpt-oss's template; answers found from its harmony messages */
     char *source;                    /* MT_CHAT_JINJA: the file it came from, which name points to */
     char today[16];                  /* strftime_now's date: MT_CHAT_TEMPLATE_DATE */
     mt_chat_tools tools;
@@ -87,7 +91,9 @@ void mt_chat_template_free(mt_chat_template *t);
  * tokenizer has none; eos for a template megatrain does not know). */
 const char *mt_chat_turn_end(const mt_chat_template *t);
 
-typedef enum { MT_ROLE_SYSTEM, MT_ROLE_USER, MT_ROLE_ASSISTANT, MT_ROLE_TOOL } mt_chat_role;
+/* developer: OpenAI's name for the instructions that gpt-oss's template puts in its developer
+ * message (a system message goes there too); the templates rendered in C have no place for it. */
+typedef enum { MT_ROLE_SYSTEM, MT_ROLE_USER, MT_ROLE_ASSISTANT, MT_ROLE_TOOL, MT_ROLE_DEVELOPER } mt_chat_role;
 
 typedef struct {
     mt_chat_role role;
@@ -95,16 +101,19 @@ typedef struct {
     size_t len;
     const char *reasoning;  /* an assistant message's reasoning_content, or NULL (Qwen3 templates use it) */
     size_t reasoning_len;
+    const char *thinking;   /* an assistant message's thinking, or NULL (gpt-oss's template: the analysis channel) */
+    size_t thinking_len;
     const json_t *tool_calls; /* an assistant message's "tool_calls" as given (a list of calls, each
                                * {"function": {"name", "arguments"}} or {"name", "arguments"}), or NULL */
 } mt_chat_message;
 
 /* A piece of the rendered text. `special` marks the template's own special-token strings (bos, eos,
- * <|im_start|>, ...), where the tokenizer's pieces start afresh. */
+ * <|im_start|>, ...), where the tokenizer's pieces start afresh; `analysis` an answer's text in
+ * harmony's analysis channel (the reasoning), which the loss may leave out. */
 typedef struct {
     const char *text;
     size_t len;
-    unsigned char trainable, special;
+    unsigned char trainable, special, analysis;
 } mt_chat_segment;
 
 typedef struct {
@@ -139,7 +148,8 @@ extern const char *const mt_chat_loss_names[];
 
 /* Sets the segments' trainable flags for `loss`: as rendered (assistant), only the last run of
  * trainable segments (last-turn: an assistant turn is one run, its markup before it context), or
- * every segment (all). */
-void mt_chat_rendered_set_loss(mt_chat_rendered *r, mt_chat_loss loss);
+ * every segment (all). With `analysis` 0, the answers' analysis-channel segments are context
+ * (before last-turn picks its run; `all` keeps every token). */
+void mt_chat_rendered_set_loss(mt_chat_rendered *r, mt_chat_loss loss, int analysis);
 
 #endif

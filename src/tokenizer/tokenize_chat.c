@@ -191,7 +191,7 @@ static mt_status encode_files(const mt_tokenize_options *o, const mt_tokenizer *
             return mt_fail(MT_ERR_INVALID, "%s: chat data must be JSONL (a .jsonl file, one conversation a line) "
                            "or a JSON array of conversations (a .json file)",
                            files->v[i].path);
-        MT_TRY(mt_chat_file_encode(tok, t, (mt_chat_loss)o->loss, files->v[i].path, to_shards, sink, &stats));
+        MT_TRY(mt_chat_file_encode(tok, t, (mt_chat_loss)o->loss, !o->no_analysis_loss, files->v[i].path, to_shards, sink, &stats));
         s->files++;
         mt_log_info("%s: %llu conversations, %llu tokens so far", files->v[i].path, (unsigned long long)stats.examples,
                     (unsigned long long)stats.tokens);

@@ -31,6 +31,7 @@ typedef struct {
     int allow_special;          /* match special-token strings in documents */
     const char *chat_template;  /* chat data: a template file in place of the tokenizer's (NULL: its own) */
     int loss;                   /* chat data: which tokens carry loss, an mt_chat_loss (0: the answers) */
+    int no_analysis_loss;       /* chat data: harmony's analysis channel (gpt-oss's reasoning) is context */
     int bos;                    /* -1: when the tokenizer adds BOS (mt_tokenizer_adds_bos), 0 never, 1 always */
     double progress_seconds;    /* period of the progress line in the log; 0: 2 s */
     size_t part_bytes;          /* a plain-text document's parts, about; 0: a quarter of its share of the

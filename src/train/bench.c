@@ -36,17 +36,6 @@ static double full_attention_flops_per_token(const mt_config *c, int seq) {
     return model_flops_per_token(&full, seq);
 }
 
-/* Peak resident host memory of this process (VmHWM), in bytes. */
-static double host_peak_bytes(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    double kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, "VmHWM:", 6)) kb = strtod(line + 6, NULL);
-    if (f) fclose(f);
-    return kb * 1024;
-}
-
 /* Bytes each GPU moves over its PCIe link in a step, by the schedule (engine.h): every streamed
  * block's weights come in for the forward and, but for the K still in their slots, again for the
  * backward (the resident device_blocks never move); the embedding and head once each unless the
@@ -305,7 +294,8 @@ mt_status mt_bench(const mt_train_options *given, int warmup, int packed_mean, F
         sum.backlog = backlog / (double)o->steps;
         sum.packed_mean = packed_mean;
         sum.segments_per_window = packed_mean ? segments / (double)(warmup + o->steps) / (double)(n / o->seq_len) : 1;
-        rc = print_summary(out, o, be, &cfg, &sum, (double)peak, host_peak_bytes(), json,
+        int64_t host_peak = mt_host_memory_peak();
+        rc = print_summary(out, o, be, &cfg, &sum, (double)peak, host_peak > 0 ? (double)host_peak : 0, json,
                            mt_devices_writes(&dev) ? json_file : NULL);
     }
     if (json_file && fclose(json_file) != 0 && rc == MT_OK)

@@ -114,6 +114,7 @@ const mt_option mt_options[] = {
     /* Stored as an absolute path (train.c); fixed, as the tokenizer: they make the data's ids and masks. */
     NAME_SETTING("chat-template", chat_template, MT_OPT_FIXED, NULL, check_file, NULL),
     NAME_SETTING("loss-on", loss_on, MT_OPT_FIXED, mt_chat_loss_names, NULL, "assistant"),
+    NAME_SETTING("analysis-loss", analysis_loss, MT_OPT_FIXED, on_off, NULL, "on"),
     SETTING("val-fraction", MT_OPT_F64, val_fraction, MT_OPT_FIXED, 0, 1, 0, 1, 0.05),
     NAME_SETTING("val-data", val_data, MT_OPT_MAY_CHANGE, NULL, check_val_data, NULL),
     SETTING("sequential", MT_OPT_FLAG, sequential, MT_OPT_FIXED, 0, 1, 0, 0, 0),

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "io/file_identity.h"
+#include "io/hf_config.h"
 #include "train/data_mix.h"
 #include "util/fs.h"
 #include "util/log.h"
@@ -143,6 +144,18 @@ static const input_kind *kind_named(const char *name) {
     return NULL;
 }
 
+/* A model directory of a wrapper (model/wrappers.h) names it in its identity: the run's export
+ * writes that wrapper back, from there. */
+static mt_status note_wrapper(const char *dir, json_t *id) {
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    const mt_wrapper *w = NULL;
+    if (is_file(path)) MT_TRY(mt_hf_config_wrapper(path, &w));
+    if (w && json_object_set_new(id, "wrapper", json_string(w->architecture)) != 0)
+        return mt_fail(MT_ERR_NOMEM, "%s: cannot build its identity", dir);
+    return MT_OK;
+}
+
 mt_status mt_run_inputs_identify(const mt_train_options *o, json_t **inputs) {
     *inputs = json_object();
     if (!*inputs) return mt_fail(MT_ERR_NOMEM, "cannot build the run's inputs");
@@ -151,6 +164,7 @@ mt_status mt_run_inputs_identify(const mt_train_options *o, json_t **inputs) {
         if (!path || !path[0] || (kinds[i].data && !kinds[i].files(path, NULL))) continue;
         json_t *id;
         mt_status st = identify(&kinds[i], path, &id);
+        if (st == MT_OK && !strcmp(kinds[i].name, "init-from")) st = note_wrapper(path, id);
         if (st == MT_OK && json_object_set_new(*inputs, kinds[i].name, id) != 0)
             st = mt_fail(MT_ERR_NOMEM, "cannot build the run's inputs");
         if (st != MT_OK) {
@@ -294,4 +308,15 @@ mt_status mt_run_inputs_check_tokenizer(const json_t *settings, const char *path
 mt_status mt_run_inputs_check_template(const json_t *settings, const char *path, const char *checkpoint) {
     return check_unchanged(settings, "chat-template", path, checkpoint,
                            "the model would be given conversations in another form than it learned");
+}
+
+mt_status mt_run_inputs_wrapped_from(const json_t *settings, const char *checkpoint, char *dir, size_t cap) {
+    const json_t *init = json_object_get(json_object_get(settings, "inputs"), "init-from");
+    const char *path = json_string_value(json_object_get(init, "path"));
+    dir[0] = '\0';
+    if (!json_is_string(json_object_get(init, "wrapper")) || !path) return MT_OK;
+    MT_TRY(check_unchanged(settings, "init-from", path, checkpoint,
+                           "what the export writes back of it (its vision tower, ...) would be others"));
+    snprintf(dir, cap, "%s", path);
+    return MT_OK;
 }

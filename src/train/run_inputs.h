@@ -7,7 +7,7 @@
  *   tokenizer  the run's tokenizer: its tokenizer.json and tokenizer_config.json (the chat
  *              template lives there)
  *   init-from  the model directory the run was initialized from: config.json, the safetensors
- *              files and their index
+ *              files and their index, and the wrapper its config.json names, if any ("wrapper")
  *
  * Each is {"path": the absolute path, "files": [identities]}, in a table (`mt_run_input_kinds`)
  * that a new input joins as one more row. --config needs no entry: its contents are the run's
@@ -49,5 +49,10 @@ mt_status mt_run_inputs_check(const json_t *saved, json_t *now, const mt_train_o
 mt_status mt_run_inputs_check_tokenizer(const json_t *settings, const char *path, const char *checkpoint);
 /* The same for the run's --chat-template file (export and sample --chat render with it). */
 mt_status mt_run_inputs_check_template(const json_t *settings, const char *path, const char *checkpoint);
+
+/* The --init-from directory of a run initialized from a wrapper's (model/wrappers.h), which its
+ * export writes back (mt_hf_export_options.wrapped_from), into dir[cap]; "" for any other run.
+ * Refused when the directory changed since the run stored it. */
+mt_status mt_run_inputs_wrapped_from(const json_t *settings, const char *checkpoint, char *dir, size_t cap);
 
 #endif

@@ -220,7 +220,8 @@ static void print_loading(int64_t done, int64_t total, void *user) {
         fprintf(stderr, "\rloading %s: %.0f%% of %.2f GB%s", r->o.init_from, pct, (double)total / 1e9,
                 done == total ? "\n" : "");
     else if (done == total)
-        mt_log_info("loaded %s: %.2f GB", r->o.init_from, (double)total / 1e9);
+        mt_log_info("loaded %s: %.2f GB (the process's peak resident memory so far: %.2f GB)", r->o.init_from,
+                    (double)total / 1e9, (double)mt_host_memory_peak() / 1e9);
 }
 
 static void into_store(void *store, int64_t at, const float *values, int64_t n) {

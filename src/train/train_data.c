@@ -78,21 +78,24 @@ static mt_status hash_file(XXH3_state_t *h, const char *path, int optional) {
     return bad ? mt_fail(MT_ERR_IO, "%s: read failed", path) : MT_OK;
 }
 
-/* How chat data is rendered: --chat-template's file (NULL: the tokenizer's) and --loss-on. */
+/* How chat data is rendered: --chat-template's file (NULL: the tokenizer's), --loss-on and
+ * --analysis-loss. */
 typedef struct {
     const char *file;
     mt_chat_loss loss;
+    int analysis;
 } chat_render;
 
 static chat_render chat_render_of(const mt_train_options *o) {
-    chat_render c = {o->chat_template, MT_LOSS_ASSISTANT};
+    chat_render c = {o->chat_template, MT_LOSS_ASSISTANT, !(o->analysis_loss && !strcmp(o->analysis_loss, "off"))};
     for (int i = 0; o->loss_on && mt_chat_loss_names[i]; i++)
         if (!strcmp(o->loss_on, mt_chat_loss_names[i])) c.loss = (mt_chat_loss)i;
     return c;
 }
 
 /* The cache key: the input's size and modification time, the tokenizer's files and, where they
- * are not the defaults, the chat template file and the loss (keys of earlier caches hold). */
+ * are not the defaults, the chat template file, the loss and the analysis channel's (keys of
+ * earlier caches hold). */
 static mt_status cache_key(const char *data, const char *tokenizer, const chat_render *chat, uint64_t *key) {
     struct stat st;
     if (stat(data, &st) != 0) return mt_fail(MT_ERR_IO, "--data %s: %s", data, strerror(errno));
@@ -114,6 +117,7 @@ static mt_status cache_key(const char *data, const char *tokenizer, const chat_r
     if (rc == MT_OK) rc = hash_file(h, jinja, 1);
     if (rc == MT_OK && chat->file) rc = hash_file(h, chat->file, 0);
     if (chat->loss != MT_LOSS_ASSISTANT) XXH3_64bits_update(h, &chat->loss, sizeof chat->loss);
+    if (!chat->analysis) XXH3_64bits_update(h, "analysis-loss off", 17);
     *key = XXH3_64bits_digest(h);
     XXH3_freeState(h);
     return rc;
@@ -142,11 +146,13 @@ static mt_status check_vocab(const char *tokenizer, uint32_t vocab) {
     return MT_OK;
 }
 
-/* --chat-template and --loss-on other than the default, for data that is not chat data: refused. */
+/* --chat-template, --loss-on and --analysis-loss other than the default, for data that is not chat
+ * data: refused. */
 static mt_status not_chat(const char *data, const chat_render *chat, const char *why) {
     if (chat->file) return mt_fail(MT_ERR_INVALID, "--chat-template %s: --data %s %s", chat->file, data, why);
     if (chat->loss != MT_LOSS_ASSISTANT)
         return mt_fail(MT_ERR_INVALID, "--loss-on %s: --data %s %s", mt_chat_loss_names[chat->loss], data, why);
+    if (!chat->analysis) return mt_fail(MT_ERR_INVALID, "--analysis-loss off: --data %s %s", data, why);
     return MT_OK;
 }
 
@@ -161,12 +167,14 @@ static mt_status tokenize(const char *data, const char *tokenizer, const chat_re
     const char *inputs[1] = {data};
     mt_tokenize_options o = {.tokenizer = tokenizer, .inputs = inputs, .n_inputs = 1, .out_prefix = prefix,
                              .shard_tokens = chat ? INT64_MAX : INT32_MAX, .bos = -1,
-                             .chat_template = render->file, .loss = (int)render->loss};
+                             .chat_template = render->file, .loss = (int)render->loss,
+                             .no_analysis_loss = !render->analysis};
     mt_tokenize_summary s;
     uint64_t trained = 0;
     if (chat)
-        mt_log_info("tokenizing %s with %s (chat data: the template of %s, loss %s)", data, tokenizer,
-                    render->file ? render->file : "the tokenizer", loss_said[render->loss]);
+        mt_log_info("tokenizing %s with %s (chat data: the template of %s, loss %s%s)", data, tokenizer,
+                    render->file ? render->file : "the tokenizer", loss_said[render->loss],
+                    render->analysis ? "" : ", not on the analysis channel");
     else
         mt_log_info("tokenizing %s with %s", data, tokenizer);
     MT_TRY(chat ? mt_tokenize_chat_files(&o, &s, &trained) : mt_tokenize_files(&o, &s));

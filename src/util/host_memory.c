@@ -30,6 +30,11 @@ int64_t mt_host_memory_proc_field(const char *path, const char *name) {
     return v;
 }
 
+int64_t mt_host_memory_peak(void) {
+    int64_t kib = mt_host_memory_proc_field("/proc/self/status", "VmHWM");
+    return kib < 0 ? -1 : kib * 1024;
+}
+
 /* A one-number file; -1 when absent or not a number ("max": no limit). */
 static int64_t file_value(const char *dir, const char *file) {
     char path[4096 + 64];

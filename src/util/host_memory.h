@@ -27,6 +27,9 @@ void mt_host_memory_give(int64_t bytes);
 /* What is available now, by the rule above. */
 mt_host_memory mt_host_memory_available(void);
 
+/* The most host memory this process has held resident (VmHWM), in bytes; -1 when unknown. */
+int64_t mt_host_memory_peak(void);
+
 /* The rule on its parts (each -1 when unknown): mem_available + balloon, capped by cgroup_room. */
 int64_t mt_host_memory_combine(int64_t mem_available, int64_t balloon, int64_t cgroup_room);
 

@@ -1,7 +1,8 @@
 /* Both attention paths of the CUDA backend -- cuDNN's fused SDPA (attention_cudnn.c) and the
  * CUDA-core flash kernels (attention.cu) -- called directly, each against the CPU reference on
  * the same bf16-rounded inputs, plain and with segments (packed examples: cuDNN's ragged layout,
- * the kernels' segment masks); then both timed at the benchmark shape.
+ * the kernels' segment masks), and with sinks through the backend's choice; then both timed at the
+ * benchmark shape.
  *
  * Tolerances (relative error ||out - ref|| / ||ref||): 1e-2 for bf16 outputs (8 mantissa bits,
  * a rounding of up to 2^-9 per element, plus cuDNN's bf16 probabilities in P.V and, for GQA, dK
@@ -61,11 +62,11 @@ static size_t workspace_bytes(mt_cudnn_attention *ca, mt_attn_dims d, path p, co
     if (p != PATH_CUDNN) return bytes;
     if (seg) {
         size_t sized = mt_cudnn_attention_ragged_workspace(ca, d, bytes);
-        cr_assert(mt_cudnn_attention_supports(ca, d, seg->count, &bytes), "cuDNN refused %d segments", seg->count);
+        cr_assert(mt_cudnn_attention_supports(ca, d, seg->count, 0, &bytes), "cuDNN refused %d segments", seg->count);
         cr_assert_leq(bytes, sized);
         return sized;
     }
-    cr_assert(mt_cudnn_attention_supports(ca, d, 0, &bytes), "cuDNN refused the dims");
+    cr_assert(mt_cudnn_attention_supports(ca, d, 0, 0, &bytes), "cuDNN refused the dims");
     return bytes;
 }
 
@@ -74,7 +75,7 @@ static void run_forward(gpu *g, mt_cudnn_attention *ca, path p, const buffers *b
     cudaStream_t s = (cudaStream_t)g->s;
     mt_status status = p == PATH_CUDNN
                            ? mt_cudnn_attention_forward(ca, s, b->out, b->lse, b->q, b->k, b->v, d, mt_attn_scale(NULL, d.head_dim), seg,
-                                                         b->ws)
+                                                         0, b->ws)
                            : mt_cuda_attention(s, b->out, b->lse, b->q, b->k, b->v, d, NULL, seg ? seg->pos : NULL);
     cr_assert_eq(status, MT_OK, "%s forward: %s", path_name(p), mt_error());
 }
@@ -85,7 +86,7 @@ static void run_backward(gpu *g, mt_cudnn_attention *ca, path p, const buffers *
     mt_status status =
         p == PATH_CUDNN
             ? mt_cudnn_attention_backward(ca, s, b->dq, b->dk, b->dv, b->dout, b->out, b->lse, b->q,
-                                          b->k, b->v, d, mt_attn_scale(NULL, d.head_dim), seg, b->ws)
+                                          b->k, b->v, d, mt_attn_scale(NULL, d.head_dim), seg, 0, b->ws)
             : mt_cuda_attention_dx(s, b->dq, b->dk, b->dv, b->dout, b->out, b->lse, b->q, b->k, b->v,
                                    d, NULL, seg ? seg->pos : NULL, b->ws);
     cr_assert_eq(status, MT_OK, "%s backward: %s", path_name(p), mt_error());
@@ -205,6 +206,85 @@ Test(cuda, attention_paths_gqa_seq_256_head_dim_128) {
 
 Test(cuda, attention_paths_mha_seq_256_head_dim_64) {
     check_both((mt_attn_dims){.batch = 2, .seq = 256, .heads = 4, .kv_heads = 4, .head_dim = 64}, 24);
+}
+
+/* ---- sinks (gpt-oss), through the backend's op: where cuDNN takes the dims, folded into its
+ * output and statistics after it (attention_dispatch.c), and with a sliding window, on the kernels;
+ * against the CPU reference: out, lse, dq, dk, dv and the sinks' gradient (fp32 sums of the same
+ * products from the same out and lse, in another order: 1e-4) ---- */
+
+static float *gpu_put_f32(gpu *g, const float *host, size_t count) {
+    float *dev = gpu_alloc(g, count * sizeof *dev);
+    mt_copy_async(g->be, dev, host, count * sizeof *dev, g->s);
+    gpu_sync(g);
+    return dev;
+}
+
+static void check_sinks(mt_attn_dims d, int window, unsigned seed) {
+    gpu g;
+    gpu_open(&g);
+    if (!window) {
+        mt_cudnn_attention *ca;
+        cr_assert_eq(mt_cudnn_attention_create(&ca), MT_OK);
+        cr_assert(mt_cudnn_attention_supports(ca, d, 0, 0, NULL), "cuDNN refused the dims");
+        mt_cudnn_attention_destroy(ca);
+    }
+    size_t qc = q_count(d), kc = kv_count(d), lc = lse_count(d);
+    float *q = host(qc), *k = host(kc), *v = host(kc), *dout = host(qc), *sinks = host(d.heads);
+    fill_random(q, qc, 1.5f, &seed), fill_random(k, kc, 1.5f, &seed);
+    fill_random(v, kc, 1.0f, &seed), fill_random(dout, qc, 1.0f, &seed), fill_random(sinks, d.heads, 2.0f, &seed);
+    float *ref_dsinks = host(d.heads), *dsinks = host(d.heads);
+    buffers b = {
+        .q = gpu_put_bf16(&g, q, qc), .k = gpu_put_bf16(&g, k, kc), .v = gpu_put_bf16(&g, v, kc),
+        .dout = gpu_put_bf16(&g, dout, qc), .out = gpu_alloc(&g, qc * 2), .lse = gpu_alloc(&g, lc * 4),
+        .dq = gpu_alloc(&g, qc * 2), .dk = gpu_alloc(&g, kc * 2), .dv = gpu_alloc(&g, kc * 2),
+        .ws = gpu_alloc(&g, g.be->ops->op.attention_workspace(g.be, d, 0)),
+    };
+    mt_attn_params p = {.window = window, .sinks = gpu_put_f32(&g, sinks, d.heads),
+                        .dsinks = gpu_put_f32(&g, ref_dsinks, d.heads)}; /* zeros */
+    g.be->ops->op.attention(g.be, g.s, b.out, b.lse, b.q, b.k, b.v, d, &p, NULL, b.ws);
+    g.be->ops->op.attention_dx(g.be, g.s, b.dq, b.dk, b.dv, b.dout, b.out, b.lse, b.q, b.k, b.v, d, &p, NULL, b.ws);
+    gpu_sync(&g);
+
+    float *out = host(qc), *lse = host(lc), *ref_out = host(qc), *ref_lse = host(lc);
+    float *dq = host(qc), *dk = host(kc), *dv = host(kc), *ref_dq = host(qc), *ref_dk = host(kc), *ref_dv = host(kc);
+    gpu_get_bf16(&g, out, b.out, qc);
+    gpu_get_f32(&g, lse, b.lse, lc);
+    gpu_get_bf16(&g, dq, b.dq, qc), gpu_get_bf16(&g, dk, b.dk, kc), gpu_get_bf16(&g, dv, b.dv, kc);
+    gpu_get_f32(&g, dsinks, p.dsinks, d.heads);
+    mt_attn_params hp = {.window = window, .sinks = sinks, .dsinks = ref_dsinks};
+    mt_cpu_attention(ref_out, ref_lse, q, k, v, d, &hp, NULL);
+    void *cpu_ws = malloc(mt_cpu_attention_workspace(d) + 1);
+    mt_cpu_attention_dx(ref_dq, ref_dk, ref_dv, dout, out, lse, q, k, v, d, &hp, NULL, cpu_ws);
+    free(cpu_ws);
+    double errors[6] = {ops_rel_err(out, ref_out, qc), ops_rel_err(lse, ref_lse, lc), ops_rel_err(dq, ref_dq, qc),
+                        ops_rel_err(dk, ref_dk, kc), ops_rel_err(dv, ref_dv, kc),
+                        ops_rel_err(dsinks, ref_dsinks, d.heads)};
+    cr_log_info("sinks, window %d, b%d s%d h%d/%d d%d: rel err out %.2e lse %.2e dq %.2e dk %.2e dv %.2e dsinks %.2e",
+                window, d.batch, d.seq, d.heads, d.kv_heads, d.head_dim, errors[0], errors[1], errors[2], errors[3],
+                errors[4], errors[5]);
+    cr_assert_lt(errors[0], BF16_TOL, "out");
+    cr_assert_lt(errors[1], LSE_TOL, "lse");
+    cr_assert_lt(errors[2], BF16_TOL, "dq");
+    cr_assert_lt(errors[3], BF16_TOL, "dk");
+    cr_assert_lt(errors[4], BF16_TOL, "dv");
+    cr_assert_lt(errors[5], 1e-4, "dsinks");
+    gpu_close(&g);
+    free(q), free(k), free(v), free(dout), free(sinks), free(ref_dsinks), free(dsinks);
+    free(out), free(lse), free(ref_out), free(ref_lse);
+    free(dq), free(dk), free(dv), free(ref_dq), free(ref_dk), free(ref_dv);
+}
+
+Test(cuda, attention_sinks_on_cudnn_gqa_odd_seq_head_dim_64) {
+    check_sinks((mt_attn_dims){.batch = 2, .seq = 150, .heads = 4, .kv_heads = 2, .head_dim = 64}, 0, 41);
+}
+
+Test(cuda, attention_sinks_on_cudnn_gqa_head_dim_128) {
+    check_sinks((mt_attn_dims){.batch = 1, .seq = 256, .heads = 8, .kv_heads = 2, .head_dim = 128}, 0, 42);
+}
+
+Test(cuda, attention_sinks_in_a_sliding_window_on_the_kernels) {
+    check_sinks((mt_attn_dims){.batch = 2, .seq = 150, .heads = 8, .kv_heads = 1, .head_dim = 64}, 40, 43);
 }
 
 /* ---- windows of queries (tiled attention, backend.h) ----

@@ -289,10 +289,10 @@ static mt_status device_run(path p, gpu *g, mt_cudnn_attention *ca, const device
     mt_status status = MT_OK;
     if (p == PATH_CUDNN) {
         status = mt_cudnn_attention_forward(ca, s, o[T_OUT], o[T_LSE], dv->q, dv->k, dv->v, d,
-                                            mt_attn_scale(NULL, d.head_dim), &dv->seg, dv->ws);
+                                            mt_attn_scale(NULL, d.head_dim), &dv->seg, 0, dv->ws);
         if (status == MT_OK)
             status = mt_cudnn_attention_backward(ca, s, o[T_DQ], o[T_DK], o[T_DV], dv->dout, o[T_OUT], o[T_LSE], dv->q,
-                                                 dv->k, dv->v, d, mt_attn_scale(NULL, d.head_dim), &dv->seg, dv->ws);
+                                                 dv->k, dv->v, d, mt_attn_scale(NULL, d.head_dim), &dv->seg, 0, dv->ws);
     } else if (p == PATH_KERNELS) {
         status = mt_cuda_attention(s, o[T_OUT], o[T_LSE], dv->q, dv->k, dv->v, d, NULL, dv->seg.pos);
         if (status == MT_OK)
@@ -313,7 +313,7 @@ static mt_status device_run(path p, gpu *g, mt_cudnn_attention *ca, const device
  * sized as the engine sizes it. */
 static int backend_runs_cudnn(gpu *g, const problem *pb) {
     g->be->ops->op.attention_workspace(g->be, pb->d, 1);
-    return mt_cudnn_attention_supports(((mt_cuda_backend *)g->be)->cudnn, pb->d, pb->seg.count, NULL);
+    return mt_cudnn_attention_supports(((mt_cuda_backend *)g->be)->cudnn, pb->d, pb->seg.count, 0, NULL);
 }
 
 /* One run read back and checked: the worst error / bound of each output (the detail of those that
@@ -369,7 +369,7 @@ static int run_case(path p, const layout *l, int head_dim, unsigned seed) {
     size_t ws_bytes = mt_cuda_attention_workspace(pb.d);
     if (p == PATH_CUDNN) {
         cr_assert_eq(mt_cudnn_attention_create(&ca), MT_OK);
-        if (!mt_cudnn_attention_plan_workspace(ca, pb.d, l->count, &ws_bytes)) {
+        if (!mt_cudnn_attention_plan_workspace(ca, pb.d, l->count, 0, &ws_bytes)) {
             cr_log(level, "%s: cuDNN builds no plan%s", name, runs_cudnn ? " here, yet the backend runs it" : "");
             mt_cudnn_attention_destroy(ca);
             gpu_close(&g);

@@ -112,8 +112,10 @@ static void dump_for_transformers(const char *name, mt_tiny_model *t, const int3
 }
 
 /* positions: NULL, or packed examples' (engine.h): both engines attend within segments; the
- * transformers dump is left out (it has no segments). gpu_tile: the cuda engine's attention tile (0:
- * the default, untiled at this length); the cpu engine runs untiled. */
+ * transformers dump is left out (it has no segments), and where the config has sinks (Llama's block
+ * with them has no transformers class; gpt-oss is checked against its own by
+ * tests/device/check_gptoss.py, its load-balancing loss included). gpu_tile: the cuda engine's
+ * attention tile (0: the default, untiled at this length); the cpu engine runs untiled. */
 static void compare_backends_at(const char *name, const mt_config *cfg, const int32_t *positions, int gpu_tile) {
     mt_engine_options o = options();
     o.packed = positions != NULL;
@@ -140,7 +142,7 @@ static void compare_backends_at(const char *name, const mt_config *cfg, const in
     cr_log_info("%s: loss cuda %.6f cpu %.6f; worst gradient %s at %.3g relative", name, loss_gpu, loss_cpu,
                 worst_name, worst);
     cr_expect_lt(worst, 5e-2, "%s: gradient of %s off by %.3g relative", name, worst_name, worst);
-    if (!positions) dump_for_transformers(name, &gpu, tokens, loss_gpu);
+    if (!positions && !cfg->attention_sinks) dump_for_transformers(name, &gpu, tokens, loss_gpu);
     mt_tiny_model_close(&gpu);
     mt_tiny_model_close(&cpu);
 }
@@ -188,6 +190,26 @@ Test(cuda, engine_matches_cpu_llama3_rope_mha) {
     compare_backends("llama3_rope_mha", &c);
 }
 
+/* Llama's attention_bias: q/k/v and o_proj biases (transformers' LlamaAttention's). */
+Test(cuda, engine_matches_cpu_llama_attention_bias) {
+    mt_config c = mt_tiny_wider(mt_tiny_config_gqa());
+    c.attention_bias = 1;
+    compare_backends("llama_attention_bias", &c);
+}
+
+/* gpt-oss's attention: q/k/v and o_proj biases, sinks (their fp32 copy and gradient), sliding
+ * windows of 3 on blocks 0 and 2 (the kernels) and block 1 full; whole, and in windows of 12
+ * queries (each window adding its share of the sinks' gradient). */
+Test(cuda, engine_matches_cpu_sinks) {
+    mt_config c = mt_tiny_wider(mt_tiny_config_sinks());
+    compare_backends("sinks", &c);
+}
+
+Test(cuda, engine_matches_cpu_in_windows_sinks) {
+    mt_config c = mt_tiny_wider(mt_tiny_config_sinks());
+    compare_backends_at("sinks_windows", &c, NULL, 12);
+}
+
 /* Qwen3: per-head q/k norms (rows of head_dim on the GPU), head_dim 64 where hidden / heads is 32. */
 static mt_config wider_qwen3(int tied) {
     mt_config c = mt_tiny_wider(mt_tiny_config_qwen3(tied));
@@ -217,6 +239,26 @@ Test(cuda, engine_matches_cpu_in_windows_llama3_rope_gqa) {
 Test(cuda, engine_matches_cpu_in_windows_qwen3) {
     mt_config c = wider_qwen3(0);
     compare_backends_at("qwen3_windows", &c, NULL, 12);
+}
+
+/* gpt-oss (tiny_model.h): sinks and every attention bias, q 256 wide over a hidden 128, a window of
+ * 3, YaRN, 6 experts top 3 with the router's and the experts' biases, the clamped SwiGLU with its
+ * clamps binding, the load-balancing loss; whole and in attention windows of 12 queries. */
+static mt_config wider_gpt_oss(void) {
+    mt_config c = mt_tiny_wider(mt_tiny_config_moe(MT_ARCH_GPT_OSS, 1));
+    c.head_dim = 64;
+    c.moe_intermediate_size = c.intermediate_size;
+    return c;
+}
+
+Test(cuda, engine_matches_cpu_gpt_oss) {
+    mt_config c = wider_gpt_oss();
+    compare_backends("gpt_oss", &c);
+}
+
+Test(cuda, engine_matches_cpu_in_windows_gpt_oss) {
+    mt_config c = wider_gpt_oss();
+    compare_backends_at("gpt_oss_windows", &c, NULL, 12);
 }
 
 /* Packed examples in windows of 12: the windows with segments run on the CUDA-core kernels. */

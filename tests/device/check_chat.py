@@ -2,8 +2,9 @@
 """Compares megatrain's chat data (ids and loss masks) with transformers' apply_chat_template.
 
 For each chat template of tests/data/chat (Llama 3, 3.1, 3.2; Qwen2, Qwen2.5, Qwen3, Qwen3
-thinking-2507 ChatML; Llama 2 and Mistral v0.1-v0.3 [INST]) with its model family's real tokenizer
-from tests/data/tokenizers (Llama 3's, Qwen3's, the Llama 2/Mistral sentencepiece BPE), the
+thinking-2507 ChatML; Llama 2 and Mistral v0.1-v0.3 [INST]; gpt-oss's harmony) with its model
+family's real tokenizer from tests/data/tokenizers (Llama 3's, Qwen3's, the Llama 2/Mistral
+sentencepiece BPE, gpt-oss's o200k_harmony), the
 conversations of tests/data/chat/cases.json (every line layout: OpenAI messages with tools,
 tool_calls and tool results, prompt/completion, alpaca, ShareGPT with function_call/observation)
 and a few more go through `megatrain tokenize --chat yes` into a masked shard, and through
@@ -18,13 +19,18 @@ transformers:
         <|end_header_id|>\n\n", "<|im_start|>assistant\n" and for Qwen3 thinking-2507 the
         "<think>\n" after it, or for [INST] templates the end of "[/INST]") through the next
         end-of-turn token (<|eot_id|>, <|im_end|>, eos); tool calls are assistant messages, tool
-        results are not.
+        results are not. gpt-oss (harmony): each run of assistant messages that follow one another
+        from after its first "<|start|>assistant" through the last one's <|end|>, <|call|> or
+        <|return|>; with --analysis-loss off (checked as a template of its own, "gpt-oss
+        analysis-off"), each assistant message but those of the analysis channel from after its
+        "<|start|>assistant". Its template's strftime_now is given megatrain's fixed date.
 
 Prints one PASS/FAIL line per template and exits 1 when any differs.
 
 usage: check_chat.py [--bin build/megatrain]   (from the repository root)
 """
 import argparse
+import datetime
 import json
 import lzma
 import os
@@ -36,6 +42,8 @@ import tempfile
 
 import transformers
 
+import re
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHAT = os.path.join(ROOT, "tests/data/chat")
 TOKENIZERS = os.path.join(ROOT, "tests/data/tokenizers")
@@ -46,7 +54,10 @@ TEMPLATES = {
     "llama3": "llama3", "llama3-gen": "llama3", "llama3.1": "llama3", "llama3.2": "llama3",
     "qwen2": "qwen3", "qwen2.5": "qwen3", "qwen3": "qwen3", "qwen3-thinking-2507": "qwen3",
     "llama2": "mistral", "mistral-v0.1": "mistral", "mistral-v0.2": "mistral", "mistral-v0.3": "mistral",
+    "gpt-oss": "gpt-oss", "gpt-oss analysis-off": "gpt-oss",
 }
+# megatrain's strftime_now date (MT_CHAT_TEMPLATE_DATE), which gpt-oss's template writes.
+TODAY = datetime.date(2024, 7, 26)
 
 # More conversations: Unicode, whitespace at the edges of answers, a long multi-turn one.
 EXTRA = [
@@ -58,10 +69,14 @@ EXTRA = [
 ]
 
 
+def template_dir(template):
+    return template.split(" ")[0]
+
+
 def conversations(template):
     convs = []
     for case in json.load(open(os.path.join(CHAT, "cases.json"))):
-        if case["template"] == template:
+        if case["template"] == template_dir(template):
             convs.append(case["conversation"])
     return convs + EXTRA
 
@@ -97,7 +112,7 @@ def as_messages(line):
 
 def model_dir(template, tmp):
     """A directory with the family's tokenizer.json and the template's tokenizer_config.json."""
-    d = os.path.join(tmp, template)
+    d = os.path.join(tmp, template.replace(" ", "-"))
     os.makedirs(d)
     src = os.path.join(TOKENIZERS, TEMPLATES[template])
     if os.path.exists(os.path.join(src, "tokenizer.json")):
@@ -105,7 +120,10 @@ def model_dir(template, tmp):
     else:
         with lzma.open(os.path.join(src, "tokenizer.json.xz")) as f, open(os.path.join(d, "tokenizer.json"), "wb") as o:
             shutil.copyfileobj(f, o)
-    shutil.copy(os.path.join(CHAT, template, "tokenizer_config.json"), d)
+    shutil.copy(os.path.join(CHAT, template_dir(template), "tokenizer_config.json"), d)
+    jinja = os.path.join(CHAT, template_dir(template), "chat_template.jinja")
+    if os.path.exists(jinja):
+        shutil.copy(jinja, d)
     return d
 
 
@@ -121,20 +139,29 @@ def read_masked_shard(path):
     return ids, [b & 1 for b in marks], [k for k, b in enumerate(marks) if b & 2]
 
 
-def ours(binary, directory, convs, tmp, name):
+def ours(binary, directory, convs, tmp, name, options=()):
+    name = name.replace(" ", "-")
     jsonl = os.path.join(tmp, name + ".jsonl")
     with open(jsonl, "w") as f:
         for c in convs:
             f.write(json.dumps(c if isinstance(c, dict) else {"messages": c}, ensure_ascii=False) + "\n")
     prefix = os.path.join(tmp, name + "-out")
     subprocess.run([binary, "tokenize", "--tokenizer", directory, "--chat", "yes", "--dtype", "uint32", jsonl,
-                    "--out", prefix], check=True, capture_output=True, text=True)
+                    "--out", prefix, *options], check=True, capture_output=True, text=True)
     return read_masked_shard(prefix + "_000000.bin")
+
+
+def strftime_now(fmt):
+    return datetime.datetime(TODAY.year, TODAY.month, TODAY.day).strftime(fmt)
+
+
+# What every render is given: Llama 3.1's fallback date and megatrain's strftime_now date.
+FIXED_DATES = {"date_string": DATE, "strftime_now": strftime_now}
 
 
 def render(tok, messages, tools, generation=False):
     return tok.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=generation,
-                                   date_string=DATE)
+                                   **FIXED_DATES)
 
 
 def answer_spans(messages, text, opening, end_token, think_in_prompt):
@@ -150,14 +177,34 @@ def answer_spans(messages, text, opening, end_token, think_in_prompt):
     return spans
 
 
-def theirs(tok, convs, opening, end_token, think_in_prompt):
+HARMONY_MESSAGE = re.compile(r"<\|start\|>(.*?)<\|message\|>.*?(?:<\|end\|>|<\|call\|>|<\|return\|>)", re.S)
+
+
+def harmony_spans(text, analysis):
+    """The answers of a harmony text: runs of assistant messages from after the first's
+    "<|start|>assistant"; without the analysis, each non-analysis assistant message on its own."""
+    spans, opening = [], "<|start|>assistant"
+    for m in HARMONY_MESSAGE.finditer(text):
+        header = m.group(1)
+        if not re.match(r"assistant(?=$| |<)", header):
+            continue
+        if not analysis and re.search(r"<\|channel\|>analysis(?=$| )", header):
+            continue
+        if analysis and spans and spans[-1][1] == m.start():
+            spans[-1] = (spans[-1][0], m.end())
+        else:
+            spans.append((m.start() + len(opening), m.end()))
+    return spans
+
+
+def theirs(tok, convs, spans_of):
     ids, mask, starts = [], [], []
     for conv in convs:
         starts.append(len(ids))
         messages, tools = as_messages(conv)
         text = render(tok, messages, tools)
         want = tok.apply_chat_template(messages, tools=tools, tokenize=True, add_generation_prompt=False,
-                                       date_string=DATE)
+                                       **FIXED_DATES)
         if not isinstance(want, list):  # transformers 5 returns a BatchEncoding (not a dict subclass)
             want = want["input_ids"]
         want = list(want)
@@ -166,7 +213,7 @@ def theirs(tok, convs, opening, end_token, think_in_prompt):
             raise AssertionError("apply_chat_template's ids are not its rendered text's: "
                                  f"{len(want)} vs {len(enc['input_ids'])} ids, first difference at "
                                  f"{next((k for k, (a, b) in enumerate(zip(want, enc['input_ids'])) if a != b), min(len(want), len(enc['input_ids'])))}")
-        spans = answer_spans(messages, text, opening, end_token, think_in_prompt)
+        spans = spans_of(messages, text)
         ids += want
         mask += [int(any(s < b and e > a for a, b in spans)) for s, e in enc["offset_mapping"]]
     return ids, mask, starts
@@ -197,16 +244,25 @@ def main():
             try:
                 directory = model_dir(name, tmp)
                 tok = transformers.AutoTokenizer.from_pretrained(directory)
-                family = "llama3" if name.startswith("llama3") else "chatml" if name.startswith("qwen") else "inst"
-                opening, end_token = {"llama3": ("<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>"),
-                                      "chatml": ("<|im_start|>assistant\n", "<|im_end|>"),
-                                      "inst": ("[/INST]", tok.eos_token)}[family]
+                family = ("llama3" if name.startswith("llama3") else "chatml" if name.startswith("qwen")
+                          else "harmony" if name.startswith("gpt-oss") else "inst")
+                analysis = not name.endswith("analysis-off")
+                if family == "harmony":
+                    def spans_of(messages, text):
+                        return harmony_spans(text, analysis)
+                else:
+                    opening, end_token = {"llama3": ("<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>"),
+                                          "chatml": ("<|im_start|>assistant\n", "<|im_end|>"),
+                                          "inst": ("[/INST]", tok.eos_token)}[family]
+
+                    def spans_of(messages, text):
+                        return answer_spans(messages, text, opening, end_token, name == "qwen3-thinking-2507")
                 convs = [c for c in conversations(name)
                          if not (name == "mistral-v0.1" and as_messages(c)[0][0]["role"] == "system")]
                 tools = sum(1 for c in convs if as_messages(c)[1] is not None or
                             any(m.get("tool_calls") or m["role"] == "tool" for m in as_messages(c)[0]))
-                got = ours(args.bin, directory, convs, tmp, name)
-                want = theirs(tok, convs, opening, end_token, name == "qwen3-thinking-2507")
+                got = ours(args.bin, directory, convs, tmp, name, () if analysis else ("--analysis-loss", "off"))
+                want = theirs(tok, convs, spans_of)
                 line = compare(name, got, want, convs) + (f" ({tools} with tools or tool calls)" if tools else "")
             except subprocess.CalledProcessError as e:
                 line = f"FAIL {name}: megatrain tokenize exited {e.returncode}: {e.stderr.strip()}"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Compares megatrain's tokenizer with Hugging Face's `tokenizers` and transformers' AutoTokenizer.
 
-For each tokenizer in tests/data/tokenizers (llama3, qwen3, mistral, gemma3: the real files, xz-compressed;
+For each tokenizer in tests/data/tokenizers (llama3, qwen3, mistral, gemma3, gpt-oss: the real files, xz-compressed;
 mistral-metaspace, gpt2-bytelevel: small ones cut from them) and each corpus file in
 tests/data/tokenizers/corpus:
 
@@ -19,6 +19,10 @@ tests/data/tokenizers/corpus:
   3. megatrain  with --bin, `megatrain tokenize` on the file (special tokens matched, then not)
                 gives, after the leading end-of-text token, the same ids as tokenizers
                 (with encode_special_tokens for the second run).
+  4. U+FEFF     gpt-oss's o200k pattern reads \s as Oniguruma and tiktoken (Rust's regex) do, Unicode's
+                White_Space, which U+FEFF is not (JavaScript's \s matches it, so the reference ids are
+                made with \s spelled out: make_reference.mjs): "a\uFEFF\uFEFFb" keeps U+FEFF U+FEFF in
+                one piece, o200k's one token for it, in tokenizers' ids and (--bin) megatrain's.
 
 usage: check_tokenizer.py [--bin build-device/megatrain]
 Prints one line per tokenizer and file, PASS or FAIL with the first difference, and a summary;
@@ -44,7 +48,9 @@ DATA = os.path.join(ROOT, "tests", "data", "tokenizers")
 # The tokenizer classes whose pipeline transformers 5 rebuilds from tokenizer_config.json rather than
 # reading tokenizer.json as it is.
 REBUILT_CLASSES = {"GPT2Tokenizer", "LlamaTokenizer"}
-NAMES = ["llama3", "qwen3", "mistral", "gemma3", "mistral-metaspace", "gpt2-bytelevel"]
+NAMES = ["llama3", "qwen3", "mistral", "gemma3", "gpt-oss", "mistral-metaspace", "gpt2-bytelevel"]
+# U+FEFF twice between letters: one piece (one token) when \s is White_Space, two in JavaScript.
+FEFF_TEXT = " a\ufeff\ufeffb \ufeff\n"
 
 
 def model_dir(name, scratch):
@@ -112,6 +118,23 @@ def megatrain_ids(binary, model, path, allow_special, scratch):
     return read_shards(os.path.join(out, "t")), None
 
 
+def check_feff(report, binary, scratch):
+    model = model_dir("gpt-oss", scratch)
+    tok = Tokenizer.from_file(os.path.join(model, "tokenizer.json"))
+    pair = tok.token_to_id("\u00ef\u00bb\u00bf" * 2)  # the byte-level spelling of U+FEFF U+FEFF
+    ids = tok.encode(FEFF_TEXT, add_special_tokens=False).ids
+    report(pair is not None and pair in ids, "gpt-oss U+FEFF U+FEFF is one piece (\\s as White_Space)",
+           f"ids {ids}, the pair's token {pair}")
+    if not binary:
+        return
+    path = os.path.join(scratch, "feff.txt")
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        f.write(FEFF_TEXT)
+    ours, err = megatrain_ids(binary, model, path, True, scratch)
+    report(ours is not None and ours[1:] == ids, "gpt-oss U+FEFF megatrain tokenize = tokenizers",
+           err or first_difference(ids, ours[1:]))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", help="a built megatrain to check as well (its tokenize command)")
@@ -162,6 +185,7 @@ def main():
                     report(False, what, err)
                     continue
                 report(ours[1:] == theirs, what, first_difference(theirs, ours[1:]))
+    check_feff(report, args.bin, scratch)
     shutil.rmtree(scratch, ignore_errors=True)
     print(f"{notes} differences of AutoTokenizer from tokenizers where transformers rebuilds the pipeline (NOTE)")
     print(f"==== tokenizer check: {checks - failures}/{checks} passed, {failures} failed")

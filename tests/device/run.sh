@@ -31,13 +31,13 @@ step optim $build/run-tests --jobs 4 --filter '@(adamw|split|moments|speculative
 
 # compute-sanitizer (the CUDA toolkit's) over a subset, to keep the run within minutes: memcheck
 # (out-of-bounds and misaligned accesses, errors of the CUDA API, leaks) on the op table, both
-# attention paths, the MoE ops, the engine against the cpu backend, blocks updated on the device and
+# attention paths (and sinks through the backend's choice), the MoE ops, the engine against the cpu backend, blocks updated on the device and
 # the ends' gradient chunks through the host chunk buffers;
 # racecheck (shared-memory races) on the kernels' tests alone. The timing tests are left out: at a 3B model's sizes they would take long.
 # Each tool's run is cut at 300 s. MT_SANITIZE=0 skips both (a quicker run).
 sanitizer=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
-memcheck_tests='cuda/@(ops_table|attention_paths_!(*speed*)|engine_matches_cpu_*|checkpoints_on_host_change_nothing|device_blocks_*|chunk_buffers_*|moe_!(big_*|ops_timing))'
-racecheck_tests='cuda/@(ops_table|attention_paths_!(*speed*)|moe_!(big_*|ops_timing))'
+memcheck_tests='cuda/@(ops_table|attention_paths_!(*speed*)|attention_sinks_*|engine_matches_cpu_*|checkpoints_on_host_change_nothing|device_blocks_*|chunk_buffers_*|moe_!(big_*|ops_timing))'
+racecheck_tests='cuda/@(ops_table|attention_paths_!(*speed*)|attention_sinks_*|moe_!(big_*|ops_timing))'
 sanitize() { # sanitize TOOL FILTER: the cuda tests matching FILTER under compute-sanitizer's TOOL
     if [ ! -x "$sanitizer" ]; then
         echo "compute-sanitizer not found (PATH, ${CUDA_HOME:-/usr/local/cuda}/bin)"
@@ -55,6 +55,8 @@ step roundtrip python3 tests/device/hf_roundtrip.py --bin $build/megatrain
 step moe python3 tests/device/check_moe.py --bin $build/megatrain
 step families python3 tests/device/check_families.py --bin $build/megatrain
 step qwen35 python3 tests/device/check_qwen35.py --bin $build/megatrain
+step gptoss python3 tests/device/check_gptoss.py --bin $build/megatrain
+step mxfp4 python3 tests/device/check_gptoss_mxfp4.py --bin $build/megatrain
 step tokenizer python3 tests/device/check_tokenizer.py --bin $build/megatrain
 step chat python3 tests/device/check_chat.py --bin $build/megatrain
 step tensorboard python3 tests/device/check_tensorboard.py --bin $build/megatrain

@@ -1,5 +1,6 @@
 /* libFuzzer harness: chat data. The first input byte picks one of the real chat templates of
- * tests/data/chat (or, past them, has the rest of the input parsed as a chat_template); the rest
+ * tests/data/chat (gpt-oss's harmony among them, its answers found from the rendered text, which
+ * the line's texts are in), or, past them, has the rest of the input parsed as a chat_template; the rest
  * is a JSONL line, parsed as a chat example, rendered with the template and encoded with a small
  * byte-level tokenizer. Whatever is accepted must give segments inside the input or the template,
  * and ids and a mask of one length, each id below the vocabulary. */
@@ -11,23 +12,28 @@
 #include "tokenizer/chat_data.h"
 #include "tokenizer/chat_encode.h"
 
-static const char *names[] = {"llama3", "llama3.1", "qwen2.5", "qwen3", "llama2", "mistral-v0.2", "mistral-v0.3"};
+static const char *names[] = {"llama3",       "llama3.1",     "qwen2.5", "qwen3", "llama2",
+                              "mistral-v0.2", "mistral-v0.3", "gpt-oss"};
 enum { N = sizeof names / sizeof *names };
 static mt_chat_template templates[N];
 static mt_tokenizer *tok;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     for (int i = 0; i < N; i++) {
-        char path[256];
+        char path[256], jinja[256], *file = NULL;
         snprintf(path, sizeof path, "tests/data/chat/%s/tokenizer_config.json", names[i]);
+        snprintf(jinja, sizeof jinja, "tests/data/chat/%s/chat_template.jinja", names[i]);
         json_t *cfg = json_load_file(path, JSON_DECODE_INT_AS_REAL, NULL);
-        if (!cfg || mt_chat_template_parse(json_string_value(json_object_get(cfg, "chat_template")),
-                                           json_string_value(json_object_get(cfg, "bos_token")),
-                                           json_string_value(json_object_get(cfg, "eos_token")), path,
-                                           &templates[i]) != MT_OK) {
+        FILE *f = fopen(jinja, "rb");
+        if (f) fclose(f);
+        if (!cfg || (f && mt_chat_template_read(jinja, &file) != MT_OK) ||
+            mt_chat_template_parse(file ? file : json_string_value(json_object_get(cfg, "chat_template")),
+                                   json_string_value(json_object_get(cfg, "bos_token")),
+                                   json_string_value(json_object_get(cfg, "eos_token")), path, &templates[i]) != MT_OK) {
             fprintf(stderr, "fuzz_chat: cannot load %s (run from the repository root)\n", path);
             abort();
         }
+        free(file);
         json_decref(cfg);
     }
     if (mt_tokenizer_load("tests/data/tokenizers/gpt2-bytelevel/tokenizer.json", &tok) != MT_OK) abort();

@@ -3,7 +3,9 @@
 Qwen3 with qk_norm=1: an RMSNorm over each head of q and k before RoPE; qk_norm=2: OLMoE's RMSNorm over
 the whole q and k projections), and its mixtures of experts (num_experts > 0: Qwen3-MoE, Qwen2-MoE
 with its shared expert, Mixtral, OLMoE), with the router's load-balancing loss when
-output_router_logits is 1; and Qwen3.5's Gated DeltaNet mixer on the layers layer_mixers marks 1.
+output_router_logits is 1; gpt-oss's attention where the fixture asks (o_bias=1: an o_proj bias;
+attn_sinks=1: a learned sink logit a head, an extra softmax column with no value); and Qwen3.5's
+Gated DeltaNet mixer on the layers layer_mixers marks 1.
 
 Usage: llama_ref.py MODE DIR [MODE DIR ...]
 Each pair runs one fixture directory (several pairs share one start of Python and torch).
@@ -31,6 +33,11 @@ Modes:
          clipping by the global norm when max_grad_norm > 0), step s on step s's tokens. Writes
          ref_losses.txt (each step's loss before its update) and ref_weights_after.bin (float32).
 
+gpt-oss's feed-forward where the fixture asks (router_bias=1: GptOssTopKRouter, mlp.router with a
+bias, the top k of the logits then a softmax over them; expert_bias=1: the experts' gate_up and down
+biases; glu_act=2: the clamped SwiGLU of swiglu_limit and swiglu_alpha) and YaRN RoPE (rope_yarn=1:
+rope_beta_fast, rope_beta_slow, rope_truncate, rope_attention_factor, its factor on cos and sin).
+
 This is deliberately its own code, written from the Hugging Face Llama definition, not a port
 of megatrain's C, so that the two can disagree when either is wrong.
 """
@@ -57,11 +64,16 @@ FLOAT_KEYS = ("rms_norm_eps", "rope_theta", "rope_scaling_factor", "rope_low_fre
               "max_grad_norm", "router_aux_loss_coef")
 LIST_KEYS = ("mlp_only_layers",)
 # Keys a fixture may leave out, and what their absence means (the Llama block).
-OPTIONAL_INT_KEYS = {"sandwich_norms": 0, "norm_unit_offset": 0, "glu_act": 0,
+# rope_fp32: the RoPE tables in float32 as transformers computes them whatever the model's dtype
+# (its rotary embeddings' inv_freq, angles, cos and sin), for a comparison with its float64 models.
+OPTIONAL_INT_KEYS = {"sandwich_norms": 0, "norm_unit_offset": 0, "glu_act": 0, "o_bias": 0, "attn_sinks": 0,
+                     "rope_yarn": 0, "rope_truncate": 1, "router_bias": 0, "expert_bias": 0, "rope_fp32": 0,
                      "linear_k_heads": 0, "linear_v_heads": 0, "linear_k_dim": 0, "linear_v_dim": 0,
                      "attn_output_gate": 0, "gdn_fused": 0}
-OPTIONAL_FLOAT_KEYS = {"partial_rotary_factor": 0.0, "query_pre_attn_scalar": 0.0, "attn_logit_softcap": 0.0, "final_logit_softcap": 0.0,
-                       "embed_scale": 1.0, "rope_local_theta": 0.0, "rope_linear_factor": 0.0}
+OPTIONAL_FLOAT_KEYS = {"partial_rotary_factor": 0.0, "query_pre_attn_scalar": 0.0, "attn_logit_softcap": 0.0,
+                       "final_logit_softcap": 0.0, "embed_scale": 1.0, "rope_local_theta": 0.0,
+                       "rope_linear_factor": 0.0, "rope_beta_fast": 32.0, "rope_beta_slow": 1.0,
+                       "rope_attention_factor": 0.0, "swiglu_limit": 0.0, "swiglu_alpha": 0.0}
 OPTIONAL_LIST_KEYS = {"layer_windows": [], "layer_ropes": [], "layer_mixers": []}
 TRAIN_KEYS = ("lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm")
 
@@ -139,9 +151,15 @@ def sparse(cfg, layer):
             and (layer + 1) % cfg["decoder_sparse_step"] == 0)
 
 
+def router_name(cfg):
+    """gpt-oss's router (the one with a bias) is mlp.router, the others' mlp.gate."""
+    return "router" if cfg["router_bias"] else "gate"
+
+
 def expected_shapes(cfg):
     """Hugging Face name -> (rows, cols) for every tensor the config implies (the experts' matrices
-    stacked as transformers 5 fuses them, [E x 2F, D] and [E x D, F])."""
+    stacked as transformers 5 fuses them, [E x 2F, D] and [E x D, F]; their biases [E x 2F] and
+    [E x D] alike)."""
     d, f, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     q = cfg["num_heads"] * cfg["head_dim"]
     kv = cfg["num_kv_heads"] * cfg["head_dim"]
@@ -168,9 +186,14 @@ def expected_shapes(cfg):
             })
         if sparse(cfg, layer):
             e, fm, sh = cfg["num_experts"], cfg["moe_intermediate_size"], cfg["shared_expert_intermediate_size"]
-            shapes.update({p + "mlp.gate.weight": (e, d),
+            shapes.update({p + f"mlp.{router_name(cfg)}.weight": (e, d),
                            p + "mlp.experts.gate_up_proj": (e * 2 * fm, d),
                            p + "mlp.experts.down_proj": (e * d, fm)})
+            if cfg["router_bias"]:
+                shapes[p + "mlp.router.bias"] = (e, 1)
+            if cfg["expert_bias"]:
+                shapes.update({p + "mlp.experts.gate_up_proj_bias": (e * 2 * fm, 1),
+                               p + "mlp.experts.down_proj_bias": (e * d, 1)})
             if sh:
                 shapes.update({p + "mlp.shared_expert.gate_proj.weight": (sh, d),
                                p + "mlp.shared_expert.up_proj.weight": (sh, d),
@@ -186,6 +209,10 @@ def expected_shapes(cfg):
             shapes.update({p + "self_attn.q_proj.bias": (q, 1),
                            p + "self_attn.k_proj.bias": (kv, 1),
                            p + "self_attn.v_proj.bias": (kv, 1)})
+        if cfg["o_bias"]:
+            shapes[p + "self_attn.o_proj.bias"] = (d, 1)
+        if cfg["attn_sinks"]:
+            shapes[p + "self_attn.sinks"] = (cfg["num_heads"], 1)
         if cfg["qk_norm"] == 1:
             shapes.update({p + "self_attn.q_norm.weight": (cfg["head_dim"], 1),
                            p + "self_attn.k_norm.weight": (cfg["head_dim"], 1)})
@@ -273,17 +300,48 @@ def rotary_dim(cfg):
     return int(cfg["head_dim"] * factor) if factor else cfg["head_dim"]
 
 
-def rope_inv_freq(cfg, table=0):
-    """Inverse frequencies in float64: table 0 with rope_theta and its scaling (llama3's as
-    transformers' _compute_llama3_parameters applies it, or linear: divided by the factor), table 1
-    the local layers' plain one with rope_local_theta."""
+def yarn_inv_freq(cfg, inv_freq):
+    """transformers' _compute_yarn_parameters: each frequency between its extrapolated (unscaled) and
+    interpolated (divided by the factor) value along a linear ramp over the dimensions from where
+    it turns beta_fast times over the original context to where it turns beta_slow times."""
+    # dim: the values turned (all of head_dim, or partial_rotary_factor's share), two a frequency
+    dim, base, factor = 2 * inv_freq.numel(), cfg["rope_theta"], cfg["rope_scaling_factor"]
+
+    def correction_dim(rotations):
+        return dim * math.log(cfg["rope_original_max_position"] / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = correction_dim(cfg["rope_beta_fast"]), correction_dim(cfg["rope_beta_slow"])
+    if cfg["rope_truncate"]:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = ((torch.arange(dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+    extrapolation_factor = 1 - ramp
+    return inv_freq / factor * (1 - extrapolation_factor) + inv_freq * extrapolation_factor
+
+
+def rope_attention_scaling(cfg, table):
+    """What the rotary embedding multiplies cos and sin by: YaRN's attention factor, else 1."""
+    if table == 1 or not cfg["rope_yarn"]:
+        return 1.0
+    factor = cfg["rope_scaling_factor"]
+    return cfg["rope_attention_factor"] or (0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0)
+
+
+def rope_inv_freq(cfg, table=0, dtype=torch.float64):
+    """Inverse frequencies in dtype: table 0 with rope_theta and its scaling (llama3's as
+    transformers' _compute_llama3_parameters applies it, linear: divided by the factor, or yarn),
+    table 1 the local layers' plain one with rope_local_theta."""
     hd = rotary_dim(cfg)
     theta = cfg["rope_local_theta"] if table == 1 else cfg["rope_theta"]
-    inv_freq = 1.0 / theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    inv_freq = 1.0 / theta ** (torch.arange(0, hd, 2, dtype=torch.int64).to(dtype) / hd)
     if table == 1:
         return inv_freq
     if cfg["rope_linear_factor"]:
         return inv_freq / cfg["rope_linear_factor"]
+    if cfg["rope_yarn"]:
+        return yarn_inv_freq(cfg, inv_freq)
     factor = cfg["rope_scaling_factor"]
     if factor == 0:
         return inv_freq
@@ -327,6 +385,14 @@ def segments_of(positions):
     """[(start, end)] of one row's segments: each starts where its position is 0."""
     starts = (positions == 0).nonzero().flatten().tolist()
     return list(zip(starts, starts[1:] + [positions.numel()]))
+
+
+def clamped_swiglu(gate, up, cfg):
+    """GptOssExperts' activation: gate clamped from above and up on both sides at swiglu_limit,
+    (up + 1) * gate * sigmoid(swiglu_alpha * gate)."""
+    limit = cfg["swiglu_limit"]
+    gate, up = gate.clamp(max=limit), up.clamp(min=-limit, max=limit)
+    return (up + 1) * gate * torch.sigmoid(gate * cfg["swiglu_alpha"])
 
 
 def rotate_half(x):
@@ -384,11 +450,16 @@ class Llama:
         scalar = cfg["query_pre_attn_scalar"] or hd
         scores = self.softcap(q @ k.transpose(-1, -2) / math.sqrt(scalar), cfg["attn_logit_softcap"])
         scores = scores.masked_fill(blocked, float("-inf"))
-        out = torch.softmax(scores, dim=-1) @ v
-        out = out.transpose(1, 2).reshape(b, s, h * hd)
+        if cfg["attn_sinks"]:
+            # gpt-oss: each head's sink logit, unscaled, one more softmax column whose value is none.
+            sinks = self.p[prefix + "sinks"].view(1, h, 1, 1).expand(b, h, s, 1)
+            probs = torch.softmax(torch.cat((scores, sinks), dim=-1), dim=-1)[..., :-1]
+        else:
+            probs = torch.softmax(scores, dim=-1)
+        out = (probs @ v).transpose(1, 2).reshape(b, s, h * hd)
         if cfg["attn_output_gate"]:
             out = out * torch.sigmoid(gate)
-        return self.linear(out, prefix + "o_proj")
+        return self.linear(out, prefix + "o_proj", bool(cfg["o_bias"]))
 
     def gdn(self, x, prefix, positions):
         """Qwen3_5GatedDeltaNet: the q/k/v projection through the causal depthwise conv1d and SiLU, q
@@ -450,21 +521,30 @@ class Llama:
         b, s, d = x.shape
         e, k, fm = cfg["num_experts"], cfg["experts_per_token"], cfg["moe_intermediate_size"]
         h = x.reshape(-1, d)
-        logits = F.linear(h, p[prefix + "gate.weight"])
+        logits = F.linear(h, p[prefix + f"{router_name(cfg)}.weight"], p.get(prefix + "router.bias"))
         self.router_logits.append(logits)
-        weights, chosen = torch.topk(torch.softmax(logits, dim=-1), k, dim=-1)
-        if cfg["norm_topk_prob"]:
-            weights = weights / weights.sum(dim=-1, keepdim=True)
+        if cfg["router_bias"]:
+            # GptOssTopKRouter: the k largest logits, then a softmax over them.
+            top, chosen = torch.topk(logits, k, dim=-1)
+            weights = torch.softmax(top, dim=-1)
+        else:
+            weights, chosen = torch.topk(torch.softmax(logits, dim=-1), k, dim=-1)
+            if cfg["norm_topk_prob"]:
+                weights = weights / weights.sum(dim=-1, keepdim=True)
         gate_up = p[prefix + "experts.gate_up_proj"].view(e, 2 * fm, d)
         down = p[prefix + "experts.down_proj"].view(e, d, fm)
+        gate_up_bias = p[prefix + "experts.gate_up_proj_bias"].view(e, 2 * fm) if cfg["expert_bias"] else None
+        down_bias = p[prefix + "experts.down_proj_bias"].view(e, d) if cfg["expert_bias"] else None
         out = torch.zeros_like(h)
         for expert in range(e):
             token, slot = torch.where(chosen == expert)
             if token.numel() == 0:
                 continue
-            gate, up = F.linear(h[token], gate_up[expert]).chunk(2, dim=-1)
-            y = F.linear(F.silu(gate) * up, down[expert]) * weights[token, slot, None]
-            out = out.index_add(0, token, y)
+            gu = F.linear(h[token], gate_up[expert], None if gate_up_bias is None else gate_up_bias[expert])
+            gate, up = gu.chunk(2, dim=-1)
+            act = clamped_swiglu(gate, up, cfg) if cfg["glu_act"] == 2 else F.silu(gate) * up
+            y = F.linear(act, down[expert], None if down_bias is None else down_bias[expert])
+            out = out.index_add(0, token, y * weights[token, slot, None])
         if cfg["shared_expert_intermediate_size"]:
             shared = self.mlp(h, prefix + "shared_expert.")
             out = out + torch.sigmoid(F.linear(h, p[prefix + "shared_expert_gate.weight"])) * shared
@@ -496,10 +576,12 @@ class Llama:
         if positions is None:
             positions = torch.arange(seq).expand(b, seq)
         tables = []
+        rope_dtype = torch.float32 if cfg["rope_fp32"] else torch.float64
         for table in range(2):
-            angles = positions.to(torch.float64)[..., None] * rope_inv_freq(cfg, table)
+            angles = positions.to(rope_dtype)[..., None] * rope_inv_freq(cfg, table, rope_dtype)
             angles = torch.cat((angles, angles), dim=-1)[:, None]  # [b, 1, seq, hd]: every head alike
-            tables.append((angles.cos().to(self.dtype), angles.sin().to(self.dtype)))
+            scaling = rope_attention_scaling(cfg, table)
+            tables.append(((angles.cos() * scaling).to(self.dtype), (angles.sin() * scaling).to(self.dtype)))
         segment = torch.cumsum(positions == 0, dim=-1)
         future = torch.triu(torch.ones(seq, seq, dtype=torch.bool), diagonal=1)
         other = (segment[:, :, None] != segment[:, None, :])[:, None]

@@ -16,7 +16,8 @@ import sys
 
 import torch
 
-DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16", torch.int64: "I64"}
+DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16", torch.int64: "I64", torch.uint8: "U8",
+          torch.int8: "I8"}
 
 
 def tensor_bytes(t):

@@ -254,6 +254,27 @@ __global__ void __launch_bounds__(THREADS) attention_forward(bf16 *out, float *l
     }
 }
 
+/* The sinks folded into an attention computed without them (cuDNN's, attention_dispatch.c): each
+ * row's lse' = logaddexp(lse, sink) and out *= exp(lse - lse'), the softmax with the sink's column
+ * and its statistics. One warp per (query row, head); the lanes read lse before lane 0 rewrites it. */
+__global__ void attention_sinks_fold(bf16 *out, float *lse, int n, geometry g) {
+    size_t item = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x % 32;
+    if (item >= (size_t)n * g.heads) return;
+    size_t row = item / g.heads;
+    int h = (int)(item % g.heads);
+    float *at = lse + lse_index(g, (int)(row / g.q_rows), h, (int)(row % g.q_rows));
+    const float before = *at, sink = g.sinks[h], top = fmaxf(before, sink);
+    const float after = top + logf(expf(before - top) + expf(sink - top)), keep = expf(before - after);
+    __nv_bfloat162 *o = reinterpret_cast<__nv_bfloat162 *>(out + row * g.q_stride + (size_t)h * g.head_dim);
+    for (int w = lane; w < g.words; w += 32) {
+        float2 x = __bfloat1622float2(o[w]);
+        o[w] = __floats2bfloat162_rn(x.x * keep, x.y * keep);
+    }
+    __syncwarp();
+    if (lane == 0) *at = after;
+}
+
 /* ---- backward ---- */
 
 /* delta[b, h, i] = dout_i . out_i, one warp per (query row, head) */
@@ -472,19 +493,30 @@ static mt_status forward(cudaStream_t s, void *out, float *lse, const void *q, c
     return launch_status("attention");
 }
 
-template <int NW>
-static mt_status backward(cudaStream_t s, void *dq, void *dk, void *dv, const void *dout,
-                          const void *out, const float *lse, const void *q, const void *k,
-                          const void *v, geometry g, int batch, float *delta) {
-    int n = batch * g.q_rows;
-    size_t warps = (size_t)n * g.heads;
-    attention_delta<<<(unsigned)((warps * 32 + 255) / 256), 256, 0, s>>>(delta, (const bf16 *)dout,
-                                                                        (const bf16 *)out, n, g);
+/* Blocks of 256 threads for one warp per (query row, head) of batch sequences. */
+static unsigned warp_blocks(geometry g, int batch) {
+    size_t warps = (size_t)batch * g.q_rows * g.heads;
+    return (unsigned)((warps * 32 + 255) / 256);
+}
+
+/* delta = dout . out per (query row, head), and the sinks' gradient from it where g asks. */
+static mt_status delta_and_dsinks(cudaStream_t s, const void *dout, const void *out, const float *lse, geometry g,
+                                  int batch, float *delta) {
+    attention_delta<<<warp_blocks(g, batch), 256, 0, s>>>(delta, (const bf16 *)dout, (const bf16 *)out,
+                                                         batch * g.q_rows, g);
     MT_TRY(launch_status("attention delta"));
     if (g.sinks && g.dsinks) {
         attention_dsinks<<<g.heads, 256, 0, s>>>(delta, lse, batch, g);
         MT_TRY(launch_status("attention dsinks"));
     }
+    return MT_OK;
+}
+
+template <int NW>
+static mt_status backward(cudaStream_t s, void *dq, void *dk, void *dv, const void *dout,
+                          const void *out, const float *lse, const void *q, const void *k,
+                          const void *v, geometry g, int batch, float *delta) {
+    MT_TRY(delta_and_dsinks(s, dout, out, lse, g, batch, delta));
 
     size_t dq_smem = (size_t)TILE * (2 * g.words + 2 * g.padded) * 4 + (size_t)WARPS * ROWS * TILE * 4;
     MT_TRY(allow_smem(attention_dq<NW>, dq_smem));
@@ -536,4 +568,21 @@ extern "C" mt_status mt_cuda_attention_dx(cudaStream_t s, void *dq, void *dk, vo
     case 2: return backward<2>(s, dq, dk, dv, dout, out, lse, q, k, v, g, dims.batch, delta);
     default: return backward<4>(s, dq, dk, dv, dout, out, lse, q, k, v, g, dims.batch, delta);
     }
+}
+
+extern "C" mt_status mt_cuda_attention_sinks_fold(cudaStream_t s, void *out, float *lse, mt_attn_dims dims,
+                                                  const mt_attn_params *params, const int32_t *pos) {
+    MT_TRY(check_dims(dims, params));
+    if (dims.batch == 0 || dims.seq == 0) return MT_OK;
+    geometry g = geometry_of(dims, params, pos);
+    attention_sinks_fold<<<warp_blocks(g, dims.batch), 256, 0, s>>>((bf16 *)out, lse, dims.batch * g.q_rows, g);
+    return launch_status("attention sinks");
+}
+
+extern "C" mt_status mt_cuda_attention_sinks_dx(cudaStream_t s, const void *dout, const void *out, const float *lse,
+                                                mt_attn_dims dims, const mt_attn_params *params, const int32_t *pos,
+                                                void *workspace) {
+    MT_TRY(check_dims(dims, params));
+    if (dims.batch == 0 || dims.seq == 0) return MT_OK;
+    return delta_and_dsinks(s, dout, out, lse, geometry_of(dims, params, pos), dims.batch, (float *)workspace);
 }

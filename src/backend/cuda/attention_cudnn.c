@@ -47,7 +47,7 @@ enum {
     UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_DO, UID_DQ, UID_DK, UID_DV,
     UID_SCALE, UID_MASKED, UID_ONE, UID_DQ_ACCUM,
     UID_SEQ_Q, UID_SEQ_KV, UID_OFF_Q, UID_OFF_KV, UID_OFF_STATS, UID_SOFTMAX_SUM, UID_DK_FULL, UID_DV_FULL,
-    UID_WINDOW_Q, UID_WINDOW_KV,
+    UID_WINDOW_Q, UID_WINDOW_KV, UID_BAND,
     FIRST_VIRTUAL_UID = 100,
 };
 
@@ -67,6 +67,7 @@ static const int64_t MAX_WORKSPACE = (int64_t)1 << 34;
 typedef struct {
     mt_attn_dims dims;
     int entries;
+    int band; /* a sliding window's keys (0: none) */
     int usable; /* both plans built */
     mt_cudnn_graph forward, backward;
     mt_cudnn_graph square; /* a window's: its backward against its own keys (backward: the keys before) */
@@ -132,6 +133,7 @@ typedef struct {
     int64_t b, sq, skv;
     int ragged;
     mask_kind mask;
+    int band; /* MASK_CAUSAL's sliding window: a query sees this many keys, itself included (0: all) */
     mt_cudnn_tensor seq_q, seq_kv, off_q, off_kv, off_stats;
 } shape;
 
@@ -273,7 +275,20 @@ static mt_status masked_scores(mt_cudnn_graph *g, const mt_cudnn_tensor *q, cons
         kept_row = &shifted;
     }
     MT_TRY(compare(g, CUDNN_POINTWISE_CMP_GE, kept_row, &col, dim, &keep));
-    return select_kept(g, &scaled, &masked, &keep, out);
+    if (!sh->band) return select_kept(g, &scaled, &masked, &keep, out);
+    /* A sliding window, after the causal mask as the frontend's diagonal band's left bound follows it:
+     * col + band > row (backend.h: the keys at (p - window, p]), on indices of its own. */
+    mt_cudnn_tensor causal, band_row, band_col, band, col_plus, inside;
+    MT_TRY(select_kept(g, &scaled, &masked, &keep, &causal));
+    MT_TRY(mt_cudnn_virtual(g, &band_row, CUDNN_DATA_INT32, dim));
+    MT_TRY(mt_cudnn_gen_index(g, &causal, 2, &band_row));
+    MT_TRY(mt_cudnn_virtual(g, &band_col, CUDNN_DATA_INT32, dim));
+    MT_TRY(mt_cudnn_gen_index(g, &causal, 3, &band_col));
+    MT_TRY(typed_scalar(g, &band, UID_BAND, CUDNN_DATA_INT32));
+    MT_TRY(mt_cudnn_virtual(g, &col_plus, CUDNN_DATA_INT32, dim));
+    MT_TRY(mt_cudnn_pointwise_on_axis(g, CUDNN_POINTWISE_ADD, CUDNN_DATA_INT32, 3, &band_col, &band, &col_plus));
+    MT_TRY(compare(g, CUDNN_POINTWISE_CMP_GT, &col_plus, &band_row, dim, &inside));
+    return select_kept(g, &causal, &masked, &inside, out);
 }
 
 /* c = a . b, over each ragged entry's lengths (m, k as given) */
@@ -422,7 +437,7 @@ static mt_status build_plans(mt_cudnn_attention *ca, plans *p, int64_t forward_l
     mt_attn_dims d = p->dims;
     int window = bottom_right(d);
     shape sh = {.d = d, .b = p->entries ? p->entries : d.batch, .sq = mt_attn_q_rows(d), .skv = mt_attn_kv_rows(d),
-                .ragged = p->entries > 0, .mask = window ? MASK_BOTTOM_RIGHT : MASK_CAUSAL};
+                .ragged = p->entries > 0, .mask = window ? MASK_BOTTOM_RIGHT : MASK_CAUSAL, .band = p->band};
     mt_cudnn_graph_init(&p->forward, ca->handle, FIRST_VIRTUAL_UID);
     mt_cudnn_graph_init(&p->backward, ca->handle, FIRST_VIRTUAL_UID);
     mt_cudnn_graph_init(&p->square, ca->handle, FIRST_VIRTUAL_UID);
@@ -490,7 +505,7 @@ static plans *free_entry(mt_cudnn_attention *ca) {
     return oldest;
 }
 
-static plans *plans_for(mt_cudnn_attention *ca, mt_attn_dims dims, int entries);
+static plans *plans_for(mt_cudnn_attention *ca, mt_attn_dims dims, int entries, int band);
 
 /* A window that is not its sequence's last builds within the workspace of the last window of its
  * q_len (backend.h: the tiles of a sequence share the workspace sized for the last); *usable 0
@@ -502,7 +517,7 @@ static void window_limits(mt_cudnn_attention *ca, mt_attn_dims dims, int *usable
     if (dims.q_len <= 0 || dims.q0 + dims.q_len == dims.seq) return;
     mt_attn_dims last = dims;
     last.q0 = dims.seq - dims.q_len;
-    plans *p = plans_for(ca, last, 0);
+    plans *p = plans_for(ca, last, 0, 0);
     if (!p) {
         *usable = 0;
         return;
@@ -511,15 +526,17 @@ static void window_limits(mt_cudnn_attention *ca, mt_attn_dims dims, int *usable
     *backward_limit = (int64_t)p->accum_offset;
 }
 
-/* The cached entry for dims (and `entries` ragged entries; 0: plain), building it on first sight;
- * NULL when cuDNN cannot run them. Called with the lock held. */
-static plans *plans_for(mt_cudnn_attention *ca, mt_attn_dims dims, int entries) {
+/* The cached entry for dims (and `entries` ragged entries; 0: plain; a sliding window of `band`
+ * keys, whole sequences only), building it on first sight; NULL when cuDNN cannot run them. Called
+ * with the lock held. */
+static plans *plans_for(mt_cudnn_attention *ca, mt_attn_dims dims, int entries, int band) {
     for (int i = 0; i < ca->cached; i++)
-        if (same_dims(ca->cache[i].dims, dims) && ca->cache[i].entries == entries) {
+        if (same_dims(ca->cache[i].dims, dims) && ca->cache[i].entries == entries && ca->cache[i].band == band) {
             ca->cache[i].used = ++ca->clock;
             return ca->cache[i].usable ? &ca->cache[i] : NULL;
         }
     if (ca->disabled || dims.batch == 0 || dims.seq == 0 || (entries && dims.q_len > 0)) return NULL;
+    if (band && (entries || dims.q_len > 0)) return NULL;
     if (!ca->handle && make_handle(ca) != MT_OK) {
         mt_log_warn("cuDNN attention disabled, the CUDA-core kernels run instead: %s", mt_error());
         ca->disabled = 1;
@@ -532,6 +549,7 @@ static plans *plans_for(mt_cudnn_attention *ca, mt_attn_dims dims, int entries) 
     memset(p, 0, sizeof *p);
     p->dims = dims;
     p->entries = entries;
+    p->band = band;
     p->used = ++ca->clock;
     int sq = mt_attn_q_rows(dims), skv = mt_attn_kv_rows(dims);
     if (!usable) {
@@ -541,9 +559,9 @@ static plans *plans_for(mt_cudnn_attention *ca, mt_attn_dims dims, int entries) 
         return NULL;
     }
     if (build_plans(ca, p, forward_limit, backward_limit) != MT_OK) {
-        mt_log_info("attention (batch %d, %d queries x %d keys, heads %d/%d, head_dim %d%s): cuDNN refused (%s); "
-                    "the CUDA-core kernels run it", dims.batch, sq, skv, dims.heads, dims.kv_heads, dims.head_dim,
-                    entries ? ", packed segments" : "", mt_error());
+        mt_log_info("attention (batch %d, %d queries x %d keys, heads %d/%d, head_dim %d%s, sliding window %d): "
+                    "cuDNN refused (%s); the CUDA-core kernels run it", dims.batch, sq, skv, dims.heads,
+                    dims.kv_heads, dims.head_dim, entries ? ", packed segments" : "", band, mt_error());
         mt_cudnn_graph_destroy(&p->forward);
         mt_cudnn_graph_destroy(&p->backward);
         mt_cudnn_graph_destroy(&p->square);
@@ -575,19 +593,20 @@ static limit *limit_of(mt_cudnn_attention *ca, mt_attn_dims dims) {
  * which it gets right. Segments at other head dims run on the CUDA-core kernels. */
 static int ragged_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
 
-int mt_cudnn_attention_plan_workspace(mt_cudnn_attention *ca, mt_attn_dims dims, int segments,
+int mt_cudnn_attention_plan_workspace(mt_cudnn_attention *ca, mt_attn_dims dims, int segments, int band,
                                       size_t *workspace_bytes) {
     pthread_mutex_lock(&ca->lock);
-    plans *p = plans_for(ca, dims, segments ? entries_for(segments) : 0);
+    plans *p = plans_for(ca, dims, segments ? entries_for(segments) : 0, band);
     if (p && workspace_bytes) *workspace_bytes = p->workspace_bytes;
     pthread_mutex_unlock(&ca->lock);
     return p != NULL;
 }
 
-int mt_cudnn_attention_supports(mt_cudnn_attention *ca, mt_attn_dims dims, int segments, size_t *workspace_bytes) {
+int mt_cudnn_attention_supports(mt_cudnn_attention *ca, mt_attn_dims dims, int segments, int band,
+                                size_t *workspace_bytes) {
     if (segments && (!ragged_head_dim(dims.head_dim) || dims.q_len > 0)) return 0;
     pthread_mutex_lock(&ca->lock);
-    plans *p = plans_for(ca, dims, segments ? entries_for(segments) : 0);
+    plans *p = plans_for(ca, dims, segments ? entries_for(segments) : 0, band);
     if (p && segments) {
         limit *l = limit_of(ca, dims);
         if (!l || p->workspace_bytes > l->bytes) p = NULL;
@@ -603,7 +622,7 @@ size_t mt_cudnn_attention_ragged_workspace(mt_cudnn_attention *ca, mt_attn_dims 
      * their plan needs more workspace, run on the kernels). */
     int typical = dims.batch * dims.seq / 64;
     pthread_mutex_lock(&ca->lock);
-    plans *p = plans_for(ca, dims, entries_for(typical > MIN_BUCKET ? typical : MIN_BUCKET));
+    plans *p = plans_for(ca, dims, entries_for(typical > MIN_BUCKET ? typical : MIN_BUCKET), 0);
     if (p && p->workspace_bytes > bytes) bytes = p->workspace_bytes;
     limit *l = limit_of(ca, dims);
     if (l && bytes > l->bytes) l->bytes = bytes;
@@ -652,20 +671,22 @@ static void bind_ragged(pack *k, const ragged_arrays *r) {
     bind(k, UID_OFF_STATS, r->off_stats);
 }
 
-static plans *plans_of_call(mt_cudnn_attention *ca, mt_attn_dims dims, const mt_segments *seg) {
-    return plans_for(ca, dims, seg ? entries_for(seg->count) : 0);
+static plans *plans_of_call(mt_cudnn_attention *ca, mt_attn_dims dims, const mt_segments *seg, int band) {
+    return plans_for(ca, dims, seg ? entries_for(seg->count) : 0, band);
 }
 
 static mt_status forward_locked(mt_cudnn_attention *ca, cudaStream_t s, void *out, float *lse, const void *q,
                                 const void *k, const void *v, mt_attn_dims dims, float scale,
-                                const mt_segments *seg, void *workspace) {
-    plans *p = plans_of_call(ca, dims, seg);
+                                const mt_segments *seg, int band, void *workspace) {
+    plans *p = plans_of_call(ca, dims, seg, band);
     if (!p) return mt_fail(MT_ERR_INVALID, "cuDNN attention: no plan for these dims");
     pack vp = {.count = 0};
     bind(&vp, UID_Q, q), bind(&vp, UID_K, k), bind(&vp, UID_V, v), bind(&vp, UID_O, out);
     bind(&vp, UID_STATS, lse), bind(&vp, UID_SCALE, &scale), bind(&vp, UID_MASKED, &ca->masked);
     int32_t window_q = mt_attn_q_rows(dims), window_kv = mt_attn_kv_rows(dims); /* by value: read by the call */
     if (bottom_right(dims)) bind(&vp, UID_WINDOW_Q, &window_q), bind(&vp, UID_WINDOW_KV, &window_kv);
+    int32_t band_keys = band;
+    if (band) bind(&vp, UID_BAND, &band_keys);
     if (seg) {
         ragged_arrays r;
         MT_TRY(write_ragged(p, s, seg, workspace, &r));
@@ -677,9 +698,9 @@ static mt_status forward_locked(mt_cudnn_attention *ca, cudaStream_t s, void *ou
 
 mt_status mt_cudnn_attention_forward(mt_cudnn_attention *ca, cudaStream_t s, void *out, float *lse,
                                      const void *q, const void *k, const void *v, mt_attn_dims dims, float scale,
-                                     const mt_segments *seg, void *workspace) {
+                                     const mt_segments *seg, int band, void *workspace) {
     pthread_mutex_lock(&ca->lock);
-    mt_status status = forward_locked(ca, s, out, lse, q, k, v, dims, scale, seg, workspace);
+    mt_status status = forward_locked(ca, s, out, lse, q, k, v, dims, scale, seg, band, workspace);
     pthread_mutex_unlock(&ca->lock);
     return status;
 }
@@ -713,6 +734,8 @@ static mt_status run_backward(mt_cudnn_attention *ca, const plans *p, mt_cudnn_g
     if (mask != MASK_NONE) bind(&vp, UID_MASKED, &ca->masked);
     int32_t window_q = mt_attn_q_rows(dims), window_kv = mt_attn_kv_rows(dims); /* by value: read by the call */
     if (mask == MASK_BOTTOM_RIGHT) bind(&vp, UID_WINDOW_Q, &window_q), bind(&vp, UID_WINDOW_KV, &window_kv);
+    int32_t band_keys = p->band;
+    if (p->band) bind(&vp, UID_BAND, &band_keys);
     if (seg) {
         ragged_arrays r;
         MT_TRY(write_ragged(p, s, seg, workspace, &r));
@@ -727,8 +750,8 @@ static mt_status run_backward(mt_cudnn_attention *ca, const plans *p, mt_cudnn_g
 }
 
 static mt_status backward_locked(mt_cudnn_attention *ca, cudaStream_t s, const backward_io *io, mt_attn_dims dims,
-                                 const mt_segments *seg, void *workspace) {
-    plans *p = plans_of_call(ca, dims, seg);
+                                 const mt_segments *seg, int band, void *workspace) {
+    plans *p = plans_of_call(ca, dims, seg, band);
     if (!p) return mt_fail(MT_ERR_INVALID, "cuDNN attention: no plan for these dims");
     size_t accum_bytes = (size_t)dims.batch * mt_attn_q_rows(dims) * dims.heads * dims.head_dim * sizeof(float);
     float *accum = (float *)((char *)workspace + p->accum_offset);
@@ -747,11 +770,12 @@ static mt_status backward_locked(mt_cudnn_attention *ca, cudaStream_t s, const b
 mt_status mt_cudnn_attention_backward(mt_cudnn_attention *ca, cudaStream_t s, void *dq, void *dk,
                                       void *dv, const void *dout, const void *out, const float *lse,
                                       const void *q, const void *k, const void *v,
-                                      mt_attn_dims dims, float scale, const mt_segments *seg, void *workspace) {
+                                      mt_attn_dims dims, float scale, const mt_segments *seg, int band,
+                                      void *workspace) {
     backward_io io = {.dq = dq, .dk = dk, .dv = dv, .dout = dout, .out = out, .q = q, .k = k, .v = v, .lse = lse,
                       .scale = scale};
     pthread_mutex_lock(&ca->lock);
-    mt_status status = backward_locked(ca, s, &io, dims, seg, workspace);
+    mt_status status = backward_locked(ca, s, &io, dims, seg, band, workspace);
     pthread_mutex_unlock(&ca->lock);
     return status;
 }

@@ -73,6 +73,16 @@ mt_status mt_cuda_attention_dx(cudaStream_t s, void *dq, void *dk, void *dv, con
                                const void *v, mt_attn_dims dims, const mt_attn_params *params,
                                const int32_t *pos, void *workspace);
 size_t mt_cuda_attention_workspace(mt_attn_dims dims);
+/* The sinks (params->sinks) of an attention computed without them, out and lse in place (cuDNN's:
+ * attention_dispatch.c): lse' = logaddexp(lse, sink), out *= exp(lse - lse'). The backward given
+ * those out and lse is the sinks' own for dq, dk and dv; _dx adds their gradient to params->dsinks
+ * (mt_cuda_attention_workspace(dims) bytes of workspace). pos: as above (non-NULL: the segments'
+ * lse layout). */
+mt_status mt_cuda_attention_sinks_fold(cudaStream_t s, void *out, float *lse, mt_attn_dims dims,
+                                       const mt_attn_params *params, const int32_t *pos);
+mt_status mt_cuda_attention_sinks_dx(cudaStream_t s, const void *dout, const void *out, const float *lse,
+                                     mt_attn_dims dims, const mt_attn_params *params, const int32_t *pos,
+                                     void *workspace);
 /* cuDNN's ragged layout of a micro-batch's segments (starts[count + 1], device) as `entries`
  * entries: int32 lens[entries] (0 past the segments) and int64 offsets[entries + 1] of each entry's
  * first element in tensors of q_row, kv_row and stats_row elements a row. */

@@ -1,7 +1,7 @@
 /* The attention mixer, engine side (model/kinds/attention.c declares its tensors): x2 = x +
- * o(attention(rope(q(h1)), rope(k(h1)), v(h1))), h1 = norm(x), with q/k/v biases, q/k norms (over
- * each head, or over the whole projection) and an output gate (q_proj's second half of each head:
- * o's input times its sigmoid) where the block's spec has them.
+ * o(attention(rope(q(h1)), rope(k(h1)), v(h1))), h1 = norm(x), with q/k/v and o biases, sinks,
+ * q/k norms (over each head, or over the whole projection) and an output gate (q_proj's second half
+ * of each head: o's input times its sigmoid) where the block's spec has them.
  *
  * Keys and values span the micro-batch (every later query of a sequence reads them): prepare makes
  * them over the whole micro-batch. With segments (packed examples) positions restart on each
@@ -27,6 +27,7 @@ static int qk_norm(const mt_layer_spec *s) {
 static int qk_norm_full(const mt_layer_spec *s) { return (s->attn.flags & MT_ATTN_QK_NORM_FULL) != 0; }
 static int post_norm(const mt_layer_spec *s) { return (s->attn.flags & MT_ATTN_POST_NORM) != 0; }
 static int out_gate(const mt_layer_spec *s) { return (s->attn.flags & MT_ATTN_OUT_GATE) != 0; }
+static int sinks(const mt_layer_spec *s) { return (s->attn.flags & MT_ATTN_SINKS) != 0; }
 
 /* q_proj's outputs a token: the query, and with an output gate each head's gate after its query. */
 static int q_out_width(const mt_block_ctx *c) { return (out_gate(c->spec) ? 2 : 1) * (int)q_width(c->cfg); }
@@ -35,10 +36,15 @@ static int q_out_width(const mt_block_ctx *c) { return (out_gate(c->spec) ? 2 : 
  * the forward leaves in datt (free until the backward's gradient at the attention's output). */
 static const void *o_input(const mt_block_ctx *c) { return out_gate(c->spec) ? c->ws->attn.datt : c->ws->attn.att; }
 
-/* The backend's attention variants the block's spec asks for (its sinks, a weight with a gradient,
- * are not plumbed yet: model/layer_spec.c refuses them). */
-static mt_attn_params attn_params(const mt_layer_spec *s) {
-    return (mt_attn_params){.window = s->attn.window, .scale = s->attn.q_scale, .softcap = s->attn.logit_softcap};
+/* The backend's attention variants the block's spec asks for: its window, scale and soft cap, and
+ * its sinks (their fp32 copy, prepare's) with, in the backward (g), their gradient. */
+static mt_attn_params attn_params(const mt_block_ctx *c, const mt_unit_grads *g) {
+    const mt_layer_spec *s = c->spec;
+    return (mt_attn_params){.window = s->attn.window,
+                            .scale = s->attn.q_scale,
+                            .softcap = s->attn.logit_softcap,
+                            .sinks = sinks(s) ? c->ws->attn.sinks : NULL,
+                            .dsinks = sinks(s) && g ? g->t[MT_T_SINKS] : NULL};
 }
 
 /* The q/k norm's rows: a token's q is `heads` rows of head_dim (per-head norms) or one row of
@@ -48,19 +54,12 @@ static int norm_width(const mt_block_ctx *c, int heads) {
     return qk_norm_full(c->spec) ? heads * c->cfg->head_dim : c->cfg->head_dim;
 }
 
-/* Whether any block's q and k go through RMSNorms, and how many rows a token's q (or k, of `heads`
- * heads) takes at most over the blocks (what the workspace sizes for). */
-static int any_qk_norm(const mt_config *c) {
+/* Whether any block's spec has what `has` says (what the workspace sizes for), and how many rows
+ * a token's q (or k, of `heads` heads) takes at most over the blocks' q/k norms. */
+static int any_block(const mt_config *c, int (*has)(const mt_layer_spec *)) {
     for (int l = 0; l < c->num_layers; l++) {
         mt_layer_spec s = mt_layer_spec_of(c, l);
-        if (s.mixer == MT_MIXER_ATTENTION && qk_norm(&s)) return 1;
-    }
-    return 0;
-}
-static int any_out_gate(const mt_config *c) {
-    for (int l = 0; l < c->num_layers; l++) {
-        mt_layer_spec s = mt_layer_spec_of(c, l);
-        if (s.mixer == MT_MIXER_ATTENTION && out_gate(&s)) return 1;
+        if (s.mixer == MT_MIXER_ATTENTION && has(&s)) return 1;
     }
     return 0;
 }
@@ -142,12 +141,12 @@ static void walk(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s) {
     ws->attn.datt = mt_ws_take(w, T * Q * act);
     ws->attn.lse = mt_ws_take(w, T * c->num_heads * 4);
     ws->attn.ws = mt_ws_take(w, attention_workspace(s));
-    int norms = any_qk_norm(c);
+    int norms = any_block(c, qk_norm);
     if (norms) {
         ws->attn.q_raw = mt_ws_take(w, T * Q * act);
         ws->attn.rstd_q = mt_ws_take(w, T * most_norm_rows(c, c->num_heads) * 4);
     }
-    if (any_out_gate(c)) {
+    if (any_block(c, out_gate)) {
         ws->attn.qg = mt_ws_take(w, T * 2 * Q * act);
         ws->attn.gate = mt_ws_take(w, T * Q * act);
     }
@@ -164,9 +163,11 @@ static void walk(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s) {
         ws->attn.k_raw = mt_ws_take(w, n * KV * act);
         ws->attn.rstd_k = mt_ws_take(w, n * most_norm_rows(c, c->num_kv_heads) * 4);
     }
+    if (any_block(c, sinks)) ws->attn.sinks = mt_ws_take(w, (size_t)c->num_heads * 4);
 }
 
-/* k and v (roped; with q/k norms, k_raw and its statistics too) over the micro-batch. */
+/* k and v (roped; with q/k norms, k_raw and its statistics too) over the micro-batch, and the
+ * sinks in fp32 (the weights are of the act type on every backend). */
 static void prepare(const mt_block_ctx *c, const mt_unit_weights *w, const void *x) {
     const mt_config *cfg = c->cfg;
     mt_block_ws *ws = c->ws;
@@ -184,6 +185,8 @@ static void prepare(const mt_block_ctx *c, const mt_unit_weights *w, const void 
                                mt_norm_params(c->spec));
     c->be->ops->op.rope(c->be, c->stream, ws->attn.k, rope_table(c), n, c->seq, 0, positions(c, 0), cfg->num_kv_heads,
                         cfg->head_dim, rotary_dim(c), 0);
+    if (sinks(c->spec))
+        c->be->ops->op.accumulate_f32(c->be, c->stream, ws->attn.sinks, w->t[MT_T_SINKS], (size_t)cfg->num_heads, 0);
 }
 
 /* The tile's q (roped), attention output, lse and x2 rows. */
@@ -211,13 +214,14 @@ static void forward(const mt_block_ctx *c, const mt_unit_weights *w, const void 
     op->rope(be, s, ws->attn.q, rope_table(c), t.rows, c->seq, t.row % c->seq, positions(c, t.row), cfg->num_heads,
              cfg->head_dim, rotary_dim(c), 0);
     mt_segments seg = c->seg ? tile_segments(c, t) : (mt_segments){0};
-    const mt_attn_params params = attn_params(c->spec);
+    const mt_attn_params params = attn_params(c, NULL);
     op->attention(be, s, ws->attn.att, ws->attn.lse, ws->attn.q, mt_rows_at(ws->attn.k, kv0, KV, act),
                   mt_rows_at(ws->attn.v, kv0, KV, act), tile_dims(cfg, c->batch, c->seq, t), &params,
                   c->seg ? &seg : NULL, ws->attn.ws);
     if (out_gate(c->spec)) op->out_gate(be, s, ws->attn.datt, ws->attn.att, ws->attn.gate, (size_t)t.rows * Q);
     MT_FOR_EACH_PIECE(c, p) {
-        mt_matmul_piece(c, p, ws->tmp, mt_rows_at(o_input(c), p.row - t.row, Q, act), w->t[MT_T_WO], NULL, Q, D);
+        mt_matmul_piece(c, p, ws->tmp, mt_rows_at(o_input(c), p.row - t.row, Q, act), w->t[MT_T_WO], w->t[MT_T_BO],
+                        Q, D);
         const void *out = ws->tmp;
         if (post_norm(c->spec)) /* into h1, free once q is made */
             mt_post_norm_piece(c, p, p.row - t.row, ws->h1, ws->tmp, w->t[MT_T_ATTN_POST_NORM]), out = ws->h1;
@@ -284,14 +288,14 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
     if (post_norm(c->spec)) { /* dy becomes the gradient at o's output, o(att) made again */
         MT_FOR_EACH_PIECE(c, p) {
             int at = p.row - t.row;
-            mt_matmul_piece(c, p, ws->tmp, mt_rows_at(o_input(c), at, Q, act), w->t[MT_T_WO], NULL, Q, D);
+            mt_matmul_piece(c, p, ws->tmp, mt_rows_at(o_input(c), at, Q, act), w->t[MT_T_WO], w->t[MT_T_BO], Q, D);
             mt_post_norm_piece(c, p, at, ws->h1, ws->tmp, w->t[MT_T_ATTN_POST_NORM]);
             mt_post_norm_dx_piece(c, p, at, g->t[MT_T_ATTN_POST_NORM], mt_rows_at(dxy, p.row, D, act), ws->tmp,
                                   w->t[MT_T_ATTN_POST_NORM]);
         }
         dy = ws->dpost;
     }
-    mt_matmul_dw_piece(c, mt_piece_of_tile(c), g->t[MT_T_WO], NULL, dy, o_input(c), Q, D);
+    mt_matmul_dw_piece(c, mt_piece_of_tile(c), g->t[MT_T_WO], g->t[MT_T_BO], dy, o_input(c), Q, D);
     if (out_gate(c->spec)) { /* the gradient at the gated output into dq (free until attention_dx), then the
                               * gate's into the gate's place and the attention output's into datt */
         mt_matmul_dx_piece(c, mt_piece_of_tile(c), ws->attn.dq, dy, w->t[MT_T_WO], Q, D, 0);
@@ -301,7 +305,7 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
         mt_matmul_dx_piece(c, mt_piece_of_tile(c), ws->attn.datt, dy, w->t[MT_T_WO], Q, D, 0);
     }
     mt_segments seg = c->seg ? tile_segments(c, t) : (mt_segments){0};
-    const mt_attn_params params = attn_params(c->spec);
+    const mt_attn_params params = attn_params(c, g);
     op->attention_dx(be, s, ws->attn.dq, mt_rows_at_mut(ws->attn.dk, kv0, KV, act),
                      mt_rows_at_mut(ws->attn.dv, kv0, KV, act), ws->attn.datt, ws->attn.att, ws->attn.lse, ws->attn.q,
                      mt_rows_at(ws->attn.k, kv0, KV, act), mt_rows_at(ws->attn.v, kv0, KV, act),

@@ -1,15 +1,17 @@
 /* The mixture-of-experts feed-forward, engine side (model/kinds/ffn_moe.c declares its tensors), a piece
  * at a time:
  *
- *   h2 = norm(x2);  logits = h2 . router^T;  route: each token's k experts and weights;
+ *   h2 = norm(x2);  logits = h2 . router^T (+ b);  route: each token's k experts and weights;
  *   permute, gather: the piece's n*k rows sorted by expert, segment by segment (a segment is a
- *   sequence, or the piece's part of one: backend.h);  gu = xs . gate_up[e]^T;  a = swiglu(gu);
- *   ys = a . down[e]^T;  y = x2 + combine(ys, weights)  (+ sigmoid(h2 . g) * shared(h2), Qwen2-MoE)
+ *   sequence, or the piece's part of one: backend.h);  gu = xs . gate_up[e]^T (+ b[e]);
+ *   a = glu(gu);  ys = a . down[e]^T (+ b[e]);  y = x2 + combine(ys, weights)
+ *   (+ sigmoid(h2 . g) * shared(h2), Qwen2-MoE)
  *
- * as transformers computes Qwen3MoeSparseMoeBlock, Qwen2MoeSparseMoeBlock, MixtralSparseMoeBlock
- * and OlmoeSparseMoeBlock; every step on the device (backend.h's moe group). The backward recomputes
- * the piece's forward (its routing too) and runs each op's backward; the load-balancing loss's
- * gradient enters through the router's softmax.
+ * as transformers computes Qwen3MoeSparseMoeBlock, Qwen2MoeSparseMoeBlock, MixtralSparseMoeBlock,
+ * OlmoeSparseMoeBlock and GptOssMLP (the biases where the spec has them: a NULL tensor is none; the
+ * GLU as the spec names it, gpt-oss's clamped one); every step on the device (backend.h's moe
+ * group). The backward recomputes the piece's forward (its routing too) and runs each op's
+ * backward; the load-balancing loss's gradient enters through the router's softmax.
  *
  * Over a pass it keeps (its pass entries, block_parts.h) each micro-batch's routing statistics,
  * which the forwards add to, and the load-balancing loss's gradient per router probability, which
@@ -195,16 +197,16 @@ static void experts_forward(const mt_block_ctx *c, const mt_unit_weights *w, mt_
     int D = cfg->hidden_size, E = cfg->num_experts, k = cfg->experts_per_token, F = cfg->moe_intermediate_size;
     int rows = p.rows * k, S = segments(c, p);
     mt_ffn_norm_piece(c, w, p);
-    mt_matmul_piece(c, p, ws->moe.logits, ws->h2, w->t[MT_T_ROUTER], NULL, D, E);
+    mt_matmul_piece(c, p, ws->moe.logits, ws->h2, w->t[MT_T_ROUTER], w->t[MT_T_ROUTER_BIAS], D, E);
     route(c, p, stats);
     moe->permute(c->be, c->stream, ws->moe.order, ws->moe.slot_row, ws->moe.offsets, ws->moe.experts, p.rows, E, k,
                  segment_rows(c, p));
     moe->gather(c->be, c->stream, ws->moe.xs, ws->h2, ws->moe.order, p.rows, k, D);
-    moe->grouped_matmul(c->be, c->stream, ws->moe.gu, ws->moe.xs, w->t[MT_T_EXPERTS_GATE_UP], NULL, ws->moe.offsets,
-                        rows, E, S, D, 2 * F);
+    moe->grouped_matmul(c->be, c->stream, ws->moe.gu, ws->moe.xs, w->t[MT_T_EXPERTS_GATE_UP],
+                        w->t[MT_T_EXPERTS_GATE_UP_BIAS], ws->moe.offsets, rows, E, S, D, 2 * F);
     moe->swiglu(c->be, c->stream, ws->moe.a, ws->moe.gu, rows, F, mt_glu_of(c->spec));
-    moe->grouped_matmul(c->be, c->stream, ws->moe.ys, ws->moe.a, w->t[MT_T_EXPERTS_DOWN], NULL, ws->moe.offsets, rows,
-                        E, S, F, D);
+    moe->grouped_matmul(c->be, c->stream, ws->moe.ys, ws->moe.a, w->t[MT_T_EXPERTS_DOWN], w->t[MT_T_EXPERTS_DOWN_BIAS],
+                        ws->moe.offsets, rows, E, S, F, D);
 }
 
 /* The shared expert's output and its gate's logit, from h2 (Qwen2-MoE). */
@@ -257,18 +259,18 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
     experts_forward(c, w, p, 0);
     moe->combine_dx(c->be, c->stream, ws->moe.dys, ws->moe.dweights, dy, ws->moe.ys, ws->moe.weights, ws->moe.slot_row,
                     p.rows, k, D);
-    moe->grouped_matmul_dw(c->be, c->stream, g->t[MT_T_EXPERTS_DOWN], NULL, ws->moe.dys, ws->moe.a, ws->moe.offsets,
-                           rows, E, S, F, D);
+    moe->grouped_matmul_dw(c->be, c->stream, g->t[MT_T_EXPERTS_DOWN], g->t[MT_T_EXPERTS_DOWN_BIAS], ws->moe.dys,
+                           ws->moe.a, ws->moe.offsets, rows, E, S, F, D);
     moe->grouped_matmul_dx(c->be, c->stream, ws->moe.a, ws->moe.dys, w->t[MT_T_EXPERTS_DOWN], ws->moe.offsets, rows, E,
                            S, F, D); /* da */
     moe->swiglu_dx(c->be, c->stream, ws->moe.dgu, ws->moe.a, ws->moe.gu, rows, F, mt_glu_of(c->spec));
-    moe->grouped_matmul_dw(c->be, c->stream, g->t[MT_T_EXPERTS_GATE_UP], NULL, ws->moe.dgu, ws->moe.xs,
-                           ws->moe.offsets, rows, E, S, D, 2 * F);
+    moe->grouped_matmul_dw(c->be, c->stream, g->t[MT_T_EXPERTS_GATE_UP], g->t[MT_T_EXPERTS_GATE_UP_BIAS], ws->moe.dgu,
+                           ws->moe.xs, ws->moe.offsets, rows, E, S, D, 2 * F);
     moe->grouped_matmul_dx(c->be, c->stream, ws->moe.ys, ws->moe.dgu, w->t[MT_T_EXPERTS_GATE_UP], ws->moe.offsets, rows,
                            E, S, D, 2 * F); /* dxs */
     moe->gather_dx(c->be, c->stream, ws->tmp, ws->moe.ys, ws->moe.slot_row, p.rows, k, D, 0);
     route_dx(c, p);
-    mt_matmul_dw_piece(c, p, g->t[MT_T_ROUTER], NULL, ws->moe.dlogits, ws->h2, D, E);
+    mt_matmul_dw_piece(c, p, g->t[MT_T_ROUTER], g->t[MT_T_ROUTER_BIAS], ws->moe.dlogits, ws->h2, D, E);
     mt_matmul_dx_piece(c, p, ws->tmp, ws->moe.dlogits, w->t[MT_T_ROUTER], D, E, 1);
     if (shared(c)) shared_backward(c, w, g, p, dy);
     mt_rmsnorm_dx_piece(c, p, dy, g->t[MT_T_MLP_NORM], ws->tmp, mt_x2_row(c, p.row), w->t[MT_T_MLP_NORM],

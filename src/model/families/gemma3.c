@@ -5,6 +5,7 @@
  * (gelu_pytorch_tanh), the embedding scaled by sqrt(hidden_size), tied embeddings. Its plan and
  * Hugging Face names are Gemma 2's as well (families/gemma2.c). */
 #include "model/families.h"
+#include "model/wrappers.h"
 
 /* Gemma3TextConfig's defaults where config.json does not say. */
 #define DEFAULT_SLIDING_WINDOW 4096
@@ -113,3 +114,18 @@ const mt_family mt_family_gemma3 = {
     .presets = presets, .num_presets = sizeof presets / sizeof presets[0], .fields = fields,
     .read = read, .write = write, .validate = validate,
     .plan = mt_family_plan_gemma, .plan_model = mt_family_plan_model_gemma, .names = &mt_family_gemma_names};
+
+/* Gemma3ForConditionalGeneration: Gemma 3's text model under text_config, a SigLIP vision tower and
+ * its projector, which are kept as they are. The hub's checkpoints name them as transformers 4 did
+ * (language_model.model.*, vision_tower.*, multi_modal_projector.*); transformers 5 saves them
+ * under model.* (its checkpoint conversion mapping). The text config's defaults are
+ * Gemma3TextConfig's. */
+const mt_wrapper mt_wrapper_gemma3 = {
+    .architecture = "Gemma3ForConditionalGeneration", .model_type = "gemma3", .text_key = "text_config",
+    .text_architecture = "Gemma3ForCausalLM",
+    .text_defaults = "{\"vocab_size\": 262208, \"hidden_size\": 2304, \"intermediate_size\": 9216, "
+                     "\"num_hidden_layers\": 26, \"num_attention_heads\": 8, \"num_key_value_heads\": 4, "
+                     "\"bos_token_id\": 2, \"eos_token_id\": 1}",
+    .layouts = {{"language_model.model.", "language_model.lm_head.weight", {"vision_tower.", "multi_modal_projector."}},
+                {"model.language_model.", "lm_head.weight", {"model.vision_tower.", "model.multi_modal_projector."}}},
+    .kept_files = {"preprocessor_config.json", "processor_config.json"}};

@@ -1,4 +1,4 @@
-/* Llama 2 and 3 (LlamaForCausalLM): the family the others vary, with q/k/v biases where
+/* Llama 2 and 3 (LlamaForCausalLM): the family the others vary, with q/k/v and o_proj biases where
  * attention_bias says and llama3 RoPE scaling. */
 #include "model/families.h"
 
@@ -62,10 +62,16 @@ static void write(const mt_config *c, json_t *o) {
 
 static mt_status validate(const mt_config *c) { return mt_family_require_qk_norm(c, MT_QK_NORM_NONE); }
 
+/* LlamaAttention's attention_bias is on o_proj too. */
+static void plan(const mt_config *c, int l, mt_layer_spec *s) {
+    mt_family_plan_common(c, l, s);
+    if (c->attention_bias) s->attn.flags |= MT_ATTN_BIAS_O;
+}
+
 const mt_family mt_family_llama = {
     .arch = MT_ARCH_LLAMA, .architecture = "LlamaForCausalLM", .model_type = "llama",
     .hidden_act = "silu",
     .default_max_position = 2048, .default_eps = 1e-6f, .default_theta = 10000.0f,
     .presets = presets, .num_presets = sizeof presets / sizeof presets[0], .fields = fields,
     .read = read, .write = write, .validate = validate,
-    .plan = mt_family_plan_common, .plan_model = mt_family_plan_model_common};
+    .plan = plan, .plan_model = mt_family_plan_model_common};

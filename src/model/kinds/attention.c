@@ -1,6 +1,7 @@
 /* The attention mixer, model side: the pre-norm, q/k/v and o projections, with its variants: q/k/v
- * biases, RMSNorm of q and k over each head or over the whole projection, a norm of its output
- * (Gemma), an output gate from q_proj (Qwen3-Next, Qwen3.5), as its spec's flags say.
+ * biases, an o_proj bias, a learned sink logit a head (gpt-oss), RMSNorm of q and k over each head
+ * or over the whole projection, a norm of its output (Gemma), an output gate from q_proj
+ * (Qwen3-Next, Qwen3.5), as its spec's flags say.
  * engine/kinds/attention_run.c runs it. */
 #include "model/block_kinds.h"
 
@@ -26,6 +27,8 @@ static void declare(mt_layout *lay, mt_unit *u, const mt_config *c, const mt_lay
         mt_layout_add_block_tensor(lay, u, MT_T_K_NORM, l, full ? KV : c->head_dim, 1, 0);
     }
     mt_layout_add_block_tensor(lay, u, MT_T_WO, l, D, Q, 0);
+    if (s->attn.flags & MT_ATTN_BIAS_O) mt_layout_add_block_tensor(lay, u, MT_T_BO, l, D, 1, 0);
+    if (s->attn.flags & MT_ATTN_SINKS) mt_layout_add_block_tensor(lay, u, MT_T_SINKS, l, c->num_heads, 1, 0);
     if (s->attn.flags & MT_ATTN_POST_NORM) mt_layout_add_block_tensor(lay, u, MT_T_ATTN_POST_NORM, l, D, 1, 0);
 }
 
@@ -33,6 +36,8 @@ static int64_t params(const mt_config *c, const mt_layer_spec *s) {
     int64_t d = c->hidden_size, q = (int64_t)c->num_heads * c->head_dim, kv = (int64_t)c->num_kv_heads * c->head_dim;
     int64_t qo = q_out(c, s), n = d + qo * d + 2 * kv * d + d * q; /* the norm; q (and gate), k, v; o */
     if (s->attn.flags & MT_ATTN_BIAS_QKV) n += qo + 2 * kv;
+    if (s->attn.flags & MT_ATTN_BIAS_O) n += d;
+    if (s->attn.flags & MT_ATTN_SINKS) n += c->num_heads;
     if (s->attn.flags & MT_ATTN_QK_NORM_HEAD) n += 2 * c->head_dim;
     if (s->attn.flags & MT_ATTN_QK_NORM_FULL) n += q + kv;
     if (s->attn.flags & MT_ATTN_POST_NORM) n += d;

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 # Renders every case of cases.json with Jinja2 the way transformers' apply_chat_template does
 # (sandboxed, trim_blocks, lstrip_blocks, loop controls, raise_exception, tojson as json.dumps with
-# ensure_ascii=False; tools=None where a case has none; no strftime_now, as megatrain uses the
-# template's fallback date) and compares with the expected text. Each line layout is turned into
+# ensure_ascii=False; tools=None where a case has none; strftime_now on megatrain's fixed date) and
+# compares with the expected text. The template is chat_template.jinja where the directory has one
+# (it wins, as in transformers), else tokenizer_config.json's. Each line layout is turned into
 # messages here as docs/data-formats.md says megatrain reads it, independently of megatrain's code.
 # Prints "ok" or the mismatches (exit 1). Needs python3-jinja2 (scripts/install-deps.sh).
-import json, os, sys
+import datetime, json, os, sys
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 root = sys.argv[1]
@@ -14,6 +15,7 @@ env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extens
 env.filters["tojson"] = lambda x, ensure_ascii=False, indent=None, separators=None, sort_keys=False: json.dumps(
     x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 env.globals["raise_exception"] = raise_exception
+env.globals["strftime_now"] = lambda fmt: datetime.datetime(2024, 7, 26).strftime(fmt)
 
 def as_messages(line):
     """(messages, tools) of one JSONL line, in any of the layouts."""
@@ -47,8 +49,10 @@ bad = 0
 cases = json.load(open(os.path.join(root, "cases.json")))
 for c in cases:
     cfg = json.load(open(os.path.join(root, c["template"], "tokenizer_config.json")))
+    jinja = os.path.join(root, c["template"], "chat_template.jinja")
+    source = open(jinja, encoding="utf-8").read() if os.path.exists(jinja) else cfg["chat_template"]
     messages, tools = as_messages(c["conversation"])
-    got = env.from_string(cfg["chat_template"]).render(messages=messages, tools=tools,
+    got = env.from_string(source).render(messages=messages, tools=tools,
                                                         bos_token=cfg.get("bos_token") or "",
                                                         eos_token=cfg.get("eos_token") or "", add_generation_prompt=False)
     want = c["expected"].replace("⟦", "").replace("⟧", "")

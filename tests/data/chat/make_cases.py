@@ -198,5 +198,59 @@ SHAREGPT_TOOLS = {"conversations": [{"from": "human", "value": "What is the weat
 case("qwen2.5", SHAREGPT_TOOLS, qwen_tools(Q25_SYS, [WEATHER]) + im("user", "What is the weather in Paris?") +
      "<|im_start|>assistant\n⟦" + qcall(ARGS) + "<|im_end|>⟧\n" + q_result + im_a("It is 21.5 degrees."))
 case("llama3.1", SHAREGPT_TOOLS, l31_tools([WEATHER]) + l31_rest)
+
+# ---- gpt-oss (harmony): the answer is what follows the generation prompt <|start|>assistant; the
+# analysis (thinking) shows for the last answer and for a call no later final answer follows ----
+def h_sys(tools=False):
+    return ("<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: "
+            "2024-06\nCurrent date: 2024-07-26\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. "
+            "Channel must be included for every message." +
+            ("\nCalls to these tools must go to the commentary channel: 'functions'." if tools else "") + "<|end|>")
+def h_dev(instructions=None, tools=None):
+    return ("<|start|>developer<|message|>" + ("# Instructions\n\n" + instructions + "\n\n" if instructions else "") +
+            ("# Tools\n\n## functions\n\nnamespace functions {\n\n" + tools + "} // namespace functions" if tools else "") +
+            "<|end|>")
+def h_user(text): return "<|start|>user<|message|>" + text + "<|end|>"
+def h_final(text, last=True, thinking=None):
+    return ("<|start|>assistant⟦" + ("<|channel|>analysis<|message|>" + thinking + "<|end|><|start|>assistant" if thinking else "") +
+            "<|channel|>final<|message|>" + text + ("<|return|>" if last else "<|end|>") + "⟧")
+def h_call(name, args, analysis=None):
+    return ("<|start|>assistant⟦" + ("<|channel|>analysis<|message|>" + analysis + "<|end|><|start|>assistant" if analysis else "") +
+            " to=functions." + name + "<|channel|>commentary json<|message|>" + args + "<|call|>⟧")
+def h_result(name, text): return "<|start|>functions." + name + " to=assistant<|channel|>commentary<|message|>" + text + "<|end|>"
+NOW = {"type": "function", "function": {"name": "now", "description": "The time."}}
+NOW_TS = "// The time.\ntype now = () => any;\n\n"
+WEATHER_TS = ("// Get the weather in a city\ntype get_weather = (_: {\n// e.g. Paris\ncity: string,\n"
+              "unit?: \"c\" | \"f\", // default: c,\n}) => any;\n\n")
+def now_call(content="", thinking=None):
+    m = {"role": "assistant", "content": content, "tool_calls": [{"type": "function", "function": {"name": "now", "arguments": {}}}]}
+    return {**m, "thinking": thinking} if thinking else m
+case("gpt-oss", [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"},
+                 {"role": "assistant", "content": "4", "thinking": "Add 2 and 2."}],
+     h_sys() + h_dev("Be brief.") + h_user("What is 2+2?") + h_final("4", thinking="Add 2 and 2."))
+case("gpt-oss", [S, {"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1", "thinking": "t1"},
+                 {"role": "user", "content": "q2"}, {"role": "assistant", "content": "a2", "thinking": "t2"}],
+     h_sys() + h_dev("You are terse.") + h_user("q1") + h_final("a1", last=False) + h_user("q2") +
+     h_final("a2", thinking="t2"))
+case("gpt-oss", PC, h_sys() + h_user("Translate to French: cat") + h_final("chat"))
+case("gpt-oss", WS_CONV, h_sys() + h_user("  Tell me a joke  ") + h_final("\nWhy did the chicken cross the road? \n"))
+# a call, its result, then the final answer: the call's thinking is dropped
+case("gpt-oss", with_tools([{"role": "user", "content": "Time?"}, now_call(thinking="Call now."),
+                            {"role": "tool", "content": "12:00"},
+                            {"role": "assistant", "content": "It is noon.", "thinking": "It said 12:00."}], (NOW,)),
+     h_sys(True) + h_dev(tools=NOW_TS) + h_user("Time?") + h_call("now", "{}") + h_result("now", "\"12:00\"") +
+     h_final("It is noon.", thinking="It said 12:00."))
+# the conversation ends with the result: the call's thinking (or its content) shows
+case("gpt-oss", with_tools([{"role": "user", "content": "Time?"}, now_call(thinking="Call now."),
+                            {"role": "tool", "content": "12:00"}], (NOW,)),
+     h_sys(True) + h_dev(tools=NOW_TS) + h_user("Time?") + h_call("now", "{}", "Call now.") + h_result("now", "\"12:00\""))
+case("gpt-oss", with_tools(tool_conv(content="Checking.", system="You are terse.")[:4], (WEATHER, NOW)),
+     h_sys(True) + h_dev("You are terse.", WEATHER_TS + NOW_TS) + h_user("What is the weather in Paris?") +
+     h_call("get_weather", ARGS, "Checking.") + h_result("get_weather", json.dumps(RESULT)))
+case("gpt-oss", with_tools(tool_conv(CALL_STR), (WEATHER,)),
+     h_sys(True) + h_dev(tools=WEATHER_TS) + h_user("What is the weather in Paris?") +
+     h_call("get_weather", json.dumps(ARGS)) + h_result("get_weather", json.dumps(RESULT)) + h_final("It is 21.5 degrees."))
+case("gpt-oss", SHAREGPT_TOOLS, h_sys(True) + h_dev(tools=WEATHER_TS) + h_user("What is the weather in Paris?") +
+     h_call("get_weather", ARGS) + h_result("get_weather", json.dumps(RESULT)) + h_final("It is 21.5 degrees."))
 json.dump(cases, open(sys.argv[1], "w"), indent=1, ensure_ascii=False)
 print(len(cases), "cases")

@@ -304,17 +304,19 @@ static void zero_rows(float *x, size_t stride, int rows, int len) {
 }
 
 /* dsinks[h] += -sum over the call's query rows of p_sink delta, p_sink = exp(sink - lse): the sink
- * column's ds (its dp is 0, having no value). A task a head, rows in order. */
+ * column's ds (its dp is 0, having no value). A task a head, rows in order, each sequence's sum
+ * added on its own: one call over 4 sequences gives the bits of 4 calls over 1. */
 static void sinks_backward(float *dsinks, const float *sinks, const float *delta, const float *lse,
                            mt_attn_dims dims, const mt_segments *seg) {
     const int q_rows = mt_attn_q_rows(dims);
 #pragma omp parallel for schedule(static)
     for (int h = 0; h < dims.heads; h++) {
-        float sum = 0.0f;
-        for (int b = 0; b < dims.batch; b++)
+        for (int b = 0; b < dims.batch; b++) {
+            float sum = 0.0f;
             for (int r = 0; r < q_rows; r++)
                 sum += expf(sinks[h] - lse[lse_at(dims, seg, b, h, r)]) * delta[((size_t)b * dims.heads + h) * q_rows + r];
-        dsinks[h] -= sum;
+            dsinks[h] -= sum;
+        }
     }
 }
 
