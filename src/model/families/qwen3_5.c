@@ -5,6 +5,7 @@
  * every RMSNorm (1 + w) but the Gated DeltaNet's gated one; a SwiGLU MLP, or in the MoE variant
  * experts on every layer (top k renormalised, always) and a shared expert behind its sigmoid gate. */
 #include "model/families.h"
+#include "model/wrappers.h"
 
 #include <string.h>
 
@@ -206,3 +207,17 @@ const mt_family mt_family_qwen3_5_moe = {
     .moe = 1, .experts_only = 1, .presets = moe_presets, .num_presets = sizeof moe_presets / sizeof moe_presets[0],
     .fields = moe_fields, .read = read_moe, .write = write_moe, .validate = validate_moe, .plan = mt_family_plan_hybrid,
     .plan_model = mt_family_plan_model_hybrid};
+
+/* Qwen3_5ForConditionalGeneration and Qwen3_5MoeForConditionalGeneration (the hub's Qwen3.5 and
+ * Qwen3.6 checkpoints): the text model under text_config and model.language_model.*, a vision tower
+ * (model.visual.*) and the multi-token prediction head (mtp.*), which are kept as they are. The
+ * hub's text_configs spell every size, so the defaults are none: a config silent on one is refused
+ * naming the field rather than given Qwen3_5TextConfig's. */
+#define QWEN3_5_WRAPPER(ARCH, TYPE, TEXT_ARCH)                                                                    \
+    {.architecture = ARCH, .model_type = TYPE, .text_key = "text_config", .text_architecture = TEXT_ARCH,          \
+     .text_defaults = "{}", .layouts = {{"model.language_model.", "lm_head.weight", {"model.visual.", "mtp."}}},   \
+     .kept_files = {"preprocessor_config.json", "video_preprocessor_config.json"}}
+const mt_wrapper mt_wrapper_qwen3_5 =
+    QWEN3_5_WRAPPER("Qwen3_5ForConditionalGeneration", "qwen3_5", "Qwen3_5ForCausalLM");
+const mt_wrapper mt_wrapper_qwen3_5_moe =
+    QWEN3_5_WRAPPER("Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", "Qwen3_5MoeForCausalLM");
