@@ -22,15 +22,10 @@
 enum { KEPT = 2 };
 static const char *const kept_names[KEPT] = {"model.visual.patch_embed.proj.weight", "mtp.fc.weight"};
 
-/* config.json: the wrapper's fields around the text model's (its architectures and dtype left out,
- * as the hub's nested configs do). */
+/* config.json: the wrapper's fields around the text model's. */
 static void write_config(const char *dir, const char *text_dir, const mt_wrapper *w) {
     char path[PATH_MAX];
-    json_error_t err;
-    json_t *text = json_load_file(hf_test_path(path, text_dir, "config.json"), 0, &err);
-    cr_assert_not_null(text, "%s", err.text);
-    json_object_del(text, "architectures");
-    json_object_del(text, "torch_dtype");
+    json_t *text = hf_test_nested_config(text_dir);
     json_t *doc = json_pack("{s:[s], s:s, s:o, s:{s:i, s:i}, s:i, s:b, s:s}", "architectures", w->architecture,
                             "model_type", w->model_type, "text_config", text, "vision_config", "depth", 1,
                             "hidden_size", 8, "image_token_id", 248056, "tie_word_embeddings", 0, "torch_dtype",
