@@ -37,6 +37,16 @@ void hf_test_write_raw(const char *path, unsigned long long header_len, const ch
     fclose(f);
 }
 
+json_t *hf_test_nested_config(const char *text_dir) {
+    char path[PATH_MAX];
+    json_error_t err;
+    json_t *text = json_load_file(hf_test_path(path, text_dir, "config.json"), 0, &err);
+    cr_assert_not_null(text, "%s", err.text);
+    json_object_del(text, "architectures");
+    json_object_del(text, "torch_dtype");
+    return text;
+}
+
 void hf_test_write_text(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
     cr_assert_not_null(f, "cannot create %s", path);

@@ -2,6 +2,7 @@
 #ifndef MT_TESTS_HF_TEST_FILES_H
 #define MT_TESTS_HF_TEST_FILES_H
 
+#include <jansson.h>
 #include <stddef.h>
 
 /* Creates a fresh directory under /tmp; `dir` receives its path (PATH_MAX bytes). */
@@ -13,6 +14,9 @@ char *hf_test_path(char *out, const char *dir, const char *name);
 /* Writes a safetensors file by hand: the 8-byte length `header_len` (which a test may make lie),
  * the header text, then `data_len` bytes of zeros. */
 void hf_test_write_raw(const char *path, unsigned long long header_len, const char *header, size_t data_len);
+/* The config.json of the text model exported to text_dir as a wrapper nests it under text_config:
+ * its architectures and dtype left out, as the hub's nested configs do. */
+json_t *hf_test_nested_config(const char *text_dir);
 /* Writes a text file. */
 void hf_test_write_text(const char *path, const char *text);
 /* Number of entries in a directory, -1 when it does not exist. */

@@ -138,6 +138,7 @@ static const ops_kind RMSNORM = {.declare = rmsnorm_declare, .call = rmsnorm_cal
 static int batch_rows(const ops_case *c) { return c->dims.batch * c->dims.seq; }
 static int rope_rows(const ops_case *c) { return c->dims.batch * mt_attn_q_rows(c->dims); }
 static int rope_pos0(const ops_case *c) { return c->dims.q_len > 0 ? c->dims.q0 : 0; }
+static int rope_dim(const ops_case *c) { return c->d ? c->d : c->dims.head_dim; }
 
 /* A case's segments as positions [rows] and starts [count + 1]: either may be NULL. */
 static void fill_segments(const ops_case *c, int32_t *pos, int32_t *starts) {
@@ -152,27 +153,28 @@ static void fill_segments(const ops_case *c, int32_t *pos, int32_t *starts) {
 }
 
 /* ---- rope in place, forward or (flag) inverse; at the segments' positions where it has any, over a
- * window's rows where dims has one ---- */
+ * window's rows where dims has one; over the first d values of each head where d is set
+ * (partial_rotary_factor) ---- */
 
 enum { RP_X, RP_INV, RP_POS };
 
 static int rope_declare(const ops_case *c, ops_tensor *t) {
     t[RP_X] = T("x", ACT, INOUT, (size_t)rope_rows(c) * c->dims.heads * c->dims.head_dim, -1, 1, BF16_TOL);
-    t[RP_INV] = T("inv_freq", F32, IN, c->dims.head_dim / 2, 0, 0, 0);
+    t[RP_INV] = T("inv_freq", F32, IN, rope_dim(c) / 2, 0, 0, 0);
     t[RP_POS] = T("positions", I32, IN, c->segments ? rope_rows(c) : 0, 0, 0, 0);
     return 3;
 }
 static void rope_prepare(const ops_case *c, ops_host *h) {
-    for (int i = 0; i < c->dims.head_dim / 2; i++) h->x[RP_INV][i] = powf(10000.0f, -2.0f * i / c->dims.head_dim);
+    for (int i = 0; i < rope_dim(c) / 2; i++) h->x[RP_INV][i] = powf(10000.0f, -2.0f * i / rope_dim(c));
     if (c->segments) fill_segments(c, h->ids[RP_POS], NULL);
 }
 static void rope_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
     be->ops->op.rope(be, s, d[RP_X], d[RP_INV], rope_rows(c), c->dims.seq, rope_pos0(c), d[RP_POS], c->dims.heads,
-                     c->dims.head_dim, c->flag);
+                     c->dims.head_dim, rope_dim(c), c->flag);
 }
 static void rope_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
     mt_cpu_rope(h->x[RP_X], h->x[RP_INV], rope_rows(c), c->dims.seq, rope_pos0(c), h->ids[RP_POS], c->dims.heads,
-                c->dims.head_dim, c->flag);
+                c->dims.head_dim, rope_dim(c), c->flag);
 }
 static const ops_kind ROPE = {.declare = rope_declare, .prepare = rope_prepare, .call = rope_call,
                               .reference = rope_reference};
@@ -306,6 +308,97 @@ static void add_reference(const ops_case *c, ops_host *h, const ops_host *got, i
     mt_cpu_add(h->x[ADD_A] + skip, h->x[ADD_A] + skip, h->x[ADD_B] + skip, c->count - skip);
 }
 static const ops_kind ADD = {.declare = add_declare, .call = add_call, .reference = add_reference};
+
+/* ---- attention's output gate: q_proj's query and gate apart and back together (n rows of
+ * dims.heads heads of dims.head_dim), the gate's sigmoid on the output and its backward (the gate's
+ * gradient into the gate's place, as the engine takes it) ---- */
+
+enum { GS_QG, GS_Q, GS_GATE };
+
+static size_t gate_count(const ops_case *c) { return (size_t)c->n * c->dims.heads * c->dims.head_dim; }
+static int gate_split_declare(const ops_case *c, ops_tensor *t) {
+    t[GS_QG] = T("qg", ACT, IN, 2 * gate_count(c), -1, 1, 0);
+    t[GS_Q] = T("q", ACT, OUT, gate_count(c), 0, 0, 0); /* copies: bitwise */
+    t[GS_GATE] = T("gate", ACT, OUT, gate_count(c), 0, 0, 0);
+    return 3;
+}
+static void gate_split_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
+    be->ops->op.gate_split(be, s, d[GS_Q], d[GS_GATE], d[GS_QG], c->n, c->dims.heads, c->dims.head_dim);
+}
+static void gate_split_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
+    mt_cpu_gate_split(h->x[GS_Q], h->x[GS_GATE], h->x[GS_QG], c->n, c->dims.heads, c->dims.head_dim);
+}
+static const ops_kind GATE_SPLIT = {.declare = gate_split_declare, .call = gate_split_call,
+                                    .reference = gate_split_reference};
+
+enum { GJ_DQ, GJ_DGATE, GJ_DQG };
+
+static int gate_join_declare(const ops_case *c, ops_tensor *t) {
+    t[GJ_DQ] = T("dq", ACT, IN, gate_count(c), -1, 1, 0);
+    t[GJ_DGATE] = T("dgate", ACT, IN, gate_count(c), -1, 1, 0);
+    t[GJ_DQG] = T("dqg", ACT, OUT, 2 * gate_count(c), 0, 0, 0);
+    return 3;
+}
+static void gate_join_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
+    be->ops->op.gate_join(be, s, d[GJ_DQG], d[GJ_DQ], d[GJ_DGATE], c->n, c->dims.heads, c->dims.head_dim);
+}
+static void gate_join_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
+    mt_cpu_gate_join(h->x[GJ_DQG], h->x[GJ_DQ], h->x[GJ_DGATE], c->n, c->dims.heads, c->dims.head_dim);
+}
+static const ops_kind GATE_JOIN = {.declare = gate_join_declare, .call = gate_join_call,
+                                   .reference = gate_join_reference};
+
+enum { OG_X, OG_GATE, OG_Y, OG_DY = OG_Y };
+
+static int out_gate_declare(const ops_case *c, ops_tensor *t) {
+    t[OG_X] = T("x", ACT, IN, c->count, -2, 2, 0);
+    if (c->flag) { /* backward: dx out, the gate becomes its gradient */
+        t[OG_GATE] = T("gate -> dgate", ACT, INOUT, c->count, -4, 4, BF16_TOL);
+        t[OG_DY] = T("dy", ACT, IN, c->count, -1, 1, 0);
+        t[3] = T("dx", ACT, OUT, c->count, 0, 0, BF16_TOL);
+        return 4;
+    }
+    t[OG_GATE] = T("gate", ACT, IN, c->count, -4, 4, 0);
+    t[OG_Y] = T("y", ACT, OUT, c->count, 0, 0, BF16_TOL);
+    return 3;
+}
+static void out_gate_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
+    if (c->flag) be->ops->op.out_gate_dx(be, s, d[3], d[OG_GATE], d[OG_DY], d[OG_X], d[OG_GATE], c->count);
+    else be->ops->op.out_gate(be, s, d[OG_Y], d[OG_X], d[OG_GATE], c->count);
+}
+static void out_gate_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
+    if (c->flag) mt_cpu_out_gate_dx(h->x[3], h->x[OG_GATE], h->x[OG_DY], h->x[OG_X], h->x[OG_GATE], c->count);
+    else mt_cpu_out_gate(h->x[OG_Y], h->x[OG_X], h->x[OG_GATE], c->count);
+}
+static const ops_kind OUT_GATE = {.declare = out_gate_declare, .call = out_gate_call,
+                                  .reference = out_gate_reference};
+
+/* ---- columns by a map (n rows): gather y [n, out] from x [n, in], or (flag) scatter dy [n, out]
+ * into dx [n, in], its other columns kept; the map (j * 7 + 3) % in, distinct while out <= in, 7
+ * prime to in ---- */
+
+enum { GC_FROM, GC_COLS, GC_TO };
+
+static int cols_declare(const ops_case *c, ops_tensor *t) {
+    t[GC_FROM] = T("from", ACT, IN, (size_t)c->n * (c->flag ? c->out : c->in), -1, 1, 0);
+    t[GC_COLS] = T("cols", I32, IN, c->out, 0, 0, 0);
+    t[GC_TO] = c->flag ? T("dx", ACT, INOUT, (size_t)c->n * c->in, -1, 1, 0) /* copies: bitwise */
+                       : T("y", ACT, OUT, (size_t)c->n * c->out, 0, 0, 0);
+    return 3;
+}
+static void cols_prepare(const ops_case *c, ops_host *h) {
+    for (int j = 0; j < c->out; j++) h->ids[GC_COLS][j] = (j * 7 + 3) % c->in;
+}
+static void cols_call(mt_backend *be, mt_stream *s, const ops_case *c, void *const *d) {
+    if (c->flag) be->ops->op.scatter_cols(be, s, d[GC_TO], d[GC_FROM], d[GC_COLS], c->n, c->in, c->out);
+    else be->ops->op.gather_cols(be, s, d[GC_TO], d[GC_FROM], d[GC_COLS], c->n, c->in, c->out);
+}
+static void cols_reference(const ops_case *c, ops_host *h, const ops_host *got, int exact) {
+    if (c->flag) mt_cpu_scatter_cols(h->x[GC_TO], h->x[GC_FROM], h->ids[GC_COLS], c->n, c->in, c->out);
+    else mt_cpu_gather_cols(h->x[GC_TO], h->x[GC_FROM], h->ids[GC_COLS], c->n, c->in, c->out);
+}
+static const ops_kind COLS = {.declare = cols_declare, .prepare = cols_prepare, .call = cols_call,
+                              .reference = cols_reference};
 
 /* ---- a sum kept in fp32 (flag: acc += x, else acc = x), and its rounding to the act type ---- */
 
@@ -607,6 +700,16 @@ const ops_case ops_cases[] = {
      * a long sequence are tokens x heads rows */
     {"rmsnorm, rows past the band grid", &RMSNORM, 27, .n = 4096 * 64 + 77, .d = 8},
     {"rope", &ROPE, 6, .dims = {.batch = 2, .seq = 7, .heads = 3, .head_dim = 64}},
+    {"rope over a quarter of each head", &ROPE, 7, .dims = {.batch = 2, .seq = 7, .heads = 3, .head_dim = 64}, .d = 16},
+    {"rope inverse over a quarter of each head at packed examples' positions", &ROPE, 8,
+     .dims = {.batch = 2, .seq = 37, .heads = 3, .head_dim = 64}, .d = 16, .flag = 1, SEGMENTS(SEGMENTS_2x37)},
+    {"attention's gate split from q_proj", &GATE_SPLIT, 9, .n = 13, .dims = {.heads = 3, .head_dim = 40}},
+    {"attention's gate joined into q_proj's gradient", &GATE_JOIN, 10, .n = 13, .dims = {.heads = 3, .head_dim = 40}},
+    {"attention's output gate", &OUT_GATE, 11, .count = 1037},
+    {"columns gathered by a map", &COLS, 13, .n = 11, .in = 37, .out = 37},
+    {"some columns gathered by a map", &COLS, 14, .n = 11, .in = 37, .out = 20},
+    {"columns scattered by a map, the others kept", &COLS, 15, .n = 11, .in = 37, .out = 20, .flag = 1},
+    {"attention's output gate backward, in the gate's place", &OUT_GATE, 12, .count = 1037, .flag = 1},
     {"rope inverse", &ROPE, 36, .dims = {.batch = 2, .seq = 7, .heads = 3, .head_dim = 64}, .flag = 1},
     {"rope at packed examples' positions", &ROPE, 42, .dims = {.batch = 2, .seq = 37, .heads = 3, .head_dim = 64},
      SEGMENTS(SEGMENTS_2x37)},

@@ -111,6 +111,7 @@ static void write_layer_list(FILE *f, const char *key, const mt_config *c, int (
 }
 static int window_of(const mt_layer_spec *s) { return s->attn.window; }
 static int rope_of(const mt_layer_spec *s) { return s->attn.rope; }
+static int mixer_of(const mt_layer_spec *s) { return s->mixer; }
 
 /* llama_ref.py's optional keys, from the layer and model specs, each where it is not the Llama
  * block's (layer 0 speaks for what the reference takes model-wide). */
@@ -119,6 +120,19 @@ static void write_spec(FILE *f, const mt_config *c) {
     mt_layer_spec s = mt_layer_spec_of(c, 0);
     write_layer_list(f, "layer_windows", c, window_of);
     write_layer_list(f, "layer_ropes", c, rope_of);
+    write_layer_list(f, "layer_mixers", c, mixer_of); /* 1: Gated DeltaNet */
+    int gated = 0, fused = 0;
+    for (int l = 0; l < c->num_layers; l++) {
+        mt_layer_spec ls = mt_layer_spec_of(c, l);
+        gated |= ls.mixer == MT_MIXER_ATTENTION && (ls.attn.flags & MT_ATTN_OUT_GATE);
+        fused |= ls.mixer == MT_MIXER_GDN && (ls.gdn.flags & MT_GDN_FUSED);
+    }
+    if (gated) fprintf(f, "attn_output_gate=1\n");
+    if (fused) fprintf(f, "gdn_fused=1\n");
+    if (m.rope[0].partial != 0) fprintf(f, "partial_rotary_factor=%.9g\n", (double)m.rope[0].partial);
+    if (c->linear_k_heads)
+        fprintf(f, "linear_k_heads=%d\nlinear_v_heads=%d\nlinear_k_dim=%d\nlinear_v_dim=%d\n", c->linear_k_heads,
+                c->linear_v_heads, c->linear_k_dim, c->linear_v_dim);
     if (m.num_ropes > 1) fprintf(f, "rope_local_theta=%.9g\n", (double)m.rope[1].theta);
     if (m.rope[0].type == MT_ROPE_LINEAR) fprintf(f, "rope_linear_factor=%.9g\n", (double)m.rope[0].factor);
     /* the scale the family planned: a YaRN table's factor, which mt_layer_spec_of folds in, the

@@ -144,6 +144,27 @@ Test(backend, engine_refuses_the_ends_on_a_backend_without_optimizer_ops) {
     mt_layout_free(&lay);
 }
 
+/* A model with Gated DeltaNet blocks on a backend without the gdn group: refused, naming it. */
+Test(backend, engine_refuses_gated_deltanet_on_a_backend_without_its_ops) {
+    mt_backend_ops table;
+    mt_backend *be = stripped_cpu(&table);
+    memset(&table.gdn, 0, sizeof table.gdn);
+    cr_assert_not(mt_backend_has_gdn(be));
+    mt_config cfg = mt_tiny_config_qwen3_5();
+    mt_layout lay;
+    cr_assert_eq(mt_layout_init(&lay, &cfg), MT_OK);
+    mt_store store;
+    cr_assert_eq(mt_store_create(&store, &lay, be), MT_OK, "%s", mt_error());
+    mt_engine_options o = mt_engine_defaults();
+    o.seq = SEQ;
+    mt_engine *e = NULL;
+    cr_assert_eq(mt_engine_create(&e, be, &store, &o, 0), MT_ERR_INVALID);
+    cr_expect(strstr(mt_error(), "no Gated DeltaNet ops"), "%s", mt_error());
+    mt_store_free(&store);
+    mt_backend_destroy(be);
+    mt_layout_free(&lay);
+}
+
 Test(backend, the_cpu_states_its_kind) {
     mt_backend *be;
     cr_assert_eq(mt_backend_cpu_create(&be, 1), MT_OK, "%s", mt_error());

@@ -21,7 +21,7 @@ Test(families, every_family_is_found_by_its_names_and_complete) {
                   "%s lacks an entry", (*f)->architecture);
         cr_assert(strstr(mt_family_architectures(), (*f)->architecture));
     }
-    cr_assert_eq(n, 11);
+    cr_assert_eq(n, 14);
     cr_assert_null(mt_family_find("GPT2LMHeadModel", NULL));
     cr_assert_null(mt_family_find(NULL, "gpt2"));
 }

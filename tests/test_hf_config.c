@@ -126,8 +126,11 @@ Test(hfconfig, qk_norm_goes_with_qwen3_only) {
 }
 
 Test(hfconfig, refuses_what_qwen3_models_may_carry_that_it_does_not_do) {
-    /* Qwen3-Next is another architecture; a model_type that is not the architecture's is refused. */
-    cfg_case_expect_refusal(qwen3, "architectures", "[\"Qwen3NextForCausalLM\"]", "'Qwen3NextForCausalLM' is not supported");
+    /* Qwen3-VL is another architecture; a model_type that is not the architecture's is refused (Qwen3-Next's
+     * architecture among them). */
+    cfg_case_expect_refusal(qwen3, "architectures", "[\"Qwen3VLForConditionalGeneration\"]",
+                            "'Qwen3VLForConditionalGeneration' is not supported");
+    cfg_case_expect_refusal(qwen3, "architectures", "[\"Qwen3NextForCausalLM\"]", "'model_type'");
     cfg_case_expect_refusal(qwen3, "model_type", "\"qwen3_moe\"", "'model_type'");
     /* Its attention_bias puts biases on q/k/v and o_proj. */
     cfg_case_expect_refusal(qwen3, "attention_bias", "true", "'attention_bias'");

@@ -14,6 +14,7 @@
 #include "hf_test_files.h"
 #include "io/hf_config.h"
 #include "io/hf_model.h"
+#include "tiny_model.h"
 
 #define FIXTURES "tests/data/safetensors"
 
@@ -157,12 +158,43 @@ static void export_and_reload_config(const mt_config *cfg, const mt_hf_export_op
     cr_assert_eq(mt_hf_load_weights(dir, lay, *back, NULL, NULL), MT_OK, "%s", mt_error());
 }
 
+/* The same of a preset. */
 static void export_and_reload(const char *preset, const mt_hf_export_options *opt, const char *base, mt_layout *lay,
                               float **orig, float **back) {
     mt_config cfg;
     cr_assert_eq(mt_config_preset(preset, &cfg), MT_OK);
     export_and_reload_config(&cfg, opt, base, lay, orig, back);
 }
+
+/* Qwen3.5's hybrid (and Qwen3.5-MoE's): its layer_types, partial RoPE and Gated DeltaNet sizes
+ * through config.json, the conv1d as transformers holds it ([C, 1, 4]), the gated q_proj, bitwise
+ * in fp32. */
+static void check_qwen3_5_round_trip(mt_config c) {
+    mt_layout lay;
+    float *orig, *back;
+    char dir[PATH_MAX];
+    memset(c.linear_layers, 0, sizeof c.linear_layers); /* the config's own layers only, as it reads back */
+    for (int l = 0; l < c.num_layers; l++)
+        if ((l + 1) % 3) mt_config_set_linear(&c, l);
+    mt_hf_export_options opt = {.dtype = MT_ST_F32};
+    hf_test_mkdtemp(dir);
+    export_and_reload_config(&c, &opt, dir, &lay, &orig, &back);
+    cr_assert(!memcmp(orig, back, (size_t)lay.total_numel * sizeof *orig), "fp32 round trip is not bitwise");
+    const mt_tensor *conv = mt_layout_find(&lay, "model.layers.0.linear_attn.conv1d.weight", NULL);
+    const mt_tensor *q = mt_layout_find(&lay, "model.layers.2.self_attn.q_proj.weight", NULL);
+    cr_assert(conv && q && !mt_layout_find(&lay, "model.layers.0.self_attn.q_proj.weight", NULL));
+    cr_expect_eq(q->rows, 2 * c.num_heads * c.head_dim, "q_proj holds each head's query and gate");
+    free(orig);
+    free(back);
+    mt_layout_free(&lay);
+    hf_test_rmtree(dir);
+}
+
+Test(hfmodel, qwen3_5_export_import_is_bitwise) { check_qwen3_5_round_trip(mt_tiny_config_qwen3_5()); }
+
+Test(hfmodel, qwen3_5_moe_export_import_is_bitwise) { check_qwen3_5_round_trip(mt_tiny_config_qwen3_5_moe()); }
+
+Test(hfmodel, qwen3_next_export_import_is_bitwise) { check_qwen3_5_round_trip(mt_tiny_config_qwen3_next()); }
 
 Test(hfmodel, fp32_export_import_is_bitwise_and_sharded) {
     mt_layout lay;

@@ -108,11 +108,7 @@ static void write_vision(const char *path, const mt_wrapper_layout *l) {
  * as the hub's nested configs do). */
 static void write_wrapper_config(const char *dir, const char *text_dir, const char *dtype_key) {
     char path[PATH_MAX];
-    json_error_t err;
-    json_t *text = json_load_file(hf_test_path(path, text_dir, "config.json"), 0, &err);
-    cr_assert_not_null(text, "%s", err.text);
-    json_object_del(text, "architectures");
-    json_object_del(text, "torch_dtype");
+    json_t *text = hf_test_nested_config(text_dir);
     json_t *doc = json_pack("{s:[s], s:s, s:o, s:{s:i, s:i, s:i, s:s}, s:i, s:i, s:[i, i], s:s, s:s}",
                             "architectures", "Gemma3ForConditionalGeneration", "model_type", "gemma3",
                             "text_config", text, "vision_config", "hidden_size", 8, "image_size", 16,

@@ -400,6 +400,75 @@ Test(model, sinks_packed_grads_match_reference_in_tiles) {
 
 Test(model, sinks_training_steps_match_reference) { check_training(mt_tiny_config_sinks(), 1.0f, NULL); }
 
+/* Qwen3.5's Gated DeltaNet on every block against the reference's recurrence written out: whole,
+ * in tiles of 3 (windows of each sequence: the recurrence's backward waits for the last) with two
+ * micro-batches and a mask, packed (the convolution and the state restart on each example) in
+ * tiles, and AdamW steps (A_log, dt_bias and the gated norm's plain weight among them). */
+Test(model, qwen3_5_linear_grads_match_reference) {
+    mt_config c = mt_tiny_config_qwen3_5_linear();
+    check_grads(&c, 1, NULL);
+}
+
+Test(model, qwen3_5_linear_grads_match_reference_in_tiles_two_micro_batches) {
+    mt_config c = mt_tiny_config_qwen3_5_linear();
+    check_grads_at(&c, 2, uneven_mask, NULL, 3);
+}
+
+Test(model, qwen3_5_linear_packed_grads_match_reference_in_tiles) {
+    mt_config c = mt_tiny_config_qwen3_5_linear();
+    check_grads_at(&c, 1, packed_mask, packed_positions, 3);
+}
+
+Test(model, qwen3_5_linear_training_steps_match_reference) {
+    check_training(mt_tiny_config_qwen3_5_linear(), 1.0f, NULL);
+}
+
+/* The hybrid: Gated DeltaNet and gated attention with RoPE over a quarter of each head. */
+Test(model, qwen3_5_grads_match_reference) {
+    mt_config c = mt_tiny_config_qwen3_5();
+    check_grads(&c, 1, NULL);
+}
+
+Test(model, qwen3_5_grads_match_reference_in_tiles_two_micro_batches) {
+    mt_config c = mt_tiny_config_qwen3_5();
+    check_grads_at(&c, 2, uneven_mask, NULL, 3);
+}
+
+Test(model, qwen3_5_packed_grads_match_reference_in_tiles) {
+    mt_config c = mt_tiny_config_qwen3_5();
+    check_grads_at(&c, 1, packed_mask, packed_positions, 3);
+}
+
+Test(model, qwen3_5_training_steps_match_reference) { check_training(mt_tiny_config_qwen3_5(), 1.0f, NULL); }
+
+/* Qwen3.5-MoE: the hybrid with experts and a shared expert on every block. */
+Test(model, qwen3_5_moe_grads_match_reference_in_tiles_two_micro_batches) {
+    mt_config c = mt_tiny_config_qwen3_5_moe();
+    check_grads_at(&c, 2, uneven_mask, NULL, 3);
+}
+
+Test(model, qwen3_5_moe_packed_grads_match_reference_in_tiles) {
+    mt_config c = mt_tiny_config_qwen3_5_moe();
+    check_grads_at(&c, 1, packed_mask, packed_positions, 3);
+}
+
+/* Qwen3-Next: the fused projections' grouped rows, dense and sparse blocks. */
+Test(model, qwen3_next_grads_match_reference_in_tiles_two_micro_batches) {
+    mt_config c = mt_tiny_config_qwen3_next();
+    check_grads_at(&c, 2, uneven_mask, NULL, 3);
+}
+
+Test(model, qwen3_next_packed_grads_match_reference_in_tiles) {
+    mt_config c = mt_tiny_config_qwen3_next();
+    check_grads_at(&c, 1, packed_mask, packed_positions, 3);
+}
+
+Test(model, qwen3_next_training_steps_match_reference) { check_training(mt_tiny_config_qwen3_next(), 1.0f, NULL); }
+
+Test(model, qwen3_5_moe_training_steps_match_reference) {
+    check_training(mt_tiny_config_qwen3_5_moe(), 1.0f, NULL);
+}
+
 /* Packed examples through a few steps: every step the same layout of segments. */
 Test(model, packed_training_steps_match_reference) {
     enum { STEPS = 4 };

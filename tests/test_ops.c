@@ -211,7 +211,7 @@ Test(ops, rope_matches_reference) {
     rope_inv_freq(inv_freq);
     memcpy(y, x, sizeof x);
 
-    mt_cpu_rope(y, inv_freq, RP_N, RP_SEQ, 0, NULL, RP_HEADS, RP_HD, 0);
+    mt_cpu_rope(y, inv_freq, RP_N, RP_SEQ, 0, NULL, RP_HEADS, RP_HD, RP_HD, 0);
     ops_ref_rope(want, x, inv_freq, RP_N, RP_SEQ, RP_HEADS, RP_HD);
     ops_assert_close("rope(x)", y, want, COUNT(y), FWD_ATOL, FWD_RTOL);
 }
@@ -223,8 +223,8 @@ Test(ops, rope_inverse_undoes_rope) {
     rope_inv_freq(inv_freq);
     memcpy(y, x, sizeof x);
 
-    mt_cpu_rope(y, inv_freq, RP_N, RP_SEQ, 0, NULL, RP_HEADS, RP_HD, 0);
-    mt_cpu_rope(y, inv_freq, RP_N, RP_SEQ, 0, NULL, RP_HEADS, RP_HD, 1);
+    mt_cpu_rope(y, inv_freq, RP_N, RP_SEQ, 0, NULL, RP_HEADS, RP_HD, RP_HD, 0);
+    mt_cpu_rope(y, inv_freq, RP_N, RP_SEQ, 0, NULL, RP_HEADS, RP_HD, RP_HD, 1);
     ops_assert_close_f("inverse(rope(x))", y, x, COUNT(x), 1e-6, 0);
 }
 
@@ -237,8 +237,8 @@ Test(ops, rope_from_a_position_is_the_sequences_rows) {
     rope_inv_freq(inv_freq);
     memcpy(whole, x, sizeof x);
     memcpy(window, x + FROM * ROW, sizeof window);
-    mt_cpu_rope(whole, inv_freq, RP_N, RP_SEQ, 0, NULL, RP_HEADS, RP_HD, 0);
-    mt_cpu_rope(window, inv_freq, ROWS, RP_SEQ, FROM % RP_SEQ, NULL, RP_HEADS, RP_HD, 0);
+    mt_cpu_rope(whole, inv_freq, RP_N, RP_SEQ, 0, NULL, RP_HEADS, RP_HD, RP_HD, 0);
+    mt_cpu_rope(window, inv_freq, ROWS, RP_SEQ, FROM % RP_SEQ, NULL, RP_HEADS, RP_HD, RP_HD, 0);
     cr_assert(!memcmp(window, whole + FROM * ROW, sizeof window), "a window's rows differ from the sequence's");
 }
 
@@ -250,7 +250,7 @@ typedef struct {
 static double rope_loss(void *ctx) {
     rope_case *c = ctx;
     memcpy(c->y, c->x, RP_N * RP_HEADS * RP_HD * sizeof *c->y);
-    mt_cpu_rope(c->y, c->inv_freq, RP_N, RP_SEQ, 0, NULL, RP_HEADS, RP_HD, 0);
+    mt_cpu_rope(c->y, c->inv_freq, RP_N, RP_SEQ, 0, NULL, RP_HEADS, RP_HD, RP_HD, 0);
     return ops_probe(c->y, c->probe, RP_N * RP_HEADS * RP_HD);
 }
 
@@ -262,7 +262,7 @@ Test(ops, rope_gradient_is_its_inverse) {
     ops_fill(probe, COUNT(probe), 43, -1, 1);
     rope_inv_freq(inv_freq);
     memcpy(dx, probe, sizeof probe);
-    mt_cpu_rope(dx, inv_freq, RP_N, RP_SEQ, 0, NULL, RP_HEADS, RP_HD, 1);
+    mt_cpu_rope(dx, inv_freq, RP_N, RP_SEQ, 0, NULL, RP_HEADS, RP_HD, RP_HD, 1);
 
     rope_case c = {x, inv_freq, probe, y};
     ops_check_grad("dx", x, dx, COUNT(x), FD_STEP, rope_loss, &c, FD_ATOL, FD_RTOL);

@@ -162,10 +162,10 @@ Test(packing, rope_positions_restart_at_each_segment) {
     int32_t pos[N], starts[COUNT(LENGTHS) + 1];
     segments_of(LENGTHS, (int)COUNT(LENGTHS), pos, starts);
     for (int inverse = 0; inverse <= 1; inverse++) {
-        mt_cpu_rope(packed, inv_freq, N, 150, 0, pos, HEADS, HD, inverse);
+        mt_cpu_rope(packed, inv_freq, N, 150, 0, pos, HEADS, HD, HD, inverse);
         for (size_t s = 0; s < COUNT(LENGTHS); s++) {
             float *alone = x + (size_t)starts[s] * HEADS * HD;
-            mt_cpu_rope(alone, inv_freq, LENGTHS[s], LENGTHS[s], 0, NULL, HEADS, HD, inverse);
+            mt_cpu_rope(alone, inv_freq, LENGTHS[s], LENGTHS[s], 0, NULL, HEADS, HD, HD, inverse);
         }
         cr_assert(!memcmp(x, packed, N * HEADS * HD * sizeof *x), "rope at packed positions (inverse %d)", inverse);
     }

@@ -43,8 +43,8 @@ static void yarn_case(const char *title, mt_config c) {
     float *scores = malloc((size_t)HEADS * POSITIONS * POSITIONS * 4);
     mt_rope_inv_freq(r, D, inv_freq);
     factor[0] = mt_rope_attention_factor(r);
-    mt_cpu_rope(q, inv_freq, POSITIONS, POSITIONS, 0, NULL, HEADS, D, 0);
-    mt_cpu_rope(kk, inv_freq, POSITIONS, POSITIONS, 0, NULL, HEADS, D, 0);
+    mt_cpu_rope(q, inv_freq, POSITIONS, POSITIONS, 0, NULL, HEADS, D, D, 0);
+    mt_cpu_rope(kk, inv_freq, POSITIONS, POSITIONS, 0, NULL, HEADS, D, D, 0);
     float scale = s.attn.q_scale > 0 ? s.attn.q_scale : 1.0f / sqrtf((float)D);
     for (int h = 0; h < HEADS; h++)
         for (int p = 0; p < POSITIONS; p++)

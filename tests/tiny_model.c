@@ -92,6 +92,43 @@ mt_config mt_tiny_config_gemma2(void) {
     return c;
 }
 
+mt_config mt_tiny_config_qwen3_5_linear(void) {
+    mt_config c = base();
+    c.arch = MT_ARCH_QWEN3_5;
+    c.qk_norm = MT_QK_NORM_HEAD;
+    c.head_dim = 16;
+    c.partial_rotary_factor = 0.25f;
+    c.attn_output_gate = 1;
+    c.linear_k_heads = 2, c.linear_v_heads = 4, c.linear_k_dim = 8, c.linear_v_dim = 12;
+    for (int l = 0; l < 64; l++) mt_config_set_linear(&c, l); /* deeper copies (7 blocks) too */
+    return c;
+}
+
+mt_config mt_tiny_config_qwen3_5(void) {
+    mt_config c = mt_tiny_config_qwen3_5_linear();
+    memset(c.linear_layers, 0, sizeof c.linear_layers);
+    for (int l = 0; l < 64; l++)
+        if ((l + 1) % 3) mt_config_set_linear(&c, l);
+    return c;
+}
+
+mt_config mt_tiny_config_qwen3_5_moe(void) {
+    mt_config c = mt_tiny_config_qwen3_5();
+    c.arch = MT_ARCH_QWEN3_5_MOE;
+    c.num_experts = 6, c.experts_per_token = 2, c.moe_intermediate_size = 16, c.norm_topk_prob = 1;
+    c.shared_expert_intermediate_size = c.intermediate_size = 24;
+    c.decoder_sparse_step = 1;
+    return c;
+}
+
+mt_config mt_tiny_config_qwen3_next(void) {
+    mt_config c = mt_tiny_config_qwen3_5_moe();
+    c.arch = MT_ARCH_QWEN3_NEXT;
+    c.intermediate_size = 40;
+    c.decoder_sparse_step = 2;
+    return c;
+}
+
 mt_config mt_tiny_config_moe(mt_arch arch, int aux) {
     mt_config c = base();
     c.arch = arch;

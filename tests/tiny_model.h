@@ -31,6 +31,17 @@ mt_config mt_tiny_config_sinks(void);
  * weights' scale). */
 mt_config mt_tiny_config_gemma3(void);
 mt_config mt_tiny_config_gemma2(void);
+/* Qwen3.5 with Gated DeltaNet on every block: 2 q/k heads of 8, 4 value heads of 12 (each q/k head
+ * read by two), (1 + w) norms, untied. The hybrid: Gated DeltaNet on two blocks of three, gated
+ * attention with per-head q/k norms and RoPE over a quarter of each head of 16 on the third. */
+mt_config mt_tiny_config_qwen3_5_linear(void);
+mt_config mt_tiny_config_qwen3_5(void);
+/* The hybrid with Qwen3.5-MoE's feed-forward on every block: 6 experts of 16, top 2 renormalised, a
+ * shared expert of 24 behind its gate. */
+mt_config mt_tiny_config_qwen3_5_moe(void);
+/* Qwen3-Next: that hybrid with the linear layers' projections fused and grouped by q/k head, experts
+ * on every second block (decoder_sparse_step 2), a dense MLP on the others. */
+mt_config mt_tiny_config_qwen3_next(void);
 /* Tiny mixtures of experts, one of each family (arch: MT_ARCH_QWEN3_MOE, MT_ARCH_QWEN2_MOE,
  * MT_ARCH_MIXTRAL, MT_ARCH_OLMOE, MT_ARCH_GPT_OSS), each with what makes its family: Qwen3-MoE
  * per-head q/k norms, 8 experts top 3 renormalised, a dense block among sparse ones

@@ -22,6 +22,8 @@ static const struct {
     REQUIRED(op, rmsnorm_dx), REQUIRED(op, rope), REQUIRED(op, attention), REQUIRED(op, attention_dx),
     REQUIRED(op, attention_workspace), REQUIRED(op, accumulate_f32),
     REQUIRED(op, round_f32), REQUIRED(op, swiglu), REQUIRED(op, swiglu_dx), REQUIRED(op, add),
+    REQUIRED(op, gate_split), REQUIRED(op, gate_join), REQUIRED(op, out_gate), REQUIRED(op, out_gate_dx),
+    REQUIRED(op, gather_cols), REQUIRED(op, scatter_cols),
     REQUIRED(op, embedding), REQUIRED(op, embedding_dw), REQUIRED(op, lmhead_loss), REQUIRED(op, lmhead_dw),
     REQUIRED(op, lmhead_workspace), REQUIRED(op, logits), REQUIRED(op, sumsq),
 };

@@ -192,12 +192,13 @@ typedef struct {
                        const void *x, const void *w, const float *rstd, int n, int d,
                        mt_rmsnorm_params p, int accumulate);
 
-    /* In-place rotary embedding of x[n, heads, head_dim], Hugging Face's rotate_half pairing
-     * (i, i + head_dim/2); the position of row r is pos[r] (device int32), or (pos0 + r) % seq when
-     * pos is NULL (pos0: a window's first position). inv_freq[head_dim/2] lives in device memory.
-     * inverse = 1 applies the transpose (the backward). */
+    /* In-place rotary embedding of the first rotary_dim (even, <= head_dim) values of each head of
+     * x[n, heads, head_dim], Hugging Face's rotate_half pairing (i, i + rotary_dim/2), the rest of
+     * the head as it is (partial_rotary_factor); the position of row r is pos[r] (device int32), or
+     * (pos0 + r) % seq when pos is NULL (pos0: a window's first position). inv_freq[rotary_dim/2]
+     * lives in device memory. inverse = 1 applies the transpose (the backward). */
     void (*rope)(mt_backend *be, mt_stream *s, void *x, const float *inv_freq, int n, int seq, int pos0,
-                 const int32_t *pos, int heads, int head_dim, int inverse);
+                 const int32_t *pos, int heads, int head_dim, int rotary_dim, int inverse);
 
     /* Causal grouped-query attention within each segment (seg; NULL: within each sequence), over a
      * window of queries where dims has one, with params' variants (NULL: none). out[batch, q rows, heads*head_dim]; lse saved: [batch,
@@ -236,6 +237,27 @@ typedef struct {
 
     /* y = a + b over count elements (y may alias a or b) */
     void (*add)(mt_backend *be, mt_stream *s, void *y, const void *a, const void *b, size_t count);
+
+    /* Attention's output gate (Qwen3-Next, Qwen3.5). q_proj gives qg[n, heads, 2, head_dim], each
+     * head's query then its gate: gate_split copies them apart into q and gate [n, heads, head_dim],
+     * gate_join is its backward (dqg from dq and dgate). out_gate: y = x * sigmoid(gate) over count
+     * elements; out_gate_dx: dx = dy * sigmoid(gate), dgate = dy * x * s (1 - s) with s =
+     * sigmoid(gate) (dgate may be gate: each element is read before it is written). */
+    void (*gate_split)(mt_backend *be, mt_stream *s, void *q, void *gate, const void *qg, int n, int heads,
+                       int head_dim);
+    void (*gate_join)(mt_backend *be, mt_stream *s, void *dqg, const void *dq, const void *dgate, int n, int heads,
+                      int head_dim);
+    void (*out_gate)(mt_backend *be, mt_stream *s, void *y, const void *x, const void *gate, size_t count);
+    void (*out_gate_dx)(mt_backend *be, mt_stream *s, void *dx, void *dgate, const void *dy, const void *x,
+                        const void *gate, size_t count);
+
+    /* Columns of n rows picked by a device map cols[out] (Qwen3-Next's fused projections, grouped by
+     * q/k head, apart): gather y[r, j] = x[r, cols[j]] (x [n, in], y [n, out]); scatter, its
+     * backward, dx[r, cols[j]] = dy[r, j], the other columns of dx as they were. */
+    void (*gather_cols)(mt_backend *be, mt_stream *s, void *y, const void *x, const int32_t *cols, int n, int in,
+                        int out);
+    void (*scatter_cols)(mt_backend *be, mt_stream *s, void *dx, const void *dy, const int32_t *cols, int n, int in,
+                         int out);
 
     /* x[n,d] = scale * wte[tokens[i], :];  dwte[tokens[i] - v0, :] += scale * dx[i, :] for the
      * tokens in [v0, v0 + rows) only: dwte holds those vocabulary rows (ids already validated).

@@ -67,33 +67,42 @@ static mt_tile tile_at(const mt_block_ctx *c, tiling t, int k, int backward) {
 
 /* ---- the kinds' engine sides ---- */
 
-static const mt_mixer_ops *const mixer_ops[MT_MIXER_KINDS] = {[MT_MIXER_ATTENTION] = &mt_mixer_attention_ops};
+static const mt_mixer_ops *const mixer_ops[MT_MIXER_KINDS] = {[MT_MIXER_ATTENTION] = &mt_mixer_attention_ops,
+                                                              [MT_MIXER_GDN] = &mt_mixer_gdn_ops};
 static const mt_ffn_ops *const ffn_ops[MT_FFN_KINDS] = {[MT_FFN_DENSE] = &mt_ffn_dense_ops,
                                                          [MT_FFN_MOE] = &mt_ffn_moe_ops};
 
 /* ---- the kinds' constants ---- */
 
+/* Whether some block's mixer is of kind k: only those kinds keep constants. */
+static int mixer_used(const mt_config *c, int kind) {
+    for (int l = 0; l < c->num_layers; l++)
+        if ((int)mt_layer_spec_of(c, l).mixer == kind) return 1;
+    return 0;
+}
+
 /* Kind k's constants' offset in the whole (each mixer kind some block uses, in order, on a 256-byte
  * boundary), and the end of them. */
 static size_t constants_offset(const mt_config *c, int kind) {
-    int used[MT_MIXER_KINDS] = {0};
-    for (int l = 0; l < c->num_layers; l++) used[mt_layer_spec_of(c, l).mixer] = 1;
     size_t at = 0;
     for (int k = 0; k < kind; k++)
-        if (used[k] && mixer_ops[k]->constants_bytes) at = (at + mixer_ops[k]->constants_bytes(c) + 255) / 256 * 256;
+        if (mixer_ops[k]->constants_bytes && mixer_used(c, k))
+            at = (at + mixer_ops[k]->constants_bytes(c) + 255) / 256 * 256;
     return at;
 }
 
 size_t mt_block_constants_bytes(const mt_config *c) {
     size_t at = 0;
     for (int k = 0; k < MT_MIXER_KINDS; k++)
-        if (mixer_ops[k]->constants_bytes) at = constants_offset(c, k) + mixer_ops[k]->constants_bytes(c);
+        if (mixer_ops[k]->constants_bytes && mixer_used(c, k))
+            at = constants_offset(c, k) + mixer_ops[k]->constants_bytes(c);
     return at;
 }
 
 void mt_block_constants_fill(const mt_config *c, void *host) {
     for (int k = 0; k < MT_MIXER_KINDS; k++)
-        if (mixer_ops[k]->constants) mixer_ops[k]->constants(c, (char *)host + constants_offset(c, k));
+        if (mixer_ops[k]->constants && mixer_used(c, k))
+            mixer_ops[k]->constants(c, (char *)host + constants_offset(c, k));
 }
 
 /* The block's context as its kinds see it: its spec, its mixer's constants, its feed-forward's
@@ -251,6 +260,12 @@ void mt_rmsnorm_dx_piece(const mt_block_ctx *c, mt_piece p, void *dx, float *dw,
                                   mt_rows_at(x, row, d, act), w, rstd + row, rows, d,
                                   mt_norm_params(c->spec), accumulate);
     }
+}
+
+void mt_mixer_norm_piece(const mt_block_ctx *c, const mt_unit_weights *w, mt_piece p, const void *x) {
+    int D = c->cfg->hidden_size;
+    c->be->ops->op.rmsnorm(c->be, c->stream, c->ws->h1, c->ws->rstd1 + p.row, mt_rows_at(x, p.row, D, mt_act_size(c)),
+                           w->t[MT_T_ATTN_NORM], p.rows, D, mt_norm_params(c->spec));
 }
 
 void mt_post_norm_piece(const mt_block_ctx *c, mt_piece p, int at, void *out, const void *z, const void *w) {

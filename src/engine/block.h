@@ -62,10 +62,32 @@ typedef struct {
          * statistics. */
         void *q_raw, *k_raw;    /* [T, Q], [n, KV] */
         float *rstd_q, *rstd_k; /* [T * heads], [n * kv_heads] */
+        /* With an output gate (MT_ATTN_OUT_GATE) only, else NULL: q_proj's output, each head's query
+         * and gate, and the gate; in the backward, the gradients at both. */
+        void *qg, *gate;        /* [T, 2Q], [T, Q] */
         void *ws;         /* backend's attention workspace (forward and backward) */
         float *sinks;     /* [heads] the block's sink logits in fp32, what the op takes; NULL
                            * where no block has sinks */
     } attn;
+    /* The Gated DeltaNet mixer's (engine/kinds/gdn_run.c), over the micro-batch: C = 2K + V the
+     * convolution's channels (q, k, v), V the values', Hv value heads of dk and dv. */
+    struct {
+        void *mixed, *conv;   /* [n, C] the q/k/v projection, and the convolution of it; the
+                               * backward's gradient at the projection takes conv's place */
+        void *z, *a, *b;      /* [n, V], [n, Hv], [n, Hv] */
+        float *g, *beta;      /* [n, Hv] the decay and the update's weight */
+        void *qn, *kn;        /* [n, Hv dk] q and k normalised, a value head each */
+        void *o, *y;          /* [n, V] the recurrence's output, its gated norm; the backward's
+                               * gradient at the norm takes y's rows once out_proj's is made */
+        void *dconv, *dout, *dz; /* backward: [n, C], [n, V], [n, V] */
+        void *dqn, *dkn;      /* backward: [n, Hv dk], in o's and y's place (free by then) */
+        float *dg, *dbeta;    /* backward: [n, Hv] */
+        void *da, *db;        /* backward: [n, Hv] */
+        void *ws;             /* the rule's workspace (its forward leaves what its backward reads) */
+        /* With fused projections (MT_GDN_FUSED) only, else NULL: their outputs, grouped by q/k head;
+         * in the backward, their gradients. */
+        void *qkvz, *ba;      /* [n, 2K + 2V], [n, 2 Hv] */
+    } gdn;
     /* The dense SwiGLU MLP's (engine/kinds/ffn_dense_run.c; a shared expert's too). */
     struct {
         void *g, *u, *a;  /* [C, F]  gate, up, silu(gate) * up */

@@ -98,6 +98,10 @@ static inline mt_rmsnorm_params mt_norm_params(const mt_layer_spec *s) {
 void mt_rmsnorm_dx_piece(const mt_block_ctx *c, mt_piece p, void *dx, float *dw, const void *dy, const void *x,
                          const void *w, const float *rstd, int per_token, int d, int accumulate);
 
+/* h1 = the mixer's pre-norm (input_layernorm) of x's piece p (x the micro-batch's rows), its
+ * statistics into rstd1. */
+void mt_mixer_norm_piece(const mt_block_ctx *c, const mt_unit_weights *w, mt_piece p, const void *x);
+
 /* A part's output z (piece p's rows, the piece buffer `z`) through its post-norm (Gemma's sandwich
  * norms): out = norm(z) with the statistics into rstd_post (at the piece's offset `at` in the
  * tile); and its backward: dz (ws->dpost's rows from `at`) = d(norm)/dz . dy, dw += the norm
@@ -148,6 +152,7 @@ typedef struct {
 } mt_ffn_ops;
 
 extern const mt_mixer_ops mt_mixer_attention_ops;
+extern const mt_mixer_ops mt_mixer_gdn_ops;
 extern const mt_ffn_ops mt_ffn_dense_ops;
 extern const mt_ffn_ops mt_ffn_moe_ops;
 

@@ -8,6 +8,8 @@
 
 #include <stdlib.h>
 
+#include "model/families.h"
+
 mt_engine_options mt_engine_defaults(void) {
     return (mt_engine_options){.batch = 4, .seq = 256, .micro_batches = 1, .slots = 2,
                                .opt_threads = 0, .lm_chunk = 512, .chunk = MT_ENGINE_CHUNK, .attn_tile = MT_ENGINE_ATTN_TILE,
@@ -76,6 +78,10 @@ static mt_status create(mt_engine **out, mt_backend *be, mt_store *store, const 
     if (c->num_experts > 0 && !mt_backend_has_moe(be))
         return mt_fail(MT_ERR_INVALID, "the %s backend has no mixture-of-experts ops (backend.h's moe group): it "
                        "cannot run this %d-expert model", be->ops->name, c->num_experts);
+    for (int l = 0; l < c->num_layers; l++)
+        if (mt_layer_spec_of(c, l).mixer == MT_MIXER_GDN && !mt_backend_has_gdn(be))
+            return mt_fail(MT_ERR_INVALID, "the %s backend has no Gated DeltaNet ops (backend.h's gdn group): it "
+                           "cannot run block %d's mixer", be->ops->name, l);
     if (o->device_blocks < 0 || o->device_blocks > c->num_layers)
         return mt_fail(MT_ERR_INVALID, "blocks updated on the device: %d is outside 0..%d (the blocks)",
                        o->device_blocks, c->num_layers);

@@ -178,13 +178,14 @@ static void init_chunk(mt_store *s, int i, int64_t at, int64_t count, int64_t c,
     /* A (1 + w) norm starts at 1 as the others do: its weight at 0. */
     float norm = mt_model_spec_of(&s->layout->cfg).norm_unit_offset ? 0.0f : 1.0f;
     int is_norm = mt_tensor_is_norm(t->kind);
+    int is_gain = mt_tensor_role_class(t->kind) == MT_ROLE_GAIN;
     int is_bias = mt_tensor_role_class(t->kind) == MT_ROLE_BIAS;
     mt_rng rng = {seed ^ ((uint64_t)i << 40) ^ (uint64_t)c * 0x9e3779b97f4a7c15ull};
     int64_t end = (c + 1) * RNG_CHUNK < count ? (c + 1) * RNG_CHUNK : count;
     for (int64_t j = c * RNG_CHUNK; j < end; j += PIECE) {
         int64_t k, piece = end - j < PIECE ? end - j : PIECE;
         for (k = 0; k < piece; k++)
-            buf[k] = is_norm ? norm : is_bias ? 0.0f : (float)(0.02 * mt_rng_normal(&rng));
+            buf[k] = is_norm ? norm : is_gain ? 1.0f : is_bias ? 0.0f : (float)(0.02 * mt_rng_normal(&rng));
         mt_master_write_with(MT_ADAMW_BEST, mt_store_masters(s, at + j), (size_t)piece, buf);
     }
 }

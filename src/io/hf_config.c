@@ -152,7 +152,7 @@ static mt_status parse_root(const mt_json_src *s, mt_config *cfg) {
     cfg->bos_token_id = cfg->eos_token_id = -1;
     cfg->num_kv_heads = cfg->head_dim = 0; /* 0: derived below */
     MT_TRY(mt_json_get_int(s, "hidden_size", 1, &cfg->hidden_size));
-    MT_TRY(mt_json_get_int(s, "intermediate_size", 1, &cfg->intermediate_size));
+    MT_TRY(mt_json_get_int(s, "intermediate_size", !f->experts_only, &cfg->intermediate_size));
     MT_TRY(mt_json_get_int(s, "num_hidden_layers", 1, &cfg->num_layers));
     MT_TRY(mt_json_get_int(s, "num_attention_heads", 1, &cfg->num_heads));
     MT_TRY(mt_json_get_int(s, "vocab_size", 1, &cfg->vocab_size));

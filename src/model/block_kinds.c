@@ -3,7 +3,8 @@
 
 #include "model/families.h"
 
-static const mt_part_kind *const mixers[MT_MIXER_KINDS] = {[MT_MIXER_ATTENTION] = &mt_mixer_attention};
+static const mt_part_kind *const mixers[MT_MIXER_KINDS] = {[MT_MIXER_ATTENTION] = &mt_mixer_attention,
+                                                          [MT_MIXER_GDN] = &mt_mixer_gdn};
 static const mt_part_kind *const ffns[MT_FFN_KINDS] = {[MT_FFN_DENSE] = &mt_ffn_dense, [MT_FFN_MOE] = &mt_ffn_moe};
 
 mt_block_kinds mt_block_kinds_of(const mt_config *c, int l) {

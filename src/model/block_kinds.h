@@ -43,6 +43,7 @@ const mt_part_kind *mt_ffn_kind_of(mt_ffn_kind k);
 
 /* The kinds' model sides (src/model/kinds/<kind>.c). */
 extern const mt_part_kind mt_mixer_attention;
+extern const mt_part_kind mt_mixer_gdn;
 extern const mt_part_kind mt_ffn_dense;
 extern const mt_part_kind mt_ffn_moe;
 

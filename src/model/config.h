@@ -13,6 +13,8 @@ typedef enum {
     /* mixtures of experts */
     MT_ARCH_QWEN3_MOE, MT_ARCH_QWEN2_MOE, MT_ARCH_MIXTRAL, MT_ARCH_OLMOE,
     MT_ARCH_GEMMA3, MT_ARCH_GEMMA2, MT_ARCH_GPT_OSS,
+    /* hybrids of Gated DeltaNet and gated attention */
+    MT_ARCH_QWEN3_5, MT_ARCH_QWEN3_5_MOE, MT_ARCH_QWEN3_NEXT,
 } mt_arch;
 
 /* RMSNorm of q and k before RoPE: none, over each head's head_dim values (Qwen3, Qwen3-MoE), or
@@ -87,6 +89,16 @@ typedef struct {
     /* Soft caps, cap * tanh(x / cap), of the attention scores and of the head's logits (Gemma 2);
      * 0: none. */
     float attn_logit_softcap, final_logit_softcap;
+    /* Gated DeltaNet (Qwen3-Next, Qwen3.5: model/kinds/gdn.c): the blocks whose mixer it is
+     * (layer_types' linear_attention), its q/k heads and value heads (a multiple of them) and their
+     * sizes, linear_num_key_heads, linear_num_value_heads, linear_key_head_dim,
+     * linear_value_head_dim. */
+    uint64_t linear_layers[MT_CONFIG_MAX_LAYERS / 64];
+    int linear_k_heads, linear_v_heads, linear_k_dim, linear_v_dim;
+    /* RoPE turns the first partial_rotary_factor of each head's head_dim (0: all of it). */
+    float partial_rotary_factor;
+    /* q_proj gives each head a gate too; attention's output times its sigmoid (attn_output_gate). */
+    int attn_output_gate;
     /* The experts' clamped SwiGLU (gpt-oss's swiglu_limit and swiglu_alpha); 0: the plain SwiGLU. */
     float swiglu_limit, swiglu_alpha;
 } mt_config;
@@ -125,6 +137,13 @@ static inline int mt_config_layer_is_local(const mt_config *cfg, int l) {
 }
 static inline void mt_config_set_local(mt_config *cfg, int l) {
     if (l >= 0 && l < MT_CONFIG_MAX_LAYERS) cfg->local_layers[l / 64] |= (uint64_t)1 << (l % 64);
+}
+/* Whether block l's mixer is Gated DeltaNet, and marks it so (bounds as the local layers'). */
+static inline int mt_config_layer_is_linear(const mt_config *cfg, int l) {
+    return l >= 0 && l < MT_CONFIG_MAX_LAYERS && (int)(cfg->linear_layers[l / 64] >> (l % 64)) & 1;
+}
+static inline void mt_config_set_linear(mt_config *cfg, int l) {
+    if (l >= 0 && l < MT_CONFIG_MAX_LAYERS) cfg->linear_layers[l / 64] |= (uint64_t)1 << (l % 64);
 }
 /* Whether the architecture's family is a mixture of experts (its config needs num_experts). */
 int mt_arch_is_moe(mt_arch arch);

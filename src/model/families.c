@@ -6,13 +6,15 @@
 #include <string.h>
 
 extern const mt_family mt_family_llama, mt_family_mistral, mt_family_qwen2, mt_family_qwen3, mt_family_qwen3_moe,
-    mt_family_qwen2_moe, mt_family_mixtral, mt_family_olmoe, mt_family_gemma3, mt_family_gemma2, mt_family_gpt_oss;
+    mt_family_qwen2_moe, mt_family_mixtral, mt_family_olmoe, mt_family_gemma3, mt_family_gemma2, mt_family_gpt_oss,
+    mt_family_qwen3_5, mt_family_qwen3_5_moe, mt_family_qwen3_next;
 
 /* In this order the architectures are named and the presets listed (mt_config_preset_names). */
 const mt_family *const mt_families[] = {&mt_family_llama,     &mt_family_mistral,   &mt_family_qwen2,
                                         &mt_family_qwen3,     &mt_family_qwen3_moe, &mt_family_qwen2_moe,
                                         &mt_family_mixtral,   &mt_family_olmoe,     &mt_family_gemma3,
-                                        &mt_family_gemma2,    &mt_family_gpt_oss,   NULL};
+                                        &mt_family_gemma2,    &mt_family_gpt_oss,   &mt_family_qwen3_5,
+                                        &mt_family_qwen3_5_moe, &mt_family_qwen3_next, NULL};
 
 const mt_family *mt_family_find(const char *architecture, const char *model_type) {
     for (const mt_family *const *f = mt_families; *f; f++)
@@ -95,7 +97,8 @@ void mt_family_plan_model_common(const mt_config *c, mt_model_spec *m) {
                                 .beta_fast = c->rope_beta_fast,
                                 .beta_slow = c->rope_beta_slow,
                                 .truncate = c->rope_truncate,
-                                .attention_factor = c->rope_attention_factor};
+                                .attention_factor = c->rope_attention_factor,
+                                .partial = c->partial_rotary_factor};
 }
 
 /* ---- Gemma's block (families/gemma3.c, families/gemma2.c) ---- */

@@ -39,6 +39,7 @@ typedef struct mt_family {
     int default_head_dim; /* 0: hidden_size / num_attention_heads */
     float default_eps, default_theta;
     int moe; /* a mixture of experts: its config needs num_experts */
+    int experts_only; /* every block's feed-forward experts: config.json may leave intermediate_size out */
     const char *hidden_act; /* the MLP's activation, as config.json's hidden_act names it */
     const mt_preset *presets;
     int num_presets;
@@ -122,6 +123,17 @@ void mt_family_plan_model_gemma(const mt_config *c, mt_model_spec *m);
 mt_status mt_family_read_gemma(const mt_json_src *s, mt_config *c, const char *act, float default_scalar,
                                float default_attn_cap, float default_final_cap);
 void mt_family_write_gemma(const mt_config *c, json_t *o, const char *act);
+
+/* The hybrid of Gated DeltaNet and gated attention, Qwen3.5's (families/qwen3_5.c) and Qwen3-Next's:
+ * its config fields (layer_types or full_attention_interval, the linear_* sizes, partial_rotary_factor,
+ * attn_output_gate; attention_bias refused naming `architecture`) read and written, its rules (the
+ * Gated DeltaNet's heads, an even partial RoPE), its plan ((1 + w) norms, the linear layers' mixer,
+ * the others' output gate) and the model's. */
+mt_status mt_family_read_hybrid(const mt_json_src *s, mt_config *c, const char *architecture);
+void mt_family_write_hybrid(const mt_config *c, json_t *o);
+mt_status mt_family_validate_hybrid(const mt_config *c);
+void mt_family_plan_hybrid(const mt_config *c, int l, mt_layer_spec *s);
+void mt_family_plan_model_hybrid(const mt_config *c, mt_model_spec *m);
 
 /* What the families' rules share, each failing with a message naming the field. */
 mt_status mt_family_require_qk_norm(const mt_config *c, mt_qk_norm want);

@@ -38,6 +38,8 @@ mt_status mt_model_spec_check(const mt_model_spec *m) {
 
 mt_status mt_layer_spec_check(const mt_layer_spec *s, const mt_model_spec *m, int l) {
     const mt_attn_spec *a = &s->attn;
+    REFUSE_IF(s->mixer == MT_MIXER_GDN && a->flags, "layer %d: Gated DeltaNet takes no attention variants", l);
+    REFUSE_IF(s->mixer != MT_MIXER_GDN && s->gdn.flags, "layer %d: Gated DeltaNet's variants on another mixer", l);
     REFUSE_IF(a->window < 0, "layer %d: an attention window of %d keys", l, a->window);
     REFUSE_IF(a->rope < 0 || a->rope >= m->num_ropes, "layer %d: RoPE table %d does not exist", l, a->rope);
     REFUSE_IF(!(a->q_scale >= 0) || !isfinite(a->q_scale), "layer %d: the attention scale must be positive, got %g",
@@ -57,6 +59,10 @@ mt_status mt_layer_spec_check(const mt_layer_spec *s, const mt_model_spec *m, in
     REFUSE_IF(s->ffn != MT_FFN_MOE && (s->ffn_spec.flags & (MT_FFN_SHARED_EXPERT | MT_FFN_RENORM)),
               "layer %d: a shared expert and renormalised routing are part of a mixture of experts", l);
     return MT_OK;
+}
+
+int mt_rope_rotary_dim(const mt_rope_spec *r, int head_dim) {
+    return r->partial > 0 ? (int)(head_dim * (double)r->partial) : head_dim;
 }
 
 /* transformers' _compute_yarn_parameters: the dimension at which a frequency turns `rotations`
@@ -83,11 +89,11 @@ float mt_rope_attention_factor(const mt_rope_spec *r) {
 }
 
 void mt_rope_inv_freq(const mt_rope_spec *r, int head_dim, float *inv_freq) {
-    int half = head_dim / 2;
+    int dim = mt_rope_rotary_dim(r, head_dim), half = dim / 2;
     for (int i = 0; i < half; i++) {
-        double f = 1.0 / pow((double)r->theta, (2.0 * i) / head_dim);
+        double f = 1.0 / pow((double)r->theta, (2.0 * i) / dim);
         if (r->type == MT_ROPE_YARN) {
-            double keep = yarn_extrapolation(r, head_dim, i);
+            double keep = yarn_extrapolation(r, dim, i);
             f = f / r->factor * (1 - keep) + f * keep;
         }
         if (r->type == MT_ROPE_LINEAR) f /= r->factor; /* positions divided by the factor */

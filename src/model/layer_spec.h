@@ -8,7 +8,11 @@
 #include "util/glu.h"
 #include "util/status.h"
 
-typedef enum { MT_MIXER_ATTENTION, MT_MIXER_KINDS } mt_mixer_kind;
+/* The mixers: attention, or Gated DeltaNet (Qwen3-Next, Qwen3.5: a linear-attention recurrence
+ * whose sizes are the config's linear_* fields). */
+typedef enum { MT_MIXER_ATTENTION, MT_MIXER_GDN, MT_MIXER_KINDS } mt_mixer_kind;
+/* Gated DeltaNet's causal convolution's kernel (linear_conv_kernel_dim: the one computed). */
+enum { MT_GDN_CONV_KERNEL = 4 };
 typedef enum { MT_FFN_DENSE, MT_FFN_MOE, MT_FFN_KINDS } mt_ffn_kind;
 
 /* A RoPE table: theta and its scaling (transformers' rope_type), with the fields each type reads. */
@@ -20,6 +24,7 @@ typedef struct {
     float low_freq_factor, high_freq_factor; /* llama3 */
     int original_max_position;        /* llama3, yarn */
     float beta_fast, beta_slow;       /* yarn */
+    float partial;                    /* the share of head_dim turned (partial_rotary_factor); 0: all */
     int truncate;                     /* yarn: the correction range rounded out to whole dimensions */
     float attention_factor;           /* yarn: cos and sin scaled by it; 0: 0.1 ln(factor) + 1 */
 } mt_rope_spec;
@@ -32,6 +37,8 @@ enum {
     MT_ATTN_BIAS_O = 1u << 3,       /* o_proj carries a bias */
     MT_ATTN_SINKS = 1u << 4,        /* a learned sink logit a head */
     MT_ATTN_POST_NORM = 1u << 5,    /* an RMSNorm of the mixer's output before the residual */
+    MT_ATTN_OUT_GATE = 1u << 6,     /* q_proj gives each head's query and a gate; the output times
+                                     * sigmoid(gate) before o_proj (Qwen3-Next, Qwen3.5) */
 };
 typedef struct {
     int window;          /* 0: causal over the whole sequence; else the last `window` keys */
@@ -55,9 +62,18 @@ typedef struct {
     unsigned flags;      /* MT_FFN_* */
 } mt_ffn_spec;
 
+/* Gated DeltaNet's variants. */
+enum {
+    MT_GDN_FUSED = 1u << 0, /* Qwen3-Next's in_proj_qkvz and in_proj_ba, their rows grouped by q/k head */
+};
+typedef struct {
+    unsigned flags; /* MT_GDN_* */
+} mt_gdn_spec;
+
 typedef struct {
     mt_mixer_kind mixer;
     mt_attn_spec attn;
+    mt_gdn_spec gdn;
     mt_ffn_kind ffn;
     mt_ffn_spec ffn_spec;
     float norm_eps;
@@ -80,7 +96,9 @@ typedef struct {
 mt_status mt_model_spec_check(const mt_model_spec *m);
 mt_status mt_layer_spec_check(const mt_layer_spec *s, const mt_model_spec *m, int l);
 
-/* The RoPE inverse frequencies of table r, head_dim / 2 of them, its scaling applied. */
+/* The values of each head table r turns: head_dim, or transformers' int(head_dim x partial). */
+int mt_rope_rotary_dim(const mt_rope_spec *r, int head_dim);
+/* The RoPE inverse frequencies of table r, mt_rope_rotary_dim / 2 of them, its scaling applied. */
 void mt_rope_inv_freq(const mt_rope_spec *r, int head_dim, float *inv_freq);
 /* The factor table r multiplies cos and sin by (transformers' attention_scaling: YaRN's, 1 for the
  * others). q and k both turned through it scale their scores by its square, which is how the

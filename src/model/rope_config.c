@@ -41,10 +41,15 @@ static mt_status read_one(const mt_json_src *top, const char *key, const char *s
             return mt_fail(MT_ERR_INVALID, "%s: fields 'rope_theta' (%g) and '%srope_theta' (%g) disagree",
                            top->source, (double)cfg->rope_theta, scope, (double)theta);
         cfg->rope_theta = theta;
+        if (cfg->partial_rotary_factor > 0) partial = cfg->partial_rotary_factor; /* the family's default */
         MT_TRY(mt_json_get_float(&s, "partial_rotary_factor", 0, &partial));
-        if (partial != 1.0f)
+        if (partial != 1.0f && !(cfg->partial_rotary_factor > 0)) /* a family whose RoPE turns all of a head */
             return mt_fail(MT_ERR_INVALID, "%s: field '%spartial_rotary_factor' = %g is not supported (1 only)",
                            top->source, scope, (double)partial);
+        if (!(partial > 0 && partial <= 1))
+            return mt_fail(MT_ERR_INVALID, "%s: field '%spartial_rotary_factor' = %g is not in (0, 1]", top->source,
+                           scope, (double)partial);
+        cfg->partial_rotary_factor = partial == 1.0f ? 0.0f : partial;
     }
     const char *type = NULL;
     MT_TRY(mt_json_get_string(&s, "rope_type", &type));
@@ -117,4 +122,11 @@ void mt_rope_config_write(const mt_config *c, json_t *o) {
         json_object_set_new(rs, "original_max_position_embeddings", json_integer(c->rope_original_max_position));
     }
     json_object_set_new(o, "rope_scaling", rs);
+    if (c->partial_rotary_factor > 0) { /* transformers 5 reads it from rope_parameters */
+        json_t *params = json_object();
+        json_object_set_new(params, "rope_type", json_string("default"));
+        json_object_set_new(params, "rope_theta", mt_json_float(c->rope_theta));
+        json_object_set_new(params, "partial_rotary_factor", mt_json_float(c->partial_rotary_factor));
+        json_object_set_new(o, "rope_parameters", params);
+    }
 }

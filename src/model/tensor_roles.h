@@ -9,7 +9,7 @@ typedef enum {
     MT_T_COUNT
 } mt_tensor_kind;
 
-typedef enum { MT_ROLE_MATRIX, MT_ROLE_NORM, MT_ROLE_BIAS } mt_role_class;
+typedef enum { MT_ROLE_MATRIX, MT_ROLE_NORM, MT_ROLE_GAIN, MT_ROLE_BIAS } mt_role_class;
 
 /* How a family's checkpoints on the hub hold a role's tensor otherwise than the layout does (an
  * expert's [rows, cols], row-major), a flag a fact (gpt-oss's experts):
@@ -31,7 +31,7 @@ static inline mt_role_class mt_tensor_role_class(mt_tensor_kind kind) {
     return classes[kind];
 }
 
-/* RMSNorm weights: initialized to 1. */
+/* RMSNorm weights: initialized to 1 (0 where the norms scale by 1 + w). */
 static inline int mt_tensor_is_norm(mt_tensor_kind kind) { return mt_tensor_role_class(kind) == MT_ROLE_NORM; }
 /* AdamW's weight decay applies (matrices, not norms or biases). */
 static inline int mt_tensor_decays(mt_tensor_kind kind) { return mt_tensor_role_class(kind) == MT_ROLE_MATRIX; }

@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 
-extern const mt_wrapper mt_wrapper_gemma3;
+extern const mt_wrapper mt_wrapper_gemma3, mt_wrapper_qwen3_5, mt_wrapper_qwen3_5_moe;
 
-const mt_wrapper *const mt_wrappers[] = {&mt_wrapper_gemma3, NULL};
+const mt_wrapper *const mt_wrappers[] = {&mt_wrapper_gemma3, &mt_wrapper_qwen3_5, &mt_wrapper_qwen3_5_moe, NULL};
 
 const mt_wrapper *mt_wrapper_find(const char *architecture, const char *model_type) {
     for (const mt_wrapper *const *w = mt_wrappers; *w && (architecture || model_type); w++)

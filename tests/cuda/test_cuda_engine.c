@@ -632,3 +632,40 @@ Test(cuda, the_gpu_reads_the_masters_high_halves) {
     mt_stream_destroy(be, s);
     mt_tiny_model_close(&t);
 }
+
+/* Qwen3.5's hybrid (two Gated DeltaNet blocks to one gated attention block, RoPE over a quarter of
+ * each head of 32; 4 value heads of 32 over 2 q/k heads): the cuda engine's chunked delta rule,
+ * convolution, gated norm, output gate and partial RoPE against the cpu engine's, whole (and dumped
+ * for check_transformers.py), packed (the state and convolution restarting on each example), and in
+ * attention windows of 12 (the recurrence's backward after the last window); Qwen3-Next's fused
+ * projections with experts, packed. */
+static mt_config wider_hybrid(mt_config c) {
+    c = mt_tiny_wider(c);
+    c.linear_k_heads = 2, c.linear_v_heads = 4, c.linear_k_dim = c.linear_v_dim = 32;
+    return c;
+}
+
+Test(cuda, engine_matches_cpu_qwen3_5_hybrid) {
+    mt_config c = wider_hybrid(mt_tiny_config_qwen3_5());
+    compare_backends("qwen3_5_hybrid", &c);
+}
+
+Test(cuda, engine_matches_cpu_packed_qwen3_5_hybrid) {
+    mt_config c = wider_hybrid(mt_tiny_config_qwen3_5());
+    int32_t positions[SEQUENCES * SEQ];
+    packed_positions(positions);
+    compare_backends_at("packed_qwen3_5_hybrid", &c, positions, 0);
+}
+
+Test(cuda, engine_matches_cpu_in_windows_qwen3_5_hybrid) {
+    mt_config c = wider_hybrid(mt_tiny_config_qwen3_5());
+    compare_backends_at("qwen3_5_hybrid_windows", &c, NULL, 12);
+}
+
+Test(cuda, engine_matches_cpu_packed_qwen3_next) {
+    mt_config c = wider_hybrid(mt_tiny_config_qwen3_next());
+    c.moe_intermediate_size = 64, c.shared_expert_intermediate_size = 64;
+    int32_t positions[SEQUENCES * SEQ];
+    packed_positions(positions);
+    compare_backends_at("packed_qwen3_next", &c, positions, 0);
+}

@@ -93,16 +93,22 @@ def config_of(family):
     return getattr(transformers, name)(**kwargs)
 
 
+def norm_start(family, name):
+    """Where a norm's weight starts: 0 for the (1 + w) norms (Gemma's; Qwen3.5's and Qwen3-Next's but
+    their Gated DeltaNet's gated norm, a plain w), else 1."""
+    zero_centered = family.startswith(("gemma", "qwen3_5", "qwen3_next"))
+    return 0.0 if zero_centered and "linear_attn.norm" not in name else 1.0
+
+
 def save_random_model(family, path):
-    """Every matrix N(0, 0.02); norms as each family starts them: 1 for w, 0 for Gemma's (1 + w), then
-    small noise so that the offset matters."""
+    """Every matrix N(0, 0.02); norms as each family starts them (norm_start), then small noise so
+    that the offset matters."""
     torch.manual_seed(0)
     model = getattr(transformers, FAMILIES[family][1])(config_of(family)).float()
-    gemma = family.startswith("gemma")
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name:
-                p.copy_(torch.randn_like(p) * 0.1 + (0.0 if gemma else 1.0))
+                p.copy_(torch.randn_like(p) * 0.1 + norm_start(family, name))
             else:
                 p.normal_(0.0, 0.02)
     model.save_pretrained(path, safe_serialization=True)
@@ -353,7 +359,7 @@ REF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"
 
 def fixture_config(config, seq, batch):
     """llama_ref.py's config.txt for a transformers config of these families."""
-    window = config.sliding_window or 0
+    window = getattr(config, "sliding_window", None) or 0
     # Mistral's config has no layer_types: its sliding_window is every layer's
     types = getattr(config, "layer_types", None) or \
         ["sliding_attention" if window else "full_attention"] * config.num_hidden_layers
@@ -363,7 +369,7 @@ def fixture_config(config, seq, batch):
     local = rope.get("sliding_attention", {}) if isinstance(rope, dict) else {}
     theta = full.get("rope_theta", getattr(config, "rope_theta", 10000.0))
     local_theta = local.get("rope_theta", getattr(config, "rope_local_base_freq", 0.0)) if gemma else 0.0
-    lines = dict(hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
+    lines = dict(hidden_size=config.hidden_size, intermediate_size=getattr(config, "intermediate_size", 0),
                  num_layers=config.num_hidden_layers, num_heads=config.num_attention_heads,
                  num_kv_heads=config.num_key_value_heads,
                  head_dim=getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads,
@@ -386,12 +392,14 @@ def fixture_config(config, seq, batch):
     return "".join(f"{k}={v}\n" for k, v in lines.items())
 
 
-def check_reference(family, work):
-    """llama_ref.py against transformers in float64 on a 2-layer cut of the family's model."""
+def check_reference(family, work, layers=2, fixture=fixture_config, tolerance=None):
+    """llama_ref.py against transformers in float64 on a cut of the family's model (its last `layers`
+    layers' kinds), its config.txt by `fixture`, the losses within `tolerance` relative (by default
+    the family's own)."""
     name, model_class, kwargs = FAMILIES[family]
-    kwargs = dict(kwargs, num_hidden_layers=2, vocab_size=512)
+    kwargs = dict(kwargs, num_hidden_layers=layers, vocab_size=512)
     if "layer_types" in kwargs:
-        kwargs["layer_types"] = kwargs["layer_types"][-2:]
+        kwargs["layer_types"] = kwargs["layer_types"][-layers:]
     config = getattr(transformers, name)(**kwargs)
     config._attn_implementation = "eager"
     torch.manual_seed(2)
@@ -406,11 +414,11 @@ def check_reference(family, work):
     d = os.path.join(work, f"{family}-ref")
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "config.txt"), "w") as f:
-        f.write(fixture_config(config, seq, batch))
+        f.write(fixture(config, seq, batch))
     params = [(n, p) for n, p in model.named_parameters() if n != "lm_head.weight" or not config.tie_word_embeddings]
     with open(os.path.join(d, "tensors.txt"), "w") as f:
-        for n, p in params:
-            f.write(f"{n} {p.shape[0]} {p.shape[1] if p.dim() == 2 else 1}\n")
+        for n, p in params:  # 3-D as 2-D: a conv1d's [C, 1, 4] as [C, 4], experts' [E, R, C] as [E R, C]
+            f.write(f"{n} {p.numel() // p.shape[-1]} {p.shape[-1] if p.dim() >= 2 else 1}\n")
     numpy.concatenate([p.detach().float().numpy().reshape(-1) for _, p in params]).astype("<f4").tofile(
         os.path.join(d, "weights.bin"))
     tokens.numpy().astype("<i4").tofile(os.path.join(d, "tokens.bin"))
@@ -426,7 +434,8 @@ def check_reference(family, work):
     # transformers' Gemma runs its RMSNorms in float32 (x.float()) and holds its embedding scale as a
     # float32 buffer even in a float64 model: its loss there is exact to float32's ~1e-8 (measured
     # 1.6e-8 relative on an H100, 2026-12-07), where a wrong definition moves it by 1e-4 or more.
-    tolerance = 1e-6 if family.startswith("gemma") else 1e-9
+    if tolerance is None:
+        tolerance = 1e-6 if family.startswith("gemma") else 1e-9
     check(abs(ours - theirs) <= tolerance * abs(theirs), f"{family}: llama_ref.py's loss {ours:.12f} is "
           f"transformers' float64 loss {theirs:.12f} (within {tolerance:g} relative)")
 

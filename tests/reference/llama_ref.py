@@ -3,8 +3,9 @@
 Qwen3 with qk_norm=1: an RMSNorm over each head of q and k before RoPE; qk_norm=2: OLMoE's RMSNorm over
 the whole q and k projections), and its mixtures of experts (num_experts > 0: Qwen3-MoE, Qwen2-MoE
 with its shared expert, Mixtral, OLMoE), with the router's load-balancing loss when
-output_router_logits is 1; and gpt-oss's attention where the fixture asks (o_bias=1: an o_proj bias;
-attn_sinks=1: a learned sink logit a head, an extra softmax column with no value).
+output_router_logits is 1; gpt-oss's attention where the fixture asks (o_bias=1: an o_proj bias;
+attn_sinks=1: a learned sink logit a head, an extra softmax column with no value); and Qwen3.5's
+Gated DeltaNet mixer on the layers layer_mixers marks 1.
 
 Usage: llama_ref.py MODE DIR [MODE DIR ...]
 Each pair runs one fixture directory (several pairs share one start of Python and torch).
@@ -66,12 +67,14 @@ LIST_KEYS = ("mlp_only_layers",)
 # rope_fp32: the RoPE tables in float32 as transformers computes them whatever the model's dtype
 # (its rotary embeddings' inv_freq, angles, cos and sin), for a comparison with its float64 models.
 OPTIONAL_INT_KEYS = {"sandwich_norms": 0, "norm_unit_offset": 0, "glu_act": 0, "o_bias": 0, "attn_sinks": 0,
-                     "rope_yarn": 0, "rope_truncate": 1, "router_bias": 0, "expert_bias": 0, "rope_fp32": 0}
-OPTIONAL_FLOAT_KEYS = {"query_pre_attn_scalar": 0.0, "attn_logit_softcap": 0.0, "final_logit_softcap": 0.0,
-                       "embed_scale": 1.0, "rope_local_theta": 0.0, "rope_linear_factor": 0.0,
-                       "rope_beta_fast": 32.0, "rope_beta_slow": 1.0, "rope_attention_factor": 0.0,
-                       "swiglu_limit": 0.0, "swiglu_alpha": 0.0}
-OPTIONAL_LIST_KEYS = {"layer_windows": [], "layer_ropes": []}
+                     "rope_yarn": 0, "rope_truncate": 1, "router_bias": 0, "expert_bias": 0, "rope_fp32": 0,
+                     "linear_k_heads": 0, "linear_v_heads": 0, "linear_k_dim": 0, "linear_v_dim": 0,
+                     "attn_output_gate": 0, "gdn_fused": 0}
+OPTIONAL_FLOAT_KEYS = {"partial_rotary_factor": 0.0, "query_pre_attn_scalar": 0.0, "attn_logit_softcap": 0.0,
+                       "final_logit_softcap": 0.0, "embed_scale": 1.0, "rope_local_theta": 0.0,
+                       "rope_linear_factor": 0.0, "rope_beta_fast": 32.0, "rope_beta_slow": 1.0,
+                       "rope_attention_factor": 0.0, "swiglu_limit": 0.0, "swiglu_alpha": 0.0}
+OPTIONAL_LIST_KEYS = {"layer_windows": [], "layer_ropes": [], "layer_mixers": []}
 TRAIN_KEYS = ("lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm")
 
 
@@ -122,6 +125,25 @@ def rope_of(cfg, layer):
     return cfg["layer_ropes"][layer] if cfg["layer_ropes"] else 0
 
 
+def linear(cfg, layer):
+    """Whether the layer's mixer is Gated DeltaNet (layer_mixers 1) rather than attention."""
+    return bool(cfg["layer_mixers"]) and cfg["layer_mixers"][layer] == 1
+
+
+def gdn_shapes(cfg, p):
+    """Qwen3_5GatedDeltaNet's tensors (the conv1d's [C, 1, 4] as megatrain lists it, [C, 4])."""
+    d = cfg["hidden_size"]
+    key, value, hv = cfg["linear_k_heads"] * cfg["linear_k_dim"], cfg["linear_v_heads"] * cfg["linear_v_dim"], \
+        cfg["linear_v_heads"]
+    if cfg["gdn_fused"]:  # Qwen3-Next's
+        projections = {p + "in_proj_qkvz.weight": (2 * key + 2 * value, d), p + "in_proj_ba.weight": (2 * hv, d)}
+    else:
+        projections = {p + "in_proj_qkv.weight": (2 * key + value, d), p + "in_proj_z.weight": (value, d),
+                       p + "in_proj_b.weight": (hv, d), p + "in_proj_a.weight": (hv, d)}
+    return {**projections, p + "conv1d.weight": (2 * key + value, 4), p + "A_log": (hv, 1), p + "dt_bias": (hv, 1),
+            p + "norm.weight": (cfg["linear_v_dim"], 1), p + "out_proj.weight": (d, value)}
+
+
 def sparse(cfg, layer):
     """Qwen2MoeDecoderLayer's rule: a mixture of experts unless the layer is in mlp_only_layers or
     off the decoder_sparse_step."""
@@ -151,12 +173,17 @@ def expected_shapes(cfg):
                            p + "post_feedforward_layernorm.weight": (d, 1)})
         shapes.update({
             p + "input_layernorm.weight": (d, 1),
-            p + "self_attn.q_proj.weight": (q, d),
-            p + "self_attn.k_proj.weight": (kv, d),
-            p + "self_attn.v_proj.weight": (kv, d),
-            p + "self_attn.o_proj.weight": (d, q),
             p + "post_attention_layernorm.weight": (d, 1),
         })
+        if linear(cfg, layer):
+            shapes.update(gdn_shapes(cfg, p + "linear_attn."))
+        else:
+            shapes.update({
+                p + "self_attn.q_proj.weight": (q * (2 if cfg["attn_output_gate"] else 1), d),
+                p + "self_attn.k_proj.weight": (kv, d),
+                p + "self_attn.v_proj.weight": (kv, d),
+                p + "self_attn.o_proj.weight": (d, q),
+            })
         if sparse(cfg, layer):
             e, fm, sh = cfg["num_experts"], cfg["moe_intermediate_size"], cfg["shared_expert_intermediate_size"]
             shapes.update({p + f"mlp.{router_name(cfg)}.weight": (e, d),
@@ -176,6 +203,8 @@ def expected_shapes(cfg):
             shapes.update({p + "mlp.gate_proj.weight": (f, d),
                            p + "mlp.up_proj.weight": (f, d),
                            p + "mlp.down_proj.weight": (d, f)})
+        if linear(cfg, layer):
+            continue
         if cfg["attention_bias"]:
             shapes.update({p + "self_attn.q_proj.bias": (q, 1),
                            p + "self_attn.k_proj.bias": (kv, 1),
@@ -265,11 +294,18 @@ def load_positions(directory, cfg):
     return read_binary(path, "<i4", math.prod(shape)).view(shape).long()
 
 
+def rotary_dim(cfg):
+    """The values of each head RoPE turns: transformers' int(head_dim * partial_rotary_factor)."""
+    factor = cfg["partial_rotary_factor"]
+    return int(cfg["head_dim"] * factor) if factor else cfg["head_dim"]
+
+
 def yarn_inv_freq(cfg, inv_freq):
     """transformers' _compute_yarn_parameters: each frequency between its extrapolated (unscaled) and
     interpolated (divided by the factor) value along a linear ramp over the dimensions from where
     it turns beta_fast times over the original context to where it turns beta_slow times."""
-    dim, base, factor = cfg["head_dim"], cfg["rope_theta"], cfg["rope_scaling_factor"]
+    # dim: the values turned (all of head_dim, or partial_rotary_factor's share), two a frequency
+    dim, base, factor = 2 * inv_freq.numel(), cfg["rope_theta"], cfg["rope_scaling_factor"]
 
     def correction_dim(rotations):
         return dim * math.log(cfg["rope_original_max_position"] / (rotations * 2 * math.pi)) / (2 * math.log(base))
@@ -297,7 +333,7 @@ def rope_inv_freq(cfg, table=0, dtype=torch.float64):
     """Inverse frequencies in dtype: table 0 with rope_theta and its scaling (llama3's as
     transformers' _compute_llama3_parameters applies it, linear: divided by the factor, or yarn),
     table 1 the local layers' plain one with rope_local_theta."""
-    hd = cfg["head_dim"]
+    hd = rotary_dim(cfg)
     theta = cfg["rope_local_theta"] if table == 1 else cfg["rope_theta"]
     inv_freq = 1.0 / theta ** (torch.arange(0, hd, 2, dtype=torch.int64).to(dtype) / hd)
     if table == 1:
@@ -323,6 +359,32 @@ def rope_inv_freq(cfg, table=0, dtype=torch.float64):
 def gelu_tanh(x):
     """transformers' gelu_pytorch_tanh, written out (torch 1.13's F.gelu takes approximate="tanh" too)."""
     return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x.pow(3))))
+
+
+def l2norm(x, eps=1e-6):
+    """transformers' l2norm (FLA's): x / sqrt(sum x^2 + eps) over the last dimension."""
+    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + eps)
+
+
+def gated_delta_rule(q, k, v, g, beta):
+    """transformers' torch_recurrent_gated_delta_rule over one segment, [heads, tokens, dim], from a
+    zero state: S = exp(g) S; S += k (beta (v - S^T k))^T; o = S^T q."""
+    heads, tokens, dk = k.shape
+    state = torch.zeros(heads, dk, v.shape[-1], dtype=v.dtype)
+    out = []
+    for t in range(tokens):
+        state = state * g[:, t].exp()[:, None, None]
+        kv_mem = (state * k[:, t, :, None]).sum(dim=-2)
+        delta = (v[:, t] - kv_mem) * beta[:, t, None]
+        state = state + k[:, t, :, None] * delta[:, None, :]
+        out.append((state * q[:, t, :, None]).sum(dim=-2))
+    return torch.stack(out, dim=1)
+
+
+def segments_of(positions):
+    """[(start, end)] of one row's segments: each starts where its position is 0."""
+    starts = (positions == 0).nonzero().flatten().tolist()
+    return list(zip(starts, starts[1:] + [positions.numel()]))
 
 
 def clamped_swiglu(gate, up, cfg):
@@ -361,6 +423,10 @@ class Llama:
         bias = bool(cfg["attention_bias"])
         # [b, s, heads*hd] -> [b, s, heads, hd]
         q = self.linear(x, prefix + "q_proj", bias)
+        if cfg["attn_output_gate"]:
+            # Qwen3NextAttention: each head's query, then its gate
+            q, gate = torch.chunk(q.view(b, s, h, 2 * hd), 2, dim=-1)
+            q, gate = q.reshape(b, s, h * hd), gate.reshape(b, s, h * hd)
         k = self.linear(x, prefix + "k_proj", bias)
         if cfg["qk_norm"] == 2:
             # OLMoE: one RMSNorm over the whole projection, before the heads are split.
@@ -374,8 +440,10 @@ class Llama:
             k = self.rms_norm(k, self.p[prefix + "k_norm.weight"])
         # -> [b, heads, s, hd]
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        # RoPE on the first rotary_dim values of each head, the rest as they are
+        rot = cos.shape[-1]
+        q = torch.cat((q[..., :rot] * cos + rotate_half(q[..., :rot]) * sin, q[..., rot:]), dim=-1)
+        k = torch.cat((k[..., :rot] * cos + rotate_half(k[..., :rot]) * sin, k[..., rot:]), dim=-1)
         # Query head i reads key/value head i // (h / kvh).
         k = k.repeat_interleave(h // kvh, dim=1)
         v = v.repeat_interleave(h // kvh, dim=1)
@@ -389,7 +457,54 @@ class Llama:
         else:
             probs = torch.softmax(scores, dim=-1)
         out = (probs @ v).transpose(1, 2).reshape(b, s, h * hd)
+        if cfg["attn_output_gate"]:
+            out = out * torch.sigmoid(gate)
         return self.linear(out, prefix + "o_proj", bool(cfg["o_bias"]))
+
+    def gdn(self, x, prefix, positions):
+        """Qwen3_5GatedDeltaNet: the q/k/v projection through the causal depthwise conv1d and SiLU, q
+        and k l2-normalised (q times dk^-0.5) and repeated to the value heads, the decay
+        g = -exp(A_log) softplus(a + dt_bias) and beta = sigmoid(b), the gated delta rule, the gated
+        RMSNorm with silu(z), out_proj. The convolution and the state start afresh on each segment."""
+        cfg, p = self.cfg, self.p
+        b, s, _ = x.shape
+        hk, hv, dk, dv = cfg["linear_k_heads"], cfg["linear_v_heads"], cfg["linear_k_dim"], cfg["linear_v_dim"]
+        key, value = hk * dk, hv * dv
+        channels = 2 * key + value
+        if cfg["gdn_fused"]:
+            # Qwen3NextGatedDeltaNet.fix_query_key_value_ordering: each q/k head's group holds its q, its
+            # k, its value heads' v and z; in_proj_ba's, its value heads' b and a
+            r = hv // hk
+            qkvz = self.linear(x, prefix + "in_proj_qkvz").view(b, s, hk, 2 * dk + 2 * r * dv)
+            q, k, v, z = torch.split(qkvz, [dk, dk, r * dv, r * dv], dim=-1)
+            mixed = torch.cat([t.reshape(b, s, -1) for t in (q, k, v)], dim=-1)
+            z = z.reshape(b, s, hv, dv)
+            b_in, a_in = torch.split(self.linear(x, prefix + "in_proj_ba").view(b, s, hk, 2 * r), [r, r], dim=-1)
+            b_in, a_in = b_in.reshape(b, s, hv), a_in.reshape(b, s, hv)
+        else:
+            mixed = self.linear(x, prefix + "in_proj_qkv")
+            z = self.linear(x, prefix + "in_proj_z").view(b, s, hv, dv)
+            b_in, a_in = self.linear(x, prefix + "in_proj_b"), self.linear(x, prefix + "in_proj_a")
+        beta = b_in.sigmoid()
+        g = -p[prefix + "A_log"].exp() * F.softplus(a_in + p[prefix + "dt_bias"])
+        kernel = p[prefix + "conv1d.weight"].view(channels, 1, 4)
+        rows = []
+        for i in range(b):
+            for start, end in segments_of(positions[i]):
+                n = end - start
+                y = F.conv1d(mixed[i, start:end].t()[None], kernel, groups=channels, padding=3)[0, :, :n]
+                q, k, v = torch.split(F.silu(y).t(), [key, key, value], dim=-1)
+                q = l2norm(q.reshape(n, hk, dk).repeat_interleave(hv // hk, dim=1)) * dk ** -0.5
+                k = l2norm(k.reshape(n, hk, dk).repeat_interleave(hv // hk, dim=1))
+                v = v.reshape(n, hv, dv)
+                o = gated_delta_rule(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
+                                     g[i, start:end].t(), beta[i, start:end].t())
+                rows.append(o.transpose(0, 1))
+        o = torch.cat(rows).view(b, s, hv, dv)
+        # Qwen3_5RMSNormGated: a plain weight, whatever the other norms' (1 + w)
+        o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + cfg["rms_norm_eps"])
+        o = p[prefix + "norm.weight"] * o * F.silu(z)
+        return self.linear(o.reshape(b, s, value), prefix + "out_proj")
 
     def mlp(self, x, prefix):
         gate = self.linear(x, prefix + "gate_proj")
@@ -482,7 +597,10 @@ class Llama:
                 blocked = blocked | (distance >= window)[:, None]
             cos, sin = tables[rope_of(cfg, layer)]
             n = self.rms_norm(x, p[prefix + "input_layernorm.weight"])
-            y = self.attention(n, prefix + "self_attn.", cos, sin, blocked)
+            if linear(cfg, layer):
+                y = self.gdn(n, prefix + "linear_attn.", positions)
+            else:
+                y = self.attention(n, prefix + "self_attn.", cos, sin, blocked)
             if cfg["sandwich_norms"]:
                 x = x + self.rms_norm(y, p[prefix + "post_attention_layernorm.weight"])
                 n = self.rms_norm(x, p[prefix + "pre_feedforward_layernorm.weight"])

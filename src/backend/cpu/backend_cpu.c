@@ -320,8 +320,8 @@ static void op_rmsnorm_dx(mt_backend *b, mt_stream *s, void *dx, float *dw, cons
     mt_cpu_rmsnorm_dx(dx, dw, dy, x, w, rstd, n, d, p, accumulate);
 }
 static void op_rope(mt_backend *b, mt_stream *s, void *x, const float *inv_freq, int n, int seq, int pos0,
-                    const int32_t *pos, int heads, int head_dim, int inverse) {
-    mt_cpu_rope(x, inv_freq, n, seq, pos0, pos, heads, head_dim, inverse);
+                    const int32_t *pos, int heads, int head_dim, int rotary_dim, int inverse) {
+    mt_cpu_rope(x, inv_freq, n, seq, pos0, pos, heads, head_dim, rotary_dim, inverse);
 }
 static void op_attention(mt_backend *b, mt_stream *s, void *out, float *lse, const void *q,
                          const void *k, const void *v, mt_attn_dims dims, const mt_attn_params *params,
@@ -355,6 +355,29 @@ static void op_swiglu_dx(mt_backend *b, mt_stream *s, void *dg, void *du, const 
 }
 static void op_add(mt_backend *b, mt_stream *s, void *y, const void *a, const void *bb, size_t count) {
     mt_cpu_add(y, a, bb, count);
+}
+static void op_gate_split(mt_backend *b, mt_stream *s, void *q, void *gate, const void *qg, int n, int heads,
+                          int head_dim) {
+    mt_cpu_gate_split(q, gate, qg, n, heads, head_dim);
+}
+static void op_gate_join(mt_backend *b, mt_stream *s, void *dqg, const void *dq, const void *dgate, int n, int heads,
+                         int head_dim) {
+    mt_cpu_gate_join(dqg, dq, dgate, n, heads, head_dim);
+}
+static void op_out_gate(mt_backend *b, mt_stream *s, void *y, const void *x, const void *gate, size_t count) {
+    mt_cpu_out_gate(y, x, gate, count);
+}
+static void op_out_gate_dx(mt_backend *b, mt_stream *s, void *dx, void *dgate, const void *dy, const void *x,
+                           const void *gate, size_t count) {
+    mt_cpu_out_gate_dx(dx, dgate, dy, x, gate, count);
+}
+static void op_gather_cols(mt_backend *b, mt_stream *s, void *y, const void *x, const int32_t *cols, int n, int in,
+                           int out) {
+    mt_cpu_gather_cols(y, x, cols, n, in, out);
+}
+static void op_scatter_cols(mt_backend *b, mt_stream *s, void *dx, const void *dy, const int32_t *cols, int n, int in,
+                            int out) {
+    mt_cpu_scatter_cols(dx, dy, cols, n, in, out);
 }
 static void op_embedding(mt_backend *b, mt_stream *s, void *x, const int32_t *tokens,
                          const void *wte, int n, int d, float scale) {
@@ -627,6 +650,8 @@ static const mt_backend_ops cpu_ops = {
            .attention_dx = op_attention_dx, .attention_workspace = op_attention_workspace,
            .accumulate_f32 = op_accumulate_f32, .round_f32 = op_round_f32,
            .swiglu = op_swiglu, .swiglu_dx = op_swiglu_dx, .add = op_add, .embedding = op_embedding,
+           .gate_split = op_gate_split, .gate_join = op_gate_join, .out_gate = op_out_gate,
+           .out_gate_dx = op_out_gate_dx, .gather_cols = op_gather_cols, .scatter_cols = op_scatter_cols,
            .embedding_dw = op_embedding_dw, .lmhead_loss = op_lmhead_loss, .lmhead_dw = op_lmhead_dw,
            .lmhead_workspace = op_lmhead_workspace, .logits = op_logits, .sumsq = op_sumsq,
            .clip_scale = op_clip_scale, .adamw = op_adamw},

@@ -24,8 +24,18 @@ void mt_cpu_rmsnorm(float *y, float *rstd, const float *x, const float *w, int n
 void mt_cpu_rmsnorm_dx(float *dx, float *dw, const float *dy, const float *x, const float *w,
                        const float *rstd, int n, int d, mt_rmsnorm_params p, int accumulate);
 
+/* Attention's output gate (backend.h: op.gate_split, gate_join, out_gate, out_gate_dx). */
+void mt_cpu_gate_split(float *q, float *gate, const float *qg, int n, int heads, int head_dim);
+void mt_cpu_gate_join(float *dqg, const float *dq, const float *dgate, int n, int heads, int head_dim);
+void mt_cpu_out_gate(float *y, const float *x, const float *gate, size_t count);
+void mt_cpu_out_gate_dx(float *dx, float *dgate, const float *dy, const float *x, const float *gate, size_t count);
+
+/* Columns by a map (backend.h: op.gather_cols, scatter_cols). */
+void mt_cpu_gather_cols(float *y, const float *x, const int32_t *cols, int n, int in, int out);
+void mt_cpu_scatter_cols(float *dx, const float *dy, const int32_t *cols, int n, int in, int out);
+
 void mt_cpu_rope(float *x, const float *inv_freq, int n, int seq, int pos0, const int32_t *pos, int heads,
-                 int head_dim, int inverse);
+                 int head_dim, int rotary_dim, int inverse);
 
 /* params (its sinks, dsinks) and seg: NULL, or host pointers (the cpu backend's device memory is host
  * memory). */

@@ -280,8 +280,9 @@ static void cuda_rmsnorm_dx(mt_backend *be, mt_stream *s, void *dx, float *dw, c
 }
 
 static void cuda_rope(mt_backend *be, mt_stream *s, void *x, const float *inv_freq, int n, int seq, int pos0,
-                      const int32_t *pos, int heads, int head_dim, int inverse) {
-    keep_error(be, mt_cuda_rope(mt_cuda_stream(s), x, inv_freq, n, seq, pos0, pos, heads, head_dim, inverse));
+                      const int32_t *pos, int heads, int head_dim, int rotary_dim, int inverse) {
+    keep_error(be, mt_cuda_rope(mt_cuda_stream(s), x, inv_freq, n, seq, pos0, pos, heads, head_dim, rotary_dim,
+                                inverse));
 }
 
 static void cuda_attention(mt_backend *be, mt_stream *s, void *out, float *lse, const void *q,
@@ -310,6 +311,31 @@ static void cuda_accumulate_f32(mt_backend *be, mt_stream *s, float *acc, const 
 
 static void cuda_round_f32(mt_backend *be, mt_stream *s, void *y, const float *x, size_t count) {
     keep_error(be, mt_cuda_round_f32(mt_cuda_stream(s), y, x, count));
+}
+
+static void cuda_gate_split(mt_backend *be, mt_stream *s, void *q, void *gate, const void *qg, int n, int heads,
+                            int head_dim) {
+    keep_error(be, mt_cuda_gate_split(mt_cuda_stream(s), q, gate, qg, n, heads, head_dim));
+}
+static void cuda_gate_join(mt_backend *be, mt_stream *s, void *dqg, const void *dq, const void *dgate, int n,
+                           int heads, int head_dim) {
+    keep_error(be, mt_cuda_gate_join(mt_cuda_stream(s), dqg, dq, dgate, n, heads, head_dim));
+}
+static void cuda_out_gate(mt_backend *be, mt_stream *s, void *y, const void *x, const void *gate, size_t count) {
+    keep_error(be, mt_cuda_out_gate(mt_cuda_stream(s), y, x, gate, count));
+}
+static void cuda_out_gate_dx(mt_backend *be, mt_stream *s, void *dx, void *dgate, const void *dy, const void *x,
+                             const void *gate, size_t count) {
+    keep_error(be, mt_cuda_out_gate_dx(mt_cuda_stream(s), dx, dgate, dy, x, gate, count));
+}
+
+static void cuda_gather_cols(mt_backend *be, mt_stream *s, void *y, const void *x, const int32_t *cols, int n, int in,
+                             int out) {
+    keep_error(be, mt_cuda_gather_cols(mt_cuda_stream(s), y, x, cols, n, in, out));
+}
+static void cuda_scatter_cols(mt_backend *be, mt_stream *s, void *dx, const void *dy, const int32_t *cols, int n,
+                              int in, int out) {
+    keep_error(be, mt_cuda_scatter_cols(mt_cuda_stream(s), dx, dy, cols, n, in, out));
 }
 
 static void cuda_swiglu(mt_backend *be, mt_stream *s, void *a, const void *g, const void *u, size_t count,
@@ -560,6 +586,8 @@ static const mt_backend_ops cuda_ops = {
            .attention_workspace = cuda_attention_workspace, .accumulate_f32 = cuda_accumulate_f32,
            .round_f32 = cuda_round_f32, .swiglu = cuda_swiglu,
            .swiglu_dx = cuda_swiglu_dx, .add = cuda_add, .embedding = cuda_embedding,
+           .gate_split = cuda_gate_split, .gate_join = cuda_gate_join, .out_gate = cuda_out_gate,
+           .out_gate_dx = cuda_out_gate_dx, .gather_cols = cuda_gather_cols, .scatter_cols = cuda_scatter_cols,
            .embedding_dw = cuda_embedding_dw, .lmhead_loss = cuda_lmhead_loss, .lmhead_dw = cuda_lmhead_dw,
            .lmhead_workspace = cuda_lmhead_workspace, .logits = mt_cuda_op_logits, .sumsq = cuda_sumsq,
            .clip_scale = cuda_clip_scale, .adamw = cuda_adamw},

@@ -37,8 +37,16 @@ mt_status mt_cuda_rmsnorm(cudaStream_t s, void *y, float *rstd, const void *x, c
 mt_status mt_cuda_rmsnorm_dx(cudaStream_t s, void *dx, float *dw, const void *dy, const void *x,
                              const void *w, const float *rstd, int n, int d, mt_rmsnorm_params p,
                              int accumulate);
+mt_status mt_cuda_gate_split(cudaStream_t s, void *q, void *gate, const void *qg, int n, int heads, int head_dim);
+mt_status mt_cuda_gate_join(cudaStream_t s, void *dqg, const void *dq, const void *dgate, int n, int heads,
+                            int head_dim);
+mt_status mt_cuda_out_gate(cudaStream_t s, void *y, const void *x, const void *gate, size_t count);
+mt_status mt_cuda_out_gate_dx(cudaStream_t s, void *dx, void *dgate, const void *dy, const void *x, const void *gate,
+                              size_t count);
+mt_status mt_cuda_gather_cols(cudaStream_t s, void *y, const void *x, const int32_t *cols, int n, int in, int out);
+mt_status mt_cuda_scatter_cols(cudaStream_t s, void *dx, const void *dy, const int32_t *cols, int n, int in, int out);
 mt_status mt_cuda_rope(cudaStream_t s, void *x, const float *inv_freq, int n, int seq, int pos0,
-                       const int32_t *pos, int heads, int head_dim, int inverse);
+                       const int32_t *pos, int heads, int head_dim, int rotary_dim, int inverse);
 mt_status mt_cuda_swiglu(cudaStream_t s, void *a, const void *g, const void *u, size_t count, mt_glu_params p);
 mt_status mt_cuda_swiglu_dx(cudaStream_t s, void *dg, void *du, const void *da, const void *g,
                             const void *u, size_t count, mt_glu_params p);

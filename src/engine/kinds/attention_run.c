@@ -1,6 +1,7 @@
 /* The attention mixer, engine side (model/kinds/attention.c declares its tensors): x2 = x +
- * o(attention(rope(q(h1)), rope(k(h1)), v(h1))), h1 = norm(x), with q/k/v and o biases, sinks and
- * q/k norms (over each head, or over the whole projection) where the block's spec has them.
+ * o(attention(rope(q(h1)), rope(k(h1)), v(h1))), h1 = norm(x), with q/k/v and o biases, sinks,
+ * q/k norms (over each head, or over the whole projection) and an output gate (q_proj's second half
+ * of each head: o's input times its sigmoid) where the block's spec has them.
  *
  * Keys and values span the micro-batch (every later query of a sequence reads them): prepare makes
  * them over the whole micro-batch. With segments (packed examples) positions restart on each
@@ -25,7 +26,15 @@ static int qk_norm(const mt_layer_spec *s) {
 }
 static int qk_norm_full(const mt_layer_spec *s) { return (s->attn.flags & MT_ATTN_QK_NORM_FULL) != 0; }
 static int post_norm(const mt_layer_spec *s) { return (s->attn.flags & MT_ATTN_POST_NORM) != 0; }
+static int out_gate(const mt_layer_spec *s) { return (s->attn.flags & MT_ATTN_OUT_GATE) != 0; }
 static int sinks(const mt_layer_spec *s) { return (s->attn.flags & MT_ATTN_SINKS) != 0; }
+
+/* q_proj's outputs a token: the query, and with an output gate each head's gate after its query. */
+static int q_out_width(const mt_block_ctx *c) { return (out_gate(c->spec) ? 2 : 1) * (int)q_width(c->cfg); }
+
+/* What o_proj takes: the attention's output, or with an output gate that times sigmoid(gate), which
+ * the forward leaves in datt (free until the backward's gradient at the attention's output). */
+static const void *o_input(const mt_block_ctx *c) { return out_gate(c->spec) ? c->ws->attn.datt : c->ws->attn.att; }
 
 /* The backend's attention variants the block's spec asks for: its window, scale and soft cap, and
  * its sinks (their fp32 copy, prepare's) with, in the backward (g), their gradient. */
@@ -50,7 +59,7 @@ static int norm_width(const mt_block_ctx *c, int heads) {
 static int any_block(const mt_config *c, int (*has)(const mt_layer_spec *)) {
     for (int l = 0; l < c->num_layers; l++) {
         mt_layer_spec s = mt_layer_spec_of(c, l);
-        if (has(&s)) return 1;
+        if (s.mixer == MT_MIXER_ATTENTION && has(&s)) return 1;
     }
     return 0;
 }
@@ -97,6 +106,11 @@ static void constants(const mt_config *c, void *host) {
 static const float *rope_table(const mt_block_ctx *c) {
     return (const float *)c->constants + (size_t)c->spec->attn.rope * (c->cfg->head_dim / 2);
 }
+/* The values of each head the block's table turns (all, or partial_rotary_factor's). */
+static int rotary_dim(const mt_block_ctx *c) {
+    mt_model_spec m = mt_model_spec_of(c->cfg);
+    return mt_rope_rotary_dim(&m.rope[c->spec->attn.rope], c->cfg->head_dim);
+}
 
 /* The positions of rows from `row` on (RoPE), with segments; NULL: (pos0 + r) % seq. */
 static const int32_t *positions(const mt_block_ctx *c, int row) { return c->seg ? c->seg->pos + row : NULL; }
@@ -132,6 +146,10 @@ static void walk(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s) {
         ws->attn.q_raw = mt_ws_take(w, T * Q * act);
         ws->attn.rstd_q = mt_ws_take(w, T * most_norm_rows(c, c->num_heads) * 4);
     }
+    if (any_block(c, out_gate)) {
+        ws->attn.qg = mt_ws_take(w, T * 2 * Q * act);
+        ws->attn.gate = mt_ws_take(w, T * Q * act);
+    }
     w->cls = MT_WS_MICRO_BATCH;
     ws->attn.k = mt_ws_take(w, n * KV * act);
     ws->attn.v = mt_ws_take(w, n * KV * act);
@@ -148,13 +166,6 @@ static void walk(mt_ws_walk *w, mt_block_ws *ws, const mt_ws_shape *s) {
     if (any_block(c, sinks)) ws->attn.sinks = mt_ws_take(w, (size_t)c->num_heads * 4);
 }
 
-/* h1 = the attention norm of x's piece p (and its statistics into rstd1). */
-static void attn_norm_piece(const mt_block_ctx *c, const mt_unit_weights *w, mt_piece p, const void *x) {
-    int D = c->cfg->hidden_size;
-    c->be->ops->op.rmsnorm(c->be, c->stream, c->ws->h1, c->ws->rstd1 + p.row, mt_rows_at(x, p.row, D, mt_act_size(c)),
-                           w->t[MT_T_ATTN_NORM], p.rows, D, mt_norm_params(c->spec));
-}
-
 /* k and v (roped; with q/k norms, k_raw and its statistics too) over the micro-batch, and the
  * sinks in fp32 (the weights are of the act type on every backend). */
 static void prepare(const mt_block_ctx *c, const mt_unit_weights *w, const void *x) {
@@ -164,7 +175,7 @@ static void prepare(const mt_block_ctx *c, const mt_unit_weights *w, const void 
     int n = c->batch * c->seq, D = cfg->hidden_size, KV = (int)kv_width(cfg);
     void *k = qk_norm(c->spec) ? ws->attn.k_raw : ws->attn.k;
     MT_FOR_EACH_PIECE(c, p) {
-        attn_norm_piece(c, w, p, x);
+        mt_mixer_norm_piece(c, w, p, x);
         mt_matmul_piece(c, p, mt_rows_at_mut(k, p.row, KV, act), ws->h1, w->t[MT_T_WK], w->t[MT_T_BK], D, KV);
         mt_matmul_piece(c, p, mt_rows_at_mut(ws->attn.v, p.row, KV, act), ws->h1, w->t[MT_T_WV], w->t[MT_T_BV], D, KV);
     }
@@ -173,7 +184,7 @@ static void prepare(const mt_block_ctx *c, const mt_unit_weights *w, const void 
                                n * norm_rows(c, cfg->num_kv_heads), norm_width(c, cfg->num_kv_heads),
                                mt_norm_params(c->spec));
     c->be->ops->op.rope(c->be, c->stream, ws->attn.k, rope_table(c), n, c->seq, 0, positions(c, 0), cfg->num_kv_heads,
-                        cfg->head_dim, 0);
+                        cfg->head_dim, rotary_dim(c), 0);
     if (sinks(c->spec))
         c->be->ops->op.accumulate_f32(c->be, c->stream, ws->attn.sinks, w->t[MT_T_SINKS], (size_t)cfg->num_heads, 0);
 }
@@ -188,24 +199,28 @@ static void forward(const mt_block_ctx *c, const mt_unit_weights *w, const void 
     mt_tile t = c->at;
     size_t act = mt_act_size(c);
     int D = cfg->hidden_size, Q = (int)q_width(cfg), KV = (int)kv_width(cfg), kv0 = kv_row0(c->seq, t);
-    void *q = qk_norm(c->spec) ? ws->attn.q_raw : ws->attn.q;
+    void *q = qk_norm(c->spec) ? ws->attn.q_raw : ws->attn.q, *q_proj = out_gate(c->spec) ? ws->attn.qg : q;
+    int QO = q_out_width(c);
 
     MT_FOR_EACH_PIECE(c, p) {
-        attn_norm_piece(c, w, p, x);
-        mt_matmul_piece(c, p, mt_rows_at_mut(q, p.row - t.row, Q, act), ws->h1, w->t[MT_T_WQ], w->t[MT_T_BQ], D, Q);
+        mt_mixer_norm_piece(c, w, p, x);
+        mt_matmul_piece(c, p, mt_rows_at_mut(q_proj, p.row - t.row, QO, act), ws->h1, w->t[MT_T_WQ], w->t[MT_T_BQ], D,
+                        QO);
     }
+    if (out_gate(c->spec)) op->gate_split(be, s, q, ws->attn.gate, ws->attn.qg, t.rows, cfg->num_heads, cfg->head_dim);
     if (qk_norm(c->spec))
         op->rmsnorm(be, s, ws->attn.q, ws->attn.rstd_q, ws->attn.q_raw, w->t[MT_T_Q_NORM],
                     t.rows * norm_rows(c, cfg->num_heads), norm_width(c, cfg->num_heads), mt_norm_params(c->spec));
     op->rope(be, s, ws->attn.q, rope_table(c), t.rows, c->seq, t.row % c->seq, positions(c, t.row), cfg->num_heads,
-             cfg->head_dim, 0);
+             cfg->head_dim, rotary_dim(c), 0);
     mt_segments seg = c->seg ? tile_segments(c, t) : (mt_segments){0};
     const mt_attn_params params = attn_params(c, NULL);
     op->attention(be, s, ws->attn.att, ws->attn.lse, ws->attn.q, mt_rows_at(ws->attn.k, kv0, KV, act),
                   mt_rows_at(ws->attn.v, kv0, KV, act), tile_dims(cfg, c->batch, c->seq, t), &params,
                   c->seg ? &seg : NULL, ws->attn.ws);
+    if (out_gate(c->spec)) op->out_gate(be, s, ws->attn.datt, ws->attn.att, ws->attn.gate, (size_t)t.rows * Q);
     MT_FOR_EACH_PIECE(c, p) {
-        mt_matmul_piece(c, p, ws->tmp, mt_rows_at(ws->attn.att, p.row - t.row, Q, act), w->t[MT_T_WO], w->t[MT_T_BO],
+        mt_matmul_piece(c, p, ws->tmp, mt_rows_at(o_input(c), p.row - t.row, Q, act), w->t[MT_T_WO], w->t[MT_T_BO],
                         Q, D);
         const void *out = ws->tmp;
         if (post_norm(c->spec)) /* into h1, free once q is made */
@@ -240,10 +255,10 @@ static void qkv_backward_piece(const mt_block_ctx *c, const mt_unit_weights *w, 
     const mt_config *cfg = c->cfg;
     mt_block_ws *ws = c->ws;
     size_t act = mt_act_size(c);
-    int D = cfg->hidden_size, Q = (int)q_width(cfg), KV = (int)kv_width(cfg);
+    int D = cfg->hidden_size, Q = q_out_width(c), KV = (int)kv_width(cfg);
     const void *dqp = mt_rows_at(dq, p.row - c->at.row, Q, act), *dkp = mt_rows_at(dk, p.row, KV, act);
     const void *dvp = mt_rows_at(ws->attn.dv, p.row, KV, act);
-    attn_norm_piece(c, w, p, x); /* h1 again: the piece buffer held another piece's */
+    mt_mixer_norm_piece(c, w, p, x); /* h1 again: the piece buffer held another piece's */
     mt_matmul_dw_piece(c, p, g->t[MT_T_WQ], g->t[MT_T_BQ], dqp, ws->h1, D, Q);
     mt_matmul_dw_piece(c, p, g->t[MT_T_WK], g->t[MT_T_BK], dkp, ws->h1, D, KV);
     mt_matmul_dw_piece(c, p, g->t[MT_T_WV], g->t[MT_T_BV], dvp, ws->h1, D, KV);
@@ -273,15 +288,22 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
     if (post_norm(c->spec)) { /* dy becomes the gradient at o's output, o(att) made again */
         MT_FOR_EACH_PIECE(c, p) {
             int at = p.row - t.row;
-            mt_matmul_piece(c, p, ws->tmp, mt_rows_at(ws->attn.att, at, Q, act), w->t[MT_T_WO], w->t[MT_T_BO], Q, D);
+            mt_matmul_piece(c, p, ws->tmp, mt_rows_at(o_input(c), at, Q, act), w->t[MT_T_WO], w->t[MT_T_BO], Q, D);
             mt_post_norm_piece(c, p, at, ws->h1, ws->tmp, w->t[MT_T_ATTN_POST_NORM]);
             mt_post_norm_dx_piece(c, p, at, g->t[MT_T_ATTN_POST_NORM], mt_rows_at(dxy, p.row, D, act), ws->tmp,
                                   w->t[MT_T_ATTN_POST_NORM]);
         }
         dy = ws->dpost;
     }
-    mt_matmul_dw_piece(c, mt_piece_of_tile(c), g->t[MT_T_WO], g->t[MT_T_BO], dy, ws->attn.att, Q, D);
-    mt_matmul_dx_piece(c, mt_piece_of_tile(c), ws->attn.datt, dy, w->t[MT_T_WO], Q, D, 0);
+    mt_matmul_dw_piece(c, mt_piece_of_tile(c), g->t[MT_T_WO], g->t[MT_T_BO], dy, o_input(c), Q, D);
+    if (out_gate(c->spec)) { /* the gradient at the gated output into dq (free until attention_dx), then the
+                              * gate's into the gate's place and the attention output's into datt */
+        mt_matmul_dx_piece(c, mt_piece_of_tile(c), ws->attn.dq, dy, w->t[MT_T_WO], Q, D, 0);
+        op->out_gate_dx(be, s, ws->attn.datt, ws->attn.gate, ws->attn.dq, ws->attn.att, ws->attn.gate,
+                        (size_t)t.rows * Q);
+    } else {
+        mt_matmul_dx_piece(c, mt_piece_of_tile(c), ws->attn.datt, dy, w->t[MT_T_WO], Q, D, 0);
+    }
     mt_segments seg = c->seg ? tile_segments(c, t) : (mt_segments){0};
     const mt_attn_params params = attn_params(c, g);
     op->attention_dx(be, s, ws->attn.dq, mt_rows_at_mut(ws->attn.dk, kv0, KV, act),
@@ -291,9 +313,9 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
     if (t.rows < c->seq) sum_window_shares(c, t);
     void *dk_rows = mt_rows_at_mut(ws->attn.dk, t.row, KV, act);
     op->rope(be, s, ws->attn.dq, rope_table(c), t.rows, c->seq, pos0, positions(c, t.row), cfg->num_heads,
-             cfg->head_dim, 1);
+             cfg->head_dim, rotary_dim(c), 1);
     op->rope(be, s, dk_rows, rope_table(c), t.rows, c->seq, pos0, positions(c, t.row), cfg->num_kv_heads, cfg->head_dim,
-             1);
+             rotary_dim(c), 1);
     /* The gradients at the q/k projections' outputs: through the head norms when there are any,
      * into q and the tile's rows of k, which nothing reads any more (the windows the backward takes
      * later attend to earlier keys only). */
@@ -309,6 +331,10 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
                             mt_rows_at(ws->attn.k_raw, t.row, KV, act), w->t[MT_T_K_NORM],
                             ws->attn.rstd_k + (size_t)t.row * norm_rows(c, KVH), norm_rows(c, KVH),
                             norm_width(c, KVH), 0);
+    }
+    if (out_gate(c->spec)) { /* q_proj's gradient: each head's query's and gate's */
+        op->gate_join(be, s, ws->attn.qg, dq, ws->attn.gate, t.rows, cfg->num_heads, cfg->head_dim);
+        dq = ws->attn.qg;
     }
     MT_FOR_EACH_PIECE(c, p) qkv_backward_piece(c, w, g, p, x, dxy, dq, dk);
 }

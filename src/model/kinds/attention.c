@@ -1,17 +1,23 @@
 /* The attention mixer, model side: the pre-norm, q/k/v and o projections, with its variants: q/k/v
  * biases, an o_proj bias, a learned sink logit a head (gpt-oss), RMSNorm of q and k over each head
- * or over the whole projection, a norm of its output (Gemma), as its spec's flags say.
+ * or over the whole projection, a norm of its output (Gemma), an output gate from q_proj
+ * (Qwen3-Next, Qwen3.5), as its spec's flags say.
  * engine/kinds/attention_run.c runs it. */
 #include "model/block_kinds.h"
+
+/* q_proj's outputs: each head's query, and with an output gate its gate after it. */
+static int q_out(const mt_config *c, const mt_layer_spec *s) {
+    return (s->attn.flags & MT_ATTN_OUT_GATE ? 2 : 1) * c->num_heads * c->head_dim;
+}
 
 static void declare(mt_layout *lay, mt_unit *u, const mt_config *c, const mt_layer_spec *s, int l) {
     int D = c->hidden_size, Q = c->num_heads * c->head_dim, KV = c->num_kv_heads * c->head_dim;
     mt_layout_add_block_tensor(lay, u, MT_T_ATTN_NORM, l, D, 1, 0);
-    mt_layout_add_block_tensor(lay, u, MT_T_WQ, l, Q, D, 0);
+    mt_layout_add_block_tensor(lay, u, MT_T_WQ, l, q_out(c, s), D, 0);
     mt_layout_add_block_tensor(lay, u, MT_T_WK, l, KV, D, 0);
     mt_layout_add_block_tensor(lay, u, MT_T_WV, l, KV, D, 0);
     if (s->attn.flags & MT_ATTN_BIAS_QKV) {
-        mt_layout_add_block_tensor(lay, u, MT_T_BQ, l, Q, 1, 0);
+        mt_layout_add_block_tensor(lay, u, MT_T_BQ, l, q_out(c, s), 1, 0);
         mt_layout_add_block_tensor(lay, u, MT_T_BK, l, KV, 1, 0);
         mt_layout_add_block_tensor(lay, u, MT_T_BV, l, KV, 1, 0);
     }
@@ -28,8 +34,8 @@ static void declare(mt_layout *lay, mt_unit *u, const mt_config *c, const mt_lay
 
 static int64_t params(const mt_config *c, const mt_layer_spec *s) {
     int64_t d = c->hidden_size, q = (int64_t)c->num_heads * c->head_dim, kv = (int64_t)c->num_kv_heads * c->head_dim;
-    int64_t n = d + q * d + 2 * kv * d + d * q; /* the norm; q, k, v; o */
-    if (s->attn.flags & MT_ATTN_BIAS_QKV) n += q + 2 * kv;
+    int64_t qo = q_out(c, s), n = d + qo * d + 2 * kv * d + d * q; /* the norm; q (and gate), k, v; o */
+    if (s->attn.flags & MT_ATTN_BIAS_QKV) n += qo + 2 * kv;
     if (s->attn.flags & MT_ATTN_BIAS_O) n += d;
     if (s->attn.flags & MT_ATTN_SINKS) n += c->num_heads;
     if (s->attn.flags & MT_ATTN_QK_NORM_HEAD) n += 2 * c->head_dim;

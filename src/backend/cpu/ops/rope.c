@@ -1,13 +1,14 @@
-/* Rotary position embedding, Hugging Face's rotate_half form: element i of a head pairs with
- * element i + head_dim/2, both turned by the angle position * inv_freq[i]. A row's position is
- * pos[r], or (pos0 + r) % seq without pos. */
+/* Rotary position embedding, Hugging Face's rotate_half form over the first rotary_dim values of
+ * each head: element i pairs with element i + rotary_dim/2, both turned by the angle
+ * position * inv_freq[i]; the values past rotary_dim stay. A row's position is pos[r], or
+ * (pos0 + r) % seq without pos. */
 #include <math.h>
 
 #include "backend/cpu/cpu_ops.h"
 
 void mt_cpu_rope(float *x, const float *inv_freq, int n, int seq, int pos0, const int32_t *pos, int heads,
-                 int head_dim, int inverse) {
-    int half = head_dim / 2;
+                 int head_dim, int rotary_dim, int inverse) {
+    int half = rotary_dim / 2;
     /* The inverse (transpose) of a rotation is the rotation by the opposite angle. */
     float sign = inverse ? -1.0f : 1.0f;
 #pragma omp parallel for schedule(static)

@@ -1,0 +1,69 @@
+/* config.json -> mt_config for Qwen3.5 and Qwen3.5-MoE's text models: the hub's text_configs give
+ * the presets (Qwen3.5-MoE's without intermediate_size, its rope_parameters with the mrope fields
+ * text alone ignores), the round trip through config.json changes nothing, and what the model
+ * code does not compute is refused naming the field. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "config_cases.h"
+
+/* Qwen/Qwen3.5-27B's and Qwen/Qwen3.5-35B-A3B's text_config as a text model's config.json. */
+#define ROPE "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000000, " \
+             "\"partial_rotary_factor\": 0.25, \"mrope_interleaved\": true, \"mrope_section\": [11, 11, 10]}"
+static const char *dense_27b =
+    "{\"architectures\": [\"Qwen3_5ForCausalLM\"], \"model_type\": \"qwen3_5_text\", \"attention_bias\": false,"
+    " \"attention_dropout\": 0.0, \"attn_output_gate\": true, \"eos_token_id\": 248044, \"full_attention_interval\": 4,"
+    " \"head_dim\": 256, \"hidden_act\": \"silu\", \"hidden_size\": 5120, \"initializer_range\": 0.02,"
+    " \"intermediate_size\": 17408, \"linear_conv_kernel_dim\": 4, \"linear_key_head_dim\": 128,"
+    " \"linear_num_key_heads\": 16, \"linear_num_value_heads\": 48, \"linear_value_head_dim\": 128,"
+    " \"mamba_ssm_dtype\": \"float32\", \"max_position_embeddings\": 262144, \"mtp_num_hidden_layers\": 1,"
+    " \"mtp_use_dedicated_embeddings\": false, \"num_attention_heads\": 24, \"num_hidden_layers\": 64,"
+    " \"num_key_value_heads\": 4, \"rms_norm_eps\": 1e-06, " ROPE ", \"tie_word_embeddings\": false,"
+    " \"vocab_size\": 248320}";
+static const char *moe_35b =
+    "{\"architectures\": [\"Qwen3_5MoeForCausalLM\"], \"model_type\": \"qwen3_5_moe_text\", \"attention_bias\": false,"
+    " \"attn_output_gate\": true, \"eos_token_id\": 248044, \"full_attention_interval\": 4, \"head_dim\": 256,"
+    " \"hidden_act\": \"silu\", \"hidden_size\": 2048, \"linear_conv_kernel_dim\": 4, \"linear_key_head_dim\": 128,"
+    " \"linear_num_key_heads\": 16, \"linear_num_value_heads\": 32, \"linear_value_head_dim\": 128,"
+    " \"max_position_embeddings\": 262144, \"moe_intermediate_size\": 512, \"num_attention_heads\": 16,"
+    " \"num_experts\": 256, \"num_experts_per_tok\": 8, \"num_hidden_layers\": 40, \"num_key_value_heads\": 2,"
+    " \"output_router_logits\": false, \"rms_norm_eps\": 1e-06, " ROPE ", \"router_aux_loss_coef\": 0.001,"
+    " \"shared_expert_intermediate_size\": 512, \"tie_word_embeddings\": false, \"vocab_size\": 248320}";
+
+Test(hfconfig_qwen3_5, the_hubs_configs_give_the_presets) {
+    cfg_case_expect_preset(dense_27b, "qwen3.5-27b");
+    cfg_case_expect_preset(moe_35b, "qwen3.5-35b-a3b");
+}
+
+Test(hfconfig_qwen3_5, layer_types_decide_the_mixers) {
+    char types[64 * 24] = "[";
+    for (int l = 0; l < 64; l++)
+        strcat(types, l % 2 ? "\"full_attention\"," : "\"linear_attention\",");
+    types[strlen(types) - 1] = ']';
+    mt_config c;
+    cr_assert_eq(cfg_case_parse_variant(dense_27b, "layer_types", types, &c), MT_OK, "%s", mt_error());
+    for (int l = 0; l < 64; l++) cr_expect_eq(mt_config_layer_is_linear(&c, l), l % 2 == 0, "layer %d", l);
+}
+
+Test(hfconfig_qwen3_5, what_is_not_computed_is_refused_by_name) {
+    char types[64 * 24] = "[\"sliding_attention\"";
+    for (int l = 1; l < 64; l++) strcat(types, ",\"linear_attention\"");
+    strcat(types, "]");
+    cfg_case_expect_refusal(dense_27b, "layer_types", types, "layer 0 'sliding_attention'");
+    cfg_case_expect_refusal(dense_27b, "linear_conv_kernel_dim", "3", "linear_conv_kernel_dim");
+    cfg_case_expect_refusal(dense_27b, "linear_num_value_heads", "40", "linear_num_value_heads");
+    cfg_case_expect_refusal(dense_27b, "rope_parameters",
+                            "{\"rope_type\": \"default\", \"rope_theta\": 10000000, \"partial_rotary_factor\": 0.001}",
+                            "partial_rotary_factor");
+    cfg_case_expect_refusal(moe_35b, "decoder_sparse_step", "2", "every layer");
+    cfg_case_expect_refusal(moe_35b, "mlp_only_layers", "[3]", "every layer");
+}
+
+/* Another family's partial_rotary_factor is refused as before: its attention turns whole heads. */
+Test(hfconfig_qwen3_5, a_partial_rope_elsewhere_is_refused) {
+    const char *llama = "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, \"intermediate_size\": 128,"
+                        " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 100}";
+    cfg_case_expect_refusal(llama, "rope_parameters",
+                            "{\"rope_type\": \"default\", \"rope_theta\": 10000, \"partial_rotary_factor\": 0.5}",
+                            "partial_rotary_factor");
+}
