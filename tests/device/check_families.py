@@ -135,9 +135,9 @@ def batch_of(tokens, step):
     return torch.stack([tokens[(first + b) * SEQ:(first + b) * SEQ + SEQ + 1] for b in range(BATCH)])
 
 
-def hf_train(init, tokens, bf16):
+def hf_train(init, tokens, bf16, attention="eager"):
     model = transformers.AutoModelForCausalLM.from_pretrained(init, torch_dtype=torch.float32,
-                                                              attn_implementation="eager").cuda().train()
+                                                              attn_implementation=attention).cuda().train()
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
@@ -237,6 +237,7 @@ def check_family(binary, family, work):
     ours = metrics(run, "loss")
     fp32, fp32_weights = hf_train(init, tokens, bf16=False)
     bf16, bf16_weights = hf_train(init, tokens, bf16=True)
+    _, sdpa_weights = hf_train(init, tokens, bf16=True, attention="sdpa")
     print(f"{family}: step, megatrain, transformers fp32, bf16 autocast")
     for s in range(STEPS):
         print(f"  {s + 1}  {ours[s]:.5f}  {fp32[s]:.5f}  {bf16[s]:.5f}")
@@ -252,14 +253,16 @@ def check_family(binary, family, work):
     # Each tensor's update against fp32's: cosine >= COSINE, or at least as close as transformers' own
     # bf16 autocast comes (a tensor whose gradient is mostly cancellation, such as a key bias under
     # RoPE, has a bf16 noise floor below COSINE).
-    cosines, floors = {}, {}
+    cosines, floors, sdpa = {}, {}, {}
     for name, theirs in fp32_weights.items():
         check(name in after, f"{family}: the export holds {name}")
         d_theirs = (theirs - before[name]).flatten()
         cosines[name] = F.cosine_similarity((after[name] - before[name]).flatten(), d_theirs, dim=0).item()
         floors[name] = F.cosine_similarity((bf16_weights[name] - before[name]).flatten(), d_theirs, dim=0).item()
-    for name in sorted(cosines, key=cosines.get)[:4]:
-        print(f"{family}: update cosine {cosines[name]:.4f} (bf16 autocast's {floors[name]:.4f}) {name}")
+        sdpa[name] = F.cosine_similarity((sdpa_weights[name] - before[name]).flatten(), d_theirs, dim=0).item()
+    for name in sorted(cosines, key=cosines.get)[:6]:
+        print(f"{family}: update cosine {cosines[name]:.4f} (bf16 autocast's {floors[name]:.4f}, with sdpa "
+              f"{sdpa[name]:.4f}) {name}")
     short = {n: c for n, c in cosines.items() if c < COSINE and c < floors[n]}
     worst = min(cosines, key=cosines.get)
     check(not short, f"{family}: every tensor's update cosine >= {COSINE} or >= bf16 autocast's (lowest "

@@ -10,6 +10,8 @@
 #include "backend/cuda/attention_cudnn.h"
 #include "backend/cuda/cuda_backend.h"
 
+#include <stdlib.h>
+
 /* The sliding window that hides keys from some query (shorter than the keys), else 0. */
 static int hiding_window(mt_attn_dims dims, const mt_attn_params *params) {
     return params && params->window > 0 && params->window < mt_attn_kv_rows(dims) ? params->window : 0;
@@ -19,6 +21,7 @@ static int hiding_window(mt_attn_dims dims, const mt_attn_params *params) {
  * segments, a sliding window whose plans need no more workspace than the call was given (sized
  * without the window: mt_cuda_attention_dispatch_workspace). */
 static int by_cudnn(mt_cuda_backend *cb, mt_attn_dims dims, const mt_attn_params *params, const mt_segments *seg) {
+    if (getenv("MT_TEST_ATTENTION_KERNELS")) return 0; /* device checks: the kernels against cuDNN */
     int band = hiding_window(dims, params);
     if ((seg && dims.q_len > 0) || (params && params->softcap > 0.0f)) return 0;
     if (band && (seg || dims.q_len > 0)) return 0;
