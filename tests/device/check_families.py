@@ -420,8 +420,9 @@ def check_reference(family, work, layers=2, fixture=fixture_config, tolerance=No
         f.write(fixture(config, seq, batch))
     params = [(n, p) for n, p in model.named_parameters() if n != "lm_head.weight" or not config.tie_word_embeddings]
     with open(os.path.join(d, "tensors.txt"), "w") as f:
-        for n, p in params:  # 3-D as 2-D: a conv1d's [C, 1, 4] as [C, 4], experts' [E, R, C] as [E R, C]
-            f.write(f"{n} {p.numel() // p.shape[-1]} {p.shape[-1] if p.dim() >= 2 else 1}\n")
+        for n, p in params:  # 3-D as 2-D: a conv1d's [C, 1, 4] as [C, 4], experts' [E, R, C] as [E R, C];
+            cols = p.shape[-1] if p.dim() >= 2 and not n.endswith("_bias") else 1  # experts' biases [E R]
+            f.write(f"{n} {p.numel() // cols} {cols}\n")
     numpy.concatenate([p.detach().float().numpy().reshape(-1) for _, p in params]).astype("<f4").tofile(
         os.path.join(d, "weights.bin"))
     tokens.numpy().astype("<i4").tofile(os.path.join(d, "tokens.bin"))

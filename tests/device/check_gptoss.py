@@ -150,7 +150,7 @@ def fixture_config(config, seq, batch):
 def megatrain_layout(name, p):
     """The hub's tensor as megatrain's layout holds it: the experts' gate_up [E, D, 2F] (gate the
     even columns) as [E x 2F, D], each expert's F gate rows then its F up rows, and its bias alike;
-    down [E, F, D] as [E x D, F]; every other tensor as it is."""
+    down [E, F, D] as [E x D, F], its bias [E, D] as [E x D]; every other tensor as it is."""
     d, f = CONFIG["hidden_size"], CONFIG["intermediate_size"]
     if name.endswith("experts.gate_up_proj"):
         check(tuple(p.shape[1:]) == (d, 2 * f), f"{name} is [E, {d}, {2 * f}] (found {list(p.shape)})")
@@ -160,6 +160,8 @@ def megatrain_layout(name, p):
     if name.endswith("experts.down_proj"):
         check(tuple(p.shape[1:]) == (f, d), f"{name} is [E, {f}, {d}] (found {list(p.shape)})")
         return p.transpose(1, 2).reshape(-1, f)
+    if name.endswith("experts.down_proj_bias"):
+        return p.reshape(-1)
     return p
 
 

@@ -34,7 +34,7 @@ def save_model(path):
     config = transformers.GptOssConfig(
         vocab_size=256, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2, sliding_window=8,
-        layer_types=["sliding_attention", "full_attention"], max_position_embeddings=256, tie_word_embeddings=False)
+        layer_types=["sliding_attention", "full_attention"], max_position_embeddings=4096, tie_word_embeddings=False)
     torch.manual_seed(4)
     model = transformers.GptOssForCausalLM(config)
     with torch.no_grad():
