@@ -1,0 +1,146 @@
+#!/bin/bash
+# Qwen3.5-35B-A3B's text model on one H100 (issue 42): megatrain bench with the default settings on
+# its blocks (three Gated DeltaNet layers to one gated attention layer, 256 experts of 512, top 8,
+# and a shared expert; 0.84 B parameters a block) cut to as many as this host holds for the
+# default run at 16 x 4096 tokens (megatrain plan says: about 10 of 40 on a 128 GiB host; LAYERS=N
+# sets it), beside PyTorch FSDP2 with CPU offload running transformers' Qwen3_5MoeForCausalLM
+# (bench/peers/torch_peer.py: SDPA for the attention layers; the Gated DeltaNet layers on
+# flash-linear-attention where installed, else transformers' own torch fallback, which the
+# table's notes name). The rows, one device call each on a fresh nvidia-h100-x1, from the
+# repository root with carry [".debs"]:
+#
+#   ROWS=main bash bench/qwen35.sh    16 x 4096 tokens (4 micro-batches of 4 sequences)
+#   ROWS=peer bash bench/qwen35.sh    16 x 4096 tokens at the depth whose peer state this host holds
+#                                     (bench_lib.sh's peer_layers; PEER_LAYERS=N sets it): megatrain,
+#                                     then the peer, on that same shape
+#   ROWS=long bash bench/qwen35.sh    one sequence of 262,144 tokens a step (the linear layers' memory
+#                                     grows with the tokens, not their square) on the main row's cut,
+#                                     or as many of its blocks as this host holds at that length
+#                                     (the gradients and checkpoints grow with the tokens: 10 blocks
+#                                     need ~158 GB by plan's count; LONG_LAYERS=N sets it)
+#
+# TFLOP/s counts model FLOPs from the active parameters, and the recurrence's: the table's last
+# paragraph says how many a token. A run that fails, is refused or is killed keeps its row with
+# the reason. Writes to $OUT (or /tmp/megatrain-bench-qwen35): qwen35.jsonl (one line a run),
+# qwen35.md and qwen35.json (bench/table.py, with plan's text), plan-*.txt, runs.log, build.log;
+# prints the table last. Environment: ROWS (main peer long), LAYERS, LONG_LAYERS, PEER_LAYERS, PEER_BYTES
+# (bench_lib.sh), STEPS (3), WARMUP (1), PEER_STEPS (2), PEER_WARMUP (1), LONG_STEPS (2),
+# MT_LIMIT_S (300: a megatrain run's seconds, its set-up included), PEER_LIMIT_S (400), BUDGET_S
+# (560), PREBUILT.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+. tests/device/env.sh
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 PYTHONUNBUFFERED=1
+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+
+out=${OUT:-/tmp/megatrain-bench-qwen35}
+rows=${ROWS:-main peer long}
+seq=4096
+long_seq=262144
+deadline=${BUDGET_S:-560}
+mt_limit=${MT_LIMIT_S:-300}
+peer_limit=${PEER_LIMIT_S:-400}
+preset=qwen3.5-35b-a3b
+build="build-bench"
+. bench/bench_lib.sh
+bench_start qwen35.jsonl
+build_megatrain
+
+megatrain=("$build/megatrain" bench --backend cuda --warmup-steps "${WARMUP:-1}" --json "$jsonl")
+peer=(python3 bench/peers/torch_peer.py --mode fsdp2-offload --preset "$preset" --seq "$seq" --steps "${PEER_STEPS:-2}"
+    --warmup-steps "${PEER_WARMUP:-1}" --json "$jsonl" --clip 1)
+plans=()
+measured_at=0 # the depth the main row ran at
+
+label() { echo "$preset ($1 layers)"; }
+
+# keep_plan LAYERS MICRO BATCH SEQ: plan's text for that step, in $out/plan-*.txt and beside the table.
+keep_plan() {
+    local file=$out/plan-$1-layers-$2x$3x$4.txt
+    "$build/megatrain" plan --backend cuda --config "$(cut_config "$preset" "$1")" --micro-batches "$2" --batch "$3" \
+        --seq "$4" >"$file" 2>&1
+    plans+=(--plan "plan, $(label "$1"), $2 x $3 x $4 tokens=$file")
+}
+
+# megatrain_row LAYERS MICRO BATCH STEPS: megatrain bench, default settings, at --seq $seq.
+megatrain_row() {
+    bench megatrain "$(label "$1")" "$2" "$3" "$mt_limit" "${megatrain[@]}" --steps "$4" --seq "$seq" \
+        --config "$(cut_config "$preset" "$1")"
+    relabel "$(label "$1")"
+}
+
+# long_row MOST: one sequence of $long_seq tokens a step, on the most blocks (MOST at most) whose
+# run at that length this host holds: its activation checkpoints and gradients grow with the tokens.
+long_row() {
+    local seq=$long_seq # bench_lib.sh's lines take it
+    local layers=${LONG_LAYERS:-$(host_layers "$preset" "$1" --micro-batches 1 --batch 1)}
+    if [ "$layers" -lt 1 ]; then
+        record megatrain "$preset" 1 1 error "not one block of Qwen3.5-35B-A3B fits this host at $seq tokens (megatrain plan)"
+        return
+    fi
+    echo "at $seq tokens a sequence: $layers blocks (what this host holds at that length)"
+    keep_plan "$layers" 1 1 "$seq"
+    megatrain_row "$layers" 1 1 "${LONG_STEPS:-2}"
+}
+
+# The paragraph under the table: what a token's TFLOP/s count at each sequence length run.
+flops_note() {
+    python3 - "$jsonl" <<'PY'
+import json, sys
+sys.path.insert(0, "bench/peers")
+import torch_peer as t
+runs = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+print("\n## What a token's FLOPs count\n")
+shown = set()
+for run in runs:
+    if run["system"] != "megatrain" or "layers" not in run or (run["model"], run["seq"]) in shown:
+        continue
+    shown.add((run["model"], run["seq"]))
+    p = t.preset_shape("qwen3.5-35b-a3b", run["layers"])
+    kinds = t.layer_types(p)
+    recurrence = 3 * t.extra_flops(p, "linear_attention", run["seq"])
+    attention = 3 * t.extra_flops(p, "full_attention", run["seq"])
+    print(f"{run['model']} at {run['seq']} tokens a sequence: TFLOP/s counts {t.model_flops_per_token(p, run['seq']) / 1e9:.2f} "
+          f"GFLOP a token: 6 x {t.blocks_params(p, active=True) / 1e9:.3f} B active block parameters + 6 x the LM "
+          f"head's vocab x hidden, the {kinds.count('full_attention')} attention layers' 12 x heads x head_dim x seq / 2 "
+          f"({attention / 1e6:.1f} MFLOP a token each) and the {kinds.count('linear_attention')} Gated DeltaNet layers' "
+          f"recurrence, 3 x 7 x value heads x d_k x d_v ({recurrence / 1e6:.2f} MFLOP a token each; the chunked "
+          f"form's own extra work not counted).")
+PY
+}
+
+layers=${LAYERS:-$(host_layers "$preset" 40 --micro-batches 4 --batch 4)}
+if [ "$layers" -lt 1 ]; then
+    record megatrain "$preset" 4 4 error "not one block of Qwen3.5-35B-A3B fits this host at 16 x 4096 tokens (megatrain plan)"
+    rows=""
+else
+    echo "Qwen3.5-35B-A3B cut to $layers of its 40 blocks (what this host holds for the default run)"
+fi
+
+for row in $rows; do
+    case $row in
+    main)
+        keep_plan "$layers" 4 4 "$seq"
+        megatrain_row "$layers" 4 4 "${STEPS:-3}"
+        measured_at=$layers
+        ;;
+    peer)
+        peer_layers=${PEER_LAYERS:-$(peer_layers "$preset" "$layers")}
+        if [ "$peer_layers" -lt 1 ]; then
+            record pytorch-fsdp2-offload "$preset" 4 4 error "not one block's peer state fits this host (PEER_BYTES=${PEER_BYTES:-20} a parameter)"
+            continue
+        fi
+        echo "the peer on $peer_layers blocks (its host state fits), megatrain beside it on the same"
+        [ "$peer_layers" = "$measured_at" ] || megatrain_row "$peer_layers" 4 4 "${STEPS:-3}"
+        bench pytorch-fsdp2-offload "$(label "$peer_layers")" 4 4 "$peer_limit" "${peer[@]}" --layers "$peer_layers"
+        ;;
+    long) long_row "$layers" ;;
+    *) echo "unknown row '$row' (main, peer, long)" ;;
+    esac
+done
+
+python3 bench/table.py "$jsonl" --machine "$machine" --md "$out/qwen35.md" --json "$out/qwen35.json" "${plans[@]}" \
+    >/dev/null
+flops_note >>"$out/qwen35.md"
+echo
+cat "$out/qwen35.md"
