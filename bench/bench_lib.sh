@@ -81,19 +81,18 @@ cut_config() {
     python3 bench/moe_config.py "$1" "$2" "$path" && echo "$path"
 }
 
-# host_layers PRESET MOST PLAN_OPTIONS...: the most blocks of PRESET, MOST down to 1 (0: not one),
-# whose run with PLAN_OPTIONS (at --seq $seq) the planner fits in this host's memory.
+# host_layers PRESET MOST PLAN_OPTIONS...: the most blocks of PRESET, at most MOST (0: not one),
+# whose run with PLAN_OPTIONS (at --seq $seq) the planner fits in this host's memory; counted up
+# from one block (a plan on the GPU takes a second or two), a block more needing more.
 host_layers() {
-    local preset=$1 most=$2 layers
+    local preset=$1 most=$2 layers fit=0
     shift 2
-    for layers in $(seq "$most" -1 1); do
-        if "$build/megatrain" plan --backend cuda --config "$(cut_config "$preset" "$layers")" --seq "$seq" "$@" \
-            2>/dev/null | grep -q "^fit .*host needs.*: fits"; then
-            echo "$layers"
-            return
-        fi
+    for layers in $(seq 1 "$most"); do
+        "$build/megatrain" plan --backend cuda --config "$(cut_config "$preset" "$layers")" --seq "$seq" "$@" \
+            2>/dev/null | grep -q "^fit .*host needs.*: fits" || break
+        fit=$layers
     done
-    echo 0
+    echo "$fit"
 }
 
 # peer_layers PRESET MOST: the most blocks of PRESET (0: not one) whose PyTorch peer holds its state
