@@ -44,75 +44,33 @@ build="build-bench"
 bench_start gpt_oss.jsonl
 build_megatrain
 
-megatrain=("$build/megatrain" bench --backend cuda --seq "$seq" --steps "${STEPS:-3}" --warmup-steps "${WARMUP:-1}"
-    --json "$jsonl")
-peer=(python3 bench/peers/torch_peer.py --mode fsdp2-offload --preset "$preset" --seq "$seq" --steps "${PEER_STEPS:-2}"
-    --warmup-steps "${PEER_WARMUP:-1}" --json "$jsonl" --clip 1)
-plans=()
-measured_at=0 # the depth the floor row ran at
-
-label() { echo "$preset ($1 layers)"; }
-
-# keep_plan NAME LAYERS MICRO: plan's text for LAYERS blocks at MICRO x 4 x 4096 tokens, in
-# $out/plan-NAME.txt and beside the table.
-keep_plan() {
-    local file=$out/plan-$1.txt
-    "$build/megatrain" plan --backend cuda --config "$(cut_config "$preset" "$2")" --seq "$seq" --batch 4 \
-        --micro-batches "$3" >"$file" 2>&1
-    plans+=(--plan "plan, $(label "$2"), $3 x 4 x $seq tokens=$file")
-}
-
-# megatrain_row LAYERS MICRO: megatrain bench, default settings, MICRO micro-batches of 4 x 4096.
-megatrain_row() {
-    bench megatrain "$(label "$1")" "$2" 4 "$mt_limit" "${megatrain[@]}" --config "$(cut_config "$preset" "$1")"
-    relabel "$(label "$1")"
-}
+. bench/cut_rows.sh
 
 # The GEMMs cover the copies from plan's tokens a step: its micro-batches of 4 x 4096, rounded up.
 cover_micro() {
     local tokens
-    tokens=$(grep -o "cover the PCIe copies from [0-9]* tokens" "$out/plan-16x4096.txt" | grep -o "[0-9][0-9]*")
+    tokens=$(grep -o "cover the PCIe copies from [0-9]* tokens" "$(plan_file "$layers" 4 4 "$seq")" | grep -o "[0-9][0-9]*")
     [ -n "$tokens" ] && echo $(((tokens + 4 * seq - 1) / (4 * seq)))
 }
 
-layers=${LAYERS:-$(host_layers "$preset" 36 --micro-batches 4 --batch 4)}
-if [ "$layers" -lt 1 ]; then
-    record megatrain "$preset" 4 4 error "not one block of gpt-oss-120b fits this host at 16 x 4096 tokens (megatrain plan)"
-    rows=""
-else
-    echo "gpt-oss-120b cut to $layers of its 36 blocks (what this host holds for the default run)"
-    keep_plan 16x4096 "$layers" 4
-fi
+main_cut 36
 
 for row in $rows; do
     case $row in
-    floor)
-        megatrain_row "$layers" 4
-        measured_at=$layers
-        ;;
+    floor) main_row ;;
     cover)
         micro=${COVER_MICRO:-$(cover_micro)}
         if [ -z "$micro" ]; then
-            record megatrain "$(label "$layers")" 4 4 error "plan gave no tokens that cover the copies ($out/plan-16x4096.txt)"
+            record megatrain "$(label "$layers")" 4 4 error "plan gave no tokens that cover the copies ($(plan_file "$layers" 4 4 "$seq"))"
         elif [ "$micro" -le 4 ]; then
             record megatrain "$(label "$layers")" "$micro" 4 skipped "plan says 16 x 4096 tokens already cover the copies: the floor row is this one"
         else
             echo "the GEMMs cover the copies from $micro x 4 x $seq tokens a step (plan)"
-            keep_plan "cover" "$layers" "$micro"
-            megatrain_row "$layers" "$micro"
+            keep_plan "$layers" "$micro" 4
+            megatrain_row "$layers" "$micro" 4 "$steps"
         fi
         ;;
-    peer)
-        peer_layers=${PEER_LAYERS:-$(peer_layers "$preset" "$layers")}
-        if [ "$peer_layers" -lt 1 ]; then
-            record pytorch-fsdp2-offload "$preset" 4 4 error "not one block's peer state fits this host (PEER_BYTES=${PEER_BYTES:-20} a parameter)"
-            continue
-        fi
-        echo "the peer on $peer_layers blocks (its host state fits), megatrain beside it on the same"
-        [ "$peer_layers" = "$measured_at" ] || megatrain_row "$peer_layers" 4
-        bench pytorch-fsdp2-offload "$(label "$peer_layers")" $((16 / peer_batch)) "$peer_batch" "$peer_limit" \
-            "${peer[@]}" --layers "$peer_layers"
-        ;;
+    peer) peer_row "$layers" $((16 / peer_batch)) "$peer_batch" ;;
     *) echo "unknown row '$row' (floor, cover, peer)" ;;
     esac
 done

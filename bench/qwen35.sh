@@ -46,28 +46,7 @@ build="build-bench"
 bench_start qwen35.jsonl
 build_megatrain
 
-megatrain=("$build/megatrain" bench --backend cuda --warmup-steps "${WARMUP:-1}" --json "$jsonl")
-peer=(python3 bench/peers/torch_peer.py --mode fsdp2-offload --preset "$preset" --seq "$seq" --steps "${PEER_STEPS:-2}"
-    --warmup-steps "${PEER_WARMUP:-1}" --json "$jsonl" --clip 1)
-plans=()
-measured_at=0 # the depth the main row ran at
-
-label() { echo "$preset ($1 layers)"; }
-
-# keep_plan LAYERS MICRO BATCH SEQ: plan's text for that step, in $out/plan-*.txt and beside the table.
-keep_plan() {
-    local file=$out/plan-$1-layers-$2x$3x$4.txt
-    "$build/megatrain" plan --backend cuda --config "$(cut_config "$preset" "$1")" --micro-batches "$2" --batch "$3" \
-        --seq "$4" >"$file" 2>&1
-    plans+=(--plan "plan, $(label "$1"), $2 x $3 x $4 tokens=$file")
-}
-
-# megatrain_row LAYERS MICRO BATCH STEPS: megatrain bench, default settings, at --seq $seq.
-megatrain_row() {
-    bench megatrain "$(label "$1")" "$2" "$3" "$mt_limit" "${megatrain[@]}" --steps "$4" --seq "$seq" \
-        --config "$(cut_config "$preset" "$1")"
-    relabel "$(label "$1")"
-}
+. bench/cut_rows.sh
 
 # long_row MOST: one sequence of $long_seq tokens a step, on the most blocks (MOST at most) whose
 # run at that length this host holds: its activation checkpoints and gradients grow with the tokens.
@@ -79,7 +58,7 @@ long_row() {
         return
     fi
     echo "at $seq tokens a sequence: $layers blocks (what this host holds at that length)"
-    keep_plan "$layers" 1 1 "$seq"
+    keep_plan "$layers" 1 1
     megatrain_row "$layers" 1 1 "${LONG_STEPS:-2}"
 }
 
@@ -90,11 +69,12 @@ import json, sys
 sys.path.insert(0, "bench/peers")
 import torch_peer as t
 runs = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
-print("\n## What a token's FLOPs count\n")
 shown = set()
 for run in runs:
     if run["system"] != "megatrain" or "layers" not in run or (run["model"], run["seq"]) in shown:
         continue
+    if not shown:
+        print("\n## What a token's FLOPs count\n")
     shown.add((run["model"], run["seq"]))
     p = t.preset_shape("qwen3.5-35b-a3b", run["layers"])
     kinds = t.layer_types(p)
@@ -109,31 +89,12 @@ for run in runs:
 PY
 }
 
-layers=${LAYERS:-$(host_layers "$preset" 40 --micro-batches 4 --batch 4)}
-if [ "$layers" -lt 1 ]; then
-    record megatrain "$preset" 4 4 error "not one block of Qwen3.5-35B-A3B fits this host at 16 x 4096 tokens (megatrain plan)"
-    rows=""
-else
-    echo "Qwen3.5-35B-A3B cut to $layers of its 40 blocks (what this host holds for the default run)"
-fi
+main_cut 40
 
 for row in $rows; do
     case $row in
-    main)
-        keep_plan "$layers" 4 4 "$seq"
-        megatrain_row "$layers" 4 4 "${STEPS:-3}"
-        measured_at=$layers
-        ;;
-    peer)
-        peer_layers=${PEER_LAYERS:-$(peer_layers "$preset" "$layers")}
-        if [ "$peer_layers" -lt 1 ]; then
-            record pytorch-fsdp2-offload "$preset" 4 4 error "not one block's peer state fits this host (PEER_BYTES=${PEER_BYTES:-20} a parameter)"
-            continue
-        fi
-        echo "the peer on $peer_layers blocks (its host state fits), megatrain beside it on the same"
-        [ "$peer_layers" = "$measured_at" ] || megatrain_row "$peer_layers" 4 4 "${STEPS:-3}"
-        bench pytorch-fsdp2-offload "$(label "$peer_layers")" 4 4 "$peer_limit" "${peer[@]}" --layers "$peer_layers"
-        ;;
+    main) main_row ;;
+    peer) peer_row "$layers" 4 4 ;;
     long) long_row "$layers" ;;
     *) echo "unknown row '$row' (main, peer, long)" ;;
     esac
