@@ -16,8 +16,9 @@ OlmoeForCausalLM, Qwen3MoeForCausalLM, GptOssForCausalLM and Qwen3.5's Qwen3_5Mo
 transformers' own MoE modules, --layers cutting the depth) with random weights (no download), SDPA
 attention (gpt-oss: eager, the only attention of transformers' that has its sinks; Qwen3.5's
 Gated DeltaNet layers: flash-linear-attention where installed, else transformers' torch fallback,
-the line's "linear_attention" says which), activation checkpointing, gradient accumulation over --micro-batches, the global gradient norm
-clipped at --clip (1.0, megatrain's default; 0 for none), random tokens. A run that fails (out of memory, say)
+the line's "linear_attention" says which), activation checkpointing, gradient accumulation over
+--micro-batches, the global gradient norm clipped at --clip (1.0, megatrain's default; 0 for none),
+random tokens. A run that fails (out of memory, say)
 appends {"system", "model", "error"} instead and exits 1. A run whose next step would not end inside --time-limit
 (bench/bench_lib.sh passes each run's limit in BENCH_LIMIT_S) stops after the timed steps it has, at least one,
 and its line says how many."""
@@ -37,7 +38,7 @@ STARTED = time.monotonic()
 
 SYSTEMS = {"resident": "pytorch-resident", "fsdp2-offload": "pytorch-fsdp2-offload"}
 
-# src/model/config.c's presets, field for field.
+# src/model/families/*.c's presets, field for field (bench/peers/check_counts.py checks the counts).
 LLAMA_3_2_ROPE_SCALING = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
                           "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 PRESETS = {
@@ -68,7 +69,7 @@ PRESETS = {
                               num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=131072,
                               tie_word_embeddings=False, rope_theta=100000000.0, rms_norm_eps=1e-5,
                               max_position_embeddings=32768),
-    # Mixtures of experts, the hub's shapes (src/model/config.c's presets).
+    # Mixtures of experts, the hub's shapes.
     "olmoe-1b-7b": dict(arch="olmoe", hidden_size=2048, intermediate_size=1024, num_hidden_layers=16,
                         num_attention_heads=16, num_key_value_heads=16, head_dim=128, vocab_size=50304,
                         tie_word_embeddings=False, rope_theta=10000.0, rms_norm_eps=1e-5,
@@ -97,7 +98,7 @@ PRESETS = {
                          rope_parameters=dict(rope_type="yarn", rope_theta=150000.0, factor=32.0, beta_fast=32.0,
                                               beta_slow=1.0, original_max_position_embeddings=4096, truncate=False),
                          attention_bias=True, num_local_experts=128, num_experts_per_tok=4,
-                         router_aux_loss_coef=0.9, swiglu_limit=7.0, sliding_window=128,
+                         router_aux_loss_coef=0.9, swiglu_limit=7.0, swiglu_alpha=1.702, sliding_window=128,
                          layer_types=["sliding_attention", "full_attention"] * 18, eos_token_id=200002,
                          pad_token_id=199999),
     # Qwen3.5-35B-A3B's text model (transformers' Qwen3_5MoeForCausalLM): three Gated DeltaNet layers to
