@@ -3,7 +3,8 @@
 # hub shape cut to some of its blocks (bench/moe_config.py's config.json), megatrain's with the
 # default settings, the PyTorch peer's with FSDP2's CPU offload. Needs preset, seq, mt_limit and
 # peer_limit beside bench_lib.sh's. Environment: STEPS (3) and WARMUP (1), megatrain's timed and
-# warm-up steps; PEER_STEPS (2) and PEER_WARMUP (1), the peer's; PEER_LAYERS, PEER_BYTES.
+# warm-up steps; PEER_STEPS (2) and PEER_WARMUP (1), the peer's; PEER_LAYERS (peer_row), PEER_BYTES
+# (bench_lib.sh's peer_layers).
 megatrain=("$build/megatrain" bench --backend cuda --warmup-steps "${WARMUP:-1}" --json "$jsonl")
 peer=(python3 bench/peers/torch_peer.py --mode fsdp2-offload --preset "$preset" --seq "$seq" --steps "${PEER_STEPS:-2}"
     --warmup-steps "${PEER_WARMUP:-1}" --json "$jsonl" --clip 1)

@@ -21,10 +21,9 @@
 # in fp32 several times over. A run that fails, is refused or is killed keeps its row with the
 # reason. Writes to $OUT (or /tmp/megatrain-bench-gpt-oss): gpt_oss.jsonl (one line a run),
 # gpt_oss.md and gpt_oss.json (bench/table.py, with plan's text), plan-*.txt, runs.log, build.log;
-# prints the table last. Environment: ROWS (floor cover peer), LAYERS, COVER_MICRO, PEER_LAYERS,
-# PEER_BATCH, PEER_BYTES (bench_lib.sh), STEPS (3), WARMUP (1), PEER_STEPS (2), PEER_WARMUP (1),
+# prints the table last. Environment: ROWS (floor cover peer), LAYERS, COVER_MICRO, PEER_BATCH,
 # MT_LIMIT_S (300: a megatrain run's seconds, its set-up included), PEER_LIMIT_S (400), BUDGET_S
-# (560), PREBUILT.
+# (560), PREBUILT; STEPS, WARMUP, PEER_STEPS, PEER_WARMUP, PEER_LAYERS, PEER_BYTES (cut_rows.sh).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 . tests/device/env.sh

@@ -23,10 +23,9 @@
 # paragraph says how many a token. A run that fails, is refused or is killed keeps its row with
 # the reason. Writes to $OUT (or /tmp/megatrain-bench-qwen35): qwen35.jsonl (one line a run),
 # qwen35.md and qwen35.json (bench/table.py, with plan's text), plan-*.txt, runs.log, build.log;
-# prints the table last. Environment: ROWS (main peer long), LAYERS, LONG_LAYERS, PEER_LAYERS, PEER_BYTES
-# (bench_lib.sh), STEPS (3), WARMUP (1), PEER_STEPS (2), PEER_WARMUP (1), LONG_STEPS (2),
+# prints the table last. Environment: ROWS (main peer long), LAYERS, LONG_LAYERS, LONG_STEPS (2),
 # MT_LIMIT_S (300: a megatrain run's seconds, its set-up included), PEER_LIMIT_S (400), BUDGET_S
-# (560), PREBUILT.
+# (560), PREBUILT; STEPS, WARMUP, PEER_STEPS, PEER_WARMUP, PEER_LAYERS, PEER_BYTES (cut_rows.sh).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 . tests/device/env.sh
