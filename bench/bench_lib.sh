@@ -73,3 +73,54 @@ bench() {
         record "$system" "$model" "$micro" "$batch" error "exit $rc: $(grep -v '^====' "$log" | tail -1 | cut -c1-900)"  # a refusal names the bytes of each class
     fi
 }
+
+# cut_config PRESET LAYERS: prints the path of PRESET's hub config.json cut to LAYERS blocks
+# (bench/moe_config.py), written to $out.
+cut_config() {
+    local path=$out/$1-$2-layers.json
+    python3 bench/moe_config.py "$1" "$2" "$path" && echo "$path"
+}
+
+# host_layers PRESET MOST PLAN_OPTIONS...: the most blocks of PRESET, at most MOST (0: not one),
+# whose run with PLAN_OPTIONS (at --seq $seq) the planner fits in this host's memory; counted up
+# from one block (a plan on the GPU takes a second or two), a block more needing more.
+host_layers() {
+    local preset=$1 most=$2 layers fit=0
+    shift 2
+    for layers in $(seq 1 "$most"); do
+        "$build/megatrain" plan --backend cuda --config "$(cut_config "$preset" "$layers")" --seq "$seq" "$@" \
+            2>/dev/null | grep -q "^fit .*host needs.*: fits" || break
+        fit=$layers
+    done
+    echo "$fit"
+}
+
+# peer_layers PRESET MOST: the most blocks of PRESET (0: not one) whose PyTorch peer holds its state
+# in this host's available memory at PEER_BYTES (20) bytes a parameter: FSDP2's CPU offload keeps
+# fp32 weights, gradients and both moments there (16), and builds the model there first.
+peer_layers() {
+    python3 - "$1" "$2" "${PEER_BYTES:-20}" <<'PY'
+import sys
+sys.path.insert(0, "bench/peers")
+import torch_peer
+preset, most, per = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+with open("/proc/meminfo") as f:
+    available = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+fits = [n for n in range(1, most + 1) if torch_peer.total_params(torch_peer.preset_shape(preset, n)) * per <= available]
+print(max(fits, default=0))
+PY
+}
+
+# relabel LABEL: megatrain bench names a model given by --config "model"; its rows take LABEL.
+relabel() {
+    python3 - "$jsonl" "$1" <<'PY'
+import json, sys
+path, label = sys.argv[1:]
+runs = [json.loads(line) for line in open(path) if line.strip()]
+for run in runs:
+    if run.get("model") == "model":
+        run["model"] = label
+with open(path, "w") as f:
+    f.writelines(json.dumps(run) + "\n" for run in runs)
+PY
+}

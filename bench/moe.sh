@@ -53,42 +53,6 @@ build_megatrain
 common=(--seq "$seq" --steps "$steps" --warmup-steps "$warmup" --json "$jsonl")
 megatrain=("$build/megatrain" bench --backend cuda "${common[@]}")
 peer=(python3 bench/peers/torch_peer.py "${common[@]}")
-cut_config=$out/qwen3-30b-a3b-cut.json
-
-# Qwen3-30B-A3B's config.json (the hub's values) with $1 blocks, at $cut_config.
-write_qwen3_config() {
-    python3 bench/moe_config.py qwen3-30b-a3b "$1" "$cut_config"
-}
-
-# The most blocks of Qwen3-30B-A3B whose default run (--clip 1, 16 x 4096 tokens) the planner fits
-# in this host's memory: each block is 0.62 B parameters, about 11 GB of host state.
-qwen3_layers() {
-    local layers
-    for layers in $(seq 48 -1 1); do
-        write_qwen3_config "$layers"
-        if "$build/megatrain" plan --backend cuda --config "$cut_config" --seq "$seq" --micro-batches 4 --batch 4 \
-            --clip 1 2>/dev/null | grep -q "^fit .*host needs.*: fits"; then
-            echo "$layers"
-            return
-        fi
-    done
-    echo 0
-}
-
-# megatrain bench names a model given by --config "model": the rows take the shape's name.
-relabel() {
-    python3 - "$jsonl" "$1" <<'EOF'
-import json, sys
-path, label = sys.argv[1:]
-runs = [json.loads(line) for line in open(path) if line.strip()]
-for run in runs:
-    if run.get("model") == "model":
-        run["model"] = label
-with open(path, "w") as f:
-    f.writelines(json.dumps(run) + "\n" for run in runs)
-EOF
-}
-
 # One shape: megatrain at 4 x 4096 and 16 x 4096 tokens, default clipping then none; the peer
 # GPU-resident, and where that fails (out of memory), with FSDP2's CPU offload.
 bench_shape() {
@@ -122,14 +86,14 @@ for shape in $shapes; do
     case $shape in
     olmoe) bench_shape olmoe-1b-7b 0 --preset olmoe-1b-7b ;;
     qwen3)
-        layers=${LAYERS:-$(qwen3_layers)}
+        # each block 0.62 B parameters, about 11 GB of host state
+        layers=${LAYERS:-$(host_layers qwen3-30b-a3b 48 --micro-batches 4 --batch 4 --clip 1)}
         if [ "$layers" -lt 1 ]; then
             record megatrain "qwen3-30b-a3b" 1 4 error "not one block of Qwen3-30B-A3B fits this host (megatrain plan)"
             continue
         fi
         echo "Qwen3-30B-A3B cut to $layers of its 48 blocks (what this host holds)"
-        write_qwen3_config "$layers"
-        bench_shape qwen3-30b-a3b "$layers" --config "$cut_config"
+        bench_shape qwen3-30b-a3b "$layers" --config "$(cut_config qwen3-30b-a3b "$layers")"
         ;;
     *) echo "unknown shape '$shape' (olmoe, qwen3)" ;;
     esac

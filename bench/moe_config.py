@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""A mixture of experts' config.json (the hub's values, as src/model/config.c's presets hold them)
-with its depth cut: bench/moe.sh's Qwen3-30B-A3B of as many blocks as the host holds.
+"""A mixture of experts' config.json (the hub's values, as src/model/families/*.c's presets hold them)
+with its depth cut (layer_types cut with it): bench/moe.sh's Qwen3-30B-A3B, bench/gpt_oss.sh's
+gpt-oss-120b and bench/qwen35.sh's Qwen3.5-35B-A3B text model, of as many blocks as the host holds.
 
-    python3 bench/moe_config.py qwen3-30b-a3b LAYERS OUT.json
+    python3 bench/moe_config.py qwen3-30b-a3b|gpt-oss-120b|qwen3.5-35b-a3b LAYERS OUT.json
 """
 import json
 import sys
@@ -17,15 +18,51 @@ CONFIGS = {
         "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": [], "router_aux_loss_coef": 0.001,
         "output_router_logits": False, "bos_token_id": 151643, "eos_token_id": 151645,
     },
+    # openai/gpt-oss-120b's, without its quantization_config (random weights, no checkpoint).
+    "gpt-oss-120b": {
+        "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "attention_bias": True,
+        "attention_dropout": 0.0, "eos_token_id": 200002, "experts_per_token": 4, "head_dim": 64,
+        "hidden_act": "silu", "hidden_size": 2880, "initial_context_length": 4096, "initializer_range": 0.02,
+        "intermediate_size": 2880, "layer_types": ["sliding_attention", "full_attention"] * 18,
+        "max_position_embeddings": 131072, "num_attention_heads": 64, "num_experts_per_tok": 4,
+        "num_hidden_layers": 36, "num_key_value_heads": 8, "num_local_experts": 128, "output_router_logits": False,
+        "pad_token_id": 199999, "rms_norm_eps": 1e-05,
+        "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0, "original_max_position_embeddings": 4096,
+                         "rope_type": "yarn", "truncate": False},
+        "rope_theta": 150000, "router_aux_loss_coef": 0.9, "sliding_window": 128, "swiglu_limit": 7.0,
+        "tie_word_embeddings": False, "vocab_size": 201088,
+    },
+    # Qwen/Qwen3.5-35B-A3B's text_config as a text model's config.json.
+    "qwen3.5-35b-a3b": {
+        "architectures": ["Qwen3_5MoeForCausalLM"], "model_type": "qwen3_5_moe_text", "attention_bias": False,
+        "attention_dropout": 0.0, "attn_output_gate": True, "eos_token_id": 248044, "full_attention_interval": 4,
+        "head_dim": 256, "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+        "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 10, "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+        "linear_value_head_dim": 128, "max_position_embeddings": 262144, "moe_intermediate_size": 512,
+        "mtp_num_hidden_layers": 1, "mtp_use_dedicated_embeddings": False, "num_attention_heads": 16,
+        "num_experts": 256, "num_experts_per_tok": 8, "num_hidden_layers": 40, "num_key_value_heads": 2,
+        "rms_norm_eps": 1e-06, "router_aux_loss_coef": 0.001, "shared_expert_intermediate_size": 512,
+        "tie_word_embeddings": False, "vocab_size": 248320,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25,
+                            "mrope_interleaved": True, "mrope_section": [11, 11, 10]},
+    },
 }
+
+
+def config(name, layers):
+    """The hub's config of `name` cut to `layers` blocks."""
+    cut = dict(CONFIGS[name], num_hidden_layers=layers)
+    if "layer_types" in cut:
+        cut["layer_types"] = cut["layer_types"][:layers]
+    return cut
 
 
 def main(argv):
     if len(argv) != 3 or argv[0] not in CONFIGS:
         sys.exit(f"usage: moe_config.py {'|'.join(CONFIGS)} LAYERS OUT.json")
-    config = dict(CONFIGS[argv[0]], num_hidden_layers=int(argv[1]))
     with open(argv[2], "w") as f:
-        json.dump(config, f, indent=1)
+        json.dump(config(argv[0], int(argv[1])), f, indent=1)
 
 
 if __name__ == "__main__":

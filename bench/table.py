@@ -72,9 +72,16 @@ def measured_notes(run):
             ends += f"; a gradient ring of {run['grad_ring']} blocks"
         if run.get("attn_tile") and run["attn_tile"] < run["seq"]:
             ends += f"; attention in windows of {run['attn_tile']} queries"
+        if run.get("plan_floor_s"):
+            ends += f"; plan's floor {run['plan_floor_s']:.3f} s a step (this step {run['step_s'] / run['plan_floor_s']:.2f}x it)"
         return (f"{idle}, stalled on copies {100 * run['copy_wait_share']:.1f}%; "
                 f"host optimizer {run['opt_seconds']:.3f} s a step{pinned}{ends}")
-    return f"{run.get('optimizer', '')}, torch {run.get('torch', '?')}"
+    how = [f"{run.get('optimizer', '')}, torch {run.get('torch', '?')}"]
+    for key, what in (("attention", "attention"), ("experts_implementation", "experts"),
+                      ("linear_attention", "Gated DeltaNet")):
+        if run.get(key):
+            how.append(f"{what}: {run[key]}")
+    return "; ".join(how)
 
 
 def gib(value):

@@ -5,7 +5,9 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
+#include "cli_run.h"
 #include "config_cases.h"
+#include "test_limits.h"
 
 /* Qwen/Qwen3.5-27B's and Qwen/Qwen3.5-35B-A3B's text_config as a text model's config.json. */
 #define ROPE "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000000, " \
@@ -66,4 +68,16 @@ Test(hfconfig_qwen3_5, a_partial_rope_elsewhere_is_refused) {
     cfg_case_expect_refusal(llama, "rope_parameters",
                             "{\"rope_type\": \"default\", \"rope_theta\": 10000, \"partial_rotary_factor\": 0.5}",
                             "partial_rotary_factor");
+}
+
+/* A plan for a GPU that is not here sizes the Gated DeltaNet's workspace by the CUDA kernels' count
+ * (it crashed on the missing entry). */
+Test(hfconfig_qwen3_5, plan_for_a_gpu_elsewhere_sizes_the_linear_layers, .timeout = MT_TEST_LIMIT(60)) {
+    mt_cli_result r;
+    mt_cli_run(&r, MT_TEST_LIMIT(30), "plan", "--preset", "qwen3.5-35b-a3b", "--backend", "cuda", "--gpu-mem",
+               "80GiB", "--host-mem", "1TB", "--seq", "4096", "--batch", "4", NULL);
+    cr_expect_eq(r.exit_code, 0, "exit %d:\n%s", r.exit_code, r.err);
+    cr_expect(strstr(r.out, "34.661 B parameters") && strstr(r.out, "block workspace") && strstr(r.out, ": fits"),
+              "%s", r.out);
+    mt_cli_result_free(&r);
 }

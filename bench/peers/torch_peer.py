@@ -11,11 +11,14 @@
 Several ranks: `python3 -m torch.distributed.run --standalone --nproc-per-node N torch_peer.py ...`;
 --batch and --micro-batches are per rank, tokens per step count every rank's, rank 0 writes the line.
 
-Both: transformers' LlamaForCausalLM (Qwen2, Mistral; and for the mixtures of experts
-OlmoeForCausalLM and Qwen3MoeForCausalLM, transformers' own MoE modules, --layers cutting the
-depth) with random weights (no download), SDPA attention,
-activation checkpointing, gradient accumulation over --micro-batches, the global gradient norm
-clipped at --clip (1.0, megatrain's default; 0 for none), random tokens. A run that fails (out of memory, say)
+Both: transformers' LlamaForCausalLM (Qwen2, Mistral, Gemma 3; and for the mixtures of experts
+OlmoeForCausalLM, Qwen3MoeForCausalLM, GptOssForCausalLM and Qwen3.5's Qwen3_5MoeForCausalLM,
+transformers' own MoE modules, --layers cutting the depth) with random weights (no download), SDPA
+attention (gpt-oss: eager, the only attention of transformers' that has its sinks; Qwen3.5's
+Gated DeltaNet layers: flash-linear-attention where installed, else transformers' torch fallback,
+the line's "linear_attention" says which), activation checkpointing, gradient accumulation over
+--micro-batches, the global gradient norm clipped at --clip (1.0, megatrain's default; 0 for none),
+random tokens. A run that fails (out of memory, say)
 appends {"system", "model", "error"} instead and exits 1. A run whose next step would not end inside --time-limit
 (bench/bench_lib.sh passes each run's limit in BENCH_LIMIT_S) stops after the timed steps it has, at least one,
 and its line says how many."""
@@ -35,7 +38,7 @@ STARTED = time.monotonic()
 
 SYSTEMS = {"resident": "pytorch-resident", "fsdp2-offload": "pytorch-fsdp2-offload"}
 
-# src/model/config.c's presets, field for field.
+# src/model/families/*.c's presets, field for field (bench/peers/check_counts.py checks the counts).
 LLAMA_3_2_ROPE_SCALING = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
                           "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 PRESETS = {
@@ -66,7 +69,7 @@ PRESETS = {
                               num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=131072,
                               tie_word_embeddings=False, rope_theta=100000000.0, rms_norm_eps=1e-5,
                               max_position_embeddings=32768),
-    # Mixtures of experts, the hub's shapes (src/model/config.c's presets).
+    # Mixtures of experts, the hub's shapes.
     "olmoe-1b-7b": dict(arch="olmoe", hidden_size=2048, intermediate_size=1024, num_hidden_layers=16,
                         num_attention_heads=16, num_key_value_heads=16, head_dim=128, vocab_size=50304,
                         tie_word_embeddings=False, rope_theta=10000.0, rms_norm_eps=1e-5,
@@ -86,49 +89,127 @@ PRESETS = {
                        rms_norm_eps=1e-6, max_position_embeddings=131072, query_pre_attn_scalar=256,
                        sliding_window=1024, layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * 5
                        + ["sliding_attention"] * 4),
+    # gpt-oss (transformers' GptOssForCausalLM): every attention projection with a bias, a sink logit a
+    # head, a 128-token window on the even layers, YaRN; 128 experts of 2880 (top 4) with biases, the
+    # router with a bias.
+    "gpt-oss-120b": dict(arch="gpt_oss", hidden_size=2880, intermediate_size=2880, num_hidden_layers=36,
+                         num_attention_heads=64, num_key_value_heads=8, head_dim=64, vocab_size=201088,
+                         tie_word_embeddings=False, rms_norm_eps=1e-5, max_position_embeddings=131072,
+                         rope_parameters=dict(rope_type="yarn", rope_theta=150000.0, factor=32.0, beta_fast=32.0,
+                                              beta_slow=1.0, original_max_position_embeddings=4096, truncate=False),
+                         attention_bias=True, num_local_experts=128, num_experts_per_tok=4,
+                         router_aux_loss_coef=0.9, swiglu_limit=7.0, swiglu_alpha=1.702, sliding_window=128,
+                         layer_types=["sliding_attention", "full_attention"] * 18, eos_token_id=200002,
+                         pad_token_id=199999),
+    # Qwen3.5-35B-A3B's text model (transformers' Qwen3_5MoeForCausalLM): three Gated DeltaNet layers to
+    # one gated attention layer (q_proj twice as wide: the query and its gate), RoPE on a quarter of
+    # each head; 256 experts of 512 (top 8) and a shared expert of 512 behind its sigmoid gate.
+    "qwen3.5-35b-a3b": dict(arch="qwen3_5_moe", hidden_size=2048, num_hidden_layers=40, num_attention_heads=16,
+                            num_key_value_heads=2, head_dim=256, vocab_size=248320, tie_word_embeddings=False,
+                            rms_norm_eps=1e-6, max_position_embeddings=262144,
+                            rope_parameters=dict(rope_type="default", rope_theta=10000000.0,
+                                                 partial_rotary_factor=0.25),
+                            linear_conv_kernel_dim=4, linear_key_head_dim=128, linear_value_head_dim=128,
+                            linear_num_key_heads=16, linear_num_value_heads=32, num_experts=256,
+                            num_experts_per_tok=8, moe_intermediate_size=512, shared_expert_intermediate_size=512,
+                            router_aux_loss_coef=0.001, eos_token_id=248044,
+                            layer_types=(["linear_attention"] * 3 + ["full_attention"]) * 10),
 }
 
 ADAMW = dict(lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
 GIB = 1 << 30
 
 
-def block_params(p, active=False):
-    """mt_config_block_params: two RMSNorm weights, q k v o (q/k/v biases for Qwen2; q/k norms over
-    each head for Qwen3-MoE, over the projections for OLMoE), then gate up down, or for a mixture of
-    experts the router and every expert's gate up down (active: the router and the experts a token
-    goes to, mt_config_blocks_active_params)."""
-    d, f = p["hidden_size"], p["intermediate_size"]
+def layer_types(p):
+    return p.get("layer_types") or ["full_attention"] * p["num_hidden_layers"]
+
+
+def num_experts(p):
+    return p.get("num_experts") or p.get("num_local_experts") or 0
+
+
+def mixer_params(p, kind):
+    """model/kinds/attention.c's and gdn.c's params: the pre-norm and q k v o (q_proj twice as wide with
+    Qwen3.5's output gate; q/k/v biases for Qwen2, every projection's bias and a sink logit a head for
+    gpt-oss; q/k norms over each head for Qwen3-MoE and Qwen3.5, over the projections for OLMoE; Gemma's
+    output norm), or the Gated DeltaNet's: in_proj_qkv, z, b and a, the depthwise conv1d (kernel 4, no
+    bias) over q, k and v, A_log and dt_bias a value head, the gated norm over a value head, out_proj."""
+    d = p["hidden_size"]
+    if kind == "linear_attention":
+        k = p["linear_num_key_heads"] * p["linear_key_head_dim"]
+        v = p["linear_num_value_heads"] * p["linear_value_head_dim"]
+        h = p["linear_num_value_heads"]
+        return (d + (2 * k + v) * d + v * d + 2 * h * d + (2 * k + v) * p["linear_conv_kernel_dim"] + 2 * h
+                + p["linear_value_head_dim"] + d * v)
     q = p["num_attention_heads"] * p["head_dim"]
     kv = p["num_key_value_heads"] * p["head_dim"]
     arch = p.get("arch")
-    extra = {"qwen2": q + 2 * kv, "qwen3_moe": 2 * p["head_dim"], "olmoe": q + kv,
-             "gemma3": 2 * d + 2 * p["head_dim"]}.get(arch, 0)  # Gemma: two more norms a block
-    attention = 2 * d + q * d + 2 * kv * d + d * q + extra
-    if "num_experts" not in p:
-        return attention + 3 * d * f
-    experts = p["num_experts_per_tok"] if active else p["num_experts"]
-    return attention + p["num_experts"] * d + 3 * experts * p.get("moe_intermediate_size", f) * d
+    q_out = 2 * q if arch == "qwen3_5_moe" else q
+    extra = {"qwen2": q + 2 * kv, "qwen3_moe": 2 * p["head_dim"], "qwen3_5_moe": 2 * p["head_dim"],
+             "olmoe": q + kv, "gemma3": d + 2 * p["head_dim"],
+             "gpt_oss": q + 2 * kv + d + p["num_attention_heads"]}.get(arch, 0)
+    return d + q_out * d + 2 * kv * d + d * q + extra
+
+
+def ffn_params(p, active):
+    """model/kinds/ffn_dense.c's and ffn_moe.c's params: the pre-norm (and Gemma's post-norm) and gate
+    up down, or the router (gpt-oss: with a bias) and every expert's gate up down (gpt-oss: with their
+    biases), and a shared expert with its gate (Qwen3.5); active: the experts a token goes to
+    (mt_config_blocks_active_params)."""
+    d = p["hidden_size"]
+    if not num_experts(p):
+        return d * (2 if p.get("arch") == "gemma3" else 1) + 3 * d * p["intermediate_size"]
+    e = num_experts(p)
+    k = p["num_experts_per_tok"] if active else e
+    f = p.get("moe_intermediate_size") or p["intermediate_size"]
+    s = p.get("shared_expert_intermediate_size", 0)
+    n = d + e * d + 3 * k * f * d + (3 * s * d + d if s else 0)
+    if p.get("arch") == "gpt_oss":
+        n += e + k * (2 * f + d)
+    return n
+
+
+def block_params(p, layer, active=False):
+    """mt_config_block_params of one layer (its mixer and its feed-forward)."""
+    return mixer_params(p, layer_types(p)[layer]) + ffn_params(p, active)
+
+
+def blocks_params(p, active=False):
+    return sum(block_params(p, l, active) for l in range(p["num_hidden_layers"]))
+
+
+def ends_params(p):
+    """The embedding, the LM head unless tied, the final norm."""
+    embed = p["vocab_size"] * p["hidden_size"]
+    return embed * (1 if p["tie_word_embeddings"] else 2) + p["hidden_size"]
 
 
 def total_params(p):
-    embed = p["vocab_size"] * p["hidden_size"]
-    tied = p["tie_word_embeddings"]
-    return embed * (1 if tied else 2) + p["hidden_size"] + p["num_hidden_layers"] * block_params(p)
+    return ends_params(p) + blocks_params(p)
+
+
+def active_params(p):
+    return ends_params(p) + blocks_params(p, active=True)
+
+
+def extra_flops(p, kind, seq):
+    """A layer's forward FLOPs a token past its parameters' (the kinds' extra_flops): attention's scores
+    and values, 4 x heads x head_dim x the keys a query sees, seq / 2 under the causal mask and
+    window - window^2 / (2 seq) for a sliding-window layer; the Gated DeltaNet's recurrence, 7 x
+    value heads x d_k x d_v (the state's decay, S^T k, the rank-one update, S^T q), whatever seq."""
+    if kind == "linear_attention":
+        return 7 * p["linear_num_value_heads"] * p["linear_key_head_dim"] * p["linear_value_head_dim"]
+    w = p.get("sliding_window") or 0
+    keys = w - w * w / (2 * seq) if kind == "sliding_attention" and 0 < w < seq else seq / 2
+    return 4 * keys * p["num_attention_heads"] * p["head_dim"]
 
 
 def model_flops_per_token(p, seq):
     """src/train/bench.c's count: 6 x (the blocks' active parameters + vocab x hidden) for the linear
-    layers (recomputation not counted; a mixture of experts counts its router and the experts a
-    token goes to) + 12 x heads x head_dim x the keys a query sees for attention, a layer: seq / 2
-    under the causal mask, window - window^2 / (2 seq) for a sliding-window layer
-    (src/model/kinds/attention.c)."""
-    layers = p["num_hidden_layers"]
-    linear = block_params(p, active=True) * layers + p["vocab_size"] * p["hidden_size"]
-    w = p.get("sliding_window") or 0
-    local = w - w * w / (2 * seq) if 0 < w < seq else seq / 2
-    keys = sum(local if t == "sliding_attention" else seq / 2
-               for t in p.get("layer_types", ["full_attention"] * layers))
-    return 6 * linear + 12 * keys * p["num_attention_heads"] * p["head_dim"]
+    layers (recomputation not counted; a mixture of experts counts its router, the experts a token
+    goes to and a shared expert) + 3 x every layer's extra FLOPs (forward 1, backward 2)."""
+    linear = blocks_params(p, active=True) + p["vocab_size"] * p["hidden_size"]
+    return 6 * linear + 3 * sum(extra_flops(p, kind, seq) for kind in layer_types(p))
 
 
 def preset_shape(preset, layers):
@@ -141,18 +222,41 @@ def preset_shape(preset, layers):
     return shape
 
 
-def build_model(shape, device):
-    from transformers import (AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, MistralConfig, OlmoeConfig,
-                              Qwen2Config, Qwen3MoeConfig)
+# Each arch's transformers config class; attention through SDPA but where the model has no SDPA path.
+CONFIGS = {"llama": "LlamaConfig", "qwen2": "Qwen2Config", "mistral": "MistralConfig", "olmoe": "OlmoeConfig",
+           "qwen3_moe": "Qwen3MoeConfig", "gemma3": "Gemma3TextConfig", "gpt_oss": "GptOssConfig",
+           "qwen3_5_moe": "Qwen3_5MoeTextConfig"}
+# gpt-oss's sinks: GptOssPreTrainedModel has no SDPA path (_supports_sdpa False); eager is the
+# attention its modeling file writes the sinks into.
+ATTENTION = {"gpt_oss": "eager"}
 
+
+def attention_of(shape):
+    return ATTENTION.get(shape.get("arch"), "sdpa")
+
+
+def linear_attention_of(shape):
+    """Which Gated DeltaNet transformers runs: flash-linear-attention's kernels where installed, else
+    its own torch fallback (torch_chunk_gated_delta_rule); None without linear layers."""
+    if "linear_attention" not in layer_types(shape):
+        return None
+    from transformers.utils import is_flash_linear_attention_available
+    return ("flash-linear-attention" if is_flash_linear_attention_available()
+            else "transformers' torch fallback (flash-linear-attention absent)")
+
+
+def build_model(shape, device):
+    import transformers
+
+    attention = attention_of(shape)
     shape = dict(shape)
-    kind = {"llama": LlamaConfig, "qwen2": Qwen2Config, "mistral": MistralConfig, "olmoe": OlmoeConfig,
-            "qwen3_moe": Qwen3MoeConfig, "gemma3": Gemma3TextConfig}[shape.pop("arch", "llama")]
-    if kind is OlmoeConfig:
+    arch = shape.pop("arch", "llama")
+    kind = getattr(transformers, CONFIGS[arch])
+    if arch == "olmoe":
         shape.pop("head_dim")  # hidden / heads, which OlmoeConfig derives
     config = kind(**shape, use_cache=False)
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=attention)
     model = model.to(device=device, dtype=torch.float32)
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
@@ -256,13 +360,16 @@ def run(a):
             print(note, flush=True)
             break
     step_s = sorted(times)[len(times) // 2]  # the median as bench.c takes it
+    linear = linear_attention_of(p)
     return {**({"note": note} if note else {}), "timed_steps": len(times),
             "step_s": step_s, "tokens_per_s": tokens / step_s,
             "tflops": tokens / step_s * model_flops_per_token(p, a.seq) / 1e12,
             "peak_gpu_gib": torch.cuda.max_memory_allocated() / GIB,
             "host_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB,
             "optimizer": optimizer_name, "clip": a.clip, "gpus": world,
-            "experts_implementation": getattr(model.config, "_experts_implementation", None)}
+            "experts_implementation": getattr(model.config, "_experts_implementation", None),
+            "attention": getattr(model.config, "_attn_implementation", None),
+            **({"linear_attention": linear} if linear else {})}
 
 
 def main():
@@ -293,8 +400,7 @@ def main():
         message = str(e).strip().splitlines()
         record["error"] = f"{type(e).__name__}: {message[0] if message else ''}"[:300]
     else:
-        record.update(params=total_params(p), active_params=block_params(p, active=True) * p["num_hidden_layers"]
-                      + p["vocab_size"] * p["hidden_size"] * (1 if p["tie_word_embeddings"] else 2) + p["hidden_size"],
+        record.update(params=total_params(p), active_params=active_params(p),
                       tokens_per_step=result["gpus"] * a.batch * a.micro_batches * a.seq,
                       **result, torch=torch.__version__)
     finally:

@@ -27,4 +27,16 @@ static inline size_t mt_cudnn_attention_accum_bytes(int batch, int heads, int q_
     return elements * sizeof(float) + (q_rows != kv_rows ? elements * 2 : 0);
 }
 
+/* The Gated DeltaNet rule's (gdn_rule.cu): chunks of MT_CUDA_GDN_CHUNK rows of each of a batch's
+ * sequences of `seq` rows, and per chunk and value head the state S0 and its gradient dS1
+ * [d_k, d_v] and Vn, dVn [chunk, d_v], fp32. */
+enum { MT_CUDA_GDN_CHUNK = 64 };
+static inline size_t mt_cuda_gdn_chunks(int n, int seq) {
+    return (size_t)(n / seq) * ((seq + MT_CUDA_GDN_CHUNK - 1) / MT_CUDA_GDN_CHUNK);
+}
+static inline size_t mt_cuda_gdn_rule_workspace_bytes(int n, int seq, int v_heads, int d_k, int d_v) {
+    return mt_cuda_gdn_chunks(n, seq) * v_heads * (2 * (size_t)d_k * d_v + 2 * (size_t)MT_CUDA_GDN_CHUNK * d_v) *
+           sizeof(float);
+}
+
 #endif
