@@ -1,7 +1,8 @@
 /* bench --profile's report (profile_report.h). The rows come in the order the backend first saw
- * them, which is the order of the ops in a block; a block row's share is of the blocks' time, any
- * other row's of the steps' wall-clock time, of which what no span covers is the device's idle time
- * outside every span (between jobs, and at the step's ends). */
+ * them, which is the order of the ops in a block; the blocks' table takes them phase by phase
+ * (forward, recomputation, backward), the JSON as they come. A block row's share is of the blocks'
+ * time, any other row's of the steps' wall-clock time, of which what no span covers is the device's
+ * idle time outside every span (between jobs, and at the step's ends). */
 #include "train/profile_report.h"
 
 #include <errno.h>
@@ -11,9 +12,13 @@
 
 #include "engine/block.h"
 
+static const char *const block_phases[] = {MT_PHASE_FORWARD, MT_PHASE_RECOMPUTE, MT_PHASE_BACKWARD};
+enum { BLOCK_PHASES = sizeof block_phases / sizeof *block_phases };
+
 int mt_profile_row_in_block(const mt_prof_row *r) {
-    return !strcmp(r->phase, MT_PHASE_FORWARD) || !strcmp(r->phase, MT_PHASE_BACKWARD) ||
-           !strcmp(r->phase, MT_PHASE_RECOMPUTE);
+    for (int i = 0; i < BLOCK_PHASES; i++)
+        if (!strcmp(r->phase, block_phases[i])) return 1;
+    return 0;
 }
 
 typedef struct {
@@ -47,14 +52,15 @@ static void write_md(FILE *f, const mt_prof_row *rows, int count, const mt_profi
             run->layers);
     fprintf(f, "## The blocks\n\n| phase | op | calls | total ms | ms a block | share of the blocks | TFLOP/s |\n"
             "|---|---|---:|---:|---:|---:|---:|\n");
-    for (int i = 0; i < count; i++) {
-        const mt_prof_row *r = &rows[i];
-        if (!mt_profile_row_in_block(r)) continue;
-        fprintf(f, "| %s | %s | %ld | %.1f | %.3f | %.1f%% | ", r->phase, r->op, r->calls, 1e3 * r->seconds,
-                1e3 * r->seconds / per_block, 100 * share(r->seconds, t.blocks));
-        if (r->flops > 0) fprintf(f, "%.1f |\n", tflops(r->flops, r->seconds));
-        else fprintf(f, " |\n");
-    }
+    for (int p = 0; p < BLOCK_PHASES; p++)
+        for (int i = 0; i < count; i++) {
+            const mt_prof_row *r = &rows[i];
+            if (strcmp(r->phase, block_phases[p])) continue;
+            fprintf(f, "| %s | %s | %ld | %.1f | %.3f | %.1f%% | ", r->phase, r->op, r->calls, 1e3 * r->seconds,
+                    1e3 * r->seconds / per_block, 100 * share(r->seconds, t.blocks));
+            if (r->flops > 0) fprintf(f, "%.1f |\n", tflops(r->flops, r->seconds));
+            else fprintf(f, " |\n");
+        }
     fprintf(f, "| | all | | %.1f | %.3f | 100.0%% | |\n\n", 1e3 * t.blocks, 1e3 * t.blocks / per_block);
     fprintf(f, "## The rest of the step\n\n| phase | op | calls | total ms | share of the step |\n"
             "|---|---|---:|---:|---:|\n| | the blocks (above) | | %.1f | %.1f%% |\n", 1e3 * t.blocks,
