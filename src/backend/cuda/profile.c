@@ -69,7 +69,8 @@ static mt_status grow(mt_cuda_profile *p) {
 }
 
 static mt_status begin_locked(mt_cuda_profile *p, cudaStream_t s, const char *phase, const char *op, double flops) {
-    if (p->depth == MAX_DEPTH) return mt_fail(MT_ERR_INVALID, "profile span %s: more than %d spans open", op, MAX_DEPTH);
+    if (p->depth == MAX_DEPTH)
+        return mt_fail(MT_ERR_INVALID, "profile span %s: more than %d spans open", op, MAX_DEPTH);
     MT_TRY(grow(p));
     int parent = p->depth ? p->open[p->depth - 1] : -1;
     if (!phase) phase = parent >= 0 ? p->spans[parent].phase : "";
