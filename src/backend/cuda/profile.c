@@ -1,6 +1,6 @@
 /* Profile spans on CUDA (backend.h's prof group): a pair of timing events a span, recorded on its
  * stream at begin and end, from a pool that grows to a step's spans and is reused after each
- * collect; collect waits for the last, reads each pair's elapsed time, takes from each span the
+ * collect; collect waits for each span, reads its pair's elapsed time, takes from each span the
  * time of the spans inside it, and adds the rest to its (phase, op) row. The events cost the
  * issuing thread a few microseconds a span and the device nothing measurable; the rows are looked
  * up at collect, not at begin. */
@@ -127,18 +127,18 @@ static mt_prof_row *row_of(mt_cuda_profile *p, const char *phase, const char *op
     return &p->rows[p->row_count++];
 }
 
-/* Every span ended so far into the rows; the open ones stay (none between steps). */
+/* Every span into its row, each once the device has run it; a collect comes between steps, with no
+ * span open. */
 static mt_status collect_locked(mt_cuda_profile *p) {
     if (p->depth) return mt_fail(MT_ERR_INVALID, "the profile was collected with %d spans open", p->depth);
     if (p->count == 0) return MT_OK;
-    MT_CUDA_CHECK(cudaEventSynchronize(p->spans[p->count - 1].end));
-    double *own = malloc(p->count * sizeof *own);
+    double *own = calloc(p->count, sizeof *own);
     if (!own) return mt_fail(MT_ERR_NOMEM, "cannot collect %zu profile spans", p->count);
-    for (size_t i = 0; i < p->count; i++) own[i] = 0;
     mt_status status = MT_OK;
     for (size_t i = 0; i < p->count && status == MT_OK; i++) {
         float ms = 0;
-        cudaError_t err = cudaEventElapsedTime(&ms, p->spans[i].begin, p->spans[i].end);
+        cudaError_t err = cudaEventSynchronize(p->spans[i].end);
+        if (err == cudaSuccess) err = cudaEventElapsedTime(&ms, p->spans[i].begin, p->spans[i].end);
         if (err != cudaSuccess) {
             status = mt_fail(MT_ERR_DEVICE, "profile span %s: %s", p->spans[i].op, cudaGetErrorString(err));
             break;
