@@ -265,7 +265,7 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
     int D = cfg->hidden_size, E = cfg->num_experts, k = cfg->experts_per_token, F = cfg->moe_intermediate_size;
     int rows = p.rows * k, S = segments(c, p);
     void *dy = mt_rows_at_mut(dxy, p.row, D, act);
-    mt_block_ctx again = *c;
+    mt_block_ctx again = *c; /* the forward again, in the profile's phase of the recomputation */
     again.phase = MT_PHASE_RECOMPUTE;
     experts_forward(&again, w, p, 0);
     MT_OP(c, "combine_dx", 0,
