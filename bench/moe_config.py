@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """A mixture of experts' config.json (the hub's values, as src/model/families/*.c's presets hold them)
-with its depth cut (layer_types cut with it): bench/moe.sh's Qwen3-30B-A3B, bench/gpt_oss.sh's
-gpt-oss-120b and bench/qwen35.sh's Qwen3.5-35B-A3B text model, of as many blocks as the host holds.
+with its depth cut (layer_types cut with it): bench/moe.sh's Qwen3-30B-A3B, bench/moe_profile.sh's
+OLMoE-1B-7B, bench/gpt_oss.sh's gpt-oss-120b and bench/qwen35.sh's Qwen3.5-35B-A3B text model, of as
+many blocks as the host holds.
 
-    python3 bench/moe_config.py qwen3-30b-a3b|gpt-oss-120b|qwen3.5-35b-a3b LAYERS OUT.json
+    python3 bench/moe_config.py qwen3-30b-a3b|olmoe-1b-7b|gpt-oss-120b|qwen3.5-35b-a3b LAYERS OUT.json
 """
 import json
 import sys
@@ -46,6 +47,13 @@ CONFIGS = {
         "tie_word_embeddings": False, "vocab_size": 248320,
         "rope_parameters": {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25,
                             "mrope_interleaved": True, "mrope_section": [11, 11, 10]},
+    },
+    "olmoe-1b-7b": {
+        "architectures": ["OlmoeForCausalLM"], "model_type": "olmoe", "hidden_size": 2048, "intermediate_size": 1024,
+        "num_hidden_layers": 16, "num_attention_heads": 16, "num_key_value_heads": 16, "vocab_size": 50304,
+        "max_position_embeddings": 4096, "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "tie_word_embeddings": False,
+        "attention_bias": False, "clip_qkv": None, "num_experts": 64, "num_experts_per_tok": 8,
+        "norm_topk_prob": False, "output_router_logits": False, "router_aux_loss_coef": 0.01, "eos_token_id": 50279,
     },
 }
 

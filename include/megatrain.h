@@ -207,8 +207,12 @@ mt_status mt_plan(const mt_train_options *options, FILE *out);
  * training run (weights random, nothing written), after `warmup` untimed steps. packed_mean > 0:
  * every window holds packed examples of lengths drawn uniformly around that mean (half to one and
  * a half times it), attention masked between them, as chat data trains; 0: plain windows. Prints a
- * line per step and a summary, and appends the summary as one JSON object to `json` when non-NULL. */
-mt_status mt_bench(const mt_train_options *options, int warmup, int packed_mean, FILE *out, const char *json);
+ * line per step and a summary, and appends the summary as one JSON object to `json` when non-NULL.
+ * `profile` non-NULL, a path prefix: the timed steps' per-op profile (one GPU on the cuda backend;
+ * refused otherwise) printed after the summary and written to `profile`.md and `profile`.json
+ * (docs/profile.md). */
+mt_status mt_bench(const mt_train_options *options, int warmup, int packed_mean, FILE *out, const char *json,
+                   const char *profile);
 
 /* Writes a checkpoint (or a run's newest) as a Hugging Face model directory. */
 mt_status mt_export(const char *checkpoint, const char *out_dir, int bf16, int64_t max_shard_bytes);

@@ -55,9 +55,10 @@ mt_status mt_backend_init(mt_backend *be, const mt_backend_ops *ops) {
     if (!ops->op.clip_scale != !ops->op.adamw)
         return mt_fail(MT_ERR_INVALID, "the %s backend has one of op.clip_scale and op.adamw: give both or "
                        "neither", ops->name);
-    /* The moe and gdn groups: every entry or none. */
+    /* The moe, gdn and prof groups: every entry or none. */
     if (!whole_group(&ops->moe, sizeof ops->moe, ops->name, "moe") ||
-        !whole_group(&ops->gdn, sizeof ops->gdn, ops->name, "gdn"))
+        !whole_group(&ops->gdn, sizeof ops->gdn, ops->name, "gdn") ||
+        !whole_group(&ops->prof, sizeof ops->prof, ops->name, "prof"))
         return MT_ERR_INVALID;
     const mt_coll_iface *c = &ops->coll;
     int coll = !!c->comm_init + !!c->comm_init_world + !!c->all_reduce + !!c->reduce_scatter + !!c->broadcast +
@@ -69,6 +70,7 @@ mt_status mt_backend_init(mt_backend *be, const mt_backend_ops *ops) {
         return mt_fail(MT_ERR_INVALID, "the %s backend has some of acc_open, acc_close and acc_ordered, or them "
                        "without the collectives: give all three with the collectives, or none", ops->name);
     be->ops = ops;
+    be->profiling = 0;
     return MT_OK;
 }
 
@@ -152,3 +154,26 @@ void mt_zero_in_launch(mt_backend *be, void *dst, size_t bytes, mt_stream *s) {
 }
 
 mt_status mt_backend_check(mt_backend *be) { return be->ops->stream.check ? be->ops->stream.check(be) : MT_OK; }
+
+/* ---- the profile ---- */
+
+mt_status mt_profile_start(mt_backend *be) {
+    if (!mt_backend_has_profile(be))
+        return mt_fail(MT_ERR_INVALID, "the %s backend cannot profile its ops (it has no device timers); the "
+                       "profile needs the cuda backend", be->ops->name);
+    be->profiling = 1;
+    return MT_OK;
+}
+
+void mt_profile_stop(mt_backend *be) { be->profiling = 0; }
+
+mt_status mt_profile_collect(mt_backend *be) { return mt_backend_has_profile(be) ? be->ops->prof.collect(be) : MT_OK; }
+
+const mt_prof_row *mt_profile_rows(mt_backend *be, int *count) {
+    *count = 0;
+    return mt_backend_has_profile(be) ? be->ops->prof.rows(be, count) : NULL;
+}
+
+void mt_profile_clear(mt_backend *be) {
+    if (mt_backend_has_profile(be)) be->ops->prof.clear(be);
+}

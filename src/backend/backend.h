@@ -534,6 +534,31 @@ typedef struct {
     void (*comm_free)(mt_backend *be);
 } mt_coll_iface;
 
+/* A profile's row: the spans of one (phase, op) added up (mt_prof_iface). */
+typedef struct {
+    const char *phase, *op;
+    long calls;
+    double seconds; /* the device's time in the spans, less that of the spans inside them */
+    double flops;   /* what the spans' callers counted (0: not a GEMM) */
+} mt_prof_row;
+
+/* Profile spans (bench --profile, docs/profile.md), OPTIONAL: all or none (mt_backend_has_profile;
+ * the cpu backend has none). A span is the work issued to stream s between begin and end, timed on
+ * the device; phase and op name it (strings that outlive the backend: literals), flops is what its
+ * caller counts for it (a GEMM's 2mnk; 0 for anything else). Spans nest, on one stream at a time:
+ * a span's time leaves out the spans inside it, so that the rows add up to the outermost spans'
+ * time; a span begun with phase NULL takes the phase of the one it is in (a backend's own spans:
+ * the cuBLASLt loop's wait for the expert offsets). collect waits for the spans ended so far and
+ * adds each to its row; rows gives them (count), clear empties them. Callers reach the group
+ * through mt_profile_* and mt_span_*, which do nothing while the profile is off. */
+typedef struct {
+    void (*begin)(mt_backend *be, mt_stream *s, const char *phase, const char *op, double flops);
+    void (*end)(mt_backend *be, mt_stream *s);
+    mt_status (*collect)(mt_backend *be);
+    const mt_prof_row *(*rows)(mt_backend *be, int *count);
+    void (*clear)(mt_backend *be);
+} mt_prof_iface;
+
 typedef struct mt_backend_ops {
     const char *name;
     mt_device_kind kind;
@@ -551,10 +576,12 @@ typedef struct mt_backend_ops {
     mt_moe_iface moe;
     mt_gdn_iface gdn;
     mt_coll_iface coll;
+    mt_prof_iface prof;
 } mt_backend_ops;
 
 struct mt_backend {
     const mt_backend_ops *ops;
+    int profiling; /* the spans are timed (mt_profile_start) */
 };
 
 /* Sets be->ops after checking that every entry not marked OPTIONAL is there: MT_ERR_INTERNAL
@@ -611,6 +638,24 @@ static inline int mt_backend_has_moe(const mt_backend *be) { return be->ops->moe
 
 /* Whether the backend has the optional Gated DeltaNet ops (the gdn group). */
 static inline int mt_backend_has_gdn(const mt_backend *be) { return be->ops->gdn.rule != NULL; }
+
+/* Whether the backend can time profile spans (the prof group). */
+static inline int mt_backend_has_profile(const mt_backend *be) { return be->ops->prof.begin != NULL; }
+
+/* The profile (mt_prof_iface): start times the spans from now on (MT_ERR_INVALID on a backend
+ * without the group), stop no more; a span outside start and stop costs a test of a flag. collect,
+ * once the device has run the spans (after the step), adds them to the rows. */
+mt_status mt_profile_start(mt_backend *be);
+void mt_profile_stop(mt_backend *be);
+mt_status mt_profile_collect(mt_backend *be);
+const mt_prof_row *mt_profile_rows(mt_backend *be, int *count);
+void mt_profile_clear(mt_backend *be);
+static inline void mt_span_begin(mt_backend *be, mt_stream *s, const char *phase, const char *op, double flops) {
+    if (be->profiling) be->ops->prof.begin(be, s, phase, op, flops);
+}
+static inline void mt_span_end(mt_backend *be, mt_stream *s) {
+    if (be->profiling) be->ops->prof.end(be, s);
+}
 
 /* Whether the backend has the optional collectives (the coll group). */
 static inline int mt_backend_has_collectives(const mt_backend *be) { return be->ops->coll.all_reduce != NULL; }

@@ -282,16 +282,22 @@ void mt_post_norm_dx_piece(const mt_block_ctx *c, mt_piece p, int at, float *dw,
 
 /* ---- the block ---- */
 
+/* The profile's spans of the parts, each named by its kind (a kind that names its own ops inside,
+ * the mixture of experts, leaves in its part's row only the time between them). */
+static const char *mixer_name(mt_block_kinds k) { return mt_mixer_kind_of(k.mixer)->name; }
+static const char *ffn_name(mt_block_kinds k) { return mt_ffn_kind_of(k.ffn)->name; }
+
 void mt_block_forward(const mt_block_ctx *c, const mt_unit_weights *w, const void *x, void *y) {
     mt_layer_spec spec = mt_layer_spec_of(c->cfg, c->layer);
     mt_block_kinds k = {spec.mixer, spec.ffn};
     mt_block_ctx at = kind_ctx(c, &spec);
-    mixer_ops[k.mixer]->prepare(&at, w, x);
+    at.phase = MT_PHASE_FORWARD;
+    MT_OP(&at, mixer_name(k), 0, mixer_ops[k.mixer]->prepare(&at, w, x));
     tiling t = tiling_of(c);
     for (int i = 0, count = tile_count(c, t); i < count; i++) {
         at.at = tile_at(c, t, i, 0);
-        mixer_ops[k.mixer]->forward(&at, w, x);
-        MT_FOR_EACH_PIECE(&at, p) ffn_ops[k.ffn]->forward(&at, w, p, y);
+        MT_OP(&at, mixer_name(k), 0, mixer_ops[k.mixer]->forward(&at, w, x));
+        MT_FOR_EACH_PIECE(&at, p) MT_OP(&at, ffn_name(k), 0, ffn_ops[k.ffn]->forward(&at, w, p, y));
     }
 }
 
@@ -300,12 +306,16 @@ void mt_block_backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt
     mt_layer_spec spec = mt_layer_spec_of(c->cfg, c->layer);
     mt_block_kinds k = {spec.mixer, spec.ffn};
     mt_block_ctx at = kind_ctx(c, &spec);
-    mixer_ops[k.mixer]->prepare(&at, w, x); /* recomputed from the block's input checkpoint, */
+    at.phase = MT_PHASE_RECOMPUTE;
+    /* recomputed from the block's input checkpoint, */
+    MT_OP(&at, mixer_name(k), 0, mixer_ops[k.mixer]->prepare(&at, w, x));
     tiling t = tiling_of(c);
     for (int i = 0, count = tile_count(c, t); i < count; i++) {
         at.at = tile_at(c, t, i, 1);
-        mixer_ops[k.mixer]->forward(&at, w, x); /* and so is each tile's forward */
-        MT_FOR_EACH_PIECE(&at, p) ffn_ops[k.ffn]->backward(&at, w, g, p, dxy);
-        mixer_ops[k.mixer]->backward(&at, w, g, x, dxy);
+        at.phase = MT_PHASE_RECOMPUTE;
+        MT_OP(&at, mixer_name(k), 0, mixer_ops[k.mixer]->forward(&at, w, x)); /* and each tile's forward */
+        at.phase = MT_PHASE_BACKWARD;
+        MT_FOR_EACH_PIECE(&at, p) MT_OP(&at, ffn_name(k), 0, ffn_ops[k.ffn]->backward(&at, w, g, p, dxy));
+        MT_OP(&at, mixer_name(k), 0, mixer_ops[k.mixer]->backward(&at, w, g, x, dxy));
     }
 }

@@ -154,7 +154,14 @@ typedef struct {
     int tile;               /* queries a tile takes (mt_block_tile_rows); <= 0: the whole micro-batch */
     mt_tile at;             /* the tile being worked on (set by block.c; rows 0 between tiles) */
     const mt_layer_spec *spec; /* the block's spec, what its kinds read (set by block.c) */
+    const char *phase;      /* the profile's phase of the work (MT_PHASE_*; set by block.c) */
 } mt_block_ctx;
+
+/* The profile's phases of a block's work (backend.h's prof group): its forward, its backward, and
+ * the backward's recomputation of the forward. */
+#define MT_PHASE_FORWARD "forward"
+#define MT_PHASE_BACKWARD "backward"
+#define MT_PHASE_RECOMPUTE "backward: recompute"
 
 /* Rows of the largest piece the token-wise ops take at once for `chunk` tokens a piece: whole
  * sequences (as many as fit in chunk, at least one) when a sequence is no longer than chunk, else

@@ -69,6 +69,16 @@ static inline void *mt_x2_row(const mt_block_ctx *c, int row) {
     return mt_rows_at_mut(c->ws->x2, row - c->at.row, c->cfg->hidden_size, mt_act_size(c));
 }
 
+/* `call`, one op of a kind, inside the profile's span of the block's phase and `op` (backend.h's prof
+ * group; while the profile is off, the test of a flag); flops: a GEMM's (mt_gemm_flops), else 0. */
+#define MT_OP(c, op, flops, call)                                     \
+    do {                                                              \
+        mt_span_begin((c)->be, (c)->stream, (c)->phase, op, flops);   \
+        call;                                                         \
+        mt_span_end((c)->be, (c)->stream);                            \
+    } while (0)
+static inline double mt_gemm_flops(int rows, int in, int out) { return 2.0 * rows * in * out; }
+
 /* The rows one call of a piece's GEMM takes: a sequence (or the piece's part of one) where the
  * backend asks (backend.h: gemm_by_sequence) or where a weight gradient accumulates, else the
  * whole piece. */

@@ -243,12 +243,26 @@ static void embed_backward(const mt_compute_job *j) {
     else reduce_grad(e, 0, e->embed_grad, 0, (size_t)mt_engine_numel(e, 0));
 }
 
-static void run_job(void *arg) {
-    mt_compute_job *j = arg;
+/* The profile's span of each kind of job (backend.h's prof group): a block's holds what its parts'
+ * spans do not (the gradient's zeroing and norm, a sharded replica's gather of its weights). */
+static const struct {
+    const char *phase, *op;
+} job_span[] = {
+    [MT_JOB_EMBED_FWD] = {"step", "embedding"},
+    [MT_JOB_BLOCK_FWD] = {MT_PHASE_FORWARD, "block, outside its parts"},
+    [MT_JOB_HEAD] = {"step", "head and loss"},
+    [MT_JOB_HEAD_CHUNK] = {"step", "head gradient chunk"},
+    [MT_JOB_BLOCK_BWD] = {MT_PHASE_BACKWARD, "block, outside its parts"},
+    [MT_JOB_EMBED_BWD] = {"step", "embedding backward"},
+    [MT_JOB_DEVICE_UPDATE] = {"step", "device optimizer"},
+    [MT_JOB_NORMS] = {"step", "gradient norms summed"},
+};
+
+static void do_job(mt_compute_job *j) {
     mt_engine *e = j->e;
     int n = j->batch * j->seq;
     mt_block_ctx ctx = {e->be, e->compute, e->cfg, j->batch, j->seq, e->o.chunk, e->dev_constants, &e->ws, j->block,
-                        NULL, NULL, e->pass, 0, e->o.attn_tile, {0, 0}, NULL};
+                        NULL, NULL, e->pass, 0, e->o.attn_tile, {0, 0}, NULL, NULL};
     if (j->gather.dst) mt_engine_gather_weights(e, &j->gather);
     switch (j->kind) {
     case MT_JOB_EMBED_FWD: {
@@ -293,6 +307,14 @@ static void run_job(void *arg) {
     case MT_JOB_DEVICE_UPDATE: mt_engine_device_update(e, &j->adam, j->clip); break;
     case MT_JOB_NORMS: mt_engine_reduce(e, e->dev_norms, (size_t)e->U); break;
     }
+}
+
+static void run_job(void *arg) {
+    mt_compute_job *j = arg;
+    mt_engine *e = j->e;
+    mt_span_begin(e->be, e->compute, job_span[j->kind].phase, job_span[j->kind].op, 0);
+    do_job(j);
+    mt_span_end(e->be, e->compute);
     free(j);
 }
 

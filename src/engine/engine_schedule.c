@@ -29,12 +29,15 @@ static void load_slot(mt_engine *e, int l, int k) {
 }
 
 /* The compute stream waits for event (id, i), bracketed by two timing events so that the step can
- * report how long the device sat idle waiting for copies (and, through them, for the optimizer). */
-static void compute_wait(mt_engine *e, mt_ev id, int i) {
+ * report how long the device sat idle waiting for copies (and, through them, for the optimizer);
+ * `what` it waits for names the profile's span of it. */
+static void compute_wait(mt_engine *e, mt_ev id, int i, const char *what) {
     int timed = e->num_stalls < e->max_stalls;
+    mt_span_begin(e->be, e->compute, "wait", what, 0);
     if (timed) mt_engine_record(e, MT_EV_STALL_BEGIN, e->num_stalls, e->compute);
     mt_engine_wait(e, e->compute, id, i);
     if (timed) mt_engine_record(e, MT_EV_STALL_END, e->num_stalls++, e->compute);
+    mt_span_end(e->be, e->compute);
 }
 
 /* Forward loads in use order: the streamed blocks D..L-1 (index 0..L-D-1), then the head (index
@@ -209,7 +212,7 @@ static mt_status begin_pass(mt_engine *e, pass *p, const int32_t *inputs, const 
  * slot, which then may take the streamed block K further (or the head). */
 static mt_status block_forward(mt_engine *e, pass *p, int l) {
     int K = e->K, resident = l < e->device_blocks, index = l - e->device_blocks;
-    if (!resident) compute_wait(e, MT_EV_SLOT_LOADED, mt_engine_slot_of(e, l));
+    if (!resident) compute_wait(e, MT_EV_SLOT_LOADED, mt_engine_slot_of(e, l), "block weights in (forward)");
     mt_engine_ckpt_before_write(e, l + 1);
     mt_compute_job j = job_of(p, MT_JOB_BLOCK_FWD);
     j.block = l;
@@ -231,7 +234,7 @@ static mt_status forward(mt_engine *e, pass *p) {
     p->r->waited += mt_engine_await(e, MT_FL_UPDATED, 0, e->generation, MT_GEN_G);
     if (embed_moves) load_unit(e, 0, e->embed_w, MT_EV_EMBED_FREE, MT_EV_EMBED_LOADED, 0, mt_engine_where_embed(e));
     mt_engine_wait(e, e->compute, MT_EV_TOKENS_READY, 0);
-    compute_wait(e, MT_EV_EMBED_LOADED, 0);
+    compute_wait(e, MT_EV_EMBED_LOADED, 0, "embedding in");
     mt_engine_ckpt_before_write(e, 0);
     mt_compute_job j = job_of(p, MT_JOB_EMBED_FWD);
     mt_engine_take_gather(e, &j, mt_engine_where_embed(e));
@@ -260,7 +263,7 @@ static void free_head_weights(mt_engine *e) {
  * (chunked, after the head matrix's chunks, or tied after the embedding's backward, which makes the
  * head's weight gradient). */
 static mt_status head(mt_engine *e, pass *p) {
-    compute_wait(e, MT_EV_HEAD_LOADED, 0);
+    compute_wait(e, MT_EV_HEAD_LOADED, 0, "head in");
     if (p->train) {
         if (p->ends_home) p->r->waited += mt_engine_await_grads_taken(e, e->U - 1);
         mt_engine_wait(e, e->compute, MT_EV_GRADS_HOME, e->U - 1);
@@ -323,8 +326,8 @@ static void send_embedding_early(mt_engine *e) {
 static mt_status resident_backward(mt_engine *e, pass *p, int l) {
     int u = mt_unit_block(l), stage = mt_engine_ckpt_fetched(e, l), gs = mt_engine_resident_grad_slot(e, l);
     float *grads = mt_engine_block_grads(e, l, 0);
-    if (stage >= 0) compute_wait(e, MT_EV_STAGE_FILLED, stage);
-    if (gs >= 0) compute_wait(e, MT_EV_GRAD_FREE, gs); /* the streamed block's gradient there is home */
+    if (stage >= 0) compute_wait(e, MT_EV_STAGE_FILLED, stage, "checkpoint in from the host");
+    if (gs >= 0) compute_wait(e, MT_EV_GRAD_FREE, gs, "gradient slot free"); /* the streamed block's there is home */
     mt_engine_wait(e, e->compute, MT_EV_GRADS_HOME, u); /* a previous copy home is done */
     mt_zero_async(e->be, grads, (size_t)mt_engine_numel(e, u) * 4, e->compute);
     mt_compute_job j = job_of(p, MT_JOB_BLOCK_BWD);
@@ -347,9 +350,9 @@ static mt_status resident_backward(mt_engine *e, pass *p, int l) {
 static mt_status block_backward(mt_engine *e, pass *p, int l) {
     if (l < e->device_blocks) return resident_backward(e, p, l);
     int L = e->L, K = e->K, k = mt_engine_slot_of(e, l), gs = (L - 1 - l) % 2, stage = mt_engine_ckpt_fetched(e, l);
-    if (stage >= 0) compute_wait(e, MT_EV_STAGE_FILLED, stage);
-    compute_wait(e, MT_EV_SLOT_LOADED, k);
-    compute_wait(e, MT_EV_GRAD_FREE, gs);
+    if (stage >= 0) compute_wait(e, MT_EV_STAGE_FILLED, stage, "checkpoint in from the host");
+    compute_wait(e, MT_EV_SLOT_LOADED, k, "block weights in (backward)");
+    compute_wait(e, MT_EV_GRAD_FREE, gs, "gradient slot free");
     mt_zero_async(e->be, e->grad_slot[gs], (size_t)mt_engine_numel(e, mt_unit_block(l)) * 4, e->compute);
     mt_compute_job j = job_of(p, MT_JOB_BLOCK_BWD);
     j.block = l;

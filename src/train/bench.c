@@ -12,10 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/device_info.h"
 #include "engine/block.h"
 #include "megatrain.h"
 #include "train/options.h"
 #include "train/train_devices.h"
+#include "train/profile_report.h"
 #include "train/progress.h"
 #include "util/host_memory.h"
 #include "util/rng.h"
@@ -173,7 +175,42 @@ static size_t pack_windows(mt_rng *rng, int mean, int seq, size_t windows, int32
     return segments;
 }
 
-mt_status mt_bench(const mt_train_options *given, int warmup, int packed_mean, FILE *out, const char *json) {
+/* --profile times one GPU's ops, through its backend's device timers. */
+static mt_status profile_possible(mt_backend *be, int ranks, const char *profile) {
+    if (!mt_backend_has_profile(be))
+        return mt_fail(MT_ERR_INVALID, "--profile %s: the %s backend has no device timers to profile its ops with; "
+                       "the profile needs the cuda backend (--backend cuda)", profile, be->ops->name);
+    if (ranks > 1)
+        return mt_fail(MT_ERR_INVALID, "--profile %s: the profile times one GPU's ops; run it on one (%d ranks here)",
+                       profile, ranks);
+    return MT_OK;
+}
+
+/* The profile's spans are timed from the last warm-up step on (so that its events are made before the
+ * timed steps), and its rows kept from the first timed step. */
+static mt_status profile_around_step(mt_backend *be, int64_t s, int warmup, int after) {
+    int first = warmup > 0 ? warmup - 1 : 0;
+    if (!after) return s == first ? mt_profile_start(be) : MT_OK;
+    if (s < first) return MT_OK;
+    MT_TRY(mt_profile_collect(be));
+    if (s < warmup) mt_profile_clear(be);
+    return MT_OK;
+}
+
+static mt_status write_profile(mt_backend *be, const mt_train_options *o, const mt_config *cfg, double tokens,
+                               double seconds, double tflops, const char *profile, FILE *out) {
+    mt_profile_stop(be);
+    const mt_device_info *info = mt_backend_device_info(be);
+    mt_profile_run run = {.model = o->preset ? o->preset : "model", .device = info ? info->name : "",
+                          .steps = (int)o->steps, .layers = cfg->num_layers, .tokens_per_step = tokens,
+                          .step_seconds = seconds, .tflops = tflops};
+    int count;
+    const mt_prof_row *rows = mt_profile_rows(be, &count);
+    return mt_profile_report(rows, count, &run, profile, out);
+}
+
+mt_status mt_bench(const mt_train_options *given, int warmup, int packed_mean, FILE *out, const char *json,
+                   const char *profile) {
     mt_train_options resolved;
     MT_TRY(mt_train_options_fresh(given, &resolved));
     if (packed_mean > 0) resolved.packing = "on"; /* the engine takes positions */
@@ -206,6 +243,7 @@ mt_status mt_bench(const mt_train_options *given, int warmup, int packed_mean, F
     double t0 = mt_now();
     if (rc == MT_OK) rc = mt_devices_open(&dev, o);
     mt_backend *be = dev.be;
+    if (rc == MT_OK && profile) rc = profile_possible(be, ranks, profile);
     double t1 = mt_now();
     mt_moments_format moments;
     if (rc == MT_OK) rc = mt_moments_format_parse(o->moments, &moments);
@@ -237,7 +275,9 @@ mt_status mt_bench(const mt_train_options *given, int warmup, int packed_mean, F
             rc = mt_stop_status("benchmarking");
             break;
         }
-        rc = mt_devices_step(&dev, inputs, targets, positions, 1e-4f, &r);
+        if (profile) rc = profile_around_step(be, s, warmup, 0);
+        if (rc == MT_OK) rc = mt_devices_step(&dev, inputs, targets, positions, 1e-4f, &r);
+        if (rc == MT_OK && profile) rc = profile_around_step(be, s, warmup, 1);
         if (rc != MT_OK) break;
         if ((double)mt_dev_in_use(be) > driver_peak) driver_peak = (double)mt_dev_in_use(be);
         double ends = r.seconds - r.compute_seconds - r.idle_forward_seconds - r.idle_backward_seconds;
@@ -297,6 +337,7 @@ mt_status mt_bench(const mt_train_options *given, int warmup, int packed_mean, F
         int64_t host_peak = mt_host_memory_peak();
         rc = print_summary(out, o, be, &cfg, &sum, (double)peak, host_peak > 0 ? (double)host_peak : 0, json,
                            mt_devices_writes(&dev) ? json_file : NULL);
+        if (rc == MT_OK && profile) rc = write_profile(be, o, &cfg, (double)n, total, sum.tflops, profile, out);
     }
     if (json_file && fclose(json_file) != 0 && rc == MT_OK)
         rc = mt_fail(MT_ERR_IO, "--json %s: cannot write the summary: %s", json, strerror(errno));

@@ -3,13 +3,14 @@
 # CUDA tests and the grouped-GEMM benchmark for Hopper alone (a quicker build than run.sh's, which
 # builds every GPU generation), runs the MoE tests (tests/cuda/test_cuda_moe*.c: every op against the
 # CPU reference, both ways of the grouped GEMMs, the cuBLASLt loop's bits on 1, 3 and 8 streams), the
-# op table on CUDA both ways (the default cuBLASLt loop, and MT_MOE_GEMM=kernel), the grouped-GEMM
-# benchmark (bench/moe_gemm/run.sh: the cuBLASLt loop on 1, 2, 4 and 8 streams, the kernels, a dense
-# GEMM and torch._grouped_mm at OLMoE's and Qwen3-30B-A3B's shapes, 16384 tokens and the engine's
-# piece), then compute-sanitizer's memcheck and racecheck on the MoE tests (the model-shape and timing
-# tests left out). Logs go to $OUT; the summary names each step's result and time, and a failed step's
-# log ends are printed. The steps stop starting once BUDGET_S seconds (default 540) are spent, so one
-# device command of 10 minutes holds it; MT_STEPS="moe bench ..." runs only the steps named.
+# profile's tests (tests/cuda/test_cuda_profile.c: its rows against the engine's timers), the op table
+# on CUDA both ways (the default cuBLASLt loop, and MT_MOE_GEMM=kernel), the grouped-GEMM benchmark
+# (bench/moe_gemm/run.sh: the cuBLASLt loop on 1, 2, 4 and 8 streams, the kernels, a dense GEMM and
+# torch._grouped_mm at OLMoE's and Qwen3-30B-A3B's shapes, 16384 tokens and the engine's piece), then
+# compute-sanitizer's memcheck and racecheck on the MoE tests (the model-shape and timing tests left
+# out). Logs go to $OUT; the summary names each step's result and time, and a failed step's log ends
+# are printed. The steps stop starting once BUDGET_S seconds (default 540) are spent, so one device
+# command of 10 minutes holds it; MT_STEPS="moe bench ..." runs only the steps named.
 #
 #   bash tests/device/moe_cuda.sh
 set -u
@@ -38,6 +39,7 @@ timed() {
 
 step build make CUDA=1 BUILD=$build NV_ARCHS="$hopper" -j"$(nproc)" $build/cuda_tests bench-moe-gemm
 timed moe 60 $build/cuda_tests --jobs 1 --verbose --filter 'cuda/moe_*'
+timed profile 30 $build/cuda_tests --jobs 1 --verbose --filter 'cuda/profile_*'
 timed optable 30 $build/cuda_tests --jobs 4 --filter 'cuda/ops_table'
 timed optable_kernel 30 env MT_MOE_GEMM=kernel $build/cuda_tests --jobs 4 --filter 'cuda/ops_table'
 timed bench 90 env OUT="$logs" BUILD=$build NV_ARCHS="$hopper" bash bench/moe_gemm/run.sh

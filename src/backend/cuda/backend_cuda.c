@@ -553,6 +553,7 @@ static void cuda_destroy(mt_backend *be) {
     if (!cb) return;
     mt_cudnn_attention_destroy(cb->cudnn);
     mt_cuda_moe_lt_destroy(cb->moe_lt);
+    mt_cuda_profile_destroy(cb->profile);
     if (cb->scratch_pool) cudaMemPoolDestroy(cb->scratch_pool);
     if (cb->lt_workspace) cudaFree(cb->lt_workspace);
     if (cb->lt) cublasLtDestroy(cb->lt);
@@ -602,6 +603,8 @@ static const mt_backend_ops cuda_ops = {
     .coll = {.comm_init = mt_cuda_comm_init, .comm_init_world = mt_cuda_comm_init_world, .all_reduce = mt_cuda_all_reduce,
              .reduce_scatter = mt_cuda_reduce_scatter, .broadcast = mt_cuda_broadcast, .comm_abort = mt_cuda_comm_abort,
              .comm_free = mt_cuda_comm_free},
+    .prof = {.begin = mt_cuda_prof_begin, .end = mt_cuda_prof_end, .collect = mt_cuda_prof_collect,
+             .rows = mt_cuda_prof_rows, .clear = mt_cuda_prof_clear},
 };
 
 /* The expert GEMMs' way (docs/backends.md): MT_MOE_GEMM "cublaslt" (the default: a cuBLASLt GEMM an
@@ -647,6 +650,7 @@ static mt_status init_device(mt_cuda_backend *cb, int device) {
     MT_CUDA_CHECK(cudaMalloc(&cb->lt_workspace, cb->lt_workspace_bytes));
     if (!cb->moe_gemm_kernel) MT_TRY(mt_cuda_moe_lt_create(&cb->moe_lt, moe_streams));
     MT_TRY(mt_cudnn_attention_create(&cb->cudnn));
+    MT_TRY(mt_cuda_profile_create(&cb->profile));
     char text[512];
     mt_log_info("cuda device %d: %s", device, mt_device_info_text(&cb->info, text, sizeof text));
     return MT_OK;

@@ -17,6 +17,7 @@ typedef struct {
 } mt_cuda_allocation;
 
 typedef struct mt_cuda_moe_lt mt_cuda_moe_lt; /* moe_gemm_cublaslt.c */
+typedef struct mt_cuda_profile mt_cuda_profile; /* profile.c */
 
 struct mt_cuda_backend {
     mt_backend base;
@@ -37,6 +38,7 @@ struct mt_cuda_backend {
     cudaMemPool_t scratch_pool; /* mt_cuda_scratch_alloc's, made at its first use (under lock) */
     int moe_gemm_kernel;        /* MT_MOE_GEMM=kernel: the grouped GEMMs as moe_gemm.cu's kernels */
     mt_cuda_moe_lt *moe_lt;     /* else the cuBLASLt loop's streams, workspaces and algorithms */
+    mt_cuda_profile *profile;   /* the profile's spans and rows (profile.c) */
 };
 
 static inline cudaStream_t mt_cuda_stream(mt_stream *s) { return (cudaStream_t)s; }
@@ -83,6 +85,18 @@ cublasStatus_t mt_cuda_gemm_run(mt_cuda_backend *cb, cudaStream_t s, const mt_cu
 enum { MT_MOE_LT_MAX_STREAMS = 8 };
 mt_status mt_cuda_moe_lt_create(mt_cuda_moe_lt **out, int streams);
 void mt_cuda_moe_lt_destroy(mt_cuda_moe_lt *lt);
+
+/* The profile (profile.c): backend.h's prof group, and the backend's own spans inside an op's (phase
+ * the op's), which do nothing while the profile is off. */
+mt_status mt_cuda_profile_create(mt_cuda_profile **out);
+void mt_cuda_profile_destroy(mt_cuda_profile *p);
+void mt_cuda_prof_begin(mt_backend *be, mt_stream *s, const char *phase, const char *op, double flops);
+void mt_cuda_prof_end(mt_backend *be, mt_stream *s);
+mt_status mt_cuda_prof_collect(mt_backend *be);
+const mt_prof_row *mt_cuda_prof_rows(mt_backend *be, int *count);
+void mt_cuda_prof_clear(mt_backend *be);
+void mt_cuda_span_begin(mt_cuda_backend *cb, cudaStream_t s, const char *op);
+void mt_cuda_span_end(mt_cuda_backend *cb, cudaStream_t s);
 
 /* The GEMM ops of backend.h (gemm.c). */
 void mt_cuda_op_matmul(mt_backend *be, mt_stream *s, void *y, const void *x, const void *w,

@@ -250,7 +250,11 @@ static mt_status offsets_home(mt_cuda_moe_lt *lt, cudaStream_t s, const moe_gemm
 
 static mt_status grouped_locked(mt_cuda_moe_lt *lt, mt_cuda_backend *cb, cudaStream_t s, const moe_gemm_call *c,
                                 const int32_t *offsets, int rows, int E, int S) {
-    MT_TRY(offsets_home(lt, s, c, offsets, rows, (size_t)E * S + 1));
+    /* the profile's span: the copy, and the device idle until the waiting host is back */
+    mt_cuda_span_begin(cb, s, "host sync: expert offsets home");
+    mt_status home = offsets_home(lt, s, c, offsets, rows, (size_t)E * S + 1);
+    mt_cuda_span_end(cb, s);
+    MT_TRY(home);
     const int32_t *off = lt->offsets;
     job *jobs = mt_malloc((size_t)E * sizeof *jobs, "the expert GEMMs' order");
     if (!jobs) return MT_ERR_NOMEM;

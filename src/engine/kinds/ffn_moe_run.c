@@ -167,9 +167,10 @@ static void route(const mt_block_ctx *c, mt_piece p, int stats) {
     int E = cfg->num_experts, k = cfg->experts_per_token;
     for (token_run r = next_run(c, p, p.row); r.rows > 0; r = next_run(c, p, r.row + r.rows)) {
         int i = r.row - p.row, counted = stats && r.real;
-        c->be->ops->moe.route(c->be, c->stream, ws->moe.weights + (size_t)i * k, ws->moe.experts + (size_t)i * k,
-                              counted ? block_counts(c) : NULL, counted ? block_prob_sum(c) : NULL,
-                              mt_rows_at(ws->moe.logits, i, E, mt_act_size(c)), r.rows, E, k, renorm(c));
+        MT_OP(c, "route: softmax, top k", 0,
+              c->be->ops->moe.route(c->be, c->stream, ws->moe.weights + (size_t)i * k, ws->moe.experts + (size_t)i * k,
+                                    counted ? block_counts(c) : NULL, counted ? block_prob_sum(c) : NULL,
+                                    mt_rows_at(ws->moe.logits, i, E, mt_act_size(c)), r.rows, E, k, renorm(c)));
     }
 }
 
@@ -181,10 +182,11 @@ static void route_dx(const mt_block_ctx *c, mt_piece p) {
     size_t act = mt_act_size(c);
     for (token_run r = next_run(c, p, p.row); r.rows > 0; r = next_run(c, p, r.row + r.rows)) {
         int i = r.row - p.row;
-        c->be->ops->moe.route_dx(c->be, c->stream, mt_rows_at_mut(ws->moe.dlogits, i, E, act),
-                                 ws->moe.dweights + (size_t)i * k, mt_rows_at(ws->moe.logits, i, E, act),
-                                 ws->moe.experts + (size_t)i * k, r.real ? block_aux_grad(c) : NULL, r.rows, E, k,
-                                 renorm(c));
+        MT_OP(c, "route_dx", 0,
+              c->be->ops->moe.route_dx(c->be, c->stream, mt_rows_at_mut(ws->moe.dlogits, i, E, act),
+                                       ws->moe.dweights + (size_t)i * k, mt_rows_at(ws->moe.logits, i, E, act),
+                                       ws->moe.experts + (size_t)i * k, r.real ? block_aux_grad(c) : NULL, r.rows, E,
+                                       k, renorm(c)));
     }
 }
 
@@ -196,17 +198,21 @@ static void experts_forward(const mt_block_ctx *c, const mt_unit_weights *w, mt_
     mt_block_ws *ws = c->ws;
     int D = cfg->hidden_size, E = cfg->num_experts, k = cfg->experts_per_token, F = cfg->moe_intermediate_size;
     int rows = p.rows * k, S = segments(c, p);
-    mt_ffn_norm_piece(c, w, p);
-    mt_matmul_piece(c, p, ws->moe.logits, ws->h2, w->t[MT_T_ROUTER], w->t[MT_T_ROUTER_BIAS], D, E);
+    MT_OP(c, "norm", 0, mt_ffn_norm_piece(c, w, p));
+    MT_OP(c, "router GEMM", mt_gemm_flops(p.rows, D, E),
+          mt_matmul_piece(c, p, ws->moe.logits, ws->h2, w->t[MT_T_ROUTER], w->t[MT_T_ROUTER_BIAS], D, E));
     route(c, p, stats);
-    moe->permute(c->be, c->stream, ws->moe.order, ws->moe.slot_row, ws->moe.offsets, ws->moe.experts, p.rows, E, k,
-                 segment_rows(c, p));
-    moe->gather(c->be, c->stream, ws->moe.xs, ws->h2, ws->moe.order, p.rows, k, D);
-    moe->grouped_matmul(c->be, c->stream, ws->moe.gu, ws->moe.xs, w->t[MT_T_EXPERTS_GATE_UP],
-                        w->t[MT_T_EXPERTS_GATE_UP_BIAS], ws->moe.offsets, rows, E, S, D, 2 * F);
-    moe->swiglu(c->be, c->stream, ws->moe.a, ws->moe.gu, rows, F, mt_glu_of(c->spec));
-    moe->grouped_matmul(c->be, c->stream, ws->moe.ys, ws->moe.a, w->t[MT_T_EXPERTS_DOWN], w->t[MT_T_EXPERTS_DOWN_BIAS],
-                        ws->moe.offsets, rows, E, S, F, D);
+    MT_OP(c, "permute", 0,
+          moe->permute(c->be, c->stream, ws->moe.order, ws->moe.slot_row, ws->moe.offsets, ws->moe.experts, p.rows, E,
+                       k, segment_rows(c, p)));
+    MT_OP(c, "gather", 0, moe->gather(c->be, c->stream, ws->moe.xs, ws->h2, ws->moe.order, p.rows, k, D));
+    MT_OP(c, "gate/up GEMM", mt_gemm_flops(rows, D, 2 * F),
+          moe->grouped_matmul(c->be, c->stream, ws->moe.gu, ws->moe.xs, w->t[MT_T_EXPERTS_GATE_UP],
+                              w->t[MT_T_EXPERTS_GATE_UP_BIAS], ws->moe.offsets, rows, E, S, D, 2 * F));
+    MT_OP(c, "SwiGLU", 0, moe->swiglu(c->be, c->stream, ws->moe.a, ws->moe.gu, rows, F, mt_glu_of(c->spec)));
+    MT_OP(c, "down GEMM", mt_gemm_flops(rows, F, D),
+          moe->grouped_matmul(c->be, c->stream, ws->moe.ys, ws->moe.a, w->t[MT_T_EXPERTS_DOWN],
+                              w->t[MT_T_EXPERTS_DOWN_BIAS], ws->moe.offsets, rows, E, S, F, D));
 }
 
 /* The shared expert's output and its gate's logit, from h2 (Qwen2-MoE). */
@@ -222,12 +228,15 @@ static void forward(const mt_block_ctx *c, const mt_unit_weights *w, mt_piece p,
     int D = c->cfg->hidden_size;
     void *yp = mt_rows_at_mut(y, p.row, D, act);
     experts_forward(c, w, p, 1);
-    c->be->ops->moe.combine(c->be, c->stream, ws->tmp, ws->moe.ys, ws->moe.weights, ws->moe.slot_row, p.rows,
-                            c->cfg->experts_per_token, D);
-    c->be->ops->op.add(c->be, c->stream, yp, mt_x2_row(c, p.row), ws->tmp, (size_t)p.rows * D);
+    MT_OP(c, "combine", 0,
+          c->be->ops->moe.combine(c->be, c->stream, ws->tmp, ws->moe.ys, ws->moe.weights, ws->moe.slot_row, p.rows,
+                                  c->cfg->experts_per_token, D));
+    MT_OP(c, "residual add", 0,
+          c->be->ops->op.add(c->be, c->stream, yp, mt_x2_row(c, p.row), ws->tmp, (size_t)p.rows * D));
     if (shared(c)) {
-        shared_forward(c, w, p);
-        c->be->ops->moe.gate_add(c->be, c->stream, yp, yp, ws->moe.shared, ws->moe.gate, p.rows, D);
+        MT_OP(c, "shared expert", 0, shared_forward(c, w, p));
+        MT_OP(c, "shared expert's gate", 0,
+              c->be->ops->moe.gate_add(c->be, c->stream, yp, yp, ws->moe.shared, ws->moe.gate, p.rows, D));
     }
 }
 
@@ -256,25 +265,36 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
     int D = cfg->hidden_size, E = cfg->num_experts, k = cfg->experts_per_token, F = cfg->moe_intermediate_size;
     int rows = p.rows * k, S = segments(c, p);
     void *dy = mt_rows_at_mut(dxy, p.row, D, act);
-    experts_forward(c, w, p, 0);
-    moe->combine_dx(c->be, c->stream, ws->moe.dys, ws->moe.dweights, dy, ws->moe.ys, ws->moe.weights, ws->moe.slot_row,
-                    p.rows, k, D);
-    moe->grouped_matmul_dw(c->be, c->stream, g->t[MT_T_EXPERTS_DOWN], g->t[MT_T_EXPERTS_DOWN_BIAS], ws->moe.dys,
-                           ws->moe.a, ws->moe.offsets, rows, E, S, F, D);
-    moe->grouped_matmul_dx(c->be, c->stream, ws->moe.a, ws->moe.dys, w->t[MT_T_EXPERTS_DOWN], ws->moe.offsets, rows, E,
-                           S, F, D); /* da */
-    moe->swiglu_dx(c->be, c->stream, ws->moe.dgu, ws->moe.a, ws->moe.gu, rows, F, mt_glu_of(c->spec));
-    moe->grouped_matmul_dw(c->be, c->stream, g->t[MT_T_EXPERTS_GATE_UP], g->t[MT_T_EXPERTS_GATE_UP_BIAS], ws->moe.dgu,
-                           ws->moe.xs, ws->moe.offsets, rows, E, S, D, 2 * F);
-    moe->grouped_matmul_dx(c->be, c->stream, ws->moe.ys, ws->moe.dgu, w->t[MT_T_EXPERTS_GATE_UP], ws->moe.offsets, rows,
-                           E, S, D, 2 * F); /* dxs */
-    moe->gather_dx(c->be, c->stream, ws->tmp, ws->moe.ys, ws->moe.slot_row, p.rows, k, D, 0);
+    mt_block_ctx again = *c; /* the forward again, in the profile's phase of the recomputation */
+    again.phase = MT_PHASE_RECOMPUTE;
+    experts_forward(&again, w, p, 0);
+    MT_OP(c, "combine_dx", 0,
+          moe->combine_dx(c->be, c->stream, ws->moe.dys, ws->moe.dweights, dy, ws->moe.ys, ws->moe.weights,
+                          ws->moe.slot_row, p.rows, k, D));
+    MT_OP(c, "down dW GEMM", mt_gemm_flops(rows, F, D),
+          moe->grouped_matmul_dw(c->be, c->stream, g->t[MT_T_EXPERTS_DOWN], g->t[MT_T_EXPERTS_DOWN_BIAS], ws->moe.dys,
+                                 ws->moe.a, ws->moe.offsets, rows, E, S, F, D));
+    MT_OP(c, "down dX GEMM", mt_gemm_flops(rows, F, D),
+          moe->grouped_matmul_dx(c->be, c->stream, ws->moe.a, ws->moe.dys, w->t[MT_T_EXPERTS_DOWN], ws->moe.offsets,
+                                 rows, E, S, F, D)); /* da */
+    MT_OP(c, "SwiGLU_dx", 0,
+          moe->swiglu_dx(c->be, c->stream, ws->moe.dgu, ws->moe.a, ws->moe.gu, rows, F, mt_glu_of(c->spec)));
+    MT_OP(c, "gate/up dW GEMM", mt_gemm_flops(rows, D, 2 * F),
+          moe->grouped_matmul_dw(c->be, c->stream, g->t[MT_T_EXPERTS_GATE_UP], g->t[MT_T_EXPERTS_GATE_UP_BIAS],
+                                 ws->moe.dgu, ws->moe.xs, ws->moe.offsets, rows, E, S, D, 2 * F));
+    MT_OP(c, "gate/up dX GEMM", mt_gemm_flops(rows, D, 2 * F),
+          moe->grouped_matmul_dx(c->be, c->stream, ws->moe.ys, ws->moe.dgu, w->t[MT_T_EXPERTS_GATE_UP],
+                                 ws->moe.offsets, rows, E, S, D, 2 * F)); /* dxs */
+    MT_OP(c, "gather_dx", 0, moe->gather_dx(c->be, c->stream, ws->tmp, ws->moe.ys, ws->moe.slot_row, p.rows, k, D, 0));
     route_dx(c, p);
-    mt_matmul_dw_piece(c, p, g->t[MT_T_ROUTER], g->t[MT_T_ROUTER_BIAS], ws->moe.dlogits, ws->h2, D, E);
-    mt_matmul_dx_piece(c, p, ws->tmp, ws->moe.dlogits, w->t[MT_T_ROUTER], D, E, 1);
-    if (shared(c)) shared_backward(c, w, g, p, dy);
-    mt_rmsnorm_dx_piece(c, p, dy, g->t[MT_T_MLP_NORM], ws->tmp, mt_x2_row(c, p.row), w->t[MT_T_MLP_NORM],
-                        ws->rstd2 + p.row, 1, D, 1);
+    MT_OP(c, "router dW GEMM", mt_gemm_flops(p.rows, D, E),
+          mt_matmul_dw_piece(c, p, g->t[MT_T_ROUTER], g->t[MT_T_ROUTER_BIAS], ws->moe.dlogits, ws->h2, D, E));
+    MT_OP(c, "router dX GEMM", mt_gemm_flops(p.rows, D, E),
+          mt_matmul_dx_piece(c, p, ws->tmp, ws->moe.dlogits, w->t[MT_T_ROUTER], D, E, 1));
+    if (shared(c)) MT_OP(c, "shared expert", 0, shared_backward(c, w, g, p, dy));
+    MT_OP(c, "norm_dx", 0,
+          mt_rmsnorm_dx_piece(c, p, dy, g->t[MT_T_MLP_NORM], ws->tmp, mt_x2_row(c, p.row), w->t[MT_T_MLP_NORM],
+                              ws->rstd2 + p.row, 1, D, 1));
 }
 
 const mt_ffn_ops mt_ffn_moe_ops = {.walk = walk, .forward = forward, .backward = backward, .pass_bytes = pass_bytes,
