@@ -34,39 +34,14 @@ bench_start bench.jsonl
 build_megatrain
 
 shape=(--seq "$seq" --micro-batches 4 --batch 4 --clip 1)
-cut_config=$out/olmoe-1b-7b-cut.json
-
-# Whether the default run of the model ($@) fits this host, by megatrain plan.
-fits() {
-    "$build/megatrain" plan --backend cuda "$@" "${shape[@]}" 2>/dev/null | grep -q "^fit .*host needs.*: fits"
-}
-
-# The most blocks of OLMoE-1B-7B the host holds (16: all of them).
-olmoe_layers() {
-    local layers
-    if fits --preset olmoe-1b-7b; then
-        echo 16
-        return
-    fi
-    for layers in $(seq 15 -1 1); do
-        python3 bench/moe_config.py olmoe-1b-7b "$layers" "$cut_config"
-        if fits --config "$cut_config"; then
-            echo "$layers"
-            return
-        fi
-    done
-    echo 0
-}
-
-layers=${LAYERS:-$(olmoe_layers)}
+layers=${LAYERS:-$(host_layers olmoe-1b-7b 16 "${shape[@]:2}")}
 if [ "$layers" -lt 1 ]; then
     echo "not one block of OLMoE-1B-7B fits this host (megatrain plan)"
     exit 1
 fi
 model=(--preset olmoe-1b-7b)
 if [ "$layers" -lt 16 ]; then
-    python3 bench/moe_config.py olmoe-1b-7b "$layers" "$cut_config"
-    model=(--config "$cut_config")
+    model=(--config "$(cut_config olmoe-1b-7b "$layers")")
     echo "OLMoE-1B-7B cut to $layers of its 16 blocks (what this host holds)"
 fi
 
