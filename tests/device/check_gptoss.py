@@ -217,7 +217,7 @@ def check_training(binary, init, data, tokens, work):
     ce, lb = metrics(run, "loss"), metrics(run, "aux_loss")
     ours = [c + AUX_COEF * a for c, a in zip(ce, lb)]
     fp32, fp32_lb, fp32_weights = hf_train(init, tokens, bf16=False)
-    bf16, bf16_lb, _ = hf_train(init, tokens, bf16=True)
+    bf16, bf16_lb, bf16_weights = hf_train(init, tokens, bf16=True)
     print("gpt-oss: step, megatrain objective (ce, aux), transformers fp32 (aux), bf16 autocast (aux)")
     for s in range(STEPS):
         print(f"  {s + 1}  {ours[s]:.5f} ({ce[s]:.5f}, {lb[s]:.5f})  {fp32[s]:.5f} ({fp32_lb[s]:.5f})  "
@@ -230,22 +230,26 @@ def check_training(binary, init, data, tokens, work):
     out = os.path.join(work, "export-trained")
     export(binary, run, out)
     before, after = weights_of(init), weights_of(out)
-    cosines = {}
+    cosines, floors = {}, {}  # floors: transformers' bf16 autocast's, for the reader
     for name, theirs in fp32_weights.items():
         check(name in after, f"gpt-oss: the export holds {name}")
-        d_ours, d_theirs = (after[name] - before[name]).flatten(), (theirs - before[name]).flatten()
-        cosines[name] = F.cosine_similarity(d_ours, d_theirs, dim=0).item()
+        d_theirs = (theirs - before[name]).flatten()
+        cosines[name] = F.cosine_similarity((after[name] - before[name]).flatten(), d_theirs, dim=0).item()
+        floors[name] = F.cosine_similarity((bf16_weights[name] - before[name]).flatten(), d_theirs, dim=0).item()
     worst = min(cosines, key=cosines.get)
     for kind in ("sinks", "o_proj.bias", "router.bias", "gate_up_proj_bias", "down_proj_bias"):
         names = [n for n in cosines if n.endswith(kind)]
         check(names, f"gpt-oss: the updates compared include {kind}")
         low = min(names, key=cosines.get)
-        print(f"  lowest {kind}: {low} {cosines[low]:.4f}")
+        print(f"  lowest {kind}: {low} {cosines[low]:.4f} (bf16 autocast's {floors[low]:.4f})")
+    for name in sorted(cosines, key=cosines.get)[:12]:
+        print(f"  update cosine {cosines[name]:.4f} (bf16 autocast's {floors[name]:.4f}) {name}")
     print(f"gpt-oss: update cosines, lowest {worst} {cosines[worst]:.4f}")
     check(cosines[worst] >= COSINE, f"gpt-oss: every tensor's update cosine >= {COSINE} (lowest {worst} "
           f"{cosines[worst]:.4f})")
     results["training"] = dict(megatrain=ours, megatrain_ce=ce, megatrain_aux=lb, fp32=fp32, fp32_aux=fp32_lb,
-                               bf16=bf16, noise=noise, diff=diff, bound=bound, cosines=cosines)
+                               bf16=bf16, noise=noise, diff=diff, bound=bound, cosines=cosines,
+                               bf16_cosines=floors)
     return run, out
 
 
