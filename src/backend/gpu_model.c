@@ -3,7 +3,7 @@
  * a machine without a GPU sizes the run with it, so that a plan for a user's card can be made
  * anywhere. Attention's workspace is the larger of its own kernels' and cuDNN's dQ accumulators
  * (which the backend needs where cuDNN runs the dims); what cuDNN's plans ask beside it is known
- * only on a GPU. */
+ * only on a GPU. The Gated DeltaNet rule's workspace is its kernels'. */
 #include "backend/gpu_model.h"
 
 #include <stdlib.h>
@@ -34,6 +34,10 @@ static size_t model_lmhead_workspace(mt_backend *be, int chunk, int vocab) {
     return mt_cuda_lmhead_workspace_bytes(chunk, vocab);
 }
 
+static size_t model_gdn_rule_workspace(mt_backend *be, mt_gdn_dims d) {
+    return mt_cuda_gdn_rule_workspace_bytes(d.n, d.seq, d.v_heads, d.d_k, d.d_v);
+}
+
 /* The CUDA backend updates the ends on the device; the model says so, and never runs them. */
 static void model_clip_scale(mt_backend *be, mt_stream *s, float *scale, const float *norms, int count, float max_norm) {}
 static void model_adamw(mt_backend *be, mt_stream *s, const struct mt_adamw_params *p, int decay, const float *scale,
@@ -49,6 +53,7 @@ static const mt_backend_ops model_ops = {
     .mem = {.dev_mem_info = model_mem_info},
     .op = {.attention_workspace = model_attention_workspace, .lmhead_workspace = model_lmhead_workspace,
            .clip_scale = model_clip_scale, .adamw = model_adamw},
+    .gdn = {.rule_workspace = model_gdn_rule_workspace},
 };
 
 mt_status mt_backend_gpu_model_create(mt_backend **out, int64_t memory) {

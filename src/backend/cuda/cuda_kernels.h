@@ -11,6 +11,7 @@ extern "C" {
 #endif
 
 #include "backend/backend.h"
+#include "backend/cuda_workspace.h"
 #include "optim/adamw_kernels.h"
 
 typedef struct mt_cuda_backend mt_cuda_backend;
@@ -157,7 +158,7 @@ mt_status mt_cuda_moe_gemm_dw_cublaslt(mt_cuda_backend *cb, cudaStream_t s, floa
 /* Gated DeltaNet (backend.h's gdn group): gdn_ops.cu and gdn_rule.cu. d_k and d_v at most
  * MT_CUDA_GDN_MAX_DIM and multiples of 4 (the rule's kernels hold a chunk's matrices in shared
  * memory); mt_cuda_gdn_check says so by name. */
-enum { MT_CUDA_GDN_MAX_DIM = 128, MT_CUDA_GDN_CHUNK = 64 };
+enum { MT_CUDA_GDN_MAX_DIM = 128 }; /* the rule's chunk: MT_CUDA_GDN_CHUNK (cuda_workspace.h) */
 mt_status mt_cuda_gdn_check(mt_gdn_dims d);
 mt_status mt_cuda_gdn_conv(cudaStream_t s, void *y, const void *x, const void *w, int C, mt_gdn_dims d);
 mt_status mt_cuda_gdn_conv_dx(cudaStream_t s, void *dx, float *dw, const void *dy, const void *x, const void *w, int C,

@@ -563,7 +563,7 @@ extern "C" mt_status mt_cuda_gdn_check(mt_gdn_dims d) {
 }
 
 extern "C" size_t mt_cuda_gdn_rule_workspace(mt_gdn_dims d) {
-    return chunks_of(d) * d.v_heads * (2 * (size_t)d.d_k * d.d_v + 2 * (size_t)L * d.d_v) * sizeof(float);
+    return mt_cuda_gdn_rule_workspace_bytes(d.n, d.seq, d.v_heads, d.d_k, d.d_v);
 }
 
 static size_t smem_forward(const mt_gdn_dims &d) {
