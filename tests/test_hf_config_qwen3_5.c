@@ -32,10 +32,10 @@ static const char *moe_35b =
     " \"output_router_logits\": false, \"rms_norm_eps\": 1e-06, " ROPE ", \"router_aux_loss_coef\": 0.001,"
     " \"shared_expert_intermediate_size\": 512, \"tie_word_embeddings\": false, \"vocab_size\": 248320}";
 
-/* Qwen/Qwen3.5-122B-A10B's text_config: its sizes as the hub's config.json gives them (read from
- * the model's config.json as quoted, field by field, by public reviews of it: 48 layers, hidden 3072,
- * 32 heads over 2 key-value heads, 256 experts of 1024, top 8, a shared expert of 1024, 64 value heads
- * over 16 q/k heads), the rest Qwen3.5-MoE's as the 35B's. */
+/* Qwen/Qwen3.5-122B-A10B's text_config. No verbatim copy of its config.json was within reach; its
+ * sizes are those that public code and notes quoting it agree on (48 layers, hidden 3072, 32 heads
+ * over 2 key-value heads, 256 experts of 1024, top 8, a shared expert of 1024, 64 value heads over
+ * 16 q/k heads: 122.1 B parameters, 9.8 B a token, as its name says), the rest the 35B's fields. */
 static const char *moe_122b =
     "{\"architectures\": [\"Qwen3_5MoeForCausalLM\"], \"model_type\": \"qwen3_5_moe_text\", \"attention_bias\": false,"
     " \"attn_output_gate\": true, \"eos_token_id\": 248044, \"full_attention_interval\": 4, \"head_dim\": 256,"
