@@ -309,11 +309,20 @@ Test(jinja, prefix_renders_mark_a_custom_templates_answers) {
     cr_assert_not_null(got, "%s", mt_error());
     cr_expect_str_eq(got, "### System:\ns\n### User:\nq\n### Assistant:\n⟦a\n</s>⟧\n");
     free(got);
-    /* a template that shows an answer differently once a later message follows */
-    const char *moving = "{% for m in messages %}{{ m.role }}: {{ m.content }}{% if loop.last %} (last){% endif %}\n"
-                         "{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}";
-    got = render_marked(moving, "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", "
-                                "\"content\": \"a\"}, {\"role\": \"user\", \"content\": \"q2\"}]}");
+    /* a template that shows an answer differently once a later message follows: the answer is what
+     * the conversation without it lacks, after the prompt's "assistant: " */
+    const char *conversation = "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", "
+                               "\"content\": \"a\"}, {\"role\": \"user\", \"content\": \"q2\"}]}";
+    const char *moving = "{% for m in messages %}{{ m.role }}: {{ m.content }}{% if loop.last %} (last){% endif %}"
+                         "{{ '\\n' }}{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}";
+    got = render_marked(moving, conversation);
+    cr_expect_str_eq(got, "user: q\nassistant: ⟦a⟧\nuser: q2 (last)\n", "%s", got ? "" : mt_error());
+    free(got);
+    /* ... and one that numbers the turns too: without the answer the later turns' numbers change */
+    const char *numbered = "{% for m in messages %}{{ loop.index }} {{ m.role }}: {{ m.content }}{% if loop.last %} "
+                           "(last){% endif %}{{ '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ messages|length + 1 }}"
+                           " assistant: {% endif %}";
+    got = render_marked(numbered, conversation);
     cr_expect_null(got, "rendered %s", got);
     cr_expect(strstr(mt_error(), "t.jinja: the chat template's renders are not prefixes of one another at message 2 "
                                  "(an assistant's)"), "%s", mt_error());
