@@ -162,12 +162,14 @@ static mt_tokenizer *tokenizer_for(const char *tmpl) {
  * finds from the renders (the conversation before each answer with the generation prompt, then
  * with the answer, less the whitespace after its end-of-turn token) are the known renderer's
  * wherever the renders are prefixes of one another, and so are the ids and masks with the real
- * tokenizers (today's, issue 43's regression suite). Where they are not (Qwen3 drops the reasoning
- * of answers before the last question; Mistral v0.3 moves the system prompt to the last question;
- * Llama 3's first template ends every text with an assistant header; gpt-oss ends the last answer
- * with <|return|>, earlier ones with <|end|>, and shows the reasoning of the last only), the
- * conversation is refused naming the message: why those templates keep their C renderer (gpt-oss:
- * its answers found from its harmony messages). */
+ * tokenizers (today's, issue 43's regression suite); so are they where the whole text shows an
+ * answer otherwise than the render through it (Qwen3 drops the reasoning of answers before the last
+ * question), found from the conversation without it. Where the renders fit neither (Qwen3's two
+ * answers in a row, the first rendered with its <think> block while it is the last; Mistral v0.3
+ * moves the system prompt to the last question; Llama 3's first template ends every text with an
+ * assistant header; gpt-oss ends the last answer with <|return|>, earlier ones with <|end|>, and
+ * shows the reasoning of the last only), the conversation is refused naming the message: why those
+ * templates keep their C renderer (gpt-oss: its answers found from its harmony messages). */
 Test(jinja, finds_the_answers_the_known_renderers_mark, .timeout = MT_TEST_LIMIT(60)) {
     json_t *cases = json_load_file(CHAT_DATA "/cases.json", 0, NULL); /* integers stay integers */
     cr_assert_not_null(cases);
