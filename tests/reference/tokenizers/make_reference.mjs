@@ -118,12 +118,13 @@ const byteAlphabet = (() => {
   const [split, byteLevel] = q.pre_tokenizer.pretokenizers;
   const regex = split.pattern.Regex.replace("]?\\p{L}+|", "]?[\\p{L}\\p{M}]+|").replace("[^\\s\\p{L}\\p{N}]+", "[^\\s\\p{L}\\p{M}\\p{N}]+");
   if (!regex.includes("[\\p{L}\\p{M}]+|") || !regex.includes("\\p{M}\\p{N}]+")) throw new Error(`Qwen3's Split is not as expected: ${regex}`);
+  // pretokenize_regex: Qwen3.5's tokenizer_config.json carries its Split too (transformers 5 builds it from there)
   small("qwen3_5-split", {
     ...q,
     model,
     added_tokens: q.added_tokens.map((t, k) => ({ ...t, id: size + k })),
     pre_tokenizer: { type: "Sequence", pretokenizers: [{ ...split, pattern: { Regex: regex } }, byteLevel] },
-  }, { ...tokenizers.qwen3.config, added_tokens_decoder: undefined, chat_template: undefined });
+  }, { ...tokenizers.qwen3.config, added_tokens_decoder: undefined, chat_template: undefined, pretokenize_regex: regex });
 }
 
 // Unicode's White_Space: \s as Oniguruma and Rust's regex read it.
