@@ -3,13 +3,15 @@
  * tests/data/tokenizers/chat/qwen3_5.jsonl, rendered as `tokenize` and `train` render it, gives the
  * text and the answers' bytes that an independent implementation gives
  * (tests/data/tokenizers/expected/qwen3_5-chat.json: @huggingface/jinja renders; written by
- * tests/reference/tokenizers/make_chat_spans.mjs, which says which bytes are an answer). The
+ * tests/reference/tokenizers/make_chat_spans.mjs, which says which bytes are an answer; Jinja2
+ * renders the same texts). The
  * thinking of the last question's answers is shown and trained; earlier answers drop theirs, as
  * the template does, and train on what they show. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "chat_test_files.h"
 #include "tokenizer/chat_data.h"
@@ -74,6 +76,31 @@ Test(chat_qwen3_5, texts_and_answers_are_the_references) {
     free(lines);
     json_decref(expected);
     mt_chat_template_free(&t);
+}
+
+/* Jinja2, which transformers renders with, gives the references' texts too
+ * (tests/data/chat/render_file_jinja.py, python3-jinja2). */
+Test(chat_qwen3_5, jinja2_renders_the_reference_texts) {
+    char out[] = "/tmp/mt-qwen3_5-XXXXXX";
+    int fd = mkstemp(out);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 tests/data/chat/render_file_jinja.py tests/data/chat/qwen3.5/"
+             "chat_template.jinja '' '<|im_end|>' " DATA "/chat/qwen3_5.jsonl > %s", out);
+    int rc = system(cmd);
+    cr_assert_neq(WEXITSTATUS(rc), 2, "/usr/bin/python3 cannot import jinja2: install python3-jinja2");
+    cr_assert_eq(rc, 0, "%s failed", cmd);
+    json_error_t err;
+    json_t *renders = json_load_file(out, 0, &err), *expected = json_load_file(DATA "/expected/qwen3_5-chat.json", 0, &err);
+    unlink(out);
+    cr_assert(json_is_array(renders) && json_is_array(expected), "%s", err.text);
+    cr_assert_eq(json_array_size(renders), json_array_size(expected));
+    for (size_t i = 0; i < json_array_size(renders); i++)
+        cr_expect_str_eq(json_string_value(json_array_get(renders, i)),
+                         json_string_value(json_object_get(json_array_get(expected, i), "text")), "conversation %zu", i);
+    json_decref(renders);
+    json_decref(expected);
 }
 
 /* The generation prompt opens the thinking block, as the template's does (enable_thinking is not
