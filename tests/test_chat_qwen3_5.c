@@ -92,13 +92,15 @@ Test(chat_qwen3_5, jinja2_renders_the_reference_texts) {
     cr_assert_neq(WEXITSTATUS(rc), 2, "/usr/bin/python3 cannot import jinja2: install python3-jinja2");
     cr_assert_eq(rc, 0, "%s failed", cmd);
     json_error_t err;
-    json_t *renders = json_load_file(out, 0, &err), *expected = json_load_file(DATA "/expected/qwen3_5-chat.json", 0, &err);
+    json_t *renders = json_load_file(out, 0, &err);
+    json_t *expected = json_load_file(DATA "/expected/qwen3_5-chat.json", 0, &err);
     unlink(out);
     cr_assert(json_is_array(renders) && json_is_array(expected), "%s", err.text);
     cr_assert_eq(json_array_size(renders), json_array_size(expected));
-    for (size_t i = 0; i < json_array_size(renders); i++)
-        cr_expect_str_eq(json_string_value(json_array_get(renders, i)),
-                         json_string_value(json_object_get(json_array_get(expected, i), "text")), "conversation %zu", i);
+    for (size_t i = 0; i < json_array_size(renders); i++) {
+        const char *want = json_string_value(json_object_get(json_array_get(expected, i), "text"));
+        cr_expect_str_eq(json_string_value(json_array_get(renders, i)), want, "conversation %zu", i);
+    }
     json_decref(renders);
     json_decref(expected);
 }
@@ -122,7 +124,8 @@ Test(chat_qwen3_5, prompts_with_think_and_reports_what_the_template_raises) {
     mt_chat_rendered_free(&r);
     mt_chat_example_free(&e);
 
-    line = "{\"messages\": [{\"role\": \"system\", \"content\": \"s\"}, {\"role\": \"assistant\", \"content\": \"a\"}]}";
+    line = "{\"messages\": [{\"role\": \"system\", \"content\": \"s\"}, "
+           "{\"role\": \"assistant\", \"content\": \"a\"}]}";
     cr_assert_eq(mt_chat_example_parse(line, strlen(line), "p.jsonl", 2, &e), MT_OK, "%s", mt_error());
     cr_expect_eq(mt_chat_render(&t, e.m, e.n, e.tools, &r), MT_ERR_INVALID);
     cr_expect(strstr(mt_error(), "No user query found in messages."), "%s", mt_error());

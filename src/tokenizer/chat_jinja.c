@@ -111,11 +111,12 @@ static mt_status answer_span(const mt_chat_template *t, const json_t *msgs, size
             render(t, msgs, n, i, tools, 0, &without) == MT_OK)
             found = removed_turn(whole, &without, before.text + plain.len, before.len - plain.len, span);
         if (!found)
-            st = mt_fail(MT_ERR_INVALID, "%s: the chat template's renders are not prefixes of one another at message "
-                         "%zu (an assistant's): the conversation before it with the generation prompt, then through it, "
-                         "then whole, must each begin with the one before (or the whole be the conversation without it "
-                         "and its turn) for megatrain to tell which text is the answer; mark the answer with "
-                         "{%% generation %%} ... {%% endgeneration %%} in the template", t->name, i + 1);
+            st = mt_fail(MT_ERR_INVALID, "%s: the chat template's renders are not prefixes of one another at "
+                         "message %zu (an assistant's): the conversation before it with the generation prompt, then "
+                         "through it, then whole, must each begin with the one before (or the whole be the "
+                         "conversation without it and its turn) for megatrain to tell which text is the answer; mark "
+                         "the answer with {%% generation %%} ... {%% endgeneration %%} in the template", t->name,
+                         i + 1);
     }
     mt_jinja_output_free(&before);
     mt_jinja_output_free(&through);
