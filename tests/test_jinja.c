@@ -162,12 +162,14 @@ static mt_tokenizer *tokenizer_for(const char *tmpl) {
  * finds from the renders (the conversation before each answer with the generation prompt, then
  * with the answer, less the whitespace after its end-of-turn token) are the known renderer's
  * wherever the renders are prefixes of one another, and so are the ids and masks with the real
- * tokenizers (today's, issue 43's regression suite). Where they are not (Qwen3 drops the reasoning
- * of answers before the last question; Mistral v0.3 moves the system prompt to the last question;
- * Llama 3's first template ends every text with an assistant header; gpt-oss ends the last answer
- * with <|return|>, earlier ones with <|end|>, and shows the reasoning of the last only), the
- * conversation is refused naming the message: why those templates keep their C renderer (gpt-oss:
- * its answers found from its harmony messages). */
+ * tokenizers (today's, issue 43's regression suite); so are they where the whole text shows an
+ * answer otherwise than the render through it (Qwen3 drops the reasoning of answers before the last
+ * question), found from the conversation without it. Where the renders fit neither (Qwen3's two
+ * answers in a row, the first rendered with its <think> block while it is the last; Mistral v0.3
+ * moves the system prompt to the last question; Llama 3's first template ends every text with an
+ * assistant header; gpt-oss ends the last answer with <|return|>, earlier ones with <|end|>, and
+ * shows the reasoning of the last only), the conversation is refused naming the message: why those
+ * templates keep their C renderer (gpt-oss: its answers found from its harmony messages). */
 Test(jinja, finds_the_answers_the_known_renderers_mark, .timeout = MT_TEST_LIMIT(60)) {
     json_t *cases = json_load_file(CHAT_DATA "/cases.json", 0, NULL); /* integers stay integers */
     cr_assert_not_null(cases);
@@ -309,11 +311,20 @@ Test(jinja, prefix_renders_mark_a_custom_templates_answers) {
     cr_assert_not_null(got, "%s", mt_error());
     cr_expect_str_eq(got, "### System:\ns\n### User:\nq\n### Assistant:\n⟦a\n</s>⟧\n");
     free(got);
-    /* a template that shows an answer differently once a later message follows */
-    const char *moving = "{% for m in messages %}{{ m.role }}: {{ m.content }}{% if loop.last %} (last){% endif %}\n"
-                         "{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}";
-    got = render_marked(moving, "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", "
-                                "\"content\": \"a\"}, {\"role\": \"user\", \"content\": \"q2\"}]}");
+    /* a template that shows an answer differently once a later message follows: the answer is what
+     * the conversation without it lacks, after the prompt's "assistant: " */
+    const char *conversation = "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", "
+                               "\"content\": \"a\"}, {\"role\": \"user\", \"content\": \"q2\"}]}";
+    const char *moving = "{% for m in messages %}{{ m.role }}: {{ m.content }}{% if loop.last %} (last){% endif %}"
+                         "{{ '\\n' }}{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}";
+    got = render_marked(moving, conversation);
+    cr_expect_str_eq(got, "user: q\nassistant: ⟦a⟧\nuser: q2 (last)\n", "%s", got ? "" : mt_error());
+    free(got);
+    /* ... and one that numbers the turns too: without the answer the later turns' numbers change */
+    const char *numbered = "{% for m in messages %}{{ loop.index }} {{ m.role }}: {{ m.content }}{% if loop.last %} "
+                           "(last){% endif %}{{ '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ messages|length + 1 }}"
+                           " assistant: {% endif %}";
+    got = render_marked(numbered, conversation);
     cr_expect_null(got, "rendered %s", got);
     cr_expect(strstr(mt_error(), "t.jinja: the chat template's renders are not prefixes of one another at message 2 "
                                  "(an assistant's)"), "%s", mt_error());

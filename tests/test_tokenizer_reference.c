@@ -49,6 +49,9 @@ Test(tokenizer_reference, gpt2_bytelevel) { check_reference("gpt2-bytelevel"); }
  * byte fallback over 262,144 tokens. */
 Test(tokenizer_reference, gemma3) { check_reference("gemma3"); }
 Test(tokenizer_reference, gpt_oss) { check_reference("gpt-oss"); }
+/* Qwen3.5's pre-tokenizer, the combining marks in a word (Hindi's vowel signs, emoji's variation
+ * selectors), over Qwen3's first merges. */
+Test(tokenizer_reference, qwen3_5_split) { check_reference("qwen3_5-split"); }
 
 static const char *const corpus[] = {"prose.txt",  "code.py",    "code_crlf.c",    "chinese.txt", "japanese.txt",
                                      "arabic.txt", "hindi.txt",  "emoji.txt",      "whitespace.txt", "digits.txt",
@@ -81,6 +84,7 @@ Test(tokenizer_reference, round_trip_gpt_oss) { check_round_trip("gpt-oss", NULL
 /* Qwen's NFC normalizer composes what the text decomposes: the round trip gives NFC(x). */
 static char *nfc(const char *file, const char *text) { return (char *)utf8proc_NFC((const utf8proc_uint8_t *)text); }
 Test(tokenizer_reference, round_trip_qwen3_is_nfc) { check_round_trip("qwen3", nfc); }
+Test(tokenizer_reference, round_trip_qwen3_5_split_is_nfc) { check_round_trip("qwen3_5-split", nfc); }
 
 /* Mistral's Prepend normalizer writes "▁" before each piece between special tokens, and its Strip
  * decoder takes back only the first: after a special token, a space appears. */

@@ -7,10 +7,13 @@
  * each assistant message, the text between the conversation before it rendered with the
  * generation prompt and the conversation through it (LLaMA-Factory's, axolotl's and TRL's way),
  * less the whitespace that ends it (the newline ChatML writes after <|im_end|>: the model stops at
- * the end-of-turn token and never generates it). A template whose renders are not prefixes of one
- * another (one that renders a message differently once later messages follow, or whose generation
- * prompt is not how it opens an assistant turn) is refused for that conversation, naming the
- * template and the message: it needs {% generation %} tags. */
+ * the end-of-turn token and never generates it). Where the whole conversation shows a turn
+ * otherwise (Qwen3 and Qwen3.5 drop the thinking of turns before the last question), the turn is
+ * what the whole has and the conversation without that message has not, the answer what follows
+ * the lines of the generation prompt it begins with. A template whose renders fit neither (whose
+ * generation prompt is not how it opens an assistant turn, or that renders the other messages
+ * otherwise without the answer) is refused for that conversation, naming the template and the
+ * message: it needs {% generation %} tags. */
 #ifndef MT_TOKENIZER_CHAT_JINJA_H
 #define MT_TOKENIZER_CHAT_JINJA_H
 

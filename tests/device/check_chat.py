@@ -2,12 +2,14 @@
 """Compares megatrain's chat data (ids and loss masks) with transformers' apply_chat_template.
 
 For each chat template of tests/data/chat (Llama 3, 3.1, 3.2; Qwen2, Qwen2.5, Qwen3, Qwen3
-thinking-2507 ChatML; Llama 2 and Mistral v0.1-v0.3 [INST]; gpt-oss's harmony) with its model
-family's real tokenizer from tests/data/tokenizers (Llama 3's, Qwen3's, the Llama 2/Mistral
-sentencepiece BPE, gpt-oss's o200k_harmony), the
+thinking-2507, Qwen3.5 ChatML; Llama 2 and Mistral v0.1-v0.3 [INST]; gpt-oss's harmony) with its
+model family's real tokenizer from tests/data/tokenizers (Llama 3's, Qwen3's, the Llama 2/Mistral
+sentencepiece BPE, gpt-oss's o200k_harmony; Qwen3.5's template with Qwen3's, which has its special
+tokens and <think>, </think>, <tool_call>, since Qwen3.5's own tokenizer is not among them), the
 conversations of tests/data/chat/cases.json (every line layout: OpenAI messages with tools,
-tool_calls and tool results, prompt/completion, alpaca, ShareGPT with function_call/observation)
-and a few more go through `megatrain tokenize --chat yes` into a masked shard, and through
+tool_calls and tool results, prompt/completion, alpaca, ShareGPT with function_call/observation;
+for Qwen3.5 those of tests/data/tokenizers/chat/qwen3_5.jsonl: reasoning_content and <think>
+blocks, earlier turns' thinking dropped, XML tool calls and results) and a few more go through `megatrain tokenize --chat yes` into a masked shard, and through
 transformers:
 
   ids   tokenizer.apply_chat_template(messages, tools=tools, tokenize=True) (add_generation_prompt False,
@@ -16,7 +18,7 @@ transformers:
   mask  a token carries loss when its characters (offset mapping) overlap an answer: in the
         rendered text, the k-th assistant message's answer runs from the end of the k-th
         assistant opening (what the model is prompted with: "<|start_header_id|>assistant
-        <|end_header_id|>\n\n", "<|im_start|>assistant\n" and for Qwen3 thinking-2507 the
+        <|end_header_id|>\n\n", "<|im_start|>assistant\n" and for Qwen3 thinking-2507 and Qwen3.5 the
         "<think>\n" after it, or for [INST] templates the end of "[/INST]") through the next
         end-of-turn token (<|eot_id|>, <|im_end|>, eos); tool calls are assistant messages, tool
         results are not. gpt-oss (harmony): each run of assistant messages that follow one another
@@ -52,7 +54,7 @@ DATE = "26 Jul 2024"
 # Template directory -> the tokenizer of its model family.
 TEMPLATES = {
     "llama3": "llama3", "llama3-gen": "llama3", "llama3.1": "llama3", "llama3.2": "llama3",
-    "qwen2": "qwen3", "qwen2.5": "qwen3", "qwen3": "qwen3", "qwen3-thinking-2507": "qwen3",
+    "qwen2": "qwen3", "qwen2.5": "qwen3", "qwen3": "qwen3", "qwen3-thinking-2507": "qwen3", "qwen3.5": "qwen3",
     "llama2": "mistral", "mistral-v0.1": "mistral", "mistral-v0.2": "mistral", "mistral-v0.3": "mistral",
     "gpt-oss": "gpt-oss", "gpt-oss analysis-off": "gpt-oss",
 }
@@ -78,6 +80,9 @@ def conversations(template):
     for case in json.load(open(os.path.join(CHAT, "cases.json"))):
         if case["template"] == template_dir(template):
             convs.append(case["conversation"])
+    if template == "qwen3.5":
+        convs += [json.loads(line) for line in open(os.path.join(TOKENIZERS, "chat/qwen3_5.jsonl"), encoding="utf-8")
+                  if line.strip()]
     return convs + EXTRA
 
 
@@ -256,7 +261,8 @@ def main():
                                           "inst": ("[/INST]", tok.eos_token)}[family]
 
                     def spans_of(messages, text):
-                        return answer_spans(messages, text, opening, end_token, name == "qwen3-thinking-2507")
+                        return answer_spans(messages, text, opening, end_token,
+                                            name in ("qwen3-thinking-2507", "qwen3.5"))
                 convs = [c for c in conversations(name)
                          if not (name == "mistral-v0.1" and as_messages(c)[0][0]["role"] == "system")]
                 tools = sum(1 for c in convs if as_messages(c)[1] is not None or

@@ -2,7 +2,8 @@
 """Compares megatrain's tokenizer with Hugging Face's `tokenizers` and transformers' AutoTokenizer.
 
 For each tokenizer in tests/data/tokenizers (llama3, qwen3, mistral, gemma3, gpt-oss: the real files, xz-compressed;
-mistral-metaspace, gpt2-bytelevel: small ones cut from them) and each corpus file in
+mistral-metaspace, gpt2-bytelevel, qwen3_5-split (Qwen3.5's pre-tokenizer): small ones cut from them) and each
+corpus file in
 tests/data/tokenizers/corpus:
 
   1. reference  tests/data/tokenizers/expected/<name>.json (made by @lenml/tokenizers; CI asserts
@@ -48,7 +49,7 @@ DATA = os.path.join(ROOT, "tests", "data", "tokenizers")
 # The tokenizer classes whose pipeline transformers 5 rebuilds from tokenizer_config.json rather than
 # reading tokenizer.json as it is.
 REBUILT_CLASSES = {"GPT2Tokenizer", "LlamaTokenizer"}
-NAMES = ["llama3", "qwen3", "mistral", "gemma3", "gpt-oss", "mistral-metaspace", "gpt2-bytelevel"]
+NAMES = ["llama3", "qwen3", "mistral", "gemma3", "gpt-oss", "mistral-metaspace", "gpt2-bytelevel", "qwen3_5-split"]
 # U+FEFF twice between letters: one piece (one token) when \s is White_Space, two in JavaScript.
 FEFF_TEXT = " a\ufeff\ufeffb \ufeff\n"
 

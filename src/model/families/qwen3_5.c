@@ -28,8 +28,10 @@ static const mt_preset presets[] = {
     {"qwen3.5-27b", QWEN3_5(5120, 17408, 64, 24, 4, 16, 48)},
 };
 
-/* Qwen/Qwen3.5-35B-A3B's text_config: 256 experts of 512, top 8, a shared expert of 512 (its
- * intermediate_size, which config.json leaves out, is the shared expert's here). */
+/* The hub's Qwen3.5 and Qwen3.6 MoE text_configs (Qwen/Qwen3.5-35B-A3B: 256 experts of 512, top 8,
+ * a shared expert of 512; Qwen/Qwen3.5-122B-A10B: 256 of 1024, top 8, shared 1024;
+ * Qwen/Qwen3.5-397B-A17B: 512 of 1024, top 10, shared 1024). Their intermediate_size, which
+ * config.json leaves out, is the shared expert's here. */
 #define QWEN3_5_MOE(D, L, H, KV, KH, VH, E, K, F, SHARED)                                                        \
     {.arch = MT_ARCH_QWEN3_5_MOE, .hidden_size = D, .intermediate_size = SHARED, .num_layers = L, .num_heads = H, \
      .num_kv_heads = KV, .head_dim = 256, .vocab_size = 248320, .max_position = 262144, .rms_norm_eps = 1e-6f,   \
@@ -42,6 +44,8 @@ static const mt_preset presets[] = {
 
 static const mt_preset moe_presets[] = {
     {"qwen3.5-35b-a3b", QWEN3_5_MOE(2048, 40, 16, 2, 16, 32, 256, 8, 512, 512)},
+    {"qwen3.5-122b-a10b", QWEN3_5_MOE(3072, 48, 32, 2, 16, 64, 256, 8, 1024, 1024)},
+    {"qwen3.5-397b-a17b", QWEN3_5_MOE(4096, 60, 32, 2, 16, 64, 512, 10, 1024, 1024)},
 };
 
 /* What Qwen3_5TextConfig reads and changes nothing computed here: the multi-token-prediction layers

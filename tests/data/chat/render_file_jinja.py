@@ -3,8 +3,9 @@
 # (chat_template.jinja, or a --chat-template file), compiled as apply_chat_template compiles it
 # (sandboxed, trim_blocks, lstrip_blocks, loop controls, raise_exception, tojson as json.dumps with
 # ensure_ascii=False) and rendered with bos_token and eos_token.
-#   render_file_jinja.py TEMPLATE BOS EOS JSONL         each line's "messages", add_generation_prompt
-#                                                       false: a JSON list of the renders
+#   render_file_jinja.py TEMPLATE BOS EOS JSONL         each line's "messages" (and "tools" where it has
+#                                                       them), add_generation_prompt false: a JSON list of
+#                                                       the renders
 #   render_file_jinja.py TEMPLATE BOS EOS --prompt TEXT [{"role": "user", "content": TEXT}],
 #                                                       add_generation_prompt true
 # Writes the text to stdout; exit 2 without jinja2.
@@ -26,6 +27,8 @@ special = {"bos_token": sys.argv[2], "eos_token": sys.argv[3]}
 if sys.argv[4] == "--prompt":
     out = template.render(messages=[{"role": "user", "content": sys.argv[5]}], add_generation_prompt=True, **special)
 else:
-    out = json.dumps([template.render(messages=json.loads(line)["messages"], add_generation_prompt=False, **special)
-                      for line in open(sys.argv[4], encoding="utf-8") if line.strip()])
+    lines = [json.loads(line) for line in open(sys.argv[4], encoding="utf-8") if line.strip()]
+    out = json.dumps([template.render(messages=line["messages"], add_generation_prompt=False,
+                                      **({"tools": line["tools"]} if "tools" in line else {}), **special)
+                      for line in lines])
 sys.stdout.write(out)

