@@ -17,7 +17,10 @@ checks:
      for bit;
   2. 8 AdamW steps with clipping against transformers in fp32 and in bf16 autocast: the loss within
      3 x the autocast's distance from fp32, every tensor's update cosine >= 0.99 (A_log, dt_bias,
-     conv1d, the gated norm's weight among them);
+     conv1d, the gated norm's weight among them) or at least as close to fp32's as one of
+     transformers' bf16 runs comes (check_families.py: eager, sdpa's backends, and with FLA_SRC=DIR, a
+     copy of flash-linear-attention's source, its Triton kernels for the delta rule: run
+     `FLA_SRC=build-fla python3 tests/device/check_qwen35.py` with build-fla carried);
   3. the trained export in transformers gives megatrain's loss on the next batch within 2e-2;
   4. tests/reference/llama_ref.py (the CI's reference for the cpu backend) gives transformers'
      loss of the model in float64 on a 4-layer cut within 1e-5 relative: transformers computes the
