@@ -54,6 +54,9 @@ step hf python3 tests/device/check_transformers.py /tmp/mt-transformers-check
 step roundtrip python3 tests/device/hf_roundtrip.py --bin $build/megatrain
 step moe python3 tests/device/check_moe.py --bin $build/megatrain
 step families python3 tests/device/check_families.py --bin $build/megatrain
+# flash-linear-attention's source, where carried (build-fla: README's device section), gives the
+# Gated DeltaNet's check transformers' bf16 run on FLA's Triton kernels as a noise floor too.
+[ -d build-fla/fla ] && export FLA_SRC=${FLA_SRC:-$PWD/build-fla}
 step qwen35 python3 tests/device/check_qwen35.py --bin $build/megatrain
 step gptoss python3 tests/device/check_gptoss.py --bin $build/megatrain
 step mxfp4 python3 tests/device/check_gptoss_mxfp4.py --bin $build/megatrain
