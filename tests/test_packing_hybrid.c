@@ -11,38 +11,6 @@
 
 enum { BEFORE = 5, LEN = 7, AFTER = 4, PACKED = BEFORE + LEN + AFTER };
 
-static mt_engine_options options(int seq) {
-    mt_engine_options o = mt_engine_defaults();
-    o.seq = seq;
-    o.batch = 1;
-    o.micro_batches = 1;
-    o.packed = 1;
-    o.attn_tile = 4; /* windows of the sequence: the recurrence's backward spans them */
-    return o;
-}
-
-/* The example's loss and gradients, at row `at` of a sequence of `seq` tokens whose segments start
- * at `starts` (count of them); the other rows' targets carry none. */
-static double grads_of(const mt_config *c, int seq, const int *starts, int count, int at, float *grads) {
-    mt_engine_options o = options(seq);
-    mt_tiny_model t;
-    mt_tiny_model_open(&t, c, &o, 7);
-    int32_t inputs[PACKED], targets[PACKED], positions[PACKED];
-    for (int i = 0, s = 0; i < seq; i++) {
-        if (s + 1 < count && i == starts[s + 1]) s++;
-        positions[i] = i - starts[s];
-        inputs[i] = (int32_t)((i * 37 + 11) % c->vocab_size); /* the neighbours' tokens */
-        targets[i] = -1;
-    }
-    for (int i = 0; i < LEN; i++) inputs[at + i] = (int32_t)((i * 13 + 5) % c->vocab_size);
-    for (int i = 0; i + 1 < LEN; i++) targets[at + i] = inputs[at + i + 1];
-    double loss;
-    cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, positions, &loss), MT_OK, "%s", mt_error());
-    memcpy(grads, mt_engine_host_grads(t.engine), (size_t)t.layout.total_numel * sizeof *grads);
-    mt_tiny_model_close(&t);
-    return loss;
-}
-
 Test(packing_hybrid, an_example_packed_between_others_is_the_example_alone) {
     mt_config c = mt_tiny_config_qwen3_5();
     mt_layout lay;
@@ -51,8 +19,9 @@ Test(packing_hybrid, an_example_packed_between_others_is_the_example_alone) {
     float *alone = calloc(n, sizeof *alone), *packed = calloc(n, sizeof *packed);
     cr_assert(alone && packed);
     const int alone_starts[] = {0}, packed_starts[] = {0, BEFORE, BEFORE + LEN};
-    double want = grads_of(&c, LEN, alone_starts, 1, 0, alone);
-    double got = grads_of(&c, PACKED, packed_starts, 3, BEFORE, packed);
+    /* attention in windows of 4 queries: the recurrence's backward spans them */
+    double want = mt_tiny_packed_example_grads(NULL, &c, LEN, alone_starts, 1, 0, LEN, 4, alone);
+    double got = mt_tiny_packed_example_grads(NULL, &c, PACKED, packed_starts, 3, BEFORE, LEN, 4, packed);
     cr_expect_lt(fabs(got - want), 1e-6 * fabs(want), "loss %.9f packed, %.9f alone", got, want);
     mt_ref_diff d;
     mt_ref_compare(&lay, packed, alone, &d);

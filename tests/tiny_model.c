@@ -301,3 +301,31 @@ void mt_tiny_windows(uint64_t seed, int count, int seq, int vocab, int32_t *toke
         }
     }
 }
+
+double mt_tiny_packed_example_grads(mt_backend *be, const mt_config *c, int seq, const int *starts, int count, int at,
+                                    int len, int attn_tile, float *grads) {
+    mt_engine_options o = mt_engine_defaults();
+    o.seq = seq, o.batch = 1, o.micro_batches = 1, o.packed = 1, o.attn_tile = attn_tile;
+    mt_tiny_model t;
+    if (be) mt_tiny_model_open_on(&t, be, c, &o, 7);
+    else mt_tiny_model_open(&t, c, &o, 7);
+    int32_t *inputs = calloc((size_t)seq, sizeof *inputs), *targets = calloc((size_t)seq, sizeof *targets);
+    int32_t *positions = calloc((size_t)seq, sizeof *positions);
+    cr_assert(inputs && targets && positions);
+    for (int i = 0, s = 0; i < seq; i++) {
+        if (s + 1 < count && i == starts[s + 1]) s++;
+        positions[i] = i - starts[s];
+        inputs[i] = (int32_t)((i * 37 + 11) % c->vocab_size); /* the neighbours' tokens */
+        targets[i] = -1;
+    }
+    for (int i = 0; i < len; i++) inputs[at + i] = (int32_t)((i * 13 + 5) % c->vocab_size);
+    for (int i = 0; i + 1 < len; i++) targets[at + i] = inputs[at + i + 1];
+    double loss;
+    cr_assert_eq(mt_engine_grads(t.engine, inputs, targets, positions, &loss), MT_OK, "%s", mt_error());
+    memcpy(grads, mt_engine_host_grads(t.engine), (size_t)t.layout.total_numel * sizeof *grads);
+    mt_tiny_model_close(&t);
+    free(inputs);
+    free(targets);
+    free(positions);
+    return loss;
+}

@@ -69,6 +69,13 @@ void mt_tiny_model_close(mt_tiny_model *t);
 void mt_tiny_windows(uint64_t seed, int count, int seq, int vocab, int32_t *tokens, int32_t *inputs,
                      int32_t *targets);
 
+/* The loss and gradients (grads[total_numel]) of one example of `len` tokens at row `at` of a packed
+ * sequence of `seq` tokens whose segments start at starts[count], the other rows' tokens fixed and
+ * their targets carrying no loss, on `be` (NULL: a cpu backend; the model owns it), weights of
+ * seed 7, attention in tiles of `attn_tile` queries: packing_hybrid's case, the same alone. */
+double mt_tiny_packed_example_grads(mt_backend *be, const mt_config *c, int seq, const int *starts, int count, int at,
+                                    int len, int attn_tile, float *grads);
+
 /* The loss and the host gradients (total_numel, malloc'd) of one mt_engine_grads on a cpu model of
  * weights from `seed`, over o->micro_batches x o->batch windows of o->seq tokens from
  * mt_tiny_windows(windows); positions: NULL, or packed examples' over those rows (a segment's last

@@ -662,6 +662,36 @@ Test(cuda, engine_matches_cpu_in_windows_qwen3_5_hybrid) {
     compare_backends_at("qwen3_5_hybrid_windows", &c, NULL, 12);
 }
 
+/* Packing without leakage on the cuda backend: test_packing_hybrid.c's case at a shape the GPU's
+ * kernels take, the example 70 tokens (past a delta-rule chunk of 64) between 37 and 21 others, in
+ * attention windows of 32 queries. Alone and packed differ only in how bf16 sums are blocked, less
+ * than this file's cuda-against-cpu comparisons allow (5e-2, the worst tensor); a convolution or
+ * recurrent state that crossed the example's start would move it by O(1). */
+Test(cuda, packing_hybrid_example_alone_is_the_example_packed) {
+    enum { BEFORE = 37, LEN = 70, AFTER = 21 };
+    mt_config c = wider_hybrid(mt_tiny_config_qwen3_5());
+    mt_layout lay;
+    cr_assert_eq(mt_layout_init(&lay, &c), MT_OK, "%s", mt_error());
+    float *alone = calloc((size_t)lay.total_numel, sizeof *alone);
+    float *packed = calloc((size_t)lay.total_numel, sizeof *packed);
+    cr_assert(alone && packed);
+    const int alone_starts[] = {0}, packed_starts[] = {0, BEFORE, BEFORE + LEN};
+    mt_backend *be;
+    cr_assert_eq(mt_backend_cuda_create(&be, 0), MT_OK, "%s", mt_error());
+    double want = mt_tiny_packed_example_grads(be, &c, LEN, alone_starts, 1, 0, LEN, 32, alone);
+    cr_assert_eq(mt_backend_cuda_create(&be, 0), MT_OK, "%s", mt_error());
+    double got = mt_tiny_packed_example_grads(be, &c, BEFORE + LEN + AFTER, packed_starts, 3, BEFORE, LEN, 32, packed);
+    const char *worst_name;
+    double worst = worst_rel_err(&lay, packed, alone, &worst_name);
+    cr_log_info("packed hybrid: loss %.6f packed, %.6f alone; worst gradient %s at %.3g relative", got, want,
+                worst_name, worst);
+    cr_expect_lt(fabs(got - want), 1e-2 * fabs(want), "loss %.6f packed, %.6f alone", got, want);
+    cr_expect_lt(worst, 5e-2, "gradient of %s off by %.3g relative packed", worst_name, worst);
+    free(alone);
+    free(packed);
+    mt_layout_free(&lay);
+}
+
 Test(cuda, engine_matches_cpu_packed_qwen3_next) {
     mt_config c = wider_hybrid(mt_tiny_config_qwen3_next());
     c.moe_intermediate_size = 64, c.shared_expert_intermediate_size = 64;
