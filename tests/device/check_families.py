@@ -504,18 +504,25 @@ def main():
     work = args.keep or tempfile.mkdtemp(prefix="mt-check-families-")
     os.makedirs(work, exist_ok=True)
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
+    failed = []
     try:
         for family in (args.only.split(",") if args.only else [*FAMILIES, WRAPPER]):
-            if family == WRAPPER:
-                check_wrapper(args.bin, work, hub_names=False)
-                check_wrapper(args.bin, work, hub_names=True)
-                continue
-            check_reference(family, work)
-            check_family(args.bin, family, work)
+            try:  # each family checked whatever the one before gave
+                if family == WRAPPER:
+                    check_wrapper(args.bin, work, hub_names=False)
+                    check_wrapper(args.bin, work, hub_names=True)
+                    continue
+                check_reference(family, work)
+                check_family(args.bin, family, work)
+            except SystemExit as e:
+                print(e, flush=True)
+                failed.append(family)
     finally:
         if os.environ.get("OUT"):
             with open(os.path.join(os.environ["OUT"], "check_families.json"), "w") as f:
                 json.dump(results, f, indent=1)
+    if failed:
+        raise SystemExit(f"FAIL: check_families: {', '.join(failed)}")
     print("PASS: check_families")
 
 
