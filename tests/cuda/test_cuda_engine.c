@@ -7,7 +7,11 @@
  * up to 2^-9 per value) with fp32 accumulation; the cpu backend runs fp32 on the same
  * bf16-rounded weights. Tolerances: the loss within 1% relative; each tensor's gradient within
  * 5% relative (||cuda - cpu|| / ||cpu||): bf16 rounding of activations at every layer compounds
- * through the backward to a few percent, while a wrong term in any backward is O(1). */
+ * through the backward to a few percent, while a wrong term in any backward is O(1). A mixture of
+ * experts' gradients move further under bf16-sized noise, for a token whose top-k choice flips
+ * moves its expert rows whole: measured on the cpu, masters perturbed by up to 2^-8 relative moved
+ * gpt-oss's worst tensor 7.6%, Qwen3-Next's router 22%, Qwen3-MoE's 6.1% (a dense hybrid's 1.5%).
+ * There the bound is twice that floor, measured in the test on the same tokens, when above 5%. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -21,6 +25,7 @@
 #include "optim/adamw.h"
 #include "optim/clip.h"
 #include "util/bf16.h"
+#include "util/rng.h"
 #include "util/split_f32.h"
 
 enum { SEQ = 32, SEQUENCES = 4 };
@@ -48,6 +53,16 @@ static void round_masters(mt_tiny_model *t) {
     size_t n = (size_t)t->layout.total_numel;
     float *x = masters_of(t);
     for (size_t i = 0; i < n; i++) x[i] = mt_bf16_to_f32(mt_f32_to_bf16(x[i]));
+    mt_store_write_masters(&t->store, 0, n, x);
+    free(x);
+}
+
+/* Each master times 1 + u, u uniform in [-2^-8, 2^-8): noise of bf16's size, for the floor. */
+static void perturb_masters(mt_tiny_model *t) {
+    size_t n = (size_t)t->layout.total_numel;
+    float *x = masters_of(t);
+    mt_rng rng = {99};
+    for (size_t i = 0; i < n; i++) x[i] *= 1.0f + (float)((2.0 * mt_rng_uniform(&rng) - 1.0) * 0x1.0p-8);
     mt_store_write_masters(&t->store, 0, n, x);
     free(x);
 }
@@ -139,9 +154,25 @@ static void compare_backends_at(const char *name, const mt_config *cfg, const in
     const char *worst_name;
     double worst = worst_rel_err(&cpu.layout, mt_engine_host_grads(gpu.engine),
                                  mt_engine_host_grads(cpu.engine), &worst_name);
-    cr_log_info("%s: loss cuda %.6f cpu %.6f; worst gradient %s at %.3g relative", name, loss_gpu, loss_cpu,
-                worst_name, worst);
-    cr_expect_lt(worst, 5e-2, "%s: gradient of %s off by %.3g relative", name, worst_name, worst);
+    double bound = 5e-2;
+    if (cfg->num_experts > 0) { /* the routing's floor: the cpu again on perturbed masters */
+        mt_tiny_model noisy;
+        mt_tiny_model_open(&noisy, cfg, &o, 5);
+        round_masters(&noisy);
+        perturb_masters(&noisy);
+        double loss_noisy;
+        const char *floor_name;
+        cr_assert_eq(mt_engine_grads(noisy.engine, inputs, targets, positions, &loss_noisy), MT_OK, "%s", mt_error());
+        double floor = worst_rel_err(&cpu.layout, mt_engine_host_grads(noisy.engine),
+                                     mt_engine_host_grads(cpu.engine), &floor_name);
+        cr_log_info("%s: the routing's floor (cpu, masters perturbed by 2^-8): %s at %.3g relative", name,
+                    floor_name, floor);
+        if (2 * floor > bound) bound = 2 * floor;
+        mt_tiny_model_close(&noisy);
+    }
+    cr_log_info("%s: loss cuda %.6f cpu %.6f; worst gradient %s at %.3g relative (bound %.3g)", name, loss_gpu,
+                loss_cpu, worst_name, worst, bound);
+    cr_expect_lt(worst, bound, "%s: gradient of %s off by %.3g relative", name, worst_name, worst);
     if (!positions && !cfg->attention_sinks) dump_for_transformers(name, &gpu, tokens, loss_gpu);
     mt_tiny_model_close(&gpu);
     mt_tiny_model_close(&cpu);
