@@ -20,7 +20,10 @@ the experts' gate_up N(0, 0.4) so that the clamped SwiGLU's clamps (at 7) bind:
      cross-entropy plus the coefficient times its aux loss) must stay within 3 x the bf16 autocast's
      distance from fp32 (+ 1e-3 x the first loss) at every step, and each tensor's update (its
      weights after the 8 steps less before: the sinks and every bias included) must point where
-     fp32's does: cosine >= 0.99;
+     fp32's does: cosine >= 0.99, or, with top 4 of 8 experts, at least as close as transformers'
+     bf16 autocast comes (a choice that flips between fp32 and bf16 parts the trajectories; on the
+     cpu a 2^-8 perturbation of the masters moved this family's gradients 7.6%); then again with
+     every expert chosen (top 8 of 8: no choice to flip), where every tensor must reach 0.99;
   4. the trained model exported (fp32) loads in transformers, whose cross-entropy on the next batch
      equals megatrain's own on the same weights within 2e-2.
 
@@ -73,9 +76,9 @@ def draw(model):
                 p.normal_(0.0, 0.02)
 
 
-def save_random_model(path):
+def save_random_model(path, **changes):
     torch.manual_seed(0)
-    model = transformers.GptOssForCausalLM(config_of()).float()
+    model = transformers.GptOssForCausalLM(config_of(**changes)).float()
     draw(model)
     model.save_pretrained(path, safe_serialization=True)
     return model.config
@@ -102,7 +105,7 @@ def hf_train(init, tokens, bf16):
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
             out = model(input_ids=batch[:, :-1])
         ce = F.cross_entropy(out.logits.float().reshape(-1, out.logits.shape[-1]), batch[:, 1:].reshape(-1))
-        lb = load_balancing_loss(captured, CONFIG["num_local_experts"], CONFIG["num_experts_per_tok"])
+        lb = load_balancing_loss(captured, model.config.num_local_experts, model.config.num_experts_per_tok)
         loss = ce + AUX_COEF * lb
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -211,23 +214,26 @@ def check_unchanged(binary, init, data, tokens, work):
           "gpt-oss: the export's logits are the original's, bit for bit")
 
 
-def check_training(binary, init, data, tokens, work):
-    run = os.path.join(work, "run")
+def check_training(binary, init, data, tokens, work, name, strict):
+    """8 steps against transformers; strict: every update cosine >= COSINE, else >= COSINE or at least
+    transformers' bf16 autocast's (a top-k choice that flips between fp32 and bf16 sends a token to
+    other experts: the trajectories part, for transformers' bf16 run as for megatrain's)."""
+    run = os.path.join(work, f"{name}-run")
     megatrain(binary, *train_args(init, data, STEPS, run))
     ce, lb = metrics(run, "loss"), metrics(run, "aux_loss")
     ours = [c + AUX_COEF * a for c, a in zip(ce, lb)]
     fp32, fp32_lb, fp32_weights = hf_train(init, tokens, bf16=False)
     bf16, bf16_lb, bf16_weights = hf_train(init, tokens, bf16=True)
-    print("gpt-oss: step, megatrain objective (ce, aux), transformers fp32 (aux), bf16 autocast (aux)")
+    print(f"gpt-oss {name}: step, megatrain objective (ce, aux), transformers fp32 (aux), bf16 autocast (aux)")
     for s in range(STEPS):
         print(f"  {s + 1}  {ours[s]:.5f} ({ce[s]:.5f}, {lb[s]:.5f})  {fp32[s]:.5f} ({fp32_lb[s]:.5f})  "
               f"{bf16[s]:.5f} ({bf16_lb[s]:.5f})")
     noise = max(abs(b - f) for b, f in zip(bf16, fp32))
     diff = max(abs(o - f) for o, f in zip(ours, fp32))
     bound = 3 * noise + 1e-3 * fp32[0]
-    check(diff <= bound, f"gpt-oss: objective within bf16 noise of fp32 (max |diff| {diff:.2e}, noise {noise:.2e}, "
+    check(diff <= bound, f"gpt-oss {name}: objective within bf16 noise of fp32 (max |diff| {diff:.2e}, noise {noise:.2e}, "
           f"bound {bound:.2e})")
-    out = os.path.join(work, "export-trained")
+    out = os.path.join(work, f"{name}-export-trained")
     export(binary, run, out)
     before, after = weights_of(init), weights_of(out)
     cosines, floors = {}, {}  # floors: transformers' bf16 autocast's, for the reader
@@ -244,10 +250,12 @@ def check_training(binary, init, data, tokens, work):
         print(f"  lowest {kind}: {low} {cosines[low]:.4f} (bf16 autocast's {floors[low]:.4f})")
     for name in sorted(cosines, key=cosines.get)[:12]:
         print(f"  update cosine {cosines[name]:.4f} (bf16 autocast's {floors[name]:.4f}) {name}")
-    print(f"gpt-oss: update cosines, lowest {worst} {cosines[worst]:.4f}")
-    check(cosines[worst] >= COSINE, f"gpt-oss: every tensor's update cosine >= {COSINE} (lowest {worst} "
-          f"{cosines[worst]:.4f})")
-    results["training"] = dict(megatrain=ours, megatrain_ce=ce, megatrain_aux=lb, fp32=fp32, fp32_aux=fp32_lb,
+    print(f"gpt-oss {name}: update cosines, lowest {worst} {cosines[worst]:.4f}")
+    short = sorted(n for n, c in cosines.items() if c < COSINE and (strict or c < floors[n]))
+    check(not short, f"gpt-oss {name}: every tensor's update cosine >= {COSINE}"
+          f"{'' if strict else ' or >= bf16 autocast' + chr(39) + 's'} (lowest {worst} {cosines[worst]:.4f}; "
+          f"short: {short})")
+    results[f"training-{name}"] = dict(megatrain=ours, megatrain_ce=ce, megatrain_aux=lb, fp32=fp32, fp32_aux=fp32_lb,
                                bf16=bf16, noise=noise, diff=diff, bound=bound, cosines=cosines,
                                bf16_cosines=floors)
     return run, out
@@ -282,8 +290,13 @@ def main():
         data = os.path.join(work, "tokens.bin")
         write_tokens(data, tokens.tolist(), config.vocab_size)
         check_unchanged(args.bin, init, data, tokens, work)
-        run, out = check_training(args.bin, init, data, tokens, work)
+        run, out = check_training(args.bin, init, data, tokens, work, "routed", strict=False)
         check_trained_export(args.bin, init, data, tokens, run, out)
+        # Every expert chosen (top 8 of 8): no choice to flip, so every tensor, the sinks and each
+        # bias among them, must reach COSINE.
+        every = os.path.join(work, "every-expert-init")
+        save_random_model(every, num_experts_per_tok=CONFIG["num_local_experts"])
+        check_training(args.bin, every, data, tokens, work, "every_expert", strict=True)
     finally:
         if os.environ.get("OUT"):
             with open(os.path.join(os.environ["OUT"], "check_gptoss.json"), "w") as f:
