@@ -23,7 +23,9 @@ the experts' gate_up N(0, 0.4) so that the clamped SwiGLU's clamps (at 7) bind:
      fp32's does: cosine >= 0.99, or, with top 4 of 8 experts, at least as close as transformers'
      bf16 autocast comes (a choice that flips between fp32 and bf16 parts the trajectories; on the
      cpu a 2^-8 perturbation of the masters moved this family's gradients 7.6%); then again with
-     every expert chosen (top 8 of 8: no choice to flip), where every tensor must reach 0.99;
+     every expert chosen (top 8 of 8: no choice to flip) and gate and up drawn N(0, 0.08), where the
+     clamps seldom bind (their gradient is checked by step 1 and the CI's reference), and every
+     tensor must reach 0.99;
   4. the trained model exported (fp32) loads in transformers, whose cross-entropy on the next batch
      equals megatrain's own on the same weights within 2e-2.
 
@@ -65,21 +67,21 @@ def config_of(**changes):
     return config
 
 
-def draw(model):
+def draw(model, gate_up_std=0.4):
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name:
                 p.fill_(1.0)
             elif name.endswith("experts.gate_up_proj"):
-                p.normal_(0.0, 0.4)
+                p.normal_(0.0, gate_up_std)
             else:
                 p.normal_(0.0, 0.02)
 
 
-def save_random_model(path, **changes):
+def save_random_model(path, gate_up_std=0.4, **changes):
     torch.manual_seed(0)
     model = transformers.GptOssForCausalLM(config_of(**changes)).float()
-    draw(model)
+    draw(model, gate_up_std)
     model.save_pretrained(path, safe_serialization=True)
     return model.config
 
@@ -292,10 +294,13 @@ def main():
         check_unchanged(args.bin, init, data, tokens, work)
         run, out = check_training(args.bin, init, data, tokens, work, "routed", strict=False)
         check_trained_export(args.bin, init, data, tokens, run, out)
-        # Every expert chosen (top 8 of 8): no choice to flip, so every tensor, the sinks and each
-        # bias among them, must reach COSINE.
+        # Every expert chosen (top 8 of 8): no choice to flip; gate and up N(0, 0.08) (about N(0, 1.6)
+        # at this width), where the clamps at 7 seldom bind: every tensor, the sinks and each bias
+        # among them, must reach COSINE. (Where the clamps bind often, as in the routed model, the
+        # activations reach ~50 and bf16's noise grows with them: a CPU simulation of this shape in
+        # bf16 gave 0.89 at N(0, 0.4), 0.98 at N(0, 0.2), >= 0.995 at N(0, 0.1) over a width of 256.)
         every = os.path.join(work, "every-expert-init")
-        save_random_model(every, num_experts_per_tok=CONFIG["num_local_experts"])
+        save_random_model(every, gate_up_std=0.08, num_experts_per_tok=CONFIG["num_local_experts"])
         check_training(args.bin, every, data, tokens, work, "every_expert", strict=True)
     finally:
         if os.environ.get("OUT"):
