@@ -21,7 +21,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "attention"))
-from delta_precision import Attention, bf16, linear, rms, rope  # noqa: E402  (HD 64, SEQ 512: the same)
+from delta_precision import Attention, bf16, linear, rms, rope, train_from  # noqa: E402  (HD 64, SEQ 512: the same)
 
 V, D, L, H, KV, HD, SEQ, B, STEPS, WINDOW = 2048, 256, 4, 4, 2, 64, 512, 2, 8, 128
 E, F, LIMIT, ALPHA = 8, 256, 7.0, 1.702
@@ -85,17 +85,7 @@ def loss_of(params, tokens, mode, top_k):
 
 
 def train(mode, batches, top_k, gate_up):
-    params = {k: v.clone().requires_grad_(True) for k, v in initial(gate_up).items()}
-    opt = torch.optim.AdamW([{"params": [p for p in params.values() if p.dim() >= 2], "weight_decay": 0.1},
-                             {"params": [p for p in params.values() if p.dim() < 2], "weight_decay": 0.0}],
-                            lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
-    for tokens in batches:
-        loss = loss_of(params, tokens, mode, top_k)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
-        opt.step()
-    return {k: v.detach() for k, v in params.items()}
+    return train_from(initial(gate_up), lambda params, tokens: loss_of(params, tokens, mode, top_k), batches)
 
 
 def main(argv):

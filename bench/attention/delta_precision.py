@@ -134,12 +134,17 @@ def loss_of(params, tokens, mode):
 
 
 def train(mode, batches, sinks):
-    params = {k: v.clone().requires_grad_(True) for k, v in initial(sinks).items()}
+    return train_from(initial(sinks), lambda params, tokens: loss_of(params, tokens, mode), batches)
+
+
+def train_from(start, loss_fn, batches):
+    """8 clipped AdamW steps (module docstring) of loss_fn(params, tokens) from the tensors `start`."""
+    params = {k: v.clone().requires_grad_(True) for k, v in start.items()}
     opt = torch.optim.AdamW([{"params": [p for p in params.values() if p.dim() >= 2], "weight_decay": 0.1},
                              {"params": [p for p in params.values() if p.dim() < 2], "weight_decay": 0.0}],
                             lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
     for tokens in batches:
-        loss = loss_of(params, tokens, mode)
+        loss = loss_fn(params, tokens)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
