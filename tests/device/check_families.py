@@ -496,6 +496,26 @@ def check_reference(family, work, layers=2, fixture=fixture_config, tolerance=No
           f"transformers' float64 loss {theirs:.12f} (within {tolerance:g} relative)")
 
 
+def check_each(name, families, check_one):
+    """check_one(family) for each family whatever the one before gave, the results to $OUT/NAME.json
+    when OUT is set; fails at the end naming the families that failed."""
+    failed = []
+    try:
+        for family in families:
+            try:
+                check_one(family)
+            except SystemExit as e:
+                print(e, flush=True)
+                failed.append(family)
+    finally:
+        if os.environ.get("OUT"):
+            with open(os.path.join(os.environ["OUT"], f"{name}.json"), "w") as f:
+                json.dump(results, f, indent=1)
+    if failed:
+        raise SystemExit(f"FAIL: {name}: {', '.join(failed)}")
+    print(f"PASS: {name}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bin", default="build/megatrain")
@@ -512,26 +532,14 @@ def main():
     work = args.keep or tempfile.mkdtemp(prefix="mt-check-families-")
     os.makedirs(work, exist_ok=True)
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
-    failed = []
-    try:
-        for family in (args.only.split(",") if args.only else [*FAMILIES, WRAPPER]):
-            try:  # each family checked whatever the one before gave
-                if family == WRAPPER:
-                    check_wrapper(args.bin, work, hub_names=False)
-                    check_wrapper(args.bin, work, hub_names=True)
-                    continue
-                check_reference(family, work)
-                check_family(args.bin, family, work)
-            except SystemExit as e:
-                print(e, flush=True)
-                failed.append(family)
-    finally:
-        if os.environ.get("OUT"):
-            with open(os.path.join(os.environ["OUT"], "check_families.json"), "w") as f:
-                json.dump(results, f, indent=1)
-    if failed:
-        raise SystemExit(f"FAIL: check_families: {', '.join(failed)}")
-    print("PASS: check_families")
+    def check_one(family):
+        if family == WRAPPER:
+            check_wrapper(args.bin, work, hub_names=False)
+            check_wrapper(args.bin, work, hub_names=True)
+        else:
+            check_reference(family, work)
+            check_family(args.bin, family, work)
+    check_each("check_families", args.only.split(",") if args.only else [*FAMILIES, WRAPPER], check_one)
 
 
 if __name__ == "__main__":
