@@ -33,7 +33,8 @@ the vision tower and projector bit for bit the original's; untrained, its text l
 original's bit for bit; trained, transformers' loss on the next batch equals megatrain's.
 
     python3 tests/device/check_families.py [--bin build/megatrain] [--only NAME,...] [--keep DIR]
-Exits non-zero on the first failure; writes $OUT/check_families.json when OUT is set.
+Checks every family whatever the one before gave; exits non-zero naming those that failed; writes
+$OUT/check_families.json when OUT is set.
 """
 import argparse
 import glob

@@ -28,7 +28,8 @@ checks:
      rounding, not the reference's, sets the bound; a wrong term is off by far more.
 
     python3 tests/device/check_qwen35.py [--bin build/megatrain] [--keep DIR]
-Exits non-zero on the first failure; writes $OUT/check_qwen35.json when OUT is set.
+Checks every family whatever the one before gave; exits non-zero naming those that failed; writes
+$OUT/check_qwen35.json when OUT is set.
 """
 import argparse
 import os
