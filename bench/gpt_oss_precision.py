@@ -21,7 +21,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "attention"))
-from delta_precision import Attention, bf16, linear, rms, rope, train_from  # noqa: E402  (HD 64, SEQ 512: the same)
+from delta_precision import attention_residual, bf16, linear, masks, rms, train_from  # noqa: E402  (HD 64, SEQ 512: the same)
 
 V, D, L, H, KV, HD, SEQ, B, STEPS, WINDOW = 2048, 256, 4, 4, 2, 64, 512, 2, 8, 128
 E, F, LIMIT, ALPHA = 8, 256, 7.0, 1.702
@@ -65,20 +65,9 @@ def experts(params, l, h, mode, top_k):
 
 def loss_of(params, tokens, mode, top_k):
     x = params["embed"][tokens[:, :-1]]
-    i = torch.arange(SEQ)
-    causal = i[:, None] >= i[None, :]
-    windowed = causal & (i[:, None] - i[None, :] < WINDOW)
+    causal, windowed = masks(WINDOW)
     for l in range(L):
-        h = rms(x, params[f"{l}.attn_norm"])
-        heads = lambda name, n: linear(h, params[f"{l}.{name}"], params[f"{l}.{name}.bias"], mode).view(
-            B, SEQ, n, HD).transpose(1, 2)
-        q, k, v = rope(heads("q_proj", H)), rope(heads("k_proj", KV)), heads("v_proj", KV)
-        if mode:
-            q, k = bf16(q), bf16(k)
-        k, v = k.repeat_interleave(H // KV, 1), v.repeat_interleave(H // KV, 1)
-        out = Attention.apply(q, k, v, params[f"{l}.sinks"], windowed if l % 2 == 0 else causal, mode)
-        x = x + linear(out.transpose(1, 2).reshape(B, SEQ, H * HD), params[f"{l}.o_proj"],
-                       params[f"{l}.o_proj.bias"], mode)
+        x = attention_residual(params, l, x, windowed if l % 2 == 0 else causal, mode)
         x = x + experts(params, l, rms(x, params[f"{l}.mlp_norm"]), mode, top_k)
     logits = linear(rms(x, params["norm"]), params["head"], None, mode)
     return torch.nn.functional.cross_entropy(logits.reshape(-1, V), tokens[:, 1:].reshape(-1))

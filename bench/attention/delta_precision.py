@@ -110,21 +110,33 @@ def linear(x, w, b, mode):
     return bf16(y) if mode else y
 
 
-def loss_of(params, tokens, mode):
-    x = params["embed"][tokens[:, :-1]]
+def masks(window):
+    """The causal mask and the one of a sliding window of `window` keys, [SEQ, SEQ]."""
     i = torch.arange(SEQ)
     causal = i[:, None] >= i[None, :]
-    windowed = causal & (i[:, None] - i[None, :] < WINDOW)
+    return causal, causal & (i[:, None] - i[None, :] < window)
+
+
+def attention_residual(params, l, x, mask, mode):
+    """x + o(attention(rope(q(h)), rope(k(h)), v(h))), h = norm(x): layer l's attention, biases and
+    sinks where params hold them."""
+    h = rms(x, params[f"{l}.attn_norm"])
+    heads = lambda name, n: linear(h, params[f"{l}.{name}"], params[f"{l}.{name}.bias"], mode).view(
+        B, SEQ, n, HD).transpose(1, 2)
+    q, k, v = rope(heads("q_proj", H)), rope(heads("k_proj", KV)), heads("v_proj", KV)
+    if mode:
+        q, k = bf16(q), bf16(k)
+    k, v = k.repeat_interleave(H // KV, 1), v.repeat_interleave(H // KV, 1)
+    out = Attention.apply(q, k, v, params.get(f"{l}.sinks"), mask, mode)
+    return x + linear(out.transpose(1, 2).reshape(B, SEQ, H * HD), params[f"{l}.o_proj"],
+                      params.get(f"{l}.o_proj.bias"), mode)
+
+
+def loss_of(params, tokens, mode):
+    x = params["embed"][tokens[:, :-1]]
+    causal, windowed = masks(WINDOW)
     for l in range(L):
-        h = rms(x, params[f"{l}.attn_norm"])
-        heads = lambda name, n: linear(h, params[f"{l}.{name}"], params[f"{l}.{name}.bias"], mode).view(
-            B, SEQ, n, HD).transpose(1, 2)
-        q, k, v = rope(heads("q_proj", H)), rope(heads("k_proj", KV)), heads("v_proj", KV)
-        if mode:
-            q, k = bf16(q), bf16(k)
-        k, v = k.repeat_interleave(H // KV, 1), v.repeat_interleave(H // KV, 1)
-        out = Attention.apply(q, k, v, params.get(f"{l}.sinks"), windowed if l in WINDOWED else causal, mode)
-        x = x + linear(out.transpose(1, 2).reshape(B, SEQ, H * HD), params[f"{l}.o_proj"], None, mode)
+        x = attention_residual(params, l, x, windowed if l in WINDOWED else causal, mode)
         h = rms(x, params[f"{l}.mlp_norm"])
         gated = torch.nn.functional.silu(linear(h, params[f"{l}.gate"], None, mode)) * linear(
             h, params[f"{l}.up"], None, mode)
