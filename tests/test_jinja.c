@@ -383,6 +383,15 @@ Test(jinja, refuses_what_a_template_raises_naming_the_message) {
     cr_expect(strstr(mt_error(), "line 1, column 15: an undefined value has no attribute `content`"), "%s", mt_error());
     cr_assert_eq(render_text("{{ 1 + 'a' }}", "{}", &got), MT_ERR_INVALID);
     cr_expect(strstr(mt_error(), "unsupported operand types for +: int and str"), "%s", mt_error());
+    /* an attribute= that is not a name is refused by every filter that takes one */
+    const char *bad_attribute[] = {"{{ messages | join(',', attribute=1) }}", "{{ messages | sum(attribute=[]) }}",
+                                   "{{ messages | sort(attribute=2) }}", "{{ messages | map(attribute=none) }}",
+                                   "{{ messages | selectattr(3) | list }}"};
+    for (size_t i = 0; i < sizeof bad_attribute / sizeof *bad_attribute; i++) {
+        cr_assert_eq(render_text(bad_attribute[i], "{\"messages\": [{\"a\": 1}]}", &got), MT_ERR_INVALID, "%s",
+                     bad_attribute[i]);
+        cr_expect(strstr(mt_error(), "needs a string, not a"), "%s: %s", bad_attribute[i], mt_error());
+    }
 }
 
 /* strftime_now is the fixed date (Llama 3.2's header, gpt-oss's), not the day of tokenizing. */

@@ -369,6 +369,7 @@ static mt_status map(j_ctx *c, size_t at, json_t *v, const j_args *a, json_t **o
 static mt_status join(j_ctx *c, size_t at, json_t *v, const j_args *a, json_t **out) {
     json_t *sep = arg(a, 0, "d"), *attr = arg(a, 1, "attribute"), *items;
     if (sep) MT_TRY(need_string(c, at, "join", sep));
+    if (attr) MT_TRY(need_string(c, at, "join", attr));
     MT_TRY(as_list(c, at, "join", v, &items));
     mt_jinja_output b = {0};
     mt_status st = j_put(&b, "", 0);
@@ -525,6 +526,7 @@ mt_status j_filter(j_ctx *c, size_t at, const char *name, json_t *v, const j_arg
         json_t **e = malloc((n ? n : 1) * sizeof *e);
         json_t *attr = arg(a, 9, "attribute");
         if (!e) return json_decref(items), nomem();
+        if (attr && !json_is_string(attr)) return free(e), json_decref(items), need_string(c, at, name, attr);
         for (size_t i = 0; i < n; i++) e[i] = json_array_get(items, i);
         if (!strcmp(name, "sum")) {
             double sum = 0;
