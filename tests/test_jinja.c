@@ -383,6 +383,8 @@ Test(jinja, refuses_what_a_template_raises_naming_the_message) {
     cr_expect(strstr(mt_error(), "line 1, column 15: an undefined value has no attribute `content`"), "%s", mt_error());
     cr_assert_eq(render_text("{{ 1 + 'a' }}", "{}", &got), MT_ERR_INVALID);
     cr_expect(strstr(mt_error(), "unsupported operand types for +: int and str"), "%s", mt_error());
+    cr_assert_eq(render_text("{{ 'a,b'.split('') }}", "{}", &got), MT_ERR_INVALID);
+    cr_expect(strstr(mt_error(), "split with an empty separator"), "%s", mt_error());
     /* an attribute= that is not a name is refused by every filter that takes one */
     const char *bad_attribute[] = {"{{ messages | join(',', attribute=1) }}", "{{ messages | sum(attribute=[]) }}",
                                    "{{ messages | sort(attribute=2) }}", "{{ messages | map(attribute=none) }}",

@@ -118,29 +118,19 @@ static mt_status replace(const json_t *v, const json_t *old, const json_t *new, 
     return from_buf(&b, out);
 }
 
-/* str.split(sep=None, maxsplit=-1). */
-static mt_status split(j_ctx *c, size_t at, const json_t *v, const json_t *sep, const json_t *max, json_t **out) {
-    const char *s = json_string_value(v);
-    size_t n = json_string_length(v), len;
-    long long left = json_is_integer(max) ? json_integer_value(max) : -1;
-    json_t *list = json_array();
-    if (!list) return nomem();
-    *out = list;
-    if (sep && !json_is_null(sep)) {
-        MT_TRY(need_string(c, at, "split's separator", sep));
-        const char *p = json_string_value(sep);
-        size_t pn = json_string_length(sep), i = 0;
-        if (pn == 0) return j_fail(c, at, "split with an empty separator");
+/* str.split's pieces of s[n] appended to list: at sep (pn bytes, not empty), at most `left` splits
+ * (-1: any); or, sep NULL, at runs of whitespace. */
+static mt_status split_into(json_t *list, const char *s, size_t n, const char *sep, size_t pn, long long left) {
+    size_t i = 0, len;
+    if (sep)
         for (;;) {
-            const char *hit = left != 0 ? memmem(s + i, n - i, p, pn) : NULL;
+            const char *hit = left != 0 ? memmem(s + i, n - i, sep, pn) : NULL;
             size_t end = hit ? (size_t)(hit - s) : n;
             if (json_array_append_new(list, json_stringn_nocheck(s + i, end - i))) return nomem();
             if (!hit) return MT_OK;
             i = end + pn;
             left--;
         }
-    }
-    size_t i = 0;
     for (;;) {
         while (i < n && j_py_space(j_decode(s, n, i, &len))) i += len;
         if (i >= n) return MT_OK;
@@ -159,6 +149,20 @@ static mt_status split(j_ctx *c, size_t at, const json_t *v, const json_t *sep, 
         if (json_array_append_new(list, json_stringn_nocheck(s + start, i - start))) return nomem();
         left--;
     }
+}
+
+/* str.split(sep=None, maxsplit=-1). */
+static mt_status split(j_ctx *c, size_t at, const json_t *v, const json_t *sep, const json_t *max, json_t **out) {
+    int by_sep = sep && !json_is_null(sep);
+    if (by_sep) MT_TRY(need_string(c, at, "split's separator", sep));
+    if (by_sep && json_string_length(sep) == 0) return j_fail(c, at, "split with an empty separator");
+    json_t *list = json_array();
+    if (!list) return nomem();
+    mt_status st = split_into(list, json_string_value(v), json_string_length(v), by_sep ? json_string_value(sep) : NULL,
+                              by_sep ? json_string_length(sep) : 0, json_is_integer(max) ? json_integer_value(max) : -1);
+    if (st != MT_OK) return json_decref(list), st;
+    *out = list;
+    return MT_OK;
 }
 
 static int starts_or_ends(const json_t *v, const json_t *fix, int end) {
