@@ -441,3 +441,12 @@ Test(jinja, renders_a_prompt_and_an_answer_first) {
     cr_expect_str_eq(got, "⟦<assistant>I start.</s>⟧\n<user>ok</s>\n");
     free(got);
 }
+
+/* select and reject with no test keep (drop) the truthy items, as Jinja's do. */
+Test(jinja, select_and_reject_without_a_test_go_by_truth) {
+    char *got;
+    cr_assert_eq(render_text("{{ [1, 0, 'a', ''] | reject | list }} {{ [1, 0, 'a', ''] | select | list }}", "{}",
+                             &got), MT_OK, "%s", mt_error());
+    cr_expect_str_eq(got, "[0, ''] [1, 'a']");
+    free(got);
+}

@@ -325,8 +325,8 @@ static mt_status select_items(j_ctx *c, size_t at, const char *name, json_t *v, 
     if (test && !mt_jinja_test_known(json_string_value(test)))
         return j_fail(c, at, "no test named `%s`", json_string_value(test));
     MT_TRY(as_list(c, at, name, v, &items));
-    j_args rest = {a->v + by_attr + (test != NULL), NULL, a->n - (size_t)by_attr - (test != NULL)};
-    if (a->n < (size_t)by_attr + (test != NULL)) rest.n = 0;
+    size_t taken = (size_t)by_attr + (test != NULL); /* the test's own arguments follow these */
+    j_args rest = {a->n > taken ? a->v + taken : NULL, NULL, a->n > taken ? a->n - taken : 0};
     json_t *list = json_array();
     mt_status st = list ? MT_OK : nomem();
     for (size_t i = 0; st == MT_OK && i < json_array_size(items); i++) {
