@@ -125,33 +125,37 @@ typedef struct {
     int device_blocks;
     int head_vocab_chunk; /* 0: the default (no chunks at this vocabulary) */
     mt_moments_format moments;
+    int moe; /* Qwen3-MoE's experts: routing statistics home, the backward's reloads of routed experts */
 } run_mode;
 
 /* Every mode the table names, alone and together. */
 static const run_mode RUNS[] = {
-    {"clipped", 1.0f, 0, 0, 0, 0, 2, 1, 0, 0, MT_MOMENTS_F32},
-    {"overlapped, gradient ring", 0.0f, 0, 0, 0, 0, 2, 1, 0, 0, MT_MOMENTS_F32},
-    {"overlapped, every gradient kept", 0.0f, 1, 0, 0, 1, 3, 2, 0, 0, MT_MOMENTS_F32},
-    {"clipped, ends on the device", 1.0f, 0, 1, 0, 0, 2, 1, 0, 0, MT_MOMENTS_F32},
-    {"overlapped ring, ends on the device", 0.0f, 0, 1, 0, 1, 2, 2, 0, 0, MT_MOMENTS_F32},
-    {"clipped, checkpoints on the host", 1.0f, 0, 0, -1, 0, 2, 2, 0, 0, MT_MOMENTS_F32},
-    {"overlapped ring, some checkpoints on the host, ends on the device", 0.0f, 0, 1, 2, 1, 3, 1, 0, 0, MT_MOMENTS_F32},
+    {"clipped", 1.0f, 0, 0, 0, 0, 2, 1, 0, 0, MT_MOMENTS_F32, 0},
+    {"overlapped, gradient ring", 0.0f, 0, 0, 0, 0, 2, 1, 0, 0, MT_MOMENTS_F32, 0},
+    {"overlapped, every gradient kept", 0.0f, 1, 0, 0, 1, 3, 2, 0, 0, MT_MOMENTS_F32, 0},
+    {"clipped, ends on the device", 1.0f, 0, 1, 0, 0, 2, 1, 0, 0, MT_MOMENTS_F32, 0},
+    {"overlapped ring, ends on the device", 0.0f, 0, 1, 0, 1, 2, 2, 0, 0, MT_MOMENTS_F32, 0},
+    {"clipped, checkpoints on the host", 1.0f, 0, 0, -1, 0, 2, 2, 0, 0, MT_MOMENTS_F32, 0},
+    {"overlapped ring, some checkpoints on the host, ends on the device", 0.0f, 0, 1, 2, 1, 3, 1, 0, 0, MT_MOMENTS_F32, 0},
     /* The ends' gradients in vocabulary chunks, copied home by compute: the same table. */
-    {"clipped, ends in vocabulary chunks", 1.0f, 0, 0, 0, 0, 2, 2, 0, 16, MT_MOMENTS_F32},
-    {"overlapped ring, ends in vocabulary chunks, checkpoints on the host", 0.0f, 0, 0, -1, 0, 2, 1, 0, 16, MT_MOMENTS_F32},
-    {"clipped, two blocks on the device", 1.0f, 0, 0, 0, 0, 2, 1, 2, 0, MT_MOMENTS_F32},
-    {"overlapped ring, a block and the ends on the device, checkpoints on the host", 0.0f, 0, 1, -1, 1, 2, 2, 1, 0, MT_MOMENTS_F32},
-    {"clipped, every gradient kept, blocks on the device", 1.0f, 1, 0, 1, 0, 3, 1, 4, 0, MT_MOMENTS_F32},
+    {"clipped, ends in vocabulary chunks", 1.0f, 0, 0, 0, 0, 2, 2, 0, 16, MT_MOMENTS_F32, 0},
+    {"overlapped ring, ends in vocabulary chunks, checkpoints on the host", 0.0f, 0, 0, -1, 0, 2, 1, 0, 16, MT_MOMENTS_F32, 0},
+    {"clipped, two blocks on the device", 1.0f, 0, 0, 0, 0, 2, 1, 2, 0, MT_MOMENTS_F32, 0},
+    {"overlapped ring, a block and the ends on the device, checkpoints on the host", 0.0f, 0, 1, -1, 1, 2, 2, 1, 0, MT_MOMENTS_F32, 0},
+    {"clipped, every gradient kept, blocks on the device", 1.0f, 1, 0, 1, 0, 3, 1, 4, 0, MT_MOMENTS_F32, 0},
     /* Tied in vocabulary chunks: the embedding's gradient whole only after its backward. */
-    {"overlapped ring, tied in vocabulary chunks", 0.0f, 0, 0, 0, 1, 2, 1, 0, 16, MT_MOMENTS_F32},
-    {"clipped, tied in vocabulary chunks, checkpoints on the host", 1.0f, 0, 0, -1, 1, 2, 2, 0, 16, MT_MOMENTS_F32},
+    {"overlapped ring, tied in vocabulary chunks", 0.0f, 0, 0, 0, 1, 2, 1, 0, 16, MT_MOMENTS_F32, 0},
+    {"clipped, tied in vocabulary chunks, checkpoints on the host", 1.0f, 0, 0, -1, 1, 2, 2, 0, 16, MT_MOMENTS_F32, 0},
     /* bf16 moments: clipping waits for the norm to update anything (deferred). */
-    {"clipped, bf16 moments", 1.0f, 0, 0, 0, 0, 2, 1, 0, 0, MT_MOMENTS_BF16},
-    {"clipped, bf16 moments, ends in vocabulary chunks", 1.0f, 0, 0, 0, 1, 2, 2, 0, 16, MT_MOMENTS_BF16},
+    {"clipped, bf16 moments", 1.0f, 0, 0, 0, 0, 2, 1, 0, 0, MT_MOMENTS_BF16, 0},
+    {"clipped, bf16 moments, ends in vocabulary chunks", 1.0f, 0, 0, 0, 1, 2, 2, 0, 16, MT_MOMENTS_BF16, 0},
+    /* A mixture of experts: its routing goes home after the forward, and the reloads read it. */
+    {"overlapped ring, a mixture of experts", 0.0f, 0, 0, 0, 0, 2, 2, 0, 0, MT_MOMENTS_F32, 1},
 };
 
 static void trace_mode(const run_mode *m, mt_protocol_trace *t, unsigned *modes) {
-    mt_config cfg = m->tied ? mt_tiny_config_tied_bias() : mt_tiny_config_gqa();
+    mt_config cfg = m->moe ? mt_tiny_config_moe(MT_ARCH_QWEN3_MOE, 1)
+                    : m->tied ? mt_tiny_config_tied_bias() : mt_tiny_config_gqa();
     cfg.num_layers = 6; /* more blocks than the gradient ring and the slots hold */
     mt_engine_options o = mt_engine_defaults();
     o.seq = SEQ;
@@ -181,7 +185,8 @@ Test(protocol, the_table_is_what_the_engine_does) {
         mt_protocol_trace_free(&t);
     }
     unsigned every = MT_MODE_CLIPPED | MT_MODE_OVERLAPPED | MT_MODE_RING | MT_MODE_ENDS_DEVICE | MT_MODE_CKPT_HOST |
-                     MT_MODE_DEVICE_STATE | MT_MODE_EMBED_LATE | MT_MODE_SPECULATIVE | MT_MODE_CHUNK_BUFFERS;
+                     MT_MODE_DEVICE_STATE | MT_MODE_EMBED_LATE | MT_MODE_SPECULATIVE | MT_MODE_CHUNK_BUFFERS |
+                     MT_MODE_MOE | MT_MODE_ROUTED;
     cr_expect_eq(all_modes, every, "the runs cover every mode the table names");
     for (int r = 0; r < mt_protocol_rows; r++) { /* no row is dead */
         int applies = 0;

@@ -145,6 +145,12 @@ void mt_block_pass_report(const mt_pass_state *states, mt_pass_report *r) {
         if (states[k].dev) ffn_ops[k]->pass_report(&states[k], r);
 }
 
+int mt_block_unrouted(const mt_pass_state *states, int l, uint8_t *skip) {
+    if (!states) return 0;
+    mt_ffn_kind k = mt_layer_spec_of(states[0].cfg, l).ffn;
+    return states[k].dev && ffn_ops[k]->unrouted ? ffn_ops[k]->unrouted(&states[k], l, skip) : 0;
+}
+
 /* ---- the workspace ---- */
 
 /* Every block's buffers, then those of each kind some block of the model uses, in one fixed order. */

@@ -209,6 +209,9 @@ void mt_block_pass_begin(const mt_pass_state *states, mt_stream *s);
 void mt_block_pass_loss(const mt_pass_state *states, mt_stream *s, int m, int rows, float mean);
 void mt_block_pass_home(const mt_pass_state *states, mt_stream *s);
 void mt_block_pass_report(const mt_pass_state *states, mt_pass_report *r);
+/* Block l's experts that no GEMM of the pass reads (skip[num_experts], block_parts.h's unrouted),
+ * from the state mt_block_pass_home brought home; returns how many (0: a block without experts). */
+int mt_block_unrouted(const mt_pass_state *states, int l, uint8_t *skip);
 
 /* y[n, D] = block(x[n, D]), tile by tile. */
 void mt_block_forward(const mt_block_ctx *c, const mt_unit_weights *w, const void *x, void *y);

@@ -152,13 +152,16 @@ typedef struct {
     /* Optional (pass_bytes NULL: none): what the kind keeps over a pass (a mixture of experts'
      * routing statistics). Its bytes on the device and on the host for `micro_batches`; zeroed on
      * stream s when a pass begins; micro-batch m's auxiliary loss (of `rows` tokens, weighted by
-     * `mean`) added into p->aux_loss and its gradient made, by the head's job; copied home on s as
-     * the pass ends; read there once the pass is done. */
+     * `mean`) added into p->aux_loss and its gradient made, by the head's job; copied home on s
+     * once the forward is done; read there once that copy has landed. */
     size_t (*pass_bytes)(const mt_config *cfg, int micro_batches, int on_host);
     void (*pass_begin)(const mt_pass_state *p, mt_stream *s);
     void (*pass_loss)(const mt_pass_state *p, mt_stream *s, int m, int rows, float mean);
     void (*pass_home)(const mt_pass_state *p, mt_stream *s);
     void (*pass_report)(const mt_pass_state *p, mt_pass_report *r);
+    /* Optional (NULL: every expert is read): from the state at home, skip[x] = 1 for each of block
+     * `layer`'s experts that no GEMM of the pass reads; returns how many. */
+    int (*unrouted)(const mt_pass_state *p, int layer, uint8_t *skip);
 } mt_ffn_ops;
 
 extern const mt_mixer_ops mt_mixer_attention_ops;

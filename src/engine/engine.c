@@ -136,6 +136,12 @@ static mt_status create(mt_engine **out, mt_backend *be, mt_store *store, const 
     e->compute = e->h2d ? mt_stream_create(be) : NULL;
     e->d2h = e->compute ? mt_stream_create(be) : NULL;
     mt_status rc = e->d2h ? mt_engine_allocate(e) : MT_ERR_NOMEM;
+    /* Reloads of routed experts alone: where a backward reloads blocks and every rank holds whole
+     * blocks (a sharded replica's slices are gathered whole). */
+    e->routed_reload = rc == MT_OK && e->any_pass_state && !o->all_experts && !o->forward_only && !e->shard &&
+                       e->L - e->device_blocks > e->K;
+    if (e->routed_reload && !(e->unrouted = calloc((size_t)c->num_experts, 1)))
+        rc = mt_fail(MT_ERR_NOMEM, "cannot allocate the engine's tables");
     if (rc == MT_OK) rc = create_sync_points(e);
     if (rc == MT_OK && mt_engine_any_on_device(e)) rc = mt_engine_device_upload(e);
     if (rc == MT_OK && !leader && !o->forward_only) rc = mt_engine_optimizer_start(e);
@@ -177,6 +183,7 @@ void mt_engine_destroy(mt_engine *e) {
     free(e->grad_home);
     free(e->slot);
     free(e->gather_due);
+    free(e->unrouted);
     free(e->allocs);
     free(e->host_allocs);
     free(e);

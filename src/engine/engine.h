@@ -93,6 +93,9 @@ typedef struct {
                           * the device's, and the device updates them at the end of the backward.
                           * The host optimizer skips them; mt_engine_finish brings their state
                           * home. Needs fp32 moments. 0 to num_layers. */
+    int all_experts;     /* a mixture of experts' backward reloads every expert of a streamed block;
+                          * otherwise (0) only those the pass routed some token to: the same
+                          * bits, fewer bytes where some expert got no token */
     int forward_only;    /* passes without a backward only (mt_engine_eval, mt_engine_next_logits:
                           * sampling): no gradient buffers, on the device or the host, and no
                           * optimizer thread; the store may then hold working weights alone
@@ -129,6 +132,10 @@ typedef struct {
      * balanced; 0 for an expert no token chose). */
     int moe;
     double aux_loss, expert_load_max, expert_load_min;
+    /* Working weights copied to the device in the step (bytes), and, a mixture of experts, the share
+     * of the experts in the blocks its backward reloaded that no token chose: their weights stayed
+     * home (0 with all_experts). */
+    double weight_bytes_in, experts_unrouted;
 } mt_step_result;
 
 /* Device bytes the engine allocates for these options, by class (total), and the host buffers

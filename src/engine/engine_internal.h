@@ -98,6 +98,15 @@ struct mt_engine {
     mt_pass_state pass[MT_FFN_KINDS];
     int any_pass_state;
     float *dev_aux_loss;
+    /* A mixture of experts whose backward reloads streamed blocks (MT_MODE_ROUTED): a reload
+     * brings only the experts the pass routed some token to (engine_schedule.c), once the
+     * forward's routing is at home (routed_home; routing_known for this pass). unrouted: [E]
+     * scratch, a block's experts skipped. */
+    int routed_reload, routing_known;
+    uint8_t *unrouted;
+    /* This pass's weight bytes copied to the device, and its reloads' experts: skipped of seen. */
+    double bytes_in;
+    int64_t experts_seen, experts_skipped;
 
     /* host staging (pinned on cuda) */
     int32_t *host_tokens;      /* [2][M][n]: inputs then targets */

@@ -11,21 +11,71 @@
 
 /* ---- copies ---- */
 
-/* h2d: waits until compute is done with dst (event free_id), copies unit u's working weights
- * there (a sharded replica: its own slice, the one its store holds current; the job that reads
- * them brings the rest from their owners), records loaded_id; `where`: dst as gather_due indexes it. */
-static void load_unit(mt_engine *e, int u, void *dst, mt_ev free_id, mt_ev loaded_id, int i, int where) {
-    size_t wsize = mt_dtype_size(e->be->ops->weight_dtype), lo = 0, hi = (size_t)mt_engine_numel(e, u);
-    if (e->shard) mt_engine_slice(e, u, &lo, &hi);
-    mt_engine_wait(e, e->h2d, free_id, i);
+/* h2d: unit u's working weights [lo, hi) (elements) to the same place in dst. */
+static void copy_weights(mt_engine *e, int u, void *dst, size_t lo, size_t hi) {
+    size_t wsize = mt_dtype_size(e->be->ops->weight_dtype);
+    if (hi <= lo) return;
     mt_copy_async(e->be, (char *)dst + lo * wsize, (const char *)mt_store_unit_weights(e->store, u) + lo * wsize,
                   (hi - lo) * wsize, e->h2d);
+    e->bytes_in += (double)((hi - lo) * wsize);
+}
+
+/* Unit u's weights but the experts skip marks: each tensor of stacked experts (laid out one expert
+ * after another) without those experts' rows, in as few copies as the runs between them allow. */
+static void copy_routed_weights(mt_engine *e, int u, void *dst, const uint8_t *skip) {
+    const mt_unit *unit = &e->lay->units[u];
+    size_t from = 0;
+    for (int t = unit->first_tensor; t < unit->first_tensor + unit->num_tensors; t++) {
+        const mt_tensor *x = &e->lay->tensors[t];
+        if (x->experts <= 0) continue;
+        size_t each = (size_t)x->rows * (size_t)x->cols / (size_t)x->experts;
+        for (int j = 0; j < x->experts; j++) {
+            if (!skip[j]) continue;
+            size_t at = (size_t)x->offset + (size_t)j * each;
+            copy_weights(e, u, dst, from, at);
+            from = at + each;
+        }
+    }
+    copy_weights(e, u, dst, from, (size_t)mt_engine_numel(e, u));
+}
+
+/* h2d: waits until compute is done with dst (event free_id), copies unit u's working weights
+ * there (a sharded replica: its own slice, the one its store holds current; the job that reads
+ * them brings the rest from their owners; skip non-NULL: but those experts, mt_block_unrouted),
+ * records loaded_id; `where`: dst as gather_due indexes it. */
+static void load_unit(mt_engine *e, int u, void *dst, mt_ev free_id, mt_ev loaded_id, int i, int where,
+                      const uint8_t *skip) {
+    size_t lo = 0, hi = (size_t)mt_engine_numel(e, u);
+    if (e->shard) mt_engine_slice(e, u, &lo, &hi);
+    mt_engine_wait(e, e->h2d, free_id, i);
+    if (skip) copy_routed_weights(e, u, dst, skip);
+    else copy_weights(e, u, dst, lo, hi);
     mt_engine_record(e, loaded_id, i, e->h2d);
     mt_engine_loaded(e, u, dst, where);
 }
 
 static void load_slot(mt_engine *e, int l, int k) {
-    load_unit(e, mt_unit_block(l), e->slot[k], MT_EV_SLOT_FREE, MT_EV_SLOT_LOADED, k, mt_engine_where_slot(k));
+    load_unit(e, mt_unit_block(l), e->slot[k], MT_EV_SLOT_FREE, MT_EV_SLOT_LOADED, k, mt_engine_where_slot(k), NULL);
+}
+
+/* The backward's reload of block l into slot k. With routed_reload, a mixture-of-experts block's
+ * experts that no token of the pass chose stay home: no GEMM of the backward reads their rows of
+ * the slot (whatever the slot held before), and their gradients are zero. The first reload waits
+ * for the forward's routing to be at home, which the compute stream, busy with the head and the
+ * backward's first blocks, sent long before. */
+static void reload_slot(mt_engine *e, int l, int k) {
+    int skipped = 0;
+    if (e->routed_reload) {
+        if (!e->routing_known) mt_engine_sync(e, MT_EV_ROUTED_HOME, 0);
+        e->routing_known = 1;
+        skipped = mt_block_unrouted(e->pass, l, e->unrouted);
+        if (mt_config_layer_is_moe(e->cfg, l)) {
+            e->experts_seen += e->cfg->num_experts;
+            e->experts_skipped += skipped;
+        }
+    }
+    load_unit(e, mt_unit_block(l), e->slot[k], MT_EV_SLOT_FREE, MT_EV_SLOT_LOADED, k, mt_engine_where_slot(k),
+              skipped ? e->unrouted : NULL);
 }
 
 /* The compute stream waits for event (id, i), bracketed by two timing events so that the step can
@@ -49,7 +99,7 @@ static double load_forward(mt_engine *e, int index) {
     double waited = mt_engine_await(e, MT_FL_UPDATED, u, e->generation, MT_GEN_G);
     if (index < streamed) load_slot(e, e->device_blocks + index, index % e->K);
     else if (!mt_engine_unit_on_device(e, u))
-        load_unit(e, u, e->head_w, MT_EV_HEAD_FREE, MT_EV_HEAD_LOADED, 0, mt_engine_where_head(e));
+        load_unit(e, u, e->head_w, MT_EV_HEAD_FREE, MT_EV_HEAD_LOADED, 0, mt_engine_where_head(e), NULL);
     return waited;
 }
 
@@ -150,6 +200,7 @@ typedef struct {
     int64_t targets; /* targets that count in the loss */
     double loss, grad_norm, waited;
     double aux_loss, load_max, load_min; /* a mixture of experts' (mt_step_result) */
+    double bytes_in, experts_unrouted;    /* mt_step_result's weight_bytes_in, experts_unrouted */
     double stalled;  /* seconds the compute stream waited on copies */
     double busy;     /* seconds the compute stream spent in the pass's jobs */
     double idle_forward, idle_backward; /* gaps between jobs in the forward, in the backward */
@@ -186,6 +237,9 @@ static mt_status begin_pass(mt_engine *e, pass *p, const int32_t *inputs, const 
     e->num_stalls = 0;
     e->num_jobs = 0;
     e->first_backward_job = e->max_jobs;
+    e->bytes_in = 0;
+    e->experts_seen = e->experts_skipped = 0;
+    e->routing_known = 0;
     p->r->waited = 0;
     MT_TRY(stage_tokens(e, inputs, targets, positions, batch, seq, M, &p->r->targets));
     if (e->step_targets) { /* one rank of several: the mean is over every rank's targets */
@@ -232,7 +286,8 @@ static mt_status block_forward(mt_engine *e, pass *p, int l) {
 static mt_status forward(mt_engine *e, pass *p) {
     int embed_moves = !mt_engine_unit_on_device(e, 0);
     p->r->waited += mt_engine_await(e, MT_FL_UPDATED, 0, e->generation, MT_GEN_G);
-    if (embed_moves) load_unit(e, 0, e->embed_w, MT_EV_EMBED_FREE, MT_EV_EMBED_LOADED, 0, mt_engine_where_embed(e));
+    if (embed_moves)
+        load_unit(e, 0, e->embed_w, MT_EV_EMBED_FREE, MT_EV_EMBED_LOADED, 0, mt_engine_where_embed(e), NULL);
     mt_engine_wait(e, e->compute, MT_EV_TOKENS_READY, 0);
     compute_wait(e, MT_EV_EMBED_LOADED, 0, "embedding in");
     mt_engine_ckpt_before_write(e, 0);
@@ -369,7 +424,7 @@ static mt_status block_backward(mt_engine *e, pass *p, int l) {
                                         MT_GEN_NEXT);
     p->r->waited += mt_engine_await_grads_taken(e, mt_unit_block(l));
     send_home(e, mt_unit_block(l), e->grad_slot[gs], MT_EV_GRAD_READY, gs, p->early != NULL);
-    if (l - K >= e->device_blocks) load_slot(e, l - K, k);
+    if (l - K >= e->device_blocks) reload_slot(e, l - K, k);
     return MT_OK;
 }
 
@@ -436,7 +491,7 @@ static void end_pass(mt_engine *e, pass *p) {
     }
     mt_copy_async(e->be, e->host_loss, e->dev_loss, 4, e->d2h);
     if (e->any_pass_state) {
-        mt_block_pass_home(e->pass, e->d2h);
+        mt_engine_wait(e, e->d2h, MT_EV_ROUTED_HOME, 0);
         mt_copy_async(e->be, e->host_aux_loss, e->dev_aux_loss, 4, e->d2h);
     }
     mt_engine_record(e, MT_EV_DONE, 0, e->d2h);
@@ -454,6 +509,10 @@ static mt_status run_pass(mt_engine *e, mt_run_mode mode, const int32_t *inputs,
               .resident_home = !step || e->o.keep_grads, .r = r};
     MT_TRY(begin_pass(e, &p, inputs, targets, positions, batch, seq, M, last_row));
     MT_TRY(forward(e, &p));
+    if (e->any_pass_state) { /* the forward's routing statistics: the report's, and the reloads' */
+        mt_block_pass_home(e->pass, e->compute);
+        mt_engine_record(e, MT_EV_ROUTED_HOME, 0, e->compute);
+    }
     MT_TRY(head(e, &p));
     if (p.train) {
         MT_TRY(backward(e, &p));
@@ -480,6 +539,8 @@ static mt_status finish_pass(mt_engine *e, pass_result *r) {
     r->loss = r->targets > 0 ? *e->host_loss / (double)r->targets : 0;
     if (e->any_pass_state) pass_state_results(e, r);
     r->grad_norm = mt_global_norm(e->host_norms, e->U);
+    r->bytes_in = e->bytes_in;
+    r->experts_unrouted = e->experts_seen ? (double)e->experts_skipped / (double)e->experts_seen : 0;
     r->stalled = 0;
     for (int i = 0; i < e->num_stalls; i++) r->stalled += mt_engine_elapsed(e, MT_EV_STALL_BEGIN, i, MT_EV_STALL_END, i);
     r->busy = r->idle_forward = r->idle_backward = 0;
@@ -544,7 +605,8 @@ mt_status mt_engine_step(mt_engine *e, const int32_t *inputs, const int32_t *tar
                             .stall_seconds = r.stalled, .compute_seconds = r.busy,
                             .idle_forward_seconds = r.idle_forward, .idle_backward_seconds = r.idle_backward,
                             .moe = e->any_pass_state, .aux_loss = r.aux_loss, .expert_load_max = r.load_max,
-                            .expert_load_min = r.load_min};
+                            .expert_load_min = r.load_min, .weight_bytes_in = r.bytes_in,
+                            .experts_unrouted = r.experts_unrouted};
     mt_engine *opt = e->leader ? e->leader : e;
     pthread_mutex_lock(&opt->opt_lock);
     res->opt_seconds = opt->opt_seconds;

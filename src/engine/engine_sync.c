@@ -89,5 +89,6 @@ unsigned mt_engine_modes(const mt_engine *e) {
            (e->o.ends_on_device ? MT_MODE_ENDS_DEVICE : 0) | (e->o.ckpt_on_host > 0 ? MT_MODE_CKPT_HOST : 0) |
            (mt_engine_any_on_device(e) ? MT_MODE_DEVICE_STATE : 0) | (mt_engine_embed_grad_late(e) ? MT_MODE_EMBED_LATE : 0) |
            (e->o.max_grad_norm > 0 && e->store->moments.format == MT_MOMENTS_F32 ? MT_MODE_SPECULATIVE : 0) |
-           (e->chunk_buffers ? MT_MODE_CHUNK_BUFFERS : 0);
+           (e->chunk_buffers ? MT_MODE_CHUNK_BUFFERS : 0) | (e->any_pass_state ? MT_MODE_MOE : 0) |
+           (e->routed_reload ? MT_MODE_ROUTED : 0);
 }

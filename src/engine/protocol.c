@@ -33,6 +33,7 @@ const mt_sync_point mt_events[MT_EV_COUNT] = {
     [MT_EV_STAGE_DRAINED] = {"stage_drained", MT_PER_STAGE},
     [MT_EV_STAGE_RELEASED] = {"stage_released", MT_PER_STAGE},
     [MT_EV_CHUNK_HOME] = {"chunk_home", MT_PER_CHUNK},
+    [MT_EV_ROUTED_HOME] = {"routed_home", MT_PER_ENGINE},
     [MT_EV_DONE] = {"done", MT_PER_ENGINE},
     [MT_EV_STALL_BEGIN] = {"stall_begin", MT_PER_STALL},
     [MT_EV_STALL_END] = {"stall_end", MT_PER_STALL},
@@ -67,6 +68,8 @@ const mt_sync_point mt_flags[MT_FL_COUNT] = {
 #define EMBED_LATE MT_MODE_EMBED_LATE
 #define SPECULATIVE MT_MODE_SPECULATIVE
 #define CHUNK_BUFFERS MT_MODE_CHUNK_BUFFERS
+#define MOE MT_MODE_MOE
+#define ROUTED MT_MODE_ROUTED
 
 const mt_protocol_row mt_protocol[] = {
     /* sync point           recorded by       waited by       for          needs        unless */
@@ -127,6 +130,13 @@ const mt_protocol_row mt_protocol[] = {
     {EV(CHUNK_HOME),        COMPUTE,          OPTIMIZER,      0,           CHUNK_BUFFERS, 0,
      "steps, after each job of a vocabulary chunk of the head's or the embedding's gradient",
      "the step's chunk k is in its chunk buffer (the job copied it there); the optimizer updates its rows"},
+    {EV(ROUTED_HOME),       COMPUTE,          D2H,            0,           MOE,         0,
+     "every pass of a mixture of experts, once its forward is done",
+     "the forward's routing statistics (each block's tokens per expert) are at home; the pass's end (done) "
+     "follows them"},
+    {EV(ROUTED_HOME),       COMPUTE,          ISSUER,         0,           ROUTED,      0,
+     "training passes, before the backward's first reload of a streamed block",
+     "the issuing thread reads which experts each reload brings: those some token of the pass chose"},
     {EV(DONE),              D2H,              ISSUER,         0,           0,           0,
      "the end of every pass; mt_engine_finish", "everything the pass (or the ends' homecoming) issued is done; "
      "the issuing thread reads the loss and norms"},

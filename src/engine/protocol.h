@@ -40,6 +40,7 @@ typedef enum {
     MT_EV_STAGE_DRAINED,
     MT_EV_STAGE_RELEASED,
     MT_EV_CHUNK_HOME,
+    MT_EV_ROUTED_HOME,
     MT_EV_DONE,
     MT_EV_STALL_BEGIN,
     MT_EV_STALL_END,
@@ -108,6 +109,8 @@ enum {
     MT_MODE_CHUNK_BUFFERS = 1 << 8, /* overlapped, the ends in vocabulary chunks, nothing keeping their whole
                                      * gradients: the chunks come home through a few host buffers, each
                                      * updated as it lands */
+    MT_MODE_MOE = 1 << 9,         /* a mixture of experts: the forward's routing statistics go home */
+    MT_MODE_ROUTED = 1 << 10,     /* and the backward reloads streamed blocks' routed experts only */
 };
 
 /* The generations a flag is waited for, relative to the waiter's g. */

@@ -16,8 +16,11 @@
  * Over a pass it keeps (its pass entries, block_parts.h) each micro-batch's routing statistics,
  * which the forwards add to, and the load-balancing loss's gradient per router probability, which
  * the head's job makes and the backwards take: counts [M][MoE blocks][E] (each sparse block's
- * tokens per expert), prob_sum [M][E] (the router probabilities summed over every sparse block's
- * tokens), aux_grad [M][E], one after another on the device; the counts on the host. */
+ * real tokens per expert), padding [M][MoE blocks][E] (its padding tokens per expert: they run
+ * through the experts too, outside the statistics), prob_sum [M][E] (the router probabilities
+ * summed over every sparse block's tokens), aux_grad [M][E], one after another on the device; the
+ * counts and padding on the host, where the engine reads which experts the backward needs
+ * (unrouted). */
 #include "engine/block_parts.h"
 
 /* The segments of piece p: the engine's dw unit (block.h: a weight gradient adds one sequence, or one
@@ -35,7 +38,8 @@ static size_t counts_size(const mt_pass_state *p) {
     return (size_t)p->micro_batches * (size_t)sparse_blocks(p->cfg) * (size_t)p->cfg->num_experts;
 }
 static int32_t *counts(const mt_pass_state *p) { return p->dev; }
-static float *prob_sum(const mt_pass_state *p) { return (float *)(counts(p) + counts_size(p)); }
+static int32_t *padding(const mt_pass_state *p) { return counts(p) + counts_size(p); }
+static float *prob_sum(const mt_pass_state *p) { return (float *)(padding(p) + counts_size(p)); }
 static float *aux_grad(const mt_pass_state *p) {
     return prob_sum(p) + (size_t)p->micro_batches * (size_t)p->cfg->num_experts;
 }
@@ -48,12 +52,12 @@ static int sparse_index(const mt_config *c, int l) {
 }
 
 static size_t pass_bytes(const mt_config *c, int micro_batches, int on_host) {
-    size_t M = (size_t)micro_batches, E = (size_t)c->num_experts, counts = M * (size_t)sparse_blocks(c) * E * 4;
+    size_t M = (size_t)micro_batches, E = (size_t)c->num_experts, counts = 2 * M * (size_t)sparse_blocks(c) * E * 4;
     return on_host ? counts : counts + 2 * M * E * 4;
 }
 
 static void pass_begin(const mt_pass_state *p, mt_stream *s) {
-    mt_zero_async(p->be, counts(p), counts_size(p) * 4, s);
+    mt_zero_async(p->be, counts(p), 2 * counts_size(p) * 4, s);
     mt_zero_async(p->be, prob_sum(p), (size_t)p->micro_batches * (size_t)p->cfg->num_experts * 4, s);
 }
 
@@ -67,7 +71,27 @@ static void pass_loss(const mt_pass_state *p, mt_stream *s, int m, int rows, flo
 }
 
 static void pass_home(const mt_pass_state *p, mt_stream *s) {
-    mt_copy_async(p->be, p->host, counts(p), counts_size(p) * 4, s);
+    mt_copy_async(p->be, p->host, counts(p), 2 * counts_size(p) * 4, s);
+}
+
+/* Once pass_home's copy has landed: skip[x] = 1 for each expert of block `layer` that no token of
+ * the pass's micro-batches chose, real or padding (its weights are read by no GEMM of the pass).
+ * Returns how many; 0 for a block without experts. */
+static int unrouted(const mt_pass_state *p, int layer, uint8_t *skip) {
+    const mt_config *c = p->cfg;
+    if (!mt_config_layer_is_moe(c, layer)) return 0;
+    int M = p->micro_batches, E = c->num_experts, layers = sparse_blocks(c), l = sparse_index(c, layer), none = 0;
+    const int32_t *real = p->host, *pad = real + counts_size(p);
+    for (int x = 0; x < E; x++) {
+        int64_t n = 0;
+        for (int m = 0; m < M; m++) {
+            size_t at = ((size_t)m * layers + l) * E + x;
+            n += real[at] + pad[at];
+        }
+        skip[x] = n == 0;
+        none += skip[x];
+    }
+    return none;
 }
 
 /* The largest and smallest share of a sparse block's routed tokens an expert got over the pass's
@@ -99,6 +123,11 @@ static int32_t *block_counts(const mt_block_ctx *c) {
 }
 static float *block_prob_sum(const mt_block_ctx *c) {
     return c->pass ? prob_sum(c->pass) + (size_t)c->micro * c->cfg->num_experts : NULL;
+}
+static int32_t *block_padding(const mt_block_ctx *c) {
+    if (!c->pass) return NULL;
+    size_t E = (size_t)c->cfg->num_experts;
+    return padding(c->pass) + ((size_t)c->micro * sparse_blocks(c->cfg) + sparse_index(c->cfg, c->layer)) * E;
 }
 static const float *block_aux_grad(const mt_block_ctx *c) {
     if (!c->pass || !c->cfg->output_router_logits) return NULL;
@@ -160,16 +189,17 @@ static token_run next_run(const mt_block_ctx *c, mt_piece p, int from) {
 }
 
 /* The router's softmax, top k and weights of piece p, its statistics (the forward's, `stats`) over
- * the real tokens only. */
+ * the real tokens only; the padding's choices counted apart. */
 static void route(const mt_block_ctx *c, mt_piece p, int stats) {
     const mt_config *cfg = c->cfg;
     mt_block_ws *ws = c->ws;
     int E = cfg->num_experts, k = cfg->experts_per_token;
     for (token_run r = next_run(c, p, p.row); r.rows > 0; r = next_run(c, p, r.row + r.rows)) {
         int i = r.row - p.row, counted = stats && r.real;
+        int32_t *tally = !stats ? NULL : r.real ? block_counts(c) : block_padding(c);
         MT_OP(c, "route: softmax, top k", 0,
               c->be->ops->moe.route(c->be, c->stream, ws->moe.weights + (size_t)i * k, ws->moe.experts + (size_t)i * k,
-                                    counted ? block_counts(c) : NULL, counted ? block_prob_sum(c) : NULL,
+                                    tally, counted ? block_prob_sum(c) : NULL,
                                     mt_rows_at(ws->moe.logits, i, E, mt_act_size(c)), r.rows, E, k, renorm(c)));
     }
 }
@@ -299,4 +329,4 @@ static void backward(const mt_block_ctx *c, const mt_unit_weights *w, const mt_u
 
 const mt_ffn_ops mt_ffn_moe_ops = {.walk = walk, .forward = forward, .backward = backward, .pass_bytes = pass_bytes,
                                    .pass_begin = pass_begin, .pass_loss = pass_loss, .pass_home = pass_home,
-                                   .pass_report = pass_report};
+                                   .pass_report = pass_report, .unrouted = unrouted};
