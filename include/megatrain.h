@@ -107,6 +107,8 @@ typedef struct {
     int threads;             /* cpu backend compute threads; 0: all cores */
     int slots;               /* block weight slots on the device (>= 2) */
     int grad_ring;           /* without clipping: host buffers of block gradients; 0: the planner's */
+    int all_experts;         /* a mixture of experts' backward reloads every expert, not only those
+                              * some token of the step chose (the same bits, more bytes) */
     int opt_threads;         /* optimizer threads; 0: all cores but one, or one per opt_cores core */
     const char *opt_cores;   /* cores such as "2-15" or "4,5,6", one optimizer thread pinned to
                               * each; "none": unpinned; NULL: with a GPU, each pinned to a core

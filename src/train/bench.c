@@ -42,7 +42,8 @@ static double full_attention_flops_per_token(const mt_config *c, int seq) {
  * block's weights come in for the forward and, but for the K still in their slots, again for the
  * backward (the resident device_blocks never move); the embedding and head once each unless the
  * device keeps them (processes that split the units: each its 1/loads_split slice); its 1/ranks
- * slice of every gradient the host optimizer updates goes home in fp32. */
+ * slice of every gradient the host optimizer updates goes home in fp32. The weights' bytes the
+ * steps report (a mixture of experts' reloads leave unrouted experts home) replace h2d's. */
 static void pcie_bytes(const mt_layout *lay, const mt_engine_options *eo, int ranks, int loads_split, mt_dtype weight,
                        double *h2d, double *d2h) {
     int S = lay->cfg.num_layers - eo->device_blocks, K = eo->slots < S ? eo->slots : S, U = lay->num_units;
@@ -75,6 +76,8 @@ typedef struct {
     int clipped, skipped;      /* timed steps whose norm was over --clip (their update corrected), or not finite */
     double grad_norm;          /* the last timed step's gradient norm */
     double h2d_bytes, d2h_bytes; /* PCIe bytes per GPU per step, each way */
+    int moe;                   /* a mixture of experts: */
+    double experts_unrouted;   /* the mean share of the reloaded blocks' experts left home */
     int packed_mean;           /* packed examples' mean length (bench --packed), or 0 */
     double segments_per_window; /* their mean count a window (1: plain windows) */
 } bench_summary;
@@ -86,22 +89,26 @@ static mt_status print_summary(FILE *out, const mt_train_options *o, const mt_ba
                                FILE *json_file) {
     const mt_engine_options *eo = &s->plan->eo;
     double tokens = (double)s->gpus * s->plan->tokens;
-    char where[768], grads[96];
+    char where[768], grads[96], unrouted[96] = "";
     mt_placement_describe(s->plan, where, sizeof where);
+    if (s->moe)
+        snprintf(unrouted, sizeof unrouted, " (the backward's reloads left %.1f%% of their experts home: no token "
+                 "chose them)", 100 * s->experts_unrouted);
     mt_placement_grads_where(s->plan, grads, sizeof grads);
     fprintf(out, "megatrain %s on %d %s%s: %.0f tokens/step, median step %.3f s, %.0f tokens/s, %.1f TFLOP/s, "
             "peak device memory %.2f GiB (%.2f GiB by the driver's count, context included), host %.1f GiB, "
             "block chunk %d tokens, attention tile %d queries, checkpoints of %d of %d blocks on the host, device idle %.1f%% of the step (%.1f%% in the forward, "
             "%.1f%% in the backward, the rest at the step's ends; stalled on copies %.1f%%), issuing thread waited on the optimizer %.1f%% (that wait overlaps queued GPU work), "
             "optimizer %.3f s a step (%.4f s a block, %.0f%% of the step); PCIe per GPU per step %.2f GB in, %.2f GB "
-            "out; plan's floor %.3f s, its host %.1f GiB (%.2f bytes a parameter; measured %.2f); plan: %s\n", o->preset ? o->preset : "model", s->gpus,
+            "out%s; plan's floor %.3f s, its host %.1f GiB (%.2f bytes a parameter; measured %.2f); plan: %s\n", o->preset ? o->preset : "model", s->gpus,
             mt_backend_has_own_memory(be) ? "GPU" : "cpu rank", s->gpus > 1 ? "s" : "", tokens, s->step_s,
             s->tokens_per_s, s->tflops, peak_gpu / 1073741824.0, s->driver_peak_bytes / 1073741824.0,
             host / 1073741824.0, mt_block_piece_rows(eo->batch, eo->seq, eo->chunk),
             mt_block_tile_rows(eo->batch, eo->seq, eo->attn_tile), eo->ckpt_on_host, cfg->num_layers,
             100 * s->idle_share,
             100 * s->idle_forward_share, 100 * s->idle_backward_share, 100 * s->stall_share, 100 * s->opt_wait_share, s->opt_s, s->opt_block_s,
-            s->step_s > 0 ? 100 * s->opt_s / s->step_s : 0, s->h2d_bytes / 1e9, s->d2h_bytes / 1e9, s->plan->floor_s,
+            s->step_s > 0 ? 100 * s->opt_s / s->step_s : 0, s->h2d_bytes / 1e9, s->d2h_bytes / 1e9, unrouted,
+            s->plan->floor_s,
             (double)mt_placement_host_bytes(s->plan) / 1073741824.0,
             (double)mt_placement_host_bytes(s->plan) / (double)mt_config_total_params(cfg),
             host / (double)mt_config_total_params(cfg), where);
@@ -148,7 +155,9 @@ static mt_status print_summary(FILE *out, const mt_train_options *o, const mt_ba
     json_decref(planned);
     if (j && (json_object_set_new(j, "packed_mean", json_integer(s->packed_mean)) != 0 ||
               json_object_set_new(j, "segments_per_window", json_real(s->segments_per_window)) != 0 ||
-              json_object_set_new(j, "tflops_full_attention", json_real(s->tflops_full)) != 0)) {
+              json_object_set_new(j, "tflops_full_attention", json_real(s->tflops_full)) != 0 ||
+              (s->moe && json_object_set_new(j, "experts_unrouted_share", json_real(s->experts_unrouted)) != 0) ||
+              json_object_set_new(j, "all_experts", json_boolean(eo->all_experts)) != 0)) {
         json_decref(j);
         j = NULL;
     }
@@ -262,7 +271,7 @@ mt_status mt_bench(const mt_train_options *given, int warmup, int packed_mean, F
     mt_rng rng = {(uint64_t)o->seed};
     double stall = 0, opt_wait = 0, opt = 0, opt_block = 0, computing = 0, idle_forward = 0, idle_backward = 0;
     double after_norm = 0, backlog = 0;
-    double total = 0, driver_peak = 0, segments = 0, grad_norm = 0;
+    double total = 0, driver_peak = 0, segments = 0, grad_norm = 0, weights_in = 0, unrouted = 0;
     int clipped = 0, skipped = 0;
     for (int64_t s = 0; rc == MT_OK && s < warmup + o->steps; s++) {
         for (size_t i = 0; i < n; i++) {
@@ -287,6 +296,9 @@ mt_status mt_bench(const mt_train_options *given, int warmup, int packed_mean, F
                 s < warmup ? "warmup" : "timed", (long long)s, r.seconds, (double)n / r.seconds, r.loss,
                 r.compute_seconds, r.idle_forward_seconds, r.idle_backward_seconds, ends, r.stall_seconds,
                 r.wait_opt_seconds, r.opt_seconds, r.opt_seconds_per_block);
+        if (r.moe)
+            fprintf(out, ", weights in %.3f GB (%.1f%% of the reloaded experts left home)", r.weight_bytes_in / 1e9,
+                    100 * r.experts_unrouted);
         if (r.opt_after_norm_seconds > 0)
             fprintf(out, ", its last master out %.3f s after the norm (%d units' updates ahead of the norm still "
                     "to take then)", r.opt_after_norm_seconds, r.opt_backlog_units);
@@ -306,6 +318,8 @@ mt_status mt_bench(const mt_train_options *given, int warmup, int packed_mean, F
         opt_block += r.opt_seconds_per_block;
         after_norm += r.opt_after_norm_seconds;
         backlog += r.opt_backlog_units;
+        weights_in += r.weight_bytes_in;
+        unrouted += r.experts_unrouted;
         total += r.seconds;
     }
     if (rc == MT_OK) {
@@ -320,6 +334,9 @@ mt_status mt_bench(const mt_train_options *given, int warmup, int packed_mean, F
         int split = dev.world.size > 1 && moments != MT_MOMENTS_8BIT ? dev.world.size : 1;
         pcie_bytes(&lay, &plan.eo, dev.world.size > 1 ? split : sum.gpus, split, be->ops->weight_dtype, &sum.h2d_bytes,
                    &sum.d2h_bytes);
+        if (weights_in > 0) sum.h2d_bytes = weights_in / (double)o->steps;
+        sum.moe = cfg.num_experts > 0;
+        sum.experts_unrouted = unrouted / (double)o->steps;
         sum.tokens_per_s = (double)n / sum.step_s;
         sum.tflops = sum.tokens_per_s * model_flops_per_token(&cfg, o->seq_len) / 1e12;
         sum.tflops_full = sum.tokens_per_s * full_attention_flops_per_token(&cfg, o->seq_len) / 1e12;

@@ -151,6 +151,7 @@ const mt_option mt_options[] = {
     SETTING("threads", MT_OPT_INT, threads, MT_OPT_PROCESS, 0, 1 << 16, 0, 0, 0),
     SETTING("slots", MT_OPT_INT, slots, MT_OPT_PROCESS, 2, 1 << 16, 0, 0, 2),
     SETTING("grad-ring", MT_OPT_INT, grad_ring, MT_OPT_PROCESS, 0, 1 << 16, 0, 0, 0),
+    SETTING("all-experts", MT_OPT_FLAG, all_experts, MT_OPT_PROCESS, 0, 1, 0, 0, 0),
     SETTING("opt-threads", MT_OPT_INT, opt_threads, MT_OPT_PROCESS, 0, 1 << 16, 0, 0, 0),
     NAME_SETTING("opt-cores", opt_cores, MT_OPT_PROCESS, NULL, check_cores, NULL),
     NAME_SETTING("ends-on-device", ends_on_device, MT_OPT_PROCESS, ends_modes, NULL, NULL),

@@ -88,6 +88,7 @@ mt_status mt_train_placement(const mt_train_options *o, mt_backend *be, const mt
     eo->micro_batches = o->micro_batches;
     eo->slots = o->slots;
     eo->grad_ring = o->grad_ring;
+    eo->all_experts = o->all_experts;
     eo->opt_threads = o->opt_threads;
     eo->opt_cores = default_opt_cores(o, be);
     eo->lm_chunk = o->lm_chunk;

@@ -650,7 +650,9 @@ static mt_status log_step(mt_train_run *r, const mt_step_result *s, float lr, do
         json_object_set_new(ev, "aux_loss", number_or_null(s->aux_loss));
         json_object_set_new(ev, "expert_load_max", number_or_null(s->expert_load_max));
         json_object_set_new(ev, "expert_load_min", number_or_null(s->expert_load_min));
+        json_object_set_new(ev, "experts_unrouted", number_or_null(s->experts_unrouted));
     }
+    json_object_set_new(ev, "weight_bytes_in", json_real(s->weight_bytes_in));
     mt_status rc = r->metrics ? mt_metrics_log(r->metrics, ev) : MT_OK;
     json_decref(ev);
     return rc;
