@@ -34,9 +34,8 @@ TestSuite(moe_cli, .init = make_fixtures, .fini = remove_fixtures);
 
 static const char *in_dir(const char *name) { return mt_test_in(dir, name); }
 
-/* The family's tiny model over bytes (the corpus's tokens), its config.json in dir/<name>/. */
-static const char *write_config(mt_arch arch, int aux, const char *name) {
-    mt_config c = mt_tiny_config_moe(arch, aux);
+/* c over bytes (the corpus's tokens), its config.json in dir/<name>/. */
+static const char *write_config_of(mt_config c, const char *name) {
     c.vocab_size = 256;
     const char *where = in_dir(name);
     cr_assert_eq(mkdir(where, 0755), 0, "cannot create %s", where);
@@ -46,6 +45,11 @@ static const char *write_config(mt_arch arch, int aux, const char *name) {
     char *p = config[next++ % 4];
     snprintf(p, sizeof config[0], "%s/config.json", where);
     return p;
+}
+
+/* The family's tiny model. */
+static const char *write_config(mt_arch arch, int aux, const char *name) {
+    return write_config_of(mt_tiny_config_moe(arch, aux), name);
 }
 
 static void train(const char *config, const char *out, int resume) {
@@ -101,6 +105,57 @@ static void resumes_bitwise(mt_arch arch, int aux, const char *name) {
               "%s: nothing changed from step 3 to 6: the comparison proves nothing", name);
     mt_config c = mt_tiny_config_moe(arch, aux);
     expect_metrics(straight, c.num_experts);
+}
+
+/* Each step's weight_bytes_in and experts_unrouted from the run's metrics.jsonl. */
+static int step_bytes(const char *out, double *bytes, double *unrouted, int max) {
+    char path[PATH_MAX + 128], line[4096];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", out);
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "no %s", path);
+    int n = 0;
+    while (n < max && fgets(line, sizeof line, f)) {
+        json_t *ev = json_loads(line, 0, NULL);
+        cr_assert(ev, "%s: not JSON: %s", path, line);
+        if (json_object_get(ev, "loss")) {
+            bytes[n] = json_number_value(json_object_get(ev, "weight_bytes_in"));
+            unrouted[n++] = json_number_value(json_object_get(ev, "experts_unrouted"));
+        }
+        json_decref(ev);
+    }
+    fclose(f);
+    return n;
+}
+
+/* Five blocks through two slots, so that the backward reloads three, and a step's tokens routed to
+ * 2 of 64 experts: many experts get none, and their weights stay home in the reloads. The state
+ * after 3 steps has the bits of --all-experts, which copies more bytes and leaves none home. */
+Test(moe_cli, routed_reloads_train_as_every_expert) {
+    mt_config c = mt_tiny_config_moe(MT_ARCH_MIXTRAL, 1);
+    c.num_layers = 5;
+    c.num_experts = 64;
+    const char *config = write_config_of(c, "reload");
+    char routed[PATH_MAX + 64], all[PATH_MAX + 64];
+    snprintf(routed, sizeof routed, "%s/reload-routed", dir);
+    snprintf(all, sizeof all, "%s/reload-all", dir);
+    for (int every = 0; every < 2; every++) {
+        mt_cli_result r;
+        mt_cli_run(&r, TIMEOUT_S, "train", "--config", config, "--data", corpus, STEP_ARGS, "--steps", "3",
+                   "--ckpt-every", "3", "--out", every ? all : routed, every ? "--all-experts" : NULL, NULL);
+        cr_assert_eq(r.exit_code, 0, "train failed:\n%s", r.err);
+        mt_cli_result_free(&r);
+    }
+    cr_expect_null(mt_test_state_differs(routed, all, 3), "the routed reloads' state differs from every expert's");
+    double bytes[2][3], unrouted[2][3];
+    cr_assert_eq(step_bytes(routed, bytes[0], unrouted[0], 3), 3);
+    cr_assert_eq(step_bytes(all, bytes[1], unrouted[1], 3), 3);
+    for (int s = 0; s < 3; s++) {
+        cr_expect(unrouted[0][s] > 0 && unrouted[0][s] < 1, "step %d: %g of the experts left home", s + 1,
+                  unrouted[0][s]);
+        cr_expect_eq(unrouted[1][s], 0.0, "step %d with --all-experts: %g left home", s + 1, unrouted[1][s]);
+        cr_expect(bytes[0][s] > 0 && bytes[0][s] < bytes[1][s], "step %d: %.0f bytes in routed, %.0f every expert",
+                  s + 1, bytes[0][s], bytes[1][s]);
+    }
 }
 
 Test(moe_cli, qwen3_moe_trains_and_resumes_bitwise) { resumes_bitwise(MT_ARCH_QWEN3_MOE, 1, "qwen3moe"); }
