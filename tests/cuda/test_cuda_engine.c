@@ -730,3 +730,51 @@ Test(cuda, engine_matches_cpu_packed_qwen3_next) {
     packed_positions(positions);
     compare_backends_at("packed_qwen3_next", &c, positions, 0);
 }
+
+/* A mixture of experts' backward reloads only the experts some token chose (engine_schedule.c):
+ * against every expert reloaded (all_experts) on the same GPU, the same loss and gradients up to the
+ * run-to-run order of the GPU's atomics (an expert whose rows were left as another block's weights
+ * and read would be off by O(1)), then three training steps; 8 tokens a step routed to 2 of 32
+ * experts leave most of the experts home in the three reloaded blocks (5 through 2 slots). */
+Test(cuda, moe_reloads_of_routed_experts_change_nothing) {
+    mt_config cfg = mt_tiny_wider(mt_tiny_config_moe(MT_ARCH_MIXTRAL, 1));
+    cfg.num_layers = 5;
+    cfg.num_experts = 32;
+    mt_engine_options o = options();
+    o.batch = 1, o.micro_batches = 1, o.seq = 8;
+    mt_engine_options every = o;
+    every.all_experts = 1;
+    mt_tiny_model routed, all;
+    mt_backend *be_routed, *be_all;
+    cr_assert_eq(mt_backend_cuda_create(&be_routed, 0), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_backend_cuda_create(&be_all, 0), MT_OK, "%s", mt_error());
+    mt_tiny_model_open_on(&routed, be_routed, &cfg, &o, 31);
+    mt_tiny_model_open_on(&all, be_all, &cfg, &every, 31);
+    int32_t tokens[8 + 1], inputs[8], targets[8];
+    mt_tiny_windows(32, 1, 8, cfg.vocab_size, tokens, inputs, targets);
+    double loss_routed, loss_all;
+    cr_assert_eq(mt_engine_grads(routed.engine, inputs, targets, NULL, &loss_routed), MT_OK, "%s", mt_error());
+    cr_assert_eq(mt_engine_grads(all.engine, inputs, targets, NULL, &loss_all), MT_OK, "%s", mt_error());
+    cr_expect_lt(fabs(loss_routed - loss_all), 1e-6 * loss_all, "loss %.9f routed, %.9f every expert", loss_routed,
+                 loss_all);
+    const char *worst_name;
+    double worst = worst_rel_err(&all.layout, mt_engine_host_grads(routed.engine), mt_engine_host_grads(all.engine),
+                                 &worst_name);
+    cr_log_info("routed reloads: loss %.9f against %.9f, worst gradient %s at %.3g", loss_routed, loss_all, worst_name,
+                worst);
+    cr_expect_lt(worst, 1e-5, "gradient of %s off by %.3g relative", worst_name, worst);
+    for (int s = 0; s < 3; s++) {
+        mt_tiny_windows(33 + s, 1, 8, cfg.vocab_size, tokens, inputs, targets);
+        mt_step_result rr, ra;
+        cr_assert_eq(mt_engine_step(routed.engine, inputs, targets, NULL, 3e-3f, &rr), MT_OK, "%s", mt_error());
+        cr_assert_eq(mt_engine_step(all.engine, inputs, targets, NULL, 3e-3f, &ra), MT_OK, "%s", mt_error());
+        cr_log_info("step %d: %.0f bytes in routed (%.0f%% of the experts home), %.0f every expert", s,
+                    rr.weight_bytes_in, 100 * rr.experts_unrouted, ra.weight_bytes_in);
+        cr_expect_lt(fabs(rr.loss - ra.loss), 1e-4 * ra.loss, "step %d: loss %.7f against %.7f", s, rr.loss, ra.loss);
+        cr_expect(rr.experts_unrouted >= 0.5 && ra.experts_unrouted == 0, "step %d: %g of the experts home routed, %g "
+                  "with every expert", s, rr.experts_unrouted, ra.experts_unrouted);
+        cr_expect_lt(rr.weight_bytes_in, ra.weight_bytes_in, "step %d", s);
+    }
+    mt_tiny_model_close(&all);
+    mt_tiny_model_close(&routed);
+}
