@@ -4,6 +4,7 @@
  * experts_unrouted. On the cpu backend a slot is memory the loads copy into, so a skipped expert's
  * rows hold another block's weights: a GEMM that read them would change the bits. */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "tiny_model.h"
@@ -109,13 +110,18 @@ Test(moe_reload, unrouted_experts_stay_home_with_the_same_bits) {
 }
 
 /* Random routers over few tokens, dense blocks among sparse ones (Qwen2-MoE's decoder_sparse_step,
- * its shared expert), two micro-batches whose routings differ: a reload brings the experts of
- * either; and packed examples whose padding runs through experts too. Always the same bits. */
+ * its shared expert; Qwen3-Next's, whose Gated DeltaNet blocks stack their conv1d as [channels, 1,
+ * 4] beside the experts), gpt-oss's expert biases, two micro-batches whose routings differ: a reload
+ * brings the experts of either; and packed examples whose padding runs through experts too. Always
+ * the same bits. */
 Test(moe_reload, any_routing_gives_the_bits_of_every_expert) {
-    mt_config cfgs[2] = {mt_tiny_config_moe(MT_ARCH_QWEN2_MOE, 1), mt_tiny_config_moe(MT_ARCH_GPT_OSS, 1)};
+    enum { FAMILIES = 3 };
+    mt_config cfgs[FAMILIES] = {mt_tiny_config_moe(MT_ARCH_QWEN2_MOE, 1), mt_tiny_config_moe(MT_ARCH_GPT_OSS, 1),
+                                mt_tiny_config_qwen3_next()};
+    const char *names[FAMILIES] = {"Qwen2-MoE", "gpt-oss", "Qwen3-Next"};
     int32_t tokens[SEQUENCES * (SEQ + 1)], inputs[SEQUENCES * SEQ], targets[SEQUENCES * SEQ];
     int32_t padded_in[SEQUENCES * SEQ], padded_tg[SEQUENCES * SEQ], positions[SEQUENCES * SEQ];
-    for (int c = 0; c < 2; c++) {
+    for (int c = 0; c < FAMILIES; c++) {
         mt_config cfg = cfgs[c];
         cfg.num_layers = LAYERS;
         cfg.num_experts = 16; /* 8 tokens x top k of 16: a third or so of the experts get none */
@@ -132,9 +138,11 @@ Test(moe_reload, any_routing_gives_the_bits_of_every_expert) {
             const int32_t *in = packed ? padded_in : inputs, *tg = packed ? padded_tg : targets;
             run all = train(&cfg, 1, 0, 2, 1.0f, in, tg, packed ? positions : NULL);
             run routed = train(&cfg, 0, 0, 2, 1.0f, in, tg, packed ? positions : NULL);
-            expect_same_bits(&routed, &all, (size_t)lay.total_numel, packed ? "packed with padding" : "two micro-batches");
-            cr_expect(routed.first.experts_unrouted > 0, "%s: some expert of %d got none of %d tokens x top %d",
-                      c ? "gpt-oss" : "Qwen2-MoE", cfg.num_experts, SEQUENCES * SEQ, cfg.experts_per_token);
+            char what[96];
+            snprintf(what, sizeof what, "%s, %s", names[c], packed ? "packed with padding" : "two micro-batches");
+            expect_same_bits(&routed, &all, (size_t)lay.total_numel, what);
+            cr_expect(routed.first.experts_unrouted > 0, "%s: some expert of %d got none of %d tokens x top %d", what,
+                      cfg.num_experts, SEQUENCES * SEQ, cfg.experts_per_token);
             cr_expect_lt(routed.first.weight_bytes_in, all.first.weight_bytes_in);
             free(all.masters);
             free(routed.masters);

@@ -20,18 +20,30 @@ static void copy_weights(mt_engine *e, int u, void *dst, size_t lo, size_t hi) {
     e->bytes_in += (double)((hi - lo) * wsize);
 }
 
-/* Unit u's weights but the experts skip marks: each tensor of stacked experts (laid out one expert
- * after another) without those experts' rows, in as few copies as the runs between them allow. */
+/* The experts' stacked tensors (one expert after another): a block's weights that routing selects. */
+static const mt_tensor_kind EXPERT_TENSORS[] = {MT_T_EXPERTS_GATE_UP, MT_T_EXPERTS_GATE_UP_BIAS, MT_T_EXPERTS_DOWN,
+                                                MT_T_EXPERTS_DOWN_BIAS};
+enum { EXPERT_KINDS = sizeof EXPERT_TENSORS / sizeof EXPERT_TENSORS[0] };
+
+static int by_offset(const void *a, const void *b) {
+    int64_t x = (*(const mt_tensor *const *)a)->offset, y = (*(const mt_tensor *const *)b)->offset;
+    return (x > y) - (x < y);
+}
+
+/* Unit u's weights but the experts skip marks: the experts' tensors without those experts' rows, in
+ * as few copies as the runs between them allow. */
 static void copy_routed_weights(mt_engine *e, int u, void *dst, const uint8_t *skip) {
-    const mt_unit *unit = &e->lay->units[u];
+    const mt_tensor *stacked[EXPERT_KINDS];
+    int n = 0, E = e->cfg->num_experts;
+    for (int i = 0; i < EXPERT_KINDS; i++)
+        if ((stacked[n] = mt_layout_tensor(e->lay, u, EXPERT_TENSORS[i]))) n++;
+    qsort(stacked, (size_t)n, sizeof *stacked, by_offset);
     size_t from = 0;
-    for (int t = unit->first_tensor; t < unit->first_tensor + unit->num_tensors; t++) {
-        const mt_tensor *x = &e->lay->tensors[t];
-        if (x->experts <= 0) continue;
-        size_t each = (size_t)x->rows * (size_t)x->cols / (size_t)x->experts;
-        for (int j = 0; j < x->experts; j++) {
+    for (int i = 0; i < n; i++) {
+        size_t each = (size_t)stacked[i]->rows * (size_t)stacked[i]->cols / (size_t)E;
+        for (int j = 0; j < E; j++) {
             if (!skip[j]) continue;
-            size_t at = (size_t)x->offset + (size_t)j * each;
+            size_t at = (size_t)stacked[i]->offset + (size_t)j * each;
             copy_weights(e, u, dst, from, at);
             from = at + each;
         }
