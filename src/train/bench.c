@@ -91,7 +91,9 @@ static mt_status print_summary(FILE *out, const mt_train_options *o, const mt_ba
     double tokens = (double)s->gpus * s->plan->tokens;
     char where[768], grads[96], unrouted[96] = "";
     mt_placement_describe(s->plan, where, sizeof where);
-    if (s->moe)
+    if (s->moe && eo->all_experts)
+        snprintf(unrouted, sizeof unrouted, " (the backward reloaded every expert: --all-experts)");
+    else if (s->moe)
         snprintf(unrouted, sizeof unrouted, " (the backward's reloads left %.1f%% of their experts home: no token "
                  "chose them)", 100 * s->experts_unrouted);
     mt_placement_grads_where(s->plan, grads, sizeof grads);
