@@ -11,13 +11,10 @@ mt_status cfg_case_parse(const char *text, mt_config *cfg);
 char *cfg_case_with_field(const char *base, const char *key, const char *value);
 /* That variant parsed. */
 mt_status cfg_case_parse_variant(const char *base, const char *key, const char *value, mt_config *cfg);
-/* Asserts that text reads as the preset, and that written back (mt_hf_config_to_json) it reads the
- * same. */
+/* Asserts that text reads as the preset's config, field for field, and that written back
+ * (mt_hf_config_to_json) it reads the same. */
 void cfg_case_expect_preset(const char *text, const char *preset);
 /* Asserts that the variant is refused, the message naming config.json and holding `needle`. */
 void cfg_case_expect_refusal(const char *base, const char *key, const char *value, const char *needle);
-
-/* Expects text to parse to the preset's config, field for field, and to read the same written back. */
-void cfg_case_expect_preset(const char *text, const char *preset);
 
 #endif
