@@ -20,23 +20,23 @@ static void copy_weights(mt_engine *e, int u, void *dst, size_t lo, size_t hi) {
     e->bytes_in += (double)((hi - lo) * wsize);
 }
 
-/* The experts' stacked tensors (one expert after another): a block's weights that routing selects. */
-static const mt_tensor_kind EXPERT_TENSORS[] = {MT_T_EXPERTS_GATE_UP, MT_T_EXPERTS_GATE_UP_BIAS, MT_T_EXPERTS_DOWN,
-                                                MT_T_EXPERTS_DOWN_BIAS};
-enum { EXPERT_KINDS = sizeof EXPERT_TENSORS / sizeof EXPERT_TENSORS[0] };
+/* The experts' stacked matrices (one expert after another): a block's weights that routing selects.
+ * Their biases (gpt-oss's) travel whole: a gap there would save next to nothing and cost a copy. */
+static const mt_tensor_kind EXPERT_MATRICES[] = {MT_T_EXPERTS_GATE_UP, MT_T_EXPERTS_DOWN};
+enum { EXPERT_KINDS = sizeof EXPERT_MATRICES / sizeof EXPERT_MATRICES[0] };
 
 static int by_offset(const void *a, const void *b) {
     int64_t x = (*(const mt_tensor *const *)a)->offset, y = (*(const mt_tensor *const *)b)->offset;
     return (x > y) - (x < y);
 }
 
-/* Unit u's weights but the experts skip marks: the experts' tensors without those experts' rows, in
+/* Unit u's weights but the experts skip marks: the experts' matrices without those experts' rows, in
  * as few copies as the runs between them allow. */
 static void copy_routed_weights(mt_engine *e, int u, void *dst, const uint8_t *skip) {
     const mt_tensor *stacked[EXPERT_KINDS];
     int n = 0, E = e->cfg->num_experts;
     for (int i = 0; i < EXPERT_KINDS; i++)
-        if ((stacked[n] = mt_layout_tensor(e->lay, u, EXPERT_TENSORS[i]))) n++;
+        if ((stacked[n] = mt_layout_tensor(e->lay, u, EXPERT_MATRICES[i]))) n++;
     qsort(stacked, (size_t)n, sizeof *stacked, by_offset);
     size_t from = 0;
     for (int i = 0; i < n; i++) {
