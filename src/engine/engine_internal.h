@@ -1,7 +1,8 @@
 /* The engine's state, shared by its files: engine.c (creation), engine_buffers.c (buffers),
  * engine_schedule.c (what runs where and when), engine_jobs.c (the compute jobs),
- * engine_optimizer.c (the CPU optimizer thread), engine_sync.c (events and flags, as protocol.h's
- * table lists them), engine_ckpt.c and engine_device_state.c. docs/engine.md is the guide. */
+ * engine_loads.c (the weights' loads), engine_optimizer.c (the CPU optimizer thread), engine_sync.c
+ * (events and flags, as protocol.h's table lists them), engine_ckpt.c and engine_device_state.c.
+ * docs/engine.md is the guide. */
 #ifndef MT_ENGINE_INTERNAL_H
 #define MT_ENGINE_INTERNAL_H
 
@@ -401,6 +402,15 @@ static inline float *mt_engine_block_grads(const mt_engine *e, int l, int gs) {
     if (slot >= 0) return e->grad_slot[slot];
     return e->resident_grad + (size_t)(l - e->grads_in_ckpts - e->grads_in_slots) * e->lay->max_block_numel;
 }
+
+/* engine_loads.c: the weights' loads on h2d, each after compute is done with the buffer (free_id)
+ * and recording loaded_id: unit u into dst (a sharded replica: its slice; skip non-NULL: without
+ * those experts' matrices), block l into slot k, and the backward's reload of block l, which brings
+ * a mixture of experts' routed experts alone (routed_reload). */
+void mt_engine_load_unit(mt_engine *e, int u, void *dst, mt_ev free_id, mt_ev loaded_id, int i, int where,
+                         const uint8_t *skip);
+void mt_engine_load_slot(mt_engine *e, int l, int k);
+void mt_engine_reload_slot(mt_engine *e, int l, int k);
 
 /* engine_ckpt.c: activation checkpoints. The device buffer of ckpt[l] ([M][n, D]) as of now;
  * around a compute job that writes it (forward: keep = copy it out for the backward) and after
