@@ -450,3 +450,37 @@ Test(jinja, select_and_reject_without_a_test_go_by_truth) {
     cr_expect_str_eq(got, "[0, ''] [1, 'a']");
     free(got);
 }
+
+/* However deep a template nests (unary operators, parentheses, tags, a chain of operators that
+ * parses as deep as it is long), it is refused with a message, never by running out of stack. */
+Test(jinja, refuses_templates_nested_past_its_bounds) {
+    enum { DEEP = 20000 };
+    char *text = malloc(4 * DEEP + 64), *got;
+    cr_assert(text);
+    strcpy(text, "{{ ");
+    memset(text + 3, '-', DEEP);
+    strcpy(text + 3 + DEEP, "1 }}");
+    expect_refused(text, "expressions and tags nested more than 500 deep");
+    size_t at = (size_t)sprintf(text, "{{ ");
+    for (int i = 0; i < DEEP; i++) text[at++] = '(';
+    text[at++] = '1';
+    for (int i = 0; i < DEEP; i++) text[at++] = ')';
+    strcpy(text + at, " }}");
+    expect_refused(text, "nested more than 500 deep");
+    at = (size_t)sprintf(text, "{{ 1");
+    for (int i = 0; i < 2000; i++) at += (size_t)sprintf(text + at, " + 1");
+    strcpy(text + at, " }}");
+    cr_assert_eq(render_text(text, "{}", &got), MT_ERR_INVALID);
+    cr_expect(strstr(mt_error(), "the template nests more than 1000 expressions and statements deep"), "%s",
+              mt_error());
+    /* within the bounds, as deep as real templates go and far beyond */
+    at = (size_t)sprintf(text, "{{ ");
+    for (int i = 0; i < 100; i++) text[at++] = '(';
+    at += (size_t)sprintf(text + at, "-1");
+    for (int i = 0; i < 100; i++) text[at++] = ')';
+    strcpy(text + at, " }}");
+    cr_assert_eq(render_text(text, "{}", &got), MT_OK, "%s", mt_error());
+    cr_expect_str_eq(got, "-1");
+    free(got);
+    free(text);
+}

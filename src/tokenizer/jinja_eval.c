@@ -10,7 +10,9 @@
 
 #include "tokenizer/jinja_value.h"
 
-enum { MAX_DEPTH = 100, MAX_STEPS = 5000000 };
+/* MAX_NEST bounds the interpreter's recursion (and so its stack) whatever the template: a long
+ * chain of operators parses as deep as it is long. */
+enum { MAX_DEPTH = 100, MAX_STEPS = 5000000, MAX_NEST = 1000 };
 
 static mt_status eval(j_ctx *c, const j_node *n, json_t **out);
 static mt_status exec(j_ctx *c, const j_node *n);
@@ -399,9 +401,7 @@ static mt_status eval_filter(j_ctx *c, const j_node *n, json_t *v, json_t **out)
     return st;
 }
 
-static mt_status eval(j_ctx *c, const j_node *n, json_t **out) {
-    *out = NULL;
-    if (++c->steps > MAX_STEPS) return j_fail(c, n->at, "the template runs too long (over %d steps)", MAX_STEPS);
+static mt_status eval_node(j_ctx *c, const j_node *n, json_t **out) {
     switch (n->kind) {
     case J_LIT: *out = json_incref(n->lit); return MT_OK;
     case J_NAME:
@@ -489,6 +489,20 @@ static mt_status eval(j_ctx *c, const j_node *n, json_t **out) {
     }
     default: return j_fail(c, n->at, "a statement where an expression was expected");
     }
+}
+
+static mt_status too_deep(j_ctx *c, const j_node *n) {
+    return j_fail(c, n->at, "the template nests more than %d expressions and statements deep", MAX_NEST);
+}
+
+static mt_status eval(j_ctx *c, const j_node *n, json_t **out) {
+    *out = NULL;
+    if (++c->steps > MAX_STEPS) return j_fail(c, n->at, "the template runs too long (over %d steps)", MAX_STEPS);
+    if (c->nest >= MAX_NEST) return too_deep(c, n);
+    c->nest++;
+    mt_status st = eval_node(c, n, out);
+    c->nest--;
+    return st;
 }
 
 /* ---- statements ---- */
@@ -695,7 +709,11 @@ static mt_status exec_one(j_ctx *c, const j_node *n) {
 
 static mt_status exec(j_ctx *c, const j_node *n) {
     if (++c->steps > MAX_STEPS) return j_fail(c, n->at, "the template runs too long (over %d steps)", MAX_STEPS);
-    return exec_one(c, n);
+    if (c->nest >= MAX_NEST) return too_deep(c, n);
+    c->nest++;
+    mt_status st = exec_one(c, n);
+    c->nest--;
+    return st;
 }
 
 mt_status mt_jinja_render(const mt_jinja *t, const json_t *vars, const char *today, mt_jinja_output *out) {

@@ -12,7 +12,11 @@
 typedef struct {
     mt_jinja *t;
     size_t i;
+    int depth; /* the parse's own recursion: expressions, unary operators and tags one inside another */
 } parser;
+
+/* The parser's recursion (and so its stack) is bounded whatever the template. */
+enum { MAX_NEST = 500 };
 
 static const mt_jinja_token *peek(const parser *p) { return p->i < p->t->tokens.n ? &p->t->tokens.t[p->i] : NULL; }
 
@@ -104,6 +108,13 @@ static mt_status add_name(j_node *n, const char *name) {
     if (!names) return mt_fail(MT_ERR_NOMEM, "cannot hold a chat template");
     n->names = names;
     return (names[n->n_names++] = strdup(name)) ? MT_OK : mt_fail(MT_ERR_NOMEM, "cannot hold a chat template");
+}
+
+/* One level deeper into the parse (undone by the caller once it returns), or a failure where the
+ * template nests past MAX_NEST. */
+static mt_status deeper(parser *p) {
+    return ++p->depth > MAX_NEST ? fail_at(p, here(p), "expressions and tags nested more than %d deep", MAX_NEST)
+                                 : MT_OK;
 }
 
 /* ---- expressions ---- */
@@ -329,7 +340,7 @@ static mt_status filters(parser *p, j_node **inout) {
     }
 }
 
-static mt_status unary(parser *p, int with_filter, j_node **out) {
+static mt_status unary_at(parser *p, int with_filter, j_node **out) {
     size_t at = here(p);
     if (is(p, MT_JT_OP, "-") || is(p, MT_JT_OP, "+")) {
         NEW(n, J_UNARY, at);
@@ -342,6 +353,13 @@ static mt_status unary(parser *p, int with_filter, j_node **out) {
     }
     MT_TRY(postfix(p, out));
     return with_filter ? filters(p, out) : MT_OK;
+}
+
+static mt_status unary(parser *p, int with_filter, j_node **out) {
+    MT_TRY(deeper(p));
+    mt_status st = unary_at(p, with_filter, out);
+    p->depth--;
+    return st;
 }
 
 /* A left-associative level: operand (op operand)*. */
@@ -419,7 +437,9 @@ static mt_status compare(parser *p, j_node **out) {
     }
 }
 
-static mt_status not_level(parser *p, j_node **out) {
+static mt_status not_level(parser *p, j_node **out);
+
+static mt_status not_level_at(parser *p, j_node **out) {
     size_t at = here(p);
     if (accept(p, MT_JT_NAME, "not")) {
         NEW(n, J_UNARY, at);
@@ -428,6 +448,13 @@ static mt_status not_level(parser *p, j_node **out) {
         return not_level(p, &n->a);
     }
     return compare(p, out);
+}
+
+static mt_status not_level(parser *p, j_node **out) {
+    MT_TRY(deeper(p));
+    mt_status st = not_level_at(p, out);
+    p->depth--;
+    return st;
 }
 
 static mt_status and_level(parser *p, j_node **out) {
@@ -440,7 +467,7 @@ static mt_status or_level(parser *p, j_node **out) {
     return binary_level(p, out, and_level, ops, MT_JT_NAME);
 }
 
-static mt_status expression(parser *p, j_node **out) {
+static mt_status expression_at(parser *p, j_node **out) {
     MT_TRY(or_level(p, out));
     while (is(p, MT_JT_NAME, "if")) {
         size_t at = here(p);
@@ -452,6 +479,13 @@ static mt_status expression(parser *p, j_node **out) {
         if (accept(p, MT_JT_NAME, "else")) MT_TRY(or_level(p, &n->c));
     }
     return MT_OK;
+}
+
+static mt_status expression(parser *p, j_node **out) {
+    MT_TRY(deeper(p));
+    mt_status st = expression_at(p, out);
+    p->depth--;
+    return st;
 }
 
 /* ---- statements ---- */
@@ -639,7 +673,7 @@ static const char *closing(const char *const *ends) {
     return *ends;
 }
 
-static mt_status body(parser *p, const char *const *ends, j_node **out, const char **end) {
+static mt_status body_at(parser *p, const char *const *ends, j_node **out, const char **end) {
     NEW(n, J_BODY, here(p));
     *out = n;
     for (;;) {
@@ -682,8 +716,15 @@ static mt_status body(parser *p, const char *const *ends, j_node **out, const ch
     }
 }
 
+static mt_status body(parser *p, const char *const *ends, j_node **out, const char **end) {
+    MT_TRY(deeper(p));
+    mt_status st = body_at(p, ends, out, end);
+    p->depth--;
+    return st;
+}
+
 mt_status mt_jinja_parse(mt_jinja *t) {
-    parser p = {t, 0};
+    parser p = {t, 0, 0};
     const char *end = NULL;
     return body(&p, NULL, &t->root, &end);
 }

@@ -23,6 +23,7 @@ typedef struct {
     json_t *namespaces;    /* the namespace() objects made: the only values `set x.attr =` changes */
     int flow;              /* J_BREAK or J_CONTINUE while one unwinds to its loop; else 0 */
     int depth;             /* macro calls under way */
+    int nest;              /* evaluations and statements under way, one inside another */
     size_t steps;          /* nodes evaluated: a template that runs away is stopped */
 } j_ctx;
 
