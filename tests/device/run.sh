@@ -10,7 +10,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 logs=${OUT:-/tmp/megatrain-device}
-build=build-device
+build=${MT_BUILD:-build-device} # MT_BUILD=build-bench with MT_STEPS lacking build: binaries carried, as they are
 mkdir -p "$logs"
 
 . tests/device/env.sh
