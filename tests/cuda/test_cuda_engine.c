@@ -701,6 +701,7 @@ Test(cuda, engine_matches_cpu_in_windows_qwen3_5_hybrid) {
 Test(cuda, packing_hybrid_example_alone_is_the_example_packed) {
     enum { BEFORE = 37, LEN = 70, AFTER = 21 };
     mt_config c = wider_hybrid(mt_tiny_config_qwen3_5());
+    c.max_position = BEFORE + LEN + AFTER;
     mt_layout lay;
     cr_assert_eq(mt_layout_init(&lay, &c), MT_OK, "%s", mt_error());
     float *alone = calloc((size_t)lay.total_numel, sizeof *alone);
@@ -738,6 +739,7 @@ Test(cuda, engine_matches_cpu_packed_qwen3_next) {
  * experts leave most of the experts home in the three reloaded blocks (5 through 2 slots). */
 Test(cuda, moe_reloads_of_routed_experts_change_nothing) {
     mt_config cfg = mt_tiny_wider(mt_tiny_config_moe(MT_ARCH_MIXTRAL, 1));
+    cfg.intermediate_size = cfg.moe_intermediate_size = 128; /* Mixtral's experts are intermediate_size wide */
     cfg.num_layers = 5;
     cfg.num_experts = 32;
     mt_engine_options o = options();

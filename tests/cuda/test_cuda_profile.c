@@ -20,6 +20,7 @@ enum { SEQ = 128, BATCH = 2, MICRO = 2, STEPS = 3 };
 static mt_config small_moe(void) {
     mt_config c = mt_tiny_wider(mt_tiny_config_moe(MT_ARCH_OLMOE, 1));
     c.intermediate_size = c.moe_intermediate_size = 128; /* OLMoE's experts are intermediate_size wide */
+    c.max_position = SEQ;
     return c;
 }
 
