@@ -48,6 +48,8 @@ struct mt_cuda_moe_lt {
                                  * to the host optimizer's team (a stream sync would spin on it) */
     void *workspace;      /* streams * LANE_WORKSPACE bytes of device memory */
     pthread_mutex_t lock; /* a call at a time: guards the streams, workspaces and what follows */
+    pthread_mutex_t home_lock; /* guards home_of and home_count alone, held for no CUDA call: a copy
+                                * (mt_cuda_moe_lt_forget) never waits on a GEMM's issue */
     int32_t *offsets;     /* the offsets' home, pinned, room for offsets_count of them */
     size_t offsets_count;
     const int32_t *home_of; /* the device offsets whose copy is there or on its way (NULL: none), */
@@ -75,6 +77,7 @@ mt_status mt_cuda_moe_lt_create(mt_cuda_moe_lt **out, int streams) {
     mt_cuda_moe_lt *lt = mt_calloc(1, sizeof *lt, "the expert GEMMs' cuBLASLt state");
     if (!lt) return MT_ERR_NOMEM;
     pthread_mutex_init(&lt->lock, NULL);
+    pthread_mutex_init(&lt->home_lock, NULL);
     lt->streams = streams;
     mt_status status = lt_init(lt);
     if (status != MT_OK) {
@@ -96,6 +99,7 @@ void mt_cuda_moe_lt_destroy(mt_cuda_moe_lt *lt) {
     if (lt->workspace) cudaFree(lt->workspace);
     if (lt->offsets) cudaFreeHost(lt->offsets);
     pthread_mutex_destroy(&lt->lock);
+    pthread_mutex_destroy(&lt->home_lock);
     free(lt);
 }
 
@@ -231,10 +235,25 @@ static int more_rows_first(const void *pa, const void *pb) {
     return a->expert - b->expert;
 }
 
+static void home_set(mt_cuda_moe_lt *lt, const int32_t *offsets, size_t count) {
+    pthread_mutex_lock(&lt->home_lock);
+    lt->home_of = offsets, lt->home_count = count;
+    pthread_mutex_unlock(&lt->home_lock);
+}
+
+/* The copy at home is of offsets[count] (and nothing wrote over them since). */
+static int home_is(mt_cuda_moe_lt *lt, const int32_t *offsets, size_t count) {
+    pthread_mutex_lock(&lt->home_lock);
+    int is = lt->home_of == offsets && lt->home_count == count;
+    pthread_mutex_unlock(&lt->home_lock);
+    return is;
+}
+
 /* Room at home for count offsets; a copy still on its way there lands first. */
 static mt_status offsets_room(mt_cuda_moe_lt *lt, size_t count) {
     if (lt->copy_in_flight) MT_CUDA_CHECK(cudaEventSynchronize(lt->offsets_copied));
-    lt->copy_in_flight = 0, lt->home_of = NULL;
+    lt->copy_in_flight = 0;
+    home_set(lt, NULL, 0);
     if (count <= lt->offsets_count) return MT_OK;
     if (lt->offsets) cudaFreeHost(lt->offsets);
     lt->offsets = NULL, lt->offsets_count = 0;
@@ -248,8 +267,8 @@ static mt_status offsets_start(mt_cuda_moe_lt *lt, cudaStream_t s, const int32_t
     MT_TRY(offsets_room(lt, count));
     MT_CUDA_CHECK(cudaMemcpyAsync(lt->offsets, offsets, count * sizeof *lt->offsets, cudaMemcpyDeviceToHost, s));
     MT_CUDA_CHECK(cudaEventRecord(lt->offsets_copied, s));
-    lt->home_of = offsets, lt->home_count = count, lt->home_checked = 0, lt->home_kept = kept;
-    lt->copy_in_flight = 1;
+    home_set(lt, offsets, count);
+    lt->home_checked = 0, lt->home_kept = kept, lt->copy_in_flight = 1;
     return MT_OK;
 }
 
@@ -261,10 +280,10 @@ mt_status mt_cuda_moe_lt_prefetch(mt_cuda_moe_lt *lt, cudaStream_t s, const int3
 }
 
 void mt_cuda_moe_lt_forget(mt_cuda_moe_lt *lt, const void *dst, size_t bytes) {
-    pthread_mutex_lock(&lt->lock);
+    pthread_mutex_lock(&lt->home_lock);
     const char *at = (const char *)lt->home_of, *to = (const char *)dst;
     if (at && (!dst || (to < at + lt->home_count * sizeof(int32_t) && at < to + bytes))) lt->home_of = NULL;
-    pthread_mutex_unlock(&lt->lock);
+    pthread_mutex_unlock(&lt->home_lock);
 }
 
 /* offsets[E*S + 1] on the host: the copy the permute that wrote them started (or, where none did, as
@@ -273,8 +292,7 @@ void mt_cuda_moe_lt_forget(mt_cuda_moe_lt *lt, const void *dst, size_t bytes) {
  * one is an error, not a GEMM on wild pointers. */
 static mt_status offsets_home(mt_cuda_moe_lt *lt, cudaStream_t s, const moe_gemm_call *c, const int32_t *offsets,
                               int rows, size_t count) {
-    if (lt->home_of != offsets || lt->home_count != count || !lt->home_kept)
-        MT_TRY(offsets_start(lt, s, offsets, count, 0));
+    if (!lt->home_kept || !home_is(lt, offsets, count)) MT_TRY(offsets_start(lt, s, offsets, count, 0));
     if (lt->home_checked) return MT_OK;
     MT_CUDA_CHECK(cudaEventSynchronize(lt->offsets_copied));
     lt->copy_in_flight = 0;
@@ -282,7 +300,7 @@ static mt_status offsets_home(mt_cuda_moe_lt *lt, cudaStream_t s, const moe_gemm
     for (size_t i = 0; i < count; i++) {
         int32_t prev = i ? off[i - 1] : 0;
         if (off[i] < prev || off[i] > rows || (i == 0 && off[i] != 0) || (i + 1 == count && off[i] != rows)) {
-            lt->home_of = NULL;
+            home_set(lt, NULL, 0);
             return mt_fail(MT_ERR_INVALID,
                            "cuda moe %s: offsets[%zu] of %zu is %d (the one before: %d); offsets run from 0 up to the "
                            "%d rows", c->name, i, count, off[i], prev, rows);
