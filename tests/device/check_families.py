@@ -44,6 +44,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import traceback
 
 import numpy
 import torch
@@ -318,14 +319,16 @@ def check_family(binary, family, work):
         print(f"{family}: update cosine {cosines[name]:.4f} (bf16 autocast's: {theirs}; floor "
               f"{floor_of(name):.4f}) {name}")
     worst = min(cosines, key=cosines.get)
-    check(not short, f"{family}: every tensor's update cosine >= {COSINE} or >= the floor of transformers' bf16 runs "
-          f"{sorted(floors)} (lowest {cosines[worst]:.4f}, {worst}; short: {sorted(short)})")
+    results[family] = dict(megatrain=ours, fp32=fp32, bf16=bf16, noise=noise, diff=diff, bound=bound,
+                           lowest_cosine=cosines[worst], lowest_cosine_tensor=worst, cosines=cosines,
+                           floors={n: floor_of(n) for n in cosines}, short=sorted(short))
 
+    # the trained export's checks before the cosines' verdict, so that a failure there reports them too
     model, info = load(out)
     check(not info["missing_keys"] and not info["unexpected_keys"], f"{family}: the trained export loads whole")
-    mine, theirs = check_next_loss(binary, family, model, tokens, init, data, run)
-    results[family] = dict(megatrain=ours, fp32=fp32, bf16=bf16, noise=noise, diff=diff, bound=bound,
-                           lowest_cosine=cosines[worst], lowest_cosine_tensor=worst, next_loss=[mine, theirs])
+    results[family]["next_loss"] = check_next_loss(binary, family, model, tokens, init, data, run)
+    check(not short, f"{family}: every tensor's update cosine >= {COSINE} or >= the floor of transformers' bf16 runs "
+          f"{sorted(floors)} (lowest {cosines[worst]:.4f}, {worst}; short: {sorted(short)})")
 
 
 WRAPPER = "gemma3_conditional"
@@ -508,6 +511,10 @@ def check_each(name, families, check_one):
                 check_one(family)
             except SystemExit as e:
                 print(e, flush=True)
+                failed.append(family)
+            except Exception:  # a harness's or transformers' error: this family fails, the next still runs
+                traceback.print_exc()
+                print(f"FAIL: {family}: the check raised (above)", flush=True)
                 failed.append(family)
     finally:
         if os.environ.get("OUT"):

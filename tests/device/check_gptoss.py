@@ -42,6 +42,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import traceback
 
 import numpy
 import torch
@@ -295,8 +296,10 @@ def main():
             return fn()
         except SystemExit as e:
             print(e, flush=True)
-            failed.append(name)
-            return None
+        except Exception:  # a harness's or transformers' error: this part fails, the next still runs
+            traceback.print_exc()
+        failed.append(name)
+        return None
 
     try:
         part("reference", lambda: check_reference(work))
