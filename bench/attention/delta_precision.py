@@ -37,8 +37,9 @@ def bf16(t):
     return t.to(torch.bfloat16).to(t.dtype)
 
 
-def rope_tables():
-    inv = 1.0 / (10000 ** (torch.arange(0, HD, 2, dtype=torch.float64) / HD))
+def rope_tables(dim=HD, theta=10000.0):
+    """cos and sin of RoPE over `dim` features, [SEQ, dim]."""
+    inv = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
     angles = torch.outer(torch.arange(SEQ, dtype=torch.float64), inv)
     angles = torch.cat([angles, angles], -1)
     return angles.cos().float(), angles.sin().float()
@@ -149,12 +150,12 @@ def train(mode, batches, sinks):
     return train_from(initial(sinks), lambda params, tokens: loss_of(params, tokens, mode), batches)
 
 
-def train_from(start, loss_fn, batches):
-    """8 clipped AdamW steps (module docstring) of loss_fn(params, tokens) from the tensors `start`."""
+def train_from(start, loss_fn, batches, lr=1e-3):
+    """8 clipped AdamW steps (module docstring; lr `lr`) of loss_fn(params, tokens) from the tensors `start`."""
     params = {k: v.clone().requires_grad_(True) for k, v in start.items()}
     opt = torch.optim.AdamW([{"params": [p for p in params.values() if p.dim() >= 2], "weight_decay": 0.1},
                              {"params": [p for p in params.values() if p.dim() < 2], "weight_decay": 0.0}],
-                            lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
+                            lr=lr, betas=(0.9, 0.95), eps=1e-8)
     for tokens in batches:
         loss = loss_fn(params, tokens)
         opt.zero_grad()

@@ -189,7 +189,7 @@ def hf_train_with(path, init, tokens):
     with tempfile.TemporaryDirectory() as d:
         torch.save(tokens, os.path.join(d, "tokens.pt"))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (path, os.environ.get("PYTHONPATH")) if p))
-        run = subprocess.run([sys.executable, os.path.abspath(__file__), "--train-bf16", init,
+        run = subprocess.run([sys.executable, os.path.abspath(__file__), "--lr", str(LR), "--train-bf16", init,
                               os.path.join(d, "tokens.pt"), os.path.join(d, "weights.pt")], env=env)
         if run.returncode != 0:
             print(f"transformers' bf16 autocast with {path} first on the path: not run (exit {run.returncode})")
@@ -526,6 +526,7 @@ def check_each(name, families, check_one):
 
 
 def main():
+    global LR
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bin", default="build/megatrain")
     parser.add_argument("--only", help="comma-separated families (default: all)")
@@ -533,7 +534,10 @@ def main():
     parser.add_argument("--train-bf16", nargs=3, metavar=("INIT", "TOKENS_PT", "OUT_PT"),
                         help="only hf_train INIT in bf16 autocast on the tokens saved at TOKENS_PT, its weights to "
                              "OUT_PT (hf_train_with's child)")
+    parser.add_argument("--lr", type=float, default=LR, help="the learning rate of every run (a check's own, e.g. "
+                        "check_qwen35.py's)")
     args = parser.parse_args()
+    LR = args.lr
     if args.train_bf16:
         init, tokens, out = args.train_bf16
         torch.save(hf_train(init, torch.load(tokens), bf16=True)[1], out)

