@@ -92,12 +92,16 @@ p = re.search(r"^model +([0-9.]+) B parameters", plan, re.M)
 store = re.search(r"host store: ([0-9.]+) GB", log)
 loaded = re.search(r"loaded .*: ([0-9.]+) GB \(the process's peak resident memory so far: ([0-9.]+) GB\)", log)
 if m: row.update(plan_host_gb=float(m.group(1)), plan_bytes_per_param=float(m.group(2)))
+# what a run allocates only after its load: the gradients kept for the clip and the staging buffers
+later = re.findall(r"(?:gradients kept for the clip|staging) ([0-9.]+) GB", m.group(0) if m else "")
+if m: row["plan_host_at_load_gb"] = row["plan_host_gb"] - sum(map(float, later))
 if n: row["plan_host_needs_gb"] = float(n.group(1))
 if store: row["store_gb"] = float(store.group(1))
 if p: row["params_b"] = float(p.group(1))
 if loaded:
     row.update(checkpoint_gb=float(loaded.group(1)), load_peak_gb=float(loaded.group(2)))
     if m: row["load_peak_vs_plan_host"] = row["load_peak_gb"] / row["plan_host_gb"]
+    if m: row["load_peak_vs_plan_at_load"] = row["load_peak_gb"] / row["plan_host_at_load_gb"]
     if store: row["load_over_store_gb"] = row["load_peak_gb"] - row["store_gb"]
 else:
     row["error"] = (log.strip().splitlines() or ["no output"])[-1][:900]
@@ -106,7 +110,9 @@ json.dump([row], open(out + "/bench.json", "w"), indent=2)
 cols = [("checkpoint_gb", "checkpoint GB"), ("store_gb", "host store GB"), ("load_peak_gb", "peak resident at load GB"),
         ("load_over_store_gb", "load peak less the store GB"),
         ("plan_host_gb", "plan: host GB"), ("plan_host_needs_gb", "plan: host needs GB"),
-        ("load_peak_vs_plan_host", "load peak / plan host"), ("plan_bytes_per_param", "plan bytes/param")]
+        ("load_peak_vs_plan_host", "load peak / plan host"),
+        ("plan_host_at_load_gb", "plan: host less what a run allocates after loading GB"),
+        ("load_peak_vs_plan_at_load", "load peak / that"), ("plan_bytes_per_param", "plan bytes/param")]
 md = [f"machine: {machine}", "", "| model | seq x batch | " + " | ".join(c[1] for c in cols) + " |",
       "|---|---|" + "---|" * len(cols),
       f"| {row['model']} | {seq} x {batch} | " + " | ".join(
