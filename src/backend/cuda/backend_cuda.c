@@ -81,7 +81,6 @@ static void *cuda_dev_alloc(mt_backend *be, size_t bytes, const char *what) {
 static void cuda_dev_free(mt_backend *be, void *ptr) {
     mt_cuda_backend *cb = cuda_of(be);
     if (!ptr) return;
-    if (cb->moe_lt) mt_cuda_moe_lt_forget(cb->moe_lt, NULL, 0); /* the offsets' copy may be of this memory */
     pthread_mutex_lock(&cb->lock);
     for (size_t i = 0; i < cb->allocation_count; i++) {
         if (cb->allocations[i].ptr == ptr) {
@@ -245,7 +244,6 @@ static mt_status copy_async(void *dst, const void *src, size_t bytes, mt_stream 
 
 /* Cut at the pieces of registered host memory: the driver promises a copy only within one. */
 static void cuda_copy(mt_backend *be, void *dst, const void *src, size_t bytes, mt_stream *s) {
-    if (cuda_of(be)->moe_lt) mt_cuda_moe_lt_forget(cuda_of(be)->moe_lt, dst, bytes);
     while (bytes) {
         size_t run = mt_pinned_run(dst, mt_pinned_run(src, bytes));
         mt_status rc = copy_async(dst, src, run, s);
@@ -265,7 +263,6 @@ static mt_status zero_async(void *dst, size_t bytes, mt_stream *s) {
 }
 
 static void cuda_zero(mt_backend *be, void *dst, size_t bytes, mt_stream *s) {
-    if (cuda_of(be)->moe_lt) mt_cuda_moe_lt_forget(cuda_of(be)->moe_lt, dst, bytes);
     if (bytes) keep_error(be, zero_async(dst, bytes, s));
 }
 
@@ -437,13 +434,8 @@ static void moe_route_dx(mt_backend *be, mt_stream *s, void *dlogits, const floa
 }
 static void moe_permute(mt_backend *be, mt_stream *s, int32_t *order, int32_t *slot_row, int32_t *offsets,
                         const int32_t *experts, int n, int E, int k, int seg) {
-    mt_cuda_backend *cb = cuda_of(be);
-    cudaStream_t st = mt_cuda_stream(s);
-    mt_status status = mt_cuda_moe_permute(cb, st, order, slot_row, offsets, experts, n, E, k, seg);
-    /* the cuBLASLt loop's offsets on their way home while the gather runs */
-    if (status == MT_OK && cb->moe_lt && seg > 0)
-        status = mt_cuda_moe_lt_prefetch(cb->moe_lt, st, offsets, (size_t)E * (size_t)((n + seg - 1) / seg) + 1);
-    keep_error(be, status);
+    keep_error(be, mt_cuda_moe_permute(cuda_of(be), mt_cuda_stream(s), order, slot_row, offsets, experts, n, E, k,
+                                       seg));
 }
 static void moe_gather(mt_backend *be, mt_stream *s, void *xs, const void *x, const int32_t *order, int n, int k,
                        int d) {

@@ -85,10 +85,6 @@ cublasStatus_t mt_cuda_gemm_run(mt_cuda_backend *cb, cudaStream_t s, const mt_cu
 enum { MT_MOE_LT_MAX_STREAMS = 8 };
 mt_status mt_cuda_moe_lt_create(mt_cuda_moe_lt **out, int streams);
 void mt_cuda_moe_lt_destroy(mt_cuda_moe_lt *lt);
-/* Starts the copy home of the count offsets a permute just issued to s writes, for the GEMMs after it;
- * forget drops that copy when something else writes over them (bytes at dst) or frees memory (dst NULL). */
-mt_status mt_cuda_moe_lt_prefetch(mt_cuda_moe_lt *lt, cudaStream_t s, const int32_t *offsets, size_t count);
-void mt_cuda_moe_lt_forget(mt_cuda_moe_lt *lt, const void *dst, size_t bytes);
 
 /* The profile (profile.c): backend.h's prof group, and the backend's own spans inside an op's (phase
  * the op's), which do nothing while the profile is off. */

@@ -1,8 +1,6 @@
 /* The grouped expert GEMMs through cuBLASLt, the default (MT_MOE_GEMM=kernel picks moe_gemm.cu's kernels
- * instead; docs/backends.md has the measurements): the offsets home (their copy starts with the
- * permute that writes them, mt_cuda_moe_lt_prefetch, and the host waits for it at the first GEMM that
- * reads them; the block's other GEMMs over the same offsets take that copy: only a permute writes
- * them), then one cuBLASLt GEMM an expert (an expert and segment for dw, beta = 1, the segments in
+ * instead; docs/backends.md has the measurements): the offsets copied home (the stream waits for
+ * permute), then one cuBLASLt GEMM an expert (an expert and segment for dw, beta = 1, the segments in
  * order: backend.h's bits of S calls), each gemm.c's mapping of the dense op. Two things make the loop
  * fast:
  *
@@ -48,15 +46,8 @@ struct mt_cuda_moe_lt {
                                  * to the host optimizer's team (a stream sync would spin on it) */
     void *workspace;      /* streams * LANE_WORKSPACE bytes of device memory */
     pthread_mutex_t lock; /* a call at a time: guards the streams, workspaces and what follows */
-    pthread_mutex_t home_lock; /* guards home_of and home_count alone, held for no CUDA call: a copy
-                                * (mt_cuda_moe_lt_forget) never waits on a GEMM's issue */
-    int32_t *offsets;     /* the offsets' home, pinned, room for offsets_count of them */
+    int32_t *offsets;     /* the offsets' home, pinned, offsets_count of them */
     size_t offsets_count;
-    const int32_t *home_of; /* the device offsets whose copy is there or on its way (NULL: none), */
-    size_t home_count;      /* home_count of them, */
-    int home_checked;       /* landed and checked, */
-    int home_kept;          /* started by a permute: good for every GEMM until the next (else for one) */
-    int copy_in_flight;     /* a copy into `offsets` not yet waited for (it may land any time) */
     algo_slot cache[CACHE_SLOTS];
 };
 
@@ -77,7 +68,6 @@ mt_status mt_cuda_moe_lt_create(mt_cuda_moe_lt **out, int streams) {
     mt_cuda_moe_lt *lt = mt_calloc(1, sizeof *lt, "the expert GEMMs' cuBLASLt state");
     if (!lt) return MT_ERR_NOMEM;
     pthread_mutex_init(&lt->lock, NULL);
-    pthread_mutex_init(&lt->home_lock, NULL);
     lt->streams = streams;
     mt_status status = lt_init(lt);
     if (status != MT_OK) {
@@ -99,7 +89,6 @@ void mt_cuda_moe_lt_destroy(mt_cuda_moe_lt *lt) {
     if (lt->workspace) cudaFree(lt->workspace);
     if (lt->offsets) cudaFreeHost(lt->offsets);
     pthread_mutex_destroy(&lt->lock);
-    pthread_mutex_destroy(&lt->home_lock);
     free(lt);
 }
 
@@ -235,84 +224,33 @@ static int more_rows_first(const void *pa, const void *pb) {
     return a->expert - b->expert;
 }
 
-static void home_set(mt_cuda_moe_lt *lt, const int32_t *offsets, size_t count) {
-    pthread_mutex_lock(&lt->home_lock);
-    lt->home_of = offsets, lt->home_count = count;
-    pthread_mutex_unlock(&lt->home_lock);
-}
-
-/* The copy at home is of offsets[count] (and nothing wrote over them since). */
-static int home_is(mt_cuda_moe_lt *lt, const int32_t *offsets, size_t count) {
-    pthread_mutex_lock(&lt->home_lock);
-    int is = lt->home_of == offsets && lt->home_count == count;
-    pthread_mutex_unlock(&lt->home_lock);
-    return is;
-}
-
-/* Room at home for count offsets; a copy still on its way there lands first. */
-static mt_status offsets_room(mt_cuda_moe_lt *lt, size_t count) {
-    if (lt->copy_in_flight) MT_CUDA_CHECK(cudaEventSynchronize(lt->offsets_copied));
-    lt->copy_in_flight = 0;
-    home_set(lt, NULL, 0);
-    if (count <= lt->offsets_count) return MT_OK;
-    if (lt->offsets) cudaFreeHost(lt->offsets);
-    lt->offsets = NULL, lt->offsets_count = 0;
-    MT_CUDA_CHECK(cudaMallocHost((void **)&lt->offsets, count * sizeof *lt->offsets));
-    lt->offsets_count = count;
-    return MT_OK;
-}
-
-/* Starts the copy home of offsets[count], after everything issued to s so far. */
-static mt_status offsets_start(mt_cuda_moe_lt *lt, cudaStream_t s, const int32_t *offsets, size_t count, int kept) {
-    MT_TRY(offsets_room(lt, count));
-    MT_CUDA_CHECK(cudaMemcpyAsync(lt->offsets, offsets, count * sizeof *lt->offsets, cudaMemcpyDeviceToHost, s));
-    MT_CUDA_CHECK(cudaEventRecord(lt->offsets_copied, s));
-    home_set(lt, offsets, count);
-    lt->home_checked = 0, lt->home_kept = kept, lt->copy_in_flight = 1;
-    return MT_OK;
-}
-
-mt_status mt_cuda_moe_lt_prefetch(mt_cuda_moe_lt *lt, cudaStream_t s, const int32_t *offsets, size_t count) {
-    pthread_mutex_lock(&lt->lock);
-    mt_status status = offsets_start(lt, s, offsets, count, 1);
-    pthread_mutex_unlock(&lt->lock);
-    return status;
-}
-
-void mt_cuda_moe_lt_forget(mt_cuda_moe_lt *lt, const void *dst, size_t bytes) {
-    pthread_mutex_lock(&lt->home_lock);
-    const char *at = (const char *)lt->home_of, *to = (const char *)dst;
-    if (at && (!dst || (to < at + lt->home_count * sizeof(int32_t) && at < to + bytes))) lt->home_of = NULL;
-    pthread_mutex_unlock(&lt->home_lock);
-}
-
-/* offsets[E*S + 1] on the host: the copy the permute that wrote them started (or, where none did, as
- * a test's or a bench's offsets written by hand, one started now after everything issued to s, for
- * this GEMM alone), checked once to be what permute gives (from 0 up to rows, never down), so a wrong
- * one is an error, not a GEMM on wild pointers. */
+/* offsets[E*S + 1] on the host, after everything issued to s so far; checked to be what permute
+ * gives (from 0 up to rows, never down), so a wrong one is an error, not a GEMM on wild pointers. */
 static mt_status offsets_home(mt_cuda_moe_lt *lt, cudaStream_t s, const moe_gemm_call *c, const int32_t *offsets,
                               int rows, size_t count) {
-    if (!lt->home_kept || !home_is(lt, offsets, count)) MT_TRY(offsets_start(lt, s, offsets, count, 0));
-    if (lt->home_checked) return MT_OK;
+    if (count > lt->offsets_count) {
+        if (lt->offsets) cudaFreeHost(lt->offsets);
+        lt->offsets = NULL, lt->offsets_count = 0;
+        MT_CUDA_CHECK(cudaMallocHost((void **)&lt->offsets, count * sizeof *lt->offsets));
+        lt->offsets_count = count;
+    }
+    MT_CUDA_CHECK(cudaMemcpyAsync(lt->offsets, offsets, count * sizeof *lt->offsets, cudaMemcpyDeviceToHost, s));
+    MT_CUDA_CHECK(cudaEventRecord(lt->offsets_copied, s));
     MT_CUDA_CHECK(cudaEventSynchronize(lt->offsets_copied));
-    lt->copy_in_flight = 0;
     const int32_t *off = lt->offsets;
     for (size_t i = 0; i < count; i++) {
         int32_t prev = i ? off[i - 1] : 0;
-        if (off[i] < prev || off[i] > rows || (i == 0 && off[i] != 0) || (i + 1 == count && off[i] != rows)) {
-            home_set(lt, NULL, 0);
+        if (off[i] < prev || off[i] > rows || (i == 0 && off[i] != 0) || (i + 1 == count && off[i] != rows))
             return mt_fail(MT_ERR_INVALID,
                            "cuda moe %s: offsets[%zu] of %zu is %d (the one before: %d); offsets run from 0 up to the "
                            "%d rows", c->name, i, count, off[i], prev, rows);
-        }
     }
-    lt->home_checked = 1;
     return MT_OK;
 }
 
 static mt_status grouped_locked(mt_cuda_moe_lt *lt, mt_cuda_backend *cb, cudaStream_t s, const moe_gemm_call *c,
                                 const int32_t *offsets, int rows, int E, int S) {
-    /* the profile's span: the wait for the copy, and the device idle until the waiting host is back */
+    /* the profile's span: the copy, and the device idle until the waiting host is back */
     mt_cuda_span_begin(cb, s, "host sync: expert offsets home");
     mt_status home = offsets_home(lt, s, c, offsets, rows, (size_t)E * S + 1);
     mt_cuda_span_end(cb, s);
